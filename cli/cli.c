@@ -1,0 +1,108 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    const char *arg = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0)
+        return 0;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return 1;
+    }
+    if (arg[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "ballast %s: %s needs a value\n", argv[0], name);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int cli_flag(char **argv, int i, const char *name)
+{
+    return strcmp(argv[i], name) == 0;
+}
+
+int cli_is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+int cli_fail(const char *cmd, const struct err *e)
+{
+    fprintf(stderr, "ballast %s: %s\n", cmd, e->msg);
+    return e->code ? e->code : ERR_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ballast %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see ballast %s --help)\n", cmd);
+    return ERR_INPUT;
+}
+
+int cli_parse_bytes(const char *text, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno != 0 || !isfinite(v) || v <= 0)
+        return -1;
+    double mult = 1;
+    if (*end != '\0') {
+        static const struct {
+            const char *s;
+            double m;
+        } suffixes[] = {{"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
+                        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"B", 1.0}};
+        int ok = 0;
+        for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0] && !ok; k++)
+            if (strcmp(end, suffixes[k].s) == 0) {
+                mult = suffixes[k].m;
+                ok = 1;
+            }
+        if (!ok)
+            return -1;
+    }
+    v *= mult;
+    if (v < 1 || v > 9.0e15 || v != floor(v))
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+int cli_parse_double(const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_int(const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* The `ballast` command line: one executable, one entry per subcommand. Each command returns
+ * an exit status (err.h) and prints its own --help. */
+#ifndef BALLAST_CLI_H
+#define BALLAST_CLI_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+};
+
+/* Reads option argv[*i] if it is `name`, taking its value from "--name=V" or the next
+ * argument. Returns 1 if matched (value set), 0 if not, -1 (message printed) if the value is
+ * missing. */
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+int cli_flag(char **argv, int i, const char *name);
+int cli_is_help(const char *arg);
+/* Prints "ballast CMD: message" to stderr and returns code. */
+int cli_fail(const char *cmd, const struct err *e);
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses a byte count with an optional KiB/MiB/GiB (or K/M/G) suffix. */
+int cli_parse_bytes(const char *text, int64_t *out);
+int cli_parse_double(const char *text, double *out);
+int cli_parse_int(const char *text, long lo, long hi, long *out);
+
+int cmd_profile(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+
+#endif

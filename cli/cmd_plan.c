@@ -1,0 +1,113 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cluster.h"
+#include "planner.h"
+
+static void help(void)
+{
+    printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
+           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--quiet]\n\n"
+           "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
+           "memory, and prints the plan as a table.\n\n"
+           "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
+           "  --method M       none | full | block:N | uniform-min | patent | optimal (default)\n"
+           "                     none, full     nothing / every layer recomputed\n"
+           "                     block:N        the first N layers of every stage (Megatron)\n"
+           "                     uniform-min    the least single N that makes every stage fit\n"
+           "                     patent         the published load-aware method: the most loaded\n"
+           "                                    stage's least recompute (0-1 knapsack), the others\n"
+           "                                    balanced to its recompute time\n"
+           "                     optimal        least iteration time (each stage's least recompute)\n"
+           "  --reduce D       patent: the most loaded stage must drop to D x its memory (0 < D <= 1)\n"
+           "  --verify         solve each stage as a MILP with GLPK too; exit 1 if they disagree\n"
+           "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
+           "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
+           "  -o FILE          write the plan (ballast-plan/1)\n"
+           "  --quiet          no table\n\n"
+           "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n");
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    const char *cluster_file = NULL, *out_file = NULL, *v;
+    struct plan_options o;
+    int quiet = 0, reduce_given = 0;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i])) {
+            help();
+            return ERR_OK;
+        } else if ((r = cli_option(argc, argv, &i, "--cluster", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            cluster_file = v;
+        } else if ((r = cli_option(argc, argv, &i, "--method", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (plan_method_parse(v, &o, &e))
+                return cli_fail("plan", &e);
+        } else if ((r = cli_option(argc, argv, &i, "--reduce", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_double(v, &o.reduce) || !(o.reduce > 0 && o.reduce <= 1))
+                return cli_usage_error("plan", "--reduce: \"%s\", expected a number in (0, 1]",
+                                       v);
+            reduce_given = 1;
+        } else if ((r = cli_option(argc, argv, &i, "--unit", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_bytes(v, &o.unit_bytes))
+                return cli_usage_error("plan", "--unit: \"%s\", expected a positive byte count",
+                                       v);
+        } else if ((r = cli_option(argc, argv, &i, "--time-unit", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_double(v, &o.time_unit_ms) || !(o.time_unit_ms > 0))
+                return cli_usage_error("plan", "--time-unit: \"%s\", expected milliseconds > 0",
+                                       v);
+        } else if ((r = cli_option(argc, argv, &i, "-o", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            out_file = v;
+        } else if (cli_flag(argv, i, "--verify")) {
+            o.verify = 1;
+        } else if (cli_flag(argv, i, "--quiet")) {
+            quiet = 1;
+        } else {
+            return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
+        }
+    }
+    if (cluster_file == NULL)
+        return cli_usage_error("plan", "--cluster is required");
+    if (reduce_given && o.method != METHOD_PATENT)
+        return cli_usage_error("plan", "--reduce applies to --method patent only");
+    if (o.verify && o.method != METHOD_PATENT && o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "--verify checks the knapsack methods (patent, optimal); "
+                                       "method %s solves no optimisation", argv[0]);
+
+    struct cluster c;
+    if (cluster_load(cluster_file, &c, &e))
+        return cli_fail("plan", &e);
+    struct plan p;
+    int rc = planner_make(&c, &o, &p, &e);
+    cluster_free(&c);
+    if (rc)
+        return cli_fail("plan", &e);
+    if (!quiet)
+        planner_print(stdout, &p);
+    if (out_file != NULL && plan_write(out_file, &p, &e)) {
+        plan_free(&p);
+        return cli_fail("plan", &e);
+    }
+    rc = p.verify.present && !p.verify.agree ? ERR_FAIL : ERR_OK;
+    if (rc)
+        fprintf(stderr, "ballast plan: the DP and GLPK disagree (DP %.9g, GLPK %.9g)\n",
+                p.verify.dp_objective, p.verify.milp_objective);
+    plan_free(&p);
+    return rc;
+}

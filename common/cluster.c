@@ -1,0 +1,335 @@
+#include "cluster.h"
+
+#include <float.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonio.h"
+
+const char *schedule_name(enum schedule s)
+{
+    return s == SCHEDULE_GPIPE ? "gpipe" : "1f1b";
+}
+
+int schedule_parse(const char *text, enum schedule *out)
+{
+    if (strcmp(text, "1f1b") == 0)
+        *out = SCHEDULE_1F1B;
+    else if (strcmp(text, "gpipe") == 0)
+        *out = SCHEDULE_GPIPE;
+    else
+        return -1;
+    return 0;
+}
+
+int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches)
+{
+    if (s == SCHEDULE_GPIPE)
+        return micro_batches;
+    int v = n_stages - stage;
+    return v < micro_batches ? v : micro_batches;
+}
+
+void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last)
+{
+    *first = (int)((int64_t)stage * n_layers / n_stages);
+    *last = (int)((int64_t)(stage + 1) * n_layers / n_stages) - 1;
+}
+
+int link_from_json(const cJSON *obj, const char *file, const char *path, struct link *l,
+                   struct err *e)
+{
+    static const char *const keys[] = {"gbps", "latency_us", NULL};
+    l->latency_us = 0;
+    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
+        jsonio_num(obj, file, path, "gbps", 1e-6, 1e9, &l->gbps, e) ||
+        jsonio_num_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
+        return e->code;
+    l->present = 1;
+    return ERR_OK;
+}
+
+cJSON *link_to_json(const struct link *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "gbps", l->gbps);
+    cJSON_AddNumberToObject(o, "latency_us", l->latency_us);
+    return o;
+}
+
+double link_transfer_ms(const struct link *l, int64_t bytes)
+{
+    if (!l->present)
+        return 0.0;
+    return l->latency_us * 1e-3 + (double)bytes * 8.0 / (l->gbps * 1e9) * 1e3;
+}
+
+const struct profile *cluster_stage_profile(const struct cluster *c, int stage)
+{
+    return &c->profiles[c->stages[stage].profile];
+}
+
+struct link cluster_link(const struct cluster *c, int stage)
+{
+    if (c->stages[stage].link.present)
+        return c->stages[stage].link;
+    return c->link;
+}
+
+void cluster_free(struct cluster *c)
+{
+    for (int i = 0; i < c->n_profiles; i++)
+        profile_free(&c->profiles[i]);
+    free(c->profiles);
+    free(c->stages);
+    memset(c, 0, sizeof *c);
+}
+
+/* The profile path as written is relative to the cluster file's folder. */
+static void resolve_path(const char *cluster_file, const char *rel, char out[CLUSTER_PATH_MAX])
+{
+    if (rel[0] == '/') {
+        snprintf(out, CLUSTER_PATH_MAX, "%s", rel);
+        return;
+    }
+    char copy[CLUSTER_PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", cluster_file);
+    const char *dir = dirname(copy);
+    if (strcmp(dir, ".") == 0)
+        snprintf(out, CLUSTER_PATH_MAX, "%s", rel);
+    else
+        snprintf(out, CLUSTER_PATH_MAX, "%s/%s", dir, rel);
+}
+
+/* Loads the stage's profile unless another stage already named the same file. */
+static int stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const char *file,
+                         const char *path, const char *rel, int *index, struct err *e)
+{
+    char full[CLUSTER_PATH_MAX], canon[CLUSTER_PATH_MAX];
+    resolve_path(file, rel, full);
+    if (realpath(full, canon) == NULL)
+        snprintf(canon, sizeof canon, "%s", full);
+    for (int i = 0; i < c->n_profiles; i++)
+        if (strcmp(paths[i], canon) == 0) {
+            *index = i;
+            return ERR_OK;
+        }
+    struct err inner;
+    err_clear(&inner);
+    if (profile_load(full, &c->profiles[c->n_profiles], &inner)) {
+        return err_set(e, inner.code, "%s: %s.profile: cannot use \"%s\":\n  %s", file, path, rel,
+                       inner.msg);
+    }
+    snprintf(paths[c->n_profiles], CLUSTER_PATH_MAX, "%s", canon);
+    *index = c->n_profiles++;
+    return ERR_OK;
+}
+
+static const char *first_model_difference(const struct model *a, const struct model *b,
+                                          char buf[128])
+{
+#define DIFF(f)                                                                                  \
+    if (a->f != b->f) {                                                                          \
+        snprintf(buf, 128, #f " %d vs %d", (int)a->f, (int)b->f);                                \
+        return buf;                                                                              \
+    }
+    DIFF(n_layer) DIFF(n_embd) DIFF(n_head) DIFF(seq_len) DIFF(vocab_size) DIFF(micro_batch)
+#undef DIFF
+    snprintf(buf, 128, "dtype %s vs %s", model_dtype_name(a->dtype), model_dtype_name(b->dtype));
+    return buf;
+}
+
+static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
+                      const char *file, int s, int *has_layers, struct err *e)
+{
+    static const char *const keys[] = {"device", "memory_bytes", "profile", "layers", "link",
+                                       NULL};
+    struct cluster_stage *st = &c->stages[s];
+    char path[JSONIO_PATH_MAX];
+    const char *rel;
+    jsonio_path_index(path, "stages", s);
+    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
+        jsonio_str_copy(obj, file, path, "device", st->device, sizeof st->device, e) ||
+        jsonio_int(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes, e) ||
+        jsonio_str(obj, file, path, "profile", &rel, e))
+        return e->code;
+    if (stage_profile(c, paths, file, path, rel, &st->profile, e))
+        return e->code;
+    const struct profile *p = &c->profiles[st->profile];
+    if (strcmp(p->device.name, st->device) != 0)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.profile: \"%s\" was made on device \"%s\", but the stage's device "
+                       "is \"%s\"",
+                       file, path, rel, p->device.name, st->device);
+    if (st->memory_bytes > p->device.memory_bytes)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.memory_bytes: %lld bytes (%.2f GiB) is more than the %lld bytes "
+                       "(%.2f GiB) of device \"%s\" in \"%s\"",
+                       file, path, (long long)st->memory_bytes, st->memory_bytes / 1073741824.0,
+                       (long long)p->device.memory_bytes, p->device.memory_bytes / 1073741824.0,
+                       st->device, rel);
+    if (s == 0) {
+        c->model = p->model;
+    } else if (!model_equal(&c->model, &p->model)) {
+        char buf[128];
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.profile: \"%s\" describes a different model than stage 0's "
+                       "profile (%s)",
+                       file, path, rel, first_model_difference(&p->model, &c->model, buf));
+    }
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(obj, "layers");
+    int has = layers != NULL;
+    if (s == 0)
+        *has_layers = has;
+    else if (has != *has_layers)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.layers: %s, but stages[0] %s it: give layers for every stage or "
+                       "for none",
+                       file, path, has ? "given" : "missing", *has_layers ? "gives" : "omits");
+    if (has) {
+        char lp[JSONIO_PATH_MAX];
+        int64_t v[2];
+        jsonio_path_key(lp, path, "layers");
+        if (jsonio_expect_array(layers, file, lp, e))
+            return e->code;
+        if (cJSON_GetArraySize(layers) != 2)
+            return err_set(e, ERR_INPUT, "%s: %s: expected [first, last], found %d numbers", file,
+                           lp, cJSON_GetArraySize(layers));
+        for (int k = 0; k < 2; k++) {
+            char ip[JSONIO_PATH_MAX];
+            jsonio_path_index(ip, lp, k);
+            if (jsonio_int_value(cJSON_GetArrayItem(layers, k), file, ip, INT32_MIN, INT32_MAX,
+                                 &v[k], e))
+                return e->code;
+        }
+        st->first = (int)v[0];
+        st->last = (int)v[1];
+    }
+    const cJSON *link = cJSON_GetObjectItemCaseSensitive(obj, "link");
+    if (link != NULL) {
+        char lp[JSONIO_PATH_MAX];
+        jsonio_path_key(lp, path, "link");
+        if (link_from_json(link, file, lp, &st->link, e))
+            return e->code;
+    }
+    return ERR_OK;
+}
+
+/* Layer ranges must tile 0..L-1 in order, each stage at least one layer. */
+static int check_layer_ranges(const struct cluster *c, const char *file, struct err *e)
+{
+    int L = c->n_layers;
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct cluster_stage *st = &c->stages[s];
+        int expect = s == 0 ? 0 : c->stages[s - 1].last + 1;
+        if (st->first < 0 || st->last >= L)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].layers: [%d, %d] runs past the %d layers of the model "
+                           "(0 = embed .. %d = head)",
+                           file, s, st->first, st->last, L, L - 1);
+        if (st->first > st->last)
+            return err_set(e, ERR_INPUT, "%s: stages[%d].layers: [%d, %d] is empty (first > last)",
+                           file, s, st->first, st->last);
+        if (st->first < expect)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].layers: [%d, %d] overlaps stages[%d].layers, which "
+                           "ends at %d",
+                           file, s, st->first, st->last, s - 1, expect - 1);
+        if (st->first > expect)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].layers: [%d, %d] leaves layers %d..%d in no stage",
+                           file, s, st->first, st->last, expect, st->first - 1);
+    }
+    if (c->stages[c->n_stages - 1].last != L - 1)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].layers: ends at %d, leaving layers %d..%d in no stage",
+                       file, c->n_stages - 1, c->stages[c->n_stages - 1].last,
+                       c->stages[c->n_stages - 1].last + 1, L - 1);
+    return ERR_OK;
+}
+
+static int cluster_from_json(const cJSON *root, const char *file, struct cluster *c,
+                             struct err *e)
+{
+    static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
+                                       "reserve_bytes", "link", "name", "description", NULL};
+    const char *sched;
+    int64_t micro;
+    if (jsonio_check_format(root, file, "cluster", 1, e) ||
+        jsonio_check_keys(root, file, "", keys, e) ||
+        jsonio_str(root, file, "", "schedule", &sched, e))
+        return e->code;
+    if (schedule_parse(sched, &c->schedule) != 0)
+        return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected \"1f1b\" or \"gpipe\"", file,
+                       sched);
+    if (jsonio_int(root, file, "", "micro_batches", 1, 1 << 20, &micro, e) ||
+        jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &c->reserve_bytes, e))
+        return e->code;
+    c->micro_batches = (int)micro;
+    const cJSON *link = cJSON_GetObjectItemCaseSensitive(root, "link");
+    if (link != NULL && link_from_json(link, file, "link", &c->link, e))
+        return e->code;
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    if (stages == NULL)
+        return err_set(e, ERR_INPUT, "%s: stages: missing", file);
+    if (jsonio_expect_array(stages, file, "stages", e))
+        return e->code;
+    int S = cJSON_GetArraySize(stages);
+    if (S < 1 || S > CLUSTER_STAGES_MAX)
+        return err_set(e, ERR_INPUT, "%s: stages: %d stages, expected 1 to %d", file, S,
+                       CLUSTER_STAGES_MAX);
+    c->stages = calloc((size_t)S, sizeof *c->stages);
+    c->profiles = calloc((size_t)S, sizeof *c->profiles);
+    char (*paths)[CLUSTER_PATH_MAX] = calloc((size_t)S, sizeof *paths);
+    if (c->stages == NULL || c->profiles == NULL || paths == NULL) {
+        free(paths);
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    }
+    c->n_stages = S;
+    int has_layers = 0, s = 0;
+    for (const cJSON *st = stages->child; st != NULL; st = st->next, s++)
+        if (read_stage(c, paths, st, file, s, &has_layers, e))
+            break;
+    free(paths);
+    if (e->code)
+        return e->code;
+    c->n_layers = model_layer_count(&c->model);
+    if (S > c->n_layers)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages: %d stages, but the model has only %d layers (each stage needs "
+                       "at least one)",
+                       file, S, c->n_layers);
+    if (c->stages[S - 1].link.present)
+        return err_set(e, ERR_INPUT, "%s: stages[%d].link: the last stage has no next stage",
+                       file, S - 1);
+    if (has_layers) {
+        if (check_layer_ranges(c, file, e))
+            return e->code;
+    } else {
+        for (s = 0; s < S; s++)
+            cluster_even_split(c->n_layers, S, s, &c->stages[s].first, &c->stages[s].last);
+    }
+    for (s = 0; s < S; s++)
+        if (c->reserve_bytes >= c->stages[s].memory_bytes)
+            return err_set(e, ERR_INPUT,
+                           "%s: reserve_bytes: %lld bytes leaves nothing of stages[%d]'s "
+                           "memory_bytes %lld",
+                           file, (long long)c->reserve_bytes, s,
+                           (long long)c->stages[s].memory_bytes);
+    return ERR_OK;
+}
+
+int cluster_load(const char *file, struct cluster *c, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    int rc = cluster_from_json(root, file, c, e);
+    cJSON_Delete(root);
+    if (rc)
+        cluster_free(c);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/* The cluster file (ballast-cluster/1): the pipeline's stages, each a device with its memory
+ * and its profile, the schedule and the micro-batches per step. */
+#ifndef BALLAST_CLUSTER_H
+#define BALLAST_CLUSTER_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "profile.h"
+
+#define CLUSTER_PATH_MAX 4096
+#define CLUSTER_STAGES_MAX 4096
+
+enum schedule { SCHEDULE_1F1B, SCHEDULE_GPIPE };
+
+/* A link between neighbouring stages. Absent links are free (no transfer time). */
+struct link {
+    int present;
+    double gbps;       /* gigabits per second, each way */
+    double latency_us; /* per transfer */
+};
+
+struct cluster_stage {
+    char device[PROFILE_NAME_MAX];
+    int64_t memory_bytes;
+    int profile; /* index into cluster.profiles */
+    int first, last; /* global layer indices, inclusive */
+    struct link link; /* to the next stage; overrides the cluster's */
+};
+
+struct cluster {
+    enum schedule schedule;
+    int micro_batches;
+    int64_t reserve_bytes;
+    struct link link; /* default link between stages */
+    int n_stages;
+    struct cluster_stage *stages;
+    int n_profiles; /* distinct profile files */
+    struct profile *profiles;
+    struct model model; /* the model every profile describes */
+    int n_layers;
+};
+
+/* Reads and validates a cluster and the profiles it names (paths relative to the cluster
+ * file). Stages without "layers" get an even split. On failure nothing is left allocated. */
+int cluster_load(const char *file, struct cluster *c, struct err *e);
+void cluster_free(struct cluster *c);
+
+const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
+/* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
+struct link cluster_link(const struct cluster *c, int stage);
+
+/* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
+void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);
+
+const char *schedule_name(enum schedule s);
+int schedule_parse(const char *text, enum schedule *out);
+/* Micro-batches stage s of S keeps in flight: min(S - s, M) for 1F1B, M for GPipe. */
+int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches);
+
+/* Reads a link object at `path` ({"gbps", "latency_us"}). */
+int link_from_json(const cJSON *obj, const char *file, const char *path, struct link *l,
+                   struct err *e);
+cJSON *link_to_json(const struct link *l);
+/* Milliseconds to move `bytes` over the link (0 for an absent link). */
+double link_transfer_ms(const struct link *l, int64_t bytes);
+
+#endif

@@ -1,0 +1,105 @@
+#include "devices.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonio.h"
+
+const char *devices_default_file(void)
+{
+    const char *env = getenv("BALLAST_DEVICES");
+    return env != NULL && env[0] != '\0' ? env : BALLAST_SOURCE_DIR "/configs/devices.json";
+}
+
+static int device_from_json(const cJSON *o, const char *file, const char *path,
+                            struct device_spec *d, struct err *e)
+{
+    static const char *const keys[] = {"name",          "kind",
+                                       "peak_tflops_16bit", "peak_tflops_fp32",
+                                       "memory_bytes",  "memory_bandwidth_gbs",
+                                       "host_link_gbs", "op_overhead_us",
+                                       "source",        NULL};
+    if (jsonio_expect_object(o, file, path, e) || jsonio_check_keys(o, file, path, keys, e) ||
+        jsonio_str_copy(o, file, path, "name", d->name, sizeof d->name, e) ||
+        jsonio_str_copy(o, file, path, "kind", d->kind, sizeof d->kind, e) ||
+        jsonio_num(o, file, path, "peak_tflops_16bit", 1e-6, 1e6, &d->peak_tflops_16bit, e) ||
+        jsonio_num(o, file, path, "peak_tflops_fp32", 1e-6, 1e6, &d->peak_tflops_fp32, e) ||
+        jsonio_int(o, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e) ||
+        jsonio_num(o, file, path, "memory_bandwidth_gbs", 1e-6, 1e6, &d->memory_bandwidth_gbs,
+                   e) ||
+        jsonio_num(o, file, path, "host_link_gbs", 0, 1e6, &d->host_link_gbs, e) ||
+        jsonio_num(o, file, path, "op_overhead_us", 0, 1e6, &d->op_overhead_us, e) ||
+        jsonio_str_copy(o, file, path, "source", d->source, sizeof d->source, e))
+        return e->code;
+    if (strcmp(d->kind, "cpu") != 0 && strcmp(d->kind, "cuda") != 0) {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "kind");
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"cpu\" or \"cuda\"", file, sub,
+                       d->kind);
+    }
+    return ERR_OK;
+}
+
+int devices_load(const char *file, struct device_table *t, struct err *e)
+{
+    static const char *const keys[] = {"format", "description", "assumptions", "devices", NULL};
+    static const char *const akeys[] = {"gemm_efficiency", "memory_efficiency", "note", NULL};
+    memset(t, 0, sizeof *t);
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "assumptions");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "devices");
+    if (jsonio_check_format(root, file, "devices", 1, e) ||
+        jsonio_check_keys(root, file, "", keys, e))
+        goto done;
+    if (a == NULL || list == NULL) {
+        err_set(e, ERR_INPUT, "%s: %s: missing", file, a == NULL ? "assumptions" : "devices");
+        goto done;
+    }
+    if (jsonio_expect_object(a, file, "assumptions", e) ||
+        jsonio_check_keys(a, file, "assumptions", akeys, e) ||
+        jsonio_num(a, file, "assumptions", "gemm_efficiency", 1e-3, 1, &t->gemm_efficiency, e) ||
+        jsonio_num(a, file, "assumptions", "memory_efficiency", 1e-3, 1, &t->memory_efficiency,
+                   e) ||
+        jsonio_expect_array(list, file, "devices", e))
+        goto done;
+    t->n = cJSON_GetArraySize(list);
+    t->devices = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *t->devices);
+    if (t->devices == NULL) {
+        err_set(e, ERR_FAIL, "%s: out of memory", file);
+        goto done;
+    }
+    int i = 0;
+    for (const cJSON *d = list->child; d != NULL; d = d->next, i++) {
+        char path[JSONIO_PATH_MAX];
+        jsonio_path_index(path, "devices", i);
+        if (device_from_json(d, file, path, &t->devices[i], e))
+            goto done;
+        for (int k = 0; k < i; k++)
+            if (strcmp(t->devices[k].name, t->devices[i].name) == 0) {
+                err_set(e, ERR_INPUT, "%s: %s.name: \"%s\" already names devices[%d]", file, path,
+                        t->devices[i].name, k);
+                goto done;
+            }
+    }
+done:
+    cJSON_Delete(root);
+    if (e->code)
+        devices_free(t);
+    return e->code;
+}
+
+void devices_free(struct device_table *t)
+{
+    free(t->devices);
+    memset(t, 0, sizeof *t);
+}
+
+const struct device_spec *devices_find(const struct device_table *t, const char *name)
+{
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->devices[i].name, name) == 0)
+            return &t->devices[i];
+    return NULL;
+}

@@ -1,0 +1,39 @@
+/* The device table (configs/devices.json, ballast-devices/1): datasheet figures per device,
+ * used for estimated profiles and as the peak for MFU. */
+#ifndef BALLAST_DEVICES_H
+#define BALLAST_DEVICES_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "profile.h"
+
+#define DEVICES_SOURCE_MAX 512
+
+struct device_spec {
+    char name[PROFILE_NAME_MAX];
+    char kind[8]; /* "cpu" or "cuda" */
+    double peak_tflops_16bit; /* dense 16-bit tensor */
+    double peak_tflops_fp32;
+    int64_t memory_bytes;
+    double memory_bandwidth_gbs; /* GB/s */
+    double host_link_gbs;        /* GB/s each way, 0 if none */
+    double op_overhead_us;       /* fixed cost per operation (kernel launch) */
+    char source[DEVICES_SOURCE_MAX];
+};
+
+struct device_table {
+    int n;
+    struct device_spec *devices;
+    double gemm_efficiency;
+    double memory_efficiency;
+};
+
+/* Default location: configs/devices.json of the source tree Ballast was built from. */
+const char *devices_default_file(void);
+int devices_load(const char *file, struct device_table *t, struct err *e);
+void devices_free(struct device_table *t);
+/* NULL if absent. */
+const struct device_spec *devices_find(const struct device_table *t, const char *name);
+
+#endif

@@ -1,0 +1,65 @@
+/* Reading and writing Ballast's JSON files with messages that name the file and the field.
+ *
+ * Every getter takes the file name and the JSON path of the object (e.g. "stages[2]", or ""
+ * at the top level) so a message reads `cluster.json: stages[2].memory_bytes: ...`.
+ * Integers are JSON numbers with no fractional part, at most 2^53 (exact in a double). */
+#ifndef BALLAST_JSONIO_H
+#define BALLAST_JSONIO_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define JSONIO_INT_MAX ((int64_t)1 << 53)
+#define JSONIO_PATH_MAX 256
+
+/* Reads and parses a whole file; rejects files that are not JSON, too large, or that repeat a
+ * key inside one object. The caller owns the result (cJSON_Delete). */
+cJSON *jsonio_read(const char *file, struct err *e);
+/* Parses text the same way (text[len] must be the terminating NUL); `file` names it in
+ * messages. */
+cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *e);
+/* Writes `root` to `file` atomically (temporary file, fsync, rename). */
+int jsonio_write(const char *file, const cJSON *root, struct err *e);
+
+/* Checks `"format": "ballast-<kind>/<version>"`. */
+int jsonio_check_format(const cJSON *root, const char *file, const char *kind, int version,
+                        struct err *e);
+/* Fails on a member of `obj` whose name is not in the NULL-terminated list `allowed`. */
+int jsonio_check_keys(const cJSON *obj, const char *file, const char *path,
+                      const char *const *allowed, struct err *e);
+/* Checks that `item` is an object (or an array), naming `path` otherwise. */
+int jsonio_expect_object(const cJSON *item, const char *file, const char *path, struct err *e);
+int jsonio_expect_array(const cJSON *item, const char *file, const char *path, struct err *e);
+
+/* Joins a path and a key or an index: ("stages", 2) -> "stages[2]", ("", "x") -> "x". */
+void jsonio_path_key(char out[JSONIO_PATH_MAX], const char *path, const char *key);
+void jsonio_path_index(char out[JSONIO_PATH_MAX], const char *path, int index);
+
+/* Required members: fail if absent, of the wrong type or outside [lo, hi]. */
+int jsonio_int(const cJSON *obj, const char *file, const char *path, const char *key,
+               int64_t lo, int64_t hi, int64_t *out, struct err *e);
+int jsonio_num(const cJSON *obj, const char *file, const char *path, const char *key,
+               double lo, double hi, double *out, struct err *e);
+int jsonio_str(const cJSON *obj, const char *file, const char *path, const char *key,
+               const char **out, struct err *e);
+int jsonio_bool(const cJSON *obj, const char *file, const char *path, const char *key,
+                int *out, struct err *e);
+/* Optional members: absent leaves *out as it is. */
+int jsonio_int_opt(const cJSON *obj, const char *file, const char *path, const char *key,
+                   int64_t lo, int64_t hi, int64_t *out, struct err *e);
+int jsonio_num_opt(const cJSON *obj, const char *file, const char *path, const char *key,
+                   double lo, double hi, double *out, struct err *e);
+/* Checks a number already in hand (an array element, say) the same way. */
+int jsonio_int_value(const cJSON *item, const char *file, const char *path, int64_t lo,
+                     int64_t hi, int64_t *out, struct err *e);
+
+/* Strings copied into fixed buffers must fit: fails naming the field otherwise. */
+int jsonio_str_copy(const cJSON *obj, const char *file, const char *path, const char *key,
+                    char *dst, size_t cap, struct err *e);
+
+/* Adds an integer-valued number (bytes, counts) to an object. */
+void jsonio_add_int(cJSON *obj, const char *key, int64_t value);
+
+#endif

@@ -1,0 +1,136 @@
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "jsonio.h"
+#include "sizes.h"
+
+static const char *const model_keys[] = {"format",     "kind",       "n_layer",     "n_embd",
+                                         "n_head",     "seq_len",    "vocab_size",  "micro_batch",
+                                         "dtype",      "name",       "description", NULL};
+
+int model_from_json(const cJSON *obj, const char *file, const char *path, struct model *m,
+                    struct err *e)
+{
+    const char *kind, *dtype;
+    int64_t n_layer, n_embd, n_head, seq_len, vocab, micro;
+    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, model_keys, e))
+        return e->code;
+    if (jsonio_str(obj, file, path, "kind", &kind, e))
+        return e->code;
+    if (strcmp(kind, "gpt") != 0) {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "kind");
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\" is not a model kind Ballast knows (\"gpt\")",
+                       file, sub, kind);
+    }
+    if (jsonio_int(obj, file, path, "n_layer", 1, 4096, &n_layer, e) ||
+        jsonio_int(obj, file, path, "n_embd", 1, 1 << 20, &n_embd, e) ||
+        jsonio_int(obj, file, path, "n_head", 1, 1 << 20, &n_head, e) ||
+        jsonio_int(obj, file, path, "seq_len", 1, 1 << 24, &seq_len, e) ||
+        jsonio_int(obj, file, path, "vocab_size", 2, INT32_MAX, &vocab, e) ||
+        jsonio_int(obj, file, path, "micro_batch", 1, 1 << 20, &micro, e) ||
+        jsonio_str(obj, file, path, "dtype", &dtype, e))
+        return e->code;
+    if (n_embd % n_head != 0) {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "n_head");
+        return err_set(e, ERR_INPUT, "%s: %s: n_embd %lld is not a multiple of n_head %lld",
+                       file, sub, (long long)n_embd, (long long)n_head);
+    }
+    if (strcmp(dtype, "fp32") == 0) {
+        m->dtype = MODEL_DTYPE_FP32;
+    } else if (strcmp(dtype, "bf16") == 0) {
+        m->dtype = MODEL_DTYPE_BF16;
+    } else {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "dtype");
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"fp32\" or \"bf16\"", file, sub,
+                       dtype);
+    }
+    m->n_layer = (int)n_layer;
+    m->n_embd = (int)n_embd;
+    m->n_head = (int)n_head;
+    m->seq_len = (int)seq_len;
+    m->vocab_size = (int)vocab;
+    m->micro_batch = (int)micro;
+    /* Every byte count must be representable; a model too large for that is bad input. */
+    if (sizes_check_model(m, file, path, e))
+        return e->code;
+    return ERR_OK;
+}
+
+int model_load(const char *file, struct model *m, struct err *e)
+{
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    int rc = jsonio_check_format(root, file, "model", 1, e);
+    if (rc == ERR_OK)
+        rc = model_from_json(root, file, "", m, e);
+    cJSON_Delete(root);
+    return rc;
+}
+
+cJSON *model_to_json(const struct model *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", "gpt");
+    cJSON_AddNumberToObject(o, "n_layer", m->n_layer);
+    cJSON_AddNumberToObject(o, "n_embd", m->n_embd);
+    cJSON_AddNumberToObject(o, "n_head", m->n_head);
+    cJSON_AddNumberToObject(o, "seq_len", m->seq_len);
+    cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
+    cJSON_AddNumberToObject(o, "micro_batch", m->micro_batch);
+    cJSON_AddStringToObject(o, "dtype", model_dtype_name(m->dtype));
+    return o;
+}
+
+int model_equal(const struct model *a, const struct model *b)
+{
+    return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head == b->n_head &&
+           a->seq_len == b->seq_len && a->vocab_size == b->vocab_size &&
+           a->micro_batch == b->micro_batch && a->dtype == b->dtype;
+}
+
+int model_layer_count(const struct model *m)
+{
+    return m->n_layer + 2;
+}
+
+enum model_layer_kind model_layer_kind(const struct model *m, int layer)
+{
+    if (layer == 0)
+        return MODEL_LAYER_EMBED;
+    if (layer == m->n_layer + 1)
+        return MODEL_LAYER_HEAD;
+    return MODEL_LAYER_BLOCK;
+}
+
+void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX])
+{
+    switch (model_layer_kind(m, layer)) {
+    case MODEL_LAYER_EMBED:
+        snprintf(name, MODEL_LAYER_NAME_MAX, "embed");
+        break;
+    case MODEL_LAYER_HEAD:
+        snprintf(name, MODEL_LAYER_NAME_MAX, "head");
+        break;
+    default:
+        snprintf(name, MODEL_LAYER_NAME_MAX, "block.%d", layer - 1);
+    }
+}
+
+const char *model_dtype_name(enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32";
+}
+
+int64_t model_param_count(const struct model *m)
+{
+    int64_t total = 0;
+    for (int l = 0; l < model_layer_count(m); l++)
+        total += sizes_layer_params(m, model_layer_kind(m, l));
+    return total;
+}

@@ -1,0 +1,46 @@
+/* The model file (ballast-model/1): a GPT decoder, and its planning layers in order:
+ * `embed`, `block.0` ... `block.{n_layer-1}`, `head`. */
+#ifndef BALLAST_MODEL_H
+#define BALLAST_MODEL_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "err.h"
+
+enum model_dtype {
+    MODEL_DTYPE_FP32, /* everything fp32 */
+    MODEL_DTYPE_BF16, /* bf16 compute and activations, fp32 master weights and optimizer state */
+};
+
+struct model {
+    int n_layer;
+    int n_embd;
+    int n_head;
+    int seq_len;
+    int vocab_size;
+    int micro_batch;
+    enum model_dtype dtype;
+};
+
+enum model_layer_kind { MODEL_LAYER_EMBED, MODEL_LAYER_BLOCK, MODEL_LAYER_HEAD };
+
+#define MODEL_LAYER_NAME_MAX 32
+
+/* Reads the object `obj` found at `path` of `file` (the model file itself, or the "model"
+ * member of a profile or plan). Checks every field and that the sizes stay representable. */
+int model_from_json(const cJSON *obj, const char *file, const char *path, struct model *m,
+                    struct err *e);
+int model_load(const char *file, struct model *m, struct err *e);
+/* A new object with the model's fields (no "format": callers embed it or add it). */
+cJSON *model_to_json(const struct model *m);
+
+int model_equal(const struct model *a, const struct model *b);
+int model_layer_count(const struct model *m);
+enum model_layer_kind model_layer_kind(const struct model *m, int layer);
+void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX]);
+const char *model_dtype_name(enum model_dtype dtype);
+/* Parameters of the whole model. */
+int64_t model_param_count(const struct model *m);
+
+#endif

@@ -1,0 +1,315 @@
+#include "plan.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonio.h"
+
+int plan_stage_layer_count(const struct plan_stage *st)
+{
+    return st->last - st->first + 1;
+}
+
+int plan_init(struct plan *p, int n_stages, const int *first, const int *last, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    p->optimality_gap = -1;
+    p->stages = calloc((size_t)n_stages, sizeof *p->stages);
+    if (p->stages == NULL)
+        return err_set(e, ERR_FAIL, "out of memory allocating %d plan stages", n_stages);
+    p->n_stages = n_stages;
+    for (int s = 0; s < n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        st->index = s;
+        st->first = first[s];
+        st->last = last[s];
+        int n = plan_stage_layer_count(st);
+        st->recompute = calloc((size_t)n, 1);
+        st->layers = calloc((size_t)n, sizeof *st->layers);
+        if (st->recompute == NULL || st->layers == NULL) {
+            plan_free(p);
+            return err_set(e, ERR_FAIL, "out of memory allocating plan stage %d", s);
+        }
+    }
+    return ERR_OK;
+}
+
+void plan_free(struct plan *p)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        free(p->stages[s].recompute);
+        free(p->stages[s].layers);
+    }
+    free(p->stages);
+    p->stages = NULL;
+    p->n_stages = 0;
+}
+
+void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out)
+{
+    cost_stage(st->layers, plan_stage_layer_count(st), st->recompute, st->in_flight,
+               p->reserve_bytes, out);
+}
+
+cJSON *plan_to_json(const struct plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "ballast-plan/1");
+    cJSON_AddStringToObject(o, "method", p->method);
+    cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
+    cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
+    cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
+    cJSON_AddNumberToObject(o, "most_loaded_stage", p->most_loaded_stage);
+    cJSON_AddNumberToObject(o, "iteration_ms", p->iteration_ms);
+    if (p->optimality_gap >= 0)
+        cJSON_AddNumberToObject(o, "optimality_gap", p->optimality_gap);
+    jsonio_add_int(o, "reserve_bytes", p->reserve_bytes);
+    jsonio_add_int(o, "unit_bytes", p->unit_bytes);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        cJSON *so = cJSON_CreateObject();
+        cJSON_AddNumberToObject(so, "index", st->index);
+        cJSON_AddStringToObject(so, "device", st->device);
+        cJSON *range = cJSON_AddArrayToObject(so, "layers");
+        cJSON_AddItemToArray(range, cJSON_CreateNumber(st->first));
+        cJSON_AddItemToArray(range, cJSON_CreateNumber(st->last));
+        cJSON *rec = cJSON_AddArrayToObject(so, "recompute");
+        for (int l = 0; l < plan_stage_layer_count(st); l++)
+            if (st->recompute[l])
+                cJSON_AddItemToArray(rec, cJSON_CreateNumber(st->first + l));
+        jsonio_add_int(so, "memory_bytes", st->memory_bytes);
+        jsonio_add_int(so, "memory_limit_bytes", st->memory_limit_bytes);
+        jsonio_add_int(so, "capacity_bytes", st->capacity_bytes);
+        jsonio_add_int(so, "memory_before_bytes", st->memory_before_bytes);
+        cJSON_AddNumberToObject(so, "in_flight", st->in_flight);
+        cJSON_AddNumberToObject(so, "recompute_ms", st->recompute_ms);
+        cJSON_AddNumberToObject(so, "stage_ms", st->stage_ms);
+        if (st->link.present)
+            cJSON_AddItemToObject(so, "link", link_to_json(&st->link));
+        cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
+        for (int l = 0; l < plan_stage_layer_count(st); l++)
+            cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
+        cJSON_AddItemToArray(stages, so);
+    }
+    cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (p->verify.present) {
+        cJSON *v = cJSON_AddObjectToObject(o, "verify");
+        cJSON_AddNumberToObject(v, "milp_objective", p->verify.milp_objective);
+        cJSON_AddNumberToObject(v, "dp_objective", p->verify.dp_objective);
+        cJSON_AddBoolToObject(v, "agree", p->verify.agree);
+    }
+    return o;
+}
+
+int plan_write(const char *file, const struct plan *p, struct err *e)
+{
+    cJSON *o = plan_to_json(p);
+    int rc = jsonio_write(file, o, e);
+    cJSON_Delete(o);
+    return rc;
+}
+
+static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
+                      int expect_first, struct err *e)
+{
+    char path[JSONIO_PATH_MAX], sub[JSONIO_PATH_MAX];
+    int64_t v;
+    struct plan_stage *st = &p->stages[s];
+    jsonio_path_index(path, "stages", s);
+    if (jsonio_expect_object(so, file, path, e) ||
+        jsonio_int(so, file, path, "index", s, s, &v, e) ||
+        jsonio_str_copy(so, file, path, "device", st->device, sizeof st->device, e))
+        return e->code;
+    st->index = s;
+    const cJSON *range = cJSON_GetObjectItemCaseSensitive(so, "layers");
+    jsonio_path_key(sub, path, "layers");
+    if (range == NULL)
+        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
+    if (jsonio_expect_array(range, file, sub, e))
+        return e->code;
+    int64_t r[2];
+    if (cJSON_GetArraySize(range) != 2)
+        return err_set(e, ERR_INPUT, "%s: %s: expected [first, last]", file, sub);
+    for (int k = 0; k < 2; k++) {
+        char ip[JSONIO_PATH_MAX];
+        jsonio_path_index(ip, sub, k);
+        if (jsonio_int_value(cJSON_GetArrayItem(range, k), file, ip, 0,
+                             model_layer_count(&p->model) - 1, &r[k], e))
+            return e->code;
+    }
+    if (r[0] != expect_first || r[1] < r[0])
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: [%lld, %lld], expected a range starting at layer %d (stages tile "
+                       "the model's layers in order)",
+                       file, sub, (long long)r[0], (long long)r[1], expect_first);
+    st->first = (int)r[0];
+    st->last = (int)r[1];
+    int n = plan_stage_layer_count(st);
+    st->recompute = calloc((size_t)n, 1);
+    st->layers = calloc((size_t)n, sizeof *st->layers);
+    if (st->recompute == NULL || st->layers == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(so, "recompute");
+    jsonio_path_key(sub, path, "recompute");
+    if (rec == NULL)
+        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
+    if (jsonio_expect_array(rec, file, sub, e))
+        return e->code;
+    int k = 0;
+    for (const cJSON *it = rec->child; it != NULL; it = it->next, k++) {
+        char ip[JSONIO_PATH_MAX];
+        jsonio_path_index(ip, sub, k);
+        if (jsonio_int_value(it, file, ip, st->first, st->last, &v, e))
+            return e->code;
+        if (st->recompute[v - st->first])
+            return err_set(e, ERR_INPUT, "%s: %s: layer %lld listed twice", file, ip,
+                           (long long)v);
+        st->recompute[v - st->first] = 1;
+    }
+    int64_t in_flight;
+    if (jsonio_int(so, file, path, "memory_bytes", 0, JSONIO_INT_MAX, &st->memory_bytes, e) ||
+        jsonio_int(so, file, path, "memory_limit_bytes", 1, JSONIO_INT_MAX,
+                   &st->memory_limit_bytes, e) ||
+        jsonio_num(so, file, path, "recompute_ms", 0, DBL_MAX, &st->recompute_ms, e) ||
+        jsonio_num(so, file, path, "stage_ms", 0, DBL_MAX, &st->stage_ms, e))
+        return e->code;
+    st->capacity_bytes = st->memory_limit_bytes;
+    in_flight = schedule_in_flight(p->schedule, p->n_stages, s, p->micro_batches);
+    if (jsonio_int_opt(so, file, path, "capacity_bytes", 1, JSONIO_INT_MAX, &st->capacity_bytes,
+                       e) ||
+        jsonio_int_opt(so, file, path, "memory_before_bytes", 0, JSONIO_INT_MAX,
+                       &st->memory_before_bytes, e) ||
+        jsonio_int_opt(so, file, path, "in_flight", in_flight, in_flight, &in_flight, e))
+        return e->code;
+    st->in_flight = (int)in_flight;
+    const cJSON *link = cJSON_GetObjectItemCaseSensitive(so, "link");
+    if (link != NULL) {
+        jsonio_path_key(sub, path, "link");
+        if (link_from_json(link, file, sub, &st->link, e))
+            return e->code;
+    }
+    const cJSON *costs = cJSON_GetObjectItemCaseSensitive(so, "layer_costs");
+    jsonio_path_key(sub, path, "layer_costs");
+    if (costs == NULL)
+        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
+    if (jsonio_expect_array(costs, file, sub, e))
+        return e->code;
+    if (cJSON_GetArraySize(costs) != n)
+        return err_set(e, ERR_INPUT, "%s: %s: %d entries for the stage's %d layers", file, sub,
+                       cJSON_GetArraySize(costs), n);
+    k = 0;
+    for (const cJSON *it = costs->child; it != NULL; it = it->next, k++) {
+        char ip[JSONIO_PATH_MAX], expect[MODEL_LAYER_NAME_MAX];
+        jsonio_path_index(ip, sub, k);
+        if (layer_cost_from_json(it, file, ip, &st->layers[k], e))
+            return e->code;
+        model_layer_name(&p->model, st->first + k, expect);
+        if (strcmp(expect, st->layers[k].name) != 0)
+            return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, ip,
+                           st->layers[k].name, expect);
+    }
+    /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
+     * for another model) is refused rather than trained with wrong limits. */
+    struct stage_cost c;
+    plan_stage_cost(p, st, &c);
+    if (c.memory_bytes != st->memory_bytes)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.memory_bytes: %lld, but the cost model gives %lld for these "
+                       "layers and recompute set",
+                       file, path, (long long)st->memory_bytes, (long long)c.memory_bytes);
+    if (fabs(c.stage_ms - st->stage_ms) > 1e-6 + 1e-9 * c.stage_ms ||
+        fabs(c.recompute_ms - st->recompute_ms) > 1e-6 + 1e-9 * c.recompute_ms)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: stage_ms %g and recompute_ms %g, but the cost model gives %g and "
+                       "%g",
+                       file, path, st->stage_ms, st->recompute_ms, c.stage_ms, c.recompute_ms);
+    if (st->memory_limit_bytes > st->capacity_bytes)
+        return err_set(e, ERR_INPUT, "%s: %s.memory_limit_bytes: %lld is above capacity_bytes %lld",
+                       file, path, (long long)st->memory_limit_bytes,
+                       (long long)st->capacity_bytes);
+    return ERR_OK;
+}
+
+static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    const char *sched;
+    int64_t v;
+    if (jsonio_check_format(root, file, "plan", 1, e) ||
+        jsonio_str_copy(root, file, "", "method", p->method, sizeof p->method, e) ||
+        jsonio_str(root, file, "", "schedule", &sched, e))
+        return e->code;
+    if (schedule_parse(sched, &p->schedule) != 0)
+        return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected \"1f1b\" or \"gpipe\"", file,
+                       sched);
+    if (jsonio_int(root, file, "", "micro_batches", 1, 1 << 20, &v, e))
+        return e->code;
+    p->micro_batches = (int)v;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model == NULL)
+        return err_set(e, ERR_INPUT, "%s: model: missing", file);
+    if (model_from_json(model, file, "model", &p->model, e))
+        return e->code;
+    if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
+        jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
+        jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||
+        jsonio_num_opt(root, file, "", "optimality_gap", 0, DBL_MAX, &p->optimality_gap, e))
+        return e->code;
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    if (stages == NULL)
+        return err_set(e, ERR_INPUT, "%s: stages: missing", file);
+    if (jsonio_expect_array(stages, file, "stages", e))
+        return e->code;
+    int S = cJSON_GetArraySize(stages);
+    if (S < 1 || S > model_layer_count(&p->model))
+        return err_set(e, ERR_INPUT, "%s: stages: %d stages for a model of %d layers", file, S,
+                       model_layer_count(&p->model));
+    p->stages = calloc((size_t)S, sizeof *p->stages);
+    if (p->stages == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    p->n_stages = S;
+    int s = 0, next = 0;
+    for (const cJSON *so = stages->child; so != NULL; so = so->next, s++) {
+        if (read_stage(so, file, s, p, next, e))
+            return e->code;
+        next = p->stages[s].last + 1;
+    }
+    if (next != model_layer_count(&p->model))
+        return err_set(e, ERR_INPUT, "%s: stages[%d].layers: ends at %d, leaving layers %d..%d in "
+                       "no stage", file, S - 1, next - 1, next, model_layer_count(&p->model) - 1);
+    if (jsonio_int(root, file, "", "bottleneck_stage", 0, S - 1, &v, e))
+        return e->code;
+    p->bottleneck_stage = (int)v;
+    v = 0;
+    if (jsonio_int_opt(root, file, "", "most_loaded_stage", 0, S - 1, &v, e))
+        return e->code;
+    p->most_loaded_stage = (int)v;
+    const cJSON *verify = cJSON_GetObjectItemCaseSensitive(root, "verify");
+    if (verify != NULL) {
+        if (jsonio_expect_object(verify, file, "verify", e) ||
+            jsonio_num(verify, file, "verify", "milp_objective", -DBL_MAX, DBL_MAX,
+                       &p->verify.milp_objective, e) ||
+            jsonio_num(verify, file, "verify", "dp_objective", -DBL_MAX, DBL_MAX,
+                       &p->verify.dp_objective, e) ||
+            jsonio_bool(verify, file, "verify", "agree", &p->verify.agree, e))
+            return e->code;
+        p->verify.present = 1;
+    }
+    return ERR_OK;
+}
+
+int plan_load(const char *file, struct plan *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    p->optimality_gap = -1;
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    int rc = plan_from_json(root, file, p, e);
+    cJSON_Delete(root);
+    if (rc)
+        plan_free(p);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/* The plan file (ballast-plan/1): per stage its layers, the layers it recomputes and the cost
+ * model's memory and time for that choice. A plan carries each stage's layer costs and links,
+ * so the simulator and the runtime need nothing else. */
+#ifndef BALLAST_PLAN_H
+#define BALLAST_PLAN_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+#include "cost.h"
+#include "err.h"
+#include "profile.h"
+
+#define PLAN_METHOD_MAX 32
+
+struct plan_stage {
+    int index;
+    char device[PROFILE_NAME_MAX];
+    int first, last;          /* global layer indices, inclusive */
+    unsigned char *recompute; /* owned, one flag per layer of the stage */
+    struct layer_cost *layers; /* owned, the stage's layer costs */
+    int in_flight;
+    int64_t capacity_bytes;      /* the stage's memory_bytes in the cluster */
+    int64_t memory_limit_bytes;  /* what the plan must fit in (<= capacity) */
+    int64_t memory_before_bytes; /* M with nothing recomputed */
+    int64_t memory_bytes;        /* M for the chosen recompute set */
+    double recompute_ms;         /* R per micro-batch */
+    double stage_ms;             /* T per micro-batch */
+    struct link link;            /* to the next stage */
+};
+
+struct plan_verify {
+    int present;
+    double milp_objective;
+    double dp_objective;
+    int agree;
+};
+
+struct plan {
+    char method[PLAN_METHOD_MAX];
+    enum schedule schedule;
+    int micro_batches;
+    int bottleneck_stage;  /* largest stage_ms */
+    int most_loaded_stage; /* largest memory_before / memory_limit */
+    double iteration_ms;   /* simulated */
+    int64_t reserve_bytes;
+    int64_t unit_bytes; /* knapsack memory unit */
+    struct model model;
+    int n_stages;
+    struct plan_stage *stages;
+    struct plan_verify verify;
+    double optimality_gap; /* < 0: not reported */
+};
+
+int plan_stage_layer_count(const struct plan_stage *st);
+/* Allocates the stages (zeroed) with their per-layer arrays for the given ranges. */
+int plan_init(struct plan *p, int n_stages, const int *first, const int *last, struct err *e);
+void plan_free(struct plan *p);
+
+/* Recomputes a stage's memory, recompute and stage time from its layers and flags. */
+void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out);
+
+cJSON *plan_to_json(const struct plan *p);
+int plan_write(const char *file, const struct plan *p, struct err *e);
+/* Reads and validates a plan: stages tile the model's layers, recompute indices inside their
+ * stage, and memory_bytes, recompute_ms and stage_ms agree with the cost model. */
+int plan_load(const char *file, struct plan *p, struct err *e);
+
+#endif

@@ -1,0 +1,160 @@
+#include "profile.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonio.h"
+
+int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
+                         struct layer_cost *c, struct err *e)
+{
+    if (jsonio_expect_object(obj, file, path, e) ||
+        jsonio_str_copy(obj, file, path, "name", c->name, sizeof c->name, e) ||
+        jsonio_num(obj, file, path, "fwd_ms", 0, DBL_MAX, &c->fwd_ms, e) ||
+        jsonio_num(obj, file, path, "bwd_ms", 0, DBL_MAX, &c->bwd_ms, e) ||
+        jsonio_int(obj, file, path, "state_bytes", 0, JSONIO_INT_MAX, &c->state_bytes, e) ||
+        jsonio_int(obj, file, path, "act_bytes", 0, JSONIO_INT_MAX, &c->act_bytes, e) ||
+        jsonio_int(obj, file, path, "ckpt_bytes", 0, JSONIO_INT_MAX, &c->ckpt_bytes, e) ||
+        jsonio_int(obj, file, path, "out_bytes", 0, JSONIO_INT_MAX, &c->out_bytes, e) ||
+        jsonio_int(obj, file, path, "workspace_bytes", 0, JSONIO_INT_MAX, &c->workspace_bytes, e))
+        return e->code;
+    if (c->ckpt_bytes > c->act_bytes) {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "ckpt_bytes");
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: %lld is more than act_bytes %lld (a recomputed layer keeps at "
+                       "most what it keeps otherwise)",
+                       file, sub, (long long)c->ckpt_bytes, (long long)c->act_bytes);
+    }
+    return ERR_OK;
+}
+
+cJSON *layer_cost_to_json(const struct layer_cost *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddNumberToObject(o, "fwd_ms", c->fwd_ms);
+    cJSON_AddNumberToObject(o, "bwd_ms", c->bwd_ms);
+    jsonio_add_int(o, "state_bytes", c->state_bytes);
+    jsonio_add_int(o, "act_bytes", c->act_bytes);
+    jsonio_add_int(o, "ckpt_bytes", c->ckpt_bytes);
+    jsonio_add_int(o, "out_bytes", c->out_bytes);
+    jsonio_add_int(o, "workspace_bytes", c->workspace_bytes);
+    return o;
+}
+
+static int device_from_json(const cJSON *root, const char *file, struct device_info *d,
+                            struct err *e)
+{
+    static const char *const keys[] = {"name", "kind", "memory_bytes", NULL};
+    const cJSON *obj = cJSON_GetObjectItemCaseSensitive(root, "device");
+    if (obj == NULL)
+        return err_set(e, ERR_INPUT, "%s: device: missing", file);
+    if (jsonio_expect_object(obj, file, "device", e) ||
+        jsonio_check_keys(obj, file, "device", keys, e) ||
+        jsonio_str_copy(obj, file, "device", "name", d->name, sizeof d->name, e) ||
+        jsonio_str_copy(obj, file, "device", "kind", d->kind, sizeof d->kind, e) ||
+        jsonio_int(obj, file, "device", "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e))
+        return e->code;
+    if (strcmp(d->kind, "cpu") != 0 && strcmp(d->kind, "cuda") != 0)
+        return err_set(e, ERR_INPUT, "%s: device.kind: \"%s\", expected \"cpu\" or \"cuda\"",
+                       file, d->kind);
+    return ERR_OK;
+}
+
+int profile_from_json(const cJSON *root, const char *file, struct profile *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    if (jsonio_check_format(root, file, "profile", 1, e) ||
+        device_from_json(root, file, &p->device, e) ||
+        jsonio_bool(root, file, "", "estimated", &p->estimated, e))
+        return e->code;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model == NULL)
+        return err_set(e, ERR_INPUT, "%s: model: missing", file);
+    if (model_from_json(model, file, "model", &p->model, e))
+        return e->code;
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (layers == NULL)
+        return err_set(e, ERR_INPUT, "%s: layers: missing", file);
+    if (jsonio_expect_array(layers, file, "layers", e))
+        return e->code;
+    int want = model_layer_count(&p->model);
+    int have = cJSON_GetArraySize(layers);
+    if (have != want)
+        return err_set(e, ERR_INPUT,
+                       "%s: layers: %d entries, but the model (n_layer %d) has %d planning "
+                       "layers (embed, %d blocks, head)",
+                       file, have, p->model.n_layer, want, p->model.n_layer);
+    p->layers = calloc((size_t)want, sizeof *p->layers);
+    if (p->layers == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    p->n_layers = want;
+    int i = 0;
+    for (const cJSON *l = layers->child; l != NULL; l = l->next, i++) {
+        char path[JSONIO_PATH_MAX], expect[MODEL_LAYER_NAME_MAX];
+        jsonio_path_index(path, "layers", i);
+        if (layer_cost_from_json(l, file, path, &p->layers[i], e))
+            goto fail;
+        model_layer_name(&p->model, i, expect);
+        if (strcmp(expect, p->layers[i].name) != 0) {
+            err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, path,
+                    p->layers[i].name, expect);
+            goto fail;
+        }
+    }
+    const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
+    if (prov != NULL)
+        p->provenance = cJSON_Duplicate(prov, 1);
+    return ERR_OK;
+fail:
+    profile_free(p);
+    return e->code;
+}
+
+int profile_load(const char *file, struct profile *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    int rc = profile_from_json(root, file, p, e);
+    cJSON_Delete(root);
+    return rc;
+}
+
+cJSON *profile_to_json(const struct profile *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "ballast-profile/1");
+    cJSON *dev = cJSON_AddObjectToObject(o, "device");
+    cJSON_AddStringToObject(dev, "name", p->device.name);
+    cJSON_AddStringToObject(dev, "kind", p->device.kind);
+    jsonio_add_int(dev, "memory_bytes", p->device.memory_bytes);
+    cJSON_AddBoolToObject(o, "estimated", p->estimated);
+    cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (p->provenance != NULL)
+        cJSON_AddItemToObject(o, "provenance", cJSON_Duplicate(p->provenance, 1));
+    cJSON *layers = cJSON_AddArrayToObject(o, "layers");
+    for (int i = 0; i < p->n_layers; i++)
+        cJSON_AddItemToArray(layers, layer_cost_to_json(&p->layers[i]));
+    return o;
+}
+
+int profile_write(const char *file, const struct profile *p, struct err *e)
+{
+    cJSON *o = profile_to_json(p);
+    int rc = jsonio_write(file, o, e);
+    cJSON_Delete(o);
+    return rc;
+}
+
+void profile_free(struct profile *p)
+{
+    free(p->layers);
+    cJSON_Delete(p->provenance);
+    p->layers = NULL;
+    p->provenance = NULL;
+    p->n_layers = 0;
+}

@@ -1,0 +1,53 @@
+/* The profile file (ballast-profile/1): one device's per-layer costs for one micro-batch. */
+#ifndef BALLAST_PROFILE_H
+#define BALLAST_PROFILE_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+
+#define PROFILE_NAME_MAX 64
+
+struct layer_cost {
+    char name[MODEL_LAYER_NAME_MAX];
+    double fwd_ms;
+    double bwd_ms;
+    int64_t state_bytes;
+    int64_t act_bytes;
+    int64_t ckpt_bytes; /* <= act_bytes */
+    int64_t out_bytes;
+    int64_t workspace_bytes;
+};
+
+struct device_info {
+    char name[PROFILE_NAME_MAX];
+    char kind[8]; /* "cpu" or "cuda" */
+    int64_t memory_bytes;
+};
+
+struct profile {
+    struct device_info device;
+    int estimated;
+    struct model model;
+    int n_layers;
+    struct layer_cost *layers; /* owned, n_layers of them, in model order */
+    cJSON *provenance;         /* owned, may be NULL: where the numbers come from */
+};
+
+/* Reads and validates a profile: every layer of the model, in order, with its expected
+ * name; times finite and >= 0; 0 <= ckpt_bytes <= act_bytes. Fields a later version adds are
+ * ignored. On failure nothing is left allocated. */
+int profile_load(const char *file, struct profile *p, struct err *e);
+int profile_from_json(const cJSON *root, const char *file, struct profile *p, struct err *e);
+cJSON *profile_to_json(const struct profile *p);
+int profile_write(const char *file, const struct profile *p, struct err *e);
+void profile_free(struct profile *p);
+
+/* Reads one layer cost object (shared with the plan file, which embeds them). */
+int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
+                         struct layer_cost *c, struct err *e);
+cJSON *layer_cost_to_json(const struct layer_cost *c);
+
+#endif

@@ -1,0 +1,220 @@
+#include "sizes.h"
+
+#include "jsonio.h"
+
+static int act_elem_bytes(const struct model *m)
+{
+    return m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+}
+
+#define ADD(n_, e_)                                                                              \
+    do {                                                                                         \
+        out[count].name = (name_);                                                               \
+        out[count].elems = (n_);                                                                 \
+        out[count].elem_bytes = (e_);                                                            \
+        count++;                                                                                 \
+    } while (0)
+
+static int params_tensors(const struct model *m, enum model_layer_kind kind,
+                          struct sizes_tensor *out)
+{
+    int64_t C = m->n_embd, V = m->vocab_size, T = m->seq_len;
+    int count = 0;
+    const char *name_;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        name_ = "wte";      ADD(V * C, 4);      /* (V,C) token embedding */
+        name_ = "wpe";      ADD(T * C, 4);      /* (T,C) position embedding */
+        break;
+    case MODEL_LAYER_BLOCK:
+        name_ = "ln1_w";    ADD(C, 4);
+        name_ = "ln1_b";    ADD(C, 4);
+        name_ = "qkv_w";    ADD(3 * C * C, 4);  /* (3C,C) */
+        name_ = "qkv_b";    ADD(3 * C, 4);
+        name_ = "proj_w";   ADD(C * C, 4);      /* (C,C) */
+        name_ = "proj_b";   ADD(C, 4);
+        name_ = "ln2_w";    ADD(C, 4);
+        name_ = "ln2_b";    ADD(C, 4);
+        name_ = "fc_w";     ADD(4 * C * C, 4);  /* (4C,C) */
+        name_ = "fc_b";     ADD(4 * C, 4);
+        name_ = "fcproj_w"; ADD(C * 4 * C, 4);  /* (C,4C) */
+        name_ = "fcproj_b"; ADD(C, 4);
+        break;
+    case MODEL_LAYER_HEAD:
+        name_ = "lnf_w";    ADD(C, 4);
+        name_ = "lnf_b";    ADD(C, 4);
+        name_ = "lm_w";     ADD(V * C, 4);      /* (V,C) output projection, not tied to wte */
+        break;
+    }
+    return count;
+}
+
+static int kept_tensors(const struct model *m, enum model_layer_kind kind,
+                        struct sizes_tensor *out)
+{
+    int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+            V = m->vocab_size;
+    int e = act_elem_bytes(m);
+    int count = 0;
+    const char *name_;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        name_ = "tokens";   ADD(B * T, 4);          /* (B,T) input ids: the checkpoint */
+        break;
+    case MODEL_LAYER_BLOCK:
+        name_ = "inp";      ADD(B * T * C, e);      /* (B,T,C) input: the checkpoint */
+        name_ = "ln1";      ADD(B * T * C, e);      /* (B,T,C) */
+        name_ = "ln1_mean"; ADD(B * T, 4);
+        name_ = "ln1_rstd"; ADD(B * T, 4);
+        name_ = "qkv";      ADD(B * T * 3 * C, e);  /* (B,T,3C) */
+        name_ = "att";      ADD(B * NH * T * T, e); /* (B,NH,T,T) softmax probabilities */
+        name_ = "atty";     ADD(B * T * C, e);      /* (B,T,C) attention output */
+        name_ = "res2";     ADD(B * T * C, e);      /* (B,T,C) residual after attention */
+        name_ = "ln2";      ADD(B * T * C, e);
+        name_ = "ln2_mean"; ADD(B * T, 4);
+        name_ = "ln2_rstd"; ADD(B * T, 4);
+        name_ = "fch";      ADD(B * T * 4 * C, e);  /* (B,T,4C) before GELU */
+        name_ = "fch_gelu"; ADD(B * T * 4 * C, e);  /* (B,T,4C) after GELU */
+        break;
+    case MODEL_LAYER_HEAD:
+        name_ = "inp";      ADD(B * T * C, e);      /* (B,T,C) input: checkpoint */
+        name_ = "targets";  ADD(B * T, 4);          /* (B,T) target ids: checkpoint */
+        name_ = "lnf";      ADD(B * T * C, e);
+        name_ = "lnf_mean"; ADD(B * T, 4);
+        name_ = "lnf_rstd"; ADD(B * T, 4);
+        name_ = "probs";    ADD(B * T * V, e);      /* (B,T,V) softmax of the logits */
+        break;
+    }
+    return count;
+}
+
+static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
+                             struct sizes_tensor *out)
+{
+    int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
+    int e = act_elem_bytes(m);
+    int count = 0;
+    const char *name_;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        name_ = "out";      ADD(B * T * C, e);      /* output, the send buffer */
+        name_ = "dout";     ADD(B * T * C, e);      /* gradient of the output */
+        break;
+    case MODEL_LAYER_BLOCK:
+        name_ = "out";      ADD(B * T * C, e);
+        name_ = "dout";     ADD(B * T * C, e);
+        name_ = "dinp";     ADD(B * T * C, e);      /* gradient of the input, sent back */
+        name_ = "d4";       ADD(B * T * 4 * C, e);  /* d fch_gelu, then d fch in place */
+        name_ = "dln";      ADD(B * T * C, e);      /* d ln2, d atty, d ln1 in turn */
+        name_ = "dqkv";     ADD(B * T * 3 * C, e);
+        name_ = "datt";     ADD(B * NH * T * T, e); /* d att, then d pre-softmax in place */
+        break;
+    case MODEL_LAYER_HEAD:
+        name_ = "dlnf";     ADD(B * T * C, e);
+        name_ = "dinp";     ADD(B * T * C, e);
+        name_ = "losses";   ADD(B * T, 4);          /* per-token losses */
+        break;
+    }
+    return count;
+}
+
+#undef ADD
+
+int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
+                        struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    switch (cls) {
+    case SIZES_PARAMS:
+        return params_tensors(m, kind, out);
+    case SIZES_KEPT:
+        return kept_tensors(m, kind, out);
+    case SIZES_WORKSPACE:
+        return workspace_tensors(m, kind, out);
+    }
+    return 0;
+}
+
+int sizes_ckpt_tensor_count(enum model_layer_kind kind)
+{
+    return kind == MODEL_LAYER_HEAD ? 2 : 1;
+}
+
+int64_t sizes_tensor_bytes(const struct sizes_tensor *t)
+{
+    int64_t b = t->elems * t->elem_bytes;
+    return (b + SIZES_ALIGN - 1) / SIZES_ALIGN * SIZES_ALIGN;
+}
+
+int64_t sizes_tensors_bytes(const struct sizes_tensor *t, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += sizes_tensor_bytes(&t[i]);
+    return total;
+}
+
+int sizes_state_bytes_per_param(enum model_dtype dtype)
+{
+    /* fp32: weights, gradients, Adam m and v. bf16: bf16 weights, fp32 gradients, fp32 master
+     * weights, m and v. */
+    return dtype == MODEL_DTYPE_BF16 ? 18 : 16;
+}
+
+int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    int n = params_tensors(m, kind, t);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += t[i].elems;
+    return total;
+}
+
+void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    enum model_layer_kind kind = model_layer_kind(m, layer);
+    int n = params_tensors(m, kind, t);
+    int64_t fp32_copy = sizes_tensors_bytes(t, n);
+    out->params = sizes_layer_params(m, kind);
+    if (m->dtype == MODEL_DTYPE_BF16) {
+        int64_t bf16_copy = 0;
+        for (int i = 0; i < n; i++) {
+            struct sizes_tensor half = t[i];
+            half.elem_bytes = 2;
+            bf16_copy += sizes_tensor_bytes(&half);
+        }
+        out->state_bytes = bf16_copy + 4 * fp32_copy;
+    } else {
+        out->state_bytes = 4 * fp32_copy;
+    }
+    n = kept_tensors(m, kind, t);
+    out->act_bytes = sizes_tensors_bytes(t, n);
+    out->ckpt_bytes = sizes_tensors_bytes(t, sizes_ckpt_tensor_count(kind));
+    n = workspace_tensors(m, kind, t);
+    out->workspace_bytes = sizes_tensors_bytes(t, n);
+    if (kind == MODEL_LAYER_HEAD)
+        out->out_bytes = 4; /* the micro-batch's mean loss */
+    else
+        out->out_bytes = (int64_t)m->micro_batch * m->seq_len * m->n_embd * act_elem_bytes(m);
+}
+
+int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e)
+{
+    /* The largest products are B*NH*T*T (attention), B*T*V (logits) and V*C, 3*C*C
+     * (weights); check them and the layer totals in 128-bit arithmetic. */
+    __int128 B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+             V = m->vocab_size;
+    __int128 limit = (__int128)JSONIO_INT_MAX;
+    __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
+             mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
+    __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
+    if (att > limit || logits > limit || weights > limit || mlp > limit || model_state > limit)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: the model is too large: some byte count exceeds 2^53 "
+                       "(micro_batch %d, seq_len %d, n_embd %d, n_head %d, vocab_size %d, "
+                       "n_layer %d)",
+                       file, path[0] ? path : "(top level)", m->micro_batch, m->seq_len, m->n_embd, m->n_head, m->vocab_size,
+                       m->n_layer);
+    return ERR_OK;
+}

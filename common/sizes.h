@@ -1,0 +1,64 @@
+/* Memory of the GPT layers, as pure functions of the model: the single source of truth for
+ * the estimated profiles, the planner and the runtime's allocations.
+ *
+ * Each layer's memory is three lifetime classes of tensors, listed in the order the runtime
+ * carves them from its arenas (each tensor starts on a SIZES_ALIGN boundary):
+ *   params     one copy of the layer's weights; the persistent arena holds weights, gradients
+ *              and AdamW's two moments (plus fp32 master weights for bf16): `state_bytes`;
+ *   kept       what one micro-batch keeps for the layer's backward: `act_bytes`; its first
+ *              tensors are the layer's input (`ckpt_bytes`, all a recomputed layer keeps), and
+ *              the rest is what recomputation regenerates (the transient `act - ckpt`);
+ *   workspace  scratch while the layer runs: its output buffer (sent to the next stage when
+ *              the layer is a stage's last), the incoming and outgoing activation gradients,
+ *              and internal gradients: `workspace_bytes`.
+ * Shapes: B micro_batch, T seq_len, C n_embd, NH n_head, V vocab_size; element size e is 4 for
+ * fp32 and 2 for bf16; layer-norm statistics, token ids and losses are always 4 bytes. */
+#ifndef BALLAST_SIZES_H
+#define BALLAST_SIZES_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+
+#define SIZES_ALIGN 64
+#define SIZES_TENSORS_MAX 16
+
+enum sizes_class { SIZES_PARAMS, SIZES_KEPT, SIZES_WORKSPACE };
+
+struct sizes_tensor {
+    const char *name;
+    int64_t elems;
+    int elem_bytes;
+};
+
+/* Per micro-batch, in bytes (state_bytes: for the whole run). */
+struct layer_sizes {
+    int64_t params; /* parameter count */
+    int64_t state_bytes;
+    int64_t act_bytes;
+    int64_t ckpt_bytes;
+    int64_t out_bytes;
+    int64_t workspace_bytes;
+};
+
+/* Tensors of one class of a layer kind, in carving order; returns how many. */
+int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
+                        struct sizes_tensor out[SIZES_TENSORS_MAX]);
+/* Number of leading kept tensors that form the layer's input (its checkpoint). */
+int sizes_ckpt_tensor_count(enum model_layer_kind kind);
+/* A tensor's bytes, rounded up to SIZES_ALIGN. */
+int64_t sizes_tensor_bytes(const struct sizes_tensor *t);
+/* Sum of sizes_tensor_bytes over the first n tensors. */
+int64_t sizes_tensors_bytes(const struct sizes_tensor *t, int n);
+
+int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind);
+void sizes_layer(const struct model *m, int layer, struct layer_sizes *out);
+/* Bytes of the persistent state per parameter tensor element: 16 (fp32), 18 (bf16). */
+int sizes_state_bytes_per_param(enum model_dtype dtype);
+
+/* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
+ * model would exceed 2^53. */
+int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e);
+
+#endif

@@ -1,0 +1,61 @@
+/* The per-stage recomputation problem on integer memory units, and its exact 0-1 knapsack DP.
+ *
+ * A stage's memory (cost.h) splits into a part no choice changes,
+ *   fixed = sum state + v * sum ckpt + max workspace + reserve,
+ * and, per layer, what keeping its activations adds, v * (act - ckpt), plus the transient of
+ * recomputing it, max over recomputed layers of (act - ckpt). In units of `unit` bytes, each
+ * rounded up so memory is never under-estimated:
+ *   w_l = ceil(v * (act_l - ckpt_l) / unit)      keeping l
+ *   t_l = ceil((act_l - ckpt_l) / unit)          l's transient if recomputed
+ *   cap = floor((limit - fixed) / unit)
+ * a choice fits when sum over kept w_l + max over recomputed t_l <= cap.
+ *
+ * The transient is not a knapsack item: the DP enumerates its value tau (0 or some t_l);
+ * layers with t_l > tau must be kept, the rest form a plain knapsack of capacity cap - tau.
+ * Every choice is found at tau = its own transient, so the best over all tau is exact. */
+#ifndef BALLAST_KNAPSACK_H
+#define BALLAST_KNAPSACK_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "profile.h"
+
+/* Largest DP table (cells of one bit) before the DP refuses: ask for a coarser unit. */
+#define KNAP_CELLS_MAX ((int64_t)1 << 28)
+
+struct knap_problem {
+    int n;
+    int64_t cap;       /* may be negative: nothing fits */
+    int64_t *w;        /* n, units kept */
+    int64_t *t;        /* n, units of transient */
+    const double *fwd; /* n, recompute cost of each layer (ms) */
+    int64_t fixed_bytes;
+    int64_t limit_bytes;
+    int64_t unit_bytes;
+};
+
+int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
+               int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e);
+void knap_free(struct knap_problem *p);
+
+/* Memory units of a choice: sum over kept w + max over recomputed t (recompute: n flags). */
+int64_t knap_units(const struct knap_problem *p, const unsigned char *recompute);
+double knap_recompute_ms(const struct knap_problem *p, const unsigned char *recompute);
+/* Recompute time in integer units of `time_unit_ms`, as the balancing DP counts it. */
+int64_t knap_time_units(const struct knap_problem *p, int layer, double time_unit_ms);
+
+/* Least recompute time such that the stage fits, ties by least memory. ERR_NOFIT (with no
+ * message) when even recomputing everything does not fit. */
+int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e);
+
+/* The time unit the balancing DP uses for this stage: `wanted_ms`, coarsened if the DP table
+ * would otherwise pass KNAP_CELLS_MAX. */
+double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms);
+/* Recompute time closest to `target_units` (both in units of time_unit_ms), such that the
+ * stage fits; ties by least memory. ERR_NOFIT when nothing fits. *distance gets
+ * |units - target_units|. */
+int knap_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
+                 unsigned char *recompute, int64_t *distance, struct err *e);
+
+#endif

@@ -1,0 +1,15 @@
+/* The per-stage recomputation problem of knapsack.h as a MILP solved by GLPK, to cross-check
+ * the DP (`ballast plan --verify`). Variables: r_l in {0,1} (1 = recompute l) and the
+ * transient tau >= 0; constraints sum_l w_l (1 - r_l) + tau <= cap and tau >= t_l r_l. */
+#ifndef BALLAST_MILP_H
+#define BALLAST_MILP_H
+
+#include "knapsack.h"
+
+/* Least sum fwd_l r_l. ERR_NOFIT if infeasible. */
+int milp_min_recompute(const struct knap_problem *p, double *objective_ms, struct err *e);
+/* Least |sum q_l r_l - target_units| with q_l the time units of knap_time_units. */
+int milp_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
+                 double *objective_units, struct err *e);
+
+#endif

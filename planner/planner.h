@@ -1,0 +1,47 @@
+/* `ballast plan`: per-stage recomputation plans for a cluster (DESIGN.md, "Methods"). */
+#ifndef BALLAST_PLANNER_H
+#define BALLAST_PLANNER_H
+
+#include <stdio.h>
+
+#include "cluster.h"
+#include "err.h"
+#include "plan.h"
+
+enum plan_method {
+    METHOD_NONE,        /* nothing recomputed */
+    METHOD_FULL,        /* every layer recomputed */
+    METHOD_BLOCK,       /* the first N layers of every stage (Megatron's block method) */
+    METHOD_UNIFORM_MIN, /* the least single N that makes every stage fit */
+    METHOD_PATENT,      /* the published load-aware method */
+    METHOD_OPTIMAL,     /* least iteration time (fixed partition: each stage's least recompute) */
+};
+
+#define PLAN_UNIT_DEFAULT ((int64_t)1 << 20)
+#define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
+
+struct plan_options {
+    enum plan_method method;
+    int block_n;         /* METHOD_BLOCK */
+    double reduce;       /* METHOD_PATENT: 0 = off, else 0 < d <= 1 */
+    int verify;          /* cross-check with GLPK */
+    int64_t unit_bytes;  /* knapsack memory unit */
+    double time_unit_ms; /* balancing time unit */
+};
+
+void plan_options_default(struct plan_options *o);
+/* "none", "full", "block:N", "uniform-min", "patent", "optimal". */
+int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
+const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);
+
+/* Makes the plan. ERR_NOFIT with the numbers of every stage that cannot fit; `out` is then
+ * freed. With verify, out->verify holds both objectives (agree may be false: the caller
+ * decides). */
+int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                 struct err *e);
+
+/* The table a person reads: per stage device, layers, memory before -> after against the
+ * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */
+void planner_print(FILE *f, const struct plan *p);
+
+#endif

@@ -1,0 +1,88 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "planner.h"
+
+/* Memory in GiB, or MiB for plans whose stages have less than a GiB. */
+struct mem_unit {
+    double bytes;
+    const char *name;
+};
+
+static struct mem_unit table_unit(const struct plan *p)
+{
+    int64_t most = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        if (p->stages[s].memory_limit_bytes > most)
+            most = p->stages[s].memory_limit_bytes;
+    return most >= ((int64_t)1 << 30) ? (struct mem_unit){1073741824.0, "GiB"}
+                                      : (struct mem_unit){1048576.0, "MiB"};
+}
+
+/* Global layer indices as ranges: "1-5,7". */
+static void format_layers(const struct plan_stage *st, char *buf, size_t cap)
+{
+    size_t used = 0;
+    int n = plan_stage_layer_count(st);
+    buf[0] = '\0';
+    for (int l = 0; l < n; l++) {
+        if (!st->recompute[l])
+            continue;
+        int end = l;
+        while (end + 1 < n && st->recompute[end + 1])
+            end++;
+        int w;
+        if (end == l)
+            w = snprintf(buf + used, cap - used, "%s%d", used ? "," : "", st->first + l);
+        else
+            w = snprintf(buf + used, cap - used, "%s%d-%d", used ? "," : "", st->first + l,
+                         st->first + end);
+        if (w < 0 || (size_t)w >= cap - used) {
+            snprintf(buf + (cap > 4 ? cap - 4 : 0), 4, "...");
+            break;
+        }
+        used += (size_t)w;
+        l = end;
+    }
+    if (used == 0)
+        snprintf(buf, cap, "-");
+}
+
+void planner_print(FILE *f, const struct plan *p)
+{
+    double params = (double)model_param_count(&p->model);
+    struct mem_unit u = table_unit(p);
+    char head[64];
+    fprintf(f,
+            "plan: method %s, schedule %s, %d micro-batches; model gpt %d blocks, %.3g%s "
+            "parameters, %s, micro-batch %d x %d tokens\n",
+            p->method, schedule_name(p->schedule), p->micro_batches, p->model.n_layer,
+            params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
+            model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
+    snprintf(head, sizeof head, "memory %s: before -> after / limit", u.name);
+    fprintf(f, "%5s  %-10s %-9s %4s  %-38s  %-16s %10s %10s\n", "stage", "device", "layers",
+            "v", head, "recompute", "R ms", "T ms");
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        char range[32], mem[96], rec[64];
+        snprintf(range, sizeof range, "%d-%d", st->first, st->last);
+        double lim = (double)st->memory_limit_bytes;
+        snprintf(mem, sizeof mem, "%7.2f (%3.0f%%) -> %6.2f (%3.0f%%) / %6.2f",
+                 st->memory_before_bytes / u.bytes, 100.0 * st->memory_before_bytes / lim,
+                 st->memory_bytes / u.bytes, 100.0 * st->memory_bytes / lim, lim / u.bytes);
+        format_layers(st, rec, sizeof rec);
+        fprintf(f, "%5d  %-10s %-9s %4d  %-38s  %-16s %10.3f %10.3f\n", s, st->device, range,
+                st->in_flight, mem, rec, st->recompute_ms, st->stage_ms);
+    }
+    const struct plan_stage *b = &p->stages[p->bottleneck_stage];
+    const struct plan_stage *m = &p->stages[p->most_loaded_stage];
+    fprintf(f, "bottleneck stage: %d (%.3f ms per micro-batch); most loaded stage: %d (%.0f%% of "
+               "its limit with nothing recomputed)\n",
+            b->index, b->stage_ms, m->index,
+            100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
+    fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
+            schedule_name(p->schedule), p->micro_batches);
+    if (p->verify.present)
+        fprintf(f, "verify: DP objective %.6f ms, GLPK %.6f ms: %s\n", p->verify.dp_objective,
+                p->verify.milp_objective, p->verify.agree ? "agree" : "DISAGREE");
+}

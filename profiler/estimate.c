@@ -1,0 +1,151 @@
+#include "estimate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sizes.h"
+
+/* One operation of a layer: its arithmetic and the bytes it moves. GEMMs run at the tensor
+ * (or fp32) peak; the rest on the vector units, usually bound by memory bandwidth. */
+struct op {
+    double flops;
+    double bytes;
+    int gemm;
+};
+
+#define OPS_MAX 32
+
+struct op_list {
+    int n;
+    struct op ops[OPS_MAX];
+};
+
+static void add(struct op_list *l, double flops, double bytes, int gemm)
+{
+    l->ops[l->n++] = (struct op){flops, bytes, gemm};
+}
+
+/* A GEMM (M,K) x (K,N) whose weight is (K,N): forward once; backward twice (input gradient
+ * and weight gradient, the latter accumulated into fp32). */
+static void gemm(struct op_list *fwd, struct op_list *bwd, double M, double K, double N,
+                 double e, int weight)
+{
+    double flops = 2 * M * K * N;
+    double io = (M * K + K * N + M * N) * e;
+    add(fwd, flops, io, 1);
+    add(bwd, flops, io, 1);
+    add(bwd, flops, io + (weight ? 2 * K * N * 4.0 : 0), 1);
+}
+
+/* An elementwise or reduction operation over `elems` values that reads `in` and writes `out`
+ * arrays of that size; backward moves about twice as much. */
+static void pointwise(struct op_list *fwd, struct op_list *bwd, double elems, double in,
+                      double out, double flops_per, double e)
+{
+    add(fwd, flops_per * elems, (in + out) * elems * e, 0);
+    add(bwd, 2 * flops_per * elems, 2 * (in + out) * elems * e, 0);
+}
+
+static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
+                      struct op_list *bwd)
+{
+    double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+           V = m->vocab_size;
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double BT = B * T;
+    fwd->n = bwd->n = 0;
+    switch (model_layer_kind(m, layer)) {
+    case MODEL_LAYER_EMBED:
+        /* gather wte rows and add wpe; backward scatter-adds into the fp32 gradients */
+        add(fwd, BT * C, BT * 4 + 2 * BT * C * 4 + BT * C * e, 0);
+        add(bwd, 2 * BT * C, BT * 4 + BT * C * e + 4 * BT * C * 4, 0);
+        break;
+    case MODEL_LAYER_BLOCK:
+        pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln1 */
+        gemm(fwd, bwd, BT, C, 3 * C, e, 1);               /* qkv */
+        gemm(fwd, bwd, B * NH * T, C / NH, T, e, 0);      /* q k^T */
+        pointwise(fwd, bwd, B * NH * T * T, 1, 1, 5, e);  /* causal softmax */
+        gemm(fwd, bwd, B * NH * T, T, C / NH, e, 0);      /* att v */
+        gemm(fwd, bwd, BT, C, C, e, 1);                   /* attention projection */
+        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
+        pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln2 */
+        gemm(fwd, bwd, BT, C, 4 * C, e, 1);               /* fc */
+        pointwise(fwd, bwd, BT * 4 * C, 1, 1, 10, e);     /* gelu */
+        gemm(fwd, bwd, BT, 4 * C, C, e, 1);               /* fc projection */
+        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
+        break;
+    case MODEL_LAYER_HEAD:
+        pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* final layer norm */
+        gemm(fwd, bwd, BT, C, V, e, 1);                   /* logits */
+        pointwise(fwd, bwd, BT * V, 1, 1, 5, e);          /* softmax and cross-entropy */
+        break;
+    }
+}
+
+void estimate_layer_flops(const struct model *m, int layer, double *fwd, double *bwd)
+{
+    struct op_list f, b;
+    layer_ops(m, layer, &f, &b);
+    *fwd = *bwd = 0;
+    for (int i = 0; i < f.n; i++)
+        *fwd += f.ops[i].flops;
+    for (int i = 0; i < b.n; i++)
+        *bwd += b.ops[i].flops;
+}
+
+static double ops_ms(const struct op_list *l, const struct device_table *t,
+                     const struct device_spec *d, enum model_dtype dtype)
+{
+    double tensor = (dtype == MODEL_DTYPE_BF16 ? d->peak_tflops_16bit : d->peak_tflops_fp32) *
+                    1e12 * t->gemm_efficiency;
+    double vector = d->peak_tflops_fp32 * 1e12;
+    double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
+    double s = 0;
+    for (int i = 0; i < l->n; i++) {
+        double compute = l->ops[i].flops / (l->ops[i].gemm ? tensor : vector);
+        double memory = l->ops[i].bytes / bw;
+        s += (compute > memory ? compute : memory) + d->op_overhead_us * 1e-6;
+    }
+    return s * 1e3;
+}
+
+int estimate_profile(const struct device_table *t, const struct device_spec *d,
+                     const struct model *m, struct profile *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    int n = model_layer_count(m);
+    out->layers = calloc((size_t)n, sizeof *out->layers);
+    if (out->layers == NULL)
+        return err_set(e, ERR_FAIL, "out of memory estimating %d layers", n);
+    out->n_layers = n;
+    out->model = *m;
+    out->estimated = 1;
+    snprintf(out->device.name, sizeof out->device.name, "%s", d->name);
+    snprintf(out->device.kind, sizeof out->device.kind, "%s", d->kind);
+    out->device.memory_bytes = d->memory_bytes;
+    for (int l = 0; l < n; l++) {
+        struct layer_cost *c = &out->layers[l];
+        struct layer_sizes s;
+        struct op_list f, b;
+        model_layer_name(m, l, c->name);
+        sizes_layer(m, l, &s);
+        layer_ops(m, l, &f, &b);
+        c->fwd_ms = ops_ms(&f, t, d, m->dtype);
+        c->bwd_ms = ops_ms(&b, t, d, m->dtype);
+        c->state_bytes = s.state_bytes;
+        c->act_bytes = s.act_bytes;
+        c->ckpt_bytes = s.ckpt_bytes;
+        c->out_bytes = s.out_bytes;
+        c->workspace_bytes = s.workspace_bytes;
+    }
+    cJSON *prov = cJSON_CreateObject();
+    cJSON_AddStringToObject(prov, "method",
+                            "roofline per operation from configs/devices.json; memory from the "
+                            "runtime's size functions");
+    cJSON_AddStringToObject(prov, "device_source", d->source);
+    cJSON_AddNumberToObject(prov, "gemm_efficiency", t->gemm_efficiency);
+    cJSON_AddNumberToObject(prov, "memory_efficiency", t->memory_efficiency);
+    out->provenance = prov;
+    return ERR_OK;
+}

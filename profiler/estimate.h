@@ -1,0 +1,19 @@
+/* Estimated profiles: per-layer times from datasheet figures (a roofline per operation) and
+ * memory from the size functions the runtime allocates with. */
+#ifndef BALLAST_ESTIMATE_H
+#define BALLAST_ESTIMATE_H
+
+#include "devices.h"
+#include "model.h"
+#include "profile.h"
+
+/* Fills `out` (owned by the caller: profile_free) with one micro-batch of every layer of `m`
+ * on device `d`, marked estimated. */
+int estimate_profile(const struct device_table *t, const struct device_spec *d,
+                     const struct model *m, struct profile *out, struct err *e);
+
+/* Floating-point operations of one layer's forward and backward for one micro-batch, as the
+ * runtime performs them (also the numerator of MFU). */
+void estimate_layer_flops(const struct model *m, int layer, double *fwd, double *bwd);
+
+#endif

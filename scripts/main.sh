@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job on this machine's CPU: install what is missing, build, estimate the profiles
+# the shipped clusters use, and plan a mixed GPU cluster and the small CPU cluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+mkdir -p out
+echo "== estimated profiles (configs/profiles/estimated)"
+configs/make-profiles.sh "$build/ballast"
+echo "== plan: 4 V100-32GB + 4 A100-80GB, GPT-13B, Ballast's optimal method, checked with GLPK"
+"$build/ballast" plan --cluster configs/clusters/v100-a100-8.json --method optimal --verify \
+  -o out/plan-v100-a100-8.json
+echo "== plan: the same cluster with the published load-aware method"
+"$build/ballast" plan --cluster configs/clusters/v100-a100-8.json --method patent --verify \
+  -o out/plan-v100-a100-8-patent.json
+echo "== plan: three CPU stages of this machine, GPT-tiny"
+"$build/ballast" plan --cluster configs/clusters/cpu-3.json --verify -o out/plan-cpu-3.json

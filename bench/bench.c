@@ -457,8 +457,12 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
     for (int j = 0; j < models.n; j++) {
         char path[CLUSTER_PATH_MAX];
         model_path(models.v[j], path);
-        if (model_load(path, &mv[j], e))
+        if (model_load(path, &mv[j], e)) {
+            char msg[ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", e->msg);
+            err_set(e, e->code, "--models: %s: %s", models.v[j], msg);
             goto done;
+        }
     }
     for (int i = 0; i < n_cl; i++)
         for (int j = 0; j < models.n; j++) {

@@ -330,21 +330,32 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
     fprintf(g, "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc "
                "rgb \"#444444\"\n");
     fprintf(g, "plot \\\n");
-    /* a cross where a method does not fit (only for methods that miss somewhere: gnuplot
-     * warns about a series with no points) */
-    int misses[BENCH_METHODS] = {0};
+    /* a cross where a method does not fit; a series only where it has points (gnuplot warns
+     * about an empty one) */
+    int misses[BENCH_METHODS] = {0}, fits[BENCH_METHODS] = {0}, first = 1;
     for (int i = 0; i < n; i++)
-        for (int m = 0; m < BENCH_METHODS; m++)
+        for (int m = 0; m < BENCH_METHODS; m++) {
             misses[m] += plotted(&cases[i]) && !cases[i].method[m].fits;
+            fits[m] += plotted(&cases[i]) && cases[i].method[m].fits;
+        }
     for (int m = 0; m < BENCH_METHODS; m++) {
-        fprintf(g, "%s  \"iteration.dat\" using ($1 + %.2f):%d with boxes lc rgb \"%s\" "
-                   "title \"%s\"",
-                m ? ", \\\n" : "", (m - 2) * 0.16, m + 2, method_colors[m],
-                bench_method_names[m]);
-        if (misses[m])
-            fprintf(g, ", \\\n  \"iteration.dat\" using ($1 + %.2f):(column(%d) == 0 ? 0.03 : "
-                       "1/0) with points pt 2 ps 1.2 lc rgb \"%s\" notitle",
-                    (m - 2) * 0.16, BENCH_METHODS + 2 + m, method_colors[m]);
+        double x = (m - 2) * 0.16;
+        if (fits[m]) {
+            fprintf(g, "%s  \"iteration.dat\" using ($1 + %.2f):%d with boxes lc rgb \"%s\" "
+                       "title \"%s\"",
+                    first ? "" : ", \\\n", x, m + 2, method_colors[m], bench_method_names[m]);
+            first = 0;
+        }
+        if (misses[m]) {
+            fprintf(g, "%s  \"iteration.dat\" using ($1 + %.2f):(column(%d) == 0 ? 0.03 : 1/0) "
+                       "with points pt 2 ps 1.2 lc rgb \"%s\" ",
+                    first ? "" : ", \\\n", x, BENCH_METHODS + 2 + m, method_colors[m]);
+            if (fits[m])
+                fprintf(g, "notitle");
+            else
+                fprintf(g, "title \"%s (does not fit)\"", bench_method_names[m]);
+            first = 0;
+        }
     }
     fprintf(g, "\n");
     if (close_out(dir, "iteration.dat", d, e)) {

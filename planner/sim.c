@@ -80,7 +80,14 @@ struct sim_state {
 static void add_task(struct sim_state *st, int stage, int micro, enum sim_kind kind,
                      double start, double end)
 {
-    st->out->tasks[st->out->n_tasks++] = (struct sim_task){stage, micro, kind, start, end};
+    if (st->out->tasks != NULL)
+        st->out->tasks[st->out->n_tasks++] = (struct sim_task){stage, micro, kind, start, end};
+}
+
+static void add_busy(struct sim_state *st, int s, double ms)
+{
+    if (st->out->busy_ms != NULL)
+        st->out->busy_ms[s] += ms;
 }
 
 /* Sends over boundary k in one direction, after `ready`, queued behind earlier sends;
@@ -118,7 +125,7 @@ static int step(struct sim_state *st, int s)
         double end = start + c->fwd_ms;
         add_task(st, s, op.micro, SIM_FORWARD, start, end);
         st->free_ms[s] = end;
-        st->out->busy_ms[s] += c->fwd_ms;
+        add_busy(st, s, c->fwd_ms);
         if (s + 1 < S)
             st->fwd_in[at + M] = send(st, s, op.micro, SIM_SEND_FORWARD, end);
     } else {
@@ -127,7 +134,7 @@ static int step(struct sim_state *st, int s)
             add_task(st, s, op.micro, SIM_RECOMPUTE, start, mid);
         add_task(st, s, op.micro, SIM_BACKWARD, mid, end);
         st->free_ms[s] = end;
-        st->out->busy_ms[s] += c->recompute_ms + c->bwd_ms;
+        add_busy(st, s, c->recompute_ms + c->bwd_ms);
         if (s > 0)
             st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
     }
@@ -143,12 +150,11 @@ void sim_result_free(struct sim_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages,
-            struct sim_result *out, struct err *e)
+/* The simulation proper: out->iteration_ms, and the tasks and busy times when out has
+ * arrays for them (NULL: the makespan alone, for searches over many candidates). */
+static int simulate(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                    struct sim_result *out, struct err *e)
 {
-    memset(out, 0, sizeof *out);
-    if (check_input(S, M, stages, e))
-        return e->code;
     size_t cells = (size_t)S * (size_t)M;
     struct sim_state st = {
         .S = S,
@@ -163,13 +169,9 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
         .link_bwd = calloc((size_t)S, sizeof *st.link_bwd),
         .out = out,
     };
-    out->busy_ms = calloc((size_t)S, sizeof *out->busy_ms);
-    out->idle_ms = calloc((size_t)S, sizeof *out->idle_ms);
-    out->tasks = malloc(cells * 5 * sizeof *out->tasks);
-    out->n_stages = S;
     int rc = ERR_OK;
     if (!st.prog || !st.next || !st.free_ms || !st.fwd_in || !st.bwd_in || !st.link_fwd ||
-        !st.link_bwd || !out->busy_ms || !out->idle_ms || !out->tasks) {
+        !st.link_bwd) {
         rc = err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, M);
         goto done;
     }
@@ -193,15 +195,10 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
             goto done;
         }
     }
+    out->iteration_ms = 0;
     for (int s = 0; s < S; s++)
         if (st.free_ms[s] > out->iteration_ms)
             out->iteration_ms = st.free_ms[s];
-    double idle = 0;
-    for (int s = 0; s < S; s++) {
-        out->idle_ms[s] = out->iteration_ms - out->busy_ms[s];
-        idle += out->idle_ms[s];
-    }
-    out->bubble_fraction = out->iteration_ms > 0 ? idle / (S * out->iteration_ms) : 0;
 done:
     free(st.prog);
     free(st.next);
@@ -210,9 +207,46 @@ done:
     free(st.bwd_in);
     free(st.link_fwd);
     free(st.link_bwd);
-    if (rc)
-        sim_result_free(out);
     return rc;
+}
+
+int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+            struct sim_result *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    if (check_input(S, M, stages, e))
+        return e->code;
+    out->n_stages = S;
+    out->busy_ms = calloc((size_t)S, sizeof *out->busy_ms);
+    out->idle_ms = calloc((size_t)S, sizeof *out->idle_ms);
+    out->tasks = malloc((size_t)S * (size_t)M * 5 * sizeof *out->tasks);
+    if (!out->busy_ms || !out->idle_ms || !out->tasks) {
+        sim_result_free(out);
+        return err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S,
+                       M);
+    }
+    int rc = simulate(schedule, S, M, stages, out, e);
+    if (rc) {
+        sim_result_free(out);
+        return rc;
+    }
+    double idle = 0;
+    for (int s = 0; s < S; s++) {
+        out->idle_ms[s] = out->iteration_ms - out->busy_ms[s];
+        idle += out->idle_ms[s];
+    }
+    out->bubble_fraction = out->iteration_ms > 0 ? idle / (S * out->iteration_ms) : 0;
+    return ERR_OK;
+}
+
+int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                 double *iteration_ms, struct err *e)
+{
+    struct sim_result r = {0};
+    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, e))
+        return e->code;
+    *iteration_ms = r.iteration_ms;
+    return ERR_OK;
 }
 
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)

@@ -59,6 +59,10 @@ struct sim_result {
  * size that is negative or not finite; `out` holds nothing then. */
 int sim_run(enum schedule schedule, int n_stages, int micro_batches,
             const struct sim_stage *stages, struct sim_result *out, struct err *e);
+/* The iteration time alone, the same as sim_run's but recording no tasks: for searches that
+ * simulate many candidates. */
+int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
+                 const struct sim_stage *stages, double *iteration_ms, struct err *e);
 /* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times, the forward
  * time of its recomputed layers, its last layer's out_bytes and its link. */
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);

@@ -314,8 +314,13 @@ static void test_against_longest_path(void)
         random_instance(&rng, S, st);
         for (int k = 0; k < 2; k++) {
             enum schedule sched = k ? SCHEDULE_GPIPE : SCHEDULE_1F1B;
-            double ref = longest_path(sched, S, M, st);
+            double ref = longest_path(sched, S, M, st), alone = NAN;
+            struct err e;
+            err_clear(&e);
             CU_ASSERT(test_close(run(sched, S, M, st), ref, 1e-9, 1e-12));
+            /* the makespan-only entry point gives the same number */
+            CU_ASSERT(sim_makespan(sched, S, M, st, &alone, &e) == ERR_OK);
+            CU_ASSERT(alone == run(sched, S, M, st));
         }
     }
 }

@@ -108,6 +108,10 @@ static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_
     /* count[stage][micro][kind]; sends counted under their sending stage */
     int *count = calloc((size_t)S * M * 5, sizeof *count);
     int *named = calloc((size_t)3 * S + 4, sizeof *named);
+    /* slices on one track must not overlap (the format's rule for "X" events): each starts
+     * after the previous one on its track ends (the simulator emits a track's slices in order) */
+    double *track_end = calloc((size_t)3 * S + 4, sizeof *track_end);
+    int overlaps = 0;
     double end = 0;
     const cJSON *ev;
     cJSON_ArrayForEach(ev, events)
@@ -132,9 +136,13 @@ static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_
         count[((size_t)s * M + m) * 5 + k]++;
         double ts = num(ev, "ts"), dur = num(ev, "dur");
         CU_ASSERT(ts >= 0 && dur >= 0);
+        overlaps += ts < track_end[tid->valueint] - 1e-6;
+        track_end[tid->valueint] = ts + dur;
         end = fmax(end, (ts + dur) / 1e3);
     }
     CU_ASSERT(test_close(end, iteration_ms, 1e-6, 1e-9));
+    CU_ASSERT_EQUAL(overlaps, 0);
+    free(track_end);
     for (int s = 0; s < S; s++) {
         const cJSON *p = cJSON_GetArrayItem(ps, s);
         int recomputes = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "recompute")) > 0;

@@ -15,3 +15,8 @@ echo "== plan: the same cluster with the published load-aware method"
   -o out/plan-v100-a100-8-patent.json
 echo "== plan: three CPU stages of this machine, GPT-tiny"
 "$build/ballast" plan --cluster configs/clusters/cpu-3.json --verify -o out/plan-cpu-3.json
+echo "== simulate the optimal plan: iteration time, bubble, a trace for ui.perfetto.dev"
+"$build/ballast" simulate --plan out/plan-v100-a100-8.json -o out/simulation-v100-a100-8.json \
+  --trace out/trace-v100-a100-8.json
+echo "== bench: every method on every shipped GPU cluster and model (tables and plots in out/bench)"
+"$build/ballast" bench --out out/bench

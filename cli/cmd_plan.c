@@ -8,7 +8,8 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--quiet]\n\n"
+           "                    [--repartition [--search-nodes N]] [--unit BYTES]\n"
+           "                    [--time-unit MS] [-o PLAN.json] [--quiet]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
@@ -22,11 +23,16 @@ static void help(void)
            "                     optimal        least iteration time (each stage's least recompute)\n"
            "  --reduce D       patent: the most loaded stage must drop to D x its memory (0 < D <= 1)\n"
            "  --verify         solve each stage as a MILP with GLPK too; exit 1 if they disagree\n"
+           "  --repartition    optimal: also choose each stage's layers and the order of the\n"
+           "                   device kinds along the pipeline (each kind's stages together);\n"
+           "                   the plan reports its certified optimality_gap\n"
+           "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
            "  --quiet          no table\n\n"
-           "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n");
+           "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
+           PLAN_SEARCH_NODES_DEFAULT);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -74,6 +80,16 @@ int cmd_plan(int argc, char **argv)
             if (r < 0)
                 return ERR_INPUT;
             out_file = v;
+        } else if ((r = cli_option(argc, argv, &i, "--search-nodes", &v)) != 0) {
+            long n;
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1L << 40, &n))
+                return cli_usage_error("plan", "--search-nodes: \"%s\", expected a count >= 1",
+                                       v);
+            o.search_nodes = n;
+        } else if (cli_flag(argv, i, "--repartition")) {
+            o.repartition = 1;
         } else if (cli_flag(argv, i, "--verify")) {
             o.verify = 1;
         } else if (cli_flag(argv, i, "--quiet")) {
@@ -84,6 +100,8 @@ int cmd_plan(int argc, char **argv)
     }
     if (cluster_file == NULL)
         return cli_usage_error("plan", "--cluster is required");
+    if (o.repartition && o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "--repartition applies to --method optimal only");
     if (reduce_given && o.method != METHOD_PATENT)
         return cli_usage_error("plan", "--reduce applies to --method patent only");
     char name[PLAN_METHOD_MAX];

@@ -19,6 +19,7 @@ enum plan_method {
 
 #define PLAN_UNIT_DEFAULT ((int64_t)1 << 20)
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
+#define PLAN_SEARCH_NODES_DEFAULT 10000
 
 struct plan_options {
     enum plan_method method;
@@ -27,6 +28,8 @@ struct plan_options {
     int verify;          /* cross-check with GLPK */
     int64_t unit_bytes;  /* knapsack memory unit */
     double time_unit_ms; /* balancing time unit */
+    int repartition;     /* METHOD_OPTIMAL: also choose the split and the device order */
+    long search_nodes;   /* repartition: branch-and-bound node budget */
 };
 
 void plan_options_default(struct plan_options *o);

@@ -47,4 +47,14 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */
 void planner_print(FILE *f, const struct plan *p);
 
+/* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
+ * plan has the least simulated iteration time; each candidate is summarised on `report`
+ * (NULL: silent). */
+int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
+                      FILE *report, struct plan *out, struct err *e);
+
+/* The plan as ColossalAI, NeMo or Megatron-LM settings ("colossalai", "nemo", "megatron"),
+ * with a comment wherever the framework cannot express it. */
+int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e);
+
 #endif

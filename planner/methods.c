@@ -34,6 +34,11 @@ int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
             o->method = names[i].m;
             return ERR_OK;
         }
+    if (strcmp(text, "optimal+repartition") == 0) {
+        o->method = METHOD_OPTIMAL;
+        o->repartition = 1;
+        return ERR_OK;
+    }
     if (strncmp(text, "block:", 6) == 0) {
         char *end;
         long n = strtol(text + 6, &end, 10);
@@ -44,8 +49,8 @@ int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
         }
     }
     return err_set(e, ERR_INPUT,
-                   "--method: \"%s\", expected none, full, block:N (N >= 0), uniform-min, patent "
-                   "or optimal",
+                   "--method: \"%s\", expected none, full, block:N (N >= 0), uniform-min, patent, "
+                   "optimal or optimal+repartition",
                    text);
 }
 

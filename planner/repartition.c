@@ -539,6 +539,29 @@ int repartition_make(const struct cluster *c, const struct plan_options *o, stru
         err_set(e, ERR_FAIL, "out of memory");
         goto done;
     }
+    /* The cluster's own order and split start as the incumbent when its kinds are already
+     * contiguous (then it is one of the candidates): the search never returns worse. */
+    int contiguous = 1;
+    for (int st = 1; st < c->n_stages; st++)
+        contiguous = contiguous && (kind_of[st] == kind_of[st - 1] || kind_of[st] == kind_of[st - 1] + 1);
+    if (contiguous) {
+        for (int g = 0; g < K; g++)
+            kinds[g] = g;
+        if (layout(&s, kinds, K, kind_of, order))
+            goto done;
+        for (int k = 0; k < s.S; k++)
+            s.first[k] = c->stages[k].first;
+        int fits = 1;
+        for (int k = 0; k < s.S && fits; k++)
+            fits = !isinf(stage_ms(&s, k, c->stages[k].first, c->stages[k].last, NULL));
+        if (fits) {
+            leaf(&s, order);
+            for (int k = 0; k < s.S; k++)
+                links[k] = s.pos[k].link;
+        }
+        if (e->code)
+            goto done;
+    }
     for (int g = 0; g < K; g++)
         kinds[g] = g;
     /* Bound every order first, then search them from the most promising. */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "cost.h"
@@ -12,8 +13,9 @@
 #include "planner.h"
 #include "sim.h"
 
-const char *const bench_method_names[BENCH_METHODS] = {"none", "full", "uniform-min", "patent",
-                                                       "optimal"};
+const char *const bench_method_names[BENCH_METHODS] = {"none",    "full",
+                                                       "uniform-min", "patent",
+                                                       "optimal", "optimal+repartition"};
 
 void bench_options_default(struct bench_options *o)
 {
@@ -205,6 +207,8 @@ static void case_free(struct bench_case *k)
     for (int i = 0; i < BENCH_METHODS; i++) {
         free(k->method[i].memory_bytes);
         free(k->method[i].recompute_ms);
+        free(k->method[i].devices);
+        free(k->method[i].limit_bytes);
     }
     memset(k, 0, sizeof *k);
 }
@@ -219,7 +223,11 @@ static int run_method(const struct cluster *c, int method, struct bench_result *
     plan_options_default(&o);
     if (plan_method_parse(bench_method_names[method], &o, e))
         return e->code;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = planner_make(c, &o, &p, e);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->plan_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
     if (rc == ERR_NOFIT) {
         err_clear(e);
         r->fits = 0;
@@ -237,13 +245,18 @@ static int run_method(const struct cluster *c, int method, struct bench_result *
     sim_result_free(&sim);
     r->memory_bytes = malloc((size_t)p.n_stages * sizeof *r->memory_bytes);
     r->recompute_ms = malloc((size_t)p.n_stages * sizeof *r->recompute_ms);
-    if (r->memory_bytes == NULL || r->recompute_ms == NULL) {
+    r->devices = malloc((size_t)p.n_stages * sizeof *r->devices);
+    r->limit_bytes = malloc((size_t)p.n_stages * sizeof *r->limit_bytes);
+    if (r->memory_bytes == NULL || r->recompute_ms == NULL || r->devices == NULL ||
+        r->limit_bytes == NULL) {
         plan_free(&p);
         return err_set(e, ERR_FAIL, "out of memory");
     }
     for (int s = 0; s < p.n_stages; s++) {
         r->memory_bytes[s] = p.stages[s].memory_bytes;
         r->recompute_ms[s] = p.stages[s].recompute_ms;
+        r->limit_bytes[s] = p.stages[s].memory_limit_bytes;
+        snprintf(r->devices[s], sizeof r->devices[s], "%s", p.stages[s].device);
     }
     if (keep != NULL)
         *keep = p;

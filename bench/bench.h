@@ -16,12 +16,12 @@
 #include "err.h"
 #include "plan.h"
 
-#define BENCH_METHODS 5 /* none, full, uniform-min, patent, optimal */
+#define BENCH_METHODS 6 /* none, full, uniform-min, patent, optimal, optimal+repartition */
 #define BENCH_NAME_MAX 64
 #define BENCH_NOTE_MAX 256
 
 extern const char *const bench_method_names[BENCH_METHODS];
-enum { BENCH_NONE, BENCH_FULL, BENCH_UNIFORM_MIN, BENCH_PATENT, BENCH_OPTIMAL };
+enum { BENCH_NONE, BENCH_FULL, BENCH_UNIFORM_MIN, BENCH_PATENT, BENCH_OPTIMAL, BENCH_REPARTITION };
 
 /* One method's outcome on one case. */
 struct bench_result {
@@ -29,6 +29,10 @@ struct bench_result {
     double iteration_ms, bubble_fraction;
     int64_t *memory_bytes; /* per stage, when it fits */
     double *recompute_ms;  /* per stage and micro-batch, when it fits */
+    /* per stage: repartitioning reorders the stages, so each plan says which stage is where */
+    char (*devices)[PROFILE_NAME_MAX];
+    int64_t *limit_bytes;
+    double plan_ms; /* wall time of planning */
 };
 
 /* One cluster with one model. */

@@ -84,7 +84,7 @@ int bench_write_csv(const char *dir, const struct bench_case *cases, int n, stru
         return e->code;
     fprintf(f, "cluster,model,stages,micro_batches,schedule,profiles,method,status,iteration_ms,"
                "bubble_fraction,speedup_vs_full,speedup_vs_uniform_min,max_memory_fraction,"
-               "note\n");
+               "plan_ms,note\n");
     for (int i = 0; i < n; i++) {
         const struct bench_case *k = &cases[i];
         for (int m = 0; m < BENCH_METHODS; m++) {
@@ -92,7 +92,7 @@ int bench_write_csv(const char *dir, const struct bench_case *cases, int n, stru
             int ok = k->runnable && r->fits;
             double most = NAN;
             for (int s = 0; ok && s < k->n_stages; s++) {
-                double frac = (double)r->memory_bytes[s] / (double)k->limit_bytes[s];
+                double frac = (double)r->memory_bytes[s] / (double)r->limit_bytes[s];
                 most = isnan(most) || frac > most ? frac : most;
             }
             fprintf(f, "%s,%s,%d,%d,%s,%s,%s,%s", k->cluster, k->model, k->n_stages,
@@ -104,6 +104,7 @@ int bench_write_csv(const char *dir, const struct bench_case *cases, int n, stru
             csv_num(f, speedup(k, m, BENCH_FULL), "%.4f");
             csv_num(f, speedup(k, m, BENCH_UNIFORM_MIN), "%.4f");
             csv_num(f, most, "%.4f");
+            csv_num(f, k->runnable ? r->plan_ms : NAN, "%.3f");
             fputc(',', f);
             csv_text(f, k->note);
             fputc('\n', f);
@@ -117,8 +118,11 @@ int bench_write_csv(const char *dir, const struct bench_case *cases, int n, stru
         const struct bench_case *k = &cases[i];
         for (int m = 0; k->runnable && m < BENCH_METHODS; m++)
             for (int s = 0; k->method[m].fits && s < k->n_stages; s++)
+                /* before: with nothing recomputed at this position, for the cluster's own
+                 * order and split (repartitioned plans put other stages there) */
                 fprintf(f, "%s,%s,%s,%d,%s,%lld,%lld,%lld,%.6f\n", k->cluster, k->model,
-                        bench_method_names[m], s, k->devices[s], (long long)k->limit_bytes[s],
+                        bench_method_names[m], s, k->method[m].devices[s],
+                        (long long)k->method[m].limit_bytes[s],
                         (long long)k->before_bytes[s], (long long)k->method[m].memory_bytes[s],
                         k->method[m].recompute_ms[s]);
     }
@@ -157,8 +161,10 @@ static void md_tables(FILE *f, const struct bench_case *cases, int n)
         fprintf(f, "\n### %s\n\n| cluster | stages | micro-batches |", cases[i].model);
         for (int m = 0; m < BENCH_METHODS; m++)
             fprintf(f, " %s |", bench_method_names[m]);
-        fprintf(f, " optimal vs full | vs uniform-min | vs patent |\n|---|---:|---:|");
-        for (int m = 0; m < BENCH_METHODS + 3; m++)
+        fprintf(f, " optimal vs full | vs uniform-min | vs patent | optimal+repartition vs full "
+                   "| vs uniform-min | vs patent | vs optimal | repartition planning ms |\n"
+                   "|---|---:|---:|");
+        for (int m = 0; m < BENCH_METHODS + 8; m++)
             fprintf(f, "---:|");
         fprintf(f, "\n");
         for (int j = i; j < n; j++) {
@@ -179,6 +185,14 @@ static void md_tables(FILE *f, const struct bench_case *cases, int n)
             md_ratio(f, speedup(k, BENCH_OPTIMAL, BENCH_FULL));
             md_ratio(f, speedup(k, BENCH_OPTIMAL, BENCH_UNIFORM_MIN));
             md_ratio(f, speedup(k, BENCH_OPTIMAL, BENCH_PATENT));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_FULL));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_UNIFORM_MIN));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_PATENT));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_OPTIMAL));
+            if (k->runnable && k->method[BENCH_REPARTITION].fits)
+                fprintf(f, " %.1f |", k->method[BENCH_REPARTITION].plan_ms);
+            else
+                fprintf(f, " - |");
             fprintf(f, "\n");
         }
     }
@@ -188,20 +202,21 @@ static void md_memory(FILE *f, const struct bench_case *k)
 {
     fprintf(f, "\n## Memory per stage: %s with %s (GiB)\n\n"
                "`limit` is the stage's memory; `before` is the cost model's memory with nothing "
-               "recomputed (method none); the others are each method's plan.\n\n"
+               "recomputed (method none); the others are each method's plan on the cluster's own "
+               "split (optimal+repartition reorders the stages: see memory.csv).\n\n"
                "| stage | device | limit | before |",
             k->cluster, k->model);
-    for (int m = 1; m < BENCH_METHODS; m++)
+    for (int m = 1; m < BENCH_REPARTITION; m++)
         fprintf(f, " %s |", bench_method_names[m]);
     fprintf(f, "\n|---:|---|---:|---:|");
-    for (int m = 1; m < BENCH_METHODS; m++)
+    for (int m = 1; m < BENCH_REPARTITION; m++)
         fprintf(f, "---:|");
     fprintf(f, "\n");
     for (int s = 0; s < k->n_stages; s++) {
         double lim = (double)k->limit_bytes[s];
         fprintf(f, "| %d | %s | %.2f | %.2f%s |", s, k->devices[s], lim / GIB,
                 k->before_bytes[s] / GIB, k->before_bytes[s] > k->limit_bytes[s] ? " (over)" : "");
-        for (int m = 1; m < BENCH_METHODS; m++) {
+        for (int m = 1; m < BENCH_REPARTITION; m++) {
             if (k->method[m].fits)
                 fprintf(f, " %.2f |", k->method[m].memory_bytes[s] / GIB);
             else
@@ -270,7 +285,7 @@ static void gp_label(FILE *f, const char *s)
 }
 
 static const char *const method_colors[BENCH_METHODS] = {"#9e9e9e", "#d62728", "#ff7f0e",
-                                                         "#9467bd", "#2ca02c"};
+                                                         "#9467bd", "#2ca02c", "#1f77b4"};
 
 /* Iteration time of every method relative to full recomputation, one group per case. */
 static int plot_iteration(const char *dir, const struct bench_case *cases, int n, struct err *e)
@@ -376,12 +391,12 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
         return e->code;
     }
     fprintf(d, "# %s with %s, GiB per stage: stage limit before", k->cluster, k->model);
-    for (int m = 1; m < BENCH_METHODS; m++)
+    for (int m = 1; m < BENCH_REPARTITION; m++)
         fprintf(d, " %s", bench_method_names[m]);
     fprintf(d, "\n");
     for (int s = 0; s < k->n_stages; s++) {
         fprintf(d, "%d %.4f %.4f", s, k->limit_bytes[s] / GIB, k->before_bytes[s] / GIB);
-        for (int m = 1; m < BENCH_METHODS; m++) {
+        for (int m = 1; m < BENCH_REPARTITION; m++) {
             if (k->method[m].fits)
                 fprintf(d, " %.4f", k->method[m].memory_bytes[s] / GIB);
             else
@@ -417,7 +432,7 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
     fprintf(g, ")\nplot \\\n  \"memory.dat\" using ($1 - 0.30):3 with boxes lc rgb \"%s\" "
                "title \"before (none)\", \\\n",
             method_colors[BENCH_NONE]);
-    for (int m = 1; m < BENCH_METHODS; m++)
+    for (int m = 1; m < BENCH_REPARTITION; m++)
         fprintf(g, "  \"memory.dat\" using ($1 + %.2f):%d with boxes lc rgb \"%s\" title "
                    "\"%s\", \\\n",
                 -0.30 + 0.15 * m, m + 3, method_colors[m], bench_method_names[m]);

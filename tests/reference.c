@@ -29,7 +29,7 @@ __int128 ref_cap(const struct ref_stage *s)
     return floor_div((__int128)s->limit_bytes - ref_fixed_bytes(s), s->unit_bytes);
 }
 
-__int128 ref_units(const struct ref_stage *s, uint32_t mask)
+__int128 ref_units(const struct ref_stage *s, uint64_t mask)
 {
     __int128 kept = 0, transient = 0;
     for (int l = 0; l < s->n; l++) {
@@ -45,7 +45,7 @@ __int128 ref_units(const struct ref_stage *s, uint32_t mask)
     return kept + transient;
 }
 
-double ref_recompute_ms(const struct ref_stage *s, uint32_t mask)
+double ref_recompute_ms(const struct ref_stage *s, uint64_t mask)
 {
     double r = 0;
     for (int l = 0; l < s->n; l++)
@@ -59,27 +59,27 @@ int64_t ref_time_units(const struct layer_cost *c, double time_unit_ms)
     return (int64_t)llround(c->fwd_ms / time_unit_ms);
 }
 
-void ref_flags(uint32_t mask, int n, unsigned char *flags)
+void ref_flags(uint64_t mask, int n, unsigned char *flags)
 {
     for (int l = 0; l < n; l++)
         flags[l] = mask >> l & 1;
 }
 
-uint32_t ref_mask(const unsigned char *flags, int n)
+uint64_t ref_mask(const unsigned char *flags, int n)
 {
-    uint32_t mask = 0;
+    uint64_t mask = 0;
     for (int l = 0; l < n; l++)
         if (flags[l])
-            mask |= (uint32_t)1 << l;
+            mask |= (uint64_t)1 << l;
     return mask;
 }
 
 void ref_min_recompute(const struct ref_stage *s, struct ref_best *out)
 {
     __int128 cap = ref_cap(s);
-    uint32_t all = (uint32_t)1 << s->n;
+    uint64_t all = (uint64_t)1 << s->n;
     *out = (struct ref_best){0};
-    for (uint32_t m = 0; m < all; m++) {
+    for (uint64_t m = 0; m < all; m++) {
         if (ref_units(s, m) > cap)
             continue;
         double r = ref_recompute_ms(s, m);
@@ -91,7 +91,7 @@ void ref_min_recompute(const struct ref_stage *s, struct ref_best *out)
         return;
     double tie = out->recompute_ms + REF_ATOL + REF_RTOL * fabs(out->recompute_ms);
     out->units = INT64_MAX;
-    for (uint32_t m = 0; m < all; m++) {
+    for (uint64_t m = 0; m < all; m++) {
         __int128 u = ref_units(s, m);
         if (u <= cap && ref_recompute_ms(s, m) <= tie && u < out->units)
             out->units = (int64_t)u;
@@ -102,9 +102,9 @@ void ref_balance(const struct ref_stage *s, int64_t target_units, double time_un
                  struct ref_best *out)
 {
     __int128 cap = ref_cap(s);
-    uint32_t all = (uint32_t)1 << s->n;
+    uint64_t all = (uint64_t)1 << s->n;
     *out = (struct ref_best){0};
-    for (uint32_t m = 0; m < all; m++) {
+    for (uint64_t m = 0; m < all; m++) {
         __int128 u = ref_units(s, m);
         if (u > cap)
             continue;
@@ -165,7 +165,8 @@ int64_t ref_random_limit(struct test_rng *rng, const struct layer_cost *layers, 
 {
     struct ref_stage s = {n, layers, in_flight, reserve, 0, unit};
     __int128 fixed = ref_fixed_bytes(&s);
-    __int128 none = ref_units(&s, 0), full = ref_units(&s, ((uint32_t)1 << n) - 1);
+    uint64_t all = n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1;
+    __int128 none = ref_units(&s, 0), full = ref_units(&s, all);
     __int128 x;
     int k = (int)test_rng_int(rng, 0, 9);
     if (k == 0)

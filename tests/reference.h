@@ -16,7 +16,7 @@
 #include "profile.h"
 #include "testutil.h"
 
-#define REF_LAYERS_MAX 16
+#define REF_LAYERS_MAX 16 /* brute force; the other functions take up to 64 layers */
 
 struct ref_stage {
     int n;
@@ -29,13 +29,13 @@ struct ref_stage {
 
 __int128 ref_fixed_bytes(const struct ref_stage *s);
 __int128 ref_cap(const struct ref_stage *s);
-__int128 ref_units(const struct ref_stage *s, uint32_t mask);
-double ref_recompute_ms(const struct ref_stage *s, uint32_t mask);
+__int128 ref_units(const struct ref_stage *s, uint64_t mask);
+double ref_recompute_ms(const struct ref_stage *s, uint64_t mask);
 /* llround(fwd / time_unit), the balancing DP's time of one layer. */
 int64_t ref_time_units(const struct layer_cost *c, double time_unit_ms);
 /* Expands a mask into n flags. */
-void ref_flags(uint32_t mask, int n, unsigned char *flags);
-uint32_t ref_mask(const unsigned char *flags, int n);
+void ref_flags(uint64_t mask, int n, unsigned char *flags);
+uint64_t ref_mask(const unsigned char *flags, int n);
 
 /* Tolerance for "the same recompute time": sums of the same doubles in another order. */
 #define REF_ATOL 1e-9

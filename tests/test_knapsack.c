@@ -60,7 +60,7 @@ static void test_units_match_bytes(void)
         CU_ASSERT(kp.cap == (ref_cap(&rs) < 0 ? -1 : ref_cap(&rs)));
         CU_ASSERT(ref_fixed_bytes(&rs) == kp.fixed_bytes);
         unsigned char flags[LAYERS_MAX];
-        for (uint32_t m = 0; m < (uint32_t)1 << in.n; m++) {
+        for (uint64_t m = 0; m < (uint64_t)1 << in.n; m++) {
             ref_flags(m, in.n, flags);
             __int128 u = ref_units(&rs, m);
             /* exact for a subset that fits, above cap for one that does not */
@@ -117,7 +117,7 @@ static void test_min_recompute(void)
         }
         feasible++;
         CU_ASSERT_FATAL(rc == ERR_OK);
-        uint32_t m = ref_mask(flags, in.n);
+        uint64_t m = ref_mask(flags, in.n);
         __int128 u = ref_units(&rs, m);
         double r = ref_recompute_ms(&rs, m);
         struct stage_cost c;
@@ -186,7 +186,7 @@ static void test_balance(void)
         }
         feasible++;
         CU_ASSERT_FATAL(rc == ERR_OK);
-        uint32_t m = ref_mask(flags, in.n);
+        uint64_t m = ref_mask(flags, in.n);
         __int128 u = ref_units(&rs, m);
         int64_t q = 0;
         for (int l = 0; l < in.n; l++)

@@ -85,7 +85,7 @@ static struct ref_stage stage_ref(const struct cluster *c, int s, int64_t limit,
                               c->reserve_bytes, limit, unit};
 }
 
-static int64_t mask_bytes(const struct ref_stage *r, uint32_t mask)
+static int64_t mask_bytes(const struct ref_stage *r, uint64_t mask)
 {
     unsigned char f[REF_LAYERS_MAX];
     struct stage_cost cost;
@@ -94,9 +94,9 @@ static int64_t mask_bytes(const struct ref_stage *r, uint32_t mask)
     return cost.memory_bytes;
 }
 
-static uint32_t first_n(int n, int count)
+static uint64_t first_n(int n, int count)
 {
-    return n >= count ? ((uint32_t)1 << count) - 1 : ((uint32_t)1 << n) - 1;
+    return n >= count ? ((uint64_t)1 << count) - 1 : ((uint64_t)1 << n) - 1;
 }
 
 /* Properties every plan has: each stage's numbers are the cost model's for its choice and fit
@@ -262,7 +262,7 @@ static void test_methods_brute_force(void)
             check_plan_numbers(&c, &p, star, c.stages[star].memory_bytes);
             for (int s = 0; s < S; s++) {
                 struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
-                uint32_t m = ref_mask(p.stages[s].recompute, r.n);
+                uint64_t m = ref_mask(p.stages[s].recompute, r.n);
                 CU_ASSERT(ref_units(&r, m) <= ref_cap(&r));
                 CU_ASSERT(test_close(ref_recompute_ms(&r, m), ref[s].recompute_ms, REF_ATOL,
                                      REF_RTOL));
@@ -314,7 +314,7 @@ static void test_methods_brute_force(void)
         }
         planned[4]++;
         check_plan_numbers(&c, &p, star, limit_star);
-        uint32_t m = ref_mask(p.stages[star].recompute, rs.n);
+        uint64_t m = ref_mask(p.stages[star].recompute, rs.n);
         CU_ASSERT(ref_units(&rs, m) <= ref_cap(&rs));
         CU_ASSERT(test_close(ref_recompute_ms(&rs, m), ref[star].recompute_ms, REF_ATOL, REF_RTOL));
         CU_ASSERT(ref_units(&rs, m) <= ref[star].units);
@@ -331,7 +331,7 @@ static void test_methods_brute_force(void)
             knap_free(&kp);
             int64_t target = llround(target_ms / tu);
             ref_balance(&r, target, tu, &best);
-            uint32_t ms = ref_mask(p.stages[s].recompute, r.n);
+            uint64_t ms = ref_mask(p.stages[s].recompute, r.n);
             int64_t q = 0;
             for (int l = 0; l < r.n; l++)
                 if (ms >> l & 1)

@@ -86,9 +86,11 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error("plan", "--cluster is required");
     if (reduce_given && o.method != METHOD_PATENT)
         return cli_usage_error("plan", "--reduce applies to --method patent only");
+    char name[PLAN_METHOD_MAX];
     if (o.verify && o.method != METHOD_PATENT && o.method != METHOD_OPTIMAL)
         return cli_usage_error("plan", "--verify checks the knapsack methods (patent, optimal); "
-                                       "method %s solves no optimisation", argv[0]);
+                                       "method %s solves no optimisation",
+                               plan_method_name(&o, name));
 
     struct cluster c;
     if (cluster_load(cluster_file, &c, &e))

@@ -216,6 +216,23 @@ static __int128 avail_units(const struct sorted *s, int g, const struct knap_pro
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e)
 {
     int n = p->n;
+    /* The common cases need no table: even full recomputation (the least memory) does not
+     * fit, or keeping everything does and no layer is free to recompute (one that is would
+     * save memory at no cost, which the tie rule wants). */
+    __int128 all_kept = 0;
+    int64_t most_transient = 0;
+    int free_saving = 0;
+    for (int l = 0; l < n; l++) {
+        all_kept += p->w[l];
+        most_transient = p->t[l] > most_transient ? p->t[l] : most_transient;
+        free_saving |= p->fwd[l] == 0 && p->w[l] > 0;
+    }
+    if (most_transient > p->cap)
+        return ERR_NOFIT;
+    if (all_kept <= p->cap && !free_saving) {
+        memset(recompute, 0, (size_t)n);
+        return ERR_OK;
+    }
     struct sorted s;
     if (sorted_init(&s, p, e))
         return e->code;

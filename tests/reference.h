@@ -5,7 +5,8 @@
  * recomputed) and computes the integer memory units straight from the byte counts in 128-bit
  * arithmetic, as knapsack.h documents them, without going through knap_build:
  *   fixed = sum state + v * sum ckpt + max workspace + reserve
- *   units = sum over kept ceil(v * (act - ckpt) / unit) + max over recomputed ceil((act - ckpt) / unit)
+ *   units = sum over kept ceil(v * (act - ckpt) / unit)
+ *           + max over recomputed ceil((act - ckpt) / unit)
  *   cap   = floor((limit - fixed) / unit)
  * A subset is feasible when units <= cap. */
 #ifndef BALLAST_REFERENCE_H

@@ -45,8 +45,8 @@ static void build(const struct instance *in, struct knap_problem *kp)
                                in->unit, &e) == ERR_OK);
 }
 
-/* knap_build's units are the documented ones (knapsack.h), and units never under-estimate bytes: every
- * subset that fits in units fits in bytes by the cost model. */
+/* knap_build's units are the documented ones (knapsack.h), and units never under-estimate
+ * bytes: every subset that fits in units fits in bytes by the cost model. */
 static void test_units_match_bytes(void)
 {
     struct test_rng rng = {101};

@@ -132,7 +132,7 @@ int main(int argc, char **argv)
             quick = 1;
         } else {
             fprintf(stderr, "usage: plan_speed [--repeat N] [--quick]\n"
-                            "  --repeat N  runs of each stages x method x DP or DP+GLPK (default 21)\n"
+                            "  --repeat N  runs of each row and column (default 21)\n"
                             "  --quick     8 and 64 stages, 3 runs: a smoke test\n");
             return 2;
         }

@@ -266,6 +266,13 @@ static int most_loaded(const struct plan *p)
 int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
                  struct err *e)
 {
+    /* the command line checks these; a library caller gets the same refusal */
+    if (o->unit_bytes < 1 || !(o->time_unit_ms > 0) || !(o->reduce >= 0 && o->reduce <= 1) ||
+        o->block_n < 0)
+        return err_set(e, ERR_INPUT,
+                       "plan options: unit %lld bytes, time unit %g ms, reduce %g, block %d: "
+                       "expected unit >= 1, time unit > 0, 0 <= reduce <= 1, block >= 0",
+                       (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n);
     int S = c->n_stages;
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
     if (first == NULL || last == NULL) {

@@ -357,10 +357,26 @@ static void test_methods_brute_force(void)
         CU_ASSERT(planned[k] > CLUSTERS / 50 && nofit[k] > CLUSTERS / 50);
 }
 
+/* Options a library caller gets wrong are refused, not divided by. */
+static void test_bad_options(void)
+{
+    struct test_rng rng = {5};
+    struct cluster c;
+    struct plan p;
+    struct err e;
+    random_cluster(&rng, 1000, &c);
+    CU_ASSERT_EQUAL(plan_with(&c, "optimal", 0, 0, 1e-3, 0, &p, &e), ERR_INPUT);
+    CU_ASSERT_EQUAL(plan_with(&c, "patent", 0, 1000, 0, 0, &p, &e), ERR_INPUT);
+    CU_ASSERT_EQUAL(plan_with(&c, "patent", 1.5, 1000, 1e-3, 0, &p, &e), ERR_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "reduce 1.5"));
+    cluster_free(&c);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("methods vs brute force", NULL, NULL);
     CU_add_test(s, "every method on random clusters", test_methods_brute_force);
+    CU_add_test(s, "bad options", test_bad_options);
     return test_main();
 }

@@ -267,27 +267,30 @@ int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, s
     for (int g = 0; g < s.n_groups; g++) {
         for (; added < s.end[g]; added++) {
             int l = s.layer[added];
-            optional_ms += p->fwd[l];
+            /* locals: the bit writes below may alias anything the compiler cannot see */
+            const int64_t w = p->w[l];
+            const double f = p->fwd[l];
+            optional_ms += f;
             /* strictly better only: a layer that costs no time is recomputed, for free */
-            for (int64_t c = width - 1; c >= p->w[l]; c--)
-                if (best[c - p->w[l]] >= 0 && best[c - p->w[l]] + p->fwd[l] > best[c]) {
-                    best[c] = best[c - p->w[l]] + p->fwd[l];
+            for (int64_t c = width - 1; c >= w; c--)
+                if (best[c - w] >= 0 && best[c - w] + f > best[c]) {
+                    best[c] = best[c - w] + f;
                     bit_set(&tb, added, c);
                 }
         }
         __int128 avail = avail_units(&s, g, p);
         if (avail < 0)
             continue;
-        /* The most kept time, then the least weight keeping as much up to rounding. The
-         * tolerance is relative to the recompute time, not to the kept time, which can be
-         * much larger. */
+        /* The most kept time, ties (up to rounding) by the least weight: scanning up, move
+         * only to a value better by more than rounding. The tolerance is relative to the
+         * recompute time, not to the kept time, which a long kept layer makes huge. */
         int64_t last = avail < width - 1 ? (int64_t)avail : width - 1, at = 0;
-        double top = 0;
+        double top = best[0]; /* best[at] */
         for (int64_t c = 1; c <= last; c++)
-            if (best[c] > top)
+            if (best[c] > top && best[c] - top > 1e-9 * (1.0 + (optional_ms - best[c]))) {
                 top = best[c];
-        while (best[at] < 0 || best[at] < top - 1e-9 * (1.0 + (optional_ms - top)))
-            at++;
+                at = c;
+            }
         memset(choice, 0, (size_t)n);
         for (int i = s.end[g] - 1; i >= 0; i--) {
             if (bit_get(&tb, i, at))
@@ -317,7 +320,7 @@ double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms)
     for (int l = 0; l < p->n; l++)
         total += p->fwd[l];
     /* Rounding each layer to the nearest unit adds up to n/2 columns; leave room for it. */
-    double width = (double)(KNAP_CELLS_MAX / (p->n + 128) - p->n - 1);
+    double width = (double)(KNAP_CELLS_MAX / (p->n + 64) - p->n - 1);
     double needed = total / width;
     return needed > wanted_ms ? needed : wanted_ms;
 }
@@ -337,6 +340,12 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
     struct sorted s;
     if (sorted_init(&s, p, e))
         return e->code;
+    /* 64-bit sums of weights below are safe up to here; beyond, the unit is absurdly fine */
+    if (s.prefix_w[n] > INT64_MAX / 2) {
+        sorted_free(&s);
+        return err_set(e, ERR_INPUT, "a stage of %d layers weighs more than 2^62 memory units: "
+                                     "use a coarser --unit", n);
+    }
     int64_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
     unsigned char *choice = malloc((size_t)(n > 0 ? n : 1));
     int64_t width = 1;
@@ -346,7 +355,7 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
     }
     struct table tb;
     if (q == NULL || choice == NULL ||
-        table_init(&tb, n, width, sizeof(__int128), "--time-unit", e)) {
+        table_init(&tb, n, width, sizeof(int64_t), "--time-unit", e)) {
         sorted_free(&s);
         free(q);
         free(choice);
@@ -354,7 +363,7 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
     }
     /* most[r]: the most weight that recomputed optional layers of exact time r free (-1:
      * none) */
-    __int128 *most = tb.value;
+    int64_t *most = tb.value;
     most[0] = 0;
     for (int64_t r = 1; r < width; r++)
         most[r] = -1;
@@ -363,9 +372,10 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
     for (int g = 0; g < s.n_groups; g++) {
         for (; added < s.end[g]; added++) {
             int l = s.layer[added];
-            for (int64_t r = width - 1; r >= q[l]; r--)
-                if (most[r - q[l]] >= 0 && most[r - q[l]] + p->w[l] > most[r]) {
-                    most[r] = most[r - q[l]] + p->w[l];
+            const int64_t ql = q[l], w = p->w[l];
+            for (int64_t r = width - 1; r >= ql; r--)
+                if (most[r - ql] >= 0 && most[r - ql] + w > most[r]) {
+                    most[r] = most[r - ql] + w;
                     bit_set(&tb, added, r);
                 }
         }

@@ -27,8 +27,8 @@
 #include "profile.h"
 
 /* Largest DP table before the DP refuses (ask for a coarser unit), in bits: a bit per layer
- * and column to reconstruct the choice, plus a value per column (64 bits for the least
- * recompute, 128 for balancing): (rows + 64 or 128) x columns. 2^28 bits is 32 MiB. */
+ * and column to reconstruct the choice, plus a 64-bit value per column: (rows + 64) x columns.
+ * 2^28 bits is 32 MiB. */
 #define KNAP_CELLS_MAX ((int64_t)1 << 28)
 
 struct knap_problem {

@@ -38,12 +38,13 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
     *last = (int)((int64_t)(stage + 1) * n_layers / n_stages) - 1;
 }
 
-int link_from_json(const cJSON *obj, const char *file, const char *path, struct link *l,
-                   struct err *e)
+int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
+                   struct link *l, struct err *e)
 {
     static const char *const keys[] = {"gbps", "latency_us", NULL};
     l->latency_us = 0;
-    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
+    if (jsonio_expect_object(obj, file, path, e) ||
+        (strict && jsonio_check_keys(obj, file, path, keys, e)) ||
         jsonio_num(obj, file, path, "gbps", 1e-6, 1e9, &l->gbps, e) ||
         jsonio_num_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
         return e->code;
@@ -211,7 +212,7 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
     if (link != NULL) {
         char lp[JSONIO_PATH_MAX];
         jsonio_path_key(lp, path, "link");
-        if (link_from_json(link, file, lp, &st->link, e))
+        if (link_from_json(link, file, lp, 1, &st->link, e))
             return e->code;
     }
     return ERR_OK;
@@ -269,7 +270,7 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         return e->code;
     c->micro_batches = (int)micro;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(root, "link");
-    if (link != NULL && link_from_json(link, file, "link", &c->link, e))
+    if (link != NULL && link_from_json(link, file, "link", 1, &c->link, e))
         return e->code;
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
     if (stages == NULL)

@@ -59,9 +59,10 @@ int schedule_parse(const char *text, enum schedule *out);
 /* Micro-batches stage s of S keeps in flight: min(S - s, M) for 1F1B, M for GPipe. */
 int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches);
 
-/* Reads a link object at `path` ({"gbps", "latency_us"}). */
-int link_from_json(const cJSON *obj, const char *file, const char *path, struct link *l,
-                   struct err *e);
+/* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an
+ * error (cluster files); otherwise they are fields a later version added (plan files). */
+int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
+                   struct link *l, struct err *e);
 cJSON *link_to_json(const struct link *l);
 /* Milliseconds to move `bytes` over the link (0 for an absent link). */
 double link_transfer_ms(const struct link *l, int64_t bytes);

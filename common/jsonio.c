@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Larger than any file Ballast writes (a 96-block profile is tens of KiB). */
@@ -43,24 +44,42 @@ void jsonio_path_index(char out[JSONIO_PATH_MAX], const char *path, int index)
     snprintf(out, JSONIO_PATH_MAX, "%s[%d]", path ? path : "", index);
 }
 
+static int compare_keys(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* Duplicate keys are legal JSON but a file that sets a field twice is almost surely wrong,
- * and cJSON would silently use the first. */
+ * and cJSON would silently use the first. Keys are sorted so that an object of many members
+ * costs n log n, not n^2. */
 static int check_duplicates(const cJSON *item, const char *file, const char *path, struct err *e)
 {
     char sub[JSONIO_PATH_MAX];
-    int index = 0;
-    for (const cJSON *a = item->child; a != NULL; a = a->next, index++) {
-        if (cJSON_IsObject(item)) {
-            for (const cJSON *b = a->next; b != NULL; b = b->next)
-                if (a->string && b->string && strcmp(a->string, b->string) == 0) {
-                    jsonio_path_key(sub, path, a->string);
-                    return err_set(e, ERR_INPUT, "%s: %s: the key appears more than once", file,
-                                   sub);
-                }
-            jsonio_path_key(sub, path, a->string ? a->string : "?");
-        } else {
-            jsonio_path_index(sub, path, index);
+    int n = 0, index = 0;
+    for (const cJSON *a = item->child; a != NULL; a = a->next)
+        n++;
+    if (cJSON_IsObject(item) && n > 1) {
+        const char **keys = malloc((size_t)n * sizeof *keys);
+        if (keys == NULL)
+            return err_set(e, ERR_FAIL, "%s: out of memory", file);
+        int k = 0;
+        for (const cJSON *a = item->child; a != NULL; a = a->next)
+            keys[k++] = a->string;
+        qsort(keys, (size_t)n, sizeof *keys, compare_keys);
+        for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++)
+            ;
+        if (k < n) {
+            jsonio_path_key(sub, path, keys[k]);
+            free(keys);
+            return err_set(e, ERR_INPUT, "%s: %s: the key appears more than once", file, sub);
         }
+        free(keys);
+    }
+    for (const cJSON *a = item->child; a != NULL; a = a->next, index++) {
+        if (cJSON_IsObject(item))
+            jsonio_path_key(sub, path, a->string);
+        else
+            jsonio_path_index(sub, path, index);
         if ((cJSON_IsObject(a) || cJSON_IsArray(a)) && check_duplicates(a, file, sub, e))
             return e->code;
     }
@@ -105,13 +124,12 @@ cJSON *jsonio_read(const char *file, struct err *e)
         return NULL;
     }
     char *buf = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        err_set(e, ERR_INPUT, "%s: cannot read (not a regular file?)", file);
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        err_set(e, ERR_INPUT, "%s: not a regular file", file);
         goto fail;
     }
+    long size = (long)st.st_size;
     if (size > JSONIO_FILE_MAX) {
         err_set(e, ERR_INPUT, "%s: %ld bytes, larger than the %ld bytes any Ballast file has",
                 file, size, JSONIO_FILE_MAX);
@@ -257,7 +275,7 @@ int jsonio_int_value(const cJSON *item, const char *file, const char *path, int6
                        type_name(item));
     double d = item->valuedouble;
     if (!isfinite(d) || fabs(d) > (double)JSONIO_INT_MAX)
-        return err_set(e, ERR_INPUT, "%s: %s: %g is out of range (integers up to 2^53)", file,
+        return err_set(e, ERR_INPUT, "%s: %s: %g is out of range (integers below 2^53)", file,
                        path, d);
     if (d != floor(d))
         return err_set(e, ERR_INPUT, "%s: %s: %g is not an integer", file, path, d);

@@ -2,7 +2,8 @@
  *
  * Every getter takes the file name and the JSON path of the object (e.g. "stages[2]", or ""
  * at the top level) so a message reads `cluster.json: stages[2].memory_bytes: ...`.
- * Integers are JSON numbers with no fractional part, at most 2^53 (exact in a double). */
+ * Integers are JSON numbers with no fractional part and magnitude below 2^53: every such
+ * integer is exact in a double, while 2^53 + 1 would silently read as 2^53. */
 #ifndef BALLAST_JSONIO_H
 #define BALLAST_JSONIO_H
 
@@ -11,7 +12,7 @@
 
 #include "err.h"
 
-#define JSONIO_INT_MAX ((int64_t)1 << 53)
+#define JSONIO_INT_MAX (((int64_t)1 << 53) - 1)
 #define JSONIO_PATH_MAX 256
 
 /* Reads and parses a whole file; rejects files that are not JSON, too large, or that repeat a

@@ -179,7 +179,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     }
     int64_t in_flight;
     if (jsonio_int(so, file, path, "memory_bytes", 0, JSONIO_INT_MAX, &st->memory_bytes, e) ||
-        jsonio_int(so, file, path, "memory_limit_bytes", 1, JSONIO_INT_MAX,
+        jsonio_int(so, file, path, "memory_limit_bytes", 0, JSONIO_INT_MAX,
                    &st->memory_limit_bytes, e) ||
         jsonio_num(so, file, path, "recompute_ms", 0, DBL_MAX, &st->recompute_ms, e) ||
         jsonio_num(so, file, path, "stage_ms", 0, DBL_MAX, &st->stage_ms, e))
@@ -196,7 +196,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(so, "link");
     if (link != NULL) {
         jsonio_path_key(sub, path, "link");
-        if (link_from_json(link, file, sub, &st->link, e))
+        if (link_from_json(link, file, sub, 0, &st->link, e))
             return e->code;
     }
     const cJSON *costs = cJSON_GetObjectItemCaseSensitive(so, "layer_costs");
@@ -238,6 +238,11 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         return err_set(e, ERR_INPUT, "%s: %s.memory_limit_bytes: %lld is above capacity_bytes %lld",
                        file, path, (long long)st->memory_limit_bytes,
                        (long long)st->capacity_bytes);
+    if (st->memory_bytes > st->memory_limit_bytes)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.memory_bytes: %lld is above memory_limit_bytes %lld: the stage "
+                       "does not fit",
+                       file, path, (long long)st->memory_bytes, (long long)st->memory_limit_bytes);
     return ERR_OK;
 }
 

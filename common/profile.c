@@ -1,6 +1,5 @@
 #include "profile.h"
 
-#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +10,8 @@ int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
 {
     if (jsonio_expect_object(obj, file, path, e) ||
         jsonio_str_copy(obj, file, path, "name", c->name, sizeof c->name, e) ||
-        jsonio_num(obj, file, path, "fwd_ms", 0, DBL_MAX, &c->fwd_ms, e) ||
-        jsonio_num(obj, file, path, "bwd_ms", 0, DBL_MAX, &c->bwd_ms, e) ||
+        jsonio_num(obj, file, path, "fwd_ms", 0, PROFILE_MS_MAX, &c->fwd_ms, e) ||
+        jsonio_num(obj, file, path, "bwd_ms", 0, PROFILE_MS_MAX, &c->bwd_ms, e) ||
         jsonio_int(obj, file, path, "state_bytes", 0, JSONIO_INT_MAX, &c->state_bytes, e) ||
         jsonio_int(obj, file, path, "act_bytes", 0, JSONIO_INT_MAX, &c->act_bytes, e) ||
         jsonio_int(obj, file, path, "ckpt_bytes", 0, JSONIO_INT_MAX, &c->ckpt_bytes, e) ||
@@ -47,12 +46,10 @@ cJSON *layer_cost_to_json(const struct layer_cost *c)
 static int device_from_json(const cJSON *root, const char *file, struct device_info *d,
                             struct err *e)
 {
-    static const char *const keys[] = {"name", "kind", "memory_bytes", NULL};
     const cJSON *obj = cJSON_GetObjectItemCaseSensitive(root, "device");
     if (obj == NULL)
         return err_set(e, ERR_INPUT, "%s: device: missing", file);
     if (jsonio_expect_object(obj, file, "device", e) ||
-        jsonio_check_keys(obj, file, "device", keys, e) ||
         jsonio_str_copy(obj, file, "device", "name", d->name, sizeof d->name, e) ||
         jsonio_str_copy(obj, file, "device", "kind", d->kind, sizeof d->kind, e) ||
         jsonio_int(obj, file, "device", "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e))

@@ -9,6 +9,9 @@
 #include "model.h"
 
 #define PROFILE_NAME_MAX 64
+/* A layer's forward or backward time per micro-batch is at most this (about 11.6 days): sums
+ * over many layers then stay finite, and the planner's time units stay representable. */
+#define PROFILE_MS_MAX 1e9
 
 struct layer_cost {
     char name[MODEL_LAYER_NAME_MAX];
@@ -37,8 +40,9 @@ struct profile {
 };
 
 /* Reads and validates a profile: every layer of the model, in order, with its expected
- * name; times finite and >= 0; 0 <= ckpt_bytes <= act_bytes. Fields a later version adds are
- * ignored. On failure nothing is left allocated. */
+ * name; times in [0, PROFILE_MS_MAX]; 0 <= ckpt_bytes <= act_bytes. Fields a later version
+ * adds are ignored (but not in the embedded model, which must be exactly the model's). On
+ * failure nothing is left allocated. */
 int profile_load(const char *file, struct profile *p, struct err *e);
 int profile_from_json(const cJSON *root, const char *file, struct profile *p, struct err *e);
 cJSON *profile_to_json(const struct profile *p);

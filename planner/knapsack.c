@@ -4,44 +4,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t ceil_div(__int128 a, int64_t b)
+static int64_t saturate(__int128 v)
 {
-    __int128 q = (a + b - 1) / b;
-    return q > INT64_MAX ? INT64_MAX : (int64_t)q;
+    return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
 int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
                int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e)
 {
     memset(p, 0, sizeof *p);
+    size_t count = n > 0 ? (size_t)n : 1;
     p->n = n;
-    p->w = calloc((size_t)n, sizeof *p->w);
-    p->t = calloc((size_t)n, sizeof *p->t);
-    double *fwd = calloc((size_t)n, sizeof *fwd);
+    p->w = calloc(count, sizeof *p->w);
+    p->t = calloc(count, sizeof *p->t);
+    double *fwd = calloc(count, sizeof *fwd);
+    p->fwd = fwd;
     if (p->w == NULL || p->t == NULL || fwd == NULL) {
-        free(fwd);
         knap_free(p);
         return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
     }
     __int128 fixed = reserve_bytes;
     int64_t workspace = 0;
     for (int l = 0; l < n; l++) {
-        int64_t d = layers[l].act_bytes - layers[l].ckpt_bytes;
         fixed += layers[l].state_bytes + (__int128)in_flight * layers[l].ckpt_bytes;
         if (layers[l].workspace_bytes > workspace)
             workspace = layers[l].workspace_bytes;
-        p->w[l] = ceil_div((__int128)in_flight * d, unit_bytes);
-        p->t[l] = ceil_div(d, unit_bytes);
-        fwd[l] = layers[l].fwd_ms;
     }
     fixed += workspace;
-    p->fwd = fwd;
-    p->fixed_bytes = fixed > INT64_MAX ? INT64_MAX : (int64_t)fixed;
+    __int128 room = (__int128)limit_bytes - fixed;
+    p->cap = room >= 0 ? (int64_t)(room / unit_bytes) : -1;
+    p->fixed_bytes = saturate(fixed);
     p->limit_bytes = limit_bytes;
     p->unit_bytes = unit_bytes;
-    __int128 room = (__int128)limit_bytes - fixed;
-    /* floor division, also for negative room */
-    p->cap = room >= 0 ? (int64_t)(room / unit_bytes) : -(int64_t)((-room + unit_bytes - 1) / unit_bytes);
+    for (int l = 0; l < n; l++) {
+        __int128 d = layers[l].act_bytes - layers[l].ckpt_bytes;
+        __int128 w = (in_flight * d + unit_bytes - 1) / unit_bytes;
+        __int128 t = (d + unit_bytes - 1) / unit_bytes;
+        p->w[l] = (int64_t)(w > p->cap + 1 ? p->cap + 1 : w);
+        p->t[l] = (int64_t)(t > p->cap + 1 ? p->cap + 1 : t);
+        fwd[l] = layers[l].fwd_ms;
+    }
     return ERR_OK;
 }
 
@@ -55,16 +57,15 @@ void knap_free(struct knap_problem *p)
 
 int64_t knap_units(const struct knap_problem *p, const unsigned char *recompute)
 {
-    int64_t kept = 0, transient = 0;
+    __int128 kept = 0;
+    int64_t transient = 0;
     for (int l = 0; l < p->n; l++) {
-        if (recompute[l]) {
-            if (p->t[l] > transient)
-                transient = p->t[l];
-        } else {
+        if (!recompute[l])
             kept += p->w[l];
-        }
+        else if (p->t[l] > transient)
+            transient = p->t[l];
     }
-    return kept + transient;
+    return saturate(kept + transient);
 }
 
 double knap_recompute_ms(const struct knap_problem *p, const unsigned char *recompute)
@@ -81,58 +82,117 @@ int64_t knap_time_units(const struct knap_problem *p, int layer, double time_uni
     return (int64_t)llround(p->fwd[layer] / time_unit_ms);
 }
 
-/* The distinct transient values, ascending, with 0 first. */
-static int thresholds(const struct knap_problem *p, int64_t *out)
-{
-    int k = 0;
-    out[k++] = 0;
-    for (int l = 0; l < p->n; l++) {
-        int seen = 0;
-        for (int i = 0; i < k && !seen; i++)
-            seen = out[i] == p->t[l];
-        if (!seen)
-            out[k++] = p->t[l];
-    }
-    for (int i = 1; i < k; i++) /* insertion sort: k is small */
-        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
-            int64_t x = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = x;
-        }
-    return k;
-}
-
-/* Bit table of n rows of `width` cells, for reconstructing the DP's choice. */
-struct bits {
-    unsigned char *b;
-    int64_t width;
+/* The layers sorted by transient. For each threshold tau (0, then every distinct t_l), the
+ * layers that may be recomputed (t_l <= tau) are the first end[g] of this order, and the
+ * rest must be kept. */
+struct sorted {
+    int *layer;
+    int n_groups;
+    int *end;
+    int64_t *tau;
+    __int128 *prefix_w; /* prefix_w[j]: sum of w over the first j layers of the order */
 };
 
-static int bits_init(struct bits *t, int n, int64_t width, struct err *e)
+struct by_t {
+    int64_t t;
+    int layer;
+};
+
+static int compare_by_t(const void *a, const void *b)
 {
-    if ((__int128)n * width > KNAP_CELLS_MAX)
-        return err_set(e, ERR_INPUT,
-                       "the knapsack would need %lld x %lld cells (more than %lld): use a coarser "
-                       "unit (--unit)",
-                       (long long)n, (long long)width, (long long)KNAP_CELLS_MAX);
-    t->width = width;
-    t->b = calloc((size_t)(((int64_t)n * width + 7) / 8), 1);
-    if (t->b == NULL)
-        return err_set(e, ERR_FAIL, "out of memory for a knapsack table of %lld cells",
-                       (long long)((int64_t)n * width));
+    const struct by_t *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return x->layer - y->layer;
+}
+
+static void sorted_free(struct sorted *s)
+{
+    free(s->layer);
+    free(s->end);
+    free(s->tau);
+    free(s->prefix_w);
+}
+
+static int sorted_init(struct sorted *s, const struct knap_problem *p, struct err *e)
+{
+    int n = p->n;
+    struct by_t *items = malloc((size_t)(n + 1) * sizeof *items);
+    s->layer = malloc((size_t)(n + 1) * sizeof *s->layer);
+    s->end = malloc((size_t)(n + 1) * sizeof *s->end);
+    s->tau = malloc((size_t)(n + 1) * sizeof *s->tau);
+    s->prefix_w = malloc((size_t)(n + 1) * sizeof *s->prefix_w);
+    if (items == NULL || s->layer == NULL || s->end == NULL || s->tau == NULL ||
+        s->prefix_w == NULL) {
+        free(items);
+        sorted_free(s);
+        return err_set(e, ERR_FAIL, "out of memory sorting %d layers", n);
+    }
+    for (int l = 0; l < n; l++)
+        items[l] = (struct by_t){p->t[l], l};
+    qsort(items, (size_t)n, sizeof *items, compare_by_t);
+    int g = 0;
+    s->tau[0] = 0;
+    s->end[0] = 0;
+    s->prefix_w[0] = 0;
+    for (int i = 0; i < n; i++) {
+        s->layer[i] = items[i].layer;
+        s->prefix_w[i + 1] = s->prefix_w[i] + p->w[items[i].layer];
+        if (items[i].t != s->tau[g])
+            s->tau[++g] = items[i].t;
+        s->end[g] = i + 1;
+    }
+    s->n_groups = g + 1;
+    free(items);
     return ERR_OK;
 }
 
-static void bits_set(struct bits *t, int row, int64_t col)
+/* The DP table: one bit per (layer, column) to reconstruct the choice, and one value of
+ * `value_size` bytes per column. */
+struct table {
+    unsigned char *bits;
+    void *value;
+    int64_t width;
+};
+
+static int table_init(struct table *tb, int rows, __int128 width, size_t value_size,
+                      const char *option, struct err *e)
 {
-    int64_t i = (int64_t)row * t->width + col;
-    t->b[i / 8] |= (unsigned char)(1u << (i % 8));
+    memset(tb, 0, sizeof *tb);
+    __int128 cells = ((__int128)rows + 8 * (__int128)value_size) * width;
+    if (cells > KNAP_CELLS_MAX)
+        return err_set(e, ERR_INPUT,
+                       "the knapsack would need %d x %.0f cells (more than %lld): use a coarser "
+                       "%s",
+                       rows, (double)width, (long long)KNAP_CELLS_MAX, option);
+    tb->width = (int64_t)width;
+    tb->bits = calloc((size_t)(((__int128)rows * width + 7) / 8) + 1, 1);
+    tb->value = malloc((size_t)width * value_size);
+    if (tb->bits == NULL || tb->value == NULL) {
+        free(tb->bits);
+        free(tb->value);
+        return err_set(e, ERR_FAIL, "out of memory for a knapsack table of %.0f cells",
+                       (double)cells);
+    }
+    return ERR_OK;
 }
 
-static int bits_get(const struct bits *t, int row, int64_t col)
+static void table_free(struct table *tb)
 {
-    int64_t i = (int64_t)row * t->width + col;
-    return (t->b[i / 8] >> (i % 8)) & 1;
+    free(tb->bits);
+    free(tb->value);
+}
+
+static void bit_set(struct table *tb, int row, int64_t col)
+{
+    int64_t i = (int64_t)row * tb->width + col;
+    tb->bits[i / 8] |= (unsigned char)(1u << (i % 8));
+}
+
+static int bit_get(const struct table *tb, int row, int64_t col)
+{
+    int64_t i = (int64_t)row * tb->width + col;
+    return (tb->bits[i / 8] >> (i % 8)) & 1;
 }
 
 /* Values equal up to rounding of sums in a different order count as ties. */
@@ -141,188 +201,160 @@ static int less_time(double a, double b)
     return a < b - 1e-9 * (1.0 + fabs(b));
 }
 
-struct subset {
-    int64_t weight;
-    double value;
-    uint32_t mask;
-};
-
-static int by_weight(const void *a, const void *b)
+/* Units of the layers threshold g must keep: those beyond its prefix. */
+static __int128 forced_units(const struct sorted *s, int g, const struct knap_problem *p)
 {
-    const struct subset *x = a, *y = b;
-    return (x->weight > y->weight) - (x->weight < y->weight);
+    return s->prefix_w[p->n] - s->prefix_w[s->end[g]];
 }
 
-/* Chooses among `n` candidates (weight, value), ascending by weight, the one the tie rule
- * wants: scanning up, move only to a value better by more than rounding. */
-static int64_t pick(const double *best, int64_t n)
+/* What threshold g leaves of cap for its optional layers (< 0: nothing fits). */
+static __int128 avail_units(const struct sorted *s, int g, const struct knap_problem *p)
 {
-    int64_t at = 0;
-    for (int64_t c = 1; c < n; c++)
-        if (best[c] >= 0 && less_time(best[at], best[c]))
-            at = c;
-    return at;
+    return p->cap - s->tau[g] - forced_units(s, g, p);
 }
 
-/* keep_most_valuable for few layers: every subset, instead of a table as wide as the
- * capacity. Same answer: per exact weight the best value, then the same scan. */
-static int64_t keep_by_subsets(const struct knap_problem *p, const int *opt, int m,
-                               int64_t avail, unsigned char *choice, struct err *e)
+int knap_min_recompute_subsets(const struct knap_problem *p, unsigned char *recompute)
 {
-    uint32_t count = 1u << m;
-    struct subset *all = malloc(count * sizeof *all);
-    double *best = malloc(count * sizeof *best);
-    if (all == NULL || best == NULL) {
-        free(all);
-        free(best);
-        err_set(e, ERR_FAIL, "out of memory");
-        return -1;
-    }
-    uint32_t n = 0;
-    for (uint32_t mask = 0; mask < count; mask++) {
-        int64_t w = 0;
-        double v = 0;
-        for (int j = 0; j < m; j++)
-            if (mask >> j & 1) {
-                w += p->w[opt[j]];
-                v += p->fwd[opt[j]];
+    int n = p->n, found = 0;
+    double best_r = 0;
+    int64_t best_units = 0;
+    uint32_t best_mask = 0;
+    for (uint32_t mask = 0; mask < (uint32_t)1 << n; mask++) {
+        __int128 kept = 0;
+        int64_t transient = 0;
+        double r = 0;
+        for (int l = 0; l < n; l++) {
+            if (mask >> l & 1) {
+                transient = p->t[l] > transient ? p->t[l] : transient;
+                r += p->fwd[l];
+            } else {
+                kept += p->w[l];
             }
-        if (w <= avail)
-            all[n++] = (struct subset){w, v, mask};
-    }
-    qsort(all, n, sizeof *all, by_weight);
-    /* collapse to one entry per weight: its best value (the first such subset) */
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (k > 0 && all[k - 1].weight == all[i].weight) {
-            if (all[i].value > all[k - 1].value)
-                all[k - 1] = all[i];
-        } else {
-            all[k++] = all[i];
+        }
+        __int128 units = kept + transient;
+        if (units > p->cap)
+            continue;
+        if (!found || less_time(r, best_r) || (!less_time(best_r, r) && units < best_units)) {
+            found = 1;
+            best_r = r;
+            best_units = (int64_t)units;
+            best_mask = mask;
         }
     }
-    for (uint32_t i = 0; i < k; i++)
-        best[i] = all[i].value;
-    struct subset chosen = all[pick(best, k)];
-    for (int j = 0; j < m; j++)
-        choice[opt[j]] = !(chosen.mask >> j & 1);
-    free(all);
-    free(best);
-    return chosen.weight;
-}
-
-/* Keeps, among the optional layers `opt` (m of them), the most valuable set of total weight at
- * most `avail`, ties by least weight; marks the others recomputed in `choice`. Returns the kept
- * weight, or -1 with e set. */
-static int64_t keep_most_valuable(const struct knap_problem *p, const int *opt, int m,
-                                  int64_t avail, unsigned char *choice, struct err *e)
-{
-    if (m <= 16 && ((int64_t)1 << m) < avail)
-        return keep_by_subsets(p, opt, m, avail, choice, e);
-    struct bits take;
-    double *best = malloc((size_t)(avail + 1) * sizeof *best);
-    if (best == NULL || bits_init(&take, m, avail + 1, e)) {
-        free(best);
-        if (e->code == ERR_OK)
-            err_set(e, ERR_FAIL, "out of memory");
-        return -1;
-    }
-    /* best[c]: the largest kept value of optional layers of exact weight c (-1: none) */
-    best[0] = 0;
-    for (int64_t c = 1; c <= avail; c++)
-        best[c] = -1;
-    for (int j = 0; j < m; j++) {
-        int l = opt[j];
-        int64_t w = p->w[l];
-        for (int64_t c = avail; c >= w; c--)
-            if (best[c - w] >= 0 && best[c - w] + p->fwd[l] > best[c]) {
-                best[c] = best[c - w] + p->fwd[l];
-                bits_set(&take, j, c);
-            }
-    }
-    int64_t at = pick(best, avail + 1);
-    int64_t kept = at;
-    for (int j = 0; j < m; j++)
-        choice[opt[j]] = 1;
-    for (int j = m - 1; j >= 0; j--)
-        if (bits_get(&take, j, at)) {
-            choice[opt[j]] = 0;
-            at -= p->w[opt[j]];
-        }
-    free(best);
-    free(take.b);
-    return kept;
+    for (int l = 0; l < n; l++)
+        recompute[l] = best_mask >> l & 1;
+    return found ? ERR_OK : ERR_NOFIT;
 }
 
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e)
 {
     int n = p->n;
-    /* The common cases need no table: even recomputing everything does not fit, or keeping
-     * everything does and no layer is free to recompute (a free one would save memory at no
-     * cost, which the tie rule wants). */
-    int64_t all_kept = 0, most_transient = 0;
+    /* The common cases need no table: even full recomputation (the least memory) does not
+     * fit, or keeping everything does and no layer is free to recompute (one that is would
+     * save memory at no cost, which the tie rule wants). */
+    __int128 all_kept = 0;
+    int64_t most_transient = 0;
     int free_saving = 0;
     for (int l = 0; l < n; l++) {
         all_kept += p->w[l];
-        if (p->t[l] > most_transient)
-            most_transient = p->t[l];
+        most_transient = p->t[l] > most_transient ? p->t[l] : most_transient;
         free_saving |= p->fwd[l] == 0 && p->w[l] > 0;
     }
-    if (p->cap < 0 || most_transient > p->cap)
+    if (most_transient > p->cap)
         return ERR_NOFIT;
     if (all_kept <= p->cap && !free_saving) {
         memset(recompute, 0, (size_t)n);
         return ERR_OK;
     }
-    int64_t *taus = malloc((size_t)(n + 1) * sizeof *taus);
-    int *opt = malloc((size_t)(n > 0 ? n : 1) * sizeof *opt);
-    unsigned char *choice = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (taus == NULL || opt == NULL || choice == NULL) {
-        free(taus);
-        free(opt);
-        free(choice);
-        return err_set(e, ERR_FAIL, "out of memory");
+    /* A few layers with a wide table (v (act - ckpt) in MiB is tens of thousands of columns
+     * for big models): every subset is cheaper than the table, with the same answer. */
+    if (n <= KNAP_SUBSETS_MAX && ((int64_t)4 << n) < p->cap)
+        return knap_min_recompute_subsets(p, recompute);
+    return knap_min_recompute_dp(p, recompute, e);
+}
+
+int knap_min_recompute_dp(const struct knap_problem *p, unsigned char *recompute, struct err *e)
+{
+    int n = p->n;
+    struct sorted s;
+    if (sorted_init(&s, p, e))
+        return e->code;
+    /* columns: kept weight of the optional layers, up to the most any threshold can use */
+    __int128 width = 0;
+    int any = 0;
+    for (int g = 0; g < s.n_groups; g++) {
+        __int128 avail = avail_units(&s, g, p), optional_w = s.prefix_w[s.end[g]];
+        __int128 used = avail < optional_w ? avail : optional_w;
+        any = any || avail >= 0;
+        if (used + 1 > width)
+            width = used + 1;
     }
-    int k = thresholds(p, taus);
-    int found = 0;
+    struct table tb;
+    unsigned char *choice = malloc((size_t)(n > 0 ? n : 1));
+    if (!any || choice == NULL || table_init(&tb, n, width, sizeof(double), "--unit", e)) {
+        sorted_free(&s);
+        free(choice);
+        if (choice == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        return any ? e->code : ERR_NOFIT;
+    }
+    /* best[c]: the largest kept time of optional layers of exact weight c (-1: none) */
+    double *best = tb.value;
+    best[0] = 0;
+    for (int64_t c = 1; c < width; c++)
+        best[c] = -1;
+    int rc = ERR_NOFIT, added = 0;
     double best_r = 0;
     int64_t best_units = 0;
-    for (int i = 0; i < k; i++) {
-        int64_t tau = taus[i], forced = 0, optional_w = 0;
-        int m = 0;
-        for (int l = 0; l < n; l++) {
-            if (p->t[l] > tau) {
-                forced += p->w[l];
-            } else {
-                opt[m++] = l;
-                optional_w += p->w[l];
-            }
+    double optional_ms = 0; /* total time of the optional layers */
+    for (int g = 0; g < s.n_groups; g++) {
+        for (; added < s.end[g]; added++) {
+            int l = s.layer[added];
+            /* locals: the bit writes below may alias anything the compiler cannot see */
+            const int64_t w = p->w[l];
+            const double f = p->fwd[l];
+            optional_ms += f;
+            /* strictly better only: a layer that costs no time is recomputed, for free */
+            for (int64_t c = width - 1; c >= w; c--)
+                if (best[c - w] >= 0 && best[c - w] + f > best[c]) {
+                    best[c] = best[c - w] + f;
+                    bit_set(&tb, added, c);
+                }
         }
-        int64_t avail = p->cap - tau - forced;
+        __int128 avail = avail_units(&s, g, p);
         if (avail < 0)
             continue;
+        /* The most kept time, ties (up to rounding) by the least weight: scanning up, move
+         * only to a value better by more than rounding. The tolerance is relative to the
+         * recompute time, not to the kept time, which a long kept layer makes huge. */
+        int64_t last = avail < width - 1 ? (int64_t)avail : width - 1, at = 0;
+        double top = best[0]; /* best[at] */
+        for (int64_t c = 1; c <= last; c++)
+            if (best[c] > top && best[c] - top > 1e-9 * (1.0 + (optional_ms - best[c]))) {
+                top = best[c];
+                at = c;
+            }
         memset(choice, 0, (size_t)n);
-        int64_t kept = optional_w;
-        if (avail < optional_w) {
-            kept = keep_most_valuable(p, opt, m, avail, choice, e);
-            if (kept < 0)
-                break;
+        for (int i = s.end[g] - 1; i >= 0; i--) {
+            if (bit_get(&tb, i, at))
+                at -= p->w[s.layer[i]];
+            else
+                choice[s.layer[i]] = 1;
         }
         double r = knap_recompute_ms(p, choice);
-        int64_t units = forced + kept + tau;
-        if (!found || less_time(r, best_r) || (!less_time(best_r, r) && units < best_units)) {
-            found = 1;
+        int64_t units = knap_units(p, choice);
+        if (rc == ERR_NOFIT || less_time(r, best_r) ||
+            (!less_time(best_r, r) && units < best_units)) {
+            rc = ERR_OK;
             best_r = r;
             best_units = units;
             memcpy(recompute, choice, (size_t)n);
         }
     }
-    free(taus);
-    free(opt);
+    table_free(&tb);
+    sorted_free(&s);
     free(choice);
-    if (e->code)
-        return e->code;
-    return found ? ERR_OK : ERR_NOFIT;
+    return rc;
 }
 
 double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms)
@@ -330,7 +362,8 @@ double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms)
     double total = 0;
     for (int l = 0; l < p->n; l++)
         total += p->fwd[l];
-    double width = (double)(KNAP_CELLS_MAX / (p->n > 0 ? p->n : 1)) - 2;
+    /* Rounding each layer to the nearest unit adds up to n/2 columns; leave room for it. */
+    double width = (double)(KNAP_CELLS_MAX / (p->n + 64) - p->n - 1);
     double needed = total / width;
     return needed > wanted_ms ? needed : wanted_ms;
 }
@@ -339,61 +372,63 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
                  unsigned char *recompute, int64_t *distance, struct err *e)
 {
     int n = p->n;
-    int64_t *taus = malloc((size_t)(n + 1) * sizeof *taus);
-    int *opt = malloc((size_t)(n > 0 ? n : 1) * sizeof *opt);
+    double total = 0;
+    for (int l = 0; l < n; l++)
+        total += p->fwd[l];
+    if (!(total / time_unit_ms < (double)KNAP_CELLS_MAX))
+        return err_set(e, ERR_INPUT,
+                       "balancing %.6g ms of recomputation in units of %.6g ms needs too large a "
+                       "table: use a coarser --time-unit",
+                       total, time_unit_ms);
+    struct sorted s;
+    if (sorted_init(&s, p, e))
+        return e->code;
+    /* 64-bit sums of weights below are safe up to here; beyond, the unit is absurdly fine */
+    if (s.prefix_w[n] > INT64_MAX / 2) {
+        sorted_free(&s);
+        return err_set(e, ERR_INPUT, "a stage of %d layers weighs more than 2^62 memory units: "
+                                     "use a coarser --unit", n);
+    }
     int64_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
-    unsigned char *choice = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (taus == NULL || opt == NULL || q == NULL || choice == NULL) {
-        free(taus);
-        free(opt);
+    unsigned char *choice = malloc((size_t)(n > 0 ? n : 1));
+    int64_t width = 1;
+    for (int l = 0; q != NULL && l < n; l++) {
+        q[l] = knap_time_units(p, l, time_unit_ms);
+        width += q[l];
+    }
+    struct table tb;
+    if (q == NULL || choice == NULL ||
+        table_init(&tb, n, width, sizeof(int64_t), "--time-unit", e)) {
+        sorted_free(&s);
         free(q);
         free(choice);
-        return err_set(e, ERR_FAIL, "out of memory");
+        return q == NULL || choice == NULL ? err_set(e, ERR_FAIL, "out of memory") : e->code;
     }
-    for (int l = 0; l < n; l++)
-        q[l] = knap_time_units(p, l, time_unit_ms);
-    int k = thresholds(p, taus);
-    int found = 0;
+    /* most[r]: the most weight that recomputed optional layers of exact time r free (-1:
+     * none) */
+    int64_t *most = tb.value;
+    most[0] = 0;
+    for (int64_t r = 1; r < width; r++)
+        most[r] = -1;
+    int rc = ERR_NOFIT, added = 0;
     int64_t best_d = 0, best_units = 0;
-    for (int i = 0; i < k && e->code == ERR_OK; i++) {
-        int64_t tau = taus[i], forced = 0, optional_w = 0, qsum = 0;
-        int m = 0;
-        for (int l = 0; l < n; l++) {
-            if (p->t[l] > tau) {
-                forced += p->w[l];
-            } else {
-                opt[m++] = l;
-                optional_w += p->w[l];
-                qsum += q[l];
-            }
-        }
-        if (p->cap < 0 || forced + tau > p->cap)
-            continue;
-        /* most[r]: the most weight that recomputed optional layers of total time r free */
-        struct bits take;
-        int64_t *most = malloc((size_t)(qsum + 1) * sizeof *most);
-        if (most == NULL || bits_init(&take, m, qsum + 1, e)) {
-            free(most);
-            if (e->code == ERR_OK)
-                err_set(e, ERR_FAIL, "out of memory");
-            break;
-        }
-        most[0] = 0;
-        for (int64_t r = 1; r <= qsum; r++)
-            most[r] = -1;
-        for (int j = 0; j < m; j++) {
-            int l = opt[j];
-            for (int64_t r = qsum; r >= q[l]; r--)
-                if (most[r - q[l]] >= 0 && most[r - q[l]] + p->w[l] > most[r]) {
-                    most[r] = most[r - q[l]] + p->w[l];
-                    bits_set(&take, j, r);
+    for (int g = 0; g < s.n_groups; g++) {
+        for (; added < s.end[g]; added++) {
+            int l = s.layer[added];
+            const int64_t ql = q[l], w = p->w[l];
+            for (int64_t r = width - 1; r >= ql; r--)
+                if (most[r - ql] >= 0 && most[r - ql] + w > most[r]) {
+                    most[r] = most[r - ql] + w;
+                    bit_set(&tb, added, r);
                 }
         }
-        int64_t at = -1, at_d = 0, at_units = 0;
-        for (int64_t r = 0; r <= qsum; r++) {
+        __int128 forced = forced_units(&s, g, p), optional_w = s.prefix_w[s.end[g]];
+        int64_t at = -1, at_d = 0;
+        __int128 at_units = 0;
+        for (int64_t r = 0; r < width; r++) {
             if (most[r] < 0)
                 continue;
-            int64_t units = forced + (optional_w - most[r]) + tau;
+            __int128 units = forced + optional_w - most[r] + s.tau[g];
             if (units > p->cap)
                 continue;
             int64_t d = r > target_units ? r - target_units : target_units - r;
@@ -403,29 +438,27 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
                 at_units = units;
             }
         }
-        if (at >= 0 && (!found || at_d < best_d || (at_d == best_d && at_units < best_units))) {
-            found = 1;
+        if (at < 0)
+            continue;
+        memset(choice, 0, (size_t)n);
+        for (int i = s.end[g] - 1; i >= 0; i--)
+            if (bit_get(&tb, i, at)) {
+                choice[s.layer[i]] = 1;
+                at -= q[s.layer[i]];
+            }
+        int64_t units = knap_units(p, choice);
+        if (rc == ERR_NOFIT || at_d < best_d || (at_d == best_d && units < best_units)) {
+            rc = ERR_OK;
             best_d = at_d;
-            best_units = at_units;
-            memset(choice, 0, (size_t)n);
-            for (int j = m - 1; j >= 0; j--)
-                if (bits_get(&take, j, at)) {
-                    choice[opt[j]] = 1;
-                    at -= q[opt[j]];
-                }
+            best_units = units;
             memcpy(recompute, choice, (size_t)n);
         }
-        free(most);
-        free(take.b);
     }
-    free(taus);
-    free(opt);
+    table_free(&tb);
+    sorted_free(&s);
     free(q);
     free(choice);
-    if (e->code)
-        return e->code;
-    if (!found)
-        return ERR_NOFIT;
-    *distance = best_d;
-    return ERR_OK;
+    if (rc == ERR_OK)
+        *distance = best_d;
+    return rc;
 }

@@ -8,11 +8,16 @@
  *   w_l = ceil(v * (act_l - ckpt_l) / unit)      keeping l
  *   t_l = ceil((act_l - ckpt_l) / unit)          l's transient if recomputed
  *   cap = floor((limit - fixed) / unit)
- * a choice fits when sum over kept w_l + max over recomputed t_l <= cap.
+ * a choice fits when sum over kept w_l + max over recomputed t_l <= cap. A weight above cap can
+ * never be part of a choice that fits, so knap_build stores min(w_l, cap + 1) and
+ * min(t_l, cap + 1) (and cap = -1 when nothing can fit): every choice fits exactly when it
+ * does with the true weights, with the same units, and no sum can overflow.
  *
  * The transient is not a knapsack item: the DP enumerates its value tau (0 or some t_l);
  * layers with t_l > tau must be kept, the rest form a plain knapsack of capacity cap - tau.
- * Every choice is found at tau = its own transient, so the best over all tau is exact. */
+ * Every choice is found at tau = its own transient, so the best over all tau is exact. With
+ * the layers sorted by t_l, the optional layers of each tau are a prefix of that order, so one
+ * pass of the DP over the sorted layers serves every tau. */
 #ifndef BALLAST_KNAPSACK_H
 #define BALLAST_KNAPSACK_H
 
@@ -21,16 +26,18 @@
 #include "err.h"
 #include "profile.h"
 
-/* Largest DP table (cells of one bit) before the DP refuses: ask for a coarser unit. */
+/* Largest DP table before the DP refuses (ask for a coarser unit), in bits: a bit per layer
+ * and column to reconstruct the choice, plus a 64-bit value per column: (rows + 64) x columns.
+ * 2^28 bits is 32 MiB. */
 #define KNAP_CELLS_MAX ((int64_t)1 << 28)
 
 struct knap_problem {
     int n;
-    int64_t cap;       /* may be negative: nothing fits */
-    int64_t *w;        /* n, units kept */
-    int64_t *t;        /* n, units of transient */
+    int64_t cap;       /* -1: nothing fits */
+    int64_t *w;        /* n, units kept (at most cap + 1) */
+    int64_t *t;        /* n, units of transient (at most cap + 1) */
     const double *fwd; /* n, recompute cost of each layer (ms) */
-    int64_t fixed_bytes;
+    int64_t fixed_bytes; /* saturates at INT64_MAX */
     int64_t limit_bytes;
     int64_t unit_bytes;
 };
@@ -39,21 +46,31 @@ int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, i
                int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e);
 void knap_free(struct knap_problem *p);
 
-/* Memory units of a choice: sum over kept w + max over recomputed t (recompute: n flags). */
+/* Memory units of a choice: sum over kept w + max over recomputed t (recompute: n flags);
+ * exact for a choice that fits, above cap for one that does not. */
 int64_t knap_units(const struct knap_problem *p, const unsigned char *recompute);
 double knap_recompute_ms(const struct knap_problem *p, const unsigned char *recompute);
 /* Recompute time in integer units of `time_unit_ms`, as the balancing DP counts it. */
 int64_t knap_time_units(const struct knap_problem *p, int layer, double time_unit_ms);
 
-/* Least recompute time such that the stage fits, ties by least memory. ERR_NOFIT (with no
- * message) when even recomputing everything does not fit. */
+/* Stages of at most this many layers may be solved by trying every subset (when that is
+ * cheaper than the table). */
+#define KNAP_SUBSETS_MAX 16
+
+/* Least recompute time such that the stage fits, ties by least memory units. ERR_NOFIT (with
+ * no message) when even recomputing everything does not fit; ERR_INPUT when the table would
+ * pass KNAP_CELLS_MAX. */
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e);
+/* The two ways knap_min_recompute solves a stage, exposed so the tests hold them to the same
+ * answers: the DP table, and every subset (n <= KNAP_SUBSETS_MAX). */
+int knap_min_recompute_dp(const struct knap_problem *p, unsigned char *recompute, struct err *e);
+int knap_min_recompute_subsets(const struct knap_problem *p, unsigned char *recompute);
 
 /* The time unit the balancing DP uses for this stage: `wanted_ms`, coarsened if the DP table
  * would otherwise pass KNAP_CELLS_MAX. */
 double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms);
 /* Recompute time closest to `target_units` (both in units of time_unit_ms), such that the
- * stage fits; ties by least memory. ERR_NOFIT when nothing fits. *distance gets
+ * stage fits; ties by least memory units. ERR_NOFIT when nothing fits. *distance gets
  * |units - target_units|. */
 int knap_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
                  unsigned char *recompute, int64_t *distance, struct err *e);

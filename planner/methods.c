@@ -88,60 +88,35 @@ static int stage_fits(const struct plan *p, const struct plan_stage *st)
     return c.memory_bytes <= st->memory_limit_bytes;
 }
 
-static void describe_stage(const struct plan *p, const struct plan_stage *st, struct err *e,
-                           const char *what)
+/* Bytes as a person reads them; exact below a KiB. */
+static const char *human_bytes(int64_t b, char buf[32])
 {
-    struct stage_cost c;
-    plan_stage_cost(p, st, &c);
-    err_append(e,
-               "  stage %d (%s, layers %d-%d) %s: state %.2f GiB + %d in flight x %.3f GiB kept "
-               "+ transient %.3f GiB + workspace %.3f GiB + reserve %.2f GiB = %.2f GiB > limit "
-               "%.2f GiB",
-               st->index, st->device, st->first, st->last, what, c.state_bytes / GIB,
-               c.in_flight, c.kept_bytes / GIB, c.transient_bytes / GIB, c.workspace_bytes / GIB,
-               c.reserve_bytes / GIB, c.memory_bytes / GIB, st->memory_limit_bytes / GIB);
+    if (b >= ((int64_t)1 << 30))
+        snprintf(buf, 32, "%.2f GiB", (double)b / GIB);
+    else if (b >= ((int64_t)1 << 20))
+        snprintf(buf, 32, "%.2f MiB", (double)b / (1 << 20));
+    else if (b >= ((int64_t)1 << 10))
+        snprintf(buf, 32, "%.2f KiB", (double)b / (1 << 10));
+    else
+        snprintf(buf, 32, "%lld B", (long long)b);
+    return buf;
 }
 
-/* ERR_NOFIT naming every stage that cannot fit even recomputing every layer (or, if all
- * could, the stages this method leaves over their limit). */
-static int report_nofit(struct plan *p, const struct plan_options *o, struct err *e)
+/* Appends one stage's memory terms for the choice `recompute` against its limit. */
+static void describe_stage(const struct plan *p, const struct plan_stage *st,
+                           const unsigned char *recompute, const char *what, struct err *e)
 {
-    const char *method = p->method;
-    err_set(e, ERR_NOFIT, "no plan fits with method %s:", method);
-    int hopeless = 0;
-    for (int s = 0; s < p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        unsigned char *saved = malloc((size_t)plan_stage_layer_count(st));
-        if (saved == NULL)
-            return err_set(e, ERR_FAIL, "out of memory");
-        memcpy(saved, st->recompute, (size_t)plan_stage_layer_count(st));
-        set_block(st, plan_stage_layer_count(st));
-        if (!stage_fits(p, st)) {
-            describe_stage(p, st, e, "cannot fit even recomputing every layer");
-            hopeless++;
-        }
-        memcpy(st->recompute, saved, (size_t)plan_stage_layer_count(st));
-        free(saved);
-    }
-    if (hopeless > 0) {
-        err_append(e, "  (%d of %d stages; more memory, more stages, fewer micro-batches in "
-                      "flight or a smaller micro-batch would help)",
-                   hopeless, p->n_stages);
-        return ERR_NOFIT;
-    }
-    if (o->method == METHOD_PATENT || o->method == METHOD_OPTIMAL) {
-        /* The DP is exact on memory units, each rounded up: a stage that fits only when
-         * counted to the byte is refused rather than planned over its limit. */
-        err_append(e, "  a stage fits only when its memory is counted to the byte; rounded up "
-                      "to units of %lld bytes it does not: use a smaller --unit",
-                   (long long)o->unit_bytes);
-        return ERR_NOFIT;
-    }
-    for (int s = 0; s < p->n_stages; s++)
-        if (!stage_fits(p, &p->stages[s]))
-            describe_stage(p, &p->stages[s], e, "does not fit this method's choice");
-    err_append(e, "  every stage would fit with more recomputation: try --method optimal");
-    return ERR_NOFIT;
+    struct stage_cost c;
+    char b[7][32];
+    cost_stage(st->layers, plan_stage_layer_count(st), recompute, st->in_flight,
+               p->reserve_bytes, &c);
+    err_append(e,
+               "  stage %d (%s, layers %d-%d) %s: state %s + %d in flight x %s kept + transient "
+               "%s + workspace %s + reserve %s = %s > limit %s",
+               st->index, st->device, st->first, st->last, what, human_bytes(c.state_bytes, b[0]),
+               c.in_flight, human_bytes(c.kept_bytes, b[1]), human_bytes(c.transient_bytes, b[2]),
+               human_bytes(c.workspace_bytes, b[3]), human_bytes(c.reserve_bytes, b[4]),
+               human_bytes(c.memory_bytes, b[5]), human_bytes(st->memory_limit_bytes, b[6]));
 }
 
 static int build_problem(const struct plan *p, const struct plan_stage *st,
@@ -151,9 +126,67 @@ static int build_problem(const struct plan *p, const struct plan_stage *st,
                       p->reserve_bytes, st->memory_limit_bytes, o->unit_bytes, e);
 }
 
+/* ERR_NOFIT naming every stage that cannot fit even recomputing every layer (full
+ * recomputation needs the least memory: keeping a layer costs v (act - ckpt), more than its
+ * transient), or, if all could, why this method's choice does not fit. */
+static int report_nofit(const struct plan *p, const struct plan_options *o, struct err *e)
+{
+    int longest = 0, hopeless = 0;
+    char b[32];
+    for (int s = 0; s < p->n_stages; s++)
+        if (plan_stage_layer_count(&p->stages[s]) > longest)
+            longest = plan_stage_layer_count(&p->stages[s]);
+    unsigned char *all = malloc((size_t)longest);
+    if (all == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    memset(all, 1, (size_t)longest);
+    err_set(e, ERR_NOFIT, "no plan fits with method %s:", p->method);
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        struct stage_cost c;
+        cost_stage(st->layers, plan_stage_layer_count(st), all, st->in_flight, p->reserve_bytes,
+                   &c);
+        if (c.memory_bytes > st->memory_limit_bytes) {
+            describe_stage(p, st, all, "cannot fit even recomputing every layer", e);
+            hopeless++;
+        }
+    }
+    if (hopeless > 0) {
+        free(all);
+        return err_append(e, "  (%d of %d stages; more memory, more stages, fewer micro-batches "
+                             "in flight or a smaller micro-batch would help)",
+                          hopeless, p->n_stages);
+    }
+    if (o->method == METHOD_PATENT || o->method == METHOD_OPTIMAL) {
+        /* The DP is exact on memory units, each rounded up: a stage that fits only when
+         * counted to the byte is refused rather than planned over its limit. */
+        for (int s = 0; s < p->n_stages; s++) {
+            struct knap_problem kp;
+            if (build_problem(p, &p->stages[s], o, &kp, e))
+                break;
+            int64_t need = knap_units(&kp, all);
+            if (need > kp.cap)
+                err_append(e, "  stage %d fits only when its memory is counted to the byte: in "
+                              "units of %lld bytes, recomputing every layer needs %lld units on "
+                              "top of %s, and only %lld are left: use a smaller --unit",
+                           s, (long long)o->unit_bytes, (long long)need,
+                           human_bytes(kp.fixed_bytes, b), (long long)kp.cap);
+            knap_free(&kp);
+        }
+        free(all);
+        return e->code;
+    }
+    free(all);
+    for (int s = 0; s < p->n_stages; s++)
+        if (!stage_fits(p, &p->stages[s]))
+            describe_stage(p, &p->stages[s], p->stages[s].recompute,
+                           "does not fit this method's choice", e);
+    return err_append(e, "  every stage would fit with more recomputation: try --method optimal");
+}
+
 /* Each stage its least recompute within its limit (optimal), or the most loaded stage's
- * least and every other stage's closest to it (patent). With verify, checks each stage's
- * objective against GLPK. */
+ * least and every other stage's closest to it (patent). With verify, solves each stage again
+ * with GLPK and records both objectives (summed over the stages). */
 static int knapsack_stages(struct plan *p, const struct plan_options *o, struct err *e)
 {
     int star = p->most_loaded_stage;
@@ -168,42 +201,31 @@ static int knapsack_stages(struct plan *p, const struct plan_options *o, struct 
         double dp_obj = 0, milp_obj = 0;
         if (build_problem(p, st, o, &kp, e))
             return e->code;
-        int rc;
+        int rc, glpk = ERR_OK;
         if (!patent || s == star) {
             rc = knap_min_recompute(&kp, st->recompute, e);
-            if (rc == ERR_OK) {
-                dp_obj = knap_recompute_ms(&kp, st->recompute);
-                if (s == star)
-                    target_ms = dp_obj;
-                if (o->verify && milp_min_recompute(&kp, &milp_obj, e) == ERR_NOFIT) {
-                    err_clear(e); /* the DP found a choice GLPK calls infeasible */
-                    milp_obj = INFINITY;
-                }
-                rc = e->code;
-            }
+            dp_obj = knap_recompute_ms(&kp, st->recompute);
+            target_ms = s == star ? dp_obj : target_ms;
+            if (rc == ERR_OK && o->verify)
+                glpk = milp_min_recompute(&kp, &milp_obj, e);
         } else {
-            double unit = knap_balance_time_unit(&kp, o->time_unit_ms);
+            double unit = knap_balance_time_unit(&kp, o->time_unit_ms), units = 0;
             int64_t target = (int64_t)llround(target_ms / unit), distance = 0;
             rc = knap_balance(&kp, target, unit, st->recompute, &distance, e);
-            if (rc == ERR_OK) {
-                dp_obj = (double)distance * unit;
-                double units;
-                if (o->verify && milp_balance(&kp, target, unit, &units, e) == ERR_NOFIT) {
-                    err_clear(e);
-                    units = INFINITY;
-                }
-                rc = e->code;
-                if (o->verify)
-                    milp_obj = units * unit;
-            }
+            dp_obj = (double)distance * unit;
+            if (rc == ERR_OK && o->verify)
+                glpk = milp_balance(&kp, target, unit, &units, e);
+            milp_obj = units * unit;
         }
         knap_free(&kp);
-        if (rc == ERR_NOFIT) {
-            err_clear(e);
-            return ERR_NOFIT;
-        }
         if (rc)
-            return rc;
+            return rc; /* ERR_NOFIT: nothing fits this stage */
+        if (glpk == ERR_NOFIT)
+            return err_set(e, ERR_FAIL,
+                           "verify: stage %d: GLPK finds no choice that fits, the DP found one",
+                           s);
+        if (glpk)
+            return glpk;
         dp_total += dp_obj;
         milp_total += milp_obj;
         if (o->verify && !(fabs(dp_obj - milp_obj) <= 1e-6 + 1e-6 * fabs(milp_obj))) {
@@ -212,9 +234,8 @@ static int knapsack_stages(struct plan *p, const struct plan_options *o, struct 
                     milp_obj);
         }
     }
-    if (o->verify) {
+    if (o->verify)
         p->verify = (struct plan_verify){1, milp_total, dp_total, agree};
-    }
     return ERR_OK;
 }
 
@@ -252,6 +273,13 @@ static int most_loaded(const struct plan *p)
 int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
                  struct err *e)
 {
+    /* the command line checks these; a library caller gets the same refusal */
+    if (o->unit_bytes < 1 || !(o->time_unit_ms > 0) || !(o->reduce >= 0 && o->reduce <= 1) ||
+        o->block_n < 0)
+        return err_set(e, ERR_INPUT,
+                       "plan options: unit %lld bytes, time unit %g ms, reduce %g, block %d: "
+                       "expected unit >= 1, time unit > 0, 0 <= reduce <= 1, block >= 0",
+                       (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n);
     if (o->repartition) {
         struct repartition_stats stats;
         if (o->method != METHOD_OPTIMAL)

@@ -76,7 +76,14 @@ static int solve(const struct knap_problem *p, int balance, int64_t target_units
     glp_init_iocp(&parm);
     parm.presolve = GLP_ON;
     parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = MILP_TIME_LIMIT_MS;
     int rc = glp_intopt(lp, &parm);
+    if (rc == GLP_ETMLIM) {
+        err_set(e, ERR_FAIL,
+                "GLPK found no proven optimum within %d s for a stage of %d layers: not verified",
+                MILP_TIME_LIMIT_MS / 1000, n);
+        goto done;
+    }
     /* With presolve on, an infeasible problem is reported by the return code. */
     if (rc == GLP_ENOPFS || rc == GLP_ENODFS) {
         err_set(e, ERR_NOFIT, "GLPK: no feasible choice");

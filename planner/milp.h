@@ -6,7 +6,12 @@
 
 #include "knapsack.h"
 
-/* Least sum fwd_l r_l. ERR_NOFIT if infeasible. */
+/* Branch and bound can take exponential time (balancing is a subset-sum problem, and the LP
+ * bound of |sum - target| is 0 until nearly every layer is fixed): a stage GLPK has not solved
+ * within this time is reported as not verified (ERR_FAIL) rather than waited for. */
+#define MILP_TIME_LIMIT_MS 10000
+
+/* Least sum fwd_l r_l. ERR_NOFIT if infeasible, ERR_FAIL past MILP_TIME_LIMIT_MS. */
 int milp_min_recompute(const struct knap_problem *p, double *objective_ms, struct err *e);
 /* Least |sum q_l r_l - target_units| with q_l the time units of knap_time_units. */
 int milp_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,

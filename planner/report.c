@@ -3,7 +3,7 @@
 
 #include "planner.h"
 
-/* Memory in GiB, or MiB for plans whose stages have less than a GiB. */
+/* Memory in GiB, or in MiB, KiB or bytes for plans whose stages have less. */
 struct mem_unit {
     double bytes;
     const char *name;
@@ -15,8 +15,13 @@ static struct mem_unit table_unit(const struct plan *p)
     for (int s = 0; s < p->n_stages; s++)
         if (p->stages[s].memory_limit_bytes > most)
             most = p->stages[s].memory_limit_bytes;
-    return most >= ((int64_t)1 << 30) ? (struct mem_unit){1073741824.0, "GiB"}
-                                      : (struct mem_unit){1048576.0, "MiB"};
+    if (most >= ((int64_t)1 << 30))
+        return (struct mem_unit){1073741824.0, "GiB"};
+    if (most >= ((int64_t)1 << 20))
+        return (struct mem_unit){1048576.0, "MiB"};
+    if (most >= ((int64_t)1 << 10))
+        return (struct mem_unit){1024.0, "KiB"};
+    return (struct mem_unit){1.0, "B"};
 }
 
 /* Global layer indices as ranges: "1-5,7". */

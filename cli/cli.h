@@ -29,5 +29,6 @@ int cli_parse_int(const char *text, long lo, long hi, long *out);
 
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

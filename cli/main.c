@@ -7,6 +7,7 @@
 static const struct cli_command commands[] = {
     {"profile", "measure (or estimate) every layer's time and memory on a device", cmd_profile},
     {"plan", "choose each stage's recomputed layers so every stage fits", cmd_plan},
+    {"train", "train a plan's GPT, one MPI rank per stage (mpirun -np S)", cmd_train},
 };
 
 static void usage(FILE *f)

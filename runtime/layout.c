@@ -141,8 +141,8 @@ void layout_free(struct stage_layout *sl)
     sl->layers = NULL;
 }
 
-int layout_check_limit(const struct stage_layout *sl, const struct model *m, int stage,
-                       int64_t limit, int64_t reserve, struct err *e)
+int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
+                       int64_t reserve, struct err *e)
 {
     int64_t available = limit - reserve, state = 0, slot = 0, transient = 0, ws = 0;
     for (int i = 0; i < sl->n_layers; i++) {
@@ -159,11 +159,11 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
             model_layer_name(m, L->layer, name);
             return err_set(
                 e, ERR_NOFIT,
-                "stage %d (layers %d-%d) does not fit its memory: at layer %d (%s) it needs "
-                "%lld bytes (state %lld + %d in flight x kept %lld + transient %lld + "
-                "workspace %lld), over its memory_limit_bytes %lld minus reserve_bytes %lld = "
-                "%lld; the whole stage needs %lld",
-                stage, sl->first, sl->last, L->layer, name, (long long)need, (long long)state,
+                "layers %d-%d do not fit the memory limit: at layer %d (%s) they need %lld "
+                "bytes (state %lld + %d in flight x kept %lld + transient %lld + workspace "
+                "%lld), over memory_limit_bytes %lld minus reserve_bytes %lld = %lld; all "
+                "layers need %lld",
+                sl->first, sl->last, L->layer, name, (long long)need, (long long)state,
                 sl->in_flight, (long long)slot, (long long)transient, (long long)ws,
                 (long long)limit, (long long)reserve, (long long)available,
                 (long long)sl->arena_bytes);

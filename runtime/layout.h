@@ -54,11 +54,11 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
                 const unsigned char *recompute, int in_flight, struct err *e);
 void layout_free(struct stage_layout *sl);
 
-/* The memory limit: fails (ERR_NOFIT) when the arenas need more than `available` bytes,
- * naming the stage, the layer at which the running total (state + in_flight x kept +
- * transient + workspace, over layers first..l) first crosses the limit, and the bytes. */
-int layout_check_limit(const struct stage_layout *sl, const struct model *m, int stage,
-                       int64_t limit, int64_t reserve, struct err *e);
+/* The memory limit: fails (ERR_NOFIT) when the arenas need more than limit - reserve,
+ * naming the layer at which the running total (state + in_flight x kept + transient +
+ * workspace, over layers first..l) first crosses it, and the bytes. */
+int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
+                       int64_t reserve, struct err *e);
 
 /* AdamW's weight decay applies to the matrices (embeddings and linear weights), not to
  * biases or layer-norm parameters. */

@@ -400,7 +400,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     r->data = data;
     const struct model *m = c->model;
     TRY(layout_init(&r->lay, m, c->first, c->last, c->recompute, c->in_flight, e));
-    if (layout_check_limit(&r->lay, m, c->stage, c->limit_bytes, c->reserve_bytes, e)) {
+    if (layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
         layout_free(&r->lay);
         return e->code;
     }

@@ -35,12 +35,15 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
 };
 
-/* Every rank passes its status; all get the worst. */
-static int agree(struct run *r, int rc)
+/* Every rank passes its status; all get the worst, and the first rank that failed. */
+static int agree(struct run *r, int rc, int *first_failed)
 {
-    int worst = rc;
-    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS)
+    int worst = rc, mine = rc != ERR_OK ? r->rank : r->size, first = mine;
+    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS ||
+        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS)
         return ERR_FAIL;
+    if (first_failed != NULL)
+        *first_failed = first;
     return worst;
 }
 
@@ -190,7 +193,7 @@ static void save(struct run *r, int64_t step)
     if (rc)
         fail_now(r, &e);
     /* the manifest names step N only once every stage's file of step N is on disk */
-    if (agree(r, rc) != ERR_OK)
+    if (agree(r, rc, NULL) != ERR_OK)
         MPI_Abort(r->comm, ERR_FAIL);
     if (r->rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, &e))
         fail_now(r, &e);
@@ -369,8 +372,8 @@ int train_run(const struct train_options *o)
     MPI_Comm_size(r.comm, &r.size);
 
     /* The same on every rank: rank 0 speaks for all. */
-    int rc = setup_global(&r, &e);
-    int all = agree(&r, rc);
+    int first_failed, rc = setup_global(&r, &e);
+    int all = agree(&r, rc, NULL);
     if (all != ERR_OK) {
         if (rc != ERR_OK && r.rank == 0)
             fprintf(stderr, "ballast train: %s\n", e.msg);
@@ -379,12 +382,13 @@ int train_run(const struct train_options *o)
     }
     /* This rank's own: it speaks for itself. */
     rc = setup_stage(&r, &e);
-    all = agree(&r, rc);
+    all = agree(&r, rc, &first_failed);
     if (all != ERR_OK) {
         if (rc != ERR_OK)
             fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
         else if (r.rank == 0)
-            fprintf(stderr, "ballast train: stopped: another stage failed to start (above)\n");
+            fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
+                    first_failed);
         free_run(&r);
         return all;
     }

@@ -94,7 +94,7 @@ struct backend {
     void *impl; /* the backend's own state */
 };
 
-/* The CPU backend: `threads` OpenMP and OpenBLAS threads (process-wide settings). */
+/* The CPU backend: `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
 
 #endif

@@ -216,8 +216,9 @@ int backend_cpu_init(struct backend *be, int threads, struct err *e)
 {
     if (threads < 1)
         return err_set(e, ERR_INPUT, "cpu backend: %d threads, expected at least 1", threads);
+    /* one thread pool: OpenMP's (kernels_cpu.c splits the matrix products itself) */
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(1);
     be->ops = &cpu_ops;
     be->threads = threads;
     be->impl = NULL;

@@ -4,9 +4,61 @@
 #include <math.h>
 #include <string.h>
 
-/* Column reductions (bias and layer-norm parameter gradients, embedding scatter-adds) run
- * over blocks of this many columns, one block per task, rows in order inside. */
-#define COL_BLOCK 32
+/* Threads. OpenBLAS runs single-threaded (backend_cpu_init) and all parallelism is OpenMP's:
+ * two thread pools on the same cores fight (each spins while the other works). Matrix
+ * products are split into blocks of GEMM_ROWS output rows, one OpenBLAS call per block; the
+ * blocks depend only on the shapes, never on the thread count, so neither do the results.
+ *
+ * Column reductions (bias and layer-norm parameter gradients, embedding scatter-adds) run over
+ * blocks of COL_BLOCK columns, one task per block, rows in order inside.
+ *
+ * Vector code. Element-wise loops are `omp simd`; the build contracts no a*b+c into FMAs
+ * (ISO C mode), so a vectorised loop computes exactly what the scalar one would. Sums that
+ * reduce (layer-norm statistics, softmax denominators) stay sequential. */
+#define GEMM_ROWS 64
+#define COL_BLOCK 64
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major. */
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    int blocks = (M + GEMM_ROWS - 1) / GEMM_ROWS;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < blocks; blk++) {
+        int m0 = blk * GEMM_ROWS, mb = M - m0 < GEMM_ROWS ? M - m0 : GEMM_ROWS;
+        /* rows m0.. of op(A): rows of A, or columns when A is transposed */
+        const float *a = ta == CblasNoTrans ? A + (int64_t)m0 * lda : A + m0;
+        cblas_sgemm(CblasRowMajor, ta, tb, mb, N, K, alpha, a, lda, B, ldb, beta,
+                    C + (int64_t)m0 * ldc, ldc);
+    }
+}
+
+/* exp(x) for x in [-87, 88] (clamped outside), within 2 ulp: Cephes' expf, written so that
+ * it vectorises (no calls, no branches). */
+static inline float exp_approx(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23; /* 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+static inline float tanh_approx(float y)
+{
+    return 1.0f - 2.0f / (exp_approx(2.0f * y) + 1.0f);
+}
 
 void encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                      int B, int T, int C)
@@ -15,6 +67,7 @@ void encoder_forward(float *out, const int32_t *tokens, const float *wte, const 
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
         float *o = out + bt * C;
         const float *te = wte + (int64_t)tokens[bt] * C, *pe = wpe + (bt % T) * C;
+#pragma omp simd
         for (int i = 0; i < C; i++)
             o[i] = te[i] + pe[i];
     }
@@ -32,6 +85,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
         for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
             float *d = dwte + (int64_t)tokens[bt] * C;
             const float *g = dout + bt * C;
+#pragma omp simd
             for (int i = c0; i < c1; i++)
                 d[i] += g[i];
         }
@@ -41,6 +95,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
         float *d = dwpe + (int64_t)t * C;
         for (int b = 0; b < B; b++) {
             const float *g = dout + ((int64_t)b * T + t) * C;
+#pragma omp simd
             for (int i = 0; i < C; i++)
                 d[i] += g[i];
         }
@@ -65,6 +120,7 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
         }
         var /= C;
         float s = 1.0f / sqrtf(var + 1e-5f);
+#pragma omp simd
         for (int i = 0; i < C; i++)
             o[i] = (x[i] - m) * s * w[i] + b[i];
         mean[n] = m;
@@ -88,6 +144,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
         }
         dnorm_mean /= C;
         dnorm_norm_mean /= C;
+#pragma omp simd
         for (int i = 0; i < C; i++) {
             float norm = (x[i] - m) * s, dnorm = w[i] * g[i];
             d[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
@@ -100,6 +157,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
         for (int n = 0; n < N; n++) {
             const float *x = inp + (int64_t)n * C, *g = dout + (int64_t)n * C;
             float m = mean[n], s = rstd[n];
+#pragma omp simd
             for (int i = c0; i < c1; i++) {
                 dw[i] += (x[i] - m) * s * g[i];
                 db[i] += g[i];
@@ -117,14 +175,18 @@ void matmul_forward(float *out, const float *add, const float *inp, const float 
         for (int n = 0; n < N; n++) {
             float *o = out + (int64_t)n * OC;
             const float *a = add ? add + (int64_t)n * OC : NULL;
-            for (int i = 0; i < OC; i++)
-                o[i] = (a ? a[i] : 0.0f) + (bias ? bias[i] : 0.0f);
+            if (a && bias) {
+#pragma omp simd
+                for (int i = 0; i < OC; i++)
+                    o[i] = a[i] + bias[i];
+            } else {
+                memcpy(o, a ? a : bias, sizeof(float) * (size_t)OC);
+            }
         }
         beta = 1;
     }
     /* out (N,OC) = inp (N,C) @ w^T (C,OC) + beta * out */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta,
-                out, OC);
+    gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
@@ -132,11 +194,9 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 {
     /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
     if (dinp != NULL)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-                    0.0f, dinp, C);
+        gemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     /* dw (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dw, C);
+    gemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias == NULL)
         return;
     int blocks = (OC + COL_BLOCK - 1) / COL_BLOCK;
@@ -145,104 +205,105 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
         int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < OC ? c0 + COL_BLOCK : OC;
         for (int n = 0; n < N; n++) {
             const float *g = dout + (int64_t)n * OC;
+#pragma omp simd
             for (int i = c0; i < c1; i++)
                 dbias[i] += g[i];
         }
     }
 }
 
+/* Attention runs one (batch, head) per task, each product an OpenBLAS call on that head's
+ * strided columns of qkv. Rows go in blocks of ATT_ROWS: a block of query rows needs keys up
+ * to its last row only, which skips most of the masked upper triangle. */
+#define ATT_ROWS 64
+
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
-    int hs = C / NH;
-    int64_t C3 = 3 * (int64_t)C;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < NH; h++) {
-                const float *base = qkv + (int64_t)b * T * C3;
-                const float *q = base + t * C3 + h * hs;
-                float *a = att + (((int64_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = base + t2 * C3 + C + h * hs;
-                    float dot = 0;
-                    for (int i = 0; i < hs; i++)
-                        dot += q[i] * k[i];
-                    dot *= scale;
-                    a[t2] = dot;
-                    if (dot > maxv)
-                        maxv = dot;
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((int64_t)b * NH + h) * T * T;
+            float *o = out + (int64_t)b * T * C + h * hs;
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+                int rows = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS, keys = r0 + rows;
+                float *ab = a + (int64_t)r0 * T;
+                /* scores (rows, keys) = scale q k^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs, scale,
+                            q + (int64_t)r0 * C3, C3, k, C3, 0.0f, ab, T);
+                for (int i = 0; i < rows; i++) {
+                    float *row = ab + (int64_t)i * T;
+                    int t = r0 + i;
+                    float maxv = row[0];
+                    for (int j = 1; j <= t; j++)
+                        maxv = row[j] > maxv ? row[j] : maxv;
+#pragma omp simd
+                    for (int j = 0; j <= t; j++)
+                        row[j] = exp_approx(row[j] - maxv);
+                    float sum = 0;
+                    for (int j = 0; j <= t; j++)
+                        sum += row[j];
+                    float inv = 1.0f / sum;
+#pragma omp simd
+                    for (int j = 0; j <= t; j++)
+                        row[j] *= inv;
+                    /* the masked part is zero, so products over whole rows are causal */
+                    for (int j = t + 1; j < T; j++)
+                        row[j] = 0;
                 }
-                float sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float ev = expf(a[t2] - maxv);
-                    a[t2] = ev;
-                    sum += ev;
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++)
-                    a[t2] *= inv;
-                float *o = out + ((int64_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++)
-                    o[i] = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = base + t2 * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++)
-                        o[i] += a[t2] * v[i];
-                }
+                /* out (rows, hs) = att (rows, keys) v (keys, hs) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, ab,
+                            T, v, C3, 0.0f, o + (int64_t)r0 * C, C);
             }
+        }
 }
 
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                         const float *att, int B, int T, int C, int NH)
 {
-    int hs = C / NH;
-    int64_t C3 = 3 * (int64_t)C;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    /* One task per (batch, head): it owns that head's columns of dqkv, so the sums over
-     * positions into dk and dv are taken in one fixed order. */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *base = qkv + (int64_t)b * T * C3;
-            float *dbase = dqkv + (int64_t)b * T * C3;
-            for (int t = 0; t < T; t++)
-                for (int j = 0; j < 3; j++)
-                    memset(dbase + t * C3 + j * C + h * hs, 0, sizeof(float) * (size_t)hs);
-            for (int t = 0; t < T; t++) {
-                const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
-                float *da = datt + (((int64_t)b * NH + h) * T + t) * T;
-                const float *g = dout + ((int64_t)b * T + t) * C + h * hs;
-                const float *q = base + t * C3 + h * hs;
-                float *dq = dbase + t * C3 + h * hs;
-                /* d att and d v */
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = base + t2 * C3 + 2 * C + h * hs;
-                    float *dv = dbase + t2 * C3 + 2 * C + h * hs;
-                    float dot = 0;
-                    for (int i = 0; i < hs; i++) {
-                        dot += g[i] * v[i];
-                        dv[i] += a[t2] * g[i];
-                    }
-                    da[t2] = dot;
+            const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + (int64_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            const float *a = att + ((int64_t)b * NH + h) * T * T;
+            float *da = datt + ((int64_t)b * NH + h) * T * T;
+            const float *g = dout + (int64_t)b * T * C + h * hs;
+            /* dv (T, hs) = att^T (T,T) dout (T, hs): att is zero above the diagonal */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, g, C,
+                        0.0f, dv, C3);
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+                int rows = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS, keys = r0 + rows;
+                float *dab = da + (int64_t)r0 * T;
+                /* d att (rows, keys) = dout v^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs, 1.0f,
+                            g + (int64_t)r0 * C, C, v, C3, 0.0f, dab, T);
+                /* softmax: d pre = att * (d att - sum(att * d att)), times the score scale */
+                for (int i = 0; i < rows; i++) {
+                    const float *arow = a + (int64_t)(r0 + i) * T;
+                    float *row = dab + (int64_t)i * T;
+                    int t = r0 + i;
+                    float s = 0;
+                    for (int j = 0; j <= t; j++)
+                        s += arow[j] * row[j];
+#pragma omp simd
+                    for (int j = 0; j <= t; j++)
+                        row[j] = arow[j] * (row[j] - s) * scale;
+                    /* zero to the end of the row: the dk product below runs over whole rows */
+                    for (int j = t + 1; j < T; j++)
+                        row[j] = 0;
                 }
-                /* softmax: d pre[t2] = att[t2] * (d att[t2] - sum_t3 att[t3] d att[t3]) */
-                float s = 0;
-                for (int t2 = 0; t2 <= t; t2++)
-                    s += a[t2] * da[t2];
-                for (int t2 = 0; t2 <= t; t2++)
-                    da[t2] = a[t2] * (da[t2] - s) * scale;
-                /* d q and d k */
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = base + t2 * C3 + C + h * hs;
-                    float *dk = dbase + t2 * C3 + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += da[t2] * k[i];
-                        dk[i] += da[t2] * q[i];
-                    }
-                }
+                /* dq (rows, hs) = d pre (rows, keys) k (keys, hs) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, dab,
+                            T, k, C3, 0.0f, dq + (int64_t)r0 * C3, C3);
             }
+            /* dk (T, hs) = d pre^T (T,T) q (T, hs) */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3,
+                        0.0f, dk, C3);
         }
 }
 
@@ -250,19 +311,19 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
 
 void gelu_forward(float *out, const float *inp, int64_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + tanh_approx(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
-        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+        float th = tanh_approx(GELU_SCALE * (x + 0.044715f * x * x * x));
         float sech2 = 1.0f - th * th;
         float local = 0.5f * (1.0f + th) +
                       0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
@@ -276,17 +337,18 @@ void softmax_crossentropy_forward(float *probs, float *losses, const int32_t *ta
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *p = probs + (int64_t)n * V;
-        float maxv = -INFINITY;
-        for (int i = 0; i < V; i++)
-            if (p[i] > maxv)
-                maxv = p[i];
+        float maxv = p[0];
+        for (int i = 1; i < V; i++)
+            maxv = p[i] > maxv ? p[i] : maxv;
         float target_logit = p[targets[n]] - maxv;
+#pragma omp simd
+        for (int i = 0; i < V; i++)
+            p[i] = exp_approx(p[i] - maxv);
         float sum = 0;
-        for (int i = 0; i < V; i++) {
-            p[i] = expf(p[i] - maxv);
+        for (int i = 0; i < V; i++)
             sum += p[i];
-        }
         float inv = 1.0f / sum;
+#pragma omp simd
         for (int i = 0; i < V; i++)
             p[i] *= inv;
         /* -log softmax from the logits: finite even when the probability underflows */
@@ -302,6 +364,7 @@ void softmax_crossentropy_backward(float *probs, const int32_t *targets, float d
     for (int n = 0; n < N; n++) {
         float *p = probs + (int64_t)n * V;
         p[targets[n]] -= 1.0f;
+#pragma omp simd
         for (int i = 0; i < V; i++)
             p[i] *= dloss;
     }
@@ -311,13 +374,14 @@ void adamw_update(float *w, const float *g, float *m, float *v, int64_t n,
                   const struct adamw_params *p, int t, int decay)
 {
     float c1 = 1.0f - powf(p->beta1, (float)t), c2 = 1.0f - powf(p->beta2, (float)t);
-    float wd = decay ? p->weight_decay : 0.0f;
-#pragma omp parallel for schedule(static)
+    float wd = decay ? p->weight_decay : 0.0f, b1 = p->beta1, b2 = p->beta2, lr = p->lr,
+          eps = p->eps;
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        float mi = p->beta1 * m[i] + (1.0f - p->beta1) * g[i];
-        float vi = p->beta2 * v[i] + (1.0f - p->beta2) * g[i] * g[i];
+        float mi = b1 * m[i] + (1.0f - b1) * g[i];
+        float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
         m[i] = mi;
         v[i] = vi;
-        w[i] -= p->lr * ((mi / c1) / (sqrtf(vi / c2) + p->eps) + wd * w[i]);
+        w[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * w[i]);
     }
 }

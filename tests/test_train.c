@@ -248,13 +248,17 @@ static int setup(void)
 
 static void test_ranks_identical(void)
 {
-    struct metrics m1, m2, m4;
+    struct metrics m1, m2, m2s, m4, t2;
     if (train_ok(1, plan_path[P1], "--steps 4", "m1.json", &m1) ||
         train_ok(2, plan_path[P2], "--steps 4", "m2.json", &m2) ||
-        train_ok(4, plan_path[P4], "--steps 4", "m4.json", &m4))
+        train_ok(2, plan_path[P2_SPLIT], "--steps 4", "m2s.json", &m2s) ||
+        train_ok(4, plan_path[P4], "--steps 4", "m4.json", &m4) ||
+        train_ok(1, plan_path[P1], "--steps 4 --threads 2", "m1t2.json", &t2))
         return;
     CU_ASSERT(same_losses(&m1, &m2));
+    CU_ASSERT(same_losses(&m1, &m2s)); /* another split of the same layers */
     CU_ASSERT(same_losses(&m1, &m4));
+    CU_ASSERT(same_losses(&m1, &t2)); /* two threads: the same bits */
     /* and they are losses of training, not constants */
     CU_ASSERT(isfinite(m1.loss[0]) && m1.loss[3] < m1.loss[0]);
 }
@@ -543,7 +547,8 @@ int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("train", setup, NULL);
-    CU_add_test(s, "1, 2 and 4 ranks give identical losses", test_ranks_identical);
+    CU_add_test(s, "1, 2 and 4 ranks (and 2 threads) give identical losses",
+                test_ranks_identical);
     CU_add_test(s, "1F1B and GPipe give identical losses", test_schedules_identical);
     CU_add_test(s, "recomputing every layer leaves weights, gradients and moments bitwise",
                 test_recompute_full);

@@ -255,6 +255,19 @@ static int forward(struct stage_runner *r, int micro, struct err *e)
     return ERR_OK;
 }
 
+/* The workspace a layer's backward touches: everything but the forward's `out` (and the
+ * head's `losses`), so that an `out` still being sent does not hold the backward up. */
+static void backward_span(const struct layer_layout *L, int64_t *off, int64_t *len)
+{
+    int64_t lo = 0, hi = L->ws_bytes;
+    if (L->kind == MODEL_LAYER_HEAD)
+        hi = L->ws_off[HEAD_LOSSES];
+    else
+        lo = L->ws_off[L->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
+    *off = lo;
+    *len = hi - lo;
+}
+
 static int backward(struct stage_runner *r, int micro, struct err *e)
 {
     const struct model *m = r->c.model;
@@ -267,8 +280,10 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
     double t0, t1;
     for (int li = n - 1; li >= 0; li--) {
         const struct layer_layout *L = &r->lay.layers[li];
+        int64_t off, len;
         view_make(r, li, slot, &v);
-        TRY(ws_take(r, 0, L->ws_bytes, &cur_id, e));
+        backward_span(L, &off, &len);
+        TRY(ws_take(r, off, len, &cur_id, e));
         int dout = L->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT;
         if (li == n - 1 && r->c.stage < r->c.n_stages - 1) {
             int req;

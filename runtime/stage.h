@@ -15,9 +15,11 @@
  *                until that micro-batch's backward ends;
  *   transient    the running recomputed layer's act - ckpt, while it runs (first forward, or
  *                recompute and backward);
- *   workspace    the union of the regions in use: the running backward's whole workspace,
- *                a forward's `out` (and the head's `losses`), and regions whose send has not
- *                completed. A region is not reused before its send completes. */
+ *   workspace    the union of the regions in use: the running backward's workspace (all of
+ *                the layer's but `out`, and the head's `losses`), a forward's `out` (the
+ *                head's `losses`), and regions whose send has not completed. A region is not
+ *                reused before its send completes; the next backward does not wait for the
+ *                last forward's `out` to be sent, since it does not touch it. */
 #ifndef BALLAST_STAGE_H
 #define BALLAST_STAGE_H
 

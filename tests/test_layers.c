@@ -456,10 +456,11 @@ static void test_backward_accumulates(void)
 }
 
 /* One thread and two give the same bits: every reduction has one fixed order. A bigger
- * block than above, so that every parallel loop really splits. */
+ * block than above, so that every parallel loop really splits: 288 rows and 384 hidden
+ * columns make two GEMM tiles each way, 96 positions two attention row blocks. */
 static void test_threads_bitwise(void)
 {
-    static const struct model big = {.n_layer = 2, .n_embd = 64, .n_head = 4, .seq_len = 32,
+    static const struct model big = {.n_layer = 2, .n_embd = 96, .n_head = 4, .seq_len = 96,
                                       .vocab_size = 50, .micro_batch = 3,
                                       .dtype = MODEL_DTYPE_FP32};
     float *grads[2][BLOCK_PARAMS], *dinp[2];

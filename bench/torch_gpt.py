@@ -13,12 +13,20 @@ prints one JSON line: {"tokens_per_s": ..., "step_ms": [...]}
 import argparse
 import json
 import math
+import os
+import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+# The thread count must reach OpenBLAS before torch loads it: torch.set_num_threads sets
+# OpenMP's intra-op threads but leaves Debian's OpenBLAS (pthreads) at one thread per core.
+if __name__ == "__main__" and "--threads" in sys.argv:
+    n = sys.argv[sys.argv.index("--threads") + 1]
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = n
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 
 class Block(nn.Module):

@@ -86,6 +86,12 @@ static int setup_global(struct run *r, struct err *e)
                        "%s: model.dtype: \"%s\": the CPU runtime trains fp32 only (bf16 is the "
                        "CUDA backend's)",
                        o->plan_file, model_dtype_name(m->dtype));
+    /* micro-batch indices are the message tags */
+    int *tag_ub, found = 0;
+    if (MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found &&
+        p->micro_batches > *tag_ub)
+        return err_set(e, ERR_INPUT, "%s: micro_batches: %d is more than this MPI's largest tag %d",
+                       o->plan_file, p->micro_batches, *tag_ub);
     if ((int64_t)m->micro_batch * m->seq_len > 0x7fffffff)
         return err_set(e, ERR_INPUT,
                        "%s: model: micro_batch x seq_len = %lld rows is beyond 32-bit BLAS "
@@ -113,7 +119,7 @@ static int setup_global(struct run *r, struct err *e)
 }
 
 /* A plan made from a profile of another implementation carries other byte counts: this
- * runtime allocates what its own layers need, and says so. */
+ * runtime allocates what its own layers need, and says so, field by field. */
 static void compare_layer_costs(const struct run *r, const struct plan_stage *st)
 {
     int shown = 0;
@@ -121,23 +127,24 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
         const struct layer_cost *c = &st->layers[l - st->first];
         struct layer_sizes s;
         sizes_layer(&r->plan.model, l, &s);
-        if (c->state_bytes == s.state_bytes && c->act_bytes == s.act_bytes &&
-            c->ckpt_bytes == s.ckpt_bytes && c->workspace_bytes == s.workspace_bytes &&
-            c->out_bytes == s.out_bytes)
-            continue;
-        if (shown++ == 0)
-            fprintf(stderr,
-                    "ballast train: stage %d: warning: the plan's layer costs are not this "
-                    "runtime's (a profile of another implementation?); training allocates its "
-                    "own sizes, so planned and measured memory will differ:\n",
-                    st->index);
-        fprintf(stderr,
-                "  %s: state_bytes %lld (here %lld), act_bytes %lld (%lld), ckpt_bytes %lld "
-                "(%lld), workspace_bytes %lld (%lld), out_bytes %lld (%lld)\n",
-                c->name, (long long)c->state_bytes, (long long)s.state_bytes,
-                (long long)c->act_bytes, (long long)s.act_bytes, (long long)c->ckpt_bytes,
-                (long long)s.ckpt_bytes, (long long)c->workspace_bytes,
-                (long long)s.workspace_bytes, (long long)c->out_bytes, (long long)s.out_bytes);
+        const char *names[5] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
+                                "out_bytes"};
+        int64_t plan[5] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
+                           c->out_bytes};
+        int64_t here[5] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
+                           s.out_bytes};
+        for (int k = 0; k < 5; k++) {
+            if (plan[k] == here[k])
+                continue;
+            if (shown++ == 0)
+                fprintf(stderr,
+                        "ballast train: stage %d: warning: the plan's layer costs are not this "
+                        "runtime's (a profile of another implementation?); training allocates "
+                        "its own sizes, so measured memory will differ from planned:\n",
+                        st->index);
+            fprintf(stderr, "  %s: %s %lld in the plan, %lld here\n", c->name, names[k],
+                    (long long)plan[k], (long long)here[k]);
+        }
     }
 }
 

@@ -408,6 +408,41 @@ static void test_limit_exceeded(void)
     check_limit(plan_number(P2, 1, "memory_bytes", -1) - 1, "(head)");
 }
 
+/* A plan whose layer costs are another implementation's: the run says so with the numbers,
+ * allocates its own sizes, and the metrics show the plan's bytes against what it used. */
+static void test_foreign_costs(void)
+{
+    char *text = test_read(plan_path[P2]);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 1);
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"), 0);
+    double act = cJSON_GetObjectItem(c, "act_bytes")->valuedouble;
+    double mem = cJSON_GetObjectItem(st, "memory_bytes")->valuedouble;
+    /* stage 1 of 2 keeps one micro-batch in flight: 4096 more kept bytes, 4096 more memory */
+    cJSON_ReplaceItemInObject(c, "act_bytes", cJSON_CreateNumber(act + 4096));
+    cJSON_ReplaceItemInObject(st, "memory_bytes", cJSON_CreateNumber(mem + 4096));
+    char *out = cJSON_Print(o);
+    char plan[1024], expect[256];
+    snprintf(plan, sizeof plan, "%s", test_write("plan-foreign.json", out));
+    cJSON_free(out);
+    cJSON_Delete(o);
+    char mfile[1024], args[4096];
+    snprintf(mfile, sizeof mfile, "%s", test_path("m-foreign.json"));
+    snprintf(args, sizeof args, "--plan '%s' --steps 2 --quiet --metrics '%s'", plan, mfile);
+    struct run r = train(2, args);
+    CU_ASSERT_EQUAL(r.status, 0);
+    snprintf(expect, sizeof expect, "block.1: act_bytes %.0f in the plan, %.0f here", act + 4096,
+             act);
+    CU_ASSERT(r.err != NULL && strstr(r.err, "not this runtime's") != NULL &&
+              strstr(r.err, expect) != NULL);
+    struct metrics m;
+    CU_ASSERT_EQUAL_FATAL(metrics_read(mfile, &m), 0);
+    CU_ASSERT_EQUAL(m.planned[1] - m.peak[1], 4096);
+    CU_ASSERT_EQUAL(m.planned[0], m.peak[0]);
+    run_free(&r);
+}
+
 static void test_resume_bitwise(void)
 {
     char a[1024], b[1024], extra[2048];
@@ -557,6 +592,8 @@ int main(void)
     CU_add_test(s, "the loss approaches the synthetic source's entropy", test_entropy_floor);
     CU_add_test(s, "a stage over its memory limit fails cleanly on every rank",
                 test_limit_exceeded);
+    CU_add_test(s, "a plan with another implementation's layer costs is flagged",
+                test_foreign_costs);
     CU_add_test(s, "a resumed run is bitwise the uninterrupted one", test_resume_bitwise);
     CU_add_test(s, "damaged, truncated and mismatched checkpoints are refused",
                 test_checkpoint_refused);

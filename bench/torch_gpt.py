@@ -7,7 +7,9 @@ mean cross-entropy; AdamW(betas 0.9, 0.95, eps 1e-8, weight decay 0.1 on matrice
 `micro_batches` micro-batches of gradient accumulation per step. With --recompute every
 block runs under torch.utils.checkpoint (activations recomputed in backward).
 
-usage: torch_gpt.py MODEL.json --micro-batches M --steps N --threads T [--recompute]
+usage: torch_gpt.py MODEL.json --micro-batches M --steps N --threads T [--intra-op K]
+                    [--recompute]
+T threads for OpenBLAS's matrix products, K (default T) for PyTorch's own intra-op work.
 prints one JSON line: {"tokens_per_s": ..., "step_ms": [...]}
 """
 import argparse
@@ -20,8 +22,7 @@ import time
 # The thread count must reach OpenBLAS before torch loads it: torch.set_num_threads sets
 # OpenMP's intra-op threads but leaves Debian's OpenBLAS (pthreads) at one thread per core.
 if __name__ == "__main__" and "--threads" in sys.argv:
-    n = sys.argv[sys.argv.index("--threads") + 1]
-    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = n
+    os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -86,10 +87,11 @@ def main():
     ap.add_argument("--micro-batches", type=int, required=True)
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--intra-op", type=int)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--recompute", action="store_true")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(a.intra_op or a.threads)
     torch.manual_seed(1)
     m = json.load(open(a.model))
     B, T, V, M = m["micro_batch"], m["seq_len"], m["vocab_size"], a.micro_batches

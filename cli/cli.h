@@ -29,6 +29,8 @@ int cli_parse_int(const char *text, long lo, long hi, long *out);
 
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_simulate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 
 #endif

@@ -8,7 +8,8 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--quiet]\n\n"
+           "                    [--repartition [--search-nodes N]] [--unit BYTES]\n"
+           "                    [--time-unit MS] [-o PLAN.json] [--export FORMAT] [--quiet]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
@@ -22,18 +23,31 @@ static void help(void)
            "                     optimal        least iteration time (each stage's least recompute)\n"
            "  --reduce D       patent: the most loaded stage must drop to D x its memory (0 < D <= 1)\n"
            "  --verify         solve each stage as a MILP with GLPK too; exit 1 if they disagree\n"
+           "  --repartition    optimal: also choose each stage's layers and the order of the\n"
+           "                   device kinds along the pipeline (each kind's stages together);\n"
+           "                   the plan reports its certified optimality_gap\n"
+           "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
+           "  --micro-batches N|auto\n"
+           "                   micro-batches per step (default: the cluster's); auto tries every\n"
+           "                   micro-batch size dividing the global batch and keeps the fastest\n"
+           "  --global-batch G samples per step for auto (default: the cluster's micro-batches\n"
+           "                   x the model's micro_batch)\n"
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
+           "  --export FORMAT  print the plan as colossalai, nemo or megatron settings on\n"
+           "                   standard output (the table goes to standard error)\n"
            "  --quiet          no table\n\n"
-           "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n");
+           "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
+           PLAN_SEARCH_NODES_DEFAULT);
 }
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *cluster_file = NULL, *out_file = NULL, *v;
+    const char *cluster_file = NULL, *out_file = NULL, *export_format = NULL, *v;
     struct plan_options o;
-    int quiet = 0, reduce_given = 0;
+    int quiet = 0, reduce_given = 0, auto_micro = 0;
+    long micro_batches = 0, global_batch = 0;
     struct err e;
     err_clear(&e);
     plan_options_default(&o);
@@ -74,6 +88,37 @@ int cmd_plan(int argc, char **argv)
             if (r < 0)
                 return ERR_INPUT;
             out_file = v;
+        } else if ((r = cli_option(argc, argv, &i, "--search-nodes", &v)) != 0) {
+            long n;
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1L << 40, &n))
+                return cli_usage_error("plan", "--search-nodes: \"%s\", expected a count >= 1",
+                                       v);
+            o.search_nodes = n;
+        } else if (cli_flag(argv, i, "--repartition")) {
+            o.repartition = 1;
+        } else if ((r = cli_option(argc, argv, &i, "--micro-batches", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (strcmp(v, "auto") == 0)
+                auto_micro = 1;
+            else if (cli_parse_int(v, 1, 1 << 20, &micro_batches))
+                return cli_usage_error("plan", "--micro-batches: \"%s\", expected a count >= 1 "
+                                               "or auto", v);
+        } else if ((r = cli_option(argc, argv, &i, "--global-batch", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1 << 20, &global_batch))
+                return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1",
+                                       v);
+        } else if ((r = cli_option(argc, argv, &i, "--export", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (strcmp(v, "colossalai") && strcmp(v, "nemo") && strcmp(v, "megatron"))
+                return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo or "
+                                               "megatron", v);
+            export_format = v;
         } else if (cli_flag(argv, i, "--verify")) {
             o.verify = 1;
         } else if (cli_flag(argv, i, "--quiet")) {
@@ -84,22 +129,42 @@ int cmd_plan(int argc, char **argv)
     }
     if (cluster_file == NULL)
         return cli_usage_error("plan", "--cluster is required");
+    if (o.repartition && o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "--repartition applies to --method optimal only");
     if (reduce_given && o.method != METHOD_PATENT)
         return cli_usage_error("plan", "--reduce applies to --method patent only");
+    char name[PLAN_METHOD_MAX];
     if (o.verify && o.method != METHOD_PATENT && o.method != METHOD_OPTIMAL)
         return cli_usage_error("plan", "--verify checks the knapsack methods (patent, optimal); "
-                                       "method %s solves no optimisation", argv[0]);
+                                       "method %s solves no optimisation",
+                               plan_method_name(&o, name));
 
+    if (global_batch && !auto_micro)
+        return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     struct cluster c;
     if (cluster_load(cluster_file, &c, &e))
         return cli_fail("plan", &e);
+    if (micro_batches)
+        c.micro_batches = (int)micro_batches;
     struct plan p;
-    int rc = planner_make(&c, &o, &p, &e);
+    int rc;
+    if (auto_micro) {
+        if (!global_batch)
+            global_batch = (long)c.micro_batches * c.model.micro_batch;
+        rc = planner_make_auto(&c, &o, (int)global_batch,
+                               quiet ? NULL : (export_format ? stderr : stdout), &p, &e);
+    } else {
+        rc = planner_make(&c, &o, &p, &e);
+    }
     cluster_free(&c);
     if (rc)
         return cli_fail("plan", &e);
     if (!quiet)
-        planner_print(stdout, &p);
+        planner_print(export_format ? stderr : stdout, &p);
+    if (export_format != NULL && planner_export(stdout, &p, export_format, &e)) {
+        plan_free(&p);
+        return cli_fail("plan", &e);
+    }
     if (out_file != NULL && plan_write(out_file, &p, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);

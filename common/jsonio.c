@@ -141,9 +141,9 @@ fail:
     return NULL;
 }
 
-int jsonio_write(const char *file, const cJSON *root, struct err *e)
+static int write_json(const char *file, const cJSON *root, int formatted, struct err *e)
 {
-    char *text = cJSON_Print(root);
+    char *text = formatted ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
     if (text == NULL)
         return err_set(e, ERR_FAIL, "%s: out of memory formatting JSON", file);
     size_t n = strlen(text);
@@ -175,6 +175,16 @@ int jsonio_write(const char *file, const cJSON *root, struct err *e)
         return err_set(e, ERR_FAIL, "%s: cannot write: %s", file, strerror(saved));
     }
     return ERR_OK;
+}
+
+int jsonio_write(const char *file, const cJSON *root, struct err *e)
+{
+    return write_json(file, root, 1, e);
+}
+
+int jsonio_write_compact(const char *file, const cJSON *root, struct err *e)
+{
+    return write_json(file, root, 0, e);
 }
 
 int jsonio_expect_object(const cJSON *item, const char *file, const char *path, struct err *e)

@@ -22,6 +22,8 @@ cJSON *jsonio_read(const char *file, struct err *e);
 cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *e);
 /* Writes `root` to `file` atomically (temporary file, fsync, rename). */
 int jsonio_write(const char *file, const cJSON *root, struct err *e);
+/* The same without indentation: for large machine-read files (traces). */
+int jsonio_write_compact(const char *file, const cJSON *root, struct err *e);
 
 /* Checks `"format": "ballast-<kind>/<version>"`. */
 int jsonio_check_format(const cJSON *root, const char *file, const char *kind, int version,

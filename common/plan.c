@@ -95,6 +95,14 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON_AddItemToArray(stages, so);
     }
     cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (p->search.present) {
+        cJSON *v = cJSON_AddObjectToObject(o, "search");
+        cJSON_AddNumberToObject(v, "device_orders", p->search.orders);
+        cJSON_AddNumberToObject(v, "nodes", (double)p->search.nodes);
+        cJSON_AddNumberToObject(v, "splits_simulated", (double)p->search.splits);
+        cJSON_AddBoolToObject(v, "exhausted", p->search.exhausted);
+        cJSON_AddNumberToObject(v, "lower_bound_ms", p->search.lower_bound);
+    }
     if (p->verify.present) {
         cJSON *v = cJSON_AddObjectToObject(o, "verify");
         cJSON_AddNumberToObject(v, "milp_objective", p->verify.milp_objective);

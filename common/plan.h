@@ -36,6 +36,16 @@ struct plan_verify {
     int agree;
 };
 
+/* What --repartition searched. */
+struct plan_search {
+    int present;
+    int orders;         /* device-kind orders */
+    long nodes;         /* branch-and-bound nodes */
+    long splits;        /* splits simulated */
+    int exhausted;      /* 1: searched to the end, the plan is optimal */
+    double lower_bound; /* certified: no split and order is faster (ms) */
+};
+
 struct plan {
     char method[PLAN_METHOD_MAX];
     enum schedule schedule;
@@ -50,6 +60,7 @@ struct plan {
     struct plan_stage *stages;
     struct plan_verify verify;
     double optimality_gap; /* < 0: not reported */
+    struct plan_search search;
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);

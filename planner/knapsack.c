@@ -141,12 +141,84 @@ static int less_time(double a, double b)
     return a < b - 1e-9 * (1.0 + fabs(b));
 }
 
+struct subset {
+    int64_t weight;
+    double value;
+    uint32_t mask;
+};
+
+static int by_weight(const void *a, const void *b)
+{
+    const struct subset *x = a, *y = b;
+    return (x->weight > y->weight) - (x->weight < y->weight);
+}
+
+/* Chooses among `n` candidates (weight, value), ascending by weight, the one the tie rule
+ * wants: scanning up, move only to a value better by more than rounding. */
+static int64_t pick(const double *best, int64_t n)
+{
+    int64_t at = 0;
+    for (int64_t c = 1; c < n; c++)
+        if (best[c] >= 0 && less_time(best[at], best[c]))
+            at = c;
+    return at;
+}
+
+/* keep_most_valuable for few layers: every subset, instead of a table as wide as the
+ * capacity. Same answer: per exact weight the best value, then the same scan. */
+static int64_t keep_by_subsets(const struct knap_problem *p, const int *opt, int m,
+                               int64_t avail, unsigned char *choice, struct err *e)
+{
+    uint32_t count = 1u << m;
+    struct subset *all = malloc(count * sizeof *all);
+    double *best = malloc(count * sizeof *best);
+    if (all == NULL || best == NULL) {
+        free(all);
+        free(best);
+        err_set(e, ERR_FAIL, "out of memory");
+        return -1;
+    }
+    uint32_t n = 0;
+    for (uint32_t mask = 0; mask < count; mask++) {
+        int64_t w = 0;
+        double v = 0;
+        for (int j = 0; j < m; j++)
+            if (mask >> j & 1) {
+                w += p->w[opt[j]];
+                v += p->fwd[opt[j]];
+            }
+        if (w <= avail)
+            all[n++] = (struct subset){w, v, mask};
+    }
+    qsort(all, n, sizeof *all, by_weight);
+    /* collapse to one entry per weight: its best value (the first such subset) */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (k > 0 && all[k - 1].weight == all[i].weight) {
+            if (all[i].value > all[k - 1].value)
+                all[k - 1] = all[i];
+        } else {
+            all[k++] = all[i];
+        }
+    }
+    for (uint32_t i = 0; i < k; i++)
+        best[i] = all[i].value;
+    struct subset chosen = all[pick(best, k)];
+    for (int j = 0; j < m; j++)
+        choice[opt[j]] = !(chosen.mask >> j & 1);
+    free(all);
+    free(best);
+    return chosen.weight;
+}
+
 /* Keeps, among the optional layers `opt` (m of them), the most valuable set of total weight at
  * most `avail`, ties by least weight; marks the others recomputed in `choice`. Returns the kept
  * weight, or -1 with e set. */
 static int64_t keep_most_valuable(const struct knap_problem *p, const int *opt, int m,
                                   int64_t avail, unsigned char *choice, struct err *e)
 {
+    if (m <= 16 && ((int64_t)1 << m) < avail)
+        return keep_by_subsets(p, opt, m, avail, choice, e);
     struct bits take;
     double *best = malloc((size_t)(avail + 1) * sizeof *best);
     if (best == NULL || bits_init(&take, m, avail + 1, e)) {
@@ -168,10 +240,7 @@ static int64_t keep_most_valuable(const struct knap_problem *p, const int *opt, 
                 bits_set(&take, j, c);
             }
     }
-    int64_t at = 0;
-    for (int64_t c = 1; c <= avail; c++)
-        if (best[c] >= 0 && less_time(best[at], best[c]))
-            at = c;
+    int64_t at = pick(best, avail + 1);
     int64_t kept = at;
     for (int j = 0; j < m; j++)
         choice[opt[j]] = 1;
@@ -188,6 +257,23 @@ static int64_t keep_most_valuable(const struct knap_problem *p, const int *opt, 
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e)
 {
     int n = p->n;
+    /* The common cases need no table: even recomputing everything does not fit, or keeping
+     * everything does and no layer is free to recompute (a free one would save memory at no
+     * cost, which the tie rule wants). */
+    int64_t all_kept = 0, most_transient = 0;
+    int free_saving = 0;
+    for (int l = 0; l < n; l++) {
+        all_kept += p->w[l];
+        if (p->t[l] > most_transient)
+            most_transient = p->t[l];
+        free_saving |= p->fwd[l] == 0 && p->w[l] > 0;
+    }
+    if (p->cap < 0 || most_transient > p->cap)
+        return ERR_NOFIT;
+    if (all_kept <= p->cap && !free_saving) {
+        memset(recompute, 0, (size_t)n);
+        return ERR_OK;
+    }
     int64_t *taus = malloc((size_t)(n + 1) * sizeof *taus);
     int *opt = malloc((size_t)(n > 0 ? n : 1) * sizeof *opt);
     unsigned char *choice = calloc((size_t)(n > 0 ? n : 1), 1);

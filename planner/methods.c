@@ -6,6 +6,7 @@
 
 #include "knapsack.h"
 #include "milp.h"
+#include "repartition.h"
 #include "sim.h"
 
 #define GIB 1073741824.0
@@ -14,7 +15,8 @@ void plan_options_default(struct plan_options *o)
 {
     *o = (struct plan_options){.method = METHOD_OPTIMAL,
                                .unit_bytes = PLAN_UNIT_DEFAULT,
-                               .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS};
+                               .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
+                               .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
 }
 
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
@@ -32,6 +34,11 @@ int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
             o->method = names[i].m;
             return ERR_OK;
         }
+    if (strcmp(text, "optimal+repartition") == 0) {
+        o->method = METHOD_OPTIMAL;
+        o->repartition = 1;
+        return ERR_OK;
+    }
     if (strncmp(text, "block:", 6) == 0) {
         char *end;
         long n = strtol(text + 6, &end, 10);
@@ -42,8 +49,8 @@ int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
         }
     }
     return err_set(e, ERR_INPUT,
-                   "--method: \"%s\", expected none, full, block:N (N >= 0), uniform-min, patent "
-                   "or optimal",
+                   "--method: \"%s\", expected none, full, block:N (N >= 0), uniform-min, patent, "
+                   "optimal or optimal+repartition",
                    text);
 }
 
@@ -245,6 +252,12 @@ static int most_loaded(const struct plan *p)
 int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
                  struct err *e)
 {
+    if (o->repartition) {
+        struct repartition_stats stats;
+        if (o->method != METHOD_OPTIMAL)
+            return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
+        return repartition_make(c, o, out, &stats, e);
+    }
     int S = c->n_stages;
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
     if (first == NULL || last == NULL) {

@@ -19,6 +19,7 @@ enum plan_method {
 
 #define PLAN_UNIT_DEFAULT ((int64_t)1 << 20)
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
+#define PLAN_SEARCH_NODES_DEFAULT 10000
 
 struct plan_options {
     enum plan_method method;
@@ -27,6 +28,8 @@ struct plan_options {
     int verify;          /* cross-check with GLPK */
     int64_t unit_bytes;  /* knapsack memory unit */
     double time_unit_ms; /* balancing time unit */
+    int repartition;     /* METHOD_OPTIMAL: also choose the split and the device order */
+    long search_nodes;   /* repartition: branch-and-bound node budget */
 };
 
 void plan_options_default(struct plan_options *o);
@@ -43,5 +46,15 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
 /* The table a person reads: per stage device, layers, memory before -> after against the
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */
 void planner_print(FILE *f, const struct plan *p);
+
+/* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
+ * plan has the least simulated iteration time; each candidate is summarised on `report`
+ * (NULL: silent). */
+int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
+                      FILE *report, struct plan *out, struct err *e);
+
+/* The plan as ColossalAI, NeMo or Megatron-LM settings ("colossalai", "nemo", "megatron"),
+ * with a comment wherever the framework cannot express it. */
+int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e);
 
 #endif

@@ -82,6 +82,17 @@ void planner_print(FILE *f, const struct plan *p)
             100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
     fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
             schedule_name(p->schedule), p->micro_batches);
+    if (p->search.present)
+        fprintf(f, "search: %d device orders, %ld nodes, %ld splits simulated; %s\n",
+                p->search.orders, p->search.nodes, p->search.splits,
+                p->search.exhausted ? "searched to the end: optimal"
+                                    : "stopped at the node budget (--search-nodes)");
+    if (p->optimality_gap >= 0)
+        fprintf(f, "optimality gap: %.3f%% (certified: no split and order can be faster than "
+                   "%.3f ms)\n",
+                100 * p->optimality_gap, p->search.present ? p->search.lower_bound
+                                                          : p->iteration_ms /
+                                                                (1 + p->optimality_gap));
     if (p->verify.present)
         fprintf(f, "verify: DP objective %.6f ms, GLPK %.6f ms: %s\n", p->verify.dp_objective,
                 p->verify.milp_objective, p->verify.agree ? "agree" : "DISAGREE");

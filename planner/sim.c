@@ -1,5 +1,6 @@
 #include "sim.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +10,7 @@ struct op {
     int micro;
 };
 
-static int stage_program(enum schedule schedule, int S, int M, int s, struct op *ops)
+static void stage_program(enum schedule schedule, int S, int M, int s, struct op *ops)
 {
     int n = 0;
     if (schedule == SCHEDULE_GPIPE) {
@@ -17,7 +18,7 @@ static int stage_program(enum schedule schedule, int S, int M, int s, struct op 
             ops[n++] = (struct op){0, m};
         for (int m = 0; m < M; m++)
             ops[n++] = (struct op){1, m};
-        return n;
+        return;
     }
     int warm = S - s - 1 < M ? S - s - 1 : M;
     int f = 0, b = 0;
@@ -29,7 +30,116 @@ static int stage_program(enum schedule schedule, int S, int M, int s, struct op 
     }
     while (b < M)
         ops[n++] = (struct op){1, b++};
-    return n;
+}
+
+static int check_input(int S, int M, const struct sim_stage *stages, struct err *e)
+{
+    if (S < 1 || M < 1)
+        return err_set(e, ERR_INPUT, "simulate: %d stages and %d micro-batches (need >= 1 each)",
+                       S, M);
+    if ((int64_t)S * M > SIM_CELLS_MAX)
+        return err_set(e, ERR_INPUT,
+                       "simulate: %d stages x %d micro-batches = %lld is more than the %lld the "
+                       "simulator takes",
+                       S, M, (long long)S * M, (long long)SIM_CELLS_MAX);
+    for (int s = 0; s < S; s++) {
+        const struct sim_stage *st = &stages[s];
+        double t[3] = {st->fwd_ms, st->bwd_ms, st->recompute_ms};
+        static const char *const names[3] = {"fwd_ms", "bwd_ms", "recompute_ms"};
+        for (int k = 0; k < 3; k++)
+            if (!(isfinite(t[k]) && t[k] >= 0))
+                return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
+                               s, names[k], t[k]);
+        if (st->out_bytes < 0)
+            return err_set(e, ERR_INPUT, "simulate: stage %d: out_bytes is %lld", s,
+                           (long long)st->out_bytes);
+        if (st->link.present &&
+            !(st->link.gbps > 0 && isfinite(st->link.gbps) && st->link.latency_us >= 0 &&
+              isfinite(st->link.latency_us)))
+            return err_set(e, ERR_INPUT, "simulate: stage %d: link of %g Gb/s, %g us", s,
+                           st->link.gbps, st->link.latency_us);
+    }
+    return ERR_OK;
+}
+
+/* The state of the simulation: where each stage is in its program, when it and each link
+ * direction are next free, and when each (stage, micro-batch) input has arrived. */
+struct sim_state {
+    int S, M;
+    const struct sim_stage *stages;
+    struct op *prog;   /* S x 2M */
+    int *next;         /* per stage: index of its next operation */
+    double *free_ms;   /* per stage: when its previous operation ends */
+    double *fwd_in;    /* S x M: activation arrival at stage s (< 0: not yet) */
+    double *bwd_in;    /* S x M: gradient arrival at stage s (< 0: not yet) */
+    double *link_fwd;  /* per boundary: when the forward direction is next free */
+    double *link_bwd;  /* per boundary: when the backward direction is next free */
+    struct sim_result *out;
+};
+
+static void add_task(struct sim_state *st, int stage, int micro, enum sim_kind kind,
+                     double start, double end)
+{
+    if (st->out->tasks != NULL)
+        st->out->tasks[st->out->n_tasks++] = (struct sim_task){stage, micro, kind, start, end};
+}
+
+static void add_busy(struct sim_state *st, int s, double ms)
+{
+    if (st->out->busy_ms != NULL)
+        st->out->busy_ms[s] += ms;
+}
+
+/* Sends over boundary k in one direction, after `ready`, queued behind earlier sends;
+ * returns the arrival time. */
+static double send(struct sim_state *st, int k, int micro, enum sim_kind kind, double ready)
+{
+    const struct sim_stage *from = &st->stages[k];
+    double *link_free = kind == SIM_SEND_FORWARD ? &st->link_fwd[k] : &st->link_bwd[k];
+    double start = ready > *link_free ? ready : *link_free;
+    double end = start + link_transfer_ms(&from->link, from->out_bytes);
+    *link_free = end;
+    if (from->link.present)
+        add_task(st, k, micro, kind, start, end);
+    return end;
+}
+
+/* Runs stage s's next operation if its input is there; returns 0 if it must wait. */
+static int step(struct sim_state *st, int s)
+{
+    int S = st->S, M = st->M;
+    struct op op = st->prog[(size_t)s * 2 * M + st->next[s]];
+    size_t at = (size_t)s * M + op.micro;
+    double ready;
+    if (!op.backward)
+        ready = st->fwd_in[at];
+    else if (s == S - 1)
+        ready = 0; /* its own forward came earlier in the program */
+    else
+        ready = st->bwd_in[at];
+    if (ready < 0)
+        return 0;
+    const struct sim_stage *c = &st->stages[s];
+    double start = ready > st->free_ms[s] ? ready : st->free_ms[s];
+    if (!op.backward) {
+        double end = start + c->fwd_ms;
+        add_task(st, s, op.micro, SIM_FORWARD, start, end);
+        st->free_ms[s] = end;
+        add_busy(st, s, c->fwd_ms);
+        if (s + 1 < S)
+            st->fwd_in[at + M] = send(st, s, op.micro, SIM_SEND_FORWARD, end);
+    } else {
+        double mid = start + c->recompute_ms, end = mid + c->bwd_ms;
+        if (c->recompute_ms > 0)
+            add_task(st, s, op.micro, SIM_RECOMPUTE, start, mid);
+        add_task(st, s, op.micro, SIM_BACKWARD, mid, end);
+        st->free_ms[s] = end;
+        add_busy(st, s, c->recompute_ms + c->bwd_ms);
+        if (s > 0)
+            st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
+    }
+    st->next[s]++;
+    return 1;
 }
 
 void sim_result_free(struct sim_result *r)
@@ -40,116 +150,115 @@ void sim_result_free(struct sim_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The simulation proper: out->iteration_ms, and the tasks and busy times when out has
+ * arrays for them (NULL: the makespan alone, for searches over many candidates). */
+static int simulate(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                    struct sim_result *out, struct err *e)
+{
+    size_t cells = (size_t)S * (size_t)M;
+    struct sim_state st = {
+        .S = S,
+        .M = M,
+        .stages = stages,
+        .prog = malloc(cells * 2 * sizeof *st.prog),
+        .next = calloc((size_t)S, sizeof *st.next),
+        .free_ms = calloc((size_t)S, sizeof *st.free_ms),
+        .fwd_in = malloc(cells * sizeof *st.fwd_in),
+        .bwd_in = malloc(cells * sizeof *st.bwd_in),
+        .link_fwd = calloc((size_t)S, sizeof *st.link_fwd),
+        .link_bwd = calloc((size_t)S, sizeof *st.link_bwd),
+        .out = out,
+    };
+    int rc = ERR_OK;
+    if (!st.prog || !st.next || !st.free_ms || !st.fwd_in || !st.bwd_in || !st.link_fwd ||
+        !st.link_bwd) {
+        rc = err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, M);
+        goto done;
+    }
+    for (size_t i = 0; i < cells; i++)
+        st.fwd_in[i] = st.bwd_in[i] = -1;
+    for (int m = 0; m < M; m++)
+        st.fwd_in[m] = 0; /* stage 0's inputs are at hand */
+    for (int s = 0; s < S; s++)
+        stage_program(schedule, S, M, s, st.prog + (size_t)s * 2 * M);
+    /* Sweep the stages, running each as far as its inputs allow. The times do not depend on
+     * the sweep order: each operation's start is fixed by its predecessors alone. */
+    int64_t done_ops = 0, total = 2 * (int64_t)S * M;
+    while (done_ops < total) {
+        int64_t before = done_ops;
+        for (int s = 0; s < S; s++)
+            while (st.next[s] < 2 * M && step(&st, s))
+                done_ops++;
+        if (done_ops == before) {
+            rc = err_set(e, ERR_FAIL, "simulation deadlocked after %lld of %lld operations",
+                         (long long)done_ops, (long long)total);
+            goto done;
+        }
+    }
+    out->iteration_ms = 0;
+    for (int s = 0; s < S; s++)
+        if (st.free_ms[s] > out->iteration_ms)
+            out->iteration_ms = st.free_ms[s];
+done:
+    free(st.prog);
+    free(st.next);
+    free(st.free_ms);
+    free(st.fwd_in);
+    free(st.bwd_in);
+    free(st.link_fwd);
+    free(st.link_bwd);
+    return rc;
+}
+
 int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages,
             struct sim_result *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
-    size_t cells = (size_t)S * (size_t)M;
-    struct op *prog = malloc(cells * 2 * sizeof *prog);
-    int *next = calloc((size_t)S, sizeof *next);
-    double *stage_free = calloc((size_t)S, sizeof *stage_free);
-    /* arrival times of forward inputs at stage s and of gradients at stage s (< 0: not yet) */
-    double *fwd_in = malloc(cells * sizeof *fwd_in);
-    double *bwd_in = malloc(cells * sizeof *bwd_in);
-    double *link_fwd = calloc((size_t)S, sizeof *link_fwd);
-    double *link_bwd = calloc((size_t)S, sizeof *link_bwd);
+    if (check_input(S, M, stages, e))
+        return e->code;
+    out->n_stages = S;
     out->busy_ms = calloc((size_t)S, sizeof *out->busy_ms);
     out->idle_ms = calloc((size_t)S, sizeof *out->idle_ms);
-    out->tasks = malloc(cells * 5 * sizeof *out->tasks);
-    out->n_stages = S;
-    if (!prog || !next || !stage_free || !fwd_in || !bwd_in || !link_fwd || !link_bwd ||
-        !out->busy_ms || !out->idle_ms || !out->tasks) {
-        err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, M);
-        goto done;
+    out->tasks = malloc((size_t)S * (size_t)M * 5 * sizeof *out->tasks);
+    if (!out->busy_ms || !out->idle_ms || !out->tasks) {
+        sim_result_free(out);
+        return err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S,
+                       M);
     }
-    for (size_t i = 0; i < cells; i++)
-        fwd_in[i] = bwd_in[i] = -1;
-    for (int m = 0; m < M; m++)
-        fwd_in[m] = 0; /* stage 0's inputs are at hand */
-    for (int s = 0; s < S; s++)
-        stage_program(schedule, S, M, s, prog + (size_t)s * 2 * M);
-    int done_ops = 0, total = 2 * S * M;
-    while (done_ops < total) {
-        int progressed = 0;
-        for (int s = 0; s < S; s++) {
-            while (next[s] < 2 * M) {
-                struct op op = prog[(size_t)s * 2 * M + next[s]];
-                size_t at = (size_t)s * M + op.micro;
-                double ready;
-                if (!op.backward)
-                    ready = fwd_in[at];
-                else if (s == S - 1)
-                    ready = 0; /* its own forward came earlier in the program */
-                else
-                    ready = bwd_in[at];
-                if (ready < 0)
-                    break;
-                const struct sim_stage *st = &stages[s];
-                double start = ready > stage_free[s] ? ready : stage_free[s];
-                if (!op.backward) {
-                    double end = start + st->fwd_ms;
-                    out->tasks[out->n_tasks++] = (struct sim_task){s, op.micro, SIM_FORWARD, start, end};
-                    stage_free[s] = end;
-                    if (s + 1 < S) {
-                        double xs = end > link_fwd[s] ? end : link_fwd[s];
-                        double xe = xs + link_transfer_ms(&st->link, st->out_bytes);
-                        link_fwd[s] = xe;
-                        if (st->link.present)
-                            out->tasks[out->n_tasks++] =
-                                (struct sim_task){s, op.micro, SIM_SEND_FORWARD, xs, xe};
-                        fwd_in[(size_t)(s + 1) * M + op.micro] = xe;
-                    }
-                } else {
-                    double mid = start + st->recompute_ms;
-                    double end = mid + st->bwd_ms;
-                    if (st->recompute_ms > 0)
-                        out->tasks[out->n_tasks++] =
-                            (struct sim_task){s, op.micro, SIM_RECOMPUTE, start, mid};
-                    out->tasks[out->n_tasks++] = (struct sim_task){s, op.micro, SIM_BACKWARD, mid, end};
-                    stage_free[s] = end;
-                    if (s > 0) {
-                        const struct sim_stage *prev = &stages[s - 1];
-                        double xs = end > link_bwd[s - 1] ? end : link_bwd[s - 1];
-                        double xe = xs + link_transfer_ms(&prev->link, prev->out_bytes);
-                        link_bwd[s - 1] = xe;
-                        if (prev->link.present)
-                            out->tasks[out->n_tasks++] =
-                                (struct sim_task){s - 1, op.micro, SIM_SEND_BACKWARD, xs, xe};
-                        bwd_in[(size_t)(s - 1) * M + op.micro] = xe;
-                    }
-                }
-                out->busy_ms[s] += !op.backward ? st->fwd_ms : st->recompute_ms + st->bwd_ms;
-                next[s]++;
-                done_ops++;
-                progressed = 1;
-            }
-        }
-        if (!progressed) {
-            err_set(e, ERR_FAIL, "simulation deadlocked after %d of %d operations", done_ops,
-                    total);
-            goto done;
-        }
+    int rc = simulate(schedule, S, M, stages, out, e);
+    if (rc) {
+        sim_result_free(out);
+        return rc;
     }
-    for (int s = 0; s < S; s++)
-        if (stage_free[s] > out->iteration_ms)
-            out->iteration_ms = stage_free[s];
     double idle = 0;
     for (int s = 0; s < S; s++) {
         out->idle_ms[s] = out->iteration_ms - out->busy_ms[s];
         idle += out->idle_ms[s];
     }
     out->bubble_fraction = out->iteration_ms > 0 ? idle / (S * out->iteration_ms) : 0;
-done:
-    free(prog);
-    free(next);
-    free(stage_free);
-    free(fwd_in);
-    free(bwd_in);
-    free(link_fwd);
-    free(link_bwd);
-    if (e->code)
-        sim_result_free(out);
-    return e->code;
+    return ERR_OK;
+}
+
+int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                 double *iteration_ms, struct err *e)
+{
+    struct sim_result r = {0};
+    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, e))
+        return e->code;
+    *iteration_ms = r.iteration_ms;
+    return ERR_OK;
+}
+
+void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
+{
+    int n = plan_stage_layer_count(ps);
+    *out = (struct sim_stage){.out_bytes = ps->layers[n - 1].out_bytes, .link = ps->link};
+    for (int l = 0; l < n; l++) {
+        out->fwd_ms += ps->layers[l].fwd_ms;
+        out->bwd_ms += ps->layers[l].bwd_ms;
+        if (ps->recompute[l])
+            out->recompute_ms += ps->layers[l].fwd_ms;
+    }
 }
 
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
@@ -157,18 +266,8 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
     struct sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
     if (st == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0; s < p->n_stages; s++) {
-        const struct plan_stage *ps = &p->stages[s];
-        int n = plan_stage_layer_count(ps);
-        for (int l = 0; l < n; l++) {
-            st[s].fwd_ms += ps->layers[l].fwd_ms;
-            st[s].bwd_ms += ps->layers[l].bwd_ms;
-            if (ps->recompute[l])
-                st[s].recompute_ms += ps->layers[l].fwd_ms;
-        }
-        st[s].out_bytes = ps->layers[n - 1].out_bytes;
-        st[s].link = ps->link;
-    }
+    for (int s = 0; s < p->n_stages; s++)
+        sim_stage_from_plan(&p->stages[s], &st[s]);
     int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);
     free(st);
     return rc;

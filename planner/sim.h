@@ -5,13 +5,24 @@
  * GPipe: all forwards, then all backwards (micro-batch 0 first). A recomputed layer's forward
  * runs right before its backward. Activations (forward) and their gradients (backward) of
  * `out_bytes` cross each stage boundary over its link; a link carries one transfer at a time
- * in each direction and never blocks compute. */
+ * in each direction, in the order the sender produced them, and never blocks the sender's
+ * compute (sends are asynchronous).
+ *
+ * Every operation starts as soon as its stage has finished the previous operation of its
+ * program and its input has arrived, so the makespan is the longest path through a fixed
+ * graph: it never decreases when any task gets longer. That is why each stage's least
+ * recompute gives the least iteration time with a fixed partition. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
 #include "cluster.h"
 #include "err.h"
 #include "plan.h"
+#include "trace.h"
+
+/* More stages x micro-batches than this is refused rather than allocated (the task list
+ * takes 5 entries per cell). */
+#define SIM_CELLS_MAX ((int64_t)1 << 22)
 
 enum sim_kind { SIM_FORWARD, SIM_RECOMPUTE, SIM_BACKWARD, SIM_SEND_FORWARD, SIM_SEND_BACKWARD };
 
@@ -25,9 +36,11 @@ struct sim_stage {
 };
 
 struct sim_task {
+    /* compute: the stage that runs it; SIM_SEND_*: the boundary k, i.e. the link between
+     * stages k and k+1 (forward sends go k -> k+1, backward sends k+1 -> k) */
     int stage;
     int micro;
-    enum sim_kind kind; /* SIM_SEND_*: on the link from `stage` to its neighbour */
+    enum sim_kind kind;
     double start_ms;
     double end_ms;
 };
@@ -39,13 +52,39 @@ struct sim_result {
     double *busy_ms; /* per stage: forward + recompute + backward */
     double *idle_ms; /* per stage: iteration_ms - busy_ms */
     int n_tasks;
-    struct sim_task *tasks;
+    struct sim_task *tasks; /* in the order they were simulated, not sorted by time */
 };
 
+/* Simulates one step. ERR_INPUT for S or M < 1, S x M above SIM_CELLS_MAX, or a time or
+ * size that is negative or not finite; `out` holds nothing then. */
 int sim_run(enum schedule schedule, int n_stages, int micro_batches,
             const struct sim_stage *stages, struct sim_result *out, struct err *e);
+/* The iteration time alone, the same as sim_run's but recording no tasks: for searches that
+ * simulate many candidates. */
+int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
+                 const struct sim_stage *stages, double *iteration_ms, struct err *e);
+/* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times, the forward
+ * time of its recomputed layers, its last layer's out_bytes and its link. */
+void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
 void sim_result_free(struct sim_result *r);
+
+const char *sim_kind_name(enum sim_kind kind);
+
+/* Per-stage totals over the step (ms): forward, recompute and backward compute, and the link
+ * time of the stage's own sends (activations to s+1, gradients to s-1). */
+struct sim_stage_totals {
+    double fwd_ms, recompute_ms, bwd_ms, send_ms;
+};
+void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_totals *out);
+
+/* The result file (ballast-simulation/1, see README): iteration_ms, bubble_fraction and per
+ * stage index, device, busy_ms, idle_ms, fwd_ms, bwd_ms, recompute_ms, send_ms. */
+cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r);
+/* A Chrome trace of the step: one track per stage ("stage 3 A100-80GB") with its forward,
+ * recompute and backward slices named by micro-batch ("F 7", "R 7", "B 7"), and two tracks
+ * per link (activations, gradients), all in process `pid`. */
+void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct sim_result *r);
 
 #endif

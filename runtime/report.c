@@ -1,10 +1,7 @@
 #include "report.h"
 
-#include <errno.h>
-#include <string.h>
-#include <unistd.h>
-
 #include "jsonio.h"
+#include "trace.h"
 
 int report_write_metrics(const char *file, const struct report *r, struct err *e)
 {
@@ -83,45 +80,32 @@ static const char *const event_names[STAGE_EV_KINDS] = {"forward", "recompute", 
 int report_write_trace(const char *file, const struct model *m, const struct report *r,
                        const int *counts, const struct stage_event *events, struct err *e)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL)
-        return err_set(e, ERR_FAIL, "%s: cannot create: %s", tmp, strerror(errno));
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, "
-               "\"args\": {\"name\": \"ballast train %s\"}}",
-            r->schedule);
-    for (int s = 0; s < r->n_stages; s++)
-        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                   "\"args\": {\"name\": \"stage %d (%s, layers %d-%d)\"}},\n"
-                   "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                   "\"args\": {\"sort_index\": %d}}",
-                s, s, r->stages[s].device, r->stages[s].first, r->stages[s].last, s, s);
+    struct trace *t = trace_init();
+    if (t == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory for the trace", file);
+    char name[128];
+    snprintf(name, sizeof name, "ballast train (%s)", r->schedule);
+    trace_name_process(t, 0, name);
+    for (int s = 0; s < r->n_stages; s++) {
+        snprintf(name, sizeof name, "stage %d (%s, layers %d-%d)", s, r->stages[s].device,
+                 r->stages[s].first, r->stages[s].last);
+        trace_name_track(t, 0, s, name);
+    }
     const struct stage_event *ev = events;
     for (int s = 0; s < r->n_stages; s++)
         for (int i = 0; i < counts[s]; i++, ev++) {
-            char name[64];
+            const char *kind = event_names[ev->kind];
             if (ev->layer >= 0) {
                 char lname[MODEL_LAYER_NAME_MAX];
                 model_layer_name(m, ev->layer, lname);
-                snprintf(name, sizeof name, "%s %s", event_names[ev->kind], lname);
+                snprintf(name, sizeof name, "%s %s", kind, lname);
             } else {
-                snprintf(name, sizeof name, "%s", event_names[ev->kind]);
+                snprintf(name, sizeof name, "%s", kind);
             }
-            fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
-                       "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d, "
-                       "\"micro_batch\": %d}}",
-                    name, event_names[ev->kind], s, ev->t0_ms * 1e3,
-                    (ev->t1_ms - ev->t0_ms) * 1e3, ev->step + 1, ev->micro);
+            struct trace_arg args[2] = {{"step", ev->step + 1}, {"micro_batch", ev->micro}};
+            trace_add_slice(t, 0, s, name, kind, ev->t0_ms, ev->t1_ms - ev->t0_ms, args, 2);
         }
-    fprintf(f, "\n]}\n");
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, file) != 0) {
-        int saved = errno;
-        unlink(tmp);
-        return err_set(e, ERR_FAIL, "%s: cannot write: %s", file, strerror(saved));
-    }
-    return ERR_OK;
+    int rc = trace_write(t, file, e);
+    trace_free(t);
+    return rc;
 }

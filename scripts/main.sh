@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on this machine's CPU: install what is missing, build, estimate the profiles
-# the shipped clusters use, plan a mixed GPU cluster and the small CPU cluster, then train the
-# CPU plan on three MPI ranks and compare measured against planned memory per stage.
+# the shipped clusters use, plan and simulate a mixed GPU cluster, run the bench, plan the
+# small CPU cluster, then train the CPU plan on three MPI ranks and compare measured against
+# planned memory per stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -16,6 +17,11 @@ echo "== plan: the same cluster with the published load-aware method"
   -o out/plan-v100-a100-8-patent.json
 echo "== plan: three CPU stages of this machine, GPT-tiny"
 "$build/ballast" plan --cluster configs/clusters/cpu-3.json --verify -o out/plan-cpu-3.json
-echo "== train: that plan, one MPI rank per stage on this machine (stage 0 recomputes as planned)"
+echo "== simulate the optimal plan: iteration time, bubble, a trace for ui.perfetto.dev"
+"$build/ballast" simulate --plan out/plan-v100-a100-8.json -o out/simulation-v100-a100-8.json \
+  --trace out/trace-v100-a100-8.json
+echo "== bench: every method on every shipped GPU cluster and model (tables and plots in out/bench)"
+"$build/ballast" bench --out out/bench
+echo "== train: the CPU plan, one MPI rank per stage of this machine (stage 0 recomputes as planned)"
 mpirun --allow-run-as-root --oversubscribe -np 3 "$build/ballast" train --plan out/plan-cpu-3.json \
   --steps 8 --metrics out/metrics-cpu-3.json --trace out/trace-cpu-3.json

@@ -555,8 +555,10 @@ static void test_trace(void)
     struct err e;
     cJSON *o = jsonio_read(trace, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(o);
-    /* per stage (track): which kinds of event it shows */
+    /* per stage (track): which kinds of event it shows, and that slices follow each other
+     * (the trace format's rule; the events of one rank are sequential) */
     int seen[2][6] = {{0}};
+    double end[2] = {-1, -1};
     static const char *const cats[6] = {"forward", "backward", "recompute", "send", "idle",
                                         "optimizer"};
     const cJSON *ev;
@@ -565,7 +567,11 @@ static void test_trace(void)
         const cJSON *cat = cJSON_GetObjectItem(ev, "cat"), *tid = cJSON_GetObjectItem(ev, "tid");
         if (cat == NULL || tid == NULL || tid->valueint < 0 || tid->valueint > 1)
             continue;
-        CU_ASSERT(cJSON_GetObjectItem(ev, "dur")->valuedouble >= 0);
+        double ts = cJSON_GetObjectItem(ev, "ts")->valuedouble,
+               dur = cJSON_GetObjectItem(ev, "dur")->valuedouble;
+        CU_ASSERT(dur >= 0);
+        CU_ASSERT(ts >= end[tid->valueint] - 1e-3); /* written in time order per track */
+        end[tid->valueint] = ts + dur;
         for (int k = 0; k < 6; k++)
             seen[tid->valueint][k] |= strcmp(cat->valuestring, cats[k]) == 0;
     }

@@ -1,0 +1,553 @@
+#include "bench.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+
+#include "cost.h"
+#include "estimate.h"
+#include "planner.h"
+#include "sim.h"
+
+const char *const bench_method_names[BENCH_METHODS] = {"none",    "full",
+                                                       "uniform-min", "patent",
+                                                       "optimal", "optimal+repartition"};
+
+void bench_options_default(struct bench_options *o)
+{
+    *o = (struct bench_options){.out_dir = "out/bench",
+                                .clusters = BALLAST_SOURCE_DIR "/configs/clusters",
+                                .models = "gpt-1.3b,gpt-13b,gpt-175b",
+                                .devices_file = devices_default_file(),
+                                .plots = 1};
+}
+
+/* "dir/name.json" -> "name" */
+static void base_name(const char *path, char out[BENCH_NAME_MAX])
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(out, BENCH_NAME_MAX, "%s", slash ? slash + 1 : path);
+    size_t n = strlen(out);
+    if (n > 5 && strcmp(out + n - 5, ".json") == 0)
+        out[n - 5] = '\0';
+}
+
+/* A growing list of owned strings. */
+struct names {
+    int n, cap;
+    char **v;
+};
+
+static int names_add(struct names *l, const char *s, struct err *e)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        char **v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (v == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    if ((l->v[l->n] = strdup(s)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    l->n++;
+    return ERR_OK;
+}
+
+static void names_free(struct names *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The cluster files named by a comma-separated list of files and folders (a folder gives its
+ * *.json files, sorted). */
+static int list_clusters(const char *spec, struct names *out, struct err *e)
+{
+    char *copy = strdup(spec), *save = NULL;
+    if (copy == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (char *item = strtok_r(copy, ",", &save); item && !e->code;
+         item = strtok_r(NULL, ",", &save)) {
+        struct stat sb;
+        if (stat(item, &sb) != 0) {
+            err_set(e, ERR_INPUT, "--clusters: %s: %s", item, strerror(errno));
+            break;
+        }
+        if (!S_ISDIR(sb.st_mode)) {
+            names_add(out, item, e);
+            continue;
+        }
+        DIR *d = opendir(item);
+        if (d == NULL) {
+            err_set(e, ERR_INPUT, "--clusters: %s: %s", item, strerror(errno));
+            break;
+        }
+        int first = out->n;
+        for (struct dirent *de = readdir(d); de && !e->code; de = readdir(d)) {
+            size_t n = strlen(de->d_name);
+            if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
+                char path[CLUSTER_PATH_MAX];
+                snprintf(path, sizeof path, "%s/%s", item, de->d_name);
+                names_add(out, path, e);
+            }
+        }
+        closedir(d);
+        qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, compare_strings);
+    }
+    free(copy);
+    if (e->code == ERR_OK && out->n == 0)
+        err_set(e, ERR_INPUT, "--clusters: \"%s\" names no cluster file", spec);
+    return e->code;
+}
+
+/* A model file, or a bare name of configs/models. */
+static void model_path(const char *item, char out[CLUSTER_PATH_MAX])
+{
+    if (strchr(item, '/') != NULL || strstr(item, ".json") != NULL)
+        snprintf(out, CLUSTER_PATH_MAX, "%s", item);
+    else
+        snprintf(out, CLUSTER_PATH_MAX, "%s/configs/models/%s.json", BALLAST_SOURCE_DIR, item);
+}
+
+/* Layer ranges as the cluster file gave them, or an even split? */
+static int even_split(const struct cluster *c)
+{
+    for (int s = 0; s < c->n_stages; s++) {
+        int first, last;
+        cluster_even_split(c->n_layers, c->n_stages, s, &first, &last);
+        if (first != c->stages[s].first || last != c->stages[s].last)
+            return 0;
+    }
+    return 1;
+}
+
+int bench_cluster_for_model(const struct cluster *c, const struct model *m,
+                            const struct device_table *t, struct cluster *out,
+                            char note[BENCH_NOTE_MAX], struct err *e)
+{
+    int S = c->n_stages, L = model_layer_count(m);
+    memset(out, 0, sizeof *out);
+    note[0] = '\0';
+    if (S > L) {
+        snprintf(note, BENCH_NOTE_MAX, "%d stages, but the model has %d layers", S, L);
+        return ERR_NOFIT;
+    }
+    out->stages = calloc((size_t)S, sizeof *out->stages);
+    out->profiles = calloc((size_t)S, sizeof *out->profiles);
+    if (out->stages == NULL || out->profiles == NULL) {
+        cluster_free(out);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    out->schedule = c->schedule;
+    out->micro_batches = c->micro_batches;
+    out->reserve_bytes = c->reserve_bytes;
+    out->link = c->link;
+    out->n_stages = S;
+    out->model = *m;
+    out->n_layers = L;
+    int scale = !even_split(c);
+    for (int s = 0; s < S; s++) {
+        struct cluster_stage *st = &out->stages[s];
+        *st = c->stages[s];
+        st->profile = -1;
+        for (int q = 0; q < s && st->profile < 0; q++)
+            if (strcmp(out->stages[q].device, st->device) == 0)
+                st->profile = out->stages[q].profile;
+        if (st->profile < 0) {
+            const struct device_spec *d = devices_find(t, st->device);
+            if (d == NULL) {
+                cluster_free(out);
+                return err_set(e, ERR_INPUT,
+                               "stages[%d].device: \"%s\" is not in the device table, so its "
+                               "profile cannot be estimated",
+                               s, c->stages[s].device);
+            }
+            if (estimate_profile(t, d, m, &out->profiles[out->n_profiles], e)) {
+                cluster_free(out);
+                return e->code;
+            }
+            st->profile = out->n_profiles++;
+        }
+        if (!scale) {
+            cluster_even_split(L, S, s, &st->first, &st->last);
+        } else {
+            /* each boundary at the same fraction of the model, every stage keeping a layer */
+            long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);
+            long lo = s == 0 ? 0 : out->stages[s - 1].first + 1, hi = L - (S - s);
+            st->first = (int)(first < lo ? lo : first > hi ? hi : first);
+            if (s > 0)
+                out->stages[s - 1].last = st->first - 1;
+            st->last = L - 1;
+        }
+    }
+    if (scale)
+        snprintf(note, BENCH_NOTE_MAX,
+                 "the cluster's layer ranges for %d layers scaled to %d at the same boundaries",
+                 c->n_layers, L);
+    return ERR_OK;
+}
+
+static void case_free(struct bench_case *k)
+{
+    free(k->devices);
+    free(k->limit_bytes);
+    free(k->before_bytes);
+    for (int i = 0; i < BENCH_METHODS; i++) {
+        free(k->method[i].memory_bytes);
+        free(k->method[i].recompute_ms);
+        free(k->method[i].devices);
+        free(k->method[i].limit_bytes);
+    }
+    memset(k, 0, sizeof *k);
+}
+
+/* Plans the case with one method and simulates the plan; *plan is kept when asked for. */
+static int run_method(const struct cluster *c, int method, struct bench_result *r,
+                      struct plan *keep, struct err *e)
+{
+    struct plan_options o;
+    struct plan p;
+    struct sim_result sim;
+    plan_options_default(&o);
+    if (plan_method_parse(bench_method_names[method], &o, e))
+        return e->code;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = planner_make(c, &o, &p, e);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->plan_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (rc == ERR_NOFIT) {
+        err_clear(e);
+        r->fits = 0;
+        return ERR_OK;
+    }
+    if (rc)
+        return rc;
+    if (sim_plan(&p, &sim, e)) {
+        plan_free(&p);
+        return e->code;
+    }
+    r->fits = 1;
+    r->iteration_ms = sim.iteration_ms;
+    r->bubble_fraction = sim.bubble_fraction;
+    sim_result_free(&sim);
+    r->memory_bytes = malloc((size_t)p.n_stages * sizeof *r->memory_bytes);
+    r->recompute_ms = malloc((size_t)p.n_stages * sizeof *r->recompute_ms);
+    r->devices = malloc((size_t)p.n_stages * sizeof *r->devices);
+    r->limit_bytes = malloc((size_t)p.n_stages * sizeof *r->limit_bytes);
+    if (r->memory_bytes == NULL || r->recompute_ms == NULL || r->devices == NULL ||
+        r->limit_bytes == NULL) {
+        plan_free(&p);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    for (int s = 0; s < p.n_stages; s++) {
+        r->memory_bytes[s] = p.stages[s].memory_bytes;
+        r->recompute_ms[s] = p.stages[s].recompute_ms;
+        r->limit_bytes[s] = p.stages[s].memory_limit_bytes;
+        snprintf(r->devices[s], sizeof r->devices[s], "%s", p.stages[s].device);
+    }
+    if (keep != NULL)
+        *keep = p;
+    else
+        plan_free(&p);
+    return ERR_OK;
+}
+
+/* Fills the case's per-stage facts and runs every method on cluster `c`. */
+static int run_case(const struct cluster *c, struct bench_case *k, struct plan *keep,
+                    struct err *e)
+{
+    int S = c->n_stages;
+    k->runnable = 1;
+    k->n_stages = S;
+    k->micro_batches = c->micro_batches;
+    k->schedule = c->schedule;
+    k->n_layers = c->n_layers;
+    k->devices = calloc((size_t)S, sizeof *k->devices);
+    k->limit_bytes = calloc((size_t)S, sizeof *k->limit_bytes);
+    k->before_bytes = calloc((size_t)S, sizeof *k->before_bytes);
+    if (k->devices == NULL || k->limit_bytes == NULL || k->before_bytes == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0; s < S; s++) {
+        const struct cluster_stage *st = &c->stages[s];
+        struct stage_cost cost;
+        snprintf(k->devices[s], sizeof k->devices[s], "%s", st->device);
+        k->limit_bytes[s] = st->memory_bytes;
+        cost_stage(cluster_stage_profile(c, s)->layers + st->first, st->last - st->first + 1,
+                   NULL, schedule_in_flight(c->schedule, S, s, c->micro_batches),
+                   c->reserve_bytes, &cost);
+        k->before_bytes[s] = cost.memory_bytes;
+    }
+    for (int i = 0; i < BENCH_METHODS; i++)
+        if (run_method(c, i, &k->method[i], i == BENCH_OPTIMAL ? keep : NULL, e))
+            return e->code;
+    return ERR_OK;
+}
+
+static void print_progress(FILE *f, int done, int total, const struct bench_case *k)
+{
+    if (f == NULL)
+        return;
+    fprintf(f, "bench [%2d/%d] %s x %s:", done, total, k->cluster, k->model);
+    if (!k->runnable) {
+        fprintf(f, " cannot run (%s)\n", k->note);
+        return;
+    }
+    for (int i = 0; i < BENCH_METHODS; i++) {
+        const struct bench_result *r = &k->method[i];
+        if (r->fits)
+            fprintf(f, "%s %s %.1f ms", i ? "," : "", bench_method_names[i], r->iteration_ms);
+        else
+            fprintf(f, "%s %s does not fit", i ? "," : "", bench_method_names[i]);
+    }
+    fprintf(f, "\n");
+    fflush(f);
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir, struct err *e)
+{
+    char path[CLUSTER_PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return err_set(e, ERR_FAIL, "--out: cannot create %s: %s", path, strerror(errno));
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    return ERR_OK;
+}
+
+struct loaded_cluster {
+    char name[BENCH_NAME_MAX];
+    struct cluster c;
+};
+
+static int compare_clusters(const void *a, const void *b)
+{
+    const struct loaded_cluster *x = a, *y = b;
+    if (x->c.n_stages != y->c.n_stages)
+        return x->c.n_stages - y->c.n_stages;
+    return strcmp(x->name, y->name);
+}
+
+/* Loads the clusters, leaving out CPU ones, in order of stage count. */
+static int load_clusters(const char *spec, FILE *progress, struct loaded_cluster **out, int *n,
+                         struct err *e)
+{
+    struct names files = {0};
+    *out = NULL;
+    *n = 0;
+    if (list_clusters(spec, &files, e)) {
+        names_free(&files);
+        return e->code;
+    }
+    struct loaded_cluster *l = calloc((size_t)files.n, sizeof *l);
+    if (l == NULL) {
+        names_free(&files);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    for (int i = 0; i < files.n; i++) {
+        struct loaded_cluster *x = &l[*n];
+        if (cluster_load(files.v[i], &x->c, e))
+            break;
+        base_name(files.v[i], x->name);
+        int cpu = 0;
+        for (int s = 0; s < x->c.n_stages; s++)
+            cpu = cpu || strcmp(cluster_stage_profile(&x->c, s)->device.kind, "cpu") == 0;
+        if (cpu) {
+            if (progress)
+                fprintf(progress, "bench: leaving out %s (CPU stages)\n", x->name);
+            cluster_free(&x->c);
+            continue;
+        }
+        (*n)++;
+    }
+    names_free(&files);
+    if (e->code == ERR_OK && *n == 0)
+        err_set(e, ERR_INPUT, "--clusters: \"%s\" holds no GPU cluster", spec);
+    if (e->code) {
+        for (int i = 0; i < *n; i++)
+            cluster_free(&l[i].c);
+        free(l);
+        *n = 0;
+        return e->code;
+    }
+    qsort(l, (size_t)*n, sizeof *l, compare_clusters);
+    *out = l;
+    return ERR_OK;
+}
+
+/* The detail case: the named cluster (default v100-a100-8, else the first) with its own
+ * model if benched, else the first model whose optimal plan fits; -1 if none fits. */
+static int pick_detail(const struct bench_case *cases, int n_models, int ci)
+{
+    int first = -1;
+    for (int j = 0; j < n_models; j++) {
+        const struct bench_case *k = &cases[ci * n_models + j];
+        if (!k->runnable || !k->method[BENCH_OPTIMAL].fits)
+            continue;
+        if (!k->estimated)
+            return ci * n_models + j;
+        if (first < 0)
+            first = ci * n_models + j;
+    }
+    return first;
+}
+
+static int find_cluster(const struct loaded_cluster *cl, int n, const char *want, int *ci,
+                        struct err *e)
+{
+    *ci = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(cl[i].name, want ? want : "v100-a100-8") == 0) {
+            *ci = i;
+            return ERR_OK;
+        }
+    if (want == NULL)
+        return ERR_OK;
+    err_set(e, ERR_INPUT, "--detail: no cluster named \"%s\" among:", want);
+    for (int i = 0; i < n; i++)
+        err_append(e, "  %s", cl[i].name);
+    return e->code;
+}
+
+int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct err *e)
+{
+    struct loaded_cluster *cl = NULL;
+    struct names models = {0};
+    struct model *mv = NULL;
+    struct bench_case *cases = NULL;
+    struct device_table table = {0};
+    struct plan gantt = {0};
+    int n_cl = 0, n_cases = 0, have_gantt = 0, detail = -1;
+    if (o->detail != NULL && strchr(o->detail, '/') != NULL)
+        return err_set(e, ERR_INPUT, "--detail: \"%s\": give a cluster name, not a path",
+                       o->detail);
+    int ci;
+    if (make_dirs(o->out_dir, e) || devices_load(o->devices_file, &table, e) ||
+        load_clusters(o->clusters, progress, &cl, &n_cl, e) ||
+        find_cluster(cl, n_cl, o->detail, &ci, e))
+        goto done;
+    char *copy = strdup(o->models), *save = NULL;
+    if (copy == NULL) {
+        err_set(e, ERR_FAIL, "out of memory");
+        goto done;
+    }
+    for (char *item = strtok_r(copy, ",", &save); item && !e->code;
+         item = strtok_r(NULL, ",", &save))
+        names_add(&models, item, e);
+    free(copy);
+    if (e->code)
+        goto done;
+    if (models.n == 0) {
+        err_set(e, ERR_INPUT, "--models: \"%s\" names no model", o->models);
+        goto done;
+    }
+    mv = calloc((size_t)models.n, sizeof *mv);
+    cases = calloc((size_t)n_cl * models.n, sizeof *cases);
+    if (mv == NULL || cases == NULL) {
+        err_set(e, ERR_FAIL, "out of memory");
+        goto done;
+    }
+    for (int j = 0; j < models.n; j++) {
+        char path[CLUSTER_PATH_MAX];
+        model_path(models.v[j], path);
+        if (model_load(path, &mv[j], e)) {
+            char msg[ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", e->msg);
+            err_set(e, e->code, "--models: %s: %s", models.v[j], msg);
+            goto done;
+        }
+    }
+    for (int i = 0; i < n_cl; i++)
+        for (int j = 0; j < models.n; j++) {
+            struct bench_case *k = &cases[n_cases++];
+            char path[CLUSTER_PATH_MAX];
+            model_path(models.v[j], path);
+            snprintf(k->cluster, sizeof k->cluster, "%s", cl[i].name);
+            base_name(path, k->model);
+            int rc;
+            if (model_equal(&cl[i].c.model, &mv[j])) {
+                rc = run_case(&cl[i].c, k, NULL, e);
+            } else {
+                struct cluster adapted;
+                rc = bench_cluster_for_model(&cl[i].c, &mv[j], &table, &adapted, k->note, e);
+                if (rc == ERR_NOFIT) {
+                    rc = ERR_OK;
+                    k->n_stages = cl[i].c.n_stages;
+                    k->micro_batches = cl[i].c.micro_batches;
+                    k->schedule = cl[i].c.schedule;
+                    k->n_layers = model_layer_count(&mv[j]);
+                } else if (rc == ERR_OK) {
+                    rc = run_case(&adapted, k, NULL, e);
+                    cluster_free(&adapted);
+                }
+                k->estimated = 1;
+            }
+            if (rc) {
+                char msg[ERR_MSG_MAX];
+                snprintf(msg, sizeof msg, "%s", e->msg);
+                err_set(e, rc, "%s with %s: %s", cl[i].name, k->model, msg);
+                goto done;
+            }
+            print_progress(progress, n_cases, n_cl * models.n, k);
+        }
+    detail = pick_detail(cases, models.n, ci);
+    if (detail >= 0) {
+        /* plan the detail case's optimal again, keeping the plan for its Gantt chart */
+        int mj = detail % models.n;
+        struct bench_result again = {0};
+        struct cluster adapted;
+        char note[BENCH_NOTE_MAX];
+        const struct cluster *c = &cl[ci].c;
+        if (!model_equal(&c->model, &mv[mj])) {
+            if (bench_cluster_for_model(c, &mv[mj], &table, &adapted, note, e))
+                goto done;
+            c = &adapted;
+        }
+        int rc = run_method(c, BENCH_OPTIMAL, &again, &gantt, e);
+        if (c == &adapted)
+            cluster_free(&adapted);
+        free(again.memory_bytes);
+        free(again.recompute_ms);
+        if (rc)
+            goto done;
+        have_gantt = again.fits;
+    }
+    if (bench_write_csv(o->out_dir, cases, n_cases, e) ||
+        bench_write_markdown(o->out_dir, out, cases, n_cases, detail, e) ||
+        bench_write_plots(o->out_dir, cases, n_cases, detail, have_gantt ? &gantt : NULL,
+                          o->plots, e))
+        goto done;
+done:
+    if (have_gantt)
+        plan_free(&gantt);
+    for (int i = 0; i < n_cases; i++)
+        case_free(&cases[i]);
+    free(cases);
+    free(mv);
+    names_free(&models);
+    for (int i = 0; i < n_cl; i++)
+        cluster_free(&cl[i].c);
+    free(cl);
+    devices_free(&table);
+    return e->code;
+}

@@ -1,0 +1,578 @@
+/* The files of a bench run: tables (CSV, Markdown) and gnuplot scripts with their data, run
+ * to make the PNGs. Each script reads only files next to it, so `cd DIR && gnuplot X.gp`
+ * redraws a plot. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "sim.h"
+#include "trace.h"
+
+#define GIB 1073741824.0
+
+static int open_out(const char *dir, const char *name, FILE **f, struct err *e)
+{
+    char path[CLUSTER_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *f = fopen(path, "w");
+    if (*f == NULL)
+        return err_set(e, ERR_FAIL, "%s: cannot create: %s", path, strerror(errno));
+    return ERR_OK;
+}
+
+static int close_out(const char *dir, const char *name, FILE *f, struct err *e)
+{
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return err_set(e, ERR_FAIL, "%s/%s: cannot write: %s", dir, name, strerror(errno));
+    return ERR_OK;
+}
+
+static const char *status_name(const struct bench_case *k, int m)
+{
+    return !k->runnable ? "cannot run" : k->method[m].fits ? "ok" : "does not fit";
+}
+
+/* ref / this when both fit, else NaN (a speed-up of this method over ref) */
+static double speedup(const struct bench_case *k, int m, int ref)
+{
+    if (!k->runnable || !k->method[m].fits || !k->method[ref].fits)
+        return NAN;
+    return k->method[ref].iteration_ms / k->method[m].iteration_ms;
+}
+
+/* Cases drawn in the iteration plot: those where full recomputation fits (the reference). */
+static int plotted(const struct bench_case *k)
+{
+    return k->runnable && k->method[BENCH_FULL].fits;
+}
+
+static int count_plotted(const struct bench_case *cases, int n)
+{
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        c += plotted(&cases[i]);
+    return c;
+}
+
+static void csv_text(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void csv_num(FILE *f, double v, const char *fmt)
+{
+    fputc(',', f);
+    if (!isnan(v))
+        fprintf(f, fmt, v);
+}
+
+int bench_write_csv(const char *dir, const struct bench_case *cases, int n, struct err *e)
+{
+    FILE *f;
+    if (open_out(dir, "results.csv", &f, e))
+        return e->code;
+    fprintf(f, "cluster,model,stages,micro_batches,schedule,profiles,method,status,iteration_ms,"
+               "bubble_fraction,speedup_vs_full,speedup_vs_uniform_min,max_memory_fraction,"
+               "plan_ms,note\n");
+    for (int i = 0; i < n; i++) {
+        const struct bench_case *k = &cases[i];
+        for (int m = 0; m < BENCH_METHODS; m++) {
+            const struct bench_result *r = &k->method[m];
+            int ok = k->runnable && r->fits;
+            double most = NAN;
+            for (int s = 0; ok && s < k->n_stages; s++) {
+                double frac = (double)r->memory_bytes[s] / (double)r->limit_bytes[s];
+                most = isnan(most) || frac > most ? frac : most;
+            }
+            fprintf(f, "%s,%s,%d,%d,%s,%s,%s,%s", k->cluster, k->model, k->n_stages,
+                    k->micro_batches, schedule_name(k->schedule),
+                    k->estimated ? "estimated" : "cluster", bench_method_names[m],
+                    status_name(k, m));
+            csv_num(f, ok ? r->iteration_ms : NAN, "%.3f");
+            csv_num(f, ok ? r->bubble_fraction : NAN, "%.4f");
+            csv_num(f, speedup(k, m, BENCH_FULL), "%.4f");
+            csv_num(f, speedup(k, m, BENCH_UNIFORM_MIN), "%.4f");
+            csv_num(f, most, "%.4f");
+            csv_num(f, k->runnable ? r->plan_ms : NAN, "%.3f");
+            fputc(',', f);
+            csv_text(f, k->note);
+            fputc('\n', f);
+        }
+    }
+    if (close_out(dir, "results.csv", f, e) || open_out(dir, "memory.csv", &f, e))
+        return e->code;
+    fprintf(f, "cluster,model,method,stage,device,memory_limit_bytes,memory_before_bytes,"
+               "memory_bytes,recompute_ms\n");
+    for (int i = 0; i < n; i++) {
+        const struct bench_case *k = &cases[i];
+        for (int m = 0; k->runnable && m < BENCH_METHODS; m++)
+            for (int s = 0; k->method[m].fits && s < k->n_stages; s++)
+                /* before: with nothing recomputed at this position, for the cluster's own
+                 * order and split (repartitioned plans put other stages there) */
+                fprintf(f, "%s,%s,%s,%d,%s,%lld,%lld,%lld,%.6f\n", k->cluster, k->model,
+                        bench_method_names[m], s, k->method[m].devices[s],
+                        (long long)k->method[m].limit_bytes[s],
+                        (long long)k->before_bytes[s], (long long)k->method[m].memory_bytes[s],
+                        k->method[m].recompute_ms[s]);
+    }
+    return close_out(dir, "memory.csv", f, e);
+}
+
+/* The fastest fitting method of a case, -1 if none fits. */
+static int fastest(const struct bench_case *k)
+{
+    int best = -1;
+    for (int m = 0; k->runnable && m < BENCH_METHODS; m++)
+        if (k->method[m].fits &&
+            (best < 0 || k->method[m].iteration_ms < k->method[best].iteration_ms))
+            best = m;
+    return best;
+}
+
+static void md_ratio(FILE *f, double v)
+{
+    if (isnan(v))
+        fprintf(f, " - |");
+    else
+        fprintf(f, " %.3fx |", v);
+}
+
+/* One table per model: a row per cluster, iteration ms per method (the fastest in bold), and
+ * optimal's speed-ups. */
+static void md_tables(FILE *f, const struct bench_case *cases, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            first = strcmp(cases[j].model, cases[i].model) != 0;
+        if (!first)
+            continue;
+        fprintf(f, "\n### %s\n\n| cluster | stages | micro-batches |", cases[i].model);
+        for (int m = 0; m < BENCH_METHODS; m++)
+            fprintf(f, " %s |", bench_method_names[m]);
+        fprintf(f, " optimal vs full | vs uniform-min | vs patent | optimal+repartition vs full "
+                   "| vs uniform-min | vs patent | vs optimal | repartition planning ms |\n"
+                   "|---|---:|---:|");
+        for (int m = 0; m < BENCH_METHODS + 8; m++)
+            fprintf(f, "---:|");
+        fprintf(f, "\n");
+        for (int j = i; j < n; j++) {
+            const struct bench_case *k = &cases[j];
+            if (strcmp(k->model, cases[i].model) != 0)
+                continue;
+            fprintf(f, "| %s%s | %d | %d |", k->cluster, k->note[0] ? " *" : "", k->n_stages,
+                    k->micro_batches);
+            int best = fastest(k);
+            for (int m = 0; m < BENCH_METHODS; m++) {
+                if (!k->runnable)
+                    fprintf(f, " cannot run |");
+                else if (!k->method[m].fits)
+                    fprintf(f, " does not fit |");
+                else
+                    fprintf(f, m == best ? " **%.1f** |" : " %.1f |", k->method[m].iteration_ms);
+            }
+            md_ratio(f, speedup(k, BENCH_OPTIMAL, BENCH_FULL));
+            md_ratio(f, speedup(k, BENCH_OPTIMAL, BENCH_UNIFORM_MIN));
+            md_ratio(f, speedup(k, BENCH_OPTIMAL, BENCH_PATENT));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_FULL));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_UNIFORM_MIN));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_PATENT));
+            md_ratio(f, speedup(k, BENCH_REPARTITION, BENCH_OPTIMAL));
+            if (k->runnable && k->method[BENCH_REPARTITION].fits)
+                fprintf(f, " %.1f |", k->method[BENCH_REPARTITION].plan_ms);
+            else
+                fprintf(f, " - |");
+            fprintf(f, "\n");
+        }
+    }
+}
+
+static void md_memory(FILE *f, const struct bench_case *k)
+{
+    fprintf(f, "\n## Memory per stage: %s with %s (GiB)\n\n"
+               "`limit` is the stage's memory; `before` is the cost model's memory with nothing "
+               "recomputed (method none); the others are each method's plan on the cluster's own "
+               "split (optimal+repartition reorders the stages: see memory.csv).\n\n"
+               "| stage | device | limit | before |",
+            k->cluster, k->model);
+    for (int m = 1; m < BENCH_REPARTITION; m++)
+        fprintf(f, " %s |", bench_method_names[m]);
+    fprintf(f, "\n|---:|---|---:|---:|");
+    for (int m = 1; m < BENCH_REPARTITION; m++)
+        fprintf(f, "---:|");
+    fprintf(f, "\n");
+    for (int s = 0; s < k->n_stages; s++) {
+        double lim = (double)k->limit_bytes[s];
+        fprintf(f, "| %d | %s | %.2f | %.2f%s |", s, k->devices[s], lim / GIB,
+                k->before_bytes[s] / GIB, k->before_bytes[s] > k->limit_bytes[s] ? " (over)" : "");
+        for (int m = 1; m < BENCH_REPARTITION; m++) {
+            if (k->method[m].fits)
+                fprintf(f, " %.2f |", k->method[m].memory_bytes[s] / GIB);
+            else
+                fprintf(f, " does not fit |");
+        }
+        fprintf(f, "\n");
+    }
+}
+
+int bench_write_markdown(const char *dir, FILE *also, const struct bench_case *cases, int n,
+                         int detail, struct err *e)
+{
+    FILE *f;
+    if (open_out(dir, "results.md", &f, e))
+        return e->code;
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *o = pass == 0 ? f : also;
+        if (o == NULL)
+            continue;
+        fprintf(o, "# Ballast bench: recomputation methods side by side\n\n"
+                   "Simulated iteration time of one training step in ms (`ballast simulate`'s "
+                   "schedule, transfers included), every method planned on the same cluster in "
+                   "the same run; speed-ups are ratios of those times. \"does not fit\": the "
+                   "method leaves a stage over its memory; \"cannot run\": more stages than the "
+                   "model has layers.\n");
+        md_tables(o, cases, n);
+        int notes = 0;
+        for (int i = 0; i < n; i++)
+            if (cases[i].note[0]) {
+                if (notes++ == 0)
+                    fprintf(o, "\n\\* ");
+                else
+                    fprintf(o, "; ");
+                fprintf(o, "%s with %s: %s", cases[i].cluster, cases[i].model, cases[i].note);
+            }
+        if (notes)
+            fprintf(o, ".\n");
+        fprintf(o, "\nProfiles: the clusters' own (estimated) profiles for their model; for the "
+                   "other models, profiles estimated in memory for each stage's device from "
+                   "configs/devices.json.\n");
+        if (detail >= 0)
+            md_memory(o, &cases[detail]);
+        if (pass == 0) {
+            fprintf(o, "\n## Plots\n\n");
+            if (count_plotted(cases, n) > 0)
+                fprintf(o, "![iteration time per method](iteration.png)\n\n");
+            if (detail >= 0)
+                fprintf(o, "![memory per stage](memory.png)\n\n![simulated timeline of "
+                           "optimal's plan](gantt.png)\n\n");
+            fprintf(o, "Data and gnuplot scripts are next to them: `gnuplot iteration.gp` (and "
+                       "memory.gp, gantt.gp) in this folder redraws them; gantt-trace.json "
+                       "opens in ui.perfetto.dev.\n");
+        }
+    }
+    return close_out(dir, "results.md", f, e);
+}
+
+/* Quotes a label for a gnuplot double-quoted string. */
+static void gp_label(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+static const char *const method_colors[BENCH_METHODS] = {"#9e9e9e", "#d62728", "#ff7f0e",
+                                                         "#9467bd", "#2ca02c", "#1f77b4"};
+
+/* Iteration time of every method relative to full recomputation, one group per case. */
+static int plot_iteration(const char *dir, const struct bench_case *cases, int n, struct err *e)
+{
+    FILE *d, *g;
+    if (open_out(dir, "iteration.dat", &d, e))
+        return e->code;
+    if (open_out(dir, "iteration.gp", &g, e)) {
+        fclose(d);
+        return e->code;
+    }
+    fprintf(d, "# group");
+    for (int m = 0; m < BENCH_METHODS; m++)
+        fprintf(d, " %s/full", bench_method_names[m]);
+    for (int m = 0; m < BENCH_METHODS; m++)
+        fprintf(d, " fits_%s", bench_method_names[m]);
+    fprintf(d, " full_ms\n");
+    fprintf(g, "# Iteration time per method, relative to full recomputation, per cluster and "
+               "model.\n# Data: iteration.dat (NaN: the method does not fit). Run: gnuplot "
+               "iteration.gp\n");
+    fprintf(g, "set terminal pngcairo size 1800,800 font \"sans,10\"\nset output "
+               "\"iteration.png\"\nset datafile missing \"NaN\"\n");
+    fprintf(g, "set title \"Simulated iteration time relative to full recomputation (lower is "
+               "faster; x: the method does not fit)\"\n");
+    fprintf(g, "set ylabel \"iteration time / full recomputation's\"\nset style fill solid 0.85 "
+               "border -1\nset boxwidth 0.15\nset grid ytics\nset key outside right top\n"
+               "set xtics nomirror font \",9\"\nset bmargin 6\n");
+    fprintf(g, "set xtics (");
+    int groups = 0;
+    double top = 1;
+    for (int i = 0; i < n; i++) {
+        const struct bench_case *k = &cases[i];
+        if (!plotted(k))
+            continue;
+        fprintf(d, "%d", groups);
+        for (int m = 0; m < BENCH_METHODS; m++) {
+            double rel = k->method[m].fits
+                             ? k->method[m].iteration_ms / k->method[BENCH_FULL].iteration_ms
+                             : NAN;
+            top = rel > top ? rel : top;
+            if (isnan(rel))
+                fprintf(d, " NaN");
+            else
+                fprintf(d, " %.6f", rel);
+        }
+        for (int m = 0; m < BENCH_METHODS; m++)
+            fprintf(d, " %d", k->method[m].fits);
+        fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
+        fprintf(g, "%s\"", groups ? ", " : "");
+        gp_label(g, k->cluster);
+        fprintf(g, "\\n");
+        gp_label(g, k->model);
+        fprintf(g, "\\nfull %.2f s\" %d", k->method[BENCH_FULL].iteration_ms / 1e3, groups);
+        groups++;
+    }
+    fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);
+    fprintf(g, "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc "
+               "rgb \"#444444\"\n");
+    fprintf(g, "plot \\\n");
+    /* a cross where a method does not fit; a series only where it has points (gnuplot warns
+     * about an empty one) */
+    int misses[BENCH_METHODS] = {0}, fits[BENCH_METHODS] = {0}, first = 1;
+    for (int i = 0; i < n; i++)
+        for (int m = 0; m < BENCH_METHODS; m++) {
+            misses[m] += plotted(&cases[i]) && !cases[i].method[m].fits;
+            fits[m] += plotted(&cases[i]) && cases[i].method[m].fits;
+        }
+    for (int m = 0; m < BENCH_METHODS; m++) {
+        double x = (m - 2) * 0.16;
+        if (fits[m]) {
+            fprintf(g, "%s  \"iteration.dat\" using ($1 + %.2f):%d with boxes lc rgb \"%s\" "
+                       "title \"%s\"",
+                    first ? "" : ", \\\n", x, m + 2, method_colors[m], bench_method_names[m]);
+            first = 0;
+        }
+        if (misses[m]) {
+            fprintf(g, "%s  \"iteration.dat\" using ($1 + %.2f):(column(%d) == 0 ? 0.03 : 1/0) "
+                       "with points pt 2 ps 1.2 lc rgb \"%s\" ",
+                    first ? "" : ", \\\n", x, BENCH_METHODS + 2 + m, method_colors[m]);
+            if (fits[m])
+                fprintf(g, "notitle");
+            else
+                fprintf(g, "title \"%s (does not fit)\"", bench_method_names[m]);
+            first = 0;
+        }
+    }
+    fprintf(g, "\n");
+    if (close_out(dir, "iteration.dat", d, e)) {
+        fclose(g);
+        return e->code;
+    }
+    return close_out(dir, "iteration.gp", g, e);
+}
+
+/* Memory per stage of the detail case: before, each fitting method's, and the limit. */
+static int plot_memory(const char *dir, const struct bench_case *k, struct err *e)
+{
+    FILE *d, *g;
+    if (open_out(dir, "memory.dat", &d, e))
+        return e->code;
+    if (open_out(dir, "memory.gp", &g, e)) {
+        fclose(d);
+        return e->code;
+    }
+    fprintf(d, "# %s with %s, GiB per stage: stage limit before", k->cluster, k->model);
+    for (int m = 1; m < BENCH_REPARTITION; m++)
+        fprintf(d, " %s", bench_method_names[m]);
+    fprintf(d, "\n");
+    for (int s = 0; s < k->n_stages; s++) {
+        fprintf(d, "%d %.4f %.4f", s, k->limit_bytes[s] / GIB, k->before_bytes[s] / GIB);
+        for (int m = 1; m < BENCH_REPARTITION; m++) {
+            if (k->method[m].fits)
+                fprintf(d, " %.4f", k->method[m].memory_bytes[s] / GIB);
+            else
+                fprintf(d, " NaN");
+        }
+        fprintf(d, "\n");
+    }
+    double top = 0;
+    for (int s = 0; s < k->n_stages; s++) {
+        top = fmax(top, k->limit_bytes[s] / GIB);
+        top = fmax(top, k->before_bytes[s] / GIB);
+    }
+    fprintf(g, "# Memory per stage against its limit. Data: memory.dat. Run: gnuplot "
+               "memory.gp\n");
+    fprintf(g, "set terminal pngcairo size 1400,700 font \"sans,10\"\nset output "
+               "\"memory.png\"\nset datafile missing \"NaN\"\n");
+    fprintf(g, "set title \"");
+    gp_label(g, k->cluster);
+    fprintf(g, " with ");
+    gp_label(g, k->model);
+    fprintf(g, ": memory per stage (GiB), nothing recomputed (before) and each method's plan, "
+               "against the stage's limit\"\n");
+    fprintf(g, "set ylabel \"GiB\"\nset style fill solid 0.85 border -1\nset boxwidth 0.14\n"
+               "set grid ytics\nset key outside right top\nset xrange [-0.6:%d.6]\n"
+               "set yrange [0:%.2f]\nset bmargin 4\n",
+               k->n_stages - 1, top * 1.1);
+    fprintf(g, "set xtics (");
+    for (int s = 0; s < k->n_stages; s++) {
+        fprintf(g, "%s\"%d\\n", s ? ", " : "", s);
+        gp_label(g, k->devices[s]);
+        fprintf(g, "\" %d", s);
+    }
+    fprintf(g, ")\nplot \\\n  \"memory.dat\" using ($1 - 0.30):3 with boxes lc rgb \"%s\" "
+               "title \"before (none)\", \\\n",
+            method_colors[BENCH_NONE]);
+    for (int m = 1; m < BENCH_REPARTITION; m++)
+        fprintf(g, "  \"memory.dat\" using ($1 + %.2f):%d with boxes lc rgb \"%s\" title "
+                   "\"%s\", \\\n",
+                -0.30 + 0.15 * m, m + 3, method_colors[m], bench_method_names[m]);
+    fprintf(g, "  \"memory.dat\" using ($1 - 0.42):2:(0.84):(0) with vectors nohead lw 3 lc "
+               "rgb \"black\" title \"limit\"\n");
+    if (close_out(dir, "memory.dat", d, e)) {
+        fclose(g);
+        return e->code;
+    }
+    return close_out(dir, "memory.gp", g, e);
+}
+
+/* The Gantt chart of a plan's simulated step: a row per stage, a box per operation. Also
+ * writes the same timeline as a Chrome trace. */
+static int plot_gantt(const char *dir, const struct bench_case *k, const struct plan *p,
+                      struct err *e)
+{
+    struct sim_result r;
+    if (sim_plan(p, &r, e))
+        return e->code;
+    FILE *d, *g;
+    if (open_out(dir, "gantt.dat", &d, e)) {
+        sim_result_free(&r);
+        return e->code;
+    }
+    if (open_out(dir, "gantt.gp", &g, e)) {
+        fclose(d);
+        sim_result_free(&r);
+        return e->code;
+    }
+    /* blocks (gnuplot "index"): 0 forward, 1 recompute, 2 backward, 3 labels */
+    static const enum sim_kind kinds[3] = {SIM_FORWARD, SIM_RECOMPUTE, SIM_BACKWARD};
+    fprintf(d, "# stage start_s end_s micro_batch; blocks: forward, recompute, backward, "
+               "labels (boxes wide enough to name)\n");
+    for (int b = 0; b < 4; b++) {
+        if (b > 0)
+            fprintf(d, "\n\n");
+        fprintf(d, "# %s\n", b < 3 ? sim_kind_name(kinds[b]) : "labels");
+        for (int i = 0; i < r.n_tasks; i++) {
+            const struct sim_task *t = &r.tasks[i];
+            int compute = t->kind == SIM_FORWARD || t->kind == SIM_RECOMPUTE ||
+                          t->kind == SIM_BACKWARD;
+            if (!compute || (b < 3 && t->kind != kinds[b]) ||
+                (b == 3 && t->end_ms - t->start_ms < 0.012 * r.iteration_ms))
+                continue;
+            fprintf(d, "%d %.6f %.6f %d\n", t->stage, t->start_ms / 1e3, t->end_ms / 1e3,
+                    t->micro);
+        }
+    }
+    /* at least one row per block, so that gnuplot finds every index */
+    fprintf(d, "\n\n# end\n-1 0 0 0\n");
+    fprintf(g, "# Simulated timeline of one step. Data: gantt.dat. Run: gnuplot gantt.gp\n");
+    fprintf(g, "set terminal pngcairo size 1800,%d font \"sans,10\"\nset output \"gantt.png\"\n",
+            300 + 40 * p->n_stages);
+    fprintf(g, "set title \"");
+    gp_label(g, k->cluster);
+    fprintf(g, " with ");
+    gp_label(g, k->model);
+    fprintf(g, ", method %s: simulated %s step, %d micro-batches, %.3f s, bubble %.1f%% "
+               "(labels: micro-batch)\"\n",
+            p->method, schedule_name(p->schedule), p->micro_batches, r.iteration_ms / 1e3,
+            100 * r.bubble_fraction);
+    fprintf(g, "set xlabel \"time (s)\"\nset xrange [0:%.6f]\nset yrange [%d.5:-0.5]\n",
+            r.iteration_ms / 1e3 * 1.01, p->n_stages - 1);
+    fprintf(g, "set ytics (");
+    for (int s = 0; s < p->n_stages; s++) {
+        fprintf(g, "%s\"%d ", s ? ", " : "", s);
+        gp_label(g, p->stages[s].device);
+        fprintf(g, "\" %d", s);
+    }
+    fprintf(g, ")\nset style fill solid 0.9 border rgb \"white\"\nset key outside right top\n"
+               "set grid xtics\n");
+    fprintf(g, "plot \\\n"
+               "  \"gantt.dat\" index 0 using (($2+$3)/2):1:(($3-$2)/2):(0.38) with boxxyerror "
+               "lc rgb \"#6baed6\" title \"forward\", \\\n"
+               "  \"gantt.dat\" index 1 using (($2+$3)/2):1:(($3-$2)/2):(0.38) with boxxyerror "
+               "lc rgb \"#fd8d3c\" title \"recompute\", \\\n"
+               "  \"gantt.dat\" index 2 using (($2+$3)/2):1:(($3-$2)/2):(0.38) with boxxyerror "
+               "lc rgb \"#08519c\" title \"backward\", \\\n"
+               "  \"gantt.dat\" index 3 using (($2+$3)/2):1:(sprintf(\"%%d\", $4)) with labels "
+               "font \",8\" tc rgb \"black\" notitle\n");
+    int rc = close_out(dir, "gantt.dat", d, e);
+    if (rc)
+        fclose(g);
+    else
+        rc = close_out(dir, "gantt.gp", g, e);
+    if (rc == ERR_OK) {
+        struct trace *t = trace_init();
+        char path[CLUSTER_PATH_MAX];
+        snprintf(path, sizeof path, "%s/gantt-trace.json", dir);
+        if (t == NULL) {
+            err_set(e, ERR_FAIL, "out of memory");
+        } else {
+            sim_trace_add(t, 1, p, &r);
+            trace_write(t, path, e);
+            trace_free(t);
+        }
+    }
+    sim_result_free(&r);
+    return e->code;
+}
+
+/* Runs `gnuplot script` in dir. */
+static int run_gnuplot(const char *dir, const char *script, struct err *e)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return err_set(e, ERR_FAIL, "cannot start gnuplot: %s", strerror(errno));
+    if (pid == 0) {
+        if (chdir(dir) != 0)
+            _exit(126);
+        execlp("gnuplot", "gnuplot", script, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return err_set(e, ERR_FAIL, "waiting for gnuplot: %s", strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        return err_set(e, ERR_FAIL, "gnuplot not found (Debian package gnuplot-nox); the data "
+                                    "and scripts are in %s",
+                       dir);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return err_set(e, ERR_FAIL, "gnuplot %s failed in %s (status %d)", script, dir,
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return ERR_OK;
+}
+
+int bench_write_plots(const char *dir, const struct bench_case *cases, int n, int detail,
+                      const struct plan *gantt, int run, struct err *e)
+{
+    if (count_plotted(cases, n) > 0 &&
+        (plot_iteration(dir, cases, n, e) || (run && run_gnuplot(dir, "iteration.gp", e))))
+        return e->code;
+    if (detail >= 0 &&
+        (plot_memory(dir, &cases[detail], e) || (run && run_gnuplot(dir, "memory.gp", e))))
+        return e->code;
+    if (detail >= 0 && gantt != NULL &&
+        (plot_gantt(dir, &cases[detail], gantt, e) || (run && run_gnuplot(dir, "gantt.gp", e))))
+        return e->code;
+    return ERR_OK;
+}

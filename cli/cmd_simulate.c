@@ -1,0 +1,106 @@
+#include <math.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "jsonio.h"
+#include "plan.h"
+#include "sim.h"
+#include "trace.h"
+
+static void help(void)
+{
+    printf("usage: ballast simulate --plan PLAN.json [-o RESULT.json] [--trace TRACE.json]\n\n"
+           "Simulates one training step of a plan (its schedule, each stage's forward,\n"
+           "recompute and backward times, and the transfers over its links) and prints the\n"
+           "iteration time, the bubble fraction and each stage's busy and idle time.\n\n"
+           "  --plan FILE    the plan (ballast-plan/1, from ballast plan -o)\n"
+           "  -o FILE        write the result (ballast-simulation/1)\n"
+           "  --trace FILE   write the timeline as a Chrome trace (open it in ui.perfetto.dev)\n"
+           "  --quiet        no table\n\n"
+           "exit status: 0 simulated, 1 failure while running, 2 bad input\n");
+}
+
+static void print_result(const struct plan *p, const struct sim_result *r)
+{
+    printf("simulated %s step, method %s, %d stages, %d micro-batches: iteration %.3f ms, "
+           "bubble %.1f%%\n",
+           schedule_name(p->schedule), p->method, p->n_stages, p->micro_batches, r->iteration_ms,
+           100.0 * r->bubble_fraction);
+    printf("%5s  %-10s %12s %12s %12s %12s %12s %12s\n", "stage", "device", "busy ms", "idle ms",
+           "fwd ms", "recompute ms", "bwd ms", "send ms");
+    for (int s = 0; s < r->n_stages; s++) {
+        struct sim_stage_totals t;
+        sim_stage_totals(r, s, &t);
+        printf("%5d  %-10s %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", s, p->stages[s].device,
+               r->busy_ms[s], r->idle_ms[s], t.fwd_ms, t.recompute_ms, t.bwd_ms, t.send_ms);
+    }
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+    const char *plan_file = NULL, *out_file = NULL, *trace_file = NULL, *v;
+    int quiet = 0;
+    struct err e;
+    err_clear(&e);
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i])) {
+            help();
+            return ERR_OK;
+        } else if ((r = cli_option(argc, argv, &i, "--plan", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            plan_file = v;
+        } else if ((r = cli_option(argc, argv, &i, "-o", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            out_file = v;
+        } else if ((r = cli_option(argc, argv, &i, "--trace", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            trace_file = v;
+        } else if (cli_flag(argv, i, "--quiet")) {
+            quiet = 1;
+        } else {
+            return cli_usage_error("simulate", "unknown option \"%s\"", argv[i]);
+        }
+    }
+    if (plan_file == NULL)
+        return cli_usage_error("simulate", "--plan is required");
+
+    struct plan p;
+    if (plan_load(plan_file, &p, &e))
+        return cli_fail("simulate", &e);
+    struct sim_result r;
+    if (sim_plan(&p, &r, &e)) {
+        plan_free(&p);
+        return cli_fail("simulate", &e);
+    }
+    if (!quiet) {
+        print_result(&p, &r);
+        /* A plan from another version of the simulator (or edited by hand) says otherwise. */
+        if (fabs(p.iteration_ms - r.iteration_ms) > 1e-6 + 1e-9 * r.iteration_ms)
+            printf("note: %s says iteration_ms %.3f; this simulation gives %.3f\n", plan_file,
+                   p.iteration_ms, r.iteration_ms);
+    }
+    int rc = ERR_OK;
+    if (out_file != NULL) {
+        cJSON *o = sim_result_to_json(&p, &r);
+        rc = o != NULL ? jsonio_write(out_file, o, &e)
+                       : err_set(&e, ERR_FAIL, "%s: out of memory", out_file);
+        cJSON_Delete(o);
+    }
+    if (rc == ERR_OK && trace_file != NULL) {
+        struct trace *t = trace_init();
+        if (t == NULL) {
+            rc = err_set(&e, ERR_FAIL, "%s: out of memory", trace_file);
+        } else {
+            sim_trace_add(t, 1, &p, &r);
+            rc = trace_write(t, trace_file, &e);
+            trace_free(t);
+        }
+    }
+    sim_result_free(&r);
+    plan_free(&p);
+    return rc ? cli_fail("simulate", &e) : ERR_OK;
+}

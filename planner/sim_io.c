@@ -1,0 +1,122 @@
+/* What `ballast simulate` writes: the result file and the Chrome trace of a simulated step. */
+#include <stdio.h>
+
+#include "jsonio.h"
+#include "sim.h"
+
+const char *sim_kind_name(enum sim_kind kind)
+{
+    switch (kind) {
+    case SIM_FORWARD:
+        return "forward";
+    case SIM_RECOMPUTE:
+        return "recompute";
+    case SIM_BACKWARD:
+        return "backward";
+    case SIM_SEND_FORWARD:
+        return "send-activations";
+    case SIM_SEND_BACKWARD:
+        return "send-gradients";
+    }
+    return "?";
+}
+
+void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_totals *out)
+{
+    *out = (struct sim_stage_totals){0};
+    for (int i = 0; i < r->n_tasks; i++) {
+        const struct sim_task *t = &r->tasks[i];
+        double d = t->end_ms - t->start_ms;
+        /* a backward send over boundary k comes from stage k + 1 */
+        int from = t->kind == SIM_SEND_BACKWARD ? t->stage + 1 : t->stage;
+        if (from != stage)
+            continue;
+        switch (t->kind) {
+        case SIM_FORWARD:
+            out->fwd_ms += d;
+            break;
+        case SIM_RECOMPUTE:
+            out->recompute_ms += d;
+            break;
+        case SIM_BACKWARD:
+            out->bwd_ms += d;
+            break;
+        case SIM_SEND_FORWARD:
+        case SIM_SEND_BACKWARD:
+            out->send_ms += d;
+            break;
+        }
+    }
+}
+
+cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "ballast-simulation/1");
+    cJSON_AddStringToObject(o, "method", p->method);
+    cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
+    cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
+    cJSON_AddNumberToObject(o, "iteration_ms", r->iteration_ms);
+    cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; s < r->n_stages; s++) {
+        struct sim_stage_totals t;
+        sim_stage_totals(r, s, &t);
+        cJSON *so = cJSON_CreateObject();
+        cJSON_AddNumberToObject(so, "index", s);
+        cJSON_AddStringToObject(so, "device", p->stages[s].device);
+        cJSON_AddNumberToObject(so, "busy_ms", r->busy_ms[s]);
+        cJSON_AddNumberToObject(so, "idle_ms", r->idle_ms[s]);
+        cJSON_AddNumberToObject(so, "fwd_ms", t.fwd_ms);
+        cJSON_AddNumberToObject(so, "bwd_ms", t.bwd_ms);
+        cJSON_AddNumberToObject(so, "recompute_ms", t.recompute_ms);
+        cJSON_AddNumberToObject(so, "send_ms", t.send_ms);
+        cJSON_AddItemToArray(stages, so);
+    }
+    return o;
+}
+
+/* Track ids: stage s computes on 3s+1; its link to s+1 carries activations on 3s+2 and
+ * gradients on 3s+3 (two tracks because the two directions overlap in time). */
+static int compute_tid(int s)
+{
+    return 3 * s + 1;
+}
+
+static int link_tid(int k, enum sim_kind kind)
+{
+    return 3 * k + (kind == SIM_SEND_FORWARD ? 2 : 3);
+}
+
+void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct sim_result *r)
+{
+    char name[160];
+    snprintf(name, sizeof name, "simulated %s step, method %s, %d micro-batches",
+             schedule_name(p->schedule), p->method, p->micro_batches);
+    trace_name_process(t, pid, name);
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        snprintf(name, sizeof name, "stage %d %s", s, st->device);
+        trace_name_track(t, pid, compute_tid(s), name);
+        if (s + 1 < p->n_stages && st->link.present) {
+            snprintf(name, sizeof name, "link %d->%d activations (%g Gb/s)", s, s + 1,
+                     st->link.gbps);
+            trace_name_track(t, pid, link_tid(s, SIM_SEND_FORWARD), name);
+            snprintf(name, sizeof name, "link %d->%d gradients (%g Gb/s)", s + 1, s,
+                     st->link.gbps);
+            trace_name_track(t, pid, link_tid(s, SIM_SEND_BACKWARD), name);
+        }
+    }
+    for (int i = 0; i < r->n_tasks; i++) {
+        const struct sim_task *k = &r->tasks[i];
+        static const char letter[] = {'F', 'R', 'B', 'A', 'G'};
+        snprintf(name, sizeof name, "%c %d", letter[k->kind], k->micro);
+        int send = k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD;
+        int from = k->kind == SIM_SEND_BACKWARD ? k->stage + 1 : k->stage;
+        int to = k->kind == SIM_SEND_FORWARD ? k->stage + 1 : k->stage;
+        struct trace_arg args[3] = {{"micro_batch", k->micro}, {"stage", from}, {"to_stage", to}};
+        trace_add_slice(t, pid, send ? link_tid(k->stage, k->kind) : compute_tid(k->stage), name,
+                        sim_kind_name(k->kind), k->start_ms, k->end_ms - k->start_ms, args,
+                        send ? 3 : 2);
+    }
+}

@@ -17,9 +17,13 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "kernels_cpu.h" /* struct adamw_params */
 #include "model.h"
 #include "sizes.h"
+
+/* AdamW's hyper-parameters; weight decay applies to the parameters the caller says decay. */
+struct adamw_params {
+    float lr, beta1, beta2, eps, weight_decay;
+};
 
 /* Tensor indices, in the order of the size tables (checked against them at start-up by
  * layout_init, so a change to sizes.c cannot silently shift them). */

@@ -185,7 +185,8 @@ static int head_backward(struct backend *be, const struct layer_view *l, float l
 static int cpu_adamw(struct backend *be, float *w, const float *g, float *m, float *v, int64_t n,
                      const struct adamw_params *p, int t, int decay, struct err *e)
 {
-    adamw_update(w, g, m, v, n, p, t, decay);
+    adamw_update(w, g, m, v, n, p->lr, p->beta1, p->beta2, p->eps,
+                 decay ? p->weight_decay : 0.0f, t);
     return ERR_OK;
 }
 

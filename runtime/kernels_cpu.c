@@ -378,12 +378,10 @@ void softmax_crossentropy_backward(float *probs, const int32_t *targets, float d
     }
 }
 
-void adamw_update(float *w, const float *g, float *m, float *v, int64_t n,
-                  const struct adamw_params *p, int t, int decay)
+void adamw_update(float *w, const float *g, float *m, float *v, int64_t n, float lr,
+                  float b1, float b2, float eps, float wd, int t)
 {
-    float c1 = 1.0f - powf(p->beta1, (float)t), c2 = 1.0f - powf(p->beta2, (float)t);
-    float wd = decay ? p->weight_decay : 0.0f, b1 = p->beta1, b2 = p->beta2, lr = p->lr,
-          eps = p->eps;
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float mi = b1 * m[i] + (1.0f - b1) * g[i];

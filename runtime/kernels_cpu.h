@@ -57,11 +57,9 @@ void softmax_crossentropy_forward(float *probs, float *losses, const int32_t *ta
 void softmax_crossentropy_backward(float *probs, const int32_t *targets, float dloss, int N,
                                    int V);
 
-/* AdamW on n parameters (bias-corrected with `t`, the 1-based step). */
-struct adamw_params {
-    float lr, beta1, beta2, eps, weight_decay;
-};
-void adamw_update(float *w, const float *g, float *m, float *v, int64_t n,
-                  const struct adamw_params *p, int t, int decay);
+/* AdamW on n parameters, bias-corrected with `t` (the 1-based step); weight_decay 0 for
+ * parameters that do not decay. */
+void adamw_update(float *w, const float *g, float *m, float *v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t);
 
 #endif

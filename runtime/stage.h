@@ -28,7 +28,6 @@
 #include "backend.h"
 #include "cluster.h"
 #include "data.h"
-#include "kernels_cpu.h"
 #include "layout.h"
 #include "schedule.h"
 #include "transport.h"

@@ -374,9 +374,12 @@ int train_run(const struct train_options *o)
     err_clear(&e);
     r.o = o;
     r.comm = MPI_COMM_WORLD;
-    MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(r.comm, &r.rank);
-    MPI_Comm_size(r.comm, &r.size);
+    if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+        MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
+        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS) {
+        fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
+        return ERR_FAIL;
+    }
 
     /* The same on every rank: rank 0 speaks for all. */
     int first_failed, rc = setup_global(&r, &e);

@@ -178,7 +178,6 @@ static int post_input(struct stage_runner *r, int micro, struct err *e)
     struct layer_view v;
     view_make(r, 0, slot, &v);
     TRY(mem_add(r, r->lay.slot_bytes, e));
-    r->slot_live[slot] = 1;
     return r->tp->ops->irecv(r->tp, v.kept[0], out_bytes(r->c.model), r->c.stage - 1, micro,
                              &r->slot_req[slot], e);
 }
@@ -202,8 +201,7 @@ static int forward(struct stage_runner *r, int micro, struct err *e)
     view_make(r, 0, slot, &v);
     if (r->c.stage == 0) {
         TRY(mem_add(r, r->lay.slot_bytes, e));
-        r->slot_live[slot] = 1;
-        data_batch(r->data, r->step, micro, r->host_tokens, NULL);
+            data_batch(r->data, r->step, micro, r->host_tokens, NULL);
         TRY(ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
     } else {
         TRY(transfer_wait(r, r->slot_req[slot], STAGE_EV_RECV, micro, e));
@@ -314,7 +312,6 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
         prev_id = cur_id;
     }
     TRY(mem_add(r, -r->lay.slot_bytes, e));
-    r->slot_live[slot] = 0;
     if (r->c.stage > 0) {
         /* keep only the first layer's dinp live while it is sent back */
         const struct layer_layout *L = &r->lay.layers[0];
@@ -427,9 +424,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     r->ops = malloc(sizeof *r->ops * 2 * (size_t)M);
     r->mb_loss = calloc((size_t)M, sizeof *r->mb_loss);
     r->slot_req = malloc(sizeof(int) * (size_t)c->in_flight);
-    r->slot_live = calloc((size_t)c->in_flight, sizeof(int));
     if (!r->host_tokens || !r->host_targets || !r->host_losses || !r->ops || !r->mb_loss ||
-        !r->slot_req || !r->slot_live) {
+        !r->slot_req) {
         stage_free(r);
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     }
@@ -467,7 +463,6 @@ void stage_free(struct stage_runner *r)
     free(r->ops);
     free(r->mb_loss);
     free(r->slot_req);
-    free(r->slot_live);
     free(r->events);
     layout_free(&r->lay);
     memset(r, 0, sizeof *r);

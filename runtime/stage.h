@@ -84,7 +84,6 @@ struct stage_runner {
     struct schedule_op *ops;                                /* 2M */
     double *mb_loss;                                        /* last stage: M */
     int *slot_req;                                          /* per slot, -1 none */
-    int *slot_live;
     struct stage_ws_region ws[STAGE_WS_REGIONS];
     int64_t live, peak, ws_live;
     struct stage_times times; /* of the last step */

@@ -31,5 +31,6 @@ int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_simulate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

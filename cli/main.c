@@ -9,6 +9,7 @@ static const struct cli_command commands[] = {
     {"plan", "choose each stage's recomputed layers so every stage fits", cmd_plan},
     {"simulate", "simulate a plan's pipeline schedule: iteration time, bubble, trace", cmd_simulate},
     {"bench", "every method on the same clusters and models: tables and plots", cmd_bench},
+    {"train", "train a plan's GPT, one MPI rank per stage (mpirun -np S)", cmd_train},
 };
 
 static void usage(FILE *f)

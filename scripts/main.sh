@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job on this machine's CPU: install what is missing, build, estimate the profiles
-# the shipped clusters use, and plan a mixed GPU cluster and the small CPU cluster.
+# the shipped clusters use, plan and simulate a mixed GPU cluster, run the bench, plan the
+# small CPU cluster, then train the CPU plan on three MPI ranks and compare measured against
+# planned memory per stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -20,3 +22,6 @@ echo "== simulate the optimal plan: iteration time, bubble, a trace for ui.perfe
   --trace out/trace-v100-a100-8.json
 echo "== bench: every method on every shipped GPU cluster and model (tables and plots in out/bench)"
 "$build/ballast" bench --out out/bench
+echo "== train: the CPU plan, one MPI rank per stage of this machine (stage 0 recomputes as planned)"
+mpirun --allow-run-as-root --oversubscribe -np 3 "$build/ballast" train --plan out/plan-cpu-3.json \
+  --steps 8 --metrics out/metrics-cpu-3.json --trace out/trace-cpu-3.json

@@ -1,0 +1,147 @@
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "train.h"
+
+static void help(void)
+{
+    printf("usage: mpirun -np S ballast train --plan PLAN.json [--steps N] [--data FILE]\n"
+           "         [--seed N] [--lr X] [--threads N] [--metrics METRICS.json]\n"
+           "         [--trace TRACE.json] [--save DIR [--save-every N]] [--resume DIR] "
+           "[--quiet]\n\n"
+           "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
+           "recomputing the layers the plan lists, and reports measured against planned memory\n"
+           "and time per stage.\n\n"
+           "  --plan FILE       the plan (ballast-plan/1); its model must be fp32\n"
+           "  --steps N         train up to step N (default 10; a resumed run continues to N)\n"
+           "  --data FILE       train on the file's bytes (vocab_size >= 256); default: a\n"
+           "                    synthetic Markov source of entropy ln 4 nats per token\n"
+           "  --seed N          weights and data (default 1)\n"
+           "  --lr X            AdamW learning rate (default %g; betas 0.9, 0.95, eps 1e-8,\n"
+           "                    weight decay 0.1 on the weight matrices and embeddings)\n"
+           "  --threads N       threads per rank (default: the host's cores / its ranks)\n"
+           "  --metrics FILE    write ballast-metrics/1 at the end\n"
+           "  --trace FILE      write a Chrome trace (Perfetto) of every stage\n"
+           "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
+           "  --resume DIR      continue from DIR's checkpoint\n"
+           "  --quiet           no per-step lines\n\n"
+           "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
+           "its memory limit\n",
+           TRAIN_DEFAULT_LR);
+}
+
+static int parse(int argc, char **argv, struct train_options *o)
+{
+    const char *v;
+    long n;
+    for (int i = 1; i < argc; i++) {
+        int r;
+#define VALUE(name) ((r = cli_option(argc, argv, &i, name, &v)) != 0)
+        if (VALUE("--plan")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->plan_file = v;
+        } else if (VALUE("--steps")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1L << 40, &n))
+                return cli_usage_error("train", "--steps: \"%s\", expected a count >= 1", v);
+            o->steps = n;
+        } else if (VALUE("--data")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->data_file = v;
+        } else if (VALUE("--seed")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 0, 0x7fffffffffffffffL, &n))
+                return cli_usage_error("train", "--seed: \"%s\", expected an integer >= 0", v);
+            o->seed = (uint64_t)n;
+        } else if (VALUE("--lr")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_double(v, &o->lr) || !(o->lr > 0 && o->lr < 1))
+                return cli_usage_error("train", "--lr: \"%s\", expected a number in (0, 1)", v);
+        } else if (VALUE("--threads")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1024, &n))
+                return cli_usage_error("train", "--threads: \"%s\", expected 1..1024", v);
+            o->threads = (int)n;
+        } else if (VALUE("--metrics")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->metrics_file = v;
+        } else if (VALUE("--trace")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->trace_file = v;
+        } else if (VALUE("--save")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->save_dir = v;
+        } else if (VALUE("--save-every")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1L << 40, &n))
+                return cli_usage_error("train", "--save-every: \"%s\", expected a count >= 1",
+                                       v);
+            o->save_every = n;
+        } else if (VALUE("--resume")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->resume_dir = v;
+        } else if (cli_flag(argv, i, "--quiet")) {
+            o->quiet = 1;
+        } else {
+            return cli_usage_error("train", "unknown option \"%s\"", argv[i]);
+        }
+#undef VALUE
+    }
+    if (o->plan_file == NULL)
+        return cli_usage_error("train", "--plan is required");
+    if (o->save_every > 0 && o->save_dir == NULL)
+        return cli_usage_error("train", "--save-every needs --save DIR");
+    return ERR_OK;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            help();
+            return ERR_OK;
+        }
+    int rank = 0;
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+        fprintf(stderr, "ballast train: MPI_Init failed\n");
+        return ERR_FAIL;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    struct train_options o = {.steps = 10, .seed = 1, .lr = TRAIN_DEFAULT_LR};
+    /* every rank parses the same arguments; rank 0 alone reports a problem */
+    int saved = -1;
+    if (rank != 0) {
+        int null = open("/dev/null", O_WRONLY);
+        fflush(stderr);
+        saved = dup(2);
+        if (null >= 0) {
+            dup2(null, 2);
+            close(null);
+        }
+    }
+    int rc = parse(argc, argv, &o);
+    if (saved >= 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (rc == ERR_OK)
+        rc = train_run(&o);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,104 @@
+/* The compute backend: a small table of function pointers (ggml style) behind which the
+ * CPU code lives today and the CUDA code (cuBLAS, bf16) will live. The schedule executor
+ * (stage.c) reaches memory and layers only through this table, never a kernel directly.
+ *
+ * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
+ * workspace; sizes from layout.h) and carves every tensor out of them. "Device" pointers are
+ * only ever handed back to the backend or the transport; the host reads and writes them with
+ * `upload` and `download`.
+ *
+ * Layers. Each layer kind has forward, recompute and backward. A layer sees its tensors
+ * through a struct layer_view: pointers in the order of the size tables (common/sizes.h),
+ * indexed by the enums below. Work may be queued (a CUDA stream): `sync` waits for it, and the
+ * executor calls it before timing a span or handing a buffer to the transport. */
+#ifndef BALLAST_BACKEND_H
+#define BALLAST_BACKEND_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "sizes.h"
+
+/* AdamW's hyper-parameters; weight decay applies to the parameters the caller says decay. */
+struct adamw_params {
+    float lr, beta1, beta2, eps, weight_decay;
+};
+
+/* Tensor indices, in the order of the size tables (checked against them at start-up by
+ * layout_init, so a change to sizes.c cannot silently shift them). */
+enum embed_param { EMBED_WTE, EMBED_WPE, EMBED_PARAMS };
+enum embed_kept { EMBED_TOKENS, EMBED_KEPT };
+enum embed_ws { EMBED_OUT, EMBED_DOUT, EMBED_WS };
+enum block_param {
+    BLOCK_LN1_W, BLOCK_LN1_B, BLOCK_QKV_W, BLOCK_QKV_B, BLOCK_PROJ_W, BLOCK_PROJ_B,
+    BLOCK_LN2_W, BLOCK_LN2_B, BLOCK_FC_W, BLOCK_FC_B, BLOCK_FCPROJ_W, BLOCK_FCPROJ_B,
+    BLOCK_PARAMS
+};
+enum block_kept {
+    BLOCK_INP, BLOCK_LN1, BLOCK_LN1_MEAN, BLOCK_LN1_RSTD, BLOCK_QKV, BLOCK_ATT, BLOCK_ATTY,
+    BLOCK_RES2, BLOCK_LN2, BLOCK_LN2_MEAN, BLOCK_LN2_RSTD, BLOCK_FCH, BLOCK_FCH_GELU,
+    BLOCK_KEPT
+};
+enum block_ws { BLOCK_OUT, BLOCK_DOUT, BLOCK_DINP, BLOCK_D4, BLOCK_DLN, BLOCK_DQKV, BLOCK_DATT,
+                BLOCK_WS };
+enum head_param { HEAD_LNF_W, HEAD_LNF_B, HEAD_LM_W, HEAD_PARAMS };
+enum head_kept { HEAD_INP, HEAD_TARGETS, HEAD_LNF, HEAD_LNF_MEAN, HEAD_LNF_RSTD, HEAD_PROBS,
+                 HEAD_KEPT };
+enum head_ws { HEAD_DLNF, HEAD_DINP, HEAD_LOSSES, HEAD_WS };
+
+/* One layer for one micro-batch. */
+struct layer_view {
+    const struct model *model;
+    enum model_layer_kind kind;
+    int layer; /* global index */
+    float *params[SIZES_TENSORS_MAX];
+    float *grads[SIZES_TENSORS_MAX];
+    void *kept[SIZES_TENSORS_MAX]; /* checkpoint in the slot; the rest in the slot, or in the
+                                      transient when the layer is recomputed */
+    void *ws[SIZES_TENSORS_MAX];
+};
+
+struct backend;
+
+struct backend_layer_ops {
+    /* Writes the kept tensors and the output `out` (B,T,C): the next layer's input or the
+     * send buffer. The head has no `out`: it writes per-token losses to its ws[HEAD_LOSSES]. */
+    int (*forward)(struct backend *be, const struct layer_view *l, void *out, struct err *e);
+    /* Regenerates the kept tensors from the checkpoint for the backward; writes no output
+     * (nothing downstream needs it again), so it costs less than a forward. */
+    int (*recompute)(struct backend *be, const struct layer_view *l, struct err *e);
+    /* Consumes ws[*_DOUT] (the output's gradient; the head has none and uses loss_scale,
+     * d step-loss / d token-loss), writes ws[*_DINP] (the input's gradient; the embedding has
+     * none) and ADDS into the parameter gradients. */
+    int (*backward)(struct backend *be, const struct layer_view *l, float loss_scale,
+                    struct err *e);
+};
+
+struct backend_ops {
+    const char *name;
+    int (*alloc)(struct backend *be, int64_t bytes, void **out, struct err *e);
+    void (*release)(struct backend *be, void *p);
+    int (*upload)(struct backend *be, void *dst, const void *src, int64_t bytes, struct err *e);
+    int (*download)(struct backend *be, void *dst, const void *src, int64_t bytes,
+                    struct err *e);
+    int (*copy)(struct backend *be, void *dst, const void *src, int64_t bytes, struct err *e);
+    int (*zero)(struct backend *be, void *dst, int64_t bytes, struct err *e);
+    int (*sync)(struct backend *be, struct err *e);
+    struct backend_layer_ops layer[MODEL_LAYER_HEAD + 1]; /* by enum model_layer_kind */
+    /* One AdamW step on n parameters; t is the 1-based step. */
+    int (*adamw)(struct backend *be, float *w, const float *g, float *m, float *v, int64_t n,
+                 const struct adamw_params *p, int t, int decay, struct err *e);
+    void (*free)(struct backend *be);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+    int threads;
+    void *impl; /* the backend's own state */
+};
+
+/* The CPU backend: `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
+int backend_cpu_init(struct backend *be, int threads, struct err *e);
+
+#endif

@@ -1,0 +1,340 @@
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "jsonio.h"
+
+#define CKPT_MAGIC "BALLASTK"
+#define CKPT_VERSION 1
+#define CKPT_CHUNK ((int64_t)1 << 22)
+
+/* Host byte order; fixed-width fields, no padding (checked below). */
+struct ckpt_header {
+    char magic[8];
+    uint32_t version, header_bytes;
+    int32_t n_layer, n_embd, n_head, seq_len, vocab_size, micro_batch, dtype;
+    int32_t n_stages, stage, first, last, micro_batches, data_kind, unused;
+    uint64_t seed, data_bytes, data_hash;
+    int64_t step, section_bytes, payload_bytes;
+};
+_Static_assert(sizeof(struct ckpt_header) == 16 + 14 * 4 + 6 * 8, "ckpt_header has padding");
+
+static uint64_t fnv1a(uint64_t h, const void *p, int64_t n)
+{
+    const unsigned char *b = p;
+    for (int64_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+#define FNV_START 0xCBF29CE484222325ull
+
+void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
+                      const struct data_source *d, uint64_t seed)
+{
+    memset(id, 0, sizeof *id);
+    id->model = *r->c.model;
+    id->n_stages = r->c.n_stages;
+    id->stage = r->c.stage;
+    id->first = r->c.first;
+    id->last = r->c.last;
+    id->micro_batches = r->c.micro_batches;
+    id->seed = seed;
+    id->data_kind = (int)d->kind;
+    id->data_bytes = d->kind == DATA_FILE ? (uint64_t)d->n_bytes : 0;
+    id->data_hash = d->hash;
+    id->section_bytes = r->lay.section_bytes;
+}
+
+static void stage_file(char *out, size_t cap, const char *dir, int stage, int64_t step)
+{
+    snprintf(out, cap, "%s/stage-%d-step-%lld.ckpt", dir, stage, (long long)step);
+}
+
+static int make_dir(const char *dir, struct err *e)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return err_set(e, ERR_INPUT, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST)
+                return err_set(e, ERR_FAIL, "%s: cannot create: %s", path, strerror(errno));
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    return ERR_OK;
+}
+
+static int write_all(int fd, const void *p, int64_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = write(fd, b, (size_t)n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        b += w;
+        n -= w;
+    }
+    return 0;
+}
+
+int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
+                     struct stage_runner *r, struct err *e)
+{
+    char file[4200], tmp[4300];
+    if (make_dir(dir, e))
+        return e->code;
+    stage_file(file, sizeof file, dir, id->stage, step);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid());
+    struct ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    h.version = CKPT_VERSION;
+    h.header_bytes = sizeof h;
+    h.n_layer = id->model.n_layer;
+    h.n_embd = id->model.n_embd;
+    h.n_head = id->model.n_head;
+    h.seq_len = id->model.seq_len;
+    h.vocab_size = id->model.vocab_size;
+    h.micro_batch = id->model.micro_batch;
+    h.dtype = (int32_t)id->model.dtype;
+    h.n_stages = id->n_stages;
+    h.stage = id->stage;
+    h.first = id->first;
+    h.last = id->last;
+    h.micro_batches = id->micro_batches;
+    h.data_kind = id->data_kind;
+    h.seed = id->seed;
+    h.data_bytes = id->data_bytes;
+    h.data_hash = id->data_hash;
+    h.step = step;
+    h.section_bytes = id->section_bytes;
+    h.payload_bytes = 4 * id->section_bytes;
+
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return err_set(e, ERR_FAIL, "%s: cannot create: %s", tmp, strerror(errno));
+    char *buf = malloc((size_t)CKPT_CHUNK);
+    int ok = buf != NULL && write_all(fd, &h, sizeof h) == 0;
+    uint64_t sum = fnv1a(FNV_START, &h, sizeof h);
+    for (int64_t off = 0; ok && off < h.payload_bytes; off += CKPT_CHUNK) {
+        int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
+        if (stage_state_get(r, off, buf, n, e)) {
+            free(buf);
+            close(fd);
+            unlink(tmp);
+            return e->code;
+        }
+        sum = fnv1a(sum, buf, n);
+        ok = write_all(fd, buf, n) == 0;
+    }
+    free(buf);
+    ok = ok && write_all(fd, &sum, sizeof sum) == 0 && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, file) != 0) {
+        int saved = errno;
+        unlink(tmp);
+        return err_set(e, ERR_FAIL, "%s: cannot write: %s", file, strerror(saved));
+    }
+    /* the rename itself must reach the disk before the manifest names the file */
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return ERR_OK;
+}
+
+int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e)
+{
+    char file[4200];
+    snprintf(file, sizeof file, "%s/checkpoint.json", dir);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "ballast-checkpoint/1");
+    jsonio_add_int(o, "step", step);
+    cJSON_AddNumberToObject(o, "n_stages", n_stages);
+    cJSON *files = cJSON_AddArrayToObject(o, "files");
+    for (int s = 0; s < n_stages; s++) {
+        char name[128];
+        snprintf(name, sizeof name, "stage-%d-step-%lld.ckpt", s, (long long)step);
+        cJSON_AddItemToArray(files, cJSON_CreateString(name));
+    }
+    int rc = jsonio_write(file, o, e);
+    cJSON_Delete(o);
+    return rc;
+}
+
+void ckpt_remove_older(const char *dir, int stage, int64_t keep)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *ent;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "stage-%d-step-", stage);
+    size_t np = strlen(prefix);
+    while ((ent = readdir(d)) != NULL) {
+        long long s;
+        char tail[16];
+        if (strncmp(ent->d_name, prefix, np) != 0 ||
+            sscanf(ent->d_name + np, "%lld%15s", &s, tail) != 2 || strcmp(tail, ".ckpt") != 0 ||
+            s == keep)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct err *e)
+{
+    char file[4200];
+    snprintf(file, sizeof file, "%s/checkpoint.json", dir);
+    cJSON *o = jsonio_read(file, e);
+    if (o == NULL)
+        return e->code;
+    int64_t s = 0;
+    int rc = jsonio_check_format(o, file, "checkpoint", 1, e);
+    if (rc == ERR_OK)
+        rc = jsonio_int(o, file, "", "step", 1, JSONIO_INT_MAX, step, e);
+    if (rc == ERR_OK)
+        rc = jsonio_int(o, file, "", "n_stages", 1, CLUSTER_STAGES_MAX, &s, e);
+    *n_stages = (int)s;
+    cJSON_Delete(o);
+    return rc;
+}
+
+static int read_all(FILE *f, void *p, int64_t n)
+{
+    return fread(p, 1, (size_t)n, f) == (size_t)n ? 0 : -1;
+}
+
+static const char *data_name(int kind)
+{
+    return kind == DATA_FILE ? "a data file" : "the synthetic source";
+}
+
+static int check_identity(const char *file, const struct ckpt_header *h,
+                          const struct ckpt_identity *id, struct err *e)
+{
+    const struct model *m = &id->model;
+    if (h->n_layer != m->n_layer || h->n_embd != m->n_embd || h->n_head != m->n_head ||
+        h->seq_len != m->seq_len || h->vocab_size != m->vocab_size ||
+        h->micro_batch != m->micro_batch || h->dtype != (int32_t)m->dtype)
+        return err_set(e, ERR_INPUT,
+                       "%s: written for another model (n_layer %d, n_embd %d, n_head %d, "
+                       "seq_len %d, vocab_size %d, micro_batch %d); the plan's model has "
+                       "n_layer %d, n_embd %d, n_head %d, seq_len %d, vocab_size %d, "
+                       "micro_batch %d",
+                       file, h->n_layer, h->n_embd, h->n_head, h->seq_len, h->vocab_size,
+                       h->micro_batch, m->n_layer, m->n_embd, m->n_head, m->seq_len,
+                       m->vocab_size, m->micro_batch);
+    if (h->n_stages != id->n_stages || h->stage != id->stage || h->first != id->first ||
+        h->last != id->last)
+        return err_set(e, ERR_INPUT,
+                       "%s: written for another stage split (stage %d of %d, layers %d-%d); the "
+                       "plan's stage %d of %d holds layers %d-%d",
+                       file, h->stage, h->n_stages, h->first, h->last, id->stage, id->n_stages,
+                       id->first, id->last);
+    if (h->micro_batches != id->micro_batches)
+        return err_set(e, ERR_INPUT,
+                       "%s: written with %d micro-batches per step; the plan has %d", file,
+                       h->micro_batches, id->micro_batches);
+    if (h->seed != id->seed)
+        return err_set(e, ERR_INPUT, "%s: written with --seed %llu; this run has --seed %llu",
+                       file, (unsigned long long)h->seed, (unsigned long long)id->seed);
+    if (h->data_kind != id->data_kind || h->data_bytes != id->data_bytes ||
+        h->data_hash != id->data_hash)
+        return err_set(e, ERR_INPUT,
+                       "%s: written training on %s (%llu bytes, hash %016llx); this run trains "
+                       "on %s (%llu bytes, hash %016llx)",
+                       file, data_name(h->data_kind), (unsigned long long)h->data_bytes,
+                       (unsigned long long)h->data_hash, data_name(id->data_kind),
+                       (unsigned long long)id->data_bytes, (unsigned long long)id->data_hash);
+    if (h->section_bytes != id->section_bytes)
+        return err_set(e, ERR_INPUT, "%s: %lld bytes of parameters per copy; this stage has %lld",
+                       file, (long long)h->section_bytes, (long long)id->section_bytes);
+    return ERR_OK;
+}
+
+int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
+                    struct stage_runner *r, struct err *e)
+{
+    char file[4200];
+    stage_file(file, sizeof file, dir, id->stage, step);
+    FILE *f = fopen(file, "rb");
+    if (f == NULL)
+        return err_set(e, ERR_INPUT, "%s: cannot open: %s (the manifest %s/checkpoint.json "
+                                     "names step %lld)",
+                       file, strerror(errno), dir, (long long)step);
+    struct ckpt_header h;
+    struct stat st;
+    int rc = ERR_OK;
+    char *buf = malloc((size_t)CKPT_CHUNK);
+    if (buf == NULL) {
+        fclose(f);
+        return err_set(e, ERR_FAIL, "out of memory reading %s", file);
+    }
+    if (fstat(fileno(f), &st) != 0 || st.st_size < (off_t)sizeof h ||
+        read_all(f, &h, sizeof h) != 0 || memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
+        rc = err_set(e, ERR_INPUT, "%s: not a Ballast checkpoint (no %s header)", file,
+                     CKPT_MAGIC);
+    } else if (h.version != CKPT_VERSION || h.header_bytes != sizeof h) {
+        rc = err_set(e, ERR_INPUT, "%s: checkpoint version %u, this build reads version %d",
+                     file, h.version, CKPT_VERSION);
+    } else if (h.payload_bytes < 0 ||
+               (int64_t)st.st_size != (int64_t)sizeof h + h.payload_bytes + 8) {
+        rc = err_set(e, ERR_INPUT,
+                     "%s: %lld bytes, but its header promises %lld (truncated or damaged)", file,
+                     (long long)st.st_size, (long long)(sizeof h + h.payload_bytes + 8));
+    } else {
+        uint64_t sum = fnv1a(FNV_START, &h, sizeof h), stored = 0;
+        for (int64_t off = 0; rc == ERR_OK && off < h.payload_bytes; off += CKPT_CHUNK) {
+            int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
+            if (read_all(f, buf, n) != 0)
+                rc = err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
+                             (long long)(sizeof h + off));
+            else
+                sum = fnv1a(sum, buf, n);
+        }
+        if (rc == ERR_OK && read_all(f, &stored, sizeof stored) != 0)
+            rc = err_set(e, ERR_INPUT, "%s: cannot read the checksum", file);
+        if (rc == ERR_OK && stored != sum)
+            rc = err_set(e, ERR_INPUT,
+                         "%s: damaged: checksum %016llx, but the contents hash to %016llx", file,
+                         (unsigned long long)stored, (unsigned long long)sum);
+        if (rc == ERR_OK && h.step != step)
+            rc = err_set(e, ERR_INPUT, "%s: holds step %lld, the manifest names step %lld",
+                         file, (long long)h.step, (long long)step);
+        if (rc == ERR_OK)
+            rc = check_identity(file, &h, id, e);
+        /* checked: now load */
+        if (rc == ERR_OK && fseek(f, (long)sizeof h, SEEK_SET) != 0)
+            rc = err_set(e, ERR_INPUT, "%s: cannot seek", file);
+        for (int64_t off = 0; rc == ERR_OK && off < h.payload_bytes; off += CKPT_CHUNK) {
+            int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
+            if (read_all(f, buf, n) != 0)
+                rc = err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
+                             (long long)(sizeof h + off));
+            else
+                rc = stage_state_put(r, off, buf, n, e);
+        }
+    }
+    free(buf);
+    fclose(f);
+    return rc;
+}

@@ -1,0 +1,51 @@
+/* Checkpoints: every stage's persistent arena (weights, gradients of the last step, AdamW m
+ * and v) with the step reached, in DIR:
+ *
+ *   DIR/stage-<s>-step-<N>.ckpt   one per stage: a fixed header (struct ckpt_header: model,
+ *                                 stage split, micro-batches, seed, data identity, step),
+ *                                 the arena, and an FNV-1a 64 checksum of both; written to a
+ *                                 temporary file, fsynced and renamed
+ *   DIR/checkpoint.json           {"format": "ballast-checkpoint/1", "step": N, "n_stages"}:
+ *                                 written (atomically) by rank 0 only after every stage's
+ *                                 file of step N is in place; then older files are removed.
+ * A crash at any point leaves the manifest naming a complete set of files.
+ *
+ * The data source is a pure function of (seed, step, micro-batch), so the step is the data
+ * position. What the training arithmetic depends on must match to resume (model, stage split,
+ * micro-batches, seed, data); the recompute sets and the schedule may differ, since results
+ * are bitwise the same with any of them. */
+#ifndef BALLAST_CKPT_H
+#define BALLAST_CKPT_H
+
+#include <stdint.h>
+
+#include "data.h"
+#include "err.h"
+#include "model.h"
+#include "stage.h"
+
+struct ckpt_identity {
+    struct model model;
+    int n_stages, stage, first, last, micro_batches;
+    uint64_t seed;
+    int data_kind;
+    uint64_t data_bytes, data_hash;
+    int64_t section_bytes;
+};
+
+void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
+                      const struct data_source *d, uint64_t seed);
+
+int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
+                     struct stage_runner *r, struct err *e);
+int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e);
+/* Removes this stage's files of steps other than `keep`. */
+void ckpt_remove_older(const char *dir, int stage, int64_t keep);
+
+int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct err *e);
+/* Refuses (ERR_INPUT, naming the file and the numbers) a file that is truncated, damaged
+ * (checksum), or written for another model, stage split, micro-batch count, seed or data. */
+int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
+                    struct stage_runner *r, struct err *e);
+
+#endif

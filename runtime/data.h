@@ -1,0 +1,53 @@
+/* Training data: a pure function of (seed, step, micro-batch), so every stage can draw the
+ * tokens it needs (stage 0 the inputs, the last stage the targets) without communicating, and
+ * a resumed run continues with exactly the batches an uninterrupted one would have seen.
+ *
+ *   synthetic (no --data): a random first-order Markov chain over the vocabulary. The seed
+ *     fixes, for every token, DATA_MARKOV_SUCCESSORS distinct successor tokens (K, or V when
+ *     the vocabulary is smaller); each sequence starts at a uniformly drawn token and moves to
+ *     one of the K successors with probability 1/K each. Every target is thus uniform over K
+ *     tokens given the token before it: the entropy rate, and the floor of the cross-entropy
+ *     a model can reach, is ln K nats per token.
+ *   file (--data FILE): the file's bytes are the tokens (vocab_size >= 256). Each sequence of
+ *     a micro-batch is the T + 1 bytes at an offset drawn uniformly from the seed, the step,
+ *     the micro-batch and the row. */
+#ifndef BALLAST_DATA_H
+#define BALLAST_DATA_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+
+#define DATA_MARKOV_SUCCESSORS 4
+
+enum data_kind { DATA_SYNTHETIC, DATA_FILE };
+
+struct data_source {
+    enum data_kind kind;
+    uint64_t seed;
+    int B, T, V;
+    int successors;  /* synthetic: K */
+    int32_t *table;  /* synthetic: (V, K) successors, owned */
+    const unsigned char *bytes; /* file: mapped read-only */
+    int64_t n_bytes;
+    uint64_t hash; /* file: FNV-1a of the contents; synthetic: of (V, K) */
+};
+
+int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t seed,
+                        struct err *e);
+/* Fails (ERR_INPUT, naming the file) if it cannot be read, is shorter than seq_len + 1 bytes
+ * or the model's vocabulary has fewer than 256 tokens. */
+int data_init_file(struct data_source *d, const char *file, const struct model *m,
+                   uint64_t seed, struct err *e);
+void data_free(struct data_source *d);
+
+/* tokens and targets (B,T), either may be NULL, of micro-batch `micro` of step `step`
+ * (0-based); targets[b][t] is the token after tokens[b][t]. */
+void data_batch(const struct data_source *d, int64_t step, int micro, int32_t *tokens,
+                int32_t *targets);
+
+/* ln K for the synthetic source; a negative number for a file (unknown). */
+double data_entropy_floor(const struct data_source *d);
+
+#endif

@@ -1,0 +1,196 @@
+#include "layout.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cost.h"
+
+/* The names backend.h's enums stand for, per kind and class, in enum order. */
+static const char *const expected[3][3][SIZES_TENSORS_MAX] = {
+    [MODEL_LAYER_EMBED] = {{"wte", "wpe"}, {"tokens"}, {"out", "dout"}},
+    [MODEL_LAYER_BLOCK] = {{"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w",
+                            "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"},
+                           {"inp", "ln1", "ln1_mean", "ln1_rstd", "qkv", "att", "atty", "res2",
+                            "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu"},
+                           {"out", "dout", "dinp", "d4", "dln", "dqkv", "datt"}},
+    [MODEL_LAYER_HEAD] = {{"lnf_w", "lnf_b", "lm_w"},
+                          {"inp", "targets", "lnf", "lnf_mean", "lnf_rstd", "probs"},
+                          {"dlnf", "dinp", "losses"}},
+};
+static const int expected_count[3][3] = {
+    [MODEL_LAYER_EMBED] = {EMBED_PARAMS, EMBED_KEPT, EMBED_WS},
+    [MODEL_LAYER_BLOCK] = {BLOCK_PARAMS, BLOCK_KEPT, BLOCK_WS},
+    [MODEL_LAYER_HEAD] = {HEAD_PARAMS, HEAD_KEPT, HEAD_WS},
+};
+
+static int check_names(enum model_layer_kind kind, enum sizes_class cls,
+                       const struct sizes_tensor *t, int n, struct err *e)
+{
+    int ok = n == expected_count[kind][cls];
+    for (int i = 0; ok && i < n; i++)
+        ok = strcmp(t[i].name, expected[kind][cls][i]) == 0;
+    if (!ok)
+        return err_set(e, ERR_FAIL,
+                       "internal: the size tables of common/sizes.c (layer kind %d, class %d, "
+                       "%d tensors) no longer match the tensor indices of runtime/backend.h",
+                       (int)kind, (int)cls, n);
+    return ERR_OK;
+}
+
+/* Offsets of n tensors laid end to end from `start`; returns the end. */
+static int64_t carve(const struct sizes_tensor *t, int n, int64_t start, int64_t *off)
+{
+    for (int i = 0; i < n; i++) {
+        off[i] = start;
+        start += sizes_tensor_bytes(&t[i]);
+    }
+    return start;
+}
+
+int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
+                const unsigned char *recompute, int in_flight, struct err *e)
+{
+    memset(sl, 0, sizeof *sl);
+    if (m->dtype != MODEL_DTYPE_FP32)
+        return err_set(e, ERR_INPUT, "the layout is fp32 (4 bytes of state per copy of a "
+                                     "parameter); this model is %s", model_dtype_name(m->dtype));
+    sl->first = first;
+    sl->last = last;
+    sl->n_layers = last - first + 1;
+    sl->in_flight = in_flight;
+    sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
+    if (sl->layers == NULL)
+        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
+    int64_t section = 0, slot = 0;
+    for (int i = 0; i < sl->n_layers; i++) {
+        struct layer_layout *L = &sl->layers[i];
+        L->layer = first + i;
+        L->kind = model_layer_kind(m, L->layer);
+        L->recompute = recompute != NULL && recompute[i];
+        L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
+        L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
+        L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
+        L->n_ckpt = sizes_ckpt_tensor_count(L->kind);
+        if (check_names(L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
+            check_names(L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
+            check_names(L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
+            layout_free(sl);
+            return e->code;
+        }
+        int64_t end = carve(L->params, L->n_params, section, L->param_off);
+        L->state_bytes = 4 * (end - section);
+        section = end;
+        for (int k = 0; k < L->n_params; k++)
+            sl->param_count += L->params[k].elems;
+        /* the checkpoint always lives in the slot; the rest in the slot too, or, for a
+         * recomputed layer, in the transient from offset 0 */
+        int in_slot = L->recompute ? L->n_ckpt : L->n_kept;
+        end = carve(L->kept, in_slot, slot, L->kept_off);
+        L->slot_bytes = end - slot;
+        slot = end;
+        L->transient_bytes =
+            carve(L->kept + in_slot, L->n_kept - in_slot, 0, L->kept_off + in_slot);
+        L->ws_bytes = carve(L->ws, L->n_ws, 0, L->ws_off);
+        if (L->transient_bytes > sl->transient_bytes)
+            sl->transient_bytes = L->transient_bytes;
+        if (L->ws_bytes > sl->workspace_bytes)
+            sl->workspace_bytes = L->ws_bytes;
+    }
+    sl->section_bytes = section;
+    sl->persistent_bytes = 4 * section;
+    sl->slot_bytes = slot;
+    sl->activation_bytes = (int64_t)in_flight * slot;
+    sl->arena_bytes =
+        sl->persistent_bytes + sl->activation_bytes + sl->transient_bytes + sl->workspace_bytes;
+
+    /* The planner's numbers come from sizes_layer through the cost model; these offsets come
+     * from the same tables. They must agree to the byte, or the plan's memory is not what
+     * this stage allocates. */
+    struct layer_cost *costs = calloc((size_t)sl->n_layers, sizeof *costs);
+    if (costs == NULL) {
+        layout_free(sl);
+        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
+    }
+    for (int i = 0; i < sl->n_layers; i++) {
+        struct layer_sizes s;
+        sizes_layer(m, first + i, &s);
+        costs[i].state_bytes = s.state_bytes;
+        costs[i].act_bytes = s.act_bytes;
+        costs[i].ckpt_bytes = s.ckpt_bytes;
+        costs[i].workspace_bytes = s.workspace_bytes;
+    }
+    struct stage_cost c;
+    cost_stage(costs, sl->n_layers, recompute, in_flight, 0, &c);
+    free(costs);
+    if (c.memory_bytes != sl->arena_bytes) {
+        int64_t got = sl->arena_bytes;
+        layout_free(sl);
+        return err_set(e, ERR_FAIL,
+                       "internal: layers %d-%d lay out to %lld bytes but the cost model of the "
+                       "size functions gives %lld",
+                       first, last, (long long)got, (long long)c.memory_bytes);
+    }
+    return ERR_OK;
+}
+
+void layout_free(struct stage_layout *sl)
+{
+    free(sl->layers);
+    sl->layers = NULL;
+}
+
+int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
+                       int64_t reserve, struct err *e)
+{
+    int64_t available = limit - reserve, state = 0, slot = 0, transient = 0, ws = 0;
+    for (int i = 0; i < sl->n_layers; i++) {
+        const struct layer_layout *L = &sl->layers[i];
+        state += L->state_bytes;
+        slot += L->slot_bytes;
+        if (L->transient_bytes > transient)
+            transient = L->transient_bytes;
+        if (L->ws_bytes > ws)
+            ws = L->ws_bytes;
+        int64_t need = state + (int64_t)sl->in_flight * slot + transient + ws;
+        if (need > available) {
+            char name[MODEL_LAYER_NAME_MAX];
+            model_layer_name(m, L->layer, name);
+            return err_set(
+                e, ERR_NOFIT,
+                "layers %d-%d do not fit the memory limit: at layer %d (%s) they need %lld "
+                "bytes (state %lld + %d in flight x kept %lld + transient %lld + workspace "
+                "%lld), over memory_limit_bytes %lld minus reserve_bytes %lld = %lld; all "
+                "layers need %lld",
+                sl->first, sl->last, L->layer, name, (long long)need, (long long)state,
+                sl->in_flight, (long long)slot, (long long)transient, (long long)ws,
+                (long long)limit, (long long)reserve, (long long)available,
+                (long long)sl->arena_bytes);
+        }
+    }
+    return ERR_OK;
+}
+
+int layout_param_decays(const char *name)
+{
+    static const char *const matrices[] = {"wte", "wpe", "qkv_w", "proj_w", "fc_w", "fcproj_w",
+                                           "lm_w"};
+    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
+        if (strcmp(name, matrices[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void layout_param_init(const struct model *m, const char *name, float *std, float *fill)
+{
+    size_t n = strlen(name);
+    *std = 0;
+    *fill = 0;
+    if (strncmp(name, "ln", 2) == 0 && strcmp(name + n - 2, "_w") == 0)
+        *fill = 1; /* layer-norm gain */
+    else if (strcmp(name, "proj_w") == 0 || strcmp(name, "fcproj_w") == 0)
+        *std = 0.02f / sqrtf(2.0f * (float)m->n_layer); /* GPT-2's residual scaling */
+    else if (layout_param_decays(name))
+        *std = 0.02f;
+}

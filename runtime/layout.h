@@ -1,0 +1,71 @@
+/* Where every tensor of a stage lives: offsets into the four arenas, computed from the size
+ * tables of common/sizes.h and nothing else (planning offsets, nothing allocated: the split
+ * ggml's graph allocator makes between planning and applying).
+ *
+ *   persistent   weights | gradients | AdamW m | AdamW v, each section one copy of every
+ *                parameter tensor of the stage, in layer order then table order: sum state
+ *   activations  in_flight slots; a slot holds, per layer in order, its kept tensors, or
+ *                only its checkpoint tensors when the layer is recomputed: v * sum kept
+ *   transient    the non-checkpoint kept tensors of the recomputed layer running now:
+ *                max (act - ckpt) over recomputed layers
+ *   workspace    the running layer's workspace tensors: max workspace
+ * Every tensor starts on a SIZES_ALIGN boundary of its arena. */
+#ifndef BALLAST_LAYOUT_H
+#define BALLAST_LAYOUT_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "sizes.h"
+
+struct layer_layout {
+    int layer; /* global index */
+    enum model_layer_kind kind;
+    int recompute;
+    int n_params, n_kept, n_ckpt, n_ws;
+    struct sizes_tensor params[SIZES_TENSORS_MAX];
+    struct sizes_tensor kept[SIZES_TENSORS_MAX];
+    struct sizes_tensor ws[SIZES_TENSORS_MAX];
+    int64_t param_off[SIZES_TENSORS_MAX]; /* in a persistent section */
+    int64_t kept_off[SIZES_TENSORS_MAX];  /* in the slot (index < n_ckpt, or not recomputed),
+                                             else in the transient */
+    int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
+    int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes;
+};
+
+struct stage_layout {
+    int first, last, n_layers, in_flight;
+    struct layer_layout *layers; /* owned, n_layers */
+    int64_t param_count;
+    int64_t section_bytes;    /* one copy of the stage's parameters */
+    int64_t persistent_bytes; /* 4 sections */
+    int64_t slot_bytes;
+    int64_t activation_bytes; /* in_flight slots */
+    int64_t transient_bytes;
+    int64_t workspace_bytes;
+    int64_t arena_bytes; /* the four together: what the cost model calls M - reserve */
+};
+
+/* Lays out layers first..last (recompute: one flag per layer, NULL for none) with in_flight
+ * slots. Fails only on out-of-memory or a size table whose tensor names no longer match
+ * backend.h's indices. */
+int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
+                const unsigned char *recompute, int in_flight, struct err *e);
+void layout_free(struct stage_layout *sl);
+
+/* The memory limit: fails (ERR_NOFIT) when the arenas need more than limit - reserve,
+ * naming the layer at which the running total (state + in_flight x kept + transient +
+ * workspace, over layers first..l) first crosses it, and the bytes. */
+int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
+                       int64_t reserve, struct err *e);
+
+/* AdamW's weight decay applies to the matrices (embeddings and linear weights), not to
+ * biases or layer-norm parameters. */
+int layout_param_decays(const char *name);
+/* The initial value of a parameter tensor: normal(0, std) with std 0.02, scaled by
+ * 1/sqrt(2 n_layer) for the projections into the residual stream, or the constant
+ * `fill` (layer-norm weights 1, biases 0) when std is 0. */
+void layout_param_init(const struct model *m, const char *name, float *std, float *fill);
+
+#endif

@@ -1,0 +1,20 @@
+/* Every MPI call is wrapped in MPI_CHECK: on failure it fills the struct err with the call,
+ * file:line, host, rank and MPI's own message, and returns the status up the stack (the
+ * communicators use MPI_ERRORS_RETURN so that errors reach us instead of aborting). */
+#ifndef BALLAST_MPICHECK_H
+#define BALLAST_MPICHECK_H
+
+#include <mpi.h>
+
+#include "err.h"
+
+int mpicheck_fail(int rc, const char *call, const char *file, int line, struct err *e);
+
+#define MPI_CHECK(call, e)                                                                   \
+    do {                                                                                     \
+        int mpi_rc_ = (call);                                                                \
+        if (mpi_rc_ != MPI_SUCCESS)                                                          \
+            return mpicheck_fail(mpi_rc_, #call, __FILE__, __LINE__, (e));                   \
+    } while (0)
+
+#endif

@@ -1,0 +1,111 @@
+#include "report.h"
+
+#include "jsonio.h"
+#include "trace.h"
+
+int report_write_metrics(const char *file, const struct report *r, struct err *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "ballast-metrics/1");
+    cJSON_AddStringToObject(o, "plan", r->plan_file);
+    cJSON_AddStringToObject(o, "schedule", r->schedule);
+    cJSON_AddNumberToObject(o, "micro_batches", r->micro_batches);
+    cJSON_AddNumberToObject(o, "threads", r->threads);
+    jsonio_add_int(o, "tokens_per_step", r->tokens_per_step);
+    cJSON *data = cJSON_AddObjectToObject(o, "data");
+    cJSON_AddStringToObject(data, "source", r->data);
+    if (r->entropy_floor >= 0)
+        cJSON_AddNumberToObject(data, "entropy_nats_per_token", r->entropy_floor);
+    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+    for (int i = 0; i < r->n_steps; i++) {
+        cJSON *s = cJSON_CreateObject();
+        jsonio_add_int(s, "step", r->steps[i].step);
+        cJSON_AddNumberToObject(s, "loss", r->steps[i].loss);
+        cJSON_AddNumberToObject(s, "ms", r->steps[i].ms);
+        cJSON_AddItemToArray(steps, s);
+    }
+    cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int i = 0; i < r->n_stages; i++) {
+        const struct report_stage *st = &r->stages[i];
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "index", st->index);
+        cJSON_AddStringToObject(s, "device", st->device);
+        jsonio_add_int(s, "peak_bytes", st->peak_bytes);
+        jsonio_add_int(s, "planned_bytes", st->planned_bytes);
+        jsonio_add_int(s, "reserve_bytes", st->reserve_bytes);
+        jsonio_add_int(s, "arena_bytes", st->arena_bytes);
+        cJSON_AddNumberToObject(s, "fwd_ms", st->fwd_ms);
+        cJSON_AddNumberToObject(s, "bwd_ms", st->bwd_ms);
+        cJSON_AddNumberToObject(s, "recompute_ms", st->recompute_ms);
+        cJSON_AddNumberToObject(s, "send_ms", st->send_ms);
+        cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
+        cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
+        cJSON_AddNumberToObject(s, "planned_stage_ms", st->planned_stage_ms);
+        cJSON_AddNumberToObject(s, "planned_recompute_ms", st->planned_recompute_ms);
+        cJSON_AddItemToArray(stages, s);
+    }
+    int rc = jsonio_write(file, o, e);
+    cJSON_Delete(o);
+    return rc;
+}
+
+void report_print_summary(FILE *f, const struct report *r)
+{
+    fprintf(f, "\nper stage, planned against measured (time per micro-batch, steps after the "
+               "first):\n");
+    fprintf(f, "stage  layers    recomputed  memory MiB: planned  measured    diff   "
+               "compute ms: planned  measured   send ms  idle ms\n");
+    for (int i = 0; i < r->n_stages; i++) {
+        const struct report_stage *s = &r->stages[i];
+        double planned = (double)s->planned_bytes / 1048576.0;
+        double peak = (double)s->peak_bytes / 1048576.0;
+        double diff = s->planned_bytes > 0
+                          ? 100.0 * (double)(s->peak_bytes - s->planned_bytes) /
+                                (double)s->planned_bytes
+                          : 0.0;
+        char layers[32];
+        snprintf(layers, sizeof layers, "%d-%d", s->first, s->last);
+        fprintf(f, "%5d  %-8s  %10d  %19.2f  %8.2f  %+6.2f%%  %19.3f  %8.3f  %8.3f  %7.3f\n",
+                s->index, layers, s->n_recompute, planned, peak, diff, s->planned_stage_ms,
+                s->fwd_ms + s->bwd_ms + s->recompute_ms, s->send_ms, s->idle_ms);
+    }
+    fprintf(f, "(planned memory: the plan's memory_bytes minus reserve_bytes; planned compute: "
+               "its stage_ms, from the profile's layer times)\n");
+}
+
+static const char *const event_names[STAGE_EV_KINDS] = {"forward", "recompute", "backward",
+                                                        "send", "idle", "optimizer"};
+
+int report_write_trace(const char *file, const struct model *m, const struct report *r,
+                       const int *counts, const struct stage_event *events, struct err *e)
+{
+    struct trace *t = trace_init();
+    if (t == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory for the trace", file);
+    char name[128];
+    snprintf(name, sizeof name, "ballast train (%s)", r->schedule);
+    trace_name_process(t, 0, name);
+    for (int s = 0; s < r->n_stages; s++) {
+        snprintf(name, sizeof name, "stage %d (%s, layers %d-%d)", s, r->stages[s].device,
+                 r->stages[s].first, r->stages[s].last);
+        trace_name_track(t, 0, s, name);
+    }
+    const struct stage_event *ev = events;
+    for (int s = 0; s < r->n_stages; s++)
+        for (int i = 0; i < counts[s]; i++, ev++) {
+            const char *kind = event_names[ev->kind];
+            if (ev->layer >= 0) {
+                char lname[MODEL_LAYER_NAME_MAX];
+                model_layer_name(m, ev->layer, lname);
+                snprintf(name, sizeof name, "%s %s", kind, lname);
+            } else {
+                snprintf(name, sizeof name, "%s", kind);
+            }
+            struct trace_arg args[2] = {{"step", ev->step + 1}, {"micro_batch", ev->micro}};
+            trace_add_slice(t, 0, s, name, kind, ev->t0_ms, ev->t1_ms - ev->t0_ms, args, 2);
+        }
+    int rc = trace_write(t, file, e);
+    trace_free(t);
+    return rc;
+}

@@ -1,0 +1,35 @@
+/* `ballast train`: one MPI rank per stage of a plan. MPI must be initialised by the caller.
+ *
+ * Failure handling: set-up problems (bad plan, wrong rank count, a stage that does not fit
+ * its limit, a refused checkpoint) are collected with an MPI_Allreduce, so every rank returns
+ * the same non-zero status within the time of the set-up; the rank that found the problem
+ * prints it. A failure after training has started (an MPI error, a checkpoint that cannot be
+ * written) prints and calls MPI_Abort. Metrics and trace files are written only after the
+ * last step, each atomically: a failed run leaves none. */
+#ifndef BALLAST_TRAIN_H
+#define BALLAST_TRAIN_H
+
+#include <stdint.h>
+
+#define TRAIN_DEFAULT_LR 1e-3
+
+struct train_options {
+    const char *plan_file;
+    const char *data_file;    /* NULL: the synthetic source */
+    const char *metrics_file; /* may be NULL */
+    const char *trace_file;   /* may be NULL */
+    const char *save_dir;     /* may be NULL */
+    const char *resume_dir;   /* may be NULL */
+    int64_t steps;            /* the step to train up to (a resumed run continues to it) */
+    int64_t save_every;       /* with save_dir: every N steps (0: at the end only) */
+    uint64_t seed;
+    double lr;
+    int threads; /* 0: the host's cores shared evenly among the ranks on it */
+    int quiet;   /* no per-step lines */
+};
+
+/* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's
+ * stage does not fit its memory. Messages are printed here, by the rank concerned. */
+int train_run(const struct train_options *o);
+
+#endif

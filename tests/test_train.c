@@ -1,0 +1,621 @@
+/* `mpirun -np S ballast train` end to end, on plans made by `ballast plan` from cluster files
+ * written here. References are other runs: the same model on 1, 2 and 4 ranks, without
+ * recomputation, under the other schedule, without interruption; the cost model's memory;
+ * the synthetic source's entropy. Every run's metrics must also show each stage's measured
+ * peak within 2% of its plan (|peak - planned| <= 0.02 planned). Runs pin --threads 1 and
+ * each has a time limit, so a hang fails instead of blocking. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "jsonio.h"
+#include "testutil.h"
+
+#define RUN_LIMIT_S 120
+#define MAX_STEPS 512
+
+/* ---- running ---- */
+
+struct run {
+    int status; /* exit status, -1 if killed */
+    double seconds;
+    char *out, *err;
+};
+
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* mpirun -np NP ballast train --threads 1 ARGS */
+static struct run train(int np, const char *args)
+{
+    struct run r = {0};
+    char cmd[8192];
+    const char *o = test_path("train.stdout"), *e = test_path("train.stderr");
+    char opath[1024], epath[1024];
+    snprintf(opath, sizeof opath, "%s", o);
+    snprintf(epath, sizeof epath, "%s", e);
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d '%s' train "
+             "--threads 1 %s > '%s' 2> '%s'",
+             RUN_LIMIT_S, np, BALLAST_EXE, args, opath, epath);
+    double t0 = now_s();
+    int status = system(cmd);
+    r.seconds = now_s() - t0;
+    r.status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = test_read(opath);
+    r.err = test_read(epath);
+    return r;
+}
+
+struct metrics {
+    int n_steps, n_stages;
+    double loss[MAX_STEPS];
+    long long peak[8], planned[8];
+    double recompute_ms[8];
+};
+
+static int metrics_read(const char *file, struct metrics *m)
+{
+    char *text = test_read(file);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    memset(m, 0, sizeof *m);
+    if (o == NULL)
+        return -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
+        if (m->n_steps < MAX_STEPS)
+            m->loss[m->n_steps++] = cJSON_GetObjectItem(it, "loss")->valuedouble;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "stages"))
+        if (m->n_stages < 8) {
+            m->peak[m->n_stages] = (long long)cJSON_GetObjectItem(it, "peak_bytes")->valuedouble;
+            m->planned[m->n_stages] =
+                (long long)cJSON_GetObjectItem(it, "planned_bytes")->valuedouble;
+            m->recompute_ms[m->n_stages] =
+                cJSON_GetObjectItem(it, "recompute_ms")->valuedouble;
+            m->n_stages++;
+        }
+    cJSON_Delete(o);
+    return 0;
+}
+
+/* A run that must succeed: returns its metrics, with the memory property checked. */
+static int train_ok(int np, const char *plan, const char *extra, const char *metrics_name,
+                    struct metrics *m)
+{
+    char args[4096];
+    const char *mfile = test_path(metrics_name);
+    char mpath[1024];
+    snprintf(mpath, sizeof mpath, "%s", mfile);
+    snprintf(args, sizeof args, "--plan '%s' --metrics '%s' --quiet %s", plan, mpath, extra);
+    struct run r = train(np, args);
+    CU_ASSERT_EQUAL(r.status, 0);
+    if (r.status != 0)
+        fprintf(stderr, "\ntrain -np %d %s: status %d\n%s\n", np, args, r.status,
+                r.err ? r.err : "");
+    run_free(&r);
+    if (r.status != 0 || metrics_read(mpath, m) != 0)
+        return -1;
+    CU_ASSERT_EQUAL(m->n_stages, np);
+    for (int s = 0; s < m->n_stages; s++) {
+        int ok = m->planned[s] > 0 &&
+                 llabs(m->peak[s] - m->planned[s]) <= 0.02 * (double)m->planned[s];
+        if (!ok)
+            fprintf(stderr, "\n%s stage %d: peak %lld bytes, planned %lld\n", plan, s,
+                    m->peak[s], m->planned[s]);
+        CU_ASSERT(ok);
+    }
+    return 0;
+}
+
+static int same_losses(const struct metrics *a, const struct metrics *b)
+{
+    if (a->n_steps != b->n_steps || a->n_steps == 0)
+        return 0;
+    for (int i = 0; i < a->n_steps; i++)
+        if (a->loss[i] != b->loss[i]) {
+            fprintf(stderr, "\nstep %d: loss %.17g against %.17g\n", i + 1, a->loss[i],
+                    b->loss[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* ---- configurations ---- */
+
+static char plan_path[16][1024];
+enum {
+    P1, P2, P2_FULL, P2_SPLIT, P4, P4_GPIPE, TIGHT, TIGHT_NONE, ENTROPY, BYTES, BF16, N_PLANS
+};
+
+static void write_model(const char *name, int n_layer, int n_embd, int n_head, int seq_len,
+                        int vocab, int micro_batch, const char *dtype)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": %d, "
+             "\"n_embd\": %d, \"n_head\": %d, \"seq_len\": %d, \"vocab_size\": %d, "
+             "\"micro_batch\": %d, \"dtype\": \"%s\"}",
+             n_layer, n_embd, n_head, seq_len, vocab, micro_batch, dtype);
+    char file[256];
+    snprintf(file, sizeof file, "%s.json", name);
+    test_write(file, text);
+    char args[2048], prof[256];
+    snprintf(prof, sizeof prof, "prof-%s.json", name);
+    char model_path[1024], prof_path[1024];
+    snprintf(model_path, sizeof model_path, "%s", test_path(file));
+    snprintf(prof_path, sizeof prof_path, "%s", test_path(prof));
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'",
+             model_path, prof_path);
+    if (test_run(args, NULL, NULL) != 0)
+        fprintf(stderr, "profile of %s failed\n", name);
+}
+
+/* A cluster of `n` stages on profile prof-<model>.json; `layers` "[a,b],[c,d]" or NULL for an
+ * even split; limits per stage (0: 1 GiB); then `ballast plan`. */
+static void make_plan(int which, const char *model, int n, const char *schedule,
+                      const int (*layers)[2], const long *limits, const char *method)
+{
+    char text[4096], name[64];
+    int len = snprintf(text, sizeof text,
+                       "{\"format\": \"ballast-cluster/1\", \"schedule\": \"%s\", "
+                       "\"micro_batches\": 4, \"stages\": [",
+                       schedule);
+    for (int s = 0; s < n; s++) {
+        len += snprintf(text + len, sizeof text - (size_t)len,
+                        "%s{\"device\": \"cpu\", \"memory_bytes\": %ld, \"profile\": "
+                        "\"prof-%s.json\"",
+                        s ? ", " : "", limits && limits[s] ? limits[s] : 1L << 30, model);
+        if (layers)
+            len += snprintf(text + len, sizeof text - (size_t)len, ", \"layers\": [%d, %d]",
+                            layers[s][0], layers[s][1]);
+        len += snprintf(text + len, sizeof text - (size_t)len, "}");
+    }
+    snprintf(text + len, sizeof text - (size_t)len, "]}");
+    snprintf(name, sizeof name, "cluster-%d.json", which);
+    char cluster[1024];
+    snprintf(cluster, sizeof cluster, "%s", test_write(name, text));
+    snprintf(name, sizeof name, "plan-%d.json", which);
+    snprintf(plan_path[which], sizeof plan_path[which], "%s", test_path(name));
+    char args[4096];
+    snprintf(args, sizeof args, "plan --cluster '%s' --method %s --unit 1K --quiet -o '%s'",
+             cluster, method, plan_path[which]);
+    char *err = NULL;
+    if (test_run(args, NULL, &err) != 0)
+        fprintf(stderr, "plan %d failed: %s\n", which, err ? err : "");
+    free(err);
+}
+
+static int setup(void)
+{
+    /* small: 4 planning layers (embed, 2 blocks, head), so 4 stages hold one each */
+    write_model("small", 2, 32, 2, 16, 64, 2, "fp32");
+    write_model("entropy", 1, 32, 2, 32, 16, 4, "fp32");
+    write_model("bytes", 1, 32, 2, 16, 256, 2, "fp32");
+    write_model("half", 1, 32, 2, 16, 64, 2, "bf16");
+    make_plan(P1, "small", 1, "1f1b", NULL, NULL, "none");
+    make_plan(P2, "small", 2, "1f1b", NULL, NULL, "none");
+    make_plan(P2_FULL, "small", 2, "1f1b", NULL, NULL, "full");
+    make_plan(P2_SPLIT, "small", 2, "1f1b", (const int[][2]){{0, 0}, {1, 3}}, NULL, "none");
+    make_plan(P4, "small", 4, "1f1b", NULL, NULL, "none");
+    make_plan(P4_GPIPE, "small", 4, "gpipe", NULL, NULL, "block:1");
+    /* stage 0 holds embed and both blocks with 2 micro-batches in flight and too little
+     * memory to keep everything: the optimal plan recomputes one block */
+    make_plan(TIGHT, "small", 2, "1f1b", (const int[][2]){{0, 2}, {3, 3}},
+              (const long[]){760000, 0}, "optimal");
+    make_plan(TIGHT_NONE, "small", 2, "1f1b", (const int[][2]){{0, 2}, {3, 3}}, NULL, "none");
+    make_plan(ENTROPY, "entropy", 2, "1f1b", NULL, NULL, "none");
+    make_plan(BYTES, "bytes", 1, "1f1b", NULL, NULL, "none");
+    make_plan(BF16, "half", 1, "1f1b", NULL, NULL, "none");
+    return 0;
+}
+
+/* ---- the tests ---- */
+
+static void test_ranks_identical(void)
+{
+    struct metrics m1, m2, m2s, m4, t2;
+    if (train_ok(1, plan_path[P1], "--steps 4", "m1.json", &m1) ||
+        train_ok(2, plan_path[P2], "--steps 4", "m2.json", &m2) ||
+        train_ok(2, plan_path[P2_SPLIT], "--steps 4", "m2s.json", &m2s) ||
+        train_ok(4, plan_path[P4], "--steps 4", "m4.json", &m4) ||
+        train_ok(1, plan_path[P1], "--steps 4 --threads 2", "m1t2.json", &t2))
+        return;
+    CU_ASSERT(same_losses(&m1, &m2));
+    CU_ASSERT(same_losses(&m1, &m2s)); /* another split of the same layers */
+    CU_ASSERT(same_losses(&m1, &m4));
+    CU_ASSERT(same_losses(&m1, &t2)); /* two threads: the same bits */
+    /* and they are losses of training, not constants */
+    CU_ASSERT(isfinite(m1.loss[0]) && m1.loss[3] < m1.loss[0]);
+}
+
+static void test_schedules_identical(void)
+{
+    struct metrics f, g;
+    if (train_ok(4, plan_path[P4], "--steps 4", "m4.json", &f) ||
+        train_ok(4, plan_path[P4_GPIPE], "--steps 4", "m4g.json", &g))
+        return;
+    CU_ASSERT(same_losses(&f, &g));
+}
+
+/* Checkpoints hold weights, the last step's gradients and AdamW's moments: byte-equal files
+ * mean all of them are bitwise equal. */
+static void check_recompute(int plan_none, int plan_rec, int np, const char *tag)
+{
+    char none_dir[1024], rec_dir[1024], other_dir[1024], extra[2048];
+    snprintf(none_dir, sizeof none_dir, "%s", test_path("ck-none"));
+    snprintf(rec_dir, sizeof rec_dir, "%s", test_path("ck-rec"));
+    snprintf(other_dir, sizeof other_dir, "%s", test_path("ck-seed2"));
+    sh("rm -rf '%s' '%s' '%s'", none_dir, rec_dir, other_dir);
+    struct metrics a, b, c;
+    snprintf(extra, sizeof extra, "--steps 3 --save '%s'", none_dir);
+    if (train_ok(np, plan_path[plan_none], extra, "mn.json", &a))
+        return;
+    snprintf(extra, sizeof extra, "--steps 3 --save '%s'", rec_dir);
+    if (train_ok(np, plan_path[plan_rec], extra, "mr.json", &b))
+        return;
+    snprintf(extra, sizeof extra, "--steps 3 --seed 2 --save '%s'", other_dir);
+    if (train_ok(np, plan_path[plan_rec], extra, "ms.json", &c))
+        return;
+    CU_ASSERT(same_losses(&a, &b));
+    for (int s = 0; s < np; s++) {
+        char fa[1200], fb[1200], fc[1200];
+        snprintf(fa, sizeof fa, "%s/stage-%d-step-3.ckpt", none_dir, s);
+        snprintf(fb, sizeof fb, "%s/stage-%d-step-3.ckpt", rec_dir, s);
+        snprintf(fc, sizeof fc, "%s/stage-%d-step-3.ckpt", other_dir, s);
+        int same = files_equal(fa, fb);
+        if (!same)
+            fprintf(stderr, "\n%s: stage %d state differs with recomputation\n", tag, s);
+        CU_ASSERT(same);
+        CU_ASSERT(!files_equal(fa, fc)); /* the comparison can tell states apart */
+    }
+}
+
+static void test_recompute_full(void)
+{
+    check_recompute(P2, P2_FULL, 2, "every layer recomputed");
+}
+
+static void test_recompute_partial(void)
+{
+    /* the tight plan must really recompute something on stage 0, and nothing on stage 1 */
+    struct metrics m;
+    char *text = test_read(plan_path[TIGHT]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT(strstr(text, "\"recompute\":\t[2]") != NULL ||
+              strstr(text, "\"recompute\":\t[1]") != NULL);
+    free(text);
+    check_recompute(TIGHT_NONE, TIGHT, 2, "one block recomputed");
+    if (train_ok(2, plan_path[TIGHT], "--steps 2", "mt.json", &m) == 0) {
+        CU_ASSERT(m.recompute_ms[0] > 0);
+        CU_ASSERT(m.recompute_ms[1] == 0);
+    }
+}
+
+static void test_entropy_floor(void)
+{
+    /* Markov source over 16 tokens, 4 successors each: floor ln 4. The first step's loss is
+     * near ln 16 (uniform predictions); after 200 steps the mean of the last 20 is within 0.1
+     * nats of the floor, and no step's loss can sit far below it (Gibbs). */
+    struct metrics m;
+    if (train_ok(2, plan_path[ENTROPY], "--steps 200 --lr 1e-2", "me.json", &m))
+        return;
+    double floor = log(4.0), tail = 0, lowest = INFINITY;
+    for (int i = 180; i < 200; i++) {
+        tail += m.loss[i] / 20;
+        lowest = fmin(lowest, m.loss[i]);
+    }
+    fprintf(stderr, "\n  first %.4f (ln 16 = %.4f), last 20 mean %.4f, floor ln 4 = %.4f ",
+            m.loss[0], log(16.0), tail, floor);
+    CU_ASSERT(test_close(m.loss[0], log(16.0), 0.15, 0));
+    CU_ASSERT(tail <= floor + 0.1);
+    CU_ASSERT(lowest >= floor - 0.02);
+}
+
+/* A copy of plan P2 whose stage `s` was planned from a profile that under-states memory (every
+ * byte count zero, as a profile of another implementation might): the plan is consistent and
+ * fits its lowered limit on paper, and only the runtime, which allocates by its own size
+ * functions, finds that the stage does not. */
+static const char *plan_with_limit(int s, long long limit, const char *name)
+{
+    char *text = test_read(plan_path[P2]);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s), *c;
+    static const char *const bytes[] = {"state_bytes", "act_bytes", "ckpt_bytes",
+                                        "workspace_bytes"};
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
+        for (int k = 0; k < 4; k++)
+            cJSON_ReplaceItemInObject(c, bytes[k], cJSON_CreateNumber(0));
+    cJSON *reserve = cJSON_GetObjectItem(o, "reserve_bytes");
+    cJSON_ReplaceItemInObject(st, "memory_bytes",
+                              cJSON_CreateNumber(reserve ? reserve->valuedouble : 0));
+    cJSON_ReplaceItemInObject(st, "memory_limit_bytes", cJSON_CreateNumber((double)limit));
+    cJSON_ReplaceItemInObject(st, "capacity_bytes", cJSON_CreateNumber((double)limit));
+    char *out = cJSON_Print(o);
+    const char *path = test_write(name, out);
+    cJSON_free(out);
+    cJSON_Delete(o);
+    return path;
+}
+
+static long long plan_number(int which, int stage, const char *key, int layer)
+{
+    char *text = test_read(plan_path[which]);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), stage);
+    if (layer >= 0)
+        st = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"), layer);
+    long long v = (long long)cJSON_GetObjectItem(st, key)->valuedouble;
+    cJSON_Delete(o);
+    return v;
+}
+
+static void check_limit(long long limit, const char *layer_name)
+{
+    char plan[1024], metrics[1024], args[4096], expect[128];
+    snprintf(plan, sizeof plan, "%s", plan_with_limit(1, limit, "plan-limit.json"));
+    snprintf(metrics, sizeof metrics, "%s", test_path("m-limit.json"));
+    remove(metrics);
+    snprintf(args, sizeof args, "--plan '%s' --steps 3 --metrics '%s'", plan, metrics);
+    struct run r = train(2, args);
+    fprintf(stderr, "\n  limit %lld: status %d in %.2f s: %s", limit, r.status, r.seconds,
+            r.err ? r.err : "");
+    CU_ASSERT_EQUAL(r.status, 3);
+    CU_ASSERT(r.seconds < 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.err);
+    snprintf(expect, sizeof expect, "memory_limit_bytes %lld", limit);
+    CU_ASSERT(strstr(r.err, "stage 1") != NULL);
+    CU_ASSERT(strstr(r.err, layer_name) != NULL);
+    CU_ASSERT(strstr(r.err, expect) != NULL);
+    CU_ASSERT(strstr(r.err, "bytes") != NULL);
+    FILE *f = fopen(metrics, "r");
+    CU_ASSERT_PTR_NULL(f); /* no metrics passed off as results */
+    if (f)
+        fclose(f);
+    run_free(&r);
+}
+
+static void test_limit_exceeded(void)
+{
+    /* stage 1 holds block.1 and head: below block.1's state alone the limit is crossed at
+     * block.1; one byte under the plan's own memory it is crossed only at head */
+    check_limit(plan_number(P2, 1, "state_bytes", 0) - 1, "(block.1)");
+    check_limit(plan_number(P2, 1, "memory_bytes", -1) - 1, "(head)");
+}
+
+/* A plan whose layer costs are another implementation's: the run says so with the numbers,
+ * allocates its own sizes, and the metrics show the plan's bytes against what it used. */
+static void test_foreign_costs(void)
+{
+    char *text = test_read(plan_path[P2]);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 1);
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"), 0);
+    double act = cJSON_GetObjectItem(c, "act_bytes")->valuedouble;
+    double mem = cJSON_GetObjectItem(st, "memory_bytes")->valuedouble;
+    /* stage 1 of 2 keeps one micro-batch in flight: 4096 more kept bytes, 4096 more memory */
+    cJSON_ReplaceItemInObject(c, "act_bytes", cJSON_CreateNumber(act + 4096));
+    cJSON_ReplaceItemInObject(st, "memory_bytes", cJSON_CreateNumber(mem + 4096));
+    char *out = cJSON_Print(o);
+    char plan[1024], expect[256];
+    snprintf(plan, sizeof plan, "%s", test_write("plan-foreign.json", out));
+    cJSON_free(out);
+    cJSON_Delete(o);
+    char mfile[1024], args[4096];
+    snprintf(mfile, sizeof mfile, "%s", test_path("m-foreign.json"));
+    snprintf(args, sizeof args, "--plan '%s' --steps 2 --quiet --metrics '%s'", plan, mfile);
+    struct run r = train(2, args);
+    CU_ASSERT_EQUAL(r.status, 0);
+    snprintf(expect, sizeof expect, "block.1: act_bytes %.0f in the plan, %.0f here", act + 4096,
+             act);
+    CU_ASSERT(r.err != NULL && strstr(r.err, "not this runtime's") != NULL &&
+              strstr(r.err, expect) != NULL);
+    struct metrics m;
+    CU_ASSERT_EQUAL_FATAL(metrics_read(mfile, &m), 0);
+    CU_ASSERT_EQUAL(m.planned[1] - m.peak[1], 4096);
+    CU_ASSERT_EQUAL(m.planned[0], m.peak[0]);
+    run_free(&r);
+}
+
+static void test_resume_bitwise(void)
+{
+    char a[1024], b[1024], extra[2048];
+    snprintf(a, sizeof a, "%s", test_path("ck-a"));
+    snprintf(b, sizeof b, "%s", test_path("ck-b"));
+    sh("rm -rf '%s' '%s'", a, b);
+    struct metrics whole, first, rest;
+    snprintf(extra, sizeof extra, "--steps 6 --save '%s' --save-every 3", a);
+    if (train_ok(2, plan_path[P2], extra, "mw.json", &whole))
+        return;
+    snprintf(extra, sizeof extra, "--steps 3 --save '%s'", b);
+    if (train_ok(2, plan_path[P2], extra, "mf.json", &first))
+        return;
+    snprintf(extra, sizeof extra, "--steps 6 --resume '%s' --save '%s'", b, b);
+    if (train_ok(2, plan_path[P2], extra, "mr.json", &rest))
+        return;
+    CU_ASSERT_EQUAL_FATAL(rest.n_steps, 3);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT(first.loss[i] == whole.loss[i]);
+        CU_ASSERT(rest.loss[i] == whole.loss[3 + i]);
+    }
+    for (int s = 0; s < 2; s++) {
+        char fa[1200], fb[1200], old[1200];
+        snprintf(fa, sizeof fa, "%s/stage-%d-step-6.ckpt", a, s);
+        snprintf(fb, sizeof fb, "%s/stage-%d-step-6.ckpt", b, s);
+        snprintf(old, sizeof old, "%s/stage-%d-step-3.ckpt", b, s);
+        CU_ASSERT(files_equal(fa, fb));
+        FILE *f = fopen(old, "r"); /* superseded files are gone */
+        CU_ASSERT_PTR_NULL(f);
+        if (f)
+            fclose(f);
+    }
+}
+
+static void expect_refused(int np, const char *args, int status, const char *needle)
+{
+    struct run r = train(np, args);
+    int found = r.err != NULL && strstr(r.err, needle) != NULL;
+    if (r.status != status || !found)
+        fprintf(stderr, "\n%s: status %d (expected %d), stderr: %s (expected \"%s\")\n", args,
+                r.status, status, r.err ? r.err : "", needle);
+    CU_ASSERT_EQUAL(r.status, status);
+    CU_ASSERT(found);
+    run_free(&r);
+}
+
+static void test_checkpoint_refused(void)
+{
+    char a[1024], d[1024], args[4096];
+    snprintf(a, sizeof a, "%s", test_path("ck-a")); /* step 6, from test_resume_bitwise */
+    snprintf(d, sizeof d, "%s", test_path("ck-bad"));
+    /* damaged: one byte of stage 1's weights changed */
+    sh("rm -rf '%s' && cp -r '%s' '%s'", d, a, d);
+    sh("printf 'B' | dd of='%s/stage-1-step-6.ckpt' bs=1 seek=300 conv=notrunc status=none", d);
+    snprintf(args, sizeof args, "--plan '%s' --steps 8 --resume '%s'", plan_path[P2], d);
+    expect_refused(2, args, 2, "damaged");
+    /* truncated */
+    sh("rm -rf '%s' && cp -r '%s' '%s'", d, a, d);
+    sh("truncate -s -100 '%s/stage-0-step-6.ckpt'", d);
+    expect_refused(2, args, 2, "truncated");
+    /* another stage split, another stage count, another seed, nothing left to do */
+    snprintf(args, sizeof args, "--plan '%s' --steps 8 --resume '%s'", plan_path[P2_SPLIT], a);
+    expect_refused(2, args, 2, "another stage split");
+    snprintf(args, sizeof args, "--plan '%s' --steps 8 --resume '%s'", plan_path[P4], a);
+    expect_refused(4, args, 2, "n_stages");
+    snprintf(args, sizeof args, "--plan '%s' --steps 8 --seed 7 --resume '%s'", plan_path[P2],
+             a);
+    expect_refused(2, args, 2, "--seed 1; this run has --seed 7");
+    snprintf(args, sizeof args, "--plan '%s' --steps 6 --resume '%s'", plan_path[P2], a);
+    expect_refused(2, args, 2, "nothing to train");
+}
+
+static void test_bad_input(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "--plan '%s'", plan_path[BF16]);
+    expect_refused(1, args, 2, "fp32 only");
+    snprintf(args, sizeof args, "--plan '%s'", plan_path[P2]);
+    expect_refused(1, args, 2, "the plan has 2 stages");
+    snprintf(args, sizeof args, "--plan '%s' --data '%s'", plan_path[BYTES],
+             test_path("no-such-file"));
+    expect_refused(1, args, 2, "cannot open");
+    snprintf(args, sizeof args, "--plan '%s' --data '%s/README.md'", plan_path[P1],
+             BALLAST_SOURCE_DIR);
+    expect_refused(1, args, 2, "vocab_size >= 256");
+    snprintf(args, sizeof args, "--plan '%s' --steps 0", plan_path[P1]);
+    expect_refused(1, args, 2, "--steps");
+}
+
+static void test_data_file(void)
+{
+    char extra[2048];
+    struct metrics m;
+    snprintf(extra, sizeof extra, "--steps 3 --data '%s/README.md'", BALLAST_SOURCE_DIR);
+    if (train_ok(1, plan_path[BYTES], extra, "md.json", &m))
+        return;
+    /* a fresh model predicts about uniformly over 256 bytes */
+    CU_ASSERT(test_close(m.loss[0], log(256.0), 0.2, 0));
+    CU_ASSERT(isfinite(m.loss[2]));
+}
+
+static void test_trace(void)
+{
+    char extra[2048], trace[1024];
+    snprintf(trace, sizeof trace, "%s", test_path("trace.json"));
+    snprintf(extra, sizeof extra, "--steps 2 --trace '%s'", trace);
+    struct metrics m;
+    if (train_ok(2, plan_path[P2_FULL], extra, "mtr.json", &m))
+        return;
+    struct err e;
+    cJSON *o = jsonio_read(trace, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    /* per stage (track): which kinds of event it shows, and that slices follow each other
+     * (the trace format's rule; the events of one rank are sequential) */
+    int seen[2][6] = {{0}};
+    double end[2] = {-1, -1};
+    static const char *const cats[6] = {"forward", "backward", "recompute", "send", "idle",
+                                        "optimizer"};
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(o, "traceEvents"))
+    {
+        const cJSON *cat = cJSON_GetObjectItem(ev, "cat"), *tid = cJSON_GetObjectItem(ev, "tid");
+        if (cat == NULL || tid == NULL || tid->valueint < 0 || tid->valueint > 1)
+            continue;
+        double ts = cJSON_GetObjectItem(ev, "ts")->valuedouble,
+               dur = cJSON_GetObjectItem(ev, "dur")->valuedouble;
+        CU_ASSERT(dur >= 0);
+        CU_ASSERT(ts >= end[tid->valueint] - 1e-3); /* written in time order per track */
+        end[tid->valueint] = ts + dur;
+        for (int k = 0; k < 6; k++)
+            seen[tid->valueint][k] |= strcmp(cat->valuestring, cats[k]) == 0;
+    }
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 6; k++) {
+            if (!seen[s][k])
+                fprintf(stderr, "\nstage %d has no %s event\n", s, cats[k]);
+            CU_ASSERT(seen[s][k]);
+        }
+    cJSON_Delete(o);
+}
+
+int main(void)
+{
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("train", setup, NULL);
+    CU_add_test(s, "1, 2 and 4 ranks (and 2 threads) give identical losses",
+                test_ranks_identical);
+    CU_add_test(s, "1F1B and GPipe give identical losses", test_schedules_identical);
+    CU_add_test(s, "recomputing every layer leaves weights, gradients and moments bitwise",
+                test_recompute_full);
+    CU_add_test(s, "recomputing one block (optimal plan under a limit) likewise",
+                test_recompute_partial);
+    CU_add_test(s, "the loss approaches the synthetic source's entropy", test_entropy_floor);
+    CU_add_test(s, "a stage over its memory limit fails cleanly on every rank",
+                test_limit_exceeded);
+    CU_add_test(s, "a plan with another implementation's layer costs is flagged",
+                test_foreign_costs);
+    CU_add_test(s, "a resumed run is bitwise the uninterrupted one", test_resume_bitwise);
+    CU_add_test(s, "damaged, truncated and mismatched checkpoints are refused",
+                test_checkpoint_refused);
+    CU_add_test(s, "bad input is refused with the reason", test_bad_input);
+    CU_add_test(s, "training on a file's bytes", test_data_file);
+    CU_add_test(s, "the Chrome trace has every stage's events", test_trace);
+    return test_main();
+}

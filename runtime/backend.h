@@ -89,6 +89,11 @@ struct backend_ops {
     /* One AdamW step on n parameters; t is the 1-based step. */
     int (*adamw)(struct backend *be, float *w, const float *g, float *m, float *v, int64_t n,
                  const struct adamw_params *p, int t, int decay, struct err *e);
+    /* Optional (the profiler's): the device time of the work queued between timer_start and
+     * timer_stop, CUDA events on the backend's stream. NULL where every call returns when its
+     * work is done (the CPU): the host clock around the calls is then that time exactly. */
+    int (*timer_start)(struct backend *be, struct err *e);
+    int (*timer_stop)(struct backend *be, double *ms, struct err *e);
     void (*free)(struct backend *be);
 };
 
@@ -100,5 +105,11 @@ struct backend {
 
 /* The CPU backend: `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
+
+#ifdef BALLAST_WITH_CUDA
+/* The CUDA backend on GPU `device` (cudaSetDevice numbering). The build that compiles it
+ * defines BALLAST_WITH_CUDA for its users; without it nothing may call this. */
+int backend_cuda_init(struct backend *be, int device, struct err *e);
+#endif
 
 #endif

@@ -103,8 +103,9 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     if (rc == ERR_OK) {
         if (name != NULL)
             snprintf(p.device.name, sizeof p.device.name, "%s", name);
-        struct measure_options o = {repeats, WARMUP, isatty(STDERR_FILENO) ? stderr : NULL,
-                                    stderr};
+        /* time the layers together in half the device's memory, at most */
+        struct measure_options o = {repeats, WARMUP, p.device.memory_bytes / 2,
+                                    isatty(STDERR_FILENO) ? stderr : NULL, stderr};
         rc = measure_profile(&be, &m, &o, &p, &mismatches, &e);
         be.ops->free(&be);
     }

@@ -1,6 +1,5 @@
 #include "measure.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,23 +138,25 @@ static int inputs_init(struct inputs *in, const struct model *m, struct err *e)
     return ERR_OK;
 }
 
-/* Weights as training starts them (layout_param_init), gradients and AdamW state zero. */
-static int params_init(struct probe *p, struct err *e)
+/* Weights as training starts them (layout_param_init), gradients and AdamW state zero, for
+ * every layer of `sl` in the persistent arena at `base`; `buf` holds the largest tensor. */
+static int params_init(struct backend *be, const struct model *m, const struct stage_layout *sl,
+                       char *base, float *buf, struct err *e)
 {
-    const struct layer_layout *L = &p->keep.layers[0];
-    float *buf = (float *)p->host;
-    for (int k = 0; k < L->n_params; k++) {
-        float std, fill;
-        layout_param_init(p->m, L->params[k].name, &std, &fill);
-        for (int64_t i = 0; i < L->params[k].elems; i++)
-            buf[i] = std == 0 ? fill
-                              : (float)(std * rng_normal(rng_key(SEED, 5, (uint64_t)L->layer,
-                                                                 ((uint64_t)k << 40) | (uint64_t)i)));
-        TRY(p->be->ops->upload(p->be, p->dev[ARENA_PERSISTENT] + L->param_off[k], buf,
-                               4 * L->params[k].elems, e));
+    for (int li = 0; li < sl->n_layers; li++) {
+        const struct layer_layout *L = &sl->layers[li];
+        for (int k = 0; k < L->n_params; k++) {
+            float std, fill;
+            layout_param_init(m, L->params[k].name, &std, &fill);
+            for (int64_t i = 0; i < L->params[k].elems; i++)
+                buf[i] = std == 0 ? fill
+                                  : (float)(std * rng_normal(rng_key(SEED, 5, (uint64_t)L->layer,
+                                                                     ((uint64_t)k << 40) |
+                                                                         (uint64_t)i)));
+            TRY(be->ops->upload(be, base + L->param_off[k], buf, 4 * L->params[k].elems, e));
+        }
     }
-    return p->be->ops->zero(p->be, p->dev[ARENA_PERSISTENT] + p->keep.section_bytes,
-                            3 * p->keep.section_bytes, e);
+    return be->ops->zero(be, base + sl->section_bytes, 3 * sl->section_bytes, e);
 }
 
 /* ---- one layer through the backend table ---- */
@@ -168,46 +169,52 @@ static void view(struct probe *p, const struct stage_layout *sl, struct layer_vi
 
 /* The layer's input arrives in its checkpoint, as the previous stage's output (or the data)
  * would: tokens; activations; activations and targets. */
-static int put_input(struct probe *p, const struct layer_view *v, struct err *e)
+static int put_input(struct backend *be, const struct inputs *in, const struct layer_view *v,
+                     struct err *e)
 {
-    const struct model *m = p->m;
+    const struct model *m = v->model;
     int64_t BT = (int64_t)m->micro_batch * m->seq_len;
-    const struct backend_ops *ops = p->be->ops;
     switch (v->kind) {
     case MODEL_LAYER_EMBED:
-        return ops->upload(p->be, v->kept[EMBED_TOKENS], p->in->tokens, 4 * BT, e);
+        return be->ops->upload(be, v->kept[EMBED_TOKENS], in->tokens, 4 * BT, e);
     case MODEL_LAYER_BLOCK:
-        return ops->upload(p->be, v->kept[BLOCK_INP], p->in->act, 4 * BT * m->n_embd, e);
+        return be->ops->upload(be, v->kept[BLOCK_INP], in->act, 4 * BT * m->n_embd, e);
     case MODEL_LAYER_HEAD:
-        TRY(ops->upload(p->be, v->kept[HEAD_INP], p->in->act, 4 * BT * m->n_embd, e));
-        return ops->upload(p->be, v->kept[HEAD_TARGETS], p->in->targets, 4 * BT, e);
+        TRY(be->ops->upload(be, v->kept[HEAD_INP], in->act, 4 * BT * m->n_embd, e));
+        return be->ops->upload(be, v->kept[HEAD_TARGETS], in->targets, 4 * BT, e);
     }
     return ERR_OK;
 }
 
 /* The gradient of the output arrives from the next stage (the head has none). */
-static int put_dout(struct probe *p, const struct layer_view *v, struct err *e)
+static int put_dout(struct backend *be, const struct inputs *in, const struct layer_view *v,
+                    struct err *e)
 {
-    const struct model *m = p->m;
-    int64_t bytes = 4 * (int64_t)m->micro_batch * m->seq_len * m->n_embd;
+    const struct model *m = v->model;
     if (v->kind == MODEL_LAYER_HEAD)
         return ERR_OK;
     void *dst = v->ws[v->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
-    return p->be->ops->upload(p->be, dst, p->in->dout, bytes, e);
+    return be->ops->upload(be, dst, in->dout, 4 * (int64_t)m->micro_batch * m->seq_len * m->n_embd,
+                           e);
 }
 
-static int forward(struct probe *p, const struct layer_view *v, struct err *e)
+/* Where a stage's last layer puts its output: the send buffer (the head: nowhere). */
+static void *send_buffer(const struct layer_view *v)
 {
-    void *out = v->kind == MODEL_LAYER_EMBED   ? v->ws[EMBED_OUT]
-                : v->kind == MODEL_LAYER_BLOCK ? v->ws[BLOCK_OUT]
-                                               : NULL;
-    return p->be->ops->layer[v->kind].forward(p->be, v, out, e);
+    return v->kind == MODEL_LAYER_EMBED   ? v->ws[EMBED_OUT]
+           : v->kind == MODEL_LAYER_BLOCK ? v->ws[BLOCK_OUT]
+                                          : NULL;
 }
 
-static int backward(struct probe *p, const struct layer_view *v, struct err *e)
+static int forward(struct backend *be, const struct layer_view *v, void *out, struct err *e)
 {
-    float scale = (float)(1.0 / ((double)p->m->micro_batch * p->m->seq_len));
-    return p->be->ops->layer[v->kind].backward(p->be, v, scale, e);
+    return be->ops->layer[v->kind].forward(be, v, out, e);
+}
+
+static int backward(struct backend *be, const struct layer_view *v, struct err *e)
+{
+    float scale = (float)(1.0 / ((double)v->model->micro_batch * v->model->seq_len));
+    return be->ops->layer[v->kind].backward(be, v, scale, e);
 }
 
 /* ---- memory ---- */
@@ -221,12 +228,12 @@ static int measure_activations(struct probe *p, struct measured *r, struct err *
     view(p, &p->keep, &v);
     for (int a = ARENA_ACT; a < ARENAS; a++)
         TRY(poison(p, (enum arena)a, e));
-    TRY(put_input(p, &v, e));
-    TRY(forward(p, &v, e));
+    TRY(put_input(p->be, p->in, &v, e));
+    TRY(forward(p->be, &v, send_buffer(&v), e));
     TRY(fetch(p, ARENA_WS, p->host, e));
     r->out = v.kind == MODEL_LAYER_HEAD ? 4 : 4 * used_words(p->host, span(p, ARENA_WS));
-    TRY(put_dout(p, &v, e));
-    TRY(backward(p, &v, e));
+    TRY(put_dout(p->be, p->in, &v, e));
+    TRY(backward(p->be, &v, e));
     TRY(fetch(p, ARENA_WS, p->host, e));
     r->workspace = used_lines(p->host, span(p, ARENA_WS));
     TRY(fetch(p, ARENA_ACT, p->host, e));
@@ -237,8 +244,8 @@ static int measure_activations(struct probe *p, struct measured *r, struct err *
     view(p, &p->rec, &v);
     for (int a = ARENA_ACT; a < ARENAS; a++)
         TRY(poison(p, (enum arena)a, e));
-    TRY(put_input(p, &v, e));
-    TRY(forward(p, &v, e));
+    TRY(put_input(p->be, p->in, &v, e));
+    TRY(forward(p->be, &v, send_buffer(&v), e));
     TRY(fetch(p, ARENA_ACT, p->host, e));
     r->ckpt = used_lines(p->host, span(p, ARENA_ACT));
     TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
@@ -330,33 +337,87 @@ static void progress_draw(struct progress *pr, const char *name, int force)
     fflush(pr->f);
 }
 
-/* Medians of `repeats` forward and backward spans after `warmup`, laid out kept. */
-static int measure_time(struct probe *p, const struct measure_options *o, double *scratch,
-                        struct layer_cost *c, struct progress *pr, struct err *e)
+/* Times layers first..last laid out as one stage (layout.c: one persistent arena, one
+ * activation slot, one workspace they share) and run as the executor (stage.c) runs a
+ * micro-batch: forward in order, each layer writing its output into the next one's
+ * checkpoint, then backward in reverse, each layer's input gradient copied into the next
+ * one's output gradient; `warmup` untimed passes, then `repeats` timed ones, medians. Between
+ * two uses of a layer's tensors the other layers pass through the caches, as in training: a
+ * layer repeated on its own runs from warm caches and measures too little (on the project's
+ * CPU a block by about a fifth). */
+static int measure_times(struct backend *be, const struct model *m, const struct inputs *in,
+                         int first, int last, const struct measure_options *o, float *buf,
+                         double *scratch, struct layer_cost *c, struct progress *pr,
+                         struct err *e)
 {
-    struct layer_view v;
-    double *f = scratch, *b = scratch + o->repeats, t0 = 0, ms;
-    view(p, &p->keep, &v);
-    TRY(put_input(p, &v, e));
-    for (int i = 0; i < o->warmup + o->repeats; i++) {
-        /* the block's backward turns the arrived gradient into its own in place */
-        TRY(put_dout(p, &v, e));
-        TRY(span_begin(p->be, &t0, e));
-        TRY(forward(p, &v, e));
-        TRY(span_end(p->be, t0, &ms, e));
-        if (i >= o->warmup)
-            f[i - o->warmup] = ms;
-        TRY(span_begin(p->be, &t0, e));
-        TRY(backward(p, &v, e));
-        TRY(span_end(p->be, t0, &ms, e));
-        if (i >= o->warmup)
-            b[i - o->warmup] = ms;
-        pr->done++;
-        progress_draw(pr, c->name, 0);
+    struct stage_layout sl;
+    TRY(layout_init(&sl, m, first, last, NULL, 1, e));
+    int k = sl.n_layers, rc = ERR_OK;
+    int64_t bytes[3] = {sl.persistent_bytes, sl.slot_bytes, sl.workspace_bytes};
+    char *arena[3] = {NULL, NULL, NULL};
+    for (int a = 0; a < 3 && rc == ERR_OK; a++)
+        rc = be->ops->alloc(be, bytes[a], (void **)&arena[a], e);
+    if (rc == ERR_OK)
+        rc = params_init(be, m, &sl, arena[0], buf, e);
+    struct layer_view v, next = {0}, prev = {0};
+    double t0 = 0, ms;
+    int64_t act = 4 * (int64_t)m->micro_batch * m->seq_len * m->n_embd;
+    for (int i = 0; i < o->warmup + o->repeats && rc == ERR_OK; i++) {
+        int timed = i >= o->warmup;
+        double *f = scratch + (timed ? i - o->warmup : 0), *b = f + (int64_t)k * o->repeats;
+        layout_view(&sl, m, 0, arena[0], arena[1], NULL, arena[2], &v);
+        rc = put_input(be, in, &v, e);
+        for (int li = 0; li < k && rc == ERR_OK; li++) {
+            void *out = send_buffer(&v);
+            if (li + 1 < k) {
+                layout_view(&sl, m, li + 1, arena[0], arena[1], NULL, arena[2], &next);
+                out = next.kept[0];
+                if (next.kind == MODEL_LAYER_HEAD) /* the targets arrive with the data */
+                    rc = be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
+                                         act / m->n_embd, e);
+            }
+            if (rc == ERR_OK)
+                rc = span_begin(be, &t0, e);
+            if (rc == ERR_OK)
+                rc = forward(be, &v, out, e);
+            if (rc == ERR_OK)
+                rc = span_end(be, t0, &ms, e);
+            if (timed)
+                f[(int64_t)li * o->repeats] = ms;
+            v = next;
+        }
+        for (int li = k - 1; li >= 0 && rc == ERR_OK; li--) {
+            layout_view(&sl, m, li, arena[0], arena[1], NULL, arena[2], &v);
+            if (li == k - 1) {
+                rc = put_dout(be, in, &v, e);
+            } else {
+                void *src = prev.ws[prev.kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
+                void *dst = v.ws[v.kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
+                if (src != dst)
+                    rc = be->ops->copy(be, dst, src, act, e);
+            }
+            if (rc == ERR_OK)
+                rc = span_begin(be, &t0, e);
+            if (rc == ERR_OK)
+                rc = backward(be, &v, e);
+            if (rc == ERR_OK)
+                rc = span_end(be, t0, &ms, e);
+            if (timed)
+                b[(int64_t)li * o->repeats] = ms;
+            prev = v;
+        }
+        pr->done += k;
+        progress_draw(pr, c[k - 1].name, 0);
     }
-    c->fwd_ms = median(f, o->repeats);
-    c->bwd_ms = median(b, o->repeats);
-    return ERR_OK;
+    for (int li = 0; li < k && rc == ERR_OK; li++) {
+        c[li].fwd_ms = median(scratch + (int64_t)li * o->repeats, o->repeats);
+        c[li].bwd_ms = median(scratch + (int64_t)(k + li) * o->repeats, o->repeats);
+    }
+    for (int a = 0; a < 3; a++)
+        if (arena[a] != NULL)
+            be->ops->release(be, arena[a]);
+    layout_free(&sl);
+    return rc;
 }
 
 /* ---- a layer, and every layer ---- */
@@ -419,18 +480,18 @@ static int compare(FILE *report, const struct model *m, int layer, const struct 
     return n;
 }
 
-static int measure_layer(struct probe *p, int layer, const struct measure_options *o,
-                         double *scratch, struct layer_cost *c, struct progress *pr,
-                         int *mismatches, struct err *e)
+static int measure_memory(struct probe *p, int layer, const struct measure_options *o,
+                          struct layer_cost *c, struct progress *pr, int *mismatches,
+                          struct err *e)
 {
     struct measured r;
     model_layer_name(p->m, layer, c->name);
     progress_draw(pr, c->name, 1);
     TRY(probe_init(p, layer, e));
-    TRY(params_init(p, e));
+    TRY(params_init(p->be, p->m, &p->keep, p->dev[ARENA_PERSISTENT], (float *)p->host, e));
     TRY(measure_activations(p, &r, e));
-    TRY(measure_time(p, o, scratch, c, pr, e));
-    TRY(measure_state(p, &r.state, e)); /* last: it leaves NaN weights */
+    TRY(measure_state(p, &r.state, e));
+    pr->done++;
     *mismatches += compare(o->report, p->m, layer, &r);
     c->state_bytes = r.state;
     c->act_bytes = r.act;
@@ -467,8 +528,8 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     size_t words = (size_t)((largest + GUARD_BYTES) / 4);
     struct inputs in = {0};
     uint32_t *host = malloc(4 * words), *saved = malloc(4 * words), *pois = malloc(4 * words);
-    double *scratch = malloc(sizeof(double) * 2 * (size_t)o->repeats);
-    int rc = ERR_OK;
+    double *scratch = malloc(sizeof(double) * 2 * (size_t)o->repeats * (size_t)n);
+    int rc = ERR_OK, groups = 0;
     if (!host || !saved || !pois || !scratch)
         rc = err_set(e, ERR_FAIL, "out of host memory (%lld bytes) to scan the arenas",
                      (long long)(12 * (int64_t)words));
@@ -477,12 +538,30 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     if (rc == ERR_OK) {
         for (size_t i = 0; i < words; i++)
             pois[i] = POISON;
-        struct progress pr = {o->progress, 0, (int64_t)n * (o->warmup + o->repeats), 0};
-        for (int l = 0; l < n && rc == ERR_OK; l++) {
-            struct probe p = {.be = be, .m = m, .in = &in, .host = host, .saved = saved,
+        struct probe proto = {.be = be, .m = m, .in = &in, .host = host, .saved = saved,
                               .poison = pois};
-            rc = measure_layer(&p, l, o, scratch, &out->layers[l], &pr, mismatches, e);
+        struct progress pr = {o->progress, 0, (int64_t)n * (1 + o->warmup + o->repeats), 0};
+        for (int l = 0; l < n && rc == ERR_OK; l++) {
+            struct probe p = proto;
+            rc = measure_memory(&p, l, o, &out->layers[l], &pr, mismatches, e);
             probe_free(&p);
+        }
+        /* time: consecutive layers as one stage, as many as fit the budget */
+        for (int l = 0, last; l < n && rc == ERR_OK; l = last + 1) {
+            int64_t state = 0, kept = 0, ws = 0;
+            for (last = l; last < n; last++) {
+                struct layer_sizes s;
+                sizes_layer(m, last, &s);
+                state += s.state_bytes;
+                kept += s.act_bytes;
+                ws = s.workspace_bytes > ws ? s.workspace_bytes : ws;
+                if (state + kept + ws > o->budget_bytes && last > l)
+                    break;
+            }
+            last--;
+            groups++;
+            rc = measure_times(be, m, &in, l, last, o, (float *)host, scratch, &out->layers[l],
+                               &pr, e);
         }
         if (pr.f != NULL) {
             if (rc == ERR_OK)
@@ -500,11 +579,14 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     if (rc == ERR_OK) {
         cJSON *meas = cJSON_AddObjectToObject(out->provenance, "measurement");
         cJSON_AddStringToObject(meas, "method",
-                                "each layer of the runtime through its backend table "
-                                "(runtime/backend.h) as a one-layer stage laid out by "
-                                "runtime/layout.c; memory: lines of poisoned arenas used");
+                                "the runtime's layers through its backend table "
+                                "(runtime/backend.h) on arenas carved by runtime/layout.c; "
+                                "time: the layers as one stage, a micro-batch forward then "
+                                "backward; memory: each layer as a one-layer stage, the 64-byte "
+                                "lines of poisoned arenas it used");
         cJSON_AddNumberToObject(meas, "warmup", o->warmup);
         cJSON_AddNumberToObject(meas, "repeats", o->repeats);
+        cJSON_AddNumberToObject(meas, "stages_timed", groups);
         cJSON_AddStringToObject(meas, "statistic", "median");
         cJSON_AddStringToObject(meas, "timer", be->ops->timer_start != NULL
                                                    ? "device timer (CUDA events)"

@@ -6,10 +6,12 @@
  * stage's last layer does; its input and its output's gradient arrive as a neighbour's
  * would), once laid out keeping its activations and once recomputed.
  *
- * Time: `warmup` untimed, then `repeats` timed pairs of forward and backward, one micro-batch
- * each; fwd_ms and bwd_ms are the medians. Each span is timed by the backend's device timer
- * (CUDA events) where it has one, else by the host's monotonic clock around `sync` (exact on
- * the CPU, whose calls return when their work is done).
+ * Time: the layers run as a one-stage pipeline runs a micro-batch, forward through them in
+ * order and backward in reverse (in groups of consecutive layers whose arenas fit
+ * `budget_bytes`, all of them when they fit), `warmup` untimed passes, then `repeats` timed
+ * ones; fwd_ms and bwd_ms are each layer's medians. Each span is timed by the backend's device
+ * timer (CUDA events) where it has one, else by the host's monotonic clock around `sync`
+ * (exact on the CPU, whose calls return when their work is done).
  *
  * Memory: every arena, and a guard band past its end, is filled with a poison word (a
  * signalling NaN, which no arithmetic produces and no token id equals) and downloaded after
@@ -40,8 +42,9 @@
 #include "profile.h"
 
 struct measure_options {
-    int repeats;    /* timed forward+backward pairs per layer, at least 1 */
+    int repeats;    /* timed forward and backward passes, at least 1 */
     int warmup;     /* untimed pairs before them */
+    int64_t budget_bytes; /* arenas of the layers timed together, at most (one layer at least) */
     FILE *progress; /* a terminal to draw a progress bar on, or NULL */
     FILE *report;   /* where differences from the size functions are written, or NULL */
 };

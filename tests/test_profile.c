@@ -170,7 +170,7 @@ static int measure_with(enum fault f, struct profile *p, char **report)
     be.ops = &ops;
     size_t len = 0;
     FILE *rep = open_memstream(report, &len);
-    struct measure_options o = {1, 0, NULL, rep};
+    struct measure_options o = {1, 0, (int64_t)1 << 30, NULL, rep};
     int mismatches = 0;
     memset(p, 0, sizeof *p);
     CU_ASSERT_EQUAL(measure_profile(&be, &tiny, &o, p, &mismatches, &e), ERR_OK);

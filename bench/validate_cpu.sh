@@ -105,6 +105,9 @@ print(f"\nmachine: {pv['device']}, {pv['cores_online']} cores, host {pv['host']}
       f"load average {load_before} before, {load_after} after")
 print(f"while training: our ranks {ours:.1f} CPU s, other processes {others:.1f} CPU s, of "
       f"{window:.1f} core-seconds ({100 * others / window:.0f}% taken by others)")
+if others > 0.05 * window:
+    print("  the machine was shared while it measured: the times below measure the sharing "
+          "as well; run it again when the machine is quiet")
 print(f"profile: {pv['libraries']['openblas']}; {pv['threads']} thread, "
       f"{pv['measurement']['repeats']} timed passes, medians")
 print(f"link (ping-pong, {link['bytes']} bytes): {link['one_way_us']:.1f} us one way = "

@@ -125,8 +125,6 @@ static void common_provenance(cJSON *prov)
 static int open_cpu(int threads, struct backend *be, struct device_info *d, cJSON *prov,
                     struct err *e)
 {
-    if (backend_cpu_init(be, threads, e))
-        return e->code;
     char model[256];
     cpu_model(model, sizeof model);
     snprintf(d->name, sizeof d->name, "%s", model);
@@ -134,6 +132,8 @@ static int open_cpu(int threads, struct backend *be, struct device_info *d, cJSO
     d->memory_bytes = host_memory_bytes();
     if (d->memory_bytes <= 0)
         return err_set(e, ERR_FAIL, "cannot read the host's memory (MemTotal of /proc/meminfo)");
+    if (backend_cpu_init(be, threads, e))
+        return e->code;
     cJSON_AddStringToObject(prov, "device", model);
     cJSON_AddNumberToObject(prov, "threads", threads);
     cJSON_AddNumberToObject(prov, "cores_online", (double)sysconf(_SC_NPROCESSORS_ONLN));

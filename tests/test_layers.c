@@ -57,7 +57,7 @@ static void mem_make(struct layer_mem *lm, enum model_layer_kind kind, int layer
         /* layer-norm gains near 1, everything else small and random */
         int gain = strncmp(t->name, "ln", 2) == 0 && strstr(t->name, "_w") != NULL;
         for (int64_t i = 0; i < t->elems; i++)
-            lm->v.params[k][i] = (float)((gain ? 1.0 : 0.0) + test_rng_double(rng, -0.4, 0.4));
+            ((float *)lm->v.params[k])[i] = (float)((gain ? 1.0 : 0.0) + test_rng_double(rng, -0.4, 0.4));
     }
     for (int k = 0; k < lm->n[SIZES_KEPT]; k++)
         lm->v.kept[k] = alloc_tensor(&lm->t[SIZES_KEPT][k]);
@@ -188,7 +188,7 @@ static void ref_make(struct ref *r, const struct layer_mem *lm, const float *inp
         int64_t n = lm->t[SIZES_PARAMS][k].elems;
         r->p[k] = malloc(sizeof(double) * (size_t)n);
         for (int64_t i = 0; i < n; i++)
-            r->p[k][i] = lm->v.params[k][i];
+            r->p[k][i] = ((const float *)lm->v.params[k])[i];
     }
     r->inp = malloc(sizeof(double) * (size_t)n_inp);
     for (int i = 0; i < n_inp; i++)
@@ -475,7 +475,7 @@ static void test_threads_bitwise(void)
             v.params[k] = alloc_tensor(&t[0][k]);
             v.grads[k] = alloc_tensor(&t[0][k]);
             for (int64_t i = 0; i < t[0][k].elems; i++)
-                v.params[k][i] = (float)test_rng_double(&rng, -0.3, 0.3);
+                ((float *)v.params[k])[i] = (float)test_rng_double(&rng, -0.3, 0.3);
         }
         for (int k = 0; k < n[1]; k++)
             v.kept[k] = alloc_tensor(&t[1][k]);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "layout.h"
 #include "sizes.h"
 #include "testutil.h"
 
@@ -520,6 +521,54 @@ static void test_threads_bitwise(void)
     free(dinp[1]);
 }
 
+/* The persistent arena of a bf16 stage: bf16 weights, then fp32 gradients, master weights,
+ * m and v, each section one copy of every parameter, no overlap; the fp32 layout keeps the
+ * weights as the master. Numbers by hand for the test model (C = 8, V = 11, T = 5): embed
+ * wte 88 + wpe 40 elements; each tensor padded to 64 bytes. */
+static void test_bf16_layout(void)
+{
+    struct model m = model;
+    struct stage_layout sl;
+    struct err e;
+    m.dtype = MODEL_DTYPE_BF16;
+    CU_ASSERT_EQUAL_FATAL(layout_init(&sl, &m, 0, 0, NULL, 2, &e), ERR_OK);
+    /* fp32: 88 x 4 = 352 -> 384, 40 x 4 = 160 -> 192; bf16: 176 -> 192, 80 -> 128 */
+    CU_ASSERT_EQUAL(sl.section_bytes, 384 + 192);
+    CU_ASSERT_EQUAL(sl.weights_bytes, 192 + 128);
+    CU_ASSERT_EQUAL(sl.grads_at, 320);
+    CU_ASSERT_EQUAL(sl.master_at, 320 + 576);
+    CU_ASSERT_EQUAL(sl.m_at, 320 + 2 * 576);
+    CU_ASSERT_EQUAL(sl.v_at, 320 + 3 * 576);
+    CU_ASSERT_EQUAL(sl.persistent_bytes, 320 + 4 * 576);
+    CU_ASSERT_EQUAL(sl.layers[0].weight_off[EMBED_WPE], 192);
+    CU_ASSERT_EQUAL(sl.layers[0].param_off[EMBED_WPE], 384);
+    CU_ASSERT_EQUAL(sl.layers[0].state_bytes, sl.persistent_bytes);
+    layout_free(&sl);
+    m.dtype = MODEL_DTYPE_FP32;
+    CU_ASSERT_EQUAL_FATAL(layout_init(&sl, &m, 0, 0, NULL, 2, &e), ERR_OK);
+    CU_ASSERT_EQUAL(sl.weights_bytes, sl.section_bytes);
+    CU_ASSERT_EQUAL(sl.master_at, 0);
+    CU_ASSERT_EQUAL(sl.grads_at, 576);
+    CU_ASSERT_EQUAL(sl.v_at, 3 * 576);
+    CU_ASSERT_EQUAL(sl.persistent_bytes, 4 * 576);
+    layout_free(&sl);
+}
+
+/* The CPU backend computes fp32 only and says so. */
+static void test_cpu_refuses_bf16(void)
+{
+    struct backend be;
+    struct err e;
+    backend_cpu_init(&be, 1, &e);
+    CU_ASSERT(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32));
+    CU_ASSERT(!(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16)));
+    float w = 1, g = 1, m = 0, v = 0;
+    uint16_t half = 0;
+    struct adamw_params p = {1e-3f, 0.9f, 0.95f, 1e-8f, 0};
+    CU_ASSERT_EQUAL(be.ops->adamw(&be, &half, &w, &g, &m, &v, 1, MODEL_DTYPE_BF16, &p, 1, 0, &e),
+                    ERR_FAIL);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -530,5 +579,7 @@ int main(void)
     CU_add_test(s, "recompute regenerates the kept tensors bitwise", test_recompute_bitwise);
     CU_add_test(s, "backward adds into parameter gradients", test_backward_accumulates);
     CU_add_test(s, "1 and 2 threads give identical bits", test_threads_bitwise);
+    CU_add_test(s, "the bf16 persistent arena by hand", test_bf16_layout);
+    CU_add_test(s, "the cpu backend refuses bf16", test_cpu_refuses_bf16);
     return test_main();
 }

@@ -1,6 +1,7 @@
 /* cuda_device.h and backend_cuda_init in a build without the CUDA backend (BALLAST_CUDA=OFF,
  * or no CUDA Toolkit and NCCL found): no device, and every request for one says why. */
 #include "cuda_device.h"
+#include "transport.h"
 
 #include <stdio.h>
 
@@ -48,4 +49,16 @@ int backend_is_cuda(const struct backend *be)
 int backend_cuda_init(struct backend *be, int device, struct err *e)
 {
     return err_set(e, ERR_INPUT, "cuda:%d: %s", device, NO_CUDA);
+}
+
+int transport_nccl_unique_id(unsigned char id[TRANSPORT_NCCL_ID_BYTES], struct err *e)
+{
+    return err_set(e, ERR_INPUT, "nccl: %s", NO_CUDA);
+}
+
+int transport_nccl_init(struct transport *t, int rank, int size,
+                        const unsigned char (*ids)[TRANSPORT_NCCL_ID_BYTES], struct backend *be,
+                        int max_requests, int64_t *device_bytes, struct err *e)
+{
+    return err_set(e, ERR_INPUT, "nccl: %s", NO_CUDA);
 }

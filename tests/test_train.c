@@ -530,7 +530,7 @@ static void test_bad_input(void)
 {
     char args[4096];
     snprintf(args, sizeof args, "--plan '%s'", plan_path[BF16]);
-    expect_refused(1, args, 2, "fp32 only");
+    expect_refused(1, args, 2, "the cpu backend does not compute bf16");
     snprintf(args, sizeof args, "--plan '%s'", plan_path[P2]);
     expect_refused(1, args, 2, "the plan has 2 stages");
     snprintf(args, sizeof args, "--plan '%s' --data '%s'", plan_path[BYTES],

@@ -352,10 +352,7 @@ static int device_kinds(const struct cluster *c, int *kind_of, int *first_stage)
     return K;
 }
 
-/* The link after a kind's last stage when the order moves it: the one it had, or, for the
- * kind that ended the pipeline, the cluster's default link, else the slowest link between
- * kinds in the cluster. */
-static struct link kind_exit_link(const struct cluster *c, const int *kind_of, int kind)
+struct link repartition_exit_link(const struct cluster *c, const int *kind_of, int kind)
 {
     int last = -1;
     for (int s = 0; s < c->n_stages; s++)
@@ -398,7 +395,7 @@ static int layout(struct search *s, const int *kinds, int K, const int *kind_of,
             for (int q = st + 1; q < c->n_stages && next_same < 0; q++)
                 if (kind_of[q] == kinds[g])
                     next_same = q;
-            p->link = next_same >= 0 ? cluster_link(c, st) : kind_exit_link(c, kind_of, kinds[g]);
+            p->link = next_same >= 0 ? cluster_link(c, st) : repartition_exit_link(c, kind_of, kinds[g]);
             order[k++] = st;
         }
     }

@@ -7,10 +7,16 @@
 #include "sizes.h"
 #include "testutil.h"
 
+/* A layer's costs by position (name, fwd, bwd, state, act, ckpt, out, workspace), without
+ * recompute options. */
+#define LAYER(n_, f_, b_, s_, a_, c_, o_, w_)                                                  \
+    {.name = n_, .fwd_ms = f_, .bwd_ms = b_, .state_bytes = s_, .act_bytes = a_,               \
+     .ckpt_bytes = c_, .out_bytes = o_, .workspace_bytes = w_}
+
 static const struct layer_cost three[3] = {
-    {"a", 1.0, 2.0, 100, 50, 10, 4, 7},
-    {"b", 3.0, 5.0, 200, 80, 20, 4, 30},
-    {"c", 0.5, 1.0, 300, 40, 40, 4, 12},
+    LAYER("a", 1.0, 2.0, 100, 50, 10, 4, 7),
+    LAYER("b", 3.0, 5.0, 200, 80, 20, 4, 30),
+    LAYER("c", 0.5, 1.0, 300, 40, 40, 4, 12),
 };
 
 static void check(const unsigned char *r, int64_t memory, double recompute, double stage)
@@ -48,7 +54,7 @@ static void test_in_flight(void)
 
 static void test_saturates(void)
 {
-    struct layer_cost huge = {"h", 1, 1, (int64_t)1 << 53, (int64_t)1 << 53, 0, 0, 0};
+    struct layer_cost huge = LAYER("h", 1, 1, (int64_t)1 << 53, (int64_t)1 << 53, 0, 0, 0);
     struct stage_cost c;
     cost_stage(&huge, 1, NULL, 1 << 20, 0, &c);
     CU_ASSERT_EQUAL(c.memory_bytes, INT64_MAX);

@@ -10,6 +10,12 @@
 #include "reference.h"
 #include "testutil.h"
 
+/* A layer's costs by position (name, fwd, bwd, state, act, ckpt, out, workspace), without
+ * recompute options. */
+#define LAYER(n_, f_, b_, s_, a_, c_, o_, w_)                                                  \
+    {.name = n_, .fwd_ms = f_, .bwd_ms = b_, .state_bytes = s_, .act_bytes = a_,               \
+     .ckpt_bytes = c_, .out_bytes = o_, .workspace_bytes = w_}
+
 #define INSTANCES 1500
 #define LAYERS_MAX 14
 
@@ -233,9 +239,9 @@ static void test_balance(void)
  * cap is 18, when keeping one small layer fits (2 ms) at 18 units. */
 static void test_transient_by_hand(void)
 {
-    struct layer_cost l[3] = {{"a", 1, 2, 0, 10, 0, 0, 0},
-                              {"b", 1, 2, 0, 4, 0, 0, 0},
-                              {"c", 1, 2, 0, 4, 0, 0, 0}};
+    struct layer_cost l[3] = {LAYER("a", 1, 2, 0, 10, 0, 0, 0),
+                              LAYER("b", 1, 2, 0, 4, 0, 0, 0),
+                              LAYER("c", 1, 2, 0, 4, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[3];
@@ -265,9 +271,9 @@ static void test_transient_by_hand(void)
  * recomputing a takes 28 + 9 = 37 units: 2.0 ms, the least. */
 static void test_tie_tolerance(void)
 {
-    struct layer_cost l[3] = {{"big", 1e6, 1, 0, 10, 0, 0, 0},
-                              {"a", 2.0, 1, 0, 17, 0, 0, 0},
-                              {"b", 2.0001, 1, 0, 18, 0, 0, 0}};
+    struct layer_cost l[3] = {LAYER("big", 1e6, 1, 0, 10, 0, 0, 0),
+                              LAYER("a", 2.0, 1, 0, 17, 0, 0, 0),
+                              LAYER("b", 2.0001, 1, 0, 18, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[3];
@@ -286,7 +292,7 @@ static void test_balance_coarse_unit(void)
 {
     struct layer_cost l[14];
     for (int i = 0; i < 14; i++)
-        l[i] = (struct layer_cost){"x", 10000.37, 1, 0, 100, 0, 0, 0};
+        l[i] = (struct layer_cost)LAYER("x", 10000.37, 1, 0, 100, 0, 0, 0);
     struct knap_problem kp;
     struct err e;
     unsigned char f[14];
@@ -311,8 +317,8 @@ static void test_balance_coarse_unit(void)
  * allocated for it: a 1-byte unit on a stage of tens of GiB. */
 static void test_table_too_large(void)
 {
-    struct layer_cost l[2] = {{"a", 1, 2, 0, (int64_t)40 << 30, 0, 0, 0},
-                              {"b", 2, 4, 0, (int64_t)40 << 30, 0, 0, 0}};
+    struct layer_cost l[2] = {LAYER("a", 1, 2, 0, (int64_t)40 << 30, 0, 0, 0),
+                              LAYER("b", 2, 4, 0, (int64_t)40 << 30, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[2];
@@ -330,7 +336,7 @@ static void test_table_too_large(void)
     struct layer_cost many[KNAP_SUBSETS_MAX + 1];
     unsigned char g[KNAP_SUBSETS_MAX + 1];
     for (int i = 0; i <= KNAP_SUBSETS_MAX; i++)
-        many[i] = (struct layer_cost){"m", 1, 2, 0, (int64_t)4 << 30, 0, 0, 0};
+        many[i] = (struct layer_cost)LAYER("m", 1, 2, 0, (int64_t)4 << 30, 0, 0, 0);
     err_clear(&e);
     CU_ASSERT_FATAL(knap_build(&kp, many, KNAP_SUBSETS_MAX + 1, 1, 0, (int64_t)60 << 30, 1, &e) ==
                     ERR_OK);
@@ -345,9 +351,9 @@ static void test_table_too_large(void)
 static void test_no_overflow(void)
 {
     int64_t big = (int64_t)1 << 53;
-    struct layer_cost l[3] = {{"a", 1, 2, 0, big, 0, 0, 0},
-                              {"b", 2, 4, 0, big, 0, 0, 0},
-                              {"c", 3, 4, 0, big, 0, 0, 0}};
+    struct layer_cost l[3] = {LAYER("a", 1, 2, 0, big, 0, 0, 0),
+                              LAYER("b", 2, 4, 0, big, 0, 0, 0),
+                              LAYER("c", 3, 4, 0, big, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[3] = {0, 0, 0};

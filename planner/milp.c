@@ -3,16 +3,34 @@
 #include <glpk.h>
 #include <stdlib.h>
 
-/* GLPK reports through its own return codes; this names the call that failed. */
-#define GLP_CHECK(call, e)                                                                       \
-    do {                                                                                         \
-        int rc_ = (call);                                                                        \
-        if (rc_ != 0) {                                                                          \
-            err_set((e), ERR_FAIL, "%s:%d: %s failed with GLPK code %d", __FILE__, __LINE__,     \
-                    #call, rc_);                                                                 \
-            goto done;                                                                           \
-        }                                                                                        \
-    } while (0)
+/* Runs GLPK's branch and cut on a loaded problem: *objective on a proven optimum. */
+static int intopt(glp_prob *lp, double *objective, struct err *e)
+{
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = MILP_TIME_LIMIT_MS;
+    int rc = glp_intopt(lp, &parm);
+    if (rc == GLP_ETMLIM)
+        return err_set(e, ERR_FAIL,
+                       "GLPK found no proven optimum within %d s for a stage of %d columns: not "
+                       "verified",
+                       MILP_TIME_LIMIT_MS / 1000, glp_get_num_cols(lp));
+    /* With presolve on, an infeasible problem is reported by the return code. */
+    if (rc == GLP_ENOPFS || rc == GLP_ENODFS)
+        return err_set(e, ERR_NOFIT, "GLPK: no feasible choice");
+    if (rc != 0)
+        return err_set(e, ERR_FAIL, "%s:%d: glp_intopt failed with GLPK code %d", __FILE__,
+                       __LINE__, rc);
+    int status = glp_mip_status(lp);
+    if (status == GLP_NOFEAS)
+        return err_set(e, ERR_NOFIT, "GLPK: no feasible choice");
+    if (status != GLP_OPT)
+        return err_set(e, ERR_FAIL, "GLPK ended with MIP status %d, not optimal", status);
+    *objective = glp_mip_obj_val(lp);
+    return ERR_OK;
+}
 
 /* Columns: 1..n r_l, n+1 tau, then (balance only) n+2 e_plus, n+3 e_minus.
  * Rows: 1 memory, 2..n+1 transient, then (balance only) n+2 the time deviation. */
@@ -72,34 +90,7 @@ static int solve(const struct knap_problem *p, int balance, int64_t target_units
         k++, ia[k] = n + 2, ja[k] = n + 3, ar[k] = 1;
     }
     glp_load_matrix(lp, k, ia, ja, ar);
-    glp_iocp parm;
-    glp_init_iocp(&parm);
-    parm.presolve = GLP_ON;
-    parm.msg_lev = GLP_MSG_OFF;
-    parm.tm_lim = MILP_TIME_LIMIT_MS;
-    int rc = glp_intopt(lp, &parm);
-    if (rc == GLP_ETMLIM) {
-        err_set(e, ERR_FAIL,
-                "GLPK found no proven optimum within %d s for a stage of %d layers: not verified",
-                MILP_TIME_LIMIT_MS / 1000, n);
-        goto done;
-    }
-    /* With presolve on, an infeasible problem is reported by the return code. */
-    if (rc == GLP_ENOPFS || rc == GLP_ENODFS) {
-        err_set(e, ERR_NOFIT, "GLPK: no feasible choice");
-        goto done;
-    }
-    GLP_CHECK(rc, e);
-    int status = glp_mip_status(lp);
-    if (status == GLP_NOFEAS) {
-        err_set(e, ERR_NOFIT, "GLPK: no feasible choice");
-        goto done;
-    }
-    if (status != GLP_OPT) {
-        err_set(e, ERR_FAIL, "GLPK ended with MIP status %d, not optimal", status);
-        goto done;
-    }
-    *objective = glp_mip_obj_val(lp);
+    intopt(lp, objective, e);
 done:
     glp_delete_prob(lp);
     free(ia);
@@ -108,8 +99,97 @@ done:
     return e->code;
 }
 
+/* Layers whose choices cost exactly the same form a group (a model's blocks do); a group of m
+ * layers takes n_gc of its layers to choice c (integers, sum_c n_gc = m), and binary z_gc says
+ * whether any does (n_gc <= m z_gc, tau >= t_gc z_gc). For single layers this is one binary
+ * per choice with a sum-to-one row; counting alike layers instead of naming them spares GLPK
+ * their permutations, which it cannot tell apart and would otherwise search one by one.
+ * Columns: per group and choice n_gc then z_gc, then tau. Rows: memory, then per group its
+ * sum row, then per group and choice its two linking rows. */
+static int solve_choices(const struct knap_problem *p, double *objective, struct err *e)
+{
+    int n = p->n, nc = p->first_choice[n], G = 0;
+    int *group = malloc((size_t)(n > 0 ? n : 1) * sizeof *group); /* first layer of each group */
+    int *size = calloc((size_t)(n > 0 ? n : 1), sizeof *size);
+    int *ia = calloc((size_t)6 * nc + 8, sizeof *ia);
+    int *ja = calloc((size_t)6 * nc + 8, sizeof *ja);
+    double *ar = calloc((size_t)6 * nc + 8, sizeof *ar);
+    glp_prob *lp = glp_create_prob();
+    int k = 0;
+    if (group == NULL || size == NULL || ia == NULL || ja == NULL || ar == NULL) {
+        err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
+        goto done;
+    }
+    for (int l = 0; l < n; l++) {
+        int cl = p->first_choice[l + 1] - p->first_choice[l], g = 0;
+        for (; g < G; g++) {
+            int f = group[g], same = p->first_choice[f + 1] - p->first_choice[f] == cl;
+            for (int c = 0; same && c < cl; c++) {
+                const struct knap_choice *x = &p->choices[p->first_choice[f] + c],
+                                         *y = &p->choices[p->first_choice[l] + c];
+                same = x->w == y->w && x->t == y->t && x->ms == y->ms;
+            }
+            if (same)
+                break;
+        }
+        if (g == G)
+            group[G++] = l;
+        size[g]++;
+    }
+    int cols = 0, rows = 1 + G;
+    for (int g = 0; g < G; g++) {
+        int cl = p->first_choice[group[g] + 1] - p->first_choice[group[g]];
+        cols += 2 * cl;
+        rows += 2 * cl;
+    }
+    int tau = cols + 1;
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, tau);
+    glp_add_rows(lp, rows);
+    glp_set_col_bnds(lp, tau, GLP_LO, 0, 0);
+    /* memory: sum w_gc n_gc + tau <= cap */
+    glp_set_row_bnds(lp, 1, GLP_UP, 0, (double)p->cap);
+    k++, ia[k] = 1, ja[k] = tau, ar[k] = 1;
+    int col = 0, row = 1 + G;
+    for (int g = 0; g < G; g++) {
+        int f = group[g], cl = p->first_choice[f + 1] - p->first_choice[f];
+        /* sum_c n_gc = m */
+        glp_set_row_bnds(lp, 2 + g, GLP_FX, size[g], size[g]);
+        for (int c = 0; c < cl; c++) {
+            const struct knap_choice *ch = &p->choices[p->first_choice[f] + c];
+            int nv = ++col, zv = ++col;
+            glp_set_col_kind(lp, nv, GLP_IV);
+            glp_set_col_bnds(lp, nv, GLP_DB, 0, size[g]);
+            glp_set_obj_coef(lp, nv, ch->ms);
+            glp_set_col_kind(lp, zv, GLP_BV);
+            k++, ia[k] = 1, ja[k] = nv, ar[k] = (double)ch->w;
+            k++, ia[k] = 2 + g, ja[k] = nv, ar[k] = 1;
+            /* n_gc - m z_gc <= 0 */
+            glp_set_row_bnds(lp, ++row, GLP_UP, 0, 0);
+            k++, ia[k] = row, ja[k] = nv, ar[k] = 1;
+            k++, ia[k] = row, ja[k] = zv, ar[k] = -size[g];
+            /* tau - t_gc z_gc >= 0 */
+            glp_set_row_bnds(lp, ++row, GLP_LO, 0, 0);
+            k++, ia[k] = row, ja[k] = tau, ar[k] = 1;
+            k++, ia[k] = row, ja[k] = zv, ar[k] = -(double)ch->t;
+        }
+    }
+    glp_load_matrix(lp, k, ia, ja, ar);
+    intopt(lp, objective, e);
+done:
+    glp_delete_prob(lp);
+    free(group);
+    free(size);
+    free(ia);
+    free(ja);
+    free(ar);
+    return e->code;
+}
+
 int milp_min_recompute(const struct knap_problem *p, double *objective_ms, struct err *e)
 {
+    if (p->multi)
+        return solve_choices(p, objective_ms, e);
     return solve(p, 0, 0, 1, objective_ms, e);
 }
 

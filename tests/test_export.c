@@ -15,11 +15,13 @@
 struct counts {
     int n;
     int blocks[MAX_STAGES];
-    int recompute[MAX_STAGES];
+    int recompute[MAX_STAGES]; /* whole or in part */
+    int partial[MAX_STAGES];   /* in part: a recompute option */
+    int attn, mlp;             /* blocks whose option recomputes the attention, the MLP */
 };
 
 /* Blocks and recomputed blocks per stage, from a plan file (layer 0 is the embedding, the
- * last the head). */
+ * last the head): `recompute` lists whole layers, `recompute_options` the others. */
 static void plan_counts(const char *plan_file, struct counts *c)
 {
     char *text = test_read(plan_file);
@@ -28,7 +30,7 @@ static void plan_counts(const char *plan_file, struct counts *c)
     CU_ASSERT_FATAL(p != NULL);
     int n_layer = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "n_layer")->valueint;
     const cJSON *st;
-    c->n = 0;
+    c->n = c->attn = c->mlp = 0;
     cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
     {
         const cJSON *range = cJSON_GetObjectItem(st, "layers"), *r;
@@ -37,8 +39,20 @@ static void plan_counts(const char *plan_file, struct counts *c)
         int lo = first < 1 ? 1 : first, hi = last > n_layer ? n_layer : last;
         c->blocks[c->n] = hi >= lo ? hi - lo + 1 : 0;
         c->recompute[c->n] = 0;
+        c->partial[c->n] = 0;
         cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute"))
             c->recompute[c->n] += r->valueint >= 1 && r->valueint <= n_layer;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute_options"))
+        {
+            int l = cJSON_GetObjectItem(r, "layer")->valueint;
+            const char *name = cJSON_GetObjectItem(r, "option")->valuestring;
+            if (l < 1 || l > n_layer)
+                continue;
+            c->recompute[c->n]++;
+            c->partial[c->n]++;
+            c->attn += strstr(name, "attn") != NULL;
+            c->mlp += strstr(name, "mlp") != NULL;
+        }
         c->n++;
     }
     cJSON_Delete(p);
@@ -146,19 +160,38 @@ static void check_all_formats(const char *cluster, const char *extra)
         p = *bar == '|' ? bar + 1 : bar;
     }
     CU_ASSERT_EQUAL(s, c.n);
-    for (s = 0; s < c.n; s++)
+    /* selective recomputation when no block is recomputed whole, else whole blocks with the
+     * blocks recomputed in part counted whole */
+    int whole = 0, partial = 0;
+    for (s = 0; s < c.n; s++) {
+        whole += c.recompute[s] - c.partial[s];
+        partial += c.partial[s];
+    }
+    const char *sel = strstr(out, "--recompute-granularity selective --recompute-modules");
+    CU_ASSERT((sel != NULL) == (whole == 0 && partial > 0));
+    if (sel) {
+        char line[128];
+        snprintf(line, sizeof line, "--recompute-granularity selective --recompute-modules%s%s\n",
+                 c.attn ? " core_attn" : "", c.mlp ? " mlp" : "");
+        CU_ASSERT(strncmp(sel, line, strlen(line)) == 0);
+    }
+    for (s = 0; s < c.n && !sel; s++)
         most = c.recompute[s] > most ? c.recompute[s] : most;
     const char *rn = strstr(out, "--recompute-method block --recompute-num-layers ");
     CU_ASSERT((rn != NULL) == (most > 0));
     if (rn)
         CU_ASSERT_EQUAL(atoi(rn + strlen("--recompute-method block --recompute-num-layers ")),
                         most);
+    CU_ASSERT((partial > 0 && !sel) == (strstr(out, "only in part") != NULL));
     free(out);
 }
 
 static void test_exports(void)
 {
+    /* options and whole blocks; options only (selective in Megatron-LM); whole layers */
     check_all_formats("clusters/v100-a100-8.json", "");
+    check_all_formats("clusters/t4-4090-4.json", "");
+    check_all_formats("clusters/v100-a100-8.json", "--whole-layers");
     check_all_formats("clusters/t4-4090-4.json", "--method patent");
     check_all_formats("clusters/h100-a100-l4-16.json", "--repartition");
     check_all_formats("clusters/cpu-3.json", "--method full");

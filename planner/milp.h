@@ -1,11 +1,10 @@
 /* The per-stage recomputation problem of knapsack.h as a MILP solved by GLPK, to cross-check
- * the DP (`ballast plan --verify`). Whole layers: r_l in {0,1} (1 = recompute l) and the
- * transient tau >= 0; constraints sum_l w_l (1 - r_l) + tau <= cap and tau >= t_l r_l.
- * With options (a problem with multiple choices), layers whose choices cost the same form a
- * group g of m_g layers: n_gc in {0..m_g} of them take choice c (sum_c n_gc = m_g) and z_gc
- * in {0,1} says whether any does (n_gc <= m_g z_gc); sum_gc w_gc n_gc + tau <= cap and
- * tau >= t_gc z_gc; the objective is sum_gc ms_gc n_gc. A group of one layer is one binary per
- * choice with a sum-to-one row. */
+ * the DP (`ballast plan --verify`). Least recompute: a binary x_lc per choice c of layer l
+ * (keep and full, and the layer's options when the problem has them), sum_c x_lc = 1 and
+ * tau >= sum_c t_lc x_lc per layer, sum_lc w_lc x_lc + tau <= cap; the objective is
+ * sum_lc ms_lc x_lc. Balancing (whole layers): r_l in {0,1} (1 = recompute l) and tau >= 0,
+ * sum_l w_l (1 - r_l) + tau <= cap and tau >= t_l r_l. Alike layers (a model's blocks) are
+ * kept in one order of their choices, so that GLPK does not search their permutations. */
 #ifndef BALLAST_MILP_H
 #define BALLAST_MILP_H
 

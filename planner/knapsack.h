@@ -43,9 +43,10 @@
  * 2^28 bits is 32 MiB. */
 #define KNAP_CELLS_MAX ((int64_t)1 << 28)
 
-/* Most states the multiple-choice DP keeps over all layers before it refuses (ask for a
- * coarser unit): 16 bytes each to reconstruct the choice and hold the frontier. */
-#define KNAP_STATES_MAX ((int64_t)1 << 22)
+/* Most states the multiple-choice DP keeps over all layers (5 bytes each, to reconstruct the
+ * choice), and most candidates it weighs at one layer (32 bytes each), before it refuses (ask
+ * for a coarser unit): 10 and 64 MiB. */
+#define KNAP_STATES_MAX ((int64_t)1 << 21)
 
 /* One choice of a layer in units: kept w, transient t, recompute time. */
 struct knap_choice {

@@ -8,8 +8,9 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--repartition [--search-nodes N]] [--whole-layers] [--unit BYTES]\n"
-           "                    [--time-unit MS] [-o PLAN.json] [--export FORMAT] [--quiet]\n\n"
+           "                    [--repartition [--search-nodes N]] [--whole-layers]\n"
+           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
+           "                    [--quiet]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"

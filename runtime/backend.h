@@ -11,8 +11,9 @@
  * through a struct layer_view: pointers in the order of the size tables (common/sizes.h),
  * indexed by the enums below, and the set of kept tensors it regenerates (`regen`: the plan's
  * choice for the layer, keep, whole or a partial option). Forward writes every kept tensor
- * wherever the view points, whatever the choice. Work may be queued (a CUDA stream): `sync` waits for it, and the
- * executor calls it before timing a span or handing a buffer to the transport. */
+ * wherever the view points, whatever the choice. Work may be queued (a CUDA stream): `sync`
+ * waits for it, and the executor calls it before timing a span or handing a buffer to the
+ * transport. */
 #ifndef BALLAST_BACKEND_H
 #define BALLAST_BACKEND_H
 

@@ -218,7 +218,10 @@ double ref_choice_ms(const struct ref_stage *s, const unsigned char *choice)
     double r = 0;
     for (int l = 0; l < s->n; l++) {
         const struct layer_cost *c = &s->layers[l];
-        r += choice[l] == 0 ? 0 : choice[l] == 1 ? c->fwd_ms : c->options[choice[l] - 2].recompute_ms;
+        if (choice[l] == 1)
+            r += c->fwd_ms;
+        else if (choice[l] >= 2)
+            r += c->options[choice[l] - 2].recompute_ms;
     }
     return r;
 }

@@ -295,11 +295,80 @@ static void test_micro_batches_auto(void)
     CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 2);
 }
 
+/* --micro-batches auto on a measured profile (cpu-3's, marked measured, micro-batch 4) whose
+ * blocks carry the runtime's options and one it does not know, for a global batch of 6 (so
+ * every size tried differs from the profile's): the known ones are rescaled to each
+ * micro-batch size (what they keep and regenerate still make up the layer's activations),
+ * the unknown one is left out with a note, and the plan is one plan_load accepts (through
+ * `ballast simulate`). */
+static void test_micro_batches_auto_measured(void)
+{
+    char *text = test_read(CONFIGS "profiles/estimated/gpt-tiny/cpu.json");
+    cJSON *prof = cJSON_Parse(text);
+    free(text);
+    CU_ASSERT_FATAL(prof != NULL);
+    cJSON_ReplaceItemInObject(prof, "estimated", cJSON_CreateFalse());
+    cJSON *layer = cJSON_GetArrayItem(cJSON_GetObjectItem(prof, "layers"), 1);
+    cJSON *mystery = cJSON_CreateObject();
+    cJSON_AddStringToObject(mystery, "name", "mystery");
+    cJSON_AddNumberToObject(mystery, "kept_bytes",
+                            cJSON_GetObjectItem(layer, "act_bytes")->valuedouble);
+    cJSON_AddNumberToObject(mystery, "transient_bytes", 0);
+    cJSON_AddNumberToObject(mystery, "recompute_ms", 0.01);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(layer, "recompute_options"), mystery);
+    char *out = cJSON_Print(prof);
+    test_write("measured-cpu.json", out);
+    cJSON_free(out);
+    cJSON_Delete(prof);
+    text = test_read(CONFIGS "clusters/cpu-3.json");
+    cJSON *cluster = cJSON_Parse(text);
+    free(text);
+    const cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(cluster, "stages"))
+        cJSON_SetValuestring(cJSON_GetObjectItem(st, "profile"), "measured-cpu.json");
+    out = cJSON_Print(cluster);
+    char cfile[1024], plan[1024], args[4096];
+    snprintf(cfile, sizeof cfile, "%s", test_write("measured-cluster.json", out));
+    cJSON_free(out);
+    cJSON_Delete(cluster);
+    snprintf(plan, sizeof plan, "%s", test_path("measured-plan.json"));
+    snprintf(args, sizeof args,
+             "plan --cluster '%s' --micro-batches auto --global-batch 6 -o '%s'", cfile, plan);
+    char *report = NULL;
+    CU_ASSERT_EQUAL_FATAL(test_run(args, &report, NULL), 0);
+    CU_ASSERT(report && strstr(report, "options of measured profiles that this runtime does not "
+                                       "know were left out"));
+    free(report);
+    text = test_read(plan);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    int options = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
+    {
+        const cJSON *c, *o;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
+            cJSON_ArrayForEach(o, cJSON_GetObjectItem(c, "recompute_options"))
+            {
+                CU_ASSERT(strcmp(cJSON_GetObjectItem(o, "name")->valuestring, "mystery") != 0);
+                CU_ASSERT(cJSON_GetObjectItem(o, "kept_bytes")->valuedouble +
+                              cJSON_GetObjectItem(o, "transient_bytes")->valuedouble ==
+                          cJSON_GetObjectItem(c, "act_bytes")->valuedouble);
+                options++;
+            }
+    }
+    CU_ASSERT(options > 0);
+    cJSON_Delete(p);
+    snprintf(args, sizeof args, "simulate --plan '%s'", plan);
+    CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 0);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("export", NULL, NULL);
     CU_add_test(s, "exports describe the plan they export", test_exports);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
+    CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
+                test_micro_batches_auto_measured);
     return test_main();
 }

@@ -91,7 +91,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    int64_t section = 0, slot = 0, end_slot = 0;
+    int64_t section = 0, slot = 0;
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         L->layer = first + i;
@@ -100,7 +100,6 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
         L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
         L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
-        L->n_ckpt = sizes_ckpt_tensor_count(L->kind);
         if (check_names(L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
             check_names(L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
             check_names(L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
@@ -119,14 +118,13 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             return err_set(e, ERR_FAIL, "internal: layer %d cannot regenerate kept tensors 0x%x",
                            L->layer, (unsigned)L->regen);
         }
-        int64_t t_end = 0;
+        int64_t start = slot, t_end = 0;
         for (int k = 0; k < L->n_kept; k++) {
             int64_t *at = L->regen >> k & 1 ? &t_end : &slot;
             L->kept_off[k] = *at;
             *at += sizes_tensor_bytes(&L->kept[k]);
         }
-        L->slot_bytes = slot - end_slot;
-        end_slot = slot;
+        L->slot_bytes = slot - start;
         L->transient_bytes = t_end;
         L->ws_bytes = carve(L->ws, L->n_ws, 0, L->ws_off);
         if (L->transient_bytes > sl->transient_bytes)

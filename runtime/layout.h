@@ -25,7 +25,7 @@ struct layer_layout {
     int layer; /* global index */
     enum model_layer_kind kind;
     uint32_t regen; /* kept tensors regenerated (backend.h); 0: none */
-    int n_params, n_kept, n_ckpt, n_ws;
+    int n_params, n_kept, n_ws;
     struct sizes_tensor params[SIZES_TENSORS_MAX];
     struct sizes_tensor kept[SIZES_TENSORS_MAX];
     struct sizes_tensor ws[SIZES_TENSORS_MAX];

@@ -104,8 +104,10 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
     unsigned char *rec = calloc((size_t)n, 1);
     rc->known = 1;
     rc->recompute_ms = INFINITY;
-    if (rec == NULL || knap_build(&kp, layers, n, pc->in_flight, s->c->reserve_bytes,
-                                  pc->capacity, s->o->unit_bytes, s->e)) {
+    int (*build)(struct knap_problem *, const struct layer_cost *, int, int, int64_t, int64_t,
+                 int64_t, struct err *) = s->o->whole_layers ? knap_build : knap_build_options;
+    if (rec == NULL || build(&kp, layers, n, pc->in_flight, s->c->reserve_bytes, pc->capacity,
+                             s->o->unit_bytes, s->e)) {
         if (s->e->code == ERR_OK)
             err_set(s->e, ERR_FAIL, "out of memory");
         free(rec);

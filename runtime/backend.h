@@ -1,7 +1,6 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
  * CPU code (backend_cpu.c, fp32) and the CUDA code (backend_cuda.cu: cuBLAS, fp32 and bf16)
- * live. The schedule executor
- * (stage.c) reaches memory and layers only through this table, never a kernel directly.
+ * live. The schedule executor (stage.c) reaches memory and layers only through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
  * workspace; sizes from layout.h) and carves every tensor out of them. "Device" pointers are
@@ -10,8 +9,11 @@
  *
  * Layers. Each layer kind has forward, recompute and backward. A layer sees its tensors
  * through a struct layer_view: pointers in the order of the size tables (common/sizes.h),
- * indexed by the enums below. Work may be queued (a CUDA stream): `sync` waits for it, and the
- * executor calls it before timing a span or handing a buffer to the transport.
+ * indexed by the enums below, and the set of kept tensors it regenerates (`regen`: the plan's
+ * choice for the layer, keep, whole or a partial option). Forward writes every kept tensor
+ * wherever the view points, whatever the choice. Work may be queued (a CUDA stream): `sync`
+ * waits for it, and the executor calls it before timing a span or handing a buffer to the
+ * transport.
  *
  * Precision. The model's dtype decides the element type of a layer's weights (`params`),
  * activations, activation gradients and workspace: fp32, or bf16 for a bf16 model (element
@@ -33,6 +35,8 @@
 struct adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
 };
+
+#define REGEN_BIT(k) ((uint32_t)1 << (k))
 
 /* Tensor indices, in the order of the size tables (checked against them at start-up by
  * layout_init, so a change to sizes.c cannot silently shift them). */
@@ -63,9 +67,12 @@ struct layer_view {
     int layer; /* global index */
     void *params[SIZES_TENSORS_MAX]; /* the weights computed with: fp32, or bf16 */
     float *grads[SIZES_TENSORS_MAX]; /* fp32 always */
-    void *kept[SIZES_TENSORS_MAX]; /* checkpoint in the slot; the rest in the slot, or in the
-                                      transient when the layer is recomputed */
+    void *kept[SIZES_TENSORS_MAX]; /* in the slot, or in the transient when regenerated */
     void *ws[SIZES_TENSORS_MAX];
+    /* The kept tensors this layer regenerates (bit k: kept[k]), which live in the transient:
+     * 0 when it keeps everything; sizes_full_regen (every kept tensor but the checkpoint) when
+     * it is recomputed whole; a partial option's set (sizes_recompute_options) otherwise. */
+    uint32_t regen;
 };
 
 struct backend;
@@ -74,8 +81,19 @@ struct backend_layer_ops {
     /* Writes the kept tensors and the output `out` (B,T,C): the next layer's input or the
      * send buffer. The head has no `out`: it writes per-token losses to its ws[HEAD_LOSSES]. */
     int (*forward)(struct backend *be, const struct layer_view *l, void *out, struct err *e);
-    /* Regenerates the kept tensors from the checkpoint for the backward; writes no output
-     * (nothing downstream needs it again), so it costs less than a forward. */
+    /* Regenerates exactly the kept tensors of l->regen, bit for bit as forward wrote them,
+     * from the other kept tensors (which hold forward's values) and the parameters; writes no
+     * output and no other kept tensor. Called just before backward, only when regen is not 0.
+     * Which sets a backend must support (any other: ERR_FAIL):
+     *   embed   none (its only kept tensor is the checkpoint);
+     *   block   the whole block, sizes_full_regen: everything from inp, as forward does, less
+     *             the MLP's output projection (nothing downstream needs the output again);
+     *           "attn" {att}: the causal softmax probabilities from the kept qkv (QK^T / sqrt(hs),
+     *             mask, softmax), not att v: atty stays kept, as in Megatron-LM's selective
+     *             recomputation;
+     *           "mlp" {fch_gelu}: GELU of the kept fch;
+     *           "attn+mlp" {att, fch_gelu}: both;
+     *   head    the whole head, sizes_full_regen. */
     int (*recompute)(struct backend *be, const struct layer_view *l, struct err *e);
     /* Consumes ws[*_DOUT] (the output's gradient; the head has none and uses loss_scale,
      * d step-loss / d token-loss), writes ws[*_DINP] (the input's gradient; the embedding has

@@ -58,9 +58,17 @@ static int embed_forward(struct backend *be, const struct layer_view *l, void *o
     return ERR_OK;
 }
 
+static int unsupported(const struct layer_view *l, struct err *e)
+{
+    return err_set(e, ERR_FAIL,
+                   "internal: the cpu backend cannot regenerate kept tensors 0x%x of layer %d",
+                   (unsigned)l->regen, l->layer);
+}
+
 static int embed_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
-    return ERR_OK; /* the tokens are all the backward needs, and they are the checkpoint */
+    /* the tokens are all the backward needs, and they are the checkpoint */
+    return l->regen == 0 ? ERR_OK : unsupported(l, e);
 }
 
 static int embed_backward(struct backend *be, const struct layer_view *l, float loss_scale,
@@ -108,7 +116,21 @@ static int block_forward(struct backend *be, const struct layer_view *l, void *o
 
 static int block_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
-    block_kept_forward(l);
+    const struct model *m = l->model;
+    const uint32_t att = REGEN_BIT(BLOCK_ATT), gelu = REGEN_BIT(BLOCK_FCH_GELU);
+    if (l->regen == sizes_full_regen(m, MODEL_LAYER_BLOCK)) {
+        block_kept_forward(l);
+        return ERR_OK;
+    }
+    if (l->regen & ~(att | gelu))
+        return unsupported(l, e);
+    void *const *k = l->kept;
+    if (l->regen & att) /* the probabilities only: atty is kept */
+        attention_forward(NULL, AS_F(k[BLOCK_ATT]), AS_F(k[BLOCK_QKV]), m->micro_batch,
+                          m->seq_len, m->n_embd, m->n_head);
+    if (l->regen & gelu)
+        gelu_forward(AS_F(k[BLOCK_FCH_GELU]), AS_F(k[BLOCK_FCH]),
+                     (int64_t)m->micro_batch * m->seq_len * 4 * m->n_embd);
     return ERR_OK;
 }
 
@@ -164,6 +186,8 @@ static int head_forward(struct backend *be, const struct layer_view *l, void *ou
 
 static int head_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
+    if (l->regen != sizes_full_regen(l->model, MODEL_LAYER_HEAD))
+        return unsupported(l, e);
     head_kept_forward(l, NULL);
     return ERR_OK;
 }

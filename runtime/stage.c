@@ -166,10 +166,9 @@ static void view_make(const struct stage_runner *r, int li, int slot, struct lay
         v->params[k] = weights + L->weight_off[k];
         v->grads[k] = (float *)(grads + L->param_off[k]);
     }
-    for (int k = 0; k < L->n_kept; k++) {
-        int in_slot = k < L->n_ckpt || !L->recompute;
-        v->kept[k] = (in_slot ? slot_base : r->transient) + L->kept_off[k];
-    }
+    for (int k = 0; k < L->n_kept; k++)
+        v->kept[k] = (L->regen >> k & 1 ? r->transient : slot_base) + L->kept_off[k];
+    v->regen = L->regen;
     for (int k = 0; k < L->n_ws; k++)
         v->ws[k] = r->workspace + L->ws_off[k];
 }
@@ -231,13 +230,13 @@ static int forward(struct stage_runner *r, int micro, struct err *e)
         if (L->kind == MODEL_LAYER_HEAD)
             TRY(ws_take(r, L->ws_off[HEAD_LOSSES], sizes_tensor_bytes(&L->ws[HEAD_LOSSES]),
                         &loss_id, e));
-        if (L->recompute)
+        if (L->regen)
             TRY(mem_add(r, L->transient_bytes, e));
         TRY(timed_sync(r, &t0, e));
         TRY(ops->layer[L->kind].forward(r->be, &v, out, e));
         TRY(timed_sync(r, &t1, e));
         event(r, STAGE_EV_FORWARD, micro, L->layer, t0, t1);
-        if (L->recompute)
+        if (L->regen)
             TRY(mem_add(r, -L->transient_bytes, e));
         if (loss_id >= 0) {
             TRY(ops->download(r->be, r->host_losses, v.ws[HEAD_LOSSES], BT * 4, e));
@@ -297,7 +296,7 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
                 TRY(ops->copy(r->be, v.ws[dout], src, out_bytes(m), e));
             TRY(ws_give(r, prev_id, e));
         }
-        if (L->recompute) {
+        if (L->regen) {
             TRY(mem_add(r, L->transient_bytes, e));
             TRY(timed_sync(r, &t0, e));
             TRY(ops->layer[L->kind].recompute(r->be, &v, e));
@@ -308,7 +307,7 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
         TRY(ops->layer[L->kind].backward(r->be, &v, loss_scale, e));
         TRY(timed_sync(r, &t1, e));
         event(r, STAGE_EV_BACKWARD, micro, L->layer, t0, t1);
-        if (L->recompute)
+        if (L->regen)
             TRY(mem_add(r, -L->transient_bytes, e));
         prev = v;
         prev_id = cur_id;
@@ -435,7 +434,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
-    TRY(layout_init(&r->lay, m, c->first, c->last, c->recompute, c->in_flight, e));
+    TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     if (layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
         layout_free(&r->lay);
         return e->code;

@@ -41,6 +41,7 @@ struct run {
     char transport_why[256];
     struct stage_runner stage;
     int stage_ready;
+    uint32_t *regen; /* this rank's layers: the kept tensors each regenerates */
     int64_t start_step; /* steps already done (resume) */
 };
 
@@ -99,6 +100,18 @@ static int setup_global(struct run *r, struct err *e)
                        "%s: model: micro_batch x seq_len = %lld rows is beyond 32-bit BLAS "
                        "dimensions",
                        o->plan_file, (long long)m->micro_batch * m->seq_len);
+    /* every layer's recompute choice must be one this runtime can apply */
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        for (int l = 0; l < plan_stage_layer_count(st); l++) {
+            uint32_t regen;
+            struct err inner;
+            err_clear(&inner);
+            if (layout_regen(m, st->first + l, st->recompute[l], &st->layers[l], &regen, &inner))
+                return err_set(e, inner.code, "%s: stages[%d].recompute_options: %s",
+                               o->plan_file, s, inner.msg);
+        }
+    }
     if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, m, o->seed, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
@@ -121,21 +134,31 @@ static int setup_global(struct run *r, struct err *e)
 }
 
 /* A plan made from a profile of another implementation carries other byte counts: this
- * runtime allocates what its own layers need, and says so, field by field. */
+ * runtime allocates what its own layers need, and says so, field by field (for a layer
+ * recomputed with an option, that option's bytes too). */
 static void compare_layer_costs(const struct run *r, const struct plan_stage *st)
 {
+    const struct model *m = &r->plan.model;
     int shown = 0;
     for (int l = st->first; l <= st->last; l++) {
         const struct layer_cost *c = &st->layers[l - st->first];
+        int choice = st->recompute[l - st->first];
         struct layer_sizes s;
-        sizes_layer(&r->plan.model, l, &s);
-        const char *names[5] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
-                                "out_bytes"};
-        int64_t plan[5] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
-                           c->out_bytes};
-        int64_t here[5] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
-                           s.out_bytes};
-        for (int k = 0; k < 5; k++) {
+        sizes_layer(m, l, &s);
+        const char *names[7] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
+                                "out_bytes", "kept_bytes", "transient_bytes"};
+        int64_t plan[7] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
+                           c->out_bytes, 0, 0};
+        int64_t here[7] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
+                           s.out_bytes, 0, 0};
+        if (choice >= COST_OPTION) {
+            const struct recompute_option *o = &c->options[choice - COST_OPTION];
+            plan[5] = o->kept_bytes;
+            plan[6] = o->transient_bytes;
+            sizes_regen_bytes(m, model_layer_kind(m, l), r->regen[l - st->first], &here[5],
+                              &here[6]);
+        }
+        for (int k = 0; k < 7; k++) {
             if (plan[k] == here[k])
                 continue;
             if (shown++ == 0)
@@ -144,7 +167,8 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
                         "runtime's (a profile of another implementation?); training allocates "
                         "its own sizes, so measured memory will differ from planned:\n",
                         st->index);
-            fprintf(stderr, "  %s: %s %lld in the plan, %lld here\n", c->name, names[k],
+            fprintf(stderr, "  %s: %s%s%s %lld in the plan, %lld here\n", c->name,
+                    k >= 5 ? cost_choice_name(c, choice) : "", k >= 5 ? " " : "", names[k],
                     (long long)plan[k], (long long)here[k]);
         }
     }
@@ -222,6 +246,14 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     const struct plan_stage *st = &p->stages[r->rank];
     if (start_backend(r, local_rank, n_local, readings, n_readings, e))
         return e->code;
+    int n = plan_stage_layer_count(st);
+    r->regen = calloc((size_t)n, sizeof *r->regen);
+    if (r->regen == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int l = 0; l < n; l++) /* checked in setup_global */
+        if (layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                         &r->regen[l], e))
+            return e->code;
     compare_layer_costs(r, st);
     struct stage_config c = {
         .model = &p->model,
@@ -231,7 +263,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         .schedule = p->schedule,
         .first = st->first,
         .last = st->last,
-        .recompute = st->recompute,
+        .regen = r->regen,
         .in_flight = st->in_flight,
         .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
         .limit_bytes = st->memory_limit_bytes,
@@ -384,6 +416,7 @@ static void free_run(struct run *r)
         data_free(&r->data);
     if (r->plan_loaded)
         plan_free(&r->plan);
+    free(r->regen);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -544,7 +577,7 @@ static int train_loop(struct run *r, struct err *e)
         mine.nccl_bytes = r->nccl_bytes;
     }
     for (int l = 0; l < plan_stage_layer_count(st); l++)
-        mine.n_recompute += st->recompute[l];
+        mine.n_recompute += st->recompute[l] != COST_KEEP; /* whole or in part */
     int rc = finish(r, &rep, &mine, e);
     free(rep.steps);
     return rc;

@@ -334,8 +334,8 @@ static int device_equal(const void *a, const void *b, int64_t bytes)
     return same;
 }
 
-/* recompute rebuilds every kept tensor bit for bit; a second backward adds exactly the same
- * gradients (2 x bitwise) */
+/* recompute (whole, and every partial option) rebuilds the kept tensors it regenerates bit for
+ * bit; a second backward adds exactly the same gradients (2 x bitwise) */
 static void check_repeatable(enum model_dtype dt, enum model_layer_kind kind)
 {
     struct test_rng rng = {7};
@@ -345,20 +345,32 @@ static void check_repeatable(enum model_dtype dt, enum model_layer_kind kind)
     const struct backend_layer_ops *go = &gpu.ops->layer[kind];
     int has_out = kind != MODEL_LAYER_HEAD;
     CU_ASSERT_EQUAL_FATAL(go->forward(&gpu, &p.g, has_out ? p.g_out : NULL, &e), ERR_OK);
+    /* the whole layer, then each partial option the layer kind has (backend.h) */
+    struct sizes_option opts[SIZES_OPTIONS_MAX + 1];
+    int n_opts = sizes_recompute_options(&p.m, kind, opts + 1);
+    opts[0].name = "whole";
+    opts[0].regen = kind == MODEL_LAYER_EMBED ? 0 : sizes_full_regen(&p.m, kind);
     int ok = 1;
-    for (int k = sizes_ckpt_tensor_count(kind); k < p.n[SIZES_KEPT]; k++) {
-        const struct sizes_tensor *t = &p.t[SIZES_KEPT][k];
-        struct sizes_tensor copy_t = *t;
-        void *saved = device_from(&copy_t, NULL);
-        gpu.ops->copy(&gpu, saved, p.g.kept[k], sizes_tensor_bytes(t), &e);
-        gpu.ops->zero(&gpu, p.g.kept[k], sizes_tensor_bytes(t), &e);
-        CU_ASSERT_EQUAL_FATAL(go->recompute(&gpu, &p.g, &e), ERR_OK);
-        int same = device_equal(saved, p.g.kept[k], t->elems * t->elem_bytes);
-        if (!same)
-            fprintf(stderr, "\n%s: recompute differs in %s\n", model_dtype_name(dt), t->name);
-        ok &= same;
-        gpu.ops->release(&gpu, saved);
+    for (int o = 0; o <= n_opts; o++) {
+        p.g.regen = opts[o].regen;
+        for (int k = 0; k < p.n[SIZES_KEPT]; k++) {
+            const struct sizes_tensor *t = &p.t[SIZES_KEPT][k];
+            if (!(opts[o].regen >> k & 1))
+                continue;
+            struct sizes_tensor copy_t = *t;
+            void *saved = device_from(&copy_t, NULL);
+            gpu.ops->copy(&gpu, saved, p.g.kept[k], sizes_tensor_bytes(t), &e);
+            gpu.ops->zero(&gpu, p.g.kept[k], sizes_tensor_bytes(t), &e);
+            CU_ASSERT_EQUAL_FATAL(go->recompute(&gpu, &p.g, &e), ERR_OK);
+            int same = device_equal(saved, p.g.kept[k], t->elems * t->elem_bytes);
+            if (!same)
+                fprintf(stderr, "\n%s: recompute (%s) differs in %s\n", model_dtype_name(dt),
+                        opts[o].name, t->name);
+            ok &= same;
+            gpu.ops->release(&gpu, saved);
+        }
     }
+    p.g.regen = opts[0].regen;
     CU_ASSERT(ok);
     /* backward twice from the same dout. Block and head gradients are each summed in full
      * and then added once (GEMM epilogues, column sums), so they exactly double; the
@@ -470,6 +482,11 @@ static void test_refusals(void)
     CU_ASSERT_EQUAL(gpu.ops->alloc(&gpu, (int64_t)1 << 50, &p, &e), ERR_NOFIT);
     CU_ASSERT(strstr(e.msg, "out of device memory") != NULL);
     CU_ASSERT_PTR_NULL(p);
+    /* a regen set no option has */
+    struct layer_view v = {.model = &shapes[0], .kind = MODEL_LAYER_BLOCK, .layer = 1,
+                           .regen = REGEN_BIT(BLOCK_LN2)};
+    CU_ASSERT_EQUAL(gpu.ops->layer[MODEL_LAYER_BLOCK].recompute(&gpu, &v, &e), ERR_FAIL);
+    CU_ASSERT(strstr(e.msg, "cannot regenerate") != NULL);
 }
 
 int main(void)

@@ -3,8 +3,9 @@
  * differences of the float64 loss (h = 1e-6: truncation and rounding errors far below the
  * tolerance). Tolerances, |got - ref| <= atol + rtol * |ref|: forward 1e-5 + 1e-4 |ref|;
  * gradients 2e-5 + 2e-3 |ref| (fp32 accumulation over at most a few hundred terms).
- * Also: recompute regenerates the kept tensors bitwise, backward adds into parameter
- * gradients, and results do not depend on the thread count. */
+ * Also: recompute regenerates the kept tensors bitwise (the whole layer, and each partial
+ * option, leaving the tensors it keeps alone), backward adds into parameter gradients, and
+ * results do not depend on the thread count. */
 #include <CUnit/CUnit.h>
 #include <cblas.h>
 #include <math.h>
@@ -400,7 +401,37 @@ static void fill_block_input(struct layer_mem *lm, struct test_rng *rng)
     }
 }
 
-/* Recompute rebuilds every kept tensor bit for bit from the checkpoint alone. */
+/* Recompute of a regen set (the whole block, and each partial option of sizes.h) rebuilds
+ * exactly those kept tensors, bit for bit, from the others: each is poisoned with NaNs
+ * first, and the tensors it keeps are left as they were. */
+static void check_regen(const char *what, struct layer_mem *lm, struct backend *be,
+                        uint32_t regen)
+{
+    struct err e;
+    void *saved[SIZES_TENSORS_MAX];
+    int64_t used[SIZES_TENSORS_MAX];
+    for (int k = 0; k < lm->n[SIZES_KEPT]; k++) {
+        used[k] = lm->t[SIZES_KEPT][k].elems * lm->t[SIZES_KEPT][k].elem_bytes;
+        saved[k] = malloc((size_t)used[k]);
+        memcpy(saved[k], lm->v.kept[k], (size_t)used[k]);
+        if (regen >> k & 1)
+            memset(lm->v.kept[k], 0xff, (size_t)used[k]); /* NaNs */
+    }
+    lm->v.regen = regen;
+    err_clear(&e);
+    CU_ASSERT_EQUAL(be->ops->layer[lm->v.kind].recompute(be, &lm->v, &e), ERR_OK);
+    int ok = 1;
+    for (int k = 0; k < lm->n[SIZES_KEPT]; k++) {
+        int same = memcmp(saved[k], lm->v.kept[k], (size_t)used[k]) == 0;
+        if (!same)
+            fprintf(stderr, "\n%s: %s differs after recompute\n", what,
+                    lm->t[SIZES_KEPT][k].name);
+        ok &= same;
+        free(saved[k]);
+    }
+    CU_ASSERT(ok);
+}
+
 static void test_recompute_bitwise(void)
 {
     struct test_rng rng = {14};
@@ -412,20 +443,25 @@ static void test_recompute_bitwise(void)
     fill_block_input(&lm, &rng);
     float out[N * C];
     be.ops->layer[MODEL_LAYER_BLOCK].forward(&be, &lm.v, out, &e);
-    int ok = 1;
-    for (int k = sizes_ckpt_tensor_count(MODEL_LAYER_BLOCK); k < lm.n[SIZES_KEPT]; k++) {
-        int64_t bytes = sizes_tensor_bytes(&lm.t[SIZES_KEPT][k]);
-        void *saved = malloc((size_t)bytes);
-        memcpy(saved, lm.v.kept[k], (size_t)bytes);
-        memset(lm.v.kept[k], 0xff, (size_t)bytes); /* NaNs */
-        be.ops->layer[MODEL_LAYER_BLOCK].recompute(&be, &lm.v, &e);
-        int64_t used = lm.t[SIZES_KEPT][k].elems * lm.t[SIZES_KEPT][k].elem_bytes;
-        ok &= memcmp(saved, lm.v.kept[k], (size_t)used) == 0;
-        if (!ok)
-            fprintf(stderr, "\nrecompute differs in %s\n", lm.t[SIZES_KEPT][k].name);
-        free(saved);
-    }
-    CU_ASSERT(ok);
+    check_regen("block", &lm, &be, sizes_full_regen(&model, MODEL_LAYER_BLOCK));
+    struct sizes_option o[SIZES_OPTIONS_MAX];
+    int n = sizes_recompute_options(&model, MODEL_LAYER_BLOCK, o);
+    CU_ASSERT(n == 3);
+    for (int i = 0; i < n; i++)
+        check_regen(o[i].name, &lm, &be, o[i].regen);
+    /* a set no backend is asked for is refused, not half done */
+    lm.v.regen = REGEN_BIT(BLOCK_LN2);
+    err_clear(&e);
+    CU_ASSERT_EQUAL(be.ops->layer[MODEL_LAYER_BLOCK].recompute(&be, &lm.v, &e), ERR_FAIL);
+    mem_free(&lm);
+    /* the head, whole */
+    mem_make(&lm, MODEL_LAYER_HEAD, model.n_layer + 1, &rng);
+    for (int i = 0; i < N * C; i++)
+        ((float *)lm.v.kept[HEAD_INP])[i] = (float)test_rng_double(&rng, -1, 1);
+    for (int i = 0; i < N; i++)
+        ((int32_t *)lm.v.kept[HEAD_TARGETS])[i] = (int32_t)test_rng_int(&rng, 0, V - 1);
+    be.ops->layer[MODEL_LAYER_HEAD].forward(&be, &lm.v, NULL, &e);
+    check_regen("head", &lm, &be, sizes_full_regen(&model, MODEL_LAYER_HEAD));
     mem_free(&lm);
 }
 
@@ -576,7 +612,8 @@ int main(void)
     CU_add_test(s, "block forward and backward against float64 finite differences", test_block);
     CU_add_test(s, "head forward and backward against float64 finite differences", test_head);
     CU_add_test(s, "embed forward and backward by hand", test_embed);
-    CU_add_test(s, "recompute regenerates the kept tensors bitwise", test_recompute_bitwise);
+    CU_add_test(s, "recompute (whole and each option) regenerates its tensors bitwise",
+                test_recompute_bitwise);
     CU_add_test(s, "backward adds into parameter gradients", test_backward_accumulates);
     CU_add_test(s, "1 and 2 threads give identical bits", test_threads_bitwise);
     CU_add_test(s, "the bf16 persistent arena by hand", test_bf16_layout);

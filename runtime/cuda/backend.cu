@@ -13,6 +13,7 @@
 extern "C" {
 #include "backend.h"
 #include "cuda_device.h"
+#include "sizes.h"
 }
 
 // cuBLAS's workspace: its documentation recommends 32 MiB on Hopper (4 MiB before it); a
@@ -165,9 +166,17 @@ static int embed_forward(struct backend *be, const struct layer_view *l, void *o
                              l->params[EMBED_WPE], m->micro_batch, m->seq_len, m->n_embd, e);
 }
 
+static int unsupported(const struct layer_view *l, struct err *e)
+{
+    return err_set(e, ERR_FAIL,
+                   "internal: the cuda backend cannot regenerate kept tensors 0x%x of layer %d",
+                   (unsigned)l->regen, l->layer);
+}
+
 static int embed_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
-    return ERR_OK; // the tokens are all the backward needs, and they are the checkpoint
+    // the tokens are all the backward needs, and they are the checkpoint
+    return l->regen == 0 ? ERR_OK : unsupported(l, e);
 }
 
 static int embed_backward(struct backend *be, const struct layer_view *l, float loss_scale,
@@ -214,9 +223,26 @@ static int block_forward(struct backend *be, const struct layer_view *l, void *o
                             l->params[BLOCK_FCPROJ_W], l->params[BLOCK_FCPROJ_B], N, 4 * C, C, e);
 }
 
+// The whole block, or a partial option (backend.h): the attention probabilities from the kept
+// qkv (not att v: atty is kept), the GELU from the kept fch, or both; the same kernels as the
+// forward on the same inputs, so the same bits.
 static int block_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
-    return block_kept_forward(be, l, e);
+    const struct model *m = l->model;
+    const uint32_t att = REGEN_BIT(BLOCK_ATT), gelu = REGEN_BIT(BLOCK_FCH_GELU);
+    if (l->regen == sizes_full_regen(m, MODEL_LAYER_BLOCK))
+        return block_kept_forward(be, l, e);
+    if (l->regen & ~(att | gelu))
+        return unsupported(l, e);
+    kctx k = ctx_of(be, l);
+    void *const *kp = l->kept;
+    if (l->regen & att)
+        TRY(k_attention_forward(k, nullptr, kp[BLOCK_ATT], kp[BLOCK_QKV], m->micro_batch,
+                                m->seq_len, m->n_embd, m->n_head, e));
+    if (l->regen & gelu)
+        TRY(k_gelu_forward(k, kp[BLOCK_FCH_GELU], kp[BLOCK_FCH],
+                           (int64_t)m->micro_batch * m->seq_len * 4 * m->n_embd, e));
+    return ERR_OK;
 }
 
 static int block_backward(struct backend *be, const struct layer_view *l, float loss_scale,
@@ -275,6 +301,8 @@ static int head_forward(struct backend *be, const struct layer_view *l, void *ou
 
 static int head_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
+    if (l->regen != sizes_full_regen(l->model, MODEL_LAYER_HEAD))
+        return unsupported(l, e);
     return head_kept_forward(be, l, nullptr, e);
 }
 

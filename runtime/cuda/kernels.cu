@@ -452,7 +452,7 @@ static int attention_forward(const kctx &k, void *out, void *att, const void *qk
     softmax_causal_kernel<T><<<(rows + ROW_WARPS - 1) / ROW_WARPS, 32 * ROW_WARPS, 0, k.stream>>>(
         (T *)att, rows, T_);
     KERNEL_CHECK("softmax_causal_kernel", e);
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; out != nullptr && b < B; b++) {
         const T *v = (const T *)qkv + (int64_t)b * T_ * C3 + 2 * C;
         const T *a = (const T *)att + (int64_t)b * NH * TT;
         T *y = (T *)out + (int64_t)b * T_ * C;

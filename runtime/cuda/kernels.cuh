@@ -57,7 +57,7 @@ int k_matmul_backward(const kctx &k, void *dinp, float *dw, float *dbias, const 
                       const void *inp, const void *w, int N, int C, int OC, struct err *e);
 
 // causal attention over qkv (B,T,3C); att (B,NH,T,T) softmax probabilities, zero above the
-// diagonal; out (B,T,C)
+// diagonal; out (B,T,C), or the probabilities alone when out is NULL
 int k_attention_forward(const kctx &k, void *out, void *att, const void *qkv, int B, int T,
                         int C, int NH, struct err *e);
 // dqkv (B,T,3C); datt (B,NH,T,T) scratch

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "jsonio.h"
@@ -74,6 +75,8 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON *so = cJSON_CreateObject();
         cJSON_AddNumberToObject(so, "index", st->index);
         cJSON_AddStringToObject(so, "device", st->device);
+        if (st->device_kind[0])
+            cJSON_AddStringToObject(so, "device_kind", st->device_kind);
         cJSON *range = cJSON_AddArrayToObject(so, "layers");
         cJSON_AddItemToArray(range, cJSON_CreateNumber(st->first));
         cJSON_AddItemToArray(range, cJSON_CreateNumber(st->last));
@@ -191,6 +194,14 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         jsonio_int(so, file, path, "index", s, s, &v, e) ||
         jsonio_str_copy(so, file, path, "device", st->device, sizeof st->device, e))
         return e->code;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(so, "device_kind");
+    if (kind != NULL) { /* optional: plans before it have none */
+        if (!cJSON_IsString(kind) ||
+            (strcmp(kind->valuestring, "cpu") != 0 && strcmp(kind->valuestring, "cuda") != 0))
+            return err_set(e, ERR_INPUT, "%s: %s.device_kind: expected \"cpu\" or \"cuda\"",
+                           file, path);
+        snprintf(st->device_kind, sizeof st->device_kind, "%s", kind->valuestring);
+    }
     st->index = s;
     const cJSON *range = cJSON_GetObjectItemCaseSensitive(so, "layers");
     jsonio_path_key(sub, path, "layers");

@@ -6,7 +6,17 @@
 
 static int act_elem_bytes(const struct model *m)
 {
-    return m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    return sizes_act_elem_bytes(m->dtype);
+}
+
+int sizes_act_elem_bytes(enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+}
+
+int sizes_weight_elem_bytes(enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 ? 2 : 4;
 }
 
 #define ADD(n_, e_)                                                                              \
@@ -251,7 +261,7 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
         int64_t bf16_copy = 0;
         for (int i = 0; i < n; i++) {
             struct sizes_tensor half = t[i];
-            half.elem_bytes = 2;
+            half.elem_bytes = sizes_weight_elem_bytes(m->dtype);
             bf16_copy += sizes_tensor_bytes(&half);
         }
         out->state_bytes = bf16_copy + 4 * fp32_copy;

@@ -62,6 +62,11 @@ int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind);
 void sizes_layer(const struct model *m, int layer, struct layer_sizes *out);
 /* Bytes of the persistent state per parameter tensor element: 16 (fp32), 18 (bf16). */
 int sizes_state_bytes_per_param(enum model_dtype dtype);
+/* Element bytes of the weights the layers compute with (the params tables list fp32 copies):
+ * 4 for fp32, 2 for bf16 (whose fp32 master copy is a separate section). */
+int sizes_weight_elem_bytes(enum model_dtype dtype);
+/* Element bytes of activations and activation gradients: 4 for fp32, 2 for bf16. */
+int sizes_act_elem_bytes(enum model_dtype dtype);
 
 /* A partial recompute option the runtime can apply. */
 struct sizes_option {

@@ -317,6 +317,7 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
         struct plan_stage *st = &out->stages[s];
         const struct profile *prof = cluster_stage_profile(c, s);
         snprintf(st->device, sizeof st->device, "%s", c->stages[s].device);
+        snprintf(st->device_kind, sizeof st->device_kind, "%s", prof->device.kind);
         memcpy(st->layers, prof->layers + st->first,
                (size_t)plan_stage_layer_count(st) * sizeof *st->layers);
         st->in_flight = schedule_in_flight(c->schedule, S, s, c->micro_batches);

@@ -1,6 +1,6 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
- * CPU code lives today and the CUDA code (cuBLAS, bf16) will live. The schedule executor
- * (stage.c) reaches memory and layers only through this table, never a kernel directly.
+ * CPU code (backend_cpu.c, fp32) and the CUDA code (backend_cuda.cu: cuBLAS, fp32 and bf16)
+ * live. The schedule executor (stage.c) reaches memory and layers only through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
  * workspace; sizes from layout.h) and carves every tensor out of them. "Device" pointers are
@@ -13,7 +13,15 @@
  * choice for the layer, keep, whole or a partial option). Forward writes every kept tensor
  * wherever the view points, whatever the choice. Work may be queued (a CUDA stream): `sync`
  * waits for it, and the executor calls it before timing a span or handing a buffer to the
- * transport. */
+ * transport.
+ *
+ * Precision. The model's dtype decides the element type of a layer's weights (`params`),
+ * activations, activation gradients and workspace: fp32, or bf16 for a bf16 model (element
+ * sizes from common/sizes.h: sizes_weight_elem_bytes, sizes_act_elem_bytes). Parameter
+ * gradients, the fp32 master weights and AdamW's moments are fp32 in both; layer-norm
+ * statistics, token ids and losses are always fp32 / int32. For fp32 the master weights are
+ * the weights themselves. `dtypes` says which dtypes a backend computes; the executor refuses
+ * a model whose dtype its backend lacks. */
 #ifndef BALLAST_BACKEND_H
 #define BALLAST_BACKEND_H
 
@@ -57,8 +65,8 @@ struct layer_view {
     const struct model *model;
     enum model_layer_kind kind;
     int layer; /* global index */
-    float *params[SIZES_TENSORS_MAX];
-    float *grads[SIZES_TENSORS_MAX];
+    void *params[SIZES_TENSORS_MAX]; /* the weights computed with: fp32, or bf16 */
+    float *grads[SIZES_TENSORS_MAX]; /* fp32 always */
     void *kept[SIZES_TENSORS_MAX]; /* in the slot, or in the transient when regenerated */
     void *ws[SIZES_TENSORS_MAX];
     /* The kept tensors this layer regenerates (bit k: kept[k]), which live in the transient:
@@ -94,8 +102,12 @@ struct backend_layer_ops {
                     struct err *e);
 };
 
+/* Bit of enum model_dtype d in backend_ops.dtypes. */
+#define BACKEND_DTYPE_BIT(d) (1u << (unsigned)(d))
+
 struct backend_ops {
     const char *name;
+    unsigned dtypes; /* BACKEND_DTYPE_BIT of each dtype the layers compute */
     int (*alloc)(struct backend *be, int64_t bytes, void **out, struct err *e);
     void (*release)(struct backend *be, void *p);
     int (*upload)(struct backend *be, void *dst, const void *src, int64_t bytes, struct err *e);
@@ -105,9 +117,13 @@ struct backend_ops {
     int (*zero)(struct backend *be, void *dst, int64_t bytes, struct err *e);
     int (*sync)(struct backend *be, struct err *e);
     struct backend_layer_ops layer[MODEL_LAYER_HEAD + 1]; /* by enum model_layer_kind */
-    /* One AdamW step on n parameters; t is the 1-based step. */
-    int (*adamw)(struct backend *be, float *w, const float *g, float *m, float *v, int64_t n,
-                 const struct adamw_params *p, int t, int decay, struct err *e);
+    /* One AdamW step on n parameters; t is the 1-based step. Updates the fp32 `master` weights
+     * and the moments m, v from the gradients g, then, when `weights` is another buffer (a
+     * bf16 model), writes master rounded to the nearest bf16 (ties to even) into it; for fp32,
+     * weights == master. */
+    int (*adamw)(struct backend *be, void *weights, float *master, const float *g, float *m,
+                 float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
+                 int t, int decay, struct err *e);
     void (*free)(struct backend *be);
 };
 
@@ -117,7 +133,13 @@ struct backend {
     void *impl; /* the backend's own state */
 };
 
-/* The CPU backend: `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
+/* The CPU backend (fp32): `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
+
+/* The CUDA backend on device `device` (a CUDA ordinal, as in cuda:N): its own stream, cuBLAS
+ * handle and workspace, fp32 and bf16. Makes `device` the calling thread's current device.
+ * In a build without CUDA (BALLAST_CUDA=OFF, or no toolkit found) it fails with ERR_INPUT
+ * and says so; cuda_device.h has the device queries. */
+int backend_cuda_init(struct backend *be, int device, struct err *e);
 
 #endif

@@ -81,9 +81,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
                 const uint32_t *regen, int in_flight, struct err *e)
 {
     memset(sl, 0, sizeof *sl);
-    if (m->dtype != MODEL_DTYPE_FP32)
-        return err_set(e, ERR_INPUT, "the layout is fp32 (4 bytes of state per copy of a "
-                                     "parameter); this model is %s", model_dtype_name(m->dtype));
+    sl->dtype = m->dtype;
     sl->first = first;
     sl->last = last;
     sl->n_layers = last - first + 1;
@@ -91,7 +89,8 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    int64_t section = 0, slot = 0;
+    int64_t section = 0, weights = 0, slot = 0;
+    int extra_sections = m->dtype == MODEL_DTYPE_FP32 ? 3 : 4; /* fp32 beside the weights */
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         L->layer = first + i;
@@ -107,8 +106,15 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             return e->code;
         }
         int64_t end = carve(L->params, L->n_params, section, L->param_off);
-        L->state_bytes = 4 * (end - section);
+        struct sizes_tensor w[SIZES_TENSORS_MAX];
+        for (int k = 0; k < L->n_params; k++) {
+            w[k] = L->params[k];
+            w[k].elem_bytes = sizes_weight_elem_bytes(m->dtype);
+        }
+        int64_t wend = carve(w, L->n_params, weights, L->weight_off);
+        L->state_bytes = (wend - weights) + extra_sections * (end - section);
         section = end;
+        weights = wend;
         for (int k = 0; k < L->n_params; k++)
             sl->param_count += L->params[k].elems;
         /* regenerated tensors in the transient from offset 0, the others in the slot, each
@@ -133,7 +139,17 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             sl->workspace_bytes = L->ws_bytes;
     }
     sl->section_bytes = section;
-    sl->persistent_bytes = 4 * section;
+    sl->weights_bytes = weights;
+    sl->grads_at = weights;
+    if (m->dtype == MODEL_DTYPE_FP32) {
+        sl->master_at = 0;
+        sl->m_at = weights + section;
+    } else {
+        sl->master_at = weights + section;
+        sl->m_at = weights + 2 * section;
+    }
+    sl->v_at = sl->m_at + section;
+    sl->persistent_bytes = weights + extra_sections * section;
     sl->slot_bytes = slot;
     sl->activation_bytes = (int64_t)in_flight * slot;
     sl->arena_bytes =

@@ -2,8 +2,10 @@
  * tables of common/sizes.h and nothing else (planning offsets, nothing allocated: the split
  * ggml's graph allocator makes between planning and applying).
  *
- *   persistent   weights | gradients | AdamW m | AdamW v, each section one copy of every
- *                parameter tensor of the stage, in layer order then table order: sum state
+ *   persistent   fp32:  weights | gradients | AdamW m | AdamW v
+ *                bf16:  weights (bf16) | gradients | master weights | AdamW m | AdamW v
+ *                each section one copy of every parameter tensor of the stage, in layer order
+ *                then table order, fp32 but for the bf16 weights: sum state
  *   activations  in_flight slots; a slot holds, per layer in order, the kept tensors it does
  *                not regenerate (all of them, or only the checkpoint when the layer is
  *                recomputed whole, or all but a partial option's): v * sum kept
@@ -29,19 +31,26 @@ struct layer_layout {
     struct sizes_tensor params[SIZES_TENSORS_MAX];
     struct sizes_tensor kept[SIZES_TENSORS_MAX];
     struct sizes_tensor ws[SIZES_TENSORS_MAX];
-    int64_t param_off[SIZES_TENSORS_MAX]; /* in a persistent section */
-    int64_t kept_off[SIZES_TENSORS_MAX];  /* in the transient when regenerated, else in the
-                                             slot */
+    int64_t param_off[SIZES_TENSORS_MAX];  /* in an fp32 persistent section */
+    int64_t weight_off[SIZES_TENSORS_MAX]; /* in the weights section (the model's dtype;
+                                              equal to param_off for fp32) */
+    int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, else in the
+                                              slot */
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
     int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes;
 };
 
 struct stage_layout {
     int first, last, n_layers, in_flight;
+    enum model_dtype dtype;
     struct layer_layout *layers; /* owned, n_layers */
     int64_t param_count;
-    int64_t section_bytes;    /* one copy of the stage's parameters */
-    int64_t persistent_bytes; /* 4 sections */
+    int64_t section_bytes; /* one fp32 copy of the stage's parameters */
+    int64_t weights_bytes; /* the weights section: one copy in the model's dtype */
+    /* byte offsets of the sections in the persistent arena; the weights start at 0, and for
+     * fp32 the master weights are the weights (master_at 0) */
+    int64_t grads_at, master_at, m_at, v_at;
+    int64_t persistent_bytes; /* weights + 3 (fp32) or 4 (bf16) fp32 sections */
     int64_t slot_bytes;
     int64_t activation_bytes; /* in_flight slots */
     int64_t transient_bytes;

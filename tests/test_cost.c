@@ -152,6 +152,54 @@ static void test_block_sizes(void)
     CU_ASSERT_EQUAL(s.state_bytes, 2 * (12 * C * C + 13 * C) + 224 + 16 * (12 * C * C + 13 * C));
 }
 
+/* GPT-2 124M's shapes in bf16 (B=8, T=1024, C=768, NH=12, V=50257), every number by hand:
+ * BTC = 6291456, B*NH*T*T = 100663296, BT = 8192; every tensor here is a multiple of 64
+ * bytes, so no padding. */
+static void test_bf16_sizes(void)
+{
+    struct model m = {.n_layer = 12, .n_embd = 768, .n_head = 12, .seq_len = 1024,
+                      .vocab_size = 50257, .micro_batch = 8, .dtype = MODEL_DTYPE_BF16};
+    struct layer_sizes s;
+    CU_ASSERT_EQUAL(sizes_weight_elem_bytes(MODEL_DTYPE_BF16), 2);
+    CU_ASSERT_EQUAL(sizes_act_elem_bytes(MODEL_DTYPE_BF16), 2);
+    CU_ASSERT_EQUAL(sizes_state_bytes_per_param(MODEL_DTYPE_BF16), 18);
+    /* embed: wte 50257 x 768 + wpe 1024 x 768 = 39383808 parameters, 18 bytes each */
+    sizes_layer(&m, 0, &s);
+    CU_ASSERT_EQUAL(s.params, 39383808);
+    CU_ASSERT_EQUAL(s.state_bytes, 708908544);
+    CU_ASSERT_EQUAL(s.act_bytes, 32768);   /* the token ids, int32 */
+    CU_ASSERT_EQUAL(s.ckpt_bytes, 32768);
+    CU_ASSERT_EQUAL(s.out_bytes, 12582912); /* 2 x BTC */
+    CU_ASSERT_EQUAL(s.workspace_bytes, 25165824); /* out and dout */
+    /* block: 12 C^2 + 13 C = 7087872 parameters */
+    sizes_layer(&m, 1, &s);
+    CU_ASSERT_EQUAL(s.params, 7087872);
+    CU_ASSERT_EQUAL(s.state_bytes, 127581696);
+    /* kept: 16 BTC-sized bf16 tensors and the bf16 attention, 4 fp32 statistics:
+     * 2 x (16 x 6291456 + 100663296) + 4 x 4 x 8192 */
+    CU_ASSERT_EQUAL(s.act_bytes, 402784256);
+    CU_ASSERT_EQUAL(s.ckpt_bytes, 12582912);
+    CU_ASSERT_EQUAL(s.out_bytes, 12582912);
+    /* out, dout, dinp, d4 (4), dln, dqkv (3): 11 BTC, and datt: 2 x (69206016 + 100663296) */
+    CU_ASSERT_EQUAL(s.workspace_bytes, 339738624);
+    /* head: lnf_w, lnf_b and lm_w (50257 x 768) */
+    sizes_layer(&m, 13, &s);
+    CU_ASSERT_EQUAL(s.params, 38598912);
+    CU_ASSERT_EQUAL(s.state_bytes, 694780416);
+    /* inp, lnf: 2 x 12582912; targets, mean, rstd: 3 x 32768; probs B x T x V bf16:
+     * 823410688 */
+    CU_ASSERT_EQUAL(s.act_bytes, 848674816);
+    CU_ASSERT_EQUAL(s.ckpt_bytes, 12582912 + 32768);
+    CU_ASSERT_EQUAL(s.out_bytes, 4);
+    /* dlnf, dinp bf16, losses fp32 */
+    CU_ASSERT_EQUAL(s.workspace_bytes, 2 * 12582912 + 32768);
+    /* the same model in fp32 doubles every activation but the ids and statistics */
+    m.dtype = MODEL_DTYPE_FP32;
+    sizes_layer(&m, 1, &s);
+    CU_ASSERT_EQUAL(s.act_bytes, 4 * (16 * 6291456 + 100663296) + 4 * 4 * 8192);
+    CU_ASSERT_EQUAL(s.state_bytes, 16 * 7087872);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -162,5 +210,6 @@ int main(void)
     CU_add_test(s, "in-flight micro-batches", test_in_flight);
     CU_add_test(s, "memory saturates instead of wrapping", test_saturates);
     CU_add_test(s, "GPT block sizes by formula", test_block_sizes);
+    CU_add_test(s, "bf16 sizes of GPT-2 124M by hand", test_bf16_sizes);
     return test_main();
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cost.h"
+#include "cuda_device.h"
 #include "jsonio.h"
 #include "plan.h"
 #include "testutil.h"
@@ -635,7 +636,7 @@ static void test_bad_input(void)
 {
     char args[4096];
     snprintf(args, sizeof args, "--plan '%s'", plan_path[BF16]);
-    expect_refused(1, args, 2, "fp32 only");
+    expect_refused(1, args, 2, "the cpu backend does not compute bf16");
     snprintf(args, sizeof args, "--plan '%s'", plan_path[P2]);
     expect_refused(1, args, 2, "the plan has 2 stages");
     snprintf(args, sizeof args, "--plan '%s' --data '%s'", plan_path[BYTES],
@@ -646,6 +647,18 @@ static void test_bad_input(void)
     expect_refused(1, args, 2, "vocab_size >= 256");
     snprintf(args, sizeof args, "--plan '%s' --steps 0", plan_path[P1]);
     expect_refused(1, args, 2, "--steps");
+    /* a GPU asked for where there is none (or none in the build): refused with the reason */
+    int gpus = 0;
+    char why[256];
+    cuda_device_count(&gpus, why, sizeof why);
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --device cuda", plan_path[P1]);
+    if (gpus == 0)
+        expect_refused(1, args, 2, cuda_built() ? "no CUDA device is usable here"
+                                                : "built without the CUDA backend");
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --transport nccl", plan_path[P2]);
+    expect_refused(2, args, 2, "--transport nccl: rank 0 computes on the CPU");
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --device gpu", plan_path[P1]);
+    expect_refused(1, args, 2, "expected auto, cpu or cuda");
 }
 
 static void test_data_file(void)

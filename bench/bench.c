@@ -199,17 +199,22 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
     return ERR_OK;
 }
 
+static void result_free(struct bench_result *r)
+{
+    free(r->memory_bytes);
+    free(r->recompute_ms);
+    free(r->devices);
+    free(r->limit_bytes);
+    memset(r, 0, sizeof *r);
+}
+
 static void case_free(struct bench_case *k)
 {
     free(k->devices);
     free(k->limit_bytes);
     free(k->before_bytes);
-    for (int i = 0; i < BENCH_METHODS; i++) {
-        free(k->method[i].memory_bytes);
-        free(k->method[i].recompute_ms);
-        free(k->method[i].devices);
-        free(k->method[i].limit_bytes);
-    }
+    for (int i = 0; i < BENCH_METHODS; i++)
+        result_free(&k->method[i]);
     memset(k, 0, sizeof *k);
 }
 
@@ -526,11 +531,10 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
         int rc = run_method(c, BENCH_OPTIMAL, &again, &gantt, e);
         if (c == &adapted)
             cluster_free(&adapted);
-        free(again.memory_bytes);
-        free(again.recompute_ms);
+        have_gantt = again.fits;
+        result_free(&again);
         if (rc)
             goto done;
-        have_gantt = again.fits;
     }
     if (bench_write_csv(o->out_dir, cases, n_cases, e) ||
         bench_write_markdown(o->out_dir, out, cases, n_cases, detail, e) ||

@@ -8,8 +8,9 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--repartition [--search-nodes N]] [--unit BYTES]\n"
-           "                    [--time-unit MS] [-o PLAN.json] [--export FORMAT] [--quiet]\n\n"
+           "                    [--repartition [--search-nodes N]] [--whole-layers]\n"
+           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
+           "                    [--quiet]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
@@ -27,6 +28,8 @@ static void help(void)
            "                   device kinds along the pipeline (each kind's stages together);\n"
            "                   the plan reports its certified optimality_gap\n"
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
+           "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
+           "                   recompute options (attention or MLP activation only, say)\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
@@ -98,6 +101,8 @@ int cmd_plan(int argc, char **argv)
             o.search_nodes = n;
         } else if (cli_flag(argv, i, "--repartition")) {
             o.repartition = 1;
+        } else if (cli_flag(argv, i, "--whole-layers")) {
+            o.whole_layers = 1;
         } else if ((r = cli_option(argc, argv, &i, "--micro-batches", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
@@ -131,6 +136,9 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error("plan", "--cluster is required");
     if (o.repartition && o.method != METHOD_OPTIMAL)
         return cli_usage_error("plan", "--repartition applies to --method optimal only");
+    if (o.whole_layers && o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "--whole-layers applies to --method optimal only (the "
+                                       "other methods recompute whole layers anyway)");
     if (reduce_given && o.method != METHOD_PATENT)
         return cli_usage_error("plan", "--reduce applies to --method patent only");
     char name[PLAN_METHOD_MAX];

@@ -93,21 +93,26 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     memset(&p, 0, sizeof p);
     if (model_load(model_file, &m, &e))
         return cli_fail("profile", &e);
-    if (strcmp(device, "cpu") == 0 && m.dtype != MODEL_DTYPE_FP32) {
-        fprintf(stderr, "ballast profile: %s: dtype: \"%s\": the CPU layers are fp32 (bf16 is "
-                        "the CUDA backend's)\n", model_file, model_dtype_name(m.dtype));
+    p.provenance = cJSON_CreateObject();
+    struct measure_timer timer;
+    int rc = hostinfo_open(device, threads, &be, &timer, &p.device, p.provenance, &e);
+    if (rc == ERR_OK && !(be.ops->dtypes & BACKEND_DTYPE_BIT(m.dtype))) {
+        fprintf(stderr, "ballast profile: %s: dtype: \"%s\": the %s backend does not compute "
+                        "it (the CPU layers are fp32; bf16 is the CUDA backend's)\n",
+                model_file, model_dtype_name(m.dtype), be.ops->name);
+        hostinfo_close(&be, &timer);
+        profile_free(&p);
         return ERR_INPUT;
     }
-    p.provenance = cJSON_CreateObject();
-    int rc = hostinfo_open(device, threads, &be, &p.device, p.provenance, &e);
     if (rc == ERR_OK) {
         if (name != NULL)
             snprintf(p.device.name, sizeof p.device.name, "%s", name);
         /* time the layers together in half the device's memory, at most */
         struct measure_options o = {repeats, WARMUP, p.device.memory_bytes / 2,
-                                    isatty(STDERR_FILENO) ? stderr : NULL, stderr};
+                                    isatty(STDERR_FILENO) ? stderr : NULL, stderr,
+                                    timer.start != NULL ? &timer : NULL};
         rc = measure_profile(&be, &m, &o, &p, &mismatches, &e);
-        be.ops->free(&be);
+        hostinfo_close(&be, &timer);
     }
     if (rc == ERR_OK && mismatches > 0)
         fprintf(stderr,

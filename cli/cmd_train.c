@@ -12,18 +12,24 @@ static void help(void)
     printf("usage: mpirun -np S ballast train --plan PLAN.json [--steps N] [--data FILE]\n"
            "         [--seed N] [--lr X] [--threads N] [--metrics METRICS.json]\n"
            "         [--trace TRACE.json] [--save DIR [--save-every N]] [--resume DIR] "
-           "[--quiet]\n\n"
+           "[--quiet]\n"
+           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl]\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
            "recomputing the layers the plan lists, and reports measured against planned memory\n"
            "and time per stage.\n\n"
-           "  --plan FILE       the plan (ballast-plan/1); its model must be fp32\n"
+           "  --plan FILE       the plan (ballast-plan/1); fp32, or bf16 on GPUs\n"
            "  --steps N         train up to step N (default 10; a resumed run continues to N)\n"
            "  --data FILE       train on the file's bytes (vocab_size >= 256); default: a\n"
            "                    synthetic Markov source of entropy ln 4 nats per token\n"
            "  --seed N          weights and data (default 1)\n"
            "  --lr X            AdamW learning rate (default %g; betas 0.9, 0.95, eps 1e-8,\n"
            "                    weight decay 0.1 on the weight matrices and embeddings)\n"
-           "  --threads N       threads per rank (default: the host's cores / its ranks)\n"
+           "  --threads N       threads per CPU rank (default: the host's cores / its ranks)\n"
+           "  --device D        auto (default): each stage where its plan's device is, a GPU\n"
+           "                    (local rank mod the node's GPUs) for a CUDA device, else the\n"
+           "                    CPU; cpu or cuda: every stage there\n"
+           "  --transport T     auto (default): NCCL when every rank has a GPU of its own,\n"
+           "                    else MPI (host-staged for GPU ranks); mpi; nccl\n"
            "  --metrics FILE    write ballast-metrics/1 at the end\n"
            "  --trace FILE      write a Chrome trace (Perfetto) of every stage\n"
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
@@ -95,6 +101,20 @@ static int parse(int argc, char **argv, struct train_options *o)
             if (r < 0)
                 return ERR_INPUT;
             o->resume_dir = v;
+        } else if (VALUE("--device")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (strcmp(v, "auto") != 0 && strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+                return cli_usage_error("train", "--device: \"%s\", expected auto, cpu or cuda",
+                                       v);
+            o->device = v;
+        } else if (VALUE("--transport")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (strcmp(v, "auto") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "nccl") != 0)
+                return cli_usage_error("train",
+                                       "--transport: \"%s\", expected auto, mpi or nccl", v);
+            o->transport = v;
         } else if (cli_flag(argv, i, "--quiet")) {
             o->quiet = 1;
         } else {
@@ -122,7 +142,8 @@ int cmd_train(int argc, char **argv)
         return ERR_FAIL;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    struct train_options o = {.steps = 10, .seed = 1, .lr = TRAIN_DEFAULT_LR};
+    struct train_options o = {.steps = 10, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
+                              .transport = "auto"};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
     if (rank != 0) {

@@ -2,7 +2,9 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "jsonio.h"
@@ -73,13 +75,30 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON *so = cJSON_CreateObject();
         cJSON_AddNumberToObject(so, "index", st->index);
         cJSON_AddStringToObject(so, "device", st->device);
+        if (st->device_kind[0])
+            cJSON_AddStringToObject(so, "device_kind", st->device_kind);
         cJSON *range = cJSON_AddArrayToObject(so, "layers");
         cJSON_AddItemToArray(range, cJSON_CreateNumber(st->first));
         cJSON_AddItemToArray(range, cJSON_CreateNumber(st->last));
         cJSON *rec = cJSON_AddArrayToObject(so, "recompute");
-        for (int l = 0; l < plan_stage_layer_count(st); l++)
-            if (st->recompute[l])
+        int partial = 0;
+        for (int l = 0; l < plan_stage_layer_count(st); l++) {
+            if (st->recompute[l] == COST_FULL)
                 cJSON_AddItemToArray(rec, cJSON_CreateNumber(st->first + l));
+            partial += st->recompute[l] >= COST_OPTION;
+        }
+        if (partial > 0) {
+            cJSON *opts = cJSON_AddArrayToObject(so, "recompute_options");
+            for (int l = 0; l < plan_stage_layer_count(st); l++) {
+                if (st->recompute[l] < COST_OPTION)
+                    continue;
+                cJSON *item = cJSON_CreateObject();
+                cJSON_AddNumberToObject(item, "layer", st->first + l);
+                cJSON_AddStringToObject(item, "option",
+                                        cost_choice_name(&st->layers[l], st->recompute[l]));
+                cJSON_AddItemToArray(opts, item);
+            }
+        }
         jsonio_add_int(so, "memory_bytes", st->memory_bytes);
         jsonio_add_int(so, "memory_limit_bytes", st->memory_limit_bytes);
         jsonio_add_int(so, "capacity_bytes", st->capacity_bytes);
@@ -120,6 +139,50 @@ int plan_write(const char *file, const struct plan *p, struct err *e)
     return rc;
 }
 
+/* "recompute_options": [{"layer", "option"}], after the layer costs that name the options. */
+static int read_options(const cJSON *so, const char *file, const char *path,
+                        struct plan_stage *st, struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(so, "recompute_options");
+    if (list == NULL)
+        return ERR_OK;
+    jsonio_path_key(sub, path, "recompute_options");
+    if (jsonio_expect_array(list, file, sub, e))
+        return e->code;
+    int k = 0;
+    for (const cJSON *it = list->child; it != NULL; it = it->next, k++) {
+        char ip[JSONIO_PATH_MAX];
+        const char *name;
+        int64_t v;
+        jsonio_path_index(ip, sub, k);
+        if (jsonio_expect_object(it, file, ip, e) ||
+            jsonio_int(it, file, ip, "layer", st->first, st->last, &v, e) ||
+            jsonio_str(it, file, ip, "option", &name, e))
+            return e->code;
+        int l = (int)(v - st->first);
+        const struct layer_cost *c = &st->layers[l];
+        if (st->recompute[l])
+            return err_set(e, ERR_INPUT, "%s: %s.layer: layer %lld already has a recompute "
+                           "choice (recompute or an earlier entry)", file, ip, (long long)v);
+        for (int o = 0; o < c->n_options && !st->recompute[l]; o++)
+            if (strcmp(c->options[o].name, name) == 0)
+                st->recompute[l] = (unsigned char)(COST_OPTION + o);
+        if (!st->recompute[l]) {
+            char known[PROFILE_OPTIONS_MAX * (PROFILE_OPTION_NAME_MAX + 2) + 8] = "";
+            for (int o = 0; o < c->n_options; o++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                         o ? ", " : "", c->options[o].name);
+            return err_set(e, ERR_INPUT,
+                           "%s: %s.option: \"%s\" is not a recompute option of layer %lld (%s), "
+                           "whose layer costs list %s",
+                           file, ip, name, (long long)v, c->name,
+                           c->n_options ? known : "none");
+        }
+    }
+    return ERR_OK;
+}
+
 static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                       int expect_first, struct err *e)
 {
@@ -131,6 +194,14 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         jsonio_int(so, file, path, "index", s, s, &v, e) ||
         jsonio_str_copy(so, file, path, "device", st->device, sizeof st->device, e))
         return e->code;
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(so, "device_kind");
+    if (kind != NULL) { /* optional: plans before it have none */
+        if (!cJSON_IsString(kind) ||
+            (strcmp(kind->valuestring, "cpu") != 0 && strcmp(kind->valuestring, "cuda") != 0))
+            return err_set(e, ERR_INPUT, "%s: %s.device_kind: expected \"cpu\" or \"cuda\"",
+                           file, path);
+        snprintf(st->device_kind, sizeof st->device_kind, "%s", kind->valuestring);
+    }
     st->index = s;
     const cJSON *range = cJSON_GetObjectItemCaseSensitive(so, "layers");
     jsonio_path_key(sub, path, "layers");
@@ -175,7 +246,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         if (st->recompute[v - st->first])
             return err_set(e, ERR_INPUT, "%s: %s: layer %lld listed twice", file, ip,
                            (long long)v);
-        st->recompute[v - st->first] = 1;
+        st->recompute[v - st->first] = COST_FULL;
     }
     int64_t in_flight;
     if (jsonio_int(so, file, path, "memory_bytes", 0, JSONIO_INT_MAX, &st->memory_bytes, e) ||
@@ -219,6 +290,8 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
             return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, ip,
                            st->layers[k].name, expect);
     }
+    if (read_options(so, file, path, st, e))
+        return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
     struct stage_cost c;

@@ -1,6 +1,8 @@
-/* The plan file (ballast-plan/1): per stage its layers, the layers it recomputes and the cost
- * model's memory and time for that choice. A plan carries each stage's layer costs and links,
- * so the simulator and the runtime need nothing else. */
+/* The plan file (ballast-plan/1): per stage its layers, the layers it recomputes (`recompute`:
+ * whole layers; `recompute_options`: [{"layer", "option"}], layers recomputed with one of
+ * their profile's partial options) and the cost model's memory and time for that choice. A
+ * plan carries each stage's layer costs and links, so the simulator and the runtime need
+ * nothing else. */
 #ifndef BALLAST_PLAN_H
 #define BALLAST_PLAN_H
 
@@ -16,8 +18,9 @@
 struct plan_stage {
     int index;
     char device[PROFILE_NAME_MAX];
+    char device_kind[8];      /* "cpu" or "cuda", from the stage's profile; "" if unknown */
     int first, last;          /* global layer indices, inclusive */
-    unsigned char *recompute; /* owned, one flag per layer of the stage */
+    unsigned char *recompute; /* owned, one choice (cost.h) per layer of the stage */
     struct layer_cost *layers; /* owned, the stage's layer costs */
     int in_flight;
     int64_t capacity_bytes;      /* the stage's memory_bytes in the cluster */
@@ -74,7 +77,8 @@ void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct s
 cJSON *plan_to_json(const struct plan *p);
 int plan_write(const char *file, const struct plan *p, struct err *e);
 /* Reads and validates a plan: stages tile the model's layers, recompute indices inside their
- * stage, and memory_bytes, recompute_ms and stage_ms agree with the cost model. */
+ * stage, each layer listed once in recompute and recompute_options together, options named in
+ * the layer's costs, and memory_bytes, recompute_ms and stage_ms agree with the cost model. */
 int plan_load(const char *file, struct plan *p, struct err *e);
 
 #endif

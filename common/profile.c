@@ -5,6 +5,65 @@
 
 #include "jsonio.h"
 
+static int option_from_json(const cJSON *obj, const char *file, const char *path,
+                            const struct layer_cost *c, struct recompute_option *o,
+                            struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
+    if (jsonio_expect_object(obj, file, path, e) ||
+        jsonio_str_copy(obj, file, path, "name", o->name, sizeof o->name, e) ||
+        jsonio_int(obj, file, path, "kept_bytes", 0, JSONIO_INT_MAX, &o->kept_bytes, e) ||
+        jsonio_int(obj, file, path, "transient_bytes", 0, JSONIO_INT_MAX, &o->transient_bytes,
+                   e) ||
+        jsonio_num(obj, file, path, "recompute_ms", 0, PROFILE_MS_MAX, &o->recompute_ms, e))
+        return e->code;
+    jsonio_path_key(sub, path, "name");
+    if (o->name[0] == '\0' || strcmp(o->name, "keep") == 0 || strcmp(o->name, "full") == 0)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: \"%s\": an option needs a name other than \"\", \"keep\" and "
+                       "\"full\" (every layer has those two choices already)",
+                       file, sub, o->name);
+    if (o->kept_bytes < c->ckpt_bytes || o->kept_bytes + o->transient_bytes != c->act_bytes) {
+        jsonio_path_key(sub, path, "kept_bytes");
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: %lld, with transient_bytes %lld: expected ckpt_bytes %lld <= "
+                       "kept_bytes and kept_bytes + transient_bytes = act_bytes %lld (what the "
+                       "option keeps and what it regenerates make up the layer's activations)",
+                       file, sub, (long long)o->kept_bytes, (long long)o->transient_bytes,
+                       (long long)c->ckpt_bytes, (long long)c->act_bytes);
+    }
+    return ERR_OK;
+}
+
+static int options_from_json(const cJSON *obj, const char *file, const char *path,
+                             struct layer_cost *c, struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "recompute_options");
+    c->n_options = 0;
+    if (list == NULL)
+        return ERR_OK;
+    jsonio_path_key(sub, path, "recompute_options");
+    if (jsonio_expect_array(list, file, sub, e))
+        return e->code;
+    if (cJSON_GetArraySize(list) > PROFILE_OPTIONS_MAX)
+        return err_set(e, ERR_INPUT, "%s: %s: %d options, at most %d", file, sub,
+                       cJSON_GetArraySize(list), PROFILE_OPTIONS_MAX);
+    for (const cJSON *it = list->child; it != NULL; it = it->next) {
+        char ip[JSONIO_PATH_MAX];
+        struct recompute_option *o = &c->options[c->n_options];
+        jsonio_path_index(ip, sub, c->n_options);
+        if (option_from_json(it, file, ip, c, o, e))
+            return e->code;
+        for (int k = 0; k < c->n_options; k++)
+            if (strcmp(c->options[k].name, o->name) == 0)
+                return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\" is also option %d's name",
+                               file, ip, o->name, k);
+        c->n_options++;
+    }
+    return ERR_OK;
+}
+
 int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
                          struct layer_cost *c, struct err *e)
 {
@@ -26,7 +85,7 @@ int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
                        "most what it keeps otherwise)",
                        file, sub, (long long)c->ckpt_bytes, (long long)c->act_bytes);
     }
-    return ERR_OK;
+    return options_from_json(obj, file, path, c, e);
 }
 
 cJSON *layer_cost_to_json(const struct layer_cost *c)
@@ -40,6 +99,17 @@ cJSON *layer_cost_to_json(const struct layer_cost *c)
     jsonio_add_int(o, "ckpt_bytes", c->ckpt_bytes);
     jsonio_add_int(o, "out_bytes", c->out_bytes);
     jsonio_add_int(o, "workspace_bytes", c->workspace_bytes);
+    if (c->n_options > 0) {
+        cJSON *list = cJSON_AddArrayToObject(o, "recompute_options");
+        for (int k = 0; k < c->n_options; k++) {
+            cJSON *opt = cJSON_CreateObject();
+            cJSON_AddStringToObject(opt, "name", c->options[k].name);
+            jsonio_add_int(opt, "kept_bytes", c->options[k].kept_bytes);
+            jsonio_add_int(opt, "transient_bytes", c->options[k].transient_bytes);
+            cJSON_AddNumberToObject(opt, "recompute_ms", c->options[k].recompute_ms);
+            cJSON_AddItemToArray(list, opt);
+        }
+    }
     return o;
 }
 

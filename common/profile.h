@@ -13,6 +13,21 @@
  * over many layers then stay finite, and the planner's time units stay representable. */
 #define PROFILE_MS_MAX 1e9
 
+#define PROFILE_OPTIONS_MAX 4
+#define PROFILE_OPTION_NAME_MAX 16
+
+/* A partial recomputation of a layer (`recompute_options` in the file): it keeps kept_bytes
+ * per micro-batch (ckpt_bytes <= kept_bytes <= act_bytes) and regenerates the rest,
+ * transient_bytes = act_bytes - kept_bytes, just before the layer's backward, at a cost of
+ * recompute_ms. Keeping everything (act, 0, 0 ms) and recomputing the whole layer (ckpt,
+ * act - ckpt, fwd_ms) are not options: every layer has those two. */
+struct recompute_option {
+    char name[PROFILE_OPTION_NAME_MAX];
+    int64_t kept_bytes;
+    int64_t transient_bytes;
+    double recompute_ms;
+};
+
 struct layer_cost {
     char name[MODEL_LAYER_NAME_MAX];
     double fwd_ms;
@@ -22,6 +37,8 @@ struct layer_cost {
     int64_t ckpt_bytes; /* <= act_bytes */
     int64_t out_bytes;
     int64_t workspace_bytes;
+    int n_options; /* optional in the file: 0 when absent */
+    struct recompute_option options[PROFILE_OPTIONS_MAX];
 };
 
 struct device_info {
@@ -40,7 +57,9 @@ struct profile {
 };
 
 /* Reads and validates a profile: every layer of the model, in order, with its expected
- * name; times in [0, PROFILE_MS_MAX]; 0 <= ckpt_bytes <= act_bytes. Fields a later version
+ * name; times in [0, PROFILE_MS_MAX]; 0 <= ckpt_bytes <= act_bytes; recompute options with
+ * distinct names (none "keep" or "full"), ckpt_bytes <= kept_bytes and kept_bytes +
+ * transient_bytes = act_bytes. Fields a later version
  * adds are ignored (but not in the embedded model, which must be exactly the model's). On
  * failure nothing is left allocated. */
 int profile_load(const char *file, struct profile *p, struct err *e);

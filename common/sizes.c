@@ -1,10 +1,22 @@
 #include "sizes.h"
 
+#include <string.h>
+
 #include "jsonio.h"
 
 static int act_elem_bytes(const struct model *m)
 {
-    return m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    return sizes_act_elem_bytes(m->dtype);
+}
+
+int sizes_act_elem_bytes(enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+}
+
+int sizes_weight_elem_bytes(enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 ? 2 : 4;
 }
 
 #define ADD(n_, e_)                                                                              \
@@ -139,6 +151,74 @@ int sizes_ckpt_tensor_count(enum model_layer_kind kind)
     return kind == MODEL_LAYER_HEAD ? 2 : 1;
 }
 
+/* Options by the names of the tensors they regenerate, so that a change to the tables above
+ * cannot silently shift them. */
+static const struct {
+    enum model_layer_kind kind;
+    const char *name;
+    const char *regen[3];
+} options[] = {
+    /* QK^T and the causal softmax again from the kept qkv; atty stays kept (the attention
+     * projection's input), as in Megatron-LM's selective recomputation of core attention */
+    {MODEL_LAYER_BLOCK, "attn", {"att"}},
+    {MODEL_LAYER_BLOCK, "mlp", {"fch_gelu"}}, /* GELU again from the kept fch */
+    {MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_gelu"}},
+};
+
+static uint32_t mask_of(const struct model *m, enum model_layer_kind kind,
+                        const char *const *names)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    int n = kept_tensors(m, kind, t);
+    uint32_t mask = 0;
+    for (int j = 0; j < 3 && names[j] != NULL; j++)
+        for (int k = 0; k < n; k++)
+            if (strcmp(t[k].name, names[j]) == 0)
+                mask |= (uint32_t)1 << k;
+    return mask;
+}
+
+int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
+                            struct sizes_option out[SIZES_OPTIONS_MAX])
+{
+    int count = 0;
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        if (options[i].kind == kind && count < SIZES_OPTIONS_MAX)
+            out[count++] = (struct sizes_option){options[i].name,
+                                                 mask_of(m, kind, options[i].regen)};
+    return count;
+}
+
+int sizes_find_option(const struct model *m, enum model_layer_kind kind, const char *name,
+                      uint32_t *regen)
+{
+    struct sizes_option o[SIZES_OPTIONS_MAX];
+    int n = sizes_recompute_options(m, kind, o);
+    for (int i = 0; i < n; i++)
+        if (strcmp(o[i].name, name) == 0) {
+            *regen = o[i].regen;
+            return 1;
+        }
+    return 0;
+}
+
+uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    int n = kept_tensors(m, kind, t), ckpt = sizes_ckpt_tensor_count(kind);
+    return (((uint32_t)1 << n) - 1) & ~(((uint32_t)1 << ckpt) - 1);
+}
+
+void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32_t regen,
+                       int64_t *kept, int64_t *transient)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    int n = kept_tensors(m, kind, t);
+    *kept = *transient = 0;
+    for (int k = 0; k < n; k++)
+        *(regen >> k & 1 ? transient : kept) += sizes_tensor_bytes(&t[k]);
+}
+
 int64_t sizes_tensor_bytes(const struct sizes_tensor *t)
 {
     int64_t b = t->elems * t->elem_bytes;
@@ -181,7 +261,7 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
         int64_t bf16_copy = 0;
         for (int i = 0; i < n; i++) {
             struct sizes_tensor half = t[i];
-            half.elem_bytes = 2;
+            half.elem_bytes = sizes_weight_elem_bytes(m->dtype);
             bf16_copy += sizes_tensor_bytes(&half);
         }
         out->state_bytes = bf16_copy + 4 * fp32_copy;

@@ -12,7 +12,12 @@
  *              the layer is a stage's last), the incoming and outgoing activation gradients,
  *              and internal gradients: `workspace_bytes`.
  * Shapes: B micro_batch, T seq_len, C n_embd, NH n_head, V vocab_size; element size e is 4 for
- * fp32 and 2 for bf16; layer-norm statistics, token ids and losses are always 4 bytes. */
+ * fp32 and 2 for bf16; layer-norm statistics, token ids and losses are always 4 bytes.
+ *
+ * Recomputation is a set of kept tensors, `regen` (bit k: kept tensor k), that the layer does
+ * not keep: it writes them to the transient in forward and regenerates them there just before
+ * its backward. Whole-layer recomputation regenerates every kept tensor but the checkpoint;
+ * the partial options below regenerate fewer, from kept tensors other than the checkpoint. */
 #ifndef BALLAST_SIZES_H
 #define BALLAST_SIZES_H
 
@@ -23,6 +28,7 @@
 
 #define SIZES_ALIGN 64
 #define SIZES_TENSORS_MAX 16
+#define SIZES_OPTIONS_MAX 4
 
 enum sizes_class { SIZES_PARAMS, SIZES_KEPT, SIZES_WORKSPACE };
 
@@ -56,6 +62,33 @@ int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind);
 void sizes_layer(const struct model *m, int layer, struct layer_sizes *out);
 /* Bytes of the persistent state per parameter tensor element: 16 (fp32), 18 (bf16). */
 int sizes_state_bytes_per_param(enum model_dtype dtype);
+/* Element bytes of the weights the layers compute with (the params tables list fp32 copies):
+ * 4 for fp32, 2 for bf16 (whose fp32 master copy is a separate section). */
+int sizes_weight_elem_bytes(enum model_dtype dtype);
+/* Element bytes of activations and activation gradients: 4 for fp32, 2 for bf16. */
+int sizes_act_elem_bytes(enum model_dtype dtype);
+
+/* A partial recompute option the runtime can apply. */
+struct sizes_option {
+    const char *name;
+    uint32_t regen;
+};
+
+/* The partial recompute options of a layer kind (a block: "attn", the attention probabilities
+ * from qkv as Megatron-LM's selective recomputation; "mlp", the GELU from fch; "attn+mlp");
+ * returns how many. */
+int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
+                            struct sizes_option out[SIZES_OPTIONS_MAX]);
+/* The regen set of the option named `name` for this kind; 0 (and *regen untouched) if the
+ * kind has no such option. */
+int sizes_find_option(const struct model *m, enum model_layer_kind kind, const char *name,
+                      uint32_t *regen);
+/* Whole-layer recomputation: every kept tensor but the checkpoint. */
+uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind);
+/* Bytes per micro-batch kept in the slot and regenerated into the transient for a regen
+ * set; kept + transient = act_bytes. */
+void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32_t regen,
+                       int64_t *kept, int64_t *transient);
 
 /* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
  * model would exceed 2^53. */

@@ -1,7 +1,10 @@
 /* `ballast plan --export colossalai|nemo|megatron`: a plan in the form those frameworks take.
  * They count transformer blocks per stage (the embedding rides with the first stage, the
  * head with the last) and recompute the first N blocks of a stage; what a framework cannot
- * express is said in a comment, always erring towards more recomputation, never less. */
+ * express is said in a comment, always erring towards more recomputation, never less. A block
+ * the plan recomputes only in part (a recompute option) counts as recomputed whole, except in
+ * Megatron-LM when the plan recomputes no block whole: its selective recomputation
+ * (--recompute-modules core_attn mlp, every block of every stage) covers Ballast's options. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,21 +14,37 @@
 
 struct stage_counts {
     int blocks;    /* transformer blocks on the stage */
-    int recompute; /* of which recomputed */
+    int recompute; /* of which recomputed, whole or in part */
+    int partial;   /* of which in part (an option) */
     int other;     /* embed or head recomputed: no framework here recomputes those */
 };
 
-static void count(const struct plan *p, struct stage_counts *c)
+/* What options the plan's blocks use, as Megatron-LM's selective modules cover them. */
+struct option_use {
+    int attn, mlp, other; /* blocks recomputing the attention, the MLP activation, else */
+};
+
+static void count(const struct plan *p, struct stage_counts *c, struct option_use *u)
 {
+    *u = (struct option_use){0, 0, 0};
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
-        c[s] = (struct stage_counts){0, 0, 0};
+        c[s] = (struct stage_counts){0, 0, 0, 0};
         for (int l = st->first; l <= st->last; l++) {
             int block = model_layer_kind(&p->model, l) == MODEL_LAYER_BLOCK;
-            int rec = st->recompute[l - st->first];
+            int choice = st->recompute[l - st->first];
             c[s].blocks += block;
-            c[s].recompute += block && rec;
-            c[s].other += !block && rec;
+            c[s].recompute += block && choice != COST_KEEP;
+            c[s].other += !block && choice != COST_KEEP;
+            if (!block || choice < COST_OPTION)
+                continue;
+            c[s].partial++;
+            const char *name = cost_choice_name(&st->layers[l - st->first], choice);
+            int attn = strcmp(name, "attn") == 0 || strcmp(name, "attn+mlp") == 0;
+            int mlp = strcmp(name, "mlp") == 0 || strcmp(name, "attn+mlp") == 0;
+            u->attn += attn;
+            u->mlp += mlp;
+            u->other += !attn && !mlp;
         }
     }
 }
@@ -43,6 +62,25 @@ static void header(FILE *f, const struct plan *p, const char *comment)
     fprintf(f, "\n");
 }
 
+/* Blocks recomputed in part, counted as whole by a framework that cannot do otherwise. */
+static void partial_note(FILE *f, const struct plan *p, const struct stage_counts *c,
+                         const char *framework, const char *comment)
+{
+    int partial = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        partial += c[s].partial;
+    if (partial == 0)
+        return;
+    fprintf(f, "%s note: the plan recomputes %d block(s) only in part (recompute options), per "
+               "stage [",
+            comment, partial);
+    for (int s = 0; s < p->n_stages; s++)
+        fprintf(f, "%s%d", s ? ", " : "", c[s].partial);
+    fprintf(f, "]; %s cannot express them here, so they count as recomputed whole below (more "
+               "recomputation, less memory)\n",
+            framework);
+}
+
 static void notes(FILE *f, const struct plan *p, const struct stage_counts *c,
                   const char *comment)
 {
@@ -52,10 +90,13 @@ static void notes(FILE *f, const struct plan *p, const struct stage_counts *c,
             const struct layer_cost *lc = &st->layers[l];
             if (!st->recompute[l] || model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
                 continue;
+            int64_t kept, transient;
+            double ms;
+            cost_choice(lc, st->recompute[l], &kept, &transient, &ms);
             fprintf(f, "%s note: stage %d also recomputes its %s, which the framework keeps: "
                        "%.3f GiB more there\n",
                     comment, s, lc->name,
-                    (double)st->in_flight * (lc->act_bytes - lc->ckpt_bytes) / 1073741824.0);
+                    (double)st->in_flight * (lc->act_bytes - kept) / 1073741824.0);
         }
         if (c[s].blocks == 0)
             fprintf(f, "%s note: stage %d holds no transformer block (only %s)\n", comment, s,
@@ -78,6 +119,7 @@ static int export_colossalai(FILE *f, const struct plan *p, const struct stage_c
 {
     header(f, p, "#");
     notes(f, p, c, "#");
+    partial_note(f, p, c, "ColossalAI", "#");
     fprintf(f, "from colossalai.booster.plugin import HybridParallelPlugin\n"
                "from colossalai.shardformer import PipelineGradientCheckpointConfig\n\n"
                "plugin = HybridParallelPlugin(\n"
@@ -108,6 +150,7 @@ static int export_nemo(FILE *f, const struct plan *p, const struct stage_counts 
         even = even && c[s].blocks == c[0].blocks;
     header(f, p, "#");
     notes(f, p, c, "#");
+    partial_note(f, p, c, "NeMo", "#");
     if (!even) {
         fprintf(f, "# note: NeMo splits the blocks evenly over the stages; this plan's split ");
         list(f, c, S, 0);
@@ -163,15 +206,49 @@ static int export_nemo(FILE *f, const struct plan *p, const struct stage_counts 
     return ERR_OK;
 }
 
-static int export_megatron(FILE *f, const struct plan *p, const struct stage_counts *c)
+/* Megatron-LM's selective recomputation, when the plan recomputes no block whole: core_attn
+ * frees the attention probabilities and keeps its output, as Ballast's attn does; its mlp
+ * recomputes the whole MLP from its input, more than Ballast's GELU-only mlp. Either applies
+ * to every block of every stage. */
+static void megatron_selective(FILE *f, const struct plan *p, const struct stage_counts *c,
+                               const struct option_use *u)
 {
-    int S = p->n_stages, most = 0;
+    int kept = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        kept += c[s].blocks - c[s].partial;
+    if (kept > 0)
+        fprintf(f, "# note: Megatron-LM's selective recomputation applies to every block; the "
+                   "plan keeps %d block(s) whole, which it recomputes too\n",
+                kept);
+    if (u->mlp > 0)
+        fprintf(f, "# note: Megatron-LM's mlp module recomputes the whole MLP from its input "
+                   "where the plan recomputes only the GELU (more recomputation, less memory)\n");
+    fprintf(f, "--recompute-granularity selective --recompute-modules%s%s\n",
+            u->attn ? " core_attn" : "", u->mlp ? " mlp" : "");
+}
+
+static int export_megatron(FILE *f, const struct plan *p, const struct stage_counts *c,
+                           const struct option_use *u)
+{
+    int S = p->n_stages, most = 0, whole = 0, partial = 0;
     header(f, p, "#");
     notes(f, p, c, "#");
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < S; s++) {
+        whole += c[s].recompute - c[s].partial;
+        partial += c[s].partial;
+    }
+    /* selective when the plan recomputes no block whole and its options are Megatron's */
+    int selective = whole == 0 && partial > 0 && u->other == 0;
+    if (!selective && partial > 0) {
+        if (u->other == 0)
+            fprintf(f, "# note: Megatron-LM cannot combine full and selective recomputation; "
+                       "the plan also recomputes blocks whole\n");
+        partial_note(f, p, c, "Megatron-LM", "#");
+    }
+    for (int s = 0; s < S && !selective; s++)
         most = c[s].recompute > most ? c[s].recompute : most;
     int over = 0;
-    for (int s = 0; s < S; s++) {
+    for (int s = 0; s < S && !selective; s++) {
         int got = most < c[s].blocks ? most : c[s].blocks;
         over += got - c[s].recompute;
     }
@@ -195,6 +272,8 @@ static int export_megatron(FILE *f, const struct plan *p, const struct stage_cou
     else if (S >= 3)
         fprintf(f, "# note: Megatron-LM before the layout flag can make only the first and last "
                    "stage uneven; this split needs --pipeline-model-parallel-layout\n");
+    if (selective) /* its notes come before the arguments too */
+        megatron_selective(f, p, c, u);
     /* the layout string: E the embedding, t a block, L the loss head, | between stages */
     fprintf(f, "--pipeline-model-parallel-size %d \\\n--pipeline-model-parallel-layout \"", S);
     for (int s = 0; s < S; s++) {
@@ -222,14 +301,15 @@ int planner_export(FILE *f, const struct plan *p, const char *format, struct err
     struct stage_counts *c = calloc((size_t)p->n_stages, sizeof *c);
     if (c == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    count(p, c);
+    struct option_use u;
+    count(p, c, &u);
     int rc;
     if (strcmp(format, "colossalai") == 0)
         rc = export_colossalai(f, p, c);
     else if (strcmp(format, "nemo") == 0)
         rc = export_nemo(f, p, c);
     else if (strcmp(format, "megatron") == 0)
-        rc = export_megatron(f, p, c);
+        rc = export_megatron(f, p, c, &u);
     else
         rc = err_set(e, ERR_INPUT, "--export: \"%s\", expected colossalai, nemo or megatron",
                      format);

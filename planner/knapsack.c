@@ -1,25 +1,41 @@
 #include "knapsack.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cost.h"
 
 static int64_t saturate(__int128 v)
 {
     return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
-               int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e)
+static int64_t units_of(__int128 bytes, int64_t unit, int64_t cap)
+{
+    __int128 u = (bytes + unit - 1) / unit;
+    return (int64_t)(u > cap + 1 ? cap + 1 : u);
+}
+
+static int build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
+                 int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, int options,
+                 struct err *e)
 {
     memset(p, 0, sizeof *p);
     size_t count = n > 0 ? (size_t)n : 1;
+    int n_choices = 0;
+    for (int l = 0; l < n; l++)
+        n_choices += options ? cost_choice_count(&layers[l]) : COST_OPTION;
     p->n = n;
     p->w = calloc(count, sizeof *p->w);
     p->t = calloc(count, sizeof *p->t);
     double *fwd = calloc(count, sizeof *fwd);
     p->fwd = fwd;
-    if (p->w == NULL || p->t == NULL || fwd == NULL) {
+    p->first_choice = calloc(count + 1, sizeof *p->first_choice);
+    p->choices = calloc((size_t)n_choices + 1, sizeof *p->choices);
+    if (p->w == NULL || p->t == NULL || fwd == NULL || p->first_choice == NULL ||
+        p->choices == NULL) {
         knap_free(p);
         return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
     }
@@ -36,15 +52,40 @@ int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, i
     p->fixed_bytes = saturate(fixed);
     p->limit_bytes = limit_bytes;
     p->unit_bytes = unit_bytes;
+    int k = 0;
     for (int l = 0; l < n; l++) {
-        __int128 d = layers[l].act_bytes - layers[l].ckpt_bytes;
-        __int128 w = (in_flight * d + unit_bytes - 1) / unit_bytes;
-        __int128 t = (d + unit_bytes - 1) / unit_bytes;
-        p->w[l] = (int64_t)(w > p->cap + 1 ? p->cap + 1 : w);
-        p->t[l] = (int64_t)(t > p->cap + 1 ? p->cap + 1 : t);
-        fwd[l] = layers[l].fwd_ms;
+        const struct layer_cost *c = &layers[l];
+        __int128 d = c->act_bytes - c->ckpt_bytes;
+        p->w[l] = units_of(in_flight * d, unit_bytes, p->cap);
+        p->t[l] = units_of(d, unit_bytes, p->cap);
+        fwd[l] = c->fwd_ms;
+        p->first_choice[l] = k;
+        p->choices[k++] = (struct knap_choice){p->w[l], 0, 0};
+        p->choices[k++] = (struct knap_choice){0, p->t[l], c->fwd_ms};
+        for (int o = 0; options && o < c->n_options; o++) {
+            const struct recompute_option *opt = &c->options[o];
+            p->choices[k++] = (struct knap_choice){
+                units_of((__int128)in_flight * (opt->kept_bytes - c->ckpt_bytes), unit_bytes,
+                         p->cap),
+                units_of(opt->transient_bytes, unit_bytes, p->cap), opt->recompute_ms};
+            p->multi = 1;
+        }
     }
+    p->first_choice[n] = k;
     return ERR_OK;
+}
+
+int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
+               int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e)
+{
+    return build(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 0, e);
+}
+
+int knap_build_options(struct knap_problem *p, const struct layer_cost *layers, int n,
+                       int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
+                       int64_t unit_bytes, struct err *e)
+{
+    return build(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 1, e);
 }
 
 void knap_free(struct knap_problem *p)
@@ -52,6 +93,8 @@ void knap_free(struct knap_problem *p)
     free(p->w);
     free(p->t);
     free((void *)p->fwd);
+    free(p->first_choice);
+    free(p->choices);
     memset(p, 0, sizeof *p);
 }
 
@@ -60,10 +103,10 @@ int64_t knap_units(const struct knap_problem *p, const unsigned char *recompute)
     __int128 kept = 0;
     int64_t transient = 0;
     for (int l = 0; l < p->n; l++) {
-        if (!recompute[l])
-            kept += p->w[l];
-        else if (p->t[l] > transient)
-            transient = p->t[l];
+        const struct knap_choice *c = &p->choices[p->first_choice[l] + recompute[l]];
+        kept += c->w;
+        if (c->t > transient)
+            transient = c->t;
     }
     return saturate(kept + transient);
 }
@@ -73,7 +116,7 @@ double knap_recompute_ms(const struct knap_problem *p, const unsigned char *reco
     double r = 0;
     for (int l = 0; l < p->n; l++)
         if (recompute[l])
-            r += p->fwd[l];
+            r += p->choices[p->first_choice[l] + recompute[l]].ms;
     return r;
 }
 
@@ -249,6 +292,8 @@ int knap_min_recompute_subsets(const struct knap_problem *p, unsigned char *reco
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e)
 {
     int n = p->n;
+    if (p->multi)
+        return knap_min_recompute_mc(p, recompute, e);
     /* The common cases need no table: even full recomputation (the least memory) does not
      * fit, or keeping everything does and no layer is free to recompute (one that is would
      * save memory at no cost, which the tie rule wants). */
@@ -460,5 +505,232 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
     free(choice);
     if (rc == ERR_OK)
         *distance = best_d;
+    return rc;
+}
+
+/* ---- multiple choice ---- */
+
+/* A state of the multiple-choice DP after some layers: kept units, index of the largest
+ * transient among the distinct transients, recompute time; `id` is its entry in the history
+ * (a candidate's `id` is its parent's, until it is kept). */
+struct mc_state {
+    int64_t w;
+    int32_t tix;
+    int32_t id;
+    double ms;
+    int32_t choice; /* the layer's choice that made it */
+};
+
+static int compare_state(const void *a, const void *b)
+{
+    const struct mc_state *x = a, *y = b;
+    if (x->w != y->w)
+        return x->w < y->w ? -1 : 1;
+    if (x->tix != y->tix)
+        return x->tix < y->tix ? -1 : 1;
+    return x->ms < y->ms ? -1 : x->ms > y->ms;
+}
+
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The least time of the states kept so far whose transient index is at most i: a Fenwick tree
+ * of prefix minima (values only decrease while one layer's candidates are swept). */
+static double prefix_min(const double *tree, int i)
+{
+    double m = INFINITY;
+    for (i++; i > 0; i -= i & -i)
+        m = tree[i] < m ? tree[i] : m;
+    return m;
+}
+
+static void lower(double *tree, int size, int i, double v)
+{
+    for (i++; i <= size; i += i & -i)
+        if (v < tree[i])
+            tree[i] = v;
+}
+
+static int choice_fits(const struct knap_problem *p, const struct knap_choice *c)
+{
+    return c->w <= p->cap && c->t <= p->cap;
+}
+
+/* The history of kept states, to reconstruct the choice: each one's parent and choice. */
+struct mc_history {
+    int32_t *parent;
+    unsigned char *choice;
+    int64_t used, cap;
+};
+
+static int history_add(struct mc_history *h, int32_t parent, int choice, int n,
+                       struct err *e)
+{
+    if (h->used == h->cap) {
+        if (h->cap >= KNAP_STATES_MAX)
+            return err_set(e, ERR_INPUT,
+                           "the multiple-choice knapsack of %d layers would keep more than %lld "
+                           "states: use a coarser --unit",
+                           n, (long long)KNAP_STATES_MAX);
+        int64_t cap = h->cap ? 2 * h->cap : 1024;
+        int32_t *parent = realloc(h->parent, (size_t)cap * sizeof *parent);
+        if (parent != NULL)
+            h->parent = parent;
+        unsigned char *choice = realloc(h->choice, (size_t)cap);
+        if (choice != NULL)
+            h->choice = choice;
+        if (parent == NULL || choice == NULL)
+            return err_set(e, ERR_FAIL, "out of memory for %lld knapsack states",
+                           (long long)cap);
+        h->cap = cap;
+    }
+    h->parent[h->used] = parent;
+    h->choice[h->used] = (unsigned char)choice;
+    h->used++;
+    return ERR_OK;
+}
+
+int knap_min_recompute_mc(const struct knap_problem *p, unsigned char *recompute,
+                          struct err *e)
+{
+    int n = p->n;
+    /* Whole-layer recomputation everywhere needs the fewest units (knapsack.h); keeping
+     * everything takes no time and, unless some choice is free, is the only choice that
+     * does. */
+    __int128 all_kept = 0;
+    int64_t most_transient = 0;
+    int free_choice = 0;
+    for (int l = 0; l < n; l++) {
+        all_kept += p->w[l];
+        most_transient = p->t[l] > most_transient ? p->t[l] : most_transient;
+        for (int c = p->first_choice[l] + 1; c < p->first_choice[l + 1]; c++)
+            free_choice |= p->choices[c].ms == 0;
+    }
+    if (most_transient > p->cap)
+        return ERR_NOFIT;
+    memset(recompute, 0, (size_t)n);
+    if (all_kept <= p->cap && !free_choice)
+        return ERR_OK;
+
+    int n_choices = p->first_choice[n], D = 0, rc = ERR_OK;
+    int64_t *tvals = malloc((size_t)(n_choices + 1) * sizeof *tvals);
+    int64_t *rest = malloc((size_t)(n + 1) * sizeof *rest);
+    double *tree = malloc((size_t)(n_choices + 2) * sizeof *tree);
+    struct mc_state *cur = malloc(sizeof *cur), *cand = NULL;
+    struct mc_history h = {0};
+    int64_t n_cur = 1, cur_cap = 1, cand_cap = 0;
+    if (tvals == NULL || rest == NULL || tree == NULL || cur == NULL) {
+        rc = err_set(e, ERR_FAIL, "out of memory");
+        goto done;
+    }
+    /* the distinct transients of the choices that can fit, 0 first */
+    tvals[D++] = 0;
+    for (int c = 0; c < n_choices; c++)
+        if (choice_fits(p, &p->choices[c]))
+            tvals[D++] = p->choices[c].t;
+    qsort(tvals, (size_t)D, sizeof *tvals, compare_i64);
+    int distinct = 1;
+    for (int i = 1; i < D; i++)
+        if (tvals[i] != tvals[distinct - 1])
+            tvals[distinct++] = tvals[i];
+    D = distinct;
+    /* rest[l]: the fewest units layers l.. can keep (at most n (cap + 1): no overflow) */
+    rest[n] = 0;
+    for (int l = n - 1; l >= 0; l--) {
+        int64_t least = p->cap + 1;
+        for (int c = p->first_choice[l]; c < p->first_choice[l + 1]; c++)
+            if (choice_fits(p, &p->choices[c]) && p->choices[c].w < least)
+                least = p->choices[c].w;
+        rest[l] = rest[l + 1] + least;
+    }
+    cur[0] = (struct mc_state){0, 0, -1, 0, 0};
+    for (int l = 0; l < n && rc == ERR_OK; l++) {
+        int k = p->first_choice[l + 1] - p->first_choice[l];
+        if (n_cur * k > cand_cap) {
+            if (n_cur * k > KNAP_STATES_MAX) {
+                rc = err_set(e, ERR_INPUT,
+                             "the multiple-choice knapsack of %d layers would weigh %lld "
+                             "candidate states at layer %d (more than %lld): use a coarser "
+                             "--unit",
+                             n, (long long)(n_cur * k), l, (long long)KNAP_STATES_MAX);
+                break;
+            }
+            free(cand);
+            cand_cap = n_cur * k;
+            cand = malloc((size_t)cand_cap * sizeof *cand);
+            if (cand == NULL) {
+                rc = err_set(e, ERR_FAIL, "out of memory for %lld knapsack states",
+                             (long long)cand_cap);
+                break;
+            }
+        }
+        int64_t m = 0;
+        for (int64_t s = 0; s < n_cur; s++)
+            for (int c = 0; c < k; c++) {
+                const struct knap_choice *ch = &p->choices[p->first_choice[l] + c];
+                if (!choice_fits(p, ch))
+                    continue;
+                int32_t tix = cur[s].tix;
+                while (tvals[tix] < ch->t)
+                    tix++;
+                int64_t w = cur[s].w + ch->w;
+                if ((__int128)w + rest[l + 1] + tvals[tix] > p->cap)
+                    continue; /* cannot fit whatever the layers after it choose */
+                cand[m++] = (struct mc_state){w, tix, cur[s].id, cur[s].ms + ch->ms, c};
+            }
+        qsort(cand, (size_t)m, sizeof *cand, compare_state);
+        for (int i = 0; i <= D; i++)
+            tree[i] = INFINITY;
+        /* sorted by units, then transient: a candidate is beaten exactly when a state kept
+         * before it, with no larger transient, takes no more time */
+        int64_t kept = 0;
+        for (int64_t i = 0; i < m && rc == ERR_OK; i++) {
+            if (!(prefix_min(tree, cand[i].tix) > cand[i].ms))
+                continue;
+            lower(tree, D, cand[i].tix, cand[i].ms);
+            rc = history_add(&h, cand[i].id, cand[i].choice, n, e);
+            cand[kept] = cand[i];
+            cand[kept++].id = (int32_t)(h.used - 1);
+        }
+        if (rc == ERR_OK && kept == 0)
+            rc = ERR_NOFIT; /* nothing fits these layers */
+        /* the kept candidates are the next layer's states */
+        struct mc_state *swap = cur;
+        int64_t swap_cap = cur_cap;
+        cur = cand;
+        cur_cap = cand_cap;
+        cand = swap;
+        cand_cap = swap_cap;
+        n_cur = kept;
+    }
+    if (rc != ERR_OK)
+        goto done;
+    /* the least time, then (among times equal up to rounding) the fewest units */
+    double least = INFINITY;
+    for (int64_t s = 0; s < n_cur; s++)
+        least = cur[s].ms < least ? cur[s].ms : least;
+    int64_t best = -1, best_units = 0;
+    for (int64_t s = 0; s < n_cur; s++) {
+        int64_t units = cur[s].w + tvals[cur[s].tix];
+        if (!less_time(least, cur[s].ms) && (best < 0 || units < best_units)) {
+            best = s;
+            best_units = units;
+        }
+    }
+    for (int32_t id = best >= 0 ? cur[best].id : -1, l = n - 1; id >= 0 && l >= 0; l--) {
+        recompute[l] = h.choice[id];
+        id = h.parent[id];
+    }
+done:
+    free(tvals);
+    free(rest);
+    free(tree);
+    free(cur);
+    free(cand);
+    free(h.parent);
+    free(h.choice);
     return rc;
 }

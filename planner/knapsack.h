@@ -17,7 +17,19 @@
  * layers with t_l > tau must be kept, the rest form a plain knapsack of capacity cap - tau.
  * Every choice is found at tau = its own transient, so the best over all tau is exact. With
  * the layers sorted by t_l, the optional layers of each tau are a prefix of that order, so one
- * pass of the DP over the sorted layers serves every tau. */
+ * pass of the DP over the sorted layers serves every tau.
+ *
+ * Multiple choice (knap_build_options). A layer with recompute options (profile.h) has more
+ * choices than keep (w_l, transient 0) and full (0, t_l): option k keeps
+ *   w = ceil(v * (kept_k - ckpt_l) / unit)  and has the transient  t = ceil(transient_k / unit),
+ * clamped to cap + 1 like the rest; a choice fits when the sum of its layers' w plus the
+ * largest t is at most cap. Recomputing every layer whole still needs the fewest units (an
+ * option keeps v (kept - ckpt) >= what it takes off the transient), so the quick refusal
+ * stands. Thresholds no longer make the optional choices a prefix of one order, so the DP keeps
+ * the largest transient in its state instead: layer by layer, the states (kept units, largest
+ * transient, recompute time) that no other state matches or beats in all three, since every
+ * completion of a beaten state is beaten by the same completion of the other. One pass is
+ * exact, and the states stay few when the layers cost alike (the blocks of a model do). */
 #ifndef BALLAST_KNAPSACK_H
 #define BALLAST_KNAPSACK_H
 
@@ -31,6 +43,17 @@
  * 2^28 bits is 32 MiB. */
 #define KNAP_CELLS_MAX ((int64_t)1 << 28)
 
+/* Most states the multiple-choice DP keeps over all layers (5 bytes each, to reconstruct the
+ * choice), and most candidates it weighs at one layer (32 bytes each), before it refuses (ask
+ * for a coarser unit): 10 and 64 MiB. */
+#define KNAP_STATES_MAX ((int64_t)1 << 21)
+
+/* One choice of a layer in units: kept w, transient t, recompute time. */
+struct knap_choice {
+    int64_t w, t;
+    double ms;
+};
+
 struct knap_problem {
     int n;
     int64_t cap;       /* -1: nothing fits */
@@ -40,14 +63,25 @@ struct knap_problem {
     int64_t fixed_bytes; /* saturates at INT64_MAX */
     int64_t limit_bytes;
     int64_t unit_bytes;
+    int multi;           /* some layer has more choices than keep and full */
+    int *first_choice;   /* n + 1: layer l's choices, in cost.h's order, are choices[first_choice[l]
+                            .. first_choice[l + 1] - 1] */
+    struct knap_choice *choices;
 };
 
+/* Whole layers only (keep or full), whatever options the layers have. */
 int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
                int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e);
+/* Every choice of cost.h: keep, full and the layers' options (which must hold profile.h's
+ * rules: ckpt <= kept, kept + transient = act). */
+int knap_build_options(struct knap_problem *p, const struct layer_cost *layers, int n,
+                       int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
+                       int64_t unit_bytes, struct err *e);
 void knap_free(struct knap_problem *p);
 
-/* Memory units of a choice: sum over kept w + max over recomputed t (recompute: n flags);
- * exact for a choice that fits, above cap for one that does not. */
+/* Memory units of a choice: sum of w + max t over the layers' choices (recompute: n choices of
+ * cost.h; 0/1 flags for keep/full); exact for a choice that fits, above cap for one that does
+ * not. */
 int64_t knap_units(const struct knap_problem *p, const unsigned char *recompute);
 double knap_recompute_ms(const struct knap_problem *p, const unsigned char *recompute);
 /* Recompute time in integer units of `time_unit_ms`, as the balancing DP counts it. */
@@ -57,10 +91,14 @@ int64_t knap_time_units(const struct knap_problem *p, int layer, double time_uni
  * cheaper than the table). */
 #define KNAP_SUBSETS_MAX 16
 
-/* Least recompute time such that the stage fits, ties by least memory units. ERR_NOFIT (with
- * no message) when even recomputing everything does not fit; ERR_INPUT when the table would
- * pass KNAP_CELLS_MAX. */
+/* Least recompute time such that the stage fits, ties by least memory units: one choice per
+ * layer (cost.h; only keep and full unless the problem has options). ERR_NOFIT (with no
+ * message) when even recomputing everything does not fit; ERR_INPUT when the table would pass
+ * KNAP_CELLS_MAX (the states KNAP_STATES_MAX). */
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e);
+/* The multiple-choice DP, which knap_min_recompute uses when the problem has options. */
+int knap_min_recompute_mc(const struct knap_problem *p, unsigned char *recompute,
+                          struct err *e);
 /* The two ways knap_min_recompute solves a stage, exposed so the tests hold them to the same
  * answers: the DP table, and every subset (n <= KNAP_SUBSETS_MAX). */
 int knap_min_recompute_dp(const struct knap_problem *p, unsigned char *recompute, struct err *e);
@@ -70,8 +108,8 @@ int knap_min_recompute_subsets(const struct knap_problem *p, unsigned char *reco
  * would otherwise pass KNAP_CELLS_MAX. */
 double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms);
 /* Recompute time closest to `target_units` (both in units of time_unit_ms), such that the
- * stage fits; ties by least memory units. ERR_NOFIT when nothing fits. *distance gets
- * |units - target_units|. */
+ * stage fits; ties by least memory units; whole layers only (options are not considered).
+ * ERR_NOFIT when nothing fits. *distance gets |units - target_units|. */
 int knap_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
                  unsigned char *recompute, int64_t *distance, struct err *e);
 

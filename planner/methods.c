@@ -119,11 +119,15 @@ static void describe_stage(const struct plan *p, const struct plan_stage *st,
                human_bytes(c.memory_bytes, b[5]), human_bytes(st->memory_limit_bytes, b[6]));
 }
 
+/* Optimal chooses among the layers' recompute options too; the published method recomputes
+ * whole layers, as published. */
 static int build_problem(const struct plan *p, const struct plan_stage *st,
                          const struct plan_options *o, struct knap_problem *kp, struct err *e)
 {
-    return knap_build(kp, st->layers, plan_stage_layer_count(st), st->in_flight,
-                      p->reserve_bytes, st->memory_limit_bytes, o->unit_bytes, e);
+    int options = o->method == METHOD_OPTIMAL && !o->whole_layers;
+    return (options ? knap_build_options : knap_build)(
+        kp, st->layers, plan_stage_layer_count(st), st->in_flight, p->reserve_bytes,
+        st->memory_limit_bytes, o->unit_bytes, e);
 }
 
 /* ERR_NOFIT naming every stage that cannot fit even recomputing every layer (full
@@ -313,6 +317,7 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
         struct plan_stage *st = &out->stages[s];
         const struct profile *prof = cluster_stage_profile(c, s);
         snprintf(st->device, sizeof st->device, "%s", c->stages[s].device);
+        snprintf(st->device_kind, sizeof st->device_kind, "%s", prof->device.kind);
         memcpy(st->layers, prof->layers + st->first,
                (size_t)plan_stage_layer_count(st) * sizeof *st->layers);
         st->in_flight = schedule_in_flight(c->schedule, S, s, c->micro_batches);

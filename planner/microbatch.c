@@ -13,9 +13,11 @@
 #include "planner.h"
 #include "sizes.h"
 
-/* `to` as `from` would be for micro-batch size b. */
+/* `to` as `from` would be for micro-batch size b. A measured profile's recompute options keep
+ * exact bytes (the size functions) and linear times when the runtime knows them; one it does
+ * not know cannot be rescaled and is left out (*dropped counts them). */
 static int profile_for(const struct profile *from, int b, const struct device_table *t,
-                       struct profile *to, int *scaled, struct err *e)
+                       struct profile *to, int *scaled, int *dropped, struct err *e)
 {
     struct model m = from->model;
     m.micro_batch = b;
@@ -44,6 +46,19 @@ static int profile_for(const struct profile *from, int b, const struct device_ta
         to->layers[l].ckpt_bytes = s.ckpt_bytes;
         to->layers[l].out_bytes = s.out_bytes;
         to->layers[l].workspace_bytes = s.workspace_bytes;
+        enum model_layer_kind kind = model_layer_kind(&m, l);
+        to->layers[l].n_options = 0;
+        for (int k = 0; k < from->layers[l].n_options; k++) {
+            struct recompute_option o = from->layers[l].options[k];
+            uint32_t regen;
+            if (!sizes_find_option(&m, kind, o.name, &regen)) {
+                (*dropped)++;
+                continue;
+            }
+            sizes_regen_bytes(&m, kind, regen, &o.kept_bytes, &o.transient_bytes);
+            o.recompute_ms *= ratio;
+            to->layers[l].options[to->layers[l].n_options++] = o;
+        }
     }
     return ERR_OK;
 }
@@ -54,7 +69,7 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
     struct device_table t;
     if (devices_load(devices_default_file(), &t, e))
         return e->code;
-    int found = 0, scaled = 0;
+    int found = 0, scaled = 0, dropped = 0;
     double best_ms = INFINITY;
     int64_t best_memory = 0;
     if (report)
@@ -76,7 +91,7 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         err_clear(&inner);
         int rc = sizes_check_model(&m, "--micro-batches auto", "model", &inner);
         for (int k = 0; k < c->n_profiles && rc == ERR_OK; k++)
-            rc = profile_for(&c->profiles[k], b, &t, &cb.profiles[k], &scaled, &inner);
+            rc = profile_for(&c->profiles[k], b, &t, &cb.profiles[k], &scaled, &dropped, &inner);
         cb.model = m;
         struct plan p;
         if (rc == ERR_OK)
@@ -129,6 +144,9 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
             fprintf(report, "note: measured profiles were scaled to other micro-batch sizes "
                             "(memory exact, times linear in the micro-batch): profile each size "
                             "for exact times\n");
+        if (dropped)
+            fprintf(report, "note: recompute options of measured profiles that this runtime does "
+                            "not know were left out at other micro-batch sizes\n");
     }
     return ERR_OK;
 }

@@ -1,6 +1,10 @@
 /* The per-stage recomputation problem of knapsack.h as a MILP solved by GLPK, to cross-check
- * the DP (`ballast plan --verify`). Variables: r_l in {0,1} (1 = recompute l) and the
- * transient tau >= 0; constraints sum_l w_l (1 - r_l) + tau <= cap and tau >= t_l r_l. */
+ * the DP (`ballast plan --verify`). Least recompute: a binary x_lc per choice c of layer l
+ * (keep and full, and the layer's options when the problem has them), sum_c x_lc = 1 and
+ * tau >= sum_c t_lc x_lc per layer, sum_lc w_lc x_lc + tau <= cap; the objective is
+ * sum_lc ms_lc x_lc. Balancing (whole layers): r_l in {0,1} (1 = recompute l) and tau >= 0,
+ * sum_l w_l (1 - r_l) + tau <= cap and tau >= t_l r_l. Alike layers (a model's blocks) are
+ * kept in one order of their choices, so that GLPK does not search their permutations. */
 #ifndef BALLAST_MILP_H
 #define BALLAST_MILP_H
 
@@ -11,9 +15,11 @@
  * within this time is reported as not verified (ERR_FAIL) rather than waited for. */
 #define MILP_TIME_LIMIT_MS 10000
 
-/* Least sum fwd_l r_l. ERR_NOFIT if infeasible, ERR_FAIL past MILP_TIME_LIMIT_MS. */
+/* Least recompute time (sum fwd_l r_l, or with options sum ms_lc x_lc). ERR_NOFIT if
+ * infeasible, ERR_FAIL past MILP_TIME_LIMIT_MS. */
 int milp_min_recompute(const struct knap_problem *p, double *objective_ms, struct err *e);
-/* Least |sum q_l r_l - target_units| with q_l the time units of knap_time_units. */
+/* Least |sum q_l r_l - target_units| with q_l the time units of knap_time_units; whole layers
+ * only, like knap_balance. */
 int milp_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
                  double *objective_units, struct err *e);
 

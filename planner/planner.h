@@ -14,7 +14,8 @@ enum plan_method {
     METHOD_BLOCK,       /* the first N layers of every stage (Megatron's block method) */
     METHOD_UNIFORM_MIN, /* the least single N that makes every stage fit */
     METHOD_PATENT,      /* the published load-aware method */
-    METHOD_OPTIMAL,     /* least iteration time (fixed partition: each stage's least recompute) */
+    METHOD_OPTIMAL,     /* least iteration time (fixed partition: each stage's least recompute,
+                           choosing among the layers' recompute options too) */
 };
 
 #define PLAN_UNIT_DEFAULT ((int64_t)1 << 20)
@@ -29,6 +30,7 @@ struct plan_options {
     int64_t unit_bytes;  /* knapsack memory unit */
     double time_unit_ms; /* balancing time unit */
     int repartition;     /* METHOD_OPTIMAL: also choose the split and the device order */
+    int whole_layers;    /* METHOD_OPTIMAL: ignore the profiles' recompute options */
     long search_nodes;   /* repartition: branch-and-bound node budget */
 };
 

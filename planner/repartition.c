@@ -104,8 +104,10 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
     unsigned char *rec = calloc((size_t)n, 1);
     rc->known = 1;
     rc->recompute_ms = INFINITY;
-    if (rec == NULL || knap_build(&kp, layers, n, pc->in_flight, s->c->reserve_bytes,
-                                  pc->capacity, s->o->unit_bytes, s->e)) {
+    int (*build)(struct knap_problem *, const struct layer_cost *, int, int, int64_t, int64_t,
+                 int64_t, struct err *) = s->o->whole_layers ? knap_build : knap_build_options;
+    if (rec == NULL || build(&kp, layers, n, pc->in_flight, s->c->reserve_bytes, pc->capacity,
+                             s->o->unit_bytes, s->e)) {
         if (s->e->code == ERR_OK)
             err_set(s->e, ERR_FAIL, "out of memory");
         free(rec);
@@ -352,10 +354,7 @@ static int device_kinds(const struct cluster *c, int *kind_of, int *first_stage)
     return K;
 }
 
-/* The link after a kind's last stage when the order moves it: the one it had, or, for the
- * kind that ended the pipeline, the cluster's default link, else the slowest link between
- * kinds in the cluster. */
-static struct link kind_exit_link(const struct cluster *c, const int *kind_of, int kind)
+struct link repartition_exit_link(const struct cluster *c, const int *kind_of, int kind)
 {
     int last = -1;
     for (int s = 0; s < c->n_stages; s++)
@@ -398,7 +397,7 @@ static int layout(struct search *s, const int *kinds, int K, const int *kind_of,
             for (int q = st + 1; q < c->n_stages && next_same < 0; q++)
                 if (kind_of[q] == kinds[g])
                     next_same = q;
-            p->link = next_same >= 0 ? cluster_link(c, st) : kind_exit_link(c, kind_of, kinds[g]);
+            p->link = next_same >= 0 ? cluster_link(c, st) : repartition_exit_link(c, kind_of, kinds[g]);
             order[k++] = st;
         }
     }

@@ -33,6 +33,12 @@ struct repartition_stats {
     double lower_bound;  /* certified lower bound on the iteration time (ms) */
 };
 
+/* The link after the last stage of device kind `kind` (kind_of[stage] numbers the kinds) when
+ * an order moves the kind: the one it had, or, for the kind that ended the pipeline, the
+ * cluster's default link, else the slowest link between kinds in the cluster. Links inside a
+ * kind stay as they are. */
+struct link repartition_exit_link(const struct cluster *c, const int *kind_of, int kind);
+
 /* Fills `out` like planner_make (method optimal) with the chosen order and split;
  * out->optimality_gap = (iteration - lower bound) / lower bound. */
 int repartition_make(const struct cluster *c, const struct plan_options *o, struct plan *out,

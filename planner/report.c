@@ -24,24 +24,29 @@ static struct mem_unit table_unit(const struct plan *p)
     return (struct mem_unit){1.0, "B"};
 }
 
-/* Global layer indices as ranges: "1-5,7". */
+/* The recomputed layers by global index, as ranges of the same choice: "1-5,7" (whole
+ * layers), "9-12:attn" (an option). */
 static void format_layers(const struct plan_stage *st, char *buf, size_t cap)
 {
     size_t used = 0;
     int n = plan_stage_layer_count(st);
     buf[0] = '\0';
     for (int l = 0; l < n; l++) {
-        if (!st->recompute[l])
+        int c = st->recompute[l];
+        if (c == COST_KEEP)
             continue;
+        const char *name = cost_choice_name(&st->layers[l], c);
         int end = l;
-        while (end + 1 < n && st->recompute[end + 1])
+        while (end + 1 < n && st->recompute[end + 1] != COST_KEEP &&
+               strcmp(cost_choice_name(&st->layers[end + 1], st->recompute[end + 1]), name) == 0)
             end++;
-        int w;
+        char range[32];
         if (end == l)
-            w = snprintf(buf + used, cap - used, "%s%d", used ? "," : "", st->first + l);
+            snprintf(range, sizeof range, "%d", st->first + l);
         else
-            w = snprintf(buf + used, cap - used, "%s%d-%d", used ? "," : "", st->first + l,
-                         st->first + end);
+            snprintf(range, sizeof range, "%d-%d", st->first + l, st->first + end);
+        int w = snprintf(buf + used, cap - used, "%s%s%s%s", used ? "," : "", range,
+                         c == COST_FULL ? "" : ":", c == COST_FULL ? "" : name);
         if (w < 0 || (size_t)w >= cap - used) {
             snprintf(buf + (cap > 4 ? cap - 4 : 0), 4, "...");
             break;
@@ -69,18 +74,18 @@ void planner_print(FILE *f, const struct plan *p)
     int w = 10;
     for (int s = 0; s < p->n_stages; s++)
         w = (int)strlen(p->stages[s].device) > w ? (int)strlen(p->stages[s].device) : w;
-    fprintf(f, "%5s  %-*s %-9s %4s  %-38s  %-16s %10s %10s\n", "stage", w, "device", "layers",
+    fprintf(f, "%5s  %-*s %-9s %4s  %-38s  %-22s %10s %10s\n", "stage", w, "device", "layers",
             "v", head, "recompute", "R ms", "T ms");
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
-        char range[32], mem[96], rec[64];
+        char range[32], mem[96], rec[80];
         snprintf(range, sizeof range, "%d-%d", st->first, st->last);
         double lim = (double)st->memory_limit_bytes;
         snprintf(mem, sizeof mem, "%7.2f (%3.0f%%) -> %6.2f (%3.0f%%) / %6.2f",
                  st->memory_before_bytes / u.bytes, 100.0 * st->memory_before_bytes / lim,
                  st->memory_bytes / u.bytes, 100.0 * st->memory_bytes / lim, lim / u.bytes);
         format_layers(st, rec, sizeof rec);
-        fprintf(f, "%5d  %-*s %-9s %4d  %-38s  %-16s %10.3f %10.3f\n", s, w, st->device, range,
+        fprintf(f, "%5d  %-*s %-9s %4d  %-38s  %-22s %10.3f %10.3f\n", s, w, st->device, range,
                 st->in_flight, mem, rec, st->recompute_ms, st->stage_ms);
     }
     const struct plan_stage *b = &p->stages[p->bottleneck_stage];

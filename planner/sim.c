@@ -254,10 +254,12 @@ void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
     int n = plan_stage_layer_count(ps);
     *out = (struct sim_stage){.out_bytes = ps->layers[n - 1].out_bytes, .link = ps->link};
     for (int l = 0; l < n; l++) {
+        int64_t kept, transient;
+        double recompute_ms;
+        cost_choice(&ps->layers[l], ps->recompute[l], &kept, &transient, &recompute_ms);
         out->fwd_ms += ps->layers[l].fwd_ms;
         out->bwd_ms += ps->layers[l].bwd_ms;
-        if (ps->recompute[l])
-            out->recompute_ms += ps->layers[l].fwd_ms;
+        out->recompute_ms += recompute_ms;
     }
 }
 

@@ -47,6 +47,21 @@ static void pointwise(struct op_list *fwd, struct op_list *bwd, double elems, do
     add(bwd, 2 * flops_per * elems, 2 * (in + out) * elems * e, 0);
 }
 
+/* The attention probabilities: scores q k^T, then the causal softmax. */
+static void attention_scores(struct op_list *fwd, struct op_list *bwd, const struct model *m)
+{
+    double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    gemm(fwd, bwd, B * NH * T, C / NH, T, e, 0);      /* q k^T */
+    pointwise(fwd, bwd, B * NH * T * T, 1, 1, 5, e);  /* causal softmax */
+}
+
+static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
+{
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * 4 * m->n_embd, 1, 1, 10, e);
+}
+
 static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
                       struct op_list *bwd)
 {
@@ -64,14 +79,13 @@ static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
     case MODEL_LAYER_BLOCK:
         pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln1 */
         gemm(fwd, bwd, BT, C, 3 * C, e, 1);               /* qkv */
-        gemm(fwd, bwd, B * NH * T, C / NH, T, e, 0);      /* q k^T */
-        pointwise(fwd, bwd, B * NH * T * T, 1, 1, 5, e);  /* causal softmax */
+        attention_scores(fwd, bwd, m);                    /* q k^T, causal softmax */
         gemm(fwd, bwd, B * NH * T, T, C / NH, e, 0);      /* att v */
         gemm(fwd, bwd, BT, C, C, e, 1);                   /* attention projection */
         pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
         pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln2 */
         gemm(fwd, bwd, BT, C, 4 * C, e, 1);               /* fc */
-        pointwise(fwd, bwd, BT * 4 * C, 1, 1, 10, e);     /* gelu */
+        gelu(fwd, bwd, m);
         gemm(fwd, bwd, BT, 4 * C, C, e, 1);               /* fc projection */
         pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
         break;
@@ -110,6 +124,29 @@ static double ops_ms(const struct op_list *l, const struct device_table *t,
     return s * 1e3;
 }
 
+/* The forward operations that regenerate the kept tensors of `regen` (a partial recompute
+ * option of sizes.h) from the others; fails on a tensor it does not know how to regenerate. */
+static int regen_ops(const struct model *m, enum model_layer_kind kind, uint32_t regen,
+                     struct op_list *fwd, struct err *e)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    struct op_list unused = {0};
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
+    fwd->n = 0;
+    for (int k = 0; k < n; k++) {
+        if (!(regen >> k & 1))
+            continue;
+        if (strcmp(t[k].name, "att") == 0)
+            attention_scores(fwd, &unused, m);
+        else if (strcmp(t[k].name, "fch_gelu") == 0)
+            gelu(fwd, &unused, m);
+        else
+            return err_set(e, ERR_FAIL, "internal: no estimate for regenerating %s", t[k].name);
+        unused.n = 0;
+    }
+    return ERR_OK;
+}
+
 int estimate_profile(const struct device_table *t, const struct device_spec *d,
                      const struct model *m, struct profile *out, struct err *e)
 {
@@ -138,11 +175,25 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
         c->ckpt_bytes = s.ckpt_bytes;
         c->out_bytes = s.out_bytes;
         c->workspace_bytes = s.workspace_bytes;
+        struct sizes_option opt[SIZES_OPTIONS_MAX];
+        enum model_layer_kind kind = model_layer_kind(m, l);
+        c->n_options = sizes_recompute_options(m, kind, opt);
+        for (int k = 0; k < c->n_options; k++) {
+            struct recompute_option *o = &c->options[k];
+            snprintf(o->name, sizeof o->name, "%s", opt[k].name);
+            sizes_regen_bytes(m, kind, opt[k].regen, &o->kept_bytes, &o->transient_bytes);
+            if (regen_ops(m, kind, opt[k].regen, &f, e)) {
+                profile_free(out);
+                return e->code;
+            }
+            o->recompute_ms = ops_ms(&f, t, d, m->dtype);
+        }
     }
     cJSON *prov = cJSON_CreateObject();
     cJSON_AddStringToObject(prov, "method",
                             "roofline per operation from configs/devices.json; memory from the "
-                            "runtime's size functions");
+                            "runtime's size functions; a recompute option costs the forward "
+                            "operations that regenerate its tensors");
     cJSON_AddStringToObject(prov, "device_source", d->source);
     cJSON_AddNumberToObject(prov, "gemm_efficiency", t->gemm_efficiency);
     cJSON_AddNumberToObject(prov, "memory_efficiency", t->memory_efficiency);

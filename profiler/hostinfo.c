@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef BALLAST_WITH_CUDA
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
+#include "cuda_device.h"
+#if BALLAST_WITH_CUDA
+#include "cudaprobe.h"
 #endif
 
 #ifndef BALLAST_VERSION
@@ -149,73 +149,62 @@ static int open_cpu(int threads, struct backend *be, struct device_info *d, cJSO
     return ERR_OK;
 }
 
-#ifdef BALLAST_WITH_CUDA
-#define CUDA_CHECK(call)                                                                     \
-    do {                                                                                     \
-        cudaError_t cuda_rc_ = (call);                                                       \
-        if (cuda_rc_ != cudaSuccess)                                                         \
-            return err_set(e, ERR_FAIL, "%s failed at %s:%d: %s", #call, __FILE__, __LINE__, \
-                           cudaGetErrorString(cuda_rc_));                                    \
-    } while (0)
-
-static int open_cuda(int index, struct backend *be, struct device_info *d, cJSON *prov,
-                     struct err *e)
+static int open_cuda(int index, struct backend *be, struct measure_timer *timer,
+                     struct device_info *d, cJSON *prov, struct err *e)
 {
     int count = 0;
-    CUDA_CHECK(cudaGetDeviceCount(&count));
-    if (index >= count)
-        return err_set(e, ERR_INPUT, "--device cuda:%d: this machine has %d CUDA device%s",
-                       index, count, count == 1 ? "" : "s");
-    struct cudaDeviceProp prop;
-    size_t free_bytes = 0, total_bytes = 0;
-    int runtime = 0, driver = 0, major = 0, minor = 0, patch = 0;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
-    CUDA_CHECK(cudaSetDevice(index));
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    CUDA_CHECK(cudaDriverGetVersion(&driver));
-    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
-        return err_set(e, ERR_FAIL, "cublasGetProperty failed at %s:%d", __FILE__, __LINE__);
-    if (backend_cuda_init(be, index, e))
+    char why[256] = "";
+    if (!cuda_built())
+        return err_set(e, ERR_INPUT,
+                       "--device cuda:%d: this ballast was built without the CUDA backend "
+                       "(configure with -DBALLAST_CUDA=ON on a machine with the CUDA Toolkit "
+                       "and NCCL); nothing was measured",
+                       index);
+    if (cuda_device_count(&count, why, sizeof why) || index >= count)
+        return err_set(e, ERR_INPUT, "--device cuda:%d: this machine has %d CUDA device%s%s%s",
+                       index, count, count == 1 ? "" : "s", why[0] ? ": " : "", why);
+    struct cuda_device_info info;
+    if (cuda_device_query(index, &info, e) || backend_cuda_init(be, index, e))
         return e->code;
-    snprintf(d->name, sizeof d->name, "%s", prop.name);
+    snprintf(d->name, sizeof d->name, "%s", info.name);
     snprintf(d->kind, sizeof d->kind, "cuda");
-    d->memory_bytes = (int64_t)total_bytes;
-    cJSON_AddStringToObject(prov, "device", prop.name);
-    char text[64];
-    snprintf(text, sizeof text, "%d.%d", prop.major, prop.minor);
-    cJSON_AddStringToObject(prov, "compute_capability", text);
-    cJSON_AddNumberToObject(prov, "multiprocessors", prop.multiProcessorCount);
-    cJSON_AddNumberToObject(prov, "memory_free_bytes", (double)free_bytes);
+    d->memory_bytes = info.total_bytes;
+    cJSON_AddStringToObject(prov, "device", info.name);
+    cJSON_AddStringToObject(prov, "uuid", info.uuid);
+    char cc[32];
+    snprintf(cc, sizeof cc, "%d.%d", info.cc_major, info.cc_minor);
+    cJSON_AddStringToObject(prov, "compute_capability", cc);
+    cJSON_AddNumberToObject(prov, "multiprocessors", info.multiprocessors);
     common_provenance(prov);
-    cJSON *lib = cJSON_GetObjectItemCaseSensitive(prov, "libraries");
-    snprintf(text, sizeof text, "%d.%d", runtime / 1000, runtime % 1000 / 10);
-    cJSON_AddStringToObject(lib, "cuda_runtime", text);
-    snprintf(text, sizeof text, "%d.%d", driver / 1000, driver % 1000 / 10);
-    cJSON_AddStringToObject(lib, "cuda_driver", text);
-    snprintf(text, sizeof text, "%d.%d.%d", major, minor, patch);
-    cJSON_AddStringToObject(lib, "cublas", text);
+#if BALLAST_WITH_CUDA
+    if (cudaprobe_versions(cJSON_GetObjectItemCaseSensitive(prov, "libraries"), e) ||
+        cudaprobe_timer_init(timer, backend_cuda_stream(be), e)) {
+        be->ops->free(be);
+        return e->code;
+    }
+#endif
     return ERR_OK;
 }
-#endif
 
-int hostinfo_open(const char *device, int threads, struct backend *be, struct device_info *d,
-                  cJSON *prov, struct err *e)
+int hostinfo_open(const char *device, int threads, struct backend *be,
+                  struct measure_timer *timer, struct device_info *d, cJSON *prov,
+                  struct err *e)
 {
     int index;
+    memset(timer, 0, sizeof *timer);
     if (hostinfo_parse_device(device, &index, e))
         return e->code;
     if (index < 0)
         return open_cpu(threads, be, d, prov, e);
-#ifdef BALLAST_WITH_CUDA
-    return open_cuda(index, be, d, prov, e);
-#else
-    return err_set(e, ERR_INPUT,
-                   "--device %s: this ballast was built without the CUDA backend (configure "
-                   "with -DBALLAST_CUDA=ON on a machine with the CUDA Toolkit and NCCL); "
-                   "nothing was measured",
-                   device);
+    return open_cuda(index, be, timer, d, prov, e);
+}
+
+void hostinfo_close(struct backend *be, struct measure_timer *timer)
+{
+#if BALLAST_WITH_CUDA
+    if (timer->impl != NULL)
+        cudaprobe_timer_free(timer);
 #endif
+    if (be->ops != NULL)
+        be->ops->free(be);
 }

@@ -5,11 +5,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16.h"
 #include "layout.h"
 #include "rng.h"
 #include "sizes.h"
 
-#define POISON 0x7FA5A5A5u /* a signalling NaN: arithmetic only ever yields quiet ones */
+#define POISON 0x7FA5A5A5u /* a signalling NaN (fp32, and bf16 in the upper half): arithmetic
+                              only ever yields quiet ones, and no token id is this large */
 #define GUARD_BYTES 4096   /* past each arena's end: a layer writing there is caught */
 #define LINE SIZES_ALIGN
 #define SEED 0x70726f66696c65ull /* the weights and inputs need only be plausible */
@@ -23,28 +25,39 @@
 
 enum arena { ARENA_PERSISTENT, ARENA_ACT, ARENA_TRANSIENT, ARENA_WS, ARENAS };
 
-/* The inputs a layer receives, drawn once on the host. */
+/* What a layer receives, drawn once on the host: tokens and targets (B,T); an activation and
+ * an output gradient (B,T,C) in the model's activation dtype, `act_bytes` each. */
 struct inputs {
-    int32_t *tokens, *targets; /* (B,T) */
-    float *act, *dout;         /* (B,T,C) */
+    int32_t *tokens, *targets;
+    void *act, *dout;
+    int64_t act_bytes;
 };
 
-/* One layer under measurement: its two layouts and the arenas both use. */
+/* One layer under measurement, as a one-layer stage: its layout keeping everything and its
+ * layout recomputed whole, and the arenas (each with its guard band) that every layout of it
+ * uses. */
 struct probe {
     struct backend *be;
     const struct model *m;
     const struct inputs *in;
-    struct stage_layout keep, rec;
-    char *dev[ARENAS];      /* backend memory: arena, then guard */
+    struct stage_layout keep, full;
+    char *dev[ARENAS];
     int64_t bytes[ARENAS];  /* without the guard */
     uint32_t *host, *saved; /* downloads, as large as the largest arena + guard */
     const uint32_t *poison; /* as large */
 };
 
 /* What the scans found, in bytes. */
+struct regen_scan {
+    int64_t kept, regenerated; /* slot lines used after the forward; transient lines the
+                                  recompute wrote */
+    int64_t forward_transient; /* transient lines the forward wrote */
+    int64_t differs;           /* transient words where the recompute's differ */
+};
+
 struct measured {
-    int64_t state, act, ckpt, out, workspace, regenerated;
-    int64_t regen_differs; /* words where the recompute did not give the forward's value */
+    int64_t state, act, out, workspace;
+    struct regen_scan full, opt[PROFILE_OPTIONS_MAX];
 };
 
 static double now_ms(void)
@@ -97,11 +110,18 @@ static int64_t used_lines(const uint32_t *w, int64_t bytes)
     return used;
 }
 
-static int64_t used_words(const uint32_t *w, int64_t bytes)
+/* Bytes in [0, bytes) of the elements (`unit` bytes: 4, or 2 for bf16) that are no longer
+ * the poison's. */
+static int64_t used_bytes(const uint32_t *w, int64_t bytes, int unit)
 {
     int64_t used = 0;
-    for (int64_t i = 0; i < bytes / 4; i++)
-        used += w[i] != POISON;
+    for (int64_t i = 0; i < bytes / 4; i++) {
+        if (unit == 4)
+            used += w[i] != POISON ? 4 : 0;
+        else
+            used += ((w[i] & 0xffffu) != (POISON & 0xffffu) ? 2 : 0) +
+                    ((w[i] >> 16) != (POISON >> 16) ? 2 : 0);
+    }
     return used;
 }
 
@@ -118,10 +138,12 @@ static void inputs_free(struct inputs *in)
 static int inputs_init(struct inputs *in, const struct model *m, struct err *e)
 {
     int64_t BT = (int64_t)m->micro_batch * m->seq_len, BTC = BT * m->n_embd;
+    int elem = sizes_act_elem_bytes(m->dtype);
+    in->act_bytes = BTC * elem;
     in->tokens = malloc(sizeof(int32_t) * (size_t)BT);
     in->targets = malloc(sizeof(int32_t) * (size_t)BT);
-    in->act = malloc(sizeof(float) * (size_t)BTC);
-    in->dout = malloc(sizeof(float) * (size_t)BTC);
+    in->act = malloc((size_t)in->act_bytes);
+    in->dout = malloc((size_t)in->act_bytes);
     if (!in->tokens || !in->targets || !in->act || !in->dout) {
         inputs_free(in);
         return err_set(e, ERR_FAIL, "out of host memory for one micro-batch's inputs");
@@ -132,14 +154,22 @@ static int inputs_init(struct inputs *in, const struct model *m, struct err *e)
     }
     /* a residual stream of unit scale, and a small gradient */
     for (int64_t i = 0; i < BTC; i++) {
-        in->act[i] = (float)rng_normal(rng_key(SEED, 3, 0, (uint64_t)i));
-        in->dout[i] = (float)(1e-3 * rng_normal(rng_key(SEED, 4, 0, (uint64_t)i)));
+        float a = (float)rng_normal(rng_key(SEED, 3, 0, (uint64_t)i));
+        float d = (float)(1e-3 * rng_normal(rng_key(SEED, 4, 0, (uint64_t)i)));
+        if (elem == 2) {
+            ((uint16_t *)in->act)[i] = bf16_from_float(a);
+            ((uint16_t *)in->dout)[i] = bf16_from_float(d);
+        } else {
+            ((float *)in->act)[i] = a;
+            ((float *)in->dout)[i] = d;
+        }
     }
     return ERR_OK;
 }
 
-/* Weights as training starts them (layout_param_init), gradients and AdamW state zero, for
- * every layer of `sl` in the persistent arena at `base`; `buf` holds the largest tensor. */
+/* Weights as training starts them (layout_param_init) in the fp32 master weights and, for
+ * bf16, the bf16 weights; gradients and AdamW's moments zero. Every layer of `sl`, in the
+ * persistent arena at `base`; `buf` holds the largest tensor in fp32. */
 static int params_init(struct backend *be, const struct model *m, const struct stage_layout *sl,
                        char *base, float *buf, struct err *e)
 {
@@ -147,40 +177,41 @@ static int params_init(struct backend *be, const struct model *m, const struct s
         const struct layer_layout *L = &sl->layers[li];
         for (int k = 0; k < L->n_params; k++) {
             float std, fill;
+            int64_t n = L->params[k].elems;
             layout_param_init(m, L->params[k].name, &std, &fill);
-            for (int64_t i = 0; i < L->params[k].elems; i++)
+            for (int64_t i = 0; i < n; i++)
                 buf[i] = std == 0 ? fill
                                   : (float)(std * rng_normal(rng_key(SEED, 5, (uint64_t)L->layer,
                                                                      ((uint64_t)k << 40) |
                                                                          (uint64_t)i)));
-            TRY(be->ops->upload(be, base + L->param_off[k], buf, 4 * L->params[k].elems, e));
+            TRY(be->ops->upload(be, base + sl->master_at + L->param_off[k], buf, 4 * n, e));
+            if (sl->dtype == MODEL_DTYPE_BF16) {
+                uint16_t *half = (uint16_t *)buf; /* in place: element i after element i */
+                for (int64_t i = 0; i < n; i++)
+                    half[i] = bf16_from_float(buf[i]);
+                TRY(be->ops->upload(be, base + L->weight_off[k], half, 2 * n, e));
+            }
         }
     }
-    return be->ops->zero(be, base + sl->section_bytes, 3 * sl->section_bytes, e);
+    TRY(be->ops->zero(be, base + sl->grads_at, sl->section_bytes, e));
+    return be->ops->zero(be, base + sl->m_at, 2 * sl->section_bytes, e);
 }
 
 /* ---- one layer through the backend table ---- */
 
-static void view(struct probe *p, const struct stage_layout *sl, struct layer_view *v)
-{
-    layout_view(sl, p->m, 0, p->dev[ARENA_PERSISTENT], p->dev[ARENA_ACT],
-                p->dev[ARENA_TRANSIENT], p->dev[ARENA_WS], v);
-}
-
 /* The layer's input arrives in its checkpoint, as the previous stage's output (or the data)
- * would: tokens; activations; activations and targets. */
+ * would: tokens; an activation; an activation and targets. */
 static int put_input(struct backend *be, const struct inputs *in, const struct layer_view *v,
                      struct err *e)
 {
-    const struct model *m = v->model;
-    int64_t BT = (int64_t)m->micro_batch * m->seq_len;
+    int64_t BT = (int64_t)v->model->micro_batch * v->model->seq_len;
     switch (v->kind) {
     case MODEL_LAYER_EMBED:
         return be->ops->upload(be, v->kept[EMBED_TOKENS], in->tokens, 4 * BT, e);
     case MODEL_LAYER_BLOCK:
-        return be->ops->upload(be, v->kept[BLOCK_INP], in->act, 4 * BT * m->n_embd, e);
+        return be->ops->upload(be, v->kept[BLOCK_INP], in->act, in->act_bytes, e);
     case MODEL_LAYER_HEAD:
-        TRY(be->ops->upload(be, v->kept[HEAD_INP], in->act, 4 * BT * m->n_embd, e));
+        TRY(be->ops->upload(be, v->kept[HEAD_INP], in->act, in->act_bytes, e));
         return be->ops->upload(be, v->kept[HEAD_TARGETS], in->targets, 4 * BT, e);
     }
     return ERR_OK;
@@ -190,12 +221,10 @@ static int put_input(struct backend *be, const struct inputs *in, const struct l
 static int put_dout(struct backend *be, const struct inputs *in, const struct layer_view *v,
                     struct err *e)
 {
-    const struct model *m = v->model;
     if (v->kind == MODEL_LAYER_HEAD)
         return ERR_OK;
     void *dst = v->ws[v->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
-    return be->ops->upload(be, dst, in->dout, 4 * (int64_t)m->micro_batch * m->seq_len * m->n_embd,
-                           e);
+    return be->ops->upload(be, dst, in->dout, in->act_bytes, e);
 }
 
 /* Where a stage's last layer puts its output: the send buffer (the head: nowhere). */
@@ -219,94 +248,118 @@ static int backward(struct backend *be, const struct layer_view *v, struct err *
 
 /* ---- memory ---- */
 
-/* Activations, checkpoint, output, workspace and recompute, by poison and scan. */
-static int measure_activations(struct probe *p, struct measured *r, struct err *e)
+static void view(struct probe *p, const struct stage_layout *sl, struct layer_view *v)
 {
-    const struct backend_ops *ops = p->be->ops;
+    layout_view(sl, p->m, 0, p->dev[ARENA_PERSISTENT], p->dev[ARENA_ACT],
+                p->dev[ARENA_TRANSIENT], p->dev[ARENA_WS], v);
+}
+
+/* Kept: input, forward, output gradient, backward; then what the slot and workspace hold. */
+static int measure_kept(struct probe *p, struct measured *r, struct err *e)
+{
     struct layer_view v;
-    /* kept: input, forward, gradient, backward; then what the slot and workspace hold */
     view(p, &p->keep, &v);
     for (int a = ARENA_ACT; a < ARENAS; a++)
         TRY(poison(p, (enum arena)a, e));
     TRY(put_input(p->be, p->in, &v, e));
     TRY(forward(p->be, &v, send_buffer(&v), e));
     TRY(fetch(p, ARENA_WS, p->host, e));
-    r->out = v.kind == MODEL_LAYER_HEAD ? 4 : 4 * used_words(p->host, span(p, ARENA_WS));
+    r->out = v.kind == MODEL_LAYER_HEAD
+                 ? 4
+                 : used_bytes(p->host, span(p, ARENA_WS), sizes_act_elem_bytes(p->m->dtype));
     TRY(put_dout(p->be, p->in, &v, e));
     TRY(backward(p->be, &v, e));
     TRY(fetch(p, ARENA_WS, p->host, e));
     r->workspace = used_lines(p->host, span(p, ARENA_WS));
     TRY(fetch(p, ARENA_ACT, p->host, e));
     r->act = used_lines(p->host, span(p, ARENA_ACT));
+    return ERR_OK;
+}
 
-    /* recomputed: the slot keeps the input; the forward's other tensors go to the transient,
-     * and the recompute must regenerate exactly them */
-    view(p, &p->rec, &v);
+/* The layer regenerating `regen` (the whole layer, or an option): the slot keeps the rest,
+ * the forward writes the regenerated tensors to the transient, and the recompute must write
+ * exactly them again, bit for bit. */
+static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, struct err *e)
+{
+    struct stage_layout sl;
+    struct layer_view v;
+    TRY(layout_init(&sl, p->m, p->keep.first, p->keep.last, &regen, 1, e));
+    layout_view(&sl, p->m, 0, p->dev[ARENA_PERSISTENT], p->dev[ARENA_ACT],
+                p->dev[ARENA_TRANSIENT], p->dev[ARENA_WS], &v);
+    layout_free(&sl);
     for (int a = ARENA_ACT; a < ARENAS; a++)
         TRY(poison(p, (enum arena)a, e));
     TRY(put_input(p->be, p->in, &v, e));
     TRY(forward(p->be, &v, send_buffer(&v), e));
     TRY(fetch(p, ARENA_ACT, p->host, e));
-    r->ckpt = used_lines(p->host, span(p, ARENA_ACT));
+    r->kept = used_lines(p->host, span(p, ARENA_ACT));
     TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
+    r->forward_transient = used_lines(p->saved, span(p, ARENA_TRANSIENT));
     TRY(poison(p, ARENA_TRANSIENT, e));
-    TRY(ops->layer[v.kind].recompute(p->be, &v, e));
+    TRY(p->be->ops->layer[v.kind].recompute(p->be, &v, e));
     TRY(fetch(p, ARENA_TRANSIENT, p->host, e));
     r->regenerated = used_lines(p->host, span(p, ARENA_TRANSIENT));
-    r->regen_differs = 0;
+    r->differs = 0;
     for (int64_t i = 0; i < span(p, ARENA_TRANSIENT) / 4; i++)
-        r->regen_differs += p->host[i] != p->saved[i];
+        r->differs += p->host[i] != p->saved[i];
     return ERR_OK;
 }
 
 /* The persistent bytes one AdamW step over the layer touches. The gradients hold the poison
- * (a NaN): every weight, m and v the update reads a gradient for turns NaN, so changed lines
- * of the weights count the gradients read too. The guard past the arena must not change. */
+ * (a NaN): every master weight, m and v the update reads a gradient for turns NaN, so the
+ * changed lines of the master weights count the gradients read too. The guard past the arena
+ * must not change. */
 static int measure_state(struct probe *p, int64_t *state, struct err *e)
 {
-    const struct layer_layout *L = &p->keep.layers[0];
-    int64_t S = p->keep.section_bytes, total = span(p, ARENA_PERSISTENT);
+    const struct stage_layout *sl = &p->keep;
+    const struct layer_layout *L = &sl->layers[0];
+    int64_t S = sl->section_bytes, total = span(p, ARENA_PERSISTENT);
     char *base = p->dev[ARENA_PERSISTENT];
     struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-    TRY(p->be->ops->upload(p->be, base + S, p->poison, S, e));
-    TRY(p->be->ops->upload(p->be, base + 4 * S, p->poison, GUARD_BYTES, e));
+    TRY(p->be->ops->upload(p->be, base + sl->grads_at, p->poison, S, e));
+    TRY(p->be->ops->upload(p->be, base + sl->persistent_bytes, p->poison, GUARD_BYTES, e));
     TRY(fetch(p, ARENA_PERSISTENT, p->saved, e));
     for (int k = 0; k < L->n_params; k++) {
         int64_t off = L->param_off[k];
-        TRY(p->be->ops->adamw(p->be, (float *)(base + off), (float *)(base + S + off),
-                              (float *)(base + 2 * S + off), (float *)(base + 3 * S + off),
-                              L->params[k].elems, &hp, 1, layout_param_decays(L->params[k].name),
-                              e));
+        TRY(p->be->ops->adamw(p->be, base + L->weight_off[k], (float *)(base + sl->master_at + off),
+                              (float *)(base + sl->grads_at + off),
+                              (float *)(base + sl->m_at + off), (float *)(base + sl->v_at + off),
+                              L->params[k].elems, sl->dtype, &hp, 1,
+                              layout_param_decays(L->params[k].name), e));
     }
+    TRY(p->be->ops->sync(p->be, e));
     TRY(fetch(p, ARENA_PERSISTENT, p->host, e));
-    /* a line counts when some word in it changed; the gradients' when their weights did */
-    int64_t per = LINE / 4, changed = 0, weights = 0;
+    /* a line counts when some word in it changed; the gradients' when their masters did */
+    int64_t per = LINE / 4, changed = 0, masters = 0;
     for (int64_t line = 0; line < total / LINE; line++)
         for (int64_t i = 0; i < per; i++)
             if (p->host[line * per + i] != p->saved[line * per + i]) {
+                int64_t at = line * LINE;
                 changed += LINE;
-                weights += line * LINE < S ? LINE : 0;
+                masters += at >= sl->master_at && at < sl->master_at + S ? LINE : 0;
                 break;
             }
-    *state = changed + weights;
+    *state = changed + masters;
     return ERR_OK;
 }
 
 /* ---- time ---- */
 
-static int span_begin(struct backend *be, double *t0, struct err *e)
+static int span_begin(const struct measure_options *o, struct backend *be, double *t0,
+                      struct err *e)
 {
-    if (be->ops->timer_start != NULL)
-        return be->ops->timer_start(be, e);
+    if (o->timer != NULL)
+        return o->timer->start(o->timer, e);
     TRY(be->ops->sync(be, e));
     *t0 = now_ms();
     return ERR_OK;
 }
 
-static int span_end(struct backend *be, double t0, double *ms, struct err *e)
+static int span_end(const struct measure_options *o, struct backend *be, double t0, double *ms,
+                    struct err *e)
 {
-    if (be->ops->timer_stop != NULL)
-        return be->ops->timer_stop(be, ms, e);
+    if (o->timer != NULL)
+        return o->timer->stop(o->timer, ms, e);
     TRY(be->ops->sync(be, e));
     *ms = now_ms() - t0;
     return ERR_OK;
@@ -327,95 +380,158 @@ static void progress_draw(struct progress *pr, const char *name, int force)
     if (!force && t - pr->last_ms < 100)
         return;
     pr->last_ms = t;
-    int fill = (int)(WIDTH * pr->done / (pr->total > 0 ? pr->total : 1));
+    int64_t total = pr->total > 0 ? pr->total : 1;
+    int fill = (int)(WIDTH * pr->done / total);
     char bar[WIDTH + 1];
     for (int i = 0; i < WIDTH; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[WIDTH] = '\0';
-    fprintf(pr->f, "\rprofile [%s] %3d%%  %-16s", bar,
-            (int)(100 * pr->done / (pr->total > 0 ? pr->total : 1)), name);
+    fprintf(pr->f, "\rprofile [%s] %3d%%  %-16s", bar, (int)(100 * pr->done / total), name);
     fflush(pr->f);
+}
+
+/* Samples of one group: per layer forward and backward, and each option's recompute. */
+struct samples {
+    int passes;          /* timed passes */
+    double *fwd, *bwd;   /* [layer][pass] */
+    double *opt;         /* [layer][option][pass / options] */
+};
+
+/* The recompute of layer `v`'s option `regen`, its regenerated tensors written to `transient`
+ * as the executor's layout puts them, just before the layer's backward as in training. */
+static int time_option(const struct measure_options *o, struct backend *be,
+                       const struct layer_view *kept, uint32_t regen, char *transient,
+                       double *ms, struct err *e)
+{
+    struct stage_layout sl;
+    struct layer_view v = *kept;
+    double t0 = 0;
+    TRY(layout_init(&sl, v.model, v.layer, v.layer, &regen, 1, e));
+    for (int k = 0; k < sl.layers[0].n_kept; k++)
+        if (regen >> k & 1)
+            v.kept[k] = transient + sl.layers[0].kept_off[k];
+    v.regen = regen;
+    layout_free(&sl);
+    TRY(span_begin(o, be, &t0, e));
+    TRY(be->ops->layer[v.kind].recompute(be, &v, e));
+    return span_end(o, be, t0, ms, e);
 }
 
 /* Times layers first..last laid out as one stage (layout.c: one persistent arena, one
  * activation slot, one workspace they share) and run as the executor (stage.c) runs a
  * micro-batch: forward in order, each layer writing its output into the next one's
  * checkpoint, then backward in reverse, each layer's input gradient copied into the next
- * one's output gradient; `warmup` untimed passes, then `repeats` timed ones, medians. Between
- * two uses of a layer's tensors the other layers pass through the caches, as in training: a
- * layer repeated on its own runs from warm caches and measures too little (on the project's
- * CPU a block by about a fifth). */
-static int measure_times(struct backend *be, const struct model *m, const struct inputs *in,
-                         int first, int last, const struct measure_options *o, float *buf,
-                         double *scratch, struct layer_cost *c, struct progress *pr,
-                         struct err *e)
+ * one's output gradient, and, just before a layer's backward, one of its recompute options in
+ * turn. Between two uses of a layer's tensors the other layers pass through the caches, as in
+ * training: a layer repeated on its own runs from warm caches and measures too little (on the
+ * project's CPU a block by about a fifth). */
+static int run_group(struct backend *be, const struct model *m, const struct inputs *in,
+                     const struct stage_layout *sl, char *arena[4], const struct measure_options *o,
+                     struct samples *s, struct layer_cost *c, struct progress *pr,
+                     struct err *e)
 {
-    struct stage_layout sl;
-    TRY(layout_init(&sl, m, first, last, NULL, 1, e));
-    int k = sl.n_layers, rc = ERR_OK;
-    int64_t bytes[3] = {sl.persistent_bytes, sl.slot_bytes, sl.workspace_bytes};
-    char *arena[3] = {NULL, NULL, NULL};
-    for (int a = 0; a < 3 && rc == ERR_OK; a++)
-        rc = be->ops->alloc(be, bytes[a], (void **)&arena[a], e);
-    if (rc == ERR_OK)
-        rc = params_init(be, m, &sl, arena[0], buf, e);
     struct layer_view v, next = {0}, prev = {0};
     double t0 = 0, ms;
-    int64_t act = 4 * (int64_t)m->micro_batch * m->seq_len * m->n_embd;
-    for (int i = 0; i < o->warmup + o->repeats && rc == ERR_OK; i++) {
-        int timed = i >= o->warmup;
-        double *f = scratch + (timed ? i - o->warmup : 0), *b = f + (int64_t)k * o->repeats;
-        layout_view(&sl, m, 0, arena[0], arena[1], NULL, arena[2], &v);
-        rc = put_input(be, in, &v, e);
-        for (int li = 0; li < k && rc == ERR_OK; li++) {
+    int k = sl->n_layers;
+    for (int i = 0; i < o->warmup + s->passes; i++) {
+        int at = i - o->warmup; /* the timed pass, or negative */
+        layout_view(sl, m, 0, arena[0], arena[1], NULL, arena[3], &v);
+        TRY(put_input(be, in, &v, e));
+        for (int li = 0; li < k; li++) {
             void *out = send_buffer(&v);
             if (li + 1 < k) {
-                layout_view(&sl, m, li + 1, arena[0], arena[1], NULL, arena[2], &next);
+                layout_view(sl, m, li + 1, arena[0], arena[1], NULL, arena[3], &next);
                 out = next.kept[0];
                 if (next.kind == MODEL_LAYER_HEAD) /* the targets arrive with the data */
-                    rc = be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
-                                         act / m->n_embd, e);
+                    TRY(be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
+                                        4 * (int64_t)m->micro_batch * m->seq_len, e));
             }
-            if (rc == ERR_OK)
-                rc = span_begin(be, &t0, e);
-            if (rc == ERR_OK)
-                rc = forward(be, &v, out, e);
-            if (rc == ERR_OK)
-                rc = span_end(be, t0, &ms, e);
-            if (timed)
-                f[(int64_t)li * o->repeats] = ms;
+            TRY(span_begin(o, be, &t0, e));
+            TRY(forward(be, &v, out, e));
+            TRY(span_end(o, be, t0, &ms, e));
+            if (at >= 0)
+                s->fwd[(int64_t)li * s->passes + at] = ms;
             v = next;
         }
-        for (int li = k - 1; li >= 0 && rc == ERR_OK; li--) {
-            layout_view(&sl, m, li, arena[0], arena[1], NULL, arena[2], &v);
+        for (int li = k - 1; li >= 0; li--) {
+            layout_view(sl, m, li, arena[0], arena[1], NULL, arena[3], &v);
             if (li == k - 1) {
-                rc = put_dout(be, in, &v, e);
+                TRY(put_dout(be, in, &v, e));
             } else {
                 void *src = prev.ws[prev.kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
                 void *dst = v.ws[v.kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
                 if (src != dst)
-                    rc = be->ops->copy(be, dst, src, act, e);
+                    TRY(be->ops->copy(be, dst, src, in->act_bytes, e));
             }
-            if (rc == ERR_OK)
-                rc = span_begin(be, &t0, e);
-            if (rc == ERR_OK)
-                rc = backward(be, &v, e);
-            if (rc == ERR_OK)
-                rc = span_end(be, t0, &ms, e);
-            if (timed)
-                b[(int64_t)li * o->repeats] = ms;
+            const struct layer_cost *L = &c[li];
+            if (L->n_options > 0) {
+                int j = (at >= 0 ? at : i) % L->n_options;
+                uint32_t regen = 0;
+                sizes_find_option(m, v.kind, L->options[j].name, &regen);
+                TRY(time_option(o, be, &v, regen, arena[2], &ms, e));
+                int per = s->passes / L->n_options;
+                if (at >= 0 && at / L->n_options < per)
+                    s->opt[((int64_t)li * PROFILE_OPTIONS_MAX + j) * per + at / L->n_options] = ms;
+            }
+            TRY(span_begin(o, be, &t0, e));
+            TRY(backward(be, &v, e));
+            TRY(span_end(o, be, t0, &ms, e));
+            if (at >= 0)
+                s->bwd[(int64_t)li * s->passes + at] = ms;
             prev = v;
         }
         pr->done += k;
         progress_draw(pr, c[k - 1].name, 0);
     }
-    for (int li = 0; li < k && rc == ERR_OK; li++) {
-        c[li].fwd_ms = median(scratch + (int64_t)li * o->repeats, o->repeats);
-        c[li].bwd_ms = median(scratch + (int64_t)(k + li) * o->repeats, o->repeats);
+    return ERR_OK;
+}
+
+/* Lays out layers first..last as one stage, allocates its arenas (and a transient for the
+ * largest recompute), times them (run_group) and keeps the medians. c[] already names the
+ * layers and their options. */
+static int measure_times(struct backend *be, const struct model *m, const struct inputs *in,
+                         int first, int last, const struct measure_options *o, float *buf,
+                         struct layer_cost *c, struct progress *pr, struct err *e)
+{
+    struct stage_layout sl;
+    TRY(layout_init(&sl, m, first, last, NULL, 1, e));
+    int k = sl.n_layers, most = 1, rc = ERR_OK;
+    int64_t transient = 0; /* the whole layer's regenerated tensors: no option has more */
+    for (int li = 0; li < k; li++) {
+        struct layer_sizes z;
+        sizes_layer(m, first + li, &z);
+        most = c[li].n_options > most ? c[li].n_options : most;
+        transient = z.act_bytes - z.ckpt_bytes > transient ? z.act_bytes - z.ckpt_bytes
+                                                           : transient;
     }
-    for (int a = 0; a < 3; a++)
+    /* every option of every layer timed `repeats` times: one option per pass, in turn */
+    struct samples s = {o->repeats * most, NULL, NULL, NULL};
+    s.fwd = malloc(sizeof(double) * (size_t)(2 * k * s.passes));
+    s.opt = malloc(sizeof(double) * (size_t)(k * PROFILE_OPTIONS_MAX * s.passes));
+    int64_t bytes[4] = {sl.persistent_bytes, sl.slot_bytes, transient, sl.workspace_bytes};
+    char *arena[4] = {NULL, NULL, NULL, NULL};
+    if (s.fwd == NULL || s.opt == NULL)
+        rc = err_set(e, ERR_FAIL, "out of host memory for %d layers' samples", k);
+    s.bwd = s.fwd + (int64_t)k * s.passes;
+    for (int a = 0; a < 4 && rc == ERR_OK; a++)
+        rc = be->ops->alloc(be, bytes[a], (void **)&arena[a], e);
+    if (rc == ERR_OK)
+        rc = params_init(be, m, &sl, arena[0], buf, e);
+    if (rc == ERR_OK)
+        rc = run_group(be, m, in, &sl, arena, o, &s, c, pr, e);
+    for (int li = 0; li < k && rc == ERR_OK; li++) {
+        c[li].fwd_ms = median(s.fwd + (int64_t)li * s.passes, s.passes);
+        c[li].bwd_ms = median(s.bwd + (int64_t)li * s.passes, s.passes);
+        int per = c[li].n_options > 0 ? s.passes / c[li].n_options : 0;
+        for (int j = 0; j < c[li].n_options; j++)
+            c[li].options[j].recompute_ms =
+                median(s.opt + ((int64_t)li * PROFILE_OPTIONS_MAX + j) * per, per);
+    }
+    for (int a = 0; a < 4; a++)
         if (arena[a] != NULL)
             be->ops->release(be, arena[a]);
+    free(s.fwd);
+    free(s.opt);
     layout_free(&sl);
     return rc;
 }
@@ -428,54 +544,74 @@ static void probe_free(struct probe *p)
         if (p->dev[a] != NULL)
             p->be->ops->release(p->be, p->dev[a]);
     layout_free(&p->keep);
-    layout_free(&p->rec);
+    layout_free(&p->full);
 }
 
 static int probe_init(struct probe *p, int layer, struct err *e)
 {
-    unsigned char one = 1;
+    uint32_t full = sizes_full_regen(p->m, model_layer_kind(p->m, layer));
     TRY(layout_init(&p->keep, p->m, layer, layer, NULL, 1, e));
-    if (layout_init(&p->rec, p->m, layer, layer, &one, 1, e))
-        return e->code;
+    TRY(layout_init(&p->full, p->m, layer, layer, &full, 1, e));
     p->bytes[ARENA_PERSISTENT] = p->keep.persistent_bytes;
     p->bytes[ARENA_ACT] = p->keep.activation_bytes;
-    p->bytes[ARENA_TRANSIENT] = p->rec.transient_bytes;
+    p->bytes[ARENA_TRANSIENT] = p->full.transient_bytes; /* options regenerate less */
     p->bytes[ARENA_WS] = p->keep.workspace_bytes;
     for (int a = 0; a < ARENAS; a++)
         TRY(p->be->ops->alloc(p->be, span(p, (enum arena)a), (void **)&p->dev[a], e));
     return ERR_OK;
 }
 
+/* One line on `report` when a measured byte count is not the size functions'. */
+static int differs(FILE *report, const char *layer, const char *what, int64_t got, int64_t want)
+{
+    if (got == want)
+        return 0;
+    if (report != NULL)
+        fprintf(report,
+                "ballast profile: %s: %s: measured %lld bytes, the size functions "
+                "(common/sizes.c) say %lld\n",
+                layer, what, (long long)got, (long long)want);
+    return 1;
+}
+
+/* A recompute that does not regenerate what the forward kept in the transient, bitwise. */
+static int regen_wrong(FILE *report, const char *layer, const char *what,
+                       const struct regen_scan *r)
+{
+    if (r->regenerated == r->forward_transient && r->differs == 0)
+        return 0;
+    if (report != NULL)
+        fprintf(report,
+                "ballast profile: %s: %s: the recompute regenerates %lld bytes (%lld words "
+                "unlike the forward's), but the forward kept %lld in the transient\n",
+                layer, what, (long long)r->regenerated, (long long)r->differs,
+                (long long)r->forward_transient);
+    return 1;
+}
+
 /* Differences from the size functions, each written to `report`. */
-static int compare(FILE *report, const struct model *m, int layer, const struct measured *r)
+static int compare(FILE *report, const struct model *m, int layer, const struct measured *r,
+                   const struct layer_cost *c, const struct sizes_option *opt)
 {
     struct layer_sizes s;
-    char name[MODEL_LAYER_NAME_MAX];
+    char name[MODEL_LAYER_NAME_MAX], what[64];
     sizes_layer(m, layer, &s);
     model_layer_name(m, layer, name);
-    const char *field[5] = {"state_bytes", "act_bytes", "ckpt_bytes", "out_bytes",
-                            "workspace_bytes"};
-    int64_t got[5] = {r->state, r->act, r->ckpt, r->out, r->workspace};
-    int64_t want[5] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.out_bytes,
-                       s.workspace_bytes};
-    int n = 0;
-    for (int k = 0; k < 5; k++)
-        if (got[k] != want[k]) {
-            n++;
-            if (report != NULL)
-                fprintf(report,
-                        "ballast profile: %s: %s: measured %lld bytes, the size functions "
-                        "(common/sizes.c) say %lld\n",
-                        name, field[k], (long long)got[k], (long long)want[k]);
-        }
-    if (r->regenerated != r->act - r->ckpt || r->regen_differs != 0) {
-        n++;
-        if (report != NULL)
-            fprintf(report,
-                    "ballast profile: %s: the recompute regenerates %lld bytes (%lld words "
-                    "unlike the forward's), but the layer keeps %lld beyond its input\n",
-                    name, (long long)r->regenerated, (long long)r->regen_differs,
-                    (long long)(r->act - r->ckpt));
+    int n = differs(report, name, "state_bytes", r->state, s.state_bytes) +
+            differs(report, name, "act_bytes", r->act, s.act_bytes) +
+            differs(report, name, "ckpt_bytes", r->full.kept, s.ckpt_bytes) +
+            differs(report, name, "out_bytes", r->out, s.out_bytes) +
+            differs(report, name, "workspace_bytes", r->workspace, s.workspace_bytes) +
+            regen_wrong(report, name, "recomputed whole", &r->full);
+    for (int j = 0; j < c->n_options; j++) {
+        int64_t kept, transient;
+        sizes_regen_bytes(m, model_layer_kind(m, layer), opt[j].regen, &kept, &transient);
+        snprintf(what, sizeof what, "option %s: kept_bytes", opt[j].name);
+        n += differs(report, name, what, r->opt[j].kept, kept);
+        snprintf(what, sizeof what, "option %s: transient_bytes", opt[j].name);
+        n += differs(report, name, what, r->opt[j].regenerated, transient);
+        snprintf(what, sizeof what, "option %s", opt[j].name);
+        n += regen_wrong(report, name, what, &r->opt[j]);
     }
     return n;
 }
@@ -485,17 +621,29 @@ static int measure_memory(struct probe *p, int layer, const struct measure_optio
                           struct err *e)
 {
     struct measured r;
+    struct sizes_option opt[SIZES_OPTIONS_MAX];
+    enum model_layer_kind kind = model_layer_kind(p->m, layer);
     model_layer_name(p->m, layer, c->name);
     progress_draw(pr, c->name, 1);
     TRY(probe_init(p, layer, e));
     TRY(params_init(p->be, p->m, &p->keep, p->dev[ARENA_PERSISTENT], (float *)p->host, e));
-    TRY(measure_activations(p, &r, e));
+    TRY(measure_kept(p, &r, e));
+    TRY(measure_regen(p, sizes_full_regen(p->m, kind), &r.full, e));
+    c->n_options = sizes_recompute_options(p->m, kind, opt);
+    if (c->n_options > PROFILE_OPTIONS_MAX)
+        c->n_options = PROFILE_OPTIONS_MAX;
+    for (int j = 0; j < c->n_options; j++) {
+        TRY(measure_regen(p, opt[j].regen, &r.opt[j], e));
+        snprintf(c->options[j].name, sizeof c->options[j].name, "%s", opt[j].name);
+        c->options[j].kept_bytes = r.opt[j].kept;
+        c->options[j].transient_bytes = r.opt[j].regenerated;
+    }
     TRY(measure_state(p, &r.state, e));
     pr->done++;
-    *mismatches += compare(o->report, p->m, layer, &r);
+    *mismatches += compare(o->report, p->m, layer, &r, c, opt);
     c->state_bytes = r.state;
     c->act_bytes = r.act;
-    c->ckpt_bytes = r.ckpt;
+    c->ckpt_bytes = r.full.kept;
     c->out_bytes = r.out;
     c->workspace_bytes = r.workspace;
     return ERR_OK;
@@ -507,6 +655,9 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     if (o->repeats < 1 || o->warmup < 0)
         return err_set(e, ERR_INPUT, "repeats %d, warm-up %d: expected at least 1 and 0",
                        o->repeats, o->warmup);
+    if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
+        return err_set(e, ERR_INPUT, "dtype \"%s\": the %s backend does not compute it",
+                       model_dtype_name(m->dtype), be->ops->name);
     int n = model_layer_count(m);
     *mismatches = 0;
     out->model = *m;
@@ -528,9 +679,8 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     size_t words = (size_t)((largest + GUARD_BYTES) / 4);
     struct inputs in = {0};
     uint32_t *host = malloc(4 * words), *saved = malloc(4 * words), *pois = malloc(4 * words);
-    double *scratch = malloc(sizeof(double) * 2 * (size_t)o->repeats * (size_t)n);
     int rc = ERR_OK, groups = 0;
-    if (!host || !saved || !pois || !scratch)
+    if (!host || !saved || !pois)
         rc = err_set(e, ERR_FAIL, "out of host memory (%lld bytes) to scan the arenas",
                      (long long)(12 * (int64_t)words));
     else
@@ -540,7 +690,14 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
             pois[i] = POISON;
         struct probe proto = {.be = be, .m = m, .in = &in, .host = host, .saved = saved,
                               .poison = pois};
-        struct progress pr = {o->progress, 0, (int64_t)n * (1 + o->warmup + o->repeats), 0};
+        int most = 1; /* the most recompute options of a layer: passes = repeats x most */
+        for (int kind = MODEL_LAYER_EMBED; kind <= MODEL_LAYER_HEAD; kind++) {
+            struct sizes_option opt[SIZES_OPTIONS_MAX];
+            int k = sizes_recompute_options(m, (enum model_layer_kind)kind, opt);
+            most = k > most ? k : most;
+        }
+        struct progress pr = {o->progress, 0,
+                              (int64_t)n * (1 + o->warmup + (int64_t)o->repeats * most), 0};
         for (int l = 0; l < n && rc == ERR_OK; l++) {
             struct probe p = proto;
             rc = measure_memory(&p, l, o, &out->layers[l], &pr, mismatches, e);
@@ -560,12 +717,13 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
             }
             last--;
             groups++;
-            rc = measure_times(be, m, &in, l, last, o, (float *)host, scratch, &out->layers[l],
-                               &pr, e);
+            rc = measure_times(be, m, &in, l, last, o, (float *)host, &out->layers[l], &pr, e);
         }
         if (pr.f != NULL) {
-            if (rc == ERR_OK)
+            if (rc == ERR_OK) {
+                pr.done = pr.total;
                 progress_draw(&pr, "done", 1);
+            }
             fputc('\n', pr.f);
         }
     }
@@ -573,7 +731,6 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     free(host);
     free(saved);
     free(pois);
-    free(scratch);
     if (rc == ERR_OK && out->provenance == NULL)
         out->provenance = cJSON_CreateObject();
     if (rc == ERR_OK) {
@@ -582,15 +739,16 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
                                 "the runtime's layers through its backend table "
                                 "(runtime/backend.h) on arenas carved by runtime/layout.c; "
                                 "time: the layers as one stage, a micro-batch forward then "
-                                "backward; memory: each layer as a one-layer stage, the 64-byte "
-                                "lines of poisoned arenas it used");
+                                "backward, one recompute option of each layer before its "
+                                "backward in turn; memory: each layer as a one-layer stage, "
+                                "the 64-byte lines of poisoned arenas it used");
         cJSON_AddNumberToObject(meas, "warmup", o->warmup);
         cJSON_AddNumberToObject(meas, "repeats", o->repeats);
         cJSON_AddNumberToObject(meas, "stages_timed", groups);
         cJSON_AddStringToObject(meas, "statistic", "median");
-        cJSON_AddStringToObject(meas, "timer", be->ops->timer_start != NULL
-                                                   ? "device timer (CUDA events)"
-                                                   : "host monotonic clock around sync");
+        cJSON_AddStringToObject(meas, "timer",
+                                o->timer != NULL ? o->timer->name
+                                                 : "host monotonic clock around sync");
         cJSON_AddNumberToObject(meas, "size_function_mismatches", *mismatches);
     }
     return rc;

@@ -1,6 +1,6 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
- * CPU code lives today and the CUDA code (cuBLAS, bf16) will live. The schedule executor
- * (stage.c) reaches memory and layers only through this table, never a kernel directly.
+ * CPU code (backend_cpu.c, fp32) and the CUDA code (backend_cuda.cu: cuBLAS, fp32 and bf16)
+ * live. The schedule executor (stage.c) reaches memory and layers only through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
  * workspace; sizes from layout.h) and carves every tensor out of them. "Device" pointers are
@@ -9,8 +9,19 @@
  *
  * Layers. Each layer kind has forward, recompute and backward. A layer sees its tensors
  * through a struct layer_view: pointers in the order of the size tables (common/sizes.h),
- * indexed by the enums below. Work may be queued (a CUDA stream): `sync` waits for it, and the
- * executor calls it before timing a span or handing a buffer to the transport. */
+ * indexed by the enums below, and the set of kept tensors it regenerates (`regen`: the plan's
+ * choice for the layer, keep, whole or a partial option). Forward writes every kept tensor
+ * wherever the view points, whatever the choice. Work may be queued (a CUDA stream): `sync`
+ * waits for it, and the executor calls it before timing a span or handing a buffer to the
+ * transport.
+ *
+ * Precision. The model's dtype decides the element type of a layer's weights (`params`),
+ * activations, activation gradients and workspace: fp32, or bf16 for a bf16 model (element
+ * sizes from common/sizes.h: sizes_weight_elem_bytes, sizes_act_elem_bytes). Parameter
+ * gradients, the fp32 master weights and AdamW's moments are fp32 in both; layer-norm
+ * statistics, token ids and losses are always fp32 / int32. For fp32 the master weights are
+ * the weights themselves. `dtypes` says which dtypes a backend computes; the executor refuses
+ * a model whose dtype its backend lacks. */
 #ifndef BALLAST_BACKEND_H
 #define BALLAST_BACKEND_H
 
@@ -24,6 +35,8 @@
 struct adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
 };
+
+#define REGEN_BIT(k) ((uint32_t)1 << (k))
 
 /* Tensor indices, in the order of the size tables (checked against them at start-up by
  * layout_init, so a change to sizes.c cannot silently shift them). */
@@ -52,11 +65,14 @@ struct layer_view {
     const struct model *model;
     enum model_layer_kind kind;
     int layer; /* global index */
-    float *params[SIZES_TENSORS_MAX];
-    float *grads[SIZES_TENSORS_MAX];
-    void *kept[SIZES_TENSORS_MAX]; /* checkpoint in the slot; the rest in the slot, or in the
-                                      transient when the layer is recomputed */
+    void *params[SIZES_TENSORS_MAX]; /* the weights computed with: fp32, or bf16 */
+    float *grads[SIZES_TENSORS_MAX]; /* fp32 always */
+    void *kept[SIZES_TENSORS_MAX]; /* in the slot, or in the transient when regenerated */
     void *ws[SIZES_TENSORS_MAX];
+    /* The kept tensors this layer regenerates (bit k: kept[k]), which live in the transient:
+     * 0 when it keeps everything; sizes_full_regen (every kept tensor but the checkpoint) when
+     * it is recomputed whole; a partial option's set (sizes_recompute_options) otherwise. */
+    uint32_t regen;
 };
 
 struct backend;
@@ -65,8 +81,19 @@ struct backend_layer_ops {
     /* Writes the kept tensors and the output `out` (B,T,C): the next layer's input or the
      * send buffer. The head has no `out`: it writes per-token losses to its ws[HEAD_LOSSES]. */
     int (*forward)(struct backend *be, const struct layer_view *l, void *out, struct err *e);
-    /* Regenerates the kept tensors from the checkpoint for the backward; writes no output
-     * (nothing downstream needs it again), so it costs less than a forward. */
+    /* Regenerates exactly the kept tensors of l->regen, bit for bit as forward wrote them,
+     * from the other kept tensors (which hold forward's values) and the parameters; writes no
+     * output and no other kept tensor. Called just before backward, only when regen is not 0.
+     * Which sets a backend must support (any other: ERR_FAIL):
+     *   embed   none (its only kept tensor is the checkpoint);
+     *   block   the whole block, sizes_full_regen: everything from inp, as forward does, less
+     *             the MLP's output projection (nothing downstream needs the output again);
+     *           "attn" {att}: the causal softmax probabilities from the kept qkv (QK^T / sqrt(hs),
+     *             mask, softmax), not att v: atty stays kept, as in Megatron-LM's selective
+     *             recomputation;
+     *           "mlp" {fch_gelu}: GELU of the kept fch;
+     *           "attn+mlp" {att, fch_gelu}: both;
+     *   head    the whole head, sizes_full_regen. */
     int (*recompute)(struct backend *be, const struct layer_view *l, struct err *e);
     /* Consumes ws[*_DOUT] (the output's gradient; the head has none and uses loss_scale,
      * d step-loss / d token-loss), writes ws[*_DINP] (the input's gradient; the embedding has
@@ -75,8 +102,12 @@ struct backend_layer_ops {
                     struct err *e);
 };
 
+/* Bit of enum model_dtype d in backend_ops.dtypes. */
+#define BACKEND_DTYPE_BIT(d) (1u << (unsigned)(d))
+
 struct backend_ops {
     const char *name;
+    unsigned dtypes; /* BACKEND_DTYPE_BIT of each dtype the layers compute */
     int (*alloc)(struct backend *be, int64_t bytes, void **out, struct err *e);
     void (*release)(struct backend *be, void *p);
     int (*upload)(struct backend *be, void *dst, const void *src, int64_t bytes, struct err *e);
@@ -86,14 +117,13 @@ struct backend_ops {
     int (*zero)(struct backend *be, void *dst, int64_t bytes, struct err *e);
     int (*sync)(struct backend *be, struct err *e);
     struct backend_layer_ops layer[MODEL_LAYER_HEAD + 1]; /* by enum model_layer_kind */
-    /* One AdamW step on n parameters; t is the 1-based step. */
-    int (*adamw)(struct backend *be, float *w, const float *g, float *m, float *v, int64_t n,
-                 const struct adamw_params *p, int t, int decay, struct err *e);
-    /* Optional (the profiler's): the device time of the work queued between timer_start and
-     * timer_stop, CUDA events on the backend's stream. NULL where every call returns when its
-     * work is done (the CPU): the host clock around the calls is then that time exactly. */
-    int (*timer_start)(struct backend *be, struct err *e);
-    int (*timer_stop)(struct backend *be, double *ms, struct err *e);
+    /* One AdamW step on n parameters; t is the 1-based step. Updates the fp32 `master` weights
+     * and the moments m, v from the gradients g, then, when `weights` is another buffer (a
+     * bf16 model), writes master rounded to the nearest bf16 (ties to even) into it; for fp32,
+     * weights == master. */
+    int (*adamw)(struct backend *be, void *weights, float *master, const float *g, float *m,
+                 float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
+                 int t, int decay, struct err *e);
     void (*free)(struct backend *be);
 };
 
@@ -103,13 +133,13 @@ struct backend {
     void *impl; /* the backend's own state */
 };
 
-/* The CPU backend: `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
+/* The CPU backend (fp32): `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
 
-#ifdef BALLAST_WITH_CUDA
-/* The CUDA backend on GPU `device` (cudaSetDevice numbering). The build that compiles it
- * defines BALLAST_WITH_CUDA for its users; without it nothing may call this. */
+/* The CUDA backend on device `device` (a CUDA ordinal, as in cuda:N): its own stream, cuBLAS
+ * handle and workspace, fp32 and bf16. Makes `device` the calling thread's current device.
+ * In a build without CUDA (BALLAST_CUDA=OFF, or no toolkit found) it fails with ERR_INPUT
+ * and says so; cuda_device.h has the device queries. */
 int backend_cuda_init(struct backend *be, int device, struct err *e);
-#endif
 
 #endif

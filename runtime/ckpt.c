@@ -50,6 +50,7 @@ void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
     id->data_bytes = d->kind == DATA_FILE ? (uint64_t)d->n_bytes : 0;
     id->data_hash = d->hash;
     id->section_bytes = r->lay.section_bytes;
+    id->persistent_bytes = r->lay.persistent_bytes;
 }
 
 static void stage_file(char *out, size_t cap, const char *dir, int stage, int64_t step)
@@ -122,7 +123,7 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
     h.data_hash = id->data_hash;
     h.step = step;
     h.section_bytes = id->section_bytes;
-    h.payload_bytes = 4 * id->section_bytes;
+    h.payload_bytes = id->persistent_bytes;
 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
@@ -268,6 +269,9 @@ static int check_identity(const char *file, const struct ckpt_header *h,
     if (h->section_bytes != id->section_bytes)
         return err_set(e, ERR_INPUT, "%s: %lld bytes of parameters per copy; this stage has %lld",
                        file, (long long)h->section_bytes, (long long)id->section_bytes);
+    if (h->payload_bytes != id->persistent_bytes)
+        return err_set(e, ERR_INPUT, "%s: %lld bytes of state; this stage has %lld", file,
+                       (long long)h->payload_bytes, (long long)id->persistent_bytes);
     return ERR_OK;
 }
 

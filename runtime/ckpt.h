@@ -30,7 +30,7 @@ struct ckpt_identity {
     uint64_t seed;
     int data_kind;
     uint64_t data_bytes, data_hash;
-    int64_t section_bytes;
+    int64_t section_bytes, persistent_bytes;
 };
 
 void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,

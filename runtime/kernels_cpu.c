@@ -234,7 +234,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
             float *a = att + ((int64_t)b * NH + h) * T * T;
-            float *o = out + (int64_t)b * T * C + h * hs;
+            float *o = out != NULL ? out + (int64_t)b * T * C + h * hs : NULL;
             for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
                 int rows = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS, keys = r0 + rows;
                 float *ab = a + (int64_t)r0 * T;
@@ -262,8 +262,9 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
                         row[j] = 0;
                 }
                 /* out (rows, hs) = att (rows, keys) v (keys, hs) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, ab,
-                            T, v, C3, 0.0f, o + (int64_t)r0 * C, C);
+                if (o != NULL)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f,
+                                ab, T, v, C3, 0.0f, o + (int64_t)r0 * C, C);
             }
         }
 }

@@ -38,7 +38,8 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 
 /* Causal multi-head attention. qkv (B,T,3C) holds q, k, v side by side, head h in columns
  * h*hs .. (h+1)*hs-1 of each (hs = C/NH). att (B,NH,T,T): softmax probabilities (row t
- * defined for t2 <= t only); out (B,T,C). */
+ * defined for t2 <= t only); out (B,T,C), or NULL for the probabilities only (the same bits:
+ * recomputing them). */
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 /* dqkv (B,T,3C) = ...; datt (B,NH,T,T) is scratch. */
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,

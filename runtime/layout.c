@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,13 +50,38 @@ static int64_t carve(const struct sizes_tensor *t, int n, int64_t start, int64_t
     return start;
 }
 
+int layout_regen(const struct model *m, int layer, int choice, const struct layer_cost *c,
+                 uint32_t *regen, struct err *e)
+{
+    enum model_layer_kind kind = model_layer_kind(m, layer);
+    if (choice == COST_KEEP) {
+        *regen = 0;
+        return ERR_OK;
+    }
+    if (choice == COST_FULL) {
+        *regen = sizes_full_regen(m, kind);
+        return ERR_OK;
+    }
+    const char *name = cost_choice_name(c, choice);
+    if (sizes_find_option(m, kind, name, regen))
+        return ERR_OK;
+    struct sizes_option o[SIZES_OPTIONS_MAX];
+    int n = sizes_recompute_options(m, kind, o);
+    char known[SIZES_OPTIONS_MAX * 24] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                 o[i].name);
+    return err_set(e, ERR_INPUT,
+                   "layer %d (%s): recompute option \"%s\" is not one this runtime can apply "
+                   "(it knows %s)",
+                   layer, c->name, name, n ? known : "none for this layer");
+}
+
 int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
-                const unsigned char *recompute, int in_flight, struct err *e)
+                const uint32_t *regen, int in_flight, struct err *e)
 {
     memset(sl, 0, sizeof *sl);
-    if (m->dtype != MODEL_DTYPE_FP32)
-        return err_set(e, ERR_INPUT, "the layout is fp32 (4 bytes of state per copy of a "
-                                     "parameter); this model is %s", model_dtype_name(m->dtype));
+    sl->dtype = m->dtype;
     sl->first = first;
     sl->last = last;
     sl->n_layers = last - first + 1;
@@ -63,16 +89,16 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    int64_t section = 0, slot = 0;
+    int64_t section = 0, weights = 0, slot = 0;
+    int extra_sections = m->dtype == MODEL_DTYPE_FP32 ? 3 : 4; /* fp32 beside the weights */
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         L->layer = first + i;
         L->kind = model_layer_kind(m, L->layer);
-        L->recompute = recompute != NULL && recompute[i];
+        L->regen = regen != NULL ? regen[i] : 0;
         L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
         L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
         L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
-        L->n_ckpt = sizes_ckpt_tensor_count(L->kind);
         if (check_names(L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
             check_names(L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
             check_names(L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
@@ -80,18 +106,32 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             return e->code;
         }
         int64_t end = carve(L->params, L->n_params, section, L->param_off);
-        L->state_bytes = 4 * (end - section);
+        struct sizes_tensor w[SIZES_TENSORS_MAX];
+        for (int k = 0; k < L->n_params; k++) {
+            w[k] = L->params[k];
+            w[k].elem_bytes = sizes_weight_elem_bytes(m->dtype);
+        }
+        int64_t wend = carve(w, L->n_params, weights, L->weight_off);
+        L->state_bytes = (wend - weights) + extra_sections * (end - section);
         section = end;
+        weights = wend;
         for (int k = 0; k < L->n_params; k++)
             sl->param_count += L->params[k].elems;
-        /* the checkpoint always lives in the slot; the rest in the slot too, or, for a
-         * recomputed layer, in the transient from offset 0 */
-        int in_slot = L->recompute ? L->n_ckpt : L->n_kept;
-        end = carve(L->kept, in_slot, slot, L->kept_off);
-        L->slot_bytes = end - slot;
-        slot = end;
-        L->transient_bytes =
-            carve(L->kept + in_slot, L->n_kept - in_slot, 0, L->kept_off + in_slot);
+        /* regenerated tensors in the transient from offset 0, the others in the slot, each
+         * in table order */
+        if (L->regen & ~sizes_full_regen(m, L->kind)) {
+            layout_free(sl);
+            return err_set(e, ERR_FAIL, "internal: layer %d cannot regenerate kept tensors 0x%x",
+                           L->layer, (unsigned)L->regen);
+        }
+        int64_t start = slot, t_end = 0;
+        for (int k = 0; k < L->n_kept; k++) {
+            int64_t *at = L->regen >> k & 1 ? &t_end : &slot;
+            L->kept_off[k] = *at;
+            *at += sizes_tensor_bytes(&L->kept[k]);
+        }
+        L->slot_bytes = slot - start;
+        L->transient_bytes = t_end;
         L->ws_bytes = carve(L->ws, L->n_ws, 0, L->ws_off);
         if (L->transient_bytes > sl->transient_bytes)
             sl->transient_bytes = L->transient_bytes;
@@ -99,7 +139,17 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             sl->workspace_bytes = L->ws_bytes;
     }
     sl->section_bytes = section;
-    sl->persistent_bytes = 4 * section;
+    sl->weights_bytes = weights;
+    sl->grads_at = weights;
+    if (m->dtype == MODEL_DTYPE_FP32) {
+        sl->master_at = 0;
+        sl->m_at = weights + section;
+    } else {
+        sl->master_at = weights + section;
+        sl->m_at = weights + 2 * section;
+    }
+    sl->v_at = sl->m_at + section;
+    sl->persistent_bytes = weights + extra_sections * section;
     sl->slot_bytes = slot;
     sl->activation_bytes = (int64_t)in_flight * slot;
     sl->arena_bytes =
@@ -113,17 +163,34 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         layout_free(sl);
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
     }
+    unsigned char *choice = calloc((size_t)sl->n_layers, 1);
+    if (choice == NULL) {
+        free(costs);
+        layout_free(sl);
+        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
+    }
     for (int i = 0; i < sl->n_layers; i++) {
+        const struct layer_layout *L = &sl->layers[i];
         struct layer_sizes s;
         sizes_layer(m, first + i, &s);
         costs[i].state_bytes = s.state_bytes;
         costs[i].act_bytes = s.act_bytes;
         costs[i].ckpt_bytes = s.ckpt_bytes;
         costs[i].workspace_bytes = s.workspace_bytes;
+        /* the choice as the cost model sees it: keep, whole, or one option of these bytes */
+        if (L->regen == sizes_full_regen(m, L->kind)) {
+            choice[i] = L->regen ? COST_FULL : COST_KEEP;
+        } else if (L->regen) {
+            struct recompute_option *o = &costs[i].options[0];
+            sizes_regen_bytes(m, L->kind, L->regen, &o->kept_bytes, &o->transient_bytes);
+            costs[i].n_options = 1;
+            choice[i] = COST_OPTION;
+        }
     }
     struct stage_cost c;
-    cost_stage(costs, sl->n_layers, recompute, in_flight, 0, &c);
+    cost_stage(costs, sl->n_layers, choice, in_flight, 0, &c);
     free(costs);
+    free(choice);
     if (c.memory_bytes != sl->arena_bytes) {
         int64_t got = sl->arena_bytes;
         layout_free(sl);
@@ -145,19 +212,18 @@ void layout_view(const struct stage_layout *sl, const struct model *m, int li, c
                  char *slot, char *transient, char *workspace, struct layer_view *v)
 {
     const struct layer_layout *L = &sl->layers[li];
-    char *grads = persistent + sl->section_bytes;
+    char *grads = persistent + sl->grads_at;
     memset(v, 0, sizeof *v);
     v->model = m;
     v->kind = L->kind;
     v->layer = L->layer;
     for (int k = 0; k < L->n_params; k++) {
-        v->params[k] = (float *)(persistent + L->param_off[k]);
+        v->params[k] = persistent + L->weight_off[k];
         v->grads[k] = (float *)(grads + L->param_off[k]);
     }
-    for (int k = 0; k < L->n_kept; k++) {
-        int in_slot = k < L->n_ckpt || !L->recompute;
-        v->kept[k] = (in_slot ? slot : transient) + L->kept_off[k];
-    }
+    for (int k = 0; k < L->n_kept; k++)
+        v->kept[k] = (L->regen >> k & 1 ? transient : slot) + L->kept_off[k];
+    v->regen = L->regen;
     for (int k = 0; k < L->n_ws; k++)
         v->ws[k] = workspace + L->ws_off[k];
 }

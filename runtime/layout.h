@@ -2,12 +2,15 @@
  * tables of common/sizes.h and nothing else (planning offsets, nothing allocated: the split
  * ggml's graph allocator makes between planning and applying).
  *
- *   persistent   weights | gradients | AdamW m | AdamW v, each section one copy of every
- *                parameter tensor of the stage, in layer order then table order: sum state
- *   activations  in_flight slots; a slot holds, per layer in order, its kept tensors, or
- *                only its checkpoint tensors when the layer is recomputed: v * sum kept
- *   transient    the non-checkpoint kept tensors of the recomputed layer running now:
- *                max (act - ckpt) over recomputed layers
+ *   persistent   fp32:  weights | gradients | AdamW m | AdamW v
+ *                bf16:  weights (bf16) | gradients | master weights | AdamW m | AdamW v
+ *                each section one copy of every parameter tensor of the stage, in layer order
+ *                then table order, fp32 but for the bf16 weights: sum state
+ *   activations  in_flight slots; a slot holds, per layer in order, the kept tensors it does
+ *                not regenerate (all of them, or only the checkpoint when the layer is
+ *                recomputed whole, or all but a partial option's): v * sum kept
+ *   transient    the regenerated tensors of the layer running now, from offset 0: max over
+ *                the layers of what they regenerate
  *   workspace    the running layer's workspace tensors: max workspace
  * Every tensor starts on a SIZES_ALIGN boundary of its arena. */
 #ifndef BALLAST_LAYOUT_H
@@ -18,29 +21,37 @@
 #include "backend.h"
 #include "err.h"
 #include "model.h"
+#include "profile.h"
 #include "sizes.h"
 
 struct layer_layout {
     int layer; /* global index */
     enum model_layer_kind kind;
-    int recompute;
-    int n_params, n_kept, n_ckpt, n_ws;
+    uint32_t regen; /* kept tensors regenerated (backend.h); 0: none */
+    int n_params, n_kept, n_ws;
     struct sizes_tensor params[SIZES_TENSORS_MAX];
     struct sizes_tensor kept[SIZES_TENSORS_MAX];
     struct sizes_tensor ws[SIZES_TENSORS_MAX];
-    int64_t param_off[SIZES_TENSORS_MAX]; /* in a persistent section */
-    int64_t kept_off[SIZES_TENSORS_MAX];  /* in the slot (index < n_ckpt, or not recomputed),
-                                             else in the transient */
+    int64_t param_off[SIZES_TENSORS_MAX];  /* in an fp32 persistent section */
+    int64_t weight_off[SIZES_TENSORS_MAX]; /* in the weights section (the model's dtype;
+                                              equal to param_off for fp32) */
+    int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, else in the
+                                              slot */
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
     int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes;
 };
 
 struct stage_layout {
     int first, last, n_layers, in_flight;
+    enum model_dtype dtype;
     struct layer_layout *layers; /* owned, n_layers */
     int64_t param_count;
-    int64_t section_bytes;    /* one copy of the stage's parameters */
-    int64_t persistent_bytes; /* 4 sections */
+    int64_t section_bytes; /* one fp32 copy of the stage's parameters */
+    int64_t weights_bytes; /* the weights section: one copy in the model's dtype */
+    /* byte offsets of the sections in the persistent arena; the weights start at 0, and for
+     * fp32 the master weights are the weights (master_at 0) */
+    int64_t grads_at, master_at, m_at, v_at;
+    int64_t persistent_bytes; /* weights + 3 (fp32) or 4 (bf16) fp32 sections */
     int64_t slot_bytes;
     int64_t activation_bytes; /* in_flight slots */
     int64_t transient_bytes;
@@ -48,11 +59,18 @@ struct stage_layout {
     int64_t arena_bytes; /* the four together: what the cost model calls M - reserve */
 };
 
-/* Lays out layers first..last (recompute: one flag per layer, NULL for none) with in_flight
+/* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
+ * costs `c` (which name its options): 0 to keep, sizes_full_regen for the whole layer, the
+ * option's set from the size functions. ERR_INPUT when this runtime does not know the option
+ * for the layer's kind (the message names the option and the ones it knows). */
+int layout_regen(const struct model *m, int layer, int choice, const struct layer_cost *c,
+                 uint32_t *regen, struct err *e);
+
+/* Lays out layers first..last (regen: one set per layer, NULL for none) with in_flight
  * slots. Fails only on out-of-memory or a size table whose tensor names no longer match
  * backend.h's indices. */
 int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
-                const unsigned char *recompute, int in_flight, struct err *e);
+                const uint32_t *regen, int in_flight, struct err *e);
 void layout_free(struct stage_layout *sl);
 
 /* The tensors of layer li (index in the stage) for the micro-batch whose slot starts at

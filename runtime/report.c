@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include <string.h>
+
 #include "jsonio.h"
 #include "trace.h"
 
@@ -12,6 +14,9 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
     cJSON_AddNumberToObject(o, "micro_batches", r->micro_batches);
     cJSON_AddNumberToObject(o, "threads", r->threads);
     jsonio_add_int(o, "tokens_per_step", r->tokens_per_step);
+    cJSON *tp = cJSON_AddObjectToObject(o, "transport");
+    cJSON_AddStringToObject(tp, "kind", r->transport);
+    cJSON_AddStringToObject(tp, "reason", r->transport_reason);
     cJSON *data = cJSON_AddObjectToObject(o, "data");
     cJSON_AddStringToObject(data, "source", r->data);
     if (r->entropy_floor >= 0)
@@ -43,6 +48,21 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
         cJSON_AddNumberToObject(s, "planned_stage_ms", st->planned_stage_ms);
         cJSON_AddNumberToObject(s, "planned_recompute_ms", st->planned_recompute_ms);
+        cJSON_AddStringToObject(s, "backend", st->backend);
+        if (strcmp(st->backend, "cuda") == 0) {
+            cJSON *g = cJSON_AddObjectToObject(s, "cuda");
+            cJSON_AddStringToObject(g, "gpu", st->gpu);
+            cJSON_AddNumberToObject(g, "ordinal", st->gpu_ordinal);
+            cJSON_AddStringToObject(g, "uuid", st->gpu_uuid);
+            jsonio_add_int(g, "context_bytes", st->context_bytes);
+            cJSON_AddBoolToObject(g, "context_includes_other_processes",
+                                  st->context_includes_others);
+            jsonio_add_int(g, "cublas_bytes", st->cublas_bytes);
+            jsonio_add_int(g, "cublas_workspace_bytes", st->cublas_workspace_bytes);
+            jsonio_add_int(g, "nccl_bytes", st->nccl_bytes);
+            jsonio_add_int(g, "device_used_end_bytes", st->device_used_end_bytes);
+            jsonio_add_int(g, "device_total_bytes", st->device_total_bytes);
+        }
         cJSON_AddItemToArray(stages, s);
     }
     int rc = jsonio_write(file, o, e);
@@ -72,6 +92,27 @@ void report_print_summary(FILE *f, const struct report *r)
     }
     fprintf(f, "(planned memory: the plan's memory_bytes minus reserve_bytes; planned compute: "
                "its stage_ms, from the profile's layer times)\n");
+    fprintf(f, "transport: %s (%s)\n", r->transport, r->transport_reason);
+    int gpus = 0;
+    for (int i = 0; i < r->n_stages; i++)
+        gpus += strcmp(r->stages[i].backend, "cuda") == 0;
+    if (gpus == 0)
+        return;
+    fprintf(f, "device memory beside the arenas, MiB (whole-device readings, see the metrics):\n");
+    fprintf(f, "stage  gpu                       context  cuBLAS    NCCL  device used at end\n");
+    for (int i = 0; i < r->n_stages; i++) {
+        const struct report_stage *s = &r->stages[i];
+        if (strcmp(s->backend, "cuda") != 0)
+            continue;
+        char gpu[32];
+        snprintf(gpu, sizeof gpu, "%d:%s", s->gpu_ordinal, s->gpu);
+        fprintf(f, "%5d  %-24s %8.1f%s %7.1f %7.1f  %8.1f of %.1f\n", s->index, gpu,
+                (double)s->context_bytes / 1048576.0, s->context_includes_others ? "*" : " ",
+                (double)s->cublas_bytes / 1048576.0, (double)s->nccl_bytes / 1048576.0,
+                (double)s->device_used_end_bytes / 1048576.0,
+                (double)s->device_total_bytes / 1048576.0);
+    }
+    fprintf(f, "(* the first rank on its GPU: includes what other processes held)\n");
 }
 
 static const char *const event_names[STAGE_EV_KINDS] = {"forward", "recompute", "backward",

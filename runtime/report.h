@@ -13,7 +13,22 @@
  *                     per micro-batch, averaged over the same steps as tokens_per_s: forward
  *                     compute, backward compute, recompute forwards, posting sends and waiting
  *                     for them to complete, waiting for data to arrive (the pipeline bubble)
- *   optimizer_ms      per step: one AdamW pass over the stage's parameters */
+ *   optimizer_ms      per step: one AdamW pass over the stage's parameters
+ *   backend, gpu      "cpu" or "cuda", and the GPU's name, ordinal and UUID
+ * and, for a stage on a GPU, the device memory beside the arenas (`cuda` in the metrics), all
+ * read with cudaMemGetInfo, which sees the whole device; the ranks of a node start one at a
+ * time so that each reading belongs to the rank that takes it:
+ *   context_bytes     device memory in use right after the rank's CUDA context came up, less
+ *                     what was in use when the previous rank on the same GPU had started; for
+ *                     the first rank on a GPU it includes other processes' memory, which
+ *                     context_includes_other_processes says
+ *   cublas_bytes      what cublasCreate and the cuBLAS workspace took (cublas_workspace_bytes
+ *                     of it the workspace Ballast gives cuBLAS)
+ *   nccl_bytes        what the NCCL communicators and their first transfer took (0 without
+ *                     NCCL)
+ *   device_used_end_bytes, device_total_bytes
+ *                     the whole device after the last step: every rank on the GPU together
+ * Top level: the transport ("nccl", "mpi", "mpi (host-staged)") and why it was chosen. */
 #ifndef BALLAST_REPORT_H
 #define BALLAST_REPORT_H
 
@@ -27,6 +42,12 @@
 struct report_stage {
     int index, first, last, n_recompute;
     char device[64];
+    char backend[8];
+    char gpu[256];
+    int gpu_ordinal, context_includes_others;
+    char gpu_uuid[64];
+    int64_t context_bytes, cublas_bytes, cublas_workspace_bytes, nccl_bytes,
+        device_used_end_bytes, device_total_bytes;
     int64_t peak_bytes, planned_bytes, reserve_bytes, arena_bytes;
     double planned_stage_ms, planned_recompute_ms;
     double fwd_ms, bwd_ms, recompute_ms, send_ms, idle_ms, optimizer_ms;
@@ -46,6 +67,7 @@ struct report {
     struct report_step *steps;
     double tokens_per_s;
     const char *data;     /* "synthetic" or the file */
+    const char *transport, *transport_reason;
     double entropy_floor; /* < 0: unknown */
     int n_stages;
     struct report_stage *stages;

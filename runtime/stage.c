@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16.h"
 #include "rng.h"
 
 #define TRY(call)                                                                            \
@@ -20,9 +21,10 @@ double stage_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* An activation (B,T,C) or its gradient: what crosses between stages. */
 static int64_t out_bytes(const struct model *m)
 {
-    return (int64_t)m->micro_batch * m->seq_len * m->n_embd * 4;
+    return (int64_t)m->micro_batch * m->seq_len * m->n_embd * sizes_act_elem_bytes(m->dtype);
 }
 
 /* ---- live memory ---- */
@@ -215,13 +217,13 @@ static int forward(struct stage_runner *r, int micro, struct err *e)
         if (L->kind == MODEL_LAYER_HEAD)
             TRY(ws_take(r, L->ws_off[HEAD_LOSSES], sizes_tensor_bytes(&L->ws[HEAD_LOSSES]),
                         &loss_id, e));
-        if (L->recompute)
+        if (L->regen)
             TRY(mem_add(r, L->transient_bytes, e));
         TRY(timed_sync(r, &t0, e));
         TRY(ops->layer[L->kind].forward(r->be, &v, out, e));
         TRY(timed_sync(r, &t1, e));
         event(r, STAGE_EV_FORWARD, micro, L->layer, t0, t1);
-        if (L->recompute)
+        if (L->regen)
             TRY(mem_add(r, -L->transient_bytes, e));
         if (loss_id >= 0) {
             TRY(ops->download(r->be, r->host_losses, v.ws[HEAD_LOSSES], BT * 4, e));
@@ -281,7 +283,7 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
                 TRY(ops->copy(r->be, v.ws[dout], src, out_bytes(m), e));
             TRY(ws_give(r, prev_id, e));
         }
-        if (L->recompute) {
+        if (L->regen) {
             TRY(mem_add(r, L->transient_bytes, e));
             TRY(timed_sync(r, &t0, e));
             TRY(ops->layer[L->kind].recompute(r->be, &v, e));
@@ -292,7 +294,7 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
         TRY(ops->layer[L->kind].backward(r->be, &v, loss_scale, e));
         TRY(timed_sync(r, &t1, e));
         event(r, STAGE_EV_BACKWARD, micro, L->layer, t0, t1);
-        if (L->recompute)
+        if (L->regen)
             TRY(mem_add(r, -L->transient_bytes, e));
         prev = v;
         prev_id = cur_id;
@@ -318,7 +320,7 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     int M = r->c.micro_batches;
     r->step = step;
     memset(&r->times, 0, sizeof r->times);
-    TRY(r->be->ops->zero(r->be, r->persistent + r->lay.section_bytes, r->lay.section_bytes, e));
+    TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.section_bytes, e));
     if (r->c.stage > 0)
         for (int micro = 0; micro < r->c.in_flight && micro < M; micro++)
             TRY(post_input(r, micro, e));
@@ -329,14 +331,15 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
 
     double t0 = stage_now_ms();
     char *w = r->persistent;
-    int64_t S = r->lay.section_bytes;
-    for (int li = 0; li < r->lay.n_layers; li++) {
-        const struct layer_layout *L = &r->lay.layers[li];
+    const struct stage_layout *lay = &r->lay;
+    for (int li = 0; li < lay->n_layers; li++) {
+        const struct layer_layout *L = &lay->layers[li];
         for (int k = 0; k < L->n_params; k++) {
             int64_t off = L->param_off[k];
-            TRY(r->be->ops->adamw(r->be, (float *)(w + off), (float *)(w + S + off),
-                                  (float *)(w + 2 * S + off), (float *)(w + 3 * S + off),
-                                  L->params[k].elems, &r->c.adamw, (int)(step + 1),
+            TRY(r->be->ops->adamw(r->be, w + L->weight_off[k], (float *)(w + lay->master_at + off),
+                                  (float *)(w + lay->grads_at + off),
+                                  (float *)(w + lay->m_at + off), (float *)(w + lay->v_at + off),
+                                  L->params[k].elems, lay->dtype, &r->c.adamw, (int)(step + 1),
                                   layout_param_decays(L->params[k].name), e));
         }
     }
@@ -354,13 +357,20 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
 /* ---- set-up ---- */
 
 /* Weights by global layer index, tensor index and element: the same numbers whatever the
- * stage split. Drawn on the host in chunks and uploaded. */
+ * stage split. Drawn on the host in chunks and uploaded into the fp32 master weights, and for
+ * bf16 rounded (to nearest, ties to even) into the weights the layers compute with. */
 static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
 {
     enum { CHUNK = 1 << 16 };
+    const struct stage_layout *lay = &r->lay;
+    int bf16 = lay->dtype == MODEL_DTYPE_BF16;
     float *buf = malloc(sizeof(float) * CHUNK);
-    if (buf == NULL)
+    uint16_t *half = malloc(sizeof(uint16_t) * CHUNK);
+    if (buf == NULL || half == NULL) {
+        free(buf);
+        free(half);
         return err_set(e, ERR_FAIL, "out of memory initialising weights");
+    }
     int rc = ERR_OK;
     for (int li = 0; li < r->lay.n_layers && rc == ERR_OK; li++) {
         const struct layer_layout *L = &r->lay.layers[li];
@@ -375,15 +385,25 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
                                                           seed, RNG_WEIGHTS,
                                                           ((uint64_t)L->layer << 8) | (uint64_t)k,
                                                           (uint64_t)(i0 + i))));
-                rc = r->be->ops->upload(r->be, r->persistent + L->param_off[k] + 4 * i0, buf,
-                                        4 * n, e);
+                rc = r->be->ops->upload(r->be,
+                                        r->persistent + lay->master_at + L->param_off[k] + 4 * i0,
+                                        buf, 4 * n, e);
+                if (rc == ERR_OK && bf16) {
+                    for (int64_t i = 0; i < n; i++)
+                        half[i] = bf16_from_float(buf[i]);
+                    rc = r->be->ops->upload(r->be, r->persistent + L->weight_off[k] + 2 * i0,
+                                            half, 2 * n, e);
+                }
             }
         }
     }
     free(buf);
-    if (rc == ERR_OK) /* gradients, m and v */
-        rc = r->be->ops->zero(r->be, r->persistent + r->lay.section_bytes,
-                              3 * r->lay.section_bytes, e);
+    free(half);
+    /* gradients, m and v */
+    if (rc == ERR_OK)
+        rc = r->be->ops->zero(r->be, r->persistent + lay->grads_at, lay->section_bytes, e);
+    if (rc == ERR_OK)
+        rc = r->be->ops->zero(r->be, r->persistent + lay->m_at, 2 * lay->section_bytes, e);
     return rc;
 }
 
@@ -397,7 +417,11 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     r->tp = tp;
     r->data = data;
     const struct model *m = c->model;
-    TRY(layout_init(&r->lay, m, c->first, c->last, c->recompute, c->in_flight, e));
+    if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
+        return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
+                       model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
+                       m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
+    TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     if (layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
         layout_free(&r->lay);
         return e->code;

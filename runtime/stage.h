@@ -4,8 +4,9 @@
  * tables. Activations of micro-batch m arrive in (or, on stage 0, are drawn into) slot
  * m mod in_flight; each layer's forward writes its output straight into the next layer's
  * checkpoint in the slot, the stage's last layer into the workspace's `out`, which is sent on
- * without waiting. A recomputed layer keeps only its checkpoint in the slot and regenerates
- * the rest into the transient just before its backward. Backward hands the gradient from
+ * without waiting. A recomputed layer keeps in the slot only what it does not regenerate (its
+ * checkpoint when recomputed whole) and regenerates the rest into the transient just before
+ * its backward. Backward hands the gradient from
  * layer to layer through the workspace and sends the first layer's `dinp` back.
  *
  * Memory actually live is counted as buffers are taken and released, and its high-water mark
@@ -13,8 +14,8 @@
  *   persistent   always;
  *   slot         from the moment its micro-batch's input is posted for receipt (or drawn)
  *                until that micro-batch's backward ends;
- *   transient    the running recomputed layer's act - ckpt, while it runs (first forward, or
- *                recompute and backward);
+ *   transient    what the running recomputed layer regenerates, while it runs (first forward,
+ *                or recompute and backward);
  *   workspace    the union of the regions in use: the running backward's workspace (all of
  *                the layer's but `out`, and the head's `losses`), a forward's `out` (the
  *                head's `losses`), and regions whose send has not completed. A region is not
@@ -37,7 +38,8 @@ struct stage_config {
     int stage, n_stages, micro_batches;
     enum schedule schedule;
     int first, last;
-    const unsigned char *recompute; /* one flag per layer of the stage */
+    const uint32_t *regen; /* per layer of the stage, the kept tensors it regenerates
+                              (layout_regen); NULL: none */
     int in_flight;
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */

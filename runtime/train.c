@@ -8,6 +8,8 @@
 
 #include "backend.h"
 #include "ckpt.h"
+#include "cuda_device.h"
+#include "devices.h"
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
@@ -30,8 +32,16 @@ struct run {
     int data_loaded;
     struct backend be;
     struct transport tp;
+    int on_cuda;                  /* this rank's stage computes on a GPU */
+    struct cuda_device_info gpu;  /* its GPU */
+    int64_t context_bytes;        /* see report.h */
+    int context_includes_others;
+    int64_t nccl_bytes;
+    enum transport_kind transport;
+    char transport_why[256];
     struct stage_runner stage;
     int stage_ready;
+    uint32_t *regen; /* this rank's layers: the kept tensors each regenerates */
     int64_t start_step; /* steps already done (resume) */
 };
 
@@ -54,14 +64,9 @@ static void fail_now(struct run *r, const struct err *e)
     MPI_Abort(r->comm, ERR_FAIL);
 }
 
-static int default_threads(struct run *r, struct err *e)
+/* The host's cores shared evenly among its n_local ranks. */
+static int default_threads(int n_local)
 {
-    MPI_Comm local;
-    int n_local = 1;
-    MPI_CHECK(MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local),
-              e);
-    MPI_CHECK(MPI_Comm_size(local, &n_local), e);
-    MPI_CHECK(MPI_Comm_free(&local), e);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int t = cores > 0 ? (int)(cores / n_local) : 1;
     return t > 0 ? t : 1;
@@ -81,11 +86,9 @@ static int setup_global(struct run *r, struct err *e)
                        "%s: the plan has %d stages, one MPI rank each, but this run has %d "
                        "ranks (mpirun -np %d)",
                        o->plan_file, p->n_stages, r->size, p->n_stages);
-    if (m->dtype != MODEL_DTYPE_FP32)
-        return err_set(e, ERR_INPUT,
-                       "%s: model.dtype: \"%s\": the CPU runtime trains fp32 only (bf16 is the "
-                       "CUDA backend's)",
-                       o->plan_file, model_dtype_name(m->dtype));
+    if (strcmp(o->device, "auto") != 0 && strcmp(o->device, "cpu") != 0 &&
+        strcmp(o->device, "cuda") != 0)
+        return err_set(e, ERR_INPUT, "--device: \"%s\", expected auto, cpu or cuda", o->device);
     /* micro-batch indices are the message tags */
     int *tag_ub, found = 0;
     if (MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found &&
@@ -97,6 +100,18 @@ static int setup_global(struct run *r, struct err *e)
                        "%s: model: micro_batch x seq_len = %lld rows is beyond 32-bit BLAS "
                        "dimensions",
                        o->plan_file, (long long)m->micro_batch * m->seq_len);
+    /* every layer's recompute choice must be one this runtime can apply */
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        for (int l = 0; l < plan_stage_layer_count(st); l++) {
+            uint32_t regen;
+            struct err inner;
+            err_clear(&inner);
+            if (layout_regen(m, st->first + l, st->recompute[l], &st->layers[l], &regen, &inner))
+                return err_set(e, inner.code, "%s: stages[%d].recompute_options: %s",
+                               o->plan_file, s, inner.msg);
+        }
+    }
     if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, m, o->seed, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
@@ -119,21 +134,31 @@ static int setup_global(struct run *r, struct err *e)
 }
 
 /* A plan made from a profile of another implementation carries other byte counts: this
- * runtime allocates what its own layers need, and says so, field by field. */
+ * runtime allocates what its own layers need, and says so, field by field (for a layer
+ * recomputed with an option, that option's bytes too). */
 static void compare_layer_costs(const struct run *r, const struct plan_stage *st)
 {
+    const struct model *m = &r->plan.model;
     int shown = 0;
     for (int l = st->first; l <= st->last; l++) {
         const struct layer_cost *c = &st->layers[l - st->first];
+        int choice = st->recompute[l - st->first];
         struct layer_sizes s;
-        sizes_layer(&r->plan.model, l, &s);
-        const char *names[5] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
-                                "out_bytes"};
-        int64_t plan[5] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
-                           c->out_bytes};
-        int64_t here[5] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
-                           s.out_bytes};
-        for (int k = 0; k < 5; k++) {
+        sizes_layer(m, l, &s);
+        const char *names[7] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
+                                "out_bytes", "kept_bytes", "transient_bytes"};
+        int64_t plan[7] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
+                           c->out_bytes, 0, 0};
+        int64_t here[7] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
+                           s.out_bytes, 0, 0};
+        if (choice >= COST_OPTION) {
+            const struct recompute_option *o = &c->options[choice - COST_OPTION];
+            plan[5] = o->kept_bytes;
+            plan[6] = o->transient_bytes;
+            sizes_regen_bytes(m, model_layer_kind(m, l), r->regen[l - st->first], &here[5],
+                              &here[6]);
+        }
+        for (int k = 0; k < 7; k++) {
             if (plan[k] == here[k])
                 continue;
             if (shown++ == 0)
@@ -142,26 +167,93 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
                         "runtime's (a profile of another implementation?); training allocates "
                         "its own sizes, so measured memory will differ from planned:\n",
                         st->index);
-            fprintf(stderr, "  %s: %s %lld in the plan, %lld here\n", c->name, names[k],
+            fprintf(stderr, "  %s: %s%s%s %lld in the plan, %lld here\n", c->name,
+                    k >= 5 ? cost_choice_name(c, choice) : "", k >= 5 ? " " : "", names[k],
                     (long long)plan[k], (long long)here[k]);
         }
     }
 }
 
-/* This rank's stage: backend, transport, arenas, weights (or the checkpoint). */
-static int setup_stage(struct run *r, struct err *e)
+/* Whether a stage computes on a GPU: --device, else the plan's device_kind (from the stage's
+ * profile), else the device table's kind for the stage's device name, else a name that starts
+ * with "cuda" (cuda:N); anything else runs on the CPU. */
+static int stage_wants_cuda(const struct run *r, const struct plan_stage *st)
+{
+    const char *d = r->o->device;
+    if (strcmp(d, "auto") != 0)
+        return strcmp(d, "cuda") == 0;
+    if (st->device_kind[0])
+        return strcmp(st->device_kind, "cuda") == 0;
+    struct device_table t;
+    struct err e;
+    int cuda = strncmp(st->device, "cuda", 4) == 0;
+    if (devices_load(devices_default_file(), &t, &e) == ERR_OK) {
+        const struct device_spec *spec = devices_find(&t, st->device);
+        if (spec != NULL)
+            cuda = strcmp(spec->kind, "cuda") == 0;
+        devices_free(&t);
+    }
+    return cuda;
+}
+
+/* The GPU readings passed from rank to rank of a node (below): per GPU, the device memory in
+ * use when the last rank on it finished starting. */
+struct gpu_reading {
+    char uuid[CUDA_DEVICE_ID_MAX];
+    int64_t used_bytes;
+};
+
+/* This rank's backend: the CPU, or GPU (local rank) mod (GPUs of the node). */
+static int start_backend(struct run *r, int local_rank, int n_local,
+                         struct gpu_reading *readings, int *n_readings, struct err *e)
+{
+    const struct plan_stage *st = &r->plan.stages[r->rank];
+    r->on_cuda = stage_wants_cuda(r, st);
+    if (!r->on_cuda)
+        return backend_cpu_init(&r->be, r->o->threads > 0 ? r->o->threads : default_threads(n_local),
+                                e);
+    int n = 0;
+    char why[256] = "";
+    cuda_device_count(&n, why, (int)sizeof why);
+    if (n == 0 && strcmp(r->o->device, "cuda") == 0)
+        return err_set(e, ERR_INPUT, "--device cuda: no CUDA device is usable here (%s)", why);
+    if (n == 0)
+        return err_set(e, ERR_INPUT,
+                       "the plan puts this stage on %s, a CUDA device, but no CUDA device is "
+                       "usable here (%s); --device cpu trains it on the CPU",
+                       st->device, why);
+    int gpu = local_rank % n;
+    if (cuda_device_query(gpu, &r->gpu, e) || backend_cuda_init(&r->be, gpu, e))
+        return e->code;
+    struct cuda_backend_memory mem;
+    backend_cuda_memory(&r->be, &mem);
+    r->context_bytes = mem.used_at_start_bytes;
+    r->context_includes_others = 1;
+    for (int i = 0; i < *n_readings; i++)
+        if (strcmp(readings[i].uuid, r->gpu.uuid) == 0) {
+            r->context_bytes = mem.used_at_start_bytes - readings[i].used_bytes;
+            r->context_includes_others = 0;
+        }
+    return ERR_OK;
+}
+
+/* This rank's stage: backend, arenas, weights (or the checkpoint). */
+static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_reading *readings,
+                       int *n_readings, struct err *e)
 {
     const struct train_options *o = r->o;
     const struct plan *p = &r->plan;
     const struct plan_stage *st = &p->stages[r->rank];
-    int threads = o->threads > 0 ? o->threads : default_threads(r, e);
-    if (e->code)
+    if (start_backend(r, local_rank, n_local, readings, n_readings, e))
         return e->code;
-    if (backend_cpu_init(&r->be, threads, e))
-        return e->code;
-    /* a send and a receive per micro-batch in flight, in each direction, at most */
-    if (transport_mpi_init(&r->tp, &r->comm, 4 * p->micro_batches + 8, e))
-        return e->code;
+    int n = plan_stage_layer_count(st);
+    r->regen = calloc((size_t)n, sizeof *r->regen);
+    if (r->regen == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int l = 0; l < n; l++) /* checked in setup_global */
+        if (layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                         &r->regen[l], e))
+            return e->code;
     compare_layer_costs(r, st);
     struct stage_config c = {
         .model = &p->model,
@@ -171,13 +263,14 @@ static int setup_stage(struct run *r, struct err *e)
         .schedule = p->schedule,
         .first = st->first,
         .last = st->last,
-        .recompute = st->recompute,
+        .regen = r->regen,
         .in_flight = st->in_flight,
         .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
         .record_events = o->trace_file != NULL,
     };
+    /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
     r->stage_ready = 1;
@@ -187,7 +280,109 @@ static int setup_stage(struct run *r, struct err *e)
         if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
             return e->code;
     }
+    if (r->on_cuda) { /* what the next rank on this GPU will find in use */
+        int64_t free_b, total_b;
+        if (cuda_mem_info(&free_b, &total_b, e))
+            return e->code;
+        int i = 0;
+        while (i < *n_readings && strcmp(readings[i].uuid, r->gpu.uuid) != 0)
+            i++;
+        if (i == *n_readings)
+            (*n_readings)++;
+        snprintf(readings[i].uuid, sizeof readings[i].uuid, "%s", r->gpu.uuid);
+        readings[i].used_bytes = total_b - free_b;
+    }
     return ERR_OK;
+}
+
+/* The ranks of a node start one after the other, in local-rank order: device memory readings
+ * (cudaMemGetInfo is whole-device) then belong to the rank that takes them. Each rank passes
+ * the readings on even when it failed, so that no rank waits for ever; nothing in a turn may
+ * be collective over the ranks. */
+static int setup_stages_in_turn(struct run *r, struct err *e)
+{
+    MPI_Comm local;
+    int lrank = 0, lsize = 1, n = 0;
+    MPI_CHECK(MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local),
+              e);
+    MPI_CHECK(MPI_Comm_rank(local, &lrank), e);
+    MPI_CHECK(MPI_Comm_size(local, &lsize), e);
+    struct gpu_reading *readings = calloc((size_t)lsize, sizeof *readings);
+    if (readings == NULL) {
+        MPI_Comm_free(&local);
+        return err_set(e, ERR_FAIL, "out of memory starting the stage");
+    }
+    int rc = ERR_OK, bytes = (int)(sizeof *readings * (size_t)lsize);
+    if (lrank > 0 && (MPI_Recv(&n, 1, MPI_INT, lrank - 1, 0, local, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
+                      MPI_Recv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, MPI_STATUS_IGNORE) !=
+                          MPI_SUCCESS))
+        rc = err_set(e, ERR_FAIL, "MPI_Recv of the start-up turn failed");
+    if (rc == ERR_OK)
+        rc = setup_stage(r, lrank, lsize, readings, &n, e);
+    if (lrank + 1 < lsize &&
+        (MPI_Send(&n, 1, MPI_INT, lrank + 1, 0, local) != MPI_SUCCESS ||
+         MPI_Send(readings, bytes, MPI_BYTE, lrank + 1, 1, local) != MPI_SUCCESS) &&
+        rc == ERR_OK)
+        rc = err_set(e, ERR_FAIL, "MPI_Send of the start-up turn failed");
+    free(readings);
+    MPI_Comm_free(&local);
+    return rc;
+}
+
+/* Every rank's GPU (or none), gathered; the same choice on every rank (transport_choose). */
+static int setup_transport(struct run *r, struct err *e)
+{
+    const struct plan *p = &r->plan;
+    char(*ids)[TRANSPORT_ID_MAX] = calloc((size_t)r->size, sizeof *ids);
+    if (ids == NULL)
+        return err_set(e, ERR_FAIL, "out of memory choosing the transport");
+    char mine[TRANSPORT_ID_MAX] = "";
+    if (r->on_cuda)
+        snprintf(mine, sizeof mine, "%s", r->gpu.uuid);
+    int rc = ERR_OK;
+    if (MPI_Allgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX, MPI_CHAR,
+                      r->comm) != MPI_SUCCESS)
+        rc = err_set(e, ERR_FAIL, "MPI_Allgather of the ranks' GPUs failed");
+    if (rc == ERR_OK &&
+        transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank,
+                         r->o->transport, &r->transport, r->transport_why,
+                         (int)sizeof r->transport_why))
+        rc = err_set(e, ERR_INPUT, "--transport %s: %s", r->o->transport, r->transport_why);
+    free(ids);
+    if (rc)
+        return rc;
+    /* a send and a receive per micro-batch in flight, in each direction, at most */
+    int max_requests = 4 * p->micro_batches + 8;
+    int64_t act = (int64_t)p->model.micro_batch * p->model.seq_len * p->model.n_embd *
+                  sizes_act_elem_bytes(p->model.dtype);
+    switch (r->transport) {
+    case TRANSPORT_MPI:
+        return transport_mpi_init(&r->tp, &r->comm, max_requests, e);
+    case TRANSPORT_MPI_STAGED:
+        return transport_staged_init(&r->tp, &r->comm, max_requests, &r->be, act, e);
+    case TRANSPORT_NCCL:
+        break;
+    }
+    /* NCCL: rank 0 makes every link's ids and broadcasts them (NCCL's examples' bootstrap) */
+    int n_ids = 2 * (r->size - 1);
+    unsigned char(*nccl_ids)[TRANSPORT_NCCL_ID_BYTES] = calloc((size_t)n_ids, sizeof *nccl_ids);
+    if (nccl_ids == NULL)
+        return err_set(e, ERR_FAIL, "out of memory for the NCCL ids");
+    rc = ERR_OK;
+    for (int i = 0; r->rank == 0 && i < n_ids && rc == ERR_OK; i++)
+        rc = transport_nccl_unique_id(nccl_ids[i], e);
+    int all = agree(r, rc, NULL);
+    if (all == ERR_OK &&
+        MPI_Bcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
+        all = err_set(e, ERR_FAIL, "MPI_Bcast of the NCCL ids failed");
+    if (all == ERR_OK)
+        all = transport_nccl_init(&r->tp, r->rank, r->size,
+                                  (const unsigned char(*)[TRANSPORT_NCCL_ID_BYTES])nccl_ids, &r->be,
+                                  max_requests, &r->nccl_bytes, e);
+    else if (rc == ERR_OK)
+        all = err_set(e, ERR_FAIL, "rank 0 could not make the NCCL ids");
+    free(nccl_ids);
+    return all;
 }
 
 static void save(struct run *r, int64_t step)
@@ -221,6 +416,7 @@ static void free_run(struct run *r)
         data_free(&r->data);
     if (r->plan_loaded)
         plan_free(&r->plan);
+    free(r->regen);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -293,6 +489,8 @@ static int train_loop(struct run *r, struct err *e)
         .tokens_per_step = (int64_t)p->micro_batches * m->micro_batch * m->seq_len,
         .data = o->data_file != NULL ? o->data_file : "synthetic",
         .entropy_floor = data_entropy_floor(&r->data),
+        .transport = transport_kind_name(r->transport),
+        .transport_reason = r->transport_why,
     };
     rep.steps = calloc((size_t)n_steps, sizeof *rep.steps);
     if (rep.steps == NULL)
@@ -301,10 +499,11 @@ static int train_loop(struct run *r, struct err *e)
     int counted = 0;
     double timed_ms = 0;
     if (r->rank == 0 && !o->quiet)
-        printf("train: %s, %d stages, %s, %d micro-batches of %d x %d tokens, %d threads per "
-               "rank, steps %lld..%lld\n",
-               o->plan_file, p->n_stages, schedule_name(p->schedule), p->micro_batches,
-               m->micro_batch, m->seq_len, r->be.threads, (long long)r->start_step + 1,
+        printf("train: %s, %d stages, %s, %s, %d micro-batches of %d x %d tokens, rank 0 on %s "
+               "(%d threads), transport %s, steps %lld..%lld\n",
+               o->plan_file, p->n_stages, schedule_name(p->schedule), model_dtype_name(m->dtype),
+               p->micro_batches, m->micro_batch, m->seq_len, r->on_cuda ? r->gpu.name : "the CPU",
+               r->be.threads, transport_kind_name(r->transport), (long long)r->start_step + 1,
                (long long)o->steps);
     MPI_CHECK(MPI_Barrier(r->comm), e);
     stage_set_origin(&r->stage);
@@ -359,8 +558,26 @@ static int train_loop(struct run *r, struct err *e)
         .optimizer_ms = sum.optimizer / counted,
     };
     snprintf(mine.device, sizeof mine.device, "%s", st->device);
+    snprintf(mine.backend, sizeof mine.backend, "%s", r->on_cuda ? "cuda" : "cpu");
+    if (r->on_cuda) {
+        struct cuda_backend_memory mem;
+        int64_t free_b = 0, total_b = 0;
+        struct err me;
+        backend_cuda_memory(&r->be, &mem);
+        if (cuda_mem_info(&free_b, &total_b, &me) == ERR_OK)
+            mine.device_used_end_bytes = total_b - free_b;
+        mine.device_total_bytes = total_b;
+        snprintf(mine.gpu, sizeof mine.gpu, "%s", r->gpu.name);
+        snprintf(mine.gpu_uuid, sizeof mine.gpu_uuid, "%s", r->gpu.uuid);
+        mine.gpu_ordinal = r->gpu.ordinal;
+        mine.context_bytes = r->context_bytes;
+        mine.context_includes_others = r->context_includes_others;
+        mine.cublas_bytes = mem.blas_bytes;
+        mine.cublas_workspace_bytes = mem.blas_workspace_bytes;
+        mine.nccl_bytes = r->nccl_bytes;
+    }
     for (int l = 0; l < plan_stage_layer_count(st); l++)
-        mine.n_recompute += st->recompute[l];
+        mine.n_recompute += st->recompute[l] != COST_KEEP; /* whole or in part */
     int rc = finish(r, &rep, &mine, e);
     free(rep.steps);
     return rc;
@@ -391,16 +608,23 @@ int train_run(const struct train_options *o)
         return all;
     }
     /* This rank's own: it speaks for itself. */
-    rc = setup_stage(&r, &e);
-    all = agree(&r, rc, &first_failed);
-    if (all != ERR_OK) {
-        if (rc != ERR_OK)
-            fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-        else if (r.rank == 0)
-            fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
-                    first_failed);
-        free_run(&r);
-        return all;
+    for (int phase = 0; phase < 2; phase++) {
+        err_clear(&e);
+        rc = phase == 0 ? setup_stages_in_turn(&r, &e) : setup_transport(&r, &e);
+        all = agree(&r, rc, &first_failed);
+        if (all != ERR_OK) {
+            /* the transport's choice is the same on every rank: rank 0 speaks for all */
+            int global = phase == 1 && rc == ERR_INPUT;
+            if (rc != ERR_OK && global && r.rank == 0)
+                fprintf(stderr, "ballast train: %s\n", e.msg);
+            else if (rc != ERR_OK && !global)
+                fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
+            else if (rc == ERR_OK && r.rank == 0)
+                fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
+                        first_failed);
+            free_run(&r);
+            return all;
+        }
     }
     rc = train_loop(&r, &e);
     /* only rank 0 writes files; its status is everyone's */

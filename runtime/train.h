@@ -25,6 +25,8 @@ struct train_options {
     uint64_t seed;
     double lr;
     int threads; /* 0: the host's cores shared evenly among the ranks on it */
+    const char *device;    /* "auto" (the plan's devices), "cpu" or "cuda" */
+    const char *transport; /* "auto", "mpi" or "nccl" (transport.h) */
     int quiet;   /* no per-step lines */
 };
 

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 static __int128 ceil_div(__int128 a, __int128 b)
 {
@@ -181,4 +182,105 @@ int64_t ref_random_limit(struct test_rng *rng, const struct layer_cost *layers, 
     if (limit > ((int64_t)1 << 53))
         limit = (int64_t)1 << 53;
     return (int64_t)limit;
+}
+
+/* kept - ckpt and the transient of one layer's choice, straight from the layer's fields */
+static void choice_bytes(const struct layer_cost *c, int choice, __int128 *excess,
+                         __int128 *transient)
+{
+    if (choice == 0) {
+        *excess = c->act_bytes - c->ckpt_bytes;
+        *transient = 0;
+    } else if (choice == 1) {
+        *excess = 0;
+        *transient = c->act_bytes - c->ckpt_bytes;
+    } else {
+        *excess = c->options[choice - 2].kept_bytes - c->ckpt_bytes;
+        *transient = c->options[choice - 2].transient_bytes;
+    }
+}
+
+__int128 ref_choice_units(const struct ref_stage *s, const unsigned char *choice)
+{
+    __int128 kept = 0, transient = 0;
+    for (int l = 0; l < s->n; l++) {
+        __int128 x, t;
+        choice_bytes(&s->layers[l], choice[l], &x, &t);
+        kept += ceil_div(x * s->in_flight, s->unit_bytes);
+        t = ceil_div(t, s->unit_bytes);
+        transient = t > transient ? t : transient;
+    }
+    return kept + transient;
+}
+
+double ref_choice_ms(const struct ref_stage *s, const unsigned char *choice)
+{
+    double r = 0;
+    for (int l = 0; l < s->n; l++) {
+        const struct layer_cost *c = &s->layers[l];
+        if (choice[l] == 1)
+            r += c->fwd_ms;
+        else if (choice[l] >= 2)
+            r += c->options[choice[l] - 2].recompute_ms;
+    }
+    return r;
+}
+
+/* Steps `choice` to the next combination (mixed radix); 0 after the last. */
+static int next_combination(const struct ref_stage *s, unsigned char *choice)
+{
+    for (int l = 0; l < s->n; l++) {
+        if (choice[l] + 1 < 2 + s->layers[l].n_options) {
+            choice[l]++;
+            return 1;
+        }
+        choice[l] = 0;
+    }
+    return 0;
+}
+
+void ref_min_recompute_choices(const struct ref_stage *s, struct ref_best *out)
+{
+    __int128 cap = ref_cap(s);
+    unsigned char choice[64] = {0};
+    *out = (struct ref_best){0};
+    do {
+        if (ref_choice_units(s, choice) > cap)
+            continue;
+        double r = ref_choice_ms(s, choice);
+        if (!out->feasible || r < out->recompute_ms)
+            out->recompute_ms = r;
+        out->feasible = 1;
+    } while (next_combination(s, choice));
+    if (!out->feasible)
+        return;
+    double tie = out->recompute_ms + REF_ATOL + REF_RTOL * fabs(out->recompute_ms);
+    out->units = INT64_MAX;
+    memset(choice, 0, sizeof choice);
+    do {
+        __int128 u = ref_choice_units(s, choice);
+        if (u <= cap && ref_choice_ms(s, choice) <= tie && u < out->units)
+            out->units = (int64_t)u;
+    } while (next_combination(s, choice));
+}
+
+void ref_random_options(struct test_rng *rng, int most, struct layer_cost *c)
+{
+    int64_t d = c->act_bytes - c->ckpt_bytes;
+    c->n_options = (int)test_rng_int(rng, 0, most);
+    for (int k = 0; k < c->n_options; k++) {
+        struct recompute_option *o = &c->options[k];
+        snprintf(o->name, sizeof o->name, "opt%d", k);
+        int kind = (int)test_rng_int(rng, 0, 9);
+        int64_t kept = kind == 0 ? 0 : kind == 1 ? d : test_rng_int(rng, 0, d);
+        o->kept_bytes = c->ckpt_bytes + kept;
+        o->transient_bytes = c->act_bytes - o->kept_bytes;
+        int tk = (int)test_rng_int(rng, 0, 9);
+        if (tk < 3)
+            o->recompute_ms = (double)test_rng_int(rng, 0, 4);
+        else if (tk < 4)
+            o->recompute_ms = 0;
+        else
+            o->recompute_ms = test_rng_double(rng, 0, 1.2 * c->fwd_ms + 1);
+    }
 }

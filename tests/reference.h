@@ -57,6 +57,20 @@ void ref_min_recompute(const struct ref_stage *s, struct ref_best *out);
 void ref_balance(const struct ref_stage *s, int64_t target_units, double time_unit_ms,
                  struct ref_best *out);
 
+/* Multiple choice: choice[l] numbers layer l's choices as cost.h does (0 keep, 1 the whole
+ * layer, 2 + k its option k). Units, from the bytes: sum over layers of ceil(v * (kept -
+ * ckpt) / unit) + max ceil(transient / unit), with keep = (act, 0) and whole = (ckpt,
+ * act - ckpt). */
+__int128 ref_choice_units(const struct ref_stage *s, const unsigned char *choice);
+double ref_choice_ms(const struct ref_stage *s, const unsigned char *choice);
+/* Least recompute over every combination of the layers' choices (at most REF_COMBOS_MAX),
+ * ties by least units, like ref_min_recompute. */
+#define REF_COMBOS_MAX (1 << 20)
+void ref_min_recompute_choices(const struct ref_stage *s, struct ref_best *out);
+/* Up to `most` random recompute options for a layer: kept anywhere from ckpt to act (both
+ * ends included), times zero, integer (ties), below or above the layer's forward. */
+void ref_random_options(struct test_rng *rng, int most, struct layer_cost *c);
+
 /* Random layer costs in the scale of `unit` bytes: ordinary layers, layers with
  * ckpt == act, all-zero layers, layers with huge memory or time, integer-valued times (so
  * that ties happen). */

@@ -65,6 +65,7 @@ static void test_help_and_usage(void)
         {"plan --cluster %s --method patent --reduce half", "--reduce"},
         {"plan --cluster %s --method optimal --reduce 0.5", "--method patent only"},
         {"plan --cluster %s --method none --verify", "method none solves no optimisation"},
+        {"plan --cluster %s --method patent --whole-layers", "--method optimal only"},
         {"plan --cluster %s --method block:3 --verify", "method block:3 solves no"},
         {"plan --cluster %s --unit 0", "--unit"},
         {"plan --cluster %s --unit 1.5", "--unit"},
@@ -179,9 +180,11 @@ static void test_verify_in_plan(void)
     CU_ASSERT(cJSON_IsTrue(member(v, "agree")));
     CU_ASSERT(test_close(member(v, "dp_objective")->valuedouble,
                          member(v, "milp_objective")->valuedouble, 1e-6, 1e-6));
-    /* the shipped CPU cluster is built so that stage 0 must recompute */
+    /* the shipped CPU cluster is built so that stage 0 must recompute (whole layers or in
+     * part) */
     const cJSON *s0 = cJSON_GetArrayItem(member(plan, "stages"), 0);
-    CU_ASSERT(cJSON_GetArraySize(member(s0, "recompute")) > 0);
+    CU_ASSERT(cJSON_GetArraySize(member(s0, "recompute")) +
+                  cJSON_GetArraySize(member(s0, "recompute_options")) > 0);
     CU_ASSERT(member(s0, "memory_bytes")->valuedouble <=
               member(s0, "memory_limit_bytes")->valuedouble);
     cJSON_Delete(plan);
@@ -192,6 +195,66 @@ static void test_verify_in_plan(void)
     text = test_read(out);
     CU_ASSERT_PTR_NULL(strstr(text, "\"verify\""));
     free(text);
+}
+
+/* A recompute option by hand: the hand profile's block.0 may also keep 50 of its 80 bytes
+ * and regenerate 30 in 0.5 ms ("half"). Stage 0 (v 2) against 570 bytes: keeping everything
+ * takes 599; block.0 half 300 + 2 x (50 + 50) + 30 + 30 + 9 = 569 (0.5 ms); the embedding
+ * whole 300 + 2 x (10 + 80) + 40 + 39 = 559 (1 ms); block.0 whole 539 (3 ms). So optimal
+ * takes "half", and with --whole-layers the embedding. */
+static void test_option_by_hand(void)
+{
+    char *text = test_read(hand_cluster("hand-570.json", 570)), cluster[1024], out[1024];
+    char args[4096];
+    free(text);
+    text = test_read(test_path("hand-profile.json"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    char *at = strstr(text, "\"workspace_bytes\": 30}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    char edited[8192];
+    snprintf(edited, sizeof edited, "%.*s\"workspace_bytes\": 30, \"recompute_options\": "
+                                    "[{\"name\": \"half\", \"kept_bytes\": 50, "
+                                    "\"transient_bytes\": 30, \"recompute_ms\": 0.5}]}%s",
+             (int)(at - text), text, at + strlen("\"workspace_bytes\": 30}"));
+    free(text);
+    test_write("hand-profile.json", edited);
+    snprintf(cluster, sizeof cluster, "%s", test_path("hand-570.json"));
+    snprintf(out, sizeof out, "%s", test_path("hand-option.json"));
+    const char *const runs[3] = {"", "--whole-layers", "--method patent"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "plan --cluster '%s' --unit 1 --verify %s -o '%s'", cluster,
+                 runs[k], out);
+        expect(args, 0, k == 0 ? "1:half" : "verify: DP objective", NULL);
+        text = test_read(out);
+        cJSON *plan = cJSON_Parse(text);
+        free(text);
+        CU_ASSERT_FATAL(plan != NULL);
+        const cJSON *s0 = cJSON_GetArrayItem(member(plan, "stages"), 0);
+        const cJSON *opts = member(s0, "recompute_options");
+        if (k == 0) {
+            CU_ASSERT(cJSON_GetArraySize(member(s0, "recompute")) == 0);
+            CU_ASSERT_FATAL(cJSON_GetArraySize(opts) == 1);
+            CU_ASSERT(member(cJSON_GetArrayItem(opts, 0), "layer")->valueint == 1);
+            CU_ASSERT_STRING_EQUAL(member(cJSON_GetArrayItem(opts, 0), "option")->valuestring,
+                                   "half");
+            CU_ASSERT(member(s0, "memory_bytes")->valuedouble == 569);
+            CU_ASSERT(member(s0, "recompute_ms")->valuedouble == 0.5);
+        } else {
+            CU_ASSERT_PTR_NULL(opts);
+            CU_ASSERT(cJSON_GetArraySize(member(s0, "recompute")) == 1 &&
+                      cJSON_GetArrayItem(member(s0, "recompute"), 0)->valueint == 0);
+            CU_ASSERT(member(s0, "memory_bytes")->valuedouble == 559);
+            CU_ASSERT(member(s0, "recompute_ms")->valuedouble == 1);
+        }
+        CU_ASSERT(cJSON_IsTrue(member(member(plan, "verify"), "agree")));
+        cJSON_Delete(plan);
+        struct plan p;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_EQUAL(plan_load(out, &p, &e), ERR_OK);
+        if (e.code == ERR_OK)
+            plan_free(&p);
+    }
 }
 
 /* Every shipped cluster with every method: exit 0 with a plan that plan_load reads back
@@ -253,6 +316,7 @@ int main(void)
     CU_add_test(s, "help and usage errors", test_help_and_usage);
     CU_add_test(s, "exit 3 with the numbers", test_no_plan_fits);
     CU_add_test(s, "--verify in the plan", test_verify_in_plan);
+    CU_add_test(s, "a recompute option by hand", test_option_by_hand);
     CU_add_test(s, "every shipped cluster, every method", test_shipped_clusters);
     return test_main();
 }

@@ -7,10 +7,16 @@
 #include "sizes.h"
 #include "testutil.h"
 
+/* A layer's costs by position (name, fwd, bwd, state, act, ckpt, out, workspace), without
+ * recompute options. */
+#define LAYER(n_, f_, b_, s_, a_, c_, o_, w_)                                                  \
+    {.name = n_, .fwd_ms = f_, .bwd_ms = b_, .state_bytes = s_, .act_bytes = a_,               \
+     .ckpt_bytes = c_, .out_bytes = o_, .workspace_bytes = w_}
+
 static const struct layer_cost three[3] = {
-    {"a", 1.0, 2.0, 100, 50, 10, 4, 7},
-    {"b", 3.0, 5.0, 200, 80, 20, 4, 30},
-    {"c", 0.5, 1.0, 300, 40, 40, 4, 12},
+    LAYER("a", 1.0, 2.0, 100, 50, 10, 4, 7),
+    LAYER("b", 3.0, 5.0, 200, 80, 20, 4, 30),
+    LAYER("c", 0.5, 1.0, 300, 40, 40, 4, 12),
 };
 
 static void check(const unsigned char *r, int64_t memory, double recompute, double stage)
@@ -36,6 +42,70 @@ static void test_stage_memory_and_time(void)
     check((const unsigned char[]){0, 0, 1}, 1149, 0.5, 13.0);
 }
 
+/* Layer b's option "half" keeps 50 of its 80 bytes and regenerates 30 in 0.75 ms. */
+static void test_options_by_hand(void)
+{
+    struct layer_cost l[3] = {three[0], three[1], three[2]};
+    l[1].n_options = 1;
+    l[1].options[0] = (struct recompute_option){"half", 50, 30, 0.75};
+    struct stage_cost c;
+    CU_ASSERT_EQUAL(cost_choice_count(&l[1]), 3);
+    CU_ASSERT_STRING_EQUAL(cost_choice_name(&l[1], COST_OPTION), "half");
+    CU_ASSERT_STRING_EQUAL(cost_choice_name(&l[1], COST_FULL), "full");
+    /* keep, half, keep: 600 + 3 x (50+50+40) + transient 30 + 30 + 9 */
+    cost_stage(l, 3, (const unsigned char[]){COST_KEEP, COST_OPTION, COST_KEEP}, 3, 9, &c);
+    CU_ASSERT_EQUAL(c.kept_bytes, 140);
+    CU_ASSERT_EQUAL(c.transient_bytes, 30);
+    CU_ASSERT_EQUAL(c.memory_bytes, 1089);
+    CU_ASSERT_DOUBLE_EQUAL(c.recompute_ms, 0.75, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c.stage_ms, 13.25, 1e-12);
+    /* full a, half b, keep c: 600 + 3 x (10+50+40) + max(40, 30) + 30 + 9 */
+    cost_stage(l, 3, (const unsigned char[]){COST_FULL, COST_OPTION, COST_KEEP}, 3, 9, &c);
+    CU_ASSERT_EQUAL(c.memory_bytes, 979);
+    CU_ASSERT_DOUBLE_EQUAL(c.recompute_ms, 1.75, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c.stage_ms, 14.25, 1e-12);
+    /* keep and full are today's formula whatever options the layers have */
+    cost_stage(l, 3, (const unsigned char[]){1, 1, 0}, 3, 9, &c);
+    CU_ASSERT_EQUAL(c.memory_bytes, 909);
+    CU_ASSERT_DOUBLE_EQUAL(c.recompute_ms, 4, 1e-12);
+}
+
+/* The block's options from the size functions: which tensors each regenerates, and its
+ * bytes, by formula (B=2 T=8 C=16 NH=2, fp32: every tensor a multiple of 64 bytes). */
+static void test_option_sizes(void)
+{
+    struct model m = {.n_layer = 2, .n_embd = 16, .n_head = 2, .seq_len = 8, .vocab_size = 50,
+                      .micro_batch = 2, .dtype = MODEL_DTYPE_FP32};
+    int64_t B = 2, T = 8, C = 16, NH = 2, kept, transient;
+    struct sizes_option o[SIZES_OPTIONS_MAX];
+    struct layer_sizes s;
+    sizes_layer(&m, 1, &s);
+    CU_ASSERT_EQUAL_FATAL(sizes_recompute_options(&m, MODEL_LAYER_BLOCK, o), 3);
+    CU_ASSERT_STRING_EQUAL(o[0].name, "attn");
+    CU_ASSERT_STRING_EQUAL(o[1].name, "mlp");
+    CU_ASSERT_STRING_EQUAL(o[2].name, "attn+mlp");
+    /* kept tensors: inp 0, ln1 1, ln1_mean 2, ln1_rstd 3, qkv 4, att 5, atty 6, ..., fch 11,
+     * fch_gelu 12 */
+    CU_ASSERT_EQUAL(o[0].regen, 1u << 5);
+    CU_ASSERT_EQUAL(o[1].regen, 1u << 12);
+    CU_ASSERT_EQUAL(o[2].regen, (1u << 5) | (1u << 12));
+    sizes_regen_bytes(&m, MODEL_LAYER_BLOCK, o[0].regen, &kept, &transient);
+    CU_ASSERT_EQUAL(transient, 4 * B * NH * T * T);
+    CU_ASSERT_EQUAL(kept + transient, s.act_bytes);
+    sizes_regen_bytes(&m, MODEL_LAYER_BLOCK, o[1].regen, &kept, &transient);
+    CU_ASSERT_EQUAL(transient, 4 * B * T * 4 * C);
+    sizes_regen_bytes(&m, MODEL_LAYER_BLOCK, sizes_full_regen(&m, MODEL_LAYER_BLOCK), &kept,
+                      &transient);
+    CU_ASSERT_EQUAL(kept, s.ckpt_bytes);
+    CU_ASSERT_EQUAL(transient, s.act_bytes - s.ckpt_bytes);
+    /* the embedding and the head have no partial options */
+    CU_ASSERT_EQUAL(sizes_recompute_options(&m, MODEL_LAYER_EMBED, o), 0);
+    CU_ASSERT_EQUAL(sizes_recompute_options(&m, MODEL_LAYER_HEAD, o), 0);
+    uint32_t regen = 0;
+    CU_ASSERT(sizes_find_option(&m, MODEL_LAYER_BLOCK, "mlp", &regen) && regen == 1u << 12);
+    CU_ASSERT(!sizes_find_option(&m, MODEL_LAYER_HEAD, "mlp", &regen));
+}
+
 static void test_in_flight(void)
 {
     /* 1F1B: min(S - s, M); GPipe: M */
@@ -48,7 +118,7 @@ static void test_in_flight(void)
 
 static void test_saturates(void)
 {
-    struct layer_cost huge = {"h", 1, 1, (int64_t)1 << 53, (int64_t)1 << 53, 0, 0, 0};
+    struct layer_cost huge = LAYER("h", 1, 1, (int64_t)1 << 53, (int64_t)1 << 53, 0, 0, 0);
     struct stage_cost c;
     cost_stage(&huge, 1, NULL, 1 << 20, 0, &c);
     CU_ASSERT_EQUAL(c.memory_bytes, INT64_MAX);
@@ -82,13 +152,64 @@ static void test_block_sizes(void)
     CU_ASSERT_EQUAL(s.state_bytes, 2 * (12 * C * C + 13 * C) + 224 + 16 * (12 * C * C + 13 * C));
 }
 
+/* GPT-2 124M's shapes in bf16 (B=8, T=1024, C=768, NH=12, V=50257), every number by hand:
+ * BTC = 6291456, B*NH*T*T = 100663296, BT = 8192; every tensor here is a multiple of 64
+ * bytes, so no padding. */
+static void test_bf16_sizes(void)
+{
+    struct model m = {.n_layer = 12, .n_embd = 768, .n_head = 12, .seq_len = 1024,
+                      .vocab_size = 50257, .micro_batch = 8, .dtype = MODEL_DTYPE_BF16};
+    struct layer_sizes s;
+    CU_ASSERT_EQUAL(sizes_weight_elem_bytes(MODEL_DTYPE_BF16), 2);
+    CU_ASSERT_EQUAL(sizes_act_elem_bytes(MODEL_DTYPE_BF16), 2);
+    CU_ASSERT_EQUAL(sizes_state_bytes_per_param(MODEL_DTYPE_BF16), 18);
+    /* embed: wte 50257 x 768 + wpe 1024 x 768 = 39383808 parameters, 18 bytes each */
+    sizes_layer(&m, 0, &s);
+    CU_ASSERT_EQUAL(s.params, 39383808);
+    CU_ASSERT_EQUAL(s.state_bytes, 708908544);
+    CU_ASSERT_EQUAL(s.act_bytes, 32768);   /* the token ids, int32 */
+    CU_ASSERT_EQUAL(s.ckpt_bytes, 32768);
+    CU_ASSERT_EQUAL(s.out_bytes, 12582912); /* 2 x BTC */
+    CU_ASSERT_EQUAL(s.workspace_bytes, 25165824); /* out and dout */
+    /* block: 12 C^2 + 13 C = 7087872 parameters */
+    sizes_layer(&m, 1, &s);
+    CU_ASSERT_EQUAL(s.params, 7087872);
+    CU_ASSERT_EQUAL(s.state_bytes, 127581696);
+    /* kept: 16 BTC-sized bf16 tensors and the bf16 attention, 4 fp32 statistics:
+     * 2 x (16 x 6291456 + 100663296) + 4 x 4 x 8192 */
+    CU_ASSERT_EQUAL(s.act_bytes, 402784256);
+    CU_ASSERT_EQUAL(s.ckpt_bytes, 12582912);
+    CU_ASSERT_EQUAL(s.out_bytes, 12582912);
+    /* out, dout, dinp, d4 (4), dln, dqkv (3): 11 BTC, and datt: 2 x (69206016 + 100663296) */
+    CU_ASSERT_EQUAL(s.workspace_bytes, 339738624);
+    /* head: lnf_w, lnf_b and lm_w (50257 x 768) */
+    sizes_layer(&m, 13, &s);
+    CU_ASSERT_EQUAL(s.params, 38598912);
+    CU_ASSERT_EQUAL(s.state_bytes, 694780416);
+    /* inp, lnf: 2 x 12582912; targets, mean, rstd: 3 x 32768; probs B x T x V bf16:
+     * 823410688 */
+    CU_ASSERT_EQUAL(s.act_bytes, 848674816);
+    CU_ASSERT_EQUAL(s.ckpt_bytes, 12582912 + 32768);
+    CU_ASSERT_EQUAL(s.out_bytes, 4);
+    /* dlnf, dinp bf16, losses fp32 */
+    CU_ASSERT_EQUAL(s.workspace_bytes, 2 * 12582912 + 32768);
+    /* the same model in fp32 doubles every activation but the ids and statistics */
+    m.dtype = MODEL_DTYPE_FP32;
+    sizes_layer(&m, 1, &s);
+    CU_ASSERT_EQUAL(s.act_bytes, 4 * (16 * 6291456 + 100663296) + 4 * 4 * 8192);
+    CU_ASSERT_EQUAL(s.state_bytes, 16 * 7087872);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("cost", NULL, NULL);
     CU_add_test(s, "stage memory and time by hand", test_stage_memory_and_time);
+    CU_add_test(s, "recompute options by hand", test_options_by_hand);
+    CU_add_test(s, "the block's options from the size functions", test_option_sizes);
     CU_add_test(s, "in-flight micro-batches", test_in_flight);
     CU_add_test(s, "memory saturates instead of wrapping", test_saturates);
     CU_add_test(s, "GPT block sizes by formula", test_block_sizes);
+    CU_add_test(s, "bf16 sizes of GPT-2 124M by hand", test_bf16_sizes);
     return test_main();
 }

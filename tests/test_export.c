@@ -15,11 +15,13 @@
 struct counts {
     int n;
     int blocks[MAX_STAGES];
-    int recompute[MAX_STAGES];
+    int recompute[MAX_STAGES]; /* whole or in part */
+    int partial[MAX_STAGES];   /* in part: a recompute option */
+    int attn, mlp;             /* blocks whose option recomputes the attention, the MLP */
 };
 
 /* Blocks and recomputed blocks per stage, from a plan file (layer 0 is the embedding, the
- * last the head). */
+ * last the head): `recompute` lists whole layers, `recompute_options` the others. */
 static void plan_counts(const char *plan_file, struct counts *c)
 {
     char *text = test_read(plan_file);
@@ -28,7 +30,7 @@ static void plan_counts(const char *plan_file, struct counts *c)
     CU_ASSERT_FATAL(p != NULL);
     int n_layer = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "n_layer")->valueint;
     const cJSON *st;
-    c->n = 0;
+    c->n = c->attn = c->mlp = 0;
     cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
     {
         const cJSON *range = cJSON_GetObjectItem(st, "layers"), *r;
@@ -37,8 +39,20 @@ static void plan_counts(const char *plan_file, struct counts *c)
         int lo = first < 1 ? 1 : first, hi = last > n_layer ? n_layer : last;
         c->blocks[c->n] = hi >= lo ? hi - lo + 1 : 0;
         c->recompute[c->n] = 0;
+        c->partial[c->n] = 0;
         cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute"))
             c->recompute[c->n] += r->valueint >= 1 && r->valueint <= n_layer;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute_options"))
+        {
+            int l = cJSON_GetObjectItem(r, "layer")->valueint;
+            const char *name = cJSON_GetObjectItem(r, "option")->valuestring;
+            if (l < 1 || l > n_layer)
+                continue;
+            c->recompute[c->n]++;
+            c->partial[c->n]++;
+            c->attn += strstr(name, "attn") != NULL;
+            c->mlp += strstr(name, "mlp") != NULL;
+        }
         c->n++;
     }
     cJSON_Delete(p);
@@ -146,19 +160,38 @@ static void check_all_formats(const char *cluster, const char *extra)
         p = *bar == '|' ? bar + 1 : bar;
     }
     CU_ASSERT_EQUAL(s, c.n);
-    for (s = 0; s < c.n; s++)
+    /* selective recomputation when no block is recomputed whole, else whole blocks with the
+     * blocks recomputed in part counted whole */
+    int whole = 0, partial = 0;
+    for (s = 0; s < c.n; s++) {
+        whole += c.recompute[s] - c.partial[s];
+        partial += c.partial[s];
+    }
+    const char *sel = strstr(out, "--recompute-granularity selective --recompute-modules");
+    CU_ASSERT((sel != NULL) == (whole == 0 && partial > 0));
+    if (sel) {
+        char line[128];
+        snprintf(line, sizeof line, "--recompute-granularity selective --recompute-modules%s%s\n",
+                 c.attn ? " core_attn" : "", c.mlp ? " mlp" : "");
+        CU_ASSERT(strncmp(sel, line, strlen(line)) == 0);
+    }
+    for (s = 0; s < c.n && !sel; s++)
         most = c.recompute[s] > most ? c.recompute[s] : most;
     const char *rn = strstr(out, "--recompute-method block --recompute-num-layers ");
     CU_ASSERT((rn != NULL) == (most > 0));
     if (rn)
         CU_ASSERT_EQUAL(atoi(rn + strlen("--recompute-method block --recompute-num-layers ")),
                         most);
+    CU_ASSERT((partial > 0 && !sel) == (strstr(out, "only in part") != NULL));
     free(out);
 }
 
 static void test_exports(void)
 {
+    /* options and whole blocks; options only (selective in Megatron-LM); whole layers */
     check_all_formats("clusters/v100-a100-8.json", "");
+    check_all_formats("clusters/t4-4090-4.json", "");
+    check_all_formats("clusters/v100-a100-8.json", "--whole-layers");
     check_all_formats("clusters/t4-4090-4.json", "--method patent");
     check_all_formats("clusters/h100-a100-l4-16.json", "--repartition");
     check_all_formats("clusters/cpu-3.json", "--method full");
@@ -262,11 +295,80 @@ static void test_micro_batches_auto(void)
     CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 2);
 }
 
+/* --micro-batches auto on a measured profile (cpu-3's, marked measured, micro-batch 4) whose
+ * blocks carry the runtime's options and one it does not know, for a global batch of 6 (so
+ * every size tried differs from the profile's): the known ones are rescaled to each
+ * micro-batch size (what they keep and regenerate still make up the layer's activations),
+ * the unknown one is left out with a note, and the plan is one plan_load accepts (through
+ * `ballast simulate`). */
+static void test_micro_batches_auto_measured(void)
+{
+    char *text = test_read(CONFIGS "profiles/estimated/gpt-tiny/cpu.json");
+    cJSON *prof = cJSON_Parse(text);
+    free(text);
+    CU_ASSERT_FATAL(prof != NULL);
+    cJSON_ReplaceItemInObject(prof, "estimated", cJSON_CreateFalse());
+    cJSON *layer = cJSON_GetArrayItem(cJSON_GetObjectItem(prof, "layers"), 1);
+    cJSON *mystery = cJSON_CreateObject();
+    cJSON_AddStringToObject(mystery, "name", "mystery");
+    cJSON_AddNumberToObject(mystery, "kept_bytes",
+                            cJSON_GetObjectItem(layer, "act_bytes")->valuedouble);
+    cJSON_AddNumberToObject(mystery, "transient_bytes", 0);
+    cJSON_AddNumberToObject(mystery, "recompute_ms", 0.01);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(layer, "recompute_options"), mystery);
+    char *out = cJSON_Print(prof);
+    test_write("measured-cpu.json", out);
+    cJSON_free(out);
+    cJSON_Delete(prof);
+    text = test_read(CONFIGS "clusters/cpu-3.json");
+    cJSON *cluster = cJSON_Parse(text);
+    free(text);
+    const cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(cluster, "stages"))
+        cJSON_SetValuestring(cJSON_GetObjectItem(st, "profile"), "measured-cpu.json");
+    out = cJSON_Print(cluster);
+    char cfile[1024], plan[1024], args[4096];
+    snprintf(cfile, sizeof cfile, "%s", test_write("measured-cluster.json", out));
+    cJSON_free(out);
+    cJSON_Delete(cluster);
+    snprintf(plan, sizeof plan, "%s", test_path("measured-plan.json"));
+    snprintf(args, sizeof args,
+             "plan --cluster '%s' --micro-batches auto --global-batch 6 -o '%s'", cfile, plan);
+    char *report = NULL;
+    CU_ASSERT_EQUAL_FATAL(test_run(args, &report, NULL), 0);
+    CU_ASSERT(report && strstr(report, "options of measured profiles that this runtime does not "
+                                       "know were left out"));
+    free(report);
+    text = test_read(plan);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    int options = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
+    {
+        const cJSON *c, *o;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
+            cJSON_ArrayForEach(o, cJSON_GetObjectItem(c, "recompute_options"))
+            {
+                CU_ASSERT(strcmp(cJSON_GetObjectItem(o, "name")->valuestring, "mystery") != 0);
+                CU_ASSERT(cJSON_GetObjectItem(o, "kept_bytes")->valuedouble +
+                              cJSON_GetObjectItem(o, "transient_bytes")->valuedouble ==
+                          cJSON_GetObjectItem(c, "act_bytes")->valuedouble);
+                options++;
+            }
+    }
+    CU_ASSERT(options > 0);
+    cJSON_Delete(p);
+    snprintf(args, sizeof args, "simulate --plan '%s'", plan);
+    CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 0);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("export", NULL, NULL);
     CU_add_test(s, "exports describe the plan they export", test_exports);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
+    CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
+                test_micro_batches_auto_measured);
     return test_main();
 }

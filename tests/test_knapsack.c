@@ -1,5 +1,7 @@
 /* The knapsack DP of planner/knapsack.h against brute force over every subset of a stage's
- * layers (tests/reference.h), on random stages of up to 14 layers. */
+ * layers (tests/reference.h), on random stages of up to 14 layers; with recompute options,
+ * the multiple-choice DP against every combination of choices, on stages of up to 10 layers
+ * of 2 to 4 choices each. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +11,12 @@
 #include "knapsack.h"
 #include "reference.h"
 #include "testutil.h"
+
+/* A layer's costs by position (name, fwd, bwd, state, act, ckpt, out, workspace), without
+ * recompute options. */
+#define LAYER(n_, f_, b_, s_, a_, c_, o_, w_)                                                  \
+    {.name = n_, .fwd_ms = f_, .bwd_ms = b_, .state_bytes = s_, .act_bytes = a_,               \
+     .ckpt_bytes = c_, .out_bytes = o_, .workspace_bytes = w_}
 
 #define INSTANCES 1500
 #define LAYERS_MAX 14
@@ -233,9 +241,9 @@ static void test_balance(void)
  * cap is 18, when keeping one small layer fits (2 ms) at 18 units. */
 static void test_transient_by_hand(void)
 {
-    struct layer_cost l[3] = {{"a", 1, 2, 0, 10, 0, 0, 0},
-                              {"b", 1, 2, 0, 4, 0, 0, 0},
-                              {"c", 1, 2, 0, 4, 0, 0, 0}};
+    struct layer_cost l[3] = {LAYER("a", 1, 2, 0, 10, 0, 0, 0),
+                              LAYER("b", 1, 2, 0, 4, 0, 0, 0),
+                              LAYER("c", 1, 2, 0, 4, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[3];
@@ -265,9 +273,9 @@ static void test_transient_by_hand(void)
  * recomputing a takes 28 + 9 = 37 units: 2.0 ms, the least. */
 static void test_tie_tolerance(void)
 {
-    struct layer_cost l[3] = {{"big", 1e6, 1, 0, 10, 0, 0, 0},
-                              {"a", 2.0, 1, 0, 17, 0, 0, 0},
-                              {"b", 2.0001, 1, 0, 18, 0, 0, 0}};
+    struct layer_cost l[3] = {LAYER("big", 1e6, 1, 0, 10, 0, 0, 0),
+                              LAYER("a", 2.0, 1, 0, 17, 0, 0, 0),
+                              LAYER("b", 2.0001, 1, 0, 18, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[3];
@@ -286,7 +294,7 @@ static void test_balance_coarse_unit(void)
 {
     struct layer_cost l[14];
     for (int i = 0; i < 14; i++)
-        l[i] = (struct layer_cost){"x", 10000.37, 1, 0, 100, 0, 0, 0};
+        l[i] = (struct layer_cost)LAYER("x", 10000.37, 1, 0, 100, 0, 0, 0);
     struct knap_problem kp;
     struct err e;
     unsigned char f[14];
@@ -311,8 +319,8 @@ static void test_balance_coarse_unit(void)
  * allocated for it: a 1-byte unit on a stage of tens of GiB. */
 static void test_table_too_large(void)
 {
-    struct layer_cost l[2] = {{"a", 1, 2, 0, (int64_t)40 << 30, 0, 0, 0},
-                              {"b", 2, 4, 0, (int64_t)40 << 30, 0, 0, 0}};
+    struct layer_cost l[2] = {LAYER("a", 1, 2, 0, (int64_t)40 << 30, 0, 0, 0),
+                              LAYER("b", 2, 4, 0, (int64_t)40 << 30, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[2];
@@ -330,7 +338,7 @@ static void test_table_too_large(void)
     struct layer_cost many[KNAP_SUBSETS_MAX + 1];
     unsigned char g[KNAP_SUBSETS_MAX + 1];
     for (int i = 0; i <= KNAP_SUBSETS_MAX; i++)
-        many[i] = (struct layer_cost){"m", 1, 2, 0, (int64_t)4 << 30, 0, 0, 0};
+        many[i] = (struct layer_cost)LAYER("m", 1, 2, 0, (int64_t)4 << 30, 0, 0, 0);
     err_clear(&e);
     CU_ASSERT_FATAL(knap_build(&kp, many, KNAP_SUBSETS_MAX + 1, 1, 0, (int64_t)60 << 30, 1, &e) ==
                     ERR_OK);
@@ -345,9 +353,9 @@ static void test_table_too_large(void)
 static void test_no_overflow(void)
 {
     int64_t big = (int64_t)1 << 53;
-    struct layer_cost l[3] = {{"a", 1, 2, 0, big, 0, 0, 0},
-                              {"b", 2, 4, 0, big, 0, 0, 0},
-                              {"c", 3, 4, 0, big, 0, 0, 0}};
+    struct layer_cost l[3] = {LAYER("a", 1, 2, 0, big, 0, 0, 0),
+                              LAYER("b", 2, 4, 0, big, 0, 0, 0),
+                              LAYER("c", 3, 4, 0, big, 0, 0, 0)};
     struct knap_problem kp;
     struct err e;
     unsigned char f[3] = {0, 0, 0};
@@ -359,6 +367,229 @@ static void test_no_overflow(void)
     /* one byte less: nothing fits */
     CU_ASSERT_FATAL(knap_build(&kp, l, 3, 1 << 20, 0, big - 1, 1, &e) == ERR_OK);
     CU_ASSERT_EQUAL(knap_min_recompute(&kp, f, &e), ERR_NOFIT);
+    knap_free(&kp);
+}
+
+/* ---- multiple choice: layers with recompute options ---- */
+
+#define MC_INSTANCES 1200
+#define MC_LAYERS_MAX 10
+#define MC_COMBOS_MAX 4096
+
+/* 1 to 10 layers of 2 to 4 choices each (at most MC_COMBOS_MAX combinations in all). */
+static void random_mc_instance(struct test_rng *rng, struct instance *in)
+{
+    static const int64_t units[] = {1, 7, 1000, 1 << 20};
+    in->n = (int)test_rng_int(rng, 1, MC_LAYERS_MAX);
+    in->in_flight = (int)test_rng_int(rng, 1, 8);
+    in->unit = units[test_rng_int(rng, 0, 3)];
+    in->reserve = test_rng_int(rng, 0, 3) == 0 ? 0 : test_rng_int(rng, 0, 100 * in->unit);
+    ref_random_layers(rng, in->n, in->unit, in->layers);
+    long combos = 1;
+    for (int l = 0; l < in->n; l++) {
+        if (combos * 2 > MC_COMBOS_MAX) {
+            in->n = l; /* no room for another layer */
+            break;
+        }
+        ref_random_options(rng, 2, &in->layers[l]);
+        while (combos * (2 + in->layers[l].n_options) > MC_COMBOS_MAX)
+            in->layers[l].n_options--;
+        combos *= 2 + in->layers[l].n_options;
+    }
+    in->limit = ref_random_limit(rng, in->layers, in->n, in->in_flight, in->reserve, in->unit);
+}
+
+static void build_options(const struct instance *in, struct knap_problem *kp)
+{
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(knap_build_options(kp, in->layers, in->n, in->in_flight, in->reserve,
+                                       in->limit, in->unit, &e) == ERR_OK);
+}
+
+/* Every combination of choices: knap_units is the documented units (exact when they fit,
+ * above cap otherwise), and a combination that fits in units fits in bytes. */
+static void check_every_combination(const struct instance *in, const struct knap_problem *kp)
+{
+    struct ref_stage rs = ref_of(in);
+    unsigned char c[MC_LAYERS_MAX] = {0};
+    int l;
+    do {
+        __int128 u = ref_choice_units(&rs, c);
+        int64_t ku = knap_units(kp, c);
+        CU_ASSERT(u <= kp->cap ? u == ku : ku > kp->cap);
+        CU_ASSERT(test_close(knap_recompute_ms(kp, c), ref_choice_ms(&rs, c), 1e-12, 1e-12));
+        if (u <= kp->cap) {
+            struct stage_cost cost;
+            cost_stage(in->layers, in->n, c, in->in_flight, in->reserve, &cost);
+            CU_ASSERT(cost.memory_bytes <= in->limit);
+        }
+        for (l = 0; l < in->n && ++c[l] == 2 + in->layers[l].n_options; l++)
+            c[l] = 0;
+    } while (l < in->n);
+}
+
+/* The multiple-choice DP (through the entry point and directly) against every combination:
+ * the same least time, no more units among ties, infeasible exactly when nothing fits. */
+static void test_choices_brute_force(void)
+{
+    struct test_rng rng = {909};
+    int feasible = 0, infeasible = 0, partial = 0, ties = 0, whole_only = 0;
+    failures = 0;
+    for (int i = 0; i < MC_INSTANCES; i++) {
+        struct instance in;
+        struct knap_problem kp;
+        struct ref_best ref;
+        random_mc_instance(&rng, &in);
+        build_options(&in, &kp);
+        struct ref_stage rs = ref_of(&in);
+        if (i % 10 == 0)
+            check_every_combination(&in, &kp);
+        ref_min_recompute_choices(&rs, &ref);
+        whole_only += !kp.multi;
+        for (int k = 0; k < 2; k++) {
+            unsigned char c[MC_LAYERS_MAX];
+            struct err e;
+            err_clear(&e);
+            int rc = k == 0 ? knap_min_recompute(&kp, c, &e) : knap_min_recompute_mc(&kp, c, &e);
+            if (!ref.feasible) {
+                if (rc != ERR_NOFIT)
+                    report(i, &in, "fits, the brute force says nothing does");
+                CU_ASSERT(rc == ERR_NOFIT);
+                continue;
+            }
+            CU_ASSERT_FATAL(rc == ERR_OK);
+            __int128 u = ref_choice_units(&rs, c);
+            double r = ref_choice_ms(&rs, c);
+            struct stage_cost cost;
+            cost_stage(in.layers, in.n, c, in.in_flight, in.reserve, &cost);
+            CU_ASSERT(u <= kp.cap);
+            CU_ASSERT(cost.memory_bytes <= in.limit);
+            CU_ASSERT(test_close(cost.recompute_ms, r, 1e-12, 1e-12));
+            if (!test_close(r, ref.recompute_ms, REF_ATOL, REF_RTOL) || u > ref.units)
+                report(i, &in, k == 0 ? "the entry point differs from the brute force"
+                                      : "the multiple-choice DP differs from the brute force");
+            CU_ASSERT(test_close(r, ref.recompute_ms, REF_ATOL, REF_RTOL));
+            CU_ASSERT(u <= ref.units);
+            if (k == 0)
+                for (int l = 0; l < in.n; l++)
+                    if (c[l] >= COST_OPTION) {
+                        partial++;
+                        break;
+                    }
+        }
+        feasible += ref.feasible;
+        infeasible += !ref.feasible;
+        ties += ref.feasible && ref.recompute_ms == 0 && ref.units < ref_units(&rs, 0);
+        knap_free(&kp);
+    }
+    fprintf(stderr, " [%d feasible, %d infeasible, %d with options chosen, %d whole layers "
+                    "only] ",
+            feasible, infeasible, partial, whole_only);
+    CU_ASSERT(feasible > MC_INSTANCES / 2);
+    CU_ASSERT(infeasible > MC_INSTANCES / 20);
+    CU_ASSERT(partial > MC_INSTANCES / 5);
+    CU_ASSERT(whole_only > 0);
+    CU_ASSERT(ties > 0);
+}
+
+/* On whole layers (no options) the multiple-choice DP answers like the single-choice DP:
+ * against the brute force over every subset. */
+static void test_choices_whole_layers(void)
+{
+    struct test_rng rng = {910};
+    failures = 0;
+    for (int i = 0; i < INSTANCES / 3; i++) {
+        struct instance in;
+        struct knap_problem kp;
+        struct ref_best ref;
+        unsigned char f[LAYERS_MAX];
+        struct err e;
+        random_instance(&rng, &in);
+        build(&in, &kp);
+        struct ref_stage rs = ref_of(&in);
+        ref_min_recompute(&rs, &ref);
+        err_clear(&e);
+        int rc = knap_min_recompute_mc(&kp, f, &e);
+        CU_ASSERT_EQUAL(rc, ref.feasible ? ERR_OK : ERR_NOFIT);
+        if (rc == ERR_OK && ref.feasible) {
+            uint64_t m = ref_mask(f, in.n);
+            if (!test_close(ref_recompute_ms(&rs, m), ref.recompute_ms, REF_ATOL, REF_RTOL) ||
+                ref_units(&rs, m) > ref.units)
+                report(i, &in, "the multiple-choice DP on whole layers");
+            CU_ASSERT(test_close(ref_recompute_ms(&rs, m), ref.recompute_ms, REF_ATOL, REF_RTOL));
+            CU_ASSERT(ref_units(&rs, m) <= ref.units);
+        }
+        knap_free(&kp);
+    }
+}
+
+/* By hand, unit 1, v 2, nothing fixed: a (act 10, fwd 5) with option "half" (kept 4,
+ * transient 6, 1 ms); b (act 4, fwd 1). Units (kept + transient): keep both 20 + 8 = 28;
+ * full a 10 + 8 = 18 (5 ms); half a 8 + 8 + 6 = 22 (1 ms); keep a, full b 20 + 4 = 24 (1 ms);
+ * half a, full b 8 + 6 = 14 (2 ms); full both 10 (6 ms). */
+static void test_choices_by_hand(void)
+{
+    struct layer_cost l[2] = {LAYER("a", 5, 10, 0, 10, 0, 0, 0), LAYER("b", 1, 2, 0, 4, 0, 0, 0)};
+    l[0].n_options = 1;
+    l[0].options[0] = (struct recompute_option){"half", 4, 6, 1.0};
+    struct knap_problem kp;
+    struct err e;
+    unsigned char c[2];
+    err_clear(&e);
+    /* cap 22: half a, keep b (1 ms; keep a, full b also takes 1 ms but 24 units) */
+    CU_ASSERT_FATAL(knap_build_options(&kp, l, 2, 2, 0, 22, 1, &e) == ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(knap_min_recompute(&kp, c, &e), ERR_OK);
+    CU_ASSERT(c[0] == COST_OPTION && c[1] == COST_KEEP);
+    CU_ASSERT_EQUAL(knap_units(&kp, c), 22);
+    struct stage_cost cost;
+    cost_stage(l, 2, c, 2, 0, &cost);
+    CU_ASSERT_EQUAL(cost.memory_bytes, 22);
+    CU_ASSERT_DOUBLE_EQUAL(cost.recompute_ms, 1.0, 1e-12);
+    knap_free(&kp);
+    /* cap 24: both 1 ms choices fit; the fewer units win */
+    CU_ASSERT_FATAL(knap_build_options(&kp, l, 2, 2, 0, 24, 1, &e) == ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(knap_min_recompute(&kp, c, &e), ERR_OK);
+    CU_ASSERT(c[0] == COST_OPTION && c[1] == COST_KEEP);
+    knap_free(&kp);
+    /* cap 21: half a, full b (2 ms) */
+    CU_ASSERT_FATAL(knap_build_options(&kp, l, 2, 2, 0, 21, 1, &e) == ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(knap_min_recompute(&kp, c, &e), ERR_OK);
+    CU_ASSERT(c[0] == COST_OPTION && c[1] == COST_FULL);
+    CU_ASSERT_EQUAL(knap_units(&kp, c), 14);
+    knap_free(&kp);
+    /* without the option, cap 21 needs full a (5 ms) */
+    CU_ASSERT_FATAL(knap_build(&kp, l, 2, 2, 0, 21, 1, &e) == ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(knap_min_recompute(&kp, c, &e), ERR_OK);
+    CU_ASSERT(c[0] == COST_FULL && c[1] == COST_KEEP);
+    knap_free(&kp);
+    /* cap 9: not even full recomputation (10) */
+    CU_ASSERT_FATAL(knap_build_options(&kp, l, 2, 2, 0, 9, 1, &e) == ERR_OK);
+    CU_ASSERT_EQUAL(knap_min_recompute(&kp, c, &e), ERR_NOFIT);
+    CU_ASSERT_EQUAL(knap_min_recompute_mc(&kp, c, &e), ERR_NOFIT);
+    knap_free(&kp);
+}
+
+/* Too many states is refused with a message about the unit. Layer i keeps 2^i bytes (v 1,
+ * 1-byte unit) and recomputes in 2^i ms: every subset kept is a state no other beats (more
+ * units, less time), and half of the 2^30 subsets fit. */
+static void test_choices_too_many_states(void)
+{
+    struct layer_cost l[30];
+    for (int i = 0; i < 30; i++) {
+        int64_t b = (int64_t)1 << i;
+        l[i] = (struct layer_cost)LAYER("x", (double)b, 1, 0, b, 0, 0, 0);
+        l[i].n_options = 1;
+        l[i].options[0] = (struct recompute_option){"half", b / 2, b - b / 2, (double)b / 4};
+    }
+    struct knap_problem kp;
+    struct err e;
+    unsigned char c[30];
+    err_clear(&e);
+    CU_ASSERT_FATAL(knap_build_options(&kp, l, 30, 1, 0, (int64_t)1 << 29, 1, &e) == ERR_OK);
+    int rc = knap_min_recompute(&kp, c, &e);
+    CU_ASSERT_EQUAL(rc, ERR_INPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "--unit"));
     knap_free(&kp);
 }
 
@@ -374,5 +605,9 @@ int main(void)
     CU_add_test(s, "balancing with a coarsened time unit", test_balance_coarse_unit);
     CU_add_test(s, "a table too large is refused", test_table_too_large);
     CU_add_test(s, "hostile sizes do not wrap around", test_no_overflow);
+    CU_add_test(s, "options by hand", test_choices_by_hand);
+    CU_add_test(s, "options: least recompute = every combination", test_choices_brute_force);
+    CU_add_test(s, "multiple-choice DP on whole layers = brute force", test_choices_whole_layers);
+    CU_add_test(s, "options: too many states are refused", test_choices_too_many_states);
     return test_main();
 }

@@ -3,8 +3,9 @@
  * differences of the float64 loss (h = 1e-6: truncation and rounding errors far below the
  * tolerance). Tolerances, |got - ref| <= atol + rtol * |ref|: forward 1e-5 + 1e-4 |ref|;
  * gradients 2e-5 + 2e-3 |ref| (fp32 accumulation over at most a few hundred terms).
- * Also: recompute regenerates the kept tensors bitwise, backward adds into parameter
- * gradients, and results do not depend on the thread count. */
+ * Also: recompute regenerates the kept tensors bitwise (the whole layer, and each partial
+ * option, leaving the tensors it keeps alone), backward adds into parameter gradients, and
+ * results do not depend on the thread count. */
 #include <CUnit/CUnit.h>
 #include <cblas.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "layout.h"
 #include "sizes.h"
 #include "testutil.h"
 
@@ -57,7 +59,7 @@ static void mem_make(struct layer_mem *lm, enum model_layer_kind kind, int layer
         /* layer-norm gains near 1, everything else small and random */
         int gain = strncmp(t->name, "ln", 2) == 0 && strstr(t->name, "_w") != NULL;
         for (int64_t i = 0; i < t->elems; i++)
-            lm->v.params[k][i] = (float)((gain ? 1.0 : 0.0) + test_rng_double(rng, -0.4, 0.4));
+            ((float *)lm->v.params[k])[i] = (float)((gain ? 1.0 : 0.0) + test_rng_double(rng, -0.4, 0.4));
     }
     for (int k = 0; k < lm->n[SIZES_KEPT]; k++)
         lm->v.kept[k] = alloc_tensor(&lm->t[SIZES_KEPT][k]);
@@ -188,7 +190,7 @@ static void ref_make(struct ref *r, const struct layer_mem *lm, const float *inp
         int64_t n = lm->t[SIZES_PARAMS][k].elems;
         r->p[k] = malloc(sizeof(double) * (size_t)n);
         for (int64_t i = 0; i < n; i++)
-            r->p[k][i] = lm->v.params[k][i];
+            r->p[k][i] = ((const float *)lm->v.params[k])[i];
     }
     r->inp = malloc(sizeof(double) * (size_t)n_inp);
     for (int i = 0; i < n_inp; i++)
@@ -399,7 +401,37 @@ static void fill_block_input(struct layer_mem *lm, struct test_rng *rng)
     }
 }
 
-/* Recompute rebuilds every kept tensor bit for bit from the checkpoint alone. */
+/* Recompute of a regen set (the whole block, and each partial option of sizes.h) rebuilds
+ * exactly those kept tensors, bit for bit, from the others: each is poisoned with NaNs
+ * first, and the tensors it keeps are left as they were. */
+static void check_regen(const char *what, struct layer_mem *lm, struct backend *be,
+                        uint32_t regen)
+{
+    struct err e;
+    void *saved[SIZES_TENSORS_MAX];
+    int64_t used[SIZES_TENSORS_MAX];
+    for (int k = 0; k < lm->n[SIZES_KEPT]; k++) {
+        used[k] = lm->t[SIZES_KEPT][k].elems * lm->t[SIZES_KEPT][k].elem_bytes;
+        saved[k] = malloc((size_t)used[k]);
+        memcpy(saved[k], lm->v.kept[k], (size_t)used[k]);
+        if (regen >> k & 1)
+            memset(lm->v.kept[k], 0xff, (size_t)used[k]); /* NaNs */
+    }
+    lm->v.regen = regen;
+    err_clear(&e);
+    CU_ASSERT_EQUAL(be->ops->layer[lm->v.kind].recompute(be, &lm->v, &e), ERR_OK);
+    int ok = 1;
+    for (int k = 0; k < lm->n[SIZES_KEPT]; k++) {
+        int same = memcmp(saved[k], lm->v.kept[k], (size_t)used[k]) == 0;
+        if (!same)
+            fprintf(stderr, "\n%s: %s differs after recompute\n", what,
+                    lm->t[SIZES_KEPT][k].name);
+        ok &= same;
+        free(saved[k]);
+    }
+    CU_ASSERT(ok);
+}
+
 static void test_recompute_bitwise(void)
 {
     struct test_rng rng = {14};
@@ -411,20 +443,25 @@ static void test_recompute_bitwise(void)
     fill_block_input(&lm, &rng);
     float out[N * C];
     be.ops->layer[MODEL_LAYER_BLOCK].forward(&be, &lm.v, out, &e);
-    int ok = 1;
-    for (int k = sizes_ckpt_tensor_count(MODEL_LAYER_BLOCK); k < lm.n[SIZES_KEPT]; k++) {
-        int64_t bytes = sizes_tensor_bytes(&lm.t[SIZES_KEPT][k]);
-        void *saved = malloc((size_t)bytes);
-        memcpy(saved, lm.v.kept[k], (size_t)bytes);
-        memset(lm.v.kept[k], 0xff, (size_t)bytes); /* NaNs */
-        be.ops->layer[MODEL_LAYER_BLOCK].recompute(&be, &lm.v, &e);
-        int64_t used = lm.t[SIZES_KEPT][k].elems * lm.t[SIZES_KEPT][k].elem_bytes;
-        ok &= memcmp(saved, lm.v.kept[k], (size_t)used) == 0;
-        if (!ok)
-            fprintf(stderr, "\nrecompute differs in %s\n", lm.t[SIZES_KEPT][k].name);
-        free(saved);
-    }
-    CU_ASSERT(ok);
+    check_regen("block", &lm, &be, sizes_full_regen(&model, MODEL_LAYER_BLOCK));
+    struct sizes_option o[SIZES_OPTIONS_MAX];
+    int n = sizes_recompute_options(&model, MODEL_LAYER_BLOCK, o);
+    CU_ASSERT(n == 3);
+    for (int i = 0; i < n; i++)
+        check_regen(o[i].name, &lm, &be, o[i].regen);
+    /* a set no backend is asked for is refused, not half done */
+    lm.v.regen = REGEN_BIT(BLOCK_LN2);
+    err_clear(&e);
+    CU_ASSERT_EQUAL(be.ops->layer[MODEL_LAYER_BLOCK].recompute(&be, &lm.v, &e), ERR_FAIL);
+    mem_free(&lm);
+    /* the head, whole */
+    mem_make(&lm, MODEL_LAYER_HEAD, model.n_layer + 1, &rng);
+    for (int i = 0; i < N * C; i++)
+        ((float *)lm.v.kept[HEAD_INP])[i] = (float)test_rng_double(&rng, -1, 1);
+    for (int i = 0; i < N; i++)
+        ((int32_t *)lm.v.kept[HEAD_TARGETS])[i] = (int32_t)test_rng_int(&rng, 0, V - 1);
+    be.ops->layer[MODEL_LAYER_HEAD].forward(&be, &lm.v, NULL, &e);
+    check_regen("head", &lm, &be, sizes_full_regen(&model, MODEL_LAYER_HEAD));
     mem_free(&lm);
 }
 
@@ -475,7 +512,7 @@ static void test_threads_bitwise(void)
             v.params[k] = alloc_tensor(&t[0][k]);
             v.grads[k] = alloc_tensor(&t[0][k]);
             for (int64_t i = 0; i < t[0][k].elems; i++)
-                v.params[k][i] = (float)test_rng_double(&rng, -0.3, 0.3);
+                ((float *)v.params[k])[i] = (float)test_rng_double(&rng, -0.3, 0.3);
         }
         for (int k = 0; k < n[1]; k++)
             v.kept[k] = alloc_tensor(&t[1][k]);
@@ -520,6 +557,54 @@ static void test_threads_bitwise(void)
     free(dinp[1]);
 }
 
+/* The persistent arena of a bf16 stage: bf16 weights, then fp32 gradients, master weights,
+ * m and v, each section one copy of every parameter, no overlap; the fp32 layout keeps the
+ * weights as the master. Numbers by hand for the test model (C = 8, V = 11, T = 5): embed
+ * wte 88 + wpe 40 elements; each tensor padded to 64 bytes. */
+static void test_bf16_layout(void)
+{
+    struct model m = model;
+    struct stage_layout sl;
+    struct err e;
+    m.dtype = MODEL_DTYPE_BF16;
+    CU_ASSERT_EQUAL_FATAL(layout_init(&sl, &m, 0, 0, NULL, 2, &e), ERR_OK);
+    /* fp32: 88 x 4 = 352 -> 384, 40 x 4 = 160 -> 192; bf16: 176 -> 192, 80 -> 128 */
+    CU_ASSERT_EQUAL(sl.section_bytes, 384 + 192);
+    CU_ASSERT_EQUAL(sl.weights_bytes, 192 + 128);
+    CU_ASSERT_EQUAL(sl.grads_at, 320);
+    CU_ASSERT_EQUAL(sl.master_at, 320 + 576);
+    CU_ASSERT_EQUAL(sl.m_at, 320 + 2 * 576);
+    CU_ASSERT_EQUAL(sl.v_at, 320 + 3 * 576);
+    CU_ASSERT_EQUAL(sl.persistent_bytes, 320 + 4 * 576);
+    CU_ASSERT_EQUAL(sl.layers[0].weight_off[EMBED_WPE], 192);
+    CU_ASSERT_EQUAL(sl.layers[0].param_off[EMBED_WPE], 384);
+    CU_ASSERT_EQUAL(sl.layers[0].state_bytes, sl.persistent_bytes);
+    layout_free(&sl);
+    m.dtype = MODEL_DTYPE_FP32;
+    CU_ASSERT_EQUAL_FATAL(layout_init(&sl, &m, 0, 0, NULL, 2, &e), ERR_OK);
+    CU_ASSERT_EQUAL(sl.weights_bytes, sl.section_bytes);
+    CU_ASSERT_EQUAL(sl.master_at, 0);
+    CU_ASSERT_EQUAL(sl.grads_at, 576);
+    CU_ASSERT_EQUAL(sl.v_at, 3 * 576);
+    CU_ASSERT_EQUAL(sl.persistent_bytes, 4 * 576);
+    layout_free(&sl);
+}
+
+/* The CPU backend computes fp32 only and says so. */
+static void test_cpu_refuses_bf16(void)
+{
+    struct backend be;
+    struct err e;
+    backend_cpu_init(&be, 1, &e);
+    CU_ASSERT(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32));
+    CU_ASSERT(!(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16)));
+    float w = 1, g = 1, m = 0, v = 0;
+    uint16_t half = 0;
+    struct adamw_params p = {1e-3f, 0.9f, 0.95f, 1e-8f, 0};
+    CU_ASSERT_EQUAL(be.ops->adamw(&be, &half, &w, &g, &m, &v, 1, MODEL_DTYPE_BF16, &p, 1, 0, &e),
+                    ERR_FAIL);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -527,8 +612,11 @@ int main(void)
     CU_add_test(s, "block forward and backward against float64 finite differences", test_block);
     CU_add_test(s, "head forward and backward against float64 finite differences", test_head);
     CU_add_test(s, "embed forward and backward by hand", test_embed);
-    CU_add_test(s, "recompute regenerates the kept tensors bitwise", test_recompute_bitwise);
+    CU_add_test(s, "recompute (whole and each option) regenerates its tensors bitwise",
+                test_recompute_bitwise);
     CU_add_test(s, "backward adds into parameter gradients", test_backward_accumulates);
     CU_add_test(s, "1 and 2 threads give identical bits", test_threads_bitwise);
+    CU_add_test(s, "the bf16 persistent arena by hand", test_bf16_layout);
+    CU_add_test(s, "the cpu backend refuses bf16", test_cpu_refuses_bf16);
     return test_main();
 }

@@ -20,16 +20,20 @@
 #define STAGE_LAYERS_MAX 12
 #define PROFILES_MAX 3
 
-/* A random cluster built in memory: 1 to 5 stages of up to 12 layers (some of 14), 1 to 3
- * profiles (device kinds) with their own random layer costs, random schedule, micro-batches,
- * reserve, explicit or even layer splits and limits around the interesting range. */
-static void random_cluster(struct test_rng *rng, int64_t unit, struct cluster *c)
+/* A random cluster built in memory: 1 to 5 stages of up to `longest` layers (some of 14 when
+ * longest is 12), 1 to 3 profiles (device kinds) with their own random layer costs (and up to
+ * `options` recompute options per layer), random schedule, micro-batches, reserve, explicit
+ * or even layer splits and limits around the interesting range. */
+static void random_cluster(struct test_rng *rng, int64_t unit, int longest, int options,
+                           struct cluster *c)
 {
     memset(c, 0, sizeof *c);
     int S = (int)test_rng_int(rng, 1, STAGES_MAX);
     int count[STAGES_MAX], explicit_split = test_rng_int(rng, 0, 1) == 1, L = 0;
     for (int s = 0; s < S; s++) {
-        count[s] = (int)test_rng_int(rng, 1, test_rng_int(rng, 0, 9) == 0 ? 14 : STAGE_LAYERS_MAX);
+        count[s] = (int)test_rng_int(rng, 1, test_rng_int(rng, 0, 9) == 0 && longest == 12
+                                                 ? 14
+                                                 : longest);
         L += count[s];
     }
     if (L < 3) { /* a model has embed, at least one block and head */
@@ -55,6 +59,8 @@ static void random_cluster(struct test_rng *rng, int64_t unit, struct cluster *c
         p->layers = calloc((size_t)L, sizeof *p->layers);
         CU_ASSERT_FATAL(p->layers != NULL);
         ref_random_layers(rng, L, unit, p->layers);
+        for (int l = 0; l < L; l++)
+            ref_random_options(rng, options, &p->layers[l]);
     }
     int first = 0;
     for (int s = 0; s < S; s++) {
@@ -203,7 +209,7 @@ static void test_methods_brute_force(void)
         struct plan p;
         struct err e;
         int64_t unit = units[test_rng_int(&rng, 0, 3)];
-        random_cluster(&rng, unit, &c);
+        random_cluster(&rng, unit, STAGE_LAYERS_MAX, 0, &c);
         int star = most_loaded(&c), S = c.n_stages, longest = 0;
         for (int s = 0; s < S; s++)
             if (c.stages[s].last - c.stages[s].first + 1 > longest)
@@ -357,6 +363,117 @@ static void test_methods_brute_force(void)
         CU_ASSERT(planned[k] > CLUSTERS / 50 && nofit[k] > CLUSTERS / 50);
 }
 
+/* With recompute options in the profiles: optimal gives every stage its least recompute over
+ * every combination of its layers' choices (ties by least units), never a slower iteration
+ * than with whole layers only (--whole-layers: the least recompute over every subset), and
+ * patent ignores the options. Stages of up to 6 layers of 2 to 4 choices. */
+#define OPTION_CLUSTERS 400
+
+static void test_optimal_options(void)
+{
+    static const int64_t units[] = {1, 7, 1000, 1 << 20};
+    struct test_rng rng = {4343};
+    int planned = 0, nofit = 0, faster = 0, partial = 0;
+    failures = 0;
+    for (int i = 0; i < OPTION_CLUSTERS; i++) {
+        struct cluster c;
+        struct plan p, whole, patent, patent_whole;
+        struct err e;
+        int64_t unit = units[test_rng_int(&rng, 0, 3)];
+        random_cluster(&rng, unit, 6, 2, &c);
+        int S = c.n_stages, feasible = 1, verify = i % 10 == 0;
+        struct ref_best ref[STAGES_MAX];
+        for (int s = 0; s < S; s++) {
+            struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
+            ref_min_recompute_choices(&r, &ref[s]);
+            feasible = feasible && ref[s].feasible;
+        }
+        int rc = plan_with(&c, "optimal", 0, unit, 1e-3, verify, &p, &e);
+        if ((rc == ERR_NOFIT) != !feasible)
+            report(i, "optimal with options", "exit 3 differs from brute force");
+        CU_ASSERT_EQUAL(rc, feasible ? ERR_OK : ERR_NOFIT);
+        if (rc != ERR_OK || !feasible) {
+            nofit++;
+            if (rc == ERR_OK)
+                plan_free(&p);
+            cluster_free(&c);
+            continue;
+        }
+        planned++;
+        check_plan_numbers(&c, &p, most_loaded(&c), c.stages[most_loaded(&c)].memory_bytes);
+        for (int s = 0; s < S; s++) {
+            struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
+            const unsigned char *choice = p.stages[s].recompute;
+            if (!test_close(ref_choice_ms(&r, choice), ref[s].recompute_ms, REF_ATOL, REF_RTOL) ||
+                ref_choice_units(&r, choice) > ref[s].units)
+                report(i, "optimal with options", "a stage differs from every combination");
+            CU_ASSERT(ref_choice_units(&r, choice) <= ref_cap(&r));
+            CU_ASSERT(test_close(ref_choice_ms(&r, choice), ref[s].recompute_ms, REF_ATOL,
+                                 REF_RTOL));
+            CU_ASSERT(ref_choice_units(&r, choice) <= ref[s].units);
+            for (int l = 0; l < r.n; l++)
+                partial += choice[l] >= COST_OPTION;
+        }
+        if (verify)
+            CU_ASSERT(p.verify.present && p.verify.agree);
+        /* whole layers only: each stage's least recompute over subsets, never faster */
+        struct plan_options o;
+        plan_options_default(&o);
+        o.unit_bytes = unit;
+        o.whole_layers = 1;
+        err_clear(&e);
+        rc = planner_make(&c, &o, &whole, &e);
+        CU_ASSERT(rc == ERR_OK || rc == ERR_NOFIT);
+        if (rc == ERR_OK) {
+            for (int s = 0; s < S; s++) {
+                struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
+                struct ref_best b;
+                ref_min_recompute(&r, &b);
+                uint64_t m = ref_mask(whole.stages[s].recompute, r.n);
+                CU_ASSERT(ref_mask(whole.stages[s].recompute, r.n) < ((uint64_t)1 << r.n));
+                for (int l = 0; l < r.n; l++)
+                    CU_ASSERT(whole.stages[s].recompute[l] <= COST_FULL);
+                CU_ASSERT(test_close(ref_recompute_ms(&r, m), b.recompute_ms, REF_ATOL, REF_RTOL));
+                CU_ASSERT(ref_units(&r, m) <= b.units);
+            }
+            CU_ASSERT(p.iteration_ms <= whole.iteration_ms * (1 + 1e-12) + 1e-9);
+            faster += p.iteration_ms < whole.iteration_ms * (1 - 1e-9);
+            plan_free(&whole);
+        }
+        /* patent recomputes whole layers: the same plan with and without the options */
+        double time_unit = 0.01;
+        for (int s = 0; s < S; s++) {
+            struct ref_stage r = stage_ref(&c, s, 1, 1);
+            double total = 0;
+            for (int l = 0; l < r.n; l++)
+                total += r.layers[l].fwd_ms;
+            if (total / 2e4 > time_unit)
+                time_unit = total / 2e4; /* keeps the balancing tables small */
+        }
+        int a = plan_with(&c, "patent", 0, unit, time_unit, 0, &patent, &e);
+        for (int k = 0; k < c.n_profiles; k++)
+            for (int l = 0; l < c.n_layers; l++)
+                c.profiles[k].layers[l].n_options = 0;
+        int b = plan_with(&c, "patent", 0, unit, time_unit, 0, &patent_whole, &e);
+        CU_ASSERT_EQUAL(a, b);
+        if (a == ERR_OK && b == ERR_OK) {
+            for (int s = 0; s < S; s++)
+                CU_ASSERT(memcmp(patent.stages[s].recompute, patent_whole.stages[s].recompute,
+                                 (size_t)plan_stage_layer_count(&patent.stages[s])) == 0);
+            plan_free(&patent_whole);
+        }
+        if (a == ERR_OK)
+            plan_free(&patent);
+        plan_free(&p);
+        cluster_free(&c);
+    }
+    fprintf(stderr, " [%d planned, %d no fit, %d faster with options, %d layers with an "
+                    "option] ",
+            planned, nofit, faster, partial);
+    CU_ASSERT(planned > OPTION_CLUSTERS / 4 && nofit > OPTION_CLUSTERS / 50);
+    CU_ASSERT(faster > OPTION_CLUSTERS / 20 && partial > OPTION_CLUSTERS / 5);
+}
+
 /* Options a library caller gets wrong are refused, not divided by. */
 static void test_bad_options(void)
 {
@@ -364,7 +481,7 @@ static void test_bad_options(void)
     struct cluster c;
     struct plan p;
     struct err e;
-    random_cluster(&rng, 1000, &c);
+    random_cluster(&rng, 1000, STAGE_LAYERS_MAX, 0, &c);
     CU_ASSERT_EQUAL(plan_with(&c, "optimal", 0, 0, 1e-3, 0, &p, &e), ERR_INPUT);
     CU_ASSERT_EQUAL(plan_with(&c, "patent", 0, 1000, 0, 0, &p, &e), ERR_INPUT);
     CU_ASSERT_EQUAL(plan_with(&c, "patent", 1.5, 1000, 1e-3, 0, &p, &e), ERR_INPUT);
@@ -377,6 +494,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("methods vs brute force", NULL, NULL);
     CU_add_test(s, "every method on random clusters", test_methods_brute_force);
+    CU_add_test(s, "optimal with recompute options", test_optimal_options);
     CU_add_test(s, "bad options", test_bad_options);
     return test_main();
 }

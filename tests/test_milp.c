@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "knapsack.h"
 #include "milp.h"
 #include "profile.h"
@@ -96,6 +97,73 @@ static void test_dp_equals_glpk(void)
             balanced, timeouts);
     CU_ASSERT(both_fit > INSTANCES / 2 && neither > INSTANCES / 50);
     CU_ASSERT(balanced >= INSTANCES / 2 && timeouts <= INSTANCES / 100);
+}
+
+/* With recompute options: the multiple-choice DP against GLPK's model of the same problem, on
+ * stages of up to 30 layers of 2 to 4 choices. A quarter of the stages repeat one layer (a
+ * model's blocks), whose permutations GLPK's model must not search one by one. */
+#define OPTION_INSTANCES 250
+#define OPTION_LAYERS_MAX 30
+
+static void test_options_dp_equals_glpk(void)
+{
+    static const int64_t units[] = {1, 7, 1000, 1 << 20};
+    struct test_rng rng = {779};
+    int both_fit = 0, neither = 0, timeouts = 0, partial = 0;
+    for (int i = 0; i < OPTION_INSTANCES; i++) {
+        struct layer_cost layers[OPTION_LAYERS_MAX];
+        struct knap_problem kp;
+        struct err e;
+        unsigned char c[OPTION_LAYERS_MAX];
+        int64_t unit = units[test_rng_int(&rng, 0, 3)];
+        int v = (int)test_rng_int(&rng, 1, 8);
+        int64_t reserve = test_rng_int(&rng, 0, 100 * unit);
+        int n = (int)test_rng_int(&rng, 1, OPTION_LAYERS_MAX);
+        ref_random_layers(&rng, n, unit, layers);
+        for (int l = 0; l < n; l++)
+            ref_random_options(&rng, 2, &layers[l]);
+        if (i % 4 == 0) /* alike layers */
+            for (int l = 1; l < n; l++)
+                layers[l] = layers[0];
+        int64_t limit = ref_random_limit(&rng, layers, n, v, reserve, unit);
+        err_clear(&e);
+        CU_ASSERT_FATAL(knap_build_options(&kp, layers, n, v, reserve, limit, unit, &e) ==
+                        ERR_OK);
+        double milp_ms = -1;
+        int dp = knap_min_recompute(&kp, c, &e);
+        err_clear(&e);
+        int glpk = milp_min_recompute(&kp, &milp_ms, &e);
+        if (glpk == ERR_FAIL && strstr(e.msg, "not verified") != NULL) {
+            timeouts++;
+            knap_free(&kp);
+            continue;
+        }
+        CU_ASSERT_EQUAL(dp, glpk);
+        if (dp != glpk)
+            fprintf(stderr, "\ninstance %d: DP %d, GLPK %d (%s)\n", i, dp, glpk, e.msg);
+        if (dp == ERR_OK && glpk == ERR_OK) {
+            double dp_ms = knap_recompute_ms(&kp, c);
+            CU_ASSERT(knap_units(&kp, c) <= kp.cap);
+            CU_ASSERT(test_close(dp_ms, milp_ms, 1e-6, 1e-7));
+            if (!test_close(dp_ms, milp_ms, 1e-6, 1e-7))
+                fprintf(stderr, "\ninstance %d (n %d): DP %.12g ms, GLPK %.12g ms\n", i, n,
+                        dp_ms, milp_ms);
+            for (int l = 0; l < n; l++)
+                if (c[l] >= COST_OPTION) {
+                    partial++;
+                    break;
+                }
+            both_fit++;
+        } else {
+            neither++;
+        }
+        knap_free(&kp);
+    }
+    fprintf(stderr, " [%d fit, %d do not, %d with options chosen, %d GLPK time-outs] ",
+            both_fit, neither, partial, timeouts);
+    CU_ASSERT(both_fit > OPTION_INSTANCES / 2 && neither > OPTION_INSTANCES / 50);
+    CU_ASSERT(partial > OPTION_INSTANCES / 5);
+    CU_ASSERT(timeouts <= OPTION_INSTANCES / 100);
 }
 
 /* A profile with random layer costs for a model of L layers, written as `name`; the caller
@@ -207,6 +275,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("knapsack DP vs GLPK", NULL, NULL);
     CU_add_test(s, "least recompute and balancing = GLPK", test_dp_equals_glpk);
+    CU_add_test(s, "with recompute options, least recompute = GLPK", test_options_dp_equals_glpk);
     CU_add_test(s, "ballast plan --verify", test_plan_verify_cli);
     return test_main();
 }

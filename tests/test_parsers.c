@@ -376,6 +376,34 @@ static const struct change profile_changes[] = {
     {"device", NULL, "device", "missing"},
     {"format", "\"ballast-profile/9\"", "format", NULL},
     {"layers[0].fwd_ms", "1, \"fwd_ms\": 2", "layers[0].fwd_ms", "more than once"},
+    /* recompute options (block.1's: attn, mlp, attn+mlp) */
+    {"layers[2].recompute_options", "{}", "layers[2].recompute_options", "expected an array"},
+    {"layers[2].recompute_options", "[1, 2, 3, 4, 5]", "layers[2].recompute_options",
+     "5 options, at most 4"},
+    {"layers[2].recompute_options[0]", "3", "layers[2].recompute_options[0]",
+     "expected an object"},
+    {"layers[2].recompute_options[0].name", NULL, "layers[2].recompute_options[0].name",
+     "missing"},
+    {"layers[2].recompute_options[0].name", "\"\"", "layers[2].recompute_options[0].name",
+     "empty"},
+    {"layers[2].recompute_options[0].name", "\"attention-and-mlp\"",
+     "layers[2].recompute_options[0].name", "longer than 15"},
+    {"layers[2].recompute_options[0].name", "\"full\"", "layers[2].recompute_options[0].name",
+     "other than"},
+    {"layers[2].recompute_options[0].name", "\"keep\"", "layers[2].recompute_options[0].name",
+     "other than"},
+    {"layers[2].recompute_options[2].name", "\"attn\"", "layers[2].recompute_options[2].name",
+     "also option 0's name"},
+    {"layers[2].recompute_options[1].kept_bytes", "0",
+     "layers[2].recompute_options[1].kept_bytes", "expected ckpt_bytes"},
+    {"layers[2].recompute_options[1].transient_bytes", "64",
+     "layers[2].recompute_options[1].kept_bytes", "kept_bytes + transient_bytes = act_bytes"},
+    {"layers[2].recompute_options[1].transient_bytes", "-64",
+     "layers[2].recompute_options[1].transient_bytes", "outside"},
+    {"layers[2].recompute_options[1].recompute_ms", "-1",
+     "layers[2].recompute_options[1].recompute_ms", "outside"},
+    {"layers[2].recompute_options[1].recompute_ms", NULL,
+     "layers[2].recompute_options[1].recompute_ms", "missing"},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -569,6 +597,29 @@ static const struct change plan_changes[] = {
     {"verify", "{\"agree\": \"yes\", \"milp_objective\": 1, \"dp_objective\": 1}", "verify.agree",
      NULL},
     {"format", "\"ballast-profile/1\"", "format", "ballast-plan/1"},
+    /* recompute options: stage 1 holds layers 3-5 (block.2 to block.4), each with attn, mlp
+     * and attn+mlp; stage 2 the head, which has none */
+    {"stages[1].recompute_options", "{}", "stages[1].recompute_options", "expected an array"},
+    {"stages[1].recompute_options", "[7]", "stages[1].recompute_options[0]",
+     "expected an object"},
+    {"stages[1].recompute_options", "[{\"layer\": 4}]", "stages[1].recompute_options[0].option",
+     "missing"},
+    {"stages[1].recompute_options", "[{\"layer\": 6, \"option\": \"attn\"}]",
+     "stages[1].recompute_options[0].layer", "outside [3, 5]"},
+    {"stages[1].recompute_options", "[{\"layer\": 4, \"option\": \"gelu\"}]",
+     "stages[1].recompute_options[0].option",
+     "\"gelu\" is not a recompute option of layer 4 (block.3), whose layer costs list attn, "
+     "mlp, attn+mlp"},
+    {"stages[1].recompute_options", "[{\"layer\": 4, \"option\": \"full\"}]",
+     "stages[1].recompute_options[0].option", "not a recompute option"},
+    {"stages[2].recompute_options", "[{\"layer\": 7, \"option\": \"attn\"}]",
+     "stages[2].recompute_options[0].option", "list none"},
+    {"stages[1].recompute_options",
+     "[{\"layer\": 4, \"option\": \"attn\"}, {\"layer\": 4, \"option\": \"mlp\"}]",
+     "stages[1].recompute_options[1].layer", "already has a recompute choice"},
+    /* a consistent choice, but not the one the stated memory is for */
+    {"stages[1].recompute_options", "[{\"layer\": 4, \"option\": \"mlp\"}]",
+     "stages[1].memory_bytes", "the cost model gives"},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -581,6 +632,11 @@ static void test_plan(void)
     expect_plan_bad(test_path("no-such-plan.json"), NULL, "cannot open");
     for (const struct change *c = plan_changes; c->path != NULL; c++)
         expect_plan_bad(mutate(plan_file, "bad-plan.json", c->path, c->raw), c->field, c->says);
+    /* a layer both recomputed whole and with an option */
+    const char *both = mutate(plan_file, "both-plan.json", "stages[1].recompute", "[4]");
+    expect_plan_bad(mutate(both, "bad-plan.json", "stages[1].recompute_options",
+                           "[{\"layer\": 4, \"option\": \"attn\"}]"),
+                    "stages[1].recompute_options[0].layer", "already has a recompute choice");
     /* the valid plan loads, and fields a later version adds are tolerated at every level */
     static const char *const extras[] = {"", "planner_version", "stages[1].notes",
                                          "stages[0].layer_costs[0].flops", "stages[0].link.kind",

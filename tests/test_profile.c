@@ -1,7 +1,7 @@
 /* Measured profiles (`ballast profile --device cpu`): every layer, positive times, memory equal
  * to the size functions (the independent reference: common/sizes.c, which the scans never
- * read), the provenance; the scans catch a layer that writes past its arena, leaves a kept
- * tensor unwritten or recomputes nothing (the CPU backend's layers with one fault put in);
+ * read), its recompute options timed and measured too, the provenance; the scans catch a
+ * layer that writes past its arena, leaves a kept tensor unwritten or recomputes nothing (the CPU backend's layers with one fault put in);
  * option errors; and the planner refusing a measured profile put into the wrong cluster. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
@@ -81,6 +81,18 @@ static void check_measured(const char *model_file, const char *out)
         CU_ASSERT_EQUAL(c->ckpt_bytes, s.ckpt_bytes);
         CU_ASSERT_EQUAL(c->out_bytes, s.out_bytes);
         CU_ASSERT_EQUAL(c->workspace_bytes, s.workspace_bytes);
+        /* the recompute options: every one the runtime has, its bytes, a positive time */
+        struct sizes_option opt[SIZES_OPTIONS_MAX];
+        enum model_layer_kind kind = model_layer_kind(&p.model, l);
+        CU_ASSERT_EQUAL(c->n_options, sizes_recompute_options(&p.model, kind, opt));
+        for (int j = 0; j < c->n_options; j++) {
+            int64_t kept, transient;
+            sizes_regen_bytes(&p.model, kind, opt[j].regen, &kept, &transient);
+            CU_ASSERT_STRING_EQUAL(c->options[j].name, opt[j].name);
+            CU_ASSERT_EQUAL(c->options[j].kept_bytes, kept);
+            CU_ASSERT_EQUAL(c->options[j].transient_bytes, transient);
+            CU_ASSERT(c->options[j].recompute_ms > 0);
+        }
     }
     /* provenance: the device, host, date, threads, library versions, how it was measured */
     const cJSON *pv = p.provenance;
@@ -170,7 +182,7 @@ static int measure_with(enum fault f, struct profile *p, char **report)
     be.ops = &ops;
     size_t len = 0;
     FILE *rep = open_memstream(report, &len);
-    struct measure_options o = {1, 0, (int64_t)1 << 30, NULL, rep};
+    struct measure_options o = {1, 0, (int64_t)1 << 30, NULL, rep, NULL};
     int mismatches = 0;
     memset(p, 0, sizeof *p);
     CU_ASSERT_EQUAL(measure_profile(&be, &tiny, &o, p, &mismatches, &e), ERR_OK);
@@ -197,18 +209,23 @@ static void test_scans_catch_faults(void)
     /* ln1's mean (B*T = 10 floats, one line) never reaches the slot; the recompute, which does
      * write it, then disagrees with the forward */
     n = measure_with(FAULT_DROPS_MEAN, &p, &report);
-    CU_ASSERT_EQUAL(n, 2 * tiny.n_layer);
+    /* per block: act_bytes, the whole recompute, and each option's kept_bytes */
+    CU_ASSERT_EQUAL(n, 5 * tiny.n_layer);
     CU_ASSERT_EQUAL(p.layers[2].act_bytes, s.act_bytes - SIZES_ALIGN);
     CU_ASSERT_EQUAL(p.layers[2].ckpt_bytes, s.ckpt_bytes);
     CU_ASSERT_PTR_NOT_NULL(strstr(report, "block.1: act_bytes: measured"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(report, "block.1: the recompute regenerates"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(report, "block.1: recomputed whole: the recompute regenerates"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(report, "block.1: option attn: kept_bytes: measured"));
     profile_free(&p);
     free(report);
     /* a recompute that regenerates nothing */
     n = measure_with(FAULT_NO_RECOMPUTE, &p, &report);
-    CU_ASSERT_EQUAL(n, tiny.n_layer);
+    /* per block: the whole recompute, and each of 3 options' transient_bytes and bits */
+    CU_ASSERT_EQUAL(n, 7 * tiny.n_layer);
     CU_ASSERT_EQUAL(p.layers[1].act_bytes, s.act_bytes);
-    CU_ASSERT_PTR_NOT_NULL(strstr(report, "block.0: the recompute regenerates 0 bytes"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(report, "block.0: recomputed whole: the recompute regenerates 0 bytes"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(report, "block.0: option mlp: transient_bytes: measured 0"));
     profile_free(&p);
     free(report);
 }
@@ -249,7 +266,7 @@ static void test_options(void)
         {"--estimate --device cpu --repeats 3", "for measuring"},
         {"--device cpu --devices x.json", "device table of --estimate"},
         {"--repeats 3", "--model and --device are required"},
-#ifndef BALLAST_WITH_CUDA
+#if !BALLAST_WITH_CUDA
         {"--device cuda:0", "built without the CUDA backend"},
 #endif
     };

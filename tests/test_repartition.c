@@ -131,8 +131,6 @@ struct best {
     int found;
 };
 
-static struct link exit_link(const struct cluster *c, const int *kind_of, int kind);
-
 static void brute_force(const struct cluster *c, struct best *b)
 {
     int S = c->n_stages, N = c->n_layers, M = c->micro_batches;
@@ -178,7 +176,8 @@ static void brute_force(const struct cluster *c, struct best *b)
                     for (int q = s + 1; q < S && next_same < 0; q++)
                         if (kind_of[q] == perm[g])
                             next_same = q;
-                    links[o] = next_same >= 0 ? cluster_link(c, s) : exit_link(c, kind_of, perm[g]);
+                    links[o] = next_same >= 0 ? cluster_link(c, s)
+                                              : repartition_exit_link(c, kind_of, perm[g]);
                     order[o++] = s;
                 }
         /* every split: S-1 cut points among N-1 gaps */
@@ -220,30 +219,6 @@ static void brute_force(const struct cluster *c, struct best *b)
             sim_result_free(&res);
         }
     }
-}
-
-/* The same rule as the planner's (repartition.h): a moved kind keeps its exit link; the
- * kind that ended the pipeline takes the cluster's link, else the slowest between kinds. */
-static struct link exit_link(const struct cluster *c, const int *kind_of, int kind)
-{
-    int last = -1;
-    for (int s = 0; s < c->n_stages; s++)
-        if (kind_of[s] == kind)
-            last = s;
-    if (last + 1 < c->n_stages)
-        return cluster_link(c, last);
-    if (c->link.present)
-        return c->link;
-    struct link slowest = {0};
-    for (int s = 0; s + 1 < c->n_stages; s++) {
-        if (kind_of[s] == kind_of[s + 1])
-            continue;
-        struct link l = cluster_link(c, s);
-        if (l.present && (!slowest.present || l.gbps < slowest.gbps ||
-                          (l.gbps == slowest.gbps && l.latency_us > slowest.latency_us)))
-            slowest = l;
-    }
-    return slowest;
 }
 
 static void test_against_brute_force(void)

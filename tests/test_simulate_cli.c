@@ -65,6 +65,19 @@ static void stage_costs(const cJSON *stage, double *f, double *b, double *r)
     }
     cJSON_ArrayForEach(c, rec)
         *r += num(cJSON_GetArrayItem(costs, c->valueint - first), "fwd_ms");
+    /* layers recomputed in part: their option's time, found by name in their costs */
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(stage, "recompute_options"))
+    {
+        const cJSON *lc = cJSON_GetArrayItem(costs, (int)num(c, "layer") - first), *o;
+        const char *name = cJSON_GetObjectItemCaseSensitive(c, "option")->valuestring;
+        int found = 0;
+        cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(lc, "recompute_options"))
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(o, "name")->valuestring, name) == 0) {
+                *r += num(o, "recompute_ms");
+                found++;
+            }
+        CU_ASSERT_EQUAL(found, 1);
+    }
 }
 
 static void check_result(const cJSON *plan, const cJSON *result)
@@ -145,7 +158,9 @@ static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_
     free(track_end);
     for (int s = 0; s < S; s++) {
         const cJSON *p = cJSON_GetArrayItem(ps, s);
-        int recomputes = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "recompute")) > 0;
+        double f, b, rc;
+        stage_costs(p, &f, &b, &rc);
+        int recomputes = rc > 0; /* whole layers or options */
         int link_next = cJSON_GetObjectItemCaseSensitive(p, "link") != NULL && s + 1 < S;
         int link_prev = s > 0 && cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ps, s - 1),
                                                                   "link") != NULL;

@@ -14,7 +14,10 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "cost.h"
+#include "cuda_device.h"
 #include "jsonio.h"
+#include "plan.h"
 #include "testutil.h"
 
 #define RUN_LIMIT_S 120
@@ -157,9 +160,12 @@ static int sh(const char *fmt, ...)
 
 /* ---- configurations ---- */
 
-static char plan_path[16][1024];
+#define N_PLANS_MAX 16
+
+static char plan_path[N_PLANS_MAX][1024];
 enum {
-    P1, P2, P2_FULL, P2_SPLIT, P4, P4_GPIPE, TIGHT, TIGHT_NONE, ENTROPY, BYTES, BF16, N_PLANS
+    P1, P2, P2_FULL, P2_SPLIT, P4, P4_GPIPE, TIGHT, TIGHT_NONE, ENTROPY, BYTES, BF16, OPTIONS,
+    OPTIONS_MIXED, N_PLANS
 };
 
 static void write_model(const char *name, int n_layer, int n_embd, int n_head, int seq_len,
@@ -220,6 +226,47 @@ static void make_plan(int which, const char *model, int n, const char *schedule,
     free(err);
 }
 
+/* Plan `which`: a copy of plan `from` whose layers take the given choices by global layer
+ * ("attn", "mlp", "attn+mlp", "full"; NULL keeps), with each stage's memory, recompute and
+ * stage time from the cost model: a consistent plan that makes the runtime apply exactly
+ * these options. */
+static void plan_with_choices(int from, int which, const char *const *choice)
+{
+    struct plan p;
+    struct err e;
+    char name[64];
+    err_clear(&e);
+    snprintf(name, sizeof name, "plan-%d.json", which);
+    snprintf(plan_path[which], sizeof plan_path[which], "%s", test_path(name));
+    if (plan_load(plan_path[from], &p, &e)) {
+        fprintf(stderr, "plan %d: %s\n", which, e.msg);
+        return;
+    }
+    for (int s = 0; s < p.n_stages; s++) {
+        struct plan_stage *st = &p.stages[s];
+        for (int l = 0; l < plan_stage_layer_count(st); l++) {
+            const char *want = choice[st->first + l];
+            st->recompute[l] = COST_KEEP;
+            if (want != NULL && strcmp(want, "full") == 0)
+                st->recompute[l] = COST_FULL;
+            for (int k = 0; want != NULL && k < st->layers[l].n_options; k++)
+                if (strcmp(st->layers[l].options[k].name, want) == 0)
+                    st->recompute[l] = (unsigned char)(COST_OPTION + k);
+            if (want != NULL && st->recompute[l] == COST_KEEP)
+                fprintf(stderr, "plan %d: layer %d has no option %s\n", which, st->first + l,
+                        want);
+        }
+        struct stage_cost c;
+        plan_stage_cost(&p, st, &c);
+        st->memory_bytes = c.memory_bytes;
+        st->recompute_ms = c.recompute_ms;
+        st->stage_ms = c.stage_ms;
+    }
+    if (plan_write(plan_path[which], &p, &e))
+        fprintf(stderr, "plan %d: %s\n", which, e.msg);
+    plan_free(&p);
+}
+
 static int setup(void)
 {
     /* small: 4 planning layers (embed, 2 blocks, head), so 4 stages hold one each */
@@ -241,10 +288,17 @@ static int setup(void)
     make_plan(ENTROPY, "entropy", 2, "1f1b", NULL, NULL, "none");
     make_plan(BYTES, "bytes", 1, "1f1b", NULL, NULL, "none");
     make_plan(BF16, "half", 1, "1f1b", NULL, NULL, "none");
+    /* partial recomputation on stage 0 (embed, block.0, block.1): block.0's attention
+     * probabilities and block.1's GELU; or block.0 whole and block.1 both */
+    plan_with_choices(TIGHT_NONE, OPTIONS, (const char *const[]){NULL, "attn", "mlp", NULL});
+    plan_with_choices(TIGHT_NONE, OPTIONS_MIXED,
+                      (const char *const[]){NULL, "full", "attn+mlp", NULL});
     return 0;
 }
 
 /* ---- the tests ---- */
+
+static void expect_refused(int np, const char *args, int status, const char *needle);
 
 static void test_ranks_identical(void)
 {
@@ -312,18 +366,66 @@ static void test_recompute_full(void)
 
 static void test_recompute_partial(void)
 {
-    /* the tight plan must really recompute something on stage 0, and nothing on stage 1 */
+    /* the tight plan must really recompute something on stage 0 (a whole block or with an
+     * option), and nothing on stage 1 */
     struct metrics m;
     char *text = test_read(plan_path[TIGHT]);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT(strstr(text, "\"recompute\":\t[2]") != NULL ||
-              strstr(text, "\"recompute\":\t[1]") != NULL);
+              strstr(text, "\"recompute\":\t[1]") != NULL ||
+              strstr(text, "\"recompute_options\"") != NULL);
     free(text);
     check_recompute(TIGHT_NONE, TIGHT, 2, "one block recomputed");
     if (train_ok(2, plan_path[TIGHT], "--steps 2", "mt.json", &m) == 0) {
         CU_ASSERT(m.recompute_ms[0] > 0);
         CU_ASSERT(m.recompute_ms[1] == 0);
     }
+}
+
+/* Recompute options: the same bits as the run that keeps everything, measured peak within 2%
+ * of the plan (train_ok), and recompute time where the plan recomputes. */
+static void test_recompute_options(void)
+{
+    struct metrics m;
+    char *text = test_read(plan_path[OPTIONS]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT(strstr(text, "\"option\":\t\"attn\"") != NULL &&
+              strstr(text, "\"option\":\t\"mlp\"") != NULL);
+    free(text);
+    check_recompute(TIGHT_NONE, OPTIONS, 2, "attn and mlp options");
+    if (train_ok(2, plan_path[OPTIONS], "--steps 2", "mo.json", &m) == 0) {
+        CU_ASSERT(m.recompute_ms[0] > 0);
+        CU_ASSERT(m.recompute_ms[1] == 0);
+    }
+    check_recompute(TIGHT_NONE, OPTIONS_MIXED, 2, "a whole block and attn+mlp");
+}
+
+/* A plan naming an option this runtime cannot apply is refused before training, naming the
+ * plan, the stage, the layer and the option (exit 2). */
+static void test_unknown_option(void)
+{
+    char *text = test_read(plan_path[OPTIONS]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    /* rename block.1's option "mlp" to "swiglu", in its costs and in the choice */
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 0), *opt;
+    cJSON *costs = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"), 2);
+    cJSON_ArrayForEach(opt, cJSON_GetObjectItem(costs, "recompute_options"))
+        if (strcmp(cJSON_GetObjectItem(opt, "name")->valuestring, "mlp") == 0)
+            cJSON_ReplaceItemInObject(opt, "name", cJSON_CreateString("swiglu"));
+    cJSON_ArrayForEach(opt, cJSON_GetObjectItem(st, "recompute_options"))
+        if (strcmp(cJSON_GetObjectItem(opt, "option")->valuestring, "mlp") == 0)
+            cJSON_ReplaceItemInObject(opt, "option", cJSON_CreateString("swiglu"));
+    char *out = cJSON_Print(o);
+    char plan[1024], args[2048];
+    snprintf(plan, sizeof plan, "%s", test_write("plan-swiglu.json", out));
+    cJSON_free(out);
+    cJSON_Delete(o);
+    snprintf(args, sizeof args, "--plan '%s' --steps 1", plan);
+    expect_refused(2, args, 2,
+                   "stages[0].recompute_options: layer 2 (block.1): recompute option \"swiglu\" "
+                   "is not one this runtime can apply (it knows attn, mlp, attn+mlp)");
 }
 
 static void test_entropy_floor(void)
@@ -359,8 +461,11 @@ static const char *plan_with_limit(int s, long long limit, const char *name)
     static const char *const bytes[] = {"state_bytes", "act_bytes", "ckpt_bytes",
                                         "workspace_bytes"};
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
+    {
         for (int k = 0; k < 4; k++)
             cJSON_ReplaceItemInObject(c, bytes[k], cJSON_CreateNumber(0));
+        cJSON_DeleteItemFromObject(c, "recompute_options"); /* none in that implementation */
+    }
     cJSON *reserve = cJSON_GetObjectItem(o, "reserve_bytes");
     cJSON_ReplaceItemInObject(st, "memory_bytes",
                               cJSON_CreateNumber(reserve ? reserve->valuedouble : 0));
@@ -432,6 +537,7 @@ static void test_foreign_costs(void)
     double mem = cJSON_GetObjectItem(st, "memory_bytes")->valuedouble;
     /* stage 1 of 2 keeps one micro-batch in flight: 4096 more kept bytes, 4096 more memory */
     cJSON_ReplaceItemInObject(c, "act_bytes", cJSON_CreateNumber(act + 4096));
+    cJSON_DeleteItemFromObject(c, "recompute_options"); /* none in that implementation */
     cJSON_ReplaceItemInObject(st, "memory_bytes", cJSON_CreateNumber(mem + 4096));
     char *out = cJSON_Print(o);
     char plan[1024], expect[256];
@@ -530,7 +636,7 @@ static void test_bad_input(void)
 {
     char args[4096];
     snprintf(args, sizeof args, "--plan '%s'", plan_path[BF16]);
-    expect_refused(1, args, 2, "fp32 only");
+    expect_refused(1, args, 2, "the cpu backend does not compute bf16");
     snprintf(args, sizeof args, "--plan '%s'", plan_path[P2]);
     expect_refused(1, args, 2, "the plan has 2 stages");
     snprintf(args, sizeof args, "--plan '%s' --data '%s'", plan_path[BYTES],
@@ -541,6 +647,18 @@ static void test_bad_input(void)
     expect_refused(1, args, 2, "vocab_size >= 256");
     snprintf(args, sizeof args, "--plan '%s' --steps 0", plan_path[P1]);
     expect_refused(1, args, 2, "--steps");
+    /* a GPU asked for where there is none (or none in the build): refused with the reason */
+    int gpus = 0;
+    char why[256];
+    cuda_device_count(&gpus, why, sizeof why);
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --device cuda", plan_path[P1]);
+    if (gpus == 0)
+        expect_refused(1, args, 2, cuda_built() ? "no CUDA device is usable here"
+                                                : "built without the CUDA backend");
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --transport nccl", plan_path[P2]);
+    expect_refused(2, args, 2, "--transport nccl: rank 0 computes on the CPU");
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --device gpu", plan_path[P1]);
+    expect_refused(1, args, 2, "expected auto, cpu or cuda");
 }
 
 static void test_data_file(void)
@@ -606,6 +724,8 @@ int main(void)
                 test_recompute_full);
     CU_add_test(s, "recomputing one block (optimal plan under a limit) likewise",
                 test_recompute_partial);
+    CU_add_test(s, "recompute options (attn, mlp, attn+mlp) likewise", test_recompute_options);
+    CU_add_test(s, "an option the runtime cannot apply is refused", test_unknown_option);
     CU_add_test(s, "the loss approaches the synthetic source's entropy", test_entropy_floor);
     CU_add_test(s, "a stage over its memory limit fails cleanly on every rank",
                 test_limit_exceeded);

@@ -161,7 +161,24 @@ static int profiles_differ(const struct profile *a, const struct profile *b, cha
         DIFF(fwd_ms, "%g", double) DIFF(bwd_ms, "%g", double)
         DIFF(state_bytes, "%lld", long long) DIFF(act_bytes, "%lld", long long)
         DIFF(ckpt_bytes, "%lld", long long) DIFF(out_bytes, "%lld", long long)
-        DIFF(workspace_bytes, "%lld", long long)
+        DIFF(workspace_bytes, "%lld", long long) DIFF(n_options, "%d", int)
+        for (int k = 0; k < x->n_options; k++) {
+            const struct recompute_option *u = &x->options[k], *v = &y->options[k];
+#define ODIFF(f, fmt, cast)                                                                      \
+    if (u->f != v->f) {                                                                          \
+        snprintf(what, 160, "layers[%d].recompute_options[%d].%s " fmt " vs " fmt, l, k, #f,     \
+                 (cast)u->f, (cast)v->f);                                                        \
+        return 1;                                                                                \
+    }
+            ODIFF(kept_bytes, "%lld", long long) ODIFF(transient_bytes, "%lld", long long)
+            ODIFF(recompute_ms, "%g", double)
+#undef ODIFF
+            if (strcmp(u->name, v->name) != 0) {
+                snprintf(what, 160, "layers[%d].recompute_options[%d].name %s vs %s", l, k,
+                         u->name, v->name);
+                return 1;
+            }
+        }
 #undef DIFF
     }
     return 0;

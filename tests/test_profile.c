@@ -1,8 +1,9 @@
 /* Measured profiles (`ballast profile --device cpu`): every layer, positive times, memory equal
- * to the size functions (the reference, common/sizes.c: the scans do not use its numbers,
- * they count what the layers wrote), its recompute options timed and measured too, the provenance; the scans catch a
- * layer that writes past its arena, leaves a kept tensor unwritten or recomputes nothing (the CPU backend's layers with one fault put in);
- * option errors; and the planner refusing a measured profile put into the wrong cluster. */
+ * to the size functions (the reference, common/sizes.c: the scans do not use its numbers, they
+ * count what the layers wrote), the recompute options measured and timed too, the provenance;
+ * the scans catch a layer that writes past its arena, leaves a kept tensor unwritten or
+ * recomputes nothing (the CPU backend's layers with one fault put in); option errors; and the
+ * planner refusing a measured profile put into the wrong cluster. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>

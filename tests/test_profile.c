@@ -105,13 +105,15 @@ static void check_measured(const char *model_file, const char *out)
               date[19] == 'Z');
     CU_ASSERT_EQUAL(num_of(pv, "threads"), 1);
     const cJSON *lib = cJSON_GetObjectItemCaseSensitive(pv, "libraries");
-    CU_ASSERT(str_of(lib, "openblas") != NULL && strncmp(str_of(lib, "openblas"), "OpenBLAS", 8) == 0);
+    CU_ASSERT(str_of(lib, "openblas") != NULL &&
+              strncmp(str_of(lib, "openblas"), "OpenBLAS", 8) == 0);
     CU_ASSERT(str_of(lib, "mpi") != NULL && str_of(lib, "mpi")[0] != '\0');
     CU_ASSERT(str_of(lib, "cjson") != NULL && strcmp(str_of(lib, "cjson"), cJSON_Version()) == 0);
     const cJSON *meas = cJSON_GetObjectItemCaseSensitive(pv, "measurement");
     CU_ASSERT_EQUAL(num_of(meas, "repeats"), 3);
     CU_ASSERT(num_of(meas, "warmup") >= 1);
-    CU_ASSERT(str_of(meas, "statistic") != NULL && strcmp(str_of(meas, "statistic"), "median") == 0);
+    CU_ASSERT(str_of(meas, "statistic") != NULL &&
+              strcmp(str_of(meas, "statistic"), "median") == 0);
     CU_ASSERT(str_of(meas, "timer") != NULL);
     CU_ASSERT_EQUAL(num_of(meas, "size_function_mismatches"), 0);
     profile_free(&p);

@@ -1,35 +1,137 @@
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "devices.h"
 #include "estimate.h"
+#include "hostinfo.h"
 #include "jsonio.h"
+#include "measure.h"
 #include "model.h"
 #include "profile.h"
 
+#define WARMUP 3
+
 static void help(void)
 {
-    printf("usage: ballast profile --model MODEL.json --estimate --device NAME [-o PROFILE.json]\n"
-           "                       [--devices DEVICES.json]\n\n"
-           "Writes a profile (ballast-profile/1): every planning layer's forward and backward time\n"
-           "and its memory, for one micro-batch.\n\n"
+    printf("usage: ballast profile --model MODEL.json --device cpu|cuda:N [-o PROFILE.json]\n"
+           "                       [--repeats N] [--threads N] [--name NAME]\n"
+           "       ballast profile --model MODEL.json --estimate --device NAME\n"
+           "                       [-o PROFILE.json] [--devices DEVICES.json]\n\n"
+           "Writes a profile (ballast-profile/1): every planning layer's forward and backward\n"
+           "time, its recompute options and its memory, for one micro-batch.\n\n"
+           "Measuring (the default) runs the runtime's layers, the code `ballast train` runs,\n"
+           "on the device as one stage runs a micro-batch: %d warm-up passes, then enough\n"
+           "timed passes for --repeats samples of every span, medians; memory measured by\n"
+           "scanning each layer's arenas, any difference from the size functions reported.\n"
+           "A progress bar on standard error when it is a terminal.\n\n"
            "  --model FILE     the model (ballast-model/1)\n"
+           "  --device D       measure on D: cpu, or cuda:N (the CUDA device number)\n"
+           "  --repeats N      timed samples of each span (default 20)\n"
+           "  --threads N      CPU threads (default: every online core, as `ballast train`\n"
+           "                   gives a lone rank); use what each training rank will have\n"
+           "  --name NAME      the device's name in the profile, which cluster files must use\n"
+           "                   (default: the CPU model or the CUDA device name)\n"
            "  --estimate       derive the profile from datasheet figures (a roofline per\n"
-           "                   operation) instead of measuring; marked \"estimated\": true\n"
-           "  --device NAME    a device of the device table (with --estimate)\n"
+           "                   operation) instead of measuring; marked \"estimated\": true;\n"
+           "                   --device then names a device of the device table\n"
            "  --devices FILE   the device table (default: %s)\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
-           devices_default_file());
+           WARMUP, devices_default_file());
+}
+
+static int write_profile(const char *out_file, const struct profile *p, struct err *e)
+{
+    if (out_file != NULL)
+        return profile_write(out_file, p, e);
+    cJSON *o = profile_to_json(p);
+    char *text = cJSON_Print(o);
+    if (text != NULL)
+        printf("%s\n", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+    return ERR_OK;
+}
+
+static int estimate(const char *model_file, const char *device, const char *devices_file,
+                    const char *out_file)
+{
+    struct model m;
+    struct device_table t;
+    struct err e;
+    err_clear(&e);
+    if (model_load(model_file, &m, &e) || devices_load(devices_file, &t, &e))
+        return cli_fail("profile", &e);
+    const struct device_spec *d = devices_find(&t, device);
+    if (d == NULL) {
+        fprintf(stderr, "ballast profile: --device: \"%s\" is not in %s; known devices:", device,
+                devices_file);
+        for (int k = 0; k < t.n; k++)
+            fprintf(stderr, " %s", t.devices[k].name);
+        fprintf(stderr, "\n");
+        devices_free(&t);
+        return ERR_INPUT;
+    }
+    struct profile p;
+    int rc = estimate_profile(&t, d, &m, &p, &e);
+    devices_free(&t);
+    if (rc == ERR_OK)
+        rc = write_profile(out_file, &p, &e);
+    profile_free(&p);
+    return rc ? cli_fail("profile", &e) : ERR_OK;
+}
+
+static int measure(const char *model_file, const char *device, int repeats, int threads,
+                   const char *name, const char *out_file)
+{
+    struct model m;
+    struct profile p;
+    struct backend be = {0};
+    struct err e;
+    int mismatches = 0;
+    err_clear(&e);
+    memset(&p, 0, sizeof p);
+    if (model_load(model_file, &m, &e))
+        return cli_fail("profile", &e);
+    p.provenance = cJSON_CreateObject();
+    struct measure_timer timer;
+    int rc = hostinfo_open(device, threads, &be, &timer, &p.device, p.provenance, &e);
+    if (rc == ERR_OK && !(be.ops->dtypes & BACKEND_DTYPE_BIT(m.dtype))) {
+        fprintf(stderr, "ballast profile: %s: dtype: \"%s\": the %s backend does not compute "
+                        "it (the CPU layers are fp32; bf16 is the CUDA backend's)\n",
+                model_file, model_dtype_name(m.dtype), be.ops->name);
+        hostinfo_close(&be, &timer);
+        profile_free(&p);
+        return ERR_INPUT;
+    }
+    if (rc == ERR_OK) {
+        if (name != NULL)
+            snprintf(p.device.name, sizeof p.device.name, "%s", name);
+        /* time the layers together in half the device's memory, at most */
+        struct measure_options o = {repeats, WARMUP, p.device.memory_bytes / 2,
+                                    isatty(STDERR_FILENO) ? stderr : NULL, stderr,
+                                    timer.start != NULL ? &timer : NULL};
+        rc = measure_profile(&be, &m, &o, &p, &mismatches, &e);
+        hostinfo_close(&be, &timer);
+    }
+    if (rc == ERR_OK && mismatches > 0)
+        fprintf(stderr,
+                "ballast profile: %d byte count%s differ%s from the size functions the planner "
+                "and the runtime's allocations use (above); the profile keeps what was measured\n",
+                mismatches, mismatches == 1 ? "" : "s", mismatches == 1 ? "s" : "");
+    if (rc == ERR_OK)
+        rc = write_profile(out_file, &p, &e);
+    profile_free(&p);
+    return rc ? cli_fail("profile", &e) : ERR_OK;
 }
 
 int cmd_profile(int argc, char **argv)
 {
-    const char *model_file = NULL, *device = NULL, *out_file = NULL, *v;
-    const char *devices_file = devices_default_file();
-    int estimate = 0;
-    struct err e;
-    err_clear(&e);
+    const char *model_file = NULL, *device = NULL, *out_file = NULL, *name = NULL, *v;
+    const char *devices_file = NULL;
+    long repeats = 20, threads = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int estimated = 0, measure_only = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cli_is_help(argv[i])) {
@@ -51,46 +153,53 @@ int cmd_profile(int argc, char **argv)
             if (r < 0)
                 return ERR_INPUT;
             out_file = v;
+        } else if ((r = cli_option(argc, argv, &i, "--repeats", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1000000, &repeats) != 0)
+                return cli_usage_error("profile", "--repeats: \"%s\", expected a whole number "
+                                                  "from 1 to 1000000", v);
+            measure_only = 1;
+        } else if ((r = cli_option(argc, argv, &i, "--threads", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 4096, &threads) != 0)
+                return cli_usage_error("profile", "--threads: \"%s\", expected a whole number "
+                                                  "from 1 to 4096", v);
+            measure_only = 1;
+        } else if ((r = cli_option(argc, argv, &i, "--name", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (v[0] == '\0' || strlen(v) >= PROFILE_NAME_MAX)
+                return cli_usage_error("profile", "--name: \"%s\", expected 1 to %d characters",
+                                       v, PROFILE_NAME_MAX - 1);
+            name = v;
+            measure_only = 1;
         } else if (cli_flag(argv, i, "--estimate")) {
-            estimate = 1;
+            estimated = 1;
         } else {
             return cli_usage_error("profile", "unknown option \"%s\"", argv[i]);
         }
     }
     if (model_file == NULL || device == NULL)
         return cli_usage_error("profile", "--model and --device are required");
-    if (!estimate)
-        return cli_usage_error("profile", "measuring on a device is not in this build yet; use "
-                                          "--estimate");
-    struct model m;
-    struct device_table t;
-    if (model_load(model_file, &m, &e) || devices_load(devices_file, &t, &e))
-        return cli_fail("profile", &e);
-    const struct device_spec *d = devices_find(&t, device);
-    if (d == NULL) {
-        fprintf(stderr, "ballast profile: --device: \"%s\" is not in %s; known devices:", device,
-                devices_file);
-        for (int k = 0; k < t.n; k++)
-            fprintf(stderr, " %s", t.devices[k].name);
-        fprintf(stderr, "\n");
-        devices_free(&t);
-        return ERR_INPUT;
-    }
-    struct profile p;
-    int rc = estimate_profile(&t, d, &m, &p, &e);
-    devices_free(&t);
-    if (rc)
-        return cli_fail("profile", &e);
-    if (out_file != NULL) {
-        rc = profile_write(out_file, &p, &e);
-    } else {
-        cJSON *o = profile_to_json(&p);
-        char *text = cJSON_Print(o);
-        if (text != NULL)
-            printf("%s\n", text);
-        cJSON_free(text);
-        cJSON_Delete(o);
-    }
-    profile_free(&p);
-    return rc ? cli_fail("profile", &e) : ERR_OK;
+    if (estimated && measure_only)
+        return cli_usage_error("profile", "--repeats, --threads and --name are for measuring; "
+                                          "--estimate measures nothing");
+    if (!estimated && devices_file != NULL)
+        return cli_usage_error("profile", "--devices is the device table of --estimate");
+    if (estimated)
+        return estimate(model_file, device, devices_file ? devices_file : devices_default_file(),
+                        out_file);
+    int cpu = strcmp(device, "cpu") == 0;
+    if (!cpu && threads > 0)
+        return cli_usage_error("profile", "--threads is for --device cpu");
+    if (cpu && threads == 0)
+        threads = cores > 0 ? cores : 1;
+    if (cpu && cores > 0 && threads > cores)
+        fprintf(stderr,
+                "ballast profile: warning: --threads %ld on %ld online cores: the threads share "
+                "cores, so the times measure the sharing\n",
+                threads, cores);
+    return measure(model_file, device, (int)repeats, (int)threads, name, out_file);
 }

@@ -1,5 +1,6 @@
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 #include "jsonio.h"
@@ -26,12 +27,15 @@ static void print_result(const struct plan *p, const struct sim_result *r)
            "bubble %.1f%%\n",
            schedule_name(p->schedule), p->method, p->n_stages, p->micro_batches, r->iteration_ms,
            100.0 * r->bubble_fraction);
-    printf("%5s  %-10s %12s %12s %12s %12s %12s %12s\n", "stage", "device", "busy ms", "idle ms",
+    int w = 10;
+    for (int s = 0; s < r->n_stages; s++)
+        w = (int)strlen(p->stages[s].device) > w ? (int)strlen(p->stages[s].device) : w;
+    printf("%5s  %-*s %12s %12s %12s %12s %12s %12s\n", "stage", w, "device", "busy ms", "idle ms",
            "fwd ms", "recompute ms", "bwd ms", "send ms");
     for (int s = 0; s < r->n_stages; s++) {
         struct sim_stage_totals t;
         sim_stage_totals(r, s, &t);
-        printf("%5d  %-10s %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", s, p->stages[s].device,
+        printf("%5d  %-*s %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", s, w, p->stages[s].device,
                r->busy_ms[s], r->idle_ms[s], t.fwd_ms, t.recompute_ms, t.bwd_ms, t.send_ms);
     }
 }

@@ -142,6 +142,48 @@ static const char *first_model_difference(const struct model *a, const struct mo
     return buf;
 }
 
+/* Whether two profiles of one model give a device different costs; `what` names the first
+ * difference. */
+static int profiles_differ(const struct profile *a, const struct profile *b, char what[160])
+{
+    if (a->device.memory_bytes != b->device.memory_bytes) {
+        snprintf(what, 160, "device.memory_bytes %lld vs %lld", (long long)a->device.memory_bytes,
+                 (long long)b->device.memory_bytes);
+        return 1;
+    }
+    for (int l = 0; l < a->n_layers; l++) {
+        const struct layer_cost *x = &a->layers[l], *y = &b->layers[l];
+#define DIFF(f, fmt, cast)                                                                       \
+    if (x->f != y->f) {                                                                          \
+        snprintf(what, 160, "layers[%d].%s " fmt " vs " fmt, l, #f, (cast)x->f, (cast)y->f);     \
+        return 1;                                                                                \
+    }
+        DIFF(fwd_ms, "%g", double) DIFF(bwd_ms, "%g", double)
+        DIFF(state_bytes, "%lld", long long) DIFF(act_bytes, "%lld", long long)
+        DIFF(ckpt_bytes, "%lld", long long) DIFF(out_bytes, "%lld", long long)
+        DIFF(workspace_bytes, "%lld", long long) DIFF(n_options, "%d", int)
+        for (int k = 0; k < x->n_options; k++) {
+            const struct recompute_option *u = &x->options[k], *v = &y->options[k];
+#define ODIFF(f, fmt, cast)                                                                      \
+    if (u->f != v->f) {                                                                          \
+        snprintf(what, 160, "layers[%d].recompute_options[%d].%s " fmt " vs " fmt, l, k, #f,     \
+                 (cast)u->f, (cast)v->f);                                                        \
+        return 1;                                                                                \
+    }
+            ODIFF(kept_bytes, "%lld", long long) ODIFF(transient_bytes, "%lld", long long)
+            ODIFF(recompute_ms, "%g", double)
+#undef ODIFF
+            if (strcmp(u->name, v->name) != 0) {
+                snprintf(what, 160, "layers[%d].recompute_options[%d].name %s vs %s", l, k,
+                         u->name, v->name);
+                return 1;
+            }
+        }
+#undef DIFF
+    }
+    return 0;
+}
+
 static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
                       const char *file, int s, int *has_layers, struct err *e)
 {
@@ -179,6 +221,21 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
                        "%s: %s.profile: \"%s\" describes a different model than stage 0's "
                        "profile (%s)",
                        file, path, rel, first_model_difference(&p->model, &c->model, buf));
+    }
+    /* A device name is one set of costs: the planner groups stages by it (the order of
+     * device kinds), so two profiles under one name that disagree would plan with either's
+     * numbers. Copies of one profile are harmless. */
+    for (int t = 0; t < s; t++) {
+        char what[160];
+        if (strcmp(c->stages[t].device, st->device) != 0 || c->stages[t].profile == st->profile ||
+            !profiles_differ(&c->profiles[c->stages[t].profile], p, what))
+            continue;
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.profile: \"%s\" is a second profile of device \"%s\" that "
+                       "disagrees with stages[%d]'s %s (%s): stages that name one device share "
+                       "its costs; if the devices differ, give them different names (ballast "
+                       "profile --name)",
+                       file, path, rel, st->device, t, paths[c->stages[t].profile], what);
     }
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(obj, "layers");
     int has = layers != NULL;

@@ -70,7 +70,11 @@ void planner_print(FILE *f, const struct plan *p)
             params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
             model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
     snprintf(head, sizeof head, "memory %s: before -> after / limit", u.name);
-    fprintf(f, "%5s  %-10s %-9s %4s  %-38s  %-22s %10s %10s\n", "stage", "device", "layers",
+    /* measured profiles name devices by their model ("Intel(R) Xeon(R) Processor") */
+    int w = 10;
+    for (int s = 0; s < p->n_stages; s++)
+        w = (int)strlen(p->stages[s].device) > w ? (int)strlen(p->stages[s].device) : w;
+    fprintf(f, "%5s  %-*s %-9s %4s  %-38s  %-22s %10s %10s\n", "stage", w, "device", "layers",
             "v", head, "recompute", "R ms", "T ms");
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
@@ -81,7 +85,7 @@ void planner_print(FILE *f, const struct plan *p)
                  st->memory_before_bytes / u.bytes, 100.0 * st->memory_before_bytes / lim,
                  st->memory_bytes / u.bytes, 100.0 * st->memory_bytes / lim, lim / u.bytes);
         format_layers(st, rec, sizeof rec);
-        fprintf(f, "%5d  %-10s %-9s %4d  %-38s  %-22s %10.3f %10.3f\n", s, st->device, range,
+        fprintf(f, "%5d  %-*s %-9s %4d  %-38s  %-22s %10.3f %10.3f\n", s, w, st->device, range,
                 st->in_flight, mem, rec, st->recompute_ms, st->stage_ms);
     }
     const struct plan_stage *b = &p->stages[p->bottleneck_stage];

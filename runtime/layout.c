@@ -208,6 +208,26 @@ void layout_free(struct stage_layout *sl)
     sl->layers = NULL;
 }
 
+void layout_view(const struct stage_layout *sl, const struct model *m, int li, char *persistent,
+                 char *slot, char *transient, char *workspace, struct layer_view *v)
+{
+    const struct layer_layout *L = &sl->layers[li];
+    char *grads = persistent + sl->grads_at;
+    memset(v, 0, sizeof *v);
+    v->model = m;
+    v->kind = L->kind;
+    v->layer = L->layer;
+    for (int k = 0; k < L->n_params; k++) {
+        v->params[k] = persistent + L->weight_off[k];
+        v->grads[k] = (float *)(grads + L->param_off[k]);
+    }
+    for (int k = 0; k < L->n_kept; k++)
+        v->kept[k] = (L->regen >> k & 1 ? transient : slot) + L->kept_off[k];
+    v->regen = L->regen;
+    for (int k = 0; k < L->n_ws; k++)
+        v->ws[k] = workspace + L->ws_off[k];
+}
+
 int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
                        int64_t reserve, struct err *e)
 {

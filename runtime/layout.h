@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "backend.h"
 #include "err.h"
 #include "model.h"
 #include "profile.h"
@@ -71,6 +72,12 @@ int layout_regen(const struct model *m, int layer, int choice, const struct laye
 int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
                 const uint32_t *regen, int in_flight, struct err *e);
 void layout_free(struct stage_layout *sl);
+
+/* The tensors of layer li (index in the stage) for the micro-batch whose slot starts at
+ * `slot`, given the arenas' bases: the one place a stage's offsets become pointers, shared by
+ * the executor (stage.c) and the profiler so that both run the layers on the same carving. */
+void layout_view(const struct stage_layout *sl, const struct model *m, int li, char *persistent,
+                 char *slot, char *transient, char *workspace, struct layer_view *v);
 
 /* The memory limit: fails (ERR_NOFIT) when the arenas need more than limit - reserve,
  * naming the layer at which the running total (state + in_flight x kept + transient +

@@ -155,22 +155,9 @@ static int ws_drain(struct stage_runner *r, struct err *e)
 
 static void view_make(const struct stage_runner *r, int li, int slot, struct layer_view *v)
 {
-    const struct layer_layout *L = &r->lay.layers[li];
-    char *weights = r->persistent, *grads = r->persistent + r->lay.grads_at;
-    char *slot_base = r->activations + (int64_t)slot * r->lay.slot_bytes;
-    memset(v, 0, sizeof *v);
-    v->model = r->c.model;
-    v->kind = L->kind;
-    v->layer = L->layer;
-    for (int k = 0; k < L->n_params; k++) {
-        v->params[k] = weights + L->weight_off[k];
-        v->grads[k] = (float *)(grads + L->param_off[k]);
-    }
-    for (int k = 0; k < L->n_kept; k++)
-        v->kept[k] = (L->regen >> k & 1 ? r->transient : slot_base) + L->kept_off[k];
-    v->regen = L->regen;
-    for (int k = 0; k < L->n_ws; k++)
-        v->ws[k] = r->workspace + L->ws_off[k];
+    layout_view(&r->lay, r->c.model, li, r->persistent,
+                r->activations + (int64_t)slot * r->lay.slot_bytes, r->transient, r->workspace,
+                v);
 }
 
 static int post_input(struct stage_runner *r, int micro, struct err *e)

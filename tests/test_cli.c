@@ -74,7 +74,7 @@ static void test_help_and_usage(void)
         {"plan --cluster %s --time-unit -1", "--time-unit"},
         {"plan --cluster %s --time-unit nan", "--time-unit"},
         {"profile --model %s", "--model and --device are required"},
-        {"profile --model %s --device cpu", "--estimate"},
+        {"profile --model %s --device tpu", "expected \"cpu\" or \"cuda:N\""},
         {"profile --model %s --estimate --device TPUv9", "\"TPUv9\" is not in"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

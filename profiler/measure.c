@@ -1,0 +1,755 @@
+#include "measure.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bf16.h"
+#include "layout.h"
+#include "rng.h"
+#include "sizes.h"
+
+#define POISON 0x7FA5A5A5u /* a signalling NaN (fp32, and bf16 in the upper half): arithmetic
+                              only ever yields quiet ones, and no token id is this large */
+#define GUARD_BYTES 4096   /* past each arena's end: a layer writing there is caught */
+#define LINE SIZES_ALIGN
+#define SEED 0x70726f66696c65ull /* the weights and inputs need only be plausible */
+
+#define TRY(call)                                                                            \
+    do {                                                                                     \
+        int try_rc_ = (call);                                                                \
+        if (try_rc_ != ERR_OK)                                                               \
+            return try_rc_;                                                                  \
+    } while (0)
+
+enum arena { ARENA_PERSISTENT, ARENA_ACT, ARENA_TRANSIENT, ARENA_WS, ARENAS };
+
+/* What a layer receives, drawn once on the host: tokens and targets (B,T); an activation and
+ * an output gradient (B,T,C) in the model's activation dtype, `act_bytes` each. */
+struct inputs {
+    int32_t *tokens, *targets;
+    void *act, *dout;
+    int64_t act_bytes;
+};
+
+/* One layer under measurement, as a one-layer stage: its layout keeping everything and its
+ * layout recomputed whole, and the arenas (each with its guard band) that every layout of it
+ * uses. */
+struct probe {
+    struct backend *be;
+    const struct model *m;
+    const struct inputs *in;
+    struct stage_layout keep, full;
+    char *dev[ARENAS];
+    int64_t bytes[ARENAS];  /* without the guard */
+    uint32_t *host, *saved; /* downloads, as large as the largest arena + guard */
+    const uint32_t *poison; /* as large */
+};
+
+/* What the scans found, in bytes. */
+struct regen_scan {
+    int64_t kept, regenerated; /* slot lines used after the forward; transient lines the
+                                  recompute wrote */
+    int64_t forward_transient; /* transient lines the forward wrote */
+    int64_t differs;           /* transient words where the recompute's differ */
+};
+
+struct measured {
+    int64_t state, act, out, workspace;
+    struct regen_scan full, opt[PROFILE_OPTIONS_MAX];
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v in place. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- scans ---- */
+
+static int64_t span(const struct probe *p, enum arena a)
+{
+    return p->bytes[a] + GUARD_BYTES;
+}
+
+static int poison(struct probe *p, enum arena a, struct err *e)
+{
+    return p->be->ops->upload(p->be, p->dev[a], p->poison, span(p, a), e);
+}
+
+static int fetch(struct probe *p, enum arena a, uint32_t *dst, struct err *e)
+{
+    return p->be->ops->download(p->be, dst, p->dev[a], span(p, a), e);
+}
+
+/* Bytes of the 64-byte lines in [0, bytes) holding a word other than the poison. */
+static int64_t used_lines(const uint32_t *w, int64_t bytes)
+{
+    int64_t used = 0, per = LINE / 4;
+    for (int64_t line = 0; line < bytes / LINE; line++)
+        for (int64_t i = 0; i < per; i++)
+            if (w[line * per + i] != POISON) {
+                used += LINE;
+                break;
+            }
+    return used;
+}
+
+/* Bytes in [0, bytes) of the elements (`unit` bytes: 4, or 2 for bf16) that are no longer
+ * the poison's. */
+static int64_t used_bytes(const uint32_t *w, int64_t bytes, int unit)
+{
+    int64_t used = 0;
+    for (int64_t i = 0; i < bytes / 4; i++) {
+        if (unit == 4)
+            used += w[i] != POISON ? 4 : 0;
+        else
+            used += ((w[i] & 0xffffu) != (POISON & 0xffffu) ? 2 : 0) +
+                    ((w[i] >> 16) != (POISON >> 16) ? 2 : 0);
+    }
+    return used;
+}
+
+/* ---- inputs and weights ---- */
+
+static void inputs_free(struct inputs *in)
+{
+    free(in->tokens);
+    free(in->targets);
+    free(in->act);
+    free(in->dout);
+}
+
+static int inputs_init(struct inputs *in, const struct model *m, struct err *e)
+{
+    int64_t BT = (int64_t)m->micro_batch * m->seq_len, BTC = BT * m->n_embd;
+    int elem = sizes_act_elem_bytes(m->dtype);
+    in->act_bytes = BTC * elem;
+    in->tokens = malloc(sizeof(int32_t) * (size_t)BT);
+    in->targets = malloc(sizeof(int32_t) * (size_t)BT);
+    in->act = malloc((size_t)in->act_bytes);
+    in->dout = malloc((size_t)in->act_bytes);
+    if (!in->tokens || !in->targets || !in->act || !in->dout) {
+        inputs_free(in);
+        return err_set(e, ERR_FAIL, "out of host memory for one micro-batch's inputs");
+    }
+    for (int64_t i = 0; i < BT; i++) {
+        in->tokens[i] = (int32_t)(rng_key(SEED, 1, 0, (uint64_t)i) % (uint64_t)m->vocab_size);
+        in->targets[i] = (int32_t)(rng_key(SEED, 2, 0, (uint64_t)i) % (uint64_t)m->vocab_size);
+    }
+    /* a residual stream of unit scale, and a small gradient */
+    for (int64_t i = 0; i < BTC; i++) {
+        float a = (float)rng_normal(rng_key(SEED, 3, 0, (uint64_t)i));
+        float d = (float)(1e-3 * rng_normal(rng_key(SEED, 4, 0, (uint64_t)i)));
+        if (elem == 2) {
+            ((uint16_t *)in->act)[i] = bf16_from_float(a);
+            ((uint16_t *)in->dout)[i] = bf16_from_float(d);
+        } else {
+            ((float *)in->act)[i] = a;
+            ((float *)in->dout)[i] = d;
+        }
+    }
+    return ERR_OK;
+}
+
+/* Weights as training starts them (layout_param_init) in the fp32 master weights and, for
+ * bf16, the bf16 weights; gradients and AdamW's moments zero. Every layer of `sl`, in the
+ * persistent arena at `base`; `buf` holds the largest tensor in fp32. */
+static int params_init(struct backend *be, const struct model *m, const struct stage_layout *sl,
+                       char *base, float *buf, struct err *e)
+{
+    for (int li = 0; li < sl->n_layers; li++) {
+        const struct layer_layout *L = &sl->layers[li];
+        for (int k = 0; k < L->n_params; k++) {
+            float std, fill;
+            int64_t n = L->params[k].elems;
+            layout_param_init(m, L->params[k].name, &std, &fill);
+            for (int64_t i = 0; i < n; i++)
+                buf[i] = std == 0 ? fill
+                                  : (float)(std * rng_normal(rng_key(SEED, 5, (uint64_t)L->layer,
+                                                                     ((uint64_t)k << 40) |
+                                                                         (uint64_t)i)));
+            TRY(be->ops->upload(be, base + sl->master_at + L->param_off[k], buf, 4 * n, e));
+            if (sl->dtype == MODEL_DTYPE_BF16) {
+                uint16_t *half = (uint16_t *)buf; /* in place: element i after element i */
+                for (int64_t i = 0; i < n; i++)
+                    half[i] = bf16_from_float(buf[i]);
+                TRY(be->ops->upload(be, base + L->weight_off[k], half, 2 * n, e));
+            }
+        }
+    }
+    TRY(be->ops->zero(be, base + sl->grads_at, sl->section_bytes, e));
+    return be->ops->zero(be, base + sl->m_at, 2 * sl->section_bytes, e);
+}
+
+/* ---- one layer through the backend table ---- */
+
+/* The layer's input arrives in its checkpoint, as the previous stage's output (or the data)
+ * would: tokens; an activation; an activation and targets. */
+static int put_input(struct backend *be, const struct inputs *in, const struct layer_view *v,
+                     struct err *e)
+{
+    int64_t BT = (int64_t)v->model->micro_batch * v->model->seq_len;
+    switch (v->kind) {
+    case MODEL_LAYER_EMBED:
+        return be->ops->upload(be, v->kept[EMBED_TOKENS], in->tokens, 4 * BT, e);
+    case MODEL_LAYER_BLOCK:
+        return be->ops->upload(be, v->kept[BLOCK_INP], in->act, in->act_bytes, e);
+    case MODEL_LAYER_HEAD:
+        TRY(be->ops->upload(be, v->kept[HEAD_INP], in->act, in->act_bytes, e));
+        return be->ops->upload(be, v->kept[HEAD_TARGETS], in->targets, 4 * BT, e);
+    }
+    return ERR_OK;
+}
+
+/* The gradient of the output arrives from the next stage (the head has none). */
+static int put_dout(struct backend *be, const struct inputs *in, const struct layer_view *v,
+                    struct err *e)
+{
+    if (v->kind == MODEL_LAYER_HEAD)
+        return ERR_OK;
+    void *dst = v->ws[v->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
+    return be->ops->upload(be, dst, in->dout, in->act_bytes, e);
+}
+
+/* Where a stage's last layer puts its output: the send buffer (the head: nowhere). */
+static void *send_buffer(const struct layer_view *v)
+{
+    return v->kind == MODEL_LAYER_EMBED   ? v->ws[EMBED_OUT]
+           : v->kind == MODEL_LAYER_BLOCK ? v->ws[BLOCK_OUT]
+                                          : NULL;
+}
+
+static int forward(struct backend *be, const struct layer_view *v, void *out, struct err *e)
+{
+    return be->ops->layer[v->kind].forward(be, v, out, e);
+}
+
+static int backward(struct backend *be, const struct layer_view *v, struct err *e)
+{
+    float scale = (float)(1.0 / ((double)v->model->micro_batch * v->model->seq_len));
+    return be->ops->layer[v->kind].backward(be, v, scale, e);
+}
+
+/* ---- memory ---- */
+
+static void view(struct probe *p, const struct stage_layout *sl, struct layer_view *v)
+{
+    layout_view(sl, p->m, 0, p->dev[ARENA_PERSISTENT], p->dev[ARENA_ACT],
+                p->dev[ARENA_TRANSIENT], p->dev[ARENA_WS], v);
+}
+
+/* Kept: input, forward, output gradient, backward; then what the slot and workspace hold. */
+static int measure_kept(struct probe *p, struct measured *r, struct err *e)
+{
+    struct layer_view v;
+    view(p, &p->keep, &v);
+    for (int a = ARENA_ACT; a < ARENAS; a++)
+        TRY(poison(p, (enum arena)a, e));
+    TRY(put_input(p->be, p->in, &v, e));
+    TRY(forward(p->be, &v, send_buffer(&v), e));
+    TRY(fetch(p, ARENA_WS, p->host, e));
+    r->out = v.kind == MODEL_LAYER_HEAD
+                 ? 4
+                 : used_bytes(p->host, span(p, ARENA_WS), sizes_act_elem_bytes(p->m->dtype));
+    TRY(put_dout(p->be, p->in, &v, e));
+    TRY(backward(p->be, &v, e));
+    TRY(fetch(p, ARENA_WS, p->host, e));
+    r->workspace = used_lines(p->host, span(p, ARENA_WS));
+    TRY(fetch(p, ARENA_ACT, p->host, e));
+    r->act = used_lines(p->host, span(p, ARENA_ACT));
+    return ERR_OK;
+}
+
+/* The layer regenerating `regen` (the whole layer, or an option): the slot keeps the rest,
+ * the forward writes the regenerated tensors to the transient, and the recompute must write
+ * exactly them again, bit for bit. */
+static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, struct err *e)
+{
+    struct stage_layout sl;
+    struct layer_view v;
+    TRY(layout_init(&sl, p->m, p->keep.first, p->keep.last, &regen, 1, e));
+    layout_view(&sl, p->m, 0, p->dev[ARENA_PERSISTENT], p->dev[ARENA_ACT],
+                p->dev[ARENA_TRANSIENT], p->dev[ARENA_WS], &v);
+    layout_free(&sl);
+    for (int a = ARENA_ACT; a < ARENAS; a++)
+        TRY(poison(p, (enum arena)a, e));
+    TRY(put_input(p->be, p->in, &v, e));
+    TRY(forward(p->be, &v, send_buffer(&v), e));
+    TRY(fetch(p, ARENA_ACT, p->host, e));
+    r->kept = used_lines(p->host, span(p, ARENA_ACT));
+    TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
+    r->forward_transient = used_lines(p->saved, span(p, ARENA_TRANSIENT));
+    TRY(poison(p, ARENA_TRANSIENT, e));
+    TRY(p->be->ops->layer[v.kind].recompute(p->be, &v, e));
+    TRY(fetch(p, ARENA_TRANSIENT, p->host, e));
+    r->regenerated = used_lines(p->host, span(p, ARENA_TRANSIENT));
+    r->differs = 0;
+    for (int64_t i = 0; i < span(p, ARENA_TRANSIENT) / 4; i++)
+        r->differs += p->host[i] != p->saved[i];
+    return ERR_OK;
+}
+
+/* The persistent bytes one AdamW step over the layer touches. The gradients hold the poison
+ * (a NaN): every master weight, m and v the update reads a gradient for turns NaN, so the
+ * changed lines of the master weights count the gradients read too. The guard past the arena
+ * must not change. */
+static int measure_state(struct probe *p, int64_t *state, struct err *e)
+{
+    const struct stage_layout *sl = &p->keep;
+    const struct layer_layout *L = &sl->layers[0];
+    int64_t S = sl->section_bytes, total = span(p, ARENA_PERSISTENT);
+    char *base = p->dev[ARENA_PERSISTENT];
+    struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    TRY(p->be->ops->upload(p->be, base + sl->grads_at, p->poison, S, e));
+    TRY(p->be->ops->upload(p->be, base + sl->persistent_bytes, p->poison, GUARD_BYTES, e));
+    TRY(fetch(p, ARENA_PERSISTENT, p->saved, e));
+    for (int k = 0; k < L->n_params; k++) {
+        int64_t off = L->param_off[k];
+        TRY(p->be->ops->adamw(p->be, base + L->weight_off[k], (float *)(base + sl->master_at + off),
+                              (float *)(base + sl->grads_at + off),
+                              (float *)(base + sl->m_at + off), (float *)(base + sl->v_at + off),
+                              L->params[k].elems, sl->dtype, &hp, 1,
+                              layout_param_decays(L->params[k].name), e));
+    }
+    TRY(p->be->ops->sync(p->be, e));
+    TRY(fetch(p, ARENA_PERSISTENT, p->host, e));
+    /* a line counts when some word in it changed; the gradients' when their masters did */
+    int64_t per = LINE / 4, changed = 0, masters = 0;
+    for (int64_t line = 0; line < total / LINE; line++)
+        for (int64_t i = 0; i < per; i++)
+            if (p->host[line * per + i] != p->saved[line * per + i]) {
+                int64_t at = line * LINE;
+                changed += LINE;
+                masters += at >= sl->master_at && at < sl->master_at + S ? LINE : 0;
+                break;
+            }
+    *state = changed + masters;
+    return ERR_OK;
+}
+
+/* ---- time ---- */
+
+static int span_begin(const struct measure_options *o, struct backend *be, double *t0,
+                      struct err *e)
+{
+    if (o->timer != NULL)
+        return o->timer->start(o->timer, e);
+    TRY(be->ops->sync(be, e));
+    *t0 = now_ms();
+    return ERR_OK;
+}
+
+static int span_end(const struct measure_options *o, struct backend *be, double t0, double *ms,
+                    struct err *e)
+{
+    if (o->timer != NULL)
+        return o->timer->stop(o->timer, ms, e);
+    TRY(be->ops->sync(be, e));
+    *ms = now_ms() - t0;
+    return ERR_OK;
+}
+
+struct progress {
+    FILE *f;
+    int64_t done, total;
+    double last_ms;
+};
+
+static void progress_draw(struct progress *pr, const char *name, int force)
+{
+    enum { WIDTH = 32 };
+    if (pr->f == NULL)
+        return;
+    double t = now_ms();
+    if (!force && t - pr->last_ms < 100)
+        return;
+    pr->last_ms = t;
+    int64_t total = pr->total > 0 ? pr->total : 1;
+    int fill = (int)(WIDTH * pr->done / total);
+    char bar[WIDTH + 1];
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[WIDTH] = '\0';
+    fprintf(pr->f, "\rprofile [%s] %3d%%  %-16s", bar, (int)(100 * pr->done / total), name);
+    fflush(pr->f);
+}
+
+/* Samples of one group: per layer forward and backward, and each option's recompute. */
+struct samples {
+    int passes;          /* timed passes */
+    double *fwd, *bwd;   /* [layer][pass] */
+    double *opt;         /* [layer][option][pass / options] */
+};
+
+/* The recompute of layer `v`'s option `regen`, its regenerated tensors written to `transient`
+ * as the executor's layout puts them, just before the layer's backward as in training. */
+static int time_option(const struct measure_options *o, struct backend *be,
+                       const struct layer_view *kept, uint32_t regen, char *transient,
+                       double *ms, struct err *e)
+{
+    struct stage_layout sl;
+    struct layer_view v = *kept;
+    double t0 = 0;
+    TRY(layout_init(&sl, v.model, v.layer, v.layer, &regen, 1, e));
+    for (int k = 0; k < sl.layers[0].n_kept; k++)
+        if (regen >> k & 1)
+            v.kept[k] = transient + sl.layers[0].kept_off[k];
+    v.regen = regen;
+    layout_free(&sl);
+    TRY(span_begin(o, be, &t0, e));
+    TRY(be->ops->layer[v.kind].recompute(be, &v, e));
+    return span_end(o, be, t0, ms, e);
+}
+
+/* Times layers first..last laid out as one stage (layout.c: one persistent arena, one
+ * activation slot, one workspace they share) and run as the executor (stage.c) runs a
+ * micro-batch: forward in order, each layer writing its output into the next one's
+ * checkpoint, then backward in reverse, each layer's input gradient copied into the next
+ * one's output gradient, and, just before a layer's backward, one of its recompute options in
+ * turn. Between two uses of a layer's tensors the other layers pass through the caches, as in
+ * training: a layer repeated on its own runs from warm caches and measures too little (on the
+ * project's CPU a block by about a fifth). */
+static int run_group(struct backend *be, const struct model *m, const struct inputs *in,
+                     const struct stage_layout *sl, char *arena[4], const struct measure_options *o,
+                     struct samples *s, struct layer_cost *c, struct progress *pr,
+                     struct err *e)
+{
+    struct layer_view v, next = {0}, prev = {0};
+    double t0 = 0, ms;
+    int k = sl->n_layers;
+    for (int i = 0; i < o->warmup + s->passes; i++) {
+        int at = i - o->warmup; /* the timed pass, or negative */
+        layout_view(sl, m, 0, arena[0], arena[1], NULL, arena[3], &v);
+        TRY(put_input(be, in, &v, e));
+        for (int li = 0; li < k; li++) {
+            void *out = send_buffer(&v);
+            if (li + 1 < k) {
+                layout_view(sl, m, li + 1, arena[0], arena[1], NULL, arena[3], &next);
+                out = next.kept[0];
+                if (next.kind == MODEL_LAYER_HEAD) /* the targets arrive with the data */
+                    TRY(be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
+                                        4 * (int64_t)m->micro_batch * m->seq_len, e));
+            }
+            TRY(span_begin(o, be, &t0, e));
+            TRY(forward(be, &v, out, e));
+            TRY(span_end(o, be, t0, &ms, e));
+            if (at >= 0)
+                s->fwd[(int64_t)li * s->passes + at] = ms;
+            v = next;
+        }
+        for (int li = k - 1; li >= 0; li--) {
+            layout_view(sl, m, li, arena[0], arena[1], NULL, arena[3], &v);
+            if (li == k - 1) {
+                TRY(put_dout(be, in, &v, e));
+            } else {
+                void *src = prev.ws[prev.kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
+                void *dst = v.ws[v.kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
+                if (src != dst)
+                    TRY(be->ops->copy(be, dst, src, in->act_bytes, e));
+            }
+            const struct layer_cost *L = &c[li];
+            if (L->n_options > 0) {
+                int j = (at >= 0 ? at : i) % L->n_options;
+                uint32_t regen = 0;
+                sizes_find_option(m, v.kind, L->options[j].name, &regen);
+                TRY(time_option(o, be, &v, regen, arena[2], &ms, e));
+                int per = s->passes / L->n_options;
+                if (at >= 0 && at / L->n_options < per)
+                    s->opt[((int64_t)li * PROFILE_OPTIONS_MAX + j) * per + at / L->n_options] = ms;
+            }
+            TRY(span_begin(o, be, &t0, e));
+            TRY(backward(be, &v, e));
+            TRY(span_end(o, be, t0, &ms, e));
+            if (at >= 0)
+                s->bwd[(int64_t)li * s->passes + at] = ms;
+            prev = v;
+        }
+        pr->done += k;
+        progress_draw(pr, c[k - 1].name, 0);
+    }
+    return ERR_OK;
+}
+
+/* Lays out layers first..last as one stage, allocates its arenas (and a transient for the
+ * largest recompute), times them (run_group) and keeps the medians. c[] already names the
+ * layers and their options. */
+static int measure_times(struct backend *be, const struct model *m, const struct inputs *in,
+                         int first, int last, const struct measure_options *o, float *buf,
+                         struct layer_cost *c, struct progress *pr, struct err *e)
+{
+    struct stage_layout sl;
+    TRY(layout_init(&sl, m, first, last, NULL, 1, e));
+    int k = sl.n_layers, most = 1, rc = ERR_OK;
+    int64_t transient = 0; /* the whole layer's regenerated tensors: no option has more */
+    for (int li = 0; li < k; li++) {
+        struct layer_sizes z;
+        sizes_layer(m, first + li, &z);
+        most = c[li].n_options > most ? c[li].n_options : most;
+        transient = z.act_bytes - z.ckpt_bytes > transient ? z.act_bytes - z.ckpt_bytes
+                                                           : transient;
+    }
+    /* every option of every layer timed `repeats` times: one option per pass, in turn */
+    struct samples s = {o->repeats * most, NULL, NULL, NULL};
+    s.fwd = malloc(sizeof(double) * (size_t)(2 * k * s.passes));
+    s.opt = malloc(sizeof(double) * (size_t)(k * PROFILE_OPTIONS_MAX * s.passes));
+    int64_t bytes[4] = {sl.persistent_bytes, sl.slot_bytes, transient, sl.workspace_bytes};
+    char *arena[4] = {NULL, NULL, NULL, NULL};
+    if (s.fwd == NULL || s.opt == NULL)
+        rc = err_set(e, ERR_FAIL, "out of host memory for %d layers' samples", k);
+    s.bwd = s.fwd + (int64_t)k * s.passes;
+    for (int a = 0; a < 4 && rc == ERR_OK; a++)
+        rc = be->ops->alloc(be, bytes[a], (void **)&arena[a], e);
+    if (rc == ERR_OK)
+        rc = params_init(be, m, &sl, arena[0], buf, e);
+    if (rc == ERR_OK)
+        rc = run_group(be, m, in, &sl, arena, o, &s, c, pr, e);
+    for (int li = 0; li < k && rc == ERR_OK; li++) {
+        c[li].fwd_ms = median(s.fwd + (int64_t)li * s.passes, s.passes);
+        c[li].bwd_ms = median(s.bwd + (int64_t)li * s.passes, s.passes);
+        int per = c[li].n_options > 0 ? s.passes / c[li].n_options : 0;
+        for (int j = 0; j < c[li].n_options; j++)
+            c[li].options[j].recompute_ms =
+                median(s.opt + ((int64_t)li * PROFILE_OPTIONS_MAX + j) * per, per);
+    }
+    for (int a = 0; a < 4; a++)
+        if (arena[a] != NULL)
+            be->ops->release(be, arena[a]);
+    free(s.fwd);
+    free(s.opt);
+    layout_free(&sl);
+    return rc;
+}
+
+/* ---- a layer, and every layer ---- */
+
+static void probe_free(struct probe *p)
+{
+    for (int a = 0; a < ARENAS; a++)
+        if (p->dev[a] != NULL)
+            p->be->ops->release(p->be, p->dev[a]);
+    layout_free(&p->keep);
+    layout_free(&p->full);
+}
+
+static int probe_init(struct probe *p, int layer, struct err *e)
+{
+    uint32_t full = sizes_full_regen(p->m, model_layer_kind(p->m, layer));
+    TRY(layout_init(&p->keep, p->m, layer, layer, NULL, 1, e));
+    TRY(layout_init(&p->full, p->m, layer, layer, &full, 1, e));
+    p->bytes[ARENA_PERSISTENT] = p->keep.persistent_bytes;
+    p->bytes[ARENA_ACT] = p->keep.activation_bytes;
+    p->bytes[ARENA_TRANSIENT] = p->full.transient_bytes; /* options regenerate less */
+    p->bytes[ARENA_WS] = p->keep.workspace_bytes;
+    for (int a = 0; a < ARENAS; a++)
+        TRY(p->be->ops->alloc(p->be, span(p, (enum arena)a), (void **)&p->dev[a], e));
+    return ERR_OK;
+}
+
+/* One line on `report` when a measured byte count is not the size functions'. */
+static int differs(FILE *report, const char *layer, const char *what, int64_t got, int64_t want)
+{
+    if (got == want)
+        return 0;
+    if (report != NULL)
+        fprintf(report,
+                "ballast profile: %s: %s: measured %lld bytes, the size functions "
+                "(common/sizes.c) say %lld\n",
+                layer, what, (long long)got, (long long)want);
+    return 1;
+}
+
+/* A recompute that does not regenerate what the forward kept in the transient, bitwise. */
+static int regen_wrong(FILE *report, const char *layer, const char *what,
+                       const struct regen_scan *r)
+{
+    if (r->regenerated == r->forward_transient && r->differs == 0)
+        return 0;
+    if (report != NULL)
+        fprintf(report,
+                "ballast profile: %s: %s: the recompute regenerates %lld bytes (%lld words "
+                "unlike the forward's), but the forward kept %lld in the transient\n",
+                layer, what, (long long)r->regenerated, (long long)r->differs,
+                (long long)r->forward_transient);
+    return 1;
+}
+
+/* Differences from the size functions, each written to `report`. */
+static int compare(FILE *report, const struct model *m, int layer, const struct measured *r,
+                   const struct layer_cost *c, const struct sizes_option *opt)
+{
+    struct layer_sizes s;
+    char name[MODEL_LAYER_NAME_MAX], what[64];
+    sizes_layer(m, layer, &s);
+    model_layer_name(m, layer, name);
+    int n = differs(report, name, "state_bytes", r->state, s.state_bytes) +
+            differs(report, name, "act_bytes", r->act, s.act_bytes) +
+            differs(report, name, "ckpt_bytes", r->full.kept, s.ckpt_bytes) +
+            differs(report, name, "out_bytes", r->out, s.out_bytes) +
+            differs(report, name, "workspace_bytes", r->workspace, s.workspace_bytes) +
+            regen_wrong(report, name, "recomputed whole", &r->full);
+    for (int j = 0; j < c->n_options; j++) {
+        int64_t kept, transient;
+        sizes_regen_bytes(m, model_layer_kind(m, layer), opt[j].regen, &kept, &transient);
+        snprintf(what, sizeof what, "option %s: kept_bytes", opt[j].name);
+        n += differs(report, name, what, r->opt[j].kept, kept);
+        snprintf(what, sizeof what, "option %s: transient_bytes", opt[j].name);
+        n += differs(report, name, what, r->opt[j].regenerated, transient);
+        snprintf(what, sizeof what, "option %s", opt[j].name);
+        n += regen_wrong(report, name, what, &r->opt[j]);
+    }
+    return n;
+}
+
+static int measure_memory(struct probe *p, int layer, const struct measure_options *o,
+                          struct layer_cost *c, struct progress *pr, int *mismatches,
+                          struct err *e)
+{
+    struct measured r;
+    struct sizes_option opt[SIZES_OPTIONS_MAX];
+    enum model_layer_kind kind = model_layer_kind(p->m, layer);
+    model_layer_name(p->m, layer, c->name);
+    progress_draw(pr, c->name, 1);
+    TRY(probe_init(p, layer, e));
+    TRY(params_init(p->be, p->m, &p->keep, p->dev[ARENA_PERSISTENT], (float *)p->host, e));
+    TRY(measure_kept(p, &r, e));
+    TRY(measure_regen(p, sizes_full_regen(p->m, kind), &r.full, e));
+    c->n_options = sizes_recompute_options(p->m, kind, opt);
+    if (c->n_options > PROFILE_OPTIONS_MAX)
+        c->n_options = PROFILE_OPTIONS_MAX;
+    for (int j = 0; j < c->n_options; j++) {
+        TRY(measure_regen(p, opt[j].regen, &r.opt[j], e));
+        snprintf(c->options[j].name, sizeof c->options[j].name, "%s", opt[j].name);
+        c->options[j].kept_bytes = r.opt[j].kept;
+        c->options[j].transient_bytes = r.opt[j].regenerated;
+    }
+    TRY(measure_state(p, &r.state, e));
+    pr->done++;
+    *mismatches += compare(o->report, p->m, layer, &r, c, opt);
+    c->state_bytes = r.state;
+    c->act_bytes = r.act;
+    c->ckpt_bytes = r.full.kept;
+    c->out_bytes = r.out;
+    c->workspace_bytes = r.workspace;
+    return ERR_OK;
+}
+
+int measure_profile(struct backend *be, const struct model *m, const struct measure_options *o,
+                    struct profile *out, int *mismatches, struct err *e)
+{
+    if (o->repeats < 1 || o->warmup < 0)
+        return err_set(e, ERR_INPUT, "repeats %d, warm-up %d: expected at least 1 and 0",
+                       o->repeats, o->warmup);
+    if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
+        return err_set(e, ERR_INPUT, "dtype \"%s\": the %s backend does not compute it",
+                       model_dtype_name(m->dtype), be->ops->name);
+    int n = model_layer_count(m);
+    *mismatches = 0;
+    out->model = *m;
+    out->estimated = 0;
+    out->layers = calloc((size_t)n, sizeof *out->layers);
+    if (out->layers == NULL)
+        return err_set(e, ERR_FAIL, "out of memory for %d layers", n);
+    out->n_layers = n;
+
+    /* host buffers as large as the largest layer's largest arena */
+    int64_t largest = 0;
+    for (int l = 0; l < n; l++) {
+        struct layer_sizes s;
+        sizes_layer(m, l, &s);
+        int64_t a[3] = {s.state_bytes, s.act_bytes, s.workspace_bytes};
+        for (int k = 0; k < 3; k++)
+            largest = a[k] > largest ? a[k] : largest;
+    }
+    size_t words = (size_t)((largest + GUARD_BYTES) / 4);
+    struct inputs in = {0};
+    uint32_t *host = malloc(4 * words), *saved = malloc(4 * words), *pois = malloc(4 * words);
+    int rc = ERR_OK, groups = 0;
+    if (!host || !saved || !pois)
+        rc = err_set(e, ERR_FAIL, "out of host memory (%lld bytes) to scan the arenas",
+                     (long long)(12 * (int64_t)words));
+    else
+        rc = inputs_init(&in, m, e);
+    if (rc == ERR_OK) {
+        for (size_t i = 0; i < words; i++)
+            pois[i] = POISON;
+        struct probe proto = {.be = be, .m = m, .in = &in, .host = host, .saved = saved,
+                              .poison = pois};
+        int most = 1; /* the most recompute options of a layer: passes = repeats x most */
+        for (int kind = MODEL_LAYER_EMBED; kind <= MODEL_LAYER_HEAD; kind++) {
+            struct sizes_option opt[SIZES_OPTIONS_MAX];
+            int k = sizes_recompute_options(m, (enum model_layer_kind)kind, opt);
+            most = k > most ? k : most;
+        }
+        struct progress pr = {o->progress, 0,
+                              (int64_t)n * (1 + o->warmup + (int64_t)o->repeats * most), 0};
+        for (int l = 0; l < n && rc == ERR_OK; l++) {
+            struct probe p = proto;
+            rc = measure_memory(&p, l, o, &out->layers[l], &pr, mismatches, e);
+            probe_free(&p);
+        }
+        /* time: consecutive layers as one stage, as many as fit the budget */
+        for (int l = 0, last; l < n && rc == ERR_OK; l = last + 1) {
+            int64_t state = 0, kept = 0, ws = 0;
+            for (last = l; last < n; last++) {
+                struct layer_sizes s;
+                sizes_layer(m, last, &s);
+                state += s.state_bytes;
+                kept += s.act_bytes;
+                ws = s.workspace_bytes > ws ? s.workspace_bytes : ws;
+                if (state + kept + ws > o->budget_bytes && last > l)
+                    break;
+            }
+            last--;
+            groups++;
+            rc = measure_times(be, m, &in, l, last, o, (float *)host, &out->layers[l], &pr, e);
+        }
+        if (pr.f != NULL) {
+            if (rc == ERR_OK) {
+                pr.done = pr.total;
+                progress_draw(&pr, "done", 1);
+            }
+            fputc('\n', pr.f);
+        }
+    }
+    inputs_free(&in);
+    free(host);
+    free(saved);
+    free(pois);
+    if (rc == ERR_OK && out->provenance == NULL)
+        out->provenance = cJSON_CreateObject();
+    if (rc == ERR_OK) {
+        cJSON *meas = cJSON_AddObjectToObject(out->provenance, "measurement");
+        cJSON_AddStringToObject(meas, "method",
+                                "the runtime's layers through its backend table "
+                                "(runtime/backend.h) on arenas carved by runtime/layout.c; "
+                                "time: the layers as one stage, a micro-batch forward then "
+                                "backward, one recompute option of each layer before its "
+                                "backward in turn; memory: each layer as a one-layer stage, "
+                                "the 64-byte lines of poisoned arenas it used");
+        cJSON_AddNumberToObject(meas, "warmup", o->warmup);
+        cJSON_AddNumberToObject(meas, "repeats", o->repeats);
+        cJSON_AddNumberToObject(meas, "stages_timed", groups);
+        cJSON_AddStringToObject(meas, "statistic", "median");
+        cJSON_AddStringToObject(meas, "timer",
+                                o->timer != NULL ? o->timer->name
+                                                 : "host monotonic clock around sync");
+        cJSON_AddNumberToObject(meas, "size_function_mismatches", *mismatches);
+    }
+    return rc;
+}

@@ -24,4 +24,13 @@ int err_set(struct err *e, int code, const char *fmt, ...) __attribute__((format
 int err_append(struct err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void err_clear(struct err *e);
 
+/* Returns the status of `call` from the enclosing function when it is not ERR_OK (the
+ * message is already in the struct err the call was given). */
+#define ERR_TRY(call)                                                                        \
+    do {                                                                                     \
+        int err_try_rc_ = (call);                                                            \
+        if (err_try_rc_ != ERR_OK)                                                           \
+            return err_try_rc_;                                                              \
+    } while (0)
+
 #endif

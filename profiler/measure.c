@@ -16,13 +16,6 @@
 #define LINE SIZES_ALIGN
 #define SEED 0x70726f66696c65ull /* the weights and inputs need only be plausible */
 
-#define TRY(call)                                                                            \
-    do {                                                                                     \
-        int try_rc_ = (call);                                                                \
-        if (try_rc_ != ERR_OK)                                                               \
-            return try_rc_;                                                                  \
-    } while (0)
-
 enum arena { ARENA_PERSISTENT, ARENA_ACT, ARENA_TRANSIENT, ARENA_WS, ARENAS };
 
 /* What a layer receives, drawn once on the host: tokens and targets (B,T); an activation and
@@ -184,16 +177,16 @@ static int params_init(struct backend *be, const struct model *m, const struct s
                                   : (float)(std * rng_normal(rng_key(SEED, 5, (uint64_t)L->layer,
                                                                      ((uint64_t)k << 40) |
                                                                          (uint64_t)i)));
-            TRY(be->ops->upload(be, base + sl->master_at + L->param_off[k], buf, 4 * n, e));
+            ERR_TRY(be->ops->upload(be, base + sl->master_at + L->param_off[k], buf, 4 * n, e));
             if (sl->dtype == MODEL_DTYPE_BF16) {
                 uint16_t *half = (uint16_t *)buf; /* in place: element i after element i */
                 for (int64_t i = 0; i < n; i++)
                     half[i] = bf16_from_float(buf[i]);
-                TRY(be->ops->upload(be, base + L->weight_off[k], half, 2 * n, e));
+                ERR_TRY(be->ops->upload(be, base + L->weight_off[k], half, 2 * n, e));
             }
         }
     }
-    TRY(be->ops->zero(be, base + sl->grads_at, sl->section_bytes, e));
+    ERR_TRY(be->ops->zero(be, base + sl->grads_at, sl->section_bytes, e));
     return be->ops->zero(be, base + sl->m_at, 2 * sl->section_bytes, e);
 }
 
@@ -211,7 +204,7 @@ static int put_input(struct backend *be, const struct inputs *in, const struct l
     case MODEL_LAYER_BLOCK:
         return be->ops->upload(be, v->kept[BLOCK_INP], in->act, in->act_bytes, e);
     case MODEL_LAYER_HEAD:
-        TRY(be->ops->upload(be, v->kept[HEAD_INP], in->act, in->act_bytes, e));
+        ERR_TRY(be->ops->upload(be, v->kept[HEAD_INP], in->act, in->act_bytes, e));
         return be->ops->upload(be, v->kept[HEAD_TARGETS], in->targets, 4 * BT, e);
     }
     return ERR_OK;
@@ -260,18 +253,18 @@ static int measure_kept(struct probe *p, struct measured *r, struct err *e)
     struct layer_view v;
     view(p, &p->keep, &v);
     for (int a = ARENA_ACT; a < ARENAS; a++)
-        TRY(poison(p, (enum arena)a, e));
-    TRY(put_input(p->be, p->in, &v, e));
-    TRY(forward(p->be, &v, send_buffer(&v), e));
-    TRY(fetch(p, ARENA_WS, p->host, e));
+        ERR_TRY(poison(p, (enum arena)a, e));
+    ERR_TRY(put_input(p->be, p->in, &v, e));
+    ERR_TRY(forward(p->be, &v, send_buffer(&v), e));
+    ERR_TRY(fetch(p, ARENA_WS, p->host, e));
     r->out = v.kind == MODEL_LAYER_HEAD
                  ? 4
                  : used_bytes(p->host, span(p, ARENA_WS), sizes_act_elem_bytes(p->m->dtype));
-    TRY(put_dout(p->be, p->in, &v, e));
-    TRY(backward(p->be, &v, e));
-    TRY(fetch(p, ARENA_WS, p->host, e));
+    ERR_TRY(put_dout(p->be, p->in, &v, e));
+    ERR_TRY(backward(p->be, &v, e));
+    ERR_TRY(fetch(p, ARENA_WS, p->host, e));
     r->workspace = used_lines(p->host, span(p, ARENA_WS));
-    TRY(fetch(p, ARENA_ACT, p->host, e));
+    ERR_TRY(fetch(p, ARENA_ACT, p->host, e));
     r->act = used_lines(p->host, span(p, ARENA_ACT));
     return ERR_OK;
 }
@@ -283,21 +276,21 @@ static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, 
 {
     struct stage_layout sl;
     struct layer_view v;
-    TRY(layout_init(&sl, p->m, p->keep.first, p->keep.last, &regen, 1, e));
+    ERR_TRY(layout_init(&sl, p->m, p->keep.first, p->keep.last, &regen, 1, e));
     layout_view(&sl, p->m, 0, p->dev[ARENA_PERSISTENT], p->dev[ARENA_ACT],
                 p->dev[ARENA_TRANSIENT], p->dev[ARENA_WS], &v);
     layout_free(&sl);
     for (int a = ARENA_ACT; a < ARENAS; a++)
-        TRY(poison(p, (enum arena)a, e));
-    TRY(put_input(p->be, p->in, &v, e));
-    TRY(forward(p->be, &v, send_buffer(&v), e));
-    TRY(fetch(p, ARENA_ACT, p->host, e));
+        ERR_TRY(poison(p, (enum arena)a, e));
+    ERR_TRY(put_input(p->be, p->in, &v, e));
+    ERR_TRY(forward(p->be, &v, send_buffer(&v), e));
+    ERR_TRY(fetch(p, ARENA_ACT, p->host, e));
     r->kept = used_lines(p->host, span(p, ARENA_ACT));
-    TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
+    ERR_TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
     r->forward_transient = used_lines(p->saved, span(p, ARENA_TRANSIENT));
-    TRY(poison(p, ARENA_TRANSIENT, e));
-    TRY(p->be->ops->layer[v.kind].recompute(p->be, &v, e));
-    TRY(fetch(p, ARENA_TRANSIENT, p->host, e));
+    ERR_TRY(poison(p, ARENA_TRANSIENT, e));
+    ERR_TRY(p->be->ops->layer[v.kind].recompute(p->be, &v, e));
+    ERR_TRY(fetch(p, ARENA_TRANSIENT, p->host, e));
     r->regenerated = used_lines(p->host, span(p, ARENA_TRANSIENT));
     r->differs = 0;
     for (int64_t i = 0; i < span(p, ARENA_TRANSIENT) / 4; i++)
@@ -316,19 +309,19 @@ static int measure_state(struct probe *p, int64_t *state, struct err *e)
     int64_t S = sl->section_bytes, total = span(p, ARENA_PERSISTENT);
     char *base = p->dev[ARENA_PERSISTENT];
     struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-    TRY(p->be->ops->upload(p->be, base + sl->grads_at, p->poison, S, e));
-    TRY(p->be->ops->upload(p->be, base + sl->persistent_bytes, p->poison, GUARD_BYTES, e));
-    TRY(fetch(p, ARENA_PERSISTENT, p->saved, e));
+    ERR_TRY(p->be->ops->upload(p->be, base + sl->grads_at, p->poison, S, e));
+    ERR_TRY(p->be->ops->upload(p->be, base + sl->persistent_bytes, p->poison, GUARD_BYTES, e));
+    ERR_TRY(fetch(p, ARENA_PERSISTENT, p->saved, e));
     for (int k = 0; k < L->n_params; k++) {
         int64_t off = L->param_off[k];
-        TRY(p->be->ops->adamw(p->be, base + L->weight_off[k], (float *)(base + sl->master_at + off),
+        ERR_TRY(p->be->ops->adamw(p->be, base + L->weight_off[k], (float *)(base + sl->master_at + off),
                               (float *)(base + sl->grads_at + off),
                               (float *)(base + sl->m_at + off), (float *)(base + sl->v_at + off),
                               L->params[k].elems, sl->dtype, &hp, 1,
                               layout_param_decays(L->params[k].name), e));
     }
-    TRY(p->be->ops->sync(p->be, e));
-    TRY(fetch(p, ARENA_PERSISTENT, p->host, e));
+    ERR_TRY(p->be->ops->sync(p->be, e));
+    ERR_TRY(fetch(p, ARENA_PERSISTENT, p->host, e));
     /* a line counts when some word in it changed; the gradients' when their masters did */
     int64_t per = LINE / 4, changed = 0, masters = 0;
     for (int64_t line = 0; line < total / LINE; line++)
@@ -350,7 +343,7 @@ static int span_begin(const struct measure_options *o, struct backend *be, doubl
 {
     if (o->timer != NULL)
         return o->timer->start(o->timer, e);
-    TRY(be->ops->sync(be, e));
+    ERR_TRY(be->ops->sync(be, e));
     *t0 = now_ms();
     return ERR_OK;
 }
@@ -360,7 +353,7 @@ static int span_end(const struct measure_options *o, struct backend *be, double 
 {
     if (o->timer != NULL)
         return o->timer->stop(o->timer, ms, e);
-    TRY(be->ops->sync(be, e));
+    ERR_TRY(be->ops->sync(be, e));
     *ms = now_ms() - t0;
     return ERR_OK;
 }
@@ -406,14 +399,14 @@ static int time_option(const struct measure_options *o, struct backend *be,
     struct stage_layout sl;
     struct layer_view v = *kept;
     double t0 = 0;
-    TRY(layout_init(&sl, v.model, v.layer, v.layer, &regen, 1, e));
+    ERR_TRY(layout_init(&sl, v.model, v.layer, v.layer, &regen, 1, e));
     for (int k = 0; k < sl.layers[0].n_kept; k++)
         if (regen >> k & 1)
             v.kept[k] = transient + sl.layers[0].kept_off[k];
     v.regen = regen;
     layout_free(&sl);
-    TRY(span_begin(o, be, &t0, e));
-    TRY(be->ops->layer[v.kind].recompute(be, &v, e));
+    ERR_TRY(span_begin(o, be, &t0, e));
+    ERR_TRY(be->ops->layer[v.kind].recompute(be, &v, e));
     return span_end(o, be, t0, ms, e);
 }
 
@@ -436,19 +429,19 @@ static int run_group(struct backend *be, const struct model *m, const struct inp
     for (int i = 0; i < o->warmup + s->passes; i++) {
         int at = i - o->warmup; /* the timed pass, or negative */
         layout_view(sl, m, 0, arena[0], arena[1], NULL, arena[3], &v);
-        TRY(put_input(be, in, &v, e));
+        ERR_TRY(put_input(be, in, &v, e));
         for (int li = 0; li < k; li++) {
             void *out = send_buffer(&v);
             if (li + 1 < k) {
                 layout_view(sl, m, li + 1, arena[0], arena[1], NULL, arena[3], &next);
                 out = next.kept[0];
                 if (next.kind == MODEL_LAYER_HEAD) /* the targets arrive with the data */
-                    TRY(be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
+                    ERR_TRY(be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
                                         4 * (int64_t)m->micro_batch * m->seq_len, e));
             }
-            TRY(span_begin(o, be, &t0, e));
-            TRY(forward(be, &v, out, e));
-            TRY(span_end(o, be, t0, &ms, e));
+            ERR_TRY(span_begin(o, be, &t0, e));
+            ERR_TRY(forward(be, &v, out, e));
+            ERR_TRY(span_end(o, be, t0, &ms, e));
             if (at >= 0)
                 s->fwd[(int64_t)li * s->passes + at] = ms;
             v = next;
@@ -456,26 +449,26 @@ static int run_group(struct backend *be, const struct model *m, const struct inp
         for (int li = k - 1; li >= 0; li--) {
             layout_view(sl, m, li, arena[0], arena[1], NULL, arena[3], &v);
             if (li == k - 1) {
-                TRY(put_dout(be, in, &v, e));
+                ERR_TRY(put_dout(be, in, &v, e));
             } else {
                 void *src = prev.ws[prev.kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
                 void *dst = v.ws[v.kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
                 if (src != dst)
-                    TRY(be->ops->copy(be, dst, src, in->act_bytes, e));
+                    ERR_TRY(be->ops->copy(be, dst, src, in->act_bytes, e));
             }
             const struct layer_cost *L = &c[li];
             if (L->n_options > 0) {
                 int j = (at >= 0 ? at : i) % L->n_options;
                 uint32_t regen = 0;
                 sizes_find_option(m, v.kind, L->options[j].name, &regen);
-                TRY(time_option(o, be, &v, regen, arena[2], &ms, e));
+                ERR_TRY(time_option(o, be, &v, regen, arena[2], &ms, e));
                 int per = s->passes / L->n_options;
                 if (at >= 0 && at / L->n_options < per)
                     s->opt[((int64_t)li * PROFILE_OPTIONS_MAX + j) * per + at / L->n_options] = ms;
             }
-            TRY(span_begin(o, be, &t0, e));
-            TRY(backward(be, &v, e));
-            TRY(span_end(o, be, t0, &ms, e));
+            ERR_TRY(span_begin(o, be, &t0, e));
+            ERR_TRY(backward(be, &v, e));
+            ERR_TRY(span_end(o, be, t0, &ms, e));
             if (at >= 0)
                 s->bwd[(int64_t)li * s->passes + at] = ms;
             prev = v;
@@ -494,7 +487,7 @@ static int measure_times(struct backend *be, const struct model *m, const struct
                          struct layer_cost *c, struct progress *pr, struct err *e)
 {
     struct stage_layout sl;
-    TRY(layout_init(&sl, m, first, last, NULL, 1, e));
+    ERR_TRY(layout_init(&sl, m, first, last, NULL, 1, e));
     int k = sl.n_layers, most = 1, rc = ERR_OK;
     int64_t transient = 0; /* the whole layer's regenerated tensors: no option has more */
     for (int li = 0; li < k; li++) {
@@ -550,14 +543,14 @@ static void probe_free(struct probe *p)
 static int probe_init(struct probe *p, int layer, struct err *e)
 {
     uint32_t full = sizes_full_regen(p->m, model_layer_kind(p->m, layer));
-    TRY(layout_init(&p->keep, p->m, layer, layer, NULL, 1, e));
-    TRY(layout_init(&p->full, p->m, layer, layer, &full, 1, e));
+    ERR_TRY(layout_init(&p->keep, p->m, layer, layer, NULL, 1, e));
+    ERR_TRY(layout_init(&p->full, p->m, layer, layer, &full, 1, e));
     p->bytes[ARENA_PERSISTENT] = p->keep.persistent_bytes;
     p->bytes[ARENA_ACT] = p->keep.activation_bytes;
     p->bytes[ARENA_TRANSIENT] = p->full.transient_bytes; /* options regenerate less */
     p->bytes[ARENA_WS] = p->keep.workspace_bytes;
     for (int a = 0; a < ARENAS; a++)
-        TRY(p->be->ops->alloc(p->be, span(p, (enum arena)a), (void **)&p->dev[a], e));
+        ERR_TRY(p->be->ops->alloc(p->be, span(p, (enum arena)a), (void **)&p->dev[a], e));
     return ERR_OK;
 }
 
@@ -625,20 +618,20 @@ static int measure_memory(struct probe *p, int layer, const struct measure_optio
     enum model_layer_kind kind = model_layer_kind(p->m, layer);
     model_layer_name(p->m, layer, c->name);
     progress_draw(pr, c->name, 1);
-    TRY(probe_init(p, layer, e));
-    TRY(params_init(p->be, p->m, &p->keep, p->dev[ARENA_PERSISTENT], (float *)p->host, e));
-    TRY(measure_kept(p, &r, e));
-    TRY(measure_regen(p, sizes_full_regen(p->m, kind), &r.full, e));
+    ERR_TRY(probe_init(p, layer, e));
+    ERR_TRY(params_init(p->be, p->m, &p->keep, p->dev[ARENA_PERSISTENT], (float *)p->host, e));
+    ERR_TRY(measure_kept(p, &r, e));
+    ERR_TRY(measure_regen(p, sizes_full_regen(p->m, kind), &r.full, e));
     c->n_options = sizes_recompute_options(p->m, kind, opt);
     if (c->n_options > PROFILE_OPTIONS_MAX)
         c->n_options = PROFILE_OPTIONS_MAX;
     for (int j = 0; j < c->n_options; j++) {
-        TRY(measure_regen(p, opt[j].regen, &r.opt[j], e));
+        ERR_TRY(measure_regen(p, opt[j].regen, &r.opt[j], e));
         snprintf(c->options[j].name, sizeof c->options[j].name, "%s", opt[j].name);
         c->options[j].kept_bytes = r.opt[j].kept;
         c->options[j].transient_bytes = r.opt[j].regenerated;
     }
-    TRY(measure_state(p, &r.state, e));
+    ERR_TRY(measure_state(p, &r.state, e));
     pr->done++;
     *mismatches += compare(o->report, p->m, layer, &r, c, opt);
     c->state_bytes = r.state;

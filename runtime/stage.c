@@ -7,13 +7,6 @@
 #include "bf16.h"
 #include "rng.h"
 
-#define TRY(call)                                                                            \
-    do {                                                                                     \
-        int try_rc_ = (call);                                                                \
-        if (try_rc_ != ERR_OK)                                                               \
-            return try_rc_;                                                                  \
-    } while (0)
-
 double stage_now_ms(void)
 {
     struct timespec ts;
@@ -98,7 +91,7 @@ static void event(struct stage_runner *r, int kind, int micro, int layer, double
 static int transfer_wait(struct stage_runner *r, int req, int kind, int micro, struct err *e)
 {
     double t0 = stage_now_ms();
-    TRY(r->tp->ops->wait(r->tp, req, e));
+    ERR_TRY(r->tp->ops->wait(r->tp, req, e));
     event(r, kind, micro, -1, t0, stage_now_ms());
     return ERR_OK;
 }
@@ -109,7 +102,7 @@ static int ws_take(struct stage_runner *r, int64_t off, int64_t len, int *id, st
     for (int i = 0; i < STAGE_WS_REGIONS; i++) {
         struct stage_ws_region *w = &r->ws[i];
         if (w->used && w->req >= 0 && w->off < off + len && off < w->off + w->len) {
-            TRY(transfer_wait(r, w->req, STAGE_EV_SEND, -1, e));
+            ERR_TRY(transfer_wait(r, w->req, STAGE_EV_SEND, -1, e));
             w->used = 0;
         }
     }
@@ -134,8 +127,8 @@ static int ws_send(struct stage_runner *r, int id, int64_t bytes, int peer, int 
                    struct err *e)
 {
     double t0 = stage_now_ms();
-    TRY(r->be->ops->sync(r->be, e));
-    TRY(r->tp->ops->isend(r->tp, r->workspace + r->ws[id].off, bytes, peer, micro,
+    ERR_TRY(r->be->ops->sync(r->be, e));
+    ERR_TRY(r->tp->ops->isend(r->tp, r->workspace + r->ws[id].off, bytes, peer, micro,
                           &r->ws[id].req, e));
     event(r, STAGE_EV_SEND, micro, -1, t0, stage_now_ms());
     return ERR_OK;
@@ -145,8 +138,8 @@ static int ws_drain(struct stage_runner *r, struct err *e)
 {
     for (int i = 0; i < STAGE_WS_REGIONS; i++)
         if (r->ws[i].used && r->ws[i].req >= 0) {
-            TRY(transfer_wait(r, r->ws[i].req, STAGE_EV_SEND, -1, e));
-            TRY(ws_give(r, i, e));
+            ERR_TRY(transfer_wait(r, r->ws[i].req, STAGE_EV_SEND, -1, e));
+            ERR_TRY(ws_give(r, i, e));
         }
     return ERR_OK;
 }
@@ -165,14 +158,14 @@ static int post_input(struct stage_runner *r, int micro, struct err *e)
     int slot = micro % r->c.in_flight;
     struct layer_view v;
     view_make(r, 0, slot, &v);
-    TRY(mem_add(r, r->lay.slot_bytes, e));
+    ERR_TRY(mem_add(r, r->lay.slot_bytes, e));
     return r->tp->ops->irecv(r->tp, v.kept[0], out_bytes(r->c.model), r->c.stage - 1, micro,
                              &r->slot_req[slot], e);
 }
 
 static int timed_sync(struct stage_runner *r, double *t, struct err *e)
 {
-    TRY(r->be->ops->sync(r->be, e));
+    ERR_TRY(r->be->ops->sync(r->be, e));
     *t = stage_now_ms();
     return ERR_OK;
 }
@@ -188,18 +181,18 @@ static int forward(struct stage_runner *r, int micro, struct err *e)
     double t0, t1;
     view_make(r, 0, slot, &v);
     if (r->c.stage == 0) {
-        TRY(mem_add(r, r->lay.slot_bytes, e));
+        ERR_TRY(mem_add(r, r->lay.slot_bytes, e));
             data_batch(r->data, r->step, micro, r->host_tokens, NULL);
-        TRY(ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
+        ERR_TRY(ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
     } else {
-        TRY(transfer_wait(r, r->slot_req[slot], STAGE_EV_RECV, micro, e));
+        ERR_TRY(transfer_wait(r, r->slot_req[slot], STAGE_EV_RECV, micro, e));
         r->slot_req[slot] = -1;
     }
     if (last_stage) {
         struct layer_view h;
         view_make(r, n - 1, slot, &h);
         data_batch(r->data, r->step, micro, NULL, r->host_targets);
-        TRY(ops->upload(r->be, h.kept[HEAD_TARGETS], r->host_targets, BT * 4, e));
+        ERR_TRY(ops->upload(r->be, h.kept[HEAD_TARGETS], r->host_targets, BT * 4, e));
     }
     int out_id = -1;
     for (int li = 0; li < n; li++) {
@@ -211,33 +204,33 @@ static int forward(struct stage_runner *r, int micro, struct err *e)
             out = next.kept[0];
         } else if (!last_stage) {
             int k = L->kind == MODEL_LAYER_EMBED ? EMBED_OUT : BLOCK_OUT;
-            TRY(ws_take(r, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &out_id, e));
+            ERR_TRY(ws_take(r, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &out_id, e));
             out = v.ws[k];
         }
         if (L->kind == MODEL_LAYER_HEAD)
-            TRY(ws_take(r, L->ws_off[HEAD_LOSSES], sizes_tensor_bytes(&L->ws[HEAD_LOSSES]),
+            ERR_TRY(ws_take(r, L->ws_off[HEAD_LOSSES], sizes_tensor_bytes(&L->ws[HEAD_LOSSES]),
                         &loss_id, e));
         if (L->regen)
-            TRY(mem_add(r, L->transient_bytes, e));
-        TRY(timed_sync(r, &t0, e));
-        TRY(ops->layer[L->kind].forward(r->be, &v, out, e));
-        TRY(timed_sync(r, &t1, e));
+            ERR_TRY(mem_add(r, L->transient_bytes, e));
+        ERR_TRY(timed_sync(r, &t0, e));
+        ERR_TRY(ops->layer[L->kind].forward(r->be, &v, out, e));
+        ERR_TRY(timed_sync(r, &t1, e));
         event(r, STAGE_EV_FORWARD, micro, L->layer, t0, t1);
         if (L->regen)
-            TRY(mem_add(r, -L->transient_bytes, e));
+            ERR_TRY(mem_add(r, -L->transient_bytes, e));
         if (loss_id >= 0) {
-            TRY(ops->download(r->be, r->host_losses, v.ws[HEAD_LOSSES], BT * 4, e));
+            ERR_TRY(ops->download(r->be, r->host_losses, v.ws[HEAD_LOSSES], BT * 4, e));
             double sum = 0;
             for (int64_t i = 0; i < BT; i++)
                 sum += r->host_losses[i];
             r->mb_loss[micro] = sum / (double)BT;
-            TRY(ws_give(r, loss_id, e));
+            ERR_TRY(ws_give(r, loss_id, e));
         }
         if (li + 1 < n)
             v = next;
     }
     if (out_id >= 0)
-        TRY(ws_send(r, out_id, out_bytes(m), r->c.stage + 1, micro, e));
+        ERR_TRY(ws_send(r, out_id, out_bytes(m), r->c.stage + 1, micro, e));
     return ERR_OK;
 }
 
@@ -269,48 +262,48 @@ static int backward(struct stage_runner *r, int micro, struct err *e)
         int64_t off, len;
         view_make(r, li, slot, &v);
         backward_span(L, &off, &len);
-        TRY(ws_take(r, off, len, &cur_id, e));
+        ERR_TRY(ws_take(r, off, len, &cur_id, e));
         int dout = L->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT;
         if (li == n - 1 && r->c.stage < r->c.n_stages - 1) {
             int req;
-            TRY(r->tp->ops->irecv(r->tp, v.ws[dout], out_bytes(m), r->c.stage + 1, micro, &req,
+            ERR_TRY(r->tp->ops->irecv(r->tp, v.ws[dout], out_bytes(m), r->c.stage + 1, micro, &req,
                                   e));
-            TRY(transfer_wait(r, req, STAGE_EV_RECV, micro, e));
+            ERR_TRY(transfer_wait(r, req, STAGE_EV_RECV, micro, e));
         } else if (li < n - 1) {
             /* the gradient of this layer's output is the next layer's dinp */
             void *src = prev.ws[prev.kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
             if (src != v.ws[dout])
-                TRY(ops->copy(r->be, v.ws[dout], src, out_bytes(m), e));
-            TRY(ws_give(r, prev_id, e));
+                ERR_TRY(ops->copy(r->be, v.ws[dout], src, out_bytes(m), e));
+            ERR_TRY(ws_give(r, prev_id, e));
         }
         if (L->regen) {
-            TRY(mem_add(r, L->transient_bytes, e));
-            TRY(timed_sync(r, &t0, e));
-            TRY(ops->layer[L->kind].recompute(r->be, &v, e));
-            TRY(timed_sync(r, &t1, e));
+            ERR_TRY(mem_add(r, L->transient_bytes, e));
+            ERR_TRY(timed_sync(r, &t0, e));
+            ERR_TRY(ops->layer[L->kind].recompute(r->be, &v, e));
+            ERR_TRY(timed_sync(r, &t1, e));
             event(r, STAGE_EV_RECOMPUTE, micro, L->layer, t0, t1);
         }
-        TRY(timed_sync(r, &t0, e));
-        TRY(ops->layer[L->kind].backward(r->be, &v, loss_scale, e));
-        TRY(timed_sync(r, &t1, e));
+        ERR_TRY(timed_sync(r, &t0, e));
+        ERR_TRY(ops->layer[L->kind].backward(r->be, &v, loss_scale, e));
+        ERR_TRY(timed_sync(r, &t1, e));
         event(r, STAGE_EV_BACKWARD, micro, L->layer, t0, t1);
         if (L->regen)
-            TRY(mem_add(r, -L->transient_bytes, e));
+            ERR_TRY(mem_add(r, -L->transient_bytes, e));
         prev = v;
         prev_id = cur_id;
     }
-    TRY(mem_add(r, -r->lay.slot_bytes, e));
+    ERR_TRY(mem_add(r, -r->lay.slot_bytes, e));
     if (r->c.stage > 0) {
         /* keep only the first layer's dinp live while it is sent back */
         const struct layer_layout *L = &r->lay.layers[0];
         int k = L->kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP, send_id;
-        TRY(ws_take(r, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &send_id, e));
-        TRY(ws_give(r, prev_id, e));
-        TRY(ws_send(r, send_id, out_bytes(m), r->c.stage - 1, micro, e));
+        ERR_TRY(ws_take(r, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &send_id, e));
+        ERR_TRY(ws_give(r, prev_id, e));
+        ERR_TRY(ws_send(r, send_id, out_bytes(m), r->c.stage - 1, micro, e));
         if (micro + r->c.in_flight < r->c.micro_batches)
-            TRY(post_input(r, micro + r->c.in_flight, e));
+            ERR_TRY(post_input(r, micro + r->c.in_flight, e));
     } else {
-        TRY(ws_give(r, prev_id, e));
+        ERR_TRY(ws_give(r, prev_id, e));
     }
     return ERR_OK;
 }
@@ -320,14 +313,14 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     int M = r->c.micro_batches;
     r->step = step;
     memset(&r->times, 0, sizeof r->times);
-    TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.section_bytes, e));
+    ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.section_bytes, e));
     if (r->c.stage > 0)
         for (int micro = 0; micro < r->c.in_flight && micro < M; micro++)
-            TRY(post_input(r, micro, e));
+            ERR_TRY(post_input(r, micro, e));
     for (int i = 0; i < 2 * M; i++)
-        TRY(r->ops[i].backward ? backward(r, r->ops[i].micro, e)
+        ERR_TRY(r->ops[i].backward ? backward(r, r->ops[i].micro, e)
                                : forward(r, r->ops[i].micro, e));
-    TRY(ws_drain(r, e));
+    ERR_TRY(ws_drain(r, e));
 
     double t0 = stage_now_ms();
     char *w = r->persistent;
@@ -336,14 +329,14 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
         const struct layer_layout *L = &lay->layers[li];
         for (int k = 0; k < L->n_params; k++) {
             int64_t off = L->param_off[k];
-            TRY(r->be->ops->adamw(r->be, w + L->weight_off[k], (float *)(w + lay->master_at + off),
+            ERR_TRY(r->be->ops->adamw(r->be, w + L->weight_off[k], (float *)(w + lay->master_at + off),
                                   (float *)(w + lay->grads_at + off),
                                   (float *)(w + lay->m_at + off), (float *)(w + lay->v_at + off),
                                   L->params[k].elems, lay->dtype, &r->c.adamw, (int)(step + 1),
                                   layout_param_decays(L->params[k].name), e));
         }
     }
-    TRY(r->be->ops->sync(r->be, e));
+    ERR_TRY(r->be->ops->sync(r->be, e));
     event(r, STAGE_EV_OPTIMIZER, -1, -1, t0, stage_now_ms());
     if (r->c.stage == r->c.n_stages - 1) {
         double sum = 0;
@@ -421,7 +414,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
-    TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
+    ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     if (layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
         layout_free(&r->lay);
         return e->code;

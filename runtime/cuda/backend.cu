@@ -142,13 +142,6 @@ static int cu_sync(struct backend *be, struct err *e)
     return ERR_OK;
 }
 
-#define TRY(call)                                                                            \
-    do {                                                                                     \
-        int try_rc_ = (call);                                                                \
-        if (try_rc_ != ERR_OK)                                                               \
-            return try_rc_;                                                                  \
-    } while (0)
-
 #define I32(p) ((const int32_t *)(p))
 
 static int64_t act_bytes(const struct model *m, int64_t elems)
@@ -196,19 +189,19 @@ static int block_kept_forward(struct backend *be, const struct layer_view *l, st
     kctx k = ctx_of(be, l);
     int B = m->micro_batch, T = m->seq_len, C = m->n_embd, N = B * T;
     void *const *p = l->params, *const *kp = l->kept;
-    TRY(k_layernorm_forward(k, kp[BLOCK_LN1], (float *)kp[BLOCK_LN1_MEAN],
+    ERR_TRY(k_layernorm_forward(k, kp[BLOCK_LN1], (float *)kp[BLOCK_LN1_MEAN],
                             (float *)kp[BLOCK_LN1_RSTD], kp[BLOCK_INP], p[BLOCK_LN1_W],
                             p[BLOCK_LN1_B], N, C, e));
-    TRY(k_matmul_forward(k, kp[BLOCK_QKV], nullptr, kp[BLOCK_LN1], p[BLOCK_QKV_W],
+    ERR_TRY(k_matmul_forward(k, kp[BLOCK_QKV], nullptr, kp[BLOCK_LN1], p[BLOCK_QKV_W],
                          p[BLOCK_QKV_B], N, C, 3 * C, e));
-    TRY(k_attention_forward(k, kp[BLOCK_ATTY], kp[BLOCK_ATT], kp[BLOCK_QKV], B, T, C, m->n_head,
+    ERR_TRY(k_attention_forward(k, kp[BLOCK_ATTY], kp[BLOCK_ATT], kp[BLOCK_QKV], B, T, C, m->n_head,
                             e));
-    TRY(k_matmul_forward(k, kp[BLOCK_RES2], kp[BLOCK_INP], kp[BLOCK_ATTY], p[BLOCK_PROJ_W],
+    ERR_TRY(k_matmul_forward(k, kp[BLOCK_RES2], kp[BLOCK_INP], kp[BLOCK_ATTY], p[BLOCK_PROJ_W],
                          p[BLOCK_PROJ_B], N, C, C, e));
-    TRY(k_layernorm_forward(k, kp[BLOCK_LN2], (float *)kp[BLOCK_LN2_MEAN],
+    ERR_TRY(k_layernorm_forward(k, kp[BLOCK_LN2], (float *)kp[BLOCK_LN2_MEAN],
                             (float *)kp[BLOCK_LN2_RSTD], kp[BLOCK_RES2], p[BLOCK_LN2_W],
                             p[BLOCK_LN2_B], N, C, e));
-    TRY(k_matmul_forward(k, kp[BLOCK_FCH], nullptr, kp[BLOCK_LN2], p[BLOCK_FC_W], p[BLOCK_FC_B],
+    ERR_TRY(k_matmul_forward(k, kp[BLOCK_FCH], nullptr, kp[BLOCK_LN2], p[BLOCK_FC_W], p[BLOCK_FC_B],
                          N, C, 4 * C, e));
     return k_gelu_forward(k, kp[BLOCK_FCH_GELU], kp[BLOCK_FCH], (int64_t)N * 4 * C, e);
 }
@@ -218,7 +211,7 @@ static int block_forward(struct backend *be, const struct layer_view *l, void *o
 {
     const struct model *m = l->model;
     int N = m->micro_batch * m->seq_len, C = m->n_embd;
-    TRY(block_kept_forward(be, l, e));
+    ERR_TRY(block_kept_forward(be, l, e));
     return k_matmul_forward(ctx_of(be, l), out, l->kept[BLOCK_RES2], l->kept[BLOCK_FCH_GELU],
                             l->params[BLOCK_FCPROJ_W], l->params[BLOCK_FCPROJ_B], N, 4 * C, C, e);
 }
@@ -237,10 +230,10 @@ static int block_recompute(struct backend *be, const struct layer_view *l, struc
     kctx k = ctx_of(be, l);
     void *const *kp = l->kept;
     if (l->regen & att)
-        TRY(k_attention_forward(k, nullptr, kp[BLOCK_ATT], kp[BLOCK_QKV], m->micro_batch,
+        ERR_TRY(k_attention_forward(k, nullptr, kp[BLOCK_ATT], kp[BLOCK_QKV], m->micro_batch,
                                 m->seq_len, m->n_embd, m->n_head, e));
     if (l->regen & gelu)
-        TRY(k_gelu_forward(k, kp[BLOCK_FCH_GELU], kp[BLOCK_FCH],
+        ERR_TRY(k_gelu_forward(k, kp[BLOCK_FCH_GELU], kp[BLOCK_FCH],
                            (int64_t)m->micro_batch * m->seq_len * 4 * m->n_embd, e));
     return ERR_OK;
 }
@@ -255,22 +248,22 @@ static int block_backward(struct backend *be, const struct layer_view *l, float 
     float *const *g = l->grads;
     // dout: the output's gradient; it becomes the gradient of res2 in place
     void *dres = w[BLOCK_DOUT], *d4 = w[BLOCK_D4], *dln = w[BLOCK_DLN];
-    TRY(k_matmul_backward(k, d4, g[BLOCK_FCPROJ_W], g[BLOCK_FCPROJ_B], dres, kp[BLOCK_FCH_GELU],
+    ERR_TRY(k_matmul_backward(k, d4, g[BLOCK_FCPROJ_W], g[BLOCK_FCPROJ_B], dres, kp[BLOCK_FCH_GELU],
                           p[BLOCK_FCPROJ_W], N, 4 * C, C, e));
-    TRY(k_gelu_backward(k, d4, kp[BLOCK_FCH], d4, (int64_t)N * 4 * C, e));
-    TRY(k_matmul_backward(k, dln, g[BLOCK_FC_W], g[BLOCK_FC_B], d4, kp[BLOCK_LN2], p[BLOCK_FC_W],
+    ERR_TRY(k_gelu_backward(k, d4, kp[BLOCK_FCH], d4, (int64_t)N * 4 * C, e));
+    ERR_TRY(k_matmul_backward(k, dln, g[BLOCK_FC_W], g[BLOCK_FC_B], d4, kp[BLOCK_LN2], p[BLOCK_FC_W],
                           N, C, 4 * C, e));
-    TRY(k_layernorm_backward(k, dres, g[BLOCK_LN2_W], g[BLOCK_LN2_B], dln, kp[BLOCK_RES2],
+    ERR_TRY(k_layernorm_backward(k, dres, g[BLOCK_LN2_W], g[BLOCK_LN2_B], dln, kp[BLOCK_RES2],
                              p[BLOCK_LN2_W], (const float *)kp[BLOCK_LN2_MEAN],
                              (const float *)kp[BLOCK_LN2_RSTD], N, C, e));
-    TRY(k_matmul_backward(k, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres, kp[BLOCK_ATTY],
+    ERR_TRY(k_matmul_backward(k, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres, kp[BLOCK_ATTY],
                           p[BLOCK_PROJ_W], N, C, C, e));
-    TRY(k_attention_backward(k, w[BLOCK_DQKV], w[BLOCK_DATT], dln, kp[BLOCK_QKV], kp[BLOCK_ATT], B,
+    ERR_TRY(k_attention_backward(k, w[BLOCK_DQKV], w[BLOCK_DATT], dln, kp[BLOCK_QKV], kp[BLOCK_ATT], B,
                              T, C, m->n_head, e));
-    TRY(k_matmul_backward(k, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV], kp[BLOCK_LN1],
+    ERR_TRY(k_matmul_backward(k, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV], kp[BLOCK_LN1],
                           p[BLOCK_QKV_W], N, C, 3 * C, e));
     // the residual carries dres straight to the input; ln1 adds its share
-    TRY(cu_copy(be, w[BLOCK_DINP], dres, act_bytes(m, (int64_t)N * C), e));
+    ERR_TRY(cu_copy(be, w[BLOCK_DINP], dres, act_bytes(m, (int64_t)N * C), e));
     return k_layernorm_backward(k, w[BLOCK_DINP], g[BLOCK_LN1_W], g[BLOCK_LN1_B], dln,
                                 kp[BLOCK_INP], p[BLOCK_LN1_W], (const float *)kp[BLOCK_LN1_MEAN],
                                 (const float *)kp[BLOCK_LN1_RSTD], N, C, e);
@@ -285,10 +278,10 @@ static int head_kept_forward(struct backend *be, const struct layer_view *l, flo
     kctx k = ctx_of(be, l);
     int N = m->micro_batch * m->seq_len, C = m->n_embd, V = m->vocab_size;
     void *const *kp = l->kept;
-    TRY(k_layernorm_forward(k, kp[HEAD_LNF], (float *)kp[HEAD_LNF_MEAN],
+    ERR_TRY(k_layernorm_forward(k, kp[HEAD_LNF], (float *)kp[HEAD_LNF_MEAN],
                             (float *)kp[HEAD_LNF_RSTD], kp[HEAD_INP], l->params[HEAD_LNF_W],
                             l->params[HEAD_LNF_B], N, C, e));
-    TRY(k_matmul_forward(k, kp[HEAD_PROBS], nullptr, kp[HEAD_LNF], l->params[HEAD_LM_W], nullptr,
+    ERR_TRY(k_matmul_forward(k, kp[HEAD_PROBS], nullptr, kp[HEAD_LNF], l->params[HEAD_LM_W], nullptr,
                          N, C, V, e));
     return k_crossentropy_forward(k, kp[HEAD_PROBS], losses, I32(kp[HEAD_TARGETS]), N, V, e);
 }
@@ -314,10 +307,10 @@ static int head_backward(struct backend *be, const struct layer_view *l, float l
     int N = m->micro_batch * m->seq_len, C = m->n_embd, V = m->vocab_size;
     void *const *kp = l->kept, *const *w = l->ws;
     // probs become d logits in place: the micro-batch is done with them
-    TRY(k_crossentropy_backward(k, kp[HEAD_PROBS], I32(kp[HEAD_TARGETS]), loss_scale, N, V, e));
-    TRY(k_matmul_backward(k, w[HEAD_DLNF], l->grads[HEAD_LM_W], nullptr, kp[HEAD_PROBS],
+    ERR_TRY(k_crossentropy_backward(k, kp[HEAD_PROBS], I32(kp[HEAD_TARGETS]), loss_scale, N, V, e));
+    ERR_TRY(k_matmul_backward(k, w[HEAD_DLNF], l->grads[HEAD_LM_W], nullptr, kp[HEAD_PROBS],
                           kp[HEAD_LNF], l->params[HEAD_LM_W], N, C, V, e));
-    TRY(cu_zero(be, w[HEAD_DINP], act_bytes(m, (int64_t)N * C), e));
+    ERR_TRY(cu_zero(be, w[HEAD_DINP], act_bytes(m, (int64_t)N * C), e));
     return k_layernorm_backward(k, w[HEAD_DINP], l->grads[HEAD_LNF_W], l->grads[HEAD_LNF_B],
                                 w[HEAD_DLNF], kp[HEAD_INP], l->params[HEAD_LNF_W],
                                 (const float *)kp[HEAD_LNF_MEAN],

@@ -14,7 +14,6 @@ prints one JSON line: {"tokens_per_s": ..., "step_ms": [...]}
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -25,60 +24,9 @@ if __name__ == "__main__" and "--threads" in sys.argv:
     os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
 
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
 
-
-class Block(nn.Module):
-    def __init__(self, C, NH):
-        super().__init__()
-        self.nh = NH
-        self.ln1 = nn.LayerNorm(C)
-        self.qkv = nn.Linear(C, 3 * C)
-        self.proj = nn.Linear(C, C)
-        self.ln2 = nn.LayerNorm(C)
-        self.fc = nn.Linear(C, 4 * C)
-        self.fcproj = nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q = q.view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        k = k.view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        v = v.view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.nh))
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.proj(y)
-        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, m, recompute):
-        super().__init__()
-        C = m["n_embd"]
-        self.recompute = recompute
-        self.wte = nn.Embedding(m["vocab_size"], C)
-        self.wpe = nn.Embedding(m["seq_len"], C)
-        self.blocks = nn.ModuleList(Block(C, m["n_head"]) for _ in range(m["n_layer"]))
-        self.lnf = nn.LayerNorm(C)
-        self.lm = nn.Linear(C, m["vocab_size"], bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * m["n_layer"]) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
-        for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False) if self.recompute else b(x)
-        logits = self.lm(self.lnf(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt_model import GPT  # noqa: E402
 
 
 def main():

@@ -20,85 +20,31 @@
 #include "gpu.h"
 #include "plan.h"
 #include "testutil.h"
+#include "traintest.h"
 
 #define RUN_LIMIT_S 300
-#define MAX_STEPS 64
-
-struct metrics {
-    int n_steps, n_stages;
-    double loss[MAX_STEPS];
-    long long peak[8], planned[8];
-    char transport[64];
-};
-
-static int metrics_read(const char *file, struct metrics *m)
-{
-    char *text = test_read(file);
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    memset(m, 0, sizeof *m);
-    if (o == NULL)
-        return -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
-        if (m->n_steps < MAX_STEPS)
-            m->loss[m->n_steps++] = cJSON_GetObjectItem(it, "loss")->valuedouble;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "stages"))
-        if (m->n_stages < 8) {
-            m->peak[m->n_stages] = (long long)cJSON_GetObjectItem(it, "peak_bytes")->valuedouble;
-            m->planned[m->n_stages] =
-                (long long)cJSON_GetObjectItem(it, "planned_bytes")->valuedouble;
-            m->n_stages++;
-        }
-    const cJSON *tp = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "transport"), "kind");
-    snprintf(m->transport, sizeof m->transport, "%s", tp ? tp->valuestring : "");
-    cJSON_Delete(o);
-    return 0;
-}
-
 /* mpirun -np NP ballast train ARGS; returns the exit status, stderr in *err (caller frees) */
 static int train(int np, const char *args, char **err)
 {
-    char cmd[8192], epath[1024];
-    snprintf(epath, sizeof epath, "%s", test_path("train.stderr"));
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d '%s' train %s "
-             "> /dev/null 2> '%s'",
-             RUN_LIMIT_S, np, BALLAST_EXE, args, epath);
-    int status = system(cmd);
-    if (err != NULL)
-        *err = test_read(epath);
-    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int train_ok(int np, const char *plan, const char *extra, const char *name,
-                    struct metrics *m)
-{
-    char args[4096], mpath[1024];
-    snprintf(mpath, sizeof mpath, "%s", test_path(name));
-    snprintf(args, sizeof args, "--plan '%s' --metrics '%s' --quiet --steps 4 %s", plan, mpath,
-             extra);
-    char *err = NULL;
-    int status = train(np, args, &err);
-    CU_ASSERT_EQUAL(status, 0);
-    if (status != 0)
-        fprintf(stderr, "\ntrain -np %d %s: status %d\n%s\n", np, args, status, err ? err : "");
-    free(err);
-    if (status != 0 || metrics_read(mpath, m) != 0)
-        return -1;
-    CU_ASSERT_EQUAL(m->n_stages, np);
-    for (int s = 0; s < m->n_stages; s++) {
-        int ok = m->planned[s] > 0 &&
-                 llabs(m->peak[s] - m->planned[s]) <= 0.02 * (double)m->planned[s];
-        if (!ok)
-            fprintf(stderr, "\n%s stage %d: peak %lld bytes, planned %lld\n", plan, s,
-                    m->peak[s], m->planned[s]);
-        CU_ASSERT(ok);
+    struct train_run r = train_exec(np, RUN_LIMIT_S, args);
+    if (err != NULL) {
+        *err = r.err;
+        r.err = NULL;
     }
-    return 0;
+    train_run_free(&r);
+    return r.status;
 }
 
-static int losses_close(const struct metrics *a, const struct metrics *b, double rtol,
+/* A run that must succeed, 4 steps: its metrics, with the memory checked. */
+static int train_ok(int np, const char *plan, const char *extra, const char *name,
+                    struct train_metrics *m)
+{
+    char with_steps[4096];
+    snprintf(with_steps, sizeof with_steps, "--steps 4 %s", extra);
+    return train_run_ok(np, RUN_LIMIT_S, plan, with_steps, name, m);
+}
+
+static int losses_close(const struct train_metrics *a, const struct train_metrics *b, double rtol,
                         const char *what)
 {
     if (a->n_steps != b->n_steps || a->n_steps == 0)
@@ -162,41 +108,13 @@ static void make_plan(int which, const char *model, int n, const char *method)
     free(err);
 }
 
-/* Plan `which`: a copy of plan `from` whose layers take the given choices by global layer
- * ("attn", "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory and times from the
- * cost model: a consistent plan that makes the runtime apply exactly these options. */
+/* Plan `which`: plan `from` with the given recompute choices (traintest.h). */
 static void plan_with_choices(int from, int which, const char *const *choice)
 {
-    struct plan p;
-    struct err e;
     char name[64];
-    err_clear(&e);
     snprintf(name, sizeof name, "plan-%d.json", which);
     snprintf(plan_path[which], sizeof plan_path[which], "%s", test_path(name));
-    if (plan_load(plan_path[from], &p, &e)) {
-        fprintf(stderr, "plan %d: %s\n", which, e.msg);
-        return;
-    }
-    for (int s = 0; s < p.n_stages; s++) {
-        struct plan_stage *st = &p.stages[s];
-        for (int l = 0; l < plan_stage_layer_count(st); l++) {
-            const char *want = choice[st->first + l];
-            st->recompute[l] = COST_KEEP;
-            if (want != NULL && strcmp(want, "full") == 0)
-                st->recompute[l] = COST_FULL;
-            for (int k = 0; want != NULL && k < st->layers[l].n_options; k++)
-                if (strcmp(st->layers[l].options[k].name, want) == 0)
-                    st->recompute[l] = (unsigned char)(COST_OPTION + k);
-        }
-        struct stage_cost c;
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
-    }
-    if (plan_write(plan_path[which], &p, &e))
-        fprintf(stderr, "plan %d: %s\n", which, e.msg);
-    plan_free(&p);
+    train_plan_with_choices(plan_path[from], plan_path[which], choice);
 }
 
 static int setup(void)
@@ -223,7 +141,7 @@ static int setup(void)
 
 static void test_fp32_against_cpu(void)
 {
-    struct metrics g, c;
+    struct train_metrics g, c;
     if (train_ok(1, plan_path[FP32_1], "--device cuda", "g1.json", &g) ||
         train_ok(1, plan_path[FP32_1], "--device cpu --threads 4", "c1.json", &c))
         return;
@@ -233,7 +151,7 @@ static void test_fp32_against_cpu(void)
 
 static void test_ranks_on_one_gpu(void)
 {
-    struct metrics m1, m2, m4, b1, b2, b4;
+    struct train_metrics m1, m2, m4, b1, b2, b4;
     if (train_ok(1, plan_path[FP32_1], "", "m1.json", &m1) ||
         train_ok(2, plan_path[FP32_2], "", "m2.json", &m2) ||
         train_ok(4, plan_path[FP32_4], "", "m4.json", &m4) ||
@@ -259,13 +177,6 @@ static void test_ranks_on_one_gpu(void)
     CU_ASSERT(b1.loss[3] != m1.loss[3]);
 }
 
-static int files_equal(const char *a, const char *b)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
-}
-
 /* the stage files of a checkpoint hold weights, gradients and moments: byte-equal files mean
  * bitwise-equal training */
 static void check_recompute(int none, int rec, const char *tag)
@@ -276,7 +187,7 @@ static void check_recompute(int none, int rec, const char *tag)
     snprintf(extra, sizeof extra, "rm -rf '%s' '%s'", a, b);
     if (system(extra) != 0)
         return;
-    struct metrics x, y;
+    struct train_metrics x, y;
     snprintf(extra, sizeof extra, "--save '%s'", a);
     if (train_ok(2, plan_path[none], extra, "mn.json", &x))
         return;
@@ -288,7 +199,7 @@ static void check_recompute(int none, int rec, const char *tag)
         char fa[1200], fb[1200];
         snprintf(fa, sizeof fa, "%s/stage-%d-step-4.ckpt", a, s);
         snprintf(fb, sizeof fb, "%s/stage-%d-step-4.ckpt", b, s);
-        int same = files_equal(fa, fb);
+        int same = train_files_equal(fa, fb);
         if (!same)
             fprintf(stderr, "\n%s: stage %d's state differs\n", tag, s);
         CU_ASSERT(same);
@@ -312,7 +223,7 @@ static void test_nccl(void)
         fprintf(stderr, "\n  SKIP the NCCL comparison: %d GPU here, NCCL needs one per rank ", n);
         return;
     }
-    struct metrics m1, nccl, mpi;
+    struct train_metrics m1, nccl, mpi;
     if (train_ok(1, plan_path[FP32_1], "", "n1.json", &m1) ||
         train_ok(2, plan_path[FP32_2], "--transport nccl", "n2.json", &nccl) ||
         train_ok(2, plan_path[FP32_2], "--transport mpi", "n2m.json", &mpi))

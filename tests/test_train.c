@@ -19,115 +19,27 @@
 #include "jsonio.h"
 #include "plan.h"
 #include "testutil.h"
+#include "traintest.h"
 
 #define RUN_LIMIT_S 120
-#define MAX_STEPS 512
-
-/* ---- running ---- */
-
-struct run {
-    int status; /* exit status, -1 if killed */
-    double seconds;
-    char *out, *err;
-};
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* mpirun -np NP ballast train --threads 1 ARGS */
-static struct run train(int np, const char *args)
+static struct train_run train(int np, const char *args)
 {
-    struct run r = {0};
-    char cmd[8192];
-    const char *o = test_path("train.stdout"), *e = test_path("train.stderr");
-    char opath[1024], epath[1024];
-    snprintf(opath, sizeof opath, "%s", o);
-    snprintf(epath, sizeof epath, "%s", e);
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d '%s' train "
-             "--threads 1 %s > '%s' 2> '%s'",
-             RUN_LIMIT_S, np, BALLAST_EXE, args, opath, epath);
-    double t0 = now_s();
-    int status = system(cmd);
-    r.seconds = now_s() - t0;
-    r.status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = test_read(opath);
-    r.err = test_read(epath);
-    return r;
+    char with_threads[8192];
+    snprintf(with_threads, sizeof with_threads, "--threads 1 %s", args);
+    return train_exec(np, RUN_LIMIT_S, with_threads);
 }
 
-struct metrics {
-    int n_steps, n_stages;
-    double loss[MAX_STEPS];
-    long long peak[8], planned[8];
-    double recompute_ms[8];
-};
-
-static int metrics_read(const char *file, struct metrics *m)
-{
-    char *text = test_read(file);
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    memset(m, 0, sizeof *m);
-    if (o == NULL)
-        return -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
-        if (m->n_steps < MAX_STEPS)
-            m->loss[m->n_steps++] = cJSON_GetObjectItem(it, "loss")->valuedouble;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "stages"))
-        if (m->n_stages < 8) {
-            m->peak[m->n_stages] = (long long)cJSON_GetObjectItem(it, "peak_bytes")->valuedouble;
-            m->planned[m->n_stages] =
-                (long long)cJSON_GetObjectItem(it, "planned_bytes")->valuedouble;
-            m->recompute_ms[m->n_stages] =
-                cJSON_GetObjectItem(it, "recompute_ms")->valuedouble;
-            m->n_stages++;
-        }
-    cJSON_Delete(o);
-    return 0;
-}
-
-/* A run that must succeed: returns its metrics, with the memory property checked. */
+/* A run that must succeed, one thread per rank: its metrics, with the memory checked. */
 static int train_ok(int np, const char *plan, const char *extra, const char *metrics_name,
-                    struct metrics *m)
+                    struct train_metrics *m)
 {
-    char args[4096];
-    const char *mfile = test_path(metrics_name);
-    char mpath[1024];
-    snprintf(mpath, sizeof mpath, "%s", mfile);
-    snprintf(args, sizeof args, "--plan '%s' --metrics '%s' --quiet %s", plan, mpath, extra);
-    struct run r = train(np, args);
-    CU_ASSERT_EQUAL(r.status, 0);
-    if (r.status != 0)
-        fprintf(stderr, "\ntrain -np %d %s: status %d\n%s\n", np, args, r.status,
-                r.err ? r.err : "");
-    run_free(&r);
-    if (r.status != 0 || metrics_read(mpath, m) != 0)
-        return -1;
-    CU_ASSERT_EQUAL(m->n_stages, np);
-    for (int s = 0; s < m->n_stages; s++) {
-        int ok = m->planned[s] > 0 &&
-                 llabs(m->peak[s] - m->planned[s]) <= 0.02 * (double)m->planned[s];
-        if (!ok)
-            fprintf(stderr, "\n%s stage %d: peak %lld bytes, planned %lld\n", plan, s,
-                    m->peak[s], m->planned[s]);
-        CU_ASSERT(ok);
-    }
-    return 0;
+    char with_threads[4096];
+    snprintf(with_threads, sizeof with_threads, "--threads 1 %s", extra);
+    return train_run_ok(np, RUN_LIMIT_S, plan, with_threads, metrics_name, m);
 }
 
-static int same_losses(const struct metrics *a, const struct metrics *b)
+static int same_losses(const struct train_metrics *a, const struct train_metrics *b)
 {
     if (a->n_steps != b->n_steps || a->n_steps == 0)
         return 0;
@@ -138,13 +50,6 @@ static int same_losses(const struct metrics *a, const struct metrics *b)
             return 0;
         }
     return 1;
-}
-
-static int files_equal(const char *a, const char *b)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
 }
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -226,45 +131,13 @@ static void make_plan(int which, const char *model, int n, const char *schedule,
     free(err);
 }
 
-/* Plan `which`: a copy of plan `from` whose layers take the given choices by global layer
- * ("attn", "mlp", "attn+mlp", "full"; NULL keeps), with each stage's memory, recompute and
- * stage time from the cost model: a consistent plan that makes the runtime apply exactly
- * these options. */
+/* Plan `which`: plan `from` with the given recompute choices (traintest.h). */
 static void plan_with_choices(int from, int which, const char *const *choice)
 {
-    struct plan p;
-    struct err e;
     char name[64];
-    err_clear(&e);
     snprintf(name, sizeof name, "plan-%d.json", which);
     snprintf(plan_path[which], sizeof plan_path[which], "%s", test_path(name));
-    if (plan_load(plan_path[from], &p, &e)) {
-        fprintf(stderr, "plan %d: %s\n", which, e.msg);
-        return;
-    }
-    for (int s = 0; s < p.n_stages; s++) {
-        struct plan_stage *st = &p.stages[s];
-        for (int l = 0; l < plan_stage_layer_count(st); l++) {
-            const char *want = choice[st->first + l];
-            st->recompute[l] = COST_KEEP;
-            if (want != NULL && strcmp(want, "full") == 0)
-                st->recompute[l] = COST_FULL;
-            for (int k = 0; want != NULL && k < st->layers[l].n_options; k++)
-                if (strcmp(st->layers[l].options[k].name, want) == 0)
-                    st->recompute[l] = (unsigned char)(COST_OPTION + k);
-            if (want != NULL && st->recompute[l] == COST_KEEP)
-                fprintf(stderr, "plan %d: layer %d has no option %s\n", which, st->first + l,
-                        want);
-        }
-        struct stage_cost c;
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
-    }
-    if (plan_write(plan_path[which], &p, &e))
-        fprintf(stderr, "plan %d: %s\n", which, e.msg);
-    plan_free(&p);
+    train_plan_with_choices(plan_path[from], plan_path[which], choice);
 }
 
 static int setup(void)
@@ -302,7 +175,7 @@ static void expect_refused(int np, const char *args, int status, const char *nee
 
 static void test_ranks_identical(void)
 {
-    struct metrics m1, m2, m2s, m4, t2;
+    struct train_metrics m1, m2, m2s, m4, t2;
     if (train_ok(1, plan_path[P1], "--steps 4", "m1.json", &m1) ||
         train_ok(2, plan_path[P2], "--steps 4", "m2.json", &m2) ||
         train_ok(2, plan_path[P2_SPLIT], "--steps 4", "m2s.json", &m2s) ||
@@ -319,7 +192,7 @@ static void test_ranks_identical(void)
 
 static void test_schedules_identical(void)
 {
-    struct metrics f, g;
+    struct train_metrics f, g;
     if (train_ok(4, plan_path[P4], "--steps 4", "m4.json", &f) ||
         train_ok(4, plan_path[P4_GPIPE], "--steps 4", "m4g.json", &g))
         return;
@@ -335,7 +208,7 @@ static void check_recompute(int plan_none, int plan_rec, int np, const char *tag
     snprintf(rec_dir, sizeof rec_dir, "%s", test_path("ck-rec"));
     snprintf(other_dir, sizeof other_dir, "%s", test_path("ck-seed2"));
     sh("rm -rf '%s' '%s' '%s'", none_dir, rec_dir, other_dir);
-    struct metrics a, b, c;
+    struct train_metrics a, b, c;
     snprintf(extra, sizeof extra, "--steps 3 --save '%s'", none_dir);
     if (train_ok(np, plan_path[plan_none], extra, "mn.json", &a))
         return;
@@ -351,11 +224,11 @@ static void check_recompute(int plan_none, int plan_rec, int np, const char *tag
         snprintf(fa, sizeof fa, "%s/stage-%d-step-3.ckpt", none_dir, s);
         snprintf(fb, sizeof fb, "%s/stage-%d-step-3.ckpt", rec_dir, s);
         snprintf(fc, sizeof fc, "%s/stage-%d-step-3.ckpt", other_dir, s);
-        int same = files_equal(fa, fb);
+        int same = train_files_equal(fa, fb);
         if (!same)
             fprintf(stderr, "\n%s: stage %d state differs with recomputation\n", tag, s);
         CU_ASSERT(same);
-        CU_ASSERT(!files_equal(fa, fc)); /* the comparison can tell states apart */
+        CU_ASSERT(!train_files_equal(fa, fc)); /* the comparison can tell states apart */
     }
 }
 
@@ -368,7 +241,7 @@ static void test_recompute_partial(void)
 {
     /* the tight plan must really recompute something on stage 0 (a whole block or with an
      * option), and nothing on stage 1 */
-    struct metrics m;
+    struct train_metrics m;
     char *text = test_read(plan_path[TIGHT]);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT(strstr(text, "\"recompute\":\t[2]") != NULL ||
@@ -386,7 +259,7 @@ static void test_recompute_partial(void)
  * of the plan (train_ok), and recompute time where the plan recomputes. */
 static void test_recompute_options(void)
 {
-    struct metrics m;
+    struct train_metrics m;
     char *text = test_read(plan_path[OPTIONS]);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT(strstr(text, "\"option\":\t\"attn\"") != NULL &&
@@ -433,7 +306,7 @@ static void test_entropy_floor(void)
     /* Markov source over 16 tokens, 4 successors each: floor ln 4. The first step's loss is
      * near ln 16 (uniform predictions); after 200 steps the mean of the last 20 is within 0.1
      * nats of the floor, and no step's loss can sit far below it (Gibbs). */
-    struct metrics m;
+    struct train_metrics m;
     if (train_ok(2, plan_path[ENTROPY], "--steps 200 --lr 1e-2", "me.json", &m))
         return;
     double floor = log(4.0), tail = 0, lowest = INFINITY;
@@ -498,7 +371,7 @@ static void check_limit(long long limit, const char *layer_name)
     snprintf(metrics, sizeof metrics, "%s", test_path("m-limit.json"));
     remove(metrics);
     snprintf(args, sizeof args, "--plan '%s' --steps 3 --metrics '%s'", plan, metrics);
-    struct run r = train(2, args);
+    struct train_run r = train(2, args);
     fprintf(stderr, "\n  limit %lld: status %d in %.2f s: %s", limit, r.status, r.seconds,
             r.err ? r.err : "");
     CU_ASSERT_EQUAL(r.status, 3);
@@ -513,7 +386,7 @@ static void check_limit(long long limit, const char *layer_name)
     CU_ASSERT_PTR_NULL(f); /* no metrics passed off as results */
     if (f)
         fclose(f);
-    run_free(&r);
+    train_run_free(&r);
 }
 
 static void test_limit_exceeded(void)
@@ -547,17 +420,17 @@ static void test_foreign_costs(void)
     char mfile[1024], args[4096];
     snprintf(mfile, sizeof mfile, "%s", test_path("m-foreign.json"));
     snprintf(args, sizeof args, "--plan '%s' --steps 2 --quiet --metrics '%s'", plan, mfile);
-    struct run r = train(2, args);
+    struct train_run r = train(2, args);
     CU_ASSERT_EQUAL(r.status, 0);
     snprintf(expect, sizeof expect, "block.1: act_bytes %.0f in the plan, %.0f here", act + 4096,
              act);
     CU_ASSERT(r.err != NULL && strstr(r.err, "not this runtime's") != NULL &&
               strstr(r.err, expect) != NULL);
-    struct metrics m;
-    CU_ASSERT_EQUAL_FATAL(metrics_read(mfile, &m), 0);
+    struct train_metrics m;
+    CU_ASSERT_EQUAL_FATAL(train_metrics_read(mfile, &m), 0);
     CU_ASSERT_EQUAL(m.planned[1] - m.peak[1], 4096);
     CU_ASSERT_EQUAL(m.planned[0], m.peak[0]);
-    run_free(&r);
+    train_run_free(&r);
 }
 
 static void test_resume_bitwise(void)
@@ -566,7 +439,7 @@ static void test_resume_bitwise(void)
     snprintf(a, sizeof a, "%s", test_path("ck-a"));
     snprintf(b, sizeof b, "%s", test_path("ck-b"));
     sh("rm -rf '%s' '%s'", a, b);
-    struct metrics whole, first, rest;
+    struct train_metrics whole, first, rest;
     snprintf(extra, sizeof extra, "--steps 6 --save '%s' --save-every 3", a);
     if (train_ok(2, plan_path[P2], extra, "mw.json", &whole))
         return;
@@ -586,7 +459,7 @@ static void test_resume_bitwise(void)
         snprintf(fa, sizeof fa, "%s/stage-%d-step-6.ckpt", a, s);
         snprintf(fb, sizeof fb, "%s/stage-%d-step-6.ckpt", b, s);
         snprintf(old, sizeof old, "%s/stage-%d-step-3.ckpt", b, s);
-        CU_ASSERT(files_equal(fa, fb));
+        CU_ASSERT(train_files_equal(fa, fb));
         FILE *f = fopen(old, "r"); /* superseded files are gone */
         CU_ASSERT_PTR_NULL(f);
         if (f)
@@ -596,14 +469,14 @@ static void test_resume_bitwise(void)
 
 static void expect_refused(int np, const char *args, int status, const char *needle)
 {
-    struct run r = train(np, args);
+    struct train_run r = train(np, args);
     int found = r.err != NULL && strstr(r.err, needle) != NULL;
     if (r.status != status || !found)
         fprintf(stderr, "\n%s: status %d (expected %d), stderr: %s (expected \"%s\")\n", args,
                 r.status, status, r.err ? r.err : "", needle);
     CU_ASSERT_EQUAL(r.status, status);
     CU_ASSERT(found);
-    run_free(&r);
+    train_run_free(&r);
 }
 
 static void test_checkpoint_refused(void)
@@ -664,7 +537,7 @@ static void test_bad_input(void)
 static void test_data_file(void)
 {
     char extra[2048];
-    struct metrics m;
+    struct train_metrics m;
     snprintf(extra, sizeof extra, "--steps 3 --data '%s/README.md'", BALLAST_SOURCE_DIR);
     if (train_ok(1, plan_path[BYTES], extra, "md.json", &m))
         return;
@@ -678,7 +551,7 @@ static void test_trace(void)
     char extra[2048], trace[1024];
     snprintf(trace, sizeof trace, "%s", test_path("trace.json"));
     snprintf(extra, sizeof extra, "--steps 2 --trace '%s'", trace);
-    struct metrics m;
+    struct train_metrics m;
     if (train_ok(2, plan_path[P2_FULL], extra, "mtr.json", &m))
         return;
     struct err e;

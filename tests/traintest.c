@@ -1,0 +1,143 @@
+#include "traintest.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "cost.h"
+#include "plan.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct train_run train_exec(int np, int limit_s, const char *args)
+{
+    struct train_run r = {0};
+    char cmd[8192], opath[1024], epath[1024];
+    snprintf(opath, sizeof opath, "%s", test_path("train.stdout"));
+    snprintf(epath, sizeof epath, "%s", test_path("train.stderr"));
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d '%s' train %s "
+             "> '%s' 2> '%s'",
+             limit_s, np, BALLAST_EXE, args, opath, epath);
+    double t0 = now_s();
+    int status = system(cmd);
+    r.seconds = now_s() - t0;
+    r.status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = test_read(opath);
+    r.err = test_read(epath);
+    return r;
+}
+
+void train_run_free(struct train_run *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+static double number(const cJSON *o, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItem(o, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : -1;
+}
+
+int train_metrics_read(const char *file, struct train_metrics *m)
+{
+    char *text = test_read(file);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    memset(m, 0, sizeof *m);
+    if (o == NULL)
+        return -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
+        if (m->n_steps < TRAIN_MAX_STEPS)
+            m->loss[m->n_steps++] = number(it, "loss");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "stages"))
+        if (m->n_stages < TRAIN_MAX_STAGES) {
+            m->peak[m->n_stages] = (long long)number(it, "peak_bytes");
+            m->planned[m->n_stages] = (long long)number(it, "planned_bytes");
+            m->recompute_ms[m->n_stages] = number(it, "recompute_ms");
+            m->n_stages++;
+        }
+    const cJSON *tp = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "transport"), "kind");
+    snprintf(m->transport, sizeof m->transport, "%s", cJSON_IsString(tp) ? tp->valuestring : "");
+    cJSON_Delete(o);
+    return 0;
+}
+
+int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const char *metrics_name,
+             struct train_metrics *m)
+{
+    char args[4096], mpath[1024];
+    snprintf(mpath, sizeof mpath, "%s", test_path(metrics_name));
+    snprintf(args, sizeof args, "--plan '%s' --metrics '%s' --quiet %s", plan, mpath, extra);
+    struct train_run r = train_exec(np, limit_s, args);
+    CU_ASSERT_EQUAL(r.status, 0);
+    if (r.status != 0)
+        fprintf(stderr, "\ntrain -np %d %s: status %d\n%s\n", np, args, r.status,
+                r.err ? r.err : "");
+    int status = r.status;
+    train_run_free(&r);
+    if (status != 0 || train_metrics_read(mpath, m) != 0)
+        return -1;
+    CU_ASSERT_EQUAL(m->n_stages, np);
+    for (int s = 0; s < m->n_stages; s++) {
+        int ok = m->planned[s] > 0 &&
+                 llabs(m->peak[s] - m->planned[s]) <= 0.02 * (double)m->planned[s];
+        if (!ok)
+            fprintf(stderr, "\n%s stage %d: peak %lld bytes, planned %lld\n", plan, s,
+                    m->peak[s], m->planned[s]);
+        CU_ASSERT(ok);
+    }
+    return 0;
+}
+
+void train_plan_with_choices(const char *from, const char *to, const char *const *choice)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    if (plan_load(from, &p, &e)) {
+        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+        return;
+    }
+    for (int s = 0; s < p.n_stages; s++) {
+        struct plan_stage *st = &p.stages[s];
+        for (int l = 0; l < plan_stage_layer_count(st); l++) {
+            const char *want = choice[st->first + l];
+            st->recompute[l] = COST_KEEP;
+            if (want != NULL && strcmp(want, "full") == 0)
+                st->recompute[l] = COST_FULL;
+            for (int k = 0; want != NULL && k < st->layers[l].n_options; k++)
+                if (strcmp(st->layers[l].options[k].name, want) == 0)
+                    st->recompute[l] = (unsigned char)(COST_OPTION + k);
+            if (want != NULL && st->recompute[l] == COST_KEEP)
+                fprintf(stderr, "plan %s: layer %d has no option %s\n", to, st->first + l,
+                        want);
+        }
+        struct stage_cost c;
+        plan_stage_cost(&p, st, &c);
+        st->memory_bytes = c.memory_bytes;
+        st->recompute_ms = c.recompute_ms;
+        st->stage_ms = c.stage_ms;
+    }
+    if (plan_write(to, &p, &e))
+        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+    plan_free(&p);
+}
+
+int train_files_equal(const char *a, const char *b)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}

@@ -1,0 +1,45 @@
+/* Helpers shared by the `ballast train` test programs (CPU and CUDA): running mpirun with a
+ * time limit, reading metrics, a run that must succeed with its memory checked against the
+ * plan, and plans rewritten to take given recompute choices. */
+#ifndef BALLAST_TRAINTEST_H
+#define BALLAST_TRAINTEST_H
+
+#include "testutil.h"
+
+#define TRAIN_MAX_STEPS 512
+#define TRAIN_MAX_STAGES 8
+
+struct train_run {
+    int status; /* exit status, -1 if killed */
+    double seconds;
+    char *out, *err;
+};
+
+/* timeout LIMIT mpirun --allow-run-as-root --oversubscribe -np NP ballast train ARGS */
+struct train_run train_exec(int np, int limit_s, const char *args);
+void train_run_free(struct train_run *r);
+
+struct train_metrics {
+    int n_steps, n_stages;
+    double loss[TRAIN_MAX_STEPS];
+    long long peak[TRAIN_MAX_STAGES], planned[TRAIN_MAX_STAGES];
+    double recompute_ms[TRAIN_MAX_STAGES];
+    char transport[64];
+};
+
+/* 0, or -1 if the file is missing or not JSON. */
+int train_metrics_read(const char *file, struct train_metrics *m);
+
+/* A run that must succeed: `--plan PLAN --metrics tmpdir/NAME --quiet EXTRA` on np ranks;
+ * asserts status 0, np stages, and each stage's peak within 2% of its planned bytes. */
+int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const char *metrics_name,
+             struct train_metrics *m);
+
+/* Writes plan `to`: plan `from` whose layers take the given choices by global layer ("attn",
+ * "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory, recompute and stage time from
+ * the cost model: a consistent plan that makes the runtime apply exactly these options. */
+void train_plan_with_choices(const char *from, const char *to, const char *const *choice);
+
+int train_files_equal(const char *a, const char *b);
+
+#endif

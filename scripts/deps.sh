@@ -1,7 +1,7 @@
 # Sourced by the set-up scripts: installs the Debian packages Ballast needs that are missing,
 # then configures and builds into build/ (BALLAST_BUILD overrides the folder).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libglpk-dev
-          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3)
+          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

@@ -54,6 +54,37 @@ def _timed(fn, device, repeat):
     return statistics.median(times)
 
 
+def _timed_backward(forward, grad, device, repeat):
+    """The median time of the backward alone, each after an untimed forward."""
+    times = []
+    for i in range(repeat + 1):
+        out = forward()
+        _sync(device)
+        start = time.perf_counter()
+        out.backward(grad)
+        _sync(device)
+        if i:  # the first is a warm-up
+            times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _workspace(forward, grad, device, act, module):
+    """CUDA: the peak of one forward and backward above what stays (the saved tensors, the
+    gradients, the output); the CPU allocator keeps no peak, so 0 there."""
+    if device.type != "cuda":
+        return 0
+    module.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    out = forward()
+    out.backward(grad)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - base
+    grads = sum(_tensor_bytes(p.grad) for p in module.parameters() if p.grad is not None)
+    return max(0, peak - act - grads - _tensor_bytes(out))
+
+
 class _Regions:
     """Forward hooks on the recognised submodules: which saved storages each made."""
 
@@ -143,20 +174,17 @@ def profile_layer(name, module, x, device, repeat, loss_target=None):
     fwd_ms = _timed(lambda: forward(), device, repeat)
     grad = torch.ones_like(out) if loss_target is None else None
 
-    def backward():
-        o = forward()
-        o.backward(grad)
-    both_ms = _timed(backward, device, repeat)
+    bwd_ms = _timed_backward(forward, grad, device, repeat)
+    workspace = _workspace(forward, grad, device, sum(saved.values()), module)
     module.zero_grad(set_to_none=True)
     act = sum(saved.values())
-    n_param = sum(p.numel() for p in module.parameters())
     param_bytes = sum(_tensor_bytes(p) for p in module.parameters())
     grad_bytes = sum(_tensor_bytes(p) for p in module.parameters() if p.requires_grad)
     optimizer_bytes = 2 * 4 * sum(p.numel() for p in module.parameters() if p.requires_grad)
     layer = {
         "name": name,
         "fwd_ms": fwd_ms,
-        "bwd_ms": max(both_ms - fwd_ms, 0.0),
+        "bwd_ms": bwd_ms,
         "state_bytes": param_bytes + grad_bytes + optimizer_bytes,
         "param_bytes": param_bytes,
         "grad_bytes": grad_bytes,
@@ -164,7 +192,7 @@ def profile_layer(name, module, x, device, repeat, loss_target=None):
         "act_bytes": act,
         "ckpt_bytes": _tensor_bytes(x),
         "out_bytes": _tensor_bytes(out) if loss_target is None else 0,
-        "workspace_bytes": 0,
+        "workspace_bytes": workspace,
     }
     options = []
     parts = {k: sum(saved[s] for s in regions.made[k] if s in saved) for k in regions.found}
@@ -178,14 +206,51 @@ def profile_layer(name, module, x, device, repeat, loss_target=None):
                         "recompute_ms": regions.ms["attn"] + regions.ms["mlp"]})
     if options:
         layer["recompute_options"] = options
-    layer["_n_param"] = n_param
     return layer, out.detach() if loss_target is None else None
 
 
-def profile(layers, tokens, targets, device, repeat=3, model=None, memory_bytes=None):
+def _count(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def recognise_gpt(layers, tokens):
+    """Ballast's GPT fields when the layers are its GPT (embed with (V, C) and (T, C) tables,
+    n blocks of 12 C^2 + 13 C parameters with an n_head attribute somewhere, a head of
+    2 C + V C), else None."""
+    names = [n for n, _ in layers]
+    n_layer = len(layers) - 2
+    if n_layer < 1 or names != ["embed"] + ["block.%d" % i for i in range(n_layer)] + ["head"]:
+        return None
+    B, T = tokens.shape
+    shapes = sorted(tuple(p.shape) for p in layers[0][1].parameters())
+    if len(shapes) != 2 or any(len(sh) != 2 for sh in shapes) or shapes[0][1] != shapes[1][1]:
+        return None
+    C = shapes[0][1]
+    tables = [sh[0] for sh in shapes]
+    if T not in tables:
+        return None
+    tables.remove(T)
+    V = tables[0]
+    heads = {getattr(m, "n_head") for _, blk in layers[1:-1] for m in blk.modules()
+             if isinstance(getattr(m, "n_head", None), int)}
+    if len(heads) != 1 or any(_count(blk) != 12 * C * C + 13 * C for _, blk in layers[1:-1]):
+        return None
+    if _count(layers[-1][1]) != 2 * C + V * C:
+        return None
+    dtypes = {p.dtype for _, m in layers for p in m.parameters()}
+    dtype = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtypes.pop()) \
+        if len(dtypes) == 1 else None
+    if dtype is None:
+        return None
+    return {"kind": "gpt", "n_layer": n_layer, "n_embd": C, "n_head": heads.pop(),
+            "seq_len": T, "vocab_size": V, "micro_batch": B, "dtype": dtype}
+
+
+def profile(layers, tokens, targets, device, repeat=3, name="custom", memory_bytes=None):
     """layers: [(name, module)] in pipeline order, the last producing logits; tokens: the
-    first layer's input; targets: the loss's. model: Ballast's GPT fields when the layers are
-    its GPT (kind gpt), else {"kind": "custom", "name": ...}."""
+    first layer's input; targets: the loss's. The model is kind gpt when the layers are
+    Ballast's GPT (recognise_gpt), else {"kind": "custom", "name": name}."""
+    model = recognise_gpt(layers, tokens) or {"kind": "custom", "name": name}
     device = torch.device(device)
     x = tokens.to(device)
     out_layers = []
@@ -194,7 +259,6 @@ def profile(layers, tokens, targets, device, repeat=3, model=None, memory_bytes=
         last = i == len(layers) - 1
         layer, x = profile_layer(name, module, x, device, repeat,
                                  targets.to(device) if last else None)
-        del layer["_n_param"]
         out_layers.append(layer)
     if memory_bytes is None:
         if device.type == "cuda":
@@ -209,7 +273,8 @@ def profile(layers, tokens, targets, device, repeat=3, model=None, memory_bytes=
         "estimated": False,
         "model": model,
         "provenance": {"method": "profiler.torch: PyTorch %s, saved_tensors_hooks for the saved "
-                                 "tensors, median of %d runs; workspace_bytes not measured"
+                                 "tensors, median of %d runs; workspace_bytes from CUDA's "
+                                 "peak allocation (0 on CPU, where it is not measured)"
                                  % (torch.__version__, repeat)},
         "layers": out_layers,
     }

@@ -1,7 +1,8 @@
 """python3 -m profiler.torch --model PKG.MODULE:FACTORY --device cpu|cuda[:N] -o PROFILE.json
 
 FACTORY(micro_batch, seq_len) returns {"layers": [(name, nn.Module)], "tokens": tensor,
-"targets": tensor, "model"?: Ballast's GPT fields (then kind gpt), "name"?: str}."""
+"targets": tensor, "name"?: str (the custom model's name)}. The profile's model is kind gpt
+when the layers are Ballast's GPT (embed, block.0 ..., head of its sizes), else custom."""
 import argparse
 import importlib
 import sys
@@ -26,8 +27,11 @@ def main(argv=None):
         print("profiler.torch: --model %s: %s" % (a.model, exc), file=sys.stderr)
         return 2
     spec = factory(a.micro_batch, a.seq_len)
-    model = spec.get("model") or {"kind": "custom", "name": spec.get("name", a.model)}
-    prof = profile(spec["layers"], spec["tokens"], spec["targets"], a.device, a.repeat, model)
+    prof = profile(spec["layers"], spec["tokens"], spec["targets"], a.device, a.repeat,
+                   spec.get("name", a.model))
+    print("profiler.torch: %s model, %d layers -> %s" % (prof["model"]["kind"],
+                                                        len(prof["layers"]), a.output),
+          file=sys.stderr)
     write(prof, a.output)
     return 0
 

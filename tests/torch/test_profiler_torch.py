@@ -39,6 +39,7 @@ class Core(nn.Module):
 class Attn(nn.Module):
     def __init__(self, bias):
         super().__init__()
+        self.n_head = H
         self.qkv = nn.Linear(C, 3 * C, bias=bias)
         self.core_attn = Core()
         self.proj = nn.Linear(C, C, bias=bias)
@@ -134,9 +135,10 @@ def options(layer, attn, mlp):
 def test_gpt(ballast, work):
     torch.manual_seed(0)
     tokens, targets = torch.randint(V, (B, T)), torch.randint(V, (B, T))
-    model = {"kind": "gpt", "n_layer": L, "n_embd": C, "n_head": H, "seq_len": T,
-             "vocab_size": V, "micro_batch": B, "dtype": "fp32"}
-    prof = profile(gpt_layers(), tokens, targets, "cpu", 2, model, memory_bytes=1 << 30)
+    prof = profile(gpt_layers(), tokens, targets, "cpu", 2, memory_bytes=1 << 30)
+    check("recognised as Ballast's GPT", prof["model"],
+          {"kind": "gpt", "n_layer": L, "n_embd": C, "n_head": H, "seq_len": T,
+           "vocab_size": V, "micro_batch": B, "dtype": "fp32"})
     embed, blocks, head = prof["layers"][0], prof["layers"][1:-1], prof["layers"][-1]
     check("names", [x["name"] for x in prof["layers"]],
           ["embed"] + ["block.%d" % i for i in range(L)] + ["head"])
@@ -196,9 +198,8 @@ def test_gpt(ballast, work):
 def test_llama():
     torch.manual_seed(0)
     tokens, targets = torch.randint(V, (B, T)), torch.randint(V, (B, T))
-    prof = profile(llama_layers(), tokens, targets, "cpu", 2,
-                   {"kind": "custom", "name": "llama-like"}, memory_bytes=1 << 30)
-    check("kind", prof["model"]["kind"], "custom")
+    prof = profile(llama_layers(), tokens, targets, "cpu", 2, "llama-like", memory_bytes=1 << 30)
+    check("model", prof["model"], {"kind": "custom", "name": "llama-like"})
     embed, blocks, head = prof["layers"][0], prof["layers"][1:-1], prof["layers"][-1]
     state(embed, V * C)
     for blk in blocks:
@@ -207,15 +208,48 @@ def test_llama():
     state(head, C + C * V)
 
 
+def factory(micro_batch, seq_len):
+    """For the command line: the GPT-2-like model (its T fixed by the position table)."""
+    assert seq_len == T
+    torch.manual_seed(0)
+    return {"layers": gpt_layers(), "tokens": torch.randint(V, (micro_batch, T)),
+            "targets": torch.randint(V, (micro_batch, T))}
+
+
+def test_command_line(work):
+    """python3 -m profiler.torch from the repo root, the model from this file."""
+    out = os.path.join(work, "cli.json")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "profiler.torch", "--model",
+                          "test_profiler_torch:factory", "--micro-batch", str(B), "--seq-len",
+                          str(T), "--repeat", "1", "-o", out],
+                         capture_output=True, text=True, env=env,
+                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
+    if run.returncode != 0:
+        FAILS.append("python3 -m profiler.torch: exit %d: %s" % (run.returncode, run.stderr))
+        return
+    with open(out) as f:
+        prof = json.load(f)
+    check("command line format", prof["format"], "ballast-profile/1")
+    check("command line kind", prof["model"]["kind"], "gpt")
+    check("command line layers", len(prof["layers"]), L + 2)
+    bad = subprocess.run([sys.executable, "-m", "profiler.torch", "--model", "no_such:thing",
+                          "-o", out], capture_output=True, text=True,
+                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
+    check("command line, a model that is not there: exit", bad.returncode, 2)
+
+
 def main():
     ballast = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory() as work:
         test_gpt(ballast, work)
         test_llama()
+        test_command_line(work)
     for f in FAILS:
         print("FAIL", f)
     print("test_profiler_torch: %d failure(s)" % len(FAILS))
     return 1 if FAILS else 0
 
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,7 +38,7 @@ static void help(void)
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
-           "  --export FORMAT  print the plan as colossalai, nemo or megatron settings on\n"
+           "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
            "                   standard output (the table goes to standard error)\n"
            "  --quiet          no table\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
@@ -120,9 +120,10 @@ int cmd_plan(int argc, char **argv)
         } else if ((r = cli_option(argc, argv, &i, "--export", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            if (strcmp(v, "colossalai") && strcmp(v, "nemo") && strcmp(v, "megatron"))
-                return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo or "
-                                               "megatron", v);
+            if (strcmp(v, "colossalai") && strcmp(v, "nemo") && strcmp(v, "megatron") &&
+                strcmp(v, "flagscale"))
+                return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo, "
+                                               "megatron or flagscale", v);
             export_format = v;
         } else if (cli_flag(argv, i, "--verify")) {
             o.verify = 1;

@@ -323,6 +323,69 @@ static int export_megatron(FILE *f, struct export *x)
     return ERR_OK;
 }
 
+/* FlagScale's heterogeneous training (its Megatron-LM patches, flagscale/train/arguments.py):
+ * a layer split of any shape, process meshes of consecutive stages on one device kind, and
+ * recompute_num_layers_per_stage_micro_batch, the blocks each stage recomputes: the plan's
+ * per-stage counts exactly, blocks recomputed in part counted whole. Its launcher turns
+ * system: into arguments (nested sections flattened, lists spread). */
+static void flagscale_meshes(FILE *f, const struct plan *p)
+{
+    int S = p->n_stages;
+    fprintf(f, "    hetero_process_meshes: [");
+    for (int s = 0, first = 0, n = 0; s < S; s++) /* tp, cp, ep, dp, pp per mesh */
+        if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0) {
+            fprintf(f, "%s1, 1, 1, 1, %d", n++ ? ", " : "", s + 1 - first);
+            first = s + 1;
+        }
+    fprintf(f, "]\n    hetero_device_types: [");
+    for (int s = 0, n = 0; s < S; s++)
+        if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0)
+            fprintf(f, "%s\"%s\"", n++ ? ", " : "", p->stages[s].device);
+    fprintf(f, "]\n");
+}
+
+static int export_flagscale(FILE *f, struct export *x)
+{
+    const struct plan *p = x->p;
+    int S = p->n_stages, sel = selective(x);
+    common_notes(x, "FlagScale");
+    if (sel)
+        fprintf(x->note, "ballast plan: export FlagScale: note: selective recomputation "
+                         "applies to every block; the plan recomputes %d block(s) in part and "
+                         "keeps the rest\n",
+                x->partial);
+    header(f, p, "#");
+    fprintf(f, "system:\n  pipeline_model_parallel_size: %d\n  hetero:\n"
+               "    enable_hetero: True\n    hetero_pipeline_layer_split: ",
+            S);
+    list(f, x, 0);
+    fprintf(f, "\n");
+    flagscale_meshes(f, p);
+    if (p->model.dtype == MODEL_DTYPE_BF16)
+        fprintf(f, "  precision:\n    bf16: True\n");
+    if (sel) {
+        fprintf(f, "  recompute:\n    recompute_granularity: selective\n"
+                   "    recompute_modules: [%s%s%s]\n",
+                x->u.attn ? "core_attn" : "", x->u.attn && x->u.mlp ? ", " : "",
+                x->u.mlp ? "mlp" : "");
+    } else if (x->most > 0) {
+        fprintf(f, "  recompute:\n    recompute_granularity: full\n"
+                   "    recompute_method: block\n    recompute_num_layers: %d\n"
+                   "    recompute_num_layers_per_stage_micro_batch:\n",
+                x->most);
+        /* [stages, micro-batches, blocks]: that many stages recompute that many blocks in
+         * every micro-batch */
+        for (int s = 0; s < S;) {
+            int run = 1;
+            while (s + run < S && x->c[s + run].recompute == x->c[s].recompute)
+                run++;
+            fprintf(f, "      - [%d, %d, %d]\n", run, p->micro_batches, x->c[s].recompute);
+            s += run;
+        }
+    }
+    return ERR_OK;
+}
+
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e)
 {
     struct export x = {.p = p, .note = stderr};
@@ -337,8 +400,11 @@ int planner_export(FILE *f, const struct plan *p, const char *format, struct err
         rc = export_nemo(f, &x, e);
     else if (strcmp(format, "megatron") == 0)
         rc = export_megatron(f, &x);
+    else if (strcmp(format, "flagscale") == 0)
+        rc = export_flagscale(f, &x);
     else
-        rc = err_set(e, ERR_INPUT, "--export: \"%s\", expected colossalai, nemo or megatron",
+        rc = err_set(e, ERR_INPUT,
+                     "--export: \"%s\", expected colossalai, nemo, megatron or flagscale",
                      format);
     free(x.c);
     return rc;

@@ -116,7 +116,7 @@ struct run {
     int rc;
     char *out, *err;
     struct counts c;
-    int bf16, gpipe;
+    int bf16, gpipe, micro_batches;
 };
 
 static void run_export(const char *cluster, const char *extra, const char *format, struct run *r)
@@ -139,6 +139,7 @@ static void run_export(const char *cluster, const char *extra, const char *forma
     const char *dtype = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "dtype")->valuestring;
     r->bf16 = strcmp(dtype, "bf16") == 0;
     r->gpipe = strcmp(cJSON_GetObjectItem(p, "schedule")->valuestring, "gpipe") == 0;
+    r->micro_batches = cJSON_GetObjectItem(p, "micro_batches")->valueint;
     cJSON_Delete(p);
 }
 
@@ -373,11 +374,85 @@ static void check_megatron(const char *cluster, const char *extra)
     run_free(&r);
 }
 
+/* FlagScale: a YAML whose every key path (system.hetero.…) its source takes; the split, the
+ * meshes (tp, cp, ep, dp, pp per device kind, in pipeline order) and each stage's recomputed
+ * blocks in every micro-batch exactly the plan's (blocks recomputed in part counted whole). */
+static void check_flagscale(const char *cluster, const char *extra)
+{
+    struct run r;
+    run_export(cluster, extra, "flagscale", &r);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    char path[3][64] = {"", "", ""}, key[64], value[256];
+    int S = r.c.n, split[MAX_STAGES], n_split = -1, meshes[5 * MAX_STAGES], n_mesh = -1;
+    int per_stage[MAX_STAGES], staged = 0, pp = 0, selective = 0, n_keys = 0;
+    for (const char *line = r.out; *line; line = strchr(line, '\n') + 1) {
+        if (line[0] == '#')
+            continue;
+        int depth = (int)(strspn(line, " ") / 2);
+        if (strncmp(line + 2 * depth, "- [", 3) == 0) { /* [stages, micro-batches, blocks] */
+            int v[3];
+            CU_ASSERT_FATAL(sscanf(line + 2 * depth, "- [%d, %d, %d]", &v[0], &v[1], &v[2]) == 3);
+            CU_ASSERT_EQUAL(v[1], r.micro_batches); /* every micro-batch alike */
+            CU_ASSERT_FATAL(v[0] >= 1 && staged + v[0] <= S);
+            for (int i = 0; i < v[0]; i++)
+                per_stage[staged++] = v[2];
+            continue;
+        }
+        CU_ASSERT_FATAL(depth < 3);
+        value[0] = '\0';
+        CU_ASSERT_FATAL(sscanf(line + 2 * depth, "%63[a-z_0-9]:%255[^\n]", key, value) >= 1);
+        snprintf(path[depth], sizeof path[depth], "%s", key);
+        const char *v = value[0] == ' ' ? value + 1 : value;
+        if (v[0] == '\0')
+            continue; /* a section */
+        char full[256];
+        snprintf(full, sizeof full, "%s", path[0]);
+        for (int d = 1; d <= depth; d++)
+            snprintf(full + strlen(full), sizeof full - strlen(full), ".%s", path[d]);
+        CU_ASSERT(accepted("flagscale", full,
+                           v[0] == '[' || isdigit((unsigned char)v[0]) ? NULL : v));
+        n_keys++;
+        if (strcmp(key, "pipeline_model_parallel_size") == 0)
+            pp = atoi(v);
+        else if (strcmp(key, "hetero_pipeline_layer_split") == 0)
+            n_split = parse_list(line, "split:", split);
+        else if (strcmp(key, "hetero_process_meshes") == 0)
+            n_mesh = parse_list(line, "meshes:", meshes);
+        else if (strcmp(key, "recompute_granularity") == 0)
+            selective = strcmp(v, "selective") == 0;
+    }
+    CU_ASSERT(n_keys >= 5);
+    CU_ASSERT_EQUAL(pp, S);
+    CU_ASSERT_EQUAL_FATAL(n_split, S);
+    for (int s = 0; s < S; s++)
+        CU_ASSERT_EQUAL(split[s], r.c.blocks[s]);
+    CU_ASSERT_FATAL(n_mesh > 0 && n_mesh % 5 == 0);
+    int mesh_stages = 0;
+    for (int m = 0; m < n_mesh; m += 5) {
+        CU_ASSERT(meshes[m] == 1 && meshes[m + 1] == 1 && meshes[m + 2] == 1 && meshes[m + 3] == 1);
+        mesh_stages += meshes[m + 4];
+    }
+    CU_ASSERT_EQUAL(mesh_stages, S);
+    CU_ASSERT((strstr(r.out, "    bf16: True\n") != NULL) == r.bf16);
+    int partial = total(r.c.partial, S), recomputed = total(r.c.recompute, S);
+    CU_ASSERT(selective == (recomputed == partial && partial > 0));
+    if (!selective && recomputed > 0) {
+        CU_ASSERT_EQUAL(staged, S);
+        for (int s = 0; s < S; s++)
+            CU_ASSERT_EQUAL(per_stage[s], r.c.recompute[s]);
+    } else {
+        CU_ASSERT_EQUAL(staged, 0);
+    }
+    CU_ASSERT((strstr(r.err, "GPipe; FlagScale runs 1F1B") != NULL) == r.gpipe);
+    run_free(&r);
+}
+
 static void check_all_formats(const char *cluster, const char *extra)
 {
     check_colossalai(cluster, extra);
     check_nemo(cluster, extra);
     check_megatron(cluster, extra);
+    check_flagscale(cluster, extra);
 }
 
 static void test_exports(void)

@@ -108,10 +108,19 @@ static void common_notes(const struct export *x, const char *framework)
             int64_t kept, transient;
             double ms;
             cost_choice(lc, st->recompute[l], &kept, &transient, &ms);
+            /* an upper bound: the framework's extra block recomputation may give some back */
+            double more = (double)st->in_flight * (double)(lc->act_bytes - kept);
+            if (more <= 0)
+                continue;
+            double need = (double)st->memory_bytes + more;
             fprintf(x->note, "ballast plan: export %s: note: stage %d recomputes its %s, which %s "
-                             "keeps: %.3f GiB more there than planned\n",
-                    framework, s, lc->name, framework,
-                    (double)st->in_flight * (lc->act_bytes - kept) / 1073741824.0);
+                             "keeps: %.3f GiB more there, up to %.3f GiB of its %.3f GiB limit\n",
+                    framework, s, lc->name, framework, more / 1073741824.0,
+                    need / 1073741824.0, (double)st->memory_limit_bytes / 1073741824.0);
+            if (need > (double)st->memory_limit_bytes)
+                fprintf(x->note, "ballast plan: export %s: note: stage %d may not fit as %s "
+                                 "runs it (needs up to %.0f bytes of %lld)\n",
+                        framework, s, framework, need, (long long)st->memory_limit_bytes);
         }
     }
     if (p->schedule == SCHEDULE_GPIPE)

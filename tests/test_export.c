@@ -117,7 +117,48 @@ struct run {
     char *out, *err;
     struct counts c;
     int bf16, gpipe, micro_batches;
+    /* per stage: what keeping its recomputed embed or head adds, the plan's bytes, the limit */
+    double more[MAX_STAGES], memory[MAX_STAGES], limit[MAX_STAGES];
 };
+
+/* The frameworks keep the embedding and the head: a stage whose plan recomputes one (whole)
+ * holds v * (act - ckpt) more. */
+static void kept_ends(const cJSON *plan, struct run *r)
+{
+    int n_layer = cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "model"), "n_layer")->valueint;
+    const cJSON *st, *l;
+    int s = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(plan, "stages"))
+    {
+        int first = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layers"), 0)->valueint;
+        int v = cJSON_GetObjectItem(st, "in_flight")->valueint;
+        r->more[s] = 0;
+        r->memory[s] = cJSON_GetObjectItem(st, "memory_bytes")->valuedouble;
+        r->limit[s] = cJSON_GetObjectItem(st, "memory_limit_bytes")->valuedouble;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItem(st, "recompute"))
+        {
+            if (l->valueint >= 1 && l->valueint <= n_layer)
+                continue;
+            const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"),
+                                                l->valueint - first);
+            r->more[s] += v * (cJSON_GetObjectItem(c, "act_bytes")->valuedouble -
+                               cJSON_GetObjectItem(c, "ckpt_bytes")->valuedouble);
+        }
+        s++;
+    }
+}
+
+/* Each stage holding more than planned is said, with its need against its limit. */
+static void check_kept_ends(const struct run *r, const char *framework)
+{
+    for (int s = 0; s < r->c.n; s++) {
+        char say[160];
+        snprintf(say, sizeof say, "export %s: note: stage %d recomputes its ", framework, s);
+        CU_ASSERT((strstr(r->err, say) != NULL) == (r->more[s] > 0));
+        snprintf(say, sizeof say, "export %s: note: stage %d may not fit", framework, s);
+        CU_ASSERT((strstr(r->err, say) != NULL) == (r->memory[s] + r->more[s] > r->limit[s]));
+    }
+}
 
 static void run_export(const char *cluster, const char *extra, const char *format, struct run *r)
 {
@@ -140,6 +181,7 @@ static void run_export(const char *cluster, const char *extra, const char *forma
     r->bf16 = strcmp(dtype, "bf16") == 0;
     r->gpipe = strcmp(cJSON_GetObjectItem(p, "schedule")->valuestring, "gpipe") == 0;
     r->micro_batches = cJSON_GetObjectItem(p, "micro_batches")->valueint;
+    kept_ends(p, r);
     cJSON_Delete(p);
 }
 
@@ -222,6 +264,7 @@ static void check_colossalai(const char *cluster, const char *extra)
         CU_ASSERT(strstr(r.err, more) != NULL);
     }
     CU_ASSERT((strstr(r.err, "GPipe; ColossalAI runs 1F1B") != NULL) == r.gpipe);
+    check_kept_ends(&r, "ColossalAI");
     run_free(&r);
 }
 
@@ -336,6 +379,7 @@ static void check_megatron(const char *cluster, const char *extra)
     CU_ASSERT((strstr(r.out, "\n--bf16 \\\n") != NULL || strstr(r.out, "\n--bf16\n") != NULL) ==
               r.bf16);
     CU_ASSERT((strstr(r.err, "GPipe; Megatron-LM runs 1F1B") != NULL) == r.gpipe);
+    check_kept_ends(&r, "Megatron-LM");
     const char *lay = strstr(r.out, "--pipeline-model-parallel-layout \"");
     CU_ASSERT_FATAL(lay != NULL);
     lay += strlen("--pipeline-model-parallel-layout \"");
@@ -444,6 +488,7 @@ static void check_flagscale(const char *cluster, const char *extra)
         CU_ASSERT_EQUAL(staged, 0);
     }
     CU_ASSERT((strstr(r.err, "GPipe; FlagScale runs 1F1B") != NULL) == r.gpipe);
+    check_kept_ends(&r, "FlagScale");
     run_free(&r);
 }
 
@@ -466,6 +511,55 @@ static void test_exports(void)
     check_all_formats("clusters/cpu-3.json", "--method full");
     check_all_formats("clusters/cpu-3.json", "");
     check_all_formats("clusters/cpu-3.json", "--method block:2");
+}
+
+/* cpu-3 under --method full with its last stage's memory cut to what the plan needs: the
+ * plan recomputes the head, the frameworks keep it, so the export says that stage may not
+ * fit, with its need and limit. */
+static const char *write_cluster(cJSON *c)
+{
+    char *s = cJSON_Print(c);
+    const char *path = test_write("tight-cluster.json", s);
+    cJSON_free(s);
+    return path;
+}
+
+static void test_export_kept_head_overflows(void)
+{
+    char args[2048], *text = test_read(CONFIGS "clusters/cpu-3.json");
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(c, "stages"))
+    {
+        char prof[1024];
+        snprintf(prof, sizeof prof, "%sclusters/%s", CONFIGS,
+                 cJSON_GetObjectItem(st, "profile")->valuestring);
+        cJSON_SetValuestring(cJSON_GetObjectItem(st, "profile"), prof);
+    }
+    const char *plan = test_path("tight-plan.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' --method full --quiet -o '%s'",
+             write_cluster(c), plan);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    text = test_read(plan);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    const cJSON *last = cJSON_GetArrayItem(cJSON_GetObjectItem(p, "stages"), 2);
+    double slack = cJSON_GetObjectItem(last, "memory_limit_bytes")->valuedouble -
+                   cJSON_GetObjectItem(last, "memory_bytes")->valuedouble;
+    cJSON_Delete(p);
+    cJSON *mem = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "stages"), 2),
+                                     "memory_bytes");
+    cJSON_SetNumberValue(mem, mem->valuedouble - slack);
+    snprintf(args, sizeof args, "plan --cluster '%s' --method full --export megatron",
+             write_cluster(c));
+    cJSON_Delete(c);
+    char *out = NULL, *err = NULL;
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
+    CU_ASSERT(err && strstr(err, "stage 2 may not fit as Megatron-LM runs it"));
+    CU_ASSERT(err && strstr(err, "stage 1 may not fit") == NULL);
+    free(out);
+    free(err);
 }
 
 /* The defects found against the frameworks' source: ColossalAI's keyword __init__ lacked
@@ -663,6 +757,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("export", NULL, NULL);
     CU_add_test(s, "exports describe the plan they export", test_exports);
     CU_add_test(s, "export defects found against the frameworks' source", test_export_regressions);
+    CU_add_test(s, "export: a kept head that overflows is said", test_export_kept_head_overflows);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
     CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
                 test_micro_batches_auto_measured);

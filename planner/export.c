@@ -95,8 +95,9 @@ static void list(FILE *f, const struct export *x, int recompute)
     fprintf(f, "]");
 }
 
-/* What every framework here does differently from the plan whatever the settings. */
-static void common_notes(const struct export *x, const char *framework)
+/* The frameworks keep the embedding and the head: a stage whose plan recomputes them holds
+ * more, said with its need against its limit. */
+static void kept_ends_note(const struct export *x, const char *framework)
 {
     const struct plan *p = x->p;
     for (int s = 0; s < p->n_stages; s++) {
@@ -123,6 +124,13 @@ static void common_notes(const struct export *x, const char *framework)
                         framework, s, framework, need, (long long)st->memory_limit_bytes);
         }
     }
+}
+
+/* What every framework here does differently from the plan whatever the settings. */
+static void common_notes(const struct export *x, const char *framework)
+{
+    const struct plan *p = x->p;
+    kept_ends_note(x, framework);
     if (p->schedule == SCHEDULE_GPIPE)
         fprintf(x->note, "ballast plan: export %s: note: the plan was made for GPipe; %s runs "
                          "1F1B, which keeps at most as many micro-batches in flight, so the plan "

@@ -104,7 +104,8 @@ static void kept_ends_note(const struct export *x, const char *framework)
         const struct plan_stage *st = &p->stages[s];
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
             const struct layer_cost *lc = &st->layers[l];
-            if (!st->recompute[l] || model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
+            if (!st->recompute[l] ||
+                model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
                 continue;
             int64_t kept, transient;
             double ms;
@@ -142,6 +143,14 @@ static void common_notes(const struct export *x, const char *framework)
                          "memory)\n",
                 framework, x->partial, framework);
     }
+}
+
+/* Selective recomputation (recompute modules) covers every block of every stage. */
+static void selective_note(const struct export *x, const char *framework)
+{
+    fprintf(x->note, "ballast plan: export %s: note: selective recomputation applies to every "
+                     "block; the plan recomputes %d block(s) in part and keeps the rest\n",
+            framework, x->partial);
 }
 
 /* A framework that recomputes the first `n` blocks of every stage: what that is per stage
@@ -250,9 +259,7 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
     if (!sel && x->most > 0)
         same_count_note(x, "NeMo", "activations_checkpoint_num_layers", x->most);
     if (sel)
-        fprintf(x->note, "ballast plan: export NeMo: note: selective recomputation applies to "
-                         "every block; the plan recomputes %d block(s) in part and keeps the rest\n",
-                x->partial);
+        selective_note(x, "NeMo");
     header(f, p, "#");
     fprintf(f, "trainer:\n  precision: %s\nmodel:\n  mcore_gpt: True\n"
                "  pipeline_model_parallel_size: %d\n",
@@ -299,10 +306,7 @@ static int export_megatron(FILE *f, struct export *x)
                          "whole MLP from its input where the plan recomputes only the GELU (more "
                          "time, less memory)\n");
     if (sel)
-        fprintf(x->note, "ballast plan: export Megatron-LM: note: selective recomputation "
-                         "applies to every block; the plan recomputes %d block(s) in part and "
-                         "keeps the rest\n",
-                x->partial);
+        selective_note(x, "Megatron-LM");
     /* the layout string: E the embedding, t a block, L the loss head, | between stages */
     char layout[4096], num[32];
     int n = 0;
@@ -367,10 +371,7 @@ static int export_flagscale(FILE *f, struct export *x)
     int S = p->n_stages, sel = selective(x);
     common_notes(x, "FlagScale");
     if (sel)
-        fprintf(x->note, "ballast plan: export FlagScale: note: selective recomputation "
-                         "applies to every block; the plan recomputes %d block(s) in part and "
-                         "keeps the rest\n",
-                x->partial);
+        selective_note(x, "FlagScale");
     header(f, p, "#");
     fprintf(f, "system:\n  pipeline_model_parallel_size: %d\n  hetero:\n"
                "    enable_hetero: True\n    hetero_pipeline_layer_split: ",

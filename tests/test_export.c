@@ -403,7 +403,8 @@ static void check_megatron(const char *cluster, const char *extra)
     CU_ASSERT((sel != NULL) == (whole == 0 && partial > 0));
     if (sel) {
         char line[128];
-        snprintf(line, sizeof line, "--recompute-granularity selective \\\n--recompute-modules%s%s\n",
+        snprintf(line, sizeof line,
+                 "--recompute-granularity selective \\\n--recompute-modules%s%s\n",
                  r.c.attn ? " core_attn" : "", r.c.mlp ? " mlp" : "");
         CU_ASSERT(strncmp(sel, line, strlen(line)) == 0);
     }

@@ -14,7 +14,8 @@ try:
     from torch import nn
 except ImportError:
     sys.exit("test_profiler_torch: PyTorch is missing for %s; install it with "
-             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)" % sys.executable)
+             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)"
+             % sys.executable)
 
 from profiler.torch import profile  # noqa: E402
 
@@ -178,7 +179,8 @@ def test_gpt(ballast, work):
     with open(cpath, "w") as f:
         json.dump(cluster, f)
     plan_path = os.path.join(work, "torch-plan.json")
-    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "64", "-o", plan_path],
+    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "64", "-o",
+                          plan_path],
                          capture_output=True, text=True)
     if run.returncode != 0:
         FAILS.append("ballast plan --verify on the profile: exit %d: %s" %

@@ -145,6 +145,12 @@ static void common_notes(const struct export *x, const char *framework)
     }
 }
 
+/* Megatron-core's recompute_modules the plan's options need, as a YAML list. */
+static const char *yaml_modules(const struct export *x)
+{
+    return x->u.attn && x->u.mlp ? "[core_attn, mlp]" : x->u.attn ? "[core_attn]" : "[mlp]";
+}
+
 /* Selective recomputation (recompute modules) covers every block of every stage. */
 static void selective_note(const struct export *x, const char *framework)
 {
@@ -272,9 +278,8 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
         fprintf(f, "  activations_checkpoint_granularity: selective\n"
                    "  activations_checkpoint_method: null\n"
                    "  activations_checkpoint_num_layers: null\n"
-                   "  recompute_modules: [%s%s%s]\n",
-                x->u.attn ? "core_attn" : "", x->u.attn && x->u.mlp ? ", " : "",
-                x->u.mlp ? "mlp" : "");
+                   "  recompute_modules: %s\n",
+                yaml_modules(x));
     else if (x->most > 0)
         fprintf(f, "  activations_checkpoint_granularity: full\n"
                    "  activations_checkpoint_method: block\n"
@@ -383,9 +388,8 @@ static int export_flagscale(FILE *f, struct export *x)
         fprintf(f, "  precision:\n    bf16: True\n");
     if (sel) {
         fprintf(f, "  recompute:\n    recompute_granularity: selective\n"
-                   "    recompute_modules: [%s%s%s]\n",
-                x->u.attn ? "core_attn" : "", x->u.attn && x->u.mlp ? ", " : "",
-                x->u.mlp ? "mlp" : "");
+                   "    recompute_modules: %s\n",
+                yaml_modules(x));
     } else if (x->most > 0) {
         fprintf(f, "  recompute:\n    recompute_granularity: full\n"
                    "    recompute_method: block\n    recompute_num_layers: %d\n"

@@ -219,7 +219,8 @@ static int export_colossalai(FILE *f, struct export *x)
 }
 
 /* The first and last stage's blocks when NeMo can take the split (the stages between them
- * even): 1 with *first, *last set (-1: not set, the even share), 0 when it cannot. */
+ * even; Megatron-core refuses a first or last count below 1): 1 with *first, *last set (-1:
+ * not set, the even share), 0 when it cannot. */
 static int nemo_split(const struct export *x, int *first, int *last)
 {
     int S = x->p->n_stages;
@@ -228,7 +229,7 @@ static int nemo_split(const struct export *x, int *first, int *last)
         return 1;
     if (S == 2) { /* both set leaves no stage to divide by: NeMo divides by zero */
         *first = x->c[0].blocks;
-        return 1;
+        return *first >= 1 && x->c[1].blocks >= 1;
     }
     for (int s = 2; s < S - 1; s++)
         if (x->c[s].blocks != x->c[1].blocks)
@@ -237,7 +238,7 @@ static int nemo_split(const struct export *x, int *first, int *last)
         *first = x->c[0].blocks;
     if (x->c[S - 1].blocks != x->c[1].blocks)
         *last = x->c[S - 1].blocks;
-    return 1;
+    return *first != 0 && *last != 0;
 }
 
 /* NeMo's megatron_gpt_config.yaml overrides, on the Megatron-core model (mcore_gpt): its
@@ -255,9 +256,10 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
                           x->c[s].blocks);
         return err_set(e, ERR_INPUT,
                        "--export nemo: NeMo sets the first and last stage's blocks "
-                       "(num_layers_in_first/last_pipeline_stage) and splits the rest evenly; "
-                       "this plan's blocks per stage [%s] differ between middle stages, which "
-                       "NeMo would run with other memory than planned (use --export megatron)",
+                       "(num_layers_in_first/last_pipeline_stage, at least 1 each) and splits "
+                       "the rest evenly; this plan's blocks per stage [%s] are not of that form, "
+                       "and NeMo would run them with other memory than planned (use --export "
+                       "megatron or flagscale)",
                        split);
     }
     common_notes(x, "NeMo");

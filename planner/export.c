@@ -90,13 +90,10 @@ static void notes(FILE *f, const struct plan *p, const struct stage_counts *c,
             const struct layer_cost *lc = &st->layers[l];
             if (!st->recompute[l] || model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
                 continue;
-            int64_t kept, transient;
-            double ms;
-            cost_choice(lc, st->recompute[l], &kept, &transient, &ms);
             fprintf(f, "%s note: stage %d also recomputes its %s, which the framework keeps: "
                        "%.3f GiB more there\n",
                     comment, s, lc->name,
-                    (double)st->in_flight * (lc->act_bytes - kept) / 1073741824.0);
+                    (double)cost_saved_bytes(lc, st->recompute[l], st->in_flight) / 1073741824.0);
         }
         if (c[s].blocks == 0)
             fprintf(f, "%s note: stage %d holds no transformer block (only %s)\n", comment, s,

@@ -231,16 +231,13 @@ void layout_view(const struct stage_layout *sl, const struct model *m, int li, c
 int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
                        int64_t reserve, struct err *e)
 {
-    int64_t available = limit - reserve, state = 0, slot = 0, transient = 0, ws = 0;
+    int64_t available = limit - reserve;
+    struct cost_sum sum = {0};
     for (int i = 0; i < sl->n_layers; i++) {
         const struct layer_layout *L = &sl->layers[i];
-        state += L->state_bytes;
-        slot += L->slot_bytes;
-        if (L->transient_bytes > transient)
-            transient = L->transient_bytes;
-        if (L->ws_bytes > ws)
-            ws = L->ws_bytes;
-        int64_t need = state + (int64_t)sl->in_flight * slot + transient + ws;
+        struct cost_row row = {.kept_bytes = L->slot_bytes, .transient_bytes = L->transient_bytes};
+        cost_sum_add(&sum, L->state_bytes, L->ws_bytes, 0, &row);
+        int64_t need = cost_sum_memory(&sum, sl->in_flight, 0);
         if (need > available) {
             char name[MODEL_LAYER_NAME_MAX];
             model_layer_name(m, L->layer, name);
@@ -250,10 +247,10 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
                 "bytes (state %lld + %d in flight x kept %lld + transient %lld + workspace "
                 "%lld), over memory_limit_bytes %lld minus reserve_bytes %lld = %lld; all "
                 "layers need %lld",
-                sl->first, sl->last, L->layer, name, (long long)need, (long long)state,
-                sl->in_flight, (long long)slot, (long long)transient, (long long)ws,
-                (long long)limit, (long long)reserve, (long long)available,
-                (long long)sl->arena_bytes);
+                sl->first, sl->last, L->layer, name, (long long)need, (long long)sum.state,
+                sl->in_flight, (long long)sum.kept, (long long)sum.transient,
+                (long long)sum.workspace, (long long)limit, (long long)reserve,
+                (long long)available, (long long)sl->arena_bytes);
         }
     }
     return ERR_OK;

@@ -233,11 +233,22 @@ int64_t sizes_tensors_bytes(const struct sizes_tensor *t, int n)
     return total;
 }
 
+int64_t sizes_state_bytes(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes)
+{
+    /* beside the weights, fp32 sections: gradients, Adam m and v, and for bf16 the fp32
+     * master weights */
+    int sections = dtype == MODEL_DTYPE_BF16 ? 4 : 3;
+    return weights_bytes + sections * fp32_bytes;
+}
+
 int sizes_state_bytes_per_param(enum model_dtype dtype)
 {
-    /* fp32: weights, gradients, Adam m and v. bf16: bf16 weights, fp32 gradients, fp32 master
-     * weights, m and v. */
-    return dtype == MODEL_DTYPE_BF16 ? 18 : 16;
+    return (int)sizes_state_bytes(dtype, sizes_weight_elem_bytes(dtype), 4);
+}
+
+int64_t sizes_activation_bytes(const struct model *m)
+{
+    return (int64_t)m->micro_batch * m->seq_len * m->n_embd * act_elem_bytes(m);
 }
 
 int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind)
@@ -255,19 +266,14 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
     struct sizes_tensor t[SIZES_TENSORS_MAX];
     enum model_layer_kind kind = model_layer_kind(m, layer);
     int n = params_tensors(m, kind, t);
-    int64_t fp32_copy = sizes_tensors_bytes(t, n);
+    int64_t fp32_copy = sizes_tensors_bytes(t, n), weights_copy = 0;
     out->params = sizes_layer_params(m, kind);
-    if (m->dtype == MODEL_DTYPE_BF16) {
-        int64_t bf16_copy = 0;
-        for (int i = 0; i < n; i++) {
-            struct sizes_tensor half = t[i];
-            half.elem_bytes = sizes_weight_elem_bytes(m->dtype);
-            bf16_copy += sizes_tensor_bytes(&half);
-        }
-        out->state_bytes = bf16_copy + 4 * fp32_copy;
-    } else {
-        out->state_bytes = 4 * fp32_copy;
+    for (int i = 0; i < n; i++) {
+        struct sizes_tensor w = t[i];
+        w.elem_bytes = sizes_weight_elem_bytes(m->dtype);
+        weights_copy += sizes_tensor_bytes(&w);
     }
+    out->state_bytes = sizes_state_bytes(m->dtype, weights_copy, fp32_copy);
     n = kept_tensors(m, kind, t);
     out->act_bytes = sizes_tensors_bytes(t, n);
     out->ckpt_bytes = sizes_tensors_bytes(t, sizes_ckpt_tensor_count(kind));
@@ -276,7 +282,7 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
     if (kind == MODEL_LAYER_HEAD)
         out->out_bytes = 4; /* the micro-batch's mean loss */
     else
-        out->out_bytes = (int64_t)m->micro_batch * m->seq_len * m->n_embd * act_elem_bytes(m);
+        out->out_bytes = sizes_activation_bytes(m);
 }
 
 int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e)

@@ -90,7 +90,6 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
     int64_t section = 0, weights = 0, slot = 0;
-    int extra_sections = m->dtype == MODEL_DTYPE_FP32 ? 3 : 4; /* fp32 beside the weights */
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         L->layer = first + i;
@@ -112,7 +111,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             w[k].elem_bytes = sizes_weight_elem_bytes(m->dtype);
         }
         int64_t wend = carve(w, L->n_params, weights, L->weight_off);
-        L->state_bytes = (wend - weights) + extra_sections * (end - section);
+        L->state_bytes = sizes_state_bytes(m->dtype, wend - weights, end - section);
         section = end;
         weights = wend;
         for (int k = 0; k < L->n_params; k++)
@@ -149,7 +148,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         sl->m_at = weights + 2 * section;
     }
     sl->v_at = sl->m_at + section;
-    sl->persistent_bytes = weights + extra_sections * section;
+    sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->slot_bytes = slot;
     sl->activation_bytes = (int64_t)in_flight * slot;
     sl->arena_bytes =

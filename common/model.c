@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "jsonio.h"
-#include "sizes.h"
 
 static const char *const model_keys[] = {"format",     "kind",       "n_layer",     "n_embd",
                                          "n_head",     "seq_len",    "vocab_size",  "micro_batch",
@@ -56,7 +55,7 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
     m->vocab_size = (int)vocab;
     m->micro_batch = (int)micro;
     /* Every byte count must be representable; a model too large for that is bad input. */
-    if (sizes_check_model(m, file, path, e))
+    if (model_check_sizes(m, file, path, e))
         return e->code;
     return ERR_OK;
 }
@@ -127,10 +126,22 @@ const char *model_dtype_name(enum model_dtype dtype)
     return dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
-int64_t model_param_count(const struct model *m)
+int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e)
 {
-    int64_t total = 0;
-    for (int l = 0; l < model_layer_count(m); l++)
-        total += sizes_layer_params(m, model_layer_kind(m, l));
-    return total;
+    /* The largest products are B*NH*T*T (attention), B*T*V (logits) and V*C, 3*C*C
+     * (weights); check them and the layer totals in 128-bit arithmetic. */
+    __int128 B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+             V = m->vocab_size;
+    __int128 limit = (__int128)JSONIO_INT_MAX;
+    __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
+             mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
+    __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
+    if (att > limit || logits > limit || weights > limit || mlp > limit || model_state > limit)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: the model is too large: some byte count exceeds 2^53 "
+                       "(micro_batch %d, seq_len %d, n_embd %d, n_head %d, vocab_size %d, "
+                       "n_layer %d)",
+                       file, path[0] ? path : "(top level)", m->micro_batch, m->seq_len, m->n_embd, m->n_head, m->vocab_size,
+                       m->n_layer);
+    return ERR_OK;
 }

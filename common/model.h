@@ -1,5 +1,6 @@
 /* The model file (ballast-model/1): a GPT decoder, and its planning layers in order:
- * `embed`, `block.0` ... `block.{n_layer-1}`, `head`. */
+ * `embed`, `block.0` ... `block.{n_layer-1}`, `head`. What Ballast knows of a model kind
+ * beyond the file (sizes, FLOPs, actions, initialisation) is models/model_ops.h's. */
 #ifndef BALLAST_MODEL_H
 #define BALLAST_MODEL_H
 
@@ -13,7 +14,10 @@ enum model_dtype {
     MODEL_DTYPE_BF16, /* bf16 compute and activations, fp32 master weights and optimizer state */
 };
 
+enum model_kind { MODEL_KIND_GPT };
+
 struct model {
+    enum model_kind kind;
     int n_layer;
     int n_embd;
     int n_head;
@@ -40,7 +44,8 @@ int model_layer_count(const struct model *m);
 enum model_layer_kind model_layer_kind(const struct model *m, int layer);
 void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX]);
 const char *model_dtype_name(enum model_dtype dtype);
-/* Parameters of the whole model. */
-int64_t model_param_count(const struct model *m);
+/* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
+ * model would exceed 2^53. */
+int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e);
 
 #endif

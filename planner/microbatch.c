@@ -89,7 +89,7 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         m.micro_batch = b;
         struct err inner;
         err_clear(&inner);
-        int rc = sizes_check_model(&m, "--micro-batches auto", "model", &inner);
+        int rc = model_check_sizes(&m, "--micro-batches auto", "model", &inner);
         for (int k = 0; k < c->n_profiles && rc == ERR_OK; k++)
             rc = profile_for(&c->profiles[k], b, &t, &cb.profiles[k], &scaled, &dropped, &inner);
         cb.model = m;

@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_ops.h"
 #include "planner.h"
 
 /* Memory in GiB, or in MiB, KiB or bytes for plans whose stages have less. */

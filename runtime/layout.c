@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cost.h"
+#include "model_ops.h"
 
 /* The names backend.h's enums stand for, per kind and class, in enum order. */
 static const char *const expected[3][3][SIZES_TENSORS_MAX] = {
@@ -257,23 +258,10 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
 
 int layout_param_decays(const char *name)
 {
-    static const char *const matrices[] = {"wte", "wpe", "qkv_w", "proj_w", "fc_w", "fcproj_w",
-                                           "lm_w"};
-    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
-        if (strcmp(name, matrices[i]) == 0)
-            return 1;
-    return 0;
+    return model_ops_gpt.param_decays(name); /* the runtime's layers are GPT's */
 }
 
 void layout_param_init(const struct model *m, const char *name, float *std, float *fill)
 {
-    size_t n = strlen(name);
-    *std = 0;
-    *fill = 0;
-    if (strncmp(name, "ln", 2) == 0 && strcmp(name + n - 2, "_w") == 0)
-        *fill = 1; /* layer-norm gain */
-    else if (strcmp(name, "proj_w") == 0 || strcmp(name, "fcproj_w") == 0)
-        *std = 0.02f / sqrtf(2.0f * (float)m->n_layer); /* GPT-2's residual scaling */
-    else if (layout_param_decays(name))
-        *std = 0.02f;
+    model_ops_gpt.param_init(m, name, std, fill);
 }

@@ -2,8 +2,6 @@
 
 #include <string.h>
 
-#include "jsonio.h"
-
 static int act_elem_bytes(const struct model *m)
 {
     return sizes_act_elem_bytes(m->dtype);
@@ -283,24 +281,4 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
         out->out_bytes = 4; /* the micro-batch's mean loss */
     else
         out->out_bytes = sizes_activation_bytes(m);
-}
-
-int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e)
-{
-    /* The largest products are B*NH*T*T (attention), B*T*V (logits) and V*C, 3*C*C
-     * (weights); check them and the layer totals in 128-bit arithmetic. */
-    __int128 B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
-             V = m->vocab_size;
-    __int128 limit = (__int128)JSONIO_INT_MAX;
-    __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
-             mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
-    __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
-    if (att > limit || logits > limit || weights > limit || mlp > limit || model_state > limit)
-        return err_set(e, ERR_INPUT,
-                       "%s: %s: the model is too large: some byte count exceeds 2^53 "
-                       "(micro_batch %d, seq_len %d, n_embd %d, n_head %d, vocab_size %d, "
-                       "n_layer %d)",
-                       file, path[0] ? path : "(top level)", m->micro_batch, m->seq_len, m->n_embd, m->n_head, m->vocab_size,
-                       m->n_layer);
-    return ERR_OK;
 }

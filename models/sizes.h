@@ -23,7 +23,6 @@
 
 #include <stdint.h>
 
-#include "err.h"
 #include "model.h"
 
 #define SIZES_ALIGN 64
@@ -96,8 +95,5 @@ uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind);
 void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32_t regen,
                        int64_t *kept, int64_t *transient);
 
-/* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
- * model would exceed 2^53. */
-int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e);
 
 #endif

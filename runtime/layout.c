@@ -35,7 +35,7 @@ static int check_names(enum model_layer_kind kind, enum sizes_class cls,
         ok = strcmp(t[i].name, expected[kind][cls][i]) == 0;
     if (!ok)
         return err_set(e, ERR_FAIL,
-                       "internal: the size tables of common/sizes.c (layer kind %d, class %d, "
+                       "internal: the size tables of models/sizes.c (layer kind %d, class %d, "
                        "%d tensors) no longer match the tensor indices of runtime/backend.h",
                        (int)kind, (int)cls, n);
     return ERR_OK;

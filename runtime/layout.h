@@ -1,5 +1,5 @@
 /* Where every tensor of a stage lives: offsets into the four arenas, computed from the size
- * tables of common/sizes.h and nothing else (planning offsets, nothing allocated: the split
+ * tables of models/sizes.h and nothing else (planning offsets, nothing allocated: the split
  * ggml's graph allocator makes between planning and applying).
  *
  *   persistent   fp32:  weights | gradients | AdamW m | AdamW v

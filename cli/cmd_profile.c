@@ -10,6 +10,7 @@
 #include "jsonio.h"
 #include "measure.h"
 #include "model.h"
+#include "model_ops.h"
 #include "profile.h"
 
 #define WARMUP 3
@@ -56,6 +57,21 @@ static int write_profile(const char *out_file, const struct profile *p, struct e
     return ERR_OK;
 }
 
+/* Loads the model to profile: one Ballast knows the layers of (a custom model has none to
+ * estimate or run; its profile is written by hand). */
+static int load_model(const char *file, const char *how, struct model *m, struct err *e)
+{
+    if (model_load(file, m, e))
+        return e->code;
+    if (model_ops_of(m) == NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: \"%s\" is a custom model: Ballast has no layers to run for a "
+                       "custom model, so it cannot %s one; write its profile (each layer's "
+                       "times and bytes) yourself, as configs/profiles/custom/ does",
+                       file, m->name, how);
+    return ERR_OK;
+}
+
 static int estimate(const char *model_file, const char *device, const char *devices_file,
                     const char *out_file)
 {
@@ -63,7 +79,7 @@ static int estimate(const char *model_file, const char *device, const char *devi
     struct device_table t;
     struct err e;
     err_clear(&e);
-    if (model_load(model_file, &m, &e) || devices_load(devices_file, &t, &e))
+    if (load_model(model_file, "estimate", &m, &e) || devices_load(devices_file, &t, &e))
         return cli_fail("profile", &e);
     const struct device_spec *d = devices_find(&t, device);
     if (d == NULL) {
@@ -95,7 +111,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     int mismatches = 0;
     err_clear(&e);
     memset(&p, 0, sizeof p);
-    if (model_load(model_file, &m, &e))
+    if (load_model(model_file, "measure", &m, &e))
         return cli_fail("profile", &e);
     p.provenance = cJSON_CreateObject();
     struct measure_timer timer;

@@ -178,6 +178,15 @@ static int stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], con
 static const char *first_model_difference(const struct model *a, const struct model *b,
                                           char buf[128])
 {
+    if (a->kind != b->kind || a->kind == MODEL_KIND_CUSTOM) {
+        if (a->kind != b->kind)
+            snprintf(buf, 128, "kind %s vs %s", model_kind_name(a->kind), model_kind_name(b->kind));
+        else if (strcmp(a->name, b->name) != 0)
+            snprintf(buf, 128, "name \"%s\" vs \"%s\"", a->name, b->name);
+        else
+            snprintf(buf, 128, "%d layers vs %d", a->layer_count, b->layer_count);
+        return buf;
+    }
 #define DIFF(f)                                                                                  \
     if (a->f != b->f) {                                                                          \
         snprintf(buf, 128, #f " %d vs %d", (int)a->f, (int)b->f);                                \
@@ -268,6 +277,16 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
                        "%s: %s.profile: \"%s\" describes a different model than stage 0's "
                        "profile (%s)",
                        file, path, rel, first_model_difference(&p->model, &c->model, buf));
+    } else if (p->model.kind == MODEL_KIND_CUSTOM) {
+        /* a custom model is its layer list: every profile names the same layers */
+        const struct profile *p0 = &c->profiles[c->stages[0].profile];
+        for (int l = 0; l < p->n_layers; l++)
+            if (strcmp(p->layers[l].name, p0->layers[l].name) != 0)
+                return err_set(e, ERR_INPUT,
+                               "%s: %s.profile: \"%s\" names layer %d \"%s\", but stage 0's "
+                               "profile names it \"%s\" (profiles of one custom model list the "
+                               "same layers)",
+                               file, path, rel, l, p->layers[l].name, p0->layers[l].name);
     }
     /* A device name is one set of costs: the planner groups stages by it (the order of
      * device kinds), so two profiles under one name that disagree would plan with either's

@@ -281,14 +281,11 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                        cJSON_GetArraySize(costs), n);
     k = 0;
     for (const cJSON *it = costs->child; it != NULL; it = it->next, k++) {
-        char ip[JSONIO_PATH_MAX], expect[MODEL_LAYER_NAME_MAX];
+        char ip[JSONIO_PATH_MAX];
         jsonio_path_index(ip, sub, k);
-        if (layer_cost_from_json(it, file, ip, &st->layers[k], e))
+        if (layer_cost_from_json(it, file, ip, &st->layers[k], e) ||
+            profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
             return e->code;
-        model_layer_name(&p->model, st->first + k, expect);
-        if (strcmp(expect, st->layers[k].name) != 0)
-            return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, ip,
-                           st->layers[k].name, expect);
     }
     if (read_options(so, file, path, st, e))
         return e->code;
@@ -338,6 +335,9 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
         return err_set(e, ERR_INPUT, "%s: model: missing", file);
     if (model_from_json(model, file, "model", &p->model, e))
         return e->code;
+    if (model_layer_count(&p->model) == 0)
+        return err_set(e, ERR_INPUT, "%s: model.layer_count: missing (a plan of a custom model "
+                       "says how many layers it has)", file);
     if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
         jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
         jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||

@@ -353,8 +353,7 @@ static int setup_transport(struct run *r, struct err *e)
         return rc;
     /* a send and a receive per micro-batch in flight, in each direction, at most */
     int max_requests = 4 * p->micro_batches + 8;
-    int64_t act = (int64_t)p->model.micro_batch * p->model.seq_len * p->model.n_embd *
-                  sizes_act_elem_bytes(p->model.dtype);
+    int64_t act = sizes_activation_bytes(&p->model);
     switch (r->transport) {
     case TRANSPORT_MPI:
         return transport_mpi_init(&r->tp, &r->comm, max_requests, e);

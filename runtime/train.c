@@ -9,7 +9,6 @@
 #include "backend.h"
 #include "ckpt.h"
 #include "cuda_device.h"
-#include "devices.h"
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
@@ -174,26 +173,14 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
     }
 }
 
-/* Whether a stage computes on a GPU: --device, else the plan's device_kind (from the stage's
- * profile), else the device table's kind for the stage's device name, else a name that starts
- * with "cuda" (cuda:N); anything else runs on the CPU. */
+/* Whether a stage computes on a GPU: --device, else the plan's device_kind (every plan has
+ * one: plan_load refuses a plan without it). */
 static int stage_wants_cuda(const struct run *r, const struct plan_stage *st)
 {
     const char *d = r->o->device;
     if (strcmp(d, "auto") != 0)
         return strcmp(d, "cuda") == 0;
-    if (st->device_kind[0])
-        return strcmp(st->device_kind, "cuda") == 0;
-    struct device_table t;
-    struct err e;
-    int cuda = strncmp(st->device, "cuda", 4) == 0;
-    if (devices_load(devices_default_file(), &t, &e) == ERR_OK) {
-        const struct device_spec *spec = devices_find(&t, st->device);
-        if (spec != NULL)
-            cuda = strcmp(spec->kind, "cuda") == 0;
-        devices_free(&t);
-    }
-    return cuda;
+    return strcmp(st->device_kind, "cuda") == 0;
 }
 
 /* The GPU readings passed from rank to rank of a node (below): per GPU, the device memory in

@@ -532,6 +532,19 @@ static void test_bad_input(void)
     expect_refused(2, args, 2, "--transport nccl: rank 0 computes on the CPU");
     snprintf(args, sizeof args, "--plan '%s' --steps 1 --device gpu", plan_path[P1]);
     expect_refused(1, args, 2, "expected auto, cpu or cuda");
+    /* a plan from before device_kind: refused with the stage and what to do, not guessed */
+    struct err e;
+    cJSON *old = jsonio_read(plan_path[P2], &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(old);
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(old, "stages"), 1),
+                               "device_kind");
+    char old_plan[1024];
+    snprintf(old_plan, sizeof old_plan, "%s", test_path("old-plan.json"));
+    CU_ASSERT_EQUAL_FATAL(jsonio_write(old_plan, old, &e), ERR_OK);
+    cJSON_Delete(old);
+    snprintf(args, sizeof args, "--plan '%s' --steps 1", old_plan);
+    expect_refused(2, args, 2, "stages[1].device_kind: missing");
+    expect_refused(2, args, 2, "re-plan with `ballast plan`");
 }
 
 static void test_data_file(void)

@@ -275,7 +275,8 @@ static int forward(struct executor *x, int micro, struct err *e)
             v = next;
     }
     if (out_id >= 0)
-        ERR_TRY(ws_send(x, out_id, exec_boundary_bytes(x->c.model), x->c.stage + 1, micro, e));
+        ERR_TRY(ws_send(x, out_id, exec_boundary_bytes(x->c.model), x->c.stage + 1, micro,
+                        e));
     return ERR_OK;
 }
 
@@ -303,8 +304,9 @@ static int take_dout(struct executor *x, int li, int micro, const struct layer_v
         return v->kind == MODEL_LAYER_HEAD ? ERR_OK
                                            : x->c.port->output_grad(x, micro, v->ws[dout], e);
     void *src = next->ws[next->kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
+    int64_t bytes = exec_boundary_bytes(x->c.model);
     if (src != v->ws[dout])
-        ERR_TRY(x->c.be->ops->copy(x->c.be, v->ws[dout], src, exec_boundary_bytes(x->c.model), e));
+        ERR_TRY(x->c.be->ops->copy(x->c.be, v->ws[dout], src, bytes, e));
     return ws_give(x, next_id, e);
 }
 

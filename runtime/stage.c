@@ -185,6 +185,45 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     return rc;
 }
 
+/* Host staging, receipt handles, the four arenas and the executor over them. */
+static int stage_alloc(struct stage_runner *r, struct err *e)
+{
+    const struct stage_config *c = &r->c;
+    int64_t BT = (int64_t)c->model->micro_batch * c->model->seq_len;
+    r->host_tokens = malloc(sizeof(int32_t) * (size_t)BT);
+    r->host_targets = malloc(sizeof(int32_t) * (size_t)BT);
+    r->slot_req = malloc(sizeof(int) * (size_t)c->in_flight);
+    if (!r->host_tokens || !r->host_targets || !r->slot_req)
+        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
+    for (int s = 0; s < c->in_flight; s++)
+        r->slot_req[s] = -1;
+    void **arena[4] = {(void **)&r->persistent, (void **)&r->activations,
+                       (void **)&r->transient, (void **)&r->workspace};
+    int64_t bytes[4] = {r->lay.persistent_bytes, r->lay.activation_bytes,
+                        r->lay.transient_bytes, r->lay.workspace_bytes};
+    for (int i = 0; i < 4; i++)
+        if (bytes[i] > 0)
+            ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
+    struct exec_config xc = {
+        .model = c->model,
+        .lay = &r->lay,
+        .persistent = r->persistent,
+        .activations = r->activations,
+        .transient = r->transient,
+        .workspace = r->workspace,
+        .be = r->be,
+        .port = &stage_port,
+        .ctx = r,
+        .schedule = c->schedule,
+        .stage = c->stage,
+        .n_stages = c->n_stages,
+        .micro_batches = c->micro_batches,
+        .limit_bytes = c->limit_bytes - c->reserve_bytes,
+        .record_events = c->record_events,
+    };
+    return exec_init(&r->x, &xc, e);
+}
+
 int stage_init(struct stage_runner *r, const struct stage_config *c, struct backend *be,
                struct transport *tp, const struct data_source *data, uint64_t seed,
                struct err *e)
@@ -204,43 +243,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         layout_free(&r->lay);
         return e->code;
     }
-    int64_t BT = (int64_t)m->micro_batch * m->seq_len;
-    r->host_tokens = malloc(sizeof(int32_t) * (size_t)BT);
-    r->host_targets = malloc(sizeof(int32_t) * (size_t)BT);
-    r->slot_req = malloc(sizeof(int) * (size_t)c->in_flight);
-    if (!r->host_tokens || !r->host_targets || !r->slot_req) {
-        stage_free(r);
-        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
-    }
-    for (int s = 0; s < c->in_flight; s++)
-        r->slot_req[s] = -1;
-    void **arena[4] = {(void **)&r->persistent, (void **)&r->activations,
-                       (void **)&r->transient, (void **)&r->workspace};
-    int64_t bytes[4] = {r->lay.persistent_bytes, r->lay.activation_bytes,
-                        r->lay.transient_bytes, r->lay.workspace_bytes};
-    for (int i = 0; i < 4; i++)
-        if (bytes[i] > 0 && be->ops->alloc(be, bytes[i], arena[i], e)) {
-            stage_free(r);
-            return e->code;
-        }
-    struct exec_config xc = {
-        .model = m,
-        .lay = &r->lay,
-        .persistent = r->persistent,
-        .activations = r->activations,
-        .transient = r->transient,
-        .workspace = r->workspace,
-        .be = be,
-        .port = &stage_port,
-        .ctx = r,
-        .schedule = c->schedule,
-        .stage = c->stage,
-        .n_stages = c->n_stages,
-        .micro_batches = c->micro_batches,
-        .limit_bytes = c->limit_bytes - c->reserve_bytes,
-        .record_events = c->record_events,
-    };
-    if (exec_init(&r->x, &xc, e) || init_params(r, seed, e)) {
+    if (stage_alloc(r, e) || init_params(r, seed, e)) {
         stage_free(r);
         return e->code;
     }

@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,8 +30,9 @@ static void help(void)
            "  --model FILE     the model (ballast-model/1)\n"
            "  --device D       measure on D: cpu, or cuda:N (the CUDA device number)\n"
            "  --repeats N      timed samples of each span (default 20)\n"
-           "  --threads N      CPU threads (default: every online core, as `ballast train`\n"
-           "                   gives a lone rank); use what each training rank will have\n"
+           "  --threads N      CPU threads; use what each training rank will have. Without\n"
+           "                   it: OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, else every\n"
+           "                   online core (what `ballast train` gives a lone rank)\n"
            "  --name NAME      the device's name in the profile, which cluster files must use\n"
            "                   (default: the CPU model or the CUDA device name)\n"
            "  --estimate       derive the profile from datasheet figures (a roofline per\n"
@@ -82,8 +84,9 @@ static int estimate(const char *model_file, const char *device, const char *devi
     return rc ? cli_fail("profile", &e) : ERR_OK;
 }
 
+/* threads_from: what chose the CPU threads (recorded in the provenance), NULL on a GPU */
 static int measure(const char *model_file, const char *device, int repeats, int threads,
-                   const char *name, const char *out_file)
+                   const char *threads_from, const char *name, const char *out_file)
 {
     struct model m;
     struct profile p;
@@ -106,6 +109,8 @@ static int measure(const char *model_file, const char *device, int repeats, int 
         return ERR_INPUT;
     }
     if (rc == ERR_OK) {
+        if (threads_from != NULL)
+            cJSON_AddStringToObject(p.provenance, "threads_from", threads_from);
         if (name != NULL)
             snprintf(p.device.name, sizeof p.device.name, "%s", name);
         /* time the layers together in half the device's memory, at most */
@@ -124,6 +129,32 @@ static int measure(const char *model_file, const char *device, int repeats, int 
         rc = write_profile(out_file, &p, &e);
     profile_free(&p);
     return rc ? cli_fail("profile", &e) : ERR_OK;
+}
+
+/* The CPU threads when --threads is absent: OMP_NUM_THREADS first (OpenMP splits the CPU
+ * backend's work; OpenBLAS runs single-threaded in it), then OPENBLAS_NUM_THREADS, then every
+ * online core. OpenMP's list form "4,2" gives its first level. 0: a variable is malformed
+ * (said on standard error). */
+static long default_threads(long cores, const char **from)
+{
+    static const char *const vars[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", NULL};
+    for (int k = 0; vars[k] != NULL; k++) {
+        const char *v = getenv(vars[k]);
+        if (v == NULL || v[0] == '\0')
+            continue;
+        char first[32];
+        long n;
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(v, ","), v);
+        if (cli_parse_int(first, 1, 4096, &n) != 0) {
+            fprintf(stderr, "ballast profile: %s: \"%s\", expected a whole number from 1 to "
+                            "4096 (or give --threads)\n", vars[k], v);
+            return 0;
+        }
+        *from = vars[k];
+        return n;
+    }
+    *from = "online cores";
+    return cores > 0 ? cores : 1;
 }
 
 int cmd_profile(int argc, char **argv)
@@ -194,12 +225,14 @@ int cmd_profile(int argc, char **argv)
     int cpu = strcmp(device, "cpu") == 0;
     if (!cpu && threads > 0)
         return cli_usage_error("profile", "--threads is for --device cpu");
-    if (cpu && threads == 0)
-        threads = cores > 0 ? cores : 1;
+    const char *threads_from = "--threads";
+    if (cpu && threads == 0 && (threads = default_threads(cores, &threads_from)) == 0)
+        return ERR_INPUT;
     if (cpu && cores > 0 && threads > cores)
         fprintf(stderr,
-                "ballast profile: warning: --threads %ld on %ld online cores: the threads share "
-                "cores, so the times measure the sharing\n",
-                threads, cores);
-    return measure(model_file, device, (int)repeats, (int)threads, name, out_file);
+                "ballast profile: warning: %ld threads (%s) on %ld online cores: the threads "
+                "share cores, so the times measure the sharing\n",
+                threads, threads_from, cores);
+    return measure(model_file, device, (int)repeats, (int)threads, cpu ? threads_from : NULL,
+                   name, out_file);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "jsonio.h"
 
@@ -78,6 +79,52 @@ void cluster_free(struct cluster *c)
     free(c->profiles);
     free(c->stages);
     memset(c, 0, sizeof *c);
+}
+
+/* provenance.`key` of a profile as a whole number, 0 when absent */
+static long provenance_count(const struct profile *p, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->provenance, key);
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 ? (long)v->valuedouble : 0;
+}
+
+static int is_cpu_stage(const struct cluster *c, int s)
+{
+    return strcmp(cluster_stage_profile(c, s)->device.kind, "cpu") == 0;
+}
+
+int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out)
+{
+    int cpu_stages = 0, lines = 0;
+    for (int s = 0; s < c->n_stages; s++)
+        cpu_stages += is_cpu_stage(c, s);
+    cJSON *root = NULL; /* read again only for the profile paths as the file writes them */
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct profile *p = cluster_stage_profile(c, s);
+        long measured = p->estimated || !is_cpu_stage(c, s) ? 0 : provenance_count(p, "threads");
+        if (measured == 0)
+            continue; /* so cpu_stages >= 1 below */
+        long cores = provenance_count(p, "cores_online");
+        if (cores == 0)
+            cores = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+        long rank = cores / cpu_stages > 0 ? cores / cpu_stages : 1;
+        if (measured <= rank)
+            continue;
+        struct err e;
+        if (root == NULL)
+            root = jsonio_read(file, &e);
+        const cJSON *rel = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "stages"), s), "profile");
+        fprintf(out,
+                "ballast plan: warning: stage %d: profile %s was measured with %ld threads, but "
+                "a rank gets %ld (%ld cores / %d CPU stages): its times are optimistic; measure "
+                "with --threads %ld\n",
+                s, cJSON_IsString(rel) ? rel->valuestring : "?", measured, rank, cores,
+                cpu_stages, rank);
+        lines++;
+    }
+    cJSON_Delete(root);
+    return lines;
 }
 
 /* The profile path as written is relative to the cluster file's folder. */

@@ -25,14 +25,6 @@ int schedule_parse(const char *text, enum schedule *out)
     return 0;
 }
 
-int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches)
-{
-    if (s == SCHEDULE_GPIPE)
-        return micro_batches;
-    int v = n_stages - stage;
-    return v < micro_batches ? v : micro_batches;
-}
-
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last)
 {
     *first = (int)((int64_t)stage * n_layers / n_stages);

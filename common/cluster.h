@@ -9,11 +9,10 @@
 
 #include "err.h"
 #include "profile.h"
+#include "schedule.h"
 
 #define CLUSTER_PATH_MAX 4096
 #define CLUSTER_STAGES_MAX 4096
-
-enum schedule { SCHEDULE_1F1B, SCHEDULE_GPIPE };
 
 /* A link between neighbouring stages. Absent links are free (no transfer time). */
 struct link {
@@ -64,8 +63,6 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
 
 const char *schedule_name(enum schedule s);
 int schedule_parse(const char *text, enum schedule *out);
-/* Micro-batches stage s of S keeps in flight: min(S - s, M) for 1F1B, M for GPipe. */
-int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches);
 
 /* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an
  * error (cluster files); otherwise they are fields a later version added (plan files). */

@@ -14,7 +14,10 @@
  * stage.
  *
  * The timed call is planner_make (in memory: no files read), which includes the simulation
- * of the pipeline that every plan reports. */
+ * of the pipeline that every plan reports.
+ *
+ * --search: the time of `--method optimal --repartition` on random clusters: random device
+ * kinds and counts, layer times varying along the model (plan_speed_search.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@
 #include "devices.h"
 #include "estimate.h"
 #include "planner.h"
+#include "plan_speed_search.h"
 
 static const char *const kinds[] = {"A100-80GB", "H100-80GB", "H200"};
 #define N_KINDS 3
@@ -125,6 +129,8 @@ static double plan_once(const struct cluster *c, const char *method, int verify,
 int main(int argc, char **argv)
 {
     int repeat = 21, quick = 0;
+    if (argc > 1 && strcmp(argv[1], "--search") == 0)
+        return search_bench_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
             repeat = atoi(argv[++i]);
@@ -132,6 +138,7 @@ int main(int argc, char **argv)
             quick = 1;
         } else {
             fprintf(stderr, "usage: plan_speed [--repeat N] [--quick]\n"
+                            "       plan_speed --search [options] (--search --help)\n"
                             "  --repeat N  runs of each row and column (default 21)\n"
                             "  --quick     8 and 64 stages, 3 runs: a smoke test\n");
             return 2;

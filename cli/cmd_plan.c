@@ -49,7 +49,7 @@ int cmd_plan(int argc, char **argv)
 {
     const char *cluster_file = NULL, *out_file = NULL, *export_format = NULL, *v;
     struct plan_options o;
-    int quiet = 0, reduce_given = 0, auto_micro = 0;
+    int quiet = 0, auto_micro = 0;
     long micro_batches = 0, global_batch = 0;
     struct err e;
     err_clear(&e);
@@ -74,7 +74,6 @@ int cmd_plan(int argc, char **argv)
             if (cli_parse_double(v, &o.reduce) || !(o.reduce > 0 && o.reduce <= 1))
                 return cli_usage_error("plan", "--reduce: \"%s\", expected a number in (0, 1]",
                                        v);
-            reduce_given = 1;
         } else if ((r = cli_option(argc, argv, &i, "--unit", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
@@ -134,19 +133,8 @@ int cmd_plan(int argc, char **argv)
     }
     if (cluster_file == NULL)
         return cli_usage_error("plan", "--cluster is required");
-    if (o.repartition && o.method != METHOD_OPTIMAL)
-        return cli_usage_error("plan", "--repartition applies to --method optimal only");
-    if (o.whole_layers && o.method != METHOD_OPTIMAL)
-        return cli_usage_error("plan", "--whole-layers applies to --method optimal only (the "
-                                       "other methods recompute whole layers anyway)");
-    if (reduce_given && o.method != METHOD_PATENT)
-        return cli_usage_error("plan", "--reduce applies to --method patent only");
-    char name[PLAN_METHOD_MAX];
-    if (o.verify && o.method != METHOD_PATENT && o.method != METHOD_OPTIMAL)
-        return cli_usage_error("plan", "--verify checks the knapsack methods (patent, optimal); "
-                                       "method %s solves no optimisation",
-                               plan_method_name(&o, name));
-
+    if (plan_options_check(&o, &e))
+        return cli_usage_error("plan", "%s", e.msg);
     if (global_batch && !auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     struct cluster c;

@@ -46,6 +46,7 @@ struct search {
     int *first;           /* S: the split being built */
     int *best_first;      /* S */
     int *best_order;      /* S: cluster stage at each position */
+    struct link *best_link; /* S: its links */
     double best_ms;
     int64_t best_memory;
     double open_bound; /* least bound of a node left unexplored */
@@ -271,6 +272,8 @@ static void leaf(struct search *s, const int *order)
         s->best_memory = memory;
         memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
         memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
+        for (int k = 0; k < s->S; k++)
+            s->best_link[k] = s->pos[k].link;
     }
 }
 
@@ -444,6 +447,7 @@ static void search_free(struct search *s)
     free(s->first);
     free(s->best_first);
     free(s->best_order);
+    free(s->best_link);
     free(s->sim_in);
     free(s->children);
     free(s->own);
@@ -471,11 +475,12 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->first = calloc((size_t)s->S, sizeof *s->first);
     s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
+    s->best_link = calloc((size_t)s->S, sizeof *s->best_link);
     s->sim_in = calloc((size_t)s->S, sizeof *s->sim_in);
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->first || !s->best_first ||
-        !s->best_order || !s->sim_in || !s->children || !s->own)
+        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);
@@ -490,183 +495,172 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     return ERR_OK;
 }
 
-/* The cluster with its stages in `order` and the split `first`; it shares c's profiles. */
-static int arranged_cluster(const struct cluster *c, const struct search *s, struct cluster *out,
-                            struct err *e)
+void arrangement_free(struct arrangement *a)
 {
-    *out = *c;
-    out->stages = calloc((size_t)s->S, sizeof *out->stages);
-    if (out->stages == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int k = 0; k < s->S; k++) {
-        out->stages[k] = c->stages[s->best_order[k]];
-        out->stages[k].first = s->best_first[k];
-        out->stages[k].last = k + 1 < s->S ? s->best_first[k + 1] - 1 : s->N - 1;
+    free(a->stage);
+    free(a->first);
+    free(a->link);
+    memset(a, 0, sizeof *a);
+}
+
+/* The kinds of the cluster's own order, when each kind's stages are contiguous (then its own
+ * arrangement is one of the candidates); -1 otherwise. */
+static int own_order_kinds(const struct cluster *c, const int *kind_of, int K, int *kinds)
+{
+    for (int st = 1; st < c->n_stages; st++)
+        if (kind_of[st] != kind_of[st - 1] && kind_of[st] != kind_of[st - 1] + 1)
+            return -1;
+    for (int g = 0; g < K; g++)
+        kinds[g] = g;
+    return 0;
+}
+
+/* The cluster's own order and split start as the incumbent when it is a candidate and fits:
+ * the search never returns worse. */
+static int seed_incumbent(struct search *s, const int *kind_of, int K, int *order)
+{
+    int kinds[REPARTITION_KINDS_MAX];
+    const struct cluster *c = s->c;
+    if (own_order_kinds(c, kind_of, K, kinds) < 0)
+        return ERR_OK;
+    if (layout(s, kinds, K, kind_of, order))
+        return s->e->code;
+    for (int k = 0; k < s->S; k++)
+        s->first[k] = c->stages[k].first;
+    for (int k = 0; k < s->S; k++)
+        if (isinf(stage_ms(s, k, c->stages[k].first, c->stages[k].last, NULL)))
+            return s->e->code;
+    leaf(s, order);
+    return s->e->code;
+}
+
+/* Every order of the K kinds with its bound G(0, 0). */
+struct orders {
+    int n, K;
+    int *kinds;    /* n x K */
+    double *bound; /* n; NAN once searched */
+};
+
+static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
+                        struct orders *out)
+{
+    int kinds[REPARTITION_KINDS_MAX], n = 1;
+    for (int g = 0; g < K; g++) {
+        kinds[g] = g;
+        n *= g + 1;
     }
+    *out = (struct orders){0, K, malloc((size_t)n * K * sizeof *out->kinds),
+                           malloc((size_t)n * sizeof *out->bound)};
+    if (out->kinds == NULL || out->bound == NULL)
+        return err_set(s->e, ERR_FAIL, "out of memory");
+    do {
+        memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
+        if (layout(s, kinds, K, kind_of, order))
+            break;
+        bound_table(s);
+        out->bound[out->n++] = *G_at(s, 0, 0);
+    } while (s->e->code == ERR_OK && next_permutation(kinds, K));
+    return s->e->code;
+}
+
+/* The unsearched order of least bound; -1 when none is left. */
+static int orders_next(const struct orders *o)
+{
+    int at = -1;
+    for (int q = 0; q < o->n; q++)
+        if (!isnan(o->bound[q]) && (at < 0 || o->bound[q] < o->bound[at]))
+            at = q;
+    return at;
+}
+
+/* Branch and bound over the orders, the most promising first; *least_bound gets the least
+ * bound of an order left unsearched because of the incumbent. */
+static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order,
+                          double *least_bound)
+{
+    for (int at; s->e->code == ERR_OK && (at = orders_next(ord)) >= 0;) {
+        double bound = ord->bound[at];
+        ord->bound[at] = NAN; /* searched */
+        if (isinf(bound))
+            break;
+        if (bound > s->best_ms * (1 + 1e-12) + 1e-12) {
+            if (bound < *least_bound)
+                *least_bound = bound;
+            break; /* every order left is bounded above the incumbent */
+        }
+        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
+            break;
+        bound_table(s);
+        if (s->nodes >= s->budget && !isinf(s->best_ms)) {
+            if (bound < s->open_bound)
+                s->open_bound = bound;
+            continue;
+        }
+        branch(s, order, 0, 0, 0, 0);
+    }
+}
+
+static int arrangement_fill(const struct search *s, struct arrangement *a, struct err *e)
+{
+    size_t n = (size_t)s->S;
+    *a = (struct arrangement){s->S, malloc(n * sizeof *a->stage), malloc(n * sizeof *a->first),
+                              malloc(n * sizeof *a->link)};
+    if (a->stage == NULL || a->first == NULL || a->link == NULL) {
+        arrangement_free(a);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    memcpy(a->stage, s->best_order, n * sizeof *a->stage);
+    memcpy(a->first, s->best_first, n * sizeof *a->first);
+    memcpy(a->link, s->best_link, n * sizeof *a->link);
     return ERR_OK;
 }
 
-int repartition_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                     struct repartition_stats *stats, struct err *e)
+/* The device kinds, at most REPARTITION_KINDS_MAX. */
+static int kinds_of(const struct cluster *c, int *kind_of, int *K, struct err *e)
+{
+    int *first_stage = malloc((size_t)c->n_stages * sizeof *first_stage);
+    if (first_stage == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    *K = device_kinds(c, kind_of, first_stage);
+    free(first_stage);
+    if (*K > REPARTITION_KINDS_MAX)
+        return err_set(e, ERR_INPUT,
+                       "--repartition orders the cluster's device kinds exhaustively, and this "
+                       "cluster has %d kinds (at most %d)",
+                       *K, REPARTITION_KINDS_MAX);
+    return ERR_OK;
+}
+
+int repartition_search(const struct cluster *c, const struct plan_options *o,
+                       struct arrangement *a, struct plan_search *found, struct err *e)
 {
     struct search s;
-    int *kind_of = malloc((size_t)c->n_stages * sizeof *kind_of);
-    int *kind_first = malloc((size_t)c->n_stages * sizeof *kind_first);
+    struct orders ord = {0};
+    int K = 0, *kind_of = malloc((size_t)c->n_stages * sizeof *kind_of);
     int *order = malloc((size_t)c->n_stages * sizeof *order);
-    int kinds[REPARTITION_KINDS_MAX];
     double least_bound = INFINITY;
-    struct link *links = NULL;
-    memset(stats, 0, sizeof *stats);
-    if (kind_of == NULL || kind_first == NULL || order == NULL) {
-        free(kind_of);
-        free(kind_first);
-        free(order);
-        return err_set(e, ERR_FAIL, "out of memory");
-    }
-    if (search_init(&s, c, o, e))
-        goto done;
-    int K = device_kinds(c, kind_of, kind_first);
-    if (K > REPARTITION_KINDS_MAX) {
-        err_set(e, ERR_INPUT,
-                "--repartition orders the cluster's device kinds exhaustively, and this cluster "
-                "has %d kinds (at most %d)",
-                K, REPARTITION_KINDS_MAX);
-        goto done;
-    }
-    links = calloc((size_t)s.S, sizeof *links);
-    if (links == NULL) {
+    memset(found, 0, sizeof *found);
+    memset(a, 0, sizeof *a);
+    if (kind_of == NULL || order == NULL)
         err_set(e, ERR_FAIL, "out of memory");
-        goto done;
+    else if (search_init(&s, c, o, e) == ERR_OK && kinds_of(c, kind_of, &K, e) == ERR_OK &&
+             seed_incumbent(&s, kind_of, K, order) == ERR_OK &&
+             orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
+        search_orders(&s, kind_of, &ord, order, &least_bound);
+    if (e->code == ERR_OK && !isinf(s.best_ms)) {
+        least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
+        least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
+        *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
+                                      least_bound};
+        arrangement_fill(&s, a, e);
+    } else if (e->code == ERR_OK) {
+        err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
     }
-    /* The cluster's own order and split start as the incumbent when its kinds are already
-     * contiguous (then it is one of the candidates): the search never returns worse. */
-    int contiguous = 1;
-    for (int st = 1; st < c->n_stages; st++)
-        contiguous = contiguous && (kind_of[st] == kind_of[st - 1] || kind_of[st] == kind_of[st - 1] + 1);
-    if (contiguous) {
-        for (int g = 0; g < K; g++)
-            kinds[g] = g;
-        if (layout(&s, kinds, K, kind_of, order))
-            goto done;
-        for (int k = 0; k < s.S; k++)
-            s.first[k] = c->stages[k].first;
-        int fits = 1;
-        for (int k = 0; k < s.S && fits; k++)
-            fits = !isinf(stage_ms(&s, k, c->stages[k].first, c->stages[k].last, NULL));
-        if (fits) {
-            leaf(&s, order);
-            for (int k = 0; k < s.S; k++)
-                links[k] = s.pos[k].link;
-        }
-        if (e->code)
-            goto done;
-    }
-    for (int g = 0; g < K; g++)
-        kinds[g] = g;
-    /* Bound every order first, then search them from the most promising. */
-    int n_orders = 0;
-    double *order_bound = NULL;
-    int *order_kinds = NULL;
-    do {
-        int *grown = realloc(order_kinds, (size_t)(n_orders + 1) * K * sizeof *grown);
-        double *grown_b = realloc(order_bound, (size_t)(n_orders + 1) * sizeof *grown_b);
-        if (grown == NULL || grown_b == NULL) {
-            free(grown ? grown : order_kinds);
-            free(grown_b ? grown_b : order_bound);
-            err_set(e, ERR_FAIL, "out of memory");
-            goto done;
-        }
-        order_kinds = grown;
-        order_bound = grown_b;
-        memcpy(order_kinds + (size_t)n_orders * K, kinds, (size_t)K * sizeof *kinds);
-        if (layout(&s, kinds, K, kind_of, order))
-            break;
-        bound_table(&s);
-        order_bound[n_orders++] = *G_at(&s, 0, 0);
-
-    } while (e->code == ERR_OK && next_permutation(kinds, K));
-    stats->orders = n_orders;
-    for (int pass = 0; pass < n_orders && e->code == ERR_OK; pass++) {
-        int at = -1;
-        for (int q = 0; q < n_orders; q++)
-            if (!isnan(order_bound[q]) && (at < 0 || order_bound[q] < order_bound[at]))
-                at = q;
-        double bound = order_bound[at];
-        order_bound[at] = NAN; /* searched */
-        if (isinf(bound))
-            break;
-        if (bound > s.best_ms * (1 + 1e-12) + 1e-12) {
-            if (bound < least_bound)
-                least_bound = bound;
-            break; /* every order left is bounded above the incumbent */
-        }
-        if (layout(&s, order_kinds + (size_t)at * K, K, kind_of, order))
-            break;
-        bound_table(&s);
-        if (s.nodes >= s.budget && !isinf(s.best_ms)) {
-            if (bound < s.open_bound)
-                s.open_bound = bound;
-            continue;
-        }
-        branch(&s, order, 0, 0, 0, 0);
-
-        /* keep the links of the best order for the plan */
-        int same = 1;
-        for (int k = 0; k < s.S && same; k++)
-            same = s.best_order[k] == order[k];
-        if (same)
-            for (int k = 0; k < s.S; k++)
-                links[k] = s.pos[k].link;
-    }
-    free(order_kinds);
-    free(order_bound);
-    if (e->code)
-        goto done;
-    if (isinf(s.best_ms)) {
-        /* no order and split fits: say why with the cluster's own split */
-        struct plan_options fixed = *o;
-        fixed.repartition = 0;
-        if (planner_make(c, &fixed, out, e) == ERR_OK) {
-            plan_free(out);
-            err_set(e, ERR_FAIL, "repartitioning found no split although the cluster's own fits");
-        } else if (e->code == ERR_NOFIT) {
-            err_append(e, "  and no other split of the layers or order of the device kinds fits "
-                          "either");
-        }
-        goto done;
-    }
-    if (s.open_bound < least_bound)
-        least_bound = s.open_bound;
-    if (s.best_ms < least_bound)
-        least_bound = s.best_ms;
-    stats->nodes = s.nodes;
-    stats->leaves = s.leaves;
-    stats->exhausted = s.open_bound == INFINITY;
-    stats->lower_bound = least_bound;
-
-    struct cluster arranged;
-    if (arranged_cluster(c, &s, &arranged, e))
-        goto done;
-    for (int k = 0; k < s.S; k++)
-        arranged.stages[k].link = k + 1 < s.S ? links[k] : (struct link){0};
-    arranged.link = (struct link){0};
-    struct plan_options fixed = *o;
-    fixed.repartition = 0;
-    int rc = planner_make(&arranged, &fixed, out, e);
-    free(arranged.stages);
-    if (rc)
-        goto done;
-    snprintf(out->method, sizeof out->method, "optimal+repartition");
-    out->optimality_gap = least_bound > 0 ? (out->iteration_ms - least_bound) / least_bound : 0;
-    if (out->optimality_gap < 0)
-        out->optimality_gap = 0;
-    out->search = (struct plan_search){1, stats->orders, stats->nodes, stats->leaves,
-                                       stats->exhausted, least_bound};
-done:
-    search_free(&s);
+    if (kind_of != NULL && order != NULL)
+        search_free(&s);
+    free(ord.kinds);
+    free(ord.bound);
     free(kind_of);
-    free(kind_first);
     free(order);
-    free(links);
     return e->code;
 }

@@ -235,10 +235,9 @@ static void test_against_brute_force(void)
         o.repartition = 1;
         o.search_nodes = 1L << 30; /* exhaustive */
         struct plan p;
-        struct repartition_stats stats;
         struct err e;
         err_clear(&e);
-        int rc = repartition_make(&in.c, &o, &p, &stats, &e);
+        int rc = planner_make(&in.c, &o, &p, &e);
         if (!b.found) {
             if (rc != ERR_NOFIT)
                 fprintf(stderr, "trial %d: %d %s\n", trial, rc, e.msg);
@@ -248,7 +247,7 @@ static void test_against_brute_force(void)
         }
         CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
         CU_ASSERT(test_close(p.iteration_ms, b.ms, 1e-9, 1e-9));
-        CU_ASSERT(stats.exhausted);
+        CU_ASSERT(p.search.exhausted);
         CU_ASSERT(p.optimality_gap >= 0 && p.optimality_gap <= 1e-9);
         for (int s = 0; s < p.n_stages; s++)
             CU_ASSERT(p.stages[s].memory_bytes <= p.stages[s].memory_limit_bytes);
@@ -256,8 +255,8 @@ static void test_against_brute_force(void)
         /* with almost no search the bound must still be a bound */
         o.search_nodes = 3;
         err_clear(&e);
-        CU_ASSERT_EQUAL_FATAL(repartition_make(&in.c, &o, &p, &stats, &e), ERR_OK);
-        stopped += !stats.exhausted;
+        CU_ASSERT_EQUAL_FATAL(planner_make(&in.c, &o, &p, &e), ERR_OK);
+        stopped += !p.search.exhausted;
         /* the cluster's own arrangement is the first incumbent when its kinds are contiguous:
          * even a search stopped at once is never slower than the fixed split */
         int contiguous = 1;
@@ -275,9 +274,9 @@ static void test_against_brute_force(void)
             plan_free(&fixed);
             seeded++;
         }
-        CU_ASSERT(stats.lower_bound <= b.ms * (1 + 1e-9));
+        CU_ASSERT(p.search.lower_bound <= b.ms * (1 + 1e-9));
         CU_ASSERT(p.iteration_ms >= b.ms * (1 - 1e-9));
-        CU_ASSERT(test_close(p.iteration_ms / (1 + p.optimality_gap), stats.lower_bound, 1e-6,
+        CU_ASSERT(test_close(p.iteration_ms / (1 + p.optimality_gap), p.search.lower_bound, 1e-6,
                              1e-9));
         plan_free(&p);
         compared++;

@@ -150,7 +150,7 @@ static double median_of(double *v, int n)
 }
 
 struct search_args {
-    int sizes[8], n_sizes, instances, M;
+    int sizes[8], n_sizes, instances, first, M;
     uint64_t seed;
     double time_limit_s;
     long nodes;
@@ -169,6 +169,8 @@ static int parse_args(int argc, char **argv, struct search_args *a)
             }
         } else if (strcmp(argv[i], "--instances") == 0 && v) {
             a->instances = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--first") == 0 && v) {
+            a->first = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--micro-batches") == 0 && v) {
             a->M = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--seed") == 0 && v) {
@@ -179,8 +181,9 @@ static int parse_args(int argc, char **argv, struct search_args *a)
             a->nodes = atol(argv[++i]);
         } else {
             fprintf(stderr,
-                    "usage: plan_speed --search [--sizes 64,128] [--instances N] [--seed N]\n"
-                    "                  [--micro-batches M] [--time-limit S] [--search-nodes N]\n"
+                    "usage: plan_speed --search [--sizes 64,128] [--instances N] [--first I]\n"
+                    "                  [--seed N] [--micro-batches M] [--time-limit S]\n"
+                    "                  [--search-nodes N]\n"
                     "  random clusters per size (stages), timed with --method optimal "
                     "--repartition\n");
             return 2;
@@ -189,7 +192,7 @@ static int parse_args(int argc, char **argv, struct search_args *a)
     for (int z = 0; z < a->n_sizes; z++)
         if (a->sizes[z] < 8 || a->sizes[z] > 1024)
             return fprintf(stderr, "plan_speed: --sizes: 8 to 1024 stages\n"), 2;
-    return a->instances >= 1 && a->M >= 0 ? 0 : (fprintf(stderr, "plan_speed: bad count\n"), 2);
+    return a->instances >= 1 && a->first >= 0 && a->M >= 0 ? 0 : (fprintf(stderr, "plan_speed: bad count\n"), 2);
 }
 
 /* One instance: plans it, prints its row; *secs and *gap get its time and certified gap. */
@@ -222,7 +225,8 @@ static int run_instance(const struct device_table *t, const struct search_args *
         return rc;
     }
     *gap = p.optimality_gap;
-    printf(" %9.3f %8.3f%% %10ld %s\n", *secs, 100 * p.optimality_gap, p.search.nodes,
+    printf(" %9.3f %8.3f%% %10ld %12.3f %12.3f %s\n", *secs, 100 * p.optimality_gap,
+           p.search.nodes, p.iteration_ms, p.search.lower_bound,
            p.search.exhausted ? "exhausted" : "stopped");
     plan_free(&p);
     return ERR_OK;
@@ -241,9 +245,9 @@ int search_bench_main(int argc, char **argv)
         return e.code;
     }
     printf("plan_speed --search: --method optimal --repartition on %d random clusters per size, "
-           "seed %llu\n%6s %4s %6s  %-50s %9s %9s %10s\n",
+           "seed %llu\n%6s %4s %6s  %-50s %9s %9s %10s %12s %12s\n",
            a.instances, (unsigned long long)a.seed, "stages", "N", "M", "kinds", "seconds",
-           "gap", "nodes");
+           "gap", "nodes", "plan ms", "bound ms");
     double *secs = malloc((size_t)a.instances * sizeof *secs);
     double *gaps = malloc((size_t)a.instances * sizeof *gaps);
     int rc = secs && gaps ? 0 : 1;
@@ -251,7 +255,7 @@ int search_bench_main(int argc, char **argv)
         int n = 0, nofit = 0;
         double worst_s = 0, worst_gap = 0;
         for (int i = 0; i < a.instances; i++) {
-            int r = run_instance(&t, &a, a.sizes[z], i, &secs[n], &gaps[n]);
+            int r = run_instance(&t, &a, a.sizes[z], a.first + i, &secs[n], &gaps[n]);
             if (r == ERR_NOFIT) {
                 nofit++;
                 continue;

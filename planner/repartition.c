@@ -42,6 +42,7 @@ struct search {
     struct position *pos; /* S, for the order being searched */
     double *G;            /* (S + 1) x (N + 1) */
     double *Q;            /* (S + 1) x (N + 1): least sum of T + transfers over suffixes */
+    double *D;            /* (S + 1) x (N + 1): least drain over suffixes (drain_step) */
     /* branch and bound */
     int *first;           /* S: the split being built */
     int *best_first;      /* S */
@@ -65,6 +66,11 @@ static double *G_at(struct search *s, int k, int i)
 static double *Q_at(struct search *s, int k, int i)
 {
     return &s->Q[(size_t)k * (s->N + 1) + i];
+}
+
+static double *D_at(struct search *s, int k, int i)
+{
+    return &s->D[(size_t)k * (s->N + 1) + i];
 }
 
 static int class_of(struct search *s, int profile, int64_t capacity, int in_flight)
@@ -153,44 +159,69 @@ static double transfer_ms(const struct search *s, int k, int last)
     return 2 * link_transfer_ms(&p->link, s->c->profiles[p->profile].layers[last].out_bytes);
 }
 
-/* What position k itself adds to the bound past the prefix before it, when a micro-batch's
- * round trip through the positions after it (forward, backward, transfers) takes at least
- * `after` ms. With f its forward and A its backward with recompute per micro-batch, and W its
- * warm-up forwards (min(S-k-1, M) in 1F1B):
+/* Backwards position k runs after its last forward: W + 1 in 1F1B with W = S-k-1 warm-up
+ * forwards, all M when it runs every forward first (GPipe, or 1F1B with W >= M - 1). */
+static int drain_backwards(const struct search *s, int k)
+{
+    int W = s->S - k - 1;
+    return s->c->schedule == SCHEDULE_GPIPE || W >= s->M - 1 ? s->M : W + 1;
+}
+
+/* What position k itself adds to the bound past the prefix before it. With f its forward and
+ * A its backward with recompute per micro-batch, W its warm-up forwards (min(S-k-1, M) in
+ * 1F1B), `after` the least round trip of a micro-batch through the positions after it
+ * (forward, backward, transfers) and `drain` the least time from its last forward's output
+ * leaving to the last gradient coming back (the D of drain_step):
  *   its first backward waits for micro-batch 0's round trip: >= max((W+1) f, f + after);
  *   then M-W-1 backwards and forwards alternate until its last forward;
- *   its last backward waits for micro-batch M-1's round trip: >= max((W+1) A, after + A).
+ *   its last backward waits for its own W+1 backwards and for the drain: >= max((W+1) A,
+ *   A + drain).
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
- * its M forwards and after micro-batch 0's round trip, and the last one waits for micro-batch
- * M-1's. For S equal stages this is exactly (M + S - 1)(f + A). */
-static double own_bound(const struct search *s, int k, double t, double f, double after)
+ * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
+ * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A). */
+static double own_bound(const struct search *s, int k, double t, double f, double after,
+                        double drain)
 {
     double A = t - f, M = s->M;
     int W = s->S - k - 1;
-    if (s->c->schedule == SCHEDULE_GPIPE || W >= s->M - 1) {
+    drain = drain > after ? drain : after;
+    if (drain_backwards(s, k) == s->M) {
         double start = M * f > f + after ? M * f : f + after;
         double v = start + M * A;
-        return v > M * f + after + A ? v : M * f + after + A;
+        return v > M * f + drain + A ? v : M * f + drain + A;
     }
     double head = (W + 1) * f > f + after ? (W + 1) * f : f + after;
-    double tail = (W + 1) * A > after + A ? (W + 1) * A : after + A;
+    double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     return head + (M - W - 1) * (f + A) + tail;
 }
 
+/* The drain from position k's input on, D(k) = max(f + n A, T + c + D(k+1)) with n its
+ * drain_backwards: the last micro-batch's forward reaches some position r through the ones
+ * before it, r runs its n_r last backwards, and the last gradient comes back. Every path of
+ * the simulated graph, so a lower bound (D(S) = -infinity: nothing after the last). */
+static double drain_step(const struct search *s, int k, double t, double f, double c,
+                         double rest)
+{
+    double own = f + drain_backwards(s, k) * (t - f), through = t + c + rest;
+    return own > through ? own : through;
+}
+
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
+ * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
- * each stage's `after` taken as the least possible Q of what follows it. */
+ * each stage's `after` and `drain` taken as the least possible Q and D of what follows it. */
 static void bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
     for (int k = 0; k <= S; k++)
         for (int i = 0; i <= N; i++)
-            *G_at(s, k, i) = *Q_at(s, k, i) = INFINITY;
+            *G_at(s, k, i) = *Q_at(s, k, i) = *D_at(s, k, i) = INFINITY;
     *G_at(s, S, N) = *Q_at(s, S, N) = 0;
+    *D_at(s, S, N) = -INFINITY;
     for (int k = S - 1; k >= 0 && s->e->code == ERR_OK; k--) {
         int stages_after = S - 1 - k;
         for (int i = k; i <= N - 1 - stages_after; i++) {
-            double best = INFINITY, least_sum = INFINITY;
+            double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY;
             for (int j = i; j <= N - 1 - stages_after; j++) {
                 if (k == S - 1 && j != N - 1)
                     continue;
@@ -199,14 +230,17 @@ static void bound_table(struct search *s)
                 if (isinf(t))
                     break;
                 double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
+                double rest_drain = *D_at(s, k + 1, j + 1);
                 if (isinf(rest))
                     continue;
-                double c = transfer_ms(s, k, j);
+                double c = transfer_ms(s, k, j), d = drain_step(s, k, t, f, c, rest_drain);
                 if (t + c + rest_sum < least_sum)
                     least_sum = t + c + rest_sum;
+                if (d < least_drain)
+                    least_drain = d;
                 if (s->M * t >= best)
-                    continue; /* own_bound >= M T: no better G here, but Q may still be */
-                double v = own_bound(s, k, t, f, c + rest_sum);
+                    continue; /* own_bound >= M T: no better G here, but Q and D may be */
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain);
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (v < best)
@@ -214,6 +248,7 @@ static void bound_table(struct search *s)
             }
             *G_at(s, k, i) = best;
             *Q_at(s, k, i) = least_sum;
+            *D_at(s, k, i) = least_drain;
         }
     }
 }
@@ -228,14 +263,15 @@ static int better(double ms, int64_t memory, double best_ms, int64_t best_memory
  * screen before simulating it. */
 static double split_bound(struct search *s)
 {
-    double after = 0, bound = 0, prefix = 0;
+    double after = 0, drain = -INFINITY, bound = 0, prefix = 0;
     double *own = s->own;
     for (int k = s->S - 1; k >= 0; k--) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
         double c = transfer_ms(s, k, last);
-        own[k] = own_bound(s, k, t, f, after + c);
+        own[k] = own_bound(s, k, t, f, after + c, drain + c);
         after += t + c;
+        drain = drain_step(s, k, t, f, c, drain);
     }
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
@@ -303,7 +339,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
             continue;
         double c = transfer_ms(s, k, j);
         double next = prefix + t + c;
-        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1));
+        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
+                                             c + *D_at(s, k + 1, j + 1));
         double p = partial > own ? partial : own;
         double bound = p > next + rest ? p : next + rest;
         if (bound > limit)
@@ -336,7 +373,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         int j = (int)kids[2 * a + 1];
         double f, t = stage_ms(s, k, i, j, &f);
         double c = transfer_ms(s, k, j);
-        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1));
+        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
+                                             c + *D_at(s, k + 1, j + 1));
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
     }
@@ -444,6 +482,7 @@ static void search_free(struct search *s)
     free(s->pos);
     free(s->G);
     free(s->Q);
+    free(s->D);
     free(s->first);
     free(s->best_first);
     free(s->best_order);
@@ -472,6 +511,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->pos = calloc((size_t)s->S, sizeof *s->pos);
     s->G = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->G);
     s->Q = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->Q);
+    s->D = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->D);
     s->first = calloc((size_t)s->S, sizeof *s->first);
     s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
@@ -479,7 +519,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->sim_in = calloc((size_t)s->S, sizeof *s->sim_in);
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->first || !s->best_first ||
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->first || !s->best_first ||
         !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {

@@ -206,6 +206,30 @@ static double drain_step(const struct search *s, int k, double t, double f, doub
     return own > through ? own : through;
 }
 
+/* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
+ * (bound_table's): with its recompute time unknown, T is at least its forward and backward
+ * plus `r_floor`, the recompute of a range it contains (a range needs at least the recompute
+ * of any part of it: dropping a layer frees memory and never adds recompute).
+ * The bounds only grow with T, so when even that floor improves none of them, the range's
+ * knapsack need not be solved (unless it already was: then its T is exact and free). */
+static int could_improve(struct search *s, int k, int i, int j, double r_floor, double c,
+                         double rest, double rest_sum, double rest_drain, double best,
+                         double sum, double drain)
+{
+    const struct position *p = &s->pos[k];
+    const struct range_cost *rc = &s->classes[p->cls].ranges[(size_t)i * s->N + j];
+    if (rc->known)
+        return 1;
+    double f = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
+    double t = f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+    if (t + c + rest_sum < sum || drain_step(s, k, t, f, c, rest_drain) < drain)
+        return 1;
+    if (s->M * t >= best)
+        return 0;
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain);
+    return (t + c + rest > v ? t + c + rest : v) < best;
+}
+
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
  * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
@@ -221,19 +245,21 @@ static void bound_table(struct search *s)
     for (int k = S - 1; k >= 0 && s->e->code == ERR_OK; k--) {
         int stages_after = S - 1 - k;
         for (int i = k; i <= N - 1 - stages_after; i++) {
-            double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY;
+            double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY, r_floor = 0;
             for (int j = i; j <= N - 1 - stages_after; j++) {
                 if (k == S - 1 && j != N - 1)
                     continue;
-                double f, t = stage_ms(s, k, i, j, &f);
+                double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
+                double rest_drain = *D_at(s, k + 1, j + 1), c = transfer_ms(s, k, j), f;
+                if (isinf(rest) || !could_improve(s, k, i, j, r_floor, c, rest, rest_sum,
+                                                  rest_drain, best, least_sum, least_drain))
+                    continue; /* whatever its recompute: its knapsack is not needed */
+                double t = stage_ms(s, k, i, j, &f);
                 /* T only grows with the range: past here nothing fits */
                 if (isinf(t))
                     break;
-                double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
-                double rest_drain = *D_at(s, k + 1, j + 1);
-                if (isinf(rest))
-                    continue;
-                double c = transfer_ms(s, k, j), d = drain_step(s, k, t, f, c, rest_drain);
+                r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+                double d = drain_step(s, k, t, f, c, rest_drain);
                 if (t + c + rest_sum < least_sum)
                     least_sum = t + c + rest_sum;
                 if (d < least_drain)

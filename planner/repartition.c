@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cost.h"
 #include "knapsack.h"
@@ -52,6 +53,8 @@ struct search {
     int64_t best_memory;
     double open_bound; /* least bound of a node left unexplored */
     long nodes, leaves, budget;
+    double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
+    int dived;       /* branch has reached a split */
     struct sim_stage *sim_in;
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
@@ -339,6 +342,25 @@ static void leaf(struct search *s, const int *order)
     }
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The node budget is spent, or the time limit has passed and the search has dived to a split
+ * of its own (not only the cluster's). */
+static int out_of_budget(struct search *s)
+{
+    if (s->nodes >= s->budget)
+        return 1;
+    if (isinf(s->deadline) || !s->dived || now_s() <= s->deadline)
+        return 0;
+    s->budget = s->nodes; /* stays stopped without asking the clock again */
+    return 1;
+}
+
 /* Depth-first over the split: position k starts at layer i after a prefix of `prefix` ms,
  * the assigned positions' largest M T_s + prefix_s being `partial`. */
 static void branch(struct search *s, const int *order, int k, int i, double prefix,
@@ -347,6 +369,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
     if (s->e->code)
         return;
     if (k == s->S) {
+        s->dived = 1;
         leaf(s, order);
         return;
     }
@@ -390,7 +413,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
             break; /* the incumbent improved meanwhile */
         /* past the budget, stop, but not before a first split: a finite bound G guarantees
          * the dive reaches one */
-        if (s->nodes >= s->budget && !isinf(s->best_ms)) {
+        if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
             return;
@@ -529,6 +552,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->N = c->n_layers;
     s->M = c->micro_batches;
     s->budget = o->search_nodes;
+    s->deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
     s->best_ms = INFINITY;
     s->best_memory = INT64_MAX;
     s->open_bound = INFINITY;
@@ -657,7 +681,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
         if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
             break;
         bound_table(s);
-        if (s->nodes >= s->budget && !isinf(s->best_ms)) {
+        if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
             continue;

@@ -361,6 +361,30 @@ static int out_of_budget(struct search *s)
     return 1;
 }
 
+/* T of layers i..j at position k as far as known without its knapsack: forward, backward and
+ * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
+static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
+{
+    const struct position *p = &s->pos[k];
+    if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
+        return stage_ms(s, k, i, j, fwd);
+    *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
+    return *fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+}
+
+/* The bound of the child that gives position k the layers up to j, taking T ms (f forward),
+ * after a prefix of `prefix` ms whose largest own bound is `partial`; `rest` is G after it. */
+static double child_bound(struct search *s, int k, int j, double t, double f, double prefix,
+                          double partial, double rest)
+{
+    double c = transfer_ms(s, k, j);
+    double next = prefix + t + c;
+    double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
+                                    c + *D_at(s, k + 1, j + 1));
+    double p = partial > own ? partial : own;
+    return p > next + rest ? p : next + rest;
+}
+
 /* Depth-first over the split: position k starts at layer i after a prefix of `prefix` ms,
  * the assigned positions' largest M T_s + prefix_s being `partial`. */
 static void branch(struct search *s, const int *order, int k, int i, double prefix,
@@ -377,21 +401,23 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
     int stages_after = s->S - 1 - k;
     double *kids = s->children + (size_t)k * s->N * 2;
     int n = 0;
+    double r_floor = 0;
     for (int j = i; j <= s->N - 1 - stages_after; j++) {
         if (k == s->S - 1 && j != s->N - 1)
             continue;
-        double f, t = stage_ms(s, k, i, j, &f);
+        double rest = *G_at(s, k + 1, j + 1);
+        /* the child's bound with T at its floor first: when even that is over the limit, the
+         * range's knapsack is not needed */
+        double f, t = floor_ms(s, k, i, j, r_floor, &f);
+        if (s->M * t + prefix > limit)
+            break;
+        if (isinf(rest) || child_bound(s, k, j, t, f, prefix, partial, rest) > limit)
+            continue;
+        t = stage_ms(s, k, i, j, &f);
         if (isinf(t) || s->M * t + prefix > limit)
             break;
-        double rest = *G_at(s, k + 1, j + 1);
-        if (isinf(rest))
-            continue;
-        double c = transfer_ms(s, k, j);
-        double next = prefix + t + c;
-        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                             c + *D_at(s, k + 1, j + 1));
-        double p = partial > own ? partial : own;
-        double bound = p > next + rest ? p : next + rest;
+        r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+        double bound = child_bound(s, k, j, t, f, prefix, partial, rest);
         if (bound > limit)
             continue;
         kids[2 * n] = bound;

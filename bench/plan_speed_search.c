@@ -225,8 +225,8 @@ static int run_instance(const struct device_table *t, const struct search_args *
         return rc;
     }
     *gap = p.optimality_gap;
-    printf(" %9.3f %8.3f%% %10ld %12.3f %12.3f %s\n", *secs, 100 * p.optimality_gap,
-           p.search.nodes, p.iteration_ms, p.search.lower_bound,
+    printf(" %9.3f %8.3f%% %8ld %6ld %12.3f %12.3f %s\n", *secs, 100 * p.optimality_gap,
+           p.search.nodes, p.search.splits, p.iteration_ms, p.search.lower_bound,
            p.search.exhausted ? "exhausted" : "stopped");
     plan_free(&p);
     return ERR_OK;
@@ -245,9 +245,9 @@ int search_bench_main(int argc, char **argv)
         return e.code;
     }
     printf("plan_speed --search: --method optimal --repartition on %d random clusters per size, "
-           "seed %llu\n%6s %4s %6s  %-50s %9s %9s %10s %12s %12s\n",
+           "seed %llu\n%6s %4s %6s  %-50s %9s %9s %8s %6s %12s %12s\n",
            a.instances, (unsigned long long)a.seed, "stages", "N", "M", "kinds", "seconds",
-           "gap", "nodes", "plan ms", "bound ms");
+           "gap", "nodes", "sims", "plan ms", "bound ms");
     double *secs = malloc((size_t)a.instances * sizeof *secs);
     double *gaps = malloc((size_t)a.instances * sizeof *gaps);
     int rc = secs && gaps ? 0 : 1;

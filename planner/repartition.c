@@ -58,6 +58,7 @@ struct search {
     struct sim_stage *sim_in;
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
+    double *fill_z;   /* S: split_bound's cumulative round trips */
     struct err *e;
 };
 
@@ -183,17 +184,18 @@ static int drain_backwards(const struct search *s, int k)
  * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
  * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A). */
 static double own_bound(const struct search *s, int k, double t, double f, double after,
-                        double drain)
+                        double drain, double fill)
 {
     double A = t - f, M = s->M;
     int W = s->S - k - 1;
     drain = drain > after ? drain : after;
+    fill = fill > f + after ? fill : f + after;
     if (drain_backwards(s, k) == s->M) {
-        double start = M * f > f + after ? M * f : f + after;
+        double start = M * f > fill ? M * f : fill;
         double v = start + M * A;
         return v > M * f + drain + A ? v : M * f + drain + A;
     }
-    double head = (W + 1) * f > f + after ? (W + 1) * f : f + after;
+    double head = (W + 1) * f > fill ? (W + 1) * f : fill;
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     return head + (M - W - 1) * (f + A) + tail;
 }
@@ -229,7 +231,7 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
         return 1;
     if (s->M * t >= best)
         return 0;
-    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain);
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
     return (t + c + rest > v ? t + c + rest : v) < best;
 }
 
@@ -269,7 +271,7 @@ static void bound_table(struct search *s)
                     least_drain = d;
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
-                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain);
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (v < best)
@@ -292,15 +294,23 @@ static int better(double ms, int64_t memory, double best_ms, int64_t best_memory
  * screen before simulating it. */
 static double split_bound(struct search *s)
 {
-    double after = 0, drain = -INFINITY, bound = 0, prefix = 0;
-    double *own = s->own;
+    double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
+    double *own = s->own, *z = s->fill_z;
     for (int k = s->S - 1; k >= 0; k--) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
-        double c = transfer_ms(s, k, last);
-        own[k] = own_bound(s, k, t, f, after + c, drain + c);
+        double c = transfer_ms(s, k, last), fill = -INFINITY;
+        /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
+         * the transfers between), while k ran the forwards r needs before its first backward */
+        z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
+        for (int r = k + 1; r < s->S; r++) {
+            double v = drain_backwards(s, r) * f + z[r] - z[k];
+            fill = v > fill ? v : fill;
+        }
+        own[k] = own_bound(s, k, t, f, after + c, drain + c, fill);
         after += t + c;
         drain = drain_step(s, k, t, f, c, drain);
+        t_next = t;
     }
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
@@ -380,7 +390,7 @@ static double child_bound(struct search *s, int k, int j, double t, double f, do
     double c = transfer_ms(s, k, j);
     double next = prefix + t + c;
     double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                    c + *D_at(s, k + 1, j + 1));
+                                    c + *D_at(s, k + 1, j + 1), -INFINITY);
     double p = partial > own ? partial : own;
     return p > next + rest ? p : next + rest;
 }
@@ -449,7 +459,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         double f, t = stage_ms(s, k, i, j, &f);
         double c = transfer_ms(s, k, j);
         double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                             c + *D_at(s, k + 1, j + 1));
+                                             c + *D_at(s, k + 1, j + 1), -INFINITY);
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
     }
@@ -565,6 +575,7 @@ static void search_free(struct search *s)
     free(s->sim_in);
     free(s->children);
     free(s->own);
+    free(s->fill_z);
 }
 
 static int search_init(struct search *s, const struct cluster *c, const struct plan_options *o,
@@ -595,8 +606,9 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->sim_in = calloc((size_t)s->S, sizeof *s->sim_in);
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
+    s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own)
+        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);

@@ -135,18 +135,9 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median_of(double *v, int n)
 {
-    if (n == 0)
-        return NAN;
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return n > 0 ? plan_speed_median(v, n) : NAN;
 }
 
 struct search_args {
@@ -232,18 +223,11 @@ static int run_instance(const struct device_table *t, const struct search_args *
     return ERR_OK;
 }
 
-int search_bench_main(int argc, char **argv)
+int search_bench_main(int argc, char **argv, const struct device_table *t)
 {
     struct search_args a;
     if (parse_args(argc, argv, &a))
         return 2;
-    struct device_table t;
-    struct err e;
-    err_clear(&e);
-    if (devices_load(devices_default_file(), &t, &e)) {
-        fprintf(stderr, "plan_speed: %s\n", e.msg);
-        return e.code;
-    }
     printf("plan_speed --search: --method optimal --repartition on %d random clusters per size, "
            "seed %llu\n%6s %4s %6s  %-50s %9s %9s %8s %6s %12s %12s\n",
            a.instances, (unsigned long long)a.seed, "stages", "N", "M", "kinds", "seconds",
@@ -255,7 +239,7 @@ int search_bench_main(int argc, char **argv)
         int n = 0, nofit = 0;
         double worst_s = 0, worst_gap = 0;
         for (int i = 0; i < a.instances; i++) {
-            int r = run_instance(&t, &a, a.sizes[z], a.first + i, &secs[n], &gaps[n]);
+            int r = run_instance(t, &a, a.sizes[z], a.first + i, &secs[n], &gaps[n]);
             if (r == ERR_NOFIT) {
                 nofit++;
                 continue;
@@ -275,6 +259,5 @@ int search_bench_main(int argc, char **argv)
     }
     free(secs);
     free(gaps);
-    devices_free(&t);
     return rc;
 }

@@ -45,13 +45,16 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
 };
 
-/* Every rank passes its status; all get the worst, and the first rank that failed. */
+/* Every rank passes its status; all get the worst, and the first rank that failed (-1 when
+ * MPI itself failed and nobody knows). */
 static int agree(struct run *r, int rc, int *first_failed)
 {
     int worst = rc, mine = rc != ERR_OK ? r->rank : r->size, first = mine;
     if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS)
-        return ERR_FAIL;
+        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS) {
+        worst = ERR_FAIL;
+        first = -1;
+    }
     if (first_failed != NULL)
         *first_failed = first;
     return worst;
@@ -619,9 +622,12 @@ int train_run(const struct train_options *o)
                 fprintf(stderr, "ballast train: %s\n", e.msg);
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.rank == 0)
+            else if (rc == ERR_OK && r.rank == 0 && first_failed >= 0)
                 fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
                         first_failed);
+            else if (rc == ERR_OK && r.rank == 0)
+                fprintf(stderr, "ballast train: stopped: the ranks could not exchange their "
+                                "start-up status (MPI_Allreduce failed)\n");
             free_run(&r);
             return all;
         }

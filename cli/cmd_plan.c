@@ -149,6 +149,8 @@ int cmd_plan(int argc, char **argv)
 
     if (global_batch && !auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
+    if (cli_check_output("plan", out_file))
+        return ERR_INPUT;
     struct cluster c;
     if (cluster_load(cluster_file, &c, &e))
         return cli_fail("plan", &e);

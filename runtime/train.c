@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "cuda_device.h"
 #include "devices.h"
+#include "fileio.h"
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
@@ -58,6 +59,21 @@ static int agree(struct run *r, int rc, int *first_failed)
     if (first_failed != NULL)
         *first_failed = first;
     return worst;
+}
+
+/* Every output path, before the first step: a typo must not throw a finished run away. Each
+ * rank checks (ranks may see different file systems). */
+static int check_outputs(const struct train_options *o, struct err *e)
+{
+    struct err in;
+    err_clear(&in);
+    if (o->metrics_file != NULL && fileio_out_check(o->metrics_file, &in))
+        return err_set(e, in.code, "--metrics: %s", in.msg);
+    if (o->trace_file != NULL && fileio_out_check(o->trace_file, &in))
+        return err_set(e, in.code, "--trace: %s", in.msg);
+    if (o->save_dir != NULL && ckpt_check_dir(o->save_dir, &in))
+        return err_set(e, in.code, "--save: %s", in.msg);
+    return ERR_OK;
 }
 
 static void fail_now(struct run *r, const struct err *e)
@@ -478,6 +494,15 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
     return rc;
 }
 
+/* The last stage's loss to every rank, with the transports' deadline: a last stage that
+ * stopped after its last send must not hang the others here. */
+static int share_loss(struct run *r, double *loss, struct err *e)
+{
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
+    return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
+}
+
 static int train_loop(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
@@ -515,8 +540,8 @@ static int train_loop(struct run *r, struct err *e)
         double t0 = stage_now_ms(), loss = 0;
         if (stage_step(&r->stage, step, &loss, e))
             fail_now(r, e);
-        if (MPI_Bcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm) != MPI_SUCCESS)
-            MPI_Abort(r->comm, ERR_FAIL);
+        if (share_loss(r, &loss, e))
+            fail_now(r, e);
         double ms = stage_now_ms() - t0;
         rep.steps[i] = (struct report_step){step + 1, loss, ms};
         rep.n_steps = (int)i + 1;
@@ -610,6 +635,15 @@ int train_run(const struct train_options *o)
         free_run(&r);
         return all;
     }
+    /* Outputs: the first rank that cannot write speaks (usually all share one file system). */
+    rc = check_outputs(o, &e);
+    all = agree(&r, rc, &first_failed);
+    if (all != ERR_OK) {
+        if (rc != ERR_OK && (r.rank == first_failed || first_failed < 0))
+            fprintf(stderr, "ballast train: %s\n", e.msg);
+        free_run(&r);
+        return all;
+    }
     /* This rank's own: it speaks for itself. */
     for (int phase = 0; phase < 2; phase++) {
         err_clear(&e);
@@ -632,6 +666,7 @@ int train_run(const struct train_options *o)
             return all;
         }
     }
+    r.tp.timeout_s = o->timeout_s;
     rc = train_loop(&r, &e);
     /* only rank 0 writes files; its status is everyone's */
     if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)

@@ -40,19 +40,29 @@ int fileio_open_input(const char *file, int64_t max_bytes, int *fd, int64_t *siz
     return ERR_OK;
 }
 
-int fileio_write_all(int fd, const void *p, int64_t n)
+/* read or write until all n bytes are done, retrying interrupted and short calls */
+static int transfer_all(int fd, char *p, int64_t n, int writing)
 {
-    const char *b = p;
     while (n > 0) {
-        ssize_t w = write(fd, b, (size_t)n);
-        if (w < 0 && errno == EINTR)
+        ssize_t k = writing ? write(fd, p, (size_t)n) : read(fd, p, (size_t)n);
+        if (k < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
+        if (k <= 0)
             return -1;
-        b += w;
-        n -= w;
+        p += k;
+        n -= k;
     }
     return 0;
+}
+
+int fileio_write_all(int fd, const void *p, int64_t n)
+{
+    return transfer_all(fd, (char *)p, n, 1);
+}
+
+int fileio_read_all(int fd, void *p, int64_t n)
+{
+    return transfer_all(fd, p, n, 0);
 }
 
 /* dir: `file`'s directory ("." when it has none); base: its last component. */

@@ -46,7 +46,9 @@ int fileio_out_commit(struct fileio_out *o, const char *file, int ok, struct err
 /* Discards the temporary (an error elsewhere). */
 void fileio_out_discard(struct fileio_out *o);
 
-/* Writes all n bytes, retrying short writes; 0 or -1 (errno set). */
+/* Writes (reads) all n bytes, retrying short transfers; 0, or -1 with errno set (0 when a
+ * read met the end of the file first). */
 int fileio_write_all(int fd, const void *p, int64_t n);
+int fileio_read_all(int fd, void *p, int64_t n);
 
 #endif

@@ -117,21 +117,6 @@ cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *
     return root;
 }
 
-/* Reads exactly n bytes; 0 or -1 (errno set, or 0 at a premature end). */
-static int read_all(int fd, char *buf, int64_t n)
-{
-    while (n > 0) {
-        ssize_t r = read(fd, buf, (size_t)n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        buf += r;
-        n -= r;
-    }
-    return 0;
-}
-
 cJSON *jsonio_read(const char *file, struct err *e)
 {
     int fd;
@@ -145,7 +130,7 @@ cJSON *jsonio_read(const char *file, struct err *e)
         return NULL;
     }
     errno = 0;
-    int bad = read_all(fd, buf, size);
+    int bad = fileio_read_all(fd, buf, size);
     close(fd);
     buf[size] = '\0';
     if (bad)

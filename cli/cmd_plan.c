@@ -154,6 +154,7 @@ int cmd_plan(int argc, char **argv)
     struct cluster c;
     if (cluster_load(cluster_file, &c, &e))
         return cli_fail("plan", &e);
+    cluster_warn_cpu_threads(cluster_file, &c, stderr);
     if (micro_batches)
         c.micro_batches = (int)micro_batches;
     struct plan p;

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model_ops.h"
+#include "plan.h"
 #include "train.h"
 
 static void help(void)
@@ -137,6 +139,25 @@ static int parse(int argc, char **argv, struct train_options *o)
     return ERR_OK;
 }
 
+/* A plan of a custom model has each layer's costs but no layers to run: refused before any
+ * rank starts. A plan that does not load is train_run's to report. */
+static int refuse_custom(const char *plan_file)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    if (plan_load(plan_file, &p, &e))
+        return ERR_OK;
+    if (model_ops_of(&p.model) == NULL)
+        err_set(&e, ERR_INPUT,
+                "%s: model: \"%s\" is a custom model: Ballast has no layers to run for a "
+                "custom model (its profiles give each layer's costs, not its computation); run "
+                "the plan in your framework (ballast plan --export)",
+                plan_file, p.model.name);
+    plan_free(&p);
+    return e.code ? cli_fail("train", &e) : ERR_OK;
+}
+
 int cmd_train(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -164,6 +185,8 @@ int cmd_train(int argc, char **argv)
         }
     }
     int rc = parse(argc, argv, &o);
+    if (rc == ERR_OK)
+        rc = refuse_custom(o.plan_file);
     if (saved >= 0) {
         fflush(stderr);
         dup2(saved, 2);

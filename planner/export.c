@@ -53,6 +53,12 @@ static void header(FILE *f, const struct plan *p, const char *comment)
 {
     fprintf(f, "%s Ballast plan: method %s, %s, %d micro-batches, simulated iteration %.3f ms\n",
             comment, p->method, schedule_name(p->schedule), p->micro_batches, p->iteration_ms);
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        fprintf(f, "%s note: the model is custom (\"%s\"): the framework cannot be told its "
+                   "layers; each of its %d layers counts as one transformer block below (beside "
+                   "the framework's own embedding and head), which holds only if the "
+                   "framework's model has those layers in that order\n",
+                comment, p->model.name, p->model.layer_count);
     fprintf(f, "%s pipeline rank -> device (launch rank s on a GPU of this kind):", comment);
     for (int s = 0; s < p->n_stages; s++) {
         if (s % 8 == 0)
@@ -90,13 +96,10 @@ static void notes(FILE *f, const struct plan *p, const struct stage_counts *c,
             const struct layer_cost *lc = &st->layers[l];
             if (!st->recompute[l] || model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
                 continue;
-            int64_t kept, transient;
-            double ms;
-            cost_choice(lc, st->recompute[l], &kept, &transient, &ms);
             fprintf(f, "%s note: stage %d also recomputes its %s, which the framework keeps: "
                        "%.3f GiB more there\n",
                     comment, s, lc->name,
-                    (double)st->in_flight * (lc->act_bytes - kept) / 1073741824.0);
+                    (double)cost_saved_bytes(lc, st->recompute[l], st->in_flight) / 1073741824.0);
         }
         if (c[s].blocks == 0)
             fprintf(f, "%s note: stage %d holds no transformer block (only %s)\n", comment, s,

@@ -10,6 +10,7 @@
 
 #include "devices.h"
 #include "estimate.h"
+#include "model_ops.h"
 #include "planner.h"
 #include "sizes.h"
 
@@ -66,6 +67,12 @@ static int profile_for(const struct profile *from, int b, const struct device_ta
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e)
 {
+    if (model_ops_of(&c->model) == NULL)
+        return err_set(e, ERR_INPUT,
+                       "--micro-batches auto: the model is custom (\"%s\"): its profiles hold "
+                       "one micro-batch size and Ballast has no size functions to rescale them "
+                       "(profile each size and plan each)",
+                       c->model.name);
     struct device_table t;
     if (devices_load(devices_default_file(), &t, e))
         return e->code;
@@ -89,7 +96,7 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         m.micro_batch = b;
         struct err inner;
         err_clear(&inner);
-        int rc = sizes_check_model(&m, "--micro-batches auto", "model", &inner);
+        int rc = model_check_sizes(&m, "--micro-batches auto", "model", &inner);
         for (int k = 0; k < c->n_profiles && rc == ERR_OK; k++)
             rc = profile_for(&c->profiles[k], b, &t, &cb.profiles[k], &scaled, &dropped, &inner);
         cb.model = m;

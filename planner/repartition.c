@@ -138,8 +138,9 @@ static double stage_ms(struct search *s, int k, int first, int last, double *fwd
     double f = s->fwd_prefix[p->profile][last + 1] - s->fwd_prefix[p->profile][first];
     if (fwd)
         *fwd = f;
-    return f + s->bwd_prefix[p->profile][last + 1] - s->bwd_prefix[p->profile][first] +
-           rc->recompute_ms;
+    return cost_stage_ms(f + s->bwd_prefix[p->profile][last + 1] -
+                             s->bwd_prefix[p->profile][first],
+                         rc->recompute_ms);
 }
 
 /* Forward activation and backward gradient over the link after position k, whose last

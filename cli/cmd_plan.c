@@ -152,6 +152,8 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
+    if (cli_check_output("plan", a->out_file))
+        return ERR_INPUT;
     return ERR_OK;
 }
 

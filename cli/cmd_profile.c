@@ -235,6 +235,8 @@ int cmd_profile(int argc, char **argv)
                                           "--estimate measures nothing");
     if (!estimated && devices_file != NULL)
         return cli_usage_error("profile", "--devices is the device table of --estimate");
+    if (cli_check_output("profile", out_file))
+        return ERR_INPUT;
     if (estimated)
         return estimate(model_file, device, devices_file ? devices_file : devices_default_file(),
                         out_file);

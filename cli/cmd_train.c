@@ -15,7 +15,7 @@ static void help(void)
            "         [--seed N] [--lr X] [--threads N] [--metrics METRICS.json]\n"
            "         [--trace TRACE.json] [--save DIR [--save-every N]] [--resume DIR] "
            "[--quiet]\n"
-           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl]\n\n"
+           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
            "recomputing the layers the plan lists, and reports measured against planned memory\n"
            "and time per stage.\n\n"
@@ -36,10 +36,12 @@ static void help(void)
            "  --trace FILE      write a Chrome trace (Perfetto) of every stage\n"
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
            "  --resume DIR      continue from DIR's checkpoint\n"
-           "  --quiet           no per-step lines\n\n"
+           "  --quiet           no per-step lines\n"
+           "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
+           "                    names the rank that went silent and stops the job (exit 1)\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
-           TRAIN_DEFAULT_LR);
+           TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
 }
 
 static int parse(int argc, char **argv, struct train_options *o)
@@ -117,6 +119,12 @@ static int parse(int argc, char **argv, struct train_options *o)
                 return cli_usage_error("train",
                                        "--transport: \"%s\", expected auto, mpi or nccl", v);
             o->transport = v;
+        } else if (VALUE("--timeout")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_double(v, &o->timeout_s) || !(o->timeout_s > 0 && o->timeout_s <= 1e7))
+                return cli_usage_error("train", "--timeout: \"%s\", expected seconds in (0, 1e7]",
+                                       v);
         } else if (cli_flag(argv, i, "--quiet")) {
             o->quiet = 1;
         } else {
@@ -164,7 +172,7 @@ int cmd_train(int argc, char **argv)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     struct train_options o = {.steps = 10, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
-                              .transport = "auto"};
+                              .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
     if (rank != 0) {

@@ -26,8 +26,10 @@ int sizes_weight_elem_bytes(enum model_dtype dtype)
     } while (0)
 
 static int params_tensors(const struct model *m, enum model_layer_kind kind,
-                          struct sizes_tensor *out)
+                          struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t C = m->n_embd, V = m->vocab_size, T = m->seq_len;
     int count = 0;
     const char *name_;
@@ -60,8 +62,10 @@ static int params_tensors(const struct model *m, enum model_layer_kind kind,
 }
 
 static int kept_tensors(const struct model *m, enum model_layer_kind kind,
-                        struct sizes_tensor *out)
+                        struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
             V = m->vocab_size;
     int e = act_elem_bytes(m);
@@ -99,8 +103,10 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
 }
 
 static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
-                             struct sizes_tensor *out)
+                             struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
     int e = act_elem_bytes(m);
     int count = 0;

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "ckpt.h"
 #include "cuda_device.h"
+#include "fileio.h"
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
@@ -44,16 +45,34 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
 };
 
-/* Every rank passes its status; all get the worst, and the first rank that failed. */
+/* Every rank passes its status; all get the worst, and the first rank that failed (-1 when
+ * MPI itself failed and nobody knows). */
 static int agree(struct run *r, int rc, int *first_failed)
 {
     int worst = rc, mine = rc != ERR_OK ? r->rank : r->size, first = mine;
     if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS)
-        return ERR_FAIL;
+        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS) {
+        worst = ERR_FAIL;
+        first = -1;
+    }
     if (first_failed != NULL)
         *first_failed = first;
     return worst;
+}
+
+/* Every output path, before the first step: a typo must not throw a finished run away. Each
+ * rank checks (ranks may see different file systems). */
+static int check_outputs(const struct train_options *o, struct err *e)
+{
+    struct err in;
+    err_clear(&in);
+    if (o->metrics_file != NULL && fileio_out_check(o->metrics_file, &in))
+        return err_set(e, in.code, "--metrics: %s", in.msg);
+    if (o->trace_file != NULL && fileio_out_check(o->trace_file, &in))
+        return err_set(e, in.code, "--trace: %s", in.msg);
+    if (o->save_dir != NULL && ckpt_check_dir(o->save_dir, &in))
+        return err_set(e, in.code, "--save: %s", in.msg);
+    return ERR_OK;
 }
 
 static void fail_now(struct run *r, const struct err *e)
@@ -461,6 +480,15 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
     return rc;
 }
 
+/* The last stage's loss to every rank, with the transports' deadline: a last stage that
+ * stopped after its last send must not hang the others here. */
+static int share_loss(struct run *r, double *loss, struct err *e)
+{
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
+    return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
+}
+
 static int train_loop(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
@@ -498,8 +526,8 @@ static int train_loop(struct run *r, struct err *e)
         double t0 = exec_now_ms(), loss = 0;
         if (stage_step(&r->stage, step, &loss, e))
             fail_now(r, e);
-        if (MPI_Bcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm) != MPI_SUCCESS)
-            MPI_Abort(r->comm, ERR_FAIL);
+        if (share_loss(r, &loss, e))
+            fail_now(r, e);
         double ms = exec_now_ms() - t0;
         rep.steps[i] = (struct report_step){step + 1, loss, ms};
         rep.n_steps = (int)i + 1;
@@ -593,6 +621,15 @@ int train_run(const struct train_options *o)
         free_run(&r);
         return all;
     }
+    /* Outputs: the first rank that cannot write speaks (usually all share one file system). */
+    rc = check_outputs(o, &e);
+    all = agree(&r, rc, &first_failed);
+    if (all != ERR_OK) {
+        if (rc != ERR_OK && (r.rank == first_failed || first_failed < 0))
+            fprintf(stderr, "ballast train: %s\n", e.msg);
+        free_run(&r);
+        return all;
+    }
     /* This rank's own: it speaks for itself. */
     for (int phase = 0; phase < 2; phase++) {
         err_clear(&e);
@@ -605,13 +642,17 @@ int train_run(const struct train_options *o)
                 fprintf(stderr, "ballast train: %s\n", e.msg);
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.rank == 0)
+            else if (rc == ERR_OK && r.rank == 0 && first_failed >= 0)
                 fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
                         first_failed);
+            else if (rc == ERR_OK && r.rank == 0)
+                fprintf(stderr, "ballast train: stopped: the ranks could not exchange their "
+                                "start-up status (MPI_Allreduce failed)\n");
             free_run(&r);
             return all;
         }
     }
+    r.tp.timeout_s = o->timeout_s;
     rc = train_loop(&r, &e);
     /* only rank 0 writes files; its status is everyone's */
     if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)

@@ -77,6 +77,12 @@ static void header(FILE *f, const struct plan *p, const char *comment)
 {
     fprintf(f, "%s Ballast plan: method %s, %s, %d micro-batches, simulated iteration %.3f ms\n",
             comment, p->method, schedule_name(p->schedule), p->micro_batches, p->iteration_ms);
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        fprintf(f, "%s note: the model is custom (\"%s\"): the framework cannot be told its "
+                   "layers; each of its %d layers counts as one transformer block below (beside "
+                   "the framework's own embedding and head), which holds only if the "
+                   "framework's model has those layers in that order\n",
+                comment, p->model.name, p->model.layer_count);
     fprintf(f, "%s pipeline rank -> device (launch rank s on a GPU of this kind):", comment);
     for (int s = 0; s < p->n_stages; s++) {
         if (s % 8 == 0)
@@ -107,11 +113,8 @@ static void kept_ends_note(const struct export *x, const char *framework)
             if (!st->recompute[l] ||
                 model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
                 continue;
-            int64_t kept, transient;
-            double ms;
-            cost_choice(lc, st->recompute[l], &kept, &transient, &ms);
             /* an upper bound: the framework's extra block recomputation may give some back */
-            double more = (double)st->in_flight * (double)(lc->act_bytes - kept);
+            double more = (double)cost_saved_bytes(lc, st->recompute[l], st->in_flight);
             if (more <= 0)
                 continue;
             double need = (double)st->memory_bytes + more;

@@ -108,11 +108,19 @@ void estimate_layer_flops(const struct model *m, int layer, double *fwd, double 
         *bwd += b.ops[i].flops;
 }
 
+/* FLOP/s of a GEMM in `dtype` at the device's peak. A device without bf16 tensor cores (V100,
+ * T4) runs bf16 GEMMs on its CUDA cores in fp32 arithmetic, at best at the fp32 peak: its fp16
+ * tensor peak would be up to 8x optimistic (configs/devices.json states the source). */
+static double gemm_peak_tflops(const struct device_spec *d, enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 && d->bf16_tensor ? d->peak_tflops_16bit
+                                                       : d->peak_tflops_fp32;
+}
+
 static double ops_ms(const struct op_list *l, const struct device_table *t,
                      const struct device_spec *d, enum model_dtype dtype)
 {
-    double tensor = (dtype == MODEL_DTYPE_BF16 ? d->peak_tflops_16bit : d->peak_tflops_fp32) *
-                    1e12 * t->gemm_efficiency;
+    double tensor = gemm_peak_tflops(d, dtype) * 1e12 * t->gemm_efficiency;
     double vector = d->peak_tflops_fp32 * 1e12;
     double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
     double s = 0;
@@ -197,6 +205,7 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     cJSON_AddStringToObject(prov, "device_source", d->source);
     cJSON_AddNumberToObject(prov, "gemm_efficiency", t->gemm_efficiency);
     cJSON_AddNumberToObject(prov, "memory_efficiency", t->memory_efficiency);
+    cJSON_AddNumberToObject(prov, "gemm_peak_tflops", gemm_peak_tflops(d, m->dtype));
     out->provenance = prov;
     return ERR_OK;
 }

@@ -14,7 +14,10 @@
  * stage.
  *
  * The timed call is planner_make (in memory: no files read), which includes the simulation
- * of the pipeline that every plan reports. */
+ * of the pipeline that every plan reports.
+ *
+ * --search: the time of `--method optimal --repartition` on random clusters: random device
+ * kinds and counts, layer times varying along the model (plan_speed_search.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@
 #include "devices.h"
 #include "estimate.h"
 #include "planner.h"
+#include "plan_speed_search.h"
 
 static const char *const kinds[] = {"A100-80GB", "H100-80GB", "H200"};
 #define N_KINDS 3
@@ -77,7 +81,7 @@ static int compare_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+double plan_speed_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, compare_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -125,13 +129,15 @@ static double plan_once(const struct cluster *c, const char *method, int verify,
 int main(int argc, char **argv)
 {
     int repeat = 21, quick = 0;
-    for (int i = 1; i < argc; i++) {
+    int search = argc > 1 && strcmp(argv[1], "--search") == 0;
+    for (int i = 1; i < argc && !search; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
             repeat = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else {
             fprintf(stderr, "usage: plan_speed [--repeat N] [--quick]\n"
+                            "       plan_speed --search [options] (--search --help)\n"
                             "  --repeat N  runs of each row and column (default 21)\n"
                             "  --quick     8 and 64 stages, 3 runs: a smoke test\n");
             return 2;
@@ -149,6 +155,11 @@ int main(int argc, char **argv)
     if (devices_load(devices_default_file(), &t, &e)) {
         fprintf(stderr, "plan_speed: %s\n", e.msg);
         return e.code;
+    }
+    if (search) {
+        int status = search_bench_main(argc - 1, argv + 1, &t);
+        devices_free(&t);
+        return status;
     }
     static const int sizes[] = {8, 16, 32, 64};
     static const char *const methods[] = {"none", "full", "block:4", "uniform-min", "patent",
@@ -190,9 +201,9 @@ int main(int argc, char **argv)
             double dp_min = dp[0];
             for (int r = 1; r < repeat; r++)
                 dp_min = dp[r] < dp_min ? dp[r] : dp_min;
-            double dp_med = median(dp, repeat);
+            double dp_med = plan_speed_median(dp, repeat);
             if (knapsack) {
-                double both_med = median(both, repeat);
+                double both_med = plan_speed_median(both, repeat);
                 printf("%6d  %-12s %-22s %10.3f %10.3f %14.3f %8.1f%s\n", S, methods[m], result,
                        dp_med, dp_min, both_med, both_med / dp_med,
                        b.rc != ERR_OK ? "  (GLPK run failed)" : b.agree ? "" : "  DISAGREE");

@@ -8,7 +8,7 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--repartition [--search-nodes N]] [--whole-layers]\n"
+           "                    [--repartition [--search-nodes N] [--time-limit S]] [--whole-layers]\n"
            "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
            "                    [--quiet]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
@@ -28,6 +28,8 @@ static void help(void)
            "                   device kinds along the pipeline (each kind's stages together);\n"
            "                   the plan reports its certified optimality_gap\n"
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
+           "  --time-limit S   --repartition stops after S seconds with the best plan found and\n"
+           "                   its certified optimality_gap (default: no limit)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
            "  --micro-batches N|auto\n"
@@ -38,145 +40,169 @@ static void help(void)
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
-           "  --export FORMAT  print the plan as colossalai, nemo or megatron settings on\n"
+           "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
            "                   standard output (the table goes to standard error)\n"
            "  --quiet          no table\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
            PLAN_SEARCH_NODES_DEFAULT);
 }
 
-int cmd_plan(int argc, char **argv)
-{
-    const char *cluster_file = NULL, *out_file = NULL, *export_format = NULL, *v;
+/* What the command line asks for. */
+struct plan_args {
+    const char *cluster_file, *out_file, *export_format;
     struct plan_options o;
-    int quiet = 0, reduce_given = 0, auto_micro = 0;
-    long micro_batches = 0, global_batch = 0;
+    int quiet, auto_micro;
+    long micro_batches, global_batch;
+};
+
+/* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
+static int set_value(struct plan_args *a, const char *name, const char *v)
+{
+    struct plan_options *o = &a->o;
     struct err e;
     err_clear(&e);
-    plan_options_default(&o);
+    if (strcmp(name, "--cluster") == 0)
+        a->cluster_file = v;
+    else if (strcmp(name, "-o") == 0)
+        a->out_file = v;
+    else if (strcmp(name, "--method") == 0 && plan_method_parse(v, o, &e))
+        return cli_fail("plan", &e);
+    else if (strcmp(name, "--reduce") == 0 &&
+             (cli_parse_double(v, &o->reduce) || !(o->reduce > 0 && o->reduce <= 1)))
+        return cli_usage_error("plan", "--reduce: \"%s\", expected a number in (0, 1]", v);
+    else if (strcmp(name, "--unit") == 0 && cli_parse_bytes(v, &o->unit_bytes))
+        return cli_usage_error("plan", "--unit: \"%s\", expected a positive byte count", v);
+    else if (strcmp(name, "--time-unit") == 0 &&
+             (cli_parse_double(v, &o->time_unit_ms) || !(o->time_unit_ms > 0)))
+        return cli_usage_error("plan", "--time-unit: \"%s\", expected milliseconds > 0", v);
+    else if (strcmp(name, "--search-nodes") == 0 && cli_parse_int(v, 1, 1L << 40, &o->search_nodes))
+        return cli_usage_error("plan", "--search-nodes: \"%s\", expected a count >= 1", v);
+    else if (strcmp(name, "--time-limit") == 0 &&
+             (cli_parse_double(v, &o->time_limit_s) || !(o->time_limit_s > 0)))
+        return cli_usage_error("plan", "--time-limit: \"%s\", expected seconds > 0", v);
+    else if (strcmp(name, "--micro-batches") == 0 && strcmp(v, "auto") == 0)
+        a->auto_micro = 1;
+    else if (strcmp(name, "--micro-batches") == 0 && cli_parse_int(v, 1, 1 << 20, &a->micro_batches))
+        return cli_usage_error("plan", "--micro-batches: \"%s\", expected a count >= 1 or auto",
+                               v);
+    else if (strcmp(name, "--global-batch") == 0 && cli_parse_int(v, 1, 1 << 20, &a->global_batch))
+        return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1", v);
+    else if (strcmp(name, "--export") == 0 && strcmp(v, "colossalai") && strcmp(v, "nemo") &&
+             strcmp(v, "megatron") && strcmp(v, "flagscale"))
+        return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo, megatron "
+                               "or flagscale", v);
+    else if (strcmp(name, "--export") == 0)
+        a->export_format = v;
+    return ERR_OK;
+}
+
+/* An option that takes a value at argv[*i] (then *i moves past it): *taken says whether it
+ * was one; ERR_OK or a usage error's status (printed). */
+static int value_option(int argc, char **argv, int *i, struct plan_args *a, int *taken)
+{
+    static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
+                                        "--time-unit", "-o", "--search-nodes", "--time-limit",
+                                        "--micro-batches", "--global-batch", "--export"};
+    const char *v;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        int r = cli_option(argc, argv, i, names[k], &v);
+        *taken = r != 0;
+        if (r < 0)
+            return ERR_INPUT;
+        if (r > 0)
+            return set_value(a, names[k], v);
+    }
+    return ERR_OK;
+}
+
+/* A flag at argv[i]: 1 taken, 0 not a flag of plan. */
+static int flag_option(char **argv, int i, struct plan_args *a)
+{
+    int *flag = cli_flag(argv, i, "--repartition")    ? &a->o.repartition
+                : cli_flag(argv, i, "--whole-layers") ? &a->o.whole_layers
+                : cli_flag(argv, i, "--verify")       ? &a->o.verify
+                : cli_flag(argv, i, "--quiet")        ? &a->quiet
+                                                      : NULL;
+    if (flag != NULL)
+        *flag = 1;
+    return flag != NULL;
+}
+
+/* -1: help was printed; otherwise ERR_OK or the usage error's status (printed). */
+static int parse_args(int argc, char **argv, struct plan_args *a)
+{
+    struct err e;
+    err_clear(&e);
+    *a = (struct plan_args){0};
+    plan_options_default(&a->o);
     for (int i = 1; i < argc; i++) {
-        int r;
+        int r, taken;
         if (cli_is_help(argv[i])) {
             help();
-            return ERR_OK;
-        } else if ((r = cli_option(argc, argv, &i, "--cluster", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            cluster_file = v;
-        } else if ((r = cli_option(argc, argv, &i, "--method", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (plan_method_parse(v, &o, &e))
-                return cli_fail("plan", &e);
-        } else if ((r = cli_option(argc, argv, &i, "--reduce", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_double(v, &o.reduce) || !(o.reduce > 0 && o.reduce <= 1))
-                return cli_usage_error("plan", "--reduce: \"%s\", expected a number in (0, 1]",
-                                       v);
-            reduce_given = 1;
-        } else if ((r = cli_option(argc, argv, &i, "--unit", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_bytes(v, &o.unit_bytes))
-                return cli_usage_error("plan", "--unit: \"%s\", expected a positive byte count",
-                                       v);
-        } else if ((r = cli_option(argc, argv, &i, "--time-unit", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_double(v, &o.time_unit_ms) || !(o.time_unit_ms > 0))
-                return cli_usage_error("plan", "--time-unit: \"%s\", expected milliseconds > 0",
-                                       v);
-        } else if ((r = cli_option(argc, argv, &i, "-o", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            out_file = v;
-        } else if ((r = cli_option(argc, argv, &i, "--search-nodes", &v)) != 0) {
-            long n;
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1L << 40, &n))
-                return cli_usage_error("plan", "--search-nodes: \"%s\", expected a count >= 1",
-                                       v);
-            o.search_nodes = n;
-        } else if (cli_flag(argv, i, "--repartition")) {
-            o.repartition = 1;
-        } else if (cli_flag(argv, i, "--whole-layers")) {
-            o.whole_layers = 1;
-        } else if ((r = cli_option(argc, argv, &i, "--micro-batches", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (strcmp(v, "auto") == 0)
-                auto_micro = 1;
-            else if (cli_parse_int(v, 1, 1 << 20, &micro_batches))
-                return cli_usage_error("plan", "--micro-batches: \"%s\", expected a count >= 1 "
-                                               "or auto", v);
-        } else if ((r = cli_option(argc, argv, &i, "--global-batch", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1 << 20, &global_batch))
-                return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1",
-                                       v);
-        } else if ((r = cli_option(argc, argv, &i, "--export", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (strcmp(v, "colossalai") && strcmp(v, "nemo") && strcmp(v, "megatron"))
-                return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo or "
-                                               "megatron", v);
-            export_format = v;
-        } else if (cli_flag(argv, i, "--verify")) {
-            o.verify = 1;
-        } else if (cli_flag(argv, i, "--quiet")) {
-            quiet = 1;
-        } else {
-            return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
+            return -1;
         }
+        if ((r = value_option(argc, argv, &i, a, &taken)) != ERR_OK)
+            return r;
+        if (!taken && !flag_option(argv, i, a))
+            return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
     }
-    if (cluster_file == NULL)
+    if (a->cluster_file == NULL)
         return cli_usage_error("plan", "--cluster is required");
-    if (o.repartition && o.method != METHOD_OPTIMAL)
-        return cli_usage_error("plan", "--repartition applies to --method optimal only");
-    if (o.whole_layers && o.method != METHOD_OPTIMAL)
-        return cli_usage_error("plan", "--whole-layers applies to --method optimal only (the "
-                                       "other methods recompute whole layers anyway)");
-    if (reduce_given && o.method != METHOD_PATENT)
-        return cli_usage_error("plan", "--reduce applies to --method patent only");
-    char name[PLAN_METHOD_MAX];
-    if (o.verify && o.method != METHOD_PATENT && o.method != METHOD_OPTIMAL)
-        return cli_usage_error("plan", "--verify checks the knapsack methods (patent, optimal); "
-                                       "method %s solves no optimisation",
-                               plan_method_name(&o, name));
-
-    if (global_batch && !auto_micro)
+    if (plan_options_check(&a->o, &e))
+        return cli_usage_error("plan", "%s", e.msg);
+    if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
-    if (cli_check_output("plan", out_file))
+    if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
+    return ERR_OK;
+}
+
+/* Loads the cluster and plans it. */
+static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
+{
     struct cluster c;
-    if (cluster_load(cluster_file, &c, &e))
-        return cli_fail("plan", &e);
-    cluster_warn_cpu_threads(cluster_file, &c, stderr);
-    if (micro_batches)
-        c.micro_batches = (int)micro_batches;
-    struct plan p;
+    if (cluster_load(a->cluster_file, &c, e))
+        return e->code;
+    cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
+    if (a->micro_batches)
+        c.micro_batches = (int)a->micro_batches;
     int rc;
-    if (auto_micro) {
-        if (!global_batch)
-            global_batch = (long)c.micro_batches * c.model.micro_batch;
-        rc = planner_make_auto(&c, &o, (int)global_batch,
-                               quiet ? NULL : (export_format ? stderr : stdout), &p, &e);
+    if (a->auto_micro) {
+        long global = a->global_batch ? a->global_batch
+                                      : (long)c.micro_batches * c.model.micro_batch;
+        rc = planner_make_auto(&c, &a->o, (int)global,
+                               a->quiet ? NULL : (a->export_format ? stderr : stdout), p, e);
     } else {
-        rc = planner_make(&c, &o, &p, &e);
+        rc = planner_make(&c, &a->o, p, e);
     }
     cluster_free(&c);
+    return rc;
+}
+
+/* The table, the export and the plan file. */
+static int write_outputs(const struct plan_args *a, const struct plan *p, struct err *e)
+{
+    if (!a->quiet)
+        planner_print(a->export_format ? stderr : stdout, p);
+    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, e))
+        return e->code;
+    if (a->out_file != NULL && plan_write(a->out_file, p, e))
+        return e->code;
+    return ERR_OK;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    struct plan_args a;
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    int rc = parse_args(argc, argv, &a);
     if (rc)
+        return rc < 0 ? ERR_OK : rc;
+    if (make_plan(&a, &p, &e))
         return cli_fail("plan", &e);
-    if (!quiet)
-        planner_print(export_format ? stderr : stdout, &p);
-    if (export_format != NULL && planner_export(stdout, &p, export_format, &e)) {
-        plan_free(&p);
-        return cli_fail("plan", &e);
-    }
-    if (out_file != NULL && plan_write(out_file, &p, &e)) {
+    if (write_outputs(&a, &p, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);
     }

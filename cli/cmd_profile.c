@@ -20,7 +20,7 @@ static void help(void)
     printf("usage: ballast profile --model MODEL.json --device cpu|cuda:N [-o PROFILE.json]\n"
            "                       [--repeats N] [--threads N] [--name NAME]\n"
            "       ballast profile --model MODEL.json --estimate --device NAME\n"
-           "                       [-o PROFILE.json] [--devices DEVICES.json]\n\n"
+           "                       [-o PROFILE.json] [--devices DEVICES.json] [--for FRAMEWORK]\n\n"
            "Writes a profile (ballast-profile/1): every planning layer's forward and backward\n"
            "time, its recompute options and its memory, for one micro-batch.\n\n"
            "Measuring (the default) runs the runtime's layers, the code `ballast train` runs,\n"
@@ -40,6 +40,8 @@ static void help(void)
            "                   operation) instead of measuring; marked \"estimated\": true;\n"
            "                   --device then names a device of the device table\n"
            "  --devices FILE   the device table (default: %s)\n"
+           "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
+           "                   its attention kernel, fp32 logits, its recompute modules\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
            WARMUP, devices_default_file());
 }
@@ -73,7 +75,7 @@ static int load_model(const char *file, const char *how, struct model *m, struct
 }
 
 static int estimate(const char *model_file, const char *device, const char *devices_file,
-                    const char *out_file)
+                    const char *framework, const char *out_file)
 {
     struct model m;
     struct device_table t;
@@ -94,6 +96,8 @@ static int estimate(const char *model_file, const char *device, const char *devi
     struct profile p;
     int rc = estimate_profile(&t, d, &m, &p, &e);
     devices_free(&t);
+    if (rc == ERR_OK && framework != NULL)
+        rc = estimate_for_framework(&m, framework, &p, &e);
     if (rc == ERR_OK)
         rc = write_profile(out_file, &p, &e);
     profile_free(&p);
@@ -176,7 +180,7 @@ static long default_threads(long cores, const char **from)
 int cmd_profile(int argc, char **argv)
 {
     const char *model_file = NULL, *device = NULL, *out_file = NULL, *name = NULL, *v;
-    const char *devices_file = NULL;
+    const char *devices_file = NULL, *framework = NULL;
     long repeats = 20, threads = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
     int estimated = 0, measure_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -222,6 +226,10 @@ int cmd_profile(int argc, char **argv)
                                        v, PROFILE_NAME_MAX - 1);
             name = v;
             measure_only = 1;
+        } else if ((r = cli_option(argc, argv, &i, "--for", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            framework = v;
         } else if (cli_flag(argv, i, "--estimate")) {
             estimated = 1;
         } else {
@@ -233,13 +241,15 @@ int cmd_profile(int argc, char **argv)
     if (estimated && measure_only)
         return cli_usage_error("profile", "--repeats, --threads and --name are for measuring; "
                                           "--estimate measures nothing");
+    if (!estimated && framework != NULL)
+        return cli_usage_error("profile", "--for FRAMEWORK is for --estimate");
     if (!estimated && devices_file != NULL)
         return cli_usage_error("profile", "--devices is the device table of --estimate");
     if (cli_check_output("profile", out_file))
         return ERR_INPUT;
     if (estimated)
         return estimate(model_file, device, devices_file ? devices_file : devices_default_file(),
-                        out_file);
+                        framework, out_file);
     int cpu = strcmp(device, "cpu") == 0;
     if (!cpu && threads > 0)
         return cli_usage_error("profile", "--threads is for --device cpu");

@@ -32,12 +32,16 @@ struct plan_options {
     int repartition;     /* METHOD_OPTIMAL: also choose the split and the device order */
     int whole_layers;    /* METHOD_OPTIMAL: ignore the profiles' recompute options */
     long search_nodes;   /* repartition: branch-and-bound node budget */
+    double time_limit_s; /* repartition: stop the search after this long (0: no limit) */
 };
 
 void plan_options_default(struct plan_options *o);
 /* "none", "full", "block:N", "uniform-min", "patent", "optimal". */
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
 const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);
+/* ERR_INPUT, saying which, for options out of range or that do not apply to the method
+ * (--repartition, --whole-layers, --reduce, --verify). planner_make checks them too. */
+int plan_options_check(const struct plan_options *o, struct err *e);
 
 /* Makes the plan. ERR_NOFIT with the numbers of every stage that cannot fit; `out` is then
  * freed. With verify, out->verify holds both objectives (agree may be false: the caller
@@ -56,7 +60,8 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
                       FILE *report, struct plan *out, struct err *e);
 
 /* The plan as ColossalAI, NeMo or Megatron-LM settings ("colossalai", "nemo", "megatron"),
- * with a comment wherever the framework cannot express it. */
+ * only with keys the framework accepts; what it runs differently is said on standard error,
+ * and a split it cannot take is refused (ERR_INPUT). */
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cost.h"
 #include "knapsack.h"
@@ -42,17 +43,22 @@ struct search {
     struct position *pos; /* S, for the order being searched */
     double *G;            /* (S + 1) x (N + 1) */
     double *Q;            /* (S + 1) x (N + 1): least sum of T + transfers over suffixes */
+    double *D;            /* (S + 1) x (N + 1): least drain over suffixes (drain_step) */
     /* branch and bound */
     int *first;           /* S: the split being built */
     int *best_first;      /* S */
     int *best_order;      /* S: cluster stage at each position */
+    struct link *best_link; /* S: its links */
     double best_ms;
     int64_t best_memory;
     double open_bound; /* least bound of a node left unexplored */
     long nodes, leaves, budget;
+    double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
+    int dived;       /* branch has reached a split */
     struct sim_stage *sim_in;
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
+    double *fill_z;   /* S: split_bound's cumulative round trips */
     struct err *e;
 };
 
@@ -64,6 +70,11 @@ static double *G_at(struct search *s, int k, int i)
 static double *Q_at(struct search *s, int k, int i)
 {
     return &s->Q[(size_t)k * (s->N + 1) + i];
+}
+
+static double *D_at(struct search *s, int k, int i)
+{
+    return &s->D[(size_t)k * (s->N + 1) + i];
 }
 
 static int class_of(struct search *s, int profile, int64_t capacity, int in_flight)
@@ -153,60 +164,115 @@ static double transfer_ms(const struct search *s, int k, int last)
     return 2 * link_transfer_ms(&p->link, s->c->profiles[p->profile].layers[last].out_bytes);
 }
 
-/* What position k itself adds to the bound past the prefix before it, when a micro-batch's
- * round trip through the positions after it (forward, backward, transfers) takes at least
- * `after` ms. With f its forward and A its backward with recompute per micro-batch, and W its
- * warm-up forwards (min(S-k-1, M) in 1F1B):
+/* Backwards position k runs after its last forward: W + 1 in 1F1B with W = S-k-1 warm-up
+ * forwards, all M when it runs every forward first (GPipe, or 1F1B with W >= M - 1). */
+static int drain_backwards(const struct search *s, int k)
+{
+    int W = s->S - k - 1;
+    return s->c->schedule == SCHEDULE_GPIPE || W >= s->M - 1 ? s->M : W + 1;
+}
+
+/* What position k itself adds to the bound past the prefix before it. With f its forward and
+ * A its backward with recompute per micro-batch, W its warm-up forwards (min(S-k-1, M) in
+ * 1F1B), `after` the least round trip of a micro-batch through the positions after it
+ * (forward, backward, transfers) and `drain` the least time from its last forward's output
+ * leaving to the last gradient coming back (the D of drain_step):
  *   its first backward waits for micro-batch 0's round trip: >= max((W+1) f, f + after);
  *   then M-W-1 backwards and forwards alternate until its last forward;
- *   its last backward waits for micro-batch M-1's round trip: >= max((W+1) A, after + A).
+ *   its last backward waits for its own W+1 backwards and for the drain: >= max((W+1) A,
+ *   A + drain).
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
- * its M forwards and after micro-batch 0's round trip, and the last one waits for micro-batch
- * M-1's. For S equal stages this is exactly (M + S - 1)(f + A). */
-static double own_bound(const struct search *s, int k, double t, double f, double after)
+ * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
+ * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A). */
+static double own_bound(const struct search *s, int k, double t, double f, double after,
+                        double drain, double fill)
 {
     double A = t - f, M = s->M;
     int W = s->S - k - 1;
-    if (s->c->schedule == SCHEDULE_GPIPE || W >= s->M - 1) {
-        double start = M * f > f + after ? M * f : f + after;
+    drain = drain > after ? drain : after;
+    fill = fill > f + after ? fill : f + after;
+    if (drain_backwards(s, k) == s->M) {
+        double start = M * f > fill ? M * f : fill;
         double v = start + M * A;
-        return v > M * f + after + A ? v : M * f + after + A;
+        return v > M * f + drain + A ? v : M * f + drain + A;
     }
-    double head = (W + 1) * f > f + after ? (W + 1) * f : f + after;
-    double tail = (W + 1) * A > after + A ? (W + 1) * A : after + A;
+    double head = (W + 1) * f > fill ? (W + 1) * f : fill;
+    double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     return head + (M - W - 1) * (f + A) + tail;
 }
 
+/* The drain from position k's input on, D(k) = max(f + n A, T + c + D(k+1)) with n its
+ * drain_backwards: the last micro-batch's forward reaches some position r through the ones
+ * before it, r runs its n_r last backwards, and the last gradient comes back. Every path of
+ * the simulated graph, so a lower bound (D(S) = -infinity: nothing after the last). */
+static double drain_step(const struct search *s, int k, double t, double f, double c,
+                         double rest)
+{
+    double own = f + drain_backwards(s, k) * (t - f), through = t + c + rest;
+    return own > through ? own : through;
+}
+
+/* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
+ * (bound_table's): with its recompute time unknown, T is at least its forward and backward
+ * plus `r_floor`, the recompute of a range it contains (a range needs at least the recompute
+ * of any part of it: dropping a layer frees memory and never adds recompute).
+ * The bounds only grow with T, so when even that floor improves none of them, the range's
+ * knapsack need not be solved (unless it already was: then its T is exact and free). */
+static int could_improve(struct search *s, int k, int i, int j, double r_floor, double c,
+                         double rest, double rest_sum, double rest_drain, double best,
+                         double sum, double drain)
+{
+    const struct position *p = &s->pos[k];
+    const struct range_cost *rc = &s->classes[p->cls].ranges[(size_t)i * s->N + j];
+    if (rc->known)
+        return 1;
+    double f = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
+    double t = f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+    if (t + c + rest_sum < sum || drain_step(s, k, t, f, c, rest_drain) < drain)
+        return 1;
+    if (s->M * t >= best)
+        return 0;
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
+    return (t + c + rest > v ? t + c + rest : v) < best;
+}
+
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
+ * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
- * each stage's `after` taken as the least possible Q of what follows it. */
+ * each stage's `after` and `drain` taken as the least possible Q and D of what follows it. */
 static void bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
     for (int k = 0; k <= S; k++)
         for (int i = 0; i <= N; i++)
-            *G_at(s, k, i) = *Q_at(s, k, i) = INFINITY;
+            *G_at(s, k, i) = *Q_at(s, k, i) = *D_at(s, k, i) = INFINITY;
     *G_at(s, S, N) = *Q_at(s, S, N) = 0;
+    *D_at(s, S, N) = -INFINITY;
     for (int k = S - 1; k >= 0 && s->e->code == ERR_OK; k--) {
         int stages_after = S - 1 - k;
         for (int i = k; i <= N - 1 - stages_after; i++) {
-            double best = INFINITY, least_sum = INFINITY;
+            double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY, r_floor = 0;
             for (int j = i; j <= N - 1 - stages_after; j++) {
                 if (k == S - 1 && j != N - 1)
                     continue;
-                double f, t = stage_ms(s, k, i, j, &f);
+                double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
+                double rest_drain = *D_at(s, k + 1, j + 1), c = transfer_ms(s, k, j), f;
+                if (isinf(rest) || !could_improve(s, k, i, j, r_floor, c, rest, rest_sum,
+                                                  rest_drain, best, least_sum, least_drain))
+                    continue; /* whatever its recompute: its knapsack is not needed */
+                double t = stage_ms(s, k, i, j, &f);
                 /* T only grows with the range: past here nothing fits */
                 if (isinf(t))
                     break;
-                double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
-                if (isinf(rest))
-                    continue;
-                double c = transfer_ms(s, k, j);
+                r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+                double d = drain_step(s, k, t, f, c, rest_drain);
                 if (t + c + rest_sum < least_sum)
                     least_sum = t + c + rest_sum;
+                if (d < least_drain)
+                    least_drain = d;
                 if (s->M * t >= best)
-                    continue; /* own_bound >= M T: no better G here, but Q may still be */
-                double v = own_bound(s, k, t, f, c + rest_sum);
+                    continue; /* own_bound >= M T: no better G here, but Q and D may be */
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (v < best)
@@ -214,6 +280,7 @@ static void bound_table(struct search *s)
             }
             *G_at(s, k, i) = best;
             *Q_at(s, k, i) = least_sum;
+            *D_at(s, k, i) = least_drain;
         }
     }
 }
@@ -228,14 +295,23 @@ static int better(double ms, int64_t memory, double best_ms, int64_t best_memory
  * screen before simulating it. */
 static double split_bound(struct search *s)
 {
-    double after = 0, bound = 0, prefix = 0;
-    double *own = s->own;
+    double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
+    double *own = s->own, *z = s->fill_z;
     for (int k = s->S - 1; k >= 0; k--) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
-        double c = transfer_ms(s, k, last);
-        own[k] = own_bound(s, k, t, f, after + c);
+        double c = transfer_ms(s, k, last), fill = -INFINITY;
+        /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
+         * the transfers between), while k ran the forwards r needs before its first backward */
+        z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
+        for (int r = k + 1; r < s->S; r++) {
+            double v = drain_backwards(s, r) * f + z[r] - z[k];
+            fill = v > fill ? v : fill;
+        }
+        own[k] = own_bound(s, k, t, f, after + c, drain + c, fill);
         after += t + c;
+        drain = drain_step(s, k, t, f, c, drain);
+        t_next = t;
     }
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
@@ -272,7 +348,52 @@ static void leaf(struct search *s, const int *order)
         s->best_memory = memory;
         memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
         memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
+        for (int k = 0; k < s->S; k++)
+            s->best_link[k] = s->pos[k].link;
     }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The node budget is spent, or the time limit has passed and the search has dived to a split
+ * of its own (not only the cluster's). */
+static int out_of_budget(struct search *s)
+{
+    if (s->nodes >= s->budget)
+        return 1;
+    if (isinf(s->deadline) || !s->dived || now_s() <= s->deadline)
+        return 0;
+    s->budget = s->nodes; /* stays stopped without asking the clock again */
+    return 1;
+}
+
+/* T of layers i..j at position k as far as known without its knapsack: forward, backward and
+ * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
+static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
+{
+    const struct position *p = &s->pos[k];
+    if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
+        return stage_ms(s, k, i, j, fwd);
+    *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
+    return *fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+}
+
+/* The bound of the child that gives position k the layers up to j, taking T ms (f forward),
+ * after a prefix of `prefix` ms whose largest own bound is `partial`; `rest` is G after it. */
+static double child_bound(struct search *s, int k, int j, double t, double f, double prefix,
+                          double partial, double rest)
+{
+    double c = transfer_ms(s, k, j);
+    double next = prefix + t + c;
+    double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
+                                    c + *D_at(s, k + 1, j + 1), -INFINITY);
+    double p = partial > own ? partial : own;
+    return p > next + rest ? p : next + rest;
 }
 
 /* Depth-first over the split: position k starts at layer i after a prefix of `prefix` ms,
@@ -283,6 +404,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
     if (s->e->code)
         return;
     if (k == s->S) {
+        s->dived = 1;
         leaf(s, order);
         return;
     }
@@ -290,20 +412,23 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
     int stages_after = s->S - 1 - k;
     double *kids = s->children + (size_t)k * s->N * 2;
     int n = 0;
+    double r_floor = 0;
     for (int j = i; j <= s->N - 1 - stages_after; j++) {
         if (k == s->S - 1 && j != s->N - 1)
             continue;
-        double f, t = stage_ms(s, k, i, j, &f);
+        double rest = *G_at(s, k + 1, j + 1);
+        /* the child's bound with T at its floor first: when even that is over the limit, the
+         * range's knapsack is not needed */
+        double f, t = floor_ms(s, k, i, j, r_floor, &f);
+        if (s->M * t + prefix > limit)
+            break;
+        if (isinf(rest) || child_bound(s, k, j, t, f, prefix, partial, rest) > limit)
+            continue;
+        t = stage_ms(s, k, i, j, &f);
         if (isinf(t) || s->M * t + prefix > limit)
             break;
-        double rest = *G_at(s, k + 1, j + 1);
-        if (isinf(rest))
-            continue;
-        double c = transfer_ms(s, k, j);
-        double next = prefix + t + c;
-        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1));
-        double p = partial > own ? partial : own;
-        double bound = p > next + rest ? p : next + rest;
+        r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+        double bound = child_bound(s, k, j, t, f, prefix, partial, rest);
         if (bound > limit)
             continue;
         kids[2 * n] = bound;
@@ -325,7 +450,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
             break; /* the incumbent improved meanwhile */
         /* past the budget, stop, but not before a first split: a finite bound G guarantees
          * the dive reaches one */
-        if (s->nodes >= s->budget && !isinf(s->best_ms)) {
+        if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
             return;
@@ -334,7 +459,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         int j = (int)kids[2 * a + 1];
         double f, t = stage_ms(s, k, i, j, &f);
         double c = transfer_ms(s, k, j);
-        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1));
+        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
+                                             c + *D_at(s, k + 1, j + 1), -INFINITY);
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
     }
@@ -442,12 +568,15 @@ static void search_free(struct search *s)
     free(s->pos);
     free(s->G);
     free(s->Q);
+    free(s->D);
     free(s->first);
     free(s->best_first);
     free(s->best_order);
+    free(s->best_link);
     free(s->sim_in);
     free(s->children);
     free(s->own);
+    free(s->fill_z);
 }
 
 static int search_init(struct search *s, const struct cluster *c, const struct plan_options *o,
@@ -461,6 +590,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->N = c->n_layers;
     s->M = c->micro_batches;
     s->budget = o->search_nodes;
+    s->deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
     s->best_ms = INFINITY;
     s->best_memory = INT64_MAX;
     s->open_bound = INFINITY;
@@ -469,14 +599,17 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->pos = calloc((size_t)s->S, sizeof *s->pos);
     s->G = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->G);
     s->Q = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->Q);
+    s->D = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->D);
     s->first = calloc((size_t)s->S, sizeof *s->first);
     s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
+    s->best_link = calloc((size_t)s->S, sizeof *s->best_link);
     s->sim_in = calloc((size_t)s->S, sizeof *s->sim_in);
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->first || !s->best_first ||
-        !s->best_order || !s->sim_in || !s->children || !s->own)
+    s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->first || !s->best_first ||
+        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);
@@ -491,183 +624,172 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     return ERR_OK;
 }
 
-/* The cluster with its stages in `order` and the split `first`; it shares c's profiles. */
-static int arranged_cluster(const struct cluster *c, const struct search *s, struct cluster *out,
-                            struct err *e)
+void arrangement_free(struct arrangement *a)
 {
-    *out = *c;
-    out->stages = calloc((size_t)s->S, sizeof *out->stages);
-    if (out->stages == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int k = 0; k < s->S; k++) {
-        out->stages[k] = c->stages[s->best_order[k]];
-        out->stages[k].first = s->best_first[k];
-        out->stages[k].last = k + 1 < s->S ? s->best_first[k + 1] - 1 : s->N - 1;
+    free(a->stage);
+    free(a->first);
+    free(a->link);
+    memset(a, 0, sizeof *a);
+}
+
+/* The kinds of the cluster's own order, when each kind's stages are contiguous (then its own
+ * arrangement is one of the candidates); -1 otherwise. */
+static int own_order_kinds(const struct cluster *c, const int *kind_of, int K, int *kinds)
+{
+    for (int st = 1; st < c->n_stages; st++)
+        if (kind_of[st] != kind_of[st - 1] && kind_of[st] != kind_of[st - 1] + 1)
+            return -1;
+    for (int g = 0; g < K; g++)
+        kinds[g] = g;
+    return 0;
+}
+
+/* The cluster's own order and split start as the incumbent when it is a candidate and fits:
+ * the search never returns worse. */
+static int seed_incumbent(struct search *s, const int *kind_of, int K, int *order)
+{
+    int kinds[REPARTITION_KINDS_MAX];
+    const struct cluster *c = s->c;
+    if (own_order_kinds(c, kind_of, K, kinds) < 0)
+        return ERR_OK;
+    if (layout(s, kinds, K, kind_of, order))
+        return s->e->code;
+    for (int k = 0; k < s->S; k++)
+        s->first[k] = c->stages[k].first;
+    for (int k = 0; k < s->S; k++)
+        if (isinf(stage_ms(s, k, c->stages[k].first, c->stages[k].last, NULL)))
+            return s->e->code;
+    leaf(s, order);
+    return s->e->code;
+}
+
+/* Every order of the K kinds with its bound G(0, 0). */
+struct orders {
+    int n, K;
+    int *kinds;    /* n x K */
+    double *bound; /* n; NAN once searched */
+};
+
+static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
+                        struct orders *out)
+{
+    int kinds[REPARTITION_KINDS_MAX], n = 1;
+    for (int g = 0; g < K; g++) {
+        kinds[g] = g;
+        n *= g + 1;
     }
+    *out = (struct orders){0, K, malloc((size_t)n * K * sizeof *out->kinds),
+                           malloc((size_t)n * sizeof *out->bound)};
+    if (out->kinds == NULL || out->bound == NULL)
+        return err_set(s->e, ERR_FAIL, "out of memory");
+    do {
+        memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
+        if (layout(s, kinds, K, kind_of, order))
+            break;
+        bound_table(s);
+        out->bound[out->n++] = *G_at(s, 0, 0);
+    } while (s->e->code == ERR_OK && next_permutation(kinds, K));
+    return s->e->code;
+}
+
+/* The unsearched order of least bound; -1 when none is left. */
+static int orders_next(const struct orders *o)
+{
+    int at = -1;
+    for (int q = 0; q < o->n; q++)
+        if (!isnan(o->bound[q]) && (at < 0 || o->bound[q] < o->bound[at]))
+            at = q;
+    return at;
+}
+
+/* Branch and bound over the orders, the most promising first; *least_bound gets the least
+ * bound of an order left unsearched because of the incumbent. */
+static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order,
+                          double *least_bound)
+{
+    for (int at; s->e->code == ERR_OK && (at = orders_next(ord)) >= 0;) {
+        double bound = ord->bound[at];
+        ord->bound[at] = NAN; /* searched */
+        if (isinf(bound))
+            break;
+        if (bound > s->best_ms * (1 + 1e-12) + 1e-12) {
+            if (bound < *least_bound)
+                *least_bound = bound;
+            break; /* every order left is bounded above the incumbent */
+        }
+        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
+            break;
+        bound_table(s);
+        if (out_of_budget(s) && !isinf(s->best_ms)) {
+            if (bound < s->open_bound)
+                s->open_bound = bound;
+            continue;
+        }
+        branch(s, order, 0, 0, 0, 0);
+    }
+}
+
+static int arrangement_fill(const struct search *s, struct arrangement *a, struct err *e)
+{
+    size_t n = (size_t)s->S;
+    *a = (struct arrangement){s->S, malloc(n * sizeof *a->stage), malloc(n * sizeof *a->first),
+                              malloc(n * sizeof *a->link)};
+    if (a->stage == NULL || a->first == NULL || a->link == NULL) {
+        arrangement_free(a);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    memcpy(a->stage, s->best_order, n * sizeof *a->stage);
+    memcpy(a->first, s->best_first, n * sizeof *a->first);
+    memcpy(a->link, s->best_link, n * sizeof *a->link);
     return ERR_OK;
 }
 
-int repartition_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                     struct repartition_stats *stats, struct err *e)
+/* The device kinds, at most REPARTITION_KINDS_MAX. */
+static int kinds_of(const struct cluster *c, int *kind_of, int *K, struct err *e)
+{
+    int *first_stage = malloc((size_t)c->n_stages * sizeof *first_stage);
+    if (first_stage == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    *K = device_kinds(c, kind_of, first_stage);
+    free(first_stage);
+    if (*K > REPARTITION_KINDS_MAX)
+        return err_set(e, ERR_INPUT,
+                       "--repartition orders the cluster's device kinds exhaustively, and this "
+                       "cluster has %d kinds (at most %d)",
+                       *K, REPARTITION_KINDS_MAX);
+    return ERR_OK;
+}
+
+int repartition_search(const struct cluster *c, const struct plan_options *o,
+                       struct arrangement *a, struct plan_search *found, struct err *e)
 {
     struct search s;
-    int *kind_of = malloc((size_t)c->n_stages * sizeof *kind_of);
-    int *kind_first = malloc((size_t)c->n_stages * sizeof *kind_first);
+    struct orders ord = {0};
+    int K = 0, *kind_of = malloc((size_t)c->n_stages * sizeof *kind_of);
     int *order = malloc((size_t)c->n_stages * sizeof *order);
-    int kinds[REPARTITION_KINDS_MAX];
     double least_bound = INFINITY;
-    struct link *links = NULL;
-    memset(stats, 0, sizeof *stats);
-    if (kind_of == NULL || kind_first == NULL || order == NULL) {
-        free(kind_of);
-        free(kind_first);
-        free(order);
-        return err_set(e, ERR_FAIL, "out of memory");
-    }
-    if (search_init(&s, c, o, e))
-        goto done;
-    int K = device_kinds(c, kind_of, kind_first);
-    if (K > REPARTITION_KINDS_MAX) {
-        err_set(e, ERR_INPUT,
-                "--repartition orders the cluster's device kinds exhaustively, and this cluster "
-                "has %d kinds (at most %d)",
-                K, REPARTITION_KINDS_MAX);
-        goto done;
-    }
-    links = calloc((size_t)s.S, sizeof *links);
-    if (links == NULL) {
+    memset(found, 0, sizeof *found);
+    memset(a, 0, sizeof *a);
+    if (kind_of == NULL || order == NULL)
         err_set(e, ERR_FAIL, "out of memory");
-        goto done;
+    else if (search_init(&s, c, o, e) == ERR_OK && kinds_of(c, kind_of, &K, e) == ERR_OK &&
+             seed_incumbent(&s, kind_of, K, order) == ERR_OK &&
+             orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
+        search_orders(&s, kind_of, &ord, order, &least_bound);
+    if (e->code == ERR_OK && !isinf(s.best_ms)) {
+        least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
+        least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
+        *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
+                                      least_bound};
+        arrangement_fill(&s, a, e);
+    } else if (e->code == ERR_OK) {
+        err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
     }
-    /* The cluster's own order and split start as the incumbent when its kinds are already
-     * contiguous (then it is one of the candidates): the search never returns worse. */
-    int contiguous = 1;
-    for (int st = 1; st < c->n_stages; st++)
-        contiguous = contiguous && (kind_of[st] == kind_of[st - 1] || kind_of[st] == kind_of[st - 1] + 1);
-    if (contiguous) {
-        for (int g = 0; g < K; g++)
-            kinds[g] = g;
-        if (layout(&s, kinds, K, kind_of, order))
-            goto done;
-        for (int k = 0; k < s.S; k++)
-            s.first[k] = c->stages[k].first;
-        int fits = 1;
-        for (int k = 0; k < s.S && fits; k++)
-            fits = !isinf(stage_ms(&s, k, c->stages[k].first, c->stages[k].last, NULL));
-        if (fits) {
-            leaf(&s, order);
-            for (int k = 0; k < s.S; k++)
-                links[k] = s.pos[k].link;
-        }
-        if (e->code)
-            goto done;
-    }
-    for (int g = 0; g < K; g++)
-        kinds[g] = g;
-    /* Bound every order first, then search them from the most promising. */
-    int n_orders = 0;
-    double *order_bound = NULL;
-    int *order_kinds = NULL;
-    do {
-        int *grown = realloc(order_kinds, (size_t)(n_orders + 1) * K * sizeof *grown);
-        double *grown_b = realloc(order_bound, (size_t)(n_orders + 1) * sizeof *grown_b);
-        if (grown == NULL || grown_b == NULL) {
-            free(grown ? grown : order_kinds);
-            free(grown_b ? grown_b : order_bound);
-            err_set(e, ERR_FAIL, "out of memory");
-            goto done;
-        }
-        order_kinds = grown;
-        order_bound = grown_b;
-        memcpy(order_kinds + (size_t)n_orders * K, kinds, (size_t)K * sizeof *kinds);
-        if (layout(&s, kinds, K, kind_of, order))
-            break;
-        bound_table(&s);
-        order_bound[n_orders++] = *G_at(&s, 0, 0);
-
-    } while (e->code == ERR_OK && next_permutation(kinds, K));
-    stats->orders = n_orders;
-    for (int pass = 0; pass < n_orders && e->code == ERR_OK; pass++) {
-        int at = -1;
-        for (int q = 0; q < n_orders; q++)
-            if (!isnan(order_bound[q]) && (at < 0 || order_bound[q] < order_bound[at]))
-                at = q;
-        double bound = order_bound[at];
-        order_bound[at] = NAN; /* searched */
-        if (isinf(bound))
-            break;
-        if (bound > s.best_ms * (1 + 1e-12) + 1e-12) {
-            if (bound < least_bound)
-                least_bound = bound;
-            break; /* every order left is bounded above the incumbent */
-        }
-        if (layout(&s, order_kinds + (size_t)at * K, K, kind_of, order))
-            break;
-        bound_table(&s);
-        if (s.nodes >= s.budget && !isinf(s.best_ms)) {
-            if (bound < s.open_bound)
-                s.open_bound = bound;
-            continue;
-        }
-        branch(&s, order, 0, 0, 0, 0);
-
-        /* keep the links of the best order for the plan */
-        int same = 1;
-        for (int k = 0; k < s.S && same; k++)
-            same = s.best_order[k] == order[k];
-        if (same)
-            for (int k = 0; k < s.S; k++)
-                links[k] = s.pos[k].link;
-    }
-    free(order_kinds);
-    free(order_bound);
-    if (e->code)
-        goto done;
-    if (isinf(s.best_ms)) {
-        /* no order and split fits: say why with the cluster's own split */
-        struct plan_options fixed = *o;
-        fixed.repartition = 0;
-        if (planner_make(c, &fixed, out, e) == ERR_OK) {
-            plan_free(out);
-            err_set(e, ERR_FAIL, "repartitioning found no split although the cluster's own fits");
-        } else if (e->code == ERR_NOFIT) {
-            err_append(e, "  and no other split of the layers or order of the device kinds fits "
-                          "either");
-        }
-        goto done;
-    }
-    if (s.open_bound < least_bound)
-        least_bound = s.open_bound;
-    if (s.best_ms < least_bound)
-        least_bound = s.best_ms;
-    stats->nodes = s.nodes;
-    stats->leaves = s.leaves;
-    stats->exhausted = s.open_bound == INFINITY;
-    stats->lower_bound = least_bound;
-
-    struct cluster arranged;
-    if (arranged_cluster(c, &s, &arranged, e))
-        goto done;
-    for (int k = 0; k < s.S; k++)
-        arranged.stages[k].link = k + 1 < s.S ? links[k] : (struct link){0};
-    arranged.link = (struct link){0};
-    struct plan_options fixed = *o;
-    fixed.repartition = 0;
-    int rc = planner_make(&arranged, &fixed, out, e);
-    free(arranged.stages);
-    if (rc)
-        goto done;
-    snprintf(out->method, sizeof out->method, "optimal+repartition");
-    out->optimality_gap = least_bound > 0 ? (out->iteration_ms - least_bound) / least_bound : 0;
-    if (out->optimality_gap < 0)
-        out->optimality_gap = 0;
-    out->search = (struct plan_search){1, stats->orders, stats->nodes, stats->leaves,
-                                       stats->exhausted, least_bound};
-done:
-    search_free(&s);
+    if (kind_of != NULL && order != NULL)
+        search_free(&s);
+    free(ord.kinds);
+    free(ord.bound);
     free(kind_of);
-    free(kind_first);
     free(order);
-    free(links);
     return e->code;
 }

@@ -25,13 +25,14 @@
 /* Most device kinds whose orders are searched exhaustively (6! = 720 orders). */
 #define REPARTITION_KINDS_MAX 6
 
-struct repartition_stats {
-    int orders;          /* device orders considered */
-    long nodes;          /* branch-and-bound nodes expanded */
-    long leaves;         /* splits simulated */
-    int exhausted;       /* 1 if the search finished: the plan is optimal */
-    double lower_bound;  /* certified lower bound on the iteration time (ms) */
+/* What the search found: the cluster's stages in pipeline order and the split. */
+struct arrangement {
+    int n_stages;
+    int *stage;        /* the cluster stage at each position */
+    int *first;        /* each position's first layer (the last is the next one's first - 1) */
+    struct link *link; /* each position's link to the next */
 };
+void arrangement_free(struct arrangement *a);
 
 /* The link after the last stage of device kind `kind` (kind_of[stage] numbers the kinds) when
  * an order moves the kind: the one it had, or, for the kind that ended the pipeline, the
@@ -39,9 +40,10 @@ struct repartition_stats {
  * kind stay as they are. */
 struct link repartition_exit_link(const struct cluster *c, const int *kind_of, int kind);
 
-/* Fills `out` like planner_make (method optimal) with the chosen order and split;
- * out->optimality_gap = (iteration - lower bound) / lower bound. */
-int repartition_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                     struct repartition_stats *stats, struct err *e);
+/* The fastest arrangement (method optimal), and in *found what was searched with the
+ * certified lower bound on the iteration time. ERR_NOFIT (with no message) when no order and
+ * split fits. */
+int repartition_search(const struct cluster *c, const struct plan_options *o,
+                       struct arrangement *a, struct plan_search *found, struct err *e);
 
 #endif

@@ -107,7 +107,8 @@ void planner_print(FILE *f, const struct plan *p)
         fprintf(f, "search: %d device orders, %ld nodes, %ld splits simulated; %s\n",
                 p->search.orders, p->search.nodes, p->search.splits,
                 p->search.exhausted ? "searched to the end: optimal"
-                                    : "stopped at the node budget (--search-nodes)");
+                                    : "stopped at the node budget (--search-nodes) or the "
+                                      "time limit (--time-limit)");
     if (p->optimality_gap >= 0)
         fprintf(f, "optimality gap: %.3f%% (certified: no split and order can be faster than "
                    "%.3f ms)\n",

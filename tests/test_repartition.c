@@ -224,7 +224,7 @@ static void brute_force(const struct cluster *c, struct best *b)
 static void test_against_brute_force(void)
 {
     struct test_rng r = {.s = 20261121};
-    int compared = 0, infeasible = 0, stopped = 0, seeded = 0;
+    int compared = 0, infeasible = 0, stopped = 0, seeded = 0, timed_out = 0;
     for (int trial = 0; trial < 1500; trial++) {
         struct instance in;
         random_instance(&r, &in);
@@ -235,10 +235,9 @@ static void test_against_brute_force(void)
         o.repartition = 1;
         o.search_nodes = 1L << 30; /* exhaustive */
         struct plan p;
-        struct repartition_stats stats;
         struct err e;
         err_clear(&e);
-        int rc = repartition_make(&in.c, &o, &p, &stats, &e);
+        int rc = planner_make(&in.c, &o, &p, &e);
         if (!b.found) {
             if (rc != ERR_NOFIT)
                 fprintf(stderr, "trial %d: %d %s\n", trial, rc, e.msg);
@@ -248,7 +247,7 @@ static void test_against_brute_force(void)
         }
         CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
         CU_ASSERT(test_close(p.iteration_ms, b.ms, 1e-9, 1e-9));
-        CU_ASSERT(stats.exhausted);
+        CU_ASSERT(p.search.exhausted);
         CU_ASSERT(p.optimality_gap >= 0 && p.optimality_gap <= 1e-9);
         for (int s = 0; s < p.n_stages; s++)
             CU_ASSERT(p.stages[s].memory_bytes <= p.stages[s].memory_limit_bytes);
@@ -256,8 +255,8 @@ static void test_against_brute_force(void)
         /* with almost no search the bound must still be a bound */
         o.search_nodes = 3;
         err_clear(&e);
-        CU_ASSERT_EQUAL_FATAL(repartition_make(&in.c, &o, &p, &stats, &e), ERR_OK);
-        stopped += !stats.exhausted;
+        CU_ASSERT_EQUAL_FATAL(planner_make(&in.c, &o, &p, &e), ERR_OK);
+        stopped += !p.search.exhausted;
         /* the cluster's own arrangement is the first incumbent when its kinds are contiguous:
          * even a search stopped at once is never slower than the fixed split */
         int contiguous = 1;
@@ -275,20 +274,34 @@ static void test_against_brute_force(void)
             plan_free(&fixed);
             seeded++;
         }
-        CU_ASSERT(stats.lower_bound <= b.ms * (1 + 1e-9));
+        CU_ASSERT(p.search.lower_bound <= b.ms * (1 + 1e-9));
         CU_ASSERT(p.iteration_ms >= b.ms * (1 - 1e-9));
-        CU_ASSERT(test_close(p.iteration_ms / (1 + p.optimality_gap), stats.lower_bound, 1e-6,
+        CU_ASSERT(test_close(p.iteration_ms / (1 + p.optimality_gap), p.search.lower_bound, 1e-6,
                              1e-9));
         plan_free(&p);
+        /* a time limit already past: the search stops after its first dive, and what it
+         * certifies is still a bound */
+        o.search_nodes = 1L << 30;
+        o.time_limit_s = 1e-9;
+        err_clear(&e);
+        CU_ASSERT_EQUAL_FATAL(planner_make(&in.c, &o, &p, &e), ERR_OK);
+        timed_out += !p.search.exhausted;
+        CU_ASSERT(p.search.lower_bound <= b.ms * (1 + 1e-9));
+        CU_ASSERT(p.iteration_ms >= b.ms * (1 - 1e-9));
+        CU_ASSERT(test_close(p.iteration_ms / (1 + p.optimality_gap), p.search.lower_bound, 1e-6,
+                             1e-9));
+        plan_free(&p);
+        o.time_limit_s = 0;
         compared++;
     }
     printf("\n%d instances matched brute force, %d infeasible for both, %d needed an early "
-           "stop, %d compared with the fixed split\n",
-           compared, infeasible, stopped, seeded);
+           "stop, %d compared with the fixed split, %d stopped by the time limit\n",
+           compared, infeasible, stopped, seeded, timed_out);
     CU_ASSERT(compared >= 750);
     CU_ASSERT(infeasible >= 1);
     CU_ASSERT(stopped >= 100);
     CU_ASSERT(seeded >= 300);
+    CU_ASSERT(timed_out >= 100);
 }
 
 int main(void)

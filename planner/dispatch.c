@@ -1,0 +1,359 @@
+/* Validation and dispatch: the options are checked here once; a plan is laid out from the
+ * cluster, its method (methods.c) chooses, --verify checks in a pass of its own, and the plan
+ * is costed and simulated. Searches (repartition.c, microbatch.c) hand back arrangements
+ * that this file turns into plans. */
+#include "planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "methods.h"
+#include "microbatch.h"
+#include "model_ops.h"
+#include "nofit.h"
+#include "repartition.h"
+#include "sim.h"
+#include "verify.h"
+
+void plan_options_default(struct plan_options *o)
+{
+    *o = (struct plan_options){.method = METHOD_OPTIMAL,
+                               .unit_bytes = PLAN_UNIT_DEFAULT,
+                               .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
+                               .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
+}
+
+int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
+{
+    const struct method *m = method_named(text);
+    if (m != NULL && m->id != METHOD_BLOCK) {
+        o->method = m->id;
+        return ERR_OK;
+    }
+    if (strcmp(text, "optimal+repartition") == 0) {
+        o->method = METHOD_OPTIMAL;
+        o->repartition = 1;
+        return ERR_OK;
+    }
+    if (strncmp(text, "block:", 6) == 0) {
+        char *end;
+        long n = strtol(text + 6, &end, 10);
+        if (end != text + 6 && *end == '\0' && n >= 0 && n <= 1 << 20) {
+            o->method = METHOD_BLOCK;
+            o->block_n = (int)n;
+            return ERR_OK;
+        }
+    }
+    return err_set(e, ERR_INPUT,
+                   "--method: \"%s\", expected none, full, block:N (N >= 0), uniform-min, patent, "
+                   "optimal or optimal+repartition",
+                   text);
+}
+
+const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX])
+{
+    const struct method *m = method_find(o->method);
+    if (m == NULL)
+        return "?";
+    if (o->method != METHOD_BLOCK)
+        return m->name;
+    snprintf(buf, PLAN_METHOD_MAX, "block:%d", o->block_n);
+    return buf;
+}
+
+int plan_options_check(const struct plan_options *o, struct err *e)
+{
+    char name[PLAN_METHOD_MAX];
+    const struct method *m = method_find(o->method);
+    if (m == NULL)
+        return err_set(e, ERR_INPUT, "plan options: unknown method %d", (int)o->method);
+    if (o->unit_bytes < 1 || !(o->time_unit_ms > 0) || !(o->reduce >= 0 && o->reduce <= 1) ||
+        o->block_n < 0 || o->search_nodes < 1 || !(o->time_limit_s >= 0))
+        return err_set(e, ERR_INPUT,
+                       "plan options: unit %lld bytes, time unit %g ms, reduce %g, block %d, "
+                       "search nodes %ld, time limit %g s: expected unit >= 1, time unit > 0, "
+                       "0 <= reduce <= 1, block >= 0, search nodes >= 1, time limit >= 0",
+                       (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n,
+                       o->search_nodes, o->time_limit_s);
+    if (o->repartition && o->method != METHOD_OPTIMAL)
+        return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
+    if (o->whole_layers && o->method != METHOD_OPTIMAL)
+        return err_set(e, ERR_INPUT, "--whole-layers applies to --method optimal only (the "
+                                     "other methods recompute whole layers anyway)");
+    if (o->reduce > 0 && o->method != METHOD_PATENT)
+        return err_set(e, ERR_INPUT, "--reduce applies to --method patent only");
+    if (o->verify && !m->knapsack)
+        return err_set(e, ERR_INPUT,
+                       "--verify checks the knapsack methods (patent, optimal); method %s "
+                       "solves no optimisation",
+                       plan_method_name(o, name));
+    return ERR_OK;
+}
+
+/* Load M_s / limit_s with nothing recomputed; ties go to the earlier stage. */
+static int most_loaded(const struct plan *p)
+{
+    int star = 0;
+    for (int s = 1; s < p->n_stages; s++) {
+        const struct plan_stage *a = &p->stages[s], *b = &p->stages[star];
+        if ((__int128)a->memory_before_bytes * b->memory_limit_bytes >
+            (__int128)b->memory_before_bytes * a->memory_limit_bytes)
+            star = s;
+    }
+    return star;
+}
+
+/* Stage s as the cluster gives it, nothing recomputed yet. */
+static void stage_layout(const struct cluster *c, struct plan *p, int s)
+{
+    struct plan_stage *st = &p->stages[s];
+    const struct profile *prof = cluster_stage_profile(c, s);
+    snprintf(st->device, sizeof st->device, "%s", c->stages[s].device);
+    snprintf(st->device_kind, sizeof st->device_kind, "%s", prof->device.kind);
+    memcpy(st->layers, prof->layers + st->first,
+           (size_t)plan_stage_layer_count(st) * sizeof *st->layers);
+    st->in_flight = schedule_in_flight(c->schedule, c->n_stages, s, c->micro_batches);
+    st->capacity_bytes = c->stages[s].memory_bytes;
+    st->memory_limit_bytes = st->capacity_bytes;
+    if (s + 1 < c->n_stages)
+        st->link = cluster_link(c, s);
+    struct stage_cost before;
+    plan_stage_cost(p, st, &before);
+    st->memory_before_bytes = before.memory_bytes;
+}
+
+/* The plan's stages, layers, limits and loads from the cluster: what a method chooses on. */
+static int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                       struct err *e)
+{
+    int S = c->n_stages;
+    int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
+    int rc = first && last ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0; s < S && rc == ERR_OK; s++) {
+        first[s] = c->stages[s].first;
+        last[s] = c->stages[s].last;
+    }
+    if (rc == ERR_OK)
+        rc = plan_init(out, S, first, last, e);
+    free(first);
+    free(last);
+    if (rc)
+        return rc;
+    char name[PLAN_METHOD_MAX];
+    snprintf(out->method, sizeof out->method, "%s", plan_method_name(o, name));
+    out->schedule = c->schedule;
+    out->micro_batches = c->micro_batches;
+    out->reserve_bytes = c->reserve_bytes;
+    out->unit_bytes = o->unit_bytes;
+    out->model = c->model;
+    for (int s = 0; s < S; s++)
+        stage_layout(c, out, s);
+    out->most_loaded_stage = most_loaded(out);
+    return ERR_OK;
+}
+
+/* Every stage's costs, the bottleneck and the simulated iteration time. */
+static int plan_finish(struct plan *p, struct err *e)
+{
+    p->bottleneck_stage = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        struct stage_cost cost;
+        plan_stage_cost(p, st, &cost);
+        st->memory_bytes = cost.memory_bytes;
+        st->recompute_ms = cost.recompute_ms;
+        st->stage_ms = cost.stage_ms;
+        if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
+            p->bottleneck_stage = s;
+    }
+    struct sim_result sim;
+    if (sim_plan(p, &sim, e))
+        return e->code;
+    p->iteration_ms = sim.iteration_ms;
+    sim_result_free(&sim);
+    return ERR_OK;
+}
+
+static int all_fit(const struct plan *p)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        struct stage_cost c;
+        plan_stage_cost(p, &p->stages[s], &c);
+        if (c.memory_bytes > p->stages[s].memory_limit_bytes)
+            return 0;
+    }
+    return 1;
+}
+
+/* The plan of the cluster's own order and split: layout, method, fit, verify, finish. */
+static int plan_fixed(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                      struct err *e)
+{
+    if (plan_layout(c, o, out, e))
+        return e->code;
+    int rc = method_find(o->method)->choose(out, o, e);
+    if (rc == ERR_NOFIT || (rc == ERR_OK && !all_fit(out)))
+        nofit_report(out, o, e);
+    else if (rc == ERR_OK && o->verify)
+        verify_plan(out, o, e);
+    if (rc == ERR_OK && e->code == ERR_OK)
+        plan_finish(out, e);
+    if (e->code == ERR_OK && rc != ERR_OK)
+        err_set(e, rc, "method %s failed", out->method); /* a method's error always says */
+    if (e->code)
+        plan_free(out);
+    return e->code;
+}
+
+/* The cluster with its stages in the arrangement's order, split and links; it shares c's
+ * profiles (free only out->stages). */
+static int arranged_cluster(const struct cluster *c, const struct arrangement *a,
+                            struct cluster *out, struct err *e)
+{
+    *out = *c;
+    out->stages = calloc((size_t)a->n_stages, sizeof *out->stages);
+    if (out->stages == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int k = 0; k < a->n_stages; k++) {
+        out->stages[k] = c->stages[a->stage[k]];
+        out->stages[k].first = a->first[k];
+        out->stages[k].last = k + 1 < a->n_stages ? a->first[k + 1] - 1 : c->n_layers - 1;
+        out->stages[k].link = k + 1 < a->n_stages ? a->link[k] : (struct link){0};
+    }
+    out->link = (struct link){0};
+    return ERR_OK;
+}
+
+/* No order and split fits: say why with the cluster's own split. */
+static int repartition_nofit(const struct cluster *c, const struct plan_options *fixed,
+                             struct err *e)
+{
+    struct plan p;
+    err_clear(e);
+    if (plan_fixed(c, fixed, &p, e) == ERR_OK) {
+        plan_free(&p);
+        return err_set(e, ERR_FAIL,
+                       "repartitioning found no split although the cluster's own fits");
+    }
+    if (e->code == ERR_NOFIT)
+        err_append(e, "  and no other split of the layers or order of the device kinds fits "
+                      "either");
+    return e->code;
+}
+
+/* --repartition: the search's arrangement, planned; with what was searched and the certified
+ * gap. */
+static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
+                              struct plan *out, struct err *e)
+{
+    struct plan_options fixed = *o;
+    struct arrangement a;
+    struct plan_search found;
+    struct cluster arranged;
+    fixed.repartition = 0;
+    int rc = repartition_search(c, o, &a, &found, e);
+    if (rc == ERR_NOFIT)
+        return repartition_nofit(c, &fixed, e);
+    if (rc)
+        return rc;
+    rc = arranged_cluster(c, &a, &arranged, e);
+    arrangement_free(&a);
+    if (rc)
+        return rc;
+    rc = plan_fixed(&arranged, &fixed, out, e);
+    free(arranged.stages);
+    if (rc)
+        return rc;
+    snprintf(out->method, sizeof out->method, "optimal+repartition");
+    double bound = found.lower_bound;
+    out->optimality_gap = bound > 0 ? (out->iteration_ms - bound) / bound : 0;
+    if (out->optimality_gap < 0)
+        out->optimality_gap = 0;
+    out->search = found;
+    return ERR_OK;
+}
+
+int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                 struct err *e)
+{
+    if (plan_options_check(o, e))
+        return e->code;
+    return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
+}
+
+static int64_t plan_memory(const struct plan *p)
+{
+    int64_t memory = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        memory += p->stages[s].memory_bytes;
+    return memory;
+}
+
+/* Plans micro-batch size b; ERR_NOFIT and ERR_INPUT (a size too large) in *rc, not in e. */
+static int plan_micro_batch(const struct cluster *c, const struct plan_options *o,
+                            const struct device_table *t, int global_batch, int b,
+                            struct microbatch_notes *notes, struct plan *p, struct err *e)
+{
+    struct cluster cb;
+    struct err inner;
+    err_clear(&inner);
+    int rc = microbatch_cluster(c, t, b, global_batch / b, &cb, notes, &inner);
+    if (rc == ERR_OK) {
+        rc = planner_make(&cb, o, p, &inner);
+        microbatch_cluster_free(&cb, c->n_profiles);
+    }
+    if (rc && rc != ERR_NOFIT && rc != ERR_INPUT)
+        err_set(e, rc, "%s", inner.msg);
+    return rc;
+}
+
+int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
+                      FILE *report, struct plan *out, struct err *e)
+{
+    struct device_table t;
+    struct microbatch_notes notes = {0};
+    int found = 0;
+    if (plan_options_check(o, e))
+        return e->code;
+    if (model_ops_of(&c->model) == NULL)
+        return err_set(e, ERR_INPUT,
+                       "--micro-batches auto: the model is custom (\"%s\"): its profiles hold "
+                       "one micro-batch size and Ballast has no size functions to rescale them "
+                       "(profile each size and plan each)",
+                       c->model.name);
+    if (devices_load(devices_default_file(), &t, e))
+        return e->code;
+    microbatch_report_head(report, global_batch);
+    for (int b = 1; b <= global_batch && e->code == ERR_OK; b++) {
+        struct plan p;
+        if (global_batch % b)
+            continue;
+        int rc = plan_micro_batch(c, o, &t, global_batch, b, &notes, &p, e);
+        if (e->code)
+            break;
+        microbatch_report_row(report, b, global_batch / b, rc, rc ? 0 : p.iteration_ms);
+        if (rc)
+            continue;
+        if (found && !microbatch_better(p.iteration_ms, plan_memory(&p), out->iteration_ms,
+                                        plan_memory(out))) {
+            plan_free(&p);
+            continue;
+        }
+        if (found)
+            plan_free(out);
+        *out = p;
+        found = 1;
+    }
+    devices_free(&t);
+    if (e->code && found)
+        plan_free(out);
+    if (e->code)
+        return e->code;
+    if (!found)
+        return err_set(e, ERR_NOFIT,
+                       "no micro-batch size dividing the global batch of %d fits the cluster",
+                       global_batch);
+    microbatch_report_end(report, out, &notes);
+    return ERR_OK;
+}

@@ -1,0 +1,110 @@
+#include "nofit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "methods.h"
+
+#define GIB 1073741824.0
+
+/* Bytes as a person reads them; exact below a KiB. */
+static const char *human_bytes(int64_t b, char buf[32])
+{
+    if (b >= ((int64_t)1 << 30))
+        snprintf(buf, 32, "%.2f GiB", (double)b / GIB);
+    else if (b >= ((int64_t)1 << 20))
+        snprintf(buf, 32, "%.2f MiB", (double)b / (1 << 20));
+    else if (b >= ((int64_t)1 << 10))
+        snprintf(buf, 32, "%.2f KiB", (double)b / (1 << 10));
+    else
+        snprintf(buf, 32, "%lld B", (long long)b);
+    return buf;
+}
+
+/* Appends one stage's memory terms for the choice `recompute` against its limit. */
+static void describe_stage(const struct plan *p, const struct plan_stage *st,
+                           const unsigned char *recompute, const char *what, struct err *e)
+{
+    struct stage_cost c;
+    char b[7][32];
+    cost_stage(st->layers, plan_stage_layer_count(st), recompute, st->in_flight,
+               p->reserve_bytes, &c);
+    err_append(e,
+               "  stage %d (%s, layers %d-%d) %s: state %s + %d in flight x %s kept + transient "
+               "%s + workspace %s + reserve %s = %s > limit %s",
+               st->index, st->device, st->first, st->last, what, human_bytes(c.state_bytes, b[0]),
+               c.in_flight, human_bytes(c.kept_bytes, b[1]), human_bytes(c.transient_bytes, b[2]),
+               human_bytes(c.workspace_bytes, b[3]), human_bytes(c.reserve_bytes, b[4]),
+               human_bytes(c.memory_bytes, b[5]), human_bytes(st->memory_limit_bytes, b[6]));
+}
+
+/* The stages that cannot fit even recomputing every layer (full recomputation needs the least
+ * memory: keeping a layer costs v (act - ckpt), more than its transient); `all` is n ones. */
+static int hopeless_stages(const struct plan *p, const unsigned char *all, struct err *e)
+{
+    int hopeless = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        struct stage_cost c;
+        cost_stage(st->layers, plan_stage_layer_count(st), all, st->in_flight, p->reserve_bytes,
+                   &c);
+        if (c.memory_bytes > st->memory_limit_bytes) {
+            describe_stage(p, st, all, "cannot fit even recomputing every layer", e);
+            hopeless++;
+        }
+    }
+    return hopeless;
+}
+
+/* The DP is exact on memory units, each rounded up: a stage that fits only when counted to
+ * the byte is refused rather than planned over its limit. */
+static void rounded_out_stages(const struct plan *p, const struct plan_options *o,
+                               const unsigned char *all, struct err *e)
+{
+    char b[32];
+    for (int s = 0; s < p->n_stages; s++) {
+        struct knap_problem kp;
+        if (method_problem(p, s, o, &kp, e))
+            break;
+        int64_t need = knap_units(&kp, all);
+        if (need > kp.cap)
+            err_append(e, "  stage %d fits only when its memory is counted to the byte: in "
+                          "units of %lld bytes, recomputing every layer needs %lld units on "
+                          "top of %s, and only %lld are left: use a smaller --unit",
+                       s, (long long)o->unit_bytes, (long long)need,
+                       human_bytes(kp.fixed_bytes, b), (long long)kp.cap);
+        knap_free(&kp);
+    }
+}
+
+int nofit_report(const struct plan *p, const struct plan_options *o, struct err *e)
+{
+    int longest = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        if (plan_stage_layer_count(&p->stages[s]) > longest)
+            longest = plan_stage_layer_count(&p->stages[s]);
+    unsigned char *all = malloc((size_t)longest + 1);
+    if (all == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    memset(all, 1, (size_t)longest + 1);
+    err_set(e, ERR_NOFIT, "no plan fits with method %s:", p->method);
+    int hopeless = hopeless_stages(p, all, e);
+    if (hopeless > 0)
+        err_append(e, "  (%d of %d stages; more memory, more stages, fewer micro-batches "
+                      "in flight or a smaller micro-batch would help)",
+                   hopeless, p->n_stages);
+    else if (method_find(o->method)->knapsack)
+        rounded_out_stages(p, o, all, e);
+    else {
+        for (int s = 0; s < p->n_stages; s++) {
+            const struct plan_stage *st = &p->stages[s];
+            struct stage_cost c;
+            plan_stage_cost(p, st, &c);
+            if (c.memory_bytes > st->memory_limit_bytes)
+                describe_stage(p, st, st->recompute, "does not fit this method's choice", e);
+        }
+        err_append(e, "  every stage would fit with more recomputation: try --method optimal");
+    }
+    free(all);
+    return e->code;
+}

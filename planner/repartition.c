@@ -144,11 +144,11 @@ static double stage_ms(struct search *s, int k, int first, int last, double *fwd
 {
     const struct position *p = &s->pos[k];
     const struct range_cost *rc = range_cost(s, p->cls, first, last);
-    if (isinf(rc->recompute_ms))
-        return INFINITY;
     double f = s->fwd_prefix[p->profile][last + 1] - s->fwd_prefix[p->profile][first];
     if (fwd)
         *fwd = f;
+    if (isinf(rc->recompute_ms))
+        return INFINITY;
     return f + s->bwd_prefix[p->profile][last + 1] - s->bwd_prefix[p->profile][first] +
            rc->recompute_ms;
 }

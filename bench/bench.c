@@ -10,6 +10,7 @@
 
 #include "cost.h"
 #include "estimate.h"
+#include "model_ops.h"
 #include "planner.h"
 #include "sim.h"
 
@@ -121,6 +122,15 @@ static void model_path(const char *item, char out[CLUSTER_PATH_MAX])
         snprintf(out, CLUSTER_PATH_MAX, "%s/configs/models/%s.json", BALLAST_SOURCE_DIR, item);
 }
 
+/* Whether `m` (from --models) is the cluster's own model: equal, or the same custom model
+ * named by a model file, which does not give the layer count its profiles give. */
+static int own_model(const struct model *cluster_model, const struct model *m)
+{
+    return model_equal(cluster_model, m) ||
+           (m->kind == MODEL_KIND_CUSTOM && cluster_model->kind == MODEL_KIND_CUSTOM &&
+            m->layer_count == 0 && strcmp(m->name, cluster_model->name) == 0);
+}
+
 /* Layer ranges as the cluster file gave them, or an even split? */
 static int even_split(const struct cluster *c)
 {
@@ -140,6 +150,11 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
     int S = c->n_stages, L = model_layer_count(m);
     memset(out, 0, sizeof *out);
     note[0] = '\0';
+    if (model_ops_of(m) == NULL) {
+        snprintf(note, BENCH_NOTE_MAX, "custom model \"%s\": no profiles for this cluster's "
+                 "devices (a custom model is benched on clusters of its own profiles)", m->name);
+        return ERR_NOFIT;
+    }
     if (S > L) {
         snprintf(note, BENCH_NOTE_MAX, "%d stages, but the model has %d layers", S, L);
         return ERR_NOFIT;
@@ -490,7 +505,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
             snprintf(k->cluster, sizeof k->cluster, "%s", cl[i].name);
             base_name(path, k->model);
             int rc;
-            if (model_equal(&cl[i].c.model, &mv[j])) {
+            if (own_model(&cl[i].c.model, &mv[j])) {
                 rc = run_case(&cl[i].c, k, NULL, e);
             } else {
                 struct cluster adapted;
@@ -523,7 +538,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
         struct cluster adapted;
         char note[BENCH_NOTE_MAX];
         const struct cluster *c = &cl[ci].c;
-        if (!model_equal(&c->model, &mv[mj])) {
+        if (!own_model(&c->model, &mv[mj])) {
             if (bench_cluster_for_model(c, &mv[mj], &table, &adapted, note, e))
                 goto done;
             c = &adapted;

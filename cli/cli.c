@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
+
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value)
 {
     const char *arg = argv[*i];
@@ -42,6 +44,15 @@ int cli_fail(const char *cmd, const struct err *e)
 {
     fprintf(stderr, "ballast %s: %s\n", cmd, e->msg);
     return e->code ? e->code : ERR_FAIL;
+}
+
+int cli_check_output(const char *cmd, const char *file)
+{
+    struct err e;
+    err_clear(&e);
+    if (file == NULL || fileio_out_check(file, &e) == ERR_OK)
+        return ERR_OK;
+    return cli_fail(cmd, &e);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)

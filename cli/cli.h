@@ -21,6 +21,9 @@ int cli_flag(char **argv, int i, const char *name);
 int cli_is_help(const char *arg);
 /* Prints "ballast CMD: message" to stderr and returns code. */
 int cli_fail(const char *cmd, const struct err *e);
+/* Before any work: `file` (NULL: none) can be written (fileio_out_check); otherwise prints
+ * why and returns ERR_INPUT. */
+int cli_check_output(const char *cmd, const char *file);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Parses a byte count with an optional KiB/MiB/GiB (or K/M/G) suffix. */
 int cli_parse_bytes(const char *text, int64_t *out);

@@ -40,7 +40,7 @@ static void help(void)
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
-           "  --export FORMAT  print the plan as colossalai, nemo or megatron settings on\n"
+           "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
            "                   standard output (the table goes to standard error)\n"
            "  --quiet          no table\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
@@ -88,9 +88,9 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "--global-batch") == 0 && cli_parse_int(v, 1, 1 << 20, &a->global_batch))
         return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1", v);
     else if (strcmp(name, "--export") == 0 && strcmp(v, "colossalai") && strcmp(v, "nemo") &&
-             strcmp(v, "megatron"))
-        return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo or megatron",
-                               v);
+             strcmp(v, "megatron") && strcmp(v, "flagscale"))
+        return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo, megatron "
+                               "or flagscale", v);
     else if (strcmp(name, "--export") == 0)
         a->export_format = v;
     return ERR_OK;
@@ -152,6 +152,8 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
+    if (cli_check_output("plan", a->out_file))
+        return ERR_INPUT;
     return ERR_OK;
 }
 
@@ -161,6 +163,7 @@ static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
     struct cluster c;
     if (cluster_load(a->cluster_file, &c, e))
         return e->code;
+    cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
     int rc;

@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include "jsonio.h"
 #include "measure.h"
 #include "model.h"
+#include "model_ops.h"
 #include "profile.h"
 
 #define WARMUP 3
@@ -18,7 +20,7 @@ static void help(void)
     printf("usage: ballast profile --model MODEL.json --device cpu|cuda:N [-o PROFILE.json]\n"
            "                       [--repeats N] [--threads N] [--name NAME]\n"
            "       ballast profile --model MODEL.json --estimate --device NAME\n"
-           "                       [-o PROFILE.json] [--devices DEVICES.json]\n\n"
+           "                       [-o PROFILE.json] [--devices DEVICES.json] [--for FRAMEWORK]\n\n"
            "Writes a profile (ballast-profile/1): every planning layer's forward and backward\n"
            "time, its recompute options and its memory, for one micro-batch.\n\n"
            "Measuring (the default) runs the runtime's layers, the code `ballast train` runs,\n"
@@ -29,14 +31,17 @@ static void help(void)
            "  --model FILE     the model (ballast-model/1)\n"
            "  --device D       measure on D: cpu, or cuda:N (the CUDA device number)\n"
            "  --repeats N      timed samples of each span (default 20)\n"
-           "  --threads N      CPU threads (default: every online core, as `ballast train`\n"
-           "                   gives a lone rank); use what each training rank will have\n"
+           "  --threads N      CPU threads; use what each training rank will have. Without\n"
+           "                   it: OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, else every\n"
+           "                   online core (what `ballast train` gives a lone rank)\n"
            "  --name NAME      the device's name in the profile, which cluster files must use\n"
            "                   (default: the CPU model or the CUDA device name)\n"
            "  --estimate       derive the profile from datasheet figures (a roofline per\n"
            "                   operation) instead of measuring; marked \"estimated\": true;\n"
            "                   --device then names a device of the device table\n"
            "  --devices FILE   the device table (default: %s)\n"
+           "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
+           "                   its attention kernel, fp32 logits, its recompute modules\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
            WARMUP, devices_default_file());
 }
@@ -54,14 +59,29 @@ static int write_profile(const char *out_file, const struct profile *p, struct e
     return ERR_OK;
 }
 
+/* Loads the model to profile: one Ballast knows the layers of (a custom model has none to
+ * estimate or run; its profile is written by hand). */
+static int load_model(const char *file, const char *how, struct model *m, struct err *e)
+{
+    if (model_load(file, m, e))
+        return e->code;
+    if (model_ops_of(m) == NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: \"%s\" is a custom model: Ballast has no layers to run for a "
+                       "custom model, so it cannot %s one; write its profile (each layer's "
+                       "times and bytes) yourself, as configs/profiles/custom/ does",
+                       file, m->name, how);
+    return ERR_OK;
+}
+
 static int estimate(const char *model_file, const char *device, const char *devices_file,
-                    const char *out_file)
+                    const char *framework, const char *out_file)
 {
     struct model m;
     struct device_table t;
     struct err e;
     err_clear(&e);
-    if (model_load(model_file, &m, &e) || devices_load(devices_file, &t, &e))
+    if (load_model(model_file, "estimate", &m, &e) || devices_load(devices_file, &t, &e))
         return cli_fail("profile", &e);
     const struct device_spec *d = devices_find(&t, device);
     if (d == NULL) {
@@ -76,14 +96,17 @@ static int estimate(const char *model_file, const char *device, const char *devi
     struct profile p;
     int rc = estimate_profile(&t, d, &m, &p, &e);
     devices_free(&t);
+    if (rc == ERR_OK && framework != NULL)
+        rc = estimate_for_framework(&m, framework, &p, &e);
     if (rc == ERR_OK)
         rc = write_profile(out_file, &p, &e);
     profile_free(&p);
     return rc ? cli_fail("profile", &e) : ERR_OK;
 }
 
+/* threads_from: what chose the CPU threads (recorded in the provenance), NULL on a GPU */
 static int measure(const char *model_file, const char *device, int repeats, int threads,
-                   const char *name, const char *out_file)
+                   const char *threads_from, const char *name, const char *out_file)
 {
     struct model m;
     struct profile p;
@@ -92,7 +115,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     int mismatches = 0;
     err_clear(&e);
     memset(&p, 0, sizeof p);
-    if (model_load(model_file, &m, &e))
+    if (load_model(model_file, "measure", &m, &e))
         return cli_fail("profile", &e);
     p.provenance = cJSON_CreateObject();
     struct measure_timer timer;
@@ -106,6 +129,8 @@ static int measure(const char *model_file, const char *device, int repeats, int 
         return ERR_INPUT;
     }
     if (rc == ERR_OK) {
+        if (threads_from != NULL)
+            cJSON_AddStringToObject(p.provenance, "threads_from", threads_from);
         if (name != NULL)
             snprintf(p.device.name, sizeof p.device.name, "%s", name);
         /* time the layers together in half the device's memory, at most */
@@ -126,10 +151,36 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     return rc ? cli_fail("profile", &e) : ERR_OK;
 }
 
+/* The CPU threads when --threads is absent: OMP_NUM_THREADS first (OpenMP splits the CPU
+ * backend's work; OpenBLAS runs single-threaded in it), then OPENBLAS_NUM_THREADS, then every
+ * online core. OpenMP's list form "4,2" gives its first level. 0: a variable is malformed
+ * (said on standard error). */
+static long default_threads(long cores, const char **from)
+{
+    static const char *const vars[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", NULL};
+    for (int k = 0; vars[k] != NULL; k++) {
+        const char *v = getenv(vars[k]);
+        if (v == NULL || v[0] == '\0')
+            continue;
+        char first[32];
+        long n;
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(v, ","), v);
+        if (cli_parse_int(first, 1, 4096, &n) != 0) {
+            fprintf(stderr, "ballast profile: %s: \"%s\", expected a whole number from 1 to "
+                            "4096 (or give --threads)\n", vars[k], v);
+            return 0;
+        }
+        *from = vars[k];
+        return n;
+    }
+    *from = "online cores";
+    return cores > 0 ? cores : 1;
+}
+
 int cmd_profile(int argc, char **argv)
 {
     const char *model_file = NULL, *device = NULL, *out_file = NULL, *name = NULL, *v;
-    const char *devices_file = NULL;
+    const char *devices_file = NULL, *framework = NULL;
     long repeats = 20, threads = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
     int estimated = 0, measure_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -175,6 +226,10 @@ int cmd_profile(int argc, char **argv)
                                        v, PROFILE_NAME_MAX - 1);
             name = v;
             measure_only = 1;
+        } else if ((r = cli_option(argc, argv, &i, "--for", &v)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
+            framework = v;
         } else if (cli_flag(argv, i, "--estimate")) {
             estimated = 1;
         } else {
@@ -186,20 +241,26 @@ int cmd_profile(int argc, char **argv)
     if (estimated && measure_only)
         return cli_usage_error("profile", "--repeats, --threads and --name are for measuring; "
                                           "--estimate measures nothing");
+    if (!estimated && framework != NULL)
+        return cli_usage_error("profile", "--for FRAMEWORK is for --estimate");
     if (!estimated && devices_file != NULL)
         return cli_usage_error("profile", "--devices is the device table of --estimate");
+    if (cli_check_output("profile", out_file))
+        return ERR_INPUT;
     if (estimated)
         return estimate(model_file, device, devices_file ? devices_file : devices_default_file(),
-                        out_file);
+                        framework, out_file);
     int cpu = strcmp(device, "cpu") == 0;
     if (!cpu && threads > 0)
         return cli_usage_error("profile", "--threads is for --device cpu");
-    if (cpu && threads == 0)
-        threads = cores > 0 ? cores : 1;
+    const char *threads_from = "--threads";
+    if (cpu && threads == 0 && (threads = default_threads(cores, &threads_from)) == 0)
+        return ERR_INPUT;
     if (cpu && cores > 0 && threads > cores)
         fprintf(stderr,
-                "ballast profile: warning: --threads %ld on %ld online cores: the threads share "
-                "cores, so the times measure the sharing\n",
-                threads, cores);
-    return measure(model_file, device, (int)repeats, (int)threads, name, out_file);
+                "ballast profile: warning: %ld threads (%s) on %ld online cores: the threads "
+                "share cores, so the times measure the sharing\n",
+                threads, threads_from, cores);
+    return measure(model_file, device, (int)repeats, (int)threads, cpu ? threads_from : NULL,
+                   name, out_file);
 }

@@ -71,6 +71,8 @@ int cmd_simulate(int argc, char **argv)
     }
     if (plan_file == NULL)
         return cli_usage_error("simulate", "--plan is required");
+    if (cli_check_output("simulate", out_file) || cli_check_output("simulate", trace_file))
+        return ERR_INPUT;
 
     struct plan p;
     if (plan_load(plan_file, &p, &e))

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model_ops.h"
+#include "plan.h"
 #include "train.h"
 
 static void help(void)
@@ -13,7 +15,7 @@ static void help(void)
            "         [--seed N] [--lr X] [--threads N] [--metrics METRICS.json]\n"
            "         [--trace TRACE.json] [--save DIR [--save-every N]] [--resume DIR] "
            "[--quiet]\n"
-           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl]\n\n"
+           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
            "recomputing the layers the plan lists, and reports measured against planned memory\n"
            "and time per stage.\n\n"
@@ -34,10 +36,12 @@ static void help(void)
            "  --trace FILE      write a Chrome trace (Perfetto) of every stage\n"
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
            "  --resume DIR      continue from DIR's checkpoint\n"
-           "  --quiet           no per-step lines\n\n"
+           "  --quiet           no per-step lines\n"
+           "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
+           "                    names the rank that went silent and stops the job (exit 1)\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
-           TRAIN_DEFAULT_LR);
+           TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
 }
 
 static int parse(int argc, char **argv, struct train_options *o)
@@ -115,6 +119,12 @@ static int parse(int argc, char **argv, struct train_options *o)
                 return cli_usage_error("train",
                                        "--transport: \"%s\", expected auto, mpi or nccl", v);
             o->transport = v;
+        } else if (VALUE("--timeout")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_double(v, &o->timeout_s) || !(o->timeout_s > 0 && o->timeout_s <= 1e7))
+                return cli_usage_error("train", "--timeout: \"%s\", expected seconds in (0, 1e7]",
+                                       v);
         } else if (cli_flag(argv, i, "--quiet")) {
             o->quiet = 1;
         } else {
@@ -127,6 +137,25 @@ static int parse(int argc, char **argv, struct train_options *o)
     if (o->save_every > 0 && o->save_dir == NULL)
         return cli_usage_error("train", "--save-every needs --save DIR");
     return ERR_OK;
+}
+
+/* A plan of a custom model has each layer's costs but no layers to run: refused before any
+ * rank starts. A plan that does not load is train_run's to report. */
+static int refuse_custom(const char *plan_file)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    if (plan_load(plan_file, &p, &e))
+        return ERR_OK;
+    if (model_ops_of(&p.model) == NULL)
+        err_set(&e, ERR_INPUT,
+                "%s: model: \"%s\" is a custom model: Ballast has no layers to run for a "
+                "custom model (its profiles give each layer's costs, not its computation); run "
+                "the plan in your framework (ballast plan --export)",
+                plan_file, p.model.name);
+    plan_free(&p);
+    return e.code ? cli_fail("train", &e) : ERR_OK;
 }
 
 int cmd_train(int argc, char **argv)
@@ -143,7 +172,7 @@ int cmd_train(int argc, char **argv)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     struct train_options o = {.steps = 10, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
-                              .transport = "auto"};
+                              .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
     if (rank != 0) {
@@ -156,6 +185,8 @@ int cmd_train(int argc, char **argv)
         }
     }
     int rc = parse(argc, argv, &o);
+    if (rc == ERR_OK)
+        rc = refuse_custom(o.plan_file);
     if (saved >= 0) {
         fflush(stderr);
         dup2(saved, 2);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "jsonio.h"
 
@@ -22,14 +23,6 @@ int schedule_parse(const char *text, enum schedule *out)
     else
         return -1;
     return 0;
-}
-
-int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches)
-{
-    if (s == SCHEDULE_GPIPE)
-        return micro_batches;
-    int v = n_stages - stage;
-    return v < micro_batches ? v : micro_batches;
 }
 
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last)
@@ -88,6 +81,52 @@ void cluster_free(struct cluster *c)
     memset(c, 0, sizeof *c);
 }
 
+/* provenance.`key` of a profile as a whole number, 0 when absent */
+static long provenance_count(const struct profile *p, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->provenance, key);
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 ? (long)v->valuedouble : 0;
+}
+
+static int is_cpu_stage(const struct cluster *c, int s)
+{
+    return strcmp(cluster_stage_profile(c, s)->device.kind, "cpu") == 0;
+}
+
+int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out)
+{
+    int cpu_stages = 0, lines = 0;
+    for (int s = 0; s < c->n_stages; s++)
+        cpu_stages += is_cpu_stage(c, s);
+    cJSON *root = NULL; /* read again only for the profile paths as the file writes them */
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct profile *p = cluster_stage_profile(c, s);
+        long measured = p->estimated || !is_cpu_stage(c, s) ? 0 : provenance_count(p, "threads");
+        if (measured == 0)
+            continue; /* so cpu_stages >= 1 below */
+        long cores = provenance_count(p, "cores_online");
+        if (cores == 0)
+            cores = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+        long rank = cores / cpu_stages > 0 ? cores / cpu_stages : 1;
+        if (measured <= rank)
+            continue;
+        struct err e;
+        if (root == NULL)
+            root = jsonio_read(file, &e);
+        const cJSON *rel = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "stages"), s), "profile");
+        fprintf(out,
+                "ballast plan: warning: stage %d: profile %s was measured with %ld threads, but "
+                "a rank gets %ld (%ld cores / %d CPU stages): its times are optimistic; measure "
+                "with --threads %ld\n",
+                s, cJSON_IsString(rel) ? rel->valuestring : "?", measured, rank, cores,
+                cpu_stages, rank);
+        lines++;
+    }
+    cJSON_Delete(root);
+    return lines;
+}
+
 /* The profile path as written is relative to the cluster file's folder. */
 static void resolve_path(const char *cluster_file, const char *rel, char out[CLUSTER_PATH_MAX])
 {
@@ -131,6 +170,15 @@ static int stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], con
 static const char *first_model_difference(const struct model *a, const struct model *b,
                                           char buf[128])
 {
+    if (a->kind != b->kind || a->kind == MODEL_KIND_CUSTOM) {
+        if (a->kind != b->kind)
+            snprintf(buf, 128, "kind %s vs %s", model_kind_name(a->kind), model_kind_name(b->kind));
+        else if (strcmp(a->name, b->name) != 0)
+            snprintf(buf, 128, "name \"%s\" vs \"%s\"", a->name, b->name);
+        else
+            snprintf(buf, 128, "%d layers vs %d", a->layer_count, b->layer_count);
+        return buf;
+    }
 #define DIFF(f)                                                                                  \
     if (a->f != b->f) {                                                                          \
         snprintf(buf, 128, #f " %d vs %d", (int)a->f, (int)b->f);                                \
@@ -221,6 +269,16 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
                        "%s: %s.profile: \"%s\" describes a different model than stage 0's "
                        "profile (%s)",
                        file, path, rel, first_model_difference(&p->model, &c->model, buf));
+    } else if (p->model.kind == MODEL_KIND_CUSTOM) {
+        /* a custom model is its layer list: every profile names the same layers */
+        const struct profile *p0 = &c->profiles[c->stages[0].profile];
+        for (int l = 0; l < p->n_layers; l++)
+            if (strcmp(p->layers[l].name, p0->layers[l].name) != 0)
+                return err_set(e, ERR_INPUT,
+                               "%s: %s.profile: \"%s\" names layer %d \"%s\", but stage 0's "
+                               "profile names it \"%s\" (profiles of one custom model list the "
+                               "same layers)",
+                               file, path, rel, l, p->layers[l].name, p0->layers[l].name);
     }
     /* A device name is one set of costs: the planner groups stages by it (the order of
      * device kinds), so two profiles under one name that disagree would plan with either's

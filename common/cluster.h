@@ -5,14 +5,14 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "err.h"
 #include "profile.h"
+#include "schedule.h"
 
 #define CLUSTER_PATH_MAX 4096
 #define CLUSTER_STAGES_MAX 4096
-
-enum schedule { SCHEDULE_1F1B, SCHEDULE_GPIPE };
 
 /* A link between neighbouring stages. Absent links are free (no transfer time). */
 struct link {
@@ -48,6 +48,13 @@ int cluster_load(const char *file, struct cluster *c, struct err *e);
 void cluster_free(struct cluster *c);
 
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
+/* Warns on `out`, a line per stage, when a CPU stage's measured profile ran more threads
+ * (provenance.threads) than a rank of this cluster gets by default: the cores of the machine
+ * (the profile's provenance.cores_online, else this host's) shared by the cluster's CPU
+ * stages, at least 1, as `ballast train` shares a host among its ranks. The cluster file
+ * does not say which host a stage runs on, so its CPU stages are taken to share one.
+ * Returns the number of lines written. */
+int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out);
 /* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
 struct link cluster_link(const struct cluster *c, int stage);
 
@@ -56,8 +63,6 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
 
 const char *schedule_name(enum schedule s);
 int schedule_parse(const char *text, enum schedule *out);
-/* Micro-batches stage s of S keeps in flight: min(S - s, M) for 1F1B, M for GPipe. */
-int schedule_in_flight(enum schedule s, int n_stages, int stage, int micro_batches);
 
 /* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an
  * error (cluster files); otherwise they are fields a later version added (plan files). */

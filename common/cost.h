@@ -1,6 +1,7 @@
 /* The cost model of DESIGN.md, shared by the planner, the simulator, the runtime and the
- * tests. Each layer l of a stage has a recompute choice c_l (the `recompute` arrays of the
- * planner and plans hold one per layer), which keeps kept_l bytes per micro-batch,
+ * tests: the one place its formula is written. Each layer l of a stage takes an action: a
+ * recompute choice c_l (the `recompute` arrays of the planner and plans hold one per layer)
+ * and a place for what the choice keeps. A choice keeps kept_l bytes per micro-batch,
  * regenerates transient_l bytes just before its backward and costs recompute_l ms:
  *   COST_KEEP         (act_l, 0, 0)
  *   COST_FULL         (ckpt_l, act_l - ckpt_l, fwd_l)       the whole layer
@@ -8,7 +9,12 @@
  * With in-flight micro-batches v:
  *   memory  M = sum state_l + v * sum kept_l + max_l transient_l + max_l workspace_l + reserve
  *   time    T = sum (fwd_l + bwd_l) + R,   recompute R = sum recompute_l   (per micro-batch)
- * With only keep and full (0/1 flags are choices) this is DESIGN.md's formula. */
+ * With only keep and full (0/1 flags are choices) this is DESIGN.md's formula.
+ *
+ * The knapsack's view of the same M splits it into the bytes no choice changes and each
+ * choice's weights:
+ *   M = fixed + sum_l v * (kept_l - ckpt_l) + max_l transient_l,
+ *   fixed = sum state_l + v * sum ckpt_l + max_l workspace_l + reserve. */
 #ifndef BALLAST_COST_H
 #define BALLAST_COST_H
 
@@ -18,6 +24,22 @@
 
 enum { COST_KEEP = 0, COST_FULL = 1, COST_OPTION = 2 };
 
+/* Most actions a layer has: keep, full and its options. */
+#define COST_ROWS_MAX (COST_OPTION + PROFILE_OPTIONS_MAX)
+
+/* Where an action keeps its tensors between forward and backward (and where a stage's
+ * optimizer runs): the device only, for now; the host comes with offloading. */
+enum cost_place { COST_PLACE_DEVICE = 0 };
+
+/* One action a layer can take (an action row). */
+struct cost_row {
+    int choice;              /* COST_KEEP, COST_FULL or COST_OPTION + k */
+    enum cost_place place;   /* of the kept bytes */
+    int64_t kept_bytes;      /* per micro-batch, from forward to backward */
+    int64_t transient_bytes; /* regenerated just before the backward */
+    double recompute_ms;
+};
+
 struct stage_cost {
     int64_t state_bytes;     /* sum state_l */
     int64_t kept_bytes;      /* per micro-batch: sum kept_l */
@@ -25,21 +47,53 @@ struct stage_cost {
     int64_t workspace_bytes; /* max workspace_l */
     int64_t reserve_bytes;
     int in_flight;
-    int64_t memory_bytes; /* M */
-    double recompute_ms;  /* R */
-    double stage_ms;      /* T */
+    enum cost_place optimizer; /* where the stage's optimizer state lives and steps */
+    int64_t memory_bytes;      /* M */
+    double recompute_ms;       /* R */
+    double stage_ms;           /* T */
+};
+
+/* Running sums of M's and T's terms over a stage's layers, added in order: the memory of a
+ * prefix of the stage is the memory of the layers added so far. Start from {0}. */
+struct cost_sum {
+    __int128 state, kept;
+    int64_t transient, workspace;
+    double compute_ms, recompute_ms;
 };
 
 /* Choices a layer has: keep, full and its options. */
 int cost_choice_count(const struct layer_cost *c);
-/* One layer's (kept, transient, recompute ms) for `choice` < cost_choice_count(c). */
+/* The action row of `choice` < cost_choice_count(c), kept on the device. */
+struct cost_row cost_row(const struct layer_cost *c, int choice);
+/* Every action row of the layer, in choice order; returns cost_choice_count(c). */
+int cost_rows(const struct layer_cost *c, struct cost_row rows[COST_ROWS_MAX]);
+/* One layer's (kept, transient, recompute ms) for `choice`: cost_row's numbers. */
 void cost_choice(const struct layer_cost *c, int choice, int64_t *kept, int64_t *transient,
                  double *recompute_ms);
 /* The choice's name: "keep", "full" or the option's. */
 const char *cost_choice_name(const struct layer_cost *c, int choice);
 
+/* Adds one layer: its state, workspace, forward + backward ms and its action row. */
+void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_bytes,
+                  double compute_ms, const struct cost_row *row);
+/* M of the layers added so far (saturating at INT64_MAX). */
+int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve_bytes);
+/* T: a stage's forward and backward ms and its recompute ms. */
+double cost_stage_ms(double compute_ms, double recompute_ms);
+
 /* `recompute` has n choices (NULL: every layer kept). */
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out);
+
+/* The knapsack's view: the bytes of M no choice of layers[0..n-1] changes. */
+__int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
+                          int64_t reserve_bytes);
+/* What `choice` of layer c adds to the fixed bytes: v * (kept - ckpt) for every layer, and
+ * its transient, of which the stage holds the largest. */
+void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,
+                  int64_t *transient_bytes);
+/* The bytes `choice` keeps less than keeping the whole layer, over v in-flight micro-batches:
+ * v * (act - kept) (saturating). */
+int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight);
 
 #endif

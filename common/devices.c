@@ -18,7 +18,8 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
                                        "peak_tflops_16bit", "peak_tflops_fp32",
                                        "memory_bytes",  "memory_bandwidth_gbs",
                                        "host_link_gbs", "op_overhead_us",
-                                       "source",        NULL};
+                                       "source",        "bf16_tensor",
+                                       NULL};
     if (jsonio_expect_object(o, file, path, e) || jsonio_check_keys(o, file, path, keys, e) ||
         jsonio_str_copy(o, file, path, "name", d->name, sizeof d->name, e) ||
         jsonio_str_copy(o, file, path, "kind", d->kind, sizeof d->kind, e) ||
@@ -30,6 +31,11 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
         jsonio_num(o, file, path, "host_link_gbs", 0, 1e6, &d->host_link_gbs, e) ||
         jsonio_num(o, file, path, "op_overhead_us", 0, 1e6, &d->op_overhead_us, e) ||
         jsonio_str_copy(o, file, path, "source", d->source, sizeof d->source, e))
+        return e->code;
+    /* optional: a device without it has bf16 tensor cores, what peak_tflops_16bit meant first */
+    d->bf16_tensor = 1;
+    if (cJSON_GetObjectItemCaseSensitive(o, "bf16_tensor") != NULL &&
+        jsonio_bool(o, file, path, "bf16_tensor", &d->bf16_tensor, e))
         return e->code;
     if (strcmp(d->kind, "cpu") != 0 && strcmp(d->kind, "cuda") != 0) {
         char sub[JSONIO_PATH_MAX];

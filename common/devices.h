@@ -14,6 +14,7 @@ struct device_spec {
     char name[PROFILE_NAME_MAX];
     char kind[8]; /* "cpu" or "cuda" */
     double peak_tflops_16bit; /* dense 16-bit tensor */
+    int bf16_tensor;          /* 0: no bf16 tensor cores, bf16 GEMMs run at the fp32 rate */
     double peak_tflops_fp32;
     int64_t memory_bytes;
     double memory_bandwidth_gbs; /* GB/s */

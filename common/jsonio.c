@@ -1,16 +1,17 @@
 #include "jsonio.h"
 
+#include "fileio.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-/* Larger than any file Ballast writes (a 96-block profile is tens of KiB). */
-#define JSONIO_FILE_MAX ((long)256 << 20)
+/* The largest file Ballast writes is about 100 KB (a 96-block profile, a plan of 128
+ * stages); a much larger input is a mistake, refused before it costs minutes and gigabytes. */
+#define JSONIO_FILE_MAX ((int64_t)64 << 20)
 
 static const char *type_name(const cJSON *item)
 {
@@ -118,45 +119,28 @@ cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *
 
 cJSON *jsonio_read(const char *file, struct err *e)
 {
-    FILE *f = fopen(file, "rb");
-    if (f == NULL) {
-        err_set(e, ERR_INPUT, "%s: cannot open: %s", file, strerror(errno));
+    int fd;
+    int64_t size;
+    if (fileio_open_input(file, JSONIO_FILE_MAX, &fd, &size, e))
+        return NULL;
+    char *buf = malloc((size_t)size + 1);
+    if (buf == NULL) {
+        close(fd);
+        err_set(e, ERR_FAIL, "%s: out of memory reading %lld bytes", file, (long long)size);
         return NULL;
     }
-    char *buf = NULL;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        err_set(e, ERR_INPUT, "%s: not a regular file", file);
-        goto fail;
-    }
-    long size = (long)st.st_size;
-    if (size > JSONIO_FILE_MAX) {
-        err_set(e, ERR_INPUT, "%s: %ld bytes, larger than the %ld bytes any Ballast file has",
-                file, size, JSONIO_FILE_MAX);
-        goto fail;
-    }
-    buf = malloc((size_t)size + 1);
-    if (buf == NULL) {
-        err_set(e, ERR_FAIL, "%s: out of memory reading %ld bytes", file, size);
-        goto fail;
-    }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        err_set(e, ERR_INPUT, "%s: read error: %s", file, strerror(errno));
-        goto fail;
-    }
+    errno = 0;
+    int bad = fileio_read_all(fd, buf, size);
+    close(fd);
     buf[size] = '\0';
-    if (memchr(buf, '\0', (size_t)size) != NULL) {
-        err_set(e, ERR_INPUT, "%s: not valid JSON (contains a NUL byte)", file);
-        goto fail;
-    }
-    fclose(f);
-    cJSON *root = jsonio_parse(buf, (size_t)size, file, e);
+    if (bad)
+        err_set(e, ERR_INPUT, "%s: read error: %s", file,
+                errno ? strerror(errno) : "the file shrank while being read");
+    else if (memchr(buf, '\0', (size_t)size) != NULL)
+        bad = err_set(e, ERR_INPUT, "%s: not valid JSON (contains a NUL byte)", file);
+    cJSON *root = bad ? NULL : jsonio_parse(buf, (size_t)size, file, e);
     free(buf);
     return root;
-fail:
-    free(buf);
-    fclose(f);
-    return NULL;
 }
 
 static int write_json(const char *file, const cJSON *root, int formatted, struct err *e)
@@ -164,35 +148,15 @@ static int write_json(const char *file, const cJSON *root, int formatted, struct
     char *text = formatted ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
     if (text == NULL)
         return err_set(e, ERR_FAIL, "%s: out of memory formatting JSON", file);
-    size_t n = strlen(text);
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid()) >= (int)sizeof tmp) {
+    struct fileio_out out;
+    if (fileio_out_open(&out, file, e)) {
         free(text);
-        return err_set(e, ERR_INPUT, "%s: path too long", file);
+        return e->code;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        free(text);
-        return err_set(e, ERR_FAIL, "%s: cannot create: %s", file, strerror(errno));
-    }
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, text + done, n - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        done += (size_t)w;
-    }
-    int ok = done == n && write(fd, "\n", 1) == 1 && fsync(fd) == 0;
-    ok = close(fd) == 0 && ok;
+    int ok = fileio_write_all(out.fd, text, (int64_t)strlen(text)) == 0 &&
+             fileio_write_all(out.fd, "\n", 1) == 0;
     free(text);
-    if (!ok || rename(tmp, file) != 0) {
-        int saved = errno;
-        unlink(tmp);
-        return err_set(e, ERR_FAIL, "%s: cannot write: %s", file, strerror(saved));
-    }
-    return ERR_OK;
+    return fileio_out_commit(&out, file, ok, e);
 }
 
 int jsonio_write(const char *file, const cJSON *root, struct err *e)
@@ -347,7 +311,7 @@ int jsonio_str(const cJSON *obj, const char *file, const char *path, const char 
 int jsonio_str_copy(const cJSON *obj, const char *file, const char *path, const char *key,
                     char *dst, size_t cap, struct err *e)
 {
-    const char *s;
+    const char *s = "";
     if (jsonio_str(obj, file, path, key, &s, e))
         return e->code;
     if (strlen(s) >= cap) {

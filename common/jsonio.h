@@ -15,13 +15,15 @@
 #define JSONIO_INT_MAX (((int64_t)1 << 53) - 1)
 #define JSONIO_PATH_MAX 256
 
-/* Reads and parses a whole file; rejects files that are not JSON, too large, or that repeat a
- * key inside one object. The caller owns the result (cJSON_Delete). */
+/* Reads and parses a whole file; rejects files that are not regular files, larger than
+ * 64 MiB (checked before reading), not JSON, or that repeat a key inside one object. The
+ * caller owns the result (cJSON_Delete). */
 cJSON *jsonio_read(const char *file, struct err *e);
 /* Parses text the same way (text[len] must be the terminating NUL); `file` names it in
  * messages. */
 cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *e);
-/* Writes `root` to `file` atomically (temporary file, fsync, rename). */
+/* Writes `root` to `file` atomically (fileio.h: a unique temporary, fsync, rename); refuses
+ * to replace a read-only file. */
 int jsonio_write(const char *file, const cJSON *root, struct err *e);
 /* The same without indentation: for large machine-read files (traces). */
 int jsonio_write_compact(const char *file, const cJSON *root, struct err *e);

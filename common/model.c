@@ -4,27 +4,61 @@
 #include <string.h>
 
 #include "jsonio.h"
-#include "sizes.h"
 
 static const char *const model_keys[] = {"format",     "kind",       "n_layer",     "n_embd",
                                          "n_head",     "seq_len",    "vocab_size",  "micro_batch",
                                          "dtype",      "name",       "description", NULL};
+
+/* A custom model is its name (and, in plans, its layer count): the layers and their costs
+ * are its profiles'. */
+static const char *const custom_keys[] = {"format", "kind", "name", "description", "layer_count",
+                                          NULL};
+
+static int custom_from_json(const cJSON *obj, const char *file, const char *path,
+                            struct model *m, struct err *e)
+{
+    int64_t count = 0;
+    *m = (struct model){.kind = MODEL_KIND_CUSTOM};
+    if (jsonio_check_keys(obj, file, path, custom_keys, e) ||
+        jsonio_str_copy(obj, file, path, "name", m->name, sizeof m->name, e) ||
+        jsonio_int_opt(obj, file, path, "layer_count", 1, MODEL_CUSTOM_LAYERS_MAX, &count, e))
+        return e->code;
+    if (m->name[0] == '\0') {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "name");
+        return err_set(e, ERR_INPUT, "%s: %s: empty; a custom model needs a name", file, sub);
+    }
+    m->layer_count = (int)count;
+    return ERR_OK;
+}
+
+static int is_custom(const cJSON *obj)
+{
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+    return cJSON_IsString(kind) && strcmp(kind->valuestring, "custom") == 0;
+}
 
 int model_from_json(const cJSON *obj, const char *file, const char *path, struct model *m,
                     struct err *e)
 {
     const char *kind, *dtype;
     int64_t n_layer, n_embd, n_head, seq_len, vocab, micro;
-    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, model_keys, e))
+    if (jsonio_expect_object(obj, file, path, e))
+        return e->code;
+    if (is_custom(obj))
+        return custom_from_json(obj, file, path, m, e);
+    if (jsonio_check_keys(obj, file, path, model_keys, e))
         return e->code;
     if (jsonio_str(obj, file, path, "kind", &kind, e))
         return e->code;
     if (strcmp(kind, "gpt") != 0) {
         char sub[JSONIO_PATH_MAX];
         jsonio_path_key(sub, path, "kind");
-        return err_set(e, ERR_INPUT, "%s: %s: \"%s\" is not a model kind Ballast knows (\"gpt\")",
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: \"%s\" is not a model kind Ballast knows (\"gpt\", \"custom\")",
                        file, sub, kind);
     }
+    *m = (struct model){.kind = MODEL_KIND_GPT};
     if (jsonio_int(obj, file, path, "n_layer", 1, 4096, &n_layer, e) ||
         jsonio_int(obj, file, path, "n_embd", 1, 1 << 20, &n_embd, e) ||
         jsonio_int(obj, file, path, "n_head", 1, 1 << 20, &n_head, e) ||
@@ -56,7 +90,7 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
     m->vocab_size = (int)vocab;
     m->micro_batch = (int)micro;
     /* Every byte count must be representable; a model too large for that is bad input. */
-    if (sizes_check_model(m, file, path, e))
+    if (model_check_sizes(m, file, path, e))
         return e->code;
     return ERR_OK;
 }
@@ -76,7 +110,13 @@ int model_load(const char *file, struct model *m, struct err *e)
 cJSON *model_to_json(const struct model *m)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "kind", "gpt");
+    cJSON_AddStringToObject(o, "kind", model_kind_name(m->kind));
+    if (m->kind == MODEL_KIND_CUSTOM) {
+        cJSON_AddStringToObject(o, "name", m->name);
+        if (m->layer_count > 0)
+            cJSON_AddNumberToObject(o, "layer_count", m->layer_count);
+        return o;
+    }
     cJSON_AddNumberToObject(o, "n_layer", m->n_layer);
     cJSON_AddNumberToObject(o, "n_embd", m->n_embd);
     cJSON_AddNumberToObject(o, "n_head", m->n_head);
@@ -89,6 +129,10 @@ cJSON *model_to_json(const struct model *m)
 
 int model_equal(const struct model *a, const struct model *b)
 {
+    if (a->kind != b->kind)
+        return 0;
+    if (a->kind == MODEL_KIND_CUSTOM)
+        return strcmp(a->name, b->name) == 0 && a->layer_count == b->layer_count;
     return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head == b->n_head &&
            a->seq_len == b->seq_len && a->vocab_size == b->vocab_size &&
            a->micro_batch == b->micro_batch && a->dtype == b->dtype;
@@ -96,11 +140,13 @@ int model_equal(const struct model *a, const struct model *b)
 
 int model_layer_count(const struct model *m)
 {
-    return m->n_layer + 2;
+    return m->kind == MODEL_KIND_CUSTOM ? m->layer_count : m->n_layer + 2;
 }
 
 enum model_layer_kind model_layer_kind(const struct model *m, int layer)
 {
+    if (m->kind == MODEL_KIND_CUSTOM)
+        return MODEL_LAYER_BLOCK;
     if (layer == 0)
         return MODEL_LAYER_EMBED;
     if (layer == m->n_layer + 1)
@@ -110,6 +156,10 @@ enum model_layer_kind model_layer_kind(const struct model *m, int layer)
 
 void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX])
 {
+    if (m->kind == MODEL_KIND_CUSTOM) {
+        name[0] = '\0';
+        return;
+    }
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
         snprintf(name, MODEL_LAYER_NAME_MAX, "embed");
@@ -122,15 +172,32 @@ void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NA
     }
 }
 
+const char *model_kind_name(enum model_kind kind)
+{
+    return kind == MODEL_KIND_CUSTOM ? "custom" : "gpt";
+}
+
 const char *model_dtype_name(enum model_dtype dtype)
 {
     return dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
-int64_t model_param_count(const struct model *m)
+int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e)
 {
-    int64_t total = 0;
-    for (int l = 0; l < model_layer_count(m); l++)
-        total += sizes_layer_params(m, model_layer_kind(m, l));
-    return total;
+    /* The largest products are B*NH*T*T (attention), B*T*V (logits) and V*C, 3*C*C
+     * (weights); check them and the layer totals in 128-bit arithmetic. */
+    __int128 B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+             V = m->vocab_size;
+    __int128 limit = (__int128)JSONIO_INT_MAX;
+    __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
+             mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
+    __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
+    if (att > limit || logits > limit || weights > limit || mlp > limit || model_state > limit)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: the model is too large: some byte count exceeds 2^53 "
+                       "(micro_batch %d, seq_len %d, n_embd %d, n_head %d, vocab_size %d, "
+                       "n_layer %d)",
+                       file, path[0] ? path : "(top level)", m->micro_batch, m->seq_len, m->n_embd, m->n_head, m->vocab_size,
+                       m->n_layer);
+    return ERR_OK;
 }

@@ -1,5 +1,8 @@
 /* The model file (ballast-model/1): a GPT decoder, and its planning layers in order:
- * `embed`, `block.0` ... `block.{n_layer-1}`, `head`. */
+ * `embed`, `block.0` ... `block.{n_layer-1}`, `head`; or a custom model,
+ * {"kind": "custom", "name": ...}, whose planning layers are its profiles' layer list, with
+ * any names. What Ballast knows of a model kind beyond the file (sizes, FLOPs, actions,
+ * initialisation) is models/model_ops.h's; a custom model has none of it. */
 #ifndef BALLAST_MODEL_H
 #define BALLAST_MODEL_H
 
@@ -13,7 +16,18 @@ enum model_dtype {
     MODEL_DTYPE_BF16, /* bf16 compute and activations, fp32 master weights and optimizer state */
 };
 
+enum model_kind { MODEL_KIND_GPT, MODEL_KIND_CUSTOM };
+
+#define MODEL_NAME_MAX 64
+/* Most layers a custom model may have. */
+#define MODEL_CUSTOM_LAYERS_MAX 65536
+
 struct model {
+    enum model_kind kind;
+    char name[MODEL_NAME_MAX]; /* custom only: the user's name for the model */
+    int layer_count;           /* custom only: its planning layers; 0 while unknown (a profile
+                                  gives them by its layer list) */
+    /* GPT only: */
     int n_layer;
     int n_embd;
     int n_head;
@@ -37,10 +51,15 @@ cJSON *model_to_json(const struct model *m);
 
 int model_equal(const struct model *a, const struct model *b);
 int model_layer_count(const struct model *m);
+/* A custom model's layers are all MODEL_LAYER_BLOCK: plain layers, none an embedding or head. */
 enum model_layer_kind model_layer_kind(const struct model *m, int layer);
+/* The name a layer must have in profiles and plans; "" for a custom model (any name). */
 void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX]);
+/* "gpt" or "custom". */
+const char *model_kind_name(enum model_kind kind);
 const char *model_dtype_name(enum model_dtype dtype);
-/* Parameters of the whole model. */
-int64_t model_param_count(const struct model *m);
+/* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
+ * model would exceed 2^53. */
+int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e);
 
 #endif

@@ -75,8 +75,7 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON *so = cJSON_CreateObject();
         cJSON_AddNumberToObject(so, "index", st->index);
         cJSON_AddStringToObject(so, "device", st->device);
-        if (st->device_kind[0])
-            cJSON_AddStringToObject(so, "device_kind", st->device_kind);
+        cJSON_AddStringToObject(so, "device_kind", st->device_kind);
         cJSON *range = cJSON_AddArrayToObject(so, "layers");
         cJSON_AddItemToArray(range, cJSON_CreateNumber(st->first));
         cJSON_AddItemToArray(range, cJSON_CreateNumber(st->last));
@@ -133,6 +132,9 @@ cJSON *plan_to_json(const struct plan *p)
 
 int plan_write(const char *file, const struct plan *p, struct err *e)
 {
+    for (int s = 0; s < p->n_stages; s++) /* every plan the planner makes has one */
+        if (p->stages[s].device_kind[0] == '\0')
+            return err_set(e, ERR_FAIL, "internal: %s: stage %d has no device_kind", file, s);
     cJSON *o = plan_to_json(p);
     int rc = jsonio_write(file, o, e);
     cJSON_Delete(o);
@@ -194,14 +196,19 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         jsonio_int(so, file, path, "index", s, s, &v, e) ||
         jsonio_str_copy(so, file, path, "device", st->device, sizeof st->device, e))
         return e->code;
+    /* Where the stage computes is the plan's to say: a plan from before device_kind is
+     * refused rather than guessed from device names (re-planning costs milliseconds). */
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(so, "device_kind");
-    if (kind != NULL) { /* optional: plans before it have none */
-        if (!cJSON_IsString(kind) ||
-            (strcmp(kind->valuestring, "cpu") != 0 && strcmp(kind->valuestring, "cuda") != 0))
-            return err_set(e, ERR_INPUT, "%s: %s.device_kind: expected \"cpu\" or \"cuda\"",
-                           file, path);
-        snprintf(st->device_kind, sizeof st->device_kind, "%s", kind->valuestring);
-    }
+    if (kind == NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.device_kind: missing (the plan predates it); re-plan with "
+                       "`ballast plan` to say whether the stage runs on \"cpu\" or \"cuda\"",
+                       file, path);
+    if (!cJSON_IsString(kind) ||
+        (strcmp(kind->valuestring, "cpu") != 0 && strcmp(kind->valuestring, "cuda") != 0))
+        return err_set(e, ERR_INPUT, "%s: %s.device_kind: expected \"cpu\" or \"cuda\"", file,
+                       path);
+    snprintf(st->device_kind, sizeof st->device_kind, "%s", kind->valuestring);
     st->index = s;
     const cJSON *range = cJSON_GetObjectItemCaseSensitive(so, "layers");
     jsonio_path_key(sub, path, "layers");
@@ -281,14 +288,11 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                        cJSON_GetArraySize(costs), n);
     k = 0;
     for (const cJSON *it = costs->child; it != NULL; it = it->next, k++) {
-        char ip[JSONIO_PATH_MAX], expect[MODEL_LAYER_NAME_MAX];
+        char ip[JSONIO_PATH_MAX];
         jsonio_path_index(ip, sub, k);
-        if (layer_cost_from_json(it, file, ip, &st->layers[k], e))
+        if (layer_cost_from_json(it, file, ip, &st->layers[k], e) ||
+            profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
             return e->code;
-        model_layer_name(&p->model, st->first + k, expect);
-        if (strcmp(expect, st->layers[k].name) != 0)
-            return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, ip,
-                           st->layers[k].name, expect);
     }
     if (read_options(so, file, path, st, e))
         return e->code;
@@ -338,6 +342,9 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
         return err_set(e, ERR_INPUT, "%s: model: missing", file);
     if (model_from_json(model, file, "model", &p->model, e))
         return e->code;
+    if (model_layer_count(&p->model) == 0)
+        return err_set(e, ERR_INPUT, "%s: model.layer_count: missing (a plan of a custom model "
+                       "says how many layers it has)", file);
     if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
         jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
         jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||

@@ -18,7 +18,7 @@
 struct plan_stage {
     int index;
     char device[PROFILE_NAME_MAX];
-    char device_kind[8];      /* "cpu" or "cuda", from the stage's profile; "" if unknown */
+    char device_kind[8];      /* "cpu" or "cuda", from the stage's profile; always */
     int first, last;          /* global layer indices, inclusive */
     unsigned char *recompute; /* owned, one choice (cost.h) per layer of the stage */
     struct layer_cost *layers; /* owned, the stage's layer costs */

@@ -130,6 +130,19 @@ static int device_from_json(const cJSON *root, const char *file, struct device_i
     return ERR_OK;
 }
 
+int profile_check_layer_name(const struct model *m, int layer, const char *name,
+                             const char *file, const char *path, struct err *e)
+{
+    char expect[MODEL_LAYER_NAME_MAX];
+    model_layer_name(m, layer, expect);
+    if (m->kind == MODEL_KIND_CUSTOM && name[0] == '\0')
+        return err_set(e, ERR_INPUT, "%s: %s.name: empty; every layer needs a name", file, path);
+    if (m->kind != MODEL_KIND_CUSTOM && strcmp(expect, name) != 0)
+        return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, path, name,
+                       expect);
+    return ERR_OK;
+}
+
 int profile_from_json(const cJSON *root, const char *file, struct profile *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
@@ -149,6 +162,15 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
         return e->code;
     int want = model_layer_count(&p->model);
     int have = cJSON_GetArraySize(layers);
+    if (p->model.kind == MODEL_KIND_CUSTOM && want == 0) {
+        if (have < 1 || have > MODEL_CUSTOM_LAYERS_MAX)
+            return err_set(e, ERR_INPUT, "%s: layers: %d entries, expected 1 to %d", file, have,
+                           MODEL_CUSTOM_LAYERS_MAX);
+        want = p->model.layer_count = have;
+    }
+    if (have != want && p->model.kind == MODEL_KIND_CUSTOM)
+        return err_set(e, ERR_INPUT, "%s: layers: %d entries, but model.layer_count is %d", file,
+                       have, want);
     if (have != want)
         return err_set(e, ERR_INPUT,
                        "%s: layers: %d entries, but the model (n_layer %d) has %d planning "
@@ -160,16 +182,12 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
     p->n_layers = want;
     int i = 0;
     for (const cJSON *l = layers->child; l != NULL; l = l->next, i++) {
-        char path[JSONIO_PATH_MAX], expect[MODEL_LAYER_NAME_MAX];
+        char path[JSONIO_PATH_MAX];
         jsonio_path_index(path, "layers", i);
         if (layer_cost_from_json(l, file, path, &p->layers[i], e))
             goto fail;
-        model_layer_name(&p->model, i, expect);
-        if (strcmp(expect, p->layers[i].name) != 0) {
-            err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, path,
-                    p->layers[i].name, expect);
+        if (profile_check_layer_name(&p->model, i, p->layers[i].name, file, path, e))
             goto fail;
-        }
     }
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
     if (prov != NULL)

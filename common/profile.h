@@ -57,7 +57,7 @@ struct profile {
 };
 
 /* Reads and validates a profile: every layer of the model, in order, with its expected
- * name; times in [0, PROFILE_MS_MAX]; 0 <= ckpt_bytes <= act_bytes; recompute options with
+ * name (a custom model: any names; its layer list is its layers); times in [0, PROFILE_MS_MAX]; 0 <= ckpt_bytes <= act_bytes; recompute options with
  * distinct names (none "keep" or "full"), ckpt_bytes <= kept_bytes and kept_bytes +
  * transient_bytes = act_bytes. Fields a later version
  * adds are ignored (but not in the embedded model, which must be exactly the model's). On
@@ -68,6 +68,9 @@ cJSON *profile_to_json(const struct profile *p);
 int profile_write(const char *file, const struct profile *p, struct err *e);
 void profile_free(struct profile *p);
 
+/* A layer's name in a profile or plan: the model's name for it (GPT), any but "" (custom). */
+int profile_check_layer_name(const struct model *m, int layer, const char *name,
+                             const char *file, const char *path, struct err *e);
 /* Reads one layer cost object (shared with the plan file, which embeds them). */
 int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
                          struct layer_cost *c, struct err *e);

@@ -10,6 +10,7 @@
 
 #include "methods.h"
 #include "microbatch.h"
+#include "model_ops.h"
 #include "nofit.h"
 #include "repartition.h"
 #include "sim.h"
@@ -313,7 +314,15 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
     struct device_table t;
     struct microbatch_notes notes = {0};
     int found = 0;
-    if (plan_options_check(o, e) || devices_load(devices_default_file(), &t, e))
+    if (plan_options_check(o, e))
+        return e->code;
+    if (model_ops_of(&c->model) == NULL)
+        return err_set(e, ERR_INPUT,
+                       "--micro-batches auto: the model is custom (\"%s\"): its profiles hold "
+                       "one micro-batch size and Ballast has no size functions to rescale them "
+                       "(profile each size and plan each)",
+                       c->model.name);
+    if (devices_load(devices_default_file(), &t, e))
         return e->code;
     microbatch_report_head(report, global_batch);
     for (int b = 1; b <= global_batch && e->code == ERR_OK; b++) {

@@ -1,10 +1,13 @@
-/* `ballast plan --export colossalai|nemo|megatron`: a plan in the form those frameworks take.
- * They count transformer blocks per stage (the embedding rides with the first stage, the
- * head with the last) and recompute the first N blocks of a stage; what a framework cannot
- * express is said in a comment, always erring towards more recomputation, never less. A block
- * the plan recomputes only in part (a recompute option) counts as recomputed whole, except in
- * Megatron-LM when the plan recomputes no block whole: its selective recomputation
- * (--recompute-modules core_attn mlp, every block of every stage) covers Ballast's options. */
+/* `ballast plan --export colossalai|nemo|megatron`: a plan in the form those frameworks take,
+ * with only keys each framework's source accepts for a GPT (tests/data/export_keys.json names
+ * the file and commit of every key). They count transformer blocks per stage (the embedding
+ * rides with the first stage, the head with the last) and recompute the first N blocks of a
+ * stage. What a framework cannot express is refused (exit 2) when it could make the run differ
+ * in memory, and said on standard error with the numbers when the framework only recomputes
+ * more (more time, less memory): never less recomputation than the plan. A block the plan
+ * recomputes only in part (a recompute option) counts as recomputed whole, except in
+ * Megatron-LM and NeMo when the plan recomputes no block whole: their selective recomputation
+ * (recompute modules core_attn, mlp; every block of every stage) covers Ballast's options. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +19,6 @@ struct stage_counts {
     int blocks;    /* transformer blocks on the stage */
     int recompute; /* of which recomputed, whole or in part */
     int partial;   /* of which in part (an option) */
-    int other;     /* embed or head recomputed: no framework here recomputes those */
 };
 
 /* What options the plan's blocks use, as Megatron-LM's selective modules cover them. */
@@ -24,35 +26,63 @@ struct option_use {
     int attn, mlp, other; /* blocks recomputing the attention, the MLP activation, else */
 };
 
-static void count(const struct plan *p, struct stage_counts *c, struct option_use *u)
+struct export {
+    const struct plan *p;
+    struct stage_counts *c;
+    struct option_use u;
+    int whole;   /* blocks recomputed whole, all stages */
+    int partial; /* blocks recomputed in part, all stages */
+    int most;    /* the most blocks one stage recomputes */
+    FILE *note;  /* where what the framework does differently is said */
+};
+
+static void count(struct export *x)
 {
-    *u = (struct option_use){0, 0, 0};
+    const struct plan *p = x->p;
+    x->u = (struct option_use){0, 0, 0};
+    x->whole = x->partial = x->most = 0;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
-        c[s] = (struct stage_counts){0, 0, 0, 0};
+        struct stage_counts *c = &x->c[s];
+        *c = (struct stage_counts){0, 0, 0};
         for (int l = st->first; l <= st->last; l++) {
             int block = model_layer_kind(&p->model, l) == MODEL_LAYER_BLOCK;
             int choice = st->recompute[l - st->first];
-            c[s].blocks += block;
-            c[s].recompute += block && choice != COST_KEEP;
-            c[s].other += !block && choice != COST_KEEP;
+            c->blocks += block;
+            c->recompute += block && choice != COST_KEEP;
             if (!block || choice < COST_OPTION)
                 continue;
-            c[s].partial++;
+            c->partial++;
             const char *name = cost_choice_name(&st->layers[l - st->first], choice);
             int attn = strcmp(name, "attn") == 0 || strcmp(name, "attn+mlp") == 0;
             int mlp = strcmp(name, "mlp") == 0 || strcmp(name, "attn+mlp") == 0;
-            u->attn += attn;
-            u->mlp += mlp;
-            u->other += !attn && !mlp;
+            x->u.attn += attn;
+            x->u.mlp += mlp;
+            x->u.other += !attn && !mlp;
         }
+        x->whole += c->recompute - c->partial;
+        x->partial += c->partial;
+        x->most = c->recompute > x->most ? c->recompute : x->most;
     }
+}
+
+/* Selective recomputation stands for the plan when no block is recomputed whole and every
+ * option is one of the framework's modules. */
+static int selective(const struct export *x)
+{
+    return x->whole == 0 && x->partial > 0 && x->u.other == 0;
 }
 
 static void header(FILE *f, const struct plan *p, const char *comment)
 {
     fprintf(f, "%s Ballast plan: method %s, %s, %d micro-batches, simulated iteration %.3f ms\n",
             comment, p->method, schedule_name(p->schedule), p->micro_batches, p->iteration_ms);
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        fprintf(f, "%s note: the model is custom (\"%s\"): the framework cannot be told its "
+                   "layers; each of its %d layers counts as one transformer block below (beside "
+                   "the framework's own embedding and head), which holds only if the "
+                   "framework's model has those layers in that order\n",
+                comment, p->model.name, p->model.layer_count);
     fprintf(f, "%s pipeline rank -> device (launch rank s on a GPU of this kind):", comment);
     for (int s = 0; s < p->n_stages; s++) {
         if (s % 8 == 0)
@@ -62,257 +92,345 @@ static void header(FILE *f, const struct plan *p, const char *comment)
     fprintf(f, "\n");
 }
 
-/* Blocks recomputed in part, counted as whole by a framework that cannot do otherwise. */
-static void partial_note(FILE *f, const struct plan *p, const struct stage_counts *c,
-                         const char *framework, const char *comment)
+/* The blocks (recompute 0) or recomputed blocks (1) per stage, as [a, b, c]. */
+static void list(FILE *f, const struct export *x, int recompute)
 {
-    int partial = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        partial += c[s].partial;
-    if (partial == 0)
-        return;
-    fprintf(f, "%s note: the plan recomputes %d block(s) only in part (recompute options), per "
-               "stage [",
-            comment, partial);
-    for (int s = 0; s < p->n_stages; s++)
-        fprintf(f, "%s%d", s ? ", " : "", c[s].partial);
-    fprintf(f, "]; %s cannot express them here, so they count as recomputed whole below (more "
-               "recomputation, less memory)\n",
-            framework);
+    fprintf(f, "[");
+    for (int s = 0; s < x->p->n_stages; s++)
+        fprintf(f, "%s%d", s ? ", " : "", recompute ? x->c[s].recompute : x->c[s].blocks);
+    fprintf(f, "]");
 }
 
-static void notes(FILE *f, const struct plan *p, const struct stage_counts *c,
-                  const char *comment)
+/* The frameworks keep the embedding and the head: a stage whose plan recomputes them holds
+ * more, said with its need against its limit. */
+static void kept_ends_note(const struct export *x, const char *framework)
 {
+    const struct plan *p = x->p;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
             const struct layer_cost *lc = &st->layers[l];
-            if (!st->recompute[l] || model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
+            if (!st->recompute[l] ||
+                model_layer_kind(&p->model, st->first + l) == MODEL_LAYER_BLOCK)
                 continue;
-            int64_t kept, transient;
-            double ms;
-            cost_choice(lc, st->recompute[l], &kept, &transient, &ms);
-            fprintf(f, "%s note: stage %d also recomputes its %s, which the framework keeps: "
-                       "%.3f GiB more there\n",
-                    comment, s, lc->name,
-                    (double)st->in_flight * (lc->act_bytes - kept) / 1073741824.0);
+            /* an upper bound: the framework's extra block recomputation may give some back */
+            double more = (double)cost_saved_bytes(lc, st->recompute[l], st->in_flight);
+            if (more <= 0)
+                continue;
+            double need = (double)st->memory_bytes + more;
+            fprintf(x->note, "ballast plan: export %s: note: stage %d recomputes its %s, which %s "
+                             "keeps: %.3f GiB more there, up to %.3f GiB of its %.3f GiB limit\n",
+                    framework, s, lc->name, framework, more / 1073741824.0,
+                    need / 1073741824.0, (double)st->memory_limit_bytes / 1073741824.0);
+            if (need > (double)st->memory_limit_bytes)
+                fprintf(x->note, "ballast plan: export %s: note: stage %d may not fit as %s "
+                                 "runs it (needs up to %.0f bytes of %lld)\n",
+                        framework, s, framework, need, (long long)st->memory_limit_bytes);
         }
-        if (c[s].blocks == 0)
-            fprintf(f, "%s note: stage %d holds no transformer block (only %s)\n", comment, s,
-                    s == 0 ? "the embedding" : "the head");
     }
-    fprintf(f, "%s note: frameworks recompute the first N blocks of a stage; Ballast chose "
-               "which ones, equal when the blocks cost the same\n",
-            comment);
 }
 
-static void list(FILE *f, const struct stage_counts *c, int n, int recompute)
+/* What every framework here does differently from the plan whatever the settings. */
+static void common_notes(const struct export *x, const char *framework)
 {
-    fprintf(f, "[");
-    for (int s = 0; s < n; s++)
-        fprintf(f, "%s%d", s ? ", " : "", recompute ? c[s].recompute : c[s].blocks);
-    fprintf(f, "]");
+    const struct plan *p = x->p;
+    kept_ends_note(x, framework);
+    if (p->schedule == SCHEDULE_GPIPE)
+        fprintf(x->note, "ballast plan: export %s: note: the plan was made for GPipe; %s runs "
+                         "1F1B, which keeps at most as many micro-batches in flight, so the plan "
+                         "fits there too, at 1F1B's timing\n",
+                framework, framework);
+    if (x->partial > 0 && !selective(x)) {
+        fprintf(x->note, "ballast plan: export %s: note: the plan recomputes %d block(s) only in "
+                         "part (recompute options); %s recomputes them whole (more time, less "
+                         "memory)\n",
+                framework, x->partial, framework);
+    }
 }
 
-static int export_colossalai(FILE *f, const struct plan *p, const struct stage_counts *c)
+/* Megatron-core's recompute_modules the plan's options need, as a YAML list. */
+static const char *yaml_modules(const struct export *x)
 {
+    return x->u.attn && x->u.mlp ? "[core_attn, mlp]" : x->u.attn ? "[core_attn]" : "[mlp]";
+}
+
+/* Selective recomputation (recompute modules) covers every block of every stage. */
+static void selective_note(const struct export *x, const char *framework)
+{
+    fprintf(x->note, "ballast plan: export %s: note: selective recomputation applies to every "
+                     "block; the plan recomputes %d block(s) in part and keeps the rest\n",
+            framework, x->partial);
+}
+
+/* A framework that recomputes the first `n` blocks of every stage: what that is per stage
+ * against the plan, said when it differs. */
+static void same_count_note(const struct export *x, const char *framework, const char *key,
+                            int n)
+{
+    int over = 0, S = x->p->n_stages;
+    for (int s = 0; s < S; s++)
+        over += (n < x->c[s].blocks ? n : x->c[s].blocks) - x->c[s].recompute;
+    if (over == 0)
+        return;
+    fprintf(x->note, "ballast plan: export %s: note: %s %d recomputes per stage [", framework,
+            key, n);
+    for (int s = 0; s < S; s++)
+        fprintf(x->note, "%s%d", s ? ", " : "", n < x->c[s].blocks ? n : x->c[s].blocks);
+    fprintf(x->note, "] blocks against the plan's ");
+    list(x->note, x, 1);
+    fprintf(x->note, ": %d block(s) more in all (more time, less memory)\n", over);
+}
+
+/* ColossalAI's HybridParallelPlugin with the HuggingFace GPT-2 policy. Its GPT-2 forward
+ * (shardformer/modeling/gpt2.py) recomputes every block a stage holds once HuggingFace's
+ * gradient_checkpointing_enable() is called and never reads gradient_checkpoint_config (only
+ * the llama, mistral, qwen2, qwen3 and command forwards do): all or nothing. */
+static int export_colossalai(FILE *f, struct export *x)
+{
+    const struct plan *p = x->p;
+    int S = p->n_stages, blocks = 0;
+    for (int s = 0; s < S; s++)
+        blocks += x->c[s].blocks;
+    int recompute = x->whole + x->partial > 0;
+    common_notes(x, "ColossalAI");
+    if (recompute && x->whole + x->partial < blocks) {
+        fprintf(x->note, "ballast plan: export ColossalAI: note: its GPT-2 policy recomputes "
+                         "every block or none; recomputing all ");
+        list(x->note, x, 0);
+        fprintf(x->note, " against the plan's ");
+        list(x->note, x, 1);
+        fprintf(x->note, ": %d block(s) more in all (more time, less memory)\n",
+                blocks - x->whole - x->partial);
+    }
     header(f, p, "#");
-    notes(f, p, c, "#");
-    partial_note(f, p, c, "ColossalAI", "#");
-    fprintf(f, "from colossalai.booster.plugin import HybridParallelPlugin\n"
-               "from colossalai.shardformer import PipelineGradientCheckpointConfig\n\n"
+    fprintf(f, "# launch on %d GPUs (tp 1, pp %d, dp 1), the model a HuggingFace GPT2LMHeadModel\n"
+               "from colossalai.booster.plugin import HybridParallelPlugin\n\n"
                "plugin = HybridParallelPlugin(\n"
                "    tp_size=1,\n"
                "    pp_size=%d,\n"
+               "    precision=\"%s\",\n"
                "    num_microbatches=%d,\n"
                "    pp_style=\"1f1b\",\n"
                "    num_layers_per_stage=",
-            p->n_stages, p->micro_batches);
-    list(f, c, p->n_stages, 0);
-    fprintf(f, ",\n    enable_gradient_checkpointing=True,\n"
-               "    gradient_checkpoint_config=PipelineGradientCheckpointConfig(\n"
-               "        num_ckpt_layers_per_stage=");
-    list(f, c, p->n_stages, 1);
-    fprintf(f, ",\n    ),\n)\n");
-    if (p->schedule == SCHEDULE_GPIPE)
-        fprintf(f, "# note: the plan was made for GPipe; ColossalAI runs 1F1B, which keeps fewer "
-                   "micro-batches in flight, so the plan fits there too\n");
+            S, S, S, p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32", p->micro_batches);
+    list(f, x, 0);
+    fprintf(f, ",\n)\n");
+    if (recompute)
+        fprintf(f, "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs="
+                   "{\"use_reentrant\": False})\n");
     return ERR_OK;
 }
 
-/* NeMo recomputes activations_checkpoint_num_layers - int(s * layers_per_pipeline) blocks on
- * stage s: the least (N0, k) that covers every stage's need, with the least excess. */
-static int export_nemo(FILE *f, const struct plan *p, const struct stage_counts *c)
+/* The first and last stage's blocks when NeMo can take the split (the stages between them
+ * even): 1 with *first, *last set (-1: not set, the even share), 0 when it cannot. */
+static int nemo_split(const struct export *x, int *first, int *last)
 {
-    int S = p->n_stages, even = 1;
-    for (int s = 0; s < S; s++)
-        even = even && c[s].blocks == c[0].blocks;
-    header(f, p, "#");
-    notes(f, p, c, "#");
-    partial_note(f, p, c, "NeMo", "#");
-    if (!even) {
-        fprintf(f, "# note: NeMo splits the blocks evenly over the stages; this plan's split ");
-        list(f, c, S, 0);
-        fprintf(f, " cannot be expressed: the recompute counts below assume it anyway\n");
+    int S = x->p->n_stages;
+    *first = *last = -1;
+    if (S == 1)
+        return 1;
+    if (S == 2) { /* both set leaves no stage to divide by: NeMo divides by zero */
+        *first = x->c[0].blocks;
+        return 1;
     }
-    int best_n0 = 0;
-    double best_k = 0;
-    long best_excess = -1;
-    /* k in steps of 1/16 covers every slope a per-stage count can need */
-    int most = 0;
-    for (int s = 0; s < S; s++)
-        most = c[s].recompute > most ? c[s].recompute : most;
-    for (int step = 0; step <= 16 * (most + 1); step++) {
-        double k = step / 16.0;
-        int n0 = 0;
-        for (int s = 0; s < S; s++) {
-            int need = c[s].recompute + (int)(s * k);
-            n0 = need > n0 ? need : n0;
-        }
-        long excess = 0;
-        for (int s = 0; s < S; s++) {
-            int got = n0 - (int)(s * k);
-            if (got > c[s].blocks)
-                got = c[s].blocks;
-            excess += got - c[s].recompute;
-        }
-        if (best_excess < 0 || excess < best_excess) {
-            best_excess = excess;
-            best_n0 = n0;
-            best_k = k;
-        }
-    }
-    if (best_excess > 0) {
-        fprintf(f, "# note: NeMo's linear rule recomputes %ld more block(s) in all than the plan: "
-                   "per stage ",
-                best_excess);
-        fprintf(f, "[");
-        for (int s = 0; s < S; s++) {
-            int got = best_n0 - (int)(s * best_k);
-            fprintf(f, "%s%d", s ? ", " : "", got > c[s].blocks ? c[s].blocks : got);
-        }
-        fprintf(f, "] against the plan's ");
-        list(f, c, S, 1);
-        fprintf(f, "\n");
-    }
-    fprintf(f, "model:\n"
-               "  pipeline_model_parallel_size: %d\n"
-               "  activations_checkpoint_granularity: full\n"
-               "  activations_checkpoint_method: block\n"
-               "  activations_checkpoint_num_layers: %d\n"
-               "  activations_checkpoint_layers_per_pipeline: %g\n",
-            S, best_n0, best_k);
-    return ERR_OK;
-}
-
-/* Megatron-LM's selective recomputation, when the plan recomputes no block whole: core_attn
- * frees the attention probabilities and keeps its output, as Ballast's attn does; its mlp
- * recomputes the whole MLP from its input, more than Ballast's GELU-only mlp. Either applies
- * to every block of every stage. */
-static void megatron_selective(FILE *f, const struct plan *p, const struct stage_counts *c,
-                               const struct option_use *u)
-{
-    int kept = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        kept += c[s].blocks - c[s].partial;
-    if (kept > 0)
-        fprintf(f, "# note: Megatron-LM's selective recomputation applies to every block; the "
-                   "plan keeps %d block(s) whole, which it recomputes too\n",
-                kept);
-    if (u->mlp > 0)
-        fprintf(f, "# note: Megatron-LM's mlp module recomputes the whole MLP from its input "
-                   "where the plan recomputes only the GELU (more recomputation, less memory)\n");
-    fprintf(f, "--recompute-granularity selective --recompute-modules%s%s\n",
-            u->attn ? " core_attn" : "", u->mlp ? " mlp" : "");
-}
-
-static int export_megatron(FILE *f, const struct plan *p, const struct stage_counts *c,
-                           const struct option_use *u)
-{
-    int S = p->n_stages, most = 0, whole = 0, partial = 0;
-    header(f, p, "#");
-    notes(f, p, c, "#");
-    for (int s = 0; s < S; s++) {
-        whole += c[s].recompute - c[s].partial;
-        partial += c[s].partial;
-    }
-    /* selective when the plan recomputes no block whole and its options are Megatron's */
-    int selective = whole == 0 && partial > 0 && u->other == 0;
-    if (!selective && partial > 0) {
-        if (u->other == 0)
-            fprintf(f, "# note: Megatron-LM cannot combine full and selective recomputation; "
-                       "the plan also recomputes blocks whole\n");
-        partial_note(f, p, c, "Megatron-LM", "#");
-    }
-    for (int s = 0; s < S && !selective; s++)
-        most = c[s].recompute > most ? c[s].recompute : most;
-    int over = 0;
-    for (int s = 0; s < S && !selective; s++) {
-        int got = most < c[s].blocks ? most : c[s].blocks;
-        over += got - c[s].recompute;
-    }
-    if (over > 0) {
-        fprintf(f, "# note: Megatron-LM takes one --recompute-num-layers for every stage; %d "
-                   "recomputes the plan's per-stage ",
-                most);
-        list(f, c, S, 1);
-        fprintf(f, " plus %d block(s) more in all\n", over);
-    }
-    /* older Megatron-LM: only the first and last stage may differ (notes come before the
-     * arguments, which continue over lines) */
-    int middle = 1;
     for (int s = 2; s < S - 1; s++)
-        middle = middle && c[s].blocks == c[1].blocks;
-    if (S >= 3 && middle)
-        fprintf(f, "# Megatron-LM before the layout flag: instead of the layout,\n"
-                   "#   --decoder-first-pipeline-num-layers %d --decoder-last-pipeline-num-layers "
-                   "%d\n",
-                c[0].blocks, c[S - 1].blocks);
-    else if (S >= 3)
-        fprintf(f, "# note: Megatron-LM before the layout flag can make only the first and last "
-                   "stage uneven; this split needs --pipeline-model-parallel-layout\n");
-    if (selective) /* its notes come before the arguments too */
-        megatron_selective(f, p, c, u);
-    /* the layout string: E the embedding, t a block, L the loss head, | between stages */
-    fprintf(f, "--pipeline-model-parallel-size %d \\\n--pipeline-model-parallel-layout \"", S);
-    for (int s = 0; s < S; s++) {
-        if (s)
-            fprintf(f, "|");
-        if (s == 0)
-            fprintf(f, "E");
-        if (c[s].blocks == 1)
-            fprintf(f, "t");
-        else if (c[s].blocks > 1)
-            fprintf(f, "t*%d", c[s].blocks);
-        if (s == S - 1)
-            fprintf(f, "L");
+        if (x->c[s].blocks != x->c[1].blocks)
+            return 0;
+    if (x->c[0].blocks != x->c[1].blocks)
+        *first = x->c[0].blocks;
+    if (x->c[S - 1].blocks != x->c[1].blocks)
+        *last = x->c[S - 1].blocks;
+    return 1;
+}
+
+/* NeMo's megatron_gpt_config.yaml overrides, on the Megatron-core model (mcore_gpt): its
+ * recompute settings become Megatron-core's one recompute_num_layers for every stage, and
+ * only the first and last stage's blocks may differ from the even share. */
+static int export_nemo(FILE *f, struct export *x, struct err *e)
+{
+    const struct plan *p = x->p;
+    int S = p->n_stages, first, last;
+    if (!nemo_split(x, &first, &last)) {
+        char split[512];
+        int n = 0;
+        for (int s = 0; s < S && n < (int)sizeof split - 16; s++)
+            n += snprintf(split + n, sizeof split - (size_t)n, "%s%d", s ? ", " : "",
+                          x->c[s].blocks);
+        return err_set(e, ERR_INPUT,
+                       "--export nemo: NeMo sets the first and last stage's blocks "
+                       "(num_layers_in_first/last_pipeline_stage) and splits the rest evenly; "
+                       "this plan's blocks per stage [%s] differ between middle stages, which "
+                       "NeMo would run with other memory than planned (use --export megatron)",
+                       split);
     }
-    fprintf(f, "\"%s\n", most > 0 ? " \\" : "");
-    if (most > 0)
-        fprintf(f, "--recompute-granularity full --recompute-method block "
-                   "--recompute-num-layers %d\n",
-                most);
+    common_notes(x, "NeMo");
+    int sel = selective(x);
+    if (!sel && x->most > 0)
+        same_count_note(x, "NeMo", "activations_checkpoint_num_layers", x->most);
+    if (sel)
+        selective_note(x, "NeMo");
+    header(f, p, "#");
+    fprintf(f, "trainer:\n  precision: %s\nmodel:\n  mcore_gpt: True\n"
+               "  pipeline_model_parallel_size: %d\n",
+            p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "32", S);
+    if (first >= 0)
+        fprintf(f, "  num_layers_in_first_pipeline_stage: %d\n", first);
+    if (last >= 0)
+        fprintf(f, "  num_layers_in_last_pipeline_stage: %d\n", last);
+    if (sel)
+        fprintf(f, "  activations_checkpoint_granularity: selective\n"
+                   "  activations_checkpoint_method: null\n"
+                   "  activations_checkpoint_num_layers: null\n"
+                   "  recompute_modules: %s\n",
+                yaml_modules(x));
+    else if (x->most > 0)
+        fprintf(f, "  activations_checkpoint_granularity: full\n"
+                   "  activations_checkpoint_method: block\n"
+                   "  activations_checkpoint_num_layers: %d\n",
+                x->most);
+    else
+        fprintf(f, "  activations_checkpoint_granularity: null\n");
+    return ERR_OK;
+}
+
+/* Megatron-LM's arguments (megatron/training/arguments.py, most generated from
+ * TransformerConfig's fields), one per line, continued with a backslash. */
+static void megatron_arg(FILE *f, int *first, const char *fmt, const char *value)
+{
+    fprintf(f, "%s", *first ? "" : " \\\n");
+    fprintf(f, fmt, value);
+    *first = 0;
+}
+
+static int export_megatron(FILE *f, struct export *x)
+{
+    const struct plan *p = x->p;
+    int S = p->n_stages, sel = selective(x);
+    common_notes(x, "Megatron-LM");
+    if (!sel && x->most > 0)
+        same_count_note(x, "Megatron-LM", "--recompute-num-layers", x->most);
+    if (sel && x->u.mlp > 0)
+        fprintf(x->note, "ballast plan: export Megatron-LM: note: its mlp module recomputes the "
+                         "whole MLP from its input where the plan recomputes only the GELU (more "
+                         "time, less memory)\n");
+    if (sel)
+        selective_note(x, "Megatron-LM");
+    /* the layout string: E the embedding, t a block, L the loss head, | between stages */
+    char layout[4096], num[32];
+    int n = 0;
+    for (int s = 0; s < S && n < (int)sizeof layout - 32; s++) {
+        const char *sep = s ? "|" : "";
+        const char *embed = s == 0 ? "E" : "", *loss = s == S - 1 ? "L" : "";
+        if (x->c[s].blocks > 1)
+            snprintf(num, sizeof num, "t*%d", x->c[s].blocks);
+        else
+            snprintf(num, sizeof num, "%s", x->c[s].blocks ? "t" : "");
+        n += snprintf(layout + n, sizeof layout - (size_t)n, "%s%s%s%s", sep, embed, num, loss);
+    }
+    header(f, p, "#");
+    fprintf(f, "# Megatron-LM before --pipeline-model-parallel-layout: --decoder-first-pipeline-"
+               "num-layers and --decoder-last-pipeline-num-layers, only when the middle stages "
+               "are even\n");
+    int first = 1;
+    snprintf(num, sizeof num, "%d", S);
+    megatron_arg(f, &first, "--pipeline-model-parallel-size %s", num);
+    megatron_arg(f, &first, "--pipeline-model-parallel-layout \"%s\"", layout);
+    if (p->model.dtype == MODEL_DTYPE_BF16)
+        megatron_arg(f, &first, "--bf16%s", "");
+    if (sel) {
+        megatron_arg(f, &first, "--recompute-granularity selective%s", "");
+        snprintf(layout, sizeof layout, "%s%s", x->u.attn ? " core_attn" : "",
+                 x->u.mlp ? " mlp" : "");
+        megatron_arg(f, &first, "--recompute-modules%s", layout);
+    } else if (x->most > 0) {
+        snprintf(num, sizeof num, "%d", x->most);
+        megatron_arg(f, &first, "--recompute-granularity full --recompute-method block "
+                                "--recompute-num-layers %s",
+                     num);
+    }
+    fprintf(f, "\n");
+    return ERR_OK;
+}
+
+/* FlagScale's heterogeneous training (its Megatron-LM patches, flagscale/train/arguments.py):
+ * a layer split of any shape, process meshes of consecutive stages on one device kind, and
+ * recompute_num_layers_per_stage_micro_batch, the blocks each stage recomputes: the plan's
+ * per-stage counts exactly, blocks recomputed in part counted whole. Its launcher turns
+ * system: into arguments (nested sections flattened, lists spread). */
+static void flagscale_meshes(FILE *f, const struct plan *p)
+{
+    int S = p->n_stages;
+    fprintf(f, "    hetero_process_meshes: [");
+    for (int s = 0, first = 0, n = 0; s < S; s++) /* tp, cp, ep, dp, pp per mesh */
+        if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0) {
+            fprintf(f, "%s1, 1, 1, 1, %d", n++ ? ", " : "", s + 1 - first);
+            first = s + 1;
+        }
+    fprintf(f, "]\n    hetero_device_types: [");
+    for (int s = 0, n = 0; s < S; s++)
+        if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0)
+            fprintf(f, "%s\"%s\"", n++ ? ", " : "", p->stages[s].device);
+    fprintf(f, "]\n");
+}
+
+static int export_flagscale(FILE *f, struct export *x)
+{
+    const struct plan *p = x->p;
+    int S = p->n_stages, sel = selective(x);
+    common_notes(x, "FlagScale");
+    if (sel)
+        selective_note(x, "FlagScale");
+    header(f, p, "#");
+    fprintf(f, "system:\n  pipeline_model_parallel_size: %d\n  hetero:\n"
+               "    enable_hetero: True\n    hetero_pipeline_layer_split: ",
+            S);
+    list(f, x, 0);
+    fprintf(f, "\n");
+    flagscale_meshes(f, p);
+    if (p->model.dtype == MODEL_DTYPE_BF16)
+        fprintf(f, "  precision:\n    bf16: True\n");
+    if (sel) {
+        fprintf(f, "  recompute:\n    recompute_granularity: selective\n"
+                   "    recompute_modules: %s\n",
+                yaml_modules(x));
+    } else if (x->most > 0) {
+        fprintf(f, "  recompute:\n    recompute_granularity: full\n"
+                   "    recompute_method: block\n    recompute_num_layers: %d\n"
+                   "    recompute_num_layers_per_stage_micro_batch:\n",
+                x->most);
+        /* [stages, micro-batches, blocks]: that many stages recompute that many blocks in
+         * every micro-batch */
+        for (int s = 0; s < S;) {
+            int run = 1;
+            while (s + run < S && x->c[s + run].recompute == x->c[s].recompute)
+                run++;
+            fprintf(f, "      - [%d, %d, %d]\n", run, p->micro_batches, x->c[s].recompute);
+            s += run;
+        }
+    }
     return ERR_OK;
 }
 
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e)
 {
-    struct stage_counts *c = calloc((size_t)p->n_stages, sizeof *c);
-    if (c == NULL)
+    struct export x = {.p = p, .note = stderr};
+    x.c = calloc((size_t)p->n_stages, sizeof *x.c);
+    if (x.c == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    struct option_use u;
-    count(p, c, &u);
+    count(&x);
     int rc;
     if (strcmp(format, "colossalai") == 0)
-        rc = export_colossalai(f, p, c);
+        rc = export_colossalai(f, &x);
     else if (strcmp(format, "nemo") == 0)
-        rc = export_nemo(f, p, c);
+        rc = export_nemo(f, &x, e);
     else if (strcmp(format, "megatron") == 0)
-        rc = export_megatron(f, p, c, &u);
+        rc = export_megatron(f, &x);
+    else if (strcmp(format, "flagscale") == 0)
+        rc = export_flagscale(f, &x);
     else
-        rc = err_set(e, ERR_INPUT, "--export: \"%s\", expected colossalai, nemo or megatron",
+        rc = err_set(e, ERR_INPUT,
+                     "--export: \"%s\", expected colossalai, nemo, megatron or flagscale",
                      format);
-    free(c);
+    free(x.c);
     return rc;
 }

@@ -39,14 +39,7 @@ static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
         knap_free(p);
         return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
     }
-    __int128 fixed = reserve_bytes;
-    int64_t workspace = 0;
-    for (int l = 0; l < n; l++) {
-        fixed += layers[l].state_bytes + (__int128)in_flight * layers[l].ckpt_bytes;
-        if (layers[l].workspace_bytes > workspace)
-            workspace = layers[l].workspace_bytes;
-    }
-    fixed += workspace;
+    __int128 fixed = cost_fixed_bytes(layers, n, in_flight, reserve_bytes);
     __int128 room = (__int128)limit_bytes - fixed;
     p->cap = room >= 0 ? (int64_t)(room / unit_bytes) : -1;
     p->fixed_bytes = saturate(fixed);
@@ -55,21 +48,20 @@ static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
     int k = 0;
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &layers[l];
-        __int128 d = c->act_bytes - c->ckpt_bytes;
-        p->w[l] = units_of(in_flight * d, unit_bytes, p->cap);
-        p->t[l] = units_of(d, unit_bytes, p->cap);
         fwd[l] = c->fwd_ms;
         p->first_choice[l] = k;
-        p->choices[k++] = (struct knap_choice){p->w[l], 0, 0};
-        p->choices[k++] = (struct knap_choice){0, p->t[l], c->fwd_ms};
-        for (int o = 0; options && o < c->n_options; o++) {
-            const struct recompute_option *opt = &c->options[o];
-            p->choices[k++] = (struct knap_choice){
-                units_of((__int128)in_flight * (opt->kept_bytes - c->ckpt_bytes), unit_bytes,
-                         p->cap),
-                units_of(opt->transient_bytes, unit_bytes, p->cap), opt->recompute_ms};
-            p->multi = 1;
+        int n_layer_choices = options ? cost_choice_count(c) : COST_OPTION;
+        for (int choice = 0; choice < n_layer_choices; choice++) {
+            __int128 kept;
+            int64_t transient;
+            cost_weights(c, choice, in_flight, &kept, &transient);
+            p->choices[k++] = (struct knap_choice){units_of(kept, unit_bytes, p->cap),
+                                                   units_of(transient, unit_bytes, p->cap),
+                                                   cost_row(c, choice).recompute_ms};
         }
+        p->w[l] = p->choices[p->first_choice[l] + COST_KEEP].w;
+        p->t[l] = p->choices[p->first_choice[l] + COST_FULL].t;
+        p->multi |= n_layer_choices > COST_OPTION;
     }
     p->first_choice[n] = k;
     return ERR_OK;

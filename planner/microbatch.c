@@ -9,6 +9,7 @@
 #include "devices.h"
 #include "estimate.h"
 #include "microbatch.h"
+#include "model_ops.h"
 #include "sizes.h"
 
 /* `to` as `from` would be for micro-batch size b. A measured profile's recompute options keep
@@ -70,7 +71,7 @@ int microbatch_cluster(const struct cluster *c, const struct device_table *t, in
     out->profiles = calloc((size_t)c->n_profiles, sizeof *out->profiles);
     if (out->profiles == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    int rc = sizes_check_model(&out->model, "--micro-batches auto", "model", e);
+    int rc = model_check_sizes(&out->model, "--micro-batches auto", "model", e);
     for (int k = 0; k < c->n_profiles && rc == ERR_OK; k++)
         rc = profile_for(&c->profiles[k], b, t, &out->profiles[k], &notes->scaled,
                          &notes->dropped, e);

@@ -60,7 +60,8 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
                       FILE *report, struct plan *out, struct err *e);
 
 /* The plan as ColossalAI, NeMo or Megatron-LM settings ("colossalai", "nemo", "megatron"),
- * with a comment wherever the framework cannot express it. */
+ * only with keys the framework accepts; what it runs differently is said on standard error,
+ * and a split it cannot take is refused (ERR_INPUT). */
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e);
 
 #endif

@@ -147,10 +147,9 @@ static double stage_ms(struct search *s, int k, int first, int last, double *fwd
     double f = s->fwd_prefix[p->profile][last + 1] - s->fwd_prefix[p->profile][first];
     if (fwd)
         *fwd = f;
-    if (isinf(rc->recompute_ms))
-        return INFINITY;
-    return f + s->bwd_prefix[p->profile][last + 1] - s->bwd_prefix[p->profile][first] +
-           rc->recompute_ms;
+    return cost_stage_ms(f + s->bwd_prefix[p->profile][last + 1] -
+                             s->bwd_prefix[p->profile][first],
+                         rc->recompute_ms);
 }
 
 /* Forward activation and backward gradient over the link after position k, whose last
@@ -228,7 +227,8 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
     if (rc->known)
         return 1;
     double f = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    double t = f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+    double t = cost_stage_ms(f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
+                             r_floor);
     if (t + c + rest_sum < sum || drain_step(s, k, t, f, c, rest_drain) < drain)
         return 1;
     if (s->M * t >= best)
@@ -381,7 +381,8 @@ static double floor_ms(struct search *s, int k, int i, int j, double r_floor, do
     if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
         return stage_ms(s, k, i, j, fwd);
     *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    return *fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+    return cost_stage_ms(*fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
+                         r_floor);
 }
 
 /* The bound of the child that gives position k the layers up to j, taking T ms (f forward),

@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_ops.h"
 #include "planner.h"
 
 /* Memory in GiB, or in MiB, KiB or bytes for plans whose stages have less. */
@@ -63,12 +64,18 @@ void planner_print(FILE *f, const struct plan *p)
     double params = (double)model_param_count(&p->model);
     struct mem_unit u = table_unit(p);
     char head[64];
-    fprintf(f,
-            "plan: method %s, schedule %s, %d micro-batches; model gpt %d blocks, %.3g%s "
-            "parameters, %s, micro-batch %d x %d tokens\n",
-            p->method, schedule_name(p->schedule), p->micro_batches, p->model.n_layer,
-            params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
-            model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        fprintf(f, "plan: method %s, schedule %s, %d micro-batches; model custom \"%s\", %d "
+                   "layers\n",
+                p->method, schedule_name(p->schedule), p->micro_batches, p->model.name,
+                p->model.layer_count);
+    else
+        fprintf(f,
+                "plan: method %s, schedule %s, %d micro-batches; model gpt %d blocks, %.3g%s "
+                "parameters, %s, micro-batch %d x %d tokens\n",
+                p->method, schedule_name(p->schedule), p->micro_batches, p->model.n_layer,
+                params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
+                model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
     snprintf(head, sizeof head, "memory %s: before -> after / limit", u.name);
     /* measured profiles name devices by their model ("Intel(R) Xeon(R) Processor") */
     int w = 10;

@@ -4,33 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A stage's program: its compute operations in order. */
-struct op {
-    int backward; /* 0: forward, 1: recompute + backward */
-    int micro;
-};
-
-static void stage_program(enum schedule schedule, int S, int M, int s, struct op *ops)
-{
-    int n = 0;
-    if (schedule == SCHEDULE_GPIPE) {
-        for (int m = 0; m < M; m++)
-            ops[n++] = (struct op){0, m};
-        for (int m = 0; m < M; m++)
-            ops[n++] = (struct op){1, m};
-        return;
-    }
-    int warm = S - s - 1 < M ? S - s - 1 : M;
-    int f = 0, b = 0;
-    for (; f < warm; f++)
-        ops[n++] = (struct op){0, f};
-    while (f < M) {
-        ops[n++] = (struct op){0, f++};
-        ops[n++] = (struct op){1, b++};
-    }
-    while (b < M)
-        ops[n++] = (struct op){1, b++};
-}
+#include "schedule.h"
 
 static int check_input(int S, int M, const struct sim_stage *stages, struct err *e)
 {
@@ -67,7 +41,7 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
 struct sim_state {
     int S, M;
     const struct sim_stage *stages;
-    struct op *prog;   /* S x 2M */
+    struct schedule_op *prog; /* S x 2M */
     int *next;         /* per stage: index of its next operation */
     double *free_ms;   /* per stage: when its previous operation ends */
     double *fwd_in;    /* S x M: activation arrival at stage s (< 0: not yet) */
@@ -108,7 +82,7 @@ static double send(struct sim_state *st, int k, int micro, enum sim_kind kind, d
 static int step(struct sim_state *st, int s)
 {
     int S = st->S, M = st->M;
-    struct op op = st->prog[(size_t)s * 2 * M + st->next[s]];
+    struct schedule_op op = st->prog[(size_t)s * 2 * M + st->next[s]];
     size_t at = (size_t)s * M + op.micro;
     double ready;
     if (!op.backward)
@@ -180,7 +154,7 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
     for (int m = 0; m < M; m++)
         st.fwd_in[m] = 0; /* stage 0's inputs are at hand */
     for (int s = 0; s < S; s++)
-        stage_program(schedule, S, M, s, st.prog + (size_t)s * 2 * M);
+        schedule_ops(schedule, S, s, M, st.prog + (size_t)s * 2 * M);
     /* Sweep the stages, running each as far as its inputs allow. The times do not depend on
      * the sweep order: each operation's start is fixed by its predecessors alone. */
     int64_t done_ops = 0, total = 2 * (int64_t)S * M;

@@ -190,7 +190,7 @@ int hostinfo_open(const char *device, int threads, struct backend *be,
                   struct measure_timer *timer, struct device_info *d, cJSON *prov,
                   struct err *e)
 {
-    int index;
+    int index = -1;
     memset(timer, 0, sizeof *timer);
     if (hostinfo_parse_device(device, &index, e))
         return e->code;

@@ -3,9 +3,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bf16.h"
+#include "exec.h"
 #include "layout.h"
 #include "rng.h"
 #include "sizes.h"
@@ -52,13 +52,6 @@ struct measured {
     int64_t state, act, out, workspace;
     struct regen_scan full, opt[PROFILE_OPTIONS_MAX];
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -338,26 +331,6 @@ static int measure_state(struct probe *p, int64_t *state, struct err *e)
 
 /* ---- time ---- */
 
-static int span_begin(const struct measure_options *o, struct backend *be, double *t0,
-                      struct err *e)
-{
-    if (o->timer != NULL)
-        return o->timer->start(o->timer, e);
-    ERR_TRY(be->ops->sync(be, e));
-    *t0 = now_ms();
-    return ERR_OK;
-}
-
-static int span_end(const struct measure_options *o, struct backend *be, double t0, double *ms,
-                    struct err *e)
-{
-    if (o->timer != NULL)
-        return o->timer->stop(o->timer, ms, e);
-    ERR_TRY(be->ops->sync(be, e));
-    *ms = now_ms() - t0;
-    return ERR_OK;
-}
-
 struct progress {
     FILE *f;
     int64_t done, total;
@@ -369,7 +342,7 @@ static void progress_draw(struct progress *pr, const char *name, int force)
     enum { WIDTH = 32 };
     if (pr->f == NULL)
         return;
-    double t = now_ms();
+    double t = exec_now_ms();
     if (!force && t - pr->last_ms < 100)
         return;
     pr->last_ms = t;
@@ -390,93 +363,148 @@ struct samples {
     double *opt;         /* [layer][option][pass / options] */
 };
 
-/* The recompute of layer `v`'s option `regen`, its regenerated tensors written to `transient`
- * as the executor's layout puts them, just before the layer's backward as in training. */
-static int time_option(const struct measure_options *o, struct backend *be,
-                       const struct layer_view *kept, uint32_t regen, char *transient,
-                       double *ms, struct err *e)
+/* A group of layers timed as the executor runs them: the executor's context. */
+struct timing {
+    const struct measure_options *o;
+    struct backend *be;
+    const struct inputs *in;
+    const struct layer_cost *c;
+    struct samples *s;
+    int pass, at; /* the pass, and the timed pass it is (negative during the warm-up) */
+    int option;   /* the option of the layer being recomputed */
+};
+
+/* The group's input arrives as a stage's does: the data, or the previous stage's output; the
+ * head's targets with the data. */
+static int timing_input(struct executor *x, int micro, struct err *e)
 {
+    struct timing *t = x->c.ctx;
+    int n = x->c.lay->n_layers;
+    struct layer_view v;
+    ERR_TRY(exec_mem_add(x, x->c.lay->slot_bytes, e));
+    exec_view(x, 0, micro, &v);
+    ERR_TRY(put_input(t->be, t->in, &v, e));
+    exec_view(x, n - 1, micro, &v);
+    if (n > 1 && v.kind == MODEL_LAYER_HEAD)
+        return t->be->ops->upload(t->be, v.kept[HEAD_TARGETS], t->in->targets,
+                                  4 * (int64_t)v.model->micro_batch * v.model->seq_len, e);
+    return ERR_OK;
+}
+
+/* The gradient of the group's output arrives as the next stage's would. */
+static int timing_output_grad(struct executor *x, int micro, void *dst, struct err *e)
+{
+    struct timing *t = x->c.ctx;
+    return t->be->ops->upload(t->be, dst, t->in->dout, t->in->act_bytes, e);
+}
+
+/* Nothing is sent: isend NULL. */
+static const struct exec_port timing_port = {
+    .input = timing_input,
+    .output_grad = timing_output_grad,
+};
+
+/* Just before the layer's backward, as in training, one of its recompute options (in turn,
+ * pass by pass) regenerates its tensors into the transient as the executor's layout of that
+ * option puts them. The forward kept everything, so the backward reads the slot's. */
+static int time_option(struct executor *x, int li, int micro, const struct layer_view *kept,
+                       struct err *e)
+{
+    struct timing *t = x->c.ctx;
+    const struct layer_cost *L = &t->c[li];
     struct stage_layout sl;
     struct layer_view v = *kept;
-    double t0 = 0;
+    uint32_t regen = 0;
+    t->option = (t->at >= 0 ? t->at : t->pass) % L->n_options;
+    sizes_find_option(v.model, v.kind, L->options[t->option].name, &regen);
     ERR_TRY(layout_init(&sl, v.model, v.layer, v.layer, &regen, 1, e));
     for (int k = 0; k < sl.layers[0].n_kept; k++)
         if (regen >> k & 1)
-            v.kept[k] = transient + sl.layers[0].kept_off[k];
+            v.kept[k] = x->c.transient + sl.layers[0].kept_off[k];
     v.regen = regen;
     layout_free(&sl);
-    ERR_TRY(span_begin(o, be, &t0, e));
-    ERR_TRY(be->ops->layer[v.kind].recompute(be, &v, e));
-    return span_end(o, be, t0, ms, e);
+    return exec_recompute_span(x, li, micro, &v, e);
+}
+
+static const struct exec_action option_timing = {
+    .name = "time a recompute option",
+    .before_backward = time_option,
+};
+
+static void timing_span(struct executor *x, int kind, int micro, int li, double ms)
+{
+    struct timing *t = x->c.ctx;
+    struct samples *s = t->s;
+    if (t->at < 0)
+        return;
+    if (kind == STAGE_EV_FORWARD)
+        s->fwd[(int64_t)li * s->passes + t->at] = ms;
+    else if (kind == STAGE_EV_BACKWARD)
+        s->bwd[(int64_t)li * s->passes + t->at] = ms;
+    else if (kind == STAGE_EV_RECOMPUTE) {
+        int per = s->passes / t->c[li].n_options, k = t->at / t->c[li].n_options;
+        if (k < per)
+            s->opt[((int64_t)li * PROFILE_OPTIONS_MAX + t->option) * per + k] = ms;
+    }
+}
+
+static int timer_start(struct executor *x, struct err *e)
+{
+    struct measure_timer *tm = ((struct timing *)x->c.ctx)->o->timer;
+    return tm->start(tm, e);
+}
+
+static int timer_stop(struct executor *x, double *ms, struct err *e)
+{
+    struct measure_timer *tm = ((struct timing *)x->c.ctx)->o->timer;
+    return tm->stop(tm, ms, e);
 }
 
 /* Times layers first..last laid out as one stage (layout.c: one persistent arena, one
- * activation slot, one workspace they share) and run as the executor (stage.c) runs a
- * micro-batch: forward in order, each layer writing its output into the next one's
- * checkpoint, then backward in reverse, each layer's input gradient copied into the next
- * one's output gradient, and, just before a layer's backward, one of its recompute options in
- * turn. Between two uses of a layer's tensors the other layers pass through the caches, as in
- * training: a layer repeated on its own runs from warm caches and measures too little (on the
- * project's CPU a block by about a fifth). */
+ * activation slot, one workspace they share) and run by the executor (exec.h) as a one-stage
+ * pipeline runs a micro-batch, each layer keeping everything and, just before its backward,
+ * one of its recompute options in turn. Between two uses of a layer's tensors the other
+ * layers pass through the caches, as in training: a layer repeated on its own runs from warm
+ * caches and measures too little (on the project's CPU a block by about a fifth). */
 static int run_group(struct backend *be, const struct model *m, const struct inputs *in,
                      const struct stage_layout *sl, char *arena[4], const struct measure_options *o,
                      struct samples *s, struct layer_cost *c, struct progress *pr,
                      struct err *e)
 {
-    struct layer_view v, next = {0}, prev = {0};
-    double t0 = 0, ms;
-    int k = sl->n_layers;
-    for (int i = 0; i < o->warmup + s->passes; i++) {
-        int at = i - o->warmup; /* the timed pass, or negative */
-        layout_view(sl, m, 0, arena[0], arena[1], NULL, arena[3], &v);
-        ERR_TRY(put_input(be, in, &v, e));
-        for (int li = 0; li < k; li++) {
-            void *out = send_buffer(&v);
-            if (li + 1 < k) {
-                layout_view(sl, m, li + 1, arena[0], arena[1], NULL, arena[3], &next);
-                out = next.kept[0];
-                if (next.kind == MODEL_LAYER_HEAD) /* the targets arrive with the data */
-                    ERR_TRY(be->ops->upload(be, next.kept[HEAD_TARGETS], in->targets,
-                                        4 * (int64_t)m->micro_batch * m->seq_len, e));
-            }
-            ERR_TRY(span_begin(o, be, &t0, e));
-            ERR_TRY(forward(be, &v, out, e));
-            ERR_TRY(span_end(o, be, t0, &ms, e));
-            if (at >= 0)
-                s->fwd[(int64_t)li * s->passes + at] = ms;
-            v = next;
-        }
-        for (int li = k - 1; li >= 0; li--) {
-            layout_view(sl, m, li, arena[0], arena[1], NULL, arena[3], &v);
-            if (li == k - 1) {
-                ERR_TRY(put_dout(be, in, &v, e));
-            } else {
-                void *src = prev.ws[prev.kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
-                void *dst = v.ws[v.kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
-                if (src != dst)
-                    ERR_TRY(be->ops->copy(be, dst, src, in->act_bytes, e));
-            }
-            const struct layer_cost *L = &c[li];
-            if (L->n_options > 0) {
-                int j = (at >= 0 ? at : i) % L->n_options;
-                uint32_t regen = 0;
-                sizes_find_option(m, v.kind, L->options[j].name, &regen);
-                ERR_TRY(time_option(o, be, &v, regen, arena[2], &ms, e));
-                int per = s->passes / L->n_options;
-                if (at >= 0 && at / L->n_options < per)
-                    s->opt[((int64_t)li * PROFILE_OPTIONS_MAX + j) * per + at / L->n_options] = ms;
-            }
-            ERR_TRY(span_begin(o, be, &t0, e));
-            ERR_TRY(backward(be, &v, e));
-            ERR_TRY(span_end(o, be, t0, &ms, e));
-            if (at >= 0)
-                s->bwd[(int64_t)li * s->passes + at] = ms;
-            prev = v;
-        }
-        pr->done += k;
-        progress_draw(pr, c[k - 1].name, 0);
+    struct timing t = {.o = o, .be = be, .in = in, .c = c, .s = s};
+    struct exec_config xc = {
+        .model = m,
+        .lay = sl,
+        .persistent = arena[0],
+        .activations = arena[1],
+        .transient = arena[2],
+        .workspace = arena[3],
+        .be = be,
+        .port = &timing_port,
+        .ctx = &t,
+        .schedule = SCHEDULE_1F1B,
+        .stage = 0,
+        .n_stages = 1,
+        .micro_batches = 1,
+        .limit_bytes = INT64_MAX,
+        .timer_start = o->timer != NULL ? timer_start : NULL,
+        .timer_stop = o->timer != NULL ? timer_stop : NULL,
+        .on_span = timing_span,
+    };
+    struct executor x;
+    ERR_TRY(exec_init(&x, &xc, e));
+    for (int li = 0; li < sl->n_layers; li++)
+        if (c[li].n_options > 0)
+            x.action[li] = &option_timing;
+    int rc = ERR_OK;
+    for (t.pass = 0; t.pass < o->warmup + s->passes && rc == ERR_OK; t.pass++) {
+        t.at = t.pass - o->warmup;
+        rc = exec_run(&x, e);
+        pr->done += sl->n_layers;
+        progress_draw(pr, c[sl->n_layers - 1].name, 0);
     }
-    return ERR_OK;
+    exec_free(&x);
+    return rc;
 }
 
 /* Lays out layers first..last as one stage, allocates its arenas (and a transient for the
@@ -506,8 +534,10 @@ static int measure_times(struct backend *be, const struct model *m, const struct
     if (s.fwd == NULL || s.opt == NULL)
         rc = err_set(e, ERR_FAIL, "out of host memory for %d layers' samples", k);
     s.bwd = s.fwd + (int64_t)k * s.passes;
+    /* with the scan's guard band: a layer writing past its arena (which the scan reports)
+     * must not corrupt the heap while it is timed */
     for (int a = 0; a < 4 && rc == ERR_OK; a++)
-        rc = be->ops->alloc(be, bytes[a], (void **)&arena[a], e);
+        rc = be->ops->alloc(be, bytes[a] + GUARD_BYTES, (void **)&arena[a], e);
     if (rc == ERR_OK)
         rc = params_init(be, m, &sl, arena[0], buf, e);
     if (rc == ERR_OK)

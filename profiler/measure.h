@@ -2,8 +2,8 @@
  * (runtime/backend.h: the very layer code `ballast train` runs) on arenas carved by
  * runtime/layout.c, timed, and its memory measured by scanning the arenas.
  *
- * Time: the layers run as a one-stage pipeline runs a micro-batch, forward through them in
- * order and backward in reverse (in groups of consecutive layers whose arenas fit
+ * Time: the layers run by the runtime's executor (runtime/exec.h, the loop `train` runs) as a
+ * one-stage pipeline runs a micro-batch, forward through them in order and backward in reverse (in groups of consecutive layers whose arenas fit
  * `budget_bytes`; all of them when they fit), and just before a layer's backward one of its
  * recompute options, in turn; `warmup` untimed passes, then enough timed ones that every
  * forward, backward and option is timed at least `repeats` times; the profile keeps medians.

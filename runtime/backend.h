@@ -1,11 +1,18 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
- * CPU code (backend_cpu.c, fp32) and the CUDA code (backend_cuda.cu: cuBLAS, fp32 and bf16)
- * live. The schedule executor (stage.c) reaches memory and layers only through this table, never a kernel directly.
+ * CPU code (backend_cpu.c, fp32) and the CUDA code (cuda/backend.cu: cuBLAS, fp32 and bf16)
+ * live. A backend is memory and kernels only; the GPT's layers are composed once over its
+ * kernels (gpt_layers.c). The schedule executor (stage.c) reaches memory and layers only
+ * through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
  * workspace; sizes from layout.h) and carves every tensor out of them. "Device" pointers are
  * only ever handed back to the backend or the transport; the host reads and writes them with
  * `upload` and `download`.
+ *
+ * Kernels. llm.c's free functions, outputs first, then inputs, parameters and sizes (shapes in
+ * kernels_cpu.h and cuda/kernels.cuh, which implement them). Backward kernels ADD into
+ * parameter gradients; activation gradients are overwritten, except layernorm_backward's dinp,
+ * which is added to. `dt` is the model's dtype: the element type of every `void *` tensor.
  *
  * Layers. Each layer kind has forward, recompute and backward. A layer sees its tensors
  * through a struct layer_view: pointers in the order of the size tables (common/sizes.h),
@@ -116,7 +123,52 @@ struct backend_ops {
     int (*copy)(struct backend *be, void *dst, const void *src, int64_t bytes, struct err *e);
     int (*zero)(struct backend *be, void *dst, int64_t bytes, struct err *e);
     int (*sync)(struct backend *be, struct err *e);
+    /* The model's layers: a backend fills them with GPT_LAYER_OPS (gpt_layers.h). */
     struct backend_layer_ops layer[MODEL_LAYER_HEAD + 1]; /* by enum model_layer_kind */
+    /* out (B,T,C) = wte[tokens] + wpe[t]; backward: dwte (V,C), dwpe (T,C) += ... */
+    int (*encoder_forward)(struct backend *be, enum model_dtype dt, void *out,
+                           const int32_t *tokens, const void *wte, const void *wpe, int B,
+                           int T, int C, struct err *e);
+    int (*encoder_backward)(struct backend *be, enum model_dtype dt, float *dwte, float *dwpe,
+                            const void *dout, const int32_t *tokens, int B, int T, int C,
+                            int V, struct err *e);
+    /* out (N,C) = (inp - mean) * rstd * w + b per row; mean, rstd (N) */
+    int (*layernorm_forward)(struct backend *be, enum model_dtype dt, void *out, float *mean,
+                             float *rstd, const void *inp, const void *w, const void *b, int N,
+                             int C, struct err *e);
+    int (*layernorm_backward)(struct backend *be, enum model_dtype dt, void *dinp, float *dw,
+                              float *db, const void *dout, const void *inp, const void *w,
+                              const float *mean, const float *rstd, int N, int C,
+                              struct err *e);
+    /* out (N,OC) = add + inp (N,C) @ w (OC,C)^T + bias: the residual add rides on the matmul;
+     * add, bias may be NULL, out may not alias add. Backward: dinp (skipped when NULL), dw,
+     * dbias (skipped when NULL). */
+    int (*matmul_forward)(struct backend *be, enum model_dtype dt, void *out, const void *add,
+                          const void *inp, const void *w, const void *bias, int N, int C, int OC,
+                          struct err *e);
+    int (*matmul_backward)(struct backend *be, enum model_dtype dt, void *dinp, float *dw,
+                           float *dbias, const void *dout, const void *inp, const void *w, int N,
+                           int C, int OC, struct err *e);
+    /* causal attention over qkv (B,T,3C); att (B,NH,T,T) the probabilities; out (B,T,C), or
+     * NULL for the probabilities alone (the same bits). Backward: datt is scratch. */
+    int (*attention_forward)(struct backend *be, enum model_dtype dt, void *out, void *att,
+                             const void *qkv, int B, int T, int C, int NH, struct err *e);
+    int (*attention_backward)(struct backend *be, enum model_dtype dt, void *dqkv, void *datt,
+                              const void *dout, const void *qkv, const void *att, int B, int T,
+                              int C, int NH, struct err *e);
+    /* GELU (tanh approximation) of n elements; backward may run in place (dinp == dout) */
+    int (*gelu_forward)(struct backend *be, enum model_dtype dt, void *out, const void *inp,
+                        int64_t n, struct err *e);
+    int (*gelu_backward)(struct backend *be, enum model_dtype dt, void *dinp, const void *inp,
+                         const void *dout, int64_t n, struct err *e);
+    /* probs (N,V): logits in, softmax out in place; losses (N) = -log p[target] unless NULL.
+     * Backward: probs become d logits in place, (probs - onehot(target)) * dloss. */
+    int (*crossentropy_forward)(struct backend *be, enum model_dtype dt, void *probs,
+                                float *losses, const int32_t *targets, int N, int V,
+                                struct err *e);
+    int (*crossentropy_backward)(struct backend *be, enum model_dtype dt, void *probs,
+                                 const int32_t *targets, float dloss, int N, int V,
+                                 struct err *e);
     /* One AdamW step on n parameters; t is the 1-based step. Updates the fp32 `master` weights
      * and the moments m, v from the gradients g, then, when `weights` is another buffer (a
      * bf16 model), writes master rounded to the nearest bf16 (ties to even) into it; for fp32,

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "jsonio.h"
 
 #define CKPT_MAGIC "BALLASTK"
@@ -77,29 +78,23 @@ static int make_dir(const char *dir, struct err *e)
     return ERR_OK;
 }
 
-static int write_all(int fd, const void *p, int64_t n)
+int ckpt_check_dir(const char *dir, struct err *e)
 {
-    const char *b = p;
-    while (n > 0) {
-        ssize_t w = write(fd, b, (size_t)n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        b += w;
-        n -= w;
-    }
-    return 0;
+    char manifest[FILEIO_PATH_MAX + 32];
+    if (snprintf(manifest, sizeof manifest, "%s/checkpoint.json", dir) >= (int)sizeof manifest)
+        return err_set(e, ERR_INPUT, "%s: path too long", dir);
+    if (make_dir(dir, e))
+        return e->code = ERR_INPUT; /* the path is the user's: a bad one is bad input */
+    return fileio_dir_check(dir, e) || fileio_out_check(manifest, e) ? e->code : ERR_OK;
 }
 
 int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                      struct stage_runner *r, struct err *e)
 {
-    char file[4200], tmp[4300];
+    char file[4200];
     if (make_dir(dir, e))
         return e->code;
     stage_file(file, sizeof file, dir, id->stage, step);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid());
     struct ckpt_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CKPT_MAGIC, 8);
@@ -125,38 +120,26 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
     h.section_bytes = id->section_bytes;
     h.payload_bytes = id->persistent_bytes;
 
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return err_set(e, ERR_FAIL, "%s: cannot create: %s", tmp, strerror(errno));
+    struct fileio_out out;
+    if (fileio_out_open(&out, file, e))
+        return e->code;
     char *buf = malloc((size_t)CKPT_CHUNK);
-    int ok = buf != NULL && write_all(fd, &h, sizeof h) == 0;
+    int ok = buf != NULL && fileio_write_all(out.fd, &h, sizeof h) == 0;
     uint64_t sum = fnv1a(FNV_START, &h, sizeof h);
     for (int64_t off = 0; ok && off < h.payload_bytes; off += CKPT_CHUNK) {
         int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
         if (stage_state_get(r, off, buf, n, e)) {
             free(buf);
-            close(fd);
-            unlink(tmp);
+            fileio_out_discard(&out);
             return e->code;
         }
         sum = fnv1a(sum, buf, n);
-        ok = write_all(fd, buf, n) == 0;
+        ok = fileio_write_all(out.fd, buf, n) == 0;
     }
     free(buf);
-    ok = ok && write_all(fd, &sum, sizeof sum) == 0 && fsync(fd) == 0;
-    ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, file) != 0) {
-        int saved = errno;
-        unlink(tmp);
-        return err_set(e, ERR_FAIL, "%s: cannot write: %s", file, strerror(saved));
-    }
-    /* the rename itself must reach the disk before the manifest names the file */
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return ERR_OK;
+    ok = ok && fileio_write_all(out.fd, &sum, sizeof sum) == 0;
+    /* the commit syncs the directory: the manifest names the file only once it is on disk */
+    return fileio_out_commit(&out, file, ok, e);
 }
 
 int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e)
@@ -280,31 +263,33 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
 {
     char file[4200];
     stage_file(file, sizeof file, dir, id->stage, step);
-    FILE *f = fopen(file, "rb");
-    if (f == NULL)
-        return err_set(e, ERR_INPUT, "%s: cannot open: %s (the manifest %s/checkpoint.json "
-                                     "names step %lld)",
-                       file, strerror(errno), dir, (long long)step);
-    struct ckpt_header h;
-    struct stat st;
-    int rc = ERR_OK;
+    int fd;
+    int64_t size;
+    if (fileio_open_input(file, 0, &fd, &size, e))
+        return err_append(e, "(the manifest %s/checkpoint.json names step %lld)", dir,
+                          (long long)step);
+    FILE *f = fdopen(fd, "rb");
     char *buf = malloc((size_t)CKPT_CHUNK);
-    if (buf == NULL) {
-        fclose(f);
+    if (f == NULL || buf == NULL) {
+        free(buf);
+        f != NULL ? fclose(f) : close(fd);
         return err_set(e, ERR_FAIL, "out of memory reading %s", file);
     }
-    if (fstat(fileno(f), &st) != 0 || st.st_size < (off_t)sizeof h ||
-        read_all(f, &h, sizeof h) != 0 || memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
+    struct ckpt_header h;
+    int rc = ERR_OK;
+    if (size < (int64_t)sizeof h || read_all(f, &h, sizeof h) != 0 ||
+        memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
         rc = err_set(e, ERR_INPUT, "%s: not a Ballast checkpoint (no %s header)", file,
                      CKPT_MAGIC);
     } else if (h.version != CKPT_VERSION || h.header_bytes != sizeof h) {
         rc = err_set(e, ERR_INPUT, "%s: checkpoint version %u, this build reads version %d",
                      file, h.version, CKPT_VERSION);
-    } else if (h.payload_bytes < 0 ||
-               (int64_t)st.st_size != (int64_t)sizeof h + h.payload_bytes + 8) {
+    } else if (h.payload_bytes != size - (int64_t)sizeof h - 8) {
+        /* compared without adding to the header's number: a crafted one may be near 2^63 */
         rc = err_set(e, ERR_INPUT,
-                     "%s: %lld bytes, but its header promises %lld (truncated or damaged)", file,
-                     (long long)st.st_size, (long long)(sizeof h + h.payload_bytes + 8));
+                     "%s: %lld bytes, but its header promises %lld bytes of state after its "
+                     "%d-byte header, and an 8-byte checksum (truncated or damaged)",
+                     file, (long long)size, (long long)h.payload_bytes, (int)sizeof h);
     } else {
         uint64_t sum = fnv1a(FNV_START, &h, sizeof h), stored = 0;
         for (int64_t off = 0; rc == ERR_OK && off < h.payload_bytes; off += CKPT_CHUNK) {

@@ -36,6 +36,9 @@ struct ckpt_identity {
 void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
                       const struct data_source *d, uint64_t seed);
 
+/* Before training: creates `dir` if missing and checks that files can be written there and
+ * that its manifest, if present, can be replaced (ERR_INPUT naming what is wrong). */
+int ckpt_check_dir(const char *dir, struct err *e);
 int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                      struct stage_runner *r, struct err *e);
 int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e);

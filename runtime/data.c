@@ -1,14 +1,13 @@
 #include "data.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "rng.h"
 
 static uint64_t fnv1a(uint64_t h, const unsigned char *p, int64_t n)
@@ -63,26 +62,23 @@ int data_init_file(struct data_source *d, const char *file, const struct model *
         return err_set(e, ERR_INPUT,
                        "%s: byte-level tokens need vocab_size >= 256; the plan's model has %d",
                        file, m->vocab_size);
-    int fd = open(file, O_RDONLY);
-    if (fd < 0)
-        return err_set(e, ERR_INPUT, "%s: cannot open: %s", file, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(e, ERR_INPUT, "%s: not a regular file", file);
-    }
-    if (st.st_size < (off_t)m->seq_len + 1) {
+    int fd;
+    int64_t size;
+    /* no cap: the file is mapped, not read */
+    if (fileio_open_input(file, 0, &fd, &size, e))
+        return e->code;
+    if (size < (int64_t)m->seq_len + 1) {
         close(fd);
         return err_set(e, ERR_INPUT,
                        "%s: %lld bytes, but one sequence needs seq_len + 1 = %d bytes", file,
-                       (long long)st.st_size, m->seq_len + 1);
+                       (long long)size, m->seq_len + 1);
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return err_set(e, ERR_INPUT, "%s: cannot map: %s", file, strerror(errno));
     d->bytes = p;
-    d->n_bytes = st.st_size;
+    d->n_bytes = size;
     d->hash = fnv1a(0xCBF29CE484222325ull, d->bytes, d->n_bytes);
     return ERR_OK;
 }

@@ -13,8 +13,21 @@
  * blocks of COL_BLOCK columns, one task per block, rows in order inside.
  *
  * Vector code. Element-wise loops are `omp simd`; the build contracts no a*b+c into FMAs
- * (ISO C mode), so a vectorised loop computes exactly what the scalar one would. Sums that
- * reduce (layer-norm statistics, softmax denominators) stay sequential. */
+ * (-ffp-contract=off), so a vectorised loop computes exactly what the scalar one would. Sums
+ * that reduce (layer-norm statistics, softmax denominators) stay sequential. */
+
+/* Fast paths chosen at run time, as OpenBLAS picks its kernels: with GCC on x86-64 each
+ * element-wise kernel below (and its OpenMP bodies) is compiled for the portable baseline, for
+ * AVX2 and for AVX-512, and the loader's resolver (ifunc) runs the best the CPU has. With
+ * contraction off and no reordered sums, every version computes the same bits. Clang clones
+ * the functions but not their OpenMP bodies, so it gains nothing; a build for one CPU
+ * (BALLAST_CPU_ARCH) needs no clones. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !BALLAST_CPU_ARCH_SET
+#define KERNEL __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define KERNEL
+#endif
+
 #define GEMM_TILE 256
 #define COL_BLOCK 64
 
@@ -68,7 +81,7 @@ static inline float tanh_approx(float y)
     return 1.0f - 2.0f / (exp_approx(2.0f * y) + 1.0f);
 }
 
-void encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+KERNEL void encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                      int B, int T, int C)
 {
 #pragma omp parallel for schedule(static)
@@ -81,7 +94,7 @@ void encoder_forward(float *out, const int32_t *tokens, const float *wte, const 
     }
 }
 
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+KERNEL void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                       int B, int T, int C)
 {
     int blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
@@ -110,7 +123,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
     }
 }
 
-void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+KERNEL void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, int N, int C)
 {
 #pragma omp parallel for schedule(static)
@@ -136,7 +149,7 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     }
 }
 
-void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+KERNEL void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C)
 {
 #pragma omp parallel for schedule(static)
@@ -174,7 +187,7 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
     }
 }
 
-void matmul_forward(float *out, const float *add, const float *inp, const float *w,
+KERNEL void matmul_forward(float *out, const float *add, const float *inp, const float *w,
                     const float *bias, int N, int C, int OC)
 {
     float beta = 0;
@@ -197,7 +210,7 @@ void matmul_forward(float *out, const float *add, const float *inp, const float 
     gemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
-void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+KERNEL void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                      const float *w, int N, int C, int OC)
 {
     /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
@@ -225,7 +238,7 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
  * to its last row only, which skips most of the masked upper triangle. */
 #define ATT_ROWS 64
 
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+KERNEL void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -269,7 +282,7 @@ void attention_forward(float *out, float *att, const float *qkv, int B, int T, i
         }
 }
 
-void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+KERNEL void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                         const float *att, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
@@ -318,7 +331,7 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-void gelu_forward(float *out, const float *inp, int64_t n)
+KERNEL void gelu_forward(float *out, const float *inp, int64_t n)
 {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
@@ -327,7 +340,7 @@ void gelu_forward(float *out, const float *inp, int64_t n)
     }
 }
 
-void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n)
+KERNEL void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n)
 {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
@@ -340,7 +353,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n)
     }
 }
 
-void softmax_crossentropy_forward(float *probs, float *losses, const int32_t *targets, int N,
+KERNEL void softmax_crossentropy_forward(float *probs, float *losses, const int32_t *targets, int N,
                                   int V)
 {
 #pragma omp parallel for schedule(static)
@@ -366,7 +379,7 @@ void softmax_crossentropy_forward(float *probs, float *losses, const int32_t *ta
     }
 }
 
-void softmax_crossentropy_backward(float *probs, const int32_t *targets, float dloss, int N,
+KERNEL void softmax_crossentropy_backward(float *probs, const int32_t *targets, float dloss, int N,
                                    int V)
 {
 #pragma omp parallel for schedule(static)
@@ -379,7 +392,7 @@ void softmax_crossentropy_backward(float *probs, const int32_t *targets, float d
     }
 }
 
-void adamw_update(float *w, const float *g, float *m, float *v, int64_t n, float lr,
+KERNEL void adamw_update(float *w, const float *g, float *m, float *v, int64_t n, float lr,
                   float b1, float b2, float eps, float wd, int t)
 {
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cost.h"
+#include "model_ops.h"
 
 /* The names backend.h's enums stand for, per kind and class, in enum order. */
 static const char *const expected[3][3][SIZES_TENSORS_MAX] = {
@@ -34,7 +35,7 @@ static int check_names(enum model_layer_kind kind, enum sizes_class cls,
         ok = strcmp(t[i].name, expected[kind][cls][i]) == 0;
     if (!ok)
         return err_set(e, ERR_FAIL,
-                       "internal: the size tables of common/sizes.c (layer kind %d, class %d, "
+                       "internal: the size tables of models/sizes.c (layer kind %d, class %d, "
                        "%d tensors) no longer match the tensor indices of runtime/backend.h",
                        (int)kind, (int)cls, n);
     return ERR_OK;
@@ -90,7 +91,6 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
     int64_t section = 0, weights = 0, slot = 0;
-    int extra_sections = m->dtype == MODEL_DTYPE_FP32 ? 3 : 4; /* fp32 beside the weights */
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         L->layer = first + i;
@@ -112,7 +112,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             w[k].elem_bytes = sizes_weight_elem_bytes(m->dtype);
         }
         int64_t wend = carve(w, L->n_params, weights, L->weight_off);
-        L->state_bytes = (wend - weights) + extra_sections * (end - section);
+        L->state_bytes = sizes_state_bytes(m->dtype, wend - weights, end - section);
         section = end;
         weights = wend;
         for (int k = 0; k < L->n_params; k++)
@@ -149,7 +149,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         sl->m_at = weights + 2 * section;
     }
     sl->v_at = sl->m_at + section;
-    sl->persistent_bytes = weights + extra_sections * section;
+    sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->slot_bytes = slot;
     sl->activation_bytes = (int64_t)in_flight * slot;
     sl->arena_bytes =
@@ -231,16 +231,13 @@ void layout_view(const struct stage_layout *sl, const struct model *m, int li, c
 int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
                        int64_t reserve, struct err *e)
 {
-    int64_t available = limit - reserve, state = 0, slot = 0, transient = 0, ws = 0;
+    int64_t available = limit - reserve;
+    struct cost_sum sum = {0};
     for (int i = 0; i < sl->n_layers; i++) {
         const struct layer_layout *L = &sl->layers[i];
-        state += L->state_bytes;
-        slot += L->slot_bytes;
-        if (L->transient_bytes > transient)
-            transient = L->transient_bytes;
-        if (L->ws_bytes > ws)
-            ws = L->ws_bytes;
-        int64_t need = state + (int64_t)sl->in_flight * slot + transient + ws;
+        struct cost_row row = {.kept_bytes = L->slot_bytes, .transient_bytes = L->transient_bytes};
+        cost_sum_add(&sum, L->state_bytes, L->ws_bytes, 0, &row);
+        int64_t need = cost_sum_memory(&sum, sl->in_flight, 0);
         if (need > available) {
             char name[MODEL_LAYER_NAME_MAX];
             model_layer_name(m, L->layer, name);
@@ -250,10 +247,10 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
                 "bytes (state %lld + %d in flight x kept %lld + transient %lld + workspace "
                 "%lld), over memory_limit_bytes %lld minus reserve_bytes %lld = %lld; all "
                 "layers need %lld",
-                sl->first, sl->last, L->layer, name, (long long)need, (long long)state,
-                sl->in_flight, (long long)slot, (long long)transient, (long long)ws,
-                (long long)limit, (long long)reserve, (long long)available,
-                (long long)sl->arena_bytes);
+                sl->first, sl->last, L->layer, name, (long long)need, (long long)sum.state,
+                sl->in_flight, (long long)sum.kept, (long long)sum.transient,
+                (long long)sum.workspace, (long long)limit, (long long)reserve,
+                (long long)available, (long long)sl->arena_bytes);
         }
     }
     return ERR_OK;
@@ -261,23 +258,10 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
 
 int layout_param_decays(const char *name)
 {
-    static const char *const matrices[] = {"wte", "wpe", "qkv_w", "proj_w", "fc_w", "fcproj_w",
-                                           "lm_w"};
-    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
-        if (strcmp(name, matrices[i]) == 0)
-            return 1;
-    return 0;
+    return model_ops_gpt.param_decays(name); /* the runtime's layers are GPT's */
 }
 
 void layout_param_init(const struct model *m, const char *name, float *std, float *fill)
 {
-    size_t n = strlen(name);
-    *std = 0;
-    *fill = 0;
-    if (strncmp(name, "ln", 2) == 0 && strcmp(name + n - 2, "_w") == 0)
-        *fill = 1; /* layer-norm gain */
-    else if (strcmp(name, "proj_w") == 0 || strcmp(name, "fcproj_w") == 0)
-        *std = 0.02f / sqrtf(2.0f * (float)m->n_layer); /* GPT-2's residual scaling */
-    else if (layout_param_decays(name))
-        *std = 0.02f;
+    model_ops_gpt.param_init(m, name, std, fill);
 }

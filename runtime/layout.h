@@ -1,5 +1,5 @@
 /* Where every tensor of a stage lives: offsets into the four arenas, computed from the size
- * tables of common/sizes.h and nothing else (planning offsets, nothing allocated: the split
+ * tables of models/sizes.h and nothing else (planning offsets, nothing allocated: the split
  * ggml's graph allocator makes between planning and applying).
  *
  *   persistent   fp32:  weights | gradients | AdamW m | AdamW v
@@ -85,12 +85,10 @@ void layout_view(const struct stage_layout *sl, const struct model *m, int li, c
 int layout_check_limit(const struct stage_layout *sl, const struct model *m, int64_t limit,
                        int64_t reserve, struct err *e);
 
-/* AdamW's weight decay applies to the matrices (embeddings and linear weights), not to
- * biases or layer-norm parameters. */
+/* The model's initialisation rule (model_ops.h), for the runtime's GPT layers: whether
+ * AdamW's weight decay applies to a parameter tensor, and its initial value: normal(0, std),
+ * or the constant `fill` when std is 0. */
 int layout_param_decays(const char *name);
-/* The initial value of a parameter tensor: normal(0, std) with std 0.02, scaled by
- * 1/sqrt(2 n_layer) for the projections into the residual stream, or the constant
- * `fill` (layer-norm weights 1, biases 0) when std is 0. */
 void layout_param_init(const struct model *m, const char *name, float *std, float *fill);
 
 #endif

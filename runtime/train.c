@@ -9,7 +9,7 @@
 #include "backend.h"
 #include "ckpt.h"
 #include "cuda_device.h"
-#include "devices.h"
+#include "fileio.h"
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
@@ -45,16 +45,34 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
 };
 
-/* Every rank passes its status; all get the worst, and the first rank that failed. */
+/* Every rank passes its status; all get the worst, and the first rank that failed (-1 when
+ * MPI itself failed and nobody knows). */
 static int agree(struct run *r, int rc, int *first_failed)
 {
     int worst = rc, mine = rc != ERR_OK ? r->rank : r->size, first = mine;
     if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS)
-        return ERR_FAIL;
+        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS) {
+        worst = ERR_FAIL;
+        first = -1;
+    }
     if (first_failed != NULL)
         *first_failed = first;
     return worst;
+}
+
+/* Every output path, before the first step: a typo must not throw a finished run away. Each
+ * rank checks (ranks may see different file systems). */
+static int check_outputs(const struct train_options *o, struct err *e)
+{
+    struct err in;
+    err_clear(&in);
+    if (o->metrics_file != NULL && fileio_out_check(o->metrics_file, &in))
+        return err_set(e, in.code, "--metrics: %s", in.msg);
+    if (o->trace_file != NULL && fileio_out_check(o->trace_file, &in))
+        return err_set(e, in.code, "--trace: %s", in.msg);
+    if (o->save_dir != NULL && ckpt_check_dir(o->save_dir, &in))
+        return err_set(e, in.code, "--save: %s", in.msg);
+    return ERR_OK;
 }
 
 static void fail_now(struct run *r, const struct err *e)
@@ -174,26 +192,14 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
     }
 }
 
-/* Whether a stage computes on a GPU: --device, else the plan's device_kind (from the stage's
- * profile), else the device table's kind for the stage's device name, else a name that starts
- * with "cuda" (cuda:N); anything else runs on the CPU. */
+/* Whether a stage computes on a GPU: --device, else the plan's device_kind (every plan has
+ * one: plan_load refuses a plan without it). */
 static int stage_wants_cuda(const struct run *r, const struct plan_stage *st)
 {
     const char *d = r->o->device;
     if (strcmp(d, "auto") != 0)
         return strcmp(d, "cuda") == 0;
-    if (st->device_kind[0])
-        return strcmp(st->device_kind, "cuda") == 0;
-    struct device_table t;
-    struct err e;
-    int cuda = strncmp(st->device, "cuda", 4) == 0;
-    if (devices_load(devices_default_file(), &t, &e) == ERR_OK) {
-        const struct device_spec *spec = devices_find(&t, st->device);
-        if (spec != NULL)
-            cuda = strcmp(spec->kind, "cuda") == 0;
-        devices_free(&t);
-    }
-    return cuda;
+    return strcmp(st->device_kind, "cuda") == 0;
 }
 
 /* The GPU readings passed from rank to rank of a node (below): per GPU, the device memory in
@@ -353,8 +359,7 @@ static int setup_transport(struct run *r, struct err *e)
         return rc;
     /* a send and a receive per micro-batch in flight, in each direction, at most */
     int max_requests = 4 * p->micro_batches + 8;
-    int64_t act = (int64_t)p->model.micro_batch * p->model.seq_len * p->model.n_embd *
-                  sizes_act_elem_bytes(p->model.dtype);
+    int64_t act = sizes_activation_bytes(&p->model);
     switch (r->transport) {
     case TRANSPORT_MPI:
         return transport_mpi_init(&r->tp, &r->comm, max_requests, e);
@@ -439,7 +444,7 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
                                    MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
         rc = err_set(e, ERR_FAIL, "MPI_Gather of the stage reports failed");
     if (rc == ERR_OK && o->trace_file != NULL) {
-        int n = r->stage.n_events * (int)sizeof(struct stage_event), total = 0;
+        int n = r->stage.x.n_events * (int)sizeof(struct stage_event), total = 0;
         if (MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm) != MPI_SUCCESS)
             rc = err_set(e, ERR_FAIL, "MPI_Gather of the trace sizes failed");
         if (rc == ERR_OK && r->rank == 0) {
@@ -451,7 +456,7 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
             if (events == NULL)
                 rc = err_set(e, ERR_FAIL, "out of memory gathering the trace");
         }
-        if (rc == ERR_OK && MPI_Gatherv(r->stage.events, n, MPI_BYTE, events, counts, displs,
+        if (rc == ERR_OK && MPI_Gatherv(r->stage.x.events, n, MPI_BYTE, events, counts, displs,
                                         MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
             rc = err_set(e, ERR_FAIL, "MPI_Gatherv of the trace failed");
         if (r->rank == 0)
@@ -473,6 +478,15 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
     free(displs);
     free(events);
     return rc;
+}
+
+/* The last stage's loss to every rank, with the transports' deadline: a last stage that
+ * stopped after its last send must not hang the others here. */
+static int share_loss(struct run *r, double *loss, struct err *e)
+{
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
+    return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
 }
 
 static int train_loop(struct run *r, struct err *e)
@@ -509,17 +523,17 @@ static int train_loop(struct run *r, struct err *e)
     stage_set_origin(&r->stage);
     for (int64_t i = 0; i < n_steps; i++) {
         int64_t step = r->start_step + i;
-        double t0 = stage_now_ms(), loss = 0;
+        double t0 = exec_now_ms(), loss = 0;
         if (stage_step(&r->stage, step, &loss, e))
             fail_now(r, e);
-        if (MPI_Bcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm) != MPI_SUCCESS)
-            MPI_Abort(r->comm, ERR_FAIL);
-        double ms = stage_now_ms() - t0;
+        if (share_loss(r, &loss, e))
+            fail_now(r, e);
+        double ms = exec_now_ms() - t0;
         rep.steps[i] = (struct report_step){step + 1, loss, ms};
         rep.n_steps = (int)i + 1;
         /* steps after the first of this run (a one-step run counts its only step) */
         if (i > 0 || n_steps == 1) {
-            const struct stage_times *t = &r->stage.times;
+            const struct stage_times *t = &r->stage.x.times;
             sum.fwd += t->fwd;
             sum.bwd += t->bwd;
             sum.recompute += t->recompute;
@@ -544,7 +558,7 @@ static int train_loop(struct run *r, struct err *e)
         .index = r->rank,
         .first = st->first,
         .last = st->last,
-        .peak_bytes = r->stage.peak,
+        .peak_bytes = r->stage.x.peak,
         .planned_bytes = st->memory_bytes - p->reserve_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena_bytes = r->stage.lay.arena_bytes,
@@ -607,6 +621,15 @@ int train_run(const struct train_options *o)
         free_run(&r);
         return all;
     }
+    /* Outputs: the first rank that cannot write speaks (usually all share one file system). */
+    rc = check_outputs(o, &e);
+    all = agree(&r, rc, &first_failed);
+    if (all != ERR_OK) {
+        if (rc != ERR_OK && (r.rank == first_failed || first_failed < 0))
+            fprintf(stderr, "ballast train: %s\n", e.msg);
+        free_run(&r);
+        return all;
+    }
     /* This rank's own: it speaks for itself. */
     for (int phase = 0; phase < 2; phase++) {
         err_clear(&e);
@@ -619,13 +642,17 @@ int train_run(const struct train_options *o)
                 fprintf(stderr, "ballast train: %s\n", e.msg);
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.rank == 0)
+            else if (rc == ERR_OK && r.rank == 0 && first_failed >= 0)
                 fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
                         first_failed);
+            else if (rc == ERR_OK && r.rank == 0)
+                fprintf(stderr, "ballast train: stopped: the ranks could not exchange their "
+                                "start-up status (MPI_Allreduce failed)\n");
             free_run(&r);
             return all;
         }
     }
+    r.tp.timeout_s = o->timeout_s;
     rc = train_loop(&r, &e);
     /* only rank 0 writes files; its status is everyone's */
     if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)

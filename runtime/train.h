@@ -12,6 +12,9 @@
 #include <stdint.h>
 
 #define TRAIN_DEFAULT_LR 1e-3
+/* Generous: a step of the largest CPU plans takes seconds, a checkpoint of a large stage a
+ * minute; a rank silent for 10 minutes has stopped. */
+#define TRAIN_DEFAULT_TIMEOUT_S 600
 
 struct train_options {
     const char *plan_file;
@@ -28,6 +31,7 @@ struct train_options {
     const char *device;    /* "auto" (the plan's devices), "cpu" or "cuda" */
     const char *transport; /* "auto", "mpi" or "nccl" (transport.h) */
     int quiet;   /* no per-step lines */
+    double timeout_s; /* a wait for another rank fails after this long (0: never) */
 };
 
 /* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's

@@ -36,6 +36,9 @@ struct transport {
     const struct transport_ops *ops;
     int rank, size;
     void *impl;
+    /* wait fails (ERR_FAIL, naming the peer) after this many seconds without completion; 0:
+     * never. A peer that stopped, died or spins out of memory must not hang its neighbours. */
+    double timeout_s;
 };
 
 /* MPI over `comm` (an MPI_Comm passed as a pointer so this header needs no mpi.h); at most

@@ -11,6 +11,8 @@ struct mpi_transport {
     MPI_Comm comm;
     int n;
     MPI_Request *reqs; /* MPI_REQUEST_NULL when free */
+    int *peer;         /* per request: the rank at the other end */
+    int *is_send;      /* per request */
 };
 
 int mpicheck_fail(int rc, const char *call, const char *file, int line, struct err *e)
@@ -27,6 +29,34 @@ int mpicheck_fail(int rc, const char *call, const char *file, int line, struct e
     host[sizeof host - 1] = '\0';
     return err_set(e, ERR_FAIL, "%s failed at %s:%d on %s rank %d: %s", call, file, line, host,
                    rank, msg);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what,
+                  struct err *e)
+{
+    double start = now_s();
+    int done = 0;
+    for (long polls = 0;; polls++) {
+        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE), e);
+        if (done)
+            return ERR_OK;
+        if (polls > 200) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s)
+            return err_set(e, ERR_FAIL,
+                           "waited %.0f s for %s rank %d: rank %d went silent (stopped, died or "
+                           "out of memory); --timeout SECONDS sets this limit",
+                           timeout_s, what, peer, peer);
+    }
 }
 
 static int take_slot(struct mpi_transport *m, int *req, struct err *e)
@@ -54,6 +84,8 @@ static int mpi_isend(struct transport *t, const void *buf, int64_t bytes, int pe
     if (count_of(bytes, e) || take_slot(m, req, e))
         return e->code;
     MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->reqs[*req]), e);
+    m->peer[*req] = peer;
+    m->is_send[*req] = 1;
     return ERR_OK;
 }
 
@@ -64,24 +96,17 @@ static int mpi_irecv(struct transport *t, void *buf, int64_t bytes, int peer, in
     if (count_of(bytes, e) || take_slot(m, req, e))
         return e->code;
     MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->reqs[*req]), e);
+    m->peer[*req] = peer;
+    m->is_send[*req] = 0;
     return ERR_OK;
 }
 
-/* Polls, then sleeps between polls: ranks often share cores (2 cores, 3 ranks here), and a
- * rank spinning in MPI_Wait takes a core from the rank it waits for. */
+/* Ranks often share cores (2 cores, 3 ranks here): mpicheck_wait sleeps between polls. */
 static int mpi_wait(struct transport *t, int req, struct err *e)
 {
     struct mpi_transport *m = t->impl;
-    int done = 0;
-    for (long polls = 0;; polls++) {
-        MPI_CHECK(MPI_Test(&m->reqs[req], &done, MPI_STATUS_IGNORE), e);
-        if (done)
-            return ERR_OK;
-        if (polls > 200) {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-        }
-    }
+    return mpicheck_wait(&m->reqs[req], t->timeout_s, m->peer[req],
+                         m->is_send[req] ? "a receive posted by" : "a message from", e);
 }
 
 static void mpi_free(struct transport *t)
@@ -94,6 +119,8 @@ static void mpi_free(struct transport *t)
                 MPI_Request_free(&m->reqs[i]);
             }
         free(m->reqs);
+        free(m->peer);
+        free(m->is_send);
         free(m);
     }
     t->impl = NULL;
@@ -110,7 +137,17 @@ static const struct transport_ops mpi_ops = {
 int transport_mpi_init(struct transport *t, const void *comm, int max_requests, struct err *e)
 {
     struct mpi_transport *m = calloc(1, sizeof *m);
-    if (m == NULL || (m->reqs = malloc(sizeof *m->reqs * (size_t)max_requests)) == NULL) {
+    if (m != NULL) {
+        m->reqs = malloc(sizeof *m->reqs * (size_t)max_requests);
+        m->peer = calloc((size_t)max_requests, sizeof *m->peer);
+        m->is_send = calloc((size_t)max_requests, sizeof *m->is_send);
+    }
+    if (m == NULL || m->reqs == NULL || m->peer == NULL || m->is_send == NULL) {
+        if (m != NULL) {
+            free(m->reqs);
+            free(m->peer);
+            free(m->is_send);
+        }
         free(m);
         return err_set(e, ERR_FAIL, "out of memory for the MPI transport");
     }

@@ -1,18 +1,39 @@
 # Sourced by the set-up scripts: installs the Debian packages Ballast needs that are missing,
-# then configures and builds into build/ (BALLAST_BUILD overrides the folder).
+# then configures and builds into build/ (BALLAST_BUILD overrides the folder; the array
+# cmake_args, if the caller set one, adds configure options). Each step prints one line; its
+# full output goes to $build/deps.log, whose tail is printed if the step fails.
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libglpk-dev
-          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3)
+          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch)
+build=${BALLAST_BUILD:-build}
+mkdir -p "$build"
+deps_log="$build/deps.log"
+: > "$deps_log"
+
+# deps_step "what it does" command...: one line, the output to the log.
+deps_step() {
+  local what=$1
+  shift
+  echo "-- $what"
+  echo "== $what: $*" >> "$deps_log"
+  if ! "$@" >> "$deps_log" 2>&1; then
+    echo "FAILED: $what; the last lines of $deps_log:" >&2
+    tail -n 30 "$deps_log" >&2
+    echo "(full output: $deps_log)" >&2
+    return 1
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  deps_step "apt-get update" $sudo apt-get update
+  deps_step "installing ${missing[*]}" $sudo env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
 fi
-build=${BALLAST_BUILD:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build "$build" -j "$(nproc)"
+deps_step "configuring $build" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  ${cmake_args[@]+"${cmake_args[@]}"}
+deps_step "building $build (log: $deps_log)" cmake --build "$build" -j "$(nproc)"

@@ -257,6 +257,51 @@ static void test_option_by_hand(void)
     }
 }
 
+/* Every plan says where each stage computes, whichever path made it: each method, the
+ * repartition (which reorders the device kinds), the micro-batch search, whole layers. Two
+ * devices of the hand profile, "dev" on the CPU and "gpu" a CUDA device, slowest first. */
+static void test_device_kind_always(void)
+{
+    static const char *const paths[] = {
+        "--method none", "--method full", "--method block:1", "--method uniform-min",
+        "--method patent", "--method optimal", "--method optimal --repartition",
+        "--method optimal --micro-batches auto --global-batch 8",
+        "--method optimal --whole-layers", NULL};
+    hand_cluster("unused.json", 1000);
+    char *cpu = test_read(test_path("hand-profile.json")), *at;
+    CU_ASSERT_FATAL(cpu != NULL && (at = strstr(cpu, "\"name\": \"dev\", \"kind\": \"cpu\"")));
+    char gpu[4096];
+    snprintf(gpu, sizeof gpu, "%.*s\"name\": \"gpu\", \"kind\": \"cuda\"%s", (int)(at - cpu), cpu,
+             at + strlen("\"name\": \"dev\", \"kind\": \"cpu\""));
+    free(cpu);
+    test_write("hand-gpu.json", gpu);
+    char cluster[1024];
+    snprintf(cluster, sizeof cluster, "%s", test_write(
+        "two-kinds.json",
+        "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
+        "\"stages\": [\n"
+        " {\"device\": \"dev\", \"memory_bytes\": 100000, \"profile\": \"hand-profile.json\"},\n"
+        " {\"device\": \"gpu\", \"memory_bytes\": 100000, \"profile\": \"hand-gpu.json\"}]}\n"));
+    char args[4096], out[1024];
+    snprintf(out, sizeof out, "%s", test_path("two-kinds-plan.json"));
+    for (int i = 0; paths[i] != NULL; i++) {
+        snprintf(args, sizeof args, "plan --cluster '%s' %s --unit 1 --quiet -o '%s'", cluster,
+                 paths[i], out);
+        remove(out);
+        expect(args, 0, NULL, NULL);
+        struct plan p;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_EQUAL_FATAL(plan_load(out, &p, &e), ERR_OK);
+        CU_ASSERT_EQUAL(p.n_stages, 2);
+        for (int s = 0; s < p.n_stages; s++) {
+            const char *want = strcmp(p.stages[s].device, "gpu") == 0 ? "cuda" : "cpu";
+            CU_ASSERT_STRING_EQUAL(p.stages[s].device_kind, want);
+        }
+        plan_free(&p);
+    }
+}
+
 /* Every shipped cluster with every method: exit 0 with a plan that plan_load reads back
  * (stages fit their limits, numbers are the cost model's) and a table, or exit 3. The
  * knapsack methods plan every shipped cluster and agree with GLPK. */
@@ -318,5 +363,6 @@ int main(void)
     CU_add_test(s, "--verify in the plan", test_verify_in_plan);
     CU_add_test(s, "a recompute option by hand", test_option_by_hand);
     CU_add_test(s, "every shipped cluster, every method", test_shipped_clusters);
+    CU_add_test(s, "device_kind in every plan, whichever path made it", test_device_kind_always);
     return test_main();
 }

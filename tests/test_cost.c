@@ -124,6 +124,75 @@ static void test_saturates(void)
     CU_ASSERT_EQUAL(c.memory_bytes, INT64_MAX);
 }
 
+/* A random stage of up to 6 layers, each with up to PROFILE_OPTIONS_MAX options. */
+static int random_stage(struct test_rng *rng, struct layer_cost *l, unsigned char *choice)
+{
+    int n = (int)test_rng_int(rng, 1, 6);
+    for (int i = 0; i < n; i++) {
+        int64_t act = test_rng_int(rng, 0, 1000), ckpt = test_rng_int(rng, 0, act);
+        l[i] = (struct layer_cost)LAYER("x", test_rng_double(rng, 0, 3), test_rng_double(rng, 0, 5),
+                                        test_rng_int(rng, 0, 500), act, ckpt, 4,
+                                        test_rng_int(rng, 0, 300));
+        l[i].n_options = (int)test_rng_int(rng, 0, PROFILE_OPTIONS_MAX);
+        for (int k = 0; k < l[i].n_options; k++) {
+            int64_t kept = test_rng_int(rng, ckpt, act);
+            l[i].options[k] = (struct recompute_option){"o", kept, act - kept,
+                                                        test_rng_double(rng, 0, 2)};
+        }
+        choice[i] = (unsigned char)test_rng_int(rng, 0, cost_choice_count(&l[i]) - 1);
+    }
+    return n;
+}
+
+/* The action rows, the running sums and the knapsack's view (fixed bytes plus each choice's
+ * weights) all give cost_stage's M, against M summed here term by term from the profile. */
+static void test_views_agree(void)
+{
+    struct test_rng rng = {2024};
+    for (int trial = 0; trial < 2000; trial++) {
+        struct layer_cost l[6];
+        unsigned char choice[6];
+        int n = random_stage(&rng, l, choice), v = (int)test_rng_int(&rng, 1, 8);
+        int64_t reserve = test_rng_int(&rng, 0, 100), state = 0, kept = 0, trans = 0, ws = 0;
+        __int128 weights = 0;
+        int64_t largest = 0;
+        struct cost_sum sum = {0};
+        for (int i = 0; i < n; i++) {
+            const struct layer_cost *c = &l[i];
+            const struct recompute_option *o = &c->options[choice[i] - COST_OPTION];
+            int64_t k = choice[i] == COST_KEEP ? c->act_bytes
+                        : choice[i] == COST_FULL ? c->ckpt_bytes : o->kept_bytes;
+            int64_t t = c->act_bytes - k;
+            state += c->state_bytes;
+            kept += k;
+            trans = t > trans ? t : trans;
+            ws = c->workspace_bytes > ws ? c->workspace_bytes : ws;
+            struct cost_row rows[COST_ROWS_MAX];
+            CU_ASSERT_EQUAL(cost_rows(c, rows), cost_choice_count(c));
+            CU_ASSERT_EQUAL(rows[choice[i]].kept_bytes, k);
+            CU_ASSERT_EQUAL(rows[choice[i]].transient_bytes, t);
+            CU_ASSERT_EQUAL(rows[choice[i]].place, COST_PLACE_DEVICE);
+            CU_ASSERT_EQUAL(cost_saved_bytes(c, choice[i], v), v * (c->act_bytes - k));
+            __int128 w;
+            int64_t wt;
+            cost_weights(c, choice[i], v, &w, &wt);
+            weights += w;
+            largest = wt > largest ? wt : largest;
+            /* the running sum of a prefix is the prefix's stage */
+            struct stage_cost prefix;
+            cost_sum_add(&sum, c->state_bytes, c->workspace_bytes, c->fwd_ms + c->bwd_ms,
+                         &rows[choice[i]]);
+            cost_stage(l, i + 1, choice, v, reserve, &prefix);
+            CU_ASSERT_EQUAL(cost_sum_memory(&sum, v, reserve), prefix.memory_bytes);
+        }
+        int64_t M = state + v * kept + trans + ws + reserve;
+        struct stage_cost c;
+        cost_stage(l, n, choice, v, reserve, &c);
+        CU_ASSERT_EQUAL(c.memory_bytes, M);
+        CU_ASSERT_EQUAL(cost_fixed_bytes(l, n, v, reserve) + weights + largest, M);
+    }
+}
+
 static void test_block_sizes(void)
 {
     /* B=2 T=8 C=16 NH=2 V=50, fp32: every tensor is a multiple of 64 bytes */
@@ -209,6 +278,7 @@ int main(void)
     CU_add_test(s, "the block's options from the size functions", test_option_sizes);
     CU_add_test(s, "in-flight micro-batches", test_in_flight);
     CU_add_test(s, "memory saturates instead of wrapping", test_saturates);
+    CU_add_test(s, "rows, running sums and the knapsack's view give M", test_views_agree);
     CU_add_test(s, "GPT block sizes by formula", test_block_sizes);
     CU_add_test(s, "bf16 sizes of GPT-2 124M by hand", test_bf16_sizes);
     return test_main();

@@ -1,6 +1,7 @@
 /* plan --export against the plan file it exports, and --micro-batches auto against planning
  * every micro-batch size by hand. */
 #include <CUnit/CUnit.h>
+#include <ctype.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -78,73 +79,308 @@ static int parse_list(const char *text, const char *key, int *out)
     return n;
 }
 
-static void run_export(const char *cluster, const char *extra, const char *format, char **out,
-                       struct counts *c)
+/* The keys each framework's source accepts (tests/data/export_keys.json, quoted with the
+ * commit and file they come from). */
+static cJSON *framework_keys(const char *framework)
+{
+    static cJSON *all;
+    if (all == NULL) {
+        char *text = test_read(BALLAST_SOURCE_DIR "/tests/data/export_keys.json");
+        all = cJSON_Parse(text);
+        free(text);
+    }
+    CU_ASSERT_FATAL(all != NULL);
+    cJSON *f = cJSON_GetObjectItem(all, framework);
+    CU_ASSERT_FATAL(f != NULL && cJSON_GetObjectItem(f, "commit") != NULL);
+    return cJSON_GetObjectItem(f, "keys");
+}
+
+/* 1 when `key` is one the framework accepts and `value` (NULL: any) one of its values. */
+static int accepted(const char *framework, const char *key, const char *value)
+{
+    const cJSON *k, *v;
+    cJSON_ArrayForEach(k, framework_keys(framework))
+    {
+        if (strcmp(cJSON_GetObjectItem(k, "key")->valuestring, key) != 0)
+            continue;
+        const cJSON *values = cJSON_GetObjectItem(k, "values");
+        if (value == NULL || values == NULL)
+            return 1;
+        cJSON_ArrayForEach(v, values) if (strcmp(v->valuestring, value) == 0) return 1;
+        return 0;
+    }
+    return 0;
+}
+
+struct run {
+    int rc;
+    char *out, *err;
+    struct counts c;
+    int bf16, gpipe, micro_batches;
+    /* per stage: what keeping its recomputed embed or head adds, the plan's bytes, the limit */
+    double more[MAX_STAGES], memory[MAX_STAGES], limit[MAX_STAGES];
+};
+
+/* The frameworks keep the embedding and the head: a stage whose plan recomputes one (whole)
+ * holds v * (act - ckpt) more. */
+static void kept_ends(const cJSON *plan, struct run *r)
+{
+    int n_layer = cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "model"), "n_layer")->valueint;
+    const cJSON *st, *l;
+    int s = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(plan, "stages"))
+    {
+        int first = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layers"), 0)->valueint;
+        int v = cJSON_GetObjectItem(st, "in_flight")->valueint;
+        r->more[s] = 0;
+        r->memory[s] = cJSON_GetObjectItem(st, "memory_bytes")->valuedouble;
+        r->limit[s] = cJSON_GetObjectItem(st, "memory_limit_bytes")->valuedouble;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItem(st, "recompute"))
+        {
+            if (l->valueint >= 1 && l->valueint <= n_layer)
+                continue;
+            const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"),
+                                                l->valueint - first);
+            r->more[s] += v * (cJSON_GetObjectItem(c, "act_bytes")->valuedouble -
+                               cJSON_GetObjectItem(c, "ckpt_bytes")->valuedouble);
+        }
+        s++;
+    }
+}
+
+/* Each stage holding more than planned is said, with its need against its limit. */
+static void check_kept_ends(const struct run *r, const char *framework)
+{
+    for (int s = 0; s < r->c.n; s++) {
+        char say[160];
+        snprintf(say, sizeof say, "export %s: note: stage %d recomputes its ", framework, s);
+        CU_ASSERT((strstr(r->err, say) != NULL) == (r->more[s] > 0));
+        snprintf(say, sizeof say, "export %s: note: stage %d may not fit", framework, s);
+        CU_ASSERT((strstr(r->err, say) != NULL) == (r->memory[s] + r->more[s] > r->limit[s]));
+    }
+}
+
+static void run_export(const char *cluster, const char *extra, const char *format, struct run *r)
 {
     char args[2048];
     const char *plan = test_path("export-plan.json");
+    remove(plan);
     snprintf(args, sizeof args, "plan --cluster '%s%s' %s --export %s -o '%s'", CONFIGS, cluster,
              extra, format, plan);
-    char *err = NULL;
-    CU_ASSERT_EQUAL_FATAL(test_run(args, out, &err), 0);
-    CU_ASSERT(err && strstr(err, "stage")); /* the table went to standard error */
-    free(err);
-    plan_counts(plan, c);
+    r->rc = test_run(args, &r->out, &r->err);
+    CU_ASSERT_FATAL(r->out && r->err);
+    /* the plan itself, for the counts, also where the export was refused */
+    snprintf(args, sizeof args, "plan --cluster '%s%s' %s --quiet -o '%s'", CONFIGS, cluster,
+             extra, plan);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    plan_counts(plan, &r->c);
+    char *text = test_read(plan);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    const char *dtype = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "dtype")->valuestring;
+    r->bf16 = strcmp(dtype, "bf16") == 0;
+    r->gpipe = strcmp(cJSON_GetObjectItem(p, "schedule")->valuestring, "gpipe") == 0;
+    r->micro_batches = cJSON_GetObjectItem(p, "micro_batches")->valueint;
+    kept_ends(p, r);
+    cJSON_Delete(p);
 }
 
-/* A line ending in a backslash continues a shell command: no comment may follow it. */
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* A line ending in a backslash continues a shell command: no comment may follow it, and
+ * every argument line but the last continues. */
 static int shell_continuations_clean(const char *text)
 {
     const char *line = text;
-    int continued = 0;
+    int continued = 0, args = 0, open = 0;
     while (*line) {
         const char *end = strchr(line, '\n');
         size_t len = end ? (size_t)(end - line) : strlen(line);
         if (continued && line[0] == '#')
             return 0;
+        if (line[0] == '-') {
+            if (args && !continued)
+                return 0; /* an argument line after one that ended the command */
+            args++;
+        }
         continued = len > 0 && line[len - 1] == '\\';
+        open = continued;
         line += len + (end ? 1 : 0);
     }
-    return !continued;
+    return !open && args > 0;
 }
 
-static void check_all_formats(const char *cluster, const char *extra)
+static int total(const int *v, int n)
 {
-    struct counts c;
-    char *out = NULL;
-    int got[MAX_STAGES];
+    int t = 0;
+    for (int s = 0; s < n; s++)
+        t += v[s];
+    return t;
+}
 
-    run_export(cluster, extra, "colossalai", &out, &c);
-    CU_ASSERT_EQUAL(parse_list(out, "num_layers_per_stage=", got), c.n);
-    for (int s = 0; s < c.n; s++)
-        CU_ASSERT_EQUAL(got[s], c.blocks[s]);
-    CU_ASSERT_EQUAL(parse_list(out, "num_ckpt_layers_per_stage=", got), c.n);
-    for (int s = 0; s < c.n; s++)
-        CU_ASSERT_EQUAL(got[s], c.recompute[s]);
-    free(out);
-
-    /* NeMo: stage s recomputes n0 - int(s * k) blocks; never fewer than the plan */
-    run_export(cluster, extra, "nemo", &out, &c);
-    const char *a = strstr(out, "activations_checkpoint_num_layers:");
-    const char *b = strstr(out, "activations_checkpoint_layers_per_pipeline:");
-    CU_ASSERT_FATAL(a && b);
-    int n0 = atoi(a + strlen("activations_checkpoint_num_layers:"));
-    double k = atof(b + strlen("activations_checkpoint_layers_per_pipeline:"));
-    CU_ASSERT(strstr(out, "activations_checkpoint_method: block") != NULL);
-    int excess = 0;
-    for (int s = 0; s < c.n; s++) {
-        int nemo = n0 - (int)(s * k);
-        nemo = nemo > c.blocks[s] ? c.blocks[s] : nemo;
-        CU_ASSERT(nemo >= c.recompute[s]);
-        excess += nemo - c.recompute[s];
+/* ColossalAI: every keyword of HybridParallelPlugin(...) one its __init__ takes; GPT-2's
+ * forward recomputes all of a stage's blocks or none, said on stderr when that is more. */
+static void check_colossalai(const char *cluster, const char *extra)
+{
+    struct run r;
+    run_export(cluster, extra, "colossalai", &r);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    const char *call = strstr(r.out, "plugin = HybridParallelPlugin(\n");
+    CU_ASSERT_FATAL(call != NULL);
+    int n_keys = 0;
+    for (const char *line = strchr(call, '\n') + 1; *line && *line != ')';
+         line = strchr(line, '\n') + 1) {
+        char key[64], value[256];
+        CU_ASSERT_FATAL(sscanf(line, " %63[a-z_]=%255[^\n]", key, value) == 2);
+        size_t len = strlen(value);
+        if (len && value[len - 1] == ',')
+            value[--len] = '\0';
+        if (value[0] == '"') { /* a string: its text */
+            memmove(value, value + 1, len);
+            value[strlen(value) - 1] = '\0';
+        }
+        CU_ASSERT(accepted("colossalai", key, value[0] == '[' ? NULL : value));
+        n_keys++;
     }
-    CU_ASSERT((excess > 0) == (strstr(out, "more block(s) in all") != NULL));
-    free(out);
+    CU_ASSERT(n_keys >= 6);
+    /* regressions: the keyword __init__ lacks; fp16 by default */
+    CU_ASSERT(strstr(r.out, "enable_gradient_checkpointing") == NULL);
+    CU_ASSERT(strstr(r.out, r.bf16 ? "precision=\"bf16\"" : "precision=\"fp32\"") != NULL);
+    int got[MAX_STAGES];
+    CU_ASSERT_EQUAL(parse_list(r.out, "num_layers_per_stage=", got), r.c.n);
+    for (int s = 0; s < r.c.n; s++)
+        CU_ASSERT_EQUAL(got[s], r.c.blocks[s]);
+    int recomputed = total(r.c.recompute, r.c.n), blocks = total(r.c.blocks, r.c.n);
+    CU_ASSERT((strstr(r.out, "model.gradient_checkpointing_enable(") != NULL) == (recomputed > 0));
+    char more[128];
+    snprintf(more, sizeof more, "recomputes every block or none; recomputing all ");
+    CU_ASSERT((strstr(r.err, more) != NULL) == (recomputed > 0 && recomputed < blocks));
+    if (recomputed > 0 && recomputed < blocks) {
+        snprintf(more, sizeof more, ": %d block(s) more in all", blocks - recomputed);
+        CU_ASSERT(strstr(r.err, more) != NULL);
+    }
+    CU_ASSERT((strstr(r.err, "GPipe; ColossalAI runs 1F1B") != NULL) == r.gpipe);
+    check_kept_ends(&r, "ColossalAI");
+    run_free(&r);
+}
 
-    /* Megatron: the layout string holds every stage's blocks, E first, L last */
-    run_export(cluster, extra, "megatron", &out, &c);
-    CU_ASSERT(shell_continuations_clean(out));
-    const char *lay = strstr(out, "--pipeline-model-parallel-layout \"");
+/* NeMo: a two-level YAML of keys megatron_gpt_config.yaml and the model take; the split as
+ * NeMo makes it from the first and last stage's blocks (the rest even) equals the plan's, or
+ * the export is refused naming the split; recomputation never less than the plan's. */
+static void check_nemo(const char *cluster, const char *extra)
+{
+    struct run r;
+    run_export(cluster, extra, "nemo", &r);
+    int S = r.c.n, middle_even = 1;
+    for (int s = 2; s < S - 1; s++)
+        middle_even = middle_even && r.c.blocks[s] == r.c.blocks[1];
+    CU_ASSERT_EQUAL(r.rc, middle_even ? 0 : 2);
+    if (r.rc != 0) {
+        char split[512];
+        int n = 0;
+        for (int s = 0; s < S; s++)
+            n += snprintf(split + n, sizeof split - (size_t)n, "%s%d", s ? ", " : "",
+                          r.c.blocks[s]);
+        CU_ASSERT(strstr(r.err, split) != NULL);
+        CU_ASSERT(strstr(r.out, "model:") == NULL); /* nothing half-written */
+        run_free(&r);
+        return;
+    }
+    char section[64] = "", key[64], value[128];
+    int pp = 0, first = -1, last = -1, num_layers = -1, n_keys = 0;
+    char granularity[32] = "", method[32] = "", modules[128] = "";
+    for (const char *line = r.out; *line; line = strchr(line, '\n') + 1) {
+        if (line[0] == '#')
+            continue;
+        if (line[0] != ' ') {
+            CU_ASSERT_FATAL(sscanf(line, "%63[a-z_]:", section) == 1);
+            continue;
+        }
+        CU_ASSERT_FATAL(sscanf(line, " %63[a-z_]: %127[^\n]", key, value) == 2);
+        char full[160];
+        snprintf(full, sizeof full, "%s.%s", section, key);
+        CU_ASSERT(accepted("nemo", full, value[0] == '[' || isdigit((unsigned char)value[0]) ?
+                                              NULL : value));
+        n_keys++;
+        if (strcmp(key, "pipeline_model_parallel_size") == 0)
+            pp = atoi(value);
+        else if (strcmp(key, "num_layers_in_first_pipeline_stage") == 0)
+            first = atoi(value);
+        else if (strcmp(key, "num_layers_in_last_pipeline_stage") == 0)
+            last = atoi(value);
+        else if (strcmp(key, "activations_checkpoint_granularity") == 0)
+            snprintf(granularity, sizeof granularity, "%s", value);
+        else if (strcmp(key, "activations_checkpoint_method") == 0)
+            snprintf(method, sizeof method, "%s", value);
+        else if (strcmp(key, "activations_checkpoint_num_layers") == 0)
+            num_layers = strcmp(value, "null") == 0 ? -1 : atoi(value);
+        else if (strcmp(key, "recompute_modules") == 0)
+            snprintf(modules, sizeof modules, "%s", value);
+    }
+    CU_ASSERT(n_keys >= 4);
+    CU_ASSERT(strstr(r.out, "  mcore_gpt: True\n") != NULL);
+    CU_ASSERT(strstr(r.out, r.bf16 ? "  precision: bf16\n" : "  precision: 32\n") != NULL);
+    /* regression: read only by the legacy transformer */
+    CU_ASSERT(strstr(r.out, "activations_checkpoint_layers_per_pipeline") == NULL);
+    /* NeMo's split: first and last as set, the rest evenly (it checks divisibility) */
+    CU_ASSERT_EQUAL_FATAL(pp, S);
+    int rest = total(r.c.blocks, S), stages = S;
+    if (first >= 0)
+        rest -= first, stages--;
+    if (last >= 0)
+        rest -= last, stages--;
+    CU_ASSERT_FATAL(stages > 0 && rest % stages == 0);
+    for (int s = 0; s < S; s++) {
+        int nemo = s == 0 && first >= 0 ? first : s == S - 1 && last >= 0 ? last : rest / stages;
+        CU_ASSERT_EQUAL(nemo, r.c.blocks[s]);
+    }
+    int whole = 0, partial = total(r.c.partial, S), recomputed = total(r.c.recompute, S);
+    whole = recomputed - partial;
+    if (whole == 0 && partial > 0) {
+        CU_ASSERT(strcmp(granularity, "selective") == 0 && strcmp(method, "null") == 0);
+        CU_ASSERT(num_layers == -1);
+        CU_ASSERT((strstr(modules, "core_attn") != NULL) == (r.c.attn > 0));
+        CU_ASSERT((strstr(modules, "mlp") != NULL) == (r.c.mlp > 0));
+    } else if (recomputed > 0) {
+        CU_ASSERT(strcmp(granularity, "full") == 0 && strcmp(method, "block") == 0);
+        int over = 0;
+        for (int s = 0; s < S; s++) {
+            int got = num_layers < r.c.blocks[s] ? num_layers : r.c.blocks[s];
+            CU_ASSERT(got >= r.c.recompute[s]);
+            over += got - r.c.recompute[s];
+        }
+        CU_ASSERT((over > 0) == (strstr(r.err, "block(s) more in all") != NULL));
+    } else {
+        CU_ASSERT(strcmp(granularity, "null") == 0);
+    }
+    run_free(&r);
+}
+
+/* Megatron-LM: every flag one its parser makes, continued lines clean, the layout string
+ * every stage's blocks, E first, L last, --bf16 for bf16 models, 1F1B said for GPipe plans. */
+static void check_megatron(const char *cluster, const char *extra)
+{
+    struct run r;
+    run_export(cluster, extra, "megatron", &r);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    CU_ASSERT(shell_continuations_clean(r.out));
+    /* every flag one Megatron-LM takes, every value one of its choices */
+    for (const char *at = strstr(r.out, "\n--"); at; at = strstr(at + 1, " --")) {
+        char flag[64], value[64];
+        int n = sscanf(at + 1, "%63s %63s", flag, value);
+        int takes_value = n == 2 && value[0] != '-' && value[0] != '\\' && value[0] != '"' &&
+                          !isdigit((unsigned char)value[0]);
+        CU_ASSERT(accepted("megatron", flag, takes_value ? value : NULL));
+    }
+    CU_ASSERT((strstr(r.out, "\n--bf16 \\\n") != NULL || strstr(r.out, "\n--bf16\n") != NULL) ==
+              r.bf16);
+    CU_ASSERT((strstr(r.err, "GPipe; Megatron-LM runs 1F1B") != NULL) == r.gpipe);
+    check_kept_ends(&r, "Megatron-LM");
+    const char *lay = strstr(r.out, "--pipeline-model-parallel-layout \"");
     CU_ASSERT_FATAL(lay != NULL);
     lay += strlen("--pipeline-model-parallel-layout \"");
     CU_ASSERT(lay[0] == 'E');
@@ -155,35 +391,114 @@ static void check_all_formats(const char *cluster, const char *extra)
         for (const char *q = p; q < bar; q++)
             if (*q == 't')
                 blocks += q[1] == '*' ? atoi(q + 2) : 1;
-        CU_ASSERT(s < c.n && blocks == c.blocks[s]);
-        CU_ASSERT((memchr(p, 'L', (size_t)(bar - p)) != NULL) == (s == c.n - 1));
+        CU_ASSERT(s < r.c.n && blocks == r.c.blocks[s]);
+        CU_ASSERT((memchr(p, 'L', (size_t)(bar - p)) != NULL) == (s == r.c.n - 1));
         p = *bar == '|' ? bar + 1 : bar;
     }
-    CU_ASSERT_EQUAL(s, c.n);
+    CU_ASSERT_EQUAL(s, r.c.n);
     /* selective recomputation when no block is recomputed whole, else whole blocks with the
      * blocks recomputed in part counted whole */
-    int whole = 0, partial = 0;
-    for (s = 0; s < c.n; s++) {
-        whole += c.recompute[s] - c.partial[s];
-        partial += c.partial[s];
-    }
-    const char *sel = strstr(out, "--recompute-granularity selective --recompute-modules");
+    int partial = total(r.c.partial, r.c.n), whole = total(r.c.recompute, r.c.n) - partial;
+    const char *sel = strstr(r.out, "--recompute-granularity selective \\\n--recompute-modules");
     CU_ASSERT((sel != NULL) == (whole == 0 && partial > 0));
     if (sel) {
         char line[128];
-        snprintf(line, sizeof line, "--recompute-granularity selective --recompute-modules%s%s\n",
-                 c.attn ? " core_attn" : "", c.mlp ? " mlp" : "");
+        snprintf(line, sizeof line,
+                 "--recompute-granularity selective \\\n--recompute-modules%s%s\n",
+                 r.c.attn ? " core_attn" : "", r.c.mlp ? " mlp" : "");
         CU_ASSERT(strncmp(sel, line, strlen(line)) == 0);
     }
-    for (s = 0; s < c.n && !sel; s++)
-        most = c.recompute[s] > most ? c.recompute[s] : most;
-    const char *rn = strstr(out, "--recompute-method block --recompute-num-layers ");
+    for (s = 0; s < r.c.n && !sel; s++)
+        most = r.c.recompute[s] > most ? r.c.recompute[s] : most;
+    const char *rn = strstr(r.out, "--recompute-method block --recompute-num-layers ");
     CU_ASSERT((rn != NULL) == (most > 0));
     if (rn)
         CU_ASSERT_EQUAL(atoi(rn + strlen("--recompute-method block --recompute-num-layers ")),
                         most);
-    CU_ASSERT((partial > 0 && !sel) == (strstr(out, "only in part") != NULL));
-    free(out);
+    CU_ASSERT((partial > 0 && !sel) == (strstr(r.err, "only in part") != NULL));
+    run_free(&r);
+}
+
+/* FlagScale: a YAML whose every key path (system.hetero.…) its source takes; the split, the
+ * meshes (tp, cp, ep, dp, pp per device kind, in pipeline order) and each stage's recomputed
+ * blocks in every micro-batch exactly the plan's (blocks recomputed in part counted whole). */
+static void check_flagscale(const char *cluster, const char *extra)
+{
+    struct run r;
+    run_export(cluster, extra, "flagscale", &r);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    char path[3][64] = {"", "", ""}, key[64], value[256];
+    int S = r.c.n, split[MAX_STAGES], n_split = -1, meshes[5 * MAX_STAGES], n_mesh = -1;
+    int per_stage[MAX_STAGES], staged = 0, pp = 0, selective = 0, n_keys = 0;
+    for (const char *line = r.out; *line; line = strchr(line, '\n') + 1) {
+        if (line[0] == '#')
+            continue;
+        int depth = (int)(strspn(line, " ") / 2);
+        if (strncmp(line + 2 * depth, "- [", 3) == 0) { /* [stages, micro-batches, blocks] */
+            int v[3];
+            CU_ASSERT_FATAL(sscanf(line + 2 * depth, "- [%d, %d, %d]", &v[0], &v[1], &v[2]) == 3);
+            CU_ASSERT_EQUAL(v[1], r.micro_batches); /* every micro-batch alike */
+            CU_ASSERT_FATAL(v[0] >= 1 && staged + v[0] <= S);
+            for (int i = 0; i < v[0]; i++)
+                per_stage[staged++] = v[2];
+            continue;
+        }
+        CU_ASSERT_FATAL(depth < 3);
+        value[0] = '\0';
+        CU_ASSERT_FATAL(sscanf(line + 2 * depth, "%63[a-z_0-9]:%255[^\n]", key, value) >= 1);
+        snprintf(path[depth], sizeof path[depth], "%s", key);
+        const char *v = value[0] == ' ' ? value + 1 : value;
+        if (v[0] == '\0')
+            continue; /* a section */
+        char full[256];
+        snprintf(full, sizeof full, "%s", path[0]);
+        for (int d = 1; d <= depth; d++)
+            snprintf(full + strlen(full), sizeof full - strlen(full), ".%s", path[d]);
+        CU_ASSERT(accepted("flagscale", full,
+                           v[0] == '[' || isdigit((unsigned char)v[0]) ? NULL : v));
+        n_keys++;
+        if (strcmp(key, "pipeline_model_parallel_size") == 0)
+            pp = atoi(v);
+        else if (strcmp(key, "hetero_pipeline_layer_split") == 0)
+            n_split = parse_list(line, "split:", split);
+        else if (strcmp(key, "hetero_process_meshes") == 0)
+            n_mesh = parse_list(line, "meshes:", meshes);
+        else if (strcmp(key, "recompute_granularity") == 0)
+            selective = strcmp(v, "selective") == 0;
+    }
+    CU_ASSERT(n_keys >= 5);
+    CU_ASSERT_EQUAL(pp, S);
+    CU_ASSERT_EQUAL_FATAL(n_split, S);
+    for (int s = 0; s < S; s++)
+        CU_ASSERT_EQUAL(split[s], r.c.blocks[s]);
+    CU_ASSERT_FATAL(n_mesh > 0 && n_mesh % 5 == 0);
+    int mesh_stages = 0;
+    for (int m = 0; m < n_mesh; m += 5) {
+        CU_ASSERT(meshes[m] == 1 && meshes[m + 1] == 1 && meshes[m + 2] == 1 && meshes[m + 3] == 1);
+        mesh_stages += meshes[m + 4];
+    }
+    CU_ASSERT_EQUAL(mesh_stages, S);
+    CU_ASSERT((strstr(r.out, "    bf16: True\n") != NULL) == r.bf16);
+    int partial = total(r.c.partial, S), recomputed = total(r.c.recompute, S);
+    CU_ASSERT(selective == (recomputed == partial && partial > 0));
+    if (!selective && recomputed > 0) {
+        CU_ASSERT_EQUAL(staged, S);
+        for (int s = 0; s < S; s++)
+            CU_ASSERT_EQUAL(per_stage[s], r.c.recompute[s]);
+    } else {
+        CU_ASSERT_EQUAL(staged, 0);
+    }
+    CU_ASSERT((strstr(r.err, "GPipe; FlagScale runs 1F1B") != NULL) == r.gpipe);
+    check_kept_ends(&r, "FlagScale");
+    run_free(&r);
+}
+
+static void check_all_formats(const char *cluster, const char *extra)
+{
+    check_colossalai(cluster, extra);
+    check_nemo(cluster, extra);
+    check_megatron(cluster, extra);
+    check_flagscale(cluster, extra);
 }
 
 static void test_exports(void)
@@ -195,6 +510,81 @@ static void test_exports(void)
     check_all_formats("clusters/t4-4090-4.json", "--method patent");
     check_all_formats("clusters/h100-a100-l4-16.json", "--repartition");
     check_all_formats("clusters/cpu-3.json", "--method full");
+    check_all_formats("clusters/cpu-3.json", "");
+    check_all_formats("clusters/cpu-3.json", "--method block:2");
+}
+
+/* cpu-3 under --method full with its last stage's memory cut to what the plan needs: the
+ * plan recomputes the head, the frameworks keep it, so the export says that stage may not
+ * fit, with its need and limit. */
+static const char *write_cluster(cJSON *c)
+{
+    char *s = cJSON_Print(c);
+    const char *path = test_write("tight-cluster.json", s);
+    cJSON_free(s);
+    return path;
+}
+
+static void test_export_kept_head_overflows(void)
+{
+    char args[2048], *text = test_read(CONFIGS "clusters/cpu-3.json");
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(c, "stages"))
+    {
+        char prof[1024];
+        snprintf(prof, sizeof prof, "%sclusters/%s", CONFIGS,
+                 cJSON_GetObjectItem(st, "profile")->valuestring);
+        cJSON_SetValuestring(cJSON_GetObjectItem(st, "profile"), prof);
+    }
+    const char *plan = test_path("tight-plan.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' --method full --quiet -o '%s'",
+             write_cluster(c), plan);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    text = test_read(plan);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    const cJSON *last = cJSON_GetArrayItem(cJSON_GetObjectItem(p, "stages"), 2);
+    double slack = cJSON_GetObjectItem(last, "memory_limit_bytes")->valuedouble -
+                   cJSON_GetObjectItem(last, "memory_bytes")->valuedouble;
+    cJSON_Delete(p);
+    cJSON *mem = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "stages"), 2),
+                                     "memory_bytes");
+    cJSON_SetNumberValue(mem, mem->valuedouble - slack);
+    snprintf(args, sizeof args, "plan --cluster '%s' --method full --export megatron",
+             write_cluster(c));
+    cJSON_Delete(c);
+    char *out = NULL, *err = NULL;
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
+    CU_ASSERT(err && strstr(err, "stage 2 may not fit as Megatron-LM runs it"));
+    CU_ASSERT(err && strstr(err, "stage 1 may not fit") == NULL);
+    free(out);
+    free(err);
+}
+
+/* The defects found against the frameworks' source: ColossalAI's keyword __init__ lacked
+ * and its fp16 default, NeMo's legacy-only key and the even split it cannot run
+ * (v100-a100-8: refused, exit 2), Megatron-LM's unfinished --recompute-modules line, no
+ * --bf16, and a GPipe plan exported without a word. */
+static void test_export_regressions(void)
+{
+    struct run r;
+    run_export("clusters/v100-a100-8.json", "", "nemo", &r);
+    CU_ASSERT_EQUAL(r.rc, 2);
+    CU_ASSERT(strstr(r.err, "[4, 4, 4, 4, 6, 6, 6, 6]") != NULL);
+    run_free(&r);
+    run_export("clusters/t4-4090-4.json", "", "megatron", &r);
+    CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    CU_ASSERT(r.gpipe && strstr(r.err, "Megatron-LM runs 1F1B") != NULL);
+    CU_ASSERT(strstr(r.out, "--recompute-granularity selective \\\n") != NULL);
+    CU_ASSERT(strstr(r.out, "\n--bf16 \\\n") != NULL);
+    run_free(&r);
+    run_export("clusters/v100-a100-8.json", "", "colossalai", &r);
+    CU_ASSERT(strstr(r.out, "enable_gradient_checkpointing=") == NULL);
+    CU_ASSERT(strstr(r.out, "num_ckpt_layers_per_stage") == NULL);
+    CU_ASSERT(strstr(r.out, "precision=\"bf16\"") != NULL);
+    run_free(&r);
 }
 
 /* --micro-batches auto picks the fastest micro-batch size dividing the global batch: plan
@@ -367,6 +757,8 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("export", NULL, NULL);
     CU_add_test(s, "exports describe the plan they export", test_exports);
+    CU_add_test(s, "export defects found against the frameworks' source", test_export_regressions);
+    CU_add_test(s, "export: a kept head that overflows is said", test_export_kept_head_overflows);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
     CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
                 test_micro_batches_auto_measured);

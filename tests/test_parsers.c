@@ -582,6 +582,9 @@ static const struct change plan_changes[] = {
     {"stages[0].capacity_bytes", "1000", "stages[0].memory_limit_bytes", "above capacity"},
     {"stages[0].in_flight", "1", "stages[0].in_flight", "outside"},
     {"stages[0].index", "1", "stages[0].index", "outside"},
+    /* a plan from before device_kind: refused, not guessed from the device's name */
+    {"stages[1].device_kind", NULL, "stages[1].device_kind", "re-plan"},
+    {"stages[0].device_kind", "\"gpu\"", "stages[0].device_kind", "expected \"cpu\" or"},
     {"stages[0].layer_costs[1].name", "\"head\"", "stages[0].layer_costs[1].name", "block.0"},
     {"stages[0].layer_costs[1].act_bytes", "1", "stages[0].layer_costs[1].ckpt_bytes",
      "more than act_bytes"},

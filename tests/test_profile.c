@@ -1,5 +1,5 @@
 /* Measured profiles (`ballast profile --device cpu`): every layer, positive times, memory equal
- * to the size functions (the reference, common/sizes.c: the scans do not use its numbers, they
+ * to the size functions (the reference, models/sizes.c: the scans do not use its numbers, they
  * count what the layers wrote), the recompute options measured and timed too, the provenance;
  * the scans catch a layer that writes past its arena, leaves a kept tensor unwritten or
  * recomputes nothing (the CPU backend's layers with one fault put in); option errors; and the

@@ -17,7 +17,9 @@
 #include "cost.h"
 #include "cuda_device.h"
 #include "jsonio.h"
+#include "layout.h"
 #include "plan.h"
+#include "sim.h"
 #include "testutil.h"
 #include "traintest.h"
 
@@ -190,13 +192,101 @@ static void test_ranks_identical(void)
     CU_ASSERT(isfinite(m1.loss[0]) && m1.loss[3] < m1.loss[0]);
 }
 
+/* Appends op (kind, micro) of a stage's order: forwards and backwards of its first layer, and
+ * the first recompute of each backward (a recomputed stage reruns before it). */
+static void add_op(int *ops, int *n, int kind, int micro)
+{
+    if (kind == SIM_RECOMPUTE && *n > 0 && ops[2 * *n - 2] == SIM_RECOMPUTE &&
+        ops[2 * *n - 1] == micro)
+        return;
+    ops[2 * *n] = kind;
+    ops[2 * *n + 1] = micro;
+    (*n)++;
+}
+
+/* Whether stage s reruns a forward before its backward: some layer it recomputes regenerates
+ * a tensor. The cost model also charges a "recomputed" embedding, which keeps only its tokens
+ * and so has nothing to rerun; the simulator's recompute task of such a stage has no
+ * counterpart in the run. */
+static int stage_reruns(const struct plan *p, int s)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int any = 0;
+    for (int l = 0; l < plan_stage_layer_count(st); l++) {
+        uint32_t regen = 0;
+        struct err e;
+        CU_ASSERT(layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l], &regen,
+                               &e) == ERR_OK);
+        any |= regen != 0;
+    }
+    return any;
+}
+
+/* Each stage's forwards, recomputes and backwards of the first step, in the order the trace
+ * of a real run recorded them, against the simulator's order for the plan. */
+static void check_trace_order(const char *plan_file, const char *trace)
+{
+    struct plan p;
+    struct sim_result r;
+    struct err e;
+    CU_ASSERT_FATAL(plan_load(plan_file, &p, &e) == ERR_OK);
+    CU_ASSERT_FATAL(sim_plan(&p, &r, &e) == ERR_OK);
+    cJSON *o = jsonio_read(trace, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    int M = p.micro_batches, want[6 * 64], got[6 * 64];
+    CU_ASSERT_FATAL(M <= 64);
+    for (int s = 0; s < p.n_stages; s++) {
+        int nw = 0, ng = 0;
+        for (int i = 0; i < r.n_tasks; i++)
+            if (r.tasks[i].stage == s && r.tasks[i].kind <= SIM_BACKWARD &&
+                (r.tasks[i].kind != SIM_RECOMPUTE || stage_reruns(&p, s)))
+                add_op(want, &nw, r.tasks[i].kind, r.tasks[i].micro);
+        char first[MODEL_LAYER_NAME_MAX], name[64];
+        model_layer_name(&p.model, p.stages[s].first, first);
+        const cJSON *ev;
+        cJSON_ArrayForEach(ev, cJSON_GetObjectItem(o, "traceEvents"))
+        {
+            const cJSON *tid = cJSON_GetObjectItem(ev, "tid"), *a = cJSON_GetObjectItem(ev, "args");
+            const cJSON *step = cJSON_GetObjectItem(a, "step"),
+                        *micro = cJSON_GetObjectItem(a, "micro_batch");
+            const char *n = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "name"));
+            if (tid == NULL || tid->valueint != s || step == NULL || micro == NULL || n == NULL ||
+                step->valueint != 1)
+                continue;
+            for (int kind = SIM_FORWARD; kind <= SIM_BACKWARD; kind++) {
+                static const char *const kinds[] = {"forward", "recompute", "backward"};
+                snprintf(name, sizeof name, "%s %s", kinds[kind], first);
+                if (kind == SIM_RECOMPUTE ? strncmp(n, "recompute ", 10) == 0
+                                          : strcmp(n, name) == 0)
+                    add_op(got, &ng, kind, micro->valueint);
+            }
+        }
+        CU_ASSERT_EQUAL(ng, nw);
+        CU_ASSERT(ng == nw && memcmp(got, want, sizeof(int) * 2 * (size_t)nw) == 0);
+        if (ng != nw || memcmp(got, want, sizeof(int) * 2 * (size_t)nw) != 0)
+            fprintf(stderr, "\n%s stage %d: %d ops run, %d simulated\n", plan_file, s, ng, nw);
+    }
+    cJSON_Delete(o);
+    sim_result_free(&r);
+    plan_free(&p);
+}
+
 static void test_schedules_identical(void)
 {
     struct train_metrics f, g;
-    if (train_ok(4, plan_path[P4], "--steps 4", "m4.json", &f) ||
-        train_ok(4, plan_path[P4_GPIPE], "--steps 4", "m4g.json", &g))
+    char tf[1024], tg[1024], extra[2048];
+    snprintf(tf, sizeof tf, "%s", test_path("trace-1f1b.json"));
+    snprintf(tg, sizeof tg, "%s", test_path("trace-gpipe.json"));
+    snprintf(extra, sizeof extra, "--steps 4 --trace '%s'", tf);
+    if (train_ok(4, plan_path[P4], extra, "m4.json", &f))
+        return;
+    snprintf(extra, sizeof extra, "--steps 4 --trace '%s'", tg);
+    if (train_ok(4, plan_path[P4_GPIPE], extra, "m4g.json", &g))
         return;
     CU_ASSERT(same_losses(&f, &g));
+    /* and each rank ran the schedule the simulator times */
+    check_trace_order(plan_path[P4], tf);
+    check_trace_order(plan_path[P4_GPIPE], tg);
 }
 
 /* Checkpoints hold weights, the last step's gradients and AdamW's moments: byte-equal files
@@ -532,6 +622,19 @@ static void test_bad_input(void)
     expect_refused(2, args, 2, "--transport nccl: rank 0 computes on the CPU");
     snprintf(args, sizeof args, "--plan '%s' --steps 1 --device gpu", plan_path[P1]);
     expect_refused(1, args, 2, "expected auto, cpu or cuda");
+    /* a plan from before device_kind: refused with the stage and what to do, not guessed */
+    struct err e;
+    cJSON *old = jsonio_read(plan_path[P2], &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(old);
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(old, "stages"), 1),
+                               "device_kind");
+    char old_plan[1024];
+    snprintf(old_plan, sizeof old_plan, "%s", test_path("old-plan.json"));
+    CU_ASSERT_EQUAL_FATAL(jsonio_write(old_plan, old, &e), ERR_OK);
+    cJSON_Delete(old);
+    snprintf(args, sizeof args, "--plan '%s' --steps 1", old_plan);
+    expect_refused(2, args, 2, "stages[1].device_kind: missing");
+    expect_refused(2, args, 2, "re-plan with `ballast plan`");
 }
 
 static void test_data_file(void)
@@ -592,7 +695,8 @@ int main(void)
     CU_pSuite s = CU_add_suite("train", setup, NULL);
     CU_add_test(s, "1, 2 and 4 ranks (and 2 threads) give identical losses",
                 test_ranks_identical);
-    CU_add_test(s, "1F1B and GPipe give identical losses", test_schedules_identical);
+    CU_add_test(s, "1F1B and GPipe give identical losses, each rank in the simulator's order",
+                test_schedules_identical);
     CU_add_test(s, "recomputing every layer leaves weights, gradients and moments bitwise",
                 test_recompute_full);
     CU_add_test(s, "recomputing one block (optimal plan under a limit) likewise",

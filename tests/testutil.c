@@ -76,12 +76,20 @@ void test_cleanup(void)
 
 int test_run(const char *args, char **out, char **err)
 {
-    char cmd[8192];
+    return test_run_limited(0, args, out, err);
+}
+
+int test_run_limited(int limit_s, const char *args, char **out, char **err)
+{
+    char cmd[8192], limit[64] = "";
     const char *o = test_path("run.stdout"), *e = test_path("run.stderr");
     char opath[1024], epath[1024];
     snprintf(opath, sizeof opath, "%s", o);
     snprintf(epath, sizeof epath, "%s", e);
-    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2> '%s'", BALLAST_EXE, args, opath, epath);
+    if (limit_s > 0)
+        snprintf(limit, sizeof limit, "timeout -k 2 %d ", limit_s);
+    snprintf(cmd, sizeof cmd, "%s'%s' %s > '%s' 2> '%s'", limit, BALLAST_EXE, args, opath,
+             epath);
     int status = system(cmd);
     if (out)
         *out = test_read(opath);

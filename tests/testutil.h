@@ -27,6 +27,8 @@ void test_cleanup(void);
 /* Runs `ballast ARGS` (a shell-quoted argument string) and returns its exit status; its
  * stdout and stderr go to out/err (caller frees; either may be NULL to discard). */
 int test_run(const char *args, char **out, char **err);
+/* The same under `timeout LIMIT_S` (a hang is killed and reads as status 124). */
+int test_run_limited(int limit_s, const char *args, char **out, char **err);
 
 /* splitmix64: reproducible across platforms. */
 struct test_rng {

@@ -1,6 +1,6 @@
 // The CUDA backend: device memory from cudaMalloc (no managed memory), one stream, one cuBLAS
-// handle with a workspace of its own, and the kernels of kernels.cu composed into the GPT's
-// layers in the order of backend_cpu.c.
+// handle with a workspace of its own, and the kernels of kernels.cu, queued on that stream;
+// the layers over them are gpt_layers.c's, the CPU backend's.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 extern "C" {
 #include "backend.h"
 #include "cuda_device.h"
-#include "sizes.h"
+#include "gpt_layers.h"
 }
 
 // cuBLAS's workspace: its documentation recommends 32 MiB on Hopper (4 MiB before it); a
@@ -53,10 +53,10 @@ static cuda_impl *impl_of(const struct backend *be)
     return (cuda_impl *)be->impl;
 }
 
-static kctx ctx_of(struct backend *be, const struct layer_view *l)
+static kctx ctx_of(struct backend *be, enum model_dtype dt)
 {
     cuda_impl *c = impl_of(be);
-    return kctx{c->stream, c->blas, l->model->dtype == MODEL_DTYPE_BF16};
+    return kctx{c->stream, c->blas, dt == MODEL_DTYPE_BF16};
 }
 
 // ---- memory ----
@@ -142,179 +142,89 @@ static int cu_sync(struct backend *be, struct err *e)
     return ERR_OK;
 }
 
-#define I32(p) ((const int32_t *)(p))
+// ---- kernels: kernels.cu's on the backend's stream, in the model's dtype ----
 
-static int64_t act_bytes(const struct model *m, int64_t elems)
+static int cu_encoder_forward(struct backend *be, enum model_dtype dt, void *out,
+                              const int32_t *tokens, const void *wte, const void *wpe, int B,
+                              int T, int C, struct err *e)
 {
-    return elems * sizes_act_elem_bytes(m->dtype);
+    return k_encoder_forward(ctx_of(be, dt), out, tokens, wte, wpe, B, T, C, e);
 }
 
-// ---- embed ----
-
-static int embed_forward(struct backend *be, const struct layer_view *l, void *out,
-                         struct err *e)
+static int cu_encoder_backward(struct backend *be, enum model_dtype dt, float *dwte,
+                               float *dwpe, const void *dout, const int32_t *tokens, int B,
+                               int T, int C, int V, struct err *e)
 {
-    const struct model *m = l->model;
-    return k_encoder_forward(ctx_of(be, l), out, I32(l->kept[EMBED_TOKENS]), l->params[EMBED_WTE],
-                             l->params[EMBED_WPE], m->micro_batch, m->seq_len, m->n_embd, e);
+    return k_encoder_backward(ctx_of(be, dt), dwte, dwpe, dout, tokens, B, T, C, V, e);
 }
 
-static int unsupported(const struct layer_view *l, struct err *e)
+static int cu_layernorm_forward(struct backend *be, enum model_dtype dt, void *out, float *mean,
+                                float *rstd, const void *inp, const void *w, const void *b,
+                                int N, int C, struct err *e)
 {
-    return err_set(e, ERR_FAIL,
-                   "internal: the cuda backend cannot regenerate kept tensors 0x%x of layer %d",
-                   (unsigned)l->regen, l->layer);
+    return k_layernorm_forward(ctx_of(be, dt), out, mean, rstd, inp, w, b, N, C, e);
 }
 
-static int embed_recompute(struct backend *be, const struct layer_view *l, struct err *e)
+static int cu_layernorm_backward(struct backend *be, enum model_dtype dt, void *dinp, float *dw,
+                                 float *db, const void *dout, const void *inp, const void *w,
+                                 const float *mean, const float *rstd, int N, int C,
+                                 struct err *e)
 {
-    // the tokens are all the backward needs, and they are the checkpoint
-    return l->regen == 0 ? ERR_OK : unsupported(l, e);
+    return k_layernorm_backward(ctx_of(be, dt), dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+                                e);
 }
 
-static int embed_backward(struct backend *be, const struct layer_view *l, float loss_scale,
-                          struct err *e)
+static int cu_matmul_forward(struct backend *be, enum model_dtype dt, void *out,
+                             const void *add, const void *inp, const void *w, const void *bias,
+                             int N, int C, int OC, struct err *e)
 {
-    const struct model *m = l->model;
-    return k_encoder_backward(ctx_of(be, l), l->grads[EMBED_WTE], l->grads[EMBED_WPE],
-                              l->ws[EMBED_DOUT], I32(l->kept[EMBED_TOKENS]), m->micro_batch,
-                              m->seq_len, m->n_embd, m->vocab_size, e);
+    return k_matmul_forward(ctx_of(be, dt), out, add, inp, w, bias, N, C, OC, e);
 }
 
-// ---- block ----
-
-static int block_kept_forward(struct backend *be, const struct layer_view *l, struct err *e)
+static int cu_matmul_backward(struct backend *be, enum model_dtype dt, void *dinp, float *dw,
+                              float *dbias, const void *dout, const void *inp, const void *w,
+                              int N, int C, int OC, struct err *e)
 {
-    const struct model *m = l->model;
-    kctx k = ctx_of(be, l);
-    int B = m->micro_batch, T = m->seq_len, C = m->n_embd, N = B * T;
-    void *const *p = l->params, *const *kp = l->kept;
-    ERR_TRY(k_layernorm_forward(k, kp[BLOCK_LN1], (float *)kp[BLOCK_LN1_MEAN],
-                            (float *)kp[BLOCK_LN1_RSTD], kp[BLOCK_INP], p[BLOCK_LN1_W],
-                            p[BLOCK_LN1_B], N, C, e));
-    ERR_TRY(k_matmul_forward(k, kp[BLOCK_QKV], nullptr, kp[BLOCK_LN1], p[BLOCK_QKV_W],
-                         p[BLOCK_QKV_B], N, C, 3 * C, e));
-    ERR_TRY(k_attention_forward(k, kp[BLOCK_ATTY], kp[BLOCK_ATT], kp[BLOCK_QKV], B, T, C, m->n_head,
-                            e));
-    ERR_TRY(k_matmul_forward(k, kp[BLOCK_RES2], kp[BLOCK_INP], kp[BLOCK_ATTY], p[BLOCK_PROJ_W],
-                         p[BLOCK_PROJ_B], N, C, C, e));
-    ERR_TRY(k_layernorm_forward(k, kp[BLOCK_LN2], (float *)kp[BLOCK_LN2_MEAN],
-                            (float *)kp[BLOCK_LN2_RSTD], kp[BLOCK_RES2], p[BLOCK_LN2_W],
-                            p[BLOCK_LN2_B], N, C, e));
-    ERR_TRY(k_matmul_forward(k, kp[BLOCK_FCH], nullptr, kp[BLOCK_LN2], p[BLOCK_FC_W], p[BLOCK_FC_B],
-                         N, C, 4 * C, e));
-    return k_gelu_forward(k, kp[BLOCK_FCH_GELU], kp[BLOCK_FCH], (int64_t)N * 4 * C, e);
+    return k_matmul_backward(ctx_of(be, dt), dinp, dw, dbias, dout, inp, w, N, C, OC, e);
 }
 
-static int block_forward(struct backend *be, const struct layer_view *l, void *out,
-                         struct err *e)
+static int cu_attention_forward(struct backend *be, enum model_dtype dt, void *out, void *att,
+                                const void *qkv, int B, int T, int C, int NH, struct err *e)
 {
-    const struct model *m = l->model;
-    int N = m->micro_batch * m->seq_len, C = m->n_embd;
-    ERR_TRY(block_kept_forward(be, l, e));
-    return k_matmul_forward(ctx_of(be, l), out, l->kept[BLOCK_RES2], l->kept[BLOCK_FCH_GELU],
-                            l->params[BLOCK_FCPROJ_W], l->params[BLOCK_FCPROJ_B], N, 4 * C, C, e);
+    return k_attention_forward(ctx_of(be, dt), out, att, qkv, B, T, C, NH, e);
 }
 
-// The whole block, or a partial option (backend.h): the attention probabilities from the kept
-// qkv (not att v: atty is kept), the GELU from the kept fch, or both; the same kernels as the
-// forward on the same inputs, so the same bits.
-static int block_recompute(struct backend *be, const struct layer_view *l, struct err *e)
+static int cu_attention_backward(struct backend *be, enum model_dtype dt, void *dqkv,
+                                 void *datt, const void *dout, const void *qkv, const void *att,
+                                 int B, int T, int C, int NH, struct err *e)
 {
-    const struct model *m = l->model;
-    const uint32_t att = REGEN_BIT(BLOCK_ATT), gelu = REGEN_BIT(BLOCK_FCH_GELU);
-    if (l->regen == sizes_full_regen(m, MODEL_LAYER_BLOCK))
-        return block_kept_forward(be, l, e);
-    if (l->regen & ~(att | gelu))
-        return unsupported(l, e);
-    kctx k = ctx_of(be, l);
-    void *const *kp = l->kept;
-    if (l->regen & att)
-        ERR_TRY(k_attention_forward(k, nullptr, kp[BLOCK_ATT], kp[BLOCK_QKV], m->micro_batch,
-                                m->seq_len, m->n_embd, m->n_head, e));
-    if (l->regen & gelu)
-        ERR_TRY(k_gelu_forward(k, kp[BLOCK_FCH_GELU], kp[BLOCK_FCH],
-                           (int64_t)m->micro_batch * m->seq_len * 4 * m->n_embd, e));
-    return ERR_OK;
+    return k_attention_backward(ctx_of(be, dt), dqkv, datt, dout, qkv, att, B, T, C, NH, e);
 }
 
-static int block_backward(struct backend *be, const struct layer_view *l, float loss_scale,
-                          struct err *e)
+static int cu_gelu_forward(struct backend *be, enum model_dtype dt, void *out, const void *inp,
+                           int64_t n, struct err *e)
 {
-    const struct model *m = l->model;
-    kctx k = ctx_of(be, l);
-    int B = m->micro_batch, T = m->seq_len, C = m->n_embd, N = B * T;
-    void *const *p = l->params, *const *kp = l->kept, *const *w = l->ws;
-    float *const *g = l->grads;
-    // dout: the output's gradient; it becomes the gradient of res2 in place
-    void *dres = w[BLOCK_DOUT], *d4 = w[BLOCK_D4], *dln = w[BLOCK_DLN];
-    ERR_TRY(k_matmul_backward(k, d4, g[BLOCK_FCPROJ_W], g[BLOCK_FCPROJ_B], dres, kp[BLOCK_FCH_GELU],
-                          p[BLOCK_FCPROJ_W], N, 4 * C, C, e));
-    ERR_TRY(k_gelu_backward(k, d4, kp[BLOCK_FCH], d4, (int64_t)N * 4 * C, e));
-    ERR_TRY(k_matmul_backward(k, dln, g[BLOCK_FC_W], g[BLOCK_FC_B], d4, kp[BLOCK_LN2], p[BLOCK_FC_W],
-                          N, C, 4 * C, e));
-    ERR_TRY(k_layernorm_backward(k, dres, g[BLOCK_LN2_W], g[BLOCK_LN2_B], dln, kp[BLOCK_RES2],
-                             p[BLOCK_LN2_W], (const float *)kp[BLOCK_LN2_MEAN],
-                             (const float *)kp[BLOCK_LN2_RSTD], N, C, e));
-    ERR_TRY(k_matmul_backward(k, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres, kp[BLOCK_ATTY],
-                          p[BLOCK_PROJ_W], N, C, C, e));
-    ERR_TRY(k_attention_backward(k, w[BLOCK_DQKV], w[BLOCK_DATT], dln, kp[BLOCK_QKV], kp[BLOCK_ATT], B,
-                             T, C, m->n_head, e));
-    ERR_TRY(k_matmul_backward(k, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV], kp[BLOCK_LN1],
-                          p[BLOCK_QKV_W], N, C, 3 * C, e));
-    // the residual carries dres straight to the input; ln1 adds its share
-    ERR_TRY(cu_copy(be, w[BLOCK_DINP], dres, act_bytes(m, (int64_t)N * C), e));
-    return k_layernorm_backward(k, w[BLOCK_DINP], g[BLOCK_LN1_W], g[BLOCK_LN1_B], dln,
-                                kp[BLOCK_INP], p[BLOCK_LN1_W], (const float *)kp[BLOCK_LN1_MEAN],
-                                (const float *)kp[BLOCK_LN1_RSTD], N, C, e);
+    return k_gelu_forward(ctx_of(be, dt), out, inp, n, e);
 }
 
-// ---- head ----
-
-static int head_kept_forward(struct backend *be, const struct layer_view *l, float *losses,
-                             struct err *e)
+static int cu_gelu_backward(struct backend *be, enum model_dtype dt, void *dinp,
+                            const void *inp, const void *dout, int64_t n, struct err *e)
 {
-    const struct model *m = l->model;
-    kctx k = ctx_of(be, l);
-    int N = m->micro_batch * m->seq_len, C = m->n_embd, V = m->vocab_size;
-    void *const *kp = l->kept;
-    ERR_TRY(k_layernorm_forward(k, kp[HEAD_LNF], (float *)kp[HEAD_LNF_MEAN],
-                            (float *)kp[HEAD_LNF_RSTD], kp[HEAD_INP], l->params[HEAD_LNF_W],
-                            l->params[HEAD_LNF_B], N, C, e));
-    ERR_TRY(k_matmul_forward(k, kp[HEAD_PROBS], nullptr, kp[HEAD_LNF], l->params[HEAD_LM_W], nullptr,
-                         N, C, V, e));
-    return k_crossentropy_forward(k, kp[HEAD_PROBS], losses, I32(kp[HEAD_TARGETS]), N, V, e);
+    return k_gelu_backward(ctx_of(be, dt), dinp, inp, dout, n, e);
 }
 
-static int head_forward(struct backend *be, const struct layer_view *l, void *out,
-                        struct err *e)
+static int cu_crossentropy_forward(struct backend *be, enum model_dtype dt, void *probs,
+                                   float *losses, const int32_t *targets, int N, int V,
+                                   struct err *e)
 {
-    return head_kept_forward(be, l, (float *)l->ws[HEAD_LOSSES], e);
+    return k_crossentropy_forward(ctx_of(be, dt), probs, losses, targets, N, V, e);
 }
 
-static int head_recompute(struct backend *be, const struct layer_view *l, struct err *e)
+static int cu_crossentropy_backward(struct backend *be, enum model_dtype dt, void *probs,
+                                    const int32_t *targets, float dloss, int N, int V,
+                                    struct err *e)
 {
-    if (l->regen != sizes_full_regen(l->model, MODEL_LAYER_HEAD))
-        return unsupported(l, e);
-    return head_kept_forward(be, l, nullptr, e);
-}
-
-static int head_backward(struct backend *be, const struct layer_view *l, float loss_scale,
-                         struct err *e)
-{
-    const struct model *m = l->model;
-    kctx k = ctx_of(be, l);
-    int N = m->micro_batch * m->seq_len, C = m->n_embd, V = m->vocab_size;
-    void *const *kp = l->kept, *const *w = l->ws;
-    // probs become d logits in place: the micro-batch is done with them
-    ERR_TRY(k_crossentropy_backward(k, kp[HEAD_PROBS], I32(kp[HEAD_TARGETS]), loss_scale, N, V, e));
-    ERR_TRY(k_matmul_backward(k, w[HEAD_DLNF], l->grads[HEAD_LM_W], nullptr, kp[HEAD_PROBS],
-                          kp[HEAD_LNF], l->params[HEAD_LM_W], N, C, V, e));
-    ERR_TRY(cu_zero(be, w[HEAD_DINP], act_bytes(m, (int64_t)N * C), e));
-    return k_layernorm_backward(k, w[HEAD_DINP], l->grads[HEAD_LNF_W], l->grads[HEAD_LNF_B],
-                                w[HEAD_DLNF], kp[HEAD_INP], l->params[HEAD_LNF_W],
-                                (const float *)kp[HEAD_LNF_MEAN],
-                                (const float *)kp[HEAD_LNF_RSTD], N, C, e);
+    return k_crossentropy_backward(ctx_of(be, dt), probs, targets, dloss, N, V, e);
 }
 
 // ---- optimizer ----
@@ -323,15 +233,13 @@ static int cu_adamw(struct backend *be, void *weights, float *master, const floa
                     float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
                     int t, int decay, struct err *e)
 {
-    cuda_impl *c = impl_of(be);
     if ((dtype == MODEL_DTYPE_FP32) != (weights == (void *)master))
         return err_set(e, ERR_FAIL, "internal: AdamW on %s weights %s the master weights",
                        model_dtype_name(dtype), weights == (void *)master ? "that are" : "apart from");
     // the bias corrections as the CPU computes them
     float c1 = 1.0f - powf(p->beta1, (float)t), c2 = 1.0f - powf(p->beta2, (float)t);
-    kctx k{c->stream, c->blas, dtype == MODEL_DTYPE_BF16};
-    return k_adamw(k, weights, master, g, m, v, n, p->lr, p->beta1, p->beta2, p->eps,
-                   decay ? p->weight_decay : 0.0f, c1, c2, e);
+    return k_adamw(ctx_of(be, dtype), weights, master, g, m, v, n, p->lr, p->beta1, p->beta2,
+                   p->eps, decay ? p->weight_decay : 0.0f, c1, c2, e);
 }
 
 static void cu_free(struct backend *be)
@@ -366,11 +274,19 @@ static const struct backend_ops cuda_ops = {
     cu_copy,
     cu_zero,
     cu_sync,
-    {
-        {embed_forward, embed_recompute, embed_backward},
-        {block_forward, block_recompute, block_backward},
-        {head_forward, head_recompute, head_backward},
-    },
+    GPT_LAYER_OPS,
+    cu_encoder_forward,
+    cu_encoder_backward,
+    cu_layernorm_forward,
+    cu_layernorm_backward,
+    cu_matmul_forward,
+    cu_matmul_backward,
+    cu_attention_forward,
+    cu_attention_backward,
+    cu_gelu_forward,
+    cu_gelu_backward,
+    cu_crossentropy_forward,
+    cu_crossentropy_backward,
     cu_adamw,
     cu_free,
 };

@@ -111,10 +111,20 @@ static int nccl_irecv(struct transport *t, void *buf, int64_t bytes, int peer, i
     return rc;
 }
 
-// Polls the completion event; between polls, asks NCCL for asynchronous errors (a peer that
-// died), so that a broken pipeline fails instead of waiting for ever.
-static int poll_done(nccl_transport *x, cudaEvent_t ev, int c, struct err *e)
+static double now_s(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Polls the completion event; between polls, asks NCCL for asynchronous errors (a peer that
+// died), so that a broken pipeline fails instead of waiting for ever, and gives up after the
+// transport's timeout (a peer that stopped reports no error).
+static int poll_done(const struct transport *t, cudaEvent_t ev, int c, struct err *e)
+{
+    nccl_transport *x = (nccl_transport *)t->impl;
+    double start = now_s();
     for (long polls = 0;; polls++) {
         cudaError_t rc = cudaEventQuery(ev);
         if (rc == cudaSuccess)
@@ -130,6 +140,14 @@ static int poll_done(nccl_transport *x, cudaEvent_t ev, int c, struct err *e)
             struct timespec ts = {0, 20000};
             nanosleep(&ts, nullptr);
         }
+        if (t->timeout_s > 0 && polls % 64 == 0 && now_s() - start > t->timeout_s) {
+            int peer = c == CH_ACT_IN || c == CH_GRAD_OUT ? t->rank - 1 : t->rank + 1;
+            return err_set(e, ERR_FAIL,
+                           "waited %.0f s for a transfer with rank %d over NCCL: rank %d went "
+                           "silent (stopped, died or out of memory); --timeout SECONDS sets "
+                           "this limit",
+                           t->timeout_s, peer, peer);
+        }
     }
 }
 
@@ -139,7 +157,7 @@ static int nccl_wait(struct transport *t, int req, struct err *e)
     if (req < 0 || req >= x->n || !x->used[req])
         return err_set(e, ERR_FAIL, "internal: wait on NCCL request %d, which is not in flight",
                        req);
-    int rc = poll_done(x, x->done[req], x->chan[req], e);
+    int rc = poll_done(t, x->done[req], x->chan[req], e);
     x->used[req] = 0;
     if (rc)
         x->failed = 1;

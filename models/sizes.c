@@ -2,8 +2,6 @@
 
 #include <string.h>
 
-#include "jsonio.h"
-
 static int act_elem_bytes(const struct model *m)
 {
     return sizes_act_elem_bytes(m->dtype);
@@ -28,8 +26,10 @@ int sizes_weight_elem_bytes(enum model_dtype dtype)
     } while (0)
 
 static int params_tensors(const struct model *m, enum model_layer_kind kind,
-                          struct sizes_tensor *out)
+                          struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t C = m->n_embd, V = m->vocab_size, T = m->seq_len;
     int count = 0;
     const char *name_;
@@ -62,8 +62,10 @@ static int params_tensors(const struct model *m, enum model_layer_kind kind,
 }
 
 static int kept_tensors(const struct model *m, enum model_layer_kind kind,
-                        struct sizes_tensor *out)
+                        struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
             V = m->vocab_size;
     int e = act_elem_bytes(m);
@@ -101,8 +103,10 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
 }
 
 static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
-                             struct sizes_tensor *out)
+                             struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
     int e = act_elem_bytes(m);
     int count = 0;
@@ -233,11 +237,22 @@ int64_t sizes_tensors_bytes(const struct sizes_tensor *t, int n)
     return total;
 }
 
+int64_t sizes_state_bytes(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes)
+{
+    /* beside the weights, fp32 sections: gradients, Adam m and v, and for bf16 the fp32
+     * master weights */
+    int sections = dtype == MODEL_DTYPE_BF16 ? 4 : 3;
+    return weights_bytes + sections * fp32_bytes;
+}
+
 int sizes_state_bytes_per_param(enum model_dtype dtype)
 {
-    /* fp32: weights, gradients, Adam m and v. bf16: bf16 weights, fp32 gradients, fp32 master
-     * weights, m and v. */
-    return dtype == MODEL_DTYPE_BF16 ? 18 : 16;
+    return (int)sizes_state_bytes(dtype, sizes_weight_elem_bytes(dtype), 4);
+}
+
+int64_t sizes_activation_bytes(const struct model *m)
+{
+    return (int64_t)m->micro_batch * m->seq_len * m->n_embd * act_elem_bytes(m);
 }
 
 int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind)
@@ -255,19 +270,14 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
     struct sizes_tensor t[SIZES_TENSORS_MAX];
     enum model_layer_kind kind = model_layer_kind(m, layer);
     int n = params_tensors(m, kind, t);
-    int64_t fp32_copy = sizes_tensors_bytes(t, n);
+    int64_t fp32_copy = sizes_tensors_bytes(t, n), weights_copy = 0;
     out->params = sizes_layer_params(m, kind);
-    if (m->dtype == MODEL_DTYPE_BF16) {
-        int64_t bf16_copy = 0;
-        for (int i = 0; i < n; i++) {
-            struct sizes_tensor half = t[i];
-            half.elem_bytes = sizes_weight_elem_bytes(m->dtype);
-            bf16_copy += sizes_tensor_bytes(&half);
-        }
-        out->state_bytes = bf16_copy + 4 * fp32_copy;
-    } else {
-        out->state_bytes = 4 * fp32_copy;
+    for (int i = 0; i < n; i++) {
+        struct sizes_tensor w = t[i];
+        w.elem_bytes = sizes_weight_elem_bytes(m->dtype);
+        weights_copy += sizes_tensor_bytes(&w);
     }
+    out->state_bytes = sizes_state_bytes(m->dtype, weights_copy, fp32_copy);
     n = kept_tensors(m, kind, t);
     out->act_bytes = sizes_tensors_bytes(t, n);
     out->ckpt_bytes = sizes_tensors_bytes(t, sizes_ckpt_tensor_count(kind));
@@ -276,25 +286,5 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
     if (kind == MODEL_LAYER_HEAD)
         out->out_bytes = 4; /* the micro-batch's mean loss */
     else
-        out->out_bytes = (int64_t)m->micro_batch * m->seq_len * m->n_embd * act_elem_bytes(m);
-}
-
-int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e)
-{
-    /* The largest products are B*NH*T*T (attention), B*T*V (logits) and V*C, 3*C*C
-     * (weights); check them and the layer totals in 128-bit arithmetic. */
-    __int128 B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
-             V = m->vocab_size;
-    __int128 limit = (__int128)JSONIO_INT_MAX;
-    __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
-             mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
-    __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
-    if (att > limit || logits > limit || weights > limit || mlp > limit || model_state > limit)
-        return err_set(e, ERR_INPUT,
-                       "%s: %s: the model is too large: some byte count exceeds 2^53 "
-                       "(micro_batch %d, seq_len %d, n_embd %d, n_head %d, vocab_size %d, "
-                       "n_layer %d)",
-                       file, path[0] ? path : "(top level)", m->micro_batch, m->seq_len, m->n_embd, m->n_head, m->vocab_size,
-                       m->n_layer);
-    return ERR_OK;
+        out->out_bytes = sizes_activation_bytes(m);
 }

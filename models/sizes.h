@@ -23,7 +23,6 @@
 
 #include <stdint.h>
 
-#include "err.h"
 #include "model.h"
 
 #define SIZES_ALIGN 64
@@ -60,8 +59,14 @@ int64_t sizes_tensors_bytes(const struct sizes_tensor *t, int n);
 
 int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind);
 void sizes_layer(const struct model *m, int layer, struct layer_sizes *out);
+/* Persistent bytes of parameters whose weights, in the model's dtype, take `weights_bytes`
+ * and whose fp32 copy takes `fp32_bytes`: the weights, gradients, AdamW's m and v, and for
+ * bf16 the fp32 master weights (the one place the state's sections are counted). */
+int64_t sizes_state_bytes(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes);
 /* Bytes of the persistent state per parameter tensor element: 16 (fp32), 18 (bf16). */
 int sizes_state_bytes_per_param(enum model_dtype dtype);
+/* An activation (B,T,C) or its gradient, per micro-batch: what crosses between stages. */
+int64_t sizes_activation_bytes(const struct model *m);
 /* Element bytes of the weights the layers compute with (the params tables list fp32 copies):
  * 4 for fp32, 2 for bf16 (whose fp32 master copy is a separate section). */
 int sizes_weight_elem_bytes(enum model_dtype dtype);
@@ -90,8 +95,5 @@ uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind);
 void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32_t regen,
                        int64_t *kept, int64_t *transient);
 
-/* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
- * model would exceed 2^53. */
-int sizes_check_model(const struct model *m, const char *file, const char *path, struct err *e);
 
 #endif

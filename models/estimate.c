@@ -108,11 +108,19 @@ void estimate_layer_flops(const struct model *m, int layer, double *fwd, double 
         *bwd += b.ops[i].flops;
 }
 
+/* FLOP/s of a GEMM in `dtype` at the device's peak. A device without bf16 tensor cores (V100,
+ * T4) runs bf16 GEMMs on its CUDA cores in fp32 arithmetic, at best at the fp32 peak: its fp16
+ * tensor peak would be up to 8x optimistic (configs/devices.json states the source). */
+static double gemm_peak_tflops(const struct device_spec *d, enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 && d->bf16_tensor ? d->peak_tflops_16bit
+                                                       : d->peak_tflops_fp32;
+}
+
 static double ops_ms(const struct op_list *l, const struct device_table *t,
                      const struct device_spec *d, enum model_dtype dtype)
 {
-    double tensor = (dtype == MODEL_DTYPE_BF16 ? d->peak_tflops_16bit : d->peak_tflops_fp32) *
-                    1e12 * t->gemm_efficiency;
+    double tensor = gemm_peak_tflops(d, dtype) * 1e12 * t->gemm_efficiency;
     double vector = d->peak_tflops_fp32 * 1e12;
     double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
     double s = 0;
@@ -197,6 +205,91 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     cJSON_AddStringToObject(prov, "device_source", d->source);
     cJSON_AddNumberToObject(prov, "gemm_efficiency", t->gemm_efficiency);
     cJSON_AddNumberToObject(prov, "memory_efficiency", t->memory_efficiency);
+    cJSON_AddNumberToObject(prov, "gemm_peak_tflops", gemm_peak_tflops(d, m->dtype));
     out->provenance = prov;
+    return ERR_OK;
+}
+
+/* What a framework's GPT saves for backward, per micro-batch of b sequences of s tokens,
+ * hidden h, a heads, vocabulary V, e bytes per activation element (Korthikanti et al.,
+ * "Reducing Activation Recomputation in Large Transformer Models", 2022, section 4, with the
+ * fp32 LayerNorm statistics and the attention kernel each framework uses):
+ *   block  e*sbh * (1 LN1 in + 1 QKV in + 3 q,k,v + 1 attention out + 1 LN2 in + 1 fc1 in
+ *          + 4 GELU in + 4 fc2 in) + 2 sbh dropout masks (1 byte) + 16 sb LayerNorm mean
+ *          and rstd; then flash attention (Megatron-LM, NeMo: TransformerEngine) adds its
+ *          fp32 log-sum-exp, 4 asb, and eager attention (ColossalAI's HuggingFace GPT-2, whose
+ *          plugin leaves enable_flash_attention off) its probabilities, dropout mask and
+ *          dropped probabilities, (2e + 1) as^2 b;
+ *   head   e*sbh * (1 LN in + 1 projection in) + 16 sb + the fp32 softmax of the logits the
+ *          cross-entropy keeps, 4 sbV;
+ *   embed  the token ids and one dropout mask, 8 sb + sbh.
+ * Options ("attn", "mlp", "attn+mlp") are the framework's recompute modules: core_attn frees
+ * what the attention core saves beyond its inputs and output (the log-sum-exp, or the
+ * probabilities), mlp recomputes the whole MLP from its input (frees GELU's input and
+ * output, 8e sbh); ColossalAI's GPT-2 takes no recompute module, so it gets none. Times and
+ * state stay the datasheet estimate's. */
+static const char *const framework_names[] = {"megatron", "nemo", "colossalai"};
+
+int estimate_for_framework(const struct model *m, const char *framework, struct profile *p,
+                           struct err *e)
+{
+    int known = 0;
+    for (size_t k = 0; k < sizeof framework_names / sizeof *framework_names; k++)
+        known = known || strcmp(framework, framework_names[k]) == 0;
+    if (!known)
+        return err_set(e, ERR_INPUT, "--for: \"%s\", expected megatron, nemo or colossalai",
+                       framework);
+    int flash = strcmp(framework, "colossalai") != 0;
+    int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, a = m->n_head, V = m->vocab_size;
+    int64_t el = sizes_act_elem_bytes(m->dtype), sbh = s * b * h;
+    int64_t core = flash ? 4 * a * s * b : (2 * el + 1) * a * s * s * b;
+    int64_t block = el * sbh * 16 + 2 * sbh + 16 * s * b + core;
+    int64_t gelu = 8 * el * sbh;
+    for (int l = 0; l < p->n_layers; l++) {
+        struct layer_cost *c = &p->layers[l];
+        switch (model_layer_kind(m, l)) {
+        case MODEL_LAYER_EMBED:
+            c->act_bytes = 8 * s * b + sbh;
+            break;
+        case MODEL_LAYER_HEAD:
+            c->act_bytes = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
+            break;
+        case MODEL_LAYER_BLOCK:
+            c->act_bytes = block;
+            double attn_ms = 0, gelu_ms = 0; /* the runtime's options: core and GELU alone */
+            for (int k = 0; k < c->n_options; k++) {
+                if (strcmp(c->options[k].name, "attn") == 0)
+                    attn_ms = c->options[k].recompute_ms;
+                if (strcmp(c->options[k].name, "mlp") == 0)
+                    gelu_ms = c->options[k].recompute_ms;
+            }
+            /* the whole MLP: its GEMMs' share of the block's forward FLOPs (16 sbh^2 of
+             * 24 sbh^2 + 4 s^2 bh) and the GELU */
+            double mlp_ms = c->fwd_ms * 16.0 * h / (24.0 * h + 4.0 * s) + gelu_ms;
+            c->n_options = 0;
+            if (!flash)
+                break;
+            struct {
+                const char *name;
+                int64_t freed;
+                double ms;
+            } opt[] = {{"attn", core, attn_ms},
+                       {"mlp", gelu, mlp_ms},
+                       {"attn+mlp", core + gelu, attn_ms + mlp_ms}};
+            for (int k = 0; k < 3; k++) {
+                struct recompute_option *o = &c->options[c->n_options++];
+                snprintf(o->name, sizeof o->name, "%s", opt[k].name);
+                o->kept_bytes = block - opt[k].freed;
+                o->transient_bytes = opt[k].freed;
+                o->recompute_ms = opt[k].ms;
+            }
+            break;
+        }
+    }
+    cJSON_AddStringToObject(p->provenance, "for", framework);
+    cJSON_AddStringToObject(p->provenance, "for_method",
+                            "activations as the framework saves them (Korthikanti et al. 2022 "
+                            "with its attention kernel and fp32 logits; profiler/estimate.c "
+                            "estimate_for_framework); times and state the datasheet estimate's");
     return ERR_OK;
 }

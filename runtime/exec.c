@@ -1,0 +1,393 @@
+#include "exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double exec_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int64_t exec_boundary_bytes(const struct model *m)
+{
+    return (int64_t)m->micro_batch * m->seq_len * m->n_embd * sizes_act_elem_bytes(m->dtype);
+}
+
+/* ---- live memory ---- */
+
+int exec_mem_add(struct executor *x, int64_t delta, struct err *e)
+{
+    x->live += delta;
+    if (x->live > x->peak)
+        x->peak = x->live;
+    /* The arenas were checked against the limit at start-up and nothing lives outside them,
+     * so this can only fire on a bug in the accounting or the executor. */
+    if (x->live > x->c.limit_bytes)
+        return err_set(e, ERR_FAIL,
+                       "internal: stage %d has %lld bytes live, over its limit %lld",
+                       x->c.stage, (long long)x->live, (long long)x->c.limit_bytes);
+    return ERR_OK;
+}
+
+static int64_t ws_union(const struct executor *x)
+{
+    struct exec_ws_region s[EXEC_WS_REGIONS];
+    int n = 0;
+    for (int i = 0; i < EXEC_WS_REGIONS; i++)
+        if (x->ws[i].used) {
+            int j = n++;
+            while (j > 0 && s[j - 1].off > x->ws[i].off) {
+                s[j] = s[j - 1];
+                j--;
+            }
+            s[j] = x->ws[i];
+        }
+    int64_t total = 0, end = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t lo = s[i].off > end ? s[i].off : end, hi = s[i].off + s[i].len;
+        if (hi > lo)
+            total += hi - lo;
+        if (hi > end)
+            end = hi;
+    }
+    return total;
+}
+
+static int ws_update(struct executor *x, struct err *e)
+{
+    int64_t u = ws_union(x);
+    int rc = exec_mem_add(x, u - x->ws_live, e);
+    x->ws_live = u;
+    return rc;
+}
+
+void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1)
+{
+    double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
+                                   &x->times.send, &x->times.idle,      &x->times.optimizer};
+    *acc[kind] += t1 - t0;
+    if (!x->c.record_events)
+        return;
+    if (x->n_events == x->cap_events) {
+        int cap = x->cap_events ? 2 * x->cap_events : 1024;
+        struct stage_event *p = realloc(x->events, sizeof *p * (size_t)cap);
+        if (p == NULL)
+            return; /* the trace loses events; the run goes on */
+        x->events = p;
+        x->cap_events = cap;
+    }
+    x->events[x->n_events++] = (struct stage_event){kind, (int32_t)x->step, micro, layer,
+                                                    t0 - x->origin_ms, t1 - x->origin_ms};
+}
+
+int exec_wait(struct executor *x, int req, int kind, int micro, struct err *e)
+{
+    double t0 = exec_now_ms();
+    ERR_TRY(x->c.port->wait(x, req, e));
+    exec_event(x, kind, micro, -1, t0, exec_now_ms());
+    return ERR_OK;
+}
+
+/* Claims [off, off+len) of the workspace, first waiting for any send still reading it. */
+static int ws_take(struct executor *x, int64_t off, int64_t len, int *id, struct err *e)
+{
+    for (int i = 0; i < EXEC_WS_REGIONS; i++) {
+        struct exec_ws_region *w = &x->ws[i];
+        if (w->used && w->req >= 0 && w->off < off + len && off < w->off + w->len) {
+            ERR_TRY(exec_wait(x, w->req, STAGE_EV_SEND, -1, e));
+            w->used = 0;
+        }
+    }
+    for (int i = 0; i < EXEC_WS_REGIONS; i++)
+        if (!x->ws[i].used) {
+            x->ws[i] = (struct exec_ws_region){1, off, len, -1};
+            *id = i;
+            return ws_update(x, e);
+        }
+    return err_set(e, ERR_FAIL, "internal: stage %d claims more than %d workspace regions",
+                   x->c.stage, EXEC_WS_REGIONS);
+}
+
+static int ws_give(struct executor *x, int id, struct err *e)
+{
+    x->ws[id].used = 0;
+    return ws_update(x, e);
+}
+
+/* Sends `bytes` from the start of region `id`; the region stays live until the send is done. */
+static int ws_send(struct executor *x, int id, int64_t bytes, int peer, int micro,
+                   struct err *e)
+{
+    if (x->c.port->isend == NULL)
+        return ws_give(x, id, e);
+    double t0 = exec_now_ms();
+    ERR_TRY(x->c.be->ops->sync(x->c.be, e));
+    ERR_TRY(x->c.port->isend(x, x->c.workspace + x->ws[id].off, bytes, peer, micro,
+                             &x->ws[id].req, e));
+    exec_event(x, STAGE_EV_SEND, micro, -1, t0, exec_now_ms());
+    return ERR_OK;
+}
+
+static int ws_drain(struct executor *x, struct err *e)
+{
+    for (int i = 0; i < EXEC_WS_REGIONS; i++)
+        if (x->ws[i].used && x->ws[i].req >= 0) {
+            ERR_TRY(exec_wait(x, x->ws[i].req, STAGE_EV_SEND, -1, e));
+            ERR_TRY(ws_give(x, i, e));
+        }
+    return ERR_OK;
+}
+
+/* ---- spans ---- */
+
+static int span_begin(struct executor *x, double *t0, struct err *e)
+{
+    if (x->c.timer_start != NULL) {
+        *t0 = exec_now_ms();
+        return x->c.timer_start(x, e);
+    }
+    ERR_TRY(x->c.be->ops->sync(x->c.be, e));
+    *t0 = exec_now_ms();
+    return ERR_OK;
+}
+
+static int span_end(struct executor *x, int kind, int micro, int li, double t0, struct err *e)
+{
+    double t1, ms;
+    if (x->c.timer_stop != NULL) {
+        ERR_TRY(x->c.timer_stop(x, &ms, e));
+        t1 = t0 + ms;
+    } else {
+        ERR_TRY(x->c.be->ops->sync(x->c.be, e));
+        t1 = exec_now_ms();
+        ms = t1 - t0;
+    }
+    exec_event(x, kind, micro, x->c.lay->layers[li].layer, t0, t1);
+    if (x->c.on_span != NULL)
+        x->c.on_span(x, kind, micro, li, ms);
+    return ERR_OK;
+}
+
+int exec_recompute_span(struct executor *x, int li, int micro, const struct layer_view *v,
+                        struct err *e)
+{
+    double t0;
+    ERR_TRY(span_begin(x, &t0, e));
+    ERR_TRY(x->c.be->ops->layer[v->kind].recompute(x->c.be, v, e));
+    return span_end(x, STAGE_EV_RECOMPUTE, micro, li, t0, e);
+}
+
+/* ---- actions ---- */
+
+#define HOOK(x, li, name, ...)                                                                 \
+    ((x)->action[li]->name != NULL ? (x)->action[li]->name(x, li, __VA_ARGS__) : ERR_OK)
+
+const struct exec_action exec_keep = {.name = "keep"};
+
+/* The regenerated tensors are live in the transient while the forward writes them and from
+ * the rerun to the end of the backward. */
+static int transient_in(struct executor *x, int li, int micro, struct err *e)
+{
+    return exec_mem_add(x, x->c.lay->layers[li].transient_bytes, e);
+}
+
+static int transient_out(struct executor *x, int li, int micro, struct err *e)
+{
+    return exec_mem_add(x, -x->c.lay->layers[li].transient_bytes, e);
+}
+
+static int rerun(struct executor *x, int li, int micro, const struct layer_view *v,
+                 struct err *e)
+{
+    ERR_TRY(transient_in(x, li, micro, e));
+    return exec_recompute_span(x, li, micro, v, e);
+}
+
+const struct exec_action exec_recompute = {
+    .name = "recompute",
+    .before_forward = transient_in,
+    .after_forward = transient_out,
+    .before_backward = rerun,
+    .after_backward = transient_out,
+};
+
+/* ---- one micro-batch ---- */
+
+void exec_view(const struct executor *x, int li, int micro, struct layer_view *v)
+{
+    const struct stage_layout *lay = x->c.lay;
+    layout_view(lay, x->c.model, li, x->c.persistent,
+                x->c.activations + (int64_t)(micro % lay->in_flight) * lay->slot_bytes,
+                x->c.transient, x->c.workspace, v);
+}
+
+/* The head's loss of the micro-batch, the mean over its B x T positions. */
+static int read_loss(struct executor *x, int micro, const struct layer_view *v, struct err *e)
+{
+    const struct model *m = x->c.model;
+    int64_t BT = (int64_t)m->micro_batch * m->seq_len;
+    ERR_TRY(x->c.be->ops->download(x->c.be, x->host_losses, v->ws[HEAD_LOSSES], BT * 4, e));
+    double sum = 0;
+    for (int64_t i = 0; i < BT; i++)
+        sum += x->host_losses[i];
+    x->mb_loss[micro] = sum / (double)BT;
+    return ERR_OK;
+}
+
+static int forward(struct executor *x, int micro, struct err *e)
+{
+    const struct stage_layout *lay = x->c.lay;
+    const struct backend_ops *ops = x->c.be->ops;
+    int n = lay->n_layers;
+    struct layer_view v, next;
+    double t0;
+    ERR_TRY(x->c.port->input(x, micro, e));
+    exec_view(x, 0, micro, &v);
+    int out_id = -1;
+    for (int li = 0; li < n; li++) {
+        const struct layer_layout *L = &lay->layers[li];
+        void *out = NULL;
+        int loss_id = -1;
+        if (li + 1 < n) {
+            exec_view(x, li + 1, micro, &next);
+            out = next.kept[0];
+        } else if (L->kind != MODEL_LAYER_HEAD) {
+            int k = L->kind == MODEL_LAYER_EMBED ? EMBED_OUT : BLOCK_OUT;
+            ERR_TRY(ws_take(x, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &out_id, e));
+            out = v.ws[k];
+        }
+        if (L->kind == MODEL_LAYER_HEAD)
+            ERR_TRY(ws_take(x, L->ws_off[HEAD_LOSSES], sizes_tensor_bytes(&L->ws[HEAD_LOSSES]),
+                            &loss_id, e));
+        ERR_TRY(HOOK(x, li, before_forward, micro, e));
+        ERR_TRY(span_begin(x, &t0, e));
+        ERR_TRY(ops->layer[L->kind].forward(x->c.be, &v, out, e));
+        ERR_TRY(span_end(x, STAGE_EV_FORWARD, micro, li, t0, e));
+        ERR_TRY(HOOK(x, li, after_forward, micro, e));
+        if (loss_id >= 0) {
+            ERR_TRY(read_loss(x, micro, &v, e));
+            ERR_TRY(ws_give(x, loss_id, e));
+        }
+        if (li + 1 < n)
+            v = next;
+    }
+    if (out_id >= 0)
+        ERR_TRY(ws_send(x, out_id, exec_boundary_bytes(x->c.model), x->c.stage + 1, micro,
+                        e));
+    return ERR_OK;
+}
+
+/* The workspace a layer's backward touches: everything but the forward's `out` (and the
+ * head's `losses`), so that an `out` still being sent does not hold the backward up. */
+static void backward_span(const struct layer_layout *L, int64_t *off, int64_t *len)
+{
+    int64_t lo = 0, hi = L->ws_bytes;
+    if (L->kind == MODEL_LAYER_HEAD)
+        hi = L->ws_off[HEAD_LOSSES];
+    else
+        lo = L->ws_off[L->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT];
+    *off = lo;
+    *len = hi - lo;
+}
+
+/* The gradient of layer li's output into v's `dout`: from the next stage for the stage's
+ * last layer, else the next layer's `dinp` (whose region is then given back). */
+static int take_dout(struct executor *x, int li, int micro, const struct layer_view *v,
+                     const struct layer_view *next, int next_id, struct err *e)
+{
+    int n = x->c.lay->n_layers;
+    int dout = v->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT;
+    if (li == n - 1)
+        return v->kind == MODEL_LAYER_HEAD ? ERR_OK
+                                           : x->c.port->output_grad(x, micro, v->ws[dout], e);
+    void *src = next->ws[next->kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
+    int64_t bytes = exec_boundary_bytes(x->c.model);
+    if (src != v->ws[dout])
+        ERR_TRY(x->c.be->ops->copy(x->c.be, v->ws[dout], src, bytes, e));
+    return ws_give(x, next_id, e);
+}
+
+static int backward(struct executor *x, int micro, struct err *e)
+{
+    const struct model *m = x->c.model;
+    const struct stage_layout *lay = x->c.lay;
+    const struct backend_ops *ops = x->c.be->ops;
+    int n = lay->n_layers;
+    float loss_scale =
+        (float)(1.0 / ((double)m->micro_batch * m->seq_len * x->c.micro_batches));
+    struct layer_view v, prev = {0};
+    int prev_id = -1, cur_id;
+    double t0;
+    for (int li = n - 1; li >= 0; li--) {
+        const struct layer_layout *L = &lay->layers[li];
+        int64_t off, len;
+        ERR_TRY(HOOK(x, li, prefetch, micro, e));
+        exec_view(x, li, micro, &v);
+        backward_span(L, &off, &len);
+        ERR_TRY(ws_take(x, off, len, &cur_id, e));
+        ERR_TRY(take_dout(x, li, micro, &v, &prev, prev_id, e));
+        ERR_TRY(HOOK(x, li, before_backward, micro, &v, e));
+        ERR_TRY(span_begin(x, &t0, e));
+        ERR_TRY(ops->layer[L->kind].backward(x->c.be, &v, loss_scale, e));
+        ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
+        ERR_TRY(HOOK(x, li, after_backward, micro, e));
+        prev = v;
+        prev_id = cur_id;
+    }
+    ERR_TRY(exec_mem_add(x, -lay->slot_bytes, e));
+    if (lay->layers[0].kind != MODEL_LAYER_EMBED) {
+        /* keep only the first layer's dinp live while it is sent back */
+        const struct layer_layout *L = &lay->layers[0];
+        int k = L->kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP, send_id;
+        ERR_TRY(ws_take(x, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &send_id, e));
+        ERR_TRY(ws_give(x, prev_id, e));
+        ERR_TRY(ws_send(x, send_id, exec_boundary_bytes(m), x->c.stage - 1, micro, e));
+    } else {
+        ERR_TRY(ws_give(x, prev_id, e));
+    }
+    return x->c.port->backward_done != NULL ? x->c.port->backward_done(x, micro, e) : ERR_OK;
+}
+
+int exec_run(struct executor *x, struct err *e)
+{
+    for (int i = 0; i < 2 * x->c.micro_batches; i++)
+        ERR_TRY(x->ops[i].backward ? backward(x, x->ops[i].micro, e)
+                                   : forward(x, x->ops[i].micro, e));
+    return ws_drain(x, e);
+}
+
+/* ---- set-up ---- */
+
+int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
+{
+    memset(x, 0, sizeof *x);
+    x->c = *c;
+    int M = c->micro_batches, n = c->lay->n_layers;
+    x->ops = malloc(sizeof *x->ops * 2 * (size_t)M);
+    x->mb_loss = calloc((size_t)M, sizeof *x->mb_loss);
+    x->action = malloc(sizeof *x->action * (size_t)n);
+    x->host_losses =
+        malloc(sizeof(float) * (size_t)c->model->micro_batch * (size_t)c->model->seq_len);
+    if (!x->ops || !x->mb_loss || !x->action || !x->host_losses) {
+        exec_free(x);
+        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
+    }
+    schedule_ops(c->schedule, c->n_stages, c->stage, M, x->ops);
+    for (int li = 0; li < n; li++)
+        x->action[li] = c->lay->layers[li].regen ? &exec_recompute : &exec_keep;
+    x->live = x->peak = c->lay->persistent_bytes;
+    return ERR_OK;
+}
+
+void exec_free(struct executor *x)
+{
+    free(x->ops);
+    free(x->mb_loss);
+    free(x->action);
+    free(x->host_losses);
+    free(x->events);
+    memset(x, 0, sizeof *x);
+}

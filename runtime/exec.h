@@ -1,0 +1,159 @@
+/* The executor: one stage's micro-batches through its layers, in the schedule's order
+ * (schedule.h), through the backend table. `train` (stage.c) and the profiler (measure.c) both
+ * run it; what differs between them is behind two tables:
+ *
+ *   port     where the stage's data comes from and goes: the data set and the transport
+ *            (stage.c), or the profiler's host buffers;
+ *   actions  per layer, what it keeps between its forward and its backward and how it gets it
+ *            back, at the hook points before_forward, after_forward, prefetch (ahead of the
+ *            layer's backward), before_backward and after_backward. exec_keep keeps
+ *            everything (no hooks); exec_recompute keeps what the layout leaves in the slot and
+ *            reruns the forward into the transient in before_backward.
+ *
+ * Activations of micro-batch m live in slot m mod in_flight; each layer's forward writes its
+ * output straight into the next layer's checkpoint in the slot, the last layer (unless it is
+ * the head) into the workspace's `out`, which is sent on without waiting. Backward hands the
+ * gradient from layer to layer through the workspace; a stage that does not start with the
+ * embedding sends its first layer's `dinp` back.
+ *
+ * Memory actually live is counted as buffers are taken and released, and its high-water mark
+ * is `peak`:
+ *   persistent   always;
+ *   slot         from the moment its micro-batch's input is posted for receipt (or drawn)
+ *                until that micro-batch's backward ends (the port counts it in);
+ *   transient    what the running recomputed layer regenerates, while it runs (first forward,
+ *                or recompute and backward);
+ *   workspace    the union of the regions in use: the running backward's workspace (all of
+ *                the layer's but `out`, and the head's `losses`), a forward's `out` (the
+ *                head's `losses`), and regions whose send has not completed. A region is not
+ *                reused before its send completes; the next backward does not wait for the
+ *                last forward's `out` to be sent, since it does not touch it.
+ *
+ * Every forward, recompute and backward is a span timed by the host clock around the
+ * backend's sync, or by the config's device timer; each is reported to on_span and, with
+ * record_events, kept as an event. */
+#ifndef BALLAST_EXEC_H
+#define BALLAST_EXEC_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "layout.h"
+#include "schedule.h"
+
+enum stage_event_kind {
+    STAGE_EV_FORWARD,
+    STAGE_EV_RECOMPUTE,
+    STAGE_EV_BACKWARD,
+    STAGE_EV_SEND,
+    STAGE_EV_RECV, /* waiting for data: idle */
+    STAGE_EV_OPTIMIZER,
+    STAGE_EV_KINDS
+};
+
+struct stage_event {
+    int32_t kind, step, micro, layer; /* layer -1: the whole stage */
+    double t0_ms, t1_ms;              /* since the runner's origin */
+};
+
+/* Milliseconds spent in one step. */
+struct stage_times {
+    double fwd, bwd, recompute, send, idle, optimizer;
+};
+
+struct executor;
+
+/* Each hook may be NULL; `li` is the layer's index in the stage. */
+struct exec_action {
+    const char *name;
+    int (*before_forward)(struct executor *x, int li, int micro, struct err *e);
+    int (*after_forward)(struct executor *x, int li, int micro, struct err *e);
+    int (*prefetch)(struct executor *x, int li, int micro, struct err *e);
+    /* v: the layer's tensors for this micro-batch, its output gradient in place */
+    int (*before_backward)(struct executor *x, int li, int micro, const struct layer_view *v,
+                           struct err *e);
+    int (*after_backward)(struct executor *x, int li, int micro, struct err *e);
+};
+
+extern const struct exec_action exec_keep, exec_recompute;
+
+struct exec_port {
+    /* The micro-batch's input into the first layer's checkpoint (tokens or an activation),
+     * and the targets into the head's when the stage has it; counts the slot live
+     * (exec_mem_add) if it is not yet. */
+    int (*input)(struct executor *x, int micro, struct err *e);
+    /* The gradient of the stage's output (not on the head's stage) into `dst`. */
+    int (*output_grad)(struct executor *x, int micro, void *dst, struct err *e);
+    /* Sends `bytes` at `buf` to stage `peer`; NULL: nothing is sent, the region is free at
+     * once. */
+    int (*isend)(struct executor *x, const void *buf, int64_t bytes, int peer, int micro,
+                 int *req, struct err *e);
+    int (*wait)(struct executor *x, int req, struct err *e);
+    /* After micro-batch `micro`'s backward and its send, its slot free again; may be NULL. */
+    int (*backward_done)(struct executor *x, int micro, struct err *e);
+};
+
+struct exec_config {
+    const struct model *model;
+    const struct stage_layout *lay;
+    char *persistent, *activations, *transient, *workspace; /* backend memory, the caller's */
+    struct backend *be;
+    const struct exec_port *port;
+    void *ctx; /* the caller's, for its hooks */
+    enum schedule schedule;
+    int stage, n_stages, micro_batches; /* the schedule's ops; the loss's 1/M */
+    int64_t limit_bytes;                /* more live is a bug in the accounting */
+    int record_events;
+    /* a device timer for the spans; NULL: the host clock around sync */
+    int (*timer_start)(struct executor *x, struct err *e);
+    int (*timer_stop)(struct executor *x, double *ms, struct err *e);
+    /* every forward, recompute and backward span, as it ends; may be NULL */
+    void (*on_span)(struct executor *x, int kind, int micro, int li, double ms);
+};
+
+#define EXEC_WS_REGIONS 8
+
+struct exec_ws_region {
+    int used;
+    int64_t off, len; /* bytes of the workspace */
+    int req;          /* transfer in flight, -1 none */
+};
+
+struct executor {
+    struct exec_config c;
+    const struct exec_action **action; /* per layer; exec_init: recompute where regen */
+    struct schedule_op *ops;           /* 2M */
+    double *mb_loss;                   /* head's stage: M */
+    float *host_losses;                /* (B,T) staging */
+    struct exec_ws_region ws[EXEC_WS_REGIONS];
+    int64_t live, peak, ws_live;
+    struct stage_times times; /* of the last step */
+    struct stage_event *events;
+    int n_events, cap_events;
+    double origin_ms;
+    int64_t step;
+};
+
+int exec_init(struct executor *x, const struct exec_config *c, struct err *e);
+void exec_free(struct executor *x);
+
+/* Runs the schedule's 2M operations of step x->step, then waits for every send. */
+int exec_run(struct executor *x, struct err *e);
+
+/* For ports and actions. */
+int exec_mem_add(struct executor *x, int64_t delta, struct err *e);
+/* Waits for transfer `req`, the wait an event of `kind`. */
+int exec_wait(struct executor *x, int req, int kind, int micro, struct err *e);
+void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1);
+/* Layer li's tensors for micro-batch `micro` (its slot). */
+void exec_view(const struct executor *x, int li, int micro, struct layer_view *v);
+/* Runs the layer's recompute of `v` as a timed span. */
+int exec_recompute_span(struct executor *x, int li, int micro, const struct layer_view *v,
+                        struct err *e);
+
+/* An activation (B,T,C) or its gradient: what crosses between stages. */
+int64_t exec_boundary_bytes(const struct model *m);
+
+double exec_now_ms(void);
+
+#endif

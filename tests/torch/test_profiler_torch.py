@@ -1,0 +1,285 @@
+"""profiler.torch on a GPT-2-like model in Ballast's GPT shape and on a Llama-like one, both
+built here, on CPU: every byte count against sizes computed by hand from what PyTorch saves,
+and `ballast plan --verify` on the GPT-2-like profile (the DP against GLPK, within memory).
+Run: /usr/bin/python3 tests/torch/test_profiler_torch.py BALLAST [WORKDIR] from the repo root."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+try:
+    import torch
+    from torch import nn
+except ImportError:
+    sys.exit("test_profiler_torch: PyTorch is missing for %s; install it with "
+             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)"
+             % sys.executable)
+
+from profiler.torch import profile  # noqa: E402
+
+B, T, C, H, V, L = 2, 16, 32, 4, 64, 2
+F = 48  # the Llama-like MLP's width
+FAILS = []
+
+
+def check(what, got, want):
+    if got != want:
+        FAILS.append("%s: %r, by hand %r" % (what, got, want))
+
+
+class Core(nn.Module):
+    """softmax(q k^T) v on views of the qkv projection (the scale left in its weights): the
+    products save contiguous copies of q, k and v, the softmax its probabilities."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+
+class Attn(nn.Module):
+    def __init__(self, bias):
+        super().__init__()
+        self.n_head = H
+        self.qkv = nn.Linear(C, 3 * C, bias=bias)
+        self.core_attn = Core()
+        self.proj = nn.Linear(C, C, bias=bias)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        y = self.core_attn(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class GptBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.attn = Attn(True)
+        self.fc, self.act, self.out = nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(self.act(self.fc(self.ln2(x))))
+
+
+class GptEmbed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+
+    def forward(self, tokens):
+        return self.wte(tokens) + self.wpe(torch.arange(T))
+
+
+class GptHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.lm = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
+
+    def forward(self, x):
+        return self.lm(self.ln(x))
+
+
+class RmsNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n1, self.n2 = RmsNorm(), RmsNorm()
+        self.attn = Attn(False)
+        self.gate, self.up = nn.Linear(C, F, bias=False), nn.Linear(C, F, bias=False)
+        self.act_fn, self.down = nn.SiLU(), nn.Linear(F, C, bias=False)
+
+    def forward(self, x):
+        x = x + self.attn(self.n1(x))
+        h = self.n2(x)
+        return x + self.down(self.act_fn(self.gate(h)) * self.up(h))
+
+
+def gpt_layers():
+    return [("embed", GptEmbed())] + [("block.%d" % i, GptBlock()) for i in range(L)] + \
+        [("head", GptHead())]
+
+
+def llama_layers():
+    return [("embed", nn.Embedding(V, C))] + [("block.%d" % i, LlamaBlock()) for i in range(L)] + \
+        [("head", nn.Sequential(RmsNorm(), nn.Linear(C, V, bias=False)))]
+
+
+def state(layer, n):
+    check(layer["name"] + " param_bytes", layer["param_bytes"], 4 * n)
+    check(layer["name"] + " grad_bytes", layer["grad_bytes"], 4 * n)
+    check(layer["name"] + " optimizer_bytes", layer["optimizer_bytes"], 8 * n)
+    check(layer["name"] + " state_bytes", layer["state_bytes"], 16 * n)
+
+
+def options(layer, attn, mlp):
+    got = {o["name"]: o for o in layer.get("recompute_options", [])}
+    check(layer["name"] + " options", sorted(got), ["attn", "attn+mlp", "mlp"])
+    for name, freed in (("attn", attn), ("mlp", mlp), ("attn+mlp", attn + mlp)):
+        o = got.get(name, {})
+        check(layer["name"] + " " + name + " transient_bytes", o.get("transient_bytes"), freed)
+        check(layer["name"] + " " + name + " kept_bytes", o.get("kept_bytes"),
+              layer["act_bytes"] - freed)
+        if not o.get("recompute_ms", 0) > 0:
+            FAILS.append("%s %s: recompute_ms %r" % (layer["name"], name, o.get("recompute_ms")))
+
+
+def brute_force(layers, in_flight, limit):
+    """The least recompute ms of a stage over every choice of every layer (keep, whole,
+    each option) under DESIGN.md's memory: sum state + v sum kept + max transient + max
+    workspace <= limit; None if nothing fits."""
+    import itertools
+    menus = []
+    for x in layers:
+        menu = [(x["act_bytes"], 0, 0.0), (x["ckpt_bytes"], x["act_bytes"] - x["ckpt_bytes"],
+                                            x["fwd_ms"])]
+        menu += [(o["kept_bytes"], o["transient_bytes"], o["recompute_ms"])
+                 for o in x.get("recompute_options", [])]
+        menus.append(menu)
+    state = sum(x["state_bytes"] for x in layers)
+    work = max(x["workspace_bytes"] for x in layers)
+    best = None
+    for pick in itertools.product(*menus):
+        memory = state + in_flight * sum(k for k, _, _ in pick) + \
+            max(t for _, t, _ in pick) + work
+        ms = sum(r for _, _, r in pick)
+        if memory <= limit and (best is None or ms < best):
+            best = ms
+    return best
+
+
+def test_gpt(ballast, work):
+    torch.manual_seed(0)
+    tokens, targets = torch.randint(V, (B, T)), torch.randint(V, (B, T))
+    prof = profile(gpt_layers(), tokens, targets, "cpu", 2, memory_bytes=1 << 30)
+    check("recognised as Ballast's GPT", prof["model"],
+          {"kind": "gpt", "n_layer": L, "n_embd": C, "n_head": H, "seq_len": T,
+           "vocab_size": V, "micro_batch": B, "dtype": "fp32"})
+    embed, blocks, head = prof["layers"][0], prof["layers"][1:-1], prof["layers"][-1]
+    check("names", [x["name"] for x in prof["layers"]],
+          ["embed"] + ["block.%d" % i for i in range(L)] + ["head"])
+    state(embed, V * C + T * C)
+    check("embed act_bytes (token and position indices)", embed["act_bytes"], 8 * B * T + 8 * T)
+    check("embed out_bytes", embed["out_bytes"], 4 * B * T * C)
+    for blk in blocks:
+        state(blk, 12 * C * C + 13 * C)
+        # input, ln1 out, the copies of q, k and v, probabilities, attention out, residual,
+        # ln2 out, fc out, GELU out; each LayerNorm's mean and rstd
+        want = 4 * (B * T * C * (1 + 1 + 3 + 1 + 1 + 1 + 4 + 4) + B * H * T * T + 4 * B * T)
+        check(blk["name"] + " act_bytes", blk["act_bytes"], want)
+        check(blk["name"] + " ckpt_bytes", blk["ckpt_bytes"], 4 * B * T * C)
+        check(blk["name"] + " out_bytes", blk["out_bytes"], 4 * B * T * C)
+        options(blk, 4 * (B * H * T * T + 3 * B * T * C), 4 * B * T * 4 * C)
+        for k in ("fwd_ms", "bwd_ms"):
+            if not blk[k] > 0:
+                FAILS.append("%s %s %r" % (blk["name"], k, blk[k]))
+    state(head, 2 * C + C * V)
+    if head["act_bytes"] < 4 * (2 * B * T * C + B * T * V):
+        FAILS.append("head act_bytes %d below its input, norm out and log-probabilities"
+                     % head["act_bytes"])
+    # the planner on it: two stages, the first short of memory, the DP against GLPK
+    path = os.path.join(work, "torch-gpt.json")
+    with open(path, "w") as f:
+        json.dump(prof, f)
+    # stage 0 (embed, block.0, two micro-batches in flight) short of keeping everything
+    e0, b0 = prof["layers"][0], prof["layers"][1]
+    short = e0["state_bytes"] + b0["state_bytes"] + 2 * (e0["act_bytes"] + b0["act_bytes"]) + \
+        b0["workspace_bytes"] - b0["act_bytes"] // 2
+    cluster = {"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": 4,
+               "stages": [{"device": "cpu", "memory_bytes": short, "profile": path,
+                           "layers": [0, 1]},
+                          {"device": "cpu", "memory_bytes": 1 << 30, "profile": path,
+                           "layers": [2, L + 1]}]}
+    cpath = os.path.join(work, "torch-cluster.json")
+    with open(cpath, "w") as f:
+        json.dump(cluster, f)
+    plan_path = os.path.join(work, "torch-plan.json")
+    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "1", "-o",
+                          plan_path],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        FAILS.append("ballast plan --verify on the profile: exit %d: %s" %
+                     (run.returncode, run.stderr))
+        return
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if not plan["verify"]["agree"]:
+        FAILS.append("plan: DP and GLPK disagree")
+    if not plan["stages"][0]["recompute"] and not plan["stages"][0].get("recompute_options"):
+        FAILS.append("plan: stage 0 recomputes nothing though short of memory")
+    best = brute_force(prof["layers"][:2], 2, short)
+    if best is None or abs(plan["stages"][0]["recompute_ms"] - best) > 1e-9 * max(1.0, best):
+        FAILS.append("plan: stage 0 recomputes %r ms, brute force %r" %
+                     (plan["stages"][0]["recompute_ms"], best))
+    for st in plan["stages"]:
+        if st["memory_bytes"] > st["memory_limit_bytes"]:
+            FAILS.append("plan: stage %d over its memory" % st["index"])
+
+
+def test_llama():
+    torch.manual_seed(0)
+    tokens, targets = torch.randint(V, (B, T)), torch.randint(V, (B, T))
+    prof = profile(llama_layers(), tokens, targets, "cpu", 2, "llama-like", memory_bytes=1 << 30)
+    check("model", prof["model"], {"kind": "custom", "name": "llama-like"})
+    embed, blocks, head = prof["layers"][0], prof["layers"][1:-1], prof["layers"][-1]
+    state(embed, V * C)
+    for blk in blocks:
+        state(blk, 4 * C * C + 3 * C * F + 2 * C)
+        options(blk, 4 * (B * H * T * T + 3 * B * T * C), 4 * B * T * F)
+    state(head, C + C * V)
+
+
+def factory(micro_batch, seq_len):
+    """For the command line: the GPT-2-like model (its T fixed by the position table)."""
+    assert seq_len == T
+    torch.manual_seed(0)
+    return {"layers": gpt_layers(), "tokens": torch.randint(V, (micro_batch, T)),
+            "targets": torch.randint(V, (micro_batch, T))}
+
+
+def test_command_line(work):
+    """python3 -m profiler.torch from the repo root, the model from this file."""
+    out = os.path.join(work, "cli.json")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "profiler.torch", "--model",
+                          "test_profiler_torch:factory", "--micro-batch", str(B), "--seq-len",
+                          str(T), "--repeat", "1", "-o", out],
+                         capture_output=True, text=True, env=env,
+                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
+    if run.returncode != 0:
+        FAILS.append("python3 -m profiler.torch: exit %d: %s" % (run.returncode, run.stderr))
+        return
+    with open(out) as f:
+        prof = json.load(f)
+    check("command line format", prof["format"], "ballast-profile/1")
+    check("command line kind", prof["model"]["kind"], "gpt")
+    check("command line layers", len(prof["layers"]), L + 2)
+    bad = subprocess.run([sys.executable, "-m", "profiler.torch", "--model", "no_such:thing",
+                          "-o", out], capture_output=True, text=True,
+                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
+    check("command line, a model that is not there: exit", bad.returncode, 2)
+
+
+def main():
+    ballast = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory() as work:
+        test_gpt(ballast, work)
+        test_llama()
+        test_command_line(work)
+    for f in FAILS:
+        print("FAIL", f)
+    print("test_profiler_torch: %d failure(s)" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

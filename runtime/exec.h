@@ -130,8 +130,8 @@ struct executor {
     double *mb_loss;                   /* head's stage: M */
     float *host_losses;                /* (B,T) staging */
     struct exec_ws_region ws[EXEC_WS_REGIONS];
-    int64_t live, peak, ws_live; /* with an arena, peak is at least persistent + its highest
-                                    byte in use at once */
+    int64_t live, peak, ws_live; /* with an arena, peak is persistent + its highest byte in
+                                    use at once */
     int phase;                   /* ARENA_FORWARD or ARENA_BACKWARD: the op running */
     struct stage_times times; /* of the last step */
     struct stage_event *events;

@@ -19,7 +19,6 @@
  * greedy offsets stand. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "arena_plan.h"
 
@@ -275,13 +274,6 @@ static int tournament(struct ga *g, const struct fitness *fit, int pop)
     return better(fit[b], fit[a]) ? b : a;
 }
 
-static double clock_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 /* Evolves the population from `first`; the best plan into `best`. */
 static long evolve(struct ga *g, const struct arena_options *opt, const int *first, int *best)
 {
@@ -301,9 +293,9 @@ static long evolve(struct ga *g, const struct arena_options *opt, const int *fir
         if (better(fit[p], fit[top]))
             top = p;
     }
-    double t0 = clock_ms();
+    double t0 = arena_clock_ms();
     for (int stall = 0; gen < opt->generations && stall < opt->stall; gen++) {
-        if (opt->time_limit_s > 0 && clock_ms() - t0 > 1e3 * opt->time_limit_s)
+        if (opt->time_limit_s > 0 && arena_clock_ms() - t0 > 1e3 * opt->time_limit_s)
             break;
         double pm = 0.1 + 0.5 * (double)gen / (double)opt->generations;
         memcpy(next, &pop[(size_t)top * N], sizeof *pop * (size_t)N);

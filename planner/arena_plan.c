@@ -215,7 +215,7 @@ int arena_slots(struct arena_problem *pb, const struct arena_options *opt,
     return ERR_OK;
 }
 
-static double now_ms(void)
+double arena_clock_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -235,9 +235,9 @@ int arena_layout(struct arena_object *o, int n, int in_flight, const struct aren
                        opt->method);
     snprintf(a->method, sizeof a->method, "%s", m->name);
     struct arena_problem pb = {o, n, in_flight};
-    double t0 = now_ms();
+    double t0 = arena_clock_ms();
     ERR_TRY(m->fn(&pb, opt, r, e));
-    a->solve_ms = now_ms() - t0;
+    a->solve_ms = arena_clock_ms() - t0;
     a->bytes = arena_extent(o, n);
     a->lower_bound_bytes = arena_lower_bound(o, n);
     a->host_bytes = arena_above_cap(o, n, opt->cap_bytes);

@@ -73,6 +73,9 @@ int arena_exact(struct arena_problem *pb, const struct arena_options *opt,
  * on top of them. */
 int64_t arena_best_gap(const struct arena_object *o, int n, const struct arena_object *obj);
 
+/* Milliseconds of the monotonic clock: solve times and the searches' time limits. */
+double arena_clock_ms(void);
+
 /* Every activation object of stage s of the plan, offsets -1 (owned by the caller). */
 int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, int *n,
                         struct err *e);

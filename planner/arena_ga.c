@@ -11,7 +11,9 @@
  * Fitness: the bytes above the device cap (they must migrate to host memory), then the arena.
  * Crossover (between two tournament winners) gives the child the second parent's choice for
  * the items either assigns to one random segment; mutation swaps two items of different
- * segments, only if each fits the other's segment, with a probability growing from 0.1 to 0.6
+ * segments, only if each fits the other's segment (is no larger than its leader: the swap
+ * alone may still push a segment up when their lifetimes crowd it, which the fitness then
+ * says), with a probability growing from 0.1 to 0.6
  * over the generations. The best plan survives each generation. It stops after
  * `generations`, `time_limit_s`, or `stall` generations without a better plan; seeded, so
  * deterministic when the time limit does not stop it. The result is never worse than the

@@ -46,6 +46,7 @@ struct arena {
     int64_t lower_bound_bytes; /* the most bytes live at one tick */
     int64_t host_bytes;        /* bytes of objects above the device cap (0: none or no cap) */
     int proven;                /* exact: optimality proven; others 0 */
+    const char *note;          /* what the method says of it (static text; not in the file) */
     double solve_ms;
     int n;
     struct arena_object *objects; /* owned */

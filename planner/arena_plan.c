@@ -242,6 +242,7 @@ int arena_layout(struct arena_object *o, int n, int in_flight, const struct aren
     a->lower_bound_bytes = arena_lower_bound(o, n);
     a->host_bytes = arena_above_cap(o, n, opt->cap_bytes);
     a->proven = r->proven;
+    a->note = r->note;
     return arena_check(a, e);
 }
 
@@ -283,8 +284,9 @@ void arena_explain(FILE *f, const struct plan *p, int s)
             "%s, %.1f ms, %d objects\n",
             s, a->method, (long long)a->bytes, (long long)a->lower_bound_bytes,
             a->lower_bound_bytes ? (double)a->bytes / (double)a->lower_bound_bytes : 1.0,
-            (long long)cost_arena_bytes(&c), a->proven ? "proven optimal" : "not proven",
-            a->solve_ms, a->n);
+            (long long)cost_arena_bytes(&c),
+            a->note != NULL ? a->note : a->proven ? "proven optimal" : "not proven", a->solve_ms,
+            a->n);
     if (a->host_bytes > 0)
         fprintf(f, "  %lld bytes lie above the device cap: they must go to host memory\n",
                 (long long)a->host_bytes);

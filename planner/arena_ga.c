@@ -277,13 +277,15 @@ static int tournament(struct ga *g, const struct fitness *fit, int pop)
 }
 
 /* Evolves the population from `first`; the best plan into `best`. */
-static long evolve(struct ga *g, const struct arena_options *opt, const int *first, int *best)
+static long evolve(struct ga *g, const struct arena_options *opt, const int *first, int *best,
+                   double deadline_ms)
 {
     int P = opt->population > 2 ? opt->population : 2, N = g->n_items;
     int *pop = malloc(sizeof *pop * (size_t)P * (size_t)N + 1);
     int *next = malloc(sizeof *next * (size_t)P * (size_t)N + 1);
     struct fitness *fit = malloc(sizeof *fit * (size_t)P), *nfit = malloc(sizeof *nfit * (size_t)P);
     long gen = 0;
+    memcpy(best, first, sizeof *best * (size_t)N);
     if (!pop || !next || !fit || !nfit)
         goto done;
     memcpy(pop, first, sizeof *pop * (size_t)N);
@@ -295,9 +297,8 @@ static long evolve(struct ga *g, const struct arena_options *opt, const int *fir
         if (better(fit[p], fit[top]))
             top = p;
     }
-    double t0 = arena_clock_ms();
     for (int stall = 0; gen < opt->generations && stall < opt->stall; gen++) {
-        if (opt->time_limit_s > 0 && arena_clock_ms() - t0 > 1e3 * opt->time_limit_s)
+        if (arena_clock_ms() > deadline_ms)
             break;
         double pm = 0.1 + 0.5 * (double)gen / (double)opt->generations;
         memcpy(next, &pop[(size_t)top * N], sizeof *pop * (size_t)N);
@@ -346,6 +347,7 @@ static void free_ga(struct ga *g)
 int arena_ga(struct arena_problem *pb, const struct arena_options *opt, struct arena_result *r,
              struct err *e)
 {
+    double deadline = opt->time_limit_s > 0 ? arena_clock_ms() + 1e3 * opt->time_limit_s : 1e300;
     ERR_TRY(arena_greedy(pb, opt, r, e));
     int n = pb->n;
     struct fitness greedy = {arena_above_cap(pb->o, n, opt->cap_bytes), arena_extent(pb->o, n)};
@@ -364,7 +366,7 @@ int arena_ga(struct arena_problem *pb, const struct arena_options *opt, struct a
             rc = err_set(e, ERR_FAIL, "out of memory searching %d objects", n);
     }
     if (rc == ERR_OK) {
-        r->iterations = evolve(&g, opt, first, best);
+        r->iterations = evolve(&g, opt, first, best, deadline);
         struct fitness f = decode(&g, best);
         r->note = "the greedy layout stands";
         if (better(f, greedy)) {

@@ -1,9 +1,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "arena_plan.h"
 #include "cli.h"
 #include "cluster.h"
+#include "plan_arena.h"
 #include "planner.h"
 
 static void help(void)
@@ -61,42 +61,8 @@ struct plan_args {
     struct plan_options o;
     int quiet, auto_micro;
     long micro_batches, global_batch;
-    int arena;           /* --arena given */
-    long explain_arena;  /* -1: none */
-    struct arena_options ao;
+    struct plan_arena_args arena;
 };
-
-/* The --arena options: 1 taken (ERR_INPUT in *rc on a bad value), 0 not one of them. */
-static int arena_option(int argc, char **argv, int *i, struct plan_args *a, int *rc)
-{
-    static const char *const names[] = {"--arena", "--explain-arena", "--arena-cap",
-                                        "--arena-seed", "--arena-generations", "--arena-stall",
-                                        "--arena-time-limit"};
-    const char *v;
-    long n = 0;
-    int k = 0, r = 0;
-    for (; k < 7 && (r = cli_option(argc, argv, i, names[k], &v)) == 0; k++)
-        ;
-    *rc = r < 0 ? ERR_INPUT : ERR_OK;
-    if (r <= 0)
-        return r < 0;
-    int bad = k == 0   ? arena_method_find(v) == NULL
-              : k == 2 ? cli_parse_bytes(v, &a->ao.cap_bytes)
-              : k == 6 ? cli_parse_double(v, &a->ao.time_limit_s) || !(a->ao.time_limit_s > 0)
-                       : cli_parse_int(v, k == 1 || k == 3 ? 0 : 1, 1L << 30, &n);
-    if (bad)
-        *rc = cli_usage_error("plan", "%s: \"%s\" is not %s", names[k], v,
-                              k == 0 ? "slots, greedy, ga or exact" : "a valid value");
-    else if (k == 0)
-        snprintf(a->ao.method, sizeof a->ao.method, "%s", v);
-    a->arena |= k == 0;
-    if (k == 1)
-        a->explain_arena = n;
-    a->ao.seed = k == 3 ? (uint64_t)n : a->ao.seed;
-    a->ao.generations = k == 4 ? (int)n : a->ao.generations;
-    a->ao.stall = k == 5 ? (int)n : a->ao.stall;
-    return 1;
-}
 
 /* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
 static int set_value(struct plan_args *a, const char *name, const char *v)
@@ -178,15 +144,14 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     err_clear(&e);
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
-    arena_options_default(&a->ao);
-    a->explain_arena = -1;
+    plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;
         if (cli_is_help(argv[i])) {
             help();
             return -1;
         }
-        if (arena_option(argc, argv, &i, a, &r)) {
+        if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
             if (r != ERR_OK)
                 return r;
             continue;
@@ -202,32 +167,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
-    if (a->explain_arena >= 0 && !a->arena)
+    if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;
-}
-
-/* --arena: every stage's arena laid out, and its memory against the limit. */
-static int plan_arena(const struct plan_args *a, struct plan *p, struct err *e)
-{
-    if (a->explain_arena >= p->n_stages) {
-        plan_free(p);
-        return err_set(e, ERR_INPUT, "--explain-arena: stage %ld, but the plan has %d stages",
-                       a->explain_arena, p->n_stages);
-    }
-    int rc = arena_plan(p, &a->ao, e);
-    for (int s = 0; rc == ERR_OK && s < p->n_stages; s++)
-        if (p->stages[s].memory_bytes > p->stages[s].memory_limit_bytes)
-            rc = err_set(e, ERR_NOFIT, "stage %d: the %s arena of %lld bytes makes the stage "
-                         "%lld bytes, over its memory_limit_bytes %lld", s, a->ao.method,
-                         (long long)p->stages[s].arena->bytes,
-                         (long long)p->stages[s].memory_bytes,
-                         (long long)p->stages[s].memory_limit_bytes);
-    if (rc)
-        plan_free(p);
-    return rc;
 }
 
 /* Loads the cluster and plans it. */
@@ -249,8 +193,8 @@ static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
         rc = planner_make(&c, &a->o, p, e);
     }
     cluster_free(&c);
-    if (rc == ERR_OK && a->arena)
-        rc = plan_arena(a, p, e);
+    if (rc == ERR_OK && a->arena.on)
+        rc = plan_arena_apply(&a->arena, p, e);
     return rc;
 }
 
@@ -259,8 +203,8 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, struct
 {
     if (!a->quiet)
         planner_print(a->export_format ? stderr : stdout, p);
-    if (a->explain_arena >= 0)
-        arena_explain(a->export_format ? stderr : stdout, p, (int)a->explain_arena);
+    if (a->arena.explain >= 0)
+        arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
     if (a->export_format != NULL && planner_export(stdout, p, a->export_format, e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))

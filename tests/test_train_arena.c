@@ -19,11 +19,11 @@
 
 static char cluster_file[1024];
 
-static void write_cluster(void)
+static void write_cluster(const char *schedule)
 {
-    char text[2048];
+    char text[2048], name[64];
     snprintf(text, sizeof text,
-             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"%s\", \"micro_batches\": 4, "
              "\"stages\": ["
              "{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [0, 2]},"
@@ -31,8 +31,9 @@ static void write_cluster(void)
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [3, 5]},"
              "{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [6, 7]}]}",
-             BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR);
-    snprintf(cluster_file, sizeof cluster_file, "%s", test_write("arena-cluster.json", text));
+             schedule, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR);
+    snprintf(name, sizeof name, "arena-cluster-%s.json", schedule);
+    snprintf(cluster_file, sizeof cluster_file, "%s", test_write(name, text));
 }
 
 /* `ballast plan --method block:1 [--arena METHOD]` into tmpdir/NAME. */
@@ -69,6 +70,19 @@ static int run(const char *plan, const char *dir, const char *metrics, struct tr
     char extra[2048];
     snprintf(extra, sizeof extra, "--threads 1 --steps 3 --check-arena --save '%s'", dir);
     return train_run_ok(NP, LIMIT_S, plan, extra, metrics, m);
+}
+
+static void test_gpipe(void)
+{
+    write_cluster("gpipe");
+    const char *plain = make_plan(NULL, "gpipe-plain.json");
+    const char *greedy = make_plan("greedy", "gpipe-greedy.json");
+    struct train_metrics a, b;
+    if (run(plain, test_path("ck-gpipe-plain"), "m-gpipe-plain.json", &a) ||
+        run(greedy, test_path("ck-gpipe-greedy"), "m-gpipe-greedy.json", &b))
+        return;
+    CU_ASSERT(same_losses(&a, &b));
+    write_cluster("1f1b");
 }
 
 static void test_layouts_bitwise(void)
@@ -171,11 +185,12 @@ static void test_check_catches_wrong_lifetimes(void)
 
 int main(void)
 {
-    write_cluster();
+    write_cluster("1f1b");
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("train_arena", NULL, NULL);
     CU_add_test(s, "every layout: bitwise the plain run, peak within 2% of the plan",
                 test_layouts_bitwise);
+    CU_add_test(s, "GPipe: the greedy layout bitwise the plain run", test_gpipe);
     CU_add_test(s, "--check-arena catches objects in use at once", test_check_catches_wrong_lifetimes);
     return test_main();
 }

@@ -274,6 +274,8 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
+        .arena = st->arena,
+        .check_arena = o->check_arena,
         .record_events = o->trace_file != NULL,
     };
     /* the transport is set up once every stage has started; the runner keeps its address */

@@ -118,6 +118,8 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->memory_limit_bytes = st->capacity_bytes;
     if (s + 1 < c->n_stages)
         st->link = cluster_link(c, s);
+    st->host_limit_bytes = c->stages[s].host_memory_bytes;
+    st->host_link = c->stages[s].host_link;
     struct stage_cost before;
     plan_stage_cost(p, st, &before);
     st->memory_before_bytes = before.memory_bytes;
@@ -164,6 +166,9 @@ static int plan_finish(struct plan *p, struct err *e)
         st->memory_bytes = cost.memory_bytes;
         st->recompute_ms = cost.recompute_ms;
         st->stage_ms = cost.stage_ms;
+        st->host_memory_bytes = cost.host_memory_bytes;
+        st->staging_bytes = cost.staging_bytes;
+        st->copy_ms = plan_stage_copy_ms(st);
         if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
             p->bottleneck_stage = s;
     }

@@ -32,6 +32,8 @@ static void help(void)
            "                   its certified optimality_gap (default: no limit)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
+           "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
+           "                   host_memory_bytes over their host links), or recompute,offload\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
@@ -66,6 +68,8 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "-o") == 0)
         a->out_file = v;
     else if (strcmp(name, "--method") == 0 && plan_method_parse(v, o, &e))
+        return cli_fail("plan", &e);
+    else if (strcmp(name, "--actions") == 0 && plan_actions_parse(v, o, &e))
         return cli_fail("plan", &e);
     else if (strcmp(name, "--reduce") == 0 &&
              (cli_parse_double(v, &o->reduce) || !(o->reduce > 0 && o->reduce <= 1)))
@@ -102,7 +106,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
 {
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
-                                        "--micro-batches", "--global-batch", "--export"};
+                                        "--micro-batches", "--global-batch", "--export",
+                                        "--actions"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);

@@ -12,6 +12,7 @@
 #include "microbatch.h"
 #include "model_ops.h"
 #include "nofit.h"
+#include "offload.h"
 #include "repartition.h"
 #include "sim.h"
 #include "verify.h"
@@ -19,6 +20,7 @@
 void plan_options_default(struct plan_options *o)
 {
     *o = (struct plan_options){.method = METHOD_OPTIMAL,
+                               .actions = PLAN_ACTION_RECOMPUTE,
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
@@ -81,6 +83,8 @@ int plan_options_check(const struct plan_options *o, struct err *e)
     if (o->whole_layers && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--whole-layers applies to --method optimal only (the "
                                      "other methods recompute whole layers anyway)");
+    if (offload_options_check(o, e))
+        return e->code;
     if (o->reduce > 0 && o->method != METHOD_PATENT)
         return err_set(e, ERR_INPUT, "--reduce applies to --method patent only");
     if (o->verify && !m->knapsack)

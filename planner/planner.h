@@ -22,8 +22,12 @@ enum plan_method {
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
 #define PLAN_SEARCH_NODES_DEFAULT 10000
 
+/* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
+enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2 };
+
 struct plan_options {
     enum plan_method method;
+    int actions;         /* PLAN_ACTION_* bits; default recompute */
     int block_n;         /* METHOD_BLOCK */
     double reduce;       /* METHOD_PATENT: 0 = off, else 0 < d <= 1 */
     int verify;          /* cross-check with GLPK */
@@ -36,6 +40,8 @@ struct plan_options {
 };
 
 void plan_options_default(struct plan_options *o);
+/* "recompute", "offload" or both, comma-separated, into o->actions. */
+int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 /* "none", "full", "block:N", "uniform-min", "patent", "optimal". */
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
 const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);

@@ -268,16 +268,15 @@ static void prune(struct stage_search *ss)
     ss->n_found = kept;
 }
 
-/* Past the cap, the baseline and the offloading candidates that recompute least stay. */
-static void cap_candidates(struct stage_search *ss)
+/* Past the cap, the first candidate (the baseline) and those that recompute least stay. */
+static void cap_candidates(struct candidate *found, int *count)
 {
-    int first = ss->n_found > 0 && ss->found[0].recompute_ms == ss->bound ? 1 : 0;
-    if (ss->n_found <= OFFLOAD_STAGE_CANDIDATES_MAX)
+    if (*count <= OFFLOAD_STAGE_CANDIDATES_MAX)
         return;
-    qsort(ss->found + first, (size_t)(ss->n_found - first), sizeof *ss->found, by_recompute);
-    for (int i = OFFLOAD_STAGE_CANDIDATES_MAX; i < ss->n_found; i++)
-        candidate_free(&ss->found[i]);
-    ss->n_found = OFFLOAD_STAGE_CANDIDATES_MAX;
+    qsort(found + 1, (size_t)(*count - 1), sizeof *found, by_recompute);
+    for (int i = OFFLOAD_STAGE_CANDIDATES_MAX; i < *count; i++)
+        candidate_free(&found[i]);
+    *count = OFFLOAD_STAGE_CANDIDATES_MAX;
 }
 
 static int search_init(struct stage_search *ss, const struct plan *p, int s,
@@ -390,11 +389,12 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
                        s, ss.n);
     if (rc == ERR_OK && baseline(&ss, s, o, &r0, e) == ERR_OK) {
         ss.bound = r0;
+        int all = combinations(&ss) <= OFFLOAD_ENUM_MAX;
         if (p->stages[s].host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD))
-            rc = combinations(&ss) <= OFFLOAD_ENUM_MAX ? search(&ss, 0, &(struct cost_sum){0})
-                                                       : search_families(&ss);
+            rc = all ? search(&ss, 0, &(struct cost_sum){0}) : search_families(&ss);
         prune(&ss);
-        cap_candidates(&ss);
+        if (!all)
+            cap_candidates(ss.found, &ss.n_found);
         for (int i = 0; i < ss.n_found && rc == ERR_OK; i++)
             rc = candidate_sim(&p->stages[s], &ss.found[i]);
     } else if (rc == ERR_OK) {
@@ -513,6 +513,9 @@ static int choose(struct plan *p, struct global *g, const struct plan_options *o
             return rc;
         product *= g->count[s];
     }
+    if (product > OFFLOAD_EXHAUSTIVE_MAX) /* not exact anyway: keep the descent short */
+        for (int s = 0; s < g->S; s++)
+            cap_candidates(g->cand[s], &g->count[s]);
     int *best = malloc((size_t)g->S * sizeof *best);
     double ms;
     if (best == NULL)

@@ -17,12 +17,12 @@
 #include "planner.h"
 
 #define OFFLOAD_EXHAUSTIVE_MAX 4096
-/* A stage with at most this many action combinations is searched through all of them (the
- * plan is then exact); a larger one through two-action families (its first k layers one
- * action, the rest another), keeping at most OFFLOAD_STAGE_CANDIDATES_MAX, least recompute
- * first. */
+/* A stage with at most this many action combinations is searched through all of them; a
+ * larger one through two-action families (its first k layers one action, the rest another).
+ * When the search is not exhaustive, a stage keeps at most OFFLOAD_STAGE_CANDIDATES_MAX
+ * candidates: its baseline and those that recompute least. */
 #define OFFLOAD_ENUM_MAX 1024
-#define OFFLOAD_STAGE_CANDIDATES_MAX 24
+#define OFFLOAD_STAGE_CANDIDATES_MAX 4
 
 /* ERR_INPUT for offload with a method other than optimal or with --repartition. */
 int offload_options_check(const struct plan_options *o, struct err *e);

@@ -58,6 +58,9 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
 /* The table a person reads: per stage device, layers, memory before -> after against the
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */
 void planner_print(FILE *f, const struct plan *p);
+/* Its offload part (report_offload.c): per offloaded tensor its bytes, copy time, free time
+ * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
+void planner_print_offload(FILE *f, const struct plan *p);
 
 /* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
  * plan has the least simulated iteration time; each candidate is summarised on `report`

@@ -92,8 +92,8 @@ static void test_bad_input(void)
  * not the cost model's. */
 static void test_plan_round_trip(void)
 {
-    char args[1024], *err = NULL;
-    const char *plan = test_path("off.plan.json");
+    char args[1024], *err = NULL, plan[1024];
+    snprintf(plan, sizeof plan, "%s", test_path("off.plan.json"));
     snprintf(args, sizeof args, "plan --quiet --actions recompute,offload --cluster %s -o %s",
              host_cluster("r.json", 1, ""), plan);
     CU_ASSERT_FATAL(test_run(args, NULL, NULL) == 0);
@@ -113,11 +113,16 @@ static void test_plan_round_trip(void)
     }
     CU_ASSERT(offloaded > 0);
     plan_free(&p);
-    snprintf(args, sizeof args, "simulate --plan %s -o %s", plan, test_path("sim.json"));
+    snprintf(args, sizeof args, "simulate --plan %s -o %s --trace %s", plan,
+             test_path("sim.json"), test_path("trace.json"));
     CU_ASSERT(test_run(args, NULL, NULL) == 0);
-    char *sim = test_read(test_path("sim.json"));
+    char *sim = test_read(test_path("sim.json")), *trace = test_read(test_path("trace.json"));
     CU_ASSERT(sim && strstr(sim, "stall_ms") && strstr(sim, "copy_in_ms"));
+    /* the copy lanes are tracks of the trace, with their slices */
+    CU_ASSERT(trace && strstr(trace, "to host (") && strstr(trace, "from host (") &&
+              strstr(trace, "prefetch-from-host") && strstr(trace, "copy-to-host"));
     free(sim);
+    free(trace);
     /* tamper: one byte more host memory than the cost model's */
     char *text = test_read(plan);
     char *at = strstr(text, "\"host_memory_bytes\":");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "devices.h"
 #include "offload.h"
 #include "planner.h"
 #include "sim.h"
@@ -59,6 +60,31 @@ static void test_cluster_host_fields(void)
     CU_ASSERT_FATAL(cluster_load(host_cluster("h3.json", 0, ""), &c, &e) == ERR_OK);
     CU_ASSERT(c.stages[0].host_memory_bytes == 0 && !c.stages[0].host_link.present);
     cluster_free(&c);
+}
+
+/* Each GPU's host_link_gbs is its PCIe generation's x16 figure (3/4/5: 16/32/64 GB/s each
+ * way), the generation its datasheet source names. */
+static void test_devices_pcie(void)
+{
+    struct device_table t;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(devices_load(BALLAST_SOURCE_DIR "/configs/devices.json", &t, &e) == ERR_OK);
+    int checked = 0;
+    for (int i = 0; i < t.n; i++) {
+        const struct device_spec *d = &t.devices[i];
+        const char *gen = strstr(d->source, "PCIe ");
+        if (strcmp(d->kind, "cuda") != 0)
+            continue;
+        CU_ASSERT_FATAL(gen != NULL);
+        double want = gen[5] == '3' ? 16 : gen[5] == '4' ? 32 : gen[5] == '5' ? 64 : -1;
+        CU_ASSERT(d->host_link_gbs == want);
+        struct link l = devices_host_link(d);
+        CU_ASSERT(l.present && test_close(l.gbps, want * 8 * 0.8, 0, 1e-12));
+        checked++;
+    }
+    CU_ASSERT(checked >= 9);
+    devices_free(&t);
 }
 
 static void test_bad_input(void)
@@ -449,6 +475,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("offload_plan", NULL, NULL);
     CU_add_test(s, "cluster host fields", test_cluster_host_fields);
+    CU_add_test(s, "devices' PCIe host links", test_devices_pcie);
     CU_add_test(s, "bad input", test_bad_input);
     CU_add_test(s, "plan round trip", test_plan_round_trip);
     CU_add_test(s, "simulator by hand", test_sim_by_hand);

@@ -33,6 +33,8 @@ static void help(void)
            "                   its certified optimality_gap (default: no limit)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
+           "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
+           "                   host_memory_bytes over their host links), or recompute,offload\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
@@ -76,6 +78,8 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
         a->out_file = v;
     else if (strcmp(name, "--method") == 0 && plan_method_parse(v, o, &e))
         return cli_fail("plan", &e);
+    else if (strcmp(name, "--actions") == 0 && plan_actions_parse(v, o, &e))
+        return cli_fail("plan", &e);
     else if (strcmp(name, "--reduce") == 0 &&
              (cli_parse_double(v, &o->reduce) || !(o->reduce > 0 && o->reduce <= 1)))
         return cli_usage_error("plan", "--reduce: \"%s\", expected a number in (0, 1]", v);
@@ -111,7 +115,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
 {
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
-                                        "--micro-batches", "--global-batch", "--export"};
+                                        "--micro-batches", "--global-batch", "--export",
+                                        "--actions"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -169,6 +174,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
+    /* the arena's objects have no offload staging buffers yet: the two would disagree on
+     * the device memory */
+    if (a->arena.on && (a->o.actions & PLAN_ACTION_OFFLOAD))
+        return cli_usage_error("plan", "--arena and --actions offload cannot be combined yet "
+                               "(the arena does not lay out offload staging buffers)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;

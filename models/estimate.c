@@ -169,6 +169,7 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     snprintf(out->device.name, sizeof out->device.name, "%s", d->name);
     snprintf(out->device.kind, sizeof out->device.kind, "%s", d->kind);
     out->device.memory_bytes = d->memory_bytes;
+    out->host_link = devices_host_link(d);
     for (int l = 0; l < n; l++) {
         struct layer_cost *c = &out->layers[l];
         struct layer_sizes s;

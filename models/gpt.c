@@ -68,7 +68,14 @@ const struct model_ops model_ops_gpt = {
 
 const struct model_ops *model_ops_of(const struct model *m)
 {
-    return m->kind == MODEL_KIND_GPT ? &model_ops_gpt : NULL;
+    switch (m->kind) {
+    case MODEL_KIND_GPT:
+        return &model_ops_gpt;
+    case MODEL_KIND_LLAMA:
+        return &model_ops_llama;
+    default:
+        return NULL;
+    }
 }
 
 int64_t model_param_count(const struct model *m)

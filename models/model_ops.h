@@ -36,6 +36,7 @@ struct model_ops {
 };
 
 extern const struct model_ops model_ops_gpt;
+extern const struct model_ops model_ops_llama;
 
 /* The operations of the model's kind; NULL for a custom model, which has none. */
 const struct model_ops *model_ops_of(const struct model *m);

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "llama.h"
+
 static int act_elem_bytes(const struct model *m)
 {
     return sizes_act_elem_bytes(m->dtype);
@@ -139,6 +141,8 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                         struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
+    if (m->kind == MODEL_KIND_LLAMA)
+        return llama_layer_tensors(m, kind, cls, out);
     switch (cls) {
     case SIZES_PARAMS:
         return params_tensors(m, kind, out);
@@ -158,22 +162,27 @@ int sizes_ckpt_tensor_count(enum model_layer_kind kind)
 /* Options by the names of the tensors they regenerate, so that a change to the tables above
  * cannot silently shift them. */
 static const struct {
+    enum model_kind model;
     enum model_layer_kind kind;
     const char *name;
     const char *regen[3];
 } options[] = {
     /* QK^T and the causal softmax again from the kept qkv; atty stays kept (the attention
      * projection's input), as in Megatron-LM's selective recomputation of core attention */
-    {MODEL_LAYER_BLOCK, "attn", {"att"}},
-    {MODEL_LAYER_BLOCK, "mlp", {"fch_gelu"}}, /* GELU again from the kept fch */
-    {MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_gelu"}},
+    {MODEL_KIND_GPT, MODEL_LAYER_BLOCK, "attn", {"att"}},
+    {MODEL_KIND_GPT, MODEL_LAYER_BLOCK, "mlp", {"fch_gelu"}}, /* GELU again from the kept fch */
+    {MODEL_KIND_GPT, MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_gelu"}},
+    /* Llama: the same, the kept qkv already rotated; SwiGLU again from the kept gate and up */
+    {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "attn", {"att"}},
+    {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "mlp", {"fch_swiglu"}},
+    {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_swiglu"}},
 };
 
 static uint32_t mask_of(const struct model *m, enum model_layer_kind kind,
                         const char *const *names)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = kept_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     uint32_t mask = 0;
     for (int j = 0; j < 3 && names[j] != NULL; j++)
         for (int k = 0; k < n; k++)
@@ -187,7 +196,7 @@ int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
 {
     int count = 0;
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (options[i].kind == kind && count < SIZES_OPTIONS_MAX)
+        if (options[i].model == m->kind && options[i].kind == kind && count < SIZES_OPTIONS_MAX)
             out[count++] = (struct sizes_option){options[i].name,
                                                  mask_of(m, kind, options[i].regen)};
     return count;
@@ -209,7 +218,7 @@ int sizes_find_option(const struct model *m, enum model_layer_kind kind, const c
 uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = kept_tensors(m, kind, t), ckpt = sizes_ckpt_tensor_count(kind);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t), ckpt = sizes_ckpt_tensor_count(kind);
     return (((uint32_t)1 << n) - 1) & ~(((uint32_t)1 << ckpt) - 1);
 }
 
@@ -217,7 +226,7 @@ void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32
                        int64_t *kept, int64_t *transient)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = kept_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     *kept = *transient = 0;
     for (int k = 0; k < n; k++)
         *(regen >> k & 1 ? transient : kept) += sizes_tensor_bytes(&t[k]);
@@ -258,7 +267,7 @@ int64_t sizes_activation_bytes(const struct model *m)
 int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = params_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_PARAMS, t);
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += t[i].elems;
@@ -269,7 +278,7 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
     enum model_layer_kind kind = model_layer_kind(m, layer);
-    int n = params_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_PARAMS, t);
     int64_t fp32_copy = sizes_tensors_bytes(t, n), weights_copy = 0;
     out->params = sizes_layer_params(m, kind);
     for (int i = 0; i < n; i++) {
@@ -278,10 +287,10 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
         weights_copy += sizes_tensor_bytes(&w);
     }
     out->state_bytes = sizes_state_bytes(m->dtype, weights_copy, fp32_copy);
-    n = kept_tensors(m, kind, t);
+    n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     out->act_bytes = sizes_tensors_bytes(t, n);
     out->ckpt_bytes = sizes_tensors_bytes(t, sizes_ckpt_tensor_count(kind));
-    n = workspace_tensors(m, kind, t);
+    n = sizes_layer_tensors(m, kind, SIZES_WORKSPACE, t);
     out->workspace_bytes = sizes_tensors_bytes(t, n);
     if (kind == MODEL_LAYER_HEAD)
         out->out_bytes = 4; /* the micro-batch's mean loss */

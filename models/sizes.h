@@ -1,5 +1,6 @@
-/* Memory of the GPT layers, as pure functions of the model: the single source of truth for
- * the estimated profiles, the planner and the runtime's allocations.
+/* Memory of the GPT layers (and, through models/llama.c, the Llama layers), as pure functions
+ * of the model: the single source of truth for the estimated profiles, the planner and the
+ * runtime's allocations.
  *
  * Each layer's memory is three lifetime classes of tensors, listed in the order the runtime
  * carves them from its arenas (each tensor starts on a SIZES_ALIGN boundary):

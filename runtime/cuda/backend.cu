@@ -289,6 +289,7 @@ static const struct backend_ops cuda_ops = {
     cu_crossentropy_backward,
     cu_adamw,
     cu_free,
+    nullptr, // llama: no CUDA kernels yet
 };
 
 // ---- set-up and the C API of cuda_device.h ----

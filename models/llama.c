@@ -1,0 +1,181 @@
+/* The Llama family (Llama-2, Llama-3) behind the model table: pre-norm blocks of RMSNorm,
+ * grouped-query attention with rotary positions, and a SwiGLU MLP; no biases, no position
+ * embedding, an output head not tied to the token embedding.
+ *
+ * The projections are fused as the runtime computes them: qkv_w stacks q_proj (C rows),
+ * k_proj and v_proj (C n_kv_head/n_head rows each), fc_w stacks gate_proj over up_proj
+ * (ffn_hidden rows each); both are Hugging Face's matrices one above the other. Parameter
+ * names follow GPT's where the role is the same, so the initialisation rule and weight decay
+ * are GPT's (layer-norm gains 1, residual projections scaled by 1/sqrt(2 n_layer)). */
+#include "llama.h"
+
+#include <string.h>
+
+#include "estimate.h"
+#include "model_ops.h"
+
+int64_t llama_qkv_width(const struct model *m)
+{
+    int64_t hs = m->n_embd / m->n_head;
+    return ((int64_t)m->n_head + 2 * (int64_t)m->n_kv_head) * hs;
+}
+
+#define ADD(name_, n_, e_)                                                                       \
+    do {                                                                                         \
+        out[count].name = (name_);                                                               \
+        out[count].elems = (n_);                                                                 \
+        out[count].elem_bytes = (e_);                                                            \
+        count++;                                                                                 \
+    } while (0)
+
+static int params_tensors(const struct model *m, enum model_layer_kind kind,
+                          struct sizes_tensor *out)
+{
+    int64_t C = m->n_embd, V = m->vocab_size, F = m->ffn_hidden, QKV = llama_qkv_width(m);
+    int count = 0;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        ADD("wte", V * C, 4);             /* (V,C) token embedding */
+        break;
+    case MODEL_LAYER_BLOCK:
+        ADD("ln1_w", C, 4);               /* input RMSNorm gain */
+        ADD("qkv_w", QKV * C, 4);         /* (QKV,C) q, k, v projections */
+        ADD("proj_w", C * C, 4);          /* (C,C) o_proj */
+        ADD("ln2_w", C, 4);               /* post-attention RMSNorm gain */
+        ADD("fc_w", 2 * F * C, 4);        /* (2F,C) gate_proj over up_proj */
+        ADD("fcproj_w", C * F, 4);        /* (C,F) down_proj */
+        break;
+    case MODEL_LAYER_HEAD:
+        ADD("lnf_w", C, 4);
+        ADD("lm_w", V * C, 4);            /* (V,C) untied output projection */
+        break;
+    }
+    return count;
+}
+
+static int kept_tensors(const struct model *m, enum model_layer_kind kind,
+                        struct sizes_tensor *out)
+{
+    int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+            V = m->vocab_size, F = m->ffn_hidden, QKV = llama_qkv_width(m);
+    int e = sizes_act_elem_bytes(m->dtype);
+    int count = 0;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        ADD("tokens", B * T, 4);          /* (B,T) input ids: the checkpoint */
+        break;
+    case MODEL_LAYER_BLOCK:
+        ADD("inp", B * T * C, e);         /* (B,T,C) input: the checkpoint */
+        ADD("ln1", B * T * C, e);
+        ADD("ln1_rstd", B * T, 4);
+        ADD("qkv", B * T * QKV, e);       /* (B,T,QKV) q and k rotated, v */
+        ADD("att", B * NH * T * T, e);    /* (B,NH,T,T) softmax probabilities */
+        ADD("atty", B * T * C, e);        /* (B,T,C) attention output */
+        ADD("res2", B * T * C, e);        /* (B,T,C) residual after attention */
+        ADD("ln2", B * T * C, e);
+        ADD("ln2_rstd", B * T, 4);
+        ADD("fch", B * T * 2 * F, e);     /* (B,T,2F) gate and up */
+        ADD("fch_swiglu", B * T * F, e);  /* (B,T,F) silu(gate) * up */
+        break;
+    case MODEL_LAYER_HEAD:
+        ADD("inp", B * T * C, e);         /* checkpoint */
+        ADD("targets", B * T, 4);         /* checkpoint */
+        ADD("lnf", B * T * C, e);
+        ADD("lnf_rstd", B * T, 4);
+        ADD("probs", B * T * V, e);       /* (B,T,V) softmax of the logits */
+        break;
+    }
+    return count;
+}
+
+static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
+                             struct sizes_tensor *out)
+{
+    int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+            F = m->ffn_hidden, QKV = llama_qkv_width(m);
+    int e = sizes_act_elem_bytes(m->dtype);
+    int count = 0;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        ADD("out", B * T * C, e);
+        ADD("dout", B * T * C, e);
+        break;
+    case MODEL_LAYER_BLOCK:
+        ADD("out", B * T * C, e);
+        ADD("dout", B * T * C, e);
+        ADD("dinp", B * T * C, e);
+        ADD("dsw", B * T * F, e);         /* d fch_swiglu */
+        ADD("dfch", B * T * 2 * F, e);    /* d fch */
+        ADD("dln", B * T * C, e);         /* d ln2, d atty, d ln1 in turn */
+        ADD("dqkv", B * T * QKV, e);
+        ADD("datt", B * NH * T * T, e);   /* d att, then d pre-softmax in place */
+        break;
+    case MODEL_LAYER_HEAD:
+        ADD("dlnf", B * T * C, e);
+        ADD("dinp", B * T * C, e);
+        ADD("losses", B * T, 4);
+        break;
+    }
+    return count;
+}
+
+#undef ADD
+
+int llama_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
+                        struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
+    switch (cls) {
+    case SIZES_PARAMS:
+        return params_tensors(m, kind, out);
+    case SIZES_KEPT:
+        return kept_tensors(m, kind, out);
+    case SIZES_WORKSPACE:
+        return workspace_tensors(m, kind, out);
+    }
+    return 0;
+}
+
+static int llama_tensors_of_layer(const struct model *m, int layer, enum sizes_class cls,
+                                  struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    return llama_layer_tensors(m, model_layer_kind(m, layer), cls, out);
+}
+
+static int llama_recompute_options(const struct model *m, int layer,
+                                   struct sizes_option out[SIZES_OPTIONS_MAX])
+{
+    return sizes_recompute_options(m, model_layer_kind(m, layer), out);
+}
+
+static int64_t llama_param_count(const struct model *m)
+{
+    int64_t total = 0;
+    for (int l = 0; l < model_layer_count(m); l++)
+        total += sizes_layer_params(m, model_layer_kind(m, l));
+    return total;
+}
+
+static void llama_param_init(const struct model *m, const char *name, float *std, float *fill)
+{
+    model_ops_gpt.param_init(m, name, std, fill); /* the names share GPT's roles */
+}
+
+static int llama_param_decays(const char *name)
+{
+    return model_ops_gpt.param_decays(name);
+}
+
+const struct model_ops model_ops_llama = {
+    .kind = "llama",
+    .layer_count = model_layer_count,
+    .layer_name = model_layer_name,
+    .layer_tensors = llama_tensors_of_layer,
+    .layer_sizes = sizes_layer,
+    .recompute_options = llama_recompute_options,
+    .layer_flops = estimate_layer_flops,
+    .param_count = llama_param_count,
+    .param_init = llama_param_init,
+    .param_decays = llama_param_decays,
+};

@@ -59,6 +59,7 @@ struct llama_kernels {
 
 /* The CPU backend's (backend_llama_cpu.c) and the CUDA backend's (cuda/llama_kernels.cu). */
 extern const struct llama_kernels llama_kernels_cpu;
+extern const struct llama_kernels llama_kernels_cuda;
 
 extern const struct backend_layer_ops llama_layer_ops[MODEL_LAYER_HEAD + 1];
 

@@ -13,6 +13,7 @@
 #include "estimate.h"
 #include "kernels_llama_cpu.h"
 #include "layout.h"
+#include "llama_layers.h"
 #include "model_ops.h"
 #include "testutil.h"
 #include "traintest.h"
@@ -320,6 +321,187 @@ static void test_embedding(void)
         }
 }
 
+/* ---- the composed layers (llama_layers.c over the CPU backend) against float64 ---- */
+
+enum { LB = 2, LT = 5, LC = 16, LNH = 4, LNKV = 2, LHS = 4, LF = 12, LV = 11,
+       LW = (LNH + 2 * LNKV) * LHS, LN = LB * LT };
+
+static const struct model small_llama = {
+    .kind = MODEL_KIND_LLAMA, .n_layer = 1, .n_embd = LC, .n_head = LNH, .n_kv_head = LNKV,
+    .ffn_hidden = LF, .seq_len = LT, .vocab_size = LV, .micro_batch = LB,
+    .dtype = MODEL_DTYPE_FP32, .rope_theta = 10000, .norm_eps = 1e-5};
+
+/* one layer's tensors, each its own allocation, parameters random (gains near 1) */
+struct layer_mem {
+    struct layer_view v;
+    struct sizes_tensor t[3][SIZES_TENSORS_MAX];
+    int n[3];
+    double *pd[SIZES_TENSORS_MAX]; /* float64 copies of the parameters */
+};
+
+static void mem_make(struct layer_mem *lm, enum model_layer_kind kind, int layer)
+{
+    memset(lm, 0, sizeof *lm);
+    lm->v.model = &small_llama;
+    lm->v.kind = kind;
+    lm->v.layer = layer;
+    for (int c = 0; c < 3; c++) {
+        lm->n[c] = sizes_layer_tensors(&small_llama, kind, (enum sizes_class)c, lm->t[c]);
+        for (int k = 0; k < lm->n[c]; k++) {
+            size_t bytes = (size_t)sizes_tensor_bytes(&lm->t[c][k]);
+            void **at = c == SIZES_PARAMS ? &lm->v.params[k]
+                        : c == SIZES_KEPT ? &lm->v.kept[k] : &lm->v.ws[k];
+            *at = calloc(1, bytes);
+            if (c != SIZES_PARAMS)
+                continue;
+            lm->v.grads[k] = calloc(1, bytes);
+            int64_t n = lm->t[c][k].elems;
+            lm->pd[k] = malloc(sizeof(double) * (size_t)n);
+            int gain = strstr(lm->t[c][k].name, "ln") == lm->t[c][k].name;
+            fill(lm->v.params[k], lm->pd[k], n, gain ? 0.6 : -0.4, gain ? 1.4 : 0.4);
+        }
+    }
+}
+
+static void mem_free(struct layer_mem *lm)
+{
+    for (int k = 0; k < lm->n[SIZES_PARAMS]; k++) {
+        free(lm->v.params[k]);
+        free(lm->v.grads[k]);
+        free(lm->pd[k]);
+    }
+    for (int k = 0; k < lm->n[SIZES_KEPT]; k++)
+        free(lm->v.kept[k]);
+    for (int k = 0; k < lm->n[SIZES_WORKSPACE]; k++)
+        free(lm->v.ws[k]);
+}
+
+/* out (N,OC) = x (N,IC) W^T, W (OC,IC) */
+static void ref_linear(double *out, const double *x, const double *W, int n, int IC, int OC)
+{
+    for (int r = 0; r < n; r++)
+        for (int o = 0; o < OC; o++) {
+            double acc = 0;
+            for (int i = 0; i < IC; i++)
+                acc += x[r * IC + i] * W[o * IC + i];
+            out[r * OC + o] = acc;
+        }
+}
+
+struct block_ctx {
+    double *x, *G;
+    double *const *p; /* ln1_w, qkv_w, proj_w, ln2_w, fc_w, fcproj_w */
+};
+
+static double block_loss(const double *unused, const void *ctx)
+{
+    const struct block_ctx *c = ctx;
+    static double ln[LN * LC], qkv[LN * LW], rot[LN * LW], atty[LN * LC], att[LB * LNH * LT * LT],
+        res2[LN * LC], fch[LN * 2 * LF], sw[LN * LF], out[LN * LC];
+    struct rope_ctx rc = {LB, LT, LNH + LNKV, LW, LHS, 10000.0, NULL};
+    struct att_ctx ac = {LB, LT, LNH, LNKV, LHS, NULL};
+    rms_ref(c->x, c->p[0], ln, LN, LC, 1e-5);
+    ref_linear(qkv, ln, c->p[1], LN, LC, LW);
+    rope_ref(qkv, rot, &rc);
+    att_ref(rot, atty, att, &ac);
+    ref_linear(res2, atty, c->p[2], LN, LC, LC);
+    for (int i = 0; i < LN * LC; i++)
+        res2[i] += c->x[i];
+    rms_ref(res2, c->p[3], ln, LN, LC, 1e-5);
+    ref_linear(fch, ln, c->p[4], LN, LC, 2 * LF);
+    swiglu_ref(fch, sw, LN, LF);
+    ref_linear(out, sw, c->p[5], LN, LF, LC);
+    double l = 0;
+    for (int i = 0; i < LN * LC; i++)
+        l += (out[i] + res2[i]) * c->G[i];
+    return l;
+}
+
+static void test_block_layer(void)
+{
+    struct backend be;
+    struct err e = {0};
+    CU_ASSERT_EQUAL_FATAL(backend_cpu_init(&be, 1, &e), ERR_OK);
+    struct layer_mem lm;
+    mem_make(&lm, MODEL_LAYER_BLOCK, 1);
+    const struct backend_layer_ops *ops = &backend_layers(&be, &small_llama)[MODEL_LAYER_BLOCK];
+    static float out[LN * LC], G[LN * LC];
+    static double xd[LN * LC], Gd[LN * LC], gref[LW * LC];
+    fill(lm.v.kept[LB_INP], xd, LN * LC, -1, 1);
+    fill(G, Gd, LN * LC, -1, 1);
+    CU_ASSERT_EQUAL_FATAL(ops->forward(&be, &lm.v, out, &e), ERR_OK);
+    struct block_ctx c = {xd, Gd, lm.pd};
+    double l = 0;
+    for (int i = 0; i < LN * LC; i++)
+        l += out[i] * Gd[i];
+    CU_ASSERT(test_close(l, block_loss(NULL, &c), 1e-4, 1e-4));
+    memcpy(lm.v.ws[LB_DOUT], G, sizeof G);
+    CU_ASSERT_EQUAL_FATAL(ops->backward(&be, &lm.v, 1.0f, &e), ERR_OK);
+    fd_grad(block_loss, &c, xd, LN * LC, gref);
+    CU_ASSERT(all_close(lm.v.ws[LB_DINP], gref, LN * LC, 2e-4, 2e-3, "block dinp"));
+    for (int k = 0; k < lm.n[SIZES_PARAMS]; k++) {
+        fd_grad(block_loss, &c, lm.pd[k], lm.t[SIZES_PARAMS][k].elems, gref);
+        CU_ASSERT(all_close(lm.v.grads[k], gref, lm.t[SIZES_PARAMS][k].elems, 2e-4, 2e-3,
+                            lm.t[SIZES_PARAMS][k].name));
+    }
+    mem_free(&lm);
+    be.ops->free(&be);
+}
+
+struct head_ctx {
+    double *x, *wn, *wl, scale;
+    const int32_t *targets;
+};
+
+static double head_loss(const double *unused, const void *ctx)
+{
+    const struct head_ctx *c = ctx;
+    static double ln[LN * LC], logits[LN * LV];
+    rms_ref(c->x, c->wn, ln, LN, LC, 1e-5);
+    ref_linear(logits, ln, c->wl, LN, LC, LV);
+    double l = 0;
+    for (int n = 0; n < LN; n++) {
+        double m = -INFINITY, z = 0;
+        for (int v = 0; v < LV; v++)
+            m = fmax(m, logits[n * LV + v]);
+        for (int v = 0; v < LV; v++)
+            z += exp(logits[n * LV + v] - m);
+        l += c->scale * (log(z) + m - logits[n * LV + c->targets[n]]);
+    }
+    return l;
+}
+
+static void test_head_layer(void)
+{
+    struct backend be;
+    struct err e = {0};
+    CU_ASSERT_EQUAL_FATAL(backend_cpu_init(&be, 1, &e), ERR_OK);
+    struct layer_mem lm;
+    mem_make(&lm, MODEL_LAYER_HEAD, 2);
+    const struct backend_layer_ops *ops = &backend_layers(&be, &small_llama)[MODEL_LAYER_HEAD];
+    static double xd[LN * LC], gref[LV * LC];
+    int32_t *targets = lm.v.kept[LH_TARGETS];
+    for (int n = 0; n < LN; n++)
+        targets[n] = (int32_t)test_rng_int(&rng, 0, LV - 1);
+    fill(lm.v.kept[LH_INP], xd, LN * LC, -1, 1);
+    CU_ASSERT_EQUAL_FATAL(ops->forward(&be, &lm.v, NULL, &e), ERR_OK);
+    float scale = 1.0f / LN;
+    struct head_ctx c = {xd, lm.pd[LH_LNF_W], lm.pd[LH_LM_W], scale, targets};
+    double l = 0;
+    for (int n = 0; n < LN; n++)
+        l += scale * ((float *)lm.v.ws[LH_LOSSES])[n];
+    CU_ASSERT(test_close(l, head_loss(NULL, &c), 1e-5, 1e-5));
+    CU_ASSERT_EQUAL_FATAL(ops->backward(&be, &lm.v, scale, &e), ERR_OK);
+    fd_grad(head_loss, &c, xd, LN * LC, gref);
+    CU_ASSERT(all_close(lm.v.ws[LH_DINP], gref, LN * LC, 1e-5, 1e-3, "head dinp"));
+    fd_grad(head_loss, &c, lm.pd[LH_LNF_W], LC, gref);
+    CU_ASSERT(all_close(lm.v.grads[LH_LNF_W], gref, LC, 1e-5, 1e-3, "lnf_w"));
+    fd_grad(head_loss, &c, lm.pd[LH_LM_W], LV * LC, gref);
+    CU_ASSERT(all_close(lm.v.grads[LH_LM_W], gref, LV * LC, 1e-5, 1e-3, "lm_w"));
+    mem_free(&lm);
+    be.ops->free(&be);
+}
+
 /* ---- sizes ---- */
 
 static struct model llama(int n_layer, int C, int NH, int NKV, int F, int T, int V, int B)
@@ -572,6 +754,8 @@ int main(void)
     CU_add_test(s, "rotary positions forward and backward against float64", test_rope);
     CU_add_test(s, "grouped-query attention (MHA, GQA, MQA) against float64", test_attention);
     CU_add_test(s, "token embedding forward and backward by hand", test_embedding);
+    CU_add_test(s, "the block (llama_layers.c) against float64", test_block_layer);
+    CU_add_test(s, "the head (llama_layers.c) against float64", test_head_layer);
     CU_add_test(s, "parameter counts of Llama-2 and Llama-3 as published", test_param_counts);
     CU_add_test(s, "block sizes by formula, the layout and the estimate agree", test_sizes);
     CU_add_test(s, "bad model files are refused naming file and field", test_bad_files);

@@ -121,26 +121,16 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
 
 #undef ADD
 
-int llama_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
-                        struct sizes_tensor out[SIZES_TENSORS_MAX])
-{
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
-    switch (cls) {
-    case SIZES_PARAMS:
-        return params_tensors(m, kind, out);
-    case SIZES_KEPT:
-        return kept_tensors(m, kind, out);
-    case SIZES_WORKSPACE:
-        return workspace_tensors(m, kind, out);
-    }
-    return 0;
-}
+const sizes_tensors_fn llama_size_tables[3] = {
+    [SIZES_PARAMS] = params_tensors,
+    [SIZES_KEPT] = kept_tensors,
+    [SIZES_WORKSPACE] = workspace_tensors,
+};
 
 static int llama_tensors_of_layer(const struct model *m, int layer, enum sizes_class cls,
                                   struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    return llama_layer_tensors(m, model_layer_kind(m, layer), cls, out);
+    return sizes_layer_tensors(m, model_layer_kind(m, layer), cls, out);
 }
 
 static int llama_recompute_options(const struct model *m, int layer,

@@ -6,9 +6,9 @@
 #include "model.h"
 #include "sizes.h"
 
-/* Tensors of one class of a Llama layer kind, in carving order; returns how many. */
-int llama_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
-                        struct sizes_tensor out[SIZES_TENSORS_MAX]);
+/* Tensors of one class of a Llama layer kind, in carving order, by enum sizes_class (through
+ * sizes_layer_tensors, which clears the slots first). */
+extern const sizes_tensors_fn llama_size_tables[3];
 /* Width of the fused q, k, v projection: (n_head + 2 n_kv_head) * head size. */
 int64_t llama_qkv_width(const struct model *m);
 

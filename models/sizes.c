@@ -30,8 +30,6 @@ int sizes_weight_elem_bytes(enum model_dtype dtype)
 static int params_tensors(const struct model *m, enum model_layer_kind kind,
                           struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t C = m->n_embd, V = m->vocab_size, T = m->seq_len;
     int count = 0;
     const char *name_;
@@ -66,8 +64,6 @@ static int params_tensors(const struct model *m, enum model_layer_kind kind,
 static int kept_tensors(const struct model *m, enum model_layer_kind kind,
                         struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
             V = m->vocab_size;
     int e = act_elem_bytes(m);
@@ -107,8 +103,6 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
 static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
                              struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
     int e = act_elem_bytes(m);
     int count = 0;
@@ -138,20 +132,20 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
 
 #undef ADD
 
+static const sizes_tensors_fn gpt_size_tables[3] = {
+    [SIZES_PARAMS] = params_tensors,
+    [SIZES_KEPT] = kept_tensors,
+    [SIZES_WORKSPACE] = workspace_tensors,
+};
+
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                         struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    if (m->kind == MODEL_KIND_LLAMA)
-        return llama_layer_tensors(m, kind, cls, out);
-    switch (cls) {
-    case SIZES_PARAMS:
-        return params_tensors(m, kind, out);
-    case SIZES_KEPT:
-        return kept_tensors(m, kind, out);
-    case SIZES_WORKSPACE:
-        return workspace_tensors(m, kind, out);
-    }
-    return 0;
+    const sizes_tensors_fn *tables =
+        m->kind == MODEL_KIND_LLAMA ? llama_size_tables : gpt_size_tables;
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
+    return tables[cls](m, kind, out);
 }
 
 int sizes_ckpt_tensor_count(enum model_layer_kind kind)

@@ -48,6 +48,10 @@ struct layer_sizes {
     int64_t workspace_bytes;
 };
 
+/* One class's tensors of a layer kind of one model kind, in carving order; returns how many. */
+typedef int (*sizes_tensors_fn)(const struct model *m, enum model_layer_kind kind,
+                                struct sizes_tensor *out);
+
 /* Tensors of one class of a layer kind, in carving order; returns how many. */
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                         struct sizes_tensor out[SIZES_TENSORS_MAX]);

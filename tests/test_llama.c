@@ -597,6 +597,35 @@ static void test_sizes(void)
     devices_free(&dt);
 }
 
+/* A profile measured by running llama_layers.c (ballast profile --device cpu) carries the size
+ * functions' memory, and times for every layer and option. */
+static void test_measured_profile(void)
+{
+    char args[2048], out[1024];
+    snprintf(out, sizeof out, "%s", test_path("llama-measured.json"));
+    snprintf(args, sizeof args,
+             "profile --model '%s/configs/models/llama-tiny.json' --device cpu --threads 1 "
+             "-o '%s'",
+             BALLAST_SOURCE_DIR, out);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    struct profile p;
+    struct err e = {0};
+    CU_ASSERT_EQUAL_FATAL(profile_load(out, &p, &e), ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(p.n_layers, p.model.n_layer + 2);
+    CU_ASSERT(p.model.kind == MODEL_KIND_LLAMA && p.model.n_kv_head == 2);
+    for (int l = 0; l < p.n_layers; l++) {
+        struct layer_sizes s;
+        sizes_layer(&p.model, l, &s);
+        CU_ASSERT_EQUAL(p.layers[l].act_bytes, s.act_bytes);
+        CU_ASSERT_EQUAL(p.layers[l].state_bytes, s.state_bytes);
+        CU_ASSERT(p.layers[l].fwd_ms > 0 && p.layers[l].bwd_ms > 0);
+        for (int k = 0; k < p.layers[l].n_options; k++)
+            CU_ASSERT(p.layers[l].options[k].recompute_ms > 0);
+    }
+    CU_ASSERT_EQUAL(p.layers[1].n_options, 3);
+    profile_free(&p);
+}
+
 /* ---- model files ---- */
 
 static void test_bad_files(void)
@@ -761,6 +790,7 @@ int main(void)
     CU_add_test(s, "the head (llama_layers.c) against float64", test_head_layer);
     CU_add_test(s, "parameter counts of Llama-2 and Llama-3 as published", test_param_counts);
     CU_add_test(s, "block sizes by formula, the layout and the estimate agree", test_sizes);
+    CU_add_test(s, "a measured CPU profile of llama-tiny", test_measured_profile);
     CU_add_test(s, "bad model files are refused naming file and field", test_bad_files);
     CU_add_test(s, "3 ranks: every recompute option bitwise equal to keeping everything",
                 test_train_recompute);

@@ -1,8 +1,8 @@
 /* Models as plug-ins: what the planner, the estimator, the runtime's layout and the profiler
  * need to know of a model kind, as a small table of operations (the shape of ggml's backend
- * tables). GPT (gpt.c) is the first implementation. A `custom` model (a profile's bare layer
- * list) has no operations: it can be planned, simulated, benched and exported from its
- * profiles, but not estimated, measured or trained. */
+ * tables). GPT (gpt.c) and the Llama family (llama.c) implement it. A `custom` model (a
+ * profile's bare layer list) has no operations: it can be planned, simulated, benched and
+ * exported from its profiles, but not estimated, measured or trained. */
 #ifndef BALLAST_MODEL_OPS_H
 #define BALLAST_MODEL_OPS_H
 
@@ -12,7 +12,7 @@
 #include "sizes.h"
 
 struct model_ops {
-    const char *kind; /* as in the model file: "gpt" */
+    const char *kind; /* as in the model file: "gpt", "llama" */
     /* planning layers, and their names in profiles and plans */
     int (*layer_count)(const struct model *m);
     void (*layer_name)(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX]);

@@ -1,7 +1,8 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
  * CPU code (backend_cpu.c, fp32) and the CUDA code (cuda/backend.cu: cuBLAS, fp32 and bf16)
  * live. A backend is memory and kernels only; the GPT's layers are composed once over its
- * kernels (gpt_layers.c). The schedule executor (stage.c) reaches memory and layers only
+ * kernels (gpt_layers.c), and the Llama family's over them and its `llama` kernels
+ * (llama_layers.c); backend_layers picks by model kind. The schedule executor (stage.c) reaches memory and layers only
  * through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,

@@ -20,13 +20,14 @@ int64_t llama_qkv_width(const struct model *m)
     return ((int64_t)m->n_head + 2 * (int64_t)m->n_kv_head) * hs;
 }
 
-#define ADD(name_, n_, e_)                                                                       \
-    do {                                                                                         \
-        out[count].name = (name_);                                                               \
-        out[count].elems = (n_);                                                                 \
-        out[count].elem_bytes = (e_);                                                            \
-        count++;                                                                                 \
-    } while (0)
+/* Appends one tensor to a table. */
+static void add(struct sizes_tensor *out, int *count, const char *name, int64_t elems,
+                int elem_bytes)
+{
+    out[(*count)++] = (struct sizes_tensor){name, elems, elem_bytes};
+}
+
+#define ADD(name_, n_, e_) add(out, &count, name_, n_, e_)
 
 static int params_tensors(const struct model *m, enum model_layer_kind kind,
                           struct sizes_tensor *out)
@@ -127,45 +128,15 @@ const sizes_tensors_fn llama_size_tables[3] = {
     [SIZES_WORKSPACE] = workspace_tensors,
 };
 
-static int llama_tensors_of_layer(const struct model *m, int layer, enum sizes_class cls,
-                                  struct sizes_tensor out[SIZES_TENSORS_MAX])
-{
-    return sizes_layer_tensors(m, model_layer_kind(m, layer), cls, out);
-}
-
-static int llama_recompute_options(const struct model *m, int layer,
-                                   struct sizes_option out[SIZES_OPTIONS_MAX])
-{
-    return sizes_recompute_options(m, model_layer_kind(m, layer), out);
-}
-
-static int64_t llama_param_count(const struct model *m)
-{
-    int64_t total = 0;
-    for (int l = 0; l < model_layer_count(m); l++)
-        total += sizes_layer_params(m, model_layer_kind(m, l));
-    return total;
-}
-
-static void llama_param_init(const struct model *m, const char *name, float *std, float *fill)
-{
-    model_ops_gpt.param_init(m, name, std, fill); /* the names share GPT's roles */
-}
-
-static int llama_param_decays(const char *name)
-{
-    return model_ops_gpt.param_decays(name);
-}
-
 const struct model_ops model_ops_llama = {
     .kind = "llama",
     .layer_count = model_layer_count,
     .layer_name = model_layer_name,
-    .layer_tensors = llama_tensors_of_layer,
+    .layer_tensors = sizes_layer_tensors_at,
     .layer_sizes = sizes_layer,
-    .recompute_options = llama_recompute_options,
+    .recompute_options = sizes_recompute_options_at,
     .layer_flops = estimate_layer_flops,
-    .param_count = llama_param_count,
-    .param_init = llama_param_init,
-    .param_decays = llama_param_decays,
+    .param_count = sizes_model_params,
+    .param_init = model_gpt_param_init, /* the names share GPT's roles */
+    .param_decays = model_gpt_param_decays,
 };

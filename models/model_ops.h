@@ -35,6 +35,11 @@ struct model_ops {
     int (*param_decays)(const char *name);
 };
 
+/* GPT's initialisation rule and weight decay, by parameter name (Llama's names share GPT's
+ * where the roles are the same, and so its rule). */
+void model_gpt_param_init(const struct model *m, const char *name, float *std, float *fill);
+int model_gpt_param_decays(const char *name);
+
 extern const struct model_ops model_ops_gpt;
 extern const struct model_ops model_ops_llama;
 

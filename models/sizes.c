@@ -148,6 +148,26 @@ int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum 
     return tables[cls](m, kind, out);
 }
 
+int sizes_layer_tensors_at(const struct model *m, int layer, enum sizes_class cls,
+                           struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    return sizes_layer_tensors(m, model_layer_kind(m, layer), cls, out);
+}
+
+int sizes_recompute_options_at(const struct model *m, int layer,
+                               struct sizes_option out[SIZES_OPTIONS_MAX])
+{
+    return sizes_recompute_options(m, model_layer_kind(m, layer), out);
+}
+
+int64_t sizes_model_params(const struct model *m)
+{
+    int64_t total = 0;
+    for (int l = 0; l < model_layer_count(m); l++)
+        total += sizes_layer_params(m, model_layer_kind(m, l));
+    return total;
+}
+
 int sizes_ckpt_tensor_count(enum model_layer_kind kind)
 {
     return kind == MODEL_LAYER_HEAD ? 2 : 1;

@@ -55,6 +55,10 @@ typedef int (*sizes_tensors_fn)(const struct model *m, enum model_layer_kind kin
 /* Tensors of one class of a layer kind, in carving order; returns how many. */
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                         struct sizes_tensor out[SIZES_TENSORS_MAX]);
+/* The same by layer index (model_ops' layer_tensors), and the model's parameters. */
+int sizes_layer_tensors_at(const struct model *m, int layer, enum sizes_class cls,
+                           struct sizes_tensor out[SIZES_TENSORS_MAX]);
+int64_t sizes_model_params(const struct model *m);
 /* Number of leading kept tensors that form the layer's input (its checkpoint). */
 int sizes_ckpt_tensor_count(enum model_layer_kind kind);
 /* A tensor's bytes, rounded up to SIZES_ALIGN. */
@@ -89,6 +93,9 @@ struct sizes_option {
  * returns how many. */
 int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
                             struct sizes_option out[SIZES_OPTIONS_MAX]);
+/* The same by layer index (model_ops' recompute_options). */
+int sizes_recompute_options_at(const struct model *m, int layer,
+                               struct sizes_option out[SIZES_OPTIONS_MAX]);
 /* The regen set of the option named `name` for this kind; 0 (and *regen untouched) if the
  * kind has no such option. */
 int sizes_find_option(const struct model *m, enum model_layer_kind kind, const char *name,

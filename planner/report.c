@@ -71,9 +71,10 @@ void planner_print(FILE *f, const struct plan *p)
                 p->model.layer_count);
     else
         fprintf(f,
-                "plan: method %s, schedule %s, %d micro-batches; model gpt %d blocks, %.3g%s "
+                "plan: method %s, schedule %s, %d micro-batches; model %s %d blocks, %.3g%s "
                 "parameters, %s, micro-batch %d x %d tokens\n",
-                p->method, schedule_name(p->schedule), p->micro_batches, p->model.n_layer,
+                p->method, schedule_name(p->schedule), p->micro_batches,
+                model_kind_name(p->model.kind), p->model.n_layer,
                 params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
                 model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
     snprintf(head, sizeof head, "memory %s: before -> after / limit", u.name);

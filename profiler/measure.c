@@ -223,13 +223,13 @@ static void *send_buffer(const struct layer_view *v)
 
 static int forward(struct backend *be, const struct layer_view *v, void *out, struct err *e)
 {
-    return be->ops->layer[v->kind].forward(be, v, out, e);
+    return backend_layers(be, v->model)[v->kind].forward(be, v, out, e);
 }
 
 static int backward(struct backend *be, const struct layer_view *v, struct err *e)
 {
     float scale = (float)(1.0 / ((double)v->model->micro_batch * v->model->seq_len));
-    return be->ops->layer[v->kind].backward(be, v, scale, e);
+    return backend_layers(be, v->model)[v->kind].backward(be, v, scale, e);
 }
 
 /* ---- memory ---- */
@@ -282,7 +282,7 @@ static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, 
     ERR_TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
     r->forward_transient = used_lines(p->saved, span(p, ARENA_TRANSIENT));
     ERR_TRY(poison(p, ARENA_TRANSIENT, e));
-    ERR_TRY(p->be->ops->layer[v.kind].recompute(p->be, &v, e));
+    ERR_TRY(backend_layers(p->be, v.model)[v.kind].recompute(p->be, &v, e));
     ERR_TRY(fetch(p, ARENA_TRANSIENT, p->host, e));
     r->regenerated = used_lines(p->host, span(p, ARENA_TRANSIENT));
     r->differs = 0;

@@ -1,7 +1,8 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
  * CPU code (backend_cpu.c, fp32) and the CUDA code (cuda/backend.cu: cuBLAS, fp32 and bf16)
  * live. A backend is memory and kernels only; the GPT's layers are composed once over its
- * kernels (gpt_layers.c). The schedule executor (stage.c) reaches memory and layers only
+ * kernels (gpt_layers.c), and the Llama family's over them and its `llama` kernels
+ * (llama_layers.c); backend_layers picks by model kind. The schedule executor (stage.c) reaches memory and layers only
  * through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
@@ -83,6 +84,7 @@ struct layer_view {
 };
 
 struct backend;
+struct llama_kernels;
 
 struct backend_layer_ops {
     /* Writes the kept tensors and the output `out` (B,T,C): the next layer's input or the
@@ -177,6 +179,8 @@ struct backend_ops {
                  float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
                  int t, int decay, struct err *e);
     void (*free)(struct backend *be);
+    /* The Llama family's own kernels (llama_layers.h); NULL when the backend has none. */
+    const struct llama_kernels *llama;
 };
 
 struct backend {
@@ -184,6 +188,10 @@ struct backend {
     int threads;
     void *impl; /* the backend's own state */
 };
+
+/* The layers of the model's kind: the table's `layer` (GPT's) or llama_layers.c's, by enum
+ * model_layer_kind. */
+const struct backend_layer_ops *backend_layers(const struct backend *be, const struct model *m);
 
 /* The CPU backend (fp32): `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);

@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "gpt_layers.h"
 #include "kernels_cpu.h"
+#include "llama_layers.h"
 
 static int cpu_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
 {
@@ -181,6 +182,7 @@ static const struct backend_ops cpu_ops = {
     .crossentropy_backward = cpu_crossentropy_backward,
     .adamw = cpu_adamw,
     .free = cpu_free,
+    .llama = &llama_kernels_cpu,
 };
 
 int backend_cpu_init(struct backend *be, int threads, struct err *e)

@@ -198,7 +198,7 @@ int exec_recompute_span(struct executor *x, int li, int micro, const struct laye
 {
     double t0;
     ERR_TRY(span_begin(x, &t0, e));
-    ERR_TRY(x->c.be->ops->layer[v->kind].recompute(x->c.be, v, e));
+    ERR_TRY(backend_layers(x->c.be, v->model)[v->kind].recompute(x->c.be, v, e));
     return span_end(x, STAGE_EV_RECOMPUTE, micro, li, t0, e);
 }
 
@@ -269,7 +269,7 @@ static int read_loss(struct executor *x, int micro, const struct layer_view *v, 
 static int forward(struct executor *x, int micro, struct err *e)
 {
     const struct stage_layout *lay = x->c.lay;
-    const struct backend_ops *ops = x->c.be->ops;
+    const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
     int n = lay->n_layers;
     struct layer_view v, next;
     double t0;
@@ -299,7 +299,7 @@ static int forward(struct executor *x, int micro, struct err *e)
                             &loss_id, e));
         ERR_TRY(HOOK(x, li, before_forward, micro, e));
         ERR_TRY(span_begin(x, &t0, e));
-        ERR_TRY(ops->layer[L->kind].forward(x->c.be, &v, out, e));
+        ERR_TRY(layers[L->kind].forward(x->c.be, &v, out, e));
         ERR_TRY(span_end(x, STAGE_EV_FORWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_forward, micro, e));
         if (loss_id >= 0) {
@@ -349,7 +349,7 @@ static int backward(struct executor *x, int micro, struct err *e)
 {
     const struct model *m = x->c.model;
     const struct stage_layout *lay = x->c.lay;
-    const struct backend_ops *ops = x->c.be->ops;
+    const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
     int n = lay->n_layers;
     float loss_scale =
         (float)(1.0 / ((double)m->micro_batch * m->seq_len * x->c.micro_batches));
@@ -367,7 +367,7 @@ static int backward(struct executor *x, int micro, struct err *e)
         ERR_TRY(take_dout(x, li, micro, &v, &prev, prev_id, e));
         ERR_TRY(HOOK(x, li, before_backward, micro, &v, e));
         ERR_TRY(span_begin(x, &t0, e));
-        ERR_TRY(ops->layer[L->kind].backward(x->c.be, &v, loss_scale, e));
+        ERR_TRY(layers[L->kind].backward(x->c.be, &v, loss_scale, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
         exec_arena_out(x, ARENA_KEPT, micro, li);

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cost.h"
+#include "llama_layers.h"
 #include "model_ops.h"
 
 /* The names backend.h's enums stand for, per kind and class, in enum order. */
@@ -21,22 +22,39 @@ static const char *const expected[3][3][SIZES_TENSORS_MAX] = {
                           {"inp", "targets", "lnf", "lnf_mean", "lnf_rstd", "probs"},
                           {"dlnf", "dinp", "losses"}},
 };
+static const char *const llama_expected[3][3][SIZES_TENSORS_MAX] = {
+    [MODEL_LAYER_EMBED] = {{"wte"}, {"tokens"}, {"out", "dout"}},
+    [MODEL_LAYER_BLOCK] = {{"ln1_w", "qkv_w", "proj_w", "ln2_w", "fc_w", "fcproj_w"},
+                           {"inp", "ln1", "ln1_rstd", "qkv", "att", "atty", "res2", "ln2",
+                            "ln2_rstd", "fch", "fch_swiglu"},
+                           {"out", "dout", "dinp", "dsw", "dfch", "dln", "dqkv", "datt"}},
+    [MODEL_LAYER_HEAD] = {{"lnf_w", "lm_w"},
+                          {"inp", "targets", "lnf", "lnf_rstd", "probs"},
+                          {"dlnf", "dinp", "losses"}},
+};
+static const int llama_expected_count[3][3] = {
+    [MODEL_LAYER_EMBED] = {1, EMBED_KEPT, EMBED_WS},
+    [MODEL_LAYER_BLOCK] = {LB_PARAMS, LB_KEPT, LB_WS},
+    [MODEL_LAYER_HEAD] = {LH_PARAMS, LH_KEPT, LH_WS},
+};
 static const int expected_count[3][3] = {
     [MODEL_LAYER_EMBED] = {EMBED_PARAMS, EMBED_KEPT, EMBED_WS},
     [MODEL_LAYER_BLOCK] = {BLOCK_PARAMS, BLOCK_KEPT, BLOCK_WS},
     [MODEL_LAYER_HEAD] = {HEAD_PARAMS, HEAD_KEPT, HEAD_WS},
 };
 
-static int check_names(enum model_layer_kind kind, enum sizes_class cls,
+static int check_names(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                        const struct sizes_tensor *t, int n, struct err *e)
 {
-    int ok = n == expected_count[kind][cls];
+    int llama = m->kind == MODEL_KIND_LLAMA;
+    const char *const *names = llama ? llama_expected[kind][cls] : expected[kind][cls];
+    int ok = n == (llama ? llama_expected_count : expected_count)[kind][cls];
     for (int i = 0; ok && i < n; i++)
-        ok = strcmp(t[i].name, expected[kind][cls][i]) == 0;
+        ok = strcmp(t[i].name, names[i]) == 0;
     if (!ok)
         return err_set(e, ERR_FAIL,
-                       "internal: the size tables of models/sizes.c (layer kind %d, class %d, "
-                       "%d tensors) no longer match the tensor indices of runtime/backend.h",
+                       "internal: the size tables of models/ (layer kind %d, class %d, "
+                       "%d tensors) no longer match the tensor indices of runtime/backend.h or llama_layers.h",
                        (int)kind, (int)cls, n);
     return ERR_OK;
 }
@@ -99,9 +117,9 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
         L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
         L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
-        if (check_names(L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
-            check_names(L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
-            check_names(L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
+        if (check_names(m, L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
+            check_names(m, L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
+            check_names(m, L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
             layout_free(sl);
             return e->code;
         }
@@ -258,10 +276,11 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
 
 int layout_param_decays(const char *name)
 {
-    return model_ops_gpt.param_decays(name); /* the runtime's layers are GPT's */
+    /* by name: Llama's parameters share GPT's names where their roles are the same */
+    return model_ops_gpt.param_decays(name);
 }
 
 void layout_param_init(const struct model *m, const char *name, float *std, float *fill)
 {
-    model_ops_gpt.param_init(m, name, std, fill);
+    model_ops_of(m)->param_init(m, name, std, fill);
 }

@@ -14,6 +14,7 @@ extern "C" {
 #include "backend.h"
 #include "cuda_device.h"
 #include "gpt_layers.h"
+#include "llama_layers.h"
 }
 
 // cuBLAS's workspace: its documentation recommends 32 MiB on Hopper (4 MiB before it); a
@@ -57,6 +58,11 @@ static kctx ctx_of(struct backend *be, enum model_dtype dt)
 {
     cuda_impl *c = impl_of(be);
     return kctx{c->stream, c->blas, dt == MODEL_DTYPE_BF16};
+}
+
+kctx cuda_kctx(struct backend *be, enum model_dtype dt)
+{
+    return ctx_of(be, dt);
 }
 
 // ---- memory ----
@@ -289,6 +295,7 @@ static const struct backend_ops cuda_ops = {
     cu_crossentropy_backward,
     cu_adamw,
     cu_free,
+    &llama_kernels_cuda,
 };
 
 // ---- set-up and the C API of cuda_device.h ----

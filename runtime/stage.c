@@ -185,6 +185,32 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     return rc;
 }
 
+int64_t stage_temporary_bytes(const struct stage_layout *lay)
+{
+    return lay->activation_bytes + lay->transient_bytes + lay->workspace_bytes;
+}
+
+/* The arenas in the caller's regions (stage_config): nothing allocated. */
+static int stage_carve(struct stage_runner *r, struct err *e)
+{
+    const struct stage_config *c = &r->c;
+    const struct stage_layout *lay = &r->lay;
+    if (lay->persistent_bytes > c->persistent_bytes ||
+        stage_temporary_bytes(lay) > c->temporary_bytes)
+        return err_set(e, ERR_NOFIT, "its persistent region holds %lld bytes and it needs %lld "
+                       "(weights, gradients, optimizer state); the temporary region holds %lld "
+                       "and it needs %lld (activations %lld + transient %lld + workspace %lld)",
+                       (long long)c->persistent_bytes, (long long)lay->persistent_bytes,
+                       (long long)c->temporary_bytes, (long long)stage_temporary_bytes(lay),
+                       (long long)lay->activation_bytes, (long long)lay->transient_bytes,
+                       (long long)lay->workspace_bytes);
+    r->persistent = c->persistent;
+    r->activations = c->temporary;
+    r->transient = r->activations + lay->activation_bytes;
+    r->workspace = r->transient + lay->transient_bytes;
+    return ERR_OK;
+}
+
 /* Host staging, receipt handles, the four arenas and the executor over them. */
 static int stage_alloc(struct stage_runner *r, struct err *e)
 {
@@ -201,7 +227,9 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
                        (void **)&r->transient, (void **)&r->workspace};
     int64_t bytes[4] = {r->lay.persistent_bytes, r->lay.activation_bytes,
                         r->lay.transient_bytes, r->lay.workspace_bytes};
-    for (int i = 0; i < 4; i++)
+    if (c->persistent != NULL)
+        ERR_TRY(stage_carve(r, e));
+    for (int i = 0; i < 4 && c->persistent == NULL; i++)
         if (bytes[i] > 0)
             ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
     struct exec_config xc = {
@@ -252,7 +280,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
 
 void stage_free(struct stage_runner *r)
 {
-    if (r->be != NULL && r->be->ops != NULL) {
+    if (r->be != NULL && r->be->ops != NULL && r->c.persistent == NULL) {
         r->be->ops->release(r->be, r->persistent);
         r->be->ops->release(r->be, r->activations);
         r->be->ops->release(r->be, r->transient);

@@ -26,6 +26,12 @@ struct stage_config {
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
     int record_events;
+    /* Time-shared jobs (train_share.c): the stage's persistent arena at `persistent`, and its
+     * activations, transient and workspace carved in that order from `temporary`, both the
+     * caller's memory of the given sizes (ERR_NOFIT, with the numbers, when the stage needs
+     * more). NULL: the stage allocates its own. */
+    char *persistent, *temporary;
+    int64_t persistent_bytes, temporary_bytes;
 };
 
 struct stage_runner {
@@ -34,7 +40,8 @@ struct stage_runner {
     struct backend *be;
     struct transport *tp;
     const struct data_source *data;
-    char *persistent, *activations, *transient, *workspace; /* backend memory, owned */
+    char *persistent, *activations, *transient, *workspace; /* backend memory, owned unless
+                                                               the config gave it */
     int32_t *host_tokens, *host_targets;                    /* (B,T) staging */
     int *slot_req;                                          /* per slot, -1 none */
     struct executor x; /* its times, events and peak are the stage's */
@@ -49,6 +56,9 @@ void stage_free(struct stage_runner *r);
 
 /* Sets the zero of event times (call after a barrier on every rank). */
 void stage_set_origin(struct stage_runner *r);
+
+/* The bytes the stage carves from a temporary region: activations, transient, workspace. */
+int64_t stage_temporary_bytes(const struct stage_layout *lay);
 
 /* Runs step `step` (0-based; AdamW's t is step + 1). On the last stage *loss is the step's
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */

@@ -16,12 +16,6 @@
 #include "stage.h"
 #include "transport.h"
 
-/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
-#define ADAMW_WEIGHT_DECAY 0.1f
-
 struct run {
     const struct train_options *o;
     MPI_Comm comm;
@@ -599,6 +593,8 @@ static int train_loop(struct run *r, struct err *e)
 
 int train_run(const struct train_options *o)
 {
+    if (o->share_file != NULL)
+        return train_share_run(o);
     struct run r;
     struct err e;
     memset(&r, 0, sizeof r);

@@ -12,6 +12,11 @@
 #include <stdint.h>
 
 #define TRAIN_DEFAULT_LR 1e-3
+/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define ADAMW_WEIGHT_DECAY 0.1f
 /* Generous: a step of the largest CPU plans takes seconds, a checkpoint of a large stage a
  * minute; a rank silent for 10 minutes has stopped. */
 #define TRAIN_DEFAULT_TIMEOUT_S 600
@@ -32,10 +37,18 @@ struct train_options {
     const char *transport; /* "auto", "mpi" or "nccl" (transport.h) */
     int quiet;   /* no per-step lines */
     double timeout_s; /* a wait for another rank fails after this long (0: never) */
+    /* --share (train_share.c): the jobs of share_file in turn, `slice` steps at a time, until
+     * each has run `steps`; switch_full: the baseline that copies a job's device state to
+     * host at switch-out and back at switch-in */
+    const char *share_file;
+    int64_t slice;
+    int switch_full;
 };
 
 /* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's
  * stage does not fit its memory. Messages are printed here, by the rank concerned. */
 int train_run(const struct train_options *o);
+/* The same for o->share_file (train_run passes it on). */
+int train_share_run(const struct train_options *o);
 
 #endif

@@ -20,8 +20,10 @@ int share_job_parse(const char *arg, const struct plan_options *defaults, char *
     file[n] = '\0';
     out->cluster_file = file;
     out->o = *defaults;
-    if (colon != NULL && plan_method_parse(colon + 1, &out->o, e))
-        return err_set(e, ERR_INPUT, "--share: %s: %s", arg, e->msg);
+    struct err in;
+    err_clear(&in);
+    if (colon != NULL && plan_method_parse(colon + 1, &out->o, &in))
+        return err_set(e, ERR_INPUT, "--share: %s: %s", arg, in.msg);
     return plan_options_check(&out->o, e);
 }
 

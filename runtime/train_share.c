@@ -214,8 +214,10 @@ static int start_job(struct share_run *r, int j, struct err *e)
         .persistent_bytes = dv->persistent[j].bytes,
         .temporary_bytes = dv->temporary.bytes,
     };
-    if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, e))
-        return err_set(e, e->code, "job %s: %s", r->sh.jobs[j].name, e->msg);
+    struct err in;
+    err_clear(&in);
+    if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, &in))
+        return err_set(e, in.code, "job %s: %s", r->sh.jobs[j].name, in.msg);
     job->stage_ready = 1;
     if (!o->switch_full)
         return ERR_OK;
@@ -556,8 +558,10 @@ int train_share_run(const struct train_options *o)
     }
     /* the same on every rank: rank 0 speaks for all */
     int rc = check_share(&r, &e);
-    if (rc == ERR_OK && o->metrics_file != NULL && fileio_out_check(o->metrics_file, &e))
-        rc = err_set(&e, e.code, "--metrics: %s", e.msg);
+    struct err out;
+    err_clear(&out);
+    if (rc == ERR_OK && o->metrics_file != NULL && fileio_out_check(o->metrics_file, &out))
+        rc = err_set(&e, out.code, "--metrics: %s", out.msg);
     int all = share_agree(&r, rc);
     if (all == ERR_OK) { /* this rank's own: it speaks for itself */
         rc = setup_rank(&r, &e);

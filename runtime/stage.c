@@ -6,6 +6,12 @@
 #include "bf16.h"
 #include "rng.h"
 
+/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define ADAMW_WEIGHT_DECAY 0.1f
+
 /* ---- the port: data set and transport ---- */
 
 static struct stage_runner *runner(struct executor *x)
@@ -250,6 +256,34 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .record_events = c->record_events,
     };
     return exec_init(&r->x, &xc, e);
+}
+
+int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
+                         uint32_t **regen, struct err *e)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int n = plan_stage_layer_count(st);
+    *regen = calloc((size_t)n, sizeof **regen);
+    if (*regen == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int l = 0; l < n; l++)
+        ERR_TRY(layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                             &(*regen)[l], e));
+    *c = (struct stage_config){
+        .model = &p->model,
+        .stage = s,
+        .n_stages = p->n_stages,
+        .micro_batches = p->micro_batches,
+        .schedule = p->schedule,
+        .first = st->first,
+        .last = st->last,
+        .regen = *regen,
+        .in_flight = st->in_flight,
+        .adamw = {(float)lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
+        .limit_bytes = st->memory_limit_bytes,
+        .reserve_bytes = p->reserve_bytes,
+    };
+    return ERR_OK;
 }
 
 int stage_init(struct stage_runner *r, const struct stage_config *c, struct backend *be,

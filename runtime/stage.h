@@ -13,6 +13,7 @@
 #include "data.h"
 #include "exec.h"
 #include "layout.h"
+#include "plan.h"
 #include "transport.h"
 
 struct stage_config {
@@ -46,6 +47,12 @@ struct stage_runner {
     int *slot_req;                                          /* per slot, -1 none */
     struct executor x; /* its times, events and peak are the stage's */
 };
+
+/* The config of plan p's stage s: its layers, the kept tensors each regenerates (*regen,
+ * allocated here, the caller's to free), the schedule, AdamW at learning rate lr, its limit.
+ * ERR_INPUT when the runtime cannot apply a layer's recompute option. */
+int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
+                         uint32_t **regen, struct err *e);
 
 /* Lays out and allocates the stage (ERR_NOFIT, naming the layer, if it does not fit),
  * weights drawn from `seed` by global layer index, optimizer state zero. */

@@ -12,11 +12,6 @@
 #include <stdint.h>
 
 #define TRAIN_DEFAULT_LR 1e-3
-/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
-#define ADAMW_WEIGHT_DECAY 0.1f
 /* Generous: a step of the largest CPU plans takes seconds, a checkpoint of a large stage a
  * minute; a rank silent for 10 minutes has stopped. */
 #define TRAIN_DEFAULT_TIMEOUT_S 600

@@ -180,40 +180,23 @@ static int start_job(struct share_run *r, int j, struct err *e)
 {
     const struct train_options *o = r->o;
     const struct plan *p = &r->sh.jobs[j].plan;
-    const struct plan_stage *st = &p->stages[r->rank];
     const struct share_device *dv = &r->sh.devices[r->rank];
     struct share_job_run *job = &r->jobs[j];
     if (o->data_file != NULL ? data_init_file(&job->data, o->data_file, &p->model, o->seed, e)
                              : data_init_synthetic(&job->data, &p->model, o->seed, e))
         return e->code;
     job->data_loaded = 1;
-    int n = plan_stage_layer_count(st);
-    job->regen = calloc((size_t)n, sizeof *job->regen);
     job->loss = calloc((size_t)o->steps, sizeof *job->loss);
     job->ms = calloc((size_t)o->steps, sizeof *job->ms);
-    if (job->regen == NULL || job->loss == NULL || job->ms == NULL)
+    if (job->loss == NULL || job->ms == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    for (int l = 0; l < n; l++) /* checked in check_share */
-        layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l], &job->regen[l],
-                     e);
-    struct stage_config c = {
-        .model = &p->model,
-        .stage = r->rank,
-        .n_stages = p->n_stages,
-        .micro_batches = p->micro_batches,
-        .schedule = p->schedule,
-        .first = st->first,
-        .last = st->last,
-        .regen = job->regen,
-        .in_flight = st->in_flight,
-        .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
-        .limit_bytes = st->memory_limit_bytes,
-        .reserve_bytes = p->reserve_bytes,
-        .persistent = persistent_at(r, j),
-        .temporary = temporary_at(r),
-        .persistent_bytes = dv->persistent[j].bytes,
-        .temporary_bytes = dv->temporary.bytes,
-    };
+    struct stage_config c;
+    if (stage_config_of_plan(&c, p, r->rank, o->lr, &job->regen, e)) /* checked in check_share */
+        return e->code;
+    c.persistent = persistent_at(r, j);
+    c.temporary = temporary_at(r);
+    c.persistent_bytes = dv->persistent[j].bytes;
+    c.temporary_bytes = dv->temporary.bytes;
     struct err in;
     err_clear(&in);
     if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, &in))

@@ -135,6 +135,19 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
     plan_free(&p);
 }
 
+int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)
+{
+    if (a->n_steps != b->n_steps || a->n_steps == 0)
+        return 0;
+    for (int i = 0; i < a->n_steps; i++)
+        if (a->loss[i] != b->loss[i]) {
+            fprintf(stderr, "\nstep %d: loss %.17g against %.17g\n", i + 1, a->loss[i],
+                    b->loss[i]);
+            return 0;
+        }
+    return 1;
+}
+
 int train_files_equal(const char *a, const char *b)
 {
     char cmd[4096];

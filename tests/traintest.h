@@ -40,6 +40,9 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
  * the cost model: a consistent plan that makes the runtime apply exactly these options. */
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice);
 
+/* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
+int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);
+
 int train_files_equal(const char *a, const char *b);
 
 #endif

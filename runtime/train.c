@@ -574,8 +574,6 @@ static int train_loop(struct run *r, struct err *e)
 
 int train_run(const struct train_options *o)
 {
-    if (o->share_file != NULL)
-        return train_share_run(o);
     struct run r;
     struct err e;
     memset(&r, 0, sizeof r);
@@ -588,6 +586,8 @@ int train_run(const struct train_options *o)
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }
+    if (o->share_file != NULL)
+        return train_share_run(o, r.rank, r.size);
 
     /* The same on every rank: rank 0 speaks for all. */
     int first_failed, rc = setup_global(&r, &e);

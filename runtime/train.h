@@ -43,7 +43,8 @@ struct train_options {
 /* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's
  * stage does not fit its memory. Messages are printed here, by the rank concerned. */
 int train_run(const struct train_options *o);
-/* The same for o->share_file (train_run passes it on). */
-int train_share_run(const struct train_options *o);
+/* The same for o->share_file (train_run passes it on, with this rank and the rank count of
+ * MPI_COMM_WORLD, whose errors return). */
+int train_share_run(const struct train_options *o, int rank, int size);
 
 #endif

@@ -525,20 +525,12 @@ static int finish(struct share_run *r, struct err *e)
     return rc;
 }
 
-int train_share_run(const struct train_options *o)
+int train_share_run(const struct train_options *o, int rank, int size)
 {
     struct share_run r;
     struct err e;
-    memset(&r, 0, sizeof r);
     err_clear(&e);
-    r.o = o;
-    r.comm = MPI_COMM_WORLD;
-    if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
-        MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
-        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS) {
-        fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
-        return ERR_FAIL;
-    }
+    r = (struct share_run){.o = o, .comm = MPI_COMM_WORLD, .rank = rank, .size = size};
     /* the same on every rank: rank 0 speaks for all */
     int rc = check_share(&r, &e);
     struct err out;

@@ -189,9 +189,7 @@ struct share_metrics {
 
 static int read_share_metrics(const char *file, struct share_metrics *m)
 {
-    char *text = test_read(file);
-    cJSON *o = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *o = train_json_read(file);
     memset(m, 0, sizeof *m);
     if (o == NULL)
         return -1;
@@ -323,9 +321,7 @@ static void test_train_bitwise(void)
 /* share2 with one change, written to `name`; returns its path. */
 static const char *tampered(const char *name, void (*change)(cJSON *root))
 {
-    char *text = test_read(share2);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *root = train_json_read(share2);
     if (root == NULL)
         return test_path("missing.json");
     change(root);

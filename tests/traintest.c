@@ -49,11 +49,17 @@ static double number(const cJSON *o, const char *key)
     return cJSON_IsNumber(it) ? it->valuedouble : -1;
 }
 
-int train_metrics_read(const char *file, struct train_metrics *m)
+cJSON *train_json_read(const char *file)
 {
     char *text = test_read(file);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
+    return o;
+}
+
+int train_metrics_read(const char *file, struct train_metrics *m)
+{
+    cJSON *o = train_json_read(file);
     memset(m, 0, sizeof *m);
     if (o == NULL)
         return -1;

@@ -27,6 +27,9 @@ struct train_metrics {
     char transport[64];
 };
 
+/* The file parsed (cJSON_Delete), or NULL if it is missing or not JSON. */
+struct cJSON *train_json_read(const char *file);
+
 /* 0, or -1 if the file is missing or not JSON. */
 int train_metrics_read(const char *file, struct train_metrics *m);
 

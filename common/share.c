@@ -85,8 +85,10 @@ static int read_job(const cJSON *o, const char *file, int j, struct share *s, st
     const cJSON *plan = cJSON_GetObjectItemCaseSensitive(o, "plan");
     if (plan == NULL)
         return err_set(e, ERR_INPUT, "%s: %s.plan: missing", file, path);
-    snprintf(where, sizeof where, "%s: %s.plan", file, path);
-    if (jsonio_expect_object(plan, file, path, e) || plan_parse(plan, where, &job->plan, e))
+    char sub[JSONIO_PATH_MAX];
+    jsonio_path_key(sub, path, "plan");
+    snprintf(where, sizeof where, "%s: %s", file, sub);
+    if (jsonio_expect_object(plan, file, sub, e) || plan_parse(plan, where, &job->plan, e))
         return e->code;
     s->n_jobs = j + 1;
     const struct plan *p0 = &s->jobs[0].plan, *p = &job->plan;

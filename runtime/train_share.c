@@ -25,6 +25,7 @@
 #include "cuda_device.h"
 #include "fileio.h"
 #include "jsonio.h"
+#include "model_ops.h"
 #include "mpicheck.h"
 #include "share.h"
 #include "stage.h"
@@ -103,6 +104,10 @@ static int check_share(struct share_run *r, struct err *e)
                        "--share");
     for (int j = 0; j < r->sh.n_jobs; j++) {
         const struct plan *p = &r->sh.jobs[j].plan;
+        if (model_ops_of(&p->model) == NULL)
+            return err_set(e, ERR_INPUT, "%s: jobs[%d].plan.model: \"%s\" is a custom model: "
+                           "Ballast has no layers to run for it", o->share_file, j,
+                           p->model.name);
         for (int s = 0; s < p->n_stages; s++) {
             const struct plan_stage *st = &p->stages[s];
             for (int l = 0; l < plan_stage_layer_count(st); l++) {

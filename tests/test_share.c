@@ -160,6 +160,10 @@ static void test_plan_refused(void)
     CU_ASSERT(err != NULL && strstr(err, "fastest"));
     free(err);
     CU_ASSERT_PTR_NULL(test_read(test_path("no.json")));
+    CU_ASSERT_EQUAL(test_run("plan --share", NULL, NULL), 2);
+    snprintf(jobs, sizeof jobs, "plan --share '%s' --cluster '%s'", test_path("small.json"),
+             test_path("small.json"));
+    CU_ASSERT_EQUAL(test_run(jobs, NULL, NULL), 2);
 }
 
 /* Persistent regions fit, but the temporary budget left is under what the job needs even

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "plan_arena.h"
 #include "planner.h"
 #include "share_plan.h"
 
@@ -48,7 +49,14 @@ static void help(void)
            "  --share J1 J2 ...  jobs time-sharing the same devices (each a cluster file over the\n"
            "                   same stages, with its method after a colon, else --method): each\n"
            "                   job planned for the memory the jobs' persistent regions leave;\n"
-           "                   -o writes ballast-share/1\n\n"
+           "                   -o writes ballast-share/1\n"
+           "  --arena M        lay each stage's activation arena out by a reuse plan and make it\n"
+           "                   the stage's memory: slots (today's carving), greedy (by size),\n"
+           "                   ga (the published genetic search) or exact (GLPK MILP)\n"
+           "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
+           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory\n"
+           "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
+           "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
            PLAN_SEARCH_NODES_DEFAULT);
 }
@@ -61,6 +69,7 @@ struct plan_args {
     char **share; /* --share: the job arguments */
     int n_share;
     long micro_batches, global_batch;
+    struct plan_arena_args arena;
 };
 
 /* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
@@ -143,6 +152,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     err_clear(&e);
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
+    plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;
         if (cli_is_help(argv[i])) {
@@ -153,6 +163,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
             a->share = argv + i + 1;
             while (i + 1 < argc && argv[i + 1][0] != '-')
                 a->n_share++, i++;
+            continue;
+        }
+        if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
+            if (r != ERR_OK)
+                return r;
             continue;
         }
         if ((r = value_option(argc, argv, &i, a, &taken)) != ERR_OK)
@@ -170,6 +185,8 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
+    if (a->arena.explain >= 0 && !a->arena.on)
+        return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;
@@ -194,6 +211,8 @@ static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
         rc = planner_make(&c, &a->o, p, e);
     }
     cluster_free(&c);
+    if (rc == ERR_OK && a->arena.on)
+        rc = plan_arena_apply(&a->arena, p, e);
     return rc;
 }
 
@@ -202,6 +221,8 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, struct
 {
     if (!a->quiet)
         planner_print(a->export_format ? stderr : stdout, p);
+    if (a->arena.explain >= 0)
+        arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
     if (a->export_format != NULL && planner_export(stdout, p, a->export_format, e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))

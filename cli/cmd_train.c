@@ -45,6 +45,8 @@ static void help(void)
            "  --slice K         steps of a job before switching to the next (default 1)\n"
            "  --switch M        share (default): a switch moves nothing; full: the baseline that\n"
            "                    copies a job's device state to host and back at each switch\n"
+           "  --check-arena     with a plan whose stages lay out an arena (plan --arena): fail\n"
+           "                    if two objects in use at once share a byte\n"
            "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
            "                    names the rank that went silent and stops the job (exit 1)\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
@@ -151,6 +153,8 @@ static int parse(int argc, char **argv, struct train_options *o)
                                        v);
         } else if (cli_flag(argv, i, "--quiet")) {
             o->quiet = 1;
+        } else if (cli_flag(argv, i, "--check-arena")) {
+            o->check_arena = 1;
         } else {
             return cli_usage_error("train", "unknown option \"%s\"", argv[i]);
         }

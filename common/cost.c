@@ -103,6 +103,17 @@ void cost_stage(const struct layer_cost *layers, int n, const unsigned char *rec
     };
 }
 
+int64_t cost_arena_bytes(const struct stage_cost *c)
+{
+    return saturate((__int128)c->in_flight * c->kept_bytes + c->transient_bytes +
+                    c->workspace_bytes);
+}
+
+int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes)
+{
+    return saturate((__int128)c->state_bytes + arena_bytes + c->reserve_bytes);
+}
+
 __int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes)
 {

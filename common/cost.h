@@ -85,6 +85,13 @@ double cost_stage_ms(double compute_ms, double recompute_ms);
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out);
 
+/* The activation arena: v * sum kept + max transient + max workspace, the bytes of one slot
+ * per in-flight micro-batch, the largest transient and the largest workspace side by side.
+ * A stage whose arena is laid out by a reuse plan (planner/arena.h) holds its objects in
+ * `arena_bytes` instead:  M = sum state + arena_bytes + reserve. */
+int64_t cost_arena_bytes(const struct stage_cost *c);
+int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes);
+
 /* The knapsack's view: the bytes of M no choice of layers[0..n-1] changes. */
 __int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes);

@@ -43,6 +43,9 @@ void plan_free(struct plan *p)
     for (int s = 0; s < p->n_stages; s++) {
         free(p->stages[s].recompute);
         free(p->stages[s].layers);
+        if (p->stages[s].arena != NULL)
+            arena_free(p->stages[s].arena);
+        free(p->stages[s].arena);
     }
     free(p->stages);
     p->stages = NULL;
@@ -107,6 +110,8 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON_AddNumberToObject(so, "stage_ms", st->stage_ms);
         if (st->link.present)
             cJSON_AddItemToObject(so, "link", link_to_json(&st->link));
+        if (st->arena != NULL)
+            cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
         cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
         for (int l = 0; l < plan_stage_layer_count(st); l++)
             cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
@@ -183,6 +188,21 @@ static int read_options(const cJSON *so, const char *file, const char *path,
         }
     }
     return ERR_OK;
+}
+
+/* The stage's arena, when the plan lays one out. */
+static int read_arena(const cJSON *so, const char *file, const char *path, struct plan_stage *st,
+                      struct err *e)
+{
+    const cJSON *ao = cJSON_GetObjectItemCaseSensitive(so, "arena");
+    if (ao == NULL)
+        return ERR_OK;
+    char sub[JSONIO_PATH_MAX];
+    jsonio_path_key(sub, path, "arena");
+    st->arena = calloc(1, sizeof *st->arena);
+    if (st->arena == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    return arena_from_json(ao, file, sub, st->arena, e);
 }
 
 static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
@@ -298,8 +318,12 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
+    if (read_arena(so, file, path, st, e))
+        return e->code;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
+    if (st->arena != NULL)
+        c.memory_bytes = cost_memory_with_arena(&c, st->arena->bytes);
     if (c.memory_bytes != st->memory_bytes)
         return err_set(e, ERR_INPUT,
                        "%s: %s.memory_bytes: %lld, but the cost model gives %lld for these "

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "arena.h"
 #include "cluster.h"
 #include "cost.h"
 #include "err.h"
@@ -30,6 +31,7 @@ struct plan_stage {
     double recompute_ms;         /* R per micro-batch */
     double stage_ms;             /* T per micro-batch */
     struct link link;            /* to the next stage */
+    struct arena *arena;         /* owned; NULL: the slots carving of cost.h */
 };
 
 struct plan_verify {

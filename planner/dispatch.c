@@ -193,17 +193,17 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     if (plan_layout(c, o, out, e))
         return e->code;
     int rc = method_find(o->method)->choose(out, o, e);
-    if (rc == ERR_NOFIT || (rc == ERR_OK && !all_fit(out)))
-        nofit_report(out, o, e);
-    else if (rc == ERR_OK && o->verify)
-        verify_plan(out, o, e);
-    if (rc == ERR_OK && e->code == ERR_OK)
-        plan_finish(out, e);
-    if (e->code == ERR_OK && rc != ERR_OK)
-        err_set(e, rc, "method %s failed", out->method); /* a method's error always says */
-    if (e->code)
+    if (rc == ERR_OK && !all_fit(out))
+        rc = ERR_NOFIT;
+    if (rc == ERR_NOFIT) /* a knapsack that finds nothing says nothing: this says why */
+        rc = nofit_report(out, o, e);
+    if (rc == ERR_OK && o->verify)
+        rc = verify_plan(out, o, e);
+    if (rc == ERR_OK)
+        rc = plan_finish(out, e);
+    if (rc)
         plan_free(out);
-    return e->code;
+    return rc;
 }
 
 /* The cluster with its stages in the arrangement's order, split and links; it shares c's

@@ -24,6 +24,7 @@ static int post_input(struct stage_runner *r, int micro, struct err *e)
 {
     struct layer_view v;
     exec_view(&r->x, 0, micro, &v);
+    ERR_TRY(exec_arena_in(&r->x, ARENA_KEPT, micro, 0, e));
     ERR_TRY(exec_mem_add(&r->x, r->lay.slot_bytes, e));
     return r->tp->ops->irecv(r->tp, v.kept[0], exec_boundary_bytes(r->c.model),
                              r->c.stage - 1, micro, &r->slot_req[micro % r->c.in_flight], e);
@@ -191,9 +192,11 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     return rc;
 }
 
-int64_t stage_temporary_bytes(const struct stage_layout *lay)
+int64_t stage_temporary_bytes(const struct stage_runner *r)
 {
-    return lay->activation_bytes + lay->transient_bytes + lay->workspace_bytes;
+    const struct stage_layout *lay = &r->lay;
+    return r->c.arena != NULL ? r->c.arena->bytes
+                              : lay->activation_bytes + lay->transient_bytes + lay->workspace_bytes;
 }
 
 /* The arenas in the caller's regions (stage_config): nothing allocated. */
@@ -202,16 +205,18 @@ static int stage_carve(struct stage_runner *r, struct err *e)
     const struct stage_config *c = &r->c;
     const struct stage_layout *lay = &r->lay;
     if (lay->persistent_bytes > c->persistent_bytes ||
-        stage_temporary_bytes(lay) > c->temporary_bytes)
+        stage_temporary_bytes(r) > c->temporary_bytes)
         return err_set(e, ERR_NOFIT, "its persistent region holds %lld bytes and it needs %lld "
                        "(weights, gradients, optimizer state); the temporary region holds %lld "
                        "and it needs %lld (activations %lld + transient %lld + workspace %lld)",
                        (long long)c->persistent_bytes, (long long)lay->persistent_bytes,
-                       (long long)c->temporary_bytes, (long long)stage_temporary_bytes(lay),
+                       (long long)c->temporary_bytes, (long long)stage_temporary_bytes(r),
                        (long long)lay->activation_bytes, (long long)lay->transient_bytes,
                        (long long)lay->workspace_bytes);
     r->persistent = c->persistent;
     r->activations = c->temporary;
+    if (c->arena != NULL) /* the plan's arena holds the transient and the workspace too */
+        return ERR_OK;
     r->transient = r->activations + lay->activation_bytes;
     r->workspace = r->transient + lay->transient_bytes;
     return ERR_OK;
@@ -233,6 +238,12 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
                        (void **)&r->transient, (void **)&r->workspace};
     int64_t bytes[4] = {r->lay.persistent_bytes, r->lay.activation_bytes,
                         r->lay.transient_bytes, r->lay.workspace_bytes};
+    if (c->arena != NULL) { /* one arena for the slots, the transient and the workspace */
+        ERR_TRY(arena_run_init(&r->arena, c->arena, &r->lay, c->micro_batches, c->check_arena,
+                               e));
+        bytes[1] = c->arena->bytes;
+        bytes[2] = bytes[3] = 0;
+    }
     if (c->persistent != NULL)
         ERR_TRY(stage_carve(r, e));
     for (int i = 0; i < 4 && c->persistent == NULL; i++)
@@ -244,7 +255,8 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .persistent = r->persistent,
         .activations = r->activations,
         .transient = r->transient,
-        .workspace = r->workspace,
+        .workspace = c->arena != NULL ? r->activations + r->arena.workspace_at : r->workspace,
+        .arena = c->arena != NULL ? &r->arena : NULL,
         .be = r->be,
         .port = &stage_port,
         .ctx = r,
@@ -282,7 +294,22 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         .adamw = {(float)lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
+        .arena = st->arena,
     };
+    return ERR_OK;
+}
+
+/* With the plan's arena: state + arena within limit - reserve. */
+static int arena_check_limit(const struct stage_runner *r, struct err *e)
+{
+    int64_t need = r->lay.persistent_bytes + r->c.arena->bytes;
+    if (need > r->c.limit_bytes - r->c.reserve_bytes)
+        return err_set(e, ERR_NOFIT, "layers %d-%d do not fit the memory limit: state %lld + "
+                       "arena %lld = %lld bytes, over memory_limit_bytes %lld minus "
+                       "reserve_bytes %lld", r->c.first, r->c.last,
+                       (long long)r->lay.persistent_bytes, (long long)r->c.arena->bytes,
+                       (long long)need, (long long)r->c.limit_bytes,
+                       (long long)r->c.reserve_bytes);
     return ERR_OK;
 }
 
@@ -301,7 +328,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
-    if (layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
+    if (c->arena != NULL ? arena_check_limit(r, e)
+                         : layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
         layout_free(&r->lay);
         return e->code;
     }
@@ -324,6 +352,7 @@ void stage_free(struct stage_runner *r)
     free(r->host_targets);
     free(r->slot_req);
     exec_free(&r->x);
+    arena_run_free(&r->arena);
     layout_free(&r->lay);
     memset(r, 0, sizeof *r);
 }

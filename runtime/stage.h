@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "arena_run.h"
 #include "backend.h"
 #include "cluster.h"
 #include "data.h"
@@ -26,6 +27,8 @@ struct stage_config {
     int in_flight;
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
+    const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
+    int check_arena;           /* arena_run.h's overlap check */
     int record_events;
     /* Time-shared jobs (train_share.c): the stage's persistent arena at `persistent`, and its
      * activations, transient and workspace carved in that order from `temporary`, both the
@@ -45,6 +48,7 @@ struct stage_runner {
                                                                the config gave it */
     int32_t *host_tokens, *host_targets;                    /* (B,T) staging */
     int *slot_req;                                          /* per slot, -1 none */
+    struct arena_run arena; /* with c.arena */
     struct executor x; /* its times, events and peak are the stage's */
 };
 
@@ -64,8 +68,9 @@ void stage_free(struct stage_runner *r);
 /* Sets the zero of event times (call after a barrier on every rank). */
 void stage_set_origin(struct stage_runner *r);
 
-/* The bytes the stage carves from a temporary region: activations, transient, workspace. */
-int64_t stage_temporary_bytes(const struct stage_layout *lay);
+/* The bytes the stage carves from a temporary region: activations, transient, workspace (or
+ * the plan's arena). */
+int64_t stage_temporary_bytes(const struct stage_runner *r);
 
 /* Runs step `step` (0-based; AdamW's t is step + 1). On the last stage *loss is the step's
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */

@@ -251,6 +251,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         return e->code;
     compare_layer_costs(r, st);
     c.record_events = o->trace_file != NULL;
+    c.check_arena = o->check_arena;
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;

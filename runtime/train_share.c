@@ -318,7 +318,7 @@ static int switch_to(struct share_run *r, int from, int to, struct err *e)
         r->cap_switches = cap;
     }
     r->switches[r->n_switches++] = (struct share_switch){
-        from, to, ms, moved, stage_temporary_bytes(&r->jobs[to].stage.lay)};
+        from, to, ms, moved, stage_temporary_bytes(&r->jobs[to].stage)};
     return ERR_OK;
 }
 
@@ -382,7 +382,7 @@ static void job_numbers(const struct share_run *r, int j, double out[REP_N])
     double k = job->counted > 0 ? (double)job->counted * job->stage.c.micro_batches : 1;
     out[REP_PEAK] = (double)job->stage.x.peak;
     out[REP_PERSISTENT] = (double)job->stage.lay.persistent_bytes;
-    out[REP_TEMPORARY] = (double)stage_temporary_bytes(&job->stage.lay);
+    out[REP_TEMPORARY] = (double)stage_temporary_bytes(&job->stage);
     out[REP_FWD] = job->sum.fwd / k;
     out[REP_BWD] = job->sum.bwd / k;
     out[REP_RECOMPUTE] = job->sum.recompute / k;

@@ -136,7 +136,7 @@ static void test_size_cap(void)
     expect_train(1, args, 2, needle);
 }
 
-/* A read-only file with known contents; 1 if it is still there, unchanged. */
+/* A read-only file with known contents (unchanged: 1 if they are still there). */
 static void make_readonly(const char *path)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);

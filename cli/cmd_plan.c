@@ -5,13 +5,15 @@
 #include "cluster.h"
 #include "plan_arena.h"
 #include "planner.h"
+#include "share_plan.h"
 
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
            "                    [--repartition [--search-nodes N] [--time-limit S]] [--whole-layers]\n"
            "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
-           "                    [--quiet]\n\n"
+           "                    [--quiet]\n"
+           "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
@@ -46,6 +48,10 @@ static void help(void)
            "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
            "                   standard output (the table goes to standard error)\n"
            "  --quiet          no table\n"
+           "  --share J1 J2 ...  jobs time-sharing the same devices (each a cluster file over the\n"
+           "                   same stages, with its method after a colon, else --method): each\n"
+           "                   job planned for the memory the jobs' persistent regions leave;\n"
+           "                   -o writes ballast-share/1\n"
            "  --arena M        lay each stage's activation arena out by a reuse plan and make it\n"
            "                   the stage's memory: slots (today's carving), greedy (by size),\n"
            "                   ga (the published genetic search) or exact (GLPK MILP)\n"
@@ -62,6 +68,8 @@ struct plan_args {
     const char *cluster_file, *out_file, *export_format;
     struct plan_options o;
     int quiet, auto_micro;
+    char **share; /* --share: the job arguments */
+    int n_share;
     long micro_batches, global_batch;
     struct plan_arena_args arena;
 };
@@ -156,6 +164,12 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
             help();
             return -1;
         }
+        if (strcmp(argv[i], "--share") == 0) {
+            a->share = argv + i + 1;
+            while (i + 1 < argc && argv[i + 1][0] != '-')
+                a->n_share++, i++;
+            continue;
+        }
         if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
             if (r != ERR_OK)
                 return r;
@@ -166,7 +180,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         if (!taken && !flag_option(argv, i, a))
             return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
     }
-    if (a->cluster_file == NULL)
+    if (a->share != NULL && (a->n_share == 0 || a->cluster_file != NULL || a->export_format ||
+                             a->auto_micro || a->micro_batches))
+        return cli_usage_error("plan", "--share takes one or more job files, and no --cluster, "
+                               "--export or --micro-batches");
+    if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
@@ -231,6 +249,8 @@ int cmd_plan(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc < 0 ? ERR_OK : rc;
+    if (a.share != NULL)
+        return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
     if (make_plan(&a, &p, &e))
         return cli_fail("plan", &e);
     if (write_outputs(&a, &p, &e)) {

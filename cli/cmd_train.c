@@ -15,7 +15,9 @@ static void help(void)
            "         [--seed N] [--lr X] [--threads N] [--metrics METRICS.json]\n"
            "         [--trace TRACE.json] [--save DIR [--save-every N]] [--resume DIR] "
            "[--quiet]\n"
-           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n\n"
+           "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n"
+           "       mpirun -np S ballast train --share SHARE.json [--slice K] [--switch share|full]\n"
+           "         [--steps N] [--metrics FILE] ...\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
            "recomputing the layers the plan lists, and reports measured against planned memory\n"
            "and time per stage.\n\n"
@@ -37,6 +39,12 @@ static void help(void)
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
            "  --resume DIR      continue from DIR's checkpoint\n"
            "  --quiet           no per-step lines\n"
+           "  --share FILE      the jobs of a ballast-share/1 file (ballast plan --share) in turn\n"
+           "                    on the same ranks, each in its persistent region, all through one\n"
+           "                    temporary region, until each has run --steps\n"
+           "  --slice K         steps of a job before switching to the next (default 1)\n"
+           "  --switch M        share (default): a switch moves nothing; full: the baseline that\n"
+           "                    copies a job's device state to host and back at each switch\n"
            "  --check-arena     with a plan whose stages lay out an arena (plan --arena): fail\n"
            "                    if two objects in use at once share a byte\n"
            "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
@@ -57,6 +65,22 @@ static int parse(int argc, char **argv, struct train_options *o)
             if (r < 0)
                 return ERR_INPUT;
             o->plan_file = v;
+        } else if (VALUE("--share")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->share_file = v;
+        } else if (VALUE("--slice")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_int(v, 1, 1L << 40, &n))
+                return cli_usage_error("train", "--slice: \"%s\", expected a count >= 1", v);
+            o->slice = n;
+        } else if (VALUE("--switch")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (strcmp(v, "share") != 0 && strcmp(v, "full") != 0)
+                return cli_usage_error("train", "--switch: \"%s\", expected share or full", v);
+            o->switch_full = strcmp(v, "full") == 0;
         } else if (VALUE("--steps")) {
             if (r < 0)
                 return ERR_INPUT;
@@ -136,8 +160,8 @@ static int parse(int argc, char **argv, struct train_options *o)
         }
 #undef VALUE
     }
-    if (o->plan_file == NULL)
-        return cli_usage_error("train", "--plan is required");
+    if ((o->plan_file == NULL) == (o->share_file == NULL))
+        return cli_usage_error("train", "one of --plan and --share is required");
     if (o->save_every > 0 && o->save_dir == NULL)
         return cli_usage_error("train", "--save-every needs --save DIR");
     return ERR_OK;
@@ -175,7 +199,7 @@ int cmd_train(int argc, char **argv)
         return ERR_FAIL;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    struct train_options o = {.steps = 10, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
+    struct train_options o = {.steps = 10, .slice = 1, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
                               .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
@@ -189,7 +213,7 @@ int cmd_train(int argc, char **argv)
         }
     }
     int rc = parse(argc, argv, &o);
-    if (rc == ERR_OK)
+    if (rc == ERR_OK && o.plan_file != NULL)
         rc = refuse_custom(o.plan_file);
     if (saved >= 0) {
         fflush(stderr);

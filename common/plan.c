@@ -422,16 +422,23 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     return ERR_OK;
 }
 
-int plan_load(const char *file, struct plan *p, struct err *e)
+int plan_parse(const cJSON *root, const char *where, struct plan *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
     p->optimality_gap = -1;
+    int rc = plan_from_json(root, where, p, e);
+    if (rc)
+        plan_free(p);
+    return rc;
+}
+
+int plan_load(const char *file, struct plan *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
     cJSON *root = jsonio_read(file, e);
     if (root == NULL)
         return e->code;
-    int rc = plan_from_json(root, file, p, e);
+    int rc = plan_parse(root, file, p, e);
     cJSON_Delete(root);
-    if (rc)
-        plan_free(p);
     return rc;
 }

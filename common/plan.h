@@ -109,5 +109,8 @@ int plan_write(const char *file, const struct plan *p, struct err *e);
  * stage, each layer listed once in recompute and recompute_options together, options named in
  * the layer's costs, and memory_bytes, recompute_ms and stage_ms agree with the cost model. */
 int plan_load(const char *file, struct plan *p, struct err *e);
+/* The same from a parsed object (a plan inside another file); `where` names it in messages
+ * ("share.json: jobs[1].plan"). */
+int plan_parse(const cJSON *root, const char *where, struct plan *p, struct err *e);
 
 #endif

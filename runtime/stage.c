@@ -6,6 +6,12 @@
 #include "bf16.h"
 #include "rng.h"
 
+/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define ADAMW_WEIGHT_DECAY 0.1f
+
 /* ---- the port: data set and transport ---- */
 
 static struct stage_runner *runner(struct executor *x)
@@ -186,6 +192,36 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     return rc;
 }
 
+int64_t stage_temporary_bytes(const struct stage_runner *r)
+{
+    const struct stage_layout *lay = &r->lay;
+    return r->c.arena != NULL ? r->c.arena->bytes
+                              : lay->activation_bytes + lay->transient_bytes + lay->workspace_bytes;
+}
+
+/* The arenas in the caller's regions (stage_config): nothing allocated. */
+static int stage_carve(struct stage_runner *r, struct err *e)
+{
+    const struct stage_config *c = &r->c;
+    const struct stage_layout *lay = &r->lay;
+    if (lay->persistent_bytes > c->persistent_bytes ||
+        stage_temporary_bytes(r) > c->temporary_bytes)
+        return err_set(e, ERR_NOFIT, "its persistent region holds %lld bytes and it needs %lld "
+                       "(weights, gradients, optimizer state); the temporary region holds %lld "
+                       "and it needs %lld (activations %lld + transient %lld + workspace %lld)",
+                       (long long)c->persistent_bytes, (long long)lay->persistent_bytes,
+                       (long long)c->temporary_bytes, (long long)stage_temporary_bytes(r),
+                       (long long)lay->activation_bytes, (long long)lay->transient_bytes,
+                       (long long)lay->workspace_bytes);
+    r->persistent = c->persistent;
+    r->activations = c->temporary;
+    if (c->arena != NULL) /* the plan's arena holds the transient and the workspace too */
+        return ERR_OK;
+    r->transient = r->activations + lay->activation_bytes;
+    r->workspace = r->transient + lay->transient_bytes;
+    return ERR_OK;
+}
+
 /* Host staging, receipt handles, the four arenas and the executor over them. */
 static int stage_alloc(struct stage_runner *r, struct err *e)
 {
@@ -208,7 +244,9 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         bytes[1] = c->arena->bytes;
         bytes[2] = bytes[3] = 0;
     }
-    for (int i = 0; i < 4; i++)
+    if (c->persistent != NULL)
+        ERR_TRY(stage_carve(r, e));
+    for (int i = 0; i < 4 && c->persistent == NULL; i++)
         if (bytes[i] > 0)
             ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
     struct exec_config xc = {
@@ -230,6 +268,35 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .record_events = c->record_events,
     };
     return exec_init(&r->x, &xc, e);
+}
+
+int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
+                         uint32_t **regen, struct err *e)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int n = plan_stage_layer_count(st);
+    *regen = calloc((size_t)n, sizeof **regen);
+    if (*regen == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int l = 0; l < n; l++)
+        ERR_TRY(layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                             &(*regen)[l], e));
+    *c = (struct stage_config){
+        .model = &p->model,
+        .stage = s,
+        .n_stages = p->n_stages,
+        .micro_batches = p->micro_batches,
+        .schedule = p->schedule,
+        .first = st->first,
+        .last = st->last,
+        .regen = *regen,
+        .in_flight = st->in_flight,
+        .adamw = {(float)lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
+        .limit_bytes = st->memory_limit_bytes,
+        .reserve_bytes = p->reserve_bytes,
+        .arena = st->arena,
+    };
+    return ERR_OK;
 }
 
 /* With the plan's arena: state + arena within limit - reserve. */
@@ -275,7 +342,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
 
 void stage_free(struct stage_runner *r)
 {
-    if (r->be != NULL && r->be->ops != NULL) {
+    if (r->be != NULL && r->be->ops != NULL && r->c.persistent == NULL) {
         r->be->ops->release(r->be, r->persistent);
         r->be->ops->release(r->be, r->activations);
         r->be->ops->release(r->be, r->transient);

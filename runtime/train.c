@@ -17,12 +17,6 @@
 #include "stage.h"
 #include "transport.h"
 
-/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
-#define ADAMW_WEIGHT_DECAY 0.1f
-
 struct run {
     const struct train_options *o;
     MPI_Comm comm;
@@ -286,32 +280,12 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     const struct plan_stage *st = &p->stages[r->rank];
     if (start_backend(r, local_rank, n_local, readings, n_readings, e))
         return e->code;
-    int n = plan_stage_layer_count(st);
-    r->regen = calloc((size_t)n, sizeof *r->regen);
-    if (r->regen == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int l = 0; l < n; l++) /* checked in setup_global */
-        if (layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
-                         &r->regen[l], e))
-            return e->code;
+    struct stage_config c;
+    if (stage_config_of_plan(&c, p, r->rank, o->lr, &r->regen, e)) /* checked in setup_global */
+        return e->code;
     compare_layer_costs(r, st);
-    struct stage_config c = {
-        .model = &p->model,
-        .stage = r->rank,
-        .n_stages = p->n_stages,
-        .micro_batches = p->micro_batches,
-        .schedule = p->schedule,
-        .first = st->first,
-        .last = st->last,
-        .regen = r->regen,
-        .in_flight = st->in_flight,
-        .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
-        .limit_bytes = st->memory_limit_bytes,
-        .reserve_bytes = p->reserve_bytes,
-        .arena = st->arena,
-        .check_arena = o->check_arena,
-        .record_events = o->trace_file != NULL,
-    };
+    c.record_events = o->trace_file != NULL;
+    c.check_arena = o->check_arena;
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
@@ -675,6 +649,10 @@ int train_run(const struct train_options *o)
         MPI_Comm_set_errhandler(r.ctl, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
+    }
+    if (o->share_file != NULL) {
+        MPI_Comm_free(&r.ctl);
+        return train_share_run(o, r.rank, r.size);
     }
     r.ctl_ready = 1;
 

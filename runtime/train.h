@@ -33,10 +33,19 @@ struct train_options {
     int quiet;   /* no per-step lines */
     double timeout_s; /* a wait for another rank fails after this long (0: never) */
     int check_arena;  /* verify that no two objects of the plan's arena in use share a byte */
+    /* --share (train_share.c): the jobs of share_file in turn, `slice` steps at a time, until
+     * each has run `steps`; switch_full: the baseline that copies a job's device state to
+     * host at switch-out and back at switch-in */
+    const char *share_file;
+    int64_t slice;
+    int switch_full;
 };
 
 /* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's
  * stage does not fit its memory. Messages are printed here, by the rank concerned. */
 int train_run(const struct train_options *o);
+/* The same for o->share_file (train_run passes it on, with this rank and the rank count of
+ * MPI_COMM_WORLD, whose errors return). */
+int train_share_run(const struct train_options *o, int rank, int size);
 
 #endif

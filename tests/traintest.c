@@ -49,11 +49,17 @@ static double number(const cJSON *o, const char *key)
     return cJSON_IsNumber(it) ? it->valuedouble : -1;
 }
 
-int train_metrics_read(const char *file, struct train_metrics *m)
+cJSON *train_json_read(const char *file)
 {
     char *text = test_read(file);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
+    return o;
+}
+
+int train_metrics_read(const char *file, struct train_metrics *m)
+{
+    cJSON *o = train_json_read(file);
     memset(m, 0, sizeof *m);
     if (o == NULL)
         return -1;
@@ -133,6 +139,19 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
     if (plan_write(to, &p, &e))
         fprintf(stderr, "plan %s: %s\n", to, e.msg);
     plan_free(&p);
+}
+
+int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)
+{
+    if (a->n_steps != b->n_steps || a->n_steps == 0)
+        return 0;
+    for (int i = 0; i < a->n_steps; i++)
+        if (a->loss[i] != b->loss[i]) {
+            fprintf(stderr, "\nstep %d: loss %.17g against %.17g\n", i + 1, a->loss[i],
+                    b->loss[i]);
+            return 0;
+        }
+    return 1;
 }
 
 int train_files_equal(const char *a, const char *b)

@@ -27,6 +27,9 @@ struct train_metrics {
     char transport[64];
 };
 
+/* The file parsed (cJSON_Delete), or NULL if it is missing or not JSON. */
+struct cJSON *train_json_read(const char *file);
+
 /* 0, or -1 if the file is missing or not JSON. */
 int train_metrics_read(const char *file, struct train_metrics *m);
 
@@ -39,6 +42,9 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
  * "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory, recompute and stage time from
  * the cost model: a consistent plan that makes the runtime apply exactly these options. */
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice);
+
+/* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
+int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);
 
 int train_files_equal(const char *a, const char *b);
 

@@ -57,6 +57,8 @@ struct sim_state {
     double *link_fwd;  /* per boundary: when the forward direction is next free */
     double *link_bwd;  /* per boundary: when the backward direction is next free */
     struct host_lanes *host; /* per stage */
+    double *fwd_end;   /* S x M: when each forward ends (NULL: not kept) */
+    double *bwd_end;   /* S x M: when each backward ends (NULL: not kept) */
     struct sim_result *out;
 };
 
@@ -66,6 +68,11 @@ struct host_lanes {
     double *op_start; /* 2M x n, in the stage's order of layer-ops */
     double *out_end;  /* M x n */
     double out_free, in_free;
+};
+
+/* The times sim_makespan_periodic reads back: S x M each, owned by the caller. */
+struct sim_marks {
+    double *fwd_in, *bwd_in, *fwd_end, *bwd_end;
 };
 
 static void add_task(struct sim_state *st, int stage, int micro, enum sim_kind kind,
@@ -192,6 +199,8 @@ static int step(struct sim_state *st, int s)
     } else if (!op.backward) {
         double end = start + c->fwd_ms;
         add_task(st, s, op.micro, SIM_FORWARD, start, end);
+        if (st->fwd_end != NULL)
+            st->fwd_end[at] = end;
         st->free_ms[s] = end;
         add_busy(st, s, c->fwd_ms);
         if (s + 1 < S)
@@ -201,6 +210,8 @@ static int step(struct sim_state *st, int s)
         if (c->recompute_ms > 0)
             add_task(st, s, op.micro, SIM_RECOMPUTE, start, mid);
         add_task(st, s, op.micro, SIM_BACKWARD, mid, end);
+        if (st->bwd_end != NULL)
+            st->bwd_end[at] = end;
         st->free_ms[s] = end;
         add_busy(st, s, c->recompute_ms + c->bwd_ms);
         if (s > 0)
@@ -246,9 +257,10 @@ void sim_result_free(struct sim_result *r)
 }
 
 /* The simulation proper: out->iteration_ms, and the tasks and busy times when out has
- * arrays for them (NULL: the makespan alone, for searches over many candidates). */
+ * arrays for them (NULL: the makespan alone, for searches over many candidates); every
+ * arrival and end time in `marks` when given. */
 static int simulate(enum schedule schedule, int S, int M, const struct sim_stage *stages,
-                    struct sim_result *out, struct err *e)
+                    struct sim_result *out, struct sim_marks *marks, struct err *e)
 {
     size_t cells = (size_t)S * (size_t)M;
     struct sim_state st = {
@@ -258,11 +270,13 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
         .prog = malloc(cells * 2 * sizeof *st.prog),
         .next = calloc((size_t)S, sizeof *st.next),
         .free_ms = calloc((size_t)S, sizeof *st.free_ms),
-        .fwd_in = malloc(cells * sizeof *st.fwd_in),
-        .bwd_in = malloc(cells * sizeof *st.bwd_in),
+        .fwd_in = marks ? marks->fwd_in : malloc(cells * sizeof *st.fwd_in),
+        .bwd_in = marks ? marks->bwd_in : malloc(cells * sizeof *st.bwd_in),
         .link_fwd = calloc((size_t)S, sizeof *st.link_fwd),
         .link_bwd = calloc((size_t)S, sizeof *st.link_bwd),
         .host = calloc((size_t)S, sizeof *st.host),
+        .fwd_end = marks ? marks->fwd_end : NULL,
+        .bwd_end = marks ? marks->bwd_end : NULL,
         .out = out,
     };
     int rc = ERR_OK;
@@ -299,8 +313,10 @@ done:
     free(st.prog);
     free(st.next);
     free(st.free_ms);
-    free(st.fwd_in);
-    free(st.bwd_in);
+    if (marks == NULL) {
+        free(st.fwd_in);
+        free(st.bwd_in);
+    }
     free(st.link_fwd);
     free(st.link_bwd);
     for (int s = 0; st.host != NULL && s < S; s++) {
@@ -330,7 +346,7 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
         return err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S,
                        M);
     }
-    int rc = simulate(schedule, S, M, stages, out, e);
+    int rc = simulate(schedule, S, M, stages, out, NULL, e);
     if (rc) {
         sim_result_free(out);
         return rc;
@@ -348,10 +364,89 @@ int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *s
                  double *iteration_ms, struct err *e)
 {
     struct sim_result r = {0};
-    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, e))
+    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, NULL, e))
         return e->code;
     *iteration_ms = r.iteration_ms;
     return ERR_OK;
+}
+
+/* Most micro-batches in a period of the steady state that sim_makespan_periodic looks for
+ * (1F1B's often repeats every second micro-batch), and a multiple of every period up to it. */
+#define SIM_PERIOD_MAX 6
+#define SIM_PERIODS_LCM 60
+
+/* Whether every time of micro-batches j+1 .. j+S+1 (each stage's forward and backward end, each
+ * activation and gradient arrival) is that of micro-batch p before plus one shift `shift`
+ * (within rounding); stage 0's inputs and the last stage's gradients are all at hand at 0 and
+ * never bind past it, so they are left out. */
+static int periodic(const struct sim_marks *mk, int S, int M, int j, int p, double *shift)
+{
+    double lam = mk->fwd_end[j + 1] - mk->fwd_end[j + 1 - p];
+    for (int n = j + 1; n <= j + S + 1; n++)
+        for (int s = 0; s < S; s++) {
+            size_t a = (size_t)s * M + n;
+            double now[4] = {mk->fwd_end[a], mk->bwd_end[a], mk->fwd_in[a], mk->bwd_in[a]};
+            double then[4] = {mk->fwd_end[a - p], mk->bwd_end[a - p], mk->fwd_in[a - p],
+                              mk->bwd_in[a - p]};
+            int kept[4] = {1, 1, s > 0, s + 1 < S};
+            for (int q = 0; q < 4; q++)
+                if (kept[q] && fabs(now[q] - then[q] - lam) > 1e-11 * (1 + fabs(now[q])))
+                    return 0;
+        }
+    *shift = lam;
+    return 1;
+}
+
+/* Simulates M' micro-batches (M - M' a multiple of every period looked for) and, when
+ * micro-batches j+1 .. j+S+1, j = M' - 2S - 2, repeat with a period p: those are all in every
+ * stage's steady state (past the warm-up's forwards, before the cool-down's backwards), each
+ * time there is a max of times at most S + 1 micro-batches before or after plus fixed task
+ * times, so the same shift holds for every later steady-state time by induction, and M
+ * micro-batches' cool-down is M''s shifted by (M - M') / p periods. */
+static int extrapolate(enum schedule schedule, int S, int Mp, int M,
+                       const struct sim_stage *stages, double *ms, int *found, struct err *e)
+{
+    size_t cells = (size_t)S * Mp;
+    struct sim_marks mk = {malloc(cells * sizeof(double)), malloc(cells * sizeof(double)),
+                           malloc(cells * sizeof(double)), malloc(cells * sizeof(double))};
+    struct sim_result r = {0};
+    double shift;
+    *found = 0;
+    if (!mk.fwd_in || !mk.bwd_in || !mk.fwd_end || !mk.bwd_end) {
+        err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, Mp);
+    } else if (simulate(schedule, S, Mp, stages, &r, &mk, e) == ERR_OK) {
+        for (int p = 1; p <= SIM_PERIOD_MAX && !*found; p++)
+            if (periodic(&mk, S, Mp, Mp - 2 * S - 2, p, &shift)) {
+                *ms = r.iteration_ms + (double)((M - Mp) / p) * shift;
+                *found = 1;
+            }
+    }
+    free(mk.fwd_in);
+    free(mk.bwd_in);
+    free(mk.fwd_end);
+    free(mk.bwd_end);
+    return e->code;
+}
+
+int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                          double *iteration_ms, int *simulated, struct err *e)
+{
+    if (check_input(S, M, stages, e))
+        return e->code;
+    /* j - p >= S: the compared micro-batches are past every warm-up */
+    for (int base = 3 * S + 2 + SIM_PERIOD_MAX; schedule == SCHEDULE_1F1B; base *= 2) {
+        int Mp = base + ((M - base) % SIM_PERIODS_LCM + SIM_PERIODS_LCM) % SIM_PERIODS_LCM, found;
+        if (Mp >= M / 2)
+            break;
+        if (extrapolate(schedule, S, Mp, M, stages, iteration_ms, &found, e))
+            return e->code;
+        if (found) {
+            *simulated = Mp;
+            return ERR_OK;
+        }
+    }
+    *simulated = M;
+    return sim_makespan(schedule, S, M, stages, iteration_ms, e);
 }
 
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)

@@ -92,6 +92,15 @@ int sim_run(enum schedule schedule, int n_stages, int micro_batches,
  * simulate many candidates. */
 int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
                  const struct sim_stage *stages, double *iteration_ms, struct err *e);
+/* The same iteration time at a cost independent of M where 1F1B's steady state repeats
+ * exactly: it simulates M' micro-batches (about 3S + 8, doubled while under M / 2), finds
+ * every stage's and link's times repeating with a period of at most 6 micro-batches, and
+ * extrapolates to M (equal to sim_makespan's within rounding, ~1e-12 relative); otherwise
+ * (GPipe, or no period found) it simulates all M.
+ * *simulated gets the micro-batches simulated. */
+int sim_makespan_periodic(enum schedule schedule, int n_stages, int micro_batches,
+                          const struct sim_stage *stages, double *iteration_ms, int *simulated,
+                          struct err *e);
 /* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times, the forward
  * time of its recomputed layers, its last layer's out_bytes and its link. */
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);

@@ -22,46 +22,6 @@ static char plan_bytes[1024];
 /* vocab 64, on 1 and 3 stages (embed | blocks | head) */
 static char plan_w1[1024], plan_w3[1024];
 
-/* Plan (n_stages even stages, no recomputation) of a 2-block GPT of vocab_size `vocab`, its
- * files named after `name` (run in setup: failures show as the runs that use it failing). */
-static void plan_gpt(const char *name, int vocab, const char *dtype, int n_stages, char *plan,
-                     size_t size)
-{
-    char text[1024], file[256], args[4096];
-    snprintf(text, sizeof text,
-             "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 2, "
-             "\"n_embd\": 32, \"n_head\": 2, \"seq_len\": 16, \"vocab_size\": %d, "
-             "\"micro_batch\": 2, \"dtype\": \"%s\"}",
-             vocab, dtype);
-    snprintf(file, sizeof file, "%s-model.json", name);
-    char model[1024], prof[1024];
-    snprintf(model, sizeof model, "%s", test_write(file, text));
-    snprintf(file, sizeof file, "%s-prof.json", name);
-    snprintf(prof, sizeof prof, "%s", test_path(file));
-    snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'", model,
-             prof);
-    if (test_run(args, NULL, NULL) != 0)
-        fprintf(stderr, "profile of %s failed\n", name);
-    int len = snprintf(text, sizeof text,
-                       "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
-                       "\"micro_batches\": 2, \"stages\": [");
-    for (int s = 0; s < n_stages; s++)
-        len += snprintf(text + len, sizeof text - (size_t)len,
-                        "%s{\"device\": \"cpu\", \"memory_bytes\": 1073741824, "
-                        "\"profile\": \"%s\"}",
-                        s ? ", " : "", prof);
-    snprintf(text + len, sizeof text - (size_t)len, "]}");
-    snprintf(file, sizeof file, "%s-cluster.json", name);
-    char cluster[1024];
-    snprintf(cluster, sizeof cluster, "%s", test_write(file, text));
-    snprintf(file, sizeof file, "%s-plan.json", name);
-    snprintf(plan, size, "%s", test_path(file));
-    snprintf(args, sizeof args, "plan --cluster '%s' --method none --quiet -o '%s'", cluster,
-             plan);
-    if (test_run(args, NULL, NULL) != 0)
-        fprintf(stderr, "plan %s failed\n", name);
-}
-
 static void put32(FILE *f, uint32_t v)
 {
     unsigned char b[4] = {v & 255, v >> 8 & 255, v >> 16 & 255, v >> 24 & 255};
@@ -94,9 +54,9 @@ static uint16_t tokens[N_TOK];
 
 static int setup(void)
 {
-    plan_gpt("bytes", 256, "fp32", 1, plan_bytes, sizeof plan_bytes);
-    plan_gpt("w1", 64, "fp32", 1, plan_w1, sizeof plan_w1);
-    plan_gpt("w3", 64, "fp32", 3, plan_w3, sizeof plan_w3);
+    train_plan_gpt("bytes", 256, "fp32", 1, "none", plan_bytes, sizeof plan_bytes);
+    train_plan_gpt("w1", 64, "fp32", 1, "none", plan_w1, sizeof plan_w1);
+    train_plan_gpt("w3", 64, "fp32", 3, "none", plan_w3, sizeof plan_w3);
     /* text-like: a walk over 40 byte values with a little structure to learn */
     struct test_rng r = {7};
     for (int i = 0; i < N_TOK; i++)

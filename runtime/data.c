@@ -17,15 +17,21 @@ static uint64_t fnv1a(uint64_t h, const unsigned char *p, int64_t n)
     return h;
 }
 
-int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t seed,
-                        struct err *e)
+static void data_start(struct data_source *d, enum data_kind kind, const struct model *m,
+                       uint64_t seed)
 {
     memset(d, 0, sizeof *d);
-    d->kind = DATA_SYNTHETIC;
+    d->kind = kind;
     d->seed = seed;
     d->B = m->micro_batch;
     d->T = m->seq_len;
     d->V = m->vocab_size;
+}
+
+int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t seed,
+                        struct err *e)
+{
+    data_start(d, DATA_SYNTHETIC, m, seed);
     int K = d->V < DATA_MARKOV_SUCCESSORS ? d->V : DATA_MARKOV_SUCCESSORS;
     d->successors = K;
     d->table = malloc(sizeof *d->table * (size_t)d->V * (size_t)K);
@@ -126,12 +132,7 @@ static int map_file(struct data_source *d, const char *file, int64_t min_bytes,
 int data_init_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e)
 {
-    memset(d, 0, sizeof *d);
-    d->kind = DATA_FILE;
-    d->seed = seed;
-    d->B = m->micro_batch;
-    d->T = m->seq_len;
-    d->V = m->vocab_size;
+    data_start(d, DATA_FILE, m, seed);
     if (format == DATA_FORMAT_BYTES) {
         if (m->vocab_size < 256)
             return err_set(e, ERR_INPUT,

@@ -419,25 +419,34 @@ static void save(struct run *r, int64_t step)
     ckpt_remove_older(r->o->save_dir, r->rank, step);
 }
 
-/* Rank 0 receives every other stage's tensors (descriptions, then bytes in chunks MPI's int
- * counts can carry) and writes one file. */
+#define WEIGHTS_CHUNK (1 << 30) /* bytes per message: MPI counts are ints */
+
+/* A stage's tensors to rank 0: their count, descriptions, then their bytes in chunks. */
+static int send_weights(struct run *r, const struct st_tensor *t, int n, const char *blob,
+                        struct err *e)
+{
+    long long bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += t[i].bytes;
+    MPI_CHECK(MPI_Send(&n, 1, MPI_INT, 0, 0, r->comm), e);
+    MPI_CHECK(MPI_Send(t, n * (int)sizeof *t, MPI_BYTE, 0, 0, r->comm), e);
+    for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
+        MPI_CHECK(MPI_Send(blob + at,
+                           (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
+                           MPI_BYTE, 0, 0, r->comm), e);
+    return ERR_OK;
+}
+
+/* Rank 0 receives every other stage's tensors (send_weights) and writes one file. A failure
+ * here stops the job (save_weights), so an MPI error returns at once. */
 static int gather_weights(struct run *r, struct st_tensor *t, int n, char *blob, struct err *e)
 {
-    enum { CHUNK = 1 << 30 };
-    if (r->rank != 0) {
-        long long bytes = 0;
-        for (int i = 0; i < n; i++)
-            bytes += t[i].bytes;
-        MPI_CHECK(MPI_Send(&n, 1, MPI_INT, 0, 0, r->comm), e);
-        MPI_CHECK(MPI_Send(t, n * (int)sizeof *t, MPI_BYTE, 0, 0, r->comm), e);
-        for (long long at = 0; at < bytes; at += CHUNK)
-            MPI_CHECK(MPI_Send(blob + at, (int)(bytes - at < CHUNK ? bytes - at : CHUNK),
-                               MPI_BYTE, 0, 0, r->comm), e);
-        return ERR_OK;
-    }
+    if (r->rank != 0)
+        return send_weights(r, t, n, blob, e);
     int total = n, rc = ERR_OK;
     struct st_tensor *all = malloc(sizeof *all * (size_t)n);
-    char **blobs = malloc(sizeof *blobs * (size_t)n), **own = calloc((size_t)r->size, sizeof *own);
+    char **blobs = malloc(sizeof *blobs * (size_t)n),
+         **own = calloc((size_t)r->size, sizeof *own);
     if (all == NULL || blobs == NULL || own == NULL)
         rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
     for (int i = 0; i < n && rc == ERR_OK; i++) {
@@ -448,18 +457,25 @@ static int gather_weights(struct run *r, struct st_tensor *t, int n, char *blob,
         int m;
         long long bytes = 0;
         MPI_CHECK(MPI_Recv(&m, 1, MPI_INT, s, 0, r->comm, MPI_STATUS_IGNORE), e);
-        all = realloc(all, sizeof *all * (size_t)(total + m));
-        blobs = realloc(blobs, sizeof *blobs * (size_t)(total + m));
-        if (all == NULL || blobs == NULL)
-            return err_set(e, ERR_FAIL, "out of memory gathering the weights");
+        struct st_tensor *more = realloc(all, sizeof *all * (size_t)(total + m));
+        all = more != NULL ? more : all;
+        char **more_blobs = realloc(blobs, sizeof *blobs * (size_t)(total + m));
+        blobs = more_blobs != NULL ? more_blobs : blobs;
+        if (more == NULL || more_blobs == NULL) {
+            rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
+            break;
+        }
         MPI_CHECK(MPI_Recv(all + total, m * (int)sizeof *all, MPI_BYTE, s, 0, r->comm,
                            MPI_STATUS_IGNORE), e);
         for (int i = 0; i < m; i++)
             bytes += all[total + i].bytes;
-        if ((own[s] = malloc((size_t)bytes + 1)) == NULL)
-            return err_set(e, ERR_FAIL, "out of memory gathering stage %d's weights", s);
-        for (long long at = 0; at < bytes; at += CHUNK)
-            MPI_CHECK(MPI_Recv(own[s] + at, (int)(bytes - at < CHUNK ? bytes - at : CHUNK),
+        if ((own[s] = malloc((size_t)bytes + 1)) == NULL) {
+            rc = err_set(e, ERR_FAIL, "out of memory gathering stage %d's weights", s);
+            break;
+        }
+        for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
+            MPI_CHECK(MPI_Recv(own[s] + at,
+                               (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
                                MPI_BYTE, s, 0, r->comm, MPI_STATUS_IGNORE), e);
         for (int i = 0; i < m; i++)
             blobs[total + i] = own[s];

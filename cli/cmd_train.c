@@ -5,26 +5,31 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "data.h"
 #include "model_ops.h"
 #include "plan.h"
 #include "train.h"
 
 static void help(void)
 {
-    printf("usage: mpirun -np S ballast train --plan PLAN.json [--steps N] [--data FILE]\n"
-           "         [--seed N] [--lr X] [--threads N] [--metrics METRICS.json]\n"
-           "         [--trace TRACE.json] [--save DIR [--save-every N]] [--resume DIR] "
-           "[--quiet]\n"
+    printf("usage: mpirun -np S ballast train --plan PLAN.json [--steps N] [--data FILE\n"
+           "         [--data-format llmc|bytes]] [--seed N] [--lr X] [--threads N]\n"
+           "         [--metrics METRICS.json] [--trace TRACE.json] [--save DIR [--save-every N]]\n"
+           "         [--resume DIR] [--quiet]\n"
+           "         [--init FILE.safetensors] [--save-weights FILE.safetensors]\n"
            "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n"
            "       mpirun -np S ballast train --share SHARE.json [--slice K] [--switch share|full]\n"
            "         [--steps N] [--metrics FILE] ...\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
            "recomputing the layers the plan lists, and reports measured against planned memory\n"
            "and time per stage.\n\n"
-           "  --plan FILE       the plan (ballast-plan/1); fp32, or bf16 on GPUs\n"
+           "  --plan FILE       the plan (ballast-plan/1): fp32 or bf16 (small runs on a CPU)\n"
            "  --steps N         train up to step N (default 10; a resumed run continues to N)\n"
-           "  --data FILE       train on the file's bytes (vocab_size >= 256); default: a\n"
-           "                    synthetic Markov source of entropy ln 4 nats per token\n"
+           "  --data FILE       train on FILE's tokens; default: a synthetic Markov source of\n"
+           "                    entropy ln 4 nats per token\n"
+           "  --data-format F   llmc (default): llm.c's token file (a header of 256 int32:\n"
+           "                    magic 20240520, version 1, token count; then uint16 tokens,\n"
+           "                    each < vocab_size); bytes: the file's bytes (vocab_size >= 256)\n"
            "  --seed N          weights and data (default 1)\n"
            "  --lr X            AdamW learning rate (default %g; betas 0.9, 0.95, eps 1e-8,\n"
            "                    weight decay 0.1 on the weight matrices and embeddings)\n"
@@ -38,6 +43,10 @@ static void help(void)
            "  --trace FILE      write a Chrome trace (Perfetto) of every stage\n"
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
            "  --resume DIR      continue from DIR's checkpoint\n"
+           "  --init FILE       start from FILE's weights (safetensors, Hugging Face GPT-2\n"
+           "                    names; F32 or BF16); {stage} in FILE: each stage its own file\n"
+           "  --save-weights FILE  write the weights at the end as safetensors (F32, BF16 for\n"
+           "                    a bf16 model): one file, or with {stage} one per stage\n"
            "  --quiet           no per-step lines\n"
            "  --share FILE      the jobs of a ballast-share/1 file (ballast plan --share) in turn\n"
            "                    on the same ranks, each in its persistent region, all through one\n"
@@ -58,6 +67,7 @@ static int parse(int argc, char **argv, struct train_options *o)
 {
     const char *v;
     long n;
+    int format_given = 0;
     for (int i = 1; i < argc; i++) {
         int r;
 #define VALUE(name) ((r = cli_option(argc, argv, &i, name, &v)) != 0)
@@ -91,6 +101,14 @@ static int parse(int argc, char **argv, struct train_options *o)
             if (r < 0)
                 return ERR_INPUT;
             o->data_file = v;
+        } else if (VALUE("--data-format")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (strcmp(v, "llmc") != 0 && strcmp(v, "bytes") != 0)
+                return cli_usage_error("train", "--data-format: \"%s\", expected llmc or bytes",
+                                       v);
+            o->data_format = strcmp(v, "bytes") == 0 ? DATA_FORMAT_BYTES : DATA_FORMAT_TOKENS;
+            format_given = 1;
         } else if (VALUE("--seed")) {
             if (r < 0)
                 return ERR_INPUT;
@@ -127,6 +145,14 @@ static int parse(int argc, char **argv, struct train_options *o)
                 return cli_usage_error("train", "--save-every: \"%s\", expected a count >= 1",
                                        v);
             o->save_every = n;
+        } else if (VALUE("--init")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->init_file = v;
+        } else if (VALUE("--save-weights")) {
+            if (r < 0)
+                return ERR_INPUT;
+            o->save_weights_file = v;
         } else if (VALUE("--resume")) {
             if (r < 0)
                 return ERR_INPUT;
@@ -162,6 +188,10 @@ static int parse(int argc, char **argv, struct train_options *o)
     }
     if ((o->plan_file == NULL) == (o->share_file == NULL))
         return cli_usage_error("train", "one of --plan and --share is required");
+    if (format_given && o->data_file == NULL)
+        return cli_usage_error("train", "--data-format needs --data FILE");
+    if (o->init_file != NULL && o->resume_dir != NULL)
+        return cli_usage_error("train", "--init and --resume: a resumed run has its weights");
     if (o->save_every > 0 && o->save_dir == NULL)
         return cli_usage_error("train", "--save-every needs --save DIR");
     return ERR_OK;

@@ -14,6 +14,7 @@
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
+#include "safetensors.h"
 #include "stage.h"
 #include "transport.h"
 
@@ -107,6 +108,8 @@ static int check_outputs(const struct train_options *o, struct err *e)
         return err_set(e, in.code, "--trace: %s", in.msg);
     if (o->save_dir != NULL && ckpt_check_dir(o->save_dir, &in))
         return err_set(e, in.code, "--save: %s", in.msg);
+    if (o->save_weights_file != NULL && fileio_out_check(o->save_weights_file, &in))
+        return err_set(e, in.code, "--save-weights: %s", in.msg);
     return ERR_OK;
 }
 
@@ -158,7 +161,8 @@ static int setup_global(struct run *r, struct err *e)
                                o->plan_file, s, inner.msg);
         }
     }
-    if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, m, o->seed, e)
+    if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, o->data_format, m,
+                                                            o->seed, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
     r->data_loaded = 1;
@@ -294,6 +298,12 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         struct ckpt_identity id;
         ckpt_identity_of(&id, &r->stage, &r->data, o->seed);
         if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
+            return e->code;
+    }
+    if (o->init_file != NULL) {
+        char file[FILEIO_PATH_MAX];
+        st_stage_path(o->init_file, r->rank, file, sizeof file);
+        if (st_stage_load(&r->stage, file, e))
             return e->code;
     }
     if (r->on_cuda) { /* what the next rank on this GPU will find in use */
@@ -435,6 +445,106 @@ static void save(struct run *r, int64_t step)
     if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage's checkpoint", &e))
         fail_now(r, &e);
     ckpt_remove_older(r->o->save_dir, r->rank, step);
+}
+
+#define WEIGHTS_CHUNK (1 << 30) /* bytes per message: MPI counts are ints */
+
+/* A stage's tensors to rank 0: their count, descriptions, then their bytes in chunks. */
+static int send_weights(struct run *r, const struct st_tensor *t, int n, const char *blob,
+                        struct err *e)
+{
+    long long bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += t[i].bytes;
+    MPI_CHECK(MPI_Send(&n, 1, MPI_INT, 0, 0, r->comm), e);
+    MPI_CHECK(MPI_Send(t, n * (int)sizeof *t, MPI_BYTE, 0, 0, r->comm), e);
+    for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
+        MPI_CHECK(MPI_Send(blob + at,
+                           (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
+                           MPI_BYTE, 0, 0, r->comm), e);
+    return ERR_OK;
+}
+
+/* Rank 0 receives every other stage's tensors (send_weights) and writes one file. A failure
+ * here stops the job (save_weights), so an MPI error returns at once. */
+static int gather_weights(struct run *r, struct st_tensor *t, int n, char *blob, struct err *e)
+{
+    if (r->rank != 0)
+        return send_weights(r, t, n, blob, e);
+    int total = n, rc = ERR_OK;
+    struct st_tensor *all = malloc(sizeof *all * (size_t)n);
+    char **blobs = malloc(sizeof *blobs * (size_t)n),
+         **own = calloc((size_t)r->size, sizeof *own);
+    if (all == NULL || blobs == NULL || own == NULL)
+        rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
+    for (int i = 0; i < n && rc == ERR_OK; i++) {
+        all[i] = t[i];
+        blobs[i] = blob;
+    }
+    for (int s = 1; s < r->size && rc == ERR_OK; s++) {
+        int m;
+        long long bytes = 0;
+        MPI_CHECK(MPI_Recv(&m, 1, MPI_INT, s, 0, r->comm, MPI_STATUS_IGNORE), e);
+        struct st_tensor *more = realloc(all, sizeof *all * (size_t)(total + m));
+        all = more != NULL ? more : all;
+        char **more_blobs = realloc(blobs, sizeof *blobs * (size_t)(total + m));
+        blobs = more_blobs != NULL ? more_blobs : blobs;
+        if (more == NULL || more_blobs == NULL) {
+            rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
+            break;
+        }
+        MPI_CHECK(MPI_Recv(all + total, m * (int)sizeof *all, MPI_BYTE, s, 0, r->comm,
+                           MPI_STATUS_IGNORE), e);
+        for (int i = 0; i < m; i++)
+            bytes += all[total + i].bytes;
+        if ((own[s] = malloc((size_t)bytes + 1)) == NULL) {
+            rc = err_set(e, ERR_FAIL, "out of memory gathering stage %d's weights", s);
+            break;
+        }
+        for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
+            MPI_CHECK(MPI_Recv(own[s] + at,
+                               (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
+                               MPI_BYTE, s, 0, r->comm, MPI_STATUS_IGNORE), e);
+        for (int i = 0; i < m; i++)
+            blobs[total + i] = own[s];
+        total += m;
+    }
+    if (rc == ERR_OK)
+        rc = st_write(r->o->save_weights_file, all, total, blobs, e);
+    for (int s = 0; own != NULL && s < r->size; s++)
+        free(own[s]);
+    free(own);
+    free(all);
+    free(blobs);
+    return rc;
+}
+
+/* --save-weights: each stage its own file (ST_STAGE_MARK in the name) or one by rank 0. A
+ * failure stops the job (the path was checked before the first step). */
+static void save_weights(struct run *r)
+{
+    struct err e;
+    err_clear(&e);
+    struct st_tensor *t = NULL;
+    char *blob = NULL, file[FILEIO_PATH_MAX];
+    int n = 0, rc = st_stage_collect(&r->stage, &t, &n, &blob, &e);
+    if (rc == ERR_OK && strstr(r->o->save_weights_file, ST_STAGE_MARK) != NULL) {
+        char **blobs = malloc(sizeof *blobs * (size_t)n);
+        for (int i = 0; blobs != NULL && i < n; i++)
+            blobs[i] = blob;
+        st_stage_path(r->o->save_weights_file, r->rank, file, sizeof file);
+        rc = blobs != NULL ? st_write(file, t, n, blobs, &e)
+                           : err_set(&e, ERR_FAIL, "out of memory writing the weights");
+        free(blobs);
+    } else if (rc == ERR_OK) {
+        rc = gather_weights(r, t, n, blob, &e);
+    }
+    free(t);
+    free(blob);
+    if (rc)
+        fail_now(r, &e);
+    if (MPI_Barrier(r->comm) != MPI_SUCCESS)
+        MPI_Abort(r->comm, ERR_FAIL);
 }
 
 static void free_run(struct run *r)
@@ -590,6 +700,8 @@ static int train_loop(struct run *r, struct err *e)
             ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
             save(r, step + 1);
     }
+    if (o->save_weights_file != NULL)
+        save_weights(r);
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
     const struct plan_stage *st = &p->stages[r->rank];
     struct report_stage mine = {

@@ -19,10 +19,13 @@
 struct train_options {
     const char *plan_file;
     const char *data_file;    /* NULL: the synthetic source */
+    int data_format;          /* enum data_format: llm.c tokens (0, the default) or bytes */
     const char *metrics_file; /* may be NULL */
     const char *trace_file;   /* may be NULL */
     const char *save_dir;     /* may be NULL */
     const char *resume_dir;   /* may be NULL */
+    const char *init_file;    /* safetensors weights to start from (safetensors.h); NULL */
+    const char *save_weights_file; /* safetensors written at the end; NULL */
     int64_t steps;            /* the step to train up to (a resumed run continues to it) */
     int64_t save_every;       /* with save_dir: every N steps (0: at the end only) */
     uint64_t seed;

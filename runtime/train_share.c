@@ -187,7 +187,7 @@ static int start_job(struct share_run *r, int j, struct err *e)
     const struct plan *p = &r->sh.jobs[j].plan;
     const struct share_device *dv = &r->sh.devices[r->rank];
     struct share_job_run *job = &r->jobs[j];
-    if (o->data_file != NULL ? data_init_file(&job->data, o->data_file, &p->model, o->seed, e)
+    if (o->data_file != NULL ? data_init_file(&job->data, o->data_file, o->data_format, &p->model, o->seed, e)
                              : data_init_synthetic(&job->data, &p->model, o->seed, e))
         return e->code;
     job->data_loaded = 1;

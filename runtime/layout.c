@@ -249,15 +249,15 @@ int layout_offload_mask(const struct model *m, int layer, int first, uint32_t re
     return ERR_OK;
 }
 
-int layout_offload(struct stage_layout *sl, const uint32_t *offload, int depth, struct err *e)
+int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
+                   const signed char *option, int depth, struct err *e)
 {
     int64_t slot = 0, host = 0, buf = 0;
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
-        if (offload[i] & L->regen)
-            return err_set(e, ERR_FAIL, "internal: layer %d offloads tensors it regenerates",
-                           L->layer);
-        L->offload = offload[i];
+        ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen,
+                                    place != NULL ? place[i] : COST_PLACE_DEVICE,
+                                    option != NULL ? option[i] : -1, &L->offload, e));
         slot = carve_kept(L, slot);
         L->host_off = host;
         host += L->offload_bytes;

@@ -89,10 +89,12 @@ void layout_free(struct stage_layout *sl);
  * ERR_INPUT for an option the layer lacks or an option beside recomputation. */
 int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
                         int option, uint32_t *mask, struct err *e);
-/* Moves the offloaded tensors (one mask per layer) out of the slots into host slots and
- * staging buffers: depth + 3 of them, room for `depth` prefetches ahead of the running
- * layer, the forward's buffer, the next layer's input and a copy leaving. */
-int layout_offload(struct stage_layout *sl, const uint32_t *offload, int depth, struct err *e);
+/* Moves the offloaded tensors (layout_offload_mask of each layer's place and option, NULL
+ * arrays: device, -1) out of the slots into host slots and staging buffers: depth + 3 of
+ * them, room for `depth` prefetches ahead of the running layer, the forward's buffer, the
+ * next layer's input and a copy leaving. */
+int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
+                   const signed char *option, int depth, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
 /* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit). */

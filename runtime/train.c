@@ -275,6 +275,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
         .record_events = o->trace_file != NULL,
+        .host_link_gbps = o->host_link_gbps,
     };
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
@@ -489,6 +490,20 @@ static int share_loss(struct run *r, double *loss, struct err *e)
     return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
 }
 
+/* Each step's stall and late prefetches, summed over the stages. */
+static int sum_steps(struct run *r, struct report *rep, struct err *e)
+{
+    for (int i = 0; i < rep->n_steps; i++) {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rep->steps[i].stall_ms, 1, MPI_DOUBLE, MPI_SUM,
+                                r->comm),
+                  e);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rep->steps[i].late_prefetches, 1, MPI_INT,
+                                MPI_SUM, r->comm),
+                  e);
+    }
+    return ERR_OK;
+}
+
 static int train_loop(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
@@ -529,7 +544,9 @@ static int train_loop(struct run *r, struct err *e)
         if (share_loss(r, &loss, e))
             fail_now(r, e);
         double ms = exec_now_ms() - t0;
-        rep.steps[i] = (struct report_step){step + 1, loss, ms};
+        rep.steps[i] = (struct report_step){step + 1, loss, ms, r->stage.x.times.stall,
+                                            r->stage.x.times.late_prefetches};
+        sum.late_prefetches += r->stage.x.times.late_prefetches;
         rep.n_steps = (int)i + 1;
         /* steps after the first of this run (a one-step run counts its only step) */
         if (i > 0 || n_steps == 1) {
@@ -540,6 +557,9 @@ static int train_loop(struct run *r, struct err *e)
             sum.send += t->send;
             sum.idle += t->idle;
             sum.optimizer += t->optimizer;
+            sum.stall += t->stall;
+            sum.copy[0] += t->copy[0];
+            sum.copy[1] += t->copy[1];
             counted++;
             timed_ms += ms;
         }
@@ -570,7 +590,17 @@ static int train_loop(struct run *r, struct err *e)
         .send_ms = sum.send / (counted * p->micro_batches),
         .idle_ms = sum.idle / (counted * p->micro_batches),
         .optimizer_ms = sum.optimizer / counted,
+        .host_peak_bytes = r->stage.x.off.host_peak,
+        .host_bytes = r->stage.lay.host_bytes,
+        .staging_bytes = r->stage.lay.staging_bytes,
+        .copy_ms = (sum.copy[0] + sum.copy[1]) / (2.0 * counted * p->micro_batches),
+        .stall_ms = sum.stall / counted,
+        .late_prefetches = sum.late_prefetches,
     };
+    if (sum_steps(r, &rep, e)) {
+        free(rep.steps);
+        return e->code;
+    }
     snprintf(mine.device, sizeof mine.device, "%s", st->device);
     snprintf(mine.backend, sizeof mine.backend, "%s", r->on_cuda ? "cuda" : "cpu");
     if (r->on_cuda) {

@@ -317,6 +317,26 @@ static const char *cluster(const char *name, const char *dev0, const char *prof0
     return test_write(name, text);
 }
 
+/* The host link measured through the CPU backend's copy lanes with an emulated link (the
+ * reference): its bandwidth and latency come back; without one, memcpy's, positive. */
+static void test_host_link(void)
+{
+    struct backend be;
+    struct err e;
+    double gbps = 0, lat = -1;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(backend_cpu_init(&be, 1, &e), ERR_OK);
+    CU_ASSERT_EQUAL(measure_host_link(&be, 1 << 20, 3, &gbps, &lat, &e), ERR_OK);
+    CU_ASSERT(gbps > 0 && gbps < 1e6 && lat >= 0);
+    be.host_link_gbps = 2;
+    be.host_link_latency_us = 500;
+    CU_ASSERT_EQUAL(measure_host_link(&be, 4 << 20, 3, &gbps, &lat, &e), ERR_OK);
+    printf(" (emulated 2 Gbit/s, 500 us: measured %.3f Gbit/s, %.0f us)", gbps, lat);
+    CU_ASSERT(gbps > 1.8 && gbps <= 2.05);
+    CU_ASSERT(lat >= 500 && lat < 1500);
+    be.ops->free(&be);
+}
+
 static void test_clusters(void)
 {
     char args[4096], deep_text[sizeof tiny_text], model_buf[1024], deep_buf[1024], prof[1024];
@@ -383,5 +403,6 @@ int main(void)
     CU_add_test(s, "the scans catch faulty layers", test_scans_catch_faults);
     CU_add_test(s, "option errors", test_options);
     CU_add_test(s, "measured profiles in clusters", test_clusters);
+    CU_add_test(s, "the host link, against an emulated one", test_host_link);
     return test_main();
 }

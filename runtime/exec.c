@@ -67,7 +67,8 @@ static int ws_update(struct executor *x, struct err *e)
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1)
 {
     double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
-                                   &x->times.send, &x->times.idle,      &x->times.optimizer};
+                                   &x->times.send, &x->times.idle,      &x->times.optimizer,
+                                   &x->times.stall};
     *acc[kind] += t1 - t0;
     if (!x->c.record_events)
         return;
@@ -233,16 +234,16 @@ static char *host_of(const struct executor *x, int li, int micro)
            lay->layers[li].host_off;
 }
 
-/* Compute waiting for copy `ev`: timed as stall when the copy is still running. Returns
- * whether it was. */
-static int copy_wait(struct executor *x, int ev, int *late, struct err *e)
+/* Compute waiting for copy `ev` of layer li's tensors: a stall event when the copy is still
+ * running (*late). */
+static int copy_wait(struct executor *x, int ev, int li, int micro, int *late, struct err *e)
 {
     int done;
     ERR_TRY(x->c.be->ops->event_query(x->c.be, ev, &done, e));
     double t0 = exec_now_ms();
     ERR_TRY(x->c.be->ops->event_wait(x->c.be, ev, e));
     if (!done)
-        x->times.stall += exec_now_ms() - t0;
+        exec_event(x, STAGE_EV_STALL, micro, x->c.lay->layers[li].layer, t0, exec_now_ms());
     *late = !done;
     return ERR_OK;
 }
@@ -263,7 +264,7 @@ static int staging_get(struct executor *x, int *out, struct err *e)
     if (pick < 0)
         return err_set(e, ERR_FAIL, "internal: stage %d has all %d staging buffers in use",
                        x->c.stage, x->c.lay->n_staging);
-    ERR_TRY(copy_wait(x, o->buf[pick].ev, &late, e));
+    ERR_TRY(copy_wait(x, o->buf[pick].ev, o->buf[pick].li, o->buf[pick].micro, &late, e));
     *out = pick;
     return ERR_OK;
 }
@@ -355,7 +356,7 @@ static int offload_out(struct executor *x, int li, int micro, struct err *e)
     ERR_TRY(host_add(x, bytes, e));
     ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_TO_HOST, host_of(x, li, micro),
                                      staging_of(x, *held), bytes, -1, out_ev, e));
-    o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev};
+    o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev, li, micro};
     *held = -1;
     if (o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro])
         return prefetch_start(x, li, micro, e);
@@ -370,7 +371,7 @@ static int offload_ready(struct executor *x, int li, int micro, struct err *e)
     if (b < 0 || o->buf[b].state != STG_IN)
         return err_set(e, ERR_FAIL, "internal: stage %d: layer %d's prefetch for micro-batch "
                        "%d was never started", x->c.stage, x->c.lay->layers[li].layer, micro);
-    ERR_TRY(copy_wait(x, o->buf[b].ev, &late, e));
+    ERR_TRY(copy_wait(x, o->buf[b].ev, li, micro, &late, e));
     if (late) {
         x->times.late_prefetches++;
         if (o->ahead[li] < x->c.prefetch_depth)

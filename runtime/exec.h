@@ -48,6 +48,7 @@ enum stage_event_kind {
     STAGE_EV_SEND,
     STAGE_EV_RECV, /* waiting for data: idle */
     STAGE_EV_OPTIMIZER,
+    STAGE_EV_STALL, /* waiting for an offload copy */
     STAGE_EV_KINDS
 };
 
@@ -138,7 +139,8 @@ struct exec_ws_region {
 enum { STG_FREE, STG_FWD, STG_OUT, STG_IN };
 
 struct exec_staging {
-    int state, ev; /* ev: the copy out or in */
+    int state, ev;  /* ev: the copy out or in */
+    int li, micro;  /* whose tensors it holds */
 };
 
 /* Offload's state (exec.c). Layer-ops: every layer's forward or backward, in the stage's

@@ -124,7 +124,8 @@ void report_print_summary(FILE *f, const struct report *r)
 }
 
 static const char *const event_names[STAGE_EV_KINDS] = {"forward", "recompute", "backward",
-                                                        "send", "idle", "optimizer"};
+                                                        "send", "idle", "optimizer",
+                                                        "offload stall"};
 
 int report_write_trace(const char *file, const struct model *m, const struct report *r,
                        const int *counts, const struct stage_event *events, struct err *e)

@@ -8,7 +8,8 @@
  *     micro-batches the schedule holds in flight;
  *   - on a link slower than one layer's backward, prefetches one layer ahead arrive late;
  *     they move earlier step by step until nothing stalls;
- *   - a host limit below the offloaded bytes: ERR_NOFIT on every rank, with the numbers. */
+ *   - a host limit below the offloaded bytes: ERR_NOFIT on every rank, with the numbers.
+ * With --cuda (a GPU test), the stages run on cuda:0: pinned host slots, copy streams. */
 #include <CUnit/CUnit.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "backend.h"
 #include "cost.h"
 #include "data.h"
+#include "gpu.h"
 #include "schedule.h"
 #include "stage.h"
 #include "testutil.h"
@@ -36,6 +38,7 @@ static const struct model *model = &tiny;
 #define HOST 1 /* COST_PLACE_HOST in the plan's terms */
 
 static int rank, size;
+static int use_cuda; /* --cuda: the stages on cuda:0 (the GPU test) */
 
 /* One offload mix, by global layer. */
 struct mix {
@@ -117,8 +120,14 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
     MPI_Comm comm = ro->solo ? MPI_COMM_SELF : MPI_COMM_WORLD;
     int stage = ro->solo ? 0 : rank, n_stages = ro->solo ? 1 : size;
     memset(res, 0, sizeof *res);
-    CU_ASSERT_FATAL(backend_cpu_init(&be, 1, e) == ERR_OK);
-    CU_ASSERT_FATAL(transport_mpi_init(&tp, &comm, 4 * MICRO + 8, e) == ERR_OK);
+    if (use_cuda) {
+        CU_ASSERT_FATAL(backend_cuda_init(&be, 0, e) == ERR_OK);
+        CU_ASSERT_FATAL(transport_staged_init(&tp, &comm, 4 * MICRO + 8, &be,
+                                              exec_boundary_bytes(model), e) == ERR_OK);
+    } else {
+        CU_ASSERT_FATAL(backend_cpu_init(&be, 1, e) == ERR_OK);
+        CU_ASSERT_FATAL(transport_mpi_init(&tp, &comm, 4 * MICRO + 8, e) == ERR_OK);
+    }
     tp.timeout_s = 120;
     CU_ASSERT_FATAL(data_init_synthetic(&data, model, 7, e) == ERR_OK);
     int first, last;
@@ -266,8 +275,9 @@ static void test_late_prefetch_moves(void)
     struct result res;
     struct err e;
     err_clear(&e);
-    if (size > 1) { /* timing wants the cores to itself: the one-rank run checks it */
-        printf(" (skipped on %d ranks)", size);
+    if (size > 1 || use_cuda) { /* timing wants the cores to itself; the link is emulated on
+                                   the CPU only */
+        printf(" (skipped on %d ranks%s)", size, use_cuda ? ", CUDA" : "");
         return;
     }
     model = &wide;
@@ -316,6 +326,9 @@ static void test_host_limit(void)
 
 int main(int argc, char **argv)
 {
+    use_cuda = argc > 1 && strcmp(argv[1], "--cuda") == 0;
+    if (use_cuda)
+        gpu_require("test_offload_train --cuda");
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -364,7 +364,8 @@ static int offload_out(struct executor *x, int li, int micro, struct err *e)
 }
 
 /* Before the backward: the prefetch must have arrived; a late one starts earlier next step. */
-static int offload_ready(struct executor *x, int li, int micro, struct err *e)
+static int offload_ready(struct executor *x, int li, int micro, const struct layer_view *v,
+                         struct err *e)
 {
     struct exec_offload *o = &x->off;
     int b = *off_at(x, o->held, li, micro), late;
@@ -388,16 +389,10 @@ static int offload_release(struct executor *x, int li, int micro, struct err *e)
     return host_add(x, -x->c.lay->layers[li].offload_bytes, e);
 }
 
-static int offload_ready_hook(struct executor *x, int li, int micro, const struct layer_view *v,
-                              struct err *e)
-{
-    return offload_ready(x, li, micro, e);
-}
-
 const struct exec_action exec_offload = {
     .name = "offload",
     .after_forward = offload_out,
-    .before_backward = offload_ready_hook,
+    .before_backward = offload_ready,
     .after_backward = offload_release,
 };
 
@@ -410,7 +405,7 @@ static int transient_out_offload(struct executor *x, int li, int micro, struct e
 static int offload_rerun(struct executor *x, int li, int micro, const struct layer_view *v,
                          struct err *e)
 {
-    ERR_TRY(offload_ready(x, li, micro, e));
+    ERR_TRY(offload_ready(x, li, micro, v, e));
     return rerun(x, li, micro, v, e);
 }
 

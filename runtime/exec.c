@@ -235,15 +235,19 @@ static char *host_of(const struct executor *x, int li, int micro)
 }
 
 /* Compute waiting for copy `ev` of layer li's tensors: a stall event when the copy is still
- * running (*late). */
+ * running (*late). The spans sync the backend around every layer anyway, so the host is
+ * level with the device here: a copy not done is late, and syncing then (after the compute
+ * queued its wait) times the stall where the span would have. */
 static int copy_wait(struct executor *x, int ev, int li, int micro, int *late, struct err *e)
 {
     int done;
     ERR_TRY(x->c.be->ops->event_query(x->c.be, ev, &done, e));
     double t0 = exec_now_ms();
     ERR_TRY(x->c.be->ops->event_wait(x->c.be, ev, e));
-    if (!done)
+    if (!done) {
+        ERR_TRY(x->c.be->ops->sync(x->c.be, e));
         exec_event(x, STAGE_EV_STALL, micro, x->c.lay->layers[li].layer, t0, exec_now_ms());
+    }
     *late = !done;
     return ERR_OK;
 }

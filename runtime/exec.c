@@ -291,6 +291,8 @@ static int host_add(struct executor *x, int64_t delta, struct err *e)
     o->host_live += delta;
     if (o->host_live > o->host_peak)
         o->host_peak = o->host_live;
+    if (o->host_live > x->times.host_peak)
+        x->times.host_peak = o->host_live;
     if (x->c.host_limit_bytes >= 0 && o->host_live > x->c.host_limit_bytes)
         return err_set(e, ERR_NOFIT,
                        "stage %d: %lld bytes offloaded to host memory, over its "

@@ -28,6 +28,16 @@
  *                head's `losses`), and regions whose send has not completed. A region is not
  *                reused before its send completes; the next backward does not wait for the
  *                last forward's `out` to be sent, since it does not touch it.
+ *   staging      offload's staging buffers (layout.h): always, like persistent.
+ * Host memory (off.host_peak, times.host_peak per step) counts a layer's offloaded bytes from
+ * its copy out to the end of its backward: at most in_flight x the host slot.
+ *
+ * Offload (exec_offload, exec_offload_recompute): a layer's forward writes its offloaded
+ * tensors into a staging buffer (claimed before the previous layer writes the input there),
+ * after_forward copies them to the micro-batch's host slot and the buffer is free once the
+ * copy is; the prefetch, started at its trigger (exec_config.prefetch_ahead), copies them
+ * back into a staging buffer (after the copy out, when the trigger comes first), and
+ * before_backward waits for it, late or not; after_backward frees the buffer.
  *
  * Every forward, recompute and backward is a span timed by the host clock around the
  * backend's sync, or by the config's device timer; each is reported to on_span and, with
@@ -59,11 +69,13 @@ struct stage_event {
 
 /* Milliseconds spent in one step. Offload: `stall` the compute waited for copies (a late
  * prefetch, or a staging buffer still being copied out), copy[dir] each copy lane's busy
- * time, late_prefetches the prefetches that had not arrived when their backward wanted them. */
+ * time, late_prefetches the prefetches that had not arrived when their backward wanted them,
+ * host_peak the most bytes offloaded at once. */
 struct stage_times {
     double fwd, bwd, recompute, send, idle, optimizer;
     double stall, copy[2];
     int late_prefetches;
+    int64_t host_peak;
 };
 
 struct executor;

@@ -29,6 +29,8 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "ms", r->steps[i].ms);
         cJSON_AddNumberToObject(s, "stall_ms", r->steps[i].stall_ms);
         cJSON_AddNumberToObject(s, "late_prefetches", r->steps[i].late_prefetches);
+        cJSON_AddNumberToObject(s, "copy_ms", r->steps[i].copy_ms);
+        jsonio_add_int(s, "host_peak_bytes", r->steps[i].host_peak_bytes);
         cJSON_AddItemToArray(steps, s);
     }
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);

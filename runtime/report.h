@@ -64,6 +64,8 @@ struct report_step {
     double loss, ms;
     double stall_ms;     /* every stage's offload stall in the step, summed */
     int late_prefetches; /* every stage's, summed */
+    double copy_ms;      /* every stage's copy lanes' busy time, both ways, summed */
+    int64_t host_peak_bytes; /* the most any stage held offloaded in the step */
 };
 
 struct report {

@@ -490,18 +490,35 @@ static int share_loss(struct run *r, double *loss, struct err *e)
     return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
 }
 
-/* Each step's stall and late prefetches, summed over the stages. */
+/* Each step's offload figures over the stages: stall, late prefetches and copy time summed,
+ * the host peak the largest. */
 static int sum_steps(struct run *r, struct report *rep, struct err *e)
 {
-    for (int i = 0; i < rep->n_steps; i++) {
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rep->steps[i].stall_ms, 1, MPI_DOUBLE, MPI_SUM,
-                                r->comm),
-                  e);
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rep->steps[i].late_prefetches, 1, MPI_INT,
-                                MPI_SUM, r->comm),
-                  e);
+    int n = rep->n_steps;
+    double *sum = malloc(sizeof *sum * 3 * (size_t)n);
+    int64_t *peak = malloc(sizeof *peak * (size_t)n);
+    int rc = sum == NULL || peak == NULL ? err_set(e, ERR_FAIL, "out of memory") : ERR_OK;
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        const struct report_step *st = &rep->steps[i];
+        sum[3 * i] = st->stall_ms;
+        sum[3 * i + 1] = st->late_prefetches;
+        sum[3 * i + 2] = st->copy_ms;
+        peak[i] = st->host_peak_bytes;
     }
-    return ERR_OK;
+    if (rc == ERR_OK &&
+        (MPI_Allreduce(MPI_IN_PLACE, sum, 3 * n, MPI_DOUBLE, MPI_SUM, r->comm) != MPI_SUCCESS ||
+         MPI_Allreduce(MPI_IN_PLACE, peak, n, MPI_INT64_T, MPI_MAX, r->comm) != MPI_SUCCESS))
+        rc = err_set(e, ERR_FAIL, "MPI_Allreduce of the steps' offload figures failed");
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        struct report_step *st = &rep->steps[i];
+        st->stall_ms = sum[3 * i];
+        st->late_prefetches = (int)sum[3 * i + 1];
+        st->copy_ms = sum[3 * i + 2];
+        st->host_peak_bytes = peak[i];
+    }
+    free(sum);
+    free(peak);
+    return rc;
 }
 
 static int train_loop(struct run *r, struct err *e)
@@ -544,8 +561,11 @@ static int train_loop(struct run *r, struct err *e)
         if (share_loss(r, &loss, e))
             fail_now(r, e);
         double ms = exec_now_ms() - t0;
-        rep.steps[i] = (struct report_step){step + 1, loss, ms, r->stage.x.times.stall,
-                                            r->stage.x.times.late_prefetches};
+        const struct stage_times *now = &r->stage.x.times;
+        rep.steps[i] = (struct report_step){step + 1,           loss,
+                                            ms,                 now->stall,
+                                            now->late_prefetches, now->copy[0] + now->copy[1],
+                                            now->host_peak};
         sum.late_prefetches += r->stage.x.times.late_prefetches;
         rep.n_steps = (int)i + 1;
         /* steps after the first of this run (a one-step run counts its only step) */

@@ -273,12 +273,15 @@ static int staging_get(struct executor *x, int *out, struct err *e)
     return ERR_OK;
 }
 
-/* A staging buffer for layer li's forward of `micro` (before its view is taken: the previous
- * layer writes the input into it). */
-static int staging_claim(struct executor *x, int li, int micro, struct err *e)
+/* A staging buffer for layer li's forward of `micro` when it offloads any of `which` and has
+ * none yet: at its forward's start, or, when its input is offloaded, before the previous
+ * layer writes that input. *claimed: whether it took one (the view changes). */
+static int staging_claim(struct executor *x, int li, int micro, uint32_t which, int *claimed,
+                         struct err *e)
 {
     int *held = off_at(x, x->off.held, li, micro);
-    if (x->c.lay->layers[li].offload == 0 || *held >= 0)
+    *claimed = (x->c.lay->layers[li].offload & which) != 0 && *held < 0;
+    if (!*claimed)
         return ERR_OK;
     ERR_TRY(staging_get(x, held, e));
     x->off.buf[*held].state = STG_FWD;
@@ -466,16 +469,18 @@ static int forward(struct executor *x, int micro, struct err *e)
     struct layer_view v, next;
     double t0;
     ERR_TRY(x->c.port->input(x, micro, e));
-    ERR_TRY(staging_claim(x, 0, micro, e));
     exec_view(x, 0, micro, &v);
-    int out_id = -1;
+    int out_id = -1, claimed;
     for (int li = 0; li < n; li++) {
         const struct layer_layout *L = &lay->layers[li];
         void *out = NULL;
         int loss_id = -1;
         ERR_TRY(offload_tick(x, e));
+        ERR_TRY(staging_claim(x, li, micro, ~0u, &claimed, e));
+        if (claimed)
+            exec_view(x, li, micro, &v);
         if (li + 1 < n) {
-            ERR_TRY(staging_claim(x, li + 1, micro, e));
+            ERR_TRY(staging_claim(x, li + 1, micro, REGEN_BIT(0), &claimed, e));
             exec_view(x, li + 1, micro, &next);
             out = next.kept[0];
         } else if (L->kind != MODEL_LAYER_HEAD) {

@@ -90,9 +90,11 @@ void layout_free(struct stage_layout *sl);
 int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
                         int option, uint32_t *mask, struct err *e);
 /* Moves the offloaded tensors (layout_offload_mask of each layer's place and option, NULL
- * arrays: device, -1) out of the slots into host slots and staging buffers: depth + 3 of
- * them, room for `depth` prefetches ahead of the running layer, the forward's buffer, the
- * next layer's input and a copy leaving. */
+ * arrays: device, -1) out of the slots into host slots and staging buffers: depth + 1 of
+ * them (up to `depth` prefetches ahead of the running layer, and the forward's; a copy out
+ * frees its buffer when done), one more when a layer's input is offloaded (claimed before the
+ * previous layer writes it). The cost model's staging, (max prefetch_ahead + 1) x the largest
+ * layer's host bytes, with depth = max prefetch_ahead. */
 int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
                    const signed char *option, int depth, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */

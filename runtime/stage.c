@@ -236,14 +236,15 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
     return exec_init(&r->x, &xc, e);
 }
 
-/* How many layer-ops ahead a prefetch may start: room for the late ones to move. */
+/* How many layer-ops ahead a prefetch may start (late ones move up to it): by default the
+ * plan's furthest, whose staging buffers the plan counted. */
 static int prefetch_depth(const struct stage_config *c)
 {
     int depth = 1, n = c->last - c->first + 1;
     for (int li = 0; c->prefetch_ahead != NULL && li < n; li++)
         if (c->prefetch_ahead[li] > depth)
             depth = c->prefetch_ahead[li];
-    return c->prefetch_depth > 0 ? c->prefetch_depth : depth + 2;
+    return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
 }
 
 /* The host slots must fit the host memory free now, before anything is allocated. */

@@ -32,7 +32,7 @@ struct stage_config {
     const unsigned char *place;
     const signed char *offload_option;
     const int *prefetch_ahead;
-    int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) + 2 */
+    int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
 };

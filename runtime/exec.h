@@ -33,7 +33,8 @@
  * its copy out to the end of its backward: at most in_flight x the host slot.
  *
  * Offload (exec_offload, exec_offload_recompute): a layer's forward writes its offloaded
- * tensors into a staging buffer (claimed before the previous layer writes the input there),
+ * tensors into a staging buffer (claimed at its forward, or before the previous layer's when
+ * that writes an offloaded input),
  * after_forward copies them to the micro-batch's host slot and the buffer is free once the
  * copy is; the prefetch, started at its trigger (exec_config.prefetch_ahead), copies them
  * back into a staging buffer (after the copy out, when the trigger comes first), and

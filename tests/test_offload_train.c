@@ -63,6 +63,7 @@ struct result {
     unsigned char *state; /* the persistent arena */
     int64_t state_bytes, peak, arena, host_peak, host_bytes, slot_bytes, staging;
     int in_flight;
+    int64_t layer_slot[N_LAYERS]; /* each layer's bytes in a slot, by index in the stage */
     double stall[16], copy_ms[16];
     int late[16];
     double bwd_ms; /* per layer-op of backward, the last step */
@@ -191,6 +192,8 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
         res->slot_bytes = r.lay.slot_bytes;
         res->staging = r.lay.staging_bytes;
         res->in_flight = r.lay.in_flight;
+        for (int li = 0; li < n; li++)
+            res->layer_slot[li] = r.lay.layers[li].slot_bytes;
         for (int li = 0; r.x.off.ahead != NULL && li < n; li++)
             if (r.x.off.ahead[li] > res->ahead)
                 res->ahead = r.x.off.ahead[li];
@@ -242,6 +245,17 @@ static void check_mixes(double gbps)
             CU_ASSERT_EQUAL(off.host_peak, off.host_bytes);
             CU_ASSERT_EQUAL(off.peak, ref.peak - moved * off.in_flight + off.staging);
             CU_ASSERT_EQUAL(off.arena - off.peak, ref.arena - ref.peak);
+            /* staging: the cost model's (max prefetch_ahead + 1) x the largest layer's host
+             * bytes, one buffer more when a layer (not the stage's first) sends its input */
+            int first, last, input = 0;
+            int64_t largest = 0;
+            split(rank, size, &first, &last);
+            for (int l = first; l <= last; l++) {
+                int64_t host_l = ref.layer_slot[l - first] - off.layer_slot[l - first];
+                largest = host_l > largest ? host_l : largest;
+                input |= l > first && mixes[k].place[l] == HOST;
+            }
+            CU_ASSERT_EQUAL(off.staging, (1 + 1 + input) * largest);
             if (rank == 0)
                 printf("\n  %d ranks %s %s link %g: loss %.6f; stage 0 peak %lld (keep %lld), "
                        "host peak %lld, staging %lld, copies %.2f ms/step",

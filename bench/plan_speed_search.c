@@ -201,9 +201,7 @@ static int run_instance(const struct device_table *t, const struct search_args *
     o.repartition = 1;
     if (a->nodes > 0)
         o.search_nodes = a->nodes;
-#ifdef PLAN_SEARCH_HAS_TIME_LIMIT
     o.time_limit_s = a->time_limit_s;
-#endif
     int rc = random_cluster(t, &r, S, a->M, &c, what, sizeof what, &e);
     double t0 = now_s();
     if (rc == ERR_OK)

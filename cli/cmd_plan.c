@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "plan_arena.h"
 #include "planner.h"
 
 static void help(void)
@@ -32,6 +33,8 @@ static void help(void)
            "                   its certified optimality_gap (default: no limit)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
+           "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
+           "                   host_memory_bytes over their host links), or recompute,offload\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
@@ -42,7 +45,14 @@ static void help(void)
            "  -o FILE          write the plan (ballast-plan/1)\n"
            "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
            "                   standard output (the table goes to standard error)\n"
-           "  --quiet          no table\n\n"
+           "  --quiet          no table\n"
+           "  --arena M        lay each stage's activation arena out by a reuse plan and make it\n"
+           "                   the stage's memory: slots (today's carving), greedy (by size),\n"
+           "                   ga (the published genetic search) or exact (GLPK MILP)\n"
+           "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
+           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory\n"
+           "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
+           "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
            PLAN_SEARCH_NODES_DEFAULT);
 }
@@ -53,6 +63,7 @@ struct plan_args {
     struct plan_options o;
     int quiet, auto_micro;
     long micro_batches, global_batch;
+    struct plan_arena_args arena;
 };
 
 /* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
@@ -66,6 +77,8 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "-o") == 0)
         a->out_file = v;
     else if (strcmp(name, "--method") == 0 && plan_method_parse(v, o, &e))
+        return cli_fail("plan", &e);
+    else if (strcmp(name, "--actions") == 0 && plan_actions_parse(v, o, &e))
         return cli_fail("plan", &e);
     else if (strcmp(name, "--reduce") == 0 &&
              (cli_parse_double(v, &o->reduce) || !(o->reduce > 0 && o->reduce <= 1)))
@@ -102,7 +115,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
 {
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
-                                        "--micro-batches", "--global-batch", "--export"};
+                                        "--micro-batches", "--global-batch", "--export",
+                                        "--actions"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -135,11 +149,17 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     err_clear(&e);
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
+    plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;
         if (cli_is_help(argv[i])) {
             help();
             return -1;
+        }
+        if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
+            if (r != ERR_OK)
+                return r;
+            continue;
         }
         if ((r = value_option(argc, argv, &i, a, &taken)) != ERR_OK)
             return r;
@@ -152,6 +172,13 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
+    if (a->arena.explain >= 0 && !a->arena.on)
+        return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
+    /* the arena's objects have no offload staging buffers yet: the two would disagree on
+     * the device memory */
+    if (a->arena.on && (a->o.actions & PLAN_ACTION_OFFLOAD))
+        return cli_usage_error("plan", "--arena and --actions offload cannot be combined yet "
+                               "(the arena does not lay out offload staging buffers)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;
@@ -176,6 +203,8 @@ static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
         rc = planner_make(&c, &a->o, p, e);
     }
     cluster_free(&c);
+    if (rc == ERR_OK && a->arena.on)
+        rc = plan_arena_apply(&a->arena, p, e);
     return rc;
 }
 
@@ -184,6 +213,8 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, struct
 {
     if (!a->quiet)
         planner_print(a->export_format ? stderr : stdout, p);
+    if (a->arena.explain >= 0)
+        arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
     if (a->export_format != NULL && planner_export(stdout, p, a->export_format, e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))

@@ -37,6 +37,8 @@ static void help(void)
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
            "  --resume DIR      continue from DIR's checkpoint\n"
            "  --quiet           no per-step lines\n"
+           "  --check-arena     with a plan whose stages lay out an arena (plan --arena): fail\n"
+           "                    if two objects in use at once share a byte\n"
            "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
            "                    names the rank that went silent and stops the job (exit 1)\n"
            "  --host-link-gbps X  CPU stages: copies to and from host memory (offload) take\n"
@@ -136,6 +138,8 @@ static int parse(int argc, char **argv, struct train_options *o)
                                        "--host-link-gbps: \"%s\", expected Gbit/s in (0, 1e6]", v);
         } else if (cli_flag(argv, i, "--quiet")) {
             o->quiet = 1;
+        } else if (cli_flag(argv, i, "--check-arena")) {
+            o->check_arena = 1;
         } else {
             return cli_usage_error("train", "unknown option \"%s\"", argv[i]);
         }

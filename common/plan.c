@@ -30,7 +30,7 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
         int n = plan_stage_layer_count(st);
         st->recompute = calloc((size_t)n, 1);
         st->layers = calloc((size_t)n, sizeof *st->layers);
-        if (st->recompute == NULL || st->layers == NULL) {
+        if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st)) {
             plan_free(p);
             return err_set(e, ERR_FAIL, "out of memory allocating plan stage %d", s);
         }
@@ -43,6 +43,10 @@ void plan_free(struct plan *p)
     for (int s = 0; s < p->n_stages; s++) {
         free(p->stages[s].recompute);
         free(p->stages[s].layers);
+        if (p->stages[s].arena != NULL)
+            arena_free(p->stages[s].arena);
+        free(p->stages[s].arena);
+        plan_stage_free_offload(&p->stages[s]);
     }
     free(p->stages);
     p->stages = NULL;
@@ -51,8 +55,9 @@ void plan_free(struct plan *p)
 
 void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out)
 {
-    cost_stage(st->layers, plan_stage_layer_count(st), st->recompute, st->in_flight,
-               p->reserve_bytes, out);
+    struct cost_actions a = plan_stage_actions(st);
+    cost_stage_actions(st->layers, plan_stage_layer_count(st), &a, st->in_flight,
+                       p->reserve_bytes, out);
 }
 
 cJSON *plan_to_json(const struct plan *p)
@@ -107,6 +112,9 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON_AddNumberToObject(so, "stage_ms", st->stage_ms);
         if (st->link.present)
             cJSON_AddItemToObject(so, "link", link_to_json(&st->link));
+        if (st->arena != NULL)
+            cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
+        plan_offload_to_json(st, so);
         cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
         for (int l = 0; l < plan_stage_layer_count(st); l++)
             cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
@@ -185,6 +193,21 @@ static int read_options(const cJSON *so, const char *file, const char *path,
     return ERR_OK;
 }
 
+/* The stage's arena, when the plan lays one out. */
+static int read_arena(const cJSON *so, const char *file, const char *path, struct plan_stage *st,
+                      struct err *e)
+{
+    const cJSON *ao = cJSON_GetObjectItemCaseSensitive(so, "arena");
+    if (ao == NULL)
+        return ERR_OK;
+    char sub[JSONIO_PATH_MAX];
+    jsonio_path_key(sub, path, "arena");
+    st->arena = calloc(1, sizeof *st->arena);
+    if (st->arena == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    return arena_from_json(ao, file, sub, st->arena, e);
+}
+
 static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                       int expect_first, struct err *e)
 {
@@ -236,7 +259,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     int n = plan_stage_layer_count(st);
     st->recompute = calloc((size_t)n, 1);
     st->layers = calloc((size_t)n, sizeof *st->layers);
-    if (st->recompute == NULL || st->layers == NULL)
+    if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st))
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(so, "recompute");
     jsonio_path_key(sub, path, "recompute");
@@ -294,17 +317,23 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
             profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
             return e->code;
     }
-    if (read_options(so, file, path, st, e))
+    if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e))
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
+    if (read_arena(so, file, path, st, e))
+        return e->code;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
+    if (st->arena != NULL)
+        c.memory_bytes = cost_memory_with_arena(&c, st->arena->bytes);
     if (c.memory_bytes != st->memory_bytes)
         return err_set(e, ERR_INPUT,
                        "%s: %s.memory_bytes: %lld, but the cost model gives %lld for these "
                        "layers and recompute set",
                        file, path, (long long)st->memory_bytes, (long long)c.memory_bytes);
+    if (plan_offload_check(&c, file, path, st, e))
+        return e->code;
     if (fabs(c.stage_ms - st->stage_ms) > 1e-6 + 1e-9 * c.stage_ms ||
         fabs(c.recompute_ms - st->recompute_ms) > 1e-6 + 1e-9 * c.recompute_ms)
         return err_set(e, ERR_INPUT,

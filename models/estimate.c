@@ -169,6 +169,7 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     snprintf(out->device.name, sizeof out->device.name, "%s", d->name);
     snprintf(out->device.kind, sizeof out->device.kind, "%s", d->kind);
     out->device.memory_bytes = d->memory_bytes;
+    out->host_link = devices_host_link(d);
     for (int l = 0; l < n; l++) {
         struct layer_cost *c = &out->layers[l];
         struct layer_sizes s;
@@ -230,6 +231,40 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
  * state stay the datasheet estimate's. */
 static const char *const framework_names[] = {"megatron", "nemo", "colossalai"};
 
+/* A block as the framework keeps it: `block` bytes, of which the attention core's own
+ * `core` and the MLP's `gelu`, with the recompute modules a framework with flash attention
+ * takes (ColossalAI's GPT-2 takes none). */
+static void framework_block(struct layer_cost *c, int64_t block, int64_t core, int64_t gelu,
+                            double mlp_share, int modules)
+{
+    double attn_ms = 0, gelu_ms = 0; /* the runtime's options: core and GELU alone */
+    for (int k = 0; k < c->n_options; k++) {
+        if (strcmp(c->options[k].name, "attn") == 0)
+            attn_ms = c->options[k].recompute_ms;
+        if (strcmp(c->options[k].name, "mlp") == 0)
+            gelu_ms = c->options[k].recompute_ms;
+    }
+    double mlp_ms = c->fwd_ms * mlp_share + gelu_ms;
+    c->act_bytes = block;
+    c->n_options = 0;
+    if (!modules)
+        return;
+    struct {
+        const char *name;
+        int64_t freed;
+        double ms;
+    } opt[] = {{"attn", core, attn_ms},
+               {"mlp", gelu, mlp_ms},
+               {"attn+mlp", core + gelu, attn_ms + mlp_ms}};
+    for (int k = 0; k < 3; k++) {
+        struct recompute_option *o = &c->options[c->n_options++];
+        snprintf(o->name, sizeof o->name, "%s", opt[k].name);
+        o->kept_bytes = block - opt[k].freed;
+        o->transient_bytes = opt[k].freed;
+        o->recompute_ms = opt[k].ms;
+    }
+}
+
 int estimate_for_framework(const struct model *m, const char *framework, struct profile *p,
                            struct err *e)
 {
@@ -239,57 +274,31 @@ int estimate_for_framework(const struct model *m, const char *framework, struct 
     if (!known)
         return err_set(e, ERR_INPUT, "--for: \"%s\", expected megatron, nemo or colossalai",
                        framework);
+    if (m->kind != MODEL_KIND_GPT)
+        return err_set(e, ERR_INPUT, "--for %s: only for a GPT model (this one is %s)",
+                       framework, model_kind_name(m->kind));
     int flash = strcmp(framework, "colossalai") != 0;
     int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, a = m->n_head, V = m->vocab_size;
     int64_t el = sizes_act_elem_bytes(m->dtype), sbh = s * b * h;
     int64_t core = flash ? 4 * a * s * b : (2 * el + 1) * a * s * s * b;
-    int64_t block = el * sbh * 16 + 2 * sbh + 16 * s * b + core;
-    int64_t gelu = 8 * el * sbh;
+    /* the whole MLP's share of a block's forward: its GEMMs' FLOPs, 16 sbh^2 of
+     * 24 sbh^2 + 4 s^2 bh */
+    double mlp_share = 16.0 * (double)h / (24.0 * (double)h + 4.0 * (double)s);
     for (int l = 0; l < p->n_layers; l++) {
         struct layer_cost *c = &p->layers[l];
-        switch (model_layer_kind(m, l)) {
-        case MODEL_LAYER_EMBED:
+        enum model_layer_kind kind = model_layer_kind(m, l);
+        if (kind == MODEL_LAYER_EMBED)
             c->act_bytes = 8 * s * b + sbh;
-            break;
-        case MODEL_LAYER_HEAD:
+        else if (kind == MODEL_LAYER_HEAD)
             c->act_bytes = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
-            break;
-        case MODEL_LAYER_BLOCK:
-            c->act_bytes = block;
-            double attn_ms = 0, gelu_ms = 0; /* the runtime's options: core and GELU alone */
-            for (int k = 0; k < c->n_options; k++) {
-                if (strcmp(c->options[k].name, "attn") == 0)
-                    attn_ms = c->options[k].recompute_ms;
-                if (strcmp(c->options[k].name, "mlp") == 0)
-                    gelu_ms = c->options[k].recompute_ms;
-            }
-            /* the whole MLP: its GEMMs' share of the block's forward FLOPs (16 sbh^2 of
-             * 24 sbh^2 + 4 s^2 bh) and the GELU */
-            double mlp_ms = c->fwd_ms * 16.0 * h / (24.0 * h + 4.0 * s) + gelu_ms;
-            c->n_options = 0;
-            if (!flash)
-                break;
-            struct {
-                const char *name;
-                int64_t freed;
-                double ms;
-            } opt[] = {{"attn", core, attn_ms},
-                       {"mlp", gelu, mlp_ms},
-                       {"attn+mlp", core + gelu, attn_ms + mlp_ms}};
-            for (int k = 0; k < 3; k++) {
-                struct recompute_option *o = &c->options[c->n_options++];
-                snprintf(o->name, sizeof o->name, "%s", opt[k].name);
-                o->kept_bytes = block - opt[k].freed;
-                o->transient_bytes = opt[k].freed;
-                o->recompute_ms = opt[k].ms;
-            }
-            break;
-        }
+        else
+            framework_block(c, el * sbh * 16 + 2 * sbh + 16 * s * b + core, core,
+                            8 * el * sbh, mlp_share, flash);
     }
     cJSON_AddStringToObject(p->provenance, "for", framework);
     cJSON_AddStringToObject(p->provenance, "for_method",
                             "activations as the framework saves them (Korthikanti et al. 2022 "
-                            "with its attention kernel and fp32 logits; profiler/estimate.c "
+                            "with its attention kernel and fp32 logits; models/estimate.c "
                             "estimate_for_framework); times and state the datasheet estimate's");
     return ERR_OK;
 }

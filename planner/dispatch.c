@@ -12,6 +12,7 @@
 #include "microbatch.h"
 #include "model_ops.h"
 #include "nofit.h"
+#include "offload.h"
 #include "repartition.h"
 #include "sim.h"
 #include "verify.h"
@@ -19,6 +20,7 @@
 void plan_options_default(struct plan_options *o)
 {
     *o = (struct plan_options){.method = METHOD_OPTIMAL,
+                               .actions = PLAN_ACTION_RECOMPUTE,
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
@@ -81,6 +83,8 @@ int plan_options_check(const struct plan_options *o, struct err *e)
     if (o->whole_layers && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--whole-layers applies to --method optimal only (the "
                                      "other methods recompute whole layers anyway)");
+    if (offload_options_check(o, e))
+        return e->code;
     if (o->reduce > 0 && o->method != METHOD_PATENT)
         return err_set(e, ERR_INPUT, "--reduce applies to --method patent only");
     if (o->verify && !m->knapsack)
@@ -118,6 +122,8 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->memory_limit_bytes = st->capacity_bytes;
     if (s + 1 < c->n_stages)
         st->link = cluster_link(c, s);
+    st->host_limit_bytes = c->stages[s].host_memory_bytes;
+    st->host_link = c->stages[s].host_link;
     struct stage_cost before;
     plan_stage_cost(p, st, &before);
     st->memory_before_bytes = before.memory_bytes;
@@ -164,6 +170,9 @@ static int plan_finish(struct plan *p, struct err *e)
         st->memory_bytes = cost.memory_bytes;
         st->recompute_ms = cost.recompute_ms;
         st->stage_ms = cost.stage_ms;
+        st->host_memory_bytes = cost.host_memory_bytes;
+        st->staging_bytes = cost.staging_bytes;
+        st->copy_ms = plan_stage_copy_ms(st);
         if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
             p->bottleneck_stage = s;
     }
@@ -193,17 +202,17 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     if (plan_layout(c, o, out, e))
         return e->code;
     int rc = method_find(o->method)->choose(out, o, e);
-    if (rc == ERR_NOFIT || (rc == ERR_OK && !all_fit(out)))
-        nofit_report(out, o, e);
-    else if (rc == ERR_OK && o->verify)
-        verify_plan(out, o, e);
-    if (rc == ERR_OK && e->code == ERR_OK)
-        plan_finish(out, e);
-    if (e->code == ERR_OK && rc != ERR_OK)
-        err_set(e, rc, "method %s failed", out->method); /* a method's error always says */
-    if (e->code)
+    if (rc == ERR_OK && !all_fit(out))
+        rc = ERR_NOFIT;
+    if (rc == ERR_NOFIT) /* a knapsack that finds nothing says nothing: this says why */
+        rc = nofit_report(out, o, e);
+    if (rc == ERR_OK && o->verify)
+        rc = verify_plan(out, o, e);
+    if (rc == ERR_OK)
+        rc = plan_finish(out, e);
+    if (rc)
         plan_free(out);
-    return e->code;
+    return rc;
 }
 
 /* The cluster with its stages in the arrangement's order, split and links; it shares c's

@@ -154,6 +154,14 @@ static const char *yaml_modules(const struct export *x)
     return x->u.attn && x->u.mlp ? "[core_attn, mlp]" : x->u.attn ? "[core_attn]" : "[mlp]";
 }
 
+/* A custom model carries no dtype: the precision is the user's to set. */
+static void precision_note(const struct export *x, const char *framework, const char *example)
+{
+    fprintf(x->note, "ballast plan: export %s: note: the custom model \"%s\" carries no dtype: "
+                     "set its precision yourself, e.g. %s\n",
+            framework, x->p->model.name, example);
+}
+
 /* Selective recomputation (recompute modules) covers every block of every stage. */
 static void selective_note(const struct export *x, const char *framework)
 {
@@ -188,12 +196,12 @@ static void same_count_note(const struct export *x, const char *framework, const
 static int export_colossalai(FILE *f, struct export *x)
 {
     const struct plan *p = x->p;
-    int S = p->n_stages, blocks = 0;
+    int S = p->n_stages, blocks = 0, gpt2 = p->model.kind == MODEL_KIND_GPT;
     for (int s = 0; s < S; s++)
         blocks += x->c[s].blocks;
     int recompute = x->whole + x->partial > 0;
     common_notes(x, "ColossalAI");
-    if (recompute && x->whole + x->partial < blocks) {
+    if (gpt2 && recompute && x->whole + x->partial < blocks) {
         fprintf(x->note, "ballast plan: export ColossalAI: note: its GPT-2 policy recomputes "
                          "every block or none; recomputing all ");
         list(x->note, x, 0);
@@ -202,19 +210,36 @@ static int export_colossalai(FILE *f, struct export *x)
         fprintf(x->note, ": %d block(s) more in all (more time, less memory)\n",
                 blocks - x->whole - x->partial);
     }
+    if (!gpt2 && recompute)
+        fprintf(x->note, "ballast plan: export ColossalAI: note: num_ckpt_layers_per_stage is "
+                         "read only by ColossalAI's llama, mistral, qwen2, qwen3 and command "
+                         "forwards; under another policy every block of a stage is recomputed\n");
     header(f, p, "#");
-    fprintf(f, "# launch on %d GPUs (tp 1, pp %d, dp 1), the model a HuggingFace GPT2LMHeadModel\n"
-               "from colossalai.booster.plugin import HybridParallelPlugin\n\n"
+    fprintf(f, "# launch on %d GPUs (tp 1, pp %d, dp 1), the model a HuggingFace %s\n"
+               "from colossalai.booster.plugin import HybridParallelPlugin\n%s\n"
                "plugin = HybridParallelPlugin(\n"
                "    tp_size=1,\n"
-               "    pp_size=%d,\n"
-               "    precision=\"%s\",\n"
-               "    num_microbatches=%d,\n"
-               "    pp_style=\"1f1b\",\n"
-               "    num_layers_per_stage=",
-            S, S, S, p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32", p->micro_batches);
+               "    pp_size=%d,\n",
+            S, S, gpt2 ? "GPT2LMHeadModel" : "model with a ColossalAI policy",
+            !gpt2 && recompute ? "from colossalai.shardformer import "
+                                 "PipelineGradientCheckpointConfig\n" : "",
+            S);
+    if (gpt2)
+        fprintf(f, "    precision=\"%s\",\n",
+                p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32");
+    else
+        precision_note(x, "ColossalAI", "precision=\"bf16\" (it defaults to fp16)");
+    fprintf(f, "    num_microbatches=%d,\n    pp_style=\"1f1b\",\n    num_layers_per_stage=",
+            p->micro_batches);
     list(f, x, 0);
-    fprintf(f, ",\n)\n");
+    fprintf(f, ",\n");
+    if (!gpt2 && recompute) {
+        fprintf(f, "    gradient_checkpoint_config=PipelineGradientCheckpointConfig("
+                   "num_ckpt_layers_per_stage=");
+        list(f, x, 1);
+        fprintf(f, "),\n");
+    }
+    fprintf(f, ")\n");
     if (recompute)
         fprintf(f, "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs="
                    "{\"use_reentrant\": False})\n");
@@ -222,7 +247,8 @@ static int export_colossalai(FILE *f, struct export *x)
 }
 
 /* The first and last stage's blocks when NeMo can take the split (the stages between them
- * even): 1 with *first, *last set (-1: not set, the even share), 0 when it cannot. */
+ * even; Megatron-core refuses a first or last count below 1): 1 with *first, *last set (-1:
+ * not set, the even share), 0 when it cannot. */
 static int nemo_split(const struct export *x, int *first, int *last)
 {
     int S = x->p->n_stages;
@@ -231,7 +257,7 @@ static int nemo_split(const struct export *x, int *first, int *last)
         return 1;
     if (S == 2) { /* both set leaves no stage to divide by: NeMo divides by zero */
         *first = x->c[0].blocks;
-        return 1;
+        return *first >= 1 && x->c[1].blocks >= 1;
     }
     for (int s = 2; s < S - 1; s++)
         if (x->c[s].blocks != x->c[1].blocks)
@@ -240,7 +266,7 @@ static int nemo_split(const struct export *x, int *first, int *last)
         *first = x->c[0].blocks;
     if (x->c[S - 1].blocks != x->c[1].blocks)
         *last = x->c[S - 1].blocks;
-    return 1;
+    return *first != 0 && *last != 0;
 }
 
 /* NeMo's megatron_gpt_config.yaml overrides, on the Megatron-core model (mcore_gpt): its
@@ -258,9 +284,10 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
                           x->c[s].blocks);
         return err_set(e, ERR_INPUT,
                        "--export nemo: NeMo sets the first and last stage's blocks "
-                       "(num_layers_in_first/last_pipeline_stage) and splits the rest evenly; "
-                       "this plan's blocks per stage [%s] differ between middle stages, which "
-                       "NeMo would run with other memory than planned (use --export megatron)",
+                       "(num_layers_in_first/last_pipeline_stage, at least 1 each) and splits "
+                       "the rest evenly; this plan's blocks per stage [%s] are not of that form, "
+                       "and NeMo would run them with other memory than planned (use --export "
+                       "megatron or flagscale)",
                        split);
     }
     common_notes(x, "NeMo");
@@ -270,9 +297,12 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
     if (sel)
         selective_note(x, "NeMo");
     header(f, p, "#");
-    fprintf(f, "trainer:\n  precision: %s\nmodel:\n  mcore_gpt: True\n"
-               "  pipeline_model_parallel_size: %d\n",
-            p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "32", S);
+    if (p->model.kind == MODEL_KIND_GPT)
+        fprintf(f, "trainer:\n  precision: %s\n",
+                p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "32");
+    else
+        precision_note(x, "NeMo", "trainer.precision: bf16");
+    fprintf(f, "model:\n  mcore_gpt: True\n  pipeline_model_parallel_size: %d\n", S);
     if (first >= 0)
         fprintf(f, "  num_layers_in_first_pipeline_stage: %d\n", first);
     if (last >= 0)
@@ -335,7 +365,9 @@ static int export_megatron(FILE *f, struct export *x)
     snprintf(num, sizeof num, "%d", S);
     megatron_arg(f, &first, "--pipeline-model-parallel-size %s", num);
     megatron_arg(f, &first, "--pipeline-model-parallel-layout \"%s\"", layout);
-    if (p->model.dtype == MODEL_DTYPE_BF16)
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        precision_note(x, "Megatron-LM", "--bf16");
+    else if (p->model.dtype == MODEL_DTYPE_BF16)
         megatron_arg(f, &first, "--bf16%s", "");
     if (sel) {
         megatron_arg(f, &first, "--recompute-granularity selective%s", "");
@@ -387,7 +419,9 @@ static int export_flagscale(FILE *f, struct export *x)
     list(f, x, 0);
     fprintf(f, "\n");
     flagscale_meshes(f, p);
-    if (p->model.dtype == MODEL_DTYPE_BF16)
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        precision_note(x, "FlagScale", "system.precision.bf16: True");
+    else if (p->model.dtype == MODEL_DTYPE_BF16)
         fprintf(f, "  precision:\n    bf16: True\n");
     if (sel) {
         fprintf(f, "  recompute:\n    recompute_granularity: selective\n"

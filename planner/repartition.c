@@ -144,8 +144,6 @@ static double stage_ms(struct search *s, int k, int first, int last, double *fwd
 {
     const struct position *p = &s->pos[k];
     const struct range_cost *rc = range_cost(s, p->cls, first, last);
-    if (isinf(rc->recompute_ms))
-        return INFINITY;
     double f = s->fwd_prefix[p->profile][last + 1] - s->fwd_prefix[p->profile][first];
     if (fwd)
         *fwd = f;
@@ -176,8 +174,10 @@ static int drain_backwards(const struct search *s, int k)
  * A its backward with recompute per micro-batch, W its warm-up forwards (min(S-k-1, M) in
  * 1F1B), `after` the least round trip of a micro-batch through the positions after it
  * (forward, backward, transfers) and `drain` the least time from its last forward's output
- * leaving to the last gradient coming back (the D of drain_step):
- *   its first backward waits for micro-batch 0's round trip: >= max((W+1) f, f + after);
+ * leaving to the last gradient coming back (the D of drain_step), and `fill` the most, over
+ * the positions r after it, of n_r f plus micro-batch 0's round trip to r, n_r being the
+ * forwards r runs before its first backward (drain_backwards; -infinity when not known):
+ *   its first backward waits for micro-batch 0's round trip: >= max((W+1) f, f + after, fill);
  *   then M-W-1 backwards and forwards alternate until its last forward;
  *   its last backward waits for its own W+1 backwards and for the drain: >= max((W+1) A,
  *   A + drain).
@@ -227,7 +227,8 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
     if (rc->known)
         return 1;
     double f = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    double t = f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+    double t = cost_stage_ms(f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
+                             r_floor);
     if (t + c + rest_sum < sum || drain_step(s, k, t, f, c, rest_drain) < drain)
         return 1;
     if (s->M * t >= best)
@@ -380,7 +381,8 @@ static double floor_ms(struct search *s, int k, int i, int j, double r_floor, do
     if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
         return stage_ms(s, k, i, j, fwd);
     *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    return *fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i] + r_floor;
+    return cost_stage_ms(*fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
+                         r_floor);
 }
 
 /* The bound of the child that gives position k the layers up to j, taking T ms (f forward),
@@ -394,6 +396,20 @@ static double child_bound(struct search *s, int k, int j, double t, double f, do
                                     c + *D_at(s, k + 1, j + 1), -INFINITY);
     double p = partial > own ? partial : own;
     return p > next + rest ? p : next + rest;
+}
+
+/* Most promising first, so the incumbent improves early: (bound, last layer) pairs by bound,
+ * stable (insertion sort: a node has few children). */
+static void sort_children(double *kids, int n)
+{
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && kids[2 * (b - 1)] > kids[2 * b]; b--) {
+            double t0 = kids[2 * b], t1 = kids[2 * b + 1];
+            kids[2 * b] = kids[2 * (b - 1)];
+            kids[2 * b + 1] = kids[2 * (b - 1) + 1];
+            kids[2 * (b - 1)] = t0;
+            kids[2 * (b - 1) + 1] = t1;
+        }
 }
 
 /* Depth-first over the split: position k starts at layer i after a prefix of `prefix` ms,
@@ -435,15 +451,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         kids[2 * n + 1] = j;
         n++;
     }
-    /* most promising first, so the incumbent improves early */
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && kids[2 * (b - 1)] > kids[2 * b]; b--) {
-            double t0 = kids[2 * b], t1 = kids[2 * b + 1];
-            kids[2 * b] = kids[2 * (b - 1)];
-            kids[2 * b + 1] = kids[2 * (b - 1) + 1];
-            kids[2 * (b - 1)] = t0;
-            kids[2 * (b - 1) + 1] = t1;
-        }
+    sort_children(kids, n);
     for (int a = 0; a < n && s->e->code == ERR_OK; a++) {
         double bound = kids[2 * a];
         if (bound > s->best_ms * (1 + 1e-12) + 1e-12)

@@ -7,13 +7,16 @@
  * makespan never decreases when a task gets longer), so the search is over orders and splits.
  * For stage s with time T_s = sum (fwd + bwd) + R_s per micro-batch and c_s the time to move
  * its output forward and its gradient back, every 1F1B or GPipe step takes at least
- *     LB(split) = max_s ( M * T_s + sum_{r<s} (T_r + c_r) )
- * (stage s runs M forwards and backwards; the first micro-batch reaches it, and its last
- * gradient leaves it, through the stages before it). G(k, i), the least LB over the ways to
- * put layers i.. on stages k.., follows from a DP; branch and bound over splits with the
- * bound max(partial, prefix + G) then finds the best simulated split, exactly when it
- * finishes within its node budget, and otherwise reports the certified gap to the least
- * bound of what it left unexplored. */
+ *     LB(split) = max_s ( own_s + sum_{r<s} (T_r + c_r) )
+ * where own_s (repartition.c, own_bound) is stage s's M forwards and backwards, the wait for
+ * its first backward (micro-batch 0's round trip, and the forwards each later stage runs
+ * before its first backward) and for its last (the drain of the stages after it). G(k, i),
+ * the least LB over the ways to put layers i.. on stages k.., follows from a DP (with the
+ * least round trip Q and drain D of what follows); a range's knapsack is solved only when
+ * its T could matter. Branch and bound over splits with the bound max(partial, prefix + G)
+ * then finds the best simulated split, exactly when it finishes within its node budget and
+ * time limit, and otherwise reports the certified gap to the least bound of what it left
+ * unexplored. */
 #ifndef BALLAST_REPARTITION_H
 #define BALLAST_REPARTITION_H
 
@@ -40,9 +43,9 @@ void arrangement_free(struct arrangement *a);
  * kind stay as they are. */
 struct link repartition_exit_link(const struct cluster *c, const int *kind_of, int kind);
 
-/* The fastest arrangement (method optimal), and in *found what was searched with the
- * certified lower bound on the iteration time. ERR_NOFIT (with no message) when no order and
- * split fits. */
+/* The fastest arrangement (method optimal) within o->search_nodes and o->time_limit_s, and in
+ * *found what was searched with the certified lower bound on the iteration time. ERR_NOFIT
+ * when no order and split fits (dispatch.c says why with the cluster's own split). */
 int repartition_search(const struct cluster *c, const struct plan_options *o,
                        struct arrangement *a, struct plan_search *found, struct err *e);
 

@@ -118,4 +118,5 @@ void planner_print(FILE *f, const struct plan *p)
     if (p->verify.present)
         fprintf(f, "verify: DP objective %.6f ms, GLPK %.6f ms: %s\n", p->verify.dp_objective,
                 p->verify.milp_objective, p->verify.agree ? "agree" : "DISAGREE");
+    planner_print_offload(f, p);
 }

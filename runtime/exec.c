@@ -1,5 +1,7 @@
 #include "exec.h"
 
+#include "arena_run.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +23,10 @@ int64_t exec_boundary_bytes(const struct model *m)
 int exec_mem_add(struct executor *x, int64_t delta, struct err *e)
 {
     x->live += delta;
+    /* With an arena the slot is not one block: its objects come and go one by one, and the
+     * peak is the arena's highest byte in use (exec_arena_in), inside the checked arena. */
+    if (x->c.arena != NULL)
+        return ERR_OK;
     if (x->live > x->peak)
         x->peak = x->live;
     /* The arenas were checked against the limit at start-up and nothing lives outside them,
@@ -30,6 +36,22 @@ int exec_mem_add(struct executor *x, int64_t delta, struct err *e)
                        "internal: stage %d has %lld bytes live, over its limit %lld",
                        x->c.stage, (long long)x->live, (long long)x->c.limit_bytes);
     return ERR_OK;
+}
+
+int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e)
+{
+    if (x->c.arena == NULL)
+        return ERR_OK;
+    ERR_TRY(arena_run_in(x->c.arena, kind, micro, li, x->phase, e));
+    if (x->c.lay->persistent_bytes + x->c.arena->peak > x->peak)
+        x->peak = x->c.lay->persistent_bytes + x->c.arena->peak;
+    return ERR_OK;
+}
+
+void exec_arena_out(struct executor *x, int kind, int micro, int li)
+{
+    if (x->c.arena != NULL)
+        arena_run_out(x->c.arena, kind, micro, li, x->phase);
 }
 
 static int64_t ws_union(const struct executor *x)
@@ -192,11 +214,13 @@ const struct exec_action exec_keep = {.name = "keep"};
  * the rerun to the end of the backward. */
 static int transient_in(struct executor *x, int li, int micro, struct err *e)
 {
+    ERR_TRY(exec_arena_in(x, ARENA_TRANSIENT, micro, li, e));
     return exec_mem_add(x, x->c.lay->layers[li].transient_bytes, e);
 }
 
 static int transient_out(struct executor *x, int li, int micro, struct err *e)
 {
+    exec_arena_out(x, ARENA_TRANSIENT, micro, li);
     return exec_mem_add(x, -x->c.lay->layers[li].transient_bytes, e);
 }
 
@@ -439,6 +463,11 @@ const struct exec_action exec_offload_recompute = {
 void exec_view(const struct executor *x, int li, int micro, struct layer_view *v)
 {
     const struct stage_layout *lay = x->c.lay;
+    if (x->c.arena != NULL) {
+        arena_run_view(x->c.arena, lay, x->c.model, li, micro, x->phase, x->c.activations,
+                       x->c.persistent, v);
+        return;
+    }
     layout_view(lay, x->c.model, li, x->c.persistent,
                 x->c.activations + (int64_t)(micro % lay->in_flight) * lay->slot_bytes,
                 x->c.transient, x->c.workspace, v);
@@ -468,6 +497,11 @@ static int forward(struct executor *x, int micro, struct err *e)
     int n = lay->n_layers;
     struct layer_view v, next;
     double t0;
+    x->phase = ARENA_FORWARD;
+    /* the first layer's input and the head's targets arrive with the micro-batch */
+    ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, 0, e));
+    if (lay->layers[n - 1].kind == MODEL_LAYER_HEAD)
+        ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, n - 1, e));
     ERR_TRY(x->c.port->input(x, micro, e));
     exec_view(x, 0, micro, &v);
     int out_id = -1, claimed;
@@ -480,6 +514,7 @@ static int forward(struct executor *x, int micro, struct err *e)
         if (claimed)
             exec_view(x, li, micro, &v);
         if (li + 1 < n) {
+            ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, li + 1, e));
             ERR_TRY(staging_claim(x, li + 1, micro, REGEN_BIT(0), &claimed, e));
             exec_view(x, li + 1, micro, &next);
             out = next.kept[0];
@@ -550,6 +585,7 @@ static int backward(struct executor *x, int micro, struct err *e)
     struct layer_view v, prev = {0};
     int prev_id = -1, cur_id;
     double t0;
+    x->phase = ARENA_BACKWARD;
     for (int li = n - 1; li >= 0; li--) {
         const struct layer_layout *L = &lay->layers[li];
         int64_t off, len;
@@ -564,6 +600,7 @@ static int backward(struct executor *x, int micro, struct err *e)
         ERR_TRY(ops->layer[L->kind].backward(x->c.be, &v, loss_scale, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
+        exec_arena_out(x, ARENA_KEPT, micro, li);
         prev = v;
         prev_id = cur_id;
     }

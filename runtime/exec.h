@@ -80,6 +80,7 @@ struct stage_times {
 };
 
 struct executor;
+struct arena_run; /* arena_run.h */
 
 /* Each hook may be NULL; `li` is the layer's index in the stage. */
 struct exec_action {
@@ -116,6 +117,9 @@ struct exec_config {
     const struct model *model;
     const struct stage_layout *lay;
     char *persistent, *activations, *transient, *workspace; /* backend memory, the caller's */
+    /* the plan's reuse layout: `activations` is the one arena, `workspace` its workspace
+     * object and `transient` unused; NULL: the slots carving */
+    struct arena_run *arena;
     struct backend *be;
     const struct exec_port *port;
     void *ctx; /* the caller's, for its hooks */
@@ -179,7 +183,9 @@ struct executor {
     double *mb_loss;                   /* head's stage: M */
     float *host_losses;                /* (B,T) staging */
     struct exec_ws_region ws[EXEC_WS_REGIONS];
-    int64_t live, peak, ws_live;
+    int64_t live, peak, ws_live; /* with an arena, peak is persistent + its highest byte in
+                                    use at once */
+    int phase;                   /* ARENA_FORWARD or ARENA_BACKWARD: the op running */
     struct stage_times times; /* of the last step */
     struct stage_event *events;
     int n_events, cap_events;
@@ -198,6 +204,10 @@ int exec_mem_add(struct executor *x, int64_t delta, struct err *e);
 /* Waits for transfer `req`, the wait an event of `kind`. */
 int exec_wait(struct executor *x, int req, int kind, int micro, struct err *e);
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1);
+/* With an arena, object (kind, micro, li) of the running phase comes into use (exec_arena_in)
+ * or goes out of use; nothing without one. */
+int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e);
+void exec_arena_out(struct executor *x, int kind, int micro, int li);
 /* Layer li's tensors for micro-batch `micro` (its slot). */
 void exec_view(const struct executor *x, int li, int micro, struct layer_view *v);
 /* Runs the layer's recompute of `v` as a timed span. */

@@ -19,6 +19,7 @@ static int post_input(struct stage_runner *r, int micro, struct err *e)
 {
     struct layer_view v;
     exec_view(&r->x, 0, micro, &v);
+    ERR_TRY(exec_arena_in(&r->x, ARENA_KEPT, micro, 0, e));
     ERR_TRY(exec_mem_add(&r->x, r->lay.slot_bytes, e));
     return r->tp->ops->irecv(r->tp, v.kept[0], exec_boundary_bytes(r->c.model),
                              r->c.stage - 1, micro, &r->slot_req[micro % r->c.in_flight], e);
@@ -202,6 +203,12 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
                        (void **)&r->transient, (void **)&r->workspace};
     int64_t bytes[4] = {r->lay.persistent_bytes, r->lay.activation_bytes,
                         r->lay.transient_bytes, r->lay.workspace_bytes};
+    if (c->arena != NULL) { /* one arena for the slots, the transient and the workspace */
+        ERR_TRY(arena_run_init(&r->arena, c->arena, &r->lay, c->micro_batches, c->check_arena,
+                               e));
+        bytes[1] = c->arena->bytes;
+        bytes[2] = bytes[3] = 0;
+    }
     for (int i = 0; i < 4; i++)
         if (bytes[i] > 0)
             ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
@@ -217,7 +224,8 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .persistent = r->persistent,
         .activations = r->activations,
         .transient = r->transient,
-        .workspace = r->workspace,
+        .workspace = c->arena != NULL ? r->activations + r->arena.workspace_at : r->workspace,
+        .arena = c->arena != NULL ? &r->arena : NULL,
         .be = r->be,
         .port = &stage_port,
         .ctx = r,
@@ -267,6 +275,20 @@ static int check_host_free(const struct stage_runner *r, struct err *e)
     return ERR_OK;
 }
 
+/* With the plan's arena: state + arena within limit - reserve. */
+static int arena_check_limit(const struct stage_runner *r, struct err *e)
+{
+    int64_t need = r->lay.persistent_bytes + r->c.arena->bytes;
+    if (need > r->c.limit_bytes - r->c.reserve_bytes)
+        return err_set(e, ERR_NOFIT, "layers %d-%d do not fit the memory limit: state %lld + "
+                       "arena %lld = %lld bytes, over memory_limit_bytes %lld minus "
+                       "reserve_bytes %lld", r->c.first, r->c.last,
+                       (long long)r->lay.persistent_bytes, (long long)r->c.arena->bytes,
+                       (long long)need, (long long)r->c.limit_bytes,
+                       (long long)r->c.reserve_bytes);
+    return ERR_OK;
+}
+
 int stage_init(struct stage_runner *r, const struct stage_config *c, struct backend *be,
                struct transport *tp, const struct data_source *data, uint64_t seed,
                struct err *e)
@@ -281,12 +303,19 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
+    if (c->arena != NULL && (c->place != NULL || c->offload_option != NULL))
+        return err_set(e, ERR_INPUT, "layers %d-%d: offload with the plan's arena: the arena "
+                       "does not lay out staging buffers yet", c->first, c->last);
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
-    if (layout_offload(&r->lay, m, c->place, c->offload_option, r->depth = prefetch_depth(c), e) ||
-        layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e) ||
-        layout_check_host(&r->lay, c->host_limit_bytes, e) || check_host_free(r, e)) {
+    if (c->arena != NULL ? arena_check_limit(r, e)
+                         : layout_offload(&r->lay, m, c->place, c->offload_option,
+                                          r->depth = prefetch_depth(c), e) ||
+                               layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes,
+                                                  e) ||
+                               layout_check_host(&r->lay, c->host_limit_bytes, e) ||
+                               check_host_free(r, e)) {
         layout_free(&r->lay);
         return e->code;
     }
@@ -311,6 +340,7 @@ void stage_free(struct stage_runner *r)
     free(r->host_targets);
     free(r->slot_req);
     exec_free(&r->x);
+    arena_run_free(&r->arena);
     layout_free(&r->lay);
     memset(r, 0, sizeof *r);
 }

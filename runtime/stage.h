@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "arena_run.h"
 #include "backend.h"
 #include "cluster.h"
 #include "data.h"
@@ -25,6 +26,8 @@ struct stage_config {
     int in_flight;
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
+    const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
+    int check_arena;           /* arena_run.h's overlap check */
     int record_events;
     /* Offload (exec.h), per layer of the stage; NULL: nothing offloaded. place: COST_PLACE_*
      * of what the layer keeps; offload_option: -1, or the recompute option whose tensors go
@@ -48,6 +51,7 @@ struct stage_runner {
     int32_t *host_tokens, *host_targets;                    /* (B,T) staging */
     int *slot_req;                                          /* per slot, -1 none */
     int depth;                                              /* exec_config.prefetch_depth */
+    struct arena_run arena; /* with c.arena */
     struct executor x; /* its times, events and peak are the stage's */
 };
 

@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@
 struct run {
     const struct train_options *o;
     MPI_Comm comm;
+    MPI_Comm ctl; /* a duplicate for agree(): its messages never meet the transport's */
+    int ctl_ready;
     int rank, size;
     struct plan plan;
     int plan_loaded;
@@ -45,19 +48,57 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
 };
 
-/* Every rank passes its status; all get the worst, and the first rank that failed (-1 when
- * MPI itself failed and nobody knows). */
+static void fail_now(struct run *r, const struct err *e)
+{
+    fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
+    fflush(stderr);
+    MPI_Abort(r->comm, ERR_FAIL);
+}
+
+/* Every rank passes its status; all get the worst, and the first rank that failed. Each
+ * status goes to rank 0 on the control communicator and the verdict comes back, every wait
+ * under --timeout: a rank that never reports (stopped, or stuck in its allocator) is named by
+ * rank 0, and the job ends. */
 static int agree(struct run *r, int rc, int *first_failed)
 {
-    int worst = rc, mine = rc != ERR_OK ? r->rank : r->size, first = mine;
-    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS) {
-        worst = ERR_FAIL;
-        first = -1;
+    struct err e;
+    err_clear(&e);
+    int verdict[2] = {rc, rc != ERR_OK ? r->rank : r->size}; /* worst, first failed */
+    MPI_Request q;
+    double t = r->o->timeout_s;
+    for (int k = 1; r->rank == 0 && k < r->size; k++) {
+        int got[2];
+        if (MPI_Irecv(got, 2, MPI_INT, k, 0, r->ctl, &q) != MPI_SUCCESS ||
+            mpicheck_wait(&q, t, k, "the status of", &e))
+            goto fail;
+        verdict[0] = got[0] > verdict[0] ? got[0] : verdict[0];
+        verdict[1] = got[1] < verdict[1] ? got[1] : verdict[1];
     }
+    /* the others wait longer than rank 0, so that its message, naming the rank it is
+     * missing, is the one the job ends on */
+    if ((r->rank > 0 && (MPI_Isend(verdict, 2, MPI_INT, 0, 0, r->ctl, &q) != MPI_SUCCESS ||
+                         mpicheck_wait(&q, 2 * t, 0, "the status to be taken by", &e))) ||
+        MPI_Ibcast(verdict, 2, MPI_INT, 0, r->ctl, &q) != MPI_SUCCESS ||
+        mpicheck_wait(&q, 2 * t, 0, "the verdict from", &e))
+        goto fail;
     if (first_failed != NULL)
-        *first_failed = first;
-    return worst;
+        *first_failed = verdict[1];
+    return verdict[0];
+fail:
+    if (e.code == ERR_OK)
+        err_set(&e, ERR_FAIL, "MPI failed while the ranks agreed on their status");
+    fail_now(r, &e);
+    return ERR_FAIL;
+}
+
+/* A collective begun as `req`, completed under --timeout (peer: the root whose data it
+ * waits for, or -1). */
+static int wait_collective(struct run *r, int mpi_rc, MPI_Request *req, int peer,
+                           const char *what, struct err *e)
+{
+    if (mpi_rc != MPI_SUCCESS)
+        return mpicheck_fail(mpi_rc, what, __FILE__, __LINE__, e);
+    return mpicheck_wait(req, r->o->timeout_s, peer, what, e);
 }
 
 /* Every output path, before the first step: a typo must not throw a finished run away. Each
@@ -73,13 +114,6 @@ static int check_outputs(const struct train_options *o, struct err *e)
     if (o->save_dir != NULL && ckpt_check_dir(o->save_dir, &in))
         return err_set(e, in.code, "--save: %s", in.msg);
     return ERR_OK;
-}
-
-static void fail_now(struct run *r, const struct err *e)
-{
-    fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
-    fflush(stderr);
-    MPI_Abort(r->comm, ERR_FAIL);
 }
 
 /* The host's cores shared evenly among its n_local ranks. */
@@ -274,6 +308,8 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
+        .arena = st->arena,
+        .check_arena = o->check_arena,
         .record_events = o->trace_file != NULL,
         .host_link_gbps = o->host_link_gbps,
     };
@@ -320,10 +356,23 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory starting the stage");
     }
     int rc = ERR_OK, bytes = (int)(sizeof *readings * (size_t)lsize);
-    if (lrank > 0 && (MPI_Recv(&n, 1, MPI_INT, lrank - 1, 0, local, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-                      MPI_Recv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, MPI_STATUS_IGNORE) !=
-                          MPI_SUCCESS))
-        rc = err_set(e, ERR_FAIL, "MPI_Recv of the start-up turn failed");
+    if (lrank > 0) {
+        /* the rank before this one on the node may be stuck starting: wait under --timeout */
+        MPI_Request q;
+        int prev = r->rank - 1;
+        MPI_Group lg, wg;
+        int lprev = lrank - 1;
+        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS && MPI_Comm_group(r->comm, &wg) == MPI_SUCCESS) {
+            MPI_Group_translate_ranks(lg, 1, &lprev, wg, &prev);
+            MPI_Group_free(&lg);
+            MPI_Group_free(&wg);
+        }
+        if (wait_collective(r, MPI_Irecv(&n, 1, MPI_INT, lrank - 1, 0, local, &q), &q, prev,
+                            "its start-up turn from", e) ||
+            wait_collective(r, MPI_Irecv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, &q), &q,
+                            prev, "its start-up turn from", e))
+            fail_now(r, e);
+    }
     if (rc == ERR_OK)
         rc = setup_stage(r, lrank, lsize, readings, &n, e);
     if (lrank + 1 < lsize &&
@@ -347,9 +396,11 @@ static int setup_transport(struct run *r, struct err *e)
     if (r->on_cuda)
         snprintf(mine, sizeof mine, "%s", r->gpu.uuid);
     int rc = ERR_OK;
-    if (MPI_Allgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX, MPI_CHAR,
-                      r->comm) != MPI_SUCCESS)
-        rc = err_set(e, ERR_FAIL, "MPI_Allgather of the ranks' GPUs failed");
+    MPI_Request q;
+    if (wait_collective(r, MPI_Iallgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX,
+                                          MPI_CHAR, r->comm, &q),
+                        &q, -1, "the ranks' GPUs (MPI_Iallgather)", e))
+        rc = e->code;
     if (rc == ERR_OK &&
         transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank,
                          r->o->transport, &r->transport, r->transport_why,
@@ -379,8 +430,10 @@ static int setup_transport(struct run *r, struct err *e)
         rc = transport_nccl_unique_id(nccl_ids[i], e);
     int all = agree(r, rc, NULL);
     if (all == ERR_OK &&
-        MPI_Bcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
-        all = err_set(e, ERR_FAIL, "MPI_Bcast of the NCCL ids failed");
+        wait_collective(r, MPI_Ibcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0,
+                                      r->comm, &q),
+                        &q, 0, "the NCCL ids from", e))
+        all = e->code;
     if (all == ERR_OK)
         all = transport_nccl_init(&r->tp, r->rank, r->size,
                                   (const unsigned char(*)[TRANSPORT_NCCL_ID_BYTES])nccl_ids, &r->be,
@@ -405,8 +458,9 @@ static void save(struct run *r, int64_t step)
         MPI_Abort(r->comm, ERR_FAIL);
     if (r->rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, &e))
         fail_now(r, &e);
-    if (MPI_Barrier(r->comm) != MPI_SUCCESS)
-        MPI_Abort(r->comm, ERR_FAIL);
+    MPI_Request q;
+    if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage's checkpoint", &e))
+        fail_now(r, &e);
     ckpt_remove_older(r->o->save_dir, r->rank, step);
 }
 
@@ -423,6 +477,8 @@ static void free_run(struct run *r)
     if (r->plan_loaded)
         plan_free(&r->plan);
     free(r->regen);
+    if (r->ctl_ready)
+        MPI_Comm_free(&r->ctl);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -441,13 +497,17 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
         if (all == NULL || counts == NULL || displs == NULL)
             rc = err_set(e, ERR_FAIL, "out of memory gathering the report");
     }
-    if (rc == ERR_OK && MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine,
-                                   MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
-        rc = err_set(e, ERR_FAIL, "MPI_Gather of the stage reports failed");
+    MPI_Request q;
+    if (rc == ERR_OK &&
+        wait_collective(r, MPI_Igather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine,
+                                       MPI_BYTE, 0, r->comm, &q),
+                        &q, -1, "the stage reports (MPI_Igather)", e))
+        rc = e->code;
     if (rc == ERR_OK && o->trace_file != NULL) {
         int n = r->stage.x.n_events * (int)sizeof(struct stage_event), total = 0;
-        if (MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm) != MPI_SUCCESS)
-            rc = err_set(e, ERR_FAIL, "MPI_Gather of the trace sizes failed");
+        if (wait_collective(r, MPI_Igather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm, &q),
+                            &q, -1, "the trace sizes (MPI_Igather)", e))
+            rc = e->code;
         if (rc == ERR_OK && r->rank == 0) {
             for (int s = 0; s < r->size; s++) {
                 displs[s] = total;
@@ -457,9 +517,11 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
             if (events == NULL)
                 rc = err_set(e, ERR_FAIL, "out of memory gathering the trace");
         }
-        if (rc == ERR_OK && MPI_Gatherv(r->stage.x.events, n, MPI_BYTE, events, counts, displs,
-                                        MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
-            rc = err_set(e, ERR_FAIL, "MPI_Gatherv of the trace failed");
+        if (rc == ERR_OK &&
+            wait_collective(r, MPI_Igatherv(r->stage.x.events, n, MPI_BYTE, events, counts,
+                                            displs, MPI_BYTE, 0, r->comm, &q),
+                            &q, -1, "the trace (MPI_Igatherv)", e))
+            rc = e->code;
         if (r->rank == 0)
             for (int s = 0; s < r->size; s++)
                 counts[s] /= (int)sizeof(struct stage_event);
@@ -551,7 +613,9 @@ static int train_loop(struct run *r, struct err *e)
                p->micro_batches, m->micro_batch, m->seq_len, r->on_cuda ? r->gpu.name : "the CPU",
                r->be.threads, transport_kind_name(r->transport), (long long)r->start_step + 1,
                (long long)o->steps);
-    MPI_CHECK(MPI_Barrier(r->comm), e);
+    MPI_Request q;
+    if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage to start", e))
+        return e->code;
     stage_set_origin(&r->stage);
     for (int64_t i = 0; i < n_steps; i++) {
         int64_t step = r->start_step + i;
@@ -657,11 +721,18 @@ int train_run(const struct train_options *o)
     r.comm = MPI_COMM_WORLD;
     if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
         MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
-        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS) {
+        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS || MPI_Comm_dup(r.comm, &r.ctl) != MPI_SUCCESS ||
+        MPI_Comm_set_errhandler(r.ctl, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }
+    r.ctl_ready = 1;
 
+    /* Fault injection for the tests of --timeout: this rank stops (SIGSTOP) before it says
+     * anything, as a rank stuck starting would. */
+    const char *stop = getenv("BALLAST_TEST_STOP_RANK");
+    if (stop != NULL && atoi(stop) == r.rank)
+        raise(SIGSTOP);
     /* The same on every rank: rank 0 speaks for all. */
     int first_failed, rc = setup_global(&r, &e);
     int all = agree(&r, rc, NULL);
@@ -692,12 +763,9 @@ int train_run(const struct train_options *o)
                 fprintf(stderr, "ballast train: %s\n", e.msg);
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.rank == 0 && first_failed >= 0)
+            else if (rc == ERR_OK && r.rank == 0)
                 fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
                         first_failed);
-            else if (rc == ERR_OK && r.rank == 0)
-                fprintf(stderr, "ballast train: stopped: the ranks could not exchange their "
-                                "start-up status (MPI_Allreduce failed)\n");
             free_run(&r);
             return all;
         }
@@ -705,8 +773,12 @@ int train_run(const struct train_options *o)
     r.tp.timeout_s = o->timeout_s;
     rc = train_loop(&r, &e);
     /* only rank 0 writes files; its status is everyone's */
-    if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)
-        rc = ERR_FAIL;
+    MPI_Request q;
+    struct err be;
+    err_clear(&be);
+    if (wait_collective(&r, MPI_Ibcast(&rc, 1, MPI_INT, 0, r.comm, &q), &q, 0,
+                        "the run's status from", &be))
+        fail_now(&r, &be);
     if (rc != ERR_OK && r.rank == 0)
         fprintf(stderr, "ballast train: %s\n", e.msg);
     free_run(&r);

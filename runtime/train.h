@@ -33,6 +33,7 @@ struct train_options {
     int quiet;   /* no per-step lines */
     double timeout_s; /* a wait for another rank fails after this long (0: never) */
     double host_link_gbps; /* CPU stages: the host link offload's copies emulate (0: none) */
+    int check_arena;  /* verify that no two objects of the plan's arena in use share a byte */
 };
 
 /* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's

@@ -268,7 +268,7 @@ static void test_device_kind_always(void)
         "--method optimal --micro-batches auto --global-batch 8",
         "--method optimal --whole-layers", NULL};
     hand_cluster("unused.json", 1000);
-    char *cpu = test_read(test_path("hand-profile.json")), *at;
+    char *cpu = test_read(test_path("hand-profile.json")), *at = NULL;
     CU_ASSERT_FATAL(cpu != NULL && (at = strstr(cpu, "\"name\": \"dev\", \"kind\": \"cpu\"")));
     char gpu[4096];
     snprintf(gpu, sizeof gpu, "%.*s\"name\": \"gpu\", \"kind\": \"cuda\"%s", (int)(at - cpu), cpu,

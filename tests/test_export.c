@@ -21,6 +21,21 @@ struct counts {
     int attn, mlp;             /* blocks whose option recomputes the attention, the MLP */
 };
 
+/* The first and last block's layer: a GPT's embedding and head are not blocks; every layer
+ * of a custom model counts as one. */
+static void block_range(const cJSON *plan, int *lo, int *hi)
+{
+    const cJSON *model = cJSON_GetObjectItem(plan, "model");
+    const cJSON *n_layer = cJSON_GetObjectItem(model, "n_layer");
+    if (n_layer != NULL) {
+        *lo = 1;
+        *hi = n_layer->valueint;
+        return;
+    }
+    *lo = 0;
+    *hi = 1 << 30;
+}
+
 /* Blocks and recomputed blocks per stage, from a plan file (layer 0 is the embedding, the
  * last the head): `recompute` lists whole layers, `recompute_options` the others. */
 static void plan_counts(const char *plan_file, struct counts *c)
@@ -29,7 +44,8 @@ static void plan_counts(const char *plan_file, struct counts *c)
     cJSON *p = cJSON_Parse(text);
     free(text);
     CU_ASSERT_FATAL(p != NULL);
-    int n_layer = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "n_layer")->valueint;
+    int b_lo, b_hi;
+    block_range(p, &b_lo, &b_hi);
     const cJSON *st;
     c->n = c->attn = c->mlp = 0;
     cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
@@ -37,17 +53,17 @@ static void plan_counts(const char *plan_file, struct counts *c)
         const cJSON *range = cJSON_GetObjectItem(st, "layers"), *r;
         int first = cJSON_GetArrayItem(range, 0)->valueint;
         int last = cJSON_GetArrayItem(range, 1)->valueint;
-        int lo = first < 1 ? 1 : first, hi = last > n_layer ? n_layer : last;
+        int lo = first < b_lo ? b_lo : first, hi = last > b_hi ? b_hi : last;
         c->blocks[c->n] = hi >= lo ? hi - lo + 1 : 0;
         c->recompute[c->n] = 0;
         c->partial[c->n] = 0;
         cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute"))
-            c->recompute[c->n] += r->valueint >= 1 && r->valueint <= n_layer;
+            c->recompute[c->n] += r->valueint >= b_lo && r->valueint <= b_hi;
         cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute_options"))
         {
             int l = cJSON_GetObjectItem(r, "layer")->valueint;
             const char *name = cJSON_GetObjectItem(r, "option")->valuestring;
-            if (l < 1 || l > n_layer)
+            if (l < b_lo || l > b_hi)
                 continue;
             c->recompute[c->n]++;
             c->partial[c->n]++;
@@ -116,7 +132,7 @@ struct run {
     int rc;
     char *out, *err;
     struct counts c;
-    int bf16, gpipe, micro_batches;
+    int bf16, gpipe, micro_batches, custom;
     /* per stage: what keeping its recomputed embed or head adds, the plan's bytes, the limit */
     double more[MAX_STAGES], memory[MAX_STAGES], limit[MAX_STAGES];
 };
@@ -125,7 +141,8 @@ struct run {
  * holds v * (act - ckpt) more. */
 static void kept_ends(const cJSON *plan, struct run *r)
 {
-    int n_layer = cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "model"), "n_layer")->valueint;
+    int b_lo, b_hi;
+    block_range(plan, &b_lo, &b_hi);
     const cJSON *st, *l;
     int s = 0;
     cJSON_ArrayForEach(st, cJSON_GetObjectItem(plan, "stages"))
@@ -137,7 +154,7 @@ static void kept_ends(const cJSON *plan, struct run *r)
         r->limit[s] = cJSON_GetObjectItem(st, "memory_limit_bytes")->valuedouble;
         cJSON_ArrayForEach(l, cJSON_GetObjectItem(st, "recompute"))
         {
-            if (l->valueint >= 1 && l->valueint <= n_layer)
+            if (l->valueint >= b_lo && l->valueint <= b_hi)
                 continue;
             const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "layer_costs"),
                                                 l->valueint - first);
@@ -177,8 +194,11 @@ static void run_export(const char *cluster, const char *extra, const char *forma
     char *text = test_read(plan);
     cJSON *p = cJSON_Parse(text);
     free(text);
-    const char *dtype = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "dtype")->valuestring;
-    r->bf16 = strcmp(dtype, "bf16") == 0;
+    const cJSON *model = cJSON_GetObjectItem(p, "model");
+    const cJSON *dtype = cJSON_GetObjectItem(model, "dtype");
+    const cJSON *kind = cJSON_GetObjectItem(model, "kind");
+    r->custom = kind != NULL && strcmp(kind->valuestring, "custom") == 0;
+    r->bf16 = dtype != NULL && strcmp(dtype->valuestring, "bf16") == 0;
     r->gpipe = strcmp(cJSON_GetObjectItem(p, "schedule")->valuestring, "gpipe") == 0;
     r->micro_batches = cJSON_GetObjectItem(p, "micro_batches")->valueint;
     kept_ends(p, r);
@@ -249,7 +269,11 @@ static void check_colossalai(const char *cluster, const char *extra)
     CU_ASSERT(n_keys >= 6);
     /* regressions: the keyword __init__ lacks; fp16 by default */
     CU_ASSERT(strstr(r.out, "enable_gradient_checkpointing") == NULL);
-    CU_ASSERT(strstr(r.out, r.bf16 ? "precision=\"bf16\"" : "precision=\"fp32\"") != NULL);
+    const char *precision = r.bf16 ? "precision=\"bf16\"" : "precision=\"fp32\"";
+    if (r.custom) /* no dtype: the user's to set, and said */
+        precision = "carries no dtype";
+    CU_ASSERT(strstr(r.custom ? r.err : r.out, precision) != NULL);
+    CU_ASSERT(!r.custom || strstr(r.out, "precision=") == NULL);
     int got[MAX_STAGES];
     CU_ASSERT_EQUAL(parse_list(r.out, "num_layers_per_stage=", got), r.c.n);
     for (int s = 0; s < r.c.n; s++)
@@ -258,8 +282,15 @@ static void check_colossalai(const char *cluster, const char *extra)
     CU_ASSERT((strstr(r.out, "model.gradient_checkpointing_enable(") != NULL) == (recomputed > 0));
     char more[128];
     snprintf(more, sizeof more, "recomputes every block or none; recomputing all ");
-    CU_ASSERT((strstr(r.err, more) != NULL) == (recomputed > 0 && recomputed < blocks));
-    if (recomputed > 0 && recomputed < blocks) {
+    CU_ASSERT((strstr(r.err, more) != NULL) ==
+              (!r.custom && recomputed > 0 && recomputed < blocks));
+    /* a custom model's per-stage counts, which the Llama-like policies read */
+    CU_ASSERT((parse_list(r.out, "num_ckpt_layers_per_stage=", got) == r.c.n) ==
+              (r.custom && recomputed > 0));
+    if (r.custom && recomputed > 0)
+        for (int s = 0; s < r.c.n; s++)
+            CU_ASSERT_EQUAL(got[s], r.c.recompute[s]);
+    if (!r.custom && recomputed > 0 && recomputed < blocks) {
         snprintf(more, sizeof more, ": %d block(s) more in all", blocks - recomputed);
         CU_ASSERT(strstr(r.err, more) != NULL);
     }
@@ -278,6 +309,12 @@ static void check_nemo(const char *cluster, const char *extra)
     int S = r.c.n, middle_even = 1;
     for (int s = 2; s < S - 1; s++)
         middle_even = middle_even && r.c.blocks[s] == r.c.blocks[1];
+    /* Megatron-core takes no first or last count below 1: two stages set the first (and the
+     * last is the rest), more set either where it differs from the middle */
+    int first_zero = S >= 2 && r.c.blocks[0] == 0 && (S == 2 || r.c.blocks[1] != 0);
+    int last_zero = S >= 2 && r.c.blocks[S - 1] == 0 && (S == 2 || r.c.blocks[1] != 0);
+    if (first_zero || last_zero)
+        middle_even = 0;
     CU_ASSERT_EQUAL(r.rc, middle_even ? 0 : 2);
     if (r.rc != 0) {
         char split[512];
@@ -323,7 +360,11 @@ static void check_nemo(const char *cluster, const char *extra)
     }
     CU_ASSERT(n_keys >= 4);
     CU_ASSERT(strstr(r.out, "  mcore_gpt: True\n") != NULL);
-    CU_ASSERT(strstr(r.out, r.bf16 ? "  precision: bf16\n" : "  precision: 32\n") != NULL);
+    const char *precision = r.bf16 ? "  precision: bf16\n" : "  precision: 32\n";
+    if (r.custom) /* no dtype: the user's to set, and said */
+        precision = "carries no dtype";
+    CU_ASSERT(strstr(r.custom ? r.err : r.out, precision) != NULL);
+    CU_ASSERT(!r.custom || strstr(r.out, "precision:") == NULL);
     /* regression: read only by the legacy transformer */
     CU_ASSERT(strstr(r.out, "activations_checkpoint_layers_per_pipeline") == NULL);
     /* NeMo's split: first and last as set, the rest evenly (it checks divisibility) */
@@ -512,6 +553,9 @@ static void test_exports(void)
     check_all_formats("clusters/cpu-3.json", "--method full");
     check_all_formats("clusters/cpu-3.json", "");
     check_all_formats("clusters/cpu-3.json", "--method block:2");
+    /* a custom model: every layer a block, no dtype */
+    check_all_formats("clusters/custom/example-4.json", "");
+    check_all_formats("clusters/custom/example-4.json", "--method full");
 }
 
 /* cpu-3 under --method full with its last stage's memory cut to what the plan needs: the

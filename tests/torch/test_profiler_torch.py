@@ -1,6 +1,7 @@
 """profiler.torch on a GPT-2-like model in Ballast's GPT shape and on a Llama-like one, both
 built here, on CPU: every byte count against sizes computed by hand from what PyTorch saves,
-and `ballast plan --verify` on the GPT-2-like profile (the DP against GLPK, within memory).
+and `ballast plan --verify` on both profiles (kind gpt and kind custom): the DP against GLPK,
+within memory, and the short stage's recompute time against brute force.
 Run: /usr/bin/python3 tests/torch/test_profiler_torch.py BALLAST [WORKDIR] from the repo root."""
 import json
 import os
@@ -157,6 +158,48 @@ def brute_force(layers, in_flight, limit):
     return best
 
 
+def plan_short_stage(prof, ballast, work, tag):
+    """`ballast plan --verify` on the profile over two stages, the first (two layers, two
+    micro-batches in flight) short of keeping everything: exit 0, GLPK agreeing, stage 0
+    recomputing exactly brute force's least time."""
+    path = os.path.join(work, "torch-%s.json" % tag)
+    with open(path, "w") as f:
+        json.dump(prof, f)
+    # stage 0 (embed, block.0, two micro-batches in flight) short of keeping everything
+    e0, b0 = prof["layers"][0], prof["layers"][1]
+    short = e0["state_bytes"] + b0["state_bytes"] + 2 * (e0["act_bytes"] + b0["act_bytes"]) + \
+        b0["workspace_bytes"] - b0["act_bytes"] // 2
+    cluster = {"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": 4,
+               "stages": [{"device": "cpu", "memory_bytes": short, "profile": path,
+                           "layers": [0, 1]},
+                          {"device": "cpu", "memory_bytes": 1 << 30, "profile": path,
+                           "layers": [2, L + 1]}]}
+    cpath = os.path.join(work, "torch-cluster-%s.json" % tag)
+    with open(cpath, "w") as f:
+        json.dump(cluster, f)
+    plan_path = os.path.join(work, "torch-plan-%s.json" % tag)
+    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "1", "-o",
+                          plan_path],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        FAILS.append(tag + " ballast plan --verify on the profile: exit %d: %s" %
+                     (run.returncode, run.stderr))
+        return
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if not plan["verify"]["agree"]:
+        FAILS.append(tag + " plan: DP and GLPK disagree")
+    if not plan["stages"][0]["recompute"] and not plan["stages"][0].get("recompute_options"):
+        FAILS.append(tag + " plan: stage 0 recomputes nothing though short of memory")
+    best = brute_force(prof["layers"][:2], 2, short)
+    if best is None or abs(plan["stages"][0]["recompute_ms"] - best) > 1e-9 * max(1.0, best):
+        FAILS.append(tag + " plan: stage 0 recomputes %r ms, brute force %r" %
+                     (plan["stages"][0]["recompute_ms"], best))
+    for st in plan["stages"]:
+        if st["memory_bytes"] > st["memory_limit_bytes"]:
+            FAILS.append(tag + " plan: stage %d over its memory" % st["index"])
+
+
 def test_gpt(ballast, work):
     torch.manual_seed(0)
     tokens, targets = torch.randint(V, (B, T)), torch.randint(V, (B, T))
@@ -186,46 +229,10 @@ def test_gpt(ballast, work):
     if head["act_bytes"] < 4 * (2 * B * T * C + B * T * V):
         FAILS.append("head act_bytes %d below its input, norm out and log-probabilities"
                      % head["act_bytes"])
-    # the planner on it: two stages, the first short of memory, the DP against GLPK
-    path = os.path.join(work, "torch-gpt.json")
-    with open(path, "w") as f:
-        json.dump(prof, f)
-    # stage 0 (embed, block.0, two micro-batches in flight) short of keeping everything
-    e0, b0 = prof["layers"][0], prof["layers"][1]
-    short = e0["state_bytes"] + b0["state_bytes"] + 2 * (e0["act_bytes"] + b0["act_bytes"]) + \
-        b0["workspace_bytes"] - b0["act_bytes"] // 2
-    cluster = {"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": 4,
-               "stages": [{"device": "cpu", "memory_bytes": short, "profile": path,
-                           "layers": [0, 1]},
-                          {"device": "cpu", "memory_bytes": 1 << 30, "profile": path,
-                           "layers": [2, L + 1]}]}
-    cpath = os.path.join(work, "torch-cluster.json")
-    with open(cpath, "w") as f:
-        json.dump(cluster, f)
-    plan_path = os.path.join(work, "torch-plan.json")
-    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "1", "-o",
-                          plan_path],
-                         capture_output=True, text=True)
-    if run.returncode != 0:
-        FAILS.append("ballast plan --verify on the profile: exit %d: %s" %
-                     (run.returncode, run.stderr))
-        return
-    with open(plan_path) as f:
-        plan = json.load(f)
-    if not plan["verify"]["agree"]:
-        FAILS.append("plan: DP and GLPK disagree")
-    if not plan["stages"][0]["recompute"] and not plan["stages"][0].get("recompute_options"):
-        FAILS.append("plan: stage 0 recomputes nothing though short of memory")
-    best = brute_force(prof["layers"][:2], 2, short)
-    if best is None or abs(plan["stages"][0]["recompute_ms"] - best) > 1e-9 * max(1.0, best):
-        FAILS.append("plan: stage 0 recomputes %r ms, brute force %r" %
-                     (plan["stages"][0]["recompute_ms"], best))
-    for st in plan["stages"]:
-        if st["memory_bytes"] > st["memory_limit_bytes"]:
-            FAILS.append("plan: stage %d over its memory" % st["index"])
+    plan_short_stage(prof, ballast, work, "gpt")
 
 
-def test_llama():
+def test_llama(ballast, work):
     torch.manual_seed(0)
     tokens, targets = torch.randint(V, (B, T)), torch.randint(V, (B, T))
     prof = profile(llama_layers(), tokens, targets, "cpu", 2, "llama-like", memory_bytes=1 << 30)
@@ -236,6 +243,7 @@ def test_llama():
         state(blk, 4 * C * C + 3 * C * F + 2 * C)
         options(blk, 4 * (B * H * T * T + 3 * B * T * C), 4 * B * T * F)
     state(head, C + C * V)
+    plan_short_stage(prof, ballast, work, "llama")
 
 
 def factory(micro_batch, seq_len):
@@ -273,7 +281,7 @@ def main():
     ballast = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory() as work:
         test_gpt(ballast, work)
-        test_llama()
+        test_llama(ballast, work)
         test_command_line(work)
     for f in FAILS:
         print("FAIL", f)

@@ -257,7 +257,7 @@ static void check_mixes(double gbps)
             }
             CU_ASSERT_EQUAL(off.staging, (1 + 1 + input) * largest);
             if (rank == 0)
-                printf("\n  %d ranks %s %s link %g: loss %.6f; stage 0 peak %lld (keep %lld), "
+                printf("\n  %d ranks %s %s link %g: loss %.6f; stage 0 peak %lld (not offloading %lld), "
                        "host peak %lld, staging %lld, copies %.2f ms/step",
                        size, si ? "gpipe" : "1f1b", mixes[k].name, gbps, off.loss[STEPS - 1],
                        (long long)off.peak, (long long)ref.peak, (long long)off.host_peak,

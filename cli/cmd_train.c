@@ -57,7 +57,9 @@ static void help(void)
            "  --check-arena     with a plan whose stages lay out an arena (plan --arena): fail\n"
            "                    if two objects in use at once share a byte\n"
            "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
-           "                    names the rank that went silent and stops the job (exit 1)\n\n"
+           "                    names the rank that went silent and stops the job (exit 1)\n"
+           "  --host-link-gbps X  CPU stages: copies to and from host memory (offload) take\n"
+           "                    as long as on an X Gbit/s link (a PCIe link, emulated)\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
            TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
@@ -177,6 +179,13 @@ static int parse(int argc, char **argv, struct train_options *o)
             if (cli_parse_double(v, &o->timeout_s) || !(o->timeout_s > 0 && o->timeout_s <= 1e7))
                 return cli_usage_error("train", "--timeout: \"%s\", expected seconds in (0, 1e7]",
                                        v);
+        } else if (VALUE("--host-link-gbps")) {
+            if (r < 0)
+                return ERR_INPUT;
+            if (cli_parse_double(v, &o->host_link_gbps) ||
+                !(o->host_link_gbps > 0 && o->host_link_gbps <= 1e6))
+                return cli_usage_error("train",
+                                       "--host-link-gbps: \"%s\", expected Gbit/s in (0, 1e6]", v);
         } else if (cli_flag(argv, i, "--quiet")) {
             o->quiet = 1;
         } else if (cli_flag(argv, i, "--check-arena")) {

@@ -178,15 +178,35 @@ struct backend_ops {
     int (*adamw)(struct backend *be, void *weights, float *master, const float *g, float *m,
                  float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
                  int t, int decay, struct err *e);
+    /* Host memory and copies to and from it off the compute path (the executor's offload,
+     * exec.h). Host buffers: pinned on CUDA, so that copies run asynchronously. A copy goes
+     * on its direction's lane (a copy thread on the CPU, a CUDA stream), first in first out;
+     * it starts after the compute work queued before the call and after event `after` (-1:
+     * none), and *ev names its completion. Events are numbers the backend hands out: `query`
+     * says whether one is done without waiting; `wait` makes the compute work queued after it
+     * wait for it (the CPU blocks; CUDA orders its streams, the host goes on). `copy_ms` adds
+     * each lane's busy time since the last call (copies finished by then) into ms[dir]. */
+    int (*host_alloc)(struct backend *be, int64_t bytes, void **out, struct err *e);
+    void (*host_release)(struct backend *be, void *p);
+    int (*copy_async)(struct backend *be, int dir, void *dst, const void *src, int64_t bytes,
+                      int after, int *ev, struct err *e);
+    int (*event_query)(struct backend *be, int ev, int *done, struct err *e);
+    int (*event_wait)(struct backend *be, int ev, struct err *e);
+    int (*copy_ms)(struct backend *be, double ms[2], struct err *e);
     void (*free)(struct backend *be);
     /* The Llama family's own kernels (llama_layers.h); NULL when the backend has none. */
     const struct llama_kernels *llama;
 };
 
+enum backend_copy_dir { BACKEND_TO_HOST, BACKEND_FROM_HOST };
+
 struct backend {
     const struct backend_ops *ops;
     int threads;
     void *impl; /* the backend's own state */
+    /* An emulated host link (CPU only, so that offload timing is testable without a GPU):
+     * each copy lasts at least latency + bytes / gbps. 0 gbps: as fast as memcpy. */
+    double host_link_gbps, host_link_latency_us;
 };
 
 /* The layers of the model's kind: the table's `layer` (GPT's) or llama_layers.c's, by enum

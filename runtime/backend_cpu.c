@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "bf16.h"
 #include "gpt_layers.h"
+#include "hostcopy_cpu.h"
 #include "kernels_cpu.h"
 #include "llama_layers.h"
 
@@ -289,8 +290,41 @@ static int cpu_adamw(struct backend *be, void *weights, float *master, const flo
     return ERR_OK;
 }
 
+/* ---- host memory and the copy lanes (hostcopy_cpu.c), started on the first copy ---- */
+
+static int cpu_copy_async(struct backend *be, int dir, void *dst, const void *src,
+                          int64_t bytes, int after, int *ev, struct err *e)
+{
+    if (be->impl == NULL)
+        ERR_TRY(hostcopy_start((struct hostcopy **)&be->impl, e));
+    return hostcopy_submit(be->impl, dir, dst, src, bytes, after, be->host_link_gbps,
+                           be->host_link_latency_us, ev, e);
+}
+
+static int cpu_event_query(struct backend *be, int ev, int *done, struct err *e)
+{
+    *done = be->impl == NULL || hostcopy_done(be->impl, ev);
+    return ERR_OK;
+}
+
+static int cpu_event_wait(struct backend *be, int ev, struct err *e)
+{
+    if (be->impl != NULL)
+        hostcopy_wait(be->impl, ev);
+    return ERR_OK;
+}
+
+static int cpu_copy_ms(struct backend *be, double ms[2], struct err *e)
+{
+    if (be->impl != NULL)
+        hostcopy_busy(be->impl, ms);
+    return ERR_OK;
+}
+
 static void cpu_free(struct backend *be)
 {
+    hostcopy_stop(be->impl);
+    be->impl = NULL;
     be->ops = NULL;
 }
 
@@ -318,6 +352,12 @@ static const struct backend_ops cpu_ops = {
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
     .adamw = cpu_adamw,
+    .host_alloc = cpu_alloc, /* host memory is the CPU's memory */
+    .host_release = cpu_release,
+    .copy_async = cpu_copy_async,
+    .event_query = cpu_event_query,
+    .event_wait = cpu_event_wait,
+    .copy_ms = cpu_copy_ms,
     .free = cpu_free,
     .llama = &llama_kernels_cpu,
 };

@@ -1,5 +1,6 @@
 #include "stage.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +250,12 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
     for (int i = 0; i < 4 && c->persistent == NULL; i++)
         if (bytes[i] > 0)
             ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
+    if (r->lay.staging_bytes > 0)
+        ERR_TRY(r->be->ops->alloc(r->be, r->lay.staging_bytes, (void **)&r->staging, e));
+    if (r->lay.host_bytes > 0 &&
+        r->be->ops->host_alloc(r->be, r->lay.host_bytes, (void **)&r->host, e))
+        return err_set(e, ERR_NOFIT, "stage %d: host memory for offloaded tensors: %s",
+                       c->stage, e->msg);
     struct exec_config xc = {
         .model = c->model,
         .lay = &r->lay,
@@ -266,6 +273,11 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .micro_batches = c->micro_batches,
         .limit_bytes = c->limit_bytes - c->reserve_bytes,
         .record_events = c->record_events,
+        .staging = r->staging,
+        .host = r->host,
+        .prefetch_ahead = c->prefetch_ahead,
+        .prefetch_depth = r->depth,
+        .host_limit_bytes = c->host_limit_bytes,
     };
     return exec_init(&r->x, &xc, e);
 }
@@ -295,7 +307,42 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena = st->arena,
+        .place = st->place,
+        .offload_option = st->offload_option,
+        .prefetch_ahead = st->prefetch_ahead,
+        .host_limit_bytes = st->host_limit_bytes,
     };
+    return ERR_OK;
+}
+
+/* How many layer-ops ahead a prefetch may start (late ones move up to it): by default the
+ * plan's furthest, whose staging buffers the plan counted. */
+static int prefetch_depth(const struct stage_config *c)
+{
+    int depth = 1, n = c->last - c->first + 1;
+    for (int li = 0; c->prefetch_ahead != NULL && li < n; li++)
+        if (c->prefetch_ahead[li] > depth)
+            depth = c->prefetch_ahead[li];
+    return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
+}
+
+/* The host slots must fit the host memory free now, before anything is allocated. */
+static int check_host_free(const struct stage_runner *r, struct err *e)
+{
+    long long avail = -1, kb;
+    char line[256];
+    FILE *f = r->lay.host_bytes > 0 ? fopen("/proc/meminfo", "r") : NULL;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            avail = kb * 1024;
+    if (f != NULL)
+        fclose(f);
+    if (avail >= 0 && r->lay.host_bytes > avail)
+        return err_set(e, ERR_NOFIT,
+                       "stage %d: offloading needs %lld bytes of host memory (%d in flight x "
+                       "%lld), but this host has %lld available",
+                       r->c.stage, (long long)r->lay.host_bytes, r->lay.in_flight,
+                       (long long)r->lay.host_slot_bytes, avail);
     return ERR_OK;
 }
 
@@ -327,9 +374,19 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
+    if (c->arena != NULL && (c->place != NULL || c->offload_option != NULL))
+        return err_set(e, ERR_INPUT, "layers %d-%d: offload with the plan's arena: the arena "
+                       "does not lay out staging buffers yet", c->first, c->last);
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
+    be->host_link_gbps = c->host_link_gbps;
+    be->host_link_latency_us = c->host_link_latency_us;
     if (c->arena != NULL ? arena_check_limit(r, e)
-                         : layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
+                         : layout_offload(&r->lay, m, c->place, c->offload_option,
+                                          r->depth = prefetch_depth(c), e) ||
+                               layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes,
+                                                  e) ||
+                               layout_check_host(&r->lay, c->host_limit_bytes, e) ||
+                               check_host_free(r, e)) {
         layout_free(&r->lay);
         return e->code;
     }
@@ -347,6 +404,8 @@ void stage_free(struct stage_runner *r)
         r->be->ops->release(r->be, r->activations);
         r->be->ops->release(r->be, r->transient);
         r->be->ops->release(r->be, r->workspace);
+        r->be->ops->release(r->be, r->staging);
+        r->be->ops->host_release(r->be, r->host);
     }
     free(r->host_tokens);
     free(r->host_targets);

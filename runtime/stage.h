@@ -36,6 +36,15 @@ struct stage_config {
      * more). NULL: the stage allocates its own. */
     char *persistent, *temporary;
     int64_t persistent_bytes, temporary_bytes;
+    /* Offload (exec.h), per layer of the stage; NULL: nothing offloaded. place: COST_PLACE_*
+     * of what the layer keeps; offload_option: -1, or the recompute option whose tensors go
+     * to host memory; prefetch_ahead: layer-ops before the backward its prefetch starts. */
+    const unsigned char *place;
+    const signed char *offload_option;
+    const int *prefetch_ahead;
+    int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
+    int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
+    double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
 };
 
 struct stage_runner {
@@ -46,8 +55,10 @@ struct stage_runner {
     const struct data_source *data;
     char *persistent, *activations, *transient, *workspace; /* backend memory, owned unless
                                                                the config gave it */
+    char *staging, *host; /* offload: backend memory, and host memory (host_alloc), owned */
     int32_t *host_tokens, *host_targets;                    /* (B,T) staging */
     int *slot_req;                                          /* per slot, -1 none */
+    int depth;                                              /* exec_config.prefetch_depth */
     struct arena_run arena; /* with c.arena */
     struct executor x; /* its times, events and peak are the stage's */
 };

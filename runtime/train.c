@@ -290,6 +290,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     compare_layer_costs(r, st);
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
+    c.host_link_gbps = o->host_link_gbps;
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
@@ -635,6 +636,37 @@ static int share_loss(struct run *r, double *loss, struct err *e)
     return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
 }
 
+/* Each step's offload figures over the stages: stall, late prefetches and copy time summed,
+ * the host peak the largest. */
+static int sum_steps(struct run *r, struct report *rep, struct err *e)
+{
+    int n = rep->n_steps;
+    double *sum = malloc(sizeof *sum * 3 * (size_t)n);
+    int64_t *peak = malloc(sizeof *peak * (size_t)n);
+    int rc = sum == NULL || peak == NULL ? err_set(e, ERR_FAIL, "out of memory") : ERR_OK;
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        const struct report_step *st = &rep->steps[i];
+        sum[3 * i] = st->stall_ms;
+        sum[3 * i + 1] = st->late_prefetches;
+        sum[3 * i + 2] = st->copy_ms;
+        peak[i] = st->host_peak_bytes;
+    }
+    if (rc == ERR_OK &&
+        (MPI_Allreduce(MPI_IN_PLACE, sum, 3 * n, MPI_DOUBLE, MPI_SUM, r->comm) != MPI_SUCCESS ||
+         MPI_Allreduce(MPI_IN_PLACE, peak, n, MPI_INT64_T, MPI_MAX, r->comm) != MPI_SUCCESS))
+        rc = err_set(e, ERR_FAIL, "MPI_Allreduce of the steps' offload figures failed");
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        struct report_step *st = &rep->steps[i];
+        st->stall_ms = sum[3 * i];
+        st->late_prefetches = (int)sum[3 * i + 1];
+        st->copy_ms = sum[3 * i + 2];
+        st->host_peak_bytes = peak[i];
+    }
+    free(sum);
+    free(peak);
+    return rc;
+}
+
 static int train_loop(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
@@ -677,7 +709,12 @@ static int train_loop(struct run *r, struct err *e)
         if (share_loss(r, &loss, e))
             fail_now(r, e);
         double ms = exec_now_ms() - t0;
-        rep.steps[i] = (struct report_step){step + 1, loss, ms};
+        const struct stage_times *now = &r->stage.x.times;
+        rep.steps[i] = (struct report_step){step + 1,           loss,
+                                            ms,                 now->stall,
+                                            now->late_prefetches, now->copy[0] + now->copy[1],
+                                            now->host_peak};
+        sum.late_prefetches += r->stage.x.times.late_prefetches;
         rep.n_steps = (int)i + 1;
         /* steps after the first of this run (a one-step run counts its only step) */
         if (i > 0 || n_steps == 1) {
@@ -688,6 +725,9 @@ static int train_loop(struct run *r, struct err *e)
             sum.send += t->send;
             sum.idle += t->idle;
             sum.optimizer += t->optimizer;
+            sum.stall += t->stall;
+            sum.copy[0] += t->copy[0];
+            sum.copy[1] += t->copy[1];
             counted++;
             timed_ms += ms;
         }
@@ -720,7 +760,17 @@ static int train_loop(struct run *r, struct err *e)
         .send_ms = sum.send / (counted * p->micro_batches),
         .idle_ms = sum.idle / (counted * p->micro_batches),
         .optimizer_ms = sum.optimizer / counted,
+        .host_peak_bytes = r->stage.x.off.host_peak,
+        .host_bytes = r->stage.lay.host_bytes,
+        .staging_bytes = r->stage.lay.staging_bytes,
+        .copy_ms = (sum.copy[0] + sum.copy[1]) / (2.0 * counted * p->micro_batches),
+        .stall_ms = sum.stall / counted,
+        .late_prefetches = sum.late_prefetches,
     };
+    if (sum_steps(r, &rep, e)) {
+        free(rep.steps);
+        return e->code;
+    }
     snprintf(mine.device, sizeof mine.device, "%s", st->device);
     snprintf(mine.backend, sizeof mine.backend, "%s", r->on_cuda ? "cuda" : "cpu");
     if (r->on_cuda) {

@@ -35,6 +35,7 @@ struct train_options {
     const char *transport; /* "auto", "mpi" or "nccl" (transport.h) */
     int quiet;   /* no per-step lines */
     double timeout_s; /* a wait for another rank fails after this long (0: never) */
+    double host_link_gbps; /* CPU stages: the host link offload's copies emulate (0: none) */
     int check_arena;  /* verify that no two objects of the plan's arena in use share a byte */
     /* --share (train_share.c): the jobs of share_file in turn, `slice` steps at a time, until
      * each has run `steps`; switch_full: the baseline that copies a job's device state to

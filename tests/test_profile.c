@@ -323,6 +323,32 @@ static const char *cluster(const char *name, const char *dev0, const char *prof0
     return test_write(name, text);
 }
 
+/* The host link measured through the CPU backend's copy lanes with an emulated link (the
+ * reference): its bandwidth and latency come back; without one, memcpy's, positive. */
+static void test_host_link(void)
+{
+    struct backend be;
+    struct err e;
+    double gbps = 0, lat = -1;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(backend_cpu_init(&be, 1, &e), ERR_OK);
+    CU_ASSERT_EQUAL(measure_host_link(&be, 1 << 20, 3, &gbps, &lat, &e), ERR_OK);
+    CU_ASSERT(gbps > 0 && gbps < 1e6 && lat >= 0);
+    be.host_link_gbps = 2;
+    be.host_link_latency_us = 500;
+    int64_t bytes = 16 << 20;
+    CU_ASSERT_EQUAL(measure_host_link(&be, bytes, 5, &gbps, &lat, &e), ERR_OK);
+    /* a copy lasts at least the link's time; a loaded host's scheduling adds to it */
+    double want_ms = 0.5 + (double)bytes * 8 / 2e6, got_ms = lat * 1e-3 + (double)bytes * 8 /
+                                                                            (gbps * 1e6);
+    printf(" (emulated 2 Gbit/s, 500 us: measured %.3f Gbit/s, %.0f us; %lld bytes in %.2f ms, "
+           "link %.2f ms)", gbps, lat, (long long)bytes, got_ms, want_ms);
+    CU_ASSERT(lat >= 500);
+    CU_ASSERT(got_ms >= want_ms * 0.999 && got_ms < want_ms + 15);
+    CU_ASSERT(gbps > 1.6 && gbps < 2.4);
+    be.ops->free(&be);
+}
+
 static void test_clusters(void)
 {
     char args[4096], deep_text[sizeof tiny_text], model_buf[1024], deep_buf[1024], prof[1024];
@@ -389,5 +415,6 @@ int main(void)
     CU_add_test(s, "the scans catch faulty layers", test_scans_catch_faults);
     CU_add_test(s, "option errors", test_options);
     CU_add_test(s, "measured profiles in clusters", test_clusters);
+    CU_add_test(s, "the host link, against an emulated one", test_host_link);
     return test_main();
 }

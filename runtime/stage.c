@@ -307,11 +307,13 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena = st->arena,
-        .place = st->place,
-        .offload_option = st->offload_option,
-        .prefetch_ahead = st->prefetch_ahead,
-        .host_limit_bytes = st->host_limit_bytes,
     };
+    if (plan_stage_offloads(st)) { /* the executor takes NULL arrays as nothing offloaded */
+        c->place = st->place;
+        c->offload_option = st->offload_option;
+        c->prefetch_ahead = st->prefetch_ahead;
+        c->host_limit_bytes = st->host_limit_bytes;
+    }
     return ERR_OK;
 }
 

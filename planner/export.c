@@ -445,8 +445,31 @@ static int export_flagscale(FILE *f, struct export *x)
     return ERR_OK;
 }
 
+/* Offload is per stage and per layer in a plan; the frameworks take at most one global
+ * fraction (Megatron-LM's fine-grained offloading): a config that kept the tensors on the
+ * device would not fit where the plan needed host memory, so such a plan is refused. */
+static int refuse_offload(const struct plan *p, const char *format, struct err *e)
+{
+    for (int s = 0; s < p->n_stages; s++)
+        if (plan_stage_offloads(&p->stages[s]))
+            return err_set(e, ERR_INPUT,
+                           "--export %s: stage %d sends %lld bytes per micro-batch to host "
+                           "memory (%lld in all), which %s cannot be told per stage; plan "
+                           "without --actions offload to export",
+                           format, s, (long long)(p->stages[s].host_memory_bytes /
+                                                  (p->stages[s].in_flight > 0
+                                                       ? p->stages[s].in_flight
+                                                       : 1)),
+                           (long long)p->stages[s].host_memory_bytes, format);
+    return ERR_OK;
+}
+
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e)
 {
+    if (p->n_stages < 1)
+        return err_set(e, ERR_INPUT, "--export %s: a plan of no stages", format);
+    if (refuse_offload(p, format, e))
+        return e->code;
     struct export x = {.p = p, .note = stderr};
     x.c = calloc((size_t)p->n_stages, sizeof *x.c);
     if (x.c == NULL)

@@ -796,6 +796,32 @@ static void test_micro_batches_auto_measured(void)
     CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 0);
 }
 
+/* A plan that offloads cannot be expressed per stage by any framework: refused, exit 2, with
+ * the stage and the bytes; the same cluster planned without offload exports. */
+static void test_export_refuses_offload(void)
+{
+    const char *frameworks[] = {"megatron", "nemo", "colossalai", "flagscale"};
+    for (int k = 0; k < 4; k++) {
+        char args[1024], *out = NULL, *err = NULL;
+        snprintf(args, sizeof args,
+                 "plan --cluster %s/configs/clusters/cpu-3-offload.json --actions "
+                 "recompute,offload --export %s --quiet",
+                 BALLAST_SOURCE_DIR, frameworks[k]);
+        CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
+        CU_ASSERT(err != NULL && strstr(err, "stage 0 sends") != NULL &&
+                  strstr(err, "without --actions offload") != NULL);
+        free(out);
+        free(err);
+    }
+    char args[1024], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/cpu-3-offload.json --export megatron --quiet",
+             BALLAST_SOURCE_DIR);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -803,6 +829,7 @@ int main(void)
     CU_add_test(s, "exports describe the plan they export", test_exports);
     CU_add_test(s, "export defects found against the frameworks' source", test_export_regressions);
     CU_add_test(s, "export: a kept head that overflows is said", test_export_kept_head_overflows);
+    CU_add_test(s, "export: a plan that offloads is refused", test_export_refuses_offload);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
     CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
                 test_micro_batches_auto_measured);

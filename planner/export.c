@@ -220,11 +220,14 @@ static int export_colossalai(FILE *f, struct export *x)
                "plugin = HybridParallelPlugin(\n"
                "    tp_size=1,\n"
                "    pp_size=%d,\n",
-            S, S, gpt2 ? "GPT2LMHeadModel" : "model with a ColossalAI policy",
+            S, S,
+            gpt2 ? "GPT2LMHeadModel"
+            : p->model.kind == MODEL_KIND_LLAMA ? "LlamaForCausalLM (its llama policy)"
+                                                : "model with a ColossalAI policy",
             !gpt2 && recompute ? "from colossalai.shardformer import "
                                  "PipelineGradientCheckpointConfig\n" : "",
             S);
-    if (gpt2)
+    if (p->model.kind != MODEL_KIND_CUSTOM)
         fprintf(f, "    precision=\"%s\",\n",
                 p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32");
     else
@@ -297,7 +300,7 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
     if (sel)
         selective_note(x, "NeMo");
     header(f, p, "#");
-    if (p->model.kind == MODEL_KIND_GPT)
+    if (p->model.kind != MODEL_KIND_CUSTOM)
         fprintf(f, "trainer:\n  precision: %s\n",
                 p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "32");
     else

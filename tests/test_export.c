@@ -822,6 +822,29 @@ static void test_export_refuses_offload(void)
     free(err);
 }
 
+/* A Llama plan: ColossalAI's llama policy and NeMo take its precision from the model. */
+static void test_export_llama_precision(void)
+{
+    char args[1024], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/llama2-7b-h100-a100-8.json --export colossalai "
+             "--quiet",
+             BALLAST_SOURCE_DIR);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
+    CU_ASSERT(out != NULL && strstr(out, "precision=\"bf16\"") != NULL &&
+              strstr(out, "LlamaForCausalLM") != NULL);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/llama2-7b-h100-a100-8.json --export nemo --quiet",
+             BALLAST_SOURCE_DIR);
+    out = err = NULL;
+    int rc = test_run(args, &out, &err);
+    CU_ASSERT(rc == 2 || (rc == 0 && out != NULL && strstr(out, "precision: bf16") != NULL));
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -830,6 +853,7 @@ int main(void)
     CU_add_test(s, "export defects found against the frameworks' source", test_export_regressions);
     CU_add_test(s, "export: a kept head that overflows is said", test_export_kept_head_overflows);
     CU_add_test(s, "export: a plan that offloads is refused", test_export_refuses_offload);
+    CU_add_test(s, "export: a Llama plan's precision", test_export_llama_precision);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
     CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
                 test_micro_batches_auto_measured);

@@ -1,5 +1,6 @@
 /* The CPU backend's Llama kernels (llama_layers.h): kernels_llama_cpu.c's, fp32 only; a bf16
  * model never reaches them (the CPU backend's dtypes are fp32), and they say so if one does. */
+#include "kernels_cpu.h"
 #include "kernels_llama_cpu.h"
 #include "llama_layers.h"
 

@@ -94,8 +94,8 @@ KERNEL void encoder_forward(float *out, const int32_t *tokens, const float *wte,
     }
 }
 
-KERNEL void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                      int B, int T, int C)
+KERNEL void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int B,
+                               int T, int C)
 {
     int blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
     /* Several positions may hold the same token: each column block walks every position in
@@ -111,6 +111,12 @@ KERNEL void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
                 d[i] += g[i];
         }
     }
+}
+
+KERNEL void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                      int B, int T, int C)
+{
+    embedding_backward(dwte, dout, tokens, B, T, C);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         float *d = dwpe + (int64_t)t * C;

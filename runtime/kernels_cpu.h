@@ -19,6 +19,10 @@ void encoder_forward(float *out, const int32_t *tokens, const float *wte, const 
                      int B, int T, int C);
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                       int B, int T, int C);
+/* dwte (V,C) += dout at each token's row, in one order of sums per token (GPT's and Llama's
+ * embedding). */
+void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int B, int T,
+                        int C);
 
 /* out (N,C) = (inp - mean) * rstd * w + b, per row; mean, rstd (N) kept for backward. */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,

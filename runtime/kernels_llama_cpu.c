@@ -18,23 +18,6 @@ void embedding_forward(float *out, const int32_t *tokens, const float *wte, int 
     }
 }
 
-void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int B, int T,
-                        int C)
-{
-    int blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
-    /* every column block walks the positions in order: one order of sums per token */
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-        int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-        for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-            float *d = dwte + (int64_t)tokens[bt] * C;
-            const float *g = dout + bt * C;
-            for (int i = c0; i < c1; i++)
-                d[i] += g[i];
-        }
-    }
-}
-
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                      float eps)
 {

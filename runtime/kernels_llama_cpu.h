@@ -11,10 +11,8 @@
 
 #include <stdint.h>
 
-/* out (B,T,C) = wte[tokens]; backward dwte (V,C) += dout at each token's row. */
+/* out (B,T,C) = wte[tokens]; its backward is kernels_cpu.h's embedding_backward. */
 void embedding_forward(float *out, const int32_t *tokens, const float *wte, int B, int T, int C);
-void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int B, int T,
-                        int C);
 
 /* out (N,C) = inp * rstd * w, rstd (N) = 1 / sqrt(mean(inp^2) + eps) kept for backward. */
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,

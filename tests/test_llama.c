@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "estimate.h"
+#include "kernels_cpu.h"
 #include "kernels_llama_cpu.h"
 #include "layout.h"
 #include "llama_layers.h"

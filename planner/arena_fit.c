@@ -63,17 +63,37 @@ static int stage_arena_bytes(const struct plan *p, int s, const struct arena_opt
     return rc;
 }
 
-int arena_stage_fits(const struct plan *p, int s, const struct arena_options *opt, int *fits,
-                     int64_t *bytes, int64_t *lower, struct err *e)
+/* ga and exact start from the greedy layout and keep it unless they find a better one; with
+ * no cap their fitness is the arena's bytes, so they never return more than greedy does. When
+ * the greedy layout fits, theirs does too, and the costly search is skipped: the fit decision
+ * is the same as laying them out. */
+static int greedy_bounds(const struct arena_options *opt)
 {
-    int64_t b, l;
-    ERR_TRY(stage_arena_bytes(p, s, opt, &b, &l, e));
-    *fits = b <= arena_room(p, s);
-    if (bytes != NULL)
-        *bytes = b;
-    if (lower != NULL)
-        *lower = l;
+    return opt->cap_bytes <= 0 && (strcmp(opt->method, "ga") == 0 ||
+                                   strcmp(opt->method, "exact") == 0);
+}
+
+/* *fits: stage s's current choice laid out by opt fits in `room`. */
+static int fits_in(const struct plan *p, int s, const struct arena_options *opt, int64_t room,
+                   int *fits, struct err *e)
+{
+    int64_t bytes, lower;
+    if (greedy_bounds(opt)) {
+        struct arena_options greedy = *opt;
+        snprintf(greedy.method, sizeof greedy.method, "greedy");
+        ERR_TRY(stage_arena_bytes(p, s, &greedy, &bytes, &lower, e));
+        if ((*fits = bytes <= room))
+            return ERR_OK;
+    }
+    ERR_TRY(stage_arena_bytes(p, s, opt, &bytes, &lower, e));
+    *fits = bytes <= room;
     return ERR_OK;
+}
+
+int arena_stage_fits(const struct plan *p, int s, const struct arena_options *opt, int *fits,
+                     struct err *e)
+{
+    return fits_in(p, s, opt, arena_room(p, s), fits, e);
 }
 
 /* The walk's order: recompute time, then memory units, then index. */
@@ -116,7 +136,7 @@ static long combo_count(const struct knap_problem *kp)
 static int try_choice(const struct plan *p, int s, const struct arena_options *opt,
                       struct arena_fit_search *f, int64_t *lower, int *fits, struct err *e)
 {
-    int64_t room = arena_room(p, s), bytes;
+    int64_t room = arena_room(p, s);
     f->combos++;
     ERR_TRY(stage_lower_bound(p, s, lower, e));
     *fits = 0;
@@ -125,9 +145,7 @@ static int try_choice(const struct plan *p, int s, const struct arena_options *o
         return ERR_OK;
     }
     f->laid_out++;
-    ERR_TRY(stage_arena_bytes(p, s, opt, &bytes, lower, e));
-    *fits = bytes <= room;
-    return ERR_OK;
+    return fits_in(p, s, opt, room, fits, e);
 }
 
 /* Every combination in increasing recompute time; the first that fits. */
@@ -183,30 +201,50 @@ static int relaxed_choice(struct plan *p, int s, const struct plan_options *o, i
     return rc;
 }
 
-/* Too many combinations to walk: the relaxed knapsack's candidates (see the top). */
+/* Candidate k of stage s (see the top): the knapsack relaxed by k eighths of the slack, or
+ * for k = -1 every layer recomputed; *fits. */
+static int candidate(struct plan *p, int s, const struct plan_options *o, int64_t slack, int k,
+                     struct arena_fit_search *f, int *fits, struct err *e)
+{
+    int64_t lower;
+    *fits = 0;
+    if (k < 0) {
+        memset(p->stages[s].recompute, 1, (size_t)plan_stage_layer_count(&p->stages[s]));
+    } else {
+        int rc = relaxed_choice(p, s, o, slack / 8 * k, e);
+        if (rc == ERR_NOFIT)
+            return ERR_OK;
+        ERR_TRY(rc);
+    }
+    return try_choice(p, s, o->arena, f, &lower, fits, e);
+}
+
+/* Too many combinations to walk: the most relaxed candidate that fits, found by bisection
+ * over k = -1..8 (the candidates' memory falls as k does, so their fit is taken to be
+ * monotone; about four layouts instead of ten, which matters for ga and exact). */
 static int walk_candidates(struct plan *p, int s, const struct plan_options *o,
                            struct arena_fit_search *f, struct err *e)
 {
     struct plan_stage *st = &p->stages[s];
-    int n = plan_stage_layer_count(st), fits = 0;
     int64_t lower;
     struct stage_cost c;
-    memset(st->recompute, 0, (size_t)n);
+    memset(st->recompute, 0, (size_t)plan_stage_layer_count(st));
     plan_stage_cost(p, st, &c);
     ERR_TRY(stage_lower_bound(p, s, &lower, e));
     int64_t slack = cost_arena_bytes(&c) - lower;
-    for (int k = 8; k >= 0 && !fits; k--) {
-        int rc = relaxed_choice(p, s, o, slack / 8 * k, e);
-        if (rc == ERR_NOFIT)
-            continue;
-        if (rc || try_choice(p, s, o->arena, f, &lower, &fits, e))
-            return e->code;
+    int good = -2, bad = 9, fits = 0; /* largest k known to fit, smallest known not to */
+    ERR_TRY(candidate(p, s, o, slack, 8, f, &fits, e));
+    if (fits)
+        return ERR_OK;
+    bad = 8;
+    while (bad - good > 1) {
+        int k = good + (bad - good) / 2;
+        ERR_TRY(candidate(p, s, o, slack, k, f, &fits, e));
+        *(fits ? &good : &bad) = k;
     }
-    if (!fits) {
-        memset(st->recompute, 1, (size_t)n);
-        ERR_TRY(try_choice(p, s, o->arena, f, &lower, &fits, e));
-    }
-    return fits ? ERR_OK : ERR_NOFIT;
+    if (good < -1)
+        return ERR_NOFIT;
+    return candidate(p, s, o, slack, good, f, &fits, e);
 }
 
 int arena_least_recompute(struct plan *p, int s, const struct plan_options *o,

@@ -26,10 +26,9 @@ struct arena_fit_search {
     long laid_out; /* of them, laid out */
 };
 
-/* *fits: stage s with its current choice fits with its arena laid out by `opt`; the arena's
- * bytes and lower bound in *bytes and *lower (either may be NULL). */
+/* *fits: stage s with its current choice fits with its arena laid out by `opt`. */
 int arena_stage_fits(const struct plan *p, int s, const struct arena_options *opt, int *fits,
-                     int64_t *bytes, int64_t *lower, struct err *e);
+                     struct err *e);
 /* Stage s's least recompute (among the choices method_problem gives it) whose arena, laid out
  * by o->arena, fits; ties by the slots carving's memory units. ERR_NOFIT (no message) when
  * none does: the stage is then left at the combination with the least lower bound. */

@@ -184,7 +184,7 @@ static int all_fit(const struct plan *p, const struct plan_options *o, struct er
 {
     for (int s = 0; s < p->n_stages; s++) {
         int fits = 0;
-        if (o->arena != NULL && (arena_stage_fits(p, s, o->arena, &fits, NULL, NULL, e) || !fits))
+        if (o->arena != NULL && (arena_stage_fits(p, s, o->arena, &fits, e) || !fits))
             return 0;
         if (o->arena != NULL)
             continue;

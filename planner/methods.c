@@ -41,7 +41,7 @@ static int stage_fits(const struct plan *p, const struct plan_stage *st,
 {
     int fits = 0;
     if (o->arena != NULL)
-        return arena_stage_fits(p, st->index, o->arena, &fits, NULL, NULL, e) == ERR_OK && fits;
+        return arena_stage_fits(p, st->index, o->arena, &fits, e) == ERR_OK && fits;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
     return c.memory_bytes <= st->memory_limit_bytes;

@@ -224,12 +224,53 @@ static void test_patent_unchanged(void)
     plan_free(&q);
 }
 
+/* Stages too large to walk (shipped clusters): the relaxed knapsack's candidates start at the
+ * knapsack's own answer, so with the greedy layout (never above the slots carving on these)
+ * the choice fits and recomputes no more than the plan without --arena. */
+static void test_large_stages(void)
+{
+    const char *clusters[] = {"v100-a100-8", "t4-4090-4", "h100-a100-l4-16", "a10-l4-v100-16"};
+    int unproven = 0;
+    for (int k = 0; k < 4; k++) {
+        char file[1024];
+        snprintf(file, sizeof file, "%s/configs/clusters/%s.json", BALLAST_SOURCE_DIR,
+                 clusters[k]);
+        struct cluster c;
+        struct plan p;
+        struct plan_options plain;
+        struct arena_options opt;
+        struct err e;
+        err_clear(&e);
+        plan_options_default(&plain);
+        arena_options_default(&opt);
+        struct plan_options o = optimal_with(&opt, 0);
+        CU_ASSERT_FATAL(cluster_load(file, &c, &e) == ERR_OK);
+        CU_ASSERT_FATAL(planner_make(&c, &plain, &p, &e) == ERR_OK);
+        cluster_free(&c);
+        for (int s = 0; s < p.n_stages; s++) {
+            struct stage_cost before, after;
+            struct arena_fit_search f;
+            plan_stage_cost(&p, &p.stages[s], &before);
+            CU_ASSERT_EQUAL(arena_least_recompute(&p, s, &o, &f, &e), ERR_OK);
+            plan_stage_cost(&p, &p.stages[s], &after);
+            CU_ASSERT(after.recompute_ms <= before.recompute_ms + 1e-9);
+            CU_ASSERT(stage_memory(&p, s, &opt) <= p.stages[s].memory_limit_bytes);
+            unproven += !f.proven;
+        }
+        plan_free(&p);
+    }
+    CU_ASSERT(unproven > 0); /* the candidates' path was taken */
+    printf("\n  %d stages by the relaxed knapsack's candidates ", unproven);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("arena_fit", NULL, NULL);
     CU_add_test(s, "random small stages: the least recompute that fits = brute force",
                 test_brute_force);
+    CU_add_test(s, "large stages: fit, no more recompute than without --arena",
+                test_large_stages);
     CU_add_test(s, "a stage that fits only with the smaller arena", test_fits_only_with_arena);
     CU_add_test(s, "patent chooses as without --arena", test_patent_unchanged);
     return test_main();

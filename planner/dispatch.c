@@ -203,10 +203,12 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     if (plan_layout(c, o, out, e))
         return e->code;
     int rc = method_find(o->method)->choose(out, o, e);
+    /* patent chooses on the slots carving even with --arena: its refusal is explained there */
+    int on_arena = o->arena != NULL && (rc == ERR_OK || o->method != METHOD_PATENT);
     if (rc == ERR_OK && !all_fit(out, o, e))
         rc = e->code ? e->code : ERR_NOFIT;
     if (rc == ERR_NOFIT) /* a knapsack that finds nothing says nothing: this says why */
-        rc = o->arena != NULL ? arena_nofit_report(out, o->arena, e) : nofit_report(out, o, e);
+        rc = on_arena ? arena_nofit_report(out, o->arena, e) : nofit_report(out, o, e);
     if (rc == ERR_OK && o->verify)
         rc = verify_plan(out, o, e);
     if (rc == ERR_OK)

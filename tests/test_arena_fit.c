@@ -198,6 +198,20 @@ static void test_fits_only_with_arena(void)
     plan_free(&p);
 }
 
+/* optimal with a stage that fits no combination: exit 3 with the stage's numbers. */
+static void test_nofit(void)
+{
+    const char *cl = write_cluster("hopeless.json", "1f1b", 4, 3, 6, 12000000);
+    char args[4096], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "plan --cluster '%s' --arena greedy --quiet", cl);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 3);
+    CU_ASSERT(err != NULL && strstr(err, "stage 1 (cpu, layers 3-5): state ") != NULL &&
+              strstr(err, "lower bound") != NULL &&
+              strstr(err, "memory_limit_bytes 12000000") != NULL);
+    free(out);
+    free(err);
+}
+
 /* patent chooses as published: the same choices with and without --arena. */
 static void test_patent_unchanged(void)
 {
@@ -272,6 +286,7 @@ int main(void)
     CU_add_test(s, "large stages: fit, no more recompute than without --arena",
                 test_large_stages);
     CU_add_test(s, "a stage that fits only with the smaller arena", test_fits_only_with_arena);
+    CU_add_test(s, "no combination fits: exit 3 with the numbers", test_nofit);
     CU_add_test(s, "patent chooses as without --arena", test_patent_unchanged);
     return test_main();
 }

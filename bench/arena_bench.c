@@ -261,7 +261,7 @@ static int parse(int argc, char **argv, struct args *a)
 {
     *a = (struct args){"gpt-1.3b,gpt-13b,gpt-175b", BALLAST_SOURCE_DIR "/configs/clusters", NULL,
                        0.5, 2};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v != NULL && strcmp(argv[i], "--models") == 0)
             a->models = v;
@@ -278,7 +278,6 @@ static int parse(int argc, char **argv, struct args *a)
                     "[--clusters DIR] [--ga-time S] [--exact-time S] [--csv FILE]\n", argv[i]);
             return ERR_INPUT;
         }
-        i++;
     }
     return ERR_OK;
 }

@@ -22,7 +22,7 @@ void bench_options_default(struct bench_options *o)
 {
     *o = (struct bench_options){.out_dir = "out/bench",
                                 .clusters = BALLAST_SOURCE_DIR "/configs/clusters",
-                                .models = "gpt-1.3b,gpt-13b,gpt-175b",
+                                .models = "gpt-1.3b,gpt-13b,gpt-175b,llama2-7b,llama3-8b,llama2-70b",
                                 .devices_file = devices_default_file(),
                                 .plots = 1};
 }

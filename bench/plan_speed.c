@@ -63,6 +63,8 @@ static int make_cluster(const struct device_table *t, int S, struct cluster *c, 
         st->profile = s * N_KINDS / S;
         snprintf(st->device, sizeof st->device, "%s", kinds[st->profile]);
         st->memory_bytes = c->profiles[st->profile].device.memory_bytes;
+        st->host_memory_bytes = (int64_t)128 << 30; /* for optimal+offload; others ignore it */
+        st->host_link = c->profiles[st->profile].host_link;
         cluster_even_split(c->n_layers, S, s, &st->first, &st->last);
     }
     return ERR_OK;
@@ -103,7 +105,9 @@ static double plan_once(const struct cluster *c, const char *method, int verify,
     struct err e;
     plan_options_default(&o);
     err_clear(&e);
-    plan_method_parse(method, &o, &e);
+    int offload = strcmp(method, "optimal+offload") == 0;
+    plan_method_parse(offload ? "optimal" : method, &o, &e);
+    o.actions = offload ? PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD : o.actions;
     o.verify = verify;
     double t0 = now_ms();
     out->rc = planner_make(c, &o, &p, &e);
@@ -162,8 +166,8 @@ int main(int argc, char **argv)
         return status;
     }
     static const int sizes[] = {8, 16, 32, 64};
-    static const char *const methods[] = {"none", "full", "block:4", "uniform-min", "patent",
-                                          "optimal"};
+    static const char *const methods[] = {"none",   "full",   "block:4",        "uniform-min",
+                                          "patent", "optimal", "optimal+offload"};
     printf("plan_speed: GPT 96 blocks x 4096 (bf16, seq 2048, micro-batch 2) on A100-80GB | "
            "H100-80GB | H200 stages, 1F1B, M = 2S; planner_make in memory; %d runs each, "
            "medians in ms\n\n",
@@ -184,7 +188,8 @@ int main(int argc, char **argv)
             break;
         }
         for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
-            int knapsack = strcmp(methods[m], "patent") == 0 || strcmp(methods[m], "optimal") == 0;
+            int knapsack = strcmp(methods[m], "block:4") != 0 && strcmp(methods[m], "none") != 0 &&
+                           strcmp(methods[m], "full") != 0 && strcmp(methods[m], "uniform-min") != 0;
             struct outcome a, b = {0};
             /* side by side: the DP and the DP checked by GLPK alternate, run after run */
             for (int r = 0; r < repeat; r++) {

@@ -32,6 +32,10 @@ int cli_parse_int(const char *text, long lo, long hi, long *out);
 
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+struct plan_options;
+/* `ballast plan --share`: jobs "FILE[:METHOD]" (methods default to o's). */
+int cmd_plan_share(char **jobs, int n, const struct plan_options *o, const char *out_file,
+                   int quiet);
 int cmd_simulate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

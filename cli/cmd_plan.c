@@ -5,13 +5,15 @@
 #include "cluster.h"
 #include "plan_arena.h"
 #include "planner.h"
+#include "share_plan.h"
 
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
            "                    [--repartition [--search-nodes N] [--time-limit S]] [--whole-layers]\n"
            "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
-           "                    [--quiet]\n\n"
+           "                    [--quiet]\n"
+           "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
@@ -33,6 +35,8 @@ static void help(void)
            "                   its certified optimality_gap (default: no limit)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
+           "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
+           "                   host_memory_bytes over their host links), or recompute,offload\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
@@ -44,6 +48,10 @@ static void help(void)
            "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
            "                   standard output (the table goes to standard error)\n"
            "  --quiet          no table\n"
+           "  --share J1 J2 ...  jobs time-sharing the same devices (each a cluster file over the\n"
+           "                   same stages, with its method after a colon, else --method): each\n"
+           "                   job planned for the memory the jobs' persistent regions leave;\n"
+           "                   -o writes ballast-share/1\n"
            "  --arena M        lay each stage's activation arena out by a reuse plan and make it\n"
            "                   the stage's memory: slots (today's carving), greedy (by size),\n"
            "                   ga (the published genetic search) or exact (GLPK MILP); stages fit\n"
@@ -61,6 +69,8 @@ struct plan_args {
     const char *cluster_file, *out_file, *export_format;
     struct plan_options o;
     int quiet, auto_micro;
+    char **share; /* --share: the job arguments */
+    int n_share;
     long micro_batches, global_batch;
     struct plan_arena_args arena;
 };
@@ -76,6 +86,8 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "-o") == 0)
         a->out_file = v;
     else if (strcmp(name, "--method") == 0 && plan_method_parse(v, o, &e))
+        return cli_fail("plan", &e);
+    else if (strcmp(name, "--actions") == 0 && plan_actions_parse(v, o, &e))
         return cli_fail("plan", &e);
     else if (strcmp(name, "--reduce") == 0 &&
              (cli_parse_double(v, &o->reduce) || !(o->reduce > 0 && o->reduce <= 1)))
@@ -112,7 +124,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
 {
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
-                                        "--micro-batches", "--global-batch", "--export"};
+                                        "--micro-batches", "--global-batch", "--export",
+                                        "--actions"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -152,6 +165,12 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
             help();
             return -1;
         }
+        if (strcmp(argv[i], "--share") == 0) {
+            a->share = argv + i + 1;
+            while (i + 1 < argc && argv[i + 1][0] != '-')
+                a->n_share++, i++;
+            continue;
+        }
         if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
             if (r != ERR_OK)
                 return r;
@@ -162,7 +181,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         if (!taken && !flag_option(argv, i, a))
             return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
     }
-    if (a->cluster_file == NULL)
+    if (a->share != NULL && (a->n_share == 0 || a->cluster_file != NULL || a->export_format ||
+                             a->auto_micro || a->micro_batches))
+        return cli_usage_error("plan", "--share takes one or more job files, and no --cluster, "
+                               "--export or --micro-batches");
+    if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
     if (plan_options_check(&a->o, &e))
@@ -171,6 +194,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
+    /* the arena's objects have no offload staging buffers yet: the two would disagree on
+     * the device memory */
+    if (a->arena.on && (a->o.actions & PLAN_ACTION_OFFLOAD))
+        return cli_usage_error("plan", "--arena and --actions offload cannot be combined yet "
+                               "(the arena does not lay out offload staging buffers)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;
@@ -223,6 +251,8 @@ int cmd_plan(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc < 0 ? ERR_OK : rc;
+    if (a.share != NULL)
+        return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
     if (make_plan(&a, &p, &e))
         return cli_fail("plan", &e);
     if (write_outputs(&a, &p, &e)) {

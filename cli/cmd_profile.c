@@ -14,6 +14,8 @@
 #include "profile.h"
 
 #define WARMUP 3
+/* the copies timing the host link: large enough that latency is a small part */
+#define HOST_LINK_BYTES ((int64_t)64 << 20)
 
 static void help(void)
 {
@@ -46,17 +48,29 @@ static void help(void)
            WARMUP, devices_default_file());
 }
 
-static int write_profile(const char *out_file, const struct profile *p, struct err *e)
+/* host_link: {gbps, latency_us} measured, or NULL */
+static int write_profile(const char *out_file, const struct profile *p, const double *host_link,
+                         struct err *e)
 {
-    if (out_file != NULL)
+    if (out_file != NULL && host_link == NULL)
         return profile_write(out_file, p, e);
     cJSON *o = profile_to_json(p);
-    char *text = cJSON_Print(o);
-    if (text != NULL)
-        printf("%s\n", text);
-    cJSON_free(text);
+    if (host_link != NULL && !cJSON_HasObjectItem(o, "host_link")) {
+        cJSON *l = cJSON_AddObjectToObject(o, "host_link");
+        cJSON_AddNumberToObject(l, "gbps", host_link[0]);
+        cJSON_AddNumberToObject(l, "latency_us", host_link[1]);
+    }
+    int rc = ERR_OK;
+    if (out_file != NULL) {
+        rc = jsonio_write(out_file, o, e);
+    } else {
+        char *text = cJSON_Print(o);
+        if (text != NULL)
+            printf("%s\n", text);
+        cJSON_free(text);
+    }
     cJSON_Delete(o);
-    return ERR_OK;
+    return rc;
 }
 
 /* Loads the model to profile: one Ballast knows the layers of (a custom model has none to
@@ -99,7 +113,7 @@ static int estimate(const char *model_file, const char *device, const char *devi
     if (rc == ERR_OK && framework != NULL)
         rc = estimate_for_framework(&m, framework, &p, &e);
     if (rc == ERR_OK)
-        rc = write_profile(out_file, &p, &e);
+        rc = write_profile(out_file, &p, NULL, &e);
     profile_free(&p);
     return rc ? cli_fail("profile", &e) : ERR_OK;
 }
@@ -113,6 +127,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     struct backend be = {0};
     struct err e;
     int mismatches = 0;
+    double link[2] = {0, 0}; /* the host link: gbps, latency_us */
     err_clear(&e);
     memset(&p, 0, sizeof p);
     if (load_model(model_file, "measure", &m, &e))
@@ -138,6 +153,9 @@ static int measure(const char *model_file, const char *device, int repeats, int 
                                     isatty(STDERR_FILENO) ? stderr : NULL, stderr,
                                     timer.start != NULL ? &timer : NULL};
         rc = measure_profile(&be, &m, &o, &p, &mismatches, &e);
+        if (rc == ERR_OK)
+            rc = measure_host_link(&be, HOST_LINK_BYTES, repeats > 5 ? repeats : 5, &link[0],
+                                   &link[1], &e);
         hostinfo_close(&be, &timer);
     }
     if (rc == ERR_OK && mismatches > 0)
@@ -146,7 +164,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
                 "and the runtime's allocations use (above); the profile keeps what was measured\n",
                 mismatches, mismatches == 1 ? "" : "s", mismatches == 1 ? "s" : "");
     if (rc == ERR_OK)
-        rc = write_profile(out_file, &p, &e);
+        rc = write_profile(out_file, &p, link, &e);
     profile_free(&p);
     return rc ? cli_fail("profile", &e) : ERR_OK;
 }

@@ -37,6 +37,13 @@ static void print_result(const struct plan *p, const struct sim_result *r)
         sim_stage_totals(r, s, &t);
         printf("%5d  %-*s %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", s, w, p->stages[s].device,
                r->busy_ms[s], r->idle_ms[s], t.fwd_ms, t.recompute_ms, t.bwd_ms, t.send_ms);
+        if (plan_stage_offloads(&p->stages[s]))
+            printf("%5s  host link: to host %.3f ms, from host %.3f ms (%.1f%% busy), backwards "
+                   "waiting for prefetches %.3f ms\n",
+                   "", t.copy_out_ms, t.copy_in_ms,
+                   r->iteration_ms > 0 ? 50.0 * (t.copy_out_ms + t.copy_in_ms) / r->iteration_ms
+                                       : 0.0,
+                   r->stall_ms[s]);
     }
 }
 

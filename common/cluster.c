@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "devices.h"
 #include "jsonio.h"
 
 const char *schedule_name(enum schedule s)
@@ -232,10 +233,50 @@ static int profiles_differ(const struct profile *a, const struct profile *b, cha
     return 0;
 }
 
+/* The stage's host memory and its own host link, if given. */
+static int read_host(const cJSON *obj, const char *file, const char *path,
+                     struct cluster_stage *st, struct err *e)
+{
+    const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(obj, "host_link");
+    char lp[JSONIO_PATH_MAX];
+    jsonio_path_key(lp, path, "host_link");
+    if (jsonio_int_opt(obj, file, path, "host_memory_bytes", 1, JSONIO_INT_MAX,
+                       &st->host_memory_bytes, e) ||
+        (host_link != NULL && link_from_json(host_link, file, lp, 1, &st->host_link, e)))
+        return e->code;
+    return ERR_OK;
+}
+
+/* Stages that may offload and give no host link take their profile's, else the datasheet's
+ * (devices.json's host_link_gbs at the pinned share). */
+static int resolve_host_links(struct cluster *c, struct err *e)
+{
+    struct device_table t = {0};
+    int loaded = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        struct cluster_stage *st = &c->stages[s];
+        if (st->host_memory_bytes == 0 || st->host_link.present)
+            continue;
+        st->host_link = cluster_stage_profile(c, s)->host_link;
+        if (st->host_link.present)
+            continue;
+        if (!loaded && devices_load(devices_default_file(), &t, e))
+            return e->code;
+        loaded = 1;
+        const struct device_spec *d = devices_find(&t, st->device);
+        if (d != NULL)
+            st->host_link = devices_host_link(d);
+    }
+    if (loaded)
+        devices_free(&t);
+    return ERR_OK;
+}
+
 static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
                       const char *file, int s, int *has_layers, struct err *e)
 {
-    static const char *const keys[] = {"device", "memory_bytes", "profile", "layers", "link",
+    static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
+                                       "link",             "host_link",    "host_memory_bytes",
                                        NULL};
     struct cluster_stage *st = &c->stages[s];
     char path[JSONIO_PATH_MAX];
@@ -330,7 +371,7 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
         if (link_from_json(link, file, lp, 1, &st->link, e))
             return e->code;
     }
-    return ERR_OK;
+    return read_host(obj, file, path, st, e);
 }
 
 /* Layer ranges must tile 0..L-1 in order, each stage at least one layer. */
@@ -434,7 +475,7 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
                            "memory_bytes %lld",
                            file, (long long)c->reserve_bytes, s,
                            (long long)c->stages[s].memory_bytes);
-    return ERR_OK;
+    return resolve_host_links(c, e);
 }
 
 int cluster_load(const char *file, struct cluster *c, struct err *e)

@@ -14,12 +14,6 @@
 #define CLUSTER_PATH_MAX 4096
 #define CLUSTER_STAGES_MAX 4096
 
-/* A link between neighbouring stages. Absent links are free (no transfer time). */
-struct link {
-    int present;
-    double gbps;       /* gigabits per second, each way */
-    double latency_us; /* per transfer */
-};
 
 struct cluster_stage {
     char device[PROFILE_NAME_MAX];
@@ -27,6 +21,8 @@ struct cluster_stage {
     int profile; /* index into cluster.profiles */
     int first, last; /* global layer indices, inclusive */
     struct link link; /* to the next stage; overrides the cluster's */
+    int64_t host_memory_bytes; /* host memory it may offload to; 0: no offload */
+    struct link host_link;     /* its own, else its profile's, else devices.json's */
 };
 
 struct cluster {

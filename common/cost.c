@@ -16,7 +16,7 @@ int cost_choice_count(const struct layer_cost *c)
 
 struct cost_row cost_row(const struct layer_cost *c, int choice)
 {
-    struct cost_row r = {.choice = choice, .place = COST_PLACE_DEVICE};
+    struct cost_row r = {.choice = choice, .place = COST_PLACE_DEVICE, .offload_option = -1};
     if (choice == COST_KEEP) {
         r.kept_bytes = c->act_bytes;
     } else if (choice == COST_FULL) {
@@ -30,6 +30,36 @@ struct cost_row cost_row(const struct layer_cost *c, int choice)
         r.recompute_ms = o->recompute_ms;
     }
     return r;
+}
+
+struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cost_place place,
+                                int offload_option, int ahead)
+{
+    struct cost_row r = cost_row(c, choice);
+    if (place == COST_PLACE_HOST) {
+        r.place = COST_PLACE_HOST;
+        r.host_bytes = r.kept_bytes;
+        r.kept_bytes = 0;
+    } else if (offload_option >= 0 && choice == COST_KEEP) {
+        int64_t sent = c->options[offload_option].transient_bytes;
+        r.offload_option = offload_option;
+        r.host_bytes = sent;
+        r.kept_bytes = c->act_bytes - sent;
+    }
+    r.prefetch_ahead = r.host_bytes > 0 ? (ahead > 0 ? ahead : COST_PREFETCH_AHEAD) : 0;
+    return r;
+}
+
+int cost_actions(const struct layer_cost *c, struct cost_row rows[COST_ACTIONS_MAX])
+{
+    int n = 0, choices = cost_choice_count(c);
+    for (int k = 0; k < choices; k++) {
+        rows[n++] = cost_action_row(c, k, COST_PLACE_DEVICE, -1, 0);
+        rows[n++] = cost_action_row(c, k, COST_PLACE_HOST, -1, 0);
+    }
+    for (int k = 0; k < c->n_options; k++)
+        rows[n++] = cost_action_row(c, COST_KEEP, COST_PLACE_DEVICE, k, 0);
+    return n;
 }
 
 int cost_rows(const struct layer_cost *c, struct cost_row rows[COST_ROWS_MAX])
@@ -67,12 +97,27 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
         s->workspace = workspace_bytes;
     s->compute_ms += compute_ms;
     s->recompute_ms += row->recompute_ms;
+    s->host += row->host_bytes;
+    if (row->host_bytes > s->host_max)
+        s->host_max = row->host_bytes;
+    if (row->prefetch_ahead > s->ahead_max)
+        s->ahead_max = row->prefetch_ahead;
+}
+
+int64_t cost_sum_staging(const struct cost_sum *s)
+{
+    return saturate((__int128)(s->ahead_max + 1) * s->host_max * (s->host_max > 0));
+}
+
+int64_t cost_sum_host(const struct cost_sum *s, int in_flight)
+{
+    return saturate((__int128)in_flight * s->host);
 }
 
 int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve_bytes)
 {
     return saturate(s->state + (__int128)in_flight * s->kept + s->transient + s->workspace +
-                    reserve_bytes);
+                    cost_sum_staging(s) + reserve_bytes);
 }
 
 double cost_stage_ms(double compute_ms, double recompute_ms)
@@ -83,10 +128,21 @@ double cost_stage_ms(double compute_ms, double recompute_ms)
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out)
 {
+    struct cost_actions a = {.recompute = recompute};
+    cost_stage_actions(layers, n, &a, in_flight, reserve_bytes, out);
+}
+
+void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
+                        int in_flight, int64_t reserve_bytes, struct stage_cost *out)
+{
     struct cost_sum s = {0};
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &layers[l];
-        struct cost_row r = cost_row(c, recompute != NULL ? recompute[l] : COST_KEEP);
+        struct cost_row r = cost_action_row(
+            c, a->recompute != NULL ? a->recompute[l] : COST_KEEP,
+            a->place != NULL ? (enum cost_place)a->place[l] : COST_PLACE_DEVICE,
+            a->offload_option != NULL ? a->offload_option[l] : -1,
+            a->prefetch_ahead != NULL ? a->prefetch_ahead[l] : 0);
         cost_sum_add(&s, c->state_bytes, c->workspace_bytes, c->fwd_ms + c->bwd_ms, &r);
     }
     *out = (struct stage_cost){
@@ -95,6 +151,9 @@ void cost_stage(const struct layer_cost *layers, int n, const unsigned char *rec
         .transient_bytes = s.transient,
         .workspace_bytes = s.workspace,
         .reserve_bytes = reserve_bytes,
+        .host_bytes = saturate(s.host),
+        .staging_bytes = cost_sum_staging(&s),
+        .host_memory_bytes = cost_sum_host(&s, in_flight),
         .in_flight = in_flight,
         .optimizer = COST_PLACE_DEVICE,
         .memory_bytes = cost_sum_memory(&s, in_flight, reserve_bytes),

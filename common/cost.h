@@ -11,6 +11,17 @@
  *   time    T = sum (fwd_l + bwd_l) + R,   recompute R = sum recompute_l   (per micro-batch)
  * With only keep and full (0/1 flags are choices) this is DESIGN.md's formula.
  *
+ * Offloading (a place per layer): a layer with place COST_PLACE_HOST keeps its choice's
+ * kept_l in host memory instead; a kept layer (COST_KEEP) with offload option k sends only
+ * option k's transient_k to the host and keeps act_l - transient_k on the device. What goes
+ * to the host, host_l, crosses the host link once each way per micro-batch, and passes
+ * through device staging on its way (the layer being copied out while the next computes,
+ * the layer prefetched while `a` earlier layer-ops run):
+ *   device  M = ... (kept_l of device-placed layers only) + staging,
+ *           staging = (max_l a_l + 1) * max_l host_l        (0 with nothing offloaded)
+ *   host    H = v * sum host_l
+ *   copy    C = sum host_l bytes each way per micro-batch; the simulator times it.
+ *
  * The knapsack's view of the same M splits it into the bytes no choice changes and each
  * choice's weights:
  *   M = fixed + sum_l v * (kept_l - ckpt_l) + max_l transient_l,
@@ -28,14 +39,21 @@ enum { COST_KEEP = 0, COST_FULL = 1, COST_OPTION = 2 };
 #define COST_ROWS_MAX (COST_OPTION + PROFILE_OPTIONS_MAX)
 
 /* Where an action keeps its tensors between forward and backward (and where a stage's
- * optimizer runs): the device only, for now; the host comes with offloading. */
-enum cost_place { COST_PLACE_DEVICE = 0 };
+ * optimizer runs). */
+enum cost_place { COST_PLACE_DEVICE = 0, COST_PLACE_HOST = 1 };
+
+/* The prefetch trigger the planner gives an offloaded layer: issued this many layer-ops
+ * before its backward (the runtime moves it earlier when late). */
+#define COST_PREFETCH_AHEAD 1
 
 /* One action a layer can take (an action row). */
 struct cost_row {
     int choice;              /* COST_KEEP, COST_FULL or COST_OPTION + k */
     enum cost_place place;   /* of the kept bytes */
-    int64_t kept_bytes;      /* per micro-batch, from forward to backward */
+    int offload_option;      /* -1, or with COST_KEEP on the device: option k to the host */
+    int prefetch_ahead;      /* layer-ops; 0 when nothing goes to the host */
+    int64_t kept_bytes;      /* on the device per micro-batch, from forward to backward */
+    int64_t host_bytes;      /* in host memory per micro-batch; copied once each way */
     int64_t transient_bytes; /* regenerated just before the backward */
     double recompute_ms;
 };
@@ -46,6 +64,9 @@ struct stage_cost {
     int64_t transient_bytes; /* max transient_l */
     int64_t workspace_bytes; /* max workspace_l */
     int64_t reserve_bytes;
+    int64_t host_bytes;        /* per micro-batch: sum host_l (the copy each way) */
+    int64_t staging_bytes;
+    int64_t host_memory_bytes; /* H */
     int in_flight;
     enum cost_place optimizer; /* where the stage's optimizer state lives and steps */
     int64_t memory_bytes;      /* M */
@@ -57,7 +78,9 @@ struct stage_cost {
  * prefix of the stage is the memory of the layers added so far. Start from {0}. */
 struct cost_sum {
     __int128 state, kept;
-    int64_t transient, workspace;
+    __int128 host;
+    int64_t transient, workspace, host_max;
+    int ahead_max;
     double compute_ms, recompute_ms;
 };
 
@@ -70,6 +93,14 @@ int cost_rows(const struct layer_cost *c, struct cost_row rows[COST_ROWS_MAX]);
 /* One layer's (kept, transient, recompute ms) for `choice`: cost_row's numbers. */
 void cost_choice(const struct layer_cost *c, int choice, int64_t *kept, int64_t *transient,
                  double *recompute_ms);
+/* The row of an action: `choice` with what it keeps in `place`, or with COST_KEEP on the
+ * device option `offload_option` (-1: none) sent to the host; `ahead` for anything sent. */
+struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cost_place place,
+                                int offload_option, int ahead);
+/* Every action of the layer with the host (its choices on the device, on the host, and kept
+ * with each option offloaded), prefetched COST_PREFETCH_AHEAD ahead; returns the count. */
+#define COST_ACTIONS_MAX (2 * COST_ROWS_MAX + PROFILE_OPTIONS_MAX)
+int cost_actions(const struct layer_cost *c, struct cost_row rows[COST_ACTIONS_MAX]);
 /* The choice's name: "keep", "full" or the option's. */
 const char *cost_choice_name(const struct layer_cost *c, int choice);
 
@@ -78,12 +109,25 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
                   double compute_ms, const struct cost_row *row);
 /* M of the layers added so far (saturating at INT64_MAX). */
 int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve_bytes);
+/* staging and H of the layers added so far. */
+int64_t cost_sum_staging(const struct cost_sum *s);
+int64_t cost_sum_host(const struct cost_sum *s, int in_flight);
 /* T: a stage's forward and backward ms and its recompute ms. */
 double cost_stage_ms(double compute_ms, double recompute_ms);
 
 /* `recompute` has n choices (NULL: every layer kept). */
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out);
+/* The same with places, offload options and prefetch triggers (each NULL: device, -1, and
+ * COST_PREFETCH_AHEAD). */
+struct cost_actions {
+    const unsigned char *recompute;
+    const unsigned char *place;
+    const signed char *offload_option;
+    const int *prefetch_ahead;
+};
+void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
+                        int in_flight, int64_t reserve_bytes, struct stage_cost *out);
 
 /* The activation arena: v * sum kept + max transient + max workspace, the bytes of one slot
  * per in-flight micro-batch, the largest transient and the largest workspace side by side.

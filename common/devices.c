@@ -109,3 +109,10 @@ const struct device_spec *devices_find(const struct device_table *t, const char 
             return &t->devices[i];
     return NULL;
 }
+
+struct link devices_host_link(const struct device_spec *d)
+{
+    if (!(d->host_link_gbs > 0))
+        return (struct link){0};
+    return (struct link){.present = 1, .gbps = d->host_link_gbs * 8 * DEVICES_PINNED_SHARE};
+}

@@ -37,4 +37,10 @@ void devices_free(struct device_table *t);
 /* NULL if absent. */
 const struct device_spec *devices_find(const struct device_table *t, const char *name);
 
+/* Pinned host copies reach about this share of the PCIe figure (ANCHORS.md). */
+#define DEVICES_PINNED_SHARE 0.8
+/* The device's host link as a link (Gb/s): host_link_gbs GB/s x 8 x the pinned share; absent
+ * when host_link_gbs is 0. */
+struct link devices_host_link(const struct device_spec *d);
+
 #endif

@@ -9,6 +9,12 @@ static const char *const model_keys[] = {"format",     "kind",       "n_layer", 
                                          "n_head",     "seq_len",    "vocab_size",  "micro_batch",
                                          "dtype",      "name",       "description", NULL};
 
+/* A Llama model: GPT's fields and its own four, every one required. */
+static const char *const llama_keys[] = {"format",     "kind",        "n_layer",    "n_embd",
+                                         "n_head",     "n_kv_head",   "ffn_hidden", "rope_theta",
+                                         "norm_eps",   "seq_len",     "vocab_size", "micro_batch",
+                                         "dtype",      "name",        "description", NULL};
+
 /* A custom model is its name (and, in plans, its layer count): the layers and their costs
  * are its profiles'. */
 static const char *const custom_keys[] = {"format", "kind", "name", "description", "layer_count",
@@ -38,27 +44,66 @@ static int is_custom(const cJSON *obj)
     return cJSON_IsString(kind) && strcmp(kind->valuestring, "custom") == 0;
 }
 
+static int llama_fields(const cJSON *obj, const char *file, const char *path,
+                        struct model *m, struct err *e)
+{
+    int64_t n_kv, ffn;
+    ERR_TRY(jsonio_int(obj, file, path, "n_kv_head", 1, 1 << 20, &n_kv, e));
+    ERR_TRY(jsonio_int(obj, file, path, "ffn_hidden", 1, 1 << 24, &ffn, e));
+    ERR_TRY(jsonio_num(obj, file, path, "rope_theta", 1.0, 1e12, &m->rope_theta, e));
+    ERR_TRY(jsonio_num(obj, file, path, "norm_eps", 1e-12, 1.0, &m->norm_eps, e));
+    m->n_kv_head = (int)n_kv;
+    m->ffn_hidden = (int)ffn;
+    char sub[JSONIO_PATH_MAX];
+    if (m->n_head % m->n_kv_head != 0) {
+        jsonio_path_key(sub, path, "n_kv_head");
+        return err_set(e, ERR_INPUT, "%s: %s: n_head %d is not a multiple of n_kv_head %d", file,
+                       sub, m->n_head, m->n_kv_head);
+    }
+    if (m->n_embd / m->n_head % 2 != 0) {
+        jsonio_path_key(sub, path, "n_head");
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: head size n_embd/n_head = %d is odd; rotary positions rotate "
+                       "pairs",
+                       file, sub, m->n_embd / m->n_head);
+    }
+    return ERR_OK;
+}
+
+static int model_kind_parse(const char *kind, enum model_kind *out)
+{
+    if (strcmp(kind, "gpt") == 0)
+        *out = MODEL_KIND_GPT;
+    else if (strcmp(kind, "llama") == 0)
+        *out = MODEL_KIND_LLAMA;
+    else
+        return 0;
+    return 1;
+}
+
 int model_from_json(const cJSON *obj, const char *file, const char *path, struct model *m,
                     struct err *e)
 {
     const char *kind, *dtype;
+    enum model_kind k;
     int64_t n_layer, n_embd, n_head, seq_len, vocab, micro;
     if (jsonio_expect_object(obj, file, path, e))
         return e->code;
     if (is_custom(obj))
         return custom_from_json(obj, file, path, m, e);
-    if (jsonio_check_keys(obj, file, path, model_keys, e))
-        return e->code;
     if (jsonio_str(obj, file, path, "kind", &kind, e))
         return e->code;
-    if (strcmp(kind, "gpt") != 0) {
+    if (!model_kind_parse(kind, &k)) {
         char sub[JSONIO_PATH_MAX];
         jsonio_path_key(sub, path, "kind");
         return err_set(e, ERR_INPUT,
-                       "%s: %s: \"%s\" is not a model kind Ballast knows (\"gpt\", \"custom\")",
+                       "%s: %s: \"%s\" is not a model kind Ballast knows (\"gpt\", \"llama\", "
+                       "\"custom\")",
                        file, sub, kind);
     }
-    *m = (struct model){.kind = MODEL_KIND_GPT};
+    if (jsonio_check_keys(obj, file, path, k == MODEL_KIND_LLAMA ? llama_keys : model_keys, e))
+        return e->code;
+    *m = (struct model){.kind = k};
     if (jsonio_int(obj, file, path, "n_layer", 1, 4096, &n_layer, e) ||
         jsonio_int(obj, file, path, "n_embd", 1, 1 << 20, &n_embd, e) ||
         jsonio_int(obj, file, path, "n_head", 1, 1 << 20, &n_head, e) ||
@@ -89,6 +134,8 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
     m->seq_len = (int)seq_len;
     m->vocab_size = (int)vocab;
     m->micro_batch = (int)micro;
+    if (k == MODEL_KIND_LLAMA && llama_fields(obj, file, path, m, e))
+        return e->code;
     /* Every byte count must be representable; a model too large for that is bad input. */
     if (model_check_sizes(m, file, path, e))
         return e->code;
@@ -124,6 +171,12 @@ cJSON *model_to_json(const struct model *m)
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(o, "micro_batch", m->micro_batch);
     cJSON_AddStringToObject(o, "dtype", model_dtype_name(m->dtype));
+    if (m->kind == MODEL_KIND_LLAMA) {
+        cJSON_AddNumberToObject(o, "n_kv_head", m->n_kv_head);
+        cJSON_AddNumberToObject(o, "ffn_hidden", m->ffn_hidden);
+        cJSON_AddNumberToObject(o, "rope_theta", m->rope_theta);
+        cJSON_AddNumberToObject(o, "norm_eps", m->norm_eps);
+    }
     return o;
 }
 
@@ -135,7 +188,9 @@ int model_equal(const struct model *a, const struct model *b)
         return strcmp(a->name, b->name) == 0 && a->layer_count == b->layer_count;
     return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head == b->n_head &&
            a->seq_len == b->seq_len && a->vocab_size == b->vocab_size &&
-           a->micro_batch == b->micro_batch && a->dtype == b->dtype;
+           a->micro_batch == b->micro_batch && a->dtype == b->dtype &&
+           a->n_kv_head == b->n_kv_head && a->ffn_hidden == b->ffn_hidden &&
+           a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps;
 }
 
 int model_layer_count(const struct model *m)
@@ -174,7 +229,7 @@ void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NA
 
 const char *model_kind_name(enum model_kind kind)
 {
-    return kind == MODEL_KIND_CUSTOM ? "custom" : "gpt";
+    return kind == MODEL_KIND_CUSTOM ? "custom" : kind == MODEL_KIND_LLAMA ? "llama" : "gpt";
 }
 
 const char *model_dtype_name(enum model_dtype dtype)
@@ -192,6 +247,13 @@ int model_check_sizes(const struct model *m, const char *file, const char *path,
     __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
              mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
     __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
+    if (m->kind == MODEL_KIND_LLAMA) {
+        /* a block's weights are C (C + 2 C n_kv_head/n_head) + C C + 3 C ffn_hidden, its
+         * widest activation the MLP's (B,T,2 ffn_hidden) */
+        __int128 F = m->ffn_hidden, block = C * C * 2 + C * C * 2 * m->n_kv_head / NH + 3 * C * F;
+        mlp = block * 18 + (8 * B * T * C + 5 * B * T * F) * 4;
+        model_state = (__int128)m->n_layer * block * 18 + 2 * V * C * 18;
+    }
     if (att > limit || logits > limit || weights > limit || mlp > limit || model_state > limit)
         return err_set(e, ERR_INPUT,
                        "%s: %s: the model is too large: some byte count exceeds 2^53 "

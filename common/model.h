@@ -1,4 +1,6 @@
-/* The model file (ballast-model/1): a GPT decoder, and its planning layers in order:
+/* The model file (ballast-model/1): a GPT decoder, or a Llama-family decoder (kind "llama":
+ * RMSNorm, SwiGLU MLP of ffn_hidden, rotary positions, grouped-query attention with n_kv_head
+ * key/value heads, no biases, untied output head), and its planning layers in order:
  * `embed`, `block.0` ... `block.{n_layer-1}`, `head`; or a custom model,
  * {"kind": "custom", "name": ...}, whose planning layers are its profiles' layer list, with
  * any names. What Ballast knows of a model kind beyond the file (sizes, FLOPs, actions,
@@ -16,7 +18,7 @@ enum model_dtype {
     MODEL_DTYPE_BF16, /* bf16 compute and activations, fp32 master weights and optimizer state */
 };
 
-enum model_kind { MODEL_KIND_GPT, MODEL_KIND_CUSTOM };
+enum model_kind { MODEL_KIND_GPT, MODEL_KIND_CUSTOM, MODEL_KIND_LLAMA };
 
 #define MODEL_NAME_MAX 64
 /* Most layers a custom model may have. */
@@ -27,7 +29,7 @@ struct model {
     char name[MODEL_NAME_MAX]; /* custom only: the user's name for the model */
     int layer_count;           /* custom only: its planning layers; 0 while unknown (a profile
                                   gives them by its layer list) */
-    /* GPT only: */
+    /* GPT and Llama: */
     int n_layer;
     int n_embd;
     int n_head;
@@ -35,6 +37,11 @@ struct model {
     int vocab_size;
     int micro_batch;
     enum model_dtype dtype;
+    /* Llama only: */
+    int n_kv_head;     /* key/value heads; divides n_head */
+    int ffn_hidden;    /* the SwiGLU MLP's hidden width */
+    double rope_theta; /* base of the rotary frequencies */
+    double norm_eps;   /* RMSNorm's epsilon */
 };
 
 enum model_layer_kind { MODEL_LAYER_EMBED, MODEL_LAYER_BLOCK, MODEL_LAYER_HEAD };
@@ -55,7 +62,7 @@ int model_layer_count(const struct model *m);
 enum model_layer_kind model_layer_kind(const struct model *m, int layer);
 /* The name a layer must have in profiles and plans; "" for a custom model (any name). */
 void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX]);
-/* "gpt" or "custom". */
+/* "gpt", "llama" or "custom". */
 const char *model_kind_name(enum model_kind kind);
 const char *model_dtype_name(enum model_dtype dtype);
 /* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the

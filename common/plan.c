@@ -30,7 +30,7 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
         int n = plan_stage_layer_count(st);
         st->recompute = calloc((size_t)n, 1);
         st->layers = calloc((size_t)n, sizeof *st->layers);
-        if (st->recompute == NULL || st->layers == NULL) {
+        if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st)) {
             plan_free(p);
             return err_set(e, ERR_FAIL, "out of memory allocating plan stage %d", s);
         }
@@ -46,6 +46,7 @@ void plan_free(struct plan *p)
         if (p->stages[s].arena != NULL)
             arena_free(p->stages[s].arena);
         free(p->stages[s].arena);
+        plan_stage_free_offload(&p->stages[s]);
     }
     free(p->stages);
     p->stages = NULL;
@@ -54,8 +55,9 @@ void plan_free(struct plan *p)
 
 void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out)
 {
-    cost_stage(st->layers, plan_stage_layer_count(st), st->recompute, st->in_flight,
-               p->reserve_bytes, out);
+    struct cost_actions a = plan_stage_actions(st);
+    cost_stage_actions(st->layers, plan_stage_layer_count(st), &a, st->in_flight,
+                       p->reserve_bytes, out);
 }
 
 cJSON *plan_to_json(const struct plan *p)
@@ -112,6 +114,7 @@ cJSON *plan_to_json(const struct plan *p)
             cJSON_AddItemToObject(so, "link", link_to_json(&st->link));
         if (st->arena != NULL)
             cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
+        plan_offload_to_json(st, so);
         cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
         for (int l = 0; l < plan_stage_layer_count(st); l++)
             cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
@@ -256,7 +259,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     int n = plan_stage_layer_count(st);
     st->recompute = calloc((size_t)n, 1);
     st->layers = calloc((size_t)n, sizeof *st->layers);
-    if (st->recompute == NULL || st->layers == NULL)
+    if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st))
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(so, "recompute");
     jsonio_path_key(sub, path, "recompute");
@@ -314,7 +317,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
             profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
             return e->code;
     }
-    if (read_options(so, file, path, st, e))
+    if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e))
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
@@ -329,6 +332,8 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                        "%s: %s.memory_bytes: %lld, but the cost model gives %lld for these "
                        "layers and recompute set",
                        file, path, (long long)st->memory_bytes, (long long)c.memory_bytes);
+    if (plan_offload_check(&c, file, path, st, e))
+        return e->code;
     if (fabs(c.stage_ms - st->stage_ms) > 1e-6 + 1e-9 * c.stage_ms ||
         fabs(c.recompute_ms - st->recompute_ms) > 1e-6 + 1e-9 * c.recompute_ms)
         return err_set(e, ERR_INPUT,
@@ -417,16 +422,23 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     return ERR_OK;
 }
 
-int plan_load(const char *file, struct plan *p, struct err *e)
+int plan_parse(const cJSON *root, const char *where, struct plan *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
     p->optimality_gap = -1;
+    int rc = plan_from_json(root, where, p, e);
+    if (rc)
+        plan_free(p);
+    return rc;
+}
+
+int plan_load(const char *file, struct plan *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
     cJSON *root = jsonio_read(file, e);
     if (root == NULL)
         return e->code;
-    int rc = plan_from_json(root, file, p, e);
+    int rc = plan_parse(root, file, p, e);
     cJSON_Delete(root);
-    if (rc)
-        plan_free(p);
     return rc;
 }

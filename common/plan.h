@@ -32,6 +32,15 @@ struct plan_stage {
     double stage_ms;             /* T per micro-batch */
     struct link link;            /* to the next stage */
     struct arena *arena;         /* owned; NULL: the slots carving of cost.h */
+    /* Offloading (DESIGN.md "Cost model"): what each layer keeps in host memory. */
+    unsigned char *place;        /* owned, per layer, COST_PLACE_* */
+    signed char *offload_option; /* owned, per layer, -1 or an option sent to the host */
+    int *prefetch_ahead;         /* owned, per layer, 0 when nothing offloaded */
+    int64_t host_memory_bytes;   /* H */
+    int64_t host_limit_bytes;    /* the cluster stage's host_memory_bytes; 0: no offload */
+    int64_t staging_bytes;       /* in memory_bytes */
+    double copy_ms;              /* per micro-batch, each way */
+    struct link host_link;
 };
 
 struct plan_verify {
@@ -76,11 +85,32 @@ void plan_free(struct plan *p);
 /* Recomputes a stage's memory, recompute and stage time from its layers and flags. */
 void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out);
 
+/* The stage's actions as the cost model takes them. */
+struct cost_actions plan_stage_actions(const struct plan_stage *st);
+/* Whether any layer of the stage sends anything to the host. */
+int plan_stage_offloads(const struct plan_stage *st);
+/* Per micro-batch, each way: one copy per offloaded layer over the host link. */
+double plan_stage_copy_ms(const struct plan_stage *st);
+/* plan_offload.c: the per-layer offload arrays (nothing offloaded); the stage's offload
+ * fields written into and read from its JSON object ("offload", "offload_options",
+ * "prefetch", "host_memory_bytes", "host_limit_bytes", "copy_ms", "host_link",
+ * "staging_bytes"), checked against the cost model once read. */
+int plan_stage_alloc_offload(struct plan_stage *st);
+void plan_stage_free_offload(struct plan_stage *st);
+void plan_offload_to_json(const struct plan_stage *st, cJSON *so);
+int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
+                           struct plan_stage *st, struct err *e);
+int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
+                       const struct plan_stage *st, struct err *e);
+
 cJSON *plan_to_json(const struct plan *p);
 int plan_write(const char *file, const struct plan *p, struct err *e);
 /* Reads and validates a plan: stages tile the model's layers, recompute indices inside their
  * stage, each layer listed once in recompute and recompute_options together, options named in
  * the layer's costs, and memory_bytes, recompute_ms and stage_ms agree with the cost model. */
 int plan_load(const char *file, struct plan *p, struct err *e);
+/* The same from a parsed object (a plan inside another file); `where` names it in messages
+ * ("share.json: jobs[1].plan"). */
+int plan_parse(const cJSON *root, const char *where, struct plan *p, struct err *e);
 
 #endif

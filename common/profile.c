@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "jsonio.h"
 
 static int option_from_json(const cJSON *obj, const char *file, const char *path,
@@ -189,6 +190,9 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
         if (profile_check_layer_name(&p->model, i, p->layers[i].name, file, path, e))
             goto fail;
     }
+    const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(root, "host_link");
+    if (host_link != NULL && link_from_json(host_link, file, "host_link", 0, &p->host_link, e))
+        goto fail;
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
     if (prov != NULL)
         p->provenance = cJSON_Duplicate(prov, 1);
@@ -219,6 +223,8 @@ cJSON *profile_to_json(const struct profile *p)
     jsonio_add_int(dev, "memory_bytes", p->device.memory_bytes);
     cJSON_AddBoolToObject(o, "estimated", p->estimated);
     cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (p->host_link.present)
+        cJSON_AddItemToObject(o, "host_link", link_to_json(&p->host_link));
     if (p->provenance != NULL)
         cJSON_AddItemToObject(o, "provenance", cJSON_Duplicate(p->provenance, 1));
     cJSON *layers = cJSON_AddArrayToObject(o, "layers");

@@ -28,6 +28,14 @@ struct recompute_option {
     double recompute_ms;
 };
 
+/* A link: between neighbouring stages, or a device's to host memory. Absent links are free
+ * (no transfer time). */
+struct link {
+    int present;
+    double gbps;       /* gigabits per second, each way */
+    double latency_us; /* per transfer */
+};
+
 struct layer_cost {
     char name[MODEL_LAYER_NAME_MAX];
     double fwd_ms;
@@ -50,6 +58,7 @@ struct device_info {
 struct profile {
     struct device_info device;
     int estimated;
+    struct link host_link; /* the device's link to host memory ("host_link"), if known */
     struct model model;
     int n_layers;
     struct layer_cost *layers; /* owned, n_layers of them, in model order */

@@ -62,6 +62,48 @@ static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m
     pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * 4 * m->n_embd, 1, 1, 10, e);
 }
 
+static void swiglu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
+{
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * m->ffn_hidden, 2, 1, 6, e);
+}
+
+/* A Llama layer: RMSNorm (no mean), rotary positions on q and k, grouped-query attention
+ * (the scores and att v are per query head, as GPT's), SwiGLU; no biases, no wpe. */
+static void llama_layer_ops(const struct model *m, int layer, struct op_list *fwd,
+                            struct op_list *bwd)
+{
+    double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+           KV = m->n_kv_head, V = m->vocab_size, F = m->ffn_hidden;
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double BT = B * T, HS = C / NH;
+    switch (model_layer_kind(m, layer)) {
+    case MODEL_LAYER_EMBED:
+        add(fwd, 0, BT * 4 + BT * C * 4 + BT * C * e, 0);
+        add(bwd, BT * C, BT * 4 + BT * C * e + 2 * BT * C * 4, 0);
+        break;
+    case MODEL_LAYER_BLOCK:
+        pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* RMSNorm */
+        gemm(fwd, bwd, BT, C, (NH + 2 * KV) * HS, e, 1);  /* q, k, v */
+        pointwise(fwd, bwd, BT * (NH + KV) * HS, 1, 1, 6, e); /* rotary positions */
+        attention_scores(fwd, bwd, m);                    /* q k^T, causal softmax */
+        gemm(fwd, bwd, B * NH * T, T, HS, e, 0);          /* att v */
+        gemm(fwd, bwd, BT, C, C, e, 1);                   /* o_proj */
+        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
+        pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* RMSNorm */
+        gemm(fwd, bwd, BT, C, 2 * F, e, 1);               /* gate and up */
+        swiglu(fwd, bwd, m);
+        gemm(fwd, bwd, BT, F, C, e, 1);                   /* down */
+        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
+        break;
+    case MODEL_LAYER_HEAD:
+        pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* final RMSNorm */
+        gemm(fwd, bwd, BT, C, V, e, 1);                   /* logits */
+        pointwise(fwd, bwd, BT * V, 1, 1, 5, e);          /* softmax and cross-entropy */
+        break;
+    }
+}
+
 static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
                       struct op_list *bwd)
 {
@@ -70,6 +112,10 @@ static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
     double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
     double BT = B * T;
     fwd->n = bwd->n = 0;
+    if (m->kind == MODEL_KIND_LLAMA) {
+        llama_layer_ops(m, layer, fwd, bwd);
+        return;
+    }
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
         /* gather wte rows and add wpe; backward scatter-adds into the fp32 gradients */
@@ -148,6 +194,8 @@ static int regen_ops(const struct model *m, enum model_layer_kind kind, uint32_t
             attention_scores(fwd, &unused, m);
         else if (strcmp(t[k].name, "fch_gelu") == 0)
             gelu(fwd, &unused, m);
+        else if (strcmp(t[k].name, "fch_swiglu") == 0)
+            swiglu(fwd, &unused, m);
         else
             return err_set(e, ERR_FAIL, "internal: no estimate for regenerating %s", t[k].name);
         unused.n = 0;
@@ -169,6 +217,7 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     snprintf(out->device.name, sizeof out->device.name, "%s", d->name);
     snprintf(out->device.kind, sizeof out->device.kind, "%s", d->kind);
     out->device.memory_bytes = d->memory_bytes;
+    out->host_link = devices_host_link(d);
     for (int l = 0; l < n; l++) {
         struct layer_cost *c = &out->layers[l];
         struct layer_sizes s;

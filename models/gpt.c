@@ -6,29 +6,9 @@
 #include "estimate.h"
 #include "model_ops.h"
 
-static int gpt_layer_tensors(const struct model *m, int layer, enum sizes_class cls,
-                             struct sizes_tensor out[SIZES_TENSORS_MAX])
-{
-    return sizes_layer_tensors(m, model_layer_kind(m, layer), cls, out);
-}
-
-static int gpt_recompute_options(const struct model *m, int layer,
-                                 struct sizes_option out[SIZES_OPTIONS_MAX])
-{
-    return sizes_recompute_options(m, model_layer_kind(m, layer), out);
-}
-
-static int64_t gpt_param_count(const struct model *m)
-{
-    int64_t total = 0;
-    for (int l = 0; l < model_layer_count(m); l++)
-        total += sizes_layer_params(m, model_layer_kind(m, l));
-    return total;
-}
-
 /* AdamW's weight decay applies to the matrices (embeddings and linear weights), not to
  * biases or layer-norm parameters. */
-static int gpt_param_decays(const char *name)
+int model_gpt_param_decays(const char *name)
 {
     static const char *const matrices[] = {"wte", "wpe", "qkv_w", "proj_w", "fc_w", "fcproj_w",
                                            "lm_w"};
@@ -40,7 +20,7 @@ static int gpt_param_decays(const char *name)
 
 /* std 0.02, scaled by 1/sqrt(2 n_layer) for the projections into the residual stream;
  * layer-norm weights 1, biases 0. */
-static void gpt_param_init(const struct model *m, const char *name, float *std, float *fill)
+void model_gpt_param_init(const struct model *m, const char *name, float *std, float *fill)
 {
     size_t n = strlen(name);
     *std = 0;
@@ -49,7 +29,7 @@ static void gpt_param_init(const struct model *m, const char *name, float *std, 
         *fill = 1; /* layer-norm gain */
     else if (strcmp(name, "proj_w") == 0 || strcmp(name, "fcproj_w") == 0)
         *std = 0.02f / sqrtf(2.0f * (float)m->n_layer); /* GPT-2's residual scaling */
-    else if (gpt_param_decays(name))
+    else if (model_gpt_param_decays(name))
         *std = 0.02f;
 }
 
@@ -57,18 +37,25 @@ const struct model_ops model_ops_gpt = {
     .kind = "gpt",
     .layer_count = model_layer_count,
     .layer_name = model_layer_name,
-    .layer_tensors = gpt_layer_tensors,
+    .layer_tensors = sizes_layer_tensors_at,
     .layer_sizes = sizes_layer,
-    .recompute_options = gpt_recompute_options,
+    .recompute_options = sizes_recompute_options_at,
     .layer_flops = estimate_layer_flops,
-    .param_count = gpt_param_count,
-    .param_init = gpt_param_init,
-    .param_decays = gpt_param_decays,
+    .param_count = sizes_model_params,
+    .param_init = model_gpt_param_init,
+    .param_decays = model_gpt_param_decays,
 };
 
 const struct model_ops *model_ops_of(const struct model *m)
 {
-    return m->kind == MODEL_KIND_GPT ? &model_ops_gpt : NULL;
+    switch (m->kind) {
+    case MODEL_KIND_GPT:
+        return &model_ops_gpt;
+    case MODEL_KIND_LLAMA:
+        return &model_ops_llama;
+    default:
+        return NULL;
+    }
 }
 
 int64_t model_param_count(const struct model *m)

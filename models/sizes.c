@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "llama.h"
+
 static int act_elem_bytes(const struct model *m)
 {
     return sizes_act_elem_bytes(m->dtype);
@@ -28,8 +30,6 @@ int sizes_weight_elem_bytes(enum model_dtype dtype)
 static int params_tensors(const struct model *m, enum model_layer_kind kind,
                           struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t C = m->n_embd, V = m->vocab_size, T = m->seq_len;
     int count = 0;
     const char *name_;
@@ -64,8 +64,6 @@ static int params_tensors(const struct model *m, enum model_layer_kind kind,
 static int kept_tensors(const struct model *m, enum model_layer_kind kind,
                         struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
             V = m->vocab_size;
     int e = act_elem_bytes(m);
@@ -105,8 +103,6 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
 static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
                              struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    /* every slot defined: callers loop to the count, which the compiler cannot bound */
-    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
     int e = act_elem_bytes(m);
     int count = 0;
@@ -136,18 +132,40 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
 
 #undef ADD
 
+static const sizes_tensors_fn gpt_size_tables[3] = {
+    [SIZES_PARAMS] = params_tensors,
+    [SIZES_KEPT] = kept_tensors,
+    [SIZES_WORKSPACE] = workspace_tensors,
+};
+
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                         struct sizes_tensor out[SIZES_TENSORS_MAX])
 {
-    switch (cls) {
-    case SIZES_PARAMS:
-        return params_tensors(m, kind, out);
-    case SIZES_KEPT:
-        return kept_tensors(m, kind, out);
-    case SIZES_WORKSPACE:
-        return workspace_tensors(m, kind, out);
-    }
-    return 0;
+    const sizes_tensors_fn *tables =
+        m->kind == MODEL_KIND_LLAMA ? llama_size_tables : gpt_size_tables;
+    /* every slot defined: callers loop to the count, which the compiler cannot bound */
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
+    return tables[cls](m, kind, out);
+}
+
+int sizes_layer_tensors_at(const struct model *m, int layer, enum sizes_class cls,
+                           struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    return sizes_layer_tensors(m, model_layer_kind(m, layer), cls, out);
+}
+
+int sizes_recompute_options_at(const struct model *m, int layer,
+                               struct sizes_option out[SIZES_OPTIONS_MAX])
+{
+    return sizes_recompute_options(m, model_layer_kind(m, layer), out);
+}
+
+int64_t sizes_model_params(const struct model *m)
+{
+    int64_t total = 0;
+    for (int l = 0; l < model_layer_count(m); l++)
+        total += sizes_layer_params(m, model_layer_kind(m, l));
+    return total;
 }
 
 int sizes_ckpt_tensor_count(enum model_layer_kind kind)
@@ -158,22 +176,27 @@ int sizes_ckpt_tensor_count(enum model_layer_kind kind)
 /* Options by the names of the tensors they regenerate, so that a change to the tables above
  * cannot silently shift them. */
 static const struct {
+    enum model_kind model;
     enum model_layer_kind kind;
     const char *name;
     const char *regen[3];
 } options[] = {
     /* QK^T and the causal softmax again from the kept qkv; atty stays kept (the attention
      * projection's input), as in Megatron-LM's selective recomputation of core attention */
-    {MODEL_LAYER_BLOCK, "attn", {"att"}},
-    {MODEL_LAYER_BLOCK, "mlp", {"fch_gelu"}}, /* GELU again from the kept fch */
-    {MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_gelu"}},
+    {MODEL_KIND_GPT, MODEL_LAYER_BLOCK, "attn", {"att"}},
+    {MODEL_KIND_GPT, MODEL_LAYER_BLOCK, "mlp", {"fch_gelu"}}, /* GELU again from the kept fch */
+    {MODEL_KIND_GPT, MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_gelu"}},
+    /* Llama: the same, the kept qkv already rotated; SwiGLU again from the kept gate and up */
+    {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "attn", {"att"}},
+    {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "mlp", {"fch_swiglu"}},
+    {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_swiglu"}},
 };
 
 static uint32_t mask_of(const struct model *m, enum model_layer_kind kind,
                         const char *const *names)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = kept_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     uint32_t mask = 0;
     for (int j = 0; j < 3 && names[j] != NULL; j++)
         for (int k = 0; k < n; k++)
@@ -187,7 +210,7 @@ int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
 {
     int count = 0;
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (options[i].kind == kind && count < SIZES_OPTIONS_MAX)
+        if (options[i].model == m->kind && options[i].kind == kind && count < SIZES_OPTIONS_MAX)
             out[count++] = (struct sizes_option){options[i].name,
                                                  mask_of(m, kind, options[i].regen)};
     return count;
@@ -209,7 +232,7 @@ int sizes_find_option(const struct model *m, enum model_layer_kind kind, const c
 uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = kept_tensors(m, kind, t), ckpt = sizes_ckpt_tensor_count(kind);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t), ckpt = sizes_ckpt_tensor_count(kind);
     return (((uint32_t)1 << n) - 1) & ~(((uint32_t)1 << ckpt) - 1);
 }
 
@@ -217,7 +240,7 @@ void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32
                        int64_t *kept, int64_t *transient)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = kept_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     *kept = *transient = 0;
     for (int k = 0; k < n; k++)
         *(regen >> k & 1 ? transient : kept) += sizes_tensor_bytes(&t[k]);
@@ -258,7 +281,7 @@ int64_t sizes_activation_bytes(const struct model *m)
 int64_t sizes_layer_params(const struct model *m, enum model_layer_kind kind)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
-    int n = params_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_PARAMS, t);
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += t[i].elems;
@@ -269,7 +292,7 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
     enum model_layer_kind kind = model_layer_kind(m, layer);
-    int n = params_tensors(m, kind, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_PARAMS, t);
     int64_t fp32_copy = sizes_tensors_bytes(t, n), weights_copy = 0;
     out->params = sizes_layer_params(m, kind);
     for (int i = 0; i < n; i++) {
@@ -278,10 +301,10 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
         weights_copy += sizes_tensor_bytes(&w);
     }
     out->state_bytes = sizes_state_bytes(m->dtype, weights_copy, fp32_copy);
-    n = kept_tensors(m, kind, t);
+    n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     out->act_bytes = sizes_tensors_bytes(t, n);
     out->ckpt_bytes = sizes_tensors_bytes(t, sizes_ckpt_tensor_count(kind));
-    n = workspace_tensors(m, kind, t);
+    n = sizes_layer_tensors(m, kind, SIZES_WORKSPACE, t);
     out->workspace_bytes = sizes_tensors_bytes(t, n);
     if (kind == MODEL_LAYER_HEAD)
         out->out_bytes = 4; /* the micro-batch's mean loss */

@@ -1,5 +1,6 @@
-/* Memory of the GPT layers, as pure functions of the model: the single source of truth for
- * the estimated profiles, the planner and the runtime's allocations.
+/* Memory of the GPT layers (and, through models/llama.c, the Llama layers), as pure functions
+ * of the model: the single source of truth for the estimated profiles, the planner and the
+ * runtime's allocations.
  *
  * Each layer's memory is three lifetime classes of tensors, listed in the order the runtime
  * carves them from its arenas (each tensor starts on a SIZES_ALIGN boundary):
@@ -47,9 +48,17 @@ struct layer_sizes {
     int64_t workspace_bytes;
 };
 
+/* One class's tensors of a layer kind of one model kind, in carving order; returns how many. */
+typedef int (*sizes_tensors_fn)(const struct model *m, enum model_layer_kind kind,
+                                struct sizes_tensor *out);
+
 /* Tensors of one class of a layer kind, in carving order; returns how many. */
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                         struct sizes_tensor out[SIZES_TENSORS_MAX]);
+/* The same by layer index (model_ops' layer_tensors), and the model's parameters. */
+int sizes_layer_tensors_at(const struct model *m, int layer, enum sizes_class cls,
+                           struct sizes_tensor out[SIZES_TENSORS_MAX]);
+int64_t sizes_model_params(const struct model *m);
 /* Number of leading kept tensors that form the layer's input (its checkpoint). */
 int sizes_ckpt_tensor_count(enum model_layer_kind kind);
 /* A tensor's bytes, rounded up to SIZES_ALIGN. */
@@ -84,6 +93,9 @@ struct sizes_option {
  * returns how many. */
 int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
                             struct sizes_option out[SIZES_OPTIONS_MAX]);
+/* The same by layer index (model_ops' recompute_options). */
+int sizes_recompute_options_at(const struct model *m, int layer,
+                               struct sizes_option out[SIZES_OPTIONS_MAX]);
 /* The regen set of the option named `name` for this kind; 0 (and *regen untouched) if the
  * kind has no such option. */
 int sizes_find_option(const struct model *m, enum model_layer_kind kind, const char *name,

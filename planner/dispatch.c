@@ -13,6 +13,7 @@
 #include "microbatch.h"
 #include "model_ops.h"
 #include "nofit.h"
+#include "offload.h"
 #include "repartition.h"
 #include "sim.h"
 #include "verify.h"
@@ -20,6 +21,7 @@
 void plan_options_default(struct plan_options *o)
 {
     *o = (struct plan_options){.method = METHOD_OPTIMAL,
+                               .actions = PLAN_ACTION_RECOMPUTE,
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
@@ -82,6 +84,8 @@ int plan_options_check(const struct plan_options *o, struct err *e)
     if (o->whole_layers && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--whole-layers applies to --method optimal only (the "
                                      "other methods recompute whole layers anyway)");
+    if (offload_options_check(o, e))
+        return e->code;
     if (o->reduce > 0 && o->method != METHOD_PATENT)
         return err_set(e, ERR_INPUT, "--reduce applies to --method patent only");
     if (o->verify && o->arena != NULL)
@@ -123,6 +127,8 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->memory_limit_bytes = st->capacity_bytes;
     if (s + 1 < c->n_stages)
         st->link = cluster_link(c, s);
+    st->host_limit_bytes = c->stages[s].host_memory_bytes;
+    st->host_link = c->stages[s].host_link;
     struct stage_cost before;
     plan_stage_cost(p, st, &before);
     st->memory_before_bytes = before.memory_bytes;
@@ -169,6 +175,9 @@ static int plan_finish(struct plan *p, struct err *e)
         st->memory_bytes = cost.memory_bytes;
         st->recompute_ms = cost.recompute_ms;
         st->stage_ms = cost.stage_ms;
+        st->host_memory_bytes = cost.host_memory_bytes;
+        st->staging_bytes = cost.staging_bytes;
+        st->copy_ms = plan_stage_copy_ms(st);
         if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
             p->bottleneck_stage = s;
     }

@@ -1,5 +1,6 @@
 /* The methods (DESIGN.md "Methods"): the baselines, the published method and Ballast's own. */
 #include "methods.h"
+#include "offload.h"
 
 #include "arena_fit.h"
 
@@ -134,6 +135,8 @@ static int method_patent(struct plan *p, const struct plan_options *o, struct er
  * and the order are repartition.c's search. */
 static int method_optimal(struct plan *p, const struct plan_options *o, struct err *e)
 {
+    if (o->actions != PLAN_ACTION_RECOMPUTE)
+        return offload_choose(p, o, e);
     int rc = ERR_OK;
     for (int s = 0; s < p->n_stages && rc == ERR_OK; s++)
         rc = o->arena != NULL ? arena_least_recompute(p, s, o, NULL, e)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 /* Runs GLPK's branch and cut on a loaded problem: *objective on a proven optimum. */
-static int intopt(glp_prob *lp, double *objective, struct err *e)
+int milp_intopt(glp_prob *lp, double *objective, struct err *e)
 {
     glp_iocp parm;
     glp_init_iocp(&parm);
@@ -99,7 +99,7 @@ static int solve_balance(const struct knap_problem *p, int64_t target_units,
         k++, ia[k] = order, ja[k] = l + 1, ar[k] = -1;
     }
     glp_load_matrix(lp, k, ia, ja, ar);
-    intopt(lp, objective, e);
+    milp_intopt(lp, objective, e);
 done:
     glp_delete_prob(lp);
     free(prev);
@@ -179,7 +179,7 @@ static int solve_choices(const struct knap_problem *p, double *objective, struct
         }
     }
     glp_load_matrix(lp, k, ia, ja, ar);
-    intopt(lp, objective, e);
+    milp_intopt(lp, objective, e);
 done:
     glp_delete_prob(lp);
     free(prev);

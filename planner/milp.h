@@ -23,4 +23,9 @@ int milp_min_recompute(const struct knap_problem *p, double *objective_ms, struc
 int milp_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
                  double *objective_units, struct err *e);
 
+/* GLPK's branch and cut on a loaded problem (a glp_prob *): *objective on a proven optimum;
+ * ERR_NOFIT when infeasible, ERR_FAIL past MILP_TIME_LIMIT_MS. */
+struct glp_prob;
+int milp_intopt(struct glp_prob *lp, double *objective, struct err *e);
+
 #endif

@@ -24,8 +24,12 @@ enum plan_method {
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
 #define PLAN_SEARCH_NODES_DEFAULT 10000
 
+/* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
+enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2 };
+
 struct plan_options {
     enum plan_method method;
+    int actions;         /* PLAN_ACTION_* bits; default recompute */
     int block_n;         /* METHOD_BLOCK */
     double reduce;       /* METHOD_PATENT: 0 = off, else 0 < d <= 1 */
     int verify;          /* cross-check with GLPK */
@@ -41,6 +45,8 @@ struct plan_options {
 };
 
 void plan_options_default(struct plan_options *o);
+/* "recompute", "offload" or both, comma-separated, into o->actions. */
+int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 /* "none", "full", "block:N", "uniform-min", "patent", "optimal". */
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
 const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);
@@ -57,6 +63,9 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
 /* The table a person reads: per stage device, layers, memory before -> after against the
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */
 void planner_print(FILE *f, const struct plan *p);
+/* Its offload part (report_offload.c): per offloaded tensor its bytes, copy time, free time
+ * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
+void planner_print_offload(FILE *f, const struct plan *p);
 
 /* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
  * plan has the least simulated iteration time; each candidate is summarised on `report`

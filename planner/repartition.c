@@ -342,7 +342,8 @@ static void leaf(struct search *s, const int *order)
         memory += rc->memory_bytes;
     }
     double ms;
-    if (sim_makespan(s->c->schedule, s->S, s->M, s->sim_in, &ms, s->e))
+    int simulated;
+    if (sim_makespan_periodic(s->c->schedule, s->S, s->M, s->sim_in, &ms, &simulated, s->e))
         return;
     if (better(ms, memory, s->best_ms, s->best_memory)) {
         s->best_ms = ms;

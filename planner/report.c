@@ -71,9 +71,10 @@ void planner_print(FILE *f, const struct plan *p)
                 p->model.layer_count);
     else
         fprintf(f,
-                "plan: method %s, schedule %s, %d micro-batches; model gpt %d blocks, %.3g%s "
+                "plan: method %s, schedule %s, %d micro-batches; model %s %d blocks, %.3g%s "
                 "parameters, %s, micro-batch %d x %d tokens\n",
-                p->method, schedule_name(p->schedule), p->micro_batches, p->model.n_layer,
+                p->method, schedule_name(p->schedule), p->micro_batches,
+                model_kind_name(p->model.kind), p->model.n_layer,
                 params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
                 model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
     snprintf(head, sizeof head, "memory %s: before -> after / limit", u.name);
@@ -118,4 +119,5 @@ void planner_print(FILE *f, const struct plan *p)
     if (p->verify.present)
         fprintf(f, "verify: DP objective %.6f ms, GLPK %.6f ms: %s\n", p->verify.dp_objective,
                 p->verify.milp_objective, p->verify.agree ? "agree" : "DISAGREE");
+    planner_print_offload(f, p);
 }

@@ -24,6 +24,14 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
             if (!(isfinite(t[k]) && t[k] >= 0))
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
+        for (int l = 0; l < st->n_layers; l++) {
+            const struct sim_layer *y = &st->layers[l];
+            if (!(isfinite(y->copy_ms) && y->copy_ms >= 0 && (y->copy_ms == 0 || y->ahead >= 1)))
+                return err_set(e, ERR_INPUT,
+                               "simulate: stage %d layer %d: copy of %g ms, prefetch %d ahead "
+                               "(need finite, >= 0, and ahead >= 1 with a copy)",
+                               s, l, y->copy_ms, y->ahead);
+        }
         if (st->out_bytes < 0)
             return err_set(e, ERR_INPUT, "simulate: stage %d: out_bytes is %lld", s,
                            (long long)st->out_bytes);
@@ -48,7 +56,23 @@ struct sim_state {
     double *bwd_in;    /* S x M: gradient arrival at stage s (< 0: not yet) */
     double *link_fwd;  /* per boundary: when the forward direction is next free */
     double *link_bwd;  /* per boundary: when the backward direction is next free */
+    struct host_lanes *host; /* per stage */
+    double *fwd_end;   /* S x M: when each forward ends (NULL: not kept) */
+    double *bwd_end;   /* S x M: when each backward ends (NULL: not kept) */
     struct sim_result *out;
+};
+
+/* A stage that offloads: when each of its layer-ops started, when each (micro-batch, layer)
+ * copy out ended, and when each lane is next free. */
+struct host_lanes {
+    double *op_start; /* 2M x n, in the stage's order of layer-ops */
+    double *out_end;  /* M x n */
+    double out_free, in_free;
+};
+
+/* The times sim_makespan_periodic reads back: S x M each, owned by the caller. */
+struct sim_marks {
+    double *fwd_in, *bwd_in, *fwd_end, *bwd_end;
 };
 
 static void add_task(struct sim_state *st, int stage, int micro, enum sim_kind kind,
@@ -78,6 +102,74 @@ static double send(struct sim_state *st, int k, int micro, enum sim_kind kind, d
     return end;
 }
 
+static void add_to(double *per_stage, int s, double ms)
+{
+    if (per_stage != NULL)
+        per_stage[s] += ms;
+}
+
+/* A copy on one of stage s's host lanes from `ready`; returns its end. */
+static double copy(struct sim_state *st, int s, int micro, enum sim_kind kind, double ready,
+                   double ms)
+{
+    struct host_lanes *h = &st->host[s];
+    double *lane_free = kind == SIM_COPY_OUT ? &h->out_free : &h->in_free;
+    double start = ready > *lane_free ? ready : *lane_free;
+    *lane_free = start + ms;
+    add_task(st, s, micro, kind, start, start + ms);
+    add_to(kind == SIM_COPY_OUT ? st->out->copy_out_ms : st->out->copy_in_ms, s, ms);
+    return start + ms;
+}
+
+/* Forward of micro-batch m on an offloading stage, layer by layer from `start`; returns its
+ * end. Op p of the stage's program is its layer-ops p*n .. p*n+n-1. */
+static double forward_layers(struct sim_state *st, int s, int p, int m, double start)
+{
+    const struct sim_stage *c = &st->stages[s];
+    struct host_lanes *h = &st->host[s];
+    int n = c->n_layers;
+    double t = start;
+    for (int l = 0; l < n; l++) {
+        const struct sim_layer *y = &c->layers[l];
+        h->op_start[(size_t)p * n + l] = t;
+        t += y->fwd_ms;
+        if (y->copy_ms > 0)
+            h->out_end[(size_t)m * n + l] = copy(st, s, m, SIM_COPY_OUT, t, y->copy_ms);
+    }
+    add_task(st, s, m, SIM_FORWARD, start, t);
+    return t;
+}
+
+/* Backward of micro-batch m, layers last to first, each after its prefetch; returns its end. */
+static double backward_layers(struct sim_state *st, int s, int p, int m, double start)
+{
+    const struct sim_stage *c = &st->stages[s];
+    struct host_lanes *h = &st->host[s];
+    int n = c->n_layers;
+    double t = start;
+    for (int j = 0; j < n; j++) {
+        int l = n - 1 - j;
+        const struct sim_layer *y = &c->layers[l];
+        int64_t at = (int64_t)p * n + j;
+        if (y->copy_ms > 0) {
+            int64_t trigger = at - y->ahead;
+            double issue = trigger < 0 ? 0 : h->op_start[trigger];
+            double out = h->out_end[(size_t)m * n + l];
+            double arrive = copy(st, s, m, SIM_COPY_IN, issue > out ? issue : out, y->copy_ms);
+            if (arrive > t) {
+                add_to(st->out->stall_ms, s, arrive - t);
+                t = arrive;
+            }
+        }
+        h->op_start[at] = t;
+        if (y->recompute_ms > 0)
+            add_task(st, s, m, SIM_RECOMPUTE, t, t + y->recompute_ms);
+        add_task(st, s, m, SIM_BACKWARD, t + y->recompute_ms, t + y->recompute_ms + y->bwd_ms);
+        t += y->recompute_ms + y->bwd_ms;
+    }
+    return t;
+}
+
 /* Runs stage s's next operation if its input is there; returns 0 if it must wait. */
 static int step(struct sim_state *st, int s)
 {
@@ -95,9 +187,20 @@ static int step(struct sim_state *st, int s)
         return 0;
     const struct sim_stage *c = &st->stages[s];
     double start = ready > st->free_ms[s] ? ready : st->free_ms[s];
-    if (!op.backward) {
+    if (c->n_layers > 0) {
+        double end = op.backward ? backward_layers(st, s, st->next[s], op.micro, start)
+                                 : forward_layers(st, s, st->next[s], op.micro, start);
+        st->free_ms[s] = end;
+        add_busy(st, s, op.backward ? c->recompute_ms + c->bwd_ms : c->fwd_ms);
+        if (!op.backward && s + 1 < S)
+            st->fwd_in[at + M] = send(st, s, op.micro, SIM_SEND_FORWARD, end);
+        if (op.backward && s > 0)
+            st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
+    } else if (!op.backward) {
         double end = start + c->fwd_ms;
         add_task(st, s, op.micro, SIM_FORWARD, start, end);
+        if (st->fwd_end != NULL)
+            st->fwd_end[at] = end;
         st->free_ms[s] = end;
         add_busy(st, s, c->fwd_ms);
         if (s + 1 < S)
@@ -107,6 +210,8 @@ static int step(struct sim_state *st, int s)
         if (c->recompute_ms > 0)
             add_task(st, s, op.micro, SIM_RECOMPUTE, start, mid);
         add_task(st, s, op.micro, SIM_BACKWARD, mid, end);
+        if (st->bwd_end != NULL)
+            st->bwd_end[at] = end;
         st->free_ms[s] = end;
         add_busy(st, s, c->recompute_ms + c->bwd_ms);
         if (s > 0)
@@ -116,18 +221,46 @@ static int step(struct sim_state *st, int s)
     return 1;
 }
 
+static int host_lanes_alloc(struct sim_state *st)
+{
+    for (int s = 0; s < st->S; s++) {
+        int n = st->stages[s].n_layers;
+        if (n == 0)
+            continue;
+        st->host[s].op_start = malloc((size_t)2 * st->M * n * sizeof(double));
+        st->host[s].out_end = calloc((size_t)st->M * n, sizeof(double));
+        if (!st->host[s].op_start || !st->host[s].out_end)
+            return ERR_FAIL;
+    }
+    return ERR_OK;
+}
+
+/* Tasks a step records: 5 per cell, and per offloading layer its copies and its backward's
+ * recompute and backward slices. */
+static size_t task_capacity(int S, int M, const struct sim_stage *stages)
+{
+    size_t n = (size_t)S * (size_t)M * 5;
+    for (int s = 0; s < S; s++)
+        n += (size_t)M * 4 * (size_t)stages[s].n_layers;
+    return n;
+}
+
 void sim_result_free(struct sim_result *r)
 {
     free(r->busy_ms);
     free(r->idle_ms);
+    free(r->copy_out_ms);
+    free(r->copy_in_ms);
+    free(r->stall_ms);
     free(r->tasks);
     memset(r, 0, sizeof *r);
 }
 
 /* The simulation proper: out->iteration_ms, and the tasks and busy times when out has
- * arrays for them (NULL: the makespan alone, for searches over many candidates). */
+ * arrays for them (NULL: the makespan alone, for searches over many candidates); every
+ * arrival and end time in `marks` when given. */
 static int simulate(enum schedule schedule, int S, int M, const struct sim_stage *stages,
-                    struct sim_result *out, struct err *e)
+                    struct sim_result *out, struct sim_marks *marks, struct err *e)
 {
     size_t cells = (size_t)S * (size_t)M;
     struct sim_state st = {
@@ -137,15 +270,18 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
         .prog = malloc(cells * 2 * sizeof *st.prog),
         .next = calloc((size_t)S, sizeof *st.next),
         .free_ms = calloc((size_t)S, sizeof *st.free_ms),
-        .fwd_in = malloc(cells * sizeof *st.fwd_in),
-        .bwd_in = malloc(cells * sizeof *st.bwd_in),
+        .fwd_in = marks ? marks->fwd_in : malloc(cells * sizeof *st.fwd_in),
+        .bwd_in = marks ? marks->bwd_in : malloc(cells * sizeof *st.bwd_in),
         .link_fwd = calloc((size_t)S, sizeof *st.link_fwd),
         .link_bwd = calloc((size_t)S, sizeof *st.link_bwd),
+        .host = calloc((size_t)S, sizeof *st.host),
+        .fwd_end = marks ? marks->fwd_end : NULL,
+        .bwd_end = marks ? marks->bwd_end : NULL,
         .out = out,
     };
     int rc = ERR_OK;
     if (!st.prog || !st.next || !st.free_ms || !st.fwd_in || !st.bwd_in || !st.link_fwd ||
-        !st.link_bwd) {
+        !st.link_bwd || !st.host || host_lanes_alloc(&st)) {
         rc = err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, M);
         goto done;
     }
@@ -177,10 +313,17 @@ done:
     free(st.prog);
     free(st.next);
     free(st.free_ms);
-    free(st.fwd_in);
-    free(st.bwd_in);
+    if (marks == NULL) {
+        free(st.fwd_in);
+        free(st.bwd_in);
+    }
     free(st.link_fwd);
     free(st.link_bwd);
+    for (int s = 0; st.host != NULL && s < S; s++) {
+        free(st.host[s].op_start);
+        free(st.host[s].out_end);
+    }
+    free(st.host);
     return rc;
 }
 
@@ -193,13 +336,17 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
     out->n_stages = S;
     out->busy_ms = calloc((size_t)S, sizeof *out->busy_ms);
     out->idle_ms = calloc((size_t)S, sizeof *out->idle_ms);
-    out->tasks = malloc((size_t)S * (size_t)M * 5 * sizeof *out->tasks);
-    if (!out->busy_ms || !out->idle_ms || !out->tasks) {
+    out->copy_out_ms = calloc((size_t)S, sizeof *out->copy_out_ms);
+    out->copy_in_ms = calloc((size_t)S, sizeof *out->copy_in_ms);
+    out->stall_ms = calloc((size_t)S, sizeof *out->stall_ms);
+    out->tasks = malloc(task_capacity(S, M, stages) * sizeof *out->tasks);
+    if (!out->busy_ms || !out->idle_ms || !out->copy_out_ms || !out->copy_in_ms ||
+        !out->stall_ms || !out->tasks) {
         sim_result_free(out);
         return err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S,
                        M);
     }
-    int rc = simulate(schedule, S, M, stages, out, e);
+    int rc = simulate(schedule, S, M, stages, out, NULL, e);
     if (rc) {
         sim_result_free(out);
         return rc;
@@ -217,10 +364,89 @@ int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *s
                  double *iteration_ms, struct err *e)
 {
     struct sim_result r = {0};
-    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, e))
+    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, NULL, e))
         return e->code;
     *iteration_ms = r.iteration_ms;
     return ERR_OK;
+}
+
+/* Most micro-batches in a period of the steady state that sim_makespan_periodic looks for
+ * (1F1B's often repeats every second micro-batch), and a multiple of every period up to it. */
+#define SIM_PERIOD_MAX 6
+#define SIM_PERIODS_LCM 60
+
+/* Whether every time of micro-batches j+1 .. j+S+1 (each stage's forward and backward end, each
+ * activation and gradient arrival) is that of micro-batch p before plus one shift `shift`
+ * (within rounding); stage 0's inputs and the last stage's gradients are all at hand at 0 and
+ * never bind past it, so they are left out. */
+static int periodic(const struct sim_marks *mk, int S, int M, int j, int p, double *shift)
+{
+    double lam = mk->fwd_end[j + 1] - mk->fwd_end[j + 1 - p];
+    for (int n = j + 1; n <= j + S + 1; n++)
+        for (int s = 0; s < S; s++) {
+            size_t a = (size_t)s * M + n;
+            double now[4] = {mk->fwd_end[a], mk->bwd_end[a], mk->fwd_in[a], mk->bwd_in[a]};
+            double then[4] = {mk->fwd_end[a - p], mk->bwd_end[a - p], mk->fwd_in[a - p],
+                              mk->bwd_in[a - p]};
+            int kept[4] = {1, 1, s > 0, s + 1 < S};
+            for (int q = 0; q < 4; q++)
+                if (kept[q] && fabs(now[q] - then[q] - lam) > 1e-11 * (1 + fabs(now[q])))
+                    return 0;
+        }
+    *shift = lam;
+    return 1;
+}
+
+/* Simulates M' micro-batches (M - M' a multiple of every period looked for) and, when
+ * micro-batches j+1 .. j+S+1, j = M' - 2S - 2, repeat with a period p: those are all in every
+ * stage's steady state (past the warm-up's forwards, before the cool-down's backwards), each
+ * time there is a max of times at most S + 1 micro-batches before or after plus fixed task
+ * times, so the same shift holds for every later steady-state time by induction, and M
+ * micro-batches' cool-down is M''s shifted by (M - M') / p periods. */
+static int extrapolate(enum schedule schedule, int S, int Mp, int M,
+                       const struct sim_stage *stages, double *ms, int *found, struct err *e)
+{
+    size_t cells = (size_t)S * Mp;
+    struct sim_marks mk = {malloc(cells * sizeof(double)), malloc(cells * sizeof(double)),
+                           malloc(cells * sizeof(double)), malloc(cells * sizeof(double))};
+    struct sim_result r = {0};
+    double shift;
+    *found = 0;
+    if (!mk.fwd_in || !mk.bwd_in || !mk.fwd_end || !mk.bwd_end) {
+        err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, Mp);
+    } else if (simulate(schedule, S, Mp, stages, &r, &mk, e) == ERR_OK) {
+        for (int p = 1; p <= SIM_PERIOD_MAX && !*found; p++)
+            if (periodic(&mk, S, Mp, Mp - 2 * S - 2, p, &shift)) {
+                *ms = r.iteration_ms + (double)((M - Mp) / p) * shift;
+                *found = 1;
+            }
+    }
+    free(mk.fwd_in);
+    free(mk.bwd_in);
+    free(mk.fwd_end);
+    free(mk.bwd_end);
+    return e->code;
+}
+
+int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                          double *iteration_ms, int *simulated, struct err *e)
+{
+    if (check_input(S, M, stages, e))
+        return e->code;
+    /* j - p >= S: the compared micro-batches are past every warm-up */
+    for (int base = 3 * S + 2 + SIM_PERIOD_MAX; schedule == SCHEDULE_1F1B; base *= 2) {
+        int Mp = base + ((M - base) % SIM_PERIODS_LCM + SIM_PERIODS_LCM) % SIM_PERIODS_LCM, found;
+        if (Mp >= M / 2)
+            break;
+        if (extrapolate(schedule, S, Mp, M, stages, iteration_ms, &found, e))
+            return e->code;
+        if (found) {
+            *simulated = Mp;
+            return ERR_OK;
+        }
+    }
+    *simulated = M;
+    return sim_makespan(schedule, S, M, stages, iteration_ms, e);
 }
 
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
@@ -237,14 +463,48 @@ void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
     }
 }
 
+int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
+{
+    if (!plan_stage_offloads(ps))
+        return 0;
+    int n = plan_stage_layer_count(ps);
+    struct cost_actions a = plan_stage_actions(ps);
+    for (int l = 0; l < n; l++) {
+        const struct layer_cost *c = &ps->layers[l];
+        struct cost_row r = cost_action_row(c, a.recompute[l], (enum cost_place)a.place[l],
+                                            a.offload_option[l], a.prefetch_ahead[l]);
+        layers[l] = (struct sim_layer){
+            .fwd_ms = c->fwd_ms,
+            .bwd_ms = c->bwd_ms,
+            .recompute_ms = r.recompute_ms,
+            .copy_ms = r.host_bytes > 0 ? link_transfer_ms(&ps->host_link, r.host_bytes) : 0,
+            .ahead = r.prefetch_ahead,
+        };
+    }
+    return n;
+}
+
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
 {
-    struct sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
-    if (st == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
+    int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
+        layers += plan_stage_layer_count(&p->stages[s]);
+    struct sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
+    struct sim_layer *pool = calloc((size_t)layers, sizeof *pool);
+    if (st == NULL || pool == NULL) {
+        free(st);
+        free(pool);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    struct sim_layer *next = pool;
+    for (int s = 0; s < p->n_stages; s++) {
         sim_stage_from_plan(&p->stages[s], &st[s]);
+        st[s].n_layers = sim_layers_from_plan(&p->stages[s], next);
+        st[s].layers = next;
+        next += plan_stage_layer_count(&p->stages[s]);
+    }
     int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);
     free(st);
+    free(pool);
     return rc;
 }

@@ -11,7 +11,17 @@
  * Every operation starts as soon as its stage has finished the previous operation of its
  * program and its input has arrived, so the makespan is the longest path through a fixed
  * graph: it never decreases when any task gets longer. That is why each stage's least
- * recompute gives the least iteration time with a fixed partition. */
+ * recompute gives the least iteration time with a fixed partition.
+ *
+ * Offloading: a stage with `layers` runs each forward and backward layer by layer (its
+ * layer-ops). A layer that sends bytes to the host copies them out on the stage's
+ * device->host lane when its forward ends, and back on the host->device lane from its
+ * prefetch trigger: the start of the layer-op `ahead` layer-ops before its backward in the
+ * stage's order (a trigger before the step's first op fires at the step's start), once the
+ * copy out has ended. Each lane carries one copy at a time, in the order the forwards made
+ * them and the backwards need them. A backward layer waits for its prefetch (a stall); copies
+ * never hold up forwards. Copies are tasks of the same graph, so the makespan still never
+ * decreases when any task, copy included, gets longer. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
@@ -24,7 +34,22 @@
  * takes 5 entries per cell). */
 #define SIM_CELLS_MAX ((int64_t)1 << 22)
 
-enum sim_kind { SIM_FORWARD, SIM_RECOMPUTE, SIM_BACKWARD, SIM_SEND_FORWARD, SIM_SEND_BACKWARD };
+enum sim_kind {
+    SIM_FORWARD,
+    SIM_RECOMPUTE,
+    SIM_BACKWARD,
+    SIM_SEND_FORWARD,
+    SIM_SEND_BACKWARD,
+    SIM_COPY_OUT, /* device -> host, of the stage's `stage` */
+    SIM_COPY_IN,  /* host -> device (a prefetch) */
+};
+
+/* One layer of a stage that offloads, per micro-batch. */
+struct sim_layer {
+    double fwd_ms, bwd_ms, recompute_ms;
+    double copy_ms; /* each way; 0: the layer sends nothing to the host */
+    int ahead;      /* the prefetch trigger, in layer-ops (>= 1 when copy_ms > 0) */
+};
 
 /* One stage's costs per micro-batch. */
 struct sim_stage {
@@ -33,6 +58,8 @@ struct sim_stage {
     double recompute_ms;
     int64_t out_bytes; /* crosses to the next stage (and its gradient back) */
     struct link link;  /* to the next stage */
+    int n_layers;      /* > 0: the stage offloads and runs layer by layer */
+    const struct sim_layer *layers; /* n_layers of them; their sums are fwd, bwd, recompute */
 };
 
 struct sim_task {
@@ -51,6 +78,8 @@ struct sim_result {
     int n_stages;
     double *busy_ms; /* per stage: forward + recompute + backward */
     double *idle_ms; /* per stage: iteration_ms - busy_ms */
+    double *copy_out_ms, *copy_in_ms; /* per stage: its host lanes' busy time */
+    double *stall_ms;                 /* per stage: backwards waiting for a prefetch */
     int n_tasks;
     struct sim_task *tasks; /* in the order they were simulated, not sorted by time */
 };
@@ -63,9 +92,21 @@ int sim_run(enum schedule schedule, int n_stages, int micro_batches,
  * simulate many candidates. */
 int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
                  const struct sim_stage *stages, double *iteration_ms, struct err *e);
+/* The same iteration time at a cost independent of M where 1F1B's steady state repeats
+ * exactly: it simulates M' micro-batches (about 3S + 8, doubled while under M / 2), finds
+ * every stage's and link's times repeating with a period of at most 6 micro-batches, and
+ * extrapolates to M (equal to sim_makespan's within rounding, ~1e-12 relative); otherwise
+ * (GPipe, or no period found) it simulates all M.
+ * *simulated gets the micro-batches simulated. */
+int sim_makespan_periodic(enum schedule schedule, int n_stages, int micro_batches,
+                          const struct sim_stage *stages, double *iteration_ms, int *simulated,
+                          struct err *e);
 /* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times, the forward
  * time of its recomputed layers, its last layer's out_bytes and its link. */
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);
+/* Its layers when it offloads (`layers` has room for the stage's layer count); returns the
+ * count, 0 when it offloads nothing. */
+int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
 void sim_result_free(struct sim_result *r);
@@ -73,18 +114,21 @@ void sim_result_free(struct sim_result *r);
 const char *sim_kind_name(enum sim_kind kind);
 
 /* Per-stage totals over the step (ms): forward, recompute and backward compute, and the link
- * time of the stage's own sends (activations to s+1, gradients to s-1). */
+ * time of the stage's own sends (activations to s+1, gradients to s-1), and its copies to and
+ * from the host. */
 struct sim_stage_totals {
-    double fwd_ms, recompute_ms, bwd_ms, send_ms;
+    double fwd_ms, recompute_ms, bwd_ms, send_ms, copy_out_ms, copy_in_ms;
 };
 void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_totals *out);
 
 /* The result file (ballast-simulation/1, see README): iteration_ms, bubble_fraction and per
- * stage index, device, busy_ms, idle_ms, fwd_ms, bwd_ms, recompute_ms, send_ms. */
+ * stage index, device, busy_ms, idle_ms, fwd_ms, bwd_ms, recompute_ms, send_ms; and for a
+ * stage that offloads copy_out_ms, copy_in_ms (its host lanes' busy time) and stall_ms. */
 cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r);
 /* A Chrome trace of the step: one track per stage ("stage 3 A100-80GB") with its forward,
  * recompute and backward slices named by micro-batch ("F 7", "R 7", "B 7"), and two tracks
- * per link (activations, gradients), all in process `pid`. */
+ * per link (activations, gradients), two per stage that offloads (to host "O 7", from host
+ * "P 7"), all in process `pid`. */
 void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct sim_result *r);
 
 #endif

@@ -17,6 +17,10 @@ const char *sim_kind_name(enum sim_kind kind)
         return "send-activations";
     case SIM_SEND_BACKWARD:
         return "send-gradients";
+    case SIM_COPY_OUT:
+        return "copy-to-host";
+    case SIM_COPY_IN:
+        return "prefetch-from-host";
     }
     return "?";
 }
@@ -45,6 +49,12 @@ void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_to
         case SIM_SEND_BACKWARD:
             out->send_ms += d;
             break;
+        case SIM_COPY_OUT:
+            out->copy_out_ms += d;
+            break;
+        case SIM_COPY_IN:
+            out->copy_in_ms += d;
+            break;
         }
     }
 }
@@ -71,6 +81,11 @@ cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
         cJSON_AddNumberToObject(so, "bwd_ms", t.bwd_ms);
         cJSON_AddNumberToObject(so, "recompute_ms", t.recompute_ms);
         cJSON_AddNumberToObject(so, "send_ms", t.send_ms);
+        if (plan_stage_offloads(&p->stages[s])) {
+            cJSON_AddNumberToObject(so, "copy_out_ms", t.copy_out_ms);
+            cJSON_AddNumberToObject(so, "copy_in_ms", t.copy_in_ms);
+            cJSON_AddNumberToObject(so, "stall_ms", r->stall_ms[s]);
+        }
         cJSON_AddItemToArray(stages, so);
     }
     return o;
@@ -86,6 +101,21 @@ static int compute_tid(int s)
 static int link_tid(int k, enum sim_kind kind)
 {
     return 3 * k + (kind == SIM_SEND_FORWARD ? 2 : 3);
+}
+
+/* Stage s's host lanes follow every stage's and link's tracks. */
+static int copy_tid(int S, int s, enum sim_kind kind)
+{
+    return 3 * S + 2 * s + (kind == SIM_COPY_OUT ? 1 : 2);
+}
+
+static int task_tid(int S, const struct sim_task *k)
+{
+    if (k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD)
+        return link_tid(k->stage, k->kind);
+    if (k->kind == SIM_COPY_OUT || k->kind == SIM_COPY_IN)
+        return copy_tid(S, k->stage, k->kind);
+    return compute_tid(k->stage);
 }
 
 void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct sim_result *r)
@@ -106,16 +136,22 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
                      st->link.gbps);
             trace_name_track(t, pid, link_tid(s, SIM_SEND_BACKWARD), name);
         }
+        if (plan_stage_offloads(st)) {
+            snprintf(name, sizeof name, "stage %d to host (%g Gb/s)", s, st->host_link.gbps);
+            trace_name_track(t, pid, copy_tid(p->n_stages, s, SIM_COPY_OUT), name);
+            snprintf(name, sizeof name, "stage %d from host (%g Gb/s)", s, st->host_link.gbps);
+            trace_name_track(t, pid, copy_tid(p->n_stages, s, SIM_COPY_IN), name);
+        }
     }
     for (int i = 0; i < r->n_tasks; i++) {
         const struct sim_task *k = &r->tasks[i];
-        static const char letter[] = {'F', 'R', 'B', 'A', 'G'};
+        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P'};
         snprintf(name, sizeof name, "%c %d", letter[k->kind], k->micro);
         int send = k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD;
         int from = k->kind == SIM_SEND_BACKWARD ? k->stage + 1 : k->stage;
         int to = k->kind == SIM_SEND_FORWARD ? k->stage + 1 : k->stage;
         struct trace_arg args[3] = {{"micro_batch", k->micro}, {"stage", from}, {"to_stage", to}};
-        trace_add_slice(t, pid, send ? link_tid(k->stage, k->kind) : compute_tid(k->stage), name,
+        trace_add_slice(t, pid, task_tid(p->n_stages, k), name,
                         sim_kind_name(k->kind), k->start_ms, k->end_ms - k->start_ms, args,
                         send ? 3 : 2);
     }

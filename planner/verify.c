@@ -5,6 +5,7 @@
 
 #include "methods.h"
 #include "milp.h"
+#include "offload.h"
 
 /* The balancing DP's objective for the choice it made: its distance from the target, in
  * time units, as the DP counts it. */
@@ -22,6 +23,10 @@ static double balance_distance_ms(const struct knap_problem *kp, const unsigned 
 static int verify_stage(const struct plan *p, int s, int balanced, double target_ms,
                         const struct plan_options *o, double *dp, double *milp, struct err *e)
 {
+    if (o->actions != PLAN_ACTION_RECOMPUTE) /* the offload search's least recompute */
+        return offload_stage_min_recompute(p, s, o, dp, e)
+                   ? e->code
+                   : offload_milp_min_recompute(p, s, o, milp, e);
     struct knap_problem kp;
     const unsigned char *recompute = p->stages[s].recompute;
     if (method_problem(p, s, o, &kp, e))

@@ -66,6 +66,70 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* ---- the host link ---- */
+
+/* One copy to or from host memory, start to finish, in milliseconds. */
+static int timed_copy(struct backend *be, int dir, char *dev, char *host, int64_t bytes,
+                      double *ms, struct err *e)
+{
+    int ev;
+    ERR_TRY(be->ops->sync(be, e));
+    double t0 = exec_now_ms();
+    ERR_TRY(be->ops->copy_async(be, dir, dir == BACKEND_TO_HOST ? host : dev,
+                                dir == BACKEND_TO_HOST ? dev : host, bytes, -1, &ev, e));
+    ERR_TRY(be->ops->event_wait(be, ev, e));
+    ERR_TRY(be->ops->sync(be, e)); /* CUDA: the compute stream waited for the copy */
+    *ms = exec_now_ms() - t0;
+    return ERR_OK;
+}
+
+static int link_median(struct backend *be, int dir, char *dev, char *host, int64_t bytes,
+                       int repeats, double *t, double *ms, struct err *e)
+{
+    for (int i = 0; i < repeats; i++)
+        ERR_TRY(timed_copy(be, dir, dev, host, bytes, &t[i], e));
+    *ms = median(t, repeats);
+    return ERR_OK;
+}
+
+int measure_host_link(struct backend *be, int64_t bytes, int repeats, double *gbps,
+                      double *latency_us, struct err *e)
+{
+    enum { SMALL = SIZES_ALIGN };
+    char *dev = NULL, *host = NULL;
+    double *t = malloc(sizeof *t * (size_t)(repeats + 1)), lat = 0, big[2] = {0, 0};
+    int rc = t == NULL ? err_set(e, ERR_FAIL, "out of memory timing the host link") : ERR_OK;
+    if (rc == ERR_OK)
+        rc = be->ops->alloc(be, bytes, (void **)&dev, e);
+    if (rc == ERR_OK)
+        rc = be->ops->host_alloc(be, bytes, (void **)&host, e);
+    if (rc == ERR_OK) /* the copy lanes start, buffers are touched: untimed */
+        rc = be->ops->zero(be, dev, bytes, e);
+    if (rc == ERR_OK) {
+        memset(host, 0, (size_t)bytes);
+        double warm;
+        rc = timed_copy(be, BACKEND_TO_HOST, dev, host, bytes, &warm, e);
+    }
+    for (int dir = 0; dir < 2 && rc == ERR_OK; dir++) {
+        double small;
+        rc = link_median(be, dir, dev, host, SMALL, repeats, t, &small, e);
+        if (rc == ERR_OK)
+            rc = link_median(be, dir, dev, host, bytes, repeats, t, &big[dir], e);
+        if (rc == ERR_OK && small > lat)
+            lat = small;
+    }
+    if (rc == ERR_OK) {
+        double slow = big[0] > big[1] ? big[0] : big[1];
+        double wire = slow - lat > 1e-6 ? slow - lat : 1e-6;
+        *latency_us = lat * 1e3;
+        *gbps = (double)bytes * 8 / (wire * 1e6);
+    }
+    be->ops->release(be, dev);
+    be->ops->host_release(be, host);
+    free(t);
+    return rc;
+}
+
 /* ---- scans ---- */
 
 static int64_t span(const struct probe *p, enum arena a)
@@ -223,13 +287,13 @@ static void *send_buffer(const struct layer_view *v)
 
 static int forward(struct backend *be, const struct layer_view *v, void *out, struct err *e)
 {
-    return be->ops->layer[v->kind].forward(be, v, out, e);
+    return backend_layers(be, v->model)[v->kind].forward(be, v, out, e);
 }
 
 static int backward(struct backend *be, const struct layer_view *v, struct err *e)
 {
     float scale = (float)(1.0 / ((double)v->model->micro_batch * v->model->seq_len));
-    return be->ops->layer[v->kind].backward(be, v, scale, e);
+    return backend_layers(be, v->model)[v->kind].backward(be, v, scale, e);
 }
 
 /* ---- memory ---- */
@@ -282,7 +346,7 @@ static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, 
     ERR_TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
     r->forward_transient = used_lines(p->saved, span(p, ARENA_TRANSIENT));
     ERR_TRY(poison(p, ARENA_TRANSIENT, e));
-    ERR_TRY(p->be->ops->layer[v.kind].recompute(p->be, &v, e));
+    ERR_TRY(backend_layers(p->be, v.model)[v.kind].recompute(p->be, &v, e));
     ERR_TRY(fetch(p, ARENA_TRANSIENT, p->host, e));
     r->regenerated = used_lines(p->host, span(p, ARENA_TRANSIENT));
     r->differs = 0;

@@ -65,4 +65,11 @@ struct measure_options {
 int measure_profile(struct backend *be, const struct model *m, const struct measure_options *o,
                     struct profile *out, int *mismatches, struct err *e);
 
+/* The device's link to host memory, each way: what offload's copies take (backend.h's
+ * copy_async, on its copy lanes: the copy threads' memcpy on the CPU, pinned buffers and a
+ * copy stream per direction on CUDA). latency_us: the median of small copies; gbps: bytes
+ * over the median time of `bytes`-sized copies less that latency, in the slower direction. */
+int measure_host_link(struct backend *be, int64_t bytes, int repeats, double *gbps,
+                      double *latency_us, struct err *e);
+
 #endif

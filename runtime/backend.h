@@ -1,7 +1,8 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
  * CPU code (backend_cpu.c, fp32) and the CUDA code (cuda/backend.cu: cuBLAS, fp32 and bf16)
  * live. A backend is memory and kernels only; the GPT's layers are composed once over its
- * kernels (gpt_layers.c). The schedule executor (stage.c) reaches memory and layers only
+ * kernels (gpt_layers.c), and the Llama family's over them and its `llama` kernels
+ * (llama_layers.c); backend_layers picks by model kind. The schedule executor (stage.c) reaches memory and layers only
  * through this table, never a kernel directly.
  *
  * Memory. The runtime allocates four arenas with `alloc` (persistent, activations, transient,
@@ -83,6 +84,7 @@ struct layer_view {
 };
 
 struct backend;
+struct llama_kernels;
 
 struct backend_layer_ops {
     /* Writes the kept tensors and the output `out` (B,T,C): the next layer's input or the
@@ -176,14 +178,40 @@ struct backend_ops {
     int (*adamw)(struct backend *be, void *weights, float *master, const float *g, float *m,
                  float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
                  int t, int decay, struct err *e);
+    /* Host memory and copies to and from it off the compute path (the executor's offload,
+     * exec.h). Host buffers: pinned on CUDA, so that copies run asynchronously. A copy goes
+     * on its direction's lane (a copy thread on the CPU, a CUDA stream), first in first out;
+     * it starts after the compute work queued before the call and after event `after` (-1:
+     * none), and *ev names its completion. Events are numbers the backend hands out: `query`
+     * says whether one is done without waiting; `wait` makes the compute work queued after it
+     * wait for it (the CPU blocks; CUDA orders its streams, the host goes on). `copy_ms` adds
+     * each lane's busy time since the last call (copies finished by then) into ms[dir]. */
+    int (*host_alloc)(struct backend *be, int64_t bytes, void **out, struct err *e);
+    void (*host_release)(struct backend *be, void *p);
+    int (*copy_async)(struct backend *be, int dir, void *dst, const void *src, int64_t bytes,
+                      int after, int *ev, struct err *e);
+    int (*event_query)(struct backend *be, int ev, int *done, struct err *e);
+    int (*event_wait)(struct backend *be, int ev, struct err *e);
+    int (*copy_ms)(struct backend *be, double ms[2], struct err *e);
     void (*free)(struct backend *be);
+    /* The Llama family's own kernels (llama_layers.h); NULL when the backend has none. */
+    const struct llama_kernels *llama;
 };
+
+enum backend_copy_dir { BACKEND_TO_HOST, BACKEND_FROM_HOST };
 
 struct backend {
     const struct backend_ops *ops;
     int threads;
     void *impl; /* the backend's own state */
+    /* An emulated host link (CPU only, so that offload timing is testable without a GPU):
+     * each copy lasts at least latency + bytes / gbps. 0 gbps: as fast as memcpy. */
+    double host_link_gbps, host_link_latency_us;
 };
+
+/* The layers of the model's kind: the table's `layer` (GPT's) or llama_layers.c's, by enum
+ * model_layer_kind. */
+const struct backend_layer_ops *backend_layers(const struct backend *be, const struct model *m);
 
 /* The CPU backend (fp32): `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);

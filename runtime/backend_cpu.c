@@ -1,13 +1,16 @@
-/* The CPU backend: host memory and the kernels of kernels_cpu.c (fp32); the layers over them
- * are gpt_layers.c's. */
+/* The CPU backend: host memory and the kernels of kernels_cpu.c (fp32, and bf16 through fp32
+ * copies); the layers over them are gpt_layers.c's. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "bf16.h"
 #include "gpt_layers.h"
+#include "hostcopy_cpu.h"
 #include "kernels_cpu.h"
+#include "llama_layers.h"
 
 static int cpu_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
 {
@@ -43,30 +46,112 @@ static int cpu_sync(struct backend *be, struct err *e)
     return ERR_OK; /* every call above returns when its work is done */
 }
 
-/* ---- kernels: kernels_cpu.c's, fp32 (ops.dtypes), done when they return ---- */
+/* ---- kernels: kernels_cpu.c's, done when they return ----
+ *
+ * bf16 (a bf16 model's weights, activations and their gradients) goes through fp32 copies:
+ * widened exactly on the way in, computed by the fp32 kernels (fp32 accumulation, as the
+ * CUDA backend's bf16 kernels do), rounded to the nearest bf16 (ties to even) on the way out.
+ * Parameter gradients, statistics and losses are fp32 in both and used in place. For fp32
+ * the wrappers hand the kernels the arena pointers themselves: no copy, the same bits. */
+
+#define WIDE_MAX 8
+
+struct wide {
+    enum model_dtype dt;
+    int n, failed;
+    float *own[WIDE_MAX];
+};
+
+static float *wide_alloc(struct wide *x, int64_t n)
+{
+    float *p = x->n < WIDE_MAX ? malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)) : NULL;
+    if (p == NULL)
+        x->failed = 1;
+    else
+        x->own[x->n++] = p;
+    return p;
+}
+
+/* An input of n elements as fp32 (NULL stays NULL). */
+static float *wide_in(struct wide *x, const void *p, int64_t n)
+{
+    if (p == NULL || x->dt == MODEL_DTYPE_FP32)
+        return (float *)p;
+    float *w = wide_alloc(x, n);
+    for (int64_t i = 0; w != NULL && i < n; i++)
+        w[i] = bf16_to_float(((const uint16_t *)p)[i]);
+    return w;
+}
+
+/* Where a kernel writes an output of n elements (NULL stays NULL). */
+static float *wide_out(struct wide *x, void *p, int64_t n)
+{
+    return p == NULL || x->dt == MODEL_DTYPE_FP32 ? p : wide_alloc(x, n);
+}
+
+/* The output back into `dst`, then the copies freed; ERR_FAIL if one could not be made. */
+static int wide_done(struct wide *x, void *dst, const float *src, int64_t n, struct err *e)
+{
+    if (!x->failed && dst != NULL && x->dt != MODEL_DTYPE_FP32)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = bf16_from_float(src[i]);
+    for (int i = 0; i < x->n; i++)
+        free(x->own[i]);
+    return x->failed ? err_set(e, ERR_FAIL, "out of host memory for fp32 copies of bf16 "
+                                            "tensors")
+                     : ERR_OK;
+}
 
 static int cpu_encoder_forward(struct backend *be, enum model_dtype dt, void *out,
                                const int32_t *tokens, const void *wte, const void *wpe, int B,
                                int T, int C, struct err *e)
 {
-    encoder_forward(out, tokens, wte, wpe, B, T, C);
-    return ERR_OK;
+    if (dt == MODEL_DTYPE_FP32) {
+        encoder_forward(out, tokens, wte, wpe, B, T, C);
+        return ERR_OK;
+    }
+    /* bf16: the rows the tokens pick, widened, as a table indexed 0..BT-1 */
+    struct wide x = {.dt = dt};
+    int64_t BT = (int64_t)B * T, n = BT * C;
+    float *o = wide_out(&x, out, n), *rows = wide_alloc(&x, n),
+          *pe = wide_in(&x, wpe, (int64_t)T * C);
+    int32_t *at = malloc(sizeof(int32_t) * (size_t)BT);
+    if (!x.failed && at != NULL) {
+        for (int64_t i = 0; i < BT; i++) {
+            at[i] = (int32_t)i;
+            for (int c = 0; c < C; c++)
+                rows[i * C + c] =
+                    bf16_to_float(((const uint16_t *)wte)[(int64_t)tokens[i] * C + c]);
+        }
+        encoder_forward(o, at, rows, pe, B, T, C);
+    }
+    x.failed |= at == NULL;
+    free(at);
+    return wide_done(&x, out, o, n, e);
 }
 
 static int cpu_encoder_backward(struct backend *be, enum model_dtype dt, float *dwte,
                                 float *dwpe, const void *dout, const int32_t *tokens, int B,
                                 int T, int C, int V, struct err *e)
 {
-    encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    float *d = wide_in(&x, dout, (int64_t)B * T * C);
+    if (!x.failed)
+        encoder_backward(dwte, dwpe, d, tokens, B, T, C);
+    return wide_done(&x, NULL, NULL, 0, e);
 }
 
 static int cpu_layernorm_forward(struct backend *be, enum model_dtype dt, void *out,
                                  float *mean, float *rstd, const void *inp, const void *w,
                                  const void *b, int N, int C, struct err *e)
 {
-    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)N * C;
+    float *o = wide_out(&x, out, n), *i = wide_in(&x, inp, n), *wf = wide_in(&x, w, C),
+          *bf = wide_in(&x, b, C);
+    if (!x.failed)
+        layernorm_forward(o, mean, rstd, i, wf, bf, N, C);
+    return wide_done(&x, out, o, n, e);
 }
 
 static int cpu_layernorm_backward(struct backend *be, enum model_dtype dt, void *dinp,
@@ -74,91 +159,178 @@ static int cpu_layernorm_backward(struct backend *be, enum model_dtype dt, void 
                                   const void *w, const float *mean, const float *rstd, int N,
                                   int C, struct err *e)
 {
-    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)N * C;
+    /* dinp is added to: its bf16 values come in too */
+    float *di = wide_in(&x, dinp, n), *d = wide_in(&x, dout, n), *i = wide_in(&x, inp, n),
+          *wf = wide_in(&x, w, C);
+    if (!x.failed)
+        layernorm_backward(di, dw, db, d, i, wf, mean, rstd, N, C);
+    return wide_done(&x, dinp, di, n, e);
 }
 
 static int cpu_matmul_forward(struct backend *be, enum model_dtype dt, void *out,
                               const void *add, const void *inp, const void *w, const void *bias,
                               int N, int C, int OC, struct err *e)
 {
-    matmul_forward(out, add, inp, w, bias, N, C, OC);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)N * OC;
+    float *o = wide_out(&x, out, n), *a = wide_in(&x, add, n),
+          *i = wide_in(&x, inp, (int64_t)N * C), *wf = wide_in(&x, w, (int64_t)OC * C),
+          *bf = wide_in(&x, bias, OC);
+    if (!x.failed)
+        matmul_forward(o, a, i, wf, bf, N, C, OC);
+    return wide_done(&x, out, o, n, e);
 }
 
 static int cpu_matmul_backward(struct backend *be, enum model_dtype dt, void *dinp, float *dw,
                                float *dbias, const void *dout, const void *inp, const void *w,
                                int N, int C, int OC, struct err *e)
 {
-    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)N * C;
+    float *di = wide_out(&x, dinp, n), *d = wide_in(&x, dout, (int64_t)N * OC),
+          *i = wide_in(&x, inp, n), *wf = wide_in(&x, w, (int64_t)OC * C);
+    if (!x.failed)
+        matmul_backward(di, dw, dbias, d, i, wf, N, C, OC);
+    return wide_done(&x, dinp, di, n, e);
 }
 
 static int cpu_attention_forward(struct backend *be, enum model_dtype dt, void *out, void *att,
                                  const void *qkv, int B, int T, int C, int NH, struct err *e)
 {
-    attention_forward(out, att, qkv, B, T, C, NH);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n_att = (int64_t)B * NH * T * T, n = (int64_t)B * T * C;
+    float *o = wide_out(&x, out, n), *a = wide_out(&x, att, n_att),
+          *q = wide_in(&x, qkv, 3 * n);
+    if (!x.failed) {
+        attention_forward(o, a, q, B, T, C, NH);
+        if (dt != MODEL_DTYPE_FP32) /* the probabilities: a second output */
+            for (int64_t i = 0; i < n_att; i++)
+                ((uint16_t *)att)[i] = bf16_from_float(a[i]);
+    }
+    return wide_done(&x, out, o, n, e);
 }
 
 static int cpu_attention_backward(struct backend *be, enum model_dtype dt, void *dqkv,
                                   void *datt, const void *dout, const void *qkv,
                                   const void *att, int B, int T, int C, int NH, struct err *e)
 {
-    attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n_att = (int64_t)B * NH * T * T, n = (int64_t)B * T * C;
+    float *dq = wide_out(&x, dqkv, 3 * n), *da = wide_out(&x, datt, n_att),
+          *d = wide_in(&x, dout, n), *q = wide_in(&x, qkv, 3 * n), *a = wide_in(&x, att, n_att);
+    if (!x.failed) {
+        attention_backward(dq, da, d, q, a, B, T, C, NH);
+        if (dt != MODEL_DTYPE_FP32) /* the scratch as the GPU leaves it: the arena is used */
+            for (int64_t i = 0; i < n_att; i++)
+                ((uint16_t *)datt)[i] = bf16_from_float(da[i]);
+    }
+    return wide_done(&x, dqkv, dq, 3 * n, e);
 }
 
 static int cpu_gelu_forward(struct backend *be, enum model_dtype dt, void *out, const void *inp,
                             int64_t n, struct err *e)
 {
-    gelu_forward(out, inp, n);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    float *o = wide_out(&x, out, n), *i = wide_in(&x, inp, n);
+    if (!x.failed)
+        gelu_forward(o, i, n);
+    return wide_done(&x, out, o, n, e);
 }
 
 static int cpu_gelu_backward(struct backend *be, enum model_dtype dt, void *dinp,
                              const void *inp, const void *dout, int64_t n, struct err *e)
 {
-    gelu_backward(dinp, inp, dout, n);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    float *d = wide_in(&x, dout, n), *i = wide_in(&x, inp, n);
+    float *di = dinp == dout ? d : wide_out(&x, dinp, n); /* in place stays in place */
+    if (!x.failed)
+        gelu_backward(di, i, d, n);
+    return wide_done(&x, dinp, di, n, e);
 }
 
 static int cpu_crossentropy_forward(struct backend *be, enum model_dtype dt, void *probs,
                                     float *losses, const int32_t *targets, int N, int V,
                                     struct err *e)
 {
-    softmax_crossentropy_forward(probs, losses, targets, N, V);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)N * V;
+    float *p = wide_in(&x, probs, n);
+    if (!x.failed)
+        softmax_crossentropy_forward(p, losses, targets, N, V);
+    return wide_done(&x, probs, p, n, e);
 }
 
 static int cpu_crossentropy_backward(struct backend *be, enum model_dtype dt, void *probs,
                                      const int32_t *targets, float dloss, int N, int V,
                                      struct err *e)
 {
-    softmax_crossentropy_backward(probs, targets, dloss, N, V);
-    return ERR_OK;
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)N * V;
+    float *p = wide_in(&x, probs, n);
+    if (!x.failed)
+        softmax_crossentropy_backward(p, targets, dloss, N, V);
+    return wide_done(&x, probs, p, n, e);
 }
 
+/* The fp32 master weights step; a bf16 model's weights are then master rounded. */
 static int cpu_adamw(struct backend *be, void *weights, float *master, const float *g,
                      float *m, float *v, int64_t n, enum model_dtype dtype,
                      const struct adamw_params *p, int t, int decay, struct err *e)
 {
-    if (dtype != MODEL_DTYPE_FP32 || weights != master)
-        return err_set(e, ERR_FAIL, "internal: the cpu backend's AdamW is fp32 (its weights are "
-                                    "the master weights)");
+    if ((dtype == MODEL_DTYPE_FP32) != (weights == master))
+        return err_set(e, ERR_FAIL, "internal: AdamW's weights must be the master weights "
+                                    "exactly for fp32");
     adamw_update(master, g, m, v, n, p->lr, p->beta1, p->beta2, p->eps,
                  decay ? p->weight_decay : 0.0f, t);
+    if (dtype != MODEL_DTYPE_FP32)
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)weights)[i] = bf16_from_float(master[i]);
+    return ERR_OK;
+}
+
+/* ---- host memory and the copy lanes (hostcopy_cpu.c), started on the first copy ---- */
+
+static int cpu_copy_async(struct backend *be, int dir, void *dst, const void *src,
+                          int64_t bytes, int after, int *ev, struct err *e)
+{
+    if (be->impl == NULL)
+        ERR_TRY(hostcopy_start((struct hostcopy **)&be->impl, e));
+    return hostcopy_submit(be->impl, dir, dst, src, bytes, after, be->host_link_gbps,
+                           be->host_link_latency_us, ev, e);
+}
+
+static int cpu_event_query(struct backend *be, int ev, int *done, struct err *e)
+{
+    *done = be->impl == NULL || hostcopy_done(be->impl, ev);
+    return ERR_OK;
+}
+
+static int cpu_event_wait(struct backend *be, int ev, struct err *e)
+{
+    if (be->impl != NULL)
+        hostcopy_wait(be->impl, ev);
+    return ERR_OK;
+}
+
+static int cpu_copy_ms(struct backend *be, double ms[2], struct err *e)
+{
+    if (be->impl != NULL)
+        hostcopy_busy(be->impl, ms);
     return ERR_OK;
 }
 
 static void cpu_free(struct backend *be)
 {
+    hostcopy_stop(be->impl);
+    be->impl = NULL;
     be->ops = NULL;
 }
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
-    .dtypes = BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32),
+    .dtypes = BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32) | BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16),
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_copy,
@@ -180,7 +352,14 @@ static const struct backend_ops cpu_ops = {
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
     .adamw = cpu_adamw,
+    .host_alloc = cpu_alloc, /* host memory is the CPU's memory */
+    .host_release = cpu_release,
+    .copy_async = cpu_copy_async,
+    .event_query = cpu_event_query,
+    .event_wait = cpu_event_wait,
+    .copy_ms = cpu_copy_ms,
     .free = cpu_free,
+    .llama = &llama_kernels_cpu,
 };
 
 int backend_cpu_init(struct backend *be, int threads, struct err *e)

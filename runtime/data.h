@@ -8,9 +8,11 @@
  *     one of the K successors with probability 1/K each. Every target is thus uniform over K
  *     tokens given the token before it: the entropy rate, and the floor of the cross-entropy
  *     a model can reach, is ln K nats per token.
- *   file (--data FILE): the file's bytes are the tokens (vocab_size >= 256). Each sequence of
- *     a micro-batch is the T + 1 bytes at an offset drawn uniformly from the seed, the step,
- *     the micro-batch and the row. */
+ *   file (--data FILE): llm.c's token format (DATA_FORMAT_TOKENS: a header of 256 little-endian
+ *     int32, magic 20240520, version 1, the token count; then that many uint16 tokens, each
+ *     below vocab_size) or, asked for explicitly, the file's bytes (DATA_FORMAT_BYTES,
+ *     vocab_size >= 256). Each sequence of a micro-batch is the T + 1 tokens at an offset drawn
+ *     uniformly from the seed, the step, the micro-batch and the row. */
 #ifndef BALLAST_DATA_H
 #define BALLAST_DATA_H
 
@@ -20,8 +22,11 @@
 #include "model.h"
 
 #define DATA_MARKOV_SUCCESSORS 4
+#define DATA_LLMC_MAGIC 20240520
+#define DATA_LLMC_HEADER_INTS 256
 
 enum data_kind { DATA_SYNTHETIC, DATA_FILE };
+enum data_format { DATA_FORMAT_TOKENS, DATA_FORMAT_BYTES };
 
 struct data_source {
     enum data_kind kind;
@@ -29,17 +34,22 @@ struct data_source {
     int B, T, V;
     int successors;  /* synthetic: K */
     int32_t *table;  /* synthetic: (V, K) successors, owned */
-    const unsigned char *bytes; /* file: mapped read-only */
+    const unsigned char *bytes; /* file: mapped read-only, header included */
     int64_t n_bytes;
+    const unsigned char *tokens; /* file: the first token (past the header) */
+    int64_t n_tokens;
+    int token_bytes; /* file: 2 (llm.c, little-endian uint16) or 1 (bytes) */
     uint64_t hash; /* file: FNV-1a of the contents; synthetic: of (V, K) */
 };
 
 int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t seed,
                         struct err *e);
-/* Fails (ERR_INPUT, naming the file) if it cannot be read, is shorter than seq_len + 1 bytes
- * or the model's vocabulary has fewer than 256 tokens. */
-int data_init_file(struct data_source *d, const char *file, const struct model *m,
-                   uint64_t seed, struct err *e);
+/* Fails (ERR_INPUT, naming the file) if it cannot be read or holds fewer than seq_len + 1
+ * tokens; as tokens, if its header is not llm.c's (magic, version), the file is shorter or
+ * longer than the count says, or a token is >= vocab_size (its offset named); as bytes, if the
+ * model's vocabulary has fewer than 256 tokens. */
+int data_init_file(struct data_source *d, const char *file, enum data_format format,
+                   const struct model *m, uint64_t seed, struct err *e);
 void data_free(struct data_source *d);
 
 /* tokens and targets (B,T), either may be NULL, of micro-batch `micro` of step `step`

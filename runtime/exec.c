@@ -89,7 +89,8 @@ static int ws_update(struct executor *x, struct err *e)
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1)
 {
     double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
-                                   &x->times.send, &x->times.idle,      &x->times.optimizer};
+                                   &x->times.send, &x->times.idle,      &x->times.optimizer,
+                                   &x->times.stall};
     *acc[kind] += t1 - t0;
     if (!x->c.record_events)
         return;
@@ -198,7 +199,7 @@ int exec_recompute_span(struct executor *x, int li, int micro, const struct laye
 {
     double t0;
     ERR_TRY(span_begin(x, &t0, e));
-    ERR_TRY(x->c.be->ops->layer[v->kind].recompute(x->c.be, v, e));
+    ERR_TRY(backend_layers(x->c.be, v->model)[v->kind].recompute(x->c.be, v, e));
     return span_end(x, STAGE_EV_RECOMPUTE, micro, li, t0, e);
 }
 
@@ -238,6 +239,225 @@ const struct exec_action exec_recompute = {
     .after_backward = transient_out,
 };
 
+/* ---- offload: staging buffers, copies, prefetch triggers ---- */
+
+static int *off_at(const struct executor *x, int *a, int li, int micro)
+{
+    return &a[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro];
+}
+
+static char *staging_of(const struct executor *x, int b)
+{
+    return x->c.staging + (int64_t)b * x->c.lay->staging_buf_bytes;
+}
+
+static char *host_of(const struct executor *x, int li, int micro)
+{
+    const struct stage_layout *lay = x->c.lay;
+    return x->c.host + (int64_t)(micro % lay->in_flight) * lay->host_slot_bytes +
+           lay->layers[li].host_off;
+}
+
+/* Compute waiting for copy `ev` of layer li's tensors: a stall event when the copy is still
+ * running (*late). The spans sync the backend around every layer anyway, so the host is
+ * level with the device here: a copy not done is late, and syncing then (after the compute
+ * queued its wait) times the stall where the span would have. */
+static int copy_wait(struct executor *x, int ev, int li, int micro, int *late, struct err *e)
+{
+    int done;
+    ERR_TRY(x->c.be->ops->event_query(x->c.be, ev, &done, e));
+    double t0 = exec_now_ms();
+    ERR_TRY(x->c.be->ops->event_wait(x->c.be, ev, e));
+    if (!done) {
+        ERR_TRY(x->c.be->ops->sync(x->c.be, e));
+        exec_event(x, STAGE_EV_STALL, micro, x->c.lay->layers[li].layer, t0, exec_now_ms());
+    }
+    *late = !done;
+    return ERR_OK;
+}
+
+/* A free staging buffer; else the one whose copy out started first, once it is done. */
+static int staging_get(struct executor *x, int *out, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    int pick = -1, late;
+    for (int b = 0; b < x->c.lay->n_staging; b++) {
+        if (o->buf[b].state == STG_FREE) {
+            *out = b;
+            return ERR_OK;
+        }
+        if (o->buf[b].state == STG_OUT && (pick < 0 || o->buf[b].ev < o->buf[pick].ev))
+            pick = b;
+    }
+    if (pick < 0)
+        return err_set(e, ERR_FAIL, "internal: stage %d has all %d staging buffers in use",
+                       x->c.stage, x->c.lay->n_staging);
+    ERR_TRY(copy_wait(x, o->buf[pick].ev, o->buf[pick].li, o->buf[pick].micro, &late, e));
+    *out = pick;
+    return ERR_OK;
+}
+
+/* A staging buffer for layer li's forward of `micro` when it offloads any of `which` and has
+ * none yet: at its forward's start, or, when its input is offloaded, before the previous
+ * layer writes that input. *claimed: whether it took one (the view changes). */
+static int staging_claim(struct executor *x, int li, int micro, uint32_t which, int *claimed,
+                         struct err *e)
+{
+    int *held = off_at(x, x->off.held, li, micro);
+    *claimed = (x->c.lay->layers[li].offload & which) != 0 && *held < 0;
+    if (!*claimed)
+        return ERR_OK;
+    ERR_TRY(staging_get(x, held, e));
+    x->off.buf[*held].state = STG_FWD;
+    return ERR_OK;
+}
+
+static int host_add(struct executor *x, int64_t delta, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    o->host_live += delta;
+    if (o->host_live > o->host_peak)
+        o->host_peak = o->host_live;
+    if (o->host_live > x->times.host_peak)
+        x->times.host_peak = o->host_live;
+    if (x->c.host_limit_bytes >= 0 && o->host_live > x->c.host_limit_bytes)
+        return err_set(e, ERR_NOFIT,
+                       "stage %d: %lld bytes offloaded to host memory, over its "
+                       "host_memory_bytes %lld",
+                       x->c.stage, (long long)o->host_live, (long long)x->c.host_limit_bytes);
+    return ERR_OK;
+}
+
+static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    int out_ev = *off_at(x, o->out_ev, li, micro), *held = off_at(x, o->held, li, micro);
+    if (out_ev < 0) { /* the tensors have not left yet: follow them when they do */
+        o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro] = 1;
+        return ERR_OK;
+    }
+    ERR_TRY(staging_get(x, held, e));
+    o->buf[*held].state = STG_IN;
+    return x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
+                                    host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
+                                    out_ev, &o->buf[*held].ev, e);
+}
+
+/* The start of the next layer-op: the prefetches triggered there. */
+static int offload_tick(struct executor *x, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    if (o->first == NULL)
+        return ERR_OK;
+    int n = x->c.lay->n_layers;
+    for (int q = o->first[o->lop]; q >= 0; q = o->next[q])
+        ERR_TRY(prefetch_start(x, n - 1 - q % n, x->ops[q / n].micro, e));
+    o->lop++;
+    return ERR_OK;
+}
+
+/* Each offloaded backward layer-op q on the list of layer-op max(0, q - ahead). */
+static void offload_begin_step(struct executor *x)
+{
+    struct exec_offload *o = &x->off;
+    if (o->first == NULL)
+        return;
+    int n = x->c.lay->n_layers, M = x->c.micro_batches, n_lops = 2 * M * n;
+    for (int p = 0; p < n_lops; p++)
+        o->first[p] = -1;
+    for (int q = n_lops - 1; q >= 0; q--) {
+        int li = n - 1 - q % n;
+        if (!x->ops[q / n].backward || x->c.lay->layers[li].offload == 0)
+            continue;
+        int t = q - o->ahead[li] > 0 ? q - o->ahead[li] : 0;
+        o->next[q] = o->first[t];
+        o->first[t] = q;
+    }
+    for (int i = 0; i < n * M; i++) {
+        o->out_ev[i] = -1;
+        o->pending[i] = 0;
+    }
+    o->lop = 0;
+}
+
+/* After the forward: the offloaded tensors leave for their host slot. */
+static int offload_out(struct executor *x, int li, int micro, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    int *held = off_at(x, o->held, li, micro), *out_ev = off_at(x, o->out_ev, li, micro);
+    int64_t bytes = x->c.lay->layers[li].offload_bytes;
+    ERR_TRY(host_add(x, bytes, e));
+    ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_TO_HOST, host_of(x, li, micro),
+                                     staging_of(x, *held), bytes, -1, out_ev, e));
+    o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev, li, micro};
+    *held = -1;
+    if (o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro])
+        return prefetch_start(x, li, micro, e);
+    return ERR_OK;
+}
+
+/* Before the backward: the prefetch must have arrived; a late one starts earlier next step. */
+static int offload_ready(struct executor *x, int li, int micro, const struct layer_view *v,
+                         struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    int b = *off_at(x, o->held, li, micro), late;
+    if (b < 0 || o->buf[b].state != STG_IN)
+        return err_set(e, ERR_FAIL, "internal: stage %d: layer %d's prefetch for micro-batch "
+                       "%d was never started", x->c.stage, x->c.lay->layers[li].layer, micro);
+    ERR_TRY(copy_wait(x, o->buf[b].ev, li, micro, &late, e));
+    if (late) {
+        x->times.late_prefetches++;
+        if (o->ahead[li] < x->c.prefetch_depth)
+            o->ahead[li]++;
+    }
+    return ERR_OK;
+}
+
+static int offload_release(struct executor *x, int li, int micro, struct err *e)
+{
+    int *held = off_at(x, x->off.held, li, micro);
+    x->off.buf[*held].state = STG_FREE;
+    *held = -1;
+    return host_add(x, -x->c.lay->layers[li].offload_bytes, e);
+}
+
+const struct exec_action exec_offload = {
+    .name = "offload",
+    .after_forward = offload_out,
+    .before_backward = offload_ready,
+    .after_backward = offload_release,
+};
+
+static int transient_out_offload(struct executor *x, int li, int micro, struct err *e)
+{
+    ERR_TRY(transient_out(x, li, micro, e));
+    return offload_out(x, li, micro, e);
+}
+
+static int offload_rerun(struct executor *x, int li, int micro, const struct layer_view *v,
+                         struct err *e)
+{
+    ERR_TRY(offload_ready(x, li, micro, v, e));
+    return rerun(x, li, micro, v, e);
+}
+
+static int transient_out_release(struct executor *x, int li, int micro, struct err *e)
+{
+    ERR_TRY(transient_out(x, li, micro, e));
+    return offload_release(x, li, micro, e);
+}
+
+/* Recomputed from tensors that come back from host memory (the input of a layer recomputed
+ * whole, or the rest of a partial option). */
+const struct exec_action exec_offload_recompute = {
+    .name = "offload+recompute",
+    .before_forward = transient_in,
+    .after_forward = transient_out_offload,
+    .before_backward = offload_rerun,
+    .after_backward = transient_out_release,
+};
+
 /* ---- one micro-batch ---- */
 
 void exec_view(const struct executor *x, int li, int micro, struct layer_view *v)
@@ -251,6 +471,10 @@ void exec_view(const struct executor *x, int li, int micro, struct layer_view *v
     layout_view(lay, x->c.model, li, x->c.persistent,
                 x->c.activations + (int64_t)(micro % lay->in_flight) * lay->slot_bytes,
                 x->c.transient, x->c.workspace, v);
+    if (lay->layers[li].offload) {
+        int b = *off_at(x, x->off.held, li, micro);
+        layout_view_staging(lay, li, b >= 0 ? staging_of(x, b) : NULL, v);
+    }
 }
 
 /* The head's loss of the micro-batch, the mean over its B x T positions. */
@@ -269,7 +493,7 @@ static int read_loss(struct executor *x, int micro, const struct layer_view *v, 
 static int forward(struct executor *x, int micro, struct err *e)
 {
     const struct stage_layout *lay = x->c.lay;
-    const struct backend_ops *ops = x->c.be->ops;
+    const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
     int n = lay->n_layers;
     struct layer_view v, next;
     double t0;
@@ -280,13 +504,18 @@ static int forward(struct executor *x, int micro, struct err *e)
         ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, n - 1, e));
     ERR_TRY(x->c.port->input(x, micro, e));
     exec_view(x, 0, micro, &v);
-    int out_id = -1;
+    int out_id = -1, claimed;
     for (int li = 0; li < n; li++) {
         const struct layer_layout *L = &lay->layers[li];
         void *out = NULL;
         int loss_id = -1;
+        ERR_TRY(offload_tick(x, e));
+        ERR_TRY(staging_claim(x, li, micro, ~0u, &claimed, e));
+        if (claimed)
+            exec_view(x, li, micro, &v);
         if (li + 1 < n) {
             ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, li + 1, e));
+            ERR_TRY(staging_claim(x, li + 1, micro, REGEN_BIT(0), &claimed, e));
             exec_view(x, li + 1, micro, &next);
             out = next.kept[0];
         } else if (L->kind != MODEL_LAYER_HEAD) {
@@ -299,7 +528,7 @@ static int forward(struct executor *x, int micro, struct err *e)
                             &loss_id, e));
         ERR_TRY(HOOK(x, li, before_forward, micro, e));
         ERR_TRY(span_begin(x, &t0, e));
-        ERR_TRY(ops->layer[L->kind].forward(x->c.be, &v, out, e));
+        ERR_TRY(layers[L->kind].forward(x->c.be, &v, out, e));
         ERR_TRY(span_end(x, STAGE_EV_FORWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_forward, micro, e));
         if (loss_id >= 0) {
@@ -349,7 +578,7 @@ static int backward(struct executor *x, int micro, struct err *e)
 {
     const struct model *m = x->c.model;
     const struct stage_layout *lay = x->c.lay;
-    const struct backend_ops *ops = x->c.be->ops;
+    const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
     int n = lay->n_layers;
     float loss_scale =
         (float)(1.0 / ((double)m->micro_batch * m->seq_len * x->c.micro_batches));
@@ -360,6 +589,7 @@ static int backward(struct executor *x, int micro, struct err *e)
     for (int li = n - 1; li >= 0; li--) {
         const struct layer_layout *L = &lay->layers[li];
         int64_t off, len;
+        ERR_TRY(offload_tick(x, e));
         ERR_TRY(HOOK(x, li, prefetch, micro, e));
         exec_view(x, li, micro, &v);
         backward_span(L, &off, &len);
@@ -367,7 +597,7 @@ static int backward(struct executor *x, int micro, struct err *e)
         ERR_TRY(take_dout(x, li, micro, &v, &prev, prev_id, e));
         ERR_TRY(HOOK(x, li, before_backward, micro, &v, e));
         ERR_TRY(span_begin(x, &t0, e));
-        ERR_TRY(ops->layer[L->kind].backward(x->c.be, &v, loss_scale, e));
+        ERR_TRY(layers[L->kind].backward(x->c.be, &v, loss_scale, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
         exec_arena_out(x, ARENA_KEPT, micro, li);
@@ -390,13 +620,37 @@ static int backward(struct executor *x, int micro, struct err *e)
 
 int exec_run(struct executor *x, struct err *e)
 {
+    offload_begin_step(x);
     for (int i = 0; i < 2 * x->c.micro_batches; i++)
         ERR_TRY(x->ops[i].backward ? backward(x, x->ops[i].micro, e)
                                    : forward(x, x->ops[i].micro, e));
-    return ws_drain(x, e);
+    ERR_TRY(ws_drain(x, e));
+    return x->off.buf != NULL ? x->c.be->ops->copy_ms(x->c.be, x->times.copy, e) : ERR_OK;
 }
 
 /* ---- set-up ---- */
+
+static int offload_init(struct executor *x, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    size_t n = (size_t)x->c.lay->n_layers, M = (size_t)x->c.micro_batches;
+    o->buf = calloc((size_t)x->c.lay->n_staging, sizeof *o->buf);
+    o->held = malloc(sizeof *o->held * n * M);
+    o->out_ev = malloc(sizeof *o->out_ev * n * M);
+    o->pending = malloc(n * M);
+    o->ahead = malloc(sizeof *o->ahead * n);
+    o->first = malloc(sizeof *o->first * 2 * n * M);
+    o->next = malloc(sizeof *o->next * 2 * n * M);
+    if (!o->buf || !o->held || !o->out_ev || !o->pending || !o->ahead || !o->first || !o->next)
+        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", x->c.stage);
+    for (size_t i = 0; i < n * M; i++)
+        o->held[i] = -1;
+    for (size_t li = 0; li < n; li++) {
+        int a = x->c.prefetch_ahead != NULL ? x->c.prefetch_ahead[li] : 1;
+        o->ahead[li] = a < 1 ? 1 : a > x->c.prefetch_depth ? x->c.prefetch_depth : a;
+    }
+    return ERR_OK;
+}
 
 int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
 {
@@ -413,9 +667,17 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     }
     schedule_ops(c->schedule, c->n_stages, c->stage, M, x->ops);
-    for (int li = 0; li < n; li++)
-        x->action[li] = c->lay->layers[li].regen ? &exec_recompute : &exec_keep;
-    x->live = x->peak = c->lay->persistent_bytes;
+    for (int li = 0; li < n; li++) {
+        const struct layer_layout *L = &c->lay->layers[li];
+        x->action[li] = L->offload ? (L->regen ? &exec_offload_recompute : &exec_offload)
+                                   : (L->regen ? &exec_recompute : &exec_keep);
+    }
+    /* the staging buffers are device memory set aside for the copies: live always */
+    x->live = x->peak = c->lay->persistent_bytes + c->lay->staging_bytes;
+    if (c->lay->n_staging > 0 && offload_init(x, e)) {
+        exec_free(x);
+        return e->code;
+    }
     return ERR_OK;
 }
 
@@ -426,5 +688,12 @@ void exec_free(struct executor *x)
     free(x->action);
     free(x->host_losses);
     free(x->events);
+    free(x->off.buf);
+    free(x->off.held);
+    free(x->off.out_ev);
+    free(x->off.pending);
+    free(x->off.ahead);
+    free(x->off.first);
+    free(x->off.next);
     memset(x, 0, sizeof *x);
 }

@@ -28,6 +28,17 @@
  *                head's `losses`), and regions whose send has not completed. A region is not
  *                reused before its send completes; the next backward does not wait for the
  *                last forward's `out` to be sent, since it does not touch it.
+ *   staging      offload's staging buffers (layout.h): always, like persistent.
+ * Host memory (off.host_peak, times.host_peak per step) counts a layer's offloaded bytes from
+ * its copy out to the end of its backward: at most in_flight x the host slot.
+ *
+ * Offload (exec_offload, exec_offload_recompute): a layer's forward writes its offloaded
+ * tensors into a staging buffer (claimed at its forward, or before the previous layer's when
+ * that writes an offloaded input),
+ * after_forward copies them to the micro-batch's host slot and the buffer is free once the
+ * copy is; the prefetch, started at its trigger (exec_config.prefetch_ahead), copies them
+ * back into a staging buffer (after the copy out, when the trigger comes first), and
+ * before_backward waits for it, late or not; after_backward frees the buffer.
  *
  * Every forward, recompute and backward is a span timed by the host clock around the
  * backend's sync, or by the config's device timer; each is reported to on_span and, with
@@ -48,6 +59,7 @@ enum stage_event_kind {
     STAGE_EV_SEND,
     STAGE_EV_RECV, /* waiting for data: idle */
     STAGE_EV_OPTIMIZER,
+    STAGE_EV_STALL, /* waiting for an offload copy */
     STAGE_EV_KINDS
 };
 
@@ -56,9 +68,15 @@ struct stage_event {
     double t0_ms, t1_ms;              /* since the runner's origin */
 };
 
-/* Milliseconds spent in one step. */
+/* Milliseconds spent in one step. Offload: `stall` the compute waited for copies (a late
+ * prefetch, or a staging buffer still being copied out), copy[dir] each copy lane's busy
+ * time, late_prefetches the prefetches that had not arrived when their backward wanted them,
+ * host_peak the most bytes offloaded at once. */
 struct stage_times {
     double fwd, bwd, recompute, send, idle, optimizer;
+    double stall, copy[2];
+    int late_prefetches;
+    int64_t host_peak;
 };
 
 struct executor;
@@ -76,7 +94,8 @@ struct exec_action {
     int (*after_backward)(struct executor *x, int li, int micro, struct err *e);
 };
 
-extern const struct exec_action exec_keep, exec_recompute;
+extern const struct exec_action exec_keep, exec_recompute, exec_offload,
+    exec_offload_recompute;
 
 struct exec_port {
     /* The micro-batch's input into the first layer's checkpoint (tokens or an activation),
@@ -107,6 +126,15 @@ struct exec_config {
     enum schedule schedule;
     int stage, n_stages, micro_batches; /* the schedule's ops; the loss's 1/M */
     int64_t limit_bytes;                /* more live is a bug in the accounting */
+    /* Offload (the layout's offload masks): the staging buffers (backend memory, live
+     * always) and the host slots (host_alloc), the caller's; per layer, how many layer-ops
+     * ahead of its backward its prefetch starts (< 1: 1), growing by one after a late
+     * prefetch up to prefetch_depth (the staging buffers' room); host bytes beyond
+     * host_limit_bytes (< 0: none) fail. */
+    char *staging, *host;
+    const int *prefetch_ahead;
+    int prefetch_depth;
+    int64_t host_limit_bytes;
     int record_events;
     /* a device timer for the spans; NULL: the host clock around sync */
     int (*timer_start)(struct executor *x, struct err *e);
@@ -123,8 +151,33 @@ struct exec_ws_region {
     int req;          /* transfer in flight, -1 none */
 };
 
+/* A staging buffer: free, written by a forward, being copied out, or prefetched for (and
+ * then read by) a backward. */
+enum { STG_FREE, STG_FWD, STG_OUT, STG_IN };
+
+struct exec_staging {
+    int state, ev;  /* ev: the copy out or in */
+    int li, micro;  /* whose tensors it holds */
+};
+
+/* Offload's state (exec.c). Layer-ops: every layer's forward or backward, in the stage's
+ * order; op i's layer li is layer-op i x n + li (forward) or i x n + n - 1 - li (backward). */
+struct exec_offload {
+    struct exec_staging *buf; /* lay->n_staging */
+    /* per layer li and micro-batch m, at [li x M + m]: the staging buffer holding its
+     * offloaded tensors (-1 none); its copy out this step (-1 not yet); a prefetch asked
+     * before that copy */
+    int *held, *out_ev;
+    unsigned char *pending;
+    int *ahead; /* per layer */
+    int *first, *next; /* prefetches to start at each layer-op: lists of backward layer-ops */
+    int lop;           /* the layer-op running */
+    int64_t host_live, host_peak;
+};
+
 struct executor {
     struct exec_config c;
+    struct exec_offload off;
     const struct exec_action **action; /* per layer; exec_init: recompute where regen */
     struct schedule_op *ops;           /* 2M */
     double *mb_loss;                   /* head's stage: M */

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cost.h"
+#include "llama_layers.h"
 #include "model_ops.h"
 
 /* The names backend.h's enums stand for, per kind and class, in enum order. */
@@ -21,22 +22,39 @@ static const char *const expected[3][3][SIZES_TENSORS_MAX] = {
                           {"inp", "targets", "lnf", "lnf_mean", "lnf_rstd", "probs"},
                           {"dlnf", "dinp", "losses"}},
 };
+static const char *const llama_expected[3][3][SIZES_TENSORS_MAX] = {
+    [MODEL_LAYER_EMBED] = {{"wte"}, {"tokens"}, {"out", "dout"}},
+    [MODEL_LAYER_BLOCK] = {{"ln1_w", "qkv_w", "proj_w", "ln2_w", "fc_w", "fcproj_w"},
+                           {"inp", "ln1", "ln1_rstd", "qkv", "att", "atty", "res2", "ln2",
+                            "ln2_rstd", "fch", "fch_swiglu"},
+                           {"out", "dout", "dinp", "dsw", "dfch", "dln", "dqkv", "datt"}},
+    [MODEL_LAYER_HEAD] = {{"lnf_w", "lm_w"},
+                          {"inp", "targets", "lnf", "lnf_rstd", "probs"},
+                          {"dlnf", "dinp", "losses"}},
+};
+static const int llama_expected_count[3][3] = {
+    [MODEL_LAYER_EMBED] = {1, EMBED_KEPT, EMBED_WS},
+    [MODEL_LAYER_BLOCK] = {LB_PARAMS, LB_KEPT, LB_WS},
+    [MODEL_LAYER_HEAD] = {LH_PARAMS, LH_KEPT, LH_WS},
+};
 static const int expected_count[3][3] = {
     [MODEL_LAYER_EMBED] = {EMBED_PARAMS, EMBED_KEPT, EMBED_WS},
     [MODEL_LAYER_BLOCK] = {BLOCK_PARAMS, BLOCK_KEPT, BLOCK_WS},
     [MODEL_LAYER_HEAD] = {HEAD_PARAMS, HEAD_KEPT, HEAD_WS},
 };
 
-static int check_names(enum model_layer_kind kind, enum sizes_class cls,
+static int check_names(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                        const struct sizes_tensor *t, int n, struct err *e)
 {
-    int ok = n == expected_count[kind][cls];
+    int llama = m->kind == MODEL_KIND_LLAMA;
+    const char *const *names = llama ? llama_expected[kind][cls] : expected[kind][cls];
+    int ok = n == (llama ? llama_expected_count : expected_count)[kind][cls];
     for (int i = 0; ok && i < n; i++)
-        ok = strcmp(t[i].name, expected[kind][cls][i]) == 0;
+        ok = strcmp(t[i].name, names[i]) == 0;
     if (!ok)
         return err_set(e, ERR_FAIL,
-                       "internal: the size tables of models/sizes.c (layer kind %d, class %d, "
-                       "%d tensors) no longer match the tensor indices of runtime/backend.h",
+                       "internal: the size tables of models/ (layer kind %d, class %d, "
+                       "%d tensors) no longer match the tensor indices of runtime/backend.h or llama_layers.h",
                        (int)kind, (int)cls, n);
     return ERR_OK;
 }
@@ -49,6 +67,23 @@ static int64_t carve(const struct sizes_tensor *t, int n, int64_t start, int64_t
         start += sizes_tensor_bytes(&t[i]);
     }
     return start;
+}
+
+/* The kept tensors of L from `slot` on: regenerated ones in the transient, offloaded ones in
+ * a staging buffer (each from 0), the others in the slot, each in table order; returns the
+ * slot's end. */
+static int64_t carve_kept(struct layer_layout *L, int64_t slot)
+{
+    int64_t start = slot, t_end = 0, o_end = 0;
+    for (int k = 0; k < L->n_kept; k++) {
+        int64_t *at = L->regen >> k & 1 ? &t_end : L->offload >> k & 1 ? &o_end : &slot;
+        L->kept_off[k] = *at;
+        *at += sizes_tensor_bytes(&L->kept[k]);
+    }
+    L->slot_bytes = slot - start;
+    L->transient_bytes = t_end;
+    L->offload_bytes = o_end;
+    return slot;
 }
 
 int layout_regen(const struct model *m, int layer, int choice, const struct layer_cost *c,
@@ -78,6 +113,15 @@ int layout_regen(const struct model *m, int layer, int choice, const struct laye
                    layer, c->name, name, n ? known : "none for this layer");
 }
 
+static void sum_arenas(struct stage_layout *sl)
+{
+    sl->activation_bytes = (int64_t)sl->in_flight * sl->slot_bytes;
+    sl->staging_bytes = (int64_t)sl->n_staging * sl->staging_buf_bytes;
+    sl->host_bytes = (int64_t)sl->in_flight * sl->host_slot_bytes;
+    sl->arena_bytes = sl->persistent_bytes + sl->activation_bytes + sl->transient_bytes +
+                      sl->workspace_bytes + sl->staging_bytes;
+}
+
 int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
                 const uint32_t *regen, int in_flight, struct err *e)
 {
@@ -99,9 +143,9 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
         L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
         L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
-        if (check_names(L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
-            check_names(L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
-            check_names(L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
+        if (check_names(m, L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
+            check_names(m, L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
+            check_names(m, L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
             layout_free(sl);
             return e->code;
         }
@@ -124,14 +168,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
             return err_set(e, ERR_FAIL, "internal: layer %d cannot regenerate kept tensors 0x%x",
                            L->layer, (unsigned)L->regen);
         }
-        int64_t start = slot, t_end = 0;
-        for (int k = 0; k < L->n_kept; k++) {
-            int64_t *at = L->regen >> k & 1 ? &t_end : &slot;
-            L->kept_off[k] = *at;
-            *at += sizes_tensor_bytes(&L->kept[k]);
-        }
-        L->slot_bytes = slot - start;
-        L->transient_bytes = t_end;
+        slot = carve_kept(L, slot);
         L->ws_bytes = carve(L->ws, L->n_ws, 0, L->ws_off);
         if (L->transient_bytes > sl->transient_bytes)
             sl->transient_bytes = L->transient_bytes;
@@ -151,9 +188,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     sl->v_at = sl->m_at + section;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->slot_bytes = slot;
-    sl->activation_bytes = (int64_t)in_flight * slot;
-    sl->arena_bytes =
-        sl->persistent_bytes + sl->activation_bytes + sl->transient_bytes + sl->workspace_bytes;
+    sum_arenas(sl);
 
     /* The planner's numbers come from sizes_layer through the cost model; these offsets come
      * from the same tables. They must agree to the byte, or the plan's memory is not what
@@ -199,6 +234,80 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
                        "size functions gives %lld",
                        first, last, (long long)got, (long long)c.memory_bytes);
     }
+    return ERR_OK;
+}
+
+int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
+                        int option, uint32_t *mask, struct err *e)
+{
+    enum model_layer_kind kind = model_layer_kind(m, layer);
+    struct sizes_tensor kept[SIZES_TENSORS_MAX];
+    int n_kept = sizes_layer_tensors(m, kind, SIZES_KEPT, kept);
+    *mask = 0;
+    if (option >= 0) {
+        struct sizes_option o[SIZES_OPTIONS_MAX];
+        int n = sizes_recompute_options(m, kind, o);
+        if (option >= n)
+            return err_set(e, ERR_INPUT,
+                           "layer %d: offload_option %d, but the layer has %d recompute options",
+                           layer, option, n);
+        if (regen != 0)
+            return err_set(e, ERR_INPUT,
+                           "layer %d: offload_option \"%s\" on a layer that is recomputed: "
+                           "a per-tensor offload goes with keeping the layer",
+                           layer, o[option].name);
+        *mask = o[option].regen;
+    }
+    if (place != COST_PLACE_DEVICE)
+        *mask |= (((uint32_t)1 << n_kept) - 1) & ~regen;
+    if (first)
+        *mask &= ~(uint32_t)1; /* the input: the receive buffer */
+    if (kind == MODEL_LAYER_HEAD)
+        *mask &= ~REGEN_BIT(HEAD_TARGETS);
+    return ERR_OK;
+}
+
+int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
+                   const signed char *option, int depth, struct err *e)
+{
+    int64_t slot = 0, host = 0, buf = 0;
+    int input = 0; /* some layer offloads its input */
+    for (int i = 0; i < sl->n_layers; i++) {
+        struct layer_layout *L = &sl->layers[i];
+        ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen,
+                                    place != NULL ? place[i] : COST_PLACE_DEVICE,
+                                    option != NULL ? option[i] : -1, &L->offload, e));
+        slot = carve_kept(L, slot);
+        L->host_off = host;
+        input |= L->offload & 1;
+        host += L->offload_bytes;
+        if (L->offload_bytes > buf)
+            buf = L->offload_bytes;
+    }
+    sl->slot_bytes = slot;
+    sl->host_slot_bytes = host;
+    sl->staging_buf_bytes = buf;
+    sl->n_staging = buf > 0 ? depth + 1 + input : 0;
+    sum_arenas(sl);
+    return ERR_OK;
+}
+
+void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v)
+{
+    const struct layer_layout *L = &sl->layers[li];
+    for (int k = 0; k < L->n_kept; k++)
+        if (L->offload >> k & 1)
+            v->kept[k] = buf != NULL ? buf + L->kept_off[k] : NULL;
+}
+
+int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e)
+{
+    if (host_limit >= 0 && sl->host_bytes > host_limit)
+        return err_set(e, ERR_NOFIT,
+                       "layers %d-%d offload %d in flight x %lld bytes = %lld bytes to host "
+                       "memory, over its host_memory_bytes %lld",
+                       sl->first, sl->last, sl->in_flight, (long long)sl->host_slot_bytes,
+                       (long long)sl->host_bytes, (long long)host_limit);
     return ERR_OK;
 }
 
@@ -253,15 +362,24 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
                 (long long)available, (long long)sl->arena_bytes);
         }
     }
+    if (sl->arena_bytes > available)
+        return err_set(e, ERR_NOFIT,
+                       "layers %d-%d do not fit the memory limit with the %d staging buffers of "
+                       "%lld bytes their offloaded tensors pass through: they need %lld bytes, "
+                       "over memory_limit_bytes %lld minus reserve_bytes %lld = %lld",
+                       sl->first, sl->last, sl->n_staging, (long long)sl->staging_buf_bytes,
+                       (long long)sl->arena_bytes, (long long)limit, (long long)reserve,
+                       (long long)available);
     return ERR_OK;
 }
 
 int layout_param_decays(const char *name)
 {
-    return model_ops_gpt.param_decays(name); /* the runtime's layers are GPT's */
+    /* by name: Llama's parameters share GPT's names where their roles are the same */
+    return model_ops_gpt.param_decays(name);
 }
 
 void layout_param_init(const struct model *m, const char *name, float *std, float *fill)
 {
-    model_ops_gpt.param_init(m, name, std, fill);
+    model_ops_of(m)->param_init(m, name, std, fill);
 }

@@ -35,10 +35,12 @@ struct layer_layout {
     int64_t param_off[SIZES_TENSORS_MAX];  /* in an fp32 persistent section */
     int64_t weight_off[SIZES_TENSORS_MAX]; /* in the weights section (the model's dtype;
                                               equal to param_off for fp32) */
-    int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, else in the
-                                              slot */
+    uint32_t offload; /* kept tensors that spend forward to backward in host memory */
+    int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, in a staging
+                                              buffer when offloaded, else in the slot */
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
     int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes;
+    int64_t offload_bytes, host_off; /* the offloaded tensors, and their place in a host slot */
 };
 
 struct stage_layout {
@@ -56,7 +58,13 @@ struct stage_layout {
     int64_t activation_bytes; /* in_flight slots */
     int64_t transient_bytes;
     int64_t workspace_bytes;
-    int64_t arena_bytes; /* the four together: what the cost model calls M - reserve */
+    /* Offload (layout_offload): the offloaded tensors pass through n_staging device buffers
+     * of staging_buf_bytes (the largest layer's offloaded bytes) and live in host memory in
+     * in_flight host slots of host_slot_bytes. */
+    int n_staging;
+    int64_t staging_buf_bytes, staging_bytes, host_slot_bytes, host_bytes;
+    int64_t arena_bytes; /* the device arenas together (staging included): what the cost
+                            model calls M - reserve */
 };
 
 /* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
@@ -72,6 +80,27 @@ int layout_regen(const struct model *m, int layer, int choice, const struct laye
 int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
                 const uint32_t *regen, int in_flight, struct err *e);
 void layout_free(struct stage_layout *sl);
+
+/* Offload (exec.h). The kept tensors of global layer `layer` (the stage's first when
+ * `first`) that go to host memory, for place (COST_PLACE_*: the tensors the layer keeps,
+ * those it does not regenerate) or offload_option k (-1 none; with nothing regenerated: the
+ * tensors option k would regenerate). The stage's first input and the head's targets stay on
+ * the device: they are written when the micro-batch arrives, long before the forward.
+ * ERR_INPUT for an option the layer lacks or an option beside recomputation. */
+int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
+                        int option, uint32_t *mask, struct err *e);
+/* Moves the offloaded tensors (layout_offload_mask of each layer's place and option, NULL
+ * arrays: device, -1) out of the slots into host slots and staging buffers: depth + 1 of
+ * them (up to `depth` prefetches ahead of the running layer, and the forward's; a copy out
+ * frees its buffer when done), one more when a layer's input is offloaded (claimed before the
+ * previous layer writes it). The cost model's staging, (max prefetch_ahead + 1) x the largest
+ * layer's host bytes, with depth = max prefetch_ahead. */
+int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
+                   const signed char *option, int depth, struct err *e);
+/* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
+void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
+/* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit). */
+int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e);
 
 /* The tensors of layer li (index in the stage) for the micro-batch whose slot starts at
  * `slot`, given the arenas' bases: the one place a stage's offsets become pointers, shared by

@@ -13,7 +13,8 @@ int mpicheck_fail(int rc, const char *call, const char *file, int line, struct e
 /* Completes `req` by polling (sleeping between polls, so that a waiting rank leaves the core
  * to the rank it waits for). After timeout_s seconds (> 0; 0 waits for ever) it fails with
  * ERR_FAIL naming `peer`, the rank that went silent, and `what` it was to send or receive;
- * the request is left pending (the caller aborts). */
+ * the request is left pending (the caller aborts). `peer` < 0: a collective, whose silent
+ * rank nobody can name. */
 int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what,
                   struct err *e);
 

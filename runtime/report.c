@@ -27,6 +27,10 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         jsonio_add_int(s, "step", r->steps[i].step);
         cJSON_AddNumberToObject(s, "loss", r->steps[i].loss);
         cJSON_AddNumberToObject(s, "ms", r->steps[i].ms);
+        cJSON_AddNumberToObject(s, "stall_ms", r->steps[i].stall_ms);
+        cJSON_AddNumberToObject(s, "late_prefetches", r->steps[i].late_prefetches);
+        cJSON_AddNumberToObject(s, "copy_ms", r->steps[i].copy_ms);
+        jsonio_add_int(s, "host_peak_bytes", r->steps[i].host_peak_bytes);
         cJSON_AddItemToArray(steps, s);
     }
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
@@ -46,6 +50,12 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "send_ms", st->send_ms);
         cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
         cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
+        jsonio_add_int(s, "host_peak_bytes", st->host_peak_bytes);
+        jsonio_add_int(s, "host_bytes", st->host_bytes);
+        jsonio_add_int(s, "staging_bytes", st->staging_bytes);
+        cJSON_AddNumberToObject(s, "copy_ms", st->copy_ms);
+        cJSON_AddNumberToObject(s, "stall_ms", st->stall_ms);
+        cJSON_AddNumberToObject(s, "late_prefetches", st->late_prefetches);
         cJSON_AddNumberToObject(s, "planned_stage_ms", st->planned_stage_ms);
         cJSON_AddNumberToObject(s, "planned_recompute_ms", st->planned_recompute_ms);
         cJSON_AddStringToObject(s, "backend", st->backend);
@@ -116,7 +126,8 @@ void report_print_summary(FILE *f, const struct report *r)
 }
 
 static const char *const event_names[STAGE_EV_KINDS] = {"forward", "recompute", "backward",
-                                                        "send", "idle", "optimizer"};
+                                                        "send", "idle", "optimizer",
+                                                        "offload stall"};
 
 int report_write_trace(const char *file, const struct model *m, const struct report *r,
                        const int *counts, const struct stage_event *events, struct err *e)

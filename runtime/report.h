@@ -51,11 +51,21 @@ struct report_stage {
     int64_t peak_bytes, planned_bytes, reserve_bytes, arena_bytes;
     double planned_stage_ms, planned_recompute_ms;
     double fwd_ms, bwd_ms, recompute_ms, send_ms, idle_ms, optimizer_ms;
+    /* offload: the host slots and the staging buffers the layout gave the stage, the host
+     * bytes measured at their peak, copy_ms per micro-batch each way (the two lanes' busy
+     * time over 2M), stall_ms per step, late_prefetches over the run */
+    int64_t host_peak_bytes, host_bytes, staging_bytes;
+    double copy_ms, stall_ms;
+    int late_prefetches;
 };
 
 struct report_step {
     int64_t step; /* 1-based */
     double loss, ms;
+    double stall_ms;     /* every stage's offload stall in the step, summed */
+    int late_prefetches; /* every stage's, summed */
+    double copy_ms;      /* every stage's copy lanes' busy time, both ways, summed */
+    int64_t host_peak_bytes; /* the most any stage held offloaded in the step */
 };
 
 struct report {

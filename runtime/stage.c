@@ -1,10 +1,17 @@
 #include "stage.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h"
 #include "rng.h"
+
+/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define ADAMW_WEIGHT_DECAY 0.1f
 
 /* ---- the port: data set and transport ---- */
 
@@ -186,6 +193,36 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     return rc;
 }
 
+int64_t stage_temporary_bytes(const struct stage_runner *r)
+{
+    const struct stage_layout *lay = &r->lay;
+    return r->c.arena != NULL ? r->c.arena->bytes
+                              : lay->activation_bytes + lay->transient_bytes + lay->workspace_bytes;
+}
+
+/* The arenas in the caller's regions (stage_config): nothing allocated. */
+static int stage_carve(struct stage_runner *r, struct err *e)
+{
+    const struct stage_config *c = &r->c;
+    const struct stage_layout *lay = &r->lay;
+    if (lay->persistent_bytes > c->persistent_bytes ||
+        stage_temporary_bytes(r) > c->temporary_bytes)
+        return err_set(e, ERR_NOFIT, "its persistent region holds %lld bytes and it needs %lld "
+                       "(weights, gradients, optimizer state); the temporary region holds %lld "
+                       "and it needs %lld (activations %lld + transient %lld + workspace %lld)",
+                       (long long)c->persistent_bytes, (long long)lay->persistent_bytes,
+                       (long long)c->temporary_bytes, (long long)stage_temporary_bytes(r),
+                       (long long)lay->activation_bytes, (long long)lay->transient_bytes,
+                       (long long)lay->workspace_bytes);
+    r->persistent = c->persistent;
+    r->activations = c->temporary;
+    if (c->arena != NULL) /* the plan's arena holds the transient and the workspace too */
+        return ERR_OK;
+    r->transient = r->activations + lay->activation_bytes;
+    r->workspace = r->transient + lay->transient_bytes;
+    return ERR_OK;
+}
+
 /* Host staging, receipt handles, the four arenas and the executor over them. */
 static int stage_alloc(struct stage_runner *r, struct err *e)
 {
@@ -208,9 +245,17 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         bytes[1] = c->arena->bytes;
         bytes[2] = bytes[3] = 0;
     }
-    for (int i = 0; i < 4; i++)
+    if (c->persistent != NULL)
+        ERR_TRY(stage_carve(r, e));
+    for (int i = 0; i < 4 && c->persistent == NULL; i++)
         if (bytes[i] > 0)
             ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
+    if (r->lay.staging_bytes > 0)
+        ERR_TRY(r->be->ops->alloc(r->be, r->lay.staging_bytes, (void **)&r->staging, e));
+    if (r->lay.host_bytes > 0 &&
+        r->be->ops->host_alloc(r->be, r->lay.host_bytes, (void **)&r->host, e))
+        return err_set(e, ERR_NOFIT, "stage %d: host memory for offloaded tensors: %s",
+                       c->stage, e->msg);
     struct exec_config xc = {
         .model = c->model,
         .lay = &r->lay,
@@ -228,8 +273,77 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .micro_batches = c->micro_batches,
         .limit_bytes = c->limit_bytes - c->reserve_bytes,
         .record_events = c->record_events,
+        .staging = r->staging,
+        .host = r->host,
+        .prefetch_ahead = c->prefetch_ahead,
+        .prefetch_depth = r->depth,
+        .host_limit_bytes = c->host_limit_bytes,
     };
     return exec_init(&r->x, &xc, e);
+}
+
+int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
+                         uint32_t **regen, struct err *e)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int n = plan_stage_layer_count(st);
+    *regen = calloc((size_t)n, sizeof **regen);
+    if (*regen == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int l = 0; l < n; l++)
+        ERR_TRY(layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                             &(*regen)[l], e));
+    *c = (struct stage_config){
+        .model = &p->model,
+        .stage = s,
+        .n_stages = p->n_stages,
+        .micro_batches = p->micro_batches,
+        .schedule = p->schedule,
+        .first = st->first,
+        .last = st->last,
+        .regen = *regen,
+        .in_flight = st->in_flight,
+        .adamw = {(float)lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
+        .limit_bytes = st->memory_limit_bytes,
+        .reserve_bytes = p->reserve_bytes,
+        .arena = st->arena,
+        .place = st->place,
+        .offload_option = st->offload_option,
+        .prefetch_ahead = st->prefetch_ahead,
+        .host_limit_bytes = st->host_limit_bytes,
+    };
+    return ERR_OK;
+}
+
+/* How many layer-ops ahead a prefetch may start (late ones move up to it): by default the
+ * plan's furthest, whose staging buffers the plan counted. */
+static int prefetch_depth(const struct stage_config *c)
+{
+    int depth = 1, n = c->last - c->first + 1;
+    for (int li = 0; c->prefetch_ahead != NULL && li < n; li++)
+        if (c->prefetch_ahead[li] > depth)
+            depth = c->prefetch_ahead[li];
+    return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
+}
+
+/* The host slots must fit the host memory free now, before anything is allocated. */
+static int check_host_free(const struct stage_runner *r, struct err *e)
+{
+    long long avail = -1, kb;
+    char line[256];
+    FILE *f = r->lay.host_bytes > 0 ? fopen("/proc/meminfo", "r") : NULL;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            avail = kb * 1024;
+    if (f != NULL)
+        fclose(f);
+    if (avail >= 0 && r->lay.host_bytes > avail)
+        return err_set(e, ERR_NOFIT,
+                       "stage %d: offloading needs %lld bytes of host memory (%d in flight x "
+                       "%lld), but this host has %lld available",
+                       r->c.stage, (long long)r->lay.host_bytes, r->lay.in_flight,
+                       (long long)r->lay.host_slot_bytes, avail);
+    return ERR_OK;
 }
 
 /* With the plan's arena: state + arena within limit - reserve. */
@@ -260,9 +374,19 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
+    if (c->arena != NULL && (c->place != NULL || c->offload_option != NULL))
+        return err_set(e, ERR_INPUT, "layers %d-%d: offload with the plan's arena: the arena "
+                       "does not lay out staging buffers yet", c->first, c->last);
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
+    be->host_link_gbps = c->host_link_gbps;
+    be->host_link_latency_us = c->host_link_latency_us;
     if (c->arena != NULL ? arena_check_limit(r, e)
-                         : layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) {
+                         : layout_offload(&r->lay, m, c->place, c->offload_option,
+                                          r->depth = prefetch_depth(c), e) ||
+                               layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes,
+                                                  e) ||
+                               layout_check_host(&r->lay, c->host_limit_bytes, e) ||
+                               check_host_free(r, e)) {
         layout_free(&r->lay);
         return e->code;
     }
@@ -275,11 +399,13 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
 
 void stage_free(struct stage_runner *r)
 {
-    if (r->be != NULL && r->be->ops != NULL) {
+    if (r->be != NULL && r->be->ops != NULL && r->c.persistent == NULL) {
         r->be->ops->release(r->be, r->persistent);
         r->be->ops->release(r->be, r->activations);
         r->be->ops->release(r->be, r->transient);
         r->be->ops->release(r->be, r->workspace);
+        r->be->ops->release(r->be, r->staging);
+        r->be->ops->host_release(r->be, r->host);
     }
     free(r->host_tokens);
     free(r->host_targets);

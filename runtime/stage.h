@@ -14,6 +14,7 @@
 #include "data.h"
 #include "exec.h"
 #include "layout.h"
+#include "plan.h"
 #include "transport.h"
 
 struct stage_config {
@@ -29,6 +30,21 @@ struct stage_config {
     const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
     int check_arena;           /* arena_run.h's overlap check */
     int record_events;
+    /* Time-shared jobs (train_share.c): the stage's persistent arena at `persistent`, and its
+     * activations, transient and workspace carved in that order from `temporary`, both the
+     * caller's memory of the given sizes (ERR_NOFIT, with the numbers, when the stage needs
+     * more). NULL: the stage allocates its own. */
+    char *persistent, *temporary;
+    int64_t persistent_bytes, temporary_bytes;
+    /* Offload (exec.h), per layer of the stage; NULL: nothing offloaded. place: COST_PLACE_*
+     * of what the layer keeps; offload_option: -1, or the recompute option whose tensors go
+     * to host memory; prefetch_ahead: layer-ops before the backward its prefetch starts. */
+    const unsigned char *place;
+    const signed char *offload_option;
+    const int *prefetch_ahead;
+    int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
+    int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
+    double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
 };
 
 struct stage_runner {
@@ -37,12 +53,21 @@ struct stage_runner {
     struct backend *be;
     struct transport *tp;
     const struct data_source *data;
-    char *persistent, *activations, *transient, *workspace; /* backend memory, owned */
+    char *persistent, *activations, *transient, *workspace; /* backend memory, owned unless
+                                                               the config gave it */
+    char *staging, *host; /* offload: backend memory, and host memory (host_alloc), owned */
     int32_t *host_tokens, *host_targets;                    /* (B,T) staging */
     int *slot_req;                                          /* per slot, -1 none */
+    int depth;                                              /* exec_config.prefetch_depth */
     struct arena_run arena; /* with c.arena */
     struct executor x; /* its times, events and peak are the stage's */
 };
+
+/* The config of plan p's stage s: its layers, the kept tensors each regenerates (*regen,
+ * allocated here, the caller's to free), the schedule, AdamW at learning rate lr, its limit.
+ * ERR_INPUT when the runtime cannot apply a layer's recompute option. */
+int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
+                         uint32_t **regen, struct err *e);
 
 /* Lays out and allocates the stage (ERR_NOFIT, naming the layer, if it does not fit),
  * weights drawn from `seed` by global layer index, optimizer state zero. */
@@ -53,6 +78,10 @@ void stage_free(struct stage_runner *r);
 
 /* Sets the zero of event times (call after a barrier on every rank). */
 void stage_set_origin(struct stage_runner *r);
+
+/* The bytes the stage carves from a temporary region: activations, transient, workspace (or
+ * the plan's arena). */
+int64_t stage_temporary_bytes(const struct stage_runner *r);
 
 /* Runs step `step` (0-based; AdamW's t is step + 1). On the last stage *loss is the step's
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */

@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +14,15 @@
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
+#include "safetensors.h"
 #include "stage.h"
 #include "transport.h"
-
-/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
-#define ADAMW_WEIGHT_DECAY 0.1f
 
 struct run {
     const struct train_options *o;
     MPI_Comm comm;
+    MPI_Comm ctl; /* a duplicate for agree(): its messages never meet the transport's */
+    int ctl_ready;
     int rank, size;
     struct plan plan;
     int plan_loaded;
@@ -45,19 +43,57 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
 };
 
-/* Every rank passes its status; all get the worst, and the first rank that failed (-1 when
- * MPI itself failed and nobody knows). */
+static void fail_now(struct run *r, const struct err *e)
+{
+    fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
+    fflush(stderr);
+    MPI_Abort(r->comm, ERR_FAIL);
+}
+
+/* Every rank passes its status; all get the worst, and the first rank that failed. Each
+ * status goes to rank 0 on the control communicator and the verdict comes back, every wait
+ * under --timeout: a rank that never reports (stopped, or stuck in its allocator) is named by
+ * rank 0, and the job ends. */
 static int agree(struct run *r, int rc, int *first_failed)
 {
-    int worst = rc, mine = rc != ERR_OK ? r->rank : r->size, first = mine;
-    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r->comm) != MPI_SUCCESS) {
-        worst = ERR_FAIL;
-        first = -1;
+    struct err e;
+    err_clear(&e);
+    int verdict[2] = {rc, rc != ERR_OK ? r->rank : r->size}; /* worst, first failed */
+    MPI_Request q;
+    double t = r->o->timeout_s;
+    for (int k = 1; r->rank == 0 && k < r->size; k++) {
+        int got[2];
+        if (MPI_Irecv(got, 2, MPI_INT, k, 0, r->ctl, &q) != MPI_SUCCESS ||
+            mpicheck_wait(&q, t, k, "the status of", &e))
+            goto fail;
+        verdict[0] = got[0] > verdict[0] ? got[0] : verdict[0];
+        verdict[1] = got[1] < verdict[1] ? got[1] : verdict[1];
     }
+    /* the others wait longer than rank 0, so that its message, naming the rank it is
+     * missing, is the one the job ends on */
+    if ((r->rank > 0 && (MPI_Isend(verdict, 2, MPI_INT, 0, 0, r->ctl, &q) != MPI_SUCCESS ||
+                         mpicheck_wait(&q, 2 * t, 0, "the status to be taken by", &e))) ||
+        MPI_Ibcast(verdict, 2, MPI_INT, 0, r->ctl, &q) != MPI_SUCCESS ||
+        mpicheck_wait(&q, 2 * t, 0, "the verdict from", &e))
+        goto fail;
     if (first_failed != NULL)
-        *first_failed = first;
-    return worst;
+        *first_failed = verdict[1];
+    return verdict[0];
+fail:
+    if (e.code == ERR_OK)
+        err_set(&e, ERR_FAIL, "MPI failed while the ranks agreed on their status");
+    fail_now(r, &e);
+    return ERR_FAIL;
+}
+
+/* A collective begun as `req`, completed under --timeout (peer: the root whose data it
+ * waits for, or -1). */
+static int wait_collective(struct run *r, int mpi_rc, MPI_Request *req, int peer,
+                           const char *what, struct err *e)
+{
+    if (mpi_rc != MPI_SUCCESS)
+        return mpicheck_fail(mpi_rc, what, __FILE__, __LINE__, e);
+    return mpicheck_wait(req, r->o->timeout_s, peer, what, e);
 }
 
 /* Every output path, before the first step: a typo must not throw a finished run away. Each
@@ -72,14 +108,9 @@ static int check_outputs(const struct train_options *o, struct err *e)
         return err_set(e, in.code, "--trace: %s", in.msg);
     if (o->save_dir != NULL && ckpt_check_dir(o->save_dir, &in))
         return err_set(e, in.code, "--save: %s", in.msg);
+    if (o->save_weights_file != NULL && fileio_out_check(o->save_weights_file, &in))
+        return err_set(e, in.code, "--save-weights: %s", in.msg);
     return ERR_OK;
-}
-
-static void fail_now(struct run *r, const struct err *e)
-{
-    fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
-    fflush(stderr);
-    MPI_Abort(r->comm, ERR_FAIL);
 }
 
 /* The host's cores shared evenly among its n_local ranks. */
@@ -130,7 +161,8 @@ static int setup_global(struct run *r, struct err *e)
                                o->plan_file, s, inner.msg);
         }
     }
-    if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, m, o->seed, e)
+    if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, o->data_format, m,
+                                                            o->seed, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
     r->data_loaded = 1;
@@ -252,32 +284,13 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     const struct plan_stage *st = &p->stages[r->rank];
     if (start_backend(r, local_rank, n_local, readings, n_readings, e))
         return e->code;
-    int n = plan_stage_layer_count(st);
-    r->regen = calloc((size_t)n, sizeof *r->regen);
-    if (r->regen == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int l = 0; l < n; l++) /* checked in setup_global */
-        if (layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
-                         &r->regen[l], e))
-            return e->code;
+    struct stage_config c;
+    if (stage_config_of_plan(&c, p, r->rank, o->lr, &r->regen, e)) /* checked in setup_global */
+        return e->code;
     compare_layer_costs(r, st);
-    struct stage_config c = {
-        .model = &p->model,
-        .stage = r->rank,
-        .n_stages = p->n_stages,
-        .micro_batches = p->micro_batches,
-        .schedule = p->schedule,
-        .first = st->first,
-        .last = st->last,
-        .regen = r->regen,
-        .in_flight = st->in_flight,
-        .adamw = {(float)o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
-        .limit_bytes = st->memory_limit_bytes,
-        .reserve_bytes = p->reserve_bytes,
-        .arena = st->arena,
-        .check_arena = o->check_arena,
-        .record_events = o->trace_file != NULL,
-    };
+    c.record_events = o->trace_file != NULL;
+    c.check_arena = o->check_arena;
+    c.host_link_gbps = o->host_link_gbps;
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
@@ -286,6 +299,12 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         struct ckpt_identity id;
         ckpt_identity_of(&id, &r->stage, &r->data, o->seed);
         if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
+            return e->code;
+    }
+    if (o->init_file != NULL) {
+        char file[FILEIO_PATH_MAX];
+        st_stage_path(o->init_file, r->rank, file, sizeof file);
+        if (st_stage_load(&r->stage, file, e))
             return e->code;
     }
     if (r->on_cuda) { /* what the next rank on this GPU will find in use */
@@ -321,10 +340,23 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory starting the stage");
     }
     int rc = ERR_OK, bytes = (int)(sizeof *readings * (size_t)lsize);
-    if (lrank > 0 && (MPI_Recv(&n, 1, MPI_INT, lrank - 1, 0, local, MPI_STATUS_IGNORE) != MPI_SUCCESS ||
-                      MPI_Recv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, MPI_STATUS_IGNORE) !=
-                          MPI_SUCCESS))
-        rc = err_set(e, ERR_FAIL, "MPI_Recv of the start-up turn failed");
+    if (lrank > 0) {
+        /* the rank before this one on the node may be stuck starting: wait under --timeout */
+        MPI_Request q;
+        int prev = r->rank - 1;
+        MPI_Group lg, wg;
+        int lprev = lrank - 1;
+        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS && MPI_Comm_group(r->comm, &wg) == MPI_SUCCESS) {
+            MPI_Group_translate_ranks(lg, 1, &lprev, wg, &prev);
+            MPI_Group_free(&lg);
+            MPI_Group_free(&wg);
+        }
+        if (wait_collective(r, MPI_Irecv(&n, 1, MPI_INT, lrank - 1, 0, local, &q), &q, prev,
+                            "its start-up turn from", e) ||
+            wait_collective(r, MPI_Irecv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, &q), &q,
+                            prev, "its start-up turn from", e))
+            fail_now(r, e);
+    }
     if (rc == ERR_OK)
         rc = setup_stage(r, lrank, lsize, readings, &n, e);
     if (lrank + 1 < lsize &&
@@ -348,9 +380,11 @@ static int setup_transport(struct run *r, struct err *e)
     if (r->on_cuda)
         snprintf(mine, sizeof mine, "%s", r->gpu.uuid);
     int rc = ERR_OK;
-    if (MPI_Allgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX, MPI_CHAR,
-                      r->comm) != MPI_SUCCESS)
-        rc = err_set(e, ERR_FAIL, "MPI_Allgather of the ranks' GPUs failed");
+    MPI_Request q;
+    if (wait_collective(r, MPI_Iallgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX,
+                                          MPI_CHAR, r->comm, &q),
+                        &q, -1, "the ranks' GPUs (MPI_Iallgather)", e))
+        rc = e->code;
     if (rc == ERR_OK &&
         transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank,
                          r->o->transport, &r->transport, r->transport_why,
@@ -380,8 +414,10 @@ static int setup_transport(struct run *r, struct err *e)
         rc = transport_nccl_unique_id(nccl_ids[i], e);
     int all = agree(r, rc, NULL);
     if (all == ERR_OK &&
-        MPI_Bcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
-        all = err_set(e, ERR_FAIL, "MPI_Bcast of the NCCL ids failed");
+        wait_collective(r, MPI_Ibcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0,
+                                      r->comm, &q),
+                        &q, 0, "the NCCL ids from", e))
+        all = e->code;
     if (all == ERR_OK)
         all = transport_nccl_init(&r->tp, r->rank, r->size,
                                   (const unsigned char(*)[TRANSPORT_NCCL_ID_BYTES])nccl_ids, &r->be,
@@ -406,9 +442,110 @@ static void save(struct run *r, int64_t step)
         MPI_Abort(r->comm, ERR_FAIL);
     if (r->rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, &e))
         fail_now(r, &e);
+    MPI_Request q;
+    if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage's checkpoint", &e))
+        fail_now(r, &e);
+    ckpt_remove_older(r->o->save_dir, r->rank, step);
+}
+
+#define WEIGHTS_CHUNK (1 << 30) /* bytes per message: MPI counts are ints */
+
+/* A stage's tensors to rank 0: their count, descriptions, then their bytes in chunks. */
+static int send_weights(struct run *r, const struct st_tensor *t, int n, const char *blob,
+                        struct err *e)
+{
+    long long bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += t[i].bytes;
+    MPI_CHECK(MPI_Send(&n, 1, MPI_INT, 0, 0, r->comm), e);
+    MPI_CHECK(MPI_Send(t, n * (int)sizeof *t, MPI_BYTE, 0, 0, r->comm), e);
+    for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
+        MPI_CHECK(MPI_Send(blob + at,
+                           (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
+                           MPI_BYTE, 0, 0, r->comm), e);
+    return ERR_OK;
+}
+
+/* Rank 0 receives every other stage's tensors (send_weights) and writes one file. A failure
+ * here stops the job (save_weights), so an MPI error returns at once. */
+static int gather_weights(struct run *r, struct st_tensor *t, int n, char *blob, struct err *e)
+{
+    if (r->rank != 0)
+        return send_weights(r, t, n, blob, e);
+    int total = n, rc = ERR_OK;
+    struct st_tensor *all = malloc(sizeof *all * (size_t)n);
+    char **blobs = malloc(sizeof *blobs * (size_t)n),
+         **own = calloc((size_t)r->size, sizeof *own);
+    if (all == NULL || blobs == NULL || own == NULL)
+        rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
+    for (int i = 0; i < n && rc == ERR_OK; i++) {
+        all[i] = t[i];
+        blobs[i] = blob;
+    }
+    for (int s = 1; s < r->size && rc == ERR_OK; s++) {
+        int m;
+        long long bytes = 0;
+        MPI_CHECK(MPI_Recv(&m, 1, MPI_INT, s, 0, r->comm, MPI_STATUS_IGNORE), e);
+        struct st_tensor *more = realloc(all, sizeof *all * (size_t)(total + m));
+        all = more != NULL ? more : all;
+        char **more_blobs = realloc(blobs, sizeof *blobs * (size_t)(total + m));
+        blobs = more_blobs != NULL ? more_blobs : blobs;
+        if (more == NULL || more_blobs == NULL) {
+            rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
+            break;
+        }
+        MPI_CHECK(MPI_Recv(all + total, m * (int)sizeof *all, MPI_BYTE, s, 0, r->comm,
+                           MPI_STATUS_IGNORE), e);
+        for (int i = 0; i < m; i++)
+            bytes += all[total + i].bytes;
+        if ((own[s] = malloc((size_t)bytes + 1)) == NULL) {
+            rc = err_set(e, ERR_FAIL, "out of memory gathering stage %d's weights", s);
+            break;
+        }
+        for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
+            MPI_CHECK(MPI_Recv(own[s] + at,
+                               (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
+                               MPI_BYTE, s, 0, r->comm, MPI_STATUS_IGNORE), e);
+        for (int i = 0; i < m; i++)
+            blobs[total + i] = own[s];
+        total += m;
+    }
+    if (rc == ERR_OK)
+        rc = st_write(r->o->save_weights_file, all, total, blobs, e);
+    for (int s = 0; own != NULL && s < r->size; s++)
+        free(own[s]);
+    free(own);
+    free(all);
+    free(blobs);
+    return rc;
+}
+
+/* --save-weights: each stage its own file (ST_STAGE_MARK in the name) or one by rank 0. A
+ * failure stops the job (the path was checked before the first step). */
+static void save_weights(struct run *r)
+{
+    struct err e;
+    err_clear(&e);
+    struct st_tensor *t = NULL;
+    char *blob = NULL, file[FILEIO_PATH_MAX];
+    int n = 0, rc = st_stage_collect(&r->stage, &t, &n, &blob, &e);
+    if (rc == ERR_OK && strstr(r->o->save_weights_file, ST_STAGE_MARK) != NULL) {
+        char **blobs = malloc(sizeof *blobs * (size_t)n);
+        for (int i = 0; blobs != NULL && i < n; i++)
+            blobs[i] = blob;
+        st_stage_path(r->o->save_weights_file, r->rank, file, sizeof file);
+        rc = blobs != NULL ? st_write(file, t, n, blobs, &e)
+                           : err_set(&e, ERR_FAIL, "out of memory writing the weights");
+        free(blobs);
+    } else if (rc == ERR_OK) {
+        rc = gather_weights(r, t, n, blob, &e);
+    }
+    free(t);
+    free(blob);
+    if (rc)
+        fail_now(r, &e);
     if (MPI_Barrier(r->comm) != MPI_SUCCESS)
         MPI_Abort(r->comm, ERR_FAIL);
-    ckpt_remove_older(r->o->save_dir, r->rank, step);
 }
 
 static void free_run(struct run *r)
@@ -424,6 +561,8 @@ static void free_run(struct run *r)
     if (r->plan_loaded)
         plan_free(&r->plan);
     free(r->regen);
+    if (r->ctl_ready)
+        MPI_Comm_free(&r->ctl);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -442,13 +581,17 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
         if (all == NULL || counts == NULL || displs == NULL)
             rc = err_set(e, ERR_FAIL, "out of memory gathering the report");
     }
-    if (rc == ERR_OK && MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine,
-                                   MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
-        rc = err_set(e, ERR_FAIL, "MPI_Gather of the stage reports failed");
+    MPI_Request q;
+    if (rc == ERR_OK &&
+        wait_collective(r, MPI_Igather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine,
+                                       MPI_BYTE, 0, r->comm, &q),
+                        &q, -1, "the stage reports (MPI_Igather)", e))
+        rc = e->code;
     if (rc == ERR_OK && o->trace_file != NULL) {
         int n = r->stage.x.n_events * (int)sizeof(struct stage_event), total = 0;
-        if (MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm) != MPI_SUCCESS)
-            rc = err_set(e, ERR_FAIL, "MPI_Gather of the trace sizes failed");
+        if (wait_collective(r, MPI_Igather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm, &q),
+                            &q, -1, "the trace sizes (MPI_Igather)", e))
+            rc = e->code;
         if (rc == ERR_OK && r->rank == 0) {
             for (int s = 0; s < r->size; s++) {
                 displs[s] = total;
@@ -458,9 +601,11 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
             if (events == NULL)
                 rc = err_set(e, ERR_FAIL, "out of memory gathering the trace");
         }
-        if (rc == ERR_OK && MPI_Gatherv(r->stage.x.events, n, MPI_BYTE, events, counts, displs,
-                                        MPI_BYTE, 0, r->comm) != MPI_SUCCESS)
-            rc = err_set(e, ERR_FAIL, "MPI_Gatherv of the trace failed");
+        if (rc == ERR_OK &&
+            wait_collective(r, MPI_Igatherv(r->stage.x.events, n, MPI_BYTE, events, counts,
+                                            displs, MPI_BYTE, 0, r->comm, &q),
+                            &q, -1, "the trace (MPI_Igatherv)", e))
+            rc = e->code;
         if (r->rank == 0)
             for (int s = 0; s < r->size; s++)
                 counts[s] /= (int)sizeof(struct stage_event);
@@ -489,6 +634,37 @@ static int share_loss(struct run *r, double *loss, struct err *e)
     MPI_Request req;
     MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
     return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
+}
+
+/* Each step's offload figures over the stages: stall, late prefetches and copy time summed,
+ * the host peak the largest. */
+static int sum_steps(struct run *r, struct report *rep, struct err *e)
+{
+    int n = rep->n_steps;
+    double *sum = malloc(sizeof *sum * 3 * (size_t)n);
+    int64_t *peak = malloc(sizeof *peak * (size_t)n);
+    int rc = sum == NULL || peak == NULL ? err_set(e, ERR_FAIL, "out of memory") : ERR_OK;
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        const struct report_step *st = &rep->steps[i];
+        sum[3 * i] = st->stall_ms;
+        sum[3 * i + 1] = st->late_prefetches;
+        sum[3 * i + 2] = st->copy_ms;
+        peak[i] = st->host_peak_bytes;
+    }
+    if (rc == ERR_OK &&
+        (MPI_Allreduce(MPI_IN_PLACE, sum, 3 * n, MPI_DOUBLE, MPI_SUM, r->comm) != MPI_SUCCESS ||
+         MPI_Allreduce(MPI_IN_PLACE, peak, n, MPI_INT64_T, MPI_MAX, r->comm) != MPI_SUCCESS))
+        rc = err_set(e, ERR_FAIL, "MPI_Allreduce of the steps' offload figures failed");
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        struct report_step *st = &rep->steps[i];
+        st->stall_ms = sum[3 * i];
+        st->late_prefetches = (int)sum[3 * i + 1];
+        st->copy_ms = sum[3 * i + 2];
+        st->host_peak_bytes = peak[i];
+    }
+    free(sum);
+    free(peak);
+    return rc;
 }
 
 static int train_loop(struct run *r, struct err *e)
@@ -521,7 +697,9 @@ static int train_loop(struct run *r, struct err *e)
                p->micro_batches, m->micro_batch, m->seq_len, r->on_cuda ? r->gpu.name : "the CPU",
                r->be.threads, transport_kind_name(r->transport), (long long)r->start_step + 1,
                (long long)o->steps);
-    MPI_CHECK(MPI_Barrier(r->comm), e);
+    MPI_Request q;
+    if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage to start", e))
+        return e->code;
     stage_set_origin(&r->stage);
     for (int64_t i = 0; i < n_steps; i++) {
         int64_t step = r->start_step + i;
@@ -531,7 +709,12 @@ static int train_loop(struct run *r, struct err *e)
         if (share_loss(r, &loss, e))
             fail_now(r, e);
         double ms = exec_now_ms() - t0;
-        rep.steps[i] = (struct report_step){step + 1, loss, ms};
+        const struct stage_times *now = &r->stage.x.times;
+        rep.steps[i] = (struct report_step){step + 1,           loss,
+                                            ms,                 now->stall,
+                                            now->late_prefetches, now->copy[0] + now->copy[1],
+                                            now->host_peak};
+        sum.late_prefetches += r->stage.x.times.late_prefetches;
         rep.n_steps = (int)i + 1;
         /* steps after the first of this run (a one-step run counts its only step) */
         if (i > 0 || n_steps == 1) {
@@ -542,6 +725,9 @@ static int train_loop(struct run *r, struct err *e)
             sum.send += t->send;
             sum.idle += t->idle;
             sum.optimizer += t->optimizer;
+            sum.stall += t->stall;
+            sum.copy[0] += t->copy[0];
+            sum.copy[1] += t->copy[1];
             counted++;
             timed_ms += ms;
         }
@@ -554,6 +740,8 @@ static int train_loop(struct run *r, struct err *e)
             ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
             save(r, step + 1);
     }
+    if (o->save_weights_file != NULL)
+        save_weights(r);
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
     const struct plan_stage *st = &p->stages[r->rank];
     struct report_stage mine = {
@@ -572,7 +760,17 @@ static int train_loop(struct run *r, struct err *e)
         .send_ms = sum.send / (counted * p->micro_batches),
         .idle_ms = sum.idle / (counted * p->micro_batches),
         .optimizer_ms = sum.optimizer / counted,
+        .host_peak_bytes = r->stage.x.off.host_peak,
+        .host_bytes = r->stage.lay.host_bytes,
+        .staging_bytes = r->stage.lay.staging_bytes,
+        .copy_ms = (sum.copy[0] + sum.copy[1]) / (2.0 * counted * p->micro_batches),
+        .stall_ms = sum.stall / counted,
+        .late_prefetches = sum.late_prefetches,
     };
+    if (sum_steps(r, &rep, e)) {
+        free(rep.steps);
+        return e->code;
+    }
     snprintf(mine.device, sizeof mine.device, "%s", st->device);
     snprintf(mine.backend, sizeof mine.backend, "%s", r->on_cuda ? "cuda" : "cpu");
     if (r->on_cuda) {
@@ -609,11 +807,22 @@ int train_run(const struct train_options *o)
     r.comm = MPI_COMM_WORLD;
     if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
         MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
-        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS) {
+        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS || MPI_Comm_dup(r.comm, &r.ctl) != MPI_SUCCESS ||
+        MPI_Comm_set_errhandler(r.ctl, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }
+    if (o->share_file != NULL) {
+        MPI_Comm_free(&r.ctl);
+        return train_share_run(o, r.rank, r.size);
+    }
+    r.ctl_ready = 1;
 
+    /* Fault injection for the tests of --timeout: this rank stops (SIGSTOP) before it says
+     * anything, as a rank stuck starting would. */
+    const char *stop = getenv("BALLAST_TEST_STOP_RANK");
+    if (stop != NULL && atoi(stop) == r.rank)
+        raise(SIGSTOP);
     /* The same on every rank: rank 0 speaks for all. */
     int first_failed, rc = setup_global(&r, &e);
     int all = agree(&r, rc, NULL);
@@ -644,12 +853,9 @@ int train_run(const struct train_options *o)
                 fprintf(stderr, "ballast train: %s\n", e.msg);
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.rank == 0 && first_failed >= 0)
+            else if (rc == ERR_OK && r.rank == 0)
                 fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
                         first_failed);
-            else if (rc == ERR_OK && r.rank == 0)
-                fprintf(stderr, "ballast train: stopped: the ranks could not exchange their "
-                                "start-up status (MPI_Allreduce failed)\n");
             free_run(&r);
             return all;
         }
@@ -657,8 +863,12 @@ int train_run(const struct train_options *o)
     r.tp.timeout_s = o->timeout_s;
     rc = train_loop(&r, &e);
     /* only rank 0 writes files; its status is everyone's */
-    if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)
-        rc = ERR_FAIL;
+    MPI_Request q;
+    struct err be;
+    err_clear(&be);
+    if (wait_collective(&r, MPI_Ibcast(&rc, 1, MPI_INT, 0, r.comm, &q), &q, 0,
+                        "the run's status from", &be))
+        fail_now(&r, &be);
     if (rc != ERR_OK && r.rank == 0)
         fprintf(stderr, "ballast train: %s\n", e.msg);
     free_run(&r);

@@ -19,10 +19,13 @@
 struct train_options {
     const char *plan_file;
     const char *data_file;    /* NULL: the synthetic source */
+    int data_format;          /* enum data_format: llm.c tokens (0, the default) or bytes */
     const char *metrics_file; /* may be NULL */
     const char *trace_file;   /* may be NULL */
     const char *save_dir;     /* may be NULL */
     const char *resume_dir;   /* may be NULL */
+    const char *init_file;    /* safetensors weights to start from (safetensors.h); NULL */
+    const char *save_weights_file; /* safetensors written at the end; NULL */
     int64_t steps;            /* the step to train up to (a resumed run continues to it) */
     int64_t save_every;       /* with save_dir: every N steps (0: at the end only) */
     uint64_t seed;
@@ -32,11 +35,21 @@ struct train_options {
     const char *transport; /* "auto", "mpi" or "nccl" (transport.h) */
     int quiet;   /* no per-step lines */
     double timeout_s; /* a wait for another rank fails after this long (0: never) */
+    double host_link_gbps; /* CPU stages: the host link offload's copies emulate (0: none) */
     int check_arena;  /* verify that no two objects of the plan's arena in use share a byte */
+    /* --share (train_share.c): the jobs of share_file in turn, `slice` steps at a time, until
+     * each has run `steps`; switch_full: the baseline that copies a job's device state to
+     * host at switch-out and back at switch-in */
+    const char *share_file;
+    int64_t slice;
+    int switch_full;
 };
 
 /* Returns the exit status (err.h): 0, 1 failure while running, 2 bad input, 3 the plan's
  * stage does not fit its memory. Messages are printed here, by the rank concerned. */
 int train_run(const struct train_options *o);
+/* The same for o->share_file (train_run passes it on, with this rank and the rank count of
+ * MPI_COMM_WORLD, whose errors return). */
+int train_share_run(const struct train_options *o, int rank, int size);
 
 #endif

@@ -51,6 +51,11 @@ int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
         }
+        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s && peer < 0)
+            return err_set(e, ERR_FAIL,
+                           "waited %.0f s for %s: a rank went silent (stopped, died or out of "
+                           "memory); --timeout SECONDS sets this limit",
+                           timeout_s, what);
         if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s)
             return err_set(e, ERR_FAIL,
                            "waited %.0f s for %s rank %d: rank %d went silent (stopped, died or "

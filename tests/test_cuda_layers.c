@@ -40,10 +40,15 @@ static const struct tol BF16_FWD = {0.03, 0.03, 0.01};
 static const struct tol BF16_BWD = {0.06, 0.06, 0.02};
 
 /* small models: one with sizes that are multiples of 32, one with none (and more than one
- * 256-position tile for the embedding's scatter-add, and several vocabulary slices) */
-static const struct model shapes[2] = {
+ * 256-position tile for the embedding's scatter-add, and several vocabulary slices); and a
+ * Llama (grouped-query attention, llama_layers.c over cuda/llama_kernels.cu) */
+#define N_SHAPES 3
+static const struct model shapes[N_SHAPES] = {
     {.n_layer = 2, .n_embd = 64, .n_head = 4, .seq_len = 64, .vocab_size = 100, .micro_batch = 2},
     {.n_layer = 3, .n_embd = 48, .n_head = 3, .seq_len = 80, .vocab_size = 75, .micro_batch = 4},
+    {.kind = MODEL_KIND_LLAMA, .n_layer = 2, .n_embd = 48, .n_head = 6, .n_kv_head = 2,
+     .ffn_hidden = 80, .rope_theta = 10000, .norm_eps = 1e-5, .seq_len = 40, .vocab_size = 75,
+     .micro_batch = 3},
 };
 
 static struct backend cpu, gpu;
@@ -250,7 +255,8 @@ static void check_layer(int shape, enum model_dtype dt, enum model_layer_kind ki
     char what[128];
     snprintf(what, sizeof what, "%s shape %d %s", model_dtype_name(dt), shape,
              kind == MODEL_LAYER_EMBED ? "embed" : kind == MODEL_LAYER_BLOCK ? "block" : "head");
-    const struct backend_layer_ops *co = &cpu.ops->layer[kind], *go = &gpu.ops->layer[kind];
+    const struct backend_layer_ops *co = &backend_layers(&cpu, &p.m)[kind],
+                                   *go = &backend_layers(&gpu, &p.m)[kind];
     int has_out = kind != MODEL_LAYER_HEAD;
 
     /* forward */
@@ -308,14 +314,14 @@ static void check_layer(int shape, enum model_dtype dt, enum model_layer_kind ki
 
 static void test_fp32_layers(void)
 {
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < N_SHAPES; s++)
         for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
             check_layer(s, MODEL_DTYPE_FP32, (enum model_layer_kind)k);
 }
 
 static void test_bf16_layers(void)
 {
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < N_SHAPES; s++)
         for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
             check_layer(s, MODEL_DTYPE_BF16, (enum model_layer_kind)k);
 }
@@ -336,13 +342,13 @@ static int device_equal(const void *a, const void *b, int64_t bytes)
 
 /* recompute (whole, and every partial option) rebuilds the kept tensors it regenerates bit for
  * bit; a second backward adds exactly the same gradients (2 x bitwise) */
-static void check_repeatable(enum model_dtype dt, enum model_layer_kind kind)
+static void check_repeatable(int shape, enum model_dtype dt, enum model_layer_kind kind)
 {
     struct test_rng rng = {7};
     struct pair p;
     struct err e;
-    pair_make(&p, &shapes[1], dt, kind, &rng);
-    const struct backend_layer_ops *go = &gpu.ops->layer[kind];
+    pair_make(&p, &shapes[shape], dt, kind, &rng);
+    const struct backend_layer_ops *go = &backend_layers(&gpu, &p.m)[kind];
     int has_out = kind != MODEL_LAYER_HEAD;
     CU_ASSERT_EQUAL_FATAL(go->forward(&gpu, &p.g, has_out ? p.g_out : NULL, &e), ERR_OK);
     /* the whole layer, then each partial option the layer kind has (backend.h) */
@@ -418,9 +424,10 @@ static void check_repeatable(enum model_dtype dt, enum model_layer_kind kind)
 
 static void test_repeatable(void)
 {
-    for (int d = 0; d < 2; d++)
-        for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
-            check_repeatable((enum model_dtype)d, (enum model_layer_kind)k);
+    for (int shape = 1; shape < N_SHAPES; shape++) /* a GPT, a Llama */
+        for (int d = 0; d < 2; d++)
+            for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
+                check_repeatable(shape, (enum model_dtype)d, (enum model_layer_kind)k);
 }
 
 static void check_adamw(enum model_dtype dt)

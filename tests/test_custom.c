@@ -269,7 +269,7 @@ static void test_bad_input(void)
         {"{\"kind\": \"custom\", \"name\": \"\"}", "b", "model.name: empty"},
         {"{\"kind\": \"custom\", \"name\": \"m\", \"layer_count\": 3}", "b", "layers: 2 entries, but model.layer_count is 3"},
         {"{\"kind\": \"custom\", \"name\": \"m\"}", "", "layers[1].name: empty"},
-        {"{\"kind\": \"llama\", \"name\": \"m\"}", "b", "model.kind: \"llama\" is not a model kind"},
+        {"{\"kind\": \"mamba\", \"name\": \"m\"}", "b", "model.kind: \"mamba\" is not a model kind"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[2048], args[2048], *err = NULL;

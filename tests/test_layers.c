@@ -590,18 +590,25 @@ static void test_bf16_layout(void)
     layout_free(&sl);
 }
 
-/* The CPU backend computes fp32 only and says so. */
-static void test_cpu_refuses_bf16(void)
+/* The CPU backend computes fp32 and bf16 (through fp32 copies) and says so; a bf16 AdamW
+ * steps the fp32 master and rounds it into the bf16 weights (1 - lr: by hand). */
+static void test_cpu_bf16_adamw(void)
 {
     struct backend be;
     struct err e;
     backend_cpu_init(&be, 1, &e);
     CU_ASSERT(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32));
-    CU_ASSERT(!(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16)));
+    CU_ASSERT(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16));
     float w = 1, g = 1, m = 0, v = 0;
     uint16_t half = 0;
     struct adamw_params p = {1e-3f, 0.9f, 0.95f, 1e-8f, 0};
     CU_ASSERT_EQUAL(be.ops->adamw(&be, &half, &w, &g, &m, &v, 1, MODEL_DTYPE_BF16, &p, 1, 0, &e),
+                    ERR_OK);
+    CU_ASSERT(fabsf(w - 0.999f) < 1e-6f);
+    /* 0.999 lies between the bf16 neighbours 0.99609375 and 1 (step 2^-8), nearer 1 */
+    CU_ASSERT_EQUAL(half, 0x3f80);
+    /* fp32 weights must be the master weights */
+    CU_ASSERT_EQUAL(be.ops->adamw(&be, &half, &w, &g, &m, &v, 1, MODEL_DTYPE_FP32, &p, 2, 0, &e),
                     ERR_FAIL);
 }
 
@@ -617,6 +624,6 @@ int main(void)
     CU_add_test(s, "backward adds into parameter gradients", test_backward_accumulates);
     CU_add_test(s, "1 and 2 threads give identical bits", test_threads_bitwise);
     CU_add_test(s, "the bf16 persistent arena by hand", test_bf16_layout);
-    CU_add_test(s, "the cpu backend refuses bf16", test_cpu_refuses_bf16);
+    CU_add_test(s, "the cpu backend's bf16 AdamW rounds the fp32 master", test_cpu_bf16_adamw);
     return test_main();
 }

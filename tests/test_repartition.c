@@ -200,8 +200,9 @@ static void brute_force(const struct cluster *c, struct best *b)
                 int v = schedule_in_flight(c->schedule, S, q, M);
                 ok = least_recompute(L, hi - lo + 1, v, c->reserve_bytes, cs->memory_bytes, &r,
                                      &mem);
-                st[q] = (struct sim_stage){0, 0, r, L[hi - lo].out_bytes,
-                                           q + 1 < S ? links[q] : (struct link){0}};
+                st[q] = (struct sim_stage){.recompute_ms = r,
+                                           .out_bytes = L[hi - lo].out_bytes,
+                                           .link = q + 1 < S ? links[q] : (struct link){0}};
                 for (int l = 0; l <= hi - lo; l++) {
                     st[q].fwd_ms += L[l].fwd_ms;
                     st[q].bwd_ms += L[l].bwd_ms;

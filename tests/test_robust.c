@@ -376,6 +376,30 @@ static void test_stalled_rank(void)
     free(text);
 }
 
+/* Three ranks; rank 1 stops before its first word (BALLAST_TEST_STOP_RANK, as a rank stuck in
+ * its allocator at start-up would): rank 0 names it after --timeout 5 and the job ends
+ * non-zero. */
+static void test_silent_at_start(void)
+{
+    char out[1024], err[1024], cmd[8192];
+    snprintf(out, sizeof out, "%s", test_path("start.out"));
+    snprintf(err, sizeof err, "%s", test_path("start.err"));
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 3 "
+             "-x BALLAST_TEST_STOP_RANK=1 '%s' train --plan '%s' --steps 2 --timeout 5 "
+             "> '%s' 2> '%s'",
+             BALLAST_EXE, plan3, out, err);
+    int status = system(cmd);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char *text = test_read(err);
+    CU_ASSERT(code != 0 && code != 124 && code != 137); /* failed, not killed by timeout */
+    CU_ASSERT(text != NULL && strstr(text, "rank 1 went silent") != NULL);
+    if (code == 0 || code == 124 || code == 137 || text == NULL ||
+        strstr(text, "rank 1 went silent") == NULL)
+        fprintf(stderr, "\nsilent at start: status %d, stderr:\n%s\n", code, text ? text : "");
+    free(text);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -390,5 +414,7 @@ int main(void)
                 test_crafted_checkpoint);
     CU_add_test(s, "a stopped rank ends the job after --timeout, named",
                 test_stalled_rank);
+    CU_add_test(s, "a rank silent at start-up ends the job after --timeout, named",
+                test_silent_at_start);
     return test_main();
 }

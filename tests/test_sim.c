@@ -4,6 +4,7 @@
  * micro-batches as the cost model counts them). */
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -325,6 +326,44 @@ static void test_against_longest_path(void)
     }
 }
 
+/* The periodic extrapolation equals the full simulation on random stages and links, equal
+ * stages (ties between critical cycles) and slow links, and does extrapolate most 1F1B runs. */
+static void test_periodic_extrapolation(void)
+{
+    struct test_rng rng = {12};
+    struct sim_stage st[10];
+    int extrapolated = 0, tried = 0;
+    for (int trial = 0; trial < TRIALS; trial++) {
+        int S = (int)test_rng_int(&rng, 1, 10);
+        int M = (int)test_rng_int(&rng, 1, 1500);
+        random_instance(&rng, S, st);
+        if (test_rng_int(&rng, 0, 3) == 0)
+            for (int s = 1; s < S; s++) {
+                st[s].fwd_ms = st[0].fwd_ms;
+                st[s].bwd_ms = st[0].bwd_ms;
+                st[s].recompute_ms = st[0].recompute_ms;
+            }
+        for (int k = 0; k < 2; k++) {
+            enum schedule sched = k ? SCHEDULE_GPIPE : SCHEDULE_1F1B;
+            double full = NAN, fast = NAN;
+            int simulated = 0;
+            struct err e;
+            err_clear(&e);
+            CU_ASSERT(sim_makespan(sched, S, M, st, &full, &e) == ERR_OK);
+            CU_ASSERT(sim_makespan_periodic(sched, S, M, st, &fast, &simulated, &e) == ERR_OK);
+            CU_ASSERT(test_close(fast, full, 1e-9, 1e-9));
+            CU_ASSERT(simulated >= 1 && simulated <= M);
+            if (sched == SCHEDULE_1F1B && M > 2 * (3 * S + 8 + 60)) {
+                tried++;
+                extrapolated += simulated < M;
+            }
+        }
+    }
+    CU_ASSERT(tried > TRIALS / 4);
+    CU_ASSERT(extrapolated >= tried * 9 / 10);
+    printf(" [%d of %d extrapolated] ", extrapolated, tried);
+}
+
 /* Lengthening any task (one stage's forward, backward or recompute, or one link's bandwidth
  * or latency) never shortens the step. */
 static void test_monotone(void)
@@ -454,6 +493,7 @@ int main(void)
     CU_add_test(s, "a slow link carries one transfer at a time", test_slow_link_queues);
     CU_add_test(s, "equals the task graph's longest path", test_against_longest_path);
     CU_add_test(s, "a longer task never shortens the step", test_monotone);
+    CU_add_test(s, "periodic extrapolation equals the full simulation", test_periodic_extrapolation);
     CU_add_test(s, "1F1B order is PipeDream-Flush's", test_1f1b_order);
     CU_add_test(s, "bad input refused", test_bad_input);
     return test_main();

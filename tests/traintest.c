@@ -49,11 +49,17 @@ static double number(const cJSON *o, const char *key)
     return cJSON_IsNumber(it) ? it->valuedouble : -1;
 }
 
-int train_metrics_read(const char *file, struct train_metrics *m)
+cJSON *train_json_read(const char *file)
 {
     char *text = test_read(file);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     free(text);
+    return o;
+}
+
+int train_metrics_read(const char *file, struct train_metrics *m)
+{
+    cJSON *o = train_json_read(file);
     memset(m, 0, sizeof *m);
     if (o == NULL)
         return -1;
@@ -135,9 +141,60 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
     plan_free(&p);
 }
 
+int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)
+{
+    if (a->n_steps != b->n_steps || a->n_steps == 0)
+        return 0;
+    for (int i = 0; i < a->n_steps; i++)
+        if (a->loss[i] != b->loss[i]) {
+            fprintf(stderr, "\nstep %d: loss %.17g against %.17g\n", i + 1, a->loss[i],
+                    b->loss[i]);
+            return 0;
+        }
+    return 1;
+}
+
 int train_files_equal(const char *a, const char *b)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
     return system(cmd) == 0;
+}
+
+void train_plan_gpt(const char *name, int vocab, const char *dtype, int n_stages,
+                    const char *method, char *plan, size_t size)
+{
+    char text[1024], file[256], args[4096];
+    snprintf(text, sizeof text,
+             "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 2, "
+             "\"n_embd\": 32, \"n_head\": 2, \"seq_len\": 16, \"vocab_size\": %d, "
+             "\"micro_batch\": 2, \"dtype\": \"%s\"}",
+             vocab, dtype);
+    snprintf(file, sizeof file, "%s-model.json", name);
+    char model[1024], prof[1024];
+    snprintf(model, sizeof model, "%s", test_write(file, text));
+    snprintf(file, sizeof file, "%s-prof.json", name);
+    snprintf(prof, sizeof prof, "%s", test_path(file));
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'", model,
+             prof);
+    if (test_run(args, NULL, NULL) != 0)
+        fprintf(stderr, "profile of %s failed\n", name);
+    int len = snprintf(text, sizeof text,
+                       "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
+                       "\"micro_batches\": 2, \"stages\": [");
+    for (int s = 0; s < n_stages; s++)
+        len += snprintf(text + len, sizeof text - (size_t)len,
+                        "%s{\"device\": \"cpu\", \"memory_bytes\": 1073741824, "
+                        "\"profile\": \"%s\"}",
+                        s ? ", " : "", prof);
+    snprintf(text + len, sizeof text - (size_t)len, "]}");
+    snprintf(file, sizeof file, "%s-cluster.json", name);
+    char cluster[1024];
+    snprintf(cluster, sizeof cluster, "%s", test_write(file, text));
+    snprintf(file, sizeof file, "%s-plan.json", name);
+    snprintf(plan, size, "%s", test_path(file));
+    snprintf(args, sizeof args, "plan --cluster '%s' --method %s --quiet -o '%s'", cluster,
+             method, plan);
+    if (test_run(args, NULL, NULL) != 0)
+        fprintf(stderr, "plan %s failed\n", name);
 }

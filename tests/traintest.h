@@ -4,6 +4,8 @@
 #ifndef BALLAST_TRAINTEST_H
 #define BALLAST_TRAINTEST_H
 
+#include <stddef.h>
+
 #include "testutil.h"
 
 #define TRAIN_MAX_STEPS 512
@@ -27,6 +29,9 @@ struct train_metrics {
     char transport[64];
 };
 
+/* The file parsed (cJSON_Delete), or NULL if it is missing or not JSON. */
+struct cJSON *train_json_read(const char *file);
+
 /* 0, or -1 if the file is missing or not JSON. */
 int train_metrics_read(const char *file, struct train_metrics *m);
 
@@ -40,6 +45,16 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
  * the cost model: a consistent plan that makes the runtime apply exactly these options. */
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice);
 
+/* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
+int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);
+
 int train_files_equal(const char *a, const char *b);
+
+/* Writes plan `plan` (size bytes): n_stages even CPU stages of 1 GiB, 2 micro-batches, 1F1B,
+ * `ballast plan --method METHOD`, for a GPT of 2 blocks, n_embd 32, 2 heads, seq_len 16,
+ * micro_batch 2, vocab_size `vocab`, `dtype`; its files named after `name`. Meant for a
+ * suite's setup: a failure is printed, and shows as the runs on the plan failing. */
+void train_plan_gpt(const char *name, int vocab, const char *dtype, int n_stages,
+                    const char *method, char *plan, size_t size);
 
 #endif

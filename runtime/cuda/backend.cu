@@ -14,6 +14,7 @@ extern "C" {
 #include "backend.h"
 #include "cuda_device.h"
 #include "gpt_layers.h"
+#include "llama_layers.h"
 }
 
 // cuBLAS's workspace: its documentation recommends 32 MiB on Hopper (4 MiB before it); a
@@ -21,8 +22,21 @@ extern "C" {
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 #define MAX_ALLOCS 64
 
+// Copies to and from pinned host memory (backend.h's copy_async): a stream per direction
+// and a ring of events per stream; event number 2 x seq + lane names the stop event of the
+// lane's copy seq (from 1). A copy's fence orders it after the compute stream's queued work.
+#define COPY_RING 256
+
+struct copy_lane {
+    cudaStream_t stream;
+    cudaEvent_t fence[COPY_RING], start[COPY_RING], stop[COPY_RING];
+    int64_t queued, timed; // copies submitted; copies whose time copy_ms has taken
+};
+
 struct cuda_impl {
     int device;
+    struct copy_lane lane[2];
+    int lanes_ready;
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -57,6 +71,11 @@ static kctx ctx_of(struct backend *be, enum model_dtype dt)
 {
     cuda_impl *c = impl_of(be);
     return kctx{c->stream, c->blas, dt == MODEL_DTYPE_BF16};
+}
+
+kctx cuda_kctx(struct backend *be, enum model_dtype dt)
+{
+    return ctx_of(be, dt);
 }
 
 // ---- memory ----
@@ -242,11 +261,144 @@ static int cu_adamw(struct backend *be, void *weights, float *master, const floa
                    p->eps, decay ? p->weight_decay : 0.0f, c1, c2, e);
 }
 
+// ---- host memory and the copy lanes ----
+
+static int cu_host_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
+{
+    *out = nullptr;
+    if (bytes <= 0)
+        return ERR_OK;
+    cudaError_t rc = cudaHostAlloc(out, (size_t)bytes, cudaHostAllocDefault);
+    if (rc == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        *out = nullptr;
+        return err_set(e, ERR_NOFIT, "cuda:%d: out of pinned host memory allocating %lld bytes",
+                       impl_of(be)->device, (long long)bytes);
+    }
+    CUDA_CHECK(rc, e);
+    return ERR_OK;
+}
+
+static void cu_host_release(struct backend *be, void *p)
+{
+    if (p != nullptr)
+        cudaFreeHost(p);
+}
+
+static int lanes_init(cuda_impl *c, struct err *e)
+{
+    for (int d = 0; d < 2; d++) {
+        copy_lane *l = &c->lane[d];
+        CUDA_CHECK(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking), e);
+        for (int i = 0; i < COPY_RING; i++) {
+            CUDA_CHECK(cudaEventCreateWithFlags(&l->fence[i], cudaEventDisableTiming), e);
+            CUDA_CHECK(cudaEventCreate(&l->start[i]), e);
+            CUDA_CHECK(cudaEventCreate(&l->stop[i]), e);
+        }
+    }
+    c->lanes_ready = 1;
+    return ERR_OK;
+}
+
+static void lanes_free(cuda_impl *c)
+{
+    for (int d = 0; c->lanes_ready && d < 2; d++) {
+        copy_lane *l = &c->lane[d];
+        cudaStreamSynchronize(l->stream);
+        for (int i = 0; i < COPY_RING; i++) {
+            cudaEventDestroy(l->fence[i]);
+            cudaEventDestroy(l->start[i]);
+            cudaEventDestroy(l->stop[i]);
+        }
+        cudaStreamDestroy(l->stream);
+    }
+    c->lanes_ready = 0;
+}
+
+// The stop event of copy `ev`, or nullptr when its ring entry has been reused (it is done:
+// an entry is reused only after its copy finished).
+static cudaEvent_t event_of(cuda_impl *c, int ev)
+{
+    copy_lane *l = &c->lane[ev & 1];
+    int64_t seq = ev / 2;
+    if (ev < 0 || seq <= l->queued - COPY_RING)
+        return nullptr;
+    return l->stop[seq % COPY_RING];
+}
+
+static int cu_copy_async(struct backend *be, int dir, void *dst, const void *src, int64_t bytes,
+                         int after, int *ev, struct err *e)
+{
+    cuda_impl *c = impl_of(be);
+    if (!c->lanes_ready)
+        ERR_TRY(lanes_init(c, e));
+    copy_lane *l = &c->lane[dir & 1];
+    cudaEvent_t dep = event_of(c, after);
+    int64_t seq = l->queued + 1, i = seq % COPY_RING;
+    if (seq > COPY_RING) // the entry's last copy: rarely still running this far back
+        CUDA_CHECK(cudaEventSynchronize(l->stop[i]), e);
+    CUDA_CHECK(cudaEventRecord(l->fence[i], c->stream), e);
+    CUDA_CHECK(cudaStreamWaitEvent(l->stream, l->fence[i], 0), e);
+    if (dep != nullptr)
+        CUDA_CHECK(cudaStreamWaitEvent(l->stream, dep, 0), e);
+    CUDA_CHECK(cudaEventRecord(l->start[i], l->stream), e);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes,
+                               dir == BACKEND_TO_HOST ? cudaMemcpyDeviceToHost
+                                                      : cudaMemcpyHostToDevice,
+                               l->stream),
+               e);
+    CUDA_CHECK(cudaEventRecord(l->stop[i], l->stream), e);
+    l->queued = seq;
+    *ev = (int)(2 * seq + (dir & 1));
+    return ERR_OK;
+}
+
+static int cu_event_query(struct backend *be, int ev, int *done, struct err *e)
+{
+    cudaEvent_t x = event_of(impl_of(be), ev);
+    cudaError_t rc = x != nullptr ? cudaEventQuery(x) : cudaSuccess;
+    *done = rc == cudaSuccess;
+    if (rc != cudaErrorNotReady)
+        CUDA_CHECK(rc, e);
+    return ERR_OK;
+}
+
+static int cu_event_wait(struct backend *be, int ev, struct err *e)
+{
+    cuda_impl *c = impl_of(be);
+    cudaEvent_t x = event_of(c, ev);
+    if (x != nullptr)
+        CUDA_CHECK(cudaStreamWaitEvent(c->stream, x, 0), e);
+    return ERR_OK;
+}
+
+static int cu_copy_ms(struct backend *be, double ms[2], struct err *e)
+{
+    cuda_impl *c = impl_of(be);
+    for (int d = 0; c->lanes_ready && d < 2; d++) {
+        copy_lane *l = &c->lane[d];
+        if (l->timed < l->queued - COPY_RING)
+            l->timed = l->queued - COPY_RING; // reused entries: their times are gone
+        while (l->timed < l->queued) {
+            int64_t i = (l->timed + 1) % COPY_RING;
+            if (cudaEventQuery(l->stop[i]) != cudaSuccess)
+                break;
+            float t = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&t, l->start[i], l->stop[i]), e);
+            ms[d] += t;
+            l->timed++;
+        }
+    }
+    cudaGetLastError(); // a NotReady from the query is not an error
+    return ERR_OK;
+}
+
 static void cu_free(struct backend *be)
 {
     cuda_impl *c = impl_of(be);
     if (c != nullptr) {
         cudaSetDevice(c->device);
+        lanes_free(c);
         if (c->stream != nullptr)
             cudaStreamSynchronize(c->stream);
         for (int i = 0; i < MAX_ALLOCS; i++)
@@ -288,7 +440,14 @@ static const struct backend_ops cuda_ops = {
     cu_crossentropy_forward,
     cu_crossentropy_backward,
     cu_adamw,
+    cu_host_alloc,
+    cu_host_release,
+    cu_copy_async,
+    cu_event_query,
+    cu_event_wait,
+    cu_copy_ms,
     cu_free,
+    &llama_kernels_cuda,
 };
 
 // ---- set-up and the C API of cuda_device.h ----

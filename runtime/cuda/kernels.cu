@@ -7,63 +7,7 @@
 #include "check.cuh"
 #include "kernels.cuh"
 
-typedef __nv_bfloat16 bf16;
-
-// ---- element access: fp32 arithmetic, stores rounded to nearest even ----
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
-
-// Butterfly reductions: every lane ends with the same bits (a + b == b + a at each step).
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Whole-block reduction (blockDim.x a multiple of 32, at most 1024): warps, then warp 0 over
-// the warps in order. `shared` holds 32 floats; the result reaches every thread.
-__device__ float block_reduce(float v, float *shared, bool is_max)
-{
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    __syncthreads(); // `shared` may still be read by a previous reduction
-    if (lane == 0)
-        shared[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float w = lane < warps ? shared[lane] : (is_max ? -INFINITY : 0.0f);
-        w = is_max ? warp_max(w) : warp_sum(w);
-        if (lane == 0)
-            shared[0] = w;
-    }
-    __syncthreads();
-    return shared[0];
-}
-
-static int blocks_for(int64_t n, int threads)
-{
-    int64_t b = (n + threads - 1) / threads;
-    return (int)(b < 65536 ? (b > 0 ? b : 1) : 65536); // grid-stride loops cover the rest
-}
-
-#define GRID_STRIDE(i, n)                                                                    \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-// Instantiates `launch<float>` or `launch<bf16>` by the context's dtype.
-#define DISPATCH(k, call) ((k).bf16 ? call<bf16> : call<float>)
+#include "device.cuh"
 
 // ---- embedding ----
 

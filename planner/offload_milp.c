@@ -1,0 +1,98 @@
+/* The per-stage offload problem (offload.h) as a MILP for --verify: a binary x_la per allowed
+ * action a of layer l, sum_a x_la = 1; tau >= t_a x_la (the largest transient) and
+ * z >= h_a x_la (the largest host bytes, which fixes the staging); device
+ * sum v k_a x_la + tau + (COST_PREFETCH_AHEAD + 1) z <= limit - fixed, host
+ * sum v h_a x_la <= host limit; the objective is sum ms_a x_la. */
+#include <glpk.h>
+#include <stdlib.h>
+
+#include "milp.h"
+#include "offload.h"
+
+struct milp_build {
+    glp_prob *lp;
+    int *ia, *ja;
+    double *ar;
+    int k, row;
+};
+
+static void put(struct milp_build *b, int row, int col, double value)
+{
+    b->k++;
+    b->ia[b->k] = row;
+    b->ja[b->k] = col;
+    b->ar[b->k] = value;
+}
+
+/* Columns 1 tau, 2 z, then the actions; rows 1 device, 2 host, then per layer one, then two
+ * per action. */
+static void build(struct milp_build *b, const struct plan *p, const struct plan_stage *st,
+                  const struct plan_options *o, int n)
+{
+    int v = st->in_flight, col = 2;
+    double fixed = (double)p->reserve_bytes, workspace = 0;
+    glp_set_obj_dir(b->lp, GLP_MIN);
+    glp_add_cols(b->lp, 2);
+    glp_set_col_bnds(b->lp, 1, GLP_LO, 0, 0);
+    glp_set_col_bnds(b->lp, 2, GLP_LO, 0, 0);
+    glp_add_rows(b->lp, 2);
+    put(b, 1, 1, 1);
+    put(b, 1, 2, COST_PREFETCH_AHEAD + 1);
+    b->row = 2;
+    for (int l = 0; l < n; l++) {
+        const struct layer_cost *c = &st->layers[l];
+        struct cost_row rows[COST_ACTIONS_MAX];
+        int count = cost_actions(c, rows), one = ++b->row;
+        fixed += (double)c->state_bytes;
+        if (c->workspace_bytes > workspace)
+            workspace = (double)c->workspace_bytes;
+        glp_add_rows(b->lp, 1);
+        glp_set_row_bnds(b->lp, one, GLP_FX, 1, 1);
+        for (int a = 0; a < count; a++) {
+            if (!offload_action_allowed(&rows[a], st, o))
+                continue;
+            glp_add_cols(b->lp, 1);
+            glp_set_col_kind(b->lp, ++col, GLP_BV);
+            glp_set_obj_coef(b->lp, col, rows[a].recompute_ms);
+            put(b, one, col, 1);
+            put(b, 1, col, (double)v * (double)rows[a].kept_bytes);
+            put(b, 2, col, (double)v * (double)rows[a].host_bytes);
+            glp_add_rows(b->lp, 2);
+            glp_set_row_bnds(b->lp, b->row + 1, GLP_LO, 0, 0);
+            put(b, b->row + 1, 1, 1);
+            put(b, b->row + 1, col, -(double)rows[a].transient_bytes);
+            glp_set_row_bnds(b->lp, b->row + 2, GLP_LO, 0, 0);
+            put(b, b->row + 2, 2, 1);
+            put(b, b->row + 2, col, -(double)rows[a].host_bytes);
+            b->row += 2;
+        }
+    }
+    glp_set_row_bnds(b->lp, 1, GLP_UP, 0,
+                     (double)st->memory_limit_bytes - fixed - workspace);
+    glp_set_row_bnds(b->lp, 2, GLP_UP, 0, (double)st->host_limit_bytes);
+}
+
+int offload_milp_min_recompute(const struct plan *p, int s, const struct plan_options *o,
+                               double *ms, struct err *e)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int n = plan_stage_layer_count(st);
+    size_t nnz = 2 + (size_t)n * COST_ACTIONS_MAX * 7;
+    struct milp_build b = {.lp = glp_create_prob(),
+                           .ia = calloc(nnz + 1, sizeof(int)),
+                           .ja = calloc(nnz + 1, sizeof(int)),
+                           .ar = calloc(nnz + 1, sizeof(double))};
+    int rc;
+    if (b.ia == NULL || b.ja == NULL || b.ar == NULL) {
+        rc = err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
+    } else {
+        build(&b, p, st, o, n);
+        glp_load_matrix(b.lp, b.k, b.ia, b.ja, b.ar);
+        rc = milp_intopt(b.lp, ms, e);
+    }
+    glp_delete_prob(b.lp);
+    free(b.ia);
+    free(b.ja);
+    free(b.ar);
+    return rc;
+}

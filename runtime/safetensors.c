@@ -1,0 +1,396 @@
+/* safetensors in and out (safetensors.h). Tensors are read and written as the host's bytes:
+ * the format is little-endian, as are the hosts Ballast runs on (x86-64, AArch64). */
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bf16.h"
+#include "fileio.h"
+
+/* Ballast's parameter name, Hugging Face's (after "h.{i}." in a block), whether it is
+ * transposed (Conv1D), and Ballast's column count in units of n_embd (0: a vector). */
+struct st_name {
+    const char *ballast, *hf;
+    int transposed, cols_c;
+};
+
+static const struct st_name st_names[] = {
+    {"wte", "wte.weight", 0, 1},
+    {"wpe", "wpe.weight", 0, 1},
+    {"ln1_w", "ln_1.weight", 0, 0},
+    {"ln1_b", "ln_1.bias", 0, 0},
+    {"qkv_w", "attn.c_attn.weight", 1, 1},
+    {"qkv_b", "attn.c_attn.bias", 0, 0},
+    {"proj_w", "attn.c_proj.weight", 1, 1},
+    {"proj_b", "attn.c_proj.bias", 0, 0},
+    {"ln2_w", "ln_2.weight", 0, 0},
+    {"ln2_b", "ln_2.bias", 0, 0},
+    {"fc_w", "mlp.c_fc.weight", 1, 1},
+    {"fc_b", "mlp.c_fc.bias", 0, 0},
+    {"fcproj_w", "mlp.c_proj.weight", 1, 4},
+    {"fcproj_b", "mlp.c_proj.bias", 0, 0},
+    {"lnf_w", "ln_f.weight", 0, 0},
+    {"lnf_b", "ln_f.bias", 0, 0},
+    {"lm_w", "lm_head.weight", 0, 1},
+};
+
+static const char *const st_dtype_names[] = {"F32", "BF16"};
+static const int st_dtype_bytes[] = {4, 2};
+
+/* Parameter k of layer L as the file names and shapes it (shape in the file's layout). */
+static int describe(const struct model *m, const struct layer_layout *L, int k,
+                    struct st_tensor *t, const struct st_name **which, struct err *e)
+{
+    const struct st_name *n = NULL;
+    for (size_t i = 0; i < sizeof st_names / sizeof st_names[0]; i++)
+        if (strcmp(st_names[i].ballast, L->params[k].name) == 0)
+            n = &st_names[i];
+    if (n == NULL)
+        return err_set(e, ERR_INPUT, "parameter %s of layer %d has no safetensors name",
+                       L->params[k].name, L->layer);
+    memset(t, 0, sizeof *t);
+    if (L->kind == MODEL_LAYER_BLOCK)
+        snprintf(t->name, sizeof t->name, "h.%d.%s", L->layer - 1, n->hf);
+    else
+        snprintf(t->name, sizeof t->name, "%s", n->hf);
+    int64_t elems = L->params[k].elems;
+    t->ndim = n->cols_c == 0 ? 1 : 2;
+    t->shape[0] = elems;
+    if (n->cols_c != 0) {
+        int64_t cols = (int64_t)n->cols_c * m->n_embd, rows = elems / cols;
+        t->shape[0] = n->transposed ? cols : rows;
+        t->shape[1] = n->transposed ? rows : cols;
+    }
+    *which = n;
+    return ERR_OK;
+}
+
+/* (rows, cols) to (cols, rows), elements of `es` bytes. */
+static void transpose(void *dst, const void *src, int64_t rows, int64_t cols, int es)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            memcpy((char *)dst + (c * rows + r) * es, (const char *)src + (r * cols + c) * es,
+                   (size_t)es);
+}
+
+int st_stage_collect(struct stage_runner *r, struct st_tensor **t, int *n, char **blob,
+                     struct err *e)
+{
+    const struct stage_layout *lay = &r->lay;
+    int bf16 = lay->dtype == MODEL_DTYPE_BF16, es = bf16 ? 2 : 4, count = 0;
+    for (int li = 0; li < lay->n_layers; li++)
+        count += lay->layers[li].n_params;
+    *t = calloc((size_t)count, sizeof **t);
+    *blob = malloc((size_t)(lay->param_count * es) + 1);
+    char *tmp = NULL;
+    *n = 0;
+    if (*t == NULL || *blob == NULL)
+        return err_set(e, ERR_FAIL, "out of memory collecting the weights");
+    int64_t at = 0;
+    int rc = ERR_OK;
+    for (int li = 0; li < lay->n_layers && rc == ERR_OK; li++) {
+        const struct layer_layout *L = &lay->layers[li];
+        for (int k = 0; k < L->n_params && rc == ERR_OK; k++) {
+            struct st_tensor *d = &(*t)[(*n)++];
+            const struct st_name *nm;
+            if ((rc = describe(r->c.model, L, k, d, &nm, e)))
+                break;
+            d->dtype = bf16 ? ST_BF16 : ST_F32;
+            d->offset = at;
+            d->bytes = L->params[k].elems * es;
+            at += d->bytes;
+            int64_t from = bf16 ? L->weight_off[k] : lay->master_at + L->param_off[k];
+            if (!nm->transposed) {
+                rc = stage_state_get(r, from, *blob + d->offset, d->bytes, e);
+                continue;
+            }
+            free(tmp);
+            if ((tmp = malloc((size_t)d->bytes)) == NULL) {
+                rc = err_set(e, ERR_FAIL, "out of memory collecting %s", d->name);
+                break;
+            }
+            rc = stage_state_get(r, from, tmp, d->bytes, e);
+            if (rc == ERR_OK) /* Ballast's (out, in) as the file's [in, out] */
+                transpose(*blob + d->offset, tmp, d->shape[1], d->shape[0], es);
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+static cJSON *header_of(const struct st_tensor *t, int n)
+{
+    cJSON *h = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    cJSON_AddStringToObject(meta, "writer", "ballast");
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_AddObjectToObject(h, t[i].name);
+        cJSON_AddStringToObject(o, "dtype", st_dtype_names[t[i].dtype]);
+        cJSON *shape = cJSON_AddArrayToObject(o, "shape"),
+              *off = cJSON_AddArrayToObject(o, "data_offsets");
+        for (int d = 0; d < t[i].ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(at + t[i].bytes)));
+        at += t[i].bytes;
+    }
+    return h;
+}
+
+int st_write(const char *file, const struct st_tensor *t, int n, char *const *blobs,
+             struct err *e)
+{
+    cJSON *h = header_of(t, n);
+    char *text = h != NULL ? cJSON_PrintUnformatted(h) : NULL;
+    cJSON_Delete(h);
+    if (text == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory writing the header", file);
+    size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+    char *head = malloc(8 + padded);
+    if (head == NULL) {
+        free(text);
+        return err_set(e, ERR_FAIL, "%s: out of memory writing the header", file);
+    }
+    for (int b = 0; b < 8; b++)
+        head[b] = (char)((uint64_t)padded >> (8 * b) & 255);
+    memcpy(head + 8, text, len);
+    memset(head + 8 + len, ' ', padded - len); /* the format's padding */
+    free(text);
+    struct fileio_out out;
+    if (fileio_out_open(&out, file, e)) {
+        free(head);
+        return e->code;
+    }
+    int ok = fileio_write_all(out.fd, head, 8 + (int64_t)padded) == 0;
+    for (int i = 0; i < n && ok; i++)
+        ok = fileio_write_all(out.fd, blobs[i] + t[i].offset, t[i].bytes) == 0;
+    free(head);
+    return fileio_out_commit(&out, file, ok, e);
+}
+
+void st_stage_path(const char *pattern, int stage, char *out, size_t size)
+{
+    const char *at = strstr(pattern, ST_STAGE_MARK);
+    if (at == NULL)
+        snprintf(out, size, "%s", pattern);
+    else
+        snprintf(out, size, "%.*s%d%s", (int)(at - pattern), pattern, stage,
+                 at + strlen(ST_STAGE_MARK));
+}
+
+/* ---- reading ---- */
+
+struct st_file {
+    const char *name;
+    unsigned char *map;
+    int64_t size, data_at;
+    cJSON *header;
+};
+
+static int64_t json_int(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 9e15 &&
+                   v->valuedouble == (double)(int64_t)v->valuedouble
+               ? (int64_t)v->valuedouble
+               : -1;
+}
+
+/* A tensor entry's fields, its bytes within the file (truncated files are caught here). */
+static int check_entry(const struct st_file *f, const cJSON *o, struct err *e)
+{
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype"),
+                *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"),
+                *off = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
+    if (!cJSON_IsString(dt))
+        return err_set(e, ERR_INPUT, "%s: %s.dtype: missing or not a string", f->name,
+                       o->string);
+    if (!cJSON_IsArray(shape))
+        return err_set(e, ERR_INPUT, "%s: %s.shape: missing or not an array", f->name,
+                       o->string);
+    const cJSON *s;
+    cJSON_ArrayForEach(s, shape)
+    {
+        if (json_int(s) < 0)
+            return err_set(e, ERR_INPUT, "%s: %s.shape: not a list of sizes", f->name,
+                           o->string);
+    }
+    int64_t begin = json_int(cJSON_GetArrayItem(off, 0)),
+            end = json_int(cJSON_GetArrayItem(off, 1));
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || begin < 0 || end < begin)
+        return err_set(e, ERR_INPUT, "%s: %s.data_offsets: expected [begin, end], begin <= end",
+                       f->name, o->string);
+    if (f->data_at + end > f->size)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.data_offsets: [%lld, %lld], past the %lld bytes of tensor data "
+                       "the file holds (truncated)",
+                       f->name, o->string, (long long)begin, (long long)end,
+                       (long long)(f->size - f->data_at));
+    return ERR_OK;
+}
+
+static int st_open(struct st_file *f, const char *file, struct err *e)
+{
+    memset(f, 0, sizeof *f);
+    f->name = file;
+    int fd;
+    if (fileio_open_input(file, 0, &fd, &f->size, e))
+        return e->code;
+    if (f->size < 8) {
+        close(fd);
+        return err_set(e, ERR_INPUT, "%s: %lld bytes, shorter than the 8-byte header length",
+                       file, (long long)f->size);
+    }
+    void *p = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return err_set(e, ERR_INPUT, "%s: cannot map: %s", file, strerror(errno));
+    f->map = p;
+    uint64_t n = 0;
+    for (int b = 7; b >= 0; b--)
+        n = n << 8 | f->map[b];
+    if (n > (uint64_t)f->size - 8)
+        return err_set(e, ERR_INPUT,
+                       "%s: header length %llu runs past the file's %lld bytes (not "
+                       "safetensors, or truncated)",
+                       file, (unsigned long long)n, (long long)f->size);
+    f->data_at = 8 + (int64_t)n;
+    f->header = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)n);
+    if (!cJSON_IsObject(f->header))
+        return err_set(e, ERR_INPUT, "%s: header: the %llu bytes after the length are not a "
+                                     "JSON object",
+                       file, (unsigned long long)n);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, f->header)
+    {
+        if (strcmp(o->string, "__metadata__") == 0)
+            continue;
+        if (!cJSON_IsObject(o))
+            return err_set(e, ERR_INPUT, "%s: %s: not an object", file, o->string);
+        ERR_TRY(check_entry(f, o, e));
+    }
+    return ERR_OK;
+}
+
+static void st_close(struct st_file *f)
+{
+    cJSON_Delete(f->header);
+    if (f->map != NULL)
+        munmap(f->map, (size_t)f->size);
+}
+
+/* The file's tensor for `want` (dtype and shape checked; wpe may hold more positions than the
+ * model uses: the first ones are taken) as fp32 in `want`'s layout. */
+static int read_tensor(const struct st_file *f, const struct st_tensor *want,
+                       const struct st_name *nm, float *out, float *tmp, struct err *e)
+{
+    const char *name = want->name;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(f->header, name);
+    if (o == NULL && strcmp(name, "lm_head.weight") == 0) /* tied, as Hugging Face saves it */
+        o = cJSON_GetObjectItemCaseSensitive(f->header, name = "wte.weight");
+    if (o == NULL)
+        return err_set(e, ERR_INPUT, "%s: %s: missing", f->name, want->name);
+    const char *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype")->valuestring;
+    int dtype = strcmp(dt, "F32") == 0 ? ST_F32 : strcmp(dt, "BF16") == 0 ? ST_BF16 : -1;
+    if (dtype < 0)
+        return err_set(e, ERR_INPUT, "%s: %s.dtype: \"%s\", expected F32 or BF16", f->name,
+                       name, dt);
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    int ndim = cJSON_GetArraySize(shape), more_rows = strcmp(nm->ballast, "wpe") == 0;
+    int64_t got[2] = {json_int(cJSON_GetArrayItem(shape, 0)),
+                      json_int(cJSON_GetArrayItem(shape, 1))};
+    int fits = ndim == want->ndim && (more_rows ? got[0] >= want->shape[0]
+                                                : got[0] == want->shape[0]);
+    if (ndim == 2)
+        fits = fits && got[1] == want->shape[1];
+    if (!fits) {
+        char g[64], w[64];
+        if (ndim <= 2)
+            snprintf(g, sizeof g, ndim == 2 ? "[%lld, %lld]" : "[%lld]", (long long)got[0],
+                     (long long)got[1]);
+        else
+            snprintf(g, sizeof g, "%d dimensions", ndim);
+        snprintf(w, sizeof w, want->ndim == 2 ? "[%lld, %lld]" : "[%lld]",
+                 (long long)want->shape[0], (long long)want->shape[1]);
+        return err_set(e, ERR_INPUT, "%s: %s.shape: %s, expected %s%s", f->name, name, g, w,
+                       more_rows ? " (or more positions)" : "");
+    }
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
+    int64_t begin = json_int(cJSON_GetArrayItem(off, 0)),
+            end = json_int(cJSON_GetArrayItem(off, 1));
+    int64_t elems = want->ndim == 2 ? want->shape[0] * want->shape[1] : want->shape[0];
+    int64_t stored = got[0] * (ndim == 2 ? got[1] : 1);
+    if (end - begin != stored * st_dtype_bytes[dtype])
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.data_offsets: %lld bytes, but a %s tensor of %lld elements "
+                       "takes %lld",
+                       f->name, name, (long long)(end - begin), dt, (long long)stored,
+                       (long long)(stored * st_dtype_bytes[dtype]));
+    const unsigned char *src = f->map + f->data_at + begin;
+    float *dst = nm->transposed ? tmp : out;
+    for (int64_t i = 0; i < elems; i++) {
+        if (dtype == ST_F32) {
+            memcpy(&dst[i], src + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = bf16_to_float(h);
+        }
+    }
+    if (nm->transposed) /* the file's [in, out] as Ballast's (out, in) */
+        transpose(out, tmp, want->shape[0], want->shape[1], 4);
+    return ERR_OK;
+}
+
+/* One parameter: its fp32 master weights and, for bf16, the compute copy rounded. */
+static int put_param(struct stage_runner *r, const struct layer_layout *L, int k,
+                     const float *v, uint16_t *half, struct err *e)
+{
+    int64_t elems = L->params[k].elems;
+    ERR_TRY(stage_state_put(r, r->lay.master_at + L->param_off[k], v, 4 * elems, e));
+    if (r->lay.dtype != MODEL_DTYPE_BF16)
+        return ERR_OK;
+    for (int64_t i = 0; i < elems; i++)
+        half[i] = bf16_from_float(v[i]);
+    return stage_state_put(r, L->weight_off[k], half, 2 * elems, e);
+}
+
+int st_stage_load(struct stage_runner *r, const char *file, struct err *e)
+{
+    struct st_file f;
+    int rc = st_open(&f, file, e);
+    int64_t most = 0;
+    for (int li = 0; li < r->lay.n_layers; li++)
+        for (int k = 0; k < r->lay.layers[li].n_params; k++)
+            if (r->lay.layers[li].params[k].elems > most)
+                most = r->lay.layers[li].params[k].elems;
+    float *v = malloc(sizeof(float) * (size_t)(most + 1)),
+          *tmp = malloc(sizeof(float) * (size_t)(most + 1));
+    uint16_t *half = malloc(sizeof(uint16_t) * (size_t)(most + 1));
+    if (rc == ERR_OK && (v == NULL || tmp == NULL || half == NULL))
+        rc = err_set(e, ERR_FAIL, "%s: out of memory reading the weights", file);
+    for (int li = 0; li < r->lay.n_layers && rc == ERR_OK; li++) {
+        const struct layer_layout *L = &r->lay.layers[li];
+        for (int k = 0; k < L->n_params && rc == ERR_OK; k++) {
+            struct st_tensor want;
+            const struct st_name *nm;
+            rc = describe(r->c.model, L, k, &want, &nm, e);
+            if (rc == ERR_OK)
+                rc = read_tensor(&f, &want, nm, v, tmp, e);
+            if (rc == ERR_OK)
+                rc = put_param(r, L, k, v, half, e);
+        }
+    }
+    free(v);
+    free(tmp);
+    free(half);
+    st_close(&f);
+    return rc;
+}

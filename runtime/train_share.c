@@ -1,0 +1,567 @@
+/* `ballast train --share`: the jobs of a share file (share.h) on the same ranks, in turn,
+ * `slice` steps at a time, until each has run `steps` (DESIGN.md, "Runtime").
+ *
+ * Memory, per rank (its device of the share file): one allocation of the device's regions,
+ * each job's persistent region at its offset and the temporary region after them. A job's
+ * stage keeps its weights, gradients and optimizer state in its persistent region for the
+ * whole run, and carves its activations, transient and workspace from the temporary region
+ * (stage_config): every job carves it its own way, and since a step ends with nothing live
+ * there (every receipt matched, every send waited for), the next job's carving is all a
+ * switch needs. With --switch full (the baseline) the device holds one job at a time: the
+ * largest persistent region and the temporary region; a switch downloads the running job's
+ * persistent region to a host copy and uploads the next job's.
+ *
+ * Device peak: the persistent regions (always live) plus the largest temporary any job had
+ * live, each job's from its executor's accounting (exec.h) less its persistent bytes; with
+ * --switch full, the largest job's. A switch starts at a barrier after the last slice (every
+ * rank done with it) and is timed until the next job is in place on this rank; metrics report
+ * the slowest rank's time and the bytes summed over ranks. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_device.h"
+#include "fileio.h"
+#include "jsonio.h"
+#include "model_ops.h"
+#include "mpicheck.h"
+#include "share.h"
+#include "stage.h"
+#include "train.h"
+
+struct share_job_run {
+    struct data_source data;
+    int data_loaded;
+    uint32_t *regen; /* this rank's layers */
+    struct stage_runner stage;
+    int stage_ready;
+    char *host_state; /* --switch full: the persistent region while the job is switched out */
+    int64_t done;     /* steps run */
+    struct stage_times sum;
+    int counted;
+    double *loss, *ms; /* per step (every rank has them; rank 0 writes them) */
+};
+
+struct share_switch {
+    int from, to;
+    double ms;
+    int64_t persistent_moved, temporary_bytes;
+};
+
+struct share_run {
+    const struct train_options *o;
+    MPI_Comm comm;
+    int rank, size;
+    struct share sh;
+    int loaded;
+    struct backend be;
+    int on_cuda;
+    struct transport tp;
+    char *device_mem;
+    int64_t device_bytes;
+    struct share_job_run *jobs;
+    struct share_switch *switches;
+    int n_switches, cap_switches;
+    int resident; /* --switch full: the job whose state is on the device; -1 none */
+};
+
+/* Every rank's status, the worst to all. */
+static int share_agree(struct share_run *r, int rc)
+{
+    int worst = rc;
+    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS)
+        return ERR_FAIL;
+    return worst;
+}
+
+static void share_fail_now(struct share_run *r, const struct err *e)
+{
+    fprintf(stderr, "ballast train --share: stage %d: %s\n", r->rank, e->msg);
+    fflush(stderr);
+    MPI_Abort(r->comm, ERR_FAIL);
+}
+
+/* ---- set-up ---- */
+
+/* What every rank checks alike: the share file, the ranks, the options. */
+static int check_share(struct share_run *r, struct err *e)
+{
+    const struct train_options *o = r->o;
+    if (share_load(o->share_file, &r->sh, e))
+        return e->code;
+    r->loaded = 1;
+    if (r->sh.n_devices != r->size)
+        return err_set(e, ERR_INPUT, "%s: the jobs have %d stages, one MPI rank each, but this "
+                       "run has %d ranks (mpirun -np %d)", o->share_file, r->sh.n_devices,
+                       r->size, r->sh.n_devices);
+    if (strcmp(o->transport, "nccl") == 0)
+        return err_set(e, ERR_INPUT, "--transport nccl: time-shared jobs exchange activations "
+                       "over MPI (host-staged on GPUs)");
+    if (o->save_dir != NULL || o->resume_dir != NULL || o->trace_file != NULL)
+        return err_set(e, ERR_INPUT, "--save, --resume and --trace are for one plan, not "
+                       "--share");
+    for (int j = 0; j < r->sh.n_jobs; j++) {
+        const struct plan *p = &r->sh.jobs[j].plan;
+        if (model_ops_of(&p->model) == NULL)
+            return err_set(e, ERR_INPUT, "%s: jobs[%d].plan.model: \"%s\" is a custom model: "
+                           "Ballast has no layers to run for it", o->share_file, j,
+                           p->model.name);
+        for (int s = 0; s < p->n_stages; s++) {
+            const struct plan_stage *st = &p->stages[s];
+            for (int l = 0; l < plan_stage_layer_count(st); l++) {
+                uint32_t regen;
+                struct err in;
+                if (layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                                 &regen, &in))
+                    return err_set(e, in.code, "%s: jobs[%d].plan: stages[%d]: %s",
+                                   o->share_file, j, s, in.msg);
+            }
+        }
+    }
+    return ERR_OK;
+}
+
+/* The CPU, or the GPU (local rank mod the node's GPUs) where the job's plans put the stage. */
+static int start_backend(struct share_run *r, struct err *e)
+{
+    const char *d = r->o->device;
+    const struct plan_stage *st = &r->sh.jobs[0].plan.stages[r->rank];
+    r->on_cuda = strcmp(d, "auto") != 0 ? strcmp(d, "cuda") == 0
+                                        : strcmp(st->device_kind, "cuda") == 0;
+    MPI_Comm local;
+    int lrank = 0, lsize = 1;
+    MPI_CHECK(MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local),
+              e);
+    int rc = MPI_Comm_rank(local, &lrank) != MPI_SUCCESS || MPI_Comm_size(local, &lsize) != MPI_SUCCESS;
+    MPI_Comm_free(&local);
+    if (rc)
+        return err_set(e, ERR_FAIL, "MPI could not tell this node's ranks");
+    if (!r->on_cuda) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = r->o->threads > 0 ? r->o->threads : cores > lsize ? (int)(cores / lsize) : 1;
+        return backend_cpu_init(&r->be, threads, e);
+    }
+    int n = 0;
+    char why[256] = "";
+    cuda_device_count(&n, why, (int)sizeof why);
+    if (n == 0)
+        return err_set(e, ERR_INPUT, "stage %d is on %s, a CUDA device, but none is usable here "
+                       "(%s); --device cpu trains it on the CPU", r->rank, st->device, why);
+    return backend_cuda_init(&r->be, lrank % n, e);
+}
+
+/* The device's regions in one allocation: all of them, or (--switch full) one job's
+ * persistent region at a time and the temporary region. */
+static int alloc_regions(struct share_run *r, struct err *e)
+{
+    const struct share_device *dv = &r->sh.devices[r->rank];
+    int64_t temporary_at = dv->temporary.offset;
+    if (r->o->switch_full) {
+        int64_t most = 0;
+        for (int j = 0; j < r->sh.n_jobs; j++)
+            most = dv->persistent[j].bytes > most ? dv->persistent[j].bytes : most;
+        temporary_at = share_align(most);
+    }
+    r->device_bytes = temporary_at + dv->temporary.bytes;
+    return r->be.ops->alloc(&r->be, r->device_bytes, (void **)&r->device_mem, e);
+}
+
+static char *persistent_at(const struct share_run *r, int j)
+{
+    return r->o->switch_full ? r->device_mem
+                             : r->device_mem + r->sh.devices[r->rank].persistent[j].offset;
+}
+
+static char *temporary_at(const struct share_run *r)
+{
+    const struct share_device *dv = &r->sh.devices[r->rank];
+    return r->device_mem + r->device_bytes - dv->temporary.bytes;
+}
+
+/* Job j's stage on this rank, its weights drawn as if it trained alone. */
+static int start_job(struct share_run *r, int j, struct err *e)
+{
+    const struct train_options *o = r->o;
+    const struct plan *p = &r->sh.jobs[j].plan;
+    const struct share_device *dv = &r->sh.devices[r->rank];
+    struct share_job_run *job = &r->jobs[j];
+    if (o->data_file != NULL ? data_init_file(&job->data, o->data_file, o->data_format, &p->model, o->seed, e)
+                             : data_init_synthetic(&job->data, &p->model, o->seed, e))
+        return e->code;
+    job->data_loaded = 1;
+    job->loss = calloc((size_t)o->steps, sizeof *job->loss);
+    job->ms = calloc((size_t)o->steps, sizeof *job->ms);
+    if (job->loss == NULL || job->ms == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    struct stage_config c;
+    if (stage_config_of_plan(&c, p, r->rank, o->lr, &job->regen, e)) /* checked in check_share */
+        return e->code;
+    c.persistent = persistent_at(r, j);
+    c.temporary = temporary_at(r);
+    c.persistent_bytes = dv->persistent[j].bytes;
+    c.temporary_bytes = dv->temporary.bytes;
+    struct err in;
+    err_clear(&in);
+    if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, &in))
+        return err_set(e, in.code, "job %s: %s", r->sh.jobs[j].name, in.msg);
+    job->stage_ready = 1;
+    if (!o->switch_full)
+        return ERR_OK;
+    /* the device holds one job: this one's state waits on the host */
+    int64_t bytes = job->stage.lay.persistent_bytes;
+    job->host_state = malloc((size_t)bytes);
+    if (job->host_state == NULL)
+        return err_set(e, ERR_FAIL, "out of host memory for job %s's state (%lld bytes)",
+                       r->sh.jobs[j].name, (long long)bytes);
+    return stage_state_get(&job->stage, 0, job->host_state, bytes, e);
+}
+
+/* The transport every job uses in turn: MPI, host-staged for a GPU. */
+static int start_transport(struct share_run *r, struct err *e)
+{
+    int max_requests = 8;
+    int64_t act = 0;
+    for (int j = 0; j < r->sh.n_jobs; j++) {
+        const struct plan *p = &r->sh.jobs[j].plan;
+        int need = 4 * p->micro_batches + 8;
+        max_requests = need > max_requests ? need : max_requests;
+        int64_t a = exec_boundary_bytes(&p->model);
+        act = a > act ? a : act;
+    }
+    int rc = r->on_cuda ? transport_staged_init(&r->tp, &r->comm, max_requests, &r->be, act, e)
+                        : transport_mpi_init(&r->tp, &r->comm, max_requests, e);
+    r->tp.timeout_s = r->o->timeout_s;
+    return rc;
+}
+
+/* This rank's own set-up: backend, regions, the jobs, the transport. */
+static int setup_rank(struct share_run *r, struct err *e)
+{
+    r->resident = -1;
+    r->jobs = calloc((size_t)r->sh.n_jobs, sizeof *r->jobs);
+    if (r->jobs == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    ERR_TRY(start_backend(r, e));
+    ERR_TRY(alloc_regions(r, e));
+    for (int j = 0; j < r->sh.n_jobs; j++)
+        ERR_TRY(start_job(r, j, e));
+    return start_transport(r, e);
+}
+
+static void free_share_run(struct share_run *r)
+{
+    for (int j = 0; r->jobs != NULL && j < r->sh.n_jobs; j++) {
+        struct share_job_run *job = &r->jobs[j];
+        if (job->stage_ready)
+            stage_free(&job->stage);
+        if (job->data_loaded)
+            data_free(&job->data);
+        free(job->regen);
+        free(job->host_state);
+        free(job->loss);
+        free(job->ms);
+    }
+    free(r->jobs);
+    if (r->tp.ops != NULL)
+        r->tp.ops->free(&r->tp);
+    if (r->be.ops != NULL) {
+        r->be.ops->release(&r->be, r->device_mem);
+        r->be.ops->free(&r->be);
+    }
+    if (r->loaded)
+        share_free(&r->sh);
+    free(r->switches);
+}
+
+/* ---- the jobs in turn ---- */
+
+/* --switch full: the resident job's state to its host copy, job `to`'s onto the device. */
+static int swap_state(struct share_run *r, int to, int64_t *moved, struct err *e)
+{
+    *moved = 0;
+    if (r->resident >= 0) {
+        struct share_job_run *out = &r->jobs[r->resident];
+        int64_t bytes = out->stage.lay.persistent_bytes;
+        ERR_TRY(stage_state_get(&out->stage, 0, out->host_state, bytes, e));
+        *moved += bytes;
+    }
+    struct share_job_run *in = &r->jobs[to];
+    int64_t bytes = in->stage.lay.persistent_bytes;
+    ERR_TRY(stage_state_put(&in->stage, 0, in->host_state, bytes, e));
+    *moved += bytes;
+    r->resident = to;
+    return r->be.ops->sync(&r->be, e);
+}
+
+/* From job `from` (-1: the start) to job `to`; recorded unless at the start. */
+static int switch_to(struct share_run *r, int from, int to, struct err *e)
+{
+    MPI_CHECK(MPI_Barrier(r->comm), e);
+    double t0 = exec_now_ms();
+    int64_t moved = 0;
+    if (r->o->switch_full)
+        ERR_TRY(swap_state(r, to, &moved, e));
+    /* shared: the persistent regions stay; the next job's carving of the temporary region is
+     * its stage's own (stage_config), so nothing moves */
+    double ms = exec_now_ms() - t0; /* the switch's own work, not the wait for other ranks */
+    MPI_CHECK(MPI_Barrier(r->comm), e);
+    if (from < 0)
+        return ERR_OK;
+    if (r->n_switches == r->cap_switches) {
+        int cap = r->cap_switches ? 2 * r->cap_switches : 16;
+        struct share_switch *more = realloc(r->switches, (size_t)cap * sizeof *more);
+        if (more == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        r->switches = more;
+        r->cap_switches = cap;
+    }
+    r->switches[r->n_switches++] = (struct share_switch){
+        from, to, ms, moved, stage_temporary_bytes(&r->jobs[to].stage)};
+    return ERR_OK;
+}
+
+/* `n` steps of job j; the last stage's loss to every rank. */
+static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
+{
+    struct share_job_run *job = &r->jobs[j];
+    for (int64_t i = 0; i < n; i++, job->done++) {
+        double t0 = exec_now_ms(), loss = 0;
+        MPI_Request req;
+        ERR_TRY(stage_step(&job->stage, job->done, &loss, e));
+        MPI_CHECK(MPI_Ibcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
+        ERR_TRY(mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e));
+        job->loss[job->done] = loss;
+        job->ms[job->done] = exec_now_ms() - t0;
+        if (r->rank == 0 && !r->o->quiet)
+            printf("%s step %lld/%lld  loss %.6f  %.1f ms\n", r->sh.jobs[j].name,
+                   (long long)job->done + 1, (long long)r->o->steps, loss, job->ms[job->done]);
+        if (job->done == 0 && r->o->steps > 1)
+            continue; /* warm-up: not in the stage times */
+        const struct stage_times *t = &job->stage.x.times;
+        job->sum.fwd += t->fwd;
+        job->sum.bwd += t->bwd;
+        job->sum.recompute += t->recompute;
+        job->sum.send += t->send;
+        job->sum.idle += t->idle;
+        job->counted++;
+    }
+    return ERR_OK;
+}
+
+static int train_jobs(struct share_run *r, struct err *e)
+{
+    int current = -1, left = 1;
+    while (left) {
+        left = 0;
+        for (int j = 0; j < r->sh.n_jobs; j++) {
+            int64_t n = r->o->steps - r->jobs[j].done;
+            n = n < r->o->slice ? n : r->o->slice;
+            if (n <= 0)
+                continue;
+            if (j != current)
+                ERR_TRY(switch_to(r, current, j, e));
+            current = j;
+            ERR_TRY(run_slice(r, j, n, e));
+            left |= r->jobs[j].done < r->o->steps;
+        }
+    }
+    return ERR_OK;
+}
+
+/* ---- metrics ---- */
+
+enum { REP_PEAK, REP_PERSISTENT, REP_TEMPORARY, REP_FWD, REP_BWD, REP_RECOMPUTE, REP_SEND,
+       REP_IDLE, REP_N };
+
+/* This rank's numbers of job j (per micro-batch times). */
+static void job_numbers(const struct share_run *r, int j, double out[REP_N])
+{
+    const struct share_job_run *job = &r->jobs[j];
+    double k = job->counted > 0 ? (double)job->counted * job->stage.c.micro_batches : 1;
+    out[REP_PEAK] = (double)job->stage.x.peak;
+    out[REP_PERSISTENT] = (double)job->stage.lay.persistent_bytes;
+    out[REP_TEMPORARY] = (double)stage_temporary_bytes(&job->stage);
+    out[REP_FWD] = job->sum.fwd / k;
+    out[REP_BWD] = job->sum.bwd / k;
+    out[REP_RECOMPUTE] = job->sum.recompute / k;
+    out[REP_SEND] = job->sum.send / k;
+    out[REP_IDLE] = job->sum.idle / k;
+}
+
+static cJSON *job_json(const struct share_run *r, int j, const double *all)
+{
+    const struct share_job_run *job = &r->jobs[j];
+    int J = r->sh.n_jobs;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", r->sh.jobs[j].name);
+    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+    for (int64_t i = 0; i < job->done; i++) {
+        cJSON *s = cJSON_CreateObject();
+        jsonio_add_int(s, "step", i + 1);
+        cJSON_AddNumberToObject(s, "loss", job->loss[i]);
+        cJSON_AddNumberToObject(s, "ms", job->ms[i]);
+        cJSON_AddItemToArray(steps, s);
+    }
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; s < r->size; s++) {
+        const double *n = all + ((size_t)s * J + j) * REP_N;
+        cJSON *so = cJSON_CreateObject();
+        jsonio_add_int(so, "index", s);
+        jsonio_add_int(so, "peak_bytes", (int64_t)n[REP_PEAK]);
+        jsonio_add_int(so, "persistent_bytes", (int64_t)n[REP_PERSISTENT]);
+        jsonio_add_int(so, "temporary_bytes", (int64_t)n[REP_TEMPORARY]);
+        const char *names[] = {"fwd_ms", "bwd_ms", "recompute_ms", "send_ms", "idle_ms"};
+        for (int k = 0; k < 5; k++)
+            cJSON_AddNumberToObject(so, names[k], n[REP_FWD + k]);
+        cJSON_AddItemToArray(stages, so);
+    }
+    return o;
+}
+
+/* Device d's measured peak: the persistent regions and the largest temporary live (shared),
+ * or the largest job (full). */
+static cJSON *device_json(const struct share_run *r, int d, const double *all)
+{
+    const struct share_device *dv = &r->sh.devices[d];
+    int J = r->sh.n_jobs;
+    double persistent = 0, temporary = 0, largest = 0;
+    for (int j = 0; j < J; j++) {
+        const double *n = all + ((size_t)d * J + j) * REP_N;
+        persistent += n[REP_PERSISTENT];
+        temporary = n[REP_PEAK] - n[REP_PERSISTENT] > temporary ? n[REP_PEAK] - n[REP_PERSISTENT]
+                                                                : temporary;
+        largest = n[REP_PEAK] > largest ? n[REP_PEAK] : largest;
+    }
+    int64_t planned_persistent = 0;
+    for (int j = 0; j < J; j++)
+        planned_persistent += dv->persistent[j].bytes;
+    cJSON *o = cJSON_CreateObject();
+    jsonio_add_int(o, "index", d);
+    cJSON_AddStringToObject(o, "device", dv->device);
+    jsonio_add_int(o, "peak_bytes", (int64_t)(r->o->switch_full ? largest : persistent + temporary));
+    jsonio_add_int(o, "persistent_bytes", planned_persistent);
+    jsonio_add_int(o, "temporary_bytes", dv->temporary.bytes);
+    jsonio_add_int(o, "planned_bytes", planned_persistent + dv->temporary.bytes);
+    return o;
+}
+
+static cJSON *switches_json(const struct share_run *r, const double *ms, const int64_t *moved,
+                            const int64_t *temporary)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < r->n_switches; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "from", r->sh.jobs[r->switches[i].from].name);
+        cJSON_AddStringToObject(o, "to", r->sh.jobs[r->switches[i].to].name);
+        cJSON_AddNumberToObject(o, "ms", ms[i]);
+        jsonio_add_int(o, "persistent_bytes_moved", moved[i]);
+        jsonio_add_int(o, "temporary_bytes", temporary[i]);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static int write_metrics(const struct share_run *r, const double *all, const double *ms,
+                         const int64_t *moved, const int64_t *temporary, struct err *e)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "ballast-share-metrics/1");
+    cJSON_AddStringToObject(root, "share", r->o->share_file);
+    cJSON_AddStringToObject(root, "switch", r->o->switch_full ? "full" : "share");
+    jsonio_add_int(root, "slice", r->o->slice);
+    cJSON *jobs = cJSON_AddArrayToObject(root, "jobs");
+    for (int j = 0; j < r->sh.n_jobs; j++)
+        cJSON_AddItemToArray(jobs, job_json(r, j, all));
+    cJSON_AddItemToObject(root, "switches", switches_json(r, ms, moved, temporary));
+    cJSON *devices = cJSON_AddArrayToObject(root, "devices");
+    for (int d = 0; d < r->size; d++)
+        cJSON_AddItemToArray(devices, device_json(r, d, all));
+    int rc = jsonio_write(r->o->metrics_file, root, e);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Every rank's numbers to rank 0: jobs' stages gathered, switches' ms the slowest rank's,
+ * bytes summed over ranks. */
+static int finish(struct share_run *r, struct err *e)
+{
+    int J = r->sh.n_jobs, n = r->n_switches;
+    double *mine = calloc((size_t)J * REP_N, sizeof *mine);
+    double *all = calloc((size_t)r->size * J * REP_N, sizeof *all);
+    double *ms = calloc((size_t)n + 1, sizeof *ms), *ms_max = calloc((size_t)n + 1, sizeof *ms);
+    int64_t *b = calloc(2 * (size_t)n + 1, sizeof *b), *b_sum = calloc(2 * (size_t)n + 1, sizeof *b);
+    int rc = mine && all && ms && ms_max && b && b_sum ? ERR_OK
+                                                       : err_set(e, ERR_FAIL, "out of memory");
+    for (int j = 0; rc == ERR_OK && j < J; j++)
+        job_numbers(r, j, mine + (size_t)j * REP_N);
+    for (int i = 0; rc == ERR_OK && i < n; i++) {
+        ms[i] = r->switches[i].ms;
+        b[i] = r->switches[i].persistent_moved;
+        b[n + i] = r->switches[i].temporary_bytes;
+    }
+    if (rc == ERR_OK &&
+        (MPI_Gather(mine, J * REP_N, MPI_DOUBLE, all, J * REP_N, MPI_DOUBLE, 0, r->comm) ||
+         MPI_Reduce(ms, ms_max, n, MPI_DOUBLE, MPI_MAX, 0, r->comm) ||
+         MPI_Reduce(b, b_sum, 2 * n, MPI_INT64_T, MPI_SUM, 0, r->comm)))
+        rc = err_set(e, ERR_FAIL, "gathering the ranks' numbers failed (MPI)");
+    if (rc == ERR_OK && r->rank == 0 && r->o->metrics_file != NULL)
+        rc = write_metrics(r, all, ms_max, b_sum, b_sum + n, e);
+    if (rc == ERR_OK && r->rank == 0) {
+        double total = 0;
+        int64_t bytes = 0;
+        for (int i = 0; i < n; i++) {
+            total += ms_max[i];
+            bytes += b_sum[i];
+        }
+        printf("train --share: %d jobs, %lld steps each, slices of %lld, %d switches (%s): "
+               "%.3f ms and %lld persistent bytes moved per switch on average\n",
+               J, (long long)r->o->steps, (long long)r->o->slice, n,
+               r->o->switch_full ? "full" : "share", n ? total / n : 0.0,
+               (long long)(n ? bytes / n : 0));
+    }
+    free(mine);
+    free(all);
+    free(ms);
+    free(ms_max);
+    free(b);
+    free(b_sum);
+    return rc;
+}
+
+int train_share_run(const struct train_options *o, int rank, int size)
+{
+    struct share_run r;
+    struct err e;
+    err_clear(&e);
+    r = (struct share_run){.o = o, .comm = MPI_COMM_WORLD, .rank = rank, .size = size};
+    /* the same on every rank: rank 0 speaks for all */
+    int rc = check_share(&r, &e);
+    struct err out;
+    err_clear(&out);
+    if (rc == ERR_OK && o->metrics_file != NULL && fileio_out_check(o->metrics_file, &out))
+        rc = err_set(&e, out.code, "--metrics: %s", out.msg);
+    int all = share_agree(&r, rc);
+    if (all == ERR_OK) { /* this rank's own: it speaks for itself */
+        rc = setup_rank(&r, &e);
+        all = share_agree(&r, rc);
+        if (rc != ERR_OK)
+            fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
+    } else if (rc != ERR_OK && r.rank == 0) {
+        fprintf(stderr, "ballast train: %s\n", e.msg);
+    }
+    if (all != ERR_OK) {
+        free_share_run(&r);
+        return all;
+    }
+    if (train_jobs(&r, &e))
+        share_fail_now(&r, &e);
+    rc = finish(&r, &e);
+    if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)
+        rc = ERR_FAIL;
+    if (rc != ERR_OK && r.rank == 0)
+        fprintf(stderr, "ballast train: %s\n", e.msg);
+    free_share_run(&r);
+    return rc;
+}

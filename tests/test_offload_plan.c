@@ -1,0 +1,487 @@
+/* Offloading, the planning side (issue 12): the formats, the simulator's host lanes, and the
+ * optimal method with --actions recompute,offload against brute force (every action of
+ * every layer of every stage, scored by the simulator), GLPK, and PipeOffload's rules. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "devices.h"
+#include "offload.h"
+#include "planner.h"
+#include "sim.h"
+#include "testutil.h"
+
+#define GIB ((int64_t)1 << 30)
+
+/* ---- formats ---- */
+
+/* The T4/RTX4090 cluster with host memory on every stage; `host_link` is a stage member
+ * ("" for none). */
+static const char *host_cluster(const char *name, int host, const char *host_link)
+{
+    char text[4096], stages[3000] = "";
+    const char *dev[4] = {"T4", "T4", "RTX4090", "RTX4090"};
+    for (int s = 0; s < 4; s++) {
+        const char *d = dev[s];
+        char one[700];
+        snprintf(one, sizeof one,
+                 "%s{\"device\":\"%s\",\"memory_bytes\":%lld,\"profile\":\"%s/configs/profiles/"
+                 "estimated/gpt-1.3b/%s.json\"%s%s%s%s}",
+                 s ? "," : "", d, (long long)(s < 2 ? 14 : 22) * GIB, BALLAST_SOURCE_DIR, d,
+                 host ? ",\"host_memory_bytes\":" : "", host ? "137438953472" : "",
+                 host_link[0] ? "," : "", host_link);
+        strcat(stages, one);
+    }
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"gpipe\",\"micro_batches\":8,"
+             "\"stages\":[%s]}",
+             stages);
+    return test_write(name, text);
+}
+
+static void test_cluster_host_fields(void)
+{
+    struct cluster c;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(cluster_load(host_cluster("h.json", 1, ""), &c, &e) == ERR_OK);
+    /* no link given: the datasheet's PCIe 3 (T4) and 4 (RTX4090) x16 at the pinned share */
+    CU_ASSERT_EQUAL(c.stages[0].host_memory_bytes, 128 * GIB);
+    CU_ASSERT(c.stages[0].host_link.present && test_close(c.stages[0].host_link.gbps, 102.4, 0, 1e-12));
+    CU_ASSERT(test_close(c.stages[3].host_link.gbps, 204.8, 0, 1e-12));
+    cluster_free(&c);
+    CU_ASSERT_FATAL(cluster_load(host_cluster("h2.json", 1,
+                                              "\"host_link\":{\"gbps\":50,\"latency_us\":7}"),
+                                 &c, &e) == ERR_OK);
+    CU_ASSERT(c.stages[1].host_link.gbps == 50 && c.stages[1].host_link.latency_us == 7);
+    cluster_free(&c);
+    CU_ASSERT_FATAL(cluster_load(host_cluster("h3.json", 0, ""), &c, &e) == ERR_OK);
+    CU_ASSERT(c.stages[0].host_memory_bytes == 0 && !c.stages[0].host_link.present);
+    cluster_free(&c);
+}
+
+/* Each GPU's host_link_gbs is its PCIe generation's x16 figure (3/4/5: 16/32/64 GB/s each
+ * way), the generation its datasheet source names. */
+static void test_devices_pcie(void)
+{
+    struct device_table t;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(devices_load(BALLAST_SOURCE_DIR "/configs/devices.json", &t, &e) == ERR_OK);
+    int checked = 0;
+    for (int i = 0; i < t.n; i++) {
+        const struct device_spec *d = &t.devices[i];
+        const char *gen = strstr(d->source, "PCIe ");
+        if (strcmp(d->kind, "cuda") != 0)
+            continue;
+        CU_ASSERT_FATAL(gen != NULL);
+        double want = gen[5] == '3' ? 16 : gen[5] == '4' ? 32 : gen[5] == '5' ? 64 : -1;
+        CU_ASSERT(d->host_link_gbs == want);
+        struct link l = devices_host_link(d);
+        CU_ASSERT(l.present && test_close(l.gbps, want * 8 * 0.8, 0, 1e-12));
+        checked++;
+    }
+    CU_ASSERT(checked >= 9);
+    devices_free(&t);
+}
+
+static void test_bad_input(void)
+{
+    char *err = NULL;
+    char args[1024];
+    /* a link of 0 */
+    snprintf(args, sizeof args, "plan --quiet --actions recompute,offload --cluster %s",
+             host_cluster("z.json", 1, "\"host_link\":{\"gbps\":0}"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err && strstr(err, "z.json") && strstr(err, "host_link") && strstr(err, "gbps"));
+    free(err);
+    /* offload asked where no stage has host memory */
+    snprintf(args, sizeof args, "plan --quiet --actions offload --cluster %s",
+             host_cluster("n.json", 0, ""));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err && strstr(err, "host_memory_bytes"));
+    free(err);
+    snprintf(args, sizeof args, "plan --quiet --actions offload,swap --cluster %s",
+             host_cluster("n.json", 1, ""));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err && strstr(err, "--actions"));
+    free(err);
+    snprintf(args, sizeof args, "plan --quiet --method patent --actions offload --cluster %s",
+             host_cluster("n.json", 1, ""));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    free(err);
+}
+
+/* A plan with offload is written, read back the same, and refused once its host memory is
+ * not the cost model's. */
+static void test_plan_round_trip(void)
+{
+    char args[1024], *err = NULL, plan[1024];
+    snprintf(plan, sizeof plan, "%s", test_path("off.plan.json"));
+    snprintf(args, sizeof args, "plan --quiet --actions recompute,offload --cluster %s -o %s",
+             host_cluster("r.json", 1, ""), plan);
+    CU_ASSERT_FATAL(test_run(args, NULL, NULL) == 0);
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(plan_load(plan, &p, &e) == ERR_OK);
+    int offloaded = 0;
+    for (int s = 0; s < p.n_stages; s++) {
+        struct plan_stage *st = &p.stages[s];
+        struct stage_cost c;
+        plan_stage_cost(&p, st, &c);
+        offloaded += plan_stage_offloads(st);
+        CU_ASSERT(st->host_memory_bytes == c.host_memory_bytes);
+        CU_ASSERT(st->host_memory_bytes <= st->host_limit_bytes);
+        CU_ASSERT(!plan_stage_offloads(st) || (st->staging_bytes > 0 && st->copy_ms > 0));
+    }
+    CU_ASSERT(offloaded > 0);
+    plan_free(&p);
+    snprintf(args, sizeof args, "simulate --plan %s -o %s --trace %s", plan,
+             test_path("sim.json"), test_path("trace.json"));
+    CU_ASSERT(test_run(args, NULL, NULL) == 0);
+    char *sim = test_read(test_path("sim.json")), *trace = test_read(test_path("trace.json"));
+    CU_ASSERT(sim && strstr(sim, "stall_ms") && strstr(sim, "copy_in_ms"));
+    /* the copy lanes are tracks of the trace, with their slices */
+    CU_ASSERT(trace && strstr(trace, "to host (") && strstr(trace, "from host (") &&
+              strstr(trace, "prefetch-from-host") && strstr(trace, "copy-to-host"));
+    free(sim);
+    free(trace);
+    /* tamper: one byte more host memory than the cost model's */
+    char *text = test_read(plan);
+    char *at = strstr(text, "\"host_memory_bytes\":");
+    CU_ASSERT_FATAL(at != NULL);
+    long long v = atoll(at + 20);
+    char *rest = strchr(at + 20, ',');
+    char *edited = malloc(strlen(text) + 32);
+    snprintf(edited, strlen(text) + 32, "%.*s\"host_memory_bytes\":%lld%s", (int)(at - text), text,
+             v + 1, rest);
+    const char *bad = test_write("bad.plan.json", edited);
+    CU_ASSERT(plan_load(bad, &p, &e) == ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "host_memory_bytes") != NULL);
+    free(text);
+    free(edited);
+    free(err);
+}
+
+/* ---- simulator ---- */
+
+/* One stage, one micro-batch, two layers (1 ms forward, 2 ms backward, 3 ms copies, prefetch
+ * one layer-op ahead), worked by hand: outs [1,4] [4,7]; layer 1's prefetch waits for its
+ * out, [7,10] (stall 8), backward [10,12]; layer 0's is issued at 10, [10,13] (stall 1),
+ * backward [13,15]. */
+static void test_sim_by_hand(void)
+{
+    struct sim_layer y[2] = {{1, 2, 0, 3, 1}, {1, 2, 0, 3, 1}};
+    struct sim_stage st = {.fwd_ms = 2, .bwd_ms = 4, .n_layers = 2, .layers = y};
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 15, 1e-12, 0));
+    CU_ASSERT(test_close(r.stall_ms[0], 9, 1e-12, 0));
+    CU_ASSERT(test_close(r.copy_out_ms[0], 6, 1e-12, 0) && test_close(r.copy_in_ms[0], 6, 1e-12, 0));
+    sim_result_free(&r);
+    /* two layer-ops ahead: both prefetches issued earlier, layer 0's at the step's start */
+    y[0].ahead = y[1].ahead = 2;
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(r.iteration_ms <= 15);
+    sim_result_free(&r);
+}
+
+/* Layer by layer with no copies is the stage as one forward and one backward. */
+static void test_sim_layers_without_copies(void)
+{
+    struct test_rng rng = {7};
+    for (int trial = 0; trial < 20; trial++) {
+        int S = (int)test_rng_int(&rng, 1, 5), M = (int)test_rng_int(&rng, 1, 9);
+        struct sim_stage st[5], whole[5];
+        struct sim_layer y[5][3];
+        for (int s = 0; s < S; s++) {
+            whole[s] = (struct sim_stage){.out_bytes = 1000, .link = {1, 10, 5}};
+            for (int l = 0; l < 3; l++) {
+                y[s][l] = (struct sim_layer){test_rng_double(&rng, 0.5, 2),
+                                             test_rng_double(&rng, 1, 4),
+                                             test_rng_double(&rng, 0, 1), 0, 0};
+                whole[s].fwd_ms += y[s][l].fwd_ms;
+                whole[s].bwd_ms += y[s][l].bwd_ms;
+                whole[s].recompute_ms += y[s][l].recompute_ms;
+            }
+            st[s] = whole[s];
+            st[s].n_layers = 3;
+            st[s].layers = y[s];
+        }
+        for (int g = 0; g < 2; g++) {
+            double a, b;
+            struct err e;
+            err_clear(&e);
+            CU_ASSERT(sim_makespan(g, S, M, st, &a, &e) == ERR_OK);
+            CU_ASSERT(sim_makespan(g, S, M, whole, &b, &e) == ERR_OK);
+            CU_ASSERT(test_close(a, b, 1e-9, 1e-12));
+        }
+    }
+}
+
+/* ---- planner ---- */
+
+/* A custom model of 2 stages x 2 layers with one partial option, in memory. */
+struct instance {
+    struct cluster c;
+    struct profile prof;
+};
+
+static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                          double gbps, int64_t host)
+{
+    memset(in, 0, sizeof *in);
+    int n = 4, S = 2;
+    in->prof.n_layers = n;
+    in->prof.layers = calloc((size_t)n, sizeof *in->prof.layers);
+    snprintf(in->prof.device.name, sizeof in->prof.device.name, "gpu");
+    snprintf(in->prof.device.kind, sizeof in->prof.device.kind, "cuda");
+    in->prof.device.memory_bytes = 1000 * GIB;
+    in->prof.model = (struct model){.kind = MODEL_KIND_CUSTOM, .layer_count = n};
+    for (int l = 0; l < n; l++) {
+        struct layer_cost *c = &in->prof.layers[l];
+        snprintf(c->name, sizeof c->name, "l%d", l);
+        c->fwd_ms = test_rng_double(r, 1, 4);
+        c->bwd_ms = 2 * c->fwd_ms;
+        c->state_bytes = test_rng_int(r, 1, 4) * GIB;
+        c->act_bytes = test_rng_int(r, 2, 8) * GIB;
+        c->ckpt_bytes = c->act_bytes / 8;
+        c->out_bytes = c->ckpt_bytes;
+        c->workspace_bytes = GIB / 4;
+        c->n_options = 1;
+        snprintf(c->options[0].name, sizeof c->options[0].name, "attn");
+        c->options[0].transient_bytes = c->act_bytes / 2;
+        c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
+        c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+    }
+    struct cluster *c = &in->c;
+    c->schedule = sched;
+    c->micro_batches = 4;
+    c->model = in->prof.model;
+    c->n_layers = n;
+    c->n_stages = S;
+    c->n_profiles = 1;
+    c->profiles = &in->prof;
+    c->stages = calloc((size_t)S, sizeof *c->stages);
+    for (int s = 0; s < S; s++) {
+        struct cluster_stage *st = &c->stages[s];
+        snprintf(st->device, sizeof st->device, "gpu");
+        cluster_even_split(n, S, s, &st->first, &st->last);
+        /* between keeping nothing and keeping everything */
+        int64_t all = 0, state = 0;
+        int v = schedule_in_flight(sched, S, s, c->micro_batches);
+        for (int l = st->first; l <= st->last; l++) {
+            all += in->prof.layers[l].act_bytes * v;
+            state += in->prof.layers[l].state_bytes;
+        }
+        st->memory_bytes = state + 8 * GIB + (int64_t)(test_rng_double(r, 0.2, 0.9) * (double)all);
+        st->host_memory_bytes = host;
+        st->host_link = (struct link){1, gbps, 10};
+        if (s + 1 < S)
+            st->link = (struct link){1, 100, 5};
+    }
+}
+
+static void instance_free(struct instance *in)
+{
+    free(in->c.stages);
+    free(in->prof.layers);
+}
+
+static int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
+{
+    struct plan_options o;
+    struct err e;
+    plan_options_default(&o);
+    err_clear(&e);
+    o.actions = actions;
+    o.verify = verify;
+    return planner_make(&in->c, &o, p, &e);
+}
+
+/* Every action the options allow on every layer of every stage, each stage within its device
+ * and host memory, simulated: the least iteration time (INFINITY if nothing fits). */
+static double brute(struct plan *p, int actions)
+{
+    struct cost_row rows[4][COST_ACTIONS_MAX];
+    int count[4], n = 0, L = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++, L++) {
+            struct cost_row all[COST_ACTIONS_MAX];
+            int k = cost_actions(&p->stages[s].layers[l], all);
+            count[L] = 0;
+            for (int a = 0; a < k; a++) {
+                int host = all[a].host_bytes > 0, rec = all[a].choice != COST_KEEP;
+                if ((host && (!(actions & PLAN_ACTION_OFFLOAD) ||
+                              p->stages[s].host_limit_bytes == 0)) ||
+                    (rec && !(actions & PLAN_ACTION_RECOMPUTE)))
+                    continue;
+                rows[L][count[L]++] = all[a];
+            }
+        }
+    int pick[4] = {0};
+    double best = INFINITY;
+    for (;;) {
+        int fits = 1;
+        L = 0;
+        for (int s = 0; s < p->n_stages; s++) {
+            struct plan_stage *st = &p->stages[s];
+            for (int l = 0; l < plan_stage_layer_count(st); l++, L++) {
+                const struct cost_row *r = &rows[L][pick[L]];
+                st->recompute[l] = (unsigned char)r->choice;
+                st->place[l] = (unsigned char)r->place;
+                st->offload_option[l] = (signed char)r->offload_option;
+                st->prefetch_ahead[l] = r->prefetch_ahead;
+            }
+            struct stage_cost c;
+            plan_stage_cost(p, st, &c);
+            fits = fits && c.memory_bytes <= st->memory_limit_bytes &&
+                   c.host_memory_bytes <= st->host_limit_bytes;
+        }
+        if (fits) {
+            struct sim_result r;
+            struct err e;
+            err_clear(&e);
+            if (sim_plan(p, &r, &e) == ERR_OK && r.iteration_ms < best)
+                best = r.iteration_ms;
+            sim_result_free(&r);
+        }
+        for (n = 0; n < L && ++pick[n] == count[n]; n++)
+            pick[n] = 0;
+        if (n == L)
+            return best;
+    }
+}
+
+static void test_exact_against_brute_force(void)
+{
+    struct test_rng rng = {42};
+    static const int sets[] = {PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD, PLAN_ACTION_OFFLOAD};
+    int checked = 0, offloaded = 0;
+    for (int trial = 0; trial < 16; trial++) {
+        struct instance in;
+        instance_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
+                      test_rng_double(&rng, 20, 400), test_rng_int(&rng, 4, 64) * GIB);
+        for (int k = 0; k < 2; k++) {
+            struct plan p;
+            int rc = plan_with(&in, sets[k], 0, &p);
+            double want;
+            if (rc == ERR_OK) {
+                double got = p.iteration_ms;
+                for (int s = 0; s < p.n_stages; s++)
+                    offloaded += plan_stage_offloads(&p.stages[s]);
+                want = brute(&p, sets[k]);
+                CU_ASSERT(test_close(got, want, 1e-9, 1e-12));
+                if (!test_close(got, want, 1e-9, 1e-12))
+                    printf("\ntrial %d actions %d: planner %.9g ms, brute force %.9g ms\n",
+                           trial, sets[k], got, want);
+                plan_free(&p);
+                checked++;
+            } else {
+                CU_ASSERT_EQUAL(rc, ERR_NOFIT);
+            }
+        }
+        instance_free(&in);
+    }
+    printf(" [%d plans, %d offloading stages] ", checked, offloaded);
+    CU_ASSERT(checked >= 8);
+    CU_ASSERT(offloaded > 0);
+}
+
+/* The verify MILP's least recompute equals the search's, stage by stage. */
+static void test_verify_milp(void)
+{
+    struct test_rng rng = {5};
+    int verified = 0;
+    for (int trial = 0; trial < 6; trial++) {
+        struct instance in;
+        struct plan p;
+        instance_make(&in, &rng, SCHEDULE_1F1B, 100, test_rng_int(&rng, 2, 40) * GIB);
+        if (plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD, 1, &p) == ERR_OK) {
+            CU_ASSERT(p.verify.present && p.verify.agree);
+            verified++;
+            plan_free(&p);
+        }
+        instance_free(&in);
+    }
+    CU_ASSERT(verified >= 3);
+}
+
+/* PipeOffload's rules: a superset of actions is never slower; a very slow link gets no
+ * offload; a fast link and a roomy host make a tight stage offload instead of recompute. */
+static void test_pipeoffload_rules(void)
+{
+    struct test_rng rng = {99};
+    int tight = 0;
+    for (int trial = 0; trial < 10; trial++) {
+        struct instance in;
+        struct plan rec, off, both;
+        instance_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B, 200, 200 * GIB);
+        int a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
+        int b = plan_with(&in, PLAN_ACTION_OFFLOAD, 0, &off);
+        int c = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD, 0, &both);
+        CU_ASSERT(c == ERR_OK || (a != ERR_OK && b != ERR_OK));
+        if (a == ERR_OK && c == ERR_OK)
+            CU_ASSERT(both.iteration_ms <= rec.iteration_ms);
+        if (b == ERR_OK && c == ERR_OK)
+            CU_ASSERT(both.iteration_ms <= off.iteration_ms);
+        if (a == ERR_OK)
+            plan_free(&rec);
+        if (b == ERR_OK)
+            plan_free(&off);
+        if (c == ERR_OK)
+            plan_free(&both);
+        /* very slow link: nothing offloaded, the plan is the recompute-only one */
+        for (int s = 0; s < in.c.n_stages; s++)
+            in.c.stages[s].host_link.gbps = 1e-4;
+        a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
+        c = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD, 0, &both);
+        CU_ASSERT_EQUAL(a, c);
+        if (a == ERR_OK) {
+            for (int s = 0; s < both.n_stages; s++)
+                CU_ASSERT(!plan_stage_offloads(&both.stages[s]));
+            CU_ASSERT(both.iteration_ms == rec.iteration_ms);
+            plan_free(&rec);
+            plan_free(&both);
+        }
+        /* fast link, roomy host: the first stage (in flight longest) offloads and
+         * recomputes nothing where recompute-only had to recompute */
+        for (int s = 0; s < in.c.n_stages; s++)
+            in.c.stages[s].host_link = (struct link){1, 1e6, 0};
+        a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
+        c = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD, 0, &both);
+        if (a == ERR_OK && c == ERR_OK && rec.stages[0].recompute_ms > 0) {
+            tight++;
+            CU_ASSERT(plan_stage_offloads(&both.stages[0]));
+            CU_ASSERT(both.stages[0].recompute_ms < rec.stages[0].recompute_ms);
+            CU_ASSERT(both.iteration_ms < rec.iteration_ms);
+        }
+        if (a == ERR_OK)
+            plan_free(&rec);
+        if (c == ERR_OK)
+            plan_free(&both);
+        instance_free(&in);
+    }
+    CU_ASSERT(tight > 0);
+}
+
+int main(void)
+{
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("offload_plan", NULL, NULL);
+    CU_add_test(s, "cluster host fields", test_cluster_host_fields);
+    CU_add_test(s, "devices' PCIe host links", test_devices_pcie);
+    CU_add_test(s, "bad input", test_bad_input);
+    CU_add_test(s, "plan round trip", test_plan_round_trip);
+    CU_add_test(s, "simulator by hand", test_sim_by_hand);
+    CU_add_test(s, "layers without copies", test_sim_layers_without_copies);
+    CU_add_test(s, "exact against brute force", test_exact_against_brute_force);
+    CU_add_test(s, "verify MILP", test_verify_milp);
+    CU_add_test(s, "PipeOffload rules", test_pipeoffload_rules);
+    return test_main();
+}

@@ -1,0 +1,230 @@
+"""Ballast's GPT against the PyTorch reference (bench/torch_gpt_model.py), on CPU, from the same
+weights: a safetensors file written here (Hugging Face's GPT-2 names and Conv1D layout, by
+this script's own writer) is loaded by both. The data is an llm.c token file of exactly
+seq_len + 1 tokens, so every row of every micro-batch is the same sequence in both.
+  - step 1: the loss, and every parameter's gradient (read from the checkpoint `--save` writes:
+    its gradient section, tensors in the size tables' order at 64-byte offsets);
+  - 5 AdamW steps (lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
+    embeddings): every step's loss and the weights `--save-weights` writes at the end;
+the steps on 1 and 2 stages. Tolerances (fp32, different summation orders): loss 1e-5 relative,
+gradients 1e-4 of the tensor's largest magnitude (+1e-7), weights 1e-4 absolute after 5 steps
+(AdamW moves each weight by about lr = 1e-3 per step, so a gradient sign error shows as 1e-3).
+Needs Debian's python3-torch for /usr/bin/python3 (scripts/deps.sh installs it).
+Run: /usr/bin/python3 tests/torch/test_numerics_torch.py BALLAST [WORKDIR] from the repo root."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+try:
+    import torch
+except ImportError:
+    sys.exit("test_numerics_torch: PyTorch is missing for %s; install it with "
+             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)"
+             % sys.executable)
+
+from torch_gpt_model import GPT  # noqa: E402
+
+MODEL = {"format": "ballast-model/1", "kind": "gpt", "n_layer": 2, "n_embd": 32, "n_head": 2,
+         "seq_len": 16, "vocab_size": 64, "micro_batch": 2, "dtype": "fp32"}
+M = 2  # micro-batches
+STEPS = 5
+LR = 1e-3
+LOSS_RTOL, GRAD_TOL, WEIGHT_ATOL = 1e-5, 1e-4, 1e-4
+C, T, V, L = MODEL["n_embd"], MODEL["seq_len"], MODEL["vocab_size"], MODEL["n_layer"]
+FAILS = []
+
+# Ballast's parameter tables (models/sizes.c), in order, with the reference's names and
+# Hugging Face's (Conv1D ones transposed)
+EMBED = [("wte.weight", "wte.weight", 0), ("wpe.weight", "wpe.weight", 0)]
+BLOCK = [("ln1.weight", "ln_1.weight", 0), ("ln1.bias", "ln_1.bias", 0),
+         ("qkv.weight", "attn.c_attn.weight", 1), ("qkv.bias", "attn.c_attn.bias", 0),
+         ("proj.weight", "attn.c_proj.weight", 1), ("proj.bias", "attn.c_proj.bias", 0),
+         ("ln2.weight", "ln_2.weight", 0), ("ln2.bias", "ln_2.bias", 0),
+         ("fc.weight", "mlp.c_fc.weight", 1), ("fc.bias", "mlp.c_fc.bias", 0),
+         ("fcproj.weight", "mlp.c_proj.weight", 1), ("fcproj.bias", "mlp.c_proj.bias", 0)]
+HEAD = [("lnf.weight", "ln_f.weight", 0), ("lnf.bias", "ln_f.bias", 0),
+        ("lm.weight", "lm_head.weight", 0)]
+
+
+def params_in_order():
+    """(reference name, Hugging Face name, transposed) in Ballast's arena order."""
+    out = list(EMBED)
+    for i in range(L):
+        out += [("blocks.%d.%s" % (i, r), "h.%d.%s" % (i, h), t) for r, h, t in BLOCK]
+    return out + HEAD
+
+
+def write_safetensors(path, model):
+    sd = model.state_dict()
+    header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for ref, hf, tr in params_in_order():
+        x = sd[ref].detach().float()
+        x = (x.t() if tr else x).contiguous()
+        b = x.numpy().tobytes()
+        header[hf] = {"dtype": "F32", "shape": list(x.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, d in header.items():
+        if name == "__metadata__":
+            continue
+        assert d["dtype"] == "F32", (name, d["dtype"])
+        b, e = d["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]),
+                                     dtype=torch.float32).view(d["shape"])
+    return out
+
+
+def checkpoint_grads(path, model):
+    """The gradient section of a Ballast checkpoint: header (header_bytes at offset 12,
+    section_bytes at 104), then weights | gradients | m | v, each section_bytes."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    header_bytes = struct.unpack_from("<I", raw, 12)[0]
+    section = struct.unpack_from("<q", raw, 104)[0]
+    at, sd, grads = header_bytes + section, model.state_dict(), {}
+    for ref, _, _ in params_in_order():
+        n = sd[ref].numel()
+        grads[ref] = torch.frombuffer(bytearray(raw[at:at + 4 * n]),
+                                      dtype=torch.float32).view(sd[ref].shape)
+        at += (4 * n + 63) // 64 * 64
+    assert at - header_bytes - section == section, "the gradient section's size"
+    return grads
+
+
+def run(args, cwd):
+    p = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        sys.exit("test_numerics_torch: %s: exit %d\n%s" % (" ".join(args), p.returncode,
+                                                          p.stderr))
+    return p
+
+
+def plan(ballast, work, n_stages):
+    with open(os.path.join(work, "model.json"), "w") as f:
+        json.dump(MODEL, f)
+    run([ballast, "profile", "--model", "model.json", "--estimate", "--device", "cpu",
+         "-o", "prof.json"], work)
+    cluster = {"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": M,
+               "stages": [{"device": "cpu", "memory_bytes": 1 << 30, "profile": "prof.json"}]
+               * n_stages}
+    name = "cluster-%d.json" % n_stages
+    with open(os.path.join(work, name), "w") as f:
+        json.dump(cluster, f)
+    out = "plan-%d.json" % n_stages
+    run([ballast, "plan", "--cluster", name, "--method", "none", "--quiet", "-o", out], work)
+    return out
+
+
+def train(ballast, work, n_stages, extra):
+    args = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n_stages), ballast,
+            "train", "--plan", plan(ballast, work, n_stages), "--threads", "1", "--quiet",
+            "--init", "w0.safetensors", "--data", "tokens.bin", "--lr", str(LR),
+            "--metrics", "metrics.json"] + extra
+    run(args, work)
+    with open(os.path.join(work, "metrics.json")) as f:
+        return [s["loss"] for s in json.load(f)["steps"]]
+
+
+def close(what, got, want, atol, rtol=0.0):
+    diff = (got - want).abs().max().item()
+    bound = atol + rtol * want.abs().max().item()
+    if not diff <= bound:
+        FAILS.append("%s: differs by %.3g (allowed %.3g)" % (what, diff, bound))
+    return diff
+
+
+def reference_steps(model, idx, targets):
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    other = [p for n, p in model.named_parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.95), eps=1e-8)
+    losses, grads = [], None
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = model(idx, targets)
+        loss.backward()
+        if step == 0:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        losses.append(loss.item())
+        opt.step()
+    return losses, grads
+
+
+def main():
+    ballast = os.path.abspath(sys.argv[1])
+    work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="ballast-numerics-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        compare(ballast, work)
+    finally:
+        if len(sys.argv) <= 2:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(ballast, work):
+    torch.manual_seed(0)
+    model = GPT(MODEL, recompute=False)
+    write_safetensors(os.path.join(work, "w0.safetensors"), model)
+    seq = torch.randint(0, V, (T + 1,), generator=torch.Generator().manual_seed(1))
+    with open(os.path.join(work, "tokens.bin"), "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, T + 1, *([0] * 253)))
+        f.write(struct.pack("<%dH" % (T + 1), *seq.tolist()))
+    # every row of the M micro-batches of B rows is the file's one sequence
+    rows = M * MODEL["micro_batch"]
+    idx, targets = seq[:T].repeat(rows, 1), seq[1:].repeat(rows, 1)
+    ref_losses, ref_grads = reference_steps(model, idx, targets)
+    final = {n: p.detach() for n, p in model.state_dict().items()}
+
+    worst = {"loss": 0.0, "grad": 0.0, "weight": 0.0}
+    for n_stages in (1, 2):
+        tag = "%d stage%s" % (n_stages, "s" * (n_stages > 1))
+        losses = train(ballast, work, n_stages,
+                       ["--steps", str(STEPS), "--save-weights", "w5.safetensors"])
+        for i, (got, want) in enumerate(zip(losses, ref_losses)):
+            d = abs(got - want)
+            worst["loss"] = max(worst["loss"], d / abs(want))
+            if not d <= LOSS_RTOL * abs(want):
+                FAILS.append("%s: step %d loss %.9g, PyTorch %.9g" % (tag, i + 1, got, want))
+        saved = read_safetensors(os.path.join(work, "w5.safetensors"))
+        for ref, hf, tr in params_in_order():
+            got = saved[hf].t() if tr else saved[hf]
+            worst["weight"] = max(worst["weight"], close("%s: %s after %d steps" % (tag, hf, STEPS),
+                                                         got, final[ref], WEIGHT_ATOL))
+    # step 1's gradients, from the checkpoint of a 1-stage run (other splits give the same
+    # bits: test_train)
+    ck = os.path.join(work, "ck")
+    train(ballast, work, 1, ["--steps", "1", "--save", ck])
+    grads = checkpoint_grads(os.path.join(ck, "stage-0-step-1.ckpt"), model)
+    for ref, hf, _ in params_in_order():
+        want = ref_grads[ref]
+        d = close("gradient of %s" % hf, grads[ref], want, 1e-7, GRAD_TOL)
+        worst["grad"] = max(worst["grad"], d / max(want.abs().max().item(), 1e-30))
+    print("test_numerics_torch: worst relative loss difference %.3g, worst gradient difference "
+          "%.3g of the tensor's largest, worst weight difference after %d steps %.3g"
+          % (worst["loss"], worst["grad"], STEPS, worst["weight"]))
+    if FAILS:
+        print("\n".join(FAILS))
+        sys.exit(1)
+    print("test_numerics_torch: passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -50,12 +50,19 @@ struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cos
     return r;
 }
 
-int cost_actions(const struct layer_cost *c, struct cost_row rows[COST_ACTIONS_MAX])
+int cost_whole_offload(const struct model *m, int li, int layer)
+{
+    return li > 0 && model_layer_kind(m, layer) != MODEL_LAYER_HEAD;
+}
+
+int cost_actions(const struct layer_cost *c, int whole_offload,
+                 struct cost_row rows[COST_ACTIONS_MAX])
 {
     int n = 0, choices = cost_choice_count(c);
     for (int k = 0; k < choices; k++) {
         rows[n++] = cost_action_row(c, k, COST_PLACE_DEVICE, -1, 0);
-        rows[n++] = cost_action_row(c, k, COST_PLACE_HOST, -1, 0);
+        if (whole_offload)
+            rows[n++] = cost_action_row(c, k, COST_PLACE_HOST, -1, 0);
     }
     for (int k = 0; k < c->n_options; k++)
         rows[n++] = cost_action_row(c, COST_KEEP, COST_PLACE_DEVICE, k, 0);
@@ -106,7 +113,7 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
 
 int64_t cost_sum_staging(const struct cost_sum *s)
 {
-    return saturate((__int128)(s->ahead_max + 1) * s->host_max * (s->host_max > 0));
+    return saturate((__int128)(s->ahead_max + 2) * s->host_max * (s->host_max > 0));
 }
 
 int64_t cost_sum_host(const struct cost_sum *s, int in_flight)

@@ -16,9 +16,12 @@
  * option k's transient_k to the host and keeps act_l - transient_k on the device. What goes
  * to the host, host_l, crosses the host link once each way per micro-batch, and passes
  * through device staging on its way (the layer being copied out while the next computes,
- * the layer prefetched while `a` earlier layer-ops run):
+ * the layer prefetched while `a` earlier layer-ops run, and a forward whose input the layer
+ * before it wrote into staging):
  *   device  M = ... (kept_l of device-placed layers only) + staging,
- *           staging = (max_l a_l + 1) * max_l host_l        (0 with nothing offloaded)
+ *           staging = (max_l a_l + 2) * max_l host_l        (0 with nothing offloaded)
+ * A stage's first layer keeps its input (the receive buffer) and the head its targets on the
+ * device, so neither takes COST_PLACE_HOST (cost_actions: whole_offload). 
  *   host    H = v * sum host_l
  *   copy    C = sum host_l bytes each way per micro-batch; the simulator times it.
  *
@@ -97,10 +100,15 @@ void cost_choice(const struct layer_cost *c, int choice, int64_t *kept, int64_t 
  * device option `offload_option` (-1: none) sent to the host; `ahead` for anything sent. */
 struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cost_place place,
                                 int offload_option, int ahead);
-/* Every action of the layer with the host (its choices on the device, on the host, and kept
- * with each option offloaded), prefetched COST_PREFETCH_AHEAD ahead; returns the count. */
+/* Every action of the layer with the host (its choices on the device, on the host when
+ * `whole_offload`, and kept with each option offloaded), prefetched COST_PREFETCH_AHEAD
+ * ahead; returns the count. */
 #define COST_ACTIONS_MAX (2 * COST_ROWS_MAX + PROFILE_OPTIONS_MAX)
-int cost_actions(const struct layer_cost *c, struct cost_row rows[COST_ACTIONS_MAX]);
+int cost_actions(const struct layer_cost *c, int whole_offload,
+                 struct cost_row rows[COST_ACTIONS_MAX]);
+/* Whether a stage's layer li (global layer `layer`) may send everything it keeps to the host:
+ * not the stage's first (its input is the receive buffer) nor the head (its targets stay). */
+int cost_whole_offload(const struct model *m, int li, int layer);
 /* The choice's name: "keep", "full" or the option's. */
 const char *cost_choice_name(const struct layer_cost *c, int choice);
 

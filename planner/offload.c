@@ -106,11 +106,12 @@ static int row_dominated(const struct cost_row *a, const struct cost_row *b)
 }
 
 /* The layer's allowed actions that no other allowed action dominates (ties: the first). */
-static int layer_actions(const struct layer_cost *c, const struct plan_stage *st,
+static int layer_actions(const struct plan *p, const struct plan_stage *st, int l,
                          const struct plan_options *o, struct cost_row out[COST_ACTIONS_MAX])
 {
     struct cost_row all[COST_ACTIONS_MAX];
-    int n_all = cost_actions(c, all), n = 0;
+    int n_all = cost_actions(&st->layers[l], cost_whole_offload(&p->model, l, st->first + l), all),
+        n = 0;
     for (int i = 0; i < n_all; i++) {
         int keep = offload_action_allowed(&all[i], st, o);
         for (int j = 0; j < n_all && keep; j++)
@@ -294,7 +295,7 @@ static int search_init(struct stage_search *ss, const struct plan *p, int s,
         return ERR_FAIL;
     for (int l = n - 1; l >= 0; l--) {
         const struct layer_cost *c = &st->layers[l];
-        ss->n_act[l] = layer_actions(c, st, o, ss->act[l]);
+        ss->n_act[l] = layer_actions(p, st, l, o, ss->act[l]);
         int64_t least = INT64_MAX;
         for (int a = 0; a < ss->n_act[l]; a++)
             if (ss->act[l][a].kept_bytes < least)

@@ -1,13 +1,17 @@
 /* The per-stage offload problem (offload.h) as a MILP for --verify: a binary x_la per allowed
  * action a of layer l, sum_a x_la = 1; tau >= t_a x_la (the largest transient) and
  * z >= h_a x_la (the largest host bytes, which fixes the staging); device
- * sum v k_a x_la + tau + (COST_PREFETCH_AHEAD + 1) z <= limit - fixed, host
+ * sum v k_a x_la + tau + (COST_PREFETCH_AHEAD + 2) z <= limit - fixed, host
  * sum v h_a x_la <= host limit; the objective is sum ms_a x_la. */
 #include <glpk.h>
 #include <stdlib.h>
 
 #include "milp.h"
 #include "offload.h"
+
+/* Bytes enter the MILP in MiB: coefficients of 1e10 beside times of 1 left GLPK's presolved
+ * problem ill-conditioned enough to report a worse choice as optimal. */
+#define MIB 1048576.0
 
 struct milp_build {
     glp_prob *lp;
@@ -37,12 +41,13 @@ static void build(struct milp_build *b, const struct plan *p, const struct plan_
     glp_set_col_bnds(b->lp, 2, GLP_LO, 0, 0);
     glp_add_rows(b->lp, 2);
     put(b, 1, 1, 1);
-    put(b, 1, 2, COST_PREFETCH_AHEAD + 1);
+    put(b, 1, 2, COST_PREFETCH_AHEAD + 2);
     b->row = 2;
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &st->layers[l];
         struct cost_row rows[COST_ACTIONS_MAX];
-        int count = cost_actions(c, rows), one = ++b->row;
+        int count = cost_actions(c, cost_whole_offload(&p->model, l, st->first + l), rows),
+            one = ++b->row;
         fixed += (double)c->state_bytes;
         if (c->workspace_bytes > workspace)
             workspace = (double)c->workspace_bytes;
@@ -55,21 +60,21 @@ static void build(struct milp_build *b, const struct plan *p, const struct plan_
             glp_set_col_kind(b->lp, ++col, GLP_BV);
             glp_set_obj_coef(b->lp, col, rows[a].recompute_ms);
             put(b, one, col, 1);
-            put(b, 1, col, (double)v * (double)rows[a].kept_bytes);
-            put(b, 2, col, (double)v * (double)rows[a].host_bytes);
+            put(b, 1, col, (double)v * (double)rows[a].kept_bytes / MIB);
+            put(b, 2, col, (double)v * (double)rows[a].host_bytes / MIB);
             glp_add_rows(b->lp, 2);
             glp_set_row_bnds(b->lp, b->row + 1, GLP_LO, 0, 0);
             put(b, b->row + 1, 1, 1);
-            put(b, b->row + 1, col, -(double)rows[a].transient_bytes);
+            put(b, b->row + 1, col, -(double)rows[a].transient_bytes / MIB);
             glp_set_row_bnds(b->lp, b->row + 2, GLP_LO, 0, 0);
             put(b, b->row + 2, 2, 1);
-            put(b, b->row + 2, col, -(double)rows[a].host_bytes);
+            put(b, b->row + 2, col, -(double)rows[a].host_bytes / MIB);
             b->row += 2;
         }
     }
     glp_set_row_bnds(b->lp, 1, GLP_UP, 0,
-                     (double)st->memory_limit_bytes - fixed - workspace);
-    glp_set_row_bnds(b->lp, 2, GLP_UP, 0, (double)st->host_limit_bytes);
+                     ((double)st->memory_limit_bytes - fixed - workspace) / MIB);
+    glp_set_row_bnds(b->lp, 2, GLP_UP, 0, (double)st->host_limit_bytes / MIB);
 }
 
 int offload_milp_min_recompute(const struct plan *p, int s, const struct plan_options *o,

@@ -271,7 +271,6 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
                    const signed char *option, int depth, struct err *e)
 {
     int64_t slot = 0, host = 0, buf = 0;
-    int input = 0; /* some layer offloads its input */
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen,
@@ -279,7 +278,6 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
                                     option != NULL ? option[i] : -1, &L->offload, e));
         slot = carve_kept(L, slot);
         L->host_off = host;
-        input |= L->offload & 1;
         host += L->offload_bytes;
         if (L->offload_bytes > buf)
             buf = L->offload_bytes;
@@ -287,7 +285,10 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
     sl->slot_bytes = slot;
     sl->host_slot_bytes = host;
     sl->staging_buf_bytes = buf;
-    sl->n_staging = buf > 0 ? depth + 1 + input : 0;
+    /* one buffer per layer-op a prefetch runs ahead, one for the layer being copied out, and
+     * one for a forward whose input the layer before it wrote into staging (counted whenever
+     * anything is offloaded, as the cost model counts it: cost.h) */
+    sl->n_staging = buf > 0 ? depth + 2 : 0;
     sum_arenas(sl);
     return ERR_OK;
 }

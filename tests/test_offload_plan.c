@@ -313,7 +313,8 @@ static double brute(struct plan *p, int actions)
     for (int s = 0; s < p->n_stages; s++)
         for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++, L++) {
             struct cost_row all[COST_ACTIONS_MAX];
-            int k = cost_actions(&p->stages[s].layers[l], all);
+            int k = cost_actions(&p->stages[s].layers[l],
+                                 cost_whole_offload(&p->model, l, p->stages[s].first + l), all);
             count[L] = 0;
             for (int a = 0; a < k; a++) {
                 int host = all[a].host_bytes > 0, rec = all[a].choice != COST_KEEP;
@@ -450,7 +451,11 @@ static void test_pipeoffload_rules(void)
             plan_free(&both);
         }
         /* fast link, roomy host: the first stage (in flight longest) offloads and
-         * recomputes nothing where recompute-only had to recompute */
+         * recomputes nothing where recompute-only had to recompute. Offloading a layer
+         * saves v x its bytes and costs up to three staging buffers of them (cost.h), so
+         * the rule is for stages holding more micro-batches than that: GPipe with 8. */
+        in.c.schedule = SCHEDULE_GPIPE;
+        in.c.micro_batches = 8;
         for (int s = 0; s < in.c.n_stages; s++)
             in.c.stages[s].host_link = (struct link){1, 1e6, 0};
         a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);

@@ -54,7 +54,8 @@ static void help(void)
            "                   -o writes ballast-share/1\n"
            "  --arena M        lay each stage's activation arena out by a reuse plan and make it\n"
            "                   the stage's memory: slots (today's carving), greedy (by size),\n"
-           "                   ga (the published genetic search) or exact (GLPK MILP)\n"
+           "                   ga (the published genetic search) or exact (GLPK MILP); stages fit\n"
+           "                   on it, and optimal recomputes the least that fits it\n"
            "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
            "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory\n"
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
@@ -186,6 +187,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
                                "--export or --micro-batches");
     if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
+    a->o.arena = a->arena.on ? &a->arena.o : NULL;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)

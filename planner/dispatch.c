@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena_fit.h"
 #include "methods.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -87,6 +88,10 @@ int plan_options_check(const struct plan_options *o, struct err *e)
         return e->code;
     if (o->reduce > 0 && o->method != METHOD_PATENT)
         return err_set(e, ERR_INPUT, "--reduce applies to --method patent only");
+    if (o->verify && o->arena != NULL)
+        return err_set(e, ERR_INPUT, "--verify checks the knapsack on the slots carving; with "
+                                     "--arena the choice is checked against brute force in the "
+                                     "tests instead");
     if (o->verify && !m->knapsack)
         return err_set(e, ERR_INPUT,
                        "--verify checks the knapsack methods (patent, optimal); method %s "
@@ -184,9 +189,14 @@ static int plan_finish(struct plan *p, struct err *e)
     return ERR_OK;
 }
 
-static int all_fit(const struct plan *p)
+static int all_fit(const struct plan *p, const struct plan_options *o, struct err *e)
 {
     for (int s = 0; s < p->n_stages; s++) {
+        int fits = 0;
+        if (o->arena != NULL && (arena_stage_fits(p, s, o->arena, &fits, e) || !fits))
+            return 0;
+        if (o->arena != NULL)
+            continue;
         struct stage_cost c;
         plan_stage_cost(p, &p->stages[s], &c);
         if (c.memory_bytes > p->stages[s].memory_limit_bytes)
@@ -202,10 +212,12 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     if (plan_layout(c, o, out, e))
         return e->code;
     int rc = method_find(o->method)->choose(out, o, e);
-    if (rc == ERR_OK && !all_fit(out))
-        rc = ERR_NOFIT;
+    /* patent chooses on the slots carving even with --arena: its refusal is explained there */
+    int on_arena = o->arena != NULL && (rc == ERR_OK || o->method != METHOD_PATENT);
+    if (rc == ERR_OK && !all_fit(out, o, e))
+        rc = e->code ? e->code : ERR_NOFIT;
     if (rc == ERR_NOFIT) /* a knapsack that finds nothing says nothing: this says why */
-        rc = nofit_report(out, o, e);
+        rc = on_arena ? arena_nofit_report(out, o->arena, e) : nofit_report(out, o, e);
     if (rc == ERR_OK && o->verify)
         rc = verify_plan(out, o, e);
     if (rc == ERR_OK)

@@ -2,6 +2,8 @@
 #include "methods.h"
 #include "offload.h"
 
+#include "arena_fit.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -35,8 +37,12 @@ static int method_block(struct plan *p, const struct plan_options *o, struct err
     return ERR_OK;
 }
 
-static int stage_fits(const struct plan *p, const struct plan_stage *st)
+static int stage_fits(const struct plan *p, const struct plan_stage *st,
+                      const struct plan_options *o, struct err *e)
 {
+    int fits = 0;
+    if (o->arena != NULL)
+        return arena_stage_fits(p, st->index, o->arena, &fits, e) == ERR_OK && fits;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
     return c.memory_bytes <= st->memory_limit_bytes;
@@ -45,7 +51,6 @@ static int stage_fits(const struct plan *p, const struct plan_stage *st)
 /* The least single N such that block:N makes every stage fit. */
 static int method_uniform_min(struct plan *p, const struct plan_options *o, struct err *e)
 {
-    (void)o, (void)e;
     int most = 0;
     for (int s = 0; s < p->n_stages; s++)
         if (plan_stage_layer_count(&p->stages[s]) > most)
@@ -54,10 +59,12 @@ static int method_uniform_min(struct plan *p, const struct plan_options *o, stru
         int all = 1;
         for (int s = 0; s < p->n_stages; s++) {
             set_block(&p->stages[s], n);
-            all = all && stage_fits(p, &p->stages[s]);
+            all = all && stage_fits(p, &p->stages[s], o, e);
         }
         if (all)
             return ERR_OK;
+        if (o->arena != NULL && e->code)
+            return e->code;
     }
     return ERR_NOFIT;
 }
@@ -132,7 +139,8 @@ static int method_optimal(struct plan *p, const struct plan_options *o, struct e
         return offload_choose(p, o, e);
     int rc = ERR_OK;
     for (int s = 0; s < p->n_stages && rc == ERR_OK; s++)
-        rc = least_recompute(p, s, o, NULL, e);
+        rc = o->arena != NULL ? arena_least_recompute(p, s, o, NULL, e)
+                              : least_recompute(p, s, o, NULL, e);
     return rc;
 }
 

@@ -8,6 +8,8 @@
 #include "err.h"
 #include "plan.h"
 
+struct arena_options;
+
 enum plan_method {
     METHOD_NONE,        /* nothing recomputed */
     METHOD_FULL,        /* every layer recomputed */
@@ -37,6 +39,9 @@ struct plan_options {
     int whole_layers;    /* METHOD_OPTIMAL: ignore the profiles' recompute options */
     long search_nodes;   /* repartition: branch-and-bound node budget */
     double time_limit_s; /* repartition: stop the search after this long (0: no limit) */
+    /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
+     * carving */
+    const struct arena_options *arena;
 };
 
 void plan_options_default(struct plan_options *o);

@@ -362,6 +362,17 @@ static int arena_check_limit(const struct stage_runner *r, struct err *e)
     return ERR_OK;
 }
 
+/* Some layer sends what it keeps, or an option, to the host (every plan stage has the
+ * arrays; only their values say whether it offloads). */
+static int offloads(const struct stage_config *c)
+{
+    for (int l = 0; l <= c->last - c->first; l++)
+        if ((c->place != NULL && c->place[l] == COST_PLACE_HOST) ||
+            (c->offload_option != NULL && c->offload_option[l] >= 0))
+            return 1;
+    return 0;
+}
+
 int stage_init(struct stage_runner *r, const struct stage_config *c, struct backend *be,
                struct transport *tp, const struct data_source *data, uint64_t seed,
                struct err *e)
@@ -376,7 +387,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
-    if (c->arena != NULL && (c->place != NULL || c->offload_option != NULL))
+    if (c->arena != NULL && offloads(c))
         return err_set(e, ERR_INPUT, "layers %d-%d: offload with the plan's arena: the arena "
                        "does not lay out staging buffers yet", c->first, c->last);
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));

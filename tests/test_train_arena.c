@@ -19,7 +19,10 @@
 
 static char cluster_file[1024];
 
-static void write_cluster(const char *schedule)
+#define ROOMY 1073741824LL
+#define TIGHT 37748736LL /* stage 1 under block:1: fits with the greedy arena, not the slots' */
+
+static void write_cluster(const char *schedule, long long stage1)
 {
     char text[2048], name[64];
     snprintf(text, sizeof text,
@@ -27,12 +30,12 @@ static void write_cluster(const char *schedule)
              "\"stages\": ["
              "{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [0, 2]},"
-             "{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
+             "{\"device\": \"cpu\", \"memory_bytes\": %lld, \"profile\": "
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [3, 5]},"
              "{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [6, 7]}]}",
-             schedule, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR);
-    snprintf(name, sizeof name, "arena-cluster-%s.json", schedule);
+             schedule, BALLAST_SOURCE_DIR, stage1, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR);
+    snprintf(name, sizeof name, "arena-cluster-%s-%lld.json", schedule, stage1);
     snprintf(cluster_file, sizeof cluster_file, "%s", test_write(name, text));
 }
 
@@ -74,7 +77,7 @@ static int run(const char *plan, const char *dir, const char *metrics, struct tr
 
 static void test_gpipe(void)
 {
-    write_cluster("gpipe");
+    write_cluster("gpipe", ROOMY);
     const char *plain = make_plan(NULL, "gpipe-plain.json");
     const char *greedy = make_plan("greedy", "gpipe-greedy.json");
     struct train_metrics a, b;
@@ -82,7 +85,7 @@ static void test_gpipe(void)
         run(greedy, test_path("ck-gpipe-greedy"), "m-gpipe-greedy.json", &b))
         return;
     CU_ASSERT(same_losses(&a, &b));
-    write_cluster("1f1b");
+    write_cluster("1f1b", ROOMY);
 }
 
 static void test_layouts_bitwise(void)
@@ -125,6 +128,43 @@ static void test_layouts_bitwise(void)
             CU_ASSERT(same);
         }
     }
+}
+
+/* Stage 1 given 36 MiB: block:1 fits there only on the greedy arena (plan --arena fits on
+ * the laid-out bytes). It trains bitwise as block:1 does on the roomy cluster with no arena,
+ * and its peak is its plan's within 2% (train_run_ok). */
+static void test_fits_only_with_arena(void)
+{
+    const char *plain = make_plan(NULL, "roomy-plain.json");
+    write_cluster("1f1b", TIGHT);
+    const char *tight = make_plan("greedy", "tight-greedy.json");
+    write_cluster("1f1b", ROOMY);
+    struct plan p, q;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(plan_load(plain, &p, &e) == ERR_OK && plan_load(tight, &q, &e) == ERR_OK);
+    struct stage_cost c;
+    plan_stage_cost(&q, &q.stages[1], &c);
+    CU_ASSERT(q.stages[1].memory_bytes <= TIGHT);
+    CU_ASSERT(cost_memory_with_arena(&c, cost_arena_bytes(&c)) > TIGHT); /* slots: over */
+    for (int s = 0; s < NP; s++)
+        CU_ASSERT(memcmp(p.stages[s].recompute, q.stages[s].recompute,
+                         (size_t)plan_stage_layer_count(&p.stages[s])) == 0);
+    plan_free(&p);
+    plan_free(&q);
+    struct train_metrics a, b;
+    if (run(plain, test_path("ck-roomy"), "m-roomy.json", &a) ||
+        run(tight, test_path("ck-tight"), "m-tight.json", &b))
+        return;
+    CU_ASSERT(same_losses(&a, &b));
+    for (int s = 0; s < NP; s++) {
+        char fa[1200], fb[1200];
+        snprintf(fa, sizeof fa, "%s/stage-%d-step-3.ckpt", test_path("ck-roomy"), s);
+        snprintf(fb, sizeof fb, "%s/stage-%d-step-3.ckpt", test_path("ck-tight"), s);
+        CU_ASSERT(train_files_equal(fa, fb));
+    }
+    printf("\n  stage 1: planned %lld, measured peak %lld (slots would be %lld) ", b.planned[1],
+           b.peak[1], (long long)cost_memory_with_arena(&c, cost_arena_bytes(&c)));
 }
 
 /* Object b of stage 1 moved onto object a's bytes, its stated lifetime shrunk to one tick
@@ -185,12 +225,14 @@ static void test_check_catches_wrong_lifetimes(void)
 
 int main(void)
 {
-    write_cluster("1f1b");
+    write_cluster("1f1b", ROOMY);
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("train_arena", NULL, NULL);
     CU_add_test(s, "every layout: bitwise the plain run, peak within 2% of the plan",
                 test_layouts_bitwise);
     CU_add_test(s, "GPipe: the greedy layout bitwise the plain run", test_gpipe);
+    CU_add_test(s, "a stage that fits only with the greedy arena: bitwise, peak within 2%",
+                test_fits_only_with_arena);
     CU_add_test(s, "--check-arena catches objects in use at once", test_check_catches_wrong_lifetimes);
     return test_main();
 }

@@ -62,9 +62,11 @@ struct wide {
     float *own[WIDE_MAX];
 };
 
+/* Zeroed: an output copy a kernel only partly writes (the attention's upper triangle) must
+ * not carry garbage into the bf16 tensor. */
 static float *wide_alloc(struct wide *x, int64_t n)
 {
-    float *p = x->n < WIDE_MAX ? malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)) : NULL;
+    float *p = x->n < WIDE_MAX ? calloc((size_t)(n > 0 ? n : 1), sizeof(float)) : NULL;
     if (p == NULL)
         x->failed = 1;
     else

@@ -41,6 +41,9 @@ struct plan_stage {
     int64_t staging_bytes;       /* in memory_bytes */
     double copy_ms;              /* per micro-batch, each way */
     struct link host_link;
+    /* Where the stage's optimizer state lives and steps (DESIGN.md): COST_PLACE_DEVICE, or
+     * COST_PLACE_HOST for a host mirror updated on the CPU. */
+    enum cost_place optimizer;
 };
 
 struct plan_verify {

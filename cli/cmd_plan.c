@@ -194,11 +194,6 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
-    /* the arena's objects have no offload staging buffers yet: the two would disagree on
-     * the device memory */
-    if (a->arena.on && (a->o.actions & PLAN_ACTION_OFFLOAD))
-        return cli_usage_error("plan", "--arena and --actions offload cannot be combined yet "
-                               "(the arena does not lay out offload staging buffers)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;

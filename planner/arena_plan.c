@@ -71,13 +71,41 @@ static int add_object(struct arena_object *o, int *n, struct arena_object x)
     return 1;
 }
 
+/* Layer-ops a prefetch may run ahead of its backward: the plan's furthest trigger (at least
+ * one), as the runtime counts the staging room its late prefetches may move into. */
+static int prefetch_depth(const struct plan_stage *st)
+{
+    int depth = 1;
+    for (int li = 0; li < plan_stage_layer_count(st); li++)
+        if (st->prefetch_ahead != NULL && st->prefetch_ahead[li] > depth)
+            depth = st->prefetch_ahead[li];
+    return depth;
+}
+
+/* An offloaded layer's two staging objects for micro-batch m (arena.h): the forward's, from
+ * the tick that writes its tensors (the layer before, when its input goes to the host too)
+ * through the copy out during the next tick; the backward's, from the furthest a prefetch may
+ * be triggered to the end of the backward. */
+static void add_staging(struct arena_object *o, int *k, const struct plan_stage *st, int li,
+                        int m, int64_t bytes, int fwd, int back, int last_tick)
+{
+    int input_too = st->place != NULL && st->place[li] == COST_PLACE_HOST && li > 0;
+    int out_last = fwd + 1 < last_tick ? fwd + 1 : last_tick;
+    int in_first = back - prefetch_depth(st) > 0 ? back - prefetch_depth(st) : 0;
+    int layer = st->first + li;
+    add_object(o, k, (struct arena_object){ARENA_STAGING, m, layer, ARENA_FORWARD, bytes,
+                                           fwd - input_too, out_last, -1});
+    add_object(o, k, (struct arena_object){ARENA_STAGING, m, layer, ARENA_BACKWARD, bytes,
+                                           in_first, back, -1});
+}
+
 int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, int *count,
                         struct err *e)
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st), M = p->micro_batches;
     int *tf = malloc(sizeof *tf * (size_t)M), *tb = malloc(sizeof *tb * (size_t)M);
-    struct arena_object *o = malloc(sizeof *o * ((size_t)3 * M * n + 1));
+    struct arena_object *o = malloc(sizeof *o * ((size_t)5 * M * n + 1));
     if (tf == NULL || tb == NULL || o == NULL || op_times(p, s, tf, tb, e)) {
         free(tf);
         free(tb);
@@ -87,7 +115,10 @@ int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, 
     int k = 0;
     int64_t workspace = 0;
     for (int li = 0; li < n; li++) {
-        struct cost_row row = cost_row(&st->layers[li], st->recompute[li]);
+        struct cost_row row = cost_action_row(
+            &st->layers[li], st->recompute[li],
+            st->place != NULL ? (enum cost_place)st->place[li] : COST_PLACE_DEVICE,
+            st->offload_option != NULL ? st->offload_option[li] : -1, 0);
         int layer = st->first + li;
         if (st->layers[li].workspace_bytes > workspace)
             workspace = st->layers[li].workspace_bytes;
@@ -100,11 +131,11 @@ int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, 
                                                     row.transient_bytes, fwd, fwd, -1});
             add_object(o, &k, (struct arena_object){ARENA_TRANSIENT, m, layer, ARENA_BACKWARD,
                                                     row.transient_bytes, back, back, -1});
+            add_staging(o, &k, st, li, m, row.host_bytes, fwd, back, 2 * M * n - 1);
         }
     }
     add_object(o, &k, (struct arena_object){ARENA_WORKSPACE, -1, -1, 0, workspace, 0,
                                             2 * M * n - 1, -1});
-    /* ARENA_STAGING: offloading adds its staging buffers here. */
     free(tf);
     free(tb);
     *out = o;
@@ -177,11 +208,55 @@ int arena_greedy(struct arena_problem *pb, const struct arena_options *opt,
     return ERR_OK;
 }
 
+static int by_first(const void *pa, const void *pb)
+{
+    const struct arena_object *a = &sort_base[*(const int *)pa], *b = &sort_base[*(const int *)pb];
+    if (a->first != b->first)
+        return a->first < b->first ? -1 : 1;
+    return *(const int *)pa - *(const int *)pb;
+}
+
+/* The slots carving's staging (the runtime's pool, exec.h): buffers of the largest staging
+ * object above `base`, each object, in order of first tick, in the lowest-numbered buffer
+ * whose objects have all ended (as few buffers as the most staging objects live at once). */
+static int slots_staging(struct arena_problem *pb, int64_t base, struct err *e)
+{
+    int64_t size = 0;
+    int k = 0;
+    int *order = malloc(sizeof *order * (size_t)(pb->n + 1));
+    int *ends = malloc(sizeof *ends * (size_t)(pb->n + 1)); /* per buffer: its last tick */
+    if (order == NULL || ends == NULL) {
+        free(order);
+        free(ends);
+        return err_set(e, ERR_FAIL, "out of memory laying out %d staging objects", pb->n);
+    }
+    for (int i = 0; i < pb->n; i++)
+        if (pb->o[i].kind == ARENA_STAGING) {
+            order[k++] = i;
+            size = pb->o[i].bytes > size ? pb->o[i].bytes : size;
+        }
+    sort_base = pb->o;
+    qsort(order, (size_t)k, sizeof *order, by_first);
+    int n_buf = 0;
+    for (int i = 0; i < k; i++) {
+        struct arena_object *b = &pb->o[order[i]];
+        int buf = 0;
+        while (buf < n_buf && ends[buf] >= b->first)
+            buf++;
+        n_buf += buf == n_buf;
+        ends[buf] = b->last;
+        b->offset = base + buf * size;
+    }
+    free(order);
+    free(ends);
+    return ERR_OK;
+}
+
 int arena_slots(struct arena_problem *pb, const struct arena_options *opt,
                 struct arena_result *r, struct err *e)
 {
     /* a slot holds one micro-batch's kept objects in layer order */
-    int64_t slot = 0, transient = 0;
+    int64_t slot = 0, transient = 0, workspace = 0;
     int last_layer = -1;
     for (int i = 0; i < pb->n; i++) {
         const struct arena_object *b = &pb->o[i];
@@ -189,6 +264,8 @@ int arena_slots(struct arena_problem *pb, const struct arena_options *opt,
             slot += b->bytes;
         if (b->kind == ARENA_TRANSIENT && b->bytes > transient)
             transient = b->bytes;
+        if (b->kind == ARENA_WORKSPACE)
+            workspace = b->bytes;
     }
     int64_t at = 0, top = (int64_t)pb->in_flight * slot;
     for (int i = 0; i < pb->n; i++) {
@@ -208,11 +285,11 @@ int arena_slots(struct arena_problem *pb, const struct arena_options *opt,
                     b->offset = (int64_t)(b->micro % pb->in_flight) * slot + pb->o[j].offset;
                     break;
                 }
-        } else {
+        } else if (b->kind != ARENA_STAGING) {
             b->offset = b->kind == ARENA_TRANSIENT ? top : top + transient;
         }
     }
-    return ERR_OK;
+    return slots_staging(pb, top + transient + workspace, e);
 }
 
 double arena_clock_ms(void)
@@ -280,11 +357,12 @@ void arena_explain(FILE *f, const struct plan *p, int s)
     const struct plan_stage *st = &p->stages[s];
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
-    fprintf(f, "stage %d arena (%s): %lld bytes, lower bound %lld (x%.4f), slots carving %lld, "
+    fprintf(f, "stage %d arena (%s): %lld bytes, lower bound %lld (x%.4f), slots carving %lld "
+            "(staging pool included), "
             "%s, %.1f ms, %d objects\n",
             s, a->method, (long long)a->bytes, (long long)a->lower_bound_bytes,
             a->lower_bound_bytes ? (double)a->bytes / (double)a->lower_bound_bytes : 1.0,
-            (long long)cost_arena_bytes(&c),
+            (long long)(cost_arena_bytes(&c) + c.staging_bytes),
             a->note != NULL ? a->note : a->proven ? "proven optimal" : "not proven", a->solve_ms,
             a->n);
     if (a->host_bytes > 0)
@@ -296,7 +374,7 @@ void arena_explain(FILE *f, const struct plan *p, int s)
         const struct arena_object *b = &a->objects[i];
         fprintf(f, "  %-9s %6d %6d %8s %14lld %8d %8d %14lld\n", arena_kind_name(b->kind),
                 b->micro, b->layer,
-                b->kind == ARENA_TRANSIENT ? (b->phase ? "backward" : "forward") : "-",
+                arena_kind_phased(b->kind) ? (b->phase ? "backward" : "forward") : "-",
                 (long long)b->bytes, b->first, b->last, (long long)b->offset);
     }
 }

@@ -172,6 +172,7 @@ struct exec_offload {
     int *ahead; /* per layer */
     int *first, *next; /* prefetches to start at each layer-op: lists of backward layer-ops */
     int lop;           /* the layer-op running */
+    int *outs, n_outs; /* with the plan's arena: forward staging objects being copied out */
     int64_t host_live, host_peak;
 };
 

@@ -188,6 +188,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
+    a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)

@@ -6,6 +6,7 @@
 
 #include "cost.h"
 #include "schedule.h"
+#include "sim.h"
 
 const struct arena_method arena_methods[] = {
     {"slots", arena_slots},
@@ -323,19 +324,142 @@ int arena_layout(struct arena_object *o, int n, int in_flight, const struct aren
     return arena_check(a, e);
 }
 
-int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e)
+/* Lays stage s's arena out into a fresh *out. */
+static int stage_layout(const struct plan *p, int s, const struct arena_options *opt,
+                        struct arena **out, struct err *e)
 {
+    struct arena_object *o;
+    int n;
+    struct arena_result r;
+    struct arena *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return err_set(e, ERR_FAIL, "out of memory planning stage %d's arena", s);
+    if (arena_stage_objects(p, s, &o, &n, e) ||
+        arena_layout(o, n, p->stages[s].in_flight, opt, a, &r, e)) {
+        arena_free(a);
+        free(a);
+        return e->code;
+    }
+    *out = a;
+    return ERR_OK;
+}
+
+/* Whether layer li of stage s may send all it keeps to the host and does not yet (a layer
+ * that sends one option's tensors may: it then sends them all). */
+static int may_offload(const struct plan *p, const struct plan_stage *st, int li)
+{
+    struct cost_row row = cost_row(&st->layers[li], st->recompute[li]);
+    return st->place[li] == COST_PLACE_DEVICE && row.kept_bytes > 0 &&
+           cost_whole_offload(&p->model, li, st->first + li);
+}
+
+static void to_host(struct plan_stage *st, int li)
+{
+    st->place[li] = COST_PLACE_HOST;
+    st->offload_option[li] = -1;
+    st->prefetch_ahead[li] = COST_PREFETCH_AHEAD;
+}
+
+/* The layers whose kept objects lie above the cap go to host memory (their fitness bytes);
+ * when none of them may, the layer that may with the most kept bytes. 0: none may. */
+static int offload_above_cap(const struct plan *p, struct plan_stage *st, const struct arena *a,
+                             int64_t cap)
+{
+    int moved = 0, best = -1;
+    for (int i = 0; i < a->n; i++) {
+        const struct arena_object *b = &a->objects[i];
+        int li = b->layer - st->first;
+        if (b->kind == ARENA_KEPT && b->offset + b->bytes > cap && may_offload(p, st, li)) {
+            to_host(st, li);
+            moved++;
+        }
+    }
+    for (int li = 0; !moved && li < plan_stage_layer_count(st); li++)
+        if (may_offload(p, st, li) &&
+            (best < 0 || cost_row(&st->layers[li], st->recompute[li]).kept_bytes >
+                             cost_row(&st->layers[best], st->recompute[best]).kept_bytes))
+            best = li;
+    if (best >= 0) {
+        to_host(st, best);
+        moved++;
+    }
+    return moved;
+}
+
+/* Refuses stage s, whose arena `a` stays over the cap: the numbers and why. */
+static int cap_refusal(const struct plan *p, int s, const struct arena_options *opt,
+                       const struct arena *a, const char *why, struct err *e)
+{
+    return err_set(e, ERR_NOFIT, "stage %d (%s, layers %d-%d): the %s arena of %lld bytes "
+                   "(lower bound %lld) is over --arena-cap %lld: %lld bytes must go to host "
+                   "memory, but %s", s, p->stages[s].device, p->stages[s].first,
+                   p->stages[s].last, a->method, (long long)a->bytes,
+                   (long long)a->lower_bound_bytes, (long long)opt->cap_bytes,
+                   (long long)a->host_bytes, why);
+}
+
+/* Stage s laid out under the cap: while its arena is over it, the layers above it become
+ * offloads and the stage is laid out again (each round offloads one more layer at least, so
+ * it ends); refused with the numbers when offload is not allowed, the stage has no host
+ * memory or no layer is left to offload, or the host memory is exceeded. */
+static int stage_under_cap(struct plan *p, int s, const struct arena_options *opt,
+                           struct arena **a, int *changed, struct err *e)
+{
+    struct plan_stage *st = &p->stages[s];
+    while (opt->cap_bytes > 0 && (*a)->bytes > opt->cap_bytes) {
+        struct stage_cost c;
+        if (!opt->offload)
+            return cap_refusal(p, s, opt, *a, "--actions does not allow offload", e);
+        if (st->host_limit_bytes <= 0 || !st->host_link.present)
+            return cap_refusal(p, s, opt, *a, "the stage has no host_memory_bytes and "
+                               "host_link to offload to", e);
+        if (!offload_above_cap(p, st, *a, opt->cap_bytes))
+            return cap_refusal(p, s, opt, *a, "no layer is left that may be offloaded", e);
+        plan_stage_cost(p, st, &c);
+        if (c.host_memory_bytes > st->host_limit_bytes)
+            return cap_refusal(p, s, opt, *a, "offloading enough of it would take more host "
+                               "memory than the stage's host_memory_bytes", e);
+        *changed = 1;
+        arena_free(*a);
+        free(*a);
+        *a = NULL;
+        ERR_TRY(stage_layout(p, s, opt, a, e));
+    }
+    return ERR_OK;
+}
+
+/* A stage whose actions changed: its costs again, and the plan's simulated iteration. */
+static int refresh_costs(struct plan *p, struct err *e)
+{
+    struct sim_result sim;
+    p->bottleneck_stage = 0;
     for (int s = 0; s < p->n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
-        struct arena_object *o;
-        int n;
-        struct arena_result r;
-        struct arena *a = calloc(1, sizeof *a);
-        if (a == NULL)
-            return err_set(e, ERR_FAIL, "out of memory planning stage %d's arena", s);
-        if (arena_stage_objects(p, s, &o, &n, e) ||
-            arena_layout(o, n, st->in_flight, opt, a, &r, e)) {
-            arena_free(a);
+        struct stage_cost c;
+        plan_stage_cost(p, st, &c);
+        st->stage_ms = c.stage_ms;
+        st->recompute_ms = c.recompute_ms;
+        st->host_memory_bytes = c.host_memory_bytes;
+        st->staging_bytes = c.staging_bytes;
+        st->copy_ms = plan_stage_copy_ms(st);
+        if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
+            p->bottleneck_stage = s;
+    }
+    ERR_TRY(sim_plan(p, &sim, e));
+    p->iteration_ms = sim.iteration_ms;
+    sim_result_free(&sim);
+    return ERR_OK;
+}
+
+int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e)
+{
+    int changed = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        struct arena *a = NULL;
+        if (stage_layout(p, s, opt, &a, e) || stage_under_cap(p, s, opt, &a, &changed, e)) {
+            if (a != NULL)
+                arena_free(a);
             free(a);
             return e->code;
         }
@@ -348,7 +472,7 @@ int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e)
         plan_stage_cost(p, st, &c);
         st->memory_bytes = cost_memory_with_arena(&c, a->bytes);
     }
-    return ERR_OK;
+    return changed ? refresh_costs(p, e) : ERR_OK;
 }
 
 void arena_explain(FILE *f, const struct plan *p, int s)

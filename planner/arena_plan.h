@@ -22,6 +22,8 @@
 struct arena_options {
     char method[ARENA_METHOD_MAX];
     int64_t cap_bytes;   /* the arena's device cap; <= 0: none */
+    int offload;         /* --actions allows offload: layers whose kept objects lie above the
+                            cap go to host memory (arena_plan) */
     uint64_t seed;       /* ga */
     int population;      /* ga */
     int generations;     /* ga: at most */
@@ -83,7 +85,10 @@ int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, 
  * the layout, and fills bytes, lower bound, host bytes and the solve time. */
 int arena_layout(struct arena_object *o, int n, int in_flight, const struct arena_options *opt,
                  struct arena *a, struct arena_result *r, struct err *e);
-/* Every stage: lays its arena out and makes it the stage's memory (cost.h's arena term). */
+/* Every stage: lays its arena out and makes it the stage's memory (cost.h's arena term).
+ * With a cap the arena exceeds, the layers above the cap become offloads and the stage is
+ * laid out again (with opt->offload and the stage's host memory; ERR_NOFIT with the numbers
+ * otherwise); the plan's costs and simulated iteration follow. */
 int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e);
 /* Stage s's objects, lifetimes and offsets, against the lower bound. */
 void arena_explain(FILE *f, const struct plan *p, int s);

@@ -482,12 +482,12 @@ void arena_explain(FILE *f, const struct plan *p, int s)
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
     fprintf(f, "stage %d arena (%s): %lld bytes, lower bound %lld (x%.4f), slots carving %lld "
-            "(staging pool included), "
-            "%s, %.1f ms, %d objects\n",
+            "(staging pool included), proven: %s%s%s%s, %.1f ms, %d objects\n",
             s, a->method, (long long)a->bytes, (long long)a->lower_bound_bytes,
             a->lower_bound_bytes ? (double)a->bytes / (double)a->lower_bound_bytes : 1.0,
             (long long)(cost_arena_bytes(&c) + c.staging_bytes),
-            a->note != NULL ? a->note : a->proven ? "proven optimal" : "not proven", a->solve_ms,
+            a->proven ? "true" : "false", a->note != NULL ? " (" : "",
+            a->note != NULL ? a->note : "", a->note != NULL ? ")" : "", a->solve_ms,
             a->n);
     if (a->host_bytes > 0)
         fprintf(f, "  %lld bytes lie above the device cap: they must go to host memory\n",

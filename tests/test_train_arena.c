@@ -306,7 +306,8 @@ static void test_offload_bitwise(void)
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [0, 7], "
              "\"host_memory_bytes\": 1073741824, \"host_link\": {\"gbps\": 100, "
              "\"latency_us\": 10}}]}", BALLAST_SOURCE_DIR);
-    const char *one = test_write("one-offload.json", text);
+    char one[1024]; /* test_write's path is overwritten by the next test_path */
+    snprintf(one, sizeof one, "%s", test_write("one-offload.json", text));
     CU_ASSERT(offload_run(1, plan_cluster(one, off, "one-plain.json"), "ck-one-plain", 100,
                           NULL));
     snprintf(flags, sizeof flags, "%s --arena greedy --arena-cap 25000000", off);

@@ -6,7 +6,7 @@
 
 #include "cost.h"
 #include "schedule.h"
-#include "sim.h"
+#include "planner.h"
 
 const struct arena_method arena_methods[] = {
     {"slots", arena_slots},
@@ -428,29 +428,6 @@ static int stage_under_cap(struct plan *p, int s, const struct arena_options *op
     return ERR_OK;
 }
 
-/* A stage whose actions changed: its costs again, and the plan's simulated iteration. */
-static int refresh_costs(struct plan *p, struct err *e)
-{
-    struct sim_result sim;
-    p->bottleneck_stage = 0;
-    for (int s = 0; s < p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        struct stage_cost c;
-        plan_stage_cost(p, st, &c);
-        st->stage_ms = c.stage_ms;
-        st->recompute_ms = c.recompute_ms;
-        st->host_memory_bytes = c.host_memory_bytes;
-        st->staging_bytes = c.staging_bytes;
-        st->copy_ms = plan_stage_copy_ms(st);
-        if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
-            p->bottleneck_stage = s;
-    }
-    ERR_TRY(sim_plan(p, &sim, e));
-    p->iteration_ms = sim.iteration_ms;
-    sim_result_free(&sim);
-    return ERR_OK;
-}
-
 int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e)
 {
     int changed = 0;
@@ -468,11 +445,15 @@ int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e)
             free(st->arena);
         }
         st->arena = a;
-        struct stage_cost c;
-        plan_stage_cost(p, st, &c);
-        st->memory_bytes = cost_memory_with_arena(&c, a->bytes);
     }
-    return changed ? refresh_costs(p, e) : ERR_OK;
+    if (changed) /* offloads the cap made: their host memory, copies and the iteration */
+        ERR_TRY(planner_finish(p, e));
+    for (int s = 0; s < p->n_stages; s++) {
+        struct stage_cost c;
+        plan_stage_cost(p, &p->stages[s], &c);
+        p->stages[s].memory_bytes = cost_memory_with_arena(&c, p->stages[s].arena->bytes);
+    }
+    return ERR_OK;
 }
 
 void arena_explain(FILE *f, const struct plan *p, int s)

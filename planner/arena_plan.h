@@ -2,14 +2,17 @@
  * plan's stage from the shared schedule, and the layouts, each one named function of the
  * `arena_methods` table:
  *   slots   today's carving: one slot per in-flight micro-batch (micro-batch m in slot
- *           m mod v, its layers in order), then the largest transient, then the workspace
+ *           m mod v, its layers in order), then the largest transient, then the workspace,
+ *           then offload staging as a pool: buffers of the largest staging object, as many
+ *           as are live at once
  *   greedy  greedy by size (Pisarchyk & Lee 2020, TFLite): largest first, each into the
  *           smallest gap among the objects live at the same time, else on top
  *   ga      the published genetic search (BACKGROUND.md C; arena_ga.c)
  *   exact   a GLPK MILP: offsets, one order binary per pair live at once, least arena
  *           (arena_milp.c); "not proven" when its time limit stops it
  * Each is measured against the lower bound, the most bytes live at one tick. With a device
- * cap on the arena, the objects above it are the bytes that must go to host memory. */
+ * cap on the arena, the objects above it are the bytes that must go to host memory (the
+ * fitness of ga), and arena_plan turns their layers into offloads. */
 #ifndef BALLAST_ARENA_PLAN_H
 #define BALLAST_ARENA_PLAN_H
 

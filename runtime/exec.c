@@ -428,7 +428,8 @@ static void offload_begin_step(struct executor *x)
         int li = n - 1 - q % n;
         if (!x->ops[q / n].backward || x->c.lay->layers[li].offload == 0)
             continue;
-        int t = arena_trigger(x, li, x->ops[q / n].micro, q - o->ahead[li] > 0 ? q - o->ahead[li] : 0);
+        int t = q - o->ahead[li] > 0 ? q - o->ahead[li] : 0;
+        t = arena_trigger(x, li, x->ops[q / n].micro, t);
         o->next[q] = o->first[t];
         o->first[t] = q;
     }

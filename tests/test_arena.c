@@ -516,6 +516,47 @@ static void test_cap_offloads(void)
 
 /* ---- the plan file ---- */
 
+/* "proven" is read back: true for exact on cpu-3 (each stage proven), false for the ga plan
+ * test_plan_file wrote, and a ga plan that claims it is refused. */
+static void test_proven(void)
+{
+    char args[4096], *out = NULL, *err = NULL, ga_plan[1024], exact[1024];
+    snprintf(ga_plan, sizeof ga_plan, "%s", test_path("arena-plan.json"));
+    snprintf(exact, sizeof exact, "%s", test_path("arena-exact.json"));
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/cpu-3.json --arena exact --quiet -o '%s'",
+             BALLAST_SOURCE_DIR, exact);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, &err), 0);
+    free(out);
+    free(err);
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_load(exact, &p, &e), ERR_OK);
+    for (int s = 0; s < p.n_stages; s++)
+        CU_ASSERT(p.stages[s].arena->proven);
+    plan_free(&p);
+    CU_ASSERT_EQUAL_FATAL(plan_load(ga_plan, &p, &e), ERR_OK);
+    for (int s = 0; s < p.n_stages; s++)
+        CU_ASSERT(!p.stages[s].arena->proven);
+    plan_free(&p);
+    char *text = test_read(ga_plan);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    cJSON *arena = cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(root, "stages"), 0), "arena");
+    cJSON_ReplaceItemInObject(arena, "proven", cJSON_CreateTrue());
+    char *bad = cJSON_Print(root);
+    cJSON_Delete(root);
+    const char *bad_file = test_write("arena-claims-proven.json", bad);
+    free(bad);
+    snprintf(args, sizeof args, "simulate --plan '%s'", bad_file);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "proven") != NULL);
+    free(out);
+    free(err);
+}
+
 static void test_plan_file(void)
 {
     char args[4096], *out = NULL, *err = NULL;
@@ -565,6 +606,7 @@ static void test_plan_file(void)
     CU_ASSERT(err != NULL && strstr(err, "share bytes") != NULL);
     free(out);
     free(err);
+    test_proven();
 }
 
 static void test_cli(void)
@@ -575,7 +617,7 @@ static void test_cli(void)
              BALLAST_SOURCE_DIR);
     CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
     CU_ASSERT(out != NULL && strstr(out, "stage 1 arena (exact)") != NULL &&
-              strstr(out, "workspace") != NULL);
+              strstr(out, "proven: true") != NULL && strstr(out, "workspace") != NULL);
     free(out);
     free(err);
     snprintf(args, sizeof args, "plan --cluster %s/configs/clusters/cpu-3.json --arena best",

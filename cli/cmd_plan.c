@@ -57,7 +57,9 @@ static void help(void)
            "                   ga (the published genetic search) or exact (GLPK MILP); stages fit\n"
            "                   on it, and optimal recomputes the least that fits it\n"
            "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
-           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory\n"
+           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory;\n"
+           "                   with --actions recompute,offload their layers are offloaded\n"
+           "                   and the stage laid out again until it fits\n"
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
            "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",

@@ -516,19 +516,42 @@ static void test_cap_offloads(void)
 
 /* ---- the plan file ---- */
 
+/* `ballast plan` of cpu-3 with --arena METHOD into `path`: its exit status. */
+static int plan_cpu3(const char *method, const char *path)
+{
+    char args[4096], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/cpu-3.json --arena %s --quiet -o '%s'",
+             BALLAST_SOURCE_DIR, method, path);
+    int rc = test_run(args, &out, &err);
+    free(out);
+    free(err);
+    return rc;
+}
+
+/* The plan `root` (freed here) written as NAME: simulate refuses it (exit 2), saying `why`. */
+static void simulate_refuses(cJSON *root, const char *name, const char *why)
+{
+    char args[2048], *out = NULL, *err = NULL;
+    char *bad = cJSON_Print(root);
+    cJSON_Delete(root);
+    const char *bad_file = test_write(name, bad);
+    free(bad);
+    snprintf(args, sizeof args, "simulate --plan '%s'", bad_file);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, why) != NULL);
+    free(out);
+    free(err);
+}
+
 /* "proven" is read back: true for exact on cpu-3 (each stage proven), false for the ga plan
  * test_plan_file wrote, and a ga plan that claims it is refused. */
 static void test_proven(void)
 {
-    char args[4096], *out = NULL, *err = NULL, ga_plan[1024], exact[1024];
+    char ga_plan[1024], exact[1024];
     snprintf(ga_plan, sizeof ga_plan, "%s", test_path("arena-plan.json"));
     snprintf(exact, sizeof exact, "%s", test_path("arena-exact.json"));
-    snprintf(args, sizeof args,
-             "plan --cluster %s/configs/clusters/cpu-3.json --arena exact --quiet -o '%s'",
-             BALLAST_SOURCE_DIR, exact);
-    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, &err), 0);
-    free(out);
-    free(err);
+    CU_ASSERT_EQUAL_FATAL(plan_cpu3("exact", exact), 0);
     struct plan p;
     struct err e;
     err_clear(&e);
@@ -546,27 +569,13 @@ static void test_proven(void)
     cJSON *arena = cJSON_GetObjectItem(
         cJSON_GetArrayItem(cJSON_GetObjectItem(root, "stages"), 0), "arena");
     cJSON_ReplaceItemInObject(arena, "proven", cJSON_CreateTrue());
-    char *bad = cJSON_Print(root);
-    cJSON_Delete(root);
-    const char *bad_file = test_write("arena-claims-proven.json", bad);
-    free(bad);
-    snprintf(args, sizeof args, "simulate --plan '%s'", bad_file);
-    CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
-    CU_ASSERT(err != NULL && strstr(err, "proven") != NULL);
-    free(out);
-    free(err);
+    simulate_refuses(root, "arena-claims-proven.json", "proven");
 }
 
 static void test_plan_file(void)
 {
-    char args[4096], *out = NULL, *err = NULL;
     const char *plan = test_path("arena-plan.json");
-    snprintf(args, sizeof args,
-             "plan --cluster %s/configs/clusters/cpu-3.json --arena ga --quiet -o '%s'",
-             BALLAST_SOURCE_DIR, plan);
-    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, &err), 0);
-    free(out);
-    free(err);
+    CU_ASSERT_EQUAL_FATAL(plan_cpu3("ga", plan), 0);
     struct plan p;
     struct err e;
     err_clear(&e);
@@ -597,15 +606,7 @@ static void test_plan_file(void)
     CU_ASSERT_FATAL(b != NULL);
     cJSON_ReplaceItemInObject(b, "offset",
                               cJSON_CreateNumber(cJSON_GetObjectItem(a, "offset")->valuedouble));
-    char *bad = cJSON_Print(root);
-    cJSON_Delete(root);
-    const char *bad_file = test_write("arena-bad.json", bad);
-    free(bad);
-    snprintf(args, sizeof args, "simulate --plan '%s'", bad_file);
-    CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
-    CU_ASSERT(err != NULL && strstr(err, "share bytes") != NULL);
-    free(out);
-    free(err);
+    simulate_refuses(root, "arena-bad.json", "share bytes");
     test_proven();
 }
 

@@ -57,7 +57,9 @@ static void help(void)
            "                   ga (the published genetic search) or exact (GLPK MILP); stages fit\n"
            "                   on it, and optimal recomputes the least that fits it\n"
            "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
-           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory\n"
+           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory;\n"
+           "                   with --actions recompute,offload their layers are offloaded\n"
+           "                   and the stage laid out again until it fits\n"
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
            "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
@@ -188,17 +190,13 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
+    a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
-    /* the arena's objects have no offload staging buffers yet: the two would disagree on
-     * the device memory */
-    if (a->arena.on && (a->o.actions & PLAN_ACTION_OFFLOAD))
-        return cli_usage_error("plan", "--arena and --actions offload cannot be combined yet "
-                               "(the arena does not lay out offload staging buffers)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;

@@ -164,8 +164,7 @@ static int plan_layout(const struct cluster *c, const struct plan_options *o, st
     return ERR_OK;
 }
 
-/* Every stage's costs, the bottleneck and the simulated iteration time. */
-static int plan_finish(struct plan *p, struct err *e)
+int planner_finish(struct plan *p, struct err *e)
 {
     p->bottleneck_stage = 0;
     for (int s = 0; s < p->n_stages; s++) {
@@ -221,7 +220,7 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     if (rc == ERR_OK && o->verify)
         rc = verify_plan(out, o, e);
     if (rc == ERR_OK)
-        rc = plan_finish(out, e);
+        rc = planner_finish(out, e);
     if (rc)
         plan_free(out);
     return rc;

@@ -60,6 +60,11 @@ int plan_options_check(const struct plan_options *o, struct err *e);
 int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
                  struct err *e);
 
+/* Every stage's costs (memory on the slots carving), the bottleneck and the simulated
+ * iteration time, from the stages' actions: what planner_make ends with, and what a plan
+ * whose actions changed afterwards (arena_plan's offloads) needs again. */
+int planner_finish(struct plan *p, struct err *e);
+
 /* The table a person reads: per stage device, layers, memory before -> after against the
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */
 void planner_print(FILE *f, const struct plan *p);

@@ -38,14 +38,19 @@ int exec_mem_add(struct executor *x, int64_t delta, struct err *e)
     return ERR_OK;
 }
 
-int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e)
+static int arena_in(struct executor *x, int kind, int micro, int li, int phase, struct err *e)
 {
     if (x->c.arena == NULL)
         return ERR_OK;
-    ERR_TRY(arena_run_in(x->c.arena, kind, micro, li, x->phase, e));
+    ERR_TRY(arena_run_in(x->c.arena, kind, micro, li, phase, e));
     if (x->c.lay->persistent_bytes + x->c.arena->peak > x->peak)
         x->peak = x->c.lay->persistent_bytes + x->c.arena->peak;
     return ERR_OK;
+}
+
+int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e)
+{
+    return arena_in(x, kind, micro, li, x->phase, e);
 }
 
 void exec_arena_out(struct executor *x, int kind, int micro, int li)
@@ -246,8 +251,12 @@ static int *off_at(const struct executor *x, int *a, int li, int micro)
     return &a[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro];
 }
 
+/* Buffer b: of the pool, or with the plan's arena the staging object of cell b (below). */
 static char *staging_of(const struct executor *x, int b)
 {
+    if (x->c.arena != NULL)
+        return x->c.activations + arena_run_staging_at(x->c.arena, b / 2 / x->c.lay->n_layers,
+                                                       b / 2 % x->c.lay->n_layers, b % 2);
     return x->c.staging + (int64_t)b * x->c.lay->staging_buf_bytes;
 }
 
@@ -276,11 +285,59 @@ static int copy_wait(struct executor *x, int ev, int li, int micro, int *late, s
     return ERR_OK;
 }
 
-/* A free staging buffer; else the one whose copy out started first, once it is done. */
-static int staging_get(struct executor *x, int *out, struct err *e)
+/* ---- offload on the plan's arena: each layer's micro-batch has its own two staging objects
+ * (arena.h), buffer 2 x (micro x n + li) + phase, in use over the plan's lifetimes: the
+ * forward's until the tick after its last, when its copy out must be done ---- */
+
+static int arena_staging_get(struct executor *x, int li, int micro, int phase, int *out,
+                             struct err *e)
+{
+    *out = 2 * (micro * x->c.lay->n_layers + li) + phase;
+    if (x->off.buf[*out].state != STG_FREE)
+        return err_set(e, ERR_FAIL, "internal: stage %d: layer %d's staging object for "
+                       "micro-batch %d is taken twice", x->c.stage, x->c.lay->layers[li].layer,
+                       micro);
+    return arena_in(x, ARENA_STAGING, micro, li, phase, e);
+}
+
+/* The forward staging objects whose lifetime ends before layer-op `lop` (every one when
+ * lop is past the step): their copies out finish, then they go out of use. */
+static int arena_staging_expire(struct executor *x, int lop, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    for (int i = 0; i < o->n_outs; i++) {
+        struct exec_staging *b = &o->buf[o->outs[i]];
+        int first, last, late;
+        arena_run_staging_ticks(x->c.arena, b->micro, b->li, ARENA_FORWARD, &first, &last);
+        if (last >= lop)
+            continue;
+        ERR_TRY(copy_wait(x, b->ev, b->li, b->micro, &late, e));
+        arena_run_out(x->c.arena, ARENA_STAGING, b->micro, b->li, ARENA_FORWARD);
+        b->state = STG_FREE;
+        o->outs[i--] = o->outs[--o->n_outs];
+    }
+    return ERR_OK;
+}
+
+/* A prefetch triggered at layer-op t starts no earlier than its staging object's lifetime. */
+static int arena_trigger(const struct executor *x, int li, int micro, int t)
+{
+    int first, last;
+    if (x->c.arena == NULL)
+        return t;
+    arena_run_staging_ticks(x->c.arena, micro, li, ARENA_BACKWARD, &first, &last);
+    return t > first ? t : first;
+}
+
+/* A free staging buffer; else the one whose copy out started first, once it is done. With
+ * the plan's arena: the object of layer li's micro-batch in `phase`. */
+static int staging_get(struct executor *x, int li, int micro, int phase, int *out,
+                       struct err *e)
 {
     struct exec_offload *o = &x->off;
     int pick = -1, late;
+    if (x->c.arena != NULL)
+        return arena_staging_get(x, li, micro, phase, out, e);
     for (int b = 0; b < x->c.lay->n_staging; b++) {
         if (o->buf[b].state == STG_FREE) {
             *out = b;
@@ -307,7 +364,7 @@ static int staging_claim(struct executor *x, int li, int micro, uint32_t which, 
     *claimed = (x->c.lay->layers[li].offload & which) != 0 && *held < 0;
     if (!*claimed)
         return ERR_OK;
-    ERR_TRY(staging_get(x, held, e));
+    ERR_TRY(staging_get(x, li, micro, ARENA_FORWARD, held, e));
     x->off.buf[*held].state = STG_FWD;
     return ERR_OK;
 }
@@ -336,7 +393,7 @@ static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
         o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro] = 1;
         return ERR_OK;
     }
-    ERR_TRY(staging_get(x, held, e));
+    ERR_TRY(staging_get(x, li, micro, ARENA_BACKWARD, held, e));
     o->buf[*held].state = STG_IN;
     return x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
                                     host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
@@ -350,6 +407,8 @@ static int offload_tick(struct executor *x, struct err *e)
     if (o->first == NULL)
         return ERR_OK;
     int n = x->c.lay->n_layers;
+    if (x->c.arena != NULL)
+        ERR_TRY(arena_staging_expire(x, o->lop, e));
     for (int q = o->first[o->lop]; q >= 0; q = o->next[q])
         ERR_TRY(prefetch_start(x, n - 1 - q % n, x->ops[q / n].micro, e));
     o->lop++;
@@ -370,6 +429,7 @@ static void offload_begin_step(struct executor *x)
         if (!x->ops[q / n].backward || x->c.lay->layers[li].offload == 0)
             continue;
         int t = q - o->ahead[li] > 0 ? q - o->ahead[li] : 0;
+        t = arena_trigger(x, li, x->ops[q / n].micro, t);
         o->next[q] = o->first[t];
         o->first[t] = q;
     }
@@ -390,6 +450,8 @@ static int offload_out(struct executor *x, int li, int micro, struct err *e)
     ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_TO_HOST, host_of(x, li, micro),
                                      staging_of(x, *held), bytes, -1, out_ev, e));
     o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev, li, micro};
+    if (x->c.arena != NULL)
+        o->outs[o->n_outs++] = *held;
     *held = -1;
     if (o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro])
         return prefetch_start(x, li, micro, e);
@@ -419,6 +481,8 @@ static int offload_release(struct executor *x, int li, int micro, struct err *e)
     int *held = off_at(x, x->off.held, li, micro);
     x->off.buf[*held].state = STG_FREE;
     *held = -1;
+    if (x->c.arena != NULL)
+        arena_run_out(x->c.arena, ARENA_STAGING, micro, li, ARENA_BACKWARD);
     return host_add(x, -x->c.lay->layers[li].offload_bytes, e);
 }
 
@@ -625,6 +689,8 @@ int exec_run(struct executor *x, struct err *e)
         ERR_TRY(x->ops[i].backward ? backward(x, x->ops[i].micro, e)
                                    : forward(x, x->ops[i].micro, e));
     ERR_TRY(ws_drain(x, e));
+    if (x->c.arena != NULL && x->off.outs != NULL)
+        ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
     return x->off.buf != NULL ? x->c.be->ops->copy_ms(x->c.be, x->times.copy, e) : ERR_OK;
 }
 
@@ -634,7 +700,12 @@ static int offload_init(struct executor *x, struct err *e)
 {
     struct exec_offload *o = &x->off;
     size_t n = (size_t)x->c.lay->n_layers, M = (size_t)x->c.micro_batches;
-    o->buf = calloc((size_t)x->c.lay->n_staging, sizeof *o->buf);
+    /* with the plan's arena: a forward and a backward staging object per layer and
+     * micro-batch, at most all of the forward ones being copied out */
+    size_t n_buf = x->c.arena != NULL ? 2 * n * M : (size_t)x->c.lay->n_staging;
+    o->buf = calloc(n_buf, sizeof *o->buf);
+    if (x->c.arena != NULL && (o->outs = malloc(sizeof *o->outs * n * M)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", x->c.stage);
     o->held = malloc(sizeof *o->held * n * M);
     o->out_ev = malloc(sizeof *o->out_ev * n * M);
     o->pending = malloc(n * M);
@@ -672,8 +743,9 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
         x->action[li] = L->offload ? (L->regen ? &exec_offload_recompute : &exec_offload)
                                    : (L->regen ? &exec_recompute : &exec_keep);
     }
-    /* the staging buffers are device memory set aside for the copies: live always */
-    x->live = x->peak = c->lay->persistent_bytes + c->lay->staging_bytes;
+    /* the staging buffers are device memory set aside for the copies: live always (with the
+     * plan's arena, staging objects in it) */
+    x->live = x->peak = c->lay->persistent_bytes + (c->arena != NULL ? 0 : c->lay->staging_bytes);
     if (c->lay->n_staging > 0 && offload_init(x, e)) {
         exec_free(x);
         return e->code;
@@ -689,6 +761,7 @@ void exec_free(struct executor *x)
     free(x->host_losses);
     free(x->events);
     free(x->off.buf);
+    free(x->off.outs);
     free(x->off.held);
     free(x->off.out_ev);
     free(x->off.pending);

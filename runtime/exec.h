@@ -38,7 +38,11 @@
  * after_forward copies them to the micro-batch's host slot and the buffer is free once the
  * copy is; the prefetch, started at its trigger (exec_config.prefetch_ahead), copies them
  * back into a staging buffer (after the copy out, when the trigger comes first), and
- * before_backward waits for it, late or not; after_backward frees the buffer.
+ * before_backward waits for it, late or not; after_backward frees the buffer. With the plan's
+ * arena there is no pool: each layer's micro-batch has a forward and a backward staging object
+ * at the plan's offsets (arena.h), in use over the plan's lifetimes; the forward's copy out is
+ * waited for when its object's lifetime ends, and a prefetch starts no earlier than its
+ * backward object's lifetime begins.
  *
  * Every forward, recompute and backward is a span timed by the host clock around the
  * backend's sync, or by the config's device timer; each is reported to on_span and, with
@@ -172,6 +176,7 @@ struct exec_offload {
     int *ahead; /* per layer */
     int *first, *next; /* prefetches to start at each layer-op: lists of backward layer-ops */
     int lop;           /* the layer-op running */
+    int *outs, n_outs; /* with the plan's arena: forward staging objects being copied out */
     int64_t host_live, host_peak;
 };
 

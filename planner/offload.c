@@ -41,9 +41,6 @@ int offload_options_check(const struct plan_options *o, struct err *e)
     if (o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--actions offload applies to --method optimal only (patent "
                                      "stays the published method: recompute)");
-    if (o->repartition)
-        return err_set(e, ERR_INPUT, "--actions offload with --repartition: not supported; plan "
-                                     "offload on the cluster's own split");
     return ERR_OK;
 }
 

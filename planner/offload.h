@@ -24,7 +24,7 @@
 #define OFFLOAD_ENUM_MAX 1024
 #define OFFLOAD_STAGE_CANDIDATES_MAX 4
 
-/* ERR_INPUT for offload with a method other than optimal or with --repartition. */
+/* ERR_INPUT for offload with a method other than optimal. */
 int offload_options_check(const struct plan_options *o, struct err *e);
 /* Chooses every stage's actions of a laid-out plan. ERR_INPUT when offload is asked and no
  * stage has host memory, or a stage with host memory has no host link. */

@@ -553,6 +553,58 @@ static void test_superset_never_slower(void)
     CU_ASSERT(faster > 0);
 }
 
+/* --repartition with offload: the recompute-only search's split and order, each stage's
+ * actions then with offload: never slower than recompute-only --repartition, and a plan that
+ * offloads carries no gap (the search's bound is for recompute only). */
+static void test_repartition_with_offload(void)
+{
+    struct test_rng rng = {77};
+    int compared = 0, offloading = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        struct instance in;
+        struct plan rec, both;
+        struct plan_options o;
+        struct err e;
+        int S = (int)test_rng_int(&rng, 2, 5), per = (int)test_rng_int(&rng, 2, 6);
+        int M = (int)test_rng_int(&rng, S, 3 * S);
+        double gbps = pow(10, test_rng_double(&rng, 2, 5));
+        instance_make_sized(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B, gbps,
+                            test_rng_int(&rng, 2, 200) * GIB, S * per, S, M, 1 + trial % 2,
+                            trial % 3 == 0);
+        plan_options_default(&o);
+        err_clear(&e);
+        o.repartition = 1;
+        int a = planner_make(&in.c, &o, &rec, &e);
+        o.actions = PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD;
+        int c = planner_make(&in.c, &o, &both, &e);
+        CU_ASSERT(a != ERR_OK || c == ERR_OK);
+        if (c == ERR_OK) {
+            int any = 0;
+            for (int s = 0; s < both.n_stages; s++)
+                any |= plan_stage_offloads(&both.stages[s]);
+            offloading += any;
+            CU_ASSERT(strcmp(both.method, "optimal+repartition") == 0);
+            CU_ASSERT(any ? both.optimality_gap < 0 && !both.search.present
+                          : both.search.present);
+        }
+        if (a == ERR_OK && c == ERR_OK) {
+            compared++;
+            CU_ASSERT(both.iteration_ms <= rec.iteration_ms);
+            if (!(both.iteration_ms <= rec.iteration_ms))
+                printf("\ntrial %d: offload %.9g ms, recompute-only %.9g ms\n", trial,
+                       both.iteration_ms, rec.iteration_ms);
+        }
+        if (a == ERR_OK)
+            plan_free(&rec);
+        if (c == ERR_OK)
+            plan_free(&both);
+        instance_free(&in);
+    }
+    printf(" [%d compared, %d offloading] ", compared, offloading);
+    CU_ASSERT(compared >= 10);
+    CU_ASSERT(offloading > 0);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -567,5 +619,6 @@ int main(void)
     CU_add_test(s, "verify MILP", test_verify_milp);
     CU_add_test(s, "PipeOffload rules", test_pipeoffload_rules);
     CU_add_test(s, "superset never slower", test_superset_never_slower);
+    CU_add_test(s, "repartition with offload", test_repartition_with_offload);
     return test_main();
 }

@@ -448,6 +448,15 @@ static void test_verify_milp(void)
     CU_ASSERT(verified >= 3);
 }
 
+/* Frees the recompute-only plan and the one with offload, each where it was made (rc a, c). */
+static void plans_free(int a, struct plan *rec, int c, struct plan *both)
+{
+    if (a == ERR_OK)
+        plan_free(rec);
+    if (c == ERR_OK)
+        plan_free(both);
+}
+
 /* PipeOffload's rules: a superset of actions is never slower; a very slow link gets no
  * offload; a fast link and a roomy host make a tight stage offload instead of recompute. */
 static void test_pipeoffload_rules(void)
@@ -501,10 +510,7 @@ static void test_pipeoffload_rules(void)
             CU_ASSERT(both.stages[0].recompute_ms < rec.stages[0].recompute_ms);
             CU_ASSERT(both.iteration_ms < rec.iteration_ms);
         }
-        if (a == ERR_OK)
-            plan_free(&rec);
-        if (c == ERR_OK)
-            plan_free(&both);
+        plans_free(a, &rec, c, &both);
         instance_free(&in);
     }
     CU_ASSERT(tight > 0);
@@ -542,10 +548,7 @@ static void test_superset_never_slower(void)
                        "%.9g ms\n",
                        trial, S, per, both.iteration_ms, rec.iteration_ms);
         }
-        if (a == ERR_OK)
-            plan_free(&rec);
-        if (c == ERR_OK)
-            plan_free(&both);
+        plans_free(a, &rec, c, &both);
         instance_free(&in);
     }
     printf(" [%d compared, %d faster with offload] ", compared, faster);
@@ -594,10 +597,7 @@ static void test_repartition_with_offload(void)
                 printf("\ntrial %d: offload %.9g ms, recompute-only %.9g ms\n", trial,
                        both.iteration_ms, rec.iteration_ms);
         }
-        if (a == ERR_OK)
-            plan_free(&rec);
-        if (c == ERR_OK)
-            plan_free(&both);
+        plans_free(a, &rec, c, &both);
         instance_free(&in);
     }
     printf(" [%d compared, %d offloading] ", compared, offloading);

@@ -603,6 +603,15 @@ static void test_repartition_with_offload(void)
     printf(" [%d compared, %d offloading] ", compared, offloading);
     CU_ASSERT(compared >= 10);
     CU_ASSERT(offloading > 0);
+    /* on the command line (refused before, exit 2): the report says where split and order
+     * came from */
+    char args[1024], *out = NULL;
+    snprintf(args, sizeof args,
+             "plan --method optimal+repartition --actions recompute,offload --cluster %s",
+             host_cluster("rp.json", 1, ""));
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out && strstr(out, "split and order: --repartition's search with recompute only"));
+    free(out);
 }
 
 int main(void)

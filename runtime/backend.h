@@ -193,6 +193,10 @@ struct backend_ops {
     int (*event_query)(struct backend *be, int ev, int *done, struct err *e);
     int (*event_wait)(struct backend *be, int ev, struct err *e);
     int (*copy_ms)(struct backend *be, double ms[2], struct err *e);
+    /* When copy `ev` ran, on exec_now_ms's clock, waiting for it to finish (the trace's copy
+     * lanes); *known 0 when the backend no longer holds its times. */
+    int (*copy_span)(struct backend *be, int ev, double *t0_ms, double *t1_ms, int *known,
+                     struct err *e);
     void (*free)(struct backend *be);
     /* The Llama family's own kernels (llama_layers.h); NULL when the backend has none. */
     const struct llama_kernels *llama;

@@ -323,6 +323,14 @@ static int cpu_copy_ms(struct backend *be, double ms[2], struct err *e)
     return ERR_OK;
 }
 
+static int cpu_copy_span(struct backend *be, int ev, double *t0_ms, double *t1_ms, int *known,
+                         struct err *e)
+{
+    (void)e;
+    *known = be->impl != NULL && hostcopy_span(be->impl, ev, t0_ms, t1_ms);
+    return ERR_OK;
+}
+
 static void cpu_free(struct backend *be)
 {
     hostcopy_stop(be->impl);
@@ -360,6 +368,7 @@ static const struct backend_ops cpu_ops = {
     .event_query = cpu_event_query,
     .event_wait = cpu_event_wait,
     .copy_ms = cpu_copy_ms,
+    .copy_span = cpu_copy_span,
     .free = cpu_free,
     .llama = &llama_kernels_cpu,
 };

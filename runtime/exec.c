@@ -93,10 +93,12 @@ static int ws_update(struct executor *x, struct err *e)
 
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1)
 {
+    /* the copies run beside the step: their time is the lanes' (copy_ms), not the step's */
     double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
                                    &x->times.send, &x->times.idle,      &x->times.optimizer,
                                    &x->times.stall};
-    *acc[kind] += t1 - t0;
+    if (acc[kind] != NULL)
+        *acc[kind] += t1 - t0;
     if (!x->c.record_events)
         return;
     if (x->n_events == x->cap_events) {
@@ -385,6 +387,32 @@ static int host_add(struct executor *x, int64_t delta, struct err *e)
     return ERR_OK;
 }
 
+/* A copy submitted this step, for the trace (record_events). */
+static void copy_note(struct executor *x, int ev, int li, int micro, int dir)
+{
+    struct exec_offload *o = &x->off;
+    if (o->copies != NULL)
+        o->copies[o->n_copies++] = (struct exec_copy){ev, li, micro, dir};
+}
+
+/* The step's copies as events on their lanes; all have finished or are about to (each
+ * prefetch was waited for, and each follows its copy out). */
+static int copy_events(struct executor *x, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    for (int i = 0; i < o->n_copies && x->c.be->ops->copy_span != NULL; i++) {
+        const struct exec_copy *c = &o->copies[i];
+        double t0, t1;
+        int known;
+        ERR_TRY(x->c.be->ops->copy_span(x->c.be, c->ev, &t0, &t1, &known, e));
+        if (known)
+            exec_event(x, c->dir == BACKEND_TO_HOST ? STAGE_EV_COPY_OUT : STAGE_EV_COPY_IN,
+                       c->micro, x->c.lay->layers[c->li].layer, t0, t1);
+    }
+    o->n_copies = 0;
+    return ERR_OK;
+}
+
 static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
 {
     struct exec_offload *o = &x->off;
@@ -395,9 +423,11 @@ static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
     }
     ERR_TRY(staging_get(x, li, micro, ARENA_BACKWARD, held, e));
     o->buf[*held].state = STG_IN;
-    return x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
-                                    host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
-                                    out_ev, &o->buf[*held].ev, e);
+    ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
+                                     host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
+                                     out_ev, &o->buf[*held].ev, e));
+    copy_note(x, o->buf[*held].ev, li, micro, BACKEND_FROM_HOST);
+    return ERR_OK;
 }
 
 /* The start of the next layer-op: the prefetches triggered there. */
@@ -449,6 +479,7 @@ static int offload_out(struct executor *x, int li, int micro, struct err *e)
     ERR_TRY(host_add(x, bytes, e));
     ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_TO_HOST, host_of(x, li, micro),
                                      staging_of(x, *held), bytes, -1, out_ev, e));
+    copy_note(x, *out_ev, li, micro, BACKEND_TO_HOST);
     o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev, li, micro};
     if (x->c.arena != NULL)
         o->outs[o->n_outs++] = *held;
@@ -691,7 +722,10 @@ int exec_run(struct executor *x, struct err *e)
     ERR_TRY(ws_drain(x, e));
     if (x->c.arena != NULL && x->off.outs != NULL)
         ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
-    return x->off.buf != NULL ? x->c.be->ops->copy_ms(x->c.be, x->times.copy, e) : ERR_OK;
+    if (x->off.buf == NULL)
+        return ERR_OK;
+    ERR_TRY(copy_events(x, e));
+    return x->c.be->ops->copy_ms(x->c.be, x->times.copy, e);
 }
 
 /* ---- set-up ---- */
@@ -712,7 +746,9 @@ static int offload_init(struct executor *x, struct err *e)
     o->ahead = malloc(sizeof *o->ahead * n);
     o->first = malloc(sizeof *o->first * 2 * n * M);
     o->next = malloc(sizeof *o->next * 2 * n * M);
-    if (!o->buf || !o->held || !o->out_ev || !o->pending || !o->ahead || !o->first || !o->next)
+    o->copies = x->c.record_events ? malloc(sizeof *o->copies * 2 * n * M) : NULL;
+    if (!o->buf || !o->held || !o->out_ev || !o->pending || !o->ahead || !o->first ||
+        !o->next || (x->c.record_events && !o->copies))
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", x->c.stage);
     for (size_t i = 0; i < n * M; i++)
         o->held[i] = -1;
@@ -768,5 +804,6 @@ void exec_free(struct executor *x)
     free(x->off.ahead);
     free(x->off.first);
     free(x->off.next);
+    free(x->off.copies);
     memset(x, 0, sizeof *x);
 }

@@ -63,7 +63,9 @@ enum stage_event_kind {
     STAGE_EV_SEND,
     STAGE_EV_RECV, /* waiting for data: idle */
     STAGE_EV_OPTIMIZER,
-    STAGE_EV_STALL, /* waiting for an offload copy */
+    STAGE_EV_STALL,     /* waiting for an offload copy */
+    STAGE_EV_COPY_OUT,  /* a copy to host memory, on its lane (the trace's, not the step's) */
+    STAGE_EV_COPY_IN,   /* a copy (prefetch) from host memory, on its lane */
     STAGE_EV_KINDS
 };
 
@@ -178,6 +180,11 @@ struct exec_offload {
     int lop;           /* the layer-op running */
     int *outs, n_outs; /* with the plan's arena: forward staging objects being copied out */
     int64_t host_live, host_peak;
+    /* with record_events: the step's copies (2 x layers x M at most), timed at its end */
+    struct exec_copy {
+        int ev, li, micro, dir;
+    } *copies;
+    int n_copies;
 };
 
 struct executor {

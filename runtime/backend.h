@@ -216,6 +216,10 @@ struct flash_kernels {
                     int B, int T, int NH, int NKV, int hs, struct err *e);
 };
 
+/* The CPU backend's (backend_cpu.c over kernels_flash_cpu.c) and the CUDA backend's
+ * (cuda/flash_kernels.cu). */
+extern const struct flash_kernels flash_kernels_cuda;
+
 /* The backend's flash kernels, or ERR_INPUT naming the backend when it has none. */
 int backend_flash(const struct backend *be, const struct flash_kernels **k, struct err *e);
 

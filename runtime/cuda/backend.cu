@@ -448,7 +448,7 @@ static const struct backend_ops cuda_ops = {
     cu_copy_ms,
     cu_free,
     &llama_kernels_cuda,
-    nullptr, // no flash attention kernels yet: a flash model is refused by name
+    &flash_kernels_cuda,
 };
 
 // ---- set-up and the C API of cuda_device.h ----

@@ -10,7 +10,7 @@
 #ifndef BALLAST_KERNELS_FLASH_CPU_H
 #define BALLAST_KERNELS_FLASH_CPU_H
 
-#define FLASH_TILE 32
+#define FLASH_TILE 64
 
 /* out (B,T,NH*hs) = softmax(q k^T / sqrt(hs), causal) v; lse (B,NH,T) = the rows'
  * log-sum-exp of the scaled scores. */

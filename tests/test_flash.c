@@ -36,16 +36,22 @@ static float *filled(int64_t n, double lo, double hi)
     return x;
 }
 
+/* Every element within atol + rtol |ref|; else the count and the worst one, printed. */
 static int all_close(const float *got, const float *ref, int64_t n, double atol, double rtol,
                      const char *what)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (!test_close(got[i], ref[i], atol, rtol)) {
-            fprintf(stderr, "\n%s[%lld]: %.9g against %.9g\n", what, (long long)i, got[i],
-                    ref[i]);
-            return 0;
-        }
-    return 1;
+    int64_t bad = 0, worst = 0;
+    double worst_excess = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double excess = fabs((double)got[i] - ref[i]) - (atol + rtol * fabs(ref[i]));
+        bad += excess > 0;
+        if (excess > worst_excess)
+            worst_excess = excess, worst = i;
+    }
+    if (bad > 0)
+        fprintf(stderr, "\n%s: %lld of %lld off, worst [%lld] %.9g against %.9g\n", what,
+                (long long)bad, (long long)n, (long long)worst, got[worst], ref[worst]);
+    return bad == 0;
 }
 
 /* log sum_j<=t exp(q_t k_j / sqrt(hs)) in float64 */

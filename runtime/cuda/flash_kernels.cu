@@ -54,6 +54,18 @@ __device__ void load_tile(float *dst, const T *src, At at, int c0, int T_, int h
     }
 }
 
+// Key and value rows c0.. of key/value head kv into ks, vs (TILE, hs), once every thread of
+// the block is done with the previous tile; every thread of the block must call it.
+template <typename T>
+__device__ void load_kv_tile(float *ks, float *vs, const T *qkv, const fshape &g, int b, int kv,
+                             int c0)
+{
+    __syncthreads();
+    load_tile(ks, qkv, [&](int j) { return g.k(b, j, kv); }, c0, g.T, g.hs);
+    load_tile(vs, qkv, [&](int j) { return g.v(b, j, kv); }, c0, g.T, g.hs);
+    __syncthreads();
+}
+
 template <typename T>
 __device__ float dot_g(const T *x, const float *y, int n)
 {
@@ -79,10 +91,7 @@ __global__ void flash_forward_kernel(T *out, float *lse, const T *qkv, fshape g)
     const T *q = qkv + g.q(b, live ? t : 0, h);
     int last_key = r0 + TILE - 1 < g.T - 1 ? r0 + TILE - 1 : g.T - 1;
     for (int c0 = 0; c0 <= last_key; c0 += TILE) {
-        __syncthreads(); // the previous tile is done with
-        load_tile(ks, qkv, [&](int j) { return g.k(b, j, kv); }, c0, g.T, g.hs);
-        load_tile(vs, qkv, [&](int j) { return g.v(b, j, kv); }, c0, g.T, g.hs);
-        __syncthreads();
+        load_kv_tile(ks, vs, qkv, g, b, kv, c0);
         if (!live)
             continue;
         int n = t - c0 + 1 < TILE ? t - c0 + 1 : TILE;
@@ -190,10 +199,7 @@ __global__ void flash_dq_kernel(T *dqkv, const T *dout, const T *qkv, const floa
     float l = live ? lse[g.row(b, h, t)] : 0, d = live ? dsum[g.row(b, h, t)] : 0;
     int last_key = r0 + TILE - 1 < g.T - 1 ? r0 + TILE - 1 : g.T - 1;
     for (int c0 = 0; c0 <= last_key; c0 += TILE) {
-        __syncthreads();
-        load_tile(ks, qkv, [&](int j) { return g.k(b, j, kv); }, c0, g.T, g.hs);
-        load_tile(vs, qkv, [&](int j) { return g.v(b, j, kv); }, c0, g.T, g.hs);
-        __syncthreads();
+        load_kv_tile(ks, vs, qkv, g, b, kv, c0);
         if (!live)
             continue;
         int n = t - c0 + 1 < TILE ? t - c0 + 1 : TILE;

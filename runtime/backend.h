@@ -103,6 +103,9 @@ struct backend_layer_ops {
      *             recomputation;
      *           "mlp" {fch_gelu}: GELU of the kept fch;
      *           "attn+mlp" {att, fch_gelu}: both;
+     *           with flash attention ("attention": "flash") kept[BLOCK_ATT] is the rows'
+     *             log-sum-exp, not probabilities, and there is no "attn" nor "attn+mlp":
+     *             the whole block and "mlp" only;
      *   head    the whole head, sizes_full_regen. */
     int (*recompute)(struct backend *be, const struct layer_view *l, struct err *e);
     /* Consumes ws[*_DOUT] (the output's gradient; the head has none and uses loss_scale,

@@ -4,13 +4,15 @@
  * float64; the size tables (activations linear in the sequence length, no "attn" option) and
  * the estimate's FLOPs; model files; and `ballast train` on three ranks with every recompute
  * option of a flash model bitwise equal to keeping everything, each stage's measured peak
- * within 2% of its plan (train_run_ok), and the loss that of materialised attention.
+ * within 2% of its plan (train_run_ok), and the loss that of materialised attention; a plan
+ * asking a flash block for "attn" refused.
  *
  * Tolerances (atol + rtol |ref|): the two kernels sum the same products in different orders
  * (tiles and online rescaling against whole rows), and GPT's materialised softmax uses an
  * approximate exp (about 2 ulp): out and dqkv 2e-6 + 1e-4 |ref|, lse 1e-5 + 1e-6 |ref|. */
 #include <CUnit/CUnit.h>
 #include <cblas.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -383,9 +385,34 @@ static void check_train(const char *tag, const char *model_fields, const char *d
     }
 }
 
+/* A plan asking a flash block for "attn" (hand-edited: the planner never offers it) is
+ * refused naming the option and the ones the layer has. */
+static void check_attn_refused(const char *tag)
+{
+    char name[64], args[2048];
+    snprintf(name, sizeof name, "plan-%s.json", tag);
+    char *text = test_read(test_path(name));
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 0);
+    cJSON_AddItemToObject(st, "recompute_options",
+                          cJSON_Parse("[{\"layer\": 1, \"option\": \"attn\"}]"));
+    char *out = cJSON_Print(o);
+    snprintf(name, sizeof name, "plan-%s-attn.json", tag);
+    snprintf(args, sizeof args, "--plan '%s' --steps 1 --quiet", test_write(name, out));
+    cJSON_free(out);
+    cJSON_Delete(o);
+    struct train_run r = train_exec(3, RUN_LIMIT_S, args);
+    CU_ASSERT_EQUAL(r.status, 2);
+    CU_ASSERT(r.err != NULL && strstr(r.err, "\"attn\" is not a recompute option") != NULL &&
+              strstr(r.err, "list mlp") != NULL);
+    train_run_free(&r);
+}
+
 static void test_train_gpt(void)
 {
     check_train("gpt", GPT_SMALL, "fp32", 1e-5);
+    check_attn_refused("gpt");
 }
 
 static void test_train_llama(void)

@@ -44,7 +44,7 @@ static const struct tol BF16_BWD = {0.06, 0.06, 0.02};
  * Llama (grouped-query attention, llama_layers.c over cuda/llama_kernels.cu); then flash
  * attention (cuda/flash_kernels.cu against kernels_flash_cpu.c, its log-sum-exp a kept
  * tensor): a GPT over several 32-row tiles, the last partial, and a grouped-query Llama with
- * a head size of 128 (the most shared memory without asking for more in the forward) */
+ * a head size of 128 (its kernels ask for more than the default 48 KiB of shared memory) */
 #define N_SHAPES 5
 static const struct model shapes[N_SHAPES] = {
     {.n_layer = 2, .n_embd = 64, .n_head = 4, .seq_len = 64, .vocab_size = 100, .micro_batch = 2},

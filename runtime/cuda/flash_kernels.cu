@@ -21,6 +21,9 @@ kctx cuda_kctx(struct backend *be, enum model_dtype dt);
 
 // Rows of queries (one thread each) and of keys per tile.
 #define TILE 32
+// Query rows per tile of the dk, dv pass (its threads own keys): fewer, so that a head size of
+// 128 stays within the 64 KiB of shared memory a T4 allows.
+#define QROWS 16
 // A thread's accumulator row in shared memory: padded by one float, so that the TILE threads
 // of a warp, each at element c of its own row, hit different banks.
 #define ACC(hs) ((hs) + 1)
@@ -44,11 +47,11 @@ static fshape shape_of(int T_, int NH, int NKV, int hs)
                   1.0f / sqrtf((float)hs)};
 }
 
-// rows c0 .. c0+TILE-1 (those < T) of hs elements at `src` + at(row) into dst (TILE, hs)
+// rows c0 .. c0+rows-1 (those < T) of hs elements at `src` + at(row) into dst (rows, hs)
 template <typename T, typename At>
-__device__ void load_tile(float *dst, const T *src, At at, int c0, int T_, int hs)
+__device__ void load_tile(float *dst, const T *src, At at, int c0, int rows, int T_, int hs)
 {
-    for (int i = threadIdx.x; i < TILE * hs; i += blockDim.x) {
+    for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
         int r = i / hs, c = i % hs;
         dst[i] = c0 + r < T_ ? to_f(src[at(c0 + r) + c]) : 0.0f;
     }
@@ -61,8 +64,8 @@ __device__ void load_kv_tile(float *ks, float *vs, const T *qkv, const fshape &g
                              int c0)
 {
     __syncthreads();
-    load_tile(ks, qkv, [&](int j) { return g.k(b, j, kv); }, c0, g.T, g.hs);
-    load_tile(vs, qkv, [&](int j) { return g.v(b, j, kv); }, c0, g.T, g.hs);
+    load_tile(ks, qkv, [&](int j) { return g.k(b, j, kv); }, c0, TILE, g.T, g.hs);
+    load_tile(vs, qkv, [&](int j) { return g.v(b, j, kv); }, c0, TILE, g.T, g.hs);
     __syncthreads();
 }
 
@@ -138,28 +141,28 @@ __global__ void flash_dsum_kernel(float *dsum, const T *dout, const T *out, fsha
 
 // dk, dv: one block of TILE threads per (key tile, key/value head, batch row); thread j owns
 // key row c0 + j, and walks its query heads in order, then their query tiles from its own.
-// Shared: dk, dv accumulators (TILE, hs) each, then a query tile and a dout tile.
+// Shared: dk, dv accumulators (TILE, hs) each, then a query tile and a dout tile (QROWS, hs).
 template <typename T>
 __global__ void flash_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
                                  const float *dsum, fshape g)
 {
     extern __shared__ float sm[];
     float *dk = sm + threadIdx.x * ACC(g.hs), *dv = sm + (TILE + threadIdx.x) * ACC(g.hs);
-    float *qs = sm + 2 * TILE * ACC(g.hs), *gs = qs + TILE * g.hs;
+    float *qs = sm + 2 * TILE * ACC(g.hs), *gs = qs + QROWS * g.hs;
     int c0 = blockIdx.x * TILE, kv = blockIdx.y, b = blockIdx.z, j = c0 + threadIdx.x;
     bool live = j < g.T;
     for (int c = 0; c < g.hs; c++)
         dk[c] = dv[c] = 0;
     const T *k = qkv + g.k(b, live ? j : 0, kv), *v = qkv + g.v(b, live ? j : 0, kv);
     for (int h = kv * g.group; h < (kv + 1) * g.group; h++)
-        for (int r0 = c0; r0 < g.T; r0 += TILE) {
+        for (int r0 = c0; r0 < g.T; r0 += QROWS) {
             __syncthreads();
-            load_tile(qs, qkv, [&](int t) { return g.q(b, t, h); }, r0, g.T, g.hs);
-            load_tile(gs, dout, [&](int t) { return g.o(b, t, h); }, r0, g.T, g.hs);
+            load_tile(qs, qkv, [&](int t) { return g.q(b, t, h); }, r0, QROWS, g.T, g.hs);
+            load_tile(gs, dout, [&](int t) { return g.o(b, t, h); }, r0, QROWS, g.T, g.hs);
             __syncthreads();
             if (!live)
                 continue;
-            for (int i = 0; i < TILE && r0 + i < g.T; i++) {
+            for (int i = 0; i < QROWS && r0 + i < g.T; i++) {
                 int t = r0 + i;
                 if (t < j)
                     continue; // masked: query t does not see key j
@@ -218,20 +221,32 @@ __global__ void flash_dq_kernel(T *dqkv, const T *dout, const T *qkv, const floa
         dqg[c] = from_f<T>(dq[c]);
 }
 
-// Dynamic shared memory beyond the default 48 KiB must be asked for (head sizes over 128).
+// Dynamic shared memory beyond the default 48 KiB must be asked for (a head size of 128 and
+// more); past what the device allows, the head size is refused by name.
 template <typename K>
-static int shared_for(K kernel, size_t bytes, struct err *e)
+static int shared_for(K kernel, size_t bytes, int hs, struct err *e)
 {
-    if (bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)bytes), e);
+    if (bytes <= 48 * 1024)
+        return ERR_OK;
+    int device, most;
+    CUDA_CHECK(cudaGetDevice(&device), e);
+    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               e);
+    if (bytes > (size_t)most)
+        return err_set(e, ERR_INPUT,
+                       "flash attention with head size %d needs %zu bytes of shared memory per "
+                       "block; cuda:%d allows %d",
+                       hs, bytes, device, most);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)bytes), e);
     return ERR_OK;
 }
 
-// Floats of shared memory: `acc` padded accumulator rows and `tiles` plain tiles of TILE rows.
-static size_t shared_bytes(int acc, int tiles, int hs)
+// Bytes of shared memory: `acc` padded accumulator rows of TILE threads and `tiles` plain
+// tiles of `rows` rows.
+static size_t shared_bytes(int acc, int tiles, int rows, int hs)
 {
-    return sizeof(float) * TILE * ((size_t)acc * ACC(hs) + (size_t)tiles * hs);
+    return sizeof(float) * ((size_t)TILE * acc * ACC(hs) + (size_t)tiles * rows * hs);
 }
 
 template <typename T>
@@ -240,8 +255,8 @@ static int flash_forward(struct backend *be, enum model_dtype dt, void *out, flo
 {
     kctx k = cuda_kctx(be, dt);
     fshape g = shape_of(T_, NH, NKV, hs);
-    size_t bytes = shared_bytes(1, 2, hs);
-    ERR_TRY(shared_for(flash_forward_kernel<T>, bytes, e));
+    size_t bytes = shared_bytes(1, 2, TILE, hs);
+    ERR_TRY(shared_for(flash_forward_kernel<T>, bytes, hs, e));
     dim3 grid((T_ + TILE - 1) / TILE, NH, B);
     flash_forward_kernel<T><<<grid, TILE, bytes, k.stream>>>((T *)out, lse, (const T *)qkv, g);
     KERNEL_CHECK("flash_forward_kernel", e);
@@ -260,13 +275,13 @@ static int flash_backward(struct backend *be, enum model_dtype dt, void *dqkv, f
     flash_dsum_kernel<T><<<blocks_for(rows, 256), 256, 0, k.stream>>>(
         dsum, (const T *)dout, (const T *)out, g, rows);
     KERNEL_CHECK("flash_dsum_kernel", e);
-    size_t kv_bytes = shared_bytes(2, 2, hs);
-    ERR_TRY(shared_for(flash_dkv_kernel<T>, kv_bytes, e));
+    size_t kv_bytes = shared_bytes(2, 2, QROWS, hs);
+    ERR_TRY(shared_for(flash_dkv_kernel<T>, kv_bytes, hs, e));
     flash_dkv_kernel<T><<<dim3(tiles, NKV, B), TILE, kv_bytes, k.stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum, g);
     KERNEL_CHECK("flash_dkv_kernel", e);
-    size_t q_bytes = shared_bytes(1, 2, hs);
-    ERR_TRY(shared_for(flash_dq_kernel<T>, q_bytes, e));
+    size_t q_bytes = shared_bytes(1, 2, TILE, hs);
+    ERR_TRY(shared_for(flash_dq_kernel<T>, q_bytes, hs, e));
     flash_dq_kernel<T><<<dim3(tiles, NH, B), TILE, q_bytes, k.stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum, g);
     KERNEL_CHECK("flash_dq_kernel", e);

@@ -478,6 +478,7 @@ static const struct backend_ops cuda_ops = {
     cu_copy_span,
     cu_free,
     &llama_kernels_cuda,
+    &flash_kernels_cuda,
 };
 
 // ---- set-up and the C API of cuda_device.h ----

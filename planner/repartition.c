@@ -44,6 +44,9 @@ struct search {
     double *G;            /* (S + 1) x (N + 1) */
     double *Q;            /* (S + 1) x (N + 1): least sum of T + transfers over suffixes */
     double *D;            /* (S + 1) x (N + 1): least drain over suffixes (drain_step) */
+    int *target;          /* n_targets positions r that fill_floor measures round trips to */
+    int n_targets;
+    double *Z;            /* n_targets x (S + 1) x (N + 1): least round trip to target r */
     /* branch and bound */
     int *first;           /* S: the split being built */
     int *best_first;      /* S */
@@ -75,6 +78,14 @@ static double *Q_at(struct search *s, int k, int i)
 static double *D_at(struct search *s, int k, int i)
 {
     return &s->D[(size_t)k * (s->N + 1) + i];
+}
+
+/* Z_r(k, i): the least sum of T over positions k..r and of the transfers between them, with
+ * position k starting at layer i (INFINITY where positions k..r cannot hold layers from i
+ * and leave one to each position after r). */
+static double *Z_at(struct search *s, int t, int k, int i)
+{
+    return &s->Z[((size_t)t * (s->S + 1) + k) * (s->N + 1) + i];
 }
 
 static int class_of(struct search *s, int profile, int64_t capacity, int in_flight)
@@ -212,6 +223,75 @@ static double drain_step(const struct search *s, int k, double t, double f, doub
     return own > through ? own : through;
 }
 
+/* T of layers i..j at position k as far as known without its knapsack: forward, backward and
+ * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
+static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
+{
+    const struct position *p = &s->pos[k];
+    if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
+        return stage_ms(s, k, i, j, fwd);
+    *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
+    return cost_stage_ms(*fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
+                         r_floor);
+}
+
+/* The most targets fill_floor measures round trips to. */
+#define FILL_TARGETS_MAX 16
+
+/* The positions fill_floor measures round trips to: the last of each run of one profile (past
+ * it the stages are of another kind, often much faster or slower, so a round trip to there
+ * is the one that binds) and every S/8th, the last position left out (own_bound's `after`
+ * is the round trip to it). */
+static void choose_targets(struct search *s)
+{
+    int step = s->S / 8 > 1 ? s->S / 8 : 1;
+    s->n_targets = 0;
+    for (int r = 0; r + 1 < s->S && s->n_targets < FILL_TARGETS_MAX; r++)
+        if (s->pos[r].profile != s->pos[r + 1].profile || (r + 1) % step == 0)
+            s->target[s->n_targets++] = r;
+}
+
+/* Z_r(k, .) for every target r >= k from Z_r(k + 1, .), with each T as far as known without
+ * a knapsack (floor_ms): a floor, never more than the true round trip. */
+static void round_trip_table(struct search *s, int k)
+{
+    int last_j = s->N - 1 - (s->S - 1 - k);
+    for (int t = 0; t < s->n_targets; t++) {
+        int r = s->target[t];
+        for (int i = 0; i <= s->N; i++)
+            *Z_at(s, t, k, i) = INFINITY;
+        for (int i = k; k <= r && i <= last_j; i++) {
+            double least = INFINITY, r_floor = 0;
+            for (int j = i; j <= last_j; j++) {
+                double rest = k < r ? *Z_at(s, t, k + 1, j + 1) : 0, f;
+                double tm = floor_ms(s, k, i, j, r_floor, &f);
+                if (s->classes[s->pos[k].cls].ranges[(size_t)i * s->N + j].known)
+                    r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+                if (isinf(tm))
+                    break; /* T only grows with the range */
+                double v = tm + (k < r ? transfer_ms(s, k, j) + rest : 0);
+                least = v < least ? v : least;
+            }
+            *Z_at(s, t, k, i) = least;
+        }
+    }
+}
+
+/* A floor under own_bound's `fill` for position k holding layers up to j with forward f,
+ * whatever follows: each target r after k runs n_r forwards before its first backward, each
+ * after k's forward of the same micro-batch, and micro-batch 0's round trip from k to r takes
+ * at least k's transfer and Z_r(k + 1, j + 1) (split_bound's z[r] - z[k]). */
+static double fill_floor(struct search *s, int k, int j, double f)
+{
+    double fill = -INFINITY, c = transfer_ms(s, k, j);
+    for (int t = 0; t < s->n_targets; t++) {
+        int r = s->target[t];
+        double v = r > k ? drain_backwards(s, r) * f + c + *Z_at(s, t, k + 1, j + 1) : -INFINITY;
+        fill = v > fill ? v : fill;
+    }
+    return fill;
+}
+
 /* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
  * (bound_table's): with its recompute time unknown, T is at least its forward and backward
  * plus `r_floor`, the recompute of a range it contains (a range needs at least the recompute
@@ -233,7 +313,7 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
         return 1;
     if (s->M * t >= best)
         return 0;
-    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f));
     return (t + c + rest > v ? t + c + rest : v) < best;
 }
 
@@ -244,6 +324,7 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
 static void bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
+    choose_targets(s);
     for (int k = 0; k <= S; k++)
         for (int i = 0; i <= N; i++)
             *G_at(s, k, i) = *Q_at(s, k, i) = *D_at(s, k, i) = INFINITY;
@@ -273,7 +354,8 @@ static void bound_table(struct search *s)
                     least_drain = d;
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
-                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain,
+                                     fill_floor(s, k, j, f));
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (v < best)
@@ -283,6 +365,7 @@ static void bound_table(struct search *s)
             *Q_at(s, k, i) = least_sum;
             *D_at(s, k, i) = least_drain;
         }
+        round_trip_table(s, k);
     }
 }
 
@@ -374,18 +457,6 @@ static int out_of_budget(struct search *s)
     return 1;
 }
 
-/* T of layers i..j at position k as far as known without its knapsack: forward, backward and
- * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
-static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
-{
-    const struct position *p = &s->pos[k];
-    if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
-        return stage_ms(s, k, i, j, fwd);
-    *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    return cost_stage_ms(*fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
-                         r_floor);
-}
-
 /* The bound of the child that gives position k the layers up to j, taking T ms (f forward),
  * after a prefix of `prefix` ms whose largest own bound is `partial`; `rest` is G after it. */
 static double child_bound(struct search *s, int k, int j, double t, double f, double prefix,
@@ -394,7 +465,7 @@ static double child_bound(struct search *s, int k, int j, double t, double f, do
     double c = transfer_ms(s, k, j);
     double next = prefix + t + c;
     double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                    c + *D_at(s, k + 1, j + 1), -INFINITY);
+                                    c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f));
     double p = partial > own ? partial : own;
     return p > next + rest ? p : next + rest;
 }
@@ -469,7 +540,7 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         double f, t = stage_ms(s, k, i, j, &f);
         double c = transfer_ms(s, k, j);
         double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                             c + *D_at(s, k + 1, j + 1), -INFINITY);
+                                        c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f));
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
     }
@@ -578,6 +649,8 @@ static void search_free(struct search *s)
     free(s->G);
     free(s->Q);
     free(s->D);
+    free(s->target);
+    free(s->Z);
     free(s->first);
     free(s->best_first);
     free(s->best_order);
@@ -609,6 +682,8 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->G = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->G);
     s->Q = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->Q);
     s->D = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->D);
+    s->target = malloc(FILL_TARGETS_MAX * sizeof *s->target);
+    s->Z = malloc((size_t)FILL_TARGETS_MAX * (s->S + 1) * (s->N + 1) * sizeof *s->Z);
     s->first = calloc((size_t)s->S, sizeof *s->first);
     s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
@@ -617,7 +692,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
     s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->first || !s->best_first ||
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->first || !s->best_first ||
         !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {

@@ -143,13 +143,14 @@ static double median_of(double *v, int n)
 struct search_args {
     int sizes[8], n_sizes, instances, first, M;
     uint64_t seed;
-    double time_limit_s;
+    double time_limit_s, gap;
     long nodes;
 };
 
 static int parse_args(int argc, char **argv, struct search_args *a)
 {
-    *a = (struct search_args){.sizes = {64, 128}, .n_sizes = 2, .instances = 5, .seed = 11};
+    *a = (struct search_args){.sizes = {64, 128}, .n_sizes = 2, .instances = 7, .seed = 11,
+                              .gap = -1};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--sizes") == 0 && v) {
@@ -168,13 +169,15 @@ static int parse_args(int argc, char **argv, struct search_args *a)
             a->seed = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--time-limit") == 0 && v) {
             a->time_limit_s = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--search-gap") == 0 && v) {
+            a->gap = atof(argv[++i]);
         } else if (strcmp(argv[i], "--search-nodes") == 0 && v) {
             a->nodes = atol(argv[++i]);
         } else {
             fprintf(stderr,
                     "usage: plan_speed --search [--sizes 64,128] [--instances N] [--first I]\n"
                     "                  [--seed N] [--micro-batches M] [--time-limit S]\n"
-                    "                  [--search-nodes N]\n"
+                    "                  [--search-nodes N] [--search-gap G]\n"
                     "  random clusters per size (stages), timed with --method optimal "
                     "--repartition\n");
             return 2;
@@ -202,6 +205,8 @@ static int run_instance(const struct device_table *t, const struct search_args *
     if (a->nodes > 0)
         o.search_nodes = a->nodes;
     o.time_limit_s = a->time_limit_s;
+    if (a->gap >= 0)
+        o.search_gap = a->gap;
     int rc = random_cluster(t, &r, S, a->M, &c, what, sizeof what, &e);
     double t0 = now_s();
     if (rc == ERR_OK)

@@ -55,6 +55,7 @@ struct search {
     double best_ms;
     int64_t best_memory;
     double open_bound; /* least bound of a node left unexplored */
+    double pruned_bound; /* least bound of a node left within o->search_gap of the best */
     long nodes, leaves, budget;
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
     int dived;       /* branch has reached a split */
@@ -375,6 +376,24 @@ static int better(double ms, int64_t memory, double best_ms, int64_t best_memory
     return ms < best_ms - tol || (ms <= best_ms + tol && memory < best_memory);
 }
 
+/* Past this bound a node cannot beat the incumbent by more than o->search_gap (0: cannot beat
+ * it at all). */
+static double prune_limit(const struct search *s)
+{
+    return s->best_ms / (1 + s->o->search_gap) * (1 + 1e-12) + 1e-12;
+}
+
+/* Whether a node of this bound is left out; its bound then stays in the certified one (it
+ * may be below the best plan by up to the gap). */
+static int pruned(struct search *s, double bound)
+{
+    if (bound <= prune_limit(s))
+        return 0;
+    if (bound < s->pruned_bound)
+        s->pruned_bound = bound;
+    return 1;
+}
+
 /* The bound of a complete split, with each stage's true round trip downstream: a cheap
  * screen before simulating it. */
 static double split_bound(struct search *s)
@@ -409,7 +428,7 @@ static double split_bound(struct search *s)
 static void leaf(struct search *s, const int *order)
 {
     int64_t memory = 0;
-    if (split_bound(s) > s->best_ms * (1 + 1e-12) + 1e-12)
+    if (pruned(s, split_bound(s)))
         return;
     s->leaves++;
     for (int k = 0; k < s->S; k++) {
@@ -496,7 +515,6 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         leaf(s, order);
         return;
     }
-    double limit = s->best_ms * (1 + 1e-12) + 1e-12;
     int stages_after = s->S - 1 - k;
     double *kids = s->children + (size_t)k * s->N * 2;
     int n = 0;
@@ -508,16 +526,16 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         /* the child's bound with T at its floor first: when even that is over the limit, the
          * range's knapsack is not needed */
         double f, t = floor_ms(s, k, i, j, r_floor, &f);
-        if (s->M * t + prefix > limit)
+        if (pruned(s, s->M * t + prefix)) /* and every later child: T grows with the range */
             break;
-        if (isinf(rest) || child_bound(s, k, j, t, f, prefix, partial, rest) > limit)
+        if (isinf(rest) || pruned(s, child_bound(s, k, j, t, f, prefix, partial, rest)))
             continue;
         t = stage_ms(s, k, i, j, &f);
-        if (isinf(t) || s->M * t + prefix > limit)
+        if (isinf(t) || pruned(s, s->M * t + prefix))
             break;
         r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
         double bound = child_bound(s, k, j, t, f, prefix, partial, rest);
-        if (bound > limit)
+        if (pruned(s, bound))
             continue;
         kids[2 * n] = bound;
         kids[2 * n + 1] = j;
@@ -526,8 +544,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
     sort_children(kids, n);
     for (int a = 0; a < n && s->e->code == ERR_OK; a++) {
         double bound = kids[2 * a];
-        if (bound > s->best_ms * (1 + 1e-12) + 1e-12)
-            break; /* the incumbent improved meanwhile */
+        if (pruned(s, bound))
+            break; /* the incumbent improved meanwhile (the kids after are bounded higher) */
         /* past the budget, stop, but not before a first split: a finite bound G guarantees
          * the dive reaches one */
         if (out_of_budget(s) && !isinf(s->best_ms)) {
@@ -676,6 +694,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->best_ms = INFINITY;
     s->best_memory = INT64_MAX;
     s->open_bound = INFINITY;
+    s->pruned_bound = INFINITY;
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
     s->bwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->bwd_prefix);
     s->pos = calloc((size_t)s->S, sizeof *s->pos);
@@ -786,21 +805,16 @@ static int orders_next(const struct orders *o)
     return at;
 }
 
-/* Branch and bound over the orders, the most promising first; *least_bound gets the least
- * bound of an order left unsearched because of the incumbent. */
-static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order,
-                          double *least_bound)
+/* Branch and bound over the orders, the most promising first. */
+static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order)
 {
     for (int at; s->e->code == ERR_OK && (at = orders_next(ord)) >= 0;) {
         double bound = ord->bound[at];
         ord->bound[at] = NAN; /* searched */
         if (isinf(bound))
             break;
-        if (bound > s->best_ms * (1 + 1e-12) + 1e-12) {
-            if (bound < *least_bound)
-                *least_bound = bound;
-            break; /* every order left is bounded above the incumbent */
-        }
+        if (pruned(s, bound))
+            break; /* every order left is bounded above the incumbent, less the gap */
         if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
             break;
         bound_table(s);
@@ -859,9 +873,10 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     else if (search_init(&s, c, o, e) == ERR_OK && kinds_of(c, kind_of, &K, e) == ERR_OK &&
              seed_incumbent(&s, kind_of, K, order) == ERR_OK &&
              orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
-        search_orders(&s, kind_of, &ord, order, &least_bound);
+        search_orders(&s, kind_of, &ord, order);
     if (e->code == ERR_OK && !isinf(s.best_ms)) {
         least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
+        least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
                                       least_bound};

@@ -195,7 +195,10 @@ static int drain_backwards(const struct search *s, int k)
  *   A + drain).
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
  * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
- * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A). */
+ * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A).
+ * It runs from k's first forward to the end of its last backward: a step a stage takes after
+ * its last backward (an optimizer step, tail_k) adds as fwd_prefix_k + own + tail_k, the
+ * prefix counting only forwards and transfers to k, beside prefix_k + own (+ tail_0). */
 static double own_bound(const struct search *s, int k, double t, double f, double after,
                         double drain, double fill)
 {

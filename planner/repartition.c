@@ -63,6 +63,7 @@ struct search {
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
     double *fill_z;   /* S: split_bound's cumulative round trips */
+    double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
     struct err *e;
 };
 
@@ -188,11 +189,15 @@ static int drain_backwards(const struct search *s, int k)
  * (forward, backward, transfers) and `drain` the least time from its last forward's output
  * leaving to the last gradient coming back (the D of drain_step), and `fill` the most, over
  * the positions r after it, of n_r f plus micro-batch 0's round trip to r, n_r being the
- * forwards r runs before its first backward (drain_backwards; -infinity when not known):
+ * forwards r runs before its first backward (drain_backwards; -infinity when not known),
+ * and `cool` the most, over the positions r after it, of the last micro-batch's round trip to
+ * r (from k's last forward, r's first backward after it being of micro-batch M - n_r) plus
+ * n_r - 1 more backwards at some position q <= r (micro-batches M - n_r + 1 .. M - 1 that q
+ * runs one after the other; any q on the way back, so A of k or more):
  *   its first backward waits for micro-batch 0's round trip: >= max((W+1) f, f + after, fill);
  *   then M-W-1 backwards and forwards alternate until its last forward;
  *   its last backward waits for its own W+1 backwards and for the drain: >= max((W+1) A,
- *   A + drain).
+ *   A + drain, cool).
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
  * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
  * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A).
@@ -200,7 +205,7 @@ static int drain_backwards(const struct search *s, int k)
  * its last backward (an optimizer step, tail_k) adds as fwd_prefix_k + own + tail_k, the
  * prefix counting only forwards and transfers to k, beside prefix_k + own (+ tail_0). */
 static double own_bound(const struct search *s, int k, double t, double f, double after,
-                        double drain, double fill)
+                        double drain, double fill, double cool)
 {
     double A = t - f, M = s->M;
     int W = s->S - k - 1;
@@ -208,11 +213,12 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
     fill = fill > f + after ? fill : f + after;
     if (drain_backwards(s, k) == s->M) {
         double start = M * f > fill ? M * f : fill;
-        double v = start + M * A;
-        return v > M * f + drain + A ? v : M * f + drain + A;
+        double v = start + M * A, last = M * f + (drain + A > cool ? drain + A : cool);
+        return v > last ? v : last;
     }
     double head = (W + 1) * f > fill ? (W + 1) * f : fill;
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
+    tail = tail > cool ? tail : cool;
     return head + (M - W - 1) * (f + A) + tail;
 }
 
@@ -317,7 +323,8 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
         return 1;
     if (s->M * t >= best)
         return 0;
-    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f));
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
+                         fill_floor(s, k, j, t - f));
     return (t + c + rest > v ? t + c + rest : v) < best;
 }
 
@@ -359,7 +366,7 @@ static void bound_table(struct search *s)
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
                 double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain,
-                                     fill_floor(s, k, j, f));
+                                     fill_floor(s, k, j, f), fill_floor(s, k, j, t - f));
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (v < best)
@@ -402,19 +409,26 @@ static int pruned(struct search *s, double bound)
 static double split_bound(struct search *s)
 {
     double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
-    double *own = s->own, *z = s->fill_z;
+    double *own = s->own, *z = s->fill_z, *a_max = s->a_max;
+    for (int k = 0; k < s->S; k++) { /* the largest A of positions 0..k */
+        int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
+        double f, t = stage_ms(s, k, first, last, &f);
+        a_max[k] = k > 0 && a_max[k - 1] > t - f ? a_max[k - 1] : t - f;
+    }
     for (int k = s->S - 1; k >= 0; k--) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
-        double c = transfer_ms(s, k, last), fill = -INFINITY;
+        double c = transfer_ms(s, k, last), fill = -INFINITY, cool = -INFINITY;
         /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
          * the transfers between), while k ran the forwards r needs before its first backward */
         z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
         for (int r = k + 1; r < s->S; r++) {
             double v = drain_backwards(s, r) * f + z[r] - z[k];
+            double w = t - f + (drain_backwards(s, r) - 1) * a_max[r] + z[r] - z[k];
             fill = v > fill ? v : fill;
+            cool = w > cool ? w : cool;
         }
-        own[k] = own_bound(s, k, t, f, after + c, drain + c, fill);
+        own[k] = own_bound(s, k, t, f, after + c, drain + c, fill, cool);
         after += t + c;
         drain = drain_step(s, k, t, f, c, drain);
         t_next = t;
@@ -487,7 +501,8 @@ static double child_bound(struct search *s, int k, int j, double t, double f, do
     double c = transfer_ms(s, k, j);
     double next = prefix + t + c;
     double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                    c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f));
+                                    c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f),
+                                    fill_floor(s, k, j, t - f));
     double p = partial > own ? partial : own;
     return p > next + rest ? p : next + rest;
 }
@@ -561,7 +576,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         double f, t = stage_ms(s, k, i, j, &f);
         double c = transfer_ms(s, k, j);
         double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                        c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f));
+                                        c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f),
+                                        fill_floor(s, k, j, t - f));
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
     }
@@ -680,6 +696,7 @@ static void search_free(struct search *s)
     free(s->children);
     free(s->own);
     free(s->fill_z);
+    free(s->a_max);
 }
 
 static int search_init(struct search *s, const struct cluster *c, const struct plan_options *o,
@@ -714,8 +731,9 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
     s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
+    s->a_max = malloc((size_t)s->S * sizeof *s->a_max);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z)
+        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z || !s->a_max)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);

@@ -10,7 +10,8 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--repartition [--search-nodes N] [--time-limit S]] [--whole-layers]\n"
+           "                    [--repartition [--search-nodes N] [--time-limit S] [--search-gap G]]\n"
+           "                    [--whole-layers]\n"
            "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
            "                    [--quiet]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
@@ -33,6 +34,8 @@ static void help(void)
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
            "  --time-limit S   --repartition stops after S seconds with the best plan found and\n"
            "                   its certified optimality_gap (default: no limit)\n"
+           "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
+           "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
            "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
@@ -104,6 +107,9 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "--time-limit") == 0 &&
              (cli_parse_double(v, &o->time_limit_s) || !(o->time_limit_s > 0)))
         return cli_usage_error("plan", "--time-limit: \"%s\", expected seconds > 0", v);
+    else if (strcmp(name, "--search-gap") == 0 &&
+             (cli_parse_double(v, &o->search_gap) || !(o->search_gap >= 0 && o->search_gap < 1)))
+        return cli_usage_error("plan", "--search-gap: \"%s\", expected a fraction in [0, 1)", v);
     else if (strcmp(name, "--micro-batches") == 0 && strcmp(v, "auto") == 0)
         a->auto_micro = 1;
     else if (strcmp(name, "--micro-batches") == 0 && cli_parse_int(v, 1, 1 << 20, &a->micro_batches))
@@ -126,8 +132,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
 {
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
-                                        "--micro-batches", "--global-batch", "--export",
-                                        "--actions"};
+                                        "--search-gap", "--micro-batches", "--global-batch",
+                                        "--export", "--actions"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);

@@ -24,7 +24,8 @@ void plan_options_default(struct plan_options *o)
                                .actions = PLAN_ACTION_RECOMPUTE,
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
-                               .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
+                               .search_nodes = PLAN_SEARCH_NODES_DEFAULT,
+                               .search_gap = PLAN_SEARCH_GAP_DEFAULT};
 }
 
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
@@ -72,13 +73,15 @@ int plan_options_check(const struct plan_options *o, struct err *e)
     if (m == NULL)
         return err_set(e, ERR_INPUT, "plan options: unknown method %d", (int)o->method);
     if (o->unit_bytes < 1 || !(o->time_unit_ms > 0) || !(o->reduce >= 0 && o->reduce <= 1) ||
-        o->block_n < 0 || o->search_nodes < 1 || !(o->time_limit_s >= 0))
+        o->block_n < 0 || o->search_nodes < 1 || !(o->time_limit_s >= 0) ||
+        !(o->search_gap >= 0 && o->search_gap < 1))
         return err_set(e, ERR_INPUT,
                        "plan options: unit %lld bytes, time unit %g ms, reduce %g, block %d, "
-                       "search nodes %ld, time limit %g s: expected unit >= 1, time unit > 0, "
-                       "0 <= reduce <= 1, block >= 0, search nodes >= 1, time limit >= 0",
+                       "search nodes %ld, time limit %g s, search gap %g: expected unit >= 1, "
+                       "time unit > 0, 0 <= reduce <= 1, block >= 0, search nodes >= 1, time "
+                       "limit >= 0, 0 <= search gap < 1",
                        (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n,
-                       o->search_nodes, o->time_limit_s);
+                       o->search_nodes, o->time_limit_s, o->search_gap);
     if (o->repartition && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
     if (o->whole_layers && o->method != METHOD_OPTIMAL)

@@ -65,6 +65,13 @@ struct stage_layout {
     int64_t staging_buf_bytes, staging_bytes, host_slot_bytes, host_bytes;
     int64_t arena_bytes; /* the device arenas together (staging included): what the cost
                             model calls M - reserve */
+    /* The optimizer on the host (layout_host_optimizer): the device keeps weights | gradients
+     * (persistent_bytes), and the host mirror holds master | m | v | gradient landing, four
+     * fp32 sections (mirror_bytes). The stage's state (checkpoints, stage_state_get) is the
+     * device's persistent arena followed by the mirror: master_at, m_at and v_at then point
+     * past persistent_bytes, at mirror_at + 0, 1 and 2 sections, and landing_at at the 4th.
+     * mirror_bytes 0: the optimizer is on the device. */
+    int64_t mirror_at, landing_at, mirror_bytes;
 };
 
 /* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
@@ -99,8 +106,18 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
                    const signed char *option, int depth, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
-/* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit). */
+/* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit); with the
+ * optimizer on the host, ERR_INPUT (the plan asked for it) when host_limit cannot hold the
+ * mirror and the host slots together. */
 int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e);
+
+/* Moves master, m and v off the device into a host mirror with a gradient landing section
+ * (the fields above); call before layout_offload. */
+void layout_host_optimizer(struct stage_layout *sl);
+/* Layer li's range of one fp32 section (its param_off[0] and bytes), and of the weights
+ * section (its weight_off[0] and bytes). */
+void layout_layer_ranges(const struct stage_layout *sl, int li, int64_t *sec_off,
+                         int64_t *sec_bytes, int64_t *w_off, int64_t *w_bytes);
 
 /* The tensors of layer li (index in the stage) for the micro-batch whose slot starts at
  * `slot`, given the arenas' bases: the one place a stage's offsets become pointers, shared by

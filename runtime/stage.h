@@ -13,6 +13,7 @@
 #include "cluster.h"
 #include "data.h"
 #include "exec.h"
+#include "hostmirror.h"
 #include "layout.h"
 #include "plan.h"
 #include "transport.h"
@@ -44,6 +45,8 @@ struct stage_config {
     const int *prefetch_ahead;
     int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
+    enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
+    int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
 };
 
@@ -60,6 +63,7 @@ struct stage_runner {
     int *slot_req;                                          /* per slot, -1 none */
     int depth;                                              /* exec_config.prefetch_depth */
     struct arena_run arena; /* with c.arena */
+    struct hostmirror mirror; /* with the optimizer on the host */
     struct executor x; /* its times, events and peak are the stage's */
 };
 
@@ -87,8 +91,12 @@ int64_t stage_temporary_bytes(const struct stage_runner *r);
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e);
 
-/* The persistent arena (weights | gradients | m | v) as host bytes, in chunks, for
- * checkpoints: `get` downloads [off, off+n) into buf, `put` uploads. */
+/* The stage's state as host bytes, in chunks, for checkpoints: the persistent arena
+ * (layout.h), followed with the optimizer on the host by its mirror (layout.h: master_at,
+ * m_at, v_at point into it); `get` downloads [off, off+n) into buf, `put` uploads (for fp32
+ * a put of the mirror's master weights also sets the device's weights, their image). Both
+ * first let every host update finish. */
+int64_t stage_state_bytes(const struct stage_runner *r);
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e);
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e);

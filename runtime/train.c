@@ -291,6 +291,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
     c.host_link_gbps = o->host_link_gbps;
+    c.host_threads = r->be.threads;
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
@@ -725,6 +726,7 @@ static int train_loop(struct run *r, struct err *e)
             sum.send += t->send;
             sum.idle += t->idle;
             sum.optimizer += t->optimizer;
+            sum.host_update += t->host_update;
             sum.stall += t->stall;
             sum.copy[0] += t->copy[0];
             sum.copy[1] += t->copy[1];
@@ -760,6 +762,7 @@ static int train_loop(struct run *r, struct err *e)
         .send_ms = sum.send / (counted * p->micro_batches),
         .idle_ms = sum.idle / (counted * p->micro_batches),
         .optimizer_ms = sum.optimizer / counted,
+        .host_update_ms = sum.host_update / counted,
         .host_peak_bytes = r->stage.x.off.host_peak,
         .host_bytes = r->stage.lay.host_bytes,
         .staging_bytes = r->stage.lay.staging_bytes,

@@ -187,6 +187,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     }
     sl->v_at = sl->m_at + section;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
+    sl->state_bytes = sl->persistent_bytes;
     sl->slot_bytes = slot;
     sum_arenas(sl);
 
@@ -323,11 +324,6 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
 void layout_host_optimizer(struct stage_layout *sl)
 {
     sl->persistent_bytes = sl->weights_bytes + sl->section_bytes;
-    sl->mirror_at = sl->persistent_bytes;
-    sl->master_at = sl->mirror_at;
-    sl->m_at = sl->mirror_at + sl->section_bytes;
-    sl->v_at = sl->mirror_at + 2 * sl->section_bytes;
-    sl->landing_at = sl->mirror_at + 3 * sl->section_bytes;
     sl->mirror_bytes = 4 * sl->section_bytes;
     sum_arenas(sl);
 }

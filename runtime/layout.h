@@ -65,13 +65,12 @@ struct stage_layout {
     int64_t staging_buf_bytes, staging_bytes, host_slot_bytes, host_bytes;
     int64_t arena_bytes; /* the device arenas together (staging included): what the cost
                             model calls M - reserve */
-    /* The optimizer on the host (layout_host_optimizer): the device keeps weights | gradients
-     * (persistent_bytes), and the host mirror holds master | m | v | gradient landing, four
-     * fp32 sections (mirror_bytes). The stage's state (checkpoints, stage_state_get) is the
-     * device's persistent arena followed by the mirror: master_at, m_at and v_at then point
-     * past persistent_bytes, at mirror_at + 0, 1 and 2 sections, and landing_at at the 4th.
-     * mirror_bytes 0: the optimizer is on the device. */
-    int64_t mirror_at, landing_at, mirror_bytes;
+    /* The stage's state as checkpoints and stage_state_get see it, wherever the optimizer
+     * runs: the persistent arena as the optimizer on the device lays it out (the offsets
+     * above), state_bytes long. With the optimizer on the host (layout_host_optimizer) the
+     * device keeps weights | gradients (persistent_bytes), the host mirror master | m | v |
+     * gradient landing, four fp32 sections (mirror_bytes; 0: the optimizer on the device). */
+    int64_t state_bytes, mirror_bytes;
 };
 
 /* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
@@ -112,7 +111,7 @@ void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struc
 int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e);
 
 /* Moves master, m and v off the device into a host mirror with a gradient landing section
- * (the fields above); call before layout_offload. */
+ * (the fields above: the state's offsets stay); call before layout_offload. */
 void layout_host_optimizer(struct stage_layout *sl);
 /* Layer li's range of one fp32 section (its param_off[0] and bytes), and of the weights
  * section (its weight_off[0] and bytes). */

@@ -471,47 +471,63 @@ void stage_set_origin(struct stage_runner *r)
 
 int64_t stage_state_bytes(const struct stage_runner *r)
 {
-    return r->lay.persistent_bytes + r->lay.mirror_bytes;
+    return r->lay.state_bytes;
 }
 
-/* [off, off+n) of the state: *dev bytes on the device from off, the rest in the mirror. */
-static int64_t device_part(const struct stage_runner *r, int64_t off, int64_t n)
+/* The host optimizer's state [off, off+n) as pieces: on the device (weights and gradients,
+ * at their offsets) up to *dev, in the mirror from *mirror on (master | m | v; fp32 has no
+ * master in the state, its m comes first). Returns the bytes in the first place. */
+static int64_t state_piece(const struct stage_runner *r, int64_t off, int64_t n, int *on_device,
+                           int64_t *mirror_off)
 {
-    int64_t end = r->lay.persistent_bytes;
-    return off >= end ? 0 : off + n <= end ? n : end - off;
+    const struct stage_layout *lay = &r->lay;
+    int64_t end = lay->persistent_bytes; /* weights | gradients */
+    *on_device = off < end;
+    if (*on_device)
+        return off + n <= end ? n : end - off;
+    *mirror_off = off - end + (lay->dtype == MODEL_DTYPE_FP32 ? lay->section_bytes : 0);
+    return n;
 }
 
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e)
 {
-    int64_t dev = device_part(r, off, n);
-    if (host_optimizer(r))
-        ERR_TRY(hostmirror_drain(&r->mirror, &r->x, e));
-    if (dev > 0)
-        ERR_TRY(r->be->ops->download(r->be, buf, r->persistent + off, dev, e));
-    if (n > dev)
-        memcpy((char *)buf + dev, r->mirror.mem + (off + dev - r->lay.mirror_at),
-               (size_t)(n - dev));
+    if (!host_optimizer(r))
+        return r->be->ops->download(r->be, buf, r->persistent + off, n, e);
+    ERR_TRY(hostmirror_drain(&r->mirror, &r->x, e));
+    while (n > 0) {
+        int on_device;
+        int64_t at, len = state_piece(r, off, n, &on_device, &at);
+        if (on_device)
+            ERR_TRY(r->be->ops->download(r->be, buf, r->persistent + off, len, e));
+        else
+            memcpy(buf, r->mirror.mem + at, (size_t)len);
+        buf = (char *)buf + len;
+        off += len;
+        n -= len;
+    }
     return ERR_OK;
 }
 
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e)
 {
-    int64_t dev = device_part(r, off, n);
-    if (host_optimizer(r))
-        ERR_TRY(hostmirror_drain(&r->mirror, &r->x, e));
-    if (dev > 0)
-        ERR_TRY(r->be->ops->upload(r->be, r->persistent + off, buf, dev, e));
-    if (n == dev)
-        return ERR_OK;
-    const char *src = (const char *)buf + dev;
-    int64_t at = off + dev, len = n - dev;
-    memcpy(r->mirror.mem + (at - r->lay.mirror_at), src, (size_t)len);
-    /* fp32: the device's weights are the master's image (same offsets in a section) */
-    int64_t lo = at > r->lay.master_at ? at : r->lay.master_at,
-            hi = at + len < r->lay.m_at ? at + len : r->lay.m_at;
-    if (r->lay.dtype == MODEL_DTYPE_FP32 && hi > lo)
-        ERR_TRY(r->be->ops->upload(r->be, r->persistent + (lo - r->lay.master_at),
-                                   src + (lo - at), hi - lo, e));
+    if (!host_optimizer(r))
+        return r->be->ops->upload(r->be, r->persistent + off, buf, n, e);
+    ERR_TRY(hostmirror_drain(&r->mirror, &r->x, e));
+    while (n > 0) {
+        int on_device;
+        int64_t at, len = state_piece(r, off, n, &on_device, &at);
+        if (on_device)
+            ERR_TRY(r->be->ops->upload(r->be, r->persistent + off, buf, len, e));
+        else
+            memcpy(r->mirror.mem + at, buf, (size_t)len);
+        /* fp32: the master weights are the weights (a section's offsets from 0 either way) */
+        int64_t w_end = off + len < r->lay.weights_bytes ? off + len : r->lay.weights_bytes;
+        if (on_device && r->lay.dtype == MODEL_DTYPE_FP32 && off < w_end)
+            memcpy(r->mirror.mem + off, buf, (size_t)(w_end - off));
+        buf = (const char *)buf + len;
+        off += len;
+        n -= len;
+    }
     return ERR_OK;
 }

@@ -91,11 +91,13 @@ int64_t stage_temporary_bytes(const struct stage_runner *r);
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e);
 
-/* The stage's state as host bytes, in chunks, for checkpoints: the persistent arena
- * (layout.h), followed with the optimizer on the host by its mirror (layout.h: master_at,
- * m_at, v_at point into it); `get` downloads [off, off+n) into buf, `put` uploads (for fp32
- * a put of the mirror's master weights also sets the device's weights, their image). Both
- * first let every host update finish. */
+/* The stage's state as host bytes, in chunks, for checkpoints: the persistent arena as the
+ * optimizer on the device lays it out (layout.h: weights | gradients | m | v, for bf16 with
+ * the master weights before m), whichever place the optimizer has, so that a checkpoint
+ * resumes with the optimizer on either. `get` downloads [off, off+n) into buf, `put`
+ * uploads. With the optimizer on the host both first let every host update finish, and
+ * master, m and v come from and go to the mirror (for fp32 a put of the weights sets the
+ * mirror's master weights too: the device's weights are their image). */
 int64_t stage_state_bytes(const struct stage_runner *r);
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e);
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,

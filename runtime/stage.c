@@ -358,23 +358,25 @@ static int prefetch_depth(const struct stage_config *c)
     return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
 }
 
-/* The host slots must fit the host memory free now, before anything is allocated. */
+/* The host slots and the optimizer's mirror must fit the host memory free now, before
+ * anything is allocated. */
 static int check_host_free(const struct stage_runner *r, struct err *e)
 {
     long long avail = -1, kb;
     char line[256];
-    FILE *f = r->lay.host_bytes > 0 ? fopen("/proc/meminfo", "r") : NULL;
+    int64_t need = r->lay.host_bytes + r->lay.mirror_bytes;
+    FILE *f = need > 0 ? fopen("/proc/meminfo", "r") : NULL;
     while (f != NULL && fgets(line, sizeof line, f) != NULL)
         if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
             avail = kb * 1024;
     if (f != NULL)
         fclose(f);
-    if (avail >= 0 && r->lay.host_bytes > avail)
+    if (avail >= 0 && need > avail)
         return err_set(e, ERR_NOFIT,
-                       "stage %d: offloading needs %lld bytes of host memory (%d in flight x "
-                       "%lld), but this host has %lld available",
-                       r->c.stage, (long long)r->lay.host_bytes, r->lay.in_flight,
-                       (long long)r->lay.host_slot_bytes, avail);
+                       "stage %d: offloading and the optimizer's mirror need %lld bytes of host "
+                       "memory (%d in flight x %lld, and %lld), but this host has %lld available",
+                       r->c.stage, (long long)need, r->lay.in_flight,
+                       (long long)r->lay.host_slot_bytes, (long long)r->lay.mirror_bytes, avail);
     return ERR_OK;
 }
 

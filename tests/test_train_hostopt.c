@@ -51,17 +51,8 @@ static void plan_host_optimizer(const char *from, const char *to, unsigned mask,
     plan_free(&p);
 }
 
-static int64_t stage_number(const char *metrics, int s, const char *key)
-{
-    cJSON *o = train_json_read(metrics);
-    const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s),
-                *it = cJSON_GetObjectItem(st, key);
-    int64_t v = cJSON_IsNumber(it) ? (int64_t)it->valuedouble : -1;
-    cJSON_Delete(o);
-    return v;
-}
-
-static double stage_ms(const char *metrics, int s, const char *key)
+/* A number of stage s in a metrics file (-1 when missing). */
+static double stage_value(const char *metrics, int s, const char *key)
 {
     cJSON *o = train_json_read(metrics);
     const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s),
@@ -88,14 +79,14 @@ static void check_equal(int np, const char *plan, unsigned mask)
     const char *metrics = test_path("host.metrics");
     for (int s = 0; s < np; s++) {
         int on = mask >> s & 1;
-        int64_t peak = stage_number(metrics, s, "host_peak_bytes");
+        int64_t peak = (int64_t)stage_value(metrics, s, "host_peak_bytes");
         CU_ASSERT_EQUAL(peak, on ? p.stages[s].host_memory_bytes : 0);
-        CU_ASSERT(on ? stage_ms(metrics, s, "host_update_ms") > 0
-                     : stage_ms(metrics, s, "host_update_ms") == 0);
+        CU_ASSERT(on ? stage_value(metrics, s, "host_update_ms") > 0
+                     : stage_value(metrics, s, "host_update_ms") == 0);
         printf("\n  %d ranks, stage %d optimizer on the %s: device peak %lld (planned %lld), "
                "host peak %lld, host update %.3f ms/step",
                np, s, on ? "host" : "device", on_host.peak[s], on_host.planned[s],
-               (long long)peak, stage_ms(metrics, s, "host_update_ms"));
+               (long long)peak, stage_value(metrics, s, "host_update_ms"));
     }
     plan_free(&p);
 }

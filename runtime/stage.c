@@ -471,14 +471,19 @@ void stage_set_origin(struct stage_runner *r)
     r->x.origin_ms = exec_now_ms();
 }
 
+int stage_drain(struct stage_runner *r, struct err *e)
+{
+    return host_optimizer(r) ? hostmirror_drain(&r->mirror, &r->x, e) : ERR_OK;
+}
+
 int64_t stage_state_bytes(const struct stage_runner *r)
 {
     return r->lay.state_bytes;
 }
 
-/* The host optimizer's state [off, off+n) as pieces: on the device (weights and gradients,
- * at their offsets) up to *dev, in the mirror from *mirror on (master | m | v; fp32 has no
- * master in the state, its m comes first). Returns the bytes in the first place. */
+/* The first piece of the host optimizer's state [off, off+n): on the device (*on_device:
+ * weights and gradients, at their offsets), or in the mirror from *mirror_off (master | m |
+ * v: the state has no fp32 master, whose weights are the device's). Returns its bytes. */
 static int64_t state_piece(const struct stage_runner *r, int64_t off, int64_t n, int *on_device,
                            int64_t *mirror_off)
 {
@@ -495,7 +500,7 @@ int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, s
 {
     if (!host_optimizer(r))
         return r->be->ops->download(r->be, buf, r->persistent + off, n, e);
-    ERR_TRY(hostmirror_drain(&r->mirror, &r->x, e));
+    ERR_TRY(stage_drain(r, e));
     while (n > 0) {
         int on_device;
         int64_t at, len = state_piece(r, off, n, &on_device, &at);
@@ -515,7 +520,7 @@ int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_
 {
     if (!host_optimizer(r))
         return r->be->ops->upload(r->be, r->persistent + off, buf, n, e);
-    ERR_TRY(hostmirror_drain(&r->mirror, &r->x, e));
+    ERR_TRY(stage_drain(r, e));
     while (n > 0) {
         int on_device;
         int64_t at, len = state_piece(r, off, n, &on_device, &at);

@@ -91,6 +91,10 @@ int64_t stage_temporary_bytes(const struct stage_runner *r);
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e);
 
+/* With the optimizer on the host: waits for the updates still running (their events then
+ * recorded); nothing otherwise. */
+int stage_drain(struct stage_runner *r, struct err *e);
+
 /* The stage's state as host bytes, in chunks, for checkpoints: the persistent arena as the
  * optimizer on the device lays it out (layout.h: weights | gradients | m | v, for bf16 with
  * the master weights before m), whichever place the optimizer has, so that a checkpoint

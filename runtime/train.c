@@ -742,6 +742,8 @@ static int train_loop(struct run *r, struct err *e)
             ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
             save(r, step + 1);
     }
+    if (stage_drain(&r->stage, e)) /* the last host updates, into the trace */
+        fail_now(r, e);
     if (o->save_weights_file != NULL)
         save_weights(r);
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);

@@ -321,7 +321,7 @@ int main(int argc, char **argv)
 {
     use_cuda = argc > 1 && strcmp(argv[1], "--cuda") == 0;
     if (use_cuda)
-        gpu_require("test_host_optimizer --cuda");
+        gpu_require("test_host_mirror --cuda");
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -323,6 +323,12 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
 
 void layout_host_optimizer(struct stage_layout *sl)
 {
+    for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts: weights
+                                                    and gradients */
+        int64_t sec_off, sec_bytes, w_off, w_bytes;
+        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+        sl->layers[li].state_bytes = w_bytes + sec_bytes;
+    }
     sl->persistent_bytes = sl->weights_bytes + sl->section_bytes;
     sl->mirror_bytes = 4 * sl->section_bytes;
     sum_arenas(sl);

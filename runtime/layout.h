@@ -39,7 +39,7 @@ struct layer_layout {
     int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, in a staging
                                               buffer when offloaded, else in the slot */
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
-    int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes;
+    int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes; /* state: on the device */
     int64_t offload_bytes, host_off; /* the offloaded tensors, and their place in a host slot */
 };
 

@@ -10,6 +10,8 @@
  *   - a checkpoint written after 2 steps and resumed into a fresh stage gives, after a 3rd
  *     step, every byte of 3 straight steps, with the optimizer on the host before, after or
  *     both (fp32 and bf16);
+ *   - a device limit of the host-optimizer stage's arenas: it fits, the device optimizer's
+ *     does not;
  *   - a host limit below the mirror: ERR_INPUT on every rank, with the numbers.
  * With --cuda (a GPU test), the stages run on cuda:0: a pinned mirror, copy streams. */
 #include <CUnit/CUnit.h>
@@ -39,6 +41,7 @@ static struct model model = {.n_layer = 4, .n_embd = 32, .n_head = 2, .seq_len =
 
 static int rank, size;
 static int use_cuda;
+static int64_t device_limit = (int64_t)1 << 40; /* every stage's memory_limit_bytes */
 
 struct run_opts {
     enum schedule schedule;
@@ -125,7 +128,7 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
         .last = last,
         .in_flight = schedule_in_flight(ro->schedule, size, rank, MICRO),
         .adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f},
-        .limit_bytes = (int64_t)1 << 40,
+        .limit_bytes = device_limit,
         .place = ro->offload ? place : NULL,
         .prefetch_ahead = ro->offload ? ahead : NULL,
         .host_limit_bytes = ro->host_limit,
@@ -302,6 +305,26 @@ static void test_resume(void)
     model.dtype = MODEL_DTYPE_FP32;
 }
 
+/* A device limit of the host-optimizer stage's arenas: it fits (the limit counts its weights
+ * and gradients, layer by layer), and the device optimizer's stage does not. */
+static void test_device_limit(void)
+{
+    struct run_opts ro = {SCHEDULE_1F1B, COST_PLACE_HOST, 0, 0, 1, (int64_t)1 << 40, NULL,
+                          NULL, 0};
+    struct result host, dev;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(run(&ro, &host, &e), ERR_OK);
+    int64_t most = host.arena;
+    MPI_Allreduce(&host.arena, &most, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    device_limit = most;
+    CU_ASSERT_EQUAL(run(&ro, &host, &e), ERR_OK);
+    ro.optimizer = COST_PLACE_DEVICE;
+    CU_ASSERT_EQUAL(run(&ro, &dev, &e), ERR_NOFIT);
+    device_limit = (int64_t)1 << 40;
+    free(host.state);
+}
+
 static void test_host_limit(void)
 {
     struct run_opts ro = {SCHEDULE_1F1B, COST_PLACE_HOST, 0, 0, 1, 1000, NULL, NULL, 0};
@@ -331,6 +354,7 @@ int main(int argc, char **argv)
     CU_add_test(s, "bf16: bitwise the device optimizer's", test_equal_bf16);
     CU_add_test(s, "beside offload, through an emulated link", test_equal_offload_link);
     CU_add_test(s, "resumed from a checkpoint: bitwise", test_resume);
+    CU_add_test(s, "a device limit that only the host optimizer fits", test_device_limit);
     CU_add_test(s, "host limit below the mirror: refused with the numbers", test_host_limit);
     int rc = test_main();
     int worst = rc;

@@ -3,6 +3,8 @@
  *   - losses bitwise those of the same plan with the optimizer on the device, every stage's
  *     device peak within 2% of the plan's memory_bytes, its host peak the plan's
  *     host_memory_bytes (the mirror, 4 fp32 copies of its parameters), host_update_ms > 0;
+ *   - `ballast plan --actions recompute,optimizer` for a device too small for the optimizer
+ *     state: it hosts the optimizer, and the plan trains with the device plan's losses;
  *   - 2 steps, --save, --resume to 4: the checkpoint files of step 4 (mirror included) are
  *     byte for byte those of 4 straight steps;
  *   - a host_limit_bytes below the mirror: exit 2 on every rank before the first step, the
@@ -102,6 +104,42 @@ static void test_three_ranks(void)
     check_equal(3, plan3, 2); /* only the middle stage: a mixed pipeline */
 }
 
+/* `ballast plan --actions recompute,optimizer` for a stage too small for the optimizer's
+ * state on the device: the planner puts it on the host, and the plan trains with the device
+ * plan's losses, its peaks as planned. */
+static void test_planned(void)
+{
+    char text[1024], prof[1024], cluster[1024], plan[1024], args[4096];
+    snprintf(prof, sizeof prof, "%s", test_path("hostopt1-prof.json"));
+    snprintf(text, sizeof text,
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
+             "\"micro_batches\": 2, \"stages\": [{\"device\": \"cpu\", "
+             "\"memory_bytes\": 500000, \"host_memory_bytes\": 100000000, "
+             "\"host_link\": {\"gbps\": 200, \"latency_us\": 10}, \"profile\": \"%s\"}]}",
+             prof);
+    snprintf(cluster, sizeof cluster, "%s", test_write("small-cluster.json", text));
+    snprintf(plan, sizeof plan, "%s", test_path("small-plan.json"));
+    snprintf(args, sizeof args,
+             "plan --cluster '%s' --method optimal --actions recompute,optimizer --unit 1024 "
+             "--quiet -o '%s'",
+             cluster, plan);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_load(plan, &p, &e), ERR_OK);
+    CU_ASSERT_EQUAL(p.stages[0].optimizer, COST_PLACE_HOST);
+    int64_t host_planned = p.stages[0].host_memory_bytes;
+    plan_free(&p);
+    struct train_metrics dev, on_host;
+    CU_ASSERT_EQUAL_FATAL(train_run_ok(1, 120, plan1, "--steps 3", "dev1.metrics", &dev), 0);
+    CU_ASSERT_EQUAL_FATAL(train_run_ok(1, 120, plan, "--steps 3", "small.metrics", &on_host),
+                          0);
+    CU_ASSERT(train_same_losses(&dev, &on_host));
+    CU_ASSERT_EQUAL((int64_t)stage_value(test_path("small.metrics"), 0, "host_peak_bytes"),
+                    host_planned);
+}
+
 static void test_resume(void)
 {
     char host[1024], a[1024], b[1024], extra[4096];
@@ -148,6 +186,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("train with the optimizer on the host", NULL, NULL);
     CU_add_test(s, "1 rank: the device optimizer's losses, peaks as planned", test_one_rank);
     CU_add_test(s, "3 ranks: the same, all stages and one", test_three_ranks);
+    CU_add_test(s, "planned for a small device: on the host, the same losses", test_planned);
     CU_add_test(s, "resumed from a checkpoint: the same files", test_resume);
     CU_add_test(s, "a host limit below the mirror: exit 2 on every rank", test_host_limit);
     return test_main();

@@ -151,17 +151,17 @@ static int progress(struct hostmirror *h, struct executor *x, struct err *e)
         pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
     }
-    struct hostmirror_done done[n > 0 ? n : 1];
-    pthread_mutex_lock(&h->mu);
-    int n_done = h->n_done;
-    memcpy(done, h->done, sizeof done[0] * (size_t)n_done);
-    h->n_done = 0;
-    pthread_mutex_unlock(&h->mu);
-    for (int i = 0; i < n_done; i++) {
-        int li = done[i].li;
+    for (;;) {
+        struct hostmirror_done d = {.li = -1};
+        pthread_mutex_lock(&h->mu);
+        if (h->n_done > 0)
+            d = h->done[--h->n_done];
+        pthread_mutex_unlock(&h->mu);
+        if (d.li < 0)
+            break;
+        int li = d.li;
         int64_t sec_off, sec_bytes, w_off, w_bytes;
-        exec_event_at(x, STAGE_EV_HOST_UPDATE, done[i].step, -1, lay->layers[li].layer,
-                      done[i].t0, done[i].t1);
+        exec_event_at(x, STAGE_EV_HOST_UPDATE, d.step, -1, lay->layers[li].layer, d.t0, d.t1);
         layout_layer_ranges(lay, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
         /* fp32: the master weights are the weights */
         const char *src = section(h, lay->dtype == MODEL_DTYPE_FP32 ? SEC_MASTER : SEC_LANDING,

@@ -39,7 +39,8 @@ static void help(void)
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
            "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
-           "                   host_memory_bytes over their host links), or recompute,offload\n"
+           "                   host_memory_bytes over their host links), optimizer (a stage's\n"
+           "                   AdamW on the host, a mirror in its host_memory_bytes), or several\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
@@ -203,6 +204,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
+    /* the arena's objects have no host mirror yet: the two would disagree on the device
+     * memory */
+    if (a->arena.on && (a->o.actions & PLAN_ACTION_OPTIMIZER))
+        return cli_usage_error("plan", "--arena and --actions optimizer cannot be combined yet "
+                               "(the arena has no place for a host optimizer's gradients)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;

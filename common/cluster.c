@@ -211,6 +211,9 @@ static int profiles_differ(const struct profile *a, const struct profile *b, cha
         DIFF(state_bytes, "%lld", long long) DIFF(act_bytes, "%lld", long long)
         DIFF(ckpt_bytes, "%lld", long long) DIFF(out_bytes, "%lld", long long)
         DIFF(workspace_bytes, "%lld", long long) DIFF(n_options, "%d", int)
+        DIFF(param_bytes, "%lld", long long) DIFF(grad_bytes, "%lld", long long)
+        DIFF(optimizer_bytes, "%lld", long long) DIFF(optimizer_ms, "%g", double)
+        DIFF(host_optimizer_ms, "%g", double)
         for (int k = 0; k < x->n_options; k++) {
             const struct recompute_option *u = &x->options[k], *v = &y->options[k];
 #define ODIFF(f, fmt, cast)                                                                      \

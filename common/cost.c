@@ -9,6 +9,42 @@ static int64_t saturate(__int128 v)
     return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
+int64_t cost_layer_state(const struct layer_cost *c, enum cost_place optimizer)
+{
+    return optimizer == COST_PLACE_HOST && c->has_split ? c->param_bytes + c->grad_bytes
+                                                        : c->state_bytes;
+}
+
+int64_t cost_layer_mirror(const struct layer_cost *c)
+{
+    return c->has_split ? COST_MIRROR_SECTIONS * c->grad_bytes : 0;
+}
+
+int cost_optimizer_movable(const struct layer_cost *layers, int n, int *first_missing)
+{
+    for (int l = 0; l < n; l++)
+        if (!layers[l].has_split) {
+            if (first_missing != NULL)
+                *first_missing = l;
+            return 0;
+        }
+    if (first_missing != NULL)
+        *first_missing = -1;
+    return 1;
+}
+
+int64_t cost_layers_for_optimizer(const struct layer_cost *in, int n,
+                                  enum cost_place optimizer, struct layer_cost *out)
+{
+    __int128 mirror = 0;
+    for (int l = 0; l < n; l++) {
+        out[l] = in[l];
+        out[l].state_bytes = cost_layer_state(&in[l], optimizer);
+        mirror += optimizer == COST_PLACE_HOST ? cost_layer_mirror(&in[l]) : 0;
+    }
+    return saturate(mirror);
+}
+
 int cost_choice_count(const struct layer_cost *c)
 {
     return COST_OPTION + c->n_options;
@@ -118,7 +154,12 @@ int64_t cost_sum_staging(const struct cost_sum *s)
 
 int64_t cost_sum_host(const struct cost_sum *s, int in_flight)
 {
-    return saturate((__int128)in_flight * s->host);
+    return saturate((__int128)in_flight * s->host + s->mirror);
+}
+
+void cost_sum_add_mirror(struct cost_sum *s, int64_t mirror_bytes)
+{
+    s->mirror += mirror_bytes;
 }
 
 int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve_bytes)
@@ -150,7 +191,10 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
             a->place != NULL ? (enum cost_place)a->place[l] : COST_PLACE_DEVICE,
             a->offload_option != NULL ? a->offload_option[l] : -1,
             a->prefetch_ahead != NULL ? a->prefetch_ahead[l] : 0);
-        cost_sum_add(&s, c->state_bytes, c->workspace_bytes, c->fwd_ms + c->bwd_ms, &r);
+        cost_sum_add(&s, cost_layer_state(c, a->optimizer), c->workspace_bytes,
+                     c->fwd_ms + c->bwd_ms, &r);
+        if (a->optimizer == COST_PLACE_HOST)
+            cost_sum_add_mirror(&s, cost_layer_mirror(c));
     }
     *out = (struct stage_cost){
         .state_bytes = saturate(s.state),
@@ -162,7 +206,7 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
         .staging_bytes = cost_sum_staging(&s),
         .host_memory_bytes = cost_sum_host(&s, in_flight),
         .in_flight = in_flight,
-        .optimizer = COST_PLACE_DEVICE,
+        .optimizer = a->optimizer,
         .memory_bytes = cost_sum_memory(&s, in_flight, reserve_bytes),
         .recompute_ms = s.recompute_ms,
         .stage_ms = cost_stage_ms(s.compute_ms, s.recompute_ms),

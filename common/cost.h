@@ -25,6 +25,15 @@
  *   host    H = v * sum host_l
  *   copy    C = sum host_l bytes each way per micro-batch; the simulator times it.
  *
+ * The optimizer (a place o per stage): on the device a layer holds all its state; on the host
+ * (o = host) the device keeps the weights and the fp32 gradients the micro-batches accumulate
+ * into, and host memory holds a mirror of four fp32 sections of grad_bytes each (master, m,
+ * v and a landing buffer for the gradients; HOSTOPT_CONTRACT.md):
+ *   devstate_l = state_l (o = device),  param_l + grad_l (o = host)
+ *   device  M = sum devstate_l + ...
+ *   host    H = v * sum host_l + [o = host] * sum 4 * grad_l
+ * Only layers whose profile splits state_bytes can move their optimizer (cost_optimizer_movable).
+ *
  * The knapsack's view of the same M splits it into the bytes no choice changes and each
  * choice's weights:
  *   M = fixed + sum_l v * (kept_l - ckpt_l) + max_l transient_l,
@@ -81,11 +90,28 @@ struct stage_cost {
  * prefix of the stage is the memory of the layers added so far. Start from {0}. */
 struct cost_sum {
     __int128 state, kept;
-    __int128 host;
+    __int128 host, mirror; /* mirror: the host optimizer's, once (not per micro-batch) */
     int64_t transient, workspace, host_max;
     int ahead_max;
     double compute_ms, recompute_ms;
 };
+
+/* A host mirror holds this many fp32 sections of a layer's grad_bytes. */
+#define COST_MIRROR_SECTIONS 4
+
+/* The layer's bytes on the device that no activation choice changes, with its optimizer at
+ * `optimizer`: devstate_l. */
+int64_t cost_layer_state(const struct layer_cost *c, enum cost_place optimizer);
+/* The layer's host mirror with the optimizer on the host: 4 * grad_l. */
+int64_t cost_layer_mirror(const struct layer_cost *c);
+/* Whether every layer's profile splits its state, so the stage's optimizer may move to the
+ * host; *first_missing (when not NULL) gets the first layer that does not, or -1. */
+int cost_optimizer_movable(const struct layer_cost *layers, int n, int *first_missing);
+/* The layers as a stage with its optimizer at `optimizer` holds them on the device: copies
+ * with state_bytes = devstate_l (so every search over activation actions sees the right
+ * fixed bytes); returns the mirror's bytes, sum 4 * grad_l when on the host, else 0. */
+int64_t cost_layers_for_optimizer(const struct layer_cost *in, int n,
+                                  enum cost_place optimizer, struct layer_cost *out);
 
 /* Choices a layer has: keep, full and its options. */
 int cost_choice_count(const struct layer_cost *c);
@@ -117,9 +143,11 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
                   double compute_ms, const struct cost_row *row);
 /* M of the layers added so far (saturating at INT64_MAX). */
 int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve_bytes);
-/* staging and H of the layers added so far. */
+/* staging and H of the layers added so far (H with the mirror of those added with
+ * cost_sum_add_mirror). */
 int64_t cost_sum_staging(const struct cost_sum *s);
 int64_t cost_sum_host(const struct cost_sum *s, int in_flight);
+void cost_sum_add_mirror(struct cost_sum *s, int64_t mirror_bytes);
 /* T: a stage's forward and backward ms and its recompute ms. */
 double cost_stage_ms(double compute_ms, double recompute_ms);
 
@@ -127,12 +155,13 @@ double cost_stage_ms(double compute_ms, double recompute_ms);
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out);
 /* The same with places, offload options and prefetch triggers (each NULL: device, -1, and
- * COST_PREFETCH_AHEAD). */
+ * COST_PREFETCH_AHEAD) and the stage's optimizer place (zero: the device). */
 struct cost_actions {
     const unsigned char *recompute;
     const unsigned char *place;
     const signed char *offload_option;
     const int *prefetch_ahead;
+    enum cost_place optimizer;
 };
 void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
                         int in_flight, int64_t reserve_bytes, struct stage_cost *out);

@@ -49,7 +49,9 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
 int devices_load(const char *file, struct device_table *t, struct err *e)
 {
     static const char *const keys[] = {"format", "description", "assumptions", "devices", NULL};
-    static const char *const akeys[] = {"gemm_efficiency", "memory_efficiency", "note", NULL};
+    static const char *const akeys[] = {"gemm_efficiency",           "memory_efficiency",
+                                        "host_memory_bandwidth_gbs", "host_memory_note",
+                                        "note",                      NULL};
     memset(t, 0, sizeof *t);
     cJSON *root = jsonio_read(file, e);
     if (root == NULL)
@@ -68,6 +70,8 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
         jsonio_num(a, file, "assumptions", "gemm_efficiency", 1e-3, 1, &t->gemm_efficiency, e) ||
         jsonio_num(a, file, "assumptions", "memory_efficiency", 1e-3, 1, &t->memory_efficiency,
                    e) ||
+        jsonio_num_opt(a, file, "assumptions", "host_memory_bandwidth_gbs", 1e-3, 1e6,
+                       &t->host_memory_bandwidth_gbs, e) ||
         jsonio_expect_array(list, file, "devices", e))
         goto done;
     t->n = cJSON_GetArraySize(list);

@@ -28,6 +28,7 @@ struct device_table {
     struct device_spec *devices;
     double gemm_efficiency;
     double memory_efficiency;
+    double host_memory_bandwidth_gbs; /* GB/s the host optimizer streams at; 0: not stated */
 };
 
 /* Default location: configs/devices.json of the source tree Ballast was built from. */

@@ -338,7 +338,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
             return e->code;
     }
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
-        read_optimizer(so, file, path, st, e))
+        read_optimizer(so, file, path, st, e) || plan_optimizer_check(file, path, st, e))
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */

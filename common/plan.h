@@ -90,7 +90,7 @@ void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct s
 
 /* The stage's actions as the cost model takes them. */
 struct cost_actions plan_stage_actions(const struct plan_stage *st);
-/* Whether any layer of the stage sends anything to the host. */
+/* Whether any layer of the stage sends activations to the host (its optimizer aside). */
 int plan_stage_offloads(const struct plan_stage *st);
 /* Per micro-batch, each way: one copy per offloaded layer over the host link. */
 double plan_stage_copy_ms(const struct plan_stage *st);
@@ -103,6 +103,10 @@ void plan_stage_free_offload(struct plan_stage *st);
 void plan_offload_to_json(const struct plan_stage *st, cJSON *so);
 int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
                            struct plan_stage *st, struct err *e);
+/* A stage with its optimizer on the host needs every layer's state split (what stays on the
+ * device): ERR_INPUT naming the first layer without it. */
+int plan_optimizer_check(const char *file, const char *path, const struct plan_stage *st,
+                         struct err *e);
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e);
 

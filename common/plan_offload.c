@@ -33,7 +33,7 @@ void plan_stage_free_offload(struct plan_stage *st)
 struct cost_actions plan_stage_actions(const struct plan_stage *st)
 {
     return (struct cost_actions){st->recompute, st->place, st->offload_option,
-                                 st->prefetch_ahead};
+                                 st->prefetch_ahead, st->optimizer};
 }
 
 static struct cost_row layer_row(const struct plan_stage *st, int l)
@@ -201,16 +201,31 @@ int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
     return ERR_OK;
 }
 
+int plan_optimizer_check(const char *file, const char *path, const struct plan_stage *st,
+                           struct err *e)
+{
+    int missing;
+    if (st->optimizer != COST_PLACE_HOST ||
+        cost_optimizer_movable(st->layers, plan_stage_layer_count(st), &missing))
+        return ERR_OK;
+    return err_set(e, ERR_INPUT,
+                   "%s: %s.optimizer: \"host\", but layer %d (%s) has no param_bytes, "
+                   "grad_bytes and optimizer_bytes: without the split of its state_bytes the "
+                   "stage cannot host its optimizer",
+                   file, path, st->first + missing, st->layers[missing].name);
+}
+
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e)
 {
-    if (!plan_stage_offloads(st))
+    int offloads = plan_stage_offloads(st);
+    if (!offloads && st->optimizer != COST_PLACE_HOST)
         return ERR_OK;
     if (st->host_limit_bytes == 0 || !st->host_link.present)
         return err_set(e, ERR_INPUT,
-                       "%s: %s: offloads, but has host_limit_bytes %lld and %s host_link", file,
-                       path, (long long)st->host_limit_bytes,
-                       st->host_link.present ? "a" : "no");
+                       "%s: %s: %s, but has host_limit_bytes %lld and %s host_link", file, path,
+                       offloads ? "offloads" : "has its optimizer on the host",
+                       (long long)st->host_limit_bytes, st->host_link.present ? "a" : "no");
     if (c->host_memory_bytes != st->host_memory_bytes || c->staging_bytes != st->staging_bytes)
         return err_set(e, ERR_INPUT,
                        "%s: %s: host_memory_bytes %lld and staging_bytes %lld, but the cost model "

@@ -65,6 +65,39 @@ static int options_from_json(const cJSON *obj, const char *file, const char *pat
     return ERR_OK;
 }
 
+/* The optional state split and optimizer times (DESIGN.md "profile"). */
+static int split_from_json(const cJSON *obj, const char *file, const char *path,
+                           struct layer_cost *c, struct err *e)
+{
+    static const char *const keys[3] = {"param_bytes", "grad_bytes", "optimizer_bytes"};
+    int64_t *dst[3] = {&c->param_bytes, &c->grad_bytes, &c->optimizer_bytes};
+    int given = 0;
+    c->optimizer_ms = c->host_optimizer_ms = 0;
+    c->param_bytes = c->grad_bytes = c->optimizer_bytes = -1;
+    for (int k = 0; k < 3; k++) {
+        if (jsonio_int_opt(obj, file, path, keys[k], 0, JSONIO_INT_MAX, dst[k], e))
+            return e->code;
+        given += *dst[k] >= 0;
+    }
+    if (jsonio_num_opt(obj, file, path, "optimizer_ms", 0, PROFILE_MS_MAX, &c->optimizer_ms, e) ||
+        jsonio_num_opt(obj, file, path, "host_optimizer_ms", 0, PROFILE_MS_MAX,
+                       &c->host_optimizer_ms, e))
+        return e->code;
+    c->has_split = given == 3;
+    if (given == 0) {
+        c->param_bytes = c->grad_bytes = c->optimizer_bytes = 0;
+        return ERR_OK;
+    }
+    if (given != 3 ||
+        (__int128)c->param_bytes + c->grad_bytes + c->optimizer_bytes != c->state_bytes)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s: param_bytes %lld, grad_bytes %lld, optimizer_bytes %lld (-1: "
+                       "absent), state_bytes %lld: expected all three, summing to state_bytes",
+                       file, path, (long long)c->param_bytes, (long long)c->grad_bytes,
+                       (long long)c->optimizer_bytes, (long long)c->state_bytes);
+    return ERR_OK;
+}
+
 int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
                          struct layer_cost *c, struct err *e)
 {
@@ -86,7 +119,9 @@ int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
                        "most what it keeps otherwise)",
                        file, sub, (long long)c->ckpt_bytes, (long long)c->act_bytes);
     }
-    return options_from_json(obj, file, path, c, e);
+    if (options_from_json(obj, file, path, c, e) || split_from_json(obj, file, path, c, e))
+        return e->code;
+    return ERR_OK;
 }
 
 cJSON *layer_cost_to_json(const struct layer_cost *c)
@@ -100,6 +135,15 @@ cJSON *layer_cost_to_json(const struct layer_cost *c)
     jsonio_add_int(o, "ckpt_bytes", c->ckpt_bytes);
     jsonio_add_int(o, "out_bytes", c->out_bytes);
     jsonio_add_int(o, "workspace_bytes", c->workspace_bytes);
+    if (c->has_split) {
+        jsonio_add_int(o, "param_bytes", c->param_bytes);
+        jsonio_add_int(o, "grad_bytes", c->grad_bytes);
+        jsonio_add_int(o, "optimizer_bytes", c->optimizer_bytes);
+    }
+    if (c->optimizer_ms > 0)
+        cJSON_AddNumberToObject(o, "optimizer_ms", c->optimizer_ms);
+    if (c->host_optimizer_ms > 0)
+        cJSON_AddNumberToObject(o, "host_optimizer_ms", c->host_optimizer_ms);
     if (c->n_options > 0) {
         cJSON *list = cJSON_AddArrayToObject(o, "recompute_options");
         for (int k = 0; k < c->n_options; k++) {

@@ -47,6 +47,13 @@ struct layer_cost {
     int64_t workspace_bytes;
     int n_options; /* optional in the file: 0 when absent */
     struct recompute_option options[PROFILE_OPTIONS_MAX];
+    /* state_bytes split into weights, fp32 gradients and what only the optimizer needs (m, v
+     * and a bf16 model's fp32 master), all three or none in the file; has_split 0: none, and
+     * the layer's optimizer cannot move to the host (nothing says what stays). */
+    int has_split;
+    int64_t param_bytes, grad_bytes, optimizer_bytes;
+    double optimizer_ms;      /* one AdamW step of the layer on the device; 0 when absent */
+    double host_optimizer_ms; /* the same on the host's cores; 0 when absent */
 };
 
 struct device_info {
@@ -68,7 +75,8 @@ struct profile {
 /* Reads and validates a profile: every layer of the model, in order, with its expected
  * name (a custom model: any names; its layer list is its layers); times in [0, PROFILE_MS_MAX]; 0 <= ckpt_bytes <= act_bytes; recompute options with
  * distinct names (none "keep" or "full"), ckpt_bytes <= kept_bytes and kept_bytes +
- * transient_bytes = act_bytes. Fields a later version
+ * transient_bytes = act_bytes; param_bytes, grad_bytes and optimizer_bytes all or none, summing
+ * to state_bytes. Fields a later version
  * adds are ignored (but not in the embedded model, which must be exactly the model's). On
  * failure nothing is left allocated. */
 int profile_load(const char *file, struct profile *p, struct err *e);

@@ -236,6 +236,32 @@ static int regen_ops(const struct model *m, enum model_layer_kind kind, uint32_t
     return ERR_OK;
 }
 
+/* One AdamW step of a layer, memory-bound: the bytes it touches over the bandwidth. On the
+ * device it reads the gradients, reads and writes m and v (and a bf16 model's fp32 master)
+ * and writes the weights (an fp32 model's weights are its master: read and written); one
+ * kernel per parameter tensor. On the host it reads the landed gradients, reads and writes
+ * the mirror's master, m and v, and writes the weights to send up, at the table's stated
+ * host memory bandwidth (0 when the table states none: the step is left unestimated). */
+static void estimate_optimizer(const struct device_table *t, const struct device_spec *d,
+                               const struct model *m, int layer, const struct layer_sizes *s,
+                               struct layer_cost *c)
+{
+    struct sizes_tensor params[SIZES_TENSORS_MAX];
+    int kernels = sizes_layer_tensors_at(m, layer, SIZES_PARAMS, params);
+    int weights_rw = m->dtype == MODEL_DTYPE_FP32 ? 2 : 1;
+    double device = (double)(weights_rw * s->param_bytes + s->grad_bytes + 2 * s->optimizer_bytes);
+    double host = (double)(s->param_bytes + s->grad_bytes + 2 * 3 * s->grad_bytes);
+    c->has_split = 1;
+    c->param_bytes = s->param_bytes;
+    c->grad_bytes = s->grad_bytes;
+    c->optimizer_bytes = s->optimizer_bytes;
+    c->optimizer_ms = (device / (d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency) +
+                       kernels * d->op_overhead_us * 1e-6) *
+                      1e3;
+    c->host_optimizer_ms =
+        t->host_memory_bandwidth_gbs > 0 ? host / (t->host_memory_bandwidth_gbs * 1e9) * 1e3 : 0;
+}
+
 int estimate_profile(const struct device_table *t, const struct device_spec *d,
                      const struct model *m, struct profile *out, struct err *e)
 {
@@ -265,6 +291,7 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
         c->ckpt_bytes = s.ckpt_bytes;
         c->out_bytes = s.out_bytes;
         c->workspace_bytes = s.workspace_bytes;
+        estimate_optimizer(t, d, m, l, &s, c);
         struct sizes_option opt[SIZES_OPTIONS_MAX];
         enum model_layer_kind kind = model_layer_kind(m, l);
         c->n_options = sizes_recompute_options(m, kind, opt);
@@ -288,6 +315,14 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     cJSON_AddNumberToObject(prov, "gemm_efficiency", t->gemm_efficiency);
     cJSON_AddNumberToObject(prov, "memory_efficiency", t->memory_efficiency);
     cJSON_AddNumberToObject(prov, "gemm_peak_tflops", gemm_peak_tflops(d, m->dtype));
+    cJSON_AddStringToObject(prov, "optimizer_method",
+                            "AdamW memory-bound: on the device the bytes one step touches over "
+                            "memory_bandwidth_gbs x memory_efficiency plus op_overhead_us per "
+                            "parameter tensor; on the host the mirror's bytes over the table's "
+                            "host_memory_bandwidth_gbs");
+    if (t->host_memory_bandwidth_gbs > 0)
+        cJSON_AddNumberToObject(prov, "host_memory_bandwidth_gbs_assumed",
+                                t->host_memory_bandwidth_gbs);
     out->provenance = prov;
     return ERR_OK;
 }

@@ -278,12 +278,22 @@ int64_t sizes_tensors_bytes(const struct sizes_tensor *t, int n)
     return total;
 }
 
-int64_t sizes_state_bytes(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes)
+void sizes_state_split(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes,
+                       int64_t *param_bytes, int64_t *grad_bytes, int64_t *optimizer_bytes)
 {
     /* beside the weights, fp32 sections: gradients, Adam m and v, and for bf16 the fp32
      * master weights */
-    int sections = dtype == MODEL_DTYPE_BF16 ? 4 : 3;
-    return weights_bytes + sections * fp32_bytes;
+    int optimizer_sections = dtype == MODEL_DTYPE_BF16 ? 3 : 2;
+    *param_bytes = weights_bytes;
+    *grad_bytes = fp32_bytes;
+    *optimizer_bytes = optimizer_sections * fp32_bytes;
+}
+
+int64_t sizes_state_bytes(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes)
+{
+    int64_t param, grad, optimizer;
+    sizes_state_split(dtype, weights_bytes, fp32_bytes, &param, &grad, &optimizer);
+    return param + grad + optimizer;
 }
 
 int sizes_state_bytes_per_param(enum model_dtype dtype)
@@ -318,7 +328,9 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
         w.elem_bytes = sizes_weight_elem_bytes(m->dtype);
         weights_copy += sizes_tensor_bytes(&w);
     }
-    out->state_bytes = sizes_state_bytes(m->dtype, weights_copy, fp32_copy);
+    sizes_state_split(m->dtype, weights_copy, fp32_copy, &out->param_bytes, &out->grad_bytes,
+                      &out->optimizer_bytes);
+    out->state_bytes = out->param_bytes + out->grad_bytes + out->optimizer_bytes;
     n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     out->act_bytes = sizes_tensors_bytes(t, n);
     out->ckpt_bytes = sizes_tensors_bytes(t, sizes_ckpt_tensor_count(kind));

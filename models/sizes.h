@@ -42,6 +42,7 @@ struct sizes_tensor {
 struct layer_sizes {
     int64_t params; /* parameter count */
     int64_t state_bytes;
+    int64_t param_bytes, grad_bytes, optimizer_bytes; /* state_bytes' sections */
     int64_t act_bytes;
     int64_t ckpt_bytes;
     int64_t out_bytes;
@@ -72,6 +73,10 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out);
  * and whose fp32 copy takes `fp32_bytes`: the weights, gradients, AdamW's m and v, and for
  * bf16 the fp32 master weights (the one place the state's sections are counted). */
 int64_t sizes_state_bytes(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes);
+/* The same split as a profile states it: the weights, the fp32 gradients and what only the
+ * optimizer needs (m and v, and for bf16 the fp32 master weights). */
+void sizes_state_split(enum model_dtype dtype, int64_t weights_bytes, int64_t fp32_bytes,
+                       int64_t *param_bytes, int64_t *grad_bytes, int64_t *optimizer_bytes);
 /* Bytes of the persistent state per parameter tensor element: 16 (fp32), 18 (bf16). */
 int sizes_state_bytes_per_param(enum model_dtype dtype);
 /* An activation (B,T,C) or its gradient, per micro-batch: what crosses between stages. */

@@ -553,6 +553,10 @@ static int export_megatron(FILE *f, struct export *x, struct err *e)
     }
     if (mo.offloads)
         megatron_offload_args(f, &first, &mo);
+    if (p->stages[0].optimizer == COST_PLACE_HOST) /* every stage's (refuse_host_optimizer) */
+        megatron_arg(f, &first, "--optimizer-cpu-offload --optimizer-offload-fraction 1.0 "
+                                "--use-precision-aware-optimizer%s",
+                     "");
     fprintf(f, "\n");
     return ERR_OK;
 }
@@ -637,14 +641,45 @@ static int refuse_offload(const struct plan *p, const char *format, struct err *
     return ERR_OK;
 }
 
+/* The optimizer's place is per stage in a plan. Megatron-LM takes one global switch and
+ * fraction (--optimizer-cpu-offload, --optimizer-offload-fraction: each rank moves that share
+ * of its own optimizer state), so it says "every stage" or "none" exactly; the other formats
+ * have no such setting. Anything else is refused: a config with the optimizer on the device
+ * would not fit where the plan needed the host. */
+static int refuse_host_optimizer(const struct plan *p, const char *format, struct err *e)
+{
+    int hosted = 0, first = -1;
+    int64_t mirror = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        if (p->stages[s].optimizer == COST_PLACE_HOST) {
+            hosted++;
+            first = first < 0 ? s : first;
+            for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++)
+                mirror += cost_layer_mirror(&p->stages[s].layers[l]);
+        }
+    int megatron = strcmp(format, "megatron") == 0;
+    if (hosted == 0 || (megatron && hosted == p->n_stages))
+        return ERR_OK;
+    return err_set(e, ERR_INPUT,
+                   "--export %s: %d of %d stages (the first: stage %d) keep their optimizer on "
+                   "the host, %lld bytes of host mirror in all, which %s; plan without "
+                   "--actions optimizer to export",
+                   format, hosted, p->n_stages, first, (long long)mirror,
+                   megatron ? "Megatron-LM cannot be told per stage (--optimizer-cpu-offload "
+                              "and --optimizer-offload-fraction are global)"
+                            : "it has no setting for");
+}
+
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e)
 {
-    if (p->n_stages < 1)
+    int S = p->n_stages;
+    if (S < 1)
         return err_set(e, ERR_INPUT, "--export %s: a plan of no stages", format);
-    if (strcmp(format, "megatron") != 0 && refuse_offload(p, format, e))
+    if ((strcmp(format, "megatron") != 0 && refuse_offload(p, format, e)) ||
+        refuse_host_optimizer(p, format, e))
         return e->code;
     struct export x = {.p = p, .note = stderr};
-    x.c = calloc((size_t)p->n_stages, sizeof *x.c);
+    x.c = calloc((size_t)S, sizeof *x.c);
     if (x.c == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     count(&x);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "methods.h"
+#include "optimizer.h"
 #include "sim.h"
 
 int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
@@ -19,28 +20,32 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
             actions |= PLAN_ACTION_RECOMPUTE;
         else if (len == 7 && strncmp(at, "offload", 7) == 0)
             actions |= PLAN_ACTION_OFFLOAD;
+        else if (len == 9 && strncmp(at, "optimizer", 9) == 0)
+            actions |= PLAN_ACTION_OPTIMIZER;
         else
             return err_set(e, ERR_INPUT,
-                           "--actions: \"%s\": expected recompute, offload or both, "
+                           "--actions: \"%s\": expected recompute, offload, optimizer, "
                            "comma-separated",
                            text);
         at += len + (at[len] == ',');
     }
     if (actions == 0)
-        return err_set(e, ERR_INPUT, "--actions: empty, expected recompute, offload or both");
+        return err_set(e, ERR_INPUT,
+                       "--actions: empty, expected recompute, offload, optimizer, comma-separated");
     o->actions = actions;
     return ERR_OK;
 }
 
 int offload_options_check(const struct plan_options *o, struct err *e)
 {
-    if (o->actions < 1 || o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD))
+    if (o->actions < 1 ||
+        o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER))
         return err_set(e, ERR_INPUT, "plan options: actions %d", o->actions);
     if (o->actions == PLAN_ACTION_RECOMPUTE)
         return ERR_OK;
     if (o->method != METHOD_OPTIMAL)
-        return err_set(e, ERR_INPUT, "--actions offload applies to --method optimal only (patent "
-                                     "stays the published method: recompute)");
+        return err_set(e, ERR_INPUT, "--actions offload or optimizer applies to --method optimal "
+                                     "only (patent stays the published method: recompute)");
     return ERR_OK;
 }
 
@@ -59,8 +64,8 @@ static int check_hosts(const struct plan *p, struct err *e)
     }
     if (!any)
         return err_set(e, ERR_INPUT,
-                       "--actions offload: no stage of the cluster has host_memory_bytes (the "
-                       "host memory it may offload to)");
+                       "--actions offload or optimizer: no stage of the cluster has "
+                       "host_memory_bytes (the host memory it may offload to)");
     return ERR_OK;
 }
 
@@ -68,8 +73,9 @@ static int check_hosts(const struct plan *p, struct err *e)
 struct candidate {
     struct cost_row *rows; /* n */
     struct sim_stage sim;
-    struct sim_layer *layers; /* n, used when it offloads */
+    struct sim_layer *layers; /* n, used when it offloads or hosts its optimizer */
     double recompute_ms;
+    enum cost_place optimizer;
 };
 
 struct stage_search {
@@ -373,8 +379,11 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     for (int l = 0; l < n; l++) {
         const struct cost_row *r = &c->rows[l];
         double copy = r->host_bytes > 0 ? link_transfer_ms(&st->host_link, r->host_bytes) : 0;
-        c->layers[l] = (struct sim_layer){st->layers[l].fwd_ms, st->layers[l].bwd_ms,
-                                          r->recompute_ms, copy, r->prefetch_ahead};
+        c->layers[l] = (struct sim_layer){.fwd_ms = st->layers[l].fwd_ms,
+                                          .bwd_ms = st->layers[l].bwd_ms,
+                                          .recompute_ms = r->recompute_ms,
+                                          .copy_ms = copy,
+                                          .ahead = r->prefetch_ahead};
         c->sim.fwd_ms += st->layers[l].fwd_ms;
         c->sim.bwd_ms += st->layers[l].bwd_ms;
         c->sim.recompute_ms += r->recompute_ms;
@@ -382,6 +391,8 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     }
     c->sim.n_layers = offloads ? n : 0;
     c->sim.layers = c->layers;
+    c->optimizer = st->optimizer;
+    sim_stage_optimizer(st->layers, n, st->optimizer, &st->host_link, &c->sim, c->layers);
     return ERR_OK;
 }
 
@@ -418,6 +429,44 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
     if (rc == ERR_OK && *count == 0)
         return ERR_NOFIT;
     return rc;
+}
+
+/* Stage s's candidates with its optimizer on the device, then (with --actions ...,optimizer,
+ * where it may) those with it on the host: each place's own undominated ones, since the
+ * two places' steps are not comparable layer by layer. */
+static int stage_candidates_places(const struct plan *p, int s, const struct plan_options *o,
+                                   struct candidate **out, int *count, struct err *e)
+{
+    struct candidate *dev = NULL, *host = NULL;
+    int n_dev = 0, n_host = 0;
+    int rc = stage_candidates(p, s, o, &dev, &n_dev, e);
+    if (rc != ERR_OK && rc != ERR_NOFIT)
+        return rc;
+    err_clear(e);
+    if ((o->actions & PLAN_ACTION_OPTIMIZER) && optimizer_host_possible(p, s, NULL)) {
+        struct optimizer_view v;
+        if (optimizer_view_init(p, s, &v, e))
+            rc = e->code;
+        else
+            rc = stage_candidates(&v.plan, s, o, &host, &n_host, e);
+        optimizer_view_free(&v);
+        if (rc != ERR_OK && rc != ERR_NOFIT) {
+            free(dev);
+            return rc;
+        }
+        err_clear(e);
+    }
+    *count = n_dev + n_host;
+    *out = realloc(dev, (size_t)(*count > 0 ? *count : 1) * sizeof **out);
+    if (*out == NULL) {
+        free(dev);
+        free(host);
+        return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
+    }
+    if (n_host > 0)
+        memcpy(*out + n_dev, host, (size_t)n_host * sizeof *host);
+    free(host);
+    return *count > 0 ? ERR_OK : ERR_NOFIT;
 }
 
 int offload_stage_min_recompute(const struct plan *p, int s, const struct plan_options *o,
@@ -512,13 +561,14 @@ static void apply(struct plan_stage *st, const struct candidate *c)
         st->offload_option[l] = (signed char)c->rows[l].offload_option;
         st->prefetch_ahead[l] = c->rows[l].prefetch_ahead;
     }
+    st->optimizer = c->optimizer;
 }
 
 static int choose(struct plan *p, struct global *g, const struct plan_options *o, struct err *e)
 {
     double product = 1;
     for (int s = 0; s < g->S; s++) {
-        int rc = stage_candidates(p, s, o, &g->cand[s], &g->count[s], e);
+        int rc = stage_candidates_places(p, s, o, &g->cand[s], &g->count[s], e);
         if (rc)
             return rc;
         product *= g->count[s];
@@ -540,7 +590,7 @@ static int choose(struct plan *p, struct global *g, const struct plan_options *o
 
 int offload_choose(struct plan *p, const struct plan_options *o, struct err *e)
 {
-    if ((o->actions & PLAN_ACTION_OFFLOAD) && check_hosts(p, e))
+    if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) && check_hosts(p, e))
         return e->code;
     int S = p->n_stages;
     struct global g = {.schedule = p->schedule,

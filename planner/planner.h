@@ -26,7 +26,7 @@ enum plan_method {
 #define PLAN_SEARCH_GAP_DEFAULT 0.005
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
-enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2 };
+enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTION_OPTIMIZER = 4 };
 
 struct plan_options {
     enum plan_method method;
@@ -48,7 +48,7 @@ struct plan_options {
 };
 
 void plan_options_default(struct plan_options *o);
-/* "recompute", "offload" or both, comma-separated, into o->actions. */
+/* "recompute", "offload", "optimizer", comma-separated, into o->actions. */
 int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 /* "none", "full", "block:N", "uniform-min", "patent", "optimal". */
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);

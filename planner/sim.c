@@ -24,13 +24,26 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
             if (!(isfinite(t[k]) && t[k] >= 0))
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
+        if (!(isfinite(st->optimizer_ms) && st->optimizer_ms >= 0) ||
+            (st->host_optimizer && st->n_layers < 1))
+            return err_set(e, ERR_INPUT,
+                           "simulate: stage %d: optimizer step of %g ms, host step over %d "
+                           "layers (need finite, >= 0, and layers with a host step)",
+                           s, st->optimizer_ms, st->n_layers);
         for (int l = 0; l < st->n_layers; l++) {
             const struct sim_layer *y = &st->layers[l];
+            double step[3] = {y->grad_ms, y->update_ms, y->param_ms};
             if (!(isfinite(y->copy_ms) && y->copy_ms >= 0 && (y->copy_ms == 0 || y->ahead >= 1)))
                 return err_set(e, ERR_INPUT,
                                "simulate: stage %d layer %d: copy of %g ms, prefetch %d ahead "
                                "(need finite, >= 0, and ahead >= 1 with a copy)",
                                s, l, y->copy_ms, y->ahead);
+            for (int k = 0; k < 3; k++)
+                if (!(isfinite(step[k]) && step[k] >= 0))
+                    return err_set(e, ERR_INPUT,
+                                   "simulate: stage %d layer %d: host step of %g, %g, %g ms "
+                                   "(need finite, >= 0)",
+                                   s, l, y->grad_ms, y->update_ms, y->param_ms);
         }
         if (st->out_bytes < 0)
             return err_set(e, ERR_INPUT, "simulate: stage %d: out_bytes is %lld", s,
@@ -62,12 +75,14 @@ struct sim_state {
     struct sim_result *out;
 };
 
-/* A stage that offloads: when each of its layer-ops started, when each (micro-batch, layer)
- * copy out ended, and when each lane is next free. */
+/* A stage that runs layer by layer: when each of its layer-ops started, when each
+ * (micro-batch, layer) copy out ended, when each layer's latest backward ended, and when each
+ * lane and its host threads are next free. */
 struct host_lanes {
     double *op_start; /* 2M x n, in the stage's order of layer-ops */
     double *out_end;  /* M x n */
-    double out_free, in_free;
+    double *bwd_end;  /* n */
+    double out_free, in_free, update_free;
 };
 
 /* The times sim_makespan_periodic reads back: S x M each, owned by the caller. */
@@ -113,11 +128,12 @@ static double copy(struct sim_state *st, int s, int micro, enum sim_kind kind, d
                    double ms)
 {
     struct host_lanes *h = &st->host[s];
-    double *lane_free = kind == SIM_COPY_OUT ? &h->out_free : &h->in_free;
+    int out = kind == SIM_COPY_OUT || kind == SIM_GRAD_COPY;
+    double *lane_free = out ? &h->out_free : &h->in_free;
     double start = ready > *lane_free ? ready : *lane_free;
     *lane_free = start + ms;
     add_task(st, s, micro, kind, start, start + ms);
-    add_to(kind == SIM_COPY_OUT ? st->out->copy_out_ms : st->out->copy_in_ms, s, ms);
+    add_to(out ? st->out->copy_out_ms : st->out->copy_in_ms, s, ms);
     return start + ms;
 }
 
@@ -166,8 +182,47 @@ static double backward_layers(struct sim_state *st, int s, int p, int m, double 
             add_task(st, s, m, SIM_RECOMPUTE, t, t + y->recompute_ms);
         add_task(st, s, m, SIM_BACKWARD, t + y->recompute_ms, t + y->recompute_ms + y->bwd_ms);
         t += y->recompute_ms + y->bwd_ms;
+        h->bwd_end[l] = t;
     }
     return t;
+}
+
+/* The host step of stage s after its last backward (ended at `end`): per layer, last to
+ * first, gradients down from the end of its backward, AdamW on the host threads, parameters
+ * up; returns when the last parameters have landed (at least `end`). */
+static double host_step(struct sim_state *st, int s, double end)
+{
+    const struct sim_stage *c = &st->stages[s];
+    struct host_lanes *h = &st->host[s];
+    double done = end;
+    for (int j = 0; j < c->n_layers; j++) {
+        int l = c->n_layers - 1 - j;
+        const struct sim_layer *y = &c->layers[l];
+        double landed = copy(st, s, l, SIM_GRAD_COPY, h->bwd_end[l], y->grad_ms);
+        double start = landed > h->update_free ? landed : h->update_free;
+        h->update_free = start + y->update_ms;
+        add_task(st, s, l, SIM_HOST_UPDATE, start, h->update_free);
+        add_to(st->out->update_ms, s, y->update_ms);
+        double up = copy(st, s, l, SIM_PARAM_COPY, h->update_free, y->param_ms);
+        done = up > done ? up : done;
+    }
+    return done;
+}
+
+/* The optimizer step that ends stage s's iteration, after its last backward ended at `end`;
+ * returns the step's end. */
+static double optimizer_step(struct sim_state *st, int s, double end)
+{
+    const struct sim_stage *c = &st->stages[s];
+    double done = end + c->optimizer_ms;
+    if (c->host_optimizer) {
+        done = host_step(st, s, end);
+    } else if (c->optimizer_ms > 0) {
+        add_task(st, s, -1, SIM_OPTIMIZER, end, done);
+        add_to(st->out->update_ms, s, c->optimizer_ms);
+    }
+    add_to(st->out->tail_ms, s, done - end);
+    return done;
 }
 
 /* Runs stage s's next operation if its input is there; returns 0 if it must wait. */
@@ -217,6 +272,8 @@ static int step(struct sim_state *st, int s)
         if (s > 0)
             st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
     }
+    if (st->next[s] == 2 * M - 1) /* the step's last backward */
+        st->free_ms[s] = optimizer_step(st, s, st->free_ms[s]);
     st->next[s]++;
     return 1;
 }
@@ -229,19 +286,21 @@ static int host_lanes_alloc(struct sim_state *st)
             continue;
         st->host[s].op_start = malloc((size_t)2 * st->M * n * sizeof(double));
         st->host[s].out_end = calloc((size_t)st->M * n, sizeof(double));
-        if (!st->host[s].op_start || !st->host[s].out_end)
+        st->host[s].bwd_end = calloc((size_t)n, sizeof(double));
+        if (!st->host[s].op_start || !st->host[s].out_end || !st->host[s].bwd_end)
             return ERR_FAIL;
     }
     return ERR_OK;
 }
 
-/* Tasks a step records: 5 per cell, and per offloading layer its copies and its backward's
- * recompute and backward slices. */
+/* Tasks a step records: 5 per cell and each stage's optimizer step, and per layer of a
+ * stage run layer by layer its copies, its backward's recompute and backward slices and its
+ * host step. */
 static size_t task_capacity(int S, int M, const struct sim_stage *stages)
 {
-    size_t n = (size_t)S * (size_t)M * 5;
+    size_t n = (size_t)S * (size_t)M * 5 + (size_t)S;
     for (int s = 0; s < S; s++)
-        n += (size_t)M * 4 * (size_t)stages[s].n_layers;
+        n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers;
     return n;
 }
 
@@ -252,6 +311,8 @@ void sim_result_free(struct sim_result *r)
     free(r->copy_out_ms);
     free(r->copy_in_ms);
     free(r->stall_ms);
+    free(r->update_ms);
+    free(r->tail_ms);
     free(r->tasks);
     memset(r, 0, sizeof *r);
 }
@@ -322,6 +383,7 @@ done:
     for (int s = 0; st.host != NULL && s < S; s++) {
         free(st.host[s].op_start);
         free(st.host[s].out_end);
+        free(st.host[s].bwd_end);
     }
     free(st.host);
     return rc;
@@ -339,9 +401,11 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
     out->copy_out_ms = calloc((size_t)S, sizeof *out->copy_out_ms);
     out->copy_in_ms = calloc((size_t)S, sizeof *out->copy_in_ms);
     out->stall_ms = calloc((size_t)S, sizeof *out->stall_ms);
+    out->update_ms = calloc((size_t)S, sizeof *out->update_ms);
+    out->tail_ms = calloc((size_t)S, sizeof *out->tail_ms);
     out->tasks = malloc(task_capacity(S, M, stages) * sizeof *out->tasks);
     if (!out->busy_ms || !out->idle_ms || !out->copy_out_ms || !out->copy_in_ms ||
-        !out->stall_ms || !out->tasks) {
+        !out->stall_ms || !out->update_ms || !out->tail_ms || !out->tasks) {
         sim_result_free(out);
         return err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S,
                        M);
@@ -461,11 +525,32 @@ void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
         out->bwd_ms += ps->layers[l].bwd_ms;
         out->recompute_ms += recompute_ms;
     }
+    if (ps->optimizer == COST_PLACE_DEVICE)
+        sim_stage_optimizer(ps->layers, n, COST_PLACE_DEVICE, &ps->host_link, out, NULL);
+}
+
+void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place optimizer,
+                         const struct link *host_link, struct sim_stage *st,
+                         struct sim_layer *sl)
+{
+    st->optimizer_ms = 0;
+    st->host_optimizer = optimizer == COST_PLACE_HOST;
+    for (int l = 0; l < n && !st->host_optimizer; l++)
+        st->optimizer_ms += layers[l].optimizer_ms;
+    if (!st->host_optimizer)
+        return;
+    for (int l = 0; l < n; l++) {
+        sl[l].grad_ms = link_transfer_ms(host_link, layers[l].grad_bytes);
+        sl[l].update_ms = layers[l].host_optimizer_ms;
+        sl[l].param_ms = link_transfer_ms(host_link, layers[l].param_bytes);
+    }
+    st->n_layers = n;
+    st->layers = sl;
 }
 
 int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
 {
-    if (!plan_stage_offloads(ps))
+    if (!plan_stage_offloads(ps) && ps->optimizer != COST_PLACE_HOST)
         return 0;
     int n = plan_stage_layer_count(ps);
     struct cost_actions a = plan_stage_actions(ps);
@@ -498,10 +583,14 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
     }
     struct sim_layer *next = pool;
     for (int s = 0; s < p->n_stages; s++) {
-        sim_stage_from_plan(&p->stages[s], &st[s]);
-        st[s].n_layers = sim_layers_from_plan(&p->stages[s], next);
+        const struct plan_stage *ps = &p->stages[s];
+        sim_stage_from_plan(ps, &st[s]);
+        st[s].n_layers = sim_layers_from_plan(ps, next);
         st[s].layers = next;
-        next += plan_stage_layer_count(&p->stages[s]);
+        if (ps->optimizer == COST_PLACE_HOST)
+            sim_stage_optimizer(ps->layers, st[s].n_layers, COST_PLACE_HOST, &ps->host_link,
+                                &st[s], next);
+        next += plan_stage_layer_count(ps);
     }
     int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);
     free(st);

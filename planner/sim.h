@@ -21,7 +21,17 @@
  * copy out has ended. Each lane carries one copy at a time, in the order the forwards made
  * them and the backwards need them. A backward layer waits for its prefetch (a stall); copies
  * never hold up forwards. Copies are tasks of the same graph, so the makespan still never
- * decreases when any task, copy included, gets longer. */
+ * decreases when any task, copy included, gets longer.
+ *
+ * The optimizer step ends every stage's iteration (HOSTOPT_CONTRACT.md). On the device it
+ * takes `optimizer_ms` (the layers' sum) after the stage's last backward. On the host the
+ * stage runs layer by layer and, as each layer's last backward ends (layers last to first),
+ * its gradients go down on the device->host lane (grad_ms), the host's AdamW runs on the
+ * stage's host threads, one layer at a time in that order, as soon as they have landed
+ * (update_ms), and its parameters go up on the host->device lane (param_ms), behind any
+ * prefetch; the step, and the stage's iteration, ends when the last parameters have landed
+ * (they must be there before the next iteration's first forward of that layer). All of these
+ * are tasks of the same graph too. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
@@ -42,6 +52,10 @@ enum sim_kind {
     SIM_SEND_BACKWARD,
     SIM_COPY_OUT, /* device -> host, of the stage's `stage` */
     SIM_COPY_IN,  /* host -> device (a prefetch) */
+    SIM_OPTIMIZER,   /* the device's optimizer step (micro: -1) */
+    SIM_GRAD_COPY,   /* a layer's gradients device -> host (micro: the stage's layer index) */
+    SIM_HOST_UPDATE, /* a layer's AdamW on the host (micro: the layer index) */
+    SIM_PARAM_COPY,  /* a layer's parameters host -> device (micro: the layer index) */
 };
 
 /* One layer of a stage that offloads, per micro-batch. */
@@ -49,6 +63,9 @@ struct sim_layer {
     double fwd_ms, bwd_ms, recompute_ms;
     double copy_ms; /* each way; 0: the layer sends nothing to the host */
     int ahead;      /* the prefetch trigger, in layer-ops (>= 1 when copy_ms > 0) */
+    /* with the stage's optimizer on the host: its gradients down, its AdamW on the host, its
+     * parameters up */
+    double grad_ms, update_ms, param_ms;
 };
 
 /* One stage's costs per micro-batch. */
@@ -58,8 +75,10 @@ struct sim_stage {
     double recompute_ms;
     int64_t out_bytes; /* crosses to the next stage (and its gradient back) */
     struct link link;  /* to the next stage */
-    int n_layers;      /* > 0: the stage offloads and runs layer by layer */
+    int n_layers;      /* > 0: the stage offloads or hosts its optimizer: layer by layer */
     const struct sim_layer *layers; /* n_layers of them; their sums are fwd, bwd, recompute */
+    double optimizer_ms; /* the device's optimizer step after the last backward */
+    int host_optimizer;  /* 1: the step is the layers' host step instead (n_layers > 0) */
 };
 
 struct sim_task {
@@ -80,6 +99,8 @@ struct sim_result {
     double *idle_ms; /* per stage: iteration_ms - busy_ms */
     double *copy_out_ms, *copy_in_ms; /* per stage: its host lanes' busy time */
     double *stall_ms;                 /* per stage: backwards waiting for a prefetch */
+    double *update_ms; /* per stage: its optimizer's AdamW time (device, or host threads) */
+    double *tail_ms;   /* per stage: from its last backward's end to its step's end */
     int n_tasks;
     struct sim_task *tasks; /* in the order they were simulated, not sorted by time */
 };
@@ -102,11 +123,19 @@ int sim_makespan_periodic(enum schedule schedule, int n_stages, int micro_batche
                           const struct sim_stage *stages, double *iteration_ms, int *simulated,
                           struct err *e);
 /* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times, the forward
- * time of its recomputed layers, its last layer's out_bytes and its link. */
+ * time of its recomputed layers, its last layer's out_bytes and its link; and its device
+ * optimizer step. */
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);
-/* Its layers when it offloads (`layers` has room for the stage's layer count); returns the
- * count, 0 when it offloads nothing. */
+/* Its layers when it offloads or hosts its optimizer (`layers` has room for the stage's
+ * layer count); returns the count, 0 otherwise. */
 int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers);
+/* The optimizer step of n layers at `optimizer`: on the device the sum of their optimizer_ms
+ * into st->optimizer_ms; on the host each layer's grad_ms, update_ms and param_ms into
+ * sl[l] (whose compute and copies the caller has filled) and st->host_optimizer, st->layers
+ * and st->n_layers set. The one place the simulator's view of the step is made. */
+void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place optimizer,
+                         const struct link *host_link, struct sim_stage *st,
+                         struct sim_layer *sl);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
 void sim_result_free(struct sim_result *r);
@@ -118,6 +147,8 @@ const char *sim_kind_name(enum sim_kind kind);
  * from the host. */
 struct sim_stage_totals {
     double fwd_ms, recompute_ms, bwd_ms, send_ms, copy_out_ms, copy_in_ms;
+    double optimizer_ms;            /* the device's step */
+    double grad_ms, update_ms, param_ms; /* the host's step: copies and AdamW */
 };
 void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_totals *out);
 

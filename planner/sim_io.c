@@ -21,6 +21,14 @@ const char *sim_kind_name(enum sim_kind kind)
         return "copy-to-host";
     case SIM_COPY_IN:
         return "prefetch-from-host";
+    case SIM_OPTIMIZER:
+        return "optimizer";
+    case SIM_GRAD_COPY:
+        return "gradients-to-host";
+    case SIM_HOST_UPDATE:
+        return "host-optimizer";
+    case SIM_PARAM_COPY:
+        return "parameters-from-host";
     }
     return "?";
 }
@@ -55,6 +63,18 @@ void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_to
         case SIM_COPY_IN:
             out->copy_in_ms += d;
             break;
+        case SIM_OPTIMIZER:
+            out->optimizer_ms += d;
+            break;
+        case SIM_GRAD_COPY:
+            out->grad_ms += d;
+            break;
+        case SIM_HOST_UPDATE:
+            out->update_ms += d;
+            break;
+        case SIM_PARAM_COPY:
+            out->param_ms += d;
+            break;
         }
     }
 }
@@ -86,6 +106,15 @@ cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
             cJSON_AddNumberToObject(so, "copy_in_ms", t.copy_in_ms);
             cJSON_AddNumberToObject(so, "stall_ms", r->stall_ms[s]);
         }
+        if (t.optimizer_ms > 0)
+            cJSON_AddNumberToObject(so, "optimizer_ms", t.optimizer_ms);
+        if (p->stages[s].optimizer == COST_PLACE_HOST) {
+            cJSON_AddNumberToObject(so, "grad_copy_ms", t.grad_ms);
+            cJSON_AddNumberToObject(so, "host_optimizer_ms", t.update_ms);
+            cJSON_AddNumberToObject(so, "param_copy_ms", t.param_ms);
+        }
+        if (r->tail_ms[s] > 0)
+            cJSON_AddNumberToObject(so, "step_tail_ms", r->tail_ms[s]);
         cJSON_AddItemToArray(stages, so);
     }
     return o;
@@ -103,18 +132,27 @@ static int link_tid(int k, enum sim_kind kind)
     return 3 * k + (kind == SIM_SEND_FORWARD ? 2 : 3);
 }
 
-/* Stage s's host lanes follow every stage's and link's tracks. */
+/* Stage s's host lanes follow every stage's and link's tracks, and its host optimizer's
+ * threads every host lane. */
 static int copy_tid(int S, int s, enum sim_kind kind)
 {
-    return 3 * S + 2 * s + (kind == SIM_COPY_OUT ? 1 : 2);
+    return 3 * S + 2 * s + (kind == SIM_COPY_OUT || kind == SIM_GRAD_COPY ? 1 : 2);
+}
+
+static int update_tid(int S, int s)
+{
+    return 5 * S + s + 1;
 }
 
 static int task_tid(int S, const struct sim_task *k)
 {
     if (k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD)
         return link_tid(k->stage, k->kind);
-    if (k->kind == SIM_COPY_OUT || k->kind == SIM_COPY_IN)
+    if (k->kind == SIM_COPY_OUT || k->kind == SIM_COPY_IN || k->kind == SIM_GRAD_COPY ||
+        k->kind == SIM_PARAM_COPY)
         return copy_tid(S, k->stage, k->kind);
+    if (k->kind == SIM_HOST_UPDATE)
+        return update_tid(S, k->stage);
     return compute_tid(k->stage);
 }
 
@@ -136,7 +174,11 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
                      st->link.gbps);
             trace_name_track(t, pid, link_tid(s, SIM_SEND_BACKWARD), name);
         }
-        if (plan_stage_offloads(st)) {
+        if (st->optimizer == COST_PLACE_HOST) {
+            snprintf(name, sizeof name, "stage %d host optimizer", s);
+            trace_name_track(t, pid, update_tid(p->n_stages, s), name);
+        }
+        if (plan_stage_offloads(st) || st->optimizer == COST_PLACE_HOST) {
             snprintf(name, sizeof name, "stage %d to host (%g Gb/s)", s, st->host_link.gbps);
             trace_name_track(t, pid, copy_tid(p->n_stages, s, SIM_COPY_OUT), name);
             snprintf(name, sizeof name, "stage %d from host (%g Gb/s)", s, st->host_link.gbps);
@@ -145,7 +187,7 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
     }
     for (int i = 0; i < r->n_tasks; i++) {
         const struct sim_task *k = &r->tasks[i];
-        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P'};
+        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P', 'S', 'D', 'U', 'W'};
         snprintf(name, sizeof name, "%c %d", letter[k->kind], k->micro);
         int send = k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD;
         int from = k->kind == SIM_SEND_BACKWARD ? k->stage + 1 : k->stage;

@@ -6,6 +6,7 @@
 #include "methods.h"
 #include "milp.h"
 #include "offload.h"
+#include "optimizer.h"
 
 /* The balancing DP's objective for the choice it made: its distance from the target, in
  * time units, as the DP counts it. */
@@ -19,14 +20,31 @@ static double balance_distance_ms(const struct knap_problem *kp, const unsigned 
     return (double)(r > target ? r - target : target - r) * unit;
 }
 
+/* A stage planned by the action search: its least recompute by that search and by GLPK, with
+ * its optimizer where the plan put it. */
+static int verify_actions(const struct plan *p, int s, const struct plan_options *o, double *dp,
+                          double *milp, struct err *e)
+{
+    struct optimizer_view v = {0};
+    const struct plan *q = p;
+    if (p->stages[s].optimizer == COST_PLACE_HOST) {
+        if (optimizer_view_init(p, s, &v, e))
+            return e->code;
+        q = &v.plan;
+    }
+    int rc = offload_stage_min_recompute(q, s, o, dp, e) ? e->code
+                                                          : offload_milp_min_recompute(q, s, o,
+                                                                                       milp, e);
+    optimizer_view_free(&v);
+    return rc;
+}
+
 /* One stage: its DP and GLPK objectives. */
 static int verify_stage(const struct plan *p, int s, int balanced, double target_ms,
                         const struct plan_options *o, double *dp, double *milp, struct err *e)
 {
     if (o->actions != PLAN_ACTION_RECOMPUTE) /* the offload search's least recompute */
-        return offload_stage_min_recompute(p, s, o, dp, e)
-                   ? e->code
-                   : offload_milp_min_recompute(p, s, o, milp, e);
+        return verify_actions(p, s, o, dp, milp, e);
     struct knap_problem kp;
     const unsigned char *recompute = p->stages[s].recompute;
     if (method_problem(p, s, o, &kp, e))

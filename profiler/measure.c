@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bf16.h"
 #include "exec.h"
@@ -50,6 +51,7 @@ struct regen_scan {
 
 struct measured {
     int64_t state, act, out, workspace;
+    int64_t param, grad, optimizer; /* state's split */
     struct regen_scan full, opt[PROFILE_OPTIONS_MAX];
 };
 
@@ -358,41 +360,62 @@ static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, 
     return ERR_OK;
 }
 
+/* One AdamW step over layer li of a stage laid out by sl whose persistent arena is `base`, as
+ * the runtime steps it (the hyper-parameters do not change the work). */
+static int adamw_layer(struct backend *be, const struct stage_layout *sl, int li, char *base,
+                       struct err *e)
+{
+    const struct layer_layout *L = &sl->layers[li];
+    struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int k = 0; k < L->n_params; k++) {
+        int64_t off = L->param_off[k];
+        ERR_TRY(be->ops->adamw(be, base + L->weight_off[k],
+                               (float *)(base + sl->master_at + off),
+                               (float *)(base + sl->grads_at + off),
+                               (float *)(base + sl->m_at + off), (float *)(base + sl->v_at + off),
+                               L->params[k].elems, sl->dtype, &hp, 1,
+                               layout_param_decays(L->params[k].name), e));
+    }
+    return ERR_OK;
+}
+
 /* The persistent bytes one AdamW step over the layer touches. The gradients hold the poison
  * (a NaN): every master weight, m and v the update reads a gradient for turns NaN, so the
  * changed lines of the master weights count the gradients read too. The guard past the arena
  * must not change. */
-static int measure_state(struct probe *p, int64_t *state, struct err *e)
+static int measure_state(struct probe *p, struct measured *r, struct err *e)
 {
     const struct stage_layout *sl = &p->keep;
-    const struct layer_layout *L = &sl->layers[0];
     int64_t S = sl->section_bytes, total = span(p, ARENA_PERSISTENT);
     char *base = p->dev[ARENA_PERSISTENT];
-    struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
     ERR_TRY(p->be->ops->upload(p->be, base + sl->grads_at, p->poison, S, e));
     ERR_TRY(p->be->ops->upload(p->be, base + sl->persistent_bytes, p->poison, GUARD_BYTES, e));
     ERR_TRY(fetch(p, ARENA_PERSISTENT, p->saved, e));
-    for (int k = 0; k < L->n_params; k++) {
-        int64_t off = L->param_off[k];
-        ERR_TRY(p->be->ops->adamw(p->be, base + L->weight_off[k], (float *)(base + sl->master_at + off),
-                              (float *)(base + sl->grads_at + off),
-                              (float *)(base + sl->m_at + off), (float *)(base + sl->v_at + off),
-                              L->params[k].elems, sl->dtype, &hp, 1,
-                              layout_param_decays(L->params[k].name), e));
-    }
+    ERR_TRY(adamw_layer(p->be, sl, 0, base, e));
     ERR_TRY(p->be->ops->sync(p->be, e));
     ERR_TRY(fetch(p, ARENA_PERSISTENT, p->host, e));
-    /* a line counts when some word in it changed; the gradients' when their masters did */
-    int64_t per = LINE / 4, changed = 0, masters = 0;
+    /* a line counts when some word in it changed; the gradients' when their masters did. The
+     * split: the weights' lines (an fp32 model's weights are its masters), the gradients'
+     * (as many as the masters'), and the optimizer's own: m, v and a bf16 model's masters. */
+    int64_t per = LINE / 4, changed = 0, masters = 0, own = 0;
     for (int64_t line = 0; line < total / LINE; line++)
         for (int64_t i = 0; i < per; i++)
             if (p->host[line * per + i] != p->saved[line * per + i]) {
                 int64_t at = line * LINE;
+                int master = at >= sl->master_at && at < sl->master_at + S;
                 changed += LINE;
-                masters += at >= sl->master_at && at < sl->master_at + S ? LINE : 0;
+                masters += master ? LINE : 0;
+                own += (at >= sl->m_at && at < sl->m_at + S) ||
+                               (at >= sl->v_at && at < sl->v_at + S) ||
+                               (master && sl->master_at != 0)
+                           ? LINE
+                           : 0;
                 break;
             }
-    *state = changed + masters;
+    r->state = changed + masters;
+    r->grad = masters;
+    r->optimizer = own;
+    r->param = changed - own;
     return ERR_OK;
 }
 
@@ -527,6 +550,59 @@ static int timer_stop(struct executor *x, double *ms, struct err *e)
     return tm->stop(tm, ms, e);
 }
 
+/* The median of `repeats` timed AdamW steps over layer li (after `warmup` untimed ones): by
+ * `timer` where given, else the host clock around sync. */
+static int time_adamw(struct backend *be, const struct stage_layout *sl, int li, char *base,
+                      const struct measure_options *o, struct measure_timer *timer, double *ms,
+                      struct err *e)
+{
+    double *v = malloc((size_t)o->repeats * sizeof *v);
+    int rc = v != NULL ? ERR_OK : err_set(e, ERR_FAIL, "out of host memory");
+    for (int r = -o->warmup; r < o->repeats && rc == ERR_OK; r++) {
+        double t0 = 0, d = 0;
+        rc = timer != NULL ? timer->start(timer, e) : be->ops->sync(be, e);
+        t0 = exec_now_ms();
+        if (rc == ERR_OK)
+            rc = adamw_layer(be, sl, li, base, e);
+        if (rc == ERR_OK)
+            rc = timer != NULL ? timer->stop(timer, &d, e) : be->ops->sync(be, e);
+        if (rc == ERR_OK && timer == NULL)
+            d = exec_now_ms() - t0;
+        if (r >= 0)
+            v[r] = d;
+    }
+    if (rc == ERR_OK)
+        *ms = median(v, o->repeats);
+    free(v);
+    return rc;
+}
+
+/* The same step on the host's threads (the CPU backend's AdamW, the arithmetic a host
+ * optimizer runs), over a zeroed host copy of the layer's persistent state alone: as many
+ * threads as the profiled CPU backend has, or every core online next to a GPU. */
+static int time_host_adamw(const struct backend *dev, const struct model *m, int layer,
+                           const struct measure_options *o, double *ms, struct err *e)
+{
+    struct backend cpu;
+    struct stage_layout one;
+    int threads = strcmp(dev->ops->name, "cpu") == 0 && dev->threads > 0
+                      ? dev->threads
+                      : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    ERR_TRY(layout_init(&one, m, layer, layer, NULL, 1, e));
+    char *base = calloc(1, (size_t)one.persistent_bytes);
+    int rc = base != NULL ? backend_cpu_init(&cpu, threads > 0 ? threads : 1, e)
+                          : err_set(e, ERR_FAIL, "out of host memory (%lld bytes) for the host "
+                                                 "AdamW of layer %d",
+                                    (long long)one.persistent_bytes, layer);
+    if (rc == ERR_OK) {
+        rc = time_adamw(&cpu, &one, 0, base, o, NULL, ms, e);
+        cpu.ops->free(&cpu);
+    }
+    free(base);
+    layout_free(&one);
+    return rc;
+}
+
 /* Times layers first..last laid out as one stage (layout.c: one persistent arena, one
  * activation slot, one workspace they share) and run by the executor (exec.h) as a one-stage
  * pipeline runs a micro-batch, each layer keeping everything and, just before its backward,
@@ -610,6 +686,11 @@ static int measure_times(struct backend *be, const struct model *m, const struct
     if (rc == ERR_OK)
         rc = run_group(be, m, in, &sl, arena, o, &s, c, pr, e);
     for (int li = 0; li < k && rc == ERR_OK; li++) {
+        rc = time_adamw(be, &sl, li, arena[0], o, o->timer, &c[li].optimizer_ms, e);
+        if (rc == ERR_OK)
+            rc = time_host_adamw(be, m, first + li, o, &c[li].host_optimizer_ms, e);
+    }
+    for (int li = 0; li < k && rc == ERR_OK; li++) {
         c[li].fwd_ms = median(s.fwd + (int64_t)li * s.passes, s.passes);
         c[li].bwd_ms = median(s.bwd + (int64_t)li * s.passes, s.passes);
         int per = c[li].n_options > 0 ? s.passes / c[li].n_options : 0;
@@ -688,6 +769,9 @@ static int compare(FILE *report, const struct model *m, int layer, const struct 
     sizes_layer(m, layer, &s);
     model_layer_name(m, layer, name);
     int n = differs(report, name, "state_bytes", r->state, s.state_bytes) +
+            differs(report, name, "param_bytes", r->param, s.param_bytes) +
+            differs(report, name, "grad_bytes", r->grad, s.grad_bytes) +
+            differs(report, name, "optimizer_bytes", r->optimizer, s.optimizer_bytes) +
             differs(report, name, "act_bytes", r->act, s.act_bytes) +
             differs(report, name, "ckpt_bytes", r->full.kept, s.ckpt_bytes) +
             differs(report, name, "out_bytes", r->out, s.out_bytes) +
@@ -728,10 +812,14 @@ static int measure_memory(struct probe *p, int layer, const struct measure_optio
         c->options[j].kept_bytes = r.opt[j].kept;
         c->options[j].transient_bytes = r.opt[j].regenerated;
     }
-    ERR_TRY(measure_state(p, &r.state, e));
+    ERR_TRY(measure_state(p, &r, e));
     pr->done++;
     *mismatches += compare(o->report, p->m, layer, &r, c, opt);
     c->state_bytes = r.state;
+    c->has_split = 1;
+    c->param_bytes = r.param;
+    c->grad_bytes = r.grad;
+    c->optimizer_bytes = r.optimizer;
     c->act_bytes = r.act;
     c->ckpt_bytes = r.full.kept;
     c->out_bytes = r.out;
@@ -830,8 +918,11 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
                                 "(runtime/backend.h) on arenas carved by runtime/layout.c; "
                                 "time: the layers as one stage, a micro-batch forward then "
                                 "backward, one recompute option of each layer before its "
-                                "backward in turn; memory: each layer as a one-layer stage, "
-                                "the 64-byte lines of poisoned arenas it used");
+                                "backward in turn; optimizer_ms: the backend's AdamW over each "
+                                "layer's parameters; host_optimizer_ms: the CPU backend's AdamW "
+                                "over a host copy of the layer's state; memory: each layer as "
+                                "a one-layer stage, the 64-byte lines of poisoned arenas it "
+                                "used");
         cJSON_AddNumberToObject(meas, "warmup", o->warmup);
         cJSON_AddNumberToObject(meas, "repeats", o->repeats);
         cJSON_AddNumberToObject(meas, "stages_timed", groups);

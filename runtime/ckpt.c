@@ -51,7 +51,7 @@ void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
     id->data_bytes = d->kind == DATA_FILE ? (uint64_t)d->n_bytes : 0;
     id->data_hash = d->hash;
     id->section_bytes = r->lay.section_bytes;
-    id->persistent_bytes = r->lay.persistent_bytes;
+    id->persistent_bytes = stage_state_bytes(r);
 }
 
 static void stage_file(char *out, size_t cap, const char *dir, int stage, int64_t step)

@@ -1,5 +1,6 @@
-/* Checkpoints: every stage's persistent arena (weights, gradients of the last step, AdamW m
- * and v) with the step reached, in DIR:
+/* Checkpoints: every stage's state (stage_state_get: the persistent arena, weights,
+ * gradients of the last step, AdamW m and v, and with the optimizer on the host its mirror)
+ * with the step reached, in DIR:
  *
  *   DIR/stage-<s>-step-<N>.ckpt   one per stage: a fixed header (struct ckpt_header: model,
  *                                 stage split, micro-batches, seed, data identity, step),

@@ -93,10 +93,16 @@ static int ws_update(struct executor *x, struct err *e)
 
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1)
 {
+    exec_event_at(x, kind, x->step, micro, layer, t0, t1);
+}
+
+void exec_event_at(struct executor *x, int kind, int64_t step, int micro, int layer, double t0,
+                   double t1)
+{
     /* the copies run beside the step: their time is the lanes' (copy_ms), not the step's */
     double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
                                    &x->times.send, &x->times.idle,      &x->times.optimizer,
-                                   &x->times.stall};
+                                   &x->times.stall, NULL, NULL, &x->times.host_update};
     if (acc[kind] != NULL)
         *acc[kind] += t1 - t0;
     if (!x->c.record_events)
@@ -109,7 +115,7 @@ void exec_event(struct executor *x, int kind, int micro, int layer, double t0, d
         x->events = p;
         x->cap_events = cap;
     }
-    x->events[x->n_events++] = (struct stage_event){kind, (int32_t)x->step, micro, layer,
+    x->events[x->n_events++] = (struct stage_event){kind, (int32_t)step, micro, layer,
                                                     t0 - x->origin_ms, t1 - x->origin_ms};
 }
 
@@ -371,6 +377,13 @@ static int staging_claim(struct executor *x, int li, int micro, uint32_t which, 
     return ERR_OK;
 }
 
+void exec_host_resident(struct executor *x, int64_t bytes)
+{
+    x->off.host_live += bytes;
+    if (x->off.host_live > x->off.host_peak)
+        x->off.host_peak = x->off.host_live;
+}
+
 static int host_add(struct executor *x, int64_t delta, struct err *e)
 {
     struct exec_offload *o = &x->off;
@@ -621,6 +634,8 @@ static int forward(struct executor *x, int micro, struct err *e)
         if (L->kind == MODEL_LAYER_HEAD)
             ERR_TRY(ws_take(x, L->ws_off[HEAD_LOSSES], sizes_tensor_bytes(&L->ws[HEAD_LOSSES]),
                             &loss_id, e));
+        if (x->op == x->first_forward_op && x->c.port->first_forward != NULL)
+            ERR_TRY(x->c.port->first_forward(x, li, e));
         ERR_TRY(HOOK(x, li, before_forward, micro, e));
         ERR_TRY(span_begin(x, &t0, e));
         ERR_TRY(layers[L->kind].forward(x->c.be, &v, out, e));
@@ -695,6 +710,8 @@ static int backward(struct executor *x, int micro, struct err *e)
         ERR_TRY(layers[L->kind].backward(x->c.be, &v, loss_scale, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
+        if (x->op == x->last_backward_op && x->c.port->last_backward != NULL)
+            ERR_TRY(x->c.port->last_backward(x, li, e));
         exec_arena_out(x, ARENA_KEPT, micro, li);
         prev = v;
         prev_id = cur_id;
@@ -716,9 +733,10 @@ static int backward(struct executor *x, int micro, struct err *e)
 int exec_run(struct executor *x, struct err *e)
 {
     offload_begin_step(x);
-    for (int i = 0; i < 2 * x->c.micro_batches; i++)
-        ERR_TRY(x->ops[i].backward ? backward(x, x->ops[i].micro, e)
-                                   : forward(x, x->ops[i].micro, e));
+    x->times.host_peak = x->off.host_live; /* the mirror, live always */
+    for (x->op = 0; x->op < 2 * x->c.micro_batches; x->op++)
+        ERR_TRY(x->ops[x->op].backward ? backward(x, x->ops[x->op].micro, e)
+                                       : forward(x, x->ops[x->op].micro, e));
     ERR_TRY(ws_drain(x, e));
     if (x->c.arena != NULL && x->off.outs != NULL)
         ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
@@ -774,6 +792,13 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     }
     schedule_ops(c->schedule, c->n_stages, c->stage, M, x->ops);
+    x->first_forward_op = -1;
+    for (int i = 0; i < 2 * M; i++) {
+        if (x->ops[i].backward)
+            x->last_backward_op = i;
+        else if (x->first_forward_op < 0)
+            x->first_forward_op = i;
+    }
     for (int li = 0; li < n; li++) {
         const struct layer_layout *L = &c->lay->layers[li];
         x->action[li] = L->offload ? (L->regen ? &exec_offload_recompute : &exec_offload)

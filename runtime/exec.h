@@ -63,9 +63,10 @@ enum stage_event_kind {
     STAGE_EV_SEND,
     STAGE_EV_RECV, /* waiting for data: idle */
     STAGE_EV_OPTIMIZER,
-    STAGE_EV_STALL,     /* waiting for an offload copy */
-    STAGE_EV_COPY_OUT,  /* a copy to host memory, on its lane (the trace's, not the step's) */
-    STAGE_EV_COPY_IN,   /* a copy (prefetch) from host memory, on its lane */
+    STAGE_EV_STALL,       /* waiting for an offload copy, or for the host optimizer's weights */
+    STAGE_EV_COPY_OUT,    /* a copy to host memory, on its lane (the trace's, not the step's) */
+    STAGE_EV_COPY_IN,     /* a copy (prefetch) from host memory, on its lane */
+    STAGE_EV_HOST_UPDATE, /* the host optimizer's AdamW of one layer, on its own thread */
     STAGE_EV_KINDS
 };
 
@@ -74,13 +75,14 @@ struct stage_event {
     double t0_ms, t1_ms;              /* since the runner's origin */
 };
 
-/* Milliseconds spent in one step. Offload: `stall` the compute waited for copies (a late
+/* Milliseconds spent in one step (host_peak includes the host optimizer's mirror). Offload: `stall` the compute waited for copies (a late
  * prefetch, or a staging buffer still being copied out), copy[dir] each copy lane's busy
  * time, late_prefetches the prefetches that had not arrived when their backward wanted them,
  * host_peak the most bytes offloaded at once. */
 struct stage_times {
     double fwd, bwd, recompute, send, idle, optimizer;
     double stall, copy[2];
+    double host_update; /* the host optimizer's AdamW, layer by layer, as it finished */
     int late_prefetches;
     int64_t host_peak;
 };
@@ -117,6 +119,11 @@ struct exec_port {
     int (*wait)(struct executor *x, int req, struct err *e);
     /* After micro-batch `micro`'s backward and its send, its slot free again; may be NULL. */
     int (*backward_done)(struct executor *x, int micro, struct err *e);
+    /* The optimizer on the host (hostmirror.h); may be NULL. Before layer li's first forward
+     * of the step (its weights must be the updated ones), and after its last backward (its
+     * gradients are complete). */
+    int (*first_forward)(struct executor *x, int li, struct err *e);
+    int (*last_backward)(struct executor *x, int li, struct err *e);
 };
 
 struct exec_config {
@@ -198,6 +205,8 @@ struct executor {
     int64_t live, peak, ws_live; /* with an arena, peak is persistent + its highest byte in
                                     use at once */
     int phase;                   /* ARENA_FORWARD or ARENA_BACKWARD: the op running */
+    int op, first_forward_op, last_backward_op; /* the op running; the step's first forward
+                                                   and last backward */
     struct stage_times times; /* of the last step */
     struct stage_event *events;
     int n_events, cap_events;
@@ -216,6 +225,12 @@ int exec_mem_add(struct executor *x, int64_t delta, struct err *e);
 /* Waits for transfer `req`, the wait an event of `kind`. */
 int exec_wait(struct executor *x, int req, int kind, int micro, struct err *e);
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1);
+/* The same for another step than the running one (work that ends in the next step). */
+void exec_event_at(struct executor *x, int kind, int64_t step, int micro, int layer, double t0,
+                   double t1);
+/* Host memory beside the offloaded tensors (the host optimizer's mirror): live always,
+ * counted in the host peak and against host_limit_bytes. */
+void exec_host_resident(struct executor *x, int64_t bytes);
 /* With an arena, object (kind, micro, li) of the running phase comes into use (exec_arena_in)
  * or goes out of use; nothing without one. */
 int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e);

@@ -198,6 +198,7 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     }
     sl->v_at = sl->m_at + section;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
+    sl->state_bytes = sl->persistent_bytes;
     sl->slot_bytes = slot;
     sum_arenas(sl);
 
@@ -314,6 +315,14 @@ void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struc
 
 int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e)
 {
+    if (sl->mirror_bytes > 0 && sl->mirror_bytes + sl->host_bytes > host_limit)
+        return err_set(e, ERR_INPUT,
+                       "layers %d-%d keep their optimizer on the host: a mirror of %lld bytes "
+                       "(master, m, v and gradient landing: 4 x %lld) + %lld bytes offloaded = "
+                       "%lld, over its host_limit_bytes %lld",
+                       sl->first, sl->last, (long long)sl->mirror_bytes,
+                       (long long)sl->section_bytes, (long long)sl->host_bytes,
+                       (long long)(sl->mirror_bytes + sl->host_bytes), (long long)host_limit);
     if (host_limit >= 0 && sl->host_bytes > host_limit)
         return err_set(e, ERR_NOFIT,
                        "layers %d-%d offload %d in flight x %lld bytes = %lld bytes to host "
@@ -321,6 +330,31 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
                        sl->first, sl->last, sl->in_flight, (long long)sl->host_slot_bytes,
                        (long long)sl->host_bytes, (long long)host_limit);
     return ERR_OK;
+}
+
+void layout_host_optimizer(struct stage_layout *sl)
+{
+    for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts: weights
+                                                    and gradients */
+        int64_t sec_off, sec_bytes, w_off, w_bytes;
+        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+        sl->layers[li].state_bytes = w_bytes + sec_bytes;
+    }
+    sl->persistent_bytes = sl->weights_bytes + sl->section_bytes;
+    sl->mirror_bytes = 4 * sl->section_bytes;
+    sum_arenas(sl);
+}
+
+void layout_layer_ranges(const struct stage_layout *sl, int li, int64_t *sec_off,
+                         int64_t *sec_bytes, int64_t *w_off, int64_t *w_bytes)
+{
+    const struct layer_layout *L = &sl->layers[li];
+    int64_t sec_end = li + 1 < sl->n_layers ? sl->layers[li + 1].param_off[0] : sl->section_bytes;
+    int64_t w_end = li + 1 < sl->n_layers ? sl->layers[li + 1].weight_off[0] : sl->weights_bytes;
+    *sec_off = L->param_off[0];
+    *sec_bytes = sec_end - *sec_off;
+    *w_off = L->weight_off[0];
+    *w_bytes = w_end - *w_off;
 }
 
 void layout_free(struct stage_layout *sl)

@@ -39,7 +39,7 @@ struct layer_layout {
     int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, in a staging
                                               buffer when offloaded, else in the slot */
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
-    int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes;
+    int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes; /* state: on the device */
     int64_t offload_bytes, host_off; /* the offloaded tensors, and their place in a host slot */
 };
 
@@ -65,6 +65,12 @@ struct stage_layout {
     int64_t staging_buf_bytes, staging_bytes, host_slot_bytes, host_bytes;
     int64_t arena_bytes; /* the device arenas together (staging included): what the cost
                             model calls M - reserve */
+    /* The stage's state as checkpoints and stage_state_get see it, wherever the optimizer
+     * runs: the persistent arena as the optimizer on the device lays it out (the offsets
+     * above), state_bytes long. With the optimizer on the host (layout_host_optimizer) the
+     * device keeps weights | gradients (persistent_bytes), the host mirror master | m | v |
+     * gradient landing, four fp32 sections (mirror_bytes; 0: the optimizer on the device). */
+    int64_t state_bytes, mirror_bytes;
 };
 
 /* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
@@ -99,8 +105,18 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
                    const signed char *option, int depth, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
-/* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit). */
+/* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit); with the
+ * optimizer on the host, ERR_INPUT (the plan asked for it) when host_limit cannot hold the
+ * mirror and the host slots together. */
 int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e);
+
+/* Moves master, m and v off the device into a host mirror with a gradient landing section
+ * (the fields above: the state's offsets stay); call before layout_offload. */
+void layout_host_optimizer(struct stage_layout *sl);
+/* Layer li's range of one fp32 section (its param_off[0] and bytes), and of the weights
+ * section (its weight_off[0] and bytes). */
+void layout_layer_ranges(const struct stage_layout *sl, int li, int64_t *sec_off,
+                         int64_t *sec_bytes, int64_t *w_off, int64_t *w_bytes);
 
 /* The tensors of layer li (index in the stage) for the micro-batch whose slot starts at
  * `slot`, given the arenas' bases: the one place a stage's offsets become pointers, shared by

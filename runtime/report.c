@@ -50,6 +50,7 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "send_ms", st->send_ms);
         cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
         cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
+        cJSON_AddNumberToObject(s, "host_update_ms", st->host_update_ms);
         jsonio_add_int(s, "host_peak_bytes", st->host_peak_bytes);
         jsonio_add_int(s, "host_bytes", st->host_bytes);
         jsonio_add_int(s, "staging_bytes", st->staging_bytes);
@@ -127,7 +128,7 @@ void report_print_summary(FILE *f, const struct report *r)
 
 static const char *const event_names[STAGE_EV_KINDS] = {
     "forward", "recompute", "backward", "send", "idle", "optimizer", "offload stall",
-    "copy to host", "copy from host"};
+    "copy to host", "copy from host", "host update"};
 
 /* Stage s's compute track, and its copy lanes' after every stage's compute track, as the
  * simulator's trace has them. */

@@ -13,7 +13,10 @@
  *                     per micro-batch, averaged over the same steps as tokens_per_s: forward
  *                     compute, backward compute, recompute forwards, posting sends and waiting
  *                     for them to complete, waiting for data to arrive (the pipeline bubble)
- *   optimizer_ms      per step: one AdamW pass over the stage's parameters
+ *   optimizer_ms      per step: one AdamW pass over the stage's parameters on the device
+ *   host_update_ms    per step, with "optimizer": "host": AdamW of every layer on the
+ *                     stage's host thread (overlapping the step; host_peak_bytes includes the
+ *                     mirror: master, m, v and gradient landing, 4 fp32 copies)
  *   backend, gpu      "cpu" or "cuda", and the GPU's name, ordinal and UUID
  * and, for a stage on a GPU, the device memory beside the arenas (`cuda` in the metrics), all
  * read with cudaMemGetInfo, which sees the whole device; the ranks of a node start one at a
@@ -51,6 +54,7 @@ struct report_stage {
     int64_t peak_bytes, planned_bytes, reserve_bytes, arena_bytes;
     double planned_stage_ms, planned_recompute_ms;
     double fwd_ms, bwd_ms, recompute_ms, send_ms, idle_ms, optimizer_ms;
+    double host_update_ms; /* per step: the host optimizer's AdamW on its thread */
     /* offload: the host slots and the staging buffers the layout gave the stage, the host
      * bytes measured at their peak, copy_ms per micro-batch each way (the two lanes' busy
      * time over 2M), stall_ms per step, late_prefetches over the run */

@@ -87,12 +87,31 @@ static int port_backward_done(struct executor *x, int micro, struct err *e)
     return ERR_OK;
 }
 
+static int host_optimizer(const struct stage_runner *r)
+{
+    return r->lay.mirror_bytes > 0;
+}
+
+static int port_first_forward(struct executor *x, int li, struct err *e)
+{
+    struct stage_runner *r = runner(x);
+    return host_optimizer(r) ? hostmirror_weights_ready(&r->mirror, x, li, e) : ERR_OK;
+}
+
+static int port_last_backward(struct executor *x, int li, struct err *e)
+{
+    struct stage_runner *r = runner(x);
+    return host_optimizer(r) ? hostmirror_grads_done(&r->mirror, x, li, x->step, e) : ERR_OK;
+}
+
 static const struct exec_port stage_port = {
     .input = port_input,
     .output_grad = port_output_grad,
     .isend = port_isend,
     .wait = port_wait,
     .backward_done = port_backward_done,
+    .first_forward = port_first_forward,
+    .last_backward = port_last_backward,
 };
 
 /* ---- one step ---- */
@@ -125,12 +144,17 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     int M = r->c.micro_batches;
     r->x.step = step;
     memset(&r->x.times, 0, sizeof r->x.times);
-    ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.section_bytes, e));
+    /* the host optimizer zeroes each layer's gradients before its first forward, once they
+     * have gone down */
+    if (!host_optimizer(r))
+        ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.section_bytes,
+                                 e));
     if (r->c.stage > 0)
         for (int micro = 0; micro < r->c.in_flight && micro < M; micro++)
             ERR_TRY(post_input(r, micro, e));
     ERR_TRY(exec_run(&r->x, e));
-    ERR_TRY(optimizer_step(r, step, e));
+    if (!host_optimizer(r)) /* else each layer's update is under way on the host thread */
+        ERR_TRY(optimizer_step(r, step, e));
     if (r->c.stage == r->c.n_stages - 1) {
         double sum = 0;
         for (int micro = 0; micro < M; micro++)
@@ -171,9 +195,8 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
                                                           seed, RNG_WEIGHTS,
                                                           ((uint64_t)L->layer << 8) | (uint64_t)k,
                                                           (uint64_t)(i0 + i))));
-                rc = r->be->ops->upload(r->be,
-                                        r->persistent + lay->master_at + L->param_off[k] + 4 * i0,
-                                        buf, 4 * n, e);
+                rc = stage_state_put(r, lay->master_at + L->param_off[k] + 4 * i0, buf, 4 * n,
+                                     e);
                 if (rc == ERR_OK && bf16) {
                     for (int64_t i = 0; i < n; i++)
                         half[i] = bf16_from_float(buf[i]);
@@ -185,10 +208,10 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     }
     free(buf);
     free(half);
-    /* gradients, m and v */
+    /* gradients, m and v (the host mirror starts zeroed) */
     if (rc == ERR_OK)
         rc = r->be->ops->zero(r->be, r->persistent + lay->grads_at, lay->section_bytes, e);
-    if (rc == ERR_OK)
+    if (rc == ERR_OK && !host_optimizer(r))
         rc = r->be->ops->zero(r->be, r->persistent + lay->m_at, 2 * lay->section_bytes, e);
     return rc;
 }
@@ -279,7 +302,12 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .prefetch_depth = r->depth,
         .host_limit_bytes = c->host_limit_bytes,
     };
-    return exec_init(&r->x, &xc, e);
+    if (host_optimizer(r))
+        ERR_TRY(hostmirror_init(&r->mirror, r->be, &r->lay, r->persistent, &c->adamw,
+                                c->host_threads, e));
+    ERR_TRY(exec_init(&r->x, &xc, e));
+    exec_host_resident(&r->x, r->lay.mirror_bytes);
+    return ERR_OK;
 }
 
 int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
@@ -312,8 +340,10 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         c->place = st->place;
         c->offload_option = st->offload_option;
         c->prefetch_ahead = st->prefetch_ahead;
-        c->host_limit_bytes = st->host_limit_bytes;
     }
+    c->optimizer = st->optimizer;
+    if (plan_stage_offloads(st) || st->optimizer == COST_PLACE_HOST)
+        c->host_limit_bytes = st->host_limit_bytes;
     return ERR_OK;
 }
 
@@ -328,23 +358,25 @@ static int prefetch_depth(const struct stage_config *c)
     return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
 }
 
-/* The host slots must fit the host memory free now, before anything is allocated. */
+/* The host slots and the optimizer's mirror must fit the host memory free now, before
+ * anything is allocated. */
 static int check_host_free(const struct stage_runner *r, struct err *e)
 {
     long long avail = -1, kb;
     char line[256];
-    FILE *f = r->lay.host_bytes > 0 ? fopen("/proc/meminfo", "r") : NULL;
+    int64_t need = r->lay.host_bytes + r->lay.mirror_bytes;
+    FILE *f = need > 0 ? fopen("/proc/meminfo", "r") : NULL;
     while (f != NULL && fgets(line, sizeof line, f) != NULL)
         if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
             avail = kb * 1024;
     if (f != NULL)
         fclose(f);
-    if (avail >= 0 && r->lay.host_bytes > avail)
+    if (avail >= 0 && need > avail)
         return err_set(e, ERR_NOFIT,
-                       "stage %d: offloading needs %lld bytes of host memory (%d in flight x "
-                       "%lld), but this host has %lld available",
-                       r->c.stage, (long long)r->lay.host_bytes, r->lay.in_flight,
-                       (long long)r->lay.host_slot_bytes, avail);
+                       "stage %d: offloading and the optimizer's mirror need %lld bytes of host "
+                       "memory (%d in flight x %lld, and %lld), but this host has %lld available",
+                       r->c.stage, (long long)need, r->lay.in_flight,
+                       (long long)r->lay.host_slot_bytes, (long long)r->lay.mirror_bytes, avail);
     return ERR_OK;
 }
 
@@ -379,6 +411,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
+    if (c->optimizer == COST_PLACE_HOST)
+        layout_host_optimizer(&r->lay);
     /* with the plan's arena the staging buffers are objects in it (arena_run.h) */
     if (layout_offload(&r->lay, m, c->place, c->offload_option, r->depth = prefetch_depth(c),
                        e) ||
@@ -398,6 +432,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
 
 void stage_free(struct stage_runner *r)
 {
+    if (r->mirror.lay != NULL) /* first: its copies and thread use the arenas */
+        hostmirror_free(&r->mirror);
     if (r->be != NULL && r->be->ops != NULL && r->c.persistent == NULL) {
         r->be->ops->release(r->be, r->persistent);
         r->be->ops->release(r->be, r->activations);
@@ -420,13 +456,70 @@ void stage_set_origin(struct stage_runner *r)
     r->x.origin_ms = exec_now_ms();
 }
 
+int stage_drain(struct stage_runner *r, struct err *e)
+{
+    return host_optimizer(r) ? hostmirror_drain(&r->mirror, &r->x, e) : ERR_OK;
+}
+
+int64_t stage_state_bytes(const struct stage_runner *r)
+{
+    return r->lay.state_bytes;
+}
+
+/* The first piece of the host optimizer's state [off, off+n): on the device (*on_device:
+ * weights and gradients, at their offsets), or in the mirror from *mirror_off (master | m |
+ * v: the state has no fp32 master, whose weights are the device's). Returns its bytes. */
+static int64_t state_piece(const struct stage_runner *r, int64_t off, int64_t n, int *on_device,
+                           int64_t *mirror_off)
+{
+    const struct stage_layout *lay = &r->lay;
+    int64_t end = lay->persistent_bytes; /* weights | gradients */
+    *on_device = off < end;
+    if (*on_device)
+        return off + n <= end ? n : end - off;
+    *mirror_off = off - end + (lay->dtype == MODEL_DTYPE_FP32 ? lay->section_bytes : 0);
+    return n;
+}
+
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e)
 {
-    return r->be->ops->download(r->be, buf, r->persistent + off, n, e);
+    if (!host_optimizer(r))
+        return r->be->ops->download(r->be, buf, r->persistent + off, n, e);
+    ERR_TRY(stage_drain(r, e));
+    while (n > 0) {
+        int on_device;
+        int64_t at, len = state_piece(r, off, n, &on_device, &at);
+        if (on_device)
+            ERR_TRY(r->be->ops->download(r->be, buf, r->persistent + off, len, e));
+        else
+            memcpy(buf, r->mirror.mem + at, (size_t)len);
+        buf = (char *)buf + len;
+        off += len;
+        n -= len;
+    }
+    return ERR_OK;
 }
 
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e)
 {
-    return r->be->ops->upload(r->be, r->persistent + off, buf, n, e);
+    if (!host_optimizer(r))
+        return r->be->ops->upload(r->be, r->persistent + off, buf, n, e);
+    ERR_TRY(stage_drain(r, e));
+    while (n > 0) {
+        int on_device;
+        int64_t at, len = state_piece(r, off, n, &on_device, &at);
+        if (on_device)
+            ERR_TRY(r->be->ops->upload(r->be, r->persistent + off, buf, len, e));
+        else
+            memcpy(r->mirror.mem + at, buf, (size_t)len);
+        /* fp32: the master weights are the weights (a section's offsets from 0 either way) */
+        int64_t w_end = off + len < r->lay.weights_bytes ? off + len : r->lay.weights_bytes;
+        if (on_device && r->lay.dtype == MODEL_DTYPE_FP32 && off < w_end)
+            memcpy(r->mirror.mem + off, buf, (size_t)(w_end - off));
+        buf = (const char *)buf + len;
+        off += len;
+        n -= len;
+    }
+    return ERR_OK;
 }

@@ -13,6 +13,7 @@
 #include "cluster.h"
 #include "data.h"
 #include "exec.h"
+#include "hostmirror.h"
 #include "layout.h"
 #include "plan.h"
 #include "transport.h"
@@ -44,6 +45,8 @@ struct stage_config {
     const int *prefetch_ahead;
     int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
+    enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
+    int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
 };
 
@@ -60,6 +63,7 @@ struct stage_runner {
     int *slot_req;                                          /* per slot, -1 none */
     int depth;                                              /* exec_config.prefetch_depth */
     struct arena_run arena; /* with c.arena */
+    struct hostmirror mirror; /* with the optimizer on the host */
     struct executor x; /* its times, events and peak are the stage's */
 };
 
@@ -87,8 +91,18 @@ int64_t stage_temporary_bytes(const struct stage_runner *r);
  * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e);
 
-/* The persistent arena (weights | gradients | m | v) as host bytes, in chunks, for
- * checkpoints: `get` downloads [off, off+n) into buf, `put` uploads. */
+/* With the optimizer on the host: waits for the updates still running (their events then
+ * recorded); nothing otherwise. */
+int stage_drain(struct stage_runner *r, struct err *e);
+
+/* The stage's state as host bytes, in chunks, for checkpoints: the persistent arena as the
+ * optimizer on the device lays it out (layout.h: weights | gradients | m | v, for bf16 with
+ * the master weights before m), whichever place the optimizer has, so that a checkpoint
+ * resumes with the optimizer on either. `get` downloads [off, off+n) into buf, `put`
+ * uploads. With the optimizer on the host both first let every host update finish, and
+ * master, m and v come from and go to the mirror (for fp32 a put of the weights sets the
+ * mirror's master weights too: the device's weights are their image). */
+int64_t stage_state_bytes(const struct stage_runner *r);
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e);
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e);

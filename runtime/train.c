@@ -269,6 +269,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
     c.host_link_gbps = o->host_link_gbps;
+    c.host_threads = r->be.threads;
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
@@ -703,6 +704,7 @@ static int train_loop(struct run *r, struct err *e)
             sum.send += t->send;
             sum.idle += t->idle;
             sum.optimizer += t->optimizer;
+            sum.host_update += t->host_update;
             sum.stall += t->stall;
             sum.copy[0] += t->copy[0];
             sum.copy[1] += t->copy[1];
@@ -718,6 +720,8 @@ static int train_loop(struct run *r, struct err *e)
             ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
             save(r, step + 1);
     }
+    if (stage_drain(&r->stage, e)) /* the last host updates, into the trace */
+        fail_now(r, e);
     if (o->save_weights_file != NULL)
         save_weights(r);
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
@@ -738,6 +742,7 @@ static int train_loop(struct run *r, struct err *e)
         .send_ms = sum.send / (counted * p->micro_batches),
         .idle_ms = sum.idle / (counted * p->micro_batches),
         .optimizer_ms = sum.optimizer / counted,
+        .host_update_ms = sum.host_update / counted,
         .host_peak_bytes = r->stage.x.off.host_peak,
         .host_bytes = r->stage.lay.host_bytes,
         .staging_bytes = r->stage.lay.staging_bytes,

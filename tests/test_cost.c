@@ -269,6 +269,65 @@ static void test_bf16_sizes(void)
     CU_ASSERT_EQUAL(s.state_bytes, 16 * 7087872);
 }
 
+/* The optimizer's place by hand: three layers whose state splits as (param, grad, optimizer)
+ * = (10, 20, 70), (20, 40, 140), (30, 60, 210). */
+static void test_optimizer_place(void)
+{
+    struct layer_cost l[3] = {
+        LAYER("a", 1.0, 2.0, 100, 50, 10, 4, 7),
+        LAYER("b", 3.0, 5.0, 200, 80, 20, 4, 30),
+        LAYER("c", 0.5, 1.0, 300, 40, 40, 4, 12),
+    };
+    for (int k = 0; k < 3; k++)
+        l[k].has_split = 1, l[k].param_bytes = 10 * (k + 1), l[k].grad_bytes = 20 * (k + 1),
+        l[k].optimizer_bytes = 70 * (k + 1);
+    struct cost_actions dev = {0}, host = {.optimizer = COST_PLACE_HOST};
+    struct stage_cost c;
+    /* on the device: as test_stage_memory_and_time's, nothing on the host */
+    cost_stage_actions(l, 3, &dev, 3, 9, &c);
+    CU_ASSERT_EQUAL(c.memory_bytes, 1149);
+    CU_ASSERT_EQUAL(c.host_memory_bytes, 0);
+    /* on the host: (10+20) + (20+40) + (30+60) = 180 state instead of 600; the mirror
+     * 4 x (20 + 40 + 60) = 480; the time per micro-batch is the same */
+    cost_stage_actions(l, 3, &host, 3, 9, &c);
+    CU_ASSERT_EQUAL(c.memory_bytes, 1149 - 600 + 180);
+    CU_ASSERT_EQUAL(c.host_memory_bytes, 480);
+    CU_ASSERT_EQUAL(c.optimizer, COST_PLACE_HOST);
+    CU_ASSERT_DOUBLE_EQUAL(c.stage_ms, 12.5, 1e-12);
+    /* the view the planner's searches take: state = devstate, the mirror returned */
+    struct layer_cost view[3];
+    CU_ASSERT_EQUAL(cost_layers_for_optimizer(l, 3, COST_PLACE_HOST, view), 480);
+    CU_ASSERT_EQUAL(view[1].state_bytes, 60);
+    CU_ASSERT_EQUAL(cost_layers_for_optimizer(l, 3, COST_PLACE_DEVICE, view), 0);
+    CU_ASSERT_EQUAL(view[1].state_bytes, 200);
+    /* a layer without the split cannot move its optimizer */
+    int missing;
+    CU_ASSERT_TRUE(cost_optimizer_movable(l, 3, &missing));
+    CU_ASSERT_EQUAL(missing, -1);
+    l[2].has_split = 0;
+    CU_ASSERT_FALSE(cost_optimizer_movable(l, 3, &missing));
+    CU_ASSERT_EQUAL(missing, 2);
+}
+
+/* The size functions' split: fp32 (4n, 4n, 8n), bf16 (2n, 4n, 12n), summing to state. */
+static void test_state_split(void)
+{
+    struct model m = {.n_layer = 2, .n_embd = 64, .n_head = 4, .seq_len = 32,
+                      .vocab_size = 256, .micro_batch = 2, .dtype = MODEL_DTYPE_FP32};
+    struct layer_sizes s;
+    sizes_layer(&m, 1, &s); /* 12 C^2 + 13 C = 49984 parameters, every tensor 64-byte sized */
+    CU_ASSERT_EQUAL(s.param_bytes, 4 * 49984);
+    CU_ASSERT_EQUAL(s.grad_bytes, 4 * 49984);
+    CU_ASSERT_EQUAL(s.optimizer_bytes, 8 * 49984);
+    CU_ASSERT_EQUAL(s.state_bytes, s.param_bytes + s.grad_bytes + s.optimizer_bytes);
+    m.dtype = MODEL_DTYPE_BF16;
+    sizes_layer(&m, 1, &s);
+    CU_ASSERT_EQUAL(s.param_bytes, 2 * 49984);
+    CU_ASSERT_EQUAL(s.grad_bytes, 4 * 49984);
+    CU_ASSERT_EQUAL(s.optimizer_bytes, 12 * 49984);
+    CU_ASSERT_EQUAL(s.state_bytes, 18 * 49984);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -281,5 +340,7 @@ int main(void)
     CU_add_test(s, "rows, running sums and the knapsack's view give M", test_views_agree);
     CU_add_test(s, "GPT block sizes by formula", test_block_sizes);
     CU_add_test(s, "bf16 sizes of GPT-2 124M by hand", test_bf16_sizes);
+    CU_add_test(s, "the optimizer on the device and on the host by hand", test_optimizer_place);
+    CU_add_test(s, "the state split of the size functions", test_state_split);
     return test_main();
 }

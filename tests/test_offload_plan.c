@@ -174,7 +174,8 @@ static void test_plan_round_trip(void)
  * backward [13,15]. */
 static void test_sim_by_hand(void)
 {
-    struct sim_layer y[2] = {{1, 2, 0, 3, 1}, {1, 2, 0, 3, 1}};
+    struct sim_layer y[2] = {{.fwd_ms = 1, .bwd_ms = 2, .copy_ms = 3, .ahead = 1},
+                             {.fwd_ms = 1, .bwd_ms = 2, .copy_ms = 3, .ahead = 1}};
     struct sim_stage st = {.fwd_ms = 2, .bwd_ms = 4, .n_layers = 2, .layers = y};
     struct sim_result r;
     struct err e;
@@ -202,9 +203,9 @@ static void test_sim_layers_without_copies(void)
         for (int s = 0; s < S; s++) {
             whole[s] = (struct sim_stage){.out_bytes = 1000, .link = {1, 10, 5}};
             for (int l = 0; l < 3; l++) {
-                y[s][l] = (struct sim_layer){test_rng_double(&rng, 0.5, 2),
-                                             test_rng_double(&rng, 1, 4),
-                                             test_rng_double(&rng, 0, 1), 0, 0};
+                y[s][l] = (struct sim_layer){.fwd_ms = test_rng_double(&rng, 0.5, 2),
+                                             .bwd_ms = test_rng_double(&rng, 1, 4),
+                                             .recompute_ms = test_rng_double(&rng, 0, 1)};
                 whole[s].fwd_ms += y[s][l].fwd_ms;
                 whole[s].bwd_ms += y[s][l].bwd_ms;
                 whole[s].recompute_ms += y[s][l].recompute_ms;

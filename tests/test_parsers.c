@@ -404,6 +404,13 @@ static const struct change profile_changes[] = {
      "layers[2].recompute_options[1].recompute_ms", "outside"},
     {"layers[2].recompute_options[1].recompute_ms", NULL,
      "layers[2].recompute_options[1].recompute_ms", "missing"},
+    /* the state's split: all three, summing to state_bytes */
+    {"layers[2].param_bytes", "1", "layers[2]", "summing to state_bytes"},
+    {"layers[2].optimizer_bytes", NULL, "layers[2]", "expected all three"},
+    {"layers[2].grad_bytes", "-4", "layers[2].grad_bytes", "outside"},
+    {"layers[2].optimizer_ms", "-1", "layers[2].optimizer_ms", "outside"},
+    {"layers[2].host_optimizer_ms", "\"slow\"", "layers[2].host_optimizer_ms",
+     "expected a number"},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -623,6 +630,10 @@ static const struct change plan_changes[] = {
     /* a consistent choice, but not the one the stated memory is for */
     {"stages[1].recompute_options", "[{\"layer\": 4, \"option\": \"mlp\"}]",
      "stages[1].memory_bytes", "the cost model gives"},
+    /* the optimizer on the host: other memory than the stated one, and a plan for it needs the
+     * stage's host memory */
+    {"stages[0].optimizer", "\"host\"", "stages[0].memory_bytes", "the cost model gives"},
+    {"stages[0].optimizer", "\"cpu\"", "stages[0].optimizer", "expected \"device\" or"},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -635,6 +646,13 @@ static void test_plan(void)
     expect_plan_bad(test_path("no-such-plan.json"), NULL, "cannot open");
     for (const struct change *c = plan_changes; c->path != NULL; c++)
         expect_plan_bad(mutate(plan_file, "bad-plan.json", c->path, c->raw), c->field, c->says);
+    /* a host optimizer over a layer whose state is not split */
+    const char *nosplit = mutate(plan_file, "nosplit-plan.json", "stages[0].optimizer", "\"host\"");
+    nosplit = mutate(nosplit, "nosplit2-plan.json", "stages[0].layer_costs[1].param_bytes", NULL);
+    nosplit = mutate(nosplit, "nosplit3-plan.json", "stages[0].layer_costs[1].grad_bytes", NULL);
+    expect_plan_bad(mutate(nosplit, "bad-plan.json", "stages[0].layer_costs[1].optimizer_bytes",
+                           NULL),
+                    "stages[0].optimizer", "layer 1 (block.0) has no param_bytes");
     /* a layer both recomputed whole and with an option */
     const char *both = mutate(plan_file, "both-plan.json", "stages[1].recompute", "[4]");
     expect_plan_bad(mutate(both, "bad-plan.json", "stages[1].recompute_options",

@@ -78,6 +78,11 @@ static void check_measured(const char *model_file, const char *out)
         sizes_layer(&p.model, l, &s);
         CU_ASSERT(c->fwd_ms > 0 && c->bwd_ms > 0);
         CU_ASSERT_EQUAL(c->state_bytes, s.state_bytes);
+        /* the state's split as the AdamW step touches it, and that step timed on the
+         * backend and on host threads */
+        CU_ASSERT(c->has_split && c->param_bytes == s.param_bytes &&
+                  c->grad_bytes == s.grad_bytes && c->optimizer_bytes == s.optimizer_bytes);
+        CU_ASSERT(c->optimizer_ms > 0 && c->host_optimizer_ms > 0);
         CU_ASSERT_EQUAL(c->act_bytes, s.act_bytes);
         CU_ASSERT_EQUAL(c->ckpt_bytes, s.ckpt_bytes);
         CU_ASSERT_EQUAL(c->out_bytes, s.out_bytes);

@@ -93,7 +93,7 @@ static int fake_done(struct executor *x, int micro, struct err *e)
 }
 
 static const struct exec_port fake_port = {fake_input, fake_grad, fake_isend, fake_wait,
-                                           fake_done};
+                                           fake_done, NULL, NULL};
 
 /* Stage s of S as the planner would cut the tiny model's three layers: the embedding first,
  * the head last, the block between (all three on one stage). */

@@ -107,8 +107,22 @@ static void check_result(const cJSON *plan, const cJSON *result)
     CU_ASSERT(test_close(num(result, "bubble_fraction"), idle / (S * it), 1e-12, 1e-9));
 }
 
-/* Slices keyed by (track, micro-batch, category): exactly one each, every track named, the
- * last slice ending at iteration_ms. */
+/* A stage's optimizer step on the device: the sum of its layers' optimizer_ms. */
+static double stage_optimizer_ms(const cJSON *stage)
+{
+    double ms = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(stage, "layer_costs"))
+    {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(c, "optimizer_ms");
+        ms += o != NULL ? o->valuedouble : 0;
+    }
+    return ms;
+}
+
+/* Slices keyed by (track, micro-batch, category): exactly one each, and one optimizer step
+ * per stage of its layers' optimizer_ms, every track named, the last slice ending at
+ * iteration_ms. */
 static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_ms)
 {
     static const char *const kinds[] = {"forward", "recompute", "backward", "send-activations",
@@ -121,6 +135,8 @@ static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_
     /* count[stage][micro][kind]; sends counted under their sending stage */
     int *count = calloc((size_t)S * M * 5, sizeof *count);
     int *named = calloc((size_t)3 * S + 4, sizeof *named);
+    double *step_ms = calloc((size_t)S, sizeof *step_ms);
+    int *steps = calloc((size_t)S, sizeof *steps);
     /* slices on one track must not overlap (the format's rule for "X" events): each starts
      * after the previous one on its track ends (the simulator emits a track's slices in order) */
     double *track_end = calloc((size_t)3 * S + 4, sizeof *track_end);
@@ -144,10 +160,16 @@ static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_
         for (int i = 0; i < 5; i++)
             if (strcmp(cat, kinds[i]) == 0)
                 k = i;
-        CU_ASSERT_FATAL(k >= 0 && m >= 0 && m < M && s >= 0 && s < S);
-        CU_ASSERT(named[tid->valueint]); /* named before its first slice */
-        count[((size_t)s * M + m) * 5 + k]++;
         double ts = num(ev, "ts"), dur = num(ev, "dur");
+        if (strcmp(cat, "optimizer") == 0) { /* the step, after the stage's micro-batches */
+            CU_ASSERT_FATAL(m == -1 && s >= 0 && s < S);
+            steps[s]++;
+            step_ms[s] += dur / 1e3;
+        } else {
+            CU_ASSERT_FATAL(k >= 0 && m >= 0 && m < M && s >= 0 && s < S);
+            count[((size_t)s * M + m) * 5 + k]++;
+        }
+        CU_ASSERT(named[tid->valueint]); /* named before its first slice */
         CU_ASSERT(ts >= 0 && dur >= 0);
         overlaps += ts < track_end[tid->valueint] - 1e-6;
         track_end[tid->valueint] = ts + dur;
@@ -170,9 +192,13 @@ static void check_trace(const cJSON *plan, const cJSON *trace, double iteration_
             for (int k = 0; k < 5; k++)
                 ok = ok && count[((size_t)s * M + m) * 5 + k] == want[k];
         CU_ASSERT(ok);
+        double step = stage_optimizer_ms(p);
+        CU_ASSERT(steps[s] == (step > 0) && test_close(step_ms[s], step, 1e-6, 1e-9));
     }
     free(count);
     free(named);
+    free(step_ms);
+    free(steps);
 }
 
 static void check_cluster(const char *cluster, const char *method, const char *name)

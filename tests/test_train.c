@@ -408,11 +408,12 @@ static const char *plan_with_limit(int s, long long limit, const char *name)
     cJSON *o = cJSON_Parse(text);
     free(text);
     cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s), *c;
-    static const char *const bytes[] = {"state_bytes", "act_bytes", "ckpt_bytes",
-                                        "workspace_bytes"};
+    static const char *const bytes[] = {"state_bytes", "act_bytes",   "ckpt_bytes",
+                                        "workspace_bytes", "param_bytes", "grad_bytes",
+                                        "optimizer_bytes"};
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
     {
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 7; k++)
             cJSON_ReplaceItemInObject(c, bytes[k], cJSON_CreateNumber(0));
         cJSON_DeleteItemFromObject(c, "recompute_options"); /* none in that implementation */
     }

@@ -1,0 +1,27 @@
+/* The optimizer on the host as the planner's searches see it (--actions ...,optimizer;
+ * DESIGN.md "Cost model"): a stage whose optimizer is on the host is the same stage with each
+ * layer's state_bytes cut to what stays on the device (devstate_l) and its host memory cut
+ * by the mirror. Every search over activation actions (knapsack, offload, GLPK) then runs
+ * unchanged on that view. */
+#ifndef BALLAST_OPTIMIZER_H
+#define BALLAST_OPTIMIZER_H
+
+#include "plan.h"
+
+/* A plan that shares p's everything but stage s, whose layers (owned by the view) are the
+ * host view and whose host limit has the mirror taken off; optimizer_view_free frees it. */
+struct optimizer_view {
+    struct plan plan;
+    struct plan_stage *stages;
+    int stage;
+};
+
+/* Whether stage s may put its optimizer on the host: host memory and a host link, every
+ * layer's state split, and the mirror within the host memory. When not, *why (if not NULL)
+ * says which in words. */
+int optimizer_host_possible(const struct plan *p, int s, const char **why);
+/* The view of p with stage s's optimizer on the host (optimizer_host_possible must hold). */
+int optimizer_view_init(const struct plan *p, int s, struct optimizer_view *v, struct err *e);
+void optimizer_view_free(struct optimizer_view *v);
+
+#endif

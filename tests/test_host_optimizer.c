@@ -1,0 +1,426 @@
+/* The optimizer on the host, the planning side (issue 13): the simulator's optimizer step by
+ * hand, and the optimal method with --actions ...,optimizer against brute force (every
+ * optimizer place of every stage and every action of every layer, scored by the simulator),
+ * GLPK, and the rule that a stage hosts its optimizer only where the device cannot hold its
+ * state or where that is faster. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "planner.h"
+#include "sim.h"
+#include "testutil.h"
+
+#define GIB ((int64_t)1 << 30)
+
+/* ---- simulator ---- */
+
+/* One stage, one micro-batch, two layers (1 ms forward, 2 ms backward), the optimizer on the
+ * host with gradients 3 ms down, AdamW 4 ms, parameters 1 ms up. Forwards [0,1] [1,2];
+ * backwards layer 1 [2,4], layer 0 [4,6]. Layer 1: down [4,7], AdamW [7,11], up [11,12];
+ * layer 0: down waits for the lane [7,10], AdamW waits for the threads [11,15], up [15,16].
+ * The step ends at 16: 10 ms after the last backward. */
+static void test_sim_host_step_by_hand(void)
+{
+    struct sim_layer y[2];
+    for (int l = 0; l < 2; l++)
+        y[l] = (struct sim_layer){.fwd_ms = 1, .bwd_ms = 2, .grad_ms = 3, .update_ms = 4,
+                                  .param_ms = 1};
+    struct sim_stage st = {.fwd_ms = 2, .bwd_ms = 4, .n_layers = 2, .layers = y,
+                           .host_optimizer = 1};
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 16, 1e-12, 0));
+    CU_ASSERT(test_close(r.tail_ms[0], 10, 1e-12, 0));
+    CU_ASSERT(test_close(r.update_ms[0], 8, 1e-12, 0));
+    CU_ASSERT(test_close(r.copy_out_ms[0], 6, 1e-12, 0) && test_close(r.copy_in_ms[0], 2, 1e-12, 0));
+    struct sim_stage_totals t;
+    sim_stage_totals(&r, 0, &t);
+    CU_ASSERT(test_close(t.grad_ms, 6, 1e-12, 0) && test_close(t.update_ms, 8, 1e-12, 0) &&
+              test_close(t.param_ms, 2, 1e-12, 0));
+    sim_result_free(&r);
+    /* a host step of no time is no step: the iteration is the backward's end */
+    for (int l = 0; l < 2; l++)
+        y[l].grad_ms = y[l].update_ms = y[l].param_ms = 0;
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 6, 1e-12, 0));
+    sim_result_free(&r);
+}
+
+/* Two stages, two micro-batches, 1F1B, 1 ms forward and 2 ms backward each, no link cost;
+ * the optimizer on the device, 10 ms on stage 0 and 1 ms on stage 1. Stage 1: F0 [1,2],
+ * B0 [2,4], F1 [4,5], B1 [5,7], step [7,8]; stage 0: F0 [0,1], F1 [1,2], B0 [4,6], B1 [7,9],
+ * step [9,19]. */
+static void test_sim_device_step_by_hand(void)
+{
+    struct sim_stage st[2] = {{.fwd_ms = 1, .bwd_ms = 2, .optimizer_ms = 10},
+                              {.fwd_ms = 1, .bwd_ms = 2, .optimizer_ms = 1}};
+    struct sim_result r;
+    struct err e;
+    double ms;
+    int simulated;
+    err_clear(&e);
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 2, 2, st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 19, 1e-12, 0));
+    CU_ASSERT(test_close(r.tail_ms[0], 10, 1e-12, 0) && test_close(r.tail_ms[1], 1, 1e-12, 0));
+    sim_result_free(&r);
+    /* the same without the step: 9 */
+    st[0].optimizer_ms = st[1].optimizer_ms = 0;
+    CU_ASSERT_FATAL(sim_makespan(SCHEDULE_1F1B, 2, 2, st, &ms, &e) == ERR_OK);
+    CU_ASSERT(test_close(ms, 9, 1e-12, 0));
+    /* many micro-batches: stage 0's last backward ends after stage 1's, so the step adds
+     * stage 0's 10 ms; the periodic shortcut agrees with the whole simulation */
+    double none, whole;
+    CU_ASSERT_FATAL(sim_makespan(SCHEDULE_1F1B, 2, 500, st, &none, &e) == ERR_OK);
+    st[0].optimizer_ms = 10, st[1].optimizer_ms = 1;
+    CU_ASSERT_FATAL(sim_makespan(SCHEDULE_1F1B, 2, 500, st, &whole, &e) == ERR_OK);
+    CU_ASSERT_FATAL(sim_makespan_periodic(SCHEDULE_1F1B, 2, 500, st, &ms, &simulated, &e) ==
+                    ERR_OK);
+    CU_ASSERT(simulated < 500);
+    CU_ASSERT(test_close(ms, whole, 1e-9, 1e-12));
+    CU_ASSERT(test_close(whole, none + 10, 1e-9, 0));
+}
+
+/* ---- planner ---- */
+
+/* A custom model of 2 stages x 2 layers whose state splits (param k, grad k, optimizer 2k
+ * GiB: fp32's proportions), with one partial option, in memory. */
+struct instance {
+    struct cluster c;
+    struct profile prof;
+};
+
+static void layer_make(struct layer_cost *c, struct test_rng *r, int l)
+{
+    snprintf(c->name, sizeof c->name, "l%d", l);
+    c->fwd_ms = test_rng_double(r, 1, 4);
+    c->bwd_ms = 2 * c->fwd_ms;
+    c->has_split = 1;
+    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB;
+    c->optimizer_bytes = 2 * c->grad_bytes;
+    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
+    c->optimizer_ms = test_rng_double(r, 0.5, 8);
+    c->host_optimizer_ms = test_rng_double(r, 1, 30);
+    c->act_bytes = test_rng_int(r, 2, 8) * GIB;
+    c->ckpt_bytes = c->act_bytes / 8;
+    c->out_bytes = c->ckpt_bytes;
+    c->workspace_bytes = GIB / 4;
+    c->n_options = 1;
+    snprintf(c->options[0].name, sizeof c->options[0].name, "attn");
+    c->options[0].transient_bytes = c->act_bytes / 2;
+    c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
+    c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+}
+
+/* Device memory `room` of the way (< 0: at random) from what the stage needs with its
+ * optimizer on the host and every layer recomputed to what it needs with its whole state and
+ * every activation kept. */
+static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                          double gbps, int64_t host, double room)
+{
+    memset(in, 0, sizeof *in);
+    int n = 4, S = 2;
+    in->prof.n_layers = n;
+    in->prof.layers = calloc((size_t)n, sizeof *in->prof.layers);
+    snprintf(in->prof.device.name, sizeof in->prof.device.name, "gpu");
+    snprintf(in->prof.device.kind, sizeof in->prof.device.kind, "cuda");
+    in->prof.device.memory_bytes = 1000 * GIB;
+    in->prof.model = (struct model){.kind = MODEL_KIND_CUSTOM, .layer_count = n};
+    snprintf(in->prof.model.name, sizeof in->prof.model.name, "hostopt");
+    for (int l = 0; l < n; l++)
+        layer_make(&in->prof.layers[l], r, l);
+    struct cluster *c = &in->c;
+    *c = (struct cluster){.schedule = sched, .micro_batches = 4, .model = in->prof.model,
+                          .n_layers = n, .n_stages = S, .n_profiles = 1, .profiles = &in->prof};
+    c->stages = calloc((size_t)S, sizeof *c->stages);
+    for (int s = 0; s < S; s++) {
+        struct cluster_stage *st = &c->stages[s];
+        snprintf(st->device, sizeof st->device, "gpu");
+        cluster_even_split(n, S, s, &st->first, &st->last);
+        int64_t least = GIB / 2, most = GIB;
+        int v = schedule_in_flight(sched, S, s, c->micro_batches);
+        for (int l = st->first; l <= st->last; l++) {
+            const struct layer_cost *y = &in->prof.layers[l];
+            least += y->param_bytes + y->grad_bytes + v * y->ckpt_bytes + y->act_bytes;
+            most += y->state_bytes + v * y->act_bytes;
+        }
+        double f = room < 0 ? test_rng_double(r, 0, 1) : room;
+        st->memory_bytes = least + (int64_t)(f * (double)(most - least));
+        st->host_memory_bytes = host;
+        st->host_link = (struct link){1, gbps, 10};
+        if (s + 1 < S)
+            st->link = (struct link){1, 100, 5};
+    }
+}
+
+static void instance_free(struct instance *in)
+{
+    free(in->c.stages);
+    free(in->prof.layers);
+}
+
+static int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
+{
+    struct plan_options o;
+    struct err e;
+    plan_options_default(&o);
+    err_clear(&e);
+    o.actions = actions;
+    o.verify = verify;
+    return planner_make(&in->c, &o, p, &e);
+}
+
+/* The actions the options allow each layer of p (4 layers at most). */
+static void allowed_rows(const struct plan *p, int actions, struct cost_row rows[4][COST_ACTIONS_MAX],
+                         int count[4])
+{
+    int L = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++, L++) {
+            struct cost_row all[COST_ACTIONS_MAX];
+            int k = cost_actions(&p->stages[s].layers[l],
+                                 cost_whole_offload(&p->model, l, p->stages[s].first + l), all);
+            count[L] = 0;
+            for (int a = 0; a < k; a++)
+                if ((all[a].host_bytes == 0 || (actions & PLAN_ACTION_OFFLOAD)) &&
+                    (all[a].choice == COST_KEEP || (actions & PLAN_ACTION_RECOMPUTE)))
+                    rows[L][count[L]++] = all[a];
+        }
+}
+
+/* p with stage optimizer places `places` (bit s: host) and layer actions rows[L][pick[L]]:
+ * its simulated time if every stage fits its device and host memory, else INFINITY. */
+static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACTIONS_MAX],
+                    const int pick[4])
+{
+    int L = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        for (int l = 0; l < plan_stage_layer_count(st); l++, L++) {
+            const struct cost_row *r = &rows[L][pick[L]];
+            st->recompute[l] = (unsigned char)r->choice;
+            st->place[l] = (unsigned char)r->place;
+            st->offload_option[l] = (signed char)r->offload_option;
+            st->prefetch_ahead[l] = r->prefetch_ahead;
+        }
+        st->optimizer = places >> s & 1 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        struct stage_cost c;
+        plan_stage_cost(p, st, &c);
+        if (c.memory_bytes > st->memory_limit_bytes || c.host_memory_bytes > st->host_limit_bytes)
+            return INFINITY;
+    }
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    double ms = sim_plan(p, &r, &e) == ERR_OK ? r.iteration_ms : INFINITY;
+    sim_result_free(&r);
+    return ms;
+}
+
+/* The least time over every optimizer place whose stages in `device_only` (bits) stay on the
+ * device, and every allowed action of every layer. */
+static double brute(struct plan *p, int actions, int device_only)
+{
+    struct cost_row rows[4][COST_ACTIONS_MAX];
+    int count[4], L = 0;
+    allowed_rows(p, actions, rows, count);
+    for (int s = 0; s < p->n_stages; s++)
+        L += plan_stage_layer_count(&p->stages[s]);
+    double best = INFINITY;
+    for (int places = 0; places < 1 << p->n_stages; places++) {
+        if (places & device_only)
+            continue;
+        int pick[4] = {0}, n;
+        for (;;) {
+            double ms = score(p, places, rows, pick);
+            best = ms < best ? ms : best;
+            for (n = 0; n < L && ++pick[n] == count[n]; n++)
+                pick[n] = 0;
+            if (n == L)
+                break;
+        }
+    }
+    return best;
+}
+
+static void test_exact_against_brute_force(void)
+{
+    struct test_rng rng = {13};
+    static const int sets[] = {PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER,
+                               PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD |
+                                   PLAN_ACTION_OPTIMIZER};
+    int checked = 0, hosted = 0, kept = 0;
+    for (int trial = 0; trial < 16; trial++) {
+        struct instance in;
+        instance_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
+                      test_rng_double(&rng, 20, 800), test_rng_int(&rng, 8, 40) * GIB, -1);
+        for (int k = 0; k < 2; k++) {
+            struct plan p;
+            int rc = plan_with(&in, sets[k], 0, &p);
+            if (rc != ERR_OK) {
+                CU_ASSERT_EQUAL(rc, ERR_NOFIT);
+                continue;
+            }
+            double got = p.iteration_ms;
+            int host = 0;
+            for (int s = 0; s < p.n_stages; s++)
+                host |= (p.stages[s].optimizer == COST_PLACE_HOST) << s;
+            double want = brute(&p, sets[k], 0);
+            CU_ASSERT(test_close(got, want, 1e-9, 1e-12));
+            if (!test_close(got, want, 1e-9, 1e-12))
+                printf("\ntrial %d actions %d: planner %.9g ms, brute force %.9g ms\n", trial,
+                       sets[k], got, want);
+            /* a hosted optimizer: the device cannot hold that stage's state with any
+             * actions, or every way it can is slower */
+            for (int s = 0; s < p.n_stages; s++)
+                if (host >> s & 1) {
+                    hosted++;
+                    CU_ASSERT(brute(&p, sets[k], 1 << s) > got);
+                } else {
+                    kept++;
+                }
+            plan_free(&p);
+            checked++;
+        }
+        instance_free(&in);
+    }
+    printf(" [%d plans, %d stages host their optimizer, %d keep it] ", checked, hosted, kept);
+    CU_ASSERT(checked >= 16);
+    CU_ASSERT(hosted > 0 && kept > 0);
+}
+
+/* A superset of actions is never slower; where the device holds everything and the host step
+ * is slow, the optimizer stays on the device and the plan is the recompute-only one; the
+ * verify MILP agrees with the search on the stages' chosen places. */
+static void test_rules_and_verify(void)
+{
+    struct test_rng rng = {21};
+    int verified = 0, fits_anyway = 0;
+    for (int trial = 0; trial < 8; trial++) {
+        struct instance in;
+        struct plan rec, opt;
+        instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, -1);
+        int a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
+        int b = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 1, &opt);
+        CU_ASSERT(b == ERR_OK || a != ERR_OK);
+        if (a == ERR_OK && b == ERR_OK)
+            CU_ASSERT(opt.iteration_ms <= rec.iteration_ms);
+        if (b == ERR_OK) {
+            CU_ASSERT(opt.verify.present && opt.verify.agree);
+            verified++;
+            plan_free(&opt);
+        }
+        if (a == ERR_OK)
+            plan_free(&rec);
+        /* roomy devices, a slow host: the device keeps every optimizer */
+        for (int l = 0; l < in.prof.n_layers; l++)
+            in.prof.layers[l].host_optimizer_ms = 1e4;
+        for (int s = 0; s < in.c.n_stages; s++)
+            in.c.stages[s].memory_bytes = 1000 * GIB;
+        a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
+        b = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 0, &opt);
+        CU_ASSERT_FATAL(a == ERR_OK && b == ERR_OK);
+        for (int s = 0; s < opt.n_stages; s++)
+            CU_ASSERT(opt.stages[s].optimizer == COST_PLACE_DEVICE);
+        CU_ASSERT(opt.iteration_ms == rec.iteration_ms);
+        fits_anyway++;
+        plan_free(&rec);
+        plan_free(&opt);
+        instance_free(&in);
+    }
+    CU_ASSERT(verified >= 4 && fits_anyway == 8);
+}
+
+/* A plan with a hosted optimizer survives the file: written, read back with the cost model's
+ * checks; the stage's host memory holds the mirror; too little host memory is refused. */
+static void test_plan_round_trip(void)
+{
+    struct test_rng rng = {3};
+    struct instance in;
+    struct plan p, q;
+    struct err e;
+    err_clear(&e);
+    /* every stage just fits with its optimizer on the host, and its state (2 GiB more per
+     * layer at least) does not fit beside even the least activations */
+    instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 0);
+    CU_ASSERT_FATAL(plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 0, &p) == ERR_OK);
+    int64_t mirror = 0;
+    for (int l = 0; l < plan_stage_layer_count(&p.stages[0]); l++)
+        mirror += 4 * p.stages[0].layers[l].grad_bytes;
+    CU_ASSERT_EQUAL(p.stages[0].optimizer, COST_PLACE_HOST);
+    CU_ASSERT(p.stages[0].host_memory_bytes >= mirror);
+    const char *f = test_path("hostopt-plan.json");
+    CU_ASSERT_FATAL(plan_write(f, &p, &e) == ERR_OK);
+    if (plan_load(f, &q, &e) != ERR_OK)
+        printf("\n%s\n", e.msg);
+    CU_ASSERT_FATAL(e.code == ERR_OK);
+    CU_ASSERT_EQUAL(q.stages[0].optimizer, COST_PLACE_HOST);
+    CU_ASSERT_EQUAL(q.stages[0].memory_bytes, p.stages[0].memory_bytes);
+    plan_free(&q);
+    p.stages[0].host_limit_bytes = mirror - 1;
+    CU_ASSERT_FATAL(plan_write(f, &p, &e) == ERR_OK);
+    CU_ASSERT_EQUAL(plan_load(f, &q, &e), ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "host_memory_bytes") != NULL && strstr(e.msg, "host_limit_bytes"));
+    plan_free(&p);
+    instance_free(&in);
+}
+
+/* What `--export FORMAT` makes of a plan whose stages host their optimizer. */
+static int export_text(const struct plan *p, const char *format, char *out, size_t cap,
+                       struct err *e)
+{
+    FILE *f = tmpfile();
+    CU_ASSERT_FATAL(f != NULL);
+    int rc = planner_export(f, p, format, e);
+    rewind(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return rc;
+}
+
+/* Megatron-LM's switch is global: every stage on the host exports, some do not; the other
+ * formats have no switch. */
+static void test_export(void)
+{
+    struct test_rng rng = {3};
+    struct instance in;
+    struct plan p;
+    struct err e;
+    char text[8192];
+    instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 1);
+    CU_ASSERT_FATAL(plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &p) == ERR_OK);
+    err_clear(&e);
+    CU_ASSERT_EQUAL(export_text(&p, "megatron", text, sizeof text, &e), ERR_OK);
+    CU_ASSERT(strstr(text, "optimizer-cpu-offload") == NULL);
+    for (int s = 0; s < p.n_stages; s++)
+        p.stages[s].optimizer = COST_PLACE_HOST;
+    CU_ASSERT_EQUAL(export_text(&p, "megatron", text, sizeof text, &e), ERR_OK);
+    CU_ASSERT(strstr(text, "--optimizer-cpu-offload --optimizer-offload-fraction 1.0") != NULL);
+    CU_ASSERT_EQUAL(export_text(&p, "nemo", text, sizeof text, &e), ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "2 of 2 stages") != NULL);
+    err_clear(&e);
+    p.stages[1].optimizer = COST_PLACE_DEVICE;
+    CU_ASSERT_EQUAL(export_text(&p, "megatron", text, sizeof text, &e), ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "1 of 2 stages (the first: stage 0)") != NULL &&
+              strstr(e.msg, "global") != NULL);
+    plan_free(&p);
+    instance_free(&in);
+}
+
+int main(void)
+{
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("host optimizer", NULL, NULL);
+    CU_add_test(s, "simulator: host step by hand", test_sim_host_step_by_hand);
+    CU_add_test(s, "simulator: device step by hand", test_sim_device_step_by_hand);
+    CU_add_test(s, "exact against brute force", test_exact_against_brute_force);
+    CU_add_test(s, "rules and verify", test_rules_and_verify);
+    CU_add_test(s, "plan round trip", test_plan_round_trip);
+    CU_add_test(s, "export", test_export);
+    return test_main();
+}

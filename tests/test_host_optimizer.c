@@ -44,6 +44,18 @@ static void test_sim_host_step_by_hand(void)
     CU_ASSERT(test_close(t.grad_ms, 6, 1e-12, 0) && test_close(t.update_ms, 8, 1e-12, 0) &&
               test_close(t.param_ms, 2, 1e-12, 0));
     sim_result_free(&r);
+    /* bad steps are refused, not simulated */
+    y[1].update_ms = -1;
+    CU_ASSERT_EQUAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e), ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "host step") != NULL);
+    y[1].update_ms = 4;
+    struct sim_stage none = {.fwd_ms = 1, .bwd_ms = 1, .host_optimizer = 1};
+    err_clear(&e);
+    CU_ASSERT_EQUAL(sim_run(SCHEDULE_1F1B, 1, 1, &none, &r, &e), ERR_INPUT);
+    none = (struct sim_stage){.fwd_ms = 1, .bwd_ms = 1, .optimizer_ms = NAN};
+    err_clear(&e);
+    CU_ASSERT_EQUAL(sim_run(SCHEDULE_1F1B, 1, 1, &none, &r, &e), ERR_INPUT);
+    err_clear(&e);
     /* a host step of no time is no step: the iteration is the backward's end */
     for (int l = 0; l < 2; l++)
         y[l].grad_ms = y[l].update_ms = y[l].param_ms = 0;

@@ -38,6 +38,7 @@ int optimizer_view_init(const struct plan *p, int s, struct optimizer_view *v, s
     if (v->stages == NULL || layers == NULL) {
         free(v->stages);
         free(layers);
+        v->stages = NULL; /* optimizer_view_free has nothing to free */
         return err_set(e, ERR_FAIL, "out of memory");
     }
     memcpy(v->stages, p->stages, (size_t)p->n_stages * sizeof *v->stages);

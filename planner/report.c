@@ -59,6 +59,25 @@ static void format_layers(const struct plan_stage *st, char *buf, size_t cap)
         snprintf(buf, cap, "-");
 }
 
+/* Which stages keep their optimizer on the host, and their mirrors (absent when none). */
+static void print_host_optimizer(FILE *f, const struct plan *p)
+{
+    int n = 0;
+    double mirror = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        if (st->optimizer != COST_PLACE_HOST)
+            continue;
+        fprintf(f, "%s%d", n++ ? ", " : "optimizer on the host: stages ", s);
+        for (int l = 0; l < plan_stage_layer_count(st); l++)
+            mirror += (double)cost_layer_mirror(&st->layers[l]);
+    }
+    if (n > 0)
+        fprintf(f, " (%d of %d; host mirrors %.2f GiB in all, the devices keep weights and "
+                   "gradients)\n",
+                n, p->n_stages, mirror / (1 << 30));
+}
+
 void planner_print(FILE *f, const struct plan *p)
 {
     double params = (double)model_param_count(&p->model);
@@ -104,6 +123,7 @@ void planner_print(FILE *f, const struct plan *p)
             100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
     fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
             schedule_name(p->schedule), p->micro_batches);
+    print_host_optimizer(f, p);
     if (p->search.present)
         fprintf(f, "search: %d device orders, %ld nodes, %ld splits simulated; %s\n",
                 p->search.orders, p->search.nodes, p->search.splits,

@@ -134,6 +134,38 @@ static void test_flag_checked(void)
     free(err);
 }
 
+/* The AdamW step of a bf16 GPT-175B block on an A100-80GB, by hand: n = 12 C^2 + 13 C
+ * parameters, each touched as 2 bytes of weights written, 4 of gradients read and 12 of m, v
+ * and master read and written: 30n bytes, over the HBM bandwidth at the table's memory
+ * efficiency plus one kernel's overhead per parameter tensor (12 in a block); on the host the
+ * mirror's gradients read and master, m, v read and written plus the weights written (30n)
+ * over the assumed host memory bandwidth. The split: 2n, 4n, 12n. */
+static void test_optimizer_step(void)
+{
+    char args[1024];
+    const char *out = test_path("estimated-opt.json");
+    snprintf(args, sizeof args,
+             "profile --model '%smodels/gpt-175b.json' --estimate --device A100-80GB -o '%s'",
+             CONFIGS, out);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    cJSON *p = read_json(out), *table = read_json(CONFIGS "devices.json");
+    const cJSON *block = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(p, "layers"), 1);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(table, "assumptions");
+    const cJSON *d = device(table, "A100-80GB");
+    double C = 12288, n = 12 * C * C + 13 * C;
+    double dev_ms = 30 * n / (num(d, "memory_bandwidth_gbs") * 1e9 *
+                              num(a, "memory_efficiency")) * 1e3 +
+                    12 * num(d, "op_overhead_us") * 1e-3;
+    double host_ms = 30 * n / (num(a, "host_memory_bandwidth_gbs") * 1e9) * 1e3;
+    CU_ASSERT(test_close(num(block, "optimizer_ms"), dev_ms, 0, 1e-9));
+    CU_ASSERT(test_close(num(block, "host_optimizer_ms"), host_ms, 0, 1e-9));
+    CU_ASSERT(num(block, "param_bytes") == 2 * n && num(block, "grad_bytes") == 4 * n &&
+              num(block, "optimizer_bytes") == 12 * n);
+    printf(" [block.0: %.3f ms on the device, %.3f ms on the host] ", dev_ms, host_ms);
+    cJSON_Delete(p);
+    cJSON_Delete(table);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -141,5 +173,6 @@ int main(void)
     CU_add_test(s, "bf16 without bf16 tensor cores: the fp32 rate", test_no_bf16_tensor_cores);
     CU_add_test(s, "bf16 with bf16 tensor cores: the tensor rate", test_bf16_tensor_cores);
     CU_add_test(s, "bf16_tensor must be a boolean", test_flag_checked);
+    CU_add_test(s, "the AdamW step by hand", test_optimizer_step);
     return test_main();
 }

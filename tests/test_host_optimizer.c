@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "plan_instance.h"
 #include "planner.h"
 #include "sim.h"
 #include "testutil.h"
@@ -43,6 +44,18 @@ static void test_sim_host_step_by_hand(void)
     CU_ASSERT(test_close(t.grad_ms, 6, 1e-12, 0) && test_close(t.update_ms, 8, 1e-12, 0) &&
               test_close(t.param_ms, 2, 1e-12, 0));
     sim_result_free(&r);
+    /* bad steps are refused, not simulated */
+    y[1].update_ms = -1;
+    CU_ASSERT_EQUAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e), ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "host step") != NULL);
+    y[1].update_ms = 4;
+    struct sim_stage none = {.fwd_ms = 1, .bwd_ms = 1, .host_optimizer = 1};
+    err_clear(&e);
+    CU_ASSERT_EQUAL(sim_run(SCHEDULE_1F1B, 1, 1, &none, &r, &e), ERR_INPUT);
+    none = (struct sim_stage){.fwd_ms = 1, .bwd_ms = 1, .optimizer_ms = NAN};
+    err_clear(&e);
+    CU_ASSERT_EQUAL(sim_run(SCHEDULE_1F1B, 1, 1, &none, &r, &e), ERR_INPUT);
+    err_clear(&e);
     /* a host step of no time is no step: the iteration is the backward's end */
     for (int l = 0; l < 2; l++)
         y[l].grad_ms = y[l].update_ms = y[l].param_ms = 0;
@@ -89,14 +102,9 @@ static void test_sim_device_step_by_hand(void)
 
 /* A custom model of 2 stages x 2 layers whose state splits (param k, grad k, optimizer 2k
  * GiB: fp32's proportions), with one partial option, in memory. */
-struct instance {
-    struct cluster c;
-    struct profile prof;
-};
 
-static void layer_make(struct layer_cost *c, struct test_rng *r, int l)
+static void layer_make(struct layer_cost *c, struct test_rng *r)
 {
-    snprintf(c->name, sizeof c->name, "l%d", l);
     c->fwd_ms = test_rng_double(r, 1, 4);
     c->bwd_ms = 2 * c->fwd_ms;
     c->has_split = 1;
@@ -109,11 +117,7 @@ static void layer_make(struct layer_cost *c, struct test_rng *r, int l)
     c->ckpt_bytes = c->act_bytes / 8;
     c->out_bytes = c->ckpt_bytes;
     c->workspace_bytes = GIB / 4;
-    c->n_options = 1;
-    snprintf(c->options[0].name, sizeof c->options[0].name, "attn");
-    c->options[0].transient_bytes = c->act_bytes / 2;
-    c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
-    c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+    instance_attn_option(c, r);
 }
 
 /* Device memory `room` of the way (< 0: at random) from what the stage needs with its
@@ -122,25 +126,13 @@ static void layer_make(struct layer_cost *c, struct test_rng *r, int l)
 static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
                           double gbps, int64_t host, double room)
 {
-    memset(in, 0, sizeof *in);
     int n = 4, S = 2;
-    in->prof.n_layers = n;
-    in->prof.layers = calloc((size_t)n, sizeof *in->prof.layers);
-    snprintf(in->prof.device.name, sizeof in->prof.device.name, "gpu");
-    snprintf(in->prof.device.kind, sizeof in->prof.device.kind, "cuda");
-    in->prof.device.memory_bytes = 1000 * GIB;
-    in->prof.model = (struct model){.kind = MODEL_KIND_CUSTOM, .layer_count = n};
-    snprintf(in->prof.model.name, sizeof in->prof.model.name, "hostopt");
+    instance_init(in, n, S, sched, 4, gbps, host);
     for (int l = 0; l < n; l++)
-        layer_make(&in->prof.layers[l], r, l);
+        layer_make(&in->prof.layers[l], r);
     struct cluster *c = &in->c;
-    *c = (struct cluster){.schedule = sched, .micro_batches = 4, .model = in->prof.model,
-                          .n_layers = n, .n_stages = S, .n_profiles = 1, .profiles = &in->prof};
-    c->stages = calloc((size_t)S, sizeof *c->stages);
     for (int s = 0; s < S; s++) {
         struct cluster_stage *st = &c->stages[s];
-        snprintf(st->device, sizeof st->device, "gpu");
-        cluster_even_split(n, S, s, &st->first, &st->last);
         int64_t least = GIB / 2, most = GIB;
         int v = schedule_in_flight(sched, S, s, c->micro_batches);
         for (int l = st->first; l <= st->last; l++) {
@@ -150,101 +142,7 @@ static void instance_make(struct instance *in, struct test_rng *r, enum schedule
         }
         double f = room < 0 ? test_rng_double(r, 0, 1) : room;
         st->memory_bytes = least + (int64_t)(f * (double)(most - least));
-        st->host_memory_bytes = host;
-        st->host_link = (struct link){1, gbps, 10};
-        if (s + 1 < S)
-            st->link = (struct link){1, 100, 5};
     }
-}
-
-static void instance_free(struct instance *in)
-{
-    free(in->c.stages);
-    free(in->prof.layers);
-}
-
-static int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
-{
-    struct plan_options o;
-    struct err e;
-    plan_options_default(&o);
-    err_clear(&e);
-    o.actions = actions;
-    o.verify = verify;
-    return planner_make(&in->c, &o, p, &e);
-}
-
-/* The actions the options allow each layer of p (4 layers at most). */
-static void allowed_rows(const struct plan *p, int actions, struct cost_row rows[4][COST_ACTIONS_MAX],
-                         int count[4])
-{
-    int L = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++, L++) {
-            struct cost_row all[COST_ACTIONS_MAX];
-            int k = cost_actions(&p->stages[s].layers[l],
-                                 cost_whole_offload(&p->model, l, p->stages[s].first + l), all);
-            count[L] = 0;
-            for (int a = 0; a < k; a++)
-                if ((all[a].host_bytes == 0 || (actions & PLAN_ACTION_OFFLOAD)) &&
-                    (all[a].choice == COST_KEEP || (actions & PLAN_ACTION_RECOMPUTE)))
-                    rows[L][count[L]++] = all[a];
-        }
-}
-
-/* p with stage optimizer places `places` (bit s: host) and layer actions rows[L][pick[L]]:
- * its simulated time if every stage fits its device and host memory, else INFINITY. */
-static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACTIONS_MAX],
-                    const int pick[4])
-{
-    int L = 0;
-    for (int s = 0; s < p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        for (int l = 0; l < plan_stage_layer_count(st); l++, L++) {
-            const struct cost_row *r = &rows[L][pick[L]];
-            st->recompute[l] = (unsigned char)r->choice;
-            st->place[l] = (unsigned char)r->place;
-            st->offload_option[l] = (signed char)r->offload_option;
-            st->prefetch_ahead[l] = r->prefetch_ahead;
-        }
-        st->optimizer = places >> s & 1 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
-        struct stage_cost c;
-        plan_stage_cost(p, st, &c);
-        if (c.memory_bytes > st->memory_limit_bytes || c.host_memory_bytes > st->host_limit_bytes)
-            return INFINITY;
-    }
-    struct sim_result r;
-    struct err e;
-    err_clear(&e);
-    double ms = sim_plan(p, &r, &e) == ERR_OK ? r.iteration_ms : INFINITY;
-    sim_result_free(&r);
-    return ms;
-}
-
-/* The least time over every optimizer place whose stages in `device_only` (bits) stay on the
- * device, and every allowed action of every layer. */
-static double brute(struct plan *p, int actions, int device_only)
-{
-    struct cost_row rows[4][COST_ACTIONS_MAX];
-    int count[4], L = 0;
-    allowed_rows(p, actions, rows, count);
-    for (int s = 0; s < p->n_stages; s++)
-        L += plan_stage_layer_count(&p->stages[s]);
-    double best = INFINITY;
-    for (int places = 0; places < 1 << p->n_stages; places++) {
-        if (places & device_only)
-            continue;
-        int pick[4] = {0}, n;
-        for (;;) {
-            double ms = score(p, places, rows, pick);
-            best = ms < best ? ms : best;
-            for (n = 0; n < L && ++pick[n] == count[n]; n++)
-                pick[n] = 0;
-            if (n == L)
-                break;
-        }
-    }
-    return best;
 }
 
 static void test_exact_against_brute_force(void)
@@ -269,7 +167,7 @@ static void test_exact_against_brute_force(void)
             int host = 0;
             for (int s = 0; s < p.n_stages; s++)
                 host |= (p.stages[s].optimizer == COST_PLACE_HOST) << s;
-            double want = brute(&p, sets[k], 0);
+            double want = instance_brute_force(&p, sets[k], 0);
             CU_ASSERT(test_close(got, want, 1e-9, 1e-12));
             if (!test_close(got, want, 1e-9, 1e-12))
                 printf("\ntrial %d actions %d: planner %.9g ms, brute force %.9g ms\n", trial,
@@ -279,7 +177,7 @@ static void test_exact_against_brute_force(void)
             for (int s = 0; s < p.n_stages; s++)
                 if (host >> s & 1) {
                     hosted++;
-                    CU_ASSERT(brute(&p, sets[k], 1 << s) > got);
+                    CU_ASSERT(instance_brute_force(&p, sets[k], 1 << s) > got);
                 } else {
                     kept++;
                 }

@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "devices.h"
 #include "offload.h"
+#include "plan_instance.h"
 #include "planner.h"
 #include "sim.h"
 #include "testutil.h"
@@ -227,27 +228,15 @@ static void test_sim_layers_without_copies(void)
 
 /* ---- planner ---- */
 
-/* A custom model of 2 stages x 2 layers with one partial option, in memory. */
-struct instance {
-    struct cluster c;
-    struct profile prof;
-};
-
-/* n layers on S stages (split as evenly as may be unless `uneven`), each layer with `options`
- * partial options (1 or 2), M micro-batches. */
+/* A custom model of n layers on S stages (split as evenly as may be unless `uneven`), each
+ * layer with `options` partial options (1 or 2), M micro-batches, in memory. */
 static void instance_make_sized(struct instance *in, struct test_rng *r, enum schedule sched,
-                                double gbps, int64_t host, int n, int S, int M, int options, int uneven)
+                                double gbps, int64_t host, int n, int S, int M, int options,
+                                int uneven)
 {
-    memset(in, 0, sizeof *in);
-    in->prof.n_layers = n;
-    in->prof.layers = calloc((size_t)n, sizeof *in->prof.layers);
-    snprintf(in->prof.device.name, sizeof in->prof.device.name, "gpu");
-    snprintf(in->prof.device.kind, sizeof in->prof.device.kind, "cuda");
-    in->prof.device.memory_bytes = 1000 * GIB;
-    in->prof.model = (struct model){.kind = MODEL_KIND_CUSTOM, .layer_count = n};
+    instance_init(in, n, S, sched, M, gbps, host);
     for (int l = 0; l < n; l++) {
         struct layer_cost *c = &in->prof.layers[l];
-        snprintf(c->name, sizeof c->name, "l%d", l);
         c->fwd_ms = test_rng_double(r, 1, 4);
         c->bwd_ms = 2 * c->fwd_ms;
         c->state_bytes = test_rng_int(r, 1, 4) * GIB;
@@ -255,11 +244,7 @@ static void instance_make_sized(struct instance *in, struct test_rng *r, enum sc
         c->ckpt_bytes = c->act_bytes / 8;
         c->out_bytes = c->ckpt_bytes;
         c->workspace_bytes = GIB / 4;
-        c->n_options = 1;
-        snprintf(c->options[0].name, sizeof c->options[0].name, "attn");
-        c->options[0].transient_bytes = c->act_bytes / 2;
-        c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
-        c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+        instance_attn_option(c, r);
         if (options > 1) { /* an `mlp` option: a smaller share, a cheaper recompute */
             c->n_options = 2;
             snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
@@ -269,18 +254,8 @@ static void instance_make_sized(struct instance *in, struct test_rng *r, enum sc
         }
     }
     struct cluster *c = &in->c;
-    c->schedule = sched;
-    c->micro_batches = M;
-    c->model = in->prof.model;
-    c->n_layers = n;
-    c->n_stages = S;
-    c->n_profiles = 1;
-    c->profiles = &in->prof;
-    c->stages = calloc((size_t)S, sizeof *c->stages);
     for (int s = 0; s < S; s++) {
         struct cluster_stage *st = &c->stages[s];
-        snprintf(st->device, sizeof st->device, "gpu");
-        cluster_even_split(n, S, s, &st->first, &st->last);
         if (uneven && s > 0) /* one layer more or less than the even split, at random */
             st->first = c->stages[s - 1].last + 1;
         if (uneven && s + 1 < S) {
@@ -298,23 +273,14 @@ static void instance_make_sized(struct instance *in, struct test_rng *r, enum sc
             state += in->prof.layers[l].state_bytes;
         }
         st->memory_bytes = state + 8 * GIB + (int64_t)(test_rng_double(r, 0.2, 0.9) * (double)all);
-        st->host_memory_bytes = host;
-        st->host_link = (struct link){1, gbps, 10};
-        if (s + 1 < S)
-            st->link = (struct link){1, 100, 5};
     }
 }
 
+/* 2 stages x 2 layers with one partial option, 4 micro-batches. */
 static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
                           double gbps, int64_t host)
 {
     instance_make_sized(in, r, sched, gbps, host, 4, 2, 4, 1, 0);
-}
-
-static void instance_free(struct instance *in)
-{
-    free(in->c.stages);
-    free(in->prof.layers);
 }
 
 /* Plans with the knapsack's memory unit `unit` bytes (0: the default). */
@@ -327,72 +293,6 @@ static int plan_with_unit(const struct instance *in, int actions, int64_t unit, 
     o.actions = actions;
     o.unit_bytes = unit > 0 ? unit : o.unit_bytes;
     return planner_make(&in->c, &o, p, &e);
-}
-
-static int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
-{
-    struct plan_options o;
-    struct err e;
-    plan_options_default(&o);
-    err_clear(&e);
-    o.actions = actions;
-    o.verify = verify;
-    return planner_make(&in->c, &o, p, &e);
-}
-
-/* Every action the options allow on every layer of every stage, each stage within its device
- * and host memory, simulated: the least iteration time (INFINITY if nothing fits). */
-static double brute(struct plan *p, int actions)
-{
-    struct cost_row rows[4][COST_ACTIONS_MAX];
-    int count[4], n = 0, L = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++, L++) {
-            struct cost_row all[COST_ACTIONS_MAX];
-            int k = cost_actions(&p->stages[s].layers[l],
-                                 cost_whole_offload(&p->model, l, p->stages[s].first + l), all);
-            count[L] = 0;
-            for (int a = 0; a < k; a++) {
-                int host = all[a].host_bytes > 0, rec = all[a].choice != COST_KEEP;
-                if ((host && (!(actions & PLAN_ACTION_OFFLOAD) ||
-                              p->stages[s].host_limit_bytes == 0)) ||
-                    (rec && !(actions & PLAN_ACTION_RECOMPUTE)))
-                    continue;
-                rows[L][count[L]++] = all[a];
-            }
-        }
-    int pick[4] = {0};
-    double best = INFINITY;
-    for (;;) {
-        int fits = 1;
-        L = 0;
-        for (int s = 0; s < p->n_stages; s++) {
-            struct plan_stage *st = &p->stages[s];
-            for (int l = 0; l < plan_stage_layer_count(st); l++, L++) {
-                const struct cost_row *r = &rows[L][pick[L]];
-                st->recompute[l] = (unsigned char)r->choice;
-                st->place[l] = (unsigned char)r->place;
-                st->offload_option[l] = (signed char)r->offload_option;
-                st->prefetch_ahead[l] = r->prefetch_ahead;
-            }
-            struct stage_cost c;
-            plan_stage_cost(p, st, &c);
-            fits = fits && c.memory_bytes <= st->memory_limit_bytes &&
-                   c.host_memory_bytes <= st->host_limit_bytes;
-        }
-        if (fits) {
-            struct sim_result r;
-            struct err e;
-            err_clear(&e);
-            if (sim_plan(p, &r, &e) == ERR_OK && r.iteration_ms < best)
-                best = r.iteration_ms;
-            sim_result_free(&r);
-        }
-        for (n = 0; n < L && ++pick[n] == count[n]; n++)
-            pick[n] = 0;
-        if (n == L)
-            return best;
-    }
 }
 
 static void test_exact_against_brute_force(void)
@@ -412,7 +312,7 @@ static void test_exact_against_brute_force(void)
                 double got = p.iteration_ms;
                 for (int s = 0; s < p.n_stages; s++)
                     offloaded += plan_stage_offloads(&p.stages[s]);
-                want = brute(&p, sets[k]);
+                want = instance_brute_force(&p, sets[k], 0);
                 CU_ASSERT(test_close(got, want, 1e-9, 1e-12));
                 if (!test_close(got, want, 1e-9, 1e-12))
                     printf("\ntrial %d actions %d: planner %.9g ms, brute force %.9g ms\n",

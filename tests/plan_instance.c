@@ -1,0 +1,133 @@
+#include "plan_instance.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void instance_init(struct instance *in, int n, int S, enum schedule sched, int micro_batches,
+                   double gbps, int64_t host)
+{
+    memset(in, 0, sizeof *in);
+    in->prof.n_layers = n;
+    in->prof.layers = calloc((size_t)n, sizeof *in->prof.layers);
+    snprintf(in->prof.device.name, sizeof in->prof.device.name, "gpu");
+    snprintf(in->prof.device.kind, sizeof in->prof.device.kind, "cuda");
+    in->prof.device.memory_bytes = (int64_t)1000 << 30;
+    in->prof.model = (struct model){.kind = MODEL_KIND_CUSTOM, .layer_count = n};
+    snprintf(in->prof.model.name, sizeof in->prof.model.name, "instance");
+    for (int l = 0; l < n; l++)
+        snprintf(in->prof.layers[l].name, sizeof in->prof.layers[l].name, "l%d", l);
+    struct cluster *c = &in->c;
+    *c = (struct cluster){.schedule = sched, .micro_batches = micro_batches,
+                          .model = in->prof.model, .n_layers = n, .n_stages = S,
+                          .n_profiles = 1, .profiles = &in->prof};
+    c->stages = calloc((size_t)S, sizeof *c->stages);
+    for (int s = 0; s < S; s++) {
+        struct cluster_stage *st = &c->stages[s];
+        snprintf(st->device, sizeof st->device, "gpu");
+        cluster_even_split(n, S, s, &st->first, &st->last);
+        st->host_memory_bytes = host;
+        st->host_link = (struct link){1, gbps, 10};
+        if (s + 1 < S)
+            st->link = (struct link){1, 100, 5};
+    }
+}
+
+void instance_free(struct instance *in)
+{
+    free(in->c.stages);
+    free(in->prof.layers);
+}
+
+void instance_attn_option(struct layer_cost *c, struct test_rng *r)
+{
+    c->n_options = 1;
+    snprintf(c->options[0].name, sizeof c->options[0].name, "attn");
+    c->options[0].transient_bytes = c->act_bytes / 2;
+    c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
+    c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+}
+
+int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
+{
+    struct plan_options o;
+    struct err e;
+    plan_options_default(&o);
+    err_clear(&e);
+    o.actions = actions;
+    o.verify = verify;
+    return planner_make(&in->c, &o, p, &e);
+}
+
+/* The actions the options allow each layer of p (4 layers at most). */
+static void allowed_rows(const struct plan *p, int actions, struct cost_row rows[4][COST_ACTIONS_MAX],
+                         int count[4])
+{
+    int L = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++, L++) {
+            struct cost_row all[COST_ACTIONS_MAX];
+            int k = cost_actions(&p->stages[s].layers[l],
+                                 cost_whole_offload(&p->model, l, p->stages[s].first + l), all);
+            count[L] = 0;
+            for (int a = 0; a < k; a++)
+                if ((all[a].host_bytes == 0 || (actions & PLAN_ACTION_OFFLOAD)) &&
+                    (all[a].choice == COST_KEEP || (actions & PLAN_ACTION_RECOMPUTE)))
+                    rows[L][count[L]++] = all[a];
+        }
+}
+
+/* p with stage optimizer places `places` (bit s: host) and layer actions rows[L][pick[L]]:
+ * its simulated time if every stage fits its device and host memory, else INFINITY. */
+static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACTIONS_MAX],
+                    const int pick[4])
+{
+    int L = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        for (int l = 0; l < plan_stage_layer_count(st); l++, L++) {
+            const struct cost_row *r = &rows[L][pick[L]];
+            st->recompute[l] = (unsigned char)r->choice;
+            st->place[l] = (unsigned char)r->place;
+            st->offload_option[l] = (signed char)r->offload_option;
+            st->prefetch_ahead[l] = r->prefetch_ahead;
+        }
+        st->optimizer = places >> s & 1 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        struct stage_cost c;
+        plan_stage_cost(p, st, &c);
+        if (c.memory_bytes > st->memory_limit_bytes || c.host_memory_bytes > st->host_limit_bytes)
+            return INFINITY;
+    }
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    double ms = sim_plan(p, &r, &e) == ERR_OK ? r.iteration_ms : INFINITY;
+    sim_result_free(&r);
+    return ms;
+}
+
+double instance_brute_force(struct plan *p, int actions, int device_only)
+{
+    struct cost_row rows[4][COST_ACTIONS_MAX];
+    int count[4], L = 0;
+    allowed_rows(p, actions, rows, count);
+    for (int s = 0; s < p->n_stages; s++)
+        L += plan_stage_layer_count(&p->stages[s]);
+    double best = INFINITY;
+    int hosts = actions & PLAN_ACTION_OPTIMIZER ? 1 << p->n_stages : 1;
+    for (int places = 0; places < hosts; places++) {
+        if (places & device_only)
+            continue;
+        int pick[4] = {0}, n;
+        for (;;) {
+            double ms = score(p, places, rows, pick);
+            best = ms < best ? ms : best;
+            for (n = 0; n < L && ++pick[n] == count[n]; n++)
+                pick[n] = 0;
+            if (n == L)
+                break;
+        }
+    }
+    return best;
+}

@@ -1,0 +1,35 @@
+/* Small planning instances in memory, for the planner's brute-force tests: one custom
+ * profile on a "gpu" and a cluster of its stages. */
+#ifndef BALLAST_PLAN_INSTANCE_H
+#define BALLAST_PLAN_INSTANCE_H
+
+#include "cluster.h"
+#include "planner.h"
+#include "sim.h"
+#include "testutil.h"
+
+struct instance {
+    struct cluster c;
+    struct profile prof;
+};
+
+/* n layers named l0, l1, … (zeroed: the caller fills their costs) of a custom model on a
+ * 1000 GiB "gpu", and S stages of them split evenly, each with `host` bytes of host memory
+ * over a host link of `gbps` (10 us) and a 100 Gb/s, 5 us link to the next; the caller sets
+ * each stage's memory_bytes. */
+void instance_init(struct instance *in, int n, int S, enum schedule sched, int micro_batches,
+                   double gbps, int64_t host);
+void instance_free(struct instance *in);
+/* The layer's one partial option, "attn": half its activations, regenerated in 10-50% of its
+ * forward (at random), after its fwd_ms and act_bytes are set. */
+void instance_attn_option(struct layer_cost *c, struct test_rng *r);
+/* planner_make with the default options but `actions` and `verify`. */
+int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
+/* The reference for the planner: every optimizer place of every stage (with
+ * PLAN_ACTION_OPTIMIZER; bit s of `device_only` keeps stage s's on the device) and every action
+ * the options allow on every layer (4 at most), each stage within its device and host memory,
+ * simulated: the least iteration time, INFINITY if nothing fits. p is left with the last
+ * combination tried. */
+double instance_brute_force(struct plan *p, int actions, int device_only);
+
+#endif

@@ -269,11 +269,12 @@ static int repartition_nofit(const struct cluster *c, const struct plan_options 
     return e->code;
 }
 
-static int plan_offloads(const struct plan *p)
+/* Whether any stage sends activations or its optimizer to host memory. */
+static int plan_uses_host(const struct plan *p)
 {
     int any = 0;
     for (int s = 0; s < p->n_stages; s++)
-        any |= plan_stage_offloads(&p->stages[s]);
+        any |= plan_stage_offloads(&p->stages[s]) || p->stages[s].optimizer == COST_PLACE_HOST;
     return any;
 }
 
@@ -281,7 +282,9 @@ static int plan_offloads(const struct plan *p)
  * gap. With offload the search picks the split and order with recompute only and each stage's
  * actions are then chosen with offload on them: never slower than the recompute-only plan of
  * that arrangement (methods.c), which is --repartition's plan without offload. The search's
- * bound holds for recompute only, so a plan that offloads carries no search or gap. */
+ * bound holds for recompute only, so a plan that offloads (or hosts an optimizer) carries no
+ * search or gap. The optimizer on the host is chosen the same way, per stage, after the
+ * search. */
 static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {
@@ -305,7 +308,7 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     if (rc)
         return rc;
     snprintf(out->method, sizeof out->method, "optimal+repartition");
-    if (plan_offloads(out))
+    if (plan_uses_host(out))
         return ERR_OK;
     double bound = found.lower_bound;
     out->optimality_gap = bound > 0 ? (out->iteration_ms - bound) / bound : 0;

@@ -513,6 +513,24 @@ static void test_repartition_with_offload(void)
     CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
     CU_ASSERT(out && strstr(out, "split and order: --repartition's search with recompute only"));
     free(out);
+    /* the optimizer on the host, too: chosen on the searched split, and then no gap (the
+     * search's bound is for recompute only) */
+    struct plan p;
+    struct err e;
+    const char *file = test_path("rp-opt.json");
+    snprintf(args, sizeof args,
+             "plan --method optimal --repartition --actions recompute,optimizer --quiet --cluster "
+             "%s/configs/clusters/cpu-3-offload.json -o %s",
+             BALLAST_SOURCE_DIR, file);
+    CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 0);
+    err_clear(&e);
+    CU_ASSERT_FATAL(plan_load(file, &p, &e) == ERR_OK);
+    int hosts = 0;
+    for (int s = 0; s < p.n_stages; s++)
+        hosts += p.stages[s].optimizer == COST_PLACE_HOST;
+    CU_ASSERT(hosts > 0);
+    CU_ASSERT(p.optimality_gap < 0 && !p.search.present);
+    plan_free(&p);
 }
 
 int main(void)

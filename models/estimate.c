@@ -355,7 +355,12 @@ static void gpt_acts(const struct model *m, int flash, struct framework_acts *a)
  *            own dtype, e sbV (no fp32 copy without tensor parallelism);
  *   embed  the token ids, 8 sb.
  * Recompute modules as GPT's: core_attn frees the log-sum-exp, mlp SwiGLU's input and output,
- * 3e sbF; ColossalAI recomputes whole blocks only. */
+ * 3e sbF; ColossalAI recomputes whole blocks only. Read in Megatron-LM d98e8a64
+ * (examples/llama/train_llama3_8b_h100_fp8.sh: dropouts 0, --attention-backend fused; rope
+ * fusion on unless --no-rope-fusion), NeMo 8cfedd72 (LlamaConfig and
+ * megatron_llama_config.yaml: dropouts 0, transformer_engine True) and ColossalAI 4f9953be
+ * (requirements: transformers==4.51.3; HybridParallelPlugin: enable_fused_normalization and
+ * enable_flash_attention False; shardformer/layer/loss.py dist_cross_entropy). */
 static void llama_acts(const struct model *m, int colossalai, struct framework_acts *a)
 {
     int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, heads = m->n_head,

@@ -36,6 +36,29 @@ static double layer_num(const cJSON *p, int layer, const char *key)
     return cJSON_GetObjectItem(l, key)->valuedouble;
 }
 
+/* Block 1's options: the recompute modules attn, mlp and attn+mlp free `core`, `mlp` and
+ * both of `block`; `n_want` of them. */
+static void check_options(const cJSON *p, double block, double core, double mlp, int n_want)
+{
+    const cJSON *opts = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "layers"),
+                                                               1),
+                                            "recompute_options"),
+                *o;
+    int n = 0;
+    cJSON_ArrayForEach(o, opts)
+    {
+        const char *name = cJSON_GetObjectItem(o, "name")->valuestring;
+        double freed = strcmp(name, "attn") == 0  ? core
+                       : strcmp(name, "mlp") == 0 ? mlp
+                                                  : core + mlp;
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(o, "transient_bytes")->valuedouble, freed);
+        CU_ASSERT_EQUAL(cJSON_GetObjectItem(o, "kept_bytes")->valuedouble, block - freed);
+        CU_ASSERT(cJSON_GetObjectItem(o, "recompute_ms")->valuedouble > 0);
+        n++;
+    }
+    CU_ASSERT_EQUAL(n, n_want);
+}
+
 static void check_13b(const char *framework, int flash)
 {
     cJSON *p = estimate_for("gpt-13b.json", "A100-80GB", framework);
@@ -48,23 +71,7 @@ static void check_13b(const char *framework, int flash)
     CU_ASSERT_EQUAL(layer_num(p, 1, "act_bytes"), block);
     CU_ASSERT_EQUAL(layer_num(p, last, "act_bytes"), 4 * sbh + 16 * S_ + 4 * S_ * V_);
     CU_ASSERT_EQUAL(layer_num(p, 0, "act_bytes"), 8 * S_ + sbh);
-    const cJSON *opts = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "layers"),
-                                                               1),
-                                            "recompute_options"),
-                *o;
-    int n = 0;
-    cJSON_ArrayForEach(o, opts)
-    {
-        const char *name = cJSON_GetObjectItem(o, "name")->valuestring;
-        double freed = strcmp(name, "attn") == 0 ? core
-                       : strcmp(name, "mlp") == 0 ? 16 * sbh
-                                                  : core + 16 * sbh;
-        CU_ASSERT_EQUAL(cJSON_GetObjectItem(o, "transient_bytes")->valuedouble, freed);
-        CU_ASSERT_EQUAL(cJSON_GetObjectItem(o, "kept_bytes")->valuedouble, block - freed);
-        CU_ASSERT(cJSON_GetObjectItem(o, "recompute_ms")->valuedouble > 0);
-        n++;
-    }
-    CU_ASSERT_EQUAL(n, flash ? 3 : 0); /* ColossalAI's GPT-2 takes no recompute module */
+    check_options(p, block, core, 16 * sbh, flash ? 3 : 0); /* none for ColossalAI's GPT-2 */
     const cJSON *prov = cJSON_GetObjectItem(p, "provenance");
     CU_ASSERT(strcmp(cJSON_GetObjectItem(prov, "for")->valuestring, framework) == 0);
     cJSON_Delete(p);
@@ -98,23 +105,7 @@ static void check_llama3_8b(const char *framework, int colossalai)
     CU_ASSERT_EQUAL(layer_num(p, last - 1, "act_bytes"), block);
     CU_ASSERT_EQUAL(layer_num(p, last, "act_bytes"), head);
     CU_ASSERT_EQUAL(layer_num(p, 0, "act_bytes"), 8 * s);
-    const cJSON *opts = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "layers"),
-                                                               1),
-                                            "recompute_options"),
-                *o;
-    int n = 0;
-    cJSON_ArrayForEach(o, opts)
-    {
-        const char *name = cJSON_GetObjectItem(o, "name")->valuestring;
-        double freed = strcmp(name, "attn") == 0  ? core
-                       : strcmp(name, "mlp") == 0 ? mlp
-                                                  : core + mlp;
-        CU_ASSERT_EQUAL(cJSON_GetObjectItem(o, "transient_bytes")->valuedouble, freed);
-        CU_ASSERT_EQUAL(cJSON_GetObjectItem(o, "kept_bytes")->valuedouble, block - freed);
-        CU_ASSERT(cJSON_GetObjectItem(o, "recompute_ms")->valuedouble > 0);
-        n++;
-    }
-    CU_ASSERT_EQUAL(n, colossalai ? 0 : 3); /* ColossalAI: whole blocks (num_ckpt_layers) */
+    check_options(p, block, core, mlp, colossalai ? 0 : 3); /* ColossalAI: whole blocks */
     CU_ASSERT(strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "provenance"), "for")
                          ->valuestring,
                      framework) == 0);

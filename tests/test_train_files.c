@@ -326,44 +326,58 @@ static int same(const struct train_metrics *a, const struct train_metrics *b, in
     return ok;
 }
 
-/* Weights in on 1 and 3 ranks give the same losses; weights out, gathered or per stage, are
- * the same bytes and start the same runs again. */
-static void test_weights_round_trip(void)
+/* Weights in from `w0` on 1 and 3 ranks give the same losses; weights out, gathered
+ * (TAG-a.safetensors) or per stage (TAG-c-{stage}.safetensors), are the same bytes and start
+ * the same runs again. *ma: the 1-rank run's losses. 0 when every run ran. */
+static int round_trip(const char *tag, const char *w0, const char *plan1, const char *plan3,
+                      struct train_metrics *ma)
 {
-    char w0[1024], a[1024], b[1024], c[1024], extra[4096];
-    snprintf(w0, sizeof w0, "%s", write_gpt2("w0.safetensors", NULL, NULL, NULL, 0));
-    snprintf(a, sizeof a, "%s", test_path("a.safetensors"));
-    snprintf(b, sizeof b, "%s", test_path("b.safetensors"));
-    snprintf(c, sizeof c, "%s", test_path("c-{stage}.safetensors"));
-    struct train_metrics ma, mb, mc, md, me, seeded;
+    char a[1024], b[1024], c[1024], extra[4096], name[64];
+    snprintf(name, sizeof name, "%s-a.safetensors", tag);
+    snprintf(a, sizeof a, "%s", test_path(name));
+    snprintf(name, sizeof name, "%s-b.safetensors", tag);
+    snprintf(b, sizeof b, "%s", test_path(name));
+    snprintf(name, sizeof name, "%s-c-{stage}.safetensors", tag);
+    snprintf(c, sizeof c, "%s", test_path(name));
+    struct train_metrics mb, mc, md, me, seeded;
     snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, a);
-    if (run_losses(1, plan_w1, extra, "wa.json", &ma))
-        return;
+    if (run_losses(1, plan1, extra, "wa.json", ma))
+        return -1;
     snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, b);
-    if (run_losses(3, plan_w3, extra, "wb.json", &mb))
-        return;
+    if (run_losses(3, plan3, extra, "wb.json", &mb))
+        return -1;
     snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, c);
-    if (run_losses(3, plan_w3, extra, "wc.json", &mc))
-        return;
-    CU_ASSERT(same(&ma, &mb, 3));
-    CU_ASSERT(same(&ma, &mc, 3));
+    if (run_losses(3, plan3, extra, "wc.json", &mc))
+        return -1;
+    CU_ASSERT(same(ma, &mb, 3));
+    CU_ASSERT(same(ma, &mc, 3));
     CU_ASSERT(train_files_equal(a, b)); /* rank 0 gathered what one rank holds */
     /* the weights came from the file: the seed's own weights give other losses */
-    if (run_losses(1, plan_w1, "--steps 3", "wseed.json", &seeded))
-        return;
-    CU_ASSERT(seeded.loss[0] != ma.loss[0]);
+    if (run_losses(1, plan1, "--steps 3", "wseed.json", &seeded))
+        return -1;
+    CU_ASSERT(seeded.loss[0] != ma->loss[0]);
     /* the saved weights start a run again: one file on 1 rank, a file per stage on 3 */
     snprintf(extra, sizeof extra, "--steps 2 --init '%s'", a);
-    if (run_losses(1, plan_w1, extra, "wd.json", &md))
-        return;
+    if (run_losses(1, plan1, extra, "wd.json", &md))
+        return -1;
     snprintf(extra, sizeof extra, "--steps 2 --init '%s'", c);
-    if (run_losses(3, plan_w3, extra, "we.json", &me))
-        return;
+    if (run_losses(3, plan3, extra, "we.json", &me))
+        return -1;
     CU_ASSERT(same(&md, &me, 2));
-    CU_ASSERT(md.loss[0] != ma.loss[0]); /* trained weights, not the file's first ones */
+    CU_ASSERT(md.loss[0] != ma->loss[0]); /* trained weights, not the file's first ones */
+    return 0;
+}
+
+static void test_weights_round_trip(void)
+{
+    char w0[1024];
+    snprintf(w0, sizeof w0, "%s", write_gpt2("w0.safetensors", NULL, NULL, NULL, 0));
+    struct train_metrics ma;
+    if (round_trip("gpt", w0, plan_w1, plan_w3, &ma))
+        return;
     /* and per-stage files hold their stage's tensors only: stage 0 the embeddings */
     char s0[1024];
-    snprintf(s0, sizeof s0, "%s", test_path("c-0.safetensors"));
+    snprintf(s0, sizeof s0, "%s", test_path("gpt-c-0.safetensors"));
     char *text = test_read(s0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT(strstr(text + 8, "\"wte.weight\"") != NULL);
@@ -452,47 +466,23 @@ static void expect_same_tensors(const char *saved, const char *want)
     cJSON_Delete(b);
 }
 
-/* A Llama's weights by Hugging Face's names: in on 1 and 3 ranks (and a tied file, without
- * lm_head.weight) give the same losses; out, gathered or per stage, with the same names and
- * shapes, the same bytes, and they start the same runs again. The values' mapping (q, k, v
- * and gate, up row blocks) is checked against PyTorch by tests/torch/test_numerics_torch.py. */
+/* A Llama's weights by Hugging Face's names: round_trip's, the saved file with the same
+ * names and shapes as the one read, and a tied file (no lm_head.weight) the same model. The
+ * values' mapping (q, k, v and gate, up row blocks) is checked against PyTorch by
+ * tests/torch/test_numerics_torch.py --kind llama. */
 static void test_llama_weights(void)
 {
-    char w0[1024], wt[1024], a[1024], b[1024], c[1024], extra[4096];
+    char w0[1024], wt[1024], extra[4096];
     snprintf(w0, sizeof w0, "%s", write_llama("l0.safetensors", 0, NULL, NULL, NULL));
     snprintf(wt, sizeof wt, "%s", write_llama("ltied.safetensors", 1, NULL, NULL, NULL));
-    snprintf(a, sizeof a, "%s", test_path("la.safetensors"));
-    snprintf(b, sizeof b, "%s", test_path("lb.safetensors"));
-    snprintf(c, sizeof c, "%s", test_path("lc-{stage}.safetensors"));
-    struct train_metrics ma, mb, mc, md, me, mt, seeded;
-    snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, a);
-    if (run_losses(1, plan_l1, extra, "la.json", &ma))
+    struct train_metrics ma, mt;
+    if (round_trip("llama", w0, plan_l1, plan_l3, &ma))
         return;
-    snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, b);
-    if (run_losses(3, plan_l3, extra, "lb.json", &mb))
-        return;
-    snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, c);
-    if (run_losses(3, plan_l3, extra, "lc.json", &mc))
-        return;
+    expect_same_tensors(test_path("llama-a.safetensors"), w0);
     snprintf(extra, sizeof extra, "--steps 3 --init '%s'", wt);
     if (run_losses(1, plan_l1, extra, "lt.json", &mt))
         return;
-    CU_ASSERT(same(&ma, &mb, 3));
-    CU_ASSERT(same(&ma, &mc, 3));
     CU_ASSERT(same(&ma, &mt, 3));
-    CU_ASSERT(train_files_equal(a, b));
-    expect_same_tensors(a, w0);
-    if (run_losses(1, plan_l1, "--steps 3", "lseed.json", &seeded))
-        return;
-    CU_ASSERT(seeded.loss[0] != ma.loss[0]);
-    snprintf(extra, sizeof extra, "--steps 2 --init '%s'", a);
-    if (run_losses(1, plan_l1, extra, "ld.json", &md))
-        return;
-    snprintf(extra, sizeof extra, "--steps 2 --init '%s'", c);
-    if (run_losses(3, plan_l3, extra, "le.json", &me))
-        return;
-    CU_ASSERT(same(&md, &me, 2));
-    CU_ASSERT(md.loss[0] != ma.loss[0]);
     /* bad Llama files name the tensor */
     char args[4096], needle[2048];
     const char *p = write_llama("lmiss.safetensors", 0, "model.layers.1.self_attn.k_proj.weight",

@@ -312,47 +312,48 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
  * state stay the datasheet estimate's. */
 static const char *const framework_names[] = {"megatron", "nemo", "colossalai"};
 
-/* A block as the framework keeps it: `block` bytes, of which the attention core's own
- * `core` and the MLP's `mlp`, with the recompute modules a framework with flash attention
- * takes (ColossalAI's GPT-2 and Llama take none). */
-static void framework_block(struct layer_cost *c, int64_t block, int64_t core, int64_t mlp,
-                            double mlp_share, int modules)
+/* What each layer kind keeps in the framework, and its recompute modules. */
+struct framework_acts {
+    int64_t embed, block, head;
+    int64_t core, mlp;  /* freed by the attention core's and the MLP's recompute modules */
+    double mlp_share;   /* the whole MLP's share of a block's forward */
+    double core_share;  /* the attention core's (scores and att v) */
+    int modules;        /* 0: whole blocks only */
+};
+
+/* A block as the framework keeps it, with the recompute modules a framework with flash
+ * attention takes (ColossalAI's GPT-2 and Llama take none). Their times: the runtime's
+ * options (the probabilities, the activation) where it has them; a flash model's runtime has
+ * no "attn" option, so the attention core's share of the forward stands in. */
+static void framework_block(struct layer_cost *c, const struct framework_acts *a)
 {
-    double attn_ms = 0, act_ms = 0; /* the runtime's options: core and activation alone */
+    double attn_ms = c->fwd_ms * a->core_share, act_ms = 0;
     for (int k = 0; k < c->n_options; k++) {
         if (strcmp(c->options[k].name, "attn") == 0)
             attn_ms = c->options[k].recompute_ms;
         if (strcmp(c->options[k].name, "mlp") == 0)
             act_ms = c->options[k].recompute_ms;
     }
-    double mlp_ms = c->fwd_ms * mlp_share + act_ms;
-    c->act_bytes = block;
+    double mlp_ms = c->fwd_ms * a->mlp_share + act_ms;
+    c->act_bytes = a->block;
     c->n_options = 0;
-    if (!modules)
+    if (!a->modules)
         return;
     struct {
         const char *name;
         int64_t freed;
         double ms;
-    } opt[] = {{"attn", core, attn_ms},
-               {"mlp", mlp, mlp_ms},
-               {"attn+mlp", core + mlp, attn_ms + mlp_ms}};
+    } opt[] = {{"attn", a->core, attn_ms},
+               {"mlp", a->mlp, mlp_ms},
+               {"attn+mlp", a->core + a->mlp, attn_ms + mlp_ms}};
     for (int k = 0; k < 3; k++) {
         struct recompute_option *o = &c->options[c->n_options++];
         snprintf(o->name, sizeof o->name, "%s", opt[k].name);
-        o->kept_bytes = block - opt[k].freed;
+        o->kept_bytes = a->block - opt[k].freed;
         o->transient_bytes = opt[k].freed;
         o->recompute_ms = opt[k].ms;
     }
 }
-
-/* What each layer kind keeps in the framework, and its recompute modules. */
-struct framework_acts {
-    int64_t embed, block, head;
-    int64_t core, mlp; /* freed by the attention core's and the MLP's recompute modules */
-    double mlp_share;  /* the whole MLP's share of a block's forward */
-    int modules;       /* 0: whole blocks only */
-};
 
 static void gpt_acts(const struct model *m, int flash, struct framework_acts *a)
 {
@@ -364,8 +365,9 @@ static void gpt_acts(const struct model *m, int flash, struct framework_acts *a)
     a->embed = 8 * s * b + sbh;
     a->head = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
     a->block = el * sbh * 16 + 2 * sbh + 16 * s * b + a->core;
-    /* the MLP's GEMMs' FLOPs, 16 sbh^2 of 24 sbh^2 + 4 s^2 bh */
+    /* the MLP's GEMMs' FLOPs, 16 sbh^2 of 24 sbh^2 + 4 s^2 bh; the core's 4 s^2 bh */
     a->mlp_share = 16.0 * (double)h / (24.0 * (double)h + 4.0 * (double)s);
+    a->core_share = 4.0 * (double)s / (24.0 * (double)h + 4.0 * (double)s);
     a->modules = flash;
 }
 
@@ -410,9 +412,10 @@ static void llama_acts(const struct model *m, int colossalai, struct framework_a
         a->head = 2 * el * sbh + 4 * sb + 4 * sb * V;
     }
     /* the MLP's GEMMs' FLOPs, 6 sbhF, of the block's 2 sbh (h + 2d) + 2 sbh^2 + 4 s^2 bh +
-     * 6 sbhF */
-    a->mlp_share = 3.0 * (double)F / (2.0 * (double)h + 2.0 * (double)d + 2.0 * (double)s +
-                                      3.0 * (double)F);
+     * 6 sbhF; the core's 4 s^2 bh */
+    double forward = 2.0 * (double)h + 2.0 * (double)d + 2.0 * (double)s + 3.0 * (double)F;
+    a->mlp_share = 3.0 * (double)F / forward;
+    a->core_share = 2.0 * (double)s / forward;
     a->modules = !colossalai;
 }
 
@@ -442,7 +445,7 @@ int estimate_for_framework(const struct model *m, const char *framework, struct 
         else if (kind == MODEL_LAYER_HEAD)
             c->act_bytes = a.head;
         else
-            framework_block(c, a.block, a.core, a.mlp, a.mlp_share, a.modules);
+            framework_block(c, &a);
     }
     cJSON_AddStringToObject(p->provenance, "for", framework);
     cJSON_AddStringToObject(p->provenance, "for_method",

@@ -146,6 +146,27 @@ static void test_head_against_runtime(void)
     cJSON_Delete(meg);
 }
 
+/* A flash model (Ballast's own runtime has no "attn" option for it): the same framework
+ * bytes as the materialised model's (the framework's attention is its own), and core_attn's
+ * time the attention core's share of the forward, 4 s^2 bh of 2 sbh (2h + 2d + 2s + 3F)
+ * (llama-tiny: h 64, d 32, s 64, F 172). */
+static void test_flash_model(void)
+{
+    cJSON *mat = estimate_for("llama-tiny.json", "A100-80GB", "megatron");
+    cJSON *fl = estimate_for("llama-tiny-flash.json", "A100-80GB", "megatron");
+    CU_ASSERT_EQUAL(layer_num(fl, 1, "act_bytes"), layer_num(mat, 1, "act_bytes"));
+    const cJSON *o = cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(fl, "layers"), 1),
+                            "recompute_options"),
+        0);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(o, "name")->valuestring, "attn");
+    double want = layer_num(fl, 1, "fwd_ms") * 128.0 / (128 + 64 + 128 + 516);
+    CU_ASSERT(test_close(cJSON_GetObjectItem(o, "recompute_ms")->valuedouble, want, 0, 1e-12));
+    check_options(fl, layer_num(mat, 1, "act_bytes"), 4 * 4 * 64 * 2, 3 * 4 * 64 * 2 * 172, 3);
+    cJSON_Delete(mat);
+    cJSON_Delete(fl);
+}
+
 static void test_usage(void)
 {
     char args[1024];
@@ -224,6 +245,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("estimate_for", NULL, NULL);
     CU_add_test(s, "--for: sizes by hand for GPT-13B", test_sizes_by_hand);
     CU_add_test(s, "--for: sizes by hand for Llama-3 8B", test_llama_by_hand);
+    CU_add_test(s, "--for: a flash model's core_attn time", test_flash_model);
     CU_add_test(s, "--for: the head against the runtime's", test_head_against_runtime);
     CU_add_test(s, "--for: usage errors", test_usage);
     CU_add_test(s, "--for: plans on its profiles", test_plan_on_it);

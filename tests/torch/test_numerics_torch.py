@@ -13,7 +13,9 @@ weights 1e-4 absolute after 5 steps (AdamW moves each weight by about lr = 1e-3 
 gradient sign error shows as 1e-3).
 Needs Debian's python3-torch for /usr/bin/python3 (scripts/deps.sh installs it).
 Run: /usr/bin/python3 tests/torch/test_numerics_torch.py BALLAST [WORKDIR] [--kind gpt|llama]
-from the repo root (default gpt; llama: configs/models/llama-tiny.json)."""
+[--attention flash] from the repo root (default gpt; llama: configs/models/llama-tiny.json).
+--attention flash runs Ballast's flash kernels ("attention": "flash") against the same
+reference: PyTorch's materialised softmax is the same function, so the bounds stay."""
 import json
 import os
 import shutil
@@ -76,14 +78,19 @@ def llama_params(m):
     return out + [([("model.norm.weight",) * 2], 0), ([("lm_head.weight",) * 2], 0)]
 
 
-def kind_setup(kind):
+def kind_setup(kind, attention):
     """(model, reference model, parameters in arena order, stage counts)."""
     torch.manual_seed(0)
     if kind == "gpt":
-        return GPT_MODEL, GPT(GPT_MODEL, recompute=False), gpt_params(), (1, 2)
-    with open(os.path.join(ROOT, "configs", "models", "llama-tiny.json")) as f:
-        m = json.load(f)
-    return m, Llama(m, recompute=False), llama_params(m), (1, 3)
+        m = dict(GPT_MODEL)
+        ref, params, stages = GPT(m, recompute=False), gpt_params(), (1, 2)
+    else:
+        with open(os.path.join(ROOT, "configs", "models", "llama-tiny.json")) as f:
+            m = json.load(f)
+        ref, params, stages = Llama(m, recompute=False), llama_params(m), (1, 3)
+    if attention is not None:
+        m["attention"] = attention
+    return m, ref, params, stages
 
 
 def pieces(params):
@@ -206,25 +213,29 @@ def reference_steps(model, idx, targets):
 
 def main():
     args = sys.argv[1:]
-    kind = "gpt"
-    if "--kind" in args:
-        at = args.index("--kind")
-        kind = args[at + 1]
-        del args[at:at + 2]
-    if kind not in ("gpt", "llama"):
-        sys.exit("test_numerics_torch: --kind %s, expected gpt or llama" % kind)
+    opts = {"--kind": "gpt", "--attention": None}
+    for name in opts:
+        if name in args:
+            at = args.index(name)
+            opts[name] = args[at + 1]
+            del args[at:at + 2]
+    kind, attention = opts["--kind"], opts["--attention"]
+    if kind not in ("gpt", "llama") or attention not in (None, "flash", "materialized"):
+        sys.exit("test_numerics_torch: --kind %s --attention %s, expected gpt or llama, "
+                 "flash or materialized" % (kind, attention))
     ballast = os.path.abspath(args[0])
     work = args[1] if len(args) > 1 else tempfile.mkdtemp(prefix="ballast-numerics-")
     os.makedirs(work, exist_ok=True)
     try:
-        compare(ballast, work, kind)
+        compare(ballast, work, kind, attention)
     finally:
         if len(args) <= 1:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def compare(ballast, work, kind):
-    spec, model, params, stage_counts = kind_setup(kind)
+def compare(ballast, work, kind, attention):
+    spec, model, params, stage_counts = kind_setup(kind, attention)
+    kind += "" if attention is None else ", " + attention
     T, V = spec["seq_len"], spec["vocab_size"]
     write_safetensors(os.path.join(work, "w0.safetensors"), model, params)
     seq = torch.randint(0, V, (T + 1,), generator=torch.Generator().manual_seed(1))

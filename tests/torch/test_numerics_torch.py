@@ -26,12 +26,11 @@ import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-try:
-    import torch
-except ImportError:
-    sys.exit("test_numerics_torch: PyTorch is missing for %s; install it with "
-             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)"
-             % sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_or_skip import require_torch  # noqa: E402
+
+require_torch("test_numerics_torch")
+import torch  # noqa: E402
 
 from torch_gpt_model import GPT  # noqa: E402
 from torch_llama_model import Llama  # noqa: E402

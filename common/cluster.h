@@ -23,6 +23,11 @@ struct cluster_stage {
     struct link link; /* to the next stage; overrides the cluster's */
     int64_t host_memory_bytes; /* host memory it may offload to; 0: no offload */
     struct link host_link;     /* its own, else its profile's, else devices.json's */
+    /* Tensor and data parallelism (cost.h cost_group): tp GPUs of the device in one node,
+     * the stage replicated dp times; 1 and 1 unless given. */
+    int tp, dp;
+    int per_node;          /* GPUs of the device in a node; 0: not given */
+    struct link node_link; /* between its tp GPUs */
 };
 
 struct cluster {
@@ -36,6 +41,11 @@ struct cluster {
     struct profile *profiles;
     struct model model; /* the model every profile describes */
     int n_layers;
+    int shard_optimizer;  /* "shard_optimizer": optimizer state sharded over dp (ZeRO-1) */
+    struct link dp_link;  /* between replicas; absent: each stage's link */
+    /* per profile, per layer: the gradient bytes on each GPU of its stages' tp group,
+     * all-reduced over dp replicas (NULL when the profile's stages have tp = dp = 1) */
+    int64_t **grad_bytes;
 };
 
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
@@ -53,6 +63,21 @@ const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
 int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out);
 /* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
 struct link cluster_link(const struct cluster *c, int stage);
+
+/* cluster_group.c: a stage's "tp", "dp", "per_node" and "node_link"; the cluster's
+ * "shard_optimizer" and "dp_link"; then (once every stage is read) the checks (tp divides the
+ * heads and fits a node, one dp for the pipeline, one tp per device) and every grouped
+ * profile's layers replaced by their costs on each GPU of the group. */
+int cluster_group_read_stage(const cJSON *obj, const char *file, const char *path,
+                             struct cluster_stage *st, struct err *e);
+int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e);
+int cluster_group_apply(struct cluster *c, const char *file, struct err *e);
+void cluster_group_free(struct cluster *c);
+/* The link between the replicas of `stage`: the cluster's dp_link, else the stage's link to
+ * the next (the last stage: the cluster's link). */
+struct link cluster_dp_link(const struct cluster *c, int stage);
+/* Gradient bytes on each GPU of `stage` for its layers first..last, reduced over dp. */
+int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last);
 
 /* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);

@@ -63,6 +63,9 @@ struct profile {
     int n_layers;
     struct layer_cost *layers; /* owned, n_layers of them, in model order */
     cJSON *provenance;         /* owned, may be NULL: where the numbers come from */
+    /* "tp_efficiency"?: the share of ideal speed-up its compute reaches split over a
+     * tensor-parallel group (cost.h cost_group); 0 when not stated, taken as 1.0 */
+    double tp_efficiency;
 };
 
 /* Reads and validates a profile: every layer of the model, in order, with its expected

@@ -129,6 +129,12 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
         st->link = cluster_link(c, s);
     st->host_limit_bytes = c->stages[s].host_memory_bytes;
     st->host_link = c->stages[s].host_link;
+    st->tp = c->stages[s].tp;
+    st->dp = c->stages[s].dp;
+    if (st->dp > 1) {
+        st->dp_link = cluster_dp_link(c, s);
+        st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);
+    }
     struct stage_cost before;
     plan_stage_cost(p, st, &before);
     st->memory_before_bytes = before.memory_bytes;

@@ -1,0 +1,173 @@
+/* A cluster's stages as groups of GPUs (issue 17): tensor parallel inside a node, data
+ * parallel across replicas. Read, checked, and applied to the stages' profiles, so that every
+ * part after cluster_load (methods, searches, simulator, plans) sees the costs of one GPU of
+ * each group (cost.h cost_group). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "cost.h"
+#include "jsonio.h"
+
+#define GROUP_TP_MAX 1024
+#define GROUP_DP_MAX (1 << 20)
+
+static int read_link(const cJSON *obj, const char *file, const char *path, const char *key,
+                     struct link *l, struct err *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char lp[JSONIO_PATH_MAX];
+    jsonio_path_key(lp, path, key);
+    return v != NULL ? link_from_json(v, file, lp, 1, l, e) : ERR_OK;
+}
+
+int cluster_group_read_stage(const cJSON *obj, const char *file, const char *path,
+                             struct cluster_stage *st, struct err *e)
+{
+    int64_t tp = 1, dp = 1, per_node = 0;
+    if (jsonio_int_opt(obj, file, path, "tp", 1, GROUP_TP_MAX, &tp, e) ||
+        jsonio_int_opt(obj, file, path, "dp", 1, GROUP_DP_MAX, &dp, e) ||
+        jsonio_int_opt(obj, file, path, "per_node", 1, GROUP_TP_MAX, &per_node, e) ||
+        read_link(obj, file, path, "node_link", &st->node_link, e))
+        return e->code;
+    st->tp = (int)tp;
+    st->dp = (int)dp;
+    st->per_node = (int)per_node;
+    if (per_node > 0 && tp > per_node)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.tp: %lld GPUs, but a node has only %lld (per_node): a "
+                       "tensor-parallel group stays inside one node",
+                       file, path, (long long)tp, (long long)per_node);
+    return ERR_OK;
+}
+
+int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e)
+{
+    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(root, "shard_optimizer");
+    if (shard != NULL && jsonio_bool(root, file, "", "shard_optimizer", &c->shard_optimizer, e))
+        return e->code;
+    return read_link(root, file, "", "dp_link", &c->dp_link, e);
+}
+
+/* tp splits the heads (and Llama's key/value heads) evenly; a custom model has none known. */
+static int check_heads(const struct cluster *c, const char *file, int s, struct err *e)
+{
+    const struct model *m = &c->model;
+    int tp = c->stages[s].tp;
+    if (tp == 1)
+        return ERR_OK;
+    if (m->kind == MODEL_KIND_CUSTOM)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].tp: %d, but a custom model's layers cannot be split: "
+                       "tensor parallelism needs the model's heads",
+                       file, s, tp);
+    if (m->n_head % tp != 0)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].tp: %d does not divide the model's n_head %d", file, s,
+                       tp, m->n_head);
+    if (m->kind == MODEL_KIND_LLAMA && m->n_kv_head % tp != 0)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].tp: %d does not divide the model's n_kv_head %d", file,
+                       s, tp, m->n_kv_head);
+    return ERR_OK;
+}
+
+static int same_link(const struct link *a, const struct link *b)
+{
+    return a->present == b->present &&
+           (!a->present || (a->gbps == b->gbps && a->latency_us == b->latency_us));
+}
+
+/* One dp for the pipeline (every stage replicated alike), and one group per device: stages of
+ * one device share its profile, which becomes the group's costs. */
+static int check_stage(const struct cluster *c, const char *file, int s, struct err *e)
+{
+    const struct cluster_stage *st = &c->stages[s];
+    if (st->dp != c->stages[0].dp)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].dp: %d, but stages[0].dp is %d: every stage of a "
+                       "pipeline is replicated alike",
+                       file, s, st->dp, c->stages[0].dp);
+    for (int t = 0; t < s; t++) {
+        const struct cluster_stage *o = &c->stages[t];
+        if (strcmp(o->device, st->device) != 0)
+            continue;
+        if (o->tp != st->tp)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].tp: %d, but stages[%d] on the same device \"%s\" "
+                           "has tp %d (stages of one device share its costs)",
+                           file, s, st->tp, t, st->device, o->tp);
+        if (!same_link(&o->node_link, &st->node_link))
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].node_link: differs from stages[%d]'s on the same "
+                           "device \"%s\" (stages of one device share its costs)",
+                           file, s, t, st->device);
+    }
+    return check_heads(c, file, s, e);
+}
+
+/* Profile k as the GPUs of stage s's group see it, and its gradient bytes per GPU. */
+static int apply_group(struct cluster *c, int s, struct err *e)
+{
+    const struct cluster_stage *st = &c->stages[s];
+    struct profile *p = &c->profiles[st->profile];
+    int64_t *grad = malloc((size_t)p->n_layers * sizeof *grad);
+    if (grad == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    c->grad_bytes[st->profile] = grad;
+    struct cost_group g = {
+        .tp = st->tp,
+        .dp = st->dp,
+        .shard_optimizer = c->shard_optimizer,
+        .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+        .node_link = st->node_link,
+        .tensor_bytes = cost_tp_tensor_bytes(&c->model),
+        .dtype = c->model.dtype,
+    };
+    for (int l = 0; l < p->n_layers; l++) {
+        grad[l] = (cost_grad_bytes(p->layers[l].state_bytes, g.dtype) + g.tp - 1) / g.tp;
+        cost_group_layer(&p->layers[l], model_layer_kind(&c->model, l), &g, &p->layers[l]);
+    }
+    return ERR_OK;
+}
+
+int cluster_group_apply(struct cluster *c, const char *file, struct err *e)
+{
+    int grouped = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        if (check_stage(c, file, s, e))
+            return e->code;
+        grouped |= c->stages[s].tp > 1 || c->stages[s].dp > 1;
+    }
+    if (!grouped)
+        return ERR_OK;
+    c->grad_bytes = calloc((size_t)c->n_profiles, sizeof *c->grad_bytes);
+    if (c->grad_bytes == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0; s < c->n_stages; s++)
+        if (c->grad_bytes[c->stages[s].profile] == NULL && apply_group(c, s, e))
+            return e->code;
+    return ERR_OK;
+}
+
+void cluster_group_free(struct cluster *c)
+{
+    for (int k = 0; c->grad_bytes != NULL && k < c->n_profiles; k++)
+        free(c->grad_bytes[k]);
+    free(c->grad_bytes);
+    c->grad_bytes = NULL;
+}
+
+struct link cluster_dp_link(const struct cluster *c, int stage)
+{
+    return c->dp_link.present ? c->dp_link : cluster_link(c, stage);
+}
+
+int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last)
+{
+    const int64_t *grad = c->grad_bytes != NULL ? c->grad_bytes[c->stages[stage].profile] : NULL;
+    int64_t sum = 0;
+    for (int l = first; grad != NULL && l <= last; l++)
+        sum += grad[l];
+    return sum;
+}

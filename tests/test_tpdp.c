@@ -1,0 +1,189 @@
+/* Tensor and data parallelism (issue 17): a stage's costs on each GPU of its group against
+ * Megatron-LM's published formulas worked by hand, the simulator's data-parallel step against
+ * its critical path derived by hand, and clusters that cannot be built refused with their
+ * numbers. */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "cost.h"
+#include "testutil.h"
+
+/* GPT, s = 32, b = 2, h = 64, a = 8, bf16: one b*s*h tensor is 2 * 32 * 64 * 2 = 8192 bytes. */
+#define SEQ 32
+#define BATCH 2
+#define HIDDEN 64
+#define HEADS 8
+#define SBH (SEQ * BATCH * HIDDEN)
+/* Korthikanti et al. 2022, eq. (1): a block keeps s*b*h*(34 + 5*a*s/h) bytes (16-bit). */
+#define BLOCK_ACT ((int64_t)SBH * (34 + 5 * HEADS * SEQ / HIDDEN))
+/* A block's parameters, 12h^2 + 13h, at the runtime's 18 bytes each in bf16. */
+#define BLOCK_PARAMS ((int64_t)12 * HIDDEN * HIDDEN + 13 * HIDDEN)
+
+static const char *model_json(const char *kind)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf,
+             "{\"kind\":\"%s\",\"n_layer\":2,\"n_embd\":%d,\"n_head\":%d,\"seq_len\":%d,"
+             "\"vocab_size\":128,\"micro_batch\":%d,\"dtype\":\"bf16\"%s}",
+             kind, HIDDEN, HEADS, SEQ, BATCH,
+             strcmp(kind, "llama") == 0 ? ",\"n_kv_head\":2,\"ffn_hidden\":128,"
+                                          "\"rope_theta\":10000,\"norm_eps\":1e-5"
+                                        : "");
+    return buf;
+}
+
+/* A layer of 8 ms forward and 16 ms backward with `params` parameters and `act` bytes kept;
+ * a block has an option "attn" that regenerates 4*s*b*h bytes in 2 ms. */
+static void layer_json(char *out, size_t cap, const char *name, int64_t params, int64_t act)
+{
+    char option[160] = "";
+    if (strncmp(name, "block", 5) == 0)
+        snprintf(option, sizeof option,
+                 ",\"recompute_options\":[{\"name\":\"attn\",\"kept_bytes\":%lld,"
+                 "\"transient_bytes\":%lld,\"recompute_ms\":2}]",
+                 (long long)(act - 4 * SBH), (long long)(4 * SBH));
+    snprintf(out, cap,
+             "{\"name\":\"%s\",\"fwd_ms\":8,\"bwd_ms\":16,\"state_bytes\":%lld,\"act_bytes\":%lld,"
+             "\"ckpt_bytes\":%d,\"out_bytes\":%d,\"workspace_bytes\":10000%s}",
+             name, (long long)(18 * params), (long long)act, 2 * SBH, 2 * SBH, option);
+}
+
+/* A profile of the model on device "G" with tp_efficiency 0.8; returns its path (caller
+ * frees). */
+static char *write_profile(const char *name, const char *kind)
+{
+    char l[4][512], text[4096];
+    layer_json(l[0], sizeof l[0], "embed", 128 * HIDDEN + SEQ * HIDDEN, 2 * SBH);
+    layer_json(l[1], sizeof l[1], "block.0", BLOCK_PARAMS, BLOCK_ACT);
+    layer_json(l[2], sizeof l[2], "block.1", BLOCK_PARAMS, BLOCK_ACT);
+    layer_json(l[3], sizeof l[3], "head", 128 * HIDDEN, 6 * SBH);
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-profile/1\",\"device\":{\"name\":\"G\",\"kind\":\"cuda\","
+             "\"memory_bytes\":1000000000},\"estimated\":true,\"tp_efficiency\":0.8,"
+             "\"model\":%s,\"layers\":[%s,%s,%s,%s]}",
+             model_json(kind), l[0], l[1], l[2], l[3]);
+    return strdup(test_write(name, text));
+}
+
+/* Two stages of device G, `stage` (tp, dp, ...) on each, the cluster's `extra` members. */
+static const char *write_cluster(const char *name, const char *profile, const char *stage0,
+                                 const char *stage1, const char *extra)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":4%s,"
+             "\"stages\":[{\"device\":\"G\",\"memory_bytes\":900000000,\"profile\":\"%s\","
+             "\"layers\":[0,1]%s},{\"device\":\"G\",\"memory_bytes\":900000000,"
+             "\"profile\":\"%s\",\"layers\":[2,3]%s}]}",
+             extra, profile, stage0, profile, stage1);
+    return test_write(name, text);
+}
+
+#define GROUP ",\"tp\":4,\"dp\":2,\"per_node\":8,\"node_link\":{\"gbps\":100,\"latency_us\":2}"
+
+/* One ring all-gather or reduce-scatter of the 8192-byte tensor over 4 GPUs at 100 Gb/s,
+ * 2 us: 3 steps of 2048 bytes. */
+static const double collective_ms = 3 * (0.002 + 2048 * 8 / 100e9 * 1e3);
+
+static void test_block_by_hand(void)
+{
+    char *prof = write_profile("g.json", "gpt");
+    const char *file = write_cluster("c.json", prof, GROUP, GROUP, ",\"shard_optimizer\":true");
+    struct cluster c;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(cluster_load(file, &c, &e), ERR_OK);
+    const struct layer_cost *b = &cluster_stage_profile(&c, 0)->layers[1];
+    /* activations with sequence parallelism: s*b*h*(34 + 5as/h) / t */
+    CU_ASSERT_EQUAL(b->act_bytes, (int64_t)SBH * 54 / 4);
+    CU_ASSERT_EQUAL(b->ckpt_bytes, 2 * SBH / 4);
+    CU_ASSERT_EQUAL(b->out_bytes, 2 * SBH / 4);
+    CU_ASSERT_EQUAL(b->options[0].kept_bytes, (BLOCK_ACT - 4 * SBH) / 4);
+    CU_ASSERT_EQUAL(b->options[0].transient_bytes, 4 * SBH / 4);
+    /* 2-byte weights and 4-byte gradients / t, 12 bytes of optimizer / (t * d) */
+    CU_ASSERT_EQUAL(b->state_bytes, BLOCK_PARAMS * 6 / 4 + BLOCK_PARAMS * 12 / 8);
+    /* workspace / t plus the gathered input */
+    CU_ASSERT_EQUAL(b->workspace_bytes, 2500 + 2 * SBH);
+    /* compute / (t * 0.8) plus 2 all-gathers and 2 reduce-scatters a pass */
+    CU_ASSERT_DOUBLE_EQUAL(b->fwd_ms, 8 / 3.2 + 4 * collective_ms, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(b->bwd_ms, 16 / 3.2 + 4 * collective_ms, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(b->options[0].recompute_ms, 2 / 3.2, 1e-12);
+    const struct layer_cost *emb = &cluster_stage_profile(&c, 0)->layers[0];
+    CU_ASSERT_DOUBLE_EQUAL(emb->fwd_ms, 8 / 3.2 + collective_ms, 1e-12);
+    CU_ASSERT_EQUAL(emb->workspace_bytes, 2500);
+    /* gradients all-reduced over dp: 4 bytes a parameter / t */
+    CU_ASSERT_EQUAL(cluster_grad_bytes(&c, 1, 2, 2), BLOCK_PARAMS * 4 / 4);
+    cluster_free(&c);
+
+    /* not sharded: the optimizer / t only */
+    file = write_cluster("c2.json", prof, GROUP, GROUP, "");
+    CU_ASSERT_EQUAL_FATAL(cluster_load(file, &c, &e), ERR_OK);
+    CU_ASSERT_EQUAL(cluster_stage_profile(&c, 1)->layers[2].state_bytes, BLOCK_PARAMS * 18 / 4);
+    cluster_free(&c);
+    free(prof);
+}
+
+/* tp = dp = 1 leaves the profile's numbers as they are. */
+static void test_one_gpu_unchanged(void)
+{
+    char *prof = write_profile("g1.json", "gpt");
+    const char *file = write_cluster("c1.json", prof, "", "", ",\"shard_optimizer\":true");
+    struct cluster c;
+    struct profile p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(cluster_load(file, &c, &e), ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(profile_load(prof, &p, &e), ERR_OK);
+    CU_ASSERT_EQUAL(memcmp(cluster_stage_profile(&c, 0)->layers, p.layers,
+                           (size_t)p.n_layers * sizeof *p.layers),
+                    0);
+    CU_ASSERT_EQUAL(cluster_grad_bytes(&c, 0, 0, 3), 0);
+    profile_free(&p);
+    cluster_free(&c);
+    free(prof);
+}
+
+/* A cluster refused: exit 2 from `ballast plan` and every fragment in its message. */
+static void refused(const char *name, const char *file, const char *const *want)
+{
+    char args[1024], *err = NULL;
+    snprintf(args, sizeof args, "plan --cluster %s -o %s", file, test_path("never.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    for (int k = 0; want[k] != NULL; k++)
+        if (err == NULL || strstr(err, want[k]) == NULL) {
+            fprintf(stderr, "%s: missing \"%s\" in: %s\n", name, want[k], err ? err : "");
+            CU_FAIL("message");
+        }
+    free(err);
+}
+
+static void test_bad_clusters(void)
+{
+    char *gpt = write_profile("gb.json", "gpt"), *llama = write_profile("lb.json", "llama");
+    refused("tp 3", write_cluster("b1.json", gpt, ",\"tp\":3", ",\"tp\":3", ""),
+            (const char *const[]){"stages[0].tp", "3 does not divide the model's n_head 8", NULL});
+    refused("kv heads", write_cluster("b2.json", llama, ",\"tp\":4", ",\"tp\":4", ""),
+            (const char *const[]){"stages[0].tp", "4 does not divide the model's n_kv_head 2",
+                                  NULL});
+    refused("node", write_cluster("b3.json", gpt, ",\"tp\":8,\"per_node\":4", "", ""),
+            (const char *const[]){"stages[0].tp", "8 GPUs", "only 4 (per_node)", NULL});
+    refused("dp", write_cluster("b4.json", gpt, ",\"dp\":2", ",\"dp\":4", ""),
+            (const char *const[]){"stages[1].dp: 4", "stages[0].dp is 2", NULL});
+    refused("tp per device", write_cluster("b5.json", gpt, ",\"tp\":2", ",\"tp\":4", ""),
+            (const char *const[]){"stages[1].tp: 4", "has tp 2", NULL});
+    free(gpt);
+    free(llama);
+}
+
+int main(void)
+{
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("tpdp", NULL, NULL);
+    CU_add_test(s, "a block on each GPU of tp 4 x dp 2, by hand", test_block_by_hand);
+    CU_add_test(s, "tp = dp = 1 changes nothing", test_one_gpu_unchanged);
+    CU_add_test(s, "bad clusters refused with their numbers", test_bad_clusters);
+    return test_main();
+}

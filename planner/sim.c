@@ -18,9 +18,9 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                        S, M, (long long)S * M, (long long)SIM_CELLS_MAX);
     for (int s = 0; s < S; s++) {
         const struct sim_stage *st = &stages[s];
-        double t[3] = {st->fwd_ms, st->bwd_ms, st->recompute_ms};
-        static const char *const names[3] = {"fwd_ms", "bwd_ms", "recompute_ms"};
-        for (int k = 0; k < 3; k++)
+        double t[4] = {st->fwd_ms, st->bwd_ms, st->recompute_ms, st->allreduce_ms};
+        static const char *const names[4] = {"fwd_ms", "bwd_ms", "recompute_ms", "allreduce_ms"};
+        for (int k = 0; k < 4; k++)
             if (!(isfinite(t[k]) && t[k] >= 0))
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
@@ -306,9 +306,9 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
         }
     }
     out->iteration_ms = 0;
-    for (int s = 0; s < S; s++)
-        if (st.free_ms[s] > out->iteration_ms)
-            out->iteration_ms = st.free_ms[s];
+    for (int s = 0; s < S; s++) /* free_ms: the end of the stage's last backward */
+        if (st.free_ms[s] + stages[s].allreduce_ms > out->iteration_ms)
+            out->iteration_ms = st.free_ms[s] + stages[s].allreduce_ms;
 done:
     free(st.prog);
     free(st.next);
@@ -452,7 +452,11 @@ int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
 {
     int n = plan_stage_layer_count(ps);
-    *out = (struct sim_stage){.out_bytes = ps->layers[n - 1].out_bytes, .link = ps->link};
+    *out = (struct sim_stage){
+        .out_bytes = ps->layers[n - 1].out_bytes,
+        .link = ps->link,
+        .allreduce_ms = cost_dp_allreduce_ms(&ps->dp_link, ps->dp, ps->allreduce_bytes),
+    };
     for (int l = 0; l < n; l++) {
         int64_t kept, transient;
         double recompute_ms;

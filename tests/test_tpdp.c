@@ -9,6 +9,8 @@
 
 #include "cluster.h"
 #include "cost.h"
+#include "plan.h"
+#include "sim.h"
 #include "testutil.h"
 
 /* GPT, s = 32, b = 2, h = 64, a = 8, bf16: one b*s*h tensor is 2 * 32 * 64 * 2 = 8192 bytes. */
@@ -178,6 +180,79 @@ static void test_bad_clusters(void)
     free(llama);
 }
 
+/* Two stages, two micro-batches, 1F1B, forward 1 ms and backward 2 ms, free links:
+ *   stage 0  F0 [0,1]  F1 [1,2]  B0 [4,6]  B1 [7,9]
+ *   stage 1  F0 [1,2]  B0 [2,4]  F1 [4,5]  B1 [5,7]
+ * so the last backwards end at 9 and 7, and each stage's all-reduce starts there. */
+static double dp_step(double allreduce0, double allreduce1)
+{
+    struct sim_stage st[2] = {{.fwd_ms = 1, .bwd_ms = 2, .allreduce_ms = allreduce0},
+                              {.fwd_ms = 1, .bwd_ms = 2, .allreduce_ms = allreduce1}};
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sim_run(SCHEDULE_1F1B, 2, 2, st, &r, &e), ERR_OK);
+    double ms = r.iteration_ms, periodic;
+    int simulated;
+    CU_ASSERT_EQUAL(sim_makespan_periodic(SCHEDULE_1F1B, 2, 2, st, &periodic, &simulated, &e),
+                    ERR_OK);
+    CU_ASSERT_DOUBLE_EQUAL(periodic, ms, 1e-12);
+    sim_result_free(&r);
+    return ms;
+}
+
+static void test_dp_step_by_hand(void)
+{
+    CU_ASSERT_DOUBLE_EQUAL(dp_step(0, 0), 9, 1e-12);
+    /* stage 1's reduction overlaps stage 0's drain and still ends last: 7 + 3 */
+    CU_ASSERT_DOUBLE_EQUAL(dp_step(0.5, 3), 10, 1e-12);
+    /* hidden under the drain: stage 0's 9 + 0.5 */
+    CU_ASSERT_DOUBLE_EQUAL(dp_step(0.5, 1), 9.5, 1e-12);
+    /* the ring: 2 (dp - 1) steps of bytes / dp, 4 MB over 4 replicas at 200 Gb/s, 5 us */
+    struct link l = {.present = 1, .gbps = 200, .latency_us = 5};
+    CU_ASSERT_DOUBLE_EQUAL(cost_dp_allreduce_ms(&l, 4, 4000000), 6 * (0.005 + 0.04), 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(cost_dp_allreduce_ms(&l, 1, 4000000), 0, 0);
+}
+
+/* A planned tp 4 x dp 2 pipeline: its step is the same pipeline's last backwards plus each
+ * stage's all-reduce of its gradients (per GPU: 4 bytes a parameter / tp) over the dp link. */
+static void test_planned_dp_step(void)
+{
+    char *prof = write_profile("gp.json", "gpt");
+    const char *file = write_cluster("cp.json", prof, GROUP, GROUP,
+                                     ",\"dp_link\":{\"gbps\":50,\"latency_us\":10}");
+    char args[1024], plan_file[512];
+    snprintf(plan_file, sizeof plan_file, "%s", test_path("plan.json"));
+    snprintf(args, sizeof args, "plan --cluster %s --method optimal -o %s", file, plan_file);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_load(plan_file, &p, &e), ERR_OK);
+    int64_t params[2] = {128 * HIDDEN + SEQ * HIDDEN + BLOCK_PARAMS, BLOCK_PARAMS + 128 * HIDDEN};
+    double allreduce[2];
+    for (int s = 0; s < 2; s++) {
+        CU_ASSERT_EQUAL(p.stages[s].tp, 4);
+        CU_ASSERT_EQUAL(p.stages[s].dp, 2);
+        CU_ASSERT_EQUAL(p.stages[s].allreduce_bytes, params[s] * 4 / 4);
+        allreduce[s] = 2 * (0.010 + params[s] / 2.0 * 8 / 50e9 * 1e3);
+        p.stages[s].dp = 1; /* the same pipeline alone */
+    }
+    struct sim_result r;
+    CU_ASSERT_EQUAL_FATAL(sim_plan(&p, &r, &e), ERR_OK);
+    double last[2] = {0, 0}, want = 0;
+    for (int i = 0; i < r.n_tasks; i++)
+        if (r.tasks[i].kind == SIM_BACKWARD && r.tasks[i].end_ms > last[r.tasks[i].stage])
+            last[r.tasks[i].stage] = r.tasks[i].end_ms;
+    for (int s = 0; s < 2; s++)
+        want = last[s] + allreduce[s] > want ? last[s] + allreduce[s] : want;
+    CU_ASSERT(test_close(p.iteration_ms, want, 1e-9, 1e-12));
+    CU_ASSERT(p.iteration_ms > r.iteration_ms);
+    sim_result_free(&r);
+    plan_free(&p);
+    free(prof);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -185,5 +260,7 @@ int main(void)
     CU_add_test(s, "a block on each GPU of tp 4 x dp 2, by hand", test_block_by_hand);
     CU_add_test(s, "tp = dp = 1 changes nothing", test_one_gpu_unchanged);
     CU_add_test(s, "bad clusters refused with their numbers", test_bad_clusters);
+    CU_add_test(s, "the data-parallel step's critical path by hand", test_dp_step_by_hand);
+    CU_add_test(s, "a planned tp x dp pipeline's step", test_planned_dp_step);
     return test_main();
 }

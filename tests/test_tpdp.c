@@ -249,6 +249,12 @@ static void test_planned_dp_step(void)
     CU_ASSERT(test_close(p.iteration_ms, want, 1e-9, 1e-12));
     CU_ASSERT(p.iteration_ms > r.iteration_ms);
     sim_result_free(&r);
+    char *err = NULL;
+    snprintf(args, sizeof args, "train --plan %s --steps 1", plan_file);
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "stages[0]: tp 4, dp 2") != NULL &&
+              strstr(err, "is for export") != NULL);
+    free(err);
     plan_free(&p);
     free(prof);
 }

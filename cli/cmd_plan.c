@@ -253,6 +253,14 @@ int cmd_plan(int argc, char **argv)
         return rc < 0 ? ERR_OK : rc;
     if (a.share != NULL)
         return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
+    int pipelines;
+    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e))
+        return cli_fail("plan", &e);
+    if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
+        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
+                               "--micro-batches or --arena (plan each pipeline for those)");
+    if (pipelines > 0)
+        return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
     if (make_plan(&a, &p, &e))
         return cli_fail("plan", &e);
     if (write_outputs(&a, &p, &e)) {

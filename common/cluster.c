@@ -416,7 +416,7 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
 {
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
                                        "reserve_bytes", "link", "name", "description",
-                                       "shard_optimizer", "dp_link", NULL};
+                                       "shard_optimizer", "dp_link", "pipelines", NULL};
     const char *sched;
     int64_t micro;
     if (jsonio_check_format(root, file, "cluster", 1, e) ||
@@ -435,8 +435,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         cluster_group_read(root, file, c, e))
         return e->code;
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
-    if (stages == NULL)
-        return err_set(e, ERR_INPUT, "%s: stages: missing", file);
+    if (stages == NULL || cJSON_GetObjectItemCaseSensitive(root, "pipelines") != NULL)
+        return cluster_group_no_stages(root, file, e);
     if (jsonio_expect_array(stages, file, "stages", e))
         return e->code;
     int S = cJSON_GetArraySize(stages);
@@ -486,15 +486,22 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     return ERR_OK;
 }
 
+int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    int rc = cluster_from_json(root, file, c, e);
+    if (rc)
+        cluster_free(c);
+    return rc;
+}
+
 int cluster_load(const char *file, struct cluster *c, struct err *e)
 {
     memset(c, 0, sizeof *c);
     cJSON *root = jsonio_read(file, e);
     if (root == NULL)
         return e->code;
-    int rc = cluster_from_json(root, file, c, e);
+    int rc = cluster_parse(root, file, c, e);
     cJSON_Delete(root);
-    if (rc)
-        cluster_free(c);
     return rc;
 }

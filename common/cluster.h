@@ -51,6 +51,8 @@ struct cluster {
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
  * file). Stages without "layers" get an even split. On failure nothing is left allocated. */
 int cluster_load(const char *file, struct cluster *c, struct err *e);
+/* The same from the parsed file `root` (profile paths relative to `file`). */
+int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e);
 void cluster_free(struct cluster *c);
 
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
@@ -73,6 +75,15 @@ int cluster_group_read_stage(const cJSON *obj, const char *file, const char *pat
 int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e);
 int cluster_group_apply(struct cluster *c, const char *file, struct err *e);
 void cluster_group_free(struct cluster *c);
+/* Heterogeneous replicas: a cluster file may list "pipelines", each {"stages", and its own
+ * "micro_batches", "link", "reserve_bytes" if it gives them} with the file's other members
+ * shared, instead of "stages". The count (0 for a file with "stages"), and pipeline k as a
+ * cluster of its own (the file itself when it gives "stages"). */
+int cluster_pipeline_count(const char *file, int *n, struct err *e);
+int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e);
+/* cluster_parse's answer to a file without "stages", or with "pipelines" too. */
+int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e);
+
 /* The link between the replicas of `stage`: the cluster's dp_link, else the stage's link to
  * the next (the last stage: the cluster's link). */
 struct link cluster_dp_link(const struct cluster *c, int stage);

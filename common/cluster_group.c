@@ -106,27 +106,45 @@ static int check_stage(const struct cluster *c, const char *file, int s, struct 
     return check_heads(c, file, s, e);
 }
 
-/* Profile k as the GPUs of stage s's group see it, and its gradient bytes per GPU. */
-static int apply_group(struct cluster *c, int s, struct err *e)
+/* The gradient bytes on each GPU of stage s's group, from its profile's one-GPU costs. */
+static int fill_grads(struct cluster *c, int s, struct err *e)
 {
     const struct cluster_stage *st = &c->stages[s];
-    struct profile *p = &c->profiles[st->profile];
+    const struct profile *p = &c->profiles[st->profile];
     int64_t *grad = malloc((size_t)p->n_layers * sizeof *grad);
     if (grad == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     c->grad_bytes[st->profile] = grad;
-    struct cost_group g = {
-        .tp = st->tp,
-        .dp = st->dp,
-        .shard_optimizer = c->shard_optimizer,
-        .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
-        .node_link = st->node_link,
-        .tensor_bytes = cost_tp_tensor_bytes(&c->model),
-        .dtype = c->model.dtype,
-    };
-    for (int l = 0; l < p->n_layers; l++) {
-        grad[l] = (cost_grad_bytes(p->layers[l].state_bytes, g.dtype) + g.tp - 1) / g.tp;
-        cost_group_layer(&p->layers[l], model_layer_kind(&c->model, l), &g, &p->layers[l]);
+    for (int l = 0; l < p->n_layers; l++)
+        grad[l] = (cost_grad_bytes(p->layers[l].state_bytes, c->model.dtype) + st->tp - 1) /
+                  st->tp;
+    return ERR_OK;
+}
+
+/* Every stage's gradient bytes, and its profile as the GPUs of its group see it. */
+static int apply_groups(struct cluster *c, int transform, struct err *e)
+{
+    c->grad_bytes = calloc((size_t)c->n_profiles, sizeof *c->grad_bytes);
+    if (c->grad_bytes == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct cluster_stage *st = &c->stages[s];
+        struct profile *p = &c->profiles[st->profile];
+        if (c->grad_bytes[st->profile] != NULL)
+            continue;
+        if (fill_grads(c, s, e))
+            return e->code;
+        struct cost_group g = {
+            .tp = st->tp,
+            .dp = st->dp,
+            .shard_optimizer = c->shard_optimizer,
+            .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+            .node_link = st->node_link,
+            .tensor_bytes = cost_tp_tensor_bytes(&c->model),
+            .dtype = c->model.dtype,
+        };
+        for (int l = 0; transform && l < p->n_layers; l++)
+            cost_group_layer(&p->layers[l], model_layer_kind(&c->model, l), &g, &p->layers[l]);
     }
     return ERR_OK;
 }
@@ -139,15 +157,7 @@ int cluster_group_apply(struct cluster *c, const char *file, struct err *e)
             return e->code;
         grouped |= c->stages[s].tp > 1 || c->stages[s].dp > 1;
     }
-    if (!grouped)
-        return ERR_OK;
-    c->grad_bytes = calloc((size_t)c->n_profiles, sizeof *c->grad_bytes);
-    if (c->grad_bytes == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0; s < c->n_stages; s++)
-        if (c->grad_bytes[c->stages[s].profile] == NULL && apply_group(c, s, e))
-            return e->code;
-    return ERR_OK;
+    return grouped ? apply_groups(c, 1, e) : ERR_OK;
 }
 
 void cluster_group_free(struct cluster *c)
@@ -170,4 +180,95 @@ int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int la
     for (int l = first; grad != NULL && l <= last; l++)
         sum += grad[l];
     return sum;
+}
+
+int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e)
+{
+    const cJSON *pipes = cJSON_GetObjectItemCaseSensitive(root, "pipelines");
+    if (pipes == NULL)
+        return err_set(e, ERR_INPUT, "%s: stages: missing", file);
+    if (cJSON_GetObjectItemCaseSensitive(root, "stages") != NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages and pipelines: give one pipeline's \"stages\" or a list of "
+                       "\"pipelines\", not both",
+                       file);
+    return err_set(e, ERR_INPUT,
+                   "%s: pipelines: %d pipelines: this command takes one pipeline (ballast plan "
+                   "and ballast simulate take several)",
+                   file, cJSON_GetArraySize(pipes));
+}
+
+static const cJSON *pipelines_of(const cJSON *root, const char *file, int *n, struct err *e)
+{
+    const cJSON *pipes = cJSON_GetObjectItemCaseSensitive(root, "pipelines");
+    *n = 0;
+    if (pipes == NULL)
+        return NULL;
+    if (jsonio_expect_array(pipes, file, "pipelines", e))
+        return NULL;
+    *n = cJSON_GetArraySize(pipes);
+    if (*n < 1 || *n > CLUSTER_STAGES_MAX)
+        err_set(e, ERR_INPUT, "%s: pipelines: %d pipelines, expected 1 to %d", file, *n,
+                CLUSTER_STAGES_MAX);
+    return pipes;
+}
+
+int cluster_pipeline_count(const char *file, int *n, struct err *e)
+{
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    pipelines_of(root, file, n, e);
+    cJSON_Delete(root);
+    return e->code;
+}
+
+/* The file's members with pipeline k's in place of "pipelines". */
+static cJSON *pipeline_root(const cJSON *root, const cJSON *pipe, const char *file, int k,
+                            struct err *e)
+{
+    static const char *const keys[] = {"stages", "micro_batches", "link", "reserve_bytes",
+                                       "name", NULL};
+    char path[JSONIO_PATH_MAX];
+    jsonio_path_index(path, "pipelines", k);
+    if (jsonio_expect_object(pipe, file, path, e) || jsonio_check_keys(pipe, file, path, keys, e))
+        return NULL;
+    cJSON *out = cJSON_Duplicate(root, 1);
+    if (out == NULL) {
+        err_set(e, ERR_FAIL, "out of memory");
+        return NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(out, "pipelines");
+    for (const cJSON *m = pipe->child; m != NULL; m = m->next) {
+        if (strcmp(m->string, "name") == 0)
+            continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(out, m->string);
+        cJSON_AddItemToObject(out, m->string, cJSON_Duplicate(m, 1));
+    }
+    return out;
+}
+
+int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    int n;
+    const cJSON *pipes = pipelines_of(root, file, &n, e);
+    if (e->code == ERR_OK && pipes == NULL) {
+        cluster_parse(root, file, c, e);
+    } else if (e->code == ERR_OK) {
+        cJSON *one = pipeline_root(root, cJSON_GetArrayItem(pipes, k), file, k, e);
+        struct err inner;
+        err_clear(&inner);
+        if (one != NULL && cluster_parse(one, file, c, &inner))
+            err_set(e, inner.code, "pipelines[%d] of %s", k, inner.msg);
+        /* a pipeline reduces its gradients with the others even unreplicated */
+        else if (one != NULL && c->grad_bytes == NULL && apply_groups(c, 0, e))
+            cluster_free(c);
+        cJSON_Delete(one);
+    }
+    cJSON_Delete(root);
+    return e->code;
 }

@@ -112,8 +112,8 @@ int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e);
 
-/* plan_group.c: the stage's "tp", "dp", "allreduce_bytes" and "dp_link" (written when tp or
- * dp is above 1; absent: 1, 1, 0, none), and the plan's check that every stage has one dp. */
+/* plan_group.c: the stage's "tp", "dp", "allreduce_bytes" and "dp_link" (each written when
+ * above 1, or known for a grouped or replicated stage; absent: 1, 1, 0, none), and the plan's check that every stage has one dp. */
 void plan_group_to_json(const struct plan_stage *st, cJSON *so);
 int plan_group_from_json(const cJSON *so, const char *file, const char *path,
                          struct plan_stage *st, struct err *e);

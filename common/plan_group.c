@@ -6,9 +6,10 @@ void plan_group_to_json(const struct plan_stage *st, cJSON *so)
 {
     if (st->tp > 1)
         cJSON_AddNumberToObject(so, "tp", st->tp);
-    if (st->dp <= 1)
+    if (st->dp > 1)
+        cJSON_AddNumberToObject(so, "dp", st->dp);
+    if (st->allreduce_bytes == 0)
         return;
-    cJSON_AddNumberToObject(so, "dp", st->dp);
     jsonio_add_int(so, "allreduce_bytes", st->allreduce_bytes);
     if (st->dp_link.present)
         cJSON_AddItemToObject(so, "dp_link", link_to_json(&st->dp_link));

@@ -131,7 +131,7 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->host_link = c->stages[s].host_link;
     st->tp = c->stages[s].tp;
     st->dp = c->stages[s].dp;
-    if (st->dp > 1) {
+    if (c->grad_bytes != NULL) {
         st->dp_link = cluster_dp_link(c, s);
         st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);
     }

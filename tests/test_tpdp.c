@@ -9,7 +9,9 @@
 
 #include "cluster.h"
 #include "cost.h"
+#include "jsonio.h"
 #include "plan.h"
+#include "replicas.h"
 #include "sim.h"
 #include "testutil.h"
 
@@ -259,6 +261,114 @@ static void test_planned_dp_step(void)
     free(prof);
 }
 
+/* A pipeline of 1F1B over 2 micro-batches, the model's 4 layers of 0.5 ms forward and 1 ms
+ * backward each, `S` stages splitting them evenly, dp replicas, `gradients` bytes per stage,
+ * each layer 100 bytes of state, replicas linked at `gbps`. */
+static void pipeline(struct plan *p, int S, int dp, int64_t gradients, double gbps)
+{
+    int first[2] = {0, 2}, last[2] = {S == 1 ? 3 : 1, 3};
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_init(p, S, first, last, &e), ERR_OK);
+    p->schedule = SCHEDULE_1F1B;
+    p->micro_batches = 2;
+    p->model = (struct model){.kind = MODEL_KIND_GPT, .n_layer = 2, .n_embd = 64, .n_head = 8,
+                              .seq_len = 32, .vocab_size = 128, .micro_batch = 2};
+    for (int s = 0; s < S; s++) {
+        struct plan_stage *st = &p->stages[s];
+        for (int l = 0; l <= st->last - st->first; l++)
+            st->layers[l] = (struct layer_cost){.fwd_ms = 0.5, .bwd_ms = 1, .state_bytes = 100};
+        st->dp = dp;
+        st->allreduce_bytes = gradients;
+        st->dp_link = (struct link){.present = 1, .gbps = gbps};
+    }
+}
+
+/* Pipeline A: 2 stages (last backwards end at 9 and 7 ms, dp_step's), 4 MB of gradients each,
+ * at 100 Gb/s; pipeline B: 1 stage (F0 [0,2] B0 [2,6] F1 [6,8] B1 [8,12]), 8 MB, at 50 Gb/s.
+ * Segments from the last layer: [2,3] (A's stage 1, B's stage 0) and [0,1] (A's stage 0, B's
+ * stage 0). Each moves max(4 MB, B's half of 8 MB) = 4 MB over N = 2 replicas at the slower
+ * 50 Gb/s: 2 (N-1) x 2 MB = 0.64 ms. [2,3] waits for B (12): [12, 12.64]; [0,1] waits for B's
+ * link: [12.64, 13.28]. */
+static void test_heterogeneous_by_hand(void)
+{
+    struct plan p[2];
+    pipeline(&p[0], 2, 1, 4000000, 100);
+    pipeline(&p[1], 1, 1, 8000000, 50);
+    struct replicas_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(replicas_step(p, 2, &r, &e), ERR_OK);
+    CU_ASSERT_DOUBLE_EQUAL(r.pipeline_ms[0], 9, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(r.pipeline_ms[1], 12, 1e-12);
+    CU_ASSERT_EQUAL(r.n_segments, 2);
+    CU_ASSERT_EQUAL(r.replicas, 2);
+    CU_ASSERT_EQUAL(r.global_batch, 2 * 2 + 2 * 2);
+    CU_ASSERT_DOUBLE_EQUAL(r.step_ms, 13.28, 1e-9);
+    replicas_result_free(&r);
+    /* one pipeline of dp 3: exactly the simulator's data-parallel step */
+    struct plan *one = &p[0];
+    for (int s = 0; s < 2; s++)
+        one->stages[s].dp = 3;
+    struct sim_result sr;
+    CU_ASSERT_EQUAL_FATAL(replicas_step(one, 1, &r, &e), ERR_OK);
+    CU_ASSERT_EQUAL_FATAL(sim_plan(one, &sr, &e), ERR_OK);
+    CU_ASSERT_DOUBLE_EQUAL(r.step_ms, sr.iteration_ms, 1e-12);
+    /* stage 0: 9 + 2 (3-1) x 1333334 bytes at 100 Gb/s */
+    CU_ASSERT_DOUBLE_EQUAL(sr.iteration_ms, 9 + 4 * (1333334 * 8 / 100e9 * 1e3), 1e-12);
+    sim_result_free(&sr);
+    replicas_result_free(&r);
+    plan_free(&p[0]);
+    plan_free(&p[1]);
+}
+
+/* A cluster of two pipelines, planned and simulated by the command line. */
+static void test_pipelines_cli(void)
+{
+    char *prof = write_profile("gh.json", "gpt");
+    char text[2048], args[1024], out[512], sim[512], *err = NULL;
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":4,"
+             "\"dp_link\":{\"gbps\":25},\"pipelines\":[{\"stages\":["
+             "{\"device\":\"G\",\"memory_bytes\":900000000,\"profile\":\"%s\",\"tp\":2,"
+             "\"dp\":2},{\"device\":\"G\",\"memory_bytes\":900000000,\"profile\":\"%s\","
+             "\"tp\":2,\"dp\":2}]},{\"micro_batches\":2,\"stages\":[{\"device\":\"G\","
+             "\"memory_bytes\":900000000,\"profile\":\"%s\"}]}]}",
+             prof, prof, prof);
+    const char *file = test_write("pipes.json", text);
+    snprintf(out, sizeof out, "%s", test_path("replicas.json"));
+    snprintf(sim, sizeof sim, "%s", test_path("sim.json"));
+    snprintf(args, sizeof args, "plan --cluster %s -o %s", file, out);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    snprintf(args, sizeof args, "simulate --plan %s -o %s --quiet", out, sim);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    struct err e;
+    err_clear(&e);
+    cJSON *planned = jsonio_read(out, &e), *simulated = jsonio_read(sim, &e);
+    CU_ASSERT_FATAL(planned != NULL && simulated != NULL);
+    double step = cJSON_GetObjectItem(planned, "step_ms")->valuedouble;
+    CU_ASSERT_DOUBLE_EQUAL(cJSON_GetObjectItem(simulated, "iteration_ms")->valuedouble, step,
+                           1e-9);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(planned, "replicas")->valueint, 3);
+    /* 2 x 4 micro-batches + 1 x 2, of 2 samples */
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(planned, "global_batch")->valueint, 20);
+    cJSON_Delete(planned);
+    cJSON_Delete(simulated);
+    /* the pipeline alone is refused by commands that take one */
+    snprintf(args, sizeof args, "train --plan %s", out);
+    CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 2);
+    snprintf(text + strlen(text) - 5, 64, ",\"tp\":3}]}]}");
+    file = test_write("pipes3.json", text);
+    snprintf(args, sizeof args, "plan --cluster %s", file);
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    if (err != NULL && strstr(err, "pipelines[1]") == NULL)
+        fprintf(stderr, "%s\n", err);
+    CU_ASSERT(err != NULL && strstr(err, "pipelines[1]") != NULL &&
+              strstr(err, "stages[0].tp: 3 does not divide the model's n_head 8") != NULL);
+    free(err);
+    free(prof);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -268,5 +378,7 @@ int main(void)
     CU_add_test(s, "bad clusters refused with their numbers", test_bad_clusters);
     CU_add_test(s, "the data-parallel step's critical path by hand", test_dp_step_by_hand);
     CU_add_test(s, "a planned tp x dp pipeline's step", test_planned_dp_step);
+    CU_add_test(s, "heterogeneous replicas' step by hand", test_heterogeneous_by_hand);
+    CU_add_test(s, "a cluster of pipelines planned and simulated", test_pipelines_cli);
     return test_main();
 }

@@ -84,6 +84,12 @@ int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err
 /* cluster_parse's answer to a file without "stages", or with "pipelines" too. */
 int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e);
 
+/* Profile p (of one GPU) as each GPU of a tensor-parallel group of tp sees it, nothing
+ * sharded (an estimated profile for a (device, tp) pair): its "tp" becomes tp. ERR_INPUT when
+ * tp does not divide the model's heads, or p is already a group's. */
+int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
+                          struct err *e);
+
 /* The link between the replicas of `stage`: the cluster's dp_link, else the stage's link to
  * the next (the last stage: the cluster's link). */
 struct link cluster_dp_link(const struct cluster *c, int stage);

@@ -2,6 +2,7 @@
  * parallel across replicas. Read, checked, and applied to the stages' profiles, so that every
  * part after cluster_load (methods, searches, simulator, plans) sees the costs of one GPU of
  * each group (cost.h cost_group). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,26 +50,23 @@ int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, s
     return read_link(root, file, "", "dp_link", &c->dp_link, e);
 }
 
-/* tp splits the heads (and Llama's key/value heads) evenly; a custom model has none known. */
-static int check_heads(const struct cluster *c, const char *file, int s, struct err *e)
+/* tp splits the heads (and Llama's key/value heads) evenly; a custom model has none known.
+ * `where` names the field ("file: stages[2].tp"). */
+static int check_heads(const struct model *m, int tp, const char *where, struct err *e)
 {
-    const struct model *m = &c->model;
-    int tp = c->stages[s].tp;
     if (tp == 1)
         return ERR_OK;
     if (m->kind == MODEL_KIND_CUSTOM)
         return err_set(e, ERR_INPUT,
-                       "%s: stages[%d].tp: %d, but a custom model's layers cannot be split: "
-                       "tensor parallelism needs the model's heads",
-                       file, s, tp);
+                       "%s: %d, but a custom model's layers cannot be split: tensor "
+                       "parallelism needs the model's heads",
+                       where, tp);
     if (m->n_head % tp != 0)
-        return err_set(e, ERR_INPUT,
-                       "%s: stages[%d].tp: %d does not divide the model's n_head %d", file, s,
-                       tp, m->n_head);
+        return err_set(e, ERR_INPUT, "%s: %d does not divide the model's n_head %d", where, tp,
+                       m->n_head);
     if (m->kind == MODEL_KIND_LLAMA && m->n_kv_head % tp != 0)
-        return err_set(e, ERR_INPUT,
-                       "%s: stages[%d].tp: %d does not divide the model's n_kv_head %d", file,
-                       s, tp, m->n_kv_head);
+        return err_set(e, ERR_INPUT, "%s: %d does not divide the model's n_kv_head %d", where,
+                       tp, m->n_kv_head);
     return ERR_OK;
 }
 
@@ -103,7 +101,21 @@ static int check_stage(const struct cluster *c, const char *file, int s, struct 
                            "device \"%s\" (stages of one device share its costs)",
                            file, s, t, st->device);
     }
-    return check_heads(c, file, s, e);
+    const struct profile *p = &c->profiles[st->profile];
+    if (p->tp > 1 && p->tp != st->tp)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].tp: %d, but its profile's costs are per GPU of a group of "
+                       "tp %d: give tp %d, or a profile of one GPU",
+                       file, s, st->tp, p->tp, p->tp);
+    char where[CLUSTER_PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s: stages[%d].tp", file, s);
+    return check_heads(&c->model, st->tp, where, e);
+}
+
+static void group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
+{
+    for (int l = 0; l < p->n_layers; l++)
+        cost_group_layer(&p->layers[l], model_layer_kind(m, l), g, &p->layers[l]);
 }
 
 /* The gradient bytes on each GPU of stage s's group, from its profile's one-GPU costs. */
@@ -115,9 +127,9 @@ static int fill_grads(struct cluster *c, int s, struct err *e)
     if (grad == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     c->grad_bytes[st->profile] = grad;
+    int tp = p->tp > 1 ? st->tp / p->tp : st->tp; /* a group's profile is per GPU already */
     for (int l = 0; l < p->n_layers; l++)
-        grad[l] = (cost_grad_bytes(p->layers[l].state_bytes, c->model.dtype) + st->tp - 1) /
-                  st->tp;
+        grad[l] = (cost_grad_bytes(p->layers[l].state_bytes, c->model.dtype) + tp - 1) / tp;
     return ERR_OK;
 }
 
@@ -135,7 +147,7 @@ static int apply_groups(struct cluster *c, int transform, struct err *e)
         if (fill_grads(c, s, e))
             return e->code;
         struct cost_group g = {
-            .tp = st->tp,
+            .tp = p->tp > 1 ? st->tp / p->tp : st->tp,
             .dp = st->dp,
             .shard_optimizer = c->shard_optimizer,
             .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
@@ -143,9 +155,29 @@ static int apply_groups(struct cluster *c, int transform, struct err *e)
             .tensor_bytes = cost_tp_tensor_bytes(&c->model),
             .dtype = c->model.dtype,
         };
-        for (int l = 0; transform && l < p->n_layers; l++)
-            cost_group_layer(&p->layers[l], model_layer_kind(&c->model, l), &g, &p->layers[l]);
+        if (transform)
+            group_layers(p, &c->model, &g);
     }
+    return ERR_OK;
+}
+
+int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
+                          struct err *e)
+{
+    if (p->tp > 1)
+        return err_set(e, ERR_INPUT, "--tp: the profile is a group's already (tp %d)", p->tp);
+    if (check_heads(&p->model, tp, "--tp", e))
+        return e->code;
+    struct cost_group g = {
+        .tp = tp,
+        .dp = 1,
+        .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+        .node_link = *node_link,
+        .tensor_bytes = cost_tp_tensor_bytes(&p->model),
+        .dtype = p->model.dtype,
+    };
+    group_layers(p, &p->model, &g);
+    p->tp = tp;
     return ERR_OK;
 }
 

@@ -369,6 +369,65 @@ static void test_pipelines_cli(void)
     free(prof);
 }
 
+/* An estimated profile for (A100-80GB, tp 2) serves stages of tp 2 as the one-GPU estimate
+ * split by the cluster does, and only those. */
+static void test_estimate_for_tp(void)
+{
+    char one[512], two[512], args[1024], *err = NULL;
+    snprintf(one, sizeof one, "%s", test_path("a100.json"));
+    snprintf(two, sizeof two, "%s", test_path("a100-tp2.json"));
+    const char *model = BALLAST_SOURCE_DIR "/configs/models/gpt-tiny.json";
+    snprintf(args, sizeof args, "profile --model %s --estimate --device A100-80GB -o %s", model,
+             one);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    snprintf(args, sizeof args,
+             "profile --model %s --estimate --device A100-80GB --tp 2 --node-link-gbps 2400 "
+             "--node-link-latency-us 3 -o %s",
+             model, two);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    struct cluster c[2];
+    struct profile p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(profile_load(two, &p, &e), ERR_OK);
+    CU_ASSERT_EQUAL(p.tp, 2);
+    const char *files[2] = {one, two};
+    for (int k = 0; k < 2; k++) {
+        char text[1024], name[16];
+        snprintf(text, sizeof text,
+                 "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":4,"
+                 "\"stages\":[{\"device\":\"A100-80GB\",\"memory_bytes\":80000000000,"
+                 "\"profile\":\"%s\",\"tp\":2,\"dp\":2,\"node_link\":{\"gbps\":2400,"
+                 "\"latency_us\":3}}],\"shard_optimizer\":true}",
+                 files[k]);
+        snprintf(name, sizeof name, "e%d.json", k);
+        CU_ASSERT_EQUAL_FATAL(cluster_load(test_write(name, text), &c[k], &e), ERR_OK);
+    }
+    const struct profile *a = cluster_stage_profile(&c[0], 0), *b = cluster_stage_profile(&c[1], 0);
+    for (int l = 0; l < a->n_layers; l++) {
+        CU_ASSERT_EQUAL(a->layers[l].act_bytes, b->layers[l].act_bytes);
+        CU_ASSERT_EQUAL(a->layers[l].state_bytes, b->layers[l].state_bytes);
+        CU_ASSERT_DOUBLE_EQUAL(a->layers[l].fwd_ms, b->layers[l].fwd_ms, 1e-9);
+        CU_ASSERT_EQUAL(a->layers[l].act_bytes, (p.layers[l].act_bytes));
+    }
+    CU_ASSERT_EQUAL(cluster_grad_bytes(&c[0], 0, 0, a->n_layers - 1),
+                    cluster_grad_bytes(&c[1], 0, 0, a->n_layers - 1));
+    cluster_free(&c[0]);
+    cluster_free(&c[1]);
+    profile_free(&p);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":4,"
+             "\"stages\":[{\"device\":\"A100-80GB\",\"memory_bytes\":80000000000,"
+             "\"profile\":\"%s\",\"tp\":4}]}",
+             two);
+    snprintf(args, sizeof args, "plan --cluster %s", test_write("e4.json", text));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "stages[0].tp: 4, but its profile's costs are per GPU "
+                                         "of a group of tp 2") != NULL);
+    free(err);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -380,5 +439,6 @@ int main(void)
     CU_add_test(s, "a planned tp x dp pipeline's step", test_planned_dp_step);
     CU_add_test(s, "heterogeneous replicas' step by hand", test_heterogeneous_by_hand);
     CU_add_test(s, "a cluster of pipelines planned and simulated", test_pipelines_cli);
+    CU_add_test(s, "an estimate for a (device, tp) pair", test_estimate_for_tp);
     return test_main();
 }

@@ -5,6 +5,7 @@
 #include "cluster.h"
 #include "plan_arena.h"
 #include "planner.h"
+#include "pool.h"
 #include "share_plan.h"
 
 static void help(void)
@@ -253,9 +254,17 @@ int cmd_plan(int argc, char **argv)
         return rc < 0 ? ERR_OK : rc;
     if (a.share != NULL)
         return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
-    int pipelines;
-    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e))
+    int pipelines, pool;
+    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e) ||
+        pool_file_check(a.cluster_file, &pool, &e))
         return cli_fail("plan", &e);
+    if (pool && (pipelines > 0 || a.export_format || a.auto_micro || a.micro_batches ||
+                 a.arena.on || a.o.method != METHOD_OPTIMAL))
+        return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
+                               "repartitions every candidate), no --export, --micro-batches or "
+                               "--arena, and no \"pipelines\" in the file");
+    if (pool)
+        return cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
     if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
         return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
                                "--micro-batches or --arena (plan each pipeline for those)");

@@ -1,11 +1,13 @@
 /* ballast plan on a cluster of several pipelines (heterogeneous replicas): each planned by
- * the method as a cluster of its own, then the step of all of them (planner/replicas.h). */
+ * the method as a cluster of its own, then the step of all of them (planner/replicas.h); and
+ * on a pool of GPUs: the search (planner/pool.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli.h"
 #include "jsonio.h"
 #include "planner.h"
+#include "pool.h"
 #include "replicas.h"
 
 static int plan_pipelines(const char *file, int n, const struct plan_options *o,
@@ -54,5 +56,23 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
     for (int k = 0; k < made; k++)
         plan_free(&plans[k]);
     free(plans);
+    return rc ? cli_fail("plan", &e) : ERR_OK;
+}
+
+int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
+                  int quiet)
+{
+    struct err e;
+    err_clear(&e);
+    struct plan p;
+    struct pool_result r;
+    if (pool_search(file, o, &p, &r, &e))
+        return cli_fail("plan", &e);
+    if (!quiet) {
+        planner_print(stdout, &p);
+        pool_print(stdout, &r);
+    }
+    int rc = out_file != NULL ? plan_write(out_file, &p, &e) : ERR_OK;
+    plan_free(&p);
     return rc ? cli_fail("plan", &e) : ERR_OK;
 }

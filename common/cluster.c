@@ -416,7 +416,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
 {
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
                                        "reserve_bytes", "link", "name", "description",
-                                       "shard_optimizer", "dp_link", "pipelines", NULL};
+                                       "shard_optimizer", "dp_link", "pipelines", "pool",
+                                       "global_batch", NULL};
     const char *sched;
     int64_t micro;
     if (jsonio_check_format(root, file, "cluster", 1, e) ||
@@ -435,7 +436,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         cluster_group_read(root, file, c, e))
         return e->code;
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
-    if (stages == NULL || cJSON_GetObjectItemCaseSensitive(root, "pipelines") != NULL)
+    if (stages == NULL || cJSON_GetObjectItemCaseSensitive(root, "pipelines") != NULL ||
+        cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL)
         return cluster_group_no_stages(root, file, e);
     if (jsonio_expect_array(stages, file, "stages", e))
         return e->code;

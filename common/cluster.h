@@ -28,6 +28,8 @@ struct cluster_stage {
     int tp, dp;
     int per_node;          /* GPUs of the device in a node; 0: not given */
     struct link node_link; /* between its tp GPUs */
+    struct link dp_link;   /* to its replicas: the cluster's dp_link, else its link (the
+                              last stage: the cluster's link); set by cluster_group_apply */
 };
 
 struct cluster {
@@ -84,17 +86,19 @@ int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err
 /* cluster_parse's answer to a file without "stages", or with "pipelines" too. */
 int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e);
 
+/* Whether tp GPUs may split the model's layers: tp divides the heads (and a Llama's key/value
+ * heads); a custom model has none known. `where` names the field in the message. */
+int cluster_check_tp(const struct model *m, int tp, const char *where, struct err *e);
 /* Profile p (of one GPU) as each GPU of a tensor-parallel group of tp sees it, nothing
  * sharded (an estimated profile for a (device, tp) pair): its "tp" becomes tp. ERR_INPUT when
  * tp does not divide the model's heads, or p is already a group's. */
 int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
                           struct err *e);
 
-/* The link between the replicas of `stage`: the cluster's dp_link, else the stage's link to
- * the next (the last stage: the cluster's link). */
-struct link cluster_dp_link(const struct cluster *c, int stage);
 /* Gradient bytes on each GPU of `stage` for its layers first..last, reduced over dp. */
 int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last);
+/* Their all-reduce over the stage's dp replicas on its dp_link (cost_dp_allreduce_ms). */
+double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int last);
 
 /* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);

@@ -50,9 +50,7 @@ int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, s
     return read_link(root, file, "", "dp_link", &c->dp_link, e);
 }
 
-/* tp splits the heads (and Llama's key/value heads) evenly; a custom model has none known.
- * `where` names the field ("file: stages[2].tp"). */
-static int check_heads(const struct model *m, int tp, const char *where, struct err *e)
+int cluster_check_tp(const struct model *m, int tp, const char *where, struct err *e)
 {
     if (tp == 1)
         return ERR_OK;
@@ -109,7 +107,7 @@ static int check_stage(const struct cluster *c, const char *file, int s, struct 
                        file, s, st->tp, p->tp, p->tp);
     char where[CLUSTER_PATH_MAX + 32];
     snprintf(where, sizeof where, "%s: stages[%d].tp", file, s);
-    return check_heads(&c->model, st->tp, where, e);
+    return cluster_check_tp(&c->model, st->tp, where, e);
 }
 
 static void group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
@@ -166,7 +164,7 @@ int cluster_group_profile(struct profile *p, int tp, const struct link *node_lin
 {
     if (p->tp > 1)
         return err_set(e, ERR_INPUT, "--tp: the profile is a group's already (tp %d)", p->tp);
-    if (check_heads(&p->model, tp, "--tp", e))
+    if (cluster_check_tp(&p->model, tp, "--tp", e))
         return e->code;
     struct cost_group g = {
         .tp = tp,
@@ -187,6 +185,8 @@ int cluster_group_apply(struct cluster *c, const char *file, struct err *e)
     for (int s = 0; s < c->n_stages; s++) {
         if (check_stage(c, file, s, e))
             return e->code;
+        /* resolved here: a repartitioned cluster moves stages and their links */
+        c->stages[s].dp_link = c->dp_link.present ? c->dp_link : cluster_link(c, s);
         grouped |= c->stages[s].tp > 1 || c->stages[s].dp > 1;
     }
     return grouped ? apply_groups(c, 1, e) : ERR_OK;
@@ -200,9 +200,10 @@ void cluster_group_free(struct cluster *c)
     c->grad_bytes = NULL;
 }
 
-struct link cluster_dp_link(const struct cluster *c, int stage)
+double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int last)
 {
-    return c->dp_link.present ? c->dp_link : cluster_link(c, stage);
+    const struct cluster_stage *st = &c->stages[stage];
+    return cost_dp_allreduce_ms(&st->dp_link, st->dp, cluster_grad_bytes(c, stage, first, last));
 }
 
 int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last)
@@ -217,6 +218,11 @@ int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int la
 int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e)
 {
     const cJSON *pipes = cJSON_GetObjectItemCaseSensitive(root, "pipelines");
+    if (cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: pool: a pool of GPUs: ballast plan searches it (and takes no "
+                       "\"stages\" or \"pipelines\" with it)",
+                       file);
     if (pipes == NULL)
         return err_set(e, ERR_INPUT, "%s: stages: missing", file);
     if (cJSON_GetObjectItemCaseSensitive(root, "stages") != NULL)

@@ -132,7 +132,7 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->tp = c->stages[s].tp;
     st->dp = c->stages[s].dp;
     if (c->grad_bytes != NULL) {
-        st->dp_link = cluster_dp_link(c, s);
+        st->dp_link = c->stages[s].dp_link;
         st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);
     }
     struct stage_cost before;

@@ -11,6 +11,8 @@
 #include "cost.h"
 #include "jsonio.h"
 #include "plan.h"
+#include "planner.h"
+#include "pool.h"
 #include "replicas.h"
 #include "sim.h"
 #include "testutil.h"
@@ -39,9 +41,10 @@ static const char *model_json(const char *kind)
     return buf;
 }
 
-/* A layer of 8 ms forward and 16 ms backward with `params` parameters and `act` bytes kept;
- * a block has an option "attn" that regenerates 4*s*b*h bytes in 2 ms. */
-static void layer_json(char *out, size_t cap, const char *name, int64_t params, int64_t act)
+/* A layer of fwd ms forward and twice that backward with `params` parameters and `act` bytes
+ * kept; a block has an option "attn" that regenerates 4*s*b*h bytes in 2 ms. */
+static void layer_json(char *out, size_t cap, const char *name, int64_t params, int64_t act,
+                       double fwd)
 {
     char option[160] = "";
     if (strncmp(name, "block", 5) == 0)
@@ -50,26 +53,34 @@ static void layer_json(char *out, size_t cap, const char *name, int64_t params, 
                  "\"transient_bytes\":%lld,\"recompute_ms\":2}]",
                  (long long)(act - 4 * SBH), (long long)(4 * SBH));
     snprintf(out, cap,
-             "{\"name\":\"%s\",\"fwd_ms\":8,\"bwd_ms\":16,\"state_bytes\":%lld,\"act_bytes\":%lld,"
-             "\"ckpt_bytes\":%d,\"out_bytes\":%d,\"workspace_bytes\":10000%s}",
-             name, (long long)(18 * params), (long long)act, 2 * SBH, 2 * SBH, option);
+             "{\"name\":\"%s\",\"fwd_ms\":%g,\"bwd_ms\":%g,\"state_bytes\":%lld,"
+             "\"act_bytes\":%lld,\"ckpt_bytes\":%d,\"out_bytes\":%d,\"workspace_bytes\":10000%s}",
+             name, fwd, 2 * fwd, (long long)(18 * params), (long long)act, 2 * SBH, 2 * SBH,
+             option);
 }
 
-/* A profile of the model on device "G" with tp_efficiency 0.8; returns its path (caller
- * frees). */
-static char *write_profile(const char *name, const char *kind)
+/* A profile of the model on `device`, its layers of fwd ms forward, with tp_efficiency 0.8;
+ * returns its path (caller frees). */
+static char *write_device_profile(const char *name, const char *kind, const char *device,
+                                  double fwd)
 {
     char l[4][512], text[4096];
-    layer_json(l[0], sizeof l[0], "embed", 128 * HIDDEN + SEQ * HIDDEN, 2 * SBH);
-    layer_json(l[1], sizeof l[1], "block.0", BLOCK_PARAMS, BLOCK_ACT);
-    layer_json(l[2], sizeof l[2], "block.1", BLOCK_PARAMS, BLOCK_ACT);
-    layer_json(l[3], sizeof l[3], "head", 128 * HIDDEN, 6 * SBH);
+    layer_json(l[0], sizeof l[0], "embed", 128 * HIDDEN + SEQ * HIDDEN, 2 * SBH, fwd);
+    layer_json(l[1], sizeof l[1], "block.0", BLOCK_PARAMS, BLOCK_ACT, fwd);
+    layer_json(l[2], sizeof l[2], "block.1", BLOCK_PARAMS, BLOCK_ACT, fwd);
+    layer_json(l[3], sizeof l[3], "head", 128 * HIDDEN, 6 * SBH, fwd);
     snprintf(text, sizeof text,
-             "{\"format\":\"ballast-profile/1\",\"device\":{\"name\":\"G\",\"kind\":\"cuda\","
+             "{\"format\":\"ballast-profile/1\",\"device\":{\"name\":\"%s\",\"kind\":\"cuda\","
              "\"memory_bytes\":1000000000},\"estimated\":true,\"tp_efficiency\":0.8,"
              "\"model\":%s,\"layers\":[%s,%s,%s,%s]}",
-             model_json(kind), l[0], l[1], l[2], l[3]);
+             device, model_json(kind), l[0], l[1], l[2], l[3]);
     return strdup(test_write(name, text));
+}
+
+/* On device "G", 8 ms forward a layer. */
+static char *write_profile(const char *name, const char *kind)
+{
+    return write_device_profile(name, kind, "G", 8);
 }
 
 /* Two stages of device G, `stage` (tp, dp, ...) on each, the cluster's `extra` members. */
@@ -428,6 +439,145 @@ static void test_estimate_for_tp(void)
     free(err);
 }
 
+/* The pool test's two kinds: G (4 GPUs, 2 a node, 8 ms a layer) and H (2 GPUs, 2 a node,
+ * 5 ms a layer, 1.2 MB each: a stage of H holds at most about two layers). */
+static const char *pool_kinds[2] = {"G", "H"};
+static const int pool_count[2] = {4, 2};
+
+static void pool_stage_json(char *out, size_t cap, int k, const char *profile, int tp, int dp,
+                            int first, int last)
+{
+    snprintf(out, cap,
+             "{\"device\":\"%s\",\"memory_bytes\":%d,\"profile\":\"%s\",\"per_node\":2,"
+             "\"node_link\":{\"gbps\":400,\"latency_us\":1},\"tp\":%d,\"dp\":%d,"
+             "\"layers\":[%d,%d]}",
+             pool_kinds[k], k == 0 ? 900000000 : 1200000, profile, tp, dp, first, last);
+}
+
+/* The least step of every split of the 4 layers over the stages in `order` (kind per stage):
+ * compositions by the bits of a 3-bit cut mask. */
+static double best_split(const char *const profiles[2], const int *order, int S, int dp,
+                         const int tp[2], int M)
+{
+    double best = -1;
+    for (int mask = 0; mask < 8; mask++) {
+        if (__builtin_popcount(mask) != S - 1)
+            continue;
+        char stages[4096] = "", one[512], text[5000];
+        int first = 0, s = 0;
+        for (int l = 0; l < 4; l++)
+            if (l == 3 || (mask >> l & 1)) {
+                int k = order[s++];
+                pool_stage_json(one, sizeof one, k, profiles[k], tp[k], dp, first, l);
+                strcat(stages, s > 1 ? "," : "");
+                strcat(stages, one);
+                first = l + 1;
+            }
+        snprintf(text, sizeof text,
+                 "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":%d,"
+                 "\"link\":{\"gbps\":100,\"latency_us\":2},\"dp_link\":{\"gbps\":10,"
+                 "\"latency_us\":5},\"shard_optimizer\":true,\"stages\":[%s]}",
+                 M, stages);
+        struct cluster c;
+        struct plan p;
+        struct plan_options o;
+        struct err e;
+        err_clear(&e);
+        plan_options_default(&o);
+        CU_ASSERT_EQUAL_FATAL(cluster_load(test_write("brute.json", text), &c, &e), ERR_OK);
+        int rc = planner_make(&c, &o, &p, &e);
+        cluster_free(&c);
+        CU_ASSERT(rc == ERR_OK || rc == ERR_NOFIT);
+        if (rc == ERR_OK && (best < 0 || p.iteration_ms < best))
+            best = p.iteration_ms;
+        if (rc == ERR_OK)
+            plan_free(&p);
+    }
+    return best;
+}
+
+/* Brute force over the pool search's space: dp dividing the global batch, tp and stage count
+ * per kind, every order of the kinds along the pipeline and every split. */
+static double pool_brute_force(const char *const profiles[2], int global_batch)
+{
+    double best = -1;
+    for (int dp = 1; dp * BATCH <= global_batch; dp++) {
+        if (global_batch % (dp * BATCH) != 0)
+            continue;
+        for (int code = 0; code < 2 * 2 * 5 * 3; code++) {
+            int tp[2] = {1 + code % 2, 1 + code / 2 % 2};
+            int n[2] = {code / 4 % 5, code / 20}; /* stages of G (0-4) and of H (0-2) */
+            if (n[0] + n[1] < 1 || (n[0] == 0 && tp[0] > 1) || (n[1] == 0 && tp[1] > 1) ||
+                dp * tp[0] * n[0] > pool_count[0] || dp * tp[1] * n[1] > pool_count[1])
+                continue;
+            for (int first = 0; first < 2; first++) {
+                if (n[0] > 0 && n[1] > 0 ? 0 : first == 1)
+                    continue; /* one kind: one order */
+                int order[4], S = 0;
+                for (int g = 0; g < 2; g++)
+                    for (int j = 0; j < n[first ^ g]; j++)
+                        order[S++] = first ^ g;
+                double t = best_split(profiles, order, S, dp, tp, global_batch / (dp * BATCH));
+                if (t >= 0 && (best < 0 || t < best))
+                    best = t;
+            }
+        }
+    }
+    return best;
+}
+
+static void test_pool_against_brute_force(void)
+{
+    char *g = write_device_profile("pg.json", "gpt", "G", 8);
+    char *h = write_device_profile("ph.json", "gpt", "H", 5);
+    const char *const profiles[2] = {g, h};
+    int batches[2] = {4, 8};
+    for (int b = 0; b < 2; b++) {
+        char kinds[2][512], text[2048];
+        for (int k = 0; k < 2; k++) {
+            pool_stage_json(kinds[k], sizeof kinds[k], k, profiles[k], 1, 1, 0, 0);
+            /* the stage's fields less tp, dp, layers, plus count */
+            char *cut = strstr(kinds[k], ",\"tp\"");
+            snprintf(cut, sizeof kinds[k] - (size_t)(cut - kinds[k]), ",\"count\":%d}",
+                     pool_count[k]);
+        }
+        snprintf(text, sizeof text,
+                 "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":%d,"
+                 "\"link\":{\"gbps\":100,\"latency_us\":2},\"dp_link\":{\"gbps\":10,"
+                 "\"latency_us\":5},\"shard_optimizer\":true,\"pool\":[%s,%s]}",
+                 batches[b], kinds[0], kinds[1]);
+        struct plan p;
+        struct plan_options o;
+        struct pool_result r;
+        struct err e;
+        err_clear(&e);
+        plan_options_default(&o);
+        CU_ASSERT_EQUAL_FATAL(pool_search(test_write("pool.json", text), &o, &p, &r, &e), ERR_OK);
+        double brute = pool_brute_force(profiles, batches[b]);
+        printf("\n  global batch %d: %ld candidates, %ld fit; dp %d, G %d x tp %d, H %d x tp %d: "
+               "%.6f ms (brute force %.6f ms)",
+               batches[b], r.candidates, r.fitted, r.dp, r.stages[0], r.tp[0], r.stages[1],
+               r.tp[1], p.iteration_ms, brute);
+        CU_ASSERT(brute > 0 && test_close(p.iteration_ms, brute, 1e-9, 1e-12));
+        CU_ASSERT(r.fitted < r.candidates); /* H alone cannot hold the model */
+        plan_free(&p);
+    }
+    /* more GPUs a node than the pool has */
+    char text[2048], args[1024], *err = NULL;
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":4,"
+             "\"pool\":[{\"device\":\"H\",\"count\":2,\"per_node\":4,\"memory_bytes\":1200000,"
+             "\"profile\":\"%s\"}]}",
+             h);
+    snprintf(args, sizeof args, "plan --cluster %s", test_write("badpool.json", text));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "pool[0].per_node: 4 GPUs a node, but the pool has "
+                                         "only 2 of \"H\"") != NULL);
+    free(err);
+    free(g);
+    free(h);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -440,5 +590,6 @@ int main(void)
     CU_add_test(s, "heterogeneous replicas' step by hand", test_heterogeneous_by_hand);
     CU_add_test(s, "a cluster of pipelines planned and simulated", test_pipelines_cli);
     CU_add_test(s, "an estimate for a (device, tp) pair", test_estimate_for_tp);
+    CU_add_test(s, "the pool search against brute force", test_pool_against_brute_force);
     return test_main();
 }

@@ -578,6 +578,50 @@ static void test_pool_against_brute_force(void)
     free(h);
 }
 
+/* Exports carry the plan's tp (with sequence parallelism) and dp; one tp for the frameworks
+ * that take one, one per device kind for FlagScale. */
+static void test_exports(void)
+{
+    char *g = write_device_profile("xg.json", "gpt", "G", 8);
+    char *h = write_device_profile("xh.json", "gpt", "H", 5);
+    const char *file = write_cluster("x.json", g, GROUP, GROUP, "");
+    static const char *const want[4][2] = {
+        {"megatron", "--tensor-model-parallel-size 4 --sequence-parallel"},
+        {"colossalai", "# launch on 16 GPUs (tp 4, pp 2, dp 2)"},
+        {"nemo", "tensor_model_parallel_size: 4\n  sequence_parallel: True"},
+        {"flagscale", "hetero_process_meshes: [4, 1, 1, 2, 2]"},
+    };
+    char args[1024], *out = NULL, *err = NULL;
+    for (int k = 0; k < 4; k++) {
+        snprintf(args, sizeof args, "plan --cluster %s --quiet --export %s", file, want[k][0]);
+        CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+        if (out == NULL || strstr(out, want[k][1]) == NULL) {
+            fprintf(stderr, "%s: missing \"%s\" in:\n%s\n", want[k][0], want[k][1],
+                    out ? out : "");
+            CU_FAIL("export");
+        }
+        free(out);
+    }
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":4,"
+             "\"stages\":[{\"device\":\"G\",\"memory_bytes\":900000000,\"profile\":\"%s\","
+             "\"tp\":2},{\"device\":\"H\",\"memory_bytes\":900000000,\"profile\":\"%s\","
+             "\"tp\":4}]}",
+             g, h);
+    file = test_write("x2.json", text);
+    snprintf(args, sizeof args, "plan --cluster %s --quiet --export megatron", file);
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "stage 1 has tp 4 and stage 0 tp 2") != NULL);
+    free(err);
+    snprintf(args, sizeof args, "plan --cluster %s --quiet --export flagscale", file);
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out != NULL && strstr(out, "hetero_process_meshes: [2, 1, 1, 1, 1, 4, 1, 1, 1, 1]"));
+    free(out);
+    free(g);
+    free(h);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -591,5 +635,6 @@ int main(void)
     CU_add_test(s, "a cluster of pipelines planned and simulated", test_pipelines_cli);
     CU_add_test(s, "an estimate for a (device, tp) pair", test_estimate_for_tp);
     CU_add_test(s, "the pool search against brute force", test_pool_against_brute_force);
+    CU_add_test(s, "exports carry tp and dp", test_exports);
     return test_main();
 }

@@ -497,7 +497,8 @@ static double best_split(const char *const profiles[2], const int *order, int S,
 }
 
 /* Brute force over the pool search's space: dp dividing the global batch, tp and stage count
- * per kind, every order of the kinds along the pipeline and every split. */
+ * per kind, every order of the kinds along the pipeline and every split (each planned by
+ * --method optimal on its fixed split). */
 static double pool_brute_force(const char *const profiles[2], int global_batch)
 {
     double best = -1;
@@ -507,13 +508,14 @@ static double pool_brute_force(const char *const profiles[2], int global_batch)
         for (int code = 0; code < 2 * 2 * 5 * 3; code++) {
             int tp[2] = {1 + code % 2, 1 + code / 2 % 2};
             int n[2] = {code / 4 % 5, code / 20}; /* stages of G (0-4) and of H (0-2) */
-            if (n[0] + n[1] < 1 || (n[0] == 0 && tp[0] > 1) || (n[1] == 0 && tp[1] > 1) ||
+            if (n[0] + n[1] < 1 || n[0] + n[1] > 4 || (n[0] == 0 && tp[0] > 1) ||
+                (n[1] == 0 && tp[1] > 1) ||
                 dp * tp[0] * n[0] > pool_count[0] || dp * tp[1] * n[1] > pool_count[1])
                 continue;
             for (int first = 0; first < 2; first++) {
                 if (n[0] > 0 && n[1] > 0 ? 0 : first == 1)
                     continue; /* one kind: one order */
-                int order[4], S = 0;
+                int order[4], S = 0; /* at most the model's 4 layers */
                 for (int g = 0; g < 2; g++)
                     for (int j = 0; j < n[first ^ g]; j++)
                         order[S++] = first ^ g;
@@ -552,8 +554,17 @@ static void test_pool_against_brute_force(void)
         struct err e;
         err_clear(&e);
         plan_options_default(&o);
-        CU_ASSERT_EQUAL_FATAL(pool_search(test_write("pool.json", text), &o, &p, &r, &e), ERR_OK);
-        double brute = pool_brute_force(profiles, batches[b]);
+        char file[512];
+        snprintf(file, sizeof file, "%s", test_write("pool.json", text));
+        /* by default --repartition's search gap: within it of the best */
+        CU_ASSERT_EQUAL_FATAL(pool_search(file, &o, &p, &r, &e), ERR_OK);
+        double brute = pool_brute_force(profiles, batches[b]), gapped = p.iteration_ms;
+        CU_ASSERT(gapped <= brute * (1 + o.search_gap) * (1 + 1e-12));
+        plan_free(&p);
+        o.search_gap = 0; /* exact */
+        if (pool_search(file, &o, &p, &r, &e) != ERR_OK)
+            fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
         printf("\n  global batch %d: %ld candidates, %ld fit; dp %d, G %d x tp %d, H %d x tp %d: "
                "%.6f ms (brute force %.6f ms)",
                batches[b], r.candidates, r.fitted, r.dp, r.stages[0], r.tp[0], r.stages[1],

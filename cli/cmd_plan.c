@@ -5,6 +5,7 @@
 #include "cluster.h"
 #include "plan_arena.h"
 #include "planner.h"
+#include "pool.h"
 #include "share_plan.h"
 
 static void help(void)
@@ -17,7 +18,11 @@ static void help(void)
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
-           "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
+           "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles;\n"
+           "                   with \"pipelines\" each is planned and the step of all written\n"
+           "                   (ballast-replicas/1); with a \"pool\" of GPUs the fastest\n"
+           "                   data-parallel pipeline is searched for (README, \"Tensor and\n"
+           "                   data parallelism\")\n"
            "  --method M       none | full | block:N | uniform-min | patent | optimal (default)\n"
            "                     none, full     nothing / every layer recomputed\n"
            "                     block:N        the first N layers of every stage (Megatron)\n"
@@ -263,6 +268,22 @@ int cmd_plan(int argc, char **argv)
         return rc < 0 ? ERR_OK : rc;
     if (a.share != NULL)
         return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
+    int pipelines, pool;
+    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e) ||
+        pool_file_check(a.cluster_file, &pool, &e))
+        return cli_fail("plan", &e);
+    if (pool && (pipelines > 0 || a.export_format || a.auto_micro || a.micro_batches ||
+                 a.arena.on || a.o.method != METHOD_OPTIMAL))
+        return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
+                               "repartitions every candidate), no --export, --micro-batches or "
+                               "--arena, and no \"pipelines\" in the file");
+    if (pool)
+        return cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
+    if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
+        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
+                               "--micro-batches or --arena (plan each pipeline for those)");
+    if (pipelines > 0)
+        return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
     if (make_plan(&a, &p, &e))
         return cli_fail("plan", &e);
     if (write_outputs(&a, &p, &e)) {

@@ -458,6 +458,7 @@ static void leaf(struct search *s, const int *order)
         st->recompute_ms = rc->recompute_ms;
         st->out_bytes = s->c->profiles[p->profile].layers[last].out_bytes;
         st->link = k + 1 < s->S ? p->link : (struct link){0};
+        st->allreduce_ms = cluster_allreduce_ms(s->c, p->stage, first, last);
         memory += rc->memory_bytes;
     }
     double ms;

@@ -314,11 +314,12 @@ static const char *const framework_names[] = {"megatron", "nemo", "colossalai"};
 
 /* A block as the framework keeps it: `block` bytes, of which the attention core's own
  * `core` and the MLP's `gelu`, with the recompute modules a framework with flash attention
- * takes (ColossalAI's GPT-2 takes none). */
+ * takes (ColossalAI's GPT-2 takes none). `flash_core_ms`: the core's forward when the model's
+ * attention is flash, whose runtime has no "attn" option to take the time from (else 0). */
 static void framework_block(struct layer_cost *c, int64_t block, int64_t core, int64_t gelu,
-                            double mlp_share, int modules)
+                            double mlp_share, int modules, double flash_core_ms)
 {
-    double attn_ms = 0, gelu_ms = 0; /* the runtime's options: core and GELU alone */
+    double attn_ms = flash_core_ms, gelu_ms = 0; /* the runtime's options: core, GELU alone */
     for (int k = 0; k < c->n_options; k++) {
         if (strcmp(c->options[k].name, "attn") == 0)
             attn_ms = c->options[k].recompute_ms;
@@ -346,7 +347,17 @@ static void framework_block(struct layer_cost *c, int64_t block, int64_t core, i
     }
 }
 
-int estimate_for_framework(const struct model *m, const char *framework, struct profile *p,
+/* The forward of a flash attention core (what core_attn recomputation reruns), on device d. */
+static double flash_core_forward_ms(const struct device_table *t, const struct device_spec *d,
+                                    const struct model *m)
+{
+    struct op_list f = {0}, unused = {0};
+    flash_attention(&f, &unused, m, m->kind == MODEL_KIND_LLAMA ? m->n_kv_head : m->n_head);
+    return ops_ms(&f, t, d, m->dtype);
+}
+
+int estimate_for_framework(const struct device_table *t, const struct device_spec *d,
+                           const struct model *m, const char *framework, struct profile *p,
                            struct err *e)
 {
     int known = 0;
@@ -365,6 +376,8 @@ int estimate_for_framework(const struct model *m, const char *framework, struct 
     /* the whole MLP's share of a block's forward: its GEMMs' FLOPs, 16 sbh^2 of
      * 24 sbh^2 + 4 s^2 bh */
     double mlp_share = 16.0 * (double)h / (24.0 * (double)h + 4.0 * (double)s);
+    double flash_core_ms =
+        m->attention == MODEL_ATTENTION_FLASH ? flash_core_forward_ms(t, d, m) : 0;
     for (int l = 0; l < p->n_layers; l++) {
         struct layer_cost *c = &p->layers[l];
         enum model_layer_kind kind = model_layer_kind(m, l);
@@ -374,7 +387,7 @@ int estimate_for_framework(const struct model *m, const char *framework, struct 
             c->act_bytes = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
         else
             framework_block(c, el * sbh * 16 + 2 * sbh + 16 * s * b + core, core,
-                            8 * el * sbh, mlp_share, flash);
+                            8 * el * sbh, mlp_share, flash, flash_core_ms);
     }
     cJSON_AddStringToObject(p->provenance, "for", framework);
     cJSON_AddStringToObject(p->provenance, "for_method",

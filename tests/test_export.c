@@ -882,7 +882,7 @@ static int export_megatron(const struct plan *p, char **out, char **err_text)
     FILE *note = fopen(test_path("mo.err"), "w");
     CU_ASSERT_FATAL(f != NULL && note != NULL);
     stderr = note;
-    int rc = planner_export(f, p, "megatron", &e);
+    int rc = planner_export(f, p, "megatron", 0, &e);
     stderr = saved;
     fclose(f);
     if (rc)

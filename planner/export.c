@@ -46,20 +46,18 @@ static int world_size(const struct plan *p)
     return gpus * p->stages[0].dp;
 }
 
-/* Frameworks with one tensor-parallel size (and one dp) for every stage: ERR_INPUT naming
- * the first stage that differs from stage 0, with both numbers. */
+/* Frameworks with one tensor-parallel size for every stage (a plan has one dp): ERR_INPUT
+ * naming the first stage that differs from stage 0, with both numbers. */
 static int one_tp(const struct plan *p, const char *format, const char *framework,
                   struct err *e)
 {
     for (int s = 1; s < p->n_stages; s++)
-        if (p->stages[s].tp != p->stages[0].tp || p->stages[s].dp != p->stages[0].dp)
+        if (p->stages[s].tp != p->stages[0].tp)
             return err_set(e, ERR_INPUT,
-                           "--export %s: %s takes one tensor-parallel size and one data-parallel "
-                           "size for every stage; stage %d has tp %d, dp %d against stage 0's "
-                           "tp %d, dp %d (use --export flagscale, whose process meshes take a tp "
-                           "each)",
-                           format, framework, s, p->stages[s].tp, p->stages[s].dp,
-                           p->stages[0].tp, p->stages[0].dp);
+                           "--export %s: stage %d has tp %d and stage 0 tp %d, but %s takes one "
+                           "tensor-parallel size for every stage (--export flagscale takes one "
+                           "per process mesh)",
+                           format, s, p->stages[s].tp, p->stages[0].tp, framework);
     return ERR_OK;
 }
 
@@ -67,7 +65,7 @@ static int one_tp(const struct plan *p, const char *format, const char *framewor
  * NeMo and ColossalAI computes it: world / (tp * pp)). */
 static void launch_line(FILE *f, const struct plan *p, const char *framework)
 {
-    fprintf(f, "# launch on %d GPUs: tp %d x pp %d x dp %d; %s takes dp from the world size "
+    fprintf(f, "# launch on %d GPUs (tp %d, pp %d, dp %d); %s takes dp from the world size "
                "(world / (tp * pp))\n",
             world_size(p), p->stages[0].tp, p->n_stages, p->stages[0].dp, framework);
 }
@@ -597,10 +595,9 @@ static void megatron_offload_args(FILE *f, int *first, const struct megatron_off
 static void megatron_parallel_args(FILE *f, int *first, const struct plan *p, int shard)
 {
     char num[32];
-    snprintf(num, sizeof num, "%d", p->stages[0].tp);
+    snprintf(num, sizeof num, "%d%s", p->stages[0].tp,
+             p->stages[0].tp > 1 ? " --sequence-parallel" : "");
     megatron_arg(f, first, "--tensor-model-parallel-size %s", num);
-    if (p->stages[0].tp > 1)
-        megatron_arg(f, first, "--sequence-parallel%s", "");
     if (shard)
         megatron_arg(f, first, "--use-distributed-optimizer%s", "");
     if (states_attention(p))
@@ -710,21 +707,17 @@ static void flagscale_parallel(FILE *f, const struct plan *p, int shard)
         fprintf(f, "  sequence_parallel: True\n");
     if (shard)
         fprintf(f, "  use_distributed_optimizer: True\n");
+    /* Ballast's GPT and Llama heads have their own weights (sizes.c lm_w); tied, FlagScale
+     * would assert the first and last mesh's tp equal */
     if (states_attention(p))
-        fprintf(f, "  attention_backend: %s\n", flash(p) ? "flash" : "unfused");
+        fprintf(f, "  attention_backend: %s\n  untie_embeddings_and_output_weights: True\n",
+                flash(p) ? "flash" : "unfused");
 }
 
-static int export_flagscale(FILE *f, struct export *x, struct err *e)
+static int export_flagscale(FILE *f, struct export *x)
 {
     const struct plan *p = x->p;
     int S = p->n_stages, sel = selective(x);
-    /* flagscale/train/arguments.py asserts it unless untie_embeddings_and_output_weights */
-    if (p->stages[0].tp != p->stages[S - 1].tp)
-        return err_set(e, ERR_INPUT,
-                       "--export flagscale: FlagScale asserts the first and last stage have the "
-                       "same tp (the tied embedding and output weights); stage 0 has tp %d, "
-                       "stage %d tp %d",
-                       p->stages[0].tp, S - 1, p->stages[S - 1].tp);
     common_notes(x, "FlagScale");
     if (sel)
         selective_note(x, "FlagScale");
@@ -801,7 +794,7 @@ int planner_export(FILE *f, const struct plan *p, const char *format, int shard_
     else if (strcmp(format, "megatron") == 0)
         rc = export_megatron(f, &x, e);
     else if (strcmp(format, "flagscale") == 0)
-        rc = export_flagscale(f, &x, e);
+        rc = export_flagscale(f, &x);
     else
         rc = err_set(e, ERR_INPUT,
                      "--export: \"%s\", expected colossalai, nemo, megatron or flagscale",

@@ -1105,9 +1105,9 @@ static void test_export_llama_precision(void)
     free(err);
 }
 
-/* cpu-3's cluster with every profile path absolute and each stage given `group` (JSON members
- * after "layers"), written as `name`; stage `other` (-1: none) on device "cpu2" (the same
- * profile, renamed) with tp `other_tp`. */
+/* cpu-3's cluster on `profile` with every stage of tp `tp` and dp `dp` (shard_optimizer when
+ * `shard`), written as `name`; stage `other` (-1: none) on device "cpu2" (the same profile,
+ * renamed) with tp `other_tp`. */
 static const char *tp_cluster(const char *name, int tp, int dp, int shard, int other,
                               int other_tp, const char *profile)
 {

@@ -220,11 +220,13 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
 }
 
 /* Loads the cluster and plans it. */
-static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
+static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optimizer,
+                     struct err *e)
 {
     struct cluster c;
     if (cluster_load(a->cluster_file, &c, e))
         return e->code;
+    *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
     cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
@@ -244,13 +246,14 @@ static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
 }
 
 /* The table, the export and the plan file. */
-static int write_outputs(const struct plan_args *a, const struct plan *p, struct err *e)
+static int write_outputs(const struct plan_args *a, const struct plan *p, int shard_optimizer,
+                         struct err *e)
 {
     if (!a->quiet)
         planner_print(a->export_format ? stderr : stdout, p);
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
-    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, e))
+    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, shard_optimizer, e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))
         return e->code;
@@ -284,9 +287,10 @@ int cmd_plan(int argc, char **argv)
                                "--micro-batches or --arena (plan each pipeline for those)");
     if (pipelines > 0)
         return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
-    if (make_plan(&a, &p, &e))
+    int shard_optimizer = 0;
+    if (make_plan(&a, &p, &shard_optimizer, &e))
         return cli_fail("plan", &e);
-    if (write_outputs(&a, &p, &e)) {
+    if (write_outputs(&a, &p, shard_optimizer, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);
     }

@@ -123,9 +123,9 @@ static int estimate(const char *model_file, const char *device, const char *devi
     }
     struct profile p;
     int rc = estimate_profile(&t, d, &m, &p, &e);
-    devices_free(&t);
     if (rc == ERR_OK && framework != NULL)
-        rc = estimate_for_framework(&m, framework, &p, &e);
+        rc = estimate_for_framework(&t, d, &m, framework, &p, &e);
+    devices_free(&t);
     if (rc == ERR_OK && group->tp > 1)
         rc = cluster_group_profile(&p, (int)group->tp, &group->node_link, &e);
     if (rc == ERR_OK)

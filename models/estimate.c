@@ -354,15 +354,16 @@ struct framework_acts {
     double mlp_share;   /* the whole MLP's share of a block's forward */
     double core_share;  /* the attention core's (scores and att v) */
     int modules;        /* 0: whole blocks only */
+    double flash_core_ms; /* a flash model's attention core forward on the device, else 0 */
 };
 
 /* A block as the framework keeps it, with the recompute modules a framework with flash
  * attention takes (ColossalAI's GPT-2 and Llama take none). Their times: the runtime's
  * options (the probabilities, the activation) where it has them; a flash model's runtime has
- * no "attn" option, so the attention core's share of the forward stands in. */
+ * no "attn" option, so the flash attention forward's roofline on the device stands in. */
 static void framework_block(struct layer_cost *c, const struct framework_acts *a)
 {
-    double attn_ms = c->fwd_ms * a->core_share, act_ms = 0;
+    double attn_ms = a->flash_core_ms, act_ms = 0;
     for (int k = 0; k < c->n_options; k++) {
         if (strcmp(c->options[k].name, "attn") == 0)
             attn_ms = c->options[k].recompute_ms;
@@ -454,7 +455,17 @@ static void llama_acts(const struct model *m, int colossalai, struct framework_a
     a->modules = !colossalai;
 }
 
-int estimate_for_framework(const struct model *m, const char *framework, struct profile *p,
+/* The forward of a flash attention core (what core_attn recomputation reruns), on device d. */
+static double flash_core_forward_ms(const struct device_table *t, const struct device_spec *d,
+                                    const struct model *m)
+{
+    struct op_list f = {0}, unused = {0};
+    flash_attention(&f, &unused, m, m->kind == MODEL_KIND_LLAMA ? m->n_kv_head : m->n_head);
+    return ops_ms(&f, t, d, m->dtype);
+}
+
+int estimate_for_framework(const struct device_table *t, const struct device_spec *d,
+                           const struct model *m, const char *framework, struct profile *p,
                            struct err *e)
 {
     int known = 0;
@@ -472,6 +483,7 @@ int estimate_for_framework(const struct model *m, const char *framework, struct 
         llama_acts(m, colossalai, &a);
     else
         gpt_acts(m, !colossalai, &a);
+    a.flash_core_ms = m->attention == MODEL_ATTENTION_FLASH ? flash_core_forward_ms(t, d, m) : 0;
     for (int l = 0; l < p->n_layers; l++) {
         struct layer_cost *c = &p->layers[l];
         enum model_layer_kind kind = model_layer_kind(m, l);

@@ -592,7 +592,7 @@ static void test_sizes(void)
         CU_ASSERT_EQUAL(p.layers[l].n_options, l >= 1 && l <= 3 ? 3 : 0);
     }
     /* the frameworks' Llama blocks (sizes by hand: test_estimate_for) */
-    CU_ASSERT_EQUAL(estimate_for_framework(&m, "megatron", &p, &e), ERR_OK);
+    CU_ASSERT_EQUAL(estimate_for_framework(&dt, d, &m, "megatron", &p, &e), ERR_OK);
     profile_free(&p);
     devices_free(&dt);
 }

@@ -11,7 +11,8 @@
 static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--repartition [--search-nodes N] [--time-limit S]] [--whole-layers]\n"
+           "                    [--repartition [--search-nodes N] [--time-limit S] [--search-gap G]]\n"
+           "                    [--whole-layers]\n"
            "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
            "                    [--quiet]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
@@ -34,6 +35,8 @@ static void help(void)
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
            "  --time-limit S   --repartition stops after S seconds with the best plan found and\n"
            "                   its certified optimality_gap (default: no limit)\n"
+           "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
+           "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
            "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
@@ -58,7 +61,9 @@ static void help(void)
            "                   ga (the published genetic search) or exact (GLPK MILP); stages fit\n"
            "                   on it, and optimal recomputes the least that fits it\n"
            "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
-           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory\n"
+           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory;\n"
+           "                   with --actions recompute,offload their layers are offloaded\n"
+           "                   and the stage laid out again until it fits\n"
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
            "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
@@ -103,6 +108,9 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "--time-limit") == 0 &&
              (cli_parse_double(v, &o->time_limit_s) || !(o->time_limit_s > 0)))
         return cli_usage_error("plan", "--time-limit: \"%s\", expected seconds > 0", v);
+    else if (strcmp(name, "--search-gap") == 0 &&
+             (cli_parse_double(v, &o->search_gap) || !(o->search_gap >= 0 && o->search_gap < 1)))
+        return cli_usage_error("plan", "--search-gap: \"%s\", expected a fraction in [0, 1)", v);
     else if (strcmp(name, "--micro-batches") == 0 && strcmp(v, "auto") == 0)
         a->auto_micro = 1;
     else if (strcmp(name, "--micro-batches") == 0 && cli_parse_int(v, 1, 1 << 20, &a->micro_batches))
@@ -125,8 +133,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
 {
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
-                                        "--micro-batches", "--global-batch", "--export",
-                                        "--actions"};
+                                        "--search-gap", "--micro-batches", "--global-batch",
+                                        "--export", "--actions"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -189,17 +197,13 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
+    a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
     if (a->global_batch && !a->auto_micro)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
-    /* the arena's objects have no offload staging buffers yet: the two would disagree on
-     * the device memory */
-    if (a->arena.on && (a->o.actions & PLAN_ACTION_OFFLOAD))
-        return cli_usage_error("plan", "--arena and --actions offload cannot be combined yet "
-                               "(the arena does not lay out offload staging buffers)");
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;

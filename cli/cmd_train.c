@@ -1,5 +1,7 @@
 #include <fcntl.h>
 #include <mpi.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,135 +67,124 @@ static void help(void)
            TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
 }
 
+/* The options: each sets one field of struct train_options from its value. */
+enum opt_kind {
+    OPT_PATH,   /* const char *: a file or folder */
+    OPT_COUNT,  /* int64_t in [lo, hi] */
+    OPT_INT,    /* int in [lo, hi] */
+    OPT_SEED,   /* uint64_t in [lo, LONG_MAX] */
+    OPT_REAL,   /* double in (lo, hi] (lo excluded: rates and times are positive) */
+    OPT_CHOICE, /* const char *: one of `choices` */
+    OPT_FLAG,   /* int set to 1; takes no value */
+};
+
+struct opt {
+    const char *name;
+    enum opt_kind kind;
+    size_t at; /* offsetof the field */
+    double lo, hi;
+    const char *expected; /* for the usage error: "expected <this>" */
+    const char *choices;  /* OPT_CHOICE: "|a|b|" */
+};
+
+#define AT(field) offsetof(struct train_options, field)
+static const struct opt opts[] = {
+    {"--plan", OPT_PATH, AT(plan_file), 0, 0, NULL, NULL},
+    {"--share", OPT_PATH, AT(share_file), 0, 0, NULL, NULL},
+    {"--data", OPT_PATH, AT(data_file), 0, 0, NULL, NULL},
+    {"--metrics", OPT_PATH, AT(metrics_file), 0, 0, NULL, NULL},
+    {"--trace", OPT_PATH, AT(trace_file), 0, 0, NULL, NULL},
+    {"--save", OPT_PATH, AT(save_dir), 0, 0, NULL, NULL},
+    {"--init", OPT_PATH, AT(init_file), 0, 0, NULL, NULL},
+    {"--save-weights", OPT_PATH, AT(save_weights_file), 0, 0, NULL, NULL},
+    {"--resume", OPT_PATH, AT(resume_dir), 0, 0, NULL, NULL},
+    {"--steps", OPT_COUNT, AT(steps), 1, 0x1p40, "a count >= 1", NULL},
+    {"--slice", OPT_COUNT, AT(slice), 1, 0x1p40, "a count >= 1", NULL},
+    {"--save-every", OPT_COUNT, AT(save_every), 1, 0x1p40, "a count >= 1", NULL},
+    {"--threads", OPT_INT, AT(threads), 1, 1024, "1..1024", NULL},
+    {"--seed", OPT_SEED, AT(seed), 0, 0, "an integer >= 0", NULL},
+    {"--lr", OPT_REAL, AT(lr), 0, 1 - 0x1p-53, "a number in (0, 1)", NULL},
+    {"--timeout", OPT_REAL, AT(timeout_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
+    {"--host-link-gbps", OPT_REAL, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
+    {"--device", OPT_CHOICE, AT(device), 0, 0, "auto, cpu or cuda", "|auto|cpu|cuda|"},
+    {"--transport", OPT_CHOICE, AT(transport), 0, 0, "auto, mpi or nccl", "|auto|mpi|nccl|"},
+    {"--switch", OPT_CHOICE, 0, 0, 0, "share or full", "|share|full|"},
+    {"--data-format", OPT_CHOICE, 0, 0, 0, "llmc or bytes", "|llmc|bytes|"},
+    {"--quiet", OPT_FLAG, AT(quiet), 0, 0, NULL, NULL},
+    {"--check-arena", OPT_FLAG, AT(check_arena), 0, 0, NULL, NULL},
+};
+#undef AT
+
+/* Whether `v` is one of `choices` ("|a|b|c|"). */
+static int is_choice(const char *v, const char *choices)
+{
+    char word[32];
+    return strchr(v, '|') == NULL && snprintf(word, sizeof word, "|%s|", v) < (int)sizeof word &&
+           strstr(choices, word) != NULL;
+}
+
+/* Sets the option's field from `v`: ERR_OK or a usage error's status (printed). */
+static int set_option(const struct opt *k, const char *v, struct train_options *o)
+{
+    char *field = (char *)o + k->at;
+    long n;
+    double x;
+    switch (k->kind) {
+    case OPT_PATH:
+        *(const char **)field = v;
+        return ERR_OK;
+    case OPT_FLAG:
+        *(int *)field = 1;
+        return ERR_OK;
+    case OPT_COUNT:
+    case OPT_INT:
+    case OPT_SEED:
+        if (cli_parse_int(v, (long)k->lo, k->kind == OPT_SEED ? LONG_MAX : (long)k->hi, &n))
+            break;
+        if (k->kind == OPT_COUNT)
+            *(int64_t *)field = n;
+        else if (k->kind == OPT_INT)
+            *(int *)field = (int)n;
+        else
+            *(uint64_t *)field = (uint64_t)n;
+        return ERR_OK;
+    case OPT_REAL:
+        if (cli_parse_double(v, &x) || !(x > k->lo && x <= k->hi))
+            break;
+        *(double *)field = x;
+        return ERR_OK;
+    case OPT_CHOICE:
+        if (!is_choice(v, k->choices))
+            break;
+        if (strcmp(k->name, "--switch") == 0)
+            o->switch_full = strcmp(v, "full") == 0;
+        else if (strcmp(k->name, "--data-format") == 0)
+            o->data_format = strcmp(v, "bytes") == 0 ? DATA_FORMAT_BYTES : DATA_FORMAT_TOKENS;
+        else
+            *(const char **)field = v;
+        return ERR_OK;
+    }
+    return cli_usage_error("train", "%s: \"%s\", expected %s", k->name, v, k->expected);
+}
+
 static int parse(int argc, char **argv, struct train_options *o)
 {
-    const char *v;
-    long n;
     int format_given = 0;
     for (int i = 1; i < argc; i++) {
-        int r;
-#define VALUE(name) ((r = cli_option(argc, argv, &i, name, &v)) != 0)
-        if (VALUE("--plan")) {
+        const struct opt *k = NULL;
+        const char *v = NULL;
+        for (size_t j = 0; k == NULL && j < sizeof opts / sizeof opts[0]; j++) {
+            int r = opts[j].kind == OPT_FLAG ? cli_flag(argv, i, opts[j].name)
+                                             : cli_option(argc, argv, &i, opts[j].name, &v);
             if (r < 0)
                 return ERR_INPUT;
-            o->plan_file = v;
-        } else if (VALUE("--share")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->share_file = v;
-        } else if (VALUE("--slice")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1L << 40, &n))
-                return cli_usage_error("train", "--slice: \"%s\", expected a count >= 1", v);
-            o->slice = n;
-        } else if (VALUE("--switch")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (strcmp(v, "share") != 0 && strcmp(v, "full") != 0)
-                return cli_usage_error("train", "--switch: \"%s\", expected share or full", v);
-            o->switch_full = strcmp(v, "full") == 0;
-        } else if (VALUE("--steps")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1L << 40, &n))
-                return cli_usage_error("train", "--steps: \"%s\", expected a count >= 1", v);
-            o->steps = n;
-        } else if (VALUE("--data")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->data_file = v;
-        } else if (VALUE("--data-format")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (strcmp(v, "llmc") != 0 && strcmp(v, "bytes") != 0)
-                return cli_usage_error("train", "--data-format: \"%s\", expected llmc or bytes",
-                                       v);
-            o->data_format = strcmp(v, "bytes") == 0 ? DATA_FORMAT_BYTES : DATA_FORMAT_TOKENS;
-            format_given = 1;
-        } else if (VALUE("--seed")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 0, 0x7fffffffffffffffL, &n))
-                return cli_usage_error("train", "--seed: \"%s\", expected an integer >= 0", v);
-            o->seed = (uint64_t)n;
-        } else if (VALUE("--lr")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_double(v, &o->lr) || !(o->lr > 0 && o->lr < 1))
-                return cli_usage_error("train", "--lr: \"%s\", expected a number in (0, 1)", v);
-        } else if (VALUE("--threads")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1024, &n))
-                return cli_usage_error("train", "--threads: \"%s\", expected 1..1024", v);
-            o->threads = (int)n;
-        } else if (VALUE("--metrics")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->metrics_file = v;
-        } else if (VALUE("--trace")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->trace_file = v;
-        } else if (VALUE("--save")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->save_dir = v;
-        } else if (VALUE("--save-every")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1L << 40, &n))
-                return cli_usage_error("train", "--save-every: \"%s\", expected a count >= 1",
-                                       v);
-            o->save_every = n;
-        } else if (VALUE("--init")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->init_file = v;
-        } else if (VALUE("--save-weights")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->save_weights_file = v;
-        } else if (VALUE("--resume")) {
-            if (r < 0)
-                return ERR_INPUT;
-            o->resume_dir = v;
-        } else if (VALUE("--device")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (strcmp(v, "auto") != 0 && strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-                return cli_usage_error("train", "--device: \"%s\", expected auto, cpu or cuda",
-                                       v);
-            o->device = v;
-        } else if (VALUE("--transport")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (strcmp(v, "auto") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "nccl") != 0)
-                return cli_usage_error("train",
-                                       "--transport: \"%s\", expected auto, mpi or nccl", v);
-            o->transport = v;
-        } else if (VALUE("--timeout")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_double(v, &o->timeout_s) || !(o->timeout_s > 0 && o->timeout_s <= 1e7))
-                return cli_usage_error("train", "--timeout: \"%s\", expected seconds in (0, 1e7]",
-                                       v);
-        } else if (VALUE("--host-link-gbps")) {
-            if (r < 0)
-                return ERR_INPUT;
-            if (cli_parse_double(v, &o->host_link_gbps) ||
-                !(o->host_link_gbps > 0 && o->host_link_gbps <= 1e6))
-                return cli_usage_error("train",
-                                       "--host-link-gbps: \"%s\", expected Gbit/s in (0, 1e6]", v);
-        } else if (cli_flag(argv, i, "--quiet")) {
-            o->quiet = 1;
-        } else if (cli_flag(argv, i, "--check-arena")) {
-            o->check_arena = 1;
-        } else {
-            return cli_usage_error("train", "unknown option \"%s\"", argv[i]);
+            if (r > 0)
+                k = &opts[j];
         }
-#undef VALUE
+        if (k == NULL)
+            return cli_usage_error("train", "unknown option \"%s\"", argv[i]);
+        ERR_TRY(set_option(k, v, o));
+        format_given |= strcmp(k->name, "--data-format") == 0;
     }
     if ((o->plan_file == NULL) == (o->share_file == NULL))
         return cli_usage_error("train", "one of --plan and --share is required");

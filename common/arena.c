@@ -13,6 +13,11 @@ const char *arena_kind_name(enum arena_kind k)
     return k >= 0 && k < ARENA_KINDS ? kind_names[k] : "?";
 }
 
+int arena_kind_phased(enum arena_kind k)
+{
+    return k == ARENA_TRANSIENT || k == ARENA_STAGING;
+}
+
 void arena_free(struct arena *a)
 {
     free(a->objects);
@@ -90,7 +95,7 @@ static void describe(const struct arena_object *o, char *buf, size_t len)
 {
     snprintf(buf, len, "%s (micro-batch %d, layer %d%s, %lld bytes at %lld, ticks %d-%d)",
              arena_kind_name(o->kind), o->micro, o->layer,
-             o->kind == ARENA_TRANSIENT ? (o->phase ? ", backward" : ", forward") : "",
+             arena_kind_phased(o->kind) ? (o->phase ? ", backward" : ", forward") : "",
              (long long)o->bytes, (long long)o->offset, o->first, o->last);
 }
 
@@ -133,7 +138,7 @@ cJSON *arena_to_json(const struct arena *a)
         cJSON_AddStringToObject(it, "kind", arena_kind_name(b->kind));
         cJSON_AddNumberToObject(it, "micro", b->micro);
         cJSON_AddNumberToObject(it, "layer", b->layer);
-        if (b->kind == ARENA_TRANSIENT)
+        if (arena_kind_phased(b->kind))
             cJSON_AddStringToObject(it, "phase", b->phase ? "backward" : "forward");
         jsonio_add_int(it, "bytes", b->bytes);
         cJSON_AddNumberToObject(it, "first", b->first);
@@ -164,7 +169,8 @@ static int object_from_json(const cJSON *it, const char *file, const char *path,
         jsonio_int(it, file, path, "last", first, 1 << 30, &last, e) ||
         jsonio_int(it, file, path, "offset", 0, JSONIO_INT_MAX, &b->offset, e))
         return e->code;
-    if (k == ARENA_TRANSIENT && cJSON_GetObjectItemCaseSensitive(it, "phase") != NULL &&
+    if (arena_kind_phased((enum arena_kind)k) &&
+        cJSON_GetObjectItemCaseSensitive(it, "phase") != NULL &&
         jsonio_str(it, file, path, "phase", &phase, e))
         return e->code;
     if (strcmp(phase, "forward") != 0 && strcmp(phase, "backward") != 0)
@@ -179,6 +185,22 @@ static int object_from_json(const cJSON *it, const char *file, const char *path,
     return ERR_OK;
 }
 
+/* "proven" (optional, false when absent): only exact proves, so true elsewhere is wrong. */
+static int proven_from_json(const cJSON *o, const char *file, const char *path, struct arena *a,
+                            struct err *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "proven");
+    if (v == NULL)
+        return ERR_OK;
+    if (!cJSON_IsBool(v))
+        return err_set(e, ERR_INPUT, "%s: %s.proven: expected true or false", file, path);
+    a->proven = cJSON_IsTrue(v);
+    if (a->proven && strcmp(a->method, "exact") != 0)
+        return err_set(e, ERR_INPUT, "%s: %s.proven: true, but method \"%s\" proves nothing "
+                       "(only exact does)", file, path, a->method);
+    return ERR_OK;
+}
+
 int arena_from_json(const cJSON *o, const char *file, const char *path, struct arena *a,
                     struct err *e)
 {
@@ -189,7 +211,8 @@ int arena_from_json(const cJSON *o, const char *file, const char *path, struct a
         jsonio_int(o, file, path, "bytes", 0, JSONIO_INT_MAX, &a->bytes, e) ||
         jsonio_int(o, file, path, "lower_bound_bytes", 0, JSONIO_INT_MAX, &a->lower_bound_bytes,
                    e) ||
-        jsonio_int_opt(o, file, path, "host_bytes", 0, JSONIO_INT_MAX, &a->host_bytes, e))
+        jsonio_int_opt(o, file, path, "host_bytes", 0, JSONIO_INT_MAX, &a->host_bytes, e) ||
+        proven_from_json(o, file, path, a, e))
         return e->code;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "objects");
     jsonio_path_key(sub, path, "objects");

@@ -18,7 +18,14 @@
  *              and once in its backward: one tick each
  *   workspace  the largest workspace; it holds the send buffers too, and a send completes
  *              when the transport says, so it is live the whole step
- *   staging    offload staging buffers: none yet (offloading lays its own out here) */
+ *   staging    an offloaded layer's tensors on the device (runtime/exec.h), two per
+ *              micro-batch: the forward's, from the tick that writes them (layer li-1's when
+ *              its input goes to the host too) to the tick after the forward, during which
+ *              they are copied out (the runtime waits for the copy before the object ends);
+ *              the backward's, from the furthest tick a prefetch may be triggered (the plan's
+ *              largest prefetch_ahead, at least 1, layer-ops before the backward) to the end
+ *              of the backward
+ * A transient and a staging object have a phase (forward or backward); the others 0. */
 #ifndef BALLAST_ARENA_H
 #define BALLAST_ARENA_H
 
@@ -45,7 +52,8 @@ struct arena {
     int64_t bytes;             /* max offset + bytes */
     int64_t lower_bound_bytes; /* the most bytes live at one tick */
     int64_t host_bytes;        /* bytes of objects above the device cap (0: none or no cap) */
-    int proven;                /* exact: optimality proven; others 0 */
+    int proven;                /* exact: optimality proven within its time limit; others 0
+                                  (the plan's "proven") */
     const char *note;          /* what the method says of it (static text; not in the file) */
     double solve_ms;
     int n;
@@ -53,6 +61,8 @@ struct arena {
 };
 
 const char *arena_kind_name(enum arena_kind k);
+/* Whether objects of kind k come in a forward and a backward phase (transient, staging). */
+int arena_kind_phased(enum arena_kind k);
 
 void arena_free(struct arena *a);
 /* A deep copy (objects duplicated). */

@@ -7,13 +7,15 @@
 
 static const char *const model_keys[] = {"format",     "kind",       "n_layer",     "n_embd",
                                          "n_head",     "seq_len",    "vocab_size",  "micro_batch",
-                                         "dtype",      "name",       "description", NULL};
+                                         "dtype",      "attention",  "name",       "description",
+                                         NULL};
 
 /* A Llama model: GPT's fields and its own four, every one required. */
 static const char *const llama_keys[] = {"format",     "kind",        "n_layer",    "n_embd",
                                          "n_head",     "n_kv_head",   "ffn_hidden", "rope_theta",
                                          "norm_eps",   "seq_len",     "vocab_size", "micro_batch",
-                                         "dtype",      "name",        "description", NULL};
+                                         "dtype",      "attention",   "name",       "description",
+                                         NULL};
 
 /* A custom model is its name (and, in plans, its layer count): the layers and their costs
  * are its profiles'. */
@@ -66,6 +68,26 @@ static int llama_fields(const cJSON *obj, const char *file, const char *path,
                        "%s: %s: head size n_embd/n_head = %d is odd; rotary positions rotate "
                        "pairs",
                        file, sub, m->n_embd / m->n_head);
+    }
+    return ERR_OK;
+}
+
+/* The optional "attention": absent means materialized, today's behaviour. */
+static int attention_field(const cJSON *obj, const char *file, const char *path,
+                           struct model *m, struct err *e)
+{
+    const char *name;
+    m->attention = MODEL_ATTENTION_MATERIALIZED;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "attention") == NULL)
+        return ERR_OK;
+    ERR_TRY(jsonio_str(obj, file, path, "attention", &name, e));
+    if (strcmp(name, "flash") == 0) {
+        m->attention = MODEL_ATTENTION_FLASH;
+    } else if (strcmp(name, "materialized") != 0) {
+        char sub[JSONIO_PATH_MAX];
+        jsonio_path_key(sub, path, "attention");
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"materialized\" or \"flash\"",
+                       file, sub, name);
     }
     return ERR_OK;
 }
@@ -128,6 +150,8 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
         return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"fp32\" or \"bf16\"", file, sub,
                        dtype);
     }
+    if (attention_field(obj, file, path, m, e))
+        return e->code;
     m->n_layer = (int)n_layer;
     m->n_embd = (int)n_embd;
     m->n_head = (int)n_head;
@@ -171,6 +195,9 @@ cJSON *model_to_json(const struct model *m)
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(o, "micro_batch", m->micro_batch);
     cJSON_AddStringToObject(o, "dtype", model_dtype_name(m->dtype));
+    /* only when not the default, so that files written before the field stay as they were */
+    if (m->attention != MODEL_ATTENTION_MATERIALIZED)
+        cJSON_AddStringToObject(o, "attention", model_attention_name(m->attention));
     if (m->kind == MODEL_KIND_LLAMA) {
         cJSON_AddNumberToObject(o, "n_kv_head", m->n_kv_head);
         cJSON_AddNumberToObject(o, "ffn_hidden", m->ffn_hidden);
@@ -189,6 +216,7 @@ int model_equal(const struct model *a, const struct model *b)
     return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head == b->n_head &&
            a->seq_len == b->seq_len && a->vocab_size == b->vocab_size &&
            a->micro_batch == b->micro_batch && a->dtype == b->dtype &&
+           a->attention == b->attention &&
            a->n_kv_head == b->n_kv_head && a->ffn_hidden == b->ffn_hidden &&
            a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps;
 }
@@ -237,6 +265,11 @@ const char *model_dtype_name(enum model_dtype dtype)
     return dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
+const char *model_attention_name(enum model_attention attention)
+{
+    return attention == MODEL_ATTENTION_FLASH ? "flash" : "materialized";
+}
+
 int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e)
 {
     /* The largest products are B*NH*T*T (attention), B*T*V (logits) and V*C, 3*C*C
@@ -244,7 +277,8 @@ int model_check_sizes(const struct model *m, const char *file, const char *path,
     __int128 B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
              V = m->vocab_size;
     __int128 limit = (__int128)JSONIO_INT_MAX;
-    __int128 att = B * NH * T * T * 4, logits = B * T * V * 4, weights = V * C * 18,
+    /* flash keeps (B,NH,T) statistics instead of the probabilities */
+    __int128 att = (m->attention == MODEL_ATTENTION_FLASH ? B * NH * T : B * NH * T * T) * 4, logits = B * T * V * 4, weights = V * C * 18,
              mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
     __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
     if (m->kind == MODEL_KIND_LLAMA) {

@@ -20,6 +20,11 @@ enum model_dtype {
 
 enum model_kind { MODEL_KIND_GPT, MODEL_KIND_CUSTOM, MODEL_KIND_LLAMA };
 
+/* How a block computes attention: materialized keeps the (B,NH,T,T) softmax probabilities for
+ * the backward; flash (tiled, online softmax) keeps only each row's log-sum-exp and
+ * recomputes the scores tile by tile in the backward. */
+enum model_attention { MODEL_ATTENTION_MATERIALIZED, MODEL_ATTENTION_FLASH };
+
 #define MODEL_NAME_MAX 64
 /* Most layers a custom model may have. */
 #define MODEL_CUSTOM_LAYERS_MAX 65536
@@ -37,6 +42,7 @@ struct model {
     int vocab_size;
     int micro_batch;
     enum model_dtype dtype;
+    enum model_attention attention; /* optional "attention"; default materialized */
     /* Llama only: */
     int n_kv_head;     /* key/value heads; divides n_head */
     int ffn_hidden;    /* the SwiGLU MLP's hidden width */
@@ -65,6 +71,8 @@ void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NA
 /* "gpt", "llama" or "custom". */
 const char *model_kind_name(enum model_kind kind);
 const char *model_dtype_name(enum model_dtype dtype);
+/* "materialized" or "flash". */
+const char *model_attention_name(enum model_attention attention);
 /* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the
  * model would exceed 2^53. */
 int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e);

@@ -56,6 +56,41 @@ static void attention_scores(struct op_list *fwd, struct op_list *bwd, const str
     pointwise(fwd, bwd, B * NH * T * T, 1, 1, 5, e);  /* causal softmax */
 }
 
+/* Flash attention (FlashAttention-2, causal, as the runtime's kernels run it): the scores, the
+ * online softmax and att v tile by tile in fast memory, so only q, k, v, the output and the
+ * rows' fp32 log-sum-exp touch device memory. The backward recomputes the scores and their
+ * exponentials tile by tile, then the four products of the materialised backward (d v, d p,
+ * d q, d k) and d s = p (d p - D). */
+static void flash_attention(struct op_list *fwd, struct op_list *bwd, const struct model *m,
+                            double KV)
+{
+    double B = m->micro_batch, T = m->seq_len, NH = m->n_head, HS = (double)m->n_embd / NH;
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double scores = 2 * B * NH * T * T * HS, elems = B * NH * T * T;
+    double qkv = B * T * (NH + 2 * KV) * HS * e, o = B * T * NH * HS * e, lse = B * NH * T * 4;
+    add(fwd, 2 * scores, qkv + o + lse, 1);            /* q k^T and p v */
+    add(fwd, 5 * elems, 0, 0);                         /* online softmax, in fast memory */
+    add(bwd, scores, qkv + lse, 1);                    /* q k^T again */
+    add(bwd, 5 * elems, 0, 0);                         /* p again from the log-sum-exp */
+    add(bwd, 4 * scores, 2 * qkv + 2 * o + 2 * lse, 1); /* d v, d p, d q, d k */
+    add(bwd, 3 * elems, 0, 0);                         /* d s */
+}
+
+/* The attention core of a block: scores, causal softmax and att v, materialised or flash;
+ * KV the key/value heads (n_head for GPT). */
+static void attention_core(struct op_list *fwd, struct op_list *bwd, const struct model *m,
+                           double KV)
+{
+    double B = m->micro_batch, T = m->seq_len, NH = m->n_head;
+    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    if (m->attention == MODEL_ATTENTION_FLASH) {
+        flash_attention(fwd, bwd, m, KV);
+        return;
+    }
+    attention_scores(fwd, bwd, m);                     /* q k^T, causal softmax */
+    gemm(fwd, bwd, B * NH * T, T, m->n_embd / NH, e, 0); /* att v */
+}
+
 static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
 {
     double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
@@ -86,8 +121,7 @@ static void llama_layer_ops(const struct model *m, int layer, struct op_list *fw
         pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* RMSNorm */
         gemm(fwd, bwd, BT, C, (NH + 2 * KV) * HS, e, 1);  /* q, k, v */
         pointwise(fwd, bwd, BT * (NH + KV) * HS, 1, 1, 6, e); /* rotary positions */
-        attention_scores(fwd, bwd, m);                    /* q k^T, causal softmax */
-        gemm(fwd, bwd, B * NH * T, T, HS, e, 0);          /* att v */
+        attention_core(fwd, bwd, m, KV);                  /* q k^T, softmax, att v */
         gemm(fwd, bwd, BT, C, C, e, 1);                   /* o_proj */
         pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
         pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* RMSNorm */
@@ -125,8 +159,7 @@ static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
     case MODEL_LAYER_BLOCK:
         pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln1 */
         gemm(fwd, bwd, BT, C, 3 * C, e, 1);               /* qkv */
-        attention_scores(fwd, bwd, m);                    /* q k^T, causal softmax */
-        gemm(fwd, bwd, B * NH * T, T, C / NH, e, 0);      /* att v */
+        attention_core(fwd, bwd, m, NH);                  /* q k^T, softmax, att v */
         gemm(fwd, bwd, BT, C, C, e, 1);                   /* attention projection */
         pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
         pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln2 */

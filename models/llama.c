@@ -70,7 +70,10 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
         ADD("ln1", B * T * C, e);
         ADD("ln1_rstd", B * T, 4);
         ADD("qkv", B * T * QKV, e);       /* (B,T,QKV) q and k rotated, v */
-        ADD("att", B * NH * T * T, e);    /* (B,NH,T,T) softmax probabilities */
+        if (m->attention == MODEL_ATTENTION_FLASH)
+            ADD("att_lse", B * NH * T, 4); /* (B,NH,T) log-sum-exp of each row */
+        else
+            ADD("att", B * NH * T * T, e); /* (B,NH,T,T) softmax probabilities */
         ADD("atty", B * T * C, e);        /* (B,T,C) attention output */
         ADD("res2", B * T * C, e);        /* (B,T,C) residual after attention */
         ADD("ln2", B * T * C, e);
@@ -109,7 +112,10 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
         ADD("dfch", B * T * 2 * F, e);    /* d fch */
         ADD("dln", B * T * C, e);         /* d ln2, d atty, d ln1 in turn */
         ADD("dqkv", B * T * QKV, e);
-        ADD("datt", B * NH * T * T, e);   /* d att, then d pre-softmax in place */
+        if (m->attention == MODEL_ATTENTION_FLASH)
+            ADD("att_dsum", B * NH * T, 4); /* (B,NH,T) rowsum(dout * out) */
+        else
+            ADD("datt", B * NH * T * T, e); /* d att, then d pre-softmax in place */
         break;
     case MODEL_LAYER_HEAD:
         ADD("dlnf", B * T * C, e);

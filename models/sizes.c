@@ -79,7 +79,11 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
         name_ = "ln1_mean"; ADD(B * T, 4);
         name_ = "ln1_rstd"; ADD(B * T, 4);
         name_ = "qkv";      ADD(B * T * 3 * C, e);  /* (B,T,3C) */
-        name_ = "att";      ADD(B * NH * T * T, e); /* (B,NH,T,T) softmax probabilities */
+        if (m->attention == MODEL_ATTENTION_FLASH) {
+            name_ = "att_lse"; ADD(B * NH * T, 4);  /* (B,NH,T) log-sum-exp of each row */
+        } else {
+            name_ = "att";  ADD(B * NH * T * T, e); /* (B,NH,T,T) softmax probabilities */
+        }
         name_ = "atty";     ADD(B * T * C, e);      /* (B,T,C) attention output */
         name_ = "res2";     ADD(B * T * C, e);      /* (B,T,C) residual after attention */
         name_ = "ln2";      ADD(B * T * C, e);
@@ -119,7 +123,11 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
         name_ = "d4";       ADD(B * T * 4 * C, e);  /* d fch_gelu, then d fch in place */
         name_ = "dln";      ADD(B * T * C, e);      /* d ln2, d atty, d ln1 in turn */
         name_ = "dqkv";     ADD(B * T * 3 * C, e);
-        name_ = "datt";     ADD(B * NH * T * T, e); /* d att, then d pre-softmax in place */
+        if (m->attention == MODEL_ATTENTION_FLASH) {
+            name_ = "att_dsum"; ADD(B * NH * T, 4); /* (B,NH,T) rowsum(dout * out) */
+        } else {
+            name_ = "datt"; ADD(B * NH * T * T, e); /* d att, then d pre-softmax in place */
+        }
         break;
     case MODEL_LAYER_HEAD:
         name_ = "dlnf";     ADD(B * T * C, e);
@@ -192,16 +200,23 @@ static const struct {
     {MODEL_KIND_LLAMA, MODEL_LAYER_BLOCK, "attn+mlp", {"att", "fch_swiglu"}},
 };
 
+/* The regen set of the kept tensors `names`; 0 when the model keeps one of them not at all
+ * (flash attention keeps no probabilities: no "attn" option). */
 static uint32_t mask_of(const struct model *m, enum model_layer_kind kind,
                         const char *const *names)
 {
     struct sizes_tensor t[SIZES_TENSORS_MAX];
     int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
     uint32_t mask = 0;
-    for (int j = 0; j < 3 && names[j] != NULL; j++)
+    for (int j = 0; j < 3 && names[j] != NULL; j++) {
+        uint32_t bit = 0;
         for (int k = 0; k < n; k++)
             if (strcmp(t[k].name, names[j]) == 0)
-                mask |= (uint32_t)1 << k;
+                bit = (uint32_t)1 << k;
+        if (bit == 0)
+            return 0;
+        mask |= bit;
+    }
     return mask;
 }
 
@@ -209,10 +224,13 @@ int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
                             struct sizes_option out[SIZES_OPTIONS_MAX])
 {
     int count = 0;
-    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (options[i].model == m->kind && options[i].kind == kind && count < SIZES_OPTIONS_MAX)
-            out[count++] = (struct sizes_option){options[i].name,
-                                                 mask_of(m, kind, options[i].regen)};
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+        if (options[i].model != m->kind || options[i].kind != kind || count == SIZES_OPTIONS_MAX)
+            continue;
+        uint32_t regen = mask_of(m, kind, options[i].regen);
+        if (regen != 0)
+            out[count++] = (struct sizes_option){options[i].name, regen};
+    }
     return count;
 }
 

@@ -90,7 +90,9 @@ struct sizes_option {
 
 /* The partial recompute options of a layer kind (a block: "attn", the attention probabilities
  * from qkv as Megatron-LM's selective recomputation; "mlp", the GELU from fch; "attn+mlp");
- * returns how many. */
+ * returns how many. A flash-attention block keeps no probabilities (its kept "att_lse" is the
+ * rows' log-sum-exp), so it has "mlp" alone: an option naming a tensor the layer does not
+ * keep does not exist. */
 int sizes_recompute_options(const struct model *m, enum model_layer_kind kind,
                             struct sizes_option out[SIZES_OPTIONS_MAX]);
 /* The same by layer index (model_ops' recompute_options). */

@@ -2,14 +2,17 @@
  * plan's stage from the shared schedule, and the layouts, each one named function of the
  * `arena_methods` table:
  *   slots   today's carving: one slot per in-flight micro-batch (micro-batch m in slot
- *           m mod v, its layers in order), then the largest transient, then the workspace
+ *           m mod v, its layers in order), then the largest transient, then the workspace,
+ *           then offload staging as a pool: buffers of the largest staging object, as many
+ *           as are live at once
  *   greedy  greedy by size (Pisarchyk & Lee 2020, TFLite): largest first, each into the
  *           smallest gap among the objects live at the same time, else on top
  *   ga      the published genetic search (BACKGROUND.md C; arena_ga.c)
  *   exact   a GLPK MILP: offsets, one order binary per pair live at once, least arena
  *           (arena_milp.c); "not proven" when its time limit stops it
  * Each is measured against the lower bound, the most bytes live at one tick. With a device
- * cap on the arena, the objects above it are the bytes that must go to host memory. */
+ * cap on the arena, the objects above it are the bytes that must go to host memory (the
+ * fitness of ga), and arena_plan turns their layers into offloads. */
 #ifndef BALLAST_ARENA_PLAN_H
 #define BALLAST_ARENA_PLAN_H
 
@@ -22,6 +25,8 @@
 struct arena_options {
     char method[ARENA_METHOD_MAX];
     int64_t cap_bytes;   /* the arena's device cap; <= 0: none */
+    int offload;         /* --actions allows offload: layers whose kept objects lie above the
+                            cap go to host memory (arena_plan) */
     uint64_t seed;       /* ga */
     int population;      /* ga */
     int generations;     /* ga: at most */
@@ -83,7 +88,10 @@ int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, 
  * the layout, and fills bytes, lower bound, host bytes and the solve time. */
 int arena_layout(struct arena_object *o, int n, int in_flight, const struct arena_options *opt,
                  struct arena *a, struct arena_result *r, struct err *e);
-/* Every stage: lays its arena out and makes it the stage's memory (cost.h's arena term). */
+/* Every stage: lays its arena out and makes it the stage's memory (cost.h's arena term).
+ * With a cap the arena exceeds, the layers above the cap become offloads and the stage is
+ * laid out again (with opt->offload and the stage's host memory; ERR_NOFIT with the numbers
+ * otherwise); the plan's costs and simulated iteration follow. */
 int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e);
 /* Stage s's objects, lifetimes and offsets, against the lower bound. */
 void arena_explain(FILE *f, const struct plan *p, int s);

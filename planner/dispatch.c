@@ -24,7 +24,8 @@ void plan_options_default(struct plan_options *o)
                                .actions = PLAN_ACTION_RECOMPUTE,
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
-                               .search_nodes = PLAN_SEARCH_NODES_DEFAULT};
+                               .search_nodes = PLAN_SEARCH_NODES_DEFAULT,
+                               .search_gap = PLAN_SEARCH_GAP_DEFAULT};
 }
 
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
@@ -72,13 +73,15 @@ int plan_options_check(const struct plan_options *o, struct err *e)
     if (m == NULL)
         return err_set(e, ERR_INPUT, "plan options: unknown method %d", (int)o->method);
     if (o->unit_bytes < 1 || !(o->time_unit_ms > 0) || !(o->reduce >= 0 && o->reduce <= 1) ||
-        o->block_n < 0 || o->search_nodes < 1 || !(o->time_limit_s >= 0))
+        o->block_n < 0 || o->search_nodes < 1 || !(o->time_limit_s >= 0) ||
+        !(o->search_gap >= 0 && o->search_gap < 1))
         return err_set(e, ERR_INPUT,
                        "plan options: unit %lld bytes, time unit %g ms, reduce %g, block %d, "
-                       "search nodes %ld, time limit %g s: expected unit >= 1, time unit > 0, "
-                       "0 <= reduce <= 1, block >= 0, search nodes >= 1, time limit >= 0",
+                       "search nodes %ld, time limit %g s, search gap %g: expected unit >= 1, "
+                       "time unit > 0, 0 <= reduce <= 1, block >= 0, search nodes >= 1, time "
+                       "limit >= 0, 0 <= search gap < 1",
                        (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n,
-                       o->search_nodes, o->time_limit_s);
+                       o->search_nodes, o->time_limit_s, o->search_gap);
     if (o->repartition && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
     if (o->whole_layers && o->method != METHOD_OPTIMAL)
@@ -170,8 +173,7 @@ static int plan_layout(const struct cluster *c, const struct plan_options *o, st
     return ERR_OK;
 }
 
-/* Every stage's costs, the bottleneck and the simulated iteration time. */
-static int plan_finish(struct plan *p, struct err *e)
+int planner_finish(struct plan *p, struct err *e)
 {
     p->bottleneck_stage = 0;
     for (int s = 0; s < p->n_stages; s++) {
@@ -227,7 +229,7 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     if (rc == ERR_OK && o->verify)
         rc = verify_plan(out, o, e);
     if (rc == ERR_OK)
-        rc = plan_finish(out, e);
+        rc = planner_finish(out, e);
     if (rc)
         plan_free(out);
     return rc;
@@ -252,36 +254,52 @@ static int arranged_cluster(const struct cluster *c, const struct arrangement *a
     return ERR_OK;
 }
 
-/* No order and split fits: say why with the cluster's own split. */
+/* No order and split fits (with recompute only): say why with the cluster's own split. With
+ * offload that split may fit by offloading: then it is the plan (no search attached). */
 static int repartition_nofit(const struct cluster *c, const struct plan_options *fixed,
-                             struct err *e)
+                             struct plan *out, struct err *e)
 {
-    struct plan p;
     err_clear(e);
-    if (plan_fixed(c, fixed, &p, e) == ERR_OK) {
-        plan_free(&p);
+    if (plan_fixed(c, fixed, out, e) == ERR_OK) {
+        snprintf(out->method, sizeof out->method, "optimal+repartition");
+        if (fixed->actions != PLAN_ACTION_RECOMPUTE)
+            return ERR_OK;
+        plan_free(out);
         return err_set(e, ERR_FAIL,
                        "repartitioning found no split although the cluster's own fits");
     }
     if (e->code == ERR_NOFIT)
         err_append(e, "  and no other split of the layers or order of the device kinds fits "
-                      "either");
+                      "%s",
+                   fixed->actions == PLAN_ACTION_RECOMPUTE ? "either" : "with recompute only");
     return e->code;
 }
 
+static int plan_offloads(const struct plan *p)
+{
+    int any = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        any |= plan_stage_offloads(&p->stages[s]);
+    return any;
+}
+
 /* --repartition: the search's arrangement, planned; with what was searched and the certified
- * gap. */
+ * gap. With offload the search picks the split and order with recompute only and each stage's
+ * actions are then chosen with offload on them: never slower than the recompute-only plan of
+ * that arrangement (methods.c), which is --repartition's plan without offload. The search's
+ * bound holds for recompute only, so a plan that offloads carries no search or gap. */
 static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {
-    struct plan_options fixed = *o;
+    struct plan_options fixed = *o, searched = *o;
     struct arrangement a;
     struct plan_search found;
     struct cluster arranged;
     fixed.repartition = 0;
-    int rc = repartition_search(c, o, &a, &found, e);
+    searched.actions = PLAN_ACTION_RECOMPUTE;
+    int rc = repartition_search(c, &searched, &a, &found, e);
     if (rc == ERR_NOFIT)
-        return repartition_nofit(c, &fixed, e);
+        return repartition_nofit(c, &fixed, out, e);
     if (rc)
         return rc;
     rc = arranged_cluster(c, &a, &arranged, e);
@@ -293,6 +311,8 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     if (rc)
         return rc;
     snprintf(out->method, sizeof out->method, "optimal+repartition");
+    if (plan_offloads(out))
+        return ERR_OK;
     double bound = found.lower_bound;
     out->optimality_gap = bound > 0 ? (out->iteration_ms - bound) / bound : 0;
     if (out->optimality_gap < 0)

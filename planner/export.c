@@ -335,10 +335,175 @@ static void megatron_arg(FILE *f, int *first, const char *fmt, const char *value
     *first = 0;
 }
 
-static int export_megatron(FILE *f, struct export *x)
+/* ---- Megatron-LM's fine-grained activation offloading ----
+ * (megatron/core/pipeline_parallel/fine_grained_activation_offload.py): every block of every
+ * pipeline rank sends the input of each module in --offload-modules to host memory; after
+ * warm-up it keeps the last group of each module name on the device (its reload margin),
+ * then pp_rank x --delta-offload-bytes-across-pp-ranks bytes, then, in each micro-batch's
+ * chunk, the last int(groups x (1 - --activation-offload-fraction)) groups in forward order.
+ * For a dense GPT block its modules are around the attention only (nothing inside the MLP).
+ * So it expresses a plan whose offloads are attention tensors (the `attn` option, as its
+ * selective core_attn stands for that option's recomputation above), on the first blocks of
+ * every stage in one fraction, with nothing recomputed beside them. */
+
+struct megatron_offload {
+    int offloads;    /* any block offloads */
+    double fraction; /* --activation-offload-fraction */
+    char text[32];   /* as written */
+};
+
+/* Stage s's offloading blocks: how many (*k), whether they are its first ones, and the most
+ * bytes one sends per micro-batch; ERR_INPUT naming the first offload Megatron-LM cannot
+ * take. */
+static int megatron_stage_offloads(const struct export *x, int s, int *k, int *prefix,
+                                   int64_t *most, struct err *e)
+{
+    const struct plan_stage *st = &x->p->stages[s];
+    *k = *most = 0;
+    *prefix = 1;
+    for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
+        int is_block = model_layer_kind(&x->p->model, st->first + l) == MODEL_LAYER_BLOCK;
+        struct cost_row r = cost_action_row(&st->layers[l], st->recompute[l],
+                                            (enum cost_place)st->place[l],
+                                            st->offload_option[l], st->prefetch_ahead[l]);
+        int attn = st->place[l] == COST_PLACE_DEVICE && st->offload_option[l] >= 0 &&
+                   strcmp(st->layers[l].options[st->offload_option[l]].name, "attn") == 0;
+        if (r.host_bytes > 0 && (!is_block || !attn)) {
+            char name[MODEL_LAYER_NAME_MAX];
+            model_layer_name(&x->p->model, st->first + l, name);
+            return err_set(e, ERR_INPUT,
+                           "--export megatron: stage %d layer %d (%s) sends %s (%lld bytes per "
+                           "micro-batch) to host memory; Megatron-LM's fine-grained activation "
+                           "offloading (--offload-modules) sends module inputs, for a dense GPT "
+                           "block only around its attention (attn_norm, qkv_linear, core_attn, "
+                           "attn_proj, mlp_norm), so it cannot express this; only the attn "
+                           "option's tensors export (plan with --actions recompute for the rest)",
+                           s, st->first + l, name,
+                           st->place[l] == COST_PLACE_HOST ? "its kept tensors"
+                           : st->offload_option[l] >= 0
+                               ? st->layers[l].options[st->offload_option[l]].name
+                               : "its tensors",
+                           (long long)r.host_bytes);
+        }
+        if (!is_block)
+            continue;
+        *prefix = *prefix && (r.host_bytes == 0 || block == *k);
+        *k += r.host_bytes > 0;
+        *most = r.host_bytes > *most ? r.host_bytes : *most;
+        block++;
+    }
+    return ERR_OK;
+}
+
+/* Whether fraction f, as Megatron-LM reads `text`, leaves offloaded the first k[s] of every
+ * stage's blocks. */
+static int fraction_gives(const struct export *x, const int *k, const char *text)
+{
+    double f = strtod(text, NULL);
+    for (int s = 0; s < x->p->n_stages; s++)
+        if (x->c[s].blocks - (int)(x->c[s].blocks * (1 - f)) != k[s])
+            return 0;
+    return 1;
+}
+
+static int megatron_offload_refuse_split(const struct export *x, const int *k, struct err *e)
+{
+    char split[512];
+    int n = 0;
+    for (int s = 0; s < x->p->n_stages && n < (int)sizeof split - 24; s++)
+        n += snprintf(split + n, sizeof split - (size_t)n, "%s%d of %d", s ? ", " : "", k[s],
+                      x->c[s].blocks);
+    return err_set(e, ERR_INPUT,
+                   "--export megatron: this plan offloads the attention of [%s] blocks per "
+                   "stage; Megatron-LM offloads one fraction of every stage's blocks (the first "
+                   "ones, --activation-offload-fraction) less a per-rank byte delta, which gives "
+                   "no such split",
+                   split);
+}
+
+/* What Megatron-LM's offloading flags are for the plan, or ERR_INPUT why it cannot take it. */
+static int megatron_offload(const struct export *x, struct megatron_offload *mo, struct err *e)
+{
+    int S = x->p->n_stages, *k = calloc((size_t)S, sizeof *k), prefix = 1, rc = ERR_OK;
+    if (k == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    *mo = (struct megatron_offload){0};
+    for (int s = 0; s < S && rc == ERR_OK; s++) {
+        int64_t most;
+        int first;
+        rc = megatron_stage_offloads(x, s, &k[s], &first, &most, e);
+        prefix = prefix && first;
+        mo->offloads |= k[s] > 0;
+    }
+    if (rc == ERR_OK && mo->offloads && x->whole + x->partial > 0)
+        rc = err_set(e, ERR_INPUT,
+                     "--export megatron: this plan offloads attention tensors and recomputes %d "
+                     "block(s) (%d of them in part); Megatron-LM's offload groups are counted "
+                     "over every block, recomputed or not, so its fraction cannot be matched to "
+                     "the plan's blocks",
+                     x->whole + x->partial, x->partial);
+    for (int s = 0; s < S && rc == ERR_OK && mo->offloads; s++) /* any fraction to try */
+        for (const char *fmt = "%.6g"; fmt != NULL && !mo->fraction;
+             fmt = fmt[2] == '6' ? "%.17g" : NULL) {
+            snprintf(mo->text, sizeof mo->text, fmt,
+                     x->c[s].blocks ? (double)k[s] / x->c[s].blocks : 1.0);
+            if (prefix && fraction_gives(x, k, mo->text))
+                mo->fraction = strtod(mo->text, NULL);
+        }
+    if (rc == ERR_OK && mo->offloads && !mo->fraction)
+        rc = megatron_offload_refuse_split(x, k, e);
+    free(k);
+    return rc;
+}
+
+/* Megatron-LM keeps one group per module name on each rank's device (its reload margin): a
+ * stage without room for one block's attention tensors more may not fit; refused. */
+static int megatron_margin(const struct export *x, struct err *e)
+{
+    for (int s = 0; s < x->p->n_stages; s++) {
+        const struct plan_stage *st = &x->p->stages[s];
+        int k, prefix;
+        int64_t most;
+        if (megatron_stage_offloads(x, s, &k, &prefix, &most, e))
+            return e->code;
+        if (most == 0)
+            continue;
+        if (st->memory_bytes + most > st->memory_limit_bytes)
+            return err_set(e, ERR_INPUT,
+                           "--export megatron: Megatron-LM keeps one offload group per module "
+                           "on the device (its reload margin): stage %d would need %lld bytes "
+                           "more than planned, %lld of its %lld-byte limit",
+                           s, (long long)most, (long long)(st->memory_bytes + most),
+                           (long long)st->memory_limit_bytes);
+        fprintf(x->note, "ballast plan: export Megatron-LM: note: stage %d: Megatron-LM keeps "
+                         "one block's attention tensors on the device (its reload margin): up "
+                         "to %lld bytes more, %lld of its %lld-byte limit\n",
+                s, (long long)most, (long long)(st->memory_bytes + most),
+                (long long)st->memory_limit_bytes);
+    }
+    fprintf(x->note, "ballast plan: export Megatron-LM: note: its core_attn offload sends core "
+                     "attention's input (q, k, v) to host memory where the plan sends the "
+                     "attention tensors its profile counts; it prefetches on its own schedule, "
+                     "not the plan's prefetch triggers\n");
+    return ERR_OK;
+}
+
+static void megatron_offload_args(FILE *f, int *first, const struct megatron_offload *mo)
+{
+    megatron_arg(f, first, "--fine-grained-activation-offloading%s", "");
+    megatron_arg(f, first, "--offload-modules core_attn%s", "");
+    megatron_arg(f, first, "--min-offloaded-tensor-size 0%s", ""); /* every tensor, as planned */
+    if (mo->fraction < 1)
+        megatron_arg(f, first, "--activation-offload-fraction %s", mo->text);
+}
+
+static int export_megatron(FILE *f, struct export *x, struct err *e)
 {
     const struct plan *p = x->p;
     int S = p->n_stages, sel = selective(x);
+    struct megatron_offload mo;
+    if (megatron_offload(x, &mo, e) || (mo.offloads && megatron_margin(x, e)))
+        return e->code;
     common_notes(x, "Megatron-LM");
     if (!sel && x->most > 0)
         same_count_note(x, "Megatron-LM", "--recompute-num-layers", x->most);
@@ -361,6 +526,9 @@ static int export_megatron(FILE *f, struct export *x)
         n += snprintf(layout + n, sizeof layout - (size_t)n, "%s%s%s%s", sep, embed, num, loss);
     }
     header(f, p, "#");
+    if (mo.offloads)
+        fprintf(f, "# with Transformer Engine >= 2.10 set NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM "
+                   "asserts it for fine-grained activation offloading)\n");
     fprintf(f, "# Megatron-LM before --pipeline-model-parallel-layout: --decoder-first-pipeline-"
                "num-layers and --decoder-last-pipeline-num-layers, only when the middle stages "
                "are even\n");
@@ -383,6 +551,8 @@ static int export_megatron(FILE *f, struct export *x)
                                 "--recompute-num-layers %s",
                      num);
     }
+    if (mo.offloads)
+        megatron_offload_args(f, &first, &mo);
     fprintf(f, "\n");
     return ERR_OK;
 }
@@ -448,9 +618,9 @@ static int export_flagscale(FILE *f, struct export *x)
     return ERR_OK;
 }
 
-/* Offload is per stage and per layer in a plan; the frameworks take at most one global
- * fraction (Megatron-LM's fine-grained offloading): a config that kept the tensors on the
- * device would not fit where the plan needed host memory, so such a plan is refused. */
+/* Offload is per stage and per layer in a plan; NeMo, ColossalAI and FlagScale take none
+ * here (Megatron-LM's is above): a config that kept the tensors on the device would not fit
+ * where the plan needed host memory, so such a plan is refused. */
 static int refuse_offload(const struct plan *p, const char *format, struct err *e)
 {
     for (int s = 0; s < p->n_stages; s++)
@@ -471,7 +641,7 @@ int planner_export(FILE *f, const struct plan *p, const char *format, struct err
 {
     if (p->n_stages < 1)
         return err_set(e, ERR_INPUT, "--export %s: a plan of no stages", format);
-    if (refuse_offload(p, format, e))
+    if (strcmp(format, "megatron") != 0 && refuse_offload(p, format, e))
         return e->code;
     struct export x = {.p = p, .note = stderr};
     x.c = calloc((size_t)p->n_stages, sizeof *x.c);
@@ -484,7 +654,7 @@ int planner_export(FILE *f, const struct plan *p, const char *format, struct err
     else if (strcmp(format, "nemo") == 0)
         rc = export_nemo(f, &x, e);
     else if (strcmp(format, "megatron") == 0)
-        rc = export_megatron(f, &x);
+        rc = export_megatron(f, &x, e);
     else if (strcmp(format, "flagscale") == 0)
         rc = export_flagscale(f, &x);
     else

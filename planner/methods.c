@@ -3,6 +3,7 @@
 #include "offload.h"
 
 #include "arena_fit.h"
+#include "sim.h"
 
 #include <math.h>
 #include <string.h>
@@ -133,15 +134,67 @@ static int method_patent(struct plan *p, const struct plan_options *o, struct er
  * layers allow (whole layers with --whole-layers). The simulated iteration time never
  * decreases when a stage gets slower (sim.h), so this is the least iteration time; the split
  * and the order are repartition.c's search. */
-static int method_optimal(struct plan *p, const struct plan_options *o, struct err *e)
+static int optimal_recompute(struct plan *p, const struct plan_options *o, struct err *e)
 {
-    if (o->actions != PLAN_ACTION_RECOMPUTE)
-        return offload_choose(p, o, e);
     int rc = ERR_OK;
     for (int s = 0; s < p->n_stages && rc == ERR_OK; s++)
         rc = o->arena != NULL ? arena_least_recompute(p, s, o, NULL, e)
                               : least_recompute(p, s, o, NULL, e);
     return rc;
+}
+
+/* Whether the offload search's plan beats the recompute-only one saved in f: simulated
+ * faster, and with --arena every stage's arena fits (the search chose without it). */
+static int offload_wins(const struct plan *p, const struct plan_options *o,
+                        const struct offload_fallback *f, int *wins, struct err *e)
+{
+    struct sim_result r;
+    if (sim_plan(p, &r, e))
+        return e->code;
+    *wins = r.iteration_ms < f->iteration_ms;
+    sim_result_free(&r);
+    for (int s = 0; s < p->n_stages && *wins && o->arena != NULL; s++)
+        if (arena_stage_fits(p, s, o->arena, wins, e))
+            return e->code;
+    return ERR_OK;
+}
+
+/* Recompute and offload: the offload search's plan, or the recompute-only plan where that
+ * is no slower (or the search found nothing), so that a superset of actions never gives a
+ * slower plan, however the search bounded its candidates. */
+static int optimal_with_offload(struct plan *p, const struct plan_options *o, struct err *e)
+{
+    struct plan_options ro = *o;
+    struct offload_fallback f;
+    int wins = 0;
+    ro.actions = PLAN_ACTION_RECOMPUTE;
+    int rc = optimal_recompute(p, &ro, e);
+    if (rc == ERR_NOFIT) { /* the search may fit by offloading */
+        err_clear(e);
+        return offload_choose(p, o, e);
+    }
+    if (rc || offload_fallback_save(p, &f, e))
+        return e->code ? e->code : rc;
+    rc = offload_choose(p, o, e);
+    if (rc == ERR_OK)
+        rc = offload_wins(p, o, &f, &wins, e);
+    if (rc == ERR_NOFIT)
+        err_clear(e);
+    if (rc == ERR_NOFIT || (rc == ERR_OK && !wins)) {
+        offload_fallback_restore(p, &f);
+        rc = ERR_OK;
+    }
+    offload_fallback_free(&f);
+    return rc;
+}
+
+static int method_optimal(struct plan *p, const struct plan_options *o, struct err *e)
+{
+    if (o->actions == PLAN_ACTION_RECOMPUTE)
+        return optimal_recompute(p, o, e);
+    if (!(o->actions & PLAN_ACTION_RECOMPUTE))
+        return offload_choose(p, o, e);
+    return optimal_with_offload(p, o, e);
 }
 
 static const struct method methods[] = {

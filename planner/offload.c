@@ -41,9 +41,6 @@ int offload_options_check(const struct plan_options *o, struct err *e)
     if (o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--actions offload applies to --method optimal only (patent "
                                      "stays the published method: recompute)");
-    if (o->repartition)
-        return err_set(e, ERR_INPUT, "--actions offload with --repartition: not supported; plan "
-                                     "offload on the cluster's own split");
     return ERR_OK;
 }
 
@@ -86,6 +83,7 @@ struct stage_search {
     struct cost_row *cur;
     struct candidate *found;
     int n_found, cap_found;
+    int baseline_first; /* found[0] is the recompute-only choice */
 };
 
 int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
@@ -252,21 +250,30 @@ static void candidate_free(struct candidate *c)
     free(c->layers);
 }
 
-/* Drops candidates another dominates (of equals, the first stays). */
-static void prune(struct stage_search *ss)
+/* Drops candidates another dominates (of equals, the first stays), but never the first: the
+ * recompute-only choice, where the global search starts. The exact search can dominate it
+ * where the knapsack's memory units rounded it away from the least recompute; dropping it
+ * then left the search starting from an arbitrary candidate, slower than recompute only. */
+static int prune(struct stage_search *ss)
 {
+    /* every comparison first, against the whole list as it was; then free and compact */
+    unsigned char *out = calloc((size_t)ss->n_found + 1, 1);
+    if (out == NULL)
+        return ERR_FAIL;
+    for (int i = ss->baseline_first ? 1 : 0; i < ss->n_found; i++)
+        for (int j = 0; j < ss->n_found && !out[i]; j++)
+            out[i] = j != i && cand_dominated(&ss->found[i], &ss->found[j], ss->n) &&
+                     (j < i || !cand_dominated(&ss->found[j], &ss->found[i], ss->n));
     int kept = 0;
     for (int i = 0; i < ss->n_found; i++) {
-        int out = 0;
-        for (int j = 0; j < ss->n_found && !out; j++)
-            out = j != i && cand_dominated(&ss->found[i], &ss->found[j], ss->n) &&
-                  (j < i || !cand_dominated(&ss->found[j], &ss->found[i], ss->n));
-        if (out)
+        if (out[i])
             candidate_free(&ss->found[i]);
         else
             ss->found[kept++] = ss->found[i];
     }
     ss->n_found = kept;
+    free(out);
+    return ERR_OK;
 }
 
 /* Past the cap, the first candidate (the baseline) and those that recompute least stay. */
@@ -392,10 +399,12 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
                        s, ss.n);
     if (rc == ERR_OK && baseline(&ss, s, o, &r0, e) == ERR_OK) {
         ss.bound = r0;
+        ss.baseline_first = r0 < INFINITY;
         int all = combinations(&ss) <= OFFLOAD_ENUM_MAX;
         if (p->stages[s].host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD))
             rc = all ? search(&ss, 0, &(struct cost_sum){0}) : search_families(&ss);
-        prune(&ss);
+        if (rc == ERR_OK && prune(&ss))
+            rc = err_set(e, ERR_FAIL, "out of memory");
         if (!all)
             cap_candidates(ss.found, &ss.n_found);
         for (int i = 0; i < ss.n_found && rc == ERR_OK; i++)
@@ -555,4 +564,46 @@ int offload_choose(struct plan *p, const struct plan_options *o, struct err *e)
     free(g.pick);
     free(g.sim);
     return rc;
+}
+
+int offload_fallback_save(const struct plan *p, struct offload_fallback *f, struct err *e)
+{
+    int total = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        total += plan_stage_layer_count(&p->stages[s]);
+    f->recompute = malloc((size_t)total + 1);
+    if (f->recompute == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0, at = 0; s < p->n_stages; s++) {
+        int n = plan_stage_layer_count(&p->stages[s]);
+        memcpy(f->recompute + at, p->stages[s].recompute, (size_t)n);
+        at += n;
+    }
+    struct sim_result r;
+    if (sim_plan(p, &r, e)) {
+        offload_fallback_free(f);
+        return e->code;
+    }
+    f->iteration_ms = r.iteration_ms;
+    sim_result_free(&r);
+    return ERR_OK;
+}
+
+void offload_fallback_restore(struct plan *p, const struct offload_fallback *f)
+{
+    for (int s = 0, at = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        int n = plan_stage_layer_count(st);
+        memcpy(st->recompute, f->recompute + at, (size_t)n);
+        memset(st->place, COST_PLACE_DEVICE, (size_t)n);
+        memset(st->offload_option, -1, (size_t)n);
+        memset(st->prefetch_ahead, 0, (size_t)n * sizeof *st->prefetch_ahead);
+        at += n;
+    }
+}
+
+void offload_fallback_free(struct offload_fallback *f)
+{
+    free(f->recompute);
+    f->recompute = NULL;
 }

@@ -24,11 +24,24 @@
 #define OFFLOAD_ENUM_MAX 1024
 #define OFFLOAD_STAGE_CANDIDATES_MAX 4
 
-/* ERR_INPUT for offload with a method other than optimal or with --repartition. */
+/* ERR_INPUT for offload with a method other than optimal. */
 int offload_options_check(const struct plan_options *o, struct err *e);
 /* Chooses every stage's actions of a laid-out plan. ERR_INPUT when offload is asked and no
  * stage has host memory, or a stage with host memory has no host link. */
 int offload_choose(struct plan *p, const struct plan_options *o, struct err *e);
+
+/* A recompute-only plan's choices and simulated iteration time, kept while the offload
+ * search runs on the same plan: the method keeps the search's plan only where it simulates
+ * faster (methods.c), so a superset of actions never gives a slower plan whatever the search
+ * leaves out. */
+struct offload_fallback {
+    unsigned char *recompute; /* every stage's layers in turn */
+    double iteration_ms;
+};
+int offload_fallback_save(const struct plan *p, struct offload_fallback *f, struct err *e);
+/* The saved choices back, nothing offloaded. */
+void offload_fallback_restore(struct plan *p, const struct offload_fallback *f);
+void offload_fallback_free(struct offload_fallback *f);
 
 /* Whether the options and the stage allow an action row: recompute choices only with
  * recompute, host bytes only with offload and host memory, whole layers only with

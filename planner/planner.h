@@ -23,6 +23,7 @@ enum plan_method {
 #define PLAN_UNIT_DEFAULT ((int64_t)1 << 20)
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
 #define PLAN_SEARCH_NODES_DEFAULT 10000
+#define PLAN_SEARCH_GAP_DEFAULT 0.005
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
 enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2 };
@@ -39,6 +40,8 @@ struct plan_options {
     int whole_layers;    /* METHOD_OPTIMAL: ignore the profiles' recompute options */
     long search_nodes;   /* repartition: branch-and-bound node budget */
     double time_limit_s; /* repartition: stop the search after this long (0: no limit) */
+    double search_gap;   /* repartition: leave a node whose bound is within this fraction of the
+                            best plan (the certified gap then stays under it; 0: exact) */
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;
@@ -59,6 +62,11 @@ int plan_options_check(const struct plan_options *o, struct err *e);
  * decides). */
 int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
                  struct err *e);
+
+/* Every stage's costs (memory on the slots carving), the bottleneck and the simulated
+ * iteration time, from the stages' actions: what planner_make ends with, and what a plan
+ * whose actions changed afterwards (arena_plan's offloads) needs again. */
+int planner_finish(struct plan *p, struct err *e);
 
 /* The table a person reads: per stage device, layers, memory before -> after against the
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */

@@ -44,6 +44,9 @@ struct search {
     double *G;            /* (S + 1) x (N + 1) */
     double *Q;            /* (S + 1) x (N + 1): least sum of T + transfers over suffixes */
     double *D;            /* (S + 1) x (N + 1): least drain over suffixes (drain_step) */
+    int *target;          /* n_targets positions r that fill_floor measures round trips to */
+    int n_targets;
+    double *Z;            /* n_targets x (S + 1) x (N + 1): least round trip to target r */
     /* branch and bound */
     int *first;           /* S: the split being built */
     int *best_first;      /* S */
@@ -52,6 +55,7 @@ struct search {
     double best_ms;
     int64_t best_memory;
     double open_bound; /* least bound of a node left unexplored */
+    double pruned_bound; /* least bound of a node left within o->search_gap of the best */
     long nodes, leaves, budget;
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
     int dived;       /* branch has reached a split */
@@ -59,6 +63,7 @@ struct search {
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
     double *fill_z;   /* S: split_bound's cumulative round trips */
+    double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
     struct err *e;
 };
 
@@ -75,6 +80,14 @@ static double *Q_at(struct search *s, int k, int i)
 static double *D_at(struct search *s, int k, int i)
 {
     return &s->D[(size_t)k * (s->N + 1) + i];
+}
+
+/* Z_r(k, i): the least sum of T over positions k..r and of the transfers between them, with
+ * position k starting at layer i (INFINITY where positions k..r cannot hold layers from i
+ * and leave one to each position after r). */
+static double *Z_at(struct search *s, int t, int k, int i)
+{
+    return &s->Z[((size_t)t * (s->S + 1) + k) * (s->N + 1) + i];
 }
 
 static int class_of(struct search *s, int profile, int64_t capacity, int in_flight)
@@ -176,16 +189,23 @@ static int drain_backwards(const struct search *s, int k)
  * (forward, backward, transfers) and `drain` the least time from its last forward's output
  * leaving to the last gradient coming back (the D of drain_step), and `fill` the most, over
  * the positions r after it, of n_r f plus micro-batch 0's round trip to r, n_r being the
- * forwards r runs before its first backward (drain_backwards; -infinity when not known):
+ * forwards r runs before its first backward (drain_backwards; -infinity when not known),
+ * and `cool` the most, over the positions r after it, of the last micro-batch's round trip to
+ * r (from k's last forward, r's first backward after it being of micro-batch M - n_r) plus
+ * n_r - 1 more backwards at some position q <= r (micro-batches M - n_r + 1 .. M - 1 that q
+ * runs one after the other; any q on the way back, so A of k or more):
  *   its first backward waits for micro-batch 0's round trip: >= max((W+1) f, f + after, fill);
  *   then M-W-1 backwards and forwards alternate until its last forward;
  *   its last backward waits for its own W+1 backwards and for the drain: >= max((W+1) A,
- *   A + drain).
+ *   A + drain, cool).
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
  * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
- * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A). */
+ * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A).
+ * It runs from k's first forward to the end of its last backward: a step a stage takes after
+ * its last backward (an optimizer step, tail_k) adds as fwd_prefix_k + own + tail_k, the
+ * prefix counting only forwards and transfers to k, beside prefix_k + own (+ tail_0). */
 static double own_bound(const struct search *s, int k, double t, double f, double after,
-                        double drain, double fill)
+                        double drain, double fill, double cool)
 {
     double A = t - f, M = s->M;
     int W = s->S - k - 1;
@@ -193,11 +213,12 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
     fill = fill > f + after ? fill : f + after;
     if (drain_backwards(s, k) == s->M) {
         double start = M * f > fill ? M * f : fill;
-        double v = start + M * A;
-        return v > M * f + drain + A ? v : M * f + drain + A;
+        double v = start + M * A, last = M * f + (drain + A > cool ? drain + A : cool);
+        return v > last ? v : last;
     }
     double head = (W + 1) * f > fill ? (W + 1) * f : fill;
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
+    tail = tail > cool ? tail : cool;
     return head + (M - W - 1) * (f + A) + tail;
 }
 
@@ -210,6 +231,75 @@ static double drain_step(const struct search *s, int k, double t, double f, doub
 {
     double own = f + drain_backwards(s, k) * (t - f), through = t + c + rest;
     return own > through ? own : through;
+}
+
+/* T of layers i..j at position k as far as known without its knapsack: forward, backward and
+ * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
+static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
+{
+    const struct position *p = &s->pos[k];
+    if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
+        return stage_ms(s, k, i, j, fwd);
+    *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
+    return cost_stage_ms(*fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
+                         r_floor);
+}
+
+/* The most targets fill_floor measures round trips to. */
+#define FILL_TARGETS_MAX 16
+
+/* The positions fill_floor measures round trips to: the last of each run of one profile (past
+ * it the stages are of another kind, often much faster or slower, so a round trip to there
+ * is the one that binds) and every S/8th, the last position left out (own_bound's `after`
+ * is the round trip to it). */
+static void choose_targets(struct search *s)
+{
+    int step = s->S / 8 > 1 ? s->S / 8 : 1;
+    s->n_targets = 0;
+    for (int r = 0; r + 1 < s->S && s->n_targets < FILL_TARGETS_MAX; r++)
+        if (s->pos[r].profile != s->pos[r + 1].profile || (r + 1) % step == 0)
+            s->target[s->n_targets++] = r;
+}
+
+/* Z_r(k, .) for every target r >= k from Z_r(k + 1, .), with each T as far as known without
+ * a knapsack (floor_ms): a floor, never more than the true round trip. */
+static void round_trip_table(struct search *s, int k)
+{
+    int last_j = s->N - 1 - (s->S - 1 - k);
+    for (int t = 0; t < s->n_targets; t++) {
+        int r = s->target[t];
+        for (int i = 0; i <= s->N; i++)
+            *Z_at(s, t, k, i) = INFINITY;
+        for (int i = k; k <= r && i <= last_j; i++) {
+            double least = INFINITY, r_floor = 0;
+            for (int j = i; j <= last_j; j++) {
+                double rest = k < r ? *Z_at(s, t, k + 1, j + 1) : 0, f;
+                double tm = floor_ms(s, k, i, j, r_floor, &f);
+                if (s->classes[s->pos[k].cls].ranges[(size_t)i * s->N + j].known)
+                    r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+                if (isinf(tm))
+                    break; /* T only grows with the range */
+                double v = tm + (k < r ? transfer_ms(s, k, j) + rest : 0);
+                least = v < least ? v : least;
+            }
+            *Z_at(s, t, k, i) = least;
+        }
+    }
+}
+
+/* A floor under own_bound's `fill` for position k holding layers up to j with forward f,
+ * whatever follows: each target r after k runs n_r forwards before its first backward, each
+ * after k's forward of the same micro-batch, and micro-batch 0's round trip from k to r takes
+ * at least k's transfer and Z_r(k + 1, j + 1) (split_bound's z[r] - z[k]). */
+static double fill_floor(struct search *s, int k, int j, double f)
+{
+    double fill = -INFINITY, c = transfer_ms(s, k, j);
+    for (int t = 0; t < s->n_targets; t++) {
+        int r = s->target[t];
+        double v = r > k ? drain_backwards(s, r) * f + c + *Z_at(s, t, k + 1, j + 1) : -INFINITY;
+        fill = v > fill ? v : fill;
+    }
+    return fill;
 }
 
 /* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
@@ -233,7 +323,8 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
         return 1;
     if (s->M * t >= best)
         return 0;
-    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
+                         fill_floor(s, k, j, t - f));
     return (t + c + rest > v ? t + c + rest : v) < best;
 }
 
@@ -244,6 +335,7 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
 static void bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
+    choose_targets(s);
     for (int k = 0; k <= S; k++)
         for (int i = 0; i <= N; i++)
             *G_at(s, k, i) = *Q_at(s, k, i) = *D_at(s, k, i) = INFINITY;
@@ -273,7 +365,8 @@ static void bound_table(struct search *s)
                     least_drain = d;
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
-                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, -INFINITY);
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain,
+                                     fill_floor(s, k, j, f), fill_floor(s, k, j, t - f));
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (v < best)
@@ -283,6 +376,7 @@ static void bound_table(struct search *s)
             *Q_at(s, k, i) = least_sum;
             *D_at(s, k, i) = least_drain;
         }
+        round_trip_table(s, k);
     }
 }
 
@@ -292,24 +386,49 @@ static int better(double ms, int64_t memory, double best_ms, int64_t best_memory
     return ms < best_ms - tol || (ms <= best_ms + tol && memory < best_memory);
 }
 
+/* Past this bound a node cannot beat the incumbent by more than o->search_gap (0: cannot beat
+ * it at all). */
+static double prune_limit(const struct search *s)
+{
+    return s->best_ms / (1 + s->o->search_gap) * (1 + 1e-12) + 1e-12;
+}
+
+/* Whether a node of this bound is left out; its bound then stays in the certified one (it
+ * may be below the best plan by up to the gap). */
+static int pruned(struct search *s, double bound)
+{
+    if (bound <= prune_limit(s))
+        return 0;
+    if (bound < s->pruned_bound)
+        s->pruned_bound = bound;
+    return 1;
+}
+
 /* The bound of a complete split, with each stage's true round trip downstream: a cheap
  * screen before simulating it. */
 static double split_bound(struct search *s)
 {
     double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
-    double *own = s->own, *z = s->fill_z;
+    double *own = s->own, *z = s->fill_z, *a_max = s->a_max;
+    for (int k = 0; k < s->S; k++) { /* the largest A of positions 0..k */
+        int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
+        double f, t = stage_ms(s, k, first, last, &f);
+        a_max[k] = k > 0 && a_max[k - 1] > t - f ? a_max[k - 1] : t - f;
+    }
     for (int k = s->S - 1; k >= 0; k--) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
-        double c = transfer_ms(s, k, last), fill = -INFINITY;
+        double c = transfer_ms(s, k, last), fill = -INFINITY, cool = -INFINITY;
         /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
          * the transfers between), while k ran the forwards r needs before its first backward */
         z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
         for (int r = k + 1; r < s->S; r++) {
             double v = drain_backwards(s, r) * f + z[r] - z[k];
+            double w = t - f + (drain_backwards(s, r) - 1) * a_max[r] + z[r] - z[k];
             fill = v > fill ? v : fill;
+            cool = w > cool ? w : cool;
         }
-        own[k] = own_bound(s, k, t, f, after + c, drain + c, fill);
+        own[k] = own_bound(s, k, t, f, after + c, drain + c, fill, cool);
         after += t + c;
         drain = drain_step(s, k, t, f, c, drain);
         t_next = t;
@@ -326,7 +445,7 @@ static double split_bound(struct search *s)
 static void leaf(struct search *s, const int *order)
 {
     int64_t memory = 0;
-    if (split_bound(s) > s->best_ms * (1 + 1e-12) + 1e-12)
+    if (pruned(s, split_bound(s)))
         return;
     s->leaves++;
     for (int k = 0; k < s->S; k++) {
@@ -375,18 +494,6 @@ static int out_of_budget(struct search *s)
     return 1;
 }
 
-/* T of layers i..j at position k as far as known without its knapsack: forward, backward and
- * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
-static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
-{
-    const struct position *p = &s->pos[k];
-    if (s->classes[p->cls].ranges[(size_t)i * s->N + j].known)
-        return stage_ms(s, k, i, j, fwd);
-    *fwd = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    return cost_stage_ms(*fwd + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
-                         r_floor);
-}
-
 /* The bound of the child that gives position k the layers up to j, taking T ms (f forward),
  * after a prefix of `prefix` ms whose largest own bound is `partial`; `rest` is G after it. */
 static double child_bound(struct search *s, int k, int j, double t, double f, double prefix,
@@ -395,7 +502,8 @@ static double child_bound(struct search *s, int k, int j, double t, double f, do
     double c = transfer_ms(s, k, j);
     double next = prefix + t + c;
     double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                    c + *D_at(s, k + 1, j + 1), -INFINITY);
+                                    c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f),
+                                    fill_floor(s, k, j, t - f));
     double p = partial > own ? partial : own;
     return p > next + rest ? p : next + rest;
 }
@@ -426,7 +534,6 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         leaf(s, order);
         return;
     }
-    double limit = s->best_ms * (1 + 1e-12) + 1e-12;
     int stages_after = s->S - 1 - k;
     double *kids = s->children + (size_t)k * s->N * 2;
     int n = 0;
@@ -438,16 +545,16 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         /* the child's bound with T at its floor first: when even that is over the limit, the
          * range's knapsack is not needed */
         double f, t = floor_ms(s, k, i, j, r_floor, &f);
-        if (s->M * t + prefix > limit)
+        if (pruned(s, s->M * t + prefix)) /* and every later child: T grows with the range */
             break;
-        if (isinf(rest) || child_bound(s, k, j, t, f, prefix, partial, rest) > limit)
+        if (isinf(rest) || pruned(s, child_bound(s, k, j, t, f, prefix, partial, rest)))
             continue;
         t = stage_ms(s, k, i, j, &f);
-        if (isinf(t) || s->M * t + prefix > limit)
+        if (isinf(t) || pruned(s, s->M * t + prefix))
             break;
         r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
         double bound = child_bound(s, k, j, t, f, prefix, partial, rest);
-        if (bound > limit)
+        if (pruned(s, bound))
             continue;
         kids[2 * n] = bound;
         kids[2 * n + 1] = j;
@@ -456,8 +563,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
     sort_children(kids, n);
     for (int a = 0; a < n && s->e->code == ERR_OK; a++) {
         double bound = kids[2 * a];
-        if (bound > s->best_ms * (1 + 1e-12) + 1e-12)
-            break; /* the incumbent improved meanwhile */
+        if (pruned(s, bound))
+            break; /* the incumbent improved meanwhile (the kids after are bounded higher) */
         /* past the budget, stop, but not before a first split: a finite bound G guarantees
          * the dive reaches one */
         if (out_of_budget(s) && !isinf(s->best_ms)) {
@@ -470,7 +577,8 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         double f, t = stage_ms(s, k, i, j, &f);
         double c = transfer_ms(s, k, j);
         double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                             c + *D_at(s, k + 1, j + 1), -INFINITY);
+                                        c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f),
+                                        fill_floor(s, k, j, t - f));
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
     }
@@ -579,6 +687,8 @@ static void search_free(struct search *s)
     free(s->G);
     free(s->Q);
     free(s->D);
+    free(s->target);
+    free(s->Z);
     free(s->first);
     free(s->best_first);
     free(s->best_order);
@@ -587,6 +697,7 @@ static void search_free(struct search *s)
     free(s->children);
     free(s->own);
     free(s->fill_z);
+    free(s->a_max);
 }
 
 static int search_init(struct search *s, const struct cluster *c, const struct plan_options *o,
@@ -604,12 +715,15 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->best_ms = INFINITY;
     s->best_memory = INT64_MAX;
     s->open_bound = INFINITY;
+    s->pruned_bound = INFINITY;
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
     s->bwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->bwd_prefix);
     s->pos = calloc((size_t)s->S, sizeof *s->pos);
     s->G = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->G);
     s->Q = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->Q);
     s->D = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->D);
+    s->target = malloc(FILL_TARGETS_MAX * sizeof *s->target);
+    s->Z = malloc((size_t)FILL_TARGETS_MAX * (s->S + 1) * (s->N + 1) * sizeof *s->Z);
     s->first = calloc((size_t)s->S, sizeof *s->first);
     s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
@@ -618,8 +732,9 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
     s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z)
+    s->a_max = malloc((size_t)s->S * sizeof *s->a_max);
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->first || !s->best_first ||
+        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z || !s->a_max)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);
@@ -712,21 +827,16 @@ static int orders_next(const struct orders *o)
     return at;
 }
 
-/* Branch and bound over the orders, the most promising first; *least_bound gets the least
- * bound of an order left unsearched because of the incumbent. */
-static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order,
-                          double *least_bound)
+/* Branch and bound over the orders, the most promising first. */
+static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order)
 {
     for (int at; s->e->code == ERR_OK && (at = orders_next(ord)) >= 0;) {
         double bound = ord->bound[at];
         ord->bound[at] = NAN; /* searched */
         if (isinf(bound))
             break;
-        if (bound > s->best_ms * (1 + 1e-12) + 1e-12) {
-            if (bound < *least_bound)
-                *least_bound = bound;
-            break; /* every order left is bounded above the incumbent */
-        }
+        if (pruned(s, bound))
+            break; /* every order left is bounded above the incumbent, less the gap */
         if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
             break;
         bound_table(s);
@@ -785,9 +895,10 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     else if (search_init(&s, c, o, e) == ERR_OK && kinds_of(c, kind_of, &K, e) == ERR_OK &&
              seed_incumbent(&s, kind_of, K, order) == ERR_OK &&
              orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
-        search_orders(&s, kind_of, &ord, order, &least_bound);
+        search_orders(&s, kind_of, &ord, order);
     if (e->code == ERR_OK && !isinf(s.best_ms)) {
         least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
+        least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
                                       least_bound};

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "planner.h"
 #include "sim.h"
@@ -81,6 +82,10 @@ void planner_print_offload(FILE *f, const struct plan *p)
     err_clear(&e);
     if (!any || sim_plan(p, &r, &e))
         return;
+    if (strcmp(p->method, "optimal+repartition") == 0 && !p->search.present)
+        fprintf(f, "split and order: --repartition's search with recompute only, then each "
+                   "stage's actions with offload (no gap: the search's bound holds for recompute "
+                   "only)\n");
     fprintf(f, "offloaded tensors (free ms: the least forward-to-backward window of the step)\n"
                "%5s  %5s  %-16s %9s %9s %10s\n",
             "stage", "layer", "tensor", "MiB", "copy ms", "free ms");

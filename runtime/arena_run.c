@@ -10,6 +10,7 @@ static int64_t *slot_of(const struct arena_run *a, int kind, int micro, int li, 
     int64_t at = (int64_t)micro * a->n_layers + li;
     return kind == ARENA_KEPT        ? &a->kept_at[at]
            : kind == ARENA_TRANSIENT ? &a->transient_at[2 * at + (phase != 0)]
+           : kind == ARENA_STAGING   ? &a->staging_at[2 * at + (phase != 0)]
                                      : NULL;
 }
 
@@ -23,6 +24,7 @@ static int64_t layout_bytes(const struct stage_layout *lay, const struct arena_o
         return -1;
     return b->kind == ARENA_KEPT        ? lay->layers[li].slot_bytes
            : b->kind == ARENA_TRANSIENT ? lay->layers[li].transient_bytes
+           : b->kind == ARENA_STAGING   ? lay->layers[li].offload_bytes
                                         : -1;
 }
 
@@ -41,6 +43,11 @@ static int map_object(struct arena_run *a, const struct stage_layout *lay,
                        : want != b->bytes     ? "this runtime's layout gives it another size"
                                               : "listed twice");
     *at = b->offset;
+    if (b->kind == ARENA_STAGING) {
+        int64_t cell = 2 * ((int64_t)b->micro * a->n_layers + (b->layer - lay->first)) + b->phase;
+        a->staging_first[cell] = b->first;
+        a->staging_last[cell] = b->last;
+    }
     return ERR_OK;
 }
 
@@ -56,6 +63,9 @@ static int check_complete(const struct arena_run *a, const struct stage_layout *
                           : (L->transient_bytes > 0 && (a->transient_at[2 * at] < 0 ||
                                                         a->transient_at[2 * at + 1] < 0))
                               ? ARENA_TRANSIENT
+                          : (L->offload_bytes > 0 && (a->staging_at[2 * at] < 0 ||
+                                                      a->staging_at[2 * at + 1] < 0))
+                              ? ARENA_STAGING
                               : -1;
             if (missing >= 0)
                 return err_set(e, ERR_INPUT, "arena: no %s object for micro-batch %d, layer %d",
@@ -79,15 +89,20 @@ int arena_run_init(struct arena_run *a, const struct arena *plan, const struct s
     size_t cells = (size_t)micro_batches * (size_t)lay->n_layers;
     a->kept_at = malloc(sizeof *a->kept_at * cells);
     a->transient_at = malloc(sizeof *a->transient_at * 2 * cells);
+    a->staging_at = malloc(sizeof *a->staging_at * 2 * cells);
+    a->staging_first = malloc(sizeof *a->staging_first * 2 * cells);
+    a->staging_last = malloc(sizeof *a->staging_last * 2 * cells);
     a->slot_start = malloc(sizeof *a->slot_start * (size_t)lay->n_layers);
     a->cap_live = 16;
     a->live = malloc(sizeof *a->live * (size_t)a->cap_live);
-    if (!a->kept_at || !a->transient_at || !a->slot_start || !a->live) {
+    if (!a->kept_at || !a->transient_at || !a->staging_at || !a->staging_first ||
+        !a->staging_last || !a->slot_start || !a->live) {
         arena_run_free(a);
         return err_set(e, ERR_FAIL, "out of memory mapping the arena");
     }
     for (size_t i = 0; i < cells; i++)
-        a->kept_at[i] = a->transient_at[2 * i] = a->transient_at[2 * i + 1] = -1;
+        a->kept_at[i] = a->transient_at[2 * i] = a->transient_at[2 * i + 1] =
+            a->staging_at[2 * i] = a->staging_at[2 * i + 1] = -1;
     int64_t start = 0;
     for (int li = 0; li < lay->n_layers; li++) {
         a->slot_start[li] = start;
@@ -111,6 +126,9 @@ void arena_run_free(struct arena_run *a)
 {
     free(a->kept_at);
     free(a->transient_at);
+    free(a->staging_at);
+    free(a->staging_first);
+    free(a->staging_last);
     free(a->slot_start);
     free(a->live);
     memset(a, 0, sizeof *a);
@@ -126,6 +144,8 @@ void arena_run_view(const struct arena_run *a, const struct stage_layout *lay,
     for (int k = 0; k < L->n_kept; k++)
         v->kept[k] = L->regen >> k & 1
                          ? base + a->transient_at[2 * at + (phase != 0)] + L->kept_off[k]
+                     : L->offload >> k & 1
+                         ? base + a->staging_at[2 * at + (phase != 0)] + L->kept_off[k]
                          : base + a->kept_at[at] + (L->kept_off[k] - a->slot_start[li]);
 }
 
@@ -138,6 +158,7 @@ static int locate(const struct arena_run *a, int kind, int micro, int li, int ph
     *off = at != NULL ? *at : -1;
     *len = kind == ARENA_WORKSPACE ? a->lay->workspace_bytes
            : kind == ARENA_KEPT    ? a->lay->layers[li].slot_bytes
+           : kind == ARENA_STAGING ? a->lay->layers[li].offload_bytes
                                    : a->lay->layers[li].transient_bytes;
     return *off >= 0 && *len > 0;
 }
@@ -161,7 +182,7 @@ static int overlap_error(const struct arena_live *x, const struct arena_live *y,
 int arena_run_in(struct arena_run *a, int kind, int micro, int li, int phase, struct err *e)
 {
     int64_t off, len;
-    phase = kind == ARENA_TRANSIENT ? phase : 0; /* only a transient has two */
+    phase = arena_kind_phased(kind) ? phase : 0; /* only these have two */
     if (!locate(a, kind, micro, li, phase, &off, &len))
         return ERR_OK;
     struct arena_live x = {kind, micro, li, phase, off, len};
@@ -187,10 +208,23 @@ int arena_run_in(struct arena_run *a, int kind, int micro, int li, int phase, st
 
 void arena_run_out(struct arena_run *a, int kind, int micro, int li, int phase)
 {
-    phase = kind == ARENA_TRANSIENT ? phase : 0;
+    phase = arena_kind_phased(kind) ? phase : 0;
     for (int i = 0; i < a->n_live; i++)
         if (same(&a->live[i], kind, micro, li, phase)) {
             a->live[i] = a->live[--a->n_live];
             return;
         }
+}
+
+int64_t arena_run_staging_at(const struct arena_run *a, int micro, int li, int phase)
+{
+    return a->staging_at[2 * ((int64_t)micro * a->n_layers + li) + (phase != 0)];
+}
+
+void arena_run_staging_ticks(const struct arena_run *a, int micro, int li, int phase, int *first,
+                             int *last)
+{
+    int64_t cell = 2 * ((int64_t)micro * a->n_layers + li) + (phase != 0);
+    *first = a->staging_first[cell];
+    *last = a->staging_last[cell];
 }

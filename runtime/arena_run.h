@@ -25,6 +25,8 @@ struct arena_run {
     int64_t bytes;         /* the arena */
     int64_t *kept_at;      /* [micro * n_layers + li]: offset, -1 none */
     int64_t *transient_at; /* [(micro * n_layers + li) * 2 + phase] */
+    int64_t *staging_at;   /* the same cells: an offloaded layer's staging objects */
+    int *staging_first, *staging_last; /* their lifetimes in ticks (layer-ops, arena.h) */
     int64_t *slot_start;   /* [li]: the layer's first kept byte within a slot (layout.h) */
     int64_t workspace_at;
     struct arena_live *live; /* in use now */
@@ -49,5 +51,11 @@ void arena_run_view(const struct arena_run *a, const struct stage_layout *lay,
  * bytes); goes out of use. */
 int arena_run_in(struct arena_run *a, int kind, int micro, int li, int phase, struct err *e);
 void arena_run_out(struct arena_run *a, int kind, int micro, int li, int phase);
+
+/* Offload: the offset and the lifetime (ticks) of layer li's staging object for `micro` in
+ * `phase`, which the executor uses in place of a staging buffer of its pool. */
+int64_t arena_run_staging_at(const struct arena_run *a, int micro, int li, int phase);
+void arena_run_staging_ticks(const struct arena_run *a, int micro, int li, int phase, int *first,
+                             int *last);
 
 #endif

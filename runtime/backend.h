@@ -85,6 +85,7 @@ struct layer_view {
 
 struct backend;
 struct llama_kernels;
+struct flash_kernels;
 
 struct backend_layer_ops {
     /* Writes the kept tensors and the output `out` (B,T,C): the next layer's input or the
@@ -102,6 +103,9 @@ struct backend_layer_ops {
      *             recomputation;
      *           "mlp" {fch_gelu}: GELU of the kept fch;
      *           "attn+mlp" {att, fch_gelu}: both;
+     *           with flash attention ("attention": "flash") kept[BLOCK_ATT] is the rows'
+     *             log-sum-exp, not probabilities, and there is no "attn" nor "attn+mlp":
+     *             the whole block and "mlp" only;
      *   head    the whole head, sizes_full_regen. */
     int (*recompute)(struct backend *be, const struct layer_view *l, struct err *e);
     /* Consumes ws[*_DOUT] (the output's gradient; the head has none and uses loss_scale,
@@ -193,10 +197,38 @@ struct backend_ops {
     int (*event_query)(struct backend *be, int ev, int *done, struct err *e);
     int (*event_wait)(struct backend *be, int ev, struct err *e);
     int (*copy_ms)(struct backend *be, double ms[2], struct err *e);
+    /* When copy `ev` ran, on exec_now_ms's clock, waiting for it to finish (the trace's copy
+     * lanes); *known 0 when the backend no longer holds its times. */
+    int (*copy_span)(struct backend *be, int ev, double *t0_ms, double *t1_ms, int *known,
+                     struct err *e);
     void (*free)(struct backend *be);
     /* The Llama family's own kernels (llama_layers.h); NULL when the backend has none. */
     const struct llama_kernels *llama;
+    /* Flash attention, for both kinds (a model with "attention": "flash"); NULL when the
+     * backend has none. */
+    const struct flash_kernels *flash;
 };
+
+/* Causal flash attention (FlashAttention-2) over a fused qkv (B,T,W), W = (NH + 2 NKV) hs:
+ * query heads, then key heads, then value heads (GPT: NKV = NH, W = 3C); query head h reads
+ * key/value head h / (NH/NKV). The (B,NH,T,T) probabilities are never stored. */
+struct flash_kernels {
+    /* out (B,T,NH*hs); lse (B,NH,T) fp32: the rows' log-sum-exp of the scaled scores */
+    int (*forward)(struct backend *be, enum model_dtype dt, void *out, float *lse,
+                   const void *qkv, int B, int T, int NH, int NKV, int hs, struct err *e);
+    /* dqkv (B,T,W) overwritten, from dout and the forward's out and lse, recomputing the
+     * probabilities tile by tile; dsum (B,NH,T) fp32 is scratch (rowsum(dout * out)) */
+    int (*backward)(struct backend *be, enum model_dtype dt, void *dqkv, float *dsum,
+                    const void *dout, const void *qkv, const void *out, const float *lse,
+                    int B, int T, int NH, int NKV, int hs, struct err *e);
+};
+
+/* The CPU backend's (backend_cpu.c over kernels_flash_cpu.c) and the CUDA backend's
+ * (cuda/flash_kernels.cu). */
+extern const struct flash_kernels flash_kernels_cuda;
+
+/* The backend's flash kernels, or ERR_INPUT naming the backend when it has none. */
+int backend_flash(const struct backend *be, const struct flash_kernels **k, struct err *e);
 
 enum backend_copy_dir { BACKEND_TO_HOST, BACKEND_FROM_HOST };
 

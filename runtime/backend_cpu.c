@@ -10,6 +10,7 @@
 #include "gpt_layers.h"
 #include "hostcopy_cpu.h"
 #include "kernels_cpu.h"
+#include "kernels_flash_cpu.h"
 #include "llama_layers.h"
 
 static int cpu_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
@@ -231,6 +232,37 @@ static int cpu_attention_backward(struct backend *be, enum model_dtype dt, void 
     return wide_done(&x, dqkv, dq, 3 * n, e);
 }
 
+static int cpu_flash_forward(struct backend *be, enum model_dtype dt, void *out, float *lse,
+                             const void *qkv, int B, int T, int NH, int NKV, int hs,
+                             struct err *e)
+{
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)B * T * NH * hs, nqkv = (int64_t)B * T * (NH + 2 * NKV) * hs;
+    float *o = wide_out(&x, out, n), *q = wide_in(&x, qkv, nqkv);
+    if (!x.failed)
+        flash_attention_forward(o, lse, q, B, T, NH, NKV, hs);
+    return wide_done(&x, out, o, n, e);
+}
+
+static int cpu_flash_backward(struct backend *be, enum model_dtype dt, void *dqkv, float *dsum,
+                              const void *dout, const void *qkv, const void *out,
+                              const float *lse, int B, int T, int NH, int NKV, int hs,
+                              struct err *e)
+{
+    struct wide x = {.dt = dt};
+    int64_t n = (int64_t)B * T * NH * hs, nqkv = (int64_t)B * T * (NH + 2 * NKV) * hs;
+    float *dq = wide_out(&x, dqkv, nqkv), *d = wide_in(&x, dout, n),
+          *q = wide_in(&x, qkv, nqkv), *o = wide_in(&x, out, n);
+    if (!x.failed)
+        flash_attention_backward(dq, dsum, d, q, o, lse, B, T, NH, NKV, hs);
+    return wide_done(&x, dqkv, dq, nqkv, e);
+}
+
+static const struct flash_kernels flash_kernels_cpu = {
+    .forward = cpu_flash_forward,
+    .backward = cpu_flash_backward,
+};
+
 static int cpu_gelu_forward(struct backend *be, enum model_dtype dt, void *out, const void *inp,
                             int64_t n, struct err *e)
 {
@@ -323,6 +355,14 @@ static int cpu_copy_ms(struct backend *be, double ms[2], struct err *e)
     return ERR_OK;
 }
 
+static int cpu_copy_span(struct backend *be, int ev, double *t0_ms, double *t1_ms, int *known,
+                         struct err *e)
+{
+    (void)e;
+    *known = be->impl != NULL && hostcopy_span(be->impl, ev, t0_ms, t1_ms);
+    return ERR_OK;
+}
+
 static void cpu_free(struct backend *be)
 {
     hostcopy_stop(be->impl);
@@ -360,8 +400,10 @@ static const struct backend_ops cpu_ops = {
     .event_query = cpu_event_query,
     .event_wait = cpu_event_wait,
     .copy_ms = cpu_copy_ms,
+    .copy_span = cpu_copy_span,
     .free = cpu_free,
     .llama = &llama_kernels_cpu,
+    .flash = &flash_kernels_cpu,
 };
 
 int backend_cpu_init(struct backend *be, int threads, struct err *e)

@@ -38,14 +38,19 @@ int exec_mem_add(struct executor *x, int64_t delta, struct err *e)
     return ERR_OK;
 }
 
-int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e)
+static int arena_in(struct executor *x, int kind, int micro, int li, int phase, struct err *e)
 {
     if (x->c.arena == NULL)
         return ERR_OK;
-    ERR_TRY(arena_run_in(x->c.arena, kind, micro, li, x->phase, e));
+    ERR_TRY(arena_run_in(x->c.arena, kind, micro, li, phase, e));
     if (x->c.lay->persistent_bytes + x->c.arena->peak > x->peak)
         x->peak = x->c.lay->persistent_bytes + x->c.arena->peak;
     return ERR_OK;
+}
+
+int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e)
+{
+    return arena_in(x, kind, micro, li, x->phase, e);
 }
 
 void exec_arena_out(struct executor *x, int kind, int micro, int li)
@@ -88,10 +93,12 @@ static int ws_update(struct executor *x, struct err *e)
 
 void exec_event(struct executor *x, int kind, int micro, int layer, double t0, double t1)
 {
+    /* the copies run beside the step: their time is the lanes' (copy_ms), not the step's */
     double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
                                    &x->times.send, &x->times.idle,      &x->times.optimizer,
                                    &x->times.stall};
-    *acc[kind] += t1 - t0;
+    if (acc[kind] != NULL)
+        *acc[kind] += t1 - t0;
     if (!x->c.record_events)
         return;
     if (x->n_events == x->cap_events) {
@@ -246,8 +253,12 @@ static int *off_at(const struct executor *x, int *a, int li, int micro)
     return &a[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro];
 }
 
+/* Buffer b: of the pool, or with the plan's arena the staging object of cell b (below). */
 static char *staging_of(const struct executor *x, int b)
 {
+    if (x->c.arena != NULL)
+        return x->c.activations + arena_run_staging_at(x->c.arena, b / 2 / x->c.lay->n_layers,
+                                                       b / 2 % x->c.lay->n_layers, b % 2);
     return x->c.staging + (int64_t)b * x->c.lay->staging_buf_bytes;
 }
 
@@ -276,11 +287,59 @@ static int copy_wait(struct executor *x, int ev, int li, int micro, int *late, s
     return ERR_OK;
 }
 
-/* A free staging buffer; else the one whose copy out started first, once it is done. */
-static int staging_get(struct executor *x, int *out, struct err *e)
+/* ---- offload on the plan's arena: each layer's micro-batch has its own two staging objects
+ * (arena.h), buffer 2 x (micro x n + li) + phase, in use over the plan's lifetimes: the
+ * forward's until the tick after its last, when its copy out must be done ---- */
+
+static int arena_staging_get(struct executor *x, int li, int micro, int phase, int *out,
+                             struct err *e)
+{
+    *out = 2 * (micro * x->c.lay->n_layers + li) + phase;
+    if (x->off.buf[*out].state != STG_FREE)
+        return err_set(e, ERR_FAIL, "internal: stage %d: layer %d's staging object for "
+                       "micro-batch %d is taken twice", x->c.stage, x->c.lay->layers[li].layer,
+                       micro);
+    return arena_in(x, ARENA_STAGING, micro, li, phase, e);
+}
+
+/* The forward staging objects whose lifetime ends before layer-op `lop` (every one when
+ * lop is past the step): their copies out finish, then they go out of use. */
+static int arena_staging_expire(struct executor *x, int lop, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    for (int i = 0; i < o->n_outs; i++) {
+        struct exec_staging *b = &o->buf[o->outs[i]];
+        int first, last, late;
+        arena_run_staging_ticks(x->c.arena, b->micro, b->li, ARENA_FORWARD, &first, &last);
+        if (last >= lop)
+            continue;
+        ERR_TRY(copy_wait(x, b->ev, b->li, b->micro, &late, e));
+        arena_run_out(x->c.arena, ARENA_STAGING, b->micro, b->li, ARENA_FORWARD);
+        b->state = STG_FREE;
+        o->outs[i--] = o->outs[--o->n_outs];
+    }
+    return ERR_OK;
+}
+
+/* A prefetch triggered at layer-op t starts no earlier than its staging object's lifetime. */
+static int arena_trigger(const struct executor *x, int li, int micro, int t)
+{
+    int first, last;
+    if (x->c.arena == NULL)
+        return t;
+    arena_run_staging_ticks(x->c.arena, micro, li, ARENA_BACKWARD, &first, &last);
+    return t > first ? t : first;
+}
+
+/* A free staging buffer; else the one whose copy out started first, once it is done. With
+ * the plan's arena: the object of layer li's micro-batch in `phase`. */
+static int staging_get(struct executor *x, int li, int micro, int phase, int *out,
+                       struct err *e)
 {
     struct exec_offload *o = &x->off;
     int pick = -1, late;
+    if (x->c.arena != NULL)
+        return arena_staging_get(x, li, micro, phase, out, e);
     for (int b = 0; b < x->c.lay->n_staging; b++) {
         if (o->buf[b].state == STG_FREE) {
             *out = b;
@@ -307,7 +366,7 @@ static int staging_claim(struct executor *x, int li, int micro, uint32_t which, 
     *claimed = (x->c.lay->layers[li].offload & which) != 0 && *held < 0;
     if (!*claimed)
         return ERR_OK;
-    ERR_TRY(staging_get(x, held, e));
+    ERR_TRY(staging_get(x, li, micro, ARENA_FORWARD, held, e));
     x->off.buf[*held].state = STG_FWD;
     return ERR_OK;
 }
@@ -328,6 +387,32 @@ static int host_add(struct executor *x, int64_t delta, struct err *e)
     return ERR_OK;
 }
 
+/* A copy submitted this step, for the trace (record_events). */
+static void copy_note(struct executor *x, int ev, int li, int micro, int dir)
+{
+    struct exec_offload *o = &x->off;
+    if (o->copies != NULL)
+        o->copies[o->n_copies++] = (struct exec_copy){ev, li, micro, dir};
+}
+
+/* The step's copies as events on their lanes; all have finished or are about to (each
+ * prefetch was waited for, and each follows its copy out). */
+static int copy_events(struct executor *x, struct err *e)
+{
+    struct exec_offload *o = &x->off;
+    for (int i = 0; i < o->n_copies && x->c.be->ops->copy_span != NULL; i++) {
+        const struct exec_copy *c = &o->copies[i];
+        double t0, t1;
+        int known;
+        ERR_TRY(x->c.be->ops->copy_span(x->c.be, c->ev, &t0, &t1, &known, e));
+        if (known)
+            exec_event(x, c->dir == BACKEND_TO_HOST ? STAGE_EV_COPY_OUT : STAGE_EV_COPY_IN,
+                       c->micro, x->c.lay->layers[c->li].layer, t0, t1);
+    }
+    o->n_copies = 0;
+    return ERR_OK;
+}
+
 static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
 {
     struct exec_offload *o = &x->off;
@@ -336,11 +421,13 @@ static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
         o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro] = 1;
         return ERR_OK;
     }
-    ERR_TRY(staging_get(x, held, e));
+    ERR_TRY(staging_get(x, li, micro, ARENA_BACKWARD, held, e));
     o->buf[*held].state = STG_IN;
-    return x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
-                                    host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
-                                    out_ev, &o->buf[*held].ev, e);
+    ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
+                                     host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
+                                     out_ev, &o->buf[*held].ev, e));
+    copy_note(x, o->buf[*held].ev, li, micro, BACKEND_FROM_HOST);
+    return ERR_OK;
 }
 
 /* The start of the next layer-op: the prefetches triggered there. */
@@ -350,6 +437,8 @@ static int offload_tick(struct executor *x, struct err *e)
     if (o->first == NULL)
         return ERR_OK;
     int n = x->c.lay->n_layers;
+    if (x->c.arena != NULL)
+        ERR_TRY(arena_staging_expire(x, o->lop, e));
     for (int q = o->first[o->lop]; q >= 0; q = o->next[q])
         ERR_TRY(prefetch_start(x, n - 1 - q % n, x->ops[q / n].micro, e));
     o->lop++;
@@ -370,6 +459,7 @@ static void offload_begin_step(struct executor *x)
         if (!x->ops[q / n].backward || x->c.lay->layers[li].offload == 0)
             continue;
         int t = q - o->ahead[li] > 0 ? q - o->ahead[li] : 0;
+        t = arena_trigger(x, li, x->ops[q / n].micro, t);
         o->next[q] = o->first[t];
         o->first[t] = q;
     }
@@ -389,7 +479,10 @@ static int offload_out(struct executor *x, int li, int micro, struct err *e)
     ERR_TRY(host_add(x, bytes, e));
     ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_TO_HOST, host_of(x, li, micro),
                                      staging_of(x, *held), bytes, -1, out_ev, e));
+    copy_note(x, *out_ev, li, micro, BACKEND_TO_HOST);
     o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev, li, micro};
+    if (x->c.arena != NULL)
+        o->outs[o->n_outs++] = *held;
     *held = -1;
     if (o->pending[(size_t)li * (size_t)x->c.micro_batches + (size_t)micro])
         return prefetch_start(x, li, micro, e);
@@ -419,6 +512,8 @@ static int offload_release(struct executor *x, int li, int micro, struct err *e)
     int *held = off_at(x, x->off.held, li, micro);
     x->off.buf[*held].state = STG_FREE;
     *held = -1;
+    if (x->c.arena != NULL)
+        arena_run_out(x->c.arena, ARENA_STAGING, micro, li, ARENA_BACKWARD);
     return host_add(x, -x->c.lay->layers[li].offload_bytes, e);
 }
 
@@ -625,7 +720,12 @@ int exec_run(struct executor *x, struct err *e)
         ERR_TRY(x->ops[i].backward ? backward(x, x->ops[i].micro, e)
                                    : forward(x, x->ops[i].micro, e));
     ERR_TRY(ws_drain(x, e));
-    return x->off.buf != NULL ? x->c.be->ops->copy_ms(x->c.be, x->times.copy, e) : ERR_OK;
+    if (x->c.arena != NULL && x->off.outs != NULL)
+        ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
+    if (x->off.buf == NULL)
+        return ERR_OK;
+    ERR_TRY(copy_events(x, e));
+    return x->c.be->ops->copy_ms(x->c.be, x->times.copy, e);
 }
 
 /* ---- set-up ---- */
@@ -634,14 +734,21 @@ static int offload_init(struct executor *x, struct err *e)
 {
     struct exec_offload *o = &x->off;
     size_t n = (size_t)x->c.lay->n_layers, M = (size_t)x->c.micro_batches;
-    o->buf = calloc((size_t)x->c.lay->n_staging, sizeof *o->buf);
+    /* with the plan's arena: a forward and a backward staging object per layer and
+     * micro-batch, at most all of the forward ones being copied out */
+    size_t n_buf = x->c.arena != NULL ? 2 * n * M : (size_t)x->c.lay->n_staging;
+    o->buf = calloc(n_buf, sizeof *o->buf);
+    if (x->c.arena != NULL && (o->outs = malloc(sizeof *o->outs * n * M)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", x->c.stage);
     o->held = malloc(sizeof *o->held * n * M);
     o->out_ev = malloc(sizeof *o->out_ev * n * M);
     o->pending = malloc(n * M);
     o->ahead = malloc(sizeof *o->ahead * n);
     o->first = malloc(sizeof *o->first * 2 * n * M);
     o->next = malloc(sizeof *o->next * 2 * n * M);
-    if (!o->buf || !o->held || !o->out_ev || !o->pending || !o->ahead || !o->first || !o->next)
+    o->copies = x->c.record_events ? malloc(sizeof *o->copies * 2 * n * M) : NULL;
+    if (!o->buf || !o->held || !o->out_ev || !o->pending || !o->ahead || !o->first ||
+        !o->next || (x->c.record_events && !o->copies))
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", x->c.stage);
     for (size_t i = 0; i < n * M; i++)
         o->held[i] = -1;
@@ -672,8 +779,9 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
         x->action[li] = L->offload ? (L->regen ? &exec_offload_recompute : &exec_offload)
                                    : (L->regen ? &exec_recompute : &exec_keep);
     }
-    /* the staging buffers are device memory set aside for the copies: live always */
-    x->live = x->peak = c->lay->persistent_bytes + c->lay->staging_bytes;
+    /* the staging buffers are device memory set aside for the copies: live always (with the
+     * plan's arena, staging objects in it) */
+    x->live = x->peak = c->lay->persistent_bytes + (c->arena != NULL ? 0 : c->lay->staging_bytes);
     if (c->lay->n_staging > 0 && offload_init(x, e)) {
         exec_free(x);
         return e->code;
@@ -689,11 +797,13 @@ void exec_free(struct executor *x)
     free(x->host_losses);
     free(x->events);
     free(x->off.buf);
+    free(x->off.outs);
     free(x->off.held);
     free(x->off.out_ev);
     free(x->off.pending);
     free(x->off.ahead);
     free(x->off.first);
     free(x->off.next);
+    free(x->off.copies);
     memset(x, 0, sizeof *x);
 }

@@ -38,7 +38,11 @@
  * after_forward copies them to the micro-batch's host slot and the buffer is free once the
  * copy is; the prefetch, started at its trigger (exec_config.prefetch_ahead), copies them
  * back into a staging buffer (after the copy out, when the trigger comes first), and
- * before_backward waits for it, late or not; after_backward frees the buffer.
+ * before_backward waits for it, late or not; after_backward frees the buffer. With the plan's
+ * arena there is no pool: each layer's micro-batch has a forward and a backward staging object
+ * at the plan's offsets (arena.h), in use over the plan's lifetimes; the forward's copy out is
+ * waited for when its object's lifetime ends, and a prefetch starts no earlier than its
+ * backward object's lifetime begins.
  *
  * Every forward, recompute and backward is a span timed by the host clock around the
  * backend's sync, or by the config's device timer; each is reported to on_span and, with
@@ -59,7 +63,9 @@ enum stage_event_kind {
     STAGE_EV_SEND,
     STAGE_EV_RECV, /* waiting for data: idle */
     STAGE_EV_OPTIMIZER,
-    STAGE_EV_STALL, /* waiting for an offload copy */
+    STAGE_EV_STALL,     /* waiting for an offload copy */
+    STAGE_EV_COPY_OUT,  /* a copy to host memory, on its lane (the trace's, not the step's) */
+    STAGE_EV_COPY_IN,   /* a copy (prefetch) from host memory, on its lane */
     STAGE_EV_KINDS
 };
 
@@ -172,7 +178,13 @@ struct exec_offload {
     int *ahead; /* per layer */
     int *first, *next; /* prefetches to start at each layer-op: lists of backward layer-ops */
     int lop;           /* the layer-op running */
+    int *outs, n_outs; /* with the plan's arena: forward staging objects being copied out */
     int64_t host_live, host_peak;
+    /* with record_events: the step's copies (2 x layers x M at most), timed at its end */
+    struct exec_copy {
+        int ev, li, micro, dir;
+    } *copies;
+    int n_copies;
 };
 
 struct executor {

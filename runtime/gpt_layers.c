@@ -11,6 +11,20 @@ static int unsupported(struct backend *be, const struct layer_view *l, struct er
                    be->ops->name, (unsigned)l->regen, l->layer);
 }
 
+int backend_flash(const struct backend *be, const struct flash_kernels **k, struct err *e)
+{
+    *k = be->ops->flash;
+    if (*k == NULL)
+        return err_set(e, ERR_INPUT, "the %s backend has no flash attention kernels",
+                       be->ops->name);
+    return ERR_OK;
+}
+
+static int is_flash(const struct model *m)
+{
+    return m->attention == MODEL_ATTENTION_FLASH;
+}
+
 static int64_t act_bytes(const struct model *m, int64_t elems)
 {
     return elems * sizes_act_elem_bytes(m->dtype);
@@ -43,6 +57,39 @@ int gpt_embed_backward(struct backend *be, const struct layer_view *l, float los
 
 /* ---- block: x + attn(ln1(x)), then + mlp(ln2(.)) ---- */
 
+/* atty and att from the kept qkv: the probabilities, or with flash attention the rows'
+ * log-sum-exp (GPT's heads are their own key/value heads). */
+static int block_attention_forward(struct backend *be, const struct layer_view *l,
+                                   struct err *e)
+{
+    const struct model *m = l->model;
+    void *const *k = l->kept;
+    int B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
+    const struct flash_kernels *f;
+    if (!is_flash(m))
+        return be->ops->attention_forward(be, m->dtype, k[BLOCK_ATTY], k[BLOCK_ATT],
+                                          k[BLOCK_QKV], B, T, C, NH, e);
+    ERR_TRY(backend_flash(be, &f, e));
+    return f->forward(be, m->dtype, k[BLOCK_ATTY], k[BLOCK_ATT], k[BLOCK_QKV], B, T, NH, NH,
+                      C / NH, e);
+}
+
+/* dqkv from d atty (`datty`). */
+static int block_attention_backward(struct backend *be, const struct layer_view *l,
+                                    const void *datty, struct err *e)
+{
+    const struct model *m = l->model;
+    void *const *k = l->kept, *const *w = l->ws;
+    int B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
+    const struct flash_kernels *f;
+    if (!is_flash(m))
+        return be->ops->attention_backward(be, m->dtype, w[BLOCK_DQKV], w[BLOCK_DATT], datty,
+                                           k[BLOCK_QKV], k[BLOCK_ATT], B, T, C, NH, e);
+    ERR_TRY(backend_flash(be, &f, e));
+    return f->backward(be, m->dtype, w[BLOCK_DQKV], w[BLOCK_DATT], datty, k[BLOCK_QKV],
+                       k[BLOCK_ATTY], k[BLOCK_ATT], B, T, NH, NH, C / NH, e);
+}
+
 /* Everything but the output projection of the MLP: what the backward needs. */
 static int block_kept_forward(struct backend *be, const struct layer_view *l, struct err *e)
 {
@@ -55,8 +102,7 @@ static int block_kept_forward(struct backend *be, const struct layer_view *l, st
                                  k[BLOCK_INP], p[BLOCK_LN1_W], p[BLOCK_LN1_B], N, C, e));
     ERR_TRY(o->matmul_forward(be, dt, k[BLOCK_QKV], NULL, k[BLOCK_LN1], p[BLOCK_QKV_W],
                               p[BLOCK_QKV_B], N, C, 3 * C, e));
-    ERR_TRY(o->attention_forward(be, dt, k[BLOCK_ATTY], k[BLOCK_ATT], k[BLOCK_QKV], B, T, C,
-                                 m->n_head, e));
+    ERR_TRY(block_attention_forward(be, l, e));
     ERR_TRY(o->matmul_forward(be, dt, k[BLOCK_RES2], k[BLOCK_INP], k[BLOCK_ATTY],
                               p[BLOCK_PROJ_W], p[BLOCK_PROJ_B], N, C, C, e));
     ERR_TRY(o->layernorm_forward(be, dt, k[BLOCK_LN2], k[BLOCK_LN2_MEAN], k[BLOCK_LN2_RSTD],
@@ -85,7 +131,8 @@ int gpt_block_recompute(struct backend *be, const struct layer_view *l, struct e
     const uint32_t att = REGEN_BIT(BLOCK_ATT), gelu = REGEN_BIT(BLOCK_FCH_GELU);
     if (l->regen == sizes_full_regen(m, MODEL_LAYER_BLOCK))
         return block_kept_forward(be, l, e);
-    if (l->regen & ~(att | gelu))
+    /* flash attention has no "attn" option: its probabilities are never kept */
+    if (l->regen & ~(att | gelu) || (is_flash(m) && l->regen & att))
         return unsupported(be, l, e);
     void *const *k = l->kept;
     if (l->regen & att)
@@ -119,8 +166,7 @@ int gpt_block_backward(struct backend *be, const struct layer_view *l, float los
                                   k[BLOCK_LN2_RSTD], N, C, e));
     ERR_TRY(o->matmul_backward(be, dt, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres,
                                k[BLOCK_ATTY], p[BLOCK_PROJ_W], N, C, C, e));
-    ERR_TRY(o->attention_backward(be, dt, w[BLOCK_DQKV], w[BLOCK_DATT], dln, k[BLOCK_QKV],
-                                  k[BLOCK_ATT], B, T, C, m->n_head, e));
+    ERR_TRY(block_attention_backward(be, l, dln, e));
     ERR_TRY(o->matmul_backward(be, dt, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV],
                                k[BLOCK_LN1], p[BLOCK_QKV_W], N, C, 3 * C, e));
     /* the residual carries dres straight to the input; ln1 adds its share */

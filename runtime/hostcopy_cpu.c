@@ -13,6 +13,7 @@ struct job {
     int64_t bytes;
     int after;
     double gbps, latency_us;
+    double t0_ms, t1_ms; /* when it ran, once done */
 };
 
 struct lane {
@@ -73,6 +74,8 @@ static void *lane_run(void *arg)
             sleep_until(t0 + j.latency_us * 1e-3 + (double)j.bytes * 8 / (j.gbps * 1e6));
         double t1 = now_ms();
         pthread_mutex_lock(&h->mu);
+        l->jobs[l->done % LANE_JOBS].t0_ms = t0;
+        l->jobs[l->done % LANE_JOBS].t1_ms = t1;
         l->busy_ms += t1 - t0;
         l->done++;
         pthread_cond_broadcast(&h->cv);
@@ -129,7 +132,7 @@ int hostcopy_submit(struct hostcopy *h, int dir, void *dst, const void *src, int
         pthread_mutex_unlock(&h->mu);
         return err_set(e, ERR_FAIL, "internal: copy lane %d ran out of event numbers", dir);
     }
-    l->jobs[l->queued % LANE_JOBS] = (struct job){dst, src, bytes, after, gbps, latency_us};
+    l->jobs[l->queued % LANE_JOBS] = (struct job){dst, src, bytes, after, gbps, latency_us, 0, 0};
     l->queued++;
     *ev = (int)(2 * l->queued + (dir & 1));
     pthread_cond_broadcast(&h->cv);
@@ -161,4 +164,20 @@ void hostcopy_busy(struct hostcopy *h, double ms[2])
         h->lane[d].busy_ms = 0;
     }
     pthread_mutex_unlock(&h->mu);
+}
+
+int hostcopy_span(struct hostcopy *h, int ev, double *t0_ms, double *t1_ms)
+{
+    const struct lane *l = &h->lane[ev & 1];
+    int64_t seq = ev / 2;
+    pthread_mutex_lock(&h->mu);
+    while (!is_done(h, ev))
+        pthread_cond_wait(&h->cv, &h->mu);
+    int known = ev >= 2 && seq > l->queued - LANE_JOBS;
+    if (known) {
+        *t0_ms = l->jobs[(seq - 1) % LANE_JOBS].t0_ms;
+        *t1_ms = l->jobs[(seq - 1) % LANE_JOBS].t1_ms;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return known;
 }

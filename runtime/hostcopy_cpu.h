@@ -19,6 +19,9 @@ int hostcopy_submit(struct hostcopy *h, int dir, void *dst, const void *src, int
                     int after, double gbps, double latency_us, int *ev, struct err *e);
 int hostcopy_done(struct hostcopy *h, int ev);
 void hostcopy_wait(struct hostcopy *h, int ev);
+/* When copy `ev` ran (CLOCK_MONOTONIC ms, exec_now_ms's clock), waiting for it: 0 when its
+ * record is gone (LANE_JOBS later copies on its lane reused it). */
+int hostcopy_span(struct hostcopy *h, int ev, double *t0_ms, double *t1_ms);
 /* Each lane's busy milliseconds since the last call, added into ms[lane]. */
 void hostcopy_busy(struct hostcopy *h, double ms[2]);
 

@@ -43,6 +43,17 @@ static const int expected_count[3][3] = {
     [MODEL_LAYER_HEAD] = {HEAD_PARAMS, HEAD_KEPT, HEAD_WS},
 };
 
+/* A flash-attention block keeps the rows' log-sum-exp where the probabilities would be, and
+ * has its rowsum(dout * out) where their gradient would be: the same indices. */
+static const char *expected_name(const struct model *m, const char *name)
+{
+    if (m->attention == MODEL_ATTENTION_FLASH && strcmp(name, "att") == 0)
+        return "att_lse";
+    if (m->attention == MODEL_ATTENTION_FLASH && strcmp(name, "datt") == 0)
+        return "att_dsum";
+    return name;
+}
+
 static int check_names(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                        const struct sizes_tensor *t, int n, struct err *e)
 {
@@ -50,7 +61,7 @@ static int check_names(const struct model *m, enum model_layer_kind kind, enum s
     const char *const *names = llama ? llama_expected[kind][cls] : expected[kind][cls];
     int ok = n == (llama ? llama_expected_count : expected_count)[kind][cls];
     for (int i = 0; ok && i < n; i++)
-        ok = strcmp(t[i].name, names[i]) == 0;
+        ok = strcmp(t[i].name, expected_name(m, names[i])) == 0;
     if (!ok)
         return err_set(e, ERR_FAIL,
                        "internal: the size tables of models/ (layer kind %d, class %d, "

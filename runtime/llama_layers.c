@@ -74,13 +74,40 @@ static int embed_backward(struct backend *be, const struct layer_view *l, float 
 
 /* ---- block: x + attn(rmsnorm(x)), then + swiglu_mlp(rmsnorm(.)) ---- */
 
+/* The probabilities (and att v into `out` unless NULL), or with flash attention att v and
+ * the rows' log-sum-exp (out never NULL: flash has no "attn" option). */
 static int block_attention(struct backend *be, const struct llama_kernels *k,
                            const struct layer_view *l, void *out, struct err *e)
 {
     const struct model *m = l->model;
-    return k->attention_forward(be, m->dtype, out, l->kept[LB_ATT], l->kept[LB_QKV],
-                                m->micro_batch, m->seq_len, m->n_head, m->n_kv_head, hs_of(m),
-                                e);
+    const struct flash_kernels *f;
+    if (m->attention != MODEL_ATTENTION_FLASH)
+        return k->attention_forward(be, m->dtype, out, l->kept[LB_ATT], l->kept[LB_QKV],
+                                    m->micro_batch, m->seq_len, m->n_head, m->n_kv_head,
+                                    hs_of(m), e);
+    ERR_TRY(backend_flash(be, &f, e));
+    if (out == NULL)
+        return unsupported(be, l, e);
+    return f->forward(be, m->dtype, out, l->kept[LB_ATT], l->kept[LB_QKV], m->micro_batch,
+                      m->seq_len, m->n_head, m->n_kv_head, hs_of(m), e);
+}
+
+/* dqkv from d atty (`datty`), the rotated q and k as kept. */
+static int block_attention_backward(struct backend *be, const struct llama_kernels *k,
+                                    const struct layer_view *l, const void *datty,
+                                    struct err *e)
+{
+    const struct model *m = l->model;
+    void *const *kp = l->kept, *const *w = l->ws;
+    const struct flash_kernels *f;
+    if (m->attention != MODEL_ATTENTION_FLASH)
+        return k->attention_backward(be, m->dtype, w[LB_DQKV], w[LB_DATT], datty, kp[LB_QKV],
+                                     kp[LB_ATT], m->micro_batch, m->seq_len, m->n_head,
+                                     m->n_kv_head, hs_of(m), e);
+    ERR_TRY(backend_flash(be, &f, e));
+    return f->backward(be, m->dtype, w[LB_DQKV], w[LB_DATT], datty, kp[LB_QKV], kp[LB_ATTY],
+                       kp[LB_ATT], m->micro_batch, m->seq_len, m->n_head, m->n_kv_head,
+                       hs_of(m), e);
 }
 
 static int block_swiglu(struct backend *be, const struct llama_kernels *k,
@@ -170,8 +197,7 @@ static int block_backward(struct backend *be, const struct layer_view *l, float 
                                 kp[LB_LN2_RSTD], N, C, e));
     ERR_TRY(o->matmul_backward(be, dt, dln, g[LB_PROJ_W], NULL, dres, kp[LB_ATTY],
                                p[LB_PROJ_W], N, C, C, e));
-    ERR_TRY(k->attention_backward(be, dt, w[LB_DQKV], w[LB_DATT], dln, kp[LB_QKV], kp[LB_ATT],
-                                  B, T, m->n_head, m->n_kv_head, hs_of(m), e));
+    ERR_TRY(block_attention_backward(be, k, l, dln, e));
     ERR_TRY(k->rope_backward(be, dt, w[LB_DQKV], B, T, m->n_head + m->n_kv_head, W, hs_of(m),
                              (float)m->rope_theta, e));
     ERR_TRY(o->matmul_backward(be, dt, dln, g[LB_QKV_W], NULL, w[LB_DQKV], kp[LB_LN1],

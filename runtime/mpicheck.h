@@ -18,6 +18,18 @@ int mpicheck_fail(int rc, const char *call, const char *file, int line, struct e
 int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what,
                   struct err *e);
 
+/* A nonblocking call's return code `mpi_rc` and its request `req`, completed under the
+ * deadline as mpicheck_wait does. */
+int mpicheck_collective(int mpi_rc, MPI_Request *req, double timeout_s, int peer,
+                        const char *what, struct err *e);
+
+/* Every rank passes verdict = {its status, its rank if it failed else size}; all get back the
+ * worst status and the first rank that failed. The statuses go to rank 0 on `ctl` (a
+ * communicator nothing else uses) and the verdict comes back, every wait under timeout_s: a
+ * rank that never reports is named by rank 0. Fails only when MPI or the deadline does. */
+int mpicheck_agree(MPI_Comm ctl, int rank, int size, double timeout_s, int verdict[2],
+                   struct err *e);
+
 #define MPI_CHECK(call, e)                                                                   \
     do {                                                                                     \
         int mpi_rc_ = (call);                                                                \

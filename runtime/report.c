@@ -125,9 +125,35 @@ void report_print_summary(FILE *f, const struct report *r)
     fprintf(f, "(* the first rank on its GPU: includes what other processes held)\n");
 }
 
-static const char *const event_names[STAGE_EV_KINDS] = {"forward", "recompute", "backward",
-                                                        "send", "idle", "optimizer",
-                                                        "offload stall"};
+static const char *const event_names[STAGE_EV_KINDS] = {
+    "forward", "recompute", "backward", "send", "idle", "optimizer", "offload stall",
+    "copy to host", "copy from host"};
+
+/* Stage s's compute track, and its copy lanes' after every stage's compute track, as the
+ * simulator's trace has them. */
+static int event_tid(int n_stages, int s, int kind)
+{
+    if (kind == STAGE_EV_COPY_OUT || kind == STAGE_EV_COPY_IN)
+        return n_stages + 2 * s + (kind == STAGE_EV_COPY_IN);
+    return s;
+}
+
+/* A track per stage and copy direction, for the stages that copied. */
+static void name_copy_tracks(struct trace *t, const struct report *r, const int *counts,
+                             const struct stage_event *events)
+{
+    const struct stage_event *ev = events;
+    for (int s = 0; s < r->n_stages; s++) {
+        int copies = 0;
+        for (int i = 0; i < counts[s]; i++, ev++)
+            copies |= ev->kind == STAGE_EV_COPY_OUT || ev->kind == STAGE_EV_COPY_IN;
+        char name[64];
+        for (int dir = 0; dir < 2 && copies; dir++) {
+            snprintf(name, sizeof name, "stage %d %s host", s, dir ? "from" : "to");
+            trace_name_track(t, 0, event_tid(r->n_stages, s, STAGE_EV_COPY_OUT + dir), name);
+        }
+    }
+}
 
 int report_write_trace(const char *file, const struct model *m, const struct report *r,
                        const int *counts, const struct stage_event *events, struct err *e)
@@ -143,6 +169,7 @@ int report_write_trace(const char *file, const struct model *m, const struct rep
                  r->stages[s].first, r->stages[s].last);
         trace_name_track(t, 0, s, name);
     }
+    name_copy_tracks(t, r, counts, events);
     const struct stage_event *ev = events;
     for (int s = 0; s < r->n_stages; s++)
         for (int i = 0; i < counts[s]; i++, ev++) {
@@ -155,7 +182,8 @@ int report_write_trace(const char *file, const struct model *m, const struct rep
                 snprintf(name, sizeof name, "%s", kind);
             }
             struct trace_arg args[2] = {{"step", ev->step + 1}, {"micro_batch", ev->micro}};
-            trace_add_slice(t, 0, s, name, kind, ev->t0_ms, ev->t1_ms - ev->t0_ms, args, 2);
+            trace_add_slice(t, 0, event_tid(r->n_stages, s, ev->kind), name, kind, ev->t0_ms,
+                            ev->t1_ms - ev->t0_ms, args, 2);
         }
     int rc = trace_write(t, file, e);
     trace_free(t);

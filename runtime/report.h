@@ -86,7 +86,8 @@ struct report {
 int report_write_metrics(const char *file, const struct report *r, struct err *e);
 void report_print_summary(FILE *f, const struct report *r);
 
-/* One Chrome-trace JSON (Perfetto opens it; common/trace.h writes it): a track per stage,
+/* One Chrome-trace JSON (Perfetto opens it; common/trace.h writes it): a track per stage (and
+ * per stage and copy direction for the stages that offload: "stage S to host", "... from"),
  * events[counts[0] + ...] in stage order, times relative to a common origin. */
 int report_write_trace(const char *file, const struct model *m, const struct report *r,
                        const int *counts, const struct stage_event *events, struct err *e);

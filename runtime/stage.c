@@ -250,7 +250,7 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
     for (int i = 0; i < 4 && c->persistent == NULL; i++)
         if (bytes[i] > 0)
             ERR_TRY(r->be->ops->alloc(r->be, bytes[i], arena[i], e));
-    if (r->lay.staging_bytes > 0)
+    if (r->lay.staging_bytes > 0 && c->arena == NULL)
         ERR_TRY(r->be->ops->alloc(r->be, r->lay.staging_bytes, (void **)&r->staging, e));
     if (r->lay.host_bytes > 0 &&
         r->be->ops->host_alloc(r->be, r->lay.host_bytes, (void **)&r->host, e))
@@ -362,17 +362,6 @@ static int arena_check_limit(const struct stage_runner *r, struct err *e)
     return ERR_OK;
 }
 
-/* Some layer sends what it keeps, or an option, to the host (every plan stage has the
- * arrays; only their values say whether it offloads). */
-static int offloads(const struct stage_config *c)
-{
-    for (int l = 0; l <= c->last - c->first; l++)
-        if ((c->place != NULL && c->place[l] == COST_PLACE_HOST) ||
-            (c->offload_option != NULL && c->offload_option[l] >= 0))
-            return 1;
-    return 0;
-}
-
 int stage_init(struct stage_runner *r, const struct stage_config *c, struct backend *be,
                struct transport *tp, const struct data_source *data, uint64_t seed,
                struct err *e)
@@ -387,19 +376,16 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
                        m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
-    if (c->arena != NULL && offloads(c))
-        return err_set(e, ERR_INPUT, "layers %d-%d: offload with the plan's arena: the arena "
-                       "does not lay out staging buffers yet", c->first, c->last);
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
-    if (c->arena != NULL ? arena_check_limit(r, e)
-                         : layout_offload(&r->lay, m, c->place, c->offload_option,
-                                          r->depth = prefetch_depth(c), e) ||
-                               layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes,
-                                                  e) ||
-                               layout_check_host(&r->lay, c->host_limit_bytes, e) ||
-                               check_host_free(r, e)) {
+    /* with the plan's arena the staging buffers are objects in it (arena_run.h) */
+    if (layout_offload(&r->lay, m, c->place, c->offload_option, r->depth = prefetch_depth(c),
+                       e) ||
+        (c->arena != NULL
+             ? arena_check_limit(r, e)
+             : layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) ||
+        layout_check_host(&r->lay, c->host_limit_bytes, e) || check_host_free(r, e)) {
         layout_free(&r->lay);
         return e->code;
     }

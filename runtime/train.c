@@ -59,31 +59,11 @@ static int agree(struct run *r, int rc, int *first_failed)
     struct err e;
     err_clear(&e);
     int verdict[2] = {rc, rc != ERR_OK ? r->rank : r->size}; /* worst, first failed */
-    MPI_Request q;
-    double t = r->o->timeout_s;
-    for (int k = 1; r->rank == 0 && k < r->size; k++) {
-        int got[2];
-        if (MPI_Irecv(got, 2, MPI_INT, k, 0, r->ctl, &q) != MPI_SUCCESS ||
-            mpicheck_wait(&q, t, k, "the status of", &e))
-            goto fail;
-        verdict[0] = got[0] > verdict[0] ? got[0] : verdict[0];
-        verdict[1] = got[1] < verdict[1] ? got[1] : verdict[1];
-    }
-    /* the others wait longer than rank 0, so that its message, naming the rank it is
-     * missing, is the one the job ends on */
-    if ((r->rank > 0 && (MPI_Isend(verdict, 2, MPI_INT, 0, 0, r->ctl, &q) != MPI_SUCCESS ||
-                         mpicheck_wait(&q, 2 * t, 0, "the status to be taken by", &e))) ||
-        MPI_Ibcast(verdict, 2, MPI_INT, 0, r->ctl, &q) != MPI_SUCCESS ||
-        mpicheck_wait(&q, 2 * t, 0, "the verdict from", &e))
-        goto fail;
+    if (mpicheck_agree(r->ctl, r->rank, r->size, r->o->timeout_s, verdict, &e))
+        fail_now(r, &e);
     if (first_failed != NULL)
         *first_failed = verdict[1];
     return verdict[0];
-fail:
-    if (e.code == ERR_OK)
-        err_set(&e, ERR_FAIL, "MPI failed while the ranks agreed on their status");
-    fail_now(r, &e);
-    return ERR_FAIL;
 }
 
 /* A collective begun as `req`, completed under --timeout (peer: the root whose data it
@@ -91,9 +71,7 @@ fail:
 static int wait_collective(struct run *r, int mpi_rc, MPI_Request *req, int peer,
                            const char *what, struct err *e)
 {
-    if (mpi_rc != MPI_SUCCESS)
-        return mpicheck_fail(mpi_rc, what, __FILE__, __LINE__, e);
-    return mpicheck_wait(req, r->o->timeout_s, peer, what, e);
+    return mpicheck_collective(mpi_rc, req, r->o->timeout_s, peer, what, e);
 }
 
 /* Every output path, before the first step: a typo must not throw a finished run away. Each
@@ -812,17 +790,14 @@ int train_run(const struct train_options *o)
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }
-    if (o->share_file != NULL) {
-        MPI_Comm_free(&r.ctl);
-        return train_share_run(o, r.rank, r.size);
-    }
-    r.ctl_ready = 1;
-
     /* Fault injection for the tests of --timeout: this rank stops (SIGSTOP) before it says
      * anything, as a rank stuck starting would. */
     const char *stop = getenv("BALLAST_TEST_STOP_RANK");
     if (stop != NULL && atoi(stop) == r.rank)
         raise(SIGSTOP);
+    if (o->share_file != NULL)
+        return train_share_run(o, r.rank, r.size, r.ctl);
+    r.ctl_ready = 1;
     /* The same on every rank: rank 0 speaks for all. */
     int first_failed, rc = setup_global(&r, &e);
     int all = agree(&r, rc, NULL);

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include <mpi.h>
+
 #define TRAIN_DEFAULT_LR 1e-3
 /* Generous: a step of the largest CPU plans takes seconds, a checkpoint of a large stage a
  * minute; a rank silent for 10 minutes has stopped. */
@@ -49,7 +51,8 @@ struct train_options {
  * stage does not fit its memory. Messages are printed here, by the rank concerned. */
 int train_run(const struct train_options *o);
 /* The same for o->share_file (train_run passes it on, with this rank and the rank count of
- * MPI_COMM_WORLD, whose errors return). */
-int train_share_run(const struct train_options *o, int rank, int size);
+ * MPI_COMM_WORLD, whose errors return, and `ctl`, a duplicate of it for the ranks' agreements,
+ * which train_share_run frees). */
+int train_share_run(const struct train_options *o, int rank, int size, MPI_Comm ctl);
 
 #endif

@@ -53,6 +53,8 @@ struct share_switch {
 struct share_run {
     const struct train_options *o;
     MPI_Comm comm;
+    MPI_Comm ctl; /* a duplicate for share_agree(): its messages never meet the transport's */
+    int ctl_ready;
     int rank, size;
     struct share sh;
     int loaded;
@@ -67,20 +69,30 @@ struct share_run {
     int resident; /* --switch full: the job whose state is on the device; -1 none */
 };
 
-/* Every rank's status, the worst to all. */
-static int share_agree(struct share_run *r, int rc)
-{
-    int worst = rc;
-    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, r->comm) != MPI_SUCCESS)
-        return ERR_FAIL;
-    return worst;
-}
-
 static void share_fail_now(struct share_run *r, const struct err *e)
 {
     fprintf(stderr, "ballast train --share: stage %d: %s\n", r->rank, e->msg);
     fflush(stderr);
     MPI_Abort(r->comm, ERR_FAIL);
+}
+
+/* Every rank's status, the worst to all, under --timeout (mpicheck_agree): a rank that
+ * never reports ends the job, named. */
+static int share_agree(struct share_run *r, int rc)
+{
+    struct err e;
+    err_clear(&e);
+    int verdict[2] = {rc, rc != ERR_OK ? r->rank : r->size};
+    if (mpicheck_agree(r->ctl, r->rank, r->size, r->o->timeout_s, verdict, &e))
+        share_fail_now(r, &e);
+    return verdict[0];
+}
+
+/* A collective begun as `req`, completed under --timeout. */
+static int share_wait(struct share_run *r, int mpi_rc, MPI_Request *req, int peer,
+                      const char *what, struct err *e)
+{
+    return mpicheck_collective(mpi_rc, req, r->o->timeout_s, peer, what, e);
 }
 
 /* ---- set-up ---- */
@@ -273,6 +285,8 @@ static void free_share_run(struct share_run *r)
     if (r->loaded)
         share_free(&r->sh);
     free(r->switches);
+    if (r->ctl_ready)
+        MPI_Comm_free(&r->ctl);
 }
 
 /* ---- the jobs in turn ---- */
@@ -298,7 +312,8 @@ static int swap_state(struct share_run *r, int to, int64_t *moved, struct err *e
 /* From job `from` (-1: the start) to job `to`; recorded unless at the start. */
 static int switch_to(struct share_run *r, int from, int to, struct err *e)
 {
-    MPI_CHECK(MPI_Barrier(r->comm), e);
+    MPI_Request q;
+    ERR_TRY(share_wait(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every rank before a switch", e));
     double t0 = exec_now_ms();
     int64_t moved = 0;
     if (r->o->switch_full)
@@ -306,7 +321,7 @@ static int switch_to(struct share_run *r, int from, int to, struct err *e)
     /* shared: the persistent regions stay; the next job's carving of the temporary region is
      * its stage's own (stage_config), so nothing moves */
     double ms = exec_now_ms() - t0; /* the switch's own work, not the wait for other ranks */
-    MPI_CHECK(MPI_Barrier(r->comm), e);
+    ERR_TRY(share_wait(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every rank after a switch", e));
     if (from < 0)
         return ERR_OK;
     if (r->n_switches == r->cap_switches) {
@@ -501,11 +516,17 @@ static int finish(struct share_run *r, struct err *e)
         b[i] = r->switches[i].persistent_moved;
         b[n + i] = r->switches[i].temporary_bytes;
     }
-    if (rc == ERR_OK &&
-        (MPI_Gather(mine, J * REP_N, MPI_DOUBLE, all, J * REP_N, MPI_DOUBLE, 0, r->comm) ||
-         MPI_Reduce(ms, ms_max, n, MPI_DOUBLE, MPI_MAX, 0, r->comm) ||
-         MPI_Reduce(b, b_sum, 2 * n, MPI_INT64_T, MPI_SUM, 0, r->comm)))
-        rc = err_set(e, ERR_FAIL, "gathering the ranks' numbers failed (MPI)");
+    MPI_Request q;
+    if (rc == ERR_OK)
+        rc = share_wait(r, MPI_Igather(mine, J * REP_N, MPI_DOUBLE, all, J * REP_N, MPI_DOUBLE, 0,
+                                       r->comm, &q),
+                        &q, -1, "the jobs' numbers (MPI_Igather)", e);
+    if (rc == ERR_OK)
+        rc = share_wait(r, MPI_Ireduce(ms, ms_max, n, MPI_DOUBLE, MPI_MAX, 0, r->comm, &q), &q,
+                        -1, "the switch times (MPI_Ireduce)", e);
+    if (rc == ERR_OK)
+        rc = share_wait(r, MPI_Ireduce(b, b_sum, 2 * n, MPI_INT64_T, MPI_SUM, 0, r->comm, &q),
+                        &q, -1, "the switch bytes (MPI_Ireduce)", e);
     if (rc == ERR_OK && r->rank == 0 && r->o->metrics_file != NULL)
         rc = write_metrics(r, all, ms_max, b_sum, b_sum + n, e);
     if (rc == ERR_OK && r->rank == 0) {
@@ -530,12 +551,13 @@ static int finish(struct share_run *r, struct err *e)
     return rc;
 }
 
-int train_share_run(const struct train_options *o, int rank, int size)
+int train_share_run(const struct train_options *o, int rank, int size, MPI_Comm ctl)
 {
     struct share_run r;
     struct err e;
     err_clear(&e);
-    r = (struct share_run){.o = o, .comm = MPI_COMM_WORLD, .rank = rank, .size = size};
+    r = (struct share_run){
+        .o = o, .comm = MPI_COMM_WORLD, .ctl = ctl, .ctl_ready = 1, .rank = rank, .size = size};
     /* the same on every rank: rank 0 speaks for all */
     int rc = check_share(&r, &e);
     struct err out;
@@ -558,10 +580,9 @@ int train_share_run(const struct train_options *o, int rank, int size)
     if (train_jobs(&r, &e))
         share_fail_now(&r, &e);
     rc = finish(&r, &e);
-    if (MPI_Bcast(&rc, 1, MPI_INT, 0, r.comm) != MPI_SUCCESS)
-        rc = ERR_FAIL;
-    if (rc != ERR_OK && r.rank == 0)
-        fprintf(stderr, "ballast train: %s\n", e.msg);
+    if (rc != ERR_OK)
+        fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
+    rc = share_agree(&r, rc);
     free_share_run(&r);
     return rc;
 }

@@ -1,8 +1,5 @@
 /* The MPI transport: MPI_Isend / MPI_Irecv on host buffers. */
-#include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "mpicheck.h"
 #include "transport.h"
@@ -14,55 +11,6 @@ struct mpi_transport {
     int *peer;         /* per request: the rank at the other end */
     int *is_send;      /* per request */
 };
-
-int mpicheck_fail(int rc, const char *call, const char *file, int line, struct err *e)
-{
-    char msg[MPI_MAX_ERROR_STRING], host[256];
-    int len = 0, rank = -1, init = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        snprintf(msg, sizeof msg, "error %d", rc);
-    MPI_Initialized(&init);
-    if (init)
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "?");
-    host[sizeof host - 1] = '\0';
-    return err_set(e, ERR_FAIL, "%s failed at %s:%d on %s rank %d: %s", call, file, line, host,
-                   rank, msg);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what,
-                  struct err *e)
-{
-    double start = now_s();
-    int done = 0;
-    for (long polls = 0;; polls++) {
-        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE), e);
-        if (done)
-            return ERR_OK;
-        if (polls > 200) {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-        }
-        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s && peer < 0)
-            return err_set(e, ERR_FAIL,
-                           "waited %.0f s for %s: a rank went silent (stopped, died or out of "
-                           "memory); --timeout SECONDS sets this limit",
-                           timeout_s, what);
-        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s)
-            return err_set(e, ERR_FAIL,
-                           "waited %.0f s for %s rank %d: rank %d went silent (stopped, died or "
-                           "out of memory); --timeout SECONDS sets this limit",
-                           timeout_s, what, peer, peer);
-    }
-}
 
 static int take_slot(struct mpi_transport *m, int *req, struct err *e)
 {

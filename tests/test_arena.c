@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "cost.h"
 #include "planner.h"
+#include "schedule.h"
 #include "testutil.h"
 
 /* ---- independent references ---- */
@@ -323,18 +324,258 @@ static void test_shipped_stages(void)
         }
 }
 
+/* ---- offload: staging objects ---- */
+
+/* cpu-3-offload planned with --actions recompute,offload (stage 0 offloads options), then,
+ * with cap > 0, laid out by greedy under that cap (layers go to host memory whole). */
+static int offload_plan(int64_t cap, int offload, struct plan *p, struct err *e)
+{
+    struct cluster cl;
+    struct plan_options o;
+    plan_options_default(&o);
+    o.actions = PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD;
+    ERR_TRY(cluster_load(BALLAST_SOURCE_DIR "/configs/clusters/cpu-3-offload.json", &cl, e));
+    int rc = plan_method_parse("optimal", &o, e) || planner_make(&cl, &o, p, e);
+    cluster_free(&cl);
+    if (rc || cap <= 0)
+        return rc ? e->code : ERR_OK;
+    struct arena_options opt = options("greedy");
+    opt.cap_bytes = cap;
+    opt.offload = offload;
+    if (arena_plan(p, &opt, e)) {
+        plan_free(p);
+        return e->code;
+    }
+    return ERR_OK;
+}
+
+/* The staging objects of stage s checked against the schedule, counted here: per offloaded
+ * layer and micro-batch, a forward one of its host bytes over its forward (from the tick
+ * before when the layer's input goes too) and the tick after, and a backward one ending with
+ * its backward, starting no later than its prefetch trigger. */
+static void check_staging(const struct plan *p, int s, const struct arena_object *o, int n)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int L = plan_stage_layer_count(st), M = p->micro_batches, found = 0, want = 0;
+    struct schedule_op ops[64];
+    CU_ASSERT_FATAL(2 * M <= 64);
+    schedule_ops(p->schedule, p->n_stages, s, M, ops);
+    for (int t = 0; t < 2 * M; t++)
+        for (int li = 0; li < L; li++) {
+            struct cost_row row = cost_action_row(&st->layers[li], st->recompute[li],
+                                                  (enum cost_place)st->place[li],
+                                                  st->offload_option[li], 0);
+            if (row.host_bytes == 0)
+                continue;
+            int phase = ops[t].backward, tick = t * L + (phase ? L - 1 - li : li);
+            want++;
+            for (int i = 0; i < n; i++) {
+                const struct arena_object *b = &o[i];
+                if (b->kind != ARENA_STAGING || b->micro != ops[t].micro ||
+                    b->layer != st->first + li || b->phase != phase)
+                    continue;
+                found++;
+                CU_ASSERT_EQUAL(b->bytes, row.host_bytes);
+                if (phase) {
+                    CU_ASSERT(b->last == tick && b->first <= tick - st->prefetch_ahead[li]);
+                } else {
+                    int input = st->place[li] == COST_PLACE_HOST;
+                    CU_ASSERT(b->first == tick - input && b->last == tick + 1);
+                }
+            }
+        }
+    CU_ASSERT_EQUAL(found, want);
+    int staging = 0;
+    for (int i = 0; i < n; i++)
+        staging += o[i].kind == ARENA_STAGING;
+    CU_ASSERT_EQUAL(staging, want);
+}
+
+/* Every stage of the offload plans: staging objects as the schedule says, every layout
+ * overlap-free (the check here), never below the lower bound, ga and exact never above
+ * greedy, slots within the cost model's carving with its staging pool. */
+static void test_offload_stages(void)
+{
+    int64_t caps[] = {0, 31000000};
+    for (int k = 0; k < 2; k++) {
+        struct plan p;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_EQUAL_FATAL(offload_plan(caps[k], 1, &p, &e), ERR_OK);
+        int staged = 0;
+        for (int s = 0; s < p.n_stages; s++) {
+            struct arena_object *o;
+            int n;
+            CU_ASSERT_EQUAL_FATAL(arena_stage_objects(&p, s, &o, &n, &e), ERR_OK);
+            check_staging(&p, s, o, n);
+            struct stage_cost c;
+            plan_stage_cost(&p, &p.stages[s], &c);
+            staged += c.staging_bytes > 0;
+            int64_t greedy = 0;
+            const char *all[] = {"slots", "greedy", "ga", "exact"};
+            for (int m = 0; m < 4; m++) {
+                struct arena a;
+                struct arena_result res;
+                if (lay_out(o, n, p.stages[s].in_flight, all[m], 0, &a, &res)) {
+                    CU_FAIL("layout failed");
+                    continue;
+                }
+                check_layout(&a, o, n);
+                if (m == 0)
+                    CU_ASSERT(a.bytes <= cost_arena_bytes(&c) + c.staging_bytes);
+                if (m == 1)
+                    greedy = a.bytes;
+                if (m > 1)
+                    CU_ASSERT(a.bytes <= greedy);
+                arena_free(&a);
+            }
+            free(o);
+        }
+        CU_ASSERT(staged > 0);
+        plan_free(&p);
+    }
+}
+
+/* Tiny instances cut from an offloading stage, staging objects among them: exact proves the
+ * brute force's optimum. */
+static void test_exact_staging_brute(void)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(offload_plan(31000000, 1, &p, &e), ERR_OK);
+    struct arena_object *all;
+    int n_all;
+    CU_ASSERT_EQUAL_FATAL(arena_stage_objects(&p, 1, &all, &n_all, &e), ERR_OK);
+    plan_free(&p);
+    struct test_rng r = {12};
+    for (int trial = 0; trial < 20; trial++) {
+        struct arena_object o[7];
+        int n = 0, staging = 0;
+        while (n < 7) {
+            const struct arena_object *b = &all[test_rng_int(&r, 0, n_all - 1)];
+            int twice = 0;
+            for (int i = 0; i < n; i++)
+                twice |= memcmp(&o[i], b, sizeof *b) == 0;
+            if (twice || (n >= 5 && staging < 2 && b->kind != ARENA_STAGING))
+                continue;
+            staging += b->kind == ARENA_STAGING;
+            o[n++] = *b;
+        }
+        struct arena a;
+        struct arena_result res;
+        if (lay_out(o, n, 1, "exact", 0, &a, &res)) {
+            CU_FAIL("layout failed");
+            continue;
+        }
+        check_layout(&a, o, n);
+        CU_ASSERT(a.proven);
+        CU_ASSERT_EQUAL(a.bytes, brute_force(o, n));
+        arena_free(&a);
+    }
+    free(all);
+}
+
+/* A cap below a stage's arena: the layers above it go to host memory whole until the arena
+ * fits; the plan stays consistent (it round-trips through its file). Without offload, or with
+ * a cap no offload reaches: ERR_NOFIT with the numbers. */
+static void test_cap_offloads(void)
+{
+    struct plan p, q;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(offload_plan(0, 1, &p, &e), ERR_OK);
+    int before = 0;
+    for (int l = 0; l < plan_stage_layer_count(&p.stages[1]); l++)
+        before += p.stages[1].place[l] == COST_PLACE_HOST;
+    plan_free(&p);
+    CU_ASSERT_EQUAL_FATAL(offload_plan(31000000, 1, &p, &e), ERR_OK);
+    int after = 0;
+    for (int l = 0; l < plan_stage_layer_count(&p.stages[1]); l++)
+        after += p.stages[1].place[l] == COST_PLACE_HOST;
+    CU_ASSERT(after > before);
+    for (int s = 0; s < p.n_stages; s++) {
+        CU_ASSERT(p.stages[s].arena->bytes <= 31000000);
+        CU_ASSERT(p.stages[s].host_memory_bytes <= p.stages[s].host_limit_bytes);
+    }
+    const char *file = test_path("arena-cap.json");
+    CU_ASSERT_EQUAL(plan_write(file, &p, &e), ERR_OK);
+    CU_ASSERT_EQUAL(plan_load(file, &q, &e), ERR_OK);
+    if (e.code)
+        fprintf(stderr, "\n%s\n", e.msg);
+    else
+        plan_free(&q);
+    plan_free(&p);
+    CU_ASSERT_EQUAL(offload_plan(31000000, 0, &p, &e), ERR_NOFIT);
+    CU_ASSERT(strstr(e.msg, "--arena-cap 31000000") != NULL &&
+              strstr(e.msg, "does not allow offload") != NULL);
+    err_clear(&e);
+    CU_ASSERT_EQUAL(offload_plan(1000000, 1, &p, &e), ERR_NOFIT);
+    CU_ASSERT(strstr(e.msg, "lower bound") != NULL);
+}
+
 /* ---- the plan file ---- */
+
+/* `ballast plan` of cpu-3 with --arena METHOD into `path`: its exit status. */
+static int plan_cpu3(const char *method, const char *path)
+{
+    char args[4096], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/cpu-3.json --arena %s --quiet -o '%s'",
+             BALLAST_SOURCE_DIR, method, path);
+    int rc = test_run(args, &out, &err);
+    free(out);
+    free(err);
+    return rc;
+}
+
+/* The plan `root` (freed here) written as NAME: simulate refuses it (exit 2), saying `why`. */
+static void simulate_refuses(cJSON *root, const char *name, const char *why)
+{
+    char args[2048], *out = NULL, *err = NULL;
+    char *bad = cJSON_Print(root);
+    cJSON_Delete(root);
+    const char *bad_file = test_write(name, bad);
+    free(bad);
+    snprintf(args, sizeof args, "simulate --plan '%s'", bad_file);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, why) != NULL);
+    free(out);
+    free(err);
+}
+
+/* "proven" is read back: true for exact on cpu-3 (each stage proven), false for the ga plan
+ * test_plan_file wrote, and a ga plan that claims it is refused. */
+static void test_proven(void)
+{
+    char ga_plan[1024], exact[1024];
+    snprintf(ga_plan, sizeof ga_plan, "%s", test_path("arena-plan.json"));
+    snprintf(exact, sizeof exact, "%s", test_path("arena-exact.json"));
+    CU_ASSERT_EQUAL_FATAL(plan_cpu3("exact", exact), 0);
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_load(exact, &p, &e), ERR_OK);
+    for (int s = 0; s < p.n_stages; s++)
+        CU_ASSERT(p.stages[s].arena->proven);
+    plan_free(&p);
+    CU_ASSERT_EQUAL_FATAL(plan_load(ga_plan, &p, &e), ERR_OK);
+    for (int s = 0; s < p.n_stages; s++)
+        CU_ASSERT(!p.stages[s].arena->proven);
+    plan_free(&p);
+    char *text = test_read(ga_plan);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    cJSON *arena = cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(root, "stages"), 0), "arena");
+    cJSON_ReplaceItemInObject(arena, "proven", cJSON_CreateTrue());
+    simulate_refuses(root, "arena-claims-proven.json", "proven");
+}
 
 static void test_plan_file(void)
 {
-    char args[4096], *out = NULL, *err = NULL;
     const char *plan = test_path("arena-plan.json");
-    snprintf(args, sizeof args,
-             "plan --cluster %s/configs/clusters/cpu-3.json --arena ga --quiet -o '%s'",
-             BALLAST_SOURCE_DIR, plan);
-    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, &err), 0);
-    free(out);
-    free(err);
+    CU_ASSERT_EQUAL_FATAL(plan_cpu3("ga", plan), 0);
     struct plan p;
     struct err e;
     err_clear(&e);
@@ -365,15 +606,8 @@ static void test_plan_file(void)
     CU_ASSERT_FATAL(b != NULL);
     cJSON_ReplaceItemInObject(b, "offset",
                               cJSON_CreateNumber(cJSON_GetObjectItem(a, "offset")->valuedouble));
-    char *bad = cJSON_Print(root);
-    cJSON_Delete(root);
-    const char *bad_file = test_write("arena-bad.json", bad);
-    free(bad);
-    snprintf(args, sizeof args, "simulate --plan '%s'", bad_file);
-    CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
-    CU_ASSERT(err != NULL && strstr(err, "share bytes") != NULL);
-    free(out);
-    free(err);
+    simulate_refuses(root, "arena-bad.json", "share bytes");
+    test_proven();
 }
 
 static void test_cli(void)
@@ -384,7 +618,7 @@ static void test_cli(void)
              BALLAST_SOURCE_DIR);
     CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
     CU_ASSERT(out != NULL && strstr(out, "stage 1 arena (exact)") != NULL &&
-              strstr(out, "workspace") != NULL);
+              strstr(out, "proven: true") != NULL && strstr(out, "workspace") != NULL);
     free(out);
     free(err);
     snprintf(args, sizeof args, "plan --cluster %s/configs/clusters/cpu-3.json --arena best",
@@ -411,6 +645,10 @@ int main(void)
     CU_add_test(s, "a device cap: the bytes above it", test_cap);
     CU_add_test(s, "ga is deterministic", test_ga_deterministic);
     CU_add_test(s, "every stage of shipped clusters", test_shipped_stages);
+    CU_add_test(s, "offload: staging objects from the schedule, every layout",
+                test_offload_stages);
+    CU_add_test(s, "offload: exact = brute force with staging objects", test_exact_staging_brute);
+    CU_add_test(s, "offload: a cap turns the objects above it into offloads", test_cap_offloads);
     CU_add_test(s, "the plan file carries the arena", test_plan_file);
     CU_add_test(s, "plan --arena and --explain-arena", test_cli);
     return test_main();

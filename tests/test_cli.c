@@ -73,6 +73,8 @@ static void test_help_and_usage(void)
         {"plan --cluster %s --unit", "--unit needs a value"},
         {"plan --cluster %s --time-unit -1", "--time-unit"},
         {"plan --cluster %s --time-unit nan", "--time-unit"},
+        {"plan --cluster %s --repartition --search-gap 1", "--search-gap: \"1\""},
+        {"plan --cluster %s --repartition --search-gap -0.1", "--search-gap"},
         {"profile --model %s", "--model and --device are required"},
         {"profile --model %s --device tpu", "expected \"cpu\" or \"cuda:N\""},
         {"profile --model %s --estimate --device TPUv9", "\"TPUv9\" is not in"},

@@ -41,14 +41,22 @@ static const struct tol BF16_BWD = {0.06, 0.06, 0.02};
 
 /* small models: one with sizes that are multiples of 32, one with none (and more than one
  * 256-position tile for the embedding's scatter-add, and several vocabulary slices); and a
- * Llama (grouped-query attention, llama_layers.c over cuda/llama_kernels.cu) */
-#define N_SHAPES 3
+ * Llama (grouped-query attention, llama_layers.c over cuda/llama_kernels.cu); then flash
+ * attention (cuda/flash_kernels.cu against kernels_flash_cpu.c, its log-sum-exp a kept
+ * tensor): a GPT over several 32-row tiles, the last partial, and a grouped-query Llama with
+ * a head size of 128 (its kernels ask for more than the default 48 KiB of shared memory) */
+#define N_SHAPES 5
 static const struct model shapes[N_SHAPES] = {
     {.n_layer = 2, .n_embd = 64, .n_head = 4, .seq_len = 64, .vocab_size = 100, .micro_batch = 2},
     {.n_layer = 3, .n_embd = 48, .n_head = 3, .seq_len = 80, .vocab_size = 75, .micro_batch = 4},
     {.kind = MODEL_KIND_LLAMA, .n_layer = 2, .n_embd = 48, .n_head = 6, .n_kv_head = 2,
      .ffn_hidden = 80, .rope_theta = 10000, .norm_eps = 1e-5, .seq_len = 40, .vocab_size = 75,
      .micro_batch = 3},
+    {.n_layer = 2, .n_embd = 48, .n_head = 3, .seq_len = 80, .vocab_size = 75, .micro_batch = 2,
+     .attention = MODEL_ATTENTION_FLASH},
+    {.kind = MODEL_KIND_LLAMA, .n_layer = 2, .n_embd = 256, .n_head = 2, .n_kv_head = 1,
+     .ffn_hidden = 96, .rope_theta = 10000, .norm_eps = 1e-5, .seq_len = 70, .vocab_size = 64,
+     .micro_batch = 2, .attention = MODEL_ATTENTION_FLASH},
 };
 
 static struct backend cpu, gpu;
@@ -424,7 +432,7 @@ static void check_repeatable(int shape, enum model_dtype dt, enum model_layer_ki
 
 static void test_repeatable(void)
 {
-    for (int shape = 1; shape < N_SHAPES; shape++) /* a GPT, a Llama */
+    for (int shape = 1; shape < N_SHAPES; shape++) /* GPTs and Llamas, both attentions */
         for (int d = 0; d < 2; d++)
             for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
                 check_repeatable(shape, (enum model_dtype)d, (enum model_layer_kind)k);

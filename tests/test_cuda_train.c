@@ -61,18 +61,19 @@ static int losses_close(const struct train_metrics *a, const struct train_metric
 /* ---- plans ---- */
 
 enum { FP32_1, FP32_2, FP32_4, FP32_2_FULL, FP32_2_ATTN, BF16_1, BF16_2, BF16_4, BF16_2_FULL,
-       BF16_2_OPTS, N_PLANS };
+       BF16_2_OPTS, FLASH_1, FLASH_2, FLASH_2_OPTS, FLASH16_2, FLASH16_2_OPTS, N_PLANS };
 static char plan_path[N_PLANS][1024];
 
-static void write_model(const char *name, const char *dtype)
+/* `attention`: "materialized" or "flash" */
+static void write_model(const char *name, const char *dtype, const char *attention)
 {
     char text[512], file[64], prof[64], args[2048], mpath[1024], ppath[1024];
     /* GPT-2-like shapes, small: 4 blocks of 128, 4 heads, 128 positions, 512 tokens */
     snprintf(text, sizeof text,
              "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 4, "
              "\"n_embd\": 128, \"n_head\": 4, \"seq_len\": 128, \"vocab_size\": 512, "
-             "\"micro_batch\": 4, \"dtype\": \"%s\"}",
-             dtype);
+             "\"micro_batch\": 4, \"dtype\": \"%s\", \"attention\": \"%s\"}",
+             dtype, attention);
     snprintf(file, sizeof file, "%s.json", name);
     snprintf(mpath, sizeof mpath, "%s", test_write(file, text));
     snprintf(prof, sizeof prof, "prof-%s.json", name);
@@ -119,8 +120,17 @@ static void plan_with_choices(int from, int which, const char *const *choice)
 
 static int setup(void)
 {
-    write_model("f32", "fp32");
-    write_model("b16", "bf16");
+    write_model("f32", "fp32", "materialized");
+    write_model("b16", "bf16", "materialized");
+    write_model("fl32", "fp32", "flash");
+    write_model("fl16", "bf16", "flash");
+    make_plan(FLASH_1, "fl32", 1, "none");
+    make_plan(FLASH_2, "fl32", 2, "none");
+    make_plan(FLASH16_2, "fl16", 2, "none");
+    /* flash has no attn option: the MLP's, whole blocks, and whole embed and head */
+    static const char *const flash_choice[6] = {"full", "mlp", "full", "mlp", NULL, "full"};
+    plan_with_choices(FLASH_2, FLASH_2_OPTS, flash_choice);
+    plan_with_choices(FLASH16_2, FLASH16_2_OPTS, flash_choice);
     make_plan(FP32_1, "f32", 1, "none");
     make_plan(FP32_2, "f32", 2, "none");
     make_plan(FP32_4, "f32", 4, "none");
@@ -214,6 +224,21 @@ static void test_recompute_identical(void)
     check_recompute(BF16_2, BF16_2_OPTS, "bf16, the options attn, mlp, attn+mlp and a block");
 }
 
+/* flash attention (cuda/flash_kernels.cu): as on the CPU, near materialised attention, and
+ * bitwise under every recompute choice it has */
+static void test_flash(void)
+{
+    struct train_metrics g, c, m;
+    if (train_ok(1, plan_path[FLASH_1], "--device cuda", "fg1.json", &g) ||
+        train_ok(1, plan_path[FLASH_1], "--device cpu --threads 4", "fc1.json", &c) ||
+        train_ok(1, plan_path[FP32_1], "--device cuda", "fm1.json", &m))
+        return;
+    CU_ASSERT(losses_close(&g, &c, 1e-4, "fp32 flash GPU against CPU"));
+    CU_ASSERT(losses_close(&g, &m, 1e-4, "fp32 flash against materialised"));
+    check_recompute(FLASH_2, FLASH_2_OPTS, "fp32 flash, mlp and whole layers");
+    check_recompute(FLASH16_2, FLASH16_2_OPTS, "bf16 flash, mlp and whole layers");
+}
+
 static void test_nccl(void)
 {
     int n = 0;
@@ -265,6 +290,7 @@ int main(void)
                 test_ranks_on_one_gpu);
     CU_add_test(s, "recomputation (whole, attn, mlp, attn+mlp) leaves the state bitwise",
                 test_recompute_identical);
+    CU_add_test(s, "flash attention: as on the CPU, recomputation bitwise", test_flash);
     CU_add_test(s, "NCCL between two GPUs gives 1 rank's losses", test_nccl);
     CU_add_test(s, "a stage over its limit is refused before training", test_limit);
     return test_main();

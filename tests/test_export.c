@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
+#include "planner.h"
 #include "testutil.h"
 
 #define CONFIGS BALLAST_SOURCE_DIR "/configs/"
@@ -796,8 +798,10 @@ static void test_micro_batches_auto_measured(void)
     CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 0);
 }
 
-/* A plan that offloads cannot be expressed per stage by any framework: refused, exit 2, with
- * the stage and the bytes; the same cluster planned without offload exports. */
+/* A plan that offloads cannot be expressed per stage by NeMo, ColossalAI or FlagScale:
+ * refused, exit 2, with the stage and the bytes; Megatron-LM refuses this one (its stage 0
+ * offloads the attn+mlp option's tensors, and Megatron-LM offloads nothing inside a dense
+ * MLP) naming the layer and the bytes; the same cluster planned without offload exports. */
 static void test_export_refuses_offload(void)
 {
     const char *frameworks[] = {"megatron", "nemo", "colossalai", "flagscale"};
@@ -808,8 +812,13 @@ static void test_export_refuses_offload(void)
                  "recompute,offload --export %s --quiet",
                  BALLAST_SOURCE_DIR, frameworks[k]);
         CU_ASSERT_EQUAL(test_run(args, &out, &err), 2);
-        CU_ASSERT(err != NULL && strstr(err, "stage 0 sends") != NULL &&
-                  strstr(err, "without --actions offload") != NULL);
+        if (k == 0) {
+            CU_ASSERT(err != NULL && strstr(err, "stage 0 layer 1 (block.0) sends attn+mlp") &&
+                      strstr(err, "bytes per micro-batch") && strstr(err, "--offload-modules"));
+        } else {
+            CU_ASSERT(err != NULL && strstr(err, "stage 0 sends") != NULL &&
+                      strstr(err, "without --actions offload") != NULL);
+        }
         free(out);
         free(err);
     }
@@ -820,6 +829,150 @@ static void test_export_refuses_offload(void)
     CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
     free(out);
     free(err);
+}
+
+/* cpu-3-offload with roomy stages, planned recompute-only (nothing recomputed): blocks
+ * [2, 3, 1] per stage. */
+static void roomy_offload_plan(struct plan *p)
+{
+    struct cluster c;
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(cluster_load(BALLAST_SOURCE_DIR "/configs/clusters/cpu-3-offload.json", &c,
+                                 &e) == ERR_OK);
+    for (int s = 0; s < c.n_stages; s++)
+        c.stages[s].memory_bytes = (int64_t)1 << 30;
+    plan_options_default(&o);
+    CU_ASSERT_FATAL(planner_make(&c, &o, p, &e) == ERR_OK);
+    cluster_free(&c);
+}
+
+/* The first k[s] blocks of every stage send the attn option's tensors to host memory, the
+ * rest keep all; stage memory as the cost model has it. */
+static void offload_attn(struct plan *p, const int *k)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
+            st->offload_option[l] = -1;
+            st->prefetch_ahead[l] = 0;
+            if (model_layer_kind(&p->model, st->first + l) != MODEL_LAYER_BLOCK)
+                continue;
+            CU_ASSERT_FATAL(strcmp(st->layers[l].options[0].name, "attn") == 0);
+            if (block++ < k[s]) {
+                st->offload_option[l] = 0;
+                st->prefetch_ahead[l] = 1;
+            }
+        }
+        struct stage_cost c;
+        plan_stage_cost(p, st, &c);
+        st->memory_bytes = c.memory_bytes;
+        st->host_memory_bytes = c.host_memory_bytes;
+    }
+}
+
+/* planner_export's exit code for megatron, its output and standard error (run as `ballast
+ * plan` does, standard error to a file). */
+static int export_megatron(const struct plan *p, char **out, char **err_text)
+{
+    struct err e;
+    err_clear(&e);
+    FILE *f = fopen(test_path("mo.sh"), "w"), *saved = stderr;
+    FILE *note = fopen(test_path("mo.err"), "w");
+    CU_ASSERT_FATAL(f != NULL && note != NULL);
+    stderr = note;
+    int rc = planner_export(f, p, "megatron", &e);
+    stderr = saved;
+    fclose(f);
+    if (rc)
+        fprintf(note, "%s\n", e.msg);
+    fclose(note);
+    *out = test_read(test_path("mo.sh"));
+    *err_text = test_read(test_path("mo.err"));
+    return rc;
+}
+
+/* Megatron-LM's fine-grained activation offloading (megatron/core/pipeline_parallel/
+ * fine_grained_activation_offload.py, post_warmup_callback): of a chunk's `groups` eligible
+ * groups, the last int(groups x (1 - fraction)) stay on the device. */
+static int megatron_offloaded(int groups, double fraction)
+{
+    return groups - (int)(groups * (1 - fraction));
+}
+
+/* Megatron-LM takes an offload of the attn option's tensors on the first blocks of every
+ * stage in one fraction: every flag one its parser makes (tests/data/export_keys.json), the
+ * fraction giving each stage's count by Megatron-LM's own rule; refused (exit 2, with the
+ * numbers) where no fraction gives the plan's counts, where the blocks are not the first,
+ * where the plan also recomputes, and where a stage has no room for Megatron-LM's reload
+ * margin. */
+static void test_export_megatron_offload(void)
+{
+    static const int cases[][3] = {{2, 3, 1}, {1, 2, 1}, {1, 0, 0}};
+    for (int t = 0; t < 3; t++) {
+        struct plan p;
+        char *out, *err;
+        roomy_offload_plan(&p);
+        CU_ASSERT_FATAL(p.n_stages == 3);
+        offload_attn(&p, cases[t]);
+        int rc = export_megatron(&p, &out, &err);
+        if (t == 2) { /* stage 0 offloads half, stage 1 none: no one fraction */
+            CU_ASSERT_EQUAL(rc, ERR_INPUT);
+            CU_ASSERT(err && strstr(err, "[1 of 2, 0 of 3, 0 of 1]"));
+        } else {
+            CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
+            CU_ASSERT(shell_continuations_clean(out));
+            for (const char *at = strstr(out, "\n--"); at; at = strstr(at + 1, " --")) {
+                char flag[64], value[64];
+                int n = sscanf(at + 1, "%63s %63s", flag, value);
+                int takes_value = n == 2 && value[0] != '-' && value[0] != '\\' &&
+                                  value[0] != '"' && !isdigit((unsigned char)value[0]);
+                CU_ASSERT(accepted("megatron", flag, takes_value ? value : NULL));
+            }
+            CU_ASSERT(strstr(out, "--fine-grained-activation-offloading") &&
+                      strstr(out, "--offload-modules core_attn") &&
+                      strstr(out, "--min-offloaded-tensor-size 0") &&
+                      strstr(out, "NVTE_CPU_OFFLOAD_V1=1"));
+            const char *fr = strstr(out, "--activation-offload-fraction ");
+            double f = fr ? atof(fr + strlen("--activation-offload-fraction ")) : 1.0;
+            CU_ASSERT((fr == NULL) == (t == 0)); /* every block: the default 1.0 */
+            int blocks[3] = {2, 3, 1};
+            for (int s = 0; s < 3; s++)
+                CU_ASSERT_EQUAL(megatron_offloaded(blocks[s], f), cases[t][s]);
+            CU_ASSERT(err && strstr(err, "reload margin") && strstr(err, "core attention"));
+        }
+        free(out);
+        free(err);
+        plan_free(&p);
+    }
+    /* not the first blocks: stage 1 offloads its second block only */
+    struct plan p;
+    char *out, *err;
+    roomy_offload_plan(&p);
+    offload_attn(&p, (const int[]){2, 3, 1});
+    p.stages[1].offload_option[0] = -1; /* block.2 keeps all, block.3 and block.4 offload */
+    p.stages[1].prefetch_ahead[0] = 0;
+    CU_ASSERT_EQUAL(export_megatron(&p, &out, &err), ERR_INPUT);
+    CU_ASSERT(err && strstr(err, "[2 of 2, 2 of 3, 1 of 1]"));
+    free(out);
+    free(err);
+    /* also recomputing a block */
+    offload_attn(&p, (const int[]){1, 3, 1});
+    p.stages[0].recompute[2] = COST_FULL; /* block.1, which does not offload */
+    CU_ASSERT_EQUAL(export_megatron(&p, &out, &err), ERR_INPUT);
+    CU_ASSERT(err && strstr(err, "recomputes 1 block(s)"));
+    free(out);
+    free(err);
+    /* no room on stage 1 for one block's attention tensors more */
+    p.stages[0].recompute[2] = COST_KEEP;
+    offload_attn(&p, (const int[]){2, 3, 1});
+    p.stages[1].memory_limit_bytes = p.stages[1].memory_bytes;
+    CU_ASSERT_EQUAL(export_megatron(&p, &out, &err), ERR_INPUT);
+    CU_ASSERT(err && strstr(err, "reload margin") && strstr(err, "stage 1 would need"));
+    free(out);
+    free(err);
+    plan_free(&p);
 }
 
 /* A Llama plan: ColossalAI's llama policy and NeMo take its precision from the model. */
@@ -853,6 +1006,7 @@ int main(void)
     CU_add_test(s, "export defects found against the frameworks' source", test_export_regressions);
     CU_add_test(s, "export: a kept head that overflows is said", test_export_kept_head_overflows);
     CU_add_test(s, "export: a plan that offloads is refused", test_export_refuses_offload);
+    CU_add_test(s, "export: Megatron-LM's activation offloading", test_export_megatron_offload);
     CU_add_test(s, "export: a Llama plan's precision", test_export_llama_precision);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
     CU_add_test(s, "--micro-batches auto rescales a measured profile's options",

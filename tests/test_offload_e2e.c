@@ -34,6 +34,96 @@ static const char *plan_file(const char *cluster, const char *flags, const char 
     return out;
 }
 
+/* The tid of the trace's track named `name`, -1 if none. */
+static int track_tid(const cJSON *events, const char *name)
+{
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, events)
+    {
+        const cJSON *args = cJSON_GetObjectItem(ev, "args");
+        const char *what = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "name"));
+        const char *named = cJSON_GetStringValue(cJSON_GetObjectItem(args, "name"));
+        if (what && strcmp(what, "thread_name") == 0 && named && strcmp(named, name) == 0)
+            return (int)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "tid"));
+    }
+    return -1;
+}
+
+/* The copies of one lane, in the order written (each lane runs first in first out). */
+struct copy_span {
+    double ts, dur;
+    int step, micro;
+    char layer[64];
+};
+
+static int lane_spans(const cJSON *events, int tid, const char *cat, struct copy_span *out,
+                      int cap)
+{
+    int n = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, events)
+    {
+        const char *c = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "cat"));
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "ph"));
+        if (tid < 0 || (int)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "tid")) != tid ||
+            ph == NULL || strcmp(ph, "X") != 0) /* not the tracks' names */
+            continue;
+        CU_ASSERT(c != NULL && strcmp(c, cat) == 0); /* nothing else on a copy lane */
+        if (c == NULL || strcmp(c, cat) != 0 || n == cap)
+            continue;
+        const cJSON *args = cJSON_GetObjectItem(ev, "args");
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "name"));
+        out[n] = (struct copy_span){cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "ts")),
+                                    cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "dur")),
+                                    (int)cJSON_GetNumberValue(cJSON_GetObjectItem(args, "step")),
+                                    (int)cJSON_GetNumberValue(
+                                        cJSON_GetObjectItem(args, "micro_batch")),
+                                    ""};
+        snprintf(out[n].layer, sizeof out[n].layer, "%s", name ? name + strlen(cat) : "");
+        n++;
+    }
+    return n;
+}
+
+/* Stage s's copy lanes in the runtime's trace, as the simulator's trace has them: a track
+ * each way with `copies` spans (every offloaded layer's tensors, out and back, per
+ * micro-batch and step) when it offloads, none when it does not; a lane's copies one after
+ * another; each prefetch after its copy out. */
+static void check_copy_lanes(const char *file, int s, int copies)
+{
+    cJSON *j = train_json_read(file);
+    CU_ASSERT_FATAL(j != NULL);
+    const cJSON *events = cJSON_GetObjectItem(j, "traceEvents");
+    char to[64], from[64];
+    snprintf(to, sizeof to, "stage %d to host", s);
+    snprintf(from, sizeof from, "stage %d from host", s);
+    int out_tid = track_tid(events, to), in_tid = track_tid(events, from);
+    CU_ASSERT((out_tid >= 0) == (copies > 0) && (in_tid >= 0) == (copies > 0));
+    struct copy_span *out = calloc((size_t)copies + 1, sizeof *out),
+                     *in = calloc((size_t)copies + 1, sizeof *in);
+    CU_ASSERT_FATAL(out != NULL && in != NULL);
+    int n_out = lane_spans(events, out_tid, "copy to host", out, copies + 1);
+    int n_in = lane_spans(events, in_tid, "copy from host", in, copies + 1);
+    CU_ASSERT_EQUAL(n_out, copies);
+    CU_ASSERT_EQUAL(n_in, copies);
+    for (int i = 0; i + 1 < n_out; i++)
+        CU_ASSERT(out[i].ts + out[i].dur <= out[i + 1].ts + 1e-3);
+    for (int i = 0; i + 1 < n_in; i++)
+        CU_ASSERT(in[i].ts + in[i].dur <= in[i + 1].ts + 1e-3);
+    int matched = 0;
+    for (int i = 0; i < n_in; i++)
+        for (int k = 0; k < n_out; k++)
+            if (out[k].step == in[i].step && out[k].micro == in[i].micro &&
+                strcmp(out[k].layer, in[i].layer) == 0) {
+                matched++;
+                CU_ASSERT(in[i].ts >= out[k].ts + out[k].dur - 1e-3);
+            }
+    CU_ASSERT_EQUAL(matched, n_in);
+    free(out);
+    free(in);
+    cJSON_Delete(j);
+}
+
 static void test_planned_offload_trains(void)
 {
     const char *cluster = BALLAST_SOURCE_DIR "/configs/clusters/cpu-3-offload.json";
@@ -42,16 +132,24 @@ static void test_planned_offload_trains(void)
     struct err e;
     err_clear(&e);
     CU_ASSERT_FATAL(plan_load(off, &p, &e) == ERR_OK);
-    int offloads = 0;
+    int offloads = 0, per_stage[NP] = {0};
     int64_t host_planned = p.stages[0].host_memory_bytes;
-    for (int l = 0; l < plan_stage_layer_count(&p.stages[0]); l++)
-        offloads += p.stages[0].place[l] != COST_PLACE_DEVICE || p.stages[0].offload_option[l] >= 0;
+    for (int s = 0; s < p.n_stages && s < NP; s++)
+        for (int l = 0; l < plan_stage_layer_count(&p.stages[s]); l++)
+            per_stage[s] +=
+                p.stages[s].place[l] != COST_PLACE_DEVICE || p.stages[s].offload_option[l] >= 0;
+    offloads = per_stage[0];
     CU_ASSERT(offloads > 0); /* the lever this test is about */
+    int M = p.micro_batches;
     plan_free(&p);
 
     struct train_metrics m, ref;
-    CU_ASSERT_FATAL(train_run_ok(NP, LIMIT_S, off, "--steps 3 --host-link-gbps 100",
-                                 "offload-metrics.json", &m) == 0);
+    char args[1200];
+    snprintf(args, sizeof args, "--steps 3 --host-link-gbps 100 --trace '%s'",
+             test_path("offload-trace.json"));
+    CU_ASSERT_FATAL(train_run_ok(NP, LIMIT_S, off, args, "offload-metrics.json", &m) == 0);
+    for (int s = 0; s < NP; s++)
+        check_copy_lanes(test_path("offload-trace.json"), s, per_stage[s] * M * 3);
     /* the host peak the runtime measured against the plan's host memory */
     cJSON *j = train_json_read(test_path("offload-metrics.json"));
     CU_ASSERT_FATAL(j != NULL);

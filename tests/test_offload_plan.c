@@ -232,11 +232,12 @@ struct instance {
     struct profile prof;
 };
 
-static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
-                          double gbps, int64_t host)
+/* n layers on S stages (split as evenly as may be unless `uneven`), each layer with `options`
+ * partial options (1 or 2), M micro-batches. */
+static void instance_make_sized(struct instance *in, struct test_rng *r, enum schedule sched,
+                                double gbps, int64_t host, int n, int S, int M, int options, int uneven)
 {
     memset(in, 0, sizeof *in);
-    int n = 4, S = 2;
     in->prof.n_layers = n;
     in->prof.layers = calloc((size_t)n, sizeof *in->prof.layers);
     snprintf(in->prof.device.name, sizeof in->prof.device.name, "gpu");
@@ -258,10 +259,17 @@ static void instance_make(struct instance *in, struct test_rng *r, enum schedule
         c->options[0].transient_bytes = c->act_bytes / 2;
         c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
         c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+        if (options > 1) { /* an `mlp` option: a smaller share, a cheaper recompute */
+            c->n_options = 2;
+            snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
+            c->options[1].transient_bytes = c->act_bytes / 4;
+            c->options[1].kept_bytes = c->act_bytes - c->options[1].transient_bytes;
+            c->options[1].recompute_ms = c->fwd_ms * test_rng_double(r, 0.05, 0.3);
+        }
     }
     struct cluster *c = &in->c;
     c->schedule = sched;
-    c->micro_batches = 4;
+    c->micro_batches = M;
     c->model = in->prof.model;
     c->n_layers = n;
     c->n_stages = S;
@@ -272,6 +280,15 @@ static void instance_make(struct instance *in, struct test_rng *r, enum schedule
         struct cluster_stage *st = &c->stages[s];
         snprintf(st->device, sizeof st->device, "gpu");
         cluster_even_split(n, S, s, &st->first, &st->last);
+        if (uneven && s > 0) /* one layer more or less than the even split, at random */
+            st->first = c->stages[s - 1].last + 1;
+        if (uneven && s + 1 < S) {
+            int64_t last = st->last + test_rng_int(r, -1, 1);
+            int64_t most = n - (S - s - 1); /* every later stage keeps a layer */
+            st->last = (int)(last < st->first ? st->first : last > most - 1 ? most - 1 : last);
+        } else if (uneven) {
+            st->last = n - 1;
+        }
         /* between keeping nothing and keeping everything */
         int64_t all = 0, state = 0;
         int v = schedule_in_flight(sched, S, s, c->micro_batches);
@@ -287,10 +304,28 @@ static void instance_make(struct instance *in, struct test_rng *r, enum schedule
     }
 }
 
+static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                          double gbps, int64_t host)
+{
+    instance_make_sized(in, r, sched, gbps, host, 4, 2, 4, 1, 0);
+}
+
 static void instance_free(struct instance *in)
 {
     free(in->c.stages);
     free(in->prof.layers);
+}
+
+/* Plans with the knapsack's memory unit `unit` bytes (0: the default). */
+static int plan_with_unit(const struct instance *in, int actions, int64_t unit, struct plan *p)
+{
+    struct plan_options o;
+    struct err e;
+    plan_options_default(&o);
+    err_clear(&e);
+    o.actions = actions;
+    o.unit_bytes = unit > 0 ? unit : o.unit_bytes;
+    return planner_make(&in->c, &o, p, &e);
 }
 
 static int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
@@ -413,6 +448,15 @@ static void test_verify_milp(void)
     CU_ASSERT(verified >= 3);
 }
 
+/* Frees the recompute-only plan and the one with offload, each where it was made (rc a, c). */
+static void plans_free(int a, struct plan *rec, int c, struct plan *both)
+{
+    if (a == ERR_OK)
+        plan_free(rec);
+    if (c == ERR_OK)
+        plan_free(both);
+}
+
 /* PipeOffload's rules: a superset of actions is never slower; a very slow link gets no
  * offload; a fast link and a roomy host make a tight stage offload instead of recompute. */
 static void test_pipeoffload_rules(void)
@@ -466,13 +510,108 @@ static void test_pipeoffload_rules(void)
             CU_ASSERT(both.stages[0].recompute_ms < rec.stages[0].recompute_ms);
             CU_ASSERT(both.iteration_ms < rec.iteration_ms);
         }
-        if (a == ERR_OK)
-            plan_free(&rec);
-        if (c == ERR_OK)
-            plan_free(&both);
+        plans_free(a, &rec, c, &both);
         instance_free(&in);
     }
     CU_ASSERT(tight > 0);
+}
+
+/* A superset of actions is never slower, on stages too long for the search to enumerate
+ * (up to 16 layers of two options each: 6^16 action combinations) and clusters of up to 8
+ * stages: the plan with offload simulates no slower than the recompute-only one. */
+static void test_superset_never_slower(void)
+{
+    struct test_rng rng = {2024};
+    int compared = 0, faster = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        struct instance in;
+        struct plan rec, both;
+        int S = (int)test_rng_int(&rng, 2, 8), per = (int)test_rng_int(&rng, 3, 16);
+        int M = (int)test_rng_int(&rng, S, 3 * S);
+        /* links from ones whose copies take longer than the layers to ones they hide in */
+        double gbps = pow(10, test_rng_double(&rng, 2, 5));
+        instance_make_sized(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B, gbps,
+                            test_rng_int(&rng, 2, 200) * GIB, S * per, S, M, 1 + trial % 3 % 2,
+                            trial % 4 >= 2);
+        /* a coarse knapsack unit now and then: its recompute-only choice is then not the
+         * least the exact search finds on the device alone */
+        int64_t unit = trial % 3 == 2 ? test_rng_int(&rng, 64, 1024) << 20 : 0;
+        int a = plan_with_unit(&in, PLAN_ACTION_RECOMPUTE, unit, &rec);
+        int c = plan_with_unit(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD, unit, &both);
+        CU_ASSERT(a != ERR_OK || c == ERR_OK);
+        if (a == ERR_OK && c == ERR_OK) {
+            compared++;
+            faster += both.iteration_ms < rec.iteration_ms;
+            CU_ASSERT(both.iteration_ms <= rec.iteration_ms);
+            if (!(both.iteration_ms <= rec.iteration_ms))
+                printf("\ntrial %d (%d stages x %d layers): offload %.9g ms, recompute-only "
+                       "%.9g ms\n",
+                       trial, S, per, both.iteration_ms, rec.iteration_ms);
+        }
+        plans_free(a, &rec, c, &both);
+        instance_free(&in);
+    }
+    printf(" [%d compared, %d faster with offload] ", compared, faster);
+    CU_ASSERT(compared >= 12);
+    CU_ASSERT(faster > 0);
+}
+
+/* --repartition with offload: the recompute-only search's split and order, each stage's
+ * actions then with offload: never slower than recompute-only --repartition, and a plan that
+ * offloads carries no gap (the search's bound is for recompute only). */
+static void test_repartition_with_offload(void)
+{
+    struct test_rng rng = {77};
+    int compared = 0, offloading = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        struct instance in;
+        struct plan rec, both;
+        struct plan_options o;
+        struct err e;
+        int S = (int)test_rng_int(&rng, 2, 5), per = (int)test_rng_int(&rng, 2, 6);
+        int M = (int)test_rng_int(&rng, S, 3 * S);
+        double gbps = pow(10, test_rng_double(&rng, 2, 5));
+        instance_make_sized(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B, gbps,
+                            test_rng_int(&rng, 2, 200) * GIB, S * per, S, M, 1 + trial % 2,
+                            trial % 3 == 0);
+        plan_options_default(&o);
+        err_clear(&e);
+        o.repartition = 1;
+        int a = planner_make(&in.c, &o, &rec, &e);
+        o.actions = PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD;
+        int c = planner_make(&in.c, &o, &both, &e);
+        CU_ASSERT(a != ERR_OK || c == ERR_OK);
+        if (c == ERR_OK) {
+            int any = 0;
+            for (int s = 0; s < both.n_stages; s++)
+                any |= plan_stage_offloads(&both.stages[s]);
+            offloading += any;
+            CU_ASSERT(strcmp(both.method, "optimal+repartition") == 0);
+            CU_ASSERT(any ? both.optimality_gap < 0 && !both.search.present
+                          : both.search.present);
+        }
+        if (a == ERR_OK && c == ERR_OK) {
+            compared++;
+            CU_ASSERT(both.iteration_ms <= rec.iteration_ms);
+            if (!(both.iteration_ms <= rec.iteration_ms))
+                printf("\ntrial %d: offload %.9g ms, recompute-only %.9g ms\n", trial,
+                       both.iteration_ms, rec.iteration_ms);
+        }
+        plans_free(a, &rec, c, &both);
+        instance_free(&in);
+    }
+    printf(" [%d compared, %d offloading] ", compared, offloading);
+    CU_ASSERT(compared >= 10);
+    CU_ASSERT(offloading > 0);
+    /* on the command line (refused before, exit 2): the report says where split and order
+     * came from */
+    char args[1024], *out = NULL;
+    snprintf(args, sizeof args,
+             "plan --method optimal+repartition --actions recompute,offload --cluster %s",
+             host_cluster("rp.json", 1, ""));
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out && strstr(out, "split and order: --repartition's search with recompute only"));
+    free(out);
 }
 
 int main(void)
@@ -488,5 +627,7 @@ int main(void)
     CU_add_test(s, "exact against brute force", test_exact_against_brute_force);
     CU_add_test(s, "verify MILP", test_verify_milp);
     CU_add_test(s, "PipeOffload rules", test_pipeoffload_rules);
+    CU_add_test(s, "superset never slower", test_superset_never_slower);
+    CU_add_test(s, "repartition with offload", test_repartition_with_offload);
     return test_main();
 }

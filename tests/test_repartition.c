@@ -222,10 +222,41 @@ static void brute_force(const struct cluster *c, struct best *b)
     }
 }
 
+/* With a search gap, a finished search is within it of the optimum `best` and certifies a
+ * bound at most the optimum, its gap at most the one asked for; with budgets that stop it
+ * early, the bound (the least bound of what it left, pruned or unexplored) still holds.
+ * Returns whether the gap left out a plan better than the one returned. */
+static int check_gap(const struct cluster *c, const struct plan_options *exact, double best)
+{
+    static const long budgets[] = {1L << 30, 2, 5, 20};
+    struct plan_options o = *exact;
+    o.search_gap = 0.2; /* wide, so that small instances leave nodes within it */
+    int left_better = 0;
+    for (size_t q = 0; q < sizeof budgets / sizeof budgets[0]; q++) {
+        struct plan p;
+        struct err e;
+        err_clear(&e);
+        o.search_nodes = budgets[q];
+        CU_ASSERT_EQUAL_FATAL(planner_make(c, &o, &p, &e), ERR_OK);
+        CU_ASSERT(p.search.lower_bound <= best * (1 + 1e-9));
+        CU_ASSERT(p.iteration_ms >= best * (1 - 1e-9));
+        CU_ASSERT(test_close(p.iteration_ms / (1 + p.optimality_gap), p.search.lower_bound, 1e-6,
+                             1e-9));
+        if (q == 0) {
+            CU_ASSERT(p.search.exhausted);
+            CU_ASSERT(p.optimality_gap <= o.search_gap * (1 + 1e-9));
+            CU_ASSERT(p.iteration_ms <= best * (1 + o.search_gap) * (1 + 1e-9));
+            left_better = p.iteration_ms > best * (1 + 1e-9);
+        }
+        plan_free(&p);
+    }
+    return left_better;
+}
+
 static void test_against_brute_force(void)
 {
     struct test_rng r = {.s = 20261121};
-    int compared = 0, infeasible = 0, stopped = 0, seeded = 0, timed_out = 0;
+    int compared = 0, infeasible = 0, stopped = 0, seeded = 0, timed_out = 0, within_gap = 0;
     for (int trial = 0; trial < 1500; trial++) {
         struct instance in;
         random_instance(&r, &in);
@@ -235,6 +266,7 @@ static void test_against_brute_force(void)
         plan_options_default(&o);
         o.repartition = 1;
         o.search_nodes = 1L << 30; /* exhaustive */
+        o.search_gap = 0;          /* exact */
         struct plan p;
         struct err e;
         err_clear(&e);
@@ -293,16 +325,19 @@ static void test_against_brute_force(void)
                              1e-9));
         plan_free(&p);
         o.time_limit_s = 0;
+        within_gap += check_gap(&in.c, &o, b.ms);
         compared++;
     }
     printf("\n%d instances matched brute force, %d infeasible for both, %d needed an early "
-           "stop, %d compared with the fixed split, %d stopped by the time limit\n",
-           compared, infeasible, stopped, seeded, timed_out);
+           "stop, %d compared with the fixed split, %d stopped by the time limit, %d returned "
+           "a plan within a 20%% gap, not the best\n",
+           compared, infeasible, stopped, seeded, timed_out, within_gap);
     CU_ASSERT(compared >= 750);
     CU_ASSERT(infeasible >= 1);
     CU_ASSERT(stopped >= 100);
     CU_ASSERT(seeded >= 300);
     CU_ASSERT(timed_out >= 100);
+    CU_ASSERT(within_gap >= 100);
 }
 
 int main(void)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "plan.h"
 #include "share.h"
@@ -417,6 +418,29 @@ static void test_train_refused(void)
     expect_refused(3, share2, 2, "2 stages, one MPI rank each", "3 ranks");
 }
 
+/* Rank 1 stops before its first word (BALLAST_TEST_STOP_RANK): under --share, too, rank 0
+ * names it after --timeout 5 and the job ends non-zero, not killed by the test's limit. */
+static void test_train_silent_rank(void)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "-x BALLAST_TEST_STOP_RANK=1 '%s' train --share '%s' --steps 2 "
+             "--threads 1 --timeout 5", BALLAST_EXE, share2);
+    char cmd[8192], epath[1024];
+    snprintf(epath, sizeof epath, "%s", test_path("silent.stderr"));
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 2 %s > /dev/null "
+             "2> '%s'", args, epath);
+    int status = system(cmd);
+    int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char *err = test_read(epath);
+    int ok = code != 0 && code != 124 && code != 137 && err != NULL &&
+             strstr(err, "rank 1 went silent") != NULL;
+    if (!ok)
+        fprintf(stderr, "\nshare, silent rank: status %d\n%s\n", code, err ? err : "");
+    CU_ASSERT(ok);
+    free(err);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -431,5 +455,7 @@ int main(void)
                 test_train_bitwise);
     CU_add_test(s, "bad or too small share files refused before anything runs",
                 test_train_refused);
+    CU_add_test(s, "a rank silent at start-up ends a --share job after --timeout, named",
+                test_train_silent_rank);
     return test_main();
 }

@@ -39,16 +39,15 @@ static void write_cluster(const char *schedule, long long stage1)
     snprintf(cluster_file, sizeof cluster_file, "%s", test_write(name, text));
 }
 
-/* `ballast plan --method block:1 [--arena METHOD]` into tmpdir/NAME. */
-static const char *make_plan(const char *arena, const char *name)
+/* `ballast plan --cluster CLUSTER FLAGS` into tmpdir/NAME. */
+static const char *plan_cluster(const char *cluster, const char *flags, const char *name)
 {
     static char path[8][1024];
     static int next;
     char *out = path[next++ % 8];
     snprintf(out, 1024, "%s", test_path(name));
     char args[4096], *o = NULL, *err = NULL;
-    snprintf(args, sizeof args, "plan --cluster '%s' --method block:1 %s%s --quiet -o '%s'",
-             cluster_file, arena ? "--arena " : "", arena ? arena : "", out);
+    snprintf(args, sizeof args, "plan --cluster '%s' %s --quiet -o '%s'", cluster, flags, out);
     int rc = test_run(args, &o, &err);
     if (rc)
         fprintf(stderr, "\nplan %s: %s\n", name, err ? err : "");
@@ -56,6 +55,15 @@ static const char *make_plan(const char *arena, const char *name)
     free(o);
     free(err);
     return out;
+}
+
+/* `ballast plan --method block:1 [--arena METHOD]` into tmpdir/NAME. */
+static const char *make_plan(const char *arena, const char *name)
+{
+    char flags[256];
+    snprintf(flags, sizeof flags, "--method block:1 %s%s", arena ? "--arena " : "",
+             arena ? arena : "");
+    return plan_cluster(cluster_file, flags, name);
 }
 
 static int same_losses(const struct train_metrics *a, const struct train_metrics *b)
@@ -223,6 +231,91 @@ static void test_check_catches_wrong_lifetimes(void)
     train_run_free(&r);
 }
 
+/* The n_stages checkpoints of step 3 in directories a and b are the same bytes. */
+static int same_states(const char *a, const char *b, int n_stages)
+{
+    int same = 1;
+    for (int s = 0; s < n_stages; s++) {
+        char fa[1200], fb[1200];
+        snprintf(fa, sizeof fa, "%s/stage-%d-step-3.ckpt", a, s);
+        snprintf(fb, sizeof fb, "%s/stage-%d-step-3.ckpt", b, s);
+        if (!train_files_equal(fa, fb)) {
+            fprintf(stderr, "\n%s: stage %d's state differs from %s's\n", b, s, a);
+            same = 0;
+        }
+    }
+    return same;
+}
+
+/* Trains `plan` on np ranks into checkpoint directory tmpdir/NAME (--check-arena, the host
+ * link emulated at `gbps`); 1 when it is bitwise the run in tmpdir/REF. */
+static int offload_run(int np, const char *plan, const char *name, double gbps, const char *ref)
+{
+    char extra[2048], metrics[128];
+    struct train_metrics m;
+    snprintf(extra, sizeof extra, "--threads 1 --steps 3 --check-arena --host-link-gbps %g "
+             "--save '%s'", gbps, test_path(name));
+    snprintf(metrics, sizeof metrics, "m-%s.json", name);
+    if (train_run_ok(np, LIMIT_S, plan, extra, metrics, &m))
+        return 0;
+    return ref == NULL || same_states(test_path(ref), test_path(name), np);
+}
+
+/* Layers of the plan's stage s that send everything they keep to the host. */
+static int whole_offloads(const char *plan, int s)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    if (plan_load(plan, &p, &e) != ERR_OK)
+        return -1;
+    int n = 0;
+    for (int l = 0; l < plan_stage_layer_count(&p.stages[s]); l++)
+        n += p.stages[s].place[l] == COST_PLACE_HOST;
+    plan_free(&p);
+    return n;
+}
+
+/* Offload on the arena: its staging buffers are arena objects (plan --actions
+ * recompute,offload --arena), and with --arena-cap the layers above the cap go to host memory
+ * whole, their inputs included. On 3 ranks (cpu-3-offload: stage 0 offloads options, and
+ * stage 1 whole layers under the cap) and on 1 (the same model on one roomy stage, which only
+ * the cap makes offload), each trains bitwise as the plan with no arena, with --check-arena,
+ * its peak within 2% of the plan (train_run_ok), on a fast and on a slow emulated link (where
+ * copies out outlast their objects' lifetimes and the compute waits for them). */
+static void test_offload_bitwise(void)
+{
+    const char *three = BALLAST_SOURCE_DIR "/configs/clusters/cpu-3-offload.json";
+    const char *off = "--method optimal --actions recompute,offload";
+    char flags[256];
+    CU_ASSERT(offload_run(NP, plan_cluster(three, off, "off-plain.json"), "ck-off-plain", 100,
+                          NULL));
+    snprintf(flags, sizeof flags, "%s --arena greedy", off);
+    CU_ASSERT(offload_run(NP, plan_cluster(three, flags, "off-greedy.json"), "ck-off-greedy",
+                          100, "ck-off-plain"));
+    snprintf(flags, sizeof flags, "%s --arena exact --arena-cap 31000000", off);
+    const char *capped = plan_cluster(three, flags, "off-cap.json");
+    CU_ASSERT(whole_offloads(capped, 1) > 0);
+    CU_ASSERT(offload_run(NP, capped, "ck-off-cap", 100, "ck-off-plain"));
+    CU_ASSERT(offload_run(NP, capped, "ck-off-cap-slow", 2, "ck-off-plain"));
+
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
+             "\"stages\": [{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
+             "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [0, 7], "
+             "\"host_memory_bytes\": 1073741824, \"host_link\": {\"gbps\": 100, "
+             "\"latency_us\": 10}}]}", BALLAST_SOURCE_DIR);
+    char one[1024]; /* test_write's path is overwritten by the next test_path */
+    snprintf(one, sizeof one, "%s", test_write("one-offload.json", text));
+    CU_ASSERT(offload_run(1, plan_cluster(one, off, "one-plain.json"), "ck-one-plain", 100,
+                          NULL));
+    snprintf(flags, sizeof flags, "%s --arena greedy --arena-cap 25000000", off);
+    capped = plan_cluster(one, flags, "one-cap.json");
+    CU_ASSERT(whole_offloads(capped, 0) > 0);
+    CU_ASSERT(offload_run(1, capped, "ck-one-cap", 100, "ck-one-plain"));
+}
+
 int main(void)
 {
     write_cluster("1f1b", ROOMY);
@@ -234,5 +327,7 @@ int main(void)
     CU_add_test(s, "a stage that fits only with the greedy arena: bitwise, peak within 2%",
                 test_fits_only_with_arena);
     CU_add_test(s, "--check-arena catches objects in use at once", test_check_catches_wrong_lifetimes);
+    CU_add_test(s, "offload on the arena, and under a cap: bitwise the plan without an arena "
+                   "on 3 and 1 ranks", test_offload_bitwise);
     return test_main();
 }

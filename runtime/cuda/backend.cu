@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.cuh"
@@ -37,6 +38,9 @@ struct cuda_impl {
     int device;
     struct copy_lane lane[2];
     int lanes_ready;
+    // The host clock (exec_now_ms's) when `ref` ran, for the copies' times (copy_span).
+    cudaEvent_t ref;
+    double ref_ms;
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -296,6 +300,12 @@ static int lanes_init(cuda_impl *c, struct err *e)
             CUDA_CHECK(cudaEventCreate(&l->stop[i]), e);
         }
     }
+    CUDA_CHECK(cudaEventCreate(&c->ref), e);
+    CUDA_CHECK(cudaEventRecord(c->ref, c->stream), e);
+    CUDA_CHECK(cudaEventSynchronize(c->ref), e);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c->ref_ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
     c->lanes_ready = 1;
     return ERR_OK;
 }
@@ -312,6 +322,8 @@ static void lanes_free(cuda_impl *c)
         }
         cudaStreamDestroy(l->stream);
     }
+    if (c->lanes_ready)
+        cudaEventDestroy(c->ref);
     c->lanes_ready = 0;
 }
 
@@ -393,6 +405,23 @@ static int cu_copy_ms(struct backend *be, double ms[2], struct err *e)
     return ERR_OK;
 }
 
+static int cu_copy_span(struct backend *be, int ev, double *t0_ms, double *t1_ms, int *known,
+                        struct err *e)
+{
+    cuda_impl *c = impl_of(be);
+    cudaEvent_t stop = c->lanes_ready ? event_of(c, ev) : nullptr;
+    *known = stop != nullptr;
+    if (!*known)
+        return ERR_OK;
+    float a = 0, b = 0;
+    CUDA_CHECK(cudaEventSynchronize(stop), e);
+    CUDA_CHECK(cudaEventElapsedTime(&a, c->ref, c->lane[ev & 1].start[(ev / 2) % COPY_RING]), e);
+    CUDA_CHECK(cudaEventElapsedTime(&b, c->ref, stop), e);
+    *t0_ms = c->ref_ms + a;
+    *t1_ms = c->ref_ms + b;
+    return ERR_OK;
+}
+
 static void cu_free(struct backend *be)
 {
     cuda_impl *c = impl_of(be);
@@ -446,8 +475,10 @@ static const struct backend_ops cuda_ops = {
     cu_event_query,
     cu_event_wait,
     cu_copy_ms,
+    cu_copy_span,
     cu_free,
     &llama_kernels_cuda,
+    &flash_kernels_cuda,
 };
 
 // ---- set-up and the C API of cuda_device.h ----

@@ -14,6 +14,9 @@
  *                     compute, backward compute, recompute forwards, posting sends and waiting
  *                     for them to complete, waiting for data to arrive (the pipeline bubble)
  *   optimizer_ms      per step: one AdamW pass over the stage's parameters
+ *   dp, allreduce_ms  data parallelism: the replicas (top level; the stages are replica 0's)
+ *                     and, per step, the stage's gradient all-reduce over them (only when
+ *                     dp > 1)
  *   backend, gpu      "cpu" or "cuda", and the GPU's name, ordinal and UUID
  * and, for a stage on a GPU, the device memory beside the arenas (`cuda` in the metrics), all
  * read with cudaMemGetInfo, which sees the whole device; the ranks of a node start one at a
@@ -51,6 +54,7 @@ struct report_stage {
     int64_t peak_bytes, planned_bytes, reserve_bytes, arena_bytes;
     double planned_stage_ms, planned_recompute_ms;
     double fwd_ms, bwd_ms, recompute_ms, send_ms, idle_ms, optimizer_ms;
+    double allreduce_ms;
     /* offload: the host slots and the staging buffers the layout gave the stage, the host
      * bytes measured at their peak, copy_ms per micro-batch each way (the two lanes' busy
      * time over 2M), stall_ms per step, late_prefetches over the run */
@@ -72,6 +76,7 @@ struct report {
     const char *plan_file;
     const char *schedule;
     int micro_batches, threads;
+    int dp; /* replicas; 0 or 1: one pipeline */
     int64_t tokens_per_step;
     int n_steps;
     struct report_step *steps;

@@ -17,6 +17,8 @@
 #include "plan.h"
 #include "transport.h"
 
+struct stage_runner;
+
 struct stage_config {
     const struct model *model;
     int stage, n_stages, micro_batches;
@@ -45,6 +47,10 @@ struct stage_config {
     int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
+    /* Called after the step's last backward, before the optimizer (data parallelism: the
+     * replicas' gradients reduced into this stage's); NULL: none. */
+    int (*reduce_grads)(void *ctx, struct stage_runner *r, struct err *e);
+    void *reduce_ctx;
 };
 
 struct stage_runner {

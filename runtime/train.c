@@ -278,6 +278,15 @@ static int start_backend(struct run *r, int local_rank, int n_local,
     return ERR_OK;
 }
 
+/* A checkpoint's identity names the step's global batch: dp replicas of M micro-batches
+ * train as one pipeline of dp x M does (the same samples, the same averaged gradients), so
+ * either resumes the other's checkpoint, and a checkpoint of another dp is refused. */
+static void checkpoint_identity(const struct run *r, struct ckpt_identity *id)
+{
+    ckpt_identity_of(id, &r->stage, &r->data, r->o->seed);
+    id->micro_batches *= r->dp.dp;
+}
+
 /* This rank's stage: backend, arenas, weights (or the checkpoint). */
 static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_reading *readings,
                        int *n_readings, struct err *e)
@@ -304,7 +313,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     r->stage_ready = 1;
     if (o->resume_dir != NULL) {
         struct ckpt_identity id;
-        ckpt_identity_of(&id, &r->stage, &r->data, o->seed);
+        checkpoint_identity(r, &id);
         if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
             return e->code;
     }
@@ -440,7 +449,7 @@ static void save(struct run *r, int64_t step)
     struct err e;
     err_clear(&e);
     struct ckpt_identity id;
-    ckpt_identity_of(&id, &r->stage, &r->data, r->o->seed);
+    checkpoint_identity(r, &id);
     /* the replicas hold the same weights: replica 0's are the checkpoint */
     int rc = r->dp.replica == 0 ? ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, &e)
                                 : ERR_OK;

@@ -17,6 +17,7 @@
 
 #define RUN_LIMIT_S 120
 #define STEPS "4"
+#define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
 
 static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024];
 
@@ -102,44 +103,59 @@ static int train_ok(int np, const char *plan, const char *name, const char *extr
     return status == 0 ? train_metrics_read(metrics, m) : -1;
 }
 
-/* The weights of two safetensors files (fp32, the same tensors in the same order): the
- * largest |a - b| over the largest |a|, or 1 if the files do not match. */
-static double weights_distance(const char *a_name, const char *b_name)
+static char *read_all(const char *path, long *n)
 {
-    char a_path[1024];
-    snprintf(a_path, sizeof a_path, "%s", test_path(a_name));
-    FILE *f[2] = {fopen(a_path, "rb"), fopen(test_path(b_name), "rb")};
-    char *text[2] = {NULL, NULL};
-    long n[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        if (f[i] == NULL)
-            continue;
-        fseek(f[i], 0, SEEK_END);
-        n[i] = ftell(f[i]);
-        rewind(f[i]);
-        text[i] = malloc((size_t)n[i] + 1);
-        if (text[i] != NULL && fread(text[i], 1, (size_t)n[i], f[i]) != (size_t)n[i])
-            n[i] = 0;
-        fclose(f[i]);
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    *n = 0;
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    text = size > 0 ? malloc((size_t)size) : NULL;
+    if (text != NULL && fread(text, 1, (size_t)size, f) == (size_t)size)
+        *n = size;
+    fclose(f);
+    return text;
+}
+
+/* The largest |a - b| over the largest |a| of n floats. */
+static double distance(const float *a, const float *b, long n)
+{
+    double top = 0, diff = 0;
+    for (long i = 0; i < n; i++) {
+        top = fmax(top, fabs(a[i]));
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
     }
-    uint64_t header = 0;
+    return top > 0 ? diff / top : (diff > 0 ? 1 : 0);
+}
+
+/* Two files of fp32 data after `header` bytes that must match (skip: floats left out at the
+ * end), compared in `sections` equal parts: the worst part's distance, or 1 if the files do
+ * not match. header < 0: a safetensors file's (its 8-byte length and JSON). */
+static double files_distance(const char *a_path, const char *b_path, long header, int sections,
+                             long skip)
+{
+    long n[2];
+    char *a = read_all(a_path, &n[0]), *b = read_all(b_path, &n[1]);
     double worst = 1;
-    if (text[0] != NULL && text[1] != NULL && n[0] == n[1] && n[0] > 8) {
-        memcpy(&header, text[0], 8); /* little-endian hosts only, as the runtime */
-        if (header + 8 <= (uint64_t)n[0] && memcmp(text[0], text[1], 8 + header) == 0) {
-            const float *x = (const float *)(text[0] + 8 + header),
-                        *y = (const float *)(text[1] + 8 + header);
-            long count = (n[0] - 8 - (long)header) / 4;
-            double top = 0, diff = 0;
-            for (long i = 0; i < count; i++) {
-                top = fmax(top, fabs(x[i]));
-                diff = fmax(diff, fabs((double)x[i] - y[i]));
-            }
-            worst = top > 0 ? diff / top : 1;
-        }
+    if (header < 0 && n[0] > 8) {
+        uint64_t h;
+        memcpy(&h, a, 8); /* little-endian hosts only, as the runtime */
+        header = h < (uint64_t)n[0] ? 8 + (long)h : n[0];
     }
-    free(text[0]);
-    free(text[1]);
+    long floats = (n[0] - header) / 4 - skip;
+    if (a != NULL && b != NULL && n[0] == n[1] && floats > 0 && floats % sections == 0 &&
+        memcmp(a, b, (size_t)header) == 0) {
+        worst = 0;
+        long part = floats / sections;
+        for (int k = 0; k < sections; k++)
+            worst = fmax(worst, distance((const float *)(a + header) + k * part,
+                                         (const float *)(b + header) + k * part, part));
+    }
+    free(a);
+    free(b);
     return worst;
 }
 
@@ -151,7 +167,11 @@ static void expect_dp_equals_one_pipeline(int which)
     snprintf(dp, sizeof dp, "dp%d", S);
     snprintf(again, sizeof again, "dp%d-again", S);
     struct train_metrics a, b, c;
-    if (train_ok(S, plan_one[which], one, "", &a) || train_ok(2 * S, plan_dp[which], dp, "", &b) ||
+    char save[2][1100];
+    snprintf(save[0], sizeof save[0], "--save '%s'", test_path(one));
+    snprintf(save[1], sizeof save[1], "--save '%s'", test_path(dp));
+    if (train_ok(S, plan_one[which], one, save[0], &a) ||
+        train_ok(2 * S, plan_dp[which], dp, save[1], &b) ||
         train_ok(2 * S, plan_dp[which], again, "", &c))
         return;
     CU_ASSERT_EQUAL(b.n_steps, 4);
@@ -166,12 +186,25 @@ static void expect_dp_equals_one_pipeline(int which)
                     b.loss[i], a.loss[i]);
     }
     CU_ASSERT(a.loss[3] < a.loss[0]); /* it trains */
+    char path_a[1024];
     snprintf(file_a, sizeof file_a, "%s.safetensors", one);
     snprintf(file_b, sizeof file_b, "%s.safetensors", dp);
-    double d = weights_distance(file_a, file_b);
+    snprintf(path_a, sizeof path_a, "%s", test_path(file_a));
+    double d = files_distance(path_a, test_path(file_b), -1, 1, 0);
     if (d > 1e-4)
         fprintf(stderr, "\n%d stages: weights differ by %g of the largest\n", S, d);
     CU_ASSERT(d <= 1e-4);
+    /* each stage's checkpoint: the same header (the identity of one pipeline of 2M), and its
+     * weights, averaged gradients, AdamW m and v each within 1e-4 of its largest */
+    for (int s = 0; s < S; s++) {
+        char b[1200];
+        snprintf(path_a, sizeof path_a, "%s/stage-%d-step-4.ckpt", test_path(one), s);
+        snprintf(b, sizeof b, "%s/stage-%d-step-4.ckpt", test_path(dp), s);
+        d = files_distance(path_a, b, CKPT_HEADER_BYTES, 4, 2);
+        if (d > 1e-4)
+            fprintf(stderr, "\n%d stages: stage %d's checkpoint differs by %g\n", S, s, d);
+        CU_ASSERT(d <= 1e-4);
+    }
     /* the reduction's order is fixed: the dp run again is bitwise the same */
     CU_ASSERT_EQUAL(train_same_losses(&b, &c), 1);
     snprintf(file_a, sizeof file_a, "%s.safetensors", again);

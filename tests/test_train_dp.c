@@ -2,8 +2,9 @@
  * reference of one pipeline of dp*M micro-batches on S ranks (its own plan): the first step's
  * loss bitwise (same weights, the same samples, the micro-batch losses summed in the same
  * order), every loss and the weights within 1e-4 relative (the gradients' float sums are
- * grouped by replica, so later steps differ in rounding); the dp run bitwise reproducible;
- * checkpoints resumed bitwise; a wrong -np and tp > 1 refused. Runs pin --threads 1. */
+ * grouped by replica, so later steps differ in rounding), and so each stage's checkpoint
+ * (weights, averaged gradients, AdamW m and v); the dp run bitwise reproducible; checkpoints
+ * resumed bitwise; a wrong -np and tp > 1 refused. Runs pin --threads 1. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -19,7 +20,7 @@
 #define STEPS "4"
 #define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
 
-static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024];
+static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024];
 
 /* `ballast plan` of a cluster of n CPU stages, micro_batches m, each stage `group` ("" or
  * ", \"dp\": 2" ...). */
@@ -65,6 +66,7 @@ static int setup(void)
         snprintf(name, sizeof name, "dp%d", i + 2);
         make_plan(name, i + 2, 2, ", \"dp\": 2", plan_dp[i], sizeof plan_dp[i]);
     }
+    make_plan("m", 2, 2, "", plan_m, sizeof plan_m);
     make_plan("tp", 2, 2, ", \"dp\": 2, \"tp\": 2", plan_tp, sizeof plan_tp);
     return 0;
 }
@@ -251,6 +253,19 @@ static void test_resume(void)
     char a[1024];
     snprintf(a, sizeof a, "%s", test_path("dp2-full.safetensors"));
     CU_ASSERT(train_files_equal(a, test_path("dp2-rest.safetensors")));
+    /* its identity is one pipeline of 2M micro-batches: that pipeline resumes it (then
+     * differing in rounding only); one of M refuses it */
+    struct train_metrics one;
+    if (train_ok(2, plan_one[0], "one2-rest", extra, &one) == 0) {
+        CU_ASSERT_EQUAL(one.n_steps, 2);
+        CU_ASSERT(test_close(one.loss[0], full.loss[2], 0, 1e-4));
+        CU_ASSERT(test_close(one.loss[1], full.loss[3], 0, 1e-4));
+    }
+    char *err = NULL;
+    snprintf(args, sizeof args, "--plan '%s' %s", plan_m, extra);
+    CU_ASSERT_EQUAL(train(2, args, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "written with 4 micro-batches per step; the plan has 2"));
+    free(err);
     /* replica 0 wrote the checkpoint: one file per stage */
     snprintf(a, sizeof a, "%s/stage-1-step-2.ckpt", dir);
     FILE *f = fopen(a, "rb");
@@ -288,7 +303,8 @@ int main(void)
                 test_two_stages);
     CU_add_test(s, "dp 2 of 3 stages on 6 ranks = one pipeline of 2M micro-batches",
                 test_three_stages);
-    CU_add_test(s, "a dp run resumed from its checkpoint = the run without interruption",
+    CU_add_test(s, "a dp run resumed from its checkpoint = the run without interruption; "
+                   "one pipeline of 2M resumes it, one of M refuses it",
                 test_resume);
     CU_add_test(s, "a wrong -np and tp > 1 refused with the numbers", test_refused);
     return test_main();

@@ -66,7 +66,7 @@ static int agree(struct run *r, int rc, int *first_failed)
 {
     struct err e;
     err_clear(&e);
-    int verdict[2] = {rc, rc != ERR_OK ? r->world_rank : r->world_size}; /* worst, first failed */
+    int verdict[2] = {rc, rc != ERR_OK ? r->world_rank : r->world_size}; /* worst, 1st failed */
     if (mpicheck_agree(r->ctl, r->world_rank, r->world_size, r->o->timeout_s, verdict, &e))
         fail_now(r, &e);
     if (first_failed != NULL)
@@ -346,7 +346,9 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
 {
     MPI_Comm local;
     int lrank = 0, lsize = 1, n = 0;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->world_rank, MPI_INFO_NULL, &local),
+    /* over the world: the replicas' ranks on a node share its GPUs too */
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->world_rank,
+                                  MPI_INFO_NULL, &local),
               e);
     MPI_CHECK(MPI_Comm_rank(local, &lrank), e);
     MPI_CHECK(MPI_Comm_size(local, &lsize), e);
@@ -362,7 +364,8 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
         int prev = r->world_rank - 1;
         MPI_Group lg, wg;
         int lprev = lrank - 1;
-        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
+        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS &&
+            MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
             MPI_Group_translate_ranks(lg, 1, &lprev, wg, &prev);
             MPI_Group_free(&lg);
             MPI_Group_free(&wg);

@@ -340,11 +340,11 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
             return e->code;
     }
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
-        read_optimizer(so, file, path, st, e) || plan_group_from_json(so, file, path, st, e))
+        read_optimizer(so, file, path, st, e))
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
-    if (read_arena(so, file, path, st, e))
+    if (read_arena(so, file, path, st, e) || plan_group_from_json(so, file, path, st, e))
         return e->code;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);

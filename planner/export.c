@@ -215,17 +215,20 @@ static int export_colossalai(FILE *f, struct export *x)
                          "read only by ColossalAI's llama, mistral, qwen2, qwen3 and command "
                          "forwards; under another policy every block of a stage is recomputed\n");
     header(f, p, "#");
-    fprintf(f, "# launch on %d GPUs (tp 1, pp %d, dp 1), the model a HuggingFace %s\n"
+    int tp = p->stages[0].tp, dp = p->stages[0].dp;
+    fprintf(f, "# launch on %d GPUs (tp %d, pp %d, dp %d), the model a HuggingFace %s\n"
                "from colossalai.booster.plugin import HybridParallelPlugin\n%s\n"
                "plugin = HybridParallelPlugin(\n"
-               "    tp_size=1,\n"
+               "    tp_size=%d,\n%s"
                "    pp_size=%d,\n",
-            S, S,
+            tp * S * dp, tp, S, dp,
             gpt2 ? "GPT2LMHeadModel"
             : p->model.kind == MODEL_KIND_LLAMA ? "LlamaForCausalLM (its llama policy)"
                                                 : "model with a ColossalAI policy",
             !gpt2 && recompute ? "from colossalai.shardformer import "
                                  "PipelineGradientCheckpointConfig\n" : "",
+            tp, tp > 1 ? "    enable_sequence_parallelism=True,\n"
+                         "    sequence_parallelism_mode=\"split_gather\",\n" : "",
             S);
     if (p->model.kind != MODEL_KIND_CUSTOM)
         fprintf(f, "    precision=\"%s\",\n",
@@ -306,6 +309,9 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
     else
         precision_note(x, "NeMo", "trainer.precision: bf16");
     fprintf(f, "model:\n  mcore_gpt: True\n  pipeline_model_parallel_size: %d\n", S);
+    if (p->stages[0].tp > 1)
+        fprintf(f, "  tensor_model_parallel_size: %d\n  sequence_parallel: True\n",
+                p->stages[0].tp);
     if (first >= 0)
         fprintf(f, "  num_layers_in_first_pipeline_stage: %d\n", first);
     if (last >= 0)
@@ -536,6 +542,10 @@ static int export_megatron(FILE *f, struct export *x, struct err *e)
     snprintf(num, sizeof num, "%d", S);
     megatron_arg(f, &first, "--pipeline-model-parallel-size %s", num);
     megatron_arg(f, &first, "--pipeline-model-parallel-layout \"%s\"", layout);
+    if (p->stages[0].tp > 1) {
+        snprintf(num, sizeof num, "%d", p->stages[0].tp);
+        megatron_arg(f, &first, "--tensor-model-parallel-size %s --sequence-parallel", num);
+    }
     if (p->model.kind == MODEL_KIND_CUSTOM)
         precision_note(x, "Megatron-LM", "--bf16");
     else if (p->model.dtype == MODEL_DTYPE_BF16)
@@ -568,7 +578,8 @@ static void flagscale_meshes(FILE *f, const struct plan *p)
     fprintf(f, "    hetero_process_meshes: [");
     for (int s = 0, first = 0, n = 0; s < S; s++) /* tp, cp, ep, dp, pp per mesh */
         if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0) {
-            fprintf(f, "%s1, 1, 1, 1, %d", n++ ? ", " : "", s + 1 - first);
+            fprintf(f, "%s%d, 1, 1, %d, %d", n++ ? ", " : "", p->stages[s].tp,
+                    p->stages[s].dp, s + 1 - first);
             first = s + 1;
         }
     fprintf(f, "]\n    hetero_device_types: [");
@@ -637,11 +648,24 @@ static int refuse_offload(const struct plan *p, const char *format, struct err *
     return ERR_OK;
 }
 
+/* ColossalAI, NeMo and Megatron-LM take one tensor-parallel size for the whole pipeline. */
+static int refuse_tp_per_stage(const struct plan *p, const char *format, struct err *e)
+{
+    for (int s = 1; s < p->n_stages && strcmp(format, "flagscale") != 0; s++)
+        if (p->stages[s].tp != p->stages[0].tp)
+            return err_set(e, ERR_INPUT,
+                           "--export %s: stage %d has tp %d and stage 0 tp %d, but %s takes one "
+                           "tensor-parallel size (--export flagscale takes one per device kind)",
+                           format, s, p->stages[s].tp, p->stages[0].tp, format);
+    return ERR_OK;
+}
+
 int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e)
 {
     if (p->n_stages < 1)
         return err_set(e, ERR_INPUT, "--export %s: a plan of no stages", format);
-    if (strcmp(format, "megatron") != 0 && refuse_offload(p, format, e))
+    if ((strcmp(format, "megatron") != 0 && refuse_offload(p, format, e)) ||
+        refuse_tp_per_stage(p, format, e))
         return e->code;
     struct export x = {.p = p, .note = stderr};
     x.c = calloc((size_t)p->n_stages, sizeof *x.c);

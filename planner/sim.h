@@ -21,12 +21,7 @@
  * copy out has ended. Each lane carries one copy at a time, in the order the forwards made
  * them and the backwards need them. A backward layer waits for its prefetch (a stall); copies
  * never hold up forwards. Copies are tasks of the same graph, so the makespan still never
- * decreases when any task, copy included, gets longer.
- *
- * Data parallelism: the pipeline is one of dp identical replicas. Each stage all-reduces its
- * gradients with its replicas once its own last backward has ended (`allreduce_ms`,
- * cost_dp_allreduce_ms), overlapping the other stages' drain; the step ends when every
- * stage's reduction has: iteration = max over stages of (last backward end + allreduce_ms). */
+ * decreases when any task, copy included, gets longer. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
@@ -61,11 +56,15 @@ struct sim_stage {
     double fwd_ms;
     double bwd_ms;
     double recompute_ms;
+    /* Data parallelism: the pipeline is one of dp identical replicas; once the stage's own
+     * last backward has ended it all-reduces its gradients with its replicas for this long
+     * (cost_dp_allreduce_ms), overlapping the other stages' drain. The step ends when every
+     * stage's reduction has: iteration = max over stages of (last backward end + this). */
+    double allreduce_ms;
     int64_t out_bytes; /* crosses to the next stage (and its gradient back) */
     struct link link;  /* to the next stage */
     int n_layers;      /* > 0: the stage offloads and runs layer by layer */
     const struct sim_layer *layers; /* n_layers of them; their sums are fwd, bwd, recompute */
-    double allreduce_ms; /* after its last backward: its gradients over the dp replicas */
 };
 
 struct sim_task {

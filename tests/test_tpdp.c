@@ -497,7 +497,8 @@ static double best_split(const char *const profiles[2], const int *order, int S,
 }
 
 /* Brute force over the pool search's space: dp dividing the global batch, tp and stage count
- * per kind, every order of the kinds along the pipeline and every split. */
+ * per kind, every order of the kinds along the pipeline and every split (each planned by
+ * --method optimal on its fixed split). */
 static double pool_brute_force(const char *const profiles[2], int global_batch)
 {
     double best = -1;
@@ -507,13 +508,14 @@ static double pool_brute_force(const char *const profiles[2], int global_batch)
         for (int code = 0; code < 2 * 2 * 5 * 3; code++) {
             int tp[2] = {1 + code % 2, 1 + code / 2 % 2};
             int n[2] = {code / 4 % 5, code / 20}; /* stages of G (0-4) and of H (0-2) */
-            if (n[0] + n[1] < 1 || (n[0] == 0 && tp[0] > 1) || (n[1] == 0 && tp[1] > 1) ||
+            if (n[0] + n[1] < 1 || n[0] + n[1] > 4 || (n[0] == 0 && tp[0] > 1) ||
+                (n[1] == 0 && tp[1] > 1) ||
                 dp * tp[0] * n[0] > pool_count[0] || dp * tp[1] * n[1] > pool_count[1])
                 continue;
             for (int first = 0; first < 2; first++) {
                 if (n[0] > 0 && n[1] > 0 ? 0 : first == 1)
                     continue; /* one kind: one order */
-                int order[4], S = 0;
+                int order[4], S = 0; /* at most the model's 4 layers */
                 for (int g = 0; g < 2; g++)
                     for (int j = 0; j < n[first ^ g]; j++)
                         order[S++] = first ^ g;
@@ -552,8 +554,17 @@ static void test_pool_against_brute_force(void)
         struct err e;
         err_clear(&e);
         plan_options_default(&o);
-        CU_ASSERT_EQUAL_FATAL(pool_search(test_write("pool.json", text), &o, &p, &r, &e), ERR_OK);
-        double brute = pool_brute_force(profiles, batches[b]);
+        char file[512];
+        snprintf(file, sizeof file, "%s", test_write("pool.json", text));
+        /* by default --repartition's search gap: within it of the best */
+        CU_ASSERT_EQUAL_FATAL(pool_search(file, &o, &p, &r, &e), ERR_OK);
+        double brute = pool_brute_force(profiles, batches[b]), gapped = p.iteration_ms;
+        CU_ASSERT(gapped <= brute * (1 + o.search_gap) * (1 + 1e-12));
+        plan_free(&p);
+        o.search_gap = 0; /* exact */
+        if (pool_search(file, &o, &p, &r, &e) != ERR_OK)
+            fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
         printf("\n  global batch %d: %ld candidates, %ld fit; dp %d, G %d x tp %d, H %d x tp %d: "
                "%.6f ms (brute force %.6f ms)",
                batches[b], r.candidates, r.fitted, r.dp, r.stages[0], r.tp[0], r.stages[1],
@@ -578,6 +589,50 @@ static void test_pool_against_brute_force(void)
     free(h);
 }
 
+/* Exports carry the plan's tp (with sequence parallelism) and dp; one tp for the frameworks
+ * that take one, one per device kind for FlagScale. */
+static void test_exports(void)
+{
+    char *g = write_device_profile("xg.json", "gpt", "G", 8);
+    char *h = write_device_profile("xh.json", "gpt", "H", 5);
+    const char *file = write_cluster("x.json", g, GROUP, GROUP, "");
+    static const char *const want[4][2] = {
+        {"megatron", "--tensor-model-parallel-size 4 --sequence-parallel"},
+        {"colossalai", "# launch on 16 GPUs (tp 4, pp 2, dp 2)"},
+        {"nemo", "tensor_model_parallel_size: 4\n  sequence_parallel: True"},
+        {"flagscale", "hetero_process_meshes: [4, 1, 1, 2, 2]"},
+    };
+    char args[1024], *out = NULL, *err = NULL;
+    for (int k = 0; k < 4; k++) {
+        snprintf(args, sizeof args, "plan --cluster %s --quiet --export %s", file, want[k][0]);
+        CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+        if (out == NULL || strstr(out, want[k][1]) == NULL) {
+            fprintf(stderr, "%s: missing \"%s\" in:\n%s\n", want[k][0], want[k][1],
+                    out ? out : "");
+            CU_FAIL("export");
+        }
+        free(out);
+    }
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":4,"
+             "\"stages\":[{\"device\":\"G\",\"memory_bytes\":900000000,\"profile\":\"%s\","
+             "\"tp\":2},{\"device\":\"H\",\"memory_bytes\":900000000,\"profile\":\"%s\","
+             "\"tp\":4}]}",
+             g, h);
+    file = test_write("x2.json", text);
+    snprintf(args, sizeof args, "plan --cluster %s --quiet --export megatron", file);
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "stage 1 has tp 4 and stage 0 tp 2") != NULL);
+    free(err);
+    snprintf(args, sizeof args, "plan --cluster %s --quiet --export flagscale", file);
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out != NULL && strstr(out, "hetero_process_meshes: [2, 1, 1, 1, 1, 4, 1, 1, 1, 1]"));
+    free(out);
+    free(g);
+    free(h);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -591,5 +646,6 @@ int main(void)
     CU_add_test(s, "a cluster of pipelines planned and simulated", test_pipelines_cli);
     CU_add_test(s, "an estimate for a (device, tp) pair", test_estimate_for_tp);
     CU_add_test(s, "the pool search against brute force", test_pool_against_brute_force);
+    CU_add_test(s, "exports carry tp and dp", test_exports);
     return test_main();
 }

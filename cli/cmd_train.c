@@ -197,16 +197,15 @@ static int parse(int argc, char **argv, struct train_options *o)
     return ERR_OK;
 }
 
-/* A stage split over tp GPUs or replicated dp times: the runtime runs one GPU per stage and one
- * pipeline, so such a plan is for export. */
+/* A stage split over tp GPUs: the runtime runs one GPU per stage (dp replicas it runs, on
+ * S x dp ranks), so such a plan is for export. */
 static void refuse_group(const struct plan *p, const char *plan_file, struct err *e)
 {
     for (int s = 0; s < p->n_stages && e->code == ERR_OK; s++)
-        if (p->stages[s].tp > 1 || p->stages[s].dp > 1)
+        if (p->stages[s].tp > 1)
             err_set(e, ERR_INPUT,
-                    "%s: stages[%d]: tp %d, dp %d: ballast train runs one GPU per stage and one "
-                    "pipeline; a plan with tensor or data parallelism is for export (ballast "
-                    "plan --export)",
+                    "%s: stages[%d]: tp %d, dp %d: ballast train runs one GPU per stage; a plan "
+                    "with tensor parallelism is for export (ballast plan --export)",
                     plan_file, s, p->stages[s].tp, p->stages[s].dp);
 }
 

@@ -169,6 +169,7 @@ void data_batch(const struct data_source *d, int64_t step, int micro, int32_t *t
                 int32_t *targets)
 {
     int T = d->T;
+    micro += d->micro_offset;
     for (int b = 0; b < d->B; b++) {
         uint64_t row = ((uint64_t)micro << 32) | (uint64_t)b;
         int32_t *tok = tokens ? tokens + (int64_t)b * T : NULL;

@@ -40,6 +40,10 @@ struct data_source {
     int64_t n_tokens;
     int token_bytes; /* file: 2 (llm.c, little-endian uint16) or 1 (bytes) */
     uint64_t hash; /* file: FNV-1a of the contents; synthetic: of (V, K) */
+    /* Data parallelism: replica r of a pipeline of M micro-batches draws the step's
+     * micro-batches r*M .. r*M+M-1, those one pipeline of dp*M micro-batches would; its
+     * micro-batch i is the source's i + micro_offset. 0 (one pipeline) after init. */
+    int micro_offset;
 };
 
 int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t seed,
@@ -52,8 +56,8 @@ int data_init_file(struct data_source *d, const char *file, enum data_format for
                    const struct model *m, uint64_t seed, struct err *e);
 void data_free(struct data_source *d);
 
-/* tokens and targets (B,T), either may be NULL, of micro-batch `micro` of step `step`
- * (0-based); targets[b][t] is the token after tokens[b][t]. */
+/* tokens and targets (B,T), either may be NULL, of micro-batch `micro` (+ micro_offset) of
+ * step `step` (0-based); targets[b][t] is the token after tokens[b][t]. */
 void data_batch(const struct data_source *d, int64_t step, int micro, int32_t *tokens,
                 int32_t *targets);
 

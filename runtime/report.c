@@ -34,6 +34,8 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddItemToArray(steps, s);
     }
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    if (r->dp > 1)
+        cJSON_AddNumberToObject(o, "dp", r->dp);
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < r->n_stages; i++) {
         const struct report_stage *st = &r->stages[i];
@@ -51,6 +53,8 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
         cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
         cJSON_AddNumberToObject(s, "host_update_ms", st->host_update_ms);
+        if (r->dp > 1)
+            cJSON_AddNumberToObject(s, "allreduce_ms", st->allreduce_ms);
         jsonio_add_int(s, "host_peak_bytes", st->host_peak_bytes);
         jsonio_add_int(s, "host_bytes", st->host_bytes);
         jsonio_add_int(s, "staging_bytes", st->staging_bytes);

@@ -153,6 +153,8 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
         for (int micro = 0; micro < r->c.in_flight && micro < M; micro++)
             ERR_TRY(post_input(r, micro, e));
     ERR_TRY(exec_run(&r->x, e));
+    if (r->c.reduce_grads != NULL)
+        ERR_TRY(r->c.reduce_grads(r->c.reduce_ctx, r, e));
     if (!host_optimizer(r)) /* else each layer's update is under way on the host thread */
         ERR_TRY(optimizer_step(r, step, e));
     if (r->c.stage == r->c.n_stages - 1) {

@@ -18,6 +18,8 @@
 #include "plan.h"
 #include "transport.h"
 
+struct stage_runner;
+
 struct stage_config {
     const struct model *model;
     int stage, n_stages, micro_batches;
@@ -48,6 +50,10 @@ struct stage_config {
     enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
     int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
+    /* Called after the step's last backward, before the optimizer (data parallelism: the
+     * replicas' gradients reduced into this stage's); NULL: none. */
+    int (*reduce_grads)(void *ctx, struct stage_runner *r, struct err *e);
+    void *reduce_ctx;
 };
 
 struct stage_runner {

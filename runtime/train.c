@@ -16,6 +16,7 @@
 #include "report.h"
 #include "safetensors.h"
 #include "stage.h"
+#include "train_dp.h"
 #include "transport.h"
 
 struct run {
@@ -23,7 +24,10 @@ struct run {
     MPI_Comm comm;
     MPI_Comm ctl; /* a duplicate for agree(): its messages never meet the transport's */
     int ctl_ready;
-    int rank, size;
+    int rank, size; /* in this replica's pipeline (comm): rank is the stage */
+    int world_rank, world_size;
+    struct train_dp dp; /* dp.dp replicas (train_dp.h); comm is dp.pipeline once split */
+    double reduce_ms;   /* the all-reduce, summed over the steps timed */
     struct plan plan;
     int plan_loaded;
     struct data_source data;
@@ -45,9 +49,13 @@ struct run {
 
 static void fail_now(struct run *r, const struct err *e)
 {
-    fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
+    if (r->dp.dp > 1)
+        fprintf(stderr, "ballast train: replica %d, stage %d: %s\n", r->dp.replica, r->rank,
+                e->msg);
+    else
+        fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
     fflush(stderr);
-    MPI_Abort(r->comm, ERR_FAIL);
+    MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
 }
 
 /* Every rank passes its status; all get the worst, and the first rank that failed. Each
@@ -58,8 +66,8 @@ static int agree(struct run *r, int rc, int *first_failed)
 {
     struct err e;
     err_clear(&e);
-    int verdict[2] = {rc, rc != ERR_OK ? r->rank : r->size}; /* worst, first failed */
-    if (mpicheck_agree(r->ctl, r->rank, r->size, r->o->timeout_s, verdict, &e))
+    int verdict[2] = {rc, rc != ERR_OK ? r->world_rank : r->world_size}; /* worst, 1st failed */
+    if (mpicheck_agree(r->ctl, r->world_rank, r->world_size, r->o->timeout_s, verdict, &e))
         fail_now(r, &e);
     if (first_failed != NULL)
         *first_failed = verdict[1];
@@ -108,11 +116,34 @@ static int setup_global(struct run *r, struct err *e)
     r->plan_loaded = 1;
     const struct plan *p = &r->plan;
     const struct model *m = &p->model;
-    if (p->n_stages != r->size)
+    int dp = p->stages[0].dp;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stages[s].tp > 1) /* the command line refuses it first, with the advice */
+            return err_set(e, ERR_INPUT, "%s: stages[%d]: tp %d: ballast train runs one GPU per "
+                           "stage; a plan with tensor parallelism is for export",
+                           o->plan_file, s, p->stages[s].tp);
+        if (p->stages[s].dp != dp)
+            return err_set(e, ERR_INPUT, "%s: stages[%d]: dp %d, but stages[0] has dp %d: "
+                           "every stage of a pipeline takes one dp",
+                           o->plan_file, s, p->stages[s].dp, dp);        /* the host optimizer updates each layer as its last backward ends, before the
+         * replicas' gradients could be reduced */
+        if (dp > 1 && p->stages[s].optimizer == COST_PLACE_HOST)
+            return err_set(e, ERR_INPUT, "%s: stages[%d]: the optimizer on the host with dp %d: "
+                           "not supported by ballast train yet (plan without --actions "
+                           "optimizer, or with dp 1)",
+                           o->plan_file, s, dp);
+    }
+    if (p->n_stages * dp != r->world_size && dp > 1)
+        return err_set(e, ERR_INPUT,
+                       "%s: the plan has %d stages and dp %d, one MPI rank per stage of each "
+                       "replica, %d ranks, but this run has %d ranks (mpirun -np %d)",
+                       o->plan_file, p->n_stages, dp, p->n_stages * dp, r->world_size,
+                       p->n_stages * dp);
+    if (p->n_stages != r->world_size && dp == 1)
         return err_set(e, ERR_INPUT,
                        "%s: the plan has %d stages, one MPI rank each, but this run has %d "
                        "ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, r->size, p->n_stages);
+                       o->plan_file, p->n_stages, r->world_size, p->n_stages);
     if (strcmp(o->device, "auto") != 0 && strcmp(o->device, "cpu") != 0 &&
         strcmp(o->device, "cuda") != 0)
         return err_set(e, ERR_INPUT, "--device: \"%s\", expected auto, cpu or cuda", o->device);
@@ -253,6 +284,15 @@ static int start_backend(struct run *r, int local_rank, int n_local,
     return ERR_OK;
 }
 
+/* A checkpoint's identity names the step's global batch: dp replicas of M micro-batches
+ * train as one pipeline of dp x M does (the same samples, the same averaged gradients), so
+ * either resumes the other's checkpoint, and a checkpoint of another dp is refused. */
+static void checkpoint_identity(const struct run *r, struct ckpt_identity *id)
+{
+    ckpt_identity_of(id, &r->stage, &r->data, r->o->seed);
+    id->micro_batches *= r->dp.dp;
+}
+
 /* This rank's stage: backend, arenas, weights (or the checkpoint). */
 static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_reading *readings,
                        int *n_readings, struct err *e)
@@ -270,13 +310,17 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     c.check_arena = o->check_arena;
     c.host_link_gbps = o->host_link_gbps;
     c.host_threads = r->be.threads;
+    if (r->dp.dp > 1) {
+        c.reduce_grads = train_dp_reduce;
+        c.reduce_ctx = &r->dp;
+    }
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
     r->stage_ready = 1;
     if (o->resume_dir != NULL) {
         struct ckpt_identity id;
-        ckpt_identity_of(&id, &r->stage, &r->data, o->seed);
+        checkpoint_identity(r, &id);
         if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
             return e->code;
     }
@@ -309,7 +353,9 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
 {
     MPI_Comm local;
     int lrank = 0, lsize = 1, n = 0;
-    MPI_CHECK(MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local),
+    /* over the world: the replicas' ranks on a node share its GPUs too */
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->world_rank,
+                                  MPI_INFO_NULL, &local),
               e);
     MPI_CHECK(MPI_Comm_rank(local, &lrank), e);
     MPI_CHECK(MPI_Comm_size(local, &lsize), e);
@@ -322,10 +368,11 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
     if (lrank > 0) {
         /* the rank before this one on the node may be stuck starting: wait under --timeout */
         MPI_Request q;
-        int prev = r->rank - 1;
+        int prev = r->world_rank - 1;
         MPI_Group lg, wg;
         int lprev = lrank - 1;
-        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS && MPI_Comm_group(r->comm, &wg) == MPI_SUCCESS) {
+        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS &&
+            MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
             MPI_Group_translate_ranks(lg, 1, &lprev, wg, &prev);
             MPI_Group_free(&lg);
             MPI_Group_free(&wg);
@@ -412,19 +459,22 @@ static void save(struct run *r, int64_t step)
     struct err e;
     err_clear(&e);
     struct ckpt_identity id;
-    ckpt_identity_of(&id, &r->stage, &r->data, r->o->seed);
-    int rc = ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, &e);
+    checkpoint_identity(r, &id);
+    /* the replicas hold the same weights: replica 0's are the checkpoint */
+    int rc = r->dp.replica == 0 ? ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, &e)
+                                : ERR_OK;
     if (rc)
         fail_now(r, &e);
     /* the manifest names step N only once every stage's file of step N is on disk */
     if (agree(r, rc, NULL) != ERR_OK)
-        MPI_Abort(r->comm, ERR_FAIL);
-    if (r->rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, &e))
+        MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
+    if (r->world_rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, &e))
         fail_now(r, &e);
     MPI_Request q;
     if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage's checkpoint", &e))
         fail_now(r, &e);
-    ckpt_remove_older(r->o->save_dir, r->rank, step);
+    if (r->dp.replica == 0)
+        ckpt_remove_older(r->o->save_dir, r->rank, step);
 }
 
 #define WEIGHTS_CHUNK (1 << 30) /* bytes per message: MPI counts are ints */
@@ -505,6 +555,8 @@ static void save_weights(struct run *r)
 {
     struct err e;
     err_clear(&e);
+    if (r->dp.replica != 0) /* the replicas hold the same weights: replica 0's are written */
+        return;
     struct st_tensor *t = NULL;
     char *blob = NULL, file[FILEIO_PATH_MAX];
     int n = 0, rc = st_stage_collect(&r->stage, &t, &n, &blob, &e);
@@ -524,7 +576,7 @@ static void save_weights(struct run *r)
     if (rc)
         fail_now(r, &e);
     if (MPI_Barrier(r->comm) != MPI_SUCCESS)
-        MPI_Abort(r->comm, ERR_FAIL);
+        MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
 }
 
 static void free_run(struct run *r)
@@ -542,6 +594,7 @@ static void free_run(struct run *r)
     free(r->regen);
     if (r->ctl_ready)
         MPI_Comm_free(&r->ctl);
+    train_dp_free(&r->dp);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -589,7 +642,7 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
             for (int s = 0; s < r->size; s++)
                 counts[s] /= (int)sizeof(struct stage_event);
     }
-    if (rc == ERR_OK && r->rank == 0) {
+    if (rc == ERR_OK && r->world_rank == 0) {
         rep->stages = all;
         rep->n_stages = r->size;
         if (o->metrics_file != NULL)
@@ -646,6 +699,20 @@ static int sum_steps(struct run *r, struct report *rep, struct err *e)
     return rc;
 }
 
+/* dp replicas (train_dp.h): this rank's pipeline becomes comm, its stage rank; the replica
+ * draws its own micro-batches of each step. */
+static int split_replicas(struct run *r, struct err *e)
+{
+    const struct plan *p = &r->plan;
+    ERR_TRY(train_dp_split(&r->dp, MPI_COMM_WORLD, p->n_stages, p->stages[0].dp,
+                           r->o->timeout_s, e));
+    r->comm = r->dp.pipeline;
+    r->rank = r->dp.stage;
+    r->size = p->n_stages;
+    r->data.micro_offset = r->dp.replica * p->micro_batches;
+    return ERR_OK;
+}
+
 static int train_loop(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
@@ -657,7 +724,8 @@ static int train_loop(struct run *r, struct err *e)
         .schedule = schedule_name(p->schedule),
         .micro_batches = p->micro_batches,
         .threads = r->be.threads,
-        .tokens_per_step = (int64_t)p->micro_batches * m->micro_batch * m->seq_len,
+        .dp = r->dp.dp,
+        .tokens_per_step = (int64_t)r->dp.dp * p->micro_batches * m->micro_batch * m->seq_len,
         .data = o->data_file != NULL ? o->data_file : "synthetic",
         .entropy_floor = data_entropy_floor(&r->data),
         .transport = transport_kind_name(r->transport),
@@ -669,10 +737,14 @@ static int train_loop(struct run *r, struct err *e)
     struct stage_times sum = {0};
     int counted = 0;
     double timed_ms = 0;
-    if (r->rank == 0 && !o->quiet)
-        printf("train: %s, %d stages, %s, %s, %d micro-batches of %d x %d tokens, rank 0 on %s "
+    char replicas[32] = "";
+    if (r->dp.dp > 1)
+        snprintf(replicas, sizeof replicas, " x %d replicas", r->dp.dp);
+    if (r->world_rank == 0 && !o->quiet)
+        printf("train: %s, %d stages%s, %s, %s, %d micro-batches of %d x %d tokens, rank 0 on %s "
                "(%d threads), transport %s, steps %lld..%lld\n",
-               o->plan_file, p->n_stages, schedule_name(p->schedule), model_dtype_name(m->dtype),
+               o->plan_file, p->n_stages, replicas, schedule_name(p->schedule),
+               model_dtype_name(m->dtype),
                p->micro_batches, m->micro_batch, m->seq_len, r->on_cuda ? r->gpu.name : "the CPU",
                r->be.threads, transport_kind_name(r->transport), (long long)r->start_step + 1,
                (long long)o->steps);
@@ -684,6 +756,9 @@ static int train_loop(struct run *r, struct err *e)
         int64_t step = r->start_step + i;
         double t0 = exec_now_ms(), loss = 0;
         if (stage_step(&r->stage, step, &loss, e))
+            fail_now(r, e);
+        if (r->dp.dp > 1 && r->rank == r->size - 1 &&
+            train_dp_loss(&r->dp, r->stage.x.mb_loss, p->micro_batches, &loss, e))
             fail_now(r, e);
         if (share_loss(r, &loss, e))
             fail_now(r, e);
@@ -710,8 +785,9 @@ static int train_loop(struct run *r, struct err *e)
             sum.copy[1] += t->copy[1];
             counted++;
             timed_ms += ms;
+            r->reduce_ms += r->dp.step_ms;
         }
-        if (r->rank == 0 && !o->quiet) {
+        if (r->world_rank == 0 && !o->quiet) {
             printf("step %lld/%lld  loss %.6f  %.1f ms  %.0f tokens/s\n", (long long)step + 1,
                    (long long)o->steps, loss, ms, (double)rep.tokens_per_step / (ms * 1e-3));
             fflush(stdout);
@@ -743,6 +819,7 @@ static int train_loop(struct run *r, struct err *e)
         .idle_ms = sum.idle / (counted * p->micro_batches),
         .optimizer_ms = sum.optimizer / counted,
         .host_update_ms = sum.host_update / counted,
+        .allreduce_ms = r->reduce_ms / counted,
         .host_peak_bytes = r->stage.x.off.host_peak,
         .host_bytes = r->stage.lay.host_bytes,
         .staging_bytes = r->stage.lay.staging_bytes,
@@ -788,6 +865,7 @@ int train_run(const struct train_options *o)
     err_clear(&e);
     r.o = o;
     r.comm = MPI_COMM_WORLD;
+    r.dp = (struct train_dp){.dp = 1, .pipeline = MPI_COMM_NULL, .grads = MPI_COMM_NULL};
     if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
         MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
         MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS || MPI_Comm_dup(r.comm, &r.ctl) != MPI_SUCCESS ||
@@ -798,6 +876,8 @@ int train_run(const struct train_options *o)
     /* Fault injection for the tests of --timeout: this rank stops (SIGSTOP) before it says
      * anything, as a rank stuck starting would. */
     const char *stop = getenv("BALLAST_TEST_STOP_RANK");
+    r.world_rank = r.rank;
+    r.world_size = r.size;
     if (stop != NULL && atoi(stop) == r.rank)
         raise(SIGSTOP);
     if (o->share_file != NULL)
@@ -811,6 +891,11 @@ int train_run(const struct train_options *o)
             fprintf(stderr, "ballast train: %s\n", e.msg);
         free_run(&r);
         return all;
+    }
+    if (r.plan.stages[0].dp > 1 && split_replicas(&r, &e)) {
+        fprintf(stderr, "ballast train: %s\n", e.msg);
+        free_run(&r);
+        return ERR_FAIL;
     }
     /* Outputs: the first rank that cannot write speaks (usually all share one file system). */
     rc = check_outputs(o, &e);
@@ -829,13 +914,13 @@ int train_run(const struct train_options *o)
         if (all != ERR_OK) {
             /* the transport's choice is the same on every rank: rank 0 speaks for all */
             int global = phase == 1 && rc == ERR_INPUT;
-            if (rc != ERR_OK && global && r.rank == 0)
+            if (rc != ERR_OK && global && r.world_rank == 0)
                 fprintf(stderr, "ballast train: %s\n", e.msg);
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.rank == 0)
-                fprintf(stderr, "ballast train: stopped: stage %d could not start\n",
-                        first_failed);
+            else if (rc == ERR_OK && r.world_rank == 0)
+                fprintf(stderr, "ballast train: stopped: stage %d%s could not start\n",
+                        first_failed % r.size, r.dp.dp > 1 ? " of a replica" : "");
             free_run(&r);
             return all;
         }
@@ -849,7 +934,7 @@ int train_run(const struct train_options *o)
     if (wait_collective(&r, MPI_Ibcast(&rc, 1, MPI_INT, 0, r.comm, &q), &q, 0,
                         "the run's status from", &be))
         fail_now(&r, &be);
-    if (rc != ERR_OK && r.rank == 0)
+    if (rc != ERR_OK && r.world_rank == 0)
         fprintf(stderr, "ballast train: %s\n", e.msg);
     free_run(&r);
     return rc;

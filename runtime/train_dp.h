@@ -1,0 +1,42 @@
+/* Data-parallel pipelines for ballast train: a plan whose stages carry dp > 1 runs on S x dp
+ * ranks. World rank w is replica w / S's stage w % S (replica r's stage s is rank r*S + s):
+ * each replica's pipeline has its own communicator (its transport's; ranks are stages), and
+ * each stage's dp ranks a gradient communicator (ranks are replicas). After a stage's last
+ * backward of the step its gradients are gathered from every replica (MPI_Iallgather) and
+ * summed in replica order, then scaled by 1/dp: every rank adds the same numbers in the same
+ * order, so the replicas stay bitwise equal and a run is bitwise reproducible; the sum is
+ * grouped differently from one pipeline of dp x M micro-batches (which accumulates them in
+ * one buffer), so it equals that pipeline's within float rounding, not bitwise. */
+#ifndef BALLAST_TRAIN_DP_H
+#define BALLAST_TRAIN_DP_H
+
+#include <mpi.h>
+
+#include "err.h"
+#include "stage.h"
+
+struct train_dp {
+    int dp, replica, stage;
+    MPI_Comm pipeline, grads; /* MPI_COMM_NULL until split */
+    double timeout_s;
+    float *mine, *all; /* host copies: this stage's gradients, and every replica's */
+    int64_t n;         /* floats in them */
+    double step_ms;    /* the last step's reduction */
+};
+
+/* Splits `world` (n_stages * dp ranks, checked by the caller) into the pipelines and the
+ * gradient groups. */
+int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, double timeout_s,
+                   struct err *e);
+void train_dp_free(struct train_dp *d);
+
+/* stage_config.reduce_grads, ctx a struct train_dp: the replicas' gradients summed in replica
+ * order and scaled by 1/dp, every wait under the timeout. */
+int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e);
+
+/* On a last stage: the step's loss over every replica's M micro-batch losses, summed in the
+ * order one pipeline of dp x M micro-batches takes them, over dp x M. */
+int train_dp_loss(struct train_dp *d, const double *mb_loss, int M, double *loss,
+                  struct err *e);
+
+#endif

@@ -1,0 +1,311 @@
+/* `mpirun -np S*dp ballast train` on a plan with dp replicas, against the independent
+ * reference of one pipeline of dp*M micro-batches on S ranks (its own plan): the first step's
+ * loss bitwise (same weights, the same samples, the micro-batch losses summed in the same
+ * order), every loss and the weights within 1e-4 relative (the gradients' float sums are
+ * grouped by replica, so later steps differ in rounding), and so each stage's checkpoint
+ * (weights, averaged gradients, AdamW m and v); the dp run bitwise reproducible; checkpoints
+ * resumed bitwise; a wrong -np and tp > 1 refused. Runs pin --threads 1. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "traintest.h"
+
+#define RUN_LIMIT_S 120
+#define STEPS "4"
+#define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
+
+static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024];
+
+/* `ballast plan` of a cluster of n CPU stages, micro_batches m, each stage `group` ("" or
+ * ", \"dp\": 2" ...). */
+static void make_plan(const char *name, int n, int m, const char *group, char *out, size_t size)
+{
+    char text[2048], file[64];
+    int len = snprintf(text, sizeof text,
+                       "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
+                       "\"micro_batches\": %d, \"stages\": [",
+                       m);
+    for (int s = 0; s < n; s++)
+        len += snprintf(text + len, sizeof text - (size_t)len,
+                        "%s{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
+                        "\"prof-dp.json\"%s}",
+                        s ? ", " : "", group);
+    snprintf(text + len, sizeof text - (size_t)len, "]}");
+    snprintf(file, sizeof file, "cluster-%s.json", name);
+    char cluster[1024], args[4096];
+    snprintf(cluster, sizeof cluster, "%s", test_write(file, text));
+    snprintf(file, sizeof file, "plan-%s.json", name);
+    snprintf(out, size, "%s", test_path(file));
+    snprintf(args, sizeof args, "plan --cluster '%s' --method none --unit 1K --quiet -o '%s'",
+             cluster, out);
+    if (test_run(args, NULL, NULL) != 0)
+        fprintf(stderr, "plan %s failed\n", name);
+}
+
+static int setup(void)
+{
+    test_write("dp.json", "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 2, "
+                          "\"n_embd\": 32, \"n_head\": 2, \"seq_len\": 16, \"vocab_size\": 64, "
+                          "\"micro_batch\": 2, \"dtype\": \"fp32\"}");
+    char args[2048], model[1024];
+    snprintf(model, sizeof model, "%s", test_path("dp.json"));
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'", model,
+             test_path("prof-dp.json"));
+    if (test_run(args, NULL, NULL) != 0)
+        fprintf(stderr, "profile failed\n");
+    for (int i = 0; i < 2; i++) { /* 2 and 3 stages */
+        char name[32];
+        snprintf(name, sizeof name, "one%d", i + 2);
+        make_plan(name, i + 2, 4, "", plan_one[i], sizeof plan_one[i]);
+        snprintf(name, sizeof name, "dp%d", i + 2);
+        make_plan(name, i + 2, 2, ", \"dp\": 2", plan_dp[i], sizeof plan_dp[i]);
+    }
+    make_plan("m", 2, 2, "", plan_m, sizeof plan_m);
+    make_plan("tp", 2, 2, ", \"dp\": 2, \"tp\": 2", plan_tp, sizeof plan_tp);
+    return 0;
+}
+
+/* mpirun -np NP ballast train --threads 1 --steps STEPS --quiet ARGS: its status. */
+static int train(int np, const char *args, char **err)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "--threads 1 --steps " STEPS " --quiet %s", args);
+    struct train_run r = train_exec(np, RUN_LIMIT_S, full);
+    int status = r.status;
+    if (err != NULL)
+        *err = r.err;
+    else
+        free(r.err);
+    free(r.out);
+    return status;
+}
+
+/* A run that must succeed, writing tmpdir/NAME.json (metrics) and tmpdir/NAME.safetensors. */
+static int train_ok(int np, const char *plan, const char *name, const char *extra,
+                    struct train_metrics *m)
+{
+    char args[4096], file[64], metrics[1024];
+    snprintf(file, sizeof file, "%s.json", name);
+    snprintf(metrics, sizeof metrics, "%s", test_path(file));
+    snprintf(file, sizeof file, "%s.safetensors", name);
+    snprintf(args, sizeof args, "--plan '%s' --metrics '%s' --save-weights '%s' %s", plan,
+             metrics, test_path(file), extra);
+    char *err = NULL;
+    int status = train(np, args, &err);
+    CU_ASSERT_EQUAL(status, 0);
+    if (status != 0)
+        fprintf(stderr, "\ntrain -np %d %s: status %d\n%s\n", np, args, status, err ? err : "");
+    free(err);
+    return status == 0 ? train_metrics_read(metrics, m) : -1;
+}
+
+static char *read_all(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    *n = 0;
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    text = size > 0 ? malloc((size_t)size) : NULL;
+    if (text != NULL && fread(text, 1, (size_t)size, f) == (size_t)size)
+        *n = size;
+    fclose(f);
+    return text;
+}
+
+/* The largest |a - b| over the largest |a| of n floats. */
+static double distance(const float *a, const float *b, long n)
+{
+    double top = 0, diff = 0;
+    for (long i = 0; i < n; i++) {
+        top = fmax(top, fabs(a[i]));
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+    }
+    return top > 0 ? diff / top : (diff > 0 ? 1 : 0);
+}
+
+/* Two files of fp32 data after `header` bytes that must match (skip: floats left out at the
+ * end), compared in `sections` equal parts: the worst part's distance, or 1 if the files do
+ * not match. header < 0: a safetensors file's (its 8-byte length and JSON). */
+static double files_distance(const char *a_path, const char *b_path, long header, int sections,
+                             long skip)
+{
+    long n[2];
+    char *a = read_all(a_path, &n[0]), *b = read_all(b_path, &n[1]);
+    double worst = 1;
+    if (header < 0 && n[0] > 8) {
+        uint64_t h;
+        memcpy(&h, a, 8); /* little-endian hosts only, as the runtime */
+        header = h < (uint64_t)n[0] ? 8 + (long)h : n[0];
+    }
+    long floats = (n[0] - header) / 4 - skip;
+    if (a != NULL && b != NULL && n[0] == n[1] && floats > 0 && floats % sections == 0 &&
+        memcmp(a, b, (size_t)header) == 0) {
+        worst = 0;
+        long part = floats / sections;
+        for (int k = 0; k < sections; k++)
+            worst = fmax(worst, distance((const float *)(a + header) + k * part,
+                                         (const float *)(b + header) + k * part, part));
+    }
+    free(a);
+    free(b);
+    return worst;
+}
+
+static void expect_dp_equals_one_pipeline(int which)
+{
+    int S = which + 2;
+    char one[32], dp[32], again[32], file_a[64], file_b[64];
+    snprintf(one, sizeof one, "one%d", S);
+    snprintf(dp, sizeof dp, "dp%d", S);
+    snprintf(again, sizeof again, "dp%d-again", S);
+    struct train_metrics a, b, c;
+    char save[2][1100];
+    snprintf(save[0], sizeof save[0], "--save '%s'", test_path(one));
+    snprintf(save[1], sizeof save[1], "--save '%s'", test_path(dp));
+    if (train_ok(S, plan_one[which], one, save[0], &a) ||
+        train_ok(2 * S, plan_dp[which], dp, save[1], &b) ||
+        train_ok(2 * S, plan_dp[which], again, "", &c))
+        return;
+    CU_ASSERT_EQUAL(b.n_steps, 4);
+    CU_ASSERT_EQUAL(a.n_steps, b.n_steps);
+    CU_ASSERT_EQUAL(b.n_stages, S); /* replica 0's stages */
+    /* step 1: the same weights and samples, the losses summed in one order */
+    CU_ASSERT(a.loss[0] == b.loss[0]);
+    for (int i = 0; i < a.n_steps; i++) {
+        CU_ASSERT(test_close(b.loss[i], a.loss[i], 0, 1e-4));
+        if (!test_close(b.loss[i], a.loss[i], 0, 1e-4))
+            fprintf(stderr, "\nstep %d: loss %.9g with dp 2, %.9g one pipeline\n", i + 1,
+                    b.loss[i], a.loss[i]);
+    }
+    CU_ASSERT(a.loss[3] < a.loss[0]); /* it trains */
+    char path_a[1024];
+    snprintf(file_a, sizeof file_a, "%s.safetensors", one);
+    snprintf(file_b, sizeof file_b, "%s.safetensors", dp);
+    snprintf(path_a, sizeof path_a, "%s", test_path(file_a));
+    double d = files_distance(path_a, test_path(file_b), -1, 1, 0);
+    if (d > 1e-4)
+        fprintf(stderr, "\n%d stages: weights differ by %g of the largest\n", S, d);
+    CU_ASSERT(d <= 1e-4);
+    /* each stage's checkpoint: the same header (the identity of one pipeline of 2M), and its
+     * weights, averaged gradients, AdamW m and v each within 1e-4 of its largest */
+    for (int s = 0; s < S; s++) {
+        char b[1200];
+        snprintf(path_a, sizeof path_a, "%s/stage-%d-step-4.ckpt", test_path(one), s);
+        snprintf(b, sizeof b, "%s/stage-%d-step-4.ckpt", test_path(dp), s);
+        d = files_distance(path_a, b, CKPT_HEADER_BYTES, 4, 2);
+        if (d > 1e-4)
+            fprintf(stderr, "\n%d stages: stage %d's checkpoint differs by %g\n", S, s, d);
+        CU_ASSERT(d <= 1e-4);
+    }
+    /* the reduction's order is fixed: the dp run again is bitwise the same */
+    CU_ASSERT_EQUAL(train_same_losses(&b, &c), 1);
+    snprintf(file_a, sizeof file_a, "%s.safetensors", again);
+    CU_ASSERT_EQUAL(train_files_equal(test_path(file_a), test_path(file_b)), 1);
+    /* the metrics name the replicas and each stage's all-reduce */
+    char metrics[64];
+    snprintf(metrics, sizeof metrics, "%s.json", dp);
+    cJSON *o = train_json_read(test_path(metrics));
+    const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), S - 1);
+    const cJSON *ms = cJSON_GetObjectItem(st, "allreduce_ms");
+    CU_ASSERT(cJSON_IsNumber(cJSON_GetObjectItem(o, "dp")) &&
+              cJSON_GetObjectItem(o, "dp")->valueint == 2);
+    CU_ASSERT(cJSON_IsNumber(ms) && ms->valuedouble > 0);
+    cJSON_Delete(o);
+}
+
+static void test_two_stages(void)
+{
+    expect_dp_equals_one_pipeline(0);
+}
+
+static void test_three_stages(void)
+{
+    expect_dp_equals_one_pipeline(1);
+}
+
+/* Checkpoints of step 2 (replica 0's), resumed on 2*S ranks to step 4: bitwise the run
+ * without interruption. */
+static void test_resume(void)
+{
+    char args[4096], dir[1024], extra[2048];
+    snprintf(dir, sizeof dir, "%s", test_path("ckpt-dp"));
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    CU_ASSERT_EQUAL(system(args), 0);
+    snprintf(args, sizeof args, "--plan '%s' --save '%s' --steps 2", plan_dp[0], dir);
+    CU_ASSERT_EQUAL(train(4, args, NULL), 0); /* the later --steps wins */
+    struct train_metrics full, rest;
+    snprintf(extra, sizeof extra, "--resume '%s'", dir);
+    if (train_ok(4, plan_dp[0], "dp2-full", "", &full) ||
+        train_ok(4, plan_dp[0], "dp2-rest", extra, &rest))
+        return;
+    CU_ASSERT_EQUAL_FATAL(rest.n_steps, 2);
+    CU_ASSERT(rest.loss[0] == full.loss[2] && rest.loss[1] == full.loss[3]);
+    char a[1024];
+    snprintf(a, sizeof a, "%s", test_path("dp2-full.safetensors"));
+    CU_ASSERT(train_files_equal(a, test_path("dp2-rest.safetensors")));
+    /* its identity is one pipeline of 2M micro-batches: that pipeline resumes it (then
+     * differing in rounding only); one of M refuses it */
+    struct train_metrics one;
+    if (train_ok(2, plan_one[0], "one2-rest", extra, &one) == 0) {
+        CU_ASSERT_EQUAL(one.n_steps, 2);
+        CU_ASSERT(test_close(one.loss[0], full.loss[2], 0, 1e-4));
+        CU_ASSERT(test_close(one.loss[1], full.loss[3], 0, 1e-4));
+    }
+    char *err = NULL;
+    snprintf(args, sizeof args, "--plan '%s' %s", plan_m, extra);
+    CU_ASSERT_EQUAL(train(2, args, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "written with 4 micro-batches per step; the plan has 2"));
+    free(err);
+    /* replica 0 wrote the checkpoint: one file per stage */
+    snprintf(a, sizeof a, "%s/stage-1-step-2.ckpt", dir);
+    FILE *f = fopen(a, "rb");
+    CU_ASSERT_PTR_NOT_NULL(f);
+    if (f)
+        fclose(f);
+}
+
+static void expect_refused(int np, const char *plan, const char *needle)
+{
+    char args[2048], *err = NULL;
+    snprintf(args, sizeof args, "--plan '%s'", plan);
+    int status = train(np, args, &err);
+    CU_ASSERT_EQUAL(status, 2);
+    CU_ASSERT(err != NULL && strstr(err, needle) != NULL);
+    if (err == NULL || strstr(err, needle) == NULL)
+        fprintf(stderr, "\nexpected \"%s\" in: %s\n", needle, err ? err : "(nothing)");
+    free(err);
+}
+
+static void test_refused(void)
+{
+    expect_refused(2, plan_dp[0], "the plan has 2 stages and dp 2, one MPI rank per stage of "
+                                  "each replica, 4 ranks, but this run has 2 ranks (mpirun -np 4)");
+    expect_refused(5, plan_dp[0], "but this run has 5 ranks (mpirun -np 4)");
+    expect_refused(4, plan_tp, "stages[0]: tp 2, dp 2");
+    expect_refused(4, plan_tp, "is for export");
+}
+
+int main(void)
+{
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("train_dp", setup, NULL);
+    CU_add_test(s, "dp 2 of 2 stages on 4 ranks = one pipeline of 2M micro-batches",
+                test_two_stages);
+    CU_add_test(s, "dp 2 of 3 stages on 6 ranks = one pipeline of 2M micro-batches",
+                test_three_stages);
+    CU_add_test(s, "a dp run resumed from its checkpoint = the run without interruption; "
+                   "one pipeline of 2M resumes it, one of M refuses it",
+                test_resume);
+    CU_add_test(s, "a wrong -np and tp > 1 refused with the numbers", test_refused);
+    return test_main();
+}

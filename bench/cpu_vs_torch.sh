@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Tokens per second of `ballast train` against PyTorch on this CPU: the same GPT, one process,
-# the same thread count, with and without full recomputation (Ballast: a `--method full` plan;
-# PyTorch: torch.utils.checkpoint around every block), 4 micro-batches per step. The two run
+# Tokens per second of `ballast train` against PyTorch on this CPU: the same model (GPT or
+# Llama, by the model file's kind: bench/torch_gpt.py builds the twin), one process, the same
+# thread count, with and without full recomputation (Ballast: a `--method full` plan;
+# PyTorch: torch.utils.checkpoint around every block), 4 micro-batches per step. The model
+# file's "attention" picks PyTorch's: "flash" F.scaled_dot_product_attention (PyTorch 2.0 and
+# later; an older one gives n/a in the table), otherwise the materialised softmax. The two run
 # alternately, REPEATS times each, in one invocation; each run reports tokens/s over its steps
 # after the first; the table gives medians and the ratio Ballast / PyTorch.
 #
@@ -11,7 +14,9 @@
 # it gives.
 #
 # usage: bench/cpu_vs_torch.sh [PATH/TO/ballast]   (default build/ballast)
-#   THREADS="1 2"  REPEATS=5  STEPS=5  MODELS="configs/models/gpt-tiny.json bench/models/gpt-cpu-small.json"
+#   THREADS="1 2"  REPEATS=5  STEPS=5
+#   MODELS="configs/models/gpt-tiny.json bench/models/gpt-cpu-small.json
+#           configs/models/llama-tiny.json bench/models/llama-cpu-small.json"
 #   OUT=bench/results/cpu_vs_torch.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +24,8 @@ ballast=${1:-build/ballast}
 threads=${THREADS:-1 2}
 repeats=${REPEATS:-5}
 steps=${STEPS:-5}
-models=${MODELS:-configs/models/gpt-tiny.json bench/models/gpt-cpu-small.json}
+models=${MODELS:-configs/models/gpt-tiny.json bench/models/gpt-cpu-small.json \
+  configs/models/llama-tiny.json bench/models/llama-cpu-small.json}
 out=${OUT:-bench/results/cpu_vs_torch.md}
 py=/usr/bin/python3 # Debian's python3-torch lives here, not in a pyenv
 "$py" -c "import torch" 2> /dev/null || { echo "needs python3-torch (apt-get install python3-torch)"; exit 2; }
@@ -27,8 +33,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 samples="$work/samples.txt" # model threads mode system tokens/s
+shapes="$work/shapes.txt"   # model kind attention
 for model in $models; do
   name=$(basename "$model" .json)
+  "$py" -c "import json,sys; m=json.load(open(sys.argv[1]))
+print(sys.argv[2], m.get('kind', 'gpt'), m.get('attention', 'materialized'))" "$model" "$name" \
+    >> "$shapes"
+  torch_ok=1 # 0 once PyTorch has said it cannot run this model's attention
   "$ballast" profile --model "$model" --estimate --device cpu -o "$work/$name-prof.json"
   cat > "$work/$name-cluster.json" << JSON
 {"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": 4,
@@ -50,12 +61,18 @@ JSON
               --quiet --metrics "$work/m.json" > /dev/null
             tps=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens_per_s'])" "$work/m.json")
             echo "$name $t $mode ballast $tps" | tee -a "$samples"
-          else
+          elif [ $torch_ok = 1 ]; then
             intra="$t"; [ "$t" -gt 1 ] && intra="$t 1"
             for k in $intra; do
-              tps=$("$py" bench/torch_gpt.py "$model" --micro-batches 4 --steps "$steps" \
-                --threads "$t" --intra-op "$k" $rec |
-                "$py" -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])")
+              rc=0
+              "$py" bench/torch_gpt.py "$model" --micro-batches 4 --steps "$steps" \
+                --threads "$t" --intra-op "$k" $rec > "$work/t.json" 2> "$work/t.err" || rc=$?
+              if [ $rc = 3 ]; then # this PyTorch has no flash attention
+                cat "$work/t.err"; torch_ok=0; break
+              fi
+              [ $rc = 0 ] || { cat "$work/t.err"; exit 1; }
+              tps=$("$py" -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])" \
+                < "$work/t.json")
               echo "$name $t $mode torch-intra$k $tps" | tee -a "$samples"
             done
           fi
@@ -65,10 +82,11 @@ JSON
   done
 done
 
-"$py" - "$samples" "$out" "$repeats" "$steps" << 'PY'
+"$py" - "$samples" "$out" "$repeats" "$steps" "$shapes" << 'PY'
 import collections, datetime, os, platform, statistics, subprocess, sys
 import torch
 samples, out, repeats, steps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+shape = {l.split()[0]: l.split()[1:] for l in open(sys.argv[5])}
 runs = collections.defaultdict(list)
 for line in open(samples):
     name, t, mode, system, tps = line.split()
@@ -85,20 +103,28 @@ lines = [
     "",
     f"One process, 4 micro-batches per step, {steps} steps per run with the first excluded, "
     f"{repeats} runs of each alternating; tokens/s medians (min-max). `full`: every layer "
-    "recomputed (Ballast `--method full`; PyTorch `torch.utils.checkpoint` per block).",
+    "recomputed (Ballast `--method full`; PyTorch `torch.utils.checkpoint` per block). "
+    "Attention `flash`: PyTorch's `F.scaled_dot_product_attention`; `materialized`: the "
+    "softmax of the whole T x T scores in both.",
     "",
-    "| model | threads | recompute | Ballast tokens/s | PyTorch tokens/s | Ballast / PyTorch |",
-    "|---|---|---|---|---|---|",
+    "| model | kind | attention | threads | recompute | Ballast tokens/s | PyTorch tokens/s "
+    "| Ballast / PyTorch |",
+    "|---|---|---|---|---|---|---|---|",
 ]
 for (name, t, mode, system) in sorted(k for k in runs if k[3] == "ballast"):
     b = runs[(name, t, mode, "ballast")]
+    mb = statistics.median(b)
+    row = f"| {name} | {' | '.join(shape[name])} | {t} | {mode} | {mb:.0f} ({min(b):.0f}-{max(b):.0f}) | "
     # PyTorch's better thread setting (intra-op threads)
-    k, p = max(((s[3][len("torch-intra"):], v) for s, v in runs.items()
-                if s[:3] == (name, t, mode) and s[3].startswith("torch")),
-               key=lambda kv: statistics.median(kv[1]))
-    mb, mp = statistics.median(b), statistics.median(p)
-    lines.append(f"| {name} | {t} | {mode} | {mb:.0f} ({min(b):.0f}-{max(b):.0f}) | "
-                 f"{mp:.0f} ({min(p):.0f}-{max(p):.0f}), intra-op {k} | {mb / mp:.2f} |")
+    torch_runs = [(s[3][len("torch-intra"):], v) for s, v in runs.items()
+                  if s[:3] == (name, t, mode) and s[3].startswith("torch")]
+    if not torch_runs:
+        lines.append(row + f"n/a (PyTorch {torch.__version__} has no "
+                     "scaled_dot_product_attention) | |")
+        continue
+    k, p = max(torch_runs, key=lambda kv: statistics.median(kv[1]))
+    mp = statistics.median(p)
+    lines.append(row + f"{mp:.0f} ({min(p):.0f}-{max(p):.0f}), intra-op {k} | {mb / mp:.2f} |")
 text = "\n".join(lines) + "\n"
 open(out, "w").write(text)
 print(text)

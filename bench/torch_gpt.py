@@ -1,9 +1,13 @@
-"""The GPT that `ballast train` trains, in PyTorch, timed the same way: tokens per second of
+"""The model that `ballast train` trains, in PyTorch, timed the same way: tokens per second of
 training steps (forward, backward, AdamW) with the first step excluded as warm-up.
 
-Same model as runtime/backend_cpu.c: token + position embeddings, pre-norm blocks of causal
-multi-head attention and a 4x GELU (tanh) MLP, final layer norm, untied output projection,
-mean cross-entropy; AdamW(betas 0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices only);
+The model file's kind picks the twin: "gpt" bench/torch_gpt_model.py (token + position
+embeddings, pre-norm blocks of causal multi-head attention and a 4x GELU (tanh) MLP, final
+layer norm, untied output projection), "llama" bench/torch_llama_model.py (RMSNorm, rotary
+grouped-query attention, SwiGLU, untied head); its "attention" field the attention: "flash"
+F.scaled_dot_product_attention (exit 3 on a PyTorch without it, before 2.0), anything else
+the materialised softmax Ballast computes. Mean cross-entropy; AdamW(betas 0.9, 0.95, eps
+1e-8, weight decay 0.1 on matrices only);
 `micro_batches` micro-batches of gradient accumulation per step. With --recompute every
 block runs under torch.utils.checkpoint (activations recomputed in backward).
 
@@ -27,6 +31,17 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt_model import GPT  # noqa: E402
+from torch_llama_model import Llama  # noqa: E402
+
+
+def build(m, recompute):
+    """The reference for model file `m`."""
+    attention = "sdpa" if m.get("attention") == "flash" else "manual"
+    if attention == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        print("torch_gpt.py: PyTorch %s has no F.scaled_dot_product_attention (2.0 and later)"
+              % torch.__version__, file=sys.stderr)
+        sys.exit(3)
+    return (Llama if m.get("kind") == "llama" else GPT)(m, recompute, attention)
 
 
 def main():
@@ -43,7 +58,7 @@ def main():
     torch.manual_seed(1)
     m = json.load(open(a.model))
     B, T, V, M = m["micro_batch"], m["seq_len"], m["vocab_size"], a.micro_batches
-    model = GPT(m, a.recompute)
+    model = build(m, a.recompute)
     decay = [p for p in model.parameters() if p.dim() == 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},

@@ -36,6 +36,12 @@ struct plan_options;
 /* `ballast plan --share`: jobs "FILE[:METHOD]" (methods default to o's). */
 int cmd_plan_share(char **jobs, int n, const struct plan_options *o, const char *out_file,
                    int quiet);
+/* A cluster file of n "pipelines" (heterogeneous replicas). */
+int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
+                      const char *out_file, int quiet);
+/* A cluster file of a "pool": the search for the fastest data-parallel pipeline. */
+int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
+                  int quiet);
 int cmd_simulate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -5,6 +5,7 @@
 #include "cluster.h"
 #include "plan_arena.h"
 #include "planner.h"
+#include "pool.h"
 #include "share_plan.h"
 
 static void help(void)
@@ -17,7 +18,11 @@ static void help(void)
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
            "memory, and prints the plan as a table.\n\n"
-           "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles\n"
+           "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles;\n"
+           "                   with \"pipelines\" each is planned and the step of all written\n"
+           "                   (ballast-replicas/1); with a \"pool\" of GPUs the fastest\n"
+           "                   data-parallel pipeline is searched for (README, \"Tensor and\n"
+           "                   data parallelism\")\n"
            "  --method M       none | full | block:N | uniform-min | patent | optimal (default)\n"
            "                     none, full     nothing / every layer recomputed\n"
            "                     block:N        the first N layers of every stage (Megatron)\n"
@@ -215,11 +220,13 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
 }
 
 /* Loads the cluster and plans it. */
-static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
+static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optimizer,
+                     struct err *e)
 {
     struct cluster c;
     if (cluster_load(a->cluster_file, &c, e))
         return e->code;
+    *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
     cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
@@ -239,13 +246,14 @@ static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
 }
 
 /* The table, the export and the plan file. */
-static int write_outputs(const struct plan_args *a, const struct plan *p, struct err *e)
+static int write_outputs(const struct plan_args *a, const struct plan *p, int shard_optimizer,
+                         struct err *e)
 {
     if (!a->quiet)
         planner_print(a->export_format ? stderr : stdout, p);
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
-    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, e))
+    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, shard_optimizer, e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))
         return e->code;
@@ -263,9 +271,26 @@ int cmd_plan(int argc, char **argv)
         return rc < 0 ? ERR_OK : rc;
     if (a.share != NULL)
         return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
-    if (make_plan(&a, &p, &e))
+    int pipelines, pool;
+    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e) ||
+        pool_file_check(a.cluster_file, &pool, &e))
         return cli_fail("plan", &e);
-    if (write_outputs(&a, &p, &e)) {
+    if (pool && (pipelines > 0 || a.export_format || a.auto_micro || a.micro_batches ||
+                 a.arena.on || a.o.method != METHOD_OPTIMAL))
+        return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
+                               "repartitions every candidate), no --export, --micro-batches or "
+                               "--arena, and no \"pipelines\" in the file");
+    if (pool)
+        return cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
+    if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
+        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
+                               "--micro-batches or --arena (plan each pipeline for those)");
+    if (pipelines > 0)
+        return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
+    int shard_optimizer = 0;
+    if (make_plan(&a, &p, &shard_optimizer, &e))
+        return cli_fail("plan", &e);
+    if (write_outputs(&a, &p, shard_optimizer, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);
     }

@@ -11,6 +11,7 @@
 #include "measure.h"
 #include "model.h"
 #include "model_ops.h"
+#include "cluster.h"
 #include "profile.h"
 
 #define WARMUP 3
@@ -22,7 +23,8 @@ static void help(void)
     printf("usage: ballast profile --model MODEL.json --device cpu|cuda:N [-o PROFILE.json]\n"
            "                       [--repeats N] [--threads N] [--name NAME]\n"
            "       ballast profile --model MODEL.json --estimate --device NAME\n"
-           "                       [-o PROFILE.json] [--devices DEVICES.json] [--for FRAMEWORK]\n\n"
+           "                       [-o PROFILE.json] [--devices DEVICES.json] [--for FRAMEWORK]\n"
+           "                       [--tp N --node-link-gbps G [--node-link-latency-us U]]\n\n"
            "Writes a profile (ballast-profile/1): every planning layer's forward and backward\n"
            "time, its recompute options and its memory, for one micro-batch.\n\n"
            "Measuring (the default) runs the runtime's layers, the code `ballast train` runs,\n"
@@ -42,6 +44,11 @@ static void help(void)
            "                   operation) instead of measuring; marked \"estimated\": true;\n"
            "                   --device then names a device of the device table\n"
            "  --devices FILE   the device table (default: %s)\n"
+           "  --tp N           --estimate the costs on each of N GPUs splitting every layer\n"
+           "                   (tensor parallel with sequence parallelism, README \"Tensor and\n"
+           "                   data parallelism\"), their collectives over --node-link-gbps G\n"
+           "                   (and --node-link-latency-us U, default 0); the profile says\n"
+           "                   \"tp\": N and serves cluster stages of tp N\n"
            "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
            "                   its attention kernel, fp32 logits, its recompute modules\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
@@ -88,8 +95,15 @@ static int load_model(const char *file, const char *how, struct model *m, struct
     return ERR_OK;
 }
 
+/* --tp and the node link of --estimate (tp 1: one GPU). */
+struct estimate_group {
+    long tp;
+    struct link node_link;
+};
+
 static int estimate(const char *model_file, const char *device, const char *devices_file,
-                    const char *framework, const char *out_file)
+                    const char *framework, const struct estimate_group *group,
+                    const char *out_file)
 {
     struct model m;
     struct device_table t;
@@ -109,9 +123,11 @@ static int estimate(const char *model_file, const char *device, const char *devi
     }
     struct profile p;
     int rc = estimate_profile(&t, d, &m, &p, &e);
-    devices_free(&t);
     if (rc == ERR_OK && framework != NULL)
-        rc = estimate_for_framework(&m, framework, &p, &e);
+        rc = estimate_for_framework(&t, d, &m, framework, &p, &e);
+    devices_free(&t);
+    if (rc == ERR_OK && group->tp > 1)
+        rc = cluster_group_profile(&p, (int)group->tp, &group->node_link, &e);
     if (rc == ERR_OK)
         rc = write_profile(out_file, &p, NULL, &e);
     profile_free(&p);
@@ -195,12 +211,45 @@ static long default_threads(long cores, const char **from)
     return cores > 0 ? cores : 1;
 }
 
+/* --tp, --node-link-gbps, --node-link-latency-us: 1 taken, 0 not these, -1 bad (printed). */
+static int group_option(int argc, char **argv, int *i, struct estimate_group *g)
+{
+    const char *v;
+    int r;
+    if ((r = cli_option(argc, argv, i, "--tp", &v)) != 0) {
+        if (r > 0 && cli_parse_int(v, 1, 1024, &g->tp) != 0) {
+            cli_usage_error("profile", "--tp: \"%s\", expected 1 to 1024", v);
+            return -1;
+        }
+        return r;
+    }
+    const char *name = "--node-link-gbps";
+    double *field = &g->node_link.gbps;
+    if ((r = cli_option(argc, argv, i, name, &v)) == 0) {
+        name = "--node-link-latency-us";
+        field = &g->node_link.latency_us;
+        r = cli_option(argc, argv, i, name, &v);
+    }
+    if (r <= 0)
+        return r;
+    char *end;
+    *field = strtod(v, &end);
+    if (*end != '\0' || !(*field >= 0 && *field < 1e9) ||
+        (field == &g->node_link.gbps && !(*field > 0))) {
+        cli_usage_error("profile", "%s: \"%s\", expected a positive number", name, v);
+        return -1;
+    }
+    g->node_link.present |= field == &g->node_link.gbps;
+    return 1;
+}
+
 int cmd_profile(int argc, char **argv)
 {
     const char *model_file = NULL, *device = NULL, *out_file = NULL, *name = NULL, *v;
     const char *devices_file = NULL, *framework = NULL;
     long repeats = 20, threads = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
     int estimated = 0, measure_only = 0;
+    struct estimate_group group = {.tp = 1};
     for (int i = 1; i < argc; i++) {
         int r;
         if (cli_is_help(argv[i])) {
@@ -250,6 +299,9 @@ int cmd_profile(int argc, char **argv)
             framework = v;
         } else if (cli_flag(argv, i, "--estimate")) {
             estimated = 1;
+        } else if ((r = group_option(argc, argv, &i, &group)) != 0) {
+            if (r < 0)
+                return ERR_INPUT;
         } else {
             return cli_usage_error("profile", "unknown option \"%s\"", argv[i]);
         }
@@ -263,11 +315,14 @@ int cmd_profile(int argc, char **argv)
         return cli_usage_error("profile", "--for FRAMEWORK is for --estimate");
     if (!estimated && devices_file != NULL)
         return cli_usage_error("profile", "--devices is the device table of --estimate");
+    if ((!estimated && group.tp > 1) || (group.tp > 1) != group.node_link.present)
+        return cli_usage_error("profile", "--tp N (above 1) is for --estimate and takes "
+                                          "--node-link-gbps, which is for --tp");
     if (cli_check_output("profile", out_file))
         return ERR_INPUT;
     if (estimated)
         return estimate(model_file, device, devices_file ? devices_file : devices_default_file(),
-                        framework, out_file);
+                        framework, &group, out_file);
     int cpu = strcmp(device, "cpu") == 0;
     if (!cpu && threads > 0)
         return cli_usage_error("profile", "--threads is for --device cpu");

@@ -1,10 +1,12 @@
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "jsonio.h"
 #include "plan.h"
+#include "replicas.h"
 #include "sim.h"
 #include "trace.h"
 
@@ -47,6 +49,44 @@ static void print_result(const struct plan *p, const struct sim_result *r)
     }
 }
 
+/* A replicas file (ballast plan on a cluster of several pipelines): each pipeline's step and
+ * the step of all of them; -o writes iteration_ms (the step), replicas, global_batch and each
+ * pipeline's iteration_ms alone. */
+static int simulate_replicas(const cJSON *root, const char *file, int quiet,
+                             const char *out_file, struct err *e)
+{
+    struct plan *plans;
+    int n;
+    struct replicas_result r;
+    if (replicas_parse(root, file, &plans, &n, e))
+        return e->code;
+    int rc = replicas_step(plans, n, &r, e);
+    if (rc == ERR_OK && !quiet)
+        replicas_print(stdout, plans, n, &r);
+    if (rc == ERR_OK && out_file != NULL) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "format", "ballast-simulation/1");
+        cJSON_AddNumberToObject(o, "iteration_ms", r.step_ms);
+        cJSON_AddNumberToObject(o, "replicas", r.replicas);
+        cJSON_AddNumberToObject(o, "global_batch", (double)r.global_batch);
+        cJSON *pipes = cJSON_AddArrayToObject(o, "pipelines");
+        for (int k = 0; k < n; k++) {
+            cJSON *po = cJSON_CreateObject();
+            cJSON_AddNumberToObject(po, "iteration_ms", r.pipeline_ms[k]);
+            cJSON_AddNumberToObject(po, "dp", plans[k].stages[0].dp);
+            cJSON_AddItemToArray(pipes, po);
+        }
+        rc = jsonio_write(out_file, o, e);
+        cJSON_Delete(o);
+    }
+    if (rc == ERR_OK)
+        replicas_result_free(&r);
+    for (int k = 0; k < n; k++)
+        plan_free(&plans[k]);
+    free(plans);
+    return rc;
+}
+
 int cmd_simulate(int argc, char **argv)
 {
     const char *plan_file = NULL, *out_file = NULL, *trace_file = NULL, *v;
@@ -81,6 +121,17 @@ int cmd_simulate(int argc, char **argv)
     if (cli_check_output("simulate", out_file) || cli_check_output("simulate", trace_file))
         return ERR_INPUT;
 
+    cJSON *root = jsonio_read(plan_file, &e);
+    if (root == NULL)
+        return cli_fail("simulate", &e);
+    if (replicas_is_file(root)) {
+        int rc = trace_file != NULL
+                     ? err_set(&e, ERR_INPUT, "--trace: not for a plan of several pipelines")
+                     : simulate_replicas(root, plan_file, quiet, out_file, &e);
+        cJSON_Delete(root);
+        return rc ? cli_fail("simulate", &e) : ERR_OK;
+    }
+    cJSON_Delete(root);
     struct plan p;
     if (plan_load(plan_file, &p, &e))
         return cli_fail("simulate", &e);

@@ -197,6 +197,19 @@ static int parse(int argc, char **argv, struct train_options *o)
     return ERR_OK;
 }
 
+/* A stage split over tp GPUs or replicated dp times: the runtime runs one GPU per stage and one
+ * pipeline, so such a plan is for export. */
+static void refuse_group(const struct plan *p, const char *plan_file, struct err *e)
+{
+    for (int s = 0; s < p->n_stages && e->code == ERR_OK; s++)
+        if (p->stages[s].tp > 1 || p->stages[s].dp > 1)
+            err_set(e, ERR_INPUT,
+                    "%s: stages[%d]: tp %d, dp %d: ballast train runs one GPU per stage and one "
+                    "pipeline; a plan with tensor or data parallelism is for export (ballast "
+                    "plan --export)",
+                    plan_file, s, p->stages[s].tp, p->stages[s].dp);
+}
+
 /* A plan of a custom model has each layer's costs but no layers to run: refused before any
  * rank starts. A plan that does not load is train_run's to report. */
 static int refuse_custom(const char *plan_file)
@@ -212,6 +225,7 @@ static int refuse_custom(const char *plan_file)
                 "custom model (its profiles give each layer's costs, not its computation); run "
                 "the plan in your framework (ballast plan --export)",
                 plan_file, p.model.name);
+    refuse_group(&p, plan_file, &e);
     plan_free(&p);
     return e.code ? cli_fail("train", &e) : ERR_OK;
 }

@@ -77,6 +77,7 @@ void cluster_free(struct cluster *c)
 {
     for (int i = 0; i < c->n_profiles; i++)
         profile_free(&c->profiles[i]);
+    cluster_group_free(c);
     free(c->profiles);
     free(c->stages);
     memset(c, 0, sizeof *c);
@@ -280,7 +281,8 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
 {
     static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
                                        "link",             "host_link",    "host_memory_bytes",
-                                       NULL};
+                                       "tp",               "dp",           "per_node",
+                                       "node_link",        NULL};
     struct cluster_stage *st = &c->stages[s];
     char path[JSONIO_PATH_MAX];
     const char *rel;
@@ -374,7 +376,9 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
         if (link_from_json(link, file, lp, 1, &st->link, e))
             return e->code;
     }
-    return read_host(obj, file, path, st, e);
+    if (read_host(obj, file, path, st, e) || cluster_group_read_stage(obj, file, path, st, e))
+        return e->code;
+    return ERR_OK;
 }
 
 /* Layer ranges must tile 0..L-1 in order, each stage at least one layer. */
@@ -414,7 +418,9 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
                              struct err *e)
 {
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
-                                       "reserve_bytes", "link", "name", "description", NULL};
+                                       "reserve_bytes", "link", "name", "description",
+                                       "shard_optimizer", "dp_link", "pipelines", "pool",
+                                       "global_batch", NULL};
     const char *sched;
     int64_t micro;
     if (jsonio_check_format(root, file, "cluster", 1, e) ||
@@ -429,11 +435,13 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         return e->code;
     c->micro_batches = (int)micro;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(root, "link");
-    if (link != NULL && link_from_json(link, file, "link", 1, &c->link, e))
+    if ((link != NULL && link_from_json(link, file, "link", 1, &c->link, e)) ||
+        cluster_group_read(root, file, c, e))
         return e->code;
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
-    if (stages == NULL)
-        return err_set(e, ERR_INPUT, "%s: stages: missing", file);
+    if (stages == NULL || cJSON_GetObjectItemCaseSensitive(root, "pipelines") != NULL ||
+        cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL)
+        return cluster_group_no_stages(root, file, e);
     if (jsonio_expect_array(stages, file, "stages", e))
         return e->code;
     int S = cJSON_GetArraySize(stages);
@@ -478,7 +486,18 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
                            "memory_bytes %lld",
                            file, (long long)c->reserve_bytes, s,
                            (long long)c->stages[s].memory_bytes);
-    return resolve_host_links(c, e);
+    if (resolve_host_links(c, e) || cluster_group_apply(c, file, e))
+        return e->code;
+    return ERR_OK;
+}
+
+int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    int rc = cluster_from_json(root, file, c, e);
+    if (rc)
+        cluster_free(c);
+    return rc;
 }
 
 int cluster_load(const char *file, struct cluster *c, struct err *e)
@@ -487,9 +506,7 @@ int cluster_load(const char *file, struct cluster *c, struct err *e)
     cJSON *root = jsonio_read(file, e);
     if (root == NULL)
         return e->code;
-    int rc = cluster_from_json(root, file, c, e);
+    int rc = cluster_parse(root, file, c, e);
     cJSON_Delete(root);
-    if (rc)
-        cluster_free(c);
     return rc;
 }

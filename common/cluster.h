@@ -23,6 +23,13 @@ struct cluster_stage {
     struct link link; /* to the next stage; overrides the cluster's */
     int64_t host_memory_bytes; /* host memory it may offload to; 0: no offload */
     struct link host_link;     /* its own, else its profile's, else devices.json's */
+    /* Tensor and data parallelism (cost.h cost_group): tp GPUs of the device in one node,
+     * the stage replicated dp times; 1 and 1 unless given. */
+    int tp, dp;
+    int per_node;          /* GPUs of the device in a node; 0: not given */
+    struct link node_link; /* between its tp GPUs */
+    struct link dp_link;   /* to its replicas: the cluster's dp_link, else its link (the
+                              last stage: the cluster's link); set by cluster_group_apply */
 };
 
 struct cluster {
@@ -36,11 +43,18 @@ struct cluster {
     struct profile *profiles;
     struct model model; /* the model every profile describes */
     int n_layers;
+    int shard_optimizer;  /* "shard_optimizer": optimizer state sharded over dp (ZeRO-1) */
+    struct link dp_link;  /* between replicas; absent: each stage's link */
+    /* per profile, per layer: the gradient bytes on each GPU of its stages' tp group,
+     * all-reduced over dp replicas (NULL when the profile's stages have tp = dp = 1) */
+    int64_t **grad_bytes;
 };
 
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
  * file). Stages without "layers" get an even split. On failure nothing is left allocated. */
 int cluster_load(const char *file, struct cluster *c, struct err *e);
+/* The same from the parsed file `root` (profile paths relative to `file`). */
+int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e);
 void cluster_free(struct cluster *c);
 
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
@@ -53,6 +67,38 @@ const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
 int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out);
 /* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
 struct link cluster_link(const struct cluster *c, int stage);
+
+/* cluster_group.c: a stage's "tp", "dp", "per_node" and "node_link"; the cluster's
+ * "shard_optimizer" and "dp_link"; then (once every stage is read) the checks (tp divides the
+ * heads and fits a node, one dp for the pipeline, one tp per device) and every grouped
+ * profile's layers replaced by their costs on each GPU of the group. */
+int cluster_group_read_stage(const cJSON *obj, const char *file, const char *path,
+                             struct cluster_stage *st, struct err *e);
+int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e);
+int cluster_group_apply(struct cluster *c, const char *file, struct err *e);
+void cluster_group_free(struct cluster *c);
+/* Heterogeneous replicas: a cluster file may list "pipelines", each {"stages", and its own
+ * "micro_batches", "link", "reserve_bytes" if it gives them} with the file's other members
+ * shared, instead of "stages". The count (0 for a file with "stages"), and pipeline k as a
+ * cluster of its own (the file itself when it gives "stages"). */
+int cluster_pipeline_count(const char *file, int *n, struct err *e);
+int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e);
+/* cluster_parse's answer to a file without "stages", or with "pipelines" too. */
+int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e);
+
+/* Whether tp GPUs may split the model's layers: tp divides the heads (and a Llama's key/value
+ * heads); a custom model has none known. `where` names the field in the message. */
+int cluster_check_tp(const struct model *m, int tp, const char *where, struct err *e);
+/* Profile p (of one GPU) as each GPU of a tensor-parallel group of tp sees it, nothing
+ * sharded (an estimated profile for a (device, tp) pair): its "tp" becomes tp. ERR_INPUT when
+ * tp does not divide the model's heads, or p is already a group's. */
+int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
+                          struct err *e);
+
+/* Gradient bytes on each GPU of `stage` for its layers first..last, reduced over dp. */
+int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last);
+/* Their all-reduce over the stage's dp replicas on its dp_link (cost_dp_allreduce_ms). */
+double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int last);
 
 /* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);

@@ -2,6 +2,8 @@
 
 #include <stdint.h>
 
+#include "cluster.h"
+
 /* Inputs are at most 2^53 each, but sums over many layers times the in-flight count can pass
  * 2^63 in a hostile file: sum in 128 bits and saturate rather than wrap. */
 static int64_t saturate(__int128 v)
@@ -248,4 +250,79 @@ void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int12
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight)
 {
     return saturate((__int128)in_flight * (c->act_bytes - cost_row(c, choice).kept_bytes));
+}
+
+int64_t cost_tp_tensor_bytes(const struct model *m)
+{
+    if (m->kind == MODEL_KIND_CUSTOM)
+        return 0;
+    int elem = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    return (int64_t)m->micro_batch * m->seq_len * m->n_embd * elem;
+}
+
+double cost_tp_collective_ms(const struct link *link, int tp, int64_t bytes)
+{
+    return tp > 1 ? (tp - 1) * link_transfer_ms(link, (bytes + tp - 1) / tp) : 0.0;
+}
+
+int cost_tp_collectives(enum model_layer_kind kind)
+{
+    return kind == MODEL_LAYER_BLOCK ? 4 : 1;
+}
+
+int64_t cost_grad_bytes(int64_t state_bytes, enum model_dtype dtype)
+{
+    return (int64_t)((__int128)state_bytes * 4 / (dtype == MODEL_DTYPE_BF16 ? 18 : 16));
+}
+
+/* The optimizer's share of state_bytes by the runtime's layout (cost_group's comment). */
+static int64_t optimizer_bytes(int64_t state_bytes, enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 ? (int64_t)((__int128)state_bytes * 12 / 18)
+                                     : state_bytes / 2;
+}
+
+static int64_t divide_up(int64_t bytes, int64_t by)
+{
+    return (int64_t)(((__int128)bytes + by - 1) / by);
+}
+
+double cost_dp_allreduce_ms(const struct link *link, int dp, int64_t bytes)
+{
+    return dp > 1 ? 2.0 * (dp - 1) * link_transfer_ms(link, divide_up(bytes, dp)) : 0.0;
+}
+
+void cost_group_layer(const struct layer_cost *in, enum model_layer_kind kind,
+                      const struct cost_group *g, struct layer_cost *out)
+{
+    int64_t t = g->tp, opt = optimizer_bytes(in->state_bytes, g->dtype);
+    int64_t opt_shards = g->shard_optimizer ? t * g->dp : t;
+    double speed = t > 1 ? t * g->tp_efficiency : 1.0;
+    double comm = t > 1 ? cost_tp_collectives(kind) *
+                              cost_tp_collective_ms(&g->node_link, g->tp, g->tensor_bytes)
+                        : 0.0;
+    *out = *in;
+    if (in->has_split) { /* the profile's split: each part over its own shards */
+        out->param_bytes = divide_up(in->param_bytes, t);
+        out->grad_bytes = divide_up(in->grad_bytes, t);
+        out->optimizer_bytes = divide_up(in->optimizer_bytes, opt_shards);
+        out->state_bytes = out->param_bytes + out->grad_bytes + out->optimizer_bytes;
+        out->optimizer_ms = in->optimizer_ms / (double)opt_shards;
+        out->host_optimizer_ms = in->host_optimizer_ms / (double)opt_shards;
+    } else {
+        out->state_bytes = divide_up(in->state_bytes - opt, t) + divide_up(opt, opt_shards);
+    }
+    out->act_bytes = divide_up(in->act_bytes, t);
+    out->ckpt_bytes = divide_up(in->ckpt_bytes, t);
+    out->out_bytes = divide_up(in->out_bytes, t);
+    out->workspace_bytes = divide_up(in->workspace_bytes, t) +
+                           (t > 1 && kind != MODEL_LAYER_EMBED ? g->tensor_bytes : 0);
+    out->fwd_ms = in->fwd_ms / speed + comm;
+    out->bwd_ms = in->bwd_ms / speed + comm;
+    for (int k = 0; k < in->n_options; k++) {
+        struct recompute_option *o = &out->options[k];
+        o->kept_bytes = divide_up(in->options[k].kept_bytes, t);
+        o->transient_bytes = out->act_bytes - o->kept_bytes;
+        o->recompute_ms = in->options[k].recompute_ms / speed;
+    }
 }

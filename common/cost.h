@@ -184,4 +184,49 @@ void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int12
  * v * (act - kept) (saturating). */
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight);
 
+
+/* Tensor and data parallelism (issue 17): a stage as a group of GPUs, tp of one kind in a node
+ * sharing each layer (Megatron-LM's tensor parallelism with sequence parallelism) and the
+ * whole stage replicated dp times. Korthikanti et al. 2022 ("Reducing Activation Recomputation
+ * in Large Transformer Models") give the per-GPU costs used here:
+ *   memory   with sequence parallelism every activation term / tp (act, ckpt, the options'
+ *            kept and transient, what a stage sends on, workspace), parameters and gradients
+ *            / tp, optimizer state / (tp * dp) when sharded over the replicas (ZeRO-1), else
+ *            / tp; each block and the head also holds the all-gathered input, b*s*h elements,
+ *            as workspace;
+ *   time     compute / (tp * efficiency), plus per block 2 all-gathers + 2 reduce-scatters of
+ *            b*s*h elements forward and the same backward (the embedding: 1 reduce-scatter
+ *            forward, 1 all-gather backward; the head the reverse), each a ring over the tp GPUs
+ *            on the node link: (tp - 1) steps of 1/tp of the tensor. A full recompute reruns the
+ *            forward with its collectives; a partial option (inside attention) recomputes
+ *            without them.
+ * Bytes divide rounding up. The optimizer's share of state_bytes is the runtime's layout
+ * (models/sizes.h): fp32 16 bytes a parameter of which optimizer 8 and gradients 4; bf16 18,
+ * optimizer 12, gradients 4. tp = 1 with nothing sharded leaves every cost as it is. */
+struct cost_group {
+    int tp, dp;
+    int shard_optimizer;
+    double tp_efficiency;     /* in (0, 1]: compute / tp runs at this share of ideal */
+    struct link node_link;    /* between the tp GPUs (absent: free) */
+    int64_t tensor_bytes;     /* b*s*h elements of the activation dtype: one collective */
+    enum model_dtype dtype;
+};
+
+/* A model's b*s*h activation tensor in bytes (0 for a custom model). */
+int64_t cost_tp_tensor_bytes(const struct model *m);
+/* One ring all-gather or reduce-scatter of `bytes` over tp GPUs on `link`. */
+double cost_tp_collective_ms(const struct link *link, int tp, int64_t bytes);
+/* A layer's tensor-parallel collectives of one pass (forward or backward). */
+int cost_tp_collectives(enum model_layer_kind kind);
+/* One layer's costs on each GPU of the group, from its costs on one GPU. */
+void cost_group_layer(const struct layer_cost *in, enum model_layer_kind kind,
+                      const struct cost_group *g, struct layer_cost *out);
+/* The gradient bytes of a layer of `state_bytes` (one GPU's whole layer), by the runtime's
+ * layout: state * 4/16 (fp32) or 4/18 (bf16). */
+int64_t cost_grad_bytes(int64_t state_bytes, enum model_dtype dtype);
+/* The data-parallel gradient reduction of `bytes` per GPU over dp replicas: a ring
+ * all-reduce, 2 (dp - 1) steps of bytes/dp each on `link` (the same for ZeRO-1's
+ * reduce-scatter of gradients and all-gather of parameters); 0 with dp = 1. */
+double cost_dp_allreduce_ms(const struct link *link, int dp, int64_t bytes);
+
 #endif

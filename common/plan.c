@@ -25,6 +25,7 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
     for (int s = 0; s < n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
         st->index = s;
+        st->tp = st->dp = 1;
         st->first = first[s];
         st->last = last[s];
         int n = plan_stage_layer_count(st);
@@ -115,6 +116,7 @@ cJSON *plan_to_json(const struct plan *p)
         if (st->arena != NULL)
             cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
         plan_offload_to_json(st, so);
+        plan_group_to_json(st, so);
         cJSON_AddStringToObject(so, "optimizer",
                                 st->optimizer == COST_PLACE_HOST ? "host" : "device");
         cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
@@ -342,7 +344,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
-    if (read_arena(so, file, path, st, e))
+    if (read_arena(so, file, path, st, e) || plan_group_from_json(so, file, path, st, e))
         return e->code;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
@@ -422,6 +424,8 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (next != model_layer_count(&p->model))
         return err_set(e, ERR_INPUT, "%s: stages[%d].layers: ends at %d, leaving layers %d..%d in "
                        "no stage", file, S - 1, next - 1, next, model_layer_count(&p->model) - 1);
+    if (plan_group_check(p, file, e))
+        return e->code;
     if (jsonio_int(root, file, "", "bottleneck_stage", 0, S - 1, &v, e))
         return e->code;
     p->bottleneck_stage = (int)v;

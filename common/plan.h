@@ -44,6 +44,12 @@ struct plan_stage {
     /* Where the stage's optimizer state lives and steps (DESIGN.md): COST_PLACE_DEVICE, or
      * COST_PLACE_HOST for a host mirror updated on the CPU. */
     enum cost_place optimizer;
+    /* Tensor and data parallelism (cost.h cost_group): `layers` are the costs on each of the
+     * stage's tp GPUs; the stage is replicated dp times and all-reduces allreduce_bytes of
+     * gradients per GPU over dp_link after its last backward. */
+    int tp, dp;
+    int64_t allreduce_bytes;
+    struct link dp_link;
 };
 
 struct plan_verify {
@@ -109,6 +115,13 @@ int plan_optimizer_check(const char *file, const char *path, const struct plan_s
                          struct err *e);
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e);
+
+/* plan_group.c: the stage's "tp", "dp", "allreduce_bytes" and "dp_link" (each written when
+ * above 1, or known for a grouped or replicated stage; absent: 1, 1, 0, none), and the plan's check that every stage has one dp. */
+void plan_group_to_json(const struct plan_stage *st, cJSON *so);
+int plan_group_from_json(const cJSON *so, const char *file, const char *path,
+                         struct plan_stage *st, struct err *e);
+int plan_group_check(const struct plan *p, const char *file, struct err *e);
 
 cJSON *plan_to_json(const struct plan *p);
 int plan_write(const char *file, const struct plan *p, struct err *e);

@@ -237,6 +237,11 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
     const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(root, "host_link");
     if (host_link != NULL && link_from_json(host_link, file, "host_link", 0, &p->host_link, e))
         goto fail;
+    int64_t tp = 1;
+    if (jsonio_num_opt(root, file, "", "tp_efficiency", 1e-3, 1.0, &p->tp_efficiency, e) ||
+        jsonio_int_opt(root, file, "", "tp", 1, 1024, &tp, e))
+        goto fail;
+    p->tp = (int)tp;
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
     if (prov != NULL)
         p->provenance = cJSON_Duplicate(prov, 1);
@@ -269,6 +274,10 @@ cJSON *profile_to_json(const struct profile *p)
     cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
     if (p->host_link.present)
         cJSON_AddItemToObject(o, "host_link", link_to_json(&p->host_link));
+    if (p->tp_efficiency > 0)
+        cJSON_AddNumberToObject(o, "tp_efficiency", p->tp_efficiency);
+    if (p->tp > 1)
+        cJSON_AddNumberToObject(o, "tp", p->tp);
     if (p->provenance != NULL)
         cJSON_AddItemToObject(o, "provenance", cJSON_Duplicate(p->provenance, 1));
     cJSON *layers = cJSON_AddArrayToObject(o, "layers");

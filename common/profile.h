@@ -70,6 +70,12 @@ struct profile {
     int n_layers;
     struct layer_cost *layers; /* owned, n_layers of them, in model order */
     cJSON *provenance;         /* owned, may be NULL: where the numbers come from */
+    /* "tp_efficiency"?: the share of ideal speed-up its compute reaches split over a
+     * tensor-parallel group (cost.h cost_group); 0 when not stated, taken as 1.0 */
+    double tp_efficiency;
+    /* "tp"?: the layers' costs are on each GPU of a tensor-parallel group of this many (an
+     * estimate for a (device, tp) pair, cluster_group_profile); 1 when absent */
+    int tp;
 };
 
 /* Reads and validates a profile: every layer of the model, in order, with its expected

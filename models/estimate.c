@@ -347,41 +347,125 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
  * state stay the datasheet estimate's. */
 static const char *const framework_names[] = {"megatron", "nemo", "colossalai"};
 
-/* A block as the framework keeps it: `block` bytes, of which the attention core's own
- * `core` and the MLP's `gelu`, with the recompute modules a framework with flash attention
- * takes (ColossalAI's GPT-2 takes none). */
-static void framework_block(struct layer_cost *c, int64_t block, int64_t core, int64_t gelu,
-                            double mlp_share, int modules)
+/* What each layer kind keeps in the framework, and its recompute modules. */
+struct framework_acts {
+    int64_t embed, block, head;
+    int64_t core, mlp;  /* freed by the attention core's and the MLP's recompute modules */
+    double mlp_share;   /* the whole MLP's share of a block's forward */
+    double core_share;  /* the attention core's (scores and att v) */
+    int modules;        /* 0: whole blocks only */
+    double flash_core_ms; /* a flash model's attention core forward on the device, else 0 */
+};
+
+/* A block as the framework keeps it, with the recompute modules a framework with flash
+ * attention takes (ColossalAI's GPT-2 and Llama take none). Their times: the runtime's
+ * options (the probabilities, the activation) where it has them; a flash model's runtime has
+ * no "attn" option, so the flash attention forward's roofline on the device stands in. */
+static void framework_block(struct layer_cost *c, const struct framework_acts *a)
 {
-    double attn_ms = 0, gelu_ms = 0; /* the runtime's options: core and GELU alone */
+    double attn_ms = a->flash_core_ms, act_ms = 0;
     for (int k = 0; k < c->n_options; k++) {
         if (strcmp(c->options[k].name, "attn") == 0)
             attn_ms = c->options[k].recompute_ms;
         if (strcmp(c->options[k].name, "mlp") == 0)
-            gelu_ms = c->options[k].recompute_ms;
+            act_ms = c->options[k].recompute_ms;
     }
-    double mlp_ms = c->fwd_ms * mlp_share + gelu_ms;
-    c->act_bytes = block;
+    double mlp_ms = c->fwd_ms * a->mlp_share + act_ms;
+    c->act_bytes = a->block;
     c->n_options = 0;
-    if (!modules)
+    if (!a->modules)
         return;
     struct {
         const char *name;
         int64_t freed;
         double ms;
-    } opt[] = {{"attn", core, attn_ms},
-               {"mlp", gelu, mlp_ms},
-               {"attn+mlp", core + gelu, attn_ms + mlp_ms}};
+    } opt[] = {{"attn", a->core, attn_ms},
+               {"mlp", a->mlp, mlp_ms},
+               {"attn+mlp", a->core + a->mlp, attn_ms + mlp_ms}};
     for (int k = 0; k < 3; k++) {
         struct recompute_option *o = &c->options[c->n_options++];
         snprintf(o->name, sizeof o->name, "%s", opt[k].name);
-        o->kept_bytes = block - opt[k].freed;
+        o->kept_bytes = a->block - opt[k].freed;
         o->transient_bytes = opt[k].freed;
         o->recompute_ms = opt[k].ms;
     }
 }
 
-int estimate_for_framework(const struct model *m, const char *framework, struct profile *p,
+static void gpt_acts(const struct model *m, int flash, struct framework_acts *a)
+{
+    int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, heads = m->n_head,
+            V = m->vocab_size;
+    int64_t el = sizes_act_elem_bytes(m->dtype), sbh = s * b * h;
+    a->core = flash ? 4 * heads * s * b : (2 * el + 1) * heads * s * s * b;
+    a->mlp = 8 * el * sbh;
+    a->embed = 8 * s * b + sbh;
+    a->head = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
+    a->block = el * sbh * 16 + 2 * sbh + 16 * s * b + a->core;
+    /* the MLP's GEMMs' FLOPs, 16 sbh^2 of 24 sbh^2 + 4 s^2 bh; the core's 4 s^2 bh */
+    a->mlp_share = 16.0 * (double)h / (24.0 * (double)h + 4.0 * (double)s);
+    a->core_share = 4.0 * (double)s / (24.0 * (double)h + 4.0 * (double)s);
+    a->modules = flash;
+}
+
+/* A Llama block as each framework keeps it, with d = n_kv_head * head size and F the SwiGLU
+ * width; no dropout (the frameworks' Llama configurations set attention and hidden dropout
+ * to 0), rotary positions saving only their cos and sin tables (they do not need q or k for
+ * the backward), flash attention's fp32 log-sum-exp 4 asb, the norms' fp32 rstd 4 sb each:
+ *   Megatron-LM, NeMo (Megatron-core with TransformerEngine: norms fused into the following
+ *   GEMM, which keep their input and output; TE's attention takes GQA as is)
+ *     block  e (6 sbh + 2 sbd + 3 sbF) + 8 sb + 4 asb: norm 1 in and out, q, k and v, the
+ *            attention output, norm 2 in and out, SwiGLU's input (2F) and output (F);
+ *     head   e 2 sbh + 4 sb + the fp32 softmax of the logits, 4 sbV;
+ *   ColossalAI (HuggingFace transformers 4.51.3's LlamaForCausalLM, pinned by ColossalAI, SDPA
+ *   flash attention by default, its policy's fused norm off by default)
+ *     block  e 9 sbh + 8 sbh + 4e sbF + 8 sb + 4 asb: each RMSNorm keeps an fp32 copy of its
+ *            input (4 sbh), its bf16 normalised value and its output; q, k and v with k and v
+ *            repeated to every query head (repeat_kv), SDPA's output and o_proj's contiguous
+ *            copy of it; SiLU's input, its output, up and their product;
+ *     head   4 sbh + 2e sbh + 4 sb + the log-softmax dist_cross_entropy keeps in the logits'
+ *            own dtype, e sbV (no fp32 copy without tensor parallelism);
+ *   embed  the token ids, 8 sb.
+ * Recompute modules as GPT's: core_attn frees the log-sum-exp, mlp SwiGLU's input and output,
+ * 3e sbF; ColossalAI recomputes whole blocks only. Read in Megatron-LM d98e8a64
+ * (examples/llama/train_llama3_8b_h100_fp8.sh: dropouts 0, --attention-backend fused; rope
+ * fusion on unless --no-rope-fusion), NeMo 8cfedd72 (LlamaConfig and
+ * megatron_llama_config.yaml: dropouts 0, transformer_engine True) and ColossalAI 4f9953be
+ * (requirements: transformers==4.51.3; HybridParallelPlugin: enable_fused_normalization and
+ * enable_flash_attention False; shardformer/layer/loss.py dist_cross_entropy). */
+static void llama_acts(const struct model *m, int colossalai, struct framework_acts *a)
+{
+    int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, heads = m->n_head,
+            V = m->vocab_size, F = m->ffn_hidden, d = (int64_t)m->n_kv_head * (h / heads);
+    int64_t el = sizes_act_elem_bytes(m->dtype), sb = s * b, sbh = sb * h;
+    a->core = 4 * heads * sb;
+    a->mlp = 3 * el * sb * F;
+    a->embed = 8 * sb;
+    if (colossalai) {
+        a->block = el * 9 * sbh + 8 * sbh + 4 * el * sb * F + 8 * sb + a->core;
+        a->head = 4 * sbh + 2 * el * sbh + 4 * sb + el * sb * V;
+    } else {
+        a->block = el * (6 * sbh + 2 * sb * d + 3 * sb * F) + 8 * sb + a->core;
+        a->head = 2 * el * sbh + 4 * sb + 4 * sb * V;
+    }
+    /* the MLP's GEMMs' FLOPs, 6 sbhF, of the block's 2 sbh (h + 2d) + 2 sbh^2 + 4 s^2 bh +
+     * 6 sbhF; the core's 4 s^2 bh */
+    double forward = 2.0 * (double)h + 2.0 * (double)d + 2.0 * (double)s + 3.0 * (double)F;
+    a->mlp_share = 3.0 * (double)F / forward;
+    a->core_share = 2.0 * (double)s / forward;
+    a->modules = !colossalai;
+}
+
+/* The forward of a flash attention core (what core_attn recomputation reruns), on device d. */
+static double flash_core_forward_ms(const struct device_table *t, const struct device_spec *d,
+                                    const struct model *m)
+{
+    struct op_list f = {0}, unused = {0};
+    flash_attention(&f, &unused, m, m->kind == MODEL_KIND_LLAMA ? m->n_kv_head : m->n_head);
+    return ops_ms(&f, t, d, m->dtype);
+}
+
+int estimate_for_framework(const struct device_table *t, const struct device_spec *d,
+                           const struct model *m, const char *framework, struct profile *p,
                            struct err *e)
 {
     int known = 0;
@@ -390,31 +474,30 @@ int estimate_for_framework(const struct model *m, const char *framework, struct 
     if (!known)
         return err_set(e, ERR_INPUT, "--for: \"%s\", expected megatron, nemo or colossalai",
                        framework);
-    if (m->kind != MODEL_KIND_GPT)
-        return err_set(e, ERR_INPUT, "--for %s: only for a GPT model (this one is %s)",
+    if (m->kind == MODEL_KIND_CUSTOM)
+        return err_set(e, ERR_INPUT, "--for %s: only for a GPT or Llama model (this one is %s)",
                        framework, model_kind_name(m->kind));
-    int flash = strcmp(framework, "colossalai") != 0;
-    int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, a = m->n_head, V = m->vocab_size;
-    int64_t el = sizes_act_elem_bytes(m->dtype), sbh = s * b * h;
-    int64_t core = flash ? 4 * a * s * b : (2 * el + 1) * a * s * s * b;
-    /* the whole MLP's share of a block's forward: its GEMMs' FLOPs, 16 sbh^2 of
-     * 24 sbh^2 + 4 s^2 bh */
-    double mlp_share = 16.0 * (double)h / (24.0 * (double)h + 4.0 * (double)s);
+    int colossalai = strcmp(framework, "colossalai") == 0;
+    struct framework_acts a;
+    if (m->kind == MODEL_KIND_LLAMA)
+        llama_acts(m, colossalai, &a);
+    else
+        gpt_acts(m, !colossalai, &a);
+    a.flash_core_ms = m->attention == MODEL_ATTENTION_FLASH ? flash_core_forward_ms(t, d, m) : 0;
     for (int l = 0; l < p->n_layers; l++) {
         struct layer_cost *c = &p->layers[l];
         enum model_layer_kind kind = model_layer_kind(m, l);
         if (kind == MODEL_LAYER_EMBED)
-            c->act_bytes = 8 * s * b + sbh;
+            c->act_bytes = a.embed;
         else if (kind == MODEL_LAYER_HEAD)
-            c->act_bytes = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
+            c->act_bytes = a.head;
         else
-            framework_block(c, el * sbh * 16 + 2 * sbh + 16 * s * b + core, core,
-                            8 * el * sbh, mlp_share, flash);
+            framework_block(c, &a);
     }
     cJSON_AddStringToObject(p->provenance, "for", framework);
     cJSON_AddStringToObject(p->provenance, "for_method",
                             "activations as the framework saves them (Korthikanti et al. 2022 "
-                            "with its attention kernel and fp32 logits; models/estimate.c "
+                            "with its attention kernel and loss; models/estimate.c "
                             "estimate_for_framework); times and state the datasheet estimate's");
     return ERR_OK;
 }

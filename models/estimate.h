@@ -12,9 +12,11 @@
 int estimate_profile(const struct device_table *t, const struct device_spec *d,
                      const struct model *m, struct profile *out, struct err *e);
 
-/* Turns an estimated profile of `m` into what `framework` (megatron, nemo, colossalai) keeps:
- * its attention kernel, fp32 logits and recompute modules (ERR_INPUT for another name). */
-int estimate_for_framework(const struct model *m, const char *framework, struct profile *p,
+/* Turns an estimated profile of a GPT or Llama `m` on device `d` into what `framework`
+ * (megatron, nemo, colossalai) keeps: its attention kernel, its loss's logits and its recompute
+ * modules (ERR_INPUT for another name or a custom model). */
+int estimate_for_framework(const struct device_table *t, const struct device_spec *d,
+                           const struct model *m, const char *framework, struct profile *p,
                            struct err *e);
 
 /* Floating-point operations of one layer's forward and backward for one micro-batch, as the

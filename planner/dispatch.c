@@ -132,6 +132,12 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
         st->link = cluster_link(c, s);
     st->host_limit_bytes = c->stages[s].host_memory_bytes;
     st->host_link = c->stages[s].host_link;
+    st->tp = c->stages[s].tp;
+    st->dp = c->stages[s].dp;
+    if (c->grad_bytes != NULL) {
+        st->dp_link = c->stages[s].dp_link;
+        st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);
+    }
     struct stage_cost before;
     plan_stage_cost(p, st, &before);
     st->memory_before_bytes = before.memory_bytes;

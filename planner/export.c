@@ -33,8 +33,53 @@ struct export {
     int whole;   /* blocks recomputed whole, all stages */
     int partial; /* blocks recomputed in part, all stages */
     int most;    /* the most blocks one stage recomputes */
+    int shard;   /* the cluster's shard_optimizer: optimizer state sharded over dp (ZeRO-1) */
     FILE *note;  /* where what the framework does differently is said */
 };
+
+/* The GPUs the plan runs on: every stage's tp GPUs, the pipeline dp times. */
+static int world_size(const struct plan *p)
+{
+    int gpus = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        gpus += p->stages[s].tp;
+    return gpus * p->stages[0].dp;
+}
+
+/* Frameworks with one tensor-parallel size for every stage (a plan has one dp): ERR_INPUT
+ * naming the first stage that differs from stage 0, with both numbers. */
+static int one_tp(const struct plan *p, const char *format, const char *framework,
+                  struct err *e)
+{
+    for (int s = 1; s < p->n_stages; s++)
+        if (p->stages[s].tp != p->stages[0].tp)
+            return err_set(e, ERR_INPUT,
+                           "--export %s: stage %d has tp %d and stage 0 tp %d, but %s takes one "
+                           "tensor-parallel size for every stage (--export flagscale takes one "
+                           "per process mesh)",
+                           format, s, p->stages[s].tp, p->stages[0].tp, framework);
+    return ERR_OK;
+}
+
+/* How many GPUs, and how the framework gets dp (from the world size, as each of Megatron-LM,
+ * NeMo and ColossalAI computes it: world / (tp * pp)). */
+static void launch_line(FILE *f, const struct plan *p, const char *framework)
+{
+    fprintf(f, "# launch on %d GPUs (tp %d, pp %d, dp %d); %s takes dp from the world size "
+               "(world / (tp * pp))\n",
+            world_size(p), p->stages[0].tp, p->n_stages, p->stages[0].dp, framework);
+}
+
+/* A GPT or Llama states its attention kernel; a custom model's is the user's. */
+static int flash(const struct plan *p)
+{
+    return p->model.attention == MODEL_ATTENTION_FLASH;
+}
+
+static int states_attention(const struct plan *p)
+{
+    return p->model.kind != MODEL_KIND_CUSTOM;
+}
 
 static void count(struct export *x)
 {
@@ -193,9 +238,37 @@ static void same_count_note(const struct export *x, const char *framework, const
  * (shardformer/modeling/gpt2.py) recomputes every block a stage holds once HuggingFace's
  * gradient_checkpointing_enable() is called and never reads gradient_checkpoint_config (only
  * the llama, mistral, qwen2, qwen3 and command forwards do): all or nothing. */
-static int export_colossalai(FILE *f, struct export *x)
+/* Sequence parallelism as Megatron-LM's (split_gather: ColossalAI's default is all_to_all),
+ * ZeRO-1 for a sharded optimizer, its flash attention for a flash model. */
+static void colossalai_parallel_args(FILE *f, const struct plan *p, int shard)
+{
+    if (p->stages[0].tp > 1)
+        fprintf(f, "    enable_sequence_parallelism=True,\n"
+                   "    sequence_parallelism_mode=\"split_gather\",\n");
+    if (shard)
+        fprintf(f, "    zero_stage=1,\n");
+    if (states_attention(p) && flash(p))
+        fprintf(f, "    enable_flash_attention=True,\n");
+}
+
+/* ColossalAI leaves its own flash attention off, but HuggingFace loads a model with
+ * attn_implementation "sdpa" by default, whose kernels may be flash ones. */
+static void colossalai_attention_note(const struct export *x)
+{
+    if (!states_attention(x->p) || flash(x->p))
+        return;
+    fprintf(x->note, "ballast plan: export ColossalAI: note: the plan keeps the attention "
+                     "probabilities (materialized attention); HuggingFace's default "
+                     "attn_implementation \"sdpa\" will likely run a flash kernel and keep less "
+                     "than planned: load the model with attn_implementation=\"eager\" to run "
+                     "as planned\n");
+}
+
+static int export_colossalai(FILE *f, struct export *x, struct err *e)
 {
     const struct plan *p = x->p;
+    if (one_tp(p, "colossalai", "ColossalAI", e))
+        return e->code;
     int S = p->n_stages, blocks = 0, gpt2 = p->model.kind == MODEL_KIND_GPT;
     for (int s = 0; s < S; s++)
         blocks += x->c[s].blocks;
@@ -214,19 +287,21 @@ static int export_colossalai(FILE *f, struct export *x)
         fprintf(x->note, "ballast plan: export ColossalAI: note: num_ckpt_layers_per_stage is "
                          "read only by ColossalAI's llama, mistral, qwen2, qwen3 and command "
                          "forwards; under another policy every block of a stage is recomputed\n");
+    colossalai_attention_note(x);
     header(f, p, "#");
-    fprintf(f, "# launch on %d GPUs (tp 1, pp %d, dp 1), the model a HuggingFace %s\n"
+    launch_line(f, p, "ColossalAI");
+    fprintf(f, "# the model a HuggingFace %s\n"
                "from colossalai.booster.plugin import HybridParallelPlugin\n%s\n"
                "plugin = HybridParallelPlugin(\n"
-               "    tp_size=1,\n"
+               "    tp_size=%d,\n"
                "    pp_size=%d,\n",
-            S, S,
             gpt2 ? "GPT2LMHeadModel"
             : p->model.kind == MODEL_KIND_LLAMA ? "LlamaForCausalLM (its llama policy)"
                                                 : "model with a ColossalAI policy",
             !gpt2 && recompute ? "from colossalai.shardformer import "
                                  "PipelineGradientCheckpointConfig\n" : "",
-            S);
+            p->stages[0].tp, S);
+    colossalai_parallel_args(f, p, x->shard);
     if (p->model.kind != MODEL_KIND_CUSTOM)
         fprintf(f, "    precision=\"%s\",\n",
                 p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32");
@@ -272,6 +347,19 @@ static int nemo_split(const struct export *x, int *first, int *last)
     return *first != 0 && *last != 0;
 }
 
+/* Tensor and sequence parallelism, the distributed optimizer (optim.name, the rest of optim
+ * left to the user's config) and the attention kernel Megatron-core runs. */
+static void nemo_parallel(FILE *f, const struct plan *p, int shard)
+{
+    fprintf(f, "  tensor_model_parallel_size: %d\n", p->stages[0].tp);
+    if (p->stages[0].tp > 1)
+        fprintf(f, "  sequence_parallel: True\n");
+    if (states_attention(p))
+        fprintf(f, "  attention_backend: %s\n", flash(p) ? "flash" : "unfused");
+    if (shard)
+        fprintf(f, "  optim:\n    name: distributed_fused_adam\n");
+}
+
 /* NeMo's megatron_gpt_config.yaml overrides, on the Megatron-core model (mcore_gpt): its
  * recompute settings become Megatron-core's one recompute_num_layers for every stage, and
  * only the first and last stage's blocks may differ from the even share. */
@@ -279,6 +367,8 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
 {
     const struct plan *p = x->p;
     int S = p->n_stages, first, last;
+    if (one_tp(p, "nemo", "NeMo", e))
+        return e->code;
     if (!nemo_split(x, &first, &last)) {
         char split[512];
         int n = 0;
@@ -300,12 +390,14 @@ static int export_nemo(FILE *f, struct export *x, struct err *e)
     if (sel)
         selective_note(x, "NeMo");
     header(f, p, "#");
+    launch_line(f, p, "NeMo");
     if (p->model.kind != MODEL_KIND_CUSTOM)
         fprintf(f, "trainer:\n  precision: %s\n",
                 p->model.dtype == MODEL_DTYPE_BF16 ? "bf16" : "32");
     else
         precision_note(x, "NeMo", "trainer.precision: bf16");
     fprintf(f, "model:\n  mcore_gpt: True\n  pipeline_model_parallel_size: %d\n", S);
+    nemo_parallel(f, p, x->shard);
     if (first >= 0)
         fprintf(f, "  num_layers_in_first_pipeline_stage: %d\n", first);
     if (last >= 0)
@@ -497,12 +589,28 @@ static void megatron_offload_args(FILE *f, int *first, const struct megatron_off
         megatron_arg(f, first, "--activation-offload-fraction %s", mo->text);
 }
 
+/* Tensor parallelism with sequence parallelism (the cost model's), the distributed optimizer
+ * for a sharded one and the attention kernel the plan was made for (unfused keeps the
+ * probabilities as a materialized plan does; flash, the log-sum-exp). */
+static void megatron_parallel_args(FILE *f, int *first, const struct plan *p, int shard)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%d%s", p->stages[0].tp,
+             p->stages[0].tp > 1 ? " --sequence-parallel" : "");
+    megatron_arg(f, first, "--tensor-model-parallel-size %s", num);
+    if (shard)
+        megatron_arg(f, first, "--use-distributed-optimizer%s", "");
+    if (states_attention(p))
+        megatron_arg(f, first, "--attention-backend %s", flash(p) ? "flash" : "unfused");
+}
+
 static int export_megatron(FILE *f, struct export *x, struct err *e)
 {
     const struct plan *p = x->p;
     int S = p->n_stages, sel = selective(x);
     struct megatron_offload mo;
-    if (megatron_offload(x, &mo, e) || (mo.offloads && megatron_margin(x, e)))
+    if (one_tp(p, "megatron", "Megatron-LM", e) || megatron_offload(x, &mo, e) ||
+        (mo.offloads && megatron_margin(x, e)))
         return e->code;
     common_notes(x, "Megatron-LM");
     if (!sel && x->most > 0)
@@ -526,6 +634,7 @@ static int export_megatron(FILE *f, struct export *x, struct err *e)
         n += snprintf(layout + n, sizeof layout - (size_t)n, "%s%s%s%s", sep, embed, num, loss);
     }
     header(f, p, "#");
+    launch_line(f, p, "Megatron-LM");
     if (mo.offloads)
         fprintf(f, "# with Transformer Engine >= 2.10 set NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM "
                    "asserts it for fine-grained activation offloading)\n");
@@ -536,6 +645,7 @@ static int export_megatron(FILE *f, struct export *x, struct err *e)
     snprintf(num, sizeof num, "%d", S);
     megatron_arg(f, &first, "--pipeline-model-parallel-size %s", num);
     megatron_arg(f, &first, "--pipeline-model-parallel-layout \"%s\"", layout);
+    megatron_parallel_args(f, &first, p, x->shard);
     if (p->model.kind == MODEL_KIND_CUSTOM)
         precision_note(x, "Megatron-LM", "--bf16");
     else if (p->model.dtype == MODEL_DTYPE_BF16)
@@ -566,20 +676,46 @@ static int export_megatron(FILE *f, struct export *x, struct err *e)
  * recompute_num_layers_per_stage_micro_batch, the blocks each stage recomputes: the plan's
  * per-stage counts exactly, blocks recomputed in part counted whole. Its launcher turns
  * system: into arguments (nested sections flattened, lists spread). */
+/* Whether stage s ends a process mesh: the next stage is of another device or tp. */
+static int mesh_ends(const struct plan *p, int s)
+{
+    return s == p->n_stages - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0 ||
+           p->stages[s].tp != p->stages[s + 1].tp;
+}
+
 static void flagscale_meshes(FILE *f, const struct plan *p)
 {
     int S = p->n_stages;
     fprintf(f, "    hetero_process_meshes: [");
     for (int s = 0, first = 0, n = 0; s < S; s++) /* tp, cp, ep, dp, pp per mesh */
-        if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0) {
-            fprintf(f, "%s1, 1, 1, 1, %d", n++ ? ", " : "", s + 1 - first);
+        if (mesh_ends(p, s)) {
+            fprintf(f, "%s%d, 1, 1, %d, %d", n++ ? ", " : "", p->stages[s].tp, p->stages[s].dp,
+                    s + 1 - first);
             first = s + 1;
         }
     fprintf(f, "]\n    hetero_device_types: [");
     for (int s = 0, n = 0; s < S; s++)
-        if (s == S - 1 || strcmp(p->stages[s].device, p->stages[s + 1].device) != 0)
+        if (mesh_ends(p, s))
             fprintf(f, "%s\"%s\"", n++ ? ", " : "", p->stages[s].device);
     fprintf(f, "]\n");
+}
+
+/* Sequence parallelism where a mesh has tp (FlagScale turns it off per mesh of tp 1), the
+ * distributed optimizer, the attention kernel. */
+static void flagscale_parallel(FILE *f, const struct plan *p, int shard)
+{
+    int tp = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        tp = tp || p->stages[s].tp > 1;
+    if (tp)
+        fprintf(f, "  sequence_parallel: True\n");
+    if (shard)
+        fprintf(f, "  use_distributed_optimizer: True\n");
+    /* Ballast's GPT and Llama heads have their own weights (sizes.c lm_w); tied, FlagScale
+     * would assert the first and last mesh's tp equal */
+    if (states_attention(p))
+        fprintf(f, "  attention_backend: %s\n  untie_embeddings_and_output_weights: True\n",
+                flash(p) ? "flash" : "unfused");
 }
 
 static int export_flagscale(FILE *f, struct export *x)
@@ -596,6 +732,7 @@ static int export_flagscale(FILE *f, struct export *x)
     list(f, x, 0);
     fprintf(f, "\n");
     flagscale_meshes(f, p);
+    flagscale_parallel(f, p, x->shard);
     if (p->model.kind == MODEL_KIND_CUSTOM)
         precision_note(x, "FlagScale", "system.precision.bf16: True");
     else if (p->model.dtype == MODEL_DTYPE_BF16)
@@ -670,7 +807,8 @@ static int refuse_host_optimizer(const struct plan *p, const char *format, struc
                             : "it has no setting for");
 }
 
-int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e)
+int planner_export(FILE *f, const struct plan *p, const char *format, int shard_optimizer,
+                   struct err *e)
 {
     int S = p->n_stages;
     if (S < 1)
@@ -678,14 +816,14 @@ int planner_export(FILE *f, const struct plan *p, const char *format, struct err
     if ((strcmp(format, "megatron") != 0 && refuse_offload(p, format, e)) ||
         refuse_host_optimizer(p, format, e))
         return e->code;
-    struct export x = {.p = p, .note = stderr};
+    struct export x = {.p = p, .shard = shard_optimizer, .note = stderr};
     x.c = calloc((size_t)S, sizeof *x.c);
     if (x.c == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     count(&x);
     int rc;
     if (strcmp(format, "colossalai") == 0)
-        rc = export_colossalai(f, &x);
+        rc = export_colossalai(f, &x, e);
     else if (strcmp(format, "nemo") == 0)
         rc = export_nemo(f, &x, e);
     else if (strcmp(format, "megatron") == 0)

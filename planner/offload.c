@@ -375,7 +375,9 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     c->layers = calloc((size_t)n, sizeof *c->layers);
     if (c->layers == NULL)
         return ERR_FAIL;
-    c->sim = (struct sim_stage){.out_bytes = st->layers[n - 1].out_bytes, .link = st->link};
+    c->sim = (struct sim_stage){.out_bytes = st->layers[n - 1].out_bytes, .link = st->link,
+                                .allreduce_ms = cost_dp_allreduce_ms(&st->dp_link, st->dp,
+                                                                     st->allreduce_bytes)};
     for (int l = 0; l < n; l++) {
         const struct cost_row *r = &c->rows[l];
         double copy = r->host_bytes > 0 ? link_transfer_ms(&st->host_link, r->host_bytes) : 0;

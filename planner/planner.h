@@ -81,9 +81,12 @@ void planner_print_offload(FILE *f, const struct plan *p);
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e);
 
-/* The plan as ColossalAI, NeMo or Megatron-LM settings ("colossalai", "nemo", "megatron"),
- * only with keys the framework accepts; what it runs differently is said on standard error,
- * and a split it cannot take is refused (ERR_INPUT). */
-int planner_export(FILE *f, const struct plan *p, const char *format, struct err *e);
+/* The plan as ColossalAI, NeMo, Megatron-LM or FlagScale settings ("colossalai", "nemo",
+ * "megatron", "flagscale"), only with keys the framework accepts; what it runs differently is
+ * said on standard error, and a split (or tp) it cannot take is refused (ERR_INPUT).
+ * shard_optimizer: the cluster's (plans do not carry it), exported as the distributed
+ * optimizer. */
+int planner_export(FILE *f, const struct plan *p, const char *format, int shard_optimizer,
+                   struct err *e);
 
 #endif

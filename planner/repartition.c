@@ -178,12 +178,20 @@ static double transfer_ms(const struct search *s, int k, int last)
     return 2 * link_transfer_ms(&p->link, s->c->profiles[p->profile].layers[last].out_bytes);
 }
 
-/* The optimizer step position k takes on the device after its last backward, holding
- * first..last: the simulator's (the host optimizer is chosen after the search). */
-static double tail_ms(const struct search *s, int k, int first, int last)
+/* The optimizer step position k takes on the device holding first..last: the simulator's
+ * (the host optimizer is chosen after the search). */
+static double optimizer_ms(const struct search *s, int k, int first, int last)
 {
     const double *opt = s->opt_prefix[s->pos[k].profile];
     return opt[last + 1] - opt[first];
+}
+
+/* What position k runs after its last backward: its gradients' all-reduce over its data
+ * parallel replicas, then its optimizer step. */
+static double tail_ms(const struct search *s, int k, int first, int last)
+{
+    return cluster_allreduce_ms(s->c, s->pos[k].stage, first, last) +
+           optimizer_ms(s, k, first, last);
 }
 
 /* Backwards position k runs after its last forward: W + 1 in 1F1B with W = S-k-1 warm-up
@@ -495,7 +503,8 @@ static void leaf(struct search *s, const int *order)
         st->recompute_ms = rc->recompute_ms;
         st->out_bytes = s->c->profiles[p->profile].layers[last].out_bytes;
         st->link = k + 1 < s->S ? p->link : (struct link){0};
-        st->optimizer_ms = tail_ms(s, k, first, last);
+        st->allreduce_ms = cluster_allreduce_ms(s->c, p->stage, first, last);
+        st->optimizer_ms = optimizer_ms(s, k, first, last);
         memory += rc->memory_bytes;
     }
     double ms;

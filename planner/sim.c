@@ -18,9 +18,9 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                        S, M, (long long)S * M, (long long)SIM_CELLS_MAX);
     for (int s = 0; s < S; s++) {
         const struct sim_stage *st = &stages[s];
-        double t[3] = {st->fwd_ms, st->bwd_ms, st->recompute_ms};
-        static const char *const names[3] = {"fwd_ms", "bwd_ms", "recompute_ms"};
-        for (int k = 0; k < 3; k++)
+        double t[4] = {st->fwd_ms, st->bwd_ms, st->recompute_ms, st->allreduce_ms};
+        static const char *const names[4] = {"fwd_ms", "bwd_ms", "recompute_ms", "allreduce_ms"};
+        for (int k = 0; k < 4; k++)
             if (!(isfinite(t[k]) && t[k] >= 0))
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
@@ -187,9 +187,10 @@ static double backward_layers(struct sim_state *st, int s, int p, int m, double 
     return t;
 }
 
-/* The host step of stage s after its last backward (ended at `end`): per layer, last to
- * first, gradients down from the end of its backward, AdamW on the host threads, parameters
- * up; returns when the last parameters have landed (at least `end`). */
+/* The host step of stage s once its gradients are final at `end` (its last backward, and with
+ * data-parallel replicas their all-reduce): per layer, last to first, gradients down from the
+ * end of its backward (from `end` when the replicas reduce them), AdamW on the host threads,
+ * parameters up; returns when the last parameters have landed (at least `end`). */
 static double host_step(struct sim_state *st, int s, double end)
 {
     const struct sim_stage *c = &st->stages[s];
@@ -198,7 +199,8 @@ static double host_step(struct sim_state *st, int s, double end)
     for (int j = 0; j < c->n_layers; j++) {
         int l = c->n_layers - 1 - j;
         const struct sim_layer *y = &c->layers[l];
-        double landed = copy(st, s, l, SIM_GRAD_COPY, h->bwd_end[l], y->grad_ms);
+        double final = c->allreduce_ms > 0 ? end : h->bwd_end[l];
+        double landed = copy(st, s, l, SIM_GRAD_COPY, final, y->grad_ms);
         double start = landed > h->update_free ? landed : h->update_free;
         h->update_free = start + y->update_ms;
         add_task(st, s, l, SIM_HOST_UPDATE, start, h->update_free);
@@ -272,8 +274,9 @@ static int step(struct sim_state *st, int s)
         if (s > 0)
             st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
     }
-    if (st->next[s] == 2 * M - 1) /* the step's last backward */
-        st->free_ms[s] = optimizer_step(st, s, st->free_ms[s]);
+    if (st->next[s] == 2 * M - 1) /* the step's last backward, the gradients' all-reduce over
+                                     * the data-parallel replicas, then the optimizer step */
+        st->free_ms[s] = optimizer_step(st, s, st->free_ms[s] + c->allreduce_ms);
     st->next[s]++;
     return 1;
 }
@@ -367,7 +370,7 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
         }
     }
     out->iteration_ms = 0;
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < S; s++) /* free_ms: the end of the stage's optimizer step */
         if (st.free_ms[s] > out->iteration_ms)
             out->iteration_ms = st.free_ms[s];
 done:
@@ -516,7 +519,11 @@ int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
 {
     int n = plan_stage_layer_count(ps);
-    *out = (struct sim_stage){.out_bytes = ps->layers[n - 1].out_bytes, .link = ps->link};
+    *out = (struct sim_stage){
+        .out_bytes = ps->layers[n - 1].out_bytes,
+        .link = ps->link,
+        .allreduce_ms = cost_dp_allreduce_ms(&ps->dp_link, ps->dp, ps->allreduce_bytes),
+    };
     for (int l = 0; l < n; l++) {
         int64_t kept, transient;
         double recompute_ms;

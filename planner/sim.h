@@ -73,6 +73,11 @@ struct sim_stage {
     double fwd_ms;
     double bwd_ms;
     double recompute_ms;
+    /* Data parallelism: the pipeline is one of dp identical replicas; once the stage's own
+     * last backward has ended it all-reduces its gradients with its replicas for this long
+     * (cost_dp_allreduce_ms), overlapping the other stages' drain. The step ends when every
+     * stage's reduction has: iteration = max over stages of (last backward end + this). */
+    double allreduce_ms;
     int64_t out_bytes; /* crosses to the next stage (and its gradient back) */
     struct link link;  /* to the next stage */
     int n_layers;      /* > 0: the stage offloads or hosts its optimizer: layer by layer */

@@ -101,6 +101,11 @@ cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
         cJSON_AddNumberToObject(so, "bwd_ms", t.bwd_ms);
         cJSON_AddNumberToObject(so, "recompute_ms", t.recompute_ms);
         cJSON_AddNumberToObject(so, "send_ms", t.send_ms);
+        const struct plan_stage *ps = &p->stages[s];
+        if (ps->dp > 1) /* after the stage's last backward, overlapping the others' drain */
+            cJSON_AddNumberToObject(so, "allreduce_ms",
+                                    cost_dp_allreduce_ms(&ps->dp_link, ps->dp,
+                                                         ps->allreduce_bytes));
         if (plan_stage_offloads(&p->stages[s])) {
             cJSON_AddNumberToObject(so, "copy_out_ms", t.copy_out_ms);
             cJSON_AddNumberToObject(so, "copy_in_ms", t.copy_in_ms);

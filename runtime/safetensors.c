@@ -43,9 +43,46 @@ static const struct st_name st_names[] = {
 static const char *const st_dtype_names[] = {"F32", "BF16"};
 static const int st_dtype_bytes[] = {4, 2};
 
-/* Parameter k of layer L as the file names and shapes it (shape in the file's layout). */
-static int describe(const struct model *m, const struct layer_layout *L, int k,
-                    struct st_tensor *t, const struct st_name **which, struct err *e)
+#define ST_PIECES_MAX 3
+
+/* Llama's names (LlamaForCausalLM's, after "model.layers.{i}." in a block). Ballast fuses q, k
+ * and v into qkv_w and gate over up into fc_w, row blocks of one (out, in) matrix: each block
+ * is its own file tensor, none transposed. */
+struct st_llama_name {
+    const char *ballast, *hf[ST_PIECES_MAX];
+};
+
+static const struct st_llama_name st_llama_names[] = {
+    {"wte", {"model.embed_tokens.weight"}},
+    {"ln1_w", {"input_layernorm.weight"}},
+    {"qkv_w", {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+    {"proj_w", {"self_attn.o_proj.weight"}},
+    {"ln2_w", {"post_attention_layernorm.weight"}},
+    {"fc_w", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+    {"fcproj_w", {"mlp.down_proj.weight"}},
+    {"lnf_w", {"model.norm.weight"}},
+    {"lm_w", {"lm_head.weight"}},
+};
+
+/* One parameter as the file holds it: n tensors (row blocks of Ballast's matrix, in order),
+ * Conv1D-transposed (GPT's, n 1), whether the file may hold more rows (wpe: more positions),
+ * and the tensor to read when lm_head.weight is missing (Hugging Face leaves it out of a
+ * tied model). */
+struct st_param {
+    struct st_tensor t[ST_PIECES_MAX];
+    int n, transposed, more_rows;
+    const char *tied;
+};
+
+static void shape_2d(struct st_tensor *t, int64_t rows, int64_t cols)
+{
+    t->ndim = 2;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+}
+
+static int describe_gpt(const struct model *m, const struct layer_layout *L, int k,
+                        struct st_param *p, struct err *e)
 {
     const struct st_name *n = NULL;
     for (size_t i = 0; i < sizeof st_names / sizeof st_names[0]; i++)
@@ -54,21 +91,71 @@ static int describe(const struct model *m, const struct layer_layout *L, int k,
     if (n == NULL)
         return err_set(e, ERR_INPUT, "parameter %s of layer %d has no safetensors name",
                        L->params[k].name, L->layer);
-    memset(t, 0, sizeof *t);
+    struct st_tensor *t = &p->t[0];
+    p->n = 1;
+    p->transposed = n->transposed;
+    p->more_rows = strcmp(n->ballast, "wpe") == 0;
+    p->tied = "wte.weight";
     if (L->kind == MODEL_LAYER_BLOCK)
         snprintf(t->name, sizeof t->name, "h.%d.%s", L->layer - 1, n->hf);
     else
         snprintf(t->name, sizeof t->name, "%s", n->hf);
     int64_t elems = L->params[k].elems;
-    t->ndim = n->cols_c == 0 ? 1 : 2;
+    t->ndim = 1;
     t->shape[0] = elems;
     if (n->cols_c != 0) {
         int64_t cols = (int64_t)n->cols_c * m->n_embd, rows = elems / cols;
-        t->shape[0] = n->transposed ? cols : rows;
-        t->shape[1] = n->transposed ? rows : cols;
+        shape_2d(t, n->transposed ? cols : rows, n->transposed ? rows : cols);
     }
-    *which = n;
     return ERR_OK;
+}
+
+static int describe_llama(const struct model *m, const struct layer_layout *L, int k,
+                          struct st_param *p, struct err *e)
+{
+    const struct st_llama_name *n = NULL;
+    for (size_t i = 0; i < sizeof st_llama_names / sizeof st_llama_names[0]; i++)
+        if (strcmp(st_llama_names[i].ballast, L->params[k].name) == 0)
+            n = &st_llama_names[i];
+    if (n == NULL)
+        return err_set(e, ERR_INPUT, "parameter %s of layer %d has no safetensors name",
+                       L->params[k].name, L->layer);
+    int64_t hs = m->n_embd / m->n_head, F = m->ffn_hidden, elems = L->params[k].elems;
+    int64_t qkv_rows[] = {m->n_head * hs, m->n_kv_head * hs, m->n_kv_head * hs};
+    int64_t fc_rows[] = {F, F};
+    const int64_t *rows = strcmp(n->ballast, "qkv_w") == 0  ? qkv_rows
+                          : strcmp(n->ballast, "fc_w") == 0 ? fc_rows
+                                                            : NULL;
+    int64_t cols = strcmp(n->ballast, "fcproj_w") == 0 ? F : m->n_embd;
+    int vector = strstr(n->ballast, "ln") == n->ballast;
+    p->n = 0;
+    p->tied = "model.embed_tokens.weight";
+    for (int i = 0; i < ST_PIECES_MAX && n->hf[i] != NULL; i++) {
+        struct st_tensor *t = &p->t[p->n++];
+        if (L->kind == MODEL_LAYER_BLOCK)
+            snprintf(t->name, sizeof t->name, "model.layers.%d.%s", L->layer - 1, n->hf[i]);
+        else
+            snprintf(t->name, sizeof t->name, "%s", n->hf[i]);
+        t->ndim = 1;
+        t->shape[0] = elems;
+        if (!vector)
+            shape_2d(t, rows != NULL ? rows[i] : elems / cols, cols);
+    }
+    return ERR_OK;
+}
+
+/* Parameter k of layer L as the file names and shapes it (shapes in the file's layout). */
+static int describe(const struct model *m, const struct layer_layout *L, int k,
+                    struct st_param *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    return m->kind == MODEL_KIND_LLAMA ? describe_llama(m, L, k, p, e)
+                                       : describe_gpt(m, L, k, p, e);
+}
+
+static int64_t elems_of(const struct st_tensor *t)
+{
+    return t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
 }
 
 /* (rows, cols) to (cols, rows), elements of `es` bytes. */
@@ -86,7 +173,7 @@ int st_stage_collect(struct stage_runner *r, struct st_tensor **t, int *n, char 
     const struct stage_layout *lay = &r->lay;
     int bf16 = lay->dtype == MODEL_DTYPE_BF16, es = bf16 ? 2 : 4, count = 0;
     for (int li = 0; li < lay->n_layers; li++)
-        count += lay->layers[li].n_params;
+        count += lay->layers[li].n_params * ST_PIECES_MAX;
     *t = calloc((size_t)count, sizeof **t);
     *blob = malloc((size_t)(lay->param_count * es) + 1);
     char *tmp = NULL;
@@ -98,27 +185,32 @@ int st_stage_collect(struct stage_runner *r, struct st_tensor **t, int *n, char 
     for (int li = 0; li < lay->n_layers && rc == ERR_OK; li++) {
         const struct layer_layout *L = &lay->layers[li];
         for (int k = 0; k < L->n_params && rc == ERR_OK; k++) {
-            struct st_tensor *d = &(*t)[(*n)++];
-            const struct st_name *nm;
-            if ((rc = describe(r->c.model, L, k, d, &nm, e)))
+            struct st_param p;
+            if ((rc = describe(r->c.model, L, k, &p, e)))
                 break;
-            d->dtype = bf16 ? ST_BF16 : ST_F32;
-            d->offset = at;
-            d->bytes = L->params[k].elems * es;
-            at += d->bytes;
+            char *dst = *blob + at;
+            for (int i = 0; i < p.n; i++) { /* the pieces' bytes follow each other */
+                struct st_tensor *d = &(*t)[(*n)++];
+                *d = p.t[i];
+                d->dtype = bf16 ? ST_BF16 : ST_F32;
+                d->offset = at;
+                d->bytes = elems_of(d) * es;
+                at += d->bytes;
+            }
             int64_t from = bf16 ? L->weight_off[k] : lay->master_at + L->param_off[k];
-            if (!nm->transposed) {
-                rc = stage_state_get(r, from, *blob + d->offset, d->bytes, e);
+            int64_t bytes = L->params[k].elems * es;
+            if (!p.transposed) {
+                rc = stage_state_get(r, from, dst, bytes, e);
                 continue;
             }
             free(tmp);
-            if ((tmp = malloc((size_t)d->bytes)) == NULL) {
-                rc = err_set(e, ERR_FAIL, "out of memory collecting %s", d->name);
+            if ((tmp = malloc((size_t)bytes)) == NULL) {
+                rc = err_set(e, ERR_FAIL, "out of memory collecting %s", p.t[0].name);
                 break;
             }
-            rc = stage_state_get(r, from, tmp, d->bytes, e);
+            rc = stage_state_get(r, from, tmp, bytes, e);
             if (rc == ERR_OK) /* Ballast's (out, in) as the file's [in, out] */
-                transpose(*blob + d->offset, tmp, d->shape[1], d->shape[0], es);
+                transpose(dst, tmp, p.t[0].shape[1], p.t[0].shape[0], es);
         }
     }
     free(tmp);
@@ -286,15 +378,15 @@ static void st_close(struct st_file *f)
         munmap(f->map, (size_t)f->size);
 }
 
-/* The file's tensor for `want` (dtype and shape checked; wpe may hold more positions than the
- * model uses: the first ones are taken) as fp32 in `want`'s layout. */
+/* The file's tensor for `want`, piece of `p` (dtype and shape checked; wpe may hold more
+ * positions than the model uses: the first ones are taken) as fp32 in Ballast's layout. */
 static int read_tensor(const struct st_file *f, const struct st_tensor *want,
-                       const struct st_name *nm, float *out, float *tmp, struct err *e)
+                       const struct st_param *p, float *out, float *tmp, struct err *e)
 {
     const char *name = want->name;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(f->header, name);
     if (o == NULL && strcmp(name, "lm_head.weight") == 0) /* tied, as Hugging Face saves it */
-        o = cJSON_GetObjectItemCaseSensitive(f->header, name = "wte.weight");
+        o = cJSON_GetObjectItemCaseSensitive(f->header, name = p->tied);
     if (o == NULL)
         return err_set(e, ERR_INPUT, "%s: %s: missing", f->name, want->name);
     const char *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype")->valuestring;
@@ -303,7 +395,7 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
         return err_set(e, ERR_INPUT, "%s: %s.dtype: \"%s\", expected F32 or BF16", f->name,
                        name, dt);
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
-    int ndim = cJSON_GetArraySize(shape), more_rows = strcmp(nm->ballast, "wpe") == 0;
+    int ndim = cJSON_GetArraySize(shape), more_rows = p->more_rows;
     int64_t got[2] = {json_int(cJSON_GetArrayItem(shape, 0)),
                       json_int(cJSON_GetArrayItem(shape, 1))};
     int fits = ndim == want->ndim && (more_rows ? got[0] >= want->shape[0]
@@ -325,7 +417,7 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
     int64_t begin = json_int(cJSON_GetArrayItem(off, 0)),
             end = json_int(cJSON_GetArrayItem(off, 1));
-    int64_t elems = want->ndim == 2 ? want->shape[0] * want->shape[1] : want->shape[0];
+    int64_t elems = elems_of(want);
     int64_t stored = got[0] * (ndim == 2 ? got[1] : 1);
     if (end - begin != stored * st_dtype_bytes[dtype])
         return err_set(e, ERR_INPUT,
@@ -334,7 +426,7 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
                        f->name, name, (long long)(end - begin), dt, (long long)stored,
                        (long long)(stored * st_dtype_bytes[dtype]));
     const unsigned char *src = f->map + f->data_at + begin;
-    float *dst = nm->transposed ? tmp : out;
+    float *dst = p->transposed ? tmp : out;
     for (int64_t i = 0; i < elems; i++) {
         if (dtype == ST_F32) {
             memcpy(&dst[i], src + 4 * i, 4);
@@ -344,7 +436,7 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
             dst[i] = bf16_to_float(h);
         }
     }
-    if (nm->transposed) /* the file's [in, out] as Ballast's (out, in) */
+    if (p->transposed) /* the file's [in, out] as Ballast's (out, in) */
         transpose(out, tmp, want->shape[0], want->shape[1], 4);
     return ERR_OK;
 }
@@ -379,11 +471,11 @@ int st_stage_load(struct stage_runner *r, const char *file, struct err *e)
     for (int li = 0; li < r->lay.n_layers && rc == ERR_OK; li++) {
         const struct layer_layout *L = &r->lay.layers[li];
         for (int k = 0; k < L->n_params && rc == ERR_OK; k++) {
-            struct st_tensor want;
-            const struct st_name *nm;
-            rc = describe(r->c.model, L, k, &want, &nm, e);
-            if (rc == ERR_OK)
-                rc = read_tensor(&f, &want, nm, v, tmp, e);
+            struct st_param p;
+            int64_t at = 0; /* the pieces are row blocks of one matrix */
+            rc = describe(r->c.model, L, k, &p, e);
+            for (int i = 0; i < p.n && rc == ERR_OK; at += elems_of(&p.t[i++]))
+                rc = read_tensor(&f, &p.t[i], &p, v + at, tmp, e);
             if (rc == ERR_OK)
                 rc = put_param(r, L, k, v, half, e);
         }

@@ -12,7 +12,15 @@
  * c_attn, c_proj and c_fc as Conv1D, [in, out]; Ballast as (out, in) (models/sizes.c): those
  * are transposed on the way in and out. An fp32 model's file holds F32, a bf16 model's BF16
  * (the weights it computes with); either loads into either (BF16 widened exactly, F32 rounded
- * to nearest even for a bf16 model's compute copy; master weights keep the file's values). */
+ * to nearest even for a bf16 model's compute copy; master weights keep the file's values).
+ *
+ * A Llama takes LlamaForCausalLM's names: model.embed_tokens.weight,
+ * model.layers.{i}.input_layernorm.weight, .self_attn.{q,k,v,o}_proj.weight,
+ * .post_attention_layernorm.weight, .mlp.{gate,up,down}_proj.weight, model.norm.weight,
+ * lm_head.weight (missing: model.embed_tokens.weight's values, a tied model). All are
+ * (out, in) as Ballast keeps them; Ballast's fused qkv_w and fc_w are q, k, v and gate, up
+ * stacked by rows, so each row block is its own tensor in the file. Hugging Face's q_proj and
+ * k_proj rotate pairs (i, i + head_size/2), as Ballast's rotary kernels do. */
 #ifndef BALLAST_SAFETENSORS_H
 #define BALLAST_SAFETENSORS_H
 

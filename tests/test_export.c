@@ -21,6 +21,7 @@ struct counts {
     int recompute[MAX_STAGES]; /* whole or in part */
     int partial[MAX_STAGES];   /* in part: a recompute option */
     int attn, mlp;             /* blocks whose option recomputes the attention, the MLP */
+    int tp[MAX_STAGES], dp[MAX_STAGES]; /* absent from the plan: 1 */
 };
 
 /* The first and last block's layer: a GPT's embedding and head are not blocks; every layer
@@ -57,6 +58,9 @@ static void plan_counts(const char *plan_file, struct counts *c)
         int last = cJSON_GetArrayItem(range, 1)->valueint;
         int lo = first < b_lo ? b_lo : first, hi = last > b_hi ? b_hi : last;
         c->blocks[c->n] = hi >= lo ? hi - lo + 1 : 0;
+        const cJSON *tp = cJSON_GetObjectItem(st, "tp"), *dp = cJSON_GetObjectItem(st, "dp");
+        c->tp[c->n] = tp ? tp->valueint : 1;
+        c->dp[c->n] = dp ? dp->valueint : 1;
         c->recompute[c->n] = 0;
         c->partial[c->n] = 0;
         cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "recompute"))
@@ -135,6 +139,7 @@ struct run {
     char *out, *err;
     struct counts c;
     int bf16, gpipe, micro_batches, custom;
+    int flash, shard; /* the model's attention is flash; the cluster's shard_optimizer */
     /* per stage: what keeping its recomputed embed or head adds, the plan's bytes, the limit */
     double more[MAX_STAGES], memory[MAX_STAGES], limit[MAX_STAGES];
 };
@@ -184,13 +189,14 @@ static void run_export(const char *cluster, const char *extra, const char *forma
     char args[2048];
     const char *plan = test_path("export-plan.json");
     remove(plan);
-    snprintf(args, sizeof args, "plan --cluster '%s%s' %s --export %s -o '%s'", CONFIGS, cluster,
-             extra, format, plan);
+    char file[1024];
+    snprintf(file, sizeof file, "%s%s", cluster[0] == '/' ? "" : CONFIGS, cluster);
+    snprintf(args, sizeof args, "plan --cluster '%s' %s --export %s -o '%s'", file, extra,
+             format, plan);
     r->rc = test_run(args, &r->out, &r->err);
     CU_ASSERT_FATAL(r->out && r->err);
     /* the plan itself, for the counts, also where the export was refused */
-    snprintf(args, sizeof args, "plan --cluster '%s%s' %s --quiet -o '%s'", CONFIGS, cluster,
-             extra, plan);
+    snprintf(args, sizeof args, "plan --cluster '%s' %s --quiet -o '%s'", file, extra, plan);
     CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
     plan_counts(plan, &r->c);
     char *text = test_read(plan);
@@ -200,6 +206,13 @@ static void run_export(const char *cluster, const char *extra, const char *forma
     const cJSON *dtype = cJSON_GetObjectItem(model, "dtype");
     const cJSON *kind = cJSON_GetObjectItem(model, "kind");
     r->custom = kind != NULL && strcmp(kind->valuestring, "custom") == 0;
+    const cJSON *attention = cJSON_GetObjectItem(model, "attention");
+    r->flash = attention != NULL && strcmp(attention->valuestring, "flash") == 0;
+    text = test_read(file);
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    r->shard = cJSON_IsTrue(cJSON_GetObjectItem(c, "shard_optimizer"));
+    cJSON_Delete(c);
     r->bf16 = dtype != NULL && strcmp(dtype->valuestring, "bf16") == 0;
     r->gpipe = strcmp(cJSON_GetObjectItem(p, "schedule")->valuestring, "gpipe") == 0;
     r->micro_batches = cJSON_GetObjectItem(p, "micro_batches")->valueint;
@@ -244,13 +257,56 @@ static int total(const int *v, int n)
     return t;
 }
 
+/* Megatron-LM, NeMo and ColossalAI take one tp for every stage: a plan whose stages differ is
+ * refused (exit 2, nothing written) naming the first that differs and both numbers; 1 when it
+ * was. */
+static int refused_tp(const struct run *r)
+{
+    int s = 1;
+    while (s < r->c.n && r->c.tp[s] == r->c.tp[0])
+        s++;
+    if (s == r->c.n)
+        return 0;
+    char want[160];
+    snprintf(want, sizeof want, "stage %d has tp %d and stage 0 tp %d", s, r->c.tp[s],
+             r->c.tp[0]);
+    CU_ASSERT_EQUAL(r->rc, 2);
+    CU_ASSERT(strstr(r->err, want) != NULL);
+    CU_ASSERT(r->out[0] == '\0');
+    return 1;
+}
+
+/* The GPUs to launch on, tp x pp x dp, which the framework turns into dp. */
+static void check_launch(const struct run *r)
+{
+    char want[128];
+    snprintf(want, sizeof want, "# launch on %d GPUs (tp %d, pp %d, dp %d);",
+             r->c.tp[0] * r->c.n * r->c.dp[0], r->c.tp[0], r->c.n, r->c.dp[0]);
+    CU_ASSERT(strstr(r->out, want) != NULL);
+}
+
 /* ColossalAI: every keyword of HybridParallelPlugin(...) one its __init__ takes; GPT-2's
  * forward recomputes all of a stage's blocks or none, said on stderr when that is more. */
 static void check_colossalai(const char *cluster, const char *extra)
 {
     struct run r;
     run_export(cluster, extra, "colossalai", &r);
+    if (refused_tp(&r)) {
+        run_free(&r);
+        return;
+    }
     CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    check_launch(&r);
+    char tp[64];
+    snprintf(tp, sizeof tp, "\n    tp_size=%d,\n", r.c.tp[0]);
+    CU_ASSERT(strstr(r.out, tp) != NULL);
+    CU_ASSERT((strstr(r.out, "\n    enable_sequence_parallelism=True,\n    "
+                             "sequence_parallelism_mode=\"split_gather\",\n") != NULL) ==
+              (r.c.tp[0] > 1));
+    CU_ASSERT((strstr(r.out, "\n    zero_stage=1,\n") != NULL) == r.shard);
+    CU_ASSERT((strstr(r.out, "\n    enable_flash_attention=True,\n") != NULL) ==
+              (r.flash && !r.custom));
+    CU_ASSERT((strstr(r.err, "attn_implementation=\"eager\"") != NULL) == (!r.flash && !r.custom));
     const char *call = strstr(r.out, "plugin = HybridParallelPlugin(\n");
     CU_ASSERT_FATAL(call != NULL);
     int n_keys = 0;
@@ -308,6 +364,10 @@ static void check_nemo(const char *cluster, const char *extra)
 {
     struct run r;
     run_export(cluster, extra, "nemo", &r);
+    if (refused_tp(&r)) {
+        run_free(&r);
+        return;
+    }
     int S = r.c.n, middle_even = 1;
     for (int s = 2; s < S - 1; s++)
         middle_even = middle_even && r.c.blocks[s] == r.c.blocks[1];
@@ -329,8 +389,10 @@ static void check_nemo(const char *cluster, const char *extra)
         run_free(&r);
         return;
     }
-    char section[64] = "", key[64], value[128];
-    int pp = 0, first = -1, last = -1, num_layers = -1, n_keys = 0;
+    check_launch(&r);
+    char section[64] = "", sub[64] = "", key[64], value[128];
+    int pp = 0, first = -1, last = -1, num_layers = -1, n_keys = 0, tp = -1, sp = 0;
+    char backend[32] = "", optim[64] = "";
     char granularity[32] = "", method[32] = "", modules[128] = "";
     for (const char *line = r.out; *line; line = strchr(line, '\n') + 1) {
         if (line[0] == '#')
@@ -339,14 +401,30 @@ static void check_nemo(const char *cluster, const char *extra)
             CU_ASSERT_FATAL(sscanf(line, "%63[a-z_]:", section) == 1);
             continue;
         }
+        const char *eol = strchr(line, '\n');
+        if (eol[-1] == ':' && line[2] != ' ') { /* a section in model: (optim:) */
+            CU_ASSERT_FATAL(sscanf(line, " %63[a-z_]:", sub) == 1);
+            continue;
+        }
         CU_ASSERT_FATAL(sscanf(line, " %63[a-z_]: %127[^\n]", key, value) == 2);
         char full[160];
-        snprintf(full, sizeof full, "%s.%s", section, key);
+        if (strncmp(line, "    ", 4) == 0)
+            snprintf(full, sizeof full, "%s.%s.%s", section, sub, key);
+        else
+            snprintf(full, sizeof full, "%s.%s", section, key);
         CU_ASSERT(accepted("nemo", full, value[0] == '[' || isdigit((unsigned char)value[0]) ?
                                               NULL : value));
         n_keys++;
         if (strcmp(key, "pipeline_model_parallel_size") == 0)
             pp = atoi(value);
+        else if (strcmp(full, "model.tensor_model_parallel_size") == 0)
+            tp = atoi(value);
+        else if (strcmp(full, "model.sequence_parallel") == 0)
+            sp = strcmp(value, "True") == 0;
+        else if (strcmp(full, "model.attention_backend") == 0)
+            snprintf(backend, sizeof backend, "%s", value);
+        else if (strcmp(full, "model.optim.name") == 0)
+            snprintf(optim, sizeof optim, "%s", value);
         else if (strcmp(key, "num_layers_in_first_pipeline_stage") == 0)
             first = atoi(value);
         else if (strcmp(key, "num_layers_in_last_pipeline_stage") == 0)
@@ -362,6 +440,10 @@ static void check_nemo(const char *cluster, const char *extra)
     }
     CU_ASSERT(n_keys >= 4);
     CU_ASSERT(strstr(r.out, "  mcore_gpt: True\n") != NULL);
+    CU_ASSERT_EQUAL(tp, r.c.tp[0]);
+    CU_ASSERT_EQUAL(sp, r.c.tp[0] > 1);
+    CU_ASSERT(strcmp(backend, r.custom ? "" : r.flash ? "flash" : "unfused") == 0);
+    CU_ASSERT(strcmp(optim, r.shard ? "distributed_fused_adam" : "") == 0);
     const char *precision = r.bf16 ? "  precision: bf16\n" : "  precision: 32\n";
     if (r.custom) /* no dtype: the user's to set, and said */
         precision = "carries no dtype";
@@ -409,7 +491,21 @@ static void check_megatron(const char *cluster, const char *extra)
 {
     struct run r;
     run_export(cluster, extra, "megatron", &r);
+    if (refused_tp(&r)) {
+        run_free(&r);
+        return;
+    }
     CU_ASSERT_EQUAL_FATAL(r.rc, 0);
+    check_launch(&r);
+    char tp[64];
+    snprintf(tp, sizeof tp, "\n--tensor-model-parallel-size %d%s \\\n", r.c.tp[0],
+             r.c.tp[0] > 1 ? " --sequence-parallel" : "");
+    CU_ASSERT(strstr(r.out, tp) != NULL);
+    CU_ASSERT((strstr(r.out, " --sequence-parallel") != NULL) == (r.c.tp[0] > 1));
+    CU_ASSERT((strstr(r.out, "\n--use-distributed-optimizer") != NULL) == r.shard);
+    CU_ASSERT((strstr(r.out, "\n--attention-backend flash") != NULL) == (r.flash && !r.custom));
+    CU_ASSERT((strstr(r.out, "\n--attention-backend unfused") != NULL) ==
+              (!r.flash && !r.custom));
     CU_ASSERT(shell_continuations_clean(r.out));
     /* every flag one Megatron-LM takes, every value one of its choices */
     for (const char *at = strstr(r.out, "\n--"); at; at = strstr(at + 1, " --")) {
@@ -515,12 +611,23 @@ static void check_flagscale(const char *cluster, const char *extra)
     for (int s = 0; s < S; s++)
         CU_ASSERT_EQUAL(split[s], r.c.blocks[s]);
     CU_ASSERT_FATAL(n_mesh > 0 && n_mesh % 5 == 0);
-    int mesh_stages = 0;
-    for (int m = 0; m < n_mesh; m += 5) {
-        CU_ASSERT(meshes[m] == 1 && meshes[m + 1] == 1 && meshes[m + 2] == 1 && meshes[m + 3] == 1);
+    int mesh_stages = 0, any_tp = 0;
+    for (int m = 0; m < n_mesh; m += 5) { /* tp, cp, ep, dp, pp: each stage's tp and dp */
+        CU_ASSERT(meshes[m + 1] == 1 && meshes[m + 2] == 1);
+        for (int s = mesh_stages; s < mesh_stages + meshes[m + 4] && s < S; s++)
+            CU_ASSERT(meshes[m] == r.c.tp[s] && meshes[m + 3] == r.c.dp[s]);
+        any_tp = any_tp || meshes[m] > 1;
         mesh_stages += meshes[m + 4];
     }
     CU_ASSERT_EQUAL(mesh_stages, S);
+    CU_ASSERT((strstr(r.out, "\n  sequence_parallel: True\n") != NULL) == any_tp);
+    CU_ASSERT((strstr(r.out, "\n  use_distributed_optimizer: True\n") != NULL) == r.shard);
+    CU_ASSERT((strstr(r.out, "\n  attention_backend: flash\n") != NULL) == (r.flash && !r.custom));
+    CU_ASSERT((strstr(r.out, "\n  attention_backend: unfused\n") != NULL) ==
+              (!r.flash && !r.custom));
+    /* Ballast's heads are untied: FlagScale then takes any first and last tp */
+    CU_ASSERT((strstr(r.out, "\n  untie_embeddings_and_output_weights: True\n") != NULL) ==
+              !r.custom);
     CU_ASSERT((strstr(r.out, "    bf16: True\n") != NULL) == r.bf16);
     int partial = total(r.c.partial, S), recomputed = total(r.c.recompute, S);
     CU_ASSERT(selective == (recomputed == partial && partial > 0));
@@ -882,7 +989,7 @@ static int export_megatron(const struct plan *p, char **out, char **err_text)
     FILE *note = fopen(test_path("mo.err"), "w");
     CU_ASSERT_FATAL(f != NULL && note != NULL);
     stderr = note;
-    int rc = planner_export(f, p, "megatron", &e);
+    int rc = planner_export(f, p, "megatron", 0, &e);
     stderr = saved;
     fclose(f);
     if (rc)
@@ -998,6 +1105,96 @@ static void test_export_llama_precision(void)
     free(err);
 }
 
+/* cpu-3's cluster on `profile` with every stage of tp `tp` and dp `dp` (shard_optimizer when
+ * `shard`), written as `name`; stage `other` (-1: none) on device "cpu2" (the same profile,
+ * renamed) with tp `other_tp`. */
+static const char *tp_cluster(const char *name, int tp, int dp, int shard, int other,
+                              int other_tp, const char *profile)
+{
+    char *text = test_read(CONFIGS "clusters/cpu-3.json");
+    cJSON *c = cJSON_Parse(text), *st;
+    free(text);
+    text = test_read(profile);
+    cJSON *prof = cJSON_Parse(text);
+    free(text);
+    cJSON_SetValuestring(cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "device"), "name"),
+                         "cpu2");
+    char *s = cJSON_Print(prof), cpu2[1024];
+    snprintf(cpu2, sizeof cpu2, "%s", test_write("cpu2.json", s));
+    cJSON_free(s);
+    cJSON_Delete(prof);
+    int k = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(c, "stages"))
+    {
+        cJSON_SetValuestring(cJSON_GetObjectItem(st, "profile"), k == other ? cpu2 : profile);
+        if (k == other)
+            cJSON_SetValuestring(cJSON_GetObjectItem(st, "device"), "cpu2");
+        cJSON_AddNumberToObject(st, "tp", k == other ? other_tp : tp);
+        cJSON_AddNumberToObject(st, "dp", dp);
+        k++;
+    }
+    if (shard)
+        cJSON_AddTrueToObject(c, "shard_optimizer");
+    s = cJSON_Print(c);
+    const char *path = test_write(name, s);
+    cJSON_free(s);
+    cJSON_Delete(c);
+    return path;
+}
+
+/* Plans with tp and dp (cpu-3's GPT, 4 heads): every format's keys, the tp, sequence
+ * parallelism, the distributed optimizer and the meshes checked against the plan file
+ * (check_*); a tp per stage refused by Megatron-LM, NeMo and ColossalAI with the stage and
+ * both numbers, taken by FlagScale's meshes (Ballast's untied head lets the first and last
+ * tp differ). */
+static void test_export_tpdp(void)
+{
+    const char *cpu = CONFIGS "profiles/estimated/gpt-tiny/cpu.json";
+    char path[1024];
+    snprintf(path, sizeof path, "%s", tp_cluster("tp2dp2.json", 2, 2, 1, -1, 0, cpu));
+    check_all_formats(path, "");
+    snprintf(path, sizeof path, "%s", tp_cluster("tp4dp3.json", 4, 3, 0, -1, 0, cpu));
+    check_all_formats(path, "--method full");
+    /* the middle stage tp 4: FlagScale only */
+    snprintf(path, sizeof path, "%s", tp_cluster("tp-middle.json", 2, 2, 1, 1, 4, cpu));
+    check_all_formats(path, "");
+    /* the last stage tp 4: FlagScale only */
+    snprintf(path, sizeof path, "%s", tp_cluster("tp-last.json", 2, 1, 0, 2, 4, cpu));
+    check_all_formats(path, "");
+    /* the FlagScale export of the middle one, by hand */
+    struct run r;
+    snprintf(path, sizeof path, "%s", test_path("tp-middle.json"));
+    run_export(path, "", "flagscale", &r);
+    CU_ASSERT_EQUAL(r.rc, 0);
+    CU_ASSERT(strstr(r.out, "hetero_process_meshes: [2, 1, 1, 2, 1, 4, 1, 1, 2, 1, 2, 1, 1, 2, "
+                            "1]\n    hetero_device_types: [\"cpu\", \"cpu2\", \"cpu\"]\n") != NULL);
+    run_free(&r);
+}
+
+/* A flash GPT (gpt-tiny-flash, estimated on the CPU): every format sets the framework's flash
+ * kernel (check_*: Megatron-LM and NeMo --attention-backend flash, FlagScale its
+ * attention_backend, ColossalAI enable_flash_attention), the materialized plans above the
+ * unfused backend or ColossalAI's note. */
+static void test_export_flash(void)
+{
+    char args[2048], prof[1024];
+    snprintf(prof, sizeof prof, "%s", test_path("gpt-tiny-flash-cpu.json"));
+    snprintf(args, sizeof args,
+             "profile --model '%smodels/gpt-tiny-flash.json' --estimate --device cpu -o '%s'",
+             CONFIGS, prof);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s", tp_cluster("flash.json", 1, 1, 0, -1, 0, prof));
+    check_all_formats(path, "");
+    check_all_formats(path, "--method full");
+    snprintf(path, sizeof path, "%s", tp_cluster("flash-tp.json", 2, 2, 1, -1, 0, prof));
+    check_all_formats(path, "");
+    struct run r;
+    run_export(path, "", "megatron", &r);
+    CU_ASSERT(r.flash && strstr(r.out, "--attention-backend flash") != NULL);
+    run_free(&r);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -1008,6 +1205,8 @@ int main(void)
     CU_add_test(s, "export: a plan that offloads is refused", test_export_refuses_offload);
     CU_add_test(s, "export: Megatron-LM's activation offloading", test_export_megatron_offload);
     CU_add_test(s, "export: a Llama plan's precision", test_export_llama_precision);
+    CU_add_test(s, "export: tp, dp and the distributed optimizer", test_export_tpdp);
+    CU_add_test(s, "export: flash attention", test_export_flash);
     CU_add_test(s, "--micro-batches auto is the fastest size", test_micro_batches_auto);
     CU_add_test(s, "--micro-batches auto rescales a measured profile's options",
                 test_micro_batches_auto_measured);

@@ -273,7 +273,7 @@ static int export_text(const struct plan *p, const char *format, char *out, size
 {
     FILE *f = tmpfile();
     CU_ASSERT_FATAL(f != NULL);
-    int rc = planner_export(f, p, format, e);
+    int rc = planner_export(f, p, format, 0, e);
     rewind(f);
     size_t n = fread(out, 1, cap - 1, f);
     out[n] = '\0';

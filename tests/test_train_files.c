@@ -21,6 +21,13 @@
 static char plan_bytes[1024];
 /* vocab 64, on 1 and 3 stages (embed | blocks | head) */
 static char plan_w1[1024], plan_w3[1024];
+/* a Llama of vocab 64 on 1 and 3 stages */
+static char plan_l1[1024], plan_l3[1024];
+static const char llama_text[] =
+    "{\"format\": \"ballast-model/1\", \"kind\": \"llama\", \"n_layer\": 2, \"n_embd\": 32, "
+    "\"n_head\": 4, \"n_kv_head\": 2, \"ffn_hidden\": 48, \"rope_theta\": 10000, "
+    "\"norm_eps\": 1e-5, \"seq_len\": 16, \"vocab_size\": 64, \"micro_batch\": 2, "
+    "\"dtype\": \"fp32\"}";
 
 static void put32(FILE *f, uint32_t v)
 {
@@ -57,6 +64,8 @@ static int setup(void)
     train_plan_gpt("bytes", 256, "fp32", 1, "none", plan_bytes, sizeof plan_bytes);
     train_plan_gpt("w1", 64, "fp32", 1, "none", plan_w1, sizeof plan_w1);
     train_plan_gpt("w3", 64, "fp32", 3, "none", plan_w3, sizeof plan_w3);
+    train_plan_model("l1", llama_text, 1, "none", plan_l1, sizeof plan_l1);
+    train_plan_model("l3", llama_text, 3, "none", plan_l3, sizeof plan_l3);
     /* text-like: a walk over 40 byte values with a little structure to learn */
     struct test_rng r = {7};
     for (int i = 0; i < N_TOK; i++)
@@ -178,13 +187,22 @@ static void test_bad_files(void)
  * [in, out], 20 positions (more than seq_len 16), no lm_head.weight (tied to wte). Values
  * uniform, layer norms near 1. Bad variants: `omit` left out; `dtype_of` given `dtype`;
  * c_attn of block 0 in the (out, in) layout. */
+struct st_spec {
+    char name[64];
+    int64_t rows, cols; /* cols 0: a vector */
+};
+
+#define T_(nm, r, c) (snprintf(t[n].name, 64, "%s", nm), t[n].rows = r, t[n++].cols = c)
+
+static const char *write_tensors(const char *file, const struct st_spec *t, int n,
+                                 const char *omit, const char *dtype_of, const char *dtype);
+
 static const char *write_gpt2(const char *file, const char *omit, const char *dtype_of,
                               const char *dtype, int qkv_out_in)
 {
     enum { C = 32, V = 64, P = 20 };
-    struct { char name[64]; int64_t rows, cols; } t[40];
+    struct st_spec t[40];
     int n = 0;
-#define T_(nm, r, c) (snprintf(t[n].name, 64, "%s", nm), t[n].rows = r, t[n++].cols = c)
     T_("wte.weight", V, C);
     T_("wpe.weight", P, C);
     for (int b = 0; b < 2; b++) {
@@ -205,7 +223,45 @@ static const char *write_gpt2(const char *file, const char *omit, const char *dt
     }
     T_("ln_f.weight", C, 0);
     T_("ln_f.bias", C, 0);
+    return write_tensors(file, t, n, omit, dtype_of, dtype);
+}
+
+/* A Llama of plan_llama's shape (C 32, 4 query heads of 8 over 2 key/value heads, ffn 48, 2
+ * blocks) with LlamaForCausalLM's names; lm_head.weight left out when `tied` (Hugging Face's
+ * tied save: it then takes embed_tokens' values). `omit`, `dtype_of`: as write_gpt2's. */
+static const char *write_llama(const char *file, int tied, const char *omit,
+                               const char *dtype_of, const char *dtype)
+{
+    enum { C = 32, V = 64, Q = 32, KV = 16, F = 48 };
+    struct st_spec t[40];
+    int n = 0;
+    T_("model.embed_tokens.weight", V, C);
+    for (int b = 0; b < 2; b++) {
+        static const char *const part[] = {
+            "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+            "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+            "mlp.down_proj.weight"};
+        static const int64_t shape[][2] = {{C, 0}, {Q, C}, {KV, C}, {KV, C}, {C, C},
+                                           {C, 0}, {F, C}, {F, C}, {C, F}};
+        for (int k = 0; k < 9; k++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", b, part[k]);
+            T_(nm, shape[k][0], shape[k][1]);
+        }
+    }
+    T_("model.norm.weight", C, 0);
+    if (!tied)
+        T_("lm_head.weight", V, C);
+    return write_tensors(file, t, n, omit, dtype_of, dtype);
+}
 #undef T_
+
+/* Tensors t (values uniform, norms' gains near 1; lm_head.weight a copy of the embedding when
+ * there is one, so a tied file holds the same model), F32 unless `dtype_of`. */
+static const char *write_tensors(const char *file, const struct st_spec *t, int n,
+                                 const char *omit, const char *dtype_of, const char *dtype)
+{
     cJSON *h = cJSON_CreateObject();
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -237,7 +293,10 @@ static const char *write_gpt2(const char *file, const char *omit, const char *dt
     for (int i = 0; i < n; i++) {
         if (omit && strcmp(t[i].name, omit) == 0)
             continue;
-        int norm = strstr(t[i].name, "ln_") != NULL && strstr(t[i].name, ".weight") != NULL;
+        int norm = (strstr(t[i].name, "ln_") != NULL || strstr(t[i].name, "norm") != NULL) &&
+                   strstr(t[i].name, ".weight") != NULL;
+        if (strcmp(t[i].name, "lm_head.weight") == 0)
+            r.s = 11; /* the embedding's values again: it is the first tensor */
         for (int64_t j = 0; j < t[i].rows * (t[i].cols ? t[i].cols : 1); j++) {
             float v = (float)((norm ? 1.0 : 0.0) + test_rng_double(&r, -0.08, 0.08));
             fwrite(&v, 4, 1, f);
@@ -267,44 +326,58 @@ static int same(const struct train_metrics *a, const struct train_metrics *b, in
     return ok;
 }
 
-/* Weights in on 1 and 3 ranks give the same losses; weights out, gathered or per stage, are
- * the same bytes and start the same runs again. */
-static void test_weights_round_trip(void)
+/* Weights in from `w0` on 1 and 3 ranks give the same losses; weights out, gathered
+ * (TAG-a.safetensors) or per stage (TAG-c-{stage}.safetensors), are the same bytes and start
+ * the same runs again. *ma: the 1-rank run's losses. 0 when every run ran. */
+static int round_trip(const char *tag, const char *w0, const char *plan1, const char *plan3,
+                      struct train_metrics *ma)
 {
-    char w0[1024], a[1024], b[1024], c[1024], extra[4096];
-    snprintf(w0, sizeof w0, "%s", write_gpt2("w0.safetensors", NULL, NULL, NULL, 0));
-    snprintf(a, sizeof a, "%s", test_path("a.safetensors"));
-    snprintf(b, sizeof b, "%s", test_path("b.safetensors"));
-    snprintf(c, sizeof c, "%s", test_path("c-{stage}.safetensors"));
-    struct train_metrics ma, mb, mc, md, me, seeded;
+    char a[1024], b[1024], c[1024], extra[4096], name[64];
+    snprintf(name, sizeof name, "%s-a.safetensors", tag);
+    snprintf(a, sizeof a, "%s", test_path(name));
+    snprintf(name, sizeof name, "%s-b.safetensors", tag);
+    snprintf(b, sizeof b, "%s", test_path(name));
+    snprintf(name, sizeof name, "%s-c-{stage}.safetensors", tag);
+    snprintf(c, sizeof c, "%s", test_path(name));
+    struct train_metrics mb, mc, md, me, seeded;
     snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, a);
-    if (run_losses(1, plan_w1, extra, "wa.json", &ma))
-        return;
+    if (run_losses(1, plan1, extra, "wa.json", ma))
+        return -1;
     snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, b);
-    if (run_losses(3, plan_w3, extra, "wb.json", &mb))
-        return;
+    if (run_losses(3, plan3, extra, "wb.json", &mb))
+        return -1;
     snprintf(extra, sizeof extra, "--steps 3 --init '%s' --save-weights '%s'", w0, c);
-    if (run_losses(3, plan_w3, extra, "wc.json", &mc))
-        return;
-    CU_ASSERT(same(&ma, &mb, 3));
-    CU_ASSERT(same(&ma, &mc, 3));
+    if (run_losses(3, plan3, extra, "wc.json", &mc))
+        return -1;
+    CU_ASSERT(same(ma, &mb, 3));
+    CU_ASSERT(same(ma, &mc, 3));
     CU_ASSERT(train_files_equal(a, b)); /* rank 0 gathered what one rank holds */
     /* the weights came from the file: the seed's own weights give other losses */
-    if (run_losses(1, plan_w1, "--steps 3", "wseed.json", &seeded))
-        return;
-    CU_ASSERT(seeded.loss[0] != ma.loss[0]);
+    if (run_losses(1, plan1, "--steps 3", "wseed.json", &seeded))
+        return -1;
+    CU_ASSERT(seeded.loss[0] != ma->loss[0]);
     /* the saved weights start a run again: one file on 1 rank, a file per stage on 3 */
     snprintf(extra, sizeof extra, "--steps 2 --init '%s'", a);
-    if (run_losses(1, plan_w1, extra, "wd.json", &md))
-        return;
+    if (run_losses(1, plan1, extra, "wd.json", &md))
+        return -1;
     snprintf(extra, sizeof extra, "--steps 2 --init '%s'", c);
-    if (run_losses(3, plan_w3, extra, "we.json", &me))
-        return;
+    if (run_losses(3, plan3, extra, "we.json", &me))
+        return -1;
     CU_ASSERT(same(&md, &me, 2));
-    CU_ASSERT(md.loss[0] != ma.loss[0]); /* trained weights, not the file's first ones */
+    CU_ASSERT(md.loss[0] != ma->loss[0]); /* trained weights, not the file's first ones */
+    return 0;
+}
+
+static void test_weights_round_trip(void)
+{
+    char w0[1024];
+    snprintf(w0, sizeof w0, "%s", write_gpt2("w0.safetensors", NULL, NULL, NULL, 0));
+    struct train_metrics ma;
+    if (round_trip("gpt", w0, plan_w1, plan_w3, &ma))
+        return;
     /* and per-stage files hold their stage's tensors only: stage 0 the embeddings */
     char s0[1024];
-    snprintf(s0, sizeof s0, "%s", test_path("c-0.safetensors"));
+    snprintf(s0, sizeof s0, "%s", test_path("gpt-c-0.safetensors"));
     char *text = test_read(s0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT(strstr(text + 8, "\"wte.weight\"") != NULL);
@@ -345,6 +418,90 @@ static void test_weights_refused(void)
     expect_refused(args, "--init and --resume");
 }
 
+/* The file's header (cJSON_Delete), NULL if it is not safetensors. */
+static cJSON *st_header(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char len[8];
+    if (f == NULL || fread(len, 1, 8, f) != 8) {
+        if (f)
+            fclose(f);
+        return NULL;
+    }
+    uint64_t n = 0;
+    for (int b = 7; b >= 0; b--)
+        n = n << 8 | len[b];
+    char *text = malloc(n + 1);
+    cJSON *h = NULL;
+    if (text != NULL && fread(text, 1, n, f) == n) {
+        text[n] = 0;
+        h = cJSON_Parse(text);
+    }
+    free(text);
+    fclose(f);
+    return h;
+}
+
+/* `saved` names exactly `want`'s tensors (less __metadata__), with their shapes, as F32. */
+static void expect_same_tensors(const char *saved, const char *want)
+{
+    cJSON *a = st_header(saved), *b = st_header(want), *o;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(a), cJSON_GetArraySize(b) + 1 -
+                                               cJSON_HasObjectItem(b, "__metadata__"));
+    cJSON_ArrayForEach(o, b)
+    {
+        cJSON *got = cJSON_GetObjectItemCaseSensitive(a, o->string);
+        CU_ASSERT_PTR_NOT_NULL(got);
+        if (got == NULL) {
+            fprintf(stderr, "\n%s: %s missing\n", saved, o->string);
+            continue;
+        }
+        CU_ASSERT(cJSON_Compare(cJSON_GetObjectItem(got, "shape"),
+                                cJSON_GetObjectItem(o, "shape"), 1));
+        CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(got, "dtype")->valuestring, "F32");
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
+/* A Llama's weights by Hugging Face's names: round_trip's, the saved file with the same
+ * names and shapes as the one read, and a tied file (no lm_head.weight) the same model. The
+ * values' mapping (q, k, v and gate, up row blocks) is checked against PyTorch by
+ * tests/torch/test_numerics_torch.py --kind llama. */
+static void test_llama_weights(void)
+{
+    char w0[1024], wt[1024], extra[4096];
+    snprintf(w0, sizeof w0, "%s", write_llama("l0.safetensors", 0, NULL, NULL, NULL));
+    snprintf(wt, sizeof wt, "%s", write_llama("ltied.safetensors", 1, NULL, NULL, NULL));
+    struct train_metrics ma, mt;
+    if (round_trip("llama", w0, plan_l1, plan_l3, &ma))
+        return;
+    expect_same_tensors(test_path("llama-a.safetensors"), w0);
+    snprintf(extra, sizeof extra, "--steps 3 --init '%s'", wt);
+    if (run_losses(1, plan_l1, extra, "lt.json", &mt))
+        return;
+    CU_ASSERT(same(&ma, &mt, 3));
+    /* bad Llama files name the tensor */
+    char args[4096], needle[2048];
+    const char *p = write_llama("lmiss.safetensors", 0, "model.layers.1.self_attn.k_proj.weight",
+                                NULL, NULL);
+    snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_l1, p);
+    snprintf(needle, sizeof needle, "%s: model.layers.1.self_attn.k_proj.weight: missing", p);
+    expect_refused(args, needle);
+    p = write_llama("lf16.safetensors", 0, NULL, "model.layers.0.mlp.up_proj.weight", "F16");
+    snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_l1, p);
+    snprintf(needle, sizeof needle,
+             "%s: model.layers.0.mlp.up_proj.weight.dtype: \"F16\", expected F32 or BF16", p);
+    expect_refused(args, needle);
+    /* a GPT-2 file is not a Llama's */
+    p = write_gpt2("gpt-for-llama.safetensors", NULL, NULL, NULL, 0);
+    snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_l1, p);
+    snprintf(needle, sizeof needle, "%s: model.embed_tokens.weight: missing", p);
+    expect_refused(args, needle);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -355,5 +512,7 @@ int main(void)
                 test_weights_round_trip);
     CU_add_test(s, "bad safetensors files are refused with file and field",
                 test_weights_refused);
+    CU_add_test(s, "Llama safetensors (Hugging Face names) in and out on 1 and 3 ranks",
+                test_llama_weights);
     return test_main();
 }

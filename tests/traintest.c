@@ -164,15 +164,22 @@ int train_files_equal(const char *a, const char *b)
 void train_plan_gpt(const char *name, int vocab, const char *dtype, int n_stages,
                     const char *method, char *plan, size_t size)
 {
-    char text[1024], file[256], args[4096];
+    char text[1024];
     snprintf(text, sizeof text,
              "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 2, "
              "\"n_embd\": 32, \"n_head\": 2, \"seq_len\": 16, \"vocab_size\": %d, "
              "\"micro_batch\": 2, \"dtype\": \"%s\"}",
              vocab, dtype);
+    train_plan_model(name, text, n_stages, method, plan, size);
+}
+
+void train_plan_model(const char *name, const char *model_text, int n_stages,
+                      const char *method, char *plan, size_t size)
+{
+    char text[1024], file[256], args[4096];
     snprintf(file, sizeof file, "%s-model.json", name);
     char model[1024], prof[1024];
-    snprintf(model, sizeof model, "%s", test_write(file, text));
+    snprintf(model, sizeof model, "%s", test_write(file, model_text));
     snprintf(file, sizeof file, "%s-prof.json", name);
     snprintf(prof, sizeof prof, "%s", test_path(file));
     snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'", model,

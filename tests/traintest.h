@@ -57,4 +57,8 @@ int train_files_equal(const char *a, const char *b);
 void train_plan_gpt(const char *name, int vocab, const char *dtype, int n_stages,
                     const char *method, char *plan, size_t size);
 
+/* The same for the model file's text `model_text`. */
+void train_plan_model(const char *name, const char *model_text, int n_stages,
+                      const char *method, char *plan, size_t size);
+
 #endif

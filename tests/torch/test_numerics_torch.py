@@ -1,16 +1,21 @@
-"""Ballast's GPT against the PyTorch reference (bench/torch_gpt_model.py), on CPU, from the same
-weights: a safetensors file written here (Hugging Face's GPT-2 names and Conv1D layout, by
-this script's own writer) is loaded by both. The data is an llm.c token file of exactly
-seq_len + 1 tokens, so every row of every micro-batch is the same sequence in both.
+"""Ballast against the PyTorch references (bench/torch_gpt_model.py, bench/torch_llama_model.py),
+on CPU, from the same weights: a safetensors file written here (Hugging Face's names: GPT-2's,
+with its Conv1D layout, or LlamaForCausalLM's; by this script's own writer) is loaded by both.
+The data is an llm.c token file of exactly seq_len + 1 tokens, so every row of every
+micro-batch is the same sequence in both.
   - step 1: the loss, and every parameter's gradient (read from the checkpoint `--save` writes:
     its gradient section, tensors in the size tables' order at 64-byte offsets);
   - 5 AdamW steps (lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
     embeddings): every step's loss and the weights `--save-weights` writes at the end;
-the steps on 1 and 2 stages. Tolerances (fp32, different summation orders): loss 1e-5 relative,
-gradients 1e-4 of the tensor's largest magnitude (+1e-7), weights 1e-4 absolute after 5 steps
-(AdamW moves each weight by about lr = 1e-3 per step, so a gradient sign error shows as 1e-3).
+the steps on 1 and 2 stages (GPT) or 1 and 3 (Llama). Tolerances (fp32, different summation
+orders): loss 1e-5 relative, gradients 1e-4 of the tensor's largest magnitude (+1e-7),
+weights 1e-4 absolute after 5 steps (AdamW moves each weight by about lr = 1e-3 per step, so a
+gradient sign error shows as 1e-3).
 Needs Debian's python3-torch for /usr/bin/python3 (scripts/deps.sh installs it).
-Run: /usr/bin/python3 tests/torch/test_numerics_torch.py BALLAST [WORKDIR] from the repo root."""
+Run: /usr/bin/python3 tests/torch/test_numerics_torch.py BALLAST [WORKDIR] [--kind gpt|llama]
+[--attention flash] from the repo root (default gpt; llama: configs/models/llama-tiny.json).
+--attention flash runs Ballast's flash kernels ("attention": "flash") against the same
+reference: PyTorch's materialised softmax is the same function, so the bounds stay."""
 import json
 import os
 import shutil
@@ -19,23 +24,23 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-try:
-    import torch
-except ImportError:
-    sys.exit("test_numerics_torch: PyTorch is missing for %s; install it with "
-             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)"
-             % sys.executable)
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_or_skip import require_torch  # noqa: E402
+
+require_torch("test_numerics_torch")
+import torch  # noqa: E402
 
 from torch_gpt_model import GPT  # noqa: E402
+from torch_llama_model import Llama  # noqa: E402
 
-MODEL = {"format": "ballast-model/1", "kind": "gpt", "n_layer": 2, "n_embd": 32, "n_head": 2,
-         "seq_len": 16, "vocab_size": 64, "micro_batch": 2, "dtype": "fp32"}
+GPT_MODEL = {"format": "ballast-model/1", "kind": "gpt", "n_layer": 2, "n_embd": 32,
+             "n_head": 2, "seq_len": 16, "vocab_size": 64, "micro_batch": 2, "dtype": "fp32"}
 M = 2  # micro-batches
 STEPS = 5
 LR = 1e-3
 LOSS_RTOL, GRAD_TOL, WEIGHT_ATOL = 1e-5, 1e-4, 1e-4
-C, T, V, L = MODEL["n_embd"], MODEL["seq_len"], MODEL["vocab_size"], MODEL["n_layer"]
 FAILS = []
 
 # Ballast's parameter tables (models/sizes.c), in order, with the reference's names and
@@ -49,20 +54,53 @@ BLOCK = [("ln1.weight", "ln_1.weight", 0), ("ln1.bias", "ln_1.bias", 0),
          ("fcproj.weight", "mlp.c_proj.weight", 1), ("fcproj.bias", "mlp.c_proj.bias", 0)]
 HEAD = [("lnf.weight", "ln_f.weight", 0), ("lnf.bias", "ln_f.bias", 0),
         ("lm.weight", "lm_head.weight", 0)]
+# models/llama.c's tables: the reference carries Hugging Face's names; Ballast's qkv_w and
+# fc_w are q, k, v and gate, up stacked by rows, one tensor each in the checkpoint
+LLAMA_BLOCK = [["input_layernorm.weight"],
+               ["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"],
+               ["self_attn.o_proj.weight"], ["post_attention_layernorm.weight"],
+               ["mlp.gate_proj.weight", "mlp.up_proj.weight"], ["mlp.down_proj.weight"]]
 
 
-def params_in_order():
-    """(reference name, Hugging Face name, transposed) in Ballast's arena order."""
-    out = list(EMBED)
-    for i in range(L):
-        out += [("blocks.%d.%s" % (i, r), "h.%d.%s" % (i, h), t) for r, h, t in BLOCK]
-    return out + HEAD
+def gpt_params():
+    """Ballast's parameters in arena order: ([(reference name, Hugging Face name)], transposed)."""
+    out = [([(r, h)], t) for r, h, t in EMBED]
+    for i in range(GPT_MODEL["n_layer"]):
+        out += [([("blocks.%d.%s" % (i, r), "h.%d.%s" % (i, h))], t) for r, h, t in BLOCK]
+    return out + [([(r, h)], t) for r, h, t in HEAD]
 
 
-def write_safetensors(path, model):
+def llama_params(m):
+    out = [([("model.embed_tokens.weight",) * 2], 0)]
+    for i in range(m["n_layer"]):
+        out += [([("model.layers.%d.%s" % (i, h),) * 2 for h in hs], 0) for hs in LLAMA_BLOCK]
+    return out + [([("model.norm.weight",) * 2], 0), ([("lm_head.weight",) * 2], 0)]
+
+
+def kind_setup(kind, attention):
+    """(model, reference model, parameters in arena order, stage counts)."""
+    torch.manual_seed(0)
+    if kind == "gpt":
+        m = dict(GPT_MODEL)
+        ref, params, stages = GPT(m, recompute=False), gpt_params(), (1, 2)
+    else:
+        with open(os.path.join(ROOT, "configs", "models", "llama-tiny.json")) as f:
+            m = json.load(f)
+        ref, params, stages = Llama(m, recompute=False), llama_params(m), (1, 3)
+    if attention is not None:
+        m["attention"] = attention
+    return m, ref, params, stages
+
+
+def pieces(params):
+    """Every (reference name, Hugging Face name, transposed), in file order."""
+    return [(r, h, t) for ps, t in params for r, h in ps]
+
+
+def write_safetensors(path, model, params):
     sd = model.state_dict()
     header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
-    for ref, hf, tr in params_in_order():
+    for ref, hf, tr in pieces(params):
         x = sd[ref].detach().float()
         x = (x.t() if tr else x).contiguous()
         b = x.numpy().tobytes()
@@ -91,19 +129,23 @@ def read_safetensors(path):
     return out
 
 
-def checkpoint_grads(path, model):
+def checkpoint_grads(path, model, params):
     """The gradient section of a Ballast checkpoint: header (header_bytes at offset 12,
-    section_bytes at 104), then weights | gradients | m | v, each section_bytes."""
+    section_bytes at 104), then weights | gradients | m | v, each section_bytes; a fused
+    parameter's gradient split into its pieces."""
     with open(path, "rb") as f:
         raw = f.read()
     header_bytes = struct.unpack_from("<I", raw, 12)[0]
     section = struct.unpack_from("<q", raw, 104)[0]
     at, sd, grads = header_bytes + section, model.state_dict(), {}
-    for ref, _, _ in params_in_order():
-        n = sd[ref].numel()
-        grads[ref] = torch.frombuffer(bytearray(raw[at:at + 4 * n]),
-                                      dtype=torch.float32).view(sd[ref].shape)
-        at += (4 * n + 63) // 64 * 64
+    for ps, _ in params:
+        start = at
+        for ref, _ in ps:
+            n = sd[ref].numel()
+            grads[ref] = torch.frombuffer(bytearray(raw[at:at + 4 * n]),
+                                          dtype=torch.float32).view(sd[ref].shape)
+            at += 4 * n
+        at = start + (at - start + 63) // 64 * 64
     assert at - header_bytes - section == section, "the gradient section's size"
     return grads
 
@@ -116,9 +158,9 @@ def run(args, cwd):
     return p
 
 
-def plan(ballast, work, n_stages):
+def plan(ballast, work, model, n_stages):
     with open(os.path.join(work, "model.json"), "w") as f:
-        json.dump(MODEL, f)
+        json.dump(model, f)
     run([ballast, "profile", "--model", "model.json", "--estimate", "--device", "cpu",
          "-o", "prof.json"], work)
     cluster = {"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": M,
@@ -132,9 +174,9 @@ def plan(ballast, work, n_stages):
     return out
 
 
-def train(ballast, work, n_stages, extra):
+def train(ballast, work, model, n_stages, extra):
     args = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n_stages), ballast,
-            "train", "--plan", plan(ballast, work, n_stages), "--threads", "1", "--quiet",
+            "train", "--plan", plan(ballast, work, model, n_stages), "--threads", "1", "--quiet",
             "--init", "w0.safetensors", "--data", "tokens.bin", "--lr", str(LR),
             "--metrics", "metrics.json"] + extra
     run(args, work)
@@ -169,34 +211,46 @@ def reference_steps(model, idx, targets):
 
 
 def main():
-    ballast = os.path.abspath(sys.argv[1])
-    work = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="ballast-numerics-")
+    args = sys.argv[1:]
+    opts = {"--kind": "gpt", "--attention": None}
+    for name in opts:
+        if name in args:
+            at = args.index(name)
+            opts[name] = args[at + 1]
+            del args[at:at + 2]
+    kind, attention = opts["--kind"], opts["--attention"]
+    if kind not in ("gpt", "llama") or attention not in (None, "flash", "materialized"):
+        sys.exit("test_numerics_torch: --kind %s --attention %s, expected gpt or llama, "
+                 "flash or materialized" % (kind, attention))
+    ballast = os.path.abspath(args[0])
+    work = args[1] if len(args) > 1 else tempfile.mkdtemp(prefix="ballast-numerics-")
     os.makedirs(work, exist_ok=True)
     try:
-        compare(ballast, work)
+        compare(ballast, work, kind, attention)
     finally:
-        if len(sys.argv) <= 2:
+        if len(args) <= 1:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def compare(ballast, work):
-    torch.manual_seed(0)
-    model = GPT(MODEL, recompute=False)
-    write_safetensors(os.path.join(work, "w0.safetensors"), model)
+def compare(ballast, work, kind, attention):
+    spec, model, params, stage_counts = kind_setup(kind, attention)
+    kind += "" if attention is None else ", " + attention
+    T, V = spec["seq_len"], spec["vocab_size"]
+    write_safetensors(os.path.join(work, "w0.safetensors"), model, params)
     seq = torch.randint(0, V, (T + 1,), generator=torch.Generator().manual_seed(1))
     with open(os.path.join(work, "tokens.bin"), "wb") as f:
         f.write(struct.pack("<256i", 20240520, 1, T + 1, *([0] * 253)))
         f.write(struct.pack("<%dH" % (T + 1), *seq.tolist()))
     # every row of the M micro-batches of B rows is the file's one sequence
-    rows = M * MODEL["micro_batch"]
+    rows = M * spec["micro_batch"]
     idx, targets = seq[:T].repeat(rows, 1), seq[1:].repeat(rows, 1)
     ref_losses, ref_grads = reference_steps(model, idx, targets)
     final = {n: p.detach() for n, p in model.state_dict().items()}
 
     worst = {"loss": 0.0, "grad": 0.0, "weight": 0.0}
-    for n_stages in (1, 2):
-        tag = "%d stage%s" % (n_stages, "s" * (n_stages > 1))
-        losses = train(ballast, work, n_stages,
+    for n_stages in stage_counts:
+        tag = "%s, %d stage%s" % (kind, n_stages, "s" * (n_stages > 1))
+        losses = train(ballast, work, spec, n_stages,
                        ["--steps", str(STEPS), "--save-weights", "w5.safetensors"])
         for i, (got, want) in enumerate(zip(losses, ref_losses)):
             d = abs(got - want)
@@ -204,22 +258,22 @@ def compare(ballast, work):
             if not d <= LOSS_RTOL * abs(want):
                 FAILS.append("%s: step %d loss %.9g, PyTorch %.9g" % (tag, i + 1, got, want))
         saved = read_safetensors(os.path.join(work, "w5.safetensors"))
-        for ref, hf, tr in params_in_order():
+        for ref, hf, tr in pieces(params):
             got = saved[hf].t() if tr else saved[hf]
             worst["weight"] = max(worst["weight"], close("%s: %s after %d steps" % (tag, hf, STEPS),
                                                          got, final[ref], WEIGHT_ATOL))
     # step 1's gradients, from the checkpoint of a 1-stage run (other splits give the same
     # bits: test_train)
     ck = os.path.join(work, "ck")
-    train(ballast, work, 1, ["--steps", "1", "--save", ck])
-    grads = checkpoint_grads(os.path.join(ck, "stage-0-step-1.ckpt"), model)
-    for ref, hf, _ in params_in_order():
+    train(ballast, work, spec, 1, ["--steps", "1", "--save", ck])
+    grads = checkpoint_grads(os.path.join(ck, "stage-0-step-1.ckpt"), model, params)
+    for ref, hf, _ in pieces(params):
         want = ref_grads[ref]
         d = close("gradient of %s" % hf, grads[ref], want, 1e-7, GRAD_TOL)
         worst["grad"] = max(worst["grad"], d / max(want.abs().max().item(), 1e-30))
-    print("test_numerics_torch: worst relative loss difference %.3g, worst gradient difference "
-          "%.3g of the tensor's largest, worst weight difference after %d steps %.3g"
-          % (worst["loss"], worst["grad"], STEPS, worst["weight"]))
+    print("test_numerics_torch (%s): worst relative loss difference %.3g, worst gradient "
+          "difference %.3g of the tensor's largest, worst weight difference after %d steps %.3g"
+          % (kind, worst["loss"], worst["grad"], STEPS, worst["weight"]))
     if FAILS:
         print("\n".join(FAILS))
         sys.exit(1)

@@ -10,13 +10,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-try:
-    import torch
-    from torch import nn
-except ImportError:
-    sys.exit("test_profiler_torch: PyTorch is missing for %s; install it with "
-             "scripts/deps.sh (Debian package python3-torch, for /usr/bin/python3)"
-             % sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_or_skip import require_torch  # noqa: E402
+
+require_torch("test_profiler_torch")
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 from profiler.torch import profile  # noqa: E402
 

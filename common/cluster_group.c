@@ -1,0 +1,312 @@
+/* A cluster's stages as groups of GPUs (issue 17): tensor parallel inside a node, data
+ * parallel across replicas. Read, checked, and applied to the stages' profiles, so that every
+ * part after cluster_load (methods, searches, simulator, plans) sees the costs of one GPU of
+ * each group (cost.h cost_group). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "cost.h"
+#include "jsonio.h"
+
+#define GROUP_TP_MAX 1024
+#define GROUP_DP_MAX (1 << 20)
+
+static int read_link(const cJSON *obj, const char *file, const char *path, const char *key,
+                     struct link *l, struct err *e)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char lp[JSONIO_PATH_MAX];
+    jsonio_path_key(lp, path, key);
+    return v != NULL ? link_from_json(v, file, lp, 1, l, e) : ERR_OK;
+}
+
+int cluster_group_read_stage(const cJSON *obj, const char *file, const char *path,
+                             struct cluster_stage *st, struct err *e)
+{
+    int64_t tp = 1, dp = 1, per_node = 0;
+    if (jsonio_int_opt(obj, file, path, "tp", 1, GROUP_TP_MAX, &tp, e) ||
+        jsonio_int_opt(obj, file, path, "dp", 1, GROUP_DP_MAX, &dp, e) ||
+        jsonio_int_opt(obj, file, path, "per_node", 1, GROUP_TP_MAX, &per_node, e) ||
+        read_link(obj, file, path, "node_link", &st->node_link, e))
+        return e->code;
+    st->tp = (int)tp;
+    st->dp = (int)dp;
+    st->per_node = (int)per_node;
+    if (per_node > 0 && tp > per_node)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.tp: %lld GPUs, but a node has only %lld (per_node): a "
+                       "tensor-parallel group stays inside one node",
+                       file, path, (long long)tp, (long long)per_node);
+    return ERR_OK;
+}
+
+int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e)
+{
+    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(root, "shard_optimizer");
+    if (shard != NULL && jsonio_bool(root, file, "", "shard_optimizer", &c->shard_optimizer, e))
+        return e->code;
+    return read_link(root, file, "", "dp_link", &c->dp_link, e);
+}
+
+int cluster_check_tp(const struct model *m, int tp, const char *where, struct err *e)
+{
+    if (tp == 1)
+        return ERR_OK;
+    if (m->kind == MODEL_KIND_CUSTOM)
+        return err_set(e, ERR_INPUT,
+                       "%s: %d, but a custom model's layers cannot be split: tensor "
+                       "parallelism needs the model's heads",
+                       where, tp);
+    if (m->n_head % tp != 0)
+        return err_set(e, ERR_INPUT, "%s: %d does not divide the model's n_head %d", where, tp,
+                       m->n_head);
+    if (m->kind == MODEL_KIND_LLAMA && m->n_kv_head % tp != 0)
+        return err_set(e, ERR_INPUT, "%s: %d does not divide the model's n_kv_head %d", where,
+                       tp, m->n_kv_head);
+    return ERR_OK;
+}
+
+static int same_link(const struct link *a, const struct link *b)
+{
+    return a->present == b->present &&
+           (!a->present || (a->gbps == b->gbps && a->latency_us == b->latency_us));
+}
+
+/* One dp for the pipeline (every stage replicated alike), and one group per device: stages of
+ * one device share its profile, which becomes the group's costs. */
+static int check_stage(const struct cluster *c, const char *file, int s, struct err *e)
+{
+    const struct cluster_stage *st = &c->stages[s];
+    if (st->dp != c->stages[0].dp)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].dp: %d, but stages[0].dp is %d: every stage of a "
+                       "pipeline is replicated alike",
+                       file, s, st->dp, c->stages[0].dp);
+    for (int t = 0; t < s; t++) {
+        const struct cluster_stage *o = &c->stages[t];
+        if (strcmp(o->device, st->device) != 0)
+            continue;
+        if (o->tp != st->tp)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].tp: %d, but stages[%d] on the same device \"%s\" "
+                           "has tp %d (stages of one device share its costs)",
+                           file, s, st->tp, t, st->device, o->tp);
+        if (!same_link(&o->node_link, &st->node_link))
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].node_link: differs from stages[%d]'s on the same "
+                           "device \"%s\" (stages of one device share its costs)",
+                           file, s, t, st->device);
+    }
+    const struct profile *p = &c->profiles[st->profile];
+    if (p->tp > 1 && p->tp != st->tp)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages[%d].tp: %d, but its profile's costs are per GPU of a group of "
+                       "tp %d: give tp %d, or a profile of one GPU",
+                       file, s, st->tp, p->tp, p->tp);
+    char where[CLUSTER_PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s: stages[%d].tp", file, s);
+    return cluster_check_tp(&c->model, st->tp, where, e);
+}
+
+static void group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
+{
+    for (int l = 0; l < p->n_layers; l++)
+        cost_group_layer(&p->layers[l], model_layer_kind(m, l), g, &p->layers[l]);
+}
+
+/* The gradient bytes on each GPU of stage s's group, from its profile's one-GPU costs. */
+static int fill_grads(struct cluster *c, int s, struct err *e)
+{
+    const struct cluster_stage *st = &c->stages[s];
+    const struct profile *p = &c->profiles[st->profile];
+    int64_t *grad = malloc((size_t)p->n_layers * sizeof *grad);
+    if (grad == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    c->grad_bytes[st->profile] = grad;
+    int tp = p->tp > 1 ? st->tp / p->tp : st->tp; /* a group's profile is per GPU already */
+    for (int l = 0; l < p->n_layers; l++)
+        grad[l] = (cost_grad_bytes(p->layers[l].state_bytes, c->model.dtype) + tp - 1) / tp;
+    return ERR_OK;
+}
+
+/* Every stage's gradient bytes, and its profile as the GPUs of its group see it. */
+static int apply_groups(struct cluster *c, int transform, struct err *e)
+{
+    c->grad_bytes = calloc((size_t)c->n_profiles, sizeof *c->grad_bytes);
+    if (c->grad_bytes == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct cluster_stage *st = &c->stages[s];
+        struct profile *p = &c->profiles[st->profile];
+        if (c->grad_bytes[st->profile] != NULL)
+            continue;
+        if (fill_grads(c, s, e))
+            return e->code;
+        struct cost_group g = {
+            .tp = p->tp > 1 ? st->tp / p->tp : st->tp,
+            .dp = st->dp,
+            .shard_optimizer = c->shard_optimizer,
+            .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+            .node_link = st->node_link,
+            .tensor_bytes = cost_tp_tensor_bytes(&c->model),
+            .dtype = c->model.dtype,
+        };
+        if (transform)
+            group_layers(p, &c->model, &g);
+    }
+    return ERR_OK;
+}
+
+int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
+                          struct err *e)
+{
+    if (p->tp > 1)
+        return err_set(e, ERR_INPUT, "--tp: the profile is a group's already (tp %d)", p->tp);
+    if (cluster_check_tp(&p->model, tp, "--tp", e))
+        return e->code;
+    struct cost_group g = {
+        .tp = tp,
+        .dp = 1,
+        .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+        .node_link = *node_link,
+        .tensor_bytes = cost_tp_tensor_bytes(&p->model),
+        .dtype = p->model.dtype,
+    };
+    group_layers(p, &p->model, &g);
+    p->tp = tp;
+    return ERR_OK;
+}
+
+int cluster_group_apply(struct cluster *c, const char *file, struct err *e)
+{
+    int grouped = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        if (check_stage(c, file, s, e))
+            return e->code;
+        /* resolved here: a repartitioned cluster moves stages and their links */
+        c->stages[s].dp_link = c->dp_link.present ? c->dp_link : cluster_link(c, s);
+        grouped |= c->stages[s].tp > 1 || c->stages[s].dp > 1;
+    }
+    return grouped ? apply_groups(c, 1, e) : ERR_OK;
+}
+
+void cluster_group_free(struct cluster *c)
+{
+    for (int k = 0; c->grad_bytes != NULL && k < c->n_profiles; k++)
+        free(c->grad_bytes[k]);
+    free(c->grad_bytes);
+    c->grad_bytes = NULL;
+}
+
+double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int last)
+{
+    const struct cluster_stage *st = &c->stages[stage];
+    return cost_dp_allreduce_ms(&st->dp_link, st->dp, cluster_grad_bytes(c, stage, first, last));
+}
+
+int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last)
+{
+    const int64_t *grad = c->grad_bytes != NULL ? c->grad_bytes[c->stages[stage].profile] : NULL;
+    int64_t sum = 0;
+    for (int l = first; grad != NULL && l <= last; l++)
+        sum += grad[l];
+    return sum;
+}
+
+int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e)
+{
+    const cJSON *pipes = cJSON_GetObjectItemCaseSensitive(root, "pipelines");
+    if (cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: pool: a pool of GPUs: ballast plan searches it (and takes no "
+                       "\"stages\" or \"pipelines\" with it)",
+                       file);
+    if (pipes == NULL)
+        return err_set(e, ERR_INPUT, "%s: stages: missing", file);
+    if (cJSON_GetObjectItemCaseSensitive(root, "stages") != NULL)
+        return err_set(e, ERR_INPUT,
+                       "%s: stages and pipelines: give one pipeline's \"stages\" or a list of "
+                       "\"pipelines\", not both",
+                       file);
+    return err_set(e, ERR_INPUT,
+                   "%s: pipelines: %d pipelines: this command takes one pipeline (ballast plan "
+                   "and ballast simulate take several)",
+                   file, cJSON_GetArraySize(pipes));
+}
+
+static const cJSON *pipelines_of(const cJSON *root, const char *file, int *n, struct err *e)
+{
+    const cJSON *pipes = cJSON_GetObjectItemCaseSensitive(root, "pipelines");
+    *n = 0;
+    if (pipes == NULL)
+        return NULL;
+    if (jsonio_expect_array(pipes, file, "pipelines", e))
+        return NULL;
+    *n = cJSON_GetArraySize(pipes);
+    if (*n < 1 || *n > CLUSTER_STAGES_MAX)
+        err_set(e, ERR_INPUT, "%s: pipelines: %d pipelines, expected 1 to %d", file, *n,
+                CLUSTER_STAGES_MAX);
+    return pipes;
+}
+
+int cluster_pipeline_count(const char *file, int *n, struct err *e)
+{
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    pipelines_of(root, file, n, e);
+    cJSON_Delete(root);
+    return e->code;
+}
+
+/* The file's members with pipeline k's in place of "pipelines". */
+static cJSON *pipeline_root(const cJSON *root, const cJSON *pipe, const char *file, int k,
+                            struct err *e)
+{
+    static const char *const keys[] = {"stages", "micro_batches", "link", "reserve_bytes",
+                                       "name", NULL};
+    char path[JSONIO_PATH_MAX];
+    jsonio_path_index(path, "pipelines", k);
+    if (jsonio_expect_object(pipe, file, path, e) || jsonio_check_keys(pipe, file, path, keys, e))
+        return NULL;
+    cJSON *out = cJSON_Duplicate(root, 1);
+    if (out == NULL) {
+        err_set(e, ERR_FAIL, "out of memory");
+        return NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(out, "pipelines");
+    for (const cJSON *m = pipe->child; m != NULL; m = m->next) {
+        if (strcmp(m->string, "name") == 0)
+            continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(out, m->string);
+        cJSON_AddItemToObject(out, m->string, cJSON_Duplicate(m, 1));
+    }
+    return out;
+}
+
+int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    cJSON *root = jsonio_read(file, e);
+    if (root == NULL)
+        return e->code;
+    int n;
+    const cJSON *pipes = pipelines_of(root, file, &n, e);
+    if (e->code == ERR_OK && pipes == NULL) {
+        cluster_parse(root, file, c, e);
+    } else if (e->code == ERR_OK) {
+        cJSON *one = pipeline_root(root, cJSON_GetArrayItem(pipes, k), file, k, e);
+        struct err inner;
+        err_clear(&inner);
+        if (one != NULL && cluster_parse(one, file, c, &inner))
+            err_set(e, inner.code, "pipelines[%d] of %s", k, inner.msg);
+        /* a pipeline reduces its gradients with the others even unreplicated */
+        else if (one != NULL && c->grad_bytes == NULL && apply_groups(c, 0, e))
+            cluster_free(c);
+        cJSON_Delete(one);
+    }
+    cJSON_Delete(root);
+    return e->code;
+}

@@ -1,0 +1,36 @@
+/* The pool search (issue 17): given a pool of GPUs (a cluster file with "pool" and
+ * "global_batch" instead of "stages"), the data-parallel pipeline with the least simulated
+ * step. A candidate is dp replicas of one pipeline holding, per device kind k, S_k stages of
+ * tp_k GPUs each (tp_k divides the model's heads and fits a node, dp * S_k * tp_k <= count_k),
+ * with M = global_batch / (dp * micro_batch) micro-batches a replica; each candidate's device
+ * order, layer split and memory actions are --method optimal --repartition's, and its step is
+ * the simulated one with the gradient reduction over the replicas. Every candidate is
+ * planned: the answer is the least over all of them. */
+#ifndef BALLAST_POOL_H
+#define BALLAST_POOL_H
+
+#include <cjson/cJSON.h>
+
+#include "plan.h"
+#include "planner.h"
+
+#define POOL_KINDS_MAX 6
+
+struct pool_result {
+    long candidates; /* planned */
+    long fitted;     /* of which some plan fits */
+    int n_kinds;
+    int dp, micro_batches;
+    int tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
+    char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
+};
+
+/* Whether a cluster file gives a "pool" (*is_pool), read from `file`. */
+int pool_file_check(const char *file, int *is_pool, struct err *e);
+/* The best plan of the pool (ERR_NOFIT when no candidate fits; ERR_INPUT for a bad pool,
+ * naming the field and the numbers). `o` is --method optimal's; the search sets repartition. */
+int pool_search(const char *file, const struct plan_options *o, struct plan *best,
+                struct pool_result *r, struct err *e);
+void pool_print(FILE *f, const struct pool_result *r);
+
+#endif

@@ -1,0 +1,26 @@
+"""The PyTorch tests need Debian's python3-torch, which the README's test command installs
+(scripts/deps.sh). Missing where Debian offers it, that is a failure; where no package
+source offers it, the test is skipped (exit 77, CTest's SKIP_RETURN_CODE) and says so."""
+import subprocess
+import sys
+
+
+def _offered():
+    """Whether apt has a candidate for python3-torch (unknown without apt: assume it is)."""
+    try:
+        out = subprocess.run(["apt-cache", "policy", "python3-torch"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return "Candidate:" in out and "Candidate: (none)" not in out
+
+
+def require_torch(test):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if _offered():
+            sys.exit("%s: PyTorch is missing for %s; install it with scripts/deps.sh (Debian "
+                     "package python3-torch, for /usr/bin/python3)" % (test, sys.executable))
+        print("%s: skipped: no package source here offers python3-torch" % test)
+        sys.exit(77)

@@ -38,6 +38,7 @@ struct search {
     const struct plan_options *o;
     int S, N, M;
     double **fwd_prefix, **bwd_prefix; /* per profile, N + 1 */
+    double **opt_prefix; /* per profile, N + 1: the device optimizer step's layer sums */
     struct position_class *classes;
     int n_classes, cap_classes;
     struct position *pos; /* S, for the order being searched */
@@ -64,6 +65,8 @@ struct search {
     double *own;      /* S: split_bound's per-stage terms */
     double *fill_z;   /* S: split_bound's cumulative round trips */
     double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
+    double *a;        /* S: split_bound's backward (with recompute) of each position */
+    double *own_end;  /* S: split_bound's own terms to the position's own last backward */
     struct err *e;
 };
 
@@ -175,6 +178,22 @@ static double transfer_ms(const struct search *s, int k, int last)
     return 2 * link_transfer_ms(&p->link, s->c->profiles[p->profile].layers[last].out_bytes);
 }
 
+/* The optimizer step position k takes on the device holding first..last: the simulator's
+ * (the host optimizer is chosen after the search). */
+static double optimizer_ms(const struct search *s, int k, int first, int last)
+{
+    const double *opt = s->opt_prefix[s->pos[k].profile];
+    return opt[last + 1] - opt[first];
+}
+
+/* What position k runs after its last backward: its gradients' all-reduce over its data
+ * parallel replicas, then its optimizer step. */
+static double tail_ms(const struct search *s, int k, int first, int last)
+{
+    return cluster_allreduce_ms(s->c, s->pos[k].stage, first, last) +
+           optimizer_ms(s, k, first, last);
+}
+
 /* Backwards position k runs after its last forward: W + 1 in 1F1B with W = S-k-1 warm-up
  * forwards, all M when it runs every forward first (GPipe, or 1F1B with W >= M - 1). */
 static int drain_backwards(const struct search *s, int k)
@@ -201,9 +220,9 @@ static int drain_backwards(const struct search *s, int k)
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
  * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
  * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A).
- * It runs from k's first forward to the end of its last backward: a step a stage takes after
- * its last backward (an optimizer step, tail_k) adds as fwd_prefix_k + own + tail_k, the
- * prefix counting only forwards and transfers to k, beside prefix_k + own (+ tail_0). */
+ * It runs from k's first forward to the end of its last backward, with `cool`'s q >= k
+ * (with q < k it reaches past that, to a backward before k's): a step a stage takes after
+ * its last backward (its optimizer step, tail_k) adds as stage_bound says. */
 static double own_bound(const struct search *s, int k, double t, double f, double after,
                         double drain, double fill, double cool)
 {
@@ -220,6 +239,17 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     tail = tail > cool ? tail : cool;
     return head + (M - W - 1) * (f + A) + tail;
+}
+
+/* The iteration's bound from position k's own term `own` (own_bound), after `prefix` (T and
+ * transfers of the positions before it) of which `fwd_prefix` are forwards and forward
+ * transfers: stage 0's last backward waits for k's and the backwards before it, then its
+ * optimizer step `tail0`; k's own step `tail` starts after its last backward (own_bound). */
+static double stage_bound(double prefix, double fwd_prefix, double own, double tail0,
+                          double tail)
+{
+    double through = prefix + own + tail0, at = fwd_prefix + own + tail;
+    return through > at ? through : at;
 }
 
 /* The drain from position k's input on, D(k) = max(f + n A, T + c + D(k+1)) with n its
@@ -325,7 +355,8 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
         return 0;
     double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
                          fill_floor(s, k, j, t - f));
-    return (t + c + rest > v ? t + c + rest : v) < best;
+    double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
+    return (t + c + rest > v ? t + c + rest : v) + tail0 < best;
 }
 
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
@@ -369,6 +400,8 @@ static void bound_table(struct search *s)
                                      fill_floor(s, k, j, f), fill_floor(s, k, j, t - f));
                 if (t + c + rest > v)
                     v = t + c + rest;
+                if (k == 0) /* the iteration ends with stage 0's optimizer step */
+                    v += tail_ms(s, 0, i, j);
                 if (v < best)
                     best = v;
             }
@@ -414,30 +447,42 @@ static double split_bound(struct search *s)
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
         a_max[k] = k > 0 && a_max[k - 1] > t - f ? a_max[k - 1] : t - f;
+        s->a[k] = t - f;
     }
     for (int k = s->S - 1; k >= 0; k--) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         double f, t = stage_ms(s, k, first, last, &f);
         double c = transfer_ms(s, k, last), fill = -INFINITY, cool = -INFINITY;
+        double cool_own = -INFINITY, a_own = t - f;
         /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
          * the transfers between), while k ran the forwards r needs before its first backward */
         z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
         for (int r = k + 1; r < s->S; r++) {
             double v = drain_backwards(s, r) * f + z[r] - z[k];
             double w = t - f + (drain_backwards(s, r) - 1) * a_max[r] + z[r] - z[k];
+            a_own = s->a[r] > a_own ? s->a[r] : a_own;
+            double w_own = t - f + (drain_backwards(s, r) - 1) * a_own + z[r] - z[k];
             fill = v > fill ? v : fill;
             cool = w > cool ? w : cool;
+            cool_own = w_own > cool_own ? w_own : cool_own;
         }
         own[k] = own_bound(s, k, t, f, after + c, drain + c, fill, cool);
+        /* to k's own last backward, the backwards at q < k left out of cool */
+        s->own_end[k] = own_bound(s, k, t, f, after + c, drain + c, fill, cool_own);
         after += t + c;
         drain = drain_step(s, k, t, f, c, drain);
         t_next = t;
     }
+    double tail0 = tail_ms(s, 0, 0, s->S > 1 ? s->first[1] - 1 : s->N - 1), fwd_prefix = 0;
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
-        if (prefix + own[k] > bound)
-            bound = prefix + own[k];
-        prefix += stage_ms(s, k, first, last, NULL) + transfer_ms(s, k, last);
+        double f, c = transfer_ms(s, k, last);
+        double through = prefix + own[k] + tail0;
+        double at = fwd_prefix + s->own_end[k] + tail_ms(s, k, first, last);
+        bound = through > bound ? through : bound;
+        bound = at > bound ? at : bound;
+        prefix += stage_ms(s, k, first, last, &f) + c;
+        fwd_prefix += f + c / 2;
     }
     return bound;
 }
@@ -459,6 +504,7 @@ static void leaf(struct search *s, const int *order)
         st->out_bytes = s->c->profiles[p->profile].layers[last].out_bytes;
         st->link = k + 1 < s->S ? p->link : (struct link){0};
         st->allreduce_ms = cluster_allreduce_ms(s->c, p->stage, first, last);
+        st->optimizer_ms = optimizer_ms(s, k, first, last);
         memory += rc->memory_bytes;
     }
     double ms;
@@ -494,18 +540,34 @@ static int out_of_budget(struct search *s)
     return 1;
 }
 
-/* The bound of the child that gives position k the layers up to j, taking T ms (f forward),
- * after a prefix of `prefix` ms whose largest own bound is `partial`; `rest` is G after it. */
-static double child_bound(struct search *s, int k, int j, double t, double f, double prefix,
-                          double partial, double rest)
+/* The prefix a branch has built: positions before k, `ms` their T and transfers, `fwd_ms`
+ * their forwards and forward transfers, `tail0` stage 0's optimizer step (once placed) and
+ * `partial` the largest stage_bound of those positions. */
+struct prefix {
+    double ms, fwd_ms, tail0, partial;
+};
+
+/* The prefix with position k holding layers i..j (T ms, f forward) added. */
+static struct prefix extend(struct search *s, const struct prefix *p, int k, int i, int j,
+                            double t, double f)
 {
-    double c = transfer_ms(s, k, j);
-    double next = prefix + t + c;
-    double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                    c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f),
-                                    fill_floor(s, k, j, t - f));
-    double p = partial > own ? partial : own;
-    return p > next + rest ? p : next + rest;
+    double c = transfer_ms(s, k, j), tail = tail_ms(s, k, i, j);
+    double tail0 = k == 0 ? tail : p->tail0;
+    double own = own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1), c + *D_at(s, k + 1, j + 1),
+                           fill_floor(s, k, j, f), fill_floor(s, k, j, t - f));
+    double v = stage_bound(p->ms, p->fwd_ms, own, tail0, tail);
+    return (struct prefix){p->ms + t + c, p->fwd_ms + f + c / 2, tail0,
+                           p->partial > v ? p->partial : v};
+}
+
+/* The bound of the child that gives position k the layers i..j (T ms, f forward) after the
+ * prefix p; `rest` is G after it. */
+static double child_bound(struct search *s, const struct prefix *p, int k, int i, int j,
+                          double t, double f, double rest)
+{
+    struct prefix next = extend(s, p, k, i, j, t, f);
+    double through = next.ms + rest + next.tail0;
+    return next.partial > through ? next.partial : through;
 }
 
 /* Most promising first, so the incumbent improves early: (bound, last layer) pairs by bound,
@@ -522,10 +584,8 @@ static void sort_children(double *kids, int n)
         }
 }
 
-/* Depth-first over the split: position k starts at layer i after a prefix of `prefix` ms,
- * the assigned positions' largest M T_s + prefix_s being `partial`. */
-static void branch(struct search *s, const int *order, int k, int i, double prefix,
-                   double partial)
+/* Depth-first over the split: position k starts at layer i after the prefix p. */
+static void branch(struct search *s, const int *order, int k, int i, const struct prefix *p)
 {
     if (s->e->code)
         return;
@@ -545,15 +605,15 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         /* the child's bound with T at its floor first: when even that is over the limit, the
          * range's knapsack is not needed */
         double f, t = floor_ms(s, k, i, j, r_floor, &f);
-        if (pruned(s, s->M * t + prefix)) /* and every later child: T grows with the range */
+        if (pruned(s, s->M * t + p->ms)) /* and every later child: T grows with the range */
             break;
-        if (isinf(rest) || pruned(s, child_bound(s, k, j, t, f, prefix, partial, rest)))
+        if (isinf(rest) || pruned(s, child_bound(s, p, k, i, j, t, f, rest)))
             continue;
         t = stage_ms(s, k, i, j, &f);
-        if (isinf(t) || pruned(s, s->M * t + prefix))
+        if (isinf(t) || pruned(s, s->M * t + p->ms))
             break;
         r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
-        double bound = child_bound(s, k, j, t, f, prefix, partial, rest);
+        double bound = child_bound(s, p, k, i, j, t, f, rest);
         if (pruned(s, bound))
             continue;
         kids[2 * n] = bound;
@@ -575,12 +635,9 @@ static void branch(struct search *s, const int *order, int k, int i, double pref
         s->nodes++;
         int j = (int)kids[2 * a + 1];
         double f, t = stage_ms(s, k, i, j, &f);
-        double c = transfer_ms(s, k, j);
-        double own = prefix + own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1),
-                                        c + *D_at(s, k + 1, j + 1), fill_floor(s, k, j, f),
-                                        fill_floor(s, k, j, t - f));
+        struct prefix next = extend(s, p, k, i, j, t, f);
         s->first[k] = i;
-        branch(s, order, k + 1, j + 1, prefix + t + c, partial > own ? partial : own);
+        branch(s, order, k + 1, j + 1, &next);
     }
 }
 
@@ -681,8 +738,12 @@ static void search_free(struct search *s)
     if (s->bwd_prefix)
         for (int p = 0; p < s->c->n_profiles; p++)
             free(s->bwd_prefix[p]);
+    if (s->opt_prefix)
+        for (int p = 0; p < s->c->n_profiles; p++)
+            free(s->opt_prefix[p]);
     free(s->fwd_prefix);
     free(s->bwd_prefix);
+    free(s->opt_prefix);
     free(s->pos);
     free(s->G);
     free(s->Q);
@@ -698,6 +759,8 @@ static void search_free(struct search *s)
     free(s->own);
     free(s->fill_z);
     free(s->a_max);
+    free(s->a);
+    free(s->own_end);
 }
 
 static int search_init(struct search *s, const struct cluster *c, const struct plan_options *o,
@@ -718,6 +781,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->pruned_bound = INFINITY;
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
     s->bwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->bwd_prefix);
+    s->opt_prefix = calloc((size_t)c->n_profiles, sizeof *s->opt_prefix);
     s->pos = calloc((size_t)s->S, sizeof *s->pos);
     s->G = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->G);
     s->Q = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->Q);
@@ -733,17 +797,21 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->own = malloc((size_t)s->S * sizeof *s->own);
     s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
     s->a_max = malloc((size_t)s->S * sizeof *s->a_max);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z || !s->a_max)
+    s->a = malloc((size_t)s->S * sizeof *s->a);
+    s->own_end = malloc((size_t)s->S * sizeof *s->own_end);
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->first || !s->best_first ||
+        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);
         s->bwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->bwd_prefix);
-        if (!s->fwd_prefix[p] || !s->bwd_prefix[p])
+        s->opt_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->opt_prefix);
+        if (!s->fwd_prefix[p] || !s->bwd_prefix[p] || !s->opt_prefix[p])
             return err_set(e, ERR_FAIL, "out of memory");
         for (int l = 0; l < s->N; l++) {
             s->fwd_prefix[p][l + 1] = s->fwd_prefix[p][l] + c->profiles[p].layers[l].fwd_ms;
             s->bwd_prefix[p][l + 1] = s->bwd_prefix[p][l] + c->profiles[p].layers[l].bwd_ms;
+            s->opt_prefix[p][l + 1] = s->opt_prefix[p][l] + c->profiles[p].layers[l].optimizer_ms;
         }
     }
     return ERR_OK;
@@ -845,7 +913,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
                 s->open_bound = bound;
             continue;
         }
-        branch(s, order, 0, 0, 0, 0);
+        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0});
     }
 }
 

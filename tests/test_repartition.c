@@ -75,6 +75,15 @@ static void random_instance(struct test_rng *r, struct instance *in)
             st->link = (struct link){1, test_rng_double(r, 1, 200), test_rng_double(r, 0, 20)};
         cluster_even_split(N, S, s, &st->first, &st->last);
     }
+    /* half the instances end each stage's iteration with an optimizer step, some layers' far
+     * longer than others' so a stage other than the first can end the iteration */
+    if (test_rng_int(r, 0, 1))
+        for (int k = 0; k < K; k++)
+            for (int l = 0; l < N; l++) {
+                struct test_rng lr = {.s = r->s ^ (uint64_t)(l * 104729 + k)};
+                double scale = test_rng_int(&lr, 0, 3) == 0 ? 20 : 1;
+                in->layers[k][l].optimizer_ms = test_rng_double(&lr, 0, 2) * scale;
+            }
 }
 
 /* Least recompute of a range by every subset, in the knapsack's integer units (knapsack.h):
@@ -206,6 +215,7 @@ static void brute_force(const struct cluster *c, struct best *b)
                 for (int l = 0; l <= hi - lo; l++) {
                     st[q].fwd_ms += L[l].fwd_ms;
                     st[q].bwd_ms += L[l].bwd_ms;
+                    st[q].optimizer_ms += L[l].optimizer_ms;
                 }
             }
             if (!ok)

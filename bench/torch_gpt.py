@@ -5,8 +5,9 @@ The model file's kind picks the twin: "gpt" bench/torch_gpt_model.py (token + po
 embeddings, pre-norm blocks of causal multi-head attention and a 4x GELU (tanh) MLP, final
 layer norm, untied output projection), "llama" bench/torch_llama_model.py (RMSNorm, rotary
 grouped-query attention, SwiGLU, untied head); its "attention" field the attention: "flash"
-F.scaled_dot_product_attention (exit 3 on a PyTorch without it, before 2.0), anything else
-the materialised softmax Ballast computes. Mean cross-entropy; AdamW(betas 0.9, 0.95, eps
+F.scaled_dot_product_attention (on a PyTorch without it, before 2.0, the materialised
+softmax, said on standard error and in the output's "attention"), anything else the
+materialised softmax Ballast computes. Mean cross-entropy; AdamW(betas 0.9, 0.95, eps
 1e-8, weight decay 0.1 on matrices only);
 `micro_batches` micro-batches of gradient accumulation per step. With --recompute every
 block runs under torch.utils.checkpoint (activations recomputed in backward).
@@ -14,7 +15,7 @@ block runs under torch.utils.checkpoint (activations recomputed in backward).
 usage: torch_gpt.py MODEL.json --micro-batches M --steps N --threads T [--intra-op K]
                     [--recompute]
 T threads for OpenBLAS's matrix products, K (default T) for PyTorch's own intra-op work.
-prints one JSON line: {"tokens_per_s": ..., "step_ms": [...]}
+prints one JSON line: {"tokens_per_s": ..., "step_ms": [...], "attention": "sdpa"|"manual"}
 """
 import argparse
 import json
@@ -38,10 +39,10 @@ def build(m, recompute):
     """The reference for model file `m`."""
     attention = "sdpa" if m.get("attention") == "flash" else "manual"
     if attention == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-        print("torch_gpt.py: PyTorch %s has no F.scaled_dot_product_attention (2.0 and later)"
-              % torch.__version__, file=sys.stderr)
-        sys.exit(3)
-    return (Llama if m.get("kind") == "llama" else GPT)(m, recompute, attention)
+        print("torch_gpt.py: PyTorch %s has no F.scaled_dot_product_attention (2.0 and later): "
+              "the materialised softmax instead" % torch.__version__, file=sys.stderr)
+        attention = "manual"
+    return (Llama if m.get("kind") == "llama" else GPT)(m, recompute, attention), attention
 
 
 def main():
@@ -58,7 +59,7 @@ def main():
     torch.manual_seed(1)
     m = json.load(open(a.model))
     B, T, V, M = m["micro_batch"], m["seq_len"], m["vocab_size"], a.micro_batches
-    model = build(m, a.recompute)
+    model, attention = build(m, a.recompute)
     decay = [p for p in model.parameters() if p.dim() == 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -76,7 +77,7 @@ def main():
         step_ms.append((time.perf_counter() - t0) * 1e3)
     timed = step_ms[1:] if len(step_ms) > 1 else step_ms
     print(json.dumps({"tokens_per_s": M * B * T * len(timed) / (sum(timed) / 1e3),
-                      "step_ms": step_ms}))
+                      "step_ms": step_ms, "attention": attention}))
 
 
 if __name__ == "__main__":

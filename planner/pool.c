@@ -154,7 +154,8 @@ static int evaluate(struct pool_state *st, struct err *e)
 /* Every tp and stage count of kind k and the kinds after it. */
 static int choose_kind(struct pool_state *st, int k, struct err *e)
 {
-    if (k == st->K)
+    if (k >= st->K || k >= POOL_KINDS_MAX) /* K <= POOL_KINDS_MAX (read_pool); gcc's
+                                             * array-bounds check wants it said */
         return evaluate(st, e);
     st->tp[k] = 1;
     st->stages[k] = 0; /* the kind unused */

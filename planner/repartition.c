@@ -48,6 +48,8 @@ struct search {
     int *target;          /* n_targets positions r that fill_floor measures round trips to */
     int n_targets;
     double *Z;            /* n_targets x (S + 1) x (N + 1): least round trip to target r */
+    double *R;            /* n_targets x (S + 1) x (N + 1): least largest backward up to r */
+    double *P;            /* (S + 1) x (N + 1): least largest backward before k (prefix_table) */
     /* branch and bound */
     int *first;           /* S: the split being built */
     int *best_first;      /* S */
@@ -80,6 +82,11 @@ static double *Q_at(struct search *s, int k, int i)
     return &s->Q[(size_t)k * (s->N + 1) + i];
 }
 
+static double *P_at(struct search *s, int k, int i)
+{
+    return &s->P[(size_t)k * (s->N + 1) + i];
+}
+
 static double *D_at(struct search *s, int k, int i)
 {
     return &s->D[(size_t)k * (s->N + 1) + i];
@@ -91,6 +98,13 @@ static double *D_at(struct search *s, int k, int i)
 static double *Z_at(struct search *s, int t, int k, int i)
 {
     return &s->Z[((size_t)t * (s->S + 1) + k) * (s->N + 1) + i];
+}
+
+/* R_r(k, i): the least, over the ways positions k.. hold layers from i, of the largest
+ * backward (with recompute) among positions k..r (-INFINITY past r, INFINITY where none fits). */
+static double *R_at(struct search *s, int t, int k, int i)
+{
+    return &s->R[((size_t)t * (s->S + 1) + k) * (s->N + 1) + i];
 }
 
 static int class_of(struct search *s, int profile, int64_t capacity, int in_flight)
@@ -241,14 +255,15 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
     return head + (M - W - 1) * (f + A) + tail;
 }
 
-/* The iteration's bound from position k's own term `own` (own_bound), after `prefix` (T and
+/* The iteration's bound from position k's own terms `own` and `own_end` (own_bound; the
+ * latter without backwards before k in its `cool`, split_bound's own_end), after `prefix` (T and
  * transfers of the positions before it) of which `fwd_prefix` are forwards and forward
  * transfers: stage 0's last backward waits for k's and the backwards before it, then its
  * optimizer step `tail0`; k's own step `tail` starts after its last backward (own_bound). */
-static double stage_bound(double prefix, double fwd_prefix, double own, double tail0,
-                          double tail)
+static double stage_bound(double prefix, double fwd_prefix, double own, double own_end,
+                          double tail0, double tail)
 {
-    double through = prefix + own + tail0, at = fwd_prefix + own + tail;
+    double through = prefix + own + tail0, at = fwd_prefix + own_end + tail;
     return through > at ? through : at;
 }
 
@@ -291,17 +306,18 @@ static void choose_targets(struct search *s)
             s->target[s->n_targets++] = r;
 }
 
-/* Z_r(k, .) for every target r >= k from Z_r(k + 1, .), with each T as far as known without
- * a knapsack (floor_ms): a floor, never more than the true round trip. */
+/* Z_r(k, .) and R_r(k, .) for every target r >= k from those at k + 1, with each T as far as
+ * known without a knapsack (floor_ms): floors, never more than the true round trip and
+ * largest backward. */
 static void round_trip_table(struct search *s, int k)
 {
     int last_j = s->N - 1 - (s->S - 1 - k);
     for (int t = 0; t < s->n_targets; t++) {
         int r = s->target[t];
         for (int i = 0; i <= s->N; i++)
-            *Z_at(s, t, k, i) = INFINITY;
+            *Z_at(s, t, k, i) = *R_at(s, t, k, i) = k <= r ? INFINITY : -INFINITY;
         for (int i = k; k <= r && i <= last_j; i++) {
-            double least = INFINITY, r_floor = 0;
+            double least = INFINITY, least_a = INFINITY, r_floor = 0;
             for (int j = i; j <= last_j; j++) {
                 double rest = k < r ? *Z_at(s, t, k + 1, j + 1) : 0, f;
                 double tm = floor_ms(s, k, i, j, r_floor, &f);
@@ -310,9 +326,13 @@ static void round_trip_table(struct search *s, int k)
                 if (isinf(tm))
                     break; /* T only grows with the range */
                 double v = tm + (k < r ? transfer_ms(s, k, j) + rest : 0);
+                double a = k < r ? *R_at(s, t, k + 1, j + 1) : -INFINITY;
+                a = a > tm - f ? a : tm - f;
                 least = v < least ? v : least;
+                least_a = a < least_a ? a : least_a;
             }
             *Z_at(s, t, k, i) = least;
+            *R_at(s, t, k, i) = least_a;
         }
     }
 }
@@ -330,6 +350,34 @@ static double fill_floor(struct search *s, int k, int j, double f)
         fill = v > fill ? v : fill;
     }
     return fill;
+}
+
+/* A floor under own_bound's `cool` for position k holding layers up to j with backward A
+ * (with recompute): for each target r after k, A, then n_r - 1 backwards at a position q in
+ * k..r (so at least the larger of A and R_r(k + 1, j + 1)), and the round trip from k to r
+ * (split_bound's z[r] - z[k], at least k's transfer and Z_r(k + 1, j + 1)); `a_before` a
+ * floor of the largest backward before k (q may be there too: split_bound's cool takes the
+ * largest over 0..r, cool_own over k..r). */
+static double cool_floor_after(struct search *s, int k, int j, double A, double a_before)
+{
+    double cool = -INFINITY, c = transfer_ms(s, k, j);
+    for (int t = 0; t < s->n_targets; t++) {
+        int r = s->target[t];
+        if (r <= k)
+            continue;
+        double q = *R_at(s, t, k + 1, j + 1);
+        q = q > A ? q : A;
+        q = q > a_before ? q : a_before;
+        double v = A + (drain_backwards(s, r) - 1) * q + c + *Z_at(s, t, k + 1, j + 1);
+        cool = v > cool ? v : cool;
+    }
+    return cool;
+}
+
+/* cool_floor_after for own_end (split_bound's cool_own: no backward before k counted). */
+static double cool_floor(struct search *s, int k, int j, double A)
+{
+    return cool_floor_after(s, k, j, A, -INFINITY);
 }
 
 /* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
@@ -354,9 +402,35 @@ static int could_improve(struct search *s, int k, int i, int j, double r_floor, 
     if (s->M * t >= best)
         return 0;
     double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
-                         fill_floor(s, k, j, t - f));
+                         cool_floor(s, k, j, t - f));
     double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
     return (t + c + rest > v ? t + c + rest : v) + tail0 < best;
+}
+
+/* P(k, i): the least, over the ways positions 0..k-1 hold layers 0..i-1, of their largest
+ * backward (with recompute, as far as known without a knapsack: floor_ms); -INFINITY at k 0.
+ * Position k's `cool` may wait on backwards there (cool_floor_after's a_before). */
+static void prefix_table(struct search *s)
+{
+    int S = s->S, N = s->N;
+    for (int k = 0; k <= S; k++)
+        for (int i = 0; i <= N; i++)
+            *P_at(s, k, i) = k == 0 && i == 0 ? -INFINITY : INFINITY;
+    for (int k = 0; k < S; k++)
+        for (int i = k; i < N; i++) {
+            double before = *P_at(s, k, i), r_floor = 0;
+            if (isinf(before) && before > 0)
+                continue;
+            for (int j = i; j < N; j++) {
+                double f, t = floor_ms(s, k, i, j, r_floor, &f);
+                if (s->classes[s->pos[k].cls].ranges[(size_t)i * N + j].known)
+                    r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+                if (isinf(t))
+                    break;
+                double a = t - f > before ? t - f : before, *at = P_at(s, k + 1, j + 1);
+                *at = a < *at ? a : *at;
+            }
+        }
 }
 
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
@@ -367,6 +441,7 @@ static void bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
     choose_targets(s);
+    prefix_table(s);
     for (int k = 0; k <= S; k++)
         for (int i = 0; i <= N; i++)
             *G_at(s, k, i) = *Q_at(s, k, i) = *D_at(s, k, i) = INFINITY;
@@ -396,8 +471,8 @@ static void bound_table(struct search *s)
                     least_drain = d;
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
-                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain,
-                                     fill_floor(s, k, j, f), fill_floor(s, k, j, t - f));
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
+                                     cool_floor_after(s, k, j, t - f, *P_at(s, k, i)));
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (k == 0) /* the iteration ends with stage 0's optimizer step */
@@ -544,7 +619,7 @@ static int out_of_budget(struct search *s)
  * their forwards and forward transfers, `tail0` stage 0's optimizer step (once placed) and
  * `partial` the largest stage_bound of those positions. */
 struct prefix {
-    double ms, fwd_ms, tail0, partial;
+    double ms, fwd_ms, tail0, partial, a_max; /* a_max: the largest backward (recompute) */
 };
 
 /* The prefix with position k holding layers i..j (T ms, f forward) added. */
@@ -553,11 +628,15 @@ static struct prefix extend(struct search *s, const struct prefix *p, int k, int
 {
     double c = transfer_ms(s, k, j), tail = tail_ms(s, k, i, j);
     double tail0 = k == 0 ? tail : p->tail0;
-    double own = own_bound(s, k, t, f, c + *Q_at(s, k + 1, j + 1), c + *D_at(s, k + 1, j + 1),
-                           fill_floor(s, k, j, f), fill_floor(s, k, j, t - f));
-    double v = stage_bound(p->ms, p->fwd_ms, own, tail0, tail);
+    double after = c + *Q_at(s, k + 1, j + 1), drain = c + *D_at(s, k + 1, j + 1);
+    double fill = fill_floor(s, k, j, f);
+    double own = own_bound(s, k, t, f, after, drain, fill,
+                           cool_floor_after(s, k, j, t - f, p->a_max));
+    double own_end = own_bound(s, k, t, f, after, drain, fill, cool_floor(s, k, j, t - f));
+    double v = stage_bound(p->ms, p->fwd_ms, own, own_end, tail0, tail);
     return (struct prefix){p->ms + t + c, p->fwd_ms + f + c / 2, tail0,
-                           p->partial > v ? p->partial : v};
+                           p->partial > v ? p->partial : v,
+                           p->a_max > t - f ? p->a_max : t - f};
 }
 
 /* The bound of the child that gives position k the layers i..j (T ms, f forward) after the
@@ -630,6 +709,7 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
+            if (getenv("GAPDP")) fprintf(stderr, "open k %d bound %.3f G00 %.3f\n", k, bound, *G_at(s, 0, 0));
             return;
         }
         s->nodes++;
@@ -750,6 +830,8 @@ static void search_free(struct search *s)
     free(s->D);
     free(s->target);
     free(s->Z);
+    free(s->R);
+    free(s->P);
     free(s->first);
     free(s->best_first);
     free(s->best_order);
@@ -788,6 +870,8 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->D = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->D);
     s->target = malloc(FILL_TARGETS_MAX * sizeof *s->target);
     s->Z = malloc((size_t)FILL_TARGETS_MAX * (s->S + 1) * (s->N + 1) * sizeof *s->Z);
+    s->R = malloc((size_t)FILL_TARGETS_MAX * (s->S + 1) * (s->N + 1) * sizeof *s->R);
+    s->P = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->P);
     s->first = calloc((size_t)s->S, sizeof *s->first);
     s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
@@ -799,7 +883,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->a_max = malloc((size_t)s->S * sizeof *s->a_max);
     s->a = malloc((size_t)s->S * sizeof *s->a);
     s->own_end = malloc((size_t)s->S * sizeof *s->own_end);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->first || !s->best_first ||
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
         !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
@@ -881,6 +965,7 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
             break;
         bound_table(s);
         out->bound[out->n++] = *G_at(s, 0, 0);
+        if (getenv("GAPDP")) fprintf(stderr, "order G00 %.3f\n", *G_at(s, 0, 0));
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));
     return s->e->code;
 }
@@ -913,7 +998,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
                 s->open_bound = bound;
             continue;
         }
-        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0});
+        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
     }
 }
 

@@ -1,5 +1,6 @@
 #include "pool.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,19 @@ struct pool_kind {
     const cJSON *entry;
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node;
+    /* per tp (0 where it cannot split the model): the most a stage of tp GPUs of the kind
+     * can hold of the reference work per ms of its own (pool_speed) */
+    double *speed;
+    int64_t n_speed;
+};
+
+/* The best candidates by lower bound (first pass), planned before the rest. */
+#define POOL_FIRST 16
+
+struct pool_candidate {
+    long index; /* in the exhaustive order */
+    double bound;
+    int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
 };
 
 /* The search's state: the file, the kinds, the candidate being built and the best so far. */
@@ -24,7 +38,15 @@ struct pool_state {
     int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
     struct plan *best;
     int have_best;
+    long best_index;
     struct pool_result *r;
+    /* the pruning: the reference work (kind 0, tp 1: sum of fwd + bwd), the pass (0: rank
+     * the bounds, 1: plan what they leave), the candidate's index and the first ones */
+    int prune, pass;
+    double work_ms;
+    long index;
+    struct pool_candidate first[POOL_FIRST];
+    int n_first;
 };
 
 int pool_file_check(const char *file, int *is_pool, struct err *e)
@@ -106,15 +128,15 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
     return out;
 }
 
+static int candidate_M(const struct pool_state *st)
+{
+    return (int)(st->global_batch / ((int64_t)st->dp * st->model.micro_batch));
+}
+
 /* Plans the candidate in st; keeps it when it fits and steps faster than the best. */
 static int evaluate(struct pool_state *st, struct err *e)
 {
-    int S = 0;
-    for (int k = 0; k < st->K; k++)
-        S += st->stages[k];
-    if (S < 1 || S > model_layer_count(&st->model))
-        return ERR_OK;
-    int M = (int)(st->global_batch / ((int64_t)st->dp * st->model.micro_batch));
+    int M = candidate_M(st);
     cJSON *json = candidate_json(st, M);
     struct cluster c;
     struct plan p;
@@ -136,7 +158,10 @@ static int evaluate(struct pool_state *st, struct err *e)
     if (rc)
         return rc;
     st->r->fitted++;
-    if (st->have_best && p.iteration_ms >= st->best->iteration_ms) {
+    /* ties go to the earliest in the exhaustive order, as without pruning */
+    if (st->have_best && (p.iteration_ms > st->best->iteration_ms ||
+                          (p.iteration_ms == st->best->iteration_ms &&
+                           st->index > st->best_index))) {
         plan_free(&p);
         return ERR_OK;
     }
@@ -144,6 +169,7 @@ static int evaluate(struct pool_state *st, struct err *e)
         plan_free(st->best);
     *st->best = p;
     st->have_best = 1;
+    st->best_index = st->index;
     st->r->dp = st->dp;
     st->r->micro_batches = M;
     memcpy(st->r->tp, st->tp, sizeof st->tp);
@@ -151,15 +177,84 @@ static int evaluate(struct pool_state *st, struct err *e)
     return ERR_OK;
 }
 
-/* Every tp and stage count of kind k and the kinds after it. */
-static int choose_kind(struct pool_state *st, int k, struct err *e)
+/* A lower bound on the candidate's step: its busiest stage runs M forwards and backwards of
+ * its layers, at least the reference work over the stages' summed speeds (every layer l on a
+ * stage of kind k and tp t costs at least ref_l / speed), and a stage runs its work serially.
+ * Scaled down a little so that rounding never lifts it over the simulated step. */
+static double candidate_bound(const struct pool_state *st)
 {
-    if (k >= st->K || k >= POOL_KINDS_MAX) /* K <= POOL_KINDS_MAX (read_pool); gcc's
-                                             * array-bounds check wants it said */
+    double speed = 0;
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
+        if (st->stages[k] > 0)
+            speed += st->stages[k] * st->kind[k].speed[st->tp[k]];
+    return candidate_M(st) * st->work_ms / speed * (1 - 1e-9);
+}
+
+/* Whether a candidate of this bound and index could replace the best (evaluate's order). */
+static int may_win(const struct pool_state *st, double bound, long index)
+{
+    if (!st->have_best)
+        return 1;
+    return bound < st->best->iteration_ms ||
+           (bound == st->best->iteration_ms && index < st->best_index);
+}
+
+/* Keeps the candidate among the POOL_FIRST least bounds (ties: earliest). */
+static void rank_first(struct pool_state *st, double bound)
+{
+    int i = st->n_first < POOL_FIRST ? st->n_first++ : POOL_FIRST;
+    while (i > 0 && st->first[i - 1].bound > bound) {
+        if (i < POOL_FIRST)
+            st->first[i] = st->first[i - 1];
+        i--;
+    }
+    if (i < POOL_FIRST) {
+        struct pool_candidate *c = &st->first[i];
+        *c = (struct pool_candidate){.index = st->index, .bound = bound, .dp = st->dp};
+        memcpy(c->tp, st->tp, sizeof c->tp);
+        memcpy(c->stages, st->stages, sizeof c->stages);
+    }
+}
+
+static int is_first(const struct pool_state *st, long index)
+{
+    for (int i = 0; i < st->n_first; i++)
+        if (st->first[i].index == index)
+            return 1;
+    return 0;
+}
+
+/* One candidate of the enumeration: planned, ranked or skipped as the pass says. */
+static int visit(struct pool_state *st, struct err *e)
+{
+    if (!st->prune)
         return evaluate(st, e);
+    double bound = candidate_bound(st);
+    if (st->pass == 0) {
+        rank_first(st, bound);
+        return ERR_OK;
+    }
+    if (is_first(st, st->index) || !may_win(st, bound, st->index))
+        return ERR_OK;
+    return evaluate(st, e);
+}
+
+/* Every tp and stage count of kind k and the kinds after it, `used` stages so far (at most
+ * the model's layers, at least one). */
+static int choose_kind(struct pool_state *st, int k, int used, struct err *e)
+{
+    if (k >= st->K || k >= POOL_KINDS_MAX) { /* K <= POOL_KINDS_MAX (read_pool); gcc's
+                                              * array-bounds check wants it said */
+        if (used < 1)
+            return ERR_OK;
+        int rc = visit(st, e);
+        st->index++;
+        return rc;
+    }
+    int L = model_layer_count(&st->model);
     st->tp[k] = 1;
     st->stages[k] = 0; /* the kind unused */
-    if (choose_kind(st, k + 1, e))
+    if (choose_kind(st, k + 1, used, e))
         return e->code;
     for (int t = 1; t <= st->kind[k].per_node; t++) {
         struct err skip;
@@ -167,13 +262,49 @@ static int choose_kind(struct pool_state *st, int k, struct err *e)
         if (cluster_check_tp(&st->model, t, "", &skip))
             continue;
         st->tp[k] = t;
-        for (int64_t s = 1; s * t * st->dp <= st->kind[k].count; s++) {
+        for (int64_t s = 1; s * t * st->dp <= st->kind[k].count && used + s <= L; s++) {
             st->stages[k] = (int)s;
-            if (choose_kind(st, k + 1, e))
+            if (choose_kind(st, k + 1, used + (int)s, e))
                 return e->code;
         }
     }
     return ERR_OK;
+}
+
+/* Every dp dividing the global batch, and under it every choose_kind. */
+static int enumerate(struct pool_state *st, struct err *e)
+{
+    st->index = 0;
+    for (int dp = 1; dp * (int64_t)st->model.micro_batch <= st->global_batch; dp++) {
+        if (st->global_batch % ((int64_t)dp * st->model.micro_batch) != 0)
+            continue;
+        st->dp = dp;
+        if (choose_kind(st, 0, 0, e))
+            return e->code;
+    }
+    return ERR_OK;
+}
+
+/* Plans the first candidates in the order of their bounds (a good best early), then every
+ * other one whose bound could beat the best. */
+static int search_pruned(struct pool_state *st, struct err *e)
+{
+    st->pass = 0;
+    if (enumerate(st, e))
+        return e->code;
+    for (int i = 0; i < st->n_first; i++) {
+        const struct pool_candidate *c = &st->first[i];
+        if (!may_win(st, c->bound, c->index))
+            continue;
+        st->dp = c->dp;
+        st->index = c->index;
+        memcpy(st->tp, c->tp, sizeof st->tp);
+        memcpy(st->stages, c->stages, sizeof st->stages);
+        if (evaluate(st, e))
+            return e->code;
+    }
+    st->pass = 1;
+    return enumerate(st, e);
 }
 
 /* The pool's model: its first kind as one stage (its profile is read and checked). */
@@ -195,29 +326,89 @@ static int pool_model(struct pool_state *st, struct err *e)
     return rc;
 }
 
-int pool_search(const char *file, const struct plan_options *o, struct plan *best,
-                struct pool_result *r, struct err *e)
+/* Kind k's stage of tp t alone (dp 1) as the cluster file reads it: its layers' fwd + bwd in
+ * `ms` (L of them). ERR_INPUT when it does not parse. */
+static int stage_layer_ms(struct pool_state *st, int k, int t, double *ms, struct err *e)
+{
+    st->dp = 1;
+    for (int j = 0; j < st->K && j < POOL_KINDS_MAX; j++)
+        st->tp[j] = j == k ? t : 1, st->stages[j] = j == k;
+    cJSON *json = candidate_json(st, 1);
+    struct cluster c;
+    if (json == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = cluster_parse(json, st->file, &c, e);
+    cJSON_Delete(json);
+    if (rc)
+        return rc;
+    const struct profile *p = cluster_stage_profile(&c, 0);
+    for (int l = 0; l < p->n_layers; l++)
+        ms[l] = p->layers[l].fwd_ms + p->layers[l].bwd_ms;
+    cluster_free(&c);
+    return ERR_OK;
+}
+
+/* Each kind's speed per tp against the reference (kind 0, tp 1): the most of a layer's
+ * reference time one ms of its own does, so that every stage of it takes at least its share
+ * of the reference work over its speed. A stage that does not parse alone gets an unbounded
+ * speed (no pruning by it); evaluate reports its error if a candidate uses it. */
+static int pool_speed(struct pool_state *st, struct err *e)
+{
+    int L = model_layer_count(&st->model);
+    double *ref = calloc((size_t)L, sizeof *ref), *ms = calloc((size_t)L, sizeof *ms);
+    int rc = ref && ms ? stage_layer_ms(st, 0, 1, ref, e) : err_set(e, ERR_FAIL, "out of memory");
+    st->work_ms = 0;
+    for (int l = 0; rc == ERR_OK && l < L; l++)
+        st->work_ms += ref[l];
+    for (int k = 0; rc == ERR_OK && k < st->K && k < POOL_KINDS_MAX; k++) {
+        struct pool_kind *kind = &st->kind[k];
+        kind->n_speed = kind->per_node + 1;
+        kind->speed = calloc((size_t)kind->n_speed, sizeof *kind->speed);
+        if (kind->speed == NULL)
+            rc = err_set(e, ERR_FAIL, "out of memory");
+        for (int t = 1; rc == ERR_OK && t < kind->n_speed; t++) {
+            struct err skip;
+            err_clear(&skip);
+            if (cluster_check_tp(&st->model, t, "", &skip))
+                continue;
+            if (stage_layer_ms(st, k, t, ms, &skip)) {
+                kind->speed[t] = INFINITY;
+                continue;
+            }
+            for (int l = 0; l < L; l++) {
+                double v = ms[l] > 0 ? ref[l] / ms[l] : ref[l] > 0 ? INFINITY : 0;
+                kind->speed[t] = v > kind->speed[t] ? v : kind->speed[t];
+            }
+        }
+    }
+    free(ref);
+    free(ms);
+    return rc;
+}
+
+int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
+                       struct plan *best, struct pool_result *r, struct err *e)
 {
     memset(r, 0, sizeof *r);
     if (o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "%s: pool: the pool search plans with --method optimal",
                        file);
-    struct pool_state st = {.file = file, .o = o, .best = best, .r = r};
+    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune};
     st.root = jsonio_read(file, e);
     if (st.root == NULL)
         return e->code;
     int rc = read_pool(&st, e);
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
-    for (int dp = 1; rc == ERR_OK && dp * (int64_t)st.model.micro_batch <= st.global_batch; dp++) {
-        if (st.global_batch % ((int64_t)dp * st.model.micro_batch) != 0)
-            continue;
-        st.dp = dp;
-        rc = choose_kind(&st, 0, e);
-    }
+    if (rc == ERR_OK && prune)
+        rc = pool_speed(&st, e);
+    if (rc == ERR_OK)
+        rc = prune ? search_pruned(&st, e) : enumerate(&st, e);
     r->n_kinds = st.K;
-    for (int k = 0; k < st.K; k++)
+    for (int k = 0; k < st.K; k++) {
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
+        free(st.kind[k].speed);
+    }
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
         rc = err_set(e, ERR_NOFIT,
@@ -227,6 +418,12 @@ int pool_search(const char *file, const struct plan_options *o, struct plan *bes
     if (rc && st.have_best)
         plan_free(best);
     return rc;
+}
+
+int pool_search(const char *file, const struct plan_options *o, struct plan *best,
+                struct pool_result *r, struct err *e)
+{
+    return pool_search_pruned(file, o, 1, best, r, e);
 }
 
 void pool_print(FILE *f, const struct pool_result *r)

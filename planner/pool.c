@@ -14,6 +14,8 @@ struct pool_kind {
     /* per tp (0 where it cannot split the model): the most a stage of tp GPUs of the kind
      * can hold of the reference work per ms of its own (pool_speed) */
     double *speed;
+    /* per tp: the all-reduce over the current dp of the first layer's gradients alone */
+    double *first_reduce_ms;
     int64_t n_speed;
 };
 
@@ -177,17 +179,117 @@ static int evaluate(struct pool_state *st, struct err *e)
     return ERR_OK;
 }
 
-/* A lower bound on the candidate's step: its busiest stage runs M forwards and backwards of
- * its layers, at least the reference work over the stages' summed speeds (every layer l on a
- * stage of kind k and tp t costs at least ref_l / speed), and a stage runs its work serially.
- * Scaled down a little so that rounding never lifts it over the simulated step. */
+/* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it: its layers' fwd +
+ * bwd in `ms` (L of them, unless NULL) and the all-reduce of its first layer's gradients.
+ * ERR_INPUT when it does not parse. */
+static int stage_alone(struct pool_state *st, int k, int t, int dp, double *ms,
+                       double *first_reduce_ms, struct err *e)
+{
+    st->dp = dp;
+    for (int j = 0; j < st->K && j < POOL_KINDS_MAX; j++)
+        st->tp[j] = j == k ? t : 1, st->stages[j] = j == k;
+    cJSON *json = candidate_json(st, 1);
+    struct cluster c;
+    if (json == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = cluster_parse(json, st->file, &c, e);
+    cJSON_Delete(json);
+    if (rc)
+        return rc;
+    const struct profile *p = cluster_stage_profile(&c, 0);
+    for (int l = 0; ms != NULL && l < p->n_layers; l++)
+        ms[l] = p->layers[l].fwd_ms + p->layers[l].bwd_ms;
+    *first_reduce_ms = cluster_allreduce_ms(&c, 0, 0, 0);
+    cluster_free(&c);
+    return ERR_OK;
+}
+
+/* Each kind's speed per tp against the reference (kind 0, tp 1): the most of a layer's
+ * reference time one ms of its own does, so that every stage of it takes at least its share
+ * of the reference work over its speed. A stage that does not parse alone gets an unbounded
+ * speed (no pruning by it); evaluate reports its error if a candidate uses it. */
+static int pool_speed(struct pool_state *st, struct err *e)
+{
+    int L = model_layer_count(&st->model);
+    double *ref = calloc((size_t)L, sizeof *ref), *ms = calloc((size_t)L, sizeof *ms);
+    double unused;
+    int rc = ref && ms ? stage_alone(st, 0, 1, 1, ref, &unused, e)
+                       : err_set(e, ERR_FAIL, "out of memory");
+    st->work_ms = 0;
+    for (int l = 0; rc == ERR_OK && l < L; l++)
+        st->work_ms += ref[l];
+    for (int k = 0; rc == ERR_OK && k < st->K && k < POOL_KINDS_MAX; k++) {
+        struct pool_kind *kind = &st->kind[k];
+        kind->n_speed = kind->per_node + 1;
+        kind->speed = calloc((size_t)kind->n_speed, sizeof *kind->speed);
+        kind->first_reduce_ms = calloc((size_t)kind->n_speed, sizeof *kind->first_reduce_ms);
+        if (kind->speed == NULL || kind->first_reduce_ms == NULL)
+            rc = err_set(e, ERR_FAIL, "out of memory");
+        for (int t = 1; rc == ERR_OK && t < kind->n_speed; t++) {
+            struct err skip;
+            err_clear(&skip);
+            if (cluster_check_tp(&st->model, t, "", &skip))
+                continue;
+            if (stage_alone(st, k, t, 1, ms, &unused, &skip)) {
+                kind->speed[t] = INFINITY;
+                continue;
+            }
+            for (int l = 0; l < L; l++) {
+                double v = ms[l] > 0 ? ref[l] / ms[l] : ref[l] > 0 ? INFINITY : 0;
+                kind->speed[t] = v > kind->speed[t] ? v : kind->speed[t];
+            }
+        }
+    }
+    free(ref);
+    free(ms);
+    return rc;
+}
+
+/* A lower bound on the candidate's step. Every layer l on a stage of kind k and tp t costs at
+ * least ref_l / speed (pool_speed), so the stages' times T_s carry the reference work W:
+ * W <= sum_s speed_s T_s. Stage b's last backward ends at least P_b + M T_b after the step
+ * starts (P_b: the T of the stages before it, which micro-batch 0's forward and the last
+ * backward cross), and stage 0's gradients are reduced after it. With X that end:
+ * X >= M T_b for every b gives X >= M W / sum_s speed_s, and T_b <= (X - P_b) / M gives
+ * sum_s T_s <= X (1 - (1 - 1/M)^S), so X >= W / (max speed (1 - (1 - 1/M)^S)); then the
+ * least reduction of the first layer alone. Scaled down a little so that rounding never lifts
+ * it over the simulated step. */
 static double candidate_bound(const struct pool_state *st)
 {
-    double speed = 0;
+    double speed = 0, fastest = 0, reduce = INFINITY, M = candidate_M(st);
+    int S = 0;
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
+        if (st->stages[k] == 0)
+            continue;
+        double v = st->kind[k].speed[st->tp[k]], r = st->kind[k].first_reduce_ms[st->tp[k]];
+        speed += st->stages[k] * v;
+        fastest = v > fastest ? v : fastest;
+        reduce = r < reduce ? r : reduce;
+        S += st->stages[k];
+    }
+    if (!(speed > 0))
+        return 0; /* no reference work: nothing to bound by */
+    double steady = M * st->work_ms / speed;
+    double filled = st->work_ms / (fastest * (1 - pow(1 - 1 / M, S)));
+    return ((steady > filled ? steady : filled) + reduce) * (1 - 1e-9);
+}
+
+/* Each kind's first_reduce_ms at the current dp (a stage that does not parse alone: 0). */
+static int pool_reduce(struct pool_state *st, struct err *e)
+{
+    int dp = st->dp;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
-        if (st->stages[k] > 0)
-            speed += st->stages[k] * st->kind[k].speed[st->tp[k]];
-    return candidate_M(st) * st->work_ms / speed * (1 - 1e-9);
+        for (int t = 1; t < st->kind[k].n_speed; t++) {
+            struct err skip;
+            err_clear(&skip);
+            st->kind[k].first_reduce_ms[t] = 0;
+            if (st->kind[k].speed[t] == 0 || isinf(st->kind[k].speed[t]))
+                continue; /* tp t cannot split the model, or the stage did not parse */
+            if (stage_alone(st, k, t, dp, NULL, &st->kind[k].first_reduce_ms[t], &skip))
+                st->kind[k].first_reduce_ms[t] = 0;
+        }
+    st->dp = dp;
+    return e->code;
 }
 
 /* Whether a candidate of this bound and index could replace the best (evaluate's order). */
@@ -279,6 +381,8 @@ static int enumerate(struct pool_state *st, struct err *e)
         if (st->global_batch % ((int64_t)dp * st->model.micro_batch) != 0)
             continue;
         st->dp = dp;
+        if (st->prune && pool_reduce(st, e))
+            return e->code;
         if (choose_kind(st, 0, 0, e))
             return e->code;
     }
@@ -326,66 +430,6 @@ static int pool_model(struct pool_state *st, struct err *e)
     return rc;
 }
 
-/* Kind k's stage of tp t alone (dp 1) as the cluster file reads it: its layers' fwd + bwd in
- * `ms` (L of them). ERR_INPUT when it does not parse. */
-static int stage_layer_ms(struct pool_state *st, int k, int t, double *ms, struct err *e)
-{
-    st->dp = 1;
-    for (int j = 0; j < st->K && j < POOL_KINDS_MAX; j++)
-        st->tp[j] = j == k ? t : 1, st->stages[j] = j == k;
-    cJSON *json = candidate_json(st, 1);
-    struct cluster c;
-    if (json == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    int rc = cluster_parse(json, st->file, &c, e);
-    cJSON_Delete(json);
-    if (rc)
-        return rc;
-    const struct profile *p = cluster_stage_profile(&c, 0);
-    for (int l = 0; l < p->n_layers; l++)
-        ms[l] = p->layers[l].fwd_ms + p->layers[l].bwd_ms;
-    cluster_free(&c);
-    return ERR_OK;
-}
-
-/* Each kind's speed per tp against the reference (kind 0, tp 1): the most of a layer's
- * reference time one ms of its own does, so that every stage of it takes at least its share
- * of the reference work over its speed. A stage that does not parse alone gets an unbounded
- * speed (no pruning by it); evaluate reports its error if a candidate uses it. */
-static int pool_speed(struct pool_state *st, struct err *e)
-{
-    int L = model_layer_count(&st->model);
-    double *ref = calloc((size_t)L, sizeof *ref), *ms = calloc((size_t)L, sizeof *ms);
-    int rc = ref && ms ? stage_layer_ms(st, 0, 1, ref, e) : err_set(e, ERR_FAIL, "out of memory");
-    st->work_ms = 0;
-    for (int l = 0; rc == ERR_OK && l < L; l++)
-        st->work_ms += ref[l];
-    for (int k = 0; rc == ERR_OK && k < st->K && k < POOL_KINDS_MAX; k++) {
-        struct pool_kind *kind = &st->kind[k];
-        kind->n_speed = kind->per_node + 1;
-        kind->speed = calloc((size_t)kind->n_speed, sizeof *kind->speed);
-        if (kind->speed == NULL)
-            rc = err_set(e, ERR_FAIL, "out of memory");
-        for (int t = 1; rc == ERR_OK && t < kind->n_speed; t++) {
-            struct err skip;
-            err_clear(&skip);
-            if (cluster_check_tp(&st->model, t, "", &skip))
-                continue;
-            if (stage_layer_ms(st, k, t, ms, &skip)) {
-                kind->speed[t] = INFINITY;
-                continue;
-            }
-            for (int l = 0; l < L; l++) {
-                double v = ms[l] > 0 ? ref[l] / ms[l] : ref[l] > 0 ? INFINITY : 0;
-                kind->speed[t] = v > kind->speed[t] ? v : kind->speed[t];
-            }
-        }
-    }
-    free(ref);
-    free(ms);
-    return rc;
-}
-
 int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
                        struct plan *best, struct pool_result *r, struct err *e)
 {
@@ -408,6 +452,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
     for (int k = 0; k < st.K; k++) {
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
         free(st.kind[k].speed);
+        free(st.kind[k].first_reduce_ms);
     }
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)

@@ -11,12 +11,12 @@ struct pool_kind {
     const cJSON *entry;
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node;
-    /* per tp (0 where it cannot split the model): the most a stage of tp GPUs of the kind
-     * can hold of the reference work per ms of its own (pool_speed) */
-    double *speed;
+    /* per tp (NULL where it cannot split the model or its stage does not parse alone): the
+     * layers' fwd + bwd on a stage of tp GPUs of the kind, and their sum (pool_layers) */
+    double **layer_ms, *work_ms;
     /* per tp: the all-reduce over the current dp of the first layer's gradients alone */
     double *first_reduce_ms;
-    int64_t n_speed;
+    int64_t n_tp; /* per_node + 1 */
 };
 
 /* The best candidates by lower bound (first pass), planned before the rest. */
@@ -37,15 +37,15 @@ struct pool_state {
     int K;
     struct model model;
     int64_t global_batch;
+    int64_t only_dp; /* "dp"?: the one dp searched; 0: every dp */
     int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
     struct plan *best;
     int have_best;
     long best_index;
     struct pool_result *r;
-    /* the pruning: the reference work (kind 0, tp 1: sum of fwd + bwd), the pass (0: rank
-     * the bounds, 1: plan what they leave), the candidate's index and the first ones */
+    /* the pruning: the pass (0: rank the bounds, 1: plan what they leave), the candidate's
+     * index and the first ones */
     int prune, pass;
-    double work_ms;
     long index;
     struct pool_candidate first[POOL_FIRST];
     int n_first;
@@ -88,7 +88,8 @@ static int read_pool(struct pool_state *st, struct err *e)
 {
     const cJSON *pool = cJSON_GetObjectItemCaseSensitive(st->root, "pool");
     if (jsonio_expect_array(pool, st->file, "pool", e) ||
-        jsonio_int(st->root, st->file, "", "global_batch", 1, 1 << 30, &st->global_batch, e))
+        jsonio_int(st->root, st->file, "", "global_batch", 1, 1 << 30, &st->global_batch, e) ||
+        jsonio_int_opt(st->root, st->file, "", "dp", 1, 1 << 30, &st->only_dp, e))
         return e->code;
     st->K = cJSON_GetArraySize(pool);
     if (st->K < 1 || st->K > POOL_KINDS_MAX)
@@ -114,6 +115,7 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
         return NULL;
     cJSON_DeleteItemFromObjectCaseSensitive(out, "pool");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "global_batch");
+    cJSON_DeleteItemFromObjectCaseSensitive(out, "dp");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "micro_batches");
     cJSON_AddNumberToObject(out, "micro_batches", micro_batches);
     cJSON *stages = cJSON_AddArrayToObject(out, "stages");
@@ -204,74 +206,89 @@ static int stage_alone(struct pool_state *st, int k, int t, int dp, double *ms,
     return ERR_OK;
 }
 
-/* Each kind's speed per tp against the reference (kind 0, tp 1): the most of a layer's
- * reference time one ms of its own does, so that every stage of it takes at least its share
- * of the reference work over its speed. A stage that does not parse alone gets an unbounded
- * speed (no pruning by it); evaluate reports its error if a candidate uses it. */
-static int pool_speed(struct pool_state *st, struct err *e)
+/* Each kind's layer_ms and work_ms per tp. */
+static int pool_layers(struct pool_state *st, struct err *e)
 {
     int L = model_layer_count(&st->model);
-    double *ref = calloc((size_t)L, sizeof *ref), *ms = calloc((size_t)L, sizeof *ms);
-    double unused;
-    int rc = ref && ms ? stage_alone(st, 0, 1, 1, ref, &unused, e)
-                       : err_set(e, ERR_FAIL, "out of memory");
-    st->work_ms = 0;
-    for (int l = 0; rc == ERR_OK && l < L; l++)
-        st->work_ms += ref[l];
-    for (int k = 0; rc == ERR_OK && k < st->K && k < POOL_KINDS_MAX; k++) {
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         struct pool_kind *kind = &st->kind[k];
-        kind->n_speed = kind->per_node + 1;
-        kind->speed = calloc((size_t)kind->n_speed, sizeof *kind->speed);
-        kind->first_reduce_ms = calloc((size_t)kind->n_speed, sizeof *kind->first_reduce_ms);
-        if (kind->speed == NULL || kind->first_reduce_ms == NULL)
-            rc = err_set(e, ERR_FAIL, "out of memory");
-        for (int t = 1; rc == ERR_OK && t < kind->n_speed; t++) {
+        kind->n_tp = kind->per_node + 1;
+        kind->layer_ms = calloc((size_t)kind->n_tp, sizeof *kind->layer_ms);
+        kind->work_ms = calloc((size_t)kind->n_tp, sizeof *kind->work_ms);
+        kind->first_reduce_ms = calloc((size_t)kind->n_tp, sizeof *kind->first_reduce_ms);
+        if (kind->layer_ms == NULL || kind->work_ms == NULL || kind->first_reduce_ms == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        for (int t = 1; t < kind->n_tp; t++) {
             struct err skip;
+            double unused, *ms;
             err_clear(&skip);
             if (cluster_check_tp(&st->model, t, "", &skip))
                 continue;
+            if ((ms = calloc((size_t)L, sizeof *ms)) == NULL)
+                return err_set(e, ERR_FAIL, "out of memory");
             if (stage_alone(st, k, t, 1, ms, &unused, &skip)) {
-                kind->speed[t] = INFINITY;
+                free(ms);
                 continue;
             }
-            for (int l = 0; l < L; l++) {
-                double v = ms[l] > 0 ? ref[l] / ms[l] : ref[l] > 0 ? INFINITY : 0;
-                kind->speed[t] = v > kind->speed[t] ? v : kind->speed[t];
-            }
+            kind->layer_ms[t] = ms;
+            for (int l = 0; l < L; l++)
+                kind->work_ms[t] += ms[l];
         }
     }
-    free(ref);
-    free(ms);
-    return rc;
+    return ERR_OK;
 }
 
-/* A lower bound on the candidate's step. Every layer l on a stage of kind k and tp t costs at
- * least ref_l / speed (pool_speed), so the stages' times T_s carry the reference work W:
- * W <= sum_s speed_s T_s. Stage b's last backward ends at least P_b + M T_b after the step
- * starts (P_b: the T of the stages before it, which micro-batch 0's forward and the last
- * backward cross), and stage 0's gradients are reduced after it. With X that end:
- * X >= M T_b for every b gives X >= M W / sum_s speed_s, and T_b <= (X - P_b) / M gives
- * sum_s T_s <= X (1 - (1 - 1/M)^S), so X >= W / (max speed (1 - (1 - 1/M)^S)); then the
- * least reduction of the first layer alone. Scaled down a little so that rounding never lifts
- * it over the simulated step. */
+static void pool_layers_free(struct pool_state *st)
+{
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
+        for (int t = 0; st->kind[k].layer_ms != NULL && t < st->kind[k].n_tp; t++)
+            free(st->kind[k].layer_ms[t]);
+        free(st->kind[k].layer_ms);
+        free(st->kind[k].work_ms);
+        free(st->kind[k].first_reduce_ms);
+    }
+}
+
+/* A lower bound on the candidate's step, with w_kl the time of layer l on kind k (at its tp),
+ * W_k their sum and S_k its stages. X, the end of stage 0's last backward: stage b's last
+ * backward ends at least P_b + M T_b after the step starts (T_b its fwd + bwd of a micro-batch,
+ * P_b the T of the stages before it, which micro-batch 0's forward and the last backward
+ * cross); stage 0's gradients are reduced after X. Steady: X >= M max_b T_b, and max_b T_b is
+ * at least the fractional assignment's (an LP), whose dual with weights 1/W_k gives
+ * sum_l min_k (w_kl / W_k) / sum_k (S_k / W_k). Filled: T_b <= (X - P_b) / M gives
+ * sum_s T_s <= X (1 - (1 - 1/M)^S), and sum_s T_s >= sum_l min_k w_kl. Plus the least
+ * reduction of the first layer alone. Scaled down a little so that rounding never lifts it
+ * over the simulated step. */
 static double candidate_bound(const struct pool_state *st)
 {
-    double speed = 0, fastest = 0, reduce = INFINITY, M = candidate_M(st);
-    int S = 0;
+    const double *w[POOL_KINDS_MAX];
+    double W[POOL_KINDS_MAX], weights = 0, reduce = INFINITY, M = candidate_M(st);
+    int used = 0, S = 0;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         if (st->stages[k] == 0)
             continue;
-        double v = st->kind[k].speed[st->tp[k]], r = st->kind[k].first_reduce_ms[st->tp[k]];
-        speed += st->stages[k] * v;
-        fastest = v > fastest ? v : fastest;
-        reduce = r < reduce ? r : reduce;
+        const struct pool_kind *kind = &st->kind[k];
+        w[used] = kind->layer_ms[st->tp[k]];
+        W[used] = kind->work_ms[st->tp[k]];
+        if (w[used] == NULL || !(W[used] > 0))
+            return 0; /* nothing known of its layers: no bound */
+        weights += st->stages[k] / W[used];
+        reduce = fmin(reduce, kind->first_reduce_ms[st->tp[k]]);
         S += st->stages[k];
+        used++;
     }
-    if (!(speed > 0))
-        return 0; /* no reference work: nothing to bound by */
-    double steady = M * st->work_ms / speed;
-    double filled = st->work_ms / (fastest * (1 - pow(1 - 1 / M, S)));
-    return ((steady > filled ? steady : filled) + reduce) * (1 - 1e-9);
+    double shares = 0, least = 0;
+    for (int l = 0; l < model_layer_count(&st->model); l++) {
+        double share = INFINITY, ms = INFINITY;
+        for (int u = 0; u < used; u++) {
+            share = fmin(share, w[u][l] / W[u]);
+            ms = fmin(ms, w[u][l]);
+        }
+        shares += share;
+        least += ms;
+    }
+    double steady = M * shares / weights, filled = least / (1 - pow(1 - 1 / M, S));
+    return (fmax(steady, filled) + reduce) * (1 - 1e-9);
 }
 
 /* Each kind's first_reduce_ms at the current dp (a stage that does not parse alone: 0). */
@@ -279,11 +296,11 @@ static int pool_reduce(struct pool_state *st, struct err *e)
 {
     int dp = st->dp;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
-        for (int t = 1; t < st->kind[k].n_speed; t++) {
+        for (int t = 1; t < st->kind[k].n_tp; t++) {
             struct err skip;
             err_clear(&skip);
             st->kind[k].first_reduce_ms[t] = 0;
-            if (st->kind[k].speed[t] == 0 || isinf(st->kind[k].speed[t]))
+            if (st->kind[k].layer_ms[t] == NULL)
                 continue; /* tp t cannot split the model, or the stage did not parse */
             if (stage_alone(st, k, t, dp, NULL, &st->kind[k].first_reduce_ms[t], &skip))
                 st->kind[k].first_reduce_ms[t] = 0;
@@ -378,7 +395,8 @@ static int enumerate(struct pool_state *st, struct err *e)
 {
     st->index = 0;
     for (int dp = 1; dp * (int64_t)st->model.micro_batch <= st->global_batch; dp++) {
-        if (st->global_batch % ((int64_t)dp * st->model.micro_batch) != 0)
+        if (st->global_batch % ((int64_t)dp * st->model.micro_batch) != 0 ||
+            (st->only_dp != 0 && dp != st->only_dp))
             continue;
         st->dp = dp;
         if (st->prune && pool_reduce(st, e))
@@ -445,15 +463,14 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
     if (rc == ERR_OK && prune)
-        rc = pool_speed(&st, e);
+        rc = pool_layers(&st, e);
     if (rc == ERR_OK)
         rc = prune ? search_pruned(&st, e) : enumerate(&st, e);
     r->n_kinds = st.K;
     for (int k = 0; k < st.K; k++) {
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
-        free(st.kind[k].speed);
-        free(st.kind[k].first_reduce_ms);
     }
+    pool_layers_free(&st);
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
         rc = err_set(e, ERR_NOFIT,

@@ -181,21 +181,29 @@ static int evaluate(struct pool_state *st, struct err *e)
     return ERR_OK;
 }
 
+/* The cluster of one stage of kind k, tp t and dp replicas, one micro-batch. */
+static int stage_cluster(struct pool_state *st, int k, int t, int dp, struct cluster *c,
+                         struct err *e)
+{
+    st->dp = dp;
+    for (int j = 0; j < st->K && j < POOL_KINDS_MAX; j++)
+        st->tp[j] = j == k ? t : 1, st->stages[j] = j == k;
+    cJSON *json = candidate_json(st, 1);
+    if (json == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = cluster_parse(json, st->file, c, e);
+    cJSON_Delete(json);
+    return rc;
+}
+
 /* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it: its layers' fwd +
  * bwd in `ms` (L of them, unless NULL) and the all-reduce of its first layer's gradients.
  * ERR_INPUT when it does not parse. */
 static int stage_alone(struct pool_state *st, int k, int t, int dp, double *ms,
                        double *first_reduce_ms, struct err *e)
 {
-    st->dp = dp;
-    for (int j = 0; j < st->K && j < POOL_KINDS_MAX; j++)
-        st->tp[j] = j == k ? t : 1, st->stages[j] = j == k;
-    cJSON *json = candidate_json(st, 1);
     struct cluster c;
-    if (json == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    int rc = cluster_parse(json, st->file, &c, e);
-    cJSON_Delete(json);
+    int rc = stage_cluster(st, k, t, dp, &c, e);
     if (rc)
         return rc;
     const struct profile *p = cluster_stage_profile(&c, 0);
@@ -432,15 +440,8 @@ static int search_pruned(struct pool_state *st, struct err *e)
 /* The pool's model: its first kind as one stage (its profile is read and checked). */
 static int pool_model(struct pool_state *st, struct err *e)
 {
-    st->dp = 1;
-    for (int k = 0; k < st->K; k++)
-        st->tp[k] = 1, st->stages[k] = k == 0;
-    cJSON *json = candidate_json(st, 1);
     struct cluster c;
-    if (json == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    int rc = cluster_parse(json, st->file, &c, e);
-    cJSON_Delete(json);
+    int rc = stage_cluster(st, 0, 1, 1, &c, e);
     if (rc == ERR_OK) {
         st->model = c.model;
         cluster_free(&c);

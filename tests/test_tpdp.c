@@ -622,11 +622,23 @@ static void test_pool_pruned_exact(void)
                pools[i][0], pools[i][1], pools[i][2], rp.candidates, ra.candidates,
                pruned.iteration_ms, all.iteration_ms);
         CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
+        double all_dp_ms = all.iteration_ms;
         CU_ASSERT_EQUAL(rp.dp, ra.dp);
         CU_ASSERT_EQUAL(rp.micro_batches, ra.micro_batches);
         CU_ASSERT(memcmp(rp.tp, ra.tp, sizeof rp.tp) == 0);
         CU_ASSERT(memcmp(rp.stages, ra.stages, sizeof rp.stages) == 0);
         CU_ASSERT(rp.candidates <= ra.candidates);
+        plan_free(&all);
+        plan_free(&pruned);
+        /* "dp": 1, the best single pipeline: no faster than the best of every dp */
+        char *end = strrchr(text, '}');
+        snprintf(end, sizeof text - (size_t)(end - text), ",\"dp\":1}");
+        snprintf(file, sizeof file, "%s", test_write("pruned1.json", text));
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 0, &all, &ra, &e), ERR_OK);
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 1, &pruned, &rp, &e), ERR_OK);
+        CU_ASSERT(ra.dp == 1 && rp.dp == 1);
+        CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
+        CU_ASSERT(pruned.iteration_ms >= all_dp_ms);
         plan_free(&all);
         plan_free(&pruned);
     }

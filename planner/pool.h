@@ -4,8 +4,11 @@
  * tp_k GPUs each (tp_k divides the model's heads and fits a node, dp * S_k * tp_k <= count_k),
  * with M = global_batch / (dp * micro_batch) micro-batches a replica; each candidate's device
  * order, layer split and memory actions are --method optimal --repartition's, and its step is
- * the simulated one with the gradient reduction over the replicas. Every candidate is
- * planned: the answer is the least over all of them. */
+ * the simulated one with the gradient reduction over the replicas. The answer is the least
+ * over all of them (ties: the first in the order dp, then kind after kind tp and stages):
+ * the candidates with the POOL_FIRST least lower bounds are planned first, and a candidate
+ * whose bound (M times the reference work over the summed speeds of its stages, pool.c
+ * candidate_bound) cannot beat the best so far is not planned. */
 #ifndef BALLAST_POOL_H
 #define BALLAST_POOL_H
 
@@ -17,7 +20,7 @@
 #define POOL_KINDS_MAX 6
 
 struct pool_result {
-    long candidates; /* planned */
+    long candidates; /* planned (the others were pruned by their bound) */
     long fitted;     /* of which some plan fits */
     int n_kinds;
     int dp, micro_batches;
@@ -31,6 +34,9 @@ int pool_file_check(const char *file, int *is_pool, struct err *e);
  * naming the field and the numbers). `o` is --method optimal's; the search sets repartition. */
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,
                 struct pool_result *r, struct err *e);
+/* The same with the pruning on or off (off: every candidate planned, for tests). */
+int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
+                       struct plan *best, struct pool_result *r, struct err *e);
 void pool_print(FILE *f, const struct pool_result *r);
 
 #endif

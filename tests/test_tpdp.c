@@ -589,6 +589,63 @@ static void test_pool_against_brute_force(void)
     free(h);
 }
 
+/* The pruned search against the exhaustive one (every candidate planned) on small pools of G
+ * and H: the same plan (step, dp, tp and stages), and no more candidates planned. */
+static void test_pool_pruned_exact(void)
+{
+    char *g = write_device_profile("qg.json", "gpt", "G", 8);
+    char *h = write_device_profile("qh.json", "gpt", "H", 5);
+    static const int pools[4][3] = {{4, 2, 4}, {8, 2, 8}, {8, 4, 16}, {2, 4, 8}}; /* G, H, batch */
+    for (int i = 0; i < 4; i++) {
+        char text[2048];
+        snprintf(text, sizeof text,
+                 "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":%d,"
+                 "\"link\":{\"gbps\":100,\"latency_us\":2},\"dp_link\":{\"gbps\":10,"
+                 "\"latency_us\":5},\"shard_optimizer\":true,\"pool\":["
+                 "{\"device\":\"G\",\"count\":%d,\"per_node\":2,\"memory_bytes\":900000000,"
+                 "\"profile\":\"%s\",\"node_link\":{\"gbps\":400,\"latency_us\":1}},"
+                 "{\"device\":\"H\",\"count\":%d,\"per_node\":2,\"memory_bytes\":1200000,"
+                 "\"profile\":\"%s\",\"node_link\":{\"gbps\":400,\"latency_us\":1}}]}",
+                 pools[i][2], pools[i][0], g, pools[i][1], h);
+        char file[512];
+        snprintf(file, sizeof file, "%s", test_write("pruned.json", text));
+        struct plan all, pruned;
+        struct pool_result ra, rp;
+        struct plan_options o;
+        struct err e;
+        err_clear(&e);
+        plan_options_default(&o);
+        o.search_gap = 0;
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 0, &all, &ra, &e), ERR_OK);
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 1, &pruned, &rp, &e), ERR_OK);
+        printf("\n  G %d, H %d, batch %d: %ld candidates planned of %ld; %.6f ms (all: %.6f)",
+               pools[i][0], pools[i][1], pools[i][2], rp.candidates, ra.candidates,
+               pruned.iteration_ms, all.iteration_ms);
+        CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
+        double all_dp_ms = all.iteration_ms;
+        CU_ASSERT_EQUAL(rp.dp, ra.dp);
+        CU_ASSERT_EQUAL(rp.micro_batches, ra.micro_batches);
+        CU_ASSERT(memcmp(rp.tp, ra.tp, sizeof rp.tp) == 0);
+        CU_ASSERT(memcmp(rp.stages, ra.stages, sizeof rp.stages) == 0);
+        CU_ASSERT(rp.candidates <= ra.candidates);
+        plan_free(&all);
+        plan_free(&pruned);
+        /* "dp": 1, the best single pipeline: no faster than the best of every dp */
+        char *end = strrchr(text, '}');
+        snprintf(end, sizeof text - (size_t)(end - text), ",\"dp\":1}");
+        snprintf(file, sizeof file, "%s", test_write("pruned1.json", text));
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 0, &all, &ra, &e), ERR_OK);
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 1, &pruned, &rp, &e), ERR_OK);
+        CU_ASSERT(ra.dp == 1 && rp.dp == 1);
+        CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
+        CU_ASSERT(pruned.iteration_ms >= all_dp_ms);
+        plan_free(&all);
+        plan_free(&pruned);
+    }
+    free(g);
+    free(h);
+}
+
 /* Exports carry the plan's tp (with sequence parallelism) and dp; one tp for the frameworks
  * that take one, one per device kind for FlagScale. */
 static void test_exports(void)
@@ -646,6 +703,7 @@ int main(void)
     CU_add_test(s, "a cluster of pipelines planned and simulated", test_pipelines_cli);
     CU_add_test(s, "an estimate for a (device, tp) pair", test_estimate_for_tp);
     CU_add_test(s, "the pool search against brute force", test_pool_against_brute_force);
+    CU_add_test(s, "the pruned pool search equals the exhaustive one", test_pool_pruned_exact);
     CU_add_test(s, "exports carry tp and dp", test_exports);
     return test_main();
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Pool search bench (issue 17): pools of 64-512 GPUs of two generations (A100-40GB + V100-32GB,
+# half each) and three (+ H100-80GB, a third each), 8 GPUs a node, a global batch of 512
+# samples. Per pool and model: the search's wall time and candidates planned, its dp / tp /
+# stages, step and most memory on a stage, against the best pipeline-only plan (the same pool
+# with "dp": 1). Each plan gets TIMEOUT seconds (default 120; "timeout" in the table).
+# Pools and models: POOLS ("kinds:gpus" pairs) and MODELS; the profiles are estimated.
+# Usage: bench/pool.sh BALLAST OUT_DIR
+set -euo pipefail
+ballast=${1:?usage: bench/pool.sh BALLAST OUT_DIR}
+out=${2:?usage: bench/pool.sh BALLAST OUT_DIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+timeout_s=${TIMEOUT:-120}
+pools=${POOLS:-"2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512"}
+models=${MODELS:-"gpt-350m gpt-1.3b gpt-13b"}
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+devices="A100-40GB V100-32GB H100-80GB"
+for m in $models; do
+  for d in $devices; do
+    "$ballast" profile --model "$root/configs/models/$m.json" --estimate --device "$d" \
+      --devices "$root/configs/devices.json" -o "$tmp/$m-$d.json" >/dev/null
+  done
+done
+# One plan: wall seconds, the pool line and the stages' memory; "timeout" or "error" instead.
+plan() {
+  local file=$1 log=$2 start end rc=0
+  start=$(date +%s.%N)
+  timeout "$timeout_s" "$ballast" plan --cluster "$file" >"$log" 2>&1 || rc=$?
+  end=$(date +%s.%N)
+  python3 - "$log" "$rc" "$start" "$end" <<'PY'
+import re, sys
+log, rc, start, end = open(sys.argv[1]).read(), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+if rc == 124:
+    print(f"timeout | | | | |"); sys.exit()
+m = re.search(r"pool: (\d+) candidates planned.*the fastest: dp (\d+), (\d+) micro-batches a replica;(.*)", log)
+it = re.search(r"^iteration: ([\d.]+) ms", log, re.M)
+if rc != 0 or m is None or it is None:
+    print(f"error {rc} | | | | |"); sys.exit()
+kinds = "; ".join(k.strip().replace(" stages of tp ", "x tp") for k in m.group(4).split(","))
+mem = re.findall(r"^\s+\d+\s+(\S+)\s+\d+-\d+\s+\d+\s+[\d.]+ \(\s*\d+%\) ->\s+([\d.]+) \(", log, re.M)
+most = max(mem, key=lambda x: float(x[1])) if mem else ("?", "?")
+print(f"{float(end) - float(start):.1f} | {m.group(1)} | dp {m.group(2)}, M {m.group(3)}: {kinds} "
+      f"| {float(it.group(1)):.1f} | {most[1]} ({most[0]}) |")
+PY
+}
+{
+  echo "# Pool search bench: the best data-parallel pipeline against the best single pipeline"
+  echo
+  echo "Global batch 512 samples; 8 GPUs a node (NVLink 2400/1200 Gbps), 100 Gbps between nodes"
+  echo "and between replicas; estimated profiles (configs/devices.json); default --search-gap."
+  echo "Plan s: wall clock of \`ballast plan\` on this machine (2 cores shared with other jobs);"
+  echo "candidates: planned by --repartition (the others pruned by their bound). Memory: the most"
+  echo "on a stage, GiB after recomputation. Timeout: ${timeout_s} s a plan."
+  echo
+  echo "| model | pool | plan s | candidates | plan (stages x tp per kind) | step ms | memory GiB | dp 1: plan s | candidates | plan | step ms | memory GiB | speed-up |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+} >"$out/pool.md"
+for m in $models; do
+  for p in $pools; do
+    k=${p%%:*} n=${p##*:}
+    for dp in 0 1; do
+      python3 - "$tmp" "$m" "$k" "$n" "$dp" "$tmp/pool-$dp.json" <<'PY'
+import json, sys
+tmp, model, k, n, dp, dst = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+kinds = [("A100-40GB", 40e9, 2400), ("V100-32GB", 32e9, 1200), ("H100-80GB", 80e9, 3600)][:k]
+share = n // k // 8 * 8
+counts = [share] * k
+counts[0] += n - share * k
+c = {"format": "ballast-cluster/1", "schedule": "1f1b", "global_batch": 512,
+     "link": {"gbps": 100, "latency_us": 5}, "dp_link": {"gbps": 100, "latency_us": 5},
+     "shard_optimizer": True,
+     "pool": [{"device": d, "count": cnt, "per_node": 8, "memory_bytes": int(mem),
+               "profile": f"{tmp}/{model}-{d}.json", "node_link": {"gbps": g, "latency_us": 2}}
+              for (d, mem, g), cnt in zip(kinds, counts)]}
+if dp:
+    c["dp"] = 1
+json.dump(c, open(dst, "w"))
+PY
+    done
+    best=$(plan "$tmp/pool-0.json" "$out/$m-$k-$n.log")
+    one=$(plan "$tmp/pool-1.json" "$out/$m-$k-$n-dp1.log")
+    speedup=$(python3 -c "import sys; a, b = sys.argv[1].split('|')[3], sys.argv[2].split('|')[3]
+try: print(f'{float(b) / float(a):.2f}x')
+except ValueError: print('')" "$best" "$one")
+    echo "| $m | $n GPUs, $k kinds | $best $one $speedup |" | sed 's/| |$/|/' >>"$out/pool.md"
+    tail -1 "$out/pool.md"
+  done
+done

@@ -17,22 +17,6 @@
 #define NP 3
 #define LIMIT_S 180
 
-static const char *plan_file(const char *cluster, const char *flags, const char *name)
-{
-    static char path[4][1024];
-    static int next;
-    char *out = path[next++ % 4];
-    snprintf(out, 1024, "%s", test_path(name));
-    char args[4096], *o = NULL, *err = NULL;
-    snprintf(args, sizeof args, "plan --cluster '%s' %s --quiet -o '%s'", cluster, flags, out);
-    int rc = test_run(args, &o, &err);
-    if (rc)
-        fprintf(stderr, "\nplan %s: %s\n", name, err ? err : "");
-    CU_ASSERT_EQUAL(rc, 0);
-    free(o);
-    free(err);
-    return out;
-}
 
 /* The tid of the trace's track named `name`, -1 if none. */
 static int track_tid(const cJSON *events, const char *name)
@@ -127,7 +111,7 @@ static void check_copy_lanes(const char *file, int s, int copies)
 static void test_planned_offload_trains(void)
 {
     const char *cluster = BALLAST_SOURCE_DIR "/configs/clusters/cpu-3-offload.json";
-    const char *off = plan_file(cluster, "--actions recompute,offload", "offload.json");
+    const char *off = train_plan_cluster(cluster, "--actions recompute,offload", "offload.json");
     struct plan p;
     struct err e;
     err_clear(&e);
@@ -170,7 +154,7 @@ static void test_planned_offload_trains(void)
              "{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
              "\"%s/configs/profiles/estimated/gpt-tiny/cpu.json\", \"layers\": [6, 7]}]}",
              BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR, BALLAST_SOURCE_DIR);
-    const char *roomy = plan_file(test_write("roomy-cluster.json", text), "--method none",
+    const char *roomy = train_plan_cluster(test_write("roomy-cluster.json", text), "--method none",
                                   "roomy.json");
     CU_ASSERT_FATAL(train_run_ok(NP, LIMIT_S, roomy, "--steps 3", "roomy-metrics.json", &ref) ==
                     0);

@@ -39,31 +39,13 @@ static void write_cluster(const char *schedule, long long stage1)
     snprintf(cluster_file, sizeof cluster_file, "%s", test_write(name, text));
 }
 
-/* `ballast plan --cluster CLUSTER FLAGS` into tmpdir/NAME. */
-static const char *plan_cluster(const char *cluster, const char *flags, const char *name)
-{
-    static char path[8][1024];
-    static int next;
-    char *out = path[next++ % 8];
-    snprintf(out, 1024, "%s", test_path(name));
-    char args[4096], *o = NULL, *err = NULL;
-    snprintf(args, sizeof args, "plan --cluster '%s' %s --quiet -o '%s'", cluster, flags, out);
-    int rc = test_run(args, &o, &err);
-    if (rc)
-        fprintf(stderr, "\nplan %s: %s\n", name, err ? err : "");
-    CU_ASSERT_EQUAL(rc, 0);
-    free(o);
-    free(err);
-    return out;
-}
-
 /* `ballast plan --method block:1 [--arena METHOD]` into tmpdir/NAME. */
 static const char *make_plan(const char *arena, const char *name)
 {
     char flags[256];
     snprintf(flags, sizeof flags, "--method block:1 %s%s", arena ? "--arena " : "",
              arena ? arena : "");
-    return plan_cluster(cluster_file, flags, name);
+    return train_plan_cluster(cluster_file, flags, name);
 }
 
 static int same_losses(const struct train_metrics *a, const struct train_metrics *b)
@@ -288,13 +270,13 @@ static void test_offload_bitwise(void)
     const char *three = BALLAST_SOURCE_DIR "/configs/clusters/cpu-3-offload.json";
     const char *off = "--method optimal --actions recompute,offload";
     char flags[256];
-    CU_ASSERT(offload_run(NP, plan_cluster(three, off, "off-plain.json"), "ck-off-plain", 100,
+    CU_ASSERT(offload_run(NP, train_plan_cluster(three, off, "off-plain.json"), "ck-off-plain", 100,
                           NULL));
     snprintf(flags, sizeof flags, "%s --arena greedy", off);
-    CU_ASSERT(offload_run(NP, plan_cluster(three, flags, "off-greedy.json"), "ck-off-greedy",
+    CU_ASSERT(offload_run(NP, train_plan_cluster(three, flags, "off-greedy.json"), "ck-off-greedy",
                           100, "ck-off-plain"));
     snprintf(flags, sizeof flags, "%s --arena exact --arena-cap 31000000", off);
-    const char *capped = plan_cluster(three, flags, "off-cap.json");
+    const char *capped = train_plan_cluster(three, flags, "off-cap.json");
     CU_ASSERT(whole_offloads(capped, 1) > 0);
     CU_ASSERT(offload_run(NP, capped, "ck-off-cap", 100, "ck-off-plain"));
     CU_ASSERT(offload_run(NP, capped, "ck-off-cap-slow", 2, "ck-off-plain"));
@@ -308,10 +290,10 @@ static void test_offload_bitwise(void)
              "\"latency_us\": 10}}]}", BALLAST_SOURCE_DIR);
     char one[1024]; /* test_write's path is overwritten by the next test_path */
     snprintf(one, sizeof one, "%s", test_write("one-offload.json", text));
-    CU_ASSERT(offload_run(1, plan_cluster(one, off, "one-plain.json"), "ck-one-plain", 100,
+    CU_ASSERT(offload_run(1, train_plan_cluster(one, off, "one-plain.json"), "ck-one-plain", 100,
                           NULL));
     snprintf(flags, sizeof flags, "%s --arena greedy --arena-cap 25000000", off);
-    capped = plan_cluster(one, flags, "one-cap.json");
+    capped = train_plan_cluster(one, flags, "one-cap.json");
     CU_ASSERT(whole_offloads(capped, 0) > 0);
     CU_ASSERT(offload_run(1, capped, "ck-one-cap", 100, "ck-one-plain"));
 }

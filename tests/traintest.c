@@ -1,5 +1,6 @@
 #include "traintest.h"
 
+#include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,23 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *train_plan_cluster(const char *cluster, const char *flags, const char *name)
+{
+    static char path[8][1024];
+    static int next;
+    char *out = path[next++ % 8];
+    snprintf(out, 1024, "%s", test_path(name));
+    char args[4096], *o = NULL, *err = NULL;
+    snprintf(args, sizeof args, "plan --cluster '%s' %s --quiet -o '%s'", cluster, flags, out);
+    int rc = test_run(args, &o, &err);
+    if (rc)
+        fprintf(stderr, "\nplan %s: %s\n", name, err ? err : "");
+    CU_ASSERT_EQUAL(rc, 0);
+    free(o);
+    free(err);
+    return out;
 }
 
 struct train_run train_exec(int np, int limit_s, const char *args)

@@ -17,6 +17,10 @@ struct train_run {
     char *out, *err;
 };
 
+/* `ballast plan --cluster CLUSTER FLAGS --quiet` into tmpdir/NAME, asserted to succeed; the
+ * path (one of 8 buffers, reused in turn). */
+const char *train_plan_cluster(const char *cluster, const char *flags, const char *name);
+
 /* timeout LIMIT mpirun --allow-run-as-root --oversubscribe -np NP ballast train ARGS */
 struct train_run train_exec(int np, int limit_s, const char *args);
 void train_run_free(struct train_run *r);

@@ -46,8 +46,10 @@ struct plan_stage {
     enum cost_place optimizer;
     /* Tensor and data parallelism (cost.h cost_group): `layers` are the costs on each of the
      * stage's tp GPUs; the stage is replicated dp times and all-reduces allreduce_bytes of
-     * gradients per GPU over dp_link after its last backward. */
+     * gradients per GPU over dp_link after its last backward; shard_optimizer: the cluster's
+     * (ZeRO-1, each replica keeps 1/dp of the optimizer state; written only with dp > 1). */
     int tp, dp;
+    int shard_optimizer;
     int64_t allreduce_bytes;
     struct link dp_link;
 };
@@ -116,8 +118,9 @@ int plan_optimizer_check(const char *file, const char *path, const struct plan_s
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e);
 
-/* plan_group.c: the stage's "tp", "dp", "allreduce_bytes" and "dp_link" (each written when
- * above 1, or known for a grouped or replicated stage; absent: 1, 1, 0, none), and the plan's check that every stage has one dp. */
+/* plan_group.c: the stage's "tp", "dp", "allreduce_bytes", "dp_link" and "shard_optimizer"
+ * (each written when above 1, or known for a grouped or replicated stage, or true; absent: 1,
+ * 1, 0, none, false), and the plan's check that every stage has one dp. */
 void plan_group_to_json(const struct plan_stage *st, cJSON *so);
 int plan_group_from_json(const cJSON *so, const char *file, const char *path,
                          struct plan_stage *st, struct err *e);

@@ -8,6 +8,8 @@ void plan_group_to_json(const struct plan_stage *st, cJSON *so)
         cJSON_AddNumberToObject(so, "tp", st->tp);
     if (st->dp > 1)
         cJSON_AddNumberToObject(so, "dp", st->dp);
+    if (st->shard_optimizer)
+        cJSON_AddBoolToObject(so, "shard_optimizer", 1);
     if (st->allreduce_bytes == 0)
         return;
     jsonio_add_int(so, "allreduce_bytes", st->allreduce_bytes);
@@ -20,6 +22,10 @@ int plan_group_from_json(const cJSON *so, const char *file, const char *path,
 {
     int64_t tp = 1, dp = 1;
     st->allreduce_bytes = 0;
+    st->shard_optimizer = 0;
+    if (cJSON_GetObjectItemCaseSensitive(so, "shard_optimizer") != NULL &&
+        jsonio_bool(so, file, path, "shard_optimizer", &st->shard_optimizer, e))
+        return e->code;
     if (jsonio_int_opt(so, file, path, "tp", 1, 1024, &tp, e) ||
         jsonio_int_opt(so, file, path, "dp", 1, 1 << 20, &dp, e) ||
         jsonio_int_opt(so, file, path, "allreduce_bytes", 0, JSONIO_INT_MAX,

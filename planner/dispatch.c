@@ -134,6 +134,7 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->host_link = c->stages[s].host_link;
     st->tp = c->stages[s].tp;
     st->dp = c->stages[s].dp;
+    st->shard_optimizer = c->shard_optimizer && st->dp > 1; /* its layer costs divide it */
     if (c->grad_bytes != NULL) {
         st->dp_link = c->stages[s].dp_link;
         st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);

@@ -197,6 +197,10 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
         sl->m_at = weights + 2 * section;
     }
     sl->v_at = sl->m_at + section;
+    sl->shard_bytes = section;
+    sl->dev_master_at = sl->master_at;
+    sl->dev_m_at = sl->m_at;
+    sl->dev_v_at = sl->v_at;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->state_bytes = sl->persistent_bytes;
     sl->slot_bytes = slot;
@@ -342,6 +346,51 @@ void layout_host_optimizer(struct stage_layout *sl)
     }
     sl->persistent_bytes = sl->weights_bytes + sl->section_bytes;
     sl->mirror_bytes = 4 * sl->section_bytes;
+    sum_arenas(sl);
+}
+
+void layout_shard_range(const struct stage_layout *sl, int shard, int shards, int64_t *lo,
+                        int64_t *bytes)
+{
+    int64_t n = sl->section_bytes / 4, per = (n + shards - 1) / shards;
+    int64_t a = (int64_t)shard * per < n ? (int64_t)shard * per : n;
+    int64_t b = a + per < n ? a + per : n;
+    *lo = 4 * a;
+    *bytes = 4 * (b - a);
+}
+
+static int64_t overlap(int64_t a, int64_t a_bytes, int64_t b, int64_t b_bytes)
+{
+    int64_t lo = a > b ? a : b, hi = a + a_bytes < b + b_bytes ? a + a_bytes : b + b_bytes;
+    return hi > lo ? hi - lo : 0;
+}
+
+int64_t layout_tensor_slice(const struct stage_layout *sl, int li, int k, int64_t lo,
+                            int64_t bytes, int64_t *first)
+{
+    const struct layer_layout *L = &sl->layers[li];
+    int64_t off = L->param_off[k], end = off + 4 * L->params[k].elems;
+    int64_t a = off > lo ? off : lo, b = end < lo + bytes ? end : lo + bytes;
+    *first = (a - off) / 4;
+    return a < b ? (b - a) / 4 : 0;
+}
+
+void layout_shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes)
+{
+    int n_opt = sl->dtype == MODEL_DTYPE_BF16 ? 3 : 2; /* [master,] m, v */
+    int64_t opt_at = sl->grads_at + sl->section_bytes;
+    for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts */
+        int64_t sec_off, sec_bytes, w_off, w_bytes;
+        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+        sl->layers[li].state_bytes =
+            w_bytes + sec_bytes + n_opt * overlap(sec_off, sec_bytes, lo, bytes);
+    }
+    sl->shard_lo = lo;
+    sl->shard_bytes = bytes;
+    sl->dev_master_at = n_opt == 3 ? opt_at : lo; /* fp32: the weights are the master */
+    sl->dev_m_at = opt_at + (n_opt - 2) * bytes;
+    sl->dev_v_at = sl->dev_m_at + bytes;
+    sl->persistent_bytes = opt_at + n_opt * bytes;
     sum_arenas(sl);
 }
 

@@ -71,6 +71,12 @@ struct stage_layout {
      * device keeps weights | gradients (persistent_bytes), the host mirror master | m | v |
      * gradient landing, four fp32 sections (mirror_bytes; 0: the optimizer on the device). */
     int64_t state_bytes, mirror_bytes;
+    /* ZeRO-1 (layout_shard_optimizer): the device keeps the optimizer's sections (for bf16 the
+     * master weights, m and v; for fp32 m and v) only for bytes [shard_lo, shard_lo +
+     * shard_bytes) of an fp32 section, each slice after the gradients; dev_master_at, dev_m_at
+     * and dev_v_at are the device offsets of byte shard_lo of each. Unsharded: the whole
+     * section, at the state's offsets. */
+    int64_t shard_lo, shard_bytes, dev_master_at, dev_m_at, dev_v_at;
 };
 
 /* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
@@ -113,6 +119,17 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
 /* Moves master, m and v off the device into a host mirror with a gradient landing section
  * (the fields above: the state's offsets stay); call before layout_offload. */
 void layout_host_optimizer(struct stage_layout *sl);
+/* Replica `shard` of `shards`' slice of an fp32 section: contiguous, ceil(floats / shards)
+ * floats each, the last slices shorter (or empty). */
+void layout_shard_range(const struct stage_layout *sl, int shard, int shards, int64_t *lo,
+                        int64_t *bytes);
+/* Keeps only slice [lo, lo + bytes) of the optimizer's sections on the device (the fields
+ * above); the state's offsets stay. Call before layout_offload. */
+void layout_shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes);
+/* The elements of layer li's parameter tensor k inside bytes [lo, lo + bytes) of an fp32
+ * section: their count (0: none), and the first in *first. */
+int64_t layout_tensor_slice(const struct stage_layout *sl, int li, int k, int64_t lo,
+                            int64_t bytes, int64_t *first);
 /* Layer li's range of one fp32 section (its param_off[0] and bytes), and of the weights
  * section (its weight_off[0] and bytes). */
 void layout_layer_ranges(const struct stage_layout *sl, int li, int64_t *sec_off,

@@ -116,20 +116,27 @@ static const struct exec_port stage_port = {
 
 /* ---- one step ---- */
 
+/* AdamW over the parameters whose optimizer state the stage keeps: all of them, or with
+ * ZeRO-1 the slice [shard_lo, shard_lo + shard_bytes) of the fp32 sections, element by element
+ * as the whole would be updated. */
 static int optimizer_step(struct stage_runner *r, int64_t step, struct err *e)
 {
     double t0 = exec_now_ms();
     char *w = r->persistent;
     const struct stage_layout *lay = &r->lay;
+    int64_t lo = lay->shard_lo, welem = sizes_weight_elem_bytes(lay->dtype);
     for (int li = 0; li < lay->n_layers; li++) {
         const struct layer_layout *L = &lay->layers[li];
         for (int k = 0; k < L->n_params; k++) {
-            int64_t off = L->param_off[k];
-            ERR_TRY(r->be->ops->adamw(r->be, w + L->weight_off[k],
-                                      (float *)(w + lay->master_at + off),
-                                      (float *)(w + lay->grads_at + off),
-                                      (float *)(w + lay->m_at + off),
-                                      (float *)(w + lay->v_at + off), L->params[k].elems,
+            int64_t first, n = layout_tensor_slice(lay, li, k, lo, lay->shard_bytes, &first);
+            int64_t a = L->param_off[k] + 4 * first, at = a - lo;
+            if (n == 0)
+                continue;
+            ERR_TRY(r->be->ops->adamw(r->be, w + L->weight_off[k] + welem * first,
+                                      (float *)(w + lay->dev_master_at + at),
+                                      (float *)(w + lay->grads_at + a),
+                                      (float *)(w + lay->dev_m_at + at),
+                                      (float *)(w + lay->dev_v_at + at), n,
                                       lay->dtype, &r->c.adamw, (int)(step + 1),
                                       layout_param_decays(L->params[k].name), e));
         }
@@ -157,6 +164,8 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
         ERR_TRY(r->c.reduce_grads(r->c.reduce_ctx, r, e));
     if (!host_optimizer(r)) /* else each layer's update is under way on the host thread */
         ERR_TRY(optimizer_step(r, step, e));
+    if (r->c.gather_params != NULL)
+        ERR_TRY(r->c.gather_params(r->c.reduce_ctx, r, e));
     if (r->c.stage == r->c.n_stages - 1) {
         double sum = 0;
         for (int micro = 0; micro < M; micro++)
@@ -214,7 +223,7 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     if (rc == ERR_OK)
         rc = r->be->ops->zero(r->be, r->persistent + lay->grads_at, lay->section_bytes, e);
     if (rc == ERR_OK && !host_optimizer(r))
-        rc = r->be->ops->zero(r->be, r->persistent + lay->m_at, 2 * lay->section_bytes, e);
+        rc = r->be->ops->zero(r->be, r->persistent + lay->dev_m_at, 2 * lay->shard_bytes, e);
     return rc;
 }
 
@@ -415,6 +424,11 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     be->host_link_latency_us = c->host_link_latency_us;
     if (c->optimizer == COST_PLACE_HOST)
         layout_host_optimizer(&r->lay);
+    else if (c->shards > 1) {
+        int64_t lo, bytes;
+        layout_shard_range(&r->lay, c->shard, c->shards, &lo, &bytes);
+        layout_shard_optimizer(&r->lay, lo, bytes);
+    }
     /* with the plan's arena the staging buffers are objects in it (arena_run.h) */
     if (layout_offload(&r->lay, m, c->place, c->offload_option, r->depth = prefetch_depth(c),
                        e) ||
@@ -483,8 +497,69 @@ static int64_t state_piece(const struct stage_runner *r, int64_t off, int64_t n,
     return n;
 }
 
+static int sharded(const struct stage_runner *r)
+{
+    return r->c.shards > 1 && !host_optimizer(r);
+}
+
+/* The first piece of a sharded stage's state [off, off+n): its device offset *dev, or -1
+ * where another replica keeps it (the optimizer's sections outside this slice). Returns its
+ * bytes. */
+static int64_t shard_piece(const struct stage_layout *lay, int64_t off, int64_t n, int64_t *dev)
+{
+    int64_t opt_at = lay->grads_at + lay->section_bytes, S = lay->section_bytes;
+    int64_t lo = lay->shard_lo, hi = lo + lay->shard_bytes, x = (off - opt_at) % S, end;
+    if (off < opt_at) { /* weights and gradients: whole on every replica */
+        *dev = off;
+        end = opt_at - off;
+    } else if (x < lo || x >= hi) {
+        *dev = -1;
+        end = x < lo ? lo - x : S - x;
+    } else {
+        *dev = opt_at + (off - opt_at) / S * lay->shard_bytes + x - lo;
+        end = hi - x;
+    }
+    return n < end ? n : end;
+}
+
+static int shard_get(struct stage_runner *r, int64_t off, char *buf, int64_t n, struct err *e)
+{
+    int64_t opt_at = r->lay.grads_at + r->lay.section_bytes;
+    while (n > 0) {
+        int64_t dev, len = shard_piece(&r->lay, off, n, &dev);
+        if (dev >= 0)
+            ERR_TRY(r->be->ops->download(r->be, buf, r->persistent + dev, len, e));
+        else if (r->shard_state != NULL)
+            memcpy(buf, r->shard_state + (off - opt_at), (size_t)len);
+        else
+            return err_set(e, ERR_FAIL, "internal: stage %d keeps slice %d of %d of its "
+                           "optimizer state, and the others' were not gathered",
+                           r->c.stage, r->c.shard, r->c.shards);
+        buf += len;
+        off += len;
+        n -= len;
+    }
+    return ERR_OK;
+}
+
+static int shard_put(struct stage_runner *r, int64_t off, const char *buf, int64_t n,
+                     struct err *e)
+{
+    while (n > 0) {
+        int64_t dev, len = shard_piece(&r->lay, off, n, &dev);
+        if (dev >= 0) /* else another replica's slice */
+            ERR_TRY(r->be->ops->upload(r->be, r->persistent + dev, buf, len, e));
+        buf += len;
+        off += len;
+        n -= len;
+    }
+    return ERR_OK;
+}
+
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e)
 {
+    if (sharded(r))
+        return shard_get(r, off, buf, n, e);
     if (!host_optimizer(r))
         return r->be->ops->download(r->be, buf, r->persistent + off, n, e);
     ERR_TRY(stage_drain(r, e));
@@ -505,6 +580,8 @@ int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, s
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e)
 {
+    if (sharded(r))
+        return shard_put(r, off, buf, n, e);
     if (!host_optimizer(r))
         return r->be->ops->upload(r->be, r->persistent + off, buf, n, e);
     ERR_TRY(stage_drain(r, e));

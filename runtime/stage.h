@@ -54,6 +54,12 @@ struct stage_config {
      * replicas' gradients reduced into this stage's); NULL: none. */
     int (*reduce_grads)(void *ctx, struct stage_runner *r, struct err *e);
     void *reduce_ctx;
+    /* ZeRO-1 (shards > 1, the optimizer on the device): this replica keeps the optimizer's
+     * state of slice `shard` of `shards` (layout_shard_range) and updates only its weights;
+     * gather_params (ctx reduce_ctx), called after the update, brings every other slice's
+     * updated weights from their replicas. */
+    int shard, shards;
+    int (*gather_params)(void *ctx, struct stage_runner *r, struct err *e);
 };
 
 struct stage_runner {
@@ -71,6 +77,9 @@ struct stage_runner {
     struct arena_run arena; /* with c.arena */
     struct hostmirror mirror; /* with the optimizer on the host */
     struct executor x; /* its times, events and peak are the stage's */
+    /* ZeRO-1: the optimizer's sections of every slice (the state's layout from its first
+     * optimizer section), the caller's, gathered for stage_state_get; NULL: none */
+    const char *shard_state;
 };
 
 /* The config of plan p's stage s: its layers, the kept tensors each regenerates (*regen,
@@ -107,7 +116,9 @@ int stage_drain(struct stage_runner *r, struct err *e);
  * resumes with the optimizer on either. `get` downloads [off, off+n) into buf, `put`
  * uploads. With the optimizer on the host both first let every host update finish, and
  * master, m and v come from and go to the mirror (for fp32 a put of the weights sets the
- * mirror's master weights too: the device's weights are their image). */
+ * mirror's master weights too: the device's weights are their image). With a sharded
+ * optimizer (stage_config.shards) a put keeps only this replica's slice of master, m and v,
+ * and a get reads the other slices from shard_state. */
 int64_t stage_state_bytes(const struct stage_runner *r);
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e);
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,

@@ -210,6 +210,13 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
                            c->out_bytes, 0, 0};
         int64_t here[7] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
                            s.out_bytes, 0, 0};
+        if (st->shard_optimizer && st->dp > 1) { /* the plan's ZeRO-1 share (cost.h) */
+            struct layer_cost whole = {.state_bytes = s.state_bytes}, mine;
+            struct cost_group g = {.tp = 1, .dp = st->dp, .shard_optimizer = 1,
+                                   .tp_efficiency = 1, .dtype = m->dtype};
+            cost_group_layer(&whole, model_layer_kind(m, l), &g, &mine);
+            here[0] = mine.state_bytes;
+        }
         if (choice >= COST_OPTION) {
             const struct recompute_option *o = &c->options[choice - COST_OPTION];
             plan[5] = o->kept_bytes;
@@ -313,6 +320,12 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     if (r->dp.dp > 1) {
         c.reduce_grads = train_dp_reduce;
         c.reduce_ctx = &r->dp;
+    }
+    if (r->dp.dp > 1 && st->shard_optimizer) { /* ZeRO-1 (train_dp.h) */
+        r->dp.shard = 1;
+        c.shard = r->dp.replica;
+        c.shards = r->dp.dp;
+        c.gather_params = train_dp_gather_params;
     }
     /* the transport is set up once every stage has started; the runner keeps its address */
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
@@ -460,9 +473,11 @@ static void save(struct run *r, int64_t step)
     err_clear(&e);
     struct ckpt_identity id;
     checkpoint_identity(r, &id);
-    /* the replicas hold the same weights: replica 0's are the checkpoint */
-    int rc = r->dp.replica == 0 ? ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, &e)
-                                : ERR_OK;
+    /* the replicas hold the same weights: replica 0's are the checkpoint (with a sharded
+     * optimizer, once it has every replica's slice) */
+    int rc = train_dp_gather_state(&r->dp, &r->stage, &e);
+    if (rc == ERR_OK && r->dp.replica == 0)
+        rc = ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, &e);
     if (rc)
         fail_now(r, &e);
     /* the manifest names step N only once every stage's file of step N is on disk */

@@ -1,6 +1,8 @@
 #include "train_dp.h"
 
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec.h"
 #include "mpicheck.h"
@@ -33,6 +35,76 @@ void train_dp_free(struct train_dp *d)
     free(d->mine);
     free(d->all);
     d->mine = d->all = NULL;
+    free(d->lo);
+    free(d->len);
+    free(d->weights);
+    free(d->counts);
+    free(d->displs);
+    free(d->rcounts);
+    free(d->rdispls);
+    free(d->packed);
+    free(d->state);
+    d->lo = d->len = d->weights = NULL;
+    d->counts = d->displs = d->rcounts = d->rdispls = NULL;
+    d->packed = d->state = NULL;
+}
+
+/* Copies the weights of the parameters in slice [lo, lo + n) floats of a section between the
+ * weights section `w` and `p`, packed in order (to_packed: w to p; p NULL: counts only).
+ * Returns the elements. */
+static int64_t pack_slice(const struct stage_layout *lay, int64_t lo, int64_t n, char *w,
+                          char *p, int to_packed)
+{
+    int64_t got = 0, elem = sizes_weight_elem_bytes(lay->dtype);
+    for (int li = 0; li < lay->n_layers; li++)
+        for (int k = 0; k < lay->layers[li].n_params; k++) {
+            int64_t first, count = layout_tensor_slice(lay, li, k, 4 * lo, 4 * n, &first);
+            if (p != NULL && count > 0) {
+                char *at = w + lay->layers[li].weight_off[k] + elem * first;
+                memcpy(to_packed ? p + elem * got : at, to_packed ? at : p + elem * got,
+                       (size_t)(elem * count));
+            }
+            got += count;
+        }
+    return got;
+}
+
+/* ZeRO-1: every replica's slice (floats), and the buffers of the collectives over them. */
+static int shard_init(struct train_dp *d, const struct stage_layout *lay, struct err *e)
+{
+    size_t n = (size_t)d->dp;
+    if (lay->section_bytes / 4 > INT_MAX - DP_CHUNK)
+        return err_set(e, ERR_INPUT, "stage %d: %lld parameters: sharding the optimizer over "
+                       "replicas takes at most %d parameters a stage (MPI counts are ints)",
+                       d->stage, (long long)(lay->section_bytes / 4), INT_MAX - DP_CHUNK);
+    d->lo = malloc(sizeof *d->lo * n);
+    d->len = malloc(sizeof *d->len * n);
+    d->weights = malloc(sizeof *d->weights * n);
+    d->counts = malloc(sizeof(int) * n);
+    d->displs = malloc(sizeof(int) * n);
+    d->rcounts = malloc(sizeof(int) * n);
+    d->rdispls = malloc(sizeof(int) * n);
+    d->packed = malloc((size_t)lay->section_bytes + 1);
+    if (!d->lo || !d->len || !d->weights || !d->counts || !d->displs || !d->rcounts || !d->rdispls || !d->packed)
+        return err_set(e, ERR_FAIL, "out of memory sharding the optimizer");
+    for (int q = 0; q < d->dp; q++) {
+        layout_shard_range(lay, q, d->dp, &d->lo[q], &d->len[q]);
+        d->lo[q] /= 4;
+        d->len[q] /= 4;
+        d->weights[q] = pack_slice(lay, d->lo[q], d->len[q], NULL, NULL, 1);
+    }
+    return ERR_OK;
+}
+
+/* Floats per MPI call over the slices: displacements up to dp of them are ints too. */
+static int64_t shard_step(const struct train_dp *d)
+{
+    return DP_CHUNK / d->dp > 0 ? DP_CHUNK / d->dp : 1;
+}
+
+static int64_t clamp_chunk(int64_t left, int64_t step)
+{
+    return left <= 0 ? 0 : left < step ? left : step;
 }
 
 /* Every replica's n floats of `mine` gathered, chunk by chunk, and summed in replica order
@@ -57,6 +129,37 @@ static int gather_sum(struct train_dp *d, float *mine, float *out, int64_t n, fl
     return ERR_OK;
 }
 
+/* ZeRO-1: slice q of every replica's n floats of `mine` to replica q (MPI_Ialltoallv), which
+ * sums the dp copies of its slice in replica order into its place in `mine`, times `scale`:
+ * gather_sum's numbers, for this replica's slice only. */
+static int reduce_scatter(struct train_dp *d, float *mine, float scale, struct err *e)
+{
+    int me = d->replica;
+    int64_t step = shard_step(d), cap = d->len[0] < step ? d->len[0] : step;
+    for (int64_t c = 0; c < d->len[0]; c += step) {
+        int count = (int)clamp_chunk(d->len[me] - c, step);
+        for (int q = 0; q < d->dp; q++) {
+            d->counts[q] = (int)clamp_chunk(d->len[q] - c, step);
+            d->displs[q] = (int)(d->lo[q] + c);
+            d->rcounts[q] = count;
+            d->rdispls[q] = (int)(q * cap);
+        }
+        MPI_Request q;
+        if (mpicheck_collective(MPI_Ialltoallv(mine, d->counts, d->displs, MPI_FLOAT, d->all,
+                                               d->rcounts, d->rdispls, MPI_FLOAT, d->grads, &q),
+                                &q, d->timeout_s, -1,
+                                "the replicas' gradient slices (MPI_Ialltoallv)", e))
+            return e->code;
+        for (int i = 0; i < count; i++) {
+            float sum = d->all[i];
+            for (int rr = 1; rr < d->dp; rr++)
+                sum += d->all[(int64_t)rr * cap + i];
+            mine[d->lo[me] + c + i] = sum * scale;
+        }
+    }
+    return ERR_OK;
+}
+
 int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e)
 {
     struct train_dp *d = ctx;
@@ -69,12 +172,95 @@ int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e)
         if (d->mine == NULL || d->all == NULL)
             return err_set(e, ERR_FAIL, "out of memory for the gradient all-reduce (%lld bytes)",
                            (long long)bytes * (d->dp + 1));
+        if (d->shard)
+            ERR_TRY(shard_init(d, &r->lay, e));
     }
     ERR_TRY(stage_state_get(r, r->lay.grads_at, d->mine, bytes, e));
-    ERR_TRY(gather_sum(d, d->mine, d->mine, n, (float)(1.0 / d->dp),
-                       "the replicas' gradients (MPI_Iallgather)", e));
-    ERR_TRY(stage_state_put(r, r->lay.grads_at, d->mine, bytes, e));
+    float scale = (float)(1.0 / d->dp);
+    if (d->shard) { /* this replica's slice only: the others are theirs to update */
+        int64_t lo = d->lo[d->replica], len = d->len[d->replica];
+        ERR_TRY(reduce_scatter(d, d->mine, scale, e));
+        ERR_TRY(stage_state_put(r, r->lay.grads_at + 4 * lo, d->mine + lo, 4 * len, e));
+    } else {
+        ERR_TRY(gather_sum(d, d->mine, d->mine, n, scale,
+                           "the replicas' gradients (MPI_Iallgather)", e));
+        ERR_TRY(stage_state_put(r, r->lay.grads_at, d->mine, bytes, e));
+    }
     d->step_ms = exec_now_ms() - t0;
+    return ERR_OK;
+}
+
+/* Replica q's count[q] elements of `type` at `send` (MPI_IN_PLACE: already at their place)
+ * into recv + at[q] elements, on every replica (root < 0, MPI_Iallgatherv) or on root
+ * (MPI_Igatherv), in chunks. */
+static int gatherv(struct train_dp *d, const char *send, const int64_t *count, const int64_t *at,
+                   MPI_Datatype type, int elem, char *recv, int root, const char *what,
+                   struct err *e)
+{
+    int64_t most = 0, step = shard_step(d);
+    for (int q = 0; q < d->dp; q++)
+        most = count[q] > most ? count[q] : most;
+    for (int64_t c = 0; c < most; c += step) {
+        for (int q = 0; q < d->dp; q++) {
+            d->counts[q] = (int)clamp_chunk(count[q] - c, step);
+            d->displs[q] = (int)(at[q] + c);
+        }
+        const void *from = send == MPI_IN_PLACE ? MPI_IN_PLACE : send + c * elem;
+        int n = d->counts[d->replica], rc;
+        MPI_Request q;
+        if (root < 0)
+            rc = MPI_Iallgatherv(from, n, type, recv, d->counts, d->displs, type, d->grads, &q);
+        else
+            rc = MPI_Igatherv(from, n, type, recv, d->counts, d->displs, type, root, d->grads,
+                              &q);
+        if (mpicheck_collective(rc, &q, d->timeout_s, -1, what, e))
+            return e->code;
+    }
+    return ERR_OK;
+}
+
+int train_dp_gather_params(void *ctx, struct stage_runner *r, struct err *e)
+{
+    struct train_dp *d = ctx;
+    const struct stage_layout *lay = &r->lay;
+    double t0 = exec_now_ms();
+    int me = d->replica, elem = sizes_weight_elem_bytes(lay->dtype);
+    char *w = (char *)d->mine; /* the weights section (no longer than an fp32 section) */
+    ERR_TRY(stage_state_get(r, 0, w, lay->weights_bytes, e));
+    pack_slice(lay, d->lo[me], d->len[me], w, d->packed + elem * d->lo[me], 1);
+    ERR_TRY(gatherv(d, MPI_IN_PLACE, d->weights, d->lo, elem == 4 ? MPI_FLOAT : MPI_UINT16_T, elem,
+                    d->packed, -1, "the replicas' updated weights (MPI_Iallgatherv)", e));
+    for (int q = 0; q < d->dp; q++)
+        if (q != me)
+            pack_slice(lay, d->lo[q], d->len[q], w, d->packed + elem * d->lo[q], 0);
+    ERR_TRY(stage_state_put(r, 0, w, lay->weights_bytes, e));
+    d->step_ms += exec_now_ms() - t0;
+    return ERR_OK;
+}
+
+int train_dp_gather_state(struct train_dp *d, struct stage_runner *r, struct err *e)
+{
+    const struct stage_layout *lay = &r->lay;
+    int me = d->replica, n_opt = lay->dtype == MODEL_DTYPE_BF16 ? 3 : 2;
+    int64_t S = lay->section_bytes, opt_at = lay->grads_at + S, off[4];
+    if (!d->shard || d->dp <= 1 || d->lo == NULL) /* d->lo: set by the first step's reduction */
+        return ERR_OK;
+    if (me == 0 && d->state == NULL && (d->state = malloc((size_t)(n_opt * S) + 1)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory gathering the optimizer state (%lld bytes)",
+                       (long long)(n_opt * S));
+    off[0] = lay->grads_at; /* the reduced gradients, then [master,] m, v */
+    for (int j = 0; j < n_opt; j++)
+        off[j + 1] = opt_at + j * S;
+    for (int j = 0; j <= n_opt; j++) {
+        char *recv = j == 0 ? (char *)d->mine : d->state + (j - 1) * S;
+        ERR_TRY(stage_state_get(r, off[j] + 4 * d->lo[me], d->packed, 4 * d->len[me], e));
+        ERR_TRY(gatherv(d, d->packed, d->len, d->lo, MPI_FLOAT, 4, recv, 0,
+                        "the replicas' optimizer state (MPI_Igatherv)", e));
+    }
+    if (me == 0) {
+        ERR_TRY(stage_state_put(r, lay->grads_at, d->mine, S, e));
+        r->shard_state = d->state;
+    }
     return ERR_OK;
 }
 

@@ -6,7 +6,14 @@
  * summed in replica order, then scaled by 1/dp: every rank adds the same numbers in the same
  * order, so the replicas stay bitwise equal and a run is bitwise reproducible; the sum is
  * grouped differently from one pipeline of dp x M micro-batches (which accumulates them in
- * one buffer), so it equals that pipeline's within float rounding, not bitwise. */
+ * one buffer), so it equals that pipeline's within float rounding, not bitwise.
+ *
+ * ZeRO-1 (the plan's shard_optimizer): replica r keeps AdamW's state only for slice r of the
+ * stage's parameters (layout_shard_range). Its gradients' slice q goes to replica q
+ * (MPI_Ialltoallv), which sums the dp copies of its slice in replica order and scales them as
+ * above; it updates its slice with the same AdamW, element by element, and every replica
+ * gathers the others' updated weights (MPI_Iallgatherv). Each number is computed as the
+ * unsharded run computes it, so the two are bitwise equal. */
 #ifndef BALLAST_TRAIN_DP_H
 #define BALLAST_TRAIN_DP_H
 
@@ -22,6 +29,12 @@ struct train_dp {
     float *mine, *all; /* host copies: this stage's gradients, and every replica's */
     int64_t n;         /* floats in them */
     double step_ms;    /* the last step's reduction */
+    /* ZeRO-1 */
+    int shard;                 /* the plan's shard_optimizer */
+    int64_t *lo, *len;         /* per replica, its slice of an fp32 section in floats */
+    int64_t *weights;          /* per replica, the weights in its slice (elements) */
+    int *counts, *displs, *rcounts, *rdispls; /* per replica, one MPI call's */
+    char *packed, *state;      /* the replicas' weights slices; replica 0's gathered state */
 };
 
 /* Splits `world` (n_stages * dp ranks, checked by the caller) into the pipelines and the
@@ -33,6 +46,15 @@ void train_dp_free(struct train_dp *d);
 /* stage_config.reduce_grads, ctx a struct train_dp: the replicas' gradients summed in replica
  * order and scaled by 1/dp, every wait under the timeout. */
 int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e);
+
+/* stage_config.gather_params with shard: every replica's slice of the updated weights into
+ * every replica's weights. */
+int train_dp_gather_params(void *ctx, struct stage_runner *r, struct err *e);
+
+/* With shard, before a checkpoint (every replica calls it): replica 0 gathers the reduced
+ * gradients and every slice of the optimizer's state, so that stage_state_get reads the
+ * stage's whole state as the unsharded run keeps it. Nothing otherwise. */
+int train_dp_gather_state(struct train_dp *d, struct stage_runner *r, struct err *e);
 
 /* On a last stage: the step's loss over every replica's M micro-batch losses, summed in the
  * order one pipeline of dp x M micro-batches takes them, over dp x M. */

@@ -20,17 +20,18 @@
 #define STEPS "4"
 #define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
 
-static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024];
+static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024], plan_zero[1024];
 
 /* `ballast plan` of a cluster of n CPU stages, micro_batches m, each stage `group` ("" or
- * ", \"dp\": 2" ...). */
-static void make_plan(const char *name, int n, int m, const char *group, char *out, size_t size)
+ * ", \"dp\": 2" ...), the cluster `top` ("" or ", \"shard_optimizer\": true"). */
+static void make_plan_top(const char *name, int n, int m, const char *group, const char *top,
+                          char *out, size_t size)
 {
     char text[2048], file[64];
     int len = snprintf(text, sizeof text,
                        "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
-                       "\"micro_batches\": %d, \"stages\": [",
-                       m);
+                       "\"micro_batches\": %d%s, \"stages\": [",
+                       m, top);
     for (int s = 0; s < n; s++)
         len += snprintf(text + len, sizeof text - (size_t)len,
                         "%s{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
@@ -46,6 +47,11 @@ static void make_plan(const char *name, int n, int m, const char *group, char *o
              cluster, out);
     if (test_run(args, NULL, NULL) != 0)
         fprintf(stderr, "plan %s failed\n", name);
+}
+
+static void make_plan(const char *name, int n, int m, const char *group, char *out, size_t size)
+{
+    make_plan_top(name, n, m, group, "", out, size);
 }
 
 static int setup(void)
@@ -68,6 +74,8 @@ static int setup(void)
     }
     make_plan("m", 2, 2, "", plan_m, sizeof plan_m);
     make_plan("tp", 2, 2, ", \"dp\": 2, \"tp\": 2", plan_tp, sizeof plan_tp);
+    make_plan_top("zero", 2, 2, ", \"dp\": 2", ", \"shard_optimizer\": true", plan_zero,
+                  sizeof plan_zero);
     return 0;
 }
 
@@ -274,6 +282,98 @@ static void test_resume(void)
         fclose(f);
 }
 
+/* Stage s's number `key` in plan `file`, and its layers' optimizer bytes (fp32: half the
+ * state) in *optimizer; -1 if missing. */
+static long long plan_stage_number(const char *file, int s, const char *key, long long *optimizer)
+{
+    cJSON *o = train_json_read(file);
+    const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s);
+    const cJSON *v = cJSON_GetObjectItem(st, key), *l;
+    long long n = cJSON_IsNumber(v) ? (long long)v->valuedouble : cJSON_IsTrue(v) ? 1 : -1;
+    *optimizer = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(st, "layer_costs"))
+        *optimizer += (long long)cJSON_GetObjectItem(l, "state_bytes")->valuedouble / 2;
+    cJSON_Delete(o);
+    return n;
+}
+
+/* --save DIR --steps N (the later --steps wins) on 4 ranks of `plan`, DIR cleared first. */
+static void save_steps(const char *plan, const char *name, const char *steps)
+{
+    char args[4096], dir[1024];
+    snprintf(dir, sizeof dir, "%s", test_path(name));
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    CU_ASSERT_EQUAL(system(args), 0);
+    snprintf(args, sizeof args, "--plan '%s' --save '%s' --steps %s", plan, dir, steps);
+    CU_ASSERT_EQUAL(train(4, args, NULL), 0);
+}
+
+static int same_stage_files(const char *dir_a, const char *dir_b, int S, int step)
+{
+    int same = 1;
+    for (int s = 0; s < S; s++) {
+        char a[1200], b[1200];
+        snprintf(a, sizeof a, "%s/stage-%d-step-%d.ckpt", dir_a, s, step);
+        snprintf(b, sizeof b, "%s/stage-%d-step-%d.ckpt", dir_b, s, step);
+        same &= train_files_equal(a, b);
+    }
+    return same;
+}
+
+/* ZeRO-1 (the cluster's shard_optimizer, carried by the plan): dp 2 with each replica keeping
+ * half of AdamW's state is bitwise the unsharded dp 2 run (losses, weights, checkpoints),
+ * resumes its checkpoints and it ours bitwise, and each rank's measured peak is the planned
+ * one and falls by half the optimizer state. */
+static void test_zero1(void)
+{
+    long long opt[2], opt_sharded;
+    for (int s = 0; s < 2; s++) {
+        CU_ASSERT_EQUAL(plan_stage_number(plan_zero, s, "shard_optimizer", &opt_sharded), 1);
+        CU_ASSERT_EQUAL(plan_stage_number(plan_dp[0], s, "shard_optimizer", &opt[s]), -1);
+    }
+    save_steps(plan_dp[0], "zero-ref", STEPS);
+    save_steps(plan_zero, "zero-run", STEPS);
+    char ref[1024], run[1024], extra[2048];
+    snprintf(ref, sizeof ref, "%s", test_path("zero-ref"));
+    snprintf(run, sizeof run, "%s", test_path("zero-run"));
+    CU_ASSERT(same_stage_files(ref, run, 2, 4));
+    struct train_metrics full, zero, resumed[2];
+    if (train_ok(4, plan_dp[0], "zero-full", "", &full) ||
+        train_ok(4, plan_zero, "zero-zero", "", &zero))
+        return;
+    CU_ASSERT_EQUAL(train_same_losses(&full, &zero), 1);
+    CU_ASSERT(train_files_equal(test_path("zero-full.safetensors"),
+                                test_path("zero-zero.safetensors")));
+    for (int s = 0; s < 2; s++) {
+        long long planned = plan_stage_number(plan_zero, s, "memory_bytes", &opt_sharded);
+        long long drop = full.peak[s] - zero.peak[s];
+        CU_ASSERT(zero.peak[s] == zero.planned[s] && zero.planned[s] == planned);
+        CU_ASSERT(full.peak[s] == full.planned[s]);
+        /* the planner rounds each layer's half up, the runtime the stage's slice */
+        CU_ASSERT(drop > 0 && llabs(drop - opt[s] / 2) <= 64);
+        if (llabs(drop - opt[s] / 2) > 64)
+            fprintf(stderr, "\nstage %d: peak %lld unsharded, %lld sharded; optimizer %lld\n",
+                    s, full.peak[s], zero.peak[s], opt[s]);
+    }
+    /* checkpoints of step 2 across: the sharded run resumes the unsharded one's, and back */
+    save_steps(plan_dp[0], "zero-ref2", "2");
+    save_steps(plan_zero, "zero-run2", "2");
+    snprintf(extra, sizeof extra, "--resume '%s'", test_path("zero-ref2"));
+    if (train_ok(4, plan_zero, "zero-from-ref", extra, &resumed[0]))
+        return;
+    snprintf(extra, sizeof extra, "--resume '%s'", test_path("zero-run2"));
+    if (train_ok(4, plan_dp[0], "ref-from-zero", extra, &resumed[1]))
+        return;
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL_FATAL(resumed[k].n_steps, 2);
+        CU_ASSERT(resumed[k].loss[0] == full.loss[2] && resumed[k].loss[1] == full.loss[3]);
+    }
+    CU_ASSERT(train_files_equal(test_path("zero-from-ref.safetensors"),
+                                test_path("zero-full.safetensors")));
+    CU_ASSERT(train_files_equal(test_path("ref-from-zero.safetensors"),
+                                test_path("zero-full.safetensors")));
+}
+
 static void expect_refused(int np, const char *plan, const char *needle)
 {
     char args[2048], *err = NULL;
@@ -306,6 +406,9 @@ int main(void)
     CU_add_test(s, "a dp run resumed from its checkpoint = the run without interruption; "
                    "one pipeline of 2M resumes it, one of M refuses it",
                 test_resume);
+    CU_add_test(s, "ZeRO-1: the optimizer sharded over 2 replicas = unsharded, bitwise; its "
+                   "checkpoints resumed both ways; the peak falls by half the optimizer",
+                test_zero1);
     CU_add_test(s, "a wrong -np and tp > 1 refused with the numbers", test_refused);
     return test_main();
 }

@@ -98,10 +98,14 @@ static int port_first_forward(struct executor *x, int li, struct err *e)
     return host_optimizer(r) ? hostmirror_weights_ready(&r->mirror, x, li, e) : ERR_OK;
 }
 
+/* With the replicas' gradients to reduce first, the host updates start after the reduction
+ * (stage_step). */
 static int port_last_backward(struct executor *x, int li, struct err *e)
 {
     struct stage_runner *r = runner(x);
-    return host_optimizer(r) ? hostmirror_grads_done(&r->mirror, x, li, x->step, e) : ERR_OK;
+    return host_optimizer(r) && r->c.reduce_grads == NULL
+               ? hostmirror_grads_done(&r->mirror, x, li, x->step, e)
+               : ERR_OK;
 }
 
 static const struct exec_port stage_port = {
@@ -162,6 +166,9 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     ERR_TRY(exec_run(&r->x, e));
     if (r->c.reduce_grads != NULL)
         ERR_TRY(r->c.reduce_grads(r->c.reduce_ctx, r, e));
+    for (int li = r->lay.n_layers - 1; r->c.reduce_grads != NULL && host_optimizer(r) && li >= 0;
+         li--) /* in the order their last backwards ended */
+        ERR_TRY(hostmirror_grads_done(&r->mirror, &r->x, li, step, e));
     if (!host_optimizer(r)) /* else each layer's update is under way on the host thread */
         ERR_TRY(optimizer_step(r, step, e));
     if (r->c.gather_params != NULL)

@@ -51,7 +51,8 @@ struct stage_config {
     int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
     /* Called after the step's last backward, before the optimizer (data parallelism: the
-     * replicas' gradients reduced into this stage's); NULL: none. */
+     * replicas' gradients reduced into this stage's; a host optimizer's updates then start,
+     * layer by layer, rather than at each layer's last backward); NULL: none. */
     int (*reduce_grads)(void *ctx, struct stage_runner *r, struct err *e);
     void *reduce_ctx;
     /* ZeRO-1 (shards > 1, the optimizer on the device): this replica keeps the optimizer's

@@ -125,12 +125,13 @@ static int setup_global(struct run *r, struct err *e)
         if (p->stages[s].dp != dp)
             return err_set(e, ERR_INPUT, "%s: stages[%d]: dp %d, but stages[0] has dp %d: "
                            "every stage of a pipeline takes one dp",
-                           o->plan_file, s, p->stages[s].dp, dp);        /* the host optimizer updates each layer as its last backward ends, before the
-         * replicas' gradients could be reduced */
-        if (dp > 1 && p->stages[s].optimizer == COST_PLACE_HOST)
-            return err_set(e, ERR_INPUT, "%s: stages[%d]: the optimizer on the host with dp %d: "
-                           "not supported by ballast train yet (plan without --actions "
-                           "optimizer, or with dp 1)",
+                           o->plan_file, s, p->stages[s].dp, dp);
+        /* the host mirror keeps every parameter's state: sharding it is ZeRO-1 on the host */
+        if (dp > 1 && p->stages[s].optimizer == COST_PLACE_HOST && p->stages[s].shard_optimizer)
+            return err_set(e, ERR_INPUT, "%s: stages[%d]: the optimizer on the host and "
+                           "shard_optimizer with dp %d: ballast train shards the optimizer on "
+                           "the device only (plan without --actions optimizer, or a cluster "
+                           "without shard_optimizer)",
                            o->plan_file, s, dp);
     }
     if (p->n_stages * dp != r->world_size && dp > 1)

@@ -4,7 +4,9 @@
  * order), every loss and the weights within 1e-4 relative (the gradients' float sums are
  * grouped by replica, so later steps differ in rounding), and so each stage's checkpoint
  * (weights, averaged gradients, AdamW m and v); the dp run bitwise reproducible; checkpoints
- * resumed bitwise; a wrong -np and tp > 1 refused. Runs pin --threads 1. */
+ * resumed bitwise; a wrong -np and tp > 1 refused. ZeRO-1 (shard_optimizer) and the
+ * optimizer on the host against the unsharded device-optimizer dp run: bitwise. Runs pin
+ * --threads 1. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -374,6 +376,32 @@ static void test_zero1(void)
                                 test_path("zero-full.safetensors")));
 }
 
+/* The optimizer on the host with dp 2: each layer's host update starts once the replicas'
+ * gradients are reduced, and the run is bitwise the device optimizer's dp run (losses,
+ * weights, checkpoints); each rank's device peak is the plan's. */
+static void test_host_optimizer(void)
+{
+    char host[1024], dir[2][1024], extra[2][1100];
+    snprintf(host, sizeof host, "%s", test_path("plan-dp2-host.json"));
+    train_plan_host_optimizer(plan_dp[0], host, 3, 0);
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir[k], sizeof dir[k], "%s", test_path(k ? "hostopt-dev" : "hostopt-host"));
+        snprintf(extra[k], sizeof extra[k], "--save '%s'", dir[k]);
+    }
+    struct train_metrics on_host, dev;
+    if (train_ok(4, host, "hostopt-host", extra[0], &on_host) ||
+        train_ok(4, plan_dp[0], "hostopt-dev", extra[1], &dev))
+        return;
+    CU_ASSERT_EQUAL(train_same_losses(&on_host, &dev), 1);
+    CU_ASSERT(train_files_equal(test_path("hostopt-host.safetensors"),
+                                test_path("hostopt-dev.safetensors")));
+    CU_ASSERT(same_stage_files(dir[0], dir[1], 2, 4));
+    for (int s = 0; s < 2; s++) {
+        CU_ASSERT(test_close((double)on_host.peak[s], (double)on_host.planned[s], 0, 0.02));
+        CU_ASSERT(on_host.peak[s] < dev.peak[s]); /* m and v live on the host */
+    }
+}
+
 static void expect_refused(int np, const char *plan, const char *needle)
 {
     char args[2048], *err = NULL;
@@ -393,6 +421,11 @@ static void test_refused(void)
     expect_refused(5, plan_dp[0], "but this run has 5 ranks (mpirun -np 4)");
     expect_refused(4, plan_tp, "stages[0]: tp 2, dp 2");
     expect_refused(4, plan_tp, "is for export");
+    char host[1024];
+    snprintf(host, sizeof host, "%s", test_path("plan-zero-host.json"));
+    train_plan_host_optimizer(plan_zero, host, 3, 0);
+    expect_refused(4, host, "stages[0]: the optimizer on the host and shard_optimizer with dp "
+                            "2: ballast train shards the optimizer on the device only");
 }
 
 int main(void)
@@ -409,6 +442,9 @@ int main(void)
     CU_add_test(s, "ZeRO-1: the optimizer sharded over 2 replicas = unsharded, bitwise; its "
                    "checkpoints resumed both ways; the peak falls by half the optimizer",
                 test_zero1);
-    CU_add_test(s, "a wrong -np and tp > 1 refused with the numbers", test_refused);
+    CU_add_test(s, "the optimizer on the host with dp 2 = on the device, bitwise",
+                test_host_optimizer);
+    CU_add_test(s, "a wrong -np, tp > 1 and a sharded host optimizer refused with the numbers",
+                test_refused);
     return test_main();
 }

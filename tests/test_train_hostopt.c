@@ -21,38 +21,6 @@
 
 static char plan1[1024], plan3[1024];
 
-/* Plan `to`: plan `from` with the optimizer on the host in the stages of `mask` (bit s),
- * each with host_limit_bytes `limit` (0: its own host_memory_bytes), and every number the
- * cost model's. */
-static void plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit)
-{
-    struct plan p;
-    struct err e;
-    err_clear(&e);
-    if (plan_load(from, &p, &e)) {
-        fprintf(stderr, "plan %s: %s\n", to, e.msg);
-        return;
-    }
-    for (int s = 0; s < p.n_stages; s++) {
-        struct plan_stage *st = &p.stages[s];
-        struct stage_cost c;
-        if (!(mask >> s & 1))
-            continue;
-        st->optimizer = COST_PLACE_HOST;
-        if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
-            st->host_link = (struct link){1, 200, 10};
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
-        st->host_memory_bytes = c.host_memory_bytes;
-        st->host_limit_bytes = limit > 0 ? limit : c.host_memory_bytes;
-    }
-    if (plan_write(to, &p, &e))
-        fprintf(stderr, "plan %s: %s\n", to, e.msg);
-    plan_free(&p);
-}
-
 /* A number of stage s in a metrics file (-1 when missing). */
 static double stage_value(const char *metrics, int s, const char *key)
 {
@@ -69,7 +37,7 @@ static void check_equal(int np, const char *plan, unsigned mask)
     char host[1024], name[64];
     snprintf(name, sizeof name, "host-%d-%x.json", np, mask);
     snprintf(host, sizeof host, "%s", test_path(name));
-    plan_host_optimizer(plan, host, mask, 0);
+    train_plan_host_optimizer(plan, host, mask, 0);
     struct train_metrics dev, on_host;
     CU_ASSERT_EQUAL_FATAL(train_run_ok(np, 120, plan, "--steps 3", "dev.metrics", &dev), 0);
     CU_ASSERT_EQUAL_FATAL(train_run_ok(np, 120, host, "--steps 3", "host.metrics", &on_host), 0);
@@ -144,7 +112,7 @@ static void test_resume(void)
 {
     char host[1024], a[1024], b[1024], extra[4096];
     snprintf(host, sizeof host, "%s", test_path("host-resume.json"));
-    plan_host_optimizer(plan3, host, 7, 0);
+    train_plan_host_optimizer(plan3, host, 7, 0);
     snprintf(a, sizeof a, "%s", test_path("ckpt-straight"));
     snprintf(b, sizeof b, "%s", test_path("ckpt-resumed"));
     struct train_metrics m;
@@ -166,7 +134,7 @@ static void test_host_limit(void)
 {
     char host[1024], args[2048];
     snprintf(host, sizeof host, "%s", test_path("host-limit.json"));
-    plan_host_optimizer(plan3, host, 7, 1000);
+    train_plan_host_optimizer(plan3, host, 7, 1000);
     snprintf(args, sizeof args, "--plan '%s' --steps 2", host);
     struct train_run r = train_exec(3, 120, args);
     CU_ASSERT_EQUAL(r.status, 2);

@@ -223,3 +223,35 @@ void train_plan_model(const char *name, const char *model_text, int n_stages,
     if (test_run(args, NULL, NULL) != 0)
         fprintf(stderr, "plan %s failed\n", name);
 }
+
+/* Plan `to`: plan `from` with the optimizer on the host in the stages of `mask` (bit s),
+ * each with host_limit_bytes `limit` (0: its own host_memory_bytes), and every number the
+ * cost model's. */
+void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    if (plan_load(from, &p, &e)) {
+        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+        return;
+    }
+    for (int s = 0; s < p.n_stages; s++) {
+        struct plan_stage *st = &p.stages[s];
+        struct stage_cost c;
+        if (!(mask >> s & 1))
+            continue;
+        st->optimizer = COST_PLACE_HOST;
+        if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
+            st->host_link = (struct link){1, 200, 10};
+        plan_stage_cost(&p, st, &c);
+        st->memory_bytes = c.memory_bytes;
+        st->recompute_ms = c.recompute_ms;
+        st->stage_ms = c.stage_ms;
+        st->host_memory_bytes = c.host_memory_bytes;
+        st->host_limit_bytes = limit > 0 ? limit : c.host_memory_bytes;
+    }
+    if (plan_write(to, &p, &e))
+        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+    plan_free(&p);
+}

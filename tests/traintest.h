@@ -5,6 +5,7 @@
 #define BALLAST_TRAINTEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "testutil.h"
 
@@ -48,6 +49,11 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
  * "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory, recompute and stage time from
  * the cost model: a consistent plan that makes the runtime apply exactly these options. */
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice);
+
+/* Plan `to`: plan `from` with the optimizer on the host in the stages of `mask` (bit s),
+ * each with host_limit_bytes `limit` (0: its own host_memory_bytes), and every number the
+ * cost model's. */
+void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit);
 
 /* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);

@@ -62,3 +62,21 @@ int transport_nccl_init(struct transport *t, int rank, int size,
 {
     return err_set(e, ERR_INPUT, "nccl: %s", NO_CUDA);
 }
+
+int allreduce_nccl_init(struct allreduce_nccl **out,
+                        const unsigned char id[TRANSPORT_NCCL_ID_BYTES], int replica, int dp,
+                        struct backend *be, struct err *e)
+{
+    *out = NULL;
+    return err_set(e, ERR_INPUT, "nccl: %s", NO_CUDA);
+}
+
+int allreduce_nccl_sum(struct allreduce_nccl *a, float *buf, int64_t n, float scale,
+                       double timeout_s, struct err *e)
+{
+    return err_set(e, ERR_INPUT, "nccl: %s", NO_CUDA);
+}
+
+void allreduce_nccl_free(struct allreduce_nccl *a)
+{
+}

@@ -410,7 +410,7 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
 }
 
 /* Every rank's GPU (or none), gathered; the same choice on every rank (transport_choose). */
-static int setup_transport(struct run *r, struct err *e)
+static int setup_pipeline_transport(struct run *r, struct err *e)
 {
     const struct plan *p = &r->plan;
     char(*ids)[TRANSPORT_ID_MAX] = calloc((size_t)r->size, sizeof *ids);
@@ -466,6 +466,15 @@ static int setup_transport(struct run *r, struct err *e)
         all = err_set(e, ERR_FAIL, "rank 0 could not make the NCCL ids");
     free(nccl_ids);
     return all;
+}
+
+/* The pipeline's transport, then the replicas' (train_dp.h). */
+static int setup_transport(struct run *r, struct err *e)
+{
+    ERR_TRY(setup_pipeline_transport(r, e));
+    return r->dp.dp > 1 ? train_dp_setup(&r->dp, &r->be, r->on_cuda ? r->gpu.uuid : "",
+                                         r->o->transport, e)
+                        : ERR_OK;
 }
 
 static void save(struct run *r, int64_t step)
@@ -601,6 +610,7 @@ static void free_run(struct run *r)
         stage_free(&r->stage);
     if (r->tp.ops != NULL)
         r->tp.ops->free(&r->tp);
+    train_dp_free(&r->dp); /* its NCCL communicator uses the backend's stream */
     if (r->be.ops != NULL)
         r->be.ops->free(&r->be);
     if (r->data_loaded)
@@ -610,7 +620,6 @@ static void free_run(struct run *r)
     free(r->regen);
     if (r->ctl_ready)
         MPI_Comm_free(&r->ctl);
-    train_dp_free(&r->dp);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -753,9 +762,10 @@ static int train_loop(struct run *r, struct err *e)
     struct stage_times sum = {0};
     int counted = 0;
     double timed_ms = 0;
-    char replicas[32] = "";
+    char replicas[64] = "";
     if (r->dp.dp > 1)
-        snprintf(replicas, sizeof replicas, " x %d replicas", r->dp.dp);
+        snprintf(replicas, sizeof replicas, " x %d replicas (gradients over %s)", r->dp.dp,
+                 train_dp_reduce_kind(&r->dp));
     if (r->world_rank == 0 && !o->quiet)
         printf("train: %s, %d stages%s, %s, %s, %d micro-batches of %d x %d tokens, rank 0 on %s "
                "(%d threads), transport %s, steps %lld..%lld\n",

@@ -1,6 +1,7 @@
 #include "train_dp.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,47 @@ void train_dp_free(struct train_dp *d)
     d->lo = d->len = d->weights = NULL;
     d->counts = d->displs = d->rcounts = d->rdispls = NULL;
     d->packed = d->state = NULL;
+    allreduce_nccl_free(d->nccl); /* before the backend's stream goes: train.c frees us first */
+    d->nccl = NULL;
+}
+
+int train_dp_setup(struct train_dp *d, struct backend *be, const char *gpu_uuid,
+                   const char *prefer, struct err *e)
+{
+    char(*ids)[TRANSPORT_ID_MAX] = calloc((size_t)d->dp, sizeof *ids), mine[TRANSPORT_ID_MAX];
+    enum transport_kind kind = TRANSPORT_MPI;
+    char why[256];
+    if (ids == NULL)
+        return err_set(e, ERR_FAIL, "out of memory choosing the gradients' transport");
+    snprintf(mine, sizeof mine, "%s", gpu_uuid);
+    MPI_Request q;
+    int rc = mpicheck_collective(MPI_Iallgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids,
+                                                TRANSPORT_ID_MAX, MPI_CHAR, d->grads, &q),
+                                 &q, d->timeout_s, -1, "the replicas' GPUs (MPI_Iallgather)", e);
+    /* --transport nccl names the pipeline's: the replicas take NCCL where they can */
+    if (rc == ERR_OK)
+        transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, d->dp, d->replica,
+                         strcmp(prefer, "mpi") == 0 ? "mpi" : "auto", &kind, why, sizeof why);
+    free(ids);
+    if (rc != ERR_OK || kind != TRANSPORT_NCCL || d->shard)
+        return rc;
+    /* replica 0 makes the id (NCCL's examples' bootstrap); its last byte says it could */
+    unsigned char id[TRANSPORT_NCCL_ID_BYTES + 1] = {0};
+    if (d->replica == 0)
+        id[TRANSPORT_NCCL_ID_BYTES] = transport_nccl_unique_id(id, e) == ERR_OK;
+    if (mpicheck_collective(MPI_Ibcast(id, (int)sizeof id, MPI_BYTE, 0, d->grads, &q), &q,
+                            d->timeout_s, 0, "the NCCL id of the gradients from", e))
+        return e->code;
+    if (!id[TRANSPORT_NCCL_ID_BYTES])
+        return d->replica == 0 ? e->code
+                               : err_set(e, ERR_FAIL, "replica 0 of stage %d could not make "
+                                         "the NCCL id of the gradients", d->stage);
+    return allreduce_nccl_init(&d->nccl, id, d->replica, d->dp, be, e);
+}
+
+const char *train_dp_reduce_kind(const struct train_dp *d)
+{
+    return d->nccl != NULL ? "nccl" : "mpi";
 }
 
 /* Copies the weights of the parameters in slice [lo, lo + n) floats of a section between the
@@ -175,8 +217,14 @@ int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e)
         if (d->shard)
             ERR_TRY(shard_init(d, &r->lay, e));
     }
-    ERR_TRY(stage_state_get(r, r->lay.grads_at, d->mine, bytes, e));
     float scale = (float)(1.0 / d->dp);
+    if (d->nccl != NULL) { /* on the device, in NCCL's order */
+        ERR_TRY(allreduce_nccl_sum(d->nccl, (float *)(r->persistent + r->lay.grads_at), n, scale,
+                                   d->timeout_s, e));
+        d->step_ms = exec_now_ms() - t0;
+        return ERR_OK;
+    }
+    ERR_TRY(stage_state_get(r, r->lay.grads_at, d->mine, bytes, e));
     if (d->shard) { /* this replica's slice only: the others are theirs to update */
         int64_t lo = d->lo[d->replica], len = d->len[d->replica];
         ERR_TRY(reduce_scatter(d, d->mine, scale, e));

@@ -21,6 +21,7 @@
 
 #include "err.h"
 #include "stage.h"
+#include "transport.h"
 
 struct train_dp {
     int dp, replica, stage;
@@ -35,6 +36,7 @@ struct train_dp {
     int64_t *weights;          /* per replica, the weights in its slice (elements) */
     int *counts, *displs, *rcounts, *rdispls; /* per replica, one MPI call's */
     char *packed, *state;      /* the replicas' weights slices; replica 0's gathered state */
+    struct allreduce_nccl *nccl; /* non-NULL: the gradients go over NCCL (train_dp_setup) */
 };
 
 /* Splits `world` (n_stages * dp ranks, checked by the caller) into the pipelines and the
@@ -42,6 +44,16 @@ struct train_dp {
 int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, double timeout_s,
                    struct err *e);
 void train_dp_free(struct train_dp *d);
+
+/* Once the stage's backend is up (every replica of the stage calls it): the gradients go
+ * over NCCL (transport.h allreduce_nccl) when every replica of the stage computes on a GPU
+ * of its own (transport_choose over their GPUs, gpu_uuid "" on the CPU), the optimizer is not
+ * sharded and `prefer` (--transport) is not "mpi"; over MPI otherwise. NCCL sums in its ring
+ * order, so that path equals the MPI one within 1e-4 relative, not bitwise. */
+int train_dp_setup(struct train_dp *d, struct backend *be, const char *gpu_uuid,
+                   const char *prefer, struct err *e);
+/* "nccl" or "mpi": where the gradients go. */
+const char *train_dp_reduce_kind(const struct train_dp *d);
 
 /* stage_config.reduce_grads, ctx a struct train_dp: the replicas' gradients summed in replica
  * order and scaled by 1/dp, every wait under the timeout. */

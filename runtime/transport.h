@@ -69,6 +69,22 @@ int transport_nccl_init(struct transport *t, int rank, int size,
                         const unsigned char (*ids)[TRANSPORT_NCCL_ID_BYTES], struct backend *be,
                         int max_requests, int64_t *device_bytes, struct err *e);
 
+/* The data-parallel gradient all-reduce over NCCL (runtime/cuda/allreduce_nccl.cu), for a
+ * stage whose dp replicas each have a GPU of their own: one communicator across them (ranks
+ * are replicas) from `id` (replica 0's transport_nccl_unique_id, broadcast with MPI), on the
+ * backend's stream. NCCL's ring adds in its own order, not the replicas': the result is the
+ * MPI path's (train_dp.h) within float rounding (1e-4 relative), not bitwise. In a build
+ * without CUDA init fails with ERR_INPUT. */
+struct allreduce_nccl;
+int allreduce_nccl_init(struct allreduce_nccl **out,
+                        const unsigned char id[TRANSPORT_NCCL_ID_BYTES], int replica, int dp,
+                        struct backend *be, struct err *e);
+/* n device floats at buf summed over the replicas in place, then times scale; returns once
+ * done (ERR_FAIL after timeout_s > 0, or on a NCCL error). */
+int allreduce_nccl_sum(struct allreduce_nccl *a, float *buf, int64_t n, float scale,
+                       double timeout_s, struct err *e);
+void allreduce_nccl_free(struct allreduce_nccl *a);
+
 /* ---- choosing ---- */
 
 #define TRANSPORT_ID_MAX 64

@@ -2,13 +2,12 @@
 // stream, ncclSend / ncclRecv ordered after the compute stream by events, completion by an
 // event per request. NCCL's own examples are the model: ids from rank 0 (broadcast by the
 // caller with MPI), ncclCommInitRank, teardown in a fixed order.
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "check.cuh"
+#include "nccl.cuh"
 
 extern "C" {
 #include "backend.h"
@@ -17,14 +16,6 @@ extern "C" {
 }
 
 static_assert(sizeof(ncclUniqueId) == TRANSPORT_NCCL_ID_BYTES, "NCCL's unique id size");
-
-#define NCCL_CHECK(call, e)                                                                  \
-    do {                                                                                     \
-        ncclResult_t nccl_rc_ = (call);                                                      \
-        if (nccl_rc_ != ncclSuccess)                                                         \
-            return cudacheck_fail(#call, __FILE__, __LINE__, ncclGetErrorString(nccl_rc_),   \
-                                  (e));                                                      \
-    } while (0)
 
 // The four one-way channels of a stage: what it receives from the previous stage
 // (activations), sends back to it (gradients), sends to the next (activations) and receives
@@ -118,13 +109,11 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Polls the completion event; between polls, asks NCCL for asynchronous errors (a peer that
-// died), so that a broken pipeline fails instead of waiting for ever, and gives up after the
-// transport's timeout (a peer that stopped reports no error).
-static int poll_done(const struct transport *t, cudaEvent_t ev, int c, struct err *e)
+int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, double timeout_s, int *timed_out,
+                    struct err *e)
 {
-    nccl_transport *x = (nccl_transport *)t->impl;
     double start = now_s();
+    *timed_out = 0;
     for (long polls = 0;; polls++) {
         cudaError_t rc = cudaEventQuery(ev);
         if (rc == cudaSuccess)
@@ -133,22 +122,37 @@ static int poll_done(const struct transport *t, cudaEvent_t ev, int c, struct er
             CUDA_CHECK(rc, e);
         if (polls % 64 == 63) {
             ncclResult_t async = ncclSuccess;
-            NCCL_CHECK(ncclCommGetAsyncError(x->ch[c].comm, &async), e);
+            NCCL_CHECK(ncclCommGetAsyncError(comm, &async), e);
             NCCL_CHECK(async, e);
         }
         if (polls > 200) {
             struct timespec ts = {0, 20000};
             nanosleep(&ts, nullptr);
         }
-        if (t->timeout_s > 0 && polls % 64 == 0 && now_s() - start > t->timeout_s) {
-            int peer = c == CH_ACT_IN || c == CH_GRAD_OUT ? t->rank - 1 : t->rank + 1;
-            return err_set(e, ERR_FAIL,
-                           "waited %.0f s for a transfer with rank %d over NCCL: rank %d went "
-                           "silent (stopped, died or out of memory); --timeout SECONDS sets "
-                           "this limit",
-                           t->timeout_s, peer, peer);
+        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s) {
+            *timed_out = 1;
+            return ERR_FAIL;
         }
     }
+}
+
+// Polls the completion event; between polls, asks NCCL for asynchronous errors (a peer that
+// died), so that a broken pipeline fails instead of waiting for ever, and gives up after the
+// transport's timeout (a peer that stopped reports no error).
+static int poll_done(const struct transport *t, cudaEvent_t ev, int c, struct err *e)
+{
+    nccl_transport *x = (nccl_transport *)t->impl;
+    int timed_out;
+    if (nccl_wait_event(ev, x->ch[c].comm, t->timeout_s, &timed_out, e) == ERR_OK)
+        return ERR_OK;
+    if (!timed_out)
+        return e->code;
+    int peer = c == CH_ACT_IN || c == CH_GRAD_OUT ? t->rank - 1 : t->rank + 1;
+    return err_set(e, ERR_FAIL,
+                   "waited %.0f s for a transfer with rank %d over NCCL: rank %d went "
+                   "silent (stopped, died or out of memory); --timeout SECONDS sets "
+                   "this limit",
+                   t->timeout_s, peer, peer);
 }
 
 static int nccl_wait(struct transport *t, int req, struct err *e)

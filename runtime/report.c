@@ -53,8 +53,10 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
         cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
         cJSON_AddNumberToObject(s, "host_update_ms", st->host_update_ms);
-        if (r->dp > 1)
+        if (r->dp > 1) {
             cJSON_AddNumberToObject(s, "allreduce_ms", st->allreduce_ms);
+            cJSON_AddStringToObject(s, "allreduce", st->allreduce);
+        }
         jsonio_add_int(s, "host_peak_bytes", st->host_peak_bytes);
         jsonio_add_int(s, "host_bytes", st->host_bytes);
         jsonio_add_int(s, "staging_bytes", st->staging_bytes);

@@ -18,8 +18,8 @@
  *                     stage's host thread (overlapping the step; host_peak_bytes includes the
  *                     mirror: master, m, v and gradient landing, 4 fp32 copies)
  *   dp, allreduce_ms  data parallelism: the replicas (top level; the stages are replica 0's)
- *                     and, per step, the stage's gradient all-reduce over them (only when
- *                     dp > 1)
+ *                     and, per step, the stage's gradient all-reduce over them, and
+ *                     "allreduce": "nccl" or "mpi", what carried it (only when dp > 1)
  *   backend, gpu      "cpu" or "cuda", and the GPU's name, ordinal and UUID
  * and, for a stage on a GPU, the device memory beside the arenas (`cuda` in the metrics), all
  * read with cudaMemGetInfo, which sees the whole device; the ranks of a node start one at a
@@ -59,6 +59,7 @@ struct report_stage {
     double fwd_ms, bwd_ms, recompute_ms, send_ms, idle_ms, optimizer_ms;
     double host_update_ms; /* per step: the host optimizer's AdamW on its thread */
     double allreduce_ms;
+    char allreduce[8]; /* "nccl" or "mpi" (train_dp_reduce_kind) */
     /* offload: the host slots and the staging buffers the layout gave the stage, the host
      * bytes measured at their peak, copy_ms per micro-batch each way (the two lanes' busy
      * time over 2M), stall_ms per step, late_prefetches over the run */

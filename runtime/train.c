@@ -859,6 +859,7 @@ static int train_loop(struct run *r, struct err *e)
     }
     snprintf(mine.device, sizeof mine.device, "%s", st->device);
     snprintf(mine.backend, sizeof mine.backend, "%s", r->on_cuda ? "cuda" : "cpu");
+    snprintf(mine.allreduce, sizeof mine.allreduce, "%s", train_dp_reduce_kind(&r->dp));
     if (r->on_cuda) {
         struct cuda_backend_memory mem;
         int64_t free_b = 0, total_b = 0;

@@ -230,6 +230,9 @@ static void expect_dp_equals_one_pipeline(int which)
     CU_ASSERT(cJSON_IsNumber(cJSON_GetObjectItem(o, "dp")) &&
               cJSON_GetObjectItem(o, "dp")->valueint == 2);
     CU_ASSERT(cJSON_IsNumber(ms) && ms->valuedouble > 0);
+    /* CPU ranks: NCCL is for replicas on GPUs of their own */
+    const cJSON *kind = cJSON_GetObjectItem(st, "allreduce");
+    CU_ASSERT(cJSON_IsString(kind) && strcmp(kind->valuestring, "mpi") == 0);
     cJSON_Delete(o);
 }
 

@@ -352,8 +352,9 @@ static void test_zero1(void)
     for (int s = 0; s < 2; s++) {
         long long planned = plan_stage_number(plan_zero, s, "memory_bytes", &opt_sharded);
         long long drop = full.peak[s] - zero.peak[s];
-        CU_ASSERT(zero.peak[s] == zero.planned[s] && zero.planned[s] == planned);
-        CU_ASSERT(full.peak[s] == full.planned[s]);
+        CU_ASSERT(zero.planned[s] == planned);
+        CU_ASSERT(test_close((double)zero.peak[s], (double)zero.planned[s], 0, 0.02));
+        CU_ASSERT(test_close((double)full.peak[s], (double)full.planned[s], 0, 0.02));
         /* the planner rounds each layer's half up, the runtime the stage's slice */
         CU_ASSERT(drop > 0 && llabs(drop - opt[s] / 2) <= 64);
         if (llabs(drop - opt[s] / 2) > 64)

@@ -336,6 +336,18 @@ static void test_zero1(void)
         CU_ASSERT_EQUAL(plan_stage_number(plan_zero, s, "shard_optimizer", &opt_sharded), 1);
         CU_ASSERT_EQUAL(plan_stage_number(plan_dp[0], s, "shard_optimizer", &opt[s]), -1);
     }
+    /* a value other than true or false is refused, naming the field */
+    cJSON *bad = train_json_read(plan_zero);
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(bad, "stages"), 1),
+                              "shard_optimizer", cJSON_CreateNumber(3));
+    char *text = cJSON_PrintUnformatted(bad), args[2048], *err = NULL;
+    snprintf(args, sizeof args, "simulate --plan '%s'", test_write("plan-zero-bad.json", text));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "plan-zero-bad.json: stages[1].shard_optimizer: "
+                                         "expected true or false") != NULL);
+    free(err);
+    free(text);
+    cJSON_Delete(bad);
     save_steps(plan_dp[0], "zero-ref", STEPS);
     save_steps(plan_zero, "zero-run", STEPS);
     char ref[1024], run[1024], extra[2048];

@@ -127,7 +127,8 @@ static int shard_init(struct train_dp *d, const struct stage_layout *lay, struct
     d->rcounts = malloc(sizeof(int) * n);
     d->rdispls = malloc(sizeof(int) * n);
     d->packed = malloc((size_t)lay->section_bytes + 1);
-    if (!d->lo || !d->len || !d->weights || !d->counts || !d->displs || !d->rcounts || !d->rdispls || !d->packed)
+    if (!d->lo || !d->len || !d->weights || !d->counts || !d->displs || !d->rcounts ||
+        !d->rdispls || !d->packed)
         return err_set(e, ERR_FAIL, "out of memory sharding the optimizer");
     for (int q = 0; q < d->dp; q++) {
         layout_shard_range(lay, q, d->dp, &d->lo[q], &d->len[q]);
@@ -276,8 +277,9 @@ int train_dp_gather_params(void *ctx, struct stage_runner *r, struct err *e)
     char *w = (char *)d->mine; /* the weights section (no longer than an fp32 section) */
     ERR_TRY(stage_state_get(r, 0, w, lay->weights_bytes, e));
     pack_slice(lay, d->lo[me], d->len[me], w, d->packed + elem * d->lo[me], 1);
-    ERR_TRY(gatherv(d, MPI_IN_PLACE, d->weights, d->lo, elem == 4 ? MPI_FLOAT : MPI_UINT16_T, elem,
-                    d->packed, -1, "the replicas' updated weights (MPI_Iallgatherv)", e));
+    MPI_Datatype type = elem == 4 ? MPI_FLOAT : MPI_UINT16_T; /* fp32 or bf16 weights */
+    ERR_TRY(gatherv(d, MPI_IN_PLACE, d->weights, d->lo, type, elem, d->packed, -1,
+                    "the replicas' updated weights (MPI_Iallgatherv)", e));
     for (int q = 0; q < d->dp; q++)
         if (q != me)
             pack_slice(lay, d->lo[q], d->len[q], w, d->packed + elem * d->lo[q], 0);

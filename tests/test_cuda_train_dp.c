@@ -38,7 +38,8 @@ static int setup(void)
                         "\"micro_batches\": 2, \"stages\": [{\"device\": \"cpu\", "
                         "\"memory_bytes\": 1073741824, \"profile\": \"prof-cudp.json\", "
                         "\"dp\": 2}]}"));
-    snprintf(plan, sizeof plan, "%s", train_plan_cluster(cluster, "--method none", "plan-cudp.json"));
+    snprintf(plan, sizeof plan, "%s",
+             train_plan_cluster(cluster, "--method none", "plan-cudp.json"));
     return 0;
 }
 

@@ -22,7 +22,8 @@
 #define STEPS "4"
 #define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
 
-static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024], plan_zero[1024];
+static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024], plan_zero[1024],
+    plan_dp3[1024], plan_zero3[1024];
 
 /* `ballast plan` of a cluster of n CPU stages, micro_batches m, each stage `group` ("" or
  * ", \"dp\": 2" ...), the cluster `top` ("" or ", \"shard_optimizer\": true"). */
@@ -78,6 +79,9 @@ static int setup(void)
     make_plan("tp", 2, 2, ", \"dp\": 2, \"tp\": 2", plan_tp, sizeof plan_tp);
     make_plan_top("zero", 2, 2, ", \"dp\": 2", ", \"shard_optimizer\": true", plan_zero,
                   sizeof plan_zero);
+    make_plan("dp3x1", 1, 2, ", \"dp\": 3", plan_dp3, sizeof plan_dp3);
+    make_plan_top("zero3x1", 1, 2, ", \"dp\": 3", ", \"shard_optimizer\": true", plan_zero3,
+                  sizeof plan_zero3);
     return 0;
 }
 
@@ -418,6 +422,21 @@ static void test_host_optimizer(void)
     }
 }
 
+/* dp 3 of one stage: its 30080 floats do not divide by 3, so the last slice is shorter, and
+ * the slices cut tensors; still bitwise the unsharded run. */
+static void test_zero1_uneven(void)
+{
+    struct train_metrics full, zero;
+    if (train_ok(3, plan_dp3, "zero3-full", "", &full) ||
+        train_ok(3, plan_zero3, "zero3-zero", "", &zero))
+        return;
+    CU_ASSERT_EQUAL(train_same_losses(&full, &zero), 1);
+    CU_ASSERT(train_files_equal(test_path("zero3-full.safetensors"),
+                                test_path("zero3-zero.safetensors")));
+    CU_ASSERT(test_close((double)zero.peak[0], (double)zero.planned[0], 0, 0.02));
+    CU_ASSERT(zero.peak[0] < full.peak[0]);
+}
+
 static void expect_refused(int np, const char *plan, const char *needle)
 {
     char args[2048], *err = NULL;
@@ -458,6 +477,7 @@ int main(void)
     CU_add_test(s, "ZeRO-1: the optimizer sharded over 2 replicas = unsharded, bitwise; its "
                    "checkpoints resumed both ways; the peak falls by half the optimizer",
                 test_zero1);
+    CU_add_test(s, "ZeRO-1 over 3 replicas, uneven slices: bitwise unsharded", test_zero1_uneven);
     CU_add_test(s, "the optimizer on the host with dp 2 = on the device, bitwise",
                 test_host_optimizer);
     CU_add_test(s, "a wrong -np, tp > 1 and a sharded host optimizer refused with the numbers",

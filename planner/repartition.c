@@ -513,8 +513,9 @@ static int pruned(struct search *s, double bound)
 }
 
 /* The bound of a complete split, with each stage's true round trip downstream: a cheap
- * screen before simulating it. */
-static double split_bound(struct search *s)
+ * screen before simulating it. `coarse`: without the round trips to each later position
+ * (own_bound's fill and cool), a weaker bound in time linear in S. */
+static double split_bound(struct search *s, int coarse)
 {
     double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
     double *own = s->own, *z = s->fill_z, *a_max = s->a_max;
@@ -532,7 +533,7 @@ static double split_bound(struct search *s)
         /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
          * the transfers between), while k ran the forwards r needs before its first backward */
         z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
-        for (int r = k + 1; r < s->S; r++) {
+        for (int r = k + 1; r < s->S && !coarse; r++) {
             double v = drain_backwards(s, r) * f + z[r] - z[k];
             double w = t - f + (drain_backwards(s, r) - 1) * a_max[r] + z[r] - z[k];
             a_own = s->a[r] > a_own ? s->a[r] : a_own;
@@ -562,12 +563,11 @@ static double split_bound(struct search *s)
     return bound;
 }
 
-static void leaf(struct search *s, const int *order)
+/* The simulated step of the split in s->first (*memory: its stages' memory); INFINITY when
+ * the simulation fails. */
+static double split_ms(struct search *s, int64_t *memory)
 {
-    int64_t memory = 0;
-    if (pruned(s, split_bound(s)))
-        return;
-    s->leaves++;
+    *memory = 0;
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         const struct position *p = &s->pos[k];
@@ -580,20 +580,37 @@ static void leaf(struct search *s, const int *order)
         st->link = k + 1 < s->S ? p->link : (struct link){0};
         st->allreduce_ms = cluster_allreduce_ms(s->c, p->stage, first, last);
         st->optimizer_ms = optimizer_ms(s, k, first, last);
-        memory += rc->memory_bytes;
+        *memory += rc->memory_bytes;
     }
     double ms;
     int simulated;
     if (sim_makespan_periodic(s->c->schedule, s->S, s->M, s->sim_in, &ms, &simulated, s->e))
+        return INFINITY;
+    return ms;
+}
+
+/* The split in s->first, simulated at `ms` with `memory`, becomes the incumbent if better. */
+static void keep_if_better(struct search *s, const int *order, double ms, int64_t memory)
+{
+    if (!better(ms, memory, s->best_ms, s->best_memory))
         return;
-    if (better(ms, memory, s->best_ms, s->best_memory)) {
-        s->best_ms = ms;
-        s->best_memory = memory;
-        memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
-        memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
-        for (int k = 0; k < s->S; k++)
-            s->best_link[k] = s->pos[k].link;
-    }
+    s->best_ms = ms;
+    s->best_memory = memory;
+    memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
+    memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
+    for (int k = 0; k < s->S; k++)
+        s->best_link[k] = s->pos[k].link;
+}
+
+static void leaf(struct search *s, const int *order)
+{
+    int64_t memory;
+    if (pruned(s, split_bound(s, 0)))
+        return;
+    s->leaves++;
+    double ms = split_ms(s, &memory);
+    if (!isinf(ms))
+        keep_if_better(s, order, ms, memory);
 }
 
 static double now_s(void)
@@ -709,7 +726,6 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
-            if (getenv("GAPDP")) fprintf(stderr, "open k %d bound %.3f G00 %.3f\n", k, bound, *G_at(s, 0, 0));
             return;
         }
         s->nodes++;
@@ -758,6 +774,20 @@ struct link repartition_exit_link(const struct cluster *c, const int *kind_of, i
     return slowest;
 }
 
+/* Cluster stage `st` at position k, with its link to the next. */
+static int place(struct search *s, int k, int st, struct link link)
+{
+    struct position *p = &s->pos[k];
+    p->stage = st;
+    p->profile = s->c->stages[st].profile;
+    int v = schedule_in_flight(s->c->schedule, s->S, k, s->M);
+    p->cls = class_of(s, p->profile, s->c->stages[st].memory_bytes, v);
+    if (p->cls < 0)
+        return err_set(s->e, ERR_FAIL, "out of memory");
+    p->link = link;
+    return ERR_OK;
+}
+
 /* Lays out the positions for a kind order: each kind's stages in cluster order. */
 static int layout(struct search *s, const int *kinds, int K, const int *kind_of, int *order)
 {
@@ -767,19 +797,14 @@ static int layout(struct search *s, const int *kinds, int K, const int *kind_of,
         for (int st = 0; st < c->n_stages; st++) {
             if (kind_of[st] != kinds[g])
                 continue;
-            struct position *p = &s->pos[k];
-            p->stage = st;
-            p->profile = c->stages[st].profile;
-            int v = schedule_in_flight(c->schedule, s->S, k, s->M);
-            p->cls = class_of(s, p->profile, c->stages[st].memory_bytes, v);
-            if (p->cls < 0)
-                return err_set(s->e, ERR_FAIL, "out of memory");
             /* inside a kind, the link the stage had to its neighbour of the same kind */
             int next_same = -1;
             for (int q = st + 1; q < c->n_stages && next_same < 0; q++)
                 if (kind_of[q] == kinds[g])
                     next_same = q;
-            p->link = next_same >= 0 ? cluster_link(c, st) : repartition_exit_link(c, kind_of, kinds[g]);
+            if (place(s, k, st, next_same >= 0 ? cluster_link(c, st)
+                                               : repartition_exit_link(c, kind_of, kinds[g])))
+                return s->e->code;
             order[k++] = st;
         }
     }
@@ -901,6 +926,58 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     return ERR_OK;
 }
 
+/* Lays out the incumbent's positions again (its order and links). */
+static int layout_best(struct search *s)
+{
+    for (int k = 0; k < s->S; k++)
+        if (place(s, k, s->best_order[k], s->best_link[k]))
+            return s->e->code;
+    return ERR_OK;
+}
+
+/* The incumbent's split with one layer moved along positions a..b: with dir +1 position a
+ * takes the first layer of a + 1, which takes the first of a + 2, ... and b gives one up;
+ * dir -1 the other way. 0 when that leaves a position empty. */
+static int shift_split(struct search *s, int a, int b, int dir)
+{
+    memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
+    for (int q = a + 1; q <= b; q++)
+        s->first[q] += dir;
+    for (int q = a; q <= b; q++)
+        if (s->first[q] >= (q + 1 < s->S ? s->first[q + 1] : s->N))
+            return 0;
+    return 1;
+}
+
+/* Local improvement of the incumbent when the search left a gap: every shift_split that
+ * simulates faster, until none does (or the time limit). Only strictly faster splits are
+ * taken, so an incumbent the search proved optimal is never touched. */
+static void polish(struct search *s, int *order)
+{
+    if (layout_best(s))
+        return;
+    memcpy(order, s->best_order, (size_t)s->S * sizeof *order);
+    for (int improved = 1; improved && s->e->code == ERR_OK;) {
+        improved = 0;
+        for (int a = 0; a + 1 < s->S && s->e->code == ERR_OK; a++)
+            for (int b = a + 1; b < s->S; b++)
+                for (int dir = -1; dir <= 1; dir += 2) {
+                    int64_t memory;
+                    double tol = 1e-12 * (1 + s->best_ms);
+                    if (!shift_split(s, a, b, dir) || !(split_bound(s, 1) < s->best_ms - tol) ||
+                        !(split_bound(s, 0) < s->best_ms - tol))
+                        continue;
+                    double ms = split_ms(s, &memory);
+                    if (ms < s->best_ms - tol) {
+                        keep_if_better(s, order, ms, memory);
+                        improved = 1;
+                    }
+                }
+        if (!isinf(s->deadline) && now_s() > s->deadline)
+            break;
+    }
+}
+
 void arrangement_free(struct arrangement *a)
 {
     free(a->stage);
@@ -965,7 +1042,6 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
             break;
         bound_table(s);
         out->bound[out->n++] = *G_at(s, 0, 0);
-        if (getenv("GAPDP")) fprintf(stderr, "order G00 %.3f\n", *G_at(s, 0, 0));
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));
     return s->e->code;
 }
@@ -1052,6 +1128,8 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     if (e->code == ERR_OK && !isinf(s.best_ms)) {
         least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
         least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
+        if (least_bound < s.best_ms)
+            polish(&s, order);
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
                                       least_bound};

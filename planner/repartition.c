@@ -61,6 +61,7 @@ struct search {
     double pruned_bound; /* least bound of a node left within o->search_gap of the best */
     long nodes, leaves, budget;
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
+    int may_stop;    /* bound_table may stop at the deadline with only any_order_bound */
     int dived;       /* branch has reached a split */
     struct sim_stage *sim_in;
     double *children; /* S x N x 2: (bound, last layer) per depth */
@@ -433,6 +434,9 @@ static void prefix_table(struct search *s)
         }
 }
 
+static int past_deadline(const struct search *s);
+static double any_order_bound(const struct search *s);
+
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
  * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
@@ -449,6 +453,10 @@ static void bound_table(struct search *s)
     *D_at(s, S, N) = -INFINITY;
     for (int k = S - 1; k >= 0 && s->e->code == ERR_OK; k--) {
         int stages_after = S - 1 - k;
+        if (s->may_stop && past_deadline(s)) {
+            *G_at(s, 0, 0) = any_order_bound(s);
+            return;
+        }
         for (int i = k; i <= N - 1 - stages_after; i++) {
             double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY, r_floor = 0;
             for (int j = i; j <= N - 1 - stages_after; j++) {
@@ -620,13 +628,46 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The time limit has passed. */
+static int past_deadline(const struct search *s)
+{
+    return !isinf(s->deadline) && now_s() > s->deadline;
+}
+
+/* A bound on every order and split, for the orders whose bound table the time limit left
+ * unbuilt: M T, with T the busiest position's forward and backward (recompute only adds). With
+ * n_p positions of profile p and weights y_p = (1 / W_p) / sum_q (n_q / W_q), W_p the model's
+ * forward and backward on p, sum_p n_p y_p = 1, so T >= sum over positions of y T, and each
+ * layer adds at least min_p y_p t_lp to that sum (LP duality for spreading the layers). */
+static double any_order_bound(const struct search *s)
+{
+    const struct cluster *c = s->c;
+    double norm = 0, T = 0;
+    for (int st = 0; st < c->n_stages; st++) {
+        int p = c->stages[st].profile;
+        norm += 1 / (s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]);
+    }
+    for (int l = 0; l < s->N; l++) {
+        double least = INFINITY;
+        for (int st = 0; st < c->n_stages; st++) {
+            int p = c->stages[st].profile;
+            double w = s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N];
+            double t = s->fwd_prefix[p][l + 1] - s->fwd_prefix[p][l] + s->bwd_prefix[p][l + 1] -
+                       s->bwd_prefix[p][l];
+            least = t / (w * norm) < least ? t / (w * norm) : least;
+        }
+        T += least;
+    }
+    return s->M * T;
+}
+
 /* The node budget is spent, or the time limit has passed and the search has dived to a split
  * of its own (not only the cluster's). */
 static int out_of_budget(struct search *s)
 {
     if (s->nodes >= s->budget)
         return 1;
-    if (isinf(s->deadline) || !s->dived || now_s() <= s->deadline)
+    if (!s->dived || !past_deadline(s))
         return 0;
     s->budget = s->nodes; /* stays stopped without asking the clock again */
     return 1;
@@ -959,7 +1000,7 @@ static void polish(struct search *s, int *order)
     memcpy(order, s->best_order, (size_t)s->S * sizeof *order);
     for (int improved = 1; improved && s->e->code == ERR_OK;) {
         improved = 0;
-        for (int a = 0; a + 1 < s->S && s->e->code == ERR_OK; a++)
+        for (int a = 0; a + 1 < s->S && s->e->code == ERR_OK && !past_deadline(s); a++)
             for (int b = a + 1; b < s->S; b++)
                 for (int dir = -1; dir <= 1; dir += 2) {
                     int64_t memory;
@@ -973,8 +1014,6 @@ static void polish(struct search *s, int *order)
                         improved = 1;
                     }
                 }
-        if (!isinf(s->deadline) && now_s() > s->deadline)
-            break;
     }
 }
 
@@ -1038,11 +1077,18 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
         return err_set(s->e, ERR_FAIL, "out of memory");
     do {
         memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
+        /* past the time limit, with a plan to return, the tables are left unbuilt */
+        s->may_stop = !isinf(s->best_ms);
+        if (s->may_stop && past_deadline(s)) {
+            out->bound[out->n++] = any_order_bound(s);
+            continue;
+        }
         if (layout(s, kinds, K, kind_of, order))
             break;
         bound_table(s);
         out->bound[out->n++] = *G_at(s, 0, 0);
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));
+    s->may_stop = 0; /* the search builds a table only to branch on it */
     return s->e->code;
 }
 
@@ -1066,14 +1112,14 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
             break;
         if (pruned(s, bound))
             break; /* every order left is bounded above the incumbent, less the gap */
-        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
-            break;
-        bound_table(s);
         if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
             continue;
         }
+        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
+            break;
+        bound_table(s);
         branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
     }
 }

@@ -496,6 +496,124 @@ static void bound_table(struct search *s)
     }
 }
 
+/* Buckets of tight_bound's suffix sums. */
+#define TIGHT_BUCKETS 256
+
+/* Records a suffix of bound `v` and sum `sum` (of T and transfers) from (k, i) in tight_bound's
+ * tables g and e (that state's TIGHT_BUCKETS entries): in the bucket of sum - least (`least`:
+ * Q(k, i)), or, from `cap` on, as cap in bucket 0 with the least sum (nothing there matters). */
+static void tight_put(double *g, double *e, double v, double sum, double least, double cap,
+                      double width)
+{
+    int b = 0;
+    if (v >= cap) {
+        v = cap;
+        sum = least;
+    } else if (sum - least > 0) {
+        double x = (sum - least) / width;
+        b = x < TIGHT_BUCKETS - 1 ? (int)x : TIGHT_BUCKETS - 1;
+    }
+    g[b] = v < g[b] ? v : g[b];
+    e[b] = sum < e[b] ? sum : e[b];
+}
+
+/* The children of (k, i) that give position k layers i..j (T ms, f forward, c its transfer):
+ * one per bucket of (k + 1, j + 1) in the row after (gb, eb), with bound_table's own_bound and
+ * `after` that bucket's sum; recorded with tight_put in g and e when `put`. Returns their
+ * least bound. */
+static double tight_children(struct search *s, const double *gb, const double *eb, double *g,
+                             double *e, int k, int i, int j, double t, double f, double c,
+                             double cap, double width, int put)
+{
+    size_t at = (size_t)(j + 1) * TIGHT_BUCKETS;
+    double least = INFINITY, drain = c + *D_at(s, k + 1, j + 1), fill = fill_floor(s, k, j, f);
+    double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
+    double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
+    for (int b = 0; b < TIGHT_BUCKETS; b++) {
+        double rest = gb[at + b];
+        if (isinf(rest))
+            continue;
+        double sum = t + c + eb[at + b];
+        double v = own_bound(s, k, t, f, sum - t, drain, fill, cool);
+        v = (t + c + rest > v ? t + c + rest : v) + tail0;
+        least = v < least ? v : least;
+        if (put)
+            tight_put(g, e, v, sum, *Q_at(s, k, i), cap, width);
+    }
+    return least;
+}
+
+/* Row k of tight_bound's tables (g, e) from row k + 1 (gb, eb). */
+static void tight_row(struct search *s, const double *gb, const double *eb, double *g,
+                      double *e, int k, double cap, double width)
+{
+    int N = s->N, last_j = N - 1 - (s->S - 1 - k);
+    for (size_t q = 0; q < (size_t)(N + 1) * TIGHT_BUCKETS; q++)
+        g[q] = e[q] = INFINITY;
+    for (int i = k; i <= (k == 0 ? 0 : last_j); i++) {
+        double *gi = g + (size_t)i * TIGHT_BUCKETS, *ei = e + (size_t)i * TIGHT_BUCKETS;
+        double r_floor = 0;
+        int capped = 0;
+        for (int j = k == s->S - 1 ? N - 1 : i; j <= last_j && !isinf(*Q_at(s, k, i)); j++) {
+            double f, t = floor_ms(s, k, i, j, r_floor, &f), c = transfer_ms(s, k, j);
+            if (isinf(t) || s->M * t >= cap) { /* and every longer range */
+                capped |= !isinf(t);
+                break;
+            }
+            if (isinf(*Q_at(s, k + 1, j + 1)))
+                continue;
+            if (tight_children(s, gb, eb, gi, ei, k, i, j, t, f, c, cap, width, 0) >= cap) {
+                capped = 1;
+                continue;
+            }
+            t = stage_ms(s, k, i, j, &f);
+            if (isinf(t))
+                break;
+            r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+            tight_children(s, gb, eb, gi, ei, k, i, j, t, f, c, cap, width, 1);
+        }
+        if (capped)
+            tight_put(gi, ei, cap, 0, *Q_at(s, k, i), cap, width);
+    }
+}
+
+/* A bound on every split of the order laid out (after its bound_table), at most `cap`, or NAN
+ * when out of time or memory. bound_table takes each position's own term with `after` at Q,
+ * the least sum of T and transfers after it, whatever split G(k + 1) took; here each state
+ * also carries its suffix's sum, in buckets of `width` above Q (the last one holding all
+ * above), so that both come from one split. g(k, i, b): the least bound of a suffix from
+ * (k, i) whose sum is in bucket b; e(k, i, b): the least sum there (the two may come from
+ * different splits of the bucket: floors of each); one row of each is kept. A range's
+ * knapsack is solved only when its T at its floor could give less than cap. */
+static double tight_bound(struct search *s, double cap, double width)
+{
+    size_t n = (size_t)(s->N + 1) * TIGHT_BUCKETS;
+    double *g = malloc(2 * n * sizeof *g), *e = malloc(2 * n * sizeof *e), least = NAN;
+    if (g == NULL || e == NULL) {
+        free(g);
+        free(e);
+        return NAN;
+    }
+    double *gb = g + n, *eb = e + n; /* row k + 1 */
+    for (size_t q = 0; q < n; q++)
+        gb[q] = eb[q] = INFINITY;
+    gb[(size_t)s->N * TIGHT_BUCKETS] = eb[(size_t)s->N * TIGHT_BUCKETS] = 0;
+    for (int k = s->S - 1; k >= 0 && s->e->code == ERR_OK && !past_deadline(s); k--) {
+        double *gk = gb == g ? g + n : g, *ek = eb == e ? e + n : e;
+        tight_row(s, gb, eb, gk, ek, k, cap, width);
+        gb = gk;
+        eb = ek;
+        if (k == 0) {
+            least = INFINITY;
+            for (int b = 0; b < TIGHT_BUCKETS; b++)
+                least = gb[b] < least ? gb[b] : least;
+        }
+    }
+    free(g);
+    free(e);
+    return least;
+}
+
 static int better(double ms, int64_t memory, double best_ms, int64_t best_memory)
 {
     double tol = 1e-12 * (1 + fabs(best_ms));
@@ -1061,6 +1179,7 @@ struct orders {
     int n, K;
     int *kinds;    /* n x K */
     double *bound; /* n; NAN once searched */
+    double *table; /* n: bound_table's G(0, 0) (any_order_bound where the time limit left none) */
 };
 
 static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
@@ -1072,8 +1191,9 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
         n *= g + 1;
     }
     *out = (struct orders){0, K, malloc((size_t)n * K * sizeof *out->kinds),
-                           malloc((size_t)n * sizeof *out->bound)};
-    if (out->kinds == NULL || out->bound == NULL)
+                           malloc((size_t)n * sizeof *out->bound),
+                           malloc((size_t)n * sizeof *out->table)};
+    if (out->kinds == NULL || out->bound == NULL || out->table == NULL)
         return err_set(s->e, ERR_FAIL, "out of memory");
     do {
         memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
@@ -1088,6 +1208,7 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
         bound_table(s);
         out->bound[out->n++] = *G_at(s, 0, 0);
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));
+    memcpy(out->table, out->bound, (size_t)out->n * sizeof *out->table);
     s->may_stop = 0; /* the search builds a table only to branch on it */
     return s->e->code;
 }
@@ -1122,6 +1243,29 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
         bound_table(s);
         branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
     }
+}
+
+/* The certified bound `least` (the search's: the least bound it left) raised to the least
+ * over the orders of tight_bound, for each order whose table bound is under the incumbent,
+ * when every order is above it; `least` when not, or out of time. */
+static double tighten(struct search *s, const int *kind_of, const struct orders *ord, int *order,
+                      double least)
+{
+    double all = INFINITY;
+    for (int q = 0; q < ord->n && all > least && s->e->code == ERR_OK; q++) {
+        double g = ord->table[q];
+        if (g < s->best_ms) {
+            if (layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
+                return least;
+            bound_table(s);
+            double t = tight_bound(s, s->best_ms, 2 * (s->best_ms - g) / TIGHT_BUCKETS);
+            if (isnan(t))
+                return least;
+            g = t > g ? t : g;
+        }
+        all = g < all ? g : all;
+    }
+    return all > least && s->e->code == ERR_OK ? all : least;
 }
 
 static int arrangement_fill(const struct search *s, struct arrangement *a, struct err *e)
@@ -1176,9 +1320,12 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
         least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
         if (least_bound < s.best_ms)
             polish(&s, order);
+        double searched = s.best_ms < least_bound ? s.best_ms : least_bound;
+        if (least_bound < s.best_ms)
+            least_bound = tighten(&s, kind_of, &ord, order, least_bound);
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
-                                      least_bound};
+                                      least_bound, searched};
         arrangement_fill(&s, a, e);
     } else if (e->code == ERR_OK) {
         err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
@@ -1187,6 +1334,7 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
         search_free(&s);
     free(ord.kinds);
     free(ord.bound);
+    free(ord.table);
     free(kind_of);
     free(order);
     return e->code;

@@ -752,31 +752,64 @@ static int past_deadline(const struct search *s)
     return !isinf(s->deadline) && now_s() > s->deadline;
 }
 
-/* A bound on every order and split, for the orders whose bound table the time limit left
- * unbuilt: M T, with T the busiest position's forward and backward (recompute only adds). With
- * n_p positions of profile p and weights y_p = (1 / W_p) / sum_q (n_q / W_q), W_p the model's
- * forward and backward on p, sum_p n_p y_p = 1, so T >= sum over positions of y T, and each
- * layer adds at least min_p y_p t_lp to that sum (LP duality for spreading the layers). */
-static double any_order_bound(const struct search *s)
+/* Forward and backward of layer l on profile p. */
+static double layer_ms(const struct search *s, int p, int l)
+{
+    return s->fwd_prefix[p][l + 1] - s->fwd_prefix[p][l] + s->bwd_prefix[p][l + 1] -
+           s->bwd_prefix[p][l];
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A floor under the busiest position's T whatever the order and split (recompute only adds):
+ * the n_p positions of profile p hold n_p different layers, one of them at least the n_p-th
+ * fastest on p; and with weights y_p = (1 / W_p) / sum_q (n_q / W_q), W_p the model's forward
+ * and backward on p, sum_p n_p y_p = 1, so T >= the sum over positions of y T, to which each
+ * layer adds at least min_p y_p t_lp (LP duality for spreading the layers). */
+static double busiest_floor(const struct search *s)
 {
     const struct cluster *c = s->c;
-    double norm = 0, T = 0;
-    for (int st = 0; st < c->n_stages; st++) {
-        int p = c->stages[st].profile;
-        norm += 1 / (s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]);
-    }
+    double norm = 0, spread = 0, least_held = 0;
+    double *t = malloc((size_t)s->N * sizeof *t);
+    for (int st = 0; st < c->n_stages; st++)
+        norm += 1 / (s->fwd_prefix[c->stages[st].profile][s->N] +
+                     s->bwd_prefix[c->stages[st].profile][s->N]);
     for (int l = 0; l < s->N; l++) {
         double least = INFINITY;
-        for (int st = 0; st < c->n_stages; st++) {
-            int p = c->stages[st].profile;
-            double w = s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N];
-            double t = s->fwd_prefix[p][l + 1] - s->fwd_prefix[p][l] + s->bwd_prefix[p][l + 1] -
-                       s->bwd_prefix[p][l];
-            least = t / (w * norm) < least ? t / (w * norm) : least;
+        for (int p = 0; p < c->n_profiles; p++) {
+            int n_p = 0;
+            for (int st = 0; st < c->n_stages; st++)
+                n_p += c->stages[st].profile == p;
+            double y = 1 / ((s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]) * norm);
+            if (n_p > 0 && y * layer_ms(s, p, l) < least)
+                least = y * layer_ms(s, p, l);
         }
-        T += least;
+        spread += least;
     }
-    return s->M * T;
+    for (int p = 0; p < c->n_profiles && t != NULL; p++) {
+        int n_p = 0;
+        for (int st = 0; st < c->n_stages; st++)
+            n_p += c->stages[st].profile == p;
+        if (n_p == 0)
+            continue;
+        for (int l = 0; l < s->N; l++)
+            t[l] = layer_ms(s, p, l);
+        qsort(t, (size_t)s->N, sizeof *t, compare_double);
+        least_held = t[n_p - 1] > least_held ? t[n_p - 1] : least_held;
+    }
+    free(t);
+    return spread > least_held ? spread : least_held;
+}
+
+/* A bound on every order and split, for the orders whose bound table the time limit left
+ * unbuilt: the busiest position runs M forwards and backwards one after the other. */
+static double any_order_bound(const struct search *s)
+{
+    return s->M * busiest_floor(s);
 }
 
 /* The node budget is spent, or the time limit has passed and the search has dived to a split
@@ -1255,7 +1288,8 @@ static double tighten(struct search *s, const int *kind_of, const struct orders 
     for (int q = 0; q < ord->n && all > least && s->e->code == ERR_OK; q++) {
         double g = ord->table[q];
         if (g < s->best_ms) {
-            if (layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
+            if (past_deadline(s) ||
+                layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
                 return least;
             bound_table(s);
             double t = tight_bound(s, s->best_ms, 2 * (s->best_ms - g) / TIGHT_BUCKETS);

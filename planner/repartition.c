@@ -1141,6 +1141,20 @@ static int shift_split(struct search *s, int a, int b, int dir)
     return 1;
 }
 
+/* Whether s->first simulates strictly faster than the incumbent (then it becomes it). */
+static int try_split(struct search *s, const int *order)
+{
+    int64_t memory;
+    double tol = 1e-12 * (1 + s->best_ms);
+    if (!(split_bound(s, 1) < s->best_ms - tol) || !(split_bound(s, 0) < s->best_ms - tol))
+        return 0;
+    double ms = split_ms(s, &memory);
+    if (!(ms < s->best_ms - tol))
+        return 0;
+    keep_if_better(s, order, ms, memory);
+    return 1;
+}
+
 /* Local improvement of the incumbent when the search left a gap: every shift_split that
  * simulates faster, until none does (or the time limit). Only strictly faster splits are
  * taken, so an incumbent the search proved optimal is never touched. */
@@ -1153,18 +1167,8 @@ static void polish(struct search *s, int *order)
         improved = 0;
         for (int a = 0; a + 1 < s->S && s->e->code == ERR_OK && !past_deadline(s); a++)
             for (int b = a + 1; b < s->S; b++)
-                for (int dir = -1; dir <= 1; dir += 2) {
-                    int64_t memory;
-                    double tol = 1e-12 * (1 + s->best_ms);
-                    if (!shift_split(s, a, b, dir) || !(split_bound(s, 1) < s->best_ms - tol) ||
-                        !(split_bound(s, 0) < s->best_ms - tol))
-                        continue;
-                    double ms = split_ms(s, &memory);
-                    if (ms < s->best_ms - tol) {
-                        keep_if_better(s, order, ms, memory);
-                        improved = 1;
-                    }
-                }
+                for (int dir = -1; dir <= 1; dir += 2)
+                    improved |= shift_split(s, a, b, dir) && try_split(s, order);
     }
 }
 

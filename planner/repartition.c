@@ -440,8 +440,9 @@ static double any_order_bound(const struct search *s);
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
  * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
- * each stage's `after` and `drain` taken as the least possible Q and D of what follows it. */
-static void bound_table(struct search *s)
+ * each stage's `after` and `drain` taken as the least possible Q and D of what follows it.
+ * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). */
+static int bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
     choose_targets(s);
@@ -455,7 +456,7 @@ static void bound_table(struct search *s)
         int stages_after = S - 1 - k;
         if (s->may_stop && past_deadline(s)) {
             *G_at(s, 0, 0) = any_order_bound(s);
-            return;
+            return 0;
         }
         for (int i = k; i <= N - 1 - stages_after; i++) {
             double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY, r_floor = 0;
@@ -494,6 +495,7 @@ static void bound_table(struct search *s)
         }
         round_trip_table(s, k);
     }
+    return 1;
 }
 
 /* Buckets of tight_bound's suffix sums. */
@@ -1217,32 +1219,35 @@ struct orders {
     int *kinds;    /* n x K */
     double *bound; /* n; NAN once searched */
     double *table; /* n: bound_table's G(0, 0) (any_order_bound where the time limit left none) */
+    unsigned char *tabled; /* n: whether bound_table was built */
 };
 
 static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
                         struct orders *out)
 {
-    int kinds[REPARTITION_KINDS_MAX], n = 1;
+    int kinds[REPARTITION_KINDS_MAX], n = 1, tabled = 0;
     for (int g = 0; g < K; g++) {
         kinds[g] = g;
         n *= g + 1;
     }
     *out = (struct orders){0, K, malloc((size_t)n * K * sizeof *out->kinds),
                            malloc((size_t)n * sizeof *out->bound),
-                           malloc((size_t)n * sizeof *out->table)};
-    if (out->kinds == NULL || out->bound == NULL || out->table == NULL)
+                           malloc((size_t)n * sizeof *out->table), calloc((size_t)n, 1)};
+    if (out->kinds == NULL || out->bound == NULL || out->table == NULL || out->tabled == NULL)
         return err_set(s->e, ERR_FAIL, "out of memory");
     do {
         memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
-        /* past the time limit, with a plan to return, the tables are left unbuilt */
-        s->may_stop = !isinf(s->best_ms);
+        /* past the time limit, with a plan to return and an order to dive in, the tables
+         * are left unbuilt */
+        s->may_stop = !isinf(s->best_ms) && tabled > 0;
         if (s->may_stop && past_deadline(s)) {
             out->bound[out->n++] = any_order_bound(s);
             continue;
         }
         if (layout(s, kinds, K, kind_of, order))
             break;
-        bound_table(s);
+        out->tabled[out->n] = (unsigned char)bound_table(s);
+        tabled += out->tabled[out->n];
         out->bound[out->n++] = *G_at(s, 0, 0);
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));
     memcpy(out->table, out->bound, (size_t)out->n * sizeof *out->table);
@@ -1250,26 +1255,34 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
     return s->e->code;
 }
 
-/* The unsearched order of least bound; -1 when none is left. */
-static int orders_next(const struct orders *o)
+/* The unsearched order of least bound (of those with a table built, when `tabled`); -1 when
+ * none is left. */
+static int orders_next(const struct orders *o, int tabled)
 {
     int at = -1;
     for (int q = 0; q < o->n; q++)
-        if (!isnan(o->bound[q]) && (at < 0 || o->bound[q] < o->bound[at]))
+        if (!isnan(o->bound[q]) && (!tabled || o->tabled[q]) &&
+            (at < 0 || o->bound[q] < o->bound[at]))
             at = q;
     return at;
 }
 
-/* Branch and bound over the orders, the most promising first. */
+/* Branch and bound over the orders, the most promising first; past the time limit before a
+ * dive of its own, the most promising of those whose table was built (the others' bound is
+ * only any_order_bound's). */
 static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order)
 {
-    for (int at; s->e->code == ERR_OK && (at = orders_next(ord)) >= 0;) {
+    while (s->e->code == ERR_OK) {
+        int at = !s->dived && past_deadline(s) ? orders_next(ord, 1) : -1, least = at < 0;
+        if (least && (at = orders_next(ord, 0)) < 0)
+            break;
         double bound = ord->bound[at];
         ord->bound[at] = NAN; /* searched */
-        if (isinf(bound))
-            break;
-        if (pruned(s, bound))
-            break; /* every order left is bounded above the incumbent, less the gap */
+        if (isinf(bound) || pruned(s, bound)) {
+            if (least)
+                break; /* every order left is bounded above the incumbent, less the gap */
+            continue;
+        }
         if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
@@ -1373,6 +1386,7 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     free(ord.kinds);
     free(ord.bound);
     free(ord.table);
+    free(ord.tabled);
     free(kind_of);
     free(order);
     return e->code;

@@ -1369,10 +1369,12 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     if (e->code == ERR_OK && !isinf(s.best_ms)) {
         least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
         least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
-        if (least_bound < s.best_ms)
+        /* stopped short of the gap asked for: a better plan, a better bound */
+        int short_of_gap = s.open_bound < INFINITY && least_bound * (1 + o->search_gap) < s.best_ms;
+        if (short_of_gap)
             polish(&s, order);
         double searched = s.best_ms < least_bound ? s.best_ms : least_bound;
-        if (least_bound < s.best_ms)
+        if (short_of_gap)
             least_bound = tighten(&s, kind_of, &ord, order, least_bound);
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,

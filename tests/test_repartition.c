@@ -360,6 +360,19 @@ static void test_against_brute_force(void)
     CU_ASSERT(within_gap >= 100);
 }
 
+/* repartition_search with --search-gap 0 and a budget of `nodes`. */
+static int exact_search(const struct cluster *c, long nodes, struct arrangement *a,
+                        struct plan_search *found)
+{
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.repartition = 1;
+    o.search_gap = 0;
+    o.search_nodes = nodes;
+    return repartition_search(c, &o, a, found, &e);
+}
 
 /* A search stopped short of proving its plan optimal polishes it: no split of the same order
  * with one layer moved along positions a..b (the stages between each passing one on) is
@@ -372,16 +385,9 @@ static void test_polished_local_optimum(void)
         struct instance in;
         random_instance(&r, &in);
         const struct cluster *c = &in.c;
-        struct plan_options o;
-        plan_options_default(&o);
-        o.repartition = 1;
-        o.search_nodes = 2;
-        o.search_gap = 0;
         struct arrangement a;
         struct plan_search found;
-        struct err e;
-        err_clear(&e);
-        int rc = repartition_search(c, &o, &a, &found, &e);
+        int rc = exact_search(c, 2, &a, &found);
         if (rc == ERR_NOFIT)
             continue;
         CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
@@ -426,17 +432,10 @@ static void test_tight_bound(void)
         brute_force(&in.c, &b);
         if (!b.found)
             continue;
-        struct plan_options o;
-        plan_options_default(&o);
-        o.repartition = 1;
-        o.search_gap = 0;
         for (long nodes = 1; nodes <= 16; nodes *= 4) {
             struct arrangement a;
             struct plan_search found;
-            struct err e;
-            err_clear(&e);
-            o.search_nodes = nodes;
-            CU_ASSERT_EQUAL_FATAL(repartition_search(&in.c, &o, &a, &found, &e), ERR_OK);
+            CU_ASSERT_EQUAL_FATAL(exact_search(&in.c, nodes, &a, &found), ERR_OK);
             CU_ASSERT(found.lower_bound <= b.ms * (1 + 1e-9));
             CU_ASSERT(found.lower_bound >= found.search_bound);
             raised += found.lower_bound > found.search_bound * (1 + 1e-9);

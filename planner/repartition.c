@@ -777,33 +777,35 @@ static double busiest_floor(const struct search *s)
     const struct cluster *c = s->c;
     double norm = 0, spread = 0, least_held = 0;
     double *t = malloc((size_t)s->N * sizeof *t);
+    int *n = calloc((size_t)c->n_profiles, sizeof *n);
+    if (t == NULL || n == NULL) {
+        free(t);
+        free(n);
+        return 0;
+    }
     for (int st = 0; st < c->n_stages; st++)
-        norm += 1 / (s->fwd_prefix[c->stages[st].profile][s->N] +
-                     s->bwd_prefix[c->stages[st].profile][s->N]);
+        n[c->stages[st].profile]++;
+    for (int p = 0; p < c->n_profiles; p++)
+        norm += n[p] / (s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]);
     for (int l = 0; l < s->N; l++) {
         double least = INFINITY;
         for (int p = 0; p < c->n_profiles; p++) {
-            int n_p = 0;
-            for (int st = 0; st < c->n_stages; st++)
-                n_p += c->stages[st].profile == p;
             double y = 1 / ((s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]) * norm);
-            if (n_p > 0 && y * layer_ms(s, p, l) < least)
+            if (n[p] > 0 && y * layer_ms(s, p, l) < least)
                 least = y * layer_ms(s, p, l);
         }
         spread += least;
     }
-    for (int p = 0; p < c->n_profiles && t != NULL; p++) {
-        int n_p = 0;
-        for (int st = 0; st < c->n_stages; st++)
-            n_p += c->stages[st].profile == p;
-        if (n_p == 0)
+    for (int p = 0; p < c->n_profiles; p++) {
+        if (n[p] == 0)
             continue;
         for (int l = 0; l < s->N; l++)
             t[l] = layer_ms(s, p, l);
         qsort(t, (size_t)s->N, sizeof *t, compare_double);
-        least_held = t[n_p - 1] > least_held ? t[n_p - 1] : least_held;
+        least_held = t[n[p] - 1] > least_held ? t[n[p] - 1] : least_held;
     }
     free(t);
+    free(n);
     return spread > least_held ? spread : least_held;
 }
 

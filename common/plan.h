@@ -69,6 +69,7 @@ struct plan_search {
     long splits;        /* splits simulated */
     int exhausted;      /* 1: searched to the end, the plan is optimal */
     double lower_bound; /* certified: no split and order is faster (ms) */
+    double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
 };
 
 struct plan {

@@ -61,6 +61,7 @@ struct search {
     double pruned_bound; /* least bound of a node left within o->search_gap of the best */
     long nodes, leaves, budget;
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
+    int may_stop;    /* bound_table may stop at the deadline with only any_order_bound */
     int dived;       /* branch has reached a split */
     struct sim_stage *sim_in;
     double *children; /* S x N x 2: (bound, last layer) per depth */
@@ -433,11 +434,15 @@ static void prefix_table(struct search *s)
         }
 }
 
+static int past_deadline(const struct search *s);
+static double any_order_bound(const struct search *s);
+
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
  * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
- * each stage's `after` and `drain` taken as the least possible Q and D of what follows it. */
-static void bound_table(struct search *s)
+ * each stage's `after` and `drain` taken as the least possible Q and D of what follows it.
+ * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). */
+static int bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
     choose_targets(s);
@@ -449,6 +454,10 @@ static void bound_table(struct search *s)
     *D_at(s, S, N) = -INFINITY;
     for (int k = S - 1; k >= 0 && s->e->code == ERR_OK; k--) {
         int stages_after = S - 1 - k;
+        if (s->may_stop && past_deadline(s)) {
+            *G_at(s, 0, 0) = any_order_bound(s);
+            return 0;
+        }
         for (int i = k; i <= N - 1 - stages_after; i++) {
             double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY, r_floor = 0;
             for (int j = i; j <= N - 1 - stages_after; j++) {
@@ -486,6 +495,125 @@ static void bound_table(struct search *s)
         }
         round_trip_table(s, k);
     }
+    return 1;
+}
+
+/* Buckets of tight_bound's suffix sums. */
+#define TIGHT_BUCKETS 256
+
+/* Records a suffix of bound `v` and sum `sum` (of T and transfers) from (k, i) in tight_bound's
+ * tables g and e (that state's TIGHT_BUCKETS entries): in the bucket of sum - least (`least`:
+ * Q(k, i)), or, from `cap` on, as cap in bucket 0 with the least sum (nothing there matters). */
+static void tight_put(double *g, double *e, double v, double sum, double least, double cap,
+                      double width)
+{
+    int b = 0;
+    if (v >= cap) {
+        v = cap;
+        sum = least;
+    } else if (sum - least > 0) {
+        double x = (sum - least) / width;
+        b = x < TIGHT_BUCKETS - 1 ? (int)x : TIGHT_BUCKETS - 1;
+    }
+    g[b] = v < g[b] ? v : g[b];
+    e[b] = sum < e[b] ? sum : e[b];
+}
+
+/* The children of (k, i) that give position k layers i..j (T ms, f forward, c its transfer):
+ * one per bucket of (k + 1, j + 1) in the row after (gb, eb), with bound_table's own_bound and
+ * `after` that bucket's sum; recorded with tight_put in g and e when `put`. Returns their
+ * least bound. */
+static double tight_children(struct search *s, const double *gb, const double *eb, double *g,
+                             double *e, int k, int i, int j, double t, double f, double c,
+                             double cap, double width, int put)
+{
+    size_t at = (size_t)(j + 1) * TIGHT_BUCKETS;
+    double least = INFINITY, drain = c + *D_at(s, k + 1, j + 1), fill = fill_floor(s, k, j, f);
+    double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
+    double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
+    for (int b = 0; b < TIGHT_BUCKETS; b++) {
+        double rest = gb[at + b];
+        if (isinf(rest))
+            continue;
+        double sum = t + c + eb[at + b];
+        double v = own_bound(s, k, t, f, sum - t, drain, fill, cool);
+        v = (t + c + rest > v ? t + c + rest : v) + tail0;
+        least = v < least ? v : least;
+        if (put)
+            tight_put(g, e, v, sum, *Q_at(s, k, i), cap, width);
+    }
+    return least;
+}
+
+/* Row k of tight_bound's tables (g, e) from row k + 1 (gb, eb). */
+static void tight_row(struct search *s, const double *gb, const double *eb, double *g,
+                      double *e, int k, double cap, double width)
+{
+    int N = s->N, last_j = N - 1 - (s->S - 1 - k);
+    for (size_t q = 0; q < (size_t)(N + 1) * TIGHT_BUCKETS; q++)
+        g[q] = e[q] = INFINITY;
+    for (int i = k; i <= (k == 0 ? 0 : last_j); i++) {
+        double *gi = g + (size_t)i * TIGHT_BUCKETS, *ei = e + (size_t)i * TIGHT_BUCKETS;
+        double r_floor = 0;
+        int capped = 0;
+        for (int j = k == s->S - 1 ? N - 1 : i; j <= last_j && !isinf(*Q_at(s, k, i)); j++) {
+            double f, t = floor_ms(s, k, i, j, r_floor, &f), c = transfer_ms(s, k, j);
+            if (isinf(t) || s->M * t >= cap) { /* and every longer range */
+                capped |= !isinf(t);
+                break;
+            }
+            if (isinf(*Q_at(s, k + 1, j + 1)))
+                continue;
+            if (tight_children(s, gb, eb, gi, ei, k, i, j, t, f, c, cap, width, 0) >= cap) {
+                capped = 1;
+                continue;
+            }
+            t = stage_ms(s, k, i, j, &f);
+            if (isinf(t))
+                break;
+            r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
+            tight_children(s, gb, eb, gi, ei, k, i, j, t, f, c, cap, width, 1);
+        }
+        if (capped)
+            tight_put(gi, ei, cap, 0, *Q_at(s, k, i), cap, width);
+    }
+}
+
+/* A bound on every split of the order laid out (after its bound_table), at most `cap`, or NAN
+ * when out of time or memory. bound_table takes each position's own term with `after` at Q,
+ * the least sum of T and transfers after it, whatever split G(k + 1) took; here each state
+ * also carries its suffix's sum, in buckets of `width` above Q (the last one holding all
+ * above), so that both come from one split. g(k, i, b): the least bound of a suffix from
+ * (k, i) whose sum is in bucket b; e(k, i, b): the least sum there (the two may come from
+ * different splits of the bucket: floors of each); one row of each is kept. A range's
+ * knapsack is solved only when its T at its floor could give less than cap. */
+static double tight_bound(struct search *s, double cap, double width)
+{
+    size_t n = (size_t)(s->N + 1) * TIGHT_BUCKETS;
+    double *g = malloc(2 * n * sizeof *g), *e = malloc(2 * n * sizeof *e), least = NAN;
+    if (g == NULL || e == NULL) {
+        free(g);
+        free(e);
+        return NAN;
+    }
+    double *gb = g + n, *eb = e + n; /* row k + 1 */
+    for (size_t q = 0; q < n; q++)
+        gb[q] = eb[q] = INFINITY;
+    gb[(size_t)s->N * TIGHT_BUCKETS] = eb[(size_t)s->N * TIGHT_BUCKETS] = 0;
+    for (int k = s->S - 1; k >= 0 && s->e->code == ERR_OK && !past_deadline(s); k--) {
+        double *gk = gb == g ? g + n : g, *ek = eb == e ? e + n : e;
+        tight_row(s, gb, eb, gk, ek, k, cap, width);
+        gb = gk;
+        eb = ek;
+        if (k == 0) {
+            least = INFINITY;
+            for (int b = 0; b < TIGHT_BUCKETS; b++)
+                least = gb[b] < least ? gb[b] : least;
+        }
+    }
+    free(g);
+    free(e);
+    return least;
 }
 
 static int better(double ms, int64_t memory, double best_ms, int64_t best_memory)
@@ -513,8 +641,9 @@ static int pruned(struct search *s, double bound)
 }
 
 /* The bound of a complete split, with each stage's true round trip downstream: a cheap
- * screen before simulating it. */
-static double split_bound(struct search *s)
+ * screen before simulating it. `coarse`: without the round trips to each later position
+ * (own_bound's fill and cool), a weaker bound in time linear in S. */
+static double split_bound(struct search *s, int coarse)
 {
     double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
     double *own = s->own, *z = s->fill_z, *a_max = s->a_max;
@@ -532,7 +661,7 @@ static double split_bound(struct search *s)
         /* z[r] - z[k]: micro-batch 0's round trip from k to r and back (T of k+1..r and
          * the transfers between), while k ran the forwards r needs before its first backward */
         z[k] = k + 1 < s->S ? z[k + 1] - t_next - c : 0;
-        for (int r = k + 1; r < s->S; r++) {
+        for (int r = k + 1; r < s->S && !coarse; r++) {
             double v = drain_backwards(s, r) * f + z[r] - z[k];
             double w = t - f + (drain_backwards(s, r) - 1) * a_max[r] + z[r] - z[k];
             a_own = s->a[r] > a_own ? s->a[r] : a_own;
@@ -562,12 +691,11 @@ static double split_bound(struct search *s)
     return bound;
 }
 
-static void leaf(struct search *s, const int *order)
+/* The simulated step of the split in s->first (*memory: its stages' memory); INFINITY when
+ * the simulation fails. */
+static double split_ms(struct search *s, int64_t *memory)
 {
-    int64_t memory = 0;
-    if (pruned(s, split_bound(s)))
-        return;
-    s->leaves++;
+    *memory = 0;
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         const struct position *p = &s->pos[k];
@@ -580,20 +708,37 @@ static void leaf(struct search *s, const int *order)
         st->link = k + 1 < s->S ? p->link : (struct link){0};
         st->allreduce_ms = cluster_allreduce_ms(s->c, p->stage, first, last);
         st->optimizer_ms = optimizer_ms(s, k, first, last);
-        memory += rc->memory_bytes;
+        *memory += rc->memory_bytes;
     }
     double ms;
     int simulated;
     if (sim_makespan_periodic(s->c->schedule, s->S, s->M, s->sim_in, &ms, &simulated, s->e))
+        return INFINITY;
+    return ms;
+}
+
+/* The split in s->first, simulated at `ms` with `memory`, becomes the incumbent if better. */
+static void keep_if_better(struct search *s, const int *order, double ms, int64_t memory)
+{
+    if (!better(ms, memory, s->best_ms, s->best_memory))
         return;
-    if (better(ms, memory, s->best_ms, s->best_memory)) {
-        s->best_ms = ms;
-        s->best_memory = memory;
-        memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
-        memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
-        for (int k = 0; k < s->S; k++)
-            s->best_link[k] = s->pos[k].link;
-    }
+    s->best_ms = ms;
+    s->best_memory = memory;
+    memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
+    memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
+    for (int k = 0; k < s->S; k++)
+        s->best_link[k] = s->pos[k].link;
+}
+
+static void leaf(struct search *s, const int *order)
+{
+    int64_t memory;
+    if (pruned(s, split_bound(s, 0)))
+        return;
+    s->leaves++;
+    double ms = split_ms(s, &memory);
+    if (!isinf(ms))
+        keep_if_better(s, order, ms, memory);
 }
 
 static double now_s(void)
@@ -603,13 +748,81 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The time limit has passed. */
+static int past_deadline(const struct search *s)
+{
+    return !isinf(s->deadline) && now_s() > s->deadline;
+}
+
+/* Forward and backward of layer l on profile p. */
+static double layer_ms(const struct search *s, int p, int l)
+{
+    return s->fwd_prefix[p][l + 1] - s->fwd_prefix[p][l] + s->bwd_prefix[p][l + 1] -
+           s->bwd_prefix[p][l];
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A floor under the busiest position's T whatever the order and split (recompute only adds):
+ * the n_p positions of profile p hold n_p different layers, one of them at least the n_p-th
+ * fastest on p; and with weights y_p = (1 / W_p) / sum_q (n_q / W_q), W_p the model's forward
+ * and backward on p, sum_p n_p y_p = 1, so T >= the sum over positions of y T, to which each
+ * layer adds at least min_p y_p t_lp (LP duality for spreading the layers). */
+static double busiest_floor(const struct search *s)
+{
+    const struct cluster *c = s->c;
+    double norm = 0, spread = 0, least_held = 0;
+    double *t = malloc((size_t)s->N * sizeof *t);
+    int *n = calloc((size_t)c->n_profiles, sizeof *n);
+    if (t == NULL || n == NULL) {
+        free(t);
+        free(n);
+        return 0;
+    }
+    for (int st = 0; st < c->n_stages; st++)
+        n[c->stages[st].profile]++;
+    for (int p = 0; p < c->n_profiles; p++)
+        norm += n[p] / (s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]);
+    for (int l = 0; l < s->N; l++) {
+        double least = INFINITY;
+        for (int p = 0; p < c->n_profiles; p++) {
+            double y = 1 / ((s->fwd_prefix[p][s->N] + s->bwd_prefix[p][s->N]) * norm);
+            if (n[p] > 0 && y * layer_ms(s, p, l) < least)
+                least = y * layer_ms(s, p, l);
+        }
+        spread += least;
+    }
+    for (int p = 0; p < c->n_profiles; p++) {
+        if (n[p] == 0)
+            continue;
+        for (int l = 0; l < s->N; l++)
+            t[l] = layer_ms(s, p, l);
+        qsort(t, (size_t)s->N, sizeof *t, compare_double);
+        least_held = t[n[p] - 1] > least_held ? t[n[p] - 1] : least_held;
+    }
+    free(t);
+    free(n);
+    return spread > least_held ? spread : least_held;
+}
+
+/* A bound on every order and split, for the orders whose bound table the time limit left
+ * unbuilt: the busiest position runs M forwards and backwards one after the other. */
+static double any_order_bound(const struct search *s)
+{
+    return s->M * busiest_floor(s);
+}
+
 /* The node budget is spent, or the time limit has passed and the search has dived to a split
  * of its own (not only the cluster's). */
 static int out_of_budget(struct search *s)
 {
     if (s->nodes >= s->budget)
         return 1;
-    if (isinf(s->deadline) || !s->dived || now_s() <= s->deadline)
+    if (!s->dived || !past_deadline(s))
         return 0;
     s->budget = s->nodes; /* stays stopped without asking the clock again */
     return 1;
@@ -709,7 +922,6 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
-            if (getenv("GAPDP")) fprintf(stderr, "open k %d bound %.3f G00 %.3f\n", k, bound, *G_at(s, 0, 0));
             return;
         }
         s->nodes++;
@@ -758,6 +970,20 @@ struct link repartition_exit_link(const struct cluster *c, const int *kind_of, i
     return slowest;
 }
 
+/* Cluster stage `st` at position k, with its link to the next. */
+static int place(struct search *s, int k, int st, struct link link)
+{
+    struct position *p = &s->pos[k];
+    p->stage = st;
+    p->profile = s->c->stages[st].profile;
+    int v = schedule_in_flight(s->c->schedule, s->S, k, s->M);
+    p->cls = class_of(s, p->profile, s->c->stages[st].memory_bytes, v);
+    if (p->cls < 0)
+        return err_set(s->e, ERR_FAIL, "out of memory");
+    p->link = link;
+    return ERR_OK;
+}
+
 /* Lays out the positions for a kind order: each kind's stages in cluster order. */
 static int layout(struct search *s, const int *kinds, int K, const int *kind_of, int *order)
 {
@@ -767,19 +993,14 @@ static int layout(struct search *s, const int *kinds, int K, const int *kind_of,
         for (int st = 0; st < c->n_stages; st++) {
             if (kind_of[st] != kinds[g])
                 continue;
-            struct position *p = &s->pos[k];
-            p->stage = st;
-            p->profile = c->stages[st].profile;
-            int v = schedule_in_flight(c->schedule, s->S, k, s->M);
-            p->cls = class_of(s, p->profile, c->stages[st].memory_bytes, v);
-            if (p->cls < 0)
-                return err_set(s->e, ERR_FAIL, "out of memory");
             /* inside a kind, the link the stage had to its neighbour of the same kind */
             int next_same = -1;
             for (int q = st + 1; q < c->n_stages && next_same < 0; q++)
                 if (kind_of[q] == kinds[g])
                     next_same = q;
-            p->link = next_same >= 0 ? cluster_link(c, st) : repartition_exit_link(c, kind_of, kinds[g]);
+            if (place(s, k, st, next_same >= 0 ? cluster_link(c, st)
+                                               : repartition_exit_link(c, kind_of, kinds[g])))
+                return s->e->code;
             order[k++] = st;
         }
     }
@@ -901,6 +1122,60 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     return ERR_OK;
 }
 
+/* Lays out the incumbent's positions again (its order and links). */
+static int layout_best(struct search *s)
+{
+    for (int k = 0; k < s->S; k++)
+        if (place(s, k, s->best_order[k], s->best_link[k]))
+            return s->e->code;
+    return ERR_OK;
+}
+
+/* The incumbent's split with one layer moved along positions a..b: with dir +1 position a
+ * takes the first layer of a + 1, which takes the first of a + 2, ... and b gives one up;
+ * dir -1 the other way. 0 when that leaves a position empty. */
+static int shift_split(struct search *s, int a, int b, int dir)
+{
+    memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
+    for (int q = a + 1; q <= b; q++)
+        s->first[q] += dir;
+    for (int q = a; q <= b; q++)
+        if (s->first[q] >= (q + 1 < s->S ? s->first[q + 1] : s->N))
+            return 0;
+    return 1;
+}
+
+/* Whether s->first simulates strictly faster than the incumbent (then it becomes it). */
+static int try_split(struct search *s, const int *order)
+{
+    int64_t memory;
+    double tol = 1e-12 * (1 + s->best_ms);
+    if (!(split_bound(s, 1) < s->best_ms - tol) || !(split_bound(s, 0) < s->best_ms - tol))
+        return 0;
+    double ms = split_ms(s, &memory);
+    if (!(ms < s->best_ms - tol))
+        return 0;
+    keep_if_better(s, order, ms, memory);
+    return 1;
+}
+
+/* Local improvement of the incumbent when the search left a gap: every shift_split that
+ * simulates faster, until none does (or the time limit). Only strictly faster splits are
+ * taken, so an incumbent the search proved optimal is never touched. */
+static void polish(struct search *s, int *order)
+{
+    if (layout_best(s))
+        return;
+    memcpy(order, s->best_order, (size_t)s->S * sizeof *order);
+    for (int improved = 1; improved && s->e->code == ERR_OK;) {
+        improved = 0;
+        for (int a = 0; a + 1 < s->S && s->e->code == ERR_OK && !past_deadline(s); a++)
+            for (int b = a + 1; b < s->S; b++)
+                for (int dir = -1; dir <= 1; dir += 2)
+                    improved |= shift_split(s, a, b, dir) && try_split(s, order);
+    }
+}
+
 void arrangement_free(struct arrangement *a)
 {
     free(a->stage);
@@ -945,61 +1220,105 @@ struct orders {
     int n, K;
     int *kinds;    /* n x K */
     double *bound; /* n; NAN once searched */
+    double *table; /* n: bound_table's G(0, 0) (any_order_bound where the time limit left none) */
+    unsigned char *tabled; /* n: whether bound_table was built */
 };
 
 static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
                         struct orders *out)
 {
-    int kinds[REPARTITION_KINDS_MAX], n = 1;
+    int kinds[REPARTITION_KINDS_MAX], n = 1, tabled = 0;
     for (int g = 0; g < K; g++) {
         kinds[g] = g;
         n *= g + 1;
     }
     *out = (struct orders){0, K, malloc((size_t)n * K * sizeof *out->kinds),
-                           malloc((size_t)n * sizeof *out->bound)};
-    if (out->kinds == NULL || out->bound == NULL)
+                           malloc((size_t)n * sizeof *out->bound),
+                           malloc((size_t)n * sizeof *out->table), calloc((size_t)n, 1)};
+    if (out->kinds == NULL || out->bound == NULL || out->table == NULL || out->tabled == NULL)
         return err_set(s->e, ERR_FAIL, "out of memory");
     do {
         memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
+        /* past the time limit, with a plan to return and an order to dive in, the tables
+         * are left unbuilt */
+        s->may_stop = !isinf(s->best_ms) && tabled > 0;
+        if (s->may_stop && past_deadline(s)) {
+            out->bound[out->n++] = any_order_bound(s);
+            continue;
+        }
         if (layout(s, kinds, K, kind_of, order))
             break;
-        bound_table(s);
+        out->tabled[out->n] = (unsigned char)bound_table(s);
+        tabled += out->tabled[out->n];
         out->bound[out->n++] = *G_at(s, 0, 0);
-        if (getenv("GAPDP")) fprintf(stderr, "order G00 %.3f\n", *G_at(s, 0, 0));
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));
+    memcpy(out->table, out->bound, (size_t)out->n * sizeof *out->table);
+    s->may_stop = 0; /* the search builds a table only to branch on it */
     return s->e->code;
 }
 
-/* The unsearched order of least bound; -1 when none is left. */
-static int orders_next(const struct orders *o)
+/* The unsearched order of least bound (of those with a table built, when `tabled`); -1 when
+ * none is left. */
+static int orders_next(const struct orders *o, int tabled)
 {
     int at = -1;
     for (int q = 0; q < o->n; q++)
-        if (!isnan(o->bound[q]) && (at < 0 || o->bound[q] < o->bound[at]))
+        if (!isnan(o->bound[q]) && (!tabled || o->tabled[q]) &&
+            (at < 0 || o->bound[q] < o->bound[at]))
             at = q;
     return at;
 }
 
-/* Branch and bound over the orders, the most promising first. */
+/* Branch and bound over the orders, the most promising first; past the time limit before a
+ * dive of its own, the most promising of those whose table was built (the others' bound is
+ * only any_order_bound's). */
 static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order)
 {
-    for (int at; s->e->code == ERR_OK && (at = orders_next(ord)) >= 0;) {
+    while (s->e->code == ERR_OK) {
+        int at = !s->dived && past_deadline(s) ? orders_next(ord, 1) : -1, least = at < 0;
+        if (least && (at = orders_next(ord, 0)) < 0)
+            break;
         double bound = ord->bound[at];
         ord->bound[at] = NAN; /* searched */
-        if (isinf(bound))
-            break;
-        if (pruned(s, bound))
-            break; /* every order left is bounded above the incumbent, less the gap */
-        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
-            break;
-        bound_table(s);
+        if (isinf(bound) || pruned(s, bound)) {
+            if (least)
+                break; /* every order left is bounded above the incumbent, less the gap */
+            continue;
+        }
         if (out_of_budget(s) && !isinf(s->best_ms)) {
             if (bound < s->open_bound)
                 s->open_bound = bound;
             continue;
         }
+        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
+            break;
+        bound_table(s);
         branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
     }
+}
+
+/* The certified bound `least` (the search's: the least bound it left) raised to the least
+ * over the orders of tight_bound, for each order whose table bound is under the incumbent,
+ * when every order is above it; `least` when not, or out of time. */
+static double tighten(struct search *s, const int *kind_of, const struct orders *ord, int *order,
+                      double least)
+{
+    double all = INFINITY;
+    for (int q = 0; q < ord->n && all > least && s->e->code == ERR_OK; q++) {
+        double g = ord->table[q];
+        if (g < s->best_ms) {
+            if (past_deadline(s) ||
+                layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
+                return least;
+            bound_table(s);
+            double t = tight_bound(s, s->best_ms, 2 * (s->best_ms - g) / TIGHT_BUCKETS);
+            if (isnan(t))
+                return least;
+            g = t > g ? t : g;
+        }
+        all = g < all ? g : all;
+    }
+    return all > least && s->e->code == ERR_OK ? all : least;
 }
 
 static int arrangement_fill(const struct search *s, struct arrangement *a, struct err *e)
@@ -1052,9 +1371,16 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     if (e->code == ERR_OK && !isinf(s.best_ms)) {
         least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
         least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
+        /* stopped short of the gap asked for: a better plan, a better bound */
+        int short_of_gap = s.open_bound < INFINITY && least_bound * (1 + o->search_gap) < s.best_ms;
+        if (short_of_gap)
+            polish(&s, order);
+        double searched = s.best_ms < least_bound ? s.best_ms : least_bound;
+        if (short_of_gap)
+            least_bound = tighten(&s, kind_of, &ord, order, least_bound);
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
-                                      least_bound};
+                                      least_bound, searched};
         arrangement_fill(&s, a, e);
     } else if (e->code == ERR_OK) {
         err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
@@ -1063,6 +1389,8 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
         search_free(&s);
     free(ord.kinds);
     free(ord.bound);
+    free(ord.table);
+    free(ord.tabled);
     free(kind_of);
     free(order);
     return e->code;

@@ -135,6 +135,40 @@ static int least_recompute(const struct layer_cost *layers, int n, int v, int64_
     return found;
 }
 
+/* The simulated step of the cluster's stages `order` (with `links`) holding the layers from
+ * `first`, each with its least recompute by every subset; 0 when a stage cannot fit. */
+static int split_ms(const struct cluster *c, const int *order, const struct link *links,
+                    const int *first, double *ms)
+{
+    int S = c->n_stages, N = c->n_layers, M = c->micro_batches;
+    struct sim_stage st[MAX_S];
+    for (int q = 0; q < S; q++) {
+        int lo = first[q], hi = q + 1 < S ? first[q + 1] - 1 : N - 1;
+        const struct cluster_stage *cs = &c->stages[order[q]];
+        const struct layer_cost *L = c->profiles[cs->profile].layers + lo;
+        double r = 0;
+        int64_t mem = 0;
+        int v = schedule_in_flight(c->schedule, S, q, M);
+        if (!least_recompute(L, hi - lo + 1, v, c->reserve_bytes, cs->memory_bytes, &r, &mem))
+            return 0;
+        st[q] = (struct sim_stage){.recompute_ms = r,
+                                   .out_bytes = L[hi - lo].out_bytes,
+                                   .link = q + 1 < S ? links[q] : (struct link){0}};
+        for (int l = 0; l <= hi - lo; l++) {
+            st[q].fwd_ms += L[l].fwd_ms;
+            st[q].bwd_ms += L[l].bwd_ms;
+            st[q].optimizer_ms += L[l].optimizer_ms;
+        }
+    }
+    struct sim_result res;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(sim_run(c->schedule, S, M, st, &res, &e), ERR_OK);
+    *ms = res.iteration_ms;
+    sim_result_free(&res);
+    return 1;
+}
+
 struct best {
     double ms;
     int found;
@@ -142,7 +176,7 @@ struct best {
 
 static void brute_force(const struct cluster *c, struct best *b)
 {
-    int S = c->n_stages, N = c->n_layers, M = c->micro_batches;
+    int S = c->n_stages, N = c->n_layers;
     int kind_of[MAX_S], kinds[MAX_K], K = 0;
     for (int s = 0; s < S; s++) {
         int k = 0;
@@ -198,36 +232,12 @@ static void brute_force(const struct cluster *c, struct best *b)
             for (int g = 0; g < N - 1; g++)
                 if (cuts >> g & 1)
                     first[++k] = g + 1;
-            struct sim_stage st[MAX_S];
-            int ok = 1;
-            for (int q = 0; q < S && ok; q++) {
-                int lo = first[q], hi = q + 1 < S ? first[q + 1] - 1 : N - 1;
-                const struct cluster_stage *cs = &c->stages[order[q]];
-                const struct layer_cost *L = c->profiles[cs->profile].layers + lo;
-                double r = 0;
-                int64_t mem = 0;
-                int v = schedule_in_flight(c->schedule, S, q, M);
-                ok = least_recompute(L, hi - lo + 1, v, c->reserve_bytes, cs->memory_bytes, &r,
-                                     &mem);
-                st[q] = (struct sim_stage){.recompute_ms = r,
-                                           .out_bytes = L[hi - lo].out_bytes,
-                                           .link = q + 1 < S ? links[q] : (struct link){0}};
-                for (int l = 0; l <= hi - lo; l++) {
-                    st[q].fwd_ms += L[l].fwd_ms;
-                    st[q].bwd_ms += L[l].bwd_ms;
-                    st[q].optimizer_ms += L[l].optimizer_ms;
-                }
-            }
-            if (!ok)
+            double ms;
+            if (!split_ms(c, order, links, first, &ms))
                 continue;
-            struct sim_result res;
-            struct err e;
-            err_clear(&e);
-            CU_ASSERT_EQUAL_FATAL(sim_run(c->schedule, S, M, st, &res, &e), ERR_OK);
-            if (!b->found || res.iteration_ms < b->ms)
-                b->ms = res.iteration_ms;
+            if (!b->found || ms < b->ms)
+                b->ms = ms;
             b->found = 1;
-            sim_result_free(&res);
         }
     }
 }
@@ -350,11 +360,103 @@ static void test_against_brute_force(void)
     CU_ASSERT(within_gap >= 100);
 }
 
+/* repartition_search with --search-gap 0 and a budget of `nodes`. */
+static int exact_search(const struct cluster *c, long nodes, struct arrangement *a,
+                        struct plan_search *found)
+{
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.repartition = 1;
+    o.search_gap = 0;
+    o.search_nodes = nodes;
+    return repartition_search(c, &o, a, found, &e);
+}
+
+/* A search stopped short of proving its plan optimal polishes it: no split of the same order
+ * with one layer moved along positions a..b (the stages between each passing one on) is
+ * faster, by the brute force's own recompute and simulation. */
+static void test_polished_local_optimum(void)
+{
+    struct test_rng r = {.s = 20261123};
+    int checked = 0, neighbours = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        struct instance in;
+        random_instance(&r, &in);
+        const struct cluster *c = &in.c;
+        struct arrangement a;
+        struct plan_search found;
+        int rc = exact_search(c, 2, &a, &found);
+        if (rc == ERR_NOFIT)
+            continue;
+        CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
+        double ms;
+        CU_ASSERT_FATAL(split_ms(c, a.stage, a.link, a.first, &ms));
+        if (found.lower_bound < ms * (1 - 1e-9)) { /* left a gap: polished */
+            checked++;
+            int S = c->n_stages;
+            for (int lo = 0; lo + 1 < S; lo++)
+                for (int hi = lo + 1; hi < S; hi++)
+                    for (int dir = -1; dir <= 1; dir += 2) {
+                        int first[MAX_S], ok = 1;
+                        double moved;
+                        memcpy(first, a.first, (size_t)S * sizeof *first);
+                        for (int q = lo + 1; q <= hi; q++)
+                            first[q] += dir;
+                        for (int q = lo; q <= hi; q++)
+                            ok &= first[q] < (q + 1 < S ? first[q + 1] : c->n_layers);
+                        if (!ok || !split_ms(c, a.stage, a.link, first, &moved))
+                            continue;
+                        neighbours++;
+                        CU_ASSERT(moved >= ms * (1 - 1e-9));
+                    }
+        }
+        arrangement_free(&a);
+    }
+    printf("\n%d stopped searches polished, %d neighbours none faster\n", checked, neighbours);
+    CU_ASSERT(checked >= 50);
+}
+
+/* A search stopped short of a proof raises its certified bound with the suffix-sum tables
+ * (repartition.c, tight_bound): still at most the brute-force optimum, never below the branch
+ * and bound's own, and above it on some instances (else the tables would prove nothing). */
+static void test_tight_bound(void)
+{
+    struct test_rng r = {.s = 20261124};
+    int compared = 0, raised = 0;
+    for (int trial = 0; trial < 1500; trial++) {
+        struct instance in;
+        random_instance(&r, &in);
+        struct best b;
+        brute_force(&in.c, &b);
+        if (!b.found)
+            continue;
+        for (long nodes = 1; nodes <= 16; nodes *= 4) {
+            struct arrangement a;
+            struct plan_search found;
+            CU_ASSERT_EQUAL_FATAL(exact_search(&in.c, nodes, &a, &found), ERR_OK);
+            CU_ASSERT(found.lower_bound <= b.ms * (1 + 1e-9));
+            CU_ASSERT(found.lower_bound >= found.search_bound);
+            raised += found.lower_bound > found.search_bound * (1 + 1e-9);
+            compared++;
+            arrangement_free(&a);
+        }
+    }
+    printf("\n%d searches of 1, 4, 16 nodes under the brute-force optimum, %d raised by the "
+           "tables\n", compared, raised);
+    CU_ASSERT(compared >= 1000);
+    CU_ASSERT(raised >= 10);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("repartition", NULL, NULL);
     CU_add_test(s, "exact against brute force, bound below the optimum",
                 test_against_brute_force);
+    CU_add_test(s, "a stopped search's plan: no faster split one layer away",
+                test_polished_local_optimum);
+    CU_add_test(s, "suffix-sum tables: a tighter bound, under the optimum", test_tight_bound);
     return test_main();
 }

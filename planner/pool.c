@@ -4,8 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jsonio.h"
+
+/* A candidate's --repartition gets the time left over this many. */
+#define POOL_TIME_SHARE 4
 
 struct pool_kind {
     const cJSON *entry;
@@ -19,13 +23,12 @@ struct pool_kind {
     int64_t n_tp; /* per_node + 1 */
 };
 
-/* The best candidates by lower bound (first pass), planned before the rest. */
-#define POOL_FIRST 16
-
+/* A candidate of the enumeration with its lower bound (candidate_bound). */
 struct pool_candidate {
     long index; /* in the exhaustive order */
     double bound;
-    int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
+    int dp;
+    short tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
 };
 
 /* The search's state: the file, the kinds, the candidate being built and the best so far. */
@@ -39,16 +42,18 @@ struct pool_state {
     int64_t global_batch;
     int64_t only_dp; /* "dp"?: the one dp searched; 0: every dp */
     int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
+    long index; /* the candidate's, in the exhaustive order */
     struct plan *best;
     int have_best;
     long best_index;
     struct pool_result *r;
-    /* the pruning: the pass (0: rank the bounds, 1: plan what they leave), the candidate's
-     * index and the first ones */
-    int prune, pass;
-    long index;
-    struct pool_candidate first[POOL_FIRST];
-    int n_first;
+    /* the pruned search collects every candidate with its bound, then plans them in order */
+    int prune;
+    struct pool_candidate *cands;
+    long n_cands, cap_cands;
+    double deadline; /* CLOCK_MONOTONIC seconds (INFINITY: no --time-limit) */
+    /* the least certified bound over the candidates decided so far */
+    double lower_bound;
 };
 
 int pool_file_check(const char *file, int *is_pool, struct err *e)
@@ -137,25 +142,65 @@ static int candidate_M(const struct pool_state *st)
     return (int)(st->global_batch / ((int64_t)st->dp * st->model.micro_batch));
 }
 
-/* Plans the candidate in st; keeps it when it fits and steps faster than the best. */
-static int evaluate(struct pool_state *st, struct err *e)
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The candidate's --repartition options: the best step so far as its cutoff (the search's
+ * bound holds for recompute only, so not with offload or the host optimizer), and a share of
+ * the time left. */
+static struct plan_options candidate_options(const struct pool_state *st)
+{
+    struct plan_options o = *st->o;
+    o.repartition = 1;
+    o.cutoff_ms = st->prune && st->have_best && o.actions == PLAN_ACTION_RECOMPUTE
+                      ? st->best->iteration_ms
+                      : 0;
+    if (!isinf(st->deadline))
+        o.time_limit_s = fmax((st->deadline - now_s()) / POOL_TIME_SHARE, 1e-3);
+    return o;
+}
+
+/* What the candidate's planning proved: its certified bound (at least `bound`, INFINITY when
+ * nothing fits), into the pool's, and whether it searched to the end. */
+static void candidate_proved(struct pool_state *st, int rc, const struct plan *p, double bound)
+{
+    double proved = rc == ERR_NOFIT && !p->search.present ? INFINITY : bound;
+    if (p->search.present) {
+        proved = fmax(proved, p->search.lower_bound);
+        st->r->nodes += p->search.nodes;
+        st->r->splits += p->search.splits;
+        st->r->exhausted &= p->search.exhausted;
+    }
+    st->lower_bound = fmin(st->lower_bound, proved);
+}
+
+/* Plans the candidate in st (of lower bound `bound`); keeps it when it fits and steps faster
+ * than the best. */
+static int evaluate(struct pool_state *st, double bound, struct err *e)
 {
     int M = candidate_M(st);
     cJSON *json = candidate_json(st, M);
     struct cluster c;
     struct plan p;
-    struct plan_options o = *st->o;
-    o.repartition = 1;
+    struct plan_options o = candidate_options(st);
     if (json == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     int rc = cluster_parse(json, st->file, &c, e);
     cJSON_Delete(json);
     if (rc)
         return rc;
+    memset(&p, 0, sizeof p);
     rc = planner_make(&c, &o, &p, e);
     cluster_free(&c);
     st->r->candidates++;
+    if (rc == ERR_NOFIT || rc == ERR_OK)
+        candidate_proved(st, rc, &p, bound);
     if (rc == ERR_NOFIT) {
+        st->r->cut += p.search.present && !isinf(p.search.lower_bound);
         err_clear(e);
         return ERR_OK;
     }
@@ -317,53 +362,38 @@ static int pool_reduce(struct pool_state *st, struct err *e)
     return e->code;
 }
 
-/* Whether a candidate of this bound and index could replace the best (evaluate's order). */
+/* Whether a candidate of this bound and index could replace the best by more than the
+ * search gap (evaluate's order; with no gap, a tie with an earlier index does). */
 static int may_win(const struct pool_state *st, double bound, long index)
 {
     if (!st->have_best)
         return 1;
-    return bound < st->best->iteration_ms ||
-           (bound == st->best->iteration_ms && index < st->best_index);
+    double least = bound * (1 + st->o->search_gap);
+    return least < st->best->iteration_ms ||
+           (least == st->best->iteration_ms && index < st->best_index);
 }
 
-/* Keeps the candidate among the POOL_FIRST least bounds (ties: earliest). */
-static void rank_first(struct pool_state *st, double bound)
+static int collect(struct pool_state *st, struct err *e)
 {
-    int i = st->n_first < POOL_FIRST ? st->n_first++ : POOL_FIRST;
-    while (i > 0 && st->first[i - 1].bound > bound) {
-        if (i < POOL_FIRST)
-            st->first[i] = st->first[i - 1];
-        i--;
+    if (st->n_cands == st->cap_cands) {
+        long cap = st->cap_cands ? 2 * st->cap_cands : 1024;
+        struct pool_candidate *grown = realloc(st->cands, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        st->cands = grown;
+        st->cap_cands = cap;
     }
-    if (i < POOL_FIRST) {
-        struct pool_candidate *c = &st->first[i];
-        *c = (struct pool_candidate){.index = st->index, .bound = bound, .dp = st->dp};
-        memcpy(c->tp, st->tp, sizeof c->tp);
-        memcpy(c->stages, st->stages, sizeof c->stages);
-    }
+    struct pool_candidate *c = &st->cands[st->n_cands++];
+    *c = (struct pool_candidate){.index = st->index, .bound = candidate_bound(st), .dp = st->dp};
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
+        c->tp[k] = (short)st->tp[k], c->stages[k] = (short)st->stages[k];
+    return ERR_OK;
 }
 
-static int is_first(const struct pool_state *st, long index)
-{
-    for (int i = 0; i < st->n_first; i++)
-        if (st->first[i].index == index)
-            return 1;
-    return 0;
-}
-
-/* One candidate of the enumeration: planned, ranked or skipped as the pass says. */
+/* One candidate of the enumeration: collected with its bound (pruned), or planned. */
 static int visit(struct pool_state *st, struct err *e)
 {
-    if (!st->prune)
-        return evaluate(st, e);
-    double bound = candidate_bound(st);
-    if (st->pass == 0) {
-        rank_first(st, bound);
-        return ERR_OK;
-    }
-    if (is_first(st, st->index) || !may_win(st, bound, st->index))
-        return ERR_OK;
-    return evaluate(st, e);
+    return st->prune ? collect(st, e) : evaluate(st, 0, e);
 }
 
 /* Every tp and stage count of kind k and the kinds after it, `used` stages so far (at most
@@ -415,26 +445,39 @@ static int enumerate(struct pool_state *st, struct err *e)
     return ERR_OK;
 }
 
-/* Plans the first candidates in the order of their bounds (a good best early), then every
- * other one whose bound could beat the best. */
+static int by_bound(const void *a, const void *b)
+{
+    const struct pool_candidate *x = a, *y = b;
+    if (x->bound != y->bound)
+        return x->bound < y->bound ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Every candidate with its bound, planned in the order of the bounds (ties: the exhaustive
+ * order) until the next bound cannot beat the best, or the time is up: a candidate left
+ * keeps its bound in the certified one (the bounds after it are no less). */
 static int search_pruned(struct pool_state *st, struct err *e)
 {
-    st->pass = 0;
     if (enumerate(st, e))
         return e->code;
-    for (int i = 0; i < st->n_first; i++) {
-        const struct pool_candidate *c = &st->first[i];
-        if (!may_win(st, c->bound, c->index))
-            continue;
+    st->r->enumerated = st->n_cands;
+    qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, by_bound);
+    for (long i = 0; i < st->n_cands; i++) {
+        const struct pool_candidate *c = &st->cands[i];
+        int timed_out = st->have_best && now_s() > st->deadline;
+        if (timed_out || !may_win(st, c->bound, c->index)) {
+            st->lower_bound = fmin(st->lower_bound, c->bound);
+            st->r->exhausted &= !timed_out;
+            break;
+        }
         st->dp = c->dp;
         st->index = c->index;
-        memcpy(st->tp, c->tp, sizeof st->tp);
-        memcpy(st->stages, c->stages, sizeof st->stages);
-        if (evaluate(st, e))
+        for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
+            st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
+        if (evaluate(st, c->bound, e))
             return e->code;
     }
-    st->pass = 1;
-    return enumerate(st, e);
+    return ERR_OK;
 }
 
 /* The pool's model: its first kind as one stage (its profile is read and checked). */
@@ -449,6 +492,22 @@ static int pool_model(struct pool_state *st, struct err *e)
     return rc;
 }
 
+/* The pool's certified gap on the best plan, where --repartition's goes: its lower bound is
+ * the least over every candidate of what its search proved or, left unplanned, its bound. */
+static void pool_certify(struct pool_state *st)
+{
+    struct plan *p = st->best;
+    double bound = fmin(st->lower_bound, p->iteration_ms);
+    st->r->lower_bound = bound;
+    st->r->gap = bound > 0 ? p->iteration_ms / bound - 1 : 0;
+    p->optimality_gap = st->r->gap;
+    p->search.present = 1;
+    p->search.nodes = st->r->nodes;
+    p->search.splits = st->r->splits;
+    p->search.exhausted = st->r->exhausted;
+    p->search.lower_bound = bound;
+}
+
 int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
                        struct plan *best, struct pool_result *r, struct err *e)
 {
@@ -456,7 +515,10 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
     if (o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "%s: pool: the pool search plans with --method optimal",
                        file);
-    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune};
+    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune,
+                            .lower_bound = INFINITY};
+    st.deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
+    r->exhausted = 1;
     st.root = jsonio_read(file, e);
     if (st.root == NULL)
         return e->code;
@@ -472,12 +534,15 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
     }
     pool_layers_free(&st);
+    free(st.cands);
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
         rc = err_set(e, ERR_NOFIT,
                      "%s: pool: none of the %ld candidates (dp, tp and stages per device kind) "
                      "fits",
                      file, r->candidates);
+    if (rc == ERR_OK)
+        pool_certify(&st);
     if (rc && st.have_best)
         plan_free(best);
     return rc;
@@ -497,4 +562,9 @@ void pool_print(FILE *f, const struct pool_result *r)
     for (int k = 0; k < r->n_kinds; k++)
         fprintf(f, " %s %d stages of tp %d%s", r->device[k], r->stages[k], r->tp[k],
                 k + 1 < r->n_kinds ? "," : "\n");
+    fprintf(f, "pool search: %ld candidates, %ld planned (%ld found nothing faster than the best "
+               "so far), the rest left by their bound; certified gap %.3f%% (no candidate "
+               "steps faster than %.3f ms)%s\n",
+            r->enumerated ? r->enumerated : r->candidates, r->candidates, r->cut, 100 * r->gap,
+            r->lower_bound, r->exhausted ? "" : "; stopped at the time limit or node budget");
 }

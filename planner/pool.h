@@ -20,8 +20,14 @@
 #define POOL_KINDS_MAX 6
 
 struct pool_result {
-    long candidates; /* planned (the others were pruned by their bound) */
-    long fitted;     /* of which some plan fits */
+    long enumerated; /* candidates (the pruned search's; the exhaustive one plans them all) */
+    long candidates; /* planned (the others were left by their bound) */
+    long cut;        /* of which nothing beat the best so far (their --repartition cutoff) */
+    long fitted;     /* of which some plan fits and was returned */
+    long nodes, splits; /* the candidates' --repartition nodes and splits simulated */
+    int exhausted;      /* no time limit or node budget stopped a search */
+    double lower_bound; /* certified: no candidate steps faster (ms) */
+    double gap;         /* the best step over lower_bound, less 1 */
     int n_kinds;
     int dp, micro_batches;
     int tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];

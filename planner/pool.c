@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cost.h"
 #include "jsonio.h"
 
 /* A candidate's --repartition gets the time left over this many. */
@@ -16,11 +17,15 @@ struct pool_kind {
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node;
     /* per tp (NULL where it cannot split the model or its stage does not parse alone): the
-     * layers' fwd + bwd on a stage of tp GPUs of the kind, and their sum (pool_layers) */
-    double **layer_ms, *work_ms;
-    /* per tp: the all-reduce over the current dp of the first layer's gradients alone */
-    double *first_reduce_ms;
-    int64_t n_tp; /* per_node + 1 */
+     * layers' fwd + bwd on a stage of tp GPUs of the kind (pool_layers) */
+    double **layer_ms;
+    /* per tp, at the current dp (pool_reduce): each layer's share of its stage's tail (the
+     * gradient all-reduce past its latency, and the optimizer step) and the state bytes a GPU
+     * keeps for it; the first layer's whole tail alone */
+    double **tail_ms, *first_tail_ms;
+    int64_t **state;
+    int64_t capacity; /* a GPU's memory less the cluster's reserve */
+    int64_t n_tp;     /* per_node + 1 */
 };
 
 /* A candidate of the enumeration with its lower bound (candidate_bound). */
@@ -52,6 +57,7 @@ struct pool_state {
     struct pool_candidate *cands;
     long n_cands, cap_cands;
     double deadline; /* CLOCK_MONOTONIC seconds (INFINITY: no --time-limit) */
+    double reduce_latency_ms; /* a stage's all-reduce at the current dp with no bytes */
     /* the least certified bound over the candidates decided so far */
     double lower_bound;
 };
@@ -178,9 +184,10 @@ static void candidate_proved(struct pool_state *st, int rc, const struct plan *p
     st->lower_bound = fmin(st->lower_bound, proved);
 }
 
-/* Plans the candidate in st (of lower bound `bound`); keeps it when it fits and steps faster
- * than the best. */
-static int evaluate(struct pool_state *st, double bound, struct err *e)
+/* Plans the candidate in st (of lower bound `bound`; `full`: cannot_fit says it cannot fit,
+ * planned only by the exhaustive search); keeps it when it fits and steps faster than the
+ * best. */
+static int evaluate(struct pool_state *st, double bound, int full, struct err *e)
 {
     int M = candidate_M(st);
     cJSON *json = candidate_json(st, M);
@@ -207,6 +214,8 @@ static int evaluate(struct pool_state *st, double bound, struct err *e)
     if (rc)
         return rc;
     st->r->fitted++;
+    st->r->full_but_fits += full;
+    st->r->bound_ratio = fmax(st->r->bound_ratio, bound / p.iteration_ms);
     /* ties go to the earliest in the exhaustive order, as without pruning */
     if (st->have_best && (p.iteration_ms > st->best->iteration_ms ||
                           (p.iteration_ms == st->best->iteration_ms &&
@@ -242,50 +251,74 @@ static int stage_cluster(struct pool_state *st, int k, int t, int dp, struct clu
 }
 
 /* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it: its layers' fwd +
- * bwd in `ms` (L of them, unless NULL) and the all-reduce of its first layer's gradients.
- * ERR_INPUT when it does not parse. */
-static int stage_alone(struct pool_state *st, int k, int t, int dp, double *ms,
-                       double *first_reduce_ms, struct err *e)
+ * bwd into layer_ms (when `ms`), its tail and state at dp, its capacity and the latency of
+ * an all-reduce. ERR_INPUT when it does not parse. */
+static int stage_alone(struct pool_state *st, int k, int t, int dp, int ms, struct err *e)
 {
     struct cluster c;
+    struct pool_kind *kind = &st->kind[k];
     int rc = stage_cluster(st, k, t, dp, &c, e);
     if (rc)
         return rc;
     const struct profile *p = cluster_stage_profile(&c, 0);
-    for (int l = 0; ms != NULL && l < p->n_layers; l++)
-        ms[l] = p->layers[l].fwd_ms + p->layers[l].bwd_ms;
-    *first_reduce_ms = cluster_allreduce_ms(&c, 0, 0, 0);
+    const struct link *link = &c.stages[0].dp_link;
+    int device_optimizer = !(st->o->actions & PLAN_ACTION_OPTIMIZER);
+    /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c) */
+    double per_byte = 2.0 * (dp - 1) / dp;
+    st->reduce_latency_ms = cost_dp_allreduce_ms(link, dp, 0);
+    for (int l = 0; l < p->n_layers; l++) {
+        const struct layer_cost *y = &p->layers[l];
+        double bytes_ms = link_transfer_ms(link, cluster_grad_bytes(&c, 0, l, l)) -
+                          link_transfer_ms(link, 0);
+        if (ms)
+            kind->layer_ms[t][l] = y->fwd_ms + y->bwd_ms;
+        kind->tail_ms[t][l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
+        kind->state[t][l] = cost_layer_state(y, COST_PLACE_DEVICE);
+    }
+    kind->first_tail_ms[t] =
+        cluster_allreduce_ms(&c, 0, 0, 0) + device_optimizer * p->layers[0].optimizer_ms;
+    kind->capacity = c.stages[0].memory_bytes - c.reserve_bytes;
     cluster_free(&c);
     return ERR_OK;
 }
 
-/* Each kind's layer_ms and work_ms per tp. */
+static int pool_kind_alloc(struct pool_kind *kind, struct err *e)
+{
+    kind->n_tp = kind->per_node + 1;
+    size_t n = (size_t)kind->n_tp;
+    kind->layer_ms = calloc(n, sizeof *kind->layer_ms);
+    kind->tail_ms = calloc(n, sizeof *kind->tail_ms);
+    kind->state = calloc(n, sizeof *kind->state);
+    kind->first_tail_ms = calloc(n, sizeof *kind->first_tail_ms);
+    if (!kind->layer_ms || !kind->tail_ms || !kind->state ||
+        !kind->first_tail_ms)
+        return err_set(e, ERR_FAIL, "out of memory");
+    return ERR_OK;
+}
+
+/* Each kind's costs per tp that divides the model (and parses alone), at dp 1. */
 static int pool_layers(struct pool_state *st, struct err *e)
 {
-    int L = model_layer_count(&st->model);
+    size_t L = (size_t)model_layer_count(&st->model);
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         struct pool_kind *kind = &st->kind[k];
-        kind->n_tp = kind->per_node + 1;
-        kind->layer_ms = calloc((size_t)kind->n_tp, sizeof *kind->layer_ms);
-        kind->work_ms = calloc((size_t)kind->n_tp, sizeof *kind->work_ms);
-        kind->first_reduce_ms = calloc((size_t)kind->n_tp, sizeof *kind->first_reduce_ms);
-        if (kind->layer_ms == NULL || kind->work_ms == NULL || kind->first_reduce_ms == NULL)
-            return err_set(e, ERR_FAIL, "out of memory");
+        if (pool_kind_alloc(kind, e))
+            return e->code;
         for (int t = 1; t < kind->n_tp; t++) {
             struct err skip;
-            double unused, *ms;
             err_clear(&skip);
             if (cluster_check_tp(&st->model, t, "", &skip))
                 continue;
-            if ((ms = calloc((size_t)L, sizeof *ms)) == NULL)
+            kind->layer_ms[t] = calloc(L, sizeof **kind->layer_ms);
+            kind->tail_ms[t] = calloc(L, sizeof **kind->tail_ms);
+            kind->state[t] = calloc(L, sizeof **kind->state);
+            if (!kind->layer_ms[t] || !kind->tail_ms[t] || !kind->state[t])
                 return err_set(e, ERR_FAIL, "out of memory");
-            if (stage_alone(st, k, t, 1, ms, &unused, &skip)) {
-                free(ms);
+            if (stage_alone(st, k, t, 1, 1, &skip)) {
+                free(kind->layer_ms[t]);
+                kind->layer_ms[t] = NULL; /* unknown: no bound */
                 continue;
             }
-            kind->layer_ms[t] = ms;
-            for (int l = 0; l < L; l++)
-                kind->work_ms[t] += ms[l];
         }
     }
     return ERR_OK;
@@ -294,57 +327,141 @@ static int pool_layers(struct pool_state *st, struct err *e)
 static void pool_layers_free(struct pool_state *st)
 {
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
-        for (int t = 0; st->kind[k].layer_ms != NULL && t < st->kind[k].n_tp; t++)
-            free(st->kind[k].layer_ms[t]);
-        free(st->kind[k].layer_ms);
-        free(st->kind[k].work_ms);
-        free(st->kind[k].first_reduce_ms);
+        struct pool_kind *kind = &st->kind[k];
+        for (int t = 0; kind->layer_ms != NULL && t < kind->n_tp; t++) {
+            free(kind->layer_ms[t]);
+            free(kind->tail_ms[t]);
+            free(kind->state[t]);
+        }
+        free(kind->layer_ms);
+        free(kind->tail_ms);
+        free(kind->state);
+        free(kind->first_tail_ms);
     }
 }
 
-/* A lower bound on the candidate's step, with w_kl the time of layer l on kind k (at its tp),
- * W_k their sum and S_k its stages. X, the end of stage 0's last backward: stage b's last
- * backward ends at least P_b + M T_b after the step starts (T_b its fwd + bwd of a micro-batch,
- * P_b the T of the stages before it, which micro-batch 0's forward and the last backward
- * cross); stage 0's gradients are reduced after X. Steady: X >= M max_b T_b, and max_b T_b is
- * at least the fractional assignment's (an LP), whose dual with weights 1/W_k gives
- * sum_l min_k (w_kl / W_k) / sum_k (S_k / W_k). Filled: T_b <= (X - P_b) / M gives
- * sum_s T_s <= X (1 - (1 - 1/M)^S), and sum_s T_s >= sum_l min_k w_kl. Plus the least
- * reduction of the first layer alone. Scaled down a little so that rounding never lifts it
- * over the simulated step. */
-static double candidate_bound(const struct pool_state *st)
+/* sum_l min_u (v_ul / V_u) / sum_u (S_u / V_u), V_u = sum_l v_ul: the dual, with weights
+ * 1/V_u, of the fractional assignment of the layers to the stages (S_u of kind u, a stage of
+ * kind u taking v_ul for layer l) that minimises the most a stage takes; so at most that
+ * most for any split. */
+static double least_most(const double *const *v, const int *S, int used, int L)
 {
-    const double *w[POOL_KINDS_MAX];
-    double W[POOL_KINDS_MAX], weights = 0, reduce = INFINITY, M = candidate_M(st);
-    int used = 0, S = 0;
+    double V[POOL_KINDS_MAX] = {0}, weights = 0, shares = 0;
+    for (int u = 0; u < used; u++) {
+        for (int l = 0; l < L; l++)
+            V[u] += v[u][l];
+        if (!(V[u] > 0))
+            return 0;
+        weights += S[u] / V[u];
+    }
+    for (int l = 0; l < L; l++) {
+        double share = INFINITY;
+        for (int u = 0; u < used; u++)
+            share = fmin(share, v[u][l] / V[u]);
+        shares += share;
+    }
+    return shares / weights;
+}
+
+/* The used kinds' per-layer arrays at their tp. 0 when one is unknown. */
+static int used_kinds(const struct pool_state *st, const double **w, const double **tail,
+                      const int64_t **state, int *S, int *kinds)
+{
+    int used = 0;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         if (st->stages[k] == 0)
             continue;
         const struct pool_kind *kind = &st->kind[k];
         w[used] = kind->layer_ms[st->tp[k]];
-        W[used] = kind->work_ms[st->tp[k]];
-        if (w[used] == NULL || !(W[used] > 0))
-            return 0; /* nothing known of its layers: no bound */
-        weights += st->stages[k] / W[used];
-        reduce = fmin(reduce, kind->first_reduce_ms[st->tp[k]]);
-        S += st->stages[k];
+        tail[used] = kind->tail_ms[st->tp[k]];
+        state[used] = kind->state[st->tp[k]];
+        S[used] = st->stages[k];
+        kinds[used] = k;
+        if (w[used] == NULL)
+            return 0;
         used++;
     }
-    double shares = 0, least = 0;
-    for (int l = 0; l < model_layer_count(&st->model); l++) {
-        double share = INFINITY, ms = INFINITY;
-        for (int u = 0; u < used; u++) {
-            share = fmin(share, w[u][l] / W[u]);
-            ms = fmin(ms, w[u][l]);
-        }
-        shares += share;
-        least += ms;
-    }
-    double steady = M * shares / weights, filled = least / (1 - pow(1 - 1 / M, S));
-    return (fmax(steady, filled) + reduce) * (1 - 1e-9);
+    return used;
 }
 
-/* Each kind's first_reduce_ms at the current dp (a stage that does not parse alone: 0). */
+/* A lower bound on the candidate's step, with w_kl the time of layer l on kind k (at its tp)
+ * and S_k its stages. Stage b (T_b its fwd + bwd of a micro-batch, A_b its gradients'
+ * all-reduce and O_b its optimizer step, both after its own last backward: sim.c) ends the
+ * step no sooner than E_b + A_b + O_b, E_b the end of its last backward.
+ * (1) Stage 0: E_0 = X >= P_b + M T_b for every b (P_b the T of the stages before b, which
+ * micro-batch 0's forward and the last backward cross). Steady: X >= M max_b T_b >= M
+ * least_most(w). Filled: T_b <= (X - P_b) / M gives sum_s T_s <= X (1 - (1 - 1/M)^S), and
+ * sum_s T_s >= sum_l min_k w_kl. Stage 0 holds layer 0 at least, and A and O only grow with
+ * the layers: A_0 + O_0 >= the least over its possible kinds of layer 0's alone.
+ * (2) Every stage: E_b >= M T_b (its M forwards and backwards, one after another), and A_b =
+ * 2 (dp - 1) (latency + ceil(bytes / dp) / bandwidth) >= the all-reduce's latency + the sum
+ * over its layers of 2 (dp - 1) / dp of their bytes' transfer: so the step >= latency +
+ * max_b sum over b's layers of v_kl = M w_kl + that share + the layer's optimizer step, and
+ * the max is at least least_most(v).
+ * Scaled down a little so that rounding never lifts it over the simulated step. */
+static double candidate_bound(const struct pool_state *st)
+{
+    const double *w[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
+    const int64_t *state[POOL_KINDS_MAX];
+    int S[POOL_KINDS_MAX], kinds[POOL_KINDS_MAX], L = model_layer_count(&st->model);
+    int used = used_kinds(st, w, tail, state, S, kinds), stages = 0;
+    double M = candidate_M(st), first_tail = INFINITY, least = 0;
+    if (used == 0)
+        return 0; /* nothing known of a kind's layers: no bound */
+    double *v[POOL_KINDS_MAX];
+    for (int u = 0; u < used; u++) {
+        stages += S[u];
+        first_tail = fmin(first_tail, st->kind[kinds[u]].first_tail_ms[st->tp[kinds[u]]]);
+        if ((v[u] = malloc((size_t)L * sizeof *v[u])) == NULL) {
+            while (u-- > 0)
+                free(v[u]);
+            return 0;
+        }
+        for (int l = 0; l < L; l++)
+            v[u][l] = M * w[u][l] + tail[u][l];
+    }
+    for (int l = 0; l < L; l++) {
+        double ms = INFINITY;
+        for (int u = 0; u < used; u++)
+            ms = fmin(ms, w[u][l]);
+        least += ms;
+    }
+    double steady = M * least_most(w, S, used, L), filled = least / (1 - pow(1 - 1 / M, stages));
+    double stage0 = fmax(steady, filled) + first_tail;
+    double every = st->reduce_latency_ms + least_most((const double *const *)v, S, used, L);
+    for (int u = 0; u < used; u++)
+        free(v[u]);
+    return fmax(stage0, every) * (1 - 1e-9);
+}
+
+/* Whether the candidate's stages cannot hold the model's state (parameters, gradients and
+ * optimizer state on the device; activations, even all recomputed, only add): a stage of kind
+ * u holds at most capacity_u, so sum_l state_ul / capacity_u over its layers <= 1, and summed
+ * over the stages, sum_l min_u (state_ul / capacity_u) <= S. */
+static int cannot_fit(const struct pool_state *st)
+{
+    const double *w[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
+    const int64_t *state[POOL_KINDS_MAX];
+    int S[POOL_KINDS_MAX], kinds[POOL_KINDS_MAX], stages = 0;
+    int used = used_kinds(st, w, tail, state, S, kinds);
+    if (used == 0 || (st->o->actions & PLAN_ACTION_OPTIMIZER))
+        return 0; /* unknown, or the optimizer state may go to the host */
+    double need = 0;
+    for (int l = 0; l < model_layer_count(&st->model); l++) {
+        double least = INFINITY;
+        for (int u = 0; u < used; u++)
+            least = fmin(least, (double)state[u][l] / (double)st->kind[kinds[u]].capacity);
+        need += least;
+        if (least > 1 + 1e-9)
+            return 1; /* the layer fits no stage */
+    }
+    for (int u = 0; u < used; u++)
+        stages += S[u];
+    return need > stages * (1 + 1e-9);
+}
+
+/* Each kind's tails and states at the current dp (kept from the last when a stage does not
+ * parse: then its layer_ms is NULL, no bound). */
 static int pool_reduce(struct pool_state *st, struct err *e)
 {
     int dp = st->dp;
@@ -352,11 +469,12 @@ static int pool_reduce(struct pool_state *st, struct err *e)
         for (int t = 1; t < st->kind[k].n_tp; t++) {
             struct err skip;
             err_clear(&skip);
-            st->kind[k].first_reduce_ms[t] = 0;
             if (st->kind[k].layer_ms[t] == NULL)
                 continue; /* tp t cannot split the model, or the stage did not parse */
-            if (stage_alone(st, k, t, dp, NULL, &st->kind[k].first_reduce_ms[t], &skip))
-                st->kind[k].first_reduce_ms[t] = 0;
+            if (stage_alone(st, k, t, dp, 0, &skip)) {
+                free(st->kind[k].layer_ms[t]);
+                st->kind[k].layer_ms[t] = NULL;
+            }
         }
     st->dp = dp;
     return e->code;
@@ -375,6 +493,11 @@ static int may_win(const struct pool_state *st, double bound, long index)
 
 static int collect(struct pool_state *st, struct err *e)
 {
+    if (cannot_fit(st)) {
+        st->r->cannot_fit++;
+        st->lower_bound = fmin(st->lower_bound, INFINITY);
+        return ERR_OK;
+    }
     if (st->n_cands == st->cap_cands) {
         long cap = st->cap_cands ? 2 * st->cap_cands : 1024;
         struct pool_candidate *grown = realloc(st->cands, (size_t)cap * sizeof *grown);
@@ -393,7 +516,11 @@ static int collect(struct pool_state *st, struct err *e)
 /* One candidate of the enumeration: collected with its bound (pruned), or planned. */
 static int visit(struct pool_state *st, struct err *e)
 {
-    return st->prune ? collect(st, e) : evaluate(st, 0, e);
+    if (st->prune)
+        return collect(st, e);
+    int full = cannot_fit(st);
+    st->r->cannot_fit += full;
+    return evaluate(st, candidate_bound(st), full, e);
 }
 
 /* Every tp and stage count of kind k and the kinds after it, `used` stages so far (at most
@@ -437,7 +564,7 @@ static int enumerate(struct pool_state *st, struct err *e)
             (st->only_dp != 0 && dp != st->only_dp))
             continue;
         st->dp = dp;
-        if (st->prune && pool_reduce(st, e))
+        if (pool_reduce(st, e))
             return e->code;
         if (choose_kind(st, 0, 0, e))
             return e->code;
@@ -474,7 +601,7 @@ static int search_pruned(struct pool_state *st, struct err *e)
         st->index = c->index;
         for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
             st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
-        if (evaluate(st, c->bound, e))
+        if (evaluate(st, c->bound, 0, e))
             return e->code;
     }
     return ERR_OK;
@@ -525,7 +652,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
     int rc = read_pool(&st, e);
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
-    if (rc == ERR_OK && prune)
+    if (rc == ERR_OK)
         rc = pool_layers(&st, e);
     if (rc == ERR_OK)
         rc = prune ? search_pruned(&st, e) : enumerate(&st, e);

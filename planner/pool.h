@@ -24,6 +24,11 @@ struct pool_result {
     long candidates; /* planned (the others were left by their bound) */
     long cut;        /* of which nothing beat the best so far (their --repartition cutoff) */
     long fitted;     /* of which some plan fits and was returned */
+    long cannot_fit; /* left out: their GPUs cannot hold the model's state (pool.c cannot_fit;
+                        the exhaustive search counts them and plans them all the same) */
+    long full_but_fits; /* of those, planned and fitting: 0 unless cannot_fit is wrong */
+    double bound_ratio; /* the largest lower bound over the step of a candidate planned: at
+                           most 1 unless the bound is wrong */
     long nodes, splits; /* the candidates' --repartition nodes and splits simulated */
     int exhausted;      /* no time limit or node budget stopped a search */
     double lower_bound; /* certified: no candidate steps faster (ms) */

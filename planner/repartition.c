@@ -1050,8 +1050,10 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
              orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
         search_orders(&s, kind_of, &ord, order);
     if (e->code == ERR_OK && s.best_memory == INT64_MAX && !isinf(s.best_ms)) {
-        /* the cutoff and no plan under it: what was left unexplored bounds this cluster */
+        /* the cutoff and no plan under it: what was left unexplored bounds this cluster, and
+         * the splits simulated stepped no faster than the cutoff */
         least_bound = s.open_bound < s.pruned_bound ? s.open_bound : s.pruned_bound;
+        least_bound = s.leaves > 0 && s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
                                       least_bound};
         if (isinf(least_bound))

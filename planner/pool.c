@@ -8,6 +8,7 @@
 
 #include "cost.h"
 #include "jsonio.h"
+#include "pool_bound.h"
 
 /* A candidate's --repartition gets the time left over this many. */
 #define POOL_TIME_SHARE 4
@@ -16,16 +17,9 @@ struct pool_kind {
     const cJSON *entry;
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node;
-    /* per tp (NULL where it cannot split the model or its stage does not parse alone): the
-     * layers' fwd + bwd on a stage of tp GPUs of the kind (pool_layers) */
-    double **layer_ms;
-    /* per tp, at the current dp (pool_reduce): each layer's share of its stage's tail (the
-     * gradient all-reduce past its latency, and the optimizer step) and the state bytes a GPU
-     * keeps for it; the first layer's whole tail alone */
-    double **tail_ms, *first_tail_ms;
-    int64_t **state;
-    int64_t capacity; /* a GPU's memory less the cluster's reserve */
-    int64_t n_tp;     /* per_node + 1 */
+    /* per tp and dp slot (pool_costs_make): its stage alone */
+    struct pool_costs *costs;
+    int64_t n_tp; /* per_node + 1 */
 };
 
 /* A candidate of the enumeration with its lower bound (candidate_bound). */
@@ -57,7 +51,8 @@ struct pool_state {
     struct pool_candidate *cands;
     long n_cands, cap_cands;
     double deadline; /* CLOCK_MONOTONIC seconds (INFINITY: no --time-limit) */
-    double reduce_latency_ms; /* a stage's all-reduce at the current dp with no bytes */
+    /* the dps searched (dp_slot: each one's slot in the kinds' costs, -1: none) */
+    int n_dp, *dp_slot;
     /* the least certified bound over the candidates decided so far */
     double lower_bound;
 };
@@ -184,6 +179,8 @@ static void candidate_proved(struct pool_state *st, int rc, const struct plan *p
     st->lower_bound = fmin(st->lower_bound, proved);
 }
 
+static int could_step(const struct pool_state *st, double x);
+
 /* Plans the candidate in st (of lower bound `bound`; `full`: cannot_fit says it cannot fit,
  * planned only by the exhaustive search); keeps it when it fits and steps faster than the
  * best. */
@@ -214,7 +211,7 @@ static int evaluate(struct pool_state *st, double bound, int full, struct err *e
     if (rc)
         return rc;
     st->r->fitted++;
-    st->r->full_but_fits += full;
+    st->r->refuted_but_fits += full || !could_step(st, p.iteration_ms);
     st->r->bound_ratio = fmax(st->r->bound_ratio, bound / p.iteration_ms);
     /* ties go to the earliest in the exhaustive order, as without pruning */
     if (st->have_best && (p.iteration_ms > st->best->iteration_ms ||
@@ -250,13 +247,12 @@ static int stage_cluster(struct pool_state *st, int k, int t, int dp, struct clu
     return rc;
 }
 
-/* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it: its layers' fwd +
- * bwd into layer_ms (when `ms`), its tail and state at dp, its capacity and the latency of
- * an all-reduce. ERR_INPUT when it does not parse. */
-static int stage_alone(struct pool_state *st, int k, int t, int dp, int ms, struct err *e)
+/* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it, into *out;
+ * ERR_INPUT when it does not parse. */
+static int stage_alone(struct pool_state *st, int k, int t, int dp, struct pool_costs *out,
+                       struct err *e)
 {
     struct cluster c;
-    struct pool_kind *kind = &st->kind[k];
     int rc = stage_cluster(st, k, t, dp, &c, e);
     if (rc)
         return rc;
@@ -265,219 +261,106 @@ static int stage_alone(struct pool_state *st, int k, int t, int dp, int ms, stru
     int device_optimizer = !(st->o->actions & PLAN_ACTION_OPTIMIZER);
     /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c) */
     double per_byte = 2.0 * (dp - 1) / dp;
-    st->reduce_latency_ms = cost_dp_allreduce_ms(link, dp, 0);
     for (int l = 0; l < p->n_layers; l++) {
         const struct layer_cost *y = &p->layers[l];
         double bytes_ms = link_transfer_ms(link, cluster_grad_bytes(&c, 0, l, l)) -
                           link_transfer_ms(link, 0);
-        if (ms)
-            kind->layer_ms[t][l] = y->fwd_ms + y->bwd_ms;
-        kind->tail_ms[t][l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
-        kind->state[t][l] = cost_layer_state(y, COST_PLACE_DEVICE);
+        out->fwd_ms[l] = y->fwd_ms;
+        out->work_ms[l] = y->fwd_ms + y->bwd_ms;
+        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
+        out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
     }
-    kind->first_tail_ms[t] =
+    out->first_tail_ms =
         cluster_allreduce_ms(&c, 0, 0, 0) + device_optimizer * p->layers[0].optimizer_ms;
-    kind->capacity = c.stages[0].memory_bytes - c.reserve_bytes;
+    out->latency_ms = cost_dp_allreduce_ms(link, dp, 0);
+    out->capacity = c.stages[0].memory_bytes - c.reserve_bytes;
+    out->known = 1;
     cluster_free(&c);
     return ERR_OK;
 }
 
-static int pool_kind_alloc(struct pool_kind *kind, struct err *e)
+/* Whether the search takes this dp: it divides the global batch into micro-batches, and is
+ * the file's "dp" when it gives one. */
+static int dp_searched(const struct pool_state *st, int64_t dp)
 {
-    kind->n_tp = kind->per_node + 1;
-    size_t n = (size_t)kind->n_tp;
-    kind->layer_ms = calloc(n, sizeof *kind->layer_ms);
-    kind->tail_ms = calloc(n, sizeof *kind->tail_ms);
-    kind->state = calloc(n, sizeof *kind->state);
-    kind->first_tail_ms = calloc(n, sizeof *kind->first_tail_ms);
-    if (!kind->layer_ms || !kind->tail_ms || !kind->state ||
-        !kind->first_tail_ms)
+    return st->global_batch % (dp * st->model.micro_batch) == 0 &&
+           (st->only_dp == 0 || dp == st->only_dp);
+}
+
+/* Every kind's stage alone per tp that divides the model and per dp searched. */
+static int pool_costs_make(struct pool_state *st, struct err *e)
+{
+    int L = model_layer_count(&st->model), dp_max = (int)(st->global_batch / st->model.micro_batch);
+    if ((st->dp_slot = malloc(((size_t)dp_max + 1) * sizeof *st->dp_slot)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    return ERR_OK;
-}
-
-/* Each kind's costs per tp that divides the model (and parses alone), at dp 1. */
-static int pool_layers(struct pool_state *st, struct err *e)
-{
-    size_t L = (size_t)model_layer_count(&st->model);
+    for (int dp = 0; dp <= dp_max; dp++)
+        st->dp_slot[dp] = dp > 0 && dp_searched(st, dp) ? st->n_dp++ : -1;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         struct pool_kind *kind = &st->kind[k];
-        if (pool_kind_alloc(kind, e))
-            return e->code;
-        for (int t = 1; t < kind->n_tp; t++) {
-            struct err skip;
-            err_clear(&skip);
-            if (cluster_check_tp(&st->model, t, "", &skip))
-                continue;
-            kind->layer_ms[t] = calloc(L, sizeof **kind->layer_ms);
-            kind->tail_ms[t] = calloc(L, sizeof **kind->tail_ms);
-            kind->state[t] = calloc(L, sizeof **kind->state);
-            if (!kind->layer_ms[t] || !kind->tail_ms[t] || !kind->state[t])
-                return err_set(e, ERR_FAIL, "out of memory");
-            if (stage_alone(st, k, t, 1, 1, &skip)) {
-                free(kind->layer_ms[t]);
-                kind->layer_ms[t] = NULL; /* unknown: no bound */
-                continue;
+        kind->n_tp = kind->per_node + 1;
+        if ((kind->costs = calloc((size_t)(kind->n_tp * st->n_dp), sizeof *kind->costs)) == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        for (int t = 1; t < kind->n_tp; t++)
+            for (int dp = 1; dp <= dp_max; dp++) {
+                struct err skip;
+                err_clear(&skip);
+                if (st->dp_slot[dp] < 0 || cluster_check_tp(&st->model, t, "", &skip))
+                    continue;
+                struct pool_costs *c = &kind->costs[t * st->n_dp + st->dp_slot[dp]];
+                if (pool_costs_alloc(c, L))
+                    return err_set(e, ERR_FAIL, "out of memory");
+                stage_alone(st, k, t, dp, c, &skip); /* one that does not parse: no bound */
             }
-        }
     }
     return ERR_OK;
 }
 
-static void pool_layers_free(struct pool_state *st)
+static void pool_costs_free_all(struct pool_state *st)
 {
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
-        struct pool_kind *kind = &st->kind[k];
-        for (int t = 0; kind->layer_ms != NULL && t < kind->n_tp; t++) {
-            free(kind->layer_ms[t]);
-            free(kind->tail_ms[t]);
-            free(kind->state[t]);
-        }
-        free(kind->layer_ms);
-        free(kind->tail_ms);
-        free(kind->state);
-        free(kind->first_tail_ms);
+        for (int i = 0; st->kind[k].costs != NULL && i < st->kind[k].n_tp * st->n_dp; i++)
+            pool_costs_free(&st->kind[k].costs[i]);
+        free(st->kind[k].costs);
     }
+    free(st->dp_slot);
 }
 
-/* sum_l min_u (v_ul / V_u) / sum_u (S_u / V_u), V_u = sum_l v_ul: the dual, with weights
- * 1/V_u, of the fractional assignment of the layers to the stages (S_u of kind u, a stage of
- * kind u taking v_ul for layer l) that minimises the most a stage takes; so at most that
- * most for any split. */
-static double least_most(const double *const *v, const int *S, int used, int L)
+/* The candidate in st as the bounds see it; 0 when a kind's stage is unknown (no bound). */
+static int shape_of(const struct pool_state *st, struct pool_shape *s)
 {
-    double V[POOL_KINDS_MAX] = {0}, weights = 0, shares = 0;
-    for (int u = 0; u < used; u++) {
-        for (int l = 0; l < L; l++)
-            V[u] += v[u][l];
-        if (!(V[u] > 0))
-            return 0;
-        weights += S[u] / V[u];
-    }
-    for (int l = 0; l < L; l++) {
-        double share = INFINITY;
-        for (int u = 0; u < used; u++)
-            share = fmin(share, v[u][l] / V[u]);
-        shares += share;
-    }
-    return shares / weights;
-}
-
-/* The used kinds' per-layer arrays at their tp. 0 when one is unknown. */
-static int used_kinds(const struct pool_state *st, const double **w, const double **tail,
-                      const int64_t **state, int *S, int *kinds)
-{
-    int used = 0;
+    s->used = 0;
+    s->L = model_layer_count(&st->model);
+    s->M = candidate_M(st);
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         if (st->stages[k] == 0)
             continue;
         const struct pool_kind *kind = &st->kind[k];
-        w[used] = kind->layer_ms[st->tp[k]];
-        tail[used] = kind->tail_ms[st->tp[k]];
-        state[used] = kind->state[st->tp[k]];
-        S[used] = st->stages[k];
-        kinds[used] = k;
-        if (w[used] == NULL)
+        const struct pool_costs *c = &kind->costs[st->tp[k] * st->n_dp + st->dp_slot[st->dp]];
+        if (!c->known)
             return 0;
-        used++;
+        s->costs[s->used] = c;
+        s->stages[s->used++] = st->stages[k];
     }
-    return used;
+    return s->used > 0;
 }
 
-/* A lower bound on the candidate's step, with w_kl the time of layer l on kind k (at its tp)
- * and S_k its stages. Stage b (T_b its fwd + bwd of a micro-batch, A_b its gradients'
- * all-reduce and O_b its optimizer step, both after its own last backward: sim.c) ends the
- * step no sooner than E_b + A_b + O_b, E_b the end of its last backward.
- * (1) Stage 0: E_0 = X >= P_b + M T_b for every b (P_b the T of the stages before b, which
- * micro-batch 0's forward and the last backward cross). Steady: X >= M max_b T_b >= M
- * least_most(w). Filled: T_b <= (X - P_b) / M gives sum_s T_s <= X (1 - (1 - 1/M)^S), and
- * sum_s T_s >= sum_l min_k w_kl. Stage 0 holds layer 0 at least, and A and O only grow with
- * the layers: A_0 + O_0 >= the least over its possible kinds of layer 0's alone.
- * (2) Every stage: E_b >= M T_b (its M forwards and backwards, one after another), and A_b =
- * 2 (dp - 1) (latency + ceil(bytes / dp) / bandwidth) >= the all-reduce's latency + the sum
- * over its layers of 2 (dp - 1) / dp of their bytes' transfer: so the step >= latency +
- * max_b sum over b's layers of v_kl = M w_kl + that share + the layer's optimizer step, and
- * the max is at least least_most(v).
- * Scaled down a little so that rounding never lifts it over the simulated step. */
 static double candidate_bound(const struct pool_state *st)
 {
-    const double *w[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
-    const int64_t *state[POOL_KINDS_MAX];
-    int S[POOL_KINDS_MAX], kinds[POOL_KINDS_MAX], L = model_layer_count(&st->model);
-    int used = used_kinds(st, w, tail, state, S, kinds), stages = 0;
-    double M = candidate_M(st), first_tail = INFINITY, least = 0;
-    if (used == 0)
-        return 0; /* nothing known of a kind's layers: no bound */
-    double *v[POOL_KINDS_MAX];
-    for (int u = 0; u < used; u++) {
-        stages += S[u];
-        first_tail = fmin(first_tail, st->kind[kinds[u]].first_tail_ms[st->tp[kinds[u]]]);
-        if ((v[u] = malloc((size_t)L * sizeof *v[u])) == NULL) {
-            while (u-- > 0)
-                free(v[u]);
-            return 0;
-        }
-        for (int l = 0; l < L; l++)
-            v[u][l] = M * w[u][l] + tail[u][l];
-    }
-    for (int l = 0; l < L; l++) {
-        double ms = INFINITY;
-        for (int u = 0; u < used; u++)
-            ms = fmin(ms, w[u][l]);
-        least += ms;
-    }
-    double steady = M * least_most(w, S, used, L), filled = least / (1 - pow(1 - 1 / M, stages));
-    double stage0 = fmax(steady, filled) + first_tail;
-    double every = st->reduce_latency_ms + least_most((const double *const *)v, S, used, L);
-    for (int u = 0; u < used; u++)
-        free(v[u]);
-    return fmax(stage0, every) * (1 - 1e-9);
+    struct pool_shape s;
+    return shape_of(st, &s) ? pool_bound(&s) : 0;
 }
 
-/* Whether the candidate's stages cannot hold the model's state (parameters, gradients and
- * optimizer state on the device; activations, even all recomputed, only add): a stage of kind
- * u holds at most capacity_u, so sum_l state_ul / capacity_u over its layers <= 1, and summed
- * over the stages, sum_l min_u (state_ul / capacity_u) <= S. */
+/* Whether some order and split of the candidate in st could step in x ms (pool_bound.h). */
+static int could_step(const struct pool_state *st, double x)
+{
+    struct pool_shape s;
+    return !shape_of(st, &s) || pool_could_step(&s, x);
+}
+
 static int cannot_fit(const struct pool_state *st)
 {
-    const double *w[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
-    const int64_t *state[POOL_KINDS_MAX];
-    int S[POOL_KINDS_MAX], kinds[POOL_KINDS_MAX], stages = 0;
-    int used = used_kinds(st, w, tail, state, S, kinds);
-    if (used == 0 || (st->o->actions & PLAN_ACTION_OPTIMIZER))
-        return 0; /* unknown, or the optimizer state may go to the host */
-    double need = 0;
-    for (int l = 0; l < model_layer_count(&st->model); l++) {
-        double least = INFINITY;
-        for (int u = 0; u < used; u++)
-            least = fmin(least, (double)state[u][l] / (double)st->kind[kinds[u]].capacity);
-        need += least;
-        if (least > 1 + 1e-9)
-            return 1; /* the layer fits no stage */
-    }
-    for (int u = 0; u < used; u++)
-        stages += S[u];
-    return need > stages * (1 + 1e-9);
-}
-
-/* Each kind's tails and states at the current dp (kept from the last when a stage does not
- * parse: then its layer_ms is NULL, no bound). */
-static int pool_reduce(struct pool_state *st, struct err *e)
-{
-    int dp = st->dp;
-    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
-        for (int t = 1; t < st->kind[k].n_tp; t++) {
-            struct err skip;
-            err_clear(&skip);
-            if (st->kind[k].layer_ms[t] == NULL)
-                continue; /* tp t cannot split the model, or the stage did not parse */
-            if (stage_alone(st, k, t, dp, 0, &skip)) {
-                free(st->kind[k].layer_ms[t]);
-                st->kind[k].layer_ms[t] = NULL;
-            }
-        }
-    st->dp = dp;
-    return e->code;
+    struct pool_shape s;
+    return !(st->o->actions & PLAN_ACTION_OPTIMIZER) && shape_of(st, &s) && pool_cannot_fit(&s);
 }
 
 /* Whether a candidate of this bound and index could replace the best by more than the
@@ -560,12 +443,9 @@ static int enumerate(struct pool_state *st, struct err *e)
 {
     st->index = 0;
     for (int dp = 1; dp * (int64_t)st->model.micro_batch <= st->global_batch; dp++) {
-        if (st->global_batch % ((int64_t)dp * st->model.micro_batch) != 0 ||
-            (st->only_dp != 0 && dp != st->only_dp))
+        if (!dp_searched(st, dp))
             continue;
         st->dp = dp;
-        if (pool_reduce(st, e))
-            return e->code;
         if (choose_kind(st, 0, 0, e))
             return e->code;
     }
@@ -601,6 +481,12 @@ static int search_pruned(struct pool_state *st, struct err *e)
         st->index = c->index;
         for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
             st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
+        double least = st->have_best ? st->best->iteration_ms / (1 + st->o->search_gap) : 0;
+        if (st->have_best && !could_step(st, least)) { /* its splits: all slower than least */
+            st->r->refuted++;
+            st->lower_bound = fmin(st->lower_bound, least);
+            continue;
+        }
         if (evaluate(st, c->bound, 0, e))
             return e->code;
     }
@@ -653,14 +539,14 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
     if (rc == ERR_OK)
-        rc = pool_layers(&st, e);
+        rc = pool_costs_make(&st, e);
     if (rc == ERR_OK)
         rc = prune ? search_pruned(&st, e) : enumerate(&st, e);
     r->n_kinds = st.K;
     for (int k = 0; k < st.K; k++) {
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
     }
-    pool_layers_free(&st);
+    pool_costs_free_all(&st);
     free(st.cands);
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)

@@ -26,7 +26,11 @@ struct pool_result {
     long fitted;     /* of which some plan fits and was returned */
     long cannot_fit; /* left out: their GPUs cannot hold the model's state (pool.c cannot_fit;
                         the exhaustive search counts them and plans them all the same) */
-    long full_but_fits; /* of those, planned and fitting: 0 unless cannot_fit is wrong */
+    long refuted;    /* left before planning: no order and split could beat the best
+                        (pool_bound.h pool_could_step) */
+    long refuted_but_fits; /* planned (the exhaustive search) and fitting although cannot_fit
+                              said it could not, or pool_could_step that it could not step
+                              so fast: 0 unless they are wrong */
     double bound_ratio; /* the largest lower bound over the step of a candidate planned: at
                            most 1 unless the bound is wrong */
     long nodes, splits; /* the candidates' --repartition nodes and splits simulated */

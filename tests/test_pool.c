@@ -90,7 +90,7 @@ static void test_pruned_equals_exhaustive(void)
         CU_ASSERT_EQUAL(rp.enumerated + rp.cannot_fit, ra.candidates);
         /* every candidate planned: its bound at most its step, none left for memory fits */
         CU_ASSERT(ra.bound_ratio > 0.3 && ra.bound_ratio <= 1);
-        CU_ASSERT_EQUAL(ra.full_but_fits, 0);
+        CU_ASSERT_EQUAL(ra.refuted_but_fits, 0);
         CU_ASSERT_EQUAL(ra.cannot_fit, rp.cannot_fit);
         left_for_memory += rp.cannot_fit;
         /* exact: the certified bound is the step */

@@ -7,11 +7,16 @@
 #include <time.h>
 
 #include "cost.h"
+#include "devices.h"
 #include "jsonio.h"
+#include "microbatch.h"
+#include "model_ops.h"
 #include "pool_bound.h"
 
 /* A candidate's --repartition gets the time left over this many. */
 #define POOL_TIME_SHARE 4
+/* Most "micro_batch_sizes". */
+#define POOL_SIZES_MAX 16
 
 struct pool_kind {
     const cJSON *entry;
@@ -27,7 +32,7 @@ struct pool_candidate {
     long index; /* in the exhaustive order */
     double bound;
     int dp;
-    short tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
+    short size, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX]; /* size: index in sizes */
 };
 
 /* The search's state: the file, the kinds, the candidate being built and the best so far. */
@@ -53,6 +58,12 @@ struct pool_state {
     double deadline; /* CLOCK_MONOTONIC seconds (INFINITY: no --time-limit) */
     /* the dps searched (dp_slot: each one's slot in the kinds' costs, -1: none) */
     int n_dp, *dp_slot;
+    /* the micro-batch sizes searched ("micro_batch_sizes", else the model's), the candidate's
+     * (-1: the file's profiles) and for a size not the model's each kind's profile at it
+     * (pool_profiles, in tmpdir; NULL: the file's own) */
+    int n_sizes, sizes[POOL_SIZES_MAX], size;
+    char *size_profile[POOL_SIZES_MAX][POOL_KINDS_MAX];
+    char tmpdir[JSONIO_PATH_MAX];
     /* the least certified bound over the candidates decided so far */
     double lower_bound;
 };
@@ -122,12 +133,18 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
     cJSON_DeleteItemFromObjectCaseSensitive(out, "pool");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "global_batch");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "dp");
+    cJSON_DeleteItemFromObjectCaseSensitive(out, "micro_batch_sizes");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "micro_batches");
     cJSON_AddNumberToObject(out, "micro_batches", micro_batches);
     cJSON *stages = cJSON_AddArrayToObject(out, "stages");
     for (int k = 0; k < st->K; k++)
         for (int s = 0; s < st->stages[k]; s++) {
             cJSON *stage = cJSON_Duplicate(st->kind[k].entry, 1);
+            const char *profile = st->size >= 0 ? st->size_profile[st->size][k] : NULL;
+            if (profile != NULL) {
+                cJSON_DeleteItemFromObjectCaseSensitive(stage, "profile");
+                cJSON_AddStringToObject(stage, "profile", profile);
+            }
             cJSON_DeleteItemFromObjectCaseSensitive(stage, "count");
             cJSON_DeleteItemFromObjectCaseSensitive(stage, "per_node");
             cJSON_AddNumberToObject(stage, "per_node", (double)st->kind[k].per_node);
@@ -140,7 +157,7 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
 
 static int candidate_M(const struct pool_state *st)
 {
-    return (int)(st->global_batch / ((int64_t)st->dp * st->model.micro_batch));
+    return (int)(st->global_batch / ((int64_t)st->dp * st->sizes[st->size]));
 }
 
 static double now_s(void)
@@ -227,6 +244,7 @@ static int evaluate(struct pool_state *st, double bound, int full, struct err *e
     st->best_index = st->index;
     st->r->dp = st->dp;
     st->r->micro_batches = M;
+    st->r->micro_batch = st->sizes[st->size];
     memcpy(st->r->tp, st->tp, sizeof st->tp);
     memcpy(st->r->stages, st->stages, sizeof st->stages);
     return ERR_OK;
@@ -279,38 +297,53 @@ static int stage_alone(struct pool_state *st, int k, int t, int dp, struct pool_
     return ERR_OK;
 }
 
-/* Whether the search takes this dp: it divides the global batch into micro-batches, and is
- * the file's "dp" when it gives one. */
+/* Whether the search takes this dp at the candidate's micro-batch size: they divide the
+ * global batch, and it is the file's "dp" when it gives one. */
 static int dp_searched(const struct pool_state *st, int64_t dp)
 {
-    return st->global_batch % (dp * st->model.micro_batch) == 0 &&
+    return st->global_batch % (dp * st->sizes[st->size]) == 0 &&
            (st->only_dp == 0 || dp == st->only_dp);
 }
 
-/* Every kind's stage alone per tp that divides the model and per dp searched. */
+/* The slot of the candidate's dp and micro-batch size in each kind's costs at a tp. */
+static int costs_slot(const struct pool_state *st, int t)
+{
+    return (t * st->n_dp + st->dp_slot[st->dp]) * st->n_sizes + st->size;
+}
+
+/* Every kind's stage alone per tp that divides the model, per dp and size searched. */
 static int pool_costs_make(struct pool_state *st, struct err *e)
 {
-    int L = model_layer_count(&st->model), dp_max = (int)(st->global_batch / st->model.micro_batch);
+    int L = model_layer_count(&st->model), least = st->sizes[0];
+    for (int i = 1; i < st->n_sizes; i++)
+        least = st->sizes[i] < least ? st->sizes[i] : least;
+    int dp_max = (int)(st->global_batch / least);
     if ((st->dp_slot = malloc(((size_t)dp_max + 1) * sizeof *st->dp_slot)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    for (int dp = 0; dp <= dp_max; dp++)
-        st->dp_slot[dp] = dp > 0 && dp_searched(st, dp) ? st->n_dp++ : -1;
+    for (int dp = 0; dp <= dp_max; dp++) {
+        int any = 0;
+        for (st->size = 0; dp > 0 && st->size < st->n_sizes; st->size++)
+            any |= dp_searched(st, dp);
+        st->dp_slot[dp] = any ? st->n_dp++ : -1;
+    }
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         struct pool_kind *kind = &st->kind[k];
         kind->n_tp = kind->per_node + 1;
-        if ((kind->costs = calloc((size_t)(kind->n_tp * st->n_dp), sizeof *kind->costs)) == NULL)
+        size_t n = (size_t)(kind->n_tp * st->n_dp * st->n_sizes);
+        if ((kind->costs = calloc(n, sizeof *kind->costs)) == NULL)
             return err_set(e, ERR_FAIL, "out of memory");
         for (int t = 1; t < kind->n_tp; t++)
-            for (int dp = 1; dp <= dp_max; dp++) {
-                struct err skip;
-                err_clear(&skip);
-                if (st->dp_slot[dp] < 0 || cluster_check_tp(&st->model, t, "", &skip))
-                    continue;
-                struct pool_costs *c = &kind->costs[t * st->n_dp + st->dp_slot[dp]];
-                if (pool_costs_alloc(c, L))
-                    return err_set(e, ERR_FAIL, "out of memory");
-                stage_alone(st, k, t, dp, c, &skip); /* one that does not parse: no bound */
-            }
+            for (st->dp = 1; st->dp <= dp_max; st->dp++)
+                for (st->size = 0; st->size < st->n_sizes; st->size++) {
+                    struct err skip;
+                    err_clear(&skip);
+                    if (!dp_searched(st, st->dp) || cluster_check_tp(&st->model, t, "", &skip))
+                        continue;
+                    struct pool_costs *c = &kind->costs[costs_slot(st, t)];
+                    if (pool_costs_alloc(c, L))
+                        return err_set(e, ERR_FAIL, "out of memory");
+                    stage_alone(st, k, t, st->dp, c, &skip); /* not parsed: no bound */
+                }
     }
     return ERR_OK;
 }
@@ -318,7 +351,8 @@ static int pool_costs_make(struct pool_state *st, struct err *e)
 static void pool_costs_free_all(struct pool_state *st)
 {
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
-        for (int i = 0; st->kind[k].costs != NULL && i < st->kind[k].n_tp * st->n_dp; i++)
+        int n = (int)st->kind[k].n_tp * st->n_dp * st->n_sizes;
+        for (int i = 0; st->kind[k].costs != NULL && i < n; i++)
             pool_costs_free(&st->kind[k].costs[i]);
         free(st->kind[k].costs);
     }
@@ -335,7 +369,7 @@ static int shape_of(const struct pool_state *st, struct pool_shape *s)
         if (st->stages[k] == 0)
             continue;
         const struct pool_kind *kind = &st->kind[k];
-        const struct pool_costs *c = &kind->costs[st->tp[k] * st->n_dp + st->dp_slot[st->dp]];
+        const struct pool_costs *c = &kind->costs[costs_slot(st, st->tp[k])];
         if (!c->known)
             return 0;
         s->costs[s->used] = c;
@@ -390,7 +424,8 @@ static int collect(struct pool_state *st, struct err *e)
         st->cap_cands = cap;
     }
     struct pool_candidate *c = &st->cands[st->n_cands++];
-    *c = (struct pool_candidate){.index = st->index, .bound = candidate_bound(st), .dp = st->dp};
+    *c = (struct pool_candidate){
+        .index = st->index, .bound = candidate_bound(st), .dp = st->dp, .size = (short)st->size};
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
         c->tp[k] = (short)st->tp[k], c->stages[k] = (short)st->stages[k];
     return ERR_OK;
@@ -438,17 +473,15 @@ static int choose_kind(struct pool_state *st, int k, int used, struct err *e)
     return ERR_OK;
 }
 
-/* Every dp dividing the global batch, and under it every choose_kind. */
+/* Every dp and micro-batch size dividing the global batch, and under them every
+ * choose_kind. */
 static int enumerate(struct pool_state *st, struct err *e)
 {
     st->index = 0;
-    for (int dp = 1; dp * (int64_t)st->model.micro_batch <= st->global_batch; dp++) {
-        if (!dp_searched(st, dp))
-            continue;
-        st->dp = dp;
-        if (choose_kind(st, 0, 0, e))
-            return e->code;
-    }
+    for (st->dp = 1; st->dp <= st->global_batch; st->dp++)
+        for (st->size = 0; st->size < st->n_sizes; st->size++)
+            if (dp_searched(st, st->dp) && choose_kind(st, 0, 0, e))
+                return e->code;
     return ERR_OK;
 }
 
@@ -478,6 +511,7 @@ static int search_pruned(struct pool_state *st, struct err *e)
             break;
         }
         st->dp = c->dp;
+        st->size = c->size;
         st->index = c->index;
         for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
             st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
@@ -497,6 +531,7 @@ static int search_pruned(struct pool_state *st, struct err *e)
 static int pool_model(struct pool_state *st, struct err *e)
 {
     struct cluster c;
+    st->size = -1;
     int rc = stage_cluster(st, 0, 1, 1, &c, e);
     if (rc == ERR_OK) {
         st->model = c.model;
@@ -521,6 +556,112 @@ static void pool_certify(struct pool_state *st)
     p->search.lower_bound = bound;
 }
 
+/* "micro_batch_sizes" (else the model's size alone): each divides the global batch, once. */
+static int read_sizes(struct pool_state *st, struct err *e)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(st->root, "micro_batch_sizes");
+    st->n_sizes = 1;
+    st->sizes[0] = st->model.micro_batch;
+    if (list == NULL)
+        return ERR_OK;
+    if (jsonio_expect_array(list, st->file, "micro_batch_sizes", e))
+        return e->code;
+    st->n_sizes = cJSON_GetArraySize(list);
+    if (st->n_sizes < 1 || st->n_sizes > POOL_SIZES_MAX)
+        return err_set(e, ERR_INPUT, "%s: micro_batch_sizes: %d sizes, expected 1 to %d",
+                       st->file, st->n_sizes, POOL_SIZES_MAX);
+    for (int i = 0; i < st->n_sizes; i++) {
+        char path[JSONIO_PATH_MAX];
+        int64_t b;
+        jsonio_path_index(path, "micro_batch_sizes", i);
+        if (jsonio_int_value(cJSON_GetArrayItem(list, i), st->file, path, 1, st->global_batch,
+                             &b, e))
+            return e->code;
+        if (st->global_batch % b != 0)
+            return err_set(e, ERR_INPUT, "%s: %s: %lld does not divide global_batch %lld",
+                           st->file, path, (long long)b, (long long)st->global_batch);
+        for (int j = 0; j < i; j++)
+            if (st->sizes[j] == b)
+                return err_set(e, ERR_INPUT, "%s: %s: %lld is micro_batch_sizes[%d] too",
+                               st->file, path, (long long)b, j);
+        if (b != st->model.micro_batch && model_ops_of(&st->model) == NULL)
+            return err_set(e, ERR_INPUT,
+                           "%s: %s: %lld, but the model is custom (\"%s\"): its profiles hold "
+                           "micro-batch %d only and Ballast has no size functions to rescale "
+                           "them",
+                           st->file, path, (long long)b, st->model.name, st->model.micro_batch);
+        st->sizes[i] = (int)b;
+    }
+    return ERR_OK;
+}
+
+/* Kind k's profile at micro-batch size b, as --micro-batches auto makes it (microbatch.c),
+ * written to `path`. */
+static int size_profile(struct pool_state *st, const struct device_table *t, int k, int b,
+                        const char *path, struct err *e)
+{
+    struct cluster c, cb;
+    struct microbatch_notes notes = {0};
+    st->size = -1;
+    int rc = stage_cluster(st, k, 1, 1, &c, e);
+    if (rc)
+        return rc;
+    rc = microbatch_cluster(&c, t, b, 1, &cb, &notes, e);
+    if (rc == ERR_OK) {
+        rc = profile_write(path, &cb.profiles[0], e);
+        microbatch_cluster_free(&cb, c.n_profiles);
+    }
+    cluster_free(&c);
+    return rc;
+}
+
+/* Each kind's profile at each size not the model's, in a directory of their own. */
+static int pool_profiles(struct pool_state *st, struct err *e)
+{
+    struct device_table t;
+    int rc = ERR_OK, loaded = 0;
+    for (int i = 0; i < st->n_sizes && rc == ERR_OK; i++)
+        for (int k = 0; k < st->K && k < POOL_KINDS_MAX && rc == ERR_OK; k++) {
+            if (st->sizes[i] == st->model.micro_batch)
+                continue;
+            if (!loaded && (rc = devices_load(devices_default_file(), &t, e)) != ERR_OK)
+                return rc;
+            loaded = 1;
+            const char *tmp = getenv("TMPDIR");
+            if (st->tmpdir[0] == '\0') {
+                snprintf(st->tmpdir, sizeof st->tmpdir, "%s/ballast-pool-XXXXXX",
+                         tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+                if (mkdtemp(st->tmpdir) == NULL) {
+                    st->tmpdir[0] = '\0';
+                    rc = err_set(e, ERR_FAIL, "pool: cannot make a directory for the profiles "
+                                              "at other micro-batch sizes");
+                    break;
+                }
+            }
+            char path[JSONIO_PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s/%d-b%d.json", st->tmpdir, k, st->sizes[i]);
+            if ((st->size_profile[i][k] = strdup(path)) == NULL)
+                rc = err_set(e, ERR_FAIL, "out of memory");
+            else
+                rc = size_profile(st, &t, k, st->sizes[i], path, e);
+        }
+    if (loaded)
+        devices_free(&t);
+    return rc;
+}
+
+static void pool_profiles_free(struct pool_state *st)
+{
+    for (int i = 0; i < POOL_SIZES_MAX; i++)
+        for (int k = 0; k < POOL_KINDS_MAX; k++) {
+            if (st->size_profile[i][k] != NULL)
+                remove(st->size_profile[i][k]);
+            free(st->size_profile[i][k]);
+        }
+    if (st->tmpdir[0] != '\0')
+        remove(st->tmpdir);
+}
+
 int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
                        struct plan *best, struct pool_result *r, struct err *e)
 {
@@ -539,6 +680,10 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
     if (rc == ERR_OK)
+        rc = read_sizes(&st, e);
+    if (rc == ERR_OK)
+        rc = pool_profiles(&st, e);
+    if (rc == ERR_OK)
         rc = pool_costs_make(&st, e);
     if (rc == ERR_OK)
         rc = prune ? search_pruned(&st, e) : enumerate(&st, e);
@@ -547,6 +692,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
     }
     pool_costs_free_all(&st);
+    pool_profiles_free(&st);
     free(st.cands);
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
@@ -575,9 +721,11 @@ void pool_print(FILE *f, const struct pool_result *r)
     for (int k = 0; k < r->n_kinds; k++)
         fprintf(f, " %s %d stages of tp %d%s", r->device[k], r->stages[k], r->tp[k],
                 k + 1 < r->n_kinds ? "," : "\n");
-    fprintf(f, "pool search: %ld candidates, %ld planned (%ld found nothing faster than the best "
-               "so far), the rest left by their bound; certified gap %.3f%% (no candidate "
-               "steps faster than %.3f ms)%s\n",
-            r->enumerated ? r->enumerated : r->candidates, r->candidates, r->cut, 100 * r->gap,
-            r->lower_bound, r->exhausted ? "" : "; stopped at the time limit or node budget");
+    fprintf(f, "pool search: micro-batch size %d; of %ld candidates %ld planned (%ld found "
+               "nothing faster than the best so far), %ld left as their GPUs cannot hold the "
+               "model's state, %ld as no split of theirs could beat the best, the rest by "
+               "their bound; certified gap %.3f%% (no candidate steps faster than %.3f ms)%s\n",
+            r->micro_batch, r->enumerated + r->cannot_fit, r->candidates, r->cut, r->cannot_fit,
+            r->refuted, 100 * r->gap, r->lower_bound,
+            r->exhausted ? "" : "; stopped at the time limit or node budget");
 }

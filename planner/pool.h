@@ -38,7 +38,7 @@ struct pool_result {
     double lower_bound; /* certified: no candidate steps faster (ms) */
     double gap;         /* the best step over lower_bound, less 1 */
     int n_kinds;
-    int dp, micro_batches;
+    int dp, micro_batches, micro_batch; /* the fastest's: micro_batch its size */
     int tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
     char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
 };

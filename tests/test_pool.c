@@ -57,6 +57,7 @@ static const struct pool_case cases[] = {
     {2, 6, 8, ""},
     {2, 8, 32, ",\"dp_link\":{\"gbps\":5,\"latency_us\":20}"},
     {4, 2, 64, ",\"dp_link\":{\"gbps\":0.5,\"latency_us\":100}"},
+    {4, 4, 16, ",\"dp_link\":{\"gbps\":1,\"latency_us\":50},\"micro_batch_sizes\":[1,2,4]"},
 };
 
 static void test_pruned_equals_exhaustive(void)
@@ -181,6 +182,54 @@ static void test_time_limit(void)
     plan_free(&all);
 }
 
+/* Micro-batch sizes: the search over [2, 4] is the better of the searches over each alone,
+ * the model's size alone is the search without the field; bad sizes refused by name. */
+static void test_micro_batch_sizes(void)
+{
+    static const char *const extra[4] = {
+        ",\"micro_batch_sizes\":[2,4]", ",\"micro_batch_sizes\":[2]",
+        ",\"micro_batch_sizes\":[4]", ""};
+    struct plan p[4];
+    struct pool_result r[4];
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.search_gap = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *file = pool_file(4, 4, 16, extra[i]);
+        CU_ASSERT_EQUAL_FATAL(pool_search(file, &o, &p[i], &r[i], &e), ERR_OK);
+        CU_ASSERT_EQUAL(p[i].model.micro_batch, r[i].micro_batch);
+        CU_ASSERT_EQUAL(r[i].micro_batch * r[i].micro_batches * r[i].dp, 16);
+    }
+    printf("\n  sizes 2 and 4: %.6f ms at %d; 2: %.6f ms; 4: %.6f ms; the model's: %.6f ms",
+           p[0].iteration_ms, r[0].micro_batch, p[1].iteration_ms, p[2].iteration_ms,
+           p[3].iteration_ms);
+    CU_ASSERT_EQUAL(p[0].iteration_ms, fmin(p[1].iteration_ms, p[2].iteration_ms));
+    CU_ASSERT_EQUAL(r[1].micro_batch, 2);
+    CU_ASSERT_EQUAL(p[2].iteration_ms, p[3].iteration_ms);
+    CU_ASSERT_EQUAL(r[2].micro_batch, 4);
+    for (int i = 0; i < 4; i++)
+        plan_free(&p[i]);
+    static const char *const bad[3][2] = {
+        {"[3]", "micro_batch_sizes[0]: 3 does not divide global_batch 16"},
+        {"[2,-1]", "micro_batch_sizes[1]"},
+        {"[2,4,2]", "micro_batch_sizes[2]: 2 is micro_batch_sizes[0] too"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char more[128], args[2048], *err = NULL;
+        snprintf(more, sizeof more, ",\"micro_batch_sizes\":%s", bad[i][0]);
+        snprintf(args, sizeof args, "plan --cluster %s", pool_file(4, 4, 16, more));
+        CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+        if (err == NULL || strstr(err, bad[i][1]) == NULL || strstr(err, "pool.json") == NULL) {
+            fprintf(stderr, "%s: expected \"%s\" in: %s\n", bad[i][0], bad[i][1],
+                    err ? err : "");
+            CU_FAIL("bad micro_batch_sizes");
+        }
+        free(err);
+    }
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -189,6 +238,7 @@ int main(void)
                 test_pruned_equals_exhaustive);
     CU_add_test(s, "--repartition's cutoff", test_cutoff);
     CU_add_test(s, "the time limit and the certified gap", test_time_limit);
+    CU_add_test(s, "micro-batch sizes", test_micro_batch_sizes);
     if (write_profiles() != 0) {
         fprintf(stderr, "could not write the profiles\n");
         return 1;

@@ -33,6 +33,7 @@ struct pool_candidate {
     double bound;
     int dp;
     short size, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX]; /* size: index in sizes */
+    short refined; /* bound: pool_refine's (else candidate_bound's) */
 };
 
 /* The search's state: the file, the kinds, the candidate being built and the best so far. */
@@ -43,6 +44,7 @@ struct pool_state {
     struct pool_kind kind[POOL_KINDS_MAX];
     int K;
     struct model model;
+    enum schedule schedule;
     int64_t global_batch;
     int64_t only_dp; /* "dp"?: the one dp searched; 0: every dp */
     int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
@@ -64,6 +66,10 @@ struct pool_state {
     int n_sizes, sizes[POOL_SIZES_MAX], size;
     char *size_profile[POOL_SIZES_MAX][POOL_KINDS_MAX];
     char tmpdir[JSONIO_PATH_MAX];
+    /* the last candidate's summary (summary_of) */
+    struct pool_shape summary_shape;
+    struct pool_summary summary;
+    int summary_known;
     /* the least certified bound over the candidates decided so far */
     double lower_bound;
 };
@@ -287,6 +293,18 @@ static int stage_alone(struct pool_state *st, int k, int t, int dp, struct pool_
         out->work_ms[l] = y->fwd_ms + y->bwd_ms;
         out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
         out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
+        out->act[l] = y->act_bytes;
+        out->least_kept[l] = y->act_bytes;
+        for (int k = 0; k < cost_choice_count(y); k++) { /* keep, full, each option */
+            struct cost_row row = cost_row(y, k);
+            double freed = (double)(y->act_bytes - row.kept_bytes);
+            out->least_kept[l] = row.kept_bytes < out->least_kept[l] ? row.kept_bytes
+                                                                     : out->least_kept[l];
+            if (freed > 0)
+                out->freed_per_ms = fmax(out->freed_per_ms, row.recompute_ms > 0
+                                                                ? freed / row.recompute_ms
+                                                                : INFINITY);
+        }
     }
     out->first_tail_ms =
         cluster_allreduce_ms(&c, 0, 0, 0) + device_optimizer * p->layers[0].optimizer_ms;
@@ -365,6 +383,8 @@ static int shape_of(const struct pool_state *st, struct pool_shape *s)
     s->used = 0;
     s->L = model_layer_count(&st->model);
     s->M = candidate_M(st);
+    s->schedule = st->schedule;
+    s->recompute_only = st->o->actions == PLAN_ACTION_RECOMPUTE;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         if (st->stages[k] == 0)
             continue;
@@ -378,10 +398,30 @@ static int shape_of(const struct pool_state *st, struct pool_shape *s)
     return s->used > 0;
 }
 
-static double candidate_bound(const struct pool_state *st)
+/* The candidate's shape and summary: the summary kept from the last candidate when only the
+ * stage counts differ (the enumeration varies those innermost). 0: no bound. */
+static int summary_of(struct pool_state *st, struct pool_shape *s, struct pool_summary *sum)
+{
+    if (!shape_of(st, s))
+        return 0;
+    int same = st->summary_known && s->used == st->summary_shape.used &&
+               s->M == st->summary_shape.M;
+    for (int u = 0; same && u < s->used; u++)
+        same = s->costs[u] == st->summary_shape.costs[u];
+    if (!same) {
+        pool_summarize(s, &st->summary);
+        st->summary_shape = *s;
+        st->summary_known = 1;
+    }
+    *sum = st->summary;
+    return 1;
+}
+
+static double candidate_bound(struct pool_state *st)
 {
     struct pool_shape s;
-    return shape_of(st, &s) ? pool_bound(&s) : 0;
+    struct pool_summary sum;
+    return summary_of(st, &s, &sum) ? pool_bound(&s, &sum) : 0;
 }
 
 /* Whether some order and split of the candidate in st could step in x ms (pool_bound.h). */
@@ -391,10 +431,12 @@ static int could_step(const struct pool_state *st, double x)
     return !shape_of(st, &s) || pool_could_step(&s, x);
 }
 
-static int cannot_fit(const struct pool_state *st)
+static int cannot_fit(struct pool_state *st)
 {
     struct pool_shape s;
-    return !(st->o->actions & PLAN_ACTION_OPTIMIZER) && shape_of(st, &s) && pool_cannot_fit(&s);
+    struct pool_summary sum;
+    return !(st->o->actions & PLAN_ACTION_OPTIMIZER) && summary_of(st, &s, &sum) &&
+           pool_cannot_fit(&s, &sum);
 }
 
 /* Whether a candidate of this bound and index could replace the best by more than the
@@ -493,35 +535,97 @@ static int by_bound(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
-/* Every candidate with its bound, planned in the order of the bounds (ties: the exhaustive
- * order) until the next bound cannot beat the best, or the time is up: a candidate left
- * keeps its bound in the certified one (the bounds after it are no less). */
+/* Splits of the gap between two bounds when a candidate's is refined (pool_refine). */
+#define POOL_REFINE_STEPS 8
+
+/* The candidates as a binary heap by (bound, index): sorted, they are one already. */
+static void heap_down(struct pool_candidate *h, long n, long i)
+{
+    for (;;) {
+        long least = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && by_bound(&h[l], &h[least]) < 0)
+            least = l;
+        if (r < n && by_bound(&h[r], &h[least]) < 0)
+            least = r;
+        if (least == i)
+            return;
+        struct pool_candidate t = h[i];
+        h[i] = h[least];
+        h[least] = t;
+        i = least;
+    }
+}
+
+static void load_candidate(struct pool_state *st, const struct pool_candidate *c)
+{
+    st->dp = c->dp;
+    st->size = c->size;
+    st->index = c->index;
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
+        st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
+}
+
+/* The candidate in st (of bound c->bound) refined by pool_could_step: a bound no split of it
+ * can step under, searched up to the best step less the gap (none: doubled until some split
+ * could). *refuted: not even that is in reach (the bound returned is then it). */
+static double pool_refine(struct pool_state *st, const struct pool_candidate *c, int *refuted)
+{
+    double lo = c->bound, hi = 2 * fmax(lo, 1e-9);
+    if (st->have_best)
+        hi = st->best->iteration_ms / (1 + st->o->search_gap);
+    else
+        for (int i = 0; i < 30 && !could_step(st, hi); i++)
+            lo = hi, hi *= 2;
+    if ((*refuted = st->have_best && !could_step(st, hi)) != 0)
+        return hi;
+    for (int i = 0; i < POOL_REFINE_STEPS && lo < hi; i++) {
+        double mid = lo + (hi - lo) / 2;
+        if (could_step(st, mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return lo;
+}
+
+/* Every candidate with its bound, taken least bound first (ties: the exhaustive order): one
+ * whose bound is the cheap one gets it refined (pool_refine) and goes back; a refined one is
+ * planned, and one that cannot beat the best left, with its refined bound. The search stops
+ * when the least bound cannot beat the best, or at the time limit: a candidate left keeps its
+ * bound in the certified one (the bounds after it are no less). */
 static int search_pruned(struct pool_state *st, struct err *e)
 {
     if (enumerate(st, e))
         return e->code;
     st->r->enumerated = st->n_cands;
     qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, by_bound);
-    for (long i = 0; i < st->n_cands; i++) {
-        const struct pool_candidate *c = &st->cands[i];
+    for (long n = st->n_cands; n > 0;) {
+        struct pool_candidate *c = &st->cands[0];
         int timed_out = st->have_best && now_s() > st->deadline;
         if (timed_out || !may_win(st, c->bound, c->index)) {
             st->lower_bound = fmin(st->lower_bound, c->bound);
             st->r->exhausted &= !timed_out;
             break;
         }
-        st->dp = c->dp;
-        st->size = c->size;
-        st->index = c->index;
-        for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
-            st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
-        double least = st->have_best ? st->best->iteration_ms / (1 + st->o->search_gap) : 0;
-        if (st->have_best && !could_step(st, least)) { /* its splits: all slower than least */
+        load_candidate(st, c);
+        int refuted = 0;
+        if (!c->refined) {
+            c->bound = fmax(c->bound, pool_refine(st, c, &refuted));
+            c->refined = 1;
+            if (!refuted) {
+                heap_down(st->cands, n, 0);
+                continue;
+            }
+        }
+        struct pool_candidate taken = *c;
+        st->cands[0] = st->cands[--n];
+        heap_down(st->cands, n, 0);
+        if (refuted) { /* no split could beat the best */
             st->r->refuted++;
-            st->lower_bound = fmin(st->lower_bound, least);
+            st->lower_bound = fmin(st->lower_bound, taken.bound);
             continue;
         }
-        if (evaluate(st, c->bound, 0, e))
+        if (evaluate(st, taken.bound, 0, e))
             return e->code;
     }
     return ERR_OK;
@@ -535,6 +639,7 @@ static int pool_model(struct pool_state *st, struct err *e)
     int rc = stage_cluster(st, 0, 1, 1, &c, e);
     if (rc == ERR_OK) {
         st->model = c.model;
+        st->schedule = c.schedule;
         cluster_free(&c);
     }
     return rc;

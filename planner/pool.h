@@ -1,14 +1,19 @@
 /* The pool search (issue 17): given a pool of GPUs (a cluster file with "pool" and
  * "global_batch" instead of "stages"), the data-parallel pipeline with the least simulated
- * step. A candidate is dp replicas of one pipeline holding, per device kind k, S_k stages of
- * tp_k GPUs each (tp_k divides the model's heads and fits a node, dp * S_k * tp_k <= count_k),
- * with M = global_batch / (dp * micro_batch) micro-batches a replica; each candidate's device
- * order, layer split and memory actions are --method optimal --repartition's, and its step is
- * the simulated one with the gradient reduction over the replicas. The answer is the least
- * over all of them (ties: the first in the order dp, then kind after kind tp and stages):
- * the candidates with the POOL_FIRST least lower bounds are planned first, and a candidate
- * whose bound (M times the reference work over the summed speeds of its stages, pool.c
- * candidate_bound) cannot beat the best so far is not planned. */
+ * step. A candidate is dp replicas of one pipeline at micro-batch size b (the model's, or each
+ * of "micro_batch_sizes"), holding, per device kind k, S_k stages of tp_k GPUs each (tp_k
+ * divides the model's heads and fits a node, dp * S_k * tp_k <= count_k), with M =
+ * global_batch / (dp * b) micro-batches a replica; each candidate's device order, layer split
+ * and memory actions are --method optimal --repartition's, and its step is the simulated one
+ * with the gradient reduction over the replicas. The answer is the least over all of them
+ * (ties: the first in the order dp, b, then kind after kind tp and stages).
+ * Every candidate gets a lower bound (pool_bound.h); those whose GPUs cannot hold the model's
+ * state are left out, the rest are taken in the order of their bounds until a bound cannot
+ * beat the best (less --search-gap). Before planning one, a DP over its orders and splits
+ * proves whether it could beat the best at all; then --repartition searches it with the best
+ * step as its cutoff. --time-limit holds for the whole search; the plan carries the certified
+ * gap (its lower bound: the least of what each candidate's search proved and the bounds of
+ * those left). */
 #ifndef BALLAST_POOL_H
 #define BALLAST_POOL_H
 

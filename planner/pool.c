@@ -453,8 +453,7 @@ static int may_win(const struct pool_state *st, double bound, long index)
 static int collect(struct pool_state *st, struct err *e)
 {
     if (cannot_fit(st)) {
-        st->r->cannot_fit++;
-        st->lower_bound = fmin(st->lower_bound, INFINITY);
+        st->r->cannot_fit++; /* no plan: nothing to bound */
         return ERR_OK;
     }
     if (st->n_cands == st->cap_cands) {

@@ -236,30 +236,29 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
     return !isinf(at[L]);
 }
 
-static int next_order(int *a, int n)
+/* The orders of the kinds, order[0..depth) fixed and the kinds in `left` (a bit each) to
+ * come: whether some split of one could step in x. */
+static int some_order(const struct pool_shape *s, const struct prefixes *p, int *order,
+                      int depth, unsigned left, int *kind_at, double x, double *at)
 {
-    int i = n - 2;
-    while (i >= 0 && a[i] >= a[i + 1])
-        i--;
-    if (i < 0)
-        return 0;
-    int j = n - 1;
-    while (a[j] <= a[i])
-        j--;
-    int t = a[i];
-    a[i] = a[j];
-    a[j] = t;
-    for (int l = i + 1, r = n - 1; l < r; l++, r--)
-        t = a[l], a[l] = a[r], a[r] = t;
-    return 1;
+    if (left == 0)
+        return split_could_step(s, p, kind_at, positions(s, order, kind_at), x, at,
+                                at + s->L + 1);
+    for (int u = 0; u < s->used; u++)
+        if (left >> u & 1) {
+            order[depth] = u;
+            if (some_order(s, p, order, depth + 1, left & ~(1u << u), kind_at, x, at))
+                return 1;
+        }
+    return 0;
 }
 
 int pool_could_step(const struct pool_shape *s, double x)
 {
     struct prefixes p;
-    int order[POOL_KINDS_MAX], S = 0, could = 0;
+    int order[POOL_KINDS_MAX], S = 0;
     for (int u = 0; u < s->used; u++)
-        order[u] = u, S += s->stages[u];
+        S += s->stages[u];
     int *kind_at = malloc((size_t)S * sizeof *kind_at);
     double *at = malloc(2 * ((size_t)s->L + 1) * sizeof *at);
     if (kind_at == NULL || at == NULL || prefixes_make(s, &p)) {
@@ -267,11 +266,8 @@ int pool_could_step(const struct pool_shape *s, double x)
         free(at);
         return 1; /* nothing proved */
     }
-    x *= 1 + 1e-9; /* rounding never leaves out a split that steps in x */
-    do
-        could = split_could_step(s, &p, kind_at, positions(s, order, kind_at), x, at,
-                                 at + s->L + 1);
-    while (!could && next_order(order, s->used));
+    /* rounding never leaves out a split that steps in x */
+    int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, x * (1 + 1e-9), at);
     free(p.block);
     free(kind_at);
     free(at);

@@ -53,10 +53,13 @@ struct pool_state {
     int have_best;
     long best_index;
     struct pool_result *r;
-    /* the pruned search collects every candidate with its bound, then plans them in order */
+    /* the pruned search collects the `keep` least bounds a pass, then plans them in order */
     int prune;
+    long keep;
     struct pool_candidate *cands;
-    long n_cands, cap_cands;
+    long n_cands, dropped; /* kept this pass (at most POOL_KEEP), and left for the next */
+    int pass;
+    struct pool_candidate floor; /* the last pass's greatest kept: the rest come after it */
     double deadline; /* CLOCK_MONOTONIC seconds (INFINITY: no --time-limit) */
     /* the dps searched (dp_slot: each one's slot in the kinds' costs, -1: none) */
     int n_dp, *dp_slot;
@@ -450,25 +453,73 @@ static int may_win(const struct pool_state *st, double bound, long index)
            (least == st->best->iteration_ms && index < st->best_index);
 }
 
+static int by_bound(const void *a, const void *b)
+{
+    const struct pool_candidate *x = a, *y = b;
+    if (x->bound != y->bound)
+        return x->bound < y->bound ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Binary heaps of candidates by (bound, index): least first for sign 1, greatest for -1. */
+static void heap_down(struct pool_candidate *h, long n, long i, int sign)
+{
+    for (;;) {
+        long top = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && sign * by_bound(&h[l], &h[top]) < 0)
+            top = l;
+        if (r < n && sign * by_bound(&h[r], &h[top]) < 0)
+            top = r;
+        if (top == i)
+            return;
+        struct pool_candidate t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
+}
+
+static void heap_up(struct pool_candidate *h, long i, int sign)
+{
+    while (i > 0 && sign * by_bound(&h[i], &h[(i - 1) / 2]) < 0) {
+        struct pool_candidate t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+/* The candidate in st, with its bound, into this pass's POOL_KEEP least (a heap, greatest
+ * first); one an earlier pass took is passed over, and one that cannot beat the best is left
+ * with its bound. */
 static int collect(struct pool_state *st, struct err *e)
 {
+    (void)e;
     if (cannot_fit(st)) {
-        st->r->cannot_fit++; /* no plan: nothing to bound */
+        st->r->cannot_fit += st->pass == 0; /* no plan: nothing to bound */
         return ERR_OK;
     }
-    if (st->n_cands == st->cap_cands) {
-        long cap = st->cap_cands ? 2 * st->cap_cands : 1024;
-        struct pool_candidate *grown = realloc(st->cands, (size_t)cap * sizeof *grown);
-        if (grown == NULL)
-            return err_set(e, ERR_FAIL, "out of memory");
-        st->cands = grown;
-        st->cap_cands = cap;
-    }
-    struct pool_candidate *c = &st->cands[st->n_cands++];
-    *c = (struct pool_candidate){
+    struct pool_candidate c = {
         .index = st->index, .bound = candidate_bound(st), .dp = st->dp, .size = (short)st->size};
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
-        c->tp[k] = (short)st->tp[k], c->stages[k] = (short)st->stages[k];
+        c.tp[k] = (short)st->tp[k], c.stages[k] = (short)st->stages[k];
+    st->r->enumerated += st->pass == 0;
+    if (st->pass > 0 && by_bound(&c, &st->floor) <= 0)
+        return ERR_OK;
+    if (st->have_best && !may_win(st, c.bound, c.index)) {
+        st->lower_bound = fmin(st->lower_bound, c.bound);
+        return ERR_OK;
+    }
+    if (st->n_cands < st->keep) {
+        st->cands[st->n_cands] = c;
+        heap_up(st->cands, st->n_cands++, -1);
+        return ERR_OK;
+    }
+    st->dropped++;
+    if (by_bound(&c, &st->cands[0]) < 0) {
+        st->cands[0] = c;
+        heap_down(st->cands, st->n_cands, 0, -1);
+    }
     return ERR_OK;
 }
 
@@ -526,34 +577,10 @@ static int enumerate(struct pool_state *st, struct err *e)
     return ERR_OK;
 }
 
-static int by_bound(const void *a, const void *b)
-{
-    const struct pool_candidate *x = a, *y = b;
-    if (x->bound != y->bound)
-        return x->bound < y->bound ? -1 : 1;
-    return (x->index > y->index) - (x->index < y->index);
-}
 
 /* Splits of the gap between two bounds when a candidate's is refined (pool_refine). */
 #define POOL_REFINE_STEPS 8
 
-/* The candidates as a binary heap by (bound, index): sorted, they are one already. */
-static void heap_down(struct pool_candidate *h, long n, long i)
-{
-    for (;;) {
-        long least = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && by_bound(&h[l], &h[least]) < 0)
-            least = l;
-        if (r < n && by_bound(&h[r], &h[least]) < 0)
-            least = r;
-        if (least == i)
-            return;
-        struct pool_candidate t = h[i];
-        h[i] = h[least];
-        h[least] = t;
-        i = least;
-    }
-}
 
 static void load_candidate(struct pool_state *st, const struct pool_candidate *c)
 {
@@ -587,24 +614,23 @@ static double pool_refine(struct pool_state *st, const struct pool_candidate *c,
     return lo;
 }
 
-/* Every candidate with its bound, taken least bound first (ties: the exhaustive order): one
- * whose bound is the cheap one gets it refined (pool_refine) and goes back; a refined one is
- * planned, and one that cannot beat the best left, with its refined bound. The search stops
- * when the least bound cannot beat the best, or at the time limit: a candidate left keeps its
- * bound in the certified one (the bounds after it are no less). */
-static int search_pruned(struct pool_state *st, struct err *e)
+/* The pass's candidates taken least bound first (ties: the exhaustive order): one whose bound
+ * is the cheap one gets it refined (pool_refine) and goes back; a refined one is planned, and
+ * one that cannot beat the best left with its refined bound. *stopped when the least bound
+ * cannot beat the best, or at the time limit: a candidate left keeps its bound in the
+ * certified one (the bounds after it, this pass's and the next's, are no less). */
+static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
 {
-    if (enumerate(st, e))
-        return e->code;
-    st->r->enumerated = st->n_cands;
-    qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, by_bound);
+    qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, by_bound); /* a heap, least first */
+    *stopped = 0;
     for (long n = st->n_cands; n > 0;) {
         struct pool_candidate *c = &st->cands[0];
         int timed_out = st->have_best && now_s() > st->deadline;
         if (timed_out || !may_win(st, c->bound, c->index)) {
             st->lower_bound = fmin(st->lower_bound, c->bound);
             st->r->exhausted &= !timed_out;
-            break;
+            *stopped = 1;
+            return ERR_OK;
         }
         load_candidate(st, c);
         int refuted = 0;
@@ -612,13 +638,13 @@ static int search_pruned(struct pool_state *st, struct err *e)
             c->bound = fmax(c->bound, pool_refine(st, c, &refuted));
             c->refined = 1;
             if (!refuted) {
-                heap_down(st->cands, n, 0);
+                heap_down(st->cands, n, 0, 1);
                 continue;
             }
         }
         struct pool_candidate taken = *c;
         st->cands[0] = st->cands[--n];
-        heap_down(st->cands, n, 0);
+        heap_down(st->cands, n, 0, 1);
         if (refuted) { /* no split could beat the best */
             st->r->refuted++;
             st->lower_bound = fmin(st->lower_bound, taken.bound);
@@ -628,6 +654,25 @@ static int search_pruned(struct pool_state *st, struct err *e)
             return e->code;
     }
     return ERR_OK;
+}
+
+/* Passes over the enumeration, each taking its POOL_KEEP least bounds after the last pass's,
+ * until the search stops or no candidate is left. */
+static int search_pruned(struct pool_state *st, struct err *e)
+{
+    if ((st->cands = malloc((size_t)st->keep * sizeof *st->cands)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (st->pass = 0;; st->pass++) {
+        int stopped;
+        st->n_cands = st->dropped = 0;
+        if (enumerate(st, e))
+            return e->code;
+        if (st->n_cands == 0)
+            return ERR_OK;
+        st->floor = st->cands[0];
+        if (take_best_first(st, &stopped, e) || stopped || st->dropped == 0)
+            return e->code;
+    }
 }
 
 /* The pool's model: its first kind as one stage (its profile is read and checked). */
@@ -766,15 +811,15 @@ static void pool_profiles_free(struct pool_state *st)
         remove(st->tmpdir);
 }
 
-int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
+int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
                        struct plan *best, struct pool_result *r, struct err *e)
 {
     memset(r, 0, sizeof *r);
     if (o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "%s: pool: the pool search plans with --method optimal",
                        file);
-    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune,
-                            .lower_bound = INFINITY};
+    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune > 0,
+                            .keep = prune, .lower_bound = INFINITY};
     st.deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
     r->exhausted = 1;
     st.root = jsonio_read(file, e);
@@ -814,7 +859,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,
                 struct pool_result *r, struct err *e)
 {
-    return pool_search_pruned(file, o, 1, best, r, e);
+    return pool_search_pruned(file, o, POOL_KEEP, best, r, e);
 }
 
 void pool_print(FILE *f, const struct pool_result *r)

@@ -23,6 +23,9 @@
 #include "planner.h"
 
 #define POOL_KINDS_MAX 6
+/* Candidates a pass of the pruned search keeps, the least bounds; the rest wait for the next
+ * pass (so memory stays bounded however many the pool holds). */
+#define POOL_KEEP (1L << 17)
 
 struct pool_result {
     long enumerated; /* candidates (the pruned search's; the exhaustive one plans them all) */
@@ -54,8 +57,9 @@ int pool_file_check(const char *file, int *is_pool, struct err *e);
  * naming the field and the numbers). `o` is --method optimal's; the search sets repartition. */
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,
                 struct pool_result *r, struct err *e);
-/* The same with the pruning on or off (off: every candidate planned, for tests). */
-int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
+/* The same with the pruning on, keeping `prune` candidates a pass (pool_search: POOL_KEEP), or
+ * off (0: every candidate planned, for tests). */
+int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
                        struct plan *best, struct pool_result *r, struct err *e);
 void pool_print(FILE *f, const struct pool_result *r);
 

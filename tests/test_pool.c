@@ -70,7 +70,7 @@ static void search_both(const char *file, struct plan *all, struct pool_result *
     plan_options_default(&o);
     o.search_gap = 0;
     int rc = pool_search_pruned(file, &o, 0, all, ra, &e);
-    if (rc == ERR_OK && (rc = pool_search_pruned(file, &o, 1, pruned, rp, &e)) != ERR_OK)
+    if (rc == ERR_OK && (rc = pool_search_pruned(file, &o, POOL_KEEP, pruned, rp, &e)) != ERR_OK)
         plan_free(all);
     if (rc != ERR_OK)
         fprintf(stderr, "%s\n", e.msg);
@@ -109,6 +109,16 @@ static void test_pruned_equals_exhaustive(void)
         /* exact: the certified bound is the step */
         CU_ASSERT(rp.exhausted && rp.gap <= 1e-12 && rp.lower_bound <= all.iteration_ms);
         CU_ASSERT(pruned.search.present && pruned.optimality_gap == rp.gap);
+        plan_free(&pruned);
+        /* passes of 3 candidates: the same plan */
+        plan_options_default(&o);
+        o.search_gap = 0;
+        CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 3, &pruned, &rp, &e), ERR_OK);
+        CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
+        CU_ASSERT(rp.dp == ra.dp && rp.micro_batch == ra.micro_batch);
+        CU_ASSERT(memcmp(rp.stages, ra.stages, sizeof rp.stages) == 0);
+        CU_ASSERT(memcmp(rp.tp, ra.tp, sizeof rp.tp) == 0);
+        CU_ASSERT(rp.gap <= 1e-12 && rp.lower_bound <= all.iteration_ms);
         plan_free(&pruned);
         /* the default gap: within it of the best, and its certified bound below the best */
         plan_options_default(&o);

@@ -11,7 +11,8 @@
  * state are left out, the rest are taken in the order of their bounds until a bound cannot
  * beat the best (less --search-gap). Before planning one, a DP over its orders and splits
  * proves whether it could beat the best at all; then --repartition searches it with the best
- * step as its cutoff. --time-limit holds for the whole search; the plan carries the certified
+ * step as its cutoff. --time-limit holds for the whole search (checked between candidates,
+ * once one plan is found; a candidate's search gets a share); the plan carries the certified
  * gap (its lower bound: the least of what each candidate's search proved and the bounds of
  * those left). */
 #ifndef BALLAST_POOL_H

@@ -29,7 +29,7 @@
 #define POOL_KEEP (1L << 17)
 
 struct pool_result {
-    long enumerated; /* candidates (the pruned search's; the exhaustive one plans them all) */
+    long enumerated; /* candidates the pruned search ranked (those left for memory aside) */
     long candidates; /* planned (the others were left by their bound) */
     long cut;        /* of which nothing beat the best so far (their --repartition cutoff) */
     long fitted;     /* of which some plan fits and was returned */

@@ -33,16 +33,18 @@ plan() {
 import re, sys
 log, rc, start, end = open(sys.argv[1]).read(), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 if rc == 124:
-    print(f"timeout | | | | |"); sys.exit()
+    print(f"timeout | | | | | |"); sys.exit()
 m = re.search(r"pool: (\d+) candidates planned.*the fastest: dp (\d+), (\d+) micro-batches a replica;(.*)", log)
 it = re.search(r"^iteration: ([\d.]+) ms", log, re.M)
-if rc != 0 or m is None or it is None:
-    print(f"error {rc} | | | | |"); sys.exit()
+searched = re.search(r"pool search: micro-batch size (\d+); of (\d+) candidates.*certified gap ([\d.]+)%", log)
+if rc != 0 or m is None or it is None or searched is None:
+    print(f"error {rc} | | | | | |"); sys.exit()
 kinds = "; ".join(k.strip().replace(" stages of tp ", "x tp") for k in m.group(4).split(","))
 mem = re.findall(r"^\s+\d+\s+(\S+)\s+\d+-\d+\s+\d+\s+[\d.]+ \(\s*\d+%\) ->\s+([\d.]+) \(", log, re.M)
 most = max(mem, key=lambda x: float(x[1])) if mem else ("?", "?")
-print(f"{float(end) - float(start):.1f} | {m.group(1)} | dp {m.group(2)}, M {m.group(3)}: {kinds} "
-      f"| {float(it.group(1)):.1f} | {most[1]} ({most[0]}) |")
+print(f"{float(end) - float(start):.1f} | {m.group(1)} of {searched.group(2)} | dp {m.group(2)}, "
+      f"M {m.group(3)} x {searched.group(1)}: {kinds} | {float(it.group(1)):.1f} | "
+      f"{searched.group(3)}% | {most[1]} ({most[0]}) |")
 PY
 }
 {
@@ -51,19 +53,21 @@ PY
   echo "Global batch 512 samples; 8 GPUs a node (NVLink 2400/1200 Gbps), 100 Gbps between nodes"
   echo "and between replicas; estimated profiles (configs/devices.json); default --search-gap."
   echo "Plan s: wall clock of \`ballast plan\` on this machine (2 cores shared with other jobs);"
-  echo "candidates: planned by --repartition (the others pruned by their bound). Memory: the most"
-  echo "on a stage, GiB after recomputation. Timeout: ${timeout_s} s a plan."
+  echo "candidates: planned by --repartition, of all the pool holds (the others left by their"
+  echo "bounds); plan: dp, micro-batches x micro-batch size, stages x tp per kind; gap: the certified"
+  echo "optimality gap. Memory: the most on a stage, GiB after recomputation. Timeout: ${timeout_s} s a"
+  echo "plan. SIZES (e.g. \"1,2,4,8\") adds \"micro_batch_sizes\"; these: ${SIZES:-the model size alone}."
   echo
-  echo "| model | pool | plan s | candidates | plan (stages x tp per kind) | step ms | memory GiB | dp 1: plan s | candidates | plan | step ms | memory GiB | speed-up |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | pool | plan s | candidates | plan (stages x tp per kind) | step ms | gap | memory GiB | dp 1: plan s | candidates | plan | step ms | gap | memory GiB | speed-up |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$out/pool.md"
 for m in $models; do
   for p in $pools; do
     k=${p%%:*} n=${p##*:}
     for dp in 0 1; do
-      python3 - "$tmp" "$m" "$k" "$n" "$dp" "$tmp/pool-$dp.json" <<'PY'
+      python3 - "$tmp" "$m" "$k" "$n" "$dp" "$tmp/pool-$dp.json" "${SIZES:-}" <<'PY'
 import json, sys
-tmp, model, k, n, dp, dst = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+tmp, model, k, n, dp, dst, sizes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
 kinds = [("A100-40GB", 40e9, 2400), ("V100-32GB", 32e9, 1200), ("H100-80GB", 80e9, 3600)][:k]
 share = n // k // 8 * 8
 counts = [share] * k
@@ -76,6 +80,8 @@ c = {"format": "ballast-cluster/1", "schedule": "1f1b", "global_batch": 512,
               for (d, mem, g), cnt in zip(kinds, counts)]}
 if dp:
     c["dp"] = 1
+if sizes:
+    c["micro_batch_sizes"] = [int(b) for b in sizes.split(",")]
 json.dump(c, open(dst, "w"))
 PY
     done

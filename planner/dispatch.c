@@ -302,6 +302,11 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     fixed.repartition = 0;
     searched.actions = PLAN_ACTION_RECOMPUTE;
     int rc = repartition_search(c, &searched, &a, &found, e);
+    if (rc == ERR_NOFIT && found.present) { /* under the cutoff: only what was searched */
+        memset(out, 0, sizeof *out);
+        out->search = found;
+        return rc;
+    }
     if (rc == ERR_NOFIT)
         return repartition_nofit(c, &fixed, out, e);
     if (rc)

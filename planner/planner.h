@@ -42,6 +42,10 @@ struct plan_options {
     double time_limit_s; /* repartition: stop the search after this long (0: no limit) */
     double search_gap;   /* repartition: leave a node whose bound is within this fraction of the
                             best plan (the certified gap then stays under it; 0: exact) */
+    double cutoff_ms;    /* repartition: an incumbent without a plan (0 or INFINITY: none; the
+                            pool search's best step so far). Nothing faster: ERR_NOFIT with
+                            the plan's `search` set (lower_bound finite; INFINITY: nothing
+                            fits), the rest of the plan empty */
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;

@@ -4,28 +4,36 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "cost.h"
+#include "devices.h"
 #include "jsonio.h"
+#include "microbatch.h"
+#include "model_ops.h"
+#include "pool_bound.h"
+
+/* A candidate's --repartition gets the time left over this many. */
+#define POOL_TIME_SHARE 4
+/* Most "micro_batch_sizes". */
+#define POOL_SIZES_MAX 16
 
 struct pool_kind {
     const cJSON *entry;
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node;
-    /* per tp (NULL where it cannot split the model or its stage does not parse alone): the
-     * layers' fwd + bwd on a stage of tp GPUs of the kind, and their sum (pool_layers) */
-    double **layer_ms, *work_ms;
-    /* per tp: the all-reduce over the current dp of the first layer's gradients alone */
-    double *first_reduce_ms;
+    /* per tp and dp slot (pool_costs_make): its stage alone */
+    struct pool_costs *costs;
     int64_t n_tp; /* per_node + 1 */
 };
 
-/* The best candidates by lower bound (first pass), planned before the rest. */
-#define POOL_FIRST 16
-
+/* A candidate of the enumeration with its lower bound (candidate_bound). */
 struct pool_candidate {
     long index; /* in the exhaustive order */
     double bound;
-    int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
+    int dp;
+    short size, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX]; /* size: index in sizes */
+    short refined; /* bound: pool_refine's (else candidate_bound's) */
 };
 
 /* The search's state: the file, the kinds, the candidate being built and the best so far. */
@@ -36,19 +44,37 @@ struct pool_state {
     struct pool_kind kind[POOL_KINDS_MAX];
     int K;
     struct model model;
+    enum schedule schedule;
     int64_t global_batch;
     int64_t only_dp; /* "dp"?: the one dp searched; 0: every dp */
     int dp, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
+    long index; /* the candidate's, in the exhaustive order */
     struct plan *best;
     int have_best;
     long best_index;
     struct pool_result *r;
-    /* the pruning: the pass (0: rank the bounds, 1: plan what they leave), the candidate's
-     * index and the first ones */
-    int prune, pass;
-    long index;
-    struct pool_candidate first[POOL_FIRST];
-    int n_first;
+    /* the pruned search collects the `keep` least bounds a pass, then plans them in order */
+    int prune;
+    long keep;
+    struct pool_candidate *cands;
+    long n_cands, dropped; /* kept this pass (at most POOL_KEEP), and left for the next */
+    int pass;
+    struct pool_candidate floor; /* the last pass's greatest kept: the rest come after it */
+    double deadline; /* CLOCK_MONOTONIC seconds (INFINITY: no --time-limit) */
+    /* the dps searched (dp_slot: each one's slot in the kinds' costs, -1: none) */
+    int n_dp, *dp_slot;
+    /* the micro-batch sizes searched ("micro_batch_sizes", else the model's), the candidate's
+     * (-1: the file's profiles) and for a size not the model's each kind's profile at it
+     * (pool_profiles, in tmpdir; NULL: the file's own) */
+    int n_sizes, sizes[POOL_SIZES_MAX], size;
+    char *size_profile[POOL_SIZES_MAX][POOL_KINDS_MAX];
+    char tmpdir[JSONIO_PATH_MAX];
+    /* the last candidate's summary (summary_of) */
+    struct pool_shape summary_shape;
+    struct pool_summary summary;
+    int summary_known;
+    /* the least certified bound over the candidates decided so far */
+    double lower_bound;
 };
 
 int pool_file_check(const char *file, int *is_pool, struct err *e)
@@ -116,12 +142,18 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
     cJSON_DeleteItemFromObjectCaseSensitive(out, "pool");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "global_batch");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "dp");
+    cJSON_DeleteItemFromObjectCaseSensitive(out, "micro_batch_sizes");
     cJSON_DeleteItemFromObjectCaseSensitive(out, "micro_batches");
     cJSON_AddNumberToObject(out, "micro_batches", micro_batches);
     cJSON *stages = cJSON_AddArrayToObject(out, "stages");
     for (int k = 0; k < st->K; k++)
         for (int s = 0; s < st->stages[k]; s++) {
             cJSON *stage = cJSON_Duplicate(st->kind[k].entry, 1);
+            const char *profile = st->size >= 0 ? st->size_profile[st->size][k] : NULL;
+            if (profile != NULL) {
+                cJSON_DeleteItemFromObjectCaseSensitive(stage, "profile");
+                cJSON_AddStringToObject(stage, "profile", profile);
+            }
             cJSON_DeleteItemFromObjectCaseSensitive(stage, "count");
             cJSON_DeleteItemFromObjectCaseSensitive(stage, "per_node");
             cJSON_AddNumberToObject(stage, "per_node", (double)st->kind[k].per_node);
@@ -134,34 +166,79 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
 
 static int candidate_M(const struct pool_state *st)
 {
-    return (int)(st->global_batch / ((int64_t)st->dp * st->model.micro_batch));
+    return (int)(st->global_batch / ((int64_t)st->dp * st->sizes[st->size]));
 }
 
-/* Plans the candidate in st; keeps it when it fits and steps faster than the best. */
-static int evaluate(struct pool_state *st, struct err *e)
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The candidate's --repartition options: the best step so far as its cutoff (the search's
+ * bound holds for recompute only, so not with offload or the host optimizer), and a share of
+ * the time left. */
+static struct plan_options candidate_options(const struct pool_state *st)
+{
+    struct plan_options o = *st->o;
+    o.repartition = 1;
+    o.cutoff_ms = st->prune && st->have_best && o.actions == PLAN_ACTION_RECOMPUTE
+                      ? st->best->iteration_ms
+                      : 0;
+    if (!isinf(st->deadline))
+        o.time_limit_s = fmax((st->deadline - now_s()) / POOL_TIME_SHARE, 1e-3);
+    return o;
+}
+
+/* What the candidate's planning proved: its certified bound (at least `bound`, INFINITY when
+ * nothing fits), into the pool's, and whether it searched to the end. */
+static void candidate_proved(struct pool_state *st, int rc, const struct plan *p, double bound)
+{
+    double proved = rc == ERR_NOFIT && !p->search.present ? INFINITY : bound;
+    if (p->search.present) {
+        proved = fmax(proved, p->search.lower_bound);
+        st->r->nodes += p->search.nodes;
+        st->r->splits += p->search.splits;
+        st->r->exhausted &= p->search.exhausted;
+    }
+    st->lower_bound = fmin(st->lower_bound, proved);
+}
+
+static int could_step(const struct pool_state *st, double x);
+
+/* Plans the candidate in st (of lower bound `bound`; `full`: cannot_fit says it cannot fit,
+ * planned only by the exhaustive search); keeps it when it fits and steps faster than the
+ * best. */
+static int evaluate(struct pool_state *st, double bound, int full, struct err *e)
 {
     int M = candidate_M(st);
     cJSON *json = candidate_json(st, M);
     struct cluster c;
     struct plan p;
-    struct plan_options o = *st->o;
-    o.repartition = 1;
+    struct plan_options o = candidate_options(st);
     if (json == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     int rc = cluster_parse(json, st->file, &c, e);
     cJSON_Delete(json);
     if (rc)
         return rc;
+    memset(&p, 0, sizeof p);
     rc = planner_make(&c, &o, &p, e);
     cluster_free(&c);
     st->r->candidates++;
+    if (rc == ERR_NOFIT || rc == ERR_OK)
+        candidate_proved(st, rc, &p, bound);
     if (rc == ERR_NOFIT) {
+        st->r->cut += p.search.present && !isinf(p.search.lower_bound);
         err_clear(e);
         return ERR_OK;
     }
     if (rc)
         return rc;
     st->r->fitted++;
+    st->r->refuted_but_fits += full || !could_step(st, p.iteration_ms);
+    st->r->bound_ratio = fmax(st->r->bound_ratio, bound / p.iteration_ms);
     /* ties go to the earliest in the exhaustive order, as without pruning */
     if (st->have_best && (p.iteration_ms > st->best->iteration_ms ||
                           (p.iteration_ms == st->best->iteration_ms &&
@@ -176,6 +253,7 @@ static int evaluate(struct pool_state *st, struct err *e)
     st->best_index = st->index;
     st->r->dp = st->dp;
     st->r->micro_batches = M;
+    st->r->micro_batch = st->sizes[st->size];
     memcpy(st->r->tp, st->tp, sizeof st->tp);
     memcpy(st->r->stages, st->stages, sizeof st->stages);
     return ERR_OK;
@@ -196,174 +274,263 @@ static int stage_cluster(struct pool_state *st, int k, int t, int dp, struct clu
     return rc;
 }
 
-/* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it: its layers' fwd +
- * bwd in `ms` (L of them, unless NULL) and the all-reduce of its first layer's gradients.
+/* Kind k's stage of tp t alone, dp replicas, as the cluster file reads it, into *out;
  * ERR_INPUT when it does not parse. */
-static int stage_alone(struct pool_state *st, int k, int t, int dp, double *ms,
-                       double *first_reduce_ms, struct err *e)
+static int stage_alone(struct pool_state *st, int k, int t, int dp, struct pool_costs *out,
+                       struct err *e)
 {
     struct cluster c;
     int rc = stage_cluster(st, k, t, dp, &c, e);
     if (rc)
         return rc;
     const struct profile *p = cluster_stage_profile(&c, 0);
-    for (int l = 0; ms != NULL && l < p->n_layers; l++)
-        ms[l] = p->layers[l].fwd_ms + p->layers[l].bwd_ms;
-    *first_reduce_ms = cluster_allreduce_ms(&c, 0, 0, 0);
+    const struct link *link = &c.stages[0].dp_link;
+    int device_optimizer = !(st->o->actions & PLAN_ACTION_OPTIMIZER);
+    /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c) */
+    double per_byte = 2.0 * (dp - 1) / dp;
+    for (int l = 0; l < p->n_layers; l++) {
+        const struct layer_cost *y = &p->layers[l];
+        double bytes_ms = link_transfer_ms(link, cluster_grad_bytes(&c, 0, l, l)) -
+                          link_transfer_ms(link, 0);
+        out->fwd_ms[l] = y->fwd_ms;
+        out->work_ms[l] = y->fwd_ms + y->bwd_ms;
+        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
+        out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
+        out->act[l] = y->act_bytes;
+        out->least_kept[l] = y->act_bytes;
+        for (int k = 0; k < cost_choice_count(y); k++) { /* keep, full, each option */
+            struct cost_row row = cost_row(y, k);
+            double freed = (double)(y->act_bytes - row.kept_bytes);
+            out->least_kept[l] = row.kept_bytes < out->least_kept[l] ? row.kept_bytes
+                                                                     : out->least_kept[l];
+            if (freed > 0)
+                out->freed_per_ms = fmax(out->freed_per_ms, row.recompute_ms > 0
+                                                                ? freed / row.recompute_ms
+                                                                : INFINITY);
+        }
+    }
+    out->first_tail_ms =
+        cluster_allreduce_ms(&c, 0, 0, 0) + device_optimizer * p->layers[0].optimizer_ms;
+    out->latency_ms = cost_dp_allreduce_ms(link, dp, 0);
+    out->capacity = c.stages[0].memory_bytes - c.reserve_bytes;
+    out->known = 1;
     cluster_free(&c);
     return ERR_OK;
 }
 
-/* Each kind's layer_ms and work_ms per tp. */
-static int pool_layers(struct pool_state *st, struct err *e)
+/* Whether the search takes this dp at the candidate's micro-batch size: they divide the
+ * global batch, and it is the file's "dp" when it gives one. */
+static int dp_searched(const struct pool_state *st, int64_t dp)
 {
-    int L = model_layer_count(&st->model);
+    return st->global_batch % (dp * st->sizes[st->size]) == 0 &&
+           (st->only_dp == 0 || dp == st->only_dp);
+}
+
+/* The slot of the candidate's dp and micro-batch size in each kind's costs at a tp. */
+static int costs_slot(const struct pool_state *st, int t)
+{
+    return (t * st->n_dp + st->dp_slot[st->dp]) * st->n_sizes + st->size;
+}
+
+/* Every kind's stage alone per tp that divides the model, per dp and size searched. */
+static int pool_costs_make(struct pool_state *st, struct err *e)
+{
+    int L = model_layer_count(&st->model), least = st->sizes[0];
+    for (int i = 1; i < st->n_sizes; i++)
+        least = st->sizes[i] < least ? st->sizes[i] : least;
+    int dp_max = (int)(st->global_batch / least);
+    if ((st->dp_slot = malloc(((size_t)dp_max + 1) * sizeof *st->dp_slot)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int dp = 0; dp <= dp_max; dp++) {
+        int any = 0;
+        for (st->size = 0; dp > 0 && st->size < st->n_sizes; st->size++)
+            any |= dp_searched(st, dp);
+        st->dp_slot[dp] = any ? st->n_dp++ : -1;
+    }
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         struct pool_kind *kind = &st->kind[k];
         kind->n_tp = kind->per_node + 1;
-        kind->layer_ms = calloc((size_t)kind->n_tp, sizeof *kind->layer_ms);
-        kind->work_ms = calloc((size_t)kind->n_tp, sizeof *kind->work_ms);
-        kind->first_reduce_ms = calloc((size_t)kind->n_tp, sizeof *kind->first_reduce_ms);
-        if (kind->layer_ms == NULL || kind->work_ms == NULL || kind->first_reduce_ms == NULL)
+        size_t n = (size_t)(kind->n_tp * st->n_dp * st->n_sizes);
+        if ((kind->costs = calloc(n, sizeof *kind->costs)) == NULL)
             return err_set(e, ERR_FAIL, "out of memory");
-        for (int t = 1; t < kind->n_tp; t++) {
-            struct err skip;
-            double unused, *ms;
-            err_clear(&skip);
-            if (cluster_check_tp(&st->model, t, "", &skip))
-                continue;
-            if ((ms = calloc((size_t)L, sizeof *ms)) == NULL)
-                return err_set(e, ERR_FAIL, "out of memory");
-            if (stage_alone(st, k, t, 1, ms, &unused, &skip)) {
-                free(ms);
-                continue;
-            }
-            kind->layer_ms[t] = ms;
-            for (int l = 0; l < L; l++)
-                kind->work_ms[t] += ms[l];
-        }
+        for (int t = 1; t < kind->n_tp; t++)
+            for (st->dp = 1; st->dp <= dp_max; st->dp++)
+                for (st->size = 0; st->size < st->n_sizes; st->size++) {
+                    struct err skip;
+                    err_clear(&skip);
+                    if (!dp_searched(st, st->dp) || cluster_check_tp(&st->model, t, "", &skip))
+                        continue;
+                    struct pool_costs *c = &kind->costs[costs_slot(st, t)];
+                    if (pool_costs_alloc(c, L))
+                        return err_set(e, ERR_FAIL, "out of memory");
+                    stage_alone(st, k, t, st->dp, c, &skip); /* not parsed: no bound */
+                }
     }
     return ERR_OK;
 }
 
-static void pool_layers_free(struct pool_state *st)
+static void pool_costs_free_all(struct pool_state *st)
 {
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
-        for (int t = 0; st->kind[k].layer_ms != NULL && t < st->kind[k].n_tp; t++)
-            free(st->kind[k].layer_ms[t]);
-        free(st->kind[k].layer_ms);
-        free(st->kind[k].work_ms);
-        free(st->kind[k].first_reduce_ms);
+        int n = (int)st->kind[k].n_tp * st->n_dp * st->n_sizes;
+        for (int i = 0; st->kind[k].costs != NULL && i < n; i++)
+            pool_costs_free(&st->kind[k].costs[i]);
+        free(st->kind[k].costs);
     }
+    free(st->dp_slot);
 }
 
-/* A lower bound on the candidate's step, with w_kl the time of layer l on kind k (at its tp),
- * W_k their sum and S_k its stages. X, the end of stage 0's last backward: stage b's last
- * backward ends at least P_b + M T_b after the step starts (T_b its fwd + bwd of a micro-batch,
- * P_b the T of the stages before it, which micro-batch 0's forward and the last backward
- * cross); stage 0's gradients are reduced after X. Steady: X >= M max_b T_b, and max_b T_b is
- * at least the fractional assignment's (an LP), whose dual with weights 1/W_k gives
- * sum_l min_k (w_kl / W_k) / sum_k (S_k / W_k). Filled: T_b <= (X - P_b) / M gives
- * sum_s T_s <= X (1 - (1 - 1/M)^S), and sum_s T_s >= sum_l min_k w_kl. Plus the least
- * reduction of the first layer alone. Scaled down a little so that rounding never lifts it
- * over the simulated step. */
-static double candidate_bound(const struct pool_state *st)
+/* The candidate in st as the bounds see it; 0 when a kind's stage is unknown (no bound). */
+static int shape_of(const struct pool_state *st, struct pool_shape *s)
 {
-    const double *w[POOL_KINDS_MAX];
-    double W[POOL_KINDS_MAX], weights = 0, reduce = INFINITY, M = candidate_M(st);
-    int used = 0, S = 0;
+    s->used = 0;
+    s->L = model_layer_count(&st->model);
+    s->M = candidate_M(st);
+    s->schedule = st->schedule;
+    s->recompute_only = st->o->actions == PLAN_ACTION_RECOMPUTE;
     for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++) {
         if (st->stages[k] == 0)
             continue;
         const struct pool_kind *kind = &st->kind[k];
-        w[used] = kind->layer_ms[st->tp[k]];
-        W[used] = kind->work_ms[st->tp[k]];
-        if (w[used] == NULL || !(W[used] > 0))
-            return 0; /* nothing known of its layers: no bound */
-        weights += st->stages[k] / W[used];
-        reduce = fmin(reduce, kind->first_reduce_ms[st->tp[k]]);
-        S += st->stages[k];
-        used++;
+        const struct pool_costs *c = &kind->costs[costs_slot(st, st->tp[k])];
+        if (!c->known)
+            return 0;
+        s->costs[s->used] = c;
+        s->stages[s->used++] = st->stages[k];
     }
-    double shares = 0, least = 0;
-    for (int l = 0; l < model_layer_count(&st->model); l++) {
-        double share = INFINITY, ms = INFINITY;
-        for (int u = 0; u < used; u++) {
-            share = fmin(share, w[u][l] / W[u]);
-            ms = fmin(ms, w[u][l]);
-        }
-        shares += share;
-        least += ms;
-    }
-    double steady = M * shares / weights, filled = least / (1 - pow(1 - 1 / M, S));
-    return (fmax(steady, filled) + reduce) * (1 - 1e-9);
+    return s->used > 0;
 }
 
-/* Each kind's first_reduce_ms at the current dp (a stage that does not parse alone: 0). */
-static int pool_reduce(struct pool_state *st, struct err *e)
+/* The candidate's shape and summary: the summary kept from the last candidate when only the
+ * stage counts differ (the enumeration varies those innermost). 0: no bound. */
+static int summary_of(struct pool_state *st, struct pool_shape *s, struct pool_summary *sum)
 {
-    int dp = st->dp;
-    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
-        for (int t = 1; t < st->kind[k].n_tp; t++) {
-            struct err skip;
-            err_clear(&skip);
-            st->kind[k].first_reduce_ms[t] = 0;
-            if (st->kind[k].layer_ms[t] == NULL)
-                continue; /* tp t cannot split the model, or the stage did not parse */
-            if (stage_alone(st, k, t, dp, NULL, &st->kind[k].first_reduce_ms[t], &skip))
-                st->kind[k].first_reduce_ms[t] = 0;
-        }
-    st->dp = dp;
-    return e->code;
+    if (!shape_of(st, s))
+        return 0;
+    int same = st->summary_known && s->used == st->summary_shape.used &&
+               s->M == st->summary_shape.M;
+    for (int u = 0; same && u < s->used; u++)
+        same = s->costs[u] == st->summary_shape.costs[u];
+    if (!same) {
+        pool_summarize(s, &st->summary);
+        st->summary_shape = *s;
+        st->summary_known = 1;
+    }
+    *sum = st->summary;
+    return 1;
 }
 
-/* Whether a candidate of this bound and index could replace the best (evaluate's order). */
+static double candidate_bound(struct pool_state *st)
+{
+    struct pool_shape s;
+    struct pool_summary sum;
+    return summary_of(st, &s, &sum) ? pool_bound(&s, &sum) : 0;
+}
+
+/* Whether some order and split of the candidate in st could step in x ms (pool_bound.h). */
+static int could_step(const struct pool_state *st, double x)
+{
+    struct pool_shape s;
+    return !shape_of(st, &s) || pool_could_step(&s, x);
+}
+
+static int cannot_fit(struct pool_state *st)
+{
+    struct pool_shape s;
+    struct pool_summary sum;
+    return !(st->o->actions & PLAN_ACTION_OPTIMIZER) && summary_of(st, &s, &sum) &&
+           pool_cannot_fit(&s, &sum);
+}
+
+/* Whether a candidate of this bound and index could replace the best by more than the
+ * search gap (evaluate's order; with no gap, a tie with an earlier index does). */
 static int may_win(const struct pool_state *st, double bound, long index)
 {
     if (!st->have_best)
         return 1;
-    return bound < st->best->iteration_ms ||
-           (bound == st->best->iteration_ms && index < st->best_index);
+    double least = bound * (1 + st->o->search_gap);
+    return least < st->best->iteration_ms ||
+           (least == st->best->iteration_ms && index < st->best_index);
 }
 
-/* Keeps the candidate among the POOL_FIRST least bounds (ties: earliest). */
-static void rank_first(struct pool_state *st, double bound)
+static int by_bound(const void *a, const void *b)
 {
-    int i = st->n_first < POOL_FIRST ? st->n_first++ : POOL_FIRST;
-    while (i > 0 && st->first[i - 1].bound > bound) {
-        if (i < POOL_FIRST)
-            st->first[i] = st->first[i - 1];
-        i--;
-    }
-    if (i < POOL_FIRST) {
-        struct pool_candidate *c = &st->first[i];
-        *c = (struct pool_candidate){.index = st->index, .bound = bound, .dp = st->dp};
-        memcpy(c->tp, st->tp, sizeof c->tp);
-        memcpy(c->stages, st->stages, sizeof c->stages);
-    }
+    const struct pool_candidate *x = a, *y = b;
+    if (x->bound != y->bound)
+        return x->bound < y->bound ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
 }
 
-static int is_first(const struct pool_state *st, long index)
+/* Binary heaps of candidates by (bound, index): least first for sign 1, greatest for -1. */
+static void heap_down(struct pool_candidate *h, long n, long i, int sign)
 {
-    for (int i = 0; i < st->n_first; i++)
-        if (st->first[i].index == index)
-            return 1;
-    return 0;
+    for (;;) {
+        long top = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && sign * by_bound(&h[l], &h[top]) < 0)
+            top = l;
+        if (r < n && sign * by_bound(&h[r], &h[top]) < 0)
+            top = r;
+        if (top == i)
+            return;
+        struct pool_candidate t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
 }
 
-/* One candidate of the enumeration: planned, ranked or skipped as the pass says. */
+static void heap_up(struct pool_candidate *h, long i, int sign)
+{
+    while (i > 0 && sign * by_bound(&h[i], &h[(i - 1) / 2]) < 0) {
+        struct pool_candidate t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+/* The candidate in st, with its bound, into this pass's POOL_KEEP least (a heap, greatest
+ * first); one an earlier pass took is passed over, and one that cannot beat the best is left
+ * with its bound. */
+static int collect(struct pool_state *st, struct err *e)
+{
+    (void)e;
+    if (cannot_fit(st)) {
+        st->r->cannot_fit += st->pass == 0; /* no plan: nothing to bound */
+        return ERR_OK;
+    }
+    struct pool_candidate c = {
+        .index = st->index, .bound = candidate_bound(st), .dp = st->dp, .size = (short)st->size};
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
+        c.tp[k] = (short)st->tp[k], c.stages[k] = (short)st->stages[k];
+    st->r->enumerated += st->pass == 0;
+    if (st->pass > 0 && by_bound(&c, &st->floor) <= 0)
+        return ERR_OK;
+    if (st->have_best && !may_win(st, c.bound, c.index)) {
+        st->lower_bound = fmin(st->lower_bound, c.bound);
+        return ERR_OK;
+    }
+    if (st->n_cands < st->keep) {
+        st->cands[st->n_cands] = c;
+        heap_up(st->cands, st->n_cands++, -1);
+        return ERR_OK;
+    }
+    st->dropped++;
+    if (by_bound(&c, &st->cands[0]) < 0) {
+        st->cands[0] = c;
+        heap_down(st->cands, st->n_cands, 0, -1);
+    }
+    return ERR_OK;
+}
+
+/* One candidate of the enumeration: collected with its bound (pruned), or planned. */
 static int visit(struct pool_state *st, struct err *e)
 {
-    if (!st->prune)
-        return evaluate(st, e);
-    double bound = candidate_bound(st);
-    if (st->pass == 0) {
-        rank_first(st, bound);
-        return ERR_OK;
-    }
-    if (is_first(st, st->index) || !may_win(st, bound, st->index))
-        return ERR_OK;
-    return evaluate(st, e);
+    if (st->prune)
+        return collect(st, e);
+    int full = cannot_fit(st);
+    st->r->cannot_fit += full;
+    return evaluate(st, candidate_bound(st), full, e);
 }
 
 /* Every tp and stage count of kind k and the kinds after it, `used` stages so far (at most
@@ -398,86 +565,292 @@ static int choose_kind(struct pool_state *st, int k, int used, struct err *e)
     return ERR_OK;
 }
 
-/* Every dp dividing the global batch, and under it every choose_kind. */
+/* Every dp and micro-batch size dividing the global batch, and under them every
+ * choose_kind. */
 static int enumerate(struct pool_state *st, struct err *e)
 {
     st->index = 0;
-    for (int dp = 1; dp * (int64_t)st->model.micro_batch <= st->global_batch; dp++) {
-        if (st->global_batch % ((int64_t)dp * st->model.micro_batch) != 0 ||
-            (st->only_dp != 0 && dp != st->only_dp))
+    for (st->dp = 1; st->dp <= st->global_batch; st->dp++)
+        for (st->size = 0; st->size < st->n_sizes; st->size++)
+            if (dp_searched(st, st->dp) && choose_kind(st, 0, 0, e))
+                return e->code;
+    return ERR_OK;
+}
+
+
+/* Splits of the gap between two bounds when a candidate's is refined (pool_refine). */
+#define POOL_REFINE_STEPS 8
+
+
+static void load_candidate(struct pool_state *st, const struct pool_candidate *c)
+{
+    st->dp = c->dp;
+    st->size = c->size;
+    st->index = c->index;
+    for (int k = 0; k < st->K && k < POOL_KINDS_MAX; k++)
+        st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
+}
+
+/* The candidate in st (of bound c->bound) refined by pool_could_step: a bound no split of it
+ * can step under, searched up to the best step less the gap (none: doubled until some split
+ * could). *refuted: not even that is in reach (the bound returned is then it). */
+static double pool_refine(struct pool_state *st, const struct pool_candidate *c, int *refuted)
+{
+    double lo = c->bound, hi = 2 * fmax(lo, 1e-9);
+    if (st->have_best)
+        hi = st->best->iteration_ms / (1 + st->o->search_gap);
+    else
+        for (int i = 0; i < 30 && !could_step(st, hi); i++)
+            lo = hi, hi *= 2;
+    if ((*refuted = st->have_best && !could_step(st, hi)) != 0)
+        return hi;
+    for (int i = 0; i < POOL_REFINE_STEPS && lo < hi; i++) {
+        double mid = lo + (hi - lo) / 2;
+        if (could_step(st, mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return lo;
+}
+
+/* The pass's candidates taken least bound first (ties: the exhaustive order): one whose bound
+ * is the cheap one gets it refined (pool_refine) and goes back; a refined one is planned, and
+ * one that cannot beat the best left with its refined bound. *stopped when the least bound
+ * cannot beat the best, or at the time limit: a candidate left keeps its bound in the
+ * certified one (the bounds after it, this pass's and the next's, are no less). */
+static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
+{
+    qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, by_bound); /* a heap, least first */
+    *stopped = 0;
+    for (long n = st->n_cands; n > 0;) {
+        struct pool_candidate *c = &st->cands[0];
+        int timed_out = st->have_best && now_s() > st->deadline;
+        if (timed_out || !may_win(st, c->bound, c->index)) {
+            st->lower_bound = fmin(st->lower_bound, c->bound);
+            st->r->exhausted &= !timed_out;
+            *stopped = 1;
+            return ERR_OK;
+        }
+        load_candidate(st, c);
+        int refuted = 0;
+        if (!c->refined) {
+            c->bound = fmax(c->bound, pool_refine(st, c, &refuted));
+            c->refined = 1;
+            if (!refuted) {
+                heap_down(st->cands, n, 0, 1);
+                continue;
+            }
+        }
+        struct pool_candidate taken = *c;
+        st->cands[0] = st->cands[--n];
+        heap_down(st->cands, n, 0, 1);
+        if (refuted) { /* no split could beat the best */
+            st->r->refuted++;
+            st->lower_bound = fmin(st->lower_bound, taken.bound);
             continue;
-        st->dp = dp;
-        if (st->prune && pool_reduce(st, e))
-            return e->code;
-        if (choose_kind(st, 0, 0, e))
+        }
+        if (evaluate(st, taken.bound, 0, e))
             return e->code;
     }
     return ERR_OK;
 }
 
-/* Plans the first candidates in the order of their bounds (a good best early), then every
- * other one whose bound could beat the best. */
+/* Passes over the enumeration, each taking its POOL_KEEP least bounds after the last pass's,
+ * until the search stops or no candidate is left. */
 static int search_pruned(struct pool_state *st, struct err *e)
 {
-    st->pass = 0;
-    if (enumerate(st, e))
-        return e->code;
-    for (int i = 0; i < st->n_first; i++) {
-        const struct pool_candidate *c = &st->first[i];
-        if (!may_win(st, c->bound, c->index))
-            continue;
-        st->dp = c->dp;
-        st->index = c->index;
-        memcpy(st->tp, c->tp, sizeof st->tp);
-        memcpy(st->stages, c->stages, sizeof st->stages);
-        if (evaluate(st, e))
+    if ((st->cands = malloc((size_t)st->keep * sizeof *st->cands)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (st->pass = 0;; st->pass++) {
+        int stopped;
+        st->n_cands = st->dropped = 0;
+        if (enumerate(st, e))
+            return e->code;
+        if (st->n_cands == 0)
+            return ERR_OK;
+        st->floor = st->cands[0];
+        if (take_best_first(st, &stopped, e) || stopped || st->dropped == 0)
             return e->code;
     }
-    st->pass = 1;
-    return enumerate(st, e);
 }
 
 /* The pool's model: its first kind as one stage (its profile is read and checked). */
 static int pool_model(struct pool_state *st, struct err *e)
 {
     struct cluster c;
+    st->size = -1;
     int rc = stage_cluster(st, 0, 1, 1, &c, e);
     if (rc == ERR_OK) {
         st->model = c.model;
+        st->schedule = c.schedule;
         cluster_free(&c);
     }
     return rc;
 }
 
-int pool_search_pruned(const char *file, const struct plan_options *o, int prune,
+/* The pool's certified gap on the best plan, where --repartition's goes: its lower bound is
+ * the least over every candidate of what its search proved or, left unplanned, its bound. */
+static void pool_certify(struct pool_state *st)
+{
+    struct plan *p = st->best;
+    double bound = fmin(st->lower_bound, p->iteration_ms);
+    st->r->lower_bound = bound;
+    st->r->gap = bound > 0 ? p->iteration_ms / bound - 1 : 0;
+    p->optimality_gap = st->r->gap;
+    p->search.present = 1;
+    p->search.nodes = st->r->nodes;
+    p->search.splits = st->r->splits;
+    p->search.exhausted = st->r->exhausted;
+    p->search.lower_bound = bound;
+}
+
+/* "micro_batch_sizes" (else the model's size alone): each divides the global batch, once. */
+static int read_sizes(struct pool_state *st, struct err *e)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(st->root, "micro_batch_sizes");
+    st->n_sizes = 1;
+    st->sizes[0] = st->model.micro_batch;
+    if (list == NULL)
+        return ERR_OK;
+    if (jsonio_expect_array(list, st->file, "micro_batch_sizes", e))
+        return e->code;
+    st->n_sizes = cJSON_GetArraySize(list);
+    if (st->n_sizes < 1 || st->n_sizes > POOL_SIZES_MAX)
+        return err_set(e, ERR_INPUT, "%s: micro_batch_sizes: %d sizes, expected 1 to %d",
+                       st->file, st->n_sizes, POOL_SIZES_MAX);
+    for (int i = 0; i < st->n_sizes; i++) {
+        char path[JSONIO_PATH_MAX];
+        int64_t b;
+        jsonio_path_index(path, "micro_batch_sizes", i);
+        if (jsonio_int_value(cJSON_GetArrayItem(list, i), st->file, path, 1, st->global_batch,
+                             &b, e))
+            return e->code;
+        if (st->global_batch % b != 0)
+            return err_set(e, ERR_INPUT, "%s: %s: %lld does not divide global_batch %lld",
+                           st->file, path, (long long)b, (long long)st->global_batch);
+        for (int j = 0; j < i; j++)
+            if (st->sizes[j] == b)
+                return err_set(e, ERR_INPUT, "%s: %s: %lld is micro_batch_sizes[%d] too",
+                               st->file, path, (long long)b, j);
+        if (b != st->model.micro_batch && model_ops_of(&st->model) == NULL)
+            return err_set(e, ERR_INPUT,
+                           "%s: %s: %lld, but the model is custom (\"%s\"): its profiles hold "
+                           "micro-batch %d only and Ballast has no size functions to rescale "
+                           "them",
+                           st->file, path, (long long)b, st->model.name, st->model.micro_batch);
+        st->sizes[i] = (int)b;
+    }
+    return ERR_OK;
+}
+
+/* Kind k's profile at micro-batch size b, as --micro-batches auto makes it (microbatch.c),
+ * written to `path`. */
+static int size_profile(struct pool_state *st, const struct device_table *t, int k, int b,
+                        const char *path, struct err *e)
+{
+    struct cluster c, cb;
+    struct microbatch_notes notes = {0};
+    st->size = -1;
+    int rc = stage_cluster(st, k, 1, 1, &c, e);
+    if (rc)
+        return rc;
+    rc = microbatch_cluster(&c, t, b, 1, &cb, &notes, e);
+    if (rc == ERR_OK) {
+        rc = profile_write(path, &cb.profiles[0], e);
+        microbatch_cluster_free(&cb, c.n_profiles);
+    }
+    cluster_free(&c);
+    return rc;
+}
+
+/* Each kind's profile at each size not the model's, in a directory of their own. */
+static int pool_profiles(struct pool_state *st, struct err *e)
+{
+    struct device_table t;
+    int rc = ERR_OK, loaded = 0;
+    for (int i = 0; i < st->n_sizes && rc == ERR_OK; i++)
+        for (int k = 0; k < st->K && k < POOL_KINDS_MAX && rc == ERR_OK; k++) {
+            if (st->sizes[i] == st->model.micro_batch)
+                continue;
+            if (!loaded && (rc = devices_load(devices_default_file(), &t, e)) != ERR_OK)
+                return rc;
+            loaded = 1;
+            const char *tmp = getenv("TMPDIR");
+            if (st->tmpdir[0] == '\0') {
+                snprintf(st->tmpdir, sizeof st->tmpdir, "%s/ballast-pool-XXXXXX",
+                         tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+                if (mkdtemp(st->tmpdir) == NULL) {
+                    st->tmpdir[0] = '\0';
+                    rc = err_set(e, ERR_FAIL, "pool: cannot make a directory for the profiles "
+                                              "at other micro-batch sizes");
+                    break;
+                }
+            }
+            char path[JSONIO_PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s/%d-b%d.json", st->tmpdir, k, st->sizes[i]);
+            if ((st->size_profile[i][k] = strdup(path)) == NULL)
+                rc = err_set(e, ERR_FAIL, "out of memory");
+            else
+                rc = size_profile(st, &t, k, st->sizes[i], path, e);
+        }
+    if (loaded)
+        devices_free(&t);
+    return rc;
+}
+
+static void pool_profiles_free(struct pool_state *st)
+{
+    for (int i = 0; i < POOL_SIZES_MAX; i++)
+        for (int k = 0; k < POOL_KINDS_MAX; k++) {
+            if (st->size_profile[i][k] != NULL)
+                remove(st->size_profile[i][k]);
+            free(st->size_profile[i][k]);
+        }
+    if (st->tmpdir[0] != '\0')
+        remove(st->tmpdir);
+}
+
+int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
                        struct plan *best, struct pool_result *r, struct err *e)
 {
     memset(r, 0, sizeof *r);
     if (o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "%s: pool: the pool search plans with --method optimal",
                        file);
-    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune};
+    struct pool_state st = {.file = file, .o = o, .best = best, .r = r, .prune = prune > 0,
+                            .keep = prune, .lower_bound = INFINITY};
+    st.deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
+    r->exhausted = 1;
     st.root = jsonio_read(file, e);
     if (st.root == NULL)
         return e->code;
     int rc = read_pool(&st, e);
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
-    if (rc == ERR_OK && prune)
-        rc = pool_layers(&st, e);
+    if (rc == ERR_OK)
+        rc = read_sizes(&st, e);
+    if (rc == ERR_OK)
+        rc = pool_profiles(&st, e);
+    if (rc == ERR_OK)
+        rc = pool_costs_make(&st, e);
     if (rc == ERR_OK)
         rc = prune ? search_pruned(&st, e) : enumerate(&st, e);
     r->n_kinds = st.K;
     for (int k = 0; k < st.K; k++) {
         snprintf(r->device[k], sizeof r->device[k], "%s", st.kind[k].device);
     }
-    pool_layers_free(&st);
+    pool_costs_free_all(&st);
+    pool_profiles_free(&st);
+    free(st.cands);
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
         rc = err_set(e, ERR_NOFIT,
                      "%s: pool: none of the %ld candidates (dp, tp and stages per device kind) "
                      "fits",
                      file, r->candidates);
+    if (rc == ERR_OK)
+        pool_certify(&st);
     if (rc && st.have_best)
         plan_free(best);
     return rc;
@@ -486,7 +859,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, int prune
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,
                 struct pool_result *r, struct err *e)
 {
-    return pool_search_pruned(file, o, 1, best, r, e);
+    return pool_search_pruned(file, o, POOL_KEEP, best, r, e);
 }
 
 void pool_print(FILE *f, const struct pool_result *r)
@@ -497,4 +870,11 @@ void pool_print(FILE *f, const struct pool_result *r)
     for (int k = 0; k < r->n_kinds; k++)
         fprintf(f, " %s %d stages of tp %d%s", r->device[k], r->stages[k], r->tp[k],
                 k + 1 < r->n_kinds ? "," : "\n");
+    fprintf(f, "pool search: micro-batch size %d; of %ld candidates %ld planned (%ld found "
+               "nothing faster than the best so far), %ld left as their GPUs cannot hold the "
+               "model's state, %ld as no split of theirs could beat the best, the rest by "
+               "their bound; certified gap %.3f%% (no candidate steps faster than %.3f ms)%s\n",
+            r->micro_batch, r->enumerated + r->cannot_fit, r->candidates, r->cut, r->cannot_fit,
+            r->refuted, 100 * r->gap, r->lower_bound,
+            r->exhausted ? "" : "; stopped at the time limit or node budget");
 }

@@ -1078,8 +1078,8 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->M = c->micro_batches;
     s->budget = o->search_nodes;
     s->deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
-    s->best_ms = INFINITY;
-    s->best_memory = INT64_MAX;
+    s->best_ms = o->cutoff_ms > 0 ? o->cutoff_ms : INFINITY; /* prunes as an incumbent would */
+    s->best_memory = INT64_MAX; /* until a leaf is kept: then whether one was kept */
     s->open_bound = INFINITY;
     s->pruned_bound = INFINITY;
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
@@ -1368,7 +1368,18 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
              seed_incumbent(&s, kind_of, K, order) == ERR_OK &&
              orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
         search_orders(&s, kind_of, &ord, order);
-    if (e->code == ERR_OK && !isinf(s.best_ms)) {
+    if (e->code == ERR_OK && s.best_memory == INT64_MAX && !isinf(s.best_ms)) {
+        /* the cutoff and no plan under it: what was left unexplored bounds this cluster, and
+         * the splits simulated stepped no faster than the cutoff */
+        least_bound = s.open_bound < s.pruned_bound ? s.open_bound : s.pruned_bound;
+        least_bound = s.leaves > 0 && s.best_ms < least_bound ? s.best_ms : least_bound;
+        *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
+                                      least_bound};
+        if (isinf(least_bound))
+            err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
+        else
+            err_set(e, ERR_NOFIT, "nothing faster than the cutoff %g ms", s.best_ms);
+    } else if (e->code == ERR_OK && !isinf(s.best_ms)) {
         least_bound = s.open_bound < least_bound ? s.open_bound : least_bound;
         least_bound = s.pruned_bound < least_bound ? s.pruned_bound : least_bound;
         /* stopped short of the gap asked for: a better plan, a better bound */

@@ -570,7 +570,8 @@ static void test_pool_against_brute_force(void)
                batches[b], r.candidates, r.fitted, r.dp, r.stages[0], r.tp[0], r.stages[1],
                r.tp[1], p.iteration_ms, brute);
         CU_ASSERT(brute > 0 && test_close(p.iteration_ms, brute, 1e-9, 1e-12));
-        CU_ASSERT(r.fitted < r.candidates); /* H alone cannot hold the model */
+        /* H alone cannot hold the model: planned and not fitting, or left for its memory */
+        CU_ASSERT(r.fitted < r.candidates || r.cannot_fit > 0);
         plan_free(&p);
     }
     /* more GPUs a node than the pool has */

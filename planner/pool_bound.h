@@ -1,0 +1,65 @@
+/* The pool search's bounds (pool.c): from the costs a stage of each device kind, tp and dp
+ * gives each layer alone, a lower bound on a candidate's step, whether its GPUs can hold the
+ * model's state at all, and a finer test of whether any order and split could step under a
+ * given time. Every one holds for the simulated step of every plan of the candidate (the
+ * proofs are at each function). */
+#ifndef BALLAST_POOL_BOUND_H
+#define BALLAST_POOL_BOUND_H
+
+#include <stdint.h>
+
+#include "pool.h"
+#include "schedule.h"
+
+/* A stage of one kind, tp and dp, as the cluster file reads it alone. */
+struct pool_costs {
+    int known;    /* the stage parsed alone (else nothing below: no bound) */
+    double *fwd_ms, *work_ms; /* per layer: forward; forward + backward */
+    double *tail_ms; /* per layer: its bytes' share of the gradient all-reduce past the
+                        latency, plus its optimizer step on the device */
+    int64_t *state;  /* per layer: parameter, gradient and optimizer bytes a GPU keeps */
+    int64_t *act, *least_kept; /* per layer: activation bytes a micro-batch keeps with nothing
+                                  recomputed, and the least any recomputation keeps */
+    double freed_per_ms; /* the most activation bytes a ms of recomputation frees, over the
+                            layers and their options (INFINITY: some frees bytes for free) */
+    double first_tail_ms; /* layer 0 alone: its all-reduce and optimizer step */
+    double latency_ms;    /* an all-reduce of no bytes (0 at dp 1) */
+    int64_t capacity;     /* a GPU's memory less the cluster's reserve */
+};
+
+/* A candidate as the bounds see it: the kinds it uses, their costs at its tp and dp and
+ * their stage counts; L layers, M micro-batches a replica. */
+struct pool_shape {
+    int used;
+    const struct pool_costs *costs[POOL_KINDS_MAX];
+    int stages[POOL_KINDS_MAX];
+    int L;
+    double M;
+    enum schedule schedule;
+    int recompute_only; /* the plan's only memory action is recomputation (no offload, no
+                           optimizer on the host): activations stay on the device */
+};
+
+/* What the bounds take from a shape but its stage counts: candidates that differ only in
+ * those share it (pool_summarize). */
+struct pool_summary {
+    double work[POOL_KINDS_MAX], shares;   /* least_most of the works: V_u and the shares */
+    double whole[POOL_KINDS_MAX], wholes;  /* the same of M work + tail */
+    double least, first_tail, latency;     /* sum_l min_u work; min_u first_tail; latency */
+    double need;    /* sum_l min_u state / capacity (INFINITY: a layer fits no kind) */
+    int known;      /* the sums are positive: else no bound */
+};
+
+int pool_costs_alloc(struct pool_costs *c, int L);
+void pool_costs_free(struct pool_costs *c);
+
+void pool_summarize(const struct pool_shape *s, struct pool_summary *out);
+/* A lower bound on the step (cheap: ranks every candidate), from s's summary. */
+double pool_bound(const struct pool_shape *s, const struct pool_summary *sum);
+/* Whether the stages cannot hold the model's state, activations aside. */
+int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum);
+/* Whether some order of the kinds and split of the layers could step in x ms or less
+ * (0: every plan of the candidate steps slower than x). */
+int pool_could_step(const struct pool_shape *s, double x);
+
+#endif

@@ -1374,7 +1374,7 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
         least_bound = s.open_bound < s.pruned_bound ? s.open_bound : s.pruned_bound;
         least_bound = s.leaves > 0 && s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
-                                      least_bound};
+                                      least_bound, least_bound};
         if (isinf(least_bound))
             err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
         else

@@ -116,6 +116,14 @@ static double group_bound(const struct mix_option *g, int64_t M)
     return fmax(steady, filled) * MIX_ROUNDING;
 }
 
+/* An error, or the time limit past (then the best found stands). */
+static int stopped(const struct mix_state *st, const struct err *e)
+{
+    if (!st->r->timed_out && st->deadline_s > 0 && now_s() > st->deadline_s)
+        st->r->timed_out = 1;
+    return e->code != ERR_OK || st->r->timed_out;
+}
+
 /* The index in done of group g's pipeline at its M, planned the first time it is asked for
  * (-1: the time limit is past). */
 static int group_plan(struct mix_state *st, int g, struct err *e)
@@ -128,10 +136,8 @@ static int group_plan(struct mix_state *st, int g, struct err *e)
             d->M == st->M[g])
             return i;
     }
-    if (st->deadline_s > 0 && now_s() > st->deadline_s) {
-        st->r->timed_out = 1;
+    if (stopped(st, e))
         return -1;
-    }
     if (st->n_done == st->cap_done) {
         int cap = st->cap_done ? 2 * st->cap_done : 64;
         struct mix_planned *grown = realloc(st->done, (size_t)cap * sizeof *grown);
@@ -186,11 +192,6 @@ static int score_split(struct mix_state *st, struct err *e)
     }
     replicas_result_free(&step);
     return ERR_OK;
-}
-
-static int stopped(const struct mix_state *st, const struct err *e)
-{
-    return e->code != ERR_OK || st->r->timed_out;
 }
 
 /* Every split of R micro-batches over groups g and after (each replica at least one). From

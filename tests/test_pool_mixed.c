@@ -319,6 +319,35 @@ static void test_cli_choice(void)
     free_case(&loses);
 }
 
+/* --time-limit stops the search with the best found by then: never faster than the exact
+ * answer, and said. */
+static void test_time_limit(void)
+{
+    struct pool_case pc = mixed_wins();
+    const char *file = pool_write(&pc, "limit.json");
+    struct pool_mixed_result exact_r, r;
+    double exact = mixed_search(file, &exact_r);
+    struct plan_options o;
+    struct plan *plans;
+    struct replicas_result step;
+    struct err e;
+    int n;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.search_gap = 0;
+    o.time_limit_s = 1e-9;
+    CU_ASSERT_EQUAL_FATAL(pool_mixed_search(file, &o, INFINITY, &plans, &n, &step, &r, &e),
+                          ERR_OK);
+    CU_ASSERT(!exact_r.timed_out && r.timed_out);
+    CU_ASSERT(r.planned < exact_r.planned);
+    CU_ASSERT(n == 0 || step.step_ms >= exact);
+    for (int g = 0; g < n; g++)
+        plan_free(&plans[g]);
+    free(plans);
+    replicas_result_free(&step);
+    free_case(&pc);
+}
+
 /* Bad pools refused with the file, the field and the numbers, before any search. */
 static void test_bad_pools(void)
 {
@@ -355,6 +384,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("pool_mixed", NULL, NULL);
     CU_add_test(s, "the heterogeneous search against brute force", test_against_brute_force);
     CU_add_test(s, "plan -o: replicas when they win, the same plan when not", test_cli_choice);
+    CU_add_test(s, "--time-limit: the best found by then", test_time_limit);
     CU_add_test(s, "bad pools refused with their numbers", test_bad_pools);
     return test_main();
 }

@@ -12,11 +12,13 @@ struct mix_option {
     int tp, stages, dp;
     double work_ms; /* W: fwd + bwd of every layer, one micro-batch, on a stage of tp GPUs */
     double rate;    /* dp S / W: at most the micro-batches a ms the group's stages finish */
+    int *done;      /* per M (0 to B): 1 + its pipeline's index in mix_state.done, 0: not yet
+                       planned (owned; allocated when first planned) */
 };
 
-/* A group pipeline planned once, and its plan when one fits. */
+/* A group pipeline planned once (an option at one M), and its plan when one fits. */
 struct mix_planned {
-    int kind, tp, stages, dp, M, fits;
+    int fits;
     struct plan plan;
 };
 
@@ -31,7 +33,7 @@ struct mix_state {
     double max_rate[POOL_KINDS_MAX];
     /* the grouping searched: its groups' kinds and options, and their micro-batches */
     int n_groups, kind_of[POOL_KINDS_MAX], M[POOL_KINDS_MAX];
-    const struct mix_option *group[POOL_KINDS_MAX];
+    struct mix_option *group[POOL_KINDS_MAX];
     struct mix_planned *done;
     int n_done, cap_done;
     double best_ms;
@@ -95,7 +97,7 @@ static int kind_options(struct mix_state *st, int k, struct err *e)
                         return err_set(e, ERR_FAIL, "out of memory");
                     st->opt[k] = grown;
                 }
-                st->opt[k][n++] = (struct mix_option){tp, S, dp, W, dp * S / W};
+                st->opt[k][n++] = (struct mix_option){tp, S, dp, W, dp * S / W, NULL};
             }
     }
     st->n_opt[k] = n;
@@ -128,14 +130,12 @@ static int stopped(const struct mix_state *st, const struct err *e)
  * (-1: the time limit is past). */
 static int group_plan(struct mix_state *st, int g, struct err *e)
 {
-    const struct mix_option *opt = st->group[g];
+    struct mix_option *opt = st->group[g];
     int k = st->kind_of[g];
-    for (int i = 0; i < st->n_done; i++) {
-        const struct mix_planned *d = &st->done[i];
-        if (d->kind == k && d->tp == opt->tp && d->stages == opt->stages && d->dp == opt->dp &&
-            d->M == st->M[g])
-            return i;
-    }
+    if (opt->done == NULL && (opt->done = calloc((size_t)st->B + 1, sizeof *opt->done)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory"), -1;
+    if (opt->done[st->M[g]] > 0)
+        return opt->done[st->M[g]] - 1;
     if (stopped(st, e))
         return -1;
     if (st->n_done == st->cap_done) {
@@ -147,8 +147,7 @@ static int group_plan(struct mix_state *st, int g, struct err *e)
         st->cap_done = cap;
     }
     struct mix_planned *d = &st->done[st->n_done];
-    *d = (struct mix_planned){.kind = k, .tp = opt->tp, .stages = opt->stages, .dp = opt->dp,
-                              .M = st->M[g]};
+    *d = (struct mix_planned){0};
     struct cluster c;
     if (pool_kind_cluster(st->file, st->root, k, opt->tp, opt->stages, opt->dp, st->M[g], &c, e))
         return -1;
@@ -159,6 +158,7 @@ static int group_plan(struct mix_state *st, int g, struct err *e)
         return -1;
     err_clear(e);
     d->fits = rc == ERR_OK;
+    opt->done[st->M[g]] = st->n_done + 1;
     return st->n_done++;
 }
 
@@ -259,7 +259,7 @@ static int choose(struct mix_state *st, int k, double rate, double most_work, in
         return split(st, 0, st->B, e);
     }
     for (int i = 0; i < st->n_opt[k] && !stopped(st, e); i++) {
-        const struct mix_option *opt = &st->opt[k][i];
+        struct mix_option *opt = &st->opt[k][i];
         st->kind_of[st->n_groups] = k;
         st->group[st->n_groups++] = opt;
         int rc = choose(st, k + 1, rate + opt->rate, fmax(most_work, opt->work_ms),
@@ -328,8 +328,11 @@ int pool_mixed_search(const char *file, const struct plan_options *o, double bea
         rc = choose(&st, 0, 0, 0, 0, e);
     if (take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
         rc = replicas_step(*plans, *n, step, e);
-    for (int k = 0; k < POOL_KINDS_MAX; k++)
+    for (int k = 0; k < POOL_KINDS_MAX; k++) {
+        for (int i = 0; i < st.n_opt[k]; i++)
+            free(st.opt[k][i].done);
         free(st.opt[k]);
+    }
     cJSON_Delete((cJSON *)st.root);
     if (e->code != ERR_OK) {
         for (int g = 0; g < *n; g++)

@@ -299,9 +299,10 @@ static int mix_setup(struct mix_state *st, struct err *e)
         return e->code;
     for (int k = 0; k < st->info.n_kinds; k++)
         snprintf(st->r->device[k], sizeof st->r->device[k], "%s", st->info.device[k]);
-    /* a fixed "dp" asks for that many identical replicas; a batch of partial micro-batches
-     * cannot be dealt out */
-    if (st->info.only_dp != 0 || st->info.global_batch % st->info.model.micro_batch != 0)
+    /* one kind has no groups to mix; a fixed "dp" asks for that many identical replicas; a
+     * batch of partial micro-batches cannot be dealt out */
+    if (st->info.n_kinds < 2 || st->info.only_dp != 0 ||
+        st->info.global_batch % st->info.model.micro_batch != 0)
         return ERR_OK;
     st->B = st->info.global_batch / st->info.model.micro_batch;
     for (int k = 0; k < st->info.n_kinds; k++)

@@ -322,7 +322,7 @@ static void test_cli_choice(void)
 }
 
 /* --time-limit stops the search with the best found by then: never faster than the exact
- * answer, and said. */
+ * answer, and said; "dp" fixed, none is searched. */
 static void test_time_limit(void)
 {
     struct pool_case pc = mixed_wins();
@@ -332,6 +332,13 @@ static void test_time_limit(void)
     CU_ASSERT(!exact_r.timed_out && r.timed_out);
     CU_ASSERT(r.planned < exact_r.planned);
     CU_ASSERT(limited >= exact);
+    /* a fixed "dp" asks for identical replicas: no grouping searched */
+    char *text = test_read(file), fixed[8192];
+    CU_ASSERT_FATAL(text != NULL);
+    snprintf(fixed, sizeof fixed, "%.*s,\"dp\":1}", (int)(strrchr(text, '}') - text), text);
+    CU_ASSERT(isinf(mixed_search(test_write("limit-dp.json", fixed), 0, &r)));
+    CU_ASSERT(r.groupings == 0 && r.planned == 0);
+    free(text);
     free_case(&pc);
 }
 

@@ -1,6 +1,8 @@
 /* ballast plan on a cluster of several pipelines (heterogeneous replicas): each planned by
  * the method as a cluster of its own, then the step of all of them (planner/replicas.h); and
- * on a pool of GPUs: the search (planner/pool.h). */
+ * on a pool of GPUs: the search (planner/pool.h, planner/pool_mixed.h): one plan, or a
+ * replicas file when heterogeneous pipelines step faster. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -8,6 +10,7 @@
 #include "jsonio.h"
 #include "planner.h"
 #include "pool.h"
+#include "pool_mixed.h"
 #include "replicas.h"
 
 static int plan_pipelines(const char *file, int n, const struct plan_options *o,
@@ -28,6 +31,25 @@ static int plan_pipelines(const char *file, int n, const struct plan_options *o,
     return ERR_OK;
 }
 
+/* Each pipeline's table and the step (unless quiet); -o: the replicas file. */
+static int replicas_output(const struct plan *plans, int n, const struct replicas_result *r,
+                           const char *out_file, int quiet, struct err *e)
+{
+    if (!quiet) {
+        for (int k = 0; k < n; k++) {
+            printf("pipelines[%d]:\n", k);
+            planner_print(stdout, &plans[k]);
+        }
+        replicas_print(stdout, plans, n, r);
+    }
+    if (out_file == NULL)
+        return ERR_OK;
+    cJSON *root = replicas_to_json(plans, n, r);
+    int rc = jsonio_write(out_file, root, e);
+    cJSON_Delete(root);
+    return rc;
+}
+
 int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet)
 {
@@ -40,18 +62,8 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
         rc = plan_pipelines(file, n, o, plans, &made, &e);
     if (rc == ERR_OK)
         rc = replicas_step(plans, n, &r, &e);
-    if (rc == ERR_OK && !quiet) {
-        for (int k = 0; k < n; k++) {
-            printf("pipelines[%d]:\n", k);
-            planner_print(stdout, &plans[k]);
-        }
-        replicas_print(stdout, plans, n, &r);
-    }
-    if (rc == ERR_OK && out_file != NULL) {
-        cJSON *root = replicas_to_json(plans, n, &r);
-        rc = jsonio_write(out_file, root, &e);
-        cJSON_Delete(root);
-    }
+    if (rc == ERR_OK)
+        rc = replicas_output(plans, n, &r, out_file, quiet, &e);
     replicas_result_free(&r);
     for (int k = 0; k < made; k++)
         plan_free(&plans[k]);
@@ -64,15 +76,21 @@ int cmd_plan_pool(const char *file, const struct plan_options *o, const char *ou
 {
     struct err e;
     err_clear(&e);
-    struct plan p;
-    struct pool_result r;
-    if (pool_search(file, o, &p, &r, &e))
+    struct pool_answer a;
+    if (pool_answer_search(file, o, &a, &e))
         return cli_fail("plan", &e);
-    if (!quiet) {
-        planner_print(stdout, &p);
-        pool_print(stdout, &r);
+    int rc = ERR_OK;
+    if (a.mixed) {
+        rc = replicas_output(a.plans, a.n, &a.step, out_file, quiet, &e);
+    } else {
+        if (!quiet)
+            planner_print(stdout, &a.plan);
+        rc = out_file != NULL ? plan_write(out_file, &a.plan, &e) : ERR_OK;
     }
-    int rc = out_file != NULL ? plan_write(out_file, &p, &e) : ERR_OK;
-    plan_free(&p);
+    if (!quiet && !a.mixed)
+        pool_print(stdout, &a.homogeneous);
+    if (!quiet)
+        pool_mixed_print(stdout, &a.mix, a.have_plan ? a.plan.iteration_ms : INFINITY);
+    pool_answer_free(&a);
     return rc ? cli_fail("plan", &e) : ERR_OK;
 }

@@ -878,3 +878,37 @@ void pool_print(FILE *f, const struct pool_result *r)
             r->refuted, 100 * r->gap, r->lower_bound,
             r->exhausted ? "" : "; stopped at the time limit or node budget");
 }
+
+int pool_info_read(const char *file, const cJSON *root, struct pool_info *info, struct err *e)
+{
+    struct pool_state st = {.file = file, .root = root, .size = -1};
+    if (read_pool(&st, e) || pool_model(&st, e))
+        return e->code;
+    memset(info, 0, sizeof *info);
+    info->n_kinds = st.K;
+    for (int k = 0; k < st.K && k < POOL_KINDS_MAX; k++) {
+        snprintf(info->device[k], sizeof info->device[k], "%s", st.kind[k].device);
+        info->count[k] = st.kind[k].count;
+        info->per_node[k] = st.kind[k].per_node;
+    }
+    info->global_batch = st.global_batch;
+    info->only_dp = st.only_dp;
+    info->model = st.model;
+    return ERR_OK;
+}
+
+int pool_kind_cluster(const char *file, const cJSON *root, int k, int tp, int stages, int dp,
+                      int M, struct cluster *c, struct err *e)
+{
+    struct pool_state st = {.file = file, .root = root, .dp = dp, .size = -1};
+    if (read_pool(&st, e))
+        return e->code;
+    for (int j = 0; j < st.K && j < POOL_KINDS_MAX; j++)
+        st.tp[j] = j == k ? tp : 1, st.stages[j] = j == k ? stages : 0;
+    cJSON *json = candidate_json(&st, M);
+    if (json == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = cluster_parse(json, file, c, e);
+    cJSON_Delete(json);
+    return rc;
+}

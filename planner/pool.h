@@ -64,4 +64,19 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
                        struct plan *best, struct pool_result *r, struct err *e);
 void pool_print(FILE *f, const struct pool_result *r);
 
+/* A pool file's kinds as the search reads them (for planner/pool_mixed.c). */
+struct pool_info {
+    int n_kinds;
+    char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
+    int64_t count[POOL_KINDS_MAX], per_node[POOL_KINDS_MAX]; /* per_node: count when absent */
+    int64_t global_batch, only_dp;                           /* only_dp: "dp", 0 when absent */
+    struct model model;
+};
+/* Reads and checks the pool of the parsed file `root` (read from `file`). */
+int pool_info_read(const char *file, const cJSON *root, struct pool_info *info, struct err *e);
+/* The cluster of one pipeline of `stages` stages of tp GPUs of kind k, replicated dp times,
+ * M micro-batches a replica, with the pool file's other members (as the search plans it). */
+int pool_kind_cluster(const char *file, const cJSON *root, int k, int tp, int stages, int dp,
+                      int M, struct cluster *c, struct err *e);
+
 #endif

@@ -57,14 +57,20 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
     return ERR_OK;
 }
 
-/* The state of the simulation: where each stage is in its program, when it and each link
+/* A backward waiting for its turn in a round: the stage and its micro-batch. */
+struct stage_op {
+    int stage, micro;
+};
+
+/* The state of the simulation: each stage's program (its warm-up), when it and each link
  * direction are next free, and when each (stage, micro-batch) input has arrived. */
 struct sim_state {
     int S, M;
     const struct sim_stage *stages;
-    struct schedule_op *prog; /* S x 2M */
-    int *next;         /* per stage: index of its next operation */
+    int *warmup;       /* per stage: its program's warm-up forwards (schedule_op_at) */
+    struct stage_op *back; /* S: a round's backwards */
     double *free_ms;   /* per stage: when its previous operation ends */
+    double *transfer_ms; /* per boundary: one send over it (the same every time) */
     double *fwd_in;    /* S x M: activation arrival at stage s (< 0: not yet) */
     double *bwd_in;    /* S x M: gradient arrival at stage s (< 0: not yet) */
     double *link_fwd;  /* per boundary: when the forward direction is next free */
@@ -103,16 +109,19 @@ static void add_busy(struct sim_state *st, int s, double ms)
         st->out->busy_ms[s] += ms;
 }
 
+/* The simulator's innermost functions, inlined into round_k's two copies (see there). */
+#define SIM_INLINE static inline __attribute__((always_inline))
+
 /* Sends over boundary k in one direction, after `ready`, queued behind earlier sends;
  * returns the arrival time. */
-static double send(struct sim_state *st, int k, int micro, enum sim_kind kind, double ready)
+SIM_INLINE double send(struct sim_state *st, int record, int k, int micro, enum sim_kind kind,
+                       double ready)
 {
-    const struct sim_stage *from = &st->stages[k];
     double *link_free = kind == SIM_SEND_FORWARD ? &st->link_fwd[k] : &st->link_bwd[k];
     double start = ready > *link_free ? ready : *link_free;
-    double end = start + link_transfer_ms(&from->link, from->out_bytes);
+    double end = start + st->transfer_ms[k];
     *link_free = end;
-    if (from->link.present)
+    if (record && st->stages[k].link.present)
         add_task(st, k, micro, kind, start, end);
     return end;
 }
@@ -227,58 +236,87 @@ static double optimizer_step(struct sim_state *st, int s, double end)
     return done;
 }
 
-/* Runs stage s's next operation if its input is there; returns 0 if it must wait. */
-static int step(struct sim_state *st, int s)
+/* Stage s's op k, the forward of micro-batch m, from its input's arrival `ready`. */
+SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int m, double ready)
 {
-    int S = st->S, M = st->M;
-    struct schedule_op op = st->prog[(size_t)s * 2 * M + st->next[s]];
-    size_t at = (size_t)s * M + op.micro;
-    double ready;
-    if (!op.backward)
-        ready = st->fwd_in[at];
-    else if (s == S - 1)
-        ready = 0; /* its own forward came earlier in the program */
-    else
-        ready = st->bwd_in[at];
-    if (ready < 0)
-        return 0;
     const struct sim_stage *c = &st->stages[s];
-    double start = ready > st->free_ms[s] ? ready : st->free_ms[s];
+    size_t at = (size_t)s * st->M + m;
+    double start = ready > st->free_ms[s] ? ready : st->free_ms[s], end;
     if (c->n_layers > 0) {
-        double end = op.backward ? backward_layers(st, s, st->next[s], op.micro, start)
-                                 : forward_layers(st, s, st->next[s], op.micro, start);
-        st->free_ms[s] = end;
-        add_busy(st, s, op.backward ? c->recompute_ms + c->bwd_ms : c->fwd_ms);
-        if (!op.backward && s + 1 < S)
-            st->fwd_in[at + M] = send(st, s, op.micro, SIM_SEND_FORWARD, end);
-        if (op.backward && s > 0)
-            st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
-    } else if (!op.backward) {
-        double end = start + c->fwd_ms;
-        add_task(st, s, op.micro, SIM_FORWARD, start, end);
+        end = forward_layers(st, s, k, m, start);
+    } else {
+        end = start + c->fwd_ms;
+        if (record)
+            add_task(st, s, m, SIM_FORWARD, start, end);
         if (st->fwd_end != NULL)
             st->fwd_end[at] = end;
-        st->free_ms[s] = end;
+    }
+    st->free_ms[s] = end;
+    if (record)
         add_busy(st, s, c->fwd_ms);
-        if (s + 1 < S)
-            st->fwd_in[at + M] = send(st, s, op.micro, SIM_SEND_FORWARD, end);
+    if (s + 1 < st->S)
+        st->fwd_in[at + st->M] = send(st, record, s, m, SIM_SEND_FORWARD, end);
+}
+
+/* Stage s's op k, the backward of micro-batch m (and its recompute), from its gradient's
+ * arrival `ready`. */
+SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int m,
+                             double ready)
+{
+    const struct sim_stage *c = &st->stages[s];
+    size_t at = (size_t)s * st->M + m;
+    double start = ready > st->free_ms[s] ? ready : st->free_ms[s], end;
+    if (c->n_layers > 0) {
+        end = backward_layers(st, s, k, m, start);
     } else {
-        double mid = start + c->recompute_ms, end = mid + c->bwd_ms;
-        if (c->recompute_ms > 0)
-            add_task(st, s, op.micro, SIM_RECOMPUTE, start, mid);
-        add_task(st, s, op.micro, SIM_BACKWARD, mid, end);
+        double mid = start + c->recompute_ms;
+        end = mid + c->bwd_ms;
+        if (record && c->recompute_ms > 0)
+            add_task(st, s, m, SIM_RECOMPUTE, start, mid);
+        if (record)
+            add_task(st, s, m, SIM_BACKWARD, mid, end);
         if (st->bwd_end != NULL)
             st->bwd_end[at] = end;
-        st->free_ms[s] = end;
-        add_busy(st, s, c->recompute_ms + c->bwd_ms);
-        if (s > 0)
-            st->bwd_in[at - M] = send(st, s - 1, op.micro, SIM_SEND_BACKWARD, end);
     }
-    if (st->next[s] == 2 * M - 1) /* the step's last backward, the gradients' all-reduce over
-                                     * the data-parallel replicas, then the optimizer step */
-        st->free_ms[s] = optimizer_step(st, s, st->free_ms[s] + c->allreduce_ms);
-    st->next[s]++;
-    return 1;
+    st->free_ms[s] = end;
+    if (record)
+        add_busy(st, s, c->recompute_ms + c->bwd_ms);
+    if (s > 0)
+        st->bwd_in[at - st->M] = send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
+}
+
+/* Round k of `simulate`: op k of every stage, the forwards from the first stage down, then
+ * the backwards from the last stage up. Returns how many ran (an op whose input has not
+ * arrived does not run: `simulate`'s order never lets that happen). `record`: whether `out`
+ * takes tasks and per-stage totals; simulate calls this with a constant 1 (sim_run) or 0 (a
+ * search), and the compiler makes a copy for each, the search's free of all recording: the
+ * same code, never a second simulator. */
+SIM_INLINE int64_t round_k(struct sim_state *st, int record, int k)
+{
+    int S = st->S, M = st->M, n_back = 0;
+    int64_t ran = 0;
+    for (int s = 0; s < S; s++) {
+        struct schedule_op op = schedule_op_at(st->warmup[s], M, k);
+        if (op.backward) {
+            st->back[n_back++] = (struct stage_op){s, op.micro};
+            continue;
+        }
+        double ready = st->fwd_in[(size_t)s * M + op.micro];
+        if (ready < 0)
+            continue;
+        run_forward(st, record, s, k, op.micro, ready);
+        ran++;
+    }
+    while (n_back > 0) {
+        n_back--;
+        int s = st->back[n_back].stage, m = st->back[n_back].micro;
+        double ready = st->bwd_in[(size_t)s * M + m];
+        if (ready < 0)
+            continue;
+        run_backward(st, record, s, k, m, ready);
+        ran++;
+    }
+    return ran;
 }
 
 static int host_lanes_alloc(struct sim_state *st)
@@ -320,69 +358,93 @@ void sim_result_free(struct sim_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The per-call arrays of a simulation, carved from one allocation: per stage its warm-up,
+ * free time, link times and send time, a round's backwards, and the S x M arrivals unless
+ * `marks` has them. Returns the allocation (NULL: out of memory). */
+static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
+{
+    size_t S = (size_t)st->S, cells = S * (size_t)st->M;
+    size_t doubles = 4 * S + (marks ? 0 : 2 * cells);
+    double *d = malloc(doubles * sizeof(double) + S * (sizeof(int) + sizeof(struct stage_op)));
+    if (d == NULL)
+        return NULL;
+    st->free_ms = d;
+    st->link_fwd = d + S;
+    st->link_bwd = d + 2 * S;
+    st->transfer_ms = d + 3 * S;
+    st->fwd_in = marks ? marks->fwd_in : d + 4 * S;
+    st->bwd_in = marks ? marks->bwd_in : d + 4 * S + cells;
+    st->back = (struct stage_op *)(d + doubles);
+    st->warmup = (int *)(st->back + S);
+    return d;
+}
+
+/* Nothing has run and nothing has arrived but stage 0's inputs. */
+static void state_init(struct sim_state *st, enum schedule schedule)
+{
+    int S = st->S, M = st->M;
+    for (int s = 0; s < S; s++) {
+        const struct sim_stage *c = &st->stages[s];
+        st->free_ms[s] = st->link_fwd[s] = st->link_bwd[s] = 0;
+        st->transfer_ms[s] = link_transfer_ms(&c->link, c->out_bytes);
+        st->warmup[s] = schedule_warmup(schedule, S, s, M);
+    }
+    for (size_t i = 0; i < (size_t)S * M; i++)
+        st->fwd_in[i] = st->bwd_in[i] = -1;
+    for (int m = 0; m < M; m++) {
+        st->fwd_in[m] = 0; /* stage 0's inputs are at hand */
+        st->bwd_in[(size_t)(S - 1) * M + m] = 0; /* the last stage's own forward came first */
+    }
+}
+
 /* The simulation proper: out->iteration_ms, and the tasks and busy times when out has
  * arrays for them (NULL: the makespan alone, for searches over many candidates); every
  * arrival and end time in `marks` when given. */
 static int simulate(enum schedule schedule, int S, int M, const struct sim_stage *stages,
                     struct sim_result *out, struct sim_marks *marks, struct err *e)
 {
-    size_t cells = (size_t)S * (size_t)M;
     struct sim_state st = {
         .S = S,
         .M = M,
         .stages = stages,
-        .prog = malloc(cells * 2 * sizeof *st.prog),
-        .next = calloc((size_t)S, sizeof *st.next),
-        .free_ms = calloc((size_t)S, sizeof *st.free_ms),
-        .fwd_in = marks ? marks->fwd_in : malloc(cells * sizeof *st.fwd_in),
-        .bwd_in = marks ? marks->bwd_in : malloc(cells * sizeof *st.bwd_in),
-        .link_fwd = calloc((size_t)S, sizeof *st.link_fwd),
-        .link_bwd = calloc((size_t)S, sizeof *st.link_bwd),
         .host = calloc((size_t)S, sizeof *st.host),
         .fwd_end = marks ? marks->fwd_end : NULL,
         .bwd_end = marks ? marks->bwd_end : NULL,
         .out = out,
     };
+    void *arrays = state_alloc(&st, marks);
     int rc = ERR_OK;
-    if (!st.prog || !st.next || !st.free_ms || !st.fwd_in || !st.bwd_in || !st.link_fwd ||
-        !st.link_bwd || !st.host || host_lanes_alloc(&st)) {
+    if (!arrays || !st.host || host_lanes_alloc(&st)) {
         rc = err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, M);
         goto done;
     }
-    for (size_t i = 0; i < cells; i++)
-        st.fwd_in[i] = st.bwd_in[i] = -1;
-    for (int m = 0; m < M; m++)
-        st.fwd_in[m] = 0; /* stage 0's inputs are at hand */
-    for (int s = 0; s < S; s++)
-        schedule_ops(schedule, S, s, M, st.prog + (size_t)s * 2 * M);
-    /* Sweep the stages, running each as far as its inputs allow. The times do not depend on
-     * the sweep order: each operation's start is fixed by its predecessors alone. */
-    int64_t done_ops = 0, total = 2 * (int64_t)S * M;
-    while (done_ops < total) {
-        int64_t before = done_ops;
-        for (int s = 0; s < S; s++)
-            while (st.next[s] < 2 * M && step(&st, s))
-                done_ops++;
-        if (done_ops == before) {
-            rc = err_set(e, ERR_FAIL, "simulation deadlocked after %lld of %lld operations",
-                         (long long)done_ops, (long long)total);
-            goto done;
-        }
+    state_init(&st, schedule);
+    /* Op k of every stage in round k: the forwards from the first stage down, then the
+     * backwards from the last stage up. A forward's input is the previous stage's forward of
+     * the same micro-batch, at a position of that stage's order no later (in this round, run
+     * just before, or an earlier round); a backward's is the next stage's backward, likewise
+     * no later (schedule.h's warm-ups shrink down the pipeline), and each op follows its
+     * stage's previous one. So every input is there when its op runs, and the times, which
+     * each op's predecessors alone fix, are those of any order that respects them. */
+    int64_t ran = 0;
+    for (int k = 0; k < 2 * M; k++)
+        ran += out->tasks != NULL ? round_k(&st, 1, k) : round_k(&st, 0, k);
+    if (ran != 2 * (int64_t)S * M) {
+        rc = err_set(e, ERR_FAIL, "simulation: %lld of %lld operations found their input there",
+                     (long long)ran, 2 * (long long)S * M);
+        goto done;
     }
+    /* After each stage's last backward: the gradients' all-reduce over the data-parallel
+     * replicas, then the optimizer step, on the stage's own clock and host lanes, which no
+     * other stage's op reads. */
     out->iteration_ms = 0;
-    for (int s = 0; s < S; s++) /* free_ms: the end of the stage's optimizer step */
+    for (int s = 0; s < S; s++) {
+        st.free_ms[s] = optimizer_step(&st, s, st.free_ms[s] + stages[s].allreduce_ms);
         if (st.free_ms[s] > out->iteration_ms)
             out->iteration_ms = st.free_ms[s];
-done:
-    free(st.prog);
-    free(st.next);
-    free(st.free_ms);
-    if (marks == NULL) {
-        free(st.fwd_in);
-        free(st.bwd_in);
     }
-    free(st.link_fwd);
-    free(st.link_bwd);
+done:
+    free(arrays);
     for (int s = 0; st.host != NULL && s < S; s++) {
         free(st.host[s].op_start);
         free(st.host[s].out_end);

@@ -562,8 +562,14 @@ int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim
 {
     if (check_input(S, M, stages, e))
         return e->code;
+    /* A stage run layer by layer keeps no marks of its ends (and its host lanes' times are
+     * not among those compared): such a pipeline is simulated whole. */
+    int layered = 0;
+    for (int s = 0; s < S; s++)
+        layered |= stages[s].n_layers > 0;
     /* j - p >= S: the compared micro-batches are past every warm-up */
-    for (int base = 3 * S + 2 + SIM_PERIOD_MAX; schedule == SCHEDULE_1F1B; base *= 2) {
+    for (int base = 3 * S + 2 + SIM_PERIOD_MAX; schedule == SCHEDULE_1F1B && !layered;
+         base *= 2) {
         int Mp = base + ((M - base) % SIM_PERIODS_LCM + SIM_PERIODS_LCM) % SIM_PERIODS_LCM, found;
         if (Mp >= M / 2)
             break;

@@ -286,15 +286,14 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
 }
 
 /* Round k of `simulate`: op k of every stage, the forwards from the first stage down, then
- * the backwards from the last stage up. Returns how many ran (an op whose input has not
- * arrived does not run: `simulate`'s order never lets that happen). `record`: whether `out`
+ * the backwards from the last stage up. Returns how many did not run for want of their
+ * input (`simulate`'s order never lets that happen). `record`: whether `out`
  * takes tasks and per-stage totals; simulate calls this with a constant 1 (sim_run) or 0 (a
  * search), and the compiler makes a copy for each, the search's free of all recording: the
  * same code, never a second simulator. */
-SIM_INLINE int64_t round_k(struct sim_state *st, int record, int k)
+SIM_INLINE int round_k(struct sim_state *st, int record, int k)
 {
-    int S = st->S, M = st->M, n_back = 0;
-    int64_t ran = 0;
+    int S = st->S, M = st->M, n_back = 0, missing = 0;
     for (int s = 0; s < S; s++) {
         struct schedule_op op = schedule_op_at(st->warmup[s], M, k);
         if (op.backward) {
@@ -302,21 +301,23 @@ SIM_INLINE int64_t round_k(struct sim_state *st, int record, int k)
             continue;
         }
         double ready = st->fwd_in[(size_t)s * M + op.micro];
-        if (ready < 0)
+        if (ready < 0) {
+            missing++;
             continue;
+        }
         run_forward(st, record, s, k, op.micro, ready);
-        ran++;
     }
     while (n_back > 0) {
         n_back--;
         int s = st->back[n_back].stage, m = st->back[n_back].micro;
         double ready = st->bwd_in[(size_t)s * M + m];
-        if (ready < 0)
+        if (ready < 0) {
+            missing++;
             continue;
+        }
         run_backward(st, record, s, k, m, ready);
-        ran++;
     }
-    return ran;
+    return missing;
 }
 
 static int host_lanes_alloc(struct sim_state *st)
@@ -358,16 +359,21 @@ void sim_result_free(struct sim_result *r)
     memset(r, 0, sizeof *r);
 }
 
-/* The per-call arrays of a simulation, carved from one allocation: per stage its warm-up,
- * free time, link times and send time, a round's backwards, and the S x M arrivals unless
- * `marks` has them. Returns the allocation (NULL: out of memory). */
+/* The per-call arrays of a simulation, carved from one allocation: per stage its host lanes
+ * (zeroed: nothing on them yet), warm-up, free time, link times and send time, a round's
+ * backwards, and the S x M arrivals unless `marks` has them. Returns the allocation (NULL:
+ * out of memory). */
 static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
 {
     size_t S = (size_t)st->S, cells = S * (size_t)st->M;
     size_t doubles = 4 * S + (marks ? 0 : 2 * cells);
-    double *d = malloc(doubles * sizeof(double) + S * (sizeof(int) + sizeof(struct stage_op)));
-    if (d == NULL)
+    struct host_lanes *h = malloc(S * sizeof *h + doubles * sizeof(double) +
+                                  S * (sizeof(struct stage_op) + sizeof(int)));
+    if (h == NULL)
         return NULL;
+    memset(h, 0, S * sizeof *h);
+    st->host = h;
+    double *d = (double *)(h + S);
     st->free_ms = d;
     st->link_fwd = d + S;
     st->link_bwd = d + 2 * S;
@@ -376,7 +382,7 @@ static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
     st->bwd_in = marks ? marks->bwd_in : d + 4 * S + cells;
     st->back = (struct stage_op *)(d + doubles);
     st->warmup = (int *)(st->back + S);
-    return d;
+    return h;
 }
 
 /* Nothing has run and nothing has arrived but stage 0's inputs. */
@@ -407,14 +413,13 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
         .S = S,
         .M = M,
         .stages = stages,
-        .host = calloc((size_t)S, sizeof *st.host),
         .fwd_end = marks ? marks->fwd_end : NULL,
         .bwd_end = marks ? marks->bwd_end : NULL,
         .out = out,
     };
     void *arrays = state_alloc(&st, marks);
     int rc = ERR_OK;
-    if (!arrays || !st.host || host_lanes_alloc(&st)) {
+    if (!arrays || host_lanes_alloc(&st)) {
         rc = err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, M);
         goto done;
     }
@@ -426,12 +431,12 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
      * no later (schedule.h's warm-ups shrink down the pipeline), and each op follows its
      * stage's previous one. So every input is there when its op runs, and the times, which
      * each op's predecessors alone fix, are those of any order that respects them. */
-    int64_t ran = 0;
+    int64_t missing = 0;
     for (int k = 0; k < 2 * M; k++)
-        ran += out->tasks != NULL ? round_k(&st, 1, k) : round_k(&st, 0, k);
-    if (ran != 2 * (int64_t)S * M) {
-        rc = err_set(e, ERR_FAIL, "simulation: %lld of %lld operations found their input there",
-                     (long long)ran, 2 * (long long)S * M);
+        missing += out->tasks != NULL ? round_k(&st, 1, k) : round_k(&st, 0, k);
+    if (missing > 0) {
+        rc = err_set(e, ERR_FAIL, "simulation: %lld of %lld operations came before their input",
+                     (long long)missing, 2 * (long long)S * M);
         goto done;
     }
     /* After each stage's last backward: the gradients' all-reduce over the data-parallel
@@ -444,13 +449,12 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
             out->iteration_ms = st.free_ms[s];
     }
 done:
-    free(arrays);
-    for (int s = 0; st.host != NULL && s < S; s++) {
+    for (int s = 0; arrays != NULL && s < S; s++) {
         free(st.host[s].op_start);
         free(st.host[s].out_end);
         free(st.host[s].bwd_end);
     }
-    free(st.host);
+    free(arrays);
     return rc;
 }
 

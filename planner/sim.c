@@ -71,8 +71,8 @@ struct sim_state {
     struct stage_op *back; /* S: a round's backwards */
     double *free_ms;   /* per stage: when its previous operation ends */
     double *transfer_ms; /* per boundary: one send over it (the same every time) */
-    double *fwd_in;    /* S x M: activation arrival at stage s (< 0: not yet) */
-    double *bwd_in;    /* S x M: gradient arrival at stage s (< 0: not yet) */
+    double *fwd_in;    /* S x M: activation arrival at stage s (NaN: not yet) */
+    double *bwd_in;    /* S x M: gradient arrival at stage s (NaN: not yet) */
     double *link_fwd;  /* per boundary: when the forward direction is next free */
     double *link_bwd;  /* per boundary: when the backward direction is next free */
     struct host_lanes *host; /* per stage */
@@ -301,7 +301,7 @@ SIM_INLINE int round_k(struct sim_state *st, int record, int k)
             continue;
         }
         double ready = st->fwd_in[(size_t)s * M + op.micro];
-        if (ready < 0) {
+        if (isnan(ready)) {
             missing++;
             continue;
         }
@@ -311,7 +311,7 @@ SIM_INLINE int round_k(struct sim_state *st, int record, int k)
         n_back--;
         int s = st->back[n_back].stage, m = st->back[n_back].micro;
         double ready = st->bwd_in[(size_t)s * M + m];
-        if (ready < 0) {
+        if (isnan(ready)) {
             missing++;
             continue;
         }
@@ -395,8 +395,9 @@ static void state_init(struct sim_state *st, enum schedule schedule)
         st->transfer_ms[s] = link_transfer_ms(&c->link, c->out_bytes);
         st->warmup[s] = schedule_warmup(schedule, S, s, M);
     }
-    for (size_t i = 0; i < (size_t)S * M; i++)
-        st->fwd_in[i] = st->bwd_in[i] = -1;
+    /* all bits set: a NaN, and memset is the fastest fill */
+    memset(st->fwd_in, 0xff, (size_t)S * M * sizeof *st->fwd_in);
+    memset(st->bwd_in, 0xff, (size_t)S * M * sizeof *st->bwd_in);
     for (int m = 0; m < M; m++) {
         st->fwd_in[m] = 0; /* stage 0's inputs are at hand */
         st->bwd_in[(size_t)(S - 1) * M + m] = 0; /* the last stage's own forward came first */

@@ -57,9 +57,9 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
     return ERR_OK;
 }
 
-/* A backward waiting for its turn in a round: the stage and its micro-batch. */
+/* A backward waiting for its turn in a round: the stage and its op. */
 struct stage_op {
-    int stage, micro;
+    int stage, op;
 };
 
 /* The state of the simulation: each stage's program (its warm-up), when it and each link
@@ -285,39 +285,87 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
         st->bwd_in[at - st->M] = send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
 }
 
-/* Round k of `simulate`: op k of every stage, the forwards from the first stage down, then
- * the backwards from the last stage up. Returns how many did not run for want of their
- * input (`simulate`'s order never lets that happen). `record`: whether `out`
- * takes tasks and per-stage totals; simulate calls this with a constant 1 (sim_run) or 0 (a
- * search), and the compiler makes a copy for each, the search's free of all recording: the
- * same code, never a second simulator. */
-SIM_INLINE int round_k(struct sim_state *st, int record, int k)
+/* Runs stage s's op k (schedule_op_at's) if its input has arrived (`simulate`'s order never
+ * lets it come first); returns 1 if it ran. */
+SIM_INLINE int run_op(struct sim_state *st, int record, int s, int k)
 {
-    int S = st->S, M = st->M, n_back = 0, missing = 0;
-    for (int s = 0; s < S; s++) {
-        struct schedule_op op = schedule_op_at(st->warmup[s], M, k);
-        if (op.backward) {
-            st->back[n_back++] = (struct stage_op){s, op.micro};
-            continue;
-        }
-        double ready = st->fwd_in[(size_t)s * M + op.micro];
-        if (isnan(ready)) {
-            missing++;
-            continue;
-        }
+    struct schedule_op op = schedule_op_at(st->warmup[s], st->M, k);
+    size_t at = (size_t)s * st->M + op.micro;
+    double ready = op.backward ? st->bwd_in[at] : st->fwd_in[at];
+    if (isnan(ready))
+        return 0;
+    if (op.backward)
+        run_backward(st, record, s, k, op.micro, ready);
+    else
         run_forward(st, record, s, k, op.micro, ready);
-    }
-    while (n_back > 0) {
-        n_back--;
-        int s = st->back[n_back].stage, m = st->back[n_back].micro;
-        double ready = st->bwd_in[(size_t)s * M + m];
-        if (isnan(ready)) {
-            missing++;
-            continue;
+    return 1;
+}
+
+static int min_int(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static int max_int(int a, int b)
+{
+    return a > b ? a : b;
+}
+
+/* Every op of every stage, in three parts, each in an order where an op's inputs are there
+ * when it runs and ops next to each other seldom depend on one another (so that the
+ * processor overlaps them); the times, which each op's predecessors alone fix, are those of
+ * any order that respects the predecessors. Warm-ups shrink down the pipeline
+ * (schedule_warmup), which the argument needs. Returns how many ops ran: all 2SM of them.
+ *
+ * `record`: whether `out` takes tasks and per-stage totals; simulate calls this with a
+ * constant 1 (sim_run) or 0 (a search), and the compiler makes a copy of every function
+ * below for each, the search's free of all recording: the same code, never a second
+ * simulator. */
+SIM_INLINE int64_t run_all(struct sim_state *st, int record)
+{
+    int S = st->S, M = st->M, w0 = st->warmup[0];
+    int64_t ran = 0;
+    /* 1. The warm-ups: stage s's ops k < warmup, forwards, whose inputs are the previous
+     * stage's same op (in its warm-up, no shorter) and their own stage's previous op: by
+     * diagonals d = s + k, each needing only the one before. */
+    for (int d = 0; d < w0 + S - 1; d++)
+        for (int s = max_int(0, d - w0 + 1); s <= min_int(d, S - 1); s++)
+            if (d - s < st->warmup[s])
+                ran += run_op(st, record, s, d - s);
+    /* 2. The steady states, op k of every stage in round k: the forwards from the first
+     * stage down, then the backwards from the last stage up. A forward's input is the
+     * previous stage's forward of the same micro-batch, at a position of that stage's order
+     * no later (run just before in this round, or in an earlier one, or in part 1); a
+     * backward's is the next stage's backward, likewise no later; and each op follows its
+     * stage's previous one. */
+    for (int k = 0; k < 2 * M; k++) {
+        int n_back = 0;
+        for (int s = 0; s < S; s++) {
+            int w = st->warmup[s];
+            if (k < w || k >= 2 * M - w)
+                continue;
+            struct schedule_op op = schedule_op_at(w, M, k);
+            if (op.backward)
+                st->back[n_back++] = (struct stage_op){s, k};
+            else
+                ran += run_op(st, record, s, k);
         }
-        run_backward(st, record, s, k, m, ready);
+        while (n_back > 0) {
+            n_back--;
+            ran += run_op(st, record, st->back[n_back].stage, st->back[n_back].op);
+        }
     }
-    return missing;
+    /* 3. The cool-downs: stage s's ops k >= 2M - warmup, backwards of micro-batch k - M,
+     * whose inputs are the next stage's same op (in its cool-down, or part 2) and their own
+     * stage's previous op (likewise): by diagonals e = S - 1 - s + k. */
+    for (int e = 2 * M - w0; e < 2 * M + S - 1; e++)
+        for (int s = max_int(0, 2 * M - w0 - e + S - 1); s <= min_int(S - 1, 2 * M - e + S - 2);
+             s++) {
+            int k = e - (S - 1 - s);
+            if (k >= 2 * M - st->warmup[s])
+                ran += run_op(st, record, s, k);
+        }
+    return ran;
 }
 
 static int host_lanes_alloc(struct sim_state *st)
@@ -425,19 +473,10 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
         goto done;
     }
     state_init(&st, schedule);
-    /* Op k of every stage in round k: the forwards from the first stage down, then the
-     * backwards from the last stage up. A forward's input is the previous stage's forward of
-     * the same micro-batch, at a position of that stage's order no later (in this round, run
-     * just before, or an earlier round); a backward's is the next stage's backward, likewise
-     * no later (schedule.h's warm-ups shrink down the pipeline), and each op follows its
-     * stage's previous one. So every input is there when its op runs, and the times, which
-     * each op's predecessors alone fix, are those of any order that respects them. */
-    int64_t missing = 0;
-    for (int k = 0; k < 2 * M; k++)
-        missing += out->tasks != NULL ? round_k(&st, 1, k) : round_k(&st, 0, k);
-    if (missing > 0) {
-        rc = err_set(e, ERR_FAIL, "simulation: %lld of %lld operations came before their input",
-                     (long long)missing, 2 * (long long)S * M);
+    int64_t ran = out->tasks != NULL ? run_all(&st, 1) : run_all(&st, 0);
+    if (ran != 2 * (int64_t)S * M) {
+        rc = err_set(e, ERR_FAIL, "simulation: %lld of %lld operations found their input there",
+                     (long long)ran, 2 * (long long)S * M);
         goto done;
     }
     /* After each stage's last backward: the gradients' all-reduce over the data-parallel

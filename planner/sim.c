@@ -533,14 +533,23 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
     return ERR_OK;
 }
 
-int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
-                 double *iteration_ms, struct err *e)
+/* sim_makespan on input already checked */
+static int makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                    double *iteration_ms, struct err *e)
 {
     struct sim_result r = {0};
-    if (check_input(S, M, stages, e) || simulate(schedule, S, M, stages, &r, NULL, e))
+    if (simulate(schedule, S, M, stages, &r, NULL, e))
         return e->code;
     *iteration_ms = r.iteration_ms;
     return ERR_OK;
+}
+
+int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                 double *iteration_ms, struct err *e)
+{
+    if (check_input(S, M, stages, e))
+        return e->code;
+    return makespan(schedule, S, M, stages, iteration_ms, e);
 }
 
 /* Most micro-batches in a period of the steady state that sim_makespan_periodic looks for
@@ -625,7 +634,7 @@ int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim
         }
     }
     *simulated = M;
-    return sim_makespan(schedule, S, M, stages, iteration_ms, e);
+    return makespan(schedule, S, M, stages, iteration_ms, e);
 }
 
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)

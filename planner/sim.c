@@ -311,41 +311,47 @@ static int max_int(int a, int b)
     return a > b ? a : b;
 }
 
-/* Every op of every stage, in three parts, each in an order where an op's inputs are there
- * when it runs and ops next to each other seldom depend on one another (so that the
- * processor overlaps them); the times, which each op's predecessors alone fix, are those of
- * any order that respects the predecessors. Warm-ups shrink down the pipeline
- * (schedule_warmup), which the argument needs. Returns how many ops ran: all 2SM of them.
+/* `simulate` runs every op of every stage in three parts, each in an order where an op's
+ * inputs are there when it runs and ops next to each other seldom depend on one another (so
+ * that the processor overlaps them); the times, which each op's predecessors alone fix, are
+ * those of any order that respects the predecessors. The argument needs warm-ups to shrink
+ * down the pipeline (schedule_warmup). Each part returns how many ops it ran.
  *
- * `record`: whether `out` takes tasks and per-stage totals; simulate calls this with a
- * constant 1 (sim_run) or 0 (a search), and the compiler makes a copy of every function
- * below for each, the search's free of all recording: the same code, never a second
- * simulator. */
-SIM_INLINE int64_t run_all(struct sim_state *st, int record)
+ * `record`: whether `out` takes tasks and per-stage totals; simulate calls the parts with a
+ * constant 1 (sim_run) or 0 (a search), and the compiler makes a copy of each for each, the
+ * search's free of all recording: the same code, never a second simulator. */
+
+/* 1. The warm-ups: stage s's ops k < warmup, forwards, whose inputs are the previous stage's
+ * same op (in its warm-up, which is no shorter) and their own stage's previous op: all in
+ * part 1, run by diagonals d = s + k, each needing only the one before. */
+SIM_INLINE int64_t run_warmups(struct sim_state *st, int record)
 {
-    int S = st->S, M = st->M, w0 = st->warmup[0];
+    int S = st->S, w0 = st->warmup[0];
     int64_t ran = 0;
-    /* 1. The warm-ups: stage s's ops k < warmup, forwards, whose inputs are the previous
-     * stage's same op (in its warm-up, no shorter) and their own stage's previous op: by
-     * diagonals d = s + k, each needing only the one before. */
     for (int d = 0; d < w0 + S - 1; d++)
         for (int s = max_int(0, d - w0 + 1); s <= min_int(d, S - 1); s++)
             if (d - s < st->warmup[s])
                 ran += run_op(st, record, s, d - s);
-    /* 2. The steady states, op k of every stage in round k: the forwards from the first
-     * stage down, then the backwards from the last stage up. A forward's input is the
-     * previous stage's forward of the same micro-batch, at a position of that stage's order
-     * no later (run just before in this round, or in an earlier one, or in part 1); a
-     * backward's is the next stage's backward, likewise no later; and each op follows its
-     * stage's previous one. */
+    return ran;
+}
+
+/* 2. The steady states, op k of every stage in round k: the forwards from the first stage
+ * down, then the backwards from the last stage up. A forward's input is the previous stage's
+ * forward of the same micro-batch, at a position of that stage's order no later (run just
+ * before in this round, in an earlier one, or in part 1); a backward's is the next stage's
+ * backward, likewise no later and not in its cool-down; and each op follows its stage's
+ * previous one. */
+SIM_INLINE int64_t run_steady(struct sim_state *st, int record)
+{
+    int S = st->S, M = st->M;
+    int64_t ran = 0;
     for (int k = 0; k < 2 * M; k++) {
         int n_back = 0;
         for (int s = 0; s < S; s++) {
             int w = st->warmup[s];
             if (k < w || k >= 2 * M - w)
                 continue;
-            struct schedule_op op = schedule_op_at(w, M, k);
-            if (op.backward)
+            if (schedule_op_at(w, M, k).backward)
                 st->back[n_back++] = (struct stage_op){s, k};
             else
                 ran += run_op(st, record, s, k);
@@ -355,9 +361,17 @@ SIM_INLINE int64_t run_all(struct sim_state *st, int record)
             ran += run_op(st, record, st->back[n_back].stage, st->back[n_back].op);
         }
     }
-    /* 3. The cool-downs: stage s's ops k >= 2M - warmup, backwards of micro-batch k - M,
-     * whose inputs are the next stage's same op (in its cool-down, or part 2) and their own
-     * stage's previous op (likewise): by diagonals e = S - 1 - s + k. */
+    return ran;
+}
+
+/* 3. The cool-downs: stage s's ops k >= 2M - warmup, backwards of micro-batch k - M, whose
+ * inputs are the next stage's same op (in its cool-down, or part 2) and their own stage's
+ * previous op (likewise), and which no op of parts 1 and 2 waits for: by diagonals
+ * e = S - 1 - s + k. */
+SIM_INLINE int64_t run_cooldowns(struct sim_state *st, int record)
+{
+    int S = st->S, M = st->M, w0 = st->warmup[0];
+    int64_t ran = 0;
     for (int e = 2 * M - w0; e < 2 * M + S - 1; e++)
         for (int s = max_int(0, 2 * M - w0 - e + S - 1); s <= min_int(S - 1, 2 * M - e + S - 2);
              s++) {
@@ -366,6 +380,11 @@ SIM_INLINE int64_t run_all(struct sim_state *st, int record)
                 ran += run_op(st, record, s, k);
         }
     return ran;
+}
+
+SIM_INLINE int64_t run_all(struct sim_state *st, int record)
+{
+    return run_warmups(st, record) + run_steady(st, record) + run_cooldowns(st, record);
 }
 
 static int host_lanes_alloc(struct sim_state *st)

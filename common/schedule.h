@@ -18,7 +18,8 @@ struct schedule_op {
 };
 
 /* Forwards before the stage's first backward: the micro-batches on their way to the last
- * stage (1F1B), or all of them (GPipe). */
+ * stage (1F1B), or all of them (GPipe). Never more than the stage before's (the simulator's
+ * order relies on it). */
 static inline int schedule_warmup(enum schedule sch, int n_stages, int stage, int micro_batches)
 {
     int w = sch == SCHEDULE_GPIPE ? micro_batches : n_stages - stage - 1;

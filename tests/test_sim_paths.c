@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "schedule.h"
 #include "sim.h"
 #include "testutil.h"
 
@@ -136,10 +137,26 @@ static void test_makespan_equals_full_run(void)
     free(ly);
 }
 
+/* The simulator runs warm-ups and cool-downs in an order that needs each stage's warm-up no
+ * longer than the stage before's; schedule_op_at's ops are test_sim.c's program()'s, which
+ * its longest-path reference builds independently. */
+static void test_warmups_shrink(void)
+{
+    int longer = 0;
+    for (int sch = 0; sch < 2; sch++)
+        for (int S = 1; S <= 40; S++)
+            for (int M = 1; M <= 50; M++)
+                for (int s = 1; s < S; s++)
+                    longer += schedule_warmup((enum schedule)sch, S, s, M) >
+                              schedule_warmup((enum schedule)sch, S, s - 1, M);
+    CU_ASSERT_EQUAL(longer, 0);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("sim paths", NULL, NULL);
     CU_add_test(s, "sim_makespan equals sim_run's iteration bitwise", test_makespan_equals_full_run);
+    CU_add_test(s, "warm-ups shrink down the pipeline", test_warmups_shrink);
     return test_main();
 }

@@ -122,7 +122,7 @@ int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
  * exactly: it simulates M' micro-batches (about 3S + 8, doubled while under M / 2), finds
  * every stage's and link's times repeating with a period of at most 6 micro-batches, and
  * extrapolates to M (equal to sim_makespan's within rounding, ~1e-12 relative); otherwise
- * (GPipe, or no period found) it simulates all M.
+ * (GPipe, a stage run layer by layer, or no period found) it simulates all M.
  * *simulated gets the micro-batches simulated. */
 int sim_makespan_periodic(enum schedule schedule, int n_stages, int micro_batches,
                           const struct sim_stage *stages, double *iteration_ms, int *simulated,

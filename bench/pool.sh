@@ -4,19 +4,20 @@
 # samples. Per pool and model: the search's wall time and candidates planned, its dp / tp /
 # stages, step and most memory on a stage, against the best pipeline-only plan (the same pool
 # with "dp": 1). Each plan gets TIMEOUT seconds (default 120; "timeout" in the table).
-# Pools and models: POOLS ("kinds:gpus" pairs) and MODELS; the profiles are estimated.
+# Pools and models: POOLS ("kinds:gpus" pairs; kinds 2, 3, or v16 for the issue's A100-40GB +
+# V100-16GB, half each) and MODELS; the profiles are estimated.
 # Usage: bench/pool.sh BALLAST OUT_DIR
 set -euo pipefail
 ballast=${1:?usage: bench/pool.sh BALLAST OUT_DIR}
 out=${2:?usage: bench/pool.sh BALLAST OUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 timeout_s=${TIMEOUT:-120}
-pools=${POOLS:-"2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512"}
+pools=${POOLS:-"2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512 v16:64 v16:512"}
 models=${MODELS:-"gpt-350m gpt-1.3b gpt-13b"}
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-devices="A100-40GB V100-32GB H100-80GB"
+devices="A100-40GB V100-32GB H100-80GB V100-16GB"
 for m in $models; do
   for d in $devices; do
     "$ballast" profile --model "$root/configs/models/$m.json" --estimate --device "$d" \
@@ -67,8 +68,12 @@ for m in $models; do
     for dp in 0 1; do
       python3 - "$tmp" "$m" "$k" "$n" "$dp" "$tmp/pool-$dp.json" "${SIZES:-}" <<'PY'
 import json, sys
-tmp, model, k, n, dp, dst, sizes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
-kinds = [("A100-40GB", 40e9, 2400), ("V100-32GB", 32e9, 1200), ("H100-80GB", 80e9, 3600)][:k]
+tmp, model, k, n, dp, dst, sizes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
+if k == "v16":
+    kinds = [("A100-40GB", 40e9, 2400), ("V100-16GB", 16e9, 1200)]
+else:
+    kinds = [("A100-40GB", 40e9, 2400), ("V100-32GB", 32e9, 1200), ("H100-80GB", 80e9, 3600)][:int(k)]
+k = len(kinds)
 share = n // k // 8 * 8
 counts = [share] * k
 counts[0] += n - share * k
@@ -90,7 +95,9 @@ PY
     speedup=$(python3 -c "import sys; a, b = sys.argv[1].split('|')[3], sys.argv[2].split('|')[3]
 try: print(f'{float(b) / float(a):.2f}x')
 except ValueError: print('')" "$best" "$one")
-    echo "| $m | $n GPUs, $k kinds | $best $one $speedup |" | sed 's/| |$/|/' >>"$out/pool.md"
+    label="$k kinds"
+    [ "$k" = v16 ] && label="A100-40GB + V100-16GB"
+    echo "| $m | $n GPUs, $label | $best $one $speedup |" | sed 's/| |$/|/' >>"$out/pool.md"
     tail -1 "$out/pool.md"
   done
 done

@@ -521,15 +521,13 @@ static int bound_table(struct search *s)
                     least_drain = d;
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
-                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
-                                     cool_floor_after(s, k, j, t - f, *P_at(s, k, i)));
-                if (s->pair) {
-                    double w = pair_bound(s, k, t, f, c + rest_sum, c + rest_drain,
-                                          fill_floor(s, k, j, f),
-                                          cool_floor_after(s, k, j, t - f, *P_at(s, k, i)),
-                                          next_floor(s, k, j));
-                    v = w > v ? w : v;
-                }
+                double fill = fill_floor(s, k, j, f);
+                double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill, cool);
+                double w = s->pair ? pair_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill,
+                                                cool, next_floor(s, k, j))
+                                   : v;
+                v = w > v ? w : v;
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (k == 0) /* the iteration ends with stage 0's optimizer step */
@@ -577,7 +575,7 @@ static double tight_children(struct search *s, const double *gb, const double *e
 {
     size_t at = (size_t)(j + 1) * TIGHT_BUCKETS;
     double least = INFINITY, drain = c + *D_at(s, k + 1, j + 1), fill = fill_floor(s, k, j, f);
-    double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
+    double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i)), next = next_floor(s, k, j);
     double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
     for (int b = 0; b < TIGHT_BUCKETS; b++) {
         double rest = gb[at + b];
@@ -585,7 +583,7 @@ static double tight_children(struct search *s, const double *gb, const double *e
             continue;
         double sum = t + c + eb[at + b];
         double v = own_bound(s, k, t, f, sum - t, drain, fill, cool);
-        double w = s->pair ? pair_bound(s, k, t, f, sum - t, drain, fill, cool, next_floor(s, k, j)) : v;
+        double w = s->pair ? pair_bound(s, k, t, f, sum - t, drain, fill, cool, next) : v;
         v = w > v ? w : v;
         v = (t + c + rest > v ? t + c + rest : v) + tail0;
         least = v < least ? v : least;

@@ -63,6 +63,8 @@ struct search {
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
     int may_stop;    /* bound_table may stop at the deadline with only any_order_bound */
     int dived;       /* branch has reached a split */
+    int pair;        /* bound_table and tight_bound add pair_bound (tighten only: the search's
+                      * own bounds, and so the plans it finds, stay as they were) */
     struct sim_stage *sim_in;
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
@@ -254,6 +256,45 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     tail = tail > cool ? tail : cool;
     return head + (M - W - 1) * (f + A) + tail;
+}
+
+/* A floor under own_bound's span for position k (from its first forward to the end of its
+ * last backward) from its steady state with position k + 1, `next` being k + 1's T plus the
+ * transfers both ways between them (-INFINITY: none); the other arguments as own_bound's. In
+ * 1F1B with W = S-k-1 < M-1 warm-up forwards, k's backward of m is followed by its forward of
+ * m + W + 1, which k + 1 (W - 1 warm-up forwards) follows with its backward of m + 2, after
+ * which k runs its backward of m + 2: k's backwards of 0, 2, 4, ... m' (the last even m whose
+ * forward m + W + 1 exists) end at least T + next apart. The first starts after own_bound's
+ * head; after m' k runs its forwards up to M - 1 and its backwards before M - W - 1, then
+ * own_bound's tail from its last forward. own_bound counts k's own operations alone in the
+ * steady state, so a link or neighbour slower than k there is missed; here it is counted. */
+static double pair_bound(const struct search *s, int k, double t, double f, double after,
+                         double drain, double fill, double cool, double next)
+{
+    int W = s->S - k - 1, M = s->M;
+    if (isinf(next) || k + 1 >= s->S || drain_backwards(s, k) == M)
+        return -INFINITY;
+    double A = t - f;
+    drain = drain > after ? drain : after;
+    fill = fill > f + after ? fill : f + after;
+    double head = (W + 1) * f > fill ? (W + 1) * f : fill;
+    double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
+    tail = tail > cool ? tail : cool;
+    int m = (M - W - 2) / 2 * 2; /* m' */
+    return head + A + m / 2 * (t + next) + (M - 1 - W - m) * f + (M - W - 2 - m) * A + tail;
+}
+
+/* The least T of a position k + 1 starting at layer j + 1 (-INFINITY past the last position):
+ * the forward and backward of that layer alone (recompute only adds), plus k's transfers. */
+static double next_floor(const struct search *s, int k, int j)
+{
+    if (k + 1 >= s->S || j + 1 >= s->N)
+        return -INFINITY;
+    int p = s->pos[k + 1].profile;
+    return cost_stage_ms(s->fwd_prefix[p][j + 2] - s->fwd_prefix[p][j + 1] +
+                             s->bwd_prefix[p][j + 2] - s->bwd_prefix[p][j + 1],
+                         0) +
+           transfer_ms(s, k, j);
 }
 
 /* The iteration's bound from position k's own terms `own` and `own_end` (own_bound; the
@@ -480,8 +521,13 @@ static int bound_table(struct search *s)
                     least_drain = d;
                 if (s->M * t >= best)
                     continue; /* own_bound >= M T: no better G here, but Q and D may be */
-                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
-                                     cool_floor_after(s, k, j, t - f, *P_at(s, k, i)));
+                double fill = fill_floor(s, k, j, f);
+                double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
+                double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill, cool);
+                double w = s->pair ? pair_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill,
+                                                cool, next_floor(s, k, j))
+                                   : v;
+                v = w > v ? w : v;
                 if (t + c + rest > v)
                     v = t + c + rest;
                 if (k == 0) /* the iteration ends with stage 0's optimizer step */
@@ -529,7 +575,7 @@ static double tight_children(struct search *s, const double *gb, const double *e
 {
     size_t at = (size_t)(j + 1) * TIGHT_BUCKETS;
     double least = INFINITY, drain = c + *D_at(s, k + 1, j + 1), fill = fill_floor(s, k, j, f);
-    double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
+    double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i)), next = next_floor(s, k, j);
     double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
     for (int b = 0; b < TIGHT_BUCKETS; b++) {
         double rest = gb[at + b];
@@ -537,6 +583,8 @@ static double tight_children(struct search *s, const double *gb, const double *e
             continue;
         double sum = t + c + eb[at + b];
         double v = own_bound(s, k, t, f, sum - t, drain, fill, cool);
+        double w = s->pair ? pair_bound(s, k, t, f, sum - t, drain, fill, cool, next) : v;
+        v = w > v ? w : v;
         v = (t + c + rest > v ? t + c + rest : v) + tail0;
         least = v < least ? v : least;
         if (put)
@@ -1310,11 +1358,14 @@ static double tighten(struct search *s, const int *kind_of, const struct orders 
             if (past_deadline(s) ||
                 layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
                 return least;
+            s->pair = 1;
             bound_table(s);
             double t = tight_bound(s, s->best_ms, 2 * (s->best_ms - g) / TIGHT_BUCKETS);
+            s->pair = 0;
             if (isnan(t))
                 return least;
             g = t > g ? t : g;
+            g = *G_at(s, 0, 0) > g ? *G_at(s, 0, 0) : g;
         }
         all = g < all ? g : all;
     }

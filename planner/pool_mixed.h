@@ -27,6 +27,8 @@ struct pool_mixed_group {
 struct pool_mixed_result {
     long groupings; /* groupings whose splits were searched (the others pruned by the bound) */
     long planned;   /* group pipelines planned by --repartition (each once) */
+    long refuted;   /* group pipelines left unplanned: no split could beat the best
+                       (pool_could_step) */
     long splits;    /* micro-batch splits scored by replicas_step */
     int timed_out;  /* --time-limit stopped the search: the best found by then */
     int n_groups;   /* the best's groups; 0: no candidate beat the step to beat */

@@ -542,19 +542,25 @@ int pool_answer_search(const char *file, const struct plan_options *o, struct po
                        struct err *e)
 {
     memset(a, 0, sizeof *a);
+    double start = now_s();
     int rc = pool_search(file, o, &a->plan, &a->homogeneous, e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     a->have_plan = rc == ERR_OK;
     struct err homogeneous = *e;
     err_clear(e);
-    rc = pool_mixed_search(file, o, a->have_plan ? a->plan.iteration_ms : INFINITY, &a->plans,
-                           &a->n, &a->step, &a->mix, e);
+    /* --time-limit holds for both searches: the mixed one gets what the other left */
+    struct plan_options left = *o;
+    if (o->time_limit_s > 0)
+        left.time_limit_s = fmax(o->time_limit_s - (now_s() - start), 1e-3);
+    rc = pool_mixed_search(file, &left, a->have_plan ? a->plan.iteration_ms : INFINITY,
+                           &a->plans, &a->n, &a->step, &a->mix, e);
     a->mixed = rc == ERR_OK && a->n > 0;
     if (rc == ERR_OK && !a->mixed && !a->have_plan) {
         *e = homogeneous;
-        rc = err_set(e, ERR_NOFIT, "%s; nor does any heterogeneous grouping (%ld searched)",
-                     homogeneous.msg, a->mix.groupings);
+        rc = err_set(e, ERR_NOFIT, "%s; nor does any heterogeneous grouping (%ld searched%s)",
+                     homogeneous.msg, a->mix.groupings,
+                     a->mix.timed_out ? ", stopped at --time-limit" : "");
     }
     if (rc != ERR_OK)
         pool_answer_free(a);

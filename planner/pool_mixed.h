@@ -46,7 +46,9 @@ int pool_mixed_search(const char *file, const struct plan_options *o, double bea
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms);
 
 /* The pool's answer: the homogeneous plan (pool_search) or heterogeneous pipelines, whichever
- * steps faster; ties go to the homogeneous plan. */
+ * steps faster; ties go to the homogeneous plan. o's time_limit_s holds for both searches
+ * together (the heterogeneous one gets what the homogeneous one left; mix.timed_out says
+ * when it stopped there). */
 struct pool_answer {
     int mixed; /* 1: plans/n/step hold the answer; 0: plan does */
     struct plan plan;

@@ -265,15 +265,21 @@ static int stopped(const struct mix_state *st, const struct err *e)
  * (sim.c), no more than the whole model's on c's link; so a plan stepping in x as c simulates
  * it steps alone in at least x less that. With offload or the optimizer on the host, the
  * host's lanes make no such sum: no cutoff (as pool.c). */
+static double cutoff_slack(const struct plan_options *o, const struct cluster *c)
+{
+    if (o->actions != PLAN_ACTION_RECOMPUTE)
+        return INFINITY;
+    return cluster_allreduce_ms(c, 0, 0, model_layer_count(&c->model) - 1);
+}
+
 static struct plan_options group_options(const struct mix_state *st, const struct cluster *c)
 {
     struct plan_options o = st->o;
     if (st->deadline_s > 0)
         o.time_limit_s = fmax((st->deadline_s - now_s()) / 4, 1e-3);
-    if (o.actions == PLAN_ACTION_RECOMPUTE && isfinite(st->best_ms))
-        o.cutoff_ms = (st->best_ms +
-                       cluster_allreduce_ms(c, 0, 0, model_layer_count(&c->model) - 1)) *
-                      (1 + 1e-9);
+    double slack = cutoff_slack(&o, c);
+    if (isfinite(slack) && isfinite(st->best_ms))
+        o.cutoff_ms = (st->best_ms + slack) * (1 + 1e-9);
     return o;
 }
 
@@ -479,6 +485,50 @@ static int mix_setup(struct mix_state *st, struct err *e)
     return ERR_OK;
 }
 
+static void mix_free(struct mix_state *st)
+{
+    for (int k = 0; k < POOL_KINDS_MAX; k++) {
+        for (int i = 0; i < st->n_opt[k]; i++)
+            free(st->opt[k][i].done);
+        free(st->opt[k]);
+        int64_t n = st->costs[k] != NULL ? (st->info.per_node[k] + 1) * (st->info.count[k] + 1)
+                                         : 0;
+        for (int64_t i = 0; i < n; i++)
+            pool_costs_free(&st->costs[k][i]);
+        free(st->costs[k]);
+        free(st->costs_state[k]);
+    }
+    cJSON_Delete((cJSON *)st->root);
+}
+
+int pool_mixed_group_bound(const char *file, const struct plan_options *o,
+                           const struct pool_mixed_group *g, double x,
+                           struct pool_mixed_bound *out, struct err *e)
+{
+    struct pool_mixed_result r;
+    struct mix_state st = {.file = file, .o = *o, .best_ms = x, .r = &r};
+    struct mix_option opt = {g->tp, g->stages, g->dp, 0, 0, NULL, NAN, 0, INFINITY};
+    struct cluster c;
+    memset(&r, 0, sizeof r);
+    if ((st.root = jsonio_read(file, e)) == NULL)
+        return e->code;
+    if (pool_info_read(file, st.root, &st.info, e) == ERR_OK &&
+        kind_work(&st, g->kind, g->tp, &opt.work_ms, e) == ERR_OK &&
+        pool_kind_cluster(file, st.root, g->kind, g->tp, g->stages, g->dp, g->micro_batches, &c,
+                          e) == ERR_OK) {
+        st.n_groups = 1;
+        st.kind_of[0] = g->kind;
+        st.group[0] = &opt;
+        st.M[0] = g->micro_batches;
+        out->least_ms = option_bound(&st, g->kind, &opt, g->micro_batches);
+        out->could_step = group_could_beat(&st, 0);
+        out->cutoff_slack_ms = cutoff_slack(o, &c);
+        cluster_free(&c);
+    }
+    mix_free(&st);
+    return e->code;
+}
+
 int pool_mixed_search(const char *file, const struct plan_options *o, double beat_ms,
                       struct plan **plans, int *n, struct replicas_result *step,
                       struct pool_mixed_result *r, struct err *e)
@@ -497,17 +547,7 @@ int pool_mixed_search(const char *file, const struct plan_options *o, double bea
         rc = choose(&st, 0, 0, 0, 0, 0, e);
     if (take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
         rc = replicas_step(*plans, *n, step, e);
-    for (int k = 0; k < POOL_KINDS_MAX; k++) {
-        for (int i = 0; i < st.n_opt[k]; i++)
-            free(st.opt[k][i].done);
-        free(st.opt[k]);
-        int64_t n = st.costs[k] != NULL ? (st.info.per_node[k] + 1) * (st.info.count[k] + 1) : 0;
-        for (int64_t i = 0; i < n; i++)
-            pool_costs_free(&st.costs[k][i]);
-        free(st.costs[k]);
-        free(st.costs_state[k]);
-    }
-    cJSON_Delete((cJSON *)st.root);
+    mix_free(&st);
     if (e->code != ERR_OK) {
         for (int g = 0; g < *n; g++)
             plan_free(&(*plans)[g]);

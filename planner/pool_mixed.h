@@ -45,6 +45,19 @@ int pool_mixed_search(const char *file, const struct plan_options *o, double bea
                       struct pool_mixed_result *r, struct err *e);
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms);
 
+/* What the search proves of group g (its micro_batches its M) before planning it, for tests:
+ * least_ms, at most the step of its pipeline alone (replicas_result.pipeline_ms; INFINITY: no
+ * plan of it fits); could_step, 0 when no plan of it steps alone in x (pool_could_step); and
+ * cutoff_slack_ms, at least its plans' step as planned (with the all-reduce over its dp) less
+ * that alone (INFINITY: no cutoff is passed). */
+struct pool_mixed_bound {
+    double least_ms, cutoff_slack_ms;
+    int could_step;
+};
+int pool_mixed_group_bound(const char *file, const struct plan_options *o,
+                           const struct pool_mixed_group *g, double x,
+                           struct pool_mixed_bound *out, struct err *e);
+
 /* The pool's answer: the homogeneous plan (pool_search) or heterogeneous pipelines, whichever
  * steps faster; ties go to the homogeneous plan. o's time_limit_s holds for both searches
  * together (the heterogeneous one gets what the homogeneous one left; mix.timed_out says

@@ -27,6 +27,8 @@ struct mix_option {
 struct mix_planned {
     int fits;
     struct plan plan;
+    double alone_ms; /* its step alone (replicas_result.pipeline_ms), which replicas_step of
+                        any grouping holding it is no less than */
 };
 
 struct mix_state {
@@ -258,6 +260,17 @@ static int stopped(const struct mix_state *st, const struct err *e)
     return e->code != ERR_OK || st->r->timed_out;
 }
 
+/* Plan p's step alone (replicas_step of it alone, before its reduction). */
+static int pipeline_alone(const struct plan *p, double *alone_ms, struct err *e)
+{
+    struct replicas_result r;
+    if (replicas_step(p, 1, &r, e))
+        return e->code;
+    *alone_ms = r.pipeline_ms[0];
+    replicas_result_free(&r);
+    return ERR_OK;
+}
+
 /* Group cluster c's --repartition options: a share of the time left, as pool.c gives a
  * candidate, and a cutoff no plan of c under which replicas_step could beat the best. The
  * pipeline alone (replicas_step's start) and as c simulates it differ by each stage's
@@ -321,6 +334,8 @@ static int group_plan(struct mix_state *st, int g, struct err *e)
         return -1;
     err_clear(e);
     d->fits = rc == ERR_OK;
+    if (d->fits && pipeline_alone(&d->plan, &d->alone_ms, e))
+        return plan_free(&d->plan), -1;
     opt->done[st->M[g]] = st->n_done + 1;
     return st->n_done++;
 }
@@ -333,8 +348,8 @@ static int score_split(struct mix_state *st, struct err *e)
     for (int g = 0; g < st->n_groups; g++) {
         if ((at[g] = group_plan(st, g, e)) == -1)
             return e->code;
-        if (at[g] == -2 || !st->done[at[g]].fits)
-            return ERR_OK;
+        if (at[g] == -2 || !st->done[at[g]].fits || st->done[at[g]].alone_ms >= st->best_ms)
+            return ERR_OK; /* no plan, or the slowest pipeline alone cannot beat the best */
     }
     for (int g = 0; g < st->n_groups; g++)
         plans[g] = st->done[at[g]].plan;

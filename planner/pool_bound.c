@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
+
 int pool_costs_alloc(struct pool_costs *c, int L)
 {
     memset(c, 0, sizeof *c);
@@ -25,6 +27,41 @@ void pool_costs_free(struct pool_costs *c)
     free(c->fwd_ms);
     free(c->state);
     memset(c, 0, sizeof *c);
+}
+
+void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int reduce,
+                     struct pool_costs *out)
+{
+    const struct profile *p = cluster_stage_profile(c, 0);
+    const struct link *link = &c->stages[0].dp_link;
+    /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c) */
+    double per_byte = reduce ? 2.0 * (dp - 1) / dp : 0;
+    for (int l = 0; l < p->n_layers; l++) {
+        const struct layer_cost *y = &p->layers[l];
+        double bytes_ms = link_transfer_ms(link, cluster_grad_bytes(c, 0, l, l)) -
+                          link_transfer_ms(link, 0);
+        out->fwd_ms[l] = y->fwd_ms;
+        out->work_ms[l] = y->fwd_ms + y->bwd_ms;
+        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
+        out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
+        out->act[l] = y->act_bytes;
+        out->least_kept[l] = y->act_bytes;
+        for (int k = 0; k < cost_choice_count(y); k++) { /* keep, full, each option */
+            struct cost_row row = cost_row(y, k);
+            double freed = (double)(y->act_bytes - row.kept_bytes);
+            out->least_kept[l] = row.kept_bytes < out->least_kept[l] ? row.kept_bytes
+                                                                     : out->least_kept[l];
+            if (freed > 0)
+                out->freed_per_ms = fmax(out->freed_per_ms, row.recompute_ms > 0
+                                                                ? freed / row.recompute_ms
+                                                                : INFINITY);
+        }
+    }
+    out->first_tail_ms = (reduce ? cluster_allreduce_ms(c, 0, 0, 0) : 0) +
+                         device_optimizer * p->layers[0].optimizer_ms;
+    out->latency_ms = reduce ? cost_dp_allreduce_ms(link, dp, 0) : 0;
+    out->capacity = c->stages[0].memory_bytes - c->reserve_bytes;
+    out->known = 1;
 }
 
 /* least_most(v) = sum_l min_u (v_u(l) / V_u) / sum_u (S_u / V_u), V_u = sum_l v_u(l): the

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "cluster.h"
 #include "pool.h"
 #include "schedule.h"
 
@@ -52,6 +53,11 @@ struct pool_summary {
 
 int pool_costs_alloc(struct pool_costs *c, int L);
 void pool_costs_free(struct pool_costs *c);
+/* The costs of c's stage 0 alone (dp replicas; its optimizer step on the device when
+ * device_optimizer). reduce 0: without the gradient all-reduce, as a pipeline of
+ * heterogeneous replicas steps before its reduction (replicas.h). */
+void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int reduce,
+                     struct pool_costs *out);
 
 void pool_summarize(const struct pool_shape *s, struct pool_summary *out);
 /* A lower bound on the step (cheap: ranks every candidate), from s's summary. */

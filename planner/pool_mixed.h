@@ -27,6 +27,8 @@ struct pool_mixed_group {
 struct pool_mixed_result {
     long groupings; /* groupings whose splits were searched (the others pruned by the bound) */
     long planned;   /* group pipelines planned by --repartition (each once) */
+    long refuted;   /* group pipelines left unplanned: no split could beat the best
+                       (pool_could_step) */
     long splits;    /* micro-batch splits scored by replicas_step */
     int timed_out;  /* --time-limit stopped the search: the best found by then */
     int n_groups;   /* the best's groups; 0: no candidate beat the step to beat */
@@ -43,8 +45,23 @@ int pool_mixed_search(const char *file, const struct plan_options *o, double bea
                       struct pool_mixed_result *r, struct err *e);
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms);
 
+/* What the search proves of group g (its micro_batches its M) before planning it, for tests:
+ * least_ms, at most the step of its pipeline alone (replicas_result.pipeline_ms; INFINITY: no
+ * plan of it fits); could_step, 0 when no plan of it steps alone in x (pool_could_step); and
+ * cutoff_slack_ms, at least its plans' step as planned (with the all-reduce over its dp) less
+ * that alone (INFINITY: no cutoff is passed). */
+struct pool_mixed_bound {
+    double least_ms, cutoff_slack_ms;
+    int could_step;
+};
+int pool_mixed_group_bound(const char *file, const struct plan_options *o,
+                           const struct pool_mixed_group *g, double x,
+                           struct pool_mixed_bound *out, struct err *e);
+
 /* The pool's answer: the homogeneous plan (pool_search) or heterogeneous pipelines, whichever
- * steps faster; ties go to the homogeneous plan. */
+ * steps faster; ties go to the homogeneous plan. o's time_limit_s holds for both searches
+ * together (the heterogeneous one gets what the homogeneous one left; mix.timed_out says
+ * when it stopped there). */
 struct pool_answer {
     int mixed; /* 1: plans/n/step hold the answer; 0: plan does */
     struct plan plan;

@@ -150,6 +150,51 @@ static double brute_force(const struct pool_case *pc, long *splits, long *unfit)
     return best;
 }
 
+/* Every bound the search uses on a group (pool_mixed_group_bound), against the group planned
+ * here at each M: its least step at most the pipeline's step alone (which replicas_step only
+ * adds to), no refutation of that step, and the cutoff's slack at least the difference the
+ * all-reduce over its dp makes. Returns how many fit; *tight: how many bounds were within 20%
+ * (so that the bounds are not vacuous). */
+static int check_bounds(const struct pool_case *pc, const char *file, int *tight)
+{
+    struct group g[64];
+    struct plan_options o;
+    int B = pc->global_batch / MICRO_BATCH, fits = 0;
+    plan_options_default(&o);
+    o.search_gap = 0;
+    for (int k = 0; k < KINDS; k++)
+        for (int i = 0, n = kind_groups(pc, k, g); i < n; i++)
+            for (int M = 1; g[i].dp * M < B; M++) {
+                struct plan p;
+                if (!plan_group(pc, k, g[i].tp, g[i].S, g[i].dp, M, &p))
+                    continue;
+                struct replicas_result r;
+                struct pool_mixed_bound b;
+                struct pool_mixed_group at = {k, g[i].tp, g[i].S, g[i].dp, M};
+                struct err e;
+                err_clear(&e);
+                CU_ASSERT_EQUAL_FATAL(replicas_step(&p, 1, &r, &e), ERR_OK);
+                double alone = r.pipeline_ms[0];
+                if (pool_mixed_group_bound(file, &o, &at, alone, &b, &e) != ERR_OK)
+                    fprintf(stderr, "\n%s\n", e.msg);
+                CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
+                if (!(b.least_ms <= alone && b.could_step &&
+                      p.iteration_ms - b.cutoff_slack_ms <= alone * (1 + 1e-9)))
+                    printf("\n  %s dp %d x %d of tp %d, M %d: alone %.6f ms, planned %.6f ms; "
+                           "bound %.6f ms, could step %d, slack %.6f ms",
+                           pc->device[k], g[i].dp, g[i].S, g[i].tp, M, alone, p.iteration_ms,
+                           b.least_ms, b.could_step, b.cutoff_slack_ms);
+                CU_ASSERT(b.least_ms <= alone);
+                CU_ASSERT(b.could_step);
+                CU_ASSERT(p.iteration_ms - b.cutoff_slack_ms <= alone * (1 + 1e-9));
+                *tight += b.least_ms >= 0.8 * alone;
+                fits++;
+                replicas_result_free(&r);
+                plan_free(&p);
+            }
+    return fits;
+}
+
 /* The exact search's step (INFINITY: none fits) within time_limit_s (0: none). */
 static double mixed_search(const char *file, double time_limit_s, struct pool_mixed_result *r)
 {
@@ -233,17 +278,22 @@ static void test_against_brute_force(void)
         c.dp_link_gbps = vary[i].dp_link;
         struct pool_mixed_result r;
         long splits, unfit;
-        double got = mixed_search(pool_write(&c, "brute.json"), 0, &r);
+        char *file = strdup(pool_write(&c, "brute.json")); /* test_write's buffer is reused */
+        double got = mixed_search(file, 0, &r);
+        int tight = 0, fits = check_bounds(&c, file, &tight);
         double want = brute_force(&c, &splits, &unfit);
         printf("\n  %d + %d GPUs, batch %d: %.6f ms (brute force %.6f ms over %ld splits, %ld "
-               "not fitting); %ld groupings, %ld pipelines planned, %ld splits scored",
+               "not fitting); %ld groupings, %ld pipelines planned, %ld splits scored; "
+               "bounds within 20%% of %d of the %d groups fitting",
                c.count[0], c.count[1], c.global_batch, got, want, splits, unfit, r.groupings,
-               r.planned, r.splits);
+               r.planned, r.splits, tight, fits);
         for (int g = 0; g < r.n_groups; g++)
             printf("; %s dp %d x %d of tp %d, M %d", r.device[r.group[g].kind], r.group[g].dp,
                    r.group[g].stages, r.group[g].tp, r.group[g].micro_batches);
         CU_ASSERT(isfinite(want) && test_close(got, want, 1e-9, 1e-12));
         CU_ASSERT(r.splits <= splits);
+        CU_ASSERT(fits > 0 && 3 * tight > fits);
+        free(file);
         unfit_all += unfit;
     }
     CU_ASSERT(unfit_all > 0); /* the small V100s */

@@ -29,6 +29,8 @@ struct mix_planned {
     struct plan plan;
     double alone_ms; /* its step alone (replicas_result.pipeline_ms), which replicas_step of
                         any grouping holding it is no less than */
+    double *last;    /* when each stage's last backward ends alone (replicas_alone): the
+                        groupings holding it are scored without simulating it again */
 };
 
 struct mix_state {
@@ -260,17 +262,6 @@ static int stopped(const struct mix_state *st, const struct err *e)
     return e->code != ERR_OK || st->r->timed_out;
 }
 
-/* Plan p's step alone (replicas_step of it alone, before its reduction). */
-static int pipeline_alone(const struct plan *p, double *alone_ms, struct err *e)
-{
-    struct replicas_result r;
-    if (replicas_step(p, 1, &r, e))
-        return e->code;
-    *alone_ms = r.pipeline_ms[0];
-    replicas_result_free(&r);
-    return ERR_OK;
-}
-
 /* Group cluster c's --repartition options: a share of the time left, as pool.c gives a
  * candidate, and a cutoff no plan of c under which replicas_step could beat the best. The
  * pipeline alone (replicas_step's start) and as c simulates it differ by each stage's
@@ -334,8 +325,10 @@ static int group_plan(struct mix_state *st, int g, struct err *e)
         return -1;
     err_clear(e);
     d->fits = rc == ERR_OK;
-    if (d->fits && pipeline_alone(&d->plan, &d->alone_ms, e))
-        return plan_free(&d->plan), -1;
+    if (d->fits && (d->last = malloc((size_t)d->plan.n_stages * sizeof *d->last)) == NULL)
+        err_set(e, ERR_FAIL, "out of memory");
+    if (d->fits && (e->code || replicas_alone(&d->plan, d->last, &d->alone_ms, e)))
+        return free(d->last), plan_free(&d->plan), -1;
     opt->done[st->M[g]] = st->n_done + 1;
     return st->n_done++;
 }
@@ -351,10 +344,14 @@ static int score_split(struct mix_state *st, struct err *e)
         if (at[g] == -2 || !st->done[at[g]].fits || st->done[at[g]].alone_ms >= st->best_ms)
             return ERR_OK; /* no plan, or the slowest pipeline alone cannot beat the best */
     }
-    for (int g = 0; g < st->n_groups; g++)
+    double *last[POOL_KINDS_MAX], alone[POOL_KINDS_MAX];
+    for (int g = 0; g < st->n_groups; g++) {
         plans[g] = st->done[at[g]].plan;
+        last[g] = st->done[at[g]].last;
+        alone[g] = st->done[at[g]].alone_ms;
+    }
     struct replicas_result step;
-    if (replicas_step(plans, st->n_groups, &step, e))
+    if (replicas_step_given(plans, st->n_groups, last, alone, &step, e))
         return e->code;
     st->r->splits++;
     if (step.step_ms < st->best_ms) {
@@ -468,6 +465,7 @@ static int take_best(struct mix_state *st, struct plan **plans, int *n, struct e
     if (st->have_best && (*plans = calloc((size_t)st->r->n_groups, sizeof **plans)) == NULL)
         err_set(e, ERR_FAIL, "out of memory");
     for (int i = 0; i < st->n_done; i++) {
+        free(st->done[i].last);
         int g = 0;
         while (*plans != NULL && g < st->r->n_groups && st->best_at[g] != i)
             g++;

@@ -12,8 +12,7 @@ void replicas_result_free(struct replicas_result *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Plan p's step without reducing anything, and when each stage's last backward ends. */
-static int last_backwards(const struct plan *p, double *last, double *alone, struct err *e)
+int replicas_alone(const struct plan *p, double *last, double *alone, struct err *e)
 {
     struct plan q = *p;
     q.stages = malloc((size_t)p->n_stages * sizeof *q.stages);
@@ -70,7 +69,7 @@ static struct link slower(struct link a, struct link b)
 
 /* Reduces the segment first..last held by stage at[k] of each pipeline; returns its end. */
 static double reduce_segment(const struct plan *plans, int n, const int *at, int first, int last,
-                             int replicas, double **ready, double **lane)
+                             int replicas, double *const *ready, double **lane)
 {
     double start = 0;
     int64_t bytes = 0;
@@ -101,7 +100,7 @@ static int check_models(const struct plan *plans, int n, struct err *e)
 }
 
 /* Every segment, from the last layers to the first. */
-static double reduce_all(const struct plan *plans, int n, int replicas, double **ready,
+static double reduce_all(const struct plan *plans, int n, int replicas, double *const *ready,
                          double **lane, int *at, int *segments)
 {
     double end = 0;
@@ -121,39 +120,55 @@ static double reduce_all(const struct plan *plans, int n, int replicas, double *
     return end;
 }
 
-int replicas_step(const struct plan *plans, int n, struct replicas_result *out, struct err *e)
+int replicas_step_given(const struct plan *plans, int n, double *const *last,
+                        const double *alone_ms, struct replicas_result *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
     if (check_models(plans, n, e))
         return e->code;
     out->n_pipelines = n;
     out->pipeline_ms = calloc((size_t)n, sizeof *out->pipeline_ms);
-    double **ready = calloc((size_t)n, sizeof *ready), **lane = calloc((size_t)n, sizeof *lane);
+    double **lane = calloc((size_t)n, sizeof *lane);
     int *at = calloc((size_t)n, sizeof *at);
-    int rc = out->pipeline_ms && ready && lane && at ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
+    int rc = out->pipeline_ms && lane && at ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
     for (int k = 0; k < n && rc == ERR_OK; k++) {
-        ready[k] = calloc((size_t)plans[k].n_stages, sizeof **ready);
-        lane[k] = calloc((size_t)plans[k].n_stages, sizeof **lane);
-        rc = ready[k] && lane[k] ? last_backwards(&plans[k], ready[k], &out->pipeline_ms[k], e)
-                                 : err_set(e, ERR_FAIL, "out of memory");
+        if ((lane[k] = calloc((size_t)plans[k].n_stages, sizeof **lane)) == NULL)
+            rc = err_set(e, ERR_FAIL, "out of memory");
+        out->pipeline_ms[k] = alone_ms[k];
         out->replicas += plans[k].stages[0].dp;
         out->global_batch +=
             (long)plans[k].stages[0].dp * plans[k].micro_batches * plans[k].model.micro_batch;
     }
     if (rc == ERR_OK) {
-        out->step_ms = reduce_all(plans, n, out->replicas, ready, lane, at, &out->n_segments);
+        out->step_ms = reduce_all(plans, n, out->replicas, last, lane, at,
+                                  &out->n_segments);
         for (int k = 0; k < n; k++)
             out->step_ms = out->pipeline_ms[k] > out->step_ms ? out->pipeline_ms[k] : out->step_ms;
     }
-    for (int k = 0; k < n && ready != NULL && lane != NULL; k++) {
-        free(ready[k]);
+    for (int k = 0; k < n && lane != NULL; k++)
         free(lane[k]);
-    }
-    free(ready);
     free(lane);
     free(at);
     if (rc)
         replicas_result_free(out);
+    return rc;
+}
+
+int replicas_step(const struct plan *plans, int n, struct replicas_result *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    double **last = calloc((size_t)n, sizeof *last), *alone = calloc((size_t)n, sizeof *alone);
+    int rc = last && alone ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
+    for (int k = 0; k < n && rc == ERR_OK; k++)
+        rc = (last[k] = calloc((size_t)plans[k].n_stages, sizeof **last)) == NULL
+                 ? err_set(e, ERR_FAIL, "out of memory")
+                 : replicas_alone(&plans[k], last[k], &alone[k], e);
+    if (rc == ERR_OK)
+        rc = replicas_step_given(plans, n, last, alone, out, e);
+    for (int k = 0; k < n && last != NULL; k++)
+        free(last[k]);
+    free(last);
+    free(alone);
     return rc;
 }
 

@@ -29,6 +29,13 @@ struct replicas_result {
 
 /* ERR_INPUT when the plans are of different models. */
 int replicas_step(const struct plan *plans, int n, struct replicas_result *out, struct err *e);
+/* Plan p's step alone (its stages at dp 1: no reduction) and when each of its stages' last
+ * backward ends (last: p->n_stages, the caller's). */
+int replicas_alone(const struct plan *p, double *last, double *alone_ms, struct err *e);
+/* replicas_step with each plan's replicas_alone given, for a search that scores one pipeline
+ * in many groupings: the same step, without simulating the pipelines again. */
+int replicas_step_given(const struct plan *plans, int n, double *const *last,
+                        const double *alone_ms, struct replicas_result *out, struct err *e);
 void replicas_result_free(struct replicas_result *r);
 
 /* The replicas file (ballast-replicas/1): {"step_ms", "replicas", "global_batch",

@@ -12,6 +12,9 @@ ballast=${1:?usage: bench/pool.sh BALLAST OUT_DIR}
 out=${2:?usage: bench/pool.sh BALLAST OUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 timeout_s=${TIMEOUT:-120}
+# LIMIT: the plan's own --time-limit in seconds (default: none); it returns the best found by
+# then, with the certified gap of the homogeneous search
+limit=${LIMIT:+--time-limit $LIMIT}
 pools=${POOLS:-"2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512 v16:64 v16:512"}
 models=${MODELS:-"gpt-350m gpt-1.3b gpt-13b"}
 mkdir -p "$out"
@@ -28,21 +31,30 @@ done
 plan() {
   local file=$1 log=$2 start end rc=0
   start=$(date +%s.%N)
-  timeout "$timeout_s" "$ballast" plan --cluster "$file" >"$log" 2>&1 || rc=$?
+  # shellcheck disable=SC2086 # $limit is two words or none
+  timeout "$timeout_s" "$ballast" plan --cluster "$file" $limit >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   python3 - "$log" "$rc" "$start" "$end" <<'PY'
 import re, sys
 log, rc, start, end = open(sys.argv[1]).read(), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 if rc == 124:
     print(f"timeout | | | | | |"); sys.exit()
+mem = re.findall(r"^\s+\d+\s+(\S+)\s+\d+-\d+\s+\d+\s+[\d.]+ \(\s*\d+%\) ->\s+([\d.]+) \(", log, re.M)
+most = max(mem, key=lambda x: float(x[1])) if mem else ("?", "?")
+mixed = re.search(r"^pool: heterogeneous pipelines.*?(\d+) pipelines planned", log, re.M)
+step = re.search(r"^step: ([\d.]+) ms", log, re.M)
+if rc == 0 and mixed and step:  # heterogeneous pipelines won: no certified gap
+    groups = re.findall(r"^  pipelines\[\d+\]: (\S+), dp (\d+) x (\d+) stages of tp (\d+), (\d+) micro-batches", log, re.M)
+    plan = "; ".join(f"{d} dp {dp} x {st}x tp{tp}, M {mb}" for d, dp, st, tp, mb in groups)
+    print(f"{float(end) - float(start):.1f} | {mixed.group(1)} pipelines | heterogeneous: {plan} | "
+          f"{float(step.group(1)):.1f} | - | {most[1]} ({most[0]}) |")
+    sys.exit()
 m = re.search(r"pool: (\d+) candidates planned.*the fastest: dp (\d+), (\d+) micro-batches a replica;(.*)", log)
 it = re.search(r"^iteration: ([\d.]+) ms", log, re.M)
 searched = re.search(r"pool search: micro-batch size (\d+); of (\d+) candidates.*certified gap ([\d.]+)%", log)
 if rc != 0 or m is None or it is None or searched is None:
     print(f"error {rc} | | | | | |"); sys.exit()
 kinds = "; ".join(k.strip().replace(" stages of tp ", "x tp") for k in m.group(4).split(","))
-mem = re.findall(r"^\s+\d+\s+(\S+)\s+\d+-\d+\s+\d+\s+[\d.]+ \(\s*\d+%\) ->\s+([\d.]+) \(", log, re.M)
-most = max(mem, key=lambda x: float(x[1])) if mem else ("?", "?")
 print(f"{float(end) - float(start):.1f} | {m.group(1)} of {searched.group(2)} | dp {m.group(2)}, "
       f"M {m.group(3)} x {searched.group(1)}: {kinds} | {float(it.group(1)):.1f} | "
       f"{searched.group(3)}% | {most[1]} ({most[0]}) |")
@@ -57,7 +69,9 @@ PY
   echo "candidates: planned by --repartition, of all the pool holds (the others left by their"
   echo "bounds); plan: dp, micro-batches x micro-batch size, stages x tp per kind; gap: the certified"
   echo "optimality gap. Memory: the most on a stage, GiB after recomputation. Timeout: ${timeout_s} s a"
-  echo "plan. SIZES (e.g. \"1,2,4,8\") adds \"micro_batch_sizes\"; these: ${SIZES:-the model size alone}."
+  echo "plan; --time-limit: ${LIMIT:-none}. SIZES (e.g. \"1,2,4,8\") adds \"micro_batch_sizes\"; these:"
+  echo "${SIZES:-the model size alone}. Heterogeneous: the pool's answer is pipelines of one kind each"
+  echo "side by side (a replicas file); it carries no certified gap."
   echo
   echo "| model | pool | plan s | candidates | plan (stages x tp per kind) | step ms | gap | memory GiB | dp 1: plan s | candidates | plan | step ms | gap | memory GiB | speed-up |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

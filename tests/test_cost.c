@@ -159,9 +159,9 @@ static void test_views_agree(void)
         struct cost_sum sum = {0};
         for (int i = 0; i < n; i++) {
             const struct layer_cost *c = &l[i];
-            const struct recompute_option *o = &c->options[choice[i] - COST_OPTION];
-            int64_t k = choice[i] == COST_KEEP ? c->act_bytes
-                        : choice[i] == COST_FULL ? c->ckpt_bytes : o->kept_bytes;
+            int64_t k = choice[i] == COST_KEEP   ? c->act_bytes
+                        : choice[i] == COST_FULL ? c->ckpt_bytes
+                                                 : c->options[choice[i] - COST_OPTION].kept_bytes;
             int64_t t = c->act_bytes - k;
             state += c->state_bytes;
             kept += k;

@@ -160,6 +160,8 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
             CU_ASSERT_EQUAL(ckpt_write_stage(ro->save, &id, ro->start + ro->steps, &r, e), ERR_OK);
         keep_result(&r, res, e);
         stage_free(&r);
+    } else if (rc == ERR_OK) {
+        stage_free(&r); /* another rank's stage did not fit */
     }
     data_free(&data);
     tp.ops->free(&tp);
@@ -317,6 +319,7 @@ static void test_device_limit(void)
     CU_ASSERT_EQUAL_FATAL(run(&ro, &host, &e), ERR_OK);
     int64_t most = host.arena;
     MPI_Allreduce(&host.arena, &most, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    free(host.state); /* run again under the limit */
     device_limit = most;
     CU_ASSERT_EQUAL(run(&ro, &host, &e), ERR_OK);
     ro.optimizer = COST_PLACE_DEVICE;

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "estimate.h"
 #include "plan_arena.h"
 #include "planner.h"
 #include "pool.h"
@@ -174,6 +175,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     err_clear(&e);
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
+    a->o.estimate = estimate_profile; /* profiles at other micro-batch sizes */
     plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;

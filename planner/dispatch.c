@@ -354,7 +354,7 @@ static int plan_micro_batch(const struct cluster *c, const struct plan_options *
     struct cluster cb;
     struct err inner;
     err_clear(&inner);
-    int rc = microbatch_cluster(c, t, b, global_batch / b, &cb, notes, &inner);
+    int rc = microbatch_cluster(c, t, o->estimate, b, global_batch / b, &cb, notes, &inner);
     if (rc == ERR_OK) {
         rc = planner_make(&cb, o, p, &inner);
         microbatch_cluster_free(&cb, c->n_profiles);

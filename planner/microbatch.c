@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "devices.h"
-#include "estimate.h"
 #include "microbatch.h"
 #include "model_ops.h"
 #include "sizes.h"
@@ -16,13 +15,19 @@
  * exact bytes (the size functions) and linear times when the runtime knows them; one it does
  * not know cannot be rescaled and is left out (*dropped counts them). */
 static int profile_for(const struct profile *from, int b, const struct device_table *t,
-                       struct profile *to, int *scaled, int *dropped, struct err *e)
+                       plan_estimate_fn estimate, struct profile *to, int *scaled, int *dropped,
+                       struct err *e)
 {
     struct model m = from->model;
     m.micro_batch = b;
     const struct device_spec *d = devices_find(t, from->device.name);
     if (from->estimated && d != NULL) {
-        if (estimate_profile(t, d, &m, to, e))
+        if (estimate == NULL)
+            return err_set(e, ERR_FAIL,
+                           "micro-batch %d: the profile of %s is estimated, and no estimator "
+                           "was given to make it again at that size",
+                           b, from->device.name);
+        if (estimate(t, d, &m, to, e))
             return e->code;
         to->device.memory_bytes = from->device.memory_bytes;
         return ERR_OK;
@@ -62,8 +67,9 @@ static int profile_for(const struct profile *from, int b, const struct device_ta
     return ERR_OK;
 }
 
-int microbatch_cluster(const struct cluster *c, const struct device_table *t, int b, int M,
-                       struct cluster *out, struct microbatch_notes *notes, struct err *e)
+int microbatch_cluster(const struct cluster *c, const struct device_table *t,
+                       plan_estimate_fn estimate, int b, int M, struct cluster *out,
+                       struct microbatch_notes *notes, struct err *e)
 {
     *out = *c;
     out->micro_batches = M;
@@ -73,7 +79,7 @@ int microbatch_cluster(const struct cluster *c, const struct device_table *t, in
         return err_set(e, ERR_FAIL, "out of memory");
     int rc = model_check_sizes(&out->model, "--micro-batches auto", "model", e);
     for (int k = 0; k < c->n_profiles && rc == ERR_OK; k++)
-        rc = profile_for(&c->profiles[k], b, t, &out->profiles[k], &notes->scaled,
+        rc = profile_for(&c->profiles[k], b, t, estimate, &out->profiles[k], &notes->scaled,
                          &notes->dropped, e);
     if (rc)
         microbatch_cluster_free(out, c->n_profiles);

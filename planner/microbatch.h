@@ -10,6 +10,7 @@
 #include "cluster.h"
 #include "devices.h"
 #include "plan.h"
+#include "planner.h"
 
 /* What the candidates' profiles needed, for the notes under the table. */
 struct microbatch_notes {
@@ -18,9 +19,11 @@ struct microbatch_notes {
 };
 
 /* The cluster c with micro-batch size b and M micro-batches, its profiles made for b
- * (owned: microbatch_cluster_free). ERR_INPUT when the model is too large at b. */
-int microbatch_cluster(const struct cluster *c, const struct device_table *t, int b, int M,
-                       struct cluster *out, struct microbatch_notes *notes, struct err *e);
+ * (estimated ones by `estimate`; owned: microbatch_cluster_free). ERR_INPUT when the model is
+ * too large at b. */
+int microbatch_cluster(const struct cluster *c, const struct device_table *t,
+                       plan_estimate_fn estimate, int b, int M, struct cluster *out,
+                       struct microbatch_notes *notes, struct err *e);
 void microbatch_cluster_free(struct cluster *cb, int n_profiles);
 
 /* The candidate (ms, memory) beats the best so far. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "cluster.h"
+#include "devices.h"
 #include "err.h"
 #include "plan.h"
 
@@ -28,6 +29,11 @@ enum plan_method {
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
 enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTION_OPTIMIZER = 4 };
 
+/* Makes the estimated profile of model m on device d from the datasheets (the profiler's
+ * estimate, estimate_profile in models/estimate.h). */
+typedef int (*plan_estimate_fn)(const struct device_table *t, const struct device_spec *d,
+                                const struct model *m, struct profile *out, struct err *e);
+
 struct plan_options {
     enum plan_method method;
     int actions;         /* PLAN_ACTION_* bits; default recompute */
@@ -46,6 +52,10 @@ struct plan_options {
                             pool search's best step so far). Nothing faster: ERR_NOFIT with
                             the plan's `search` set (lower_bound finite; INFINITY: nothing
                             fits), the rest of the plan empty */
+    /* --micro-batches auto and a pool's "micro_batch_sizes": how an estimated profile is made
+     * again for another micro-batch size. The caller's (the CLI passes estimate_profile), so
+     * that the planner calls no profiler; NULL: such a profile is refused at another size. */
+    plan_estimate_fn estimate;
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;

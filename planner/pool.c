@@ -725,7 +725,7 @@ static int size_profile(struct pool_state *st, const struct device_table *t, int
     int rc = stage_cluster(st, k, 1, 1, &c, e);
     if (rc)
         return rc;
-    rc = microbatch_cluster(&c, t, b, 1, &cb, &notes, e);
+    rc = microbatch_cluster(&c, t, st->o->estimate, b, 1, &cb, &notes, e);
     if (rc == ERR_OK) {
         rc = profile_write(path, &cb.profiles[0], e);
         microbatch_cluster_free(&cb, c.n_profiles);

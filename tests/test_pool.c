@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "estimate.h"
 #include "planner.h"
 #include "pool.h"
 #include "testutil.h"
@@ -69,6 +70,7 @@ static void search_both(const char *file, struct plan *all, struct pool_result *
     err_clear(&e);
     plan_options_default(&o);
     o.search_gap = 0;
+    o.estimate = estimate_profile; /* a pool with "micro_batch_sizes" */
     int rc = pool_search_pruned(file, &o, 0, all, ra, &e);
     if (rc == ERR_OK && (rc = pool_search_pruned(file, &o, POOL_KEEP, pruned, rp, &e)) != ERR_OK)
         plan_free(all);
@@ -113,6 +115,7 @@ static void test_pruned_equals_exhaustive(void)
         /* passes of 3 candidates: the same plan */
         plan_options_default(&o);
         o.search_gap = 0;
+        o.estimate = estimate_profile;
         CU_ASSERT_EQUAL_FATAL(pool_search_pruned(file, &o, 3, &pruned, &rp, &e), ERR_OK);
         CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
         CU_ASSERT(rp.dp == ra.dp && rp.micro_batch == ra.micro_batch);
@@ -122,6 +125,7 @@ static void test_pruned_equals_exhaustive(void)
         plan_free(&pruned);
         /* the default gap: within it of the best, and its certified bound below the best */
         plan_options_default(&o);
+        o.estimate = estimate_profile;
         CU_ASSERT_EQUAL_FATAL(pool_search(file, &o, &pruned, &rp, &e), ERR_OK);
         CU_ASSERT(pruned.iteration_ms <= all.iteration_ms * (1 + o.search_gap) * (1 + 1e-12));
         CU_ASSERT(rp.lower_bound <= all.iteration_ms * (1 + 1e-12));
@@ -219,6 +223,7 @@ static void test_micro_batch_sizes(void)
     err_clear(&e);
     plan_options_default(&o);
     o.search_gap = 0;
+    o.estimate = estimate_profile;
     for (int i = 0; i < 4; i++) {
         const char *file = pool_file(4, 4, 16, extra[i]);
         CU_ASSERT_EQUAL_FATAL(pool_search(file, &o, &p[i], &r[i], &e), ERR_OK);

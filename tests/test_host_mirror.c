@@ -29,6 +29,7 @@
 #include "gpu.h"
 #include "schedule.h"
 #include "stage.h"
+#include "mpitest.h"
 #include "testutil.h"
 #include "transport.h"
 
@@ -359,9 +360,5 @@ int main(int argc, char **argv)
     CU_add_test(s, "resumed from a checkpoint: bitwise", test_resume);
     CU_add_test(s, "a device limit that only the host optimizer fits", test_device_limit);
     CU_add_test(s, "host limit below the mirror: refused with the numbers", test_host_limit);
-    int rc = test_main();
-    int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return worst;
+    return mpi_test_main();
 }

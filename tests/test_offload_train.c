@@ -22,6 +22,7 @@
 #include "gpu.h"
 #include "schedule.h"
 #include "stage.h"
+#include "mpitest.h"
 #include "testutil.h"
 #include "transport.h"
 
@@ -351,9 +352,5 @@ int main(int argc, char **argv)
     CU_add_test(s, "the same through an emulated host link", test_identical_throttled);
     CU_add_test(s, "late prefetches move earlier until nothing stalls", test_late_prefetch_moves);
     CU_add_test(s, "host memory exceeded: no fit, with the numbers", test_host_limit);
-    int rc = test_main();
-    int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return worst;
+    return mpi_test_main();
 }

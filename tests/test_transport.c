@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "mpitest.h"
 #include "testutil.h"
 #include "transport.h"
 
@@ -125,10 +126,5 @@ int main(int argc, char **argv)
     CU_add_test(s, "NCCL when every rank has a GPU of its own, else MPI", test_choice);
     CU_add_test(s, "host-staged MPI: transfers in flight both ways, out-of-order waits",
                 test_staged);
-    int rc = test_main();
-    /* every rank's result counts */
-    int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Finalize();
-    return worst;
+    return mpi_test_main();
 }

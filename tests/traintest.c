@@ -125,15 +125,33 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
     return 0;
 }
 
+/* A plan rewritten by a test: `from` loaded (else a message naming `to`, and nonzero) ... */
+static int rewrite_open(const char *from, const char *to, struct plan *p)
+{
+    struct err e;
+    err_clear(&e);
+    if (plan_load(from, p, &e)) {
+        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* ... and written to `to`, then freed. */
+static void rewrite_close(const char *to, struct plan *p)
+{
+    struct err e;
+    err_clear(&e);
+    if (plan_write(to, p, &e))
+        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+    plan_free(p);
+}
+
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice)
 {
     struct plan p;
-    struct err e;
-    err_clear(&e);
-    if (plan_load(from, &p, &e)) {
-        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+    if (rewrite_open(from, to, &p))
         return;
-    }
     for (int s = 0; s < p.n_stages; s++) {
         struct plan_stage *st = &p.stages[s];
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
@@ -154,9 +172,7 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
         st->recompute_ms = c.recompute_ms;
         st->stage_ms = c.stage_ms;
     }
-    if (plan_write(to, &p, &e))
-        fprintf(stderr, "plan %s: %s\n", to, e.msg);
-    plan_free(&p);
+    rewrite_close(to, &p);
 }
 
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)
@@ -230,12 +246,8 @@ void train_plan_model(const char *name, const char *model_text, int n_stages,
 void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit)
 {
     struct plan p;
-    struct err e;
-    err_clear(&e);
-    if (plan_load(from, &p, &e)) {
-        fprintf(stderr, "plan %s: %s\n", to, e.msg);
+    if (rewrite_open(from, to, &p))
         return;
-    }
     for (int s = 0; s < p.n_stages; s++) {
         struct plan_stage *st = &p.stages[s];
         struct stage_cost c;
@@ -251,7 +263,5 @@ void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, 
         st->host_memory_bytes = c.host_memory_bytes;
         st->host_limit_bytes = limit > 0 ? limit : c.host_memory_bytes;
     }
-    if (plan_write(to, &p, &e))
-        fprintf(stderr, "plan %s: %s\n", to, e.msg);
-    plan_free(&p);
+    rewrite_close(to, &p);
 }

@@ -144,10 +144,12 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
         m->dtype = MODEL_DTYPE_FP32;
     } else if (strcmp(dtype, "bf16") == 0) {
         m->dtype = MODEL_DTYPE_BF16;
+    } else if (strcmp(dtype, "fp16") == 0) {
+        m->dtype = MODEL_DTYPE_FP16;
     } else {
         char sub[JSONIO_PATH_MAX];
         jsonio_path_key(sub, path, "dtype");
-        return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"fp32\" or \"bf16\"", file, sub,
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"fp32\", \"bf16\" or \"fp16\"", file, sub,
                        dtype);
     }
     if (attention_field(obj, file, path, m, e))
@@ -262,7 +264,7 @@ const char *model_kind_name(enum model_kind kind)
 
 const char *model_dtype_name(enum model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_BF16 ? "bf16" : "fp32";
+    return dtype == MODEL_DTYPE_BF16 ? "bf16" : dtype == MODEL_DTYPE_FP16 ? "fp16" : "fp32";
 }
 
 const char *model_attention_name(enum model_attention attention)

@@ -16,6 +16,7 @@
 enum model_dtype {
     MODEL_DTYPE_FP32, /* everything fp32 */
     MODEL_DTYPE_BF16, /* bf16 compute and activations, fp32 master weights and optimizer state */
+    MODEL_DTYPE_FP16, /* fp16 storage as bf16's, with dynamic loss scaling (V100, T4) */
 };
 
 enum model_kind { MODEL_KIND_GPT, MODEL_KIND_CUSTOM, MODEL_KIND_LLAMA };

@@ -387,13 +387,14 @@ def _profile_layers(layers, tokens, targets, device, repeat, progress):
 
 
 def profile(layers, tokens, targets, device, repeat=None, name="custom", memory_bytes=None,
-            model=None, dtype=None, source=None, progress=None):
+            model=None, dtype=None, source=None, progress=None, device_name=None):
     """layers: [(name, module)] in pipeline order, the last producing logits; tokens: the
     first layer's input; targets: the loss's; repeat: timed runs per span, None for timing.py's
     policy; dtype: "fp32", "bf16" or "fp16" to cast the layers to, None to keep theirs;
     model: the profile's model fields, by default kind gpt when the layers are Ballast's GPT
     (recognise_gpt), else {"kind": "custom", "name": name}; source: added to the provenance;
-    progress(layer, spans) is called after each layer."""
+    progress(layer, spans) is called after each layer; device_name: the profile's device.name
+    (default the CUDA device's name, or "cpu")."""
     device = parse_device(device) if not isinstance(device, torch.device) else device
     if dtype is not None:
         check_dtype(device, dtype)
@@ -411,7 +412,8 @@ def profile(layers, tokens, targets, device, repeat=None, name="custom", memory_
     provenance.update(source or {})
     return {
         "format": "ballast-profile/1",
-        "device": {"name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": {"name": device_name or (torch.cuda.get_device_name(device)
+                                           if device.type == "cuda" else "cpu"),
                    "kind": device.type,
                    "memory_bytes": memory_bytes or _memory_bytes(device)},
         "estimated": False,

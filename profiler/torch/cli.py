@@ -25,7 +25,7 @@ from .errors import ProfileError
 from .outfile import Output
 
 LAYER_NAME_MAX = 31  # common/model.h: MODEL_LAYER_NAME_MAX less its terminator
-MODEL_NAME_MAX = 63  # MODEL_NAME_MAX likewise
+NAME_MAX = 63  # a model's or device's name: MODEL_NAME_MAX, PROFILE_NAME_MAX less theirs
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,9 +45,8 @@ def _positive(text):
 
 
 def _name(text):
-    if not 0 < len(text) <= MODEL_NAME_MAX:
-        raise argparse.ArgumentTypeError("%r, expected 1 to %d characters" % (text,
-                                                                            MODEL_NAME_MAX))
+    if not 0 < len(text) <= NAME_MAX:
+        raise argparse.ArgumentTypeError("%r, expected 1 to %d characters" % (text, NAME_MAX))
     return text
 
 
@@ -72,7 +71,10 @@ def _parser():
                     help="timed runs per span (default auto: until the median is within 1%%)")
     ap.add_argument("--seed", type=int, default=0, help="--hf: the random weights' seed")
     ap.add_argument("--name", type=_name,
-                    help="a custom model's name (default the factory's or the model type)")
+                    help="the device's name in the profile, which cluster files must use "
+                         "(default the CUDA device's name, or cpu)")
+    ap.add_argument("--model-name", type=_name,
+                    help="a custom model's name (default the factory's, or the model type)")
     ap.add_argument("-o", "--output", required=True, metavar="PROFILE.json")
     return ap
 
@@ -125,17 +127,16 @@ def _layer_spec(a, spec):
     for key in ("tokens", "targets"):
         if not torch.is_tensor(spec.get(key)):
             raise ProfileError("%s: %s: %s" % (where, key, expected))
-    name = a.name or spec.get("name") or a.model
-    if not isinstance(name, str) or not 0 < len(name) <= MODEL_NAME_MAX:
-        raise ProfileError("%s: name: %r, expected 1 to %d characters" % (where, name,
-                                                                         MODEL_NAME_MAX))
+    name = a.model_name or spec.get("name") or a.model
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX:
+        raise ProfileError("%s: name: %r, expected 1 to %d characters" % (where, name, NAME_MAX))
     return {"layers": list(layers), "tokens": spec["tokens"], "targets": spec["targets"],
             "name": name, "dtype": a.dtype}
 
 
 def _hf_spec(a, model):
     from . import hf
-    spec = hf.prepare(model, a.micro_batch, a.seq_len, a.name, a.seed)
+    spec = hf.prepare(model, a.micro_batch, a.seq_len, a.model_name, a.seed)
     if spec["custom_why"]:
         print("profiler.torch: kind custom: Ballast's %s is not the same computation: %s"
               % ("gpt" if model.config.model_type == "gpt2" else "llama", spec["custom_why"]),
@@ -164,21 +165,21 @@ def _spec(a):
 def _progress(layer, span):
     print("profiler.torch: %-12s fwd %9.3f ms (%d runs, spread %.1f%%)  bwd %9.3f ms (%d runs, "
           "spread %.1f%%)" % (layer["name"], layer["fwd_ms"], span["fwd"]["runs"],
-                              span["fwd"]["iqr_pct"], layer["bwd_ms"], span["bwd"]["runs"],
-                              span["bwd"]["iqr_pct"]), file=sys.stderr)
+                              span["fwd"]["spread_pct"], layer["bwd_ms"], span["bwd"]["runs"],
+                              span["bwd"]["spread_pct"]), file=sys.stderr)
 
 
 def _summary(prof, path):
     spans = [(s["layer"], k, s[k]) for s in prof["provenance"]["spans"] for k in ("fwd", "bwd")]
     runs = [x["runs"] for _, _, x in spans]
-    worst = max(spans, key=lambda s: s[2]["iqr_pct"])
+    worst = max(spans, key=lambda s: s[2]["spread_pct"])
     m = prof["model"]
     what = m.get("name", "") if m["kind"] == "custom" else "%s, %s" % (m["kind"], m["dtype"])
     print("profiler.torch: %s model (%s), %d layers on %s -> %s"
           % (m["kind"], what, len(prof["layers"]), prof["device"]["name"], path), file=sys.stderr)
     count = "%d" % min(runs) if min(runs) == max(runs) else "%d to %d" % (min(runs), max(runs))
-    print("profiler.torch: %s timed runs per span; spread (IQR/median) at most %.1f%% (%s %s)"
-          % (count, worst[2]["iqr_pct"], worst[0], worst[1]), file=sys.stderr)
+    print("profiler.torch: %s timed runs per span; spread at most %.1f%% (%s %s)"
+          % (count, worst[2]["spread_pct"], worst[0], worst[1]), file=sys.stderr)
 
 
 def _run(a):
@@ -191,7 +192,8 @@ def _run(a):
         prof = profile(spec["layers"], spec["tokens"], spec["targets"], device, a.repeat,
                        spec.get("name"), model=spec.get("model"), dtype=spec.get("dtype"),
                        source=spec.get("source"),
-                       progress=_progress if sys.stderr.isatty() else None)
+                       progress=_progress if sys.stderr.isatty() else None,
+                       device_name=a.name)
         out.commit(prof)
     finally:
         out.discard()

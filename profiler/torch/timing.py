@@ -5,7 +5,8 @@ then timed. With a fixed `repeat` it is timed that many times. With `repeat` Non
 default) it is timed until the median is known to about 1%: at least MIN_RUNS runs, then until
 the median's standard error, estimated from the interquartile range as for a normal sample
 (1.2533 * IQR / 1.349 / sqrt(n)), is at most TARGET of the median; or, past BUDGET_S seconds
-of timed runs, once it has MIN_SLOW_RUNS; or at MAX_RUNS. The spread reported is IQR / median."""
+of timed runs, once it has MIN_SLOW_RUNS; or at MAX_RUNS. The spread reported is IQR / median
+(with fewer than 4 runs, (max - min) / median)."""
 import math
 import statistics
 import time
@@ -19,21 +20,20 @@ BUDGET_S = 2.0
 
 
 class Stat:
-    """A span's runs: median_ms, runs, spread (IQR / median; 0 with fewer than 4 runs)."""
+    """A span's runs: median_ms, runs, spread (as the module docstring says)."""
 
     def __init__(self, times):
         self.times = times
         self.median_ms = statistics.median(times)
         self.runs = len(times)
-        self.spread = _iqr(times) / self.median_ms if self.median_ms > 0 else 0.0
+        width = _iqr(times) if len(times) >= 4 else max(times) - min(times)
+        self.spread = width / self.median_ms if self.median_ms > 0 else 0.0
 
     def as_json(self):
-        return {"runs": self.runs, "iqr_pct": round(100 * self.spread, 2)}
+        return {"runs": self.runs, "spread_pct": round(100 * self.spread, 2)}
 
 
 def _iqr(times):
-    if len(times) < 4:
-        return 0.0
     q = statistics.quantiles(times, n=4)
     return q[2] - q[0]
 

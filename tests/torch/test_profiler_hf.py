@@ -226,7 +226,7 @@ def test_command_line(work, device):
           ("llama", L, "fp32"))
     for span in prof["provenance"]["spans"]:
         for k in ("fwd", "bwd"):
-            if not span[k]["runs"] >= 3 or "iqr_pct" not in span[k]:
+            if not span[k]["runs"] >= 3 or "spread_pct" not in span[k]:
                 FAILS.append("auto repeats: %s %s: %r" % (span["layer"], k, span[k]))
     check("the source recorded", prof["provenance"]["transformers"]["version"],
           hf.transformers_module().__version__)

@@ -3,8 +3,9 @@
 As Ballast's own outputs (common/fileio.h): the target, if it exists, must be a regular file
 with write permission; the profile is written to a temporary beside it (`<file>.tmp.<pid>.*`,
 the same directory, so the rename is atomic), synced and renamed over it, so a failed or killed
-run leaves the old file whole. A symbolic link is written through: its target is replaced and
-the link kept."""
+run leaves the old file whole; a temporary left by a killed run (its pid no longer alive) is
+removed by the next successful write. A symbolic link is written through: its target is
+replaced and the link kept."""
 import json
 import os
 import stat
@@ -58,6 +59,17 @@ class Output:
         except OSError as exc:
             self.discard()
             raise ProfileError("-o %s: %s" % (self.path, exc.strerror), 1) from None
+        self._remove_stale()
+
+    def _remove_stale(self):
+        directory, prefix = os.path.dirname(self.real), os.path.basename(self.real) + ".tmp."
+        for name in os.listdir(directory):
+            pid = name[len(prefix):].split(".")[0] if name.startswith(prefix) else ""
+            if pid.isdigit() and not _alive(int(pid)):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except OSError:
+                    pass
 
     def discard(self):
         if self.fd is not None:
@@ -69,3 +81,13 @@ class Output:
             except OSError:
                 pass
             self.tmp = None
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True

@@ -22,7 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_or_skip import require_transformers, run_cli  # noqa: E402
+from torch_or_skip import finish, require_transformers, run_cli  # noqa: E402
 
 DEVICE = sys.argv[3] if sys.argv[2:3] == ["--device"] else "cpu"
 require_transformers("test_profiler_hf")
@@ -200,6 +200,11 @@ def test_ballast_takes(ballast, prof, tag, work):
          plan + ".metrics"], work)
 
 
+def hf_factory(micro_batch, seq_len):
+    """For --model: a transformers model built by the caller, split as --hf splits it."""
+    return {"model": model_of("gpt2")}
+
+
 def refused(argv, says):
     """The command line refuses argv with exit 2 and one line that says `says`."""
     code, err = run_cli(argv)
@@ -232,6 +237,11 @@ def test_command_line(work, device):
           hf.transformers_module().__version__)
     if "timed runs per span; spread" not in p.stderr:
         FAILS.append("no spread reported: %s" % p.stderr)
+    code, err = run_cli(["--model", "test_profiler_hf:hf_factory", "--dtype", "bf16"] + size)
+    with open(out) as f:
+        got = json.load(f)["model"]
+    check("a factory's transformers model: exit, kind, dtype",
+          (code, got["kind"], got.get("dtype")), (0, "gpt", "bf16"))
     refused(["--hf", "bert"] + size, "--hf bert")
     refused(["--hf", os.path.join(work, "none.json")] + size, "none.json")
     refused(["--hf", config, "--set", "n_layers=2"] + size, "--set n_layers=2")
@@ -263,10 +273,7 @@ def main():
                 check("%s %s state: 18 bytes a parameter" % (model_type, dtype), state,
                       18 * (n + tied))
         test_command_line(work, device)
-    for f in FAILS:
-        print("FAIL", f)
-    print("test_profiler_hf: %d failure(s)" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish("test_profiler_hf", FAILS)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_or_skip import require_torch  # noqa: E402
+from torch_or_skip import finish, require_torch  # noqa: E402
 
 require_torch("test_profiler_torch")
 import torch  # noqa: E402
@@ -337,7 +337,8 @@ def test_command_line(work):
 
 def test_output(work, out, prof, run_cli):
     """-o: refused before the factory runs when it cannot be written; replaced by a rename
-    (a new inode, no temporary left); written through a symbolic link."""
+    (a new inode, no temporary left, a killed run's removed); written through a symbolic
+    link."""
     mark = os.path.join(work, "factory-ran")
     os.environ["PROFILER_TORCH_TEST_MARK"] = mark
     fifo = os.path.join(work, "fifo")
@@ -354,6 +355,10 @@ def test_output(work, out, prof, run_cli):
         if os.path.exists(mark):
             FAILS.append("-o %s: refused only after the factory ran" % target)
     inode = os.stat(out).st_ino
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = "%s.tmp.%d.x1" % (out, dead.pid)  # as a killed run leaves it
+    open(stale, "w").close()
     link = os.path.join(work, "link.json")
     os.symlink(out, link)
     size = ["--micro-batch", str(B), "--seq-len", str(T), "--repeat", "1"]
@@ -365,7 +370,7 @@ def test_output(work, out, prof, run_cli):
     with open(out) as f:
         check("-o: the new profile's layers", len(json.load(f)["layers"]), len(prof["layers"]))
     left = [n for n in os.listdir(work) if ".tmp." in n]
-    check("temporaries left", left, [])
+    check("temporaries left (the killed run's removed)", left, [])
     del os.environ["PROFILER_TORCH_TEST_MARK"]
 
 
@@ -419,10 +424,7 @@ def main():
         test_llama(ballast, work)
         test_command_line(work)
     test_timing()
-    for f in FAILS:
-        print("FAIL", f)
-    print("test_profiler_torch: %d failure(s)" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish("test_profiler_torch", FAILS)
 
 
 if __name__ == "__main__":

@@ -52,3 +52,11 @@ def run_cli(argv):
         except SystemExit as exc:  # argparse's usage errors
             code = exc.code
     return code, err.getvalue()
+
+
+def finish(test, fails):
+    """Prints each failure and the count; the exit status."""
+    for f in fails:
+        print("FAIL", f)
+    print("%s: %d failure(s)" % (test, len(fails)))
+    return 1 if fails else 0

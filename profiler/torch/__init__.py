@@ -222,6 +222,35 @@ def _options(act, parts, region_ms):
     return options
 
 
+def _forward_fn(module, x, loss_target):
+    def forward():
+        out = module(x)
+        if loss_target is not None:
+            out = torch.nn.functional.cross_entropy(out.flatten(0, -2).float(),
+                                                    loss_target.flatten())
+        return out
+    return forward
+
+
+def _saved_once(module, forward, device):
+    """One forward under the hooks: {storage: bytes} saved, {region: bytes it makes}, the
+    output (detached)."""
+    regions = _Regions(module, device)
+    try:
+        saved, out = _saved(forward, state_storages(module), regions)
+    finally:
+        regions.close()
+    return saved, regions.parts(saved), out.detach()
+
+
+def _region_times(module, forward, device, repeat):
+    regions = _Regions(module, device)
+    try:
+        return regions.times(forward, repeat)
+    finally:
+        regions.close()
+
+
 def profile_layer(name, module, x, device, repeat, loss_target=None):
     """One layer's costs, its output (None for the head) and its spans' timing statistics;
     x its input (detached here); loss_target: the head's targets (the layer's output is
@@ -229,48 +258,23 @@ def profile_layer(name, module, x, device, repeat, loss_target=None):
     x = x.detach()
     if x.is_floating_point():
         x.requires_grad_(True)
-
-    def forward():
-        out = module(x)
-        if loss_target is not None:
-            out = torch.nn.functional.cross_entropy(out.flatten(0, -2).float(),
-                                                    loss_target.flatten())
-        return out
-
-    regions = _Regions(module, device)
-    try:
-        saved, out = _saved(forward, state_storages(module), regions)
-    finally:
-        regions.close()
-    parts = regions.parts(saved)
-    out = out.detach()
+    forward = _forward_fn(module, x, loss_target)
+    saved, parts, out = _saved_once(module, forward, device)
     grad = torch.ones_like(out) if loss_target is None else None
     fwd = timing.measure(lambda: _forward_once(forward, device), repeat)
     bwd = timing.measure(lambda: _backward_once(forward, grad, device), repeat)
-    region_ms = {}
-    if parts:
-        regions = _Regions(module, device)
-        try:
-            region_ms = regions.times(forward, repeat)
-        finally:
-            regions.close()
+    region_ms = _region_times(module, forward, device, repeat) if parts else {}
     act = sum(saved.values())
     workspace = _workspace(forward, grad, device, act, module)
     module.zero_grad(set_to_none=True)
     param_bytes, grad_bytes, optimizer_bytes = _state_split(module)
-    layer = {
-        "name": name,
-        "fwd_ms": fwd.median_ms,
-        "bwd_ms": bwd.median_ms,
-        "state_bytes": param_bytes + grad_bytes + optimizer_bytes,
-        "param_bytes": param_bytes,
-        "grad_bytes": grad_bytes,
-        "optimizer_bytes": optimizer_bytes,
-        "act_bytes": act,
-        "ckpt_bytes": _tensor_bytes(x),
-        "out_bytes": _tensor_bytes(out) if loss_target is None else 0,
-        "workspace_bytes": workspace,
-    }
+    layer = {"name": name, "fwd_ms": fwd.median_ms, "bwd_ms": bwd.median_ms,
+             "state_bytes": param_bytes + grad_bytes + optimizer_bytes,
+             "param_bytes": param_bytes, "grad_bytes": grad_bytes,
+             "optimizer_bytes": optimizer_bytes, "act_bytes": act,
+             "ckpt_bytes": _tensor_bytes(x),
+             "out_bytes": _tensor_bytes(out) if loss_target is None else 0,
+             "workspace_bytes": workspace}
     options = _options(act, parts, region_ms)
     if options:
         layer["recompute_options"] = options

@@ -178,7 +178,7 @@ def _summary(prof, path):
     print("profiler.torch: %s model (%s), %d layers on %s -> %s"
           % (m["kind"], what, len(prof["layers"]), prof["device"]["name"], path), file=sys.stderr)
     count = "%d" % min(runs) if min(runs) == max(runs) else "%d to %d" % (min(runs), max(runs))
-    print("profiler.torch: %s timed runs per span; spread at most %.1f%% (%s %s)"
+    print("profiler.torch: timed runs per span: %s; spread at most %.1f%% (%s %s)"
           % (count, worst[2]["spread_pct"], worst[0], worst[1]), file=sys.stderr)
 
 

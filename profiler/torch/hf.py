@@ -246,6 +246,8 @@ def recognise(model, layers, B, T):
     """(Ballast's model fields, None) when Ballast's kind gpt or llama is the same computation,
     else (None, why not)."""
     c = model.config
+    if len(layers) < 3:
+        return None, "no blocks"
     fields = _gpt2_fields if FAMILIES[c.model_type] == "gpt2" else _llama_fields
     why, model_fields = fields(c, layers, B, T)
     dtype = dtype_name(layers)

@@ -235,7 +235,7 @@ def test_command_line(work, device):
                 FAILS.append("auto repeats: %s %s: %r" % (span["layer"], k, span[k]))
     check("the source recorded", prof["provenance"]["transformers"]["version"],
           hf.transformers_module().__version__)
-    if "timed runs per span; spread" not in p.stderr:
+    if "timed runs per span: " not in p.stderr or "; spread at most " not in p.stderr:
         FAILS.append("no spread reported: %s" % p.stderr)
     code, err = run_cli(["--model", "test_profiler_hf:hf_factory", "--dtype", "bf16"] + size)
     with open(out) as f:

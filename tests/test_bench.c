@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "testjson.h"
 #include "testutil.h"
 
 #define CLUSTERS BALLAST_SOURCE_DIR "/configs/clusters/"
@@ -310,26 +311,11 @@ static void test_fp16_twin(void)
     free(err);
 
     /* the reference: the cluster on fp16 profiles, planned and simulated */
-    const char *devs[2] = {"T4", "RTX4090"};
-    char prof[2][1024];
-    for (int d = 0; d < 2; d++) {
-        snprintf(prof[d], sizeof prof[d], "%s/%s-fp16.json", test_tmpdir(), devs[d]);
-        snprintf(args, sizeof args, "profile --model '%s/configs/models/gpt-1.3b-fp16.json' "
-                 "--estimate --device %s -o '%s'", BALLAST_SOURCE_DIR, devs[d], prof[d]);
-        CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
-    }
-    char *text = test_read(CLUSTERS "t4-4090-4.json");
-    cJSON *c = cJSON_Parse(text);
-    free(text);
-    const cJSON *st;
-    cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(c, "stages"))
-    {
-        int t4 = strcmp(cJSON_GetObjectItemCaseSensitive(st, "device")->valuestring, "T4") == 0;
-        cJSON_ReplaceItemInObjectCaseSensitive((cJSON *)st, "profile",
-                                               cJSON_CreateString(prof[t4 ? 0 : 1]));
-    }
-    text = cJSON_Print(c);
+    cJSON *c = test_cluster_estimated(CLUSTERS "t4-4090-4.json",
+                                      BALLAST_SOURCE_DIR "/configs/models/gpt-1.3b-fp16.json");
+    char *text = cJSON_Print(c);
     cJSON_Delete(c);
+    const cJSON *st;
     char cluster[1024], pf[1024], rf[1024];
     snprintf(cluster, sizeof cluster, "%s", test_write("t4-4090-4-fp16.json", text));
     free(text);
@@ -340,13 +326,8 @@ static void test_fp16_twin(void)
     CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
     snprintf(args, sizeof args, "simulate --plan '%s' -o '%s' --quiet", pf, rf);
     CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
-    text = test_read(pf);
-    cJSON *p = cJSON_Parse(text);
-    free(text);
-    text = test_read(rf);
-    cJSON *r = cJSON_Parse(text);
-    free(text);
-    double it = cJSON_GetObjectItemCaseSensitive(r, "iteration_ms")->valuedouble;
+    cJSON *p = test_read_json(pf), *r = test_read_json(rf);
+    double it = test_num(r, "iteration_ms");
     double all = 0, t4 = 0, busy = 0;
     int blockless = 0, s = 0;
     cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(p, "stages"))
@@ -361,7 +342,7 @@ static void test_fp16_twin(void)
         if (strcmp(cJSON_GetObjectItemCaseSensitive(st, "device")->valuestring, "T4") == 0) {
             t4 += flops;
             const cJSON *rs = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "stages"), s);
-            busy += cJSON_GetObjectItemCaseSensitive(rs, "busy_ms")->valuedouble / it / 2;
+            busy += test_num(rs, "busy_ms") / it / 2;
         }
         s++;
     }

@@ -23,26 +23,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "testjson.h"
 #include "testutil.h"
 
 #define CONFIGS BALLAST_SOURCE_DIR "/configs/"
-
-static cJSON *read_json(const char *path)
-{
-    char *text = test_read(path);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    cJSON *o = cJSON_Parse(text);
-    free(text);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
-    return o;
-}
-
-static double num(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    CU_ASSERT_FATAL(cJSON_IsNumber(v));
-    return v->valuedouble;
-}
 
 static const cJSON *member(const cJSON *o, const char *key)
 {
@@ -63,23 +47,16 @@ static char *keep(const char *path)
 /* configs/models/`model` estimated on `device` into the temporary folder (once); its path. */
 static const char *estimate(const char *model, const char *device)
 {
-    char name[256], args[4096];
-    snprintf(name, sizeof name, "%s-%s.json", model, device);
-    const char *out = keep(test_path(name));
-    if (access(out, F_OK) == 0)
-        return out;
-    snprintf(args, sizeof args,
-             "profile --model '" CONFIGS "models/%s.json' --estimate --device %s -o '%s'", model,
-             device, out);
-    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
-    return out;
+    char file[1024];
+    snprintf(file, sizeof file, CONFIGS "models/%s.json", model);
+    return keep(test_estimated_profile(file, device));
 }
 
 /* The profile at `path` without its state split (param, grad and optimizer bytes): the cost
  * model then takes the optimizer's and the gradients' shares of state_bytes by the dtype. */
 static const char *without_split(const char *path)
 {
-    cJSON *p = read_json(path), *l;
+    cJSON *p = test_read_json(path), *l;
     cJSON_ArrayForEach(l, member(p, "layers"))
     {
         static const char *const keys[] = {"param_bytes", "grad_bytes", "optimizer_bytes",
@@ -101,17 +78,16 @@ static const char *without_split(const char *path)
  * without their state split. */
 static const char *cluster_for(const char *shipped, const char *model, int tp, int dp)
 {
-    char src[1024], name[256];
+    char src[1024], file[1024], name[256];
     snprintf(src, sizeof src, CONFIGS "clusters/%s.json", shipped);
-    cJSON *c = read_json(src);
+    snprintf(file, sizeof file, CONFIGS "models/%s.json", model);
+    cJSON *c = test_cluster_estimated(src, file);
     cJSON *st;
     cJSON_ArrayForEach(st, member(c, "stages"))
     {
-        const char *profile = estimate(model, member(st, "device")->valuestring);
-        if (tp > 1)
-            profile = without_split(profile);
-        cJSON_ReplaceItemInObjectCaseSensitive(st, "profile", cJSON_CreateString(profile));
         if (tp > 1) {
+            const char *profile = without_split(member(st, "profile")->valuestring);
+            cJSON_ReplaceItemInObjectCaseSensitive(st, "profile", cJSON_CreateString(profile));
             cJSON_AddNumberToObject(st, "tp", tp);
             cJSON_AddNumberToObject(st, "dp", dp);
             cJSON_AddNumberToObject(st, "per_node", 8);
@@ -143,7 +119,7 @@ static int plan(const char *cluster, const char *method, const char *extra, cJSO
     if (rc != 0 && rc != 3)
         fprintf(stderr, "\nballast %s: exit %d\n%s\n", args, rc, err ? err : "");
     free(err);
-    *out = rc == 0 ? read_json(file) : NULL;
+    *out = rc == 0 ? test_read_json(file) : NULL;
     return rc;
 }
 
@@ -173,7 +149,7 @@ static void test_every_method(void)
         CU_ASSERT_STRING_EQUAL(member(member(p, "model"), "dtype")->valuestring, "fp16");
         if (is_knapsack(m))
             CU_ASSERT(cJSON_IsTrue(member(member(p, "verify"), "agree")));
-        it[m] = num(p, "iteration_ms");
+        it[m] = test_num(p, "iteration_ms");
         cJSON_Delete(p);
     }
     CU_ASSERT(fits >= 4);
@@ -183,7 +159,7 @@ static void test_every_method(void)
     CU_ASSERT_EQUAL_FATAL(plan(c16, "optimal", "--repartition", &rep), 0);
     const char *c_bf16 = cluster_for("v100-a100-8", "gpt-13b", 1, 1);
     CU_ASSERT_EQUAL_FATAL(plan(c_bf16, "optimal", "--repartition", &bf16), 0);
-    double t16 = num(rep, "iteration_ms"), t_bf16 = num(bf16, "iteration_ms");
+    double t16 = test_num(rep, "iteration_ms"), t_bf16 = test_num(bf16, "iteration_ms");
     CU_ASSERT(t16 <= it[N_METHODS - 1] * (1 + 1e-12));
     CU_ASSERT(t16 < 0.8 * t_bf16);
     printf(" [v100-a100-8 GPT-13B optimal+repartition: bf16 %.0f ms, fp16 %.0f ms] ", t_bf16,
@@ -197,11 +173,11 @@ static double unscale_ms(const char *model, const char *device)
 {
     char m16[128];
     snprintf(m16, sizeof m16, "%s-fp16", model);
-    cJSON *a = read_json(estimate(model, device)), *b = read_json(estimate(m16, device));
+    cJSON *a = test_read_json(estimate(model, device)), *b = test_read_json(estimate(m16, device));
     double sum = 0;
     for (int l = 0; l < cJSON_GetArraySize(member(a, "layers")); l++)
-        sum += num(cJSON_GetArrayItem(member(b, "layers"), l), "optimizer_ms") -
-               num(cJSON_GetArrayItem(member(a, "layers"), l), "optimizer_ms");
+        sum += test_num(cJSON_GetArrayItem(member(b, "layers"), l), "optimizer_ms") -
+               test_num(cJSON_GetArrayItem(member(a, "layers"), l), "optimizer_ms");
     cJSON_Delete(a);
     cJSON_Delete(b);
     return sum;
@@ -224,11 +200,11 @@ static void check_same_plan(const cJSON *a, const cJSON *b, double slack)
                                        "allreduce_bytes"};
     for (int s = 0; s < cJSON_GetArraySize(sa); s++) {
         const cJSON *x = cJSON_GetArrayItem(sa, s), *y = cJSON_GetArrayItem(sb, s);
-        CU_ASSERT_EQUAL(num(x, "memory_bytes"), num(y, "memory_bytes"));
+        CU_ASSERT_EQUAL(test_num(x, "memory_bytes"), test_num(y, "memory_bytes"));
         for (size_t k = 0; k < sizeof same / sizeof *same; k++)
             CU_ASSERT(same_member(x, y, same[k]));
     }
-    double ta = num(a, "iteration_ms"), tb = num(b, "iteration_ms");
+    double ta = test_num(a, "iteration_ms"), tb = test_num(b, "iteration_ms");
     CU_ASSERT(tb >= ta && tb <= ta + slack + 1e-9 * ta);
 }
 
@@ -255,7 +231,7 @@ static void check_as_bf16(int tp, int dp)
     const char *exact = "--repartition --search-gap 0";
     CU_ASSERT_EQUAL_FATAL(plan(c_bf16, "optimal", exact, &a), 0);
     CU_ASSERT_EQUAL_FATAL(plan(c16, "optimal", exact, &b), 0);
-    double ta = num(a, "iteration_ms"), tb = num(b, "iteration_ms");
+    double ta = test_num(a, "iteration_ms"), tb = test_num(b, "iteration_ms");
     CU_ASSERT(tb >= ta * (1 - 1e-12) && tb <= ta + slack + 1e-9 * ta);
     cJSON_Delete(a);
     cJSON_Delete(b);
@@ -276,9 +252,9 @@ static void test_micro_batches_auto(void)
     CU_ASSERT_EQUAL_FATAL(plan(c16, "optimal", "--micro-batches auto --global-batch 8", &p), 0);
     const cJSON *m = member(p, "model");
     CU_ASSERT_STRING_EQUAL(member(m, "dtype")->valuestring, "fp16");
-    int b = (int)num(m, "micro_batch");
+    int b = (int)test_num(m, "micro_batch");
     CU_ASSERT(b >= 1 && 8 % b == 0);
-    cJSON *model = read_json(CONFIGS "models/gpt-13b-fp16.json");
+    cJSON *model = test_read_json(CONFIGS "models/gpt-13b-fp16.json");
     cJSON_ReplaceItemInObjectCaseSensitive(model, "micro_batch", cJSON_CreateNumber(b));
     char *text = cJSON_Print(model), args[4096];
     const char *mf = keep(test_write("gpt-13b-fp16-b.json", text));
@@ -288,13 +264,13 @@ static void test_micro_batches_auto(void)
     snprintf(args, sizeof args, "profile --model '%s' --estimate --device V100-32GB -o '%s'", mf,
              out);
     CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
-    cJSON *ref = read_json(out);
+    cJSON *ref = test_read_json(out);
     const cJSON *st = cJSON_GetArrayItem(member(p, "stages"), 0);
     CU_ASSERT_STRING_EQUAL(member(st, "device")->valuestring, "V100-32GB");
     const cJSON *got = cJSON_GetArrayItem(member(st, "layer_costs"), 1);
     const cJSON *want = cJSON_GetArrayItem(member(ref, "layers"), 1);
-    CU_ASSERT(test_close(num(got, "fwd_ms"), num(want, "fwd_ms"), 0, 1e-12));
-    CU_ASSERT(test_close(num(got, "act_bytes"), num(want, "act_bytes"), 0, 0));
+    CU_ASSERT(test_close(test_num(got, "fwd_ms"), test_num(want, "fwd_ms"), 0, 1e-12));
+    CU_ASSERT(test_close(test_num(got, "act_bytes"), test_num(want, "act_bytes"), 0, 0));
     printf(" [micro-batch size %d] ", b);
     cJSON_Delete(ref);
     cJSON_Delete(p);
@@ -325,7 +301,7 @@ static void pool_plan(const char *model, double *v100_blocks, int *gpus, double 
     cJSON *p;
     CU_ASSERT_EQUAL_FATAL(plan(pool_file(model, ""), "optimal", "", &p), 0);
     CU_ASSERT_STRING_EQUAL_FATAL(member(p, "format")->valuestring, "ballast-plan/1");
-    int blocks = (int)num(member(p, "model"), "n_layer"), on_v100 = 0;
+    int blocks = (int)test_num(member(p, "model"), "n_layer"), on_v100 = 0;
     *gpus = 0;
     const cJSON *st;
     cJSON_ArrayForEach(st, member(p, "stages"))
@@ -341,7 +317,7 @@ static void pool_plan(const char *model, double *v100_blocks, int *gpus, double 
         *gpus += (tp ? (int)tp->valuedouble : 1) * (dp ? (int)dp->valuedouble : 1);
     }
     *v100_blocks = (double)on_v100 / blocks;
-    *step_ms = num(p, "iteration_ms");
+    *step_ms = test_num(p, "iteration_ms");
     cJSON_Delete(p);
 }
 
@@ -365,7 +341,7 @@ static void test_pool(void)
  * other micro-batch sizes with a table that gives the V100 no fp16 peak. */
 static void test_bad_input(void)
 {
-    cJSON *c = read_json(cluster_for("v100-a100-8", "gpt-13b-fp16", 1, 1));
+    cJSON *c = test_read_json(cluster_for("v100-a100-8", "gpt-13b-fp16", 1, 1));
     cJSON *st = cJSON_GetArrayItem(member(c, "stages"), 5);
     cJSON_ReplaceItemInObjectCaseSensitive(
         st, "profile", cJSON_CreateString(estimate("gpt-13b", "A100-80GB")));
@@ -379,14 +355,7 @@ static void test_bad_input(void)
               strstr(err, "dtype bf16 vs fp16") != NULL);
     free(err);
 
-    text = test_read(CONFIGS "devices.json");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    char *at = strstr(text, "\"peak_tflops_fp16\": 125, ");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
-    memmove(at, at + strlen("\"peak_tflops_fp16\": 125, "),
-            strlen(at + strlen("\"peak_tflops_fp16\": 125, ")) + 1);
-    const char *table = keep(test_write("no-fp16.json", text));
-    free(text);
+    const char *table = keep(test_devices_without("V100-32GB", "peak_tflops_fp16"));
     const char *pool = pool_file("llama2-7b-fp16", ", \"micro_batch_sizes\": [1, 2]");
     setenv("BALLAST_DEVICES", table, 1);
     err = NULL;

@@ -233,10 +233,11 @@ static int regen_ops(const struct model *m, enum model_layer_kind kind, uint32_t
  * kernel per parameter tensor. On the host it reads the landed gradients, reads and writes
  * the mirror's master, m and v, and writes the weights to send up, at the table's stated
  * host memory bandwidth (0 when the table states none: the step is left unestimated). An fp16
- * model first unscales its gradients in place, checking them for inf and NaN, wherever the
- * step runs: one more read and write of the fp32 gradients (PyTorch's GradScaler.unscale_ and
- * Megatron-LM's fp16 optimizer run it as its own pass, _amp_foreach_non_finite_check_and_unscale_,
- * launched over many tensors at once: no launch counted). */
+ * model first unscales its gradients in place on the device, checking them for inf and NaN,
+ * wherever the step then runs: one more read and write of the fp32 gradients at the device's
+ * bandwidth, in both times (PyTorch's GradScaler.unscale_ and Megatron-LM's fp16 optimizer run
+ * it as a pass of its own, _amp_foreach_non_finite_check_and_unscale_, over many tensors a
+ * launch: no launch counted). */
 static void estimate_optimizer(const struct device_table *t, const struct device_spec *d,
                                const struct model *m, int layer, const struct layer_sizes *s,
                                struct layer_cost *c)
@@ -244,19 +245,19 @@ static void estimate_optimizer(const struct device_table *t, const struct device
     struct sizes_tensor params[SIZES_TENSORS_MAX];
     int kernels = sizes_layer_tensors_at(m, layer, SIZES_PARAMS, params);
     int weights_rw = m->dtype == MODEL_DTYPE_FP32 ? 2 : 1;
-    double unscale = m->dtype == MODEL_DTYPE_FP16 ? 2.0 * (double)s->grad_bytes : 0;
-    double device = (double)(weights_rw * s->param_bytes + s->grad_bytes + 2 * s->optimizer_bytes) +
-                    unscale;
-    double host = (double)(s->param_bytes + s->grad_bytes + 2 * 3 * s->grad_bytes) + unscale;
+    double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
+    double device = (double)(weights_rw * s->param_bytes + s->grad_bytes + 2 * s->optimizer_bytes);
+    double host = (double)(s->param_bytes + s->grad_bytes + 2 * 3 * s->grad_bytes);
+    double unscale_ms = m->dtype == MODEL_DTYPE_FP16 ? 2.0 * (double)s->grad_bytes / bw * 1e3 : 0;
     c->has_split = 1;
     c->param_bytes = s->param_bytes;
     c->grad_bytes = s->grad_bytes;
     c->optimizer_bytes = s->optimizer_bytes;
-    c->optimizer_ms = (device / (d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency) +
-                       kernels * d->op_overhead_us * 1e-6) *
-                      1e3;
+    c->optimizer_ms = (device / bw + kernels * d->op_overhead_us * 1e-6) * 1e3 + unscale_ms;
     c->host_optimizer_ms =
-        t->host_memory_bandwidth_gbs > 0 ? host / (t->host_memory_bandwidth_gbs * 1e9) * 1e3 : 0;
+        t->host_memory_bandwidth_gbs > 0
+            ? host / (t->host_memory_bandwidth_gbs * 1e9) * 1e3 + unscale_ms
+            : 0;
 }
 
 int estimate_profile(const struct device_table *t, const struct device_spec *d,

@@ -2,7 +2,8 @@
  * configs/devices.json:
  *   - on V100s and A100s every method plans an fp16 GPT-13B: the knapsack methods agree with
  *     GLPK (--verify), optimal is never slower than a baseline on the same split nor
- *     --repartition than optimal, and the fp16 plan steps faster than the bf16 one;
+ *     --repartition or offload and the host optimizer than optimal, and the fp16 plan steps
+ *     faster than the bf16 one;
  *   - where fp16 and bf16 share a tensor peak (H100, A100) every method on a fixed split gives
  *     the fp16 model the bf16 plan, tp and ZeRO-1 groups included: the same recomputation and
  *     memory to the byte, a step longer only by what fp16's unscaling pass adds to the
@@ -155,7 +156,18 @@ static void test_every_method(void)
     CU_ASSERT(fits >= 4);
     for (int m = 0; m < N_METHODS; m++)
         CU_ASSERT(isnan(it[m]) || it[N_METHODS - 1] <= it[m] * (1 + 1e-12));
-    cJSON *rep, *bf16;
+    /* with host memory the actions' superset (offload, the host optimizer and its unscaling
+     * pass) plans fp16 too, no slower than recomputation alone */
+    cJSON *c = test_read_json(c16), *st, *rep, *bf16;
+    cJSON_ArrayForEach(st, member(c, "stages"))
+        cJSON_AddNumberToObject(st, "host_memory_bytes", 68719476736.0);
+    char *text = cJSON_Print(c);
+    const char *host = keep(test_write("v100-a100-8-host.json", text));
+    free(text);
+    cJSON_Delete(c);
+    CU_ASSERT_EQUAL_FATAL(plan(host, "optimal", "--actions recompute,offload,optimizer", &rep), 0);
+    CU_ASSERT(test_num(rep, "iteration_ms") <= it[N_METHODS - 1] * (1 + 1e-12));
+    cJSON_Delete(rep);
     CU_ASSERT_EQUAL_FATAL(plan(c16, "optimal", "--repartition", &rep), 0);
     const char *c_bf16 = cluster_for("v100-a100-8", "gpt-13b", 1, 1);
     CU_ASSERT_EQUAL_FATAL(plan(c_bf16, "optimal", "--repartition", &bf16), 0);

@@ -25,8 +25,11 @@ int cli_fail(const char *cmd, const struct err *e);
  * why and returns ERR_INPUT. */
 int cli_check_output(const char *cmd, const char *file);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Parses a byte count with an optional KiB/MiB/GiB (or K/M/G) suffix. */
+/* Human units (units.h): a byte count >= 1 ("40GiB", "32GB", "4096"), a rate in Gbit/s > 0
+ * ("100Gbps", "50GB/s", "100"), a time in microseconds >= 0 ("3us", "0.5ms", "3"). */
 int cli_parse_bytes(const char *text, int64_t *out);
+int cli_parse_gbps(const char *text, double *out);
+int cli_parse_us(const char *text, double *out);
 int cli_parse_double(const char *text, double *out);
 int cli_parse_int(const char *text, long lo, long hi, long *out);
 

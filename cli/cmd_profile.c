@@ -232,11 +232,12 @@ static int group_option(int argc, char **argv, int *i, struct estimate_group *g)
     }
     if (r <= 0)
         return r;
-    char *end;
-    *field = strtod(v, &end);
-    if (*end != '\0' || !(*field >= 0 && *field < 1e9) ||
-        (field == &g->node_link.gbps && !(*field > 0))) {
-        cli_usage_error("profile", "%s: \"%s\", expected a positive number", name, v);
+    int bad = field == &g->node_link.gbps ? cli_parse_gbps(v, field) : cli_parse_us(v, field);
+    if (bad || !(*field >= 0 && *field < 1e9)) {
+        cli_usage_error("profile", "%s: \"%s\", expected %s", name, v,
+                        field == &g->node_link.gbps ? "a rate (\"900Gbps\", \"112GB/s\", Gbit/s "
+                                                      "alone)"
+                                                    : "microseconds (\"3\", \"3us\", \"0.5ms\")");
         return -1;
     }
     g->node_link.present |= field == &g->node_link.gbps;

@@ -74,6 +74,7 @@ enum opt_kind {
     OPT_INT,    /* int in [lo, hi] */
     OPT_SEED,   /* uint64_t in [lo, LONG_MAX] */
     OPT_REAL,   /* double in (lo, hi] (lo excluded: rates and times are positive) */
+    OPT_GBPS,   /* the same, a rate in Gbit/s with or without a unit ("100Gbps", "50GB/s") */
     OPT_CHOICE, /* const char *: one of `choices` */
     OPT_FLAG,   /* int set to 1; takes no value */
 };
@@ -105,7 +106,7 @@ static const struct opt opts[] = {
     {"--seed", OPT_SEED, AT(seed), 0, 0, "an integer >= 0", NULL},
     {"--lr", OPT_REAL, AT(lr), 0, 1 - 0x1p-53, "a number in (0, 1)", NULL},
     {"--timeout", OPT_REAL, AT(timeout_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
-    {"--host-link-gbps", OPT_REAL, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
+    {"--host-link-gbps", OPT_GBPS, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
     {"--device", OPT_CHOICE, AT(device), 0, 0, "auto, cpu or cuda", "|auto|cpu|cuda|"},
     {"--transport", OPT_CHOICE, AT(transport), 0, 0, "auto, mpi or nccl", "|auto|mpi|nccl|"},
     {"--switch", OPT_CHOICE, 0, 0, 0, "share or full", "|share|full|"},
@@ -149,7 +150,9 @@ static int set_option(const struct opt *k, const char *v, struct train_options *
             *(uint64_t *)field = (uint64_t)n;
         return ERR_OK;
     case OPT_REAL:
-        if (cli_parse_double(v, &x) || !(x > k->lo && x <= k->hi))
+    case OPT_GBPS:
+        if ((k->kind == OPT_REAL ? cli_parse_double(v, &x) : cli_parse_gbps(v, &x)) ||
+            !(x > k->lo && x <= k->hi))
             break;
         *(double *)field = x;
         return ERR_OK;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "jsonio.h"
+#include "units.h"
 
 const char *devices_default_file(void)
 {
@@ -25,10 +26,10 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
         jsonio_str_copy(o, file, path, "kind", d->kind, sizeof d->kind, e) ||
         jsonio_num(o, file, path, "peak_tflops_16bit", 1e-6, 1e6, &d->peak_tflops_16bit, e) ||
         jsonio_num(o, file, path, "peak_tflops_fp32", 1e-6, 1e6, &d->peak_tflops_fp32, e) ||
-        jsonio_int(o, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e) ||
-        jsonio_num(o, file, path, "memory_bandwidth_gbs", 1e-6, 1e6, &d->memory_bandwidth_gbs,
-                   e) ||
-        jsonio_num(o, file, path, "host_link_gbs", 0, 1e6, &d->host_link_gbs, e) ||
+        units_json_bytes(o, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e) ||
+        units_json_rate(o, file, path, "memory_bandwidth_gbs", 8e9, 1e-6, 1e6,
+                        &d->memory_bandwidth_gbs, e) ||
+        units_json_rate(o, file, path, "host_link_gbs", 8e9, 0, 1e6, &d->host_link_gbs, e) ||
         jsonio_num(o, file, path, "op_overhead_us", 0, 1e6, &d->op_overhead_us, e) ||
         jsonio_str_copy(o, file, path, "source", d->source, sizeof d->source, e))
         return e->code;

@@ -113,15 +113,6 @@ static int list_clusters(const char *spec, struct names *out, struct err *e)
     return e->code;
 }
 
-/* A model file, or a bare name of configs/models. */
-static void model_path(const char *item, char out[CLUSTER_PATH_MAX])
-{
-    if (strchr(item, '/') != NULL || strstr(item, ".json") != NULL)
-        snprintf(out, CLUSTER_PATH_MAX, "%s", item);
-    else
-        snprintf(out, CLUSTER_PATH_MAX, "%s/configs/models/%s.json", BALLAST_SOURCE_DIR, item);
-}
-
 /* Whether `m` (from --models) is the cluster's own model: equal, or the same custom model
  * named by a model file, which does not give the layer count its profiles give. */
 static int own_model(const struct model *cluster_model, const struct model *m)
@@ -489,8 +480,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
     }
     for (int j = 0; j < models.n; j++) {
         char path[CLUSTER_PATH_MAX];
-        model_path(models.v[j], path);
-        if (model_load(path, &mv[j], e)) {
+        if (model_find(models.v[j], path, sizeof path, e) || model_load(path, &mv[j], e)) {
             char msg[ERR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", e->msg);
             err_set(e, e->code, "--models: %s: %s", models.v[j], msg);
@@ -501,7 +491,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
         for (int j = 0; j < models.n; j++) {
             struct bench_case *k = &cases[n_cases++];
             char path[CLUSTER_PATH_MAX];
-            model_path(models.v[j], path);
+            model_find(models.v[j], path, sizeof path, e); /* found above */
             snprintf(k->cluster, sizeof k->cluster, "%s", cl[i].name);
             base_name(path, k->model);
             int rc;

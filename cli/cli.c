@@ -114,3 +114,16 @@ int cli_parse_int(const char *text, long lo, long hi, long *out)
     *out = v;
     return 0;
 }
+
+/* version.c (cmake/version.cmake) */
+extern const char *const ballast_version, *const ballast_git_describe;
+
+const char *cli_version(void)
+{
+    static char text[160];
+    if (ballast_git_describe[0] != '\0')
+        snprintf(text, sizeof text, "ballast %s (git %s)", ballast_version, ballast_git_describe);
+    else
+        snprintf(text, sizeof text, "ballast %s", ballast_version);
+    return text;
+}

@@ -283,7 +283,7 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
     static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
                                        "link",             "host_link",    "host_memory_bytes",
                                        "tp",               "dp",           "per_node",
-                                       "node_link",        NULL};
+                                       "node_link",        "node_host_memory_bytes", NULL};
     struct cluster_stage *st = &c->stages[s];
     char path[JSONIO_PATH_MAX];
     const char *rel;

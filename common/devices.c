@@ -1,7 +1,9 @@
 #include "devices.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "jsonio.h"
 #include "units.h"
@@ -113,6 +115,24 @@ const struct device_spec *devices_find(const struct device_table *t, const char 
         if (strcmp(t->devices[i].name, name) == 0)
             return &t->devices[i];
     return NULL;
+}
+
+int devices_lookup(const struct device_table *t, const char *file, const char *what,
+                   const char *name, const struct device_spec **out, struct err *e)
+{
+    *out = devices_find(t, name);
+    for (int i = 0; i < t->n && *out == NULL; i++)
+        if (strcasecmp(t->devices[i].name, name) == 0)
+            *out = &t->devices[i];
+    if (*out != NULL)
+        return ERR_OK;
+    char names[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < t->n; i++)
+        used += (size_t)snprintf(names + used, used < sizeof names ? sizeof names - used : 0,
+                                 "%s%s", i ? ", " : "", t->devices[i].name);
+    return err_set(e, ERR_INPUT, "%s: \"%s\" is not a device of %s (known: %s)", what, name,
+                   file, names);
 }
 
 struct link devices_host_link(const struct device_spec *d)

@@ -37,6 +37,10 @@ int devices_load(const char *file, struct device_table *t, struct err *e);
 void devices_free(struct device_table *t);
 /* NULL if absent. */
 const struct device_spec *devices_find(const struct device_table *t, const char *name);
+/* The same, also ignoring case ("a100-40gb"); ERR_INPUT naming `what` (an option or a field),
+ * `file` and every device of the table when absent. */
+int devices_lookup(const struct device_table *t, const char *file, const char *what,
+                   const char *name, const struct device_spec **out, struct err *e);
 
 /* Pinned host copies reach about this share of the PCIe figure (ANCHORS.md). */
 #define DEVICES_PINNED_SHARE 0.8

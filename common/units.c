@@ -160,26 +160,16 @@ int units_parse_us(const char *text, double *out, char why[UNITS_WHY_MAX])
     return 0;
 }
 
-/* The member, or NULL (absent: an error unless optional). */
-static const cJSON *member(const cJSON *obj, const char *file, const char *path, const char *key,
-                           char sub[JSONIO_PATH_MAX], struct err *e)
-{
-    jsonio_path_key(sub, path, key);
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (item == NULL)
-        err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
-    return item;
-}
-
+/* A member that is no string is jsonio's to read (a number, or its message: missing, of the
+ * wrong type); a string is ours. */
 int units_json_bytes(const cJSON *obj, const char *file, const char *path, const char *key,
                      int64_t lo, int64_t hi, int64_t *out, struct err *e)
 {
     char sub[JSONIO_PATH_MAX], why[UNITS_WHY_MAX];
-    const cJSON *item = member(obj, file, path, key, sub, e);
-    if (item == NULL)
-        return e->code;
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!cJSON_IsString(item))
-        return jsonio_int_value(item, file, sub, lo, hi, out, e);
+        return jsonio_int(obj, file, path, key, lo, hi, out, e);
+    jsonio_path_key(sub, path, key);
     int64_t v;
     if (units_parse_bytes(item->valuestring, &v, why))
         return err_set(e, ERR_INPUT, "%s: %s: \"%s\" is %s", file, sub, item->valuestring, why);
@@ -198,30 +188,26 @@ int units_json_bytes_opt(const cJSON *obj, const char *file, const char *path, c
     return units_json_bytes(obj, file, path, key, lo, hi, out, e);
 }
 
-/* A number or a string parsed by `parse` (into the field's unit, after dividing by `unit`),
- * within [lo, hi]. */
+/* A number (jsonio_num's to read) or a string with a unit: a rate (`rate`: bits a second,
+ * `unit` of them the field's unit) or a latency; within [lo, hi] of the field's unit. */
 static int json_real(const cJSON *obj, const char *file, const char *path, const char *key,
                      const char *unit_name, double unit, int rate, double lo, double hi,
                      double *out, struct err *e)
 {
     char sub[JSONIO_PATH_MAX], why[UNITS_WHY_MAX];
-    const cJSON *item = member(obj, file, path, key, sub, e);
-    if (item == NULL)
-        return e->code;
-    double v;
-    if (cJSON_IsString(item)) {
-        int bad = rate ? units_parse_rate(item->valuestring, unit, &v, why)
-                       : units_parse_us(item->valuestring, &v, why);
-        if (bad)
-            return err_set(e, ERR_INPUT, "%s: %s: \"%s\" is %s", file, sub, item->valuestring,
-                           why);
-        v = rate ? v / unit : v;
-    } else if (cJSON_IsNumber(item)) {
-        v = item->valuedouble;
-    } else {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (item == NULL || cJSON_IsNumber(item))
+        return jsonio_num(obj, file, path, key, lo, hi, out, e);
+    jsonio_path_key(sub, path, key);
+    if (!cJSON_IsString(item))
         return err_set(e, ERR_INPUT, "%s: %s: expected a number (%s) or a string with a unit",
                        file, sub, unit_name);
-    }
+    double v;
+    int bad = rate ? units_parse_rate(item->valuestring, unit, &v, why)
+                   : units_parse_us(item->valuestring, &v, why);
+    if (bad)
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\" is %s", file, sub, item->valuestring, why);
+    v = rate ? v / unit : v;
     if (!isfinite(v) || v < lo || v > hi)
         return err_set(e, ERR_INPUT, "%s: %s: %g %s is outside [%g, %g]", file, sub, v,
                        unit_name, lo, hi);

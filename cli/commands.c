@@ -7,8 +7,7 @@
 const struct cli_command cli_commands[] = {
     {"profile", "measure (or estimate) every layer's time and memory on a device", cmd_profile,
      cmd_profile_options},
-    {"plan", "choose each stage's layers and actions so every stage fits; or plan a pool of "
-             "GPUs in one line (--model, --gpus)",
+    {"plan", "choose each stage's layers and actions so every stage fits (one line: --gpus)",
      cmd_plan, cmd_plan_options},
     {"simulate", "simulate a plan's pipeline schedule: iteration time, bubble, trace",
      cmd_simulate, cmd_simulate_options},

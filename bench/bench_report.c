@@ -335,13 +335,17 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
     fprintf(g, "# Iteration time per method, relative to full recomputation, per cluster and "
                "model.\n# Data: iteration.dat (NaN: the method does not fit). Run: gnuplot "
                "iteration.gp\n");
-    fprintf(g, "set terminal pngcairo size 1800,800 font \"sans,10\"\nset output "
-               "\"iteration.png\"\nset datafile missing \"NaN\"\n");
+    /* past 10 groups the labels are one line each, slanted, so that they do not overlap */
+    int slant = count_plotted(cases, n) > 10;
+    fprintf(g, "set terminal pngcairo size %d,%d font \"sans,10\"\nset output "
+               "\"iteration.png\"\nset datafile missing \"NaN\"\n",
+            slant ? 400 + 70 * count_plotted(cases, n) : 1800, slant ? 1000 : 800);
     fprintf(g, "set title \"Simulated iteration time relative to full recomputation (lower is "
                "faster; x: the method does not fit)\"\n");
     fprintf(g, "set ylabel \"iteration time / full recomputation's\"\nset style fill solid 0.85 "
                "border -1\nset boxwidth 0.15\nset grid ytics\nset key outside right top\n"
-               "set xtics nomirror font \",9\"\nset bmargin 6\n");
+               "set xtics nomirror font \",9\"%s\nset bmargin %d\nset lmargin %d\n",
+            slant ? " rotate by 35 right" : "", slant ? 17 : 6, slant ? 30 : 10);
     fprintf(g, "set xtics (");
     int groups = 0;
     double top = 1;
@@ -365,9 +369,10 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
         fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
         fprintf(g, "%s\"", groups ? ", " : "");
         gp_label(g, k->cluster);
-        fprintf(g, "\\n");
+        fprintf(g, slant ? ", " : "\\n");
         gp_label(g, k->model);
-        fprintf(g, "\\nfull %.2f s\" %d", k->method[BENCH_FULL].iteration_ms / 1e3, groups);
+        fprintf(g, "%sfull %.2f s%s\" %d", slant ? " (" : "\\n",
+                k->method[BENCH_FULL].iteration_ms / 1e3, slant ? ")" : "", groups);
         groups++;
     }
     fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);

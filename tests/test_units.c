@@ -217,6 +217,35 @@ static void test_cluster_files(void)
     }
 }
 
+/* A node's host memory shared by its GPUs: a stage of tp 2 in a node of 4 gets half of it
+ * (by hand: 1 TiB x 2 / 4), as its host_memory_bytes; without per_node, or with
+ * host_memory_bytes too, it is refused. */
+static void test_node_host_memory(void)
+{
+    CU_ASSERT_FATAL(make_profile() == 0);
+    static const char *const text =
+        "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4,\n"
+        " \"stages\": [{\"device\": \"T4\", \"memory_bytes\": \"12GiB\", \"profile\": "
+        "\"t4.json\", \"tp\": 2, %s}]}\n";
+    char json[1024];
+    struct cluster c;
+    struct err e;
+    err_clear(&e);
+    snprintf(json, sizeof json, text, "\"per_node\": 4, \"node_host_memory_bytes\": \"1TiB\"");
+    CU_ASSERT_FATAL(cluster_load(test_write("node.json", json), &c, &e) == ERR_OK);
+    CU_ASSERT(c.stages[0].host_memory_bytes == TiB / 2);
+    cluster_free(&c);
+    static const char *const bad[] = {
+        "\"node_host_memory_bytes\": \"1TiB\"",
+        "\"per_node\": 4, \"node_host_memory_bytes\": \"1TiB\", \"host_memory_bytes\": 1"};
+    for (int k = 0; k < 2; k++) {
+        err_clear(&e);
+        snprintf(json, sizeof json, text, bad[k]);
+        CU_ASSERT(cluster_load(test_write("node-bad.json", json), &c, &e) == ERR_INPUT &&
+                  strstr(e.msg, "stages[0].node_host_memory_bytes") != NULL);
+    }
+}
+
 /* A profile and a device table with units read as their plain twins. */
 static void test_profile_and_devices(void)
 {
@@ -307,6 +336,7 @@ int main(void)
     CU_add_test(s, "format", test_format);
     CU_add_test(s, "cluster files", test_cluster_files);
     CU_add_test(s, "profile and devices", test_profile_and_devices);
+    CU_add_test(s, "host memory per node", test_node_host_memory);
     CU_add_test(s, "command line", test_command_line);
     return test_main();
 }

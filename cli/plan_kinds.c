@@ -80,7 +80,7 @@ void plan_kinds_make(const struct plan *plans, int n, double step_ms,
     for (int i = 0; i < out->n; i++) {
         struct plan_kind *r = &out->kind[i];
         const struct device_spec *d = have_table ? devices_find(&t, r->device) : NULL;
-        double peak = d != NULL && n > 0 ? estimate_peak_tflops(d, plans[0].model.dtype) : 0;
+        double peak = d != NULL && n > 0 ? devices_gemm_tflops(d, plans[0].model.dtype) : 0;
         r->mfu = peak > 0 && r->flops > 0 && r->gpus > 0 && step_ms > 0
                      ? r->flops / ((double)r->gpus * peak * 1e12 * step_ms * 1e-3)
                      : -1;

@@ -5,7 +5,7 @@
  * MFU of a kind = the model's FLOPs its GPUs run in a step (every layer's forward and backward
  * as the runtime performs them, estimate_layer_flops, times the micro-batches and replicas;
  * recomputation not counted) / (its GPUs x the peak the device reaches for the model's dtype,
- * estimate_peak_tflops, x the step). "unknown" for a device configs/devices.json lacks, or a
+ * devices_gemm_tflops, x the step). "unknown" for a device configs/devices.json lacks, or a
  * custom model (its FLOPs are not known). */
 #ifndef BALLAST_PLAN_KINDS_H
 #define BALLAST_PLAN_KINDS_H

@@ -501,8 +501,3 @@ int estimate_for_framework(const struct device_table *t, const struct device_spe
                             "estimate_for_framework); times and state the datasheet estimate's");
     return ERR_OK;
 }
-
-double estimate_peak_tflops(const struct device_spec *d, enum model_dtype dtype)
-{
-    return gemm_peak_tflops(d, dtype);
-}

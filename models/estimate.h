@@ -23,8 +23,4 @@ int estimate_for_framework(const struct device_table *t, const struct device_spe
  * runtime performs them (also the numerator of MFU). */
 void estimate_layer_flops(const struct model *m, int layer, double *fwd, double *bwd);
 
-/* The peak TFLOP/s the estimate runs a `dtype` model's GEMMs at on device `d` (the
- * denominator of MFU). */
-double estimate_peak_tflops(const struct device_spec *d, enum model_dtype dtype);
-
 #endif

@@ -34,6 +34,7 @@ static void help(const struct bench_options *d)
 const struct cli_opt cmd_bench_options[] = {
     {"--out", CLI_VALUE},     {"--clusters", CLI_VALUE}, {"--models", CLI_VALUE},
     {"--detail", CLI_VALUE},  {"--devices", CLI_VALUE},  {"--no-plots", CLI_FLAG},
+    {"--no-fp16", CLI_FLAG},
     {NULL, CLI_FLAG}};
 
 int cmd_bench(int argc, char **argv)

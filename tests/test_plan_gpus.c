@@ -234,7 +234,7 @@ static void test_bad_input(void)
     expect_fail("--model llama9 --gpus 8xA100-40GB --global-batch 8", 2,
                 "\"llama9\" is neither a model file nor a model of");
     expect_fail("--model llama9 --gpus 8xA100-40GB --global-batch 8", 2,
-                "llama2-70b, llama2-7b, llama3-70b");
+                "llama2-70b, llama2-7b, llama2-7b-fp16, llama3-70b");
     /* llama2-7b's state: 6738415616 parameters x 18 bytes (bf16 weights and gradients... fp32
      * master and AdamW's two moments) = 113.0 GiB; 3 A100-40GB hold 3 x (42505273344 - 2 GiB)
      * = 112.8 GiB */

@@ -46,7 +46,7 @@ static double stage_flops(const struct model *m, const struct plan_stage *st)
 static void add_plan(struct plan_kinds *k, const struct plan *p)
 {
     int dp = p->n_stages > 0 && p->stages[0].dp > 0 ? p->stages[0].dp : 1;
-    k->tokens += (double)dp * p->micro_batches * p->model.micro_batch * p->model.seq_len;
+    k->tokens += (double)plan_batches(p) * p->model.micro_batch * p->model.seq_len;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         struct plan_kind *r = kind_of(k, st->device);
@@ -56,7 +56,7 @@ static void add_plan(struct plan_kinds *k, const struct plan *p)
         for (int t = 0; t < p->n_stages; t++)
             stages += strcmp(p->stages[t].device, st->device) == 0;
         r->gpus += (long)tp * dp;
-        r->flops += stage_flops(&p->model, st) * p->micro_batches * dp;
+        r->flops += stage_flops(&p->model, st) * (double)plan_batches(p);
         add_value(r->tp, &r->n_tp, tp);
         add_value(r->dp, &r->n_dp, dp);
         add_value(r->pp, &r->n_pp, stages);

@@ -718,6 +718,12 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
 
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
 {
+    return sim_plan_reduced(p, NULL, out, e);
+}
+
+int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct sim_result *out,
+                     struct err *e)
+{
     int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
         layers += plan_stage_layer_count(&p->stages[s]);
@@ -732,6 +738,8 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *ps = &p->stages[s];
         sim_stage_from_plan(ps, &st[s]);
+        if (allreduce_ms != NULL)
+            st[s].allreduce_ms = allreduce_ms[s];
         st[s].n_layers = sim_layers_from_plan(ps, next);
         st[s].layers = next;
         if (ps->optimizer == COST_PLACE_HOST)

@@ -143,6 +143,10 @@ void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place
                          struct sim_layer *sl);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
+/* The same with each stage's gradient reduction taking allreduce_ms[s] after its last backward
+ * instead of its own over its dp (replicas.c: pipelines reducing together). */
+int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct sim_result *out,
+                     struct err *e);
 void sim_result_free(struct sim_result *r);
 
 const char *sim_kind_name(enum sim_kind kind);

@@ -17,11 +17,12 @@
 /* Candidates ranked between two looks at the clock. */
 #define POOL_CLOCK_EVERY 4096
 
-/* A candidate of the enumeration with its lower bound (candidate_bound). */
+/* A candidate of the enumeration with its lower bound (candidate_bound): one dp, or (the
+ * pruned search) every dp from dp to dp_hi, its bound holding for each. Its place in the
+ * exhaustive order (ties go to the first): dp, size, then kind after kind unused, tp, stages. */
 struct pool_candidate {
-    long index; /* in the exhaustive order */
     double bound;
-    int dp;
+    int dp, dp_hi;
     short size, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX]; /* size: index in sizes */
     short refined; /* bound: pool_refine's (else candidate_bound's) */
 };
@@ -31,21 +32,23 @@ struct pool_state {
     const struct pool_model *pm;
     const struct plan_options *o;
     struct pool_costs_cache *costs;
-    int dp, size, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
-    long index; /* the candidate's, in the exhaustive order */
+    int dp, dp_hi, size, tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX]; /* dp_hi: the range's */
+    int block_hi; /* the enumeration's: the most dp of the range being enumerated */
     struct plan *best;
     int have_best;
-    long best_index;
+    struct pool_candidate best_at; /* the best's place in the exhaustive order */
     struct pool_result *r;
     /* the pruned search collects the `keep` least bounds a pass, then plans them in order */
     int prune;
     long keep;
     struct pool_candidate *cands;
-    long n_cands, dropped; /* kept this pass (at most keep), and left for the next */
+    long n_cands, cap_cands, dropped; /* kept this pass (at most keep, and the splits of
+                                         ranges), and left for the next */
     int pass;
     struct pool_candidate floor; /* the last pass's greatest kept: the rest come after it */
     double deadline, rank_deadline; /* pool_now_s seconds (INFINITY: no --time-limit) */
-    int rank_stopped; /* the ranking ran past rank_deadline: what it saw is planned */
+    int rank_stopped; /* the first ranking ran past rank_deadline: what it saw is planned */
+    int pass_stopped; /* a later pass's ranking ran past the deadline */
     long visits;
     /* the last candidate's summary (summary_of): its costs' serials and its M */
     long summary_serial[POOL_KINDS_MAX];
@@ -71,10 +74,37 @@ static int64_t candidate_B(const struct pool_state *st)
     return pool_model_batches(st->pm, st->size);
 }
 
-/* The most micro-batches a replica takes: B dealt over dp. */
+/* The most micro-batches a replica takes: B dealt over dp (of a range: its most dp's, the
+ * least of them). */
 static int candidate_M(const struct pool_state *st)
 {
-    return (int)((candidate_B(st) + st->dp - 1) / st->dp);
+    return (int)((candidate_B(st) + st->dp_hi - 1) / st->dp_hi);
+}
+
+/* The candidate in st as a candidate of the enumeration (its bound not set). */
+static struct pool_candidate candidate_of(const struct pool_state *st)
+{
+    struct pool_candidate c = {.dp = st->dp, .dp_hi = st->dp_hi, .size = (short)st->size};
+    for (int k = 0; k < st->pm->K; k++)
+        c.tp[k] = (short)st->tp[k], c.stages[k] = (short)st->stages[k];
+    return c;
+}
+
+/* The exhaustive order: dp, size, then kind after kind (unused first, then tp and stages). */
+static int by_order(const struct pool_candidate *a, const struct pool_candidate *b)
+{
+    if (a->dp != b->dp)
+        return a->dp < b->dp ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    for (int k = 0; k < POOL_KINDS_MAX; k++) {
+        int x = a->stages[k] > 0 ? a->tp[k] : 0, y = b->stages[k] > 0 ? b->tp[k] : 0;
+        if (x != y)
+            return x < y ? -1 : 1;
+        if (a->stages[k] != b->stages[k])
+            return a->stages[k] < b->stages[k] ? -1 : 1;
+    }
+    return 0;
 }
 
 static struct pool_pipe candidate_pipe(const struct pool_state *st)
@@ -128,7 +158,7 @@ static int keep_best(struct pool_state *st, struct plan *p, struct err *e)
         plan_free(st->best);
     *st->best = *p;
     st->have_best = 1;
-    st->best_index = st->index;
+    st->best_at = candidate_of(st);
     st->r->dp = st->dp;
     st->r->micro_batches = p->micro_batches;
     st->r->micro_batch = st->pm->sizes[st->size];
@@ -166,20 +196,14 @@ static int evaluate(struct pool_state *st, double bound, int full, struct err *e
     st->r->refuted_but_fits += full || !could_step(st, p.iteration_ms);
     st->r->bound_ratio = fmax(st->r->bound_ratio, bound / p.iteration_ms);
     /* ties go to the earliest in the exhaustive order, as without pruning */
+    struct pool_candidate at = candidate_of(st);
     if (st->have_best && (p.iteration_ms > st->best->iteration_ms ||
                           (p.iteration_ms == st->best->iteration_ms &&
-                           st->index > st->best_index))) {
+                           by_order(&at, &st->best_at) > 0))) {
         plan_free(&p);
         return ERR_OK;
     }
     return keep_best(st, &p, e);
-}
-
-/* Whether the search takes this dp at the candidate's micro-batch size: each replica takes a
- * micro-batch at least, and it is the file's "dp" when it gives one. */
-static int dp_searched(const struct pool_state *st, int64_t dp)
-{
-    return dp <= candidate_B(st) && (st->pm->only_dp == 0 || dp == st->pm->only_dp);
 }
 
 /* The candidate in st as the bounds see it; 0 when a kind's stage is unknown (no bound). */
@@ -193,8 +217,9 @@ static int shape_of(struct pool_state *st, struct pool_shape *s)
     for (int k = 0; k < st->pm->K; k++) {
         if (st->stages[k] == 0)
             continue;
+        /* a range's: the most sharding of its most dp, the least reduction of its least */
         const struct pool_costs *c =
-            pool_costs_get(st->costs, k, st->tp[k], st->size, st->dp, st->dp);
+            pool_costs_get(st->costs, k, st->tp[k], st->size, st->dp_hi, st->dp);
         if (c == NULL || !c->known)
             return 0;
         s->costs[s->used] = c;
@@ -247,15 +272,15 @@ static int cannot_fit(struct pool_state *st)
            pool_cannot_fit(&s, &sum);
 }
 
-/* Whether a candidate of this bound and index could replace the best by more than the
- * search gap (evaluate's order; with no gap, a tie with an earlier index does). */
-static int may_win(const struct pool_state *st, double bound, long index)
+/* Whether a candidate of this bound could replace the best by more than the search gap
+ * (evaluate's order; with no gap, a tie earlier in the exhaustive order does). */
+static int may_win(const struct pool_state *st, const struct pool_candidate *c)
 {
     if (!st->have_best)
         return 1;
-    double least = bound * (1 + st->o->search_gap);
+    double least = c->bound * (1 + st->o->search_gap);
     return least < st->best->iteration_ms ||
-           (least == st->best->iteration_ms && index < st->best_index);
+           (least == st->best->iteration_ms && by_order(c, &st->best_at) < 0);
 }
 
 static int by_bound(const void *a, const void *b)
@@ -263,10 +288,10 @@ static int by_bound(const void *a, const void *b)
     const struct pool_candidate *x = a, *y = b;
     if (x->bound != y->bound)
         return x->bound < y->bound ? -1 : 1;
-    return (x->index > y->index) - (x->index < y->index);
+    return by_order(x, y);
 }
 
-/* Binary heaps of candidates by (bound, index): least first for sign 1, greatest for -1. */
+/* Binary heaps of candidates by (bound, order): least first for sign 1, greatest for -1. */
 static void heap_down(struct pool_candidate *h, long n, long i, int sign)
 {
     for (;;) {
@@ -300,19 +325,15 @@ static void heap_up(struct pool_candidate *h, long i, int sign)
 static void collect(struct pool_state *st)
 {
     if (cannot_fit(st)) {
-        st->r->cannot_fit += st->pass == 0; /* no plan: nothing to bound */
+        st->r->cannot_fit += st->pass == 0 ? st->dp_hi - st->dp + 1 : 0; /* nothing to bound */
         return;
     }
-    struct pool_candidate c = {.index = st->index,
-                               .bound = candidate_bound(st),
-                               .dp = st->dp,
-                               .size = (short)st->size};
-    for (int k = 0; k < st->pm->K; k++)
-        c.tp[k] = (short)st->tp[k], c.stages[k] = (short)st->stages[k];
-    st->r->enumerated += st->pass == 0;
+    struct pool_candidate c = candidate_of(st);
+    c.bound = candidate_bound(st);
+    st->r->enumerated += st->pass == 0 ? st->dp_hi - st->dp + 1 : 0;
     if (st->pass > 0 && by_bound(&c, &st->floor) <= 0)
         return;
-    if (st->have_best && !may_win(st, c.bound, c.index)) {
+    if (st->have_best && !may_win(st, &c)) {
         st->lower_bound = fmin(st->lower_bound, c.bound);
         return;
     }
@@ -332,16 +353,25 @@ static void collect(struct pool_state *st)
  * POOL_CLOCK_EVERY candidates). */
 static int rank_past(struct pool_state *st)
 {
-    if (st->rank_stopped)
+    if (st->rank_stopped || st->pass_stopped)
         return 1;
-    if (!st->prune || isinf(st->rank_deadline) || ++st->visits % POOL_CLOCK_EVERY != 0)
+    if (!st->prune || isinf(st->deadline) || ++st->visits % POOL_CLOCK_EVERY != 0)
         return 0;
-    return st->rank_stopped = pool_now_s() > st->rank_deadline;
+    if (st->pass == 0) /* the first ranking: past its share, what it saw is planned */
+        return st->rank_stopped = pool_now_s() > st->rank_deadline;
+    return st->pass_stopped = pool_now_s() > st->deadline; /* a later pass: the end */
 }
 
-/* One candidate of the enumeration: collected with its bound (pruned), or planned. */
+/* One candidate of the enumeration: collected with its bound (pruned: a range of dp, to the
+ * most the shape's GPUs allow), or planned. */
 static int visit(struct pool_state *st, struct err *e)
 {
+    st->dp_hi = st->block_hi;
+    for (int k = 0; k < st->pm->K; k++)
+        if (st->stages[k] > 0) {
+            int64_t fit = st->pm->kind[k].count / ((int64_t)st->stages[k] * st->tp[k]);
+            st->dp_hi = fit < st->dp_hi ? (int)fit : st->dp_hi;
+        }
     if (st->prune) {
         collect(st);
         return ERR_OK;
@@ -357,13 +387,8 @@ static int choose_kind(struct pool_state *st, int k, int used, struct err *e)
 {
     if (rank_past(st))
         return ERR_OK;
-    if (k >= st->pm->K) {
-        if (used < 1)
-            return ERR_OK;
-        int rc = visit(st, e);
-        st->index++;
-        return rc;
-    }
+    if (k >= st->pm->K)
+        return used < 1 ? ERR_OK : visit(st, e);
     int L = model_layer_count(&st->pm->model);
     st->tp[k] = 1;
     st->stages[k] = 0; /* the kind unused */
@@ -385,19 +410,28 @@ static int choose_kind(struct pool_state *st, int k, int used, struct err *e)
 }
 
 /* Every dp a replica of at least one GPU allows and every micro-batch size, and under them
- * every choose_kind. */
+ * every choose_kind: the pruned search takes the dps in ranges, 1, 2-3, 4-7, ... (its bounds
+ * split them as they are taken), the exhaustive one each alone. The most replicas first: when
+ * --time-limit cuts the ranking short, what it saw holds the pool's larger answers (the order
+ * of the answer's ties is by_order's, whatever the enumeration's). */
 static int enumerate(struct pool_state *st, struct err *e)
 {
-    int64_t gpus = 0, most = 0;
+    int64_t gpus = 0, top = 1;
     for (int k = 0; k < st->pm->K; k++)
         gpus += st->pm->kind[k].count;
-    for (int i = 0; i < st->pm->n_sizes; i++)
-        most = pool_model_batches(st->pm, i) > most ? pool_model_batches(st->pm, i) : most;
-    st->index = 0;
-    for (st->dp = 1; st->dp <= gpus && st->dp <= most; st->dp++)
-        for (st->size = 0; st->size < st->pm->n_sizes; st->size++)
-            if (dp_searched(st, st->dp) && choose_kind(st, 0, 0, e))
+    while (top * 2 <= gpus) /* the first dp of the last range */
+        top *= 2;
+    for (int64_t lo = st->prune ? top : gpus; lo >= 1; lo = st->prune ? lo / 2 : lo - 1)
+        for (st->size = 0; st->size < st->pm->n_sizes; st->size++) {
+            int64_t most = candidate_B(st) < gpus ? candidate_B(st) : gpus;
+            int64_t hi = st->prune ? 2 * lo - 1 : lo;
+            if (st->pm->only_dp != 0) /* the file's one dp */
+                hi = lo <= st->pm->only_dp && st->pm->only_dp <= hi ? st->pm->only_dp : 0;
+            st->dp = st->pm->only_dp != 0 ? (int)hi : (int)lo;
+            st->block_hi = (int)(hi < most ? hi : most);
+            if (st->dp >= 1 && st->dp <= st->block_hi && choose_kind(st, 0, 0, e))
                 return e->code;
+        }
     return ERR_OK;
 }
 
@@ -407,8 +441,8 @@ static int enumerate(struct pool_state *st, struct err *e)
 static void load_candidate(struct pool_state *st, const struct pool_candidate *c)
 {
     st->dp = c->dp;
+    st->dp_hi = c->dp_hi;
     st->size = c->size;
-    st->index = c->index;
     for (int k = 0; k < st->pm->K; k++)
         st->tp[k] = c->tp[k], st->stages[k] = c->stages[k];
 }
@@ -436,6 +470,44 @@ static double pool_refine(struct pool_state *st, const struct pool_candidate *c,
     return lo;
 }
 
+/* The candidate in st, its bound made (at least `least`), onto the heap of n (least first;
+ * grown). */
+static int heap_push(struct pool_state *st, double least, long *n, struct err *e)
+{
+    if (*n == st->cap_cands) {
+        long cap = 2 * st->cap_cands;
+        struct pool_candidate *grown = realloc(st->cands, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        st->cands = grown;
+        st->cap_cands = cap;
+    }
+    if (cannot_fit(st))
+        return ERR_OK; /* no plan: nothing to bound */
+    struct pool_candidate c = candidate_of(st);
+    c.bound = fmax(candidate_bound(st), least);
+    st->cands[*n] = c;
+    heap_up(st->cands, (*n)++, 1);
+    return ERR_OK;
+}
+
+/* The range at the top of the heap of n split in two halves, each pushed with its bound
+ * (each at least the range's, refined: fewer dp each). */
+static int split_range(struct pool_state *st, long *n, struct err *e)
+{
+    struct pool_candidate range = st->cands[0];
+    st->cands[0] = st->cands[--*n];
+    heap_down(st->cands, *n, 0, 1);
+    int mid = range.dp + (range.dp_hi - range.dp) / 2;
+    load_candidate(st, &range);
+    st->dp_hi = mid;
+    if (heap_push(st, range.bound, n, e))
+        return e->code;
+    load_candidate(st, &range);
+    st->dp = mid + 1;
+    return heap_push(st, range.bound, n, e);
+}
+
 /* The pass's candidates taken least bound first (ties: the exhaustive order): one whose bound
  * is the cheap one gets it refined (pool_refine) and goes back; a refined one is planned, and
  * one that cannot beat the best left with its refined bound. *stopped when the least bound
@@ -448,15 +520,27 @@ static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
     for (long n = st->n_cands; n > 0;) {
         struct pool_candidate *c = &st->cands[0];
         int timed_out = st->have_best && pool_now_s() > st->deadline;
-        if (timed_out || !may_win(st, c->bound, c->index)) {
+        if (timed_out || !may_win(st, c)) {
+            /* what is left of this pass bounds no less; the later passes' no less than the
+             * floor (split ranges may have gone past it: then they go on) */
             st->lower_bound = fmin(st->lower_bound, c->bound);
             st->r->exhausted &= !timed_out;
-            *stopped = 1;
+            *stopped = timed_out || st->dropped == 0 || !may_win(st, &st->floor);
+            if (*stopped && st->dropped > 0)
+                st->lower_bound = fmin(st->lower_bound, st->floor.bound);
             return ERR_OK;
+        }
+        /* refined only beside a best (it can refute nothing before): the first plan comes
+         * at once, the least bound's */
+        int range = c->dp < c->dp_hi, refine = st->have_best && pool_now_s() <= st->deadline;
+        if (range && (c->refined || !refine)) { /* its two halves, each bounded */
+            if (split_range(st, &n, e))
+                return e->code;
+            continue;
         }
         load_candidate(st, c);
         int refuted = 0;
-        if (!c->refined && pool_now_s() <= st->deadline) {
+        if (!c->refined && refine) { /* refuted, a range's whole */
             c->bound = fmax(c->bound, pool_refine(st, c, &refuted));
             c->refined = 1;
             if (!refuted) {
@@ -468,7 +552,7 @@ static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
         st->cands[0] = st->cands[--n];
         heap_down(st->cands, n, 0, 1);
         if (refuted) { /* no split could beat the best */
-            st->r->refuted++;
+            st->r->refuted += taken.dp_hi - taken.dp + 1;
             st->lower_bound = fmin(st->lower_bound, taken.bound);
             continue;
         }
@@ -482,13 +566,19 @@ static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
  * until the search stops or no candidate is left. */
 static int search_pruned(struct pool_state *st, struct err *e)
 {
-    if ((st->cands = malloc((size_t)st->keep * sizeof *st->cands)) == NULL)
+    st->cap_cands = st->keep + 1;
+    if ((st->cands = malloc((size_t)st->cap_cands * sizeof *st->cands)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     for (st->pass = 0;; st->pass++) {
         int stopped;
         st->n_cands = st->dropped = 0;
         if (enumerate(st, e))
             return e->code;
+        if (st->pass_stopped) { /* what is left comes after the last floor */
+            st->lower_bound = fmin(st->lower_bound, st->floor.bound);
+            st->r->exhausted = 0;
+            return ERR_OK;
+        }
         if (st->n_cands == 0)
             return ERR_OK;
         st->floor = st->cands[0];

@@ -31,7 +31,7 @@
 
 /* Candidates a pass of the pruned search keeps, the least bounds; the rest wait for the next
  * pass (so memory stays bounded however many the pool holds). */
-#define POOL_KEEP (1L << 17)
+#define POOL_KEEP (1L << 20)
 
 struct pool_result {
     long enumerated; /* candidates the pruned search ranked (those left for memory aside) */

@@ -222,7 +222,7 @@ void pool_summarize(const struct pool_shape *s, struct pool_summary *out)
 {
     out->known = least_most_parts(s, 0, out->work, &out->shares) &&
                  least_most_parts(s, 1, out->whole, &out->wholes);
-    out->least = out->need = 0;
+    out->least = out->need = out->phi = 0;
     out->first_tail = INFINITY;
     out->latency = s->costs[0]->latency_ms;
     for (int u = 0; u < s->used; u++)
@@ -230,12 +230,37 @@ void pool_summarize(const struct pool_shape *s, struct pool_summary *out)
     for (int l = 0; l < s->L; l++) {
         double ms = INFINITY, state = INFINITY;
         for (int u = 0; u < s->used; u++) {
-            ms = fmin(ms, s->costs[u]->work_ms[l]);
-            state = fmin(state, (double)s->costs[u]->state[l] / (double)s->costs[u]->capacity);
+            const struct pool_costs *c = s->costs[u];
+            ms = fmin(ms, c->work_ms[l]);
+            state = fmin(state, (double)c->state[l] / (double)c->capacity);
+            out->phi = fmax(out->phi, c->work_ms[l] > 0 ? c->fwd_ms[l] / c->work_ms[l] : 1);
         }
         out->least += ms;
         out->need += state > 1 + 1e-9 ? INFINITY : state; /* a layer that fits no stage */
     }
+}
+
+/* Section (1) under a schedule whose forwards run in micro-batch order, each backward after
+ * its own forward: stage b's first backward waits for micro-batch 0's forward to reach it and
+ * its round trip through the stages after it, and before it b has run w_b forwards (1F1B:
+ * min(S - b, M); GPipe: M); then its M backwards and the other forwards, and its last
+ * backward's gradient reaches stage 0 through the backwards before it. So E_0 >= W + (M - 1)
+ * T_b - (w_b - 1) f_b for every b (W the stages' T summed), f_b <= phi T_b: with c_b = M - 1 -
+ * (w_b - 1) phi > 0 for every b, E_0 >= W + W / sum_b (1 / c_b) (the T_b that make every
+ * right side equal, summing to W, is the least any split reaches); 0 when some c_b <= 0. */
+static double pipeline_filled(const struct pool_shape *s, const struct pool_summary *sum, int S)
+{
+    if (s->schedule != SCHEDULE_1F1B && s->schedule != SCHEDULE_GPIPE)
+        return 0;
+    double inverse = 0;
+    for (int b = 0; b < S; b++) {
+        double w = s->schedule == SCHEDULE_GPIPE || S - b > s->M ? s->M : S - b;
+        double c = s->M - 1 - (w - 1) * sum->phi;
+        if (!(c > 0))
+            return 0;
+        inverse += 1 / c;
+    }
+    return sum->least * (1 + 1 / inverse);
 }
 
 /* With w_u(l) the time of layer l on kind u and S_u its stages: stage b (T_b its fwd + bwd of
@@ -261,7 +286,7 @@ double pool_bound_first(const struct pool_shape *s, const struct pool_summary *s
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
     double steady = s->M * least_most(s, sum->work, sum->shares);
-    double filled = sum->least / (1 - pow(1 - 1 / s->M, S));
+    double filled = fmax(sum->least / (1 - pow(1 - 1 / s->M, S)), pipeline_filled(s, sum, S));
     return (fmax(steady, filled) + sum->first_tail) * (1 - 1e-9);
 }
 

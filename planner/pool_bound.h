@@ -49,6 +49,7 @@ struct pool_summary {
     double work[POOL_KINDS_MAX], shares;   /* least_most of the works: V_u and the shares */
     double whole[POOL_KINDS_MAX], wholes;  /* the same of M work + tail */
     double least, first_tail, latency;     /* sum_l min_u work; min_u first_tail; latency */
+    double phi; /* the most forward share of a layer's work, over the layers and kinds */
     double need;    /* sum_l min_u state / capacity (INFINITY: a layer fits no kind) */
     int known;      /* the sums are positive: else no bound */
 };

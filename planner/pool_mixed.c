@@ -17,6 +17,8 @@
 #define MIX_TABLE_STALE 1.01
 /* A table of more cells than this gives way to one per kind (pool_mixed.h; looser). */
 #define MIX_TABLE_CELLS ((int64_t)1 << 24)
+/* Cells the table is cleared and closed by between looks at the clock. */
+#define MIX_TABLE_CHUNK ((int64_t)1 << 16)
 /* Probes of the bisection for the certificate (its precision: 2^-probes of the step). */
 #define MIX_BISECT_PROBES 7
 /* Family summaries kept (a hash table). */
@@ -73,6 +75,14 @@ struct mix_tight {
     int64_t cap;
 };
 
+/* A shape on the table's menu: its code, its capacity under the table's T, and that over the
+ * GPUs a replica takes. */
+struct mix_entry {
+    uint64_t code;
+    int64_t cap;
+    double density;
+};
+
 struct mix_key {
     uint64_t code;
     int dp, M, size;
@@ -93,6 +103,8 @@ struct mix_state {
     double table_T;
     int64_t *table, stride[POOL_KINDS_MAX], cells;
     int64_t *per_kind[POOL_KINDS_MAX]; /* without a table: per kind and its GPUs */
+    struct mix_entry *menu; /* every shape of some capacity under table_T, densest first */
+    int64_t n_menu, cap_menu;
     struct mix_family *family;
     struct mix_planned *planned;
     int64_t n_planned, cap_planned;
@@ -101,6 +113,7 @@ struct mix_state {
     double *floors; /* B + 1 of them: struct first's */
     long ticks;
     int stopped;
+    int skip; /* the shapes' enumeration under way is over (each_shape) */
     /* the best pair: its groups' entries */
     int have_best;
     struct mix_key best_key[POOL_GROUPS_MAX];
@@ -326,6 +339,15 @@ static void table_put(struct mix_state *st, const int64_t *v, int64_t cap)
         st->table[at] = cap;
 }
 
+/* Whether the deadline has passed, looked at now (the table's passes are long: mix_stopped
+ * counts calls). */
+static int table_past(struct mix_state *st)
+{
+    if (!st->stopped && !isinf(st->deadline) && pool_now_s() > st->deadline)
+        st->stopped = st->r->timed_out = 1;
+    return st->stopped;
+}
+
 /* The table's running maximum along each kind: a cell holds the most of any group fitting. */
 static void table_close(struct mix_state *st)
 {
@@ -337,11 +359,16 @@ static void table_close(struct mix_state *st)
                     st->per_kind[k][i] = st->per_kind[k][i - 1];
         return;
     }
-    for (int k = 0; k < pm->K; k++)
-        for (int64_t at = 0; at < st->cells; at++)
-            if (at / st->stride[k] % (pm->kind[k].count + 1) > 0 &&
-                st->table[at] < st->table[at - st->stride[k]])
-                st->table[at] = st->table[at - st->stride[k]];
+    for (int k = 0; k < pm->K; k++) {
+        int64_t step = st->stride[k], block = step * (pm->kind[k].count + 1);
+        for (int64_t base = 0; base < st->cells; base += block)
+            for (int64_t at = base + step; at < base + block; at++) {
+                if (at % MIX_TABLE_CHUNK == 0 && table_past(st))
+                    return;
+                if (st->table[at] < st->table[at - step])
+                    st->table[at] = st->table[at - step];
+            }
+    }
 }
 
 /* Every shape: kind k and after chosen (unused, or tp and stages), `used` stages so far; fn
@@ -353,7 +380,7 @@ static int each_shape(struct mix_state *st, struct mix_shape *x, int k, int used
                       const int64_t *left, shape_fn fn, void *arg, struct err *e)
 {
     const struct pool_model *pm = st->pm;
-    if (mix_stopped(st))
+    if (mix_stopped(st) || st->skip)
         return ERR_OK;
     if (k == pm->K)
         return used > 0 ? fn(st, x, arg, e) : ERR_OK;
@@ -389,19 +416,49 @@ static int table_shape(struct mix_state *st, const struct mix_shape *x, void *ar
 {
     const double *T = arg;
     int64_t all[POOL_KINDS_MAX], v[POOL_KINDS_MAX];
-    (void)e;
     st->r->shapes++;
-    int64_t cap = shape_cap(st, x, *T);
+    int64_t cap = shape_cap(st, x, *T), gpus = 0;
     if (cap == 0)
         return ERR_OK;
     for (int k = 0; k < st->pm->K; k++)
-        all[k] = st->pm->kind[k].count;
+        all[k] = st->pm->kind[k].count, gpus += x->n[k];
+    if (st->n_menu == st->cap_menu) {
+        int64_t grown_cap = st->cap_menu ? 2 * st->cap_menu : 1024;
+        struct mix_entry *grown = realloc(st->menu, (size_t)grown_cap * sizeof *grown);
+        if (grown == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        st->menu = grown;
+        st->cap_menu = grown_cap;
+    }
+    st->menu[st->n_menu++] = (struct mix_entry){x->code, cap, (double)cap / (double)gpus};
     for (int64_t dp = 1, most = shape_dp_max(st, x, all); dp <= most; dp++) {
         for (int k = 0; k < st->pm->K; k++)
             v[k] = dp * x->n[k];
         table_put(st, v, min64(dp * cap, st->B));
     }
     return ERR_OK;
+}
+
+static int by_density(const void *pa, const void *pb)
+{
+    const struct mix_entry *a = pa, *b = pb;
+    if (a->density != b->density)
+        return a->density > b->density ? -1 : 1;
+    return (a->code > b->code) - (a->code < b->code);
+}
+
+/* The shape of a code (each_shape's numbering: a digit per kind, the last kind's least). */
+static void shape_of_code(const struct mix_state *st, uint64_t code, struct mix_shape *x)
+{
+    x->code = code;
+    for (int k = st->pm->K - 1; k >= 0; k--) {
+        uint64_t radix = (uint64_t)(st->pm->kind[k].per_node + 1) * (uint64_t)(st->L + 1);
+        uint64_t digit = code % radix;
+        code /= radix;
+        x->tp[k] = digit == 0 ? 1 : (int)(digit / (uint64_t)(st->L + 1));
+        x->S[k] = (int)(digit % (uint64_t)(st->L + 1));
+        x->n[k] = (int64_t)x->tp[k] * x->S[k];
+    }
 }
 
 /* The table for T (stopped: left incomplete, and not to be used). */
@@ -412,14 +469,22 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     struct mix_shape x = {.code = 0};
     for (int k = 0; k < pm->K; k++)
         all[k] = pm->kind[k].count;
-    if (st->table != NULL)
-        memset(st->table, 0, (size_t)st->cells * sizeof *st->table);
+    for (int64_t at = 0; st->table != NULL && at < st->cells; at += MIX_TABLE_CHUNK) {
+        if (table_past(st))
+            return ERR_OK;
+        int64_t n = st->cells - at < MIX_TABLE_CHUNK ? st->cells - at : MIX_TABLE_CHUNK;
+        memset(st->table + at, 0, (size_t)n * sizeof *st->table);
+    }
+    if (table_past(st))
+        return ERR_OK;
     for (int k = 0; st->table == NULL && k < pm->K; k++)
         memset(st->per_kind[k], 0, (size_t)(pm->kind[k].count + 1) * sizeof *st->per_kind[k]);
     st->table_T = T;
+    st->n_menu = 0;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
+    qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
     return ERR_OK;
 }
 
@@ -658,27 +723,37 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     return rc;
 }
 
-/* Whether the group at M could be in a pair stepping under T with N replicas: not refuted,
- * then planned, fitting and alone under T. */
-static int group_ready(struct mix_state *st, const struct mix_shape *x, int dp, int N, int M,
-                       struct mix_planned **out, struct err *e)
+/* Whether no pair holding the group at M steps under T with N replicas or more
+ * (pool_could_step, kept: at less T and more replicas it stays refuted). */
+static int group_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int N, int M)
 {
     double T = mix_T(st);
     struct mix_planned *g = planned_of(st, x, dp, M);
-    *out = NULL;
     if (g->state == 0 && g->refuted_x >= T && N >= g->refuted_N)
-        return ERR_OK;
+        return 1;
     if (g->state == 0 && st->o.actions == PLAN_ACTION_RECOMPUTE) {
         struct pool_shape s;
         if (group_shape(st, x, dp, N, M, &s) && !pool_could_step(&s, T)) {
             st->r->refuted++;
             g->refuted_x = T, g->refuted_N = N;
-            return ERR_OK;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* The group at M planned (once) when not refuted: *out when it fits and steps alone under T
+ * (else NULL). planned_reserve made room. */
+static int group_ready(struct mix_state *st, const struct mix_shape *x, int dp, int N, int M,
+                       struct mix_planned **out, struct err *e)
+{
+    *out = NULL;
+    if (group_refuted(st, x, dp, N, M))
+        return ERR_OK;
+    struct mix_planned *g = planned_of(st, x, dp, M);
     if (g->state == 0 && group_plan(st, x, g, e))
         return e->code;
-    if (g->fits && g->pipe.alone_ms < T)
+    if (g->fits && g->pipe.alone_ms < mix_T(st))
         *out = g;
     return ERR_OK;
 }
@@ -718,11 +793,12 @@ static int score_pair(struct mix_state *st, const struct mix_group *a, struct mi
     return ERR_OK;
 }
 
-/* The first group, planned at its M, beside which seconds are sought; its floors
+/* The first group at its M, beside which seconds are sought: planned when a second first
+ * needs it (state 1; -1: refuted, or no plan under T; 0: not yet), and its floors
  * (replicas_step_floor) per replica count, worked out when first asked for (0: not yet). */
 struct first {
     struct mix_group a;
-    int M;
+    int M, state, gone; /* gone: no plan of it under T (nor at more micro-batches) */
     int64_t left[POOL_KINDS_MAX];
     double *floor; /* indexed by the replicas in all, up to B */
 };
@@ -737,13 +813,29 @@ static double first_floor(struct mix_state *st, const struct first *f, int N, st
     return f->floor[N];
 }
 
+/* The first planned: 1 when it fits, steps alone under T and its floor with one more replica
+ * is under T; 0 (and the seconds' enumeration over) when not. */
+static int first_ready(struct mix_state *st, struct first *f, struct err *e)
+{
+    if (f->state == 0) {
+        struct mix_planned *ga;
+        int N = f->a.dp + 1;
+        if (planned_reserve(st, 1, e) || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
+            return 0;
+        f->gone = ga == NULL;
+        f->state = ga != NULL && first_floor(st, f, N, e) < mix_T(st) && !e->code ? 1 : -1;
+        st->skip = f->state < 0;
+    }
+    return f->state > 0;
+}
+
 /* Every second group of shape x beside the first: dp replicas within what is left, taking
  * the micro-batches the first leaves (at least one a replica), each planned and the pair
  * scored when its bound is under T. */
 static int second_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
                         struct err *e)
 {
-    const struct first *f = arg;
+    struct first *f = arg;
     const struct mix_group *a = &f->a;
     if (x->code == a->x.code)
         return ERR_OK; /* one shape: the homogeneous search's */
@@ -757,15 +849,18 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, void *a
             break; /* the first could not take its M: more seconds leave it less */
         int64_t M2 = (B2 + dp - 1) / dp;
         int N = a->dp + (int)dp;
-        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st)) < M2))
+        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st)) < M2) ||
+            group_bound(st, x, (int)dp, N, M2) >= mix_T(st) ||
+            group_refuted(st, x, (int)dp, N, (int)M2))
             continue;
+        if (!first_ready(st, f, e))
+            return e->code;
         if (first_floor(st, f, N, e) >= mix_T(st))
             break; /* more replicas only lengthen the first's reduction */
-        if (e->code || group_bound(st, x, (int)dp, N, M2) >= mix_T(st))
-            continue;
         struct mix_planned *gb, *ga;
         st->r->pairs++;
-        if (planned_reserve(st, 1, e) || group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
+        if (e->code || planned_reserve(st, 1, e) ||
+            group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
             return e->code;
         if (gb == NULL)
             continue;
@@ -775,6 +870,28 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, void *a
             return e->code;
     }
     return ERR_OK;
+}
+
+/* Every second beside the first f, from the menu: densest first, until even all of what is
+ * left at a shape's density could not take what the first leaves. */
+static int seconds(struct mix_state *st, struct first *f, struct err *e)
+{
+    int64_t left = 0, need = st->B - (int64_t)f->a.dp * f->M;
+    for (int k = 0; k < st->pm->K; k++)
+        left += f->left[k];
+    for (int64_t i = 0; i < st->n_menu && !st->skip && !mix_stopped(st); i++) {
+        const struct mix_entry *m = &st->menu[i];
+        if (m->density * (double)left < (double)need * MIX_ROUNDING)
+            break;
+        struct mix_shape y;
+        shape_of_code(st, m->code, &y);
+        int fits = 1;
+        for (int k = 0; k < st->pm->K; k++)
+            fits &= y.n[k] <= f->left[k];
+        if (fits && second_shape(st, &y, f, e))
+            return e->code;
+    }
+    return e->code;
 }
 
 /* A first group of shape x (taking half the micro-batches or more): every dp, and every M
@@ -808,20 +925,19 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
         int64_t lo = half > rest ? half : rest, hi = min64(cap, (st->B - 2) / dp + 1);
         for (int64_t M = lo < 1 ? 1 : lo; M <= hi && !mix_stopped(st); M++) {
             int N = (int)dp + 1;
-            struct mix_planned *ga;
-            if (group_bound(st, x, (int)dp, N, M) >= mix_T(st))
+            if (group_bound(st, x, (int)dp, N, M) >= mix_T(st) ||
+                planned_reserve(st, 1, e) || group_refuted(st, x, (int)dp, N, (int)M))
                 break; /* more micro-batches only add */
-            if (planned_reserve(st, 1, e) || group_ready(st, x, (int)dp, N, (int)M, &ga, e))
-                return e->code;
-            if (ga == NULL)
-                break; /* refuted, or no plan under T: at more micro-batches neither */
             f.M = (int)M;
+            f.state = f.gone = 0;
             memset(f.floor, 0, ((size_t)st->B + 1) * sizeof *f.floor);
-            if (first_floor(st, &f, N, e) >= mix_T(st) || e->code)
-                continue;
-            struct mix_shape y = {.code = 0};
-            if (each_shape(st, &y, 0, 0, f.left, second_shape, &f, e))
+            st->skip = 0;
+            int rc = seconds(st, &f, e);
+            st->skip = 0;
+            if (rc)
                 return e->code;
+            if (f.gone)
+                break; /* no plan of it under T: at more micro-batches neither */
         }
     }
     return ERR_OK;
@@ -910,6 +1026,8 @@ static void mix_free(struct mix_state *st)
     st->family = NULL;
     free(st->table);
     st->table = NULL;
+    free(st->menu);
+    st->menu = NULL;
     for (int k = 0; k < POOL_KINDS_MAX; k++) {
         free(st->per_kind[k]);
         st->per_kind[k] = NULL;
@@ -942,6 +1060,11 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
     struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r};
     *plans = NULL;
     *n = 0;
+    if (!isinf(deadline) && pool_now_s() > deadline) { /* nothing searched: no bound */
+        r->timed_out = 1;
+        r->lower_bound = pm->only_dp != 0 ? INFINITY : 0;
+        return ERR_OK;
+    }
     int rc = pm->only_dp != 0 ? ERR_OK : mix_setup(&st, o, e); /* "dp": identical replicas */
     double bound = INFINITY;
     for (st.size = 0; rc == ERR_OK && pm->only_dp == 0 && st.size < pm->n_sizes; st.size++) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cjson/cJSON.h>
 
@@ -476,10 +477,101 @@ static void test_against_brute_force(void)
     CU_ASSERT(pairs_won > 0); /* two groups win somewhere */
 }
 
+/* The plan of `args`' pool (plan -o), parsed; its stdout in *out (caller frees). */
+static cJSON *plan_json(const char *file, const char *extra, char **out)
+{
+    char args[2048];
+    const char *result = test_path("answer.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' %s -o '%s'", file, extra, result);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, out, NULL), 0);
+    char *text = test_read(result);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_FATAL(root != NULL);
+    return root;
+}
+
+/* The GPUs a plan file's stages take (tp x dp each; absent: 1). */
+static int plan_gpus(const cJSON *plan)
+{
+    int gpus = 0;
+    const cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(plan, "stages"))
+    {
+        const cJSON *tp = cJSON_GetObjectItem(st, "tp"), *dp = cJSON_GetObjectItem(st, "dp");
+        gpus += (tp ? tp->valueint : 1) * (dp ? dp->valueint : 1);
+    }
+    return gpus;
+}
+
+/* 3 A100s and 14 samples (7 micro-batches of 2), a slow link between stages: before, a dp had
+ * to divide the 7, so the best plan was one GPU alone (dp 1; a pipeline pays the slow link)
+ * and two were idle. Now dp 3 takes all three, the micro-batches dealt 3, 2, 2: exactly 14
+ * samples a step, and faster. simulate says so; train refuses the uneven dealing. */
+static void test_no_idle_gpus(void)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":14,"
+             "\"link\":{\"gbps\":1,\"latency_us\":2},\"dp_link\":{\"gbps\":1000,"
+             "\"latency_us\":5},\"pool\":[{\"device\":\"A100-40GB\",\"count\":3,"
+             "\"per_node\":1,\"memory_bytes\":40000000000,\"profile\":\"%s\"}]}",
+             profile_of("A100-40GB"));
+    char file[1024], divisible[1024], *out = NULL, *err = NULL, args[2048];
+    snprintf(file, sizeof file, "%s", test_write("idle.json", text));
+    /* before: the best of the dps dividing 7 (7 replicas do not fit 3 GPUs) */
+    snprintf(strrchr(text, '}'), 16, ",\"dp\":1}");
+    snprintf(divisible, sizeof divisible, "%s", test_write("idle-dp1.json", text));
+    cJSON *before = plan_json(divisible, "", NULL);
+    double before_ms = cJSON_GetObjectItem(before, "iteration_ms")->valuedouble;
+    int before_gpus = plan_gpus(before);
+    cJSON *now = plan_json(file, "", &out);
+    double now_ms = cJSON_GetObjectItem(now, "iteration_ms")->valuedouble;
+    const cJSON *dealt = cJSON_GetObjectItem(now, "replica_micro_batches");
+    int sum = 0, n = cJSON_GetArraySize(dealt);
+    for (int r = 0; r < n; r++)
+        sum += cJSON_GetArrayItem(dealt, r)->valueint;
+    printf("\n  before %d GPUs, %.6f ms; now %d GPUs, %.6f ms, micro-batches", before_gpus,
+           before_ms, plan_gpus(now), now_ms);
+    for (int r = 0; r < n; r++)
+        printf(" %d", cJSON_GetArrayItem(dealt, r)->valueint);
+    CU_ASSERT(before_gpus < 3);
+    CU_ASSERT_EQUAL(plan_gpus(now), 3);
+    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT(n == 3 && cJSON_GetArrayItem(dealt, 0)->valueint == 3 &&
+              cJSON_GetArrayItem(dealt, 2)->valueint == 2);
+    CU_ASSERT_EQUAL(sum * MICRO_BATCH, 14);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(now, "micro_batches")->valueint, 3);
+    CU_ASSERT(now_ms < before_ms);
+    CU_ASSERT(out != NULL && strstr(out, "3 micro-batches the most a replica, dp 3 replicas (7 "
+                                         "in all)") != NULL);
+    free(out);
+    /* simulate: the same step, the samples; train: refused */
+    snprintf(args, sizeof args, "simulate --plan '%s'", test_path("answer.json"));
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    char want[128];
+    snprintf(want, sizeof want, "iteration %.3f ms", now_ms);
+    CU_ASSERT(out != NULL && strstr(out, want) != NULL &&
+              strstr(out, "replicas: 3, taking 7 micro-batches in all (14 samples)") != NULL);
+    free(out);
+    snprintf(args, sizeof args,
+             "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 3 '%s' train "
+             "--plan '%s' --steps 1 >/dev/null 2>'%s'",
+             BALLAST_EXE, test_path("answer.json"), test_path("train.err"));
+    int status = system(args);
+    err = test_read(test_path("train.err"));
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    CU_ASSERT(err != NULL && strstr(err, "replica_micro_batches") != NULL);
+    free(err);
+    cJSON_Delete(before);
+    cJSON_Delete(now);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("pool_mixed", NULL, NULL);
     CU_add_test(s, "the whole answer against brute force", test_against_brute_force);
+    CU_add_test(s, "no GPU idle for divisibility, the exact global batch", test_no_idle_gpus);
     return test_main();
 }

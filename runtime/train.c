@@ -47,6 +47,8 @@ struct run {
     int64_t start_step; /* steps already done (resume) */
     struct lossscale resume_scale; /* the checkpoint's loss scaler, when it has one */
     int resume_has_scale;
+    long long nan_step; /* BALLAST_TEST_NONFINITE's step (1-based; 0: none) and world rank */
+    int nan_rank;
 };
 
 static void fail_now(struct run *r, const struct err *e)
@@ -89,6 +91,8 @@ static int wait_collective(struct run *r, int mpi_rc, MPI_Request *req, int peer
 static int agree_flag(void *ctx, int mine, int *first, struct err *e)
 {
     struct run *r = ctx;
+    if (r->nan_step == r->stage.x.step + 1 && r->nan_rank == r->world_rank)
+        mine = 1;
     int v = mine ? r->world_rank : r->world_size;
     MPI_Request q;
     ERR_TRY(wait_collective(r, MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, r->ctl, &q),
@@ -771,22 +775,19 @@ static int stop_verdict(const struct run *r, int64_t step, struct err *e)
 {
     const struct stage_runner *s = &r->stage;
     int w = s->last.first;
-    char where[96], kept[96] = "";
+    char where[96];
     if (r->dp.dp > 1)
         snprintf(where, sizeof where, "rank %d: replica %d, stage %d", w, w / r->size,
                  w % r->size);
     else
         snprintf(where, sizeof where, "stage %d", w);
-    if (r->o->save_dir != NULL)
-        snprintf(kept, sizeof kept, "; %s keeps the last checkpoint written before it",
-                 r->o->save_dir);
     if (s->last.verdict == STAGE_AT_MIN)
         return err_set(e, ERR_FAIL, "step %lld: the gradients overflow fp16 at the minimum loss "
-                       "scale %g (--min-loss-scale; first on %s): stopped%s",
-                       (long long)step + 1, (double)s->last.loss_scale, where, kept);
+                       "scale %g (--min-loss-scale; first on %s): stopped, nothing of the step "
+                       "saved", (long long)step + 1, (double)s->last.loss_scale, where);
     return err_set(e, ERR_FAIL, "step %lld: a NaN or an infinity in the loss or the gradients "
-                   "(first on %s): stopped before the optimizer step%s",
-                   (long long)step + 1, where, kept);
+                   "(first on %s): stopped before the optimizer step, nothing of it saved",
+                   (long long)step + 1, where);
 }
 
 /* Rank 0's line for a step. */
@@ -976,6 +977,11 @@ int train_run(const struct train_options *o)
     r.world_size = r.size;
     if (stop != NULL && atoi(stop) == r.rank)
         raise(SIGSTOP);
+    /* and for the tests of non-finite values: "STEP:RANK", that rank finds a NaN in its
+     * gradients at that step, as if its backward had made one */
+    const char *nan = getenv("BALLAST_TEST_NONFINITE");
+    if (nan == NULL || sscanf(nan, "%lld:%d", &r.nan_step, &r.nan_rank) != 2)
+        r.nan_step = 0;
     if (o->share_file != NULL)
         return train_share_run(o, r.rank, r.size, r.ctl);
     r.ctl_ready = 1;

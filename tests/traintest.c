@@ -175,6 +175,34 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
     rewrite_close(to, &p);
 }
 
+void train_plan_offload(const char *from, const char *to)
+{
+    struct plan p;
+    if (rewrite_open(from, to, &p))
+        return;
+    for (int s = 0; s < p.n_stages; s++) {
+        struct plan_stage *st = &p.stages[s];
+        struct stage_cost c;
+        if (st->place == NULL && plan_stage_alloc_offload(st) != 0) {
+            fprintf(stderr, "plan %s: out of memory\n", to);
+            break;
+        }
+        for (int l = 0; l < plan_stage_layer_count(st); l++)
+            if (cost_whole_offload(&p.model, l, st->first + l)) {
+                st->place[l] = COST_PLACE_HOST;
+                st->prefetch_ahead[l] = 1;
+            }
+        st->host_link = (struct link){1, 200, 10};
+        plan_stage_cost(&p, st, &c);
+        st->memory_bytes = c.memory_bytes;
+        st->staging_bytes = c.staging_bytes;
+        st->host_memory_bytes = c.host_memory_bytes;
+        st->host_limit_bytes = c.host_memory_bytes;
+        st->copy_ms = plan_stage_copy_ms(st);
+    }
+    rewrite_close(to, &p);
+}
+
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)
 {
     if (a->n_steps != b->n_steps || a->n_steps == 0)

@@ -55,6 +55,11 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
  * cost model's. */
 void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit);
 
+/* Plan `to`: plan `from` with every layer that may (cost_whole_offload) keeping its tensors
+ * in host memory between forward and backward, prefetched one layer ahead, over a 200 Gbit/s
+ * host link, each stage's host limit its host memory, and every number the cost model's. */
+void train_plan_offload(const char *from, const char *to);
+
 /* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);
 

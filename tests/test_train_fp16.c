@@ -34,8 +34,24 @@
  * the default scale (no overflow): measured 2.4e-4 */
 #define FP16_LOSS_TOL 2e-3
 
-enum { P32, P2_32, P1, P2, P3, P2_FULL, P1_OFFLOAD, P2_HOST, PDP, PZERO, PBF16, N_PLANS };
+enum { P32, P2_32, P1, P2, P3, P2_FULL, P1_OFFLOAD, P2_HOST, PDP, PZERO, PBF16, PFLASH1,
+       PFLASH2, PL32, PL1, PL3, N_PLANS };
 static char plans[N_PLANS][1024];
+
+/* configs/models/llama-tiny.json (4 blocks, grouped-query attention) in `dtype`. */
+static void llama_text(const char *dtype, char *out, size_t size)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/configs/models/llama-tiny.json", BALLAST_SOURCE_DIR);
+    char *text = test_read(path), *at = text ? strstr(text, "\"fp32\"") : NULL;
+    if (at == NULL) {
+        fprintf(stderr, "%s: no \"fp32\" to replace\n", path);
+        snprintf(out, size, "{}");
+    } else {
+        snprintf(out, size, "%.*s\"%s\"%s", (int)(at - text), text, dtype, at + 6);
+    }
+    free(text);
+}
 
 /* A 2-stage fp16 plan of dp 2 replicas ("shard_optimizer" when `zero`). */
 static void plan_dp(const char *name, int zero, char *out, size_t size)
@@ -73,6 +89,18 @@ static int setup(void)
     train_plan_host_optimizer(plans[P2], plans[P2_HOST], 3, 0);
     plan_dp("hdp", 0, plans[PDP], sizeof plans[PDP]);
     plan_dp("hzero", 1, plans[PZERO], sizeof plans[PZERO]);
+    const char *flash = "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 2, "
+                        "\"n_embd\": 32, \"n_head\": 2, \"seq_len\": 16, \"vocab_size\": 64, "
+                        "\"micro_batch\": 2, \"dtype\": \"fp16\", \"attention\": \"flash\"}";
+    train_plan_model("hflash1", flash, 1, "none", plans[PFLASH1], sizeof plans[PFLASH1]);
+    train_plan_model("hflash2", flash, 2, "none", plans[PFLASH2], sizeof plans[PFLASH2]);
+    char text[2048];
+    llama_text("fp32", text, sizeof text);
+    train_plan_model("l32", text, 1, "none", plans[PL32], sizeof plans[PL32]);
+    llama_text("fp16", text, sizeof text);
+    test_write("llama-fp16.json", text);
+    train_plan_model("l1", text, 1, "none", plans[PL1], sizeof plans[PL1]);
+    train_plan_model("l3", text, 3, "full", plans[PL3], sizeof plans[PL3]);
     return 0;
 }
 
@@ -172,6 +200,37 @@ static void test_fp16_trains(void)
     struct train_metrics dp, zero;
     if (run(4, PDP, LARGE, "dp.json", &dp) == 0 && run(4, PZERO, LARGE, "zero.json", &zero) == 0)
         expect_same("ZeRO-1", &dp, "dp.json", &zero, "zero.json");
+}
+
+/* Flash attention and the Llama family in fp16: bitwise across splits (the Llama's recomputed
+ * whole), the Llama near its fp32 run, and its layers' bytes as measured on the CPU the size
+ * functions' (profile --device cpu). */
+static void test_fp16_flash_llama(void)
+{
+    struct train_metrics a, b;
+    if (run(1, PFLASH1, LARGE, "flash1.json", &a) == 0 &&
+        run(2, PFLASH2, LARGE, "flash2.json", &b) == 0)
+        expect_same("flash, 2 stages", &a, "flash1.json", &b, "flash2.json");
+    struct train_metrics l32, l1, l3;
+    if (run(1, PL32, "--steps 6", "l32.json", &l32) || run(1, PL1, "--steps 6", "l1.json", &l1) ||
+        run(3, PL3, "--steps 6", "l3.json", &l3))
+        return;
+    CU_ASSERT(train_same_losses(&l1, &l3));
+    double worst = 0;
+    for (int i = 0; i < 6; i++) {
+        double gap = fabs(l1.loss[i] - l32.loss[i]);
+        worst = gap > worst ? gap : worst;
+    }
+    CU_ASSERT(worst <= FP16_LOSS_TOL && l1.loss[0] != l32.loss[0]);
+    fprintf(stderr, "\n  Llama fp16 against fp32: largest loss gap %.3g over 6 steps\n", worst);
+    char args[4096], *err = NULL;
+    snprintf(args, sizeof args, "profile --model '%s' --device cpu --repeats 1 --threads 1 -o '%s'",
+             test_path("llama-fp16.json"), test_path("llama-fp16-prof.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 0);
+    CU_ASSERT(err != NULL && strstr(err, "differ") == NULL);
+    if (err != NULL && strstr(err, "differ") != NULL)
+        fprintf(stderr, "%s\n", err);
+    free(err);
 }
 
 /* A run resumed at step 4, while the scale is still backing off, continues bitwise. */
@@ -438,6 +497,8 @@ int main(void)
     CU_add_test(s, "an fp16 GPT trains: near fp32; with overflows, bitwise across splits, "
                    "recomputation, offload, the host optimizer and ZeRO-1",
                 test_fp16_trains);
+    CU_add_test(s, "flash attention and the Llama in fp16: bitwise across splits, measured "
+                   "bytes as sized", test_fp16_flash_llama);
     CU_add_test(s, "a resumed fp16 run is bitwise the uninterrupted one", test_fp16_resume);
     CU_add_test(s, "non-finite weights from --init and --resume are refused, named",
                 test_nonfinite_weights_refused);

@@ -104,24 +104,6 @@ static int setup(void)
     return 0;
 }
 
-/* Per step of a metrics file: the loss scale and whether the step was skipped; how many. */
-static int read_scaling(const char *file, double *scale, int *skipped)
-{
-    cJSON *o = train_json_read(file);
-    int n = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
-    {
-        if (n == STEPS)
-            break;
-        const cJSON *s = cJSON_GetObjectItem(it, "loss_scale");
-        scale[n] = cJSON_IsNumber(s) ? s->valuedouble : -1;
-        skipped[n++] = cJSON_IsTrue(cJSON_GetObjectItem(it, "skipped"));
-    }
-    cJSON_Delete(o);
-    return n;
-}
-
 static int run(int np, int plan, const char *extra, const char *name, struct train_metrics *m)
 {
     char args[4096], full[4096], metrics[1024];
@@ -143,14 +125,10 @@ static int run(int np, int plan, const char *extra, const char *name, struct tra
 }
 
 /* One run's losses, scales and skipped steps equal another's, bitwise. */
-static void expect_same(const char *what, const struct train_metrics *a, const char *a_file,
-                        const struct train_metrics *b, const char *b_file)
+static void expect_same(const char *what, const struct train_metrics *a,
+                        const struct train_metrics *b)
 {
-    double sa[STEPS], sb[STEPS];
-    int ka[STEPS], kb[STEPS];
-    int na = read_scaling(test_path(a_file), sa, ka), nb = read_scaling(test_path(b_file), sb, kb);
-    int same = train_same_losses(a, b) && na == STEPS && nb == STEPS &&
-               memcmp(sa, sb, sizeof sa) == 0 && memcmp(ka, kb, sizeof ka) == 0;
+    int same = train_same_losses(a, b) && train_same_scaling(a, b) && a->loss_scale[0] > 0;
     if (!same)
         fprintf(stderr, "\n  %s: the losses, scales or skipped steps differ\n", what);
     CU_ASSERT(same);
@@ -174,9 +152,9 @@ static void test_fp16_trains(void)
     struct train_metrics one, other;
     if (run(1, P1, LARGE, "one.json", &one))
         return;
-    double scale[STEPS];
-    int skipped[STEPS], n_skipped = 0;
-    CU_ASSERT_EQUAL_FATAL(read_scaling(test_path("one.json"), scale, skipped), STEPS);
+    const double *scale = one.loss_scale;
+    const int *skipped = one.skipped;
+    int n_skipped = 0;
     for (int i = 0; i < STEPS; i++)
         n_skipped += skipped[i];
     CU_ASSERT(skipped[0] && skipped[1] && !skipped[STEPS - 1]);
@@ -195,11 +173,11 @@ static void test_fp16_trains(void)
     };
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         if (run(others[i].np, others[i].plan, LARGE, "other.json", &other) == 0)
-            expect_same(others[i].name, &one, "one.json", &other, "other.json");
+            expect_same(others[i].name, &one, &other);
     /* ZeRO-1 over two replicas: the unsharded replicas' numbers */
     struct train_metrics dp, zero;
     if (run(4, PDP, LARGE, "dp.json", &dp) == 0 && run(4, PZERO, LARGE, "zero.json", &zero) == 0)
-        expect_same("ZeRO-1", &dp, "dp.json", &zero, "zero.json");
+        expect_same("ZeRO-1", &dp, &zero);
 }
 
 /* Flash attention and the Llama family in fp16: bitwise across splits (the Llama's recomputed
@@ -210,7 +188,7 @@ static void test_fp16_flash_llama(void)
     struct train_metrics a, b;
     if (run(1, PFLASH1, LARGE, "flash1.json", &a) == 0 &&
         run(2, PFLASH2, LARGE, "flash2.json", &b) == 0)
-        expect_same("flash, 2 stages", &a, "flash1.json", &b, "flash2.json");
+        expect_same("flash, 2 stages", &a, &b);
     struct train_metrics l32, l1, l3;
     if (run(1, PL32, "--steps 6", "l32.json", &l32) || run(1, PL1, "--steps 6", "l1.json", &l1) ||
         run(3, PL3, "--steps 6", "l3.json", &l3))
@@ -249,14 +227,12 @@ static void test_fp16_resume(void)
     snprintf(extra, sizeof extra, LARGE " --resume '%s' --save '%s'", b, b);
     if (run(2, P2, extra, "rest.json", &rest))
         return;
-    double s_whole[STEPS], s_rest[STEPS];
-    int k_whole[STEPS], k_rest[STEPS];
-    CU_ASSERT_EQUAL_FATAL(read_scaling(test_path("whole.json"), s_whole, k_whole), STEPS);
-    CU_ASSERT_EQUAL_FATAL(read_scaling(test_path("rest.json"), s_rest, k_rest), STEPS - 4);
-    CU_ASSERT(k_whole[3] && k_whole[4]); /* resumed among the skipped steps */
+    CU_ASSERT_EQUAL_FATAL(rest.n_steps, STEPS - 4);
+    CU_ASSERT(whole.skipped[3] && whole.skipped[4]); /* resumed among the skipped steps */
     for (int i = 0; i < STEPS - 4; i++) {
         CU_ASSERT(rest.loss[i] == whole.loss[4 + i]);
-        CU_ASSERT(s_rest[i] == s_whole[4 + i] && k_rest[i] == k_whole[4 + i]);
+        CU_ASSERT(rest.loss_scale[i] == whole.loss_scale[4 + i] &&
+                  rest.skipped[i] == whole.skipped[4 + i]);
     }
     for (int s = 0; s < 2; s++) {
         char fa[1200], fb[1200];
@@ -438,17 +414,14 @@ static void test_nonfinite_stops(void)
     train_run_free(&r);
     /* fp16: the same NaN is an overflow: the step is skipped, the run goes on */
     struct train_metrics m;
-    double scale[STEPS];
-    int skipped[STEPS];
     setenv("BALLAST_TEST_NONFINITE", "3:1", 1);
     int rc = run(2, P2, "--hysteresis 1", "skip.json", &m);
     unsetenv("BALLAST_TEST_NONFINITE");
     if (rc)
         return;
-    CU_ASSERT_EQUAL_FATAL(read_scaling(test_path("skip.json"), scale, skipped), STEPS);
     for (int i = 0; i < STEPS; i++)
-        CU_ASSERT_EQUAL(skipped[i], i == 2);
-    CU_ASSERT(scale[3] == scale[2] / 2);
+        CU_ASSERT_EQUAL(m.skipped[i], i == 2);
+    CU_ASSERT(m.loss_scale[3] == m.loss_scale[2] / 2);
     /* a real NaN: finite fp32 weights whose forward overflows (a layer norm's weight of 3e38) */
     char w[1024];
     snprintf(w, sizeof w, "%s", test_path("big.safetensors"));

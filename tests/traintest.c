@@ -83,8 +83,12 @@ int train_metrics_read(const char *file, struct train_metrics *m)
         return -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
-        if (m->n_steps < TRAIN_MAX_STEPS)
+        if (m->n_steps < TRAIN_MAX_STEPS) {
+            const cJSON *scale = cJSON_GetObjectItem(it, "loss_scale");
+            m->loss_scale[m->n_steps] = cJSON_IsNumber(scale) ? scale->valuedouble : 0;
+            m->skipped[m->n_steps] = cJSON_IsTrue(cJSON_GetObjectItem(it, "skipped"));
             m->loss[m->n_steps++] = number(it, "loss");
+        }
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "stages"))
         if (m->n_stages < TRAIN_MAX_STAGES) {
             m->peak[m->n_stages] = (long long)number(it, "peak_bytes");
@@ -201,6 +205,20 @@ void train_plan_offload(const char *from, const char *to)
         st->copy_ms = plan_stage_copy_ms(st);
     }
     rewrite_close(to, &p);
+}
+
+int train_same_scaling(const struct train_metrics *a, const struct train_metrics *b)
+{
+    if (a->n_steps != b->n_steps || a->n_steps == 0)
+        return 0;
+    for (int i = 0; i < a->n_steps; i++)
+        if (a->loss_scale[i] != b->loss_scale[i] || a->skipped[i] != b->skipped[i]) {
+            fprintf(stderr, "\nstep %d: loss scale %g%s against %g%s\n", i + 1,
+                    a->loss_scale[i], a->skipped[i] ? " (skipped)" : "", b->loss_scale[i],
+                    b->skipped[i] ? " (skipped)" : "");
+            return 0;
+        }
+    return 1;
 }
 
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)

@@ -69,25 +69,10 @@ static inline float half_to_float(enum model_dtype dt, uint16_t h)
     return dt == MODEL_DTYPE_FP16 ? fp16_to_float(h) : bf16_to_float(h);
 }
 
-/* n elements each way (dst and src apart); one loop per format, so that each vectorises. */
-static inline void half_widen(enum model_dtype dt, float *dst, const uint16_t *src, int64_t n)
-{
-    if (dt == MODEL_DTYPE_FP16)
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = fp16_to_float(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = bf16_to_float(src[i]);
-}
-
-static inline void half_narrow(enum model_dtype dt, uint16_t *dst, const float *src, int64_t n)
-{
-    if (dt == MODEL_DTYPE_FP16)
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = fp16_from_float(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = bf16_from_float(src[i]);
-}
+/* n elements each way (dst and src apart), as the functions above convert them: on an x86-64
+ * CPU with F16C (every AVX2 one) fp16 goes through its conversion instructions, 8 at a time
+ * (the same values; a NaN stays a NaN, its payload may differ), else one by one (half.c). */
+void half_widen(enum model_dtype dt, float *dst, const uint16_t *src, int64_t n);
+void half_narrow(enum model_dtype dt, uint16_t *dst, const float *src, int64_t n);
 
 #endif

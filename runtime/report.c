@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "jsonio.h"
@@ -18,6 +19,14 @@ static void add_loss_scaling(cJSON *o, const struct lossscale_config *c,
     jsonio_add_int(ls, "hysteresis", c->hysteresis);
     jsonio_add_int(ls, "skipped_steps", s->skipped);
     cJSON_AddNumberToObject(ls, "final_scale", s->scale);
+}
+
+void report_scale_text(double scale, char out[32])
+{
+    if (scale == floor(scale) && scale < 1e19)
+        snprintf(out, 32, "%.0f", scale);
+    else
+        snprintf(out, 32, "%g", scale);
 }
 
 int report_write_metrics(const char *file, const struct report *r, struct err *e)
@@ -131,10 +140,12 @@ void report_print_summary(FILE *f, const struct report *r)
     fprintf(f, "(planned memory: the plan's memory_bytes minus reserve_bytes; planned compute: "
                "its stage_ms, from the profile's layer times)\n");
     fprintf(f, "transport: %s (%s)\n", r->transport, r->transport_reason);
-    if (r->loss_scale != NULL)
-        fprintf(f, "loss scaling: %lld step%s skipped for overflows, the scale now %g\n",
-                (long long)r->scaler.skipped, r->scaler.skipped == 1 ? "" : "s",
-                (double)r->scaler.scale);
+    if (r->loss_scale != NULL) {
+        char scale[32];
+        report_scale_text(r->scaler.scale, scale);
+        fprintf(f, "loss scaling: %lld step%s skipped for overflows, the scale now %s\n",
+                (long long)r->scaler.skipped, r->scaler.skipped == 1 ? "" : "s", scale);
+    }
     int gpus = 0;
     for (int i = 0; i < r->n_stages; i++)
         gpus += strcmp(r->stages[i].backend, "cuda") == 0;

@@ -106,6 +106,9 @@ struct report {
 };
 
 int report_write_metrics(const char *file, const struct report *r, struct err *e);
+/* A loss scale as the lines print it: a whole number (the usual power of two) in full,
+ * anything else in %g. */
+void report_scale_text(double scale, char out[32]);
 void report_print_summary(FILE *f, const struct report *r);
 
 /* One Chrome-trace JSON (Perfetto opens it; common/trace.h writes it): a track per stage (and

@@ -775,7 +775,8 @@ static int stop_verdict(const struct run *r, int64_t step, struct err *e)
 {
     const struct stage_runner *s = &r->stage;
     int w = s->last.first;
-    char where[96];
+    char where[96], scale[32];
+    report_scale_text(s->last.loss_scale, scale);
     if (r->dp.dp > 1)
         snprintf(where, sizeof where, "rank %d: replica %d, stage %d", w, w / r->size,
                  w % r->size);
@@ -783,8 +784,8 @@ static int stop_verdict(const struct run *r, int64_t step, struct err *e)
         snprintf(where, sizeof where, "stage %d", w);
     if (s->last.verdict == STAGE_AT_MIN)
         return err_set(e, ERR_FAIL, "step %lld: the gradients overflow fp16 at the minimum loss "
-                       "scale %g (--min-loss-scale; first on %s): stopped, nothing of the step "
-                       "saved", (long long)step + 1, (double)s->last.loss_scale, where);
+                       "scale %s (--min-loss-scale; first on %s): stopped, nothing of the step "
+                       "saved", (long long)step + 1, scale, where);
     return err_set(e, ERR_FAIL, "step %lld: a NaN or an infinity in the loss or the gradients "
                    "(first on %s): stopped before the optimizer step, nothing of it saved",
                    (long long)step + 1, where);
@@ -793,9 +794,10 @@ static int stop_verdict(const struct run *r, int64_t step, struct err *e)
 /* Rank 0's line for a step. */
 static void print_step(const struct run *r, const struct report *rep, const struct report_step *st)
 {
-    char scale[96] = "";
+    char scale[96] = "", value[32];
+    report_scale_text(st->loss_scale, value);
     if (r->stage.c.loss_scale != NULL)
-        snprintf(scale, sizeof scale, "  scale %g%s", st->loss_scale,
+        snprintf(scale, sizeof scale, "  scale %s%s", value,
                  st->skipped ? " (overflow: step skipped)" : "");
     printf("step %lld/%lld  loss %.6f%s  %.1f ms  %.0f tokens/s\n", (long long)st->step,
            (long long)r->o->steps, st->loss, scale, st->ms,

@@ -27,6 +27,7 @@
 #include "jsonio.h"
 #include "model_ops.h"
 #include "mpicheck.h"
+#include "report.h"
 #include "share.h"
 #include "stage.h"
 #include "train.h"
@@ -385,9 +386,10 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
         job->ms[job->done] = exec_now_ms() - t0;
         job->scale[job->done] = job->stage.last.loss_scale;
         job->skipped[job->done] = v == STAGE_SKIPPED;
-        char scale[64] = "";
+        char scale[64] = "", value[32];
+        report_scale_text(job->scale[job->done], value);
         if (job->stage.c.loss_scale != NULL)
-            snprintf(scale, sizeof scale, "  scale %g%s", (double)job->scale[job->done],
+            snprintf(scale, sizeof scale, "  scale %s%s", value,
                      v == STAGE_SKIPPED ? " (overflow: step skipped)" : "");
         if (r->rank == 0 && !r->o->quiet)
             printf("%s step %lld/%lld  loss %.6f%s  %.1f ms\n", r->sh.jobs[j].name,

@@ -2,7 +2,8 @@
  *   - common/half.h's fp16 conversion against GCC's _Float16 (libgcc's soft-float or the
  *     CPU's F16C: IEEE binary16, round to nearest even): every one of the 65536 halves widened,
  *     and narrowed from every float between and around two neighbouring halves (midpoints,
- *     one ulp either side), every overflow boundary and a sweep of 2^26 float patterns;
+ *     one ulp either side), every overflow boundary and a sweep of 2^26 float patterns; and the
+ *     bulk conversions (half_widen, half_narrow: F16C where the CPU has it) against them;
  *   - the CPU attention's rounding where the CUDA kernels store (kernels_cpu.h's `round`):
  *     every probability an fp16 value, and the output att v of those values (float64);
  *   - lossscale.c's updates against sequences worked by hand from Megatron-LM's
@@ -12,6 +13,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "half.h"
@@ -102,6 +104,42 @@ static void test_narrow_between_halves(void)
     CU_ASSERT_EQUAL(fp16_from_float(0x1.8p-24f), 0x0002);
     for (uint64_t u = 0; u < ((uint64_t)1 << 32); u += 61) /* a sweep across every exponent */
         narrows_alike(bits_float((uint32_t)u), &bad);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The bulk conversions (F16C's instructions where the CPU has them, in blocks of 8 and a tail)
+ * give the scalar conversions' values: every half widened, and floats in and around every
+ * half's range narrowed (NaNs only stay NaNs). */
+static void test_bulk(void)
+{
+    enum { N = 1 << 16 };
+    static uint16_t h[N + 3], back[N + 3];
+    static float f[N + 3], g[4 * N + 3];
+    long bad = 0;
+    for (uint32_t u = 0; u < N; u++)
+        h[u] = (uint16_t)u;
+    half_widen(MODEL_DTYPE_FP16, f, h, N);     /* a whole number of blocks */
+    half_widen(MODEL_DTYPE_FP16, f + N, h, 3); /* and a tail alone */
+    for (uint32_t u = 0; u < N + 3; u++) {
+        float want = fp16_to_float(h[u % N]);
+        bad += isnan(want) ? !isnan(f[u]) : float_bits(f[u]) != float_bits(want);
+    }
+    /* narrowing: the halves' values, their midpoints, and beyond */
+    struct test_rng rng = {3};
+    for (int i = 0; i < 4 * N + 3; i++)
+        g[i] = i < N       ? f[i]
+               : i < 2 * N ? f[i - N] * 1.00048828125f /* near the midpoint above */
+                           : bits_float((uint32_t)test_rng_next(&rng));
+    uint16_t *out = malloc(sizeof *out * (4 * N + 3));
+    half_narrow(MODEL_DTYPE_FP16, out, g, 4 * N + 3);
+    for (int i = 0; i < 4 * N + 3; i++) {
+        uint16_t want = fp16_from_float(g[i]);
+        bad += isnan(g[i]) ? !isnan(fp16_to_float(out[i])) : out[i] != want;
+    }
+    free(out);
+    half_narrow(MODEL_DTYPE_FP16, back, f, N);
+    for (uint32_t u = 0; u < N; u++) /* every non-NaN half round-trips */
+        bad += !isnan(f[u]) && back[u] != u;
     CU_ASSERT_EQUAL(bad, 0);
 }
 
@@ -261,6 +299,7 @@ int main(void)
     CU_add_test(s, "every half widens as _Float16 does, and round-trips", test_widen_all);
     CU_add_test(s, "floats narrow as _Float16 does: between halves, at overflow, a sweep",
                 test_narrow_between_halves);
+    CU_add_test(s, "the bulk conversions (F16C) are the scalar ones", test_bulk);
     CU_add_test(s, "the dtype picks bf16 or fp16", test_half_dispatch);
     CU_add_test(s, "the CPU attention rounds where CUDA stores", test_attention_rounding);
     CU_add_test(s, "hysteresis 1: PyTorch GradScaler's sequence", test_gradscaler);

@@ -211,6 +211,37 @@ static void test_fp16_flash_llama(void)
     free(err);
 }
 
+/* Time-shared with an fp32 job (train --share): the fp16 job's steps, scales and skipped steps
+ * are its run alone's. */
+static void test_fp16_shared(void)
+{
+    char args[4096], share[1024];
+    snprintf(share, sizeof share, "%s", test_path("share.json"));
+    snprintf(args, sizeof args, "plan --share '%s' '%s' --quiet -o '%s'",
+             test_path("h2-cluster.json"), test_path("f2-cluster.json"), share);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    struct train_metrics alone;
+    if (run(2, P2, LARGE, "alone.json", &alone))
+        return;
+    snprintf(args, sizeof args, "--share '%s' --threads 1 --quiet --steps %d " LARGE
+             " --metrics '%s'", share, STEPS, test_path("shared.json"));
+    struct train_run r = train_exec(2, RUN_LIMIT_S, args);
+    CU_ASSERT_EQUAL(r.status, 0);
+    train_run_free(&r);
+    cJSON *o = train_json_read(test_path("shared.json"));
+    const cJSON *steps = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), 0),
+                                             "steps");
+    int same = cJSON_GetArraySize(steps) == STEPS;
+    for (int i = 0; same && i < STEPS; i++) {
+        const cJSON *s = cJSON_GetArrayItem(steps, i);
+        same = cJSON_GetObjectItem(s, "loss")->valuedouble == alone.loss[i] &&
+               cJSON_GetObjectItem(s, "loss_scale")->valuedouble == alone.loss_scale[i] &&
+               cJSON_IsTrue(cJSON_GetObjectItem(s, "skipped")) == alone.skipped[i];
+    }
+    CU_ASSERT(same);
+    cJSON_Delete(o);
+}
+
 /* A run resumed at step 4, while the scale is still backing off, continues bitwise. */
 static void test_fp16_resume(void)
 {
@@ -439,7 +470,7 @@ static void test_scale_at_min(void)
     /* 2^26 backs off once to the minimum 2^25 and overflows there: stopped at step 2 */
     struct train_run r = expect_status(
         2, P2, "--steps 6 --initial-loss-scale 67108864 --min-loss-scale 33554432 --hysteresis 1",
-        1, "step 2: the gradients overflow fp16 at the minimum loss scale 3.35544e+07");
+        1, "step 2: the gradients overflow fp16 at the minimum loss scale 33554432");
     train_run_free(&r);
 }
 
@@ -472,6 +503,7 @@ int main(void)
                 test_fp16_trains);
     CU_add_test(s, "flash attention and the Llama in fp16: bitwise across splits, measured "
                    "bytes as sized", test_fp16_flash_llama);
+    CU_add_test(s, "an fp16 job shared with an fp32 one trains as alone", test_fp16_shared);
     CU_add_test(s, "a resumed fp16 run is bitwise the uninterrupted one", test_fp16_resume);
     CU_add_test(s, "non-finite weights from --init and --resume are refused, named",
                 test_nonfinite_weights_refused);

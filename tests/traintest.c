@@ -151,6 +151,19 @@ static void rewrite_close(const char *to, struct plan *p)
     plan_free(p);
 }
 
+/* A rewritten stage's numbers, the cost model's for its actions. */
+static void recost(const struct plan *p, struct plan_stage *st)
+{
+    struct stage_cost c;
+    plan_stage_cost(p, st, &c);
+    st->memory_bytes = c.memory_bytes;
+    st->recompute_ms = c.recompute_ms;
+    st->stage_ms = c.stage_ms;
+    st->staging_bytes = c.staging_bytes;
+    st->host_memory_bytes = c.host_memory_bytes;
+    st->copy_ms = plan_stage_copy_ms(st);
+}
+
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice)
 {
     struct plan p;
@@ -170,11 +183,7 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
                 fprintf(stderr, "plan %s: layer %d has no option %s\n", to, st->first + l,
                         want);
         }
-        struct stage_cost c;
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
+        recost(&p, st);
     }
     rewrite_close(to, &p);
 }
@@ -186,7 +195,6 @@ void train_plan_offload(const char *from, const char *to)
         return;
     for (int s = 0; s < p.n_stages; s++) {
         struct plan_stage *st = &p.stages[s];
-        struct stage_cost c;
         if (st->place == NULL && plan_stage_alloc_offload(st) != 0) {
             fprintf(stderr, "plan %s: out of memory\n", to);
             break;
@@ -197,12 +205,8 @@ void train_plan_offload(const char *from, const char *to)
                 st->prefetch_ahead[l] = 1;
             }
         st->host_link = (struct link){1, 200, 10};
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->staging_bytes = c.staging_bytes;
-        st->host_memory_bytes = c.host_memory_bytes;
-        st->host_limit_bytes = c.host_memory_bytes;
-        st->copy_ms = plan_stage_copy_ms(st);
+        recost(&p, st);
+        st->host_limit_bytes = st->host_memory_bytes;
     }
     rewrite_close(to, &p);
 }
@@ -296,18 +300,13 @@ void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, 
         return;
     for (int s = 0; s < p.n_stages; s++) {
         struct plan_stage *st = &p.stages[s];
-        struct stage_cost c;
         if (!(mask >> s & 1))
             continue;
         st->optimizer = COST_PLACE_HOST;
         if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
             st->host_link = (struct link){1, 200, 10};
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
-        st->host_memory_bytes = c.host_memory_bytes;
-        st->host_limit_bytes = limit > 0 ? limit : c.host_memory_bytes;
+        recost(&p, st);
+        st->host_limit_bytes = limit > 0 ? limit : st->host_memory_bytes;
     }
     rewrite_close(to, &p);
 }

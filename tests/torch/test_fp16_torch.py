@@ -164,25 +164,11 @@ def update_error(got, want, start, hf):
 
 
 def checkpoint_masters(path, model, params):
-    """The fp32 master weights of an fp16 stage's checkpoint: after the header, the fp16
-    weights (each tensor padded to 64 bytes), then gradients, master weights, m and v, each a
-    section of section_bytes (header field at 104)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    header_bytes = struct.unpack_from("<I", raw, 12)[0]
-    section = struct.unpack_from("<q", raw, 104)[0]
+    """The fp32 master weights of an fp16 stage's checkpoint: after the fp16 weights (each
+    tensor padded to 64 bytes) and the gradients."""
     sd = model.state_dict()
     weights = sum((2 * sum(sd[r].numel() for r, _ in ps) + 63) // 64 * 64 for ps, _ in params)
-    at, out = header_bytes + weights + section, {}
-    for ps, _ in params:
-        start = at
-        for ref, _ in ps:
-            n = sd[ref].numel()
-            out[ref] = torch.frombuffer(bytearray(raw[at:at + 4 * n]),
-                                        dtype=torch.float32).view(sd[ref].shape)
-            at += 4 * n
-        at = start + (at - start + 63) // 64 * 64
-    return out
+    return tn.checkpoint_section(path, model, params, lambda section: weights + section)
 
 
 def ballast_run(ballast, work, spec, n_stages, extra, tag):

@@ -31,8 +31,8 @@
 #define STEPS 8
 #define LARGE "--initial-loss-scale 4194304" /* 2^22: the first 3 steps overflow */
 /* |fp16 loss - fp32 loss| per step, 8 steps of the 2-block GPT from the same weights and
- * the default scale (no overflow): measured 2.4e-4 */
-#define FP16_LOSS_TOL 2e-3
+ * the default scale (no overflow): measured 6.1e-5 (the Llama's 4.2e-5 over 6) */
+#define FP16_LOSS_TOL 1e-3
 
 enum { P32, P2_32, P1, P2, P3, P2_FULL, P1_OFFLOAD, P2_HOST, PDP, PZERO, PBF16, PFLASH1,
        PFLASH2, PL32, PL1, PL3, N_PLANS };

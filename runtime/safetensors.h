@@ -14,7 +14,7 @@
  * and an fp16 model's F16 (the weights it computes with); any loads into any (16-bit values
  * widened exactly, F32 rounded to nearest even for a 16-bit model's compute copy; master
  * weights keep the file's values). A file holding a NaN or an infinity is refused on the way
- * in (naming the tensor and the element) and never written on the way out. 
+ * in (naming the tensor and the element) and never written on the way out.
  *
  * A Llama takes LlamaForCausalLM's names: model.embed_tokens.weight,
  * model.layers.{i}.input_layernorm.weight, .self_attn.{q,k,v,o}_proj.weight,

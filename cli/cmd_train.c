@@ -152,6 +152,9 @@ const struct cli_opt cmd_train_options[] = {
     {"--threads", CLI_VALUE},   {"--seed", CLI_VALUE},         {"--lr", CLI_VALUE},
     {"--timeout", CLI_VALUE},   {"--host-link-gbps", CLI_VALUE}, {"--device", CLI_VALUE},
     {"--transport", CLI_VALUE}, {"--switch", CLI_VALUE},       {"--data-format", CLI_VALUE},
+    {"--initial-loss-scale", CLI_VALUE}, {"--min-loss-scale", CLI_VALUE},
+    {"--loss-scale-growth", CLI_VALUE},  {"--loss-scale-backoff", CLI_VALUE},
+    {"--loss-scale-window", CLI_VALUE},  {"--hysteresis", CLI_VALUE},
     {"--quiet", CLI_FLAG},      {"--check-arena", CLI_FLAG},   {NULL, CLI_FLAG}};
 
 /* Whether `v` is one of `choices` ("|a|b|c|"). */

@@ -156,7 +156,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     int rc = hostinfo_open(device, threads, &be, &timer, &p.device, p.provenance, &e);
     if (rc == ERR_OK && !(be.ops->dtypes & BACKEND_DTYPE_BIT(m.dtype))) {
         fprintf(stderr, "ballast profile: %s: dtype: \"%s\": the %s backend does not compute "
-                        "it (the CPU layers are fp32; bf16 is the CUDA backend's)\n",
+                        "it\n",
                 model_file, model_dtype_name(m.dtype), be.ops->name);
         hostinfo_close(&be, &timer);
         profile_free(&p);

@@ -2,8 +2,11 @@
 # then configures and builds into build/ (BALLAST_BUILD overrides the folder; the array
 # cmake_args, if the caller set one, adds configure options). Each step prints one line; its
 # full output goes to $build/deps.log, whose tail is printed if the step fails.
+# clang, libclang-rt-dev and libomp-dev: the libFuzzer build (tests/fuzz); strace: the test
+# that counts how often each input is opened (tests/test_inputs.c).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libglpk-dev
-          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch)
+          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch
+          clang libclang-rt-dev libomp-dev strace)
 build=${BALLAST_BUILD:-build}
 mkdir -p "$build"
 deps_log="$build/deps.log"

@@ -197,19 +197,16 @@ int replicas_is_file(const cJSON *root)
 }
 
 /* What replicas_to_json derives from the plans: read for their types and ranges only (a
- * simulation computes them again). */
+ * simulation computes them again). Other members pass, as in a plan. */
 static int read_derived(const cJSON *root, const char *file, struct err *e)
 {
-    static const char *const keys[] = {"format", "step_ms", "replicas", "global_batch",
-                                       "pipelines", NULL};
     double ms;
     int64_t count;
-    return jsonio_check_keys(root, file, "", keys, e) ||
-                   jsonio_num_opt(root, file, "", "step_ms", 0, DBL_MAX, &ms, e) ||
-                   jsonio_int_opt(root, file, "", "replicas", 1, JSONIO_INT_MAX, &count, e) ||
-                   jsonio_int_opt(root, file, "", "global_batch", 1, JSONIO_INT_MAX, &count, e)
-               ? e->code
-               : ERR_OK;
+    if (jsonio_num_opt(root, file, "", "step_ms", 0, DBL_MAX, &ms, e) ||
+        jsonio_int_opt(root, file, "", "replicas", 1, JSONIO_INT_MAX, &count, e) ||
+        jsonio_int_opt(root, file, "", "global_batch", 1, JSONIO_INT_MAX, &count, e))
+        return e->code;
+    return ERR_OK;
 }
 
 int replicas_parse(const cJSON *root, const char *file, struct plan **plans, int *n,

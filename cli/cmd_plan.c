@@ -236,9 +236,14 @@ static void print_stopped(const struct plan_args *a, const struct plan *p)
     else
         snprintf(why, sizeof why, "its time limit (--time-limit %g s%s)", a->o.time_limit_s,
                  a->default_time_limit ? ", the default" : "");
-    fprintf(stderr, "ballast plan: --repartition stopped at %s: the plan's %.3f ms is within "
-            "%.3f%% of the fastest split and order (certified: none is faster than %.3f ms)\n",
-            why, p->iteration_ms, 100 * p->optimality_gap, p->search.lower_bound);
+    if (p->optimality_gap < 0) /* a plan that offloads has none (README) */
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the split and order are the "
+                "best found by then\n", why);
+    else
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the plan's %.3f ms is "
+                "within %.3f%% of the fastest split and order (certified: none is faster than "
+                "%.3f ms)\n", why, p->iteration_ms, 100 * p->optimality_gap,
+                p->search.lower_bound);
 }
 
 /* Reads the cluster from its parsed file and plans it. */

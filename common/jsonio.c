@@ -19,6 +19,7 @@ static const struct {
 } kinds[] = {
     [JSONIO_MODEL] = {"a model file", (int64_t)1 << 20},
     [JSONIO_DEVICES] = {"a device table", (int64_t)1 << 20},
+    [JSONIO_LINKS] = {"a link table", (int64_t)1 << 20},
     [JSONIO_CHECKPOINT] = {"a checkpoint manifest", (int64_t)1 << 20},
     [JSONIO_CLUSTER] = {"a cluster file", (int64_t)16 << 20},
     [JSONIO_PROFILE] = {"a profile", (int64_t)64 << 20},

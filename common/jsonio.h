@@ -20,6 +20,7 @@
 enum jsonio_kind {
     JSONIO_MODEL,      /* ballast-model/1: 1 MiB */
     JSONIO_DEVICES,    /* ballast-devices/1: 1 MiB */
+    JSONIO_LINKS,      /* ballast-links/1 (configs/links.json): 1 MiB */
     JSONIO_CHECKPOINT, /* a checkpoint's manifest: 1 MiB */
     JSONIO_CLUSTER,    /* ballast-cluster/1 (stages, pipelines or a pool): 16 MiB */
     JSONIO_PROFILE,    /* ballast-profile/1: 64 MiB (a custom model of 65536 layers) */

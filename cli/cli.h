@@ -3,6 +3,7 @@
 #ifndef BALLAST_CLI_H
 #define BALLAST_CLI_H
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -63,12 +64,13 @@ struct plan_options;
 /* `ballast plan --share`: jobs "FILE[:METHOD]" (methods default to o's). */
 int cmd_plan_share(char **jobs, int n, const struct plan_options *o, const char *out_file,
                    int quiet);
-/* A cluster file of n "pipelines" (heterogeneous replicas). */
-int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
+/* A cluster file of n "pipelines" (heterogeneous replicas), parsed (`root`). */
+int cmd_plan_replicas(const cJSON *root, const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet);
-/* A cluster file of a "pool": the search for the fastest data-parallel pipeline. */
-int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
-                  int quiet);
+/* A cluster file of a "pool", parsed (`root`): the search for the fastest data-parallel
+ * pipeline. */
+int cmd_plan_pool(const cJSON *root, const char *file, const struct plan_options *o,
+                  const char *out_file, int quiet);
 int cmd_simulate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -4,11 +4,11 @@
 #include "cli.h"
 #include "cluster.h"
 #include "estimate.h"
+#include "jsonio.h"
 #include "plan_arena.h"
 #include "plan_gpus.h"
 #include "plan_kinds.h"
 #include "planner.h"
-#include "pool.h"
 #include "share_plan.h"
 
 static void help(void)
@@ -73,8 +73,8 @@ static void help(void)
            "                   the plan reports its certified optimality_gap\n"
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
            "  --time-limit S   --repartition stops after S seconds with the best plan found and\n"
-           "                   its certified optimality_gap (default: no limit); with a\n"
-           "                   \"pool\", the whole search does\n"
+           "                   its certified optimality_gap (default %g s); with a \"pool\",\n"
+           "                   the whole search does (default: no limit)\n"
            "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
            "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
@@ -108,7 +108,7 @@ static void help(void)
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
            "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
-           PLAN_SEARCH_NODES_DEFAULT);
+           PLAN_SEARCH_NODES_DEFAULT, PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S);
 }
 
 const struct cli_opt cmd_plan_options[] = {
@@ -136,6 +136,7 @@ struct plan_args {
     const char *cluster_file, *out_file, *export_format;
     struct plan_options o;
     int quiet, auto_micro;
+    int default_time_limit; /* --repartition without --time-limit */
     char **share; /* --share: the job arguments */
     int n_share;
     long micro_batches, global_batch;
@@ -300,15 +301,37 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     return ERR_OK;
 }
 
-/* Loads the cluster and plans it. */
-static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optimizer,
-                     struct err *e)
+/* A --repartition search that stopped before the end says so, even with --quiet: the plan is
+ * then the best found, within its certified gap of the fastest. */
+static void print_stopped(const struct plan_args *a, const struct plan *p)
+{
+    if (!p->search.present || p->search.exhausted)
+        return;
+    char why[128];
+    if (p->search.nodes >= a->o.search_nodes)
+        snprintf(why, sizeof why, "its node budget (--search-nodes %ld)", a->o.search_nodes);
+    else
+        snprintf(why, sizeof why, "its time limit (--time-limit %g s%s)", a->o.time_limit_s,
+                 a->default_time_limit ? ", the default" : "");
+    if (p->optimality_gap < 0) /* a plan that offloads has none (README) */
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the split and order are the "
+                "best found by then\n", why);
+    else
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the plan's %.3f ms is "
+                "within %.3f%% of the fastest split and order (certified: none is faster than "
+                "%.3f ms)\n", why, p->iteration_ms, 100 * p->optimality_gap,
+                p->search.lower_bound);
+}
+
+/* Reads the cluster from its parsed file and plans it. */
+static int make_plan(const struct plan_args *a, const cJSON *root, struct plan *p,
+                     int *shard_optimizer, struct err *e)
 {
     struct cluster c;
-    if (cluster_load(a->cluster_file, &c, e))
+    if (cluster_parse(root, a->cluster_file, &c, e))
         return e->code;
     *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
-    cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
+    cluster_warn_cpu_threads(root, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
     int rc;
@@ -345,10 +368,53 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, int sh
     return ERR_OK;
 }
 
+/* The cluster file, parsed once: a pool, pipelines, or one pipeline. `written`: the file is
+ * the pool --gpus wrote. */
+static int plan_cluster(struct plan_args *a, const cJSON *root, int written)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    int pipelines, rc;
+    int pool = cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL;
+    if (cluster_pipeline_count(root, a->cluster_file, &pipelines, &e))
+        return cli_fail("plan", &e);
+    if (pool && pool_usage(a, pipelines))
+        return ERR_INPUT;
+    if (pool) {
+        rc = cmd_plan_pool(root, a->cluster_file, &a->o, a->out_file, a->quiet);
+        if (written)
+            plan_gpus_print_written(stdout, a->cluster_file);
+        return rc;
+    }
+    a->default_time_limit = a->o.repartition && !(a->o.time_limit_s > 0);
+    if (a->default_time_limit)
+        a->o.time_limit_s = PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S;
+    if (pipelines > 0 && (a->export_format || a->auto_micro || a->micro_batches || a->arena.on))
+        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
+                               "--micro-batches or --arena (plan each pipeline for those)");
+    if (pipelines > 0)
+        return cmd_plan_replicas(root, a->cluster_file, pipelines, &a->o, a->out_file,
+                                 a->quiet);
+    int shard_optimizer = 0;
+    if (make_plan(a, root, &p, &shard_optimizer, &e))
+        return cli_fail("plan", &e);
+    print_stopped(a, &p);
+    if (write_outputs(a, &p, shard_optimizer, &e)) {
+        plan_free(&p);
+        return cli_fail("plan", &e);
+    }
+    rc = p.verify.present && !p.verify.agree ? ERR_FAIL : ERR_OK;
+    if (rc)
+        fprintf(stderr, "ballast plan: the DP and GLPK disagree (DP %.9g, GLPK %.9g)\n",
+                p.verify.dp_objective, p.verify.milp_objective);
+    plan_free(&p);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     struct plan_args a;
-    struct plan p;
     struct err e;
     err_clear(&e);
     int rc = parse_args(argc, argv, &a);
@@ -363,34 +429,10 @@ int cmd_plan(int argc, char **argv)
         a.cluster_file = written;
         a.global_batch = 0; /* the pool's, now in the file */
     }
-    int pipelines, pool;
-    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e) ||
-        pool_file_check(a.cluster_file, &pool, &e))
+    cJSON *root = jsonio_read_kind(a.cluster_file, JSONIO_CLUSTER, &e);
+    if (root == NULL)
         return cli_fail("plan", &e);
-    if (pool && pool_usage(&a, pipelines))
-        return ERR_INPUT;
-    if (pool) {
-        rc = cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
-        if (a.cluster_file == written)
-            plan_gpus_print_written(stdout, written);
-        return rc;
-    }
-    if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
-        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
-                               "--micro-batches or --arena (plan each pipeline for those)");
-    if (pipelines > 0)
-        return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
-    int shard_optimizer = 0;
-    if (make_plan(&a, &p, &shard_optimizer, &e))
-        return cli_fail("plan", &e);
-    if (write_outputs(&a, &p, shard_optimizer, &e)) {
-        plan_free(&p);
-        return cli_fail("plan", &e);
-    }
-    rc = p.verify.present && !p.verify.agree ? ERR_FAIL : ERR_OK;
-    if (rc)
-        fprintf(stderr, "ballast plan: the DP and GLPK disagree (DP %.9g, GLPK %.9g)\n",
-                p.verify.dp_objective, p.verify.milp_objective);
-    plan_free(&p);
+    rc = plan_cluster(&a, root, a.cluster_file == written);
+    cJSON_Delete(root);
     return rc;
 }

@@ -258,28 +258,32 @@ static void refuse_group(const struct plan *p, const char *plan_file, struct err
                     plan_file, s, p->stages[s].tp, p->stages[s].dp);
 }
 
-/* A plan of a custom model has each layer's costs but no layers to run, and loss scaling
- * options (`scaling`) are for an fp16 model: refused before any rank starts. A plan that does
- * not load is train_run's to report. */
-static int refuse_custom(const char *plan_file, int scaling)
+/* Loads the plan, once for the whole run (*loaded). A plan of a custom model has each
+ * layer's costs but no layers to run, and loss scaling options (`scaling`) are for an fp16
+ * model: refused before any rank starts. A plan that does not load is train_run's to report,
+ * once its ranks agree (a rank may see another file). */
+static int load_plan(const char *plan_file, int scaling, struct plan *p, int *loaded)
 {
-    struct plan p;
     struct err e;
     err_clear(&e);
-    if (plan_load(plan_file, &p, &e))
+    *loaded = plan_load(plan_file, p, &e) == ERR_OK;
+    if (!*loaded)
         return ERR_OK;
-    if (model_ops_of(&p.model) == NULL)
+    if (model_ops_of(&p->model) == NULL)
         err_set(&e, ERR_INPUT,
                 "%s: model: \"%s\" is a custom model: Ballast has no layers to run for a "
                 "custom model (its profiles give each layer's costs, not its computation); run "
                 "the plan in your framework (ballast plan --export)",
-                plan_file, p.model.name);
-    refuse_group(&p, plan_file, &e);
-    if (e.code == ERR_OK && scaling && p.model.dtype != MODEL_DTYPE_FP16)
+                plan_file, p->model.name);
+    refuse_group(p, plan_file, &e);
+    if (e.code == ERR_OK && scaling && p->model.dtype != MODEL_DTYPE_FP16)
         err_set(&e, ERR_INPUT, "%s: model.dtype: \"%s\": the loss scaling options are for an "
                 "fp16 model (a %s model trains unscaled)", plan_file,
-                model_dtype_name(p.model.dtype), model_dtype_name(p.model.dtype));
-    plan_free(&p);
+                model_dtype_name(p->model.dtype), model_dtype_name(p->model.dtype));
+    if (e.code) {
+        plan_free(p);
+        *loaded = 0;
+    }
     return e.code ? cli_fail("train", &e) : ERR_OK;
 }
 
@@ -310,9 +314,12 @@ int cmd_train(int argc, char **argv)
             close(null);
         }
     }
+    struct plan plan;
+    int loaded = 0;
     int scaling = 0, rc = parse(argc, argv, &o, &scaling);
     if (rc == ERR_OK && o.plan_file != NULL)
-        rc = refuse_custom(o.plan_file, scaling);
+        rc = load_plan(o.plan_file, scaling, &plan, &loaded);
+    o.plan = loaded ? &plan : NULL;
     if (saved >= 0) {
         fflush(stderr);
         dup2(saved, 2);
@@ -320,6 +327,8 @@ int cmd_train(int argc, char **argv)
     }
     if (rc == ERR_OK)
         rc = train_run(&o);
+    if (o.plan != NULL)
+        plan_free(&plan);
     MPI_Finalize();
     return rc;
 }

@@ -274,47 +274,48 @@ static const cJSON *pipelines_of(const cJSON *root, const char *file, int *n, st
     return pipes;
 }
 
-int cluster_pipeline_count(const char *file, int *n, struct err *e)
+int cluster_pipeline_count(const cJSON *root, const char *file, int *n, struct err *e)
 {
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
     pipelines_of(root, file, n, e);
-    cJSON_Delete(root);
     return e->code;
 }
 
-/* The file's members with pipeline k's in place of "pipelines". */
+/* The file's members with pipeline k's in place of "pipelines": references to them, not
+ * copies (a copy of the whole file per pipeline made many pipelines cost their count times
+ * the file). */
 static cJSON *pipeline_root(const cJSON *root, const cJSON *pipe, const char *file, int k,
                             struct err *e)
 {
     static const char *const keys[] = {"stages", "micro_batches", "link", "reserve_bytes",
                                        "name", NULL};
+    static const char *const text[] = {"name", NULL};
     char path[JSONIO_PATH_MAX];
     jsonio_path_index(path, "pipelines", k);
-    if (jsonio_expect_object(pipe, file, path, e) || jsonio_check_keys(pipe, file, path, keys, e))
+    if (jsonio_expect_object(pipe, file, path, e) ||
+        jsonio_check_keys(pipe, file, path, keys, e) ||
+        jsonio_check_text(pipe, file, path, text, e))
         return NULL;
-    cJSON *out = cJSON_Duplicate(root, 1);
-    if (out == NULL) {
+    cJSON *out = cJSON_CreateObject();
+    int ok = out != NULL;
+    for (cJSON *m = root->child; m != NULL && ok; m = m->next)
+        if (strcmp(m->string, "pipelines") != 0 &&
+            cJSON_GetObjectItemCaseSensitive(pipe, m->string) == NULL)
+            ok = cJSON_AddItemReferenceToObject(out, m->string, m);
+    for (cJSON *m = pipe->child; m != NULL && ok; m = m->next)
+        if (strcmp(m->string, "name") != 0)
+            ok = cJSON_AddItemReferenceToObject(out, m->string, m);
+    if (!ok) {
+        cJSON_Delete(out);
         err_set(e, ERR_FAIL, "out of memory");
         return NULL;
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(out, "pipelines");
-    for (const cJSON *m = pipe->child; m != NULL; m = m->next) {
-        if (strcmp(m->string, "name") == 0)
-            continue;
-        cJSON_DeleteItemFromObjectCaseSensitive(out, m->string);
-        cJSON_AddItemToObject(out, m->string, cJSON_Duplicate(m, 1));
     }
     return out;
 }
 
-int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e)
+int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cluster *c,
+                           struct err *e)
 {
     memset(c, 0, sizeof *c);
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
     int n;
     const cJSON *pipes = pipelines_of(root, file, &n, e);
     if (e->code == ERR_OK && pipes == NULL) {
@@ -330,6 +331,5 @@ int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err
             cluster_free(c);
         cJSON_Delete(one);
     }
-    cJSON_Delete(root);
     return e->code;
 }

@@ -335,6 +335,9 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
 {
     if (plan_options_check(o, e))
         return e->code;
+    if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
+        cluster_check_host_memory(c, e))
+        return e->code;
     return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
 }
 

@@ -223,7 +223,7 @@ int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct los
 {
     char file[4200];
     snprintf(file, sizeof file, "%s/checkpoint.json", dir);
-    cJSON *o = jsonio_read(file, e);
+    cJSON *o = jsonio_read_kind(file, JSONIO_CHECKPOINT, e);
     if (o == NULL)
         return e->code;
     int64_t s = 0;

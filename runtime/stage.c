@@ -328,7 +328,7 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
                         r->lay.transient_bytes, r->lay.workspace_bytes};
     if (c->arena != NULL) { /* one arena for the slots, the transient and the workspace */
         ERR_TRY(arena_run_init(&r->arena, c->arena, &r->lay, c->micro_batches, c->check_arena,
-                               e));
+                               c->arena_where != NULL ? c->arena_where : "arena", e));
         bytes[1] = c->arena->bytes;
         bytes[2] = bytes[3] = 0;
     }

@@ -32,6 +32,8 @@ struct stage_config {
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
     const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
+    const char *arena_where;   /* where it is, for stage_init's messages ("plan.json:
+                                  stages[2].arena"); NULL: "arena" */
     int check_arena;           /* arena_run.h's overlap check */
     int record_events;
     /* Time-shared jobs (train_share.c): the stage's persistent arena at `persistent`, and its

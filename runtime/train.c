@@ -130,9 +130,11 @@ static int default_threads(int n_local)
 static int setup_global(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
-    if (plan_load(o->plan_file, &r->plan, e))
+    if (o->plan != NULL)
+        r->plan = *o->plan; /* a shallow copy: the caller's to free */
+    else if (plan_load(o->plan_file, &r->plan, e))
         return e->code;
-    r->plan_loaded = 1;
+    r->plan_loaded = o->plan == NULL;
     const struct plan *p = &r->plan;
     const struct model *m = &p->model;
     int dp = p->stages[0].dp;
@@ -340,6 +342,9 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     compare_layer_costs(r, st);
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
+    char arena_where[FILEIO_PATH_MAX + 32];
+    snprintf(arena_where, sizeof arena_where, "%s: stages[%d].arena", o->plan_file, r->rank);
+    c.arena_where = arena_where;
     c.host_link_gbps = o->host_link_gbps;
     c.host_threads = r->be.threads;
     if (r->dp.dp > 1) {

@@ -20,8 +20,11 @@
  * minute; a rank silent for 10 minutes has stopped. */
 #define TRAIN_DEFAULT_TIMEOUT_S 600
 
+struct plan;
 struct train_options {
     const char *plan_file;
+    const struct plan *plan;  /* plan_file loaded by the caller (NULL: train_run loads it);
+                                 the caller frees it after train_run */
     const char *data_file;    /* NULL: the synthetic source */
     int data_format;          /* enum data_format: llm.c tokens (0, the default) or bytes */
     const char *metrics_file; /* may be NULL */

@@ -236,6 +236,10 @@ static int start_job(struct share_run *r, int j, struct err *e)
         c.loss_scale = &o->loss_scale;
     c.agree_flag = share_agree_flag;
     c.agree_ctx = r;
+    char arena_where[FILEIO_PATH_MAX + 64];
+    snprintf(arena_where, sizeof arena_where, "%s: jobs[%d].plan.stages[%d].arena",
+             o->share_file, j, r->rank);
+    c.arena_where = arena_where;
     struct err in;
     err_clear(&in);
     if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, &in))

@@ -1,6 +1,7 @@
 #include "half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 /* x86-64's F16C: IEEE conversions, rounding to nearest even (the immediate), subnormals kept. */
@@ -23,11 +24,20 @@ __attribute__((target("avx,f16c"))) static int64_t narrow_f16c(uint16_t *dst, co
     return i;
 }
 
+/* CPUID and XGETBV rather than __builtin_cpu_supports("f16c"), which clang 14 (the fuzz
+ * build's compiler) does not know: F16C and AVX on the CPU, and the YMM state enabled by the OS. */
 static int has_f16c(void)
 {
     static int known = -1;
-    if (known < 0)
-        known = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    if (known < 0) {
+        unsigned a, b, c, d, lo = 0, hi = 0;
+        known = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && (c & bit_AVX) &&
+                (c & bit_OSXSAVE);
+        if (known) {
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            known = (lo & 6) == 6;
+        }
+    }
     return known;
 }
 #else

@@ -131,12 +131,12 @@ static int own_model(const struct model *cluster_model, const struct model *m)
             m->layer_count == 0 && strcmp(m->name, cluster_model->name) == 0);
 }
 
-/* Layer ranges as the cluster file gave them, or an even split? */
+/* Layer ranges as the cluster file gave them, or the default split? */
 static int even_split(const struct cluster *c)
 {
     for (int s = 0; s < c->n_stages; s++) {
         int first, last;
-        cluster_even_split(c->n_layers, c->n_stages, s, &first, &last);
+        cluster_default_split(&c->model, c->n_layers, c->n_stages, s, &first, &last);
         if (first != c->stages[s].first || last != c->stages[s].last)
             return 0;
     }
@@ -196,7 +196,7 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
             st->profile = out->n_profiles++;
         }
         if (!scale) {
-            cluster_even_split(L, S, s, &st->first, &st->last);
+            cluster_default_split(m, L, S, s, &st->first, &st->last);
         } else {
             /* each boundary at the same fraction of the model, every stage keeping a layer */
             long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);

@@ -51,7 +51,8 @@ struct cluster {
 };
 
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
- * file). Stages without "layers" get an even split. On failure nothing is left allocated. */
+ * file). Stages without "layers" get cluster_default_split. On failure nothing is left
+ * allocated. */
 int cluster_load(const char *file, struct cluster *c, struct err *e);
 /* The same from the parsed file `root` (profile paths relative to `file`). */
 int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e);
@@ -102,6 +103,12 @@ double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int l
 
 /* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);
+/* The split of a cluster whose stages give no "layers", as the frameworks deal a model: its
+ * B blocks evenly, floor(B / S) to each stage and one more to each of the B mod S stages in
+ * the middle (the first and last stages hold the embedding and the head besides). A custom
+ * model's layers (or a model with fewer blocks than stages) are split evenly. */
+void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
+                           int *first, int *last);
 
 const char *schedule_name(enum schedule s);
 int schedule_parse(const char *text, enum schedule *out);

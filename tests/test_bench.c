@@ -258,7 +258,7 @@ static void test_estimated_profiles(void)
     CU_ASSERT_STRING_EQUAL(note, "");
     for (int s = 0; s < 32; s++) {
         int first, last;
-        cluster_even_split(98, 32, s, &first, &last);
+        cluster_default_split(&m, 98, 32, s, &first, &last);
         CU_ASSERT(a.stages[s].first == first && a.stages[s].last == last);
     }
     CU_ASSERT_FATAL(profile_load(BALLAST_SOURCE_DIR

@@ -25,7 +25,8 @@ void plan_options_default(struct plan_options *o)
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT,
-                               .search_gap = PLAN_SEARCH_GAP_DEFAULT};
+                               .search_gap = PLAN_SEARCH_GAP_DEFAULT,
+                               .min_gain = PLAN_MIN_GAIN_DEFAULT};
 }
 
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
@@ -82,6 +83,9 @@ int plan_options_check(const struct plan_options *o, struct err *e)
                        "limit >= 0, 0 <= search gap < 1",
                        (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n,
                        o->search_nodes, o->time_limit_s, o->search_gap);
+    if (!(o->min_gain >= 0 && o->min_gain < 1))
+        return err_set(e, ERR_INPUT, "--min-gain: %g, expected a fraction of the step in [0, 1)",
+                       o->min_gain);
     if (o->repartition && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
     if (o->whole_layers && o->method != METHOD_OPTIMAL)

@@ -75,7 +75,9 @@ struct candidate {
     struct sim_stage sim;
     struct sim_layer *layers; /* n, used when it offloads or hosts its optimizer */
     double recompute_ms;
+    int64_t host_bytes; /* sent to the host per micro-batch */
     enum cost_place optimizer;
+    unsigned seeds; /* bit k: the stage's choice in seed k (a smaller set's plan) */
 };
 
 struct stage_search {
@@ -90,6 +92,10 @@ struct stage_search {
     struct candidate *found;
     int n_found, cap_found;
     int baseline_first; /* found[0] is the recompute-only choice */
+    /* --min-gain (offload_simplest): every fitting combination, of equal ones in time and
+     * memory the simpler (choice.h), pruned only by one no slower and no less simple */
+    int simplest;
+    int framework; /* a framework's preference may tell apart plans of equal keys */
 };
 
 int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
@@ -109,9 +115,41 @@ static int row_dominated(const struct cost_row *a, const struct cost_row *b)
            b->kept_bytes <= a->kept_bytes && b->transient_bytes <= a->transient_bytes;
 }
 
+/* What an action adds to choice_key's actions (the first) and recomputed layers. */
+static void row_key(const struct cost_row *r, int key[2])
+{
+    key[0] += r->host_bytes > 0 || r->offload_option >= 0 || r->choice >= COST_OPTION;
+    key[1] += r->choice != COST_KEEP;
+}
+
+/* Lexicographic: -1, 0, 1. */
+static int key_cmp(const int *a, const int *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* b is no simpler than a (only asked when simplicity counts). */
+static int row_no_simpler(const struct cost_row *a, const struct cost_row *b)
+{
+    int ka[2] = {0, 0}, kb[2] = {0, 0};
+    row_key(a, ka);
+    row_key(b, kb);
+    return key_cmp(kb, ka, 2) <= 0;
+}
+
+/* a gives way to b: b dominates it, and with `simplest` is no less simple. */
+static int row_gives_way(const struct cost_row *a, const struct cost_row *b, int simplest)
+{
+    return row_dominated(a, b) && (!simplest || row_no_simpler(a, b));
+}
+
 /* The layer's allowed actions that no other allowed action dominates (ties: the first). */
 static int layer_actions(const struct plan *p, const struct plan_stage *st, int l,
-                         const struct plan_options *o, struct cost_row out[COST_ACTIONS_MAX])
+                         const struct plan_options *o, int simplest,
+                         struct cost_row out[COST_ACTIONS_MAX])
 {
     struct cost_row all[COST_ACTIONS_MAX];
     int n_all = cost_actions(&st->layers[l], cost_whole_offload(&p->model, l, st->first + l), all),
@@ -119,8 +157,9 @@ static int layer_actions(const struct plan *p, const struct plan_stage *st, int 
     for (int i = 0; i < n_all; i++) {
         int keep = offload_action_allowed(&all[i], st, o);
         for (int j = 0; j < n_all && keep; j++)
-            if (j != i && offload_action_allowed(&all[j], st, o) && row_dominated(&all[i], &all[j]) &&
-                (j < i || !row_dominated(&all[j], &all[i])))
+            if (j != i && offload_action_allowed(&all[j], st, o) &&
+                row_gives_way(&all[i], &all[j], simplest) &&
+                (j < i || !row_gives_way(&all[j], &all[i], simplest)))
                 keep = 0;
         if (keep)
             out[n++] = all[i];
@@ -150,6 +189,8 @@ static int keep_found(struct stage_search *ss, double recompute_ms)
     if (c->rows == NULL)
         return ERR_FAIL;
     memcpy(c->rows, ss->cur, (size_t)ss->n * sizeof *c->rows);
+    for (int l = 0; l < ss->n; l++)
+        c->host_bytes += c->rows[l].host_bytes;
     ss->n_found++;
     return ERR_OK;
 }
@@ -234,10 +275,15 @@ static double combinations(const struct stage_search *ss)
     return c;
 }
 
+/* Seeds first, then by recompute; ties by the bytes copied (the copies' time). */
 static int by_recompute(const void *a, const void *b)
 {
     const struct candidate *x = a, *y = b;
-    return (x->recompute_ms > y->recompute_ms) - (x->recompute_ms < y->recompute_ms);
+    if ((x->seeds != 0) != (y->seeds != 0))
+        return x->seeds != 0 ? -1 : 1;
+    if (x->recompute_ms != y->recompute_ms)
+        return x->recompute_ms < y->recompute_ms ? -1 : 1;
+    return (x->host_bytes > y->host_bytes) - (x->host_bytes < y->host_bytes);
 }
 
 /* i is no better than j on every layer (recompute and copy bytes). */
@@ -256,6 +302,31 @@ static void candidate_free(struct candidate *c)
     free(c->layers);
 }
 
+/* A candidate's part of choice_key: its host optimizer, actions and recomputed layers. */
+static void cand_key(const struct candidate *c, int n, int key[3])
+{
+    key[0] = c->optimizer == COST_PLACE_HOST;
+    key[1] = key[2] = 0;
+    for (int l = 0; l < n; l++)
+        row_key(&c->rows[l], key + 1);
+}
+
+/* i gives way to j: j dominates it, and where simplicity counts is simpler (or as simple,
+ * when no framework's preference could tell them apart). */
+static int cand_gives_way(const struct stage_search *ss, int i, int j)
+{
+    const struct candidate *a = &ss->found[i], *b = &ss->found[j];
+    if (!cand_dominated(a, b, ss->n))
+        return 0;
+    if (!ss->simplest)
+        return 1;
+    int ka[3], kb[3];
+    cand_key(a, ss->n, ka);
+    cand_key(b, ss->n, kb);
+    int c = key_cmp(kb, ka, 3);
+    return c < 0 || (c == 0 && !ss->framework);
+}
+
 /* Drops candidates another dominates (of equals, the first stays), but never the first: the
  * recompute-only choice, where the global search starts. The exact search can dominate it
  * where the knapsack's memory units rounded it away from the least recompute; dropping it
@@ -268,8 +339,7 @@ static int prune(struct stage_search *ss)
         return ERR_FAIL;
     for (int i = ss->baseline_first ? 1 : 0; i < ss->n_found; i++)
         for (int j = 0; j < ss->n_found && !out[i]; j++)
-            out[i] = j != i && cand_dominated(&ss->found[i], &ss->found[j], ss->n) &&
-                     (j < i || !cand_dominated(&ss->found[j], &ss->found[i], ss->n));
+            out[i] = j != i && cand_gives_way(ss, i, j) && (j < i || !cand_gives_way(ss, j, i));
     int kept = 0;
     for (int i = 0; i < ss->n_found; i++) {
         if (out[i])
@@ -282,23 +352,29 @@ static int prune(struct stage_search *ss)
     return ERR_OK;
 }
 
-/* Past the cap, the first candidate (the baseline) and those that recompute least stay. */
+/* Past the cap, the first candidate (the baseline), the seeds' and those that recompute
+ * least (ties: copy least) stay. */
 static void cap_candidates(struct candidate *found, int *count)
 {
-    if (*count <= OFFLOAD_STAGE_CANDIDATES_MAX)
+    int keep = OFFLOAD_STAGE_CANDIDATES_MAX;
+    for (int i = 1; i < *count; i++)
+        keep += found[i].seeds != 0;
+    if (*count <= keep)
         return;
     qsort(found + 1, (size_t)(*count - 1), sizeof *found, by_recompute);
-    for (int i = OFFLOAD_STAGE_CANDIDATES_MAX; i < *count; i++)
+    for (int i = keep; i < *count; i++)
         candidate_free(&found[i]);
-    *count = OFFLOAD_STAGE_CANDIDATES_MAX;
+    *count = keep;
 }
 
 static int search_init(struct stage_search *ss, const struct plan *p, int s,
-                       const struct plan_options *o, double bound)
+                       const struct plan_options *o, int simplest)
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
-    *ss = (struct stage_search){.p = p, .st = st, .n = n, .v = st->in_flight, .bound = bound};
+    *ss = (struct stage_search){.p = p, .st = st, .n = n, .v = st->in_flight,
+                                .bound = INFINITY, .simplest = simplest,
+                                .framework = o->prefer != NULL};
     if (n > (int)(sizeof ss->n_act / sizeof ss->n_act[0]))
         return ERR_INPUT;
     ss->act = malloc((size_t)n * sizeof *ss->act);
@@ -308,7 +384,7 @@ static int search_init(struct stage_search *ss, const struct plan *p, int s,
         return ERR_FAIL;
     for (int l = n - 1; l >= 0; l--) {
         const struct layer_cost *c = &st->layers[l];
-        ss->n_act[l] = layer_actions(p, st, l, o, ss->act[l]);
+        ss->n_act[l] = layer_actions(p, st, l, o, simplest, ss->act[l]);
         int64_t least = INT64_MAX;
         for (int a = 0; a < ss->n_act[l]; a++)
             if (ss->act[l][a].kept_bytes < least)
@@ -398,37 +474,63 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     return ERR_OK;
 }
 
-/* Stage s's candidates: the baseline first, then the undominated offloading ones. */
+/* The search's candidates of stage s: the baseline first, then the undominated offloading
+ * ones. */
+static int search_stage(struct stage_search *ss, int s, const struct plan_options *o,
+                        struct err *e)
+{
+    double r0 = INFINITY;
+    int rc = baseline(ss, s, o, &r0, e);
+    if (rc)
+        return rc;
+    /* With its optimizer on the host the stage runs layer by layer, each layer's gradients
+     * leaving as its last backward ends: which layers recompute matters, not only the sum, so
+     * the least recompute dominates nothing and every combination is a candidate. */
+    int by_layer = ss->st->optimizer == COST_PLACE_HOST;
+    ss->bound = by_layer ? INFINITY : r0;
+    ss->baseline_first = r0 < INFINITY;
+    int all = combinations(ss) <= OFFLOAD_ENUM_MAX;
+    if ((ss->st->host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD)) || by_layer)
+        rc = all ? search(ss, 0, &(struct cost_sum){0}) : search_families(ss);
+    if (rc == ERR_OK && prune(ss))
+        rc = ERR_FAIL;
+    if (!all)
+        cap_candidates(ss->found, &ss->n_found);
+    return rc;
+}
+
+/* --min-gain's candidates of stage s: every fitting combination, pruned with simplicity
+ * counted; *enumerable 0 (and none) past OFFLOAD_ENUM_MAX combinations. */
+static int simplest_stage(struct stage_search *ss, int *enumerable)
+{
+    *enumerable = combinations(ss) <= OFFLOAD_ENUM_MAX;
+    if (!*enumerable)
+        return ERR_OK;
+    return search(ss, 0, &(struct cost_sum){0}) || prune(ss) ? ERR_FAIL : ERR_OK;
+}
+
+/* Stage s's candidates (simplest: offload_simplest's, else the search's); *enumerable as
+ * simplest_stage says (1 for the search). */
 static int stage_candidates(const struct plan *p, int s, const struct plan_options *o,
-                            struct candidate **out, int *count, struct err *e)
+                            int simplest, struct candidate **out, int *count, int *enumerable,
+                            struct err *e)
 {
     struct stage_search ss;
-    double r0 = INFINITY;
-    int rc = search_init(&ss, p, s, o, 0);
+    int rc = search_init(&ss, p, s, o, simplest);
+    *enumerable = 1;
     if (rc == ERR_INPUT)
         return err_set(e, ERR_INPUT, "stage %d: %d layers is more than offload planning takes",
                        s, ss.n);
-    if (rc == ERR_OK && baseline(&ss, s, o, &r0, e) == ERR_OK) {
-        ss.bound = r0;
-        ss.baseline_first = r0 < INFINITY;
-        int all = combinations(&ss) <= OFFLOAD_ENUM_MAX;
-        if (p->stages[s].host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD))
-            rc = all ? search(&ss, 0, &(struct cost_sum){0}) : search_families(&ss);
-        if (rc == ERR_OK && prune(&ss))
-            rc = err_set(e, ERR_FAIL, "out of memory");
-        if (!all)
-            cap_candidates(ss.found, &ss.n_found);
-        for (int i = 0; i < ss.n_found && rc == ERR_OK; i++)
-            rc = candidate_sim(&p->stages[s], &ss.found[i]);
-    } else if (rc == ERR_OK) {
-        rc = e->code;
-    }
+    if (rc == ERR_OK)
+        rc = simplest ? simplest_stage(&ss, enumerable) : search_stage(&ss, s, o, e);
+    for (int i = 0; i < ss.n_found && rc == ERR_OK; i++)
+        rc = candidate_sim(&p->stages[s], &ss.found[i]);
     if (rc && e->code == ERR_OK)
         err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
     *out = rc == ERR_OK ? ss.found : NULL;
     *count = rc == ERR_OK ? ss.n_found : 0;
     search_free(&ss, rc == ERR_OK);
-    if (rc == ERR_OK && *count == 0)
+    if (rc == ERR_OK && *count == 0 && *enumerable)
         return ERR_NOFIT;
     return rc;
 }
@@ -437,11 +539,12 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
  * where it may) those with it on the host: each place's own undominated ones, since the
  * two places' steps are not comparable layer by layer. */
 static int stage_candidates_places(const struct plan *p, int s, const struct plan_options *o,
-                                   struct candidate **out, int *count, struct err *e)
+                                   int simplest, struct candidate **out, int *count,
+                                   int *enumerable, struct err *e)
 {
     struct candidate *dev = NULL, *host = NULL;
-    int n_dev = 0, n_host = 0;
-    int rc = stage_candidates(p, s, o, &dev, &n_dev, e);
+    int n_dev = 0, n_host = 0, host_enumerable = 1;
+    int rc = stage_candidates(p, s, o, simplest, &dev, &n_dev, enumerable, e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
@@ -450,7 +553,7 @@ static int stage_candidates_places(const struct plan *p, int s, const struct pla
         if (optimizer_view_init(p, s, &v, e))
             rc = e->code;
         else
-            rc = stage_candidates(&v.plan, s, o, &host, &n_host, e);
+            rc = stage_candidates(&v.plan, s, o, simplest, &host, &n_host, &host_enumerable, e);
         optimizer_view_free(&v);
         if (rc != ERR_OK && rc != ERR_NOFIT) {
             free(dev);
@@ -458,6 +561,7 @@ static int stage_candidates_places(const struct plan *p, int s, const struct pla
         }
         err_clear(e);
     }
+    *enumerable = *enumerable && host_enumerable;
     *count = n_dev + n_host;
     *out = realloc(dev, (size_t)(*count > 0 ? *count : 1) * sizeof **out);
     if (*out == NULL) {
@@ -475,8 +579,8 @@ int offload_stage_min_recompute(const struct plan *p, int s, const struct plan_o
                                 double *ms, struct err *e)
 {
     struct candidate *c = NULL;
-    int n = 0;
-    int rc = stage_candidates(p, s, o, &c, &n, e);
+    int n = 0, enumerable;
+    int rc = stage_candidates(p, s, o, 0, &c, &n, &enumerable, e);
     *ms = INFINITY;
     for (int i = 0; i < n; i++) {
         if (c[i].recompute_ms < *ms)
@@ -494,7 +598,15 @@ struct global {
     int *count;
     int *pick;
     struct sim_stage *sim;
+    int n_seeds;
 };
+
+/* Faster by more than floating-point noise: a host optimizer or an offload that sums the same
+ * times in another order never wins a tie. */
+static int faster(double ms, double best_ms)
+{
+    return isinf(best_ms) ? ms < best_ms : ms < best_ms - CHOICE_NOISE * (1 + fabs(best_ms));
+}
 
 static int evaluate(struct global *g, double *ms, struct err *e)
 {
@@ -513,7 +625,7 @@ static int exhaustive(struct global *g, double *best_ms, int *best, struct err *
         double ms;
         if (evaluate(g, &ms, e))
             return e->code;
-        if (ms < *best_ms) {
+        if (faster(ms, *best_ms)) {
             *best_ms = ms;
             memcpy(best, g->pick, (size_t)g->S * sizeof *best);
         }
@@ -525,11 +637,36 @@ static int exhaustive(struct global *g, double *best_ms, int *best, struct err *
     }
 }
 
+/* The descent's start: all baselines, or the fastest seed (a smaller set's plan), so that it
+ * ends no slower than any of them. */
+static int descent_start(struct global *g, double *best_ms, struct err *e)
+{
+    int *start = malloc((size_t)g->S * sizeof *start);
+    if (start == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
+    int rc = evaluate(g, best_ms, e);
+    memcpy(start, g->pick, (size_t)g->S * sizeof *start);
+    for (int k = 0; k < g->n_seeds && rc == ERR_OK; k++) {
+        double ms;
+        for (int s = 0; s < g->S; s++)
+            for (int c = 0; c < g->count[s]; c++)
+                if (g->cand[s][c].seeds >> k & 1)
+                    g->pick[s] = c;
+        if ((rc = evaluate(g, &ms, e)) == ERR_OK && faster(ms, *best_ms)) {
+            *best_ms = ms;
+            memcpy(start, g->pick, (size_t)g->S * sizeof *start);
+        }
+    }
+    memcpy(g->pick, start, (size_t)g->S * sizeof *start);
+    free(start);
+    return rc;
+}
+
 /* Stage by stage, each its best candidate with the others fixed, until none improves. */
 static int descend(struct global *g, double *best_ms, int *best, struct err *e)
 {
-    memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
-    if (evaluate(g, best_ms, e))
+    if (descent_start(g, best_ms, e))
         return e->code;
     for (int improved = 1; improved;) {
         improved = 0;
@@ -542,7 +679,7 @@ static int descend(struct global *g, double *best_ms, int *best, struct err *e)
                 g->pick[s] = k;
                 if (evaluate(g, &ms, e))
                     return e->code;
-                if (ms < *best_ms) {
+                if (faster(ms, *best_ms)) {
                     *best_ms = ms;
                     keep = k;
                     improved = 1;
@@ -566,11 +703,75 @@ static void apply(struct plan_stage *st, const struct candidate *c)
     st->optimizer = c->optimizer;
 }
 
-static int choose(struct plan *p, struct global *g, const struct plan_options *o, struct err *e)
+static int same_candidate(const struct candidate *a, const struct candidate *b, int n)
+{
+    for (int l = 0; l < n; l++)
+        if (a->rows[l].choice != b->rows[l].choice || a->rows[l].place != b->rows[l].place ||
+            a->rows[l].offload_option != b->rows[l].offload_option ||
+            a->rows[l].prefetch_ahead != b->rows[l].prefetch_ahead)
+            return 0;
+    return a->optimizer == b->optimizer;
+}
+
+/* Stage s's choice in seed k as a candidate, marked as the seed's; one equal to a candidate
+ * the search found marks that one instead. */
+static int add_seed(const struct plan *p, int s, const struct choice_snapshot *seed, int k,
+                    struct candidate **cand, int *count)
+{
+    struct plan_stage st = p->stages[s];
+    int n = plan_stage_layer_count(&st), at = st.first - p->stages[0].first;
+    struct candidate c = {.rows = malloc((size_t)n * sizeof *c.rows), .seeds = 1u << k};
+    if (c.rows == NULL)
+        return ERR_FAIL;
+    st.optimizer = (enum cost_place)seed->optimizer[s];
+    for (int l = 0; l < n; l++) {
+        c.rows[l] = cost_action_row(&st.layers[l], seed->recompute[at + l],
+                                    (enum cost_place)seed->place[at + l],
+                                    seed->offload_option[at + l], seed->prefetch_ahead[at + l]);
+        c.recompute_ms += c.rows[l].recompute_ms;
+        c.host_bytes += c.rows[l].host_bytes;
+    }
+    c.optimizer = st.optimizer;
+    for (int i = 0; i < *count; i++)
+        if (same_candidate(&(*cand)[i], &c, n)) {
+            (*cand)[i].seeds |= c.seeds;
+            free(c.rows);
+            return ERR_OK;
+        }
+    struct candidate *grown = realloc(*cand, (size_t)(*count + 1) * sizeof *grown);
+    if (grown == NULL || candidate_sim(&st, &c)) {
+        if (grown != NULL)
+            *cand = grown;
+        candidate_free(&c);
+        return ERR_FAIL;
+    }
+    *cand = grown;
+    grown[(*count)++] = c;
+    return ERR_OK;
+}
+
+/* Stage s's candidates: the search's, and the seeds'. */
+static int stage_all(struct plan *p, int s, const struct plan_options *o,
+                     const struct choice_snapshot *const *seeds, struct global *g,
+                     struct err *e)
+{
+    int enumerable;
+    int rc = stage_candidates_places(p, s, o, 0, &g->cand[s], &g->count[s], &enumerable, e);
+    if (rc != ERR_OK && (rc != ERR_NOFIT || g->n_seeds == 0))
+        return rc;
+    err_clear(e);
+    for (int k = 0; k < g->n_seeds; k++)
+        if (add_seed(p, s, seeds[k], k, &g->cand[s], &g->count[s]))
+            return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
+    return g->count[s] > 0 ? ERR_OK : ERR_NOFIT;
+}
+
+static int choose(struct plan *p, struct global *g, const struct plan_options *o,
+                  const struct choice_snapshot *const *seeds, struct err *e)
 {
     double product = 1;
     for (int s = 0; s < g->S; s++) {
-        int rc = stage_candidates_places(p, s, o, &g->cand[s], &g->count[s], e);
+        int rc = stage_all(p, s, o, seeds, g, e);
         if (rc)
             return rc;
         product *= g->count[s];
@@ -590,70 +791,151 @@ static int choose(struct plan *p, struct global *g, const struct plan_options *o
     return rc;
 }
 
-int offload_choose(struct plan *p, const struct plan_options *o, struct err *e)
+static int global_init(struct global *g, const struct plan *p, int n_seeds, struct err *e)
 {
+    int S = p->n_stages;
+    *g = (struct global){.schedule = p->schedule,
+                         .S = S,
+                         .M = p->micro_batches,
+                         .cand = calloc((size_t)S, sizeof *g->cand),
+                         .count = calloc((size_t)S, sizeof *g->count),
+                         .pick = calloc((size_t)S, sizeof *g->pick),
+                         .sim = calloc((size_t)S, sizeof *g->sim),
+                         .n_seeds = n_seeds};
+    return g->cand && g->count && g->pick && g->sim ? ERR_OK
+                                                    : err_set(e, ERR_FAIL, "out of memory");
+}
+
+static void global_free(struct global *g)
+{
+    for (int s = 0; g->cand != NULL && s < g->S; s++) {
+        for (int k = 0; k < g->count[s]; k++)
+            candidate_free(&g->cand[s][k]);
+        free(g->cand[s]);
+    }
+    free(g->cand);
+    free(g->count);
+    free(g->pick);
+    free(g->sim);
+}
+
+int offload_choose(struct plan *p, const struct plan_options *o,
+                   const struct choice_snapshot *const *seeds, int n_seeds, struct err *e)
+{
+    struct global g;
     if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) && check_hosts(p, e))
         return e->code;
-    int S = p->n_stages;
-    struct global g = {.schedule = p->schedule,
-                       .S = S,
-                       .M = p->micro_batches,
-                       .cand = calloc((size_t)S, sizeof *g.cand),
-                       .count = calloc((size_t)S, sizeof *g.count),
-                       .pick = calloc((size_t)S, sizeof *g.pick),
-                       .sim = calloc((size_t)S, sizeof *g.sim)};
-    int rc = g.cand && g.count && g.pick && g.sim ? choose(p, &g, o, e)
-                                                  : err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0; g.cand != NULL && s < S; s++) {
-        for (int k = 0; k < g.count[s]; k++)
-            candidate_free(&g.cand[s][k]);
-        free(g.cand[s]);
-    }
-    free(g.cand);
-    free(g.count);
-    free(g.pick);
-    free(g.sim);
+    if (n_seeds > OFFLOAD_SEEDS_MAX)
+        return err_set(e, ERR_FAIL, "offload_choose: %d seeds, at most %d", n_seeds,
+                       OFFLOAD_SEEDS_MAX);
+    int rc = global_init(&g, p, n_seeds, e);
+    if (rc == ERR_OK)
+        rc = choose(p, &g, o, seeds, e);
+    global_free(&g);
     return rc;
 }
 
-int offload_fallback_save(const struct plan *p, struct offload_fallback *f, struct err *e)
+
+/* The combination in g->pick: its key (choice.h; with a framework's preference the whole
+ * plan's, p then holding it) in key[0..4]. */
+static void pick_key(struct plan *p, struct global *g, const struct plan_options *o, int key[5])
 {
-    int total = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        total += plan_stage_layer_count(&p->stages[s]);
-    f->recompute = malloc((size_t)total + 1);
-    if (f->recompute == NULL)
+    memset(key, 0, 5 * sizeof *key);
+    for (int s = 0; s < g->S; s++) {
+        int k[3], n = plan_stage_layer_count(&p->stages[s]);
+        cand_key(&g->cand[s][g->pick[s]], n, k);
+        for (int i = 0; i < 3; i++)
+            key[i] += k[i];
+    }
+    if (o->prefer == NULL)
+        return; /* balance is the split's, the same for every combination */
+    struct choice_key full;
+    for (int s = 0; s < g->S; s++)
+        apply(&p->stages[s], &g->cand[s][g->pick[s]]);
+    choice_key_of(p, o, &full);
+    key[3] = full.imbalance;
+    key[4] = full.framework;
+}
+
+/* Every combination: the simplest within the cap, ties by the shorter step. */
+static int simplest_all(struct plan *p, struct global *g, const struct plan_options *o,
+                        double cap, int *best, struct err *e)
+{
+    int key[5], best_key[5], found = 0;
+    double best_ms = INFINITY;
+    memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
+    for (;;) {
+        double ms;
+        pick_key(p, g, o, key);
+        int c = found ? key_cmp(key, best_key, 5) : -1;
+        if (c <= 0) {
+            if (evaluate(g, &ms, e))
+                return e->code;
+            if (ms <= cap && (c < 0 || faster(ms, best_ms))) {
+                found = 1;
+                best_ms = ms;
+                memcpy(best_key, key, sizeof key);
+                memcpy(best, g->pick, (size_t)g->S * sizeof *best);
+            }
+        }
+        int s = 0;
+        while (s < g->S && ++g->pick[s] == g->count[s])
+            g->pick[s++] = 0;
+        if (s == g->S)
+            return found ? ERR_OK : ERR_NOFIT;
+    }
+}
+
+/* Each stage's candidates for offload_simplest, from the device place (the plan's stages
+ * may hold the host's); *enumerable 0 where there are too many. */
+static int simplest_candidates(struct plan *p, struct global *g, const struct plan_options *o,
+                               int *enumerable, struct err *e)
+{
+    double product = 1;
+    int rc = ERR_OK;
+    enum cost_place *had = malloc((size_t)g->S * sizeof *had);
+    if (had == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0, at = 0; s < p->n_stages; s++) {
-        int n = plan_stage_layer_count(&p->stages[s]);
-        memcpy(f->recompute + at, p->stages[s].recompute, (size_t)n);
-        at += n;
+    for (int s = 0; s < g->S; s++) {
+        had[s] = p->stages[s].optimizer;
+        p->stages[s].optimizer = COST_PLACE_DEVICE;
     }
-    struct sim_result r;
-    if (sim_plan(p, &r, e)) {
-        offload_fallback_free(f);
+    *enumerable = 1;
+    for (int s = 0; s < g->S && rc == ERR_OK && *enumerable; s++) {
+        rc = stage_candidates_places(p, s, o, 1, &g->cand[s], &g->count[s], enumerable, e);
+        *enumerable = *enumerable && (product *= g->count[s]) <= OFFLOAD_EXHAUSTIVE_MAX;
+    }
+    for (int s = 0; s < g->S; s++)
+        p->stages[s].optimizer = had[s];
+    free(had);
+    return *enumerable ? rc : ERR_OK;
+}
+
+static int simplest(struct plan *p, struct global *g, const struct plan_options *o, double cap,
+                    int *done, struct err *e)
+{
+    int enumerable = 0;
+    if (simplest_candidates(p, g, o, &enumerable, e) || !enumerable)
         return e->code;
-    }
-    f->iteration_ms = r.iteration_ms;
-    sim_result_free(&r);
-    return ERR_OK;
+    int *best = malloc((size_t)g->S * sizeof *best);
+    if (best == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = simplest_all(p, g, o, cap, best, e);
+    for (int s = 0; s < g->S && rc == ERR_OK; s++)
+        apply(&p->stages[s], &g->cand[s][best[s]]);
+    *done = rc == ERR_OK;
+    free(best);
+    return rc == ERR_NOFIT ? ERR_OK : rc;
 }
 
-void offload_fallback_restore(struct plan *p, const struct offload_fallback *f)
+int offload_simplest(struct plan *p, const struct plan_options *o, double cap, int *done,
+                     struct err *e)
 {
-    for (int s = 0, at = 0; s < p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        int n = plan_stage_layer_count(st);
-        memcpy(st->recompute, f->recompute + at, (size_t)n);
-        memset(st->place, COST_PLACE_DEVICE, (size_t)n);
-        memset(st->offload_option, -1, (size_t)n);
-        memset(st->prefetch_ahead, 0, (size_t)n * sizeof *st->prefetch_ahead);
-        at += n;
-    }
-}
-
-void offload_fallback_free(struct offload_fallback *f)
-{
-    free(f->recompute);
-    f->recompute = NULL;
+    struct global g;
+    *done = 0;
+    int rc = global_init(&g, p, 0, e);
+    if (rc == ERR_OK)
+        rc = simplest(p, &g, o, cap, done, e);
+    global_free(&g);
+    return rc;
 }

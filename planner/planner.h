@@ -25,6 +25,7 @@ enum plan_method {
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
 #define PLAN_SEARCH_NODES_DEFAULT 10000
 #define PLAN_SEARCH_GAP_DEFAULT 0.005
+#define PLAN_MIN_GAIN_DEFAULT 0.005
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
 enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTION_OPTIMIZER = 4 };
@@ -59,6 +60,15 @@ struct plan_options {
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;
+    /* optimal (--min-gain): an optional action (offload, the host optimizer, a partial
+     * recompute, an uneven split) is taken only where it shortens the step by at least this
+     * share of it: of the plans within that margin of the fastest, the simplest (choice.h).
+     * 0: the fastest, ties (to floating-point noise) to the simplest. */
+    double min_gain;
+    /* The target framework's preference among the plans within min_gain: a penalty, 0 for a
+     * plan it runs as planned, weighed after every other preference (choice.h); NULL: none. */
+    int (*prefer)(const struct plan *p, void *ctx);
+    void *prefer_ctx;
 };
 
 void plan_options_default(struct plan_options *o);
@@ -68,7 +78,8 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
 const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);
 /* ERR_INPUT, saying which, for options out of range or that do not apply to the method
- * (--repartition, --whole-layers, --reduce, --verify). planner_make checks them too. */
+ * (--repartition, --whole-layers, --reduce, --verify, --min-gain). planner_make checks them
+ * too. */
 int plan_options_check(const struct plan_options *o, struct err *e);
 
 /* Makes the plan. ERR_NOFIT with the numbers of every stage that cannot fit; `out` is then

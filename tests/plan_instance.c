@@ -57,6 +57,7 @@ int plan_with(const struct instance *in, int actions, int verify, struct plan *p
     err_clear(&e);
     o.actions = actions;
     o.verify = verify;
+    o.min_gain = 0; /* the exact optimum, which the brute force is */
     return planner_make(&in->c, &o, p, &e);
 }
 
@@ -107,14 +108,14 @@ static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACT
     return ms;
 }
 
-double instance_brute_force(struct plan *p, int actions, int device_only)
+void instance_each_plan(struct plan *p, int actions, int device_only,
+                        void (*fn)(const struct plan *p, double ms, void *ctx), void *ctx)
 {
     struct cost_row rows[4][COST_ACTIONS_MAX];
     int count[4], L = 0;
     allowed_rows(p, actions, rows, count);
     for (int s = 0; s < p->n_stages; s++)
         L += plan_stage_layer_count(&p->stages[s]);
-    double best = INFINITY;
     int hosts = actions & PLAN_ACTION_OPTIMIZER ? 1 << p->n_stages : 1;
     for (int places = 0; places < hosts; places++) {
         if (places & device_only)
@@ -122,12 +123,26 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
         int pick[4] = {0}, n;
         for (;;) {
             double ms = score(p, places, rows, pick);
-            best = ms < best ? ms : best;
+            if (!isinf(ms))
+                fn(p, ms, ctx);
             for (n = 0; n < L && ++pick[n] == count[n]; n++)
                 pick[n] = 0;
             if (n == L)
                 break;
         }
     }
+}
+
+static void keep_least(const struct plan *p, double ms, void *ctx)
+{
+    double *best = ctx;
+    (void)p;
+    *best = ms < *best ? ms : *best;
+}
+
+double instance_brute_force(struct plan *p, int actions, int device_only)
+{
+    double best = INFINITY;
+    instance_each_plan(p, actions, device_only, keep_least, &best);
     return best;
 }

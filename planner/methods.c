@@ -166,7 +166,8 @@ static int least_recompute_all(struct plan *p, const struct plan_options *o, int
 #define LATTICE_SETS (2 * PLAN_ACTION_OPTIMIZER)
 struct lattice {
     struct choice_snapshot plan[LATTICE_SETS], base[3];
-    int rc[LATTICE_SETS]; /* -1: not made */
+    int rc[LATTICE_SETS];         /* -1: not made */
+    double fastest[LATTICE_SETS]; /* the search's step, before --min-gain */
     int n_base;
 };
 
@@ -219,16 +220,15 @@ static int search_actions(struct plan *p, const struct plan_options *o, int acti
  * slower than `least` (the smaller sets' plans): exact where every combination can be tried
  * (offload_simplest), else by taking the alternatives' choices stage by stage. */
 static int simplest(struct plan *p, const struct plan_options *o, int actions,
-                    const struct choice_snapshot *const *alts, int n, double least,
-                    struct err *e)
+                    double lat_fastest, const struct choice_snapshot *const *alts, int n,
+                    double least, struct err *e)
 {
     struct plan_options oa = *o;
-    double fastest;
     int done = 0;
     oa.actions = actions;
-    if (sim_plan_ms(p, &fastest, e))
-        return e->code;
-    double cap = choice_cap(fastest, o->min_gain);
+    double from = o->gain_from_ms > 0 && o->gain_from_ms < lat_fastest ? o->gain_from_ms
+                                                                        : lat_fastest;
+    double cap = choice_cap(from, o->min_gain);
     cap = cap < least ? cap : least;
     if (o->arena == NULL && offload_simplest(p, &oa, cap, &done, e))
         return e->code;
@@ -282,7 +282,9 @@ static int lattice_plan(struct plan *p, const struct plan_options *o, int action
     for (int b = 0; b < lat->n_base; b++)
         if ((b > 0) == ((actions & PLAN_ACTION_RECOMPUTE) != 0))
             alts[n++] = &lat->base[b];
-    if ((o->min_gain > 0 && simplest(p, o, actions, alts, n, least, e)) ||
+    if (sim_plan_ms(p, &lat->fastest[actions], e) ||
+        (o->min_gain > 0 &&
+         simplest(p, o, actions, lat->fastest[actions], alts, n, least, e)) ||
         choice_save(p, NULL, mine, e))
         return lat->rc[actions] = e->code;
     return ERR_OK;
@@ -297,8 +299,13 @@ static int method_optimal(struct plan *p, const struct plan_options *o, struct e
     int rc = lattice_init(&lat, p, o, e);
     if (rc == ERR_OK)
         rc = lattice_plan(p, o, o->actions, &lat, e);
-    if (rc == ERR_OK)
-        choice_restore(p, &lat.plan[o->actions]);
+    if (rc == ERR_OK) {
+        const struct choice_snapshot *chosen = &lat.plan[o->actions];
+        double fastest = lat.fastest[o->actions];
+        choice_restore(p, chosen);
+        p->min_gain = o->min_gain;
+        p->fastest_ms = chosen->ms > choice_cap(fastest, 0) ? fastest : 0;
+    }
     lattice_free(&lat);
     return rc;
 }

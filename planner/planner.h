@@ -65,6 +65,10 @@ struct plan_options {
      * share of it: of the plans within that margin of the fastest, the simplest (choice.h).
      * 0: the fastest, ties (to floating-point noise) to the simplest. */
     double min_gain;
+    /* The step min_gain is measured from where a faster plan was found before this one was
+     * planned (--repartition's fastest split, for the plan of the split it chose); 0: the
+     * plan's own fastest. */
+    double gain_from_ms;
     /* The target framework's preference among the plans within min_gain: a penalty, 0 for a
      * plan it runs as planned, weighed after every other preference (choice.h); NULL: none. */
     int (*prefer)(const struct plan *p, void *ctx);

@@ -346,6 +346,190 @@ static void test_min_gain_against_brute_force(void)
     CU_ASSERT(simpler >= 20);
 }
 
+/* Plan p's step with stage 0's optimizer at `place`. */
+static double step_with(struct plan *p, enum cost_place place)
+{
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    p->stages[0].optimizer = place;
+    CU_ASSERT_FATAL(sim_plan(p, &r, &e) == ERR_OK);
+    double ms = r.iteration_ms;
+    sim_result_free(&r);
+    return ms;
+}
+
+/* The issue's host optimizer, chosen on two stages for a step 7e-11 ms shorter: floating-point
+ * noise. One stage whose device step is made `shorter` (a share of the step; < 0: longer)
+ * than the host's: the device wins within noise at --min-gain 0, the host where it is
+ * faster by more than the gain. */
+static void noise_case(double shorter, double min_gain, enum cost_place want)
+{
+    struct test_rng rng = {17};
+    struct instance in;
+    struct plan p, q;
+    instance_random(&in, &rng, 1, 2, 3, SCHEDULE_1F1B);
+    in.c.stages[0].memory_bytes = 1000 * GIB; /* nothing recomputed, either place */
+    in.c.stages[0].host_memory_bytes = 1000 * GIB;
+    CU_ASSERT_FATAL(plan_gain(&in, PLAN_ACTION_RECOMPUTE, 0, NULL, &p) == ERR_OK);
+    double device = step_with(&p, COST_PLACE_DEVICE), host = step_with(&p, COST_PLACE_HOST);
+    plan_free(&p);
+    /* the device step moved so that the host's is `shorter` of it shorter */
+    in.prof.layers[0].optimizer_ms += host * (1 + shorter) - device;
+    CU_ASSERT_FATAL(plan_gain(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, min_gain, NULL,
+                              &q) == ERR_OK);
+    CU_ASSERT_EQUAL(q.stages[0].optimizer, want);
+    device = step_with(&q, COST_PLACE_DEVICE);
+    host = step_with(&q, COST_PLACE_HOST);
+    CU_ASSERT(shorter > 0 ? device > host : device < host);
+    CU_ASSERT(fabs(device / host - 1 - shorter) < 1e-13 + fabs(shorter) * 1e-3);
+    plan_free(&q);
+    instance_free(&in);
+}
+
+static void test_noise_ties(void)
+{
+    noise_case(2e-15, 0, COST_PLACE_DEVICE); /* noise: the device's */
+    noise_case(2e-15, PLAN_MIN_GAIN_DEFAULT, COST_PLACE_DEVICE);
+    noise_case(0.002, 0, COST_PLACE_HOST); /* a real gain, taken when above --min-gain */
+    noise_case(0.002, PLAN_MIN_GAIN_DEFAULT, COST_PLACE_DEVICE);
+    noise_case(0.02, PLAN_MIN_GAIN_DEFAULT, COST_PLACE_HOST);
+    noise_case(-0.02, 0, COST_PLACE_DEVICE);
+}
+
+/* ---- --min-gain and the split ---- */
+
+/* One device kind, n layers of whole-layer recompute only (no options, no host) on S stages
+ * of the default split, each stage's memory between a third and all of what its share keeps. */
+static void split_instance(struct instance *in, struct test_rng *r, int n, int S, int M)
+{
+    instance_init(in, n, S, r->s % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B, M, 100, 0);
+    int64_t most = 0;
+    for (int l = 0; l < n; l++) {
+        layer_make(&in->prof.layers[l], r, 1);
+        in->prof.layers[l].n_options = 0;
+        /* a few layers far faster: splits of the same step around the slowest stage */
+        if (test_rng_int(r, 0, 1) == 0) {
+            in->prof.layers[l].fwd_ms /= 20;
+            in->prof.layers[l].bwd_ms /= 20;
+        }
+        most += in->prof.layers[l].state_bytes + M * in->prof.layers[l].act_bytes;
+    }
+    for (int s = 0; s < S; s++)
+        in->c.stages[s].memory_bytes =
+            (int64_t)(test_rng_double(r, 0.35, 1) * (double)most / S) + GIB;
+}
+
+/* The split's key as choice.h orders it with recompute alone: layers recomputed, then blocks
+ * away from the default split (the instance's layers are all blocks). */
+static void split_key(const struct plan *p, int key[2])
+{
+    key[0] = key_of(p).v[2];
+    key[1] = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        int first, last;
+        cluster_default_split(&p->model, p->stages[p->n_stages - 1].last + 1, p->n_stages, s,
+                              &first, &last);
+        int d = (p->stages[s].last - p->stages[s].first) - (last - first);
+        key[1] += d < 0 ? -d : d;
+    }
+}
+
+/* planner_make on instance `in` with stages s given layers from first[s]. */
+static int plan_split(struct instance *in, const int *first, double min_gain, int repartition,
+                      struct plan *p)
+{
+    struct plan_options o;
+    struct err e;
+    struct cluster c = in->c;
+    struct cluster_stage st[8];
+    memcpy(st, in->c.stages, (size_t)c.n_stages * sizeof *st);
+    for (int s = 0; first != NULL && s < c.n_stages; s++) {
+        st[s].first = first[s];
+        st[s].last = s + 1 < c.n_stages ? first[s + 1] - 1 : c.n_layers - 1;
+    }
+    c.stages = st;
+    plan_options_default(&o);
+    err_clear(&e);
+    o.min_gain = min_gain;
+    o.repartition = repartition;
+    o.search_gap = 0;
+    return planner_make(&c, &o, p, &e);
+}
+
+/* --repartition with --min-gain: within the gain of the fastest split (brute force over every
+ * split), no simpler (by recompute, then balance) than a split one layer away along a run of
+ * stages within that gain, nor than the cluster's own split within it. The issue's plan
+ * recomputed 19 blocks on a split of 1,1,1,1,10,10,1,0 among splits of the same step. */
+static void test_repartition_min_gain(void)
+{
+    struct test_rng rng = {5150};
+    int checked = 0, simplified = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        struct instance in;
+        int S = (int)test_rng_int(&rng, 2, 4), n = S + (int)test_rng_int(&rng, 1, 5);
+        split_instance(&in, &rng, n, S, (int)test_rng_int(&rng, S, 2 * S));
+        double fastest = INFINITY, g = trial % 2 ? 0.02 : 0.1;
+        int first[8];
+        for (int s = 0; s < S; s++)
+            first[s] = s;
+        for (int k = S - 1; k > 0;) { /* every split: first[1..S-1] increasing in 1..n-1 */
+            struct plan p;
+            if (plan_split(&in, first, 0, 0, &p) == ERR_OK) {
+                fastest = p.iteration_ms < fastest ? p.iteration_ms : fastest;
+                plan_free(&p);
+            }
+            for (k = S - 1; k > 0 && first[k] == n - (S - k);)
+                k--;
+            if (k > 0)
+                first[k]++;
+            for (int q = k + 1; k > 0 && q < S; q++)
+                first[q] = first[q - 1] + 1;
+        }
+        struct plan p, fast;
+        if (isinf(fastest) || plan_split(&in, NULL, g, 1, &p) != ERR_OK) {
+            instance_free(&in);
+            continue;
+        }
+        CU_ASSERT_FATAL(plan_split(&in, NULL, 0, 1, &fast) == ERR_OK);
+        double cap = fastest * (1 + g) * (1 + 1e-9);
+        CU_ASSERT(test_close(fast.iteration_ms, fastest, 1e-9, 1e-9));
+        CU_ASSERT(p.iteration_ms <= cap);
+        CU_ASSERT(p.optimality_gap >= 0 &&
+                  test_close(p.search.lower_bound * (1 + p.optimality_gap), p.iteration_ms,
+                             1e-6, 1e-9));
+        int key[2], fast_key[2];
+        split_key(&p, key);
+        split_key(&fast, fast_key);
+        simplified += key[0] < fast_key[0] || (key[0] == fast_key[0] && key[1] < fast_key[1]);
+        /* no split one layer away along a run of stages is simpler within the gain */
+        for (int a = 0; a + 1 < S; a++)
+            for (int b = a + 1; b < S; b++)
+                for (int dir = -1; dir <= 1; dir += 2) {
+                    int moved[8], ok = 1;
+                    struct plan q;
+                    for (int s = 0; s < S; s++)
+                        moved[s] = p.stages[s].first + (s > a && s <= b ? dir : 0);
+                    for (int s = 0; s < S; s++)
+                        ok = ok && moved[s] < (s + 1 < S ? moved[s + 1] : n);
+                    if (!ok || plan_split(&in, moved, 0, 0, &q) != ERR_OK)
+                        continue;
+                    int k[2];
+                    split_key(&q, k);
+                    if (q.iteration_ms <= fastest * (1 + g))
+                        CU_ASSERT(k[0] > key[0] || (k[0] == key[0] && k[1] >= key[1]));
+                    plan_free(&q);
+                }
+        checked++;
+        plan_free(&p);
+        plan_free(&fast);
+        instance_free(&in);
+    }
+    printf(" [%d clusters, %d simpler than the fastest split] ", checked, simplified);
+    CU_ASSERT(checked >= 20);
+    CU_ASSERT(simplified >= 3);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -354,5 +538,7 @@ int main(void)
     CU_add_test(s, "the same with --arena", test_superset_with_arena);
     CU_add_test(s, "every set of actions against brute force", test_every_set_against_brute_force);
     CU_add_test(s, "--min-gain against brute force", test_min_gain_against_brute_force);
+    CU_add_test(s, "floating-point noise: the device wins", test_noise_ties);
+    CU_add_test(s, "--min-gain and --repartition", test_repartition_min_gain);
     return test_main();
 }

@@ -362,7 +362,7 @@ static void test_against_brute_force(void)
     CU_ASSERT(within_gap >= 100);
 }
 
-/* repartition_search with --search-gap 0 and a budget of `nodes`. */
+/* repartition_search with --search-gap 0, --min-gain 0 and a budget of `nodes`. */
 static int exact_search(const struct cluster *c, long nodes, struct arrangement *a,
                         struct plan_search *found)
 {
@@ -372,6 +372,7 @@ static int exact_search(const struct cluster *c, long nodes, struct arrangement 
     plan_options_default(&o);
     o.repartition = 1;
     o.search_gap = 0;
+    o.min_gain = 0; /* the fastest split, not a simpler one near it */
     o.search_nodes = nodes;
     return repartition_search(c, &o, a, found, &e);
 }

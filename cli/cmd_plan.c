@@ -57,8 +57,9 @@ static void help(void)
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
-           "  --global-batch G samples per step for auto (default: the cluster's micro-batches\n"
-           "                   x the model's micro_batch)\n"
+           "  --global-batch G samples per step for auto, across the data-parallel replicas\n"
+           "                   (default: the cluster's micro-batches x the model's\n"
+           "                   micro_batch x the stages' dp)\n"
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
@@ -263,7 +264,8 @@ static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optim
     int rc;
     if (a->auto_micro) {
         long global = a->global_batch ? a->global_batch
-                                      : (long)c.micro_batches * c.model.micro_batch;
+                                      : (long)c.micro_batches * c.model.micro_batch *
+                                            c.stages[0].dp;
         rc = planner_make_auto(&c, &a->o, (int)global,
                                a->quiet ? NULL : (a->export_format ? stderr : stdout), p, e);
     } else {

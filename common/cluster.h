@@ -95,6 +95,14 @@ int cluster_check_tp(const struct model *m, int tp, const char *where, struct er
  * tp does not divide the model's heads, or p is already a group's. */
 int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
                           struct err *e);
+/* The group whose costs profile k's layers hold in a loaded cluster (cost.h cost_group: its
+ * first stage's tp, over the profile's own unless `one_gpu`, the stage's dp and node link,
+ * the cluster's shard_optimizer, model and dtype); returns whether the cluster is grouped at
+ * all (some stage has tp or dp above 1: then cluster_load applied the groups). */
+struct cost_group;
+int cluster_profile_group(const struct cluster *c, int k, int one_gpu, struct cost_group *g);
+/* Profile p's layers as each GPU of group g sees them (cost_group_layer). */
+void cluster_group_layers(struct profile *p, const struct model *m, const struct cost_group *g);
 
 /* Gradient bytes on each GPU of `stage` for its layers first..last, reduced over dp. */
 int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last);

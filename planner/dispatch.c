@@ -398,15 +398,16 @@ static int64_t plan_memory(const struct plan *p)
     return memory;
 }
 
-/* Plans micro-batch size b; ERR_NOFIT and ERR_INPUT (a size too large) in *rc, not in e. */
+/* Plans micro-batch size b, M of them; ERR_NOFIT and ERR_INPUT (a size too large) in *rc,
+ * not in e. */
 static int plan_micro_batch(const struct cluster *c, const struct plan_options *o,
-                            const struct device_table *t, int global_batch, int b,
+                            const struct device_table *t, int M, int b,
                             struct microbatch_notes *notes, struct plan *p, struct err *e)
 {
     struct cluster cb;
     struct err inner;
     err_clear(&inner);
-    int rc = microbatch_cluster(c, t, o->estimate, b, global_batch / b, &cb, notes, &inner);
+    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, &inner);
     if (rc == ERR_OK) {
         rc = planner_make(&cb, o, p, &inner);
         microbatch_cluster_free(&cb, c->n_profiles);
@@ -430,17 +431,23 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
                        "one micro-batch size and Ballast has no size functions to rescale them "
                        "(profile each size and plan each)",
                        c->model.name);
+    int dp = c->stages[0].dp, per_replica = global_batch / dp;
+    if (global_batch % dp)
+        return err_set(e, ERR_INPUT,
+                       "--global-batch %d: the samples of a step across the %d data-parallel "
+                       "replicas (stages' dp), so a multiple of %d",
+                       global_batch, dp, dp);
     if (devices_load(devices_default_file(), &t, e))
         return e->code;
-    microbatch_report_head(report, global_batch);
-    for (int b = 1; b <= global_batch && e->code == ERR_OK; b++) {
+    microbatch_report_head(report, global_batch, dp);
+    for (int b = 1; b <= per_replica && e->code == ERR_OK; b++) {
         struct plan p;
-        if (global_batch % b)
+        if (per_replica % b)
             continue;
-        int rc = plan_micro_batch(c, o, &t, global_batch, b, &notes, &p, e);
+        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, e);
         if (e->code)
             break;
-        microbatch_report_row(report, b, global_batch / b, rc, rc ? 0 : p.iteration_ms);
+        microbatch_report_row(report, b, per_replica / b, rc, rc ? 0 : p.iteration_ms);
         if (rc)
             continue;
         if (found && !microbatch_better(p.iteration_ms, plan_memory(&p), out->iteration_ms,
@@ -460,8 +467,9 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         return e->code;
     if (!found)
         return err_set(e, ERR_NOFIT,
-                       "no micro-batch size dividing the global batch of %d fits the cluster",
-                       global_batch);
+                       "no micro-batch size dividing the global batch of %d (%d per replica) "
+                       "fits the cluster",
+                       global_batch, per_replica);
     microbatch_report_end(report, out, &notes);
     return ERR_OK;
 }

@@ -104,9 +104,10 @@ void planner_print(FILE *f, const struct plan *p);
  * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
 void planner_print_offload(FILE *f, const struct plan *p);
 
-/* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
- * plan has the least simulated iteration time; each candidate is summarised on `report`
- * (NULL: silent). */
+/* --micro-batches auto: `global_batch` G is a step's samples across the dp replicas (the
+ * stages' dp); the micro-batch size b dividing G / dp (and M = G / (dp b)) whose plan has the
+ * least simulated iteration time; each candidate is summarised on `report` (NULL: silent).
+ * ERR_INPUT when dp does not divide G. */
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e);
 

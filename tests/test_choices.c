@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "arena_plan.h"
+#include "estimate.h"
+#include "microbatch.h"
 #include "plan_instance.h"
 #include "planner.h"
 #include "sim.h"
@@ -530,6 +534,205 @@ static void test_repartition_min_gain(void)
     CU_ASSERT(simplified >= 3);
 }
 
+/* ---- issue 24 item 8: the default split, --micro-batches auto, --global-batch ---- */
+
+/* Blocks dealt evenly, the embedding with the first stage and the head with the last, the
+ * remainder to the middle stages; a custom model's layers (or too few blocks) evenly. */
+static void test_default_split(void)
+{
+    struct model gpt = {.kind = MODEL_KIND_GPT, .n_layer = 32}, custom = {.kind = MODEL_KIND_CUSTOM};
+    static const int want32[4][2] = {{0, 8}, {9, 16}, {17, 24}, {25, 33}};
+    static const int want30[4][2] = {{0, 7}, {8, 15}, {16, 23}, {24, 31}}; /* 7, 8, 8, 7 */
+    static const int want_custom[3][2] = {{0, 2}, {3, 5}, {6, 9}};
+    static const int want_few[3][2] = {{0, 0}, {1, 1}, {2, 3}}; /* 2 blocks on 3 stages */
+    for (int s = 0; s < 4; s++) {
+        int first, last;
+        cluster_default_split(&gpt, 34, 4, s, &first, &last);
+        CU_ASSERT(first == want32[s][0] && last == want32[s][1]);
+        gpt.n_layer = 30;
+        cluster_default_split(&gpt, 32, 4, s, &first, &last);
+        CU_ASSERT(first == want30[s][0] && last == want30[s][1]);
+        gpt.n_layer = 32;
+    }
+    for (int s = 0; s < 3; s++) {
+        int first, last;
+        cluster_default_split(&custom, 10, 3, s, &first, &last);
+        CU_ASSERT(first == want_custom[s][0] && last == want_custom[s][1]);
+        gpt.n_layer = 2;
+        cluster_default_split(&gpt, 4, 3, s, &first, &last);
+        CU_ASSERT(first == want_few[s][0] && last == want_few[s][1]);
+    }
+    /* a shipped cluster without "layers" (Llama-2 7B's 32 blocks on 8 stages): 4 blocks each */
+    struct cluster c;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(cluster_load(BALLAST_SOURCE_DIR "/configs/clusters/llama2-7b-h100-a100-8.json",
+                                 &c, &e) == ERR_OK);
+    for (int s = 0; s < c.n_stages; s++) {
+        int blocks = c.stages[s].last - c.stages[s].first + 1 - (s == 0) - (s == c.n_stages - 1);
+        CU_ASSERT_EQUAL(blocks, 4);
+    }
+    cluster_free(&c);
+}
+
+/* Shipped cluster `from` with every stage a group of tp GPUs replicated dp times, optimizer
+ * sharded or not. */
+static const char *group_cluster(const char *name, const char *from, int tp, int dp, int shard)
+{
+    char *text = NULL, src[1024];
+    snprintf(src, sizeof src, "%s/configs/clusters/%s", BALLAST_SOURCE_DIR, from);
+    FILE *f = fopen(src, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    text = calloc((size_t)n + 1, 1);
+    CU_ASSERT_FATAL(text != NULL && fread(text, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    cJSON *stages = cJSON_GetObjectItem(root, "stages"), *st;
+    cJSON_ArrayForEach(st, stages) {
+        cJSON *profile = cJSON_GetObjectItem(st, "profile");
+        char path[1024];
+        snprintf(path, sizeof path, "%s/configs/clusters/%s", BALLAST_SOURCE_DIR,
+                 profile->valuestring);
+        cJSON_SetValuestring(profile, path);
+        cJSON_AddNumberToObject(st, "dp", dp);
+        if (tp > 1)
+            cJSON_AddNumberToObject(st, "tp", tp);
+    }
+    if (shard)
+        cJSON_AddTrueToObject(root, "shard_optimizer");
+    char *out = cJSON_Print(root);
+    const char *file = test_write(name, out);
+    free(out);
+    cJSON_Delete(root);
+    return file;
+}
+
+static const char *dp_cluster(const char *name, int dp, int shard)
+{
+    return group_cluster(name, "llama2-7b-h100-a100-8.json", 1, dp, shard);
+}
+
+/* A measured profile rescaled to its own micro-batch size is the profile cluster_load made:
+ * its bytes as each GPU of a tp 2, dp 2, ZeRO-1 group holds them, to the byte. */
+static void test_auto_measured_groups(void)
+{
+    struct device_table t;
+    struct cluster c, cb;
+    struct microbatch_notes notes = {0};
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(devices_load(BALLAST_SOURCE_DIR "/configs/devices.json", &t, &e) == ERR_OK);
+    CU_ASSERT_FATAL(cluster_load(group_cluster("m.json", "cpu-3-measured.json", 2, 2, 1), &c,
+                                 &e) == ERR_OK);
+    CU_ASSERT_FATAL(microbatch_cluster(&c, &t, estimate_profile, c.model.micro_batch,
+                                       c.micro_batches, &cb, &notes, &e) == ERR_OK);
+    CU_ASSERT(notes.scaled);
+    for (int l = 0; l < c.profiles[0].n_layers; l++) {
+        const struct layer_cost *x = &cb.profiles[0].layers[l], *y = &c.profiles[0].layers[l];
+        CU_ASSERT(x->state_bytes == y->state_bytes && x->act_bytes == y->act_bytes &&
+                  x->ckpt_bytes == y->ckpt_bytes && x->out_bytes == y->out_bytes &&
+                  x->workspace_bytes == y->workspace_bytes && x->n_options == y->n_options);
+        for (int k = 0; k < x->n_options && k < y->n_options; k++)
+            CU_ASSERT(x->options[k].kept_bytes == y->options[k].kept_bytes &&
+                      x->options[k].transient_bytes == y->options[k].transient_bytes);
+    }
+    microbatch_cluster_free(&cb, c.n_profiles);
+    cluster_free(&c);
+    devices_free(&t);
+}
+
+/* --micro-batches auto keeps ZeRO-1 (and dp): each candidate's profiles are the estimate at
+ * its micro-batch size as each GPU of the group holds it, the same as a cluster of profiles
+ * estimated at that size directly; the optimizer state is sharded (the issue: stage 0 planned
+ * at 47.89 GiB, the unsharded figure, instead of 38.11). */
+static void test_auto_keeps_zero1(void)
+{
+    struct device_table t;
+    struct cluster c, unsharded;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(devices_load(BALLAST_SOURCE_DIR "/configs/devices.json", &t, &e) == ERR_OK);
+    CU_ASSERT_FATAL(cluster_load(dp_cluster("z.json", 2, 1), &c, &e) == ERR_OK);
+    for (int b = 1; b <= 2; b++) {
+        struct cluster cb;
+        struct microbatch_notes notes = {0};
+        CU_ASSERT_FATAL(microbatch_cluster(&c, &t, estimate_profile, b, 8, &cb, &notes, &e) ==
+                        ERR_OK);
+        for (int k = 0; k < c.n_profiles; k++) {
+            /* the reference: estimated at b, written, loaded in the cluster with its groups */
+            struct profile direct, *got = &cb.profiles[k];
+            struct model m = c.model;
+            m.micro_batch = b;
+            CU_ASSERT_FATAL(estimate_profile(&t, devices_find(&t, got->device.name), &m,
+                                             &direct, &e) == ERR_OK);
+            struct cost_group g;
+            CU_ASSERT(cluster_profile_group(&c, k, 1, &g));
+            g.tensor_bytes = cost_tp_tensor_bytes(&m);
+            int64_t opt = direct.layers[1].optimizer_bytes;
+            cluster_group_layers(&direct, &m, &g);
+            for (int l = 0; l < direct.n_layers; l++) {
+                const struct layer_cost *x = &got->layers[l], *y = &direct.layers[l];
+                CU_ASSERT(x->state_bytes == y->state_bytes && x->act_bytes == y->act_bytes &&
+                          x->workspace_bytes == y->workspace_bytes &&
+                          x->fwd_ms == y->fwd_ms && x->optimizer_bytes == y->optimizer_bytes);
+            }
+            /* sharded over the 2 replicas: half the unsharded optimizer state per GPU */
+            CU_ASSERT_EQUAL(got->layers[1].optimizer_bytes, (opt + 1) / 2);
+            profile_free(&direct);
+        }
+        microbatch_cluster_free(&cb, c.n_profiles);
+    }
+    /* the plan: stage 0 as a cluster of size-b profiles would have it, less than unsharded */
+    struct plan_options o;
+    struct plan p, q;
+    plan_options_default(&o);
+    o.estimate = estimate_profile;
+    CU_ASSERT_FATAL(planner_make_auto(&c, &o, 32, NULL, &p, &e) == ERR_OK);
+    CU_ASSERT_EQUAL(p.micro_batches * p.model.micro_batch * p.stages[0].dp, 32);
+    CU_ASSERT_FATAL(cluster_load(dp_cluster("u.json", 2, 0), &unsharded, &e) == ERR_OK);
+    CU_ASSERT_FATAL(planner_make_auto(&unsharded, &o, 32, NULL, &q, &e) == ERR_OK ||
+                    e.code == ERR_NOFIT);
+    if (e.code == ERR_OK) {
+        CU_ASSERT(q.stages[0].memory_before_bytes > p.stages[0].memory_before_bytes);
+        plan_free(&q);
+    }
+    err_clear(&e);
+    /* a global batch the replicas cannot share evenly is refused, naming dp */
+    CU_ASSERT_EQUAL(planner_make_auto(&c, &o, 33, NULL, &q, &e), ERR_INPUT);
+    CU_ASSERT(strstr(e.msg, "--global-batch 33") != NULL && strstr(e.msg, "2") != NULL);
+    plan_free(&p);
+    cluster_free(&c);
+    cluster_free(&unsharded);
+    devices_free(&t);
+}
+
+/* --global-batch on the command line: a step's samples across the replicas. */
+static void test_global_batch_cli(void)
+{
+    char args[2048];
+    const char *file = test_path("gb.json");
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    snprintf(args, sizeof args,
+             "plan --cluster %s --micro-batches auto --global-batch 64 --quiet -o %s",
+             dp_cluster("g.json", 2, 1), file);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    CU_ASSERT_FATAL(plan_load(file, &p, &e) == ERR_OK);
+    CU_ASSERT_EQUAL(p.micro_batches * p.model.micro_batch * p.stages[0].dp, 64);
+    plan_free(&p);
+    char *err = NULL;
+    snprintf(args, sizeof args, "plan --cluster %s --micro-batches auto --global-batch 63",
+             dp_cluster("g.json", 2, 1));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err && strstr(err, "--global-batch 63"));
+    free(err);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -540,5 +743,9 @@ int main(void)
     CU_add_test(s, "--min-gain against brute force", test_min_gain_against_brute_force);
     CU_add_test(s, "floating-point noise: the device wins", test_noise_ties);
     CU_add_test(s, "--min-gain and --repartition", test_repartition_min_gain);
+    CU_add_test(s, "the default split", test_default_split);
+    CU_add_test(s, "--micro-batches auto keeps ZeRO-1", test_auto_keeps_zero1);
+    CU_add_test(s, "... and a measured profile's groups", test_auto_measured_groups);
+    CU_add_test(s, "--global-batch across replicas", test_global_batch_cli);
     return test_main();
 }

@@ -72,7 +72,6 @@ struct plan_search {
     double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
     double fastest_ms;   /* the fastest split found, recompute only (not saved): the split
                             returned may be a simpler one (--min-gain) */
-    int own_order;       /* the cluster's own order and split were candidates (not saved) */
 };
 
 struct plan {

@@ -297,39 +297,6 @@ static double plan_fastest(const struct plan *p)
                                                                  : p->iteration_ms;
 }
 
-/* --min-gain and the split (choice.h): the cluster's own split planned alike replaces the
- * repartitioned plan `out` where it is within the gain of the fastest found (*fastest, which
- * it lowers if faster) and simpler, so that an uneven split is taken only where it gains, or
- * where it is simpler by the preferences before balance. */
-static int prefer_own_split(const struct cluster *c, const struct plan_options *fixed,
-                            double *fastest, struct plan *out, struct err *e)
-{
-    struct plan own;
-    struct err inner;
-    err_clear(&inner);
-    int rc = plan_fixed(c, fixed, &own, &inner);
-    if (rc == ERR_NOFIT)
-        return ERR_OK;
-    if (rc)
-        return err_set(e, rc, "%s", inner.msg);
-    if (plan_fastest(&own) < *fastest)
-        *fastest = plan_fastest(&own);
-    double cap = choice_cap(*fastest, fixed->min_gain);
-    struct choice_key mine, theirs;
-    choice_key_of(&own, fixed, &mine);
-    choice_key_of(out, fixed, &theirs);
-    int simpler = choice_key_cmp(&mine, &theirs);
-    if (own.iteration_ms <= cap &&
-        (out->iteration_ms > cap || simpler < 0 ||
-         (simpler == 0 && own.iteration_ms < out->iteration_ms))) {
-        plan_free(out);
-        *out = own;
-    } else {
-        plan_free(&own);
-    }
-    return ERR_OK;
-}
-
 /* --repartition: the search's arrangement, planned; with what was searched and the certified
  * gap. With offload the search picks the split and order with recompute only and each stage's
  * actions are then chosen with offload on them: never slower than the recompute-only plan of
@@ -363,13 +330,9 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     fixed.gain_from_ms = found.fastest_ms; /* one margin, not one per split */
     rc = plan_fixed(&arranged, &fixed, out, e);
     free(arranged.stages);
-    double fastest = found.fastest_ms;
-    if (rc == ERR_OK && plan_fastest(out) < fastest)
-        fastest = plan_fastest(out);
-    if (rc == ERR_OK && o->min_gain > 0 && found.own_order)
-        rc = prefer_own_split(c, &fixed, &fastest, out, e);
     if (rc)
         return rc;
+    double fastest = found.fastest_ms < plan_fastest(out) ? found.fastest_ms : plan_fastest(out);
     out->fastest_ms = out->iteration_ms > choice_cap(fastest, 0) ? fastest : 0;
     snprintf(out->method, sizeof out->method, "optimal+repartition");
     if (plan_uses_host(out))

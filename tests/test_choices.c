@@ -69,6 +69,9 @@ static void instance_random(struct instance *in, struct test_rng *r, int S, int 
     }
 }
 
+/* --repartition for check_subsets (exact: search gap 0). */
+static int repartition;
+
 static int plan_gain(const struct instance *in, int actions, double min_gain,
                      const struct arena_options *arena, struct plan *p)
 {
@@ -79,6 +82,8 @@ static int plan_gain(const struct instance *in, int actions, double min_gain,
     o.actions = actions;
     o.min_gain = min_gain;
     o.arena = arena;
+    o.repartition = repartition;
+    o.search_gap = 0;
     int rc = planner_make(&in->c, &o, p, &e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         printf("\nplanner: %s\n", e.msg);
@@ -156,6 +161,28 @@ static void test_superset_with_arena(void)
     }
     printf(" [%d pairs, %d faster] ", compared, faster);
     CU_ASSERT(compared >= 30);
+}
+
+/* With --repartition: the split is the recompute-only search's (and --min-gain's on it), the
+ * same for every set of actions, and each set's plan on it never slower than a smaller's. */
+static void test_superset_with_repartition(void)
+{
+    struct test_rng rng = {404};
+    int compared = 0, faster = 0;
+    repartition = 1;
+    for (int trial = 0; trial < 40; trial++) {
+        struct instance in;
+        int S = (int)test_rng_int(&rng, 2, 4), per = (int)test_rng_int(&rng, 1, 4);
+        instance_random(&in, &rng, S, per, (int)test_rng_int(&rng, S, 2 * S),
+                        trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B);
+        compared += check_subsets(&in, 0, NULL, ALL_ACTIONS, &faster);
+        compared += check_subsets(&in, PLAN_MIN_GAIN_DEFAULT, NULL, ALL_ACTIONS, &faster);
+        instance_free(&in);
+    }
+    repartition = 0;
+    printf(" [%d pairs, %d faster] ", compared, faster);
+    CU_ASSERT(compared >= 300);
+    CU_ASSERT(faster >= 30);
 }
 
 /* Every set of actions at --min-gain 0 is the brute force's least step. */
@@ -524,6 +551,15 @@ static void test_repartition_min_gain(void)
                         CU_ASSERT(k[0] > key[0] || (k[0] == key[0] && k[1] >= key[1]));
                     plan_free(&q);
                 }
+        /* nor than the cluster's own split (the default's) within the gain */
+        struct plan own;
+        int own_key[2];
+        if (plan_split(&in, NULL, 0, 0, &own) == ERR_OK) {
+            split_key(&own, own_key);
+            if (own.iteration_ms <= fastest * (1 + g))
+                CU_ASSERT(own_key[0] > key[0] || (own_key[0] == key[0] && own_key[1] >= key[1]));
+            plan_free(&own);
+        }
         checked++;
         plan_free(&p);
         plan_free(&fast);
@@ -739,6 +775,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("planning choices", NULL, NULL);
     CU_add_test(s, "a superset of actions is never slower", test_superset_never_slower);
     CU_add_test(s, "the same with --arena", test_superset_with_arena);
+    CU_add_test(s, "the same with --repartition", test_superset_with_repartition);
     CU_add_test(s, "every set of actions against brute force", test_every_set_against_brute_force);
     CU_add_test(s, "--min-gain against brute force", test_min_gain_against_brute_force);
     CU_add_test(s, "floating-point noise: the device wins", test_noise_ties);

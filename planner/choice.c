@@ -211,16 +211,21 @@ int choice_simplify(struct plan *p, const struct plan_options *o,
 {
     struct choice_key key, k;
     struct choice_snapshot now;
-    if (copy_choices(p, &now, e))
+    double ms;
+    if (copy_choices(p, &now, e) || sim_plan_ms(p, &ms, e))
         return e->code;
     choice_key_of(p, o, &key);
-    for (int i = 0; i < n_alts; i++) { /* whole plans first: one may differ in every stage */
+    /* whole plans first (one may differ in every stage): the simplest within the cap, ties
+     * by the shorter step, and any within it where p is not */
+    for (int i = 0; i < n_alts; i++) {
         if (!(alts[i]->ms <= cap))
             continue;
         choice_restore(p, alts[i]);
         choice_key_of(p, o, &k);
-        if (choice_key_cmp(&k, &key) < 0) {
+        int c = choice_key_cmp(&k, &key);
+        if (!(ms <= cap) || c < 0 || (c == 0 && alts[i]->ms < ms)) {
             key = k;
+            ms = alts[i]->ms;
             for (int s = 0; s < p->n_stages; s++)
                 copy_stage(&now, p, s);
         } else {

@@ -62,9 +62,10 @@ void choice_restore_stage(struct plan *p, const struct choice_snapshot *c, int s
 void choice_free(struct choice_snapshot *c);
 
 /* From p's current choices (which fit), the simplest plan within `cap` that takes, whole or
- * stage by stage, any of the alternatives' choices where they fit: every alternative within
- * the cap that is simpler, then each stage's alternatives in turn while one makes the plan
- * simpler and stays within the cap. p's step stays at most max(cap, its own). */
+ * stage by stage, any of the alternatives' choices where they fit: the simplest alternative
+ * within the cap where it is simpler than p (or p is not within it; ties: the shorter step),
+ * then each stage's alternatives in turn while one makes the plan simpler and stays within
+ * the cap. p ends within the cap where p or an alternative was. */
 int choice_simplify(struct plan *p, const struct plan_options *o,
                     const struct choice_snapshot *const *alts, int n_alts, double cap,
                     struct err *e);

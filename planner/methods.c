@@ -161,13 +161,13 @@ static int least_recompute_all(struct plan *p, const struct plan_options *o, int
 }
 
 /* The plans of every set of actions under the one asked for, each made once, smaller sets
- * first; and the plans a set may simplify to: nothing changed (base[0], without recompute),
- * each stage's least recompute (base[1]) and its least whole-layer recompute (base[2]). */
+ * first: the fastest the search finds, and the one --min-gain chooses; and the plans a set
+ * may simplify to: nothing changed (base[0], without recompute), each stage's least
+ * recompute (base[1]) and its least whole-layer recompute (base[2]). */
 #define LATTICE_SETS (2 * PLAN_ACTION_OPTIMIZER)
 struct lattice {
-    struct choice_snapshot plan[LATTICE_SETS], base[3];
-    int rc[LATTICE_SETS];         /* -1: not made */
-    double fastest[LATTICE_SETS]; /* the search's step, before --min-gain */
+    struct choice_snapshot fastest[LATTICE_SETS], chosen[LATTICE_SETS], base[3];
+    int rc[LATTICE_SETS]; /* -1: not made */
     int n_base;
 };
 
@@ -194,8 +194,10 @@ static int lattice_init(struct lattice *lat, struct plan *p, const struct plan_o
 
 static void lattice_free(struct lattice *lat)
 {
-    for (int a = 0; a < LATTICE_SETS; a++)
-        choice_free(&lat->plan[a]);
+    for (int a = 0; a < LATTICE_SETS; a++) {
+        choice_free(&lat->fastest[a]);
+        choice_free(&lat->chosen[a]);
+    }
     for (int b = 0; b < lat->n_base; b++)
         choice_free(&lat->base[b]);
 }
@@ -216,35 +218,79 @@ static int search_actions(struct plan *p, const struct plan_options *o, int acti
     return offload_choose(p, &oa, seeds, n_seeds, e);
 }
 
-/* From the fastest plan of a set of actions, the simplest within --min-gain of it and no
- * slower than `least` (the smaller sets' plans): exact where every combination can be tried
- * (offload_simplest), else by taking the alternatives' choices stage by stage. */
-static int simplest(struct plan *p, const struct plan_options *o, int actions,
-                    double lat_fastest, const struct choice_snapshot *const *alts, int n,
-                    double least, struct err *e)
+/* The smaller sets' plans of `actions` (of `kind`: lat->fastest or lat->chosen) that fit into
+ * out; *least their fastest step. */
+static int smaller_plans(struct lattice *lat, struct choice_snapshot *kind, int actions,
+                         const struct choice_snapshot **out, double *least)
 {
+    int n = 0;
+    *least = INFINITY;
+    for (int b = 1; b < actions; b++)
+        if ((b & actions) == b && lat->rc[b] == ERR_OK) {
+            out[n++] = &kind[b];
+            *least = kind[b].ms < *least ? kind[b].ms : *least;
+        }
+    return n;
+}
+
+/* The fastest plan of a set of actions: the search's, whose candidates include every
+ * smaller set's fastest plan, so that it is never slower than any of them (with --arena,
+ * where the search's plan does not fit its arena, the fastest of them). ERR_NOFIT when
+ * nothing fits. */
+static int fastest_plan(struct plan *p, const struct plan_options *o, int actions,
+                        struct lattice *lat, struct err *e)
+{
+    const struct choice_snapshot *seeds[LATTICE_SETS];
+    double least;
+    int n = smaller_plans(lat, lat->fastest, actions, seeds, &least);
+    int rc = search_actions(p, o, actions, lat, seeds, n, e);
+    struct choice_snapshot *mine = &lat->fastest[actions];
+    if (rc == ERR_OK && choice_save(p, o, mine, e))
+        return e->code;
+    if ((rc == ERR_NOFIT || !(mine->ms <= least)) && n > 0) { /* a smaller set's, then */
+        choice_free(mine);
+        for (int i = 0; i < n; i++)
+            if (seeds[i]->ms == least)
+                choice_restore(p, seeds[i]);
+        err_clear(e);
+        return choice_save(p, NULL, mine, e);
+    }
+    if (rc == ERR_OK && isinf(mine->ms))
+        rc = ERR_NOFIT; /* a stage's arena does not fit: dispatch.c says which */
+    return rc;
+}
+
+/* From the fastest plan of a set of actions, the simplest within --min-gain of it and no
+ * slower than any smaller set's choice (choice.h): exact where every combination can be
+ * tried (offload_simplest), else by taking the alternatives' choices stage by stage (the
+ * smaller sets' plans and each stage's least recompute, whole layers or not, or nothing
+ * changed). */
+static int simplest_plan(struct plan *p, const struct plan_options *o, int actions,
+                         struct lattice *lat, struct err *e)
+{
+    const struct choice_snapshot *alts[2 * LATTICE_SETS + 3];
+    double least, ignored, fastest = lat->fastest[actions].ms;
+    int n = smaller_plans(lat, lat->chosen, actions, alts, &least), done = 0;
+    n += smaller_plans(lat, lat->fastest, actions, alts + n, &ignored);
+    for (int b = 0; b < lat->n_base; b++) /* with recompute, each stage's least; else none */
+        if ((b > 0) == ((actions & PLAN_ACTION_RECOMPUTE) != 0))
+            alts[n++] = &lat->base[b];
     struct plan_options oa = *o;
-    int done = 0;
     oa.actions = actions;
-    double from = o->gain_from_ms > 0 && o->gain_from_ms < lat_fastest ? o->gain_from_ms
-                                                                        : lat_fastest;
+    double from = o->gain_from_ms > 0 && o->gain_from_ms < fastest ? o->gain_from_ms : fastest;
     double cap = choice_cap(from, o->min_gain);
     cap = cap < least ? cap : least;
+    choice_restore(p, &lat->fastest[actions]);
     if (o->arena == NULL && offload_simplest(p, &oa, cap, &done, e))
         return e->code;
     return done ? ERR_OK : choice_simplify(p, o, alts, n, cap, e);
 }
 
-/* The plan of a set of actions: the search's, whose candidates include every smaller set's
- * plan, so that it is never slower than any of them (with --arena, where the search's plan
- * does not fit its arena, the fastest of them); then the simplest within --min-gain of it
- * and no slower than any of them (choice.h). ERR_NOFIT when nothing fits. */
+/* A set of actions' fastest plan and --min-gain's choice, the smaller sets' first. */
 static int lattice_plan(struct plan *p, const struct plan_options *o, int actions,
                         struct lattice *lat, struct err *e)
 {
-    const struct choice_snapshot *alts[LATTICE_SETS + 3];
-    int n = 0, rc;
-    double least = INFINITY;
+    int rc;
     if (lat->rc[actions] >= 0)
         return lat->rc[actions];
     for (int bit = 1; bit < LATTICE_SETS; bit <<= 1)
@@ -252,42 +298,12 @@ static int lattice_plan(struct plan *p, const struct plan_options *o, int action
             (rc = lattice_plan(p, o, actions & ~bit, lat, e)) != ERR_OK && rc != ERR_NOFIT)
             return rc;
     err_clear(e);
-    for (int b = 1; b < actions; b++) /* every smaller set's plan that fits */
-        if ((b & actions) == b && lat->rc[b] == ERR_OK) {
-            alts[n++] = &lat->plan[b];
-            least = lat->plan[b].ms < least ? lat->plan[b].ms : least;
-        }
-    int seeds = n;
-    rc = search_actions(p, o, actions, lat, alts, seeds, e);
-    if (rc != ERR_OK && rc != ERR_NOFIT)
-        return rc;
-    struct choice_snapshot *mine = &lat->plan[actions];
-    if (rc == ERR_OK && choice_save(p, o, mine, e))
-        return e->code;
-    if ((rc == ERR_NOFIT || !(mine->ms <= least)) && seeds > 0) { /* a smaller set's, then */
-        for (int i = 0; i < seeds; i++)
-            if (alts[i]->ms == least)
-                choice_restore(p, alts[i]);
-        err_clear(e);
-        rc = ERR_OK;
-    } else if (rc == ERR_OK && isinf(mine->ms)) {
-        rc = ERR_NOFIT; /* a stage's arena does not fit: dispatch.c says which */
-    }
-    choice_free(mine);
-    lat->rc[actions] = rc;
-    if (rc != ERR_OK)
-        return rc;
-    /* with recompute, each stage's least (which keeps everything where the knapsack's memory
-     * units allow it); without, nothing changed */
-    for (int b = 0; b < lat->n_base; b++)
-        if ((b > 0) == ((actions & PLAN_ACTION_RECOMPUTE) != 0))
-            alts[n++] = &lat->base[b];
-    if (sim_plan_ms(p, &lat->fastest[actions], e) ||
-        (o->min_gain > 0 &&
-         simplest(p, o, actions, lat->fastest[actions], alts, n, least, e)) ||
-        choice_save(p, NULL, mine, e))
-        return lat->rc[actions] = e->code;
-    return ERR_OK;
+    rc = fastest_plan(p, o, actions, lat, e);
+    if (rc == ERR_OK && o->min_gain > 0)
+        rc = simplest_plan(p, o, actions, lat, e);
+    if (rc == ERR_OK)
+        rc = choice_save(p, NULL, &lat->chosen[actions], e);
+    return lat->rc[actions] = rc;
 }
 
 /* Ballast's own with the split fixed: the least simulated iteration time over every action
@@ -300,8 +316,8 @@ static int method_optimal(struct plan *p, const struct plan_options *o, struct e
     if (rc == ERR_OK)
         rc = lattice_plan(p, o, o->actions, &lat, e);
     if (rc == ERR_OK) {
-        const struct choice_snapshot *chosen = &lat.plan[o->actions];
-        double fastest = lat.fastest[o->actions];
+        const struct choice_snapshot *chosen = &lat.chosen[o->actions];
+        double fastest = lat.fastest[o->actions].ms;
         choice_restore(p, chosen);
         p->min_gain = o->min_gain;
         p->fastest_ms = chosen->ms > choice_cap(fastest, 0) ? fastest : 0;

@@ -69,8 +69,10 @@ static void instance_random(struct instance *in, struct test_rng *r, int S, int 
     }
 }
 
-/* --repartition for check_subsets (exact: search gap 0). */
+/* --repartition for check_subsets (exact: search gap 0), and the knapsack's memory unit (0:
+ * the default). */
 static int repartition;
+static int64_t unit;
 
 static int plan_gain(const struct instance *in, int actions, double min_gain,
                      const struct arena_options *arena, struct plan *p)
@@ -84,6 +86,7 @@ static int plan_gain(const struct instance *in, int actions, double min_gain,
     o.arena = arena;
     o.repartition = repartition;
     o.search_gap = 0;
+    o.unit_bytes = unit > 0 ? unit : o.unit_bytes;
     int rc = planner_make(&in->c, &o, p, &e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         printf("\nplanner: %s\n", e.msg);
@@ -133,8 +136,12 @@ static void test_superset_never_slower(void)
         int S = (int)test_rng_int(&rng, 1, 5), per = (int)test_rng_int(&rng, 1, 8);
         instance_random(&in, &rng, S, per, (int)test_rng_int(&rng, S, 3 * S),
                         trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B);
+        /* now and then a coarse knapsack unit: the least recompute it finds is then not the
+         * least a search by bytes finds */
+        unit = trial % 3 == 2 ? test_rng_int(&rng, 64, 1024) << 20 : 0;
         compared += check_subsets(&in, 0, NULL, ALL_ACTIONS, &faster);
         compared += check_subsets(&in, PLAN_MIN_GAIN_DEFAULT, NULL, ALL_ACTIONS, &faster);
+        unit = 0;
         instance_free(&in);
     }
     printf(" [%d pairs, %d faster with more actions] ", compared, faster);

@@ -1,5 +1,7 @@
 #include "plan_instance.h"
 
+#define GIB_BYTES ((int64_t)1 << 30)
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,32 @@ void instance_attn_option(struct layer_cost *c, struct test_rng *r)
     c->options[0].transient_bytes = c->act_bytes / 2;
     c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
     c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+}
+
+void instance_mlp_option(struct layer_cost *c, struct test_rng *r)
+{
+    c->n_options = 2;
+    snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
+    c->options[1].transient_bytes = c->act_bytes / 4;
+    c->options[1].kept_bytes = c->act_bytes - c->options[1].transient_bytes;
+    c->options[1].recompute_ms = c->fwd_ms * test_rng_double(r, 0.05, 0.3);
+}
+
+void instance_split_layer(struct layer_cost *c, struct test_rng *r)
+{
+    c->fwd_ms = test_rng_double(r, 1, 4);
+    c->bwd_ms = 2 * c->fwd_ms;
+    c->has_split = 1;
+    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB_BYTES;
+    c->optimizer_bytes = 2 * c->grad_bytes;
+    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
+    c->optimizer_ms = test_rng_double(r, 0.5, 8);
+    c->host_optimizer_ms = test_rng_double(r, 1, 30);
+    c->act_bytes = test_rng_int(r, 2, 8) * GIB_BYTES;
+    c->ckpt_bytes = c->act_bytes / 8;
+    c->out_bytes = c->ckpt_bytes;
+    c->workspace_bytes = GIB_BYTES / 4;
+    instance_attn_option(c, r);
 }
 
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p)

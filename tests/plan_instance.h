@@ -23,6 +23,12 @@ void instance_free(struct instance *in);
 /* The layer's one partial option, "attn": half its activations, regenerated in 10-50% of its
  * forward (at random), after its fwd_ms and act_bytes are set. */
 void instance_attn_option(struct layer_cost *c, struct test_rng *r);
+/* The layer's second partial option, "mlp": a quarter of its activations, regenerated in
+ * 5-30% of its forward (at random); after instance_attn_option. */
+void instance_mlp_option(struct layer_cost *c, struct test_rng *r);
+/* A layer at random whose state splits (param and grad k GiB, optimizer 2k: fp32's
+ * proportions), 2-8 GiB of activations, one partial option (instance_attn_option). */
+void instance_split_layer(struct layer_cost *c, struct test_rng *r);
 /* planner_make with the default options but `actions`, `verify` and --min-gain 0 (the
  * exact optimum). */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);

@@ -20,31 +20,6 @@
 #define GIB ((int64_t)1 << 30)
 #define ALL_ACTIONS (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)
 
-/* A layer whose state splits (fp32's proportions), with one or two partial options. */
-static void layer_make(struct layer_cost *c, struct test_rng *r, int options)
-{
-    c->fwd_ms = test_rng_double(r, 1, 4);
-    c->bwd_ms = 2 * c->fwd_ms;
-    c->has_split = 1;
-    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB;
-    c->optimizer_bytes = 2 * c->grad_bytes;
-    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
-    c->optimizer_ms = test_rng_double(r, 0.2, 4);
-    c->host_optimizer_ms = test_rng_double(r, 0.5, 12);
-    c->act_bytes = test_rng_int(r, 2, 8) * GIB;
-    c->ckpt_bytes = c->act_bytes / 8;
-    c->out_bytes = c->ckpt_bytes;
-    c->workspace_bytes = GIB / 4;
-    instance_attn_option(c, r);
-    if (options > 1) { /* an `mlp` option: a smaller share, a cheaper recompute */
-        c->n_options = 2;
-        snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
-        c->options[1].transient_bytes = c->act_bytes / 4;
-        c->options[1].kept_bytes = c->act_bytes - c->options[1].transient_bytes;
-        c->options[1].recompute_ms = c->fwd_ms * test_rng_double(r, 0.05, 0.3);
-    }
-}
-
 /* S stages of `per` layers, M micro-batches, host links from slower than the layers to far
  * faster, each stage's device memory at random between what it needs with its optimizer on
  * the host and every layer recomputed and what it needs keeping everything. */
@@ -54,8 +29,11 @@ static void instance_random(struct instance *in, struct test_rng *r, int S, int 
     instance_init(in, S * per, S, sched, M, pow(10, test_rng_double(r, 1, 4)),
                   test_rng_int(r, 4, 200) * GIB);
     int options = (int)test_rng_int(r, 1, 2);
-    for (int l = 0; l < S * per; l++)
-        layer_make(&in->prof.layers[l], r, options);
+    for (int l = 0; l < S * per; l++) {
+        instance_split_layer(&in->prof.layers[l], r);
+        if (options > 1)
+            instance_mlp_option(&in->prof.layers[l], r);
+    }
     for (int s = 0; s < S; s++) {
         struct cluster_stage *st = &in->c.stages[s];
         int64_t least = GIB / 2, most = GIB;
@@ -444,7 +422,7 @@ static void split_instance(struct instance *in, struct test_rng *r, int n, int S
     instance_init(in, n, S, r->s % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B, M, 100, 0);
     int64_t most = 0;
     for (int l = 0; l < n; l++) {
-        layer_make(&in->prof.layers[l], r, 1);
+        instance_split_layer(&in->prof.layers[l], r);
         in->prof.layers[l].n_options = 0;
         /* a few layers far faster: splits of the same step around the slowest stage */
         if (test_rng_int(r, 0, 1) == 0) {
@@ -579,32 +557,28 @@ static void test_repartition_min_gain(void)
 
 /* ---- issue 24 item 8: the default split, --micro-batches auto, --global-batch ---- */
 
+/* cluster_default_split of n layers of model m over S stages against want's ranges. */
+static void check_split(const struct model *m, int n, int S, const int want[][2])
+{
+    for (int s = 0; s < S; s++) {
+        int first, last;
+        cluster_default_split(m, n, S, s, &first, &last);
+        CU_ASSERT(first == want[s][0] && last == want[s][1]);
+    }
+}
+
 /* Blocks dealt evenly, the embedding with the first stage and the head with the last, the
  * remainder to the middle stages; a custom model's layers (or too few blocks) evenly. */
 static void test_default_split(void)
 {
-    struct model gpt = {.kind = MODEL_KIND_GPT, .n_layer = 32}, custom = {.kind = MODEL_KIND_CUSTOM};
-    static const int want32[4][2] = {{0, 8}, {9, 16}, {17, 24}, {25, 33}};
-    static const int want30[4][2] = {{0, 7}, {8, 15}, {16, 23}, {24, 31}}; /* 7, 8, 8, 7 */
-    static const int want_custom[3][2] = {{0, 2}, {3, 5}, {6, 9}};
-    static const int want_few[3][2] = {{0, 0}, {1, 1}, {2, 3}}; /* 2 blocks on 3 stages */
-    for (int s = 0; s < 4; s++) {
-        int first, last;
-        cluster_default_split(&gpt, 34, 4, s, &first, &last);
-        CU_ASSERT(first == want32[s][0] && last == want32[s][1]);
-        gpt.n_layer = 30;
-        cluster_default_split(&gpt, 32, 4, s, &first, &last);
-        CU_ASSERT(first == want30[s][0] && last == want30[s][1]);
-        gpt.n_layer = 32;
-    }
-    for (int s = 0; s < 3; s++) {
-        int first, last;
-        cluster_default_split(&custom, 10, 3, s, &first, &last);
-        CU_ASSERT(first == want_custom[s][0] && last == want_custom[s][1]);
-        gpt.n_layer = 2;
-        cluster_default_split(&gpt, 4, 3, s, &first, &last);
-        CU_ASSERT(first == want_few[s][0] && last == want_few[s][1]);
-    }
+    struct model gpt32 = {.kind = MODEL_KIND_GPT, .n_layer = 32};
+    struct model gpt30 = {.kind = MODEL_KIND_GPT, .n_layer = 30};
+    struct model gpt2 = {.kind = MODEL_KIND_GPT, .n_layer = 2};
+    struct model custom = {.kind = MODEL_KIND_CUSTOM};
+    check_split(&gpt32, 34, 4, (const int[][2]){{0, 8}, {9, 16}, {17, 24}, {25, 33}});
+    check_split(&gpt30, 32, 4, (const int[][2]){{0, 7}, {8, 15}, {16, 23}, {24, 31}}); /* 7 8 8 7 */
+    check_split(&custom, 10, 3, (const int[][2]){{0, 2}, {3, 5}, {6, 9}});
+    check_split(&gpt2, 4, 3, (const int[][2]){{0, 0}, {1, 1}, {2, 3}}); /* 2 blocks, 3 stages */
     /* a shipped cluster without "layers" (Llama-2 7B's 32 blocks on 8 stages): 4 blocks each */
     struct cluster c;
     struct err e;

@@ -242,6 +242,7 @@ static int run_method(const struct cluster *c, int method, const struct device_t
     struct plan p;
     struct sim_result sim;
     plan_options_default(&o);
+    o.min_gain = 0; /* bench.h: each method's fastest plan */
     if (plan_method_parse(bench_method_names[method], &o, e))
         return e->code;
     struct timespec t0, t1;

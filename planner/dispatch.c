@@ -303,7 +303,9 @@ static double plan_fastest(const struct plan *p)
  * that arrangement (methods.c), which is --repartition's plan without offload. The search's
  * bound holds for recompute only, so a plan that offloads (or hosts an optimizer) carries no
  * search or gap. The optimizer on the host is chosen the same way, per stage, after the
- * search. */
+ * search. With --min-gain the arrangement is the search's simplest within the margin and the
+ * actions' margin is measured from the fastest split found (one margin, not two); the gap is
+ * still the plan's own step against the certified bound, and fastest_ms the fastest found. */
 static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {

@@ -63,7 +63,7 @@ struct plan_options {
     /* optimal (--min-gain): an optional action (offload, the host optimizer, a partial
      * recompute, an uneven split) is taken only where it shortens the step by at least this
      * share of it: of the plans within that margin of the fastest, the simplest (choice.h).
-     * 0: the fastest, ties (to floating-point noise) to the simplest. */
+     * 0: the fastest (ties within floating-point noise go to the device, as every search's). */
     double min_gain;
     /* The step min_gain is measured from where a faster plan was found before this one was
      * planned (--repartition's fastest split, for the plan of the split it chose); 0: the

@@ -555,6 +555,46 @@ static void test_repartition_min_gain(void)
     CU_ASSERT(simplified >= 3);
 }
 
+/* --min-gain on the command line: a share or a percentage, the plan's min_gain and
+ * fastest_ms written and read back, the table's line; bad values and other methods refused. */
+static void test_min_gain_cli(void)
+{
+    char args[2048], *out = NULL, *err = NULL;
+    const char *file = test_path("mg.json");
+    struct plan p, q;
+    struct err e;
+    err_clear(&e);
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/h100-a100-l4-16.json --min-gain 0.5%% -o %s",
+             BALLAST_SOURCE_DIR, file);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out && strstr(out, "min-gain 0.5%: the fastest plan found steps"));
+    free(out);
+    CU_ASSERT_FATAL(plan_load(file, &p, &e) == ERR_OK);
+    CU_ASSERT(p.min_gain == 0.005 && p.fastest_ms > 0 && p.fastest_ms < p.iteration_ms &&
+              p.iteration_ms <= p.fastest_ms * 1.005);
+    snprintf(args, sizeof args,
+             "plan --cluster %s/configs/clusters/h100-a100-l4-16.json --min-gain 0 --quiet -o %s",
+             BALLAST_SOURCE_DIR, file);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    CU_ASSERT_FATAL(plan_load(file, &q, &e) == ERR_OK);
+    CU_ASSERT(q.min_gain == 0 && q.fastest_ms == 0 && q.iteration_ms == p.fastest_ms);
+    plan_free(&p);
+    plan_free(&q);
+    static const char *const bad[][2] = {{"--min-gain 1", "--min-gain: \"1\""},
+                                         {"--min-gain -0.1", "--min-gain"},
+                                         {"--min-gain 5x", "--min-gain: \"5x\""},
+                                         {"--method patent --min-gain 0.01", "optimal only"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "plan --cluster %s/configs/clusters/cpu-3.json %s",
+                 BALLAST_SOURCE_DIR, bad[i][0]);
+        CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+        CU_ASSERT(err && strstr(err, bad[i][1]));
+        free(err);
+        err = NULL;
+    }
+}
+
 /* ---- issue 24 item 8: the default split, --micro-batches auto, --global-batch ---- */
 
 /* cluster_default_split of n layers of model m over S stages against want's ranges. */
@@ -761,6 +801,7 @@ int main(void)
     CU_add_test(s, "--min-gain against brute force", test_min_gain_against_brute_force);
     CU_add_test(s, "floating-point noise: the device wins", test_noise_ties);
     CU_add_test(s, "--min-gain and --repartition", test_repartition_min_gain);
+    CU_add_test(s, "--min-gain on the command line", test_min_gain_cli);
     CU_add_test(s, "the default split", test_default_split);
     CU_add_test(s, "--micro-batches auto keeps ZeRO-1", test_auto_keeps_zero1);
     CU_add_test(s, "... and a measured profile's groups", test_auto_measured_groups);

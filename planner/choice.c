@@ -16,21 +16,28 @@ static int blocks_in(const struct model *m, int first, int last)
     return n;
 }
 
+/* Blocks of stage s, holding layers first..last, away from its share in the default split. */
+static int stage_off(const struct model *m, int n_layers, int n_stages, int s, int first,
+                     int last)
+{
+    int a, b;
+    cluster_default_split(m, n_layers, n_stages, s, &a, &b);
+    int d = blocks_in(m, first, last) - blocks_in(m, a, b);
+    return d < 0 ? -d : d;
+}
+
 int choice_imbalance(const struct model *m, int n_layers, int n_stages, const int *first)
 {
     int off = 0;
-    for (int s = 0; s < n_stages; s++) {
-        int a, b, last = s + 1 < n_stages ? first[s + 1] - 1 : n_layers - 1;
-        cluster_default_split(m, n_layers, n_stages, s, &a, &b);
-        int d = blocks_in(m, first[s], last) - blocks_in(m, a, b);
-        off += d < 0 ? -d : d;
-    }
+    for (int s = 0; s < n_stages; s++)
+        off += stage_off(m, n_layers, n_stages, s, first[s],
+                         s + 1 < n_stages ? first[s + 1] - 1 : n_layers - 1);
     return off;
 }
 
 void choice_key_of(const struct plan *p, const struct plan_options *o, struct choice_key *k)
 {
-    int *first = malloc((size_t)p->n_stages * sizeof *first);
+    int n_layers = p->stages[p->n_stages - 1].last + 1;
     *k = (struct choice_key){0};
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
@@ -40,14 +47,9 @@ void choice_key_of(const struct plan *p, const struct plan_options *o, struct ch
                           st->recompute[l] >= COST_OPTION;
             k->recomputed += st->recompute[l] != COST_KEEP;
         }
-        if (first != NULL)
-            first[s] = st->first;
+        k->imbalance += stage_off(&p->model, n_layers, p->n_stages, s, st->first, st->last);
     }
-    int n_layers = p->stages[p->n_stages - 1].last + 1;
-    /* without memory for the split the key leaves balance out: every plan compares alike */
-    k->imbalance = first != NULL ? choice_imbalance(&p->model, n_layers, p->n_stages, first) : 0;
     k->framework = o->prefer != NULL ? o->prefer(p, o->prefer_ctx) : 0;
-    free(first);
 }
 
 int choice_key_cmp(const struct choice_key *a, const struct choice_key *b)
@@ -212,8 +214,12 @@ int choice_simplify(struct plan *p, const struct plan_options *o,
     struct choice_key key, k;
     struct choice_snapshot now;
     double ms;
-    if (copy_choices(p, &now, e) || sim_plan_ms(p, &ms, e))
+    if (copy_choices(p, &now, e))
         return e->code;
+    if (sim_plan_ms(p, &ms, e)) {
+        choice_free(&now);
+        return e->code;
+    }
     choice_key_of(p, o, &key);
     /* whole plans first (one may differ in every stage): the simplest within the cap, ties
      * by the shorter step, and any within it where p is not */

@@ -20,6 +20,7 @@ static void help(void)
            "         [--resume DIR] [--quiet]\n"
            "         [--init FILE.safetensors] [--save-weights FILE.safetensors]\n"
            "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n"
+           "         [--check-arena] [--host-link-gbps RATE]\n"
            "       mpirun -np S ballast train --share SHARE.json [--slice K] [--switch share|full]\n"
            "         [--steps N] [--metrics FILE] ...\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
@@ -56,12 +57,13 @@ static void help(void)
            "  --slice K         steps of a job before switching to the next (default 1)\n"
            "  --switch M        share (default): a switch moves nothing; full: the baseline that\n"
            "                    copies a job's device state to host and back at each switch\n"
-           "  --check-arena     with a plan whose stages lay out an arena (plan --arena): fail\n"
-           "                    if two objects in use at once share a byte\n"
+           "  --check-arena     with a plan whose stages lay out an arena (planned with an\n"
+           "                    arena): fail if two objects in use at once share a byte\n"
            "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
            "                    names the rank that went silent and stops the job (exit 1)\n"
-           "  --host-link-gbps X  CPU stages: copies to and from host memory (offload) take\n"
-           "                    as long as on an X Gbit/s link (a PCIe link, emulated)\n\n"
+           "  --host-link-gbps RATE  CPU stages: copies to and from host memory (offload) take\n"
+           "                    as long as on a link of RATE (\"100Gbps\", \"16GB/s\"; a number\n"
+           "                    alone is Gbit/s): a PCIe link, emulated\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
            TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
@@ -74,6 +76,7 @@ enum opt_kind {
     OPT_INT,    /* int in [lo, hi] */
     OPT_SEED,   /* uint64_t in [lo, LONG_MAX] */
     OPT_REAL,   /* double in (lo, hi] (lo excluded: rates and times are positive) */
+    OPT_GBPS,   /* the same, a rate in Gbit/s with or without a unit ("100Gbps", "50GB/s") */
     OPT_CHOICE, /* const char *: one of `choices` */
     OPT_FLAG,   /* int set to 1; takes no value */
 };
@@ -105,7 +108,7 @@ static const struct opt opts[] = {
     {"--seed", OPT_SEED, AT(seed), 0, 0, "an integer >= 0", NULL},
     {"--lr", OPT_REAL, AT(lr), 0, 1 - 0x1p-53, "a number in (0, 1)", NULL},
     {"--timeout", OPT_REAL, AT(timeout_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
-    {"--host-link-gbps", OPT_REAL, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
+    {"--host-link-gbps", OPT_GBPS, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
     {"--device", OPT_CHOICE, AT(device), 0, 0, "auto, cpu or cuda", "|auto|cpu|cuda|"},
     {"--transport", OPT_CHOICE, AT(transport), 0, 0, "auto, mpi or nccl", "|auto|mpi|nccl|"},
     {"--switch", OPT_CHOICE, 0, 0, 0, "share or full", "|share|full|"},
@@ -114,6 +117,16 @@ static const struct opt opts[] = {
     {"--check-arena", OPT_FLAG, AT(check_arena), 0, 0, NULL, NULL},
 };
 #undef AT
+
+const struct cli_opt cmd_train_options[] = {
+    {"--plan", CLI_VALUE},      {"--share", CLI_VALUE},        {"--data", CLI_VALUE},
+    {"--metrics", CLI_VALUE},   {"--trace", CLI_VALUE},        {"--save", CLI_VALUE},
+    {"--init", CLI_VALUE},      {"--save-weights", CLI_VALUE}, {"--resume", CLI_VALUE},
+    {"--steps", CLI_VALUE},     {"--slice", CLI_VALUE},        {"--save-every", CLI_VALUE},
+    {"--threads", CLI_VALUE},   {"--seed", CLI_VALUE},         {"--lr", CLI_VALUE},
+    {"--timeout", CLI_VALUE},   {"--host-link-gbps", CLI_VALUE}, {"--device", CLI_VALUE},
+    {"--transport", CLI_VALUE}, {"--switch", CLI_VALUE},       {"--data-format", CLI_VALUE},
+    {"--quiet", CLI_FLAG},      {"--check-arena", CLI_FLAG},   {NULL, CLI_FLAG}};
 
 /* Whether `v` is one of `choices` ("|a|b|c|"). */
 static int is_choice(const char *v, const char *choices)
@@ -149,7 +162,9 @@ static int set_option(const struct opt *k, const char *v, struct train_options *
             *(uint64_t *)field = (uint64_t)n;
         return ERR_OK;
     case OPT_REAL:
-        if (cli_parse_double(v, &x) || !(x > k->lo && x <= k->hi))
+    case OPT_GBPS:
+        if ((k->kind == OPT_REAL ? cli_parse_double(v, &x) : cli_parse_gbps(v, &x)) ||
+            !(x > k->lo && x <= k->hi))
             break;
         *(double *)field = x;
         return ERR_OK;

@@ -70,6 +70,8 @@ struct plan_search {
     int exhausted;      /* 1: searched to the end, the plan is optimal */
     double lower_bound; /* certified: no split and order is faster (ms) */
     double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
+    double fastest_ms;   /* the fastest split found, recompute only (not saved): the split
+                            returned may be a simpler one (--min-gain) */
 };
 
 struct plan {
@@ -87,6 +89,9 @@ struct plan {
     struct plan_verify verify;
     double optimality_gap; /* < 0: not reported */
     struct plan_search search;
+    /* --min-gain (planner/choice.h): the margin the plan was chosen with (0: the fastest),
+     * and the fastest step found, when this plan is a simpler, slower one (0: not) */
+    double min_gain, fastest_ms;
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cluster.h"
 #include "estimate.h"
+#include "framework.h"
 #include "plan_arena.h"
 #include "planner.h"
 #include "pool.h"
@@ -14,7 +15,8 @@ static void help(void)
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
            "                    [--repartition [--search-nodes N] [--time-limit S] [--search-gap G]]\n"
            "                    [--whole-layers]\n"
-           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
+           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--for FRAMEWORK]\n"
+           "                    [--export FRAMEWORK]\n"
            "                    [--quiet]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
@@ -57,8 +59,12 @@ static void help(void)
            "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
-           "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
-           "                   standard output (the table goes to standard error)\n"
+           "  --for F          plan what framework F runs: ballast (default), megatron (per-rank\n"
+           "                   recompute), megatron-cli (one setting), nemo, nemo-cli,\n"
+           "                   colossalai or flagscale: its recompute forms and split, on its\n"
+           "                   activation model (docs/frameworks.md)\n"
+           "  --export F       print the plan as framework F's settings on standard output (the\n"
+           "                   table goes to standard error): ballast export's shortcut\n"
            "  --quiet          no table\n"
            "  --share J1 J2 ...  jobs time-sharing the same devices (each a cluster file over the\n"
            "                   same stages, with its method after a colon, else --method): each\n"
@@ -80,7 +86,7 @@ static void help(void)
 
 /* What the command line asks for. */
 struct plan_args {
-    const char *cluster_file, *out_file, *export_format;
+    const char *cluster_file, *out_file, *export_format, *for_framework;
     struct plan_options o;
     int quiet, auto_micro;
     char **share; /* --share: the job arguments */
@@ -126,12 +132,15 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
                                v);
     else if (strcmp(name, "--global-batch") == 0 && cli_parse_int(v, 1, 1 << 20, &a->global_batch))
         return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1", v);
-    else if (strcmp(name, "--export") == 0 && strcmp(v, "colossalai") && strcmp(v, "nemo") &&
-             strcmp(v, "megatron") && strcmp(v, "flagscale"))
-        return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo, megatron "
-                               "or flagscale", v);
+    else if ((strcmp(name, "--export") == 0 || strcmp(name, "--for") == 0) &&
+             framework_find(v, NULL) == NULL)
+        return cli_usage_error("plan", "%s: \"%s\", expected %s", name, v, framework_names());
+    else if (strcmp(name, "--export") == 0 && framework_is_ballast(framework_find(v, NULL)))
+        return cli_usage_error("plan", "--export: \"%s\" is Ballast's own plan file (-o)", v);
     else if (strcmp(name, "--export") == 0)
         a->export_format = v;
+    else if (strcmp(name, "--for") == 0)
+        o->framework = framework_find(v, NULL);
     return ERR_OK;
 }
 
@@ -142,7 +151,7 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
                                         "--search-gap", "--micro-batches", "--global-batch",
-                                        "--export", "--actions"};
+                                        "--export", "--actions", "--for"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -176,6 +185,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
     a->o.estimate = estimate_profile; /* profiles at other micro-batch sizes */
+    a->o.estimate_for = estimate_for_framework; /* --for: the framework's activations */
     plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;
@@ -200,9 +210,10 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
             return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
     }
     if (a->share != NULL && (a->n_share == 0 || a->cluster_file != NULL || a->export_format ||
-                             a->auto_micro || a->micro_batches))
-        return cli_usage_error("plan", "--share takes one or more job files, and no --cluster, "
-                               "--export or --micro-batches");
+                             a->auto_micro || a->micro_batches ||
+                             !framework_is_ballast(a->o.framework)))
+        return cli_usage_error("plan", "--share takes one or more job files (jobs Ballast "
+                               "runs), and no --cluster, --for, --export or --micro-batches");
     if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
@@ -224,13 +235,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
 }
 
 /* Loads the cluster and plans it. */
-static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optimizer,
-                     struct err *e)
+static int make_plan(const struct plan_args *a, struct plan *p, struct err *e)
 {
     struct cluster c;
     if (cluster_load(a->cluster_file, &c, e))
         return e->code;
-    *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
     cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
@@ -250,14 +259,14 @@ static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optim
 }
 
 /* The table, the export and the plan file. */
-static int write_outputs(const struct plan_args *a, const struct plan *p, int shard_optimizer,
-                         struct err *e)
+static int write_outputs(const struct plan_args *a, const struct plan *p, struct err *e)
 {
     if (!a->quiet)
         planner_print(a->export_format ? stderr : stdout, p);
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
-    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, shard_optimizer, e))
+    if (a->export_format != NULL &&
+        cli_export(p, 1, a->export_format, NULL, NULL, NULL, a->out_file ? a->out_file : "", e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))
         return e->code;
@@ -280,10 +289,12 @@ int cmd_plan(int argc, char **argv)
         pool_file_check(a.cluster_file, &pool, &e))
         return cli_fail("plan", &e);
     if (pool && (pipelines > 0 || a.export_format || a.auto_micro || a.micro_batches ||
-                 a.arena.on || a.o.method != METHOD_OPTIMAL))
+                 a.arena.on || a.o.method != METHOD_OPTIMAL ||
+                 !framework_is_ballast(a.o.framework)))
         return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
-                               "repartitions every candidate), no --export, --micro-batches or "
-                               "--arena, and no \"pipelines\" in the file");
+                               "repartitions every candidate) for Ballast, no --for, --export, "
+                               "--micro-batches or --arena, and no \"pipelines\" in the file "
+                               "(ballast export --to F re-plans its answer's settings for F)");
     if (pool)
         return cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
     if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
@@ -291,10 +302,9 @@ int cmd_plan(int argc, char **argv)
                                "--micro-batches or --arena (plan each pipeline for those)");
     if (pipelines > 0)
         return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
-    int shard_optimizer = 0;
-    if (make_plan(&a, &p, &shard_optimizer, &e))
+    if (make_plan(&a, &p, &e))
         return cli_fail("plan", &e);
-    if (write_outputs(&a, &p, shard_optimizer, &e)) {
+    if (write_outputs(&a, &p, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);
     }

@@ -8,6 +8,8 @@ static const struct cli_command commands[] = {
     {"profile", "measure (or estimate) every layer's time and memory on a device", cmd_profile},
     {"plan", "choose each stage's recomputed layers so every stage fits", cmd_plan},
     {"simulate", "simulate a plan's pipeline schedule: iteration time, bubble, trace", cmd_simulate},
+    {"export", "a plan as Megatron-LM, NeMo, ColossalAI or FlagScale settings", cmd_export},
+    {"check", "score a framework configuration against the best plan for it", cmd_check},
     {"bench", "every method on the same clusters and models: tables and plots", cmd_bench},
     {"train", "train a plan's GPT, one MPI rank per stage (mpirun -np S)", cmd_train},
 };

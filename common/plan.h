@@ -72,8 +72,18 @@ struct plan_search {
     double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
 };
 
+/* What a plan is for and what its layer costs assume ("framework" in the file; absent: Ballast's
+ * own runtime with the model's attention kernel). */
+#define PLAN_FRAMEWORK_MAX 16
+struct plan_framework {
+    char target[PLAN_FRAMEWORK_MAX];      /* planned for (--for): "ballast" or a framework */
+    char activations[PLAN_FRAMEWORK_MAX]; /* whose activation model the layer costs are */
+    enum model_attention attention;       /* the attention kernel they assume */
+};
+
 struct plan {
     char method[PLAN_METHOD_MAX];
+    struct plan_framework framework;
     enum schedule schedule;
     int micro_batches;
     int bottleneck_stage;  /* largest stage_ms */

@@ -10,6 +10,8 @@
 #include "plan.h"
 
 struct arena_options;
+struct framework;
+struct fw_candidate;
 
 enum plan_method {
     METHOD_NONE,        /* nothing recomputed */
@@ -33,6 +35,12 @@ enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTI
  * estimate, estimate_profile in models/estimate.h). */
 typedef int (*plan_estimate_fn)(const struct device_table *t, const struct device_spec *d,
                                 const struct model *m, struct profile *out, struct err *e);
+
+/* Turns an estimated profile of model m on device d into what `framework` keeps
+ * (estimate_for_framework in models/estimate.h). */
+typedef int (*plan_estimate_for_fn)(const struct device_table *t, const struct device_spec *d,
+                                    const struct model *m, const char *framework,
+                                    struct profile *p, struct err *e);
 
 struct plan_options {
     enum plan_method method;
@@ -59,6 +67,15 @@ struct plan_options {
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;
+    /* --for: the framework the plan is for (planner/framework.h): only what it can run is
+     * searched, on its activation model (plan_for.c); NULL: Ballast's own */
+    const struct framework *framework;
+    /* how an estimated profile becomes the framework's activation model (the CLI passes
+     * estimate_for_framework); NULL: only profiles made --for it are taken */
+    plan_estimate_for_fn estimate_for;
+    /* the repartition search's per-range costs from one setting of the framework (plan_for.c
+     * sets it while it searches); NULL: the knapsack */
+    const struct fw_candidate *framework_range;
 };
 
 void plan_options_default(struct plan_options *o);
@@ -94,13 +111,5 @@ void planner_print_offload(FILE *f, const struct plan *p);
  * (NULL: silent). */
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e);
-
-/* The plan as ColossalAI, NeMo, Megatron-LM or FlagScale settings ("colossalai", "nemo",
- * "megatron", "flagscale"), only with keys the framework accepts; what it runs differently is
- * said on standard error, and a split (or tp) it cannot take is refused (ERR_INPUT).
- * shard_optimizer: the cluster's (plans do not carry it), exported as the distributed
- * optimizer. */
-int planner_export(FILE *f, const struct plan *p, const char *format, int shard_optimizer,
-                   struct err *e);
 
 #endif

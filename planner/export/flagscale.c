@@ -85,6 +85,7 @@ int export_flagscale(FILE *f, const struct export_job *x, struct err *e)
     for (int s = 0; s < p->n_stages; s++)
         tp = tp || p->stages[s].tp > 1;
     export_header(f, x, "#");
+    export_launch(f, x, "#");
     fprintf(f, "system:\n  pipeline_model_parallel_size: %d\n  tensor_model_parallel_size: %d\n",
             p->n_stages, x->tp);
     if (tp) /* FlagScale turns it off in each mesh of tp 1 */

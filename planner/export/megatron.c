@@ -118,8 +118,10 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
             x->attention == MODEL_ATTENTION_FLASH ? "flash" : "unfused");
     for (int k = 0; k < n; k++)
         arg(f, &first, items[k].name, items[k].value);
-    if (!x->per_rank)
-        recompute_args(f, &first, cli_setting(x, &most), most);
+    if (!x->per_rank) {
+        const struct fw_stage *one = cli_setting(x, &most);
+        recompute_args(f, &first, one, most);
+    }
     if (x->fs->host_optimizer) {
         arg(f, &first, "optimizer_cpu_offload", "");
         arg(f, &first, "optimizer_offload_fraction", "1.0");

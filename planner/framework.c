@@ -621,7 +621,7 @@ static int nofit(struct plan *p, const struct framework *f, int host, struct err
         int64_t need = least_memory(p, s, f, host);
         if (need <= p->stages[s].memory_limit_bytes)
             continue;
-        err_append(e, "\n  stage %d (%s, %d blocks) needs %lld bytes %s, %lld over its "
+        err_append(e, "  stage %d (%s, %d blocks) needs %lld bytes %s, %lld over its "
                    "%lld-byte limit", s, p->stages[s].device, fw_stage_blocks(p, s),
                    (long long)need, f->full != FW_NO ? "recomputing every block" : "",
                    (long long)(need - p->stages[s].memory_limit_bytes),
@@ -629,7 +629,7 @@ static int nofit(struct plan *p, const struct framework *f, int host, struct err
         named++;
     }
     if (!named)
-        err_append(e, "\n  every stage fits alone with its blocks recomputed, but %s's "
+        err_append(e, "  every stage fits alone with its blocks recomputed, but %s's "
                    "one setting for every stage fits none of them together", f->title);
     return ERR_NOFIT;
 }

@@ -301,3 +301,35 @@ int plan_for_framework(const struct cluster *c, const struct plan_options *given
     devices_free(&t);
     return rc;
 }
+
+int planner_make_settings(const struct cluster *c, const struct plan_options *given,
+                          const struct fw_settings *fs, struct plan *out, struct err *e)
+{
+    struct device_table t;
+    struct cluster fc;
+    struct plan_options fo = *given, *o = &fo;
+    char why[512];
+    fo.framework = framework_find(given->framework->name, &c->model);
+    memset(out, 0, sizeof *out);
+    if (devices_load(devices_default_file(), &t, e))
+        return e->code;
+    int rc = cluster_for(c, o->framework, o, &t, &fc, e);
+    if (rc == ERR_OK) {
+        rc = plan_layout(&fc, o, out, e);
+        if (rc == ERR_OK && !fw_settings_allowed(o->framework, out, fs, 0, why, sizeof why))
+            rc = err_set(e, ERR_INPUT, "%s cannot run these settings: %s", o->framework->title,
+                         why);
+        if (rc == ERR_OK)
+            rc = fw_settings_apply(out, fs, 1, e);
+        if (rc == ERR_OK) {
+            snprintf(out->framework.target, sizeof out->framework.target, "%s",
+                     o->framework->name);
+            rc = fw_device_check(out, o->framework, &t, e);
+        }
+        if (rc && out->stages != NULL)
+            plan_free(out);
+        cluster_for_free(&fc, c->n_profiles);
+    }
+    devices_free(&t);
+    return rc;
+}

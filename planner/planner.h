@@ -106,6 +106,15 @@ void planner_print(FILE *f, const struct plan *p);
  * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
 void planner_print_offload(FILE *f, const struct plan *p);
 
+/* The plan framework o->framework runs with settings `fs` (framework.h) on the cluster's split:
+ * its profiles made the framework's activation model, the settings applied, costed and
+ * simulated, fitting or not (a stage that does not fit keeps its memory_bytes above its
+ * memory_limit_bytes): `ballast check`'s plan of a user's configuration. ERR_INPUT when the
+ * framework cannot say the settings on that split, or run them on a stage's device. */
+struct fw_settings;
+int planner_make_settings(const struct cluster *c, const struct plan_options *o,
+                          const struct fw_settings *fs, struct plan *out, struct err *e);
+
 /* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
  * plan has the least simulated iteration time; each candidate is summarised on `report`
  * (NULL: silent). */

@@ -3,7 +3,7 @@
 # cmake_args, if the caller set one, adds configure options). Each step prints one line; its
 # full output goes to $build/deps.log, whose tail is printed if the step fails.
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libglpk-dev
-          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch)
+          libcunit1-dev libcjson-dev libyaml-dev libopenblas-dev gnuplot-nox python3 python3-torch)
 build=${BALLAST_BUILD:-build}
 mkdir -p "$build"
 deps_log="$build/deps.log"

@@ -7,6 +7,7 @@
  * exactly (an export with no note), or the numbers the note prints (a plan the framework
  * cannot say as it is, planned again). Every key an export writes is one
  * tests/data/export_keys.json quotes from the framework's source. */
+#define _GNU_SOURCE /* open_memstream */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -15,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "estimate.h"
+#include "export.h"
+#include "framework.h"
 #include "plan.h"
 #include "planner.h"
 #include "testutil.h"
@@ -443,45 +447,53 @@ static void exported_free(struct exported *x)
     free(x->py);
 }
 
-static void export_read(const char *plan_file, const char *to, struct exported *x)
+static struct device_table devices;
+
+/* A copy of p (its file form round-trips exactly). */
+static void plan_copy(const struct plan *p, struct plan *out)
 {
-    char args[4096];
-    const char *out = test_path("export.txt"), *py = test_path("stages.py");
-    char out_path[1024], py_path[1024];
-    snprintf(out_path, sizeof out_path, "%s", out);
-    snprintf(py_path, sizeof py_path, "%s", py);
-    remove(out_path);
-    remove(py_path);
-    snprintf(args, sizeof args, "export --plan '%s' --to %s -o '%s' --stages '%s'", plan_file,
-             to, out_path, py_path);
-    x->rc = test_run(args, NULL, &x->err);
-    x->out = test_read(out_path);
-    x->py = test_read(py_path);
-    CU_ASSERT_FATAL(x->err != NULL);
-    if (x->rc != 0) {
-        CU_ASSERT(x->out == NULL && x->py == NULL); /* nothing half-written */
-        return;
-    }
-    CU_ASSERT_FATAL(x->out != NULL);
-    struct plan p;
     struct err e;
     err_clear(&e);
-    CU_ASSERT_FATAL(plan_load(plan_file, &p, &e) == ERR_OK);
+    cJSON *j = plan_to_json(p);
+    CU_ASSERT_FATAL(plan_parse(j, "copy", out, &e) == ERR_OK);
+    cJSON_Delete(j);
+}
+
+/* planner_export of p to `to` (the work of `ballast export`), read back. */
+static void export_read(const struct plan *p, const char *to, struct exported *x)
+{
+    size_t n1, n2, n3;
+    char *py;
+    FILE *out = open_memstream(&x->out, &n1), *err = open_memstream(&x->err, &n2),
+         *stages = open_memstream(&py, &n3);
+    struct export_options o = {.to = to, .devices = &devices, .note = err, .stages = stages,
+                               .stages_module = "ballast_stages", .plan_name = "plan.json"};
+    struct err e;
+    err_clear(&e);
+    x->rc = planner_export(out, p, &o, &e);
+    fclose(out);
+    fclose(stages);
+    fprintf(err, "%s", e.msg);
+    fclose(err);
+    x->py = n3 > 0 ? py : NULL;
+    if (n3 == 0)
+        free(py);
+    if (x->rc != 0)
+        return;
     memset(&x->s, 0, sizeof x->s);
     if (strncmp(to, "megatron", 8) == 0)
         read_megatron(x->out, x->py, &x->s);
     else if (strncmp(to, "nemo", 4) == 0)
         read_nemo(x->out, x->py, &x->s);
     else if (strcmp(to, "colossalai") == 0)
-        read_colossalai(x->out, p.model.kind == MODEL_KIND_GPT, &x->s);
+        read_colossalai(x->out, p->model.kind == MODEL_KIND_GPT, &x->s);
     else
-        read_flagscale(x->out, p.micro_batches, &x->s);
+        read_flagscale(x->out, p->micro_batches, &x->s);
     read_launch(x->out, &x->s);
     CU_ASSERT(x->py == NULL || strncmp(to, "megatron", 8) == 0 || strncmp(to, "nemo", 4) == 0);
     CU_ASSERT(x->py == NULL || strstr(x->out, "per-rank recompute") != NULL);
-    if (p.model.kind != MODEL_KIND_CUSTOM)
-        CU_ASSERT_EQUAL(x->s.micro_batch, p.model.micro_batch);
-    plan_free(&p);
+    if (p->model.kind != MODEL_KIND_CUSTOM)
+        CU_ASSERT_EQUAL(x->s.micro_batch, p->model.micro_batch);
 }
 
 /* The note's numbers of a plan made again: step and each stage's GiB as the framework runs
@@ -509,49 +521,35 @@ static int note_numbers(const char *err, double *step, double *gib, int S)
     return 1;
 }
 
-/* The export of `plan_file` to `to`, read back, costed and simulated: the plan's numbers
- * exactly when no note was made, else the note's. *replanned: a note was made. */
-static void check_export(const char *plan_file, const char *to, int *rc, int *replanned)
+/* The export of `plan` to `to`, read back, costed and simulated: the plan's numbers exactly
+ * when no note was made, else the note's. *replanned: a note was made. */
+static void check_export(const struct plan *plan, const char *to, int *rc, int *replanned)
 {
-    struct exported x;
-    export_read(plan_file, to, &x);
+    struct exported x = {0};
+    export_read(plan, to, &x);
     *rc = x.rc;
     *replanned = 0;
     if (x.rc != 0) {
-        CU_ASSERT(x.rc == 2 || x.rc == 3);
-        CU_ASSERT(strstr(x.err, x.rc == 3 ? "over its" : "--to") != NULL);
+        CU_ASSERT(x.rc == ERR_INPUT || x.rc == ERR_NOFIT);
+        CU_ASSERT(strstr(x.err, x.rc == ERR_NOFIT ? "over its" : "--to") != NULL);
         exported_free(&x);
         return;
     }
     struct plan p;
-    struct err e;
-    err_clear(&e);
-    CU_ASSERT_FATAL(plan_load(plan_file, &p, &e) == ERR_OK);
-    double was_ms = p.iteration_ms, step, gib[MAX_STAGES];
-    int64_t was_memory[MAX_STAGES];
-    for (int k = 0; k < p.n_stages; k++)
-        was_memory[k] = p.stages[k].memory_bytes;
+    plan_copy(plan, &p);
+    double step, gib[MAX_STAGES];
     if (apply_setting(&p, &x.s) != 0) {
-        printf("\n  %s --to %s: the reader's split differs from the plan's:\n%s\n  read:",
-               plan_file, to, x.out);
-        for (int k = 0; k < x.s.S; k++)
-            printf(" %d", x.s.blocks[k]);
-        printf("\n");
+        printf("\n  --to %s: the reader's split differs from the plan's:\n%s\n", to, x.out);
         CU_FAIL_FATAL("split");
     }
     *replanned = note_numbers(x.err, &step, gib, p.n_stages);
-    if (!*replanned && !test_close(p.iteration_ms, was_ms, 1e-9, 1e-12)) {
-        char cp[2048];
-        snprintf(cp, sizeof cp, "cp '%s' /tmp/fwt/fail.json", plan_file);
-        if (system(cp)) {}
-    }
-    if (!*replanned && !test_close(p.iteration_ms, was_ms, 1e-9, 1e-12))
-        printf("\n  %s --to %s: read back %.6f ms, planned %.6f:\n%s\n%s\n", plan_file, to,
-               p.iteration_ms, was_ms, x.out, x.err);
+    if (!*replanned && !test_close(p.iteration_ms, plan->iteration_ms, 1e-9, 1e-12))
+        printf("\n  --to %s: read back %.6f ms, planned %.6f:\n%s\n%s\n", to, p.iteration_ms,
+               plan->iteration_ms, x.out, x.err);
     if (!*replanned) {
-        CU_ASSERT(test_close(p.iteration_ms, was_ms, 1e-9, 1e-12));
+        CU_ASSERT(test_close(p.iteration_ms, plan->iteration_ms, 1e-9, 1e-12));
         for (int k = 0; k < p.n_stages; k++)
-            CU_ASSERT_EQUAL(p.stages[k].memory_bytes, was_memory[k]);
+            CU_ASSERT_EQUAL(p.stages[k].memory_bytes, plan->stages[k].memory_bytes);
     } else {
         CU_ASSERT(test_close(p.iteration_ms, step, 5e-4, 0));
         for (int k = 0; k < p.n_stages; k++) {
@@ -569,67 +567,35 @@ static void check_export(const char *plan_file, const char *to, int *rc, int *re
     exported_free(&x);
 }
 
-/* `ballast ARGS` that must succeed; its standard error printed when it does not. */
-static void run_ok(const char *args)
-{
-    char *err = NULL;
-    int rc = test_run(args, NULL, &err);
-    if (rc != 0)
-        printf("\n  ballast %s: exit %d\n  %s\n", args, rc, err ? err : "");
-    free(err);
-    CU_ASSERT_FATAL(rc == 0);
-}
-
 /* ---- planning for a target ---- */
 
-/* `ballast plan --cluster C EXTRA --for T -o FILE`: its exit status. */
-static int plan_for(const char *cluster, const char *target, const char *extra, const char *file)
+/* `ballast plan --cluster C [--repartition] --for T` in process: its status. */
+static int plan_for(const struct cluster *c, const char *target, int repartition,
+                    struct plan *out)
 {
-    char args[4096];
-    snprintf(args, sizeof args, "plan --cluster '%s' --for %s %s --quiet -o '%s'", cluster,
-             target, extra, file);
-    char *err = NULL;
-    int rc = test_run(args, NULL, &err);
-    if (rc != 0 && rc != 3 && (err == NULL || !strstr(err, "cannot run this split")))
-        printf("\n  plan --for %s %s: %s\n", target, extra, err ? err : "");
-    free(err);
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.repartition = repartition;
+    o.framework = framework_find(target, NULL);
+    o.estimate = estimate_profile;
+    o.estimate_for = estimate_for_framework;
+    int rc = planner_make(c, &o, out, &e);
+    if (rc != 0 && rc != ERR_NOFIT && !strstr(e.msg, "cannot run this split"))
+        printf("\n  plan --for %s: %s\n", target, e.msg);
     return rc;
 }
 
-static double plan_ms(const char *file)
+/* The blocks of each stage of the cluster's own split. */
+static int cluster_split(const struct cluster *c, int *blocks)
 {
-    char *text = test_read(file);
-    cJSON *p = cJSON_Parse(text);
-    free(text);
-    double ms = cJSON_GetObjectItem(p, "iteration_ms")->valuedouble;
-    cJSON_Delete(p);
-    return ms;
-}
-
-/* The blocks of each stage of the cluster's own split (a plan of it recomputing every layer):
- * the stage count, or 0 when not even that fits. */
-static int cluster_split(const char *cluster, int *blocks)
-{
-    char args[4096], file[1024];
-    snprintf(file, sizeof file, "%s", test_path("split-plan.json"));
-    snprintf(args, sizeof args, "plan --cluster '%s' --method full --quiet -o '%s'", cluster,
-             file);
-    if (test_run(args, NULL, NULL) != 0)
-        return 0;
-    char *text = test_read(file);
-    cJSON *p = cJSON_Parse(text), *st;
-    free(text);
-    int S = 0, L = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "model"), "n_layer")->valueint;
-    cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
-    {
-        const cJSON *r = cJSON_GetObjectItem(st, "layers");
-        int lo = cJSON_GetArrayItem(r, 0)->valueint, hi = cJSON_GetArrayItem(r, 1)->valueint;
-        lo = lo < 1 ? 1 : lo; /* layer 0 is the embedding, L + 1 the head */
-        hi = hi > L ? L : hi;
-        blocks[S++] = hi >= lo ? hi - lo + 1 : 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        blocks[s] = 0;
+        for (int l = c->stages[s].first; l <= c->stages[s].last; l++)
+            blocks[s] += model_layer_kind(&c->model, l) == MODEL_LAYER_BLOCK;
     }
-    cJSON_Delete(p);
-    return S;
+    return c->n_stages;
 }
 
 /* Whether the target's configuration can say a split: Megatron-LM's layout any; NeMo's first
@@ -649,25 +615,24 @@ static int split_runnable(const char *target, const int *blocks, int S)
 }
 
 /* A plan made --for a target exports to it with no note, and is what the readers read. On
- * the cluster's own split, a target that cannot run that split refuses (exit 2). */
-static void for_and_back(const char *cluster, const char *extra, double *ms)
+ * the cluster's own split, a target that cannot run that split refuses. */
+static void for_and_back(const struct cluster *c, int repartition, double *ms)
 {
-    int blocks[MAX_STAGES], S = cluster_split(cluster, blocks);
+    int blocks[MAX_STAGES], S = cluster_split(c, blocks);
     for (int t = 0; t < N_TARGETS; t++) {
-        const char *plan = test_path("for-plan.json");
-        char file[1024];
-        snprintf(file, sizeof file, "%s", plan);
-        int rc = plan_for(cluster, targets[t], extra, file);
-        int runnable = strstr(extra, "--repartition") || split_runnable(targets[t], blocks, S);
-        if (S > 0 || strstr(extra, "--repartition"))
-            CU_ASSERT(runnable ? rc == 0 || rc == 3 : rc == 2);
-        ms[t] = rc == 0 ? plan_ms(file) : INFINITY;
+        struct plan p;
+        int rc = plan_for(c, targets[t], repartition, &p);
+        int runnable = repartition || split_runnable(targets[t], blocks, S);
+        CU_ASSERT(runnable ? rc == 0 || rc == ERR_NOFIT : rc == ERR_INPUT);
+        ms[t] = rc == 0 ? p.iteration_ms : INFINITY;
         if (rc != 0)
             continue;
+        CU_ASSERT(strcmp(p.framework.target, targets[t]) == 0);
         int xrc, replanned;
-        check_export(file, targets[t], &xrc, &replanned);
+        check_export(&p, targets[t], &xrc, &replanned);
         CU_ASSERT_EQUAL(xrc, 0);
         CU_ASSERT_EQUAL(replanned, 0);
+        plan_free(&p);
     }
     /* per-rank settings are a superset of the command line's: never slower */
     CU_ASSERT(ms[0] <= ms[1] * (1 + 1e-12));
@@ -676,19 +641,17 @@ static void for_and_back(const char *cluster, const char *extra, double *ms)
 
 /* A Ballast plan exported to every target: the plan (no note), the framework's numbers
  * beside it (a note), or a refusal with the reason. */
-static void ballast_to_all(const char *cluster, const char *extra, int *replans)
+static void ballast_to_all(const struct cluster *c, int repartition, int *replans)
 {
-    const char *plan = test_path("ballast-plan.json");
-    char file[1024], args[4096];
-    snprintf(file, sizeof file, "%s", plan);
-    snprintf(args, sizeof args, "plan --cluster '%s' %s --quiet -o '%s'", cluster, extra, file);
-    if (test_run(args, NULL, NULL) != 0)
+    struct plan p;
+    if (plan_for(c, "ballast", repartition, &p) != 0)
         return;
     for (int t = 0; t < N_TARGETS; t++) {
         int rc, replanned;
-        check_export(file, targets[t], &rc, &replanned);
+        check_export(&p, targets[t], &rc, &replanned);
         *replans += replanned;
     }
+    plan_free(&p);
 }
 
 /* Shipped clusters whose devices run bf16 (V100 and T4 ones are refused: below). */
@@ -699,29 +662,53 @@ static const char *const shipped[] = {"llama2-7b-h100-a100-8.json", "h100-a100-l
 static void test_shipped(void)
 {
     int replans = 0;
-    for (size_t c = 0; c < sizeof shipped / sizeof *shipped; c++) {
-        char cluster[1024];
+    for (size_t k = 0; k < sizeof shipped / sizeof *shipped; k++) {
+        char file[1024];
+        struct cluster c;
+        struct err e;
         double ms[N_TARGETS], again[N_TARGETS];
-        snprintf(cluster, sizeof cluster, "%sclusters/%s", CONFIGS, shipped[c]);
-        for_and_back(cluster, "", ms);
-        for_and_back(cluster, "--repartition", again);
+        err_clear(&e);
+        snprintf(file, sizeof file, "%sclusters/%s", CONFIGS, shipped[k]);
+        CU_ASSERT_FATAL(cluster_load(file, &c, &e) == ERR_OK);
+        for_and_back(&c, 0, ms);
+        for_and_back(&c, 1, again);
         for (int t = 0; t < N_TARGETS; t++) /* searching the split never loses */
             CU_ASSERT(again[t] <= ms[t] * (1 + 1e-9) || isinf(ms[t]));
-        ballast_to_all(cluster, "", &replans);
-        ballast_to_all(cluster, "--repartition", &replans);
+        ballast_to_all(&c, 0, &replans);
+        ballast_to_all(&c, 1, &replans);
+        cluster_free(&c);
     }
     CU_ASSERT(replans > 0); /* the comparison is exercised */
 }
 
 /* ---- random small clusters ---- */
 
-/* A random GPT or Llama on the CPU (estimated), S stages with memory between what recomputing
- * everything needs and what keeping everything does: the cluster file's path. */
-static const char *random_cluster(struct test_rng *r, int k)
+/* Each stage's memory under `method` (none or full) on the cluster as it is. */
+static void method_memory(const struct cluster *c, enum plan_method method, double *memory)
+{
+    struct plan_options o;
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.method = method;
+    CU_ASSERT_FATAL(planner_make(c, &o, &p, &e) == ERR_OK);
+    for (int s = 0; s < p.n_stages; s++)
+        memory[s] = (double)p.stages[s].memory_bytes;
+    plan_free(&p);
+}
+
+/* A random GPT or Llama on the CPU (estimated), S stages whose memory lies between what
+ * recomputing every layer needs and a little more than keeping them all does. */
+static void random_cluster(struct test_rng *r, int k, struct cluster *c)
 {
     int llama = (int)test_rng_int(r, 0, 1), heads = 2 << test_rng_int(r, 0, 2);
     int L = (int)test_rng_int(r, 3, 9), S = (int)test_rng_int(r, 2, 4);
-    char text[4096], name[64], path[1024];
+    char text[4096], name[64], prof_name[64], path[1024];
+    struct model m;
+    struct profile prof;
+    struct err e;
+    err_clear(&e);
     snprintf(text, sizeof text,
              "{\"format\": \"ballast-model/1\", \"kind\": \"%s\", \"n_layer\": %d, "
              "\"n_embd\": %d, \"n_head\": %d, %s\"seq_len\": %d, \"vocab_size\": %d, "
@@ -735,13 +722,12 @@ static const char *random_cluster(struct test_rng *r, int k)
              test_rng_int(r, 0, 2) == 0 ? ", \"attention\": \"flash\"" : "");
     snprintf(name, sizeof name, "rmodel%d.json", k);
     snprintf(path, sizeof path, "%s", test_write(name, text));
-    snprintf(name, sizeof name, "rprof%d.json", k);
-    char args[4096], prof[1024];
-    snprintf(prof, sizeof prof, "%s", test_path(name));
-    snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'", path,
-             prof);
-    run_ok(args);
-    /* the even split's need with nothing and everything recomputed, stage by stage */
+    CU_ASSERT_FATAL(model_load(path, &m, &e) == ERR_OK);
+    CU_ASSERT_FATAL(estimate_profile(&devices, devices_find(&devices, "cpu"), &m, &prof, &e) ==
+                    ERR_OK);
+    snprintf(prof_name, sizeof prof_name, "rprof%d.json", k);
+    CU_ASSERT_FATAL(profile_write(test_path(prof_name), &prof, &e) == ERR_OK);
+    profile_free(&prof);
     int n = snprintf(text, sizeof text,
                      "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
                      "\"micro_batches\": %d, \"stages\": [",
@@ -749,38 +735,15 @@ static const char *random_cluster(struct test_rng *r, int k)
     for (int s = 0; s < S; s++)
         n += snprintf(text + n, sizeof text - (size_t)n,
                       "%s{\"device\": \"cpu\", \"memory_bytes\": %lld, \"profile\": \"%s\"}",
-                      s ? ", " : "", 1LL << 34, name);
+                      s ? ", " : "", 1LL << 34, prof_name);
     snprintf(text + n, sizeof text - (size_t)n, "]}");
     snprintf(name, sizeof name, "rcluster%d.json", k);
-    snprintf(path, sizeof path, "%s", test_write(name, text));
-    /* memory between the two plans' needs */
-    const char *none = test_path("rnone.json"), *full = test_path("rfull.json");
-    char nf[1024], ff[1024];
-    snprintf(nf, sizeof nf, "%s", none);
-    snprintf(ff, sizeof ff, "%s", full);
-    snprintf(args, sizeof args, "plan --cluster '%s' --method none --quiet -o '%s'", path, nf);
-    run_ok(args);
-    snprintf(args, sizeof args, "plan --cluster '%s' --method full --quiet -o '%s'", path, ff);
-    run_ok(args);
-    char *a = test_read(nf), *b = test_read(ff), *c = test_read(path);
-    cJSON *pn = cJSON_Parse(a), *pf = cJSON_Parse(b), *cj = cJSON_Parse(c);
-    free(a), free(b), free(c);
-    for (int s = 0; s < S; s++) {
-        double hi = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(pn, "stages"), s),
-                                        "memory_bytes")->valuedouble;
-        double lo = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(pf, "stages"), s),
-                                        "memory_bytes")->valuedouble;
-        double m = lo + (hi - lo) * test_rng_double(r, 0.2, 1.2);
-        cJSON_SetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(
-                                                     cJSON_GetObjectItem(cj, "stages"), s),
-                                                 "memory_bytes"),
-                             floor(m));
-    }
-    char *out = cJSON_Print(cj);
-    snprintf(path, sizeof path, "%s", test_write(name, out));
-    cJSON_free(out);
-    cJSON_Delete(pn), cJSON_Delete(pf), cJSON_Delete(cj);
-    return test_path(name);
+    CU_ASSERT_FATAL(cluster_load(test_write(name, text), c, &e) == ERR_OK);
+    double hi[MAX_STAGES], lo[MAX_STAGES];
+    method_memory(c, METHOD_NONE, hi);
+    method_memory(c, METHOD_FULL, lo);
+    for (int s = 0; s < S; s++)
+        c->stages[s].memory_bytes = (int64_t)(lo[s] + (hi[s] - lo[s]) * test_rng_double(r, 0.2, 1.2));
 }
 
 static void test_random(void)
@@ -788,13 +751,14 @@ static void test_random(void)
     struct test_rng r = {24};
     int replans = 0, planned = 0;
     for (int k = 0; k < 14; k++) {
-        char cluster[1024];
+        struct cluster c;
         double ms[N_TARGETS];
-        snprintf(cluster, sizeof cluster, "%s", random_cluster(&r, k));
-        for_and_back(cluster, k % 2 ? "--repartition" : "", ms);
+        random_cluster(&r, k, &c);
+        for_and_back(&c, k % 2, ms);
         for (int t = 0; t < N_TARGETS; t++)
             planned += !isinf(ms[t]);
-        ballast_to_all(cluster, "", &replans);
+        ballast_to_all(&c, 0, &replans);
+        cluster_free(&c);
     }
     CU_ASSERT(planned > 20);
     CU_ASSERT(replans > 0);
@@ -803,10 +767,17 @@ static void test_random(void)
 int main(void)
 {
     CU_initialize_registry();
+    struct err e;
+    err_clear(&e);
+    if (devices_load(devices_default_file(), &devices, &e)) {
+        printf("%s\n", e.msg);
+        return 1;
+    }
     CU_pSuite s = CU_add_suite("frameworks", NULL, NULL);
     CU_add_test(s, "shipped clusters: --for each target, exported and read back", test_shipped);
     CU_add_test(s, "random clusters: --for each target, exported and read back", test_random);
     int rc = test_main();
     cJSON_Delete(all_keys);
+    devices_free(&devices);
     return rc;
 }

@@ -764,6 +764,417 @@ static void test_random(void)
     CU_ASSERT(replans > 0);
 }
 
+static double plan_ms_file(const char *file)
+{
+    char *text = test_read(file);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    double ms = cJSON_GetObjectItem(p, "iteration_ms")->valuedouble;
+    cJSON_Delete(p);
+    return ms;
+}
+
+/* ---- the command line: files, refusals, other plan files ---- */
+
+/* `ballast ARGS`: its status, with standard error in *err (caller frees). */
+static int run(const char *args, char **err)
+{
+    return test_run(args, NULL, err);
+}
+
+static const char *config(const char *name)
+{
+    static char path[8][1024];
+    static int next;
+    char *p = path[next++ % 8];
+    snprintf(p, 1024, "%s%s", CONFIGS, name);
+    return p;
+}
+
+/* A cluster file of `stages` gpt-tiny stages on `device` (its profile estimated with `model`,
+ * a model file), each of `memory` bytes: its path. */
+static const char *tiny_cluster(const char *name, const char *model, const char *device,
+                                int stages, long long memory)
+{
+    char args[4096], prof[1024], text[4096];
+    snprintf(prof, sizeof prof, "%s", test_path("tiny-profile.json"));
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device %s -o '%s'", model,
+             device, prof);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    int n = snprintf(text, sizeof text, "{\"format\": \"ballast-cluster/1\", \"schedule\": "
+                     "\"1f1b\", \"micro_batches\": 4, \"stages\": [");
+    for (int s = 0; s < stages; s++)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "%s{\"device\": \"%s\", \"memory_bytes\": %lld, \"profile\": "
+                      "\"tiny-profile.json\"}", s ? ", " : "", device, memory);
+    snprintf(text + n, sizeof text - (size_t)n, "]}");
+    return test_write(name, text);
+}
+
+/* Bad input: an unknown target, a file of another format, a split the framework cannot run
+ * (exit 2); a stage that does not fit as the framework runs it (exit 3, the stage and its
+ * bytes); nothing written on any of them. */
+static void test_refusals(void)
+{
+    char args[4096], *err = NULL, plan[1024], out[1024];
+    snprintf(plan, sizeof plan, "%s", test_path("refuse-plan.json"));
+    snprintf(out, sizeof out, "%s", test_path("refuse-out.txt"));
+    snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", config("clusters/cpu-3.json"),
+             plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    snprintf(args, sizeof args, "export --plan '%s' --to pytorch -o '%s'", plan, out);
+    CU_ASSERT_EQUAL(run(args, &err), 2);
+    CU_ASSERT(err && strstr(err, "\"pytorch\", expected megatron"));
+    free(err);
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron -o '%s'",
+             config("clusters/cpu-3.json"), out);
+    CU_ASSERT_EQUAL(run(args, &err), 2);
+    CU_ASSERT(err && strstr(err, "format: \"ballast-cluster/1\", expected a plan"));
+    free(err);
+    /* cpu-3's split, 2 blocks, 3, 1: NeMo's middle is one stage, so it runs; its first stage
+     * of one block alone on a two-stage cut refuses below */
+    char cut[4096];
+    snprintf(cut, sizeof cut, "%s", test_read(config("clusters/cpu-3.json")));
+    char *text = test_read(config("clusters/cpu-3.json"));
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetObjectItem(c, "stages");
+    cJSON_AddItemToArray(st, cJSON_Duplicate(cJSON_GetArrayItem(st, 2), 1));
+    int ranges[4][2] = {{0, 1}, {2, 4}, {5, 5}, {6, 7}}; /* blocks 1, 3, 1, 1: middle uneven */
+    for (int s = 0; s < 4; s++) {
+        cJSON *r = cJSON_GetObjectItem(cJSON_GetArrayItem(st, s), "layers");
+        cJSON_SetNumberValue(cJSON_GetArrayItem(r, 0), ranges[s][0]);
+        cJSON_SetNumberValue(cJSON_GetArrayItem(r, 1), ranges[s][1]);
+        cJSON_ReplaceItemInObject(cJSON_GetArrayItem(st, s), "profile",
+                                  cJSON_CreateString(config("profiles/estimated/gpt-tiny/cpu.json")));
+    }
+    char *json = cJSON_Print(c);
+    const char *uneven = test_write("uneven.json", json);
+    cJSON_free(json);
+    snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", uneven, plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    remove(out);
+    snprintf(args, sizeof args, "export --plan '%s' --to nemo -o '%s'", plan, out);
+    CU_ASSERT_EQUAL(run(args, &err), 2);
+    CU_ASSERT(err && strstr(err, "stage 2 holds 1 blocks and stage 1 3"));
+    CU_ASSERT(test_read(out) == NULL);
+    free(err);
+    /* --method full recomputes the head, which the frameworks keep: with the last stage cut
+     * to that plan's memory, no setting fits there */
+    snprintf(args, sizeof args, "plan --cluster '%s' --method full --quiet -o '%s'",
+             config("clusters/cpu-3.json"), plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    text = test_read(plan);
+    cJSON *p = cJSON_Parse(text);
+    free(text);
+    double need = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "stages"), 2),
+                                      "memory_bytes")->valuedouble;
+    cJSON_Delete(p);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(st, 2), "memory_bytes"), need);
+    cJSON_DeleteItemFromArray(st, 3);
+    int three[3][2] = {{0, 2}, {3, 5}, {6, 7}};
+    for (int s = 0; s < 3; s++) {
+        cJSON *r = cJSON_GetObjectItem(cJSON_GetArrayItem(st, s), "layers");
+        cJSON_SetNumberValue(cJSON_GetArrayItem(r, 0), three[s][0]);
+        cJSON_SetNumberValue(cJSON_GetArrayItem(r, 1), three[s][1]);
+    }
+    json = cJSON_Print(c);
+    const char *tight = test_write("tight.json", json);
+    cJSON_free(json);
+    cJSON_Delete(c);
+    snprintf(args, sizeof args, "plan --cluster '%s' --method full --quiet -o '%s'", tight, plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron -o '%s'", plan, out);
+    CU_ASSERT_EQUAL(run(args, &err), 3);
+    char want[128];
+    snprintf(want, sizeof want, "over its %.0f-byte limit", need);
+    CU_ASSERT(err && strstr(err, "stage 2 (cpu, 1 blocks) needs") && strstr(err, want));
+    CU_ASSERT(test_read(out) == NULL);
+    free(err);
+}
+
+/* Precision and attention on devices below compute capability 8.0 (no bf16 tensor cores): bf16
+ * refused with fp16 as the way out, flash attention with materialized attention; an fp16
+ * materialized plan exports with dynamic loss scaling and the unfused kernel. A plan whose
+ * stages' profiles assume different kernels is refused. */
+static void test_devices(void)
+{
+    const char *kinds[] = {"bf16", "fp16\", \"attention\": \"flash", "fp16"};
+    const char *want[] = {"no bf16 tensor cores", "FlashAttention", NULL};
+    for (int k = 0; k < 3; k++) {
+        char model[4096], args[4096], plan[1024], *err = NULL, *out = NULL;
+        snprintf(model, sizeof model,
+                 "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 4, "
+                 "\"n_embd\": 64, \"n_head\": 4, \"seq_len\": 64, \"vocab_size\": 256, "
+                 "\"micro_batch\": 2, \"dtype\": \"%s\"}", kinds[k]);
+        const char *cluster = tiny_cluster("v100.json", test_write("v100-model.json", model),
+                                           "V100-32GB", 2, 30000000000LL);
+        snprintf(plan, sizeof plan, "%s", test_path("v100-plan.json"));
+        snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", cluster, plan);
+        CU_ASSERT_FATAL(run(args, NULL) == 0);
+        snprintf(args, sizeof args, "export --plan '%s' --to megatron", plan);
+        int rc = test_run(args, &out, &err);
+        if (want[k] != NULL) {
+            CU_ASSERT_EQUAL(rc, 2);
+            CU_ASSERT(err && strstr(err, want[k]) && strstr(err, "V100-32GB"));
+            CU_ASSERT(err && strstr(err, k == 0 ? "\"dtype\": \"fp16\"" : "\"materialized\""));
+        } else {
+            CU_ASSERT_EQUAL(rc, 0);
+            CU_ASSERT(out && strstr(out, "--fp16 \\\n--initial-loss-scale 4294967296 \\\n"
+                                         "--min-loss-scale 1 \\\n--loss-scale-window 1000 \\\n"
+                                         "--hysteresis 2"));
+            CU_ASSERT(out && strstr(out, "--attention-backend unfused"));
+        }
+        free(err);
+        free(out);
+    }
+    /* one stage's profile made --for megatron (flash), the other Ballast's (materialized) */
+    char args[4096], prof[2][1024], plan[1024], text[4096], *err = NULL;
+    const char *gpus[2] = {"A100-40GB", "A100-80GB"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(prof[k], sizeof prof[k], "%s", test_path(k ? "plain.json" : "for-megatron.json"));
+        snprintf(args, sizeof args, "profile --model '%s' --estimate --device %s%s -o '%s'",
+                 config("models/gpt-tiny.json"), gpus[k], k ? "" : " --for megatron", prof[k]);
+        CU_ASSERT_FATAL(run(args, NULL) == 0);
+    }
+    snprintf(text, sizeof text,
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
+             "\"stages\": [{\"device\": \"A100-40GB\", \"memory_bytes\": 40000000000, "
+             "\"profile\": \"for-megatron.json\"}, {\"device\": \"A100-80GB\", \"memory_bytes\": "
+             "80000000000, \"profile\": \"plain.json\"}]}");
+    snprintf(plan, sizeof plan, "%s", test_path("mixed-plan.json"));
+    snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", test_write("mixed.json", text),
+             plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron", plan);
+    CU_ASSERT_EQUAL(run(args, &err), 2);
+    CU_ASSERT(err && strstr(err, "\"mixed\""));
+    free(err);
+}
+
+/* A pool's plan (tp and dp, the distributed optimizer) and replicas files: alike pipelines are
+ * one pipeline's replicas (FlagScale's meshes with dp 2); pipelines that differ are refused
+ * naming the pipeline. */
+static void test_pool_and_replicas(void)
+{
+    char args[4096], text[4096], prof[1024], plan[1024], *err = NULL, *out = NULL;
+    snprintf(prof, sizeof prof, "%s", test_path("pool-a100.json"));
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device A100-40GB -o '%s'",
+             config("models/gpt-tiny.json"), prof);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":16,"
+             "\"link\":{\"gbps\":10,\"latency_us\":5},\"shard_optimizer\":true,\"pool\":["
+             "{\"device\":\"A100-40GB\",\"count\":4,\"per_node\":2,\"memory_bytes\":40000000000,"
+             "\"profile\":\"pool-a100.json\",\"node_link\":{\"gbps\":400,\"latency_us\":1}}]}");
+    snprintf(plan, sizeof plan, "%s", test_path("pool-plan.json"));
+    snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", test_write("pool.json", text),
+             plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(plan_load(plan, &p, &e) == ERR_OK);
+    for (int t = 0; t < N_TARGETS; t++) {
+        int rc, replanned;
+        check_export(&p, targets[t], &rc, &replanned); /* launch: sum of tp x dp GPUs */
+        CU_ASSERT(rc == 0);
+    }
+    plan_free(&p);
+    /* two pipelines of cpu-3's stages: a replicas file */
+    char *c3 = test_read(config("clusters/cpu-3.json"));
+    cJSON *c = cJSON_Parse(c3);
+    free(c3);
+    cJSON *stages = cJSON_DetachItemFromObject(c, "stages"), *st;
+    cJSON_ArrayForEach(st, stages)
+        cJSON_ReplaceItemInObject(st, "profile",
+                                  cJSON_CreateString(config("profiles/estimated/gpt-tiny/cpu.json")));
+    cJSON *pipes = cJSON_AddArrayToObject(c, "pipelines");
+    for (int k = 0; k < 2; k++) {
+        cJSON *pipe = cJSON_CreateObject();
+        cJSON_AddItemToObject(pipe, "stages", cJSON_Duplicate(stages, 1));
+        cJSON_AddItemToArray(pipes, pipe);
+    }
+    char *json = cJSON_Print(c);
+    snprintf(plan, sizeof plan, "%s", test_path("replicas.json"));
+    snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", test_write("two.json", json),
+             plan);
+    cJSON_free(json);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    snprintf(args, sizeof args, "export --plan '%s' --to flagscale", plan);
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out && strstr(out, "hetero_process_meshes: [1, 1, 1, 2, 3]"));
+    CU_ASSERT(out && strstr(out, "launch on 6 GPUs (tp 1, pp 3, dp 2)"));
+    free(out);
+    /* the second pipeline without its last stage (its layers moved to the one before) */
+    cJSON *second = cJSON_GetObjectItem(cJSON_GetArrayItem(pipes, 1), "stages");
+    cJSON_DeleteItemFromArray(second, 2);
+    cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(second, 1),
+                                                                "layers"), 1), 7);
+    json = cJSON_Print(c);
+    snprintf(args, sizeof args, "plan --cluster '%s' --quiet -o '%s'", test_write("two.json", json),
+             plan);
+    cJSON_free(json);
+    cJSON_Delete(stages);
+    cJSON_Delete(c);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    for (int t = 0; t < N_TARGETS; t++) {
+        snprintf(args, sizeof args, "export --plan '%s' --to %s", plan, targets[t]);
+        CU_ASSERT_EQUAL(run(args, &err), 2);
+        CU_ASSERT(err && strstr(err, "pipelines[1] has 2 stages against pipeline 0's 3"));
+        free(err);
+    }
+}
+
+/* The cluster a plan runs on, in its stages' order with their links and memory (profiles of
+ * `model`'s estimated ones): its path. */
+static const char *cluster_of_plan(const char *plan_file, const char *model)
+{
+    char *text = test_read(plan_file);
+    cJSON *p = cJSON_Parse(text), *c = cJSON_CreateObject(), *st;
+    free(text);
+    cJSON_AddStringToObject(c, "format", "ballast-cluster/1");
+    cJSON_AddStringToObject(c, "schedule", "1f1b");
+    cJSON_AddNumberToObject(c, "micro_batches", cJSON_GetObjectItem(p, "micro_batches")->valueint);
+    cJSON_AddNumberToObject(c, "reserve_bytes",
+                            cJSON_GetObjectItem(p, "reserve_bytes")->valuedouble);
+    cJSON *stages = cJSON_AddArrayToObject(c, "stages");
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
+    {
+        cJSON *o = cJSON_CreateObject();
+        const char *device = cJSON_GetObjectItem(st, "device")->valuestring;
+        char prof[1024];
+        snprintf(prof, sizeof prof, "%sprofiles/estimated/%s/%s.json", CONFIGS, model, device);
+        cJSON_AddStringToObject(o, "device", device);
+        cJSON_AddNumberToObject(o, "memory_bytes",
+                                cJSON_GetObjectItem(st, "capacity_bytes")->valuedouble);
+        cJSON_AddStringToObject(o, "profile", prof);
+        if (cJSON_GetObjectItem(st, "link"))
+            cJSON_AddItemToObject(o, "link", cJSON_Duplicate(cJSON_GetObjectItem(st, "link"), 1));
+        cJSON_AddItemToArray(stages, o);
+    }
+    char *json = cJSON_Print(c);
+    const char *path = test_write("plan-cluster.json", json);
+    cJSON_free(json);
+    cJSON_Delete(c);
+    cJSON_Delete(p);
+    return path;
+}
+
+/* `ballast check` reads what `ballast export` wrote (Megatron-LM's arguments, NeMo's and
+ * FlagScale's YAML, ColossalAI's keywords) back into the plan's step and memory; a
+ * configuration that runs out of memory says which stage and by how much (exit 3). */
+static void test_check(void)
+{
+    const char *cluster = config("clusters/llama2-7b-h100-a100-8.json");
+    const char *from[] = {"megatron-cli", "nemo-cli", "flagscale", "colossalai"};
+    const char *as[] = {"megatron", "nemo", "flagscale", "colossalai"};
+    for (int k = 0; k < 4; k++) {
+        char args[65536], plan[1024], file[1024], *out = NULL, *err = NULL;
+        snprintf(plan, sizeof plan, "%s", test_path("check-plan.json"));
+        snprintf(file, sizeof file, "%s", test_path(k == 3 ? "check.py" : "check.yaml"));
+        snprintf(args, sizeof args, "plan --cluster '%s' --for %s --repartition --quiet -o '%s'",
+                 cluster, from[k], plan);
+        CU_ASSERT_FATAL(run(args, NULL) == 0);
+        double ms = plan_ms_file(plan);
+        snprintf(args, sizeof args, "export --plan '%s' --to %s -o '%s'", plan, from[k], file);
+        CU_ASSERT_FATAL(run(args, NULL) == 0);
+        char *text = test_read(file), config_text[32768] = "";
+        if (k == 0) { /* the arguments, one a line, as a shell takes them */
+            for (const char *l = text; *l; l += strcspn(l, "\n") + 1)
+                if (l[0] == '-') {
+                    strncat(config_text, l, strcspn(l, "\n"));
+                    strcat(config_text, "\n");
+                }
+        } else if (k == 3) { /* the plugin's keywords, and the checkpointing switch */
+            const char *call = strstr(text, "HybridParallelPlugin(\n") + 22;
+            strncat(config_text, call, (size_t)(strstr(call, "\n)") - call));
+            if (strstr(text, "gradient_checkpointing_enable"))
+                strcat(config_text, " gradient_checkpointing=True");
+        } else {
+            snprintf(config_text, sizeof config_text, "%s", file);
+        }
+        free(text);
+        char ordered[1024]; /* the search's device order, which the export's header gives */
+        snprintf(ordered, sizeof ordered, "%s", cluster_of_plan(plan, "llama2-7b"));
+        snprintf(args, sizeof args, "check --from %s '%s' --cluster '%s' --same-split", as[k],
+                 config_text, ordered);
+        CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
+        char want[128];
+        snprintf(want, sizeof want, "your configuration: step %.3f ms", ms);
+        if (!out || !strstr(out, want))
+            printf("\n  check --from %s: %s%s\n", as[k], out ? out : "", err ? err : "");
+        CU_ASSERT(out && strstr(out, want));
+        snprintf(want, sizeof want, "Ballast's best for");
+        CU_ASSERT(out && strstr(out, want));
+        free(out);
+        free(err);
+    }
+    /* every block kept on a cluster too small for that: the stage that runs out, by how much */
+    char args[4096], *out = NULL, *err = NULL;
+    const char *small = tiny_cluster("oom.json", config("models/gpt-tiny.json"), "cpu", 3,
+                                     20000000);
+    snprintf(args, sizeof args, "check --from megatron '--pipeline-model-parallel-size 3 "
+             "--num-layers 6 --micro-batch-size 4 --global-batch-size 16' --cluster '%s'",
+             small);
+    CU_ASSERT_EQUAL(test_run(args, &out, &err), 3);
+    CU_ASSERT(out && strstr(out, "out of memory by"));
+    CU_ASSERT(err && strstr(err, "run out of memory"));
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "check --from megatron '--pipeline-model-parallel-size 2' "
+             "--cluster '%s'", config("clusters/cpu-3.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err && strstr(err, "pipeline size 2, but the cluster has 3 stages"));
+    free(err);
+}
+
+/* The per-rank file runs: each rank's apply() sets its stage's fields, the recompute the plan
+ * gives that stage (its recomputed blocks, counted from the plan file). */
+static void test_stages_py(void)
+{
+    const char *cluster = config("clusters/h100-a100-l4-16.json");
+    char args[4096], plan[1024], py[1024];
+    snprintf(plan, sizeof plan, "%s", test_path("py-plan.json"));
+    snprintf(py, sizeof py, "%s", test_path("ballast_stages.py"));
+    snprintf(args, sizeof args, "plan --cluster '%s' --for megatron --quiet -o '%s'", cluster,
+             plan);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron -o '%s'", plan,
+             test_path("py-launch.txt"));
+    CU_ASSERT_FATAL(run(args, NULL) == 0); /* ballast_stages.py beside it */
+    char *text = test_read(py);
+    CU_ASSERT_FATAL(text != NULL);
+    free(text);
+    text = test_read(plan);
+    cJSON *p = cJSON_Parse(text), *st;
+    free(text);
+    int want[MAX_STAGES], partial[MAX_STAGES], S = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
+    {
+        partial[S] = cJSON_GetArraySize(cJSON_GetObjectItem(st, "recompute_options"));
+        want[S++] = cJSON_GetArraySize(cJSON_GetObjectItem(st, "recompute"));
+    }
+    cJSON_Delete(p);
+    snprintf(args, sizeof args,
+             "cd '%s' && python3 -c 'import types, ballast_stages as b\n"
+             "for r in range(len(b.PIPELINE_STAGES)):\n"
+             "    c = b.apply(types.SimpleNamespace(), r)\n"
+             "    print(r, c.recompute_granularity, c.recompute_num_layers or 0)'",
+             test_tmpdir());
+    FILE *f = popen(args, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char line[256], granularity[32];
+    int rows = 0, r, n;
+    while (fgets(line, sizeof line, f) && sscanf(line, "%d %31s %d", &r, granularity, &n) == 3) {
+        CU_ASSERT(r == rows && r < S && n == want[r]);
+        CU_ASSERT(strcmp(granularity, n ? "full" : partial[r] ? "selective" : "None") == 0);
+        rows++;
+    }
+    CU_ASSERT_EQUAL(pclose(f), 0);
+    CU_ASSERT_EQUAL(rows, S);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -776,6 +1187,11 @@ int main(void)
     CU_pSuite s = CU_add_suite("frameworks", NULL, NULL);
     CU_add_test(s, "shipped clusters: --for each target, exported and read back", test_shipped);
     CU_add_test(s, "random clusters: --for each target, exported and read back", test_random);
+    CU_add_test(s, "refusals: target, format, split, a stage that does not fit", test_refusals);
+    CU_add_test(s, "devices below compute capability 8.0; mixed kernels", test_devices);
+    CU_add_test(s, "a pool's plan and replicas files", test_pool_and_replicas);
+    CU_add_test(s, "check reads the exports back", test_check);
+    CU_add_test(s, "the per-rank file runs", test_stages_py);
     int rc = test_main();
     cJSON_Delete(all_keys);
     devices_free(&devices);

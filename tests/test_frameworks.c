@@ -1175,6 +1175,99 @@ static void test_stages_py(void)
     CU_ASSERT_EQUAL(rows, S);
 }
 
+/* cpu-3-offload with roomy stages, planned recompute-only (nothing recomputed): blocks
+ * [2, 3, 1] per stage. */
+static void roomy_offload_plan(struct plan *p)
+{
+    struct cluster c;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(cluster_load(CONFIGS "clusters/cpu-3-offload.json", &c, &e) == ERR_OK);
+    for (int s = 0; s < c.n_stages; s++)
+        c.stages[s].memory_bytes = (int64_t)1 << 30;
+    CU_ASSERT_FATAL(plan_for(&c, "ballast", 0, p) == ERR_OK);
+    cluster_free(&c);
+}
+
+/* The first k[s] blocks of every stage send the attn option's tensors to host memory, the
+ * rest keep all; costed and simulated. */
+static void offload_attn(struct plan *p, const int *k)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
+            st->offload_option[l] = -1;
+            st->prefetch_ahead[l] = 0;
+            if (!is_block(p, st->first + l))
+                continue;
+            CU_ASSERT_FATAL(strcmp(st->layers[l].options[0].name, "attn") == 0);
+            if (block++ < k[s]) {
+                st->offload_option[l] = 0;
+                st->prefetch_ahead[l] = COST_PREFETCH_AHEAD;
+            }
+        }
+    }
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(planner_finish(p, &e) == ERR_OK);
+}
+
+/* Megatron-LM's fine-grained activation offloading says an offload of the attn option's
+ * tensors on the first blocks of every stage in one fraction (the reader gives each stage
+ * int-rounded counts by Megatron-LM's own rule, post_warmup_callback: of a chunk's groups, the
+ * last int(groups x (1 - fraction)) stay): exported as it is, with the reload margin said.
+ * Where no fraction gives the plan's counts, the blocks are not the first, the plan also
+ * recomputes, or a stage has no room for the margin, the framework's own settings are planned
+ * again (a note, its numbers). */
+static void test_megatron_offload(void)
+{
+    static const int cases[][3] = {{2, 3, 1}, {1, 2, 1}, {1, 0, 0}};
+    for (int t = 0; t < 3; t++) {
+        struct plan p;
+        struct exported x = {0};
+        roomy_offload_plan(&p);
+        offload_attn(&p, cases[t]);
+        int rc, replanned;
+        check_export(&p, "megatron", &rc, &replanned);
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT_EQUAL(replanned, t == 2); /* [1 of 2, 0 of 3, 0 of 1]: no one fraction */
+        export_read(&p, "megatron", &x);
+        CU_ASSERT((strstr(x.out, "--fine-grained-activation-offloading") != NULL) == (t < 2));
+        CU_ASSERT((strstr(x.err, "reload margin") != NULL) == (t < 2));
+        if (t == 2)
+            CU_ASSERT(strstr(x.err, "[1 of 2, 0 of 3, 0 of 1]") != NULL);
+        exported_free(&x);
+        plan_free(&p);
+    }
+    struct plan p;
+    const char *why[] = {"[2 of 2, 2 of 3, 1 of 1]", "recomputes 1 layer(s)",
+                         "stage 1 would need"};
+    for (int t = 0; t < 3; t++) {
+        struct exported x = {0};
+        roomy_offload_plan(&p);
+        offload_attn(&p, (const int[]){t == 1 ? 1 : 2, 3, 1});
+        if (t == 0) { /* block.2 keeps all, block.3 and block.4 offload */
+            p.stages[1].offload_option[0] = -1;
+            p.stages[1].prefetch_ahead[0] = 0;
+        }
+        if (t == 1) /* block.1, which does not offload, recomputed */
+            p.stages[0].recompute[2] = COST_FULL;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_FATAL(planner_finish(&p, &e) == ERR_OK);
+        if (t == 2) /* no room on stage 1 for one block's attention tensors more */
+            p.stages[1].memory_limit_bytes = p.stages[1].memory_bytes;
+        int rc, replanned;
+        check_export(&p, "megatron", &rc, &replanned);
+        CU_ASSERT(rc == 0 && replanned);
+        export_read(&p, "megatron", &x);
+        CU_ASSERT(x.err && strstr(x.err, why[t]));
+        CU_ASSERT(x.out && strstr(x.out, "offloading") == NULL);
+        exported_free(&x);
+        plan_free(&p);
+    }
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -1192,6 +1285,7 @@ int main(void)
     CU_add_test(s, "a pool's plan and replicas files", test_pool_and_replicas);
     CU_add_test(s, "check reads the exports back", test_check);
     CU_add_test(s, "the per-rank file runs", test_stages_py);
+    CU_add_test(s, "Megatron-LM's activation offloading", test_megatron_offload);
     int rc = test_main();
     cJSON_Delete(all_keys);
     devices_free(&devices);

@@ -357,7 +357,7 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
     return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
 }
 
-static int64_t plan_memory(const struct plan *p)
+int64_t plan_memory(const struct plan *p)
 {
     int64_t memory = 0;
     for (int s = 0; s < p->n_stages; s++)

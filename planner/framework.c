@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "microbatch.h"
+#include "plan_layout.h"
 #include "planner.h"
 
 static const struct framework table[] = {
@@ -485,12 +487,11 @@ static int stage_menu(const struct fw_candidate *c, int blocks, struct fw_stage 
     return n;
 }
 
-/* Whether (ms, memory, recomputed) beats the best so far. */
+/* Whether (ms, memory) beats the best so far (none yet: best_set 0). */
 static int menu_better(double ms, int64_t memory, int best_set, double best_ms,
                        int64_t best_memory)
 {
-    double tol = 1e-12 * (1 + fabs(best_ms));
-    return !best_set || ms < best_ms - tol || (ms <= best_ms + tol && memory < best_memory);
+    return !best_set || microbatch_better(ms, memory, best_ms, best_memory);
 }
 
 double fw_range_recompute(const struct fw_candidate *c, const struct model *m, int first,
@@ -586,14 +587,6 @@ static int all_host_possible(const struct plan *p)
             return 0;
     }
     return 1;
-}
-
-static int64_t plan_memory(const struct plan *p)
-{
-    int64_t sum = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        sum += p->stages[s].memory_bytes;
-    return sum;
 }
 
 /* The least memory stage s can hold under f: its blocks all recomputed whole (or, for a

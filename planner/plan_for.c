@@ -11,6 +11,7 @@
 
 #include "cost.h"
 #include "framework.h"
+#include "microbatch.h"
 #include "plan_layout.h"
 #include "repartition.h"
 
@@ -152,21 +153,11 @@ static int plan_split(const struct cluster *c, const struct plan_options *o, str
     return rc;
 }
 
-static int64_t plan_memory(const struct plan *p)
-{
-    int64_t sum = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        sum += p->stages[s].memory_bytes;
-    return sum;
-}
-
 /* Keeps `p` in `best` when it is the first or faster (ties: less memory); frees the other. */
 static void keep_faster(struct plan *p, struct plan *best, int *have)
 {
-    double tol = 1e-12 * (1 + (*have ? best->iteration_ms : 0));
-    if (*have && (p->iteration_ms > best->iteration_ms + tol ||
-                  (p->iteration_ms >= best->iteration_ms - tol &&
-                   plan_memory(p) >= plan_memory(best)))) {
+    if (*have && !microbatch_better(p->iteration_ms, plan_memory(p), best->iteration_ms,
+                                    plan_memory(best))) {
         plan_free(p);
         return;
     }

@@ -15,6 +15,8 @@ int plan_layout(const struct cluster *c, const struct plan_options *o, struct pl
  * profiles (free only out->stages). */
 int arranged_cluster(const struct cluster *c, const struct arrangement *a, struct cluster *out,
                      struct err *e);
+/* The plan's stages' memory_bytes summed (the tie-break of equal steps). */
+int64_t plan_memory(const struct plan *p);
 /* planner_make for a framework (o->framework, plan_for.c). */
 int plan_for_framework(const struct cluster *c, const struct plan_options *o, struct plan *out,
                        struct err *e);

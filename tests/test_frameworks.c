@@ -255,6 +255,19 @@ static void yaml_keys(const char *text, const char *framework)
     }
 }
 
+/* A YAML list of recompute modules, "[core_attn, mlp]", as "core_attn mlp". */
+static const char *yaml_modules(const char *text)
+{
+    static char mods[64];
+    const char *m = value_of(text, "recompute_modules:");
+    int j = 0;
+    for (; *m && j < 63; m++)
+        if (*m != '[' && *m != ']' && *m != ',')
+            mods[j++] = *m;
+    mods[j] = '\0';
+    return mods;
+}
+
 /* NeMo (Megatron-core's split): the first and last stage's counts when given, the rest even. */
 static void read_nemo(const char *text, const char *py, struct setting *s)
 {
@@ -280,14 +293,7 @@ static void read_nemo(const char *text, const char *py, struct setting *s)
         CU_ASSERT(strcmp(value_of(text, "activations_checkpoint_method:"), "block") == 0);
         every_stage(s, atoi(value_of(text, "activations_checkpoint_num_layers:")), "");
     } else if (g && strcmp(g, "selective") == 0) {
-        char mods[64];
-        const char *m = value_of(text, "recompute_modules:");
-        int j = 0;
-        for (; *m; m++)
-            if (*m != '[' && *m != ']' && *m != ',')
-                mods[j++] = *m;
-        mods[j] = '\0';
-        every_stage(s, 0, mods);
+        every_stage(s, 0, yaml_modules(text));
     }
     if (py != NULL)
         read_stages_py(py, s);
@@ -342,14 +348,7 @@ static void read_flagscale(const char *text, int M, struct setting *s)
     every_stage(s, 0, "");
     const char *g = value_of(text, "recompute_granularity:");
     if (g && strcmp(g, "selective") == 0) {
-        char mods[64];
-        const char *m = value_of(text, "recompute_modules:");
-        int j = 0;
-        for (; *m; m++)
-            if (*m != '[' && *m != ']' && *m != ',')
-                mods[j++] = *m;
-        mods[j] = '\0';
-        every_stage(s, 0, mods);
+        every_stage(s, 0, yaml_modules(text));
     } else if (g) {
         const char *row = strstr(text, "recompute_num_layers_per_stage_micro_batch:");
         CU_ASSERT_FATAL(row != NULL);
@@ -791,16 +790,24 @@ static const char *config(const char *name)
     return p;
 }
 
+/* `ballast profile --model MODEL --estimate --device DEVICE EXTRA -o PATH`. */
+static void estimate_file(const char *model, const char *device, const char *extra,
+                          const char *path)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device %s %s -o '%s'", model,
+             device, extra, path);
+    CU_ASSERT_FATAL(run(args, NULL) == 0);
+}
+
 /* A cluster file of `stages` gpt-tiny stages on `device` (its profile estimated with `model`,
  * a model file), each of `memory` bytes: its path. */
 static const char *tiny_cluster(const char *name, const char *model, const char *device,
                                 int stages, long long memory)
 {
-    char args[4096], prof[1024], text[4096];
+    char prof[1024], text[4096];
     snprintf(prof, sizeof prof, "%s", test_path("tiny-profile.json"));
-    snprintf(args, sizeof args, "profile --model '%s' --estimate --device %s -o '%s'", model,
-             device, prof);
-    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    estimate_file(model, device, "", prof);
     int n = snprintf(text, sizeof text, "{\"format\": \"ballast-cluster/1\", \"schedule\": "
                      "\"1f1b\", \"micro_batches\": 4, \"stages\": [");
     for (int s = 0; s < stages; s++)
@@ -933,9 +940,8 @@ static void test_devices(void)
     const char *gpus[2] = {"A100-40GB", "A100-80GB"};
     for (int k = 0; k < 2; k++) {
         snprintf(prof[k], sizeof prof[k], "%s", test_path(k ? "plain.json" : "for-megatron.json"));
-        snprintf(args, sizeof args, "profile --model '%s' --estimate --device %s%s -o '%s'",
-                 config("models/gpt-tiny.json"), gpus[k], k ? "" : " --for megatron", prof[k]);
-        CU_ASSERT_FATAL(run(args, NULL) == 0);
+        estimate_file(config("models/gpt-tiny.json"), gpus[k], k ? "" : "--for megatron",
+                      prof[k]);
     }
     snprintf(text, sizeof text,
              "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
@@ -959,9 +965,7 @@ static void test_pool_and_replicas(void)
 {
     char args[4096], text[4096], prof[1024], plan[1024], *err = NULL, *out = NULL;
     snprintf(prof, sizeof prof, "%s", test_path("pool-a100.json"));
-    snprintf(args, sizeof args, "profile --model '%s' --estimate --device A100-40GB -o '%s'",
-             config("models/gpt-tiny.json"), prof);
-    CU_ASSERT_FATAL(run(args, NULL) == 0);
+    estimate_file(config("models/gpt-tiny.json"), "A100-40GB", "", prof);
     snprintf(text, sizeof text,
              "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":16,"
              "\"link\":{\"gbps\":10,\"latency_us\":5},\"shard_optimizer\":true,\"pool\":["

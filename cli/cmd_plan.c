@@ -265,8 +265,17 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, struct
         planner_print(a->export_format ? stderr : stdout, p);
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
+    /* the per-rank file, when there is one, beside the plan file (else here) */
+    char stages[4096] = "";
+    if (a->out_file != NULL) {
+        snprintf(stages, sizeof stages, "%s", a->out_file);
+        char *slash = strrchr(stages, '/');
+        snprintf(slash ? slash + 1 : stages, sizeof stages - (size_t)(slash ? slash + 1 - stages : 0),
+                 "ballast_stages.py");
+    }
     if (a->export_format != NULL &&
-        cli_export(p, 1, a->export_format, NULL, NULL, NULL, a->out_file ? a->out_file : "", e))
+        cli_export(p, 1, a->export_format, NULL, stages[0] ? stages : NULL, NULL,
+                   a->out_file ? a->out_file : "", e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))
         return e->code;

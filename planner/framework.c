@@ -494,6 +494,28 @@ static int menu_better(double ms, int64_t memory, int best_set, double best_ms,
     return !best_set || microbatch_better(ms, memory, best_ms, best_memory);
 }
 
+/* The recompute ms of a menu's FULL entries, walked in their order (n ascending): the first n
+ * blocks' forwards, summed as n grows. */
+struct full_walk {
+    double ms;
+    int blocks, next;
+};
+
+/* Whether menu entry `it` cannot beat the best so far: a FULL entry recomputing longer (and
+ * every later one, n ascending). Keeps the evaluations of a range to the entries that can. */
+static int hopeless(const struct fw_stage *it, struct full_walk *w, const struct model *m,
+                    int first, const struct layer_cost *layers, int n, int set, double best)
+{
+    if (it->recompute != FW_RECOMPUTE_FULL)
+        return 0;
+    for (; w->blocks < it->n && w->next < n; w->next++)
+        if (fw_is_block(m, first + w->next)) {
+            w->ms += layers[w->next].fwd_ms;
+            w->blocks++;
+        }
+    return set && w->ms > best + 1e-12 * (1 + best);
+}
+
 double fw_range_recompute(const struct fw_candidate *c, const struct model *m, int first,
                           const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes, int64_t limit, int64_t *memory_bytes)
@@ -511,11 +533,13 @@ double fw_range_recompute(const struct fw_candidate *c, const struct model *m, i
         return INFINITY;
     }
     int k = stage_menu(c, blocks, menu), set = 0;
+    struct full_walk w = {0};
     for (int i = 0; i < k; i++) {
         struct err e;
         err_clear(&e);
         struct stage_cost cost;
-        if (range_choices(m, first, layers, n, &menu[i], c->framework_acts, choice, &e))
+        if (hopeless(&menu[i], &w, m, first, layers, n, set, best) ||
+            range_choices(m, first, layers, n, &menu[i], c->framework_acts, choice, &e))
             continue;
         cost_stage(layers, n, choice, in_flight, reserve_bytes, &cost);
         if (cost.memory_bytes > limit ||
@@ -539,8 +563,12 @@ static int stage_choose(struct plan *p, int s, const struct fw_candidate *c,
     int blocks = fw_stage_blocks(p, s), k = stage_menu(c, blocks, menu), set = 0;
     double best_ms = 0;
     int64_t best_memory = 0;
+    struct full_walk w = {0};
     for (int i = 0; i < k; i++) {
         struct stage_cost cost;
+        if (hopeless(&menu[i], &w, &p->model, st->first, st->layers, plan_stage_layer_count(st),
+                     set, best_ms))
+            continue;
         if (fw_stage_apply(p, s, &menu[i], c->framework_acts, e)) {
             err_clear(e);
             continue;

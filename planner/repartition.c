@@ -1231,7 +1231,8 @@ static int layout_best(struct search *s)
 
 /* The incumbent's split with one layer moved along positions a..b: with dir +1 position a
  * takes the first layer of a + 1, which takes the first of a + 2, ... and b gives one up;
- * dir -1 the other way. 0 when that leaves a position empty. */
+ * dir -1 the other way. 0 when that leaves a position empty or breaks a framework's split
+ * (split_allowed). */
 static int shift_split(struct search *s, int a, int b, int dir)
 {
     memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
@@ -1240,7 +1241,7 @@ static int shift_split(struct search *s, int a, int b, int dir)
     for (int q = a; q <= b; q++)
         if (s->first[q] >= (q + 1 < s->S ? s->first[q + 1] : s->N))
             return 0;
-    return 1;
+    return split_allowed(s);
 }
 
 /* Whether s->first simulates strictly faster than the incumbent (then it becomes it). */

@@ -49,8 +49,9 @@ static void help(void)
            "                   data parallelism\"), their collectives over --node-link-gbps G\n"
            "                   (and --node-link-latency-us U, default 0); the profile says\n"
            "                   \"tp\": N and serves cluster stages of tp N\n"
-           "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
-           "                   its attention kernel, fp32 logits, its recompute modules\n"
+           "  --for F          --estimate what framework F (megatron, nemo, colossalai,\n"
+           "                   flagscale) keeps: its attention kernel, fp32 logits, its\n"
+           "                   recompute modules (docs/frameworks.md)\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
            WARMUP, devices_default_file());
 }

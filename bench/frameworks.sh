@@ -158,7 +158,8 @@ for name in $names; do
     in_megatron=$(as_run "$tmp/$name.ballast.plan.json" megatron)
   fi
   md="| $label"
-  dat=$(echo "$label" | tr ' ()' '_  ' | tr -s ' ' | tr -d ' ')
+  dat=$name
+  [[ "$label" == *fp16* ]] && dat="$name-fp16"
   for t in $targets; do
     md="$md | ${step[$t]}"
     v=${step[$t]}
@@ -185,15 +186,16 @@ done
   cat "$tmp/own.md"
 } >>"$out/frameworks.md"
 cat >"$out/frameworks.gp" <<'GP'
-set terminal pngcairo size 1300,560
+set terminal pngcairo size 1300,620 noenhanced
 set output "frameworks.png"
+set bmargin 12
 set title "Best plan's simulated step for each target (missing bars: refused or no fit)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set logscale y
 set ylabel "step ms (log)"
-set xtics rotate by -25 font ",8"
+set xtics rotate by 40 right font ",9"
 set key top left font ",9"
 plot "frameworks.dat" using 2:xtic(1) title "ballast", "" using 3 title "megatron (per rank)", \
      "" using 4 title "megatron-cli", "" using 5 title "nemo (per rank)", "" using 6 title "nemo-cli", \

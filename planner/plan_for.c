@@ -281,13 +281,17 @@ int plan_for_framework(const struct cluster *c, const struct plan_options *given
         devices_free(&t);
         return e->code;
     }
-    int rc = o->repartition ? plan_repartitioned_for(&fc, o, out, e) : plan_split(&fc, o, out, e);
+    /* its stages' devices, whatever split or order: refused before any search */
+    struct plan probe;
+    int rc = plan_layout(&fc, o, &probe, e);
     if (rc == ERR_OK) {
-        snprintf(out->framework.target, sizeof out->framework.target, "%s", o->framework->name);
-        rc = fw_device_check(out, o->framework, &t, e);
-        if (rc)
-            plan_free(out);
+        rc = fw_device_check(&probe, o->framework, &t, e);
+        plan_free(&probe);
     }
+    if (rc == ERR_OK)
+        rc = o->repartition ? plan_repartitioned_for(&fc, o, out, e) : plan_split(&fc, o, out, e);
+    if (rc == ERR_OK)
+        snprintf(out->framework.target, sizeof out->framework.target, "%s", o->framework->name);
     cluster_for_free(&fc, c->n_profiles);
     devices_free(&t);
     return rc;

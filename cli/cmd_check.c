@@ -18,15 +18,17 @@
 
 static void help(void)
 {
-    printf("usage: ballast check --from FRAMEWORK CONFIG --cluster CLUSTER.json [--same-split]\n\n"
+    printf("usage: ballast check --from FRAMEWORK --config CONFIG --cluster CLUSTER.json\n"
+           "                     [--same-split]\n\n"
            "Scores the configuration a framework runs today on the cluster's GPUs: its plan's\n"
            "per-stage memory (each stage that runs out, by how much) and simulated step, beside\n"
            "the best plan Ballast finds for the same GPUs and framework.\n\n"
-           "  --from F CONFIG  megatron 'ARGS' (its command line), nemo 'key=value ...' (Hydra\n"
-           "                   overrides) or FILE.yaml, flagscale FILE.yaml, colossalai\n"
-           "                   'tp_size=1, pp_size=4, ...' (HybridParallelPlugin's keywords;\n"
-           "                   gradient_checkpointing=True when the script calls\n"
-           "                   model.gradient_checkpointing_enable())\n"
+           "  --from F         megatron, nemo, flagscale or colossalai\n"
+           "  --config C       the configuration: Megatron-LM's arguments in one quoted string;\n"
+           "                   NeMo's overrides 'model.x=v ...' or its YAML file; FlagScale's\n"
+           "                   YAML file; ColossalAI's plugin keywords 'tp_size=1, pp_size=4,\n"
+           "                   ...' with gradient_checkpointing=True when the script calls\n"
+           "                   model.gradient_checkpointing_enable()\n"
            "  --cluster FILE   the GPUs: one stage a pipeline rank, with their profiles\n"
            "  --same-split     the best plan on the configuration's own split (default: the\n"
            "                   split searched too)\n\n"
@@ -199,6 +201,10 @@ static int best_plan(const struct cluster *c, const char *target, int same_split
     return ERR_OK;
 }
 
+const struct cli_opt cmd_check_options[] = {
+    {"--from", CLI_VALUE}, {"--config", CLI_VALUE}, {"--cluster", CLI_VALUE},
+    {"--same-split", CLI_FLAG}, {NULL, CLI_FLAG}};
+
 struct check_args {
     const char *from, *config, *cluster;
     int same_split;
@@ -214,21 +220,23 @@ static int parse(int argc, char **argv, struct check_args *a)
             help();
             return -1;
         }
-        if (strcmp(argv[i], "--from") == 0 && i + 2 < argc) {
-            a->from = argv[++i];
-            a->config = argv[++i];
-        } else if ((r = cli_option(argc, argv, &i, "--cluster", &v)) != 0) {
-            if (r < 0)
-                return ERR_INPUT;
-            a->cluster = v;
-        } else if (cli_flag(argv, i, "--same-split")) {
+        const char *names[] = {"--from", "--config", "--cluster"};
+        const char **slots[] = {&a->from, &a->config, &a->cluster};
+        for (int k = r = 0; k < 3 && r == 0; k++)
+            if ((r = cli_option(argc, argv, &i, names[k], &v)) > 0)
+                *slots[k] = v;
+        if (r < 0)
+            return ERR_INPUT;
+        if (r > 0)
+            continue;
+        if (cli_flag(argv, i, "--same-split")) {
             a->same_split = 1;
         } else {
             return cli_usage_error("check", "unknown option \"%s\"", argv[i]);
         }
     }
-    if (a->from == NULL || a->cluster == NULL)
-        return cli_usage_error("check", "--from FRAMEWORK CONFIG and --cluster are required");
+    if (a->from == NULL || a->config == NULL || a->cluster == NULL)
+        return cli_usage_error("check", "--from, --config and --cluster are required");
     if (strcmp(a->from, "megatron") && strcmp(a->from, "nemo") && strcmp(a->from, "colossalai") &&
         strcmp(a->from, "flagscale"))
         return cli_usage_error("check", "--from: \"%s\", expected megatron, nemo, colossalai or "

@@ -135,6 +135,10 @@ static int load_plans(const char *file, struct plan **plans, int *n, struct err 
     return rc;
 }
 
+const struct cli_opt cmd_export_options[] = {
+    {"--plan", CLI_VALUE}, {"--to", CLI_VALUE},      {"-o", CLI_VALUE},
+    {"--stages", CLI_VALUE}, {"--devices", CLI_VALUE}, {NULL, CLI_FLAG}};
+
 int cmd_export(int argc, char **argv)
 {
     const char *plan_file = NULL, *to = NULL, *out = NULL, *stages = NULL, *devices = NULL;

@@ -5,9 +5,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "jsonio.h"
+#include "plan_kinds.h"
 #include "planner.h"
 #include "pool.h"
 #include "pool_mixed.h"
@@ -50,6 +52,31 @@ static int replicas_output(const struct plan *plans, int n, const struct replica
     return rc;
 }
 
+/* The summary per device kind and the throughput (plan_kinds.h). */
+static void print_kinds(FILE *f, const struct plan *plans, int n, double step_ms,
+                        const struct plan_kinds_pool *pool)
+{
+    struct plan_kinds k;
+    plan_kinds_make(plans, n, step_ms, pool, &k);
+    plan_kinds_print(f, &k);
+}
+
+/* The GPUs of each kind the pool file holds (none when it cannot be read again). */
+static void pool_counts(const char *file, struct plan_kinds_pool *pool)
+{
+    struct err e;
+    err_clear(&e);
+    struct pool_info info;
+    cJSON *root = jsonio_read(file, &e);
+    memset(pool, 0, sizeof *pool);
+    if (root != NULL && pool_info_read(file, root, &info, &e) == ERR_OK)
+        for (int k = 0; k < info.n_kinds && k < PLAN_KINDS_MAX; k++) {
+            snprintf(pool->device[k], sizeof pool->device[k], "%s", info.device[k]);
+            pool->count[pool->n++] = info.count[k];
+        }
+    cJSON_Delete(root);
+}
+
 int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet)
 {
@@ -64,6 +91,8 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
         rc = replicas_step(plans, n, &r, &e);
     if (rc == ERR_OK)
         rc = replicas_output(plans, n, &r, out_file, quiet, &e);
+    if (rc == ERR_OK && !quiet)
+        print_kinds(stdout, plans, n, r.step_ms, NULL);
     replicas_result_free(&r);
     for (int k = 0; k < made; k++)
         plan_free(&plans[k]);
@@ -91,6 +120,12 @@ int cmd_plan_pool(const char *file, const struct plan_options *o, const char *ou
         pool_print(stdout, &a.homogeneous);
     if (!quiet)
         pool_mixed_print(stdout, &a.mix, a.have_plan ? a.plan.iteration_ms : INFINITY);
+    if (rc == ERR_OK && !quiet) {
+        struct plan_kinds_pool pool;
+        pool_counts(file, &pool);
+        print_kinds(stdout, a.mixed ? a.plans : &a.plan, a.mixed ? a.n : 1,
+                    a.mixed ? a.step.step_ms : a.plan.iteration_ms, &pool);
+    }
     pool_answer_free(&a);
     return rc ? cli_fail("plan", &e) : ERR_OK;
 }

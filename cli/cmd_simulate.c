@@ -12,7 +12,8 @@
 
 static void help(void)
 {
-    printf("usage: ballast simulate --plan PLAN.json [-o RESULT.json] [--trace TRACE.json]\n\n"
+    printf("usage: ballast simulate --plan PLAN.json [-o RESULT.json] [--trace TRACE.json]\n"
+           "                        [--quiet]\n\n"
            "Simulates one training step of a plan (its schedule, each stage's forward,\n"
            "recompute and backward times, and the transfers over its links) and prints the\n"
            "iteration time, the bubble fraction and each stage's busy and idle time.\n\n"
@@ -22,6 +23,10 @@ static void help(void)
            "  --quiet        no table\n\n"
            "exit status: 0 simulated, 1 failure while running, 2 bad input\n");
 }
+
+const struct cli_opt cmd_simulate_options[] = {
+    {"--plan", CLI_VALUE}, {"-o", CLI_VALUE}, {"--trace", CLI_VALUE}, {"--quiet", CLI_FLAG},
+    {NULL, CLI_FLAG}};
 
 static void print_result(const struct plan *p, const struct sim_result *r)
 {

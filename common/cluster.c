@@ -9,6 +9,7 @@
 
 #include "devices.h"
 #include "jsonio.h"
+#include "units.h"
 
 const char *schedule_name(enum schedule s)
 {
@@ -39,8 +40,8 @@ int link_from_json(const cJSON *obj, const char *file, const char *path, int str
     l->latency_us = 0;
     if (jsonio_expect_object(obj, file, path, e) ||
         (strict && jsonio_check_keys(obj, file, path, keys, e)) ||
-        jsonio_num(obj, file, path, "gbps", 1e-6, 1e9, &l->gbps, e) ||
-        jsonio_num_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
+        units_json_rate(obj, file, path, "gbps", 1e9, 1e-6, 1e9, &l->gbps, e) ||
+        units_json_us_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
         return e->code;
     l->present = 1;
     return ERR_OK;
@@ -244,7 +245,7 @@ static int read_host(const cJSON *obj, const char *file, const char *path,
     const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(obj, "host_link");
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, "host_link");
-    if (jsonio_int_opt(obj, file, path, "host_memory_bytes", 1, JSONIO_INT_MAX,
+    if (units_json_bytes_opt(obj, file, path, "host_memory_bytes", 1, JSONIO_INT_MAX,
                        &st->host_memory_bytes, e) ||
         (host_link != NULL && link_from_json(host_link, file, lp, 1, &st->host_link, e)))
         return e->code;
@@ -282,14 +283,15 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
     static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
                                        "link",             "host_link",    "host_memory_bytes",
                                        "tp",               "dp",           "per_node",
-                                       "node_link",        NULL};
+                                       "node_link",        "node_host_memory_bytes", NULL};
     struct cluster_stage *st = &c->stages[s];
     char path[JSONIO_PATH_MAX];
     const char *rel;
     jsonio_path_index(path, "stages", s);
     if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
         jsonio_str_copy(obj, file, path, "device", st->device, sizeof st->device, e) ||
-        jsonio_int(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes, e) ||
+        units_json_bytes(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes,
+                         e) ||
         jsonio_str(obj, file, path, "profile", &rel, e))
         return e->code;
     if (stage_profile(c, paths, file, path, rel, &st->profile, e))
@@ -431,7 +433,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected \"1f1b\" or \"gpipe\"", file,
                        sched);
     if (jsonio_int(root, file, "", "micro_batches", 1, 1 << 20, &micro, e) ||
-        jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &c->reserve_bytes, e))
+        units_json_bytes_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &c->reserve_bytes,
+                             e))
         return e->code;
     c->micro_batches = (int)micro;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(root, "link");

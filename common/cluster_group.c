@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "cost.h"
 #include "jsonio.h"
+#include "units.h"
 
 #define GROUP_TP_MAX 1024
 #define GROUP_DP_MAX (1 << 20)
@@ -20,6 +21,28 @@ static int read_link(const cJSON *obj, const char *file, const char *path, const
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, key);
     return v != NULL ? link_from_json(v, file, lp, 1, l, e) : ERR_OK;
+}
+
+/* "node_host_memory_bytes": the host memory of the stage's node, shared by its per_node GPUs;
+ * the stage's tp GPUs take their share as its host_memory_bytes. */
+static int read_node_host_memory(const cJSON *obj, const char *file, const char *path,
+                                 struct cluster_stage *st, struct err *e)
+{
+    int64_t node = 0;
+    if (units_json_bytes_opt(obj, file, path, "node_host_memory_bytes", 1, JSONIO_INT_MAX, &node,
+                             e))
+        return e->code;
+    if (node == 0)
+        return ERR_OK;
+    if (st->host_memory_bytes > 0 || st->per_node == 0)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.node_host_memory_bytes: %s (the node's host memory is shared "
+                       "by its per_node GPUs: give it with per_node, or host_memory_bytes for "
+                       "the stage alone)",
+                       file, path,
+                       st->per_node == 0 ? "needs per_node" : "and host_memory_bytes both given");
+    st->host_memory_bytes = node / st->per_node * st->tp;
+    return ERR_OK;
 }
 
 int cluster_group_read_stage(const cJSON *obj, const char *file, const char *path,
@@ -39,7 +62,7 @@ int cluster_group_read_stage(const cJSON *obj, const char *file, const char *pat
                        "%s: %s.tp: %lld GPUs, but a node has only %lld (per_node): a "
                        "tensor-parallel group stays inside one node",
                        file, path, (long long)tp, (long long)per_node);
-    return ERR_OK;
+    return read_node_host_memory(obj, file, path, st, e);
 }
 
 int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e)

@@ -157,7 +157,8 @@ static void plan_assumptions(const struct cluster *c, struct plan *p)
         if (s == 0) {
             snprintf(p->framework.activations, sizeof p->framework.activations, "%s", acts);
             p->framework.attention = att;
-        } else if (strcmp(acts, p->framework.activations) != 0 || att != p->framework.attention) {
+        } else if (!fw_activations_alike(acts, p->framework.activations) ||
+                   att != p->framework.attention) {
             snprintf(p->framework.activations, sizeof p->framework.activations, "mixed");
         }
     }

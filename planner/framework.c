@@ -59,6 +59,19 @@ const char *framework_names(void)
     return "ballast, megatron, megatron-cli, nemo, nemo-cli, colossalai or flagscale";
 }
 
+int fw_activations_alike(const char *a, const char *b)
+{
+    /* Megatron-LM, NeMo and FlagScale all run Megatron-core's layers (profile --for makes one
+     * activation model for the three) */
+    static const char *const core[] = {"megatron", "nemo", "flagscale"};
+    int in_a = 0, in_b = 0;
+    for (int k = 0; k < 3; k++) {
+        in_a |= strcmp(a, core[k]) == 0;
+        in_b |= strcmp(b, core[k]) == 0;
+    }
+    return strcmp(a, b) == 0 || (in_a && in_b);
+}
+
 int framework_is_ballast(const struct framework *f)
 {
     return f == NULL || f->exporter == NULL;

@@ -60,6 +60,8 @@ const struct framework *framework_find(const char *name, const struct model *m);
 /* The names --for takes, comma-separated, for messages. */
 const char *framework_names(void);
 int framework_is_ballast(const struct framework *f);
+/* Whether two activation models (profile provenance "for", or "ballast") are one. */
+int fw_activations_alike(const char *a, const char *b);
 
 /* Whose activation model profile p's costs are ("ballast": Ballast's own runtime, else its
  * provenance "for") and the attention kernel they assume (its provenance "attention", else the

@@ -79,7 +79,7 @@ static int profile_for(const struct cluster *c, int k, int s, const struct frame
     fw_profile_assumptions(from, acts, &att);
     if (profile_copy(from, to, e))
         return e->code;
-    if (strcmp(acts, f->activations) == 0)
+    if (fw_activations_alike(acts, f->activations))
         return ERR_OK;
     const struct device_spec *d = devices_find(t, from->device.name);
     const char *why = strcmp(acts, "ballast") != 0 ? "it was made --for another framework"

@@ -90,8 +90,9 @@ int pool_file_check(const char *file, int *is_pool, struct err *e)
 static int read_kind(const cJSON *obj, const char *file, int k, struct pool_kind *out,
                      struct err *e)
 {
-    static const char *const keys[] = {"device",  "count",     "per_node", "memory_bytes",
-                                       "profile", "node_link", NULL};
+    static const char *const keys[] = {"device",    "count",     "per_node", "memory_bytes",
+                                       "profile",   "node_link", "host_link",
+                                       "node_host_memory_bytes", NULL};
     char path[JSONIO_PATH_MAX];
     jsonio_path_index(path, "pool", k);
     out->entry = obj;
@@ -816,9 +817,10 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
     cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
         rc = err_set(e, ERR_NOFIT,
-                     "%s: pool: none of the %ld candidates (dp, tp and stages per device kind) "
-                     "fits",
-                     file, r->candidates);
+                     "%s: pool: no candidate (dp, tp and stages per device kind) fits: of %ld, "
+                     "%ld were left as their GPUs cannot hold the model's state (weights, "
+                     "gradients, optimizer state), and none of the %ld planned fits",
+                     file, r->enumerated + r->cannot_fit, r->cannot_fit, r->candidates);
     if (rc == ERR_OK)
         pool_certify(&st);
     if (rc && st.have_best)
@@ -834,9 +836,12 @@ int pool_search(const char *file, const struct plan_options *o, struct plan *bes
 
 void pool_print(FILE *f, const struct pool_result *r)
 {
-    fprintf(f, "pool: %ld candidates planned, %ld fit; the fastest: dp %d, %d micro-batches a "
-               "replica;",
-            r->candidates, r->fitted, r->dp, r->micro_batches);
+    int pp = 0;
+    for (int k = 0; k < r->n_kinds; k++)
+        pp += r->stages[k];
+    fprintf(f, "pool: %ld candidates planned, %ld fit; the fastest: dp %d x pp %d x tp (by kind), "
+               "%d micro-batches a replica;",
+            r->candidates, r->fitted, r->dp, pp, r->micro_batches);
     for (int k = 0; k < r->n_kinds; k++)
         fprintf(f, " %s %d stages of tp %d%s", r->device[k], r->stages[k], r->tp[k],
                 k + 1 < r->n_kinds ? "," : "\n");

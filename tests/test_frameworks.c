@@ -1101,8 +1101,8 @@ static void test_check(void)
         free(text);
         char ordered[1024]; /* the search's device order, which the export's header gives */
         snprintf(ordered, sizeof ordered, "%s", cluster_of_plan(plan, "llama2-7b"));
-        snprintf(args, sizeof args, "check --from %s '%s' --cluster '%s' --same-split", as[k],
-                 config_text, ordered);
+        snprintf(args, sizeof args, "check --from %s --config '%s' --cluster '%s' --same-split",
+                 as[k], config_text, ordered);
         CU_ASSERT_EQUAL(test_run(args, &out, &err), 0);
         char want[128];
         snprintf(want, sizeof want, "your configuration: step %.3f ms", ms);
@@ -1118,16 +1118,16 @@ static void test_check(void)
     char args[4096], *out = NULL, *err = NULL;
     const char *small = tiny_cluster("oom.json", config("models/gpt-tiny.json"), "cpu", 3,
                                      20000000);
-    snprintf(args, sizeof args, "check --from megatron '--pipeline-model-parallel-size 3 "
-             "--num-layers 6 --micro-batch-size 4 --global-batch-size 16' --cluster '%s'",
+    snprintf(args, sizeof args, "check --from megatron --config '--pipeline-model-parallel-size "
+             "3 --num-layers 6 --micro-batch-size 4 --global-batch-size 16' --cluster '%s'",
              small);
     CU_ASSERT_EQUAL(test_run(args, &out, &err), 3);
     CU_ASSERT(out && strstr(out, "out of memory by"));
     CU_ASSERT(err && strstr(err, "run out of memory"));
     free(out);
     free(err);
-    snprintf(args, sizeof args, "check --from megatron '--pipeline-model-parallel-size 2' "
-             "--cluster '%s'", config("clusters/cpu-3.json"));
+    snprintf(args, sizeof args, "check --from megatron --config '--pipeline-model-parallel-size "
+             "2' --cluster '%s'", config("clusters/cpu-3.json"));
     CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
     CU_ASSERT(err && strstr(err, "pipeline size 2, but the cluster has 3 stages"));
     free(err);

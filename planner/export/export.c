@@ -67,7 +67,7 @@ static int settings_for(const struct plan *p, const struct framework *f,
                         struct err *e)
 {
     char why[512] = "", why_offload[512] = "";
-    int fa = strcmp(p->framework.activations, f->activations) == 0, ok = 0, host = 0;
+    int fa = fw_activations_alike(p->framework.activations, f->activations), ok = 0, host = 0;
     *replanned = 0;
     offload[0] = '\0';
     if (!fw_settings_allowed(f, p, fs, 1, why, sizeof why))
@@ -156,7 +156,7 @@ static int export_dp(FILE *out, const struct plan *p, int dp, const struct expor
                            .shard = q->stages[0].shard_optimizer,
                            .attention = q->framework.attention};
     x.global_batch = q->micro_batches * q->model.micro_batch * dp;
-    if (strcmp(q->framework.activations, f->activations) != 0)
+    if (!fw_activations_alike(q->framework.activations, f->activations))
         fprintf(o->note, "ballast export: note: the plan's layer costs are %s's activation "
                          "model (\"%s\"), not %s's: plan --for %s for its own numbers\n",
                 strcmp(q->framework.activations, "ballast") == 0 ? "Ballast's runtime"

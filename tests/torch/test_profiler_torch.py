@@ -11,7 +11,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_or_skip import require_torch  # noqa: E402
+from torch_or_skip import finish, require_torch  # noqa: E402
 
 require_torch("test_profiler_torch")
 import torch  # noqa: E402
@@ -246,34 +246,175 @@ def test_llama(ballast, work):
 
 
 def factory(micro_batch, seq_len):
-    """For the command line: the GPT-2-like model (its T fixed by the position table)."""
+    """For the command line: the GPT-2-like model (its T fixed by the position table); touches
+    the file $PROFILER_TORCH_TEST_MARK when set, so a test can tell whether it ran."""
     assert seq_len == T
+    if os.environ.get("PROFILER_TORCH_TEST_MARK"):
+        open(os.environ["PROFILER_TORCH_TEST_MARK"], "w").close()
     torch.manual_seed(0)
     return {"layers": gpt_layers(), "tokens": torch.randint(V, (micro_batch, T)),
             "targets": torch.randint(V, (micro_batch, T))}
 
 
-def test_command_line(work):
-    """python3 -m profiler.torch from the repo root, the model from this file."""
-    out = os.path.join(work, "cli.json")
+def raising_factory(micro_batch, seq_len):
+    raise ValueError("no model of %d x %d" % (micro_batch, seq_len))
+
+
+def list_factory(micro_batch, seq_len):
+    return [("embed", nn.Embedding(V, C))]
+
+
+def failing_layer_factory(micro_batch, seq_len):
+    """A model whose second layer cannot take the first one's output."""
+    return {"layers": [("embed", nn.Embedding(V, C)), ("bad", nn.Linear(C + 1, C)),
+                       ("head", nn.Linear(C, V))],
+            "tokens": torch.randint(V, (micro_batch, seq_len)),
+            "targets": torch.randint(V, (micro_batch, seq_len))}
+
+
+NOT_A_FUNCTION = 3
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+HERE = "test_profiler_torch:"
+
+
+def cli_process(args):
+    """python3 -m profiler.torch ARGS as a user runs it, the model from this file."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run([sys.executable, "-m", "profiler.torch", "--model",
-                          "test_profiler_torch:factory", "--micro-batch", str(B), "--seq-len",
-                          str(T), "--repeat", "1", "-o", out],
-                         capture_output=True, text=True, env=env,
-                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
-    if run.returncode != 0:
-        FAILS.append("python3 -m profiler.torch: exit %d: %s" % (run.returncode, run.stderr))
-        return
+    return subprocess.run([sys.executable, "-m", "profiler.torch"] + args, capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=120)
+
+
+def one_line(what, code, err, want_code, says):
+    if code != want_code or says not in err or len(err.splitlines()) != 1 or "Traceback" in err:
+        FAILS.append("%s: exit %r, stderr %r; expected exit %d and one line saying %r"
+                     % (what, code, err, want_code, says))
+
+
+def test_command_line(work):
+    """python3 -m profiler.torch from the repo root, the model from this file: a profile, and
+    issue 27's defects: factory errors and bad counts answered in one line with exit 2 (the
+    layer that fails while profiling: exit 1), -o refused before profiling, replaced whole."""
+    out = os.path.join(work, "cli.json")
+    size = ["--micro-batch", str(B), "--seq-len", str(T), "--repeat", "1"]
+    run = cli_process(["--model", HERE + "factory"] + size + ["-o", out])
+    check("command line exit", (run.returncode, run.stderr[-500:] if run.returncode else ""),
+          (0, ""))
     with open(out) as f:
         prof = json.load(f)
     check("command line format", prof["format"], "ballast-profile/1")
     check("command line kind", prof["model"]["kind"], "gpt")
     check("command line layers", len(prof["layers"]), L + 2)
-    bad = subprocess.run([sys.executable, "-m", "profiler.torch", "--model", "no_such:thing",
-                          "-o", out], capture_output=True, text=True,
-                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
-    check("command line, a model that is not there: exit", bad.returncode, 2)
+    bad = cli_process(["--model", HERE + "raising_factory", "-o", out])
+    one_line("a factory that raises", bad.returncode, bad.stderr, 2,
+             "--model test_profiler_torch:raising_factory: raising_factory(1, 128) raised "
+             "ValueError: no model of 1 x 128")
+    bad = cli_process(["--model", HERE + "factory", "--repeat", "0", "-o", out])
+    one_line("--repeat 0", bad.returncode, bad.stderr, 2, "argument --repeat: 0, expected")
+    with open(out) as f:
+        check("a refused run leaves -o as it was", json.load(f), prof)
+    sys.path.insert(0, REPO)
+    from torch_or_skip import run_cli
+    for args, says in (
+            (["--micro-batch", "0"], "argument --micro-batch: 0, expected at least 1"),
+            (["--seq-len", "0"], "argument --seq-len: 0, expected at least 1"),
+            (["--seq-len", "x"], "argument --seq-len: 'x' is not a whole number"),
+            (["--repeat", "-2"], "argument --repeat: -2, expected at least 1"),
+            (["--dtype", "fp16"], "--dtype fp16: PyTorch"),
+            (["--device", "tpu"], "--device tpu"),
+            (["--model", "no_such_module:f"], "--model no_such_module:f: importing"),
+            (["--model", "test_profiler_torch"], "expected PKG.MODULE:FACTORY"),
+            (["--model", HERE + "NOT_A_FUNCTION"], "has no function NOT_A_FUNCTION"),
+            (["--model", HERE + "list_factory"], "the factory's result is a list"),
+            (["--model", HERE + "factory", "--set", "a=1"], "--set: only with --hf")):
+        argv = (args if args[0] == "--model" else ["--model", HERE + "factory"] + args)
+        code, err = run_cli(argv + ["-o", out])
+        one_line(" ".join(args), code, err, 2, says)
+    code, err = run_cli(["--model", HERE + "failing_layer_factory", "--repeat", "1", "-o", out])
+    one_line("a layer that fails", code, err, 1, "layer bad (2 of 3) failed on cpu: RuntimeError")
+    test_output(work, out, prof, run_cli)
+    test_bf16(work, run_cli)
+
+
+def test_output(work, out, prof, run_cli):
+    """-o: refused before the factory runs when it cannot be written; replaced by a rename
+    (a new inode, no temporary left, a killed run's removed); written through a symbolic
+    link."""
+    mark = os.path.join(work, "factory-ran")
+    os.environ["PROFILER_TORCH_TEST_MARK"] = mark
+    fifo = os.path.join(work, "fifo")
+    os.mkfifo(fifo)
+    ro = os.path.join(work, "ro")
+    os.mkdir(ro, 0o500)
+    for target, says in ((os.path.join(work, "no", "p.json"), "cannot write in"),
+                         (work, "not a regular file"), (fifo, "not a regular file"),
+                         (os.path.join(ro, "p.json"), "cannot write in")):
+        if target.startswith(ro) and os.access(ro, os.W_OK):
+            continue  # root writes anywhere
+        code, err = run_cli(["--model", HERE + "factory", "--repeat", "1", "-o", target])
+        one_line("-o " + target, code, err, 2, says)
+        if os.path.exists(mark):
+            FAILS.append("-o %s: refused only after the factory ran" % target)
+    inode = os.stat(out).st_ino
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = "%s.tmp.%d.x1" % (out, dead.pid)  # as a killed run leaves it
+    open(stale, "w").close()
+    link = os.path.join(work, "link.json")
+    os.symlink(out, link)
+    size = ["--micro-batch", str(B), "--seq-len", str(T), "--repeat", "1"]
+    code, err = run_cli(["--model", HERE + "factory"] + size + ["-o", link])
+    check("-o through a link: exit", code, 0)
+    check("-o through a link: still a link to the profile", os.readlink(link), out)
+    if os.stat(out).st_ino == inode:
+        FAILS.append("-o: the profile was written in place, not renamed over it")
+    with open(out) as f:
+        check("-o: the new profile's layers", len(json.load(f)["layers"]), len(prof["layers"]))
+    left = [n for n in os.listdir(work) if ".tmp." in n]
+    check("temporaries left (the killed run's removed)", left, [])
+    del os.environ["PROFILER_TORCH_TEST_MARK"]
+
+
+def test_bf16(work, run_cli):
+    """--dtype bf16 casts the factory's layers: kind gpt in bf16, 18 bytes of state a parameter
+    (2-byte weights, fp32 gradients, fp32 master weights, m and v)."""
+    out = os.path.join(work, "bf16.json")
+    code, err = run_cli(["--model", HERE + "factory", "--micro-batch", str(B), "--seq-len",
+                         str(T), "--repeat", "1", "--dtype", "bf16", "-o", out])
+    check("--dtype bf16: exit", (code, err if code else ""), (0, ""))
+    with open(out) as f:
+        prof = json.load(f)
+    check("--dtype bf16: dtype", prof["model"].get("dtype"), "bf16")
+    counts = [V * C + T * C] + [12 * C * C + 13 * C] * L + [2 * C + C * V]
+    for layer, n in zip(prof["layers"], counts):
+        check(layer["name"] + " bf16 state split",
+              (layer["param_bytes"], layer["grad_bytes"], layer["optimizer_bytes"]),
+              (2 * n, 4 * n, 12 * n))
+
+
+def test_timing():
+    """timing.py's policy by hand: warm-up runs untimed; equal times settle at MIN_RUNS (no
+    spread); times alternating 1 and 2 (spread 1/1.5: the median's error would need ~3800
+    runs to fall under 1%) stop at MAX_RUNS; a fixed repeat is that many runs."""
+    from profiler.torch import timing
+    calls = []
+
+    def once(values):
+        calls.append(values[len(calls) % len(values)])
+        return calls[-1]
+
+    stat = timing.measure(lambda: once([1.0]), None)
+    check("equal times: runs", (stat.runs, len(calls), stat.spread),
+          (timing.MIN_RUNS, timing.MIN_RUNS + timing.WARMUP, 0.0))
+    calls.clear()
+    budget, timing.BUDGET_S = timing.BUDGET_S, 1e9  # the count alone, however loaded the host
+    stat = timing.measure(lambda: once([1.0, 2.0]), None)
+    timing.BUDGET_S = budget
+    check("alternating times: runs, median", (stat.runs, stat.median_ms),
+          (timing.MAX_RUNS, 1.5))
+    calls.clear()
+    stat = timing.measure(lambda: once([1.0, 3.0, 2.0]), 3)
+    check("--repeat 3: runs, median, spread (range/median under 4 runs)",
+          (stat.runs, stat.median_ms, stat.spread), (3, 2.0, 1.0))
 
 
 def main():
@@ -282,10 +423,8 @@ def main():
         test_gpt(ballast, work)
         test_llama(ballast, work)
         test_command_line(work)
-    for f in FAILS:
-        print("FAIL", f)
-    print("test_profiler_torch: %d failure(s)" % len(FAILS))
-    return 1 if FAILS else 0
+    test_timing()
+    return finish("test_profiler_torch", FAILS)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@
 
 #include "arena_fit.h"
 #include "choice.h"
+#include "framework.h"
+#include "plan_layout.h"
 #include "methods.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -149,9 +151,26 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->memory_before_bytes = before.memory_bytes;
 }
 
-/* The plan's stages, layers, limits and loads from the cluster: what a method chooses on. */
-static int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                       struct err *e)
+/* What the stages' profiles assume (framework.h fw_profile_assumptions): "mixed" activations
+ * when they differ. */
+static void plan_assumptions(const struct cluster *c, struct plan *p)
+{
+    for (int s = 0; s < c->n_stages; s++) {
+        char acts[PLAN_FRAMEWORK_MAX];
+        enum model_attention att;
+        fw_profile_assumptions(cluster_stage_profile(c, s), acts, &att);
+        if (s == 0) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "%s", acts);
+            p->framework.attention = att;
+        } else if (!fw_activations_alike(acts, p->framework.activations) ||
+                   att != p->framework.attention) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "mixed");
+        }
+    }
+}
+
+int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                struct err *e)
 {
     int S = c->n_stages;
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
@@ -176,6 +195,7 @@ static int plan_layout(const struct cluster *c, const struct plan_options *o, st
     for (int s = 0; s < S; s++)
         stage_layout(c, out, s);
     out->most_loaded_stage = most_loaded(out);
+    plan_assumptions(c, out);
     return ERR_OK;
 }
 
@@ -241,10 +261,8 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     return rc;
 }
 
-/* The cluster with its stages in the arrangement's order, split and links; it shares c's
- * profiles (free only out->stages). */
-static int arranged_cluster(const struct cluster *c, const struct arrangement *a,
-                            struct cluster *out, struct err *e)
+int arranged_cluster(const struct cluster *c, const struct arrangement *a, struct cluster *out,
+                     struct err *e)
 {
     *out = *c;
     out->stages = calloc((size_t)a->n_stages, sizeof *out->stages);
@@ -355,10 +373,12 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
     if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
         cluster_check_host_memory(c, e))
         return e->code;
+    if (!framework_is_ballast(o->framework))
+        return plan_for_framework(c, o, out, e);
     return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
 }
 
-static int64_t plan_memory(const struct plan *p)
+int64_t plan_memory(const struct plan *p)
 {
     int64_t memory = 0;
     for (int s = 0; s < p->n_stages; s++)

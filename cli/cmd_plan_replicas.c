@@ -15,12 +15,13 @@
 #include "pool_mixed.h"
 #include "replicas.h"
 
-static int plan_pipelines(const char *file, int n, const struct plan_options *o,
-                          struct plan *plans, int *made, struct err *e)
+static int plan_pipelines(const cJSON *root, const char *file, int n,
+                          const struct plan_options *o, struct plan *plans, int *made,
+                          struct err *e)
 {
     for (*made = 0; *made < n; (*made)++) {
         struct cluster c;
-        if (cluster_load_pipeline(file, *made, &c, e))
+        if (cluster_parse_pipeline(root, file, *made, &c, e))
             return e->code;
         int rc = planner_make(&c, o, &plans[*made], e);
         cluster_free(&c);
@@ -84,7 +85,7 @@ static void print_certified(FILE *f, const struct pool_answer *a)
                 a->seconds);
 }
 
-int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
+int cmd_plan_replicas(const cJSON *root, const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet)
 {
     struct err e;
@@ -93,7 +94,7 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
     struct replicas_result r = {0};
     int made = 0, rc = plans != NULL ? ERR_OK : err_set(&e, ERR_FAIL, "out of memory");
     if (rc == ERR_OK)
-        rc = plan_pipelines(file, n, o, plans, &made, &e);
+        rc = plan_pipelines(root, file, n, o, plans, &made, &e);
     if (rc == ERR_OK)
         rc = replicas_step(plans, n, &r, &e);
     if (rc == ERR_OK)
@@ -107,17 +108,15 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
     return rc ? cli_fail("plan", &e) : ERR_OK;
 }
 
-int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
-                  int quiet)
+int cmd_plan_pool(const cJSON *root, const char *file, const struct plan_options *o,
+                  const char *out_file, int quiet)
 {
     struct err e;
     err_clear(&e);
     struct pool_answer a;
-    cJSON *root = jsonio_read(file, &e);
-    int rc = root != NULL ? pool_answer_search(root, file, o, &a, &e) : e.code;
-    cJSON_Delete(root);
-    if (rc)
+    if (pool_answer_search(root, file, o, &a, &e))
         return cli_fail("plan", &e);
+    int rc = ERR_OK;
     if (a.mixed) {
         rc = replicas_output(a.plans, a.n, &a.step, out_file, quiet, &e);
     } else {

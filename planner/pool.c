@@ -59,16 +59,6 @@ struct pool_state {
     double lower_bound;
 };
 
-int pool_file_check(const char *file, int *is_pool, struct err *e)
-{
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
-    *is_pool = cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL;
-    cJSON_Delete(root);
-    return ERR_OK;
-}
-
 static int64_t candidate_B(const struct pool_state *st)
 {
     return pool_model_batches(st->pm, st->size);
@@ -647,7 +637,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
     struct pool_model pm;
     double deadline = o->time_limit_s > 0 ? pool_now_s() + o->time_limit_s : INFINITY;
     memset(r, 0, sizeof *r);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
     if (root == NULL)
         return e->code;
     int rc = pool_model_load(root, file, o, deadline, &pm, e);

@@ -59,8 +59,6 @@ struct pool_result {
     char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
 };
 
-/* Whether a cluster file gives a "pool" (*is_pool), read from `file`. */
-int pool_file_check(const char *file, int *is_pool, struct err *e);
 /* The best plan of the pool file (ERR_NOFIT when no candidate fits; ERR_INPUT for a bad pool,
  * naming the field and the numbers). `o` is --method optimal's; the search sets repartition. */
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,

@@ -147,6 +147,8 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
  * instead of its own over its dp (replicas.c: pipelines reducing together). */
 int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct sim_result *out,
                      struct err *e);
+/* Its iteration time alone (sim_makespan's), for searches that compare many plans. */
+int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e);
 void sim_result_free(struct sim_result *r);
 
 const char *sim_kind_name(enum sim_kind kind);

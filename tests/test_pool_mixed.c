@@ -323,7 +323,7 @@ static void search(const char *file, double *one, double *two, struct pool_answe
     *one = rc == ERR_OK ? p.iteration_ms : INFINITY;
     if (rc == ERR_OK)
         plan_free(&p);
-    cJSON *root = jsonio_read(file, &e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
     struct pool_model pm;
     CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
     struct plan *plans;
@@ -356,7 +356,7 @@ static int check_bounds(const struct pool_case *pc, const char *file, int *tight
     err_clear(&e);
     plan_options_default(&o);
     o.search_gap = 0;
-    cJSON *root = jsonio_read(file, &e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
     CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
     cJSON_Delete(root);
     for (size_t i = 0; i < sizeof cache / sizeof *cache; i++) {

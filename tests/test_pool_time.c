@@ -59,7 +59,7 @@ static void test_limits(void)
     snprintf(file, sizeof file, "%s", pool_file());
     struct err e;
     err_clear(&e);
-    cJSON *root = jsonio_read(file, &e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
     CU_ASSERT_FATAL(root != NULL);
     static const double limits[] = {0.02, 0.1, 0.5, 2.5};
     for (int i = 0; i < 4; i++) {

@@ -124,6 +124,11 @@ static int read_sizes(const cJSON *root, struct pool_model *pm, struct err *e)
     const char *file = pm->file;
     pm->n_sizes = 1;
     pm->sizes[0] = pm->model.micro_batch;
+    if (list == NULL && pm->global_batch % pm->model.micro_batch != 0) /* dealt exactly */
+        return err_set(e, ERR_INPUT,
+                       "%s: global_batch: %lld samples, not whole micro-batches of the "
+                       "profiles' %d (give \"micro_batch_sizes\" dividing it)",
+                       file, (long long)pm->global_batch, pm->model.micro_batch);
     if (list == NULL)
         return ERR_OK;
     if (jsonio_expect_array(list, file, "micro_batch_sizes", e))

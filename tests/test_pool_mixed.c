@@ -563,6 +563,19 @@ static void test_no_idle_gpus(void)
     CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 2);
     CU_ASSERT(err != NULL && strstr(err, "replica_micro_batches") != NULL);
     free(err);
+    /* an export to a framework that deals evenly: refused, naming the field */
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron", test_path("answer.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "replica_micro_batches") != NULL);
+    free(err);
+    /* a global batch that is not whole micro-batches: refused, never rounded */
+    char *odd = strstr(text, "\"global_batch\":14");
+    CU_ASSERT_FATAL(odd != NULL);
+    memcpy(odd, "\"global_batch\":13", 17);
+    snprintf(args, sizeof args, "plan --cluster '%s'", test_write("odd.json", text));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "global_batch: 13 samples") != NULL);
+    free(err);
     cJSON_Delete(before);
     cJSON_Delete(now);
 }

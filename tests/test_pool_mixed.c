@@ -417,6 +417,48 @@ static const char *profile_of(const char *device)
     return NULL;
 }
 
+/* The CLI's replicas file for a pool answered by two groups: its global batch the pool's
+ * exactly (each pipeline's dealing summed), and simulate steps it as the search scored it. */
+static void check_replicas_file(const char *file, const struct pool_case *c, double step_ms)
+{
+    char args[2048];
+    const char *answer = test_path("pair.json"), *simulated = test_path("pair-sim.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' --search-gap 0 --quiet -o '%s'", file,
+             answer);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    char *text = test_read(answer);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_FATAL(root != NULL);
+    long samples = 0;
+    const cJSON *pipe;
+    cJSON_ArrayForEach(pipe, cJSON_GetObjectItem(root, "pipelines"))
+    {
+        const cJSON *dealt = cJSON_GetObjectItem(pipe, "replica_micro_batches"), *m;
+        const cJSON *dp = cJSON_GetObjectItem(
+            cJSON_GetArrayItem(cJSON_GetObjectItem(pipe, "stages"), 0), "dp"); /* absent: 1 */
+        if (dealt == NULL) /* every replica takes micro_batches */
+            samples += (long)(dp ? dp->valueint : 1) *
+                       cJSON_GetObjectItem(pipe, "micro_batches")->valueint;
+        cJSON_ArrayForEach(m, dealt) samples += m->valueint;
+    }
+    CU_ASSERT_EQUAL(samples * MICRO_BATCH, c->global_batch);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(root, "global_batch")->valueint, c->global_batch);
+    cJSON_Delete(root);
+    snprintf(args, sizeof args, "simulate --plan '%s' --quiet -o '%s'", answer, simulated);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    text = test_read(simulated);
+    root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_FATAL(root != NULL);
+    double ms = cJSON_GetObjectItem(root, "iteration_ms")->valuedouble;
+    printf("\n  the CLI's replicas file: %ld samples, simulated %.6f ms", samples * MICRO_BATCH,
+           ms);
+    CU_ASSERT(test_close(ms, step_ms, 1e-9, 1e-9));
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(root, "global_batch")->valueint, c->global_batch);
+    cJSON_Delete(root);
+}
+
 static void test_against_brute_force(void)
 {
     /* counts; samples; the second kind and its memory (< 0: the A100's memory, small, and
@@ -467,6 +509,8 @@ static void test_against_brute_force(void)
         CU_ASSERT(a.mixed == (b.two < b.one)); /* ties: the homogeneous plan */
         CU_ASSERT(a.gap >= 0 && a.gap <= 1e-9 && a.lower_bound <= best * (1 + 1e-12));
         CU_ASSERT(checked > 0 && 3 * tight > checked && 4 * half > 3 * checked);
+        if (a.mixed && pairs_won == 0)
+            check_replicas_file(file, &c, got);
         pairs_won += a.mixed;
         unfit_all += b.unfit;
         pool_answer_free(&a);

@@ -18,6 +18,7 @@
 
 struct plan_stage {
     int index;
+    int gpu; /* the pipeline rank that runs it (schedule.h): index unless a GPU holds chunks */
     char device[PROFILE_NAME_MAX];
     char device_kind[8];      /* "cpu" or "cuda", from the stage's profile; always */
     int first, last;          /* global layer indices, inclusive */
@@ -75,6 +76,9 @@ struct plan_search {
 struct plan {
     char method[PLAN_METHOD_MAX];
     enum schedule schedule;
+    /* model chunks a GPU holds (schedule.h): the stages are the n_stages / v GPUs' chunks,
+     * virtual stages in model order, stage j on GPU `gpu` */
+    int virtual_stages;
     int micro_batches;
     int bottleneck_stage;  /* largest stage_ms */
     int most_loaded_stage; /* largest memory_before / memory_limit */
@@ -90,15 +94,21 @@ struct plan {
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);
+/* The plan's pipeline: its schedule over n_stages / v GPUs of v chunks. */
+struct schedule_shape plan_shape(const struct plan *p);
+/* The stages (virtual stages) GPU `gpu` runs, chunk by chunk; returns their count. */
+int plan_gpu_stages(const struct plan *p, int gpu, int stages[SCHEDULE_CHUNKS_MAX]);
 /* Allocates the stages (zeroed) with their per-layer arrays for the given ranges. */
 int plan_init(struct plan *p, int n_stages, const int *first, const int *last, struct err *e);
 void plan_free(struct plan *p);
 
-/* Recomputes a stage's memory, recompute and stage time from its layers and flags. */
+/* Recomputes a stage's memory, recompute and stage time from its layers and flags. With a GPU
+ * holding several chunks, memory_bytes is the GPU's (cost_chunks_memory over its stages). */
 void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out);
 
-/* The stage's actions as the cost model takes them. */
+/* The stage's actions as the cost model takes them, and layer l's action row. */
 struct cost_actions plan_stage_actions(const struct plan_stage *st);
+struct cost_row plan_stage_row(const struct plan_stage *st, int l);
 /* Whether any layer of the stage sends activations to the host (its optimizer aside). */
 int plan_stage_offloads(const struct plan_stage *st);
 /* Per micro-batch, each way: one copy per offloaded layer over the host link. */

@@ -84,6 +84,11 @@ static int split_from_json(const cJSON *obj, const char *file, const char *path,
                        &c->host_optimizer_ms, e))
         return e->code;
     c->has_split = given == 3;
+    c->wgrad_bytes = 0;
+    c->wgrad_ms = 0;
+    if (jsonio_int_opt(obj, file, path, "wgrad_bytes", 0, JSONIO_INT_MAX, &c->wgrad_bytes, e) ||
+        jsonio_num_opt(obj, file, path, "wgrad_ms", 0, c->bwd_ms, &c->wgrad_ms, e))
+        return e->code;
     if (given == 0) {
         c->param_bytes = c->grad_bytes = c->optimizer_bytes = 0;
         return ERR_OK;
@@ -144,6 +149,10 @@ cJSON *layer_cost_to_json(const struct layer_cost *c)
         cJSON_AddNumberToObject(o, "optimizer_ms", c->optimizer_ms);
     if (c->host_optimizer_ms > 0)
         cJSON_AddNumberToObject(o, "host_optimizer_ms", c->host_optimizer_ms);
+    if (c->wgrad_bytes > 0 || c->wgrad_ms > 0) {
+        jsonio_add_int(o, "wgrad_bytes", c->wgrad_bytes);
+        cJSON_AddNumberToObject(o, "wgrad_ms", c->wgrad_ms);
+    }
     if (c->n_options > 0) {
         cJSON *list = cJSON_AddArrayToObject(o, "recompute_options");
         for (int k = 0; k < c->n_options; k++) {

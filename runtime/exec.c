@@ -469,7 +469,7 @@ static void offload_begin_step(struct executor *x)
         o->first[p] = -1;
     for (int q = n_lops - 1; q >= 0; q--) {
         int li = n - 1 - q % n;
-        if (!x->ops[q / n].backward || x->c.lay->layers[li].offload == 0)
+        if (x->ops[q / n].pass != SCHEDULE_B || x->c.lay->layers[li].offload == 0)
             continue;
         int t = q - o->ahead[li] > 0 ? q - o->ahead[li] : 0;
         t = arena_trigger(x, li, x->ops[q / n].micro, t);
@@ -735,8 +735,8 @@ int exec_run(struct executor *x, struct err *e)
     offload_begin_step(x);
     x->times.host_peak = x->off.host_live; /* the mirror, live always */
     for (x->op = 0; x->op < 2 * x->c.micro_batches; x->op++)
-        ERR_TRY(x->ops[x->op].backward ? backward(x, x->ops[x->op].micro, e)
-                                       : forward(x, x->ops[x->op].micro, e));
+        ERR_TRY(x->ops[x->op].pass == SCHEDULE_B ? backward(x, x->ops[x->op].micro, e)
+                                                 : forward(x, x->ops[x->op].micro, e));
     ERR_TRY(ws_drain(x, e));
     if (x->c.arena != NULL && x->off.outs != NULL)
         ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
@@ -791,10 +791,14 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
         exec_free(x);
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     }
-    schedule_ops(c->schedule, c->n_stages, c->stage, M, x->ops);
+    struct schedule_shape sh = schedule_shape_of(c->schedule, c->n_stages, 1, M);
+    if (schedule_ops(&sh, c->stage, x->ops, e)) {
+        exec_free(x);
+        return e->code;
+    }
     x->first_forward_op = -1;
     for (int i = 0; i < 2 * M; i++) {
-        if (x->ops[i].backward)
+        if (x->ops[i].pass == SCHEDULE_B)
             x->last_backward_op = i;
         else if (x->first_forward_op < 0)
             x->first_forward_op = i;

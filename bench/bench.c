@@ -24,7 +24,8 @@ void bench_options_default(struct bench_options *o)
                                 .clusters = BALLAST_SOURCE_DIR "/configs/clusters",
                                 .models = "gpt-1.3b,gpt-13b,gpt-175b,llama2-7b,llama3-8b,llama2-70b",
                                 .devices_file = devices_default_file(),
-                                .plots = 1};
+                                .plots = 1,
+                                .fp16 = 1};
 }
 
 /* "dir/name.json" -> "name" */
@@ -207,7 +208,7 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
             st->last = L - 1;
         }
     }
-    if (scale)
+    if (scale && c->n_layers != L)
         snprintf(note, BENCH_NOTE_MAX,
                  "the cluster's layer ranges for %d layers scaled to %d at the same boundaries",
                  c->n_layers, L);
@@ -234,8 +235,8 @@ static void case_free(struct bench_case *k)
 }
 
 /* Plans the case with one method and simulates the plan; *plan is kept when asked for. */
-static int run_method(const struct cluster *c, int method, struct bench_result *r,
-                      struct plan *keep, struct err *e)
+static int run_method(const struct cluster *c, int method, const struct device_table *t,
+                      struct bench_result *r, struct plan *keep, struct err *e)
 {
     struct plan_options o;
     struct plan p;
@@ -262,6 +263,7 @@ static int run_method(const struct cluster *c, int method, struct bench_result *
     r->fits = 1;
     r->iteration_ms = sim.iteration_ms;
     r->bubble_fraction = sim.bubble_fraction;
+    bench_older_fill(&p, &sim, t, r);
     sim_result_free(&sim);
     r->memory_bytes = malloc((size_t)p.n_stages * sizeof *r->memory_bytes);
     r->recompute_ms = malloc((size_t)p.n_stages * sizeof *r->recompute_ms);
@@ -286,7 +288,7 @@ static int run_method(const struct cluster *c, int method, struct bench_result *
 }
 
 /* Fills the case's per-stage facts and runs every method on cluster `c`. */
-static int run_case(const struct cluster *c, struct bench_case *k, struct plan *keep,
+static int run_case(const struct cluster *c, const struct device_table *t, struct bench_case *k,
                     struct err *e)
 {
     int S = c->n_stages;
@@ -311,7 +313,7 @@ static int run_case(const struct cluster *c, struct bench_case *k, struct plan *
         k->before_bytes[s] = cost.memory_bytes;
     }
     for (int i = 0; i < BENCH_METHODS; i++)
-        if (run_method(c, i, &k->method[i], i == BENCH_OPTIMAL ? keep : NULL, e))
+        if (run_method(c, i, t, &k->method[i], NULL, e))
             return e->code;
     return ERR_OK;
 }
@@ -359,6 +361,50 @@ struct loaded_cluster {
     char name[BENCH_NAME_MAX];
     struct cluster c;
 };
+
+/* The case of cluster `cl` with model `m` (named `name`): on the cluster's own profiles when
+ * they describe m, else on profiles estimated here. */
+static int run_one(const struct loaded_cluster *cl, const struct model *m, const char *name,
+                   const struct device_table *t, struct bench_case *k, struct err *e)
+{
+    snprintf(k->cluster, sizeof k->cluster, "%s", cl->name);
+    snprintf(k->model, sizeof k->model, "%s", name);
+    k->m = *m;
+    k->n_older = bench_older_count(&cl->c, t);
+    int rc;
+    if (own_model(&cl->c.model, m)) {
+        rc = run_case(&cl->c, t, k, e);
+    } else {
+        struct cluster adapted;
+        rc = bench_cluster_for_model(&cl->c, m, t, &adapted, k->note, e);
+        if (rc == ERR_NOFIT) {
+            rc = ERR_OK;
+            k->n_stages = cl->c.n_stages;
+            k->micro_batches = cl->c.micro_batches;
+            k->schedule = cl->c.schedule;
+            k->n_layers = model_layer_count(m);
+        } else if (rc == ERR_OK) {
+            rc = run_case(&adapted, t, k, e);
+            cluster_free(&adapted);
+        }
+        k->estimated = 1;
+    }
+    if (rc) {
+        char msg[ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        err_set(e, rc, "%s with %s: %s", cl->name, name, msg);
+    }
+    return rc;
+}
+
+/* Whether the case of cluster `cl` and the j-th of the listed models gets an fp16 twin, *twin. */
+static int wants_twin(const struct bench_options *o, const struct loaded_cluster *cl,
+                      const struct device_table *t, const struct model *listed, int n, int j,
+                      struct model *twin)
+{
+    return o->fp16 && bench_older_count(&cl->c, t) > 0 &&
+           bench_fp16_twin(&listed[j], listed, n, twin);
+}
 
 static int compare_clusters(const void *a, const void *b)
 {
@@ -417,17 +463,17 @@ static int load_clusters(const char *spec, FILE *progress, struct loaded_cluster
 
 /* The detail case: the named cluster (default v100-a100-8, else the first) with its own
  * model if benched, else the first model whose optimal plan fits; -1 if none fits. */
-static int pick_detail(const struct bench_case *cases, int n_models, int ci)
+static int pick_detail(const struct bench_case *cases, int n, const char *cluster)
 {
     int first = -1;
-    for (int j = 0; j < n_models; j++) {
-        const struct bench_case *k = &cases[ci * n_models + j];
-        if (!k->runnable || !k->method[BENCH_OPTIMAL].fits)
+    for (int i = 0; i < n; i++) {
+        const struct bench_case *k = &cases[i];
+        if (strcmp(k->cluster, cluster) != 0 || !k->runnable || !k->method[BENCH_OPTIMAL].fits)
             continue;
         if (!k->estimated)
-            return ci * n_models + j;
+            return i;
         if (first < 0)
-            first = ci * n_models + j;
+            first = i;
     }
     return first;
 }
@@ -482,7 +528,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
         goto done;
     }
     mv = calloc((size_t)models.n, sizeof *mv);
-    cases = calloc((size_t)n_cl * models.n, sizeof *cases);
+    cases = calloc((size_t)n_cl * models.n * 2, sizeof *cases); /* room for every fp16 twin */
     if (mv == NULL || cases == NULL) {
         err_set(e, ERR_FAIL, "out of memory");
         goto done;
@@ -497,53 +543,43 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
             goto done;
         }
     }
+    int total = 0;
+    struct model twin;
+    for (int i = 0; i < n_cl; i++)
+        for (int j = 0; j < models.n; j++)
+            total += 1 + wants_twin(o, &cl[i], &table, mv, models.n, j, &twin);
     for (int i = 0; i < n_cl; i++)
         for (int j = 0; j < models.n; j++) {
-            struct bench_case *k = &cases[n_cases++];
-            char path[CLUSTER_PATH_MAX];
+            char path[CLUSTER_PATH_MAX], name[BENCH_NAME_MAX], name16[BENCH_NAME_MAX + 8];
             model_path(models.v[j], path);
-            snprintf(k->cluster, sizeof k->cluster, "%s", cl[i].name);
-            base_name(path, k->model);
-            int rc;
-            if (own_model(&cl[i].c.model, &mv[j])) {
-                rc = run_case(&cl[i].c, k, NULL, e);
-            } else {
-                struct cluster adapted;
-                rc = bench_cluster_for_model(&cl[i].c, &mv[j], &table, &adapted, k->note, e);
-                if (rc == ERR_NOFIT) {
-                    rc = ERR_OK;
-                    k->n_stages = cl[i].c.n_stages;
-                    k->micro_batches = cl[i].c.micro_batches;
-                    k->schedule = cl[i].c.schedule;
-                    k->n_layers = model_layer_count(&mv[j]);
-                } else if (rc == ERR_OK) {
-                    rc = run_case(&adapted, k, NULL, e);
-                    cluster_free(&adapted);
-                }
-                k->estimated = 1;
-            }
-            if (rc) {
-                char msg[ERR_MSG_MAX];
-                snprintf(msg, sizeof msg, "%s", e->msg);
-                err_set(e, rc, "%s with %s: %s", cl[i].name, k->model, msg);
+            base_name(path, name);
+            struct bench_case *k = &cases[n_cases++];
+            if (run_one(&cl[i], &mv[j], name, &table, k, e))
                 goto done;
-            }
-            print_progress(progress, n_cases, n_cl * models.n, k);
+            print_progress(progress, n_cases, total, k);
+            if (!wants_twin(o, &cl[i], &table, mv, models.n, j, &twin))
+                continue;
+            snprintf(name16, sizeof name16, "%s-fp16", name);
+            k = &cases[n_cases++];
+            k->fp16_twin = 1;
+            if (run_one(&cl[i], &twin, name16, &table, k, e))
+                goto done;
+            print_progress(progress, n_cases, total, k);
         }
-    detail = pick_detail(cases, models.n, ci);
+    detail = pick_detail(cases, n_cases, cl[ci].name);
     if (detail >= 0) {
         /* plan the detail case's optimal again, keeping the plan for its Gantt chart */
-        int mj = detail % models.n;
+        const struct model *m = &cases[detail].m;
         struct bench_result again = {0};
         struct cluster adapted;
         char note[BENCH_NOTE_MAX];
         const struct cluster *c = &cl[ci].c;
-        if (!own_model(&c->model, &mv[mj])) {
-            if (bench_cluster_for_model(c, &mv[mj], &table, &adapted, note, e))
+        if (!own_model(&c->model, m)) {
+            if (bench_cluster_for_model(c, m, &table, &adapted, note, e))
                 goto done;
             c = &adapted;
         }
-        int rc = run_method(c, BENCH_OPTIMAL, &again, &gantt, e);
+        int rc = run_method(c, BENCH_OPTIMAL, &table, &again, &gantt, e);
         if (c == &adapted)
             cluster_free(&adapted);
         have_gantt = again.fits;

@@ -3,8 +3,10 @@
  * For each cluster file (CPU clusters skipped) and each model, the cluster is planned with
  * every method of BENCH_METHODS and each plan simulated. A cluster whose profiles describe
  * another model gets profiles estimated in memory for each stage's device (the device table),
- * and explicit `layers` ranges scaled to the model's layer count. The results go to a
- * folder: results.csv, memory.csv, results.md and gnuplot scripts with their data and PNGs. */
+ * and explicit `layers` ranges scaled to the model's layer count. A bf16 model on a cluster
+ * with GPUs lacking bf16 tensor cores (V100, T4) is benched in fp16 beside it (its "twin"),
+ * with what those GPUs contribute in each. The results go to a folder: results.csv,
+ * memory.csv, results.md and gnuplot scripts with their data and PNGs. */
 #ifndef BALLAST_BENCH_H
 #define BALLAST_BENCH_H
 
@@ -15,6 +17,7 @@
 #include "devices.h"
 #include "err.h"
 #include "plan.h"
+#include "sim.h"
 
 #define BENCH_METHODS 6 /* none, full, uniform-min, patent, optimal, optimal+repartition */
 #define BENCH_NAME_MAX 64
@@ -33,15 +36,23 @@ struct bench_result {
     char (*devices)[PROFILE_NAME_MAX];
     int64_t *limit_bytes;
     double plan_ms; /* wall time of planning */
+    /* The GPUs without bf16 tensor cores (bench_older_fill): their share of the step's model
+     * FLOPs and their mean busy share of the simulated step (NaN: none, or a custom model);
+     * the GPUs given no block (the embedding or head alone). */
+    double older_work, older_busy;
+    int blockless;
 };
 
 /* One cluster with one model. */
 struct bench_case {
     char cluster[BENCH_NAME_MAX];
     char model[BENCH_NAME_MAX];
+    struct model m;            /* the model benched (model: its name) */
     char note[BENCH_NOTE_MAX]; /* layers scaled, or why the case cannot run */
     int runnable;              /* 0: more stages than the model has layers */
     int estimated;             /* profiles estimated here: the cluster's are for another model */
+    int fp16_twin;             /* the fp16 twin of the bf16 case before it (bench_fp16_twin) */
+    int n_older;               /* stages on GPUs without bf16 tensor cores */
     int n_stages, micro_batches, n_layers;
     enum schedule schedule;
     char (*devices)[PROFILE_NAME_MAX]; /* per stage */
@@ -57,9 +68,11 @@ struct bench_options {
     const char *devices_file; /* for estimated profiles */
     const char *detail;       /* cluster for the memory and Gantt plots; NULL: a default */
     int plots;                /* run gnuplot */
+    int fp16;                 /* bench bf16 models in fp16 too where GPUs lack bf16 tensor cores */
 };
 
-/* Defaults: out/bench, the shipped clusters, the 1.3B, 13B and 175B models, plots on. */
+/* Defaults: out/bench, the shipped clusters, the 1.3B, 13B and 175B models, plots on, fp16
+ * twins on. */
 void bench_options_default(struct bench_options *o);
 
 /* Runs the bench, printing a progress line per case to `progress` (may be NULL) and the
@@ -73,6 +86,20 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
 int bench_cluster_for_model(const struct cluster *c, const struct model *m,
                             const struct device_table *t, struct cluster *out,
                             char note[BENCH_NOTE_MAX], struct err *e);
+
+/* fp16 beside bf16 (bench_fp16.c). The stages of `c` on devices of `t` without bf16 tensor
+ * cores ("bf16_tensor": false). */
+int bench_older_count(const struct cluster *c, const struct device_table *t);
+/* The older GPUs' work and busy shares and the GPUs without a block in plan `p`, simulated as
+ * `sim`, into r. */
+void bench_older_fill(const struct plan *p, const struct sim_result *sim,
+                      const struct device_table *t, struct bench_result *r);
+/* Whether bf16 model `m` gets an fp16 twin (not when the listed models hold it already): 1
+ * and *twin, `m` in fp16. */
+int bench_fp16_twin(const struct model *m, const struct model *listed, int n_listed,
+                    struct model *twin);
+/* The table of each twin beside its bf16 case (nothing without twins). */
+void bench_write_fp16_md(FILE *f, const struct bench_case *cases, int n);
 
 /* Writers (bench_report.c): the files of a finished run. `detail` indexes the case whose
  * memory per stage and Gantt chart are drawn (-1: none); `gantt` is its optimal plan. */

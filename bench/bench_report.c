@@ -84,7 +84,8 @@ int bench_write_csv(const char *dir, const struct bench_case *cases, int n, stru
         return e->code;
     fprintf(f, "cluster,model,stages,micro_batches,schedule,profiles,method,status,iteration_ms,"
                "bubble_fraction,speedup_vs_full,speedup_vs_uniform_min,max_memory_fraction,"
-               "plan_ms,note\n");
+               "plan_ms,note,older_gpus,older_work_share,older_busy_share,"
+               "gpus_without_block\n");
     for (int i = 0; i < n; i++) {
         const struct bench_case *k = &cases[i];
         for (int m = 0; m < BENCH_METHODS; m++) {
@@ -107,6 +108,13 @@ int bench_write_csv(const char *dir, const struct bench_case *cases, int n, stru
             csv_num(f, k->runnable ? r->plan_ms : NAN, "%.3f");
             fputc(',', f);
             csv_text(f, k->note);
+            fprintf(f, ",%d", k->n_older);
+            csv_num(f, ok ? r->older_work : NAN, "%.4f");
+            csv_num(f, ok ? r->older_busy : NAN, "%.4f");
+            if (ok)
+                fprintf(f, ",%d", r->blockless);
+            else
+                fputc(',', f);
             fputc('\n', f);
         }
     }
@@ -257,6 +265,7 @@ int bench_write_markdown(const char *dir, FILE *also, const struct bench_case *c
         fprintf(o, "\nProfiles: the clusters' own (estimated) profiles for their model; for the "
                    "other models, profiles estimated in memory for each stage's device from "
                    "configs/devices.json.\n");
+        bench_write_fp16_md(o, cases, n);
         if (detail >= 0)
             md_memory(o, &cases[detail]);
         if (pass == 0) {

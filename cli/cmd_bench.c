@@ -7,14 +7,15 @@
 static void help(const struct bench_options *d)
 {
     printf("usage: ballast bench [--out DIR] [--clusters LIST] [--models LIST] [--detail NAME]\n"
-           "                     [--devices FILE] [--no-plots]\n\n"
+           "                     [--devices FILE] [--no-plots] [--no-fp16]\n\n"
            "Plans every cluster with every method (none, full, uniform-min, patent, optimal),\n"
            "simulates each plan and compares them: iteration time, speed-up over full and over\n"
            "uniform-min, memory per stage against its limit, \"does not fit\" where a method\n"
            "cannot fit. Clusters whose profiles describe another model get profiles estimated\n"
            "for each stage's device. Writes results.csv, memory.csv, results.md, and PNG plots\n"
            "made with gnuplot (iteration time, memory per stage, a Gantt chart) with their\n"
-           "data and scripts.\n\n"
+           "data and scripts. A bf16 model on a cluster with GPUs lacking bf16 tensor cores\n"
+           "(V100, T4) is benched in fp16 too (MODEL-fp16), with what those GPUs contribute.\n\n"
            "  --out DIR        where the results go (default %s)\n"
            "  --clusters LIST  cluster files or folders of them, comma-separated (default\n"
            "                   %s; CPU clusters are left out)\n"
@@ -23,7 +24,8 @@ static void help(const struct bench_options *d)
            "  --detail NAME    the cluster whose memory per stage and timeline are drawn\n"
            "                   (default v100-a100-8, else the first)\n"
            "  --devices FILE   the device table for estimated profiles (default %s)\n"
-           "  --no-plots       write the gnuplot scripts and data but do not run gnuplot\n\n"
+           "  --no-plots       write the gnuplot scripts and data but do not run gnuplot\n"
+           "  --no-fp16        bench no fp16 twins of bf16 models\n\n"
            "exit status: 0 done (methods that do not fit are results, not errors), 1 failure\n"
            "while running (gnuplot included), 2 bad input\n",
            d->out_dir, d->clusters, d->models, d->devices_file);
@@ -63,6 +65,8 @@ int cmd_bench(int argc, char **argv)
             o.devices_file = v;
         } else if (cli_flag(argv, i, "--no-plots")) {
             o.plots = 0;
+        } else if (cli_flag(argv, i, "--no-fp16")) {
+            o.fp16 = 0;
         } else {
             return cli_usage_error("bench", "unknown option \"%s\"", argv[i]);
         }

@@ -289,7 +289,7 @@ int64_t cost_tp_tensor_bytes(const struct model *m)
 {
     if (m->kind == MODEL_KIND_CUSTOM)
         return 0;
-    int elem = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    int elem = model_dtype_16bit(m->dtype) ? 2 : 4;
     return (int64_t)m->micro_batch * m->seq_len * m->n_embd * elem;
 }
 
@@ -305,14 +305,14 @@ int cost_tp_collectives(enum model_layer_kind kind)
 
 int64_t cost_grad_bytes(int64_t state_bytes, enum model_dtype dtype)
 {
-    return (int64_t)((__int128)state_bytes * 4 / (dtype == MODEL_DTYPE_BF16 ? 18 : 16));
+    return (int64_t)((__int128)state_bytes * 4 / (model_dtype_16bit(dtype) ? 18 : 16));
 }
 
 /* The optimizer's share of state_bytes by the runtime's layout (cost_group's comment). */
 static int64_t optimizer_bytes(int64_t state_bytes, enum model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_BF16 ? (int64_t)((__int128)state_bytes * 12 / 18)
-                                     : state_bytes / 2;
+    return model_dtype_16bit(dtype) ? (int64_t)((__int128)state_bytes * 12 / 18)
+                                    : state_bytes / 2;
 }
 
 static int64_t divide_up(int64_t bytes, int64_t by)

@@ -220,8 +220,8 @@ int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight);
  *            forward with its collectives; a partial option (inside attention) recomputes
  *            without them.
  * Bytes divide rounding up. The optimizer's share of state_bytes is the runtime's layout
- * (models/sizes.h): fp32 16 bytes a parameter of which optimizer 8 and gradients 4; bf16 18,
- * optimizer 12, gradients 4. tp = 1 with nothing sharded leaves every cost as it is. */
+ * (models/sizes.h): fp32 16 bytes a parameter of which optimizer 8 and gradients 4; bf16 and
+ * fp16 18, optimizer 12, gradients 4. tp = 1 with nothing sharded leaves every cost as it is. */
 struct cost_group {
     int tp, dp;
     int shard_optimizer;
@@ -241,7 +241,7 @@ int cost_tp_collectives(enum model_layer_kind kind);
 void cost_group_layer(const struct layer_cost *in, enum model_layer_kind kind,
                       const struct cost_group *g, struct layer_cost *out);
 /* The gradient bytes of a layer of `state_bytes` (one GPU's whole layer), by the runtime's
- * layout: state * 4/16 (fp32) or 4/18 (bf16). */
+ * layout: state * 4/16 (fp32) or 4/18 (bf16, fp16). */
 int64_t cost_grad_bytes(int64_t state_bytes, enum model_dtype dtype);
 /* The data-parallel gradient reduction of `bytes` per GPU over dp replicas: a ring
  * all-reduce, 2 (dp - 1) steps of bytes/dp each on `link` (the same for ZeRO-1's

@@ -1,5 +1,6 @@
 #include "devices.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,7 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
                                        "memory_bytes",  "memory_bandwidth_gbs",
                                        "host_link_gbs", "op_overhead_us",
                                        "source",        "bf16_tensor",
-                                       NULL};
+                                       "peak_tflops_fp16", NULL};
     if (jsonio_expect_object(o, file, path, e) || jsonio_check_keys(o, file, path, keys, e) ||
         jsonio_str_copy(o, file, path, "name", d->name, sizeof d->name, e) ||
         jsonio_str_copy(o, file, path, "kind", d->kind, sizeof d->kind, e) ||
@@ -37,6 +38,10 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
     if (cJSON_GetObjectItemCaseSensitive(o, "bf16_tensor") != NULL &&
         jsonio_bool(o, file, path, "bf16_tensor", &d->bf16_tensor, e))
         return e->code;
+    /* optional: absent, the device's fp16 rate is unknown (fp16 estimates there are refused) */
+    d->peak_tflops_fp16 = 0;
+    if (jsonio_num_opt(o, file, path, "peak_tflops_fp16", 1e-6, 1e6, &d->peak_tflops_fp16, e))
+        return e->code;
     if (strcmp(d->kind, "cpu") != 0 && strcmp(d->kind, "cuda") != 0) {
         char sub[JSONIO_PATH_MAX];
         jsonio_path_key(sub, path, "kind");
@@ -53,6 +58,7 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
                                         "host_memory_bandwidth_gbs", "host_memory_note",
                                         "note",                      NULL};
     memset(t, 0, sizeof *t);
+    snprintf(t->file, sizeof t->file, "%s", file);
     cJSON *root = jsonio_read(file, e);
     if (root == NULL)
         return e->code;
@@ -112,6 +118,34 @@ const struct device_spec *devices_find(const struct device_table *t, const char 
         if (strcmp(t->devices[i].name, name) == 0)
             return &t->devices[i];
     return NULL;
+}
+
+double devices_gemm_tflops(const struct device_spec *d, enum model_dtype dtype)
+{
+    switch (dtype) {
+    case MODEL_DTYPE_BF16:
+        /* without bf16 tensor cores the libraries run bf16 GEMMs on the CUDA cores in fp32
+         * arithmetic: the fp16 tensor peak would be up to 8x optimistic (devices.json's note) */
+        return d->bf16_tensor ? d->peak_tflops_16bit : d->peak_tflops_fp32;
+    case MODEL_DTYPE_FP16:
+        return d->peak_tflops_fp16;
+    case MODEL_DTYPE_FP32:
+        break;
+    }
+    return d->peak_tflops_fp32;
+}
+
+int devices_check_dtype(const struct device_table *t, const struct device_spec *d,
+                        enum model_dtype dtype, struct err *e)
+{
+    if (devices_gemm_tflops(d, dtype) > 0)
+        return ERR_OK;
+    return err_set(e, ERR_INPUT,
+                   "%s: devices[%d] (\"%s\"): no peak_tflops_fp16, so an fp16 model's GEMMs cannot "
+                   "be costed on it: add the datasheet's dense fp16 figure with fp32 accumulation "
+                   "(its peak_tflops_fp32 if it has no fp16 units), or plan the model in bf16 or "
+                   "fp32",
+                   t->file, (int)(d - t->devices), d->name);
 }
 
 struct link devices_host_link(const struct device_spec *d)

@@ -267,6 +267,11 @@ const char *model_dtype_name(enum model_dtype dtype)
     return dtype == MODEL_DTYPE_BF16 ? "bf16" : dtype == MODEL_DTYPE_FP16 ? "fp16" : "fp32";
 }
 
+int model_dtype_16bit(enum model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_BF16 || dtype == MODEL_DTYPE_FP16;
+}
+
 const char *model_attention_name(enum model_attention attention)
 {
     return attention == MODEL_ATTENTION_FLASH ? "flash" : "materialized";

@@ -72,6 +72,9 @@ void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NA
 /* "gpt", "llama" or "custom". */
 const char *model_kind_name(enum model_kind kind);
 const char *model_dtype_name(enum model_dtype dtype);
+/* Whether weights and activations are stored in 2 bytes (bf16, fp16) beside fp32 master
+ * weights, gradients and optimizer state: the one test of "16-bit" every size and cost uses. */
+int model_dtype_16bit(enum model_dtype dtype);
 /* "materialized" or "flash". */
 const char *model_attention_name(enum model_attention attention);
 /* Fails (ERR_INPUT, naming `file` and the model's `path` in it) if some byte count of the

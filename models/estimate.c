@@ -51,7 +51,7 @@ static void pointwise(struct op_list *fwd, struct op_list *bwd, double elems, do
 static void attention_scores(struct op_list *fwd, struct op_list *bwd, const struct model *m)
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     gemm(fwd, bwd, B * NH * T, C / NH, T, e, 0);      /* q k^T */
     pointwise(fwd, bwd, B * NH * T * T, 1, 1, 5, e);  /* causal softmax */
 }
@@ -65,7 +65,7 @@ static void flash_attention(struct op_list *fwd, struct op_list *bwd, const stru
                             double KV)
 {
     double B = m->micro_batch, T = m->seq_len, NH = m->n_head, HS = (double)m->n_embd / NH;
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     double scores = 2 * B * NH * T * T * HS, elems = B * NH * T * T;
     double qkv = B * T * (NH + 2 * KV) * HS * e, o = B * T * NH * HS * e, lse = B * NH * T * 4;
     add(fwd, 2 * scores, qkv + o + lse, 1);            /* q k^T and p v */
@@ -82,7 +82,7 @@ static void attention_core(struct op_list *fwd, struct op_list *bwd, const struc
                            double KV)
 {
     double B = m->micro_batch, T = m->seq_len, NH = m->n_head;
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     if (m->attention == MODEL_ATTENTION_FLASH) {
         flash_attention(fwd, bwd, m, KV);
         return;
@@ -93,13 +93,13 @@ static void attention_core(struct op_list *fwd, struct op_list *bwd, const struc
 
 static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
 {
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * 4 * m->n_embd, 1, 1, 10, e);
 }
 
 static void swiglu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
 {
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * m->ffn_hidden, 2, 1, 6, e);
 }
 
@@ -110,7 +110,7 @@ static void llama_layer_ops(const struct model *m, int layer, struct op_list *fw
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
            KV = m->n_kv_head, V = m->vocab_size, F = m->ffn_hidden;
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     double BT = B * T, HS = C / NH;
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
@@ -143,7 +143,7 @@ static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
            V = m->vocab_size;
-    double e = m->dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    double e = sizes_act_elem_bytes(m->dtype);
     double BT = B * T;
     fwd->n = bwd->n = 0;
     if (m->kind == MODEL_KIND_LLAMA) {
@@ -187,19 +187,10 @@ void estimate_layer_flops(const struct model *m, int layer, double *fwd, double 
         *bwd += b.ops[i].flops;
 }
 
-/* FLOP/s of a GEMM in `dtype` at the device's peak. A device without bf16 tensor cores (V100,
- * T4) runs bf16 GEMMs on its CUDA cores in fp32 arithmetic, at best at the fp32 peak: its fp16
- * tensor peak would be up to 8x optimistic (configs/devices.json states the source). */
-static double gemm_peak_tflops(const struct device_spec *d, enum model_dtype dtype)
-{
-    return dtype == MODEL_DTYPE_BF16 && d->bf16_tensor ? d->peak_tflops_16bit
-                                                       : d->peak_tflops_fp32;
-}
-
 static double ops_ms(const struct op_list *l, const struct device_table *t,
                      const struct device_spec *d, enum model_dtype dtype)
 {
-    double tensor = gemm_peak_tflops(d, dtype) * 1e12 * t->gemm_efficiency;
+    double tensor = devices_gemm_tflops(d, dtype) * 1e12 * t->gemm_efficiency;
     double vector = d->peak_tflops_fp32 * 1e12;
     double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
     double s = 0;
@@ -237,11 +228,16 @@ static int regen_ops(const struct model *m, enum model_layer_kind kind, uint32_t
 }
 
 /* One AdamW step of a layer, memory-bound: the bytes it touches over the bandwidth. On the
- * device it reads the gradients, reads and writes m and v (and a bf16 model's fp32 master)
+ * device it reads the gradients, reads and writes m and v (and a 16-bit model's fp32 master)
  * and writes the weights (an fp32 model's weights are its master: read and written); one
  * kernel per parameter tensor. On the host it reads the landed gradients, reads and writes
  * the mirror's master, m and v, and writes the weights to send up, at the table's stated
- * host memory bandwidth (0 when the table states none: the step is left unestimated). */
+ * host memory bandwidth (0 when the table states none: the step is left unestimated). An fp16
+ * model first unscales its gradients in place on the device, checking them for inf and NaN,
+ * wherever the step then runs: one more read and write of the fp32 gradients at the device's
+ * bandwidth, in both times (PyTorch's GradScaler.unscale_ and Megatron-LM's fp16 optimizer run
+ * it as a pass of its own, _amp_foreach_non_finite_check_and_unscale_, over many tensors a
+ * launch: no launch counted). */
 static void estimate_optimizer(const struct device_table *t, const struct device_spec *d,
                                const struct model *m, int layer, const struct layer_sizes *s,
                                struct layer_cost *c)
@@ -249,23 +245,27 @@ static void estimate_optimizer(const struct device_table *t, const struct device
     struct sizes_tensor params[SIZES_TENSORS_MAX];
     int kernels = sizes_layer_tensors_at(m, layer, SIZES_PARAMS, params);
     int weights_rw = m->dtype == MODEL_DTYPE_FP32 ? 2 : 1;
+    double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
     double device = (double)(weights_rw * s->param_bytes + s->grad_bytes + 2 * s->optimizer_bytes);
     double host = (double)(s->param_bytes + s->grad_bytes + 2 * 3 * s->grad_bytes);
+    double unscale_ms = m->dtype == MODEL_DTYPE_FP16 ? 2.0 * (double)s->grad_bytes / bw * 1e3 : 0;
     c->has_split = 1;
     c->param_bytes = s->param_bytes;
     c->grad_bytes = s->grad_bytes;
     c->optimizer_bytes = s->optimizer_bytes;
-    c->optimizer_ms = (device / (d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency) +
-                       kernels * d->op_overhead_us * 1e-6) *
-                      1e3;
+    c->optimizer_ms = (device / bw + kernels * d->op_overhead_us * 1e-6) * 1e3 + unscale_ms;
     c->host_optimizer_ms =
-        t->host_memory_bandwidth_gbs > 0 ? host / (t->host_memory_bandwidth_gbs * 1e9) * 1e3 : 0;
+        t->host_memory_bandwidth_gbs > 0
+            ? host / (t->host_memory_bandwidth_gbs * 1e9) * 1e3 + unscale_ms
+            : 0;
 }
 
 int estimate_profile(const struct device_table *t, const struct device_spec *d,
                      const struct model *m, struct profile *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
+    if (devices_check_dtype(t, d, m->dtype, e))
+        return e->code;
     int n = model_layer_count(m);
     out->layers = calloc((size_t)n, sizeof *out->layers);
     if (out->layers == NULL)
@@ -314,7 +314,7 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
     cJSON_AddStringToObject(prov, "device_source", d->source);
     cJSON_AddNumberToObject(prov, "gemm_efficiency", t->gemm_efficiency);
     cJSON_AddNumberToObject(prov, "memory_efficiency", t->memory_efficiency);
-    cJSON_AddNumberToObject(prov, "gemm_peak_tflops", gemm_peak_tflops(d, m->dtype));
+    cJSON_AddNumberToObject(prov, "gemm_peak_tflops", devices_gemm_tflops(d, m->dtype));
     cJSON_AddStringToObject(prov, "optimizer_method",
                             "AdamW memory-bound: on the device the bytes one step touches over "
                             "memory_bandwidth_gbs x memory_efficiency plus op_overhead_us per "

@@ -11,12 +11,12 @@ static int act_elem_bytes(const struct model *m)
 
 int sizes_act_elem_bytes(enum model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    return model_dtype_16bit(dtype) ? 2 : 4;
 }
 
 int sizes_weight_elem_bytes(enum model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_BF16 ? 2 : 4;
+    return model_dtype_16bit(dtype) ? 2 : 4;
 }
 
 #define ADD(n_, e_)                                                                              \
@@ -283,7 +283,7 @@ void sizes_state_split(enum model_dtype dtype, int64_t weights_bytes, int64_t fp
 {
     /* beside the weights, fp32 sections: gradients, Adam m and v, and for bf16 the fp32
      * master weights */
-    int optimizer_sections = dtype == MODEL_DTYPE_BF16 ? 3 : 2;
+    int optimizer_sections = model_dtype_16bit(dtype) ? 3 : 2;
     *param_bytes = weights_bytes;
     *grad_bytes = fp32_bytes;
     *optimizer_bytes = optimizer_sections * fp32_bytes;

@@ -21,4 +21,18 @@ assert flops_per_token(m) == 6 * (84934656 + 38597376) + 113246208 == 854438400
 assert peak_flops("H100-80GB", "bf16") == 989e12
 assert peak_flops("H100-80GB", "fp32") == 67e12
 assert peak_flops("unknown", "bf16") is None
-print("bench/gpu helpers: 9 checks passed")
+# fp16: the fp16 tensor peak (the V100's 125, not its 15.7 fp32), unknown where not stated
+assert peak_flops("V100-32GB", "fp16") == 125e12
+assert peak_flops("T4", "fp16") == 65e12
+import report  # noqa: E402
+import tempfile  # noqa: E402
+table = json.load(open(report.DEVICES))
+for d in table["devices"]:
+    d.pop("peak_tflops_fp16")
+with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+    json.dump(table, f)
+    f.flush()
+    report.DEVICES = f.name
+    assert peak_flops("V100-32GB", "fp16") is None
+    assert peak_flops("V100-32GB", "fp32") == 15.7e12
+print("bench/gpu helpers: 13 checks passed")

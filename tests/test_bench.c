@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "testjson.h"
 #include "testutil.h"
 
 #define CLUSTERS BALLAST_SOURCE_DIR "/configs/clusters/"
@@ -97,7 +98,8 @@ static void test_small_subset(void)
                                                        "optimal", "optimal+repartition"};
     char out[1024], args[4096], path[1200], *stdout_text = NULL, *stderr_text = NULL;
     snprintf(out, sizeof out, "%s/bench", test_tmpdir());
-    snprintf(args, sizeof args, "bench --models gpt-1.3b --clusters '%st4-4090-4.json' --out '%s'",
+    snprintf(args, sizeof args,
+             "bench --models gpt-1.3b --clusters '%st4-4090-4.json' --out '%s' --no-fp16",
              CLUSTERS, out);
     CU_ASSERT_EQUAL_FATAL(test_run(args, &stdout_text, &stderr_text), 0);
     CU_ASSERT(stderr_text && strstr(stderr_text, "bench [ 1/1] t4-4090-4 x gpt-1.3b"));
@@ -121,9 +123,9 @@ static void test_small_subset(void)
     CU_ASSERT(line && strncmp(line, "cluster,model,", 14) == 0);
     int rows = 0;
     for (line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save), rows++) {
-        char *f[16];
-        int n = csv_fields(line, f, 16);
-        CU_ASSERT_EQUAL_FATAL(n, 15);
+        char *f[24];
+        int n = csv_fields(line, f, 24);
+        CU_ASSERT_EQUAL_FATAL(n, 19);
         CU_ASSERT_STRING_EQUAL(f[0], "t4-4090-4");
         CU_ASSERT_STRING_EQUAL(f[1], "gpt-1.3b");
         CU_ASSERT_STRING_EQUAL(f[2], "4");
@@ -282,6 +284,107 @@ static void test_estimated_profiles(void)
     devices_free(&t);
 }
 
+/* GPT FLOPs of layer l of 26 (GPT-1.3B: B 1, T 2048, C 2048, V 50257), forward and backward,
+ * by hand from its GEMMs alone (3x the forward's): a block's 24 BTC^2 + 4 BT^2 C, the head's
+ * 2 BTCV, the embedding none. The pointwise operations the bench also counts add under 1%. */
+static double gpt13_flops(int l)
+{
+    const double B = 1, T = 2048, C = 2048, V = 50257;
+    if (l == 0)
+        return 0;
+    return l == 25 ? 3 * 2 * B * T * C * V : 3 * (24 * B * T * C * C + 4 * B * T * T * C);
+}
+
+/* The fp16 twin on the T4 + RTX 4090 pair: a progress line and CSV rows of its own, its
+ * optimal+repartition step that of `ballast plan` + `simulate` on fp16 profiles, and the T4s'
+ * share of the work (FLOPs by hand on the plan's layers), busy share (simulate's busy_ms) and
+ * the stages without a block as the CSV and the Markdown table state them. */
+static void test_fp16_twin(void)
+{
+    char out[1024], args[4096], path[1200], *err = NULL, *md = NULL;
+    snprintf(out, sizeof out, "%s/bench16", test_tmpdir());
+    snprintf(args, sizeof args, "bench --models gpt-1.3b --clusters '%st4-4090-4.json' --out '%s' "
+             "--no-plots", CLUSTERS, out);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, &md, &err), 0);
+    CU_ASSERT(err && strstr(err, "bench [ 1/2] t4-4090-4 x gpt-1.3b:") &&
+              strstr(err, "bench [ 2/2] t4-4090-4 x gpt-1.3b-fp16:"));
+    free(err);
+
+    /* the reference: the cluster on fp16 profiles, planned and simulated */
+    cJSON *c = test_cluster_estimated(CLUSTERS "t4-4090-4.json",
+                                      BALLAST_SOURCE_DIR "/configs/models/gpt-1.3b-fp16.json");
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    const cJSON *st;
+    char cluster[1024], pf[1024], rf[1024];
+    snprintf(cluster, sizeof cluster, "%s", test_write("t4-4090-4-fp16.json", text));
+    free(text);
+    snprintf(pf, sizeof pf, "%s/twin-plan.json", test_tmpdir());
+    snprintf(rf, sizeof rf, "%s/twin-sim.json", test_tmpdir());
+    snprintf(args, sizeof args,
+             "plan --cluster '%s' --method optimal --repartition --quiet -o '%s'", cluster, pf);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    snprintf(args, sizeof args, "simulate --plan '%s' -o '%s' --quiet", pf, rf);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    cJSON *p = test_read_json(pf), *r = test_read_json(rf);
+    double it = test_num(r, "iteration_ms");
+    double all = 0, t4 = 0, busy = 0;
+    int blockless = 0, s = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(p, "stages"))
+    {
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "layers");
+        int first = cJSON_GetArrayItem(l, 0)->valueint, last = cJSON_GetArrayItem(l, 1)->valueint;
+        double flops = 0;
+        for (int k = first; k <= last; k++)
+            flops += gpt13_flops(k);
+        all += flops;
+        blockless += first == last && (first == 0 || first == 25);
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(st, "device")->valuestring, "T4") == 0) {
+            t4 += flops;
+            const cJSON *rs = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "stages"), s);
+            busy += test_num(rs, "busy_ms") / it / 2;
+        }
+        s++;
+    }
+    cJSON_Delete(p);
+    cJSON_Delete(r);
+
+    snprintf(path, sizeof path, "%s/results.csv", out);
+    char *csv = test_read(path), *save = NULL, *line = strtok_r(csv, "\n", &save);
+    CU_ASSERT_FATAL(line != NULL);
+    CU_ASSERT(strstr(line, ",older_gpus,older_work_share,older_busy_share,gpus_without_block") !=
+              NULL);
+    int rows = 0;
+    double bf16_work = NAN;
+    for (line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *f[24];
+        CU_ASSERT_EQUAL_FATAL(csv_fields(line, f, 24), 19);
+        CU_ASSERT_STRING_EQUAL(f[15], "2"); /* two T4s */
+        if (strcmp(f[6], "optimal+repartition") != 0)
+            continue;
+        if (strcmp(f[1], "gpt-1.3b") == 0) {
+            bf16_work = atof(f[16]);
+            continue;
+        }
+        CU_ASSERT_STRING_EQUAL(f[1], "gpt-1.3b-fp16");
+        CU_ASSERT_STRING_EQUAL(f[5], "estimated");
+        CU_ASSERT(test_close(atof(f[8]), it, 1e-3, 1e-9));
+        CU_ASSERT(test_close(atof(f[16]), t4 / all, 1e-4, 0.01));
+        CU_ASSERT(test_close(atof(f[17]), busy, 1e-4, 1e-6));
+        CU_ASSERT_EQUAL(atoi(f[18]), blockless);
+        rows++;
+    }
+    CU_ASSERT_EQUAL(rows, 1);
+    CU_ASSERT(t4 / all > bf16_work); /* in fp16 the T4s take more of the work */
+    free(csv);
+    char row[256];
+    snprintf(row, sizeof row, "| t4-4090-4 | gpt-1.3b | 2 |");
+    CU_ASSERT(md && strstr(md, "## fp16 beside bf16") && strstr(md, row));
+    printf(" [T4s' share of the work: bf16 %.0f%%, fp16 %.0f%%] ", 100 * bf16_work,
+           100 * t4 / all);
+    free(md);
+}
+
 static void test_bad_input(void)
 {
     char *err = NULL, args[2048];
@@ -315,6 +418,7 @@ int main(void)
     CU_add_test(s, "layer ranges scaled at the same boundaries", test_scaled_layers);
     CU_add_test(s, "profiles estimated in memory equal the committed ones",
                 test_estimated_profiles);
+    CU_add_test(s, "fp16 beside bf16: the twin's numbers of plan + simulate", test_fp16_twin);
     CU_add_test(s, "bad input exits 2 naming what is wrong", test_bad_input);
     return test_main();
 }

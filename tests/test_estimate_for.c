@@ -60,9 +60,9 @@ static void check_options(const cJSON *p, double block, double core, double mlp,
     CU_ASSERT_EQUAL(n, n_want);
 }
 
-static void check_13b(const char *framework, int flash)
+static void check_13b_on(const char *model, const char *device, const char *framework, int flash)
 {
-    cJSON *p = estimate_for("gpt-13b.json", "A100-80GB", framework);
+    cJSON *p = estimate_for(model, device, framework);
     int last = cJSON_GetArraySize(cJSON_GetObjectItem(p, "layers")) - 1;
     /* block: 16 e sbh tensors + 2 sbh dropout masks + the LayerNorms' fp32 mean and rstd,
      * then flash's fp32 log-sum-exp or eager attention's probabilities, mask and dropped
@@ -76,6 +76,11 @@ static void check_13b(const char *framework, int flash)
     const cJSON *prov = cJSON_GetObjectItem(p, "provenance");
     CU_ASSERT(strcmp(cJSON_GetObjectItem(prov, "for")->valuestring, framework) == 0);
     cJSON_Delete(p);
+}
+
+static void check_13b(const char *framework, int flash)
+{
+    check_13b_on("gpt-13b.json", "A100-80GB", framework, flash);
 }
 
 static void test_sizes_by_hand(void)
@@ -145,6 +150,24 @@ static void test_head_against_runtime(void)
     CU_ASSERT_EQUAL(layer_num(own, 1, "state_bytes"), layer_num(meg, 1, "state_bytes"));
     cJSON_Delete(own);
     cJSON_Delete(meg);
+}
+
+/* fp16 (e = 2 as bf16): each framework keeps the same bytes by hand on a V100, and its times
+ * are the fp16 datasheet estimate's, at the fp16 tensor peak: several times bf16's there. */
+static void test_fp16(void)
+{
+    check_13b_on("gpt-13b-fp16.json", "V100-32GB", "megatron", 1);
+    check_13b_on("gpt-13b-fp16.json", "V100-32GB", "colossalai", 0);
+    cJSON *own = estimate_for("gpt-13b-fp16.json", "V100-32GB", NULL);
+    cJSON *meg = estimate_for("gpt-13b-fp16.json", "V100-32GB", "megatron");
+    cJSON *bf16 = estimate_for("gpt-13b.json", "V100-32GB", "megatron");
+    CU_ASSERT_EQUAL(layer_num(own, 1, "fwd_ms"), layer_num(meg, 1, "fwd_ms"));
+    CU_ASSERT_EQUAL(layer_num(own, 1, "state_bytes"), layer_num(meg, 1, "state_bytes"));
+    CU_ASSERT(layer_num(bf16, 1, "fwd_ms") > 7 * layer_num(meg, 1, "fwd_ms"));
+    CU_ASSERT_EQUAL(layer_num(bf16, 1, "act_bytes"), layer_num(meg, 1, "act_bytes"));
+    cJSON_Delete(own);
+    cJSON_Delete(meg);
+    cJSON_Delete(bf16);
 }
 
 /* A flash model (Ballast's own runtime has no "attn" option for it): the same framework
@@ -294,6 +317,7 @@ int main(void)
     CU_add_test(s, "--for: a flash model's core_attn time", test_flash_model);
     CU_add_test(s, "--for: the head against the runtime's", test_head_against_runtime);
     CU_add_test(s, "--for: a flash GPT's core_attn recompute time", test_flash_core_time);
+    CU_add_test(s, "--for: fp16 on a V100", test_fp16);
     CU_add_test(s, "--for: usage errors", test_usage);
     CU_add_test(s, "--for: plans on its profiles", test_plan_on_it);
     return test_main();

@@ -271,7 +271,7 @@ static const struct change model_changes[] = {
     {"n_embd", "4294967424", "n_embd", "outside"},
     {"n_head", NULL, "n_head", "missing"},
     {"n_head", "3", "n_head", "not a multiple"},
-    {"dtype", "\"fp16\"", "dtype", "\"fp16\""},
+    {"dtype", "\"fp8\"", "dtype", "\"fp8\", expected \"fp32\", \"bf16\" or \"fp16\""},
     {"dtype", "16", "dtype", "expected a string"},
     {"kind", "\"bert\"", "kind", "bert"},
     {"format", "\"ballast-model/2\"", "format", "ballast-model/1"},
@@ -315,6 +315,8 @@ static void devices_run(const char *src, const char *name, const struct change *
 static const struct change devices_changes[] = {
     {"devices[1].peak_tflops_16bit", "-5", "devices[1].peak_tflops_16bit", "outside"},
     {"devices[1].peak_tflops_16bit", "NaN", NULL, "not valid JSON"},
+    {"devices[1].peak_tflops_fp16", "0", "devices[1].peak_tflops_fp16", "outside"},
+    {"devices[1].peak_tflops_fp16", "\"125\"", "devices[1].peak_tflops_fp16", "expected a number"},
     {"devices[2].memory_bytes", "1.5", "devices[2].memory_bytes", "not an integer"},
     {"devices[2].memory_bytes", "1e400", "devices[2].memory_bytes", "out of range"},
     {"devices[3].kind", "\"tpu\"", "devices[3].kind", "tpu"},

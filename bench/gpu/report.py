@@ -22,9 +22,12 @@ def flops_per_token(m):
 
 
 def peak_flops(device, dtype):
+    """The dense peak for MFU; None (unknown) for a GPU the table does not hold, or an fp16
+    run on one whose fp16 peak it does not state."""
+    key = {"bf16": "peak_tflops_16bit", "fp16": "peak_tflops_fp16"}.get(dtype, "peak_tflops_fp32")
     for d in json.load(open(DEVICES))["devices"]:
         if d["name"] == device:
-            return 1e12 * (d["peak_tflops_16bit"] if dtype == "bf16" else d["peak_tflops_fp32"])
+            return 1e12 * d[key] if key in d else None
     return None
 
 

@@ -6,10 +6,11 @@
 # every configuration REPEATS times, the systems alternating, medians (min-max) and ratios.
 #
 # MFU = model FLOPs per step / (step time x the GPU's dense peak from configs/devices.json:
-# peak_tflops_16bit for bf16, peak_tflops_fp32 for fp32); "unknown" when the GPU is not in the
-# table. Model FLOPs per token (PaLM's and llm.c's count, the same for every system and not
-# counting recomputation): 6 x (weights multiplied by: the blocks' four matrices and the output
-# projection) + 12 x n_layer x n_embd x seq_len (attention scores and their product with v).
+# peak_tflops_16bit for bf16, peak_tflops_fp16 for fp16, peak_tflops_fp32 for fp32); "unknown"
+# when the GPU (or its fp16 peak) is not in the table. Model FLOPs per token (PaLM's and llm.c's
+# count, the same for every system and not counting recomputation): 6 x (weights multiplied by:
+# the blocks' four matrices and the output projection) + 12 x n_layer x n_embd x seq_len
+# (attention scores and their product with v).
 #
 # usage: bench/gpu/run.sh [BUILD]       (default build; BUILD/ballast is used)
 #   MODELS="configs/models/gpt-125m.json configs/models/gpt-350m.json"  DTYPES="fp32 bf16"

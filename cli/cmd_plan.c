@@ -13,7 +13,7 @@ static void help(void)
 {
     printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
            "                    [--repartition [--search-nodes N] [--time-limit S] [--search-gap G]]\n"
-           "                    [--whole-layers]\n"
+           "                    [--whole-layers] [--schedule S [--virtual-stages V]]\n"
            "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
            "                    [--quiet]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
@@ -44,6 +44,12 @@ static void help(void)
            "                   \"pool\", the whole search does\n"
            "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
            "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
+           "  --schedule S     the pipeline schedule (default: the cluster's): 1f1b, gpipe,\n"
+           "                   interleaved (--virtual-stages V chunks a GPU, default 2), zb-h1,\n"
+           "                   v-half, or auto: each planned, the least simulated step kept\n"
+           "                   (docs/schedules.md)\n"
+           "  --virtual-stages V  interleaved's model chunks a GPU (1 .. 8); with auto, the one\n"
+           "                   interleaved tried (default 2, 3 and 4)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
            "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
@@ -85,9 +91,20 @@ struct plan_args {
     int quiet, auto_micro;
     char **share; /* --share: the job arguments */
     int n_share;
-    long micro_batches, global_batch;
+    long micro_batches, global_batch, virtual_stages;
     struct plan_arena_args arena;
 };
+
+static int set_schedule(struct plan_options *o, const char *v)
+{
+    enum schedule kind;
+    o->schedule_auto = strcmp(v, "auto") == 0;
+    if (!o->schedule_auto && schedule_parse(v, &kind) != 0)
+        return cli_usage_error("plan", "--schedule: \"%s\", expected %s or auto", v,
+                               schedule_names());
+    o->schedule = o->schedule_auto ? -1 : (int)kind;
+    return ERR_OK;
+}
 
 /* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
 static int set_value(struct plan_args *a, const char *name, const char *v)
@@ -132,6 +149,14 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
                                "or flagscale", v);
     else if (strcmp(name, "--export") == 0)
         a->export_format = v;
+    else if (strcmp(name, "--schedule") == 0)
+        return set_schedule(o, v);
+    else if (strcmp(name, "--virtual-stages") == 0 &&
+             cli_parse_int(v, 1, SCHEDULE_CHUNKS_MAX, &a->virtual_stages))
+        return cli_usage_error("plan", "--virtual-stages: \"%s\", expected 1 to %d", v,
+                               SCHEDULE_CHUNKS_MAX);
+    else if (strcmp(name, "--virtual-stages") == 0)
+        o->virtual_stages = (int)a->virtual_stages;
     return ERR_OK;
 }
 
@@ -142,7 +167,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
                                         "--search-gap", "--micro-batches", "--global-batch",
-                                        "--export", "--actions"};
+                                        "--export", "--actions", "--schedule",
+                                        "--virtual-stages"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -203,6 +229,9 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
                              a->auto_micro || a->micro_batches))
         return cli_usage_error("plan", "--share takes one or more job files, and no --cluster, "
                                "--export or --micro-batches");
+    if (a->share != NULL && (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages))
+        return cli_usage_error("plan", "--share plans each job on its cluster's schedule: no "
+                               "--schedule or --virtual-stages");
     if (a->cluster_file == NULL && a->share == NULL)
         return cli_usage_error("plan", "--cluster is required");
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
@@ -284,6 +313,9 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
                                "repartitions every candidate), no --export, --micro-batches or "
                                "--arena, and no \"pipelines\" in the file");
+    if ((pool || pipelines > 0) && (a.o.schedule >= 0 || a.o.schedule_auto || a.virtual_stages))
+        return cli_usage_error("plan", "a pool or several pipelines are planned on their "
+                               "file's schedule: no --schedule or --virtual-stages");
     if (pool)
         return cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
     if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))

@@ -352,6 +352,11 @@ void cost_group_layer(const struct layer_cost *in, enum model_layer_kind kind,
                            (t > 1 && kind != MODEL_LAYER_EMBED ? g->tensor_bytes : 0);
     out->fwd_ms = in->fwd_ms / speed + comm;
     out->bwd_ms = in->bwd_ms / speed + comm;
+    /* the weight pass: each GPU's share of the products, no collectives */
+    out->wgrad_bytes = divide_up(in->wgrad_bytes, t);
+    out->wgrad_ms = in->wgrad_ms / speed;
+    out->split_bytes = divide_up(in->split_bytes, t);
+    out->split_ms = in->split_ms / speed;
     for (int k = 0; k < in->n_options; k++) {
         struct recompute_option *o = &out->options[k];
         o->kept_bytes = divide_up(in->options[k].kept_bytes, t);

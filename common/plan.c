@@ -159,6 +159,20 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON_AddItemToArray(stages, so);
     }
     cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (p->n_tried > 0) {
+        cJSON *tried = cJSON_AddArrayToObject(o, "schedules_tried");
+        for (int k = 0; k < p->n_tried; k++) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "schedule", schedule_name(p->tried[k].schedule));
+            if (p->tried[k].virtual_stages > 1)
+                cJSON_AddNumberToObject(t, "virtual_stages", p->tried[k].virtual_stages);
+            if (p->tried[k].iteration_ms >= 0)
+                cJSON_AddNumberToObject(t, "iteration_ms", p->tried[k].iteration_ms);
+            else
+                cJSON_AddNullToObject(t, "iteration_ms");
+            cJSON_AddItemToArray(tried, t);
+        }
+    }
     if (p->search.present) {
         cJSON *v = cJSON_AddObjectToObject(o, "search");
         cJSON_AddNumberToObject(v, "device_orders", p->search.orders);
@@ -375,6 +389,11 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         if (layer_cost_from_json(it, file, ip, &st->layers[k], e) ||
             profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
             return e->code;
+        if (!schedule_splits(p->schedule) && st->layers[k].wgrad_bytes + st->layers[k].wgrad_ms > 0)
+            return err_set(e, ERR_INPUT, "%s: %s.wgrad_bytes: %lld (wgrad_ms %g), but schedule %s "
+                           "runs the backward whole", file, ip,
+                           (long long)st->layers[k].wgrad_bytes, st->layers[k].wgrad_ms,
+                           schedule_name(p->schedule));
     }
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
         read_optimizer(so, file, path, st, e) || plan_optimizer_check(file, path, st, e))

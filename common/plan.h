@@ -73,6 +73,14 @@ struct plan_search {
     double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
 };
 
+/* One schedule --schedule auto planned ("schedules_tried"). */
+#define PLAN_TRIES_MAX 8
+struct plan_try {
+    enum schedule schedule;
+    int virtual_stages;
+    double iteration_ms; /* -1: no plan fits with it; -2: the cluster or options rule it out */
+};
+
 struct plan {
     char method[PLAN_METHOD_MAX];
     enum schedule schedule;
@@ -91,6 +99,8 @@ struct plan {
     struct plan_verify verify;
     double optimality_gap; /* < 0: not reported */
     struct plan_search search;
+    int n_tried; /* --schedule auto: what it planned (written, not read back) */
+    struct plan_try tried[PLAN_TRIES_MAX];
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);

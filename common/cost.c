@@ -223,14 +223,13 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
 int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reserve_bytes)
 {
     __int128 held = reserve_bytes;
-    int64_t transient = 0, workspace = 0;
+    int64_t transient = 0;
     for (int k = 0; k < n; k++) {
         const struct stage_cost *c = &chunks[k];
-        held += c->state_bytes + (__int128)c->in_flight * c->kept_bytes;
+        held += c->state_bytes + (__int128)c->in_flight * c->kept_bytes + c->workspace_bytes;
         transient = c->transient_bytes > transient ? c->transient_bytes : transient;
-        workspace = c->workspace_bytes > workspace ? c->workspace_bytes : workspace;
     }
-    return saturate(held + transient + workspace);
+    return saturate(held + transient);
 }
 
 int64_t cost_arena_bytes(const struct stage_cost *c)
@@ -244,14 +243,19 @@ int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes)
     return saturate((__int128)c->state_bytes + arena_bytes + c->reserve_bytes);
 }
 
-/* in_flight[l], or `uniform` for every layer when in_flight is NULL */
+/* in_flight[l], or `uniform` for every layer when in_flight is NULL; the largest workspace
+ * of each chunk (chunk NULL: one) */
 static __int128 fixed_bytes(const struct layer_cost *layers, int n, const int *in_flight,
-                            int uniform, int64_t reserve_bytes)
+                            const int *chunk, int uniform, int64_t reserve_bytes)
 {
     __int128 fixed = reserve_bytes;
     int64_t workspace = 0;
     for (int l = 0; l < n; l++) {
         int v = in_flight != NULL ? in_flight[l] : uniform;
+        if (chunk != NULL && l > 0 && chunk[l] != chunk[l - 1]) { /* the next chunk's own */
+            fixed += workspace;
+            workspace = 0;
+        }
         fixed += layers[l].state_bytes + (__int128)v * layers[l].ckpt_bytes;
         if (layers[l].workspace_bytes > workspace)
             workspace = layers[l].workspace_bytes;
@@ -262,13 +266,13 @@ static __int128 fixed_bytes(const struct layer_cost *layers, int n, const int *i
 __int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes)
 {
-    return fixed_bytes(layers, n, NULL, in_flight, reserve_bytes);
+    return fixed_bytes(layers, n, NULL, NULL, in_flight, reserve_bytes);
 }
 
 __int128 cost_fixed_bytes_each(const struct layer_cost *layers, int n, const int *in_flight,
-                               int64_t reserve_bytes)
+                               const int *chunk, int64_t reserve_bytes)
 {
-    return fixed_bytes(layers, n, in_flight, 0, reserve_bytes);
+    return fixed_bytes(layers, n, in_flight, chunk, 0, reserve_bytes);
 }
 
 void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,

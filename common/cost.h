@@ -177,8 +177,9 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
 
 /* A GPU holding several model chunks (schedule.h): each chunk's costs with its own in-flight
  * count and no reserve. The GPU runs one chunk's pass at a time, so the chunks share one
- * transient and one workspace:
- *   M_gpu = sum_c (state_c + v_c * kept_c) + max_c transient_c + max_c workspace_c + reserve
+ * transient; each keeps its own workspace, whose output and input gradient may still be on
+ * their way to the neighbouring chunks while another chunk runs:
+ *   M_gpu = sum_c (state_c + v_c * kept_c + workspace_c) + max_c transient_c + reserve
  * (no chunked schedule offloads: staging 0). */
 int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reserve_bytes);
 
@@ -189,12 +190,13 @@ int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reser
 int64_t cost_arena_bytes(const struct stage_cost *c);
 int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes);
 
-/* The knapsack's view: the bytes of M no choice of layers[0..n-1] changes; in_flight per
- * layer (a GPU's chunks each have their own; NULL: in_flight for every layer). */
+/* The knapsack's view: the bytes of M no choice of layers[0..n-1] changes. _each: a GPU's
+ * chunks end to end, layer l of chunk chunk[l] (non-decreasing) with in_flight[l] in flight,
+ * each chunk's own workspace (cost_chunks_memory). */
 __int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes);
 __int128 cost_fixed_bytes_each(const struct layer_cost *layers, int n, const int *in_flight,
-                               int64_t reserve_bytes);
+                               const int *chunk, int64_t reserve_bytes);
 /* What `choice` of layer c adds to the fixed bytes: v * (kept - ckpt) for every layer, and
  * its transient, of which the stage holds the largest. */
 void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,

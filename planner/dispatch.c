@@ -427,10 +427,15 @@ int planner_schedule_candidates(int virtual_stages, struct schedule_shape out[PL
 }
 
 /* The schedule --schedule and --virtual-stages, or the cluster, ask for. */
-static struct schedule_shape asked_shape(const struct cluster *c, const struct plan_options *o)
+static struct schedule_shape asked_shape(const struct cluster *c, const struct plan_options *o,
+                                         struct err *e)
 {
     enum schedule kind = o->schedule >= 0 ? (enum schedule)o->schedule : c->schedule;
     int v = o->virtual_stages > 0 ? o->virtual_stages : c->virtual_stages;
+    if (o->virtual_stages > 0 && kind != SCHEDULE_INTERLEAVED)
+        err_set(e, ERR_INPUT, "--virtual-stages %d: schedule %s holds %d model chunk%s a GPU "
+                "(virtual stages are interleaved's)", o->virtual_stages, schedule_name(kind),
+                schedule_fixed_chunks(kind, 1), schedule_fixed_chunks(kind, 1) > 1 ? "s" : "");
     return schedule_shape_of(kind, c->n_stages, schedule_fixed_chunks(kind, v > 0 ? v : 2),
                              c->micro_batches);
 }
@@ -576,8 +581,8 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
         return e->code;
     if (o->schedule_auto || (c->schedule_auto && o->schedule < 0))
         return plan_auto_schedule(c, o, out, e);
-    struct schedule_shape sh = asked_shape(c, o);
-    return plan_shape_of(c, o, &sh, out, e);
+    struct schedule_shape sh = asked_shape(c, o, e);
+    return e->code ? e->code : plan_shape_of(c, o, &sh, out, e);
 }
 
 static int64_t plan_memory(const struct plan *p)

@@ -87,7 +87,8 @@ int method_leader(const struct plan *p, int s)
     return members[0] == s;
 }
 
-/* The group's layers end to end, with each one's in-flight count. */
+/* The group's layers end to end, with each one's in-flight count and chunk (in_flight holds
+ * both: the chunks from in_flight + count). */
 static int group_layers(const struct plan *p, const int *members, int n,
                         struct layer_cost **layers, int **in_flight, int *count, struct err *e)
 {
@@ -95,7 +96,7 @@ static int group_layers(const struct plan *p, const int *members, int n,
     for (int k = 0; k < n; k++)
         total += plan_stage_layer_count(&p->stages[members[k]]);
     *layers = malloc((size_t)total * sizeof **layers);
-    *in_flight = malloc((size_t)total * sizeof **in_flight);
+    *in_flight = malloc(2 * (size_t)total * sizeof **in_flight);
     if (*layers == NULL || *in_flight == NULL) {
         free(*layers);
         free(*in_flight);
@@ -106,6 +107,7 @@ static int group_layers(const struct plan *p, const int *members, int n,
         for (int l = 0; l < plan_stage_layer_count(st); l++, at++) {
             (*layers)[at] = st->layers[l];
             (*in_flight)[at] = st->in_flight;
+            (*in_flight)[total + at] = k;
         }
     }
     *count = total;
@@ -126,7 +128,7 @@ int method_problem(const struct plan *p, int s, const struct plan_options *o,
     int *in_flight;
     if (group_layers(p, members, n, &layers, &in_flight, &count, e))
         return e->code;
-    int rc = knap_build_each(kp, layers, count, in_flight, p->reserve_bytes,
+    int rc = knap_build_each(kp, layers, count, in_flight, in_flight + count, p->reserve_bytes,
                              st->memory_limit_bytes, o->unit_bytes, options, e);
     free(layers);
     free(in_flight);

@@ -138,16 +138,19 @@ static int setup_global(struct run *r, struct err *e)
     char per[64] = "";
     if (gpus != p->n_stages)
         snprintf(per, sizeof per, " on %d GPUs (%d chunks each)", gpus, p->n_stages / gpus);
+    const char *unit = gpus != p->n_stages ? "GPU" : "stage";
     if (gpus * dp != r->world_size && dp > 1)
         return err_set(e, ERR_INPUT,
-                       "%s: the plan has %d stages%s and dp %d, one MPI rank per GPU of each "
+                       "%s: the plan has %d stages%s and dp %d, one MPI rank per %s of each "
                        "replica, %d ranks, but this run has %d ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, per, dp, gpus * dp, r->world_size, gpus * dp);
+                       o->plan_file, p->n_stages, per, dp, unit, gpus * dp, r->world_size,
+                       gpus * dp);
     if (gpus != r->world_size && dp == 1)
         return err_set(e, ERR_INPUT,
-                       "%s: the plan has %d stages%s, one MPI rank per GPU, but this run has %d "
+                       "%s: the plan has %d stages%s, one MPI rank %s, but this run has %d "
                        "ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, per, r->world_size, gpus);
+                       o->plan_file, p->n_stages, per, gpus != p->n_stages ? "per GPU" : "each",
+                       r->world_size, gpus);
     if (gpus != p->n_stages && strcmp(o->transport, "nccl") == 0)
         return err_set(e, ERR_INPUT, "--transport nccl: schedule %s holds %d chunks a GPU, whose "
                        "messages go over MPI (NCCL matches messages by order and joins "

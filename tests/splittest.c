@@ -38,7 +38,7 @@ static int one(struct backend *be, struct layer_view *v, int dout, int dinp, con
     struct err e;
     err_clear(&e);
     memcpy(v->ws[dout], g, (size_t)act);
-    int rc = be->ops->layer[v->kind].backward(be, v, 1.0f, &e);
+    int rc = backend_layers(be, v->model)[v->kind].backward(be, v, 1.0f, &e);
     memcpy(dinp_out, v->ws[dinp], (size_t)act);
     if (rc)
         fprintf(stderr, "\nbackward: %s\n", e.msg);

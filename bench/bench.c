@@ -114,15 +114,6 @@ static int list_clusters(const char *spec, struct names *out, struct err *e)
     return e->code;
 }
 
-/* A model file, or a bare name of configs/models. */
-static void model_path(const char *item, char out[CLUSTER_PATH_MAX])
-{
-    if (strchr(item, '/') != NULL || strstr(item, ".json") != NULL)
-        snprintf(out, CLUSTER_PATH_MAX, "%s", item);
-    else
-        snprintf(out, CLUSTER_PATH_MAX, "%s/configs/models/%s.json", BALLAST_SOURCE_DIR, item);
-}
-
 /* Whether `m` (from --models) is the cluster's own model: equal, or the same custom model
  * named by a model file, which does not give the layer count its profiles give. */
 static int own_model(const struct model *cluster_model, const struct model *m)
@@ -461,6 +452,17 @@ static int load_clusters(const char *spec, FILE *progress, struct loaded_cluster
     return ERR_OK;
 }
 
+/* The case's fastest method that fits (ties: the first in bench_method_names). */
+static int fastest_method(const struct bench_case *k)
+{
+    int best = BENCH_OPTIMAL;
+    for (int m = 0; m < BENCH_METHODS; m++)
+        if (k->method[m].fits && (!k->method[best].fits ||
+                                  k->method[m].iteration_ms < k->method[best].iteration_ms))
+            best = m;
+    return best;
+}
+
 /* The detail case: the named cluster (default v100-a100-8, else the first) with its own
  * model if benched, else the first model whose optimal plan fits; -1 if none fits. */
 static int pick_detail(const struct bench_case *cases, int n, const char *cluster)
@@ -535,8 +537,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
     }
     for (int j = 0; j < models.n; j++) {
         char path[CLUSTER_PATH_MAX];
-        model_path(models.v[j], path);
-        if (model_load(path, &mv[j], e)) {
+        if (model_find(models.v[j], path, sizeof path, e) || model_load(path, &mv[j], e)) {
             char msg[ERR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", e->msg);
             err_set(e, e->code, "--models: %s: %s", models.v[j], msg);
@@ -551,7 +552,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
     for (int i = 0; i < n_cl; i++)
         for (int j = 0; j < models.n; j++) {
             char path[CLUSTER_PATH_MAX], name[BENCH_NAME_MAX], name16[BENCH_NAME_MAX + 8];
-            model_path(models.v[j], path);
+            model_find(models.v[j], path, sizeof path, e); /* found above */
             base_name(path, name);
             struct bench_case *k = &cases[n_cases++];
             if (run_one(&cl[i], &mv[j], name, &table, k, e))
@@ -568,7 +569,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
         }
     detail = pick_detail(cases, n_cases, cl[ci].name);
     if (detail >= 0) {
-        /* plan the detail case's optimal again, keeping the plan for its Gantt chart */
+        /* plan the detail case's fastest method again, keeping the plan for its Gantt chart */
         const struct model *m = &cases[detail].m;
         struct bench_result again = {0};
         struct cluster adapted;
@@ -579,7 +580,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
                 goto done;
             c = &adapted;
         }
-        int rc = run_method(c, BENCH_OPTIMAL, &table, &again, &gantt, e);
+        int rc = run_method(c, fastest_method(&cases[detail]), &table, &again, &gantt, e);
         if (c == &adapted)
             cluster_free(&adapted);
         have_gantt = again.fits;

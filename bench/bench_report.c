@@ -293,6 +293,35 @@ static void gp_label(FILE *f, const char *s)
     }
 }
 
+/* The x axis of a plot with a column per stage: the stage numbers (every one up to 32 stages,
+ * then every 4th or 8th, so that they stay readable) and under them each run of stages of one
+ * device, named once, between dashed lines. */
+static void gp_stage_axis(FILE *g, const char (*devices)[PROFILE_NAME_MAX], int n)
+{
+    int every = n <= 32 ? 1 : n <= 64 ? 4 : 8;
+    fprintf(g, "set xtics (");
+    for (int s = 0, first = 1; s < n; s++)
+        if (s % every == 0 || s == n - 1) {
+            fprintf(g, "%s\"%d\" %d", first ? "" : ", ", s, s);
+            first = 0;
+        }
+    fprintf(g, ") nomirror\n");
+    for (int s = 0, start = 0; s < n; s++) {
+        if (s + 1 < n && strcmp(devices[s + 1], devices[start]) == 0)
+            continue;
+        fprintf(g, "set label \"");
+        gp_label(g, devices[start]);
+        if (s > start)
+            fprintf(g, " (%d-%d)", start, s);
+        fprintf(g, "\" at first %.1f, graph -0.075 center font \",11\"\n", (start + s) / 2.0);
+        if (s + 1 < n)
+            fprintf(g, "set arrow from first %.1f, graph 0 to first %.1f, graph 1 nohead dt 2 "
+                       "lc rgb \"#888888\"\n",
+                    s + 0.5, s + 0.5);
+        start = s + 1;
+    }
+}
+
 static const char *const method_colors[BENCH_METHODS] = {"#9e9e9e", "#d62728", "#ff7f0e",
                                                          "#9467bd", "#2ca02c", "#1f77b4"};
 
@@ -315,13 +344,17 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
     fprintf(g, "# Iteration time per method, relative to full recomputation, per cluster and "
                "model.\n# Data: iteration.dat (NaN: the method does not fit). Run: gnuplot "
                "iteration.gp\n");
-    fprintf(g, "set terminal pngcairo size 1800,800 font \"sans,10\"\nset output "
-               "\"iteration.png\"\nset datafile missing \"NaN\"\n");
+    /* past 10 groups the labels are one line each, slanted, so that they do not overlap */
+    int slant = count_plotted(cases, n) > 10;
+    fprintf(g, "set terminal pngcairo size %d,%d font \"sans,10\"\nset output "
+               "\"iteration.png\"\nset datafile missing \"NaN\"\n",
+            slant ? 400 + 70 * count_plotted(cases, n) : 1800, slant ? 1000 : 800);
     fprintf(g, "set title \"Simulated iteration time relative to full recomputation (lower is "
                "faster; x: the method does not fit)\"\n");
     fprintf(g, "set ylabel \"iteration time / full recomputation's\"\nset style fill solid 0.85 "
                "border -1\nset boxwidth 0.15\nset grid ytics\nset key outside right top\n"
-               "set xtics nomirror font \",9\"\nset bmargin 6\n");
+               "set xtics nomirror font \",9\"%s\nset bmargin %d\nset lmargin %d\n",
+            slant ? " rotate by 35 right" : "", slant ? 17 : 6, slant ? 30 : 10);
     fprintf(g, "set xtics (");
     int groups = 0;
     double top = 1;
@@ -345,9 +378,10 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
         fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
         fprintf(g, "%s\"", groups ? ", " : "");
         gp_label(g, k->cluster);
-        fprintf(g, "\\n");
+        fprintf(g, slant ? ", " : "\\n");
         gp_label(g, k->model);
-        fprintf(g, "\\nfull %.2f s\" %d", k->method[BENCH_FULL].iteration_ms / 1e3, groups);
+        fprintf(g, "%sfull %.2f s%s\" %d", slant ? " (" : "\\n",
+                k->method[BENCH_FULL].iteration_ms / 1e3, slant ? ")" : "", groups);
         groups++;
     }
     fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);
@@ -420,8 +454,9 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
     }
     fprintf(g, "# Memory per stage against its limit. Data: memory.dat. Run: gnuplot "
                "memory.gp\n");
-    fprintf(g, "set terminal pngcairo size 1400,700 font \"sans,10\"\nset output "
-               "\"memory.png\"\nset datafile missing \"NaN\"\n");
+    fprintf(g, "set terminal pngcairo size %d,760 font \"sans,11\"\nset output "
+               "\"memory.png\"\nset datafile missing \"NaN\"\n",
+            k->n_stages > 24 ? 500 + 26 * k->n_stages : 1400);
     fprintf(g, "set title \"");
     gp_label(g, k->cluster);
     fprintf(g, " with ");
@@ -430,15 +465,10 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
                "against the stage's limit\"\n");
     fprintf(g, "set ylabel \"GiB\"\nset style fill solid 0.85 border -1\nset boxwidth 0.14\n"
                "set grid ytics\nset key outside right top\nset xrange [-0.6:%d.6]\n"
-               "set yrange [0:%.2f]\nset bmargin 4\n",
+               "set yrange [0:%.2f]\nset bmargin 6\nset xlabel \"stage\" offset 0,-1.6\n",
                k->n_stages - 1, top * 1.1);
-    fprintf(g, "set xtics (");
-    for (int s = 0; s < k->n_stages; s++) {
-        fprintf(g, "%s\"%d\\n", s ? ", " : "", s);
-        gp_label(g, k->devices[s]);
-        fprintf(g, "\" %d", s);
-    }
-    fprintf(g, ")\nplot \\\n  \"memory.dat\" using ($1 - 0.30):3 with boxes lc rgb \"%s\" "
+    gp_stage_axis(g, (const char(*)[PROFILE_NAME_MAX])k->devices, k->n_stages);
+    fprintf(g, "plot \\\n  \"memory.dat\" using ($1 - 0.30):3 with boxes lc rgb \"%s\" "
                "title \"before (none)\", \\\n",
             method_colors[BENCH_NONE]);
     for (int m = 1; m < BENCH_REPARTITION; m++)
@@ -454,8 +484,111 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
     return close_out(dir, "memory.gp", g, e);
 }
 
-/* The Gantt chart of a plan's simulated step: a row per stage, a box per operation. Also
- * writes the same timeline as a Chrome trace. */
+/* A Gantt chart with hundreds of micro-batches is a row per device kind: the share of its
+ * stages forwarding, recomputing and backwarding in each of GANTT_BINS slices of the step. */
+#define GANTT_AGGREGATE_MICRO 100
+#define GANTT_BINS 240
+
+static const enum sim_kind gantt_kinds[3] = {SIM_FORWARD, SIM_RECOMPUTE, SIM_BACKWARD};
+static const char *const gantt_colors[3] = {"#6baed6", "#fd8d3c", "#08519c"};
+
+/* The device kinds in pipeline order: kind[s] is stage s's row; returns the count. */
+static int gantt_rows(const struct plan *p, int *kind, int *stages)
+{
+    int n = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        kind[s] = -1;
+        for (int t = 0; t < s && kind[s] < 0; t++)
+            if (strcmp(p->stages[t].device, p->stages[s].device) == 0)
+                kind[s] = kind[t];
+        if (kind[s] < 0)
+            kind[s] = n++;
+        stages[kind[s]]++;
+    }
+    return n;
+}
+
+/* gantt.dat of the per-kind chart: blocks forward, recompute, backward; each line a slice's
+ * box (centre, row's centre, half width, half height) stacked from the row's bottom. */
+static void gantt_aggregate_data(FILE *d, const struct plan *p, const struct sim_result *r,
+                                 const int *kind, const int *stages, int rows, double *busy)
+{
+    double width = r->iteration_ms / GANTT_BINS;
+    double *share = calloc((size_t)rows * GANTT_BINS * 3, sizeof *share);
+    for (int i = 0; share != NULL && i < r->n_tasks; i++) {
+        const struct sim_task *t = &r->tasks[i];
+        int b = t->kind == SIM_FORWARD ? 0 : t->kind == SIM_RECOMPUTE ? 1
+                : t->kind == SIM_BACKWARD ? 2 : -1;
+        for (int j = (int)(t->start_ms / width); b >= 0 && j < GANTT_BINS && j * width < t->end_ms;
+             j++) {
+            double overlap = fmin(t->end_ms, (j + 1) * width) - fmax(t->start_ms, j * width);
+            int k = kind[t->stage];
+            share[((size_t)k * GANTT_BINS + j) * 3 + b] += overlap / (width * stages[k]);
+            busy[k] += overlap / (r->iteration_ms * stages[k]);
+        }
+    }
+    fprintf(d, "# x_s row half_width half_height; blocks: forward, recompute, backward\n");
+    for (int b = 0; b < 3; b++) {
+        fprintf(d, "%s# %s\n", b ? "\n\n" : "", sim_kind_name(gantt_kinds[b]));
+        for (int k = 0; k < rows; k++)
+            for (int j = 0; share != NULL && j < GANTT_BINS; j++) {
+                const double *v = &share[((size_t)k * GANTT_BINS + j) * 3];
+                double below = 0;
+                for (int c = 0; c < b; c++)
+                    below += v[c];
+                if (v[b] > 0)
+                    fprintf(d, "%.6f %.6f %.6f %.6f\n", (j + 0.5) * width / 1e3,
+                            k + 0.4 - 0.8 * (below + v[b] / 2), width / 2e3, 0.4 * v[b]);
+            }
+        fprintf(d, "-1 -10 0 0\n"); /* every block has a row */
+    }
+    free(share);
+}
+
+/* gantt.dat of the per-stage chart: blocks forward, recompute, backward, and the labels of
+ * boxes wide enough to name. */
+static void gantt_stage_data(FILE *d, const struct sim_result *r)
+{
+    fprintf(d, "# stage start_s end_s micro_batch; blocks: forward, recompute, backward, "
+               "labels (boxes wide enough to name)\n");
+    for (int b = 0; b < 4; b++) {
+        if (b > 0)
+            fprintf(d, "\n\n");
+        fprintf(d, "# %s\n", b < 3 ? sim_kind_name(gantt_kinds[b]) : "labels");
+        for (int i = 0; i < r->n_tasks; i++) {
+            const struct sim_task *t = &r->tasks[i];
+            int compute = t->kind == SIM_FORWARD || t->kind == SIM_RECOMPUTE ||
+                          t->kind == SIM_BACKWARD;
+            if (!compute || (b < 3 && t->kind != gantt_kinds[b]) ||
+                (b == 3 && t->end_ms - t->start_ms < 0.012 * r->iteration_ms))
+                continue;
+            fprintf(d, "%d %.6f %.6f %d\n", t->stage, t->start_ms / 1e3, t->end_ms / 1e3,
+                    t->micro);
+        }
+    }
+    /* at least one row per block, so that gnuplot finds every index */
+    fprintf(d, "\n\n# end\n-1 0 0 0\n");
+}
+
+/* gantt-trace.json: the simulated step as a Chrome trace (ui.perfetto.dev). */
+static void write_trace(const char *dir, const struct plan *p, const struct sim_result *r,
+                        struct err *e)
+{
+    struct trace *t = trace_init();
+    char path[CLUSTER_PATH_MAX];
+    snprintf(path, sizeof path, "%s/gantt-trace.json", dir);
+    if (t == NULL) {
+        err_set(e, ERR_FAIL, "out of memory");
+        return;
+    }
+    sim_trace_add(t, 1, p, r);
+    trace_write(t, path, e);
+    trace_free(t);
+}
+
+/* The Gantt chart of a plan's simulated step: a row per stage and a box per operation, or
+ * with hundreds of micro-batches a row per device kind (above). Also writes the timeline as a
+ * Chrome trace, every operation of every stage. */
 static int plot_gantt(const char *dir, const struct bench_case *k, const struct plan *p,
                       struct err *e)
 {
@@ -472,74 +605,65 @@ static int plot_gantt(const char *dir, const struct bench_case *k, const struct 
         sim_result_free(&r);
         return e->code;
     }
-    /* blocks (gnuplot "index"): 0 forward, 1 recompute, 2 backward, 3 labels */
-    static const enum sim_kind kinds[3] = {SIM_FORWARD, SIM_RECOMPUTE, SIM_BACKWARD};
-    fprintf(d, "# stage start_s end_s micro_batch; blocks: forward, recompute, backward, "
-               "labels (boxes wide enough to name)\n");
-    for (int b = 0; b < 4; b++) {
-        if (b > 0)
-            fprintf(d, "\n\n");
-        fprintf(d, "# %s\n", b < 3 ? sim_kind_name(kinds[b]) : "labels");
-        for (int i = 0; i < r.n_tasks; i++) {
-            const struct sim_task *t = &r.tasks[i];
-            int compute = t->kind == SIM_FORWARD || t->kind == SIM_RECOMPUTE ||
-                          t->kind == SIM_BACKWARD;
-            if (!compute || (b < 3 && t->kind != kinds[b]) ||
-                (b == 3 && t->end_ms - t->start_ms < 0.012 * r.iteration_ms))
-                continue;
-            fprintf(d, "%d %.6f %.6f %d\n", t->stage, t->start_ms / 1e3, t->end_ms / 1e3,
-                    t->micro);
-        }
-    }
-    /* at least one row per block, so that gnuplot finds every index */
-    fprintf(d, "\n\n# end\n-1 0 0 0\n");
+    int aggregate = p->micro_batches >= GANTT_AGGREGATE_MICRO;
+    int *kind = calloc((size_t)p->n_stages, sizeof *kind);
+    int *stages = calloc((size_t)p->n_stages, sizeof *stages);
+    double *busy = calloc((size_t)p->n_stages, sizeof *busy);
+    int rows = kind && stages ? gantt_rows(p, kind, stages) : 0;
+    if (aggregate && busy != NULL)
+        gantt_aggregate_data(d, p, &r, kind, stages, rows, busy);
+    else
+        gantt_stage_data(d, &r);
     fprintf(g, "# Simulated timeline of one step. Data: gantt.dat. Run: gnuplot gantt.gp\n");
-    fprintf(g, "set terminal pngcairo size 1800,%d font \"sans,10\"\nset output \"gantt.png\"\n",
-            300 + 40 * p->n_stages);
+    fprintf(g, "set terminal pngcairo size 1800,%d font \"sans,11\"\nset output \"gantt.png\"\n",
+            aggregate ? 260 + 110 * rows : 300 + 40 * p->n_stages);
     fprintf(g, "set title \"");
     gp_label(g, k->cluster);
     fprintf(g, " with ");
     gp_label(g, k->model);
-    fprintf(g, ", method %s: simulated %s step, %d micro-batches, %.3f s, bubble %.1f%% "
-               "(labels: micro-batch)\"\n",
+    fprintf(g, ", method %s (the fastest): simulated %s step, %d micro-batches, %.3f s, bubble "
+               "%.1f%%%s\"\n",
             p->method, schedule_name(p->schedule), p->micro_batches, r.iteration_ms / 1e3,
-            100 * r.bubble_fraction);
+            100 * r.bubble_fraction,
+            aggregate ? "\\nper device kind: the share of its stages busy, in 240 slices of the "
+                        "step (gantt-trace.json has every operation)"
+                      : " (labels: micro-batch)");
     fprintf(g, "set xlabel \"time (s)\"\nset xrange [0:%.6f]\nset yrange [%d.5:-0.5]\n",
-            r.iteration_ms / 1e3 * 1.01, p->n_stages - 1);
+            r.iteration_ms / 1e3 * 1.01, (aggregate ? rows : p->n_stages) - 1);
     fprintf(g, "set ytics (");
-    for (int s = 0; s < p->n_stages; s++) {
-        fprintf(g, "%s\"%d ", s ? ", " : "", s);
+    for (int s = 0, first = 1; s < p->n_stages && kind != NULL; s++) {
+        if (aggregate && (s > 0 && kind[s] == kind[s - 1]))
+            continue;
+        fprintf(g, "%s\"", first ? "" : ", ");
+        if (!aggregate)
+            fprintf(g, "%d ", s);
         gp_label(g, p->stages[s].device);
-        fprintf(g, "\" %d", s);
+        if (aggregate)
+            fprintf(g, "\\n%d stages, busy %.0f%%%%", stages[kind[s]], 100 * busy[kind[s]]);
+        fprintf(g, "\" %d", aggregate ? kind[s] : s);
+        first = 0;
     }
-    fprintf(g, ")\nset style fill solid 0.9 border rgb \"white\"\nset key outside right top\n"
-               "set grid xtics\n");
-    fprintf(g, "plot \\\n"
-               "  \"gantt.dat\" index 0 using (($2+$3)/2):1:(($3-$2)/2):(0.38) with boxxyerror "
-               "lc rgb \"#6baed6\" title \"forward\", \\\n"
-               "  \"gantt.dat\" index 1 using (($2+$3)/2):1:(($3-$2)/2):(0.38) with boxxyerror "
-               "lc rgb \"#fd8d3c\" title \"recompute\", \\\n"
-               "  \"gantt.dat\" index 2 using (($2+$3)/2):1:(($3-$2)/2):(0.38) with boxxyerror "
-               "lc rgb \"#08519c\" title \"backward\", \\\n"
-               "  \"gantt.dat\" index 3 using (($2+$3)/2):1:(sprintf(\"%%d\", $4)) with labels "
-               "font \",8\" tc rgb \"black\" notitle\n");
+    fprintf(g, ")\nset style fill solid 0.9 %s\nset key outside right top\n"
+               "set grid xtics\nplot \\\n",
+            aggregate ? "noborder" : "border rgb \"white\"");
+    for (int b = 0; b < 3; b++)
+        fprintf(g, "  \"gantt.dat\" index %d using %s with boxxyerror lc rgb \"%s\" title "
+                   "\"%s\"%s\n",
+                b, aggregate ? "1:2:3:4" : "(($2+$3)/2):1:(($3-$2)/2):(0.38)", gantt_colors[b],
+                sim_kind_name(gantt_kinds[b]), b < 2 || !aggregate ? ", \\" : "");
+    if (!aggregate)
+        fprintf(g, "  \"gantt.dat\" index 3 using (($2+$3)/2):1:(sprintf(\"%%d\", $4)) with "
+                   "labels font \",8\" tc rgb \"black\" notitle\n");
+    free(kind);
+    free(stages);
+    free(busy);
     int rc = close_out(dir, "gantt.dat", d, e);
     if (rc)
         fclose(g);
     else
         rc = close_out(dir, "gantt.gp", g, e);
-    if (rc == ERR_OK) {
-        struct trace *t = trace_init();
-        char path[CLUSTER_PATH_MAX];
-        snprintf(path, sizeof path, "%s/gantt-trace.json", dir);
-        if (t == NULL) {
-            err_set(e, ERR_FAIL, "out of memory");
-        } else {
-            sim_trace_add(t, 1, p, &r);
-            trace_write(t, path, e);
-            trace_free(t);
-        }
-    }
+    if (rc == ERR_OK)
+        write_trace(dir, p, &r, e);
     sim_result_free(&r);
     return e->code;
 }

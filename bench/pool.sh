@@ -39,7 +39,7 @@ import re, sys
 log, rc, start, end = open(sys.argv[1]).read(), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 if rc == 124:
     print(f"timeout | | | | | |"); sys.exit()
-mem = re.findall(r"^\s+\d+\s+(\S+)\s+\d+-\d+\s+\d+\s+[\d.]+ \(\s*\d+%\) ->\s+([\d.]+) \(", log, re.M)
+mem = re.findall(r"^\s+\d+\s+(\S+)\s+\d+\s+\d+-\d+\s+\d+\s+[\d.]+ \(\s*\d+%\) ->\s+([\d.]+) \(", log, re.M)
 most = max(mem, key=lambda x: float(x[1])) if mem else ("?", "?")
 mixed = re.search(r"^pool: heterogeneous pipelines.*?(\d+) pipelines planned", log, re.M)
 step = re.search(r"^step: ([\d.]+) ms", log, re.M)
@@ -49,7 +49,7 @@ if rc == 0 and mixed and step:  # heterogeneous pipelines won: no certified gap
     print(f"{float(end) - float(start):.1f} | {mixed.group(1)} pipelines | heterogeneous: {plan} | "
           f"{float(step.group(1)):.1f} | - | {most[1]} ({most[0]}) |")
     sys.exit()
-m = re.search(r"pool: (\d+) candidates planned.*the fastest: dp (\d+), (\d+) micro-batches a replica;(.*)", log)
+m = re.search(r"pool: (\d+) candidates planned.*the fastest: dp (\d+) x pp \d+ x tp \(by kind\), (\d+) micro-batches a replica;(.*)", log)
 it = re.search(r"^iteration: ([\d.]+) ms", log, re.M)
 searched = re.search(r"pool search: micro-batch size (\d+); of (\d+) candidates.*certified gap ([\d.]+)%", log)
 if rc != 0 or m is None or it is None or searched is None:

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fileio.h"
+#include "units.h"
 
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value)
 {
@@ -68,32 +69,28 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 
 int cli_parse_bytes(const char *text, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || errno != 0 || !isfinite(v) || v <= 0)
+    char why[UNITS_WHY_MAX];
+    int64_t v;
+    if (units_parse_bytes(text, &v, why) || v < 1)
         return -1;
-    double mult = 1;
-    if (*end != '\0') {
-        static const struct {
-            const char *s;
-            double m;
-        } suffixes[] = {{"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
-                        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"B", 1.0}};
-        int ok = 0;
-        for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0] && !ok; k++)
-            if (strcmp(end, suffixes[k].s) == 0) {
-                mult = suffixes[k].m;
-                ok = 1;
-            }
-        if (!ok)
-            return -1;
-    }
-    v *= mult;
-    if (v < 1 || v > 9.0e15 || v != floor(v))
-        return -1;
-    *out = (int64_t)v;
+    *out = v;
     return 0;
+}
+
+int cli_parse_gbps(const char *text, double *out)
+{
+    char why[UNITS_WHY_MAX];
+    double bps;
+    if (units_parse_rate(text, 1e9, &bps, why) || !(bps > 0) || !isfinite(bps))
+        return -1;
+    *out = bps / 1e9;
+    return 0;
+}
+
+int cli_parse_us(const char *text, double *out)
+{
+    char why[UNITS_WHY_MAX];
+    return units_parse_us(text, out, why) || !isfinite(*out) ? -1 : 0;
 }
 
 int cli_parse_double(const char *text, double *out)
@@ -116,4 +113,17 @@ int cli_parse_int(const char *text, long lo, long hi, long *out)
         return -1;
     *out = v;
     return 0;
+}
+
+/* version.c (cmake/version.cmake) */
+extern const char *const ballast_version, *const ballast_git_describe;
+
+const char *cli_version(void)
+{
+    static char text[160];
+    if (ballast_git_describe[0] != '\0')
+        snprintf(text, sizeof text, "ballast %s (git %s)", ballast_version, ballast_git_describe);
+    else
+        snprintf(text, sizeof text, "ballast %s", ballast_version);
+    return text;
 }

@@ -3,15 +3,38 @@
 #ifndef BALLAST_CLI_H
 #define BALLAST_CLI_H
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "err.h"
 
+/* An option of a command: its name and whether it takes a value ("--out DIR"), several
+ * values up to the next option ("--share A.json B.json"), or none. */
+enum cli_opt_kind { CLI_FLAG, CLI_VALUE, CLI_VALUES };
+struct cli_opt {
+    const char *name;
+    enum cli_opt_kind kind;
+};
+
+/* A command: its option table (ending with {NULL}) is every option its --help lists and its
+ * parser takes: main refuses any other before the command runs, and test_help holds the
+ * help text and the parser to it. */
 struct cli_command {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    const struct cli_opt *options;
 };
+
+/* Every command, in the order `ballast --help` lists them (commands.c). */
+extern const struct cli_command cli_commands[];
+extern const int cli_n_commands;
+/* ERR_OK when every option in argv (argv[0]: the command) is in c's table, else a usage
+ * error's status (printed, naming the option). --help and -h are every command's. */
+int cli_check_options(const struct cli_command *c, int argc, char **argv);
+/* "ballast 0.1.0 (git v0.1.0-12-gabcdef0)": the CMake project version and, when built from
+ * a git checkout, git describe (version.c, made by cmake/version.cmake at each build). */
+const char *cli_version(void);
 
 /* Reads option argv[*i] if it is `name`, taking its value from "--name=V" or the next
  * argument. Returns 1 if matched (value set), 0 if not, -1 (message printed) if the value is
@@ -25,23 +48,29 @@ int cli_fail(const char *cmd, const struct err *e);
  * why and returns ERR_INPUT. */
 int cli_check_output(const char *cmd, const char *file);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Parses a byte count with an optional KiB/MiB/GiB (or K/M/G) suffix. */
+/* Human units (units.h): a byte count >= 1 ("40GiB", "32GB", "4096"), a rate in Gbit/s > 0
+ * ("100Gbps", "50GB/s", "100"), a time in microseconds >= 0 ("3us", "0.5ms", "3"). */
 int cli_parse_bytes(const char *text, int64_t *out);
+int cli_parse_gbps(const char *text, double *out);
+int cli_parse_us(const char *text, double *out);
 int cli_parse_double(const char *text, double *out);
 int cli_parse_int(const char *text, long lo, long hi, long *out);
 
+extern const struct cli_opt cmd_profile_options[], cmd_plan_options[], cmd_simulate_options[],
+    cmd_bench_options[], cmd_train_options[];
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 struct plan_options;
 /* `ballast plan --share`: jobs "FILE[:METHOD]" (methods default to o's). */
 int cmd_plan_share(char **jobs, int n, const struct plan_options *o, const char *out_file,
                    int quiet);
-/* A cluster file of n "pipelines" (heterogeneous replicas). */
-int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
+/* A cluster file of n "pipelines" (heterogeneous replicas), parsed (`root`). */
+int cmd_plan_replicas(const cJSON *root, const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet);
-/* A cluster file of a "pool": the search for the fastest data-parallel pipeline. */
-int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
-                  int quiet);
+/* A cluster file of a "pool", parsed (`root`): the search for the fastest data-parallel
+ * pipeline. */
+int cmd_plan_pool(const cJSON *root, const char *file, const struct plan_options *o,
+                  const char *out_file, int quiet);
 int cmd_simulate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -31,6 +31,12 @@ static void help(const struct bench_options *d)
            d->out_dir, d->clusters, d->models, d->devices_file);
 }
 
+const struct cli_opt cmd_bench_options[] = {
+    {"--out", CLI_VALUE},     {"--clusters", CLI_VALUE}, {"--models", CLI_VALUE},
+    {"--detail", CLI_VALUE},  {"--devices", CLI_VALUE},  {"--no-plots", CLI_FLAG},
+    {"--no-fp16", CLI_FLAG},
+    {NULL, CLI_FLAG}};
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_options o;

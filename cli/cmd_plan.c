@@ -4,27 +4,61 @@
 #include "cli.h"
 #include "cluster.h"
 #include "estimate.h"
+#include "jsonio.h"
 #include "plan_arena.h"
+#include "plan_gpus.h"
+#include "plan_kinds.h"
 #include "planner.h"
-#include "pool.h"
 #include "share_plan.h"
 
 static void help(void)
 {
-    printf("usage: ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
-           "                    [--repartition [--search-nodes N] [--time-limit S] [--search-gap G]]\n"
-           "                    [--whole-layers] [--schedule S [--virtual-stages V]]\n"
-           "                    [--unit BYTES] [--time-unit MS] [-o PLAN.json] [--export FORMAT]\n"
-           "                    [--quiet]\n"
+    printf("usage: ballast plan --model NAME|MODEL.json --gpus N1xDEVICE1[,N2xDEVICE2...]\n"
+           "                    --global-batch G [--nodes N1[,N2...]] [--seq-len T]\n"
+           "                    [--node-link LINK[,LINK...]] [--network LINK]\n"
+           "                    [--host-memory SIZE] [--reserve SIZE] [--profile PROFILE.json]...\n"
+           "                    [--save-cluster CLUSTER.json] [-o PLAN.json] [options below]\n"
+           "       ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
+           "                    [--repartition] [--search-nodes N] [--time-limit S]\n"
+           "                    [--search-gap G] [--whole-layers] [--actions A,...]\n"
+           "                    [--schedule S] [--virtual-stages V]\n"
+           "                    [--micro-batches N|auto] [--global-batch G] [--unit SIZE]\n"
+           "                    [--time-unit MS] [-o PLAN.json] [--export FORMAT] [--quiet]\n"
+           "                    [--arena M] [--explain-arena S] [--arena-cap SIZE]\n"
+           "                    [--arena-seed N] [--arena-generations N] [--arena-stall N]\n"
+           "                    [--arena-time-limit S]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
-           "Chooses, for every pipeline stage, the layers to recompute so that the stage fits its\n"
-           "memory, and prints the plan as a table.\n\n"
+           "Chooses, for every pipeline stage, its layers and what it does with the activations\n"
+           "it cannot hold (recompute them, or with --actions keep them in host memory) so that\n"
+           "every stage fits its memory at the least cost in speed, and prints the plan as a\n"
+           "table.\n\n"
+           "One line: a pool of GPUs from the device table and link presets\n"
+           "  --model M        a model of configs/models (llama2-7b, gpt-13b, ...) or a file\n"
+           "  --gpus LIST      the GPUs, COUNTxDEVICE by kind (8xA100-40GB,8xV100-32GB); names\n"
+           "                   of configs/devices.json. Each kind's profile is estimated from it\n"
+           "  --global-batch G samples a step over every replica (also --micro-batches auto's)\n"
+           "  --nodes N,...    nodes of each kind (one count: every kind); default: 8 GPUs a node\n"
+           "                   (fewer when a kind has fewer)\n"
+           "  --seq-len T      tokens a sample, in place of the model file's\n"
+           "  --node-link L,...  the link inside a node (each kind's, or one for all): a preset\n"
+           "                   of configs/links.json (nvlink2, nvlink3, nvlink4, pcie3, pcie4,\n"
+           "                   pcie5) or a rate (\"900Gbps\", \"300GB/s\"); default: the device's\n"
+           "  --network L      between nodes and replicas: a preset (ib-edr, ib-hdr, ib-ndr,\n"
+           "                   ib-xdr, eth-25g, eth-100g, eth-400g) or a rate; default ib-hdr\n"
+           "  --host-memory SIZE  host memory a node has for offload (\"1TiB\"), shared by its\n"
+           "                   GPUs (for --actions offload or optimizer)\n"
+           "  --reserve SIZE   device memory a GPU keeps for what no arena holds (CUDA context,\n"
+           "                   libraries; default 2GiB)\n"
+           "  --profile FILE   a profile (say, measured) for its device in place of the estimate\n"
+           "  --save-cluster FILE  where the cluster goes (default: beside -o as\n"
+           "                   PLAN.cluster.json, else MODEL-GPUS.cluster.json here); its profiles\n"
+           "                   go to the folder of its name with .profiles\n\n"
            "  --cluster FILE   the cluster (ballast-cluster/1) and, through it, the profiles;\n"
            "                   with \"pipelines\" each is planned and the step of all written\n"
            "                   (ballast-replicas/1); with a \"pool\" of GPUs the fastest\n"
            "                   data-parallel pipeline is searched for, or heterogeneous\n"
            "                   pipelines when they step faster (then ballast-replicas/1;\n"
-           "                   README, \"Tensor and data parallelism\")\n"
+           "                   docs/formats.md, \"Pools\")\n"
            "  --method M       none | full | block:N | uniform-min | patent | optimal (default)\n"
            "                     none, full     nothing / every layer recomputed\n"
            "                     block:N        the first N layers of every stage (Megatron)\n"
@@ -40,8 +74,8 @@ static void help(void)
            "                   the plan reports its certified optimality_gap\n"
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
            "  --time-limit S   --repartition stops after S seconds with the best plan found and\n"
-           "                   its certified optimality_gap (default: no limit); with a\n"
-           "                   \"pool\", the whole search does\n"
+           "                   its certified optimality_gap (default %g s); with a \"pool\",\n"
+           "                   the whole search does (default: no limit)\n"
            "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
            "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
            "  --schedule S     the pipeline schedule (default: the cluster's): 1f1b, gpipe,\n"
@@ -60,7 +94,7 @@ static void help(void)
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
            "  --global-batch G samples per step for auto (default: the cluster's micro-batches\n"
            "                   x the model's micro_batch)\n"
-           "  --unit BYTES     knapsack memory unit (default 1MiB; suffixes K, M, G)\n"
+           "  --unit SIZE      knapsack memory unit (default 1MiB; \"64KiB\", \"1MB\", bytes)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
            "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
@@ -75,24 +109,47 @@ static void help(void)
            "                   ga (the published genetic search) or exact (GLPK MILP); stages fit\n"
            "                   on it, and optimal recomputes the least that fits it\n"
            "  --explain-arena S  print stage S's arena objects, lifetimes and offsets\n"
-           "  --arena-cap B    the arena's device cap: the bytes above it must go to host memory;\n"
+           "  --arena-cap SIZE the arena's device cap: the bytes above it must go to host memory;\n"
            "                   with --actions recompute,offload their layers are offloaded\n"
            "                   and the stage laid out again until it fits\n"
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
            "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
-           PLAN_SEARCH_NODES_DEFAULT);
+           PLAN_SEARCH_NODES_DEFAULT, PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S);
 }
+
+const struct cli_opt cmd_plan_options[] = {
+    {"--cluster", CLI_VALUE},       {"--method", CLI_VALUE},
+    {"--reduce", CLI_VALUE},        {"--verify", CLI_FLAG},
+    {"--repartition", CLI_FLAG},    {"--search-nodes", CLI_VALUE},
+    {"--time-limit", CLI_VALUE},    {"--search-gap", CLI_VALUE},
+    {"--whole-layers", CLI_FLAG},   {"--actions", CLI_VALUE},
+    {"--micro-batches", CLI_VALUE}, {"--global-batch", CLI_VALUE},
+    {"--unit", CLI_VALUE},          {"--time-unit", CLI_VALUE},
+    {"-o", CLI_VALUE},              {"--export", CLI_VALUE},
+    {"--quiet", CLI_FLAG},          {"--share", CLI_VALUES},
+    {"--arena", CLI_VALUE},         {"--explain-arena", CLI_VALUE},
+    {"--arena-cap", CLI_VALUE},     {"--arena-seed", CLI_VALUE},
+    {"--arena-generations", CLI_VALUE}, {"--arena-stall", CLI_VALUE},
+    {"--arena-time-limit", CLI_VALUE},  {"--model", CLI_VALUE},
+    {"--gpus", CLI_VALUE},          {"--nodes", CLI_VALUE},
+    {"--seq-len", CLI_VALUE},       {"--node-link", CLI_VALUE},
+    {"--network", CLI_VALUE},       {"--host-memory", CLI_VALUE},
+    {"--reserve", CLI_VALUE},       {"--profile", CLI_VALUE},
+    {"--save-cluster", CLI_VALUE},  {"--schedule", CLI_VALUE},
+    {"--virtual-stages", CLI_VALUE}, {NULL, CLI_FLAG}};
 
 /* What the command line asks for. */
 struct plan_args {
     const char *cluster_file, *out_file, *export_format;
     struct plan_options o;
     int quiet, auto_micro;
+    int default_time_limit; /* --repartition without --time-limit */
     char **share; /* --share: the job arguments */
     int n_share;
     long micro_batches, global_batch, virtual_stages;
     struct plan_arena_args arena;
+    struct plan_gpus gpus; /* one-line planning */
 };
 
 static int set_schedule(struct plan_options *o, const char *v)
@@ -194,6 +251,21 @@ static int flag_option(char **argv, int i, struct plan_args *a)
     return flag != NULL;
 }
 
+/* What a pool of GPUs (a file's, or --gpus's) cannot take: ERR_OK or a usage error's status
+ * (printed). */
+static int pool_usage(const struct plan_args *a, int pipelines)
+{
+    if (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages)
+        return cli_usage_error("plan", "a pool or several pipelines are planned on their "
+                               "file's schedule: no --schedule or --virtual-stages");
+    if (pipelines > 0 || a->export_format || a->auto_micro || a->micro_batches || a->arena.on ||
+        a->o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
+                               "repartitions every candidate), no --export, --micro-batches or "
+                               "--arena, and no \"pipelines\" in the file");
+    return ERR_OK;
+}
+
 /* -1: help was printed; otherwise ERR_OK or the usage error's status (printed). */
 static int parse_args(int argc, char **argv, struct plan_args *a)
 {
@@ -215,6 +287,11 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
                 a->n_share++, i++;
             continue;
         }
+        if (plan_gpus_option(argc, argv, &i, &a->gpus, &r)) {
+            if (r != ERR_OK)
+                return r;
+            continue;
+        }
         if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
             if (r != ERR_OK)
                 return r;
@@ -232,14 +309,20 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     if (a->share != NULL && (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages))
         return cli_usage_error("plan", "--share plans each job on its cluster's schedule: no "
                                "--schedule or --virtual-stages");
-    if (a->cluster_file == NULL && a->share == NULL)
-        return cli_usage_error("plan", "--cluster is required");
+    if (plan_gpus_given(&a->gpus) && (a->gpus.gpus == NULL || a->cluster_file || a->share))
+        return cli_usage_error("plan", "--model, --gpus and their options plan a pool of GPUs "
+                               "in one line: give --gpus, and no --cluster or --share");
+    if (a->cluster_file == NULL && a->share == NULL && a->gpus.gpus == NULL)
+        return cli_usage_error("plan", "--cluster (or --model and --gpus) is required");
+    if (a->gpus.gpus != NULL && pool_usage(a, 0))
+        return ERR_INPUT;
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
     a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
-    if (a->global_batch && !a->auto_micro)
-        return cli_usage_error("plan", "--global-batch applies to --micro-batches auto");
+    if (a->global_batch && !a->auto_micro && a->gpus.gpus == NULL)
+        return cli_usage_error("plan", "--global-batch applies to --micro-batches auto and "
+                               "--gpus");
     if (a->arena.explain >= 0 && !a->arena.on)
         return cli_usage_error("plan", "--explain-arena needs --arena METHOD");
     /* the arena's objects have no host mirror yet: the two would disagree on the device
@@ -252,15 +335,37 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     return ERR_OK;
 }
 
-/* Loads the cluster and plans it. */
-static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optimizer,
-                     struct err *e)
+/* A --repartition search that stopped before the end says so, even with --quiet: the plan is
+ * then the best found, within its certified gap of the fastest. */
+static void print_stopped(const struct plan_args *a, const struct plan *p)
+{
+    if (!p->search.present || p->search.exhausted)
+        return;
+    char why[128];
+    if (p->search.nodes >= a->o.search_nodes)
+        snprintf(why, sizeof why, "its node budget (--search-nodes %ld)", a->o.search_nodes);
+    else
+        snprintf(why, sizeof why, "its time limit (--time-limit %g s%s)", a->o.time_limit_s,
+                 a->default_time_limit ? ", the default" : "");
+    if (p->optimality_gap < 0) /* a plan that offloads has none (README) */
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the split and order are the "
+                "best found by then\n", why);
+    else
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the plan's %.3f ms is "
+                "within %.3f%% of the fastest split and order (certified: none is faster than "
+                "%.3f ms)\n", why, p->iteration_ms, 100 * p->optimality_gap,
+                p->search.lower_bound);
+}
+
+/* Reads the cluster from its parsed file and plans it. */
+static int make_plan(const struct plan_args *a, const cJSON *root, struct plan *p,
+                     int *shard_optimizer, struct err *e)
 {
     struct cluster c;
-    if (cluster_load(a->cluster_file, &c, e))
+    if (cluster_parse(root, a->cluster_file, &c, e))
         return e->code;
     *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
-    cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
+    cluster_warn_cpu_threads(root, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
     int rc;
@@ -282,8 +387,12 @@ static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optim
 static int write_outputs(const struct plan_args *a, const struct plan *p, int shard_optimizer,
                          struct err *e)
 {
-    if (!a->quiet)
+    if (!a->quiet) {
+        struct plan_kinds k;
         planner_print(a->export_format ? stderr : stdout, p);
+        plan_kinds_make(p, 1, p->iteration_ms, NULL, &k);
+        plan_kinds_print(a->export_format ? stderr : stdout, &k);
+    }
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
     if (a->export_format != NULL && planner_export(stdout, p, a->export_format, shard_optimizer, e))
@@ -293,40 +402,41 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, int sh
     return ERR_OK;
 }
 
-int cmd_plan(int argc, char **argv)
+/* The cluster file, parsed once: a pool, pipelines, or one pipeline. `written`: the file is
+ * the pool --gpus wrote. */
+static int plan_cluster(struct plan_args *a, const cJSON *root, int written)
 {
-    struct plan_args a;
     struct plan p;
     struct err e;
     err_clear(&e);
-    int rc = parse_args(argc, argv, &a);
-    if (rc)
-        return rc < 0 ? ERR_OK : rc;
-    if (a.share != NULL)
-        return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
-    int pipelines, pool;
-    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e) ||
-        pool_file_check(a.cluster_file, &pool, &e))
+    int pipelines, rc;
+    int pool = cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL;
+    if (cluster_pipeline_count(root, a->cluster_file, &pipelines, &e))
         return cli_fail("plan", &e);
-    if (pool && (pipelines > 0 || a.export_format || a.auto_micro || a.micro_batches ||
-                 a.arena.on || a.o.method != METHOD_OPTIMAL))
-        return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
-                               "repartitions every candidate), no --export, --micro-batches or "
-                               "--arena, and no \"pipelines\" in the file");
-    if ((pool || pipelines > 0) && (a.o.schedule >= 0 || a.o.schedule_auto || a.virtual_stages))
-        return cli_usage_error("plan", "a pool or several pipelines are planned on their "
-                               "file's schedule: no --schedule or --virtual-stages");
-    if (pool)
-        return cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
-    if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
+    if (pool && pool_usage(a, pipelines))
+        return ERR_INPUT;
+    if (pool) {
+        rc = cmd_plan_pool(root, a->cluster_file, &a->o, a->out_file, a->quiet);
+        if (written)
+            plan_gpus_print_written(stdout, a->cluster_file);
+        return rc;
+    }
+    a->default_time_limit = a->o.repartition && !(a->o.time_limit_s > 0);
+    if (a->default_time_limit)
+        a->o.time_limit_s = PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S;
+    if (pipelines > 0 && (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages))
+        return pool_usage(a, pipelines);
+    if (pipelines > 0 && (a->export_format || a->auto_micro || a->micro_batches || a->arena.on))
         return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
                                "--micro-batches or --arena (plan each pipeline for those)");
     if (pipelines > 0)
-        return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
+        return cmd_plan_replicas(root, a->cluster_file, pipelines, &a->o, a->out_file,
+                                 a->quiet);
     int shard_optimizer = 0;
-    if (make_plan(&a, &p, &shard_optimizer, &e))
+    if (make_plan(a, root, &p, &shard_optimizer, &e))
         return cli_fail("plan", &e);
-    if (write_outputs(&a, &p, shard_optimizer, &e)) {
+    print_stopped(a, &p);
+    if (write_outputs(a, &p, shard_optimizer, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);
     }
@@ -335,5 +445,30 @@ int cmd_plan(int argc, char **argv)
         fprintf(stderr, "ballast plan: the DP and GLPK disagree (DP %.9g, GLPK %.9g)\n",
                 p.verify.dp_objective, p.verify.milp_objective);
     plan_free(&p);
+    return rc;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    struct plan_args a;
+    struct err e;
+    err_clear(&e);
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? ERR_OK : rc;
+    if (a.share != NULL)
+        return cmd_plan_share(a.share, a.n_share, &a.o, a.out_file, a.quiet);
+    char written[4096];
+    if (a.gpus.gpus != NULL) {
+        if (plan_gpus_write(&a.gpus, a.global_batch, a.out_file, written, sizeof written, &e))
+            return cli_fail("plan", &e);
+        a.cluster_file = written;
+        a.global_batch = 0; /* the pool's, now in the file */
+    }
+    cJSON *root = jsonio_read_kind(a.cluster_file, JSONIO_CLUSTER, &e);
+    if (root == NULL)
+        return cli_fail("plan", &e);
+    rc = plan_cluster(&a, root, a.cluster_file == written);
+    cJSON_Delete(root);
     return rc;
 }

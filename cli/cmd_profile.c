@@ -24,7 +24,7 @@ static void help(void)
            "                       [--repeats N] [--threads N] [--name NAME]\n"
            "       ballast profile --model MODEL.json --estimate --device NAME\n"
            "                       [-o PROFILE.json] [--devices DEVICES.json] [--for FRAMEWORK]\n"
-           "                       [--tp N --node-link-gbps G [--node-link-latency-us U]]\n\n"
+           "                       [--tp N --node-link-gbps RATE [--node-link-latency-us TIME]]\n\n"
            "Writes a profile (ballast-profile/1): every planning layer's forward and backward\n"
            "time, its recompute options and its memory, for one micro-batch.\n\n"
            "Measuring (the default) runs the runtime's layers, the code `ballast train` runs,\n"
@@ -45,15 +45,23 @@ static void help(void)
            "                   --device then names a device of the device table\n"
            "  --devices FILE   the device table (default: %s)\n"
            "  --tp N           --estimate the costs on each of N GPUs splitting every layer\n"
-           "                   (tensor parallel with sequence parallelism, README \"Tensor and\n"
-           "                   data parallelism\"), their collectives over --node-link-gbps G\n"
-           "                   (and --node-link-latency-us U, default 0); the profile says\n"
+           "                   (tensor parallel with sequence parallelism, docs/cost-model.md),\n"
+           "                   their collectives over --node-link-gbps\n"
+           "                   RATE (\"2400Gbps\", \"300GB/s\"; a number alone is Gbit/s) and\n"
+           "                   --node-link-latency-us TIME (\"3us\"; default 0); the profile says\n"
            "                   \"tp\": N and serves cluster stages of tp N\n"
            "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
            "                   its attention kernel, fp32 logits, its recompute modules\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
            WARMUP, devices_default_file());
 }
+
+const struct cli_opt cmd_profile_options[] = {
+    {"--model", CLI_VALUE},   {"--device", CLI_VALUE},         {"-o", CLI_VALUE},
+    {"--repeats", CLI_VALUE}, {"--threads", CLI_VALUE},        {"--name", CLI_VALUE},
+    {"--estimate", CLI_FLAG}, {"--devices", CLI_VALUE},        {"--for", CLI_VALUE},
+    {"--tp", CLI_VALUE},      {"--node-link-gbps", CLI_VALUE}, {"--node-link-latency-us", CLI_VALUE},
+    {NULL, CLI_FLAG}};
 
 /* host_link: {gbps, latency_us} measured, or NULL */
 static int write_profile(const char *out_file, const struct profile *p, const double *host_link,
@@ -111,15 +119,10 @@ static int estimate(const char *model_file, const char *device, const char *devi
     err_clear(&e);
     if (load_model(model_file, "estimate", &m, &e) || devices_load(devices_file, &t, &e))
         return cli_fail("profile", &e);
-    const struct device_spec *d = devices_find(&t, device);
-    if (d == NULL) {
-        fprintf(stderr, "ballast profile: --device: \"%s\" is not in %s; known devices:", device,
-                devices_file);
-        for (int k = 0; k < t.n; k++)
-            fprintf(stderr, " %s", t.devices[k].name);
-        fprintf(stderr, "\n");
+    const struct device_spec *d;
+    if (devices_lookup(&t, devices_file, "--device", device, &d, &e)) {
         devices_free(&t);
-        return ERR_INPUT;
+        return cli_fail("profile", &e);
     }
     struct profile p;
     int rc = estimate_profile(&t, d, &m, &p, &e);
@@ -153,7 +156,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     int rc = hostinfo_open(device, threads, &be, &timer, &p.device, p.provenance, &e);
     if (rc == ERR_OK && !(be.ops->dtypes & BACKEND_DTYPE_BIT(m.dtype))) {
         fprintf(stderr, "ballast profile: %s: dtype: \"%s\": the %s backend does not compute "
-                        "it (the CPU layers are fp32; bf16 is the CUDA backend's)\n",
+                        "it\n",
                 model_file, model_dtype_name(m.dtype), be.ops->name);
         hostinfo_close(&be, &timer);
         profile_free(&p);
@@ -232,11 +235,12 @@ static int group_option(int argc, char **argv, int *i, struct estimate_group *g)
     }
     if (r <= 0)
         return r;
-    char *end;
-    *field = strtod(v, &end);
-    if (*end != '\0' || !(*field >= 0 && *field < 1e9) ||
-        (field == &g->node_link.gbps && !(*field > 0))) {
-        cli_usage_error("profile", "%s: \"%s\", expected a positive number", name, v);
+    int bad = field == &g->node_link.gbps ? cli_parse_gbps(v, field) : cli_parse_us(v, field);
+    if (bad || !(*field >= 0 && *field < 1e9)) {
+        cli_usage_error("profile", "%s: \"%s\", expected %s", name, v,
+                        field == &g->node_link.gbps ? "a rate (\"900Gbps\", \"112GB/s\", Gbit/s "
+                                                      "alone)"
+                                                    : "microseconds (\"3\", \"3us\", \"0.5ms\")");
         return -1;
     }
     g->node_link.present |= field == &g->node_link.gbps;

@@ -12,7 +12,8 @@
 
 static void help(void)
 {
-    printf("usage: ballast simulate --plan PLAN.json [-o RESULT.json] [--trace TRACE.json]\n\n"
+    printf("usage: ballast simulate --plan PLAN.json [-o RESULT.json] [--trace TRACE.json]\n"
+           "                        [--quiet]\n\n"
            "Simulates one training step of a plan (its schedule, each stage's forward,\n"
            "recompute and backward times, and the transfers over its links) and prints the\n"
            "iteration time, the bubble fraction and each stage's busy and idle time.\n\n"
@@ -22,6 +23,10 @@ static void help(void)
            "  --quiet        no table\n\n"
            "exit status: 0 simulated, 1 failure while running, 2 bad input\n");
 }
+
+const struct cli_opt cmd_simulate_options[] = {
+    {"--plan", CLI_VALUE}, {"-o", CLI_VALUE}, {"--trace", CLI_VALUE}, {"--quiet", CLI_FLAG},
+    {NULL, CLI_FLAG}};
 
 static void print_result(const struct plan *p, const struct sim_result *r)
 {
@@ -121,7 +126,7 @@ int cmd_simulate(int argc, char **argv)
     if (cli_check_output("simulate", out_file) || cli_check_output("simulate", trace_file))
         return ERR_INPUT;
 
-    cJSON *root = jsonio_read(plan_file, &e);
+    cJSON *root = jsonio_read_kind(plan_file, JSONIO_PLAN, &e);
     if (root == NULL)
         return cli_fail("simulate", &e);
     if (replicas_is_file(root)) {
@@ -131,9 +136,10 @@ int cmd_simulate(int argc, char **argv)
         cJSON_Delete(root);
         return rc ? cli_fail("simulate", &e) : ERR_OK;
     }
-    cJSON_Delete(root);
     struct plan p;
-    if (plan_load(plan_file, &p, &e))
+    int loaded = plan_parse(root, plan_file, &p, &e);
+    cJSON_Delete(root);
+    if (loaded != ERR_OK)
         return cli_fail("simulate", &e);
     struct sim_result r;
     if (sim_plan(&p, &r, &e)) {

@@ -4,20 +4,13 @@
 
 #include "cli.h"
 
-static const struct cli_command commands[] = {
-    {"profile", "measure (or estimate) every layer's time and memory on a device", cmd_profile},
-    {"plan", "choose each stage's recomputed layers so every stage fits", cmd_plan},
-    {"simulate", "simulate a plan's pipeline schedule: iteration time, bubble, trace", cmd_simulate},
-    {"bench", "every method on the same clusters and models: tables and plots", cmd_bench},
-    {"train", "train a plan's GPT, one MPI rank per stage (mpirun -np S)", cmd_train},
-};
-
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ballast COMMAND [options]   (ballast COMMAND --help for its options)\n\n"
+    fprintf(f, "usage: ballast COMMAND [options]   (ballast COMMAND --help for its options)\n"
+               "       ballast --version\n\n"
                "commands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < cli_n_commands; i++)
+        fprintf(f, "  %-9s %s\n", cli_commands[i].name, cli_commands[i].summary);
     fprintf(f, "\nexit status: 0 done, 1 failure while running, 2 bad input or usage, 3 no plan "
                "fits\n");
 }
@@ -32,9 +25,15 @@ int main(int argc, char **argv)
         usage(stdout);
         return ERR_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("%s\n", cli_version());
+        return ERR_OK;
+    }
+    for (int i = 0; i < cli_n_commands; i++)
+        if (strcmp(argv[1], cli_commands[i].name) == 0) {
+            int rc = cli_check_options(&cli_commands[i], argc - 1, argv + 1);
+            return rc != ERR_OK ? rc : cli_commands[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "ballast: unknown command \"%s\"\n\n", argv[1]);
     usage(stderr);
     return ERR_INPUT;

@@ -9,6 +9,7 @@
 
 #include "devices.h"
 #include "jsonio.h"
+#include "units.h"
 
 /* "schedule" (a name, or "auto": the planner picks) and interleaved's "virtual_stages". */
 static int read_schedule(const cJSON *root, const char *file, struct cluster *c, struct err *e)
@@ -46,8 +47,8 @@ int link_from_json(const cJSON *obj, const char *file, const char *path, int str
     l->latency_us = 0;
     if (jsonio_expect_object(obj, file, path, e) ||
         (strict && jsonio_check_keys(obj, file, path, keys, e)) ||
-        jsonio_num(obj, file, path, "gbps", 1e-6, 1e9, &l->gbps, e) ||
-        jsonio_num_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
+        units_json_rate(obj, file, path, "gbps", 1e9, 1e-6, 1e9, &l->gbps, e) ||
+        units_json_us_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
         return e->code;
     l->present = 1;
     return ERR_OK;
@@ -102,12 +103,11 @@ static int is_cpu_stage(const struct cluster *c, int s)
     return strcmp(cluster_stage_profile(c, s)->device.kind, "cpu") == 0;
 }
 
-int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out)
+int cluster_warn_cpu_threads(const cJSON *root, const struct cluster *c, FILE *out)
 {
     int cpu_stages = 0, lines = 0;
     for (int s = 0; s < c->n_stages; s++)
         cpu_stages += is_cpu_stage(c, s);
-    cJSON *root = NULL; /* read again only for the profile paths as the file writes them */
     for (int s = 0; s < c->n_stages; s++) {
         const struct profile *p = cluster_stage_profile(c, s);
         long measured = p->estimated || !is_cpu_stage(c, s) ? 0 : provenance_count(p, "threads");
@@ -119,9 +119,6 @@ int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *ou
         long rank = cores / cpu_stages > 0 ? cores / cpu_stages : 1;
         if (measured <= rank)
             continue;
-        struct err e;
-        if (root == NULL)
-            root = jsonio_read(file, &e);
         const cJSON *rel = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "stages"), s), "profile");
         fprintf(out,
@@ -132,7 +129,6 @@ int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *ou
                 cpu_stages, rank);
         lines++;
     }
-    cJSON_Delete(root);
     return lines;
 }
 
@@ -251,7 +247,7 @@ static int read_host(const cJSON *obj, const char *file, const char *path,
     const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(obj, "host_link");
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, "host_link");
-    if (jsonio_int_opt(obj, file, path, "host_memory_bytes", 1, JSONIO_INT_MAX,
+    if (units_json_bytes_opt(obj, file, path, "host_memory_bytes", 1, JSONIO_INT_MAX,
                        &st->host_memory_bytes, e) ||
         (host_link != NULL && link_from_json(host_link, file, lp, 1, &st->host_link, e)))
         return e->code;
@@ -289,14 +285,15 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
     static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
                                        "link",             "host_link",    "host_memory_bytes",
                                        "tp",               "dp",           "per_node",
-                                       "node_link",        NULL};
+                                       "node_link",        "node_host_memory_bytes", NULL};
     struct cluster_stage *st = &c->stages[s];
     char path[JSONIO_PATH_MAX];
     const char *rel;
     jsonio_path_index(path, "stages", s);
     if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
         jsonio_str_copy(obj, file, path, "device", st->device, sizeof st->device, e) ||
-        jsonio_int(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes, e) ||
+        units_json_bytes(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes,
+                         e) ||
         jsonio_str(obj, file, path, "profile", &rel, e))
         return e->code;
     if (stage_profile(c, paths, file, path, rel, &st->profile, e))
@@ -429,11 +426,14 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
                                        "shard_optimizer", "dp_link", "pipelines", "pool",
                                        "global_batch", "virtual_stages", NULL};
     int64_t micro;
+    static const char *const text[] = {"name", "description", NULL};
     if (jsonio_check_format(root, file, "cluster", 1, e) ||
-        jsonio_check_keys(root, file, "", keys, e) || read_schedule(root, file, c, e))
+        jsonio_check_keys(root, file, "", keys, e) || jsonio_check_text(root, file, "", text, e) ||
+        read_schedule(root, file, c, e))
         return e->code;
     if (jsonio_int(root, file, "", "micro_batches", 1, 1 << 20, &micro, e) ||
-        jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &c->reserve_bytes, e))
+        units_json_bytes_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &c->reserve_bytes,
+                             e))
         return e->code;
     c->micro_batches = (int)micro;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(root, "link");
@@ -500,13 +500,35 @@ int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct
     int rc = cluster_from_json(root, file, c, e);
     if (rc)
         cluster_free(c);
+    c->file = rc ? NULL : file;
     return rc;
+}
+
+int cluster_check_host_memory(const struct cluster *c, struct err *e)
+{
+    const char *file = c->file != NULL ? c->file : "the cluster";
+    int any = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct cluster_stage *st = &c->stages[s];
+        if (st->host_memory_bytes > 0 && !st->host_link.present)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].host_memory_bytes: %lld, but the stage (%s) has no "
+                           "host_link (none in the cluster, its profile, or devices.json's "
+                           "host_link_gbs for it)",
+                           file, s, (long long)st->host_memory_bytes, st->device);
+        any |= st->host_memory_bytes > 0;
+    }
+    if (!any)
+        return err_set(e, ERR_INPUT,
+                       "--actions offload or optimizer: no stage of %s has host_memory_bytes "
+                       "(the host memory it may offload to)", file);
+    return ERR_OK;
 }
 
 int cluster_load(const char *file, struct cluster *c, struct err *e)
 {
     memset(c, 0, sizeof *c);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
     if (root == NULL)
         return e->code;
     int rc = cluster_parse(root, file, c, e);

@@ -51,6 +51,8 @@ struct cluster {
     /* per profile, per layer: the gradient bytes on each GPU of its stages' tp group,
      * all-reduced over dp replicas (NULL when the profile's stages have tp = dp = 1) */
     int64_t **grad_bytes;
+    const char *file; /* the file it was read from, for messages (the caller's string, not
+                         copied; NULL: built in memory) */
 };
 
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
@@ -61,13 +63,17 @@ int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct
 void cluster_free(struct cluster *c);
 
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
+/* For offload or a host optimizer: every stage with host_memory_bytes has a host link, and
+ * some stage has host_memory_bytes (ERR_INPUT naming the file and the stage otherwise). */
+int cluster_check_host_memory(const struct cluster *c, struct err *e);
 /* Warns on `out`, a line per stage, when a CPU stage's measured profile ran more threads
  * (provenance.threads) than a rank of this cluster gets by default: the cores of the machine
  * (the profile's provenance.cores_online, else this host's) shared by the cluster's CPU
  * stages, at least 1, as `ballast train` shares a host among its ranks. The cluster file
- * does not say which host a stage runs on, so its CPU stages are taken to share one.
+ * does not say which host a stage runs on, so its CPU stages are taken to share one. `root`
+ * is the file the cluster was parsed from (the profile paths as it writes them).
  * Returns the number of lines written. */
-int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out);
+int cluster_warn_cpu_threads(const cJSON *root, const struct cluster *c, FILE *out);
 /* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
 struct link cluster_link(const struct cluster *c, int stage);
 
@@ -84,8 +90,9 @@ void cluster_group_free(struct cluster *c);
  * "micro_batches", "link", "reserve_bytes" if it gives them} with the file's other members
  * shared, instead of "stages". The count (0 for a file with "stages"), and pipeline k as a
  * cluster of its own (the file itself when it gives "stages"). */
-int cluster_pipeline_count(const char *file, int *n, struct err *e);
-int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e);
+int cluster_pipeline_count(const cJSON *root, const char *file, int *n, struct err *e);
+int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cluster *c,
+                           struct err *e);
 /* cluster_parse's answer to a file without "stages", or with "pipelines" too. */
 int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e);
 

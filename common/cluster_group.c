@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "cost.h"
 #include "jsonio.h"
+#include "units.h"
 
 #define GROUP_TP_MAX 1024
 #define GROUP_DP_MAX (1 << 20)
@@ -20,6 +21,28 @@ static int read_link(const cJSON *obj, const char *file, const char *path, const
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, key);
     return v != NULL ? link_from_json(v, file, lp, 1, l, e) : ERR_OK;
+}
+
+/* "node_host_memory_bytes": the host memory of the stage's node, shared by its per_node GPUs;
+ * the stage's tp GPUs take their share as its host_memory_bytes. */
+static int read_node_host_memory(const cJSON *obj, const char *file, const char *path,
+                                 struct cluster_stage *st, struct err *e)
+{
+    int64_t node = 0;
+    if (units_json_bytes_opt(obj, file, path, "node_host_memory_bytes", 1, JSONIO_INT_MAX, &node,
+                             e))
+        return e->code;
+    if (node == 0)
+        return ERR_OK;
+    if (st->host_memory_bytes > 0 || st->per_node == 0)
+        return err_set(e, ERR_INPUT,
+                       "%s: %s.node_host_memory_bytes: %s (the node's host memory is shared "
+                       "by its per_node GPUs: give it with per_node, or host_memory_bytes for "
+                       "the stage alone)",
+                       file, path,
+                       st->per_node == 0 ? "needs per_node" : "and host_memory_bytes both given");
+    st->host_memory_bytes = node / st->per_node * st->tp;
+    return ERR_OK;
 }
 
 int cluster_group_read_stage(const cJSON *obj, const char *file, const char *path,
@@ -39,7 +62,7 @@ int cluster_group_read_stage(const cJSON *obj, const char *file, const char *pat
                        "%s: %s.tp: %lld GPUs, but a node has only %lld (per_node): a "
                        "tensor-parallel group stays inside one node",
                        file, path, (long long)tp, (long long)per_node);
-    return ERR_OK;
+    return read_node_host_memory(obj, file, path, st, e);
 }
 
 int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e)
@@ -251,47 +274,48 @@ static const cJSON *pipelines_of(const cJSON *root, const char *file, int *n, st
     return pipes;
 }
 
-int cluster_pipeline_count(const char *file, int *n, struct err *e)
+int cluster_pipeline_count(const cJSON *root, const char *file, int *n, struct err *e)
 {
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
     pipelines_of(root, file, n, e);
-    cJSON_Delete(root);
     return e->code;
 }
 
-/* The file's members with pipeline k's in place of "pipelines". */
+/* The file's members with pipeline k's in place of "pipelines": references to them, not
+ * copies (a copy of the whole file per pipeline made many pipelines cost their count times
+ * the file). */
 static cJSON *pipeline_root(const cJSON *root, const cJSON *pipe, const char *file, int k,
                             struct err *e)
 {
     static const char *const keys[] = {"stages", "micro_batches", "link", "reserve_bytes",
                                        "name", NULL};
+    static const char *const text[] = {"name", NULL};
     char path[JSONIO_PATH_MAX];
     jsonio_path_index(path, "pipelines", k);
-    if (jsonio_expect_object(pipe, file, path, e) || jsonio_check_keys(pipe, file, path, keys, e))
+    if (jsonio_expect_object(pipe, file, path, e) ||
+        jsonio_check_keys(pipe, file, path, keys, e) ||
+        jsonio_check_text(pipe, file, path, text, e))
         return NULL;
-    cJSON *out = cJSON_Duplicate(root, 1);
-    if (out == NULL) {
+    cJSON *out = cJSON_CreateObject();
+    int ok = out != NULL;
+    for (cJSON *m = root->child; m != NULL && ok; m = m->next)
+        if (strcmp(m->string, "pipelines") != 0 &&
+            cJSON_GetObjectItemCaseSensitive(pipe, m->string) == NULL)
+            ok = cJSON_AddItemReferenceToObject(out, m->string, m);
+    for (cJSON *m = pipe->child; m != NULL && ok; m = m->next)
+        if (strcmp(m->string, "name") != 0)
+            ok = cJSON_AddItemReferenceToObject(out, m->string, m);
+    if (!ok) {
+        cJSON_Delete(out);
         err_set(e, ERR_FAIL, "out of memory");
         return NULL;
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(out, "pipelines");
-    for (const cJSON *m = pipe->child; m != NULL; m = m->next) {
-        if (strcmp(m->string, "name") == 0)
-            continue;
-        cJSON_DeleteItemFromObjectCaseSensitive(out, m->string);
-        cJSON_AddItemToObject(out, m->string, cJSON_Duplicate(m, 1));
     }
     return out;
 }
 
-int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e)
+int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cluster *c,
+                           struct err *e)
 {
     memset(c, 0, sizeof *c);
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
     int n;
     const cJSON *pipes = pipelines_of(root, file, &n, e);
     if (e->code == ERR_OK && pipes == NULL) {
@@ -307,6 +331,5 @@ int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err
             cluster_free(c);
         cJSON_Delete(one);
     }
-    cJSON_Delete(root);
     return e->code;
 }

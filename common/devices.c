@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "jsonio.h"
+#include "units.h"
 
 const char *devices_default_file(void)
 {
@@ -26,10 +28,10 @@ static int device_from_json(const cJSON *o, const char *file, const char *path,
         jsonio_str_copy(o, file, path, "kind", d->kind, sizeof d->kind, e) ||
         jsonio_num(o, file, path, "peak_tflops_16bit", 1e-6, 1e6, &d->peak_tflops_16bit, e) ||
         jsonio_num(o, file, path, "peak_tflops_fp32", 1e-6, 1e6, &d->peak_tflops_fp32, e) ||
-        jsonio_int(o, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e) ||
-        jsonio_num(o, file, path, "memory_bandwidth_gbs", 1e-6, 1e6, &d->memory_bandwidth_gbs,
-                   e) ||
-        jsonio_num(o, file, path, "host_link_gbs", 0, 1e6, &d->host_link_gbs, e) ||
+        units_json_bytes(o, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e) ||
+        units_json_rate(o, file, path, "memory_bandwidth_gbs", 8e9, 1e-6, 1e6,
+                        &d->memory_bandwidth_gbs, e) ||
+        units_json_rate(o, file, path, "host_link_gbs", 8e9, 0, 1e6, &d->host_link_gbs, e) ||
         jsonio_num(o, file, path, "op_overhead_us", 0, 1e6, &d->op_overhead_us, e) ||
         jsonio_str_copy(o, file, path, "source", d->source, sizeof d->source, e))
         return e->code;
@@ -59,13 +61,15 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
                                         "note",                      NULL};
     memset(t, 0, sizeof *t);
     snprintf(t->file, sizeof t->file, "%s", file);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_DEVICES, e);
     if (root == NULL)
         return e->code;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "assumptions");
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "devices");
+    static const char *const text[] = {"description", NULL};
+    static const char *const notes[] = {"host_memory_note", "note", NULL};
     if (jsonio_check_format(root, file, "devices", 1, e) ||
-        jsonio_check_keys(root, file, "", keys, e))
+        jsonio_check_keys(root, file, "", keys, e) || jsonio_check_text(root, file, "", text, e))
         goto done;
     if (a == NULL || list == NULL) {
         err_set(e, ERR_INPUT, "%s: %s: missing", file, a == NULL ? "assumptions" : "devices");
@@ -73,6 +77,7 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
     }
     if (jsonio_expect_object(a, file, "assumptions", e) ||
         jsonio_check_keys(a, file, "assumptions", akeys, e) ||
+        jsonio_check_text(a, file, "assumptions", notes, e) ||
         jsonio_num(a, file, "assumptions", "gemm_efficiency", 1e-3, 1, &t->gemm_efficiency, e) ||
         jsonio_num(a, file, "assumptions", "memory_efficiency", 1e-3, 1, &t->memory_efficiency,
                    e) ||
@@ -146,6 +151,24 @@ int devices_check_dtype(const struct device_table *t, const struct device_spec *
                    "(its peak_tflops_fp32 if it has no fp16 units), or plan the model in bf16 or "
                    "fp32",
                    t->file, (int)(d - t->devices), d->name);
+}
+
+int devices_lookup(const struct device_table *t, const char *file, const char *what,
+                   const char *name, const struct device_spec **out, struct err *e)
+{
+    *out = devices_find(t, name);
+    for (int i = 0; i < t->n && *out == NULL; i++)
+        if (strcasecmp(t->devices[i].name, name) == 0)
+            *out = &t->devices[i];
+    if (*out != NULL)
+        return ERR_OK;
+    char names[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < t->n; i++)
+        used += (size_t)snprintf(names + used, used < sizeof names ? sizeof names - used : 0,
+                                 "%s%s", i ? ", " : "", t->devices[i].name);
+    return err_set(e, ERR_INPUT, "%s: \"%s\" is not a device of %s (known: %s)", what, name,
+                   file, names);
 }
 
 struct link devices_host_link(const struct device_spec *d)

@@ -49,6 +49,10 @@ double devices_gemm_tflops(const struct device_spec *d, enum model_dtype dtype);
  * what an estimate refuses to guess. */
 int devices_check_dtype(const struct device_table *t, const struct device_spec *d,
                         enum model_dtype dtype, struct err *e);
+/* The same, also ignoring case ("a100-40gb"); ERR_INPUT naming `what` (an option or a field),
+ * `file` and every device of the table when absent. */
+int devices_lookup(const struct device_table *t, const char *file, const char *what,
+                   const char *name, const struct device_spec **out, struct err *e);
 
 /* Pinned host copies reach about this share of the PCIe figure (ANCHORS.md). */
 #define DEVICES_PINNED_SHARE 0.8

@@ -81,4 +81,8 @@ const char *model_attention_name(enum model_attention attention);
  * model would exceed 2^53. */
 int model_check_sizes(const struct model *m, const char *file, const char *path, struct err *e);
 
+/* model_find.c: the file of `item`, a model file (a path, or a name ending in .json) or a bare
+ * name of configs/models ("llama2-7b"); ERR_INPUT listing the known names when there is none. */
+int model_find(const char *item, char *path, size_t cap, struct err *e);
+
 #endif

@@ -264,8 +264,31 @@ static int read_optimizer(const cJSON *so, const char *file, const char *path,
     return ERR_OK;
 }
 
+/* Each object of the stage's arena is one of the stage's (arena.h): a layer of the stage and
+ * a micro-batch of the step, or the workspace, which has neither (-1). */
+static int check_arena_objects(const struct arena *a, const struct plan_stage *st,
+                               int micro_batches, const char *file, const char *path,
+                               struct err *e)
+{
+    for (int i = 0; i < a->n; i++) {
+        const struct arena_object *b = &a->objects[i];
+        int workspace = b->kind == ARENA_WORKSPACE;
+        int layer_ok = workspace ? b->layer == -1 : b->layer >= st->first && b->layer <= st->last;
+        int micro_ok = workspace ? b->micro == -1 : b->micro >= 0 && b->micro < micro_batches;
+        if (!layer_ok)
+            return err_set(e, ERR_INPUT, "%s: %s.objects[%d].layer: %d, expected %s%d..%d", file,
+                           path, i, b->layer, workspace ? "-1 (the workspace has none), not " : "",
+                           st->first, st->last);
+        if (!micro_ok)
+            return err_set(e, ERR_INPUT, "%s: %s.objects[%d].micro: %d, expected %s0..%d", file,
+                           path, i, b->micro, workspace ? "-1 (the workspace has none), not " : "",
+                           micro_batches - 1);
+    }
+    return ERR_OK;
+}
+
 static int read_arena(const cJSON *so, const char *file, const char *path, struct plan_stage *st,
-                      struct err *e)
+                      int micro_batches, struct err *e)
 {
     const cJSON *ao = cJSON_GetObjectItemCaseSensitive(so, "arena");
     if (ao == NULL)
@@ -275,7 +298,8 @@ static int read_arena(const cJSON *so, const char *file, const char *path, struc
     st->arena = calloc(1, sizeof *st->arena);
     if (st->arena == NULL)
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
-    return arena_from_json(ao, file, sub, st->arena, e);
+    ERR_TRY(arena_from_json(ao, file, sub, st->arena, e));
+    return check_arena_objects(st->arena, st, micro_batches, file, sub, e);
 }
 
 static int check_costs(const struct plan *p, const struct plan_stage *st, const char *file,
@@ -398,7 +422,8 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
         read_optimizer(so, file, path, st, e) || plan_optimizer_check(file, path, st, e))
         return e->code;
-    if (read_arena(so, file, path, st, e) || plan_group_from_json(so, file, path, st, e))
+    if (read_arena(so, file, path, st, p->micro_batches, e) ||
+        plan_group_from_json(so, file, path, st, e))
         return e->code;
     int64_t gpu = s;
     if (jsonio_int_opt(so, file, path, "gpu", st->gpu, st->gpu, &gpu, e))
@@ -567,7 +592,7 @@ int plan_parse(const cJSON *root, const char *where, struct plan *p, struct err 
 int plan_load(const char *file, struct plan *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_PLAN, e);
     if (root == NULL)
         return e->code;
     int rc = plan_parse(root, file, p, e);

@@ -5,6 +5,7 @@
 
 #include "cluster.h"
 #include "jsonio.h"
+#include "units.h"
 
 static int option_from_json(const cJSON *obj, const char *file, const char *path,
                             const struct layer_cost *c, struct recompute_option *o,
@@ -13,9 +14,9 @@ static int option_from_json(const cJSON *obj, const char *file, const char *path
     char sub[JSONIO_PATH_MAX];
     if (jsonio_expect_object(obj, file, path, e) ||
         jsonio_str_copy(obj, file, path, "name", o->name, sizeof o->name, e) ||
-        jsonio_int(obj, file, path, "kept_bytes", 0, JSONIO_INT_MAX, &o->kept_bytes, e) ||
-        jsonio_int(obj, file, path, "transient_bytes", 0, JSONIO_INT_MAX, &o->transient_bytes,
-                   e) ||
+        units_json_bytes(obj, file, path, "kept_bytes", 0, JSONIO_INT_MAX, &o->kept_bytes, e) ||
+        units_json_bytes(obj, file, path, "transient_bytes", 0, JSONIO_INT_MAX,
+                         &o->transient_bytes, e) ||
         jsonio_num(obj, file, path, "recompute_ms", 0, PROFILE_MS_MAX, &o->recompute_ms, e))
         return e->code;
     jsonio_path_key(sub, path, "name");
@@ -75,7 +76,7 @@ static int split_from_json(const cJSON *obj, const char *file, const char *path,
     c->optimizer_ms = c->host_optimizer_ms = 0;
     c->param_bytes = c->grad_bytes = c->optimizer_bytes = -1;
     for (int k = 0; k < 3; k++) {
-        if (jsonio_int_opt(obj, file, path, keys[k], 0, JSONIO_INT_MAX, dst[k], e))
+        if (units_json_bytes_opt(obj, file, path, keys[k], 0, JSONIO_INT_MAX, dst[k], e))
             return e->code;
         given += *dst[k] >= 0;
     }
@@ -112,11 +113,12 @@ int layer_cost_from_json(const cJSON *obj, const char *file, const char *path,
         jsonio_str_copy(obj, file, path, "name", c->name, sizeof c->name, e) ||
         jsonio_num(obj, file, path, "fwd_ms", 0, PROFILE_MS_MAX, &c->fwd_ms, e) ||
         jsonio_num(obj, file, path, "bwd_ms", 0, PROFILE_MS_MAX, &c->bwd_ms, e) ||
-        jsonio_int(obj, file, path, "state_bytes", 0, JSONIO_INT_MAX, &c->state_bytes, e) ||
-        jsonio_int(obj, file, path, "act_bytes", 0, JSONIO_INT_MAX, &c->act_bytes, e) ||
-        jsonio_int(obj, file, path, "ckpt_bytes", 0, JSONIO_INT_MAX, &c->ckpt_bytes, e) ||
-        jsonio_int(obj, file, path, "out_bytes", 0, JSONIO_INT_MAX, &c->out_bytes, e) ||
-        jsonio_int(obj, file, path, "workspace_bytes", 0, JSONIO_INT_MAX, &c->workspace_bytes, e))
+        units_json_bytes(obj, file, path, "state_bytes", 0, JSONIO_INT_MAX, &c->state_bytes, e) ||
+        units_json_bytes(obj, file, path, "act_bytes", 0, JSONIO_INT_MAX, &c->act_bytes, e) ||
+        units_json_bytes(obj, file, path, "ckpt_bytes", 0, JSONIO_INT_MAX, &c->ckpt_bytes, e) ||
+        units_json_bytes(obj, file, path, "out_bytes", 0, JSONIO_INT_MAX, &c->out_bytes, e) ||
+        units_json_bytes(obj, file, path, "workspace_bytes", 0, JSONIO_INT_MAX,
+                         &c->workspace_bytes, e))
         return e->code;
     if (c->ckpt_bytes > c->act_bytes) {
         char sub[JSONIO_PATH_MAX];
@@ -178,7 +180,8 @@ static int device_from_json(const cJSON *root, const char *file, struct device_i
     if (jsonio_expect_object(obj, file, "device", e) ||
         jsonio_str_copy(obj, file, "device", "name", d->name, sizeof d->name, e) ||
         jsonio_str_copy(obj, file, "device", "kind", d->kind, sizeof d->kind, e) ||
-        jsonio_int(obj, file, "device", "memory_bytes", 1, JSONIO_INT_MAX, &d->memory_bytes, e))
+        units_json_bytes(obj, file, "device", "memory_bytes", 1, JSONIO_INT_MAX,
+                         &d->memory_bytes, e))
         return e->code;
     if (strcmp(d->kind, "cpu") != 0 && strcmp(d->kind, "cuda") != 0)
         return err_set(e, ERR_INPUT, "%s: device.kind: \"%s\", expected \"cpu\" or \"cuda\"",
@@ -268,7 +271,7 @@ fail:
 int profile_load(const char *file, struct profile *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_PROFILE, e);
     if (root == NULL)
         return e->code;
     int rc = profile_from_json(root, file, p, e);

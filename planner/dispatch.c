@@ -579,6 +579,9 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
 {
     if (plan_options_check(o, e))
         return e->code;
+    if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
+        cluster_check_host_memory(c, e))
+        return e->code;
     if (o->schedule_auto || (c->schedule_auto && o->schedule < 0))
         return plan_auto_schedule(c, o, out, e);
     struct schedule_shape sh = asked_shape(c, o, e);

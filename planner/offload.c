@@ -49,25 +49,6 @@ int offload_options_check(const struct plan_options *o, struct err *e)
     return ERR_OK;
 }
 
-/* Every stage that may offload has a host link; some stage may. */
-static int check_hosts(const struct plan *p, struct err *e)
-{
-    int any = 0;
-    for (int s = 0; s < p->n_stages; s++) {
-        const struct plan_stage *st = &p->stages[s];
-        if (st->host_limit_bytes > 0 && !st->host_link.present)
-            return err_set(e, ERR_INPUT,
-                           "stages[%d] (%s): host_memory_bytes %lld but no host_link (none in the "
-                           "cluster, its profile, or devices.json's host_link_gbs for it)",
-                           s, st->device, (long long)st->host_limit_bytes);
-        any |= st->host_limit_bytes > 0;
-    }
-    if (!any)
-        return err_set(e, ERR_INPUT,
-                       "--actions offload or optimizer: no stage of the cluster has "
-                       "host_memory_bytes (the host memory it may offload to)");
-    return ERR_OK;
-}
 
 /* One candidate of a stage: its action per layer and how the simulator sees it. */
 struct candidate {
@@ -592,8 +573,6 @@ static int choose(struct plan *p, struct global *g, const struct plan_options *o
 
 int offload_choose(struct plan *p, const struct plan_options *o, struct err *e)
 {
-    if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) && check_hosts(p, e))
-        return e->code;
     int S = p->n_stages;
     struct global g = {.schedule = p->schedule,
                        .S = S,

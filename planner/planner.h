@@ -25,6 +25,10 @@ enum plan_method {
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
 #define PLAN_SEARCH_NODES_DEFAULT 10000
 #define PLAN_SEARCH_GAP_DEFAULT 0.005
+/* `ballast plan --repartition`'s --time-limit when none is given: twice the 5 s the search
+ * takes at most on 128 stages (bench/results/plan_speed.md), so only an unusual cluster (16384
+ * micro-batches took 22.5 s) stops there, with its certified gap. */
+#define PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S 10.0
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
 enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTION_OPTIMIZER = 4 };

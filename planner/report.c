@@ -98,16 +98,19 @@ void planner_print(FILE *f, const struct plan *p)
     double params = (double)model_param_count(&p->model);
     struct mem_unit u = table_unit(p);
     char head[64];
+    char replicas[64] = "";
+    if (p->n_stages > 0 && p->stages[0].dp > 1)
+        snprintf(replicas, sizeof replicas, " a replica, dp %d replicas", p->stages[0].dp);
     if (p->model.kind == MODEL_KIND_CUSTOM)
-        fprintf(f, "plan: method %s, schedule %s, %d micro-batches; model custom \"%s\", %d "
+        fprintf(f, "plan: method %s, schedule %s, %d micro-batches%s; model custom \"%s\", %d "
                    "layers\n",
-                p->method, schedule_name(p->schedule), p->micro_batches, p->model.name,
+                p->method, schedule_name(p->schedule), p->micro_batches, replicas, p->model.name,
                 p->model.layer_count);
     else
         fprintf(f,
-                "plan: method %s, schedule %s, %d micro-batches; model %s %d blocks, %.3g%s "
+                "plan: method %s, schedule %s, %d micro-batches%s; model %s %d blocks, %.3g%s "
                 "parameters, %s, micro-batch %d x %d tokens\n",
-                p->method, schedule_name(p->schedule), p->micro_batches,
+                p->method, schedule_name(p->schedule), p->micro_batches, replicas,
                 model_kind_name(p->model.kind), p->model.n_layer,
                 params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
                 model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
@@ -116,8 +119,8 @@ void planner_print(FILE *f, const struct plan *p)
     int w = 10;
     for (int s = 0; s < p->n_stages; s++)
         w = (int)strlen(p->stages[s].device) > w ? (int)strlen(p->stages[s].device) : w;
-    fprintf(f, "%5s  %-*s %-9s %4s  %-38s  %-22s %10s %10s\n", "stage", w, "device", "layers",
-            "v", head, "recompute", "R ms", "T ms");
+    fprintf(f, "%5s  %-*s %3s %-9s %4s  %-38s  %-22s %10s %10s\n", "stage", w, "device", "tp",
+            "layers", "v", head, "recompute", "R ms", "T ms");
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         char range[32], mem[96], rec[80];
@@ -127,8 +130,9 @@ void planner_print(FILE *f, const struct plan *p)
                  st->memory_before_bytes / u.bytes, 100.0 * st->memory_before_bytes / lim,
                  st->memory_bytes / u.bytes, 100.0 * st->memory_bytes / lim, lim / u.bytes);
         format_layers(st, rec, sizeof rec);
-        fprintf(f, "%5d  %-*s %-9s %4d  %-38s  %-22s %10.3f %10.3f\n", s, w, st->device, range,
-                st->in_flight, mem, rec, st->recompute_ms, st->stage_ms);
+        fprintf(f, "%5d  %-*s %3d %-9s %4d  %-38s  %-22s %10.3f %10.3f\n", s, w, st->device,
+                st->tp > 0 ? st->tp : 1, range, st->in_flight, mem, rec, st->recompute_ms,
+                st->stage_ms);
     }
     const struct plan_stage *b = &p->stages[p->bottleneck_stage];
     const struct plan_stage *m = &p->stages[p->most_loaded_stage];

@@ -54,7 +54,7 @@ static void test_help_and_usage(void)
         const char *args;
         const char *says;
     } bad[] = {
-        {"plan", "--cluster is required"},
+        {"plan", "--cluster (or --model and --gpus) is required"},
         {"plan --cluster", "--cluster needs a value"},
         {"plan --cluster %s --method fastest", "--method: \"fastest\""},
         {"plan --cluster %s --method block:", "block:N"},
@@ -77,7 +77,7 @@ static void test_help_and_usage(void)
         {"plan --cluster %s --repartition --search-gap -0.1", "--search-gap"},
         {"profile --model %s", "--model and --device are required"},
         {"profile --model %s --device tpu", "expected \"cpu\" or \"cuda:N\""},
-        {"profile --model %s --estimate --device TPUv9", "\"TPUv9\" is not in"},
+        {"profile --model %s --estimate --device TPUv9", "\"TPUv9\" is not a device of"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, bad[i].args,

@@ -22,11 +22,11 @@ static void help(void)
            "                    [--repartition] [--search-nodes N] [--time-limit S]\n"
            "                    [--search-gap G] [--whole-layers] [--actions A,...]\n"
            "                    [--schedule S] [--virtual-stages V]\n"
-           "                    [--micro-batches N|auto] [--global-batch G] [--unit SIZE]\n"
-           "                    [--time-unit MS] [-o PLAN.json] [--export FORMAT] [--quiet]\n"
-           "                    [--arena M] [--explain-arena S] [--arena-cap SIZE]\n"
-           "                    [--arena-seed N] [--arena-generations N] [--arena-stall N]\n"
-           "                    [--arena-time-limit S]\n"
+           "                    [--min-gain G] [--micro-batches N|auto] [--global-batch G]\n"
+           "                    [--unit SIZE] [--time-unit MS] [-o PLAN.json] [--quiet]\n"
+           "                    [--export FORMAT] [--arena M] [--explain-arena S]\n"
+           "                    [--arena-cap SIZE] [--arena-seed N] [--arena-generations N]\n"
+           "                    [--arena-stall N] [--arena-time-limit S]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, its layers and what it does with the activations\n"
            "it cannot hold (recompute them, or with --actions keep them in host memory) so that\n"
@@ -86,14 +86,20 @@ static void help(void)
            "                   interleaved tried (default 2, 3 and 4)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
+           "  --min-gain G     optimal: take an optional action (offload, the host optimizer,\n"
+           "                   a partial recompute, an uneven split) only where it shortens\n"
+           "                   the step by at least G of it (default 0.005, or 0.5%%; 0: the\n"
+           "                   fastest plan); of the plans within G of the fastest, the\n"
+           "                   simplest (docs/planning-choices.md)\n"
            "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
            "                   host_memory_bytes over their host links), optimizer (a stage's\n"
            "                   AdamW on the host, a mirror in its host_memory_bytes), or several\n"
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
-           "  --global-batch G samples per step for auto (default: the cluster's micro-batches\n"
-           "                   x the model's micro_batch)\n"
+           "  --global-batch G samples per step for auto, across the data-parallel replicas\n"
+           "                   (default: the cluster's micro-batches x the model's\n"
+           "                   micro_batch x the stages' dp)\n"
            "  --unit SIZE      knapsack memory unit (default 1MiB; \"64KiB\", \"1MB\", bytes)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
@@ -136,14 +142,15 @@ const struct cli_opt cmd_plan_options[] = {
     {"--seq-len", CLI_VALUE},       {"--node-link", CLI_VALUE},
     {"--network", CLI_VALUE},       {"--host-memory", CLI_VALUE},
     {"--reserve", CLI_VALUE},       {"--profile", CLI_VALUE},
-    {"--save-cluster", CLI_VALUE},  {"--schedule", CLI_VALUE},
-    {"--virtual-stages", CLI_VALUE}, {NULL, CLI_FLAG}};
+    {"--save-cluster", CLI_VALUE},  {"--min-gain", CLI_VALUE},
+    {"--schedule", CLI_VALUE},      {"--virtual-stages", CLI_VALUE},
+    {NULL, CLI_FLAG}};
 
 /* What the command line asks for. */
 struct plan_args {
     const char *cluster_file, *out_file, *export_format;
     struct plan_options o;
-    int quiet, auto_micro;
+    int quiet, auto_micro, min_gain_given;
     int default_time_limit; /* --repartition without --time-limit */
     char **share; /* --share: the job arguments */
     int n_share;
@@ -161,6 +168,19 @@ static int set_schedule(struct plan_options *o, const char *v)
                                schedule_names());
     o->schedule = o->schedule_auto ? -1 : (int)kind;
     return ERR_OK;
+}
+
+/* A share in [0, 1), written as a fraction (0.005) or a percentage (0.5%). */
+static int parse_fraction(const char *v, double *out)
+{
+    char text[64];
+    size_t n = strlen(v);
+    int percent = n > 0 && n < sizeof text && v[n - 1] == '%';
+    snprintf(text, sizeof text, "%.*s", (int)(percent ? n - 1 : n), v);
+    if (cli_parse_double(text, out))
+        return -1;
+    *out /= percent ? 100 : 1;
+    return *out >= 0 && *out < 1 ? 0 : -1;
 }
 
 /* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
@@ -190,6 +210,11 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "--time-limit") == 0 &&
              (cli_parse_double(v, &o->time_limit_s) || !(o->time_limit_s > 0)))
         return cli_usage_error("plan", "--time-limit: \"%s\", expected seconds > 0", v);
+    else if (strcmp(name, "--min-gain") == 0 && parse_fraction(v, &o->min_gain))
+        return cli_usage_error("plan", "--min-gain: \"%s\", expected a share of the step in [0, "
+                               "1) (0.005) or a percentage (0.5%%)", v);
+    else if (strcmp(name, "--min-gain") == 0)
+        a->min_gain_given = 1;
     else if (strcmp(name, "--search-gap") == 0 &&
              (cli_parse_double(v, &o->search_gap) || !(o->search_gap >= 0 && o->search_gap < 1)))
         return cli_usage_error("plan", "--search-gap: \"%s\", expected a fraction in [0, 1)", v);
@@ -224,8 +249,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
                                         "--search-gap", "--micro-batches", "--global-batch",
-                                        "--export", "--actions", "--schedule",
-                                        "--virtual-stages"};
+                                        "--export", "--actions", "--min-gain",
+                                        "--schedule", "--virtual-stages"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -320,6 +345,9 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
+    if (a->min_gain_given && a->o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "--min-gain applies to --method optimal only (the other "
+                               "methods take no optional action)");
     if (a->global_batch && !a->auto_micro && a->gpus.gpus == NULL)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto and "
                                "--gpus");
@@ -371,7 +399,8 @@ static int make_plan(const struct plan_args *a, const cJSON *root, struct plan *
     int rc;
     if (a->auto_micro) {
         long global = a->global_batch ? a->global_batch
-                                      : (long)c.micro_batches * c.model.micro_batch;
+                                      : (long)c.micro_batches * c.model.micro_batch *
+                                            c.stages[0].dp;
         rc = planner_make_auto(&c, &a->o, (int)global,
                                a->quiet ? NULL : (a->export_format ? stderr : stdout), p, e);
     } else {

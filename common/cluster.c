@@ -40,6 +40,28 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
     *last = (int)((int64_t)(stage + 1) * n_layers / n_stages) - 1;
 }
 
+/* The first block of stage s when B blocks are dealt to S stages, the r = B mod S stages in
+ * the middle taking one more. */
+static int first_block(int blocks, int n_stages, int stage)
+{
+    int q = blocks / n_stages, r = blocks % n_stages, lo = (n_stages - r) / 2;
+    int extra = stage - lo < 0 ? 0 : stage - lo > r ? r : stage - lo;
+    return stage * q + extra;
+}
+
+void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
+                           int *first, int *last)
+{
+    int blocks = n_layers - 2;
+    if (m->kind == MODEL_KIND_CUSTOM || blocks < n_stages) {
+        cluster_even_split(n_layers, n_stages, stage, first, last);
+        return;
+    }
+    /* block b is layer b + 1 */
+    *first = stage == 0 ? 0 : 1 + first_block(blocks, n_stages, stage);
+    *last = stage == n_stages - 1 ? n_layers - 1 : first_block(blocks, n_stages, stage + 1);
+}
+
 int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
                    struct link *l, struct err *e)
 {
@@ -480,7 +502,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
             return e->code;
     } else {
         for (s = 0; s < S; s++)
-            cluster_even_split(c->n_layers, S, s, &c->stages[s].first, &c->stages[s].last);
+            cluster_default_split(&c->model, c->n_layers, S, s, &c->stages[s].first,
+                                  &c->stages[s].last);
     }
     for (s = 0; s < S; s++)
         if (c->reserve_bytes >= c->stages[s].memory_bytes)

@@ -56,7 +56,8 @@ struct cluster {
 };
 
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
- * file). Stages without "layers" get an even split. On failure nothing is left allocated. */
+ * file). Stages without "layers" get cluster_default_split. On failure nothing is left
+ * allocated. */
 int cluster_load(const char *file, struct cluster *c, struct err *e);
 /* The same from the parsed file `root` (profile paths relative to `file`). */
 int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e);
@@ -104,6 +105,14 @@ int cluster_check_tp(const struct model *m, int tp, const char *where, struct er
  * tp does not divide the model's heads, or p is already a group's. */
 int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
                           struct err *e);
+/* The group whose costs profile k's layers hold in a loaded cluster (cost.h cost_group: its
+ * first stage's tp, over the profile's own unless `one_gpu`, the stage's dp and node link,
+ * the cluster's shard_optimizer, model and dtype); returns whether the cluster is grouped at
+ * all (some stage has tp or dp above 1: then cluster_load applied the groups). */
+struct cost_group;
+int cluster_profile_group(const struct cluster *c, int k, int one_gpu, struct cost_group *g);
+/* Profile p's layers as each GPU of group g sees them (cost_group_layer). */
+void cluster_group_layers(struct profile *p, const struct model *m, const struct cost_group *g);
 
 /* Gradient bytes on each GPU of `stage` for its layers first..last, reduced over dp. */
 int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last);
@@ -112,6 +121,12 @@ double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int l
 
 /* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);
+/* The split of a cluster whose stages give no "layers", as the frameworks deal a model: its
+ * B blocks evenly, floor(B / S) to each stage and one more to each of the B mod S stages in
+ * the middle (the first and last stages hold the embedding and the head besides). A custom
+ * model's layers (or a model with fewer blocks than stages) are split evenly. */
+void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
+                           int *first, int *last);
 
 
 /* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an

@@ -133,10 +133,31 @@ static int check_stage(const struct cluster *c, const char *file, int s, struct 
     return cluster_check_tp(&c->model, st->tp, where, e);
 }
 
-static void group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
+void cluster_group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
 {
     for (int l = 0; l < p->n_layers; l++)
         cost_group_layer(&p->layers[l], model_layer_kind(m, l), g, &p->layers[l]);
+}
+
+int cluster_profile_group(const struct cluster *c, int k, int one_gpu, struct cost_group *g)
+{
+    int s = 0, grouped = 0;
+    while (s + 1 < c->n_stages && c->stages[s].profile != k)
+        s++;
+    for (int q = 0; q < c->n_stages; q++)
+        grouped |= c->stages[q].tp > 1 || c->stages[q].dp > 1;
+    const struct cluster_stage *st = &c->stages[s];
+    const struct profile *p = &c->profiles[k];
+    *g = (struct cost_group){
+        .tp = p->tp > 1 && !one_gpu ? st->tp / p->tp : st->tp,
+        .dp = st->dp,
+        .shard_optimizer = c->shard_optimizer,
+        .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+        .node_link = st->node_link,
+        .tensor_bytes = cost_tp_tensor_bytes(&c->model),
+        .dtype = c->model.dtype,
+    };
+    return grouped;
 }
 
 /* The gradient bytes on each GPU of stage s's group, from its profile's one-GPU costs. */
@@ -167,17 +188,10 @@ static int apply_groups(struct cluster *c, int transform, struct err *e)
             continue;
         if (fill_grads(c, s, e))
             return e->code;
-        struct cost_group g = {
-            .tp = p->tp > 1 ? st->tp / p->tp : st->tp,
-            .dp = st->dp,
-            .shard_optimizer = c->shard_optimizer,
-            .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
-            .node_link = st->node_link,
-            .tensor_bytes = cost_tp_tensor_bytes(&c->model),
-            .dtype = c->model.dtype,
-        };
+        struct cost_group g;
+        cluster_profile_group(c, st->profile, 0, &g);
         if (transform)
-            group_layers(p, &c->model, &g);
+            cluster_group_layers(p, &c->model, &g);
     }
     return ERR_OK;
 }
@@ -197,7 +211,7 @@ int cluster_group_profile(struct profile *p, int tp, const struct link *node_lin
         .tensor_bytes = cost_tp_tensor_bytes(&p->model),
         .dtype = p->model.dtype,
     };
-    group_layers(p, &p->model, &g);
+    cluster_group_layers(p, &p->model, &g);
     p->tp = tp;
     return ERR_OK;
 }

@@ -105,6 +105,10 @@ cJSON *plan_to_json(const struct plan *p)
     cJSON_AddNumberToObject(o, "iteration_ms", p->iteration_ms);
     if (p->optimality_gap >= 0)
         cJSON_AddNumberToObject(o, "optimality_gap", p->optimality_gap);
+    if (p->min_gain > 0)
+        cJSON_AddNumberToObject(o, "min_gain", p->min_gain);
+    if (p->fastest_ms > 0)
+        cJSON_AddNumberToObject(o, "fastest_ms", p->fastest_ms);
     jsonio_add_int(o, "reserve_bytes", p->reserve_bytes);
     jsonio_add_int(o, "unit_bytes", p->unit_bytes);
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
@@ -527,7 +531,9 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
         jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
         jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||
-        jsonio_num_opt(root, file, "", "optimality_gap", 0, DBL_MAX, &p->optimality_gap, e))
+        jsonio_num_opt(root, file, "", "optimality_gap", 0, DBL_MAX, &p->optimality_gap, e) ||
+        jsonio_num_opt(root, file, "", "min_gain", 0, 1, &p->min_gain, e) ||
+        jsonio_num_opt(root, file, "", "fastest_ms", 0, DBL_MAX, &p->fastest_ms, e))
         return e->code;
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
     if (stages == NULL)

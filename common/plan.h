@@ -71,6 +71,8 @@ struct plan_search {
     int exhausted;      /* 1: searched to the end, the plan is optimal */
     double lower_bound; /* certified: no split and order is faster (ms) */
     double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
+    double fastest_ms;   /* the fastest split found, recompute only (not saved): the split
+                            returned may be a simpler one (--min-gain) */
 };
 
 /* One schedule --schedule auto planned ("schedules_tried"). */
@@ -101,6 +103,9 @@ struct plan {
     struct plan_search search;
     int n_tried; /* --schedule auto: what it planned (written, not read back) */
     struct plan_try tried[PLAN_TRIES_MAX];
+    /* --min-gain (planner/choice.h): the margin the plan was chosen with (0: the fastest),
+     * and the fastest step found, when this plan is a simpler, slower one (0: not) */
+    double min_gain, fastest_ms;
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "arena_fit.h"
+#include "choice.h"
 #include "methods.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -26,6 +27,7 @@ void plan_options_default(struct plan_options *o)
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT,
                                .search_gap = PLAN_SEARCH_GAP_DEFAULT,
+                               .min_gain = PLAN_MIN_GAIN_DEFAULT,
                                .schedule = -1};
 }
 
@@ -83,6 +85,9 @@ int plan_options_check(const struct plan_options *o, struct err *e)
                        "limit >= 0, 0 <= search gap < 1",
                        (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n,
                        o->search_nodes, o->time_limit_s, o->search_gap);
+    if (!(o->min_gain >= 0 && o->min_gain < 1))
+        return err_set(e, ERR_INPUT, "--min-gain: %g, expected a fraction of the step in [0, 1)",
+                       o->min_gain);
     if (o->repartition && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
     if (o->whole_layers && o->method != METHOD_OPTIMAL)
@@ -365,13 +370,22 @@ static int plan_uses_host(const struct plan *p)
     return any;
 }
 
+/* The fastest step behind plan p: its own, or the faster one it was chosen over. */
+static double plan_fastest(const struct plan *p)
+{
+    return p->fastest_ms > 0 && p->fastest_ms < p->iteration_ms ? p->fastest_ms
+                                                                 : p->iteration_ms;
+}
+
 /* --repartition: the search's arrangement, planned; with what was searched and the certified
  * gap. With offload the search picks the split and order with recompute only and each stage's
  * actions are then chosen with offload on them: never slower than the recompute-only plan of
  * that arrangement (methods.c), which is --repartition's plan without offload. The search's
  * bound holds for recompute only, so a plan that offloads (or hosts an optimizer) carries no
  * search or gap. The optimizer on the host is chosen the same way, per stage, after the
- * search. */
+ * search. With --min-gain the arrangement is the search's simplest within the margin and the
+ * actions' margin is measured from the fastest split found (one margin, not two); the gap is
+ * still the plan's own step against the certified bound, and fastest_ms the fastest found. */
 static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct cluster *arranged_out, struct err *e)
 {
@@ -395,6 +409,7 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     arrangement_free(&a);
     if (rc)
         return rc;
+    fixed.gain_from_ms = found.fastest_ms; /* one margin, not one per split */
     rc = plan_fixed(&arranged, &fixed, out, e);
     if (rc == ERR_OK && arranged_out != NULL)
         *arranged_out = arranged; /* the caller frees its stages */
@@ -402,6 +417,8 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
         free(arranged.stages);
     if (rc)
         return rc;
+    double fastest = found.fastest_ms < plan_fastest(out) ? found.fastest_ms : plan_fastest(out);
+    out->fastest_ms = out->iteration_ms > choice_cap(fastest, 0) ? fastest : 0;
     snprintf(out->method, sizeof out->method, "optimal+repartition");
     if (plan_uses_host(out))
         return ERR_OK;
@@ -596,15 +613,16 @@ static int64_t plan_memory(const struct plan *p)
     return memory;
 }
 
-/* Plans micro-batch size b; ERR_NOFIT and ERR_INPUT (a size too large) in *rc, not in e. */
+/* Plans micro-batch size b, M of them; ERR_NOFIT and ERR_INPUT (a size too large) in *rc,
+ * not in e. */
 static int plan_micro_batch(const struct cluster *c, const struct plan_options *o,
-                            const struct device_table *t, int global_batch, int b,
+                            const struct device_table *t, int M, int b,
                             struct microbatch_notes *notes, struct plan *p, struct err *e)
 {
     struct cluster cb;
     struct err inner;
     err_clear(&inner);
-    int rc = microbatch_cluster(c, t, o->estimate, b, global_batch / b, &cb, notes, &inner);
+    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, &inner);
     if (rc == ERR_OK) {
         rc = planner_make(&cb, o, p, &inner);
         microbatch_cluster_free(&cb, c->n_profiles);
@@ -628,17 +646,23 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
                        "one micro-batch size and Ballast has no size functions to rescale them "
                        "(profile each size and plan each)",
                        c->model.name);
+    int dp = c->stages[0].dp, per_replica = global_batch / dp;
+    if (global_batch % dp)
+        return err_set(e, ERR_INPUT,
+                       "--global-batch %d: the samples of a step across the %d data-parallel "
+                       "replicas (stages' dp), so a multiple of %d",
+                       global_batch, dp, dp);
     if (devices_load(devices_default_file(), &t, e))
         return e->code;
-    microbatch_report_head(report, global_batch);
-    for (int b = 1; b <= global_batch && e->code == ERR_OK; b++) {
+    microbatch_report_head(report, global_batch, dp);
+    for (int b = 1; b <= per_replica && e->code == ERR_OK; b++) {
         struct plan p;
-        if (global_batch % b)
+        if (per_replica % b)
             continue;
-        int rc = plan_micro_batch(c, o, &t, global_batch, b, &notes, &p, e);
+        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, e);
         if (e->code)
             break;
-        microbatch_report_row(report, b, global_batch / b, rc, rc ? 0 : p.iteration_ms);
+        microbatch_report_row(report, b, per_replica / b, rc, rc ? 0 : p.iteration_ms);
         if (rc)
             continue;
         if (found && !microbatch_better(p.iteration_ms, plan_memory(&p), out->iteration_ms,
@@ -658,8 +682,9 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         return e->code;
     if (!found)
         return err_set(e, ERR_NOFIT,
-                       "no micro-batch size dividing the global batch of %d fits the cluster",
-                       global_batch);
+                       "no micro-batch size dividing the global batch of %d (%d per replica) "
+                       "fits the cluster",
+                       global_batch, per_replica);
     microbatch_report_end(report, out, &notes);
     return ERR_OK;
 }

@@ -29,6 +29,7 @@ enum plan_method {
  * takes at most on 128 stages (bench/results/plan_speed.md), so only an unusual cluster (16384
  * micro-batches took 22.5 s) stops there, with its certified gap. */
 #define PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S 10.0
+#define PLAN_MIN_GAIN_DEFAULT 0.005
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
 enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTION_OPTIMIZER = 4 };
@@ -70,6 +71,19 @@ struct plan_options {
     int schedule;
     int schedule_auto;
     int virtual_stages;
+    /* optimal (--min-gain): an optional action (offload, the host optimizer, a partial
+     * recompute, an uneven split) is taken only where it shortens the step by at least this
+     * share of it: of the plans within that margin of the fastest, the simplest (choice.h).
+     * 0: the fastest (ties within floating-point noise go to the device, as every search's). */
+    double min_gain;
+    /* The step min_gain is measured from where a faster plan was found before this one was
+     * planned (--repartition's fastest split, for the plan of the split it chose); 0: the
+     * plan's own fastest. */
+    double gain_from_ms;
+    /* The target framework's preference among the plans within min_gain: a penalty, 0 for a
+     * plan it runs as planned, weighed after every other preference (choice.h); NULL: none. */
+    int (*prefer)(const struct plan *p, void *ctx);
+    void *prefer_ctx;
 };
 
 void plan_options_default(struct plan_options *o);
@@ -79,7 +93,8 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
 const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);
 /* ERR_INPUT, saying which, for options out of range or that do not apply to the method
- * (--repartition, --whole-layers, --reduce, --verify). planner_make checks them too. */
+ * (--repartition, --whole-layers, --reduce, --verify, --min-gain). planner_make checks them
+ * too. */
 int plan_options_check(const struct plan_options *o, struct err *e);
 
 /* Makes the plan. ERR_NOFIT with the numbers of every stage that cannot fit; `out` is then
@@ -105,9 +120,10 @@ void planner_print(FILE *f, const struct plan *p);
  * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
 void planner_print_offload(FILE *f, const struct plan *p);
 
-/* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
- * plan has the least simulated iteration time; each candidate is summarised on `report`
- * (NULL: silent). */
+/* --micro-batches auto: `global_batch` G is a step's samples across the dp replicas (the
+ * stages' dp); the micro-batch size b dividing G / dp (and M = G / (dp b)) whose plan has the
+ * least simulated iteration time; each candidate is summarised on `report` (NULL: silent).
+ * ERR_INPUT when dp does not divide G. */
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e);
 

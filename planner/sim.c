@@ -769,29 +769,55 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
     return n;
 }
 
-int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
+/* The plan's stages as the simulator takes them: st (n_stages) and their layers in pool (one
+ * per layer of the plan), both the caller's to free. */
+static int plan_stages(const struct plan *p, struct sim_stage **st, struct sim_layer **pool,
+                       struct err *e)
 {
     int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
         layers += plan_stage_layer_count(&p->stages[s]);
-    struct sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
-    struct sim_layer *pool = calloc((size_t)layers, sizeof *pool);
-    if (st == NULL || pool == NULL) {
-        free(st);
-        free(pool);
+    *st = calloc((size_t)p->n_stages, sizeof **st);
+    *pool = calloc((size_t)layers, sizeof **pool);
+    if (*st == NULL || *pool == NULL) {
+        free(*st);
+        free(*pool);
         return err_set(e, ERR_FAIL, "out of memory");
     }
-    struct sim_layer *next = pool;
+    struct sim_layer *next = *pool;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *ps = &p->stages[s];
-        sim_stage_from_plan(ps, &st[s]);
-        st[s].n_layers = sim_layers_from_plan(ps, next);
-        st[s].layers = next;
+        struct sim_stage *one = &(*st)[s];
+        sim_stage_from_plan(ps, one);
+        one->n_layers = sim_layers_from_plan(ps, next);
+        one->layers = next;
         if (ps->optimizer == COST_PLACE_HOST)
-            sim_stage_optimizer(ps->layers, st[s].n_layers, COST_PLACE_HOST, &ps->host_link,
-                                &st[s], next);
+            sim_stage_optimizer(ps->layers, one->n_layers, COST_PLACE_HOST, &ps->host_link, one,
+                                next);
         next += plan_stage_layer_count(ps);
     }
+    return ERR_OK;
+}
+
+int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e)
+{
+    struct sim_stage *st;
+    struct sim_layer *pool;
+    if (plan_stages(p, &st, &pool, e))
+        return e->code;
+    struct schedule_shape sh = plan_shape(p);
+    int rc = sim_makespan_shape(&sh, st, iteration_ms, e);
+    free(st);
+    free(pool);
+    return rc;
+}
+
+int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
+{
+    struct sim_stage *st;
+    struct sim_layer *pool;
+    if (plan_stages(p, &st, &pool, e))
+        return e->code;
     struct schedule_shape sh = plan_shape(p);
     int rc = sim_run_shape(&sh, st, out, e);
     free(st);

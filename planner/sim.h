@@ -152,6 +152,8 @@ void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place
                          struct sim_layer *sl);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
+/* Its iteration time alone (sim_makespan's), for searches that compare many plans. */
+int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e);
 void sim_result_free(struct sim_result *r);
 
 const char *sim_kind_name(enum sim_kind kind);

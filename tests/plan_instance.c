@@ -1,5 +1,7 @@
 #include "plan_instance.h"
 
+#define GIB_BYTES ((int64_t)1 << 30)
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +51,32 @@ void instance_attn_option(struct layer_cost *c, struct test_rng *r)
     c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
 }
 
+void instance_mlp_option(struct layer_cost *c, struct test_rng *r)
+{
+    c->n_options = 2;
+    snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
+    c->options[1].transient_bytes = c->act_bytes / 4;
+    c->options[1].kept_bytes = c->act_bytes - c->options[1].transient_bytes;
+    c->options[1].recompute_ms = c->fwd_ms * test_rng_double(r, 0.05, 0.3);
+}
+
+void instance_split_layer(struct layer_cost *c, struct test_rng *r)
+{
+    c->fwd_ms = test_rng_double(r, 1, 4);
+    c->bwd_ms = 2 * c->fwd_ms;
+    c->has_split = 1;
+    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB_BYTES;
+    c->optimizer_bytes = 2 * c->grad_bytes;
+    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
+    c->optimizer_ms = test_rng_double(r, 0.5, 8);
+    c->host_optimizer_ms = test_rng_double(r, 1, 30);
+    c->act_bytes = test_rng_int(r, 2, 8) * GIB_BYTES;
+    c->ckpt_bytes = c->act_bytes / 8;
+    c->out_bytes = c->ckpt_bytes;
+    c->workspace_bytes = GIB_BYTES / 4;
+    instance_attn_option(c, r);
+}
+
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
 {
     struct plan_options o;
@@ -57,6 +85,7 @@ int plan_with(const struct instance *in, int actions, int verify, struct plan *p
     err_clear(&e);
     o.actions = actions;
     o.verify = verify;
+    o.min_gain = 0; /* the exact optimum, which the brute force is */
     return planner_make(&in->c, &o, p, &e);
 }
 
@@ -107,14 +136,14 @@ static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACT
     return ms;
 }
 
-double instance_brute_force(struct plan *p, int actions, int device_only)
+void instance_each_plan(struct plan *p, int actions, int device_only,
+                        void (*fn)(const struct plan *p, double ms, void *ctx), void *ctx)
 {
     struct cost_row rows[4][COST_ACTIONS_MAX];
     int count[4], L = 0;
     allowed_rows(p, actions, rows, count);
     for (int s = 0; s < p->n_stages; s++)
         L += plan_stage_layer_count(&p->stages[s]);
-    double best = INFINITY;
     int hosts = actions & PLAN_ACTION_OPTIMIZER ? 1 << p->n_stages : 1;
     for (int places = 0; places < hosts; places++) {
         if (places & device_only)
@@ -122,12 +151,26 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
         int pick[4] = {0}, n;
         for (;;) {
             double ms = score(p, places, rows, pick);
-            best = ms < best ? ms : best;
+            if (!isinf(ms))
+                fn(p, ms, ctx);
             for (n = 0; n < L && ++pick[n] == count[n]; n++)
                 pick[n] = 0;
             if (n == L)
                 break;
         }
     }
+}
+
+static void keep_least(const struct plan *p, double ms, void *ctx)
+{
+    double *best = ctx;
+    (void)p;
+    *best = ms < *best ? ms : *best;
+}
+
+double instance_brute_force(struct plan *p, int actions, int device_only)
+{
+    double best = INFINITY;
+    instance_each_plan(p, actions, device_only, keep_least, &best);
     return best;
 }

@@ -23,7 +23,14 @@ void instance_free(struct instance *in);
 /* The layer's one partial option, "attn": half its activations, regenerated in 10-50% of its
  * forward (at random), after its fwd_ms and act_bytes are set. */
 void instance_attn_option(struct layer_cost *c, struct test_rng *r);
-/* planner_make with the default options but `actions` and `verify`. */
+/* The layer's second partial option, "mlp": a quarter of its activations, regenerated in
+ * 5-30% of its forward (at random); after instance_attn_option. */
+void instance_mlp_option(struct layer_cost *c, struct test_rng *r);
+/* A layer at random whose state splits (param and grad k GiB, optimizer 2k: fp32's
+ * proportions), 2-8 GiB of activations, one partial option (instance_attn_option). */
+void instance_split_layer(struct layer_cost *c, struct test_rng *r);
+/* planner_make with the default options but `actions`, `verify` and --min-gain 0 (the
+ * exact optimum). */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
 /* The reference for the planner: every optimizer place of every stage (with
  * PLAN_ACTION_OPTIMIZER; bit s of `device_only` keeps stage s's on the device) and every action
@@ -31,5 +38,8 @@ int plan_with(const struct instance *in, int actions, int verify, struct plan *p
  * simulated: the least iteration time, INFINITY if nothing fits. p is left with the last
  * combination tried. */
 double instance_brute_force(struct plan *p, int actions, int device_only);
+/* The same combinations: fn is called with p holding each one that fits, and its step. */
+void instance_each_plan(struct plan *p, int actions, int device_only,
+                        void (*fn)(const struct plan *p, double ms, void *ctx), void *ctx);
 
 #endif

@@ -123,7 +123,8 @@ static void test_dp_against_brute_force(void)
         }
         char args[2048];
         snprintf(args, sizeof args,
-                 "plan --cluster '%s' --method optimal --verify --unit %lld --quiet -o '%s'",
+                 "plan --cluster '%s' --method optimal --min-gain 0 --verify --unit %lld --quiet "
+                 "-o '%s'",
                  cluster_file, (long long)unit, plan_file);
         remove(plan_file);
         char *err = NULL;

@@ -100,36 +100,17 @@ static void test_sim_device_step_by_hand(void)
 
 /* ---- planner ---- */
 
-/* A custom model of 2 stages x 2 layers whose state splits (param k, grad k, optimizer 2k
- * GiB: fp32's proportions), with one partial option, in memory. */
-
-static void layer_make(struct layer_cost *c, struct test_rng *r)
-{
-    c->fwd_ms = test_rng_double(r, 1, 4);
-    c->bwd_ms = 2 * c->fwd_ms;
-    c->has_split = 1;
-    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB;
-    c->optimizer_bytes = 2 * c->grad_bytes;
-    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
-    c->optimizer_ms = test_rng_double(r, 0.5, 8);
-    c->host_optimizer_ms = test_rng_double(r, 1, 30);
-    c->act_bytes = test_rng_int(r, 2, 8) * GIB;
-    c->ckpt_bytes = c->act_bytes / 8;
-    c->out_bytes = c->ckpt_bytes;
-    c->workspace_bytes = GIB / 4;
-    instance_attn_option(c, r);
-}
-
-/* Device memory `room` of the way (< 0: at random) from what the stage needs with its
- * optimizer on the host and every layer recomputed to what it needs with its whole state and
- * every activation kept. */
+/* A custom model of 2 stages x 2 layers whose state splits (instance_split_layer), in
+ * memory; each stage's device memory `room` of the way (< 0: at random) from what the stage
+ * needs with its optimizer on the host and every layer recomputed to what it needs with its
+ * whole state and every activation kept. */
 static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
                           double gbps, int64_t host, double room)
 {
     int n = 4, S = 2;
     instance_init(in, n, S, sched, 4, gbps, host);
     for (int l = 0; l < n; l++)
-        layer_make(&in->prof.layers[l], r);
+        instance_split_layer(&in->prof.layers[l], r);
     struct cluster *c = &in->c;
     for (int s = 0; s < S; s++) {
         struct cluster_stage *st = &c->stages[s];

@@ -525,59 +525,78 @@ static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
     return rc;
 }
 
-/* --schedule auto: every candidate schedule planned, the least simulated step kept (ties:
- * the earlier candidate, so the simpler schedule); a superset of schedules never gives a
- * slower plan. With --repartition, 1f1b's search gives the order and split the others are
- * planned on (gpipe searches its own). */
+/* --schedule auto: every candidate schedule planned. With --method optimal and --min-gain G
+ * the plan kept is the earliest candidate (1f1b, gpipe, zb-h1, v-half, interleaved by v:
+ * simplest first) whose step is within G of the fastest step found for any of them, so a
+ * more complex schedule is taken only where it gains at least G; with G = 0 (or another
+ * method), the least step (ties within noise: the earlier candidate). The fastest step is
+ * each plan's own fastest (one margin, not one per schedule). With --repartition, 1f1b's
+ * search gives the order and split the others are planned on (gpipe searches its own). */
 static int plan_auto_schedule(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {
     struct schedule_shape cand[PLAN_SCHEDULES_MAX];
     int v = o->virtual_stages > 0 ? o->virtual_stages : c->virtual_stages;
-    int n = planner_schedule_candidates(v, cand), found = 0, have_arranged = 0;
+    int n = planner_schedule_candidates(v, cand), have_arranged = 0, rc = ERR_OK;
     struct plan_try tried[PLAN_SCHEDULES_MAX];
+    struct plan plans[PLAN_SCHEDULES_MAX];
+    int ok[PLAN_SCHEDULES_MAX] = {0};
     struct cluster arranged = {0};
+    double fastest = INFINITY; /* the least of the plans' own fastest steps */
     for (int k = 0; k < n; k++) {
-        struct plan p;
         struct err inner;
         err_clear(&inner);
         cand[k].gpus = c->n_stages;
         cand[k].micro_batches = c->micro_batches;
-        int plain = cand[k].kind == SCHEDULE_1F1B || cand[k].kind == SCHEDULE_GPIPE, rc;
+        int plain = cand[k].kind == SCHEDULE_1F1B || cand[k].kind == SCHEDULE_GPIPE;
         if (o->repartition && !plain && !have_arranged) {
             rc = ERR_NOFIT; /* 1f1b's search found nothing to plan it on */
         } else if (o->repartition && !plain) {
-            rc = plan_on_arrangement(&arranged, o, &cand[k], &p, &inner);
+            rc = plan_on_arrangement(&arranged, o, &cand[k], &plans[k], &inner);
         } else if (o->repartition && cand[k].kind == SCHEDULE_1F1B) {
             struct cluster cs = with_shape(c, &cand[k]);
             rc = shape_allowed(c, o, &cand[k], &inner)
                      ? inner.code
-                     : plan_repartitioned(&cs, o, &p, &arranged, &inner);
+                     : plan_repartitioned(&cs, o, &plans[k], &arranged, &inner);
             have_arranged = rc == ERR_OK && arranged.stages != NULL;
         } else {
-            rc = plan_shape_of(c, o, &cand[k], &p, &inner);
+            rc = plan_shape_of(c, o, &cand[k], &plans[k], &inner);
         }
         if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT) {
-            free(arranged.stages);
-            if (found)
-                plan_free(out);
-            return err_set(e, rc, "%s", inner.msg);
+            err_set(e, rc, "%s", inner.msg);
+            break;
         }
         tried[k] = (struct plan_try){cand[k].kind, cand[k].chunks,
-                                     rc == ERR_OK ? p.iteration_ms : rc == ERR_NOFIT ? -1 : -2};
-        if (rc != ERR_OK)
-            continue;
-        if (found && !(p.iteration_ms < out->iteration_ms)) {
-            plan_free(&p);
-            continue;
-        }
-        if (found)
-            plan_free(out);
-        *out = p;
-        found = 1;
+                                     rc == ERR_OK ? plans[k].iteration_ms
+                                     : rc == ERR_NOFIT ? -1
+                                                       : -2};
+        ok[k] = rc == ERR_OK;
+        if (ok[k] && plan_fastest(&plans[k]) < fastest)
+            fastest = plan_fastest(&plans[k]);
+        rc = ERR_OK;
     }
     free(arranged.stages);
-    if (!found) {
+    int kept = -1, least = -1;
+    double gain = o->method == METHOD_OPTIMAL ? o->min_gain : 0;
+    for (int k = 0; k < n; k++)
+        if (ok[k] && (least < 0 || plans[k].iteration_ms < plans[least].iteration_ms))
+            least = k;
+    if (gain == 0 && least >= 0)
+        fastest = plans[least].iteration_ms;
+    for (int k = 0; k < n && kept < 0; k++)
+        if (ok[k] && plans[k].iteration_ms <= choice_cap(fastest, gain))
+            kept = k;
+    if (kept < 0)
+        kept = least; /* no plan within the margin of a plan's own fastest: the least step */
+    for (int k = 0; k < n; k++)
+        if (ok[k] && k != kept)
+            plan_free(&plans[k]);
+    if (rc != ERR_OK) {
+        if (kept >= 0)
+            plan_free(&plans[kept]);
+        return rc;
+    }
+    if (kept < 0) {
         err_set(e, ERR_NOFIT, "--schedule auto: no schedule fits the cluster:");
         for (int k = 0; k < n; k++)
             err_append(e, "\n  %s, %d chunk%s a GPU: %s", schedule_name(tried[k].schedule),
@@ -585,6 +604,11 @@ static int plan_auto_schedule(const struct cluster *c, const struct plan_options
                        tried[k].iteration_ms == -1 ? "no plan fits"
                                                    : "not with this cluster and these options");
         return ERR_NOFIT;
+    }
+    *out = plans[kept];
+    if (gain > 0) {
+        out->min_gain = gain;
+        out->fastest_ms = out->iteration_ms > choice_cap(fastest, 0) ? fastest : 0;
     }
     out->n_tried = n;
     memcpy(out->tried, tried, (size_t)n * sizeof *tried);

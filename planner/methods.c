@@ -371,7 +371,10 @@ static int simplest_plan(struct plan *p, const struct plan_options *o, int actio
     double cap = choice_cap(from, o->min_gain);
     cap = cap < least ? cap : least;
     choice_restore(p, &lat->fastest[actions]);
-    if (o->arena == NULL && offload_simplest(p, &oa, cap, &done, e))
+    /* offload_simplest simulates each stage as a GPU of its own with a fused backward: 1f1b's
+     * and gpipe's stages (the only ones that offload) */
+    int plain = p->schedule == SCHEDULE_1F1B || p->schedule == SCHEDULE_GPIPE;
+    if (o->arena == NULL && plain && offload_simplest(p, &oa, cap, &done, e))
         return e->code;
     return done ? ERR_OK : choice_simplify(p, o, alts, n, cap, e);
 }

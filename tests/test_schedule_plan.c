@@ -144,7 +144,8 @@ static void test_gpu_knapsack(void)
         snprintf(cluster, sizeof cluster, "%s", write_cluster(&rng, scheds[i % 2]));
         char args[3072], *err = NULL;
         snprintf(args, sizeof args,
-                 "plan --cluster '%s' --method optimal --whole-layers --verify --unit 1 --quiet "
+                 "plan --cluster '%s' --method optimal --min-gain 0 --whole-layers --verify --unit 1 "
+                 "--quiet "
                  "-o '%s'", cluster, plan_file);
         remove(plan_file);
         int rc = test_run(args, NULL, &err);
@@ -221,6 +222,10 @@ static double step_of(const char *cluster, const char *flags, const char *name)
     return ms;
 }
 
+/* --schedule auto against each schedule planned alone. At --min-gain 0 it is the fastest of
+ * them, bitwise, and a superset of schedules is never slower. At the default margin (0.5%)
+ * it is the first candidate, in auto's order, whose own plan steps within the margin of the
+ * fastest step any schedule's plan has. */
 static void check_auto(const char *cluster, const char *extra)
 {
     static const char *const one[] = {"--schedule 1f1b",
@@ -230,24 +235,39 @@ static void check_auto(const char *cluster, const char *extra)
                                       "--schedule interleaved --virtual-stages 2",
                                       "--schedule interleaved --virtual-stages 3",
                                       "--schedule interleaved --virtual-stages 4"};
+    enum { N = sizeof one / sizeof one[0] };
     char flags[512];
-    double best = -1;
-    for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
-        snprintf(flags, sizeof flags, "%s %s", one[k], extra);
+    double best = -1, alone[N];
+    for (int k = 0; k < N; k++) {
+        snprintf(flags, sizeof flags, "%s --min-gain 0 %s", one[k], extra);
         double ms = step_of(cluster, flags, "one.json");
         if (ms >= 0 && (best < 0 || ms < best))
             best = ms;
+        snprintf(flags, sizeof flags, "%s %s", one[k], extra);
+        alone[k] = step_of(cluster, flags, "one.json");
     }
-    snprintf(flags, sizeof flags, "--schedule auto %s", extra);
+    snprintf(flags, sizeof flags, "--schedule auto --min-gain 0 %s", extra);
     double all = step_of(cluster, flags, "auto.json");
     CU_ASSERT(all == best); /* the same plans, planned alone: bitwise the same steps */
     if (all != best)
         fprintf(stderr, "\n%s %s: auto %.9g ms, the best alone %.9g\n", cluster, extra, all,
                 best);
     /* a superset of schedules never gives a slower plan */
-    snprintf(flags, sizeof flags, "--schedule auto --virtual-stages 2 %s", extra);
+    snprintf(flags, sizeof flags, "--schedule auto --min-gain 0 --virtual-stages 2 %s", extra);
     double fewer = step_of(cluster, flags, "fewer.json");
     CU_ASSERT(all >= 0 ? fewer < 0 || all <= fewer : fewer < 0);
+    /* the default margin: the first within 0.5% of the fastest */
+    double want = -1;
+    for (int k = 0; k < N && want < 0 && best >= 0; k++)
+        if (alone[k] >= 0 && alone[k] <= best * 1.005 * (1 + 1e-12))
+            want = alone[k];
+    snprintf(flags, sizeof flags, "--schedule auto %s", extra);
+    double simple = step_of(cluster, flags, "auto.json");
+    CU_ASSERT(simple == want);
+    CU_ASSERT(simple <= best * 1.005 * (1 + 1e-12));
+    if (simple != want)
+        fprintf(stderr, "\n%s %s: auto at 0.5%% %.9g ms, the first within 0.5%% %.9g\n",
+                cluster, extra, simple, want);
 }
 
 static void test_auto_is_the_best(void)
@@ -302,14 +322,28 @@ static void test_refusals(void)
     expect_refused(args, "virtual_stages: 3, but schedule \"zb-h1\" holds 1 model chunk");
 }
 
+/* The summary under the table counts a GPU holding several chunks once: 4 H100s and 4 A100s,
+ * 4 pipeline ranks each. */
+static void test_kinds_count_gpus(void)
+{
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args, "plan --cluster '%s' --schedule interleaved --virtual-stages 2",
+             BALLAST_SOURCE_DIR "/configs/clusters/llama2-7b-h100-a100-8.json");
+    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, NULL), 0);
+    CU_ASSERT(out != NULL && strstr(out, "H100-80GB        4      -      4") != NULL);
+    CU_ASSERT(out != NULL && strstr(out, "A100-80GB        4      -      4") != NULL);
+    free(out);
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("planning schedules", NULL, NULL);
     CU_add_test(s, "a GPU's chunks: the DP against brute force, GLPK agreeing",
                 test_gpu_knapsack);
-    CU_add_test(s, "--schedule auto: the fastest schedule; a superset is never slower",
+    CU_add_test(s, "--schedule auto: the fastest schedule, or the first within --min-gain",
                 test_auto_is_the_best);
     CU_add_test(s, "refusals with their reasons", test_refusals);
+    CU_add_test(s, "the kinds summary counts a GPU once", test_kinds_count_gpus);
     return test_main();
 }

@@ -83,8 +83,18 @@ struct plan_try {
     double iteration_ms; /* -1: no plan fits with it; -2: the cluster or options rule it out */
 };
 
+/* What a plan is for and what its layer costs assume ("framework" in the file; absent: Ballast's
+ * own runtime with the model's attention kernel). */
+#define PLAN_FRAMEWORK_MAX 16
+struct plan_framework {
+    char target[PLAN_FRAMEWORK_MAX];      /* planned for (--for): "ballast" or a framework */
+    char activations[PLAN_FRAMEWORK_MAX]; /* whose activation model the layer costs are */
+    enum model_attention attention;       /* the attention kernel they assume */
+};
+
 struct plan {
     char method[PLAN_METHOD_MAX];
+    struct plan_framework framework;
     enum schedule schedule;
     /* model chunks a GPU holds (schedule.h): the stages are the n_stages / v GPUs' chunks,
      * virtual stages in model order, stage j on GPU `gpu` */

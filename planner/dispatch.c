@@ -10,6 +10,8 @@
 
 #include "arena_fit.h"
 #include "choice.h"
+#include "framework.h"
+#include "plan_layout.h"
 #include "methods.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -214,9 +216,26 @@ static int chunk_split(const struct cluster *c, const struct schedule_shape *sh,
     return ERR_OK;
 }
 
-/* The plan's stages, layers, limits and loads from the cluster: what a method chooses on. */
-static int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                       struct err *e)
+/* What the stages' profiles assume (framework.h fw_profile_assumptions): "mixed" activations
+ * when they differ. */
+static void plan_assumptions(const struct cluster *c, struct plan *p)
+{
+    for (int s = 0; s < c->n_stages; s++) {
+        char acts[PLAN_FRAMEWORK_MAX];
+        enum model_attention att;
+        fw_profile_assumptions(cluster_stage_profile(c, s), acts, &att);
+        if (s == 0) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "%s", acts);
+            p->framework.attention = att;
+        } else if (!fw_activations_alike(acts, p->framework.activations) ||
+                   att != p->framework.attention) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "mixed");
+        }
+    }
+}
+
+int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                struct err *e)
 {
     struct schedule_shape sh = cluster_shape(c);
     int S = schedule_virtual_stages(&sh);
@@ -256,6 +275,7 @@ static int plan_layout(const struct cluster *c, const struct plan_options *o, st
         out->stages[s].memory_before_bytes = before.memory_bytes;
     }
     out->most_loaded_stage = most_loaded(out);
+    plan_assumptions(c, out);
     return ERR_OK;
 }
 
@@ -321,10 +341,8 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     return rc;
 }
 
-/* The cluster with its stages in the arrangement's order, split and links; it shares c's
- * profiles (free only out->stages). */
-static int arranged_cluster(const struct cluster *c, const struct arrangement *a,
-                            struct cluster *out, struct err *e)
+int arranged_cluster(const struct cluster *c, const struct arrangement *a, struct cluster *out,
+                     struct err *e)
 {
     *out = *c;
     out->stages = calloc((size_t)a->n_stages, sizeof *out->stages);
@@ -525,11 +543,10 @@ static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
     return rc;
 }
 
-/* --schedule auto: every candidate schedule planned. With --method optimal and --min-gain G
+/* --schedule auto (--method optimal's): every candidate schedule planned. With --min-gain G
  * the plan kept is the earliest candidate (1f1b, gpipe, zb-h1, v-half, interleaved by v:
  * simplest first) whose step is within G of the fastest step found for any of them, so a
- * more complex schedule is taken only where it gains at least G; with G = 0 (or another
- * method), the least step (ties within noise: the earlier candidate). The fastest step is
+ * more complex schedule is taken only where it gains at least G; with G = 0 the least step (ties within noise: the earlier candidate). The fastest step is
  * each plan's own fastest (one margin, not one per schedule). With --repartition, 1f1b's
  * search gives the order and split the others are planned on (gpipe searches its own). */
 static int plan_auto_schedule(const struct cluster *c, const struct plan_options *o,
@@ -577,7 +594,7 @@ static int plan_auto_schedule(const struct cluster *c, const struct plan_options
     }
     free(arranged.stages);
     int kept = -1, least = -1;
-    double gain = o->method == METHOD_OPTIMAL ? o->min_gain : 0;
+    double gain = o->min_gain;
     for (int k = 0; k < n; k++)
         if (ok[k] && (least < 0 || plans[k].iteration_ms < plans[least].iteration_ms))
             least = k;
@@ -623,13 +640,39 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
     if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
         cluster_check_host_memory(c, e))
         return e->code;
-    if (o->schedule_auto || (c->schedule_auto && o->schedule < 0))
+    int automatic = o->schedule_auto || (c->schedule_auto && o->schedule < 0);
+    char method[PLAN_METHOD_MAX];
+    if (automatic && o->method != METHOD_OPTIMAL)
+        return err_set(e, ERR_INPUT, "--schedule auto: the schedule is chosen by --method "
+                       "optimal; --method %s plans the schedule it is given: name one (%s)",
+                       plan_method_name(o, method), schedule_names());
+    if (automatic && !framework_is_ballast(o->framework))
+        return err_set(e, ERR_INPUT, "--schedule auto: --for %s plans the schedule it is given "
+                       "(docs/schedules.md says which each framework runs): name one",
+                       o->framework->name);
+    if (automatic)
         return plan_auto_schedule(c, o, out, e);
     struct schedule_shape sh = asked_shape(c, o, e);
-    return e->code ? e->code : plan_shape_of(c, o, &sh, out, e);
+    if (e->code)
+        return e->code;
+    if (!framework_is_ballast(o->framework)) {
+        char why[1024];
+        struct cluster cs = with_shape(c, &sh);
+        if (schedule_check(&sh, e))
+            return e->code;
+        if (!fw_schedule_allowed(o->framework, &sh, why, sizeof why))
+            return err_set(e, ERR_INPUT, "--for %s: %s", o->framework->name, why);
+        if (sh.chunks > 1 && o->repartition)
+            return err_set(e, ERR_INPUT, "--for %s --repartition: the framework's split search "
+                           "costs one chunk a GPU; plan the interleaved schedule on the "
+                           "cluster's split (its \"layers\"), or --for ballast --repartition "
+                           "and export", o->framework->name);
+        return plan_for_framework(&cs, o, out, e);
+    }
+    return plan_shape_of(c, o, &sh, out, e);
 }
 
-static int64_t plan_memory(const struct plan *p)
+int64_t plan_memory(const struct plan *p)
 {
     int64_t memory = 0;
     for (int s = 0; s < p->n_stages; s++)

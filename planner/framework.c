@@ -827,9 +827,10 @@ int fw_schedule_allowed(const struct framework *f, const struct schedule_shape *
                         "use megatron, or --schedule 1f1b for FlagScale", sh->chunks), 0;
     if (strcmp(w, "megatron") != 0)
         return snprintf(why, size, "%d chunks a GPU (schedule interleaved): Ballast writes "
-                        "%s's pp_style 1f1b only (its interleaved style places the layers and "
-                        "orders the passes by rules Ballast does not check); use megatron, or "
-                        "--schedule 1f1b for %s", sh->chunks, f->title, f->title), 0;
+                        "%s's pp_style 1f1b only, not a virtual pipeline (its interleaved style "
+                        "places the layers and orders the passes by rules Ballast does not "
+                        "check); use megatron, or --schedule 1f1b for %s", sh->chunks, f->title,
+                        f->title), 0;
     if (sh->micro_batches % sh->gpus != 0)
         return snprintf(why, size, "%d micro-batches over %d pipeline ranks: Megatron-LM's "
                         "interleaved schedule takes the micro-batches in groups of the pipeline "

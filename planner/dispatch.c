@@ -684,18 +684,18 @@ int64_t plan_memory(const struct plan *p)
  * not in e. */
 static int plan_micro_batch(const struct cluster *c, const struct plan_options *o,
                             const struct device_table *t, int M, int b,
-                            struct microbatch_notes *notes, struct plan *p, struct err *e)
+                            struct microbatch_notes *notes, struct plan *p, struct err *inner,
+                            struct err *e)
 {
     struct cluster cb;
-    struct err inner;
-    err_clear(&inner);
-    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, &inner);
+    err_clear(inner);
+    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, inner);
     if (rc == ERR_OK) {
-        rc = planner_make(&cb, o, p, &inner);
+        rc = planner_make(&cb, o, p, inner);
         microbatch_cluster_free(&cb, c->n_profiles);
     }
     if (rc && rc != ERR_NOFIT && rc != ERR_INPUT)
-        err_set(e, rc, "%s", inner.msg);
+        err_set(e, rc, "%s", inner->msg);
     return rc;
 }
 
@@ -704,7 +704,9 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
 {
     struct device_table t;
     struct microbatch_notes notes = {0};
-    int found = 0;
+    struct err inner, refused; /* refused: the first size the planner refused as input */
+    int found = 0, all_refused = 1;
+    err_clear(&refused);
     if (plan_options_check(o, e))
         return e->code;
     if (model_ops_of(&c->model) == NULL)
@@ -726,9 +728,12 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         struct plan p;
         if (per_replica % b)
             continue;
-        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, e);
+        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, &inner, e);
         if (e->code)
             break;
+        if (rc == ERR_INPUT && refused.code == ERR_OK)
+            err_set(&refused, ERR_INPUT, "micro-batch size %d: %s", b, inner.msg);
+        all_refused &= rc == ERR_INPUT;
         microbatch_report_row(report, b, per_replica / b, rc, rc ? 0 : p.iteration_ms);
         if (rc)
             continue;
@@ -747,11 +752,13 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         plan_free(out);
     if (e->code)
         return e->code;
+    if (!found && all_refused && refused.code) /* every size refused: the input is wrong */
+        return err_set(e, ERR_INPUT, "--micro-batches auto: %s", refused.msg);
     if (!found)
         return err_set(e, ERR_NOFIT,
                        "no micro-batch size dividing the global batch of %d (%d per replica) "
-                       "fits the cluster",
-                       global_batch, per_replica);
+                       "fits the cluster%s%s",
+                       global_batch, per_replica, refused.code ? "; " : "", refused.msg);
     microbatch_report_end(report, out, &notes);
     return ERR_OK;
 }

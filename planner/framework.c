@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choice.h"
 #include "microbatch.h"
 #include "plan_layout.h"
 #include "planner.h"
@@ -724,43 +725,79 @@ static int nofit(struct plan *p, const struct framework *f, int host, struct err
     return ERR_NOFIT;
 }
 
-/* The best of the candidates on p's split, into `best` (its settings) and *best_ms. */
-static int choose_best(struct plan *p, const struct fw_candidate *c, int n_cand, int hosts,
-                       struct fw_settings *best, int *found, struct err *e)
+/* One of the framework's settings that fits p's split, as the choice rule weighs it. */
+struct tried {
+    int host, cand;
+    double ms;
+    int64_t memory;
+    struct choice_key key;
+};
+
+/* The setting kept among those that fit: of the steps within min_gain of the fastest
+ * (choice.h) — or within cap_ms when > 0 — the simplest (ties: the faster, then less memory);
+ * *fastest the fastest. */
+static const struct tried *kept_setting(const struct tried *t, int n, double min_gain,
+                                        double cap_ms, const struct tried **fastest)
 {
-    struct fw_settings fs;
-    int max_blocks = 0;
+    const struct tried *kept = NULL;
+    for (int i = 0; i < n; i++)
+        if (*fastest == NULL ||
+            microbatch_better(t[i].ms, t[i].memory, (*fastest)->ms, (*fastest)->memory))
+            *fastest = &t[i];
+    double cap = cap_ms > 0 ? cap_ms : *fastest != NULL ? choice_cap((*fastest)->ms, min_gain) : 0;
+    if (*fastest != NULL && (*fastest)->ms > cap) /* nothing within an absolute cap */
+        return *fastest;
+    for (int i = 0; i < n; i++) {
+        if (t[i].ms > cap)
+            continue;
+        int cmp = kept == NULL ? -1 : choice_key_cmp(&t[i].key, &kept->key);
+        if (cmp < 0 || (cmp == 0 && microbatch_better(t[i].ms, t[i].memory, kept->ms,
+                                                      kept->memory)))
+            kept = &t[i];
+    }
+    return kept;
+}
+
+/* The kept setting on p's split (kept_setting), into `best`; *found 0 when none fits. */
+static int choose_best(struct plan *p, const struct fw_candidate *c, int n_cand, int hosts,
+                       double min_gain, double cap_ms, struct fw_settings *best, int *found,
+                       struct err *e)
+{
+    int max_blocks = 0, n = 0, fits;
     for (int s = 0; s < p->n_stages; s++)
         max_blocks = fw_stage_blocks(p, s) > max_blocks ? fw_stage_blocks(p, s) : max_blocks;
     struct fw_stage *menu = malloc((size_t)(max_blocks + 1 + N_MODULE_OPTIONS) * sizeof *menu);
-    if (menu == NULL || fw_settings_init(&fs, p->n_stages, e)) {
-        free(menu);
-        return e->code ? e->code : err_set(e, ERR_FAIL, "out of memory");
-    }
-    double best_ms = 0;
-    int64_t best_memory = 0;
+    struct tried *t = malloc((size_t)(hosts * n_cand + 1) * sizeof *t);
+    const struct plan_options plain = {0}; /* no framework preference: every setting is its */
     *found = 0;
+    if (menu == NULL || t == NULL) {
+        free(menu);
+        free(t);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
     for (int host = 0; host < hosts && e->code == ERR_OK; host++)
         for (int i = 0; i < n_cand && e->code == ERR_OK; i++) {
-            int fits;
-            if (candidate_apply(p, &c[i], host, &fs, menu, &fits, e) || !fits ||
+            if (candidate_apply(p, &c[i], host, best, menu, &fits, e) || !fits ||
                 planner_finish(p, e))
                 continue;
-            if (!menu_better(p->iteration_ms, plan_memory(p), *found, best_ms, best_memory))
-                continue;
-            best_ms = p->iteration_ms;
-            best_memory = plan_memory(p);
-            best->host_optimizer = host;
-            memcpy(best->stages, fs.stages, (size_t)p->n_stages * sizeof *fs.stages);
-            *found = 1;
+            t[n] = (struct tried){.host = host, .cand = i, .ms = p->iteration_ms,
+                                  .memory = plan_memory(p)};
+            choice_key_of(p, &plain, &t[n++].key);
         }
+    const struct tried *fastest = NULL;
+    const struct tried *k = e->code == ERR_OK ? kept_setting(t, n, min_gain, cap_ms, &fastest) : NULL;
+    if (k != NULL && candidate_apply(p, &c[k->cand], k->host, best, menu, &fits, e) == ERR_OK) {
+        *found = 1;
+        p->min_gain = min_gain;
+        p->fastest_ms = k->ms > choice_cap(fastest->ms, 0) ? fastest->ms : 0;
+    }
     free(menu);
-    fw_settings_free(&fs);
+    free(t);
     return e->code;
 }
 
 int fw_choose(struct plan *p, const struct framework *f, int framework_acts, int allow_host,
-              struct fw_settings *out, struct err *e)
+              double min_gain, double cap_ms, struct fw_settings *out, struct err *e)
 {
     char why[512];
     if (!split_allowed(f, p, why, sizeof why))
@@ -777,7 +814,7 @@ int fw_choose(struct plan *p, const struct framework *f, int framework_acts, int
         return e->code;
     }
     int hosts = allow_host && f->host_optimizer != FW_NO && all_host_possible(p) ? 2 : 1;
-    int rc = choose_best(p, c, n_cand, hosts, &best, &found, e);
+    int rc = choose_best(p, c, n_cand, hosts, min_gain, cap_ms, &best, &found, e);
     free(c);
     if (rc == ERR_OK && !found)
         rc = nofit(p, f, 0, e);

@@ -133,9 +133,12 @@ int fw_settings_allowed(const struct framework *f, const struct plan *p,
  * (ERR_NOFIT naming each stage that cannot fit even with the most the framework can
  * recompute, with its bytes; ERR_INPUT when the framework cannot run the split).
  * `framework_acts` as above; `allow_host`: every stage's optimizer on the host is tried too
- * where the framework has that switch. *out (when not NULL, initialised) gets them. */
+ * where the framework has that switch. Of the settings within `min_gain` of the fastest (or,
+ * when cap_ms > 0, stepping at most cap_ms), the simplest is kept (choice.h: the device
+ * optimizer, fewer recomputed layers); min_gain 0: the fastest; none within cap_ms: the
+ * fastest. *out (when not NULL, initialised) gets them. */
 int fw_choose(struct plan *p, const struct framework *f, int framework_acts, int allow_host,
-              struct fw_settings *out, struct err *e);
+              double min_gain, double cap_ms, struct fw_settings *out, struct err *e);
 
 /* The repartition search's view: one setting of the framework (a global form, or the
  * per-stage mode) gives every range of layers its least recompute. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choice.h"
 #include "cost.h"
 #include "framework.h"
 #include "microbatch.h"
@@ -141,50 +142,91 @@ static void cluster_for_free(struct cluster *fc, int n_profiles)
     free(fc->profiles);
 }
 
-/* The plan on the cluster's own split: laid out, the framework's best settings. */
-static int plan_split(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                      struct err *e)
+/* The plan on cluster c's split: laid out, the framework's settings kept by the margin —
+ * of those stepping within `cap_ms` (> 0), else within o->min_gain of the split's fastest, the
+ * simplest (framework.h fw_choose). */
+static int plan_split(const struct cluster *c, const struct plan_options *o, double cap_ms,
+                      struct plan *out, struct err *e)
 {
     if (plan_layout(c, o, out, e))
         return e->code;
-    int rc = fw_choose(out, o->framework, 1, (o->actions & PLAN_ACTION_OPTIMIZER) != 0, NULL, e);
+    int rc = fw_choose(out, o->framework, 1, (o->actions & PLAN_ACTION_OPTIMIZER) != 0,
+                       o->min_gain, cap_ms, NULL, e);
     if (rc)
         plan_free(out);
     return rc;
 }
 
-/* Keeps `p` in `best` when it is the first or faster (ties: less memory); frees the other. */
-static void keep_faster(struct plan *p, struct plan *best, int *have)
+/* The splits --repartition weighs for a framework, each with its fastest step (INFINITY
+ * where nothing fits): every setting's fastest split and device order, the cluster's own
+ * split, and its blocks dealt evenly (what a person would write). */
+struct split_list {
+    struct cluster *v;
+    double *ms;
+    int n, cap;
+    double fastest_ms;
+};
+
+static void split_list_free(struct split_list *sl)
 {
-    if (*have && !microbatch_better(p->iteration_ms, plan_memory(p), best->iteration_ms,
-                                    plan_memory(best))) {
-        plan_free(p);
-        return;
-    }
-    if (*have)
-        plan_free(best);
-    *best = *p;
-    *have = 1;
+    for (int i = 0; i < sl->n; i++)
+        free(sl->v[i].stages);
+    free(sl->v);
+    free(sl->ms);
+    *sl = (struct split_list){.fastest_ms = INFINITY};
 }
 
-/* ERR_NOFIT (a plan that did not fit) is kept for the message; other errors stop. */
-static int tried(int rc, int *nofit_seen, struct err *e, char *msg, size_t size)
+/* ERR_NOFIT or ERR_INPUT (the framework cannot run a split) is kept for the message; other
+ * errors stop. */
+static int tried(int rc, char *msg, size_t size, struct err *e)
 {
-    if (rc != ERR_NOFIT)
+    if (rc != ERR_NOFIT && rc != ERR_INPUT)
         return rc;
-    if (!*nofit_seen)
+    if (!msg[0])
         snprintf(msg, size, "%s", e->msg);
-    *nofit_seen = 1;
     err_clear(e);
     return ERR_OK;
 }
 
-/* Each of the framework's settings searched by --repartition, the split it finds planned
- * with the framework's best settings for it; the searches after the first stop at the best
- * step so far. */
+static int grow(struct split_list *sl, struct err *e)
+{
+    int cap = sl->cap ? 2 * sl->cap : 16;
+    struct cluster *v = realloc(sl->v, (size_t)cap * sizeof *v);
+    if (v != NULL)
+        sl->v = v;
+    double *ms = v != NULL ? realloc(sl->ms, (size_t)cap * sizeof *ms) : NULL;
+    if (ms == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    sl->ms = ms;
+    sl->cap = cap;
+    return ERR_OK;
+}
+
+/* Takes `arranged` (its stages freed on failure) with its fastest step. */
+static int split_list_add(struct split_list *sl, struct cluster *arranged,
+                          const struct plan_options *o, char *msg, size_t size, struct err *e)
+{
+    struct plan p;
+    struct plan_options fastest = *o;
+    fastest.min_gain = 0;
+    int rc = plan_split(arranged, &fastest, 0, &p, e);
+    double ms = rc == ERR_OK ? p.iteration_ms : INFINITY;
+    if (rc == ERR_OK)
+        plan_free(&p);
+    if (tried(rc, msg, size, e) || (sl->n == sl->cap && grow(sl, e))) {
+        free(arranged->stages);
+        return e->code;
+    }
+    sl->v[sl->n] = *arranged;
+    sl->ms[sl->n++] = ms;
+    sl->fastest_ms = ms < sl->fastest_ms ? ms : sl->fastest_ms;
+    return ERR_OK;
+}
+
+/* Each of the framework's settings searched by --repartition for its fastest split; the
+ * searches after the first stop where they cannot come within the margin of the fastest. */
 static int search_splits(const struct cluster *c, const struct plan_options *o,
-                         struct plan *best, int *have, int *nofit_seen, char *msg, size_t size,
-                         struct err *e)
+                         struct split_list *sl, char *msg, size_t size, struct err *e)
 {
     struct fw_candidate *cand;
     int n_cand;
@@ -198,12 +240,13 @@ static int search_splits(const struct cluster *c, const struct plan_options *o,
         struct plan_search found;
         struct cluster arranged;
         so.actions = PLAN_ACTION_RECOMPUTE;
+        so.min_gain = 0; /* its fastest split: the margin chooses among all of them below */
         so.framework_range = &cand[i];
-        so.cutoff_ms = *have ? best->iteration_ms : 0;
+        so.cutoff_ms = isinf(sl->fastest_ms) ? 0 : choice_cap(sl->fastest_ms, o->min_gain);
         int rc = repartition_search(c, &so, &a, &found, e);
         if (rc == ERR_NOFIT) {
             if (!found.present)
-                tried(rc, nofit_seen, e, msg, size);
+                tried(rc, msg, size, e);
             err_clear(e);
             continue;
         }
@@ -213,17 +256,62 @@ static int search_splits(const struct cluster *c, const struct plan_options *o,
             break;
         }
         arrangement_free(&a);
-        struct plan p;
-        struct plan_options po = *o;
-        po.repartition = 0;
-        rc = plan_split(&arranged, &po, &p, e);
-        free(arranged.stages);
-        if (rc == ERR_OK)
-            keep_faster(&p, best, have);
-        else
-            tried(rc, nofit_seen, e, msg, size);
+        split_list_add(sl, &arranged, o, msg, size, e);
     }
     free(cand);
+    return e->code;
+}
+
+/* The cluster's own split and the even one (cluster_default_split), in its order. */
+static int plain_splits(const struct cluster *c, const struct plan_options *o,
+                        struct split_list *sl, char *msg, size_t size, struct err *e)
+{
+    for (int even = 0; even < 2 && e->code == ERR_OK; even++) {
+        struct cluster copy = *c;
+        copy.stages = malloc((size_t)c->n_stages * sizeof *copy.stages);
+        if (copy.stages == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        memcpy(copy.stages, c->stages, (size_t)c->n_stages * sizeof *copy.stages);
+        for (int s = 0; even && s < c->n_stages; s++)
+            cluster_default_split(&c->model, c->n_layers, c->n_stages, s, &copy.stages[s].first,
+                                  &copy.stages[s].last);
+        split_list_add(sl, &copy, o, msg, size, e);
+    }
+    return e->code;
+}
+
+/* Of every split's settings within the margin of the fastest step of all, the simplest plan
+ * (choice.h; ties: the faster, then less memory): exact over the splits weighed, so a wider
+ * margin never keeps a less simple plan. */
+static int keep_simplest(const struct split_list *sl, const struct plan_options *o,
+                         struct plan *out, struct err *e)
+{
+    double cap = choice_cap(sl->fastest_ms, o->min_gain);
+    struct choice_key best, key;
+    int have = 0;
+    for (int i = 0; i < sl->n && e->code == ERR_OK; i++) {
+        struct plan p;
+        if (isinf(sl->ms[i]) || sl->ms[i] > cap || plan_split(&sl->v[i], o, cap, &p, e))
+            continue;
+        choice_key_of(&p, o, &key);
+        int cmp = have ? choice_key_cmp(&key, &best) : -1;
+        if (cmp < 0 || (cmp == 0 && microbatch_better(p.iteration_ms, plan_memory(&p),
+                                                      out->iteration_ms, plan_memory(out)))) {
+            if (have)
+                plan_free(out);
+            *out = p;
+            best = key;
+            have = 1;
+        } else {
+            plan_free(&p);
+        }
+    }
+    if (e->code && have)
+        plan_free(out);
+    if (e->code == ERR_OK && have) {
+        out->min_gain = o->min_gain;
+        out->fastest_ms = out->iteration_ms > choice_cap(sl->fastest_ms, 0) ? sl->fastest_ms : 0;
+    }
     return e->code;
 }
 
@@ -231,19 +319,20 @@ static int plan_repartitioned_for(const struct cluster *c, const struct plan_opt
                                   struct plan *out, struct err *e)
 {
     char msg[sizeof e->msg] = "";
-    int have = 0, nofit_seen = 0;
-    int rc = search_splits(c, o, out, &have, &nofit_seen, msg, sizeof msg, e);
-    if (rc) {
-        if (have)
-            plan_free(out);
-        return rc;
-    }
-    if (!have)
-        return err_set(e, ERR_NOFIT, "--for %s --repartition: no split %s can run fits%s%s",
-                       o->framework->name, o->framework->title, msg[0] ? "; for one:\n  " : "",
-                       msg);
-    snprintf(out->method, sizeof out->method, "optimal+repartition");
-    return ERR_OK;
+    struct split_list sl = {.fastest_ms = INFINITY};
+    int rc = search_splits(c, o, &sl, msg, sizeof msg, e);
+    if (rc == ERR_OK)
+        rc = plain_splits(c, o, &sl, msg, sizeof msg, e);
+    if (rc == ERR_OK && isinf(sl.fastest_ms))
+        rc = err_set(e, ERR_NOFIT, "--for %s --repartition: no split %s can run fits%s%s",
+                     o->framework->name, o->framework->title, msg[0] ? "; for one:\n  " : "",
+                     msg);
+    if (rc == ERR_OK)
+        rc = keep_simplest(&sl, o, out, e);
+    split_list_free(&sl);
+    if (rc == ERR_OK)
+        snprintf(out->method, sizeof out->method, "optimal+repartition");
+    return rc;
 }
 
 /* --for with the options it takes: optimal's recompute (and every stage's optimizer on the
@@ -289,7 +378,8 @@ int plan_for_framework(const struct cluster *c, const struct plan_options *given
         plan_free(&probe);
     }
     if (rc == ERR_OK)
-        rc = o->repartition ? plan_repartitioned_for(&fc, o, out, e) : plan_split(&fc, o, out, e);
+        rc = o->repartition ? plan_repartitioned_for(&fc, o, out, e)
+                            : plan_split(&fc, o, 0, out, e);
     if (rc == ERR_OK)
         snprintf(out->framework.target, sizeof out->framework.target, "%s", o->framework->name);
     cluster_for_free(&fc, c->n_profiles);

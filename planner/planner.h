@@ -88,10 +88,6 @@ struct plan_options {
      * planned (--repartition's fastest split, for the plan of the split it chose); 0: the
      * plan's own fastest. */
     double gain_from_ms;
-    /* The target framework's preference among the plans within min_gain: a penalty, 0 for a
-     * plan it runs as planned, weighed after every other preference (choice.h); NULL: none. */
-    int (*prefer)(const struct plan *p, void *ctx);
-    void *prefer_ctx;
     /* --for: the framework the plan is for (planner/framework.h): only what it can run is
      * searched, on its activation model (plan_for.c); NULL: Ballast's own */
     const struct framework *framework;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choice.h"
 #include "estimate.h"
 #include "export.h"
 #include "framework.h"
@@ -779,6 +780,65 @@ static void test_random(void)
     CU_ASSERT(replans > 0);
 }
 
+/* `plan --for T [--repartition] --min-gain G` in process: its status. */
+static int plan_for_gain(const struct cluster *c, const char *target, int repartition,
+                         double min_gain, struct plan *out)
+{
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.repartition = repartition;
+    o.min_gain = min_gain;
+    o.framework = framework_find(target, NULL);
+    o.estimate = estimate_profile;
+    o.estimate_for = estimate_for_framework;
+    return planner_make(c, &o, out, &e);
+}
+
+/* --min-gain with --for: against the same target's fastest plan (--min-gain 0), each margin's
+ * plan steps within that margin of it and is no less simple (choice_key), and a wider margin
+ * never gives a less simple plan; a plan slower than the fastest says how much faster that
+ * was. */
+static void test_min_gain(void)
+{
+    static const double gains[] = {0.005, 0.05, 0.25};
+    struct test_rng r = {31};
+    int simpler = 0, compared = 0;
+    for (int k = 0; k < 10; k++) {
+        struct cluster c;
+        random_cluster(&r, k, &c);
+        for (int t = 0; t < N_TARGETS; t++) {
+            struct plan fastest;
+            struct plan_options plain;
+            plan_options_default(&plain);
+            if (plan_for_gain(&c, targets[t], k % 2, 0, &fastest))
+                continue;
+            struct choice_key prev, key;
+            choice_key_of(&fastest, &plain, &prev);
+            for (size_t g = 0; g < sizeof gains / sizeof gains[0]; g++) {
+                struct plan p;
+                CU_ASSERT_FATAL(plan_for_gain(&c, targets[t], k % 2, gains[g], &p) == ERR_OK);
+                CU_ASSERT(p.iteration_ms <= choice_cap(fastest.iteration_ms, gains[g]));
+                choice_key_of(&p, &plain, &key);
+                CU_ASSERT(choice_key_cmp(&key, &prev) <= 0);
+                if (p.iteration_ms > choice_cap(fastest.iteration_ms, 0)) {
+                    CU_ASSERT(fabs(p.fastest_ms - fastest.iteration_ms) <=
+                              1e-9 * fastest.iteration_ms);
+                    simpler++;
+                }
+                prev = key;
+                compared++;
+                plan_free(&p);
+            }
+            plan_free(&fastest);
+        }
+        cluster_free(&c);
+    }
+    CU_ASSERT(compared > 60);
+    CU_ASSERT(simpler > 0); /* not vacuous: some margin kept a slower, simpler plan */
+}
+
 static double plan_ms_file(const char *file)
 {
     char *text = test_read(file);
@@ -1509,6 +1569,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("frameworks", NULL, NULL);
     CU_add_test(s, "shipped clusters: --for each target, exported and read back", test_shipped);
     CU_add_test(s, "random clusters: --for each target, exported and read back", test_random);
+    CU_add_test(s, "--min-gain: the simplest settings within the margin", test_min_gain);
     CU_add_test(s, "refusals: target, format, split, a stage that does not fit", test_refusals);
     CU_add_test(s, "devices below compute capability 8.0; mixed kernels", test_devices);
     CU_add_test(s, "a pool's plan and replicas files", test_pool_and_replicas);

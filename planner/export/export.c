@@ -156,7 +156,7 @@ static int settings_for(const struct plan *p, const struct framework *f,
         host |= p->stages[s].optimizer == COST_PLACE_HOST;
     if (plan_copy(p, run, e))
         return e->code;
-    int rc = fw_choose(run, f, fa, host, fs, e);
+    int rc = fw_choose(run, f, fa, host, 0, 0, fs, e); /* the framework's fastest */
     if (rc) {
         plan_free(run);
         char msg[sizeof e->msg];

@@ -1361,6 +1361,7 @@ static int plan_schedule(const struct cluster *c, const char *target, enum sched
     o.schedule = (int)kind;
     o.virtual_stages = kind == SCHEDULE_INTERLEAVED ? v : 0;
     o.repartition = repartition;
+    o.min_gain = 0; /* each rank the fastest of its menu, which ranks_least checks */
     o.estimate = estimate_profile;
     o.estimate_for = estimate_for_framework;
     return planner_make(c, &o, out, e);

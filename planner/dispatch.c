@@ -505,21 +505,90 @@ static struct cluster with_shape(const struct cluster *c, const struct schedule_
     return out;
 }
 
-/* Schedule sh on `arranged` (an order and split --repartition found), as fixed. */
+/* Schedule sh on `arranged` (an order and split --repartition found), as fixed. A GPU the
+ * split leaves fewer layers than sh's chunks takes them from the GPU with the most, one at a
+ * time, the layers staying in order (the callers' shape_allowed made sure there are p x v). */
 static int plan_on_arrangement(const struct cluster *arranged, const struct plan_options *o,
                                const struct schedule_shape *sh, struct plan *out, struct err *e)
 {
     struct plan_options fixed = *o;
     struct cluster ca = with_shape(arranged, sh);
     fixed.repartition = 0;
-    if (shape_allowed(&ca, &fixed, sh, e) || plan_fixed(&ca, &fixed, out, e))
-        return e->code;
+    int S = ca.n_stages, *n = malloc((size_t)S * sizeof *n);
+    struct cluster_stage *st = malloc((size_t)S * sizeof *st);
+    if (n == NULL || st == NULL) {
+        free(n);
+        free(st);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    memcpy(st, ca.stages, (size_t)S * sizeof *st);
+    for (int g = 0; g < S; g++)
+        n[g] = st[g].last - st[g].first + 1;
+    for (int g = 0; g < S; g++)
+        while (n[g] < sh->chunks) {
+            int most = 0;
+            for (int h = 1; h < S; h++)
+                most = n[h] > n[most] ? h : most;
+            n[most]--;
+            n[g]++;
+        }
+    for (int g = 0, next = st[0].first; g < S; next = st[g++].last + 1) {
+        st[g].first = next;
+        st[g].last = next + n[g] - 1;
+    }
+    ca.stages = st;
+    free(n);
+    int rc = plan_fixed(&ca, &fixed, out, e);
+    free(st);
+    if (rc != ERR_OK)
+        return rc;
+    snprintf(out->method, sizeof out->method, "optimal+repartition");
+    return ERR_OK;
+}
+
+/* Schedule sh (zb-h1, v-half, interleaved) under --repartition: on `arranged` (1f1b's order
+ * and split, NULL: none found) and on the cluster's own split, the faster (ties: the
+ * arrangement's). A GPU must hold a layer a chunk: where 1f1b's split gives a slow GPU one
+ * layer, its own split may be the better of the two. */
+static int plan_on_either(const struct cluster *c, const struct cluster *arranged,
+                          const struct plan_options *o, const struct schedule_shape *sh,
+                          struct plan *out, struct err *e)
+{
+    struct plan own;
+    struct err e_own;
+    struct plan_options fixed = *o;
+    struct cluster cs = with_shape(c, sh);
+    int rc = arranged != NULL ? plan_on_arrangement(arranged, o, sh, out, e)
+                              : err_set(e, ERR_NOFIT, "--repartition: no order and split of "
+                                        "1f1b's to plan schedule %s on", schedule_name(sh->kind));
+    if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT)
+        return rc;
+    err_clear(&e_own);
+    fixed.repartition = 0;
+    int rc_own = plan_fixed(&cs, &fixed, &own, &e_own);
+    if (rc_own != ERR_OK && rc_own != ERR_NOFIT && rc_own != ERR_INPUT) {
+        if (rc == ERR_OK)
+            plan_free(out);
+        *e = e_own;
+        return rc_own;
+    }
+    if (rc_own != ERR_OK)
+        return rc;
+    if (rc == ERR_OK && !(own.iteration_ms < out->iteration_ms)) {
+        plan_free(&own);
+        return ERR_OK;
+    }
+    if (rc == ERR_OK)
+        plan_free(out);
+    *out = own;
+    err_clear(e);
     snprintf(out->method, sizeof out->method, "optimal+repartition");
     return ERR_OK;
 }
 
 /* One schedule on the cluster's split, or with --repartition on the order and split the
- * search finds: its own for 1f1b and gpipe, whose bounds it knows, 1f1b's for the others. */
+ * search finds: its own for 1f1b and gpipe, whose bounds it knows, 1f1b's (or the cluster's
+ * own split, the faster: plan_on_either) for the others. */
 static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
                          const struct schedule_shape *sh, struct plan *out, struct err *e)
 {
@@ -534,10 +603,11 @@ static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
     struct cluster c1 = with_shape(c, &one), arranged = {0};
     struct plan p1;
     int rc = plan_repartitioned(&c1, o, &p1, &arranged, e);
-    if (rc == ERR_OK) {
+    if (rc == ERR_OK)
         plan_free(&p1);
-        rc = arranged.stages != NULL ? plan_on_arrangement(&arranged, o, sh, out, e)
-                                     : plan_fixed(&cs, o, out, e);
+    if (rc == ERR_OK || rc == ERR_NOFIT) {
+        err_clear(e);
+        rc = plan_on_either(c, arranged.stages != NULL ? &arranged : NULL, o, sh, out, e);
     }
     free(arranged.stages);
     return rc;
@@ -566,10 +636,11 @@ static int plan_auto_schedule(const struct cluster *c, const struct plan_options
         cand[k].gpus = c->n_stages;
         cand[k].micro_batches = c->micro_batches;
         int plain = cand[k].kind == SCHEDULE_1F1B || cand[k].kind == SCHEDULE_GPIPE;
-        if (o->repartition && !plain && !have_arranged) {
-            rc = ERR_NOFIT; /* 1f1b's search found nothing to plan it on */
-        } else if (o->repartition && !plain) {
-            rc = plan_on_arrangement(&arranged, o, &cand[k], &plans[k], &inner);
+        if (o->repartition && !plain) {
+            rc = shape_allowed(c, o, &cand[k], &inner)
+                     ? inner.code
+                     : plan_on_either(c, have_arranged ? &arranged : NULL, o, &cand[k],
+                                      &plans[k], &inner);
         } else if (o->repartition && cand[k].kind == SCHEDULE_1F1B) {
             struct cluster cs = with_shape(c, &cand[k]);
             rc = shape_allowed(c, o, &cand[k], &inner)

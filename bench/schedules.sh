@@ -9,7 +9,7 @@
 #   - with host memory (HOST_GIB per GPU, default 64) and --actions recompute,offload, what
 #     1F1B offloads instead (the new schedules run recompute only: docs/schedules.md).
 # Every plan with --repartition: 1F1B's and GPipe's own search, the others on 1F1B's order and
-# split. Writes OUT_DIR/schedules.md.
+# split or the even split, the faster; each search stops after TIME_LIMIT seconds (default 5). Writes OUT_DIR/schedules.md.
 # Usage: bench/schedules.sh BALLAST OUT_DIR
 set -euo pipefail
 ballast=${1:?usage: bench/schedules.sh BALLAST OUT_DIR}
@@ -19,6 +19,7 @@ models=${MODELS:-"gpt-1.3b gpt-13b llama2-7b llama3-8b"}
 host_gib=${HOST_GIB:-64}
 clusters=${CLUSTERS:-"t4-4090-4 v100-a100-8 a10-l4-v100-16 h100-a100-l4-16 a100-h100-h200-32"}
 schedules="1f1b gpipe zb-h1 v-half interleaved:2 interleaved:4 auto"
+time_limit=${TIME_LIMIT:-5}
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -30,14 +31,16 @@ md=$out/schedules.md
   echo "with each model on estimated profiles, the model split evenly over the GPUs, planned by"
   echo "\`ballast plan --method optimal --repartition\` under every schedule: 1F1B's and GPipe's"
   echo "own search, the other schedules on the order and split it finds for 1F1B (a GPU's"
-  echo "chunks splitting its layers). Made by \`bench/schedules.sh build/ballast bench/results\`."
+  echo "chunks splitting its layers) or on the even split, the faster. Made by"
+  echo "\`bench/schedules.sh build/ballast bench/results\`."
   echo
   echo "step: simulated ms; vs 1F1B: its step over 1F1B's (below 1 is faster); bubble: the"
   echo "GPUs' idle share of the step; recompute: ms per micro-batch over all stages; layers:"
   echo "recomputed whole or in part; v max: the most micro-batches any stage holds; memory: the"
   echo "fullest GPU's planned bytes over its limit. offload (1F1B with ${host_gib} GiB of host"
   echo "memory a GPU, --actions recompute,offload): its step and the layers it offloads; the"
-  echo "new schedules plan recompute only. A dash: no plan fits."
+  echo "new schedules plan recompute only. A dash: no plan fits; n/a: the GPUs hold more chunks"
+  echo "than the model has layers (a GPU holds a layer a chunk at least)."
   echo
 } >"$md"
 for c in $clusters; do
@@ -74,11 +77,13 @@ PY
       [ "$v" != "$s" ] && flags="$flags --virtual-stages $v"
       rc=0
       "$ballast" plan --cluster "$tmp/c.json" --method optimal --repartition $flags --quiet \
+        --time-limit "$time_limit" \
         -o "$tmp/p.json" >"$tmp/p.log" 2>&1 || rc=$?
       off="n/a"
       if [ "$name" = 1f1b ]; then
         orc=0
-        "$ballast" plan --cluster "$tmp/c-host.json" --method optimal --repartition \
+        "$ballast" plan --cluster "$tmp/c-host.json" --method optimal --repartition --schedule 1f1b \
+          --time-limit "$time_limit" \
           --actions recompute,offload --quiet -o "$tmp/o.json" >"$tmp/o.log" 2>&1 || orc=$?
         off="-"
         [ "$orc" = 0 ] && off=$(python3 -c "
@@ -87,7 +92,9 @@ n = sum(len(s.get('offload', [])) + len(s.get('offload_options', [])) for s in p
 print(f\"{p['iteration_ms']:.1f} ms, {n} layers\")")
       fi
       if [ "$rc" != 0 ]; then
-        echo "| $s | - | | | | | | | $off |" >>"$md"
+        why=-
+        grep -q "is more than the model's" "$tmp/p.log" && why="n/a: more chunks than layers"
+        echo "| $s | $why | | | | | | | $off |" >>"$md"
         continue
       fi
       "$ballast" simulate --plan "$tmp/p.json" -o "$tmp/sim.json" >/dev/null

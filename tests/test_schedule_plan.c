@@ -6,6 +6,7 @@
  *   - --schedule auto is the fastest of the schedules it tries, each planned alone, and a
  *     superset of schedules never gives a slower plan;
  *   - a chunked plan reads back (its GPUs' memory checked) and simulates to its step;
+ *   - --repartition's chunked plans never slower than the cluster's own split;
  *   - what the planner refuses, with the reason. */
 #include <CUnit/CUnit.h>
 #include <math.h>
@@ -284,6 +285,32 @@ static void test_auto_is_the_best(void)
     }
 }
 
+/* --repartition plans zb-h1, v-half and interleaved on 1f1b's split (a GPU it leaves fewer
+ * layers than chunks borrowing from the fullest: both clusters' slow GPUs get one layer) or
+ * on the cluster's own split: never slower than the cluster's split planned alone, and the
+ * plan reads back and simulates to its step (step_of). */
+static void test_repartition_no_worse(void)
+{
+    static const char *const clusters[] = {"t4-4090-4", "v100-a100-8"};
+    static const char *const shapes[] = {"--schedule zb-h1", "--schedule v-half",
+                                         "--schedule interleaved --virtual-stages 2"};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 3; k++) {
+            char cluster[1024], flags[512];
+            snprintf(cluster, sizeof cluster, "%s/configs/clusters/%s.json",
+                     BALLAST_SOURCE_DIR, clusters[i]);
+            snprintf(flags, sizeof flags, "%s --min-gain 0", shapes[k]);
+            double own = step_of(cluster, flags, "own.json");
+            snprintf(flags, sizeof flags, "%s --min-gain 0 --repartition --search-nodes 300",
+                     shapes[k]);
+            double searched = step_of(cluster, flags, "searched.json");
+            CU_ASSERT(own > 0 && searched > 0 && searched <= own);
+            if (!(own > 0 && searched > 0 && searched <= own))
+                fprintf(stderr, "\n%s %s: --repartition %.9g ms, the cluster's split %.9g\n",
+                        clusters[i], shapes[k], searched, own);
+        }
+}
+
 /* exit 2 and a message saying `needle` */
 static void expect_refused(const char *args, const char *needle)
 {
@@ -343,6 +370,8 @@ int main(void)
                 test_gpu_knapsack);
     CU_add_test(s, "--schedule auto: the fastest schedule, or the first within --min-gain",
                 test_auto_is_the_best);
+    CU_add_test(s, "--repartition: chunked schedules never slower than the cluster's split",
+                test_repartition_no_worse);
     CU_add_test(s, "refusals with their reasons", test_refusals);
     CU_add_test(s, "the kinds summary counts a GPU once", test_kinds_count_gpus);
     return test_main();

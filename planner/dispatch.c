@@ -616,9 +616,11 @@ static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
 /* --schedule auto (--method optimal's): every candidate schedule planned. With --min-gain G
  * the plan kept is the earliest candidate (1f1b, gpipe, zb-h1, v-half, interleaved by v:
  * simplest first) whose step is within G of the fastest step found for any of them, so a
- * more complex schedule is taken only where it gains at least G; with G = 0 the least step (ties within noise: the earlier candidate). The fastest step is
- * each plan's own fastest (one margin, not one per schedule). With --repartition, 1f1b's
- * search gives the order and split the others are planned on (gpipe searches its own). */
+ * more complex schedule is taken only where it gains at least G; with G = 0 the least step
+ * (ties within noise: the earlier candidate). The fastest step is each plan's own fastest
+ * (one margin, not one per schedule). With --repartition, 1f1b's search gives the order and
+ * split the others are planned on, or the cluster's split, the faster (plan_on_either);
+ * gpipe searches its own. */
 static int plan_auto_schedule(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {

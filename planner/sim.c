@@ -404,9 +404,9 @@ static int host_lanes_alloc(struct sim_state *st)
     return ERR_OK;
 }
 
-/* Tasks a step records: 6 per cell (F, R, B, W and two sends) and each stage's optimizer step, and per layer of a
- * stage run layer by layer its copies, its backward's recompute and backward slices and its
- * host step. */
+/* Tasks a step records: 6 per cell (F, R, B, W and two sends) and each stage's optimizer
+ * step, and per layer of a stage run layer by layer its copies, its backward's recompute and
+ * backward slices and its host step. */
 static size_t task_capacity(int S, int M, const struct sim_stage *stages)
 {
     size_t n = (size_t)S * (size_t)M * 6 + (size_t)S;

@@ -145,9 +145,9 @@ static void test_gpu_knapsack(void)
         snprintf(cluster, sizeof cluster, "%s", write_cluster(&rng, scheds[i % 2]));
         char args[3072], *err = NULL;
         snprintf(args, sizeof args,
-                 "plan --cluster '%s' --method optimal --min-gain 0 --whole-layers --verify --unit 1 "
-                 "--quiet "
-                 "-o '%s'", cluster, plan_file);
+                 "plan --cluster '%s' --method optimal --min-gain 0 --whole-layers --verify "
+                 "--unit 1 --quiet -o '%s'",
+                 cluster, plan_file);
         remove(plan_file);
         int rc = test_run(args, NULL, &err);
         struct plan p;

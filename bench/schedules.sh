@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Schedules bench (issue 29): every shipped GPU cluster with each model (MODELS, default
+# Schedules bench (issue 29): every shipped GPU cluster of at most 32 GPUs (CLUSTERS; the
+# 64-GPU ones have more GPUs than these models have layers) with each model (MODELS, default
 # gpt-1.3b, gpt-13b, llama2-7b, llama3-8b; estimated profiles, the cluster's devices, memory,
 # links and micro-batches, the model split evenly), planned by Ballast's method under 1F1B and
 # under each other schedule at the same memory limits, side by side:
@@ -9,7 +10,8 @@
 #   - with host memory (HOST_GIB per GPU, default 64) and --actions recompute,offload, what
 #     1F1B offloads instead (the new schedules run recompute only: docs/schedules.md).
 # Every plan with --repartition: 1F1B's and GPipe's own search, the others on 1F1B's order and
-# split or the even split, the faster; each search stops after TIME_LIMIT seconds (default 5). Writes OUT_DIR/schedules.md.
+# split or the even split, the faster; each search stops after TIME_LIMIT seconds (default 5)
+# or its 10000 nodes. Writes OUT_DIR/schedules.md.
 # Usage: bench/schedules.sh BALLAST OUT_DIR
 set -euo pipefail
 ballast=${1:?usage: bench/schedules.sh BALLAST OUT_DIR}
@@ -17,7 +19,9 @@ out=${2:?usage: bench/schedules.sh BALLAST OUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 models=${MODELS:-"gpt-1.3b gpt-13b llama2-7b llama3-8b"}
 host_gib=${HOST_GIB:-64}
-clusters=${CLUSTERS:-"t4-4090-4 v100-a100-8 a10-l4-v100-16 h100-a100-l4-16 a100-h100-h200-32"}
+clusters=${CLUSTERS:-"t4-4090-4 v100-a100-8 llama2-7b-h100-a100-8 llama2-7b-h100-a100-8-dp2
+  a10-l4-v100-16 h100-a100-l4-16 llama3-8b-h100-h200-16 a100-h100-h200-32
+  llama2-70b-a100-h100-h200-32"}
 schedules="1f1b gpipe zb-h1 v-half interleaved:2 interleaved:4 auto"
 time_limit=${TIME_LIMIT:-5}
 mkdir -p "$out"
@@ -27,7 +31,8 @@ md=$out/schedules.md
 {
   echo "# Schedules side by side: 1F1B against interleaved, ZB-H1 and V-Half"
   echo
-  echo "Each shipped GPU cluster (its devices, memory limits, links, reserve and micro-batches)"
+  echo "Each shipped GPU cluster of at most 32 GPUs (its devices, memory limits, links, reserve,"
+  echo "groups and micro-batches; the 64-GPU ones have more GPUs than these models have layers)"
   echo "with each model on estimated profiles, the model split evenly over the GPUs, planned by"
   echo "\`ballast plan --method optimal --repartition\` under every schedule: 1F1B's and GPipe's"
   echo "own search, the other schedules on the order and split it finds for 1F1B (a GPU's"
@@ -39,8 +44,8 @@ md=$out/schedules.md
   echo "recomputed whole or in part; v max: the most micro-batches any stage holds; memory: the"
   echo "fullest GPU's planned bytes over its limit. offload (1F1B with ${host_gib} GiB of host"
   echo "memory a GPU, --actions recompute,offload): its step and the layers it offloads; the"
-  echo "new schedules plan recompute only. A dash: no plan fits; n/a: the GPUs hold more chunks"
-  echo "than the model has layers (a GPU holds a layer a chunk at least)."
+  echo "new schedules plan recompute only. A dash: no plan fits the memory; n/a: more GPUs, or"
+  echo "more chunks, than the model has layers (a GPU holds a layer a chunk at least)."
   echo
 } >"$md"
 for c in $clusters; do
@@ -93,7 +98,11 @@ print(f\"{p['iteration_ms']:.1f} ms, {n} layers\")")
       fi
       if [ "$rc" != 0 ]; then
         why=-
-        grep -q "is more than the model's" "$tmp/p.log" && why="n/a: more chunks than layers"
+        if [ "$rc" = 2 ]; then
+          why="n/a: refused"
+          grep -q "is more than the model's" "$tmp/p.log" && why="n/a: more chunks than layers"
+          grep -q "but the model has only" "$tmp/p.log" && why="n/a: more GPUs than layers"
+        fi
         echo "| $s | $why | | | | | | | $off |" >>"$md"
         continue
       fi

@@ -155,26 +155,40 @@ static int setup_global(struct run *r, struct err *e)
                            "without shard_optimizer)",
                            o->plan_file, s, dp);
     }
-    if (p->n_stages * dp != r->world_size && dp > 1)
+    int gpus = plan_shape(p).gpus; /* a rank runs a GPU's chunks (virtual stages) */
+    char per[64] = "";
+    if (gpus != p->n_stages)
+        snprintf(per, sizeof per, " on %d GPUs (%d chunks each)", gpus, p->n_stages / gpus);
+    const char *unit = gpus != p->n_stages ? "GPU" : "stage";
+    if (gpus * dp != r->world_size && dp > 1)
         return err_set(e, ERR_INPUT,
-                       "%s: the plan has %d stages and dp %d, one MPI rank per stage of each "
+                       "%s: the plan has %d stages%s and dp %d, one MPI rank per %s of each "
                        "replica, %d ranks, but this run has %d ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, dp, p->n_stages * dp, r->world_size,
-                       p->n_stages * dp);
-    if (p->n_stages != r->world_size && dp == 1)
+                       o->plan_file, p->n_stages, per, dp, unit, gpus * dp, r->world_size,
+                       gpus * dp);
+    if (gpus != r->world_size && dp == 1)
         return err_set(e, ERR_INPUT,
-                       "%s: the plan has %d stages, one MPI rank each, but this run has %d "
+                       "%s: the plan has %d stages%s, one MPI rank %s, but this run has %d "
                        "ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, r->world_size, p->n_stages);
+                       o->plan_file, p->n_stages, per, gpus != p->n_stages ? "per GPU" : "each",
+                       r->world_size, gpus);
+    if (gpus != p->n_stages && strcmp(o->transport, "nccl") == 0)
+        return err_set(e, ERR_INPUT, "--transport nccl: schedule %s holds %d chunks a GPU, whose "
+                       "messages go over MPI (NCCL matches messages by order and joins "
+                       "neighbouring ranks only)", schedule_name(p->schedule),
+                       p->n_stages / gpus);
     if (strcmp(o->device, "auto") != 0 && strcmp(o->device, "cpu") != 0 &&
         strcmp(o->device, "cuda") != 0)
         return err_set(e, ERR_INPUT, "--device: \"%s\", expected auto, cpu or cuda", o->device);
-    /* micro-batch indices are the message tags */
+    /* micro-batch indices are the message tags (with chunks, per chunk and direction too) */
     int *tag_ub, found = 0;
+    int64_t tags = gpus == p->n_stages ? p->micro_batches
+                                       : (int64_t)2 * p->n_stages * p->micro_batches;
     if (MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found &&
-        p->micro_batches > *tag_ub)
-        return err_set(e, ERR_INPUT, "%s: micro_batches: %d is more than this MPI's largest tag %d",
-                       o->plan_file, p->micro_batches, *tag_ub);
+        tags > *tag_ub)
+        return err_set(e, ERR_INPUT, "%s: micro_batches: %d need message tags up to %lld, more "
+                       "than this MPI's largest tag %d", o->plan_file, p->micro_batches,
+                       (long long)tags, *tag_ub);
     if ((int64_t)m->micro_batch * m->seq_len > 0x7fffffff)
         return err_set(e, ERR_INPUT,
                        "%s: model: micro_batch x seq_len = %lld rows is beyond 32-bit BLAS "
@@ -206,10 +220,10 @@ static int setup_global(struct run *r, struct err *e)
             return err_set(e, ERR_INPUT, "%s/checkpoint.json: loss_scale: missing, and the "
                            "plan's model is fp16 (a checkpoint of an fp16 run has its loss "
                            "scaler's state)", o->resume_dir);
-        if (n_stages != p->n_stages)
+        if (n_stages != gpus)
             return err_set(e, ERR_INPUT,
-                           "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages",
-                           o->resume_dir, n_stages, o->plan_file, p->n_stages);
+                           "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages%s",
+                           o->resume_dir, n_stages, o->plan_file, p->n_stages, per);
         if (r->start_step >= o->steps)
             return err_set(e, ERR_INPUT,
                            "%s: the checkpoint is at step %lld and --steps is %lld: nothing to "
@@ -222,21 +236,23 @@ static int setup_global(struct run *r, struct err *e)
 /* A plan made from a profile of another implementation carries other byte counts: this
  * runtime allocates what its own layers need, and says so, field by field (for a layer
  * recomputed with an option, that option's bytes too). */
-static void compare_layer_costs(const struct run *r, const struct plan_stage *st)
+static void compare_stage_costs(const struct run *r, const struct plan_stage *st,
+                                const uint32_t *regen, int *shown_all)
 {
     const struct model *m = &r->plan.model;
-    int shown = 0;
+    int shown = *shown_all;
     for (int l = st->first; l <= st->last; l++) {
         const struct layer_cost *c = &st->layers[l - st->first];
         int choice = st->recompute[l - st->first];
         struct layer_sizes s;
         sizes_layer(m, l, &s);
-        const char *names[7] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
-                                "out_bytes", "kept_bytes", "transient_bytes"};
-        int64_t plan[7] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
-                           c->out_bytes, 0, 0};
-        int64_t here[7] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
-                           s.out_bytes, 0, 0};
+        const char *names[8] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
+                                "out_bytes", "kept_bytes", "transient_bytes", "wgrad_bytes"};
+        int64_t plan[8] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
+                           c->out_bytes, 0, 0, c->wgrad_bytes};
+        int64_t here[8] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
+                           s.out_bytes, 0, 0,
+                           c->wgrad_bytes > 0 ? sizes_wgrad_bytes(m, model_layer_kind(m, l)) : 0};
         if (st->shard_optimizer && st->dp > 1) { /* the plan's ZeRO-1 share (cost.h) */
             struct layer_cost whole = {.state_bytes = s.state_bytes}, mine;
             struct cost_group g = {.tp = 1, .dp = st->dp, .shard_optimizer = 1,
@@ -248,10 +264,10 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
             const struct recompute_option *o = &c->options[choice - COST_OPTION];
             plan[5] = o->kept_bytes;
             plan[6] = o->transient_bytes;
-            sizes_regen_bytes(m, model_layer_kind(m, l), r->regen[l - st->first], &here[5],
+            sizes_regen_bytes(m, model_layer_kind(m, l), regen[l - st->first], &here[5],
                               &here[6]);
         }
-        for (int k = 0; k < 7; k++) {
+        for (int k = 0; k < 8; k++) {
             if (plan[k] == here[k])
                 continue;
             if (shown++ == 0)
@@ -264,6 +280,19 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
                     k >= 5 ? cost_choice_name(c, choice) : "", k >= 5 ? " " : "", names[k],
                     (long long)plan[k], (long long)here[k]);
         }
+    }
+    *shown_all = shown;
+}
+
+/* The rank's stages: one, or its GPU's chunks (their regen sets end to end). */
+static void compare_layer_costs(const struct run *r)
+{
+    int members[SCHEDULE_CHUNKS_MAX], n = plan_gpu_stages(&r->plan, r->rank, members), at = 0;
+    int shown = 0;
+    for (int k = 0; k < n; k++) {
+        const struct plan_stage *st = &r->plan.stages[members[k]];
+        compare_stage_costs(r, st, r->regen + at, &shown);
+        at += plan_stage_layer_count(st);
     }
 }
 
@@ -339,7 +368,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     struct stage_config c;
     if (stage_config_of_plan(&c, p, r->rank, o->lr, &r->regen, e)) /* checked in setup_global */
         return e->code;
-    compare_layer_costs(r, st);
+    compare_layer_costs(r);
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
     char arena_where[FILEIO_PATH_MAX + 32];
@@ -460,16 +489,22 @@ static int setup_pipeline_transport(struct run *r, struct err *e)
                                           MPI_CHAR, r->comm, &q),
                         &q, -1, "the ranks' GPUs (MPI_Iallgather)", e))
         rc = e->code;
+    /* GPUs holding several chunks send each chunk's messages by tag over MPI: NCCL matches
+     * messages by their order and joins neighbouring ranks only */
+    int chunks = plan_shape(p).chunks;
+    const char *prefer = chunks > 1 ? "mpi" : r->o->transport; /* setup_global: not nccl */
     if (rc == ERR_OK &&
-        transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank,
-                         r->o->transport, &r->transport, r->transport_why,
-                         (int)sizeof r->transport_why))
+        transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank, prefer,
+                         &r->transport, r->transport_why, (int)sizeof r->transport_why))
         rc = err_set(e, ERR_INPUT, "--transport %s: %s", r->o->transport, r->transport_why);
+    if (rc == ERR_OK && chunks > 1 && strcmp(r->o->transport, "auto") == 0)
+        snprintf(r->transport_why, sizeof r->transport_why, "schedule %s: %d chunks a GPU, "
+                 "their messages by tag", schedule_name(p->schedule), chunks);
     free(ids);
     if (rc)
         return rc;
-    /* a send and a receive per micro-batch in flight, in each direction, at most */
-    int max_requests = 4 * p->micro_batches + 8;
+    /* a send and a receive per micro-batch in flight, in each direction, at most (per chunk) */
+    int max_requests = 4 * p->micro_batches * chunks + 8;
     int64_t act = sizes_activation_bytes(&p->model);
     switch (r->transport) {
     case TRANSPORT_MPI:
@@ -720,13 +755,19 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
     return rc;
 }
 
-/* The last stage's loss to every rank, with the transports' deadline: a last stage that
- * stopped after its last send must not hang the others here. */
+/* The rank that runs the head (the last virtual stage): the last, or with a V the first. */
+static int head_rank(const struct run *r)
+{
+    return r->plan.stages[r->plan.n_stages - 1].gpu;
+}
+
+/* The head's loss to every rank, with the transports' deadline: a head stage that stopped
+ * after its last send must not hang the others here. */
 static int share_loss(struct run *r, double *loss, struct err *e)
 {
     MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
-    return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
+    MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, head_rank(r), r->comm, &req), e);
+    return mpicheck_wait(&req, r->o->timeout_s, head_rank(r), "the loss from", e);
 }
 
 /* Each step's offload figures over the stages: stall, late prefetches and copy time summed,
@@ -765,11 +806,11 @@ static int sum_steps(struct run *r, struct report *rep, struct err *e)
 static int split_replicas(struct run *r, struct err *e)
 {
     const struct plan *p = &r->plan;
-    ERR_TRY(train_dp_split(&r->dp, MPI_COMM_WORLD, p->n_stages, p->stages[0].dp,
-                           r->o->timeout_s, e));
+    int gpus = plan_shape(p).gpus;
+    ERR_TRY(train_dp_split(&r->dp, MPI_COMM_WORLD, gpus, p->stages[0].dp, r->o->timeout_s, e));
     r->comm = r->dp.pipeline;
     r->rank = r->dp.stage;
-    r->size = p->n_stages;
+    r->size = gpus;
     r->data.micro_offset = r->dp.replica * p->micro_batches;
     return ERR_OK;
 }
@@ -860,7 +901,7 @@ static int train_loop(struct run *r, struct err *e)
             free(rep.steps); /* every rank has the verdict: each returns, nothing is written */
             return stop_verdict(r, step, e);
         }
-        if (r->dp.dp > 1 && r->rank == r->size - 1 &&
+        if (r->dp.dp > 1 && r->rank == head_rank(r) &&
             train_dp_loss(&r->dp, r->stage.x.mb_loss, p->micro_batches, &loss, e))
             fail_now(r, e);
         if (share_loss(r, &loss, e))
@@ -905,6 +946,13 @@ static int train_loop(struct run *r, struct err *e)
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
     rep.scaler = r->stage.scaler;
     const struct plan_stage *st = &p->stages[r->rank];
+    /* a GPU holding chunks: its time per micro-batch over them (memory is the GPU's already) */
+    double stage_ms = 0, recompute_ms = 0;
+    int members[SCHEDULE_CHUNKS_MAX], n_members = plan_gpu_stages(p, r->rank, members);
+    for (int k = 0; k < n_members; k++) {
+        stage_ms += p->stages[members[k]].stage_ms;
+        recompute_ms += p->stages[members[k]].recompute_ms;
+    }
     struct report_stage mine = {
         .index = r->rank,
         .first = st->first,
@@ -913,8 +961,8 @@ static int train_loop(struct run *r, struct err *e)
         .planned_bytes = st->memory_bytes - p->reserve_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena_bytes = r->stage.lay.arena_bytes,
-        .planned_stage_ms = st->stage_ms,
-        .planned_recompute_ms = st->recompute_ms,
+        .planned_stage_ms = stage_ms,
+        .planned_recompute_ms = recompute_ms,
         .fwd_ms = sum.fwd / (counted * p->micro_batches),
         .bwd_ms = sum.bwd / (counted * p->micro_batches),
         .recompute_ms = sum.recompute / (counted * p->micro_batches),
@@ -954,8 +1002,9 @@ static int train_loop(struct run *r, struct err *e)
         mine.cublas_workspace_bytes = mem.blas_workspace_bytes;
         mine.nccl_bytes = r->nccl_bytes;
     }
-    for (int l = 0; l < plan_stage_layer_count(st); l++)
-        mine.n_recompute += st->recompute[l] != COST_KEEP; /* whole or in part */
+    for (int k = 0; k < n_members; k++)
+        for (int l = 0; l < plan_stage_layer_count(&p->stages[members[k]]); l++)
+            mine.n_recompute += p->stages[members[k]].recompute[l] != COST_KEEP; /* or part */
     int rc = finish(r, &rep, &mine, e);
     free(rep.steps);
     return rc;

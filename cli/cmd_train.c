@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "cli.h"
 #include "data.h"
+#include "heartbeat.h"
 #include "model_ops.h"
 #include "plan.h"
 #include "train.h"
@@ -20,6 +22,7 @@ static void help(void)
            "         [--resume DIR] [--quiet]\n"
            "         [--init FILE.safetensors] [--save-weights FILE.safetensors]\n"
            "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n"
+           "         [--stall SECONDS]\n"
            "       mpirun -np S ballast train --share SHARE.json [--slice K] [--switch share|full]\n"
            "         [--steps N] [--metrics FILE] ...\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
@@ -56,15 +59,22 @@ static void help(void)
            "  --slice K         steps of a job before switching to the next (default 1)\n"
            "  --switch M        share (default): a switch moves nothing; full: the baseline that\n"
            "                    copies a job's device state to host and back at each switch\n"
+           "                    With --share, {job} in --init and --save-weights FILE is each\n"
+           "                    job's name (--save-weights of several jobs needs it)\n"
            "  --check-arena     with a plan whose stages lay out an arena (plan --arena): fail\n"
            "                    if two objects in use at once share a byte\n"
-           "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
-           "                    names the rank that went silent and stops the job (exit 1)\n"
+           "  --timeout S       a rank whose heartbeat has not been heard for S seconds\n"
+           "                    (default %d) has stopped or died: every rank names it (world\n"
+           "                    rank, replica, stage) and the job stops (exit 1); a slow but\n"
+           "                    live rank is waited for however long it takes\n"
+           "  --stall S         a rank alive but without progress (no layer computed, no piece\n"
+           "                    of a file read or written) for S seconds (default %d) while it\n"
+           "                    waits on no other rank is stuck: named, and the job stops\n"
            "  --host-link-gbps X  CPU stages: copies to and from host memory (offload) take\n"
            "                    as long as on an X Gbit/s link (a PCIe link, emulated)\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
-           TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
+           TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S, TRAIN_DEFAULT_STALL_S);
 }
 
 /* The options: each sets one field of struct train_options from its value. */
@@ -105,6 +115,7 @@ static const struct opt opts[] = {
     {"--seed", OPT_SEED, AT(seed), 0, 0, "an integer >= 0", NULL},
     {"--lr", OPT_REAL, AT(lr), 0, 1 - 0x1p-53, "a number in (0, 1)", NULL},
     {"--timeout", OPT_REAL, AT(timeout_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
+    {"--stall", OPT_REAL, AT(stall_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
     {"--host-link-gbps", OPT_REAL, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
     {"--device", OPT_CHOICE, AT(device), 0, 0, "auto, cpu or cuda", "|auto|cpu|cuda|"},
     {"--transport", OPT_CHOICE, AT(transport), 0, 0, "auto, mpi or nccl", "|auto|mpi|nccl|"},
@@ -209,9 +220,10 @@ static void refuse_group(const struct plan *p, const char *plan_file, struct err
                     plan_file, s, p->stages[s].tp, p->stages[s].dp);
 }
 
-/* A plan of a custom model has each layer's costs but no layers to run: refused before any
- * rank starts. A plan that does not load is train_run's to report. */
-static int refuse_custom(const char *plan_file)
+/* A plan of a custom model has each layer's costs but no layers to run, one with tp > 1 is
+ * for export, and one whose dtype the CPU backend lacks cannot run on CPU stages: refused
+ * before any MPI work. A plan that does not load is train_run's to report. */
+static int refuse_custom(const char *plan_file, const char *device)
 {
     struct plan p;
     struct err e;
@@ -225,8 +237,24 @@ static int refuse_custom(const char *plan_file)
                 "the plan in your framework (ballast plan --export)",
                 plan_file, p.model.name);
     refuse_group(&p, plan_file, &e);
+    if (e.code == ERR_OK)
+        train_check_plan(&p, plan_file, device, &e);
     plan_free(&p);
     return e.code ? cli_fail("train", &e) : ERR_OK;
+}
+
+/* Every rank's heartbeat (heartbeat.h), with --timeout as its deadline; rank 0 says when this
+ * MPI cannot run one. */
+static int start_heartbeat(struct train_options *o, int rank)
+{
+    struct err e;
+    char why[256] = "";
+    err_clear(&e);
+    if (heartbeat_start(&o->heartbeat, o->timeout_s, o->stall_s, why, (int)sizeof why, &e))
+        return cli_fail("train", &e);
+    if (o->heartbeat == NULL && rank == 0)
+        fprintf(stderr, "ballast train: warning: %s\n", why);
+    return ERR_OK;
 }
 
 int cmd_train(int argc, char **argv)
@@ -236,14 +264,18 @@ int cmd_train(int argc, char **argv)
             help();
             return ERR_OK;
         }
-    int rank = 0;
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
-        fprintf(stderr, "ballast train: MPI_Init failed\n");
+    int rank = 0, provided = 0;
+    /* a file-size limit (ulimit -f) makes writes fail (EFBIG), reported, not a kill */
+    signal(SIGXFSZ, SIG_IGN);
+    /* the heartbeat's thread calls MPI beside the main thread */
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "ballast train: MPI_Init_thread failed\n");
         return ERR_FAIL;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     struct train_options o = {.steps = 10, .slice = 1, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
-                              .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S};
+                              .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S,
+                              .stall_s = TRAIN_DEFAULT_STALL_S};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
     if (rank != 0) {
@@ -257,14 +289,18 @@ int cmd_train(int argc, char **argv)
     }
     int rc = parse(argc, argv, &o);
     if (rc == ERR_OK && o.plan_file != NULL)
-        rc = refuse_custom(o.plan_file);
+        rc = refuse_custom(o.plan_file, o.device);
     if (saved >= 0) {
         fflush(stderr);
         dup2(saved, 2);
         close(saved);
     }
     if (rc == ERR_OK)
+        rc = start_heartbeat(&o, rank);
+    if (rc == ERR_OK)
         rc = train_run(&o);
+    heartbeat_leave(o.heartbeat, rc);
     MPI_Finalize();
+    heartbeat_free(o.heartbeat);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "hostcopy_cpu.h"
 #include "kernels_cpu.h"
 #include "kernels_flash_cpu.h"
+#include "wide_cpu.h"
 #include "llama_layers.h"
 
 static int cpu_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
@@ -49,23 +50,12 @@ static int cpu_sync(struct backend *be, struct err *e)
 
 /* ---- kernels: kernels_cpu.c's, done when they return ----
  *
- * bf16 (a bf16 model's weights, activations and their gradients) goes through fp32 copies:
- * widened exactly on the way in, computed by the fp32 kernels (fp32 accumulation, as the
- * CUDA backend's bf16 kernels do), rounded to the nearest bf16 (ties to even) on the way out.
- * Parameter gradients, statistics and losses are fp32 in both and used in place. For fp32
- * the wrappers hand the kernels the arena pointers themselves: no copy, the same bits. */
-
-#define WIDE_MAX 8
-
-struct wide {
-    enum model_dtype dt;
-    int n, failed;
-    float *own[WIDE_MAX];
-};
+ * bf16 goes through fp32 copies (wide_cpu.h), for the GPT's kernels here and the Llama's in
+ * backend_llama_cpu.c. */
 
 /* Zeroed: an output copy a kernel only partly writes (the attention's upper triangle) must
  * not carry garbage into the bf16 tensor. */
-static float *wide_alloc(struct wide *x, int64_t n)
+float *wide_alloc(struct wide *x, int64_t n)
 {
     float *p = x->n < WIDE_MAX ? calloc((size_t)(n > 0 ? n : 1), sizeof(float)) : NULL;
     if (p == NULL)
@@ -75,8 +65,7 @@ static float *wide_alloc(struct wide *x, int64_t n)
     return p;
 }
 
-/* An input of n elements as fp32 (NULL stays NULL). */
-static float *wide_in(struct wide *x, const void *p, int64_t n)
+float *wide_in(struct wide *x, const void *p, int64_t n)
 {
     if (p == NULL || x->dt == MODEL_DTYPE_FP32)
         return (float *)p;
@@ -86,18 +75,21 @@ static float *wide_in(struct wide *x, const void *p, int64_t n)
     return w;
 }
 
-/* Where a kernel writes an output of n elements (NULL stays NULL). */
-static float *wide_out(struct wide *x, void *p, int64_t n)
+float *wide_out(struct wide *x, void *p, int64_t n)
 {
     return p == NULL || x->dt == MODEL_DTYPE_FP32 ? p : wide_alloc(x, n);
 }
 
-/* The output back into `dst`, then the copies freed; ERR_FAIL if one could not be made. */
-static int wide_done(struct wide *x, void *dst, const float *src, int64_t n, struct err *e)
+void wide_narrow(const struct wide *x, void *dst, const float *src, int64_t n)
 {
     if (!x->failed && dst != NULL && x->dt != MODEL_DTYPE_FP32)
         for (int64_t i = 0; i < n; i++)
             ((uint16_t *)dst)[i] = bf16_from_float(src[i]);
+}
+
+int wide_done(struct wide *x, void *dst, const float *src, int64_t n, struct err *e)
+{
+    wide_narrow(x, dst, src, n);
     for (int i = 0; i < x->n; i++)
         free(x->own[i]);
     return x->failed ? err_set(e, ERR_FAIL, "out of host memory for fp32 copies of bf16 "
@@ -208,9 +200,7 @@ static int cpu_attention_forward(struct backend *be, enum model_dtype dt, void *
           *q = wide_in(&x, qkv, 3 * n);
     if (!x.failed) {
         attention_forward(o, a, q, B, T, C, NH);
-        if (dt != MODEL_DTYPE_FP32) /* the probabilities: a second output */
-            for (int64_t i = 0; i < n_att; i++)
-                ((uint16_t *)att)[i] = bf16_from_float(a[i]);
+        wide_narrow(&x, att, a, n_att); /* the probabilities: a second output */
     }
     return wide_done(&x, out, o, n, e);
 }
@@ -225,9 +215,7 @@ static int cpu_attention_backward(struct backend *be, enum model_dtype dt, void 
           *d = wide_in(&x, dout, n), *q = wide_in(&x, qkv, 3 * n), *a = wide_in(&x, att, n_att);
     if (!x.failed) {
         attention_backward(dq, da, d, q, a, B, T, C, NH);
-        if (dt != MODEL_DTYPE_FP32) /* the scratch as the GPU leaves it: the arena is used */
-            for (int64_t i = 0; i < n_att; i++)
-                ((uint16_t *)datt)[i] = bf16_from_float(da[i]);
+        wide_narrow(&x, datt, da, n_att); /* the scratch as the GPU leaves it: the arena is used */
     }
     return wide_done(&x, dqkv, dq, 3 * n, e);
 }
@@ -405,6 +393,11 @@ static const struct backend_ops cpu_ops = {
     .llama = &llama_kernels_cpu,
     .flash = &flash_kernels_cpu,
 };
+
+unsigned backend_cpu_dtypes(void)
+{
+    return cpu_ops.dtypes;
+}
 
 int backend_cpu_init(struct backend *be, int threads, struct err *e)
 {

@@ -43,8 +43,14 @@ int ckpt_check_dir(const char *dir, struct err *e);
 int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                      struct stage_runner *r, struct err *e);
 int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e);
-/* Removes this stage's files of steps other than `keep`. */
+/* Once every stage's file of step `keep` is in place and named by the manifest: removes this
+ * stage's files of other steps, and its temporaries of any step (left by a write that was
+ * killed: none of this stage's is under way now, and a resumed run may never write that step
+ * again). */
 void ckpt_remove_older(const char *dir, int stage, int64_t keep);
+/* Removes this stage's file of `step`: a checkpoint that did not complete on every stage, which
+ * no manifest names. */
+void ckpt_remove_step(const char *dir, int stage, int64_t step);
 
 int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct err *e);
 /* Refuses (ERR_INPUT, naming the file and the numbers) a file that is truncated, damaged

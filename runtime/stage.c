@@ -41,7 +41,7 @@ static int port_input(struct executor *x, int micro, struct err *e)
     exec_view(x, 0, micro, &v);
     if (r->c.stage == 0) {
         ERR_TRY(exec_mem_add(x, r->lay.slot_bytes, e));
-        data_batch(r->data, x->step, micro, r->host_tokens, NULL);
+        ERR_TRY(data_batch(r->data, x->step, micro, r->host_tokens, NULL, e));
         ERR_TRY(r->be->ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
     } else {
         ERR_TRY(exec_wait(x, r->slot_req[slot], STAGE_EV_RECV, micro, e));
@@ -50,7 +50,7 @@ static int port_input(struct executor *x, int micro, struct err *e)
     if (r->c.stage == r->c.n_stages - 1) {
         struct layer_view h;
         exec_view(x, n - 1, micro, &h);
-        data_batch(r->data, x->step, micro, NULL, r->host_targets);
+        ERR_TRY(data_batch(r->data, x->step, micro, NULL, r->host_targets, e));
         ERR_TRY(r->be->ops->upload(r->be, h.kept[HEAD_TARGETS], r->host_targets, BT * 4, e));
     }
     return ERR_OK;
@@ -423,9 +423,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     r->data = data;
     const struct model *m = c->model;
     if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
-        return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
-                       model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
-                       m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
+        return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s",
+                       model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype));
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;

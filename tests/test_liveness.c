@@ -194,8 +194,9 @@ static void test_deadlock(void)
     train_job_free(&j);
 }
 
-/* Offload over an emulated host link slow enough that the neighbours of the copying stage
- * wait several deadlines at a time: they are waited on, and the run finishes. */
+/* Offload over an emulated host link slow enough that stage 0 finishes a step seconds after
+ * the others, which wait for its next step's first activation several deadlines at a time:
+ * it is waited on, and the run finishes. */
 static void test_slow_rank_finishes(void)
 {
     char cluster[1024], args[4096];
@@ -203,7 +204,7 @@ static void test_slow_rank_finishes(void)
              BALLAST_SOURCE_DIR);
     const char *plan = train_plan_cluster(cluster, "--actions recompute,offload",
                                           "live-offload.json");
-    snprintf(args, sizeof args, "--plan '%s' --threads 1 --steps 1 --timeout 1 "
+    snprintf(args, sizeof args, "--plan '%s' --threads 1 --steps 2 --timeout 1 "
              "--host-link-gbps 0.05 --metrics '%s'", plan, test_path("live-slow.json"));
     struct train_job j;
     train_job_start(&j, "slow", 3, LIMIT_S, "", args);

@@ -351,23 +351,30 @@ static void expect_share_fails(const char *extra, int status, const char *needle
     train_run_free(&r);
 }
 
+/* Job j trained alone `steps` steps, `flag` (--save-weights or --init) its files
+ * alone-wJ-{stage}.st. */
+static int alone_weights(int j, int steps, const char *flag, struct train_metrics *m)
+{
+    char plan[1024], w[1024], extra[4096], metrics[64];
+    snprintf(plan, sizeof plan, "%s", test_path(j ? "alone-1.json" : "alone-0.json"));
+    snprintf(w, sizeof w, "%s", test_path(j ? "alone-w1-{stage}.st" : "alone-w0-{stage}.st"));
+    snprintf(extra, sizeof extra, "--steps %d --threads 1 %s '%s'", steps, flag, w);
+    snprintf(metrics, sizeof metrics, "alone-%s%d.json", flag + 2, j);
+    return train_run_ok(2, RUN_LIMIT_S, plan, extra, metrics, m);
+}
+
 /* Each job's weights after 3 steps, per stage, byte for byte those it writes trained alone
  * (its runs are bitwise: test_train_bitwise), with either switch; read back by --init, each
  * job starts where the same file starts it alone. */
 static void test_train_share_weights(void)
 {
-    char names[2][64], w[1024], extra[4096];
+    char names[2][64], extra[4096];
     struct share_metrics sm, fm, im;
     struct train_metrics a[2], ia[2];
     write_job_plans();
     for (int j = 0; j < 2; j++) {
-        char plan[1024], metrics[64];
         job_name(j, names[j], sizeof names[j]);
-        snprintf(plan, sizeof plan, "%s", test_path(j ? "alone-1.json" : "alone-0.json"));
-        snprintf(w, sizeof w, "%s", test_path(j ? "alone-w1-{stage}.st" : "alone-w0-{stage}.st"));
-        snprintf(extra, sizeof extra, "--steps 3 --threads 1 --save-weights '%s'", w);
-        snprintf(metrics, sizeof metrics, "alone-w%d.json", j);
-        if (train_run_ok(2, RUN_LIMIT_S, plan, extra, metrics, &a[j]))
+        if (alone_weights(j, 3, "--save-weights", &a[j]))
             return;
     }
     snprintf(extra, sizeof extra, "--save-weights '%s'", test_path("share-{job}-{stage}.st"));
@@ -392,12 +399,7 @@ static void test_train_share_weights(void)
     if (run_share(extra, "iw.json", &im))
         return;
     for (int j = 0; j < 2; j++) {
-        char plan[1024], metrics[64];
-        snprintf(plan, sizeof plan, "%s", test_path(j ? "alone-1.json" : "alone-0.json"));
-        snprintf(w, sizeof w, "%s", test_path(j ? "alone-w1-{stage}.st" : "alone-w0-{stage}.st"));
-        snprintf(extra, sizeof extra, "--steps 1 --threads 1 --init '%s'", w);
-        snprintf(metrics, sizeof metrics, "alone-i%d.json", j);
-        if (train_run_ok(2, RUN_LIMIT_S, plan, extra, metrics, &ia[j]))
+        if (alone_weights(j, 1, "--init", &ia[j]))
             return;
         CU_ASSERT(train_same_losses(&im.job[j], &ia[j]));
         CU_ASSERT(ia[j].loss[0] < a[j].loss[0]); /* trained weights: a lower first loss */

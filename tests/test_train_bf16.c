@@ -70,43 +70,6 @@ static int run(int np, const char *plan, const char *extra, const char *name,
     return train_run_ok(np, RUN_LIMIT_S, plan, args, name, m);
 }
 
-static void test_bf16_trains(void)
-{
-    struct train_metrics f, h, h2, hf;
-    char w[1024], extra[2048];
-    snprintf(w, sizeof w, "%s", test_path("bf16.safetensors"));
-    snprintf(extra, sizeof extra, "--save-weights '%s'", w);
-    if (run(1, plan32, "", "f.json", &f) || run(1, plan16, extra, "h.json", &h) ||
-        run(2, plan16_2, "", "h2.json", &h2) || run(2, plan16_full, "", "hf.json", &hf))
-        return;
-    double worst = 0;
-    for (int i = 0; i < STEPS; i++) {
-        double gap = fabs(h.loss[i] - f.loss[i]);
-        worst = gap > worst ? gap : worst;
-        CU_ASSERT(isfinite(h.loss[i]));
-        CU_ASSERT(gap <= BF16_LOSS_TOL);
-        /* the split and recomputation change nothing */
-        CU_ASSERT(h2.loss[i] == h.loss[i]);
-        CU_ASSERT(hf.loss[i] == h.loss[i]);
-    }
-    fprintf(stderr, "\n  bf16 against fp32: largest loss gap %.3g over %d steps\n", worst, STEPS);
-    CU_ASSERT(h.loss[0] != f.loss[0]); /* it computed in bf16 */
-    CU_ASSERT(h.loss[STEPS - 1] < h.loss[0]);
-    /* its weights come out as BF16 and start the 2-stage run as they start the 1-stage one */
-    char *text = test_read(w);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT(strstr(text + 8, "\"dtype\":\"BF16\"") != NULL);
-    CU_ASSERT(strstr(text + 8, "\"dtype\":\"F32\"") == NULL);
-    free(text);
-    struct train_metrics a, b;
-    snprintf(extra, sizeof extra, "--init '%s'", w);
-    if (run(1, plan16, extra, "a.json", &a) || run(2, plan16_full, extra, "b.json", &b))
-        return;
-    for (int i = 0; i < STEPS; i++)
-        CU_ASSERT(a.loss[i] == b.loss[i]);
-    CU_ASSERT(a.loss[0] < h.loss[0]); /* trained weights: a lower first loss */
-}
-
 /* bf16 runs h (one stage), h2 and h3 (other splits, recomputation) against the fp32 run f:
  * within tol, bitwise among themselves, and computed in bf16. */
 static void expect_bf16(const struct train_metrics *f, const struct train_metrics *h,
@@ -128,24 +91,68 @@ static void expect_bf16(const struct train_metrics *f, const struct train_metric
     CU_ASSERT(h->loss[STEPS - 1] < h->loss[0]);
 }
 
+/* fp32 and bf16 runs of plans[0..3] (fp32; bf16 on one stage, its weights saved to `w`; two
+ * other bf16 splits) on np[0..3] ranks into m[0..3], their metrics named after `tag`; 0, or -1
+ * when one failed. */
+static int run_four(const char *const plans[4], const int np[4], const char *tag, const char *w,
+                    struct train_metrics m[4])
+{
+    char extra[2048], name[64];
+    for (int k = 0; k < 4; k++) {
+        snprintf(extra, sizeof extra, k == 1 ? "--save-weights '%s'" : "", w);
+        snprintf(name, sizeof name, "%s-%d.json", tag, k);
+        if (run(np[k], plans[k], extra, name, &m[k]))
+            return -1;
+    }
+    return 0;
+}
+
+/* The weights file holds BF16 tensors only, `tensor` among them. */
+static void expect_bf16_file(const char *w, const char *tensor)
+{
+    char *text = test_read(w), quoted[128];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    snprintf(quoted, sizeof quoted, "\"%s\"", tensor);
+    CU_ASSERT(strstr(text + 8, quoted) != NULL);
+    CU_ASSERT(strstr(text + 8, "\"dtype\":\"BF16\"") != NULL);
+    CU_ASSERT(strstr(text + 8, "\"dtype\":\"F32\"") == NULL);
+    free(text);
+}
+
+static void test_bf16_trains(void)
+{
+    struct train_metrics m[4];
+    const char *plans[4] = {plan32, plan16, plan16_2, plan16_full};
+    const int np[4] = {1, 1, 2, 2};
+    char w[1024], extra[2048];
+    snprintf(w, sizeof w, "%s", test_path("bf16.safetensors"));
+    if (run_four(plans, np, "gpt", w, m))
+        return;
+    expect_bf16(&m[0], &m[1], &m[2], &m[3], BF16_LOSS_TOL, "gpt");
+    /* its weights come out as BF16 and start the 2-stage run as they start the 1-stage one */
+    expect_bf16_file(w, "wte.weight");
+    struct train_metrics a, b;
+    snprintf(extra, sizeof extra, "--init '%s'", w);
+    if (run(1, plan16, extra, "a.json", &a) || run(2, plan16_full, extra, "b.json", &b))
+        return;
+    for (int i = 0; i < STEPS; i++)
+        CU_ASSERT(a.loss[i] == b.loss[i]);
+    CU_ASSERT(a.loss[0] < m[1].loss[0]); /* trained weights: a lower first loss */
+}
+
 /* Issue 27: a bf16 Llama was refused once its ranks had started; its kernels on CPU ranks
  * take bf16 as the GPT's do. */
 static void test_llama_bf16_trains(void)
 {
-    struct train_metrics f, h, h2, hf;
-    char w[1024], extra[2048];
+    struct train_metrics m[4];
+    const char *plans[4] = {lplan32, lplan16, lplan16_2, lplan16_full};
+    const int np[4] = {1, 1, 2, 3};
+    char w[1024];
     snprintf(w, sizeof w, "%s", test_path("llama-bf16.safetensors"));
-    snprintf(extra, sizeof extra, "--save-weights '%s'", w);
-    if (run(1, lplan32, "", "lf.json", &f) || run(1, lplan16, extra, "lh.json", &h) ||
-        run(2, lplan16_2, "", "lh2.json", &h2) || run(3, lplan16_full, "", "lhf.json", &hf))
+    if (run_four(plans, np, "llama", w, m))
         return;
-    expect_bf16(&f, &h, &h2, &hf, LLAMA_BF16_LOSS_TOL, "llama");
-    char *text = test_read(w);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    CU_ASSERT(strstr(text + 8, "\"model.layers.1.self_attn.k_proj.weight\"") != NULL);
-    CU_ASSERT(strstr(text + 8, "\"dtype\":\"BF16\"") != NULL);
-    CU_ASSERT(strstr(text + 8, "\"dtype\":\"F32\"") == NULL);
-    free(text);
+    expect_bf16(&m[0], &m[1], &m[2], &m[3], LLAMA_BF16_LOSS_TOL, "llama");
+    expect_bf16_file(w, "model.layers.1.self_attn.k_proj.weight");
 }
 
 static void test_llama_flash_bf16_trains(void)

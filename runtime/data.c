@@ -212,14 +212,21 @@ static int read_whole(struct data_source *d, struct err *e)
 int data_init_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e)
 {
-    ERR_TRY(open_checked(d, file, format, m, seed, e));
-    return read_whole(d, e);
+    int rc = open_checked(d, file, format, m, seed, e);
+    if (rc == ERR_OK)
+        rc = read_whole(d, e);
+    if (rc != ERR_OK) /* nothing left open or allocated */
+        data_free(d);
+    return rc;
 }
 
 int data_open_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e)
 {
-    return open_checked(d, file, format, m, seed, e);
+    int rc = open_checked(d, file, format, m, seed, e);
+    if (rc != ERR_OK)
+        data_free(d);
+    return rc;
 }
 
 void data_free(struct data_source *d)

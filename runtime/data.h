@@ -67,7 +67,7 @@ int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t s
 int data_init_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e);
 /* The same checks but the tokens' and no hash (d->hash is 0: the caller sets the hash of the
- * rank that read the file whole). */
+ * rank that read the file whole). Either, failing, leaves nothing open or allocated. */
 int data_open_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e);
 void data_free(struct data_source *d);

@@ -209,24 +209,21 @@ static int read_whole(struct data_source *d, struct err *e)
     return rc;
 }
 
-int data_init_file(struct data_source *d, const char *file, enum data_format format,
-                   const struct model *m, uint64_t seed, struct err *e)
+int data_open_file(struct data_source *d, const char *file, enum data_format format,
+                   const struct model *m, uint64_t seed, int whole, struct err *e)
 {
     int rc = open_checked(d, file, format, m, seed, e);
-    if (rc == ERR_OK)
+    if (rc == ERR_OK && whole)
         rc = read_whole(d, e);
     if (rc != ERR_OK) /* nothing left open or allocated */
         data_free(d);
     return rc;
 }
 
-int data_open_file(struct data_source *d, const char *file, enum data_format format,
+int data_init_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e)
 {
-    int rc = open_checked(d, file, format, m, seed, e);
-    if (rc != ERR_OK)
-        data_free(d);
-    return rc;
+    return data_open_file(d, file, format, m, seed, 1, e);
 }
 
 void data_free(struct data_source *d)

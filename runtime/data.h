@@ -66,10 +66,11 @@ int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t s
  * bytes, if the model's vocabulary has fewer than 256 tokens. */
 int data_init_file(struct data_source *d, const char *file, enum data_format format,
                    const struct model *m, uint64_t seed, struct err *e);
-/* The same checks but the tokens' and no hash (d->hash is 0: the caller sets the hash of the
- * rank that read the file whole). Either, failing, leaves nothing open or allocated. */
+/* The same, reading it whole only when `whole`: otherwise no token is checked before it is
+ * read for a batch and d->hash is 0 (the caller sets the hash of the rank that read the file
+ * whole). Either, failing, leaves nothing open or allocated. */
 int data_open_file(struct data_source *d, const char *file, enum data_format format,
-                   const struct model *m, uint64_t seed, struct err *e);
+                   const struct model *m, uint64_t seed, int whole, struct err *e);
 void data_free(struct data_source *d);
 
 /* tokens and targets (B,T), either may be NULL, of micro-batch `micro` (+ micro_offset) of

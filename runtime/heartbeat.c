@@ -44,6 +44,9 @@ struct heartbeat {
     uint64_t *count;        /* its progress count */
     char *waiting, *gone;   /* its main thread waits on another rank; it has left */
     MPI_Request *sent;      /* the beat in flight to it */
+    /* What is sent lives until the send completes (MPI's rule: a transport may read it
+     * later): a beat per rank, and the one-off messages, which are never sent twice over. */
+    struct hb_msg *beats, bye, ack, verdict;
 };
 
 static double now_s(void)
@@ -100,14 +103,15 @@ static void say(const struct heartbeat *h, const struct hb_msg *m)
     fflush(stderr);
 }
 
+/* m: one of h's messages (it must outlive the send). */
 static void send_msg(struct heartbeat *h, int to, const struct hb_msg *m, MPI_Request *req)
 {
     if (MPI_Isend(m, (int)sizeof *m, MPI_BYTE, to, h->tag, MPI_COMM_WORLD, req) != MPI_SUCCESS)
         *req = MPI_REQUEST_NULL;
 }
 
-/* A message that needs no answer and may never be received (small: it leaves at once; its
- * request is let go). */
+/* One of h's messages that needs no answer and may never be received: its request is let go
+ * (the message stays in h until the end). */
 static void post(struct heartbeat *h, int to, const struct hb_msg *m)
 {
     MPI_Request q;
@@ -134,8 +138,10 @@ static void beat(struct heartbeat *h, double now)
         if (h->sent[k] != MPI_REQUEST_NULL &&
             MPI_Test(&h->sent[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             done = 0;
-        if (done)
-            send_msg(h, k, &m, &h->sent[k]);
+        if (!done)
+            continue;
+        h->beats[k] = m; /* its previous beat has left */
+        send_msg(h, k, &h->beats[k], &h->sent[k]);
     }
 }
 
@@ -153,7 +159,7 @@ static _Noreturn void obey(struct heartbeat *h, const struct hb_msg *m)
     if (atomic_load(&h->n_stages) == 0)
         atomic_store(&h->n_stages, m->n_stages);
     say(h, m);
-    post(h, 0, &(struct hb_msg){.kind = HB_ACK});
+    post(h, 0, &h->ack);
     struct timespec ts = {0, 50000000};
     for (double until = now_s() + h->deadline; now_s() < until;)
         nanosleep(&ts, NULL);
@@ -203,10 +209,11 @@ static int drain(struct heartbeat *h, double now)
 static _Noreturn void pass_verdict(struct heartbeat *h, const struct hb_msg *m)
 {
     say(h, m);
+    h->verdict = *m;
     int told = 0;
     for (int k = 1; k < h->size; k++)
         if (!h->gone[k] && h->heard[k] > now_s() - h->deadline) {
-            post(h, k, m);
+            post(h, k, &h->verdict);
             told++;
         }
     double until = now_s() + (h->deadline < 2 ? h->deadline : 2);
@@ -305,7 +312,7 @@ static void depart(struct heartbeat *h)
         if (h->sent[k] != MPI_REQUEST_NULL)
             MPI_Request_free(&h->sent[k]);
         if (watches(h, k))
-            post(h, k, &(struct hb_msg){.kind = HB_BYE});
+            post(h, k, &h->bye);
     }
 }
 
@@ -357,6 +364,7 @@ static void release(struct heartbeat *h)
     free(h->waiting);
     free(h->gone);
     free(h->sent);
+    free(h->beats);
     free(h);
 }
 
@@ -371,9 +379,12 @@ static int tables(struct heartbeat *h)
     h->waiting = calloc(n, 1);
     h->gone = calloc(n, 1);
     h->sent = malloc(sizeof *h->sent * n);
+    h->beats = calloc(n, sizeof *h->beats);
     if (!h->heard || !h->progressed || !h->deaf || !h->count || !h->waiting || !h->gone ||
-        !h->sent)
+        !h->sent || !h->beats)
         return -1;
+    h->bye.kind = HB_BYE;
+    h->ack.kind = HB_ACK;
     double now = now_s();
     for (int k = 0; k < h->size; k++) {
         h->heard[k] = h->progressed[k] = now;

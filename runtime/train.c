@@ -113,9 +113,10 @@ int train_cpu_threads(int requested, int n_local, int speak)
     if (requested > 0 && requested > share && speak)
         fprintf(stderr,
                 "ballast train: warning: --threads %d: %d rank%s of this node run %d threads on "
-                "its %d cores (%d each keeps a thread per core); the CPU kernels slow down "
+                "its %d core%s (%d each keeps a thread per core); the CPU kernels slow down "
                 "many times when threads outnumber cores\n",
-                requested, n_local, n_local > 1 ? "s" : "", requested * n_local, cores, share);
+                requested, n_local, n_local > 1 ? "s" : "", requested * n_local, cores,
+                cores > 1 ? "s" : "", share);
     return requested > 0 ? requested : share;
 }
 
@@ -185,10 +186,8 @@ static int setup_global(struct run *r, struct err *e)
         }
     }
     /* the data file read whole by rank 0 alone (its hash then shared: share_data) */
-    int (*open_data)(struct data_source *, const char *, enum data_format, const struct model *,
-                     uint64_t, struct err *) = r->world_rank == 0 ? data_init_file
-                                                                  : data_open_file;
-    if (o->data_file != NULL ? open_data(&r->data, o->data_file, o->data_format, m, o->seed, e)
+    if (o->data_file != NULL ? data_open_file(&r->data, o->data_file, o->data_format, m, o->seed,
+                                              r->world_rank == 0, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
     r->data_loaded = 1;
@@ -900,11 +899,11 @@ int train_run(const struct train_options *o)
     inject_fault(r.world_rank, &e);
     if (o->share_file != NULL)
         return train_share_run(o, r.rank, r.size);
-    /* The same on every rank: rank 0 speaks for all. */
+    /* Mostly the same on every rank: the first that failed speaks (rank 0 when all did). */
     int first_failed, rc = setup_global(&r, &e);
-    int all = agree(&r, rc, NULL);
+    int all = agree(&r, rc, &first_failed);
     if (all != ERR_OK) {
-        if (rc != ERR_OK && r.rank == 0)
+        if (rc != ERR_OK && r.world_rank == first_failed)
             fprintf(stderr, "ballast train: %s\n", e.msg);
         free_run(&r);
         return all;

@@ -242,11 +242,9 @@ static int start_job(struct share_run *r, int j, struct err *e)
     const struct share_device *dv = &r->sh.devices[r->rank];
     struct share_job_run *job = &r->jobs[j];
     /* the data file read whole (checked against this job's model) by rank 0 alone */
-    int (*open_data)(struct data_source *, const char *, enum data_format, const struct model *,
-                     uint64_t, struct err *) = r->rank == 0 ? data_init_file : data_open_file;
-    if (o->data_file != NULL
-            ? open_data(&job->data, o->data_file, o->data_format, &p->model, o->seed, e)
-            : data_init_synthetic(&job->data, &p->model, o->seed, e))
+    if (o->data_file != NULL ? data_open_file(&job->data, o->data_file, o->data_format, &p->model,
+                                              o->seed, r->rank == 0, e)
+                             : data_init_synthetic(&job->data, &p->model, o->seed, e))
         return e->code;
     job->data_loaded = 1;
     job->loss = calloc((size_t)o->steps, sizeof *job->loss);

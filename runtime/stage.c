@@ -42,7 +42,7 @@ static int port_input(struct executor *x, int micro, struct err *e)
     exec_view(x, 0, micro, &v);
     if (r->c.stage == 0) {
         ERR_TRY(exec_mem_add(x, r->lay.slot_bytes, e));
-        data_batch(r->data, x->step, micro, r->host_tokens, NULL);
+        ERR_TRY(data_batch(r->data, x->step, micro, r->host_tokens, NULL, e));
         ERR_TRY(r->be->ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
     } else {
         ERR_TRY(exec_wait(x, r->slot_req[slot], STAGE_EV_RECV, micro, e));
@@ -51,7 +51,7 @@ static int port_input(struct executor *x, int micro, struct err *e)
     if (r->c.stage == r->c.n_stages - 1) {
         struct layer_view h;
         exec_view(x, n - 1, micro, &h);
-        data_batch(r->data, x->step, micro, NULL, r->host_targets);
+        ERR_TRY(data_batch(r->data, x->step, micro, NULL, r->host_targets, e));
         ERR_TRY(r->be->ops->upload(r->be, h.kept[HEAD_TARGETS], r->host_targets, BT * 4, e));
     }
     return ERR_OK;

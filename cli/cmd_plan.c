@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cluster.h"
 #include "estimate.h"
+#include "framework.h"
 #include "jsonio.h"
 #include "plan_arena.h"
 #include "plan_gpus.h"
@@ -22,10 +23,11 @@ static void help(void)
            "                    [--repartition] [--search-nodes N] [--time-limit S]\n"
            "                    [--search-gap G] [--whole-layers] [--actions A,...]\n"
            "                    [--min-gain G] [--micro-batches N|auto] [--global-batch G]\n"
-           "                    [--unit SIZE] [--time-unit MS] [-o PLAN.json] [--quiet]\n"
-           "                    [--export FORMAT] [--arena M] [--explain-arena S]\n"
-           "                    [--arena-cap SIZE] [--arena-seed N] [--arena-generations N]\n"
-           "                    [--arena-stall N] [--arena-time-limit S]\n"
+           "                    [--unit SIZE] [--time-unit MS] [-o PLAN.json] [--for FRAMEWORK]\n"
+           "                    [--export FRAMEWORK] [--quiet]\n"
+           "                    [--arena M] [--explain-arena S] [--arena-cap SIZE]\n"
+           "                    [--arena-seed N] [--arena-generations N] [--arena-stall N]\n"
+           "                    [--arena-time-limit S]\n"
            "       ballast plan --share JOB1.json[:METHOD] JOB2.json[:METHOD] ... [-o SHARE.json]\n\n"
            "Chooses, for every pipeline stage, its layers and what it does with the activations\n"
            "it cannot hold (recompute them, or with --actions keep them in host memory) so that\n"
@@ -96,8 +98,12 @@ static void help(void)
            "  --unit SIZE      knapsack memory unit (default 1MiB; \"64KiB\", \"1MB\", bytes)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
-           "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
-           "                   standard output (the table goes to standard error)\n"
+           "  --for F          plan what framework F runs: ballast (default), megatron (per-rank\n"
+           "                   recompute), megatron-cli (one setting), nemo, nemo-cli,\n"
+           "                   colossalai or flagscale: its recompute forms and split, on its\n"
+           "                   activation model (docs/frameworks.md)\n"
+           "  --export F       print the plan as framework F's settings on standard output (the\n"
+           "                   table goes to standard error): ballast export's shortcut\n"
            "  --quiet          no table\n"
            "  --share J1 J2 ...  jobs time-sharing the same devices (each a cluster file over the\n"
            "                   same stages, with its method after a colon, else --method): each\n"
@@ -126,6 +132,7 @@ const struct cli_opt cmd_plan_options[] = {
     {"--micro-batches", CLI_VALUE}, {"--global-batch", CLI_VALUE},
     {"--unit", CLI_VALUE},          {"--time-unit", CLI_VALUE},
     {"-o", CLI_VALUE},              {"--export", CLI_VALUE},
+    {"--for", CLI_VALUE},
     {"--quiet", CLI_FLAG},          {"--share", CLI_VALUES},
     {"--arena", CLI_VALUE},         {"--explain-arena", CLI_VALUE},
     {"--arena-cap", CLI_VALUE},     {"--arena-seed", CLI_VALUE},
@@ -140,7 +147,7 @@ const struct cli_opt cmd_plan_options[] = {
 
 /* What the command line asks for. */
 struct plan_args {
-    const char *cluster_file, *out_file, *export_format;
+    const char *cluster_file, *out_file, *export_format, *for_framework;
     struct plan_options o;
     int quiet, auto_micro, min_gain_given;
     int default_time_limit; /* --repartition without --time-limit */
@@ -206,12 +213,15 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
                                v);
     else if (strcmp(name, "--global-batch") == 0 && cli_parse_int(v, 1, 1 << 20, &a->global_batch))
         return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1", v);
-    else if (strcmp(name, "--export") == 0 && strcmp(v, "colossalai") && strcmp(v, "nemo") &&
-             strcmp(v, "megatron") && strcmp(v, "flagscale"))
-        return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo, megatron "
-                               "or flagscale", v);
+    else if ((strcmp(name, "--export") == 0 || strcmp(name, "--for") == 0) &&
+             framework_find(v, NULL) == NULL)
+        return cli_usage_error("plan", "%s: \"%s\", expected %s", name, v, framework_names());
+    else if (strcmp(name, "--export") == 0 && framework_is_ballast(framework_find(v, NULL)))
+        return cli_usage_error("plan", "--export: \"%s\" is Ballast's own plan file (-o)", v);
     else if (strcmp(name, "--export") == 0)
         a->export_format = v;
+    else if (strcmp(name, "--for") == 0)
+        o->framework = framework_find(v, NULL);
     return ERR_OK;
 }
 
@@ -222,7 +232,7 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
                                         "--search-gap", "--micro-batches", "--global-batch",
-                                        "--export", "--actions", "--min-gain"};
+                                        "--export", "--actions", "--min-gain", "--for"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -253,10 +263,11 @@ static int flag_option(char **argv, int i, struct plan_args *a)
 static int pool_usage(const struct plan_args *a, int pipelines)
 {
     if (pipelines > 0 || a->export_format || a->auto_micro || a->micro_batches || a->arena.on ||
-        a->o.method != METHOD_OPTIMAL)
+        a->o.method != METHOD_OPTIMAL || !framework_is_ballast(a->o.framework))
         return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
-                               "repartitions every candidate), no --export, --micro-batches or "
-                               "--arena, and no \"pipelines\" in the file");
+                               "repartitions every candidate) for Ballast, no --for, --export, "
+                               "--micro-batches or --arena, and no \"pipelines\" in the file "
+                               "(ballast export --to F re-plans its answer's settings for F)");
     return ERR_OK;
 }
 
@@ -268,6 +279,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
     a->o.estimate = estimate_profile; /* profiles at other micro-batch sizes */
+    a->o.estimate_for = estimate_for_framework; /* --for: the framework's activations */
     plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;
@@ -297,9 +309,10 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
             return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
     }
     if (a->share != NULL && (a->n_share == 0 || a->cluster_file != NULL || a->export_format ||
-                             a->auto_micro || a->micro_batches))
-        return cli_usage_error("plan", "--share takes one or more job files, and no --cluster, "
-                               "--export or --micro-batches");
+                             a->auto_micro || a->micro_batches ||
+                             !framework_is_ballast(a->o.framework)))
+        return cli_usage_error("plan", "--share takes one or more job files (jobs Ballast "
+                               "runs), and no --cluster, --for, --export or --micro-batches");
     if (plan_gpus_given(&a->gpus) && (a->gpus.gpus == NULL || a->cluster_file || a->share))
         return cli_usage_error("plan", "--model, --gpus and their options plan a pool of GPUs "
                                "in one line: give --gpus, and no --cluster or --share");
@@ -353,12 +366,11 @@ static void print_stopped(const struct plan_args *a, const struct plan *p)
 
 /* Reads the cluster from its parsed file and plans it. */
 static int make_plan(const struct plan_args *a, const cJSON *root, struct plan *p,
-                     int *shard_optimizer, struct err *e)
+                     struct err *e)
 {
     struct cluster c;
     if (cluster_parse(root, a->cluster_file, &c, e))
         return e->code;
-    *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
     cluster_warn_cpu_threads(root, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
@@ -379,8 +391,7 @@ static int make_plan(const struct plan_args *a, const cJSON *root, struct plan *
 }
 
 /* The table, the export and the plan file. */
-static int write_outputs(const struct plan_args *a, const struct plan *p, int shard_optimizer,
-                         struct err *e)
+static int write_outputs(const struct plan_args *a, const struct plan *p, struct err *e)
 {
     if (!a->quiet) {
         struct plan_kinds k;
@@ -390,7 +401,17 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, int sh
     }
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
-    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, shard_optimizer, e))
+    /* the per-rank file, when there is one, beside the plan file (else here) */
+    char stages[4096] = "";
+    if (a->out_file != NULL) {
+        snprintf(stages, sizeof stages, "%s", a->out_file);
+        char *slash = strrchr(stages, '/');
+        snprintf(slash ? slash + 1 : stages, sizeof stages - (size_t)(slash ? slash + 1 - stages : 0),
+                 "ballast_stages.py");
+    }
+    if (a->export_format != NULL &&
+        cli_export(p, 1, a->export_format, NULL, stages[0] ? stages : NULL, NULL,
+                   a->out_file ? a->out_file : "", e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))
         return e->code;
@@ -425,11 +446,10 @@ static int plan_cluster(struct plan_args *a, const cJSON *root, int written)
     if (pipelines > 0)
         return cmd_plan_replicas(root, a->cluster_file, pipelines, &a->o, a->out_file,
                                  a->quiet);
-    int shard_optimizer = 0;
-    if (make_plan(a, root, &p, &shard_optimizer, &e))
+    if (make_plan(a, root, &p, &e))
         return cli_fail("plan", &e);
     print_stopped(a, &p);
-    if (write_outputs(a, &p, shard_optimizer, &e)) {
+    if (write_outputs(a, &p, &e)) {
         plan_free(&p);
         return cli_fail("plan", &e);
     }

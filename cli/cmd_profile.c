@@ -50,8 +50,9 @@ static void help(void)
            "                   RATE (\"2400Gbps\", \"300GB/s\"; a number alone is Gbit/s) and\n"
            "                   --node-link-latency-us TIME (\"3us\"; default 0); the profile says\n"
            "                   \"tp\": N and serves cluster stages of tp N\n"
-           "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
-           "                   its attention kernel, fp32 logits, its recompute modules\n"
+           "  --for F          --estimate what framework F (megatron, nemo, colossalai,\n"
+           "                   flagscale) keeps: its attention kernel, fp32 logits, its\n"
+           "                   recompute modules (docs/frameworks.md)\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
            WARMUP, devices_default_file());
 }

@@ -18,6 +18,8 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
 {
     memset(p, 0, sizeof *p);
     p->optimality_gap = -1;
+    snprintf(p->framework.target, sizeof p->framework.target, "ballast");
+    snprintf(p->framework.activations, sizeof p->framework.activations, "ballast");
     p->stages = calloc((size_t)n_stages, sizeof *p->stages);
     if (p->stages == NULL)
         return err_set(e, ERR_FAIL, "out of memory allocating %d plan stages", n_stages);
@@ -66,6 +68,10 @@ cJSON *plan_to_json(const struct plan *p)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "ballast-plan/1");
     cJSON_AddStringToObject(o, "method", p->method);
+    cJSON *fw = cJSON_AddObjectToObject(o, "framework");
+    cJSON_AddStringToObject(fw, "target", p->framework.target);
+    cJSON_AddStringToObject(fw, "activations", p->framework.activations);
+    cJSON_AddStringToObject(fw, "attention", model_attention_name(p->framework.attention));
     cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
     cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
     cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
@@ -403,6 +409,35 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     return ERR_OK;
 }
 
+/* "framework": {"target", "activations", "attention"}; absent: Ballast's own, the model's
+ * attention (plans from before it). */
+static int read_framework(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    struct plan_framework *f = &p->framework;
+    snprintf(f->target, sizeof f->target, "ballast");
+    snprintf(f->activations, sizeof f->activations, "ballast");
+    f->attention = p->model.attention;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "framework");
+    const char *att;
+    if (o == NULL)
+        return ERR_OK;
+    if (jsonio_expect_object(o, file, "framework", e) ||
+        jsonio_str_copy(o, file, "framework", "target", f->target, sizeof f->target, e) ||
+        jsonio_str_copy(o, file, "framework", "activations", f->activations,
+                        sizeof f->activations, e) ||
+        jsonio_str(o, file, "framework", "attention", &att, e))
+        return e->code;
+    if (strcmp(att, "flash") == 0)
+        f->attention = MODEL_ATTENTION_FLASH;
+    else if (strcmp(att, "materialized") == 0)
+        f->attention = MODEL_ATTENTION_MATERIALIZED;
+    else
+        return err_set(e, ERR_INPUT,
+                       "%s: framework.attention: \"%s\", expected \"flash\" or \"materialized\"",
+                       file, att);
+    return ERR_OK;
+}
+
 static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
     const char *sched;
@@ -425,6 +460,8 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (model_layer_count(&p->model) == 0)
         return err_set(e, ERR_INPUT, "%s: model.layer_count: missing (a plan of a custom model "
                        "says how many layers it has)", file);
+    if (read_framework(root, file, p, e))
+        return e->code;
     if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
         jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
         jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||

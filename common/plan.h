@@ -74,8 +74,18 @@ struct plan_search {
                             returned may be a simpler one (--min-gain) */
 };
 
+/* What a plan is for and what its layer costs assume ("framework" in the file; absent: Ballast's
+ * own runtime with the model's attention kernel). */
+#define PLAN_FRAMEWORK_MAX 16
+struct plan_framework {
+    char target[PLAN_FRAMEWORK_MAX];      /* planned for (--for): "ballast" or a framework */
+    char activations[PLAN_FRAMEWORK_MAX]; /* whose activation model the layer costs are */
+    enum model_attention attention;       /* the attention kernel they assume */
+};
+
 struct plan {
     char method[PLAN_METHOD_MAX];
+    struct plan_framework framework;
     enum schedule schedule;
     int micro_batches;
     int bottleneck_stage;  /* largest stage_ms */

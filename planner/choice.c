@@ -49,13 +49,12 @@ void choice_key_of(const struct plan *p, const struct plan_options *o, struct ch
         }
         k->imbalance += stage_off(&p->model, n_layers, p->n_stages, s, st->first, st->last);
     }
-    k->framework = o->prefer != NULL ? o->prefer(p, o->prefer_ctx) : 0;
 }
 
 int choice_key_cmp(const struct choice_key *a, const struct choice_key *b)
 {
-    const int x[] = {a->host_optimizer, a->actions, a->recomputed, a->imbalance, a->framework};
-    const int y[] = {b->host_optimizer, b->actions, b->recomputed, b->imbalance, b->framework};
+    const int x[] = {a->host_optimizer, a->actions, a->recomputed, a->imbalance};
+    const int y[] = {b->host_optimizer, b->actions, b->recomputed, b->imbalance};
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
         if (x[i] != y[i])
             return x[i] < y[i] ? -1 : 1;

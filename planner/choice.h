@@ -3,7 +3,7 @@
  * where it shortens the step by at least min_gain of it: of the plans whose simulated step is
  * within that margin of the fastest found, the plan kept is the simplest by choice_key
  * (the device optimizer first, then fewer actions, fewer recomputed layers, a balanced
- * split, and what the target framework runs). Steps closer than CHOICE_NOISE of each other
+ * split; with --for F every plan weighed is one F runs). Steps closer than CHOICE_NOISE of each other
  * are equal, so floating-point noise never decides between two plans.
  *
  * The method searches (methods.c, offload.c, repartition.c) find the fastest; this file holds
@@ -24,7 +24,6 @@ struct choice_key {
     int actions;        /* layers sending anything to the host or recomputing a partial option */
     int recomputed;     /* layers recomputed, whole or in part */
     int imbalance;      /* blocks away from cluster_default_split's, summed over stages */
-    int framework;      /* plan_options.prefer's penalty (0 without one) */
 };
 
 void choice_key_of(const struct plan *p, const struct plan_options *o, struct choice_key *k);

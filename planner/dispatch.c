@@ -10,6 +10,8 @@
 
 #include "arena_fit.h"
 #include "choice.h"
+#include "framework.h"
+#include "plan_layout.h"
 #include "methods.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -149,9 +151,26 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->memory_before_bytes = before.memory_bytes;
 }
 
-/* The plan's stages, layers, limits and loads from the cluster: what a method chooses on. */
-static int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                       struct err *e)
+/* What the stages' profiles assume (framework.h fw_profile_assumptions): "mixed" activations
+ * when they differ. */
+static void plan_assumptions(const struct cluster *c, struct plan *p)
+{
+    for (int s = 0; s < c->n_stages; s++) {
+        char acts[PLAN_FRAMEWORK_MAX];
+        enum model_attention att;
+        fw_profile_assumptions(cluster_stage_profile(c, s), acts, &att);
+        if (s == 0) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "%s", acts);
+            p->framework.attention = att;
+        } else if (!fw_activations_alike(acts, p->framework.activations) ||
+                   att != p->framework.attention) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "mixed");
+        }
+    }
+}
+
+int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                struct err *e)
 {
     int S = c->n_stages;
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
@@ -176,6 +195,7 @@ static int plan_layout(const struct cluster *c, const struct plan_options *o, st
     for (int s = 0; s < S; s++)
         stage_layout(c, out, s);
     out->most_loaded_stage = most_loaded(out);
+    plan_assumptions(c, out);
     return ERR_OK;
 }
 
@@ -241,10 +261,8 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     return rc;
 }
 
-/* The cluster with its stages in the arrangement's order, split and links; it shares c's
- * profiles (free only out->stages). */
-static int arranged_cluster(const struct cluster *c, const struct arrangement *a,
-                            struct cluster *out, struct err *e)
+int arranged_cluster(const struct cluster *c, const struct arrangement *a, struct cluster *out,
+                     struct err *e)
 {
     *out = *c;
     out->stages = calloc((size_t)a->n_stages, sizeof *out->stages);
@@ -355,10 +373,12 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
     if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
         cluster_check_host_memory(c, e))
         return e->code;
+    if (!framework_is_ballast(o->framework))
+        return plan_for_framework(c, o, out, e);
     return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
 }
 
-static int64_t plan_memory(const struct plan *p)
+int64_t plan_memory(const struct plan *p)
 {
     int64_t memory = 0;
     for (int s = 0; s < p->n_stages; s++)
@@ -370,18 +390,18 @@ static int64_t plan_memory(const struct plan *p)
  * not in e. */
 static int plan_micro_batch(const struct cluster *c, const struct plan_options *o,
                             const struct device_table *t, int M, int b,
-                            struct microbatch_notes *notes, struct plan *p, struct err *e)
+                            struct microbatch_notes *notes, struct plan *p, struct err *inner,
+                            struct err *e)
 {
     struct cluster cb;
-    struct err inner;
-    err_clear(&inner);
-    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, &inner);
+    err_clear(inner);
+    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, inner);
     if (rc == ERR_OK) {
-        rc = planner_make(&cb, o, p, &inner);
+        rc = planner_make(&cb, o, p, inner);
         microbatch_cluster_free(&cb, c->n_profiles);
     }
     if (rc && rc != ERR_NOFIT && rc != ERR_INPUT)
-        err_set(e, rc, "%s", inner.msg);
+        err_set(e, rc, "%s", inner->msg);
     return rc;
 }
 
@@ -390,7 +410,9 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
 {
     struct device_table t;
     struct microbatch_notes notes = {0};
-    int found = 0;
+    struct err inner, refused; /* refused: the first size the planner refused as input */
+    int found = 0, all_refused = 1;
+    err_clear(&refused);
     if (plan_options_check(o, e))
         return e->code;
     if (model_ops_of(&c->model) == NULL)
@@ -412,9 +434,12 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         struct plan p;
         if (per_replica % b)
             continue;
-        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, e);
+        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, &inner, e);
         if (e->code)
             break;
+        if (rc == ERR_INPUT && refused.code == ERR_OK)
+            err_set(&refused, ERR_INPUT, "micro-batch size %d: %s", b, inner.msg);
+        all_refused &= rc == ERR_INPUT;
         microbatch_report_row(report, b, per_replica / b, rc, rc ? 0 : p.iteration_ms);
         if (rc)
             continue;
@@ -433,11 +458,13 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         plan_free(out);
     if (e->code)
         return e->code;
+    if (!found && all_refused && refused.code) /* every size refused: the input is wrong */
+        return err_set(e, ERR_INPUT, "--micro-batches auto: %s", refused.msg);
     if (!found)
         return err_set(e, ERR_NOFIT,
                        "no micro-batch size dividing the global batch of %d (%d per replica) "
-                       "fits the cluster",
-                       global_batch, per_replica);
+                       "fits the cluster%s%s",
+                       global_batch, per_replica, refused.code ? "; " : "", refused.msg);
     microbatch_report_end(report, out, &notes);
     return ERR_OK;
 }

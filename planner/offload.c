@@ -66,7 +66,6 @@ struct stage_search {
     /* --min-gain (offload_simplest): every fitting combination, of equal ones in time and
      * memory the simpler (choice.h), pruned only by one no slower and no less simple */
     int simplest;
-    int framework; /* a framework's preference may tell apart plans of equal keys */
 };
 
 int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
@@ -282,8 +281,7 @@ void offload_candidate_key(const struct candidate *c, int n, int key[3])
         row_key(&c->rows[l], key + 1);
 }
 
-/* i gives way to j: j dominates it, and where simplicity counts is simpler (or as simple,
- * when no framework's preference could tell them apart). */
+/* i gives way to j: j dominates it, and where simplicity counts is as simple or simpler. */
 static int cand_gives_way(const struct stage_search *ss, int i, int j)
 {
     const struct candidate *a = &ss->found[i], *b = &ss->found[j];
@@ -295,7 +293,7 @@ static int cand_gives_way(const struct stage_search *ss, int i, int j)
     offload_candidate_key(a, ss->n, ka);
     offload_candidate_key(b, ss->n, kb);
     int c = offload_key_cmp(kb, ka, 3);
-    return c < 0 || (c == 0 && !ss->framework);
+    return c <= 0;
 }
 
 /* Drops candidates another dominates (of equals, the first stays), but never the first: the
@@ -344,8 +342,7 @@ static int search_init(struct stage_search *ss, const struct plan *p, int s,
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
     *ss = (struct stage_search){.p = p, .st = st, .n = n, .v = st->in_flight,
-                                .bound = INFINITY, .simplest = simplest,
-                                .framework = o->prefer != NULL};
+                                .bound = INFINITY, .simplest = simplest};
     if (n > (int)(sizeof ss->n_act / sizeof ss->n_act[0]))
         return ERR_INPUT;
     ss->act = malloc((size_t)n * sizeof *ss->act);

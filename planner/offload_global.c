@@ -252,36 +252,30 @@ int offload_choose(struct plan *p, const struct plan_options *o,
 
 /* The combination in g->pick: its key (choice.h; with a framework's preference the whole
  * plan's, p then holding it) in key[0..4]. */
-static void pick_key(struct plan *p, struct global *g, const struct plan_options *o, int key[5])
+/* The combination's choice key (choice.h) but its balance, which is the split's: the same for
+ * every combination. */
+static void pick_key(const struct plan *p, const struct global *g, int key[3])
 {
-    memset(key, 0, 5 * sizeof *key);
+    memset(key, 0, 3 * sizeof *key);
     for (int s = 0; s < g->S; s++) {
         int k[3], n = plan_stage_layer_count(&p->stages[s]);
         offload_candidate_key(&g->cand[s][g->pick[s]], n, k);
         for (int i = 0; i < 3; i++)
             key[i] += k[i];
     }
-    if (o->prefer == NULL)
-        return; /* balance is the split's, the same for every combination */
-    struct choice_key full;
-    for (int s = 0; s < g->S; s++)
-        apply(&p->stages[s], &g->cand[s][g->pick[s]]);
-    choice_key_of(p, o, &full);
-    key[3] = full.imbalance;
-    key[4] = full.framework;
 }
 
 /* Every combination: the simplest within the cap, ties by the shorter step. */
 static int simplest_all(struct plan *p, struct global *g, const struct plan_options *o,
                         double cap, int *best, struct err *e)
 {
-    int key[5], best_key[5], found = 0;
+    int key[3], best_key[3], found = 0;
     double best_ms = INFINITY;
     memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
     for (;;) {
         double ms;
-        pick_key(p, g, o, key);
-        int c = found ? offload_key_cmp(key, best_key, 5) : -1;
+        pick_key(p, g, key);
+        int c = found ? offload_key_cmp(key, best_key, 3) : -1;
         if (c <= 0) {
             if (evaluate(g, &ms, e))
                 return e->code;

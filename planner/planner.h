@@ -10,6 +10,8 @@
 #include "plan.h"
 
 struct arena_options;
+struct framework;
+struct fw_candidate;
 
 enum plan_method {
     METHOD_NONE,        /* nothing recomputed */
@@ -38,6 +40,12 @@ enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTI
  * estimate, estimate_profile in models/estimate.h). */
 typedef int (*plan_estimate_fn)(const struct device_table *t, const struct device_spec *d,
                                 const struct model *m, struct profile *out, struct err *e);
+
+/* Turns an estimated profile of model m on device d into what `framework` keeps
+ * (estimate_for_framework in models/estimate.h). */
+typedef int (*plan_estimate_for_fn)(const struct device_table *t, const struct device_spec *d,
+                                    const struct model *m, const char *framework,
+                                    struct profile *p, struct err *e);
 
 struct plan_options {
     enum plan_method method;
@@ -73,10 +81,15 @@ struct plan_options {
      * planned (--repartition's fastest split, for the plan of the split it chose); 0: the
      * plan's own fastest. */
     double gain_from_ms;
-    /* The target framework's preference among the plans within min_gain: a penalty, 0 for a
-     * plan it runs as planned, weighed after every other preference (choice.h); NULL: none. */
-    int (*prefer)(const struct plan *p, void *ctx);
-    void *prefer_ctx;
+    /* --for: the framework the plan is for (planner/framework.h): only what it can run is
+     * searched, on its activation model (plan_for.c); NULL: Ballast's own */
+    const struct framework *framework;
+    /* how an estimated profile becomes the framework's activation model (the CLI passes
+     * estimate_for_framework); NULL: only profiles made --for it are taken */
+    plan_estimate_for_fn estimate_for;
+    /* the repartition search's per-range costs from one setting of the framework (plan_for.c
+     * sets it while it searches); NULL: the knapsack */
+    const struct fw_candidate *framework_range;
 };
 
 void plan_options_default(struct plan_options *o);
@@ -108,19 +121,20 @@ void planner_print(FILE *f, const struct plan *p);
  * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
 void planner_print_offload(FILE *f, const struct plan *p);
 
+/* The plan framework o->framework runs with settings `fs` (framework.h) on the cluster's split:
+ * its profiles made the framework's activation model, the settings applied, costed and
+ * simulated, fitting or not (a stage that does not fit keeps its memory_bytes above its
+ * memory_limit_bytes): `ballast check`'s plan of a user's configuration. ERR_INPUT when the
+ * framework cannot say the settings on that split, or run them on a stage's device. */
+struct fw_settings;
+int planner_make_settings(const struct cluster *c, const struct plan_options *o,
+                          const struct fw_settings *fs, struct plan *out, struct err *e);
+
 /* --micro-batches auto: `global_batch` G is a step's samples across the dp replicas (the
  * stages' dp); the micro-batch size b dividing G / dp (and M = G / (dp b)) whose plan has the
  * least simulated iteration time; each candidate is summarised on `report` (NULL: silent).
  * ERR_INPUT when dp does not divide G. */
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e);
-
-/* The plan as ColossalAI, NeMo, Megatron-LM or FlagScale settings ("colossalai", "nemo",
- * "megatron", "flagscale"), only with keys the framework accepts; what it runs differently is
- * said on standard error, and a split (or tp) it cannot take is refused (ERR_INPUT).
- * shard_optimizer: the cluster's (plans do not carry it), exported as the distributed
- * optimizer. */
-int planner_export(FILE *f, const struct plan *p, const char *format, int shard_optimizer,
-                   struct err *e);
 
 #endif

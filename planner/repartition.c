@@ -8,6 +8,7 @@
 
 #include "choice.h"
 #include "cost.h"
+#include "framework.h"
 #include "knapsack.h"
 #include "sim.h"
 
@@ -74,6 +75,12 @@ struct search {
     double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
     double *a;        /* S: split_bound's backward (with recompute) of each position */
     double *own_end;  /* S: split_bound's own terms to the position's own last backward */
+    /* a framework's least blocks a stage (framework.h min_blocks): position 0 ends at layer
+     * first_end_min or later, the last starts at last_start_max or earlier. The bounds relax
+     * it (a range's costs ignore it, so they stay monotone in the range); no split breaking
+     * it is kept or branched to. */
+    int first_end_min, last_start_max;
+    int even_middle; /* and the positions between the first and the last hold alike (NeMo) */
     struct err *e;
 };
 
@@ -147,8 +154,15 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
     const struct layer_cost *layers = s->c->profiles[pc->profile].layers + first;
     int n = last - first + 1;
     struct knap_problem kp;
-    unsigned char *rec = calloc((size_t)n, 1);
     rc->known = 1;
+    if (s->o->framework_range != NULL) { /* a framework's menu (framework.h) */
+        rc->recompute_ms =
+            fw_range_recompute(s->o->framework_range, &s->c->model, first, layers, n,
+                               pc->in_flight, s->c->reserve_bytes, pc->capacity,
+                               &rc->memory_bytes);
+        return rc;
+    }
+    unsigned char *rec = calloc((size_t)n, 1);
     rc->recompute_ms = INFINITY;
     int (*build)(struct knap_problem *, const struct layer_cost *, int, int, int64_t, int64_t,
                  int64_t, struct err *) = s->o->whole_layers ? knap_build : knap_build_options;
@@ -772,9 +786,30 @@ static double split_ms(struct search *s, int64_t *memory)
 }
 
 /* The split in s->first, simulated at `ms` with `memory`, becomes the incumbent if better. */
+/* Whether position k may hold layers i..j under a framework's split (its least blocks at the
+ * ends; an even middle: as many layers as position 1, whose range ends where position 2, or
+ * at depth 2 this one, starts), with s->first set up to k. */
+static int range_allowed(const struct search *s, int k, int i, int j)
+{
+    if ((k == 0 && j < s->first_end_min) || (k == s->S - 1 && i > s->last_start_max))
+        return 0;
+    if (!s->even_middle || k < 2 || k > s->S - 2)
+        return 1;
+    return j - i + 1 == (k == 2 ? i : s->first[2]) - s->first[1];
+}
+
+/* The whole split in s->first under range_allowed. */
+static int split_allowed(const struct search *s)
+{
+    for (int k = 0; k < s->S; k++)
+        if (!range_allowed(s, k, s->first[k], k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1))
+            return 0;
+    return 1;
+}
+
 static void keep_if_better(struct search *s, const int *order, double ms, int64_t memory)
 {
-    if (!better(ms, memory, s->best_ms, s->best_memory))
+    if (!better(ms, memory, s->best_ms, s->best_memory) || !split_allowed(s))
         return;
     s->best_ms = ms;
     s->best_memory = memory;
@@ -948,6 +983,8 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         if (k == s->S - 1 && j != s->N - 1)
             continue;
         double rest = *G_at(s, k + 1, j + 1);
+        if (!range_allowed(s, k, i, j))
+            continue;
         /* the child's bound with T at its floor first: when even that is over the limit, the
          * range's knapsack is not needed */
         double f, t = floor_ms(s, k, i, j, r_floor, &f);
@@ -1134,6 +1171,19 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
     s->best_ms = o->cutoff_ms > 0 ? o->cutoff_ms : INFINITY; /* prunes as an incumbent would */
     s->best_memory = INT64_MAX; /* until a leaf is kept: then whether one was kept */
+    s->first_end_min = 0;
+    s->last_start_max = s->N - 1;
+    s->even_middle = o->framework_range != NULL && o->framework_range->f->split == FW_SPLIT_ENDS;
+    if (o->framework_range != NULL) /* its blocks counted from either end */
+        for (int l = 0, b = 0, want = o->framework_range->f->min_blocks; l < s->N && b < want;
+             l++)
+            if (fw_is_block(&c->model, l) && ++b == want)
+                s->first_end_min = l;
+    if (o->framework_range != NULL)
+        for (int l = s->N - 1, b = 0, want = o->framework_range->f->min_blocks; l >= 0 && b < want;
+             l--)
+            if (fw_is_block(&c->model, l) && ++b == want)
+                s->last_start_max = l;
     s->open_bound = INFINITY;
     s->pruned_bound = INFINITY;
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
@@ -1187,7 +1237,8 @@ static int layout_best(struct search *s)
 
 /* The incumbent's split with one layer moved along positions a..b: with dir +1 position a
  * takes the first layer of a + 1, which takes the first of a + 2, ... and b gives one up;
- * dir -1 the other way. 0 when that leaves a position empty. */
+ * dir -1 the other way. 0 when that leaves a position empty or breaks a framework's split
+ * (split_allowed). */
 static int shift_split(struct search *s, int a, int b, int dir)
 {
     memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
@@ -1196,7 +1247,7 @@ static int shift_split(struct search *s, int a, int b, int dir)
     for (int q = a; q <= b; q++)
         if (s->first[q] >= (q + 1 < s->S ? s->first[q + 1] : s->N))
             return 0;
-    return 1;
+    return split_allowed(s);
 }
 
 /* Whether s->first simulates strictly faster than the incumbent (then it becomes it). */

@@ -7,7 +7,7 @@
 # clang, libclang-rt-dev and libomp-dev: the libFuzzer build (tests/fuzz); strace: the test
 # that counts how often each input is opened (tests/test_inputs.c).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libglpk-dev
-          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch
+          libcunit1-dev libcjson-dev libyaml-dev libopenblas-dev gnuplot-nox python3 python3-torch
           python3-pip python3-numpy python3-yaml python3-regex python3-requests python3-tqdm
           python3-filelock python3-packaging python3-typing-extensions
           clang libclang-rt-dev libomp-dev strace)

@@ -657,7 +657,7 @@ static void test_exports(void)
     char *h = write_device_profile("xh.json", "gpt", "H", 5);
     const char *file = write_cluster("x.json", g, GROUP, GROUP, "");
     static const char *const want[4][2] = {
-        {"megatron", "--tensor-model-parallel-size 4 --sequence-parallel"},
+        {"megatron", "--tensor-model-parallel-size 4 \\\n--sequence-parallel"},
         {"colossalai", "# launch on 16 GPUs (tp 4, pp 2, dp 2)"},
         {"nemo", "tensor_model_parallel_size: 4\n  sequence_parallel: True"},
         {"flagscale", "hetero_process_meshes: [4, 1, 1, 2, 2]"},

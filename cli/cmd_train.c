@@ -270,12 +270,10 @@ static void refuse_group(const struct plan *p, const char *plan_file, struct err
 }
 
 /* Loads the plan, once for the whole run (*loaded). A plan of a custom model has each
- * layer's costs but no layers to run, one with tp > 1 is for export, one whose dtype the CPU
- * backend lacks cannot run on CPU stages, and loss scaling options (`scaling`) are for an
- * fp16 model: refused before any MPI work. A plan that does not load is train_run's to
- * report, once its ranks agree (a rank may see another file). */
-static int load_plan(const char *plan_file, const char *device, int scaling, struct plan *p,
-                     int *loaded)
+ * layer's costs but no layers to run, one with tp > 1 is for export, and loss scaling options
+ * (`scaling`) are for an fp16 model: refused before any MPI work. A plan that does not load is
+ * train_run's to report, once its ranks agree (a rank may see another file). */
+static int load_plan(const char *plan_file, int scaling, struct plan *p, int *loaded)
 {
     struct err e;
     err_clear(&e);
@@ -289,8 +287,6 @@ static int load_plan(const char *plan_file, const char *device, int scaling, str
                 "the plan in your framework (ballast plan --export)",
                 plan_file, p->model.name);
     refuse_group(p, plan_file, &e);
-    if (e.code == ERR_OK)
-        train_check_plan(p, plan_file, device, &e);
     if (e.code == ERR_OK && scaling && p->model.dtype != MODEL_DTYPE_FP16)
         err_set(&e, ERR_INPUT, "%s: model.dtype: \"%s\": the loss scaling options are for an "
                 "fp16 model (a %s model trains unscaled)", plan_file,
@@ -350,7 +346,7 @@ int cmd_train(int argc, char **argv)
     int loaded = 0;
     int scaling = 0, rc = parse(argc, argv, &o, &scaling);
     if (rc == ERR_OK && o.plan_file != NULL)
-        rc = load_plan(o.plan_file, o.device, scaling, &plan, &loaded);
+        rc = load_plan(o.plan_file, scaling, &plan, &loaded);
     o.plan = loaded ? &plan : NULL;
     if (saved >= 0) {
         fflush(stderr);

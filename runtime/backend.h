@@ -254,8 +254,6 @@ const struct backend_layer_ops *backend_layers(const struct backend *be, const s
 /* The CPU backend (fp32, bf16 and fp16, both model kinds): `threads` OpenMP threads, OpenBLAS
  * single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
-/* Its dtypes (backend_ops.dtypes), known before any backend starts. */
-unsigned backend_cpu_dtypes(void);
 
 /* The CUDA backend on device `device` (a CUDA ordinal, as in cuda:N): its own stream, cuBLAS
  * handle and workspace, fp32, bf16 and fp16. Makes `device` the calling thread's current device.

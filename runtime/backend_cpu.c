@@ -353,11 +353,6 @@ static const struct backend_ops cpu_ops = {
     .flash = &flash_kernels_cpu,
 };
 
-unsigned backend_cpu_dtypes(void)
-{
-    return cpu_ops.dtypes;
-}
-
 int backend_cpu_init(struct backend *be, int threads, struct err *e)
 {
     if (threads < 1)

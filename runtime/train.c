@@ -304,19 +304,6 @@ int train_stage_on_cuda(const char *device, const struct plan_stage *st)
     return strcmp(st->device_kind, "cuda") == 0;
 }
 
-int train_check_plan(const struct plan *p, const char *plan_file, const char *device,
-                     struct err *e)
-{
-    const struct model *m = &p->model;
-    for (int s = 0; s < p->n_stages; s++)
-        if (!train_stage_on_cuda(device, &p->stages[s]) &&
-            !(backend_cpu_dtypes() & BACKEND_DTYPE_BIT(m->dtype)))
-            return err_set(e, ERR_INPUT, "%s: model.dtype: \"%s\": stages[%d] computes on the "
-                           "CPU, whose backend does not compute %s", plan_file,
-                           model_dtype_name(m->dtype), s, model_dtype_name(m->dtype));
-    return ERR_OK;
-}
-
 /* The GPU readings passed from rank to rank of a node (below): per GPU, the device memory in
  * use when the last rank on it finished starting. */
 struct gpu_reading {

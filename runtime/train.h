@@ -73,10 +73,6 @@ struct train_options {
 /* Whether a stage computes on a GPU: `device` (--device) "cpu" or "cuda", or "auto" for the
  * plan's device_kind. */
 int train_stage_on_cuda(const char *device, const struct plan_stage *st);
-/* Before any MPI work: ERR_INPUT, naming the plan, the stage and the dtype, when a stage that
- * computes on the CPU has a dtype the CPU backend does not compute. */
-int train_check_plan(const struct plan *p, const char *plan_file, const char *device,
-                     struct err *e);
 
 /* In --init and --save-weights with --share: replaced by each job's name. */
 #define TRAIN_JOB_MARK "{job}"

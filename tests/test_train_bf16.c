@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "testutil.h"
 #include "traintest.h"
 
@@ -164,30 +163,6 @@ static void test_llama_flash_bf16_trains(void)
     expect_bf16(&f, &h, &h2, NULL, LLAMA_BF16_LOSS_TOL, "flash llama");
 }
 
-/* A dtype the CPU backend does not compute (backend_cpu_dtypes) is refused before any rank
- * works (exit 2, naming the plan and the stage); one it computes trains. */
-static void test_dtype_refused_first(void)
-{
-    char plan[1024], args[4096];
-    train_plan_gpt("fp16", 64, "fp16", 2, "none", plan, sizeof plan);
-    snprintf(args, sizeof args, "--plan '%s' --threads 1 --steps 1 --quiet", plan);
-    struct train_run r = train_exec(2, RUN_LIMIT_S, args);
-    if (backend_cpu_dtypes() & BACKEND_DTYPE_BIT(MODEL_DTYPE_FP16)) {
-        CU_ASSERT_EQUAL(r.status, 0);
-    } else {
-        char needle[1200];
-        snprintf(needle, sizeof needle, "%s: model.dtype: \"fp16\": stages[0] computes on the CPU",
-                 plan);
-        CU_ASSERT_EQUAL(r.status, 2);
-        CU_ASSERT(r.err != NULL && strstr(r.err, needle) != NULL);
-        CU_ASSERT(r.out != NULL && strstr(r.out, "train:") == NULL); /* no rank started */
-        if (r.status != 2 || r.err == NULL || strstr(r.err, needle) == NULL)
-            fprintf(stderr, "\nfp16 on the CPU: status %d, stderr:\n%s\n", r.status,
-                    r.err ? r.err : "");
-    }
-    train_run_free(&r);
-}
-
 int main(void)
 {
     CU_initialize_registry();
@@ -200,7 +175,5 @@ int main(void)
                 test_llama_bf16_trains);
     CU_add_test(s, "a bf16 Llama with flash attention on CPU ranks likewise",
                 test_llama_flash_bf16_trains);
-    CU_add_test(s, "a dtype the CPU backend lacks is refused before any rank works",
-                test_dtype_refused_first);
     return test_main();
 }

@@ -270,7 +270,8 @@ struct backend {
  * model_layer_kind. */
 const struct backend_layer_ops *backend_layers(const struct backend *be, const struct model *m);
 
-/* The CPU backend (fp32): `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
+/* The CPU backend (fp32, bf16 and fp16, both model kinds): `threads` OpenMP threads, OpenBLAS
+ * single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
 
 /* The CUDA backend on device `device` (a CUDA ordinal, as in cuda:N): its own stream, cuBLAS

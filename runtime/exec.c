@@ -2,6 +2,7 @@
 
 #include "arena_run.h"
 #include "gpt_layers.h"
+#include "progress.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,7 @@ static int span_end(struct executor *x, int kind, int micro, int li, double t0, 
         ms = t1 - t0;
     }
     exec_event(x, kind, micro, x->c.lay->layers[li].layer, t0, t1);
+    progress_tick();
     if (x->c.on_span != NULL)
         x->c.on_span(x, kind, micro, li, ms);
     return ERR_OK;

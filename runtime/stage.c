@@ -68,7 +68,7 @@ static int port_input(struct executor *x, int micro, struct err *e)
     exec_view(x, ch->lo, micro, &v);
     if (ch->vstage == 0) {
         ERR_TRY(exec_mem_add(x, ch->slot_bytes, e));
-        data_batch(r->data, x->step, micro, r->host_tokens, NULL);
+        ERR_TRY(data_batch(r->data, x->step, micro, r->host_tokens, NULL, e));
         ERR_TRY(r->be->ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
     } else {
         int *req = slot_req(r, x->chunk, micro);
@@ -78,7 +78,7 @@ static int port_input(struct executor *x, int micro, struct err *e)
     if (ch->vstage == schedule_virtual_stages(&r->shape) - 1) {
         struct layer_view h;
         exec_view(x, ch->hi - 1, micro, &h);
-        data_batch(r->data, x->step, micro, NULL, r->host_targets);
+        ERR_TRY(data_batch(r->data, x->step, micro, NULL, r->host_targets, e));
         ERR_TRY(r->be->ops->upload(r->be, h.kept[HEAD_TARGETS], r->host_targets, BT * 4, e));
     }
     return ERR_OK;

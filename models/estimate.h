@@ -22,5 +22,9 @@ int estimate_for_framework(const struct device_table *t, const struct device_spe
 /* Floating-point operations of one layer's forward and backward for one micro-batch, as the
  * runtime performs them (also the numerator of MFU). */
 void estimate_layer_flops(const struct model *m, int layer, double *fwd, double *bwd);
+/* The share of a layer's backward FLOPs that its weight-gradient pass takes when the backward
+ * is split (sizes_wgrad_tensors): a block's matrix products' weight gradients; 0 for the
+ * embedding and the head, which do not split. */
+double estimate_wgrad_share(const struct model *m, int layer);
 
 #endif

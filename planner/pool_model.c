@@ -219,7 +219,13 @@ static int load_kind(const cJSON *root, struct pool_model *pm, const struct plan
         pm->link = c.link;
         pm->dp_link = c.dp_link;
         pm->shard_optimizer = c.shard_optimizer;
-        rc = read_sizes(root, pm, e);
+        if (c.schedule_auto || (c.schedule != SCHEDULE_1F1B && c.schedule != SCHEDULE_GPIPE))
+            rc = err_set(e, ERR_INPUT, "%s: schedule: a pool is searched with schedules 1f1b "
+                         "and gpipe (--repartition's); plan another schedule on the cluster of "
+                         "the plan the search writes",
+                         pm->file);
+        if (rc == ERR_OK)
+            rc = read_sizes(root, pm, e);
         pm->model_size = -1;
         for (int i = 0; i < pm->n_sizes; i++)
             pm->model_size = pm->sizes[i] == pm->model.micro_batch ? i : pm->model_size;

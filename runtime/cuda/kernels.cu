@@ -315,7 +315,10 @@ static int matmul_backward(const kctx &k, void *dinp, float *dw, float *dbias, c
         gemm(k, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, w, C, dout, OC, 0.0f, dinp,
              act_type(k), C, e))
         return e->code;
-    // dw^T (C,OC) += inp^T (C,N) dout (N,OC), into fp32
+    // dw^T (C,OC) += inp^T (C,N) dout (N,OC), into fp32; none without dw (a split
+    // backward's input-gradient pass)
+    if (dw == nullptr)
+        return ERR_OK;
     if (gemm(k, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, CUDA_R_32F,
              C, e))
         return e->code;

@@ -83,6 +83,8 @@ double pool_bound(const struct pool_shape *s, const struct pool_summary *sum);
 /* Its part that holds stage 0's end (section (1) below): of the summary, it reads only what
  * does not depend on s->M, so one summary serves every M. */
 double pool_bound_first(const struct pool_shape *s, const struct pool_summary *sum);
+/* pool_bound at s->M from a summary made at any M (its M work + tail made again at s->M). */
+double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether the stages cannot hold the model's state, activations aside. */
 int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether some order of the kinds and split of the layers could step in x ms or less

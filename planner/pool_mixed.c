@@ -66,13 +66,15 @@ struct mix_planned {
     int refuted_N;
 };
 
-/* A shape's capacity under T by pool_could_step (shape_cap_tight), kept. */
+/* A shape's capacity under T by pool_could_step (shape_cap_tight), kept: exact, or only an
+ * upper bound (what a single probe proved). */
 struct mix_tight {
     int used;
     uint64_t code;
     int size;
     double T;
     int64_t cap;
+    int exact;
 };
 
 /* A shape on the table's menu: its code, its capacity under the table's T, and that over the
@@ -81,6 +83,8 @@ struct mix_entry {
     uint64_t code;
     int64_t cap;
     double density;
+    int64_t n[POOL_KINDS_MAX]; /* GPUs a replica takes, per kind */
+    int64_t gpus;
 };
 
 struct mix_key {
@@ -105,6 +109,7 @@ struct mix_state {
     int64_t *per_kind[POOL_KINDS_MAX]; /* without a table: per kind and its GPUs */
     struct mix_entry *menu; /* every shape of some capacity under table_T, densest first */
     int64_t n_menu, cap_menu;
+    int64_t menu_lowered; /* caps lowered since the menu was sorted */
     struct mix_family *family;
     struct mix_planned *planned;
     int64_t n_planned, cap_planned;
@@ -212,6 +217,11 @@ static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double
         else
             hi = mid - 1;
     }
+    /* every stage's end with its tail (pool_bound's (2)) only lowers it: the most M under
+     * lo whose whole bound is under T, looked for downwards (that bound need not rise with
+     * M step by step) */
+    for (s.M = (double)lo; lo > 0 && !(pool_bound_at(&s, &f->sum) < T); s.M = (double)--lo)
+        ;
     return lo;
 }
 
@@ -264,7 +274,7 @@ static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *
         if (t->used && t->code == x->code && t->size == st->size)
             return t;
         if (!t->used) {
-            *t = (struct mix_tight){1, x->code, st->size, -1, 0};
+            *t = (struct mix_tight){1, x->code, st->size, -1, 0, 0};
             st->n_tight++;
             return t;
         }
@@ -273,17 +283,29 @@ static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *
 
 /* shape_cap refined: the most M at which some order and split of x could step under T
  * (pool_could_step, with the family's most favourable costs), kept per shape and computed
- * again once T has fallen MIX_TABLE_STALE below the T it was for. */
-static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, double T)
+ * again once T has fallen MIX_TABLE_STALE below the T it was for. Callers that need only
+ * `at_least` get, when a single probe there fails, an upper bound under it: could_step falls
+ * with M, so one probe refutes every M from at_least up. */
+static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, double T,
+                               int64_t at_least)
 {
     struct mix_tight *t = tight_of(st, x);
-    if (t != NULL && t->T >= T && (t->T <= T * MIX_TABLE_STALE || t->cap == 0))
+    int fresh = t != NULL && t->T >= T && (t->T <= T * MIX_TABLE_STALE || t->cap == 0);
+    if (fresh && (t->exact || t->cap < at_least))
         return t->cap;
-    int64_t lo = 0, hi = shape_cap(st, x, T);
+    int64_t lo = 0, hi = fresh ? t->cap : shape_cap(st, x, T);
     struct pool_shape s;
     const struct mix_family *f;
-    if (hi > 0 && family_shape(st, x, 1, &s, &f))
-        while (lo < hi) { /* could_step(lo) (lo 0: none), not could_step(hi + 1) */
+    int exact = 1;
+    if (hi > 0 && family_shape(st, x, 1, &s, &f)) {
+        if (at_least > 1 && at_least <= hi) { /* one probe first */
+            s.M = (double)at_least;
+            if (pool_could_step(&s, T))
+                lo = at_least;
+            else
+                hi = at_least - 1, exact = 0, lo = hi;
+        }
+        while (exact && lo < hi) { /* could_step(lo) (lo 0: none), not could_step(hi + 1) */
             int64_t mid = lo + (hi - lo + 1) / 2;
             s.M = (double)mid;
             if (pool_could_step(&s, T))
@@ -291,10 +313,10 @@ static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, 
             else
                 hi = mid - 1;
         }
-    else
+    } else
         lo = hi;
     if (t != NULL)
-        t->T = T, t->cap = lo;
+        t->T = T, t->cap = lo, t->exact = exact;
     return lo;
 }
 
@@ -430,7 +452,9 @@ static int table_shape(struct mix_state *st, const struct mix_shape *x, void *ar
         st->menu = grown;
         st->cap_menu = grown_cap;
     }
-    st->menu[st->n_menu++] = (struct mix_entry){x->code, cap, (double)cap / (double)gpus};
+    struct mix_entry *m = &st->menu[st->n_menu++];
+    *m = (struct mix_entry){x->code, cap, (double)cap / (double)gpus, {0}, gpus};
+    memcpy(m->n, x->n, sizeof m->n);
     for (int64_t dp = 1, most = shape_dp_max(st, x, all); dp <= most; dp++) {
         for (int k = 0; k < st->pm->K; k++)
             v[k] = dp * x->n[k];
@@ -461,6 +485,14 @@ static void shape_of_code(const struct mix_state *st, uint64_t code, struct mix_
     }
 }
 
+static void menu_sort(struct mix_state *st)
+{
+    for (int64_t i = 0; i < st->n_menu; i++)
+        st->menu[i].density = (double)st->menu[i].cap / (double)st->menu[i].gpus;
+    qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
+    st->menu_lowered = 0;
+}
+
 /* The table for T (stopped: left incomplete, and not to be used). */
 static int table_build(struct mix_state *st, double T, struct err *e)
 {
@@ -484,7 +516,7 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
-    qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
+    menu_sort(st);
     return ERR_OK;
 }
 
@@ -832,24 +864,25 @@ static int first_ready(struct mix_state *st, struct first *f, struct err *e)
 /* Every second group of shape x beside the first: dp replicas within what is left, taking
  * the micro-batches the first leaves (at least one a replica), each planned and the pair
  * scored when its bound is under T. */
-static int second_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
-                        struct err *e)
+static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t cap,
+                        struct first *f, struct err *e)
 {
-    struct first *f = arg;
     const struct mix_group *a = &f->a;
     if (x->code == a->x.code)
         return ERR_OK; /* one shape: the homogeneous search's */
-    int64_t cap = shape_cap(st, x, mix_T(st));
     int64_t most = min64(shape_dp_max(st, x, f->left), st->B - a->dp);
-    if (cap == 0 || most * cap < st->B - (int64_t)a->dp * f->M)
+    int64_t need = st->B - (int64_t)a->dp * f->M;
+    if (cap == 0 || most * cap < need)
         return ERR_OK;
-    for (int64_t dp = 1; dp <= most && !mix_stopped(st); dp++) {
+    /* fewer replicas than need / cap would each take more than cap */
+    for (int64_t dp = need > cap ? (need + cap - 1) / cap : 1; dp <= most && !mix_stopped(st);
+         dp++) {
         int64_t B1 = min64((int64_t)a->dp * f->M, st->B - dp), B2 = st->B - B1;
         if (B1 <= (int64_t)a->dp * (f->M - 1))
             break; /* the first could not take its M: more seconds leave it less */
         int64_t M2 = (B2 + dp - 1) / dp;
         int N = a->dp + (int)dp;
-        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st)) < M2) ||
+        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st), M2) < M2) ||
             group_bound(st, x, (int)dp, N, M2) >= mix_T(st) ||
             group_refuted(st, x, (int)dp, N, (int)M2))
             continue;
@@ -879,16 +912,35 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
     int64_t left = 0, need = st->B - (int64_t)f->a.dp * f->M;
     for (int k = 0; k < st->pm->K; k++)
         left += f->left[k];
+    if (8 * st->menu_lowered > st->n_menu) /* sorted again by the caps as lowered */
+        menu_sort(st);
     for (int64_t i = 0; i < st->n_menu && !st->skip && !mix_stopped(st); i++) {
-        const struct mix_entry *m = &st->menu[i];
+        struct mix_entry *m = &st->menu[i];
         if (m->density * (double)left < (double)need * MIX_ROUNDING)
             break;
+        /* the most this shape's replicas could take in what is left, by the menu's cap (at
+         * the table's T, at least the best's: no less than the cap there) */
+        int64_t most = st->B - f->a.dp;
+        for (int k = 0; k < st->pm->K && most > 0; k++)
+            if (m->n[k] > 0)
+                most = min64(most, f->left[k] / m->n[k]);
+        if (most < 1 || most * m->cap < need)
+            continue;
         struct mix_shape y;
         shape_of_code(st, m->code, &y);
-        int fits = 1;
-        for (int k = 0; k < st->pm->K; k++)
-            fits &= y.n[k] <= f->left[k];
-        if (fits && second_shape(st, &y, f, e))
+        int64_t cap = st->table_T > mix_T(st) ? shape_cap(st, &y, mix_T(st)) : m->cap;
+        /* its tight capacity at the least M a replica could take here, kept as the entry's
+         * cap: the step to beat only falls while the menu lasts (its density stays, an upper
+         * bound still) */
+        int64_t least = (need + most - 1) / most;
+        if (cap > 0 && least > 1) {
+            int64_t tight = shape_cap_tight(st, &y, mix_T(st), least);
+            st->menu_lowered += tight < m->cap;
+            cap = m->cap = min64(cap, tight);
+        }
+        if (most * cap < need)
+            continue;
+        if (second_shape(st, &y, cap, f, e))
             return e->code;
     }
     return e->code;
@@ -911,7 +963,7 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
     if (cap == 0 || 2 * min64(most * cap, st->B) < st->B)
         return ERR_OK;
-    cap = shape_cap_tight(st, x, mix_T(st));
+    cap = shape_cap_tight(st, x, mix_T(st), (st->B + 2 * most - 1) / (2 * most));
     for (int64_t dp = 1; cap > 0 && dp <= most && !mix_stopped(st); dp++) {
         struct first f = {.a = {.x = *x, .dp = (int)dp}, .floor = st->floors};
         for (int k = 0; k < st->pm->K; k++)
@@ -1125,7 +1177,7 @@ int pool_mixed_group_bound(const struct pool_model *pm, const struct plan_option
                     t.costs[t.used] = &f->own[t.used];
                     t.stages[t.used++] = shape.S[k];
                 }
-            out->cap_least_ms = pool_bound_first(&t, &f->sum);
+            out->cap_least_ms = pool_bound_at(&t, &f->sum);
         }
         cluster_free(&c);
     }

@@ -87,6 +87,13 @@ struct mix_entry {
     int64_t gpus;
 };
 
+/* A shape that could be a pair's first group (taking half the micro-batches or more), and a
+ * lower bound on the step of every pair it leads. */
+struct mix_lead {
+    uint64_t code;
+    double bound;
+};
+
 struct mix_key {
     uint64_t code;
     int dp, M, size;
@@ -116,6 +123,8 @@ struct mix_state {
     struct mix_tight *tight;
     int64_t n_tight, cap_tight;
     double *floors; /* B + 1 of them: struct first's */
+    struct mix_lead *leads; /* the shapes that could lead a pair, least bound first */
+    int64_t n_leads, cap_leads;
     long ticks;
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
@@ -918,14 +927,19 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         struct mix_entry *m = &st->menu[i];
         if (m->density * (double)left < (double)need * MIX_ROUNDING)
             break;
-        /* the most this shape's replicas could take in what is left, by the menu's cap (at
-         * the table's T, at least the best's: no less than the cap there) */
-        int64_t most = st->B - f->a.dp;
-        for (int k = 0; k < st->pm->K && most > 0; k++)
+        /* enough replicas to take what the first leaves at the menu's cap (at the table's
+         * T, at least the best's: no less than the cap there), within what is left */
+        if (m->cap < 1)
+            continue;
+        int64_t replicas = need > m->cap ? (need + m->cap - 1) / m->cap : 1, most = st->B - f->a.dp;
+        int fits = replicas <= most;
+        for (int k = 0; k < st->pm->K; k++)
+            fits &= replicas * m->n[k] <= f->left[k];
+        if (!fits)
+            continue;
+        for (int k = 0; k < st->pm->K; k++)
             if (m->n[k] > 0)
                 most = min64(most, f->left[k] / m->n[k]);
-        if (most < 1 || most * m->cap < need)
-            continue;
         struct mix_shape y;
         shape_of_code(st, m->code, &y);
         int64_t cap = st->table_T > mix_T(st) ? shape_cap(st, &y, mix_T(st)) : m->cap;
@@ -995,13 +1009,79 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     return ERR_OK;
 }
 
+/* ---- the first groups, least bound first ------------------------------------------ */
+
+/* A shape that could lead a pair under the table's T: its bound, pool_bound_first with its
+ * family's costs at the fewest micro-batches a replica of it takes when it leads (half of
+ * them over the most replicas the pool holds): that bound rises with M, and the family's
+ * costs are at most any group's. */
+static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
+                      struct err *e)
+{
+    int64_t all[POOL_KINDS_MAX];
+    struct pool_shape s;
+    const struct mix_family *f;
+    (void)arg;
+    int64_t cap = shape_cap(st, x, st->table_T);
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
+    if (cap == 0 || most < 1 || 2 * min64(most * cap, st->B) < st->B)
+        return ERR_OK;
+    double bound = family_shape(st, x, (st->B + 2 * most - 1) / (2 * most), &s, &f)
+                       ? pool_bound_first(&s, &f->sum)
+                       : 0;
+    if (st->n_leads == st->cap_leads) {
+        int64_t grown_cap = st->cap_leads ? 2 * st->cap_leads : 1024;
+        struct mix_lead *grown = realloc(st->leads, (size_t)grown_cap * sizeof *grown);
+        if (grown == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        st->leads = grown;
+        st->cap_leads = grown_cap;
+    }
+    st->leads[st->n_leads++] = (struct mix_lead){x->code, bound};
+    return ERR_OK;
+}
+
+static int by_bound(const void *pa, const void *pb)
+{
+    const struct mix_lead *a = pa, *b = pb;
+    if (a->bound != b->bound)
+        return a->bound < b->bound ? -1 : 1;
+    return (a->code > b->code) - (a->code < b->code);
+}
+
+/* Every pair, its first groups least bound first, until that bound reaches T: *unsearched,
+ * a lower bound on every pair left unsearched when stopped (INFINITY: none left; 0: the
+ * leads were not all listed). */
+static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
+{
+    int64_t all[POOL_KINDS_MAX];
+    struct mix_shape x = {.code = 0};
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    st->n_leads = 0;
+    *unsearched = 0;
+    if (each_shape(st, &x, 0, 0, all, lead_shape, NULL, e) || st->stopped)
+        return e->code;
+    qsort(st->leads, (size_t)st->n_leads, sizeof *st->leads, by_bound);
+    int64_t i = 0;
+    for (; i < st->n_leads && st->leads[i].bound < mix_T(st) && !mix_stopped(st); i++) {
+        shape_of_code(st, st->leads[i].code, &x);
+        if (first_shape(st, &x, NULL, e))
+            return e->code;
+        if (st->stopped)
+            break; /* this lead's pairs not all searched */
+    }
+    *unsearched = st->stopped && i < st->n_leads ? st->leads[i].bound : INFINITY;
+    return ERR_OK;
+}
+
 /* ---- the search ---------------------------------------------------------------------- */
 
 /* One micro-batch size: its bound (*bound, pairs_bound's), then its pairs. */
 static int search_size(struct mix_state *st, double *bound, struct err *e)
 {
-    int64_t all[POOL_KINDS_MAX];
-    struct mix_shape x = {.code = 0};
     st->B = pool_model_batches(st->pm, st->size);
     *bound = INFINITY;
     free(st->floors);
@@ -1018,12 +1098,11 @@ static int search_size(struct mix_state *st, double *bound, struct err *e)
         *bound = 0;
     if (table_build(st, isinf(hi) ? INFINITY : hi, e))
         return e->code;
-    for (int k = 0; k < st->pm->K; k++)
-        all[k] = st->pm->kind[k].count;
-    if (each_shape(st, &x, 0, 0, all, first_shape, NULL, e))
+    double unsearched;
+    if (search_leads(st, &unsearched, e))
         return e->code;
-    if (!st->stopped) /* every pair that could beat T was searched */
-        *bound = fmax(*bound, fmin(mix_T(st), st->best_ms));
+    /* the pairs searched step no faster than the best or T; the others than their leads */
+    *bound = fmax(*bound, fmin(unsearched, fmin(mix_T(st), st->best_ms)));
     return ERR_OK;
 }
 
@@ -1080,6 +1159,8 @@ static void mix_free(struct mix_state *st)
     st->table = NULL;
     free(st->menu);
     st->menu = NULL;
+    free(st->leads);
+    st->leads = NULL;
     for (int k = 0; k < POOL_KINDS_MAX; k++) {
         free(st->per_kind[k]);
         st->per_kind[k] = NULL;

@@ -441,18 +441,31 @@ static int each_shape(struct mix_state *st, struct mix_shape *x, int k, int used
     return ERR_OK;
 }
 
+/* Every group of the menu's entry m: its capacity into the table. */
+static void menu_put(struct mix_state *st, const struct mix_entry *m)
+{
+    int64_t most = st->B - 1, v[POOL_KINDS_MAX];
+    for (int k = 0; k < st->pm->K; k++)
+        if (m->n[k] > 0)
+            most = min64(most, st->pm->kind[k].count / m->n[k]);
+    for (int64_t dp = 1; dp <= most; dp++) {
+        for (int k = 0; k < st->pm->K; k++)
+            v[k] = dp * m->n[k];
+        table_put(st, v, min64(dp * m->cap, st->B));
+    }
+}
+
 /* Every group of shape x: its capacity into the table. */
 static int table_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
                        struct err *e)
 {
     const double *T = arg;
-    int64_t all[POOL_KINDS_MAX], v[POOL_KINDS_MAX];
     st->r->shapes++;
     int64_t cap = shape_cap(st, x, *T), gpus = 0;
     if (cap == 0)
         return ERR_OK;
     for (int k = 0; k < st->pm->K; k++)
-        all[k] = st->pm->kind[k].count, gpus += x->n[k];
+        gpus += x->n[k];
     if (st->n_menu == st->cap_menu) {
         int64_t grown_cap = st->cap_menu ? 2 * st->cap_menu : 1024;
         struct mix_entry *grown = realloc(st->menu, (size_t)grown_cap * sizeof *grown);
@@ -464,11 +477,7 @@ static int table_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     struct mix_entry *m = &st->menu[st->n_menu++];
     *m = (struct mix_entry){x->code, cap, (double)cap / (double)gpus, {0}, gpus};
     memcpy(m->n, x->n, sizeof m->n);
-    for (int64_t dp = 1, most = shape_dp_max(st, x, all); dp <= most; dp++) {
-        for (int k = 0; k < st->pm->K; k++)
-            v[k] = dp * x->n[k];
-        table_put(st, v, min64(dp * cap, st->B));
-    }
+    menu_put(st, m);
     return ERR_OK;
 }
 
@@ -502,6 +511,35 @@ static void menu_sort(struct mix_state *st)
     st->menu_lowered = 0;
 }
 
+/* The table cleared (0: stopped first). */
+static int table_clear(struct mix_state *st)
+{
+    const struct pool_model *pm = st->pm;
+    for (int64_t at = 0; st->table != NULL && at < st->cells; at += MIX_TABLE_CHUNK) {
+        if (table_past(st))
+            return 0;
+        int64_t n = st->cells - at < MIX_TABLE_CHUNK ? st->cells - at : MIX_TABLE_CHUNK;
+        memset(st->table + at, 0, (size_t)n * sizeof *st->table);
+    }
+    if (table_past(st))
+        return 0;
+    for (int k = 0; st->table == NULL && k < pm->K; k++)
+        memset(st->per_kind[k], 0, (size_t)(pm->kind[k].count + 1) * sizeof *st->per_kind[k]);
+    return 1;
+}
+
+/* The menu sorted again by its caps as lowered (density their upper bound while unsorted),
+ * and the table made again from them: any group's capacity is still at most its entry's. */
+static void menu_tighten(struct mix_state *st)
+{
+    menu_sort(st);
+    if (!table_clear(st))
+        return;
+    for (int64_t i = 0; i < st->n_menu; i++)
+        menu_put(st, &st->menu[i]);
+    table_close(st);
+}
+
 /* The table for T (stopped: left incomplete, and not to be used). */
 static int table_build(struct mix_state *st, double T, struct err *e)
 {
@@ -510,16 +548,8 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     struct mix_shape x = {.code = 0};
     for (int k = 0; k < pm->K; k++)
         all[k] = pm->kind[k].count;
-    for (int64_t at = 0; st->table != NULL && at < st->cells; at += MIX_TABLE_CHUNK) {
-        if (table_past(st))
-            return ERR_OK;
-        int64_t n = st->cells - at < MIX_TABLE_CHUNK ? st->cells - at : MIX_TABLE_CHUNK;
-        memset(st->table + at, 0, (size_t)n * sizeof *st->table);
-    }
-    if (table_past(st))
+    if (!table_clear(st))
         return ERR_OK;
-    for (int k = 0; st->table == NULL && k < pm->K; k++)
-        memset(st->per_kind[k], 0, (size_t)(pm->kind[k].count + 1) * sizeof *st->per_kind[k]);
     st->table_T = T;
     st->n_menu = 0;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
@@ -921,8 +951,8 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
     int64_t left = 0, need = st->B - (int64_t)f->a.dp * f->M;
     for (int k = 0; k < st->pm->K; k++)
         left += f->left[k];
-    if (8 * st->menu_lowered > st->n_menu) /* sorted again by the caps as lowered */
-        menu_sort(st);
+    if (8 * st->menu_lowered > st->n_menu)
+        menu_tighten(st);
     for (int64_t i = 0; i < st->n_menu && !st->skip && !mix_stopped(st); i++) {
         struct mix_entry *m = &st->menu[i];
         if (m->density * (double)left < (double)need * MIX_ROUNDING)

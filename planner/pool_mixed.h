@@ -17,12 +17,17 @@
  * pool's GPU counts holds the most any one group fitting them can take; with it, whether any
  * pair of groups could step under T takes one pass over the groups. The search explores the
  * pairs that could at T = best / (1 + search gap) (the best the homogeneous search found, then
- * its own), the group of more capacity first, each split of the micro-batches from the
- * balanced one outwards, refining each group's bound at its M (pool_could_step) before
- * planning it with the best as its --repartition cutoff. A group's pipeline is planned for its
- * step alone (the reduction it shares with the other group is replicas_step's). Its lower
- * bound: T when it explored every such pair; else the least T at which the table allows a
- * pair (found by bisection before the search). */
+ * its own). A pair's first group takes half the micro-batches or more; the shapes that could
+ * lead a pair are taken least bound first (pool_bound_first at the fewest micro-batches a
+ * leading replica takes), until that bound reaches T. Beside each first group (every dp and
+ * M its bounds allow), seconds come from a menu of shapes densest first, filtered by their
+ * capacities (each lowered to its pool_could_step capacity once probed, and kept), each group's
+ * bound refined at its M (pool_could_step) before planning it with the best as its
+ * --repartition cutoff. A group's pipeline is planned for its step alone (the reduction it
+ * shares with the other group is replicas_step's). Its lower bound: T when it explored every
+ * such pair; stopped at --time-limit, the least of T and the bound of the first lead it did
+ * not finish, or the least T at which the table allows a pair (found by bisection before
+ * the search), whichever is more. */
 #ifndef BALLAST_POOL_MIXED_H
 #define BALLAST_POOL_MIXED_H
 

@@ -84,7 +84,7 @@ void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer
     out->known = 1;
 }
 
-#define POOL_COSTS_WAYS 4
+#define POOL_COSTS_WAYS 32
 
 struct pool_costs_slot {
     int dp, replicas; /* 0: empty */
@@ -427,7 +427,8 @@ static double least_recompute_ms(const struct pool_shape *s, const struct prefix
  * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
  * layer. */
 static int split_could_step(const struct pool_shape *s, const struct prefixes *p,
-                            const int *kind_at, int S, double x, double *nxt, double *cur)
+                            const int *kind_at, const int *in_flights, int S, double x,
+                            double *nxt, double *cur)
 {
     int L = s->L, one_f_one_b = s->schedule == SCHEDULE_1F1B;
     double latency = s->costs[0]->latency_ms;
@@ -437,7 +438,7 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
         nxt[k] = k == L ? 0 : INFINITY;
     for (int b = S - 1; b >= 0; b--) {
         int u = kind_at[b], first = b, last = L - (S - b); /* a layer for every position */
-        int in_flight = schedule_in_flight(s->schedule, S, b, (int)s->M);
+        int in_flight = in_flights[b];
         double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
         for (int i = 0; i <= L; i++)
             cur[i] = INFINITY;
@@ -471,15 +472,17 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
 /* The orders of the kinds, order[0..depth) fixed and the kinds in `left` (a bit each) to
  * come: whether some split of one could step in x. */
 static int some_order(const struct pool_shape *s, const struct prefixes *p, int *order,
-                      int depth, unsigned left, int *kind_at, double x, double *at)
+                      int depth, unsigned left, int *kind_at, const int *in_flights, double x,
+                      double *at)
 {
     if (left == 0)
-        return split_could_step(s, p, kind_at, positions(s, order, kind_at), x, at,
+        return split_could_step(s, p, kind_at, in_flights, positions(s, order, kind_at), x, at,
                                 at + s->L + 1);
     for (int u = 0; u < s->used; u++)
         if (left >> u & 1) {
             order[depth] = u;
-            if (some_order(s, p, order, depth + 1, left & ~(1u << u), kind_at, x, at))
+            if (some_order(s, p, order, depth + 1, left & ~(1u << u), kind_at, in_flights, x,
+                           at))
                 return 1;
         }
     return 0;
@@ -491,15 +494,19 @@ int pool_could_step(const struct pool_shape *s, double x)
     int order[POOL_KINDS_MAX], S = 0;
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
-    int *kind_at = malloc((size_t)S * sizeof *kind_at);
+    int *kind_at = malloc(2 * (size_t)S * sizeof *kind_at);
     double *at = malloc(2 * ((size_t)s->L + 1) * sizeof *at);
     if (kind_at == NULL || at == NULL || prefixes_make(s, &p)) {
         free(kind_at);
         free(at);
         return 1; /* nothing proved */
     }
+    int *in_flights = kind_at + S; /* per position, whatever the order */
+    for (int b = 0; b < S; b++)
+        in_flights[b] = schedule_in_flight(s->schedule, S, b, (int)s->M);
     /* rounding never leaves out a split that steps in x */
-    int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, x * (1 + 1e-9), at);
+    int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
+                           x * (1 + 1e-9), at);
     free(p.block);
     free(kind_at);
     free(at);

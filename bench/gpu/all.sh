@@ -9,12 +9,12 @@
 #             CUDA, NCCL data parallelism (skipped on one GPU), profiler.torch on CUDA;
 #   schedules `ballast train --device cuda` on 2 ranks of one GPU (host-staged MPI) under every
 #             schedule: each one's losses, to be equal across schedules;
-#   profiles  `ballast profile --device cuda:0` of GPT and Llama shapes in bf16 and fp16
-#             (bench/gpu/compare_profiles.py sets them against the estimates afterwards);
+#   profiles  `ballast profile --device cuda:0` of GPT and Llama shapes (PROFILES), to set
+#             against the estimates for the same GPU afterwards;
 #   block     a Llama block's activation memory measured by PyTorch (block_memory.py), to set
 #             against `ballast profile --estimate --for megatron`;
 #   mixed     four ranks on one GPU with per-rank memory limits (mixed.sh);
-#   torch     Ballast against PyTorch eager and torch.compile (run.sh, bf16, shortened).
+#   torch     Ballast against PyTorch eager and torch.compile (run.sh, bf16, MODELS, REPEATS).
 # usage, on the GPU machine from the tree's root, the pack carried (bench/gpu/README.md):
 #   bench/gpu/all.sh OUT [PART ...]     (default every part; LIMIT_<part>=SECONDS)
 set -uo pipefail
@@ -74,13 +74,22 @@ JSON
 }
 
 part_profiles() {
-  local w=$res/profiles rc=0
+  # MODEL:SECONDS each; a name ending in -flash is the model with flash attention (the
+  # materialised T x T probabilities make a 4096-token Llama's memory scan take minutes)
+  local w=$res/profiles rc=0 m limit model
   mkdir -p "$w"
-  for m in gpt-1.3b llama2-7b gpt-1.3b-fp16 llama2-7b-fp16; do
-    echo "-- $m $(date -u +%T)"
-    timeout -k 5 40 "$B" profile --model "configs/models/$m.json" --device cuda:0 \
-      --repeats 3 -o "$w/$m.json" > "$w/$m.log" 2>&1 || rc=1
-    tail -3 "$w/$m.log"
+  for entry in ${PROFILES:-gpt-350m:50 llama2-7b-flash:100}; do
+    m=${entry%%:*} limit=${entry##*:} model=configs/models/$m.json
+    if [ "${m%-flash}" != "$m" ]; then
+      model=$w/$m.model.json
+      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m['attention']='flash'; \
+        m['name']=sys.argv[3]; json.dump(m, open(sys.argv[2], 'w'))" \
+        "configs/models/${m%-flash}.json" "$model" "$m"
+    fi
+    echo "-- $m (limit $limit s) $(date -u +%T)"
+    timeout -k 5 "$limit" "$B" profile --model "$model" --device cuda:0 --repeats 3 \
+      -o "$w/$m.json" > "$w/$m.log" 2>&1 || rc=1
+    tail -n 3 "$w/$m.log"
     save
   done
   return $rc
@@ -98,18 +107,19 @@ part_block() {
 part_mixed() { OUT=$res bench/gpu/mixed.sh "$BALLAST_BUILD"; }
 
 part_torch() {
-  OUT=$res DTYPES=bf16 REPEATS=2 STEPS=5 bench/gpu/run.sh "$BALLAST_BUILD"
+  OUT=$res DTYPES=bf16 REPEATS=${REPEATS:-2} STEPS=5 MODELS=${MODELS:-configs/models/gpt-125m.json} \
+    bench/gpu/run.sh "$BALLAST_BUILD"
 }
 
 # about 8 minutes in all, the setup included
-declare -A limit=([tests]=120 [schedules]=30 [profiles]=110 [block]=30 [mixed]=50 [torch]=130)
+declare -A limit=([tests]=90 [schedules]=30 [profiles]=150 [block]=30 [mixed]=45 [torch]=130)
 for p in $parts; do
   l=${limit[$p]:-60}
   v=LIMIT_$p; l=${!v:-$l}
   echo "== $p (limit $l s) $(date -u +%T)"
   start=$SECONDS
   export -f "part_$p" save
-  export B BALLAST_BUILD res est_device out
+  export B BALLAST_BUILD res est_device out PROFILES MODELS REPEATS
   timeout -k 5 "$l" bash -c "part_$p"
   rc=$?
   echo "== $p: exit $rc after $((SECONDS - start)) s"

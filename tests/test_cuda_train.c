@@ -136,8 +136,13 @@ static int setup(void)
     make_plan(FLASH_1, "fl32", 1, "none");
     make_plan(FLASH_2, "fl32", 2, "none");
     make_plan(FLASH16_2, "fl16", 2, "none");
-    /* flash has no attn option: the MLP's, whole blocks, and whole embed and head */
-    static const char *const flash_choice[6] = {"full", "mlp", "full", "mlp", NULL, "full"};
+    /* flash has no attn option: the MLP's, whole blocks, and the whole embed. Not the head:
+     * a last stage whose largest transient is the head's and whose largest workspace is a
+     * block's peaks under its plan by the gap docs/runtime.md describes (the cost model adds
+     * the two), CPU and GPU alike: with the head recomputed here stage 1 peaked at 18712576
+     * of 19240960 planned bytes (2.7%) on both, over train_ok's 2%; with block.3 whole
+     * instead, 1.4% on the CPU. The FULL plans recompute the head. */
+    static const char *const flash_choice[6] = {"full", "mlp", "full", "mlp", "full", NULL};
     plan_with_choices(FLASH_2, FLASH_2_OPTS, flash_choice);
     plan_with_choices(FLASH16_2, FLASH16_2_OPTS, flash_choice);
     make_plan(FP32_1, "f32", 1, "none");

@@ -69,6 +69,11 @@ int train_metrics_read(const char *file, struct train_metrics *m);
 int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const char *metrics_name,
              struct train_metrics *m);
 
+/* Plan tmpdir/NAME: plan `from` whose stage `s` looks planned from a profile that under-states
+ * memory (every byte count zero), with memory_limit_bytes `limit`: consistent, fitting on
+ * paper, and refused by the runtime's own sizes. Its path (test_write's buffer). */
+const char *train_plan_understated(const char *from, int s, long long limit, const char *name);
+
 /* Writes plan `to`: plan `from` whose layers take the given choices by global layer ("attn",
  * "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory, recompute and stage time from
  * the cost model: a consistent plan that makes the runtime apply exactly these options. */

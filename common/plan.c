@@ -117,8 +117,7 @@ cJSON *plan_to_json(const struct plan *p)
             cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
         plan_offload_to_json(st, so);
         plan_group_to_json(st, so);
-        cJSON_AddStringToObject(so, "optimizer",
-                                st->optimizer == COST_PLACE_HOST ? "host" : "device");
+        plan_optimizer_to_json(st, so);
         cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
         for (int l = 0; l < plan_stage_layer_count(st); l++)
             cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
@@ -198,24 +197,6 @@ static int read_options(const cJSON *so, const char *file, const char *path,
 }
 
 /* The stage's arena, when the plan lays one out. */
-/* "optimizer": "device" (also when absent) or "host". */
-static int read_optimizer(const cJSON *so, const char *file, const char *path,
-                          struct plan_stage *st, struct err *e)
-{
-    st->optimizer = COST_PLACE_DEVICE;
-    if (cJSON_GetObjectItemCaseSensitive(so, "optimizer") == NULL)
-        return ERR_OK;
-    const char *place;
-    if (jsonio_str(so, file, path, "optimizer", &place, e))
-        return e->code;
-    if (strcmp(place, "host") == 0)
-        st->optimizer = COST_PLACE_HOST;
-    else if (strcmp(place, "device") != 0)
-        return err_set(e, ERR_INPUT, "%s: %s.optimizer: \"%s\" (expected \"device\" or \"host\")",
-                       file, path, place);
-    return ERR_OK;
-}
-
 static int read_arena(const cJSON *so, const char *file, const char *path, struct plan_stage *st,
                       struct err *e)
 {
@@ -340,7 +321,8 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
             return e->code;
     }
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
-        read_optimizer(so, file, path, st, e) || plan_optimizer_check(file, path, st, e))
+        plan_optimizer_from_json(so, file, path, st, e) ||
+        plan_optimizer_check(file, path, st, e))
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
@@ -355,7 +337,8 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                        "%s: %s.memory_bytes: %lld, but the cost model gives %lld for these "
                        "layers and recompute set",
                        file, path, (long long)st->memory_bytes, (long long)c.memory_bytes);
-    if (plan_offload_check(&c, file, path, st, e))
+    if (plan_offload_check(&c, file, path, st, e) ||
+        plan_optimizer_fraction_check(so, file, path, st, e))
         return e->code;
     if (fabs(c.stage_ms - st->stage_ms) > 1e-6 + 1e-9 * c.stage_ms ||
         fabs(c.recompute_ms - st->recompute_ms) > 1e-6 + 1e-9 * c.recompute_ms)

@@ -33,6 +33,9 @@ int plan_group_from_json(const cJSON *so, const char *file, const char *path,
         return e->code;
     st->tp = (int)tp;
     st->dp = (int)dp;
+    /* the layer costs are one replica's share of a sharded optimizer state (cost.h) */
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        st->layers[l].optimizer_shards = st->shard_optimizer && dp > 1 ? (int)dp : 1;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(so, "dp_link");
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, "dp_link");

@@ -54,6 +54,10 @@ struct layer_cost {
     int64_t param_bytes, grad_bytes, optimizer_bytes;
     double optimizer_ms;      /* one AdamW step of the layer on the device; 0 when absent */
     double host_optimizer_ms; /* the same on the host's cores; 0 when absent */
+    /* ZeRO-1: the data-parallel replicas whose shares of the optimizer state make the whole,
+     * optimizer_bytes being one share (cost_group_layer; a plan stage's dp when it shards);
+     * 0 or 1: not sharded. Not a file field. */
+    int optimizer_shards;
 };
 
 struct device_info {

@@ -663,10 +663,13 @@ static int export_megatron(FILE *f, struct export *x, struct err *e)
     }
     if (mo.offloads)
         megatron_offload_args(f, &first, &mo);
-    if (p->stages[0].optimizer == COST_PLACE_HOST) /* every stage's (refuse_host_optimizer) */
-        megatron_arg(f, &first, "--optimizer-cpu-offload --optimizer-offload-fraction 1.0 "
-                                "--use-precision-aware-optimizer%s",
-                     "");
+    if (p->stages[0].optimizer == COST_PLACE_HOST) { /* every stage's (refuse_host_optimizer) */
+        char frac[32];
+        snprintf(frac, sizeof frac, "%.4g", plan_stage_optimizer_fraction(&p->stages[0]));
+        megatron_arg(f, &first, "--optimizer-cpu-offload --optimizer-offload-fraction %s "
+                                "--use-precision-aware-optimizer",
+                     strcmp(frac, "1") == 0 ? "1.0" : frac);
+    }
     fprintf(f, "\n");
     return ERR_OK;
 }
@@ -780,23 +783,33 @@ static int refuse_offload(const struct plan *p, const char *format, struct err *
 
 /* The optimizer's place is per stage in a plan. Megatron-LM takes one global switch and
  * fraction (--optimizer-cpu-offload, --optimizer-offload-fraction: each rank moves that share
- * of its own optimizer state), so it says "every stage" or "none" exactly; the other formats
- * have no such setting. Anything else is refused: a config with the optimizer on the device
- * would not fit where the plan needed the host. */
+ * of its own optimizer state), so it says "every stage, the same share" or "none" exactly;
+ * the other formats have no such setting. Anything else is refused: a config with the
+ * optimizer on the device would not fit where the plan needed the host. */
 static int refuse_host_optimizer(const struct plan *p, const char *format, struct err *e)
 {
-    int hosted = 0, first = -1;
+    int hosted = 0, first = -1, same = 1;
     int64_t mirror = 0;
     for (int s = 0; s < p->n_stages; s++)
         if (p->stages[s].optimizer == COST_PLACE_HOST) {
+            const struct plan_stage *st = &p->stages[s];
             hosted++;
             first = first < 0 ? s : first;
-            for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++)
-                mirror += cost_layer_mirror(&p->stages[s].layers[l]);
+            mirror += cost_stage_mirror(st->layers, plan_stage_layer_count(st),
+                                        st->optimizer_from);
+            same &= fabs(plan_stage_optimizer_fraction(st) -
+                         plan_stage_optimizer_fraction(&p->stages[0])) < 1e-4;
         }
     int megatron = strcmp(format, "megatron") == 0;
-    if (hosted == 0 || (megatron && hosted == p->n_stages))
+    if (hosted == 0 || (megatron && hosted == p->n_stages && same))
         return ERR_OK;
+    if (megatron && hosted == p->n_stages)
+        return err_set(e, ERR_INPUT,
+                       "--export megatron: the stages keep different shares of their optimizer "
+                       "on the host (stage 0 %.3g, and others not), which Megatron-LM cannot "
+                       "be told (--optimizer-offload-fraction is global); plan with --actions "
+                       "optimizer instead of optimizer-fraction to export",
+                       plan_stage_optimizer_fraction(&p->stages[0]));
     return err_set(e, ERR_INPUT,
                    "--export %s: %d of %d stages (the first: stage %d) keep their optimizer on "
                    "the host, %lld bytes of host mirror in all, which %s; plan without "

@@ -6,6 +6,7 @@
 #include "sim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void set_block(struct plan_stage *st, int n)
@@ -188,13 +189,117 @@ static int optimal_with_offload(struct plan *p, const struct plan_options *o, st
     return rc;
 }
 
-static int method_optimal(struct plan *p, const struct plan_options *o, struct err *e)
+static int optimal_actions(struct plan *p, const struct plan_options *o, struct err *e)
 {
     if (o->actions == PLAN_ACTION_RECOMPUTE)
         return optimal_recompute(p, o, e);
     if (!(o->actions & PLAN_ACTION_RECOMPUTE))
         return offload_choose(p, o, e);
     return optimal_with_offload(p, o, e);
+}
+
+/* Every stage's actions, kept while another search runs on the same plan. */
+struct snapshot {
+    unsigned char *recompute, *place;
+    signed char *option;
+    int *ahead, *from;
+    enum cost_place *optimizer;
+};
+
+static void snapshot_free(struct snapshot *k)
+{
+    free(k->recompute);
+    free(k->place);
+    free(k->option);
+    free(k->ahead);
+    free(k->from);
+    free(k->optimizer);
+}
+
+static int snapshot_take(const struct plan *p, struct snapshot *k, struct err *e)
+{
+    size_t L = 0, S = (size_t)p->n_stages;
+    for (int s = 0; s < p->n_stages; s++)
+        L += (size_t)plan_stage_layer_count(&p->stages[s]);
+    *k = (struct snapshot){malloc(L), malloc(L), malloc(L), malloc(L * sizeof(int)),
+                           malloc(S * sizeof(int)), malloc(S * sizeof(enum cost_place))};
+    if (!k->recompute || !k->place || !k->option || !k->ahead || !k->from || !k->optimizer) {
+        snapshot_free(k);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    for (size_t s = 0, at = 0; s < S; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        size_t n = (size_t)plan_stage_layer_count(st);
+        memcpy(k->recompute + at, st->recompute, n);
+        memcpy(k->place + at, st->place, n);
+        memcpy(k->option + at, st->offload_option, n);
+        memcpy(k->ahead + at, st->prefetch_ahead, n * sizeof(int));
+        k->optimizer[s] = st->optimizer;
+        k->from[s] = st->optimizer_from;
+        at += n;
+    }
+    return ERR_OK;
+}
+
+static void snapshot_put(struct plan *p, const struct snapshot *k)
+{
+    for (size_t s = 0, at = 0; s < (size_t)p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        size_t n = (size_t)plan_stage_layer_count(st);
+        memcpy(st->recompute, k->recompute + at, n);
+        memcpy(st->place, k->place + at, n);
+        memcpy(st->offload_option, k->option + at, n);
+        memcpy(st->prefetch_ahead, k->ahead + at, n * sizeof(int));
+        st->optimizer = k->optimizer[s];
+        st->optimizer_from = k->from[s];
+        at += n;
+    }
+}
+
+static int simulated_ms(const struct plan *p, double *ms, struct err *e)
+{
+    struct sim_result r;
+    if (sim_plan(p, &r, e))
+        return e->code;
+    *ms = r.iteration_ms;
+    sim_result_free(&r);
+    return ERR_OK;
+}
+
+/* --actions ...,optimizer-fraction: the plan with whole optimizers on the host or none
+ * (--actions ...,optimizer's), then the search with the fractions too, kept only where it
+ * simulates faster: a fraction never gives a slower plan than the whole optimizer. */
+static int optimal_with_fraction(struct plan *p, const struct plan_options *o, struct err *e)
+{
+    struct plan_options whole = *o;
+    struct snapshot k;
+    double before = INFINITY, after = INFINITY;
+    whole.actions &= ~PLAN_ACTION_OPTIMIZER_FRACTION;
+    int rc = optimal_actions(p, &whole, e);
+    if (rc == ERR_NOFIT) { /* a fraction on the host may fit where neither place did */
+        err_clear(e);
+        return optimal_actions(p, o, e);
+    }
+    if (rc || simulated_ms(p, &before, e) || snapshot_take(p, &k, e))
+        return e->code ? e->code : rc;
+    rc = optimal_actions(p, o, e);
+    if (rc == ERR_OK)
+        rc = simulated_ms(p, &after, e);
+    if (rc == ERR_NOFIT) {
+        err_clear(e);
+        rc = ERR_OK;
+    }
+    if (rc == ERR_OK && !(after < before))
+        snapshot_put(p, &k);
+    snapshot_free(&k);
+    return rc;
+}
+
+static int method_optimal(struct plan *p, const struct plan_options *o, struct err *e)
+{
+    if (o->actions & PLAN_ACTION_OPTIMIZER_FRACTION)
+        return optimal_with_fraction(p, o, e);
+    return optimal_actions(p, o, e);
 }
 
 static const struct method methods[] = {

@@ -22,16 +22,18 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
             actions |= PLAN_ACTION_OFFLOAD;
         else if (len == 9 && strncmp(at, "optimizer", 9) == 0)
             actions |= PLAN_ACTION_OPTIMIZER;
+        else if (len == 18 && strncmp(at, "optimizer-fraction", 18) == 0)
+            actions |= PLAN_ACTION_OPTIMIZER | PLAN_ACTION_OPTIMIZER_FRACTION;
         else
             return err_set(e, ERR_INPUT,
                            "--actions: \"%s\": expected recompute, offload, optimizer, "
-                           "comma-separated",
+                           "optimizer-fraction, comma-separated",
                            text);
         at += len + (at[len] == ',');
     }
     if (actions == 0)
-        return err_set(e, ERR_INPUT,
-                       "--actions: empty, expected recompute, offload, optimizer, comma-separated");
+        return err_set(e, ERR_INPUT, "--actions: empty, expected recompute, offload, optimizer, "
+                                     "optimizer-fraction, comma-separated");
     o->actions = actions;
     return ERR_OK;
 }
@@ -39,7 +41,9 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
 int offload_options_check(const struct plan_options *o, struct err *e)
 {
     if (o->actions < 1 ||
-        o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER))
+        o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER |
+                      PLAN_ACTION_OPTIMIZER_FRACTION) ||
+        ((o->actions & PLAN_ACTION_OPTIMIZER_FRACTION) && !(o->actions & PLAN_ACTION_OPTIMIZER)))
         return err_set(e, ERR_INPUT, "plan options: actions %d", o->actions);
     if (o->actions == PLAN_ACTION_RECOMPUTE)
         return ERR_OK;
@@ -76,6 +80,7 @@ struct candidate {
     struct sim_layer *layers; /* n, used when it offloads or hosts its optimizer */
     double recompute_ms;
     enum cost_place optimizer;
+    int optimizer_from;
 };
 
 struct stage_search {
@@ -234,10 +239,23 @@ static double combinations(const struct stage_search *ss)
     return c;
 }
 
+/* How much of its optimizer a candidate hosts, in an order where fewer layers come first. */
+static int hosted(const struct candidate *c)
+{
+    if (c->optimizer != COST_PLACE_HOST)
+        return 0;
+    return c->optimizer_from > 0 ? (1 << 30) - c->optimizer_from : 1 << 30;
+}
+
+/* Less recompute first; of equals, where one hosts a fraction of its optimizer, the one
+ * hosting less (a list without fractions sorts as before they existed). */
 static int by_recompute(const void *a, const void *b)
 {
     const struct candidate *x = a, *y = b;
-    return (x->recompute_ms > y->recompute_ms) - (x->recompute_ms < y->recompute_ms);
+    int r = (x->recompute_ms > y->recompute_ms) - (x->recompute_ms < y->recompute_ms);
+    int split = (x->optimizer == COST_PLACE_HOST && x->optimizer_from > 0) ||
+                (y->optimizer == COST_PLACE_HOST && y->optimizer_from > 0);
+    return r != 0 || !split ? r : (hosted(x) > hosted(y)) - (hosted(x) < hosted(y));
 }
 
 /* i is no better than j on every layer (recompute and copy bytes). */
@@ -394,7 +412,9 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     c->sim.n_layers = offloads ? n : 0;
     c->sim.layers = c->layers;
     c->optimizer = st->optimizer;
-    sim_stage_optimizer(st->layers, n, st->optimizer, &st->host_link, &c->sim, c->layers);
+    c->optimizer_from = st->optimizer_from;
+    sim_stage_optimizer_from(st->layers, n, st->optimizer, st->optimizer_from, &st->host_link,
+                             &c->sim, c->layers);
     return ERR_OK;
 }
 
@@ -433,41 +453,72 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
     return rc;
 }
 
+static void candidates_free(struct candidate *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        candidate_free(&c[i]);
+    free(c);
+}
+
+/* Stage s's candidates with its optimizer on the host from layer `from` on, appended to
+ * (*all, *n_all) when the stage may host it. */
+static int host_candidates(const struct plan *p, int s, int from, const struct plan_options *o,
+                           struct candidate **all, int *n_all, struct err *e)
+{
+    struct optimizer_view v;
+    struct candidate *host = NULL;
+    int n_host = 0, rc;
+    if (!optimizer_host_possible_from(p, s, from, NULL))
+        return ERR_OK;
+    if (optimizer_view_init_from(p, s, from, &v, e))
+        return e->code;
+    rc = stage_candidates(&v.plan, s, o, &host, &n_host, e);
+    optimizer_view_free(&v);
+    if (rc == ERR_NOFIT) {
+        err_clear(e);
+        free(host);
+        return ERR_OK;
+    }
+    if (rc)
+        return rc;
+    struct candidate *grown = realloc(*all, (size_t)(*n_all + n_host) * sizeof *grown);
+    if (grown == NULL) {
+        candidates_free(host, n_host);
+        return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
+    }
+    memcpy(grown + *n_all, host, (size_t)n_host * sizeof *host);
+    free(host);
+    *all = grown;
+    *n_all += n_host;
+    return ERR_OK;
+}
+
 /* Stage s's candidates with its optimizer on the device, then (with --actions ...,optimizer,
- * where it may) those with it on the host: each place's own undominated ones, since the
- * two places' steps are not comparable layer by layer. */
+ * where it may) those with it on the host, and with optimizer-fraction those with the host
+ * taking its last layers' (optimizer_splits): each place's own undominated ones, since the
+ * places' steps are not comparable layer by layer. */
 static int stage_candidates_places(const struct plan *p, int s, const struct plan_options *o,
                                    struct candidate **out, int *count, struct err *e)
 {
-    struct candidate *dev = NULL, *host = NULL;
-    int n_dev = 0, n_host = 0;
-    int rc = stage_candidates(p, s, o, &dev, &n_dev, e);
+    int from[1 + OPTIMIZER_SPLITS_MAX], n_from = 0;
+    if (o->actions & PLAN_ACTION_OPTIMIZER)
+        from[n_from++] = 0;
+    if (o->actions & PLAN_ACTION_OPTIMIZER_FRACTION)
+        n_from += optimizer_splits(p, s, from + n_from);
+    *out = NULL;
+    *count = 0;
+    int rc = stage_candidates(p, s, o, out, count, e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
-    if ((o->actions & PLAN_ACTION_OPTIMIZER) && optimizer_host_possible(p, s, NULL)) {
-        struct optimizer_view v;
-        if (optimizer_view_init(p, s, &v, e))
-            rc = e->code;
-        else
-            rc = stage_candidates(&v.plan, s, o, &host, &n_host, e);
-        optimizer_view_free(&v);
-        if (rc != ERR_OK && rc != ERR_NOFIT) {
-            free(dev);
-            return rc;
-        }
-        err_clear(e);
+    for (int i = 0; i < n_from && e->code == ERR_OK; i++)
+        host_candidates(p, s, from[i], o, out, count, e);
+    if (e->code) {
+        candidates_free(*out, *count);
+        *out = NULL;
+        *count = 0;
+        return e->code;
     }
-    *count = n_dev + n_host;
-    *out = realloc(dev, (size_t)(*count > 0 ? *count : 1) * sizeof **out);
-    if (*out == NULL) {
-        free(dev);
-        free(host);
-        return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
-    }
-    if (n_host > 0)
-        memcpy(*out + n_dev, host, (size_t)n_host * sizeof *host);
-    free(host);
     return *count > 0 ? ERR_OK : ERR_NOFIT;
 }
 
@@ -564,6 +615,7 @@ static void apply(struct plan_stage *st, const struct candidate *c)
         st->prefetch_ahead[l] = c->rows[l].prefetch_ahead;
     }
     st->optimizer = c->optimizer;
+    st->optimizer_from = c->optimizer_from;
 }
 
 static int choose(struct plan *p, struct global *g, const struct plan_options *o, struct err *e)
@@ -648,6 +700,8 @@ void offload_fallback_restore(struct plan *p, const struct offload_fallback *f)
         memset(st->place, COST_PLACE_DEVICE, (size_t)n);
         memset(st->offload_option, -1, (size_t)n);
         memset(st->prefetch_ahead, 0, (size_t)n * sizeof *st->prefetch_ahead);
+        st->optimizer = COST_PLACE_DEVICE;
+        st->optimizer_from = 0;
         at += n;
     }
 }

@@ -25,7 +25,8 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
         if (!(isfinite(st->optimizer_ms) && st->optimizer_ms >= 0) ||
-            (st->host_optimizer && st->n_layers < 1))
+            (st->host_optimizer &&
+             (st->n_layers < 1 || st->host_from < 0 || st->host_from >= st->n_layers)))
             return err_set(e, ERR_INPUT,
                            "simulate: stage %d: optimizer step of %g ms, host step over %d "
                            "layers (need finite, >= 0, and layers with a host step)",
@@ -205,7 +206,7 @@ static double host_step(struct sim_state *st, int s, double end)
     const struct sim_stage *c = &st->stages[s];
     struct host_lanes *h = &st->host[s];
     double done = end;
-    for (int j = 0; j < c->n_layers; j++) {
+    for (int j = 0; j < c->n_layers - c->host_from; j++) {
         int l = c->n_layers - 1 - j;
         const struct sim_layer *y = &c->layers[l];
         double final = c->allreduce_ms > 0 ? end : h->bwd_end[l];
@@ -226,11 +227,13 @@ static double optimizer_step(struct sim_state *st, int s, double end)
 {
     const struct sim_stage *c = &st->stages[s];
     double done = end + c->optimizer_ms;
-    if (c->host_optimizer) {
-        done = host_step(st, s, end);
-    } else if (c->optimizer_ms > 0) {
+    if (c->optimizer_ms > 0) {
         add_task(st, s, -1, SIM_OPTIMIZER, end, done);
         add_to(st->out->update_ms, s, c->optimizer_ms);
+    }
+    if (c->host_optimizer) {
+        double host = host_step(st, s, end);
+        done = host > done ? host : done;
     }
     add_to(st->out->tail_ms, s, done - end);
     return done;
@@ -680,16 +683,32 @@ void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place
                          const struct link *host_link, struct sim_stage *st,
                          struct sim_layer *sl)
 {
+    sim_stage_optimizer_from(layers, n, optimizer, 0, host_link, st, sl);
+}
+
+/* A ZeRO-1 replica's share of a layer's bytes (cost.h optimizer_shards). */
+static int64_t share(int64_t bytes, int shards)
+{
+    return shards > 1 ? (bytes + shards - 1) / shards : bytes;
+}
+
+void sim_stage_optimizer_from(const struct layer_cost *layers, int n, enum cost_place optimizer,
+                              int from, const struct link *host_link, struct sim_stage *st,
+                              struct sim_layer *sl)
+{
+    int host = optimizer == COST_PLACE_HOST;
     st->optimizer_ms = 0;
-    st->host_optimizer = optimizer == COST_PLACE_HOST;
-    for (int l = 0; l < n && !st->host_optimizer; l++)
+    st->host_optimizer = host;
+    st->host_from = host ? from : 0;
+    for (int l = 0; l < (host ? from : n); l++)
         st->optimizer_ms += layers[l].optimizer_ms;
-    if (!st->host_optimizer)
+    if (!host)
         return;
-    for (int l = 0; l < n; l++) {
-        sl[l].grad_ms = link_transfer_ms(host_link, layers[l].grad_bytes);
+    for (int l = from; l < n; l++) {
+        int shards = layers[l].optimizer_shards;
+        sl[l].grad_ms = link_transfer_ms(host_link, share(layers[l].grad_bytes, shards));
         sl[l].update_ms = layers[l].host_optimizer_ms;
-        sl[l].param_ms = link_transfer_ms(host_link, layers[l].param_bytes);
+        sl[l].param_ms = link_transfer_ms(host_link, share(layers[l].param_bytes, shards));
     }
     st->n_layers = n;
     st->layers = sl;
@@ -735,8 +754,8 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
         st[s].n_layers = sim_layers_from_plan(ps, next);
         st[s].layers = next;
         if (ps->optimizer == COST_PLACE_HOST)
-            sim_stage_optimizer(ps->layers, st[s].n_layers, COST_PLACE_HOST, &ps->host_link,
-                                &st[s], next);
+            sim_stage_optimizer_from(ps->layers, st[s].n_layers, COST_PLACE_HOST,
+                                     ps->optimizer_from, &ps->host_link, &st[s], next);
         next += plan_stage_layer_count(ps);
     }
     int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);

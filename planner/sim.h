@@ -25,13 +25,15 @@
  *
  * The optimizer step ends every stage's iteration (HOSTOPT_CONTRACT.md). On the device it
  * takes `optimizer_ms` (the layers' sum) after the stage's last backward. On the host the
- * stage runs layer by layer and, as each layer's last backward ends (layers last to first),
+ * stage runs layer by layer and, as each hosted layer's last backward ends (last to first),
  * its gradients go down on the device->host lane (grad_ms), the host's AdamW runs on the
  * stage's host threads, one layer at a time in that order, as soon as they have landed
  * (update_ms), and its parameters go up on the host->device lane (param_ms), behind any
  * prefetch; the step, and the stage's iteration, ends when the last parameters have landed
- * (they must be there before the next iteration's first forward of that layer). All of these
- * are tasks of the same graph too. */
+ * (they must be there before the next iteration's first forward of that layer). With a
+ * fraction of the optimizer on the host (host_from > 0) the device steps the other layers
+ * after the last backward meanwhile, and the step ends when both have. All of these are tasks
+ * of the same graph too. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
@@ -83,7 +85,9 @@ struct sim_stage {
     int n_layers;      /* > 0: the stage offloads or hosts its optimizer: layer by layer */
     const struct sim_layer *layers; /* n_layers of them; their sums are fwd, bwd, recompute */
     double optimizer_ms; /* the device's optimizer step after the last backward */
-    int host_optimizer;  /* 1: the step is the layers' host step instead (n_layers > 0) */
+    int host_optimizer;  /* 1: layers host_from.. step on the host (n_layers > 0), beside the
+                            device's step of the others (optimizer_ms) */
+    int host_from;
 };
 
 struct sim_task {
@@ -141,6 +145,12 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers);
 void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place optimizer,
                          const struct link *host_link, struct sim_stage *st,
                          struct sim_layer *sl);
+/* The same with the optimizer on the host for layers from `from` on only (cost.h), the others
+ * stepping on the device: their optimizer_ms into st->optimizer_ms. With ZeRO-1 a layer's
+ * host step moves its share (optimizer_shards) of the gradients and parameters. */
+void sim_stage_optimizer_from(const struct layer_cost *layers, int n, enum cost_place optimizer,
+                              int from, const struct link *host_link, struct sim_stage *st,
+                              struct sim_layer *sl);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
 void sim_result_free(struct sim_result *r);

@@ -48,6 +48,7 @@ struct stage_config {
     int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
+    int optimizer_from;        /* ... of the layers from this one on (0: all; cost.h) */
     int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
     /* Called after the step's last backward, before the optimizer (data parallelism: the

@@ -256,6 +256,22 @@ static void snapshot_put(struct plan *p, const struct snapshot *k)
     }
 }
 
+/* Every stage as laid out: nothing recomputed or offloaded, the optimizer on the device
+ * (what the searches start from). */
+static void clear_choices(struct plan *p)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        struct plan_stage *st = &p->stages[s];
+        size_t n = (size_t)plan_stage_layer_count(st);
+        memset(st->recompute, COST_KEEP, n);
+        memset(st->place, COST_PLACE_DEVICE, n);
+        memset(st->offload_option, -1, n);
+        memset(st->prefetch_ahead, 0, n * sizeof *st->prefetch_ahead);
+        st->optimizer = COST_PLACE_DEVICE;
+        st->optimizer_from = 0;
+    }
+}
+
 static int simulated_ms(const struct plan *p, double *ms, struct err *e)
 {
     struct sim_result r;
@@ -278,10 +294,12 @@ static int optimal_with_fraction(struct plan *p, const struct plan_options *o, s
     int rc = optimal_actions(p, &whole, e);
     if (rc == ERR_NOFIT) { /* a fraction on the host may fit where neither place did */
         err_clear(e);
+        clear_choices(p);
         return optimal_actions(p, o, e);
     }
     if (rc || simulated_ms(p, &before, e) || snapshot_take(p, &k, e))
         return e->code ? e->code : rc;
+    clear_choices(p);
     rc = optimal_actions(p, o, e);
     if (rc == ERR_OK)
         rc = simulated_ms(p, &after, e);

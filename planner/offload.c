@@ -429,10 +429,14 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
         return err_set(e, ERR_INPUT, "stage %d: %d layers is more than offload planning takes",
                        s, ss.n);
     if (rc == ERR_OK && baseline(&ss, s, o, &r0, e) == ERR_OK) {
-        ss.bound = r0;
+        /* A stage that steps its optimizer on the host runs layer by layer, and where a layer
+         * recomputes moves when its host step can start: less recompute in all does not
+         * dominate then, only less in every layer (prune). */
+        ss.bound = p->stages[s].optimizer == COST_PLACE_HOST ? INFINITY : r0;
         ss.baseline_first = r0 < INFINITY;
         int all = combinations(&ss) <= OFFLOAD_ENUM_MAX;
-        if (p->stages[s].host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD))
+        if ((p->stages[s].host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD)) ||
+            p->stages[s].optimizer == COST_PLACE_HOST)
             rc = all ? search(&ss, 0, &(struct cost_sum){0}) : search_families(&ss);
         if (rc == ERR_OK && prune(&ss))
             rc = err_set(e, ERR_FAIL, "out of memory");

@@ -78,9 +78,18 @@ static void allowed_rows(const struct plan *p, int actions, struct cost_row rows
         }
 }
 
-/* p with stage optimizer places `places` (bit s: host) and layer actions rows[L][pick[L]]:
- * its simulated time if every stage fits its device and host memory, else INFINITY. */
-static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACTIONS_MAX],
+/* Stage s's optimizer place k (instance_brute_force's order): 0 the device, 1 the host,
+ * k >= 2 the host from layer k - 1 on. */
+static void set_optimizer(struct plan_stage *st, int k)
+{
+    st->optimizer = k > 0 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+    st->optimizer_from = k > 1 ? k - 1 : 0;
+}
+
+/* p with stage optimizer places `places` (stage s: places[s], set_optimizer's) and layer
+ * actions rows[L][pick[L]]: its simulated time if every stage fits its device and host memory,
+ * else INFINITY. */
+static double score(struct plan *p, const int *places, struct cost_row rows[4][COST_ACTIONS_MAX],
                     const int pick[4])
 {
     int L = 0;
@@ -93,7 +102,7 @@ static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACT
             st->offload_option[l] = (signed char)r->offload_option;
             st->prefetch_ahead[l] = r->prefetch_ahead;
         }
-        st->optimizer = places >> s & 1 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        set_optimizer(st, places[s]);
         struct stage_cost c;
         plan_stage_cost(p, st, &c);
         if (c.memory_bytes > st->memory_limit_bytes || c.host_memory_bytes > st->host_limit_bytes)
@@ -115,10 +124,13 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
     for (int s = 0; s < p->n_stages; s++)
         L += plan_stage_layer_count(&p->stages[s]);
     double best = INFINITY;
-    int hosts = actions & PLAN_ACTION_OPTIMIZER ? 1 << p->n_stages : 1;
-    for (int places = 0; places < hosts; places++) {
-        if (places & device_only)
-            continue;
+    int places[4] = {0}, opts[4], s;
+    for (s = 0; s < p->n_stages; s++)
+        opts[s] = device_only >> s & 1                          ? 1
+                  : actions & PLAN_ACTION_OPTIMIZER_FRACTION ? 1 + plan_stage_layer_count(&p->stages[s])
+                  : actions & PLAN_ACTION_OPTIMIZER          ? 2
+                                                             : 1;
+    do {
         int pick[4] = {0}, n;
         for (;;) {
             double ms = score(p, places, rows, pick);
@@ -128,6 +140,8 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
             if (n == L)
                 break;
         }
-    }
+        for (s = 0; s < p->n_stages && ++places[s] == opts[s]; s++)
+            places[s] = 0;
+    } while (s < p->n_stages);
     return best;
 }

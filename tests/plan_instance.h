@@ -26,7 +26,8 @@ void instance_attn_option(struct layer_cost *c, struct test_rng *r);
 /* planner_make with the default options but `actions` and `verify`. */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
 /* The reference for the planner: every optimizer place of every stage (with
- * PLAN_ACTION_OPTIMIZER; bit s of `device_only` keeps stage s's on the device) and every action
+ * PLAN_ACTION_OPTIMIZER; with PLAN_ACTION_OPTIMIZER_FRACTION also the host for each run of
+ * the stage's last layers; bit s of `device_only` keeps stage s's on the device) and every action
  * the options allow on every layer (4 at most), each stage within its device and host memory,
  * simulated: the least iteration time, INFINITY if nothing fits. p is left with the last
  * combination tried. */

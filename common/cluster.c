@@ -422,7 +422,7 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
                                        "reserve_bytes", "link", "name", "description",
                                        "shard_optimizer", "dp_link", "pipelines", "pool",
-                                       "global_batch", NULL};
+                                       "global_batch", "dp_bucket_bytes", NULL};
     const char *sched;
     int64_t micro;
     if (jsonio_check_format(root, file, "cluster", 1, e) ||

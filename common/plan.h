@@ -55,6 +55,9 @@ struct plan_stage {
     int shard_optimizer;
     int64_t allreduce_bytes;
     struct link dp_link;
+    /* the reduction's bucket (planner/sim.h): the cluster's "dp_bucket_bytes"; 0, and in a
+     * plan without it: one reduction of everything after the last backward */
+    int64_t dp_bucket_bytes;
 };
 
 struct plan_verify {

@@ -138,6 +138,7 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     if (c->grad_bytes != NULL) {
         st->dp_link = c->stages[s].dp_link;
         st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);
+        st->dp_bucket_bytes = c->dp_bucket_bytes;
     }
     struct stage_cost before;
     plan_stage_cost(p, st, &before);

@@ -78,6 +78,7 @@ struct candidate {
     struct cost_row *rows; /* n */
     struct sim_stage sim;
     struct sim_layer *layers; /* n, used when it offloads or hosts its optimizer */
+    struct sim_bucket *buckets; /* n at most: its gradients' reduction */
     double recompute_ms;
     enum cost_place optimizer;
     int optimizer_from;
@@ -272,6 +273,7 @@ static void candidate_free(struct candidate *c)
 {
     free(c->rows);
     free(c->layers);
+    free(c->buckets);
 }
 
 /* Drops candidates another dominates (of equals, the first stays), but never the first: the
@@ -391,9 +393,11 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
 {
     int n = plan_stage_layer_count(st), offloads = 0;
     c->layers = calloc((size_t)n, sizeof *c->layers);
-    if (c->layers == NULL)
+    c->buckets = calloc((size_t)n, sizeof *c->buckets);
+    if (c->layers == NULL || c->buckets == NULL)
         return ERR_FAIL;
-    c->sim = (struct sim_stage){.out_bytes = st->layers[n - 1].out_bytes, .link = st->link,
+    c->sim = (struct sim_stage){.out_bytes = st->layers[n - 1].out_bytes,
+                                .out_fwd_ms = st->layers[n - 1].fwd_ms, .link = st->link,
                                 .allreduce_ms = cost_dp_allreduce_ms(&st->dp_link, st->dp,
                                                                      st->allreduce_bytes)};
     for (int l = 0; l < n; l++) {
@@ -411,6 +415,8 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     }
     c->sim.n_layers = offloads ? n : 0;
     c->sim.layers = c->layers;
+    c->sim.n_buckets = sim_buckets_from_plan(st, c->buckets);
+    c->sim.buckets = c->buckets;
     c->optimizer = st->optimizer;
     c->optimizer_from = st->optimizer_from;
     sim_stage_optimizer_from(st->layers, n, st->optimizer, st->optimizer_from, &st->host_link,

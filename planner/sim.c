@@ -46,6 +46,15 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                                    "(need finite, >= 0)",
                                    s, l, y->grad_ms, y->update_ms, y->param_ms);
         }
+        for (int k = 0; k < st->n_buckets; k++) {
+            const struct sim_bucket *b = &st->buckets[k];
+            if (!(isfinite(b->allreduce_ms) && b->allreduce_ms >= 0 && isfinite(b->rest_ms) &&
+                  b->rest_ms >= 0))
+                return err_set(e, ERR_INPUT,
+                               "simulate: stage %d bucket %d: all-reduce of %g ms, ready %g ms "
+                               "before the last backward ends (need finite, >= 0)",
+                               s, k, b->allreduce_ms, b->rest_ms);
+        }
         if (st->out_bytes < 0)
             return err_set(e, ERR_INPUT, "simulate: stage %d: out_bytes is %lld", s,
                            (long long)st->out_bytes);
@@ -76,6 +85,8 @@ struct sim_state {
     double *bwd_in;    /* S x M: gradient arrival at stage s (NaN: not yet) */
     double *link_fwd;  /* per boundary: when the forward direction is next free */
     double *link_bwd;  /* per boundary: when the backward direction is next free */
+    double *fwd_sent;  /* per stage: when its last forward's send ended (its buffer free) */
+    double *bwd_sent;  /* per stage: when its last backward's send ended */
     struct host_lanes *host; /* per stage */
     double *fwd_end;   /* S x M: when each forward ends (NULL: not kept) */
     double *bwd_end;   /* S x M: when each backward ends (NULL: not kept) */
@@ -147,9 +158,11 @@ static double copy(struct sim_state *st, int s, int micro, enum sim_kind kind, d
     return start + ms;
 }
 
-/* Forward of micro-batch m on an offloading stage, layer by layer from `start`; returns its
- * end. Op p of the stage's program is its layer-ops p*n .. p*n+n-1. */
-static double forward_layers(struct sim_state *st, int s, int p, int m, double start)
+/* Forward of micro-batch m on an offloading stage, layer by layer from `start`, its last
+ * layer from `sent` on (its output's buffer free); returns its end. Op p of the stage's
+ * program is its layer-ops p*n .. p*n+n-1. */
+static double forward_layers(struct sim_state *st, int s, int p, int m, double start,
+                             double sent)
 {
     const struct sim_stage *c = &st->stages[s];
     struct host_lanes *h = &st->host[s];
@@ -157,6 +170,7 @@ static double forward_layers(struct sim_state *st, int s, int p, int m, double s
     double t = start;
     for (int l = 0; l < n; l++) {
         const struct sim_layer *y = &c->layers[l];
+        t = l == n - 1 && sent > t ? sent : t;
         h->op_start[(size_t)p * n + l] = t;
         t += y->fwd_ms;
         if (y->copy_ms > 0)
@@ -209,7 +223,7 @@ static double host_step(struct sim_state *st, int s, double end)
     for (int j = 0; j < c->n_layers - c->host_from; j++) {
         int l = c->n_layers - 1 - j;
         const struct sim_layer *y = &c->layers[l];
-        double final = c->allreduce_ms > 0 ? end : h->bwd_end[l];
+        double final = c->allreduce_ms > 0 || c->n_buckets > 0 ? end : h->bwd_end[l];
         double landed = copy(st, s, l, SIM_GRAD_COPY, final, y->grad_ms);
         double start = landed > h->update_free ? landed : h->update_free;
         h->update_free = start + y->update_ms;
@@ -221,8 +235,26 @@ static double host_step(struct sim_state *st, int s, double end)
     return done;
 }
 
-/* The optimizer step that ends stage s's iteration, after its last backward ended at `end`;
- * returns the step's end. */
+/* When stage s's gradients are reduced over its replicas, its last backward having ended at
+ * `end`: its buckets one after another on the dp link, each from when it is ready (sim.h),
+ * else its whole all-reduce after `end`. */
+static double reduced(struct sim_state *st, int s, double end)
+{
+    const struct sim_stage *c = &st->stages[s];
+    if (c->n_buckets == 0)
+        return end + c->allreduce_ms;
+    double link = 0;
+    for (int k = 0; k < c->n_buckets; k++) {
+        const struct sim_bucket *b = &c->buckets[k];
+        double ready = end - b->rest_ms, start = ready > link ? ready : link;
+        link = start + b->allreduce_ms;
+        add_task(st, s, k, SIM_ALLREDUCE, start, link);
+    }
+    return link > end ? link : end;
+}
+
+/* The optimizer step that ends stage s's iteration, after its gradients were final at `end`
+ * (its last backward, or their reduction); returns the step's end. */
 static double optimizer_step(struct sim_state *st, int s, double end)
 {
     const struct sim_stage *c = &st->stages[s];
@@ -245,10 +277,11 @@ SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int 
     const struct sim_stage *c = &st->stages[s];
     size_t at = (size_t)s * st->M + m;
     double start = ready > st->free_ms[s] ? ready : st->free_ms[s], end;
+    double last = st->fwd_sent[s] + c->out_fwd_ms; /* its output's buffer is free */
     if (c->n_layers > 0) {
-        end = forward_layers(st, s, k, m, start);
+        end = forward_layers(st, s, k, m, start, st->fwd_sent[s]);
     } else {
-        end = start + c->fwd_ms;
+        end = start + c->fwd_ms > last ? start + c->fwd_ms : last;
         if (record)
             add_task(st, s, m, SIM_FORWARD, start, end);
         if (st->fwd_end != NULL)
@@ -258,7 +291,7 @@ SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int 
     if (record)
         add_busy(st, s, c->fwd_ms);
     if (s + 1 < st->S)
-        st->fwd_in[at + st->M] = send(st, record, s, m, SIM_SEND_FORWARD, end);
+        st->fwd_sent[s] = st->fwd_in[at + st->M] = send(st, record, s, m, SIM_SEND_FORWARD, end);
 }
 
 /* Stage s's op k, the backward of micro-batch m (and its recompute), from its gradient's
@@ -269,6 +302,7 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
     const struct sim_stage *c = &st->stages[s];
     size_t at = (size_t)s * st->M + m;
     double start = ready > st->free_ms[s] ? ready : st->free_ms[s], end;
+    start = start > st->bwd_sent[s] ? start : st->bwd_sent[s];
     if (c->n_layers > 0) {
         end = backward_layers(st, s, k, m, start);
     } else {
@@ -285,7 +319,8 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
     if (record)
         add_busy(st, s, c->recompute_ms + c->bwd_ms);
     if (s > 0)
-        st->bwd_in[at - st->M] = send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
+        st->bwd_sent[s] = st->bwd_in[at - st->M] =
+            send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
 }
 
 /* Runs stage s's op k (schedule_op_at's) if its input has arrived (`simulate`'s order never
@@ -412,7 +447,7 @@ static size_t task_capacity(int S, int M, const struct sim_stage *stages)
 {
     size_t n = (size_t)S * (size_t)M * 5 + (size_t)S;
     for (int s = 0; s < S; s++)
-        n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers;
+        n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers + (size_t)stages[s].n_buckets;
     return n;
 }
 
@@ -436,7 +471,7 @@ void sim_result_free(struct sim_result *r)
 static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
 {
     size_t S = (size_t)st->S, cells = S * (size_t)st->M;
-    size_t doubles = 4 * S + (marks ? 0 : 2 * cells);
+    size_t doubles = 6 * S + (marks ? 0 : 2 * cells);
     struct host_lanes *h = malloc(S * sizeof *h + doubles * sizeof(double) +
                                   S * (sizeof(struct stage_op) + sizeof(int)));
     if (h == NULL)
@@ -448,8 +483,10 @@ static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
     st->link_fwd = d + S;
     st->link_bwd = d + 2 * S;
     st->transfer_ms = d + 3 * S;
-    st->fwd_in = marks ? marks->fwd_in : d + 4 * S;
-    st->bwd_in = marks ? marks->bwd_in : d + 4 * S + cells;
+    st->fwd_sent = d + 4 * S;
+    st->bwd_sent = d + 5 * S;
+    st->fwd_in = marks ? marks->fwd_in : d + 6 * S;
+    st->bwd_in = marks ? marks->bwd_in : d + 6 * S + cells;
     st->back = (struct stage_op *)(d + doubles);
     st->warmup = (int *)(st->back + S);
     return h;
@@ -462,6 +499,7 @@ static void state_init(struct sim_state *st, enum schedule schedule)
     for (int s = 0; s < S; s++) {
         const struct sim_stage *c = &st->stages[s];
         st->free_ms[s] = st->link_fwd[s] = st->link_bwd[s] = 0;
+        st->fwd_sent[s] = st->bwd_sent[s] = 0;
         st->transfer_ms[s] = link_transfer_ms(&c->link, c->out_bytes);
         st->warmup[s] = schedule_warmup(schedule, S, s, M);
     }
@@ -506,7 +544,7 @@ static int simulate(enum schedule schedule, int S, int M, const struct sim_stage
      * other stage's op reads. */
     out->iteration_ms = 0;
     for (int s = 0; s < S; s++) {
-        st.free_ms[s] = optimizer_step(&st, s, st.free_ms[s] + stages[s].allreduce_ms);
+        st.free_ms[s] = optimizer_step(&st, s, reduced(&st, s, st.free_ms[s]));
         if (st.free_ms[s] > out->iteration_ms)
             out->iteration_ms = st.free_ms[s];
     }
@@ -664,6 +702,7 @@ void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
     int n = plan_stage_layer_count(ps);
     *out = (struct sim_stage){
         .out_bytes = ps->layers[n - 1].out_bytes,
+        .out_fwd_ms = ps->layers[n - 1].fwd_ms,
         .link = ps->link,
         .allreduce_ms = cost_dp_allreduce_ms(&ps->dp_link, ps->dp, ps->allreduce_bytes),
     };
@@ -735,6 +774,61 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
     return n;
 }
 
+int sim_buckets(const int64_t *grad_bytes, const double *bwd_ms, int n, int64_t cap_bytes,
+                const struct link *link, int dp, struct sim_bucket *out)
+{
+    int count = 0;
+    int64_t all = 0;
+    for (int l = 0; l < n; l++)
+        all += grad_bytes[l];
+    if (dp <= 1 || all == 0)
+        return 0;
+    double below = 0; /* the plain backward of layers 0 .. l - 1 */
+    for (int l = 0; l < n; l++)
+        below += bwd_ms[l];
+    struct sim_bucket *b = NULL;
+    for (int l = n - 1; l >= 0; l--) {
+        below -= bwd_ms[l];
+        if (b == NULL || (cap_bytes > 0 && b->bytes >= cap_bytes)) {
+            b = &out[count++];
+            *b = (struct sim_bucket){.last = l};
+        }
+        b->bytes += grad_bytes[l];
+        b->first = l;
+        b->rest_ms = below > 0 ? below : 0; /* its lowest layer's gradients close it */
+    }
+    for (int k = 0; k < count; k++)
+        out[k].allreduce_ms = cost_dp_allreduce_ms(link, dp, out[k].bytes);
+    return count;
+}
+
+int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
+{
+    int n = plan_stage_layer_count(ps);
+    int64_t *grad = malloc((size_t)n * sizeof *grad);
+    double *bwd = malloc((size_t)n * sizeof *bwd), weight = 0, before = 0;
+    int count = 0;
+    if (grad != NULL && bwd != NULL) {
+        for (int l = 0; l < n; l++)
+            weight += (double)(ps->layers[l].has_split ? ps->layers[l].grad_bytes
+                                                       : ps->layers[l].state_bytes);
+        /* allreduce_bytes in proportion, rounded so that the parts add up to it */
+        for (int l = 0; l < n; l++) {
+            const struct layer_cost *y = &ps->layers[l];
+            double upto = before + (double)(y->has_split ? y->grad_bytes : y->state_bytes);
+            grad[l] = weight > 0 ? (int64_t)((double)ps->allreduce_bytes * (upto / weight)) -
+                                       (int64_t)((double)ps->allreduce_bytes * (before / weight))
+                                 : 0;
+            before = upto;
+            bwd[l] = y->bwd_ms;
+        }
+        count = sim_buckets(grad, bwd, n, ps->dp_bucket_bytes, &ps->dp_link, ps->dp, out);
+    }
+    free(grad);
+    free(bwd);
+    return count;
+}
+
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
 {
     int layers = 0;
@@ -742,15 +836,20 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
         layers += plan_stage_layer_count(&p->stages[s]);
     struct sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
     struct sim_layer *pool = calloc((size_t)layers, sizeof *pool);
-    if (st == NULL || pool == NULL) {
+    struct sim_bucket *buckets = calloc((size_t)layers, sizeof *buckets), *bucket = buckets;
+    if (st == NULL || pool == NULL || buckets == NULL) {
         free(st);
         free(pool);
+        free(buckets);
         return err_set(e, ERR_FAIL, "out of memory");
     }
     struct sim_layer *next = pool;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *ps = &p->stages[s];
         sim_stage_from_plan(ps, &st[s]);
+        st[s].n_buckets = sim_buckets_from_plan(ps, bucket);
+        st[s].buckets = bucket;
+        bucket += plan_stage_layer_count(ps);
         st[s].n_layers = sim_layers_from_plan(ps, next);
         st[s].layers = next;
         if (ps->optimizer == COST_PLACE_HOST)
@@ -761,5 +860,6 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
     int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);
     free(st);
     free(pool);
+    free(buckets);
     return rc;
 }

@@ -105,10 +105,12 @@ static int port_first_forward(struct executor *x, int li, struct err *e)
 }
 
 /* With the replicas' gradients to reduce first, the host updates start after the reduction
- * (stage_step). */
+ * (stage_step), which may start on these gradients now. */
 static int port_last_backward(struct executor *x, int li, struct err *e)
 {
     struct stage_runner *r = runner(x);
+    if (r->c.layer_grads != NULL)
+        ERR_TRY(r->c.layer_grads(r->c.reduce_ctx, r, li, e));
     return hosts(r, li) && r->c.reduce_grads == NULL
                ? hostmirror_grads_done(&r->mirror, x, li, x->step, e)
                : ERR_OK;

@@ -56,6 +56,10 @@ struct stage_config {
      * layer by layer, rather than at each layer's last backward); NULL: none. */
     int (*reduce_grads)(void *ctx, struct stage_runner *r, struct err *e);
     void *reduce_ctx;
+    /* Called as layer li's gradients become final (its last backward of the step; ctx
+     * reduce_ctx): the replicas' reduction may start on them (train_dp.h's buckets); NULL:
+     * none. */
+    int (*layer_grads)(void *ctx, struct stage_runner *r, int li, struct err *e);
     /* ZeRO-1 (shards > 1, the optimizer on the device): this replica keeps the optimizer's
      * state of slice `shard` of `shards` (layout_shard_range) and updates only its weights;
      * gather_params (ctx reduce_ctx), called after the update, brings every other slice's

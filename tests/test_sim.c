@@ -76,8 +76,11 @@ static void test_homogeneous_closed_form(void)
  * longest ones differ only in how many link crossings they make.
  *
  * GPipe: micro-batch 0 crosses each boundary down and M-1's gradient crosses back, and the
- * M - 1 other transfers overlap compute: + 2 (S - 1) c with c on every boundary, + 2c with c
- * on one boundary.
+ * other forward transfers overlap compute: + 2 (S - 1) c with c on every boundary, + 2c with c
+ * on one boundary. Its backwards run one after another, and each takes the buffer the one
+ * before it sends its gradient from (sim.h): a stage sending over a slow boundary spaces its
+ * backwards b + c, and the last gradient leaves (M - 1) c later, + (M - 1) c either way.
+ * (1F1B runs a forward between two backwards, and c <= f.)
  *
  * 1F1B: stage s admits a new forward only when a gradient comes back, so transfers land on
  * the critical path again and again. From stage 0 a path can make an excursion: a forward
@@ -94,7 +97,7 @@ static void test_homogeneous_closed_form(void)
 static double transfer_cost(enum schedule sched, int S, int M, int k, double c)
 {
     if (sched == SCHEDULE_GPIPE)
-        return k < 0 ? 2 * (S - 1) * c : 2 * c;
+        return (k < 0 ? 2 * (S - 1) * c : 2 * c) + (S > 1 ? (M - 1) * c : 0);
     if (k < 0)
         return 2 * c * ((S - 1) + ((S - 1) * (M - 1)) / S);
     int warm = S - k - 1;
@@ -147,9 +150,10 @@ static void test_transfer_on_one_boundary(void)
 }
 
 /* Two GPipe stages over a link slower than either compute (c >= f, b): the link carries one
- * transfer at a time, so the forwards arrive c apart and so do the gradients. Stage 1's last
- * forward ends at f + Mc + f, its backwards follow, the first gradient leaves after b and
- * the last arrives Mc later; stage 0's last backward ends at 2 (f + b) + 2 M c. */
+ * transfer at a time, so the forwards arrive c apart. Stage 1's last forward ends at f + Mc
+ * + f; its backwards follow, each after the one before has sent its gradient (b + c apart),
+ * the last gradient arriving M (b + c) later; stage 0's last backward ends at 2f + (M + 1) b
+ * + 2 M c. */
 static void test_slow_link_queues(void)
 {
     struct sim_stage st[2];
@@ -157,20 +161,23 @@ static void test_slow_link_queues(void)
     for (int M = 1; M <= 20; M++) {
         homogeneous(st, 2, f, b, 0);
         st[0].link = fixed_link(c);
-        CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, M, st), 2 * (f + b) + 2 * M * c, 1e-9,
-                             1e-12));
+        CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, M, st), 2 * f + (M + 1) * b + 2 * M * c,
+                             1e-9, 1e-12));
     }
     /* bandwidth, not latency: 1.5e9 bytes at 4 Gb/s = 3 s per transfer, plus 20 us */
     homogeneous(st, 2, 1000, 2000, 0);
     st[0].out_bytes = 1500000000;
     st[0].link = (struct link){.present = 1, .gbps = 4, .latency_us = 20};
     double x = 3000.02;
-    CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, 4, st), 2 * 3000 + 8 * x, 1e-6, 1e-12));
+    CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, 4, st), 2 * 1000 + 5 * 2000 + 8 * x, 1e-6,
+                         1e-12));
 }
 
 /* An independent reference: the schedule as a task graph (program order on each stage, data
- * dependencies, each link direction in its sender's order), its longest path found by
- * relaxing the tasks in a topological order (Kahn's algorithm). */
+ * dependencies, each link direction in its sender's order, and a send's buffer taken again by
+ * the sender's next op of its direction: the next forward's last layer, out_fwd_ms long,
+ * after it; the next backward after it), its longest path found by relaxing the tasks in a
+ * topological order (Kahn's algorithm). */
 struct node {
     double dur, finish;
     int n_pred, preds[3];
@@ -206,7 +213,7 @@ static void program(enum schedule sched, int S, int M, int s, int *prog)
 
 static double longest_path(enum schedule sched, int S, int M, const struct sim_stage *st)
 {
-    int cap = 4 * S * M;
+    int cap = 6 * S * M;
     struct node *g = calloc((size_t)cap, sizeof *g);
     int *fwd = malloc(sizeof(int) * S * M), *bwd = malloc(sizeof(int) * S * M);
     int *fsend = malloc(sizeof(int) * S * M), *bsend = malloc(sizeof(int) * S * M);
@@ -234,6 +241,14 @@ static double longest_path(enum schedule sched, int S, int M, const struct sim_s
             if (prog[i] >= 0) {
                 if (s > 0)
                     add_edge(g, fsend[(s - 1) * M + m], task);
+                if (prev_fsend >= 0) { /* the forward ends after its output's buffer is free */
+                    int last = add_node(g, &n, st[s].out_fwd_ms);
+                    int done = add_node(g, &n, 0);
+                    add_edge(g, prev_fsend, last);
+                    add_edge(g, task, done);
+                    add_edge(g, last, done);
+                    task = done;
+                }
                 if (s + 1 < S) {
                     add_edge(g, task, fsend[s * M + m]);
                     add_edge(g, prev_fsend, fsend[s * M + m]);
@@ -244,6 +259,7 @@ static double longest_path(enum schedule sched, int S, int M, const struct sim_s
                     add_edge(g, bsend[(s + 1) * M + m], task);
                 else
                     add_edge(g, fwd[s * M + m], task);
+                add_edge(g, prev_bsend, task); /* its first layer takes the send's buffer */
                 if (s > 0) {
                     add_edge(g, task, bsend[s * M + m]);
                     add_edge(g, prev_bsend, bsend[s * M + m]);
@@ -299,6 +315,7 @@ static void random_instance(struct test_rng *rng, int S, struct sim_stage *st)
             .recompute_ms = test_rng_int(rng, 0, 1) ? test_rng_double(rng, 0, 10) : 0,
             .out_bytes = test_rng_int(rng, 0, 1 << 30),
         };
+        st[s].out_fwd_ms = test_rng_int(rng, 0, 1) ? test_rng_double(rng, 0, st[s].fwd_ms) : 0;
         if (s + 1 < S && test_rng_int(rng, 0, 3) > 0)
             st[s].link = (struct link){.present = 1,
                                        .gbps = test_rng_double(rng, 1, 3000),

@@ -5,8 +5,9 @@
  * grouped by replica, so later steps differ in rounding), and so each stage's checkpoint
  * (weights, averaged gradients, AdamW m and v); the dp run bitwise reproducible; checkpoints
  * resumed bitwise; a wrong -np and tp > 1 refused. ZeRO-1 (shard_optimizer) and the
- * optimizer on the host against the unsharded device-optimizer dp run: bitwise. Runs pin
- * --threads 1. */
+ * optimizer on the host against the unsharded device-optimizer dp run: bitwise. Gradients
+ * reduced in buckets of 4 KiB (several a stage, started as the backward goes) against one
+ * reduction after the last backward: bitwise. Runs pin --threads 1. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -23,7 +24,7 @@
 #define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
 
 static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024], plan_zero[1024],
-    plan_dp3[1024], plan_zero3[1024];
+    plan_dp3[1024], plan_zero3[1024], plan_bucket[2][1024];
 
 /* `ballast plan` of a cluster of n CPU stages, micro_batches m, each stage `group` ("" or
  * ", \"dp\": 2" ...), the cluster `top` ("" or ", \"shard_optimizer\": true"). */
@@ -82,6 +83,10 @@ static int setup(void)
     make_plan("dp3x1", 1, 2, ", \"dp\": 3", plan_dp3, sizeof plan_dp3);
     make_plan_top("zero3x1", 1, 2, ", \"dp\": 3", ", \"shard_optimizer\": true", plan_zero3,
                   sizeof plan_zero3);
+    make_plan_top("bucket0", 2, 2, ", \"dp\": 2", ", \"dp_bucket_bytes\": 0", plan_bucket[0],
+                  sizeof plan_bucket[0]);
+    make_plan_top("bucket4k", 2, 2, ", \"dp\": 2", ", \"dp_bucket_bytes\": \"4KiB\"",
+                  plan_bucket[1], sizeof plan_bucket[1]);
     return 0;
 }
 
@@ -437,6 +442,37 @@ static void test_zero1_uneven(void)
     CU_ASSERT(zero.peak[0] < full.peak[0]);
 }
 
+/* Buckets of 4 KiB (every layer of this model holds more: each its own, two a stage) against
+ * one reduction of everything after the last backward: the same sums in the same order,
+ * bitwise; the simulated steps count them. */
+static void test_buckets(void)
+{
+    char dir[2][1024], extra[2][1100];
+    struct train_metrics m[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir[k], sizeof dir[k], "%s", test_path(k ? "bucket4k" : "bucket0"));
+        snprintf(extra[k], sizeof extra[k], "--save '%s'", dir[k]);
+        if (train_ok(4, plan_bucket[k], k ? "bucket4k" : "bucket0", extra[k], &m[k]))
+            return;
+    }
+    CU_ASSERT_EQUAL(train_same_losses(&m[0], &m[1]), 1);
+    CU_ASSERT(train_files_equal(test_path("bucket0.safetensors"),
+                                test_path("bucket4k.safetensors")));
+    CU_ASSERT(same_stage_files(dir[0], dir[1], 2, 4));
+    /* the simulated step of each: several buckets, the first ones overlapping the backward */
+    for (int k = 0; k < 2; k++) {
+        char args[2048], out[1024];
+        snprintf(out, sizeof out, "%s", test_path(k ? "sim-4k.json" : "sim-0.json"));
+        snprintf(args, sizeof args, "simulate --plan '%s' -o '%s'", plan_bucket[k], out);
+        CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+        cJSON *o = train_json_read(out);
+        const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 0);
+        int buckets = cJSON_GetObjectItem(st, "allreduce_buckets")->valueint;
+        CU_ASSERT(k ? buckets > 1 : buckets == 1);
+        cJSON_Delete(o);
+    }
+}
+
 static void expect_refused(int np, const char *plan, const char *needle)
 {
     char args[2048], *err = NULL;
@@ -480,6 +516,7 @@ int main(void)
     CU_add_test(s, "ZeRO-1 over 3 replicas, uneven slices: bitwise unsharded", test_zero1_uneven);
     CU_add_test(s, "the optimizer on the host with dp 2 = on the device, bitwise",
                 test_host_optimizer);
+    CU_add_test(s, "gradients in buckets = one reduction, bitwise", test_buckets);
     CU_add_test(s, "a wrong -np, tp > 1 and a sharded host optimizer refused with the numbers",
                 test_refused);
     return test_main();

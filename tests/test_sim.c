@@ -516,6 +516,53 @@ static void test_bad_input(void)
     CU_ASSERT_PTR_NULL(r.tasks);
 }
 
+/* One stage of four layers (backwards 1, 2, 3, 4 ms; 10 MB of gradients each), one
+ * micro-batch of 4 ms forward, dp 2 over 80 Gb/s (no latency: an all-reduce of B bytes is 2 x
+ * B/2 at 10 GB/s, 0.1 ms a MB), the optimizer 1 ms. Buckets of 20 MB: layers 3-2 (ready when
+ * layer 2's backward ends, 1 + 2 = 3 ms before the last ends), then 1-0. The backward runs
+ * [4, 14]: bucket 0 [11, 13], bucket 1 [14, 16], the optimizer [16, 17]. One reduction
+ * (cap 0): [14, 18], the step 19. A link a quarter as fast: [11, 19], [19, 27], 28. */
+static void test_buckets_by_hand(void)
+{
+    int64_t grad[4] = {10000000, 10000000, 10000000, 10000000};
+    double bwd[4] = {1, 2, 3, 4};
+    struct link link = {1, 80, 0};
+    struct sim_bucket b[4];
+    int n = sim_buckets(grad, bwd, 4, 20000000, &link, 2, b);
+    CU_ASSERT_FATAL(n == 2);
+    CU_ASSERT(b[0].first == 2 && b[0].last == 3 && b[0].bytes == 20000000 && b[0].rest_ms == 3);
+    CU_ASSERT(b[1].first == 0 && b[1].last == 1 && b[1].rest_ms == 0);
+    CU_ASSERT(test_close(b[0].allreduce_ms, 2, 1e-12, 0));
+    struct sim_stage st = {.fwd_ms = 4, .bwd_ms = 10, .optimizer_ms = 1, .n_buckets = n,
+                           .buckets = b};
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 17, 1e-12, 0));
+    int seen = 0;
+    for (int i = 0; i < r.n_tasks; i++)
+        if (r.tasks[i].kind == SIM_ALLREDUCE) {
+            double start = r.tasks[i].micro == 0 ? 11 : 14;
+            CU_ASSERT(test_close(r.tasks[i].start_ms, start, 1e-12, 0) &&
+                      test_close(r.tasks[i].end_ms, start + 2, 1e-12, 0));
+            seen++;
+        }
+    CU_ASSERT_EQUAL(seen, 2);
+    sim_result_free(&r);
+    st.n_buckets = sim_buckets(grad, bwd, 4, 0, &link, 2, b); /* one, after the last backward */
+    CU_ASSERT(st.n_buckets == 1 && b[0].rest_ms == 0);
+    CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 19, 1e-12, 0));
+    st.n_buckets = 0; /* the same as the whole reduction after the last backward */
+    st.allreduce_ms = 4;
+    CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 19, 1e-12, 0));
+    link.gbps = 20;
+    st.n_buckets = sim_buckets(grad, bwd, 4, 20000000, &link, 2, b);
+    CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 28, 1e-12, 0));
+    /* no replicas, no buckets */
+    CU_ASSERT_EQUAL(sim_buckets(grad, bwd, 4, 20000000, &link, 1, b), 0);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -530,5 +577,6 @@ int main(void)
     CU_add_test(s, "periodic extrapolation equals the full simulation", test_periodic_extrapolation);
     CU_add_test(s, "1F1B order is PipeDream-Flush's", test_1f1b_order);
     CU_add_test(s, "bad input refused", test_bad_input);
+    CU_add_test(s, "gradient buckets by hand", test_buckets_by_hand);
     return test_main();
 }

@@ -128,9 +128,12 @@ static int estimate(const char *model_file, const char *device, const char *devi
     int rc = estimate_profile(&t, d, &m, &p, &e);
     if (rc == ERR_OK && framework != NULL)
         rc = estimate_for_framework(&t, d, &m, framework, &p, &e);
+    if (rc == ERR_OK && group->tp > 1 &&
+        cluster_group_profile(&p, (int)group->tp, &group->node_link, &e) == ERR_OK)
+        rc = estimate_tp_times(&t, d, &group->node_link, framework != NULL, &p, &e);
+    else if (rc == ERR_OK && group->tp > 1)
+        rc = e.code;
     devices_free(&t);
-    if (rc == ERR_OK && group->tp > 1)
-        rc = cluster_group_profile(&p, (int)group->tp, &group->node_link, &e);
     if (rc == ERR_OK)
         rc = write_profile(out_file, &p, NULL, &e);
     profile_free(&p);

@@ -130,8 +130,8 @@ int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *ou
     return lines;
 }
 
-/* The profile path as written is relative to the cluster file's folder. */
-static void resolve_path(const char *cluster_file, const char *rel, char out[CLUSTER_PATH_MAX])
+void cluster_profile_path(const char *cluster_file, const char *rel,
+                          char out[CLUSTER_PATH_MAX])
 {
     if (rel[0] == '/') {
         snprintf(out, CLUSTER_PATH_MAX, "%s", rel);
@@ -151,7 +151,7 @@ static int stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], con
                          const char *path, const char *rel, int *index, struct err *e)
 {
     char full[CLUSTER_PATH_MAX], canon[CLUSTER_PATH_MAX];
-    resolve_path(file, rel, full);
+    cluster_profile_path(file, rel, full);
     if (realpath(full, canon) == NULL)
         snprintf(canon, sizeof canon, "%s", full);
     for (int i = 0; i < c->n_profiles; i++)

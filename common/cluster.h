@@ -61,6 +61,10 @@ int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct
 void cluster_free(struct cluster *c);
 
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
+/* The path of a profile named `rel` in `cluster_file`: as written when absolute, else
+ * relative to the cluster file's folder. */
+void cluster_profile_path(const char *cluster_file, const char *rel,
+                          char out[CLUSTER_PATH_MAX]);
 /* Warns on `out`, a line per stage, when a CPU stage's measured profile ran more threads
  * (provenance.threads) than a rank of this cluster gets by default: the cores of the machine
  * (the profile's provenance.cores_online, else this host's) shared by the cluster's CPU

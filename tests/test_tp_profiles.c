@@ -1,6 +1,7 @@
 /* Tensor-parallel costs per degree (issue 31): the estimate for (device, tp) against the
  * one-GPU estimate (every layer's FLOPs shared out exactly, memory as the cost model divides
- * it, never faster than the ideal split, and for a small model far from it), and a pool that
+ * it, never faster than the ideal split, and for a small model far from it), the measured one
+ * on this CPU (every share timed, the memory the estimate's), and a pool that
  * takes a profile per (kind, tp): the plan it picks is the fastest of every candidate planned
  * on its own from the same profiles (brute force), and it differs from the one the single
  * tp_efficiency factor picks where that factor is wrong. Profiles are estimated here; the
@@ -249,6 +250,68 @@ static void test_refused(void)
     }
 }
 
+/* `ballast profile --device cpu --tp 2` (the shares run on this CPU; the collectives over the
+ * link given): every layer timed, the collectives in each pass, its memory the estimate's for
+ * tp 2 byte for byte (the same size functions, divided alike); GPT, Llama and flash
+ * attention; a tp that does not divide the heads and a CPU without --node-link-gbps refused. */
+static void test_measured_per_degree(void)
+{
+    static const char *const names[] = {"gpt-tiny", "llama-tiny", "gpt-tiny-flash"};
+    for (int k = 0; k < 3; k++) {
+        char args[4096], out[1024], est[64], *err = NULL;
+        snprintf(out, sizeof out, "%s", test_path("measured-tp2.json"));
+        snprintf(args, sizeof args,
+                 "profile --model '%s/%s.json' --device cpu --threads 1 --repeats 3 --tp 2 "
+                 "--node-link-gbps 100 -o '%s'",
+                 models, names[k], out);
+        CU_ASSERT_FATAL(test_run(args, NULL, &err) == 0);
+        free(err);
+        snprintf(est, sizeof est, "%s-est-tp2.json", names[k]);
+        snprintf(args, sizeof args,
+                 "profile --model '%s/%s.json' --estimate --device A100-40GB --tp 2 "
+                 "--node-link-gbps 100 -o '%s'",
+                 models, names[k], test_path(est));
+        CU_ASSERT_FATAL(test_run(args, NULL, NULL) == 0);
+        cJSON *m = test_read_json(out), *e = test_read_json(test_path(est));
+        CU_ASSERT_EQUAL(test_num(m, "tp"), 2);
+        CU_ASSERT(cJSON_IsFalse(cJSON_GetObjectItem(m, "estimated")));
+        const cJSON *mo = cJSON_GetObjectItem(m, "model");
+        double bytes = test_num(mo, "micro_batch") * test_num(mo, "seq_len") *
+                       test_num(mo, "n_embd") * 4;
+        double one = (bytes / 2) * 8 / 100e9 * 1e3; /* a collective: half the bytes each way */
+        int n = cJSON_GetArraySize(cJSON_GetObjectItem(m, "layers"));
+        for (int l = 0; l < n; l++) {
+            const cJSON *a = layer(m, l), *b = layer(e, l);
+            double comm = (l == 0 || l == n - 1 ? 1 : 4) * one;
+            static const char *const sizes[] = {"state_bytes", "act_bytes", "ckpt_bytes",
+                                                "out_bytes", "workspace_bytes", "param_bytes"};
+            for (int q = 0; q < 6; q++)
+                CU_ASSERT_EQUAL(test_num(a, sizes[q]), test_num(b, sizes[q]));
+            CU_ASSERT(test_num(a, "fwd_ms") > comm && test_num(a, "bwd_ms") > comm);
+            CU_ASSERT(test_num(a, "optimizer_ms") > 0 && test_num(a, "host_optimizer_ms") > 0);
+            const cJSON *opts = cJSON_GetObjectItem(a, "recompute_options");
+            for (const cJSON *o = opts ? opts->child : NULL; o != NULL; o = o->next)
+                CU_ASSERT(test_num(o, "recompute_ms") > 0);
+        }
+        cJSON_Delete(m);
+        cJSON_Delete(e);
+    }
+    static const struct {
+        const char *args, *needle;
+    } bad[] = {{"--tp 3 --node-link-gbps 100", "does not divide"},
+               {"--tp 2", "--node-link-gbps is for --tp"}};
+    for (int k = 0; k < 2; k++) {
+        char args[2048], *err = NULL;
+        snprintf(args, sizeof args, "profile --model '%s/gpt-tiny.json' --device cpu %s",
+                 models, bad[k].args);
+        CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+        CU_ASSERT(err != NULL && strstr(err, bad[k].needle) != NULL);
+        if (err == NULL || strstr(err, bad[k].needle) == NULL)
+            printf("\nexpected \"%s\" in: %s\n", bad[k].needle, err ? err : "(nothing)");
+        free(err);
+    }
+}
+
 int main(void)
 {
     snprintf(models, sizeof models, "%s/configs/models", BALLAST_SOURCE_DIR);
@@ -259,5 +322,6 @@ int main(void)
     CU_add_test(s, "a pool with a profile per (kind, tp): brute force's candidate",
                 test_pool_per_degree);
     CU_add_test(s, "tp_profiles refused", test_refused);
+    CU_add_test(s, "measured per degree on the CPU", test_measured_per_degree);
     return test_main();
 }

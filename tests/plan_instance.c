@@ -1,5 +1,7 @@
 #include "plan_instance.h"
 
+#define GIB_BYTES ((int64_t)1 << 30)
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,45 @@ void instance_attn_option(struct layer_cost *c, struct test_rng *r)
     c->options[0].transient_bytes = c->act_bytes / 2;
     c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
     c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+}
+
+void instance_split_layer(struct layer_cost *c, struct test_rng *r)
+{
+    c->fwd_ms = test_rng_double(r, 1, 4);
+    c->bwd_ms = 2 * c->fwd_ms;
+    c->has_split = 1;
+    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB_BYTES;
+    c->optimizer_bytes = 2 * c->grad_bytes;
+    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
+    c->optimizer_ms = test_rng_double(r, 0.5, 8);
+    c->host_optimizer_ms = test_rng_double(r, 1, 30);
+    c->act_bytes = test_rng_int(r, 2, 8) * GIB_BYTES;
+    c->ckpt_bytes = c->act_bytes / 8;
+    c->out_bytes = c->ckpt_bytes;
+    c->workspace_bytes = GIB_BYTES / 4;
+    instance_attn_option(c, r);
+}
+
+void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                           double gbps, int64_t host, double room)
+{
+    int n = 4, S = 2;
+    instance_init(in, n, S, sched, 4, gbps, host);
+    for (int l = 0; l < n; l++)
+        instance_split_layer(&in->prof.layers[l], r);
+    struct cluster *c = &in->c;
+    for (int s = 0; s < S; s++) {
+        struct cluster_stage *st = &c->stages[s];
+        int64_t least = GIB_BYTES / 2, most = GIB_BYTES;
+        int v = schedule_in_flight(sched, S, s, c->micro_batches);
+        for (int l = st->first; l <= st->last; l++) {
+            const struct layer_cost *y = &in->prof.layers[l];
+            least += y->param_bytes + y->grad_bytes + v * y->ckpt_bytes + y->act_bytes;
+            most += y->state_bytes + v * y->act_bytes;
+        }
+        double f = room < 0 ? test_rng_double(r, 0, 1) : room;
+        st->memory_bytes = least + (int64_t)(f * (double)(most - least));
+    }
 }
 
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p)

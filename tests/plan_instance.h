@@ -23,6 +23,14 @@ void instance_free(struct instance *in);
 /* The layer's one partial option, "attn": half its activations, regenerated in 10-50% of its
  * forward (at random), after its fwd_ms and act_bytes are set. */
 void instance_attn_option(struct layer_cost *c, struct test_rng *r);
+/* A layer whose state splits (param k, grad k, optimizer 2k GiB with k 1 to 3: fp32's
+ * proportions), 2-8 GiB of activations, one partial option (instance_attn_option). */
+void instance_split_layer(struct layer_cost *c, struct test_rng *r);
+/* A custom model of 2 stages x 2 layers of instance_split_layer; each stage's device memory
+ * `room` of the way (< 0: at random) from what it needs with its optimizer on the host and
+ * every layer recomputed to what it needs with its whole state and every activation kept. */
+void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                           double gbps, int64_t host, double room);
 /* planner_make with the default options but `actions` and `verify`. */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
 /* The reference for the planner: every optimizer place of every stage (with

@@ -100,51 +100,6 @@ static void test_sim_device_step_by_hand(void)
 
 /* ---- planner ---- */
 
-/* A custom model of 2 stages x 2 layers whose state splits (param k, grad k, optimizer 2k
- * GiB: fp32's proportions), with one partial option, in memory. */
-
-static void layer_make(struct layer_cost *c, struct test_rng *r)
-{
-    c->fwd_ms = test_rng_double(r, 1, 4);
-    c->bwd_ms = 2 * c->fwd_ms;
-    c->has_split = 1;
-    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB;
-    c->optimizer_bytes = 2 * c->grad_bytes;
-    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
-    c->optimizer_ms = test_rng_double(r, 0.5, 8);
-    c->host_optimizer_ms = test_rng_double(r, 1, 30);
-    c->act_bytes = test_rng_int(r, 2, 8) * GIB;
-    c->ckpt_bytes = c->act_bytes / 8;
-    c->out_bytes = c->ckpt_bytes;
-    c->workspace_bytes = GIB / 4;
-    instance_attn_option(c, r);
-}
-
-/* Device memory `room` of the way (< 0: at random) from what the stage needs with its
- * optimizer on the host and every layer recomputed to what it needs with its whole state and
- * every activation kept. */
-static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
-                          double gbps, int64_t host, double room)
-{
-    int n = 4, S = 2;
-    instance_init(in, n, S, sched, 4, gbps, host);
-    for (int l = 0; l < n; l++)
-        layer_make(&in->prof.layers[l], r);
-    struct cluster *c = &in->c;
-    for (int s = 0; s < S; s++) {
-        struct cluster_stage *st = &c->stages[s];
-        int64_t least = GIB / 2, most = GIB;
-        int v = schedule_in_flight(sched, S, s, c->micro_batches);
-        for (int l = st->first; l <= st->last; l++) {
-            const struct layer_cost *y = &in->prof.layers[l];
-            least += y->param_bytes + y->grad_bytes + v * y->ckpt_bytes + y->act_bytes;
-            most += y->state_bytes + v * y->act_bytes;
-        }
-        double f = room < 0 ? test_rng_double(r, 0, 1) : room;
-        st->memory_bytes = least + (int64_t)(f * (double)(most - least));
-    }
-}
-
 static void test_exact_against_brute_force(void)
 {
     struct test_rng rng = {13};
@@ -154,7 +109,7 @@ static void test_exact_against_brute_force(void)
     int checked = 0, hosted = 0, kept = 0;
     for (int trial = 0; trial < 16; trial++) {
         struct instance in;
-        instance_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
+        instance_hostopt_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
                       test_rng_double(&rng, 20, 800), test_rng_int(&rng, 8, 40) * GIB, -1);
         for (int k = 0; k < 2; k++) {
             struct plan p;
@@ -201,7 +156,7 @@ static void test_rules_and_verify(void)
     for (int trial = 0; trial < 8; trial++) {
         struct instance in;
         struct plan rec, opt;
-        instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, -1);
+        instance_hostopt_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, -1);
         int a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
         int b = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 1, &opt);
         CU_ASSERT(b == ERR_OK || a != ERR_OK);
@@ -244,7 +199,7 @@ static void test_plan_round_trip(void)
     err_clear(&e);
     /* every stage just fits with its optimizer on the host, and its state (2 GiB more per
      * layer at least) does not fit beside even the least activations */
-    instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 0);
+    instance_hostopt_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 0);
     CU_ASSERT_FATAL(plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 0, &p) == ERR_OK);
     int64_t mirror = 0;
     for (int l = 0; l < plan_stage_layer_count(&p.stages[0]); l++)
@@ -290,7 +245,7 @@ static void test_export(void)
     struct plan p;
     struct err e;
     char text[8192];
-    instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 1);
+    instance_hostopt_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 1);
     CU_ASSERT_FATAL(plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &p) == ERR_OK);
     err_clear(&e);
     CU_ASSERT_EQUAL(export_text(&p, "megatron", text, sizeof text, &e), ERR_OK);

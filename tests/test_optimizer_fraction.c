@@ -102,45 +102,15 @@ static void test_sim_split_by_hand(void)
 
 /* ---- planner ---- */
 
-/* Layers whose host step is slow against the device's (so hosting less is worth it). */
-static void layer_make(struct layer_cost *c, struct test_rng *r)
-{
-    c->fwd_ms = test_rng_double(r, 1, 4);
-    c->bwd_ms = 2 * c->fwd_ms;
-    c->has_split = 1;
-    c->param_bytes = c->grad_bytes = test_rng_int(r, 1, 3) * GIB;
-    c->optimizer_bytes = 2 * c->grad_bytes;
-    c->state_bytes = c->param_bytes + c->grad_bytes + c->optimizer_bytes;
-    c->optimizer_ms = test_rng_double(r, 0.5, 4);
-    c->host_optimizer_ms = test_rng_double(r, 5, 60);
-    c->act_bytes = test_rng_int(r, 2, 8) * GIB;
-    c->ckpt_bytes = c->act_bytes / 8;
-    c->out_bytes = c->ckpt_bytes;
-    c->workspace_bytes = GIB / 4;
-    instance_attn_option(c, r);
-}
-
-/* 2 stages x 2 layers; each stage's device memory at `room` (< 0: at random) of the way from
- * what it needs with its whole optimizer on the host and every layer recomputed to what it
- * needs with its whole state and every activation kept. */
+/* instance_hostopt_make's instance, its layers' host steps twice as slow and device steps
+ * twice as fast (so hosting less is worth it). */
 static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
                           double gbps, int64_t host, double room)
 {
-    int n = 4, S = 2;
-    instance_init(in, n, S, sched, 4, gbps, host);
-    for (int l = 0; l < n; l++)
-        layer_make(&in->prof.layers[l], r);
-    for (int s = 0; s < S; s++) {
-        struct cluster_stage *st = &in->c.stages[s];
-        int64_t least = GIB / 2, most = GIB;
-        int v = schedule_in_flight(sched, S, s, in->c.micro_batches);
-        for (int l = st->first; l <= st->last; l++) {
-            const struct layer_cost *y = &in->prof.layers[l];
-            least += y->param_bytes + y->grad_bytes + v * y->ckpt_bytes + y->act_bytes;
-            most += y->state_bytes + v * y->act_bytes;
-        }
-        double f = room < 0 ? test_rng_double(r, 0, 1) : room;
-        st->memory_bytes = least + (int64_t)(f * (double)(most - least));
+    instance_hostopt_make(in, r, sched, gbps, host, room);
+    for (int l = 0; l < in->prof.n_layers; l++) {
+        in->prof.layers[l].host_optimizer_ms *= 2;
+        in->prof.layers[l].optimizer_ms /= 2;
     }
 }
 

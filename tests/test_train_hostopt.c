@@ -64,6 +64,19 @@ static void check_equal(int np, const char *plan, unsigned mask)
     plan_free(&p);
 }
 
+/* Each of 3 stages' checkpoint files of `step` in dirs a and b: byte for byte the same. */
+static int same_step_files(const char *a, const char *b, int step)
+{
+    int same = 1;
+    for (int s = 0; s < 3; s++) {
+        char fa[1200], fb[1200];
+        snprintf(fa, sizeof fa, "%s/stage-%d-step-%d.ckpt", a, s, step);
+        snprintf(fb, sizeof fb, "%s/stage-%d-step-%d.ckpt", b, s, step);
+        same &= train_files_equal(fa, fb);
+    }
+    return same;
+}
+
 static void test_one_rank(void)
 {
     check_equal(1, plan1, 1);
@@ -125,12 +138,7 @@ static void test_resume(void)
     CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, host, extra, "first.metrics", &m), 0);
     snprintf(extra, sizeof extra, "--steps 4 --resume '%s' --save '%s'", b, b);
     CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, host, extra, "resumed.metrics", &m), 0);
-    for (int s = 0; s < 3; s++) {
-        char fa[1200], fb[1200];
-        snprintf(fa, sizeof fa, "%s/stage-%d-step-4.ckpt", a, s);
-        snprintf(fb, sizeof fb, "%s/stage-%d-step-4.ckpt", b, s);
-        CU_ASSERT(train_files_equal(fa, fb));
-    }
+    CU_ASSERT(same_step_files(a, b, 4));
 }
 
 static void test_host_limit(void)
@@ -169,11 +177,8 @@ static void test_fraction(void)
     struct err e;
     err_clear(&e);
     CU_ASSERT_EQUAL_FATAL(plan_load(split, &p, &e), ERR_OK);
+    CU_ASSERT(same_step_files(dev_dir, split_dir, 3));
     for (int s = 0; s < 3; s++) {
-        char fa[1200], fb[1200];
-        snprintf(fa, sizeof fa, "%s/stage-%d-step-3.ckpt", dev_dir, s);
-        snprintf(fb, sizeof fb, "%s/stage-%d-step-3.ckpt", split_dir, s);
-        CU_ASSERT(train_files_equal(fa, fb));
         CU_ASSERT(p.stages[s].optimizer == COST_PLACE_HOST && p.stages[s].optimizer_from == 1);
         CU_ASSERT(plan_stage_optimizer_fraction(&p.stages[s]) > 0 &&
                   plan_stage_optimizer_fraction(&p.stages[s]) < 1);
@@ -193,12 +198,7 @@ static void test_fraction(void)
     CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, plan3, extra, "dev4.metrics", &dev), 0);
     snprintf(extra, sizeof extra, "--steps 4 --resume '%s' --save '%s'", split_dir, split_dir);
     CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, split, extra, "split4.metrics", &part), 0);
-    for (int s = 0; s < 3; s++) {
-        char fa[1200], fb[1200];
-        snprintf(fa, sizeof fa, "%s/stage-%d-step-4.ckpt", dev_dir, s);
-        snprintf(fb, sizeof fb, "%s/stage-%d-step-4.ckpt", split_dir, s);
-        CU_ASSERT(train_files_equal(fa, fb));
-    }
+    CU_ASSERT(same_step_files(dev_dir, split_dir, 4));
 }
 
 int main(void)

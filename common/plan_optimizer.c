@@ -70,7 +70,8 @@ int plan_optimizer_from_json(const cJSON *so, const char *file, const char *path
         st->optimizer = COST_PLACE_HOST;
     else if (strcmp(place, "device") != 0)
         return err_set(e, ERR_INPUT,
-                       "%s: %s.optimizer: \"%s\" (expected \"device\", \"host\" or \"split\")",
+                       "%s: %s.optimizer: \"%s\" (expected \"device\" or \"host\", or "
+                       "\"split\" for a fraction)",
                        file, path, place);
     return st->optimizer == COST_PLACE_HOST ? read_host_layers(so, file, path, split, st, e)
                                             : ERR_OK;

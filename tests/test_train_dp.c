@@ -403,7 +403,8 @@ static void test_zero1(void)
 
 /* The optimizer on the host with dp 2: each layer's host update starts once the replicas'
  * gradients are reduced, and the run is bitwise the device optimizer's dp run (losses,
- * weights, checkpoints); each rank's device peak is the plan's. */
+ * weights, checkpoints); each rank's device peak is the plan's. The same with a fraction of
+ * the optimizer on the host (each stage's last layer's). */
 static void test_host_optimizer(void)
 {
     char host[1024], dir[2][1024], extra[2][1100];
@@ -425,6 +426,17 @@ static void test_host_optimizer(void)
         CU_ASSERT(test_close((double)on_host.peak[s], (double)on_host.planned[s], 0, 0.02));
         CU_ASSERT(on_host.peak[s] < dev.peak[s]); /* m and v live on the host */
     }
+    /* a fraction: each stage's second layer's optimizer on the host, after the reduction */
+    char split[1024], split_dir[1024], extra_split[1100];
+    struct train_metrics part;
+    snprintf(split, sizeof split, "%s", test_path("plan-dp2-split.json"));
+    snprintf(split_dir, sizeof split_dir, "%s", test_path("hostopt-split"));
+    snprintf(extra_split, sizeof extra_split, "--save '%s'", split_dir);
+    train_plan_host_optimizer_from(plan_dp[0], split, 3, 1, 0);
+    if (train_ok(4, split, "hostopt-split", extra_split, &part))
+        return;
+    CU_ASSERT_EQUAL(train_same_losses(&part, &dev), 1);
+    CU_ASSERT(same_stage_files(split_dir, dir[1], 2, 4));
 }
 
 /* dp 3 of one stage: its 30080 floats do not divide by 3, so the last slice is shorter, and

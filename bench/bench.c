@@ -123,12 +123,12 @@ static int own_model(const struct model *cluster_model, const struct model *m)
             m->layer_count == 0 && strcmp(m->name, cluster_model->name) == 0);
 }
 
-/* Layer ranges as the cluster file gave them, or an even split? */
+/* Layer ranges as the cluster file gave them, or the default split? */
 static int even_split(const struct cluster *c)
 {
     for (int s = 0; s < c->n_stages; s++) {
         int first, last;
-        cluster_even_split(c->n_layers, c->n_stages, s, &first, &last);
+        cluster_default_split(&c->model, c->n_layers, c->n_stages, s, &first, &last);
         if (first != c->stages[s].first || last != c->stages[s].last)
             return 0;
     }
@@ -188,7 +188,7 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
             st->profile = out->n_profiles++;
         }
         if (!scale) {
-            cluster_even_split(L, S, s, &st->first, &st->last);
+            cluster_default_split(m, L, S, s, &st->first, &st->last);
         } else {
             /* each boundary at the same fraction of the model, every stage keeping a layer */
             long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);
@@ -233,6 +233,7 @@ static int run_method(const struct cluster *c, int method, const struct device_t
     struct plan p;
     struct sim_result sim;
     plan_options_default(&o);
+    o.min_gain = 0; /* bench.h: each method's fastest plan */
     if (plan_method_parse(bench_method_names[method], &o, e))
         return e->code;
     struct timespec t0, t1;

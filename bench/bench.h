@@ -1,12 +1,13 @@
 /* `ballast bench`: every recomputation method on the same clusters and models, side by side.
  *
  * For each cluster file (CPU clusters skipped) and each model, the cluster is planned with
- * every method of BENCH_METHODS and each plan simulated. A cluster whose profiles describe
- * another model gets profiles estimated in memory for each stage's device (the device table),
- * and explicit `layers` ranges scaled to the model's layer count. A bf16 model on a cluster
- * with GPUs lacking bf16 tensor cores (V100, T4) is benched in fp16 beside it (its "twin"),
- * with what those GPUs contribute in each. The results go to a folder: results.csv,
- * memory.csv, results.md and gnuplot scripts with their data and PNGs. */
+ * every method of BENCH_METHODS and each plan simulated (optimal at --min-gain 0: the methods
+ * are compared by the fastest plan each finds, not by a simpler one). A cluster whose
+ * profiles describe another model gets profiles estimated in memory for each stage's device
+ * (the device table), and explicit `layers` ranges scaled to the model's layer count. A bf16
+ * model on a cluster with GPUs lacking bf16 tensor cores (V100, T4) is benched in fp16 beside
+ * it (its "twin"), with what those GPUs contribute in each. The results go to a folder:
+ * results.csv, memory.csv, results.md and gnuplot scripts with their data and PNGs. */
 #ifndef BALLAST_BENCH_H
 #define BALLAST_BENCH_H
 

@@ -3,6 +3,7 @@
 #ifndef BALLAST_CLI_H
 #define BALLAST_CLI_H
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -56,20 +57,31 @@ int cli_parse_double(const char *text, double *out);
 int cli_parse_int(const char *text, long lo, long hi, long *out);
 
 extern const struct cli_opt cmd_profile_options[], cmd_plan_options[], cmd_simulate_options[],
-    cmd_bench_options[], cmd_train_options[];
+    cmd_bench_options[], cmd_train_options[], cmd_export_options[], cmd_check_options[];
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 struct plan_options;
 /* `ballast plan --share`: jobs "FILE[:METHOD]" (methods default to o's). */
 int cmd_plan_share(char **jobs, int n, const struct plan_options *o, const char *out_file,
                    int quiet);
-/* A cluster file of n "pipelines" (heterogeneous replicas). */
-int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
+/* A cluster file of n "pipelines" (heterogeneous replicas), parsed (`root`). */
+int cmd_plan_replicas(const cJSON *root, const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet);
-/* A cluster file of a "pool": the search for the fastest data-parallel pipeline. */
-int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
-                  int quiet);
+/* A cluster file of a "pool", parsed (`root`): the search for the fastest data-parallel
+ * pipeline. */
+int cmd_plan_pool(const cJSON *root, const char *file, const struct plan_options *o,
+                  const char *out_file, int quiet);
 int cmd_simulate(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+struct plan;
+/* The plans (one, or a replicas file's n pipelines) as framework `to`'s settings, to
+ * `out_file` (NULL: standard output) and, when they differ per stage, the per-rank Python file
+ * (`stages_file`, NULL: ballast_stages.py beside out_file); both whole or not at all.
+ * `devices_file` NULL: the default table. */
+int cli_export(const struct plan *plans, int n, const char *to, const char *out_file,
+               const char *stages_file, const char *devices_file, const char *plan_name,
+               struct err *e);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 

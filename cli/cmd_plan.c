@@ -4,11 +4,12 @@
 #include "cli.h"
 #include "cluster.h"
 #include "estimate.h"
+#include "framework.h"
+#include "jsonio.h"
 #include "plan_arena.h"
 #include "plan_gpus.h"
 #include "plan_kinds.h"
 #include "planner.h"
-#include "pool.h"
 #include "share_plan.h"
 
 static void help(void)
@@ -21,8 +22,9 @@ static void help(void)
            "       ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
            "                    [--repartition] [--search-nodes N] [--time-limit S]\n"
            "                    [--search-gap G] [--whole-layers] [--actions A,...]\n"
-           "                    [--micro-batches N|auto] [--global-batch G] [--unit SIZE]\n"
-           "                    [--time-unit MS] [-o PLAN.json] [--export FORMAT] [--quiet]\n"
+           "                    [--min-gain G] [--micro-batches N|auto] [--global-batch G]\n"
+           "                    [--unit SIZE] [--time-unit MS] [-o PLAN.json] [--for FRAMEWORK]\n"
+           "                    [--export FRAMEWORK] [--quiet]\n"
            "                    [--arena M] [--explain-arena S] [--arena-cap SIZE]\n"
            "                    [--arena-seed N] [--arena-generations N] [--arena-stall N]\n"
            "                    [--arena-time-limit S]\n"
@@ -73,12 +75,17 @@ static void help(void)
            "                   the plan reports its certified optimality_gap\n"
            "  --search-nodes N branch-and-bound node budget of --repartition (default %d)\n"
            "  --time-limit S   --repartition stops after S seconds with the best plan found and\n"
-           "                   its certified optimality_gap (default: no limit); with a\n"
-           "                   \"pool\", the whole search does\n"
+           "                   its certified optimality_gap (default %g s); with a \"pool\",\n"
+           "                   the whole search does (default: no limit)\n"
            "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
            "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
+           "  --min-gain G     optimal: take an optional action (offload, the host optimizer,\n"
+           "                   a partial recompute, an uneven split) only where it shortens\n"
+           "                   the step by at least G of it (default 0.005, or 0.5%%; 0: the\n"
+           "                   fastest plan); of the plans within G of the fastest, the\n"
+           "                   simplest (docs/planning-choices.md)\n"
            "  --actions A,...  optimal: recompute (default), offload (kept tensors to the stages'\n"
            "                   host_memory_bytes over their host links), optimizer (a stage's\n"
            "                   AdamW on the host, a mirror in its host_memory_bytes),\n"
@@ -87,13 +94,18 @@ static void help(void)
            "  --micro-batches N|auto\n"
            "                   micro-batches per step (default: the cluster's); auto tries every\n"
            "                   micro-batch size dividing the global batch and keeps the fastest\n"
-           "  --global-batch G samples per step for auto (default: the cluster's micro-batches\n"
-           "                   x the model's micro_batch)\n"
+           "  --global-batch G samples per step for auto, across the data-parallel replicas\n"
+           "                   (default: the cluster's micro-batches x the model's\n"
+           "                   micro_batch x the stages' dp)\n"
            "  --unit SIZE      knapsack memory unit (default 1MiB; \"64KiB\", \"1MB\", bytes)\n"
            "  --time-unit MS   patent's balancing time unit (default 0.001 ms)\n"
            "  -o FILE          write the plan (ballast-plan/1)\n"
-           "  --export FORMAT  print the plan as colossalai, nemo, megatron or flagscale settings on\n"
-           "                   standard output (the table goes to standard error)\n"
+           "  --for F          plan what framework F runs: ballast (default), megatron (per-rank\n"
+           "                   recompute), megatron-cli (one setting), nemo, nemo-cli,\n"
+           "                   colossalai or flagscale: its recompute forms and split, on its\n"
+           "                   activation model (docs/frameworks.md)\n"
+           "  --export F       print the plan as framework F's settings on standard output (the\n"
+           "                   table goes to standard error): ballast export's shortcut\n"
            "  --quiet          no table\n"
            "  --share J1 J2 ...  jobs time-sharing the same devices (each a cluster file over the\n"
            "                   same stages, with its method after a colon, else --method): each\n"
@@ -110,7 +122,7 @@ static void help(void)
            "  --arena-seed N, --arena-generations N, --arena-stall N, --arena-time-limit S\n"
            "                   ga's seed and limits (default 1, 300, 60, 10 s; exact: the time)\n\n"
            "exit status: 0 planned, 1 --verify disagreed, 2 bad input, 3 no plan fits\n",
-           PLAN_SEARCH_NODES_DEFAULT);
+           PLAN_SEARCH_NODES_DEFAULT, PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S);
 }
 
 const struct cli_opt cmd_plan_options[] = {
@@ -122,6 +134,7 @@ const struct cli_opt cmd_plan_options[] = {
     {"--micro-batches", CLI_VALUE}, {"--global-batch", CLI_VALUE},
     {"--unit", CLI_VALUE},          {"--time-unit", CLI_VALUE},
     {"-o", CLI_VALUE},              {"--export", CLI_VALUE},
+    {"--for", CLI_VALUE},
     {"--quiet", CLI_FLAG},          {"--share", CLI_VALUES},
     {"--arena", CLI_VALUE},         {"--explain-arena", CLI_VALUE},
     {"--arena-cap", CLI_VALUE},     {"--arena-seed", CLI_VALUE},
@@ -131,19 +144,34 @@ const struct cli_opt cmd_plan_options[] = {
     {"--seq-len", CLI_VALUE},       {"--node-link", CLI_VALUE},
     {"--network", CLI_VALUE},       {"--host-memory", CLI_VALUE},
     {"--reserve", CLI_VALUE},       {"--profile", CLI_VALUE},
-    {"--save-cluster", CLI_VALUE},  {NULL, CLI_FLAG}};
+    {"--save-cluster", CLI_VALUE},  {"--min-gain", CLI_VALUE},
+    {NULL, CLI_FLAG}};
 
 /* What the command line asks for. */
 struct plan_args {
-    const char *cluster_file, *out_file, *export_format;
+    const char *cluster_file, *out_file, *export_format, *for_framework;
     struct plan_options o;
-    int quiet, auto_micro;
+    int quiet, auto_micro, min_gain_given;
+    int default_time_limit; /* --repartition without --time-limit */
     char **share; /* --share: the job arguments */
     int n_share;
     long micro_batches, global_batch;
     struct plan_arena_args arena;
     struct plan_gpus gpus; /* one-line planning */
 };
+
+/* A share in [0, 1), written as a fraction (0.005) or a percentage (0.5%). */
+static int parse_fraction(const char *v, double *out)
+{
+    char text[64];
+    size_t n = strlen(v);
+    int percent = n > 0 && n < sizeof text && v[n - 1] == '%';
+    snprintf(text, sizeof text, "%.*s", (int)(percent ? n - 1 : n), v);
+    if (cli_parse_double(text, out))
+        return -1;
+    *out /= percent ? 100 : 1;
+    return *out >= 0 && *out < 1 ? 0 : -1;
+}
 
 /* Sets option `name` from its value: ERR_OK or a usage error's status (printed). */
 static int set_value(struct plan_args *a, const char *name, const char *v)
@@ -172,6 +200,11 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
     else if (strcmp(name, "--time-limit") == 0 &&
              (cli_parse_double(v, &o->time_limit_s) || !(o->time_limit_s > 0)))
         return cli_usage_error("plan", "--time-limit: \"%s\", expected seconds > 0", v);
+    else if (strcmp(name, "--min-gain") == 0 && parse_fraction(v, &o->min_gain))
+        return cli_usage_error("plan", "--min-gain: \"%s\", expected a share of the step in [0, "
+                               "1) (0.005) or a percentage (0.5%%)", v);
+    else if (strcmp(name, "--min-gain") == 0)
+        a->min_gain_given = 1;
     else if (strcmp(name, "--search-gap") == 0 &&
              (cli_parse_double(v, &o->search_gap) || !(o->search_gap >= 0 && o->search_gap < 1)))
         return cli_usage_error("plan", "--search-gap: \"%s\", expected a fraction in [0, 1)", v);
@@ -182,12 +215,15 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
                                v);
     else if (strcmp(name, "--global-batch") == 0 && cli_parse_int(v, 1, 1 << 20, &a->global_batch))
         return cli_usage_error("plan", "--global-batch: \"%s\", expected a count >= 1", v);
-    else if (strcmp(name, "--export") == 0 && strcmp(v, "colossalai") && strcmp(v, "nemo") &&
-             strcmp(v, "megatron") && strcmp(v, "flagscale"))
-        return cli_usage_error("plan", "--export: \"%s\", expected colossalai, nemo, megatron "
-                               "or flagscale", v);
+    else if ((strcmp(name, "--export") == 0 || strcmp(name, "--for") == 0) &&
+             framework_find(v, NULL) == NULL)
+        return cli_usage_error("plan", "%s: \"%s\", expected %s", name, v, framework_names());
+    else if (strcmp(name, "--export") == 0 && framework_is_ballast(framework_find(v, NULL)))
+        return cli_usage_error("plan", "--export: \"%s\" is Ballast's own plan file (-o)", v);
     else if (strcmp(name, "--export") == 0)
         a->export_format = v;
+    else if (strcmp(name, "--for") == 0)
+        o->framework = framework_find(v, NULL);
     return ERR_OK;
 }
 
@@ -198,7 +234,7 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
                                         "--search-gap", "--micro-batches", "--global-batch",
-                                        "--export", "--actions"};
+                                        "--export", "--actions", "--min-gain", "--for"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -229,10 +265,11 @@ static int flag_option(char **argv, int i, struct plan_args *a)
 static int pool_usage(const struct plan_args *a, int pipelines)
 {
     if (pipelines > 0 || a->export_format || a->auto_micro || a->micro_batches || a->arena.on ||
-        a->o.method != METHOD_OPTIMAL)
+        a->o.method != METHOD_OPTIMAL || !framework_is_ballast(a->o.framework))
         return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
-                               "repartitions every candidate), no --export, --micro-batches or "
-                               "--arena, and no \"pipelines\" in the file");
+                               "repartitions every candidate) for Ballast, no --for, --export, "
+                               "--micro-batches or --arena, and no \"pipelines\" in the file "
+                               "(ballast export --to F re-plans its answer's settings for F)");
     return ERR_OK;
 }
 
@@ -244,6 +281,7 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     *a = (struct plan_args){0};
     plan_options_default(&a->o);
     a->o.estimate = estimate_profile; /* profiles at other micro-batch sizes */
+    a->o.estimate_for = estimate_for_framework; /* --for: the framework's activations */
     plan_arena_args_default(&a->arena);
     for (int i = 1; i < argc; i++) {
         int r, taken;
@@ -273,9 +311,10 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
             return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
     }
     if (a->share != NULL && (a->n_share == 0 || a->cluster_file != NULL || a->export_format ||
-                             a->auto_micro || a->micro_batches))
-        return cli_usage_error("plan", "--share takes one or more job files, and no --cluster, "
-                               "--export or --micro-batches");
+                             a->auto_micro || a->micro_batches ||
+                             !framework_is_ballast(a->o.framework)))
+        return cli_usage_error("plan", "--share takes one or more job files (jobs Ballast "
+                               "runs), and no --cluster, --for, --export or --micro-batches");
     if (plan_gpus_given(&a->gpus) && (a->gpus.gpus == NULL || a->cluster_file || a->share))
         return cli_usage_error("plan", "--model, --gpus and their options plan a pool of GPUs "
                                "in one line: give --gpus, and no --cluster or --share");
@@ -287,6 +326,9 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
         return cli_usage_error("plan", "%s", e.msg);
+    if (a->min_gain_given && a->o.method != METHOD_OPTIMAL)
+        return cli_usage_error("plan", "--min-gain applies to --method optimal only (the other "
+                               "methods take no optional action)");
     if (a->global_batch && !a->auto_micro && a->gpus.gpus == NULL)
         return cli_usage_error("plan", "--global-batch applies to --micro-batches auto and "
                                "--gpus");
@@ -302,21 +344,43 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     return ERR_OK;
 }
 
-/* Loads the cluster and plans it. */
-static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optimizer,
+/* A --repartition search that stopped before the end says so, even with --quiet: the plan is
+ * then the best found, within its certified gap of the fastest. */
+static void print_stopped(const struct plan_args *a, const struct plan *p)
+{
+    if (!p->search.present || p->search.exhausted)
+        return;
+    char why[128];
+    if (p->search.nodes >= a->o.search_nodes)
+        snprintf(why, sizeof why, "its node budget (--search-nodes %ld)", a->o.search_nodes);
+    else
+        snprintf(why, sizeof why, "its time limit (--time-limit %g s%s)", a->o.time_limit_s,
+                 a->default_time_limit ? ", the default" : "");
+    if (p->optimality_gap < 0) /* a plan that offloads has none (README) */
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the split and order are the "
+                "best found by then\n", why);
+    else
+        fprintf(stderr, "ballast plan: --repartition stopped at %s: the plan's %.3f ms is "
+                "within %.3f%% of the fastest split and order (certified: none is faster than "
+                "%.3f ms)\n", why, p->iteration_ms, 100 * p->optimality_gap,
+                p->search.lower_bound);
+}
+
+/* Reads the cluster from its parsed file and plans it. */
+static int make_plan(const struct plan_args *a, const cJSON *root, struct plan *p,
                      struct err *e)
 {
     struct cluster c;
-    if (cluster_load(a->cluster_file, &c, e))
+    if (cluster_parse(root, a->cluster_file, &c, e))
         return e->code;
-    *shard_optimizer = c.shard_optimizer; /* for --export: plans do not carry it */
-    cluster_warn_cpu_threads(a->cluster_file, &c, stderr);
+    cluster_warn_cpu_threads(root, &c, stderr);
     if (a->micro_batches)
         c.micro_batches = (int)a->micro_batches;
     int rc;
     if (a->auto_micro) {
         long global = a->global_batch ? a->global_batch
-                                      : (long)c.micro_batches * c.model.micro_batch;
+                                      : (long)c.micro_batches * c.model.micro_batch *
+                                            c.stages[0].dp;
         rc = planner_make_auto(&c, &a->o, (int)global,
                                a->quiet ? NULL : (a->export_format ? stderr : stdout), p, e);
     } else {
@@ -329,8 +393,7 @@ static int make_plan(const struct plan_args *a, struct plan *p, int *shard_optim
 }
 
 /* The table, the export and the plan file. */
-static int write_outputs(const struct plan_args *a, const struct plan *p, int shard_optimizer,
-                         struct err *e)
+static int write_outputs(const struct plan_args *a, const struct plan *p, struct err *e)
 {
     if (!a->quiet) {
         struct plan_kinds k;
@@ -340,17 +403,69 @@ static int write_outputs(const struct plan_args *a, const struct plan *p, int sh
     }
     if (a->arena.explain >= 0)
         arena_explain(a->export_format ? stderr : stdout, p, (int)a->arena.explain);
-    if (a->export_format != NULL && planner_export(stdout, p, a->export_format, shard_optimizer, e))
+    /* the per-rank file, when there is one, beside the plan file (else here) */
+    char stages[4096] = "";
+    if (a->out_file != NULL) {
+        snprintf(stages, sizeof stages, "%s", a->out_file);
+        char *slash = strrchr(stages, '/');
+        snprintf(slash ? slash + 1 : stages, sizeof stages - (size_t)(slash ? slash + 1 - stages : 0),
+                 "ballast_stages.py");
+    }
+    if (a->export_format != NULL &&
+        cli_export(p, 1, a->export_format, NULL, stages[0] ? stages : NULL, NULL,
+                   a->out_file ? a->out_file : "", e))
         return e->code;
     if (a->out_file != NULL && plan_write(a->out_file, p, e))
         return e->code;
     return ERR_OK;
 }
 
+/* The cluster file, parsed once: a pool, pipelines, or one pipeline. `written`: the file is
+ * the pool --gpus wrote. */
+static int plan_cluster(struct plan_args *a, const cJSON *root, int written)
+{
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    int pipelines, rc;
+    int pool = cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL;
+    if (cluster_pipeline_count(root, a->cluster_file, &pipelines, &e))
+        return cli_fail("plan", &e);
+    if (pool && pool_usage(a, pipelines))
+        return ERR_INPUT;
+    if (pool) {
+        rc = cmd_plan_pool(root, a->cluster_file, &a->o, a->out_file, a->quiet);
+        if (written)
+            plan_gpus_print_written(stdout, a->cluster_file);
+        return rc;
+    }
+    a->default_time_limit = a->o.repartition && !(a->o.time_limit_s > 0);
+    if (a->default_time_limit)
+        a->o.time_limit_s = PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S;
+    if (pipelines > 0 && (a->export_format || a->auto_micro || a->micro_batches || a->arena.on))
+        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
+                               "--micro-batches or --arena (plan each pipeline for those)");
+    if (pipelines > 0)
+        return cmd_plan_replicas(root, a->cluster_file, pipelines, &a->o, a->out_file,
+                                 a->quiet);
+    if (make_plan(a, root, &p, &e))
+        return cli_fail("plan", &e);
+    print_stopped(a, &p);
+    if (write_outputs(a, &p, &e)) {
+        plan_free(&p);
+        return cli_fail("plan", &e);
+    }
+    rc = p.verify.present && !p.verify.agree ? ERR_FAIL : ERR_OK;
+    if (rc)
+        fprintf(stderr, "ballast plan: the DP and GLPK disagree (DP %.9g, GLPK %.9g)\n",
+                p.verify.dp_objective, p.verify.milp_objective);
+    plan_free(&p);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     struct plan_args a;
-    struct plan p;
     struct err e;
     err_clear(&e);
     int rc = parse_args(argc, argv, &a);
@@ -365,34 +480,10 @@ int cmd_plan(int argc, char **argv)
         a.cluster_file = written;
         a.global_batch = 0; /* the pool's, now in the file */
     }
-    int pipelines, pool;
-    if (cluster_pipeline_count(a.cluster_file, &pipelines, &e) ||
-        pool_file_check(a.cluster_file, &pool, &e))
+    cJSON *root = jsonio_read_kind(a.cluster_file, JSONIO_CLUSTER, &e);
+    if (root == NULL)
         return cli_fail("plan", &e);
-    if (pool && pool_usage(&a, pipelines))
-        return ERR_INPUT;
-    if (pool) {
-        rc = cmd_plan_pool(a.cluster_file, &a.o, a.out_file, a.quiet);
-        if (a.cluster_file == written)
-            plan_gpus_print_written(stdout, written);
-        return rc;
-    }
-    if (pipelines > 0 && (a.export_format || a.auto_micro || a.micro_batches || a.arena.on))
-        return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
-                               "--micro-batches or --arena (plan each pipeline for those)");
-    if (pipelines > 0)
-        return cmd_plan_replicas(a.cluster_file, pipelines, &a.o, a.out_file, a.quiet);
-    int shard_optimizer = 0;
-    if (make_plan(&a, &p, &shard_optimizer, &e))
-        return cli_fail("plan", &e);
-    if (write_outputs(&a, &p, shard_optimizer, &e)) {
-        plan_free(&p);
-        return cli_fail("plan", &e);
-    }
-    rc = p.verify.present && !p.verify.agree ? ERR_FAIL : ERR_OK;
-    if (rc)
-        fprintf(stderr, "ballast plan: the DP and GLPK disagree (DP %.9g, GLPK %.9g)\n",
-                p.verify.dp_objective, p.verify.milp_objective);
-    plan_free(&p);
+    rc = plan_cluster(&a, root, a.cluster_file == written);
+    cJSON_Delete(root);
     return rc;
 }

@@ -15,12 +15,13 @@
 #include "pool_mixed.h"
 #include "replicas.h"
 
-static int plan_pipelines(const char *file, int n, const struct plan_options *o,
-                          struct plan *plans, int *made, struct err *e)
+static int plan_pipelines(const cJSON *root, const char *file, int n,
+                          const struct plan_options *o, struct plan *plans, int *made,
+                          struct err *e)
 {
     for (*made = 0; *made < n; (*made)++) {
         struct cluster c;
-        if (cluster_load_pipeline(file, *made, &c, e))
+        if (cluster_parse_pipeline(root, file, *made, &c, e))
             return e->code;
         int rc = planner_make(&c, o, &plans[*made], e);
         cluster_free(&c);
@@ -61,23 +62,21 @@ static void print_kinds(FILE *f, const struct plan *plans, int n, double step_ms
     plan_kinds_print(f, &k);
 }
 
-/* The GPUs of each kind the pool file holds (none when it cannot be read again). */
-static void pool_counts(const char *file, struct plan_kinds_pool *pool)
+/* The GPUs of each kind the parsed pool file holds. */
+static void pool_counts(const cJSON *root, const char *file, struct plan_kinds_pool *pool)
 {
     struct err e;
     err_clear(&e);
     struct pool_info info;
-    cJSON *root = jsonio_read(file, &e);
     memset(pool, 0, sizeof *pool);
-    if (root != NULL && pool_info_read(file, root, &info, &e) == ERR_OK)
+    if (pool_info_read(file, root, &info, &e) == ERR_OK)
         for (int k = 0; k < info.n_kinds && k < PLAN_KINDS_MAX; k++) {
             snprintf(pool->device[k], sizeof pool->device[k], "%s", info.device[k]);
             pool->count[pool->n++] = info.count[k];
         }
-    cJSON_Delete(root);
 }
 
-int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
+int cmd_plan_replicas(const cJSON *root, const char *file, int n, const struct plan_options *o,
                       const char *out_file, int quiet)
 {
     struct err e;
@@ -86,7 +85,7 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
     struct replicas_result r = {0};
     int made = 0, rc = plans != NULL ? ERR_OK : err_set(&e, ERR_FAIL, "out of memory");
     if (rc == ERR_OK)
-        rc = plan_pipelines(file, n, o, plans, &made, &e);
+        rc = plan_pipelines(root, file, n, o, plans, &made, &e);
     if (rc == ERR_OK)
         rc = replicas_step(plans, n, &r, &e);
     if (rc == ERR_OK)
@@ -100,13 +99,13 @@ int cmd_plan_replicas(const char *file, int n, const struct plan_options *o,
     return rc ? cli_fail("plan", &e) : ERR_OK;
 }
 
-int cmd_plan_pool(const char *file, const struct plan_options *o, const char *out_file,
-                  int quiet)
+int cmd_plan_pool(const cJSON *root, const char *file, const struct plan_options *o,
+                  const char *out_file, int quiet)
 {
     struct err e;
     err_clear(&e);
     struct pool_answer a;
-    if (pool_answer_search(file, o, &a, &e))
+    if (pool_answer_search(root, file, o, &a, &e))
         return cli_fail("plan", &e);
     int rc = ERR_OK;
     if (a.mixed) {
@@ -122,7 +121,7 @@ int cmd_plan_pool(const char *file, const struct plan_options *o, const char *ou
         pool_mixed_print(stdout, &a.mix, a.have_plan ? a.plan.iteration_ms : INFINITY);
     if (rc == ERR_OK && !quiet) {
         struct plan_kinds_pool pool;
-        pool_counts(file, &pool);
+        pool_counts(root, file, &pool);
         print_kinds(stdout, a.mixed ? a.plans : &a.plan, a.mixed ? a.n : 1,
                     a.mixed ? a.step.step_ms : a.plan.iteration_ms, &pool);
     }

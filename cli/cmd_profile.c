@@ -56,8 +56,9 @@ static void help(void)
            "                   TIME (\"3us\"; default 0), or measured over NCCL across GPUs 0..N-1\n"
            "                   of this node when measuring on cuda without them; the profile\n"
            "                   says \"tp\": N and serves cluster stages of tp N\n"
-           "  --for F          --estimate what framework F (megatron, nemo, colossalai) keeps:\n"
-           "                   its attention kernel, fp32 logits, its recompute modules\n"
+           "  --for F          --estimate what framework F (megatron, nemo, colossalai,\n"
+           "                   flagscale) keeps: its attention kernel, fp32 logits, its\n"
+           "                   recompute modules (docs/frameworks.md)\n"
            "  -o FILE          where to write the profile (default: standard output)\n",
            WARMUP, devices_default_file());
 }
@@ -181,7 +182,7 @@ static int measure(const char *model_file, const char *device, int repeats, int 
     int rc = hostinfo_open(device, threads, &be, &timer, &p.device, p.provenance, &e);
     if (rc == ERR_OK && !(be.ops->dtypes & BACKEND_DTYPE_BIT(m.dtype))) {
         fprintf(stderr, "ballast profile: %s: dtype: \"%s\": the %s backend does not compute "
-                        "it (the CPU layers are fp32; bf16 is the CUDA backend's)\n",
+                        "it\n",
                 model_file, model_dtype_name(m.dtype), be.ops->name);
         hostinfo_close(&be, &timer);
         profile_free(&p);

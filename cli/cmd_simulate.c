@@ -126,7 +126,7 @@ int cmd_simulate(int argc, char **argv)
     if (cli_check_output("simulate", out_file) || cli_check_output("simulate", trace_file))
         return ERR_INPUT;
 
-    cJSON *root = jsonio_read(plan_file, &e);
+    cJSON *root = jsonio_read_kind(plan_file, JSONIO_PLAN, &e);
     if (root == NULL)
         return cli_fail("simulate", &e);
     if (replicas_is_file(root)) {
@@ -136,9 +136,10 @@ int cmd_simulate(int argc, char **argv)
         cJSON_Delete(root);
         return rc ? cli_fail("simulate", &e) : ERR_OK;
     }
-    cJSON_Delete(root);
     struct plan p;
-    if (plan_load(plan_file, &p, &e))
+    int loaded = plan_parse(root, plan_file, &p, &e);
+    cJSON_Delete(root);
+    if (loaded != ERR_OK)
         return cli_fail("simulate", &e);
     struct sim_result r;
     if (sim_plan(&p, &r, &e)) {

@@ -21,12 +21,15 @@ static void help(void)
            "         [--init FILE.safetensors] [--save-weights FILE.safetensors]\n"
            "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n"
            "         [--check-arena] [--host-link-gbps RATE]\n"
+           "         [--initial-loss-scale X] [--min-loss-scale X] [--loss-scale-window N]\n"
+           "         [--hysteresis N] [--loss-scale-growth X] [--loss-scale-backoff X]\n"
            "       mpirun -np S ballast train --share SHARE.json [--slice K] [--switch share|full]\n"
            "         [--steps N] [--metrics FILE] ...\n\n"
            "Trains the plan's GPT with one MPI rank per stage (S = the plan's stage count),\n"
            "recomputing the layers the plan lists, and reports measured against planned memory\n"
            "and time per stage.\n\n"
-           "  --plan FILE       the plan (ballast-plan/1): fp32 or bf16 (small runs on a CPU)\n"
+           "  --plan FILE       the plan (ballast-plan/1): fp32, bf16 or fp16 (small runs on a\n"
+           "                    CPU)\n"
            "  --steps N         train up to step N (default 10; a resumed run continues to N)\n"
            "  --data FILE       train on FILE's tokens; default: a synthetic Markov source of\n"
            "                    entropy ln 4 nats per token\n"
@@ -47,9 +50,11 @@ static void help(void)
            "  --save DIR        write a checkpoint at the end (and every --save-every N steps)\n"
            "  --resume DIR      continue from DIR's checkpoint\n"
            "  --init FILE       start from FILE's weights (safetensors, Hugging Face GPT-2\n"
-           "                    names; F32 or BF16); {stage} in FILE: each stage its own file\n"
+           "                    names; F32, BF16 or F16; finite); {stage} in FILE: each stage\n"
+           "                    its own file\n"
            "  --save-weights FILE  write the weights at the end as safetensors (F32, BF16 for\n"
-           "                    a bf16 model): one file, or with {stage} one per stage\n"
+           "                    a bf16 model, F16 for fp16): one file, or with {stage} one per\n"
+           "                    stage\n"
            "  --quiet           no per-step lines\n"
            "  --share FILE      the jobs of a ballast-share/1 file (ballast plan --share) in turn\n"
            "                    on the same ranks, each in its persistent region, all through one\n"
@@ -63,7 +68,18 @@ static void help(void)
            "                    names the rank that went silent and stops the job (exit 1)\n"
            "  --host-link-gbps RATE  CPU stages: copies to and from host memory (offload) take\n"
            "                    as long as on a link of RATE (\"100Gbps\", \"16GB/s\"; a number\n"
-           "                    alone is Gbit/s): a PCIe link, emulated\n\n"
+           "                    alone is Gbit/s): a PCIe link, emulated\n"
+           "an fp16 model's dynamic loss scaling (Megatron-LM's, with DeepSpeed's defaults; a step\n"
+           "whose gradients overflow is skipped; the run stops at an overflow at the minimum):\n"
+           "  --initial-loss-scale X  the first step's scale (default 65536)\n"
+           "  --min-loss-scale X  the least scale (default 1; at most the initial scale)\n"
+           "  --loss-scale-window N  steps without an overflow before the scale grows\n"
+           "                    (default 1000)\n"
+           "  --hysteresis N    overflows before the scale backs off (default 2)\n"
+           "  --loss-scale-growth X  its growth factor, above 1 (default 2)\n"
+           "  --loss-scale-backoff X  its backoff factor, in (0, 1) (default 0.5)\n\n"
+           "A NaN or an infinity in the loss or the gradients of an fp32 or bf16 model stops the\n"
+           "run (exit 1) before the optimizer step, on every rank.\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
            TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
@@ -113,6 +129,16 @@ static const struct opt opts[] = {
     {"--transport", OPT_CHOICE, AT(transport), 0, 0, "auto, mpi or nccl", "|auto|mpi|nccl|"},
     {"--switch", OPT_CHOICE, 0, 0, 0, "share or full", "|share|full|"},
     {"--data-format", OPT_CHOICE, 0, 0, 0, "llmc or bytes", "|llmc|bytes|"},
+    {"--initial-loss-scale", OPT_REAL, AT(loss_scale.initial), 0, 0x1.fffffep127,
+     "a number in (0, 3.4e38]", NULL},
+    {"--min-loss-scale", OPT_REAL, AT(loss_scale.min), 0, 0x1.fffffep127,
+     "a number in (0, 3.4e38]", NULL},
+    {"--loss-scale-growth", OPT_REAL, AT(loss_scale.growth), 1, 0x1.fffffep127,
+     "a factor above 1", NULL},
+    {"--loss-scale-backoff", OPT_REAL, AT(loss_scale.backoff), 0, 1 - 0x1p-53,
+     "a factor in (0, 1)", NULL},
+    {"--loss-scale-window", OPT_COUNT, AT(loss_scale.window), 1, 0x1p40, "a count >= 1", NULL},
+    {"--hysteresis", OPT_COUNT, AT(loss_scale.hysteresis), 1, 0x1p40, "a count >= 1", NULL},
     {"--quiet", OPT_FLAG, AT(quiet), 0, 0, NULL, NULL},
     {"--check-arena", OPT_FLAG, AT(check_arena), 0, 0, NULL, NULL},
 };
@@ -126,6 +152,9 @@ const struct cli_opt cmd_train_options[] = {
     {"--threads", CLI_VALUE},   {"--seed", CLI_VALUE},         {"--lr", CLI_VALUE},
     {"--timeout", CLI_VALUE},   {"--host-link-gbps", CLI_VALUE}, {"--device", CLI_VALUE},
     {"--transport", CLI_VALUE}, {"--switch", CLI_VALUE},       {"--data-format", CLI_VALUE},
+    {"--initial-loss-scale", CLI_VALUE}, {"--min-loss-scale", CLI_VALUE},
+    {"--loss-scale-growth", CLI_VALUE},  {"--loss-scale-backoff", CLI_VALUE},
+    {"--loss-scale-window", CLI_VALUE},  {"--hysteresis", CLI_VALUE},
     {"--quiet", CLI_FLAG},      {"--check-arena", CLI_FLAG},   {NULL, CLI_FLAG}};
 
 /* Whether `v` is one of `choices` ("|a|b|c|"). */
@@ -182,9 +211,11 @@ static int set_option(const struct opt *k, const char *v, struct train_options *
     return cli_usage_error("train", "%s: \"%s\", expected %s", k->name, v, k->expected);
 }
 
-static int parse(int argc, char **argv, struct train_options *o)
+/* *scaling: whether an option of the loss scaling was given. */
+static int parse(int argc, char **argv, struct train_options *o, int *scaling)
 {
     int format_given = 0;
+    struct err e;
     for (int i = 1; i < argc; i++) {
         const struct opt *k = NULL;
         const char *v = NULL;
@@ -200,7 +231,10 @@ static int parse(int argc, char **argv, struct train_options *o)
             return cli_usage_error("train", "unknown option \"%s\"", argv[i]);
         ERR_TRY(set_option(k, v, o));
         format_given |= strcmp(k->name, "--data-format") == 0;
+        *scaling |= strstr(k->name, "loss-scale") != NULL || strcmp(k->name, "--hysteresis") == 0;
     }
+    if (lossscale_check(&o->loss_scale, &e))
+        return cli_usage_error("train", "%s", e.msg);
     if ((o->plan_file == NULL) == (o->share_file == NULL))
         return cli_usage_error("train", "one of --plan and --share is required");
     if (format_given && o->data_file == NULL)
@@ -224,23 +258,32 @@ static void refuse_group(const struct plan *p, const char *plan_file, struct err
                     plan_file, s, p->stages[s].tp, p->stages[s].dp);
 }
 
-/* A plan of a custom model has each layer's costs but no layers to run: refused before any
- * rank starts. A plan that does not load is train_run's to report. */
-static int refuse_custom(const char *plan_file)
+/* Loads the plan, once for the whole run (*loaded). A plan of a custom model has each
+ * layer's costs but no layers to run, and loss scaling options (`scaling`) are for an fp16
+ * model: refused before any rank starts. A plan that does not load is train_run's to report,
+ * once its ranks agree (a rank may see another file). */
+static int load_plan(const char *plan_file, int scaling, struct plan *p, int *loaded)
 {
-    struct plan p;
     struct err e;
     err_clear(&e);
-    if (plan_load(plan_file, &p, &e))
+    *loaded = plan_load(plan_file, p, &e) == ERR_OK;
+    if (!*loaded)
         return ERR_OK;
-    if (model_ops_of(&p.model) == NULL)
+    if (model_ops_of(&p->model) == NULL)
         err_set(&e, ERR_INPUT,
                 "%s: model: \"%s\" is a custom model: Ballast has no layers to run for a "
                 "custom model (its profiles give each layer's costs, not its computation); run "
                 "the plan in your framework (ballast plan --export)",
-                plan_file, p.model.name);
-    refuse_group(&p, plan_file, &e);
-    plan_free(&p);
+                plan_file, p->model.name);
+    refuse_group(p, plan_file, &e);
+    if (e.code == ERR_OK && scaling && p->model.dtype != MODEL_DTYPE_FP16)
+        err_set(&e, ERR_INPUT, "%s: model.dtype: \"%s\": the loss scaling options are for an "
+                "fp16 model (a %s model trains unscaled)", plan_file,
+                model_dtype_name(p->model.dtype), model_dtype_name(p->model.dtype));
+    if (e.code) {
+        plan_free(p);
+        *loaded = 0;
+    }
     return e.code ? cli_fail("train", &e) : ERR_OK;
 }
 
@@ -258,7 +301,8 @@ int cmd_train(int argc, char **argv)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     struct train_options o = {.steps = 10, .slice = 1, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
-                              .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S};
+                              .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S,
+                              .loss_scale = LOSSSCALE_DEFAULTS};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
     if (rank != 0) {
@@ -270,9 +314,12 @@ int cmd_train(int argc, char **argv)
             close(null);
         }
     }
-    int rc = parse(argc, argv, &o);
+    struct plan plan;
+    int loaded = 0;
+    int scaling = 0, rc = parse(argc, argv, &o, &scaling);
     if (rc == ERR_OK && o.plan_file != NULL)
-        rc = refuse_custom(o.plan_file);
+        rc = load_plan(o.plan_file, scaling, &plan, &loaded);
+    o.plan = loaded ? &plan : NULL;
     if (saved >= 0) {
         fflush(stderr);
         dup2(saved, 2);
@@ -280,6 +327,8 @@ int cmd_train(int argc, char **argv)
     }
     if (rc == ERR_OK)
         rc = train_run(&o);
+    if (o.plan != NULL)
+        plan_free(&plan);
     MPI_Finalize();
     return rc;
 }

@@ -33,6 +33,28 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
     *last = (int)((int64_t)(stage + 1) * n_layers / n_stages) - 1;
 }
 
+/* The first block of stage s when B blocks are dealt to S stages, the r = B mod S stages in
+ * the middle taking one more. */
+static int first_block(int blocks, int n_stages, int stage)
+{
+    int q = blocks / n_stages, r = blocks % n_stages, lo = (n_stages - r) / 2;
+    int extra = stage - lo < 0 ? 0 : stage - lo > r ? r : stage - lo;
+    return stage * q + extra;
+}
+
+void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
+                           int *first, int *last)
+{
+    int blocks = n_layers - 2;
+    if (m->kind == MODEL_KIND_CUSTOM || blocks < n_stages) {
+        cluster_even_split(n_layers, n_stages, stage, first, last);
+        return;
+    }
+    /* block b is layer b + 1 */
+    *first = stage == 0 ? 0 : 1 + first_block(blocks, n_stages, stage);
+    *last = stage == n_stages - 1 ? n_layers - 1 : first_block(blocks, n_stages, stage + 1);
+}
+
 int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
                    struct link *l, struct err *e)
 {
@@ -96,12 +118,11 @@ static int is_cpu_stage(const struct cluster *c, int s)
     return strcmp(cluster_stage_profile(c, s)->device.kind, "cpu") == 0;
 }
 
-int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out)
+int cluster_warn_cpu_threads(const cJSON *root, const struct cluster *c, FILE *out)
 {
     int cpu_stages = 0, lines = 0;
     for (int s = 0; s < c->n_stages; s++)
         cpu_stages += is_cpu_stage(c, s);
-    cJSON *root = NULL; /* read again only for the profile paths as the file writes them */
     for (int s = 0; s < c->n_stages; s++) {
         const struct profile *p = cluster_stage_profile(c, s);
         long measured = p->estimated || !is_cpu_stage(c, s) ? 0 : provenance_count(p, "threads");
@@ -113,9 +134,6 @@ int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *ou
         long rank = cores / cpu_stages > 0 ? cores / cpu_stages : 1;
         if (measured <= rank)
             continue;
-        struct err e;
-        if (root == NULL)
-            root = jsonio_read(file, &e);
         const cJSON *rel = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "stages"), s), "profile");
         fprintf(out,
@@ -126,7 +144,6 @@ int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *ou
                 cpu_stages, rank);
         lines++;
     }
-    cJSON_Delete(root);
     return lines;
 }
 
@@ -425,8 +442,9 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
                                        "global_batch", "dp_bucket_bytes", NULL};
     const char *sched;
     int64_t micro;
+    static const char *const text[] = {"name", "description", NULL};
     if (jsonio_check_format(root, file, "cluster", 1, e) ||
-        jsonio_check_keys(root, file, "", keys, e) ||
+        jsonio_check_keys(root, file, "", keys, e) || jsonio_check_text(root, file, "", text, e) ||
         jsonio_str(root, file, "", "schedule", &sched, e))
         return e->code;
     if (schedule_parse(sched, &c->schedule) != 0)
@@ -480,7 +498,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
             return e->code;
     } else {
         for (s = 0; s < S; s++)
-            cluster_even_split(c->n_layers, S, s, &c->stages[s].first, &c->stages[s].last);
+            cluster_default_split(&c->model, c->n_layers, S, s, &c->stages[s].first,
+                                  &c->stages[s].last);
     }
     for (s = 0; s < S; s++)
         if (c->reserve_bytes >= c->stages[s].memory_bytes)
@@ -500,13 +519,35 @@ int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct
     int rc = cluster_from_json(root, file, c, e);
     if (rc)
         cluster_free(c);
+    c->file = rc ? NULL : file;
     return rc;
+}
+
+int cluster_check_host_memory(const struct cluster *c, struct err *e)
+{
+    const char *file = c->file != NULL ? c->file : "the cluster";
+    int any = 0;
+    for (int s = 0; s < c->n_stages; s++) {
+        const struct cluster_stage *st = &c->stages[s];
+        if (st->host_memory_bytes > 0 && !st->host_link.present)
+            return err_set(e, ERR_INPUT,
+                           "%s: stages[%d].host_memory_bytes: %lld, but the stage (%s) has no "
+                           "host_link (none in the cluster, its profile, or devices.json's "
+                           "host_link_gbs for it)",
+                           file, s, (long long)st->host_memory_bytes, st->device);
+        any |= st->host_memory_bytes > 0;
+    }
+    if (!any)
+        return err_set(e, ERR_INPUT,
+                       "--actions offload or optimizer: no stage of %s has host_memory_bytes "
+                       "(the host memory it may offload to)", file);
+    return ERR_OK;
 }
 
 int cluster_load(const char *file, struct cluster *c, struct err *e)
 {
     memset(c, 0, sizeof *c);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
     if (root == NULL)
         return e->code;
     int rc = cluster_parse(root, file, c, e);

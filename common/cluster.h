@@ -51,10 +51,13 @@ struct cluster {
     /* per profile, per layer: the gradient bytes on each GPU of its stages' tp group,
      * all-reduced over dp replicas (NULL when the profile's stages have tp = dp = 1) */
     int64_t **grad_bytes;
+    const char *file; /* the file it was read from, for messages (the caller's string, not
+                         copied; NULL: built in memory) */
 };
 
 /* Reads and validates a cluster and the profiles it names (paths relative to the cluster
- * file). Stages without "layers" get an even split. On failure nothing is left allocated. */
+ * file). Stages without "layers" get cluster_default_split. On failure nothing is left
+ * allocated. */
 int cluster_load(const char *file, struct cluster *c, struct err *e);
 /* The same from the parsed file `root` (profile paths relative to `file`). */
 int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct err *e);
@@ -65,13 +68,17 @@ const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
  * relative to the cluster file's folder. */
 void cluster_profile_path(const char *cluster_file, const char *rel,
                           char out[CLUSTER_PATH_MAX]);
+/* For offload or a host optimizer: every stage with host_memory_bytes has a host link, and
+ * some stage has host_memory_bytes (ERR_INPUT naming the file and the stage otherwise). */
+int cluster_check_host_memory(const struct cluster *c, struct err *e);
 /* Warns on `out`, a line per stage, when a CPU stage's measured profile ran more threads
  * (provenance.threads) than a rank of this cluster gets by default: the cores of the machine
  * (the profile's provenance.cores_online, else this host's) shared by the cluster's CPU
  * stages, at least 1, as `ballast train` shares a host among its ranks. The cluster file
- * does not say which host a stage runs on, so its CPU stages are taken to share one.
+ * does not say which host a stage runs on, so its CPU stages are taken to share one. `root`
+ * is the file the cluster was parsed from (the profile paths as it writes them).
  * Returns the number of lines written. */
-int cluster_warn_cpu_threads(const char *file, const struct cluster *c, FILE *out);
+int cluster_warn_cpu_threads(const cJSON *root, const struct cluster *c, FILE *out);
 /* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
 struct link cluster_link(const struct cluster *c, int stage);
 
@@ -88,8 +95,9 @@ void cluster_group_free(struct cluster *c);
  * "micro_batches", "link", "reserve_bytes" if it gives them} with the file's other members
  * shared, instead of "stages". The count (0 for a file with "stages"), and pipeline k as a
  * cluster of its own (the file itself when it gives "stages"). */
-int cluster_pipeline_count(const char *file, int *n, struct err *e);
-int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e);
+int cluster_pipeline_count(const cJSON *root, const char *file, int *n, struct err *e);
+int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cluster *c,
+                           struct err *e);
 /* cluster_parse's answer to a file without "stages", or with "pipelines" too. */
 int cluster_group_no_stages(const cJSON *root, const char *file, struct err *e);
 
@@ -101,6 +109,14 @@ int cluster_check_tp(const struct model *m, int tp, const char *where, struct er
  * tp does not divide the model's heads, or p is already a group's. */
 int cluster_group_profile(struct profile *p, int tp, const struct link *node_link,
                           struct err *e);
+/* The group whose costs profile k's layers hold in a loaded cluster (cost.h cost_group: its
+ * first stage's tp, over the profile's own unless `one_gpu`, the stage's dp and node link,
+ * the cluster's shard_optimizer, model and dtype); returns whether the cluster is grouped at
+ * all (some stage has tp or dp above 1: then cluster_load applied the groups). */
+struct cost_group;
+int cluster_profile_group(const struct cluster *c, int k, int one_gpu, struct cost_group *g);
+/* Profile p's layers as each GPU of group g sees them (cost_group_layer). */
+void cluster_group_layers(struct profile *p, const struct model *m, const struct cost_group *g);
 
 /* Gradient bytes on each GPU of `stage` for its layers first..last, reduced over dp. */
 int64_t cluster_grad_bytes(const struct cluster *c, int stage, int first, int last);
@@ -109,6 +125,12 @@ double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int l
 
 /* Even split of n layers over S stages: stage s gets [s*n/S, (s+1)*n/S - 1]. */
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last);
+/* The split of a cluster whose stages give no "layers", as the frameworks deal a model: its
+ * B blocks evenly, floor(B / S) to each stage and one more to each of the B mod S stages in
+ * the middle (the first and last stages hold the embedding and the head besides). A custom
+ * model's layers (or a model with fewer blocks than stages) are split evenly. */
+void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
+                           int *first, int *last);
 
 const char *schedule_name(enum schedule s);
 int schedule_parse(const char *text, enum schedule *out);

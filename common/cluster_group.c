@@ -137,10 +137,31 @@ static int check_stage(const struct cluster *c, const char *file, int s, struct 
     return cluster_check_tp(&c->model, st->tp, where, e);
 }
 
-static void group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
+void cluster_group_layers(struct profile *p, const struct model *m, const struct cost_group *g)
 {
     for (int l = 0; l < p->n_layers; l++)
         cost_group_layer(&p->layers[l], model_layer_kind(m, l), g, &p->layers[l]);
+}
+
+int cluster_profile_group(const struct cluster *c, int k, int one_gpu, struct cost_group *g)
+{
+    int s = 0, grouped = 0;
+    while (s + 1 < c->n_stages && c->stages[s].profile != k)
+        s++;
+    for (int q = 0; q < c->n_stages; q++)
+        grouped |= c->stages[q].tp > 1 || c->stages[q].dp > 1;
+    const struct cluster_stage *st = &c->stages[s];
+    const struct profile *p = &c->profiles[k];
+    *g = (struct cost_group){
+        .tp = p->tp > 1 && !one_gpu ? st->tp / p->tp : st->tp,
+        .dp = st->dp,
+        .shard_optimizer = c->shard_optimizer,
+        .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
+        .node_link = st->node_link,
+        .tensor_bytes = cost_tp_tensor_bytes(&c->model),
+        .dtype = c->model.dtype,
+    };
+    return grouped;
 }
 
 /* The gradient bytes on each GPU of stage s's group, from its profile's one-GPU costs. */
@@ -171,17 +192,10 @@ static int apply_groups(struct cluster *c, int transform, struct err *e)
             continue;
         if (fill_grads(c, s, e))
             return e->code;
-        struct cost_group g = {
-            .tp = p->tp > 1 ? st->tp / p->tp : st->tp,
-            .dp = st->dp,
-            .shard_optimizer = c->shard_optimizer,
-            .tp_efficiency = p->tp_efficiency > 0 ? p->tp_efficiency : 1.0,
-            .node_link = st->node_link,
-            .tensor_bytes = cost_tp_tensor_bytes(&c->model),
-            .dtype = c->model.dtype,
-        };
+        struct cost_group g;
+        cluster_profile_group(c, st->profile, 0, &g);
         if (transform)
-            group_layers(p, &c->model, &g);
+            cluster_group_layers(p, &c->model, &g);
     }
     return ERR_OK;
 }
@@ -201,7 +215,7 @@ int cluster_group_profile(struct profile *p, int tp, const struct link *node_lin
         .tensor_bytes = cost_tp_tensor_bytes(&p->model),
         .dtype = p->model.dtype,
     };
-    group_layers(p, &p->model, &g);
+    cluster_group_layers(p, &p->model, &g);
     p->tp = tp;
     return ERR_OK;
 }
@@ -278,47 +292,48 @@ static const cJSON *pipelines_of(const cJSON *root, const char *file, int *n, st
     return pipes;
 }
 
-int cluster_pipeline_count(const char *file, int *n, struct err *e)
+int cluster_pipeline_count(const cJSON *root, const char *file, int *n, struct err *e)
 {
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
     pipelines_of(root, file, n, e);
-    cJSON_Delete(root);
     return e->code;
 }
 
-/* The file's members with pipeline k's in place of "pipelines". */
+/* The file's members with pipeline k's in place of "pipelines": references to them, not
+ * copies (a copy of the whole file per pipeline made many pipelines cost their count times
+ * the file). */
 static cJSON *pipeline_root(const cJSON *root, const cJSON *pipe, const char *file, int k,
                             struct err *e)
 {
     static const char *const keys[] = {"stages", "micro_batches", "link", "reserve_bytes",
                                        "name", NULL};
+    static const char *const text[] = {"name", NULL};
     char path[JSONIO_PATH_MAX];
     jsonio_path_index(path, "pipelines", k);
-    if (jsonio_expect_object(pipe, file, path, e) || jsonio_check_keys(pipe, file, path, keys, e))
+    if (jsonio_expect_object(pipe, file, path, e) ||
+        jsonio_check_keys(pipe, file, path, keys, e) ||
+        jsonio_check_text(pipe, file, path, text, e))
         return NULL;
-    cJSON *out = cJSON_Duplicate(root, 1);
-    if (out == NULL) {
+    cJSON *out = cJSON_CreateObject();
+    int ok = out != NULL;
+    for (cJSON *m = root->child; m != NULL && ok; m = m->next)
+        if (strcmp(m->string, "pipelines") != 0 &&
+            cJSON_GetObjectItemCaseSensitive(pipe, m->string) == NULL)
+            ok = cJSON_AddItemReferenceToObject(out, m->string, m);
+    for (cJSON *m = pipe->child; m != NULL && ok; m = m->next)
+        if (strcmp(m->string, "name") != 0)
+            ok = cJSON_AddItemReferenceToObject(out, m->string, m);
+    if (!ok) {
+        cJSON_Delete(out);
         err_set(e, ERR_FAIL, "out of memory");
         return NULL;
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(out, "pipelines");
-    for (const cJSON *m = pipe->child; m != NULL; m = m->next) {
-        if (strcmp(m->string, "name") == 0)
-            continue;
-        cJSON_DeleteItemFromObjectCaseSensitive(out, m->string);
-        cJSON_AddItemToObject(out, m->string, cJSON_Duplicate(m, 1));
     }
     return out;
 }
 
-int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err *e)
+int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cluster *c,
+                           struct err *e)
 {
     memset(c, 0, sizeof *c);
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
     int n;
     const cJSON *pipes = pipelines_of(root, file, &n, e);
     if (e->code == ERR_OK && pipes == NULL) {
@@ -334,6 +349,5 @@ int cluster_load_pipeline(const char *file, int k, struct cluster *c, struct err
             cluster_free(c);
         cJSON_Delete(one);
     }
-    cJSON_Delete(root);
     return e->code;
 }

@@ -61,13 +61,15 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
                                         "note",                      NULL};
     memset(t, 0, sizeof *t);
     snprintf(t->file, sizeof t->file, "%s", file);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_DEVICES, e);
     if (root == NULL)
         return e->code;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "assumptions");
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "devices");
+    static const char *const text[] = {"description", NULL};
+    static const char *const notes[] = {"host_memory_note", "note", NULL};
     if (jsonio_check_format(root, file, "devices", 1, e) ||
-        jsonio_check_keys(root, file, "", keys, e))
+        jsonio_check_keys(root, file, "", keys, e) || jsonio_check_text(root, file, "", text, e))
         goto done;
     if (a == NULL || list == NULL) {
         err_set(e, ERR_INPUT, "%s: %s: missing", file, a == NULL ? "assumptions" : "devices");
@@ -75,6 +77,7 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
     }
     if (jsonio_expect_object(a, file, "assumptions", e) ||
         jsonio_check_keys(a, file, "assumptions", akeys, e) ||
+        jsonio_check_text(a, file, "assumptions", notes, e) ||
         jsonio_num(a, file, "assumptions", "gemm_efficiency", 1e-3, 1, &t->gemm_efficiency, e) ||
         jsonio_num(a, file, "assumptions", "memory_efficiency", 1e-3, 1, &t->memory_efficiency,
                    e) ||

@@ -1,3 +1,5 @@
+/* memfd_create */
+#define _GNU_SOURCE
 #include "fileio.h"
 
 #include <dirent.h>
@@ -7,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +66,24 @@ int fileio_write_all(int fd, const void *p, int64_t n)
 int fileio_read_all(int fd, void *p, int64_t n)
 {
     return transfer_all(fd, p, n, 0);
+}
+
+int fileio_memory_file(const char *name, const void *data, int64_t n, int *fd,
+                       char path[FILEIO_PATH_MAX], struct err *e)
+{
+    int f = memfd_create(name, MFD_CLOEXEC);
+    if (f < 0)
+        return err_set(e, ERR_FAIL, "%s: cannot make a file in memory: %s", name,
+                       strerror(errno));
+    if (fileio_write_all(f, data, n) != 0) {
+        int saved = errno;
+        close(f);
+        return err_set(e, ERR_FAIL, "%s: cannot write a file in memory: %s", name,
+                       strerror(saved));
+    }
+    *fd = f;
+    snprintf(path, FILEIO_PATH_MAX, "/proc/self/fd/%d", f);
+    return ERR_OK;
 }
 
 /* dir: `file`'s directory ("." when it has none); base: its last component. */
@@ -129,6 +150,29 @@ static int check_dir(const char *dir, const char *file, struct err *e)
     return ERR_OK;
 }
 
+/* The file an output replaces: `file`, or the file its symbolic links lead to (the link is
+ * written through, not replaced; fileio.h). */
+static int resolve_target(const char *file, char target[FILEIO_PATH_MAX], struct err *e)
+{
+    struct stat st;
+    if (strlen(file) >= FILEIO_PATH_MAX)
+        return err_set(e, ERR_INPUT, "%s: path too long", file);
+    if (lstat(file, &st) != 0 || !S_ISLNK(st.st_mode)) {
+        strcpy(target, file);
+        return ERR_OK;
+    }
+    char *real = realpath(file, NULL);
+    if (real == NULL)
+        return err_set(e, ERR_INPUT, "%s: a symbolic link that leads nowhere (%s); not "
+                       "writing through it", file, strerror(errno));
+    int fits = strlen(real) < FILEIO_PATH_MAX;
+    if (fits)
+        strcpy(target, real);
+    free(real);
+    return fits ? ERR_OK : err_set(e, ERR_INPUT, "%s: the file it links to has too long a path",
+                                   file);
+}
+
 int fileio_out_open(struct fileio_out *o, const char *file, struct err *e)
 {
     char dir[FILEIO_PATH_MAX], base[FILEIO_PATH_MAX];
@@ -136,9 +180,11 @@ int fileio_out_open(struct fileio_out *o, const char *file, struct err *e)
     o->fd = -1;
     o->tmp[0] = '\0';
     ERR_TRY(split_path(file, dir, base, e));
+    ERR_TRY(resolve_target(file, o->target, e));
+    ERR_TRY(split_path(o->target, dir, base, e));
     ERR_TRY(check_dir(dir, file, e));
-    ERR_TRY(check_target(file, e));
-    if (make_temp(file, o->tmp, sizeof o->tmp, &o->fd, &saved) != 0)
+    ERR_TRY(check_target(file, e)); /* stat follows the links: their target's mode */
+    if (make_temp(o->target, o->tmp, sizeof o->tmp, &o->fd, &saved) != 0)
         return err_set(e, ERR_INPUT, "%s: cannot create a file in %s: %s", file, dir,
                        strerror(saved));
     return ERR_OK;
@@ -225,7 +271,7 @@ int fileio_out_commit(struct fileio_out *o, const char *file, int ok, struct err
         saved = errno;
     }
     o->fd = -1;
-    if (ok && rename(o->tmp, file) != 0) {
+    if (ok && rename(o->tmp, o->target) != 0) {
         ok = 0;
         saved = errno;
     }
@@ -236,7 +282,7 @@ int fileio_out_commit(struct fileio_out *o, const char *file, int ok, struct err
     o->tmp[0] = '\0';
     char dir[FILEIO_PATH_MAX], base[FILEIO_PATH_MAX];
     struct err ignored;
-    if (split_path(file, dir, base, &ignored) == ERR_OK) {
+    if (split_path(o->target, dir, base, &ignored) == ERR_OK) {
         /* the rename itself must reach the disk (a checkpoint's manifest names the file) */
         int dfd = open(dir, O_RDONLY | O_DIRECTORY);
         if (dfd >= 0) {

@@ -9,9 +9,24 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The largest file Ballast writes is about 100 KB (a 96-block profile, a plan of 128
- * stages); a much larger input is a mistake, refused before it costs minutes and gigabytes. */
-#define JSONIO_FILE_MAX ((int64_t)64 << 20)
+/* Each kind's cap: what the largest such file Ballast makes needs, with room to spare (a plan
+ * of 128 stages is about 120 KB, 5.5 MB with its arenas laid out; a profile of a custom model
+ * of 65536 layers about 40 MB). A larger input is a mistake, refused before it costs minutes
+ * and gigabytes. */
+static const struct {
+    const char *name;
+    int64_t max_bytes;
+} kinds[] = {
+    [JSONIO_MODEL] = {"a model file", (int64_t)1 << 20},
+    [JSONIO_DEVICES] = {"a device table", (int64_t)1 << 20},
+    [JSONIO_LINKS] = {"a link table", (int64_t)1 << 20},
+    [JSONIO_CHECKPOINT] = {"a checkpoint manifest", (int64_t)1 << 20},
+    [JSONIO_CLUSTER] = {"a cluster file", (int64_t)16 << 20},
+    [JSONIO_PROFILE] = {"a profile", (int64_t)64 << 20},
+    [JSONIO_PLAN] = {"a plan file", (int64_t)64 << 20},
+    [JSONIO_SHARE] = {"a share file", (int64_t)64 << 20},
+    [JSONIO_ANY] = {"a JSON file", (int64_t)64 << 20},
+};
 
 static const char *type_name(const cJSON *item)
 {
@@ -50,46 +65,137 @@ static int compare_keys(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Duplicate keys are legal JSON but a file that sets a field twice is almost surely wrong,
- * and cJSON would silently use the first. Keys are sorted so that an object of many members
- * costs n log n, not n^2. */
-static int check_duplicates(const cJSON *item, const char *file, const char *path, struct err *e)
+/* Where an item is: its parent's place and its key or index. The path is written out only
+ * for a message: formatting it for every value cost most of the time a large file took. */
+struct place {
+    const struct place *up;
+    const cJSON *item;
+    int index;
+};
+
+static void place_path(const struct place *p, char out[JSONIO_PATH_MAX])
 {
-    char sub[JSONIO_PATH_MAX];
-    int n = 0, index = 0;
+    char up[JSONIO_PATH_MAX];
+    if (p == NULL) {
+        out[0] = '\0';
+        return;
+    }
+    place_path(p->up, up);
+    if (p->item->string != NULL)
+        jsonio_path_key(out, up, p->item->string);
+    else
+        jsonio_path_index(out, up, p->index);
+}
+
+/* The first key of `item` (an object of n > 1 members) that appears twice, or NULL; sorting
+ * makes an object of many members cost n log n, not n^2. */
+static const char *repeated_key(const cJSON *item, int n, int *oom)
+{
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    const char *twice = NULL;
+    *oom = keys == NULL;
+    if (keys == NULL)
+        return NULL;
+    int k = 0;
+    for (const cJSON *a = item->child; a != NULL; a = a->next)
+        keys[k++] = a->string;
+    qsort(keys, (size_t)n, sizeof *keys, compare_keys);
+    for (k = 1; k < n && twice == NULL; k++)
+        if (strcmp(keys[k - 1], keys[k]) == 0)
+            twice = keys[k];
+    free(keys);
+    return twice;
+}
+
+/* Duplicate keys are legal JSON but a file that sets a field twice is almost surely wrong,
+ * and cJSON would silently use the first. */
+static int check_duplicates(const cJSON *item, const struct place *at, const char *file,
+                            struct err *e)
+{
+    int n = 0, oom = 0;
     for (const cJSON *a = item->child; a != NULL; a = a->next)
         n++;
-    if (cJSON_IsObject(item) && n > 1) {
-        const char **keys = malloc((size_t)n * sizeof *keys);
-        if (keys == NULL)
-            return err_set(e, ERR_FAIL, "%s: out of memory", file);
-        int k = 0;
-        for (const cJSON *a = item->child; a != NULL; a = a->next)
-            keys[k++] = a->string;
-        qsort(keys, (size_t)n, sizeof *keys, compare_keys);
-        for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++)
-            ;
-        if (k < n) {
-            jsonio_path_key(sub, path, keys[k]);
-            free(keys);
-            return err_set(e, ERR_INPUT, "%s: %s: the key appears more than once", file, sub);
-        }
-        free(keys);
+    const char *twice = cJSON_IsObject(item) && n > 1 ? repeated_key(item, n, &oom) : NULL;
+    if (oom)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    if (twice != NULL) {
+        char path[JSONIO_PATH_MAX], sub[JSONIO_PATH_MAX];
+        place_path(at, path);
+        jsonio_path_key(sub, path, twice);
+        return err_set(e, ERR_INPUT, "%s: %s: the key appears more than once", file, sub);
     }
-    for (const cJSON *a = item->child; a != NULL; a = a->next, index++) {
-        if (cJSON_IsObject(item))
-            jsonio_path_key(sub, path, a->string);
-        else
-            jsonio_path_index(sub, path, index);
-        if ((cJSON_IsObject(a) || cJSON_IsArray(a)) && check_duplicates(a, file, sub, e))
+    struct place here = {at, NULL, 0};
+    for (const cJSON *a = item->child; a != NULL; a = a->next, here.index++) {
+        here.item = a;
+        if ((cJSON_IsObject(a) || cJSON_IsArray(a)) && check_duplicates(a, &here, file, e))
             return e->code;
     }
     return ERR_OK;
 }
 
+/* malloc's bytes for a request of n: a 16-byte aligned chunk with an 8-byte header, 32 at
+ * least (glibc on 64-bit hosts). */
+static int64_t heap_bytes(int64_t n)
+{
+    int64_t chunk = (n + 8 + 15) / 16 * 16;
+    return chunk < 32 ? 32 : chunk;
+}
+
+/* cJSON gives every value a node and every string (a value or a key) its own copy of the
+ * text between the quotes (less its escapes: the raw length bounds it). */
+int64_t jsonio_tree_bytes(const char *text, size_t len, int64_t *values)
+{
+    int64_t bytes = 0, n = 0;
+    size_t i = 0;
+    while (i < len) {
+        char c = text[i];
+        if (c == '"') {
+            size_t start = ++i;
+            while (i < len && text[i] != '"')
+                i += text[i] == '\\' ? 2 : 1;
+            bytes += heap_bytes((int64_t)(i - start) + 1);
+            i++;
+            size_t j = i;
+            while (j < len && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' ||
+                               text[j] == '\r'))
+                j++;
+            n += j >= len || text[j] != ':'; /* a key's node is its value's */
+            continue;
+        }
+        if (c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') {
+            n++;
+            while (i < len && strchr(",]} \t\n\r\"[{:", text[i]) == NULL)
+                i++;
+            continue;
+        }
+        n += c == '[' || c == '{';
+        i++;
+    }
+    *values = n;
+    return bytes + n * heap_bytes((int64_t)sizeof(cJSON));
+}
+
+/* A file whose tree would take more than JSONIO_MEMORY_FACTOR times its size: refused before
+ * parsing, naming the numbers. */
+static int check_tree_bytes(const char *text, size_t len, const char *file, struct err *e)
+{
+    int64_t values, bytes = jsonio_tree_bytes(text, len, &values);
+    int64_t most = JSONIO_MEMORY_FACTOR * (int64_t)len + JSONIO_MEMORY_SLACK;
+    if (bytes <= most)
+        return ERR_OK;
+    return err_set(e, ERR_INPUT,
+                   "%s: %lld JSON values in %lld bytes would take %lld bytes of memory to parse, "
+                   "more than the %lld accepted (%d times the file's size, and 1 MiB): a "
+                   "Ballast file is not this dense",
+                   file, (long long)values, (long long)len, (long long)bytes, (long long)most,
+                   JSONIO_MEMORY_FACTOR);
+}
+
 cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *e)
 {
     const char *end = NULL;
+    if (check_tree_bytes(text, len, file, e))
+        return NULL;
     /* cJSON counts the terminating NUL in the length when it must check that nothing but
      * whitespace follows the value. */
     cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
@@ -110,19 +216,26 @@ cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *
         err_set(e, ERR_INPUT, "%s: not valid JSON (line %d, column %d)", file, line, col);
         return NULL;
     }
-    if (check_duplicates(root, file, "", e)) {
+    if (check_duplicates(root, NULL, file, e)) {
         cJSON_Delete(root);
         return NULL;
     }
     return root;
 }
 
-cJSON *jsonio_read(const char *file, struct err *e)
+cJSON *jsonio_read_kind(const char *file, enum jsonio_kind kind, struct err *e)
 {
     int fd;
     int64_t size;
-    if (fileio_open_input(file, JSONIO_FILE_MAX, &fd, &size, e))
+    if (fileio_open_input(file, 0, &fd, &size, e))
         return NULL;
+    if (size > kinds[kind].max_bytes) {
+        close(fd);
+        err_set(e, ERR_INPUT, "%s: %lld bytes, larger than the %lld bytes (%lld MiB) accepted "
+                "for %s", file, (long long)size, (long long)kinds[kind].max_bytes,
+                (long long)(kinds[kind].max_bytes >> 20), kinds[kind].name);
+        return NULL;
+    }
     char *buf = malloc((size_t)size + 1);
     if (buf == NULL) {
         close(fd);
@@ -141,6 +254,11 @@ cJSON *jsonio_read(const char *file, struct err *e)
     cJSON *root = bad ? NULL : jsonio_parse(buf, (size_t)size, file, e);
     free(buf);
     return root;
+}
+
+cJSON *jsonio_read(const char *file, struct err *e)
+{
+    return jsonio_read_kind(file, JSONIO_ANY, e);
 }
 
 static int write_json(const char *file, const cJSON *root, int formatted, struct err *e)
@@ -325,6 +443,18 @@ int jsonio_str_copy(const cJSON *obj, const char *file, const char *path, const 
         return err_set(e, ERR_INPUT, "%s: %s: empty", file, sub);
     }
     memcpy(dst, s, strlen(s) + 1);
+    return ERR_OK;
+}
+
+int jsonio_check_text(const cJSON *obj, const char *file, const char *path,
+                      const char *const *keys, struct err *e)
+{
+    for (const char *const *k = keys; *k != NULL; k++) {
+        const char *s;
+        if (cJSON_GetObjectItemCaseSensitive(obj, *k) != NULL &&
+            jsonio_str(obj, file, path, *k, &s, e))
+            return e->code;
+    }
     return ERR_OK;
 }
 

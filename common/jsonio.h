@@ -15,13 +15,39 @@
 #define JSONIO_INT_MAX (((int64_t)1 << 53) - 1)
 #define JSONIO_PATH_MAX 256
 
-/* Reads and parses a whole file; rejects files that are not regular files, larger than
- * 64 MiB (checked before reading), not JSON, or that repeat a key inside one object. The
- * caller owns the result (cJSON_Delete). */
+/* The kinds of JSON file Ballast reads, each with the largest size it accepts (jsonio.c's
+ * table; docs/reliability.md lists them). */
+enum jsonio_kind {
+    JSONIO_MODEL,      /* ballast-model/1: 1 MiB */
+    JSONIO_DEVICES,    /* ballast-devices/1: 1 MiB */
+    JSONIO_LINKS,      /* ballast-links/1 (configs/links.json): 1 MiB */
+    JSONIO_CHECKPOINT, /* a checkpoint's manifest: 1 MiB */
+    JSONIO_CLUSTER,    /* ballast-cluster/1 (stages, pipelines or a pool): 16 MiB */
+    JSONIO_PROFILE,    /* ballast-profile/1: 64 MiB (a custom model of 65536 layers) */
+    JSONIO_PLAN,       /* ballast-plan/1 or ballast-replicas/1: 64 MiB */
+    JSONIO_SHARE,      /* ballast-share/1 (a plan per job): 64 MiB */
+    JSONIO_ANY,        /* another JSON file (a trace, say): 64 MiB */
+};
+/* A parsed tree takes about this many times its text's bytes at most (plus
+ * JSONIO_MEMORY_SLACK); a file whose values are denser is refused before it is parsed.
+ * Ballast's own files take under 9 times, minified. */
+#define JSONIO_MEMORY_FACTOR 16
+#define JSONIO_MEMORY_SLACK ((int64_t)1 << 20)
+
+/* Reads and parses a whole file; rejects files that are not regular files, larger than the
+ * kind's cap (checked before reading), whose tree would take more than JSONIO_MEMORY_FACTOR
+ * times their size (checked before parsing), not JSON, or that repeat a key inside one
+ * object. Time and memory are linear in the file's size. The caller owns the result
+ * (cJSON_Delete). */
+cJSON *jsonio_read_kind(const char *file, enum jsonio_kind kind, struct err *e);
+/* jsonio_read_kind for JSONIO_ANY. */
 cJSON *jsonio_read(const char *file, struct err *e);
 /* Parses text the same way (text[len] must be the terminating NUL); `file` names it in
  * messages. */
 cJSON *jsonio_parse(const char *text, size_t len, const char *file, struct err *e);
+/* The bytes of heap (malloc's overhead included) cJSON takes to parse `text` into a tree,
+ * and its count of values, from one pass over the text without parsing it. */
+int64_t jsonio_tree_bytes(const char *text, size_t len, int64_t *values);
 /* Writes `root` to `file` atomically (fileio.h: a unique temporary, fsync, rename); refuses
  * to replace a read-only file. */
 int jsonio_write(const char *file, const cJSON *root, struct err *e);
@@ -59,6 +85,11 @@ int jsonio_num_opt(const cJSON *obj, const char *file, const char *path, const c
 /* Checks a number already in hand (an array element, say) the same way. */
 int jsonio_int_value(const cJSON *item, const char *file, const char *path, int64_t lo,
                      int64_t hi, int64_t *out, struct err *e);
+
+/* Free text (a "name", a "description", a "note"): each member of `keys` (NULL-terminated)
+ * that `obj` has must be a string. */
+int jsonio_check_text(const cJSON *obj, const char *file, const char *path,
+                      const char *const *keys, struct err *e);
 
 /* Strings copied into fixed buffers must fit: fails naming the field otherwise. */
 int jsonio_str_copy(const cJSON *obj, const char *file, const char *path, const char *key,

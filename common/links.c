@@ -93,14 +93,15 @@ int links_load(const char *file, struct link_table *t, struct err *e)
     static const char *const keys[] = {"format", "description", "links", "node_link", "network",
                                        NULL};
     memset(t, 0, sizeof *t);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_LINKS, e);
     if (root == NULL)
         return e->code;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "links");
     const char *network = NULL;
     int rc = ERR_OK;
+    static const char *const text[] = {"description", NULL};
     if (jsonio_check_format(root, file, "links", 1, e) ||
-        jsonio_check_keys(root, file, "", keys, e) ||
+        jsonio_check_keys(root, file, "", keys, e) || jsonio_check_text(root, file, "", text, e) ||
         jsonio_expect_array(list, file, "links", e) ||
         jsonio_str(root, file, "", "network", &network, e))
         rc = e->code;

@@ -21,6 +21,8 @@ static const char *const llama_keys[] = {"format",     "kind",        "n_layer",
  * are its profiles'. */
 static const char *const custom_keys[] = {"format", "kind", "name", "description", "layer_count",
                                           NULL};
+/* Free text: strings when given. */
+static const char *const text_keys[] = {"name", "description", NULL};
 
 static int custom_from_json(const cJSON *obj, const char *file, const char *path,
                             struct model *m, struct err *e)
@@ -28,6 +30,7 @@ static int custom_from_json(const cJSON *obj, const char *file, const char *path
     int64_t count = 0;
     *m = (struct model){.kind = MODEL_KIND_CUSTOM};
     if (jsonio_check_keys(obj, file, path, custom_keys, e) ||
+        jsonio_check_text(obj, file, path, text_keys, e) ||
         jsonio_str_copy(obj, file, path, "name", m->name, sizeof m->name, e) ||
         jsonio_int_opt(obj, file, path, "layer_count", 1, MODEL_CUSTOM_LAYERS_MAX, &count, e))
         return e->code;
@@ -123,7 +126,8 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
                        "\"custom\")",
                        file, sub, kind);
     }
-    if (jsonio_check_keys(obj, file, path, k == MODEL_KIND_LLAMA ? llama_keys : model_keys, e))
+    if (jsonio_check_keys(obj, file, path, k == MODEL_KIND_LLAMA ? llama_keys : model_keys, e) ||
+        jsonio_check_text(obj, file, path, text_keys, e))
         return e->code;
     *m = (struct model){.kind = k};
     if (jsonio_int(obj, file, path, "n_layer", 1, 4096, &n_layer, e) ||
@@ -170,7 +174,7 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
 
 int model_load(const char *file, struct model *m, struct err *e)
 {
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_MODEL, e);
     if (root == NULL)
         return e->code;
     int rc = jsonio_check_format(root, file, "model", 1, e);

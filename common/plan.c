@@ -18,6 +18,8 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
 {
     memset(p, 0, sizeof *p);
     p->optimality_gap = -1;
+    snprintf(p->framework.target, sizeof p->framework.target, "ballast");
+    snprintf(p->framework.activations, sizeof p->framework.activations, "ballast");
     p->stages = calloc((size_t)n_stages, sizeof *p->stages);
     if (p->stages == NULL)
         return err_set(e, ERR_FAIL, "out of memory allocating %d plan stages", n_stages);
@@ -66,6 +68,10 @@ cJSON *plan_to_json(const struct plan *p)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "ballast-plan/1");
     cJSON_AddStringToObject(o, "method", p->method);
+    cJSON *fw = cJSON_AddObjectToObject(o, "framework");
+    cJSON_AddStringToObject(fw, "target", p->framework.target);
+    cJSON_AddStringToObject(fw, "activations", p->framework.activations);
+    cJSON_AddStringToObject(fw, "attention", model_attention_name(p->framework.attention));
     cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
     cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
     cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
@@ -73,6 +79,10 @@ cJSON *plan_to_json(const struct plan *p)
     cJSON_AddNumberToObject(o, "iteration_ms", p->iteration_ms);
     if (p->optimality_gap >= 0)
         cJSON_AddNumberToObject(o, "optimality_gap", p->optimality_gap);
+    if (p->min_gain > 0)
+        cJSON_AddNumberToObject(o, "min_gain", p->min_gain);
+    if (p->fastest_ms > 0)
+        cJSON_AddNumberToObject(o, "fastest_ms", p->fastest_ms);
     jsonio_add_int(o, "reserve_bytes", p->reserve_bytes);
     jsonio_add_int(o, "unit_bytes", p->unit_bytes);
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
@@ -197,8 +207,31 @@ static int read_options(const cJSON *so, const char *file, const char *path,
 }
 
 /* The stage's arena, when the plan lays one out. */
+/* Each object of the stage's arena is one of the stage's (arena.h): a layer of the stage and
+ * a micro-batch of the step, or the workspace, which has neither (-1). */
+static int check_arena_objects(const struct arena *a, const struct plan_stage *st,
+                               int micro_batches, const char *file, const char *path,
+                               struct err *e)
+{
+    for (int i = 0; i < a->n; i++) {
+        const struct arena_object *b = &a->objects[i];
+        int workspace = b->kind == ARENA_WORKSPACE;
+        int layer_ok = workspace ? b->layer == -1 : b->layer >= st->first && b->layer <= st->last;
+        int micro_ok = workspace ? b->micro == -1 : b->micro >= 0 && b->micro < micro_batches;
+        if (!layer_ok)
+            return err_set(e, ERR_INPUT, "%s: %s.objects[%d].layer: %d, expected %s%d..%d", file,
+                           path, i, b->layer, workspace ? "-1 (the workspace has none), not " : "",
+                           st->first, st->last);
+        if (!micro_ok)
+            return err_set(e, ERR_INPUT, "%s: %s.objects[%d].micro: %d, expected %s0..%d", file,
+                           path, i, b->micro, workspace ? "-1 (the workspace has none), not " : "",
+                           micro_batches - 1);
+    }
+    return ERR_OK;
+}
+
 static int read_arena(const cJSON *so, const char *file, const char *path, struct plan_stage *st,
-                      struct err *e)
+                      int micro_batches, struct err *e)
 {
     const cJSON *ao = cJSON_GetObjectItemCaseSensitive(so, "arena");
     if (ao == NULL)
@@ -208,7 +241,8 @@ static int read_arena(const cJSON *so, const char *file, const char *path, struc
     st->arena = calloc(1, sizeof *st->arena);
     if (st->arena == NULL)
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
-    return arena_from_json(ao, file, sub, st->arena, e);
+    ERR_TRY(arena_from_json(ao, file, sub, st->arena, e));
+    return check_arena_objects(st->arena, st, micro_batches, file, sub, e);
 }
 
 static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
@@ -326,7 +360,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         return e->code;
     /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
      * for another model) is refused rather than trained with wrong limits. */
-    if (read_arena(so, file, path, st, e) || plan_group_from_json(so, file, path, st, e))
+    if (read_arena(so, file, path, st, p->micro_batches, e) || plan_group_from_json(so, file, path, st, e))
         return e->code;
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
@@ -358,6 +392,35 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     return ERR_OK;
 }
 
+/* "framework": {"target", "activations", "attention"}; absent: Ballast's own, the model's
+ * attention (plans from before it). */
+static int read_framework(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    struct plan_framework *f = &p->framework;
+    snprintf(f->target, sizeof f->target, "ballast");
+    snprintf(f->activations, sizeof f->activations, "ballast");
+    f->attention = p->model.attention;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "framework");
+    const char *att;
+    if (o == NULL)
+        return ERR_OK;
+    if (jsonio_expect_object(o, file, "framework", e) ||
+        jsonio_str_copy(o, file, "framework", "target", f->target, sizeof f->target, e) ||
+        jsonio_str_copy(o, file, "framework", "activations", f->activations,
+                        sizeof f->activations, e) ||
+        jsonio_str(o, file, "framework", "attention", &att, e))
+        return e->code;
+    if (strcmp(att, "flash") == 0)
+        f->attention = MODEL_ATTENTION_FLASH;
+    else if (strcmp(att, "materialized") == 0)
+        f->attention = MODEL_ATTENTION_MATERIALIZED;
+    else
+        return err_set(e, ERR_INPUT,
+                       "%s: framework.attention: \"%s\", expected \"flash\" or \"materialized\"",
+                       file, att);
+    return ERR_OK;
+}
+
 static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
     const char *sched;
@@ -380,10 +443,14 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (model_layer_count(&p->model) == 0)
         return err_set(e, ERR_INPUT, "%s: model.layer_count: missing (a plan of a custom model "
                        "says how many layers it has)", file);
+    if (read_framework(root, file, p, e))
+        return e->code;
     if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
         jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
         jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||
-        jsonio_num_opt(root, file, "", "optimality_gap", 0, DBL_MAX, &p->optimality_gap, e))
+        jsonio_num_opt(root, file, "", "optimality_gap", 0, DBL_MAX, &p->optimality_gap, e) ||
+        jsonio_num_opt(root, file, "", "min_gain", 0, 1, &p->min_gain, e) ||
+        jsonio_num_opt(root, file, "", "fastest_ms", 0, DBL_MAX, &p->fastest_ms, e))
         return e->code;
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
     if (stages == NULL)
@@ -443,7 +510,7 @@ int plan_parse(const cJSON *root, const char *where, struct plan *p, struct err 
 int plan_load(const char *file, struct plan *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_PLAN, e);
     if (root == NULL)
         return e->code;
     int rc = plan_parse(root, file, p, e);

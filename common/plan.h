@@ -76,10 +76,22 @@ struct plan_search {
     int exhausted;      /* 1: searched to the end, the plan is optimal */
     double lower_bound; /* certified: no split and order is faster (ms) */
     double search_bound; /* the branch and bound's own (lower_bound may be tighter; not saved) */
+    double fastest_ms;   /* the fastest split found, recompute only (not saved): the split
+                            returned may be a simpler one (--min-gain) */
+};
+
+/* What a plan is for and what its layer costs assume ("framework" in the file; absent: Ballast's
+ * own runtime with the model's attention kernel). */
+#define PLAN_FRAMEWORK_MAX 16
+struct plan_framework {
+    char target[PLAN_FRAMEWORK_MAX];      /* planned for (--for): "ballast" or a framework */
+    char activations[PLAN_FRAMEWORK_MAX]; /* whose activation model the layer costs are */
+    enum model_attention attention;       /* the attention kernel they assume */
 };
 
 struct plan {
     char method[PLAN_METHOD_MAX];
+    struct plan_framework framework;
     enum schedule schedule;
     int micro_batches;
     int bottleneck_stage;  /* largest stage_ms */
@@ -93,6 +105,9 @@ struct plan {
     struct plan_verify verify;
     double optimality_gap; /* < 0: not reported */
     struct plan_search search;
+    /* --min-gain (planner/choice.h): the margin the plan was chosen with (0: the fastest),
+     * and the fastest step found, when this plan is a simpler, slower one (0: not) */
+    double min_gain, fastest_ms;
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);

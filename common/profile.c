@@ -257,7 +257,7 @@ fail:
 int profile_load(const char *file, struct profile *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_PROFILE, e);
     if (root == NULL)
         return e->code;
     int rc = profile_from_json(root, file, p, e);

@@ -217,7 +217,7 @@ static int share_from_json(const cJSON *root, const char *file, struct share *s,
 int share_load(const char *file, struct share *s, struct err *e)
 {
     memset(s, 0, sizeof *s);
-    cJSON *root = jsonio_read(file, e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_SHARE, e);
     if (root == NULL)
         return e->code;
     int rc = share_from_json(root, file, s, e);

@@ -426,22 +426,22 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
 /* What a framework's GPT saves for backward, per micro-batch of b sequences of s tokens,
  * hidden h, a heads, vocabulary V, e bytes per activation element (Korthikanti et al.,
  * "Reducing Activation Recomputation in Large Transformer Models", 2022, section 4, with the
- * fp32 LayerNorm statistics and the attention kernel each framework uses):
+ * fp32 LayerNorm statistics and the attention kernel each framework uses, and dropout 0 as
+ * every export sets it: a dropout of probability 0 keeps no mask):
  *   block  e*sbh * (1 LN1 in + 1 QKV in + 3 q,k,v + 1 attention out + 1 LN2 in + 1 fc1 in
- *          + 4 GELU in + 4 fc2 in) + 2 sbh dropout masks (1 byte) + 16 sb LayerNorm mean
- *          and rstd; then flash attention (Megatron-LM, NeMo: TransformerEngine) adds its
- *          fp32 log-sum-exp, 4 asb, and eager attention (ColossalAI's HuggingFace GPT-2, whose
- *          plugin leaves enable_flash_attention off) its probabilities, dropout mask and
- *          dropped probabilities, (2e + 1) as^2 b;
+ *          + 4 GELU in + 4 fc2 in) + 16 sb LayerNorm mean and rstd; then flash attention
+ *          (Megatron-LM, NeMo, FlagScale: TransformerEngine) adds its fp32 log-sum-exp,
+ *          4 asb, and eager attention (ColossalAI's HuggingFace GPT-2, whose plugin leaves
+ *          enable_flash_attention off) its probabilities, e as^2 b;
  *   head   e*sbh * (1 LN in + 1 projection in) + 16 sb + the fp32 softmax of the logits the
  *          cross-entropy keeps, 4 sbV;
- *   embed  the token ids and one dropout mask, 8 sb + sbh.
+ *   embed  the token ids, 8 sb.
  * Options ("attn", "mlp", "attn+mlp") are the framework's recompute modules: core_attn frees
  * what the attention core saves beyond its inputs and output (the log-sum-exp, or the
  * probabilities), mlp recomputes the whole MLP from its input (frees GELU's input and
  * output, 8e sbh); ColossalAI's GPT-2 takes no recompute module, so it gets none. Times and
  * state stay the datasheet estimate's. */
-static const char *const framework_names[] = {"megatron", "nemo", "colossalai"};
+static const char *const framework_names[] = {"megatron", "nemo", "colossalai", "flagscale"};
 
 /* What each layer kind keeps in the framework, and its recompute modules. */
 struct framework_acts {
@@ -492,11 +492,11 @@ static void gpt_acts(const struct model *m, int flash, struct framework_acts *a)
     int64_t s = m->seq_len, b = m->micro_batch, h = m->n_embd, heads = m->n_head,
             V = m->vocab_size;
     int64_t el = sizes_act_elem_bytes(m->dtype), sbh = s * b * h;
-    a->core = flash ? 4 * heads * s * b : (2 * el + 1) * heads * s * s * b;
+    a->core = flash ? 4 * heads * s * b : el * heads * s * s * b;
     a->mlp = 8 * el * sbh;
-    a->embed = 8 * s * b + sbh;
+    a->embed = 8 * s * b;
     a->head = 2 * el * sbh + 16 * s * b + 4 * s * b * V;
-    a->block = el * sbh * 16 + 2 * sbh + 16 * s * b + a->core;
+    a->block = el * sbh * 16 + 16 * s * b + a->core;
     /* the MLP's GEMMs' FLOPs, 16 sbh^2 of 24 sbh^2 + 4 s^2 bh; the core's 4 s^2 bh */
     a->mlp_share = 16.0 * (double)h / (24.0 * (double)h + 4.0 * (double)s);
     a->core_share = 4.0 * (double)s / (24.0 * (double)h + 4.0 * (double)s);
@@ -568,17 +568,20 @@ int estimate_for_framework(const struct device_table *t, const struct device_spe
     for (size_t k = 0; k < sizeof framework_names / sizeof *framework_names; k++)
         known = known || strcmp(framework, framework_names[k]) == 0;
     if (!known)
-        return err_set(e, ERR_INPUT, "--for: \"%s\", expected megatron, nemo or colossalai",
+        return err_set(e, ERR_INPUT,
+                       "--for: \"%s\", expected megatron, nemo, colossalai or flagscale",
                        framework);
     if (m->kind == MODEL_KIND_CUSTOM)
         return err_set(e, ERR_INPUT, "--for %s: only for a GPT or Llama model (this one is %s)",
                        framework, model_kind_name(m->kind));
     int colossalai = strcmp(framework, "colossalai") == 0;
+    /* every framework's Llama runs flash attention; ColossalAI's GPT-2 eager attention */
+    int flash = m->kind == MODEL_KIND_LLAMA || !colossalai;
     struct framework_acts a;
     if (m->kind == MODEL_KIND_LLAMA)
         llama_acts(m, colossalai, &a);
     else
-        gpt_acts(m, !colossalai, &a);
+        gpt_acts(m, flash, &a);
     a.flash_core_ms = m->attention == MODEL_ATTENTION_FLASH ? flash_core_forward_ms(t, d, m) : 0;
     for (int l = 0; l < p->n_layers; l++) {
         struct layer_cost *c = &p->layers[l];
@@ -591,6 +594,8 @@ int estimate_for_framework(const struct device_table *t, const struct device_spe
             framework_block(c, &a);
     }
     cJSON_AddStringToObject(p->provenance, "for", framework);
+    /* the kernel these activations assume, which an export must run */
+    cJSON_AddStringToObject(p->provenance, "attention", flash ? "flash" : "materialized");
     cJSON_AddStringToObject(p->provenance, "for_method",
                             "activations as the framework saves them (Korthikanti et al. 2022 "
                             "with its attention kernel and loss; models/estimate.c "

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "arena_fit.h"
+#include "choice.h"
+#include "framework.h"
+#include "plan_layout.h"
 #include "methods.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -25,7 +28,8 @@ void plan_options_default(struct plan_options *o)
                                .unit_bytes = PLAN_UNIT_DEFAULT,
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT,
-                               .search_gap = PLAN_SEARCH_GAP_DEFAULT};
+                               .search_gap = PLAN_SEARCH_GAP_DEFAULT,
+                               .min_gain = PLAN_MIN_GAIN_DEFAULT};
 }
 
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
@@ -82,6 +86,9 @@ int plan_options_check(const struct plan_options *o, struct err *e)
                        "limit >= 0, 0 <= search gap < 1",
                        (long long)o->unit_bytes, o->time_unit_ms, o->reduce, o->block_n,
                        o->search_nodes, o->time_limit_s, o->search_gap);
+    if (!(o->min_gain >= 0 && o->min_gain < 1))
+        return err_set(e, ERR_INPUT, "--min-gain: %g, expected a fraction of the step in [0, 1)",
+                       o->min_gain);
     if (o->repartition && o->method != METHOD_OPTIMAL)
         return err_set(e, ERR_INPUT, "--repartition applies to --method optimal only");
     if (o->whole_layers && o->method != METHOD_OPTIMAL)
@@ -145,9 +152,26 @@ static void stage_layout(const struct cluster *c, struct plan *p, int s)
     st->memory_before_bytes = before.memory_bytes;
 }
 
-/* The plan's stages, layers, limits and loads from the cluster: what a method chooses on. */
-static int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
-                       struct err *e)
+/* What the stages' profiles assume (framework.h fw_profile_assumptions): "mixed" activations
+ * when they differ. */
+static void plan_assumptions(const struct cluster *c, struct plan *p)
+{
+    for (int s = 0; s < c->n_stages; s++) {
+        char acts[PLAN_FRAMEWORK_MAX];
+        enum model_attention att;
+        fw_profile_assumptions(cluster_stage_profile(c, s), acts, &att);
+        if (s == 0) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "%s", acts);
+            p->framework.attention = att;
+        } else if (!fw_activations_alike(acts, p->framework.activations) ||
+                   att != p->framework.attention) {
+            snprintf(p->framework.activations, sizeof p->framework.activations, "mixed");
+        }
+    }
+}
+
+int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
+                struct err *e)
 {
     int S = c->n_stages;
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
@@ -172,6 +196,7 @@ static int plan_layout(const struct cluster *c, const struct plan_options *o, st
     for (int s = 0; s < S; s++)
         stage_layout(c, out, s);
     out->most_loaded_stage = most_loaded(out);
+    plan_assumptions(c, out);
     return ERR_OK;
 }
 
@@ -237,10 +262,8 @@ static int plan_fixed(const struct cluster *c, const struct plan_options *o, str
     return rc;
 }
 
-/* The cluster with its stages in the arrangement's order, split and links; it shares c's
- * profiles (free only out->stages). */
-static int arranged_cluster(const struct cluster *c, const struct arrangement *a,
-                            struct cluster *out, struct err *e)
+int arranged_cluster(const struct cluster *c, const struct arrangement *a, struct cluster *out,
+                     struct err *e)
 {
     *out = *c;
     out->stages = calloc((size_t)a->n_stages, sizeof *out->stages);
@@ -286,13 +309,22 @@ static int plan_uses_host(const struct plan *p)
     return any;
 }
 
+/* The fastest step behind plan p: its own, or the faster one it was chosen over. */
+static double plan_fastest(const struct plan *p)
+{
+    return p->fastest_ms > 0 && p->fastest_ms < p->iteration_ms ? p->fastest_ms
+                                                                 : p->iteration_ms;
+}
+
 /* --repartition: the search's arrangement, planned; with what was searched and the certified
  * gap. With offload the search picks the split and order with recompute only and each stage's
  * actions are then chosen with offload on them: never slower than the recompute-only plan of
  * that arrangement (methods.c), which is --repartition's plan without offload. The search's
  * bound holds for recompute only, so a plan that offloads (or hosts an optimizer) carries no
  * search or gap. The optimizer on the host is chosen the same way, per stage, after the
- * search. */
+ * search. With --min-gain the arrangement is the search's simplest within the margin and the
+ * actions' margin is measured from the fastest split found (one margin, not two); the gap is
+ * still the plan's own step against the certified bound, and fastest_ms the fastest found. */
 static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {
@@ -316,10 +348,13 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     arrangement_free(&a);
     if (rc)
         return rc;
+    fixed.gain_from_ms = found.fastest_ms; /* one margin, not one per split */
     rc = plan_fixed(&arranged, &fixed, out, e);
     free(arranged.stages);
     if (rc)
         return rc;
+    double fastest = found.fastest_ms < plan_fastest(out) ? found.fastest_ms : plan_fastest(out);
+    out->fastest_ms = out->iteration_ms > choice_cap(fastest, 0) ? fastest : 0;
     snprintf(out->method, sizeof out->method, "optimal+repartition");
     if (plan_uses_host(out))
         return ERR_OK;
@@ -336,10 +371,15 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
 {
     if (plan_options_check(o, e))
         return e->code;
+    if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
+        cluster_check_host_memory(c, e))
+        return e->code;
+    if (!framework_is_ballast(o->framework))
+        return plan_for_framework(c, o, out, e);
     return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
 }
 
-static int64_t plan_memory(const struct plan *p)
+int64_t plan_memory(const struct plan *p)
 {
     int64_t memory = 0;
     for (int s = 0; s < p->n_stages; s++)
@@ -347,21 +387,22 @@ static int64_t plan_memory(const struct plan *p)
     return memory;
 }
 
-/* Plans micro-batch size b; ERR_NOFIT and ERR_INPUT (a size too large) in *rc, not in e. */
+/* Plans micro-batch size b, M of them; ERR_NOFIT and ERR_INPUT (a size too large) in *rc,
+ * not in e. */
 static int plan_micro_batch(const struct cluster *c, const struct plan_options *o,
-                            const struct device_table *t, int global_batch, int b,
-                            struct microbatch_notes *notes, struct plan *p, struct err *e)
+                            const struct device_table *t, int M, int b,
+                            struct microbatch_notes *notes, struct plan *p, struct err *inner,
+                            struct err *e)
 {
     struct cluster cb;
-    struct err inner;
-    err_clear(&inner);
-    int rc = microbatch_cluster(c, t, o->estimate, b, global_batch / b, &cb, notes, &inner);
+    err_clear(inner);
+    int rc = microbatch_cluster(c, t, o->estimate, b, M, &cb, notes, inner);
     if (rc == ERR_OK) {
-        rc = planner_make(&cb, o, p, &inner);
+        rc = planner_make(&cb, o, p, inner);
         microbatch_cluster_free(&cb, c->n_profiles);
     }
     if (rc && rc != ERR_NOFIT && rc != ERR_INPUT)
-        err_set(e, rc, "%s", inner.msg);
+        err_set(e, rc, "%s", inner->msg);
     return rc;
 }
 
@@ -370,7 +411,9 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
 {
     struct device_table t;
     struct microbatch_notes notes = {0};
-    int found = 0;
+    struct err inner, refused; /* refused: the first size the planner refused as input */
+    int found = 0, all_refused = 1;
+    err_clear(&refused);
     if (plan_options_check(o, e))
         return e->code;
     if (model_ops_of(&c->model) == NULL)
@@ -379,17 +422,26 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
                        "one micro-batch size and Ballast has no size functions to rescale them "
                        "(profile each size and plan each)",
                        c->model.name);
+    int dp = c->stages[0].dp, per_replica = global_batch / dp;
+    if (global_batch % dp)
+        return err_set(e, ERR_INPUT,
+                       "--global-batch %d: the samples of a step across the %d data-parallel "
+                       "replicas (stages' dp), so a multiple of %d",
+                       global_batch, dp, dp);
     if (devices_load(devices_default_file(), &t, e))
         return e->code;
-    microbatch_report_head(report, global_batch);
-    for (int b = 1; b <= global_batch && e->code == ERR_OK; b++) {
+    microbatch_report_head(report, global_batch, dp);
+    for (int b = 1; b <= per_replica && e->code == ERR_OK; b++) {
         struct plan p;
-        if (global_batch % b)
+        if (per_replica % b)
             continue;
-        int rc = plan_micro_batch(c, o, &t, global_batch, b, &notes, &p, e);
+        int rc = plan_micro_batch(c, o, &t, per_replica / b, b, &notes, &p, &inner, e);
         if (e->code)
             break;
-        microbatch_report_row(report, b, global_batch / b, rc, rc ? 0 : p.iteration_ms);
+        if (rc == ERR_INPUT && refused.code == ERR_OK)
+            err_set(&refused, ERR_INPUT, "micro-batch size %d: %s", b, inner.msg);
+        all_refused &= rc == ERR_INPUT;
+        microbatch_report_row(report, b, per_replica / b, rc, rc ? 0 : p.iteration_ms);
         if (rc)
             continue;
         if (found && !microbatch_better(p.iteration_ms, plan_memory(&p), out->iteration_ms,
@@ -407,10 +459,13 @@ int planner_make_auto(const struct cluster *c, const struct plan_options *o, int
         plan_free(out);
     if (e->code)
         return e->code;
+    if (!found && all_refused && refused.code) /* every size refused: the input is wrong */
+        return err_set(e, ERR_INPUT, "--micro-batches auto: %s", refused.msg);
     if (!found)
         return err_set(e, ERR_NOFIT,
-                       "no micro-batch size dividing the global batch of %d fits the cluster",
-                       global_batch);
+                       "no micro-batch size dividing the global batch of %d (%d per replica) "
+                       "fits the cluster%s%s",
+                       global_batch, per_replica, refused.code ? "; " : "", refused.msg);
     microbatch_report_end(report, out, &notes);
     return ERR_OK;
 }

@@ -3,6 +3,7 @@
 #include "offload.h"
 
 #include "arena_fit.h"
+#include "choice.h"
 #include "sim.h"
 
 #include <math.h>
@@ -43,11 +44,7 @@ static int stage_fits(const struct plan *p, const struct plan_stage *st,
                       const struct plan_options *o, struct err *e)
 {
     int fits = 0;
-    if (o->arena != NULL)
-        return arena_stage_fits(p, st->index, o->arena, &fits, e) == ERR_OK && fits;
-    struct stage_cost c;
-    plan_stage_cost(p, st, &c);
-    return c.memory_bytes <= st->memory_limit_bytes;
+    return choice_stage_fits(p, st->index, o, &fits, e) == ERR_OK && fits;
 }
 
 /* The least single N such that block:N makes every stage fit. */
@@ -131,193 +128,210 @@ static int method_patent(struct plan *p, const struct plan_options *o, struct er
     return rc;
 }
 
-/* Ballast's own with the split fixed: every stage its least recompute over every choice its
- * layers allow (whole layers with --whole-layers). The simulated iteration time never
- * decreases when a stage gets slower (sim.h), so this is the least iteration time; the split
- * and the order are repartition.c's search. */
-static int optimal_recompute(struct plan *p, const struct plan_options *o, struct err *e)
-{
-    int rc = ERR_OK;
-    for (int s = 0; s < p->n_stages && rc == ERR_OK; s++)
-        rc = o->arena != NULL ? arena_least_recompute(p, s, o, NULL, e)
-                              : least_recompute(p, s, o, NULL, e);
-    return rc;
-}
-
-/* Whether the offload search's plan beats the recompute-only one saved in f: simulated
- * faster, and with --arena every stage's arena fits (the search chose without it). */
-static int offload_wins(const struct plan *p, const struct plan_options *o,
-                        const struct offload_fallback *f, int *wins, struct err *e)
-{
-    struct sim_result r;
-    if (sim_plan(p, &r, e))
-        return e->code;
-    *wins = r.iteration_ms < f->iteration_ms;
-    sim_result_free(&r);
-    for (int s = 0; s < p->n_stages && *wins && o->arena != NULL; s++)
-        if (arena_stage_fits(p, s, o->arena, wins, e))
-            return e->code;
-    return ERR_OK;
-}
-
-/* Recompute and offload: the offload search's plan, or the recompute-only plan where that
- * is no slower (or the search found nothing), so that a superset of actions never gives a
- * slower plan, however the search bounded its candidates. */
-static int optimal_with_offload(struct plan *p, const struct plan_options *o, struct err *e)
+/* Every stage's least recompute over the choices its layers allow (whole layers only with
+ * `whole` or --whole-layers), its arena laid out with --arena, where it fits; saved with
+ * each stage's fit. The simulated iteration time never decreases when a stage gets slower
+ * (sim.h), so with every stage fitting this is the least iteration time with recompute only
+ * and the split fixed (the split and the order are repartition.c's search). */
+static int least_recompute_all(struct plan *p, const struct plan_options *o, int whole,
+                               struct choice_snapshot *out, struct err *e)
 {
     struct plan_options ro = *o;
-    struct offload_fallback f;
-    int wins = 0;
+    unsigned char *none = calloc((size_t)p->n_stages, 1);
+    int rc = none != NULL ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
     ro.actions = PLAN_ACTION_RECOMPUTE;
-    int rc = optimal_recompute(p, &ro, e);
-    if (rc == ERR_NOFIT) { /* the search may fit by offloading */
-        err_clear(e);
-        return offload_choose(p, o, e);
+    ro.whole_layers = o->whole_layers || whole;
+    for (int s = 0; s < p->n_stages && rc == ERR_OK; s++) {
+        rc = o->arena != NULL ? arena_least_recompute(p, s, &ro, NULL, e)
+                              : least_recompute(p, s, &ro, NULL, e);
+        if (rc == ERR_NOFIT) {
+            none[s] = 1;
+            rc = ERR_OK;
+            err_clear(e);
+        }
     }
-    if (rc || offload_fallback_save(p, &f, e))
-        return e->code ? e->code : rc;
-    rc = offload_choose(p, o, e);
-    if (rc == ERR_OK)
-        rc = offload_wins(p, o, &f, &wins, e);
-    if (rc == ERR_NOFIT)
-        err_clear(e);
-    if (rc == ERR_NOFIT || (rc == ERR_OK && !wins)) {
-        offload_fallback_restore(p, &f);
-        rc = ERR_OK;
-    }
-    offload_fallback_free(&f);
-    return rc;
+    if (rc == ERR_OK && choice_save(p, o, out, e) == ERR_OK)
+        for (int s = 0; s < p->n_stages; s++) /* the search's word, not the bytes' */
+            if (none[s]) {
+                out->fits[s] = 0;
+                out->ms = INFINITY;
+            }
+    free(none);
+    return e->code;
 }
 
-static int optimal_actions(struct plan *p, const struct plan_options *o, struct err *e)
-{
-    if (o->actions == PLAN_ACTION_RECOMPUTE)
-        return optimal_recompute(p, o, e);
-    if (!(o->actions & PLAN_ACTION_RECOMPUTE))
-        return offload_choose(p, o, e);
-    return optimal_with_offload(p, o, e);
-}
-
-/* Every stage's actions, kept while another search runs on the same plan. */
-struct snapshot {
-    unsigned char *recompute, *place;
-    signed char *option;
-    int *ahead, *from;
-    enum cost_place *optimizer;
+/* The plans of every set of actions under the one asked for, each made once, smaller sets
+ * first: the fastest the search finds, and the one --min-gain chooses; and the plans a set
+ * may simplify to: nothing changed (base[0], without recompute), each stage's least
+ * recompute (base[1]) and its least whole-layer recompute (base[2]). */
+#define LATTICE_SETS (2 * PLAN_ACTION_OPTIMIZER_FRACTION)
+struct lattice {
+    struct choice_snapshot fastest[LATTICE_SETS], chosen[LATTICE_SETS], base[3];
+    int rc[LATTICE_SETS]; /* -1: not made */
+    int n_base;
 };
 
-static void snapshot_free(struct snapshot *k)
+static int lattice_init(struct lattice *lat, struct plan *p, const struct plan_options *o,
+                        struct err *e)
 {
-    free(k->recompute);
-    free(k->place);
-    free(k->option);
-    free(k->ahead);
-    free(k->from);
-    free(k->optimizer);
-}
-
-static int snapshot_take(const struct plan *p, struct snapshot *k, struct err *e)
-{
-    size_t L = 0, S = (size_t)p->n_stages;
-    for (int s = 0; s < p->n_stages; s++)
-        L += (size_t)plan_stage_layer_count(&p->stages[s]);
-    *k = (struct snapshot){malloc(L), malloc(L), malloc(L), malloc(L * sizeof(int)),
-                           malloc(S * sizeof(int)), malloc(S * sizeof(enum cost_place))};
-    if (!k->recompute || !k->place || !k->option || !k->ahead || !k->from || !k->optimizer) {
-        snapshot_free(k);
-        return err_set(e, ERR_FAIL, "out of memory");
+    memset(lat, 0, sizeof *lat);
+    for (int a = 0; a < LATTICE_SETS; a++)
+        lat->rc[a] = -1;
+    /* each stage's fit judged only where a set without recompute may take it */
+    int judge = o->actions != PLAN_ACTION_RECOMPUTE;
+    int rc = choice_save(p, judge ? o : NULL, &lat->base[0], e);
+    lat->n_base = rc == ERR_OK;
+    if (rc == ERR_OK && (o->actions & PLAN_ACTION_RECOMPUTE)) {
+        rc = least_recompute_all(p, o, 0, &lat->base[1], e);
+        lat->n_base += rc == ERR_OK;
+        if (rc == ERR_OK)
+            rc = least_recompute_all(p, o, 1, &lat->base[2], e);
+        lat->n_base += rc == ERR_OK;
+        choice_restore(p, &lat->base[0]);
     }
-    for (size_t s = 0, at = 0; s < S; s++) {
-        const struct plan_stage *st = &p->stages[s];
-        size_t n = (size_t)plan_stage_layer_count(st);
-        memcpy(k->recompute + at, st->recompute, n);
-        memcpy(k->place + at, st->place, n);
-        memcpy(k->option + at, st->offload_option, n);
-        memcpy(k->ahead + at, st->prefetch_ahead, n * sizeof(int));
-        k->optimizer[s] = st->optimizer;
-        k->from[s] = st->optimizer_from;
-        at += n;
-    }
-    return ERR_OK;
-}
-
-static void snapshot_put(struct plan *p, const struct snapshot *k)
-{
-    for (size_t s = 0, at = 0; s < (size_t)p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        size_t n = (size_t)plan_stage_layer_count(st);
-        memcpy(st->recompute, k->recompute + at, n);
-        memcpy(st->place, k->place + at, n);
-        memcpy(st->offload_option, k->option + at, n);
-        memcpy(st->prefetch_ahead, k->ahead + at, n * sizeof(int));
-        st->optimizer = k->optimizer[s];
-        st->optimizer_from = k->from[s];
-        at += n;
-    }
-}
-
-/* Every stage as laid out: nothing recomputed or offloaded, the optimizer on the device
- * (what the searches start from). */
-static void clear_choices(struct plan *p)
-{
-    for (int s = 0; s < p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        size_t n = (size_t)plan_stage_layer_count(st);
-        memset(st->recompute, COST_KEEP, n);
-        memset(st->place, COST_PLACE_DEVICE, n);
-        memset(st->offload_option, -1, n);
-        memset(st->prefetch_ahead, 0, n * sizeof *st->prefetch_ahead);
-        st->optimizer = COST_PLACE_DEVICE;
-        st->optimizer_from = 0;
-    }
-}
-
-static int simulated_ms(const struct plan *p, double *ms, struct err *e)
-{
-    struct sim_result r;
-    if (sim_plan(p, &r, e))
-        return e->code;
-    *ms = r.iteration_ms;
-    sim_result_free(&r);
-    return ERR_OK;
-}
-
-/* --actions ...,optimizer-fraction: the plan with whole optimizers on the host or none
- * (--actions ...,optimizer's), then the search with the fractions too, kept only where it
- * simulates faster: a fraction never gives a slower plan than the whole optimizer. */
-static int optimal_with_fraction(struct plan *p, const struct plan_options *o, struct err *e)
-{
-    struct plan_options whole = *o;
-    struct snapshot k;
-    double before = INFINITY, after = INFINITY;
-    whole.actions &= ~PLAN_ACTION_OPTIMIZER_FRACTION;
-    int rc = optimal_actions(p, &whole, e);
-    if (rc == ERR_NOFIT) { /* a fraction on the host may fit where neither place did */
-        err_clear(e);
-        clear_choices(p);
-        return optimal_actions(p, o, e);
-    }
-    if (rc || simulated_ms(p, &before, e) || snapshot_take(p, &k, e))
-        return e->code ? e->code : rc;
-    clear_choices(p);
-    rc = optimal_actions(p, o, e);
-    if (rc == ERR_OK)
-        rc = simulated_ms(p, &after, e);
-    if (rc == ERR_NOFIT) {
-        err_clear(e);
-        rc = ERR_OK;
-    }
-    if (rc == ERR_OK && !(after < before))
-        snapshot_put(p, &k);
-    snapshot_free(&k);
     return rc;
 }
 
+static void lattice_free(struct lattice *lat)
+{
+    for (int a = 0; a < LATTICE_SETS; a++) {
+        choice_free(&lat->fastest[a]);
+        choice_free(&lat->chosen[a]);
+    }
+    for (int b = 0; b < lat->n_base; b++)
+        choice_free(&lat->base[b]);
+}
+
+/* The search for `actions` alone: each stage's least recompute, or the action search from
+ * nothing changed with the smaller sets' plans among its candidates. */
+static int search_actions(struct plan *p, const struct plan_options *o, int actions,
+                          struct lattice *lat, const struct choice_snapshot *const *seeds,
+                          int n_seeds, struct err *e)
+{
+    if (actions == PLAN_ACTION_RECOMPUTE) {
+        choice_restore(p, &lat->base[1]);
+        return isinf(lat->base[1].ms) ? ERR_NOFIT : ERR_OK;
+    }
+    struct plan_options oa = *o;
+    oa.actions = actions;
+    choice_restore(p, &lat->base[0]);
+    return offload_choose(p, &oa, seeds, n_seeds, e);
+}
+
+/* The smaller sets' plans of `actions` (of `kind`: lat->fastest or lat->chosen) that fit into
+ * out; *least their fastest step. */
+static int smaller_plans(struct lattice *lat, struct choice_snapshot *kind, int actions,
+                         const struct choice_snapshot **out, double *least)
+{
+    int n = 0;
+    *least = INFINITY;
+    for (int b = 1; b < actions; b++)
+        if ((b & actions) == b && lat->rc[b] == ERR_OK) {
+            out[n++] = &kind[b];
+            *least = kind[b].ms < *least ? kind[b].ms : *least;
+        }
+    return n;
+}
+
+/* The fastest plan of a set of actions: the search's, whose candidates include every
+ * smaller set's fastest plan, so that it is never slower than any of them (with --arena,
+ * where the search's plan does not fit its arena, the fastest of them). ERR_NOFIT when
+ * nothing fits. */
+static int fastest_plan(struct plan *p, const struct plan_options *o, int actions,
+                        struct lattice *lat, struct err *e)
+{
+    const struct choice_snapshot *seeds[LATTICE_SETS];
+    double least;
+    int n = smaller_plans(lat, lat->fastest, actions, seeds, &least);
+    int rc = search_actions(p, o, actions, lat, seeds, n, e);
+    struct choice_snapshot *mine = &lat->fastest[actions];
+    if (rc == ERR_OK && choice_save(p, o, mine, e))
+        return e->code;
+    if ((rc == ERR_NOFIT || !(mine->ms <= least)) && n > 0) { /* a smaller set's, then */
+        choice_free(mine);
+        for (int i = 0; i < n; i++)
+            if (seeds[i]->ms == least)
+                choice_restore(p, seeds[i]);
+        err_clear(e);
+        return choice_save(p, NULL, mine, e);
+    }
+    if (rc == ERR_OK && isinf(mine->ms))
+        rc = ERR_NOFIT; /* a stage's arena does not fit: dispatch.c says which */
+    return rc;
+}
+
+/* From the fastest plan of a set of actions, the simplest within --min-gain of it and no
+ * slower than any smaller set's choice (choice.h): exact where every combination can be
+ * tried (offload_simplest), else by taking the alternatives' choices stage by stage (the
+ * smaller sets' plans and each stage's least recompute, whole layers or not, or nothing
+ * changed). */
+static int simplest_plan(struct plan *p, const struct plan_options *o, int actions,
+                         struct lattice *lat, struct err *e)
+{
+    const struct choice_snapshot *alts[2 * LATTICE_SETS + 3];
+    double least, ignored, fastest = lat->fastest[actions].ms;
+    int n = smaller_plans(lat, lat->chosen, actions, alts, &least), done = 0;
+    n += smaller_plans(lat, lat->fastest, actions, alts + n, &ignored);
+    for (int b = 0; b < lat->n_base; b++) /* with recompute, each stage's least; else none */
+        if ((b > 0) == ((actions & PLAN_ACTION_RECOMPUTE) != 0))
+            alts[n++] = &lat->base[b];
+    struct plan_options oa = *o;
+    oa.actions = actions;
+    double from = o->gain_from_ms > 0 && o->gain_from_ms < fastest ? o->gain_from_ms : fastest;
+    double cap = choice_cap(from, o->min_gain);
+    cap = cap < least ? cap : least;
+    choice_restore(p, &lat->fastest[actions]);
+    if (o->arena == NULL && offload_simplest(p, &oa, cap, &done, e))
+        return e->code;
+    return done ? ERR_OK : choice_simplify(p, o, alts, n, cap, e);
+}
+
+/* `actions` less `bit`: a fraction of the optimizer goes with the whole optimizer. */
+static int smaller_set(int actions, int bit)
+{
+    int less = actions & ~bit;
+    return less & PLAN_ACTION_OPTIMIZER ? less : less & ~PLAN_ACTION_OPTIMIZER_FRACTION;
+}
+
+/* A set of actions' fastest plan and --min-gain's choice, the smaller sets' first. */
+static int lattice_plan(struct plan *p, const struct plan_options *o, int actions,
+                        struct lattice *lat, struct err *e)
+{
+    int rc;
+    if (lat->rc[actions] >= 0)
+        return lat->rc[actions];
+    for (int bit = 1; bit < LATTICE_SETS; bit <<= 1)
+        if ((actions & bit) && actions != bit &&
+            (rc = lattice_plan(p, o, smaller_set(actions, bit), lat, e)) != ERR_OK &&
+            rc != ERR_NOFIT)
+            return rc;
+    err_clear(e);
+    rc = fastest_plan(p, o, actions, lat, e);
+    if (rc == ERR_OK && o->min_gain > 0)
+        rc = simplest_plan(p, o, actions, lat, e);
+    if (rc == ERR_OK)
+        rc = choice_save(p, NULL, &lat->chosen[actions], e);
+    return lat->rc[actions] = rc;
+}
+
+/* Ballast's own with the split fixed: the least simulated iteration time over every action
+ * --actions allows, each stage within its device and host memory, or the simplest plan
+ * within --min-gain of it (lattice_plan). */
 static int method_optimal(struct plan *p, const struct plan_options *o, struct err *e)
 {
-    if (o->actions & PLAN_ACTION_OPTIMIZER_FRACTION)
-        return optimal_with_fraction(p, o, e);
-    return optimal_actions(p, o, e);
+    struct lattice lat;
+    int rc = lattice_init(&lat, p, o, e);
+    if (rc == ERR_OK)
+        rc = lattice_plan(p, o, o->actions, &lat, e);
+    if (rc == ERR_OK) {
+        const struct choice_snapshot *chosen = &lat.chosen[o->actions];
+        double fastest = lat.fastest[o->actions].ms;
+        choice_restore(p, chosen);
+        p->min_gain = o->min_gain;
+        p->fastest_ms = chosen->ms > choice_cap(fastest, 0) ? fastest : 0;
+    }
+    lattice_free(&lat);
+    return rc;
 }
 
 static const struct method methods[] = {

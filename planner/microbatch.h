@@ -1,7 +1,8 @@
-/* `ballast plan --micro-batches auto`: for a fixed global batch G (samples per step), every
- * micro-batch size b dividing G with M = G / b micro-batches is a candidate; dispatch.c plans
- * each and keeps the least simulated iteration time (ties: least memory). This file makes a
- * candidate's cluster and prints the table; it plans nothing. */
+/* `ballast plan --micro-batches auto`: for a fixed global batch G (samples per step across the
+ * dp data-parallel replicas), every micro-batch size b dividing G / dp with M = G / (dp b)
+ * micro-batches is a candidate; dispatch.c plans each and keeps the least simulated
+ * iteration time (ties: least memory). This file makes a candidate's cluster and prints the
+ * table; it plans nothing. */
 #ifndef BALLAST_MICROBATCH_H
 #define BALLAST_MICROBATCH_H
 
@@ -31,7 +32,7 @@ int microbatch_better(double ms, int64_t memory, double best_ms, int64_t best_me
 
 /* The table (report NULL: silent): its head, one row per candidate (rc ERR_NOFIT: does not
  * fit; another error: too large), and the choice with the notes. */
-void microbatch_report_head(FILE *report, int global_batch);
+void microbatch_report_head(FILE *report, int global_batch, int dp);
 void microbatch_report_row(FILE *report, int b, int M, int rc, double iteration_ms);
 void microbatch_report_end(FILE *report, const struct plan *chosen,
                            const struct microbatch_notes *notes);

@@ -1,6 +1,7 @@
-/* Ballast's optimal method with offloading (offload.h): each stage's undominated candidates
- * by a bounded search over its layers' actions, then the simulator over the stages. */
-#include "offload.h"
+/* Ballast's optimal method with offloading (offload.h), stage by stage: each stage's
+ * undominated candidates by a bounded search over its layers' actions (the stages together:
+ * offload_global.c). */
+#include "offload_stage.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -53,36 +54,6 @@ int offload_options_check(const struct plan_options *o, struct err *e)
     return ERR_OK;
 }
 
-/* Every stage that may offload has a host link; some stage may. */
-static int check_hosts(const struct plan *p, struct err *e)
-{
-    int any = 0;
-    for (int s = 0; s < p->n_stages; s++) {
-        const struct plan_stage *st = &p->stages[s];
-        if (st->host_limit_bytes > 0 && !st->host_link.present)
-            return err_set(e, ERR_INPUT,
-                           "stages[%d] (%s): host_memory_bytes %lld but no host_link (none in the "
-                           "cluster, its profile, or devices.json's host_link_gbs for it)",
-                           s, st->device, (long long)st->host_limit_bytes);
-        any |= st->host_limit_bytes > 0;
-    }
-    if (!any)
-        return err_set(e, ERR_INPUT,
-                       "--actions offload or optimizer: no stage of the cluster has "
-                       "host_memory_bytes (the host memory it may offload to)");
-    return ERR_OK;
-}
-
-/* One candidate of a stage: its action per layer and how the simulator sees it. */
-struct candidate {
-    struct cost_row *rows; /* n */
-    struct sim_stage sim;
-    struct sim_layer *layers; /* n, used when it offloads or hosts its optimizer */
-    struct sim_bucket *buckets; /* n at most: its gradients' reduction */
-    double recompute_ms;
-    enum cost_place optimizer;
-    int optimizer_from;
-};
 
 struct stage_search {
     const struct plan *p;
@@ -96,6 +67,9 @@ struct stage_search {
     struct candidate *found;
     int n_found, cap_found;
     int baseline_first; /* found[0] is the recompute-only choice */
+    /* --min-gain (offload_simplest): every fitting combination, of equal ones in time and
+     * memory the simpler (choice.h), pruned only by one no slower and no less simple */
+    int simplest;
 };
 
 int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
@@ -115,9 +89,41 @@ static int row_dominated(const struct cost_row *a, const struct cost_row *b)
            b->kept_bytes <= a->kept_bytes && b->transient_bytes <= a->transient_bytes;
 }
 
+/* What an action adds to choice_key's actions (the first) and recomputed layers. */
+static void row_key(const struct cost_row *r, int key[2])
+{
+    key[0] += r->host_bytes > 0 || r->offload_option >= 0 || r->choice >= COST_OPTION;
+    key[1] += r->choice != COST_KEEP;
+}
+
+/* Lexicographic: -1, 0, 1. */
+int offload_key_cmp(const int *a, const int *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* b is no simpler than a (only asked when simplicity counts). */
+static int row_no_simpler(const struct cost_row *a, const struct cost_row *b)
+{
+    int ka[2] = {0, 0}, kb[2] = {0, 0};
+    row_key(a, ka);
+    row_key(b, kb);
+    return offload_key_cmp(kb, ka, 2) <= 0;
+}
+
+/* a gives way to b: b dominates it, and with `simplest` is no less simple. */
+static int row_gives_way(const struct cost_row *a, const struct cost_row *b, int simplest)
+{
+    return row_dominated(a, b) && (!simplest || row_no_simpler(a, b));
+}
+
 /* The layer's allowed actions that no other allowed action dominates (ties: the first). */
 static int layer_actions(const struct plan *p, const struct plan_stage *st, int l,
-                         const struct plan_options *o, struct cost_row out[COST_ACTIONS_MAX])
+                         const struct plan_options *o, int simplest,
+                         struct cost_row out[COST_ACTIONS_MAX])
 {
     struct cost_row all[COST_ACTIONS_MAX];
     int n_all = cost_actions(&st->layers[l], cost_whole_offload(&p->model, l, st->first + l), all),
@@ -125,8 +131,9 @@ static int layer_actions(const struct plan *p, const struct plan_stage *st, int 
     for (int i = 0; i < n_all; i++) {
         int keep = offload_action_allowed(&all[i], st, o);
         for (int j = 0; j < n_all && keep; j++)
-            if (j != i && offload_action_allowed(&all[j], st, o) && row_dominated(&all[i], &all[j]) &&
-                (j < i || !row_dominated(&all[j], &all[i])))
+            if (j != i && offload_action_allowed(&all[j], st, o) &&
+                row_gives_way(&all[i], &all[j], simplest) &&
+                (j < i || !row_gives_way(&all[j], &all[i], simplest)))
                 keep = 0;
         if (keep)
             out[n++] = all[i];
@@ -156,6 +163,8 @@ static int keep_found(struct stage_search *ss, double recompute_ms)
     if (c->rows == NULL)
         return ERR_FAIL;
     memcpy(c->rows, ss->cur, (size_t)ss->n * sizeof *c->rows);
+    for (int l = 0; l < ss->n; l++)
+        c->host_bytes += c->rows[l].host_bytes;
     ss->n_found++;
     return ERR_OK;
 }
@@ -248,15 +257,21 @@ static int hosted(const struct candidate *c)
     return c->optimizer_from > 0 ? (1 << 30) - c->optimizer_from : 1 << 30;
 }
 
-/* Less recompute first; of equals, where one hosts a fraction of its optimizer, the one
- * hosting less (a list without fractions sorts as before they existed). */
+/* Seeds first, then by recompute; ties by the bytes copied (the copies' time), then where one
+ * hosts a fraction of its optimizer by the layers hosted (a list without fractions sorts as
+ * before they existed). */
 static int by_recompute(const void *a, const void *b)
 {
     const struct candidate *x = a, *y = b;
-    int r = (x->recompute_ms > y->recompute_ms) - (x->recompute_ms < y->recompute_ms);
+    if ((x->seeds != 0) != (y->seeds != 0))
+        return x->seeds != 0 ? -1 : 1;
+    if (x->recompute_ms != y->recompute_ms)
+        return x->recompute_ms < y->recompute_ms ? -1 : 1;
+    if (x->host_bytes != y->host_bytes)
+        return x->host_bytes > y->host_bytes ? 1 : -1;
     int split = (x->optimizer == COST_PLACE_HOST && x->optimizer_from > 0) ||
                 (y->optimizer == COST_PLACE_HOST && y->optimizer_from > 0);
-    return r != 0 || !split ? r : (hosted(x) > hosted(y)) - (hosted(x) < hosted(y));
+    return split ? (hosted(x) > hosted(y)) - (hosted(x) < hosted(y)) : 0;
 }
 
 /* i is no better than j on every layer (recompute and copy bytes). */
@@ -269,11 +284,35 @@ static int cand_dominated(const struct candidate *i, const struct candidate *j, 
     return 1;
 }
 
-static void candidate_free(struct candidate *c)
+void offload_candidate_free(struct candidate *c)
 {
     free(c->rows);
     free(c->layers);
     free(c->buckets);
+}
+
+/* A candidate's part of choice_key: its host optimizer, actions and recomputed layers. */
+void offload_candidate_key(const struct candidate *c, int n, int key[3])
+{
+    key[0] = c->optimizer == COST_PLACE_HOST;
+    key[1] = key[2] = 0;
+    for (int l = 0; l < n; l++)
+        row_key(&c->rows[l], key + 1);
+}
+
+/* i gives way to j: j dominates it, and where simplicity counts is as simple or simpler. */
+static int cand_gives_way(const struct stage_search *ss, int i, int j)
+{
+    const struct candidate *a = &ss->found[i], *b = &ss->found[j];
+    if (!cand_dominated(a, b, ss->n))
+        return 0;
+    if (!ss->simplest)
+        return 1;
+    int ka[3], kb[3];
+    offload_candidate_key(a, ss->n, ka);
+    offload_candidate_key(b, ss->n, kb);
+    int c = offload_key_cmp(kb, ka, 3);
+    return c <= 0;
 }
 
 /* Drops candidates another dominates (of equals, the first stays), but never the first: the
@@ -288,12 +327,11 @@ static int prune(struct stage_search *ss)
         return ERR_FAIL;
     for (int i = ss->baseline_first ? 1 : 0; i < ss->n_found; i++)
         for (int j = 0; j < ss->n_found && !out[i]; j++)
-            out[i] = j != i && cand_dominated(&ss->found[i], &ss->found[j], ss->n) &&
-                     (j < i || !cand_dominated(&ss->found[j], &ss->found[i], ss->n));
+            out[i] = j != i && cand_gives_way(ss, i, j) && (j < i || !cand_gives_way(ss, j, i));
     int kept = 0;
     for (int i = 0; i < ss->n_found; i++) {
         if (out[i])
-            candidate_free(&ss->found[i]);
+            offload_candidate_free(&ss->found[i]);
         else
             ss->found[kept++] = ss->found[i];
     }
@@ -302,23 +340,28 @@ static int prune(struct stage_search *ss)
     return ERR_OK;
 }
 
-/* Past the cap, the first candidate (the baseline) and those that recompute least stay. */
-static void cap_candidates(struct candidate *found, int *count)
+/* Past the cap, the first candidate (the baseline), the seeds' and those that recompute
+ * least (ties: copy least) stay. */
+void offload_cap_candidates(struct candidate *found, int *count)
 {
-    if (*count <= OFFLOAD_STAGE_CANDIDATES_MAX)
+    int keep = OFFLOAD_STAGE_CANDIDATES_MAX;
+    for (int i = 1; i < *count; i++)
+        keep += found[i].seeds != 0;
+    if (*count <= keep)
         return;
     qsort(found + 1, (size_t)(*count - 1), sizeof *found, by_recompute);
-    for (int i = OFFLOAD_STAGE_CANDIDATES_MAX; i < *count; i++)
-        candidate_free(&found[i]);
-    *count = OFFLOAD_STAGE_CANDIDATES_MAX;
+    for (int i = keep; i < *count; i++)
+        offload_candidate_free(&found[i]);
+    *count = keep;
 }
 
 static int search_init(struct stage_search *ss, const struct plan *p, int s,
-                       const struct plan_options *o, double bound)
+                       const struct plan_options *o, int simplest)
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
-    *ss = (struct stage_search){.p = p, .st = st, .n = n, .v = st->in_flight, .bound = bound};
+    *ss = (struct stage_search){.p = p, .st = st, .n = n, .v = st->in_flight,
+                                .bound = INFINITY, .simplest = simplest};
     if (n > (int)(sizeof ss->n_act / sizeof ss->n_act[0]))
         return ERR_INPUT;
     ss->act = malloc((size_t)n * sizeof *ss->act);
@@ -328,7 +371,7 @@ static int search_init(struct stage_search *ss, const struct plan *p, int s,
         return ERR_FAIL;
     for (int l = n - 1; l >= 0; l--) {
         const struct layer_cost *c = &st->layers[l];
-        ss->n_act[l] = layer_actions(p, st, l, o, ss->act[l]);
+        ss->n_act[l] = layer_actions(p, st, l, o, simplest, ss->act[l]);
         int64_t least = INT64_MAX;
         for (int a = 0; a < ss->n_act[l]; a++)
             if (ss->act[l][a].kept_bytes < least)
@@ -345,7 +388,7 @@ static void search_free(struct stage_search *ss, int keep_found)
     free(ss->cur);
     if (!keep_found) {
         for (int i = 0; i < ss->n_found; i++)
-            candidate_free(&ss->found[i]);
+            offload_candidate_free(&ss->found[i]);
         free(ss->found);
     }
 }
@@ -389,7 +432,7 @@ static int baseline(struct stage_search *ss, int s, const struct plan_options *o
 }
 
 /* How the simulator sees a candidate of stage st. */
-static int candidate_sim(const struct plan_stage *st, struct candidate *c)
+int offload_candidate_sim(const struct plan_stage *st, struct candidate *c)
 {
     int n = plan_stage_layer_count(st), offloads = 0;
     c->layers = calloc((size_t)n, sizeof *c->layers);
@@ -424,41 +467,63 @@ static int candidate_sim(const struct plan_stage *st, struct candidate *c)
     return ERR_OK;
 }
 
-/* Stage s's candidates: the baseline first, then the undominated offloading ones. */
+/* The search's candidates of stage s: the baseline first, then the undominated offloading
+ * ones. */
+static int search_stage(struct stage_search *ss, int s, const struct plan_options *o,
+                        struct err *e)
+{
+    double r0 = INFINITY;
+    int rc = baseline(ss, s, o, &r0, e);
+    if (rc)
+        return rc;
+    /* With its optimizer on the host the stage runs layer by layer, each layer's gradients
+     * leaving as its last backward ends: which layers recompute matters, not only the sum, so
+     * the least recompute dominates nothing and every combination is a candidate. */
+    int by_layer = ss->st->optimizer == COST_PLACE_HOST;
+    ss->bound = by_layer ? INFINITY : r0;
+    ss->baseline_first = r0 < INFINITY;
+    int all = combinations(ss) <= OFFLOAD_ENUM_MAX;
+    if ((ss->st->host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD)) || by_layer)
+        rc = all ? search(ss, 0, &(struct cost_sum){0}) : search_families(ss);
+    if (rc == ERR_OK && prune(ss))
+        rc = ERR_FAIL;
+    if (!all)
+        offload_cap_candidates(ss->found, &ss->n_found);
+    return rc;
+}
+
+/* --min-gain's candidates of stage s: every fitting combination, pruned with simplicity
+ * counted; *enumerable 0 (and none) past OFFLOAD_ENUM_MAX combinations. */
+static int simplest_stage(struct stage_search *ss, int *enumerable)
+{
+    *enumerable = combinations(ss) <= OFFLOAD_ENUM_MAX;
+    if (!*enumerable)
+        return ERR_OK;
+    return search(ss, 0, &(struct cost_sum){0}) || prune(ss) ? ERR_FAIL : ERR_OK;
+}
+
+/* Stage s's candidates (simplest: offload_simplest's, else the search's); *enumerable as
+ * simplest_stage says (1 for the search). */
 static int stage_candidates(const struct plan *p, int s, const struct plan_options *o,
-                            struct candidate **out, int *count, struct err *e)
+                            int simplest, struct candidate **out, int *count, int *enumerable,
+                            struct err *e)
 {
     struct stage_search ss;
-    double r0 = INFINITY;
-    int rc = search_init(&ss, p, s, o, 0);
+    int rc = search_init(&ss, p, s, o, simplest);
+    *enumerable = 1;
     if (rc == ERR_INPUT)
         return err_set(e, ERR_INPUT, "stage %d: %d layers is more than offload planning takes",
                        s, ss.n);
-    if (rc == ERR_OK && baseline(&ss, s, o, &r0, e) == ERR_OK) {
-        /* A stage that steps its optimizer on the host runs layer by layer, and where a layer
-         * recomputes moves when its host step can start: less recompute in all does not
-         * dominate then, only less in every layer (prune). */
-        ss.bound = p->stages[s].optimizer == COST_PLACE_HOST ? INFINITY : r0;
-        ss.baseline_first = r0 < INFINITY;
-        int all = combinations(&ss) <= OFFLOAD_ENUM_MAX;
-        if ((p->stages[s].host_limit_bytes > 0 && (o->actions & PLAN_ACTION_OFFLOAD)) ||
-            p->stages[s].optimizer == COST_PLACE_HOST)
-            rc = all ? search(&ss, 0, &(struct cost_sum){0}) : search_families(&ss);
-        if (rc == ERR_OK && prune(&ss))
-            rc = err_set(e, ERR_FAIL, "out of memory");
-        if (!all)
-            cap_candidates(ss.found, &ss.n_found);
-        for (int i = 0; i < ss.n_found && rc == ERR_OK; i++)
-            rc = candidate_sim(&p->stages[s], &ss.found[i]);
-    } else if (rc == ERR_OK) {
-        rc = e->code;
-    }
+    if (rc == ERR_OK)
+        rc = simplest ? simplest_stage(&ss, enumerable) : search_stage(&ss, s, o, e);
+    for (int i = 0; i < ss.n_found && rc == ERR_OK; i++)
+        rc = offload_candidate_sim(&p->stages[s], &ss.found[i]);
     if (rc && e->code == ERR_OK)
         err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
     *out = rc == ERR_OK ? ss.found : NULL;
     *count = rc == ERR_OK ? ss.n_found : 0;
     search_free(&ss, rc == ERR_OK);
-    if (rc == ERR_OK && *count == 0)
+    if (rc == ERR_OK && *count == 0 && *enumerable)
         return ERR_NOFIT;
     return rc;
 }
@@ -466,24 +531,26 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
 static void candidates_free(struct candidate *c, int n)
 {
     for (int i = 0; i < n; i++)
-        candidate_free(&c[i]);
+        offload_candidate_free(&c[i]);
     free(c);
 }
 
-/* Stage s's candidates with its optimizer on the host from layer `from` on, appended to
- * (*all, *n_all) when the stage may host it. */
+/* Stage s's candidates with its optimizer on the host from layer `from` on (0: every layer),
+ * appended to (*all, *n_all) when the stage may host it; *enumerable as stage_candidates. */
 static int host_candidates(const struct plan *p, int s, int from, const struct plan_options *o,
-                           struct candidate **all, int *n_all, struct err *e)
+                           int simplest, struct candidate **all, int *n_all, int *enumerable,
+                           struct err *e)
 {
     struct optimizer_view v;
     struct candidate *host = NULL;
-    int n_host = 0, rc;
+    int n_host = 0, mine = 1, rc;
     if (!optimizer_host_possible_from(p, s, from, NULL))
         return ERR_OK;
     if (optimizer_view_init_from(p, s, from, &v, e))
         return e->code;
-    rc = stage_candidates(&v.plan, s, o, &host, &n_host, e);
+    rc = stage_candidates(&v.plan, s, o, simplest, &host, &n_host, &mine, e);
     optimizer_view_free(&v);
+    *enumerable = *enumerable && mine;
     if (rc == ERR_NOFIT) {
         err_clear(e);
         free(host);
@@ -491,12 +558,13 @@ static int host_candidates(const struct plan *p, int s, int from, const struct p
     }
     if (rc)
         return rc;
-    struct candidate *grown = realloc(*all, (size_t)(*n_all + n_host) * sizeof *grown);
+    struct candidate *grown = realloc(*all, (size_t)(*n_all + n_host + 1) * sizeof *grown);
     if (grown == NULL) {
         candidates_free(host, n_host);
         return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
     }
-    memcpy(grown + *n_all, host, (size_t)n_host * sizeof *host);
+    if (n_host > 0)
+        memcpy(grown + *n_all, host, (size_t)n_host * sizeof *host);
     free(host);
     *all = grown;
     *n_all += n_host;
@@ -507,8 +575,9 @@ static int host_candidates(const struct plan *p, int s, int from, const struct p
  * where it may) those with it on the host, and with optimizer-fraction those with the host
  * taking its last layers' (optimizer_splits): each place's own undominated ones, since the
  * places' steps are not comparable layer by layer. */
-static int stage_candidates_places(const struct plan *p, int s, const struct plan_options *o,
-                                   struct candidate **out, int *count, struct err *e)
+int offload_stage_candidates(const struct plan *p, int s, const struct plan_options *o,
+                             int simplest, struct candidate **out, int *count, int *enumerable,
+                             struct err *e)
 {
     int from[1 + OPTIMIZER_SPLITS_MAX], n_from = 0;
     if (o->actions & PLAN_ACTION_OPTIMIZER)
@@ -517,12 +586,12 @@ static int stage_candidates_places(const struct plan *p, int s, const struct pla
         n_from += optimizer_splits(p, s, from + n_from);
     *out = NULL;
     *count = 0;
-    int rc = stage_candidates(p, s, o, out, count, e);
+    int rc = stage_candidates(p, s, o, simplest, out, count, enumerable, e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
     for (int i = 0; i < n_from && e->code == ERR_OK; i++)
-        host_candidates(p, s, from[i], o, out, count, e);
+        host_candidates(p, s, from[i], o, simplest, out, count, enumerable, e);
     if (e->code) {
         candidates_free(*out, *count);
         *out = NULL;
@@ -536,188 +605,14 @@ int offload_stage_min_recompute(const struct plan *p, int s, const struct plan_o
                                 double *ms, struct err *e)
 {
     struct candidate *c = NULL;
-    int n = 0;
-    int rc = stage_candidates(p, s, o, &c, &n, e);
+    int n = 0, enumerable;
+    int rc = stage_candidates(p, s, o, 0, &c, &n, &enumerable, e);
     *ms = INFINITY;
     for (int i = 0; i < n; i++) {
         if (c[i].recompute_ms < *ms)
             *ms = c[i].recompute_ms;
-        candidate_free(&c[i]);
+        offload_candidate_free(&c[i]);
     }
     free(c);
     return rc;
-}
-
-struct global {
-    enum schedule schedule;
-    int S, M;
-    struct candidate **cand; /* per stage */
-    int *count;
-    int *pick;
-    struct sim_stage *sim;
-};
-
-static int evaluate(struct global *g, double *ms, struct err *e)
-{
-    for (int s = 0; s < g->S; s++)
-        g->sim[s] = g->cand[s][g->pick[s]].sim;
-    return sim_makespan(g->schedule, g->S, g->M, g->sim, ms, e);
-}
-
-/* Every combination of the stages' candidates, in odometer order from all baselines: the
- * first least time wins (so the baselines win ties). */
-static int exhaustive(struct global *g, double *best_ms, int *best, struct err *e)
-{
-    memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
-    *best_ms = INFINITY;
-    for (;;) {
-        double ms;
-        if (evaluate(g, &ms, e))
-            return e->code;
-        if (ms < *best_ms) {
-            *best_ms = ms;
-            memcpy(best, g->pick, (size_t)g->S * sizeof *best);
-        }
-        int s = 0;
-        while (s < g->S && ++g->pick[s] == g->count[s])
-            g->pick[s++] = 0;
-        if (s == g->S)
-            return ERR_OK;
-    }
-}
-
-/* Stage by stage, each its best candidate with the others fixed, until none improves. */
-static int descend(struct global *g, double *best_ms, int *best, struct err *e)
-{
-    memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
-    if (evaluate(g, best_ms, e))
-        return e->code;
-    for (int improved = 1; improved;) {
-        improved = 0;
-        for (int s = 0; s < g->S; s++) {
-            int keep = g->pick[s];
-            for (int k = 0; k < g->count[s]; k++) {
-                double ms;
-                if (k == keep)
-                    continue;
-                g->pick[s] = k;
-                if (evaluate(g, &ms, e))
-                    return e->code;
-                if (ms < *best_ms) {
-                    *best_ms = ms;
-                    keep = k;
-                    improved = 1;
-                }
-            }
-            g->pick[s] = keep;
-        }
-    }
-    memcpy(best, g->pick, (size_t)g->S * sizeof *best);
-    return ERR_OK;
-}
-
-static void apply(struct plan_stage *st, const struct candidate *c)
-{
-    for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        st->recompute[l] = (unsigned char)c->rows[l].choice;
-        st->place[l] = (unsigned char)c->rows[l].place;
-        st->offload_option[l] = (signed char)c->rows[l].offload_option;
-        st->prefetch_ahead[l] = c->rows[l].prefetch_ahead;
-    }
-    st->optimizer = c->optimizer;
-    st->optimizer_from = c->optimizer_from;
-}
-
-static int choose(struct plan *p, struct global *g, const struct plan_options *o, struct err *e)
-{
-    double product = 1;
-    for (int s = 0; s < g->S; s++) {
-        int rc = stage_candidates_places(p, s, o, &g->cand[s], &g->count[s], e);
-        if (rc)
-            return rc;
-        product *= g->count[s];
-    }
-    if (product > OFFLOAD_EXHAUSTIVE_MAX) /* not exact anyway: keep the descent short */
-        for (int s = 0; s < g->S; s++)
-            cap_candidates(g->cand[s], &g->count[s]);
-    int *best = malloc((size_t)g->S * sizeof *best);
-    double ms;
-    if (best == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    int rc = product <= OFFLOAD_EXHAUSTIVE_MAX ? exhaustive(g, &ms, best, e)
-                                                : descend(g, &ms, best, e);
-    for (int s = 0; s < g->S && rc == ERR_OK; s++)
-        apply(&p->stages[s], &g->cand[s][best[s]]);
-    free(best);
-    return rc;
-}
-
-int offload_choose(struct plan *p, const struct plan_options *o, struct err *e)
-{
-    if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) && check_hosts(p, e))
-        return e->code;
-    int S = p->n_stages;
-    struct global g = {.schedule = p->schedule,
-                       .S = S,
-                       .M = p->micro_batches,
-                       .cand = calloc((size_t)S, sizeof *g.cand),
-                       .count = calloc((size_t)S, sizeof *g.count),
-                       .pick = calloc((size_t)S, sizeof *g.pick),
-                       .sim = calloc((size_t)S, sizeof *g.sim)};
-    int rc = g.cand && g.count && g.pick && g.sim ? choose(p, &g, o, e)
-                                                  : err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0; g.cand != NULL && s < S; s++) {
-        for (int k = 0; k < g.count[s]; k++)
-            candidate_free(&g.cand[s][k]);
-        free(g.cand[s]);
-    }
-    free(g.cand);
-    free(g.count);
-    free(g.pick);
-    free(g.sim);
-    return rc;
-}
-
-int offload_fallback_save(const struct plan *p, struct offload_fallback *f, struct err *e)
-{
-    int total = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        total += plan_stage_layer_count(&p->stages[s]);
-    f->recompute = malloc((size_t)total + 1);
-    if (f->recompute == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0, at = 0; s < p->n_stages; s++) {
-        int n = plan_stage_layer_count(&p->stages[s]);
-        memcpy(f->recompute + at, p->stages[s].recompute, (size_t)n);
-        at += n;
-    }
-    struct sim_result r;
-    if (sim_plan(p, &r, e)) {
-        offload_fallback_free(f);
-        return e->code;
-    }
-    f->iteration_ms = r.iteration_ms;
-    sim_result_free(&r);
-    return ERR_OK;
-}
-
-void offload_fallback_restore(struct plan *p, const struct offload_fallback *f)
-{
-    for (int s = 0, at = 0; s < p->n_stages; s++) {
-        struct plan_stage *st = &p->stages[s];
-        int n = plan_stage_layer_count(st);
-        memcpy(st->recompute, f->recompute + at, (size_t)n);
-        memset(st->place, COST_PLACE_DEVICE, (size_t)n);
-        memset(st->offload_option, -1, (size_t)n);
-        memset(st->prefetch_ahead, 0, (size_t)n * sizeof *st->prefetch_ahead);
-        st->optimizer = COST_PLACE_DEVICE;
-        st->optimizer_from = 0;
-        at += n;
-    }
-}
-
-void offload_fallback_free(struct offload_fallback *f)
-{
-    free(f->recompute);
-    f->recompute = NULL;
 }

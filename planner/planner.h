@@ -10,6 +10,8 @@
 #include "plan.h"
 
 struct arena_options;
+struct framework;
+struct fw_candidate;
 
 enum plan_method {
     METHOD_NONE,        /* nothing recomputed */
@@ -25,6 +27,11 @@ enum plan_method {
 #define PLAN_TIME_UNIT_DEFAULT_MS 1e-3
 #define PLAN_SEARCH_NODES_DEFAULT 10000
 #define PLAN_SEARCH_GAP_DEFAULT 0.005
+/* `ballast plan --repartition`'s --time-limit when none is given: twice the 5 s the search
+ * takes at most on 128 stages (bench/results/plan_speed.md), so only an unusual cluster (16384
+ * micro-batches took 22.5 s) stops there, with its certified gap. */
+#define PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S 10.0
+#define PLAN_MIN_GAIN_DEFAULT 0.005
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
 /* PLAN_ACTION_OPTIMIZER_FRACTION: a stage may host the optimizer of its last layers only (a
@@ -40,6 +47,12 @@ enum plan_action {
  * estimate, estimate_profile in models/estimate.h). */
 typedef int (*plan_estimate_fn)(const struct device_table *t, const struct device_spec *d,
                                 const struct model *m, struct profile *out, struct err *e);
+
+/* Turns an estimated profile of model m on device d into what `framework` keeps
+ * (estimate_for_framework in models/estimate.h). */
+typedef int (*plan_estimate_for_fn)(const struct device_table *t, const struct device_spec *d,
+                                    const struct model *m, const char *framework,
+                                    struct profile *p, struct err *e);
 
 struct plan_options {
     enum plan_method method;
@@ -66,6 +79,24 @@ struct plan_options {
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;
+    /* optimal (--min-gain): an optional action (offload, the host optimizer, a partial
+     * recompute, an uneven split) is taken only where it shortens the step by at least this
+     * share of it: of the plans within that margin of the fastest, the simplest (choice.h).
+     * 0: the fastest (ties within floating-point noise go to the device, as every search's). */
+    double min_gain;
+    /* The step min_gain is measured from where a faster plan was found before this one was
+     * planned (--repartition's fastest split, for the plan of the split it chose); 0: the
+     * plan's own fastest. */
+    double gain_from_ms;
+    /* --for: the framework the plan is for (planner/framework.h): only what it can run is
+     * searched, on its activation model (plan_for.c); NULL: Ballast's own */
+    const struct framework *framework;
+    /* how an estimated profile becomes the framework's activation model (the CLI passes
+     * estimate_for_framework); NULL: only profiles made --for it are taken */
+    plan_estimate_for_fn estimate_for;
+    /* the repartition search's per-range costs from one setting of the framework (plan_for.c
+     * sets it while it searches); NULL: the knapsack */
+    const struct fw_candidate *framework_range;
 };
 
 void plan_options_default(struct plan_options *o);
@@ -76,7 +107,8 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);
 const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX]);
 /* ERR_INPUT, saying which, for options out of range or that do not apply to the method
- * (--repartition, --whole-layers, --reduce, --verify). planner_make checks them too. */
+ * (--repartition, --whole-layers, --reduce, --verify, --min-gain). planner_make checks them
+ * too. */
 int plan_options_check(const struct plan_options *o, struct err *e);
 
 /* Makes the plan. ERR_NOFIT with the numbers of every stage that cannot fit; `out` is then
@@ -97,18 +129,20 @@ void planner_print(FILE *f, const struct plan *p);
  * (the forward-to-backward window its copies hide in) and why it beat recomputing. */
 void planner_print_offload(FILE *f, const struct plan *p);
 
-/* --micro-batches auto: the micro-batch size b dividing `global_batch` (and M = G / b) whose
- * plan has the least simulated iteration time; each candidate is summarised on `report`
- * (NULL: silent). */
+/* The plan framework o->framework runs with settings `fs` (framework.h) on the cluster's split:
+ * its profiles made the framework's activation model, the settings applied, costed and
+ * simulated, fitting or not (a stage that does not fit keeps its memory_bytes above its
+ * memory_limit_bytes): `ballast check`'s plan of a user's configuration. ERR_INPUT when the
+ * framework cannot say the settings on that split, or run them on a stage's device. */
+struct fw_settings;
+int planner_make_settings(const struct cluster *c, const struct plan_options *o,
+                          const struct fw_settings *fs, struct plan *out, struct err *e);
+
+/* --micro-batches auto: `global_batch` G is a step's samples across the dp replicas (the
+ * stages' dp); the micro-batch size b dividing G / dp (and M = G / (dp b)) whose plan has the
+ * least simulated iteration time; each candidate is summarised on `report` (NULL: silent).
+ * ERR_INPUT when dp does not divide G. */
 int planner_make_auto(const struct cluster *c, const struct plan_options *o, int global_batch,
                       FILE *report, struct plan *out, struct err *e);
-
-/* The plan as ColossalAI, NeMo, Megatron-LM or FlagScale settings ("colossalai", "nemo",
- * "megatron", "flagscale"), only with keys the framework accepts; what it runs differently is
- * said on standard error, and a split (or tp) it cannot take is refused (ERR_INPUT).
- * shard_optimizer: the cluster's (plans do not carry it), exported as the distributed
- * optimizer. */
-int planner_export(FILE *f, const struct plan *p, const char *format, int shard_optimizer,
-                   struct err *e);
 
 #endif

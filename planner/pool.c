@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cost.h"
 #include "devices.h"
+#include "fileio.h"
 #include "jsonio.h"
 #include "microbatch.h"
 #include "model_ops.h"
@@ -75,10 +77,10 @@ struct pool_state {
     int n_dp, *dp_slot;
     /* the micro-batch sizes searched ("micro_batch_sizes", else the model's), the candidate's
      * (-1: the file's profiles) and for a size not the model's each kind's profile at it
-     * (pool_profiles, in tmpdir; NULL: the file's own) */
+     * (pool_profiles, in files in memory; NULL: the file's own) */
     int n_sizes, sizes[POOL_SIZES_MAX], size;
     char *size_profile[POOL_SIZES_MAX][POOL_KINDS_MAX];
-    char tmpdir[JSONIO_PATH_MAX];
+    int size_fd[POOL_SIZES_MAX][POOL_KINDS_MAX]; /* the files in memory they name */
     /* the last candidate's summary (summary_of) */
     struct pool_shape summary_shape;
     struct pool_summary summary;
@@ -86,16 +88,6 @@ struct pool_state {
     /* the least certified bound over the candidates decided so far */
     double lower_bound;
 };
-
-int pool_file_check(const char *file, int *is_pool, struct err *e)
-{
-    cJSON *root = jsonio_read(file, e);
-    if (root == NULL)
-        return e->code;
-    *is_pool = cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL;
-    cJSON_Delete(root);
-    return ERR_OK;
-}
 
 /* "tp_profiles": [{"tp", "profile"}, ...], each tp from 2 to per_node, once. */
 static int read_tp_profiles(const cJSON *obj, const char *file, const char *path,
@@ -804,25 +796,38 @@ static int read_sizes(struct pool_state *st, struct err *e)
 
 /* Kind k's profile at micro-batch size b, as --micro-batches auto makes it (microbatch.c),
  * written to `path`. */
-static int size_profile(struct pool_state *st, const struct device_table *t, int k, int b,
-                        const char *path, struct err *e)
+/* Kind k's profile at micro-batch size b (slot i of the sizes) in a file in memory, which the
+ * candidates' clusters name: a killed search leaves no file behind (planning from profiles
+ * in memory, without a file, is the pool search's redesign). */
+static int size_profile(struct pool_state *st, const struct device_table *t, int k, int i,
+                        struct err *e)
 {
     struct cluster c, cb;
     struct microbatch_notes notes = {0};
+    char name[64], path[FILEIO_PATH_MAX];
     st->size = -1;
     int rc = stage_cluster(st, k, 1, 1, &c, e);
     if (rc)
         return rc;
-    rc = microbatch_cluster(&c, t, st->o->estimate, b, 1, &cb, &notes, e);
+    rc = microbatch_cluster(&c, t, st->o->estimate, st->sizes[i], 1, &cb, &notes, e);
     if (rc == ERR_OK) {
-        rc = profile_write(path, &cb.profiles[0], e);
+        cJSON *o = profile_to_json(&cb.profiles[0]);
+        char *text = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
+        snprintf(name, sizeof name, "ballast-pool-%d-b%d.json", k, st->sizes[i]);
+        rc = text == NULL ? err_set(e, ERR_FAIL, "out of memory")
+                          : fileio_memory_file(name, text, (int64_t)strlen(text),
+                                               &st->size_fd[i][k], path, e);
+        if (rc == ERR_OK && (st->size_profile[i][k] = strdup(path)) == NULL)
+            rc = err_set(e, ERR_FAIL, "out of memory");
+        free(text);
+        cJSON_Delete(o);
         microbatch_cluster_free(&cb, c.n_profiles);
     }
     cluster_free(&c);
     return rc;
 }
 
-/* Each kind's profile at each size not the model's, in a directory of their own. */
+/* Each kind's profile at each size not the model's. */
 static int pool_profiles(struct pool_state *st, struct err *e)
 {
     struct device_table t;
@@ -834,23 +839,7 @@ static int pool_profiles(struct pool_state *st, struct err *e)
             if (!loaded && (rc = devices_load(devices_default_file(), &t, e)) != ERR_OK)
                 return rc;
             loaded = 1;
-            const char *tmp = getenv("TMPDIR");
-            if (st->tmpdir[0] == '\0') {
-                snprintf(st->tmpdir, sizeof st->tmpdir, "%s/ballast-pool-XXXXXX",
-                         tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
-                if (mkdtemp(st->tmpdir) == NULL) {
-                    st->tmpdir[0] = '\0';
-                    rc = err_set(e, ERR_FAIL, "pool: cannot make a directory for the profiles "
-                                              "at other micro-batch sizes");
-                    break;
-                }
-            }
-            char path[JSONIO_PATH_MAX + 64];
-            snprintf(path, sizeof path, "%s/%d-b%d.json", st->tmpdir, k, st->sizes[i]);
-            if ((st->size_profile[i][k] = strdup(path)) == NULL)
-                rc = err_set(e, ERR_FAIL, "out of memory");
-            else
-                rc = size_profile(st, &t, k, st->sizes[i], path, e);
+            rc = size_profile(st, &t, k, i, e);
         }
     if (loaded)
         devices_free(&t);
@@ -862,15 +851,13 @@ static void pool_profiles_free(struct pool_state *st)
     for (int i = 0; i < POOL_SIZES_MAX; i++)
         for (int k = 0; k < POOL_KINDS_MAX; k++) {
             if (st->size_profile[i][k] != NULL)
-                remove(st->size_profile[i][k]);
+                close(st->size_fd[i][k]);
             free(st->size_profile[i][k]);
         }
-    if (st->tmpdir[0] != '\0')
-        remove(st->tmpdir);
 }
 
-int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
-                       struct plan *best, struct pool_result *r, struct err *e)
+int pool_search_parsed(const cJSON *root, const char *file, const struct plan_options *o,
+                       long prune, struct plan *best, struct pool_result *r, struct err *e)
 {
     memset(r, 0, sizeof *r);
     if (o->method != METHOD_OPTIMAL)
@@ -880,9 +867,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
                             .keep = prune, .lower_bound = INFINITY};
     st.deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
     r->exhausted = 1;
-    st.root = jsonio_read(file, e);
-    if (st.root == NULL)
-        return e->code;
+    st.root = root;
     int rc = read_pool(&st, e);
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
@@ -903,7 +888,6 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
     pool_costs_free_all(&st);
     pool_profiles_free(&st);
     free(st.cands);
-    cJSON_Delete((cJSON *)st.root);
     if (rc == ERR_OK && !st.have_best)
         rc = err_set(e, ERR_NOFIT,
                      "%s: pool: no candidate (dp, tp and stages per device kind) fits: of %ld, "
@@ -914,6 +898,18 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
         pool_certify(&st);
     if (rc && st.have_best)
         plan_free(best);
+    return rc;
+}
+
+int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
+                       struct plan *best, struct pool_result *r, struct err *e)
+{
+    memset(r, 0, sizeof *r);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
+    if (root == NULL)
+        return e->code;
+    int rc = pool_search_parsed(root, file, o, prune, best, r, e);
+    cJSON_Delete(root);
     return rc;
 }
 

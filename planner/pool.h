@@ -52,8 +52,6 @@ struct pool_result {
     char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
 };
 
-/* Whether a cluster file gives a "pool" (*is_pool), read from `file`. */
-int pool_file_check(const char *file, int *is_pool, struct err *e);
 /* The best plan of the pool (ERR_NOFIT when no candidate fits; ERR_INPUT for a bad pool,
  * naming the field and the numbers). `o` is --method optimal's; the search sets repartition. */
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,
@@ -62,6 +60,9 @@ int pool_search(const char *file, const struct plan_options *o, struct plan *bes
  * off (0: every candidate planned, for tests). */
 int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
                        struct plan *best, struct pool_result *r, struct err *e);
+/* pool_search_pruned on the file already parsed (`root`, read from `file`). */
+int pool_search_parsed(const cJSON *root, const char *file, const struct plan_options *o,
+                       long prune, struct plan *best, struct pool_result *r, struct err *e);
 void pool_print(FILE *f, const struct pool_result *r);
 
 /* A pool file's kinds as the search reads them (for planner/pool_mixed.c). */

@@ -511,7 +511,6 @@ static void mix_free(struct mix_state *st)
         free(st->costs[k]);
         free(st->costs_state[k]);
     }
-    cJSON_Delete((cJSON *)st->root);
 }
 
 int pool_mixed_group_bound(const char *file, const struct plan_options *o,
@@ -523,7 +522,8 @@ int pool_mixed_group_bound(const char *file, const struct plan_options *o,
     struct mix_option opt = {g->tp, g->stages, g->dp, 0, 0, NULL, NAN, 0, INFINITY};
     struct cluster c;
     memset(&r, 0, sizeof r);
-    if ((st.root = jsonio_read(file, e)) == NULL)
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
+    if ((st.root = root) == NULL)
         return e->code;
     if (pool_info_read(file, st.root, &st.info, e) == ERR_OK &&
         kind_work(&st, g->kind, g->tp, &opt.work_ms, e) == ERR_OK &&
@@ -539,10 +539,12 @@ int pool_mixed_group_bound(const char *file, const struct plan_options *o,
         cluster_free(&c);
     }
     mix_free(&st);
+    cJSON_Delete(root);
     return e->code;
 }
 
-int pool_mixed_search(const char *file, const struct plan_options *o, double beat_ms,
+int pool_mixed_search(const cJSON *root, const char *file, const struct plan_options *o,
+                      double beat_ms,
                       struct plan **plans, int *n, struct replicas_result *step,
                       struct pool_mixed_result *r, struct err *e)
 {
@@ -552,9 +554,7 @@ int pool_mixed_search(const char *file, const struct plan_options *o, double bea
     st.o.repartition = 1;
     if (o->time_limit_s > 0)
         st.deadline_s = now_s() + o->time_limit_s;
-    st.root = jsonio_read(file, e);
-    if (st.root == NULL)
-        return e->code;
+    st.root = root;
     int rc = mix_setup(&st, e);
     if (rc == ERR_OK && st.B > 0)
         rc = choose(&st, 0, 0, 0, 0, 0, e);
@@ -591,12 +591,12 @@ void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogen
                 r->group[g].tp, r->group[g].micro_batches);
 }
 
-int pool_answer_search(const char *file, const struct plan_options *o, struct pool_answer *a,
-                       struct err *e)
+int pool_answer_search(const cJSON *root, const char *file, const struct plan_options *o,
+                       struct pool_answer *a, struct err *e)
 {
     memset(a, 0, sizeof *a);
     double start = now_s();
-    int rc = pool_search(file, o, &a->plan, &a->homogeneous, e);
+    int rc = pool_search_parsed(root, file, o, POOL_KEEP, &a->plan, &a->homogeneous, e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     a->have_plan = rc == ERR_OK;
@@ -606,7 +606,7 @@ int pool_answer_search(const char *file, const struct plan_options *o, struct po
     struct plan_options left = *o;
     if (o->time_limit_s > 0)
         left.time_limit_s = fmax(o->time_limit_s - (now_s() - start), 1e-3);
-    rc = pool_mixed_search(file, &left, a->have_plan ? a->plan.iteration_ms : INFINITY,
+    rc = pool_mixed_search(root, file, &left, a->have_plan ? a->plan.iteration_ms : INFINITY,
                            &a->plans, &a->n, &a->step, &a->mix, e);
     a->mixed = rc == ERR_OK && a->n > 0;
     if (rc == ERR_OK && !a->mixed && !a->have_plan) {

@@ -38,9 +38,11 @@ struct pool_mixed_result {
 
 /* The heterogeneous candidate with the least step below beat_ms (INFINITY: any; ties: the
  * first found): its plans, one per group (*plans owned: plan_free each, then free), and its
- * step. *n = 0 (and ERR_OK) when none beats beat_ms, or when the file fixes "dp". `o` is
+ * step. *n = 0 (and ERR_OK) when none beats beat_ms, or when the file fixes "dp". `root` is
+ * the pool file parsed (read from `file`). `o` is
  * --method optimal's (its time_limit_s also bounds this whole search). */
-int pool_mixed_search(const char *file, const struct plan_options *o, double beat_ms,
+int pool_mixed_search(const cJSON *root, const char *file, const struct plan_options *o,
+                      double beat_ms,
                       struct plan **plans, int *n, struct replicas_result *step,
                       struct pool_mixed_result *r, struct err *e);
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms);
@@ -72,8 +74,8 @@ struct pool_answer {
     struct replicas_result step;
     struct pool_mixed_result mix;
 };
-int pool_answer_search(const char *file, const struct plan_options *o, struct pool_answer *a,
-                       struct err *e);
+int pool_answer_search(const cJSON *root, const char *file, const struct plan_options *o,
+                       struct pool_answer *a, struct err *e);
 void pool_answer_free(struct pool_answer *a);
 
 #endif

@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "choice.h"
 #include "cost.h"
+#include "framework.h"
 #include "knapsack.h"
 #include "sim.h"
 
@@ -14,6 +16,7 @@
 struct range_cost {
     double recompute_ms; /* INFINITY: does not fit even recomputing everything */
     int64_t memory_bytes;
+    int options, recomputed; /* layers on a partial option; layers recomputed (choice.h) */
     int known;
 };
 
@@ -74,6 +77,12 @@ struct search {
     double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
     double *a;        /* S: split_bound's backward (with recompute) of each position */
     double *own_end;  /* S: split_bound's own terms to the position's own last backward */
+    /* a framework's least blocks a stage (framework.h min_blocks): position 0 ends at layer
+     * first_end_min or later, the last starts at last_start_max or earlier. The bounds relax
+     * it (a range's costs ignore it, so they stay monotone in the range); no split breaking
+     * it is kept or branched to. */
+    int first_end_min, last_start_max;
+    int even_middle; /* and the positions between the first and the last hold alike (NeMo) */
     struct err *e;
 };
 
@@ -147,8 +156,15 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
     const struct layer_cost *layers = s->c->profiles[pc->profile].layers + first;
     int n = last - first + 1;
     struct knap_problem kp;
-    unsigned char *rec = calloc((size_t)n, 1);
     rc->known = 1;
+    if (s->o->framework_range != NULL) { /* a framework's menu (framework.h) */
+        rc->recompute_ms =
+            fw_range_recompute(s->o->framework_range, &s->c->model, first, layers, n,
+                               pc->in_flight, s->c->reserve_bytes, pc->capacity,
+                               &rc->memory_bytes);
+        return rc;
+    }
+    unsigned char *rec = calloc((size_t)n, 1);
     rc->recompute_ms = INFINITY;
     int (*build)(struct knap_problem *, const struct layer_cost *, int, int, int64_t, int64_t,
                  int64_t, struct err *) = s->o->whole_layers ? knap_build : knap_build_options;
@@ -165,6 +181,10 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
         cost_stage(layers, n, rec, pc->in_flight, s->c->reserve_bytes, &cost);
         rc->recompute_ms = cost.recompute_ms;
         rc->memory_bytes = cost.memory_bytes;
+        for (int l = 0; l < n; l++) {
+            rc->options += rec[l] >= COST_OPTION;
+            rc->recomputed += rec[l] != COST_KEEP;
+        }
     } else if (status == ERR_NOFIT) {
         err_clear(s->e);
     }
@@ -796,9 +816,30 @@ static double split_ms(struct search *s, int64_t *memory)
 }
 
 /* The split in s->first, simulated at `ms` with `memory`, becomes the incumbent if better. */
+/* Whether position k may hold layers i..j under a framework's split (its least blocks at the
+ * ends; an even middle: as many layers as position 1, whose range ends where position 2, or
+ * at depth 2 this one, starts), with s->first set up to k. */
+static int range_allowed(const struct search *s, int k, int i, int j)
+{
+    if ((k == 0 && j < s->first_end_min) || (k == s->S - 1 && i > s->last_start_max))
+        return 0;
+    if (!s->even_middle || k < 2 || k > s->S - 2)
+        return 1;
+    return j - i + 1 == (k == 2 ? i : s->first[2]) - s->first[1];
+}
+
+/* The whole split in s->first under range_allowed. */
+static int split_allowed(const struct search *s)
+{
+    for (int k = 0; k < s->S; k++)
+        if (!range_allowed(s, k, s->first[k], k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1))
+            return 0;
+    return 1;
+}
+
 static void keep_if_better(struct search *s, const int *order, double ms, int64_t memory)
 {
-    if (!better(ms, memory, s->best_ms, s->best_memory))
+    if (!better(ms, memory, s->best_ms, s->best_memory) || !split_allowed(s))
         return;
     s->best_ms = ms;
     s->best_memory = memory;
@@ -972,6 +1013,8 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         if (k == s->S - 1 && j != s->N - 1)
             continue;
         double rest = *G_at(s, k + 1, j + 1);
+        if (!range_allowed(s, k, i, j))
+            continue;
         /* the child's bound with T at its floor first: when even that is over the limit, the
          * range's knapsack is not needed */
         double f, t = floor_ms(s, k, i, j, r_floor, &f);
@@ -1160,6 +1203,19 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
     s->best_ms = o->cutoff_ms > 0 ? o->cutoff_ms : INFINITY; /* prunes as an incumbent would */
     s->best_memory = INT64_MAX; /* until a leaf is kept: then whether one was kept */
+    s->first_end_min = 0;
+    s->last_start_max = s->N - 1;
+    s->even_middle = o->framework_range != NULL && o->framework_range->f->split == FW_SPLIT_ENDS;
+    if (o->framework_range != NULL) /* its blocks counted from either end */
+        for (int l = 0, b = 0, want = o->framework_range->f->min_blocks; l < s->N && b < want;
+             l++)
+            if (fw_is_block(&c->model, l) && ++b == want)
+                s->first_end_min = l;
+    if (o->framework_range != NULL)
+        for (int l = s->N - 1, b = 0, want = o->framework_range->f->min_blocks; l >= 0 && b < want;
+             l--)
+            if (fw_is_block(&c->model, l) && ++b == want)
+                s->last_start_max = l;
     s->open_bound = INFINITY;
     s->pruned_bound = INFINITY;
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
@@ -1215,7 +1271,8 @@ static int layout_best(struct search *s)
 
 /* The incumbent's split with one layer moved along positions a..b: with dir +1 position a
  * takes the first layer of a + 1, which takes the first of a + 2, ... and b gives one up;
- * dir -1 the other way. 0 when that leaves a position empty. */
+ * dir -1 the other way. 0 when that leaves a position empty or breaks a framework's split
+ * (split_allowed). */
 static int shift_split(struct search *s, int a, int b, int dir)
 {
     memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
@@ -1224,7 +1281,7 @@ static int shift_split(struct search *s, int a, int b, int dir)
     for (int q = a; q <= b; q++)
         if (s->first[q] >= (q + 1 < s->S ? s->first[q + 1] : s->N))
             return 0;
-    return 1;
+    return split_allowed(s);
 }
 
 /* Whether s->first simulates strictly faster than the incumbent (then it becomes it). */
@@ -1258,6 +1315,81 @@ static void polish(struct search *s, int *order)
     }
 }
 
+/* Positions a..b of the split in s->first: their layers on a partial option and layers
+ * recomputed added into key[0] and key[1] (sign -1: taken off); 0 when one cannot fit. */
+static int runs_key(struct search *s, int a, int b, int sign, int key[2])
+{
+    for (int k = a; k <= b; k++) {
+        int last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
+        const struct range_cost *rc = range_cost(s, s->pos[k].cls, s->first[k], last);
+        if (isinf(rc->recompute_ms))
+            return 0;
+        key[0] += sign * rc->options;
+        key[1] += sign * rc->recomputed;
+    }
+    return 1;
+}
+
+/* Lexicographic, of two split keys: -1, 0, 1. */
+static int split_key_cmp(const int a[3], const int b[3])
+{
+    for (int i = 0; i < 3; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* The split in s->first, moved from the incumbent along positions a..b, is simpler: its key
+ * (partial options, recomputed layers, blocks away from the default split) below `key`,
+ * which it then becomes. */
+static int simpler_split(struct search *s, int a, int b, int key[3])
+{
+    int k[3] = {key[0], key[1], 0}, *first = s->first;
+    s->first = s->best_first;
+    int fits = runs_key(s, a, b, -1, k);
+    s->first = first;
+    if (!fits || !runs_key(s, a, b, 1, k))
+        return 0;
+    k[2] = choice_imbalance(&s->c->model, s->N, s->S, s->first);
+    if (split_key_cmp(k, key) >= 0)
+        return 0;
+    memcpy(key, k, sizeof k);
+    return 1;
+}
+
+/* --min-gain (choice.h): from the incumbent, every move of one layer along a run of
+ * positions (shift_split) that makes the split simpler and simulates within `cap` (the
+ * fastest found, plus the gain), until none does or the time limit; key gets the split's. */
+static void simplify_split(struct search *s, int *order, double cap, int key[3])
+{
+    memset(key, 0, 3 * sizeof *key);
+    if (layout_best(s))
+        return;
+    memcpy(order, s->best_order, (size_t)s->S * sizeof *order);
+    memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
+    runs_key(s, 0, s->S - 1, 1, key);
+    key[2] = choice_imbalance(&s->c->model, s->N, s->S, s->first);
+    for (int changed = 1; changed && s->e->code == ERR_OK;) {
+        changed = 0;
+        for (int a = 0; a + 1 < s->S && s->e->code == ERR_OK && !past_deadline(s); a++)
+            for (int b = a + 1; b < s->S; b++)
+                for (int dir = -1; dir <= 1; dir += 2) {
+                    int64_t memory;
+                    int k[3] = {key[0], key[1], key[2]};
+                    if (!shift_split(s, a, b, dir) || !simpler_split(s, a, b, k) ||
+                        split_bound(s, 1) > cap || split_bound(s, 0) > cap)
+                        continue;
+                    double ms = split_ms(s, &memory);
+                    if (!(ms <= cap))
+                        continue;
+                    memcpy(key, k, sizeof k);
+                    memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
+                    s->best_memory = memory;
+                    changed = 1;
+                }
+    }
+}
+
 void arrangement_free(struct arrangement *a)
 {
     free(a->stage);
@@ -1278,23 +1410,52 @@ static int own_order_kinds(const struct cluster *c, const int *kind_of, int K, i
     return 0;
 }
 
-/* The cluster's own order and split start as the incumbent when it is a candidate and fits:
- * the search never returns worse. */
-static int seed_incumbent(struct search *s, const int *kind_of, int K, int *order)
+/* The cluster's own order and split laid out in s->pos, order and s->first: 1 when it is a
+ * candidate (each kind's stages together) and fits. */
+static int own_split(struct search *s, const int *kind_of, int K, int *order)
 {
     int kinds[REPARTITION_KINDS_MAX];
     const struct cluster *c = s->c;
-    if (own_order_kinds(c, kind_of, K, kinds) < 0)
-        return ERR_OK;
-    if (layout(s, kinds, K, kind_of, order))
-        return s->e->code;
+    if (own_order_kinds(c, kind_of, K, kinds) < 0 || layout(s, kinds, K, kind_of, order))
+        return 0;
     for (int k = 0; k < s->S; k++)
         s->first[k] = c->stages[k].first;
     for (int k = 0; k < s->S; k++)
         if (isinf(stage_ms(s, k, c->stages[k].first, c->stages[k].last, NULL)))
-            return s->e->code;
-    leaf(s, order);
+            return 0;
+    return 1;
+}
+
+/* The cluster's own order and split start as the incumbent when it is a candidate and fits:
+ * the search never returns worse. */
+static int seed_incumbent(struct search *s, const int *kind_of, int K, int *order)
+{
+    if (own_split(s, kind_of, K, order))
+        leaf(s, order);
     return s->e->code;
+}
+
+/* --min-gain on the split: the simplest split simplify_split reaches from the fastest found,
+ * or from the cluster's own split where that is within `cap` and simpler still, so that an
+ * uneven split is taken only where it gains (or is simpler by the preferences before
+ * balance). The split is chosen with recompute alone, the same for every --actions. */
+static void simplify(struct search *s, const int *kind_of, int K, int *order, double cap)
+{
+    int key[3], own[3] = {0, 0, 0};
+    int64_t memory;
+    simplify_split(s, order, cap, key);
+    if (s->e->code || !own_split(s, kind_of, K, order) || !(split_ms(s, &memory) <= cap))
+        return;
+    runs_key(s, 0, s->S - 1, 1, own);
+    own[2] = choice_imbalance(&s->c->model, s->N, s->S, s->first);
+    if (split_key_cmp(own, key) >= 0)
+        return;
+    memcpy(s->best_first, s->first, (size_t)s->S * sizeof *s->first);
+    memcpy(s->best_order, order, (size_t)s->S * sizeof *order);
+    for (int k = 0; k < s->S; k++)
+        s->best_link[k] = s->pos[k].link;
+    s->best_memory = memory;
+    simplify_split(s, order, cap, key);
 }
 
 /* Every order of the K kinds with its bound G(0, 0). */
@@ -1459,7 +1620,7 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
         least_bound = s.open_bound < s.pruned_bound ? s.open_bound : s.pruned_bound;
         least_bound = s.leaves > 0 && s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
-                                      least_bound, least_bound};
+                                      least_bound, least_bound, 0};
         if (isinf(least_bound))
             err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
         else
@@ -1476,7 +1637,9 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
             least_bound = tighten(&s, kind_of, &ord, order, least_bound);
         least_bound = s.best_ms < least_bound ? s.best_ms : least_bound;
         *found = (struct plan_search){1, ord.n, s.nodes, s.leaves, s.open_bound == INFINITY,
-                                      least_bound, searched};
+                                      least_bound, searched, s.best_ms};
+        if (o->min_gain > 0)
+            simplify(&s, kind_of, K, order, choice_cap(s.best_ms, o->min_gain));
         arrangement_fill(&s, a, e);
     } else if (e->code == ERR_OK) {
         err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");

@@ -1,9 +1,11 @@
 #include "replicas.h"
 
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
+#include "jsonio.h"
 #include "sim.h"
 
 void replicas_result_free(struct replicas_result *r)
@@ -194,12 +196,27 @@ int replicas_is_file(const cJSON *root)
     return cJSON_IsString(f) && strcmp(f->valuestring, "ballast-replicas/1") == 0;
 }
 
+/* What replicas_to_json derives from the plans: read for their types and ranges only (a
+ * simulation computes them again). Other members pass, as in a plan. */
+static int read_derived(const cJSON *root, const char *file, struct err *e)
+{
+    double ms;
+    int64_t count;
+    if (jsonio_num_opt(root, file, "", "step_ms", 0, DBL_MAX, &ms, e) ||
+        jsonio_int_opt(root, file, "", "replicas", 1, JSONIO_INT_MAX, &count, e) ||
+        jsonio_int_opt(root, file, "", "global_batch", 1, JSONIO_INT_MAX, &count, e))
+        return e->code;
+    return ERR_OK;
+}
+
 int replicas_parse(const cJSON *root, const char *file, struct plan **plans, int *n,
                    struct err *e)
 {
     const cJSON *pipes = cJSON_GetObjectItemCaseSensitive(root, "pipelines");
     *plans = NULL;
     *n = 0;
+    if (jsonio_check_format(root, file, "replicas", 1, e) || read_derived(root, file, e))
+        return e->code;
     if (!cJSON_IsArray(pipes) || cJSON_GetArraySize(pipes) < 1)
         return err_set(e, ERR_INPUT, "%s: pipelines: expected an array of plans", file);
     int count = cJSON_GetArraySize(pipes);
@@ -207,9 +224,12 @@ int replicas_parse(const cJSON *root, const char *file, struct plan **plans, int
     if (*plans == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     for (const cJSON *it = pipes->child; it != NULL; it = it->next) {
-        char where[CLUSTER_PATH_MAX + 32];
+        char where[CLUSTER_PATH_MAX + 32], path[JSONIO_PATH_MAX];
+        double ms;
         snprintf(where, sizeof where, "%s: pipelines[%d]", file, *n);
-        if (plan_parse(it, where, &(*plans)[*n], e))
+        jsonio_path_index(path, "pipelines", *n);
+        if (jsonio_num_opt(it, file, path, "alone_ms", 0, DBL_MAX, &ms, e) ||
+            plan_parse(it, where, &(*plans)[*n], e))
             break;
         (*n)++;
     }

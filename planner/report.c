@@ -130,6 +130,10 @@ void planner_print(FILE *f, const struct plan *p)
             100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
     fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
             schedule_name(p->schedule), p->micro_batches);
+    if (p->fastest_ms > 0)
+        fprintf(f, "min-gain %g%%: the fastest plan found steps %.3f ms (%.3f%% faster); this "
+                   "one is simpler (docs/planning-choices.md)\n",
+                100 * p->min_gain, p->fastest_ms, 100 * (p->iteration_ms / p->fastest_ms - 1));
     print_host_optimizer(f, p);
     if (p->search.present)
         fprintf(f, "search: %d device orders, %ld nodes, %ld splits simulated; %s\n",

@@ -829,34 +829,63 @@ int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
     return count;
 }
 
-int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
+/* The plan's stages as the simulator takes them: st (n_stages), their layers in pool and
+ * their gradient buckets in buckets (one each per layer of the plan), the caller's to free. */
+static int plan_stages(const struct plan *p, struct sim_stage **st, struct sim_layer **pool,
+                       struct sim_bucket **buckets, struct err *e)
 {
     int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
         layers += plan_stage_layer_count(&p->stages[s]);
-    struct sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
-    struct sim_layer *pool = calloc((size_t)layers, sizeof *pool);
-    struct sim_bucket *buckets = calloc((size_t)layers, sizeof *buckets), *bucket = buckets;
-    if (st == NULL || pool == NULL || buckets == NULL) {
-        free(st);
-        free(pool);
-        free(buckets);
+    *st = calloc((size_t)p->n_stages, sizeof **st);
+    *pool = calloc((size_t)layers, sizeof **pool);
+    *buckets = calloc((size_t)layers, sizeof **buckets);
+    if (*st == NULL || *pool == NULL || *buckets == NULL) {
+        free(*st);
+        free(*pool);
+        free(*buckets);
         return err_set(e, ERR_FAIL, "out of memory");
     }
-    struct sim_layer *next = pool;
+    struct sim_layer *next = *pool;
+    struct sim_bucket *bucket = *buckets;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *ps = &p->stages[s];
-        sim_stage_from_plan(ps, &st[s]);
-        st[s].n_buckets = sim_buckets_from_plan(ps, bucket);
-        st[s].buckets = bucket;
+        struct sim_stage *one = &(*st)[s];
+        sim_stage_from_plan(ps, one);
+        one->n_buckets = sim_buckets_from_plan(ps, bucket);
+        one->buckets = bucket;
         bucket += plan_stage_layer_count(ps);
-        st[s].n_layers = sim_layers_from_plan(ps, next);
-        st[s].layers = next;
+        one->n_layers = sim_layers_from_plan(ps, next);
+        one->layers = next;
         if (ps->optimizer == COST_PLACE_HOST)
-            sim_stage_optimizer_from(ps->layers, st[s].n_layers, COST_PLACE_HOST,
-                                     ps->optimizer_from, &ps->host_link, &st[s], next);
+            sim_stage_optimizer_from(ps->layers, one->n_layers, COST_PLACE_HOST,
+                                     ps->optimizer_from, &ps->host_link, one, next);
         next += plan_stage_layer_count(ps);
     }
+    return ERR_OK;
+}
+
+int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e)
+{
+    struct sim_stage *st;
+    struct sim_layer *pool;
+    struct sim_bucket *buckets;
+    if (plan_stages(p, &st, &pool, &buckets, e))
+        return e->code;
+    int rc = sim_makespan(p->schedule, p->n_stages, p->micro_batches, st, iteration_ms, e);
+    free(st);
+    free(pool);
+    free(buckets);
+    return rc;
+}
+
+int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
+{
+    struct sim_stage *st;
+    struct sim_layer *pool;
+    struct sim_bucket *buckets;
+    if (plan_stages(p, &st, &pool, &buckets, e))
+        return e->code;
     int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);
     free(st);
     free(pool);

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "methods.h"
 #include "milp.h"
@@ -56,9 +57,14 @@ static int verify_stage(const struct plan *p, int s, int balanced, double target
         *dp = balance_distance_ms(&kp, recompute, target, unit);
         rc = milp_balance(&kp, target, unit, &units, e);
         *milp = units * unit;
-    } else {
-        *dp = knap_recompute_ms(&kp, recompute);
-        rc = milp_min_recompute(&kp, milp, e);
+    } else { /* the DP solved again: --min-gain may have taken a simpler choice */
+        unsigned char *least = malloc((size_t)kp.n + 1);
+        rc = least == NULL ? err_set(e, ERR_FAIL, "out of memory")
+                           : knap_min_recompute(&kp, least, e);
+        *dp = rc == ERR_OK ? knap_recompute_ms(&kp, least) : INFINITY;
+        free(least);
+        if (rc == ERR_OK)
+            rc = milp_min_recompute(&kp, milp, e);
     }
     knap_free(&kp);
     if (rc == ERR_NOFIT)

@@ -5,14 +5,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bf16.h"
 #include "exec.h"
+#include "half.h"
 #include "layout.h"
 #include "rng.h"
 #include "sizes.h"
 
-#define POISON 0x7FA5A5A5u /* a signalling NaN (fp32, and bf16 in the upper half): arithmetic
-                              only ever yields quiet ones, and no token id is this large */
+#define POISON 0x7FA57DA5u /* a NaN as fp32, in bf16 (upper half) and in fp16 (both halves),
+                              with payloads arithmetic never yields (it makes canonical NaNs),
+                              and larger than any token id */
 #define GUARD_BYTES 4096   /* past each arena's end: a layer writing there is caught */
 #define LINE SIZES_ALIGN
 #define SEED 0x70726f66696c65ull /* the weights and inputs need only be plausible */
@@ -165,8 +166,8 @@ static int64_t used_lines(const uint32_t *w, int64_t bytes)
     return used;
 }
 
-/* Bytes in [0, bytes) of the elements (`unit` bytes: 4, or 2 for bf16) that are no longer
- * the poison's. */
+/* Bytes in [0, bytes) of the elements (`unit` bytes: 4, or 2 for a 16-bit model) that are no
+ * longer the poison's. */
 static int64_t used_bytes(const uint32_t *w, int64_t bytes, int unit)
 {
     int64_t used = 0;
@@ -212,8 +213,8 @@ static int inputs_init(struct inputs *in, const struct model *m, struct err *e)
         float a = (float)rng_normal(rng_key(SEED, 3, 0, (uint64_t)i));
         float d = (float)(1e-3 * rng_normal(rng_key(SEED, 4, 0, (uint64_t)i)));
         if (elem == 2) {
-            ((uint16_t *)in->act)[i] = bf16_from_float(a);
-            ((uint16_t *)in->dout)[i] = bf16_from_float(d);
+            ((uint16_t *)in->act)[i] = half_from_float(m->dtype, a);
+            ((uint16_t *)in->dout)[i] = half_from_float(m->dtype, d);
         } else {
             ((float *)in->act)[i] = a;
             ((float *)in->dout)[i] = d;
@@ -222,8 +223,8 @@ static int inputs_init(struct inputs *in, const struct model *m, struct err *e)
     return ERR_OK;
 }
 
-/* Weights as training starts them (layout_param_init) in the fp32 master weights and, for
- * bf16, the bf16 weights; gradients and AdamW's moments zero. Every layer of `sl`, in the
+/* Weights as training starts them (layout_param_init) in the fp32 master weights and, for a
+ * 16-bit model, its 16-bit weights; gradients and AdamW's moments zero. Every layer of `sl`, in the
  * persistent arena at `base`; `buf` holds the largest tensor in fp32. */
 static int params_init(struct backend *be, const struct model *m, const struct stage_layout *sl,
                        char *base, float *buf, struct err *e)
@@ -240,10 +241,10 @@ static int params_init(struct backend *be, const struct model *m, const struct s
                                                                      ((uint64_t)k << 40) |
                                                                          (uint64_t)i)));
             ERR_TRY(be->ops->upload(be, base + sl->master_at + L->param_off[k], buf, 4 * n, e));
-            if (sl->dtype == MODEL_DTYPE_BF16) {
+            if (model_dtype_16bit(sl->dtype)) {
                 uint16_t *half = (uint16_t *)buf; /* in place: element i after element i */
                 for (int64_t i = 0; i < n; i++)
-                    half[i] = bf16_from_float(buf[i]);
+                    half[i] = half_from_float(sl->dtype, buf[i]);
                 ERR_TRY(be->ops->upload(be, base + L->weight_off[k], half, 2 * n, e));
             }
         }
@@ -396,7 +397,7 @@ static int measure_state(struct probe *p, struct measured *r, struct err *e)
     ERR_TRY(fetch(p, ARENA_PERSISTENT, p->host, e));
     /* a line counts when some word in it changed; the gradients' when their masters did. The
      * split: the weights' lines (an fp32 model's weights are its masters), the gradients'
-     * (as many as the masters'), and the optimizer's own: m, v and a bf16 model's masters. */
+     * (as many as the masters'), and the optimizer's own: m, v and a 16-bit model's masters. */
     int64_t per = LINE / 4, changed = 0, masters = 0, own = 0;
     for (int64_t line = 0; line < total / LINE; line++)
         for (int64_t i = 0; i < per; i++)

@@ -29,7 +29,7 @@ static int64_t layout_bytes(const struct stage_layout *lay, const struct arena_o
 }
 
 static int map_object(struct arena_run *a, const struct stage_layout *lay,
-                      const struct arena_object *b, int i, struct err *e)
+                      const struct arena_object *b, int i, const char *where, struct err *e)
 {
     int64_t want = layout_bytes(lay, b);
     int64_t *at = b->kind == ARENA_WORKSPACE ? &a->workspace_at
@@ -37,7 +37,7 @@ static int map_object(struct arena_run *a, const struct stage_layout *lay,
                                                        b->phase);
     if (want != b->bytes || at == NULL || *at >= 0)
         return err_set(e, ERR_INPUT,
-                       "arena.objects[%d]: %s of micro-batch %d, layer %d, %lld bytes: %s", i,
+                       "%s.objects[%d]: %s of micro-batch %d, layer %d, %lld bytes: %s", where, i,
                        arena_kind_name(b->kind), b->micro, b->layer, (long long)b->bytes,
                        at == NULL || want < 0 ? "this stage has no such object"
                        : want != b->bytes     ? "this runtime's layout gives it another size"
@@ -53,7 +53,7 @@ static int map_object(struct arena_run *a, const struct stage_layout *lay,
 
 /* Every object the layout has must be placed. */
 static int check_complete(const struct arena_run *a, const struct stage_layout *lay,
-                          struct err *e)
+                          const char *where, struct err *e)
 {
     for (int m = 0; m < a->micro_batches; m++)
         for (int li = 0; li < a->n_layers; li++) {
@@ -68,16 +68,16 @@ static int check_complete(const struct arena_run *a, const struct stage_layout *
                               ? ARENA_STAGING
                               : -1;
             if (missing >= 0)
-                return err_set(e, ERR_INPUT, "arena: no %s object for micro-batch %d, layer %d",
-                               arena_kind_name(missing), m, L->layer);
+                return err_set(e, ERR_INPUT, "%s: no %s object for micro-batch %d, layer %d",
+                               where, arena_kind_name(missing), m, L->layer);
         }
     if (lay->workspace_bytes > 0 && a->workspace_at < 0)
-        return err_set(e, ERR_INPUT, "arena: no workspace object");
+        return err_set(e, ERR_INPUT, "%s: no workspace object", where);
     return ERR_OK;
 }
 
 int arena_run_init(struct arena_run *a, const struct arena *plan, const struct stage_layout *lay,
-                   int micro_batches, int check, struct err *e)
+                   int micro_batches, int check, const char *where, struct err *e)
 {
     memset(a, 0, sizeof *a);
     a->micro_batches = micro_batches;
@@ -109,11 +109,11 @@ int arena_run_init(struct arena_run *a, const struct arena *plan, const struct s
         start += lay->layers[li].slot_bytes;
     }
     for (int i = 0; i < plan->n; i++)
-        if (map_object(a, lay, &plan->objects[i], i, e)) {
+        if (map_object(a, lay, &plan->objects[i], i, where, e)) {
             arena_run_free(a);
             return e->code;
         }
-    if (check_complete(a, lay, e) ||
+    if (check_complete(a, lay, where, e) ||
         (lay->workspace_bytes > 0 &&
          arena_run_in(a, ARENA_WORKSPACE, -1, -1, 0, e))) {
         arena_run_free(a);

@@ -35,10 +35,11 @@ struct arena_run {
 };
 
 /* Maps the plan's objects onto the stage's layout: every object of the layers, micro-batches
- * and sizes the layout has, and nothing else (ERR_INPUT naming the object otherwise). The
- * workspace is in use from the start. */
+ * and sizes the layout has, and nothing else (ERR_INPUT naming the object otherwise, after
+ * `where`, the arena's place: "plan.json: stages[2].arena"). The workspace is in use from the
+ * start. */
 int arena_run_init(struct arena_run *a, const struct arena *plan, const struct stage_layout *lay,
-                   int micro_batches, int check, struct err *e);
+                   int micro_batches, int check, const char *where, struct err *e);
 void arena_run_free(struct arena_run *a);
 
 /* Layer li's tensors for `micro` in `phase` (arena.h) given the arena's and the persistent

@@ -1,5 +1,5 @@
 /* The compute backend: a small table of function pointers (ggml style) behind which the
- * CPU code (backend_cpu.c, fp32) and the CUDA code (cuda/backend.cu: cuBLAS, fp32 and bf16)
+ * CPU code (backend_cpu.c) and the CUDA code (cuda/backend.cu: cuBLAS), each fp32, bf16 and fp16,
  * live. A backend is memory and kernels only; the GPT's layers are composed once over its
  * kernels (gpt_layers.c), and the Llama family's over them and its `llama` kernels
  * (llama_layers.c); backend_layers picks by model kind. The schedule executor (stage.c) reaches memory and layers only
@@ -24,7 +24,7 @@
  * transport.
  *
  * Precision. The model's dtype decides the element type of a layer's weights (`params`),
- * activations, activation gradients and workspace: fp32, or bf16 for a bf16 model (element
+ * activations, activation gradients and workspace: fp32, or 16 bits for a bf16 or fp16 model (element
  * sizes from common/sizes.h: sizes_weight_elem_bytes, sizes_act_elem_bytes). Parameter
  * gradients, the fp32 master weights and AdamW's moments are fp32 in both; layer-norm
  * statistics, token ids and losses are always fp32 / int32. For fp32 the master weights are
@@ -73,7 +73,7 @@ struct layer_view {
     const struct model *model;
     enum model_layer_kind kind;
     int layer; /* global index */
-    void *params[SIZES_TENSORS_MAX]; /* the weights computed with: fp32, or bf16 */
+    void *params[SIZES_TENSORS_MAX]; /* the weights computed with: fp32, or 16-bit */
     float *grads[SIZES_TENSORS_MAX]; /* fp32 always */
     void *kept[SIZES_TENSORS_MAX]; /* in the slot, or in the transient when regenerated */
     void *ws[SIZES_TENSORS_MAX];
@@ -177,11 +177,17 @@ struct backend_ops {
                                  struct err *e);
     /* One AdamW step on n parameters; t is the 1-based step. Updates the fp32 `master` weights
      * and the moments m, v from the gradients g, then, when `weights` is another buffer (a
-     * bf16 model), writes master rounded to the nearest bf16 (ties to even) into it; for fp32,
+     * 16-bit model), writes master rounded to the nearest 16-bit value (ties to even) into it; for fp32,
      * weights == master. */
     int (*adamw)(struct backend *be, void *weights, float *master, const float *g, float *m,
                  float *v, int64_t n, enum model_dtype dtype, const struct adamw_params *p,
                  int t, int decay, struct err *e);
+    /* Loss scaling's unscale and the non-finite check in one pass over n fp32 values (what
+     * PyTorch's _amp_foreach_non_finite_check_and_unscale_ does): each becomes x * mul (left
+     * as it is when mul is 1), and *found becomes 1 when one of them was a NaN or an infinity
+     * (else it is left as it is). Done when it returns. */
+    int (*unscale)(struct backend *be, float *x, int64_t n, float mul, int *found,
+                   struct err *e);
     /* Host memory and copies to and from it off the compute path (the executor's offload,
      * exec.h). Host buffers: pinned on CUDA, so that copies run asynchronously. A copy goes
      * on its direction's lane (a copy thread on the CPU, a CUDA stream), first in first out;
@@ -249,7 +255,7 @@ const struct backend_layer_ops *backend_layers(const struct backend *be, const s
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
 
 /* The CUDA backend on device `device` (a CUDA ordinal, as in cuda:N): its own stream, cuBLAS
- * handle and workspace, fp32 and bf16. Makes `device` the calling thread's current device.
+ * handle and workspace, fp32, bf16 and fp16. Makes `device` the calling thread's current device.
  * In a build without CUDA (BALLAST_CUDA=OFF, or no toolkit found) it fails with ERR_INPUT
  * and says so; cuda_device.h has the device queries. */
 int backend_cuda_init(struct backend *be, int device, struct err *e);

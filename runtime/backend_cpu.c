@@ -1,17 +1,18 @@
-/* The CPU backend: host memory and the kernels of kernels_cpu.c (fp32, and bf16 through fp32
- * copies); the layers over them are gpt_layers.c's. */
+/* The CPU backend: host memory and the kernels of kernels_cpu.c (fp32, and bf16 or fp16 through
+ * fp32 copies: wide_cpu.h); the layers over them are gpt_layers.c's. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-#include "bf16.h"
 #include "gpt_layers.h"
+#include "half.h"
 #include "hostcopy_cpu.h"
 #include "kernels_cpu.h"
 #include "kernels_flash_cpu.h"
 #include "llama_layers.h"
+#include "wide_cpu.h"
 
 static int cpu_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
 {
@@ -47,63 +48,8 @@ static int cpu_sync(struct backend *be, struct err *e)
     return ERR_OK; /* every call above returns when its work is done */
 }
 
-/* ---- kernels: kernels_cpu.c's, done when they return ----
- *
- * bf16 (a bf16 model's weights, activations and their gradients) goes through fp32 copies:
- * widened exactly on the way in, computed by the fp32 kernels (fp32 accumulation, as the
- * CUDA backend's bf16 kernels do), rounded to the nearest bf16 (ties to even) on the way out.
- * Parameter gradients, statistics and losses are fp32 in both and used in place. For fp32
- * the wrappers hand the kernels the arena pointers themselves: no copy, the same bits. */
-
-#define WIDE_MAX 8
-
-struct wide {
-    enum model_dtype dt;
-    int n, failed;
-    float *own[WIDE_MAX];
-};
-
-/* Zeroed: an output copy a kernel only partly writes (the attention's upper triangle) must
- * not carry garbage into the bf16 tensor. */
-static float *wide_alloc(struct wide *x, int64_t n)
-{
-    float *p = x->n < WIDE_MAX ? calloc((size_t)(n > 0 ? n : 1), sizeof(float)) : NULL;
-    if (p == NULL)
-        x->failed = 1;
-    else
-        x->own[x->n++] = p;
-    return p;
-}
-
-/* An input of n elements as fp32 (NULL stays NULL). */
-static float *wide_in(struct wide *x, const void *p, int64_t n)
-{
-    if (p == NULL || x->dt == MODEL_DTYPE_FP32)
-        return (float *)p;
-    float *w = wide_alloc(x, n);
-    for (int64_t i = 0; w != NULL && i < n; i++)
-        w[i] = bf16_to_float(((const uint16_t *)p)[i]);
-    return w;
-}
-
-/* Where a kernel writes an output of n elements (NULL stays NULL). */
-static float *wide_out(struct wide *x, void *p, int64_t n)
-{
-    return p == NULL || x->dt == MODEL_DTYPE_FP32 ? p : wide_alloc(x, n);
-}
-
-/* The output back into `dst`, then the copies freed; ERR_FAIL if one could not be made. */
-static int wide_done(struct wide *x, void *dst, const float *src, int64_t n, struct err *e)
-{
-    if (!x->failed && dst != NULL && x->dt != MODEL_DTYPE_FP32)
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = bf16_from_float(src[i]);
-    for (int i = 0; i < x->n; i++)
-        free(x->own[i]);
-    return x->failed ? err_set(e, ERR_FAIL, "out of host memory for fp32 copies of bf16 "
-                                            "tensors")
-                     : ERR_OK;
-}
+/* ---- kernels: kernels_cpu.c's, done when they return; a 16-bit model's tensors through
+ * fp32 copies (wide_cpu.h) ---- */
 
 static int cpu_encoder_forward(struct backend *be, enum model_dtype dt, void *out,
                                const int32_t *tokens, const void *wte, const void *wpe, int B,
@@ -113,7 +59,7 @@ static int cpu_encoder_forward(struct backend *be, enum model_dtype dt, void *ou
         encoder_forward(out, tokens, wte, wpe, B, T, C);
         return ERR_OK;
     }
-    /* bf16: the rows the tokens pick, widened, as a table indexed 0..BT-1 */
+    /* 16-bit: the rows the tokens pick, widened, as a table indexed 0..BT-1 */
     struct wide x = {.dt = dt};
     int64_t BT = (int64_t)B * T, n = BT * C;
     float *o = wide_out(&x, out, n), *rows = wide_alloc(&x, n),
@@ -122,9 +68,7 @@ static int cpu_encoder_forward(struct backend *be, enum model_dtype dt, void *ou
     if (!x.failed && at != NULL) {
         for (int64_t i = 0; i < BT; i++) {
             at[i] = (int32_t)i;
-            for (int c = 0; c < C; c++)
-                rows[i * C + c] =
-                    bf16_to_float(((const uint16_t *)wte)[(int64_t)tokens[i] * C + c]);
+            half_widen(dt, rows + i * C, (const uint16_t *)wte + (int64_t)tokens[i] * C, C);
         }
         encoder_forward(o, at, rows, pe, B, T, C);
     }
@@ -164,7 +108,7 @@ static int cpu_layernorm_backward(struct backend *be, enum model_dtype dt, void 
 {
     struct wide x = {.dt = dt};
     int64_t n = (int64_t)N * C;
-    /* dinp is added to: its bf16 values come in too */
+    /* dinp is added to: its 16-bit values come in too */
     float *di = wide_in(&x, dinp, n), *d = wide_in(&x, dout, n), *i = wide_in(&x, inp, n),
           *wf = wide_in(&x, w, C);
     if (!x.failed)
@@ -206,12 +150,9 @@ static int cpu_attention_forward(struct backend *be, enum model_dtype dt, void *
     int64_t n_att = (int64_t)B * NH * T * T, n = (int64_t)B * T * C;
     float *o = wide_out(&x, out, n), *a = wide_out(&x, att, n_att),
           *q = wide_in(&x, qkv, 3 * n);
-    if (!x.failed) {
-        attention_forward(o, a, q, B, T, C, NH);
-        if (dt != MODEL_DTYPE_FP32) /* the probabilities: a second output */
-            for (int64_t i = 0; i < n_att; i++)
-                ((uint16_t *)att)[i] = bf16_from_float(a[i]);
-    }
+    if (!x.failed)
+        attention_forward(o, a, q, B, T, C, NH, wide_rounding(dt));
+    wide_store(&x, att, a, n_att); /* the probabilities: a second output */
     return wide_done(&x, out, o, n, e);
 }
 
@@ -223,12 +164,9 @@ static int cpu_attention_backward(struct backend *be, enum model_dtype dt, void 
     int64_t n_att = (int64_t)B * NH * T * T, n = (int64_t)B * T * C;
     float *dq = wide_out(&x, dqkv, 3 * n), *da = wide_out(&x, datt, n_att),
           *d = wide_in(&x, dout, n), *q = wide_in(&x, qkv, 3 * n), *a = wide_in(&x, att, n_att);
-    if (!x.failed) {
-        attention_backward(dq, da, d, q, a, B, T, C, NH);
-        if (dt != MODEL_DTYPE_FP32) /* the scratch as the GPU leaves it: the arena is used */
-            for (int64_t i = 0; i < n_att; i++)
-                ((uint16_t *)datt)[i] = bf16_from_float(da[i]);
-    }
+    if (!x.failed)
+        attention_backward(dq, da, d, q, a, B, T, C, NH, wide_rounding(dt));
+    wide_store(&x, datt, da, n_att); /* the scratch as the GPU leaves it: the arena is used */
     return wide_done(&x, dqkv, dq, 3 * n, e);
 }
 
@@ -308,7 +246,7 @@ static int cpu_crossentropy_backward(struct backend *be, enum model_dtype dt, vo
     return wide_done(&x, probs, p, n, e);
 }
 
-/* The fp32 master weights step; a bf16 model's weights are then master rounded. */
+/* The fp32 master weights step; a 16-bit model's weights are then master rounded. */
 static int cpu_adamw(struct backend *be, void *weights, float *master, const float *g,
                      float *m, float *v, int64_t n, enum model_dtype dtype,
                      const struct adamw_params *p, int t, int decay, struct err *e)
@@ -319,8 +257,15 @@ static int cpu_adamw(struct backend *be, void *weights, float *master, const flo
     adamw_update(master, g, m, v, n, p->lr, p->beta1, p->beta2, p->eps,
                  decay ? p->weight_decay : 0.0f, t);
     if (dtype != MODEL_DTYPE_FP32)
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)weights)[i] = bf16_from_float(master[i]);
+        half_narrow(dtype, weights, master, n);
+    return ERR_OK;
+}
+
+static int cpu_unscale(struct backend *be, float *x, int64_t n, float mul, int *found,
+                       struct err *e)
+{
+    if (unscale_check(x, n, mul))
+        *found = 1;
     return ERR_OK;
 }
 
@@ -372,7 +317,8 @@ static void cpu_free(struct backend *be)
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
-    .dtypes = BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32) | BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16),
+    .dtypes = BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32) | BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16) |
+              BACKEND_DTYPE_BIT(MODEL_DTYPE_FP16),
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_copy,
@@ -394,6 +340,7 @@ static const struct backend_ops cpu_ops = {
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
     .adamw = cpu_adamw,
+    .unscale = cpu_unscale,
     .host_alloc = cpu_alloc, /* host memory is the CPU's memory */
     .host_release = cpu_release,
     .copy_async = cpu_copy_async,

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,12 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
             fileio_out_discard(&out);
             return e->code;
         }
+        struct err bad;
+        if (stage_state_check(r, off, buf, n, &bad)) {
+            free(buf);
+            fileio_out_discard(&out);
+            return err_set(e, ERR_FAIL, "%s: not written: %s", file, bad.msg);
+        }
         sum = fnv1a(sum, buf, n);
         ok = fileio_write_all(out.fd, buf, n) == 0;
     }
@@ -142,7 +149,8 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
     return fileio_out_commit(&out, file, ok, e);
 }
 
-int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e)
+int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, const struct lossscale *ls,
+                        struct err *e)
 {
     char file[4200];
     snprintf(file, sizeof file, "%s/checkpoint.json", dir);
@@ -155,6 +163,13 @@ int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err 
         char name[128];
         snprintf(name, sizeof name, "stage-%d-step-%lld.ckpt", s, (long long)step);
         cJSON_AddItemToArray(files, cJSON_CreateString(name));
+    }
+    if (ls != NULL) {
+        cJSON *s = cJSON_AddObjectToObject(o, "loss_scale");
+        cJSON_AddNumberToObject(s, "scale", ls->scale); /* a float: the double prints it exactly */
+        jsonio_add_int(s, "growth_tracker", ls->growth_tracker);
+        jsonio_add_int(s, "hysteresis_tracker", ls->hysteresis_tracker);
+        jsonio_add_int(s, "skipped_steps", ls->skipped);
     }
     int rc = jsonio_write(file, o, e);
     cJSON_Delete(o);
@@ -184,11 +199,31 @@ void ckpt_remove_older(const char *dir, int stage, int64_t keep)
     closedir(d);
 }
 
-int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct err *e)
+/* The manifest's "loss_scale" (ckpt.h), each field in the range the scaler keeps it in. */
+static int read_loss_scale(const cJSON *o, const char *file, struct lossscale *ls, struct err *e)
+{
+    double scale;
+    ERR_TRY(jsonio_expect_object(o, file, "loss_scale", e));
+    ERR_TRY(jsonio_num(o, file, "loss_scale", "scale", 0, FLT_MAX, &scale, e));
+    ERR_TRY(jsonio_int(o, file, "loss_scale", "growth_tracker", 0, JSONIO_INT_MAX,
+                       &ls->growth_tracker, e));
+    ERR_TRY(jsonio_int(o, file, "loss_scale", "hysteresis_tracker", -JSONIO_INT_MAX,
+                       JSONIO_INT_MAX, &ls->hysteresis_tracker, e));
+    ERR_TRY(jsonio_int(o, file, "loss_scale", "skipped_steps", 0, JSONIO_INT_MAX, &ls->skipped,
+                       e));
+    if (!(scale > 0) || (double)(float)scale != scale)
+        return err_set(e, ERR_INPUT, "%s: loss_scale.scale: %.17g, expected an fp32 value above "
+                       "0", file, scale);
+    ls->scale = (float)scale;
+    return ERR_OK;
+}
+
+int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct lossscale *ls,
+                       int *has_ls, struct err *e)
 {
     char file[4200];
     snprintf(file, sizeof file, "%s/checkpoint.json", dir);
-    cJSON *o = jsonio_read(file, e);
+    cJSON *o = jsonio_read_kind(file, JSONIO_CHECKPOINT, e);
     if (o == NULL)
         return e->code;
     int64_t s = 0;
@@ -197,6 +232,10 @@ int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct err
         rc = jsonio_int(o, file, "", "step", 1, JSONIO_INT_MAX, step, e);
     if (rc == ERR_OK)
         rc = jsonio_int(o, file, "", "n_stages", 1, CLUSTER_STAGES_MAX, &s, e);
+    const cJSON *scaler = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
+    *has_ls = scaler != NULL;
+    if (rc == ERR_OK && scaler != NULL)
+        rc = read_loss_scale(scaler, file, ls, e);
     *n_stages = (int)s;
     cJSON_Delete(o);
     return rc;
@@ -276,6 +315,7 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
         return err_set(e, ERR_FAIL, "out of memory reading %s", file);
     }
     struct ckpt_header h;
+    struct err bad;
     int rc = ERR_OK;
     if (size < (int64_t)sizeof h || read_all(f, &h, sizeof h) != 0 ||
         memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
@@ -319,6 +359,8 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
             if (read_all(f, buf, n) != 0)
                 rc = err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
                              (long long)(sizeof h + off));
+            else if (stage_state_check(r, off, buf, n, &bad))
+                rc = err_set(e, ERR_INPUT, "%s: %s", file, bad.msg);
             else
                 rc = stage_state_put(r, off, buf, n, e);
         }

@@ -6,9 +6,16 @@
  *                                 stage split, micro-batches, seed, data identity, step),
  *                                 the arena, and an FNV-1a 64 checksum of both; written to a
  *                                 temporary file, fsynced and renamed
- *   DIR/checkpoint.json           {"format": "ballast-checkpoint/1", "step": N, "n_stages"}:
- *                                 written (atomically) by rank 0 only after every stage's
- *                                 file of step N is in place; then older files are removed.
+ *   DIR/checkpoint.json           {"format": "ballast-checkpoint/1", "step": N, "n_stages",
+ *                                 "files", and for an fp16 model "loss_scale": {"scale",
+ *                                 "growth_tracker", "hysteresis_tracker", "skipped_steps"}
+ *                                 (lossscale.h: the same on every rank)}: written (atomically)
+ *                                 by rank 0 only after every stage's file of step N is in
+ *                                 place; then older files are removed.
+ * No file holds a NaN or an infinity in its weights or optimizer state: a stage's file is
+ * refused on the way in and not written on the way out (naming the tensor). The gradients are
+ * not checked: they are the last step's scratch (an fp16 step skipped for an overflow leaves
+ * infinities there) and every step starts them from zero.
  * A crash at any point leaves the manifest naming a complete set of files.
  *
  * The data source is a pure function of (seed, step, micro-batch), so the step is the data
@@ -22,6 +29,7 @@
 
 #include "data.h"
 #include "err.h"
+#include "lossscale.h"
 #include "model.h"
 #include "stage.h"
 
@@ -42,11 +50,15 @@ void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
 int ckpt_check_dir(const char *dir, struct err *e);
 int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                      struct stage_runner *r, struct err *e);
-int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, struct err *e);
+/* ls: the loss scaler's state (NULL: none, fp32 and bf16). */
+int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, const struct lossscale *ls,
+                        struct err *e);
 /* Removes this stage's files of steps other than `keep`. */
 void ckpt_remove_older(const char *dir, int stage, int64_t keep);
 
-int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct err *e);
+/* *has_ls: whether the manifest has "loss_scale", then in *ls. */
+int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct lossscale *ls,
+                       int *has_ls, struct err *e);
 /* Refuses (ERR_INPUT, naming the file and the numbers) a file that is truncated, damaged
  * (checksum), or written for another model, stage split, micro-batch count, seed or data. */
 int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t step,

@@ -690,8 +690,10 @@ static int backward(struct executor *x, int micro, struct err *e)
     const struct stage_layout *lay = x->c.lay;
     const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
     int n = lay->n_layers;
-    float loss_scale =
-        (float)(1.0 / ((double)m->micro_batch * m->seq_len * x->c.micro_batches));
+    /* d (scaled step loss) / d (token loss): the step's loss is the mean over M micro-batches
+     * of B x T tokens, times the loss scale */
+    float dloss =
+        (float)(x->loss_scale / ((double)m->micro_batch * m->seq_len * x->c.micro_batches));
     struct layer_view v, prev = {0};
     int prev_id = -1, cur_id;
     double t0;
@@ -707,7 +709,7 @@ static int backward(struct executor *x, int micro, struct err *e)
         ERR_TRY(take_dout(x, li, micro, &v, &prev, prev_id, e));
         ERR_TRY(HOOK(x, li, before_backward, micro, &v, e));
         ERR_TRY(span_begin(x, &t0, e));
-        ERR_TRY(layers[L->kind].backward(x->c.be, &v, loss_scale, e));
+        ERR_TRY(layers[L->kind].backward(x->c.be, &v, dloss, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
         if (x->op == x->last_backward_op && x->c.port->last_backward != NULL)
@@ -781,6 +783,7 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
 {
     memset(x, 0, sizeof *x);
     x->c = *c;
+    x->loss_scale = 1;
     int M = c->micro_batches, n = c->lay->n_layers;
     x->ops = malloc(sizeof *x->ops * 2 * (size_t)M);
     x->mb_loss = calloc((size_t)M, sizeof *x->mb_loss);

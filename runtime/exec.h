@@ -200,6 +200,8 @@ struct executor {
     const struct exec_action **action; /* per layer; exec_init: recompute where regen */
     struct schedule_op *ops;           /* 2M */
     double *mb_loss;                   /* head's stage: M */
+    float loss_scale; /* the backward starts from the loss times this (fp16's dynamic loss
+                         scale, lossscale.h); 1 unless the caller sets it */
     float *host_losses;                /* (B,T) staging */
     struct exec_ws_region ws[EXEC_WS_REGIONS];
     int64_t live, peak, ws_live; /* with an arena, peak is persistent + its highest byte in

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bf16.h"
+#include "half.h"
 #include "kernels_cpu.h"
 
 /* Where a layer's update stands: nothing pending (its weights on the device are current),
@@ -21,8 +21,8 @@ static char *section(const struct hostmirror *h, int which, int64_t off)
 }
 enum { SEC_MASTER, SEC_M, SEC_V, SEC_LANDING };
 
-/* One AdamW step of layer li, then (bf16) its master weights rounded into its landing range,
- * which its gradients no longer need: what goes up. */
+/* One AdamW step of layer li, then (a 16-bit model) its master weights rounded into its
+ * landing range, which its gradients no longer need: what goes up. */
 static void update_layer(struct hostmirror *h, int li, int t)
 {
     const struct stage_layout *lay = h->lay;
@@ -41,9 +41,8 @@ static void update_layer(struct hostmirror *h, int li, int t)
     layout_layer_ranges(lay, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
     for (int k = 0; k < L->n_params; k++) {
         uint16_t *w = (uint16_t *)section(h, SEC_LANDING, sec_off + L->weight_off[k] - w_off);
-        const float *master = (const float *)section(h, SEC_MASTER, L->param_off[k]);
-        for (int64_t i = 0; i < L->params[k].elems; i++)
-            w[i] = bf16_from_float(master[i]);
+        half_narrow(lay->dtype, w, (const float *)section(h, SEC_MASTER, L->param_off[k]),
+                    L->params[k].elems);
     }
 }
 
@@ -62,9 +61,10 @@ static void *host_thread(void *arg)
         h->q_head = (h->q_head + 1) % n;
         h->q_len--;
         int64_t step = h->step[li];
+        int t = h->t[li];
         pthread_mutex_unlock(&h->mu);
         double t0 = exec_now_ms();
-        update_layer(h, li, (int)(step + 1));
+        update_layer(h, li, t);
         double t1 = exec_now_ms();
         pthread_mutex_lock(&h->mu);
         h->done[h->n_done++] = (struct hostmirror_done){li, step, t0, t1};
@@ -88,9 +88,10 @@ int hostmirror_init(struct hostmirror *h, struct backend *be, const struct stage
     h->down_ev = malloc(n * sizeof *h->down_ev);
     h->up_ev = malloc(n * sizeof *h->up_ev);
     h->step = calloc(n, sizeof *h->step);
+    h->t = calloc(n, sizeof *h->t);
     h->queue = calloc(n, sizeof *h->queue);
     h->done = calloc(n, sizeof *h->done);
-    if (!h->state || !h->down_ev || !h->up_ev || !h->step || !h->queue || !h->done)
+    if (!h->state || !h->down_ev || !h->up_ev || !h->step || !h->t || !h->queue || !h->done)
         return err_set(e, ERR_FAIL, "out of memory setting up the host optimizer");
     for (size_t li = 0; li < n; li++)
         h->down_ev[li] = h->up_ev[li] = -1;
@@ -130,6 +131,7 @@ void hostmirror_free(struct hostmirror *h)
     free(h->down_ev);
     free(h->up_ev);
     free(h->step);
+    free(h->t);
     free(h->queue);
     free(h->done);
     memset(h, 0, sizeof *h);
@@ -175,13 +177,14 @@ static int progress(struct hostmirror *h, struct executor *x, struct err *e)
     return ERR_OK;
 }
 
-int hostmirror_grads_done(struct hostmirror *h, struct executor *x, int li, int64_t step,
+int hostmirror_grads_done(struct hostmirror *h, struct executor *x, int li, int64_t step, int t,
                           struct err *e)
 {
     const struct stage_layout *lay = h->lay;
     int64_t sec_off, sec_bytes, w_off, w_bytes;
     layout_layer_ranges(lay, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
     h->step[li] = step;
+    h->t[li] = t;
     ERR_TRY(h->be->ops->copy_async(h->be, BACKEND_TO_HOST, section(h, SEC_LANDING, sec_off),
                                    h->persistent + lay->grads_at + sec_off, sec_bytes, -1,
                                    &h->down_ev[li], e));

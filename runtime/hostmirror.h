@@ -6,7 +6,7 @@
  *      copy lane (copy_async, to host) into the landing section;
  *   2. once they have landed, the host thread steps the layer (adamw_update: the arithmetic
  *      and element order of the CPU backend's device step, so weights stay bitwise equal)
- *      and, for bf16, rounds the master weights into the layer's landing range;
+ *      and, for a 16-bit model, rounds the master weights into the layer's landing range;
  *   3. the new weights go up (copy_async, from host) as soon as the main thread sees the
  *      update done, and the layer's first forward of the next step waits for them (a stall
  *      when late), then zeroes the layer's gradients for the new step.
@@ -37,8 +37,9 @@ struct hostmirror {
     char *mem;        /* master | m | v | landing: host_alloc, owned */
     struct adamw_params adamw;
     int threads;
-    /* per layer: where its update stands (hostmirror.c), its copies' events, its step */
-    int *state, *down_ev, *up_ev;
+    /* per layer: where its update stands (hostmirror.c), its copies' events, its step and
+     * that step's AdamW t */
+    int *state, *down_ev, *up_ev, *t;
     int64_t *step;
     /* the host thread's queue of layers, and the updates it finished (under mu) */
     pthread_t thread;
@@ -57,8 +58,8 @@ int hostmirror_init(struct hostmirror *h, struct backend *be, const struct stage
 /* Waits for the copies and the update in flight, stops the thread, frees the mirror. */
 void hostmirror_free(struct hostmirror *h);
 
-/* After layer li's last backward of step `step` (0-based: AdamW's t is step + 1). */
-int hostmirror_grads_done(struct hostmirror *h, struct executor *x, int li, int64_t step,
+/* After layer li's last backward of step `step` (0-based), whose AdamW step is t (from 1). */
+int hostmirror_grads_done(struct hostmirror *h, struct executor *x, int li, int64_t step, int t,
                           struct err *e);
 /* Before layer li's first forward: its updated weights in place, its gradients zeroed. */
 int hostmirror_weights_ready(struct hostmirror *h, struct executor *x, int li, struct err *e);

@@ -244,7 +244,8 @@ KERNEL void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
  * to its last row only, which skips most of the masked upper triangle. */
 #define ATT_ROWS 64
 
-KERNEL void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+KERNEL void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                              kernel_round_fn round)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -263,6 +264,8 @@ KERNEL void attention_forward(float *out, float *att, const float *qkv, int B, i
                 for (int i = 0; i < rows; i++) {
                     float *row = ab + (int64_t)i * T;
                     int t = r0 + i;
+                    if (round != NULL)
+                        round(row, t + 1);
                     float maxv = row[0];
                     for (int j = 1; j <= t; j++)
                         maxv = row[j] > maxv ? row[j] : maxv;
@@ -279,6 +282,8 @@ KERNEL void attention_forward(float *out, float *att, const float *qkv, int B, i
                     /* the masked part is zero, so products over whole rows are causal */
                     for (int j = t + 1; j < T; j++)
                         row[j] = 0;
+                    if (round != NULL)
+                        round(row, t + 1);
                 }
                 /* out (rows, hs) = att (rows, keys) v (keys, hs) */
                 if (o != NULL)
@@ -289,7 +294,8 @@ KERNEL void attention_forward(float *out, float *att, const float *qkv, int B, i
 }
 
 KERNEL void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                        const float *att, int B, int T, int C, int NH)
+                               const float *att, int B, int T, int C, int NH,
+                               kernel_round_fn round)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -316,11 +322,15 @@ KERNEL void attention_backward(float *dqkv, float *datt, const float *dout, cons
                     float *row = dab + (int64_t)i * T;
                     int t = r0 + i;
                     float s = 0;
+                    if (round != NULL)
+                        round(row, t + 1);
                     for (int j = 0; j <= t; j++)
                         s += arow[j] * row[j];
 #pragma omp simd
                     for (int j = 0; j <= t; j++)
                         row[j] = arow[j] * (row[j] - s) * scale;
+                    if (round != NULL)
+                        round(row, t + 1);
                     /* zero to the end of the row: the dk product below runs over whole rows */
                     for (int j = t + 1; j < T; j++)
                         row[j] = 0;
@@ -396,6 +406,18 @@ KERNEL void softmax_crossentropy_backward(float *probs, const int32_t *targets, 
         for (int i = 0; i < V; i++)
             p[i] *= dloss;
     }
+}
+
+KERNEL int unscale_check(float *x, int64_t n, float mul)
+{
+    int found = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : found)
+    for (int64_t i = 0; i < n; i++) {
+        found |= !isfinite(x[i]);
+        if (mul != 1.0f)
+            x[i] *= mul;
+    }
+    return found;
 }
 
 KERNEL void adamw_update(float *w, const float *g, float *m, float *v, int64_t n, float lr,

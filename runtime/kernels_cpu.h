@@ -14,6 +14,11 @@
 
 #include <stdint.h>
 
+/* Rounds n values in place to a 16-bit model's storage format and back (wide_cpu.h): what the
+ * CUDA kernels' memory does to the values they keep between two steps of one kernel. The
+ * kernels take it where they have such steps; NULL (fp32) leaves the values as they are. */
+typedef void (*kernel_round_fn)(float *v, int64_t n);
+
 /* out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) in [0, V). */
 void encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                      int B, int T, int C);
@@ -43,11 +48,14 @@ void matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, co
 /* Causal multi-head attention. qkv (B,T,3C) holds q, k, v side by side, head h in columns
  * h*hs .. (h+1)*hs-1 of each (hs = C/NH). att (B,NH,T,T): softmax probabilities (row t
  * defined for t2 <= t only); out (B,T,C), or NULL for the probabilities only (the same bits:
- * recomputing them). */
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (B,T,3C) = ...; datt (B,NH,T,T) is scratch. */
+ * recomputing them). `round` (may be NULL) is applied where the CUDA kernels store: the
+ * scores before the softmax and the probabilities before att v. */
+void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                       kernel_round_fn round);
+/* dqkv (B,T,3C) = ...; datt (B,NH,T,T) is scratch; `round` as above, on d att before the
+ * softmax's backward and on its result before the dq and dk products. */
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                        const float *att, int B, int T, int C, int NH);
+                        const float *att, int B, int T, int C, int NH, kernel_round_fn round);
 
 /* GELU, tanh approximation (GPT-2's). n elements. gelu_backward may run in place
  * (dinp == dout). */
@@ -61,6 +69,9 @@ void softmax_crossentropy_forward(float *probs, float *losses, const int32_t *ta
 /* probs (N,V) becomes d logits in place: (probs - onehot(target)) * dloss. */
 void softmax_crossentropy_backward(float *probs, const int32_t *targets, float dloss, int N,
                                    int V);
+
+/* x (n) *= mul (untouched when mul is 1); returns 1 when some x was a NaN or an infinity. */
+int unscale_check(float *x, int64_t n, float mul);
 
 /* AdamW on n parameters, bias-corrected with `t` (the 1-based step); weight_decay 0 for
  * parameters that do not decay. */

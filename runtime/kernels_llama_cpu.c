@@ -139,7 +139,7 @@ static void causal_softmax(float *a, int T)
 }
 
 void gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
-                           int NKV, int hs)
+                           int NKV, int hs, kernel_round_fn round)
 {
     int W = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
@@ -153,6 +153,8 @@ void gqa_attention_forward(float *out, float *att, const float *qkv, int B, int 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W,
                         0.0f, a, T);
             causal_softmax(a, T);
+            if (round != NULL)
+                round(a, (int64_t)T * T);
             if (out != NULL)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v,
                             W, 0.0f, out + (int64_t)b * T * C + h * hs, C);
@@ -160,7 +162,8 @@ void gqa_attention_forward(float *out, float *att, const float *qkv, int B, int 
 }
 
 void gqa_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int NH, int NKV, int hs)
+                            const float *att, int B, int T, int NH, int NKV, int hs,
+                            kernel_round_fn round)
 {
     int W = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
@@ -193,6 +196,8 @@ void gqa_attention_backward(float *dqkv, float *datt, const float *dout, const f
                     for (int j = t + 1; j < T; j++)
                         row[j] = 0;
                 }
+                if (round != NULL)
+                    round(da, (int64_t)T * T);
                 /* dq (T,hs) = d pre k; dk (T,hs) += d pre^T q */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k,
                             W, 0.0f, dq, W);

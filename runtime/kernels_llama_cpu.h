@@ -1,6 +1,7 @@
 /* The Llama family's own arithmetic on the CPU, in kernels_cpu.h's conventions (outputs first;
  * backward ADDS into parameter gradients; results independent of the thread count); its matrix
- * products and cross-entropy are kernels_cpu.h's. fp32.
+ * products and cross-entropy are kernels_cpu.h's. fp32 (a 16-bit model's tensors are widened
+ * around them: wide_cpu.h).
  *
  * Grouped-query attention reads a fused qkv (B,T,W), W = (NH + 2 NKV) hs: query heads in
  * columns h*hs.., then NKV key heads, then NKV value heads; query head h uses key/value head
@@ -10,6 +11,8 @@
 #define BALLAST_KERNELS_LLAMA_CPU_H
 
 #include <stdint.h>
+
+#include "kernels_cpu.h"
 
 /* out (B,T,C) = wte[tokens]; its backward is kernels_cpu.h's embedding_backward. */
 void embedding_forward(float *out, const int32_t *tokens, const float *wte, int B, int T, int C);
@@ -33,9 +36,12 @@ void swiglu_backward(float *dinp, const float *inp, const float *dout, int N, in
 /* Causal grouped-query attention over qkv (B,T,W): att (B,NH,T,T) the probabilities (zero
  * above the diagonal), out (B,T,NH*hs) or NULL for the probabilities alone (the same bits). */
 void gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
-                           int NKV, int hs);
-/* dqkv (B,T,W) = ...; datt (B,NH,T,T) is scratch. */
+                           int NKV, int hs, kernel_round_fn round);
+/* dqkv (B,T,W) = ...; datt (B,NH,T,T) is scratch. `round` (kernels_cpu.h; may be NULL) is
+ * applied where the CUDA kernels store: the probabilities before att v, and the softmax's
+ * backward before the dq and dk products. */
 void gqa_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int NH, int NKV, int hs);
+                            const float *att, int B, int T, int NH, int NKV, int hs,
+                            kernel_round_fn round);
 
 #endif

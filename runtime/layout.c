@@ -383,7 +383,7 @@ int64_t layout_tensor_slice(const struct stage_layout *sl, int li, int k, int64_
 
 void layout_shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes)
 {
-    int n_opt = sl->dtype == MODEL_DTYPE_BF16 ? 3 : 2; /* [master,] m, v */
+    int n_opt = model_dtype_16bit(sl->dtype) ? 3 : 2; /* [master,] m, v */
     int64_t opt_at = sl->grads_at + sl->section_bytes;
     for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts */
         int64_t sec_off, sec_bytes, w_off, w_bytes;

@@ -3,9 +3,10 @@
  * ggml's graph allocator makes between planning and applying).
  *
  *   persistent   fp32:  weights | gradients | AdamW m | AdamW v
- *                bf16:  weights (bf16) | gradients | master weights | AdamW m | AdamW v
+ *                16-bit (bf16, fp16): weights (16-bit) | gradients | master weights | AdamW m |
+ *                       AdamW v
  *                each section one copy of every parameter tensor of the stage, in layer order
- *                then table order, fp32 but for the bf16 weights: sum state
+ *                then table order, fp32 but for the 16-bit weights: sum state
  *   activations  in_flight slots; a slot holds, per layer in order, the kept tensors it does
  *                not regenerate (all of them, or only the checkpoint when the layer is
  *                recomputed whole, or all but a partial option's): v * sum kept
@@ -53,7 +54,7 @@ struct stage_layout {
     /* byte offsets of the sections in the persistent arena; the weights start at 0, and for
      * fp32 the master weights are the weights (master_at 0) */
     int64_t grads_at, master_at, m_at, v_at;
-    int64_t persistent_bytes; /* weights + 3 (fp32) or 4 (bf16) fp32 sections */
+    int64_t persistent_bytes; /* weights + 3 (fp32) or 4 (16-bit) fp32 sections */
     int64_t slot_bytes;
     int64_t activation_bytes; /* in_flight slots */
     int64_t transient_bytes;
@@ -76,7 +77,7 @@ struct stage_layout {
      * sections of [0, host_lo) as a ZeRO-1 slice (below); section_bytes: no mirror. */
     int64_t host_lo;
     int host_from; /* the first layer (index in the stage) of the mirror; n_layers: none */
-    /* ZeRO-1 (layout_shard_optimizer): the device keeps the optimizer's sections (for bf16 the
+    /* ZeRO-1 (layout_shard_optimizer): the device keeps the optimizer's sections (16-bit: the
      * master weights, m and v; for fp32 m and v) only for bytes [shard_lo, shard_lo +
      * shard_bytes) of an fp32 section, each slice after the gradients; dev_master_at, dev_m_at
      * and dev_v_at are the device offsets of byte shard_lo of each. Unsharded: the whole

@@ -1,9 +1,33 @@
 #include "report.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "jsonio.h"
 #include "trace.h"
+
+/* The metrics' "loss_scaling" (report.h). */
+static void add_loss_scaling(cJSON *o, const struct lossscale_config *c,
+                             const struct lossscale *s)
+{
+    cJSON *ls = cJSON_AddObjectToObject(o, "loss_scaling");
+    cJSON_AddNumberToObject(ls, "initial", c->initial);
+    cJSON_AddNumberToObject(ls, "min", c->min);
+    cJSON_AddNumberToObject(ls, "growth", c->growth);
+    cJSON_AddNumberToObject(ls, "backoff", c->backoff);
+    jsonio_add_int(ls, "window", c->window);
+    jsonio_add_int(ls, "hysteresis", c->hysteresis);
+    jsonio_add_int(ls, "skipped_steps", s->skipped);
+    cJSON_AddNumberToObject(ls, "final_scale", s->scale);
+}
+
+void report_scale_text(double scale, char out[32])
+{
+    if (scale == floor(scale) && scale < 1e19)
+        snprintf(out, 32, "%.0f", scale);
+    else
+        snprintf(out, 32, "%g", scale);
+}
 
 int report_write_metrics(const char *file, const struct report *r, struct err *e)
 {
@@ -31,8 +55,14 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
         cJSON_AddNumberToObject(s, "late_prefetches", r->steps[i].late_prefetches);
         cJSON_AddNumberToObject(s, "copy_ms", r->steps[i].copy_ms);
         jsonio_add_int(s, "host_peak_bytes", r->steps[i].host_peak_bytes);
+        if (r->loss_scale != NULL) {
+            cJSON_AddNumberToObject(s, "loss_scale", r->steps[i].loss_scale);
+            cJSON_AddBoolToObject(s, "skipped", r->steps[i].skipped);
+        }
         cJSON_AddItemToArray(steps, s);
     }
+    if (r->loss_scale != NULL)
+        add_loss_scaling(o, r->loss_scale, &r->scaler);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     if (r->dp > 1)
         cJSON_AddNumberToObject(o, "dp", r->dp);
@@ -110,6 +140,12 @@ void report_print_summary(FILE *f, const struct report *r)
     fprintf(f, "(planned memory: the plan's memory_bytes minus reserve_bytes; planned compute: "
                "its stage_ms, from the profile's layer times)\n");
     fprintf(f, "transport: %s (%s)\n", r->transport, r->transport_reason);
+    if (r->loss_scale != NULL) {
+        char scale[32];
+        report_scale_text(r->scaler.scale, scale);
+        fprintf(f, "loss scaling: %lld step%s skipped for overflows, the scale now %s\n",
+                (long long)r->scaler.skipped, r->scaler.skipped == 1 ? "" : "s", scale);
+    }
     int gpus = 0;
     for (int i = 0; i < r->n_stages; i++)
         gpus += strcmp(r->stages[i].backend, "cuda") == 0;

@@ -34,7 +34,12 @@
  *                     NCCL)
  *   device_used_end_bytes, device_total_bytes
  *                     the whole device after the last step: every rank on the GPU together
- * Top level: the transport ("nccl", "mpi", "mpi (host-staged)") and why it was chosen. */
+ * Top level: the transport ("nccl", "mpi", "mpi (host-staged)") and why it was chosen.
+ * fp16 (dynamic loss scaling, lossscale.h): per step "loss_scale", the scale the step's loss
+ * was multiplied by, and "skipped", whether its gradients overflowed and the step was skipped;
+ * at the top level "loss_scaling": the settings ("initial", "min", "growth", "backoff",
+ * "window", "hysteresis"), "skipped_steps" over the run (resumed steps included) and
+ * "final_scale", the scale the next step would run with. */
 #ifndef BALLAST_REPORT_H
 #define BALLAST_REPORT_H
 
@@ -43,6 +48,7 @@
 
 #include "err.h"
 #include "model.h"
+#include "lossscale.h"
 #include "stage.h"
 
 struct report_stage {
@@ -75,6 +81,8 @@ struct report_step {
     int late_prefetches; /* every stage's, summed */
     double copy_ms;      /* every stage's copy lanes' busy time, both ways, summed */
     int64_t host_peak_bytes; /* the most any stage held offloaded in the step */
+    double loss_scale; /* the loss scale the step ran with (fp16; 1 otherwise) */
+    int skipped;       /* fp16: the gradients overflowed and the step was skipped */
 };
 
 struct report {
@@ -91,9 +99,16 @@ struct report {
     double entropy_floor; /* < 0: unknown */
     int n_stages;
     struct report_stage *stages;
+    /* fp16: the loss scaling's settings and its state after the last step (skipped counts
+     * the whole run's, resumed steps included); NULL: none */
+    const struct lossscale_config *loss_scale;
+    struct lossscale scaler;
 };
 
 int report_write_metrics(const char *file, const struct report *r, struct err *e);
+/* A loss scale as the lines print it: a whole number (the usual power of two) in full,
+ * anything else in %g. */
+void report_scale_text(double scale, char out[32]);
 void report_print_summary(FILE *f, const struct report *r);
 
 /* One Chrome-trace JSON (Perfetto opens it; common/trace.h writes it): a track per stage (and

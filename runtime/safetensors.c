@@ -4,14 +4,15 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "bf16.h"
 #include "fileio.h"
+#include "half.h"
 
 /* Ballast's parameter name, Hugging Face's (after "h.{i}." in a block), whether it is
  * transposed (Conv1D), and Ballast's column count in units of n_embd (0: a vector). */
@@ -40,8 +41,27 @@ static const struct st_name st_names[] = {
     {"lm_w", "lm_head.weight", 0, 1},
 };
 
-static const char *const st_dtype_names[] = {"F32", "BF16"};
-static const int st_dtype_bytes[] = {4, 2};
+static const char *const st_dtype_names[] = {"F32", "BF16", "F16"};
+static const int st_dtype_bytes[] = {4, 2, 2};
+
+/* The file's dtype for a model's weights: what it computes with. */
+static int st_dtype_of(enum model_dtype dt)
+{
+    return dt == MODEL_DTYPE_BF16 ? ST_BF16 : dt == MODEL_DTYPE_FP16 ? ST_F16 : ST_F32;
+}
+
+/* Element i of a tensor of st_dtype `dtype` at `src`, as fp32 (exact). */
+static float st_element(int dtype, const unsigned char *src, int64_t i)
+{
+    float f;
+    uint16_t h;
+    if (dtype == ST_F32) {
+        memcpy(&f, src + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, src + 2 * i, 2);
+    return dtype == ST_F16 ? fp16_to_float(h) : bf16_to_float(h);
+}
 
 #define ST_PIECES_MAX 3
 
@@ -171,7 +191,7 @@ int st_stage_collect(struct stage_runner *r, struct st_tensor **t, int *n, char 
                      struct err *e)
 {
     const struct stage_layout *lay = &r->lay;
-    int bf16 = lay->dtype == MODEL_DTYPE_BF16, es = bf16 ? 2 : 4, count = 0;
+    int half = model_dtype_16bit(lay->dtype), es = sizes_weight_elem_bytes(lay->dtype), count = 0;
     for (int li = 0; li < lay->n_layers; li++)
         count += lay->layers[li].n_params * ST_PIECES_MAX;
     *t = calloc((size_t)count, sizeof **t);
@@ -192,12 +212,12 @@ int st_stage_collect(struct stage_runner *r, struct st_tensor **t, int *n, char 
             for (int i = 0; i < p.n; i++) { /* the pieces' bytes follow each other */
                 struct st_tensor *d = &(*t)[(*n)++];
                 *d = p.t[i];
-                d->dtype = bf16 ? ST_BF16 : ST_F32;
+                d->dtype = st_dtype_of(lay->dtype);
                 d->offset = at;
                 d->bytes = elems_of(d) * es;
                 at += d->bytes;
             }
-            int64_t from = bf16 ? L->weight_off[k] : lay->master_at + L->param_off[k];
+            int64_t from = half ? L->weight_off[k] : lay->master_at + L->param_off[k];
             int64_t bytes = L->params[k].elems * es;
             if (!p.transposed) {
                 rc = stage_state_get(r, from, dst, bytes, e);
@@ -237,9 +257,27 @@ static cJSON *header_of(const struct st_tensor *t, int n)
     return h;
 }
 
+/* ERR_FAIL naming the first tensor holding a NaN or an infinity, and the element. */
+static int check_finite(const char *file, const struct st_tensor *t, int n, char *const *blobs,
+                        struct err *e)
+{
+    for (int i = 0; i < n; i++) {
+        const unsigned char *src = (const unsigned char *)blobs[i] + t[i].offset;
+        for (int64_t j = 0; j < t[i].bytes / st_dtype_bytes[t[i].dtype]; j++) {
+            float v = st_element(t[i].dtype, src, j);
+            if (!isfinite(v))
+                return err_set(e, ERR_FAIL, "%s: not written: %s holds %g at element %lld "
+                               "(weights that are not finite)",
+                               file, t[i].name, (double)v, (long long)j);
+        }
+    }
+    return ERR_OK;
+}
+
 int st_write(const char *file, const struct st_tensor *t, int n, char *const *blobs,
              struct err *e)
 {
+    ERR_TRY(check_finite(file, t, n, blobs, e));
     cJSON *h = header_of(t, n);
     char *text = h != NULL ? cJSON_PrintUnformatted(h) : NULL;
     cJSON_Delete(h);
@@ -390,10 +428,12 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
     if (o == NULL)
         return err_set(e, ERR_INPUT, "%s: %s: missing", f->name, want->name);
     const char *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype")->valuestring;
-    int dtype = strcmp(dt, "F32") == 0 ? ST_F32 : strcmp(dt, "BF16") == 0 ? ST_BF16 : -1;
+    int dtype = -1;
+    for (int d = 0; d < (int)(sizeof st_dtype_names / sizeof *st_dtype_names); d++)
+        dtype = strcmp(dt, st_dtype_names[d]) == 0 ? d : dtype;
     if (dtype < 0)
-        return err_set(e, ERR_INPUT, "%s: %s.dtype: \"%s\", expected F32 or BF16", f->name,
-                       name, dt);
+        return err_set(e, ERR_INPUT, "%s: %s.dtype: \"%s\", expected F32, BF16 or F16",
+                       f->name, name, dt);
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
     int ndim = cJSON_GetArraySize(shape), more_rows = p->more_rows;
     int64_t got[2] = {json_int(cJSON_GetArrayItem(shape, 0)),
@@ -428,29 +468,33 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
     const unsigned char *src = f->map + f->data_at + begin;
     float *dst = p->transposed ? tmp : out;
     for (int64_t i = 0; i < elems; i++) {
-        if (dtype == ST_F32) {
-            memcpy(&dst[i], src + 4 * i, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            dst[i] = bf16_to_float(h);
-        }
+        dst[i] = st_element(dtype, src, i);
+        if (!isfinite(dst[i]))
+            return err_set(e, ERR_INPUT, "%s: %s: element %lld is %g: weights must be finite",
+                           f->name, name, (long long)i, (double)dst[i]);
     }
     if (p->transposed) /* the file's [in, out] as Ballast's (out, in) */
         transpose(out, tmp, want->shape[0], want->shape[1], 4);
     return ERR_OK;
 }
 
-/* One parameter: its fp32 master weights and, for bf16, the compute copy rounded. */
+/* One parameter, `name` in `file`: its fp32 master weights and, for a 16-bit model, the
+ * compute copy rounded, which must stay finite (fp16 ends at 65504). */
 static int put_param(struct stage_runner *r, const struct layer_layout *L, int k,
-                     const float *v, uint16_t *half, struct err *e)
+                     const float *v, uint16_t *half, const char *file, const char *name,
+                     struct err *e)
 {
     int64_t elems = L->params[k].elems;
+    enum model_dtype dt = r->lay.dtype;
     ERR_TRY(stage_state_put(r, r->lay.master_at + L->param_off[k], v, 4 * elems, e));
-    if (r->lay.dtype != MODEL_DTYPE_BF16)
+    if (!model_dtype_16bit(dt))
         return ERR_OK;
+    half_narrow(dt, half, v, elems);
     for (int64_t i = 0; i < elems; i++)
-        half[i] = bf16_from_float(v[i]);
+        if (!isfinite(half_to_float(dt, half[i])))
+            return err_set(e, ERR_INPUT, "%s: %s: element %lld is %g, beyond what %s holds "
+                           "(the model computes in %s)", file, name, (long long)i,
+                           (double)v[i], model_dtype_name(dt), model_dtype_name(dt));
     return stage_state_put(r, L->weight_off[k], half, 2 * elems, e);
 }
 
@@ -477,7 +521,7 @@ int st_stage_load(struct stage_runner *r, const char *file, struct err *e)
             for (int i = 0; i < p.n && rc == ERR_OK; at += elems_of(&p.t[i++]))
                 rc = read_tensor(&f, &p.t[i], &p, v + at, tmp, e);
             if (rc == ERR_OK)
-                rc = put_param(r, L, k, v, half, e);
+                rc = put_param(r, L, k, v, half, file, p.t[0].name, e);
         }
     }
     free(v);

@@ -1,7 +1,7 @@
 /* Weights in and out as safetensors (the format Hugging Face and PyTorch tools read):
  *
  *   8 bytes   N, the header's length, little-endian uint64
- *   N bytes   JSON: {"__metadata__": {...}, NAME: {"dtype": "F32"|"BF16", "shape": [...],
+ *   N bytes   JSON: {"__metadata__": {...}, NAME: {"dtype": "F32"|"BF16"|"F16", "shape": [...],
  *             "data_offsets": [BEGIN, END]}, ...}, padded with spaces to a multiple of 8
  *   the rest  the tensors' bytes, little-endian, row-major, at 8 + N + BEGIN
  *
@@ -11,8 +11,10 @@
  * it, as Hugging Face's GPT-2 ties it to wte, takes wte.weight's values). Hugging Face keeps
  * c_attn, c_proj and c_fc as Conv1D, [in, out]; Ballast as (out, in) (models/sizes.c): those
  * are transposed on the way in and out. An fp32 model's file holds F32, a bf16 model's BF16
- * (the weights it computes with); either loads into either (BF16 widened exactly, F32 rounded
- * to nearest even for a bf16 model's compute copy; master weights keep the file's values).
+ * and an fp16 model's F16 (the weights it computes with); any loads into any (16-bit values
+ * widened exactly, F32 rounded to nearest even for a 16-bit model's compute copy; master
+ * weights keep the file's values). A file holding a NaN or an infinity is refused on the way
+ * in (naming the tensor and the element) and never written on the way out.
  *
  * A Llama takes LlamaForCausalLM's names: model.embed_tokens.weight,
  * model.layers.{i}.input_layernorm.weight, .self_attn.{q,k,v,o}_proj.weight,
@@ -34,7 +36,7 @@
 /* In a file name: the stage's index (each rank its own file); without it, one file. */
 #define ST_STAGE_MARK "{stage}"
 
-enum st_dtype { ST_F32, ST_BF16 };
+enum st_dtype { ST_F32, ST_BF16, ST_F16 };
 
 /* One tensor's description; its bytes lie at `offset` of a blob the caller holds. */
 struct st_tensor {

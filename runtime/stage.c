@@ -1,10 +1,11 @@
 #include "stage.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
+#include "half.h"
 #include "rng.h"
 
 /* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
@@ -98,21 +99,34 @@ static int hosts(const struct stage_runner *r, int li)
     return host_optimizer(r) && li >= r->lay.host_from;
 }
 
+/* Whether the host optimizer's updates wait for the end of the step's backward: for the
+ * replicas' gradients, or for the verdict on an fp16 step, which may be skipped. */
+static int defer_updates(const struct stage_runner *r)
+{
+    return r->c.reduce_grads != NULL || r->c.loss_scale != NULL;
+}
+
+/* AdamW's t for step `step` (0-based): the steps stepped so far, this one included. */
+static int adamw_t(const struct stage_runner *r, int64_t step)
+{
+    return (int)(step + 1 - r->scaler.skipped);
+}
+
 static int port_first_forward(struct executor *x, int li, struct err *e)
 {
     struct stage_runner *r = runner(x);
     return hosts(r, li) ? hostmirror_weights_ready(&r->mirror, x, li, e) : ERR_OK;
 }
 
-/* With the replicas' gradients to reduce first, the host updates start after the reduction
- * (stage_step), which may start on these gradients now. */
+/* Deferred host updates start after the step's verdict (stage_step); the replicas' reduction
+ * may start on these gradients now. */
 static int port_last_backward(struct executor *x, int li, struct err *e)
 {
     struct stage_runner *r = runner(x);
     if (r->c.layer_grads != NULL)
         ERR_TRY(r->c.layer_grads(r->c.reduce_ctx, r, li, e));
-    return hosts(r, li) && r->c.reduce_grads == NULL
-               ? hostmirror_grads_done(&r->mirror, x, li, x->step, e)
+    return hosts(r, li) && !defer_updates(r)
+               ? hostmirror_grads_done(&r->mirror, x, li, x->step, adamw_t(r, x->step), e)
                : ERR_OK;
 }
 
@@ -150,7 +164,7 @@ static int optimizer_step(struct stage_runner *r, int64_t step, struct err *e)
                                       (float *)(w + lay->grads_at + a),
                                       (float *)(w + lay->dev_m_at + at),
                                       (float *)(w + lay->dev_v_at + at), n,
-                                      lay->dtype, &r->c.adamw, (int)(step + 1),
+                                      lay->dtype, &r->c.adamw, adamw_t(r, step),
                                       layout_param_decays(L->params[k].name), e));
         }
     }
@@ -159,10 +173,42 @@ static int optimizer_step(struct stage_runner *r, int64_t step, struct err *e)
     return ERR_OK;
 }
 
+static int sharded(const struct stage_runner *r);
+
+/* The step's verdict (stage_step): this rank's gradients (its slice of them with ZeRO-1, whose
+ * other slices it did not reduce) unscaled and checked in one pass, with a last stage's
+ * losses; the flag agreed over every rank; then the loss scale's update. */
+static int step_verdict(struct stage_runner *r, struct err *e)
+{
+    const struct stage_layout *lay = &r->lay;
+    const struct lossscale_config *ls = r->c.loss_scale;
+    int64_t lo = sharded(r) ? lay->shard_lo : 0,
+            bytes = sharded(r) ? lay->shard_bytes : lay->section_bytes;
+    int mine = 0;
+    ERR_TRY(r->be->ops->unscale(r->be, (float *)(r->persistent + lay->grads_at + lo), bytes / 4,
+                                ls != NULL ? lossscale_inverse(&r->scaler) : 1.0f, &mine, e));
+    for (int micro = 0; r->c.stage == r->c.n_stages - 1 && micro < r->c.micro_batches; micro++)
+        mine |= !isfinite(r->x.mb_loss[micro]);
+    r->last.first = mine ? 0 : -1;
+    if (r->c.agree_flag != NULL)
+        ERR_TRY(r->c.agree_flag(r->c.agree_ctx, mine, &r->last.first, e));
+    int found = r->last.first >= 0;
+    if (ls == NULL) {
+        r->last.verdict = found ? STAGE_NONFINITE : STAGE_STEPPED;
+        return ERR_OK;
+    }
+    enum lossscale_verdict v = lossscale_update(&r->scaler, ls, found);
+    r->last.verdict = v == LOSSSCALE_STEP   ? STAGE_STEPPED
+                      : v == LOSSSCALE_SKIP ? STAGE_SKIPPED
+                                            : STAGE_AT_MIN;
+    return ERR_OK;
+}
+
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e)
 {
     int M = r->c.micro_batches;
     r->x.step = step;
+    r->x.loss_scale = r->last.loss_scale = r->c.loss_scale != NULL ? r->scaler.scale : 1.0f;
     memset(&r->x.times, 0, sizeof r->x.times);
     /* the host optimizer zeroes each of its layers' gradients before its first forward, once
      * they have gone down; those before host_lo are the device's */
@@ -174,12 +220,15 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     ERR_TRY(exec_run(&r->x, e));
     if (r->c.reduce_grads != NULL)
         ERR_TRY(r->c.reduce_grads(r->c.reduce_ctx, r, e));
-    for (int li = r->lay.n_layers - 1; r->c.reduce_grads != NULL && hosts(r, li); li--)
+    ERR_TRY(step_verdict(r, e));
+    int stepped = r->last.verdict == STAGE_STEPPED;
+    for (int li = r->lay.n_layers - 1; stepped && defer_updates(r) && hosts(r, li); li--)
         /* in the order their last backwards ended */
-        ERR_TRY(hostmirror_grads_done(&r->mirror, &r->x, li, step, e));
-    if (r->lay.host_from > 0) /* the layers the host does not step (all, without a mirror) */
+        ERR_TRY(hostmirror_grads_done(&r->mirror, &r->x, li, step, adamw_t(r, step), e));
+    /* the layers the host does not step (all of them, without a mirror) */
+    if (stepped && r->lay.host_from > 0)
         ERR_TRY(optimizer_step(r, step, e));
-    if (r->c.gather_params != NULL)
+    if (stepped && r->c.gather_params != NULL)
         ERR_TRY(r->c.gather_params(r->c.reduce_ctx, r, e));
     if (r->c.stage == r->c.n_stages - 1) {
         double sum = 0;
@@ -194,17 +243,17 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
 
 /* Weights by global layer index, tensor index and element: the same numbers whatever the
  * stage split. Drawn on the host in chunks and uploaded into the fp32 master weights, and for
- * bf16 rounded (to nearest, ties to even) into the weights the layers compute with. */
+ * a 16-bit model rounded (to nearest, ties to even) into the weights the layers compute with. */
 static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
 {
     enum { CHUNK = 1 << 16 };
     const struct stage_layout *lay = &r->lay;
-    int bf16 = lay->dtype == MODEL_DTYPE_BF16;
+    int half = model_dtype_16bit(lay->dtype);
     float *buf = malloc(sizeof(float) * CHUNK);
-    uint16_t *half = malloc(sizeof(uint16_t) * CHUNK);
-    if (buf == NULL || half == NULL) {
+    uint16_t *narrow = malloc(sizeof(uint16_t) * CHUNK);
+    if (buf == NULL || narrow == NULL) {
         free(buf);
-        free(half);
+        free(narrow);
         return err_set(e, ERR_FAIL, "out of memory initialising weights");
     }
     int rc = ERR_OK;
@@ -223,17 +272,16 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
                                                           (uint64_t)(i0 + i))));
                 rc = stage_state_put(r, lay->master_at + L->param_off[k] + 4 * i0, buf, 4 * n,
                                      e);
-                if (rc == ERR_OK && bf16) {
-                    for (int64_t i = 0; i < n; i++)
-                        half[i] = bf16_from_float(buf[i]);
+                if (rc == ERR_OK && half) {
+                    half_narrow(lay->dtype, narrow, buf, n);
                     rc = r->be->ops->upload(r->be, r->persistent + L->weight_off[k] + 2 * i0,
-                                            half, 2 * n, e);
+                                            narrow, 2 * n, e);
                 }
             }
         }
     }
     free(buf);
-    free(half);
+    free(narrow);
     /* gradients, m and v (the host mirror starts zeroed) */
     if (rc == ERR_OK)
         rc = r->be->ops->zero(r->be, r->persistent + lay->grads_at, lay->section_bytes, e);
@@ -290,7 +338,7 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
                         r->lay.transient_bytes, r->lay.workspace_bytes};
     if (c->arena != NULL) { /* one arena for the slots, the transient and the workspace */
         ERR_TRY(arena_run_init(&r->arena, c->arena, &r->lay, c->micro_batches, c->check_arena,
-                               e));
+                               c->arena_where != NULL ? c->arena_where : "arena", e));
         bytes[1] = c->arena->bytes;
         bytes[2] = bytes[3] = 0;
     }
@@ -432,9 +480,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     r->data = data;
     const struct model *m = c->model;
     if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
-        return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s%s",
-                       model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype),
-                       m->dtype == MODEL_DTYPE_BF16 ? " (bf16 is the CUDA backend's)" : "");
+        return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s",
+                       model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype));
     ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
@@ -459,6 +506,8 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         stage_free(r);
         return e->code;
     }
+    if (c->loss_scale != NULL)
+        lossscale_init(&r->scaler, c->loss_scale);
     return ERR_OK;
 }
 
@@ -525,6 +574,11 @@ static int64_t state_piece(const struct stage_layout *lay, int64_t off, int64_t 
     return n < end ? n : end;
 }
 
+static int sharded(const struct stage_runner *r)
+{
+    return r->c.shards > 1 && !host_optimizer(r);
+}
+
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e)
 {
     const struct stage_layout *lay = &r->lay;
@@ -570,6 +624,54 @@ int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_
         buf = (const char *)buf + len;
         off += len;
         n -= len;
+    }
+    return ERR_OK;
+}
+
+/* Section s of the state's values (stage_state_check): where it starts, the element size, and
+ * its name; the weights (s 0), then the optimizer's sections after the gradients. */
+static int64_t value_section(const struct stage_layout *lay, int s, int *elem, const char **name)
+{
+    static const char *const names16[] = {"weights", "master weights", "AdamW m", "AdamW v"};
+    static const char *const names32[] = {"weights", "AdamW m", "AdamW v"};
+    int half = model_dtype_16bit(lay->dtype);
+    *name = half ? names16[s] : names32[s];
+    *elem = s == 0 ? (int)sizes_weight_elem_bytes(lay->dtype) : 4;
+    return s == 0 ? 0 : lay->grads_at + (int64_t)s * lay->section_bytes;
+}
+
+int stage_state_check(const struct stage_runner *r, int64_t off, const void *buf, int64_t n,
+                      struct err *e)
+{
+    const struct stage_layout *lay = &r->lay;
+    int sections = model_dtype_16bit(lay->dtype) ? 4 : 3;
+    for (int s = 0; s < sections; s++) {
+        int elem;
+        const char *what;
+        int64_t base = value_section(lay, s, &elem, &what);
+        for (int li = 0; li < lay->n_layers; li++) {
+            const struct layer_layout *L = &lay->layers[li];
+            for (int k = 0; k < L->n_params; k++) {
+                int64_t t0 = base + (s == 0 ? L->weight_off[k] : L->param_off[k]);
+                int64_t a = t0 > off ? t0 : off, b = t0 + L->params[k].elems * elem;
+                b = b < off + n ? b : off + n;
+                for (int64_t x = a; x < b; x += elem) {
+                    const char *p = (const char *)buf + (x - off);
+                    float v;
+                    uint16_t h;
+                    memcpy(elem == 4 ? (void *)&v : (void *)&h, p, (size_t)elem);
+                    if (elem == 2)
+                        v = half_to_float(lay->dtype, h);
+                    if (isfinite(v))
+                        continue;
+                    char layer[MODEL_LAYER_NAME_MAX];
+                    model_layer_name(r->c.model, L->layer, layer);
+                    return err_set(e, ERR_FAIL, "layer %s's %s, %s: element %lld is %g", layer,
+                                   L->params[k].name, what, (long long)((x - t0) / elem),
+                                   (double)v);
+                }
+            }
+        }
     }
     return ERR_OK;
 }

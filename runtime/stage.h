@@ -15,6 +15,7 @@
 #include "exec.h"
 #include "hostmirror.h"
 #include "layout.h"
+#include "lossscale.h"
 #include "plan.h"
 #include "transport.h"
 
@@ -31,6 +32,8 @@ struct stage_config {
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
     const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
+    const char *arena_where;   /* where it is, for stage_init's messages ("plan.json:
+                                  stages[2].arena"); NULL: "arena" */
     int check_arena;           /* arena_run.h's overlap check */
     int record_events;
     /* Time-shared jobs (train_share.c): the stage's persistent arena at `persistent`, and its
@@ -66,6 +69,23 @@ struct stage_config {
      * updated weights from their replicas. */
     int shard, shards;
     int (*gather_params)(void *ctx, struct stage_runner *r, struct err *e);
+    /* fp16's dynamic loss scaling (lossscale.h); NULL: none (fp32, bf16). */
+    const struct lossscale_config *loss_scale;
+    /* After the step's last backward and the gradients' reduction: every rank's flag (a NaN
+     * or an infinity in its gradients or, on a last stage, its loss) over all the run's
+     * ranks, every stage of every replica; *first becomes the lowest rank whose flag is set,
+     * -1 when none is. NULL: this stage alone decides (*first 0). */
+    int (*agree_flag)(void *ctx, int mine, int *first, struct err *e);
+    void *agree_ctx;
+};
+
+/* What became of a step (stage_runner.last). */
+enum stage_verdict {
+    STAGE_STEPPED,   /* the optimizer stepped */
+    STAGE_SKIPPED,   /* fp16: an overflow; no update, the loss scale lowered (or not yet:
+                        hysteresis) */
+    STAGE_NONFINITE, /* fp32, bf16: a NaN or an infinity; no update, and the run must stop */
+    STAGE_AT_MIN,    /* fp16: an overflow at the minimum loss scale; the run must stop */
 };
 
 struct stage_runner {
@@ -86,6 +106,12 @@ struct stage_runner {
     /* ZeRO-1: the optimizer's sections of every slice (the state's layout from its first
      * optimizer section), the caller's, gathered for stage_state_get; NULL: none */
     const char *shard_state;
+    struct lossscale scaler; /* with c.loss_scale: the state checkpoints carry */
+    struct {
+        enum stage_verdict verdict;
+        float loss_scale; /* the scale the step ran with (1 without loss scaling) */
+        int first;        /* agree_flag's *first: the rank that found non-finite values */
+    } last; /* the last step's */
 };
 
 /* The config of plan p's stage s: its layers, the kept tensors each regenerates (*regen,
@@ -108,8 +134,13 @@ void stage_set_origin(struct stage_runner *r);
  * the plan's arena). */
 int64_t stage_temporary_bytes(const struct stage_runner *r);
 
-/* Runs step `step` (0-based; AdamW's t is step + 1). On the last stage *loss is the step's
- * mean loss (micro-batch means summed in order 0..M-1, over M); elsewhere it is untouched. */
+/* Runs step `step` (0-based): the schedule, the gradients' reduction, then the verdict
+ * (r->last): the gradients (times 1/scale with loss scaling) and the last stage's losses
+ * checked for NaNs and infinities, the flag agreed over every rank (agree_flag), and the
+ * optimizer steps only when no rank found one. AdamW's t is the count of steps stepped, step
+ * + 1 - scaler.skipped. On the last stage *loss is the step's mean loss (micro-batch means
+ * summed in order 0..M-1, over M); elsewhere it is untouched. A verdict that stops the run
+ * (STAGE_NONFINITE, STAGE_AT_MIN) is no error here: the caller ends the run. */
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e);
 
 /* With the optimizer on the host: waits for the updates still running (their events then
@@ -117,7 +148,7 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
 int stage_drain(struct stage_runner *r, struct err *e);
 
 /* The stage's state as host bytes, in chunks, for checkpoints: the persistent arena as the
- * optimizer on the device lays it out (layout.h: weights | gradients | m | v, for bf16 with
+ * optimizer on the device lays it out (layout.h: weights | gradients | m | v, for 16-bit with
  * the master weights before m), whichever place the optimizer has, so that a checkpoint
  * resumes with the optimizer on either. `get` downloads [off, off+n) into buf, `put`
  * uploads. With the optimizer on the host both first let every host update finish, and
@@ -129,6 +160,11 @@ int64_t stage_state_bytes(const struct stage_runner *r);
 int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e);
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e);
+/* Bytes [off, off+n) of that state, in buf: ERR_FAIL naming the layer, the tensor, the
+ * section (weights, master weights, AdamW m or v) and the element of the first NaN or
+ * infinity among its values. Gradients and the padding between tensors are not values. */
+int stage_state_check(const struct stage_runner *r, int64_t off, const void *buf, int64_t n,
+                      struct err *e);
 
 
 #endif

@@ -45,6 +45,10 @@ struct run {
     int stage_ready;
     uint32_t *regen; /* this rank's layers: the kept tensors each regenerates */
     int64_t start_step; /* steps already done (resume) */
+    struct lossscale resume_scale; /* the checkpoint's loss scaler, when it has one */
+    int resume_has_scale;
+    long long nan_step; /* BALLAST_TEST_NONFINITE's step (1-based; 0: none) and world rank */
+    int nan_rank;
 };
 
 static void fail_now(struct run *r, const struct err *e)
@@ -82,6 +86,21 @@ static int wait_collective(struct run *r, int mpi_rc, MPI_Request *req, int peer
     return mpicheck_collective(mpi_rc, req, r->o->timeout_s, peer, what, e);
 }
 
+/* stage_config.agree_flag: the lowest world rank whose flag is set, over every rank of every
+ * replica (one MPI_Iallreduce on the control communicator, under --timeout). */
+static int agree_flag(void *ctx, int mine, int *first, struct err *e)
+{
+    struct run *r = ctx;
+    if (r->nan_step == r->stage.x.step + 1 && r->nan_rank == r->world_rank)
+        mine = 1;
+    int v = mine ? r->world_rank : r->world_size;
+    MPI_Request q;
+    ERR_TRY(wait_collective(r, MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, r->ctl, &q),
+                            &q, -1, "every rank's check of its gradients (MPI_Iallreduce)", e));
+    *first = v < r->world_size ? v : -1;
+    return ERR_OK;
+}
+
 /* Every output path, before the first step: a typo must not throw a finished run away. Each
  * rank checks (ranks may see different file systems). */
 static int check_outputs(const struct train_options *o, struct err *e)
@@ -111,9 +130,11 @@ static int default_threads(int n_local)
 static int setup_global(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
-    if (plan_load(o->plan_file, &r->plan, e))
+    if (o->plan != NULL)
+        r->plan = *o->plan; /* a shallow copy: the caller's to free */
+    else if (plan_load(o->plan_file, &r->plan, e))
         return e->code;
-    r->plan_loaded = 1;
+    r->plan_loaded = o->plan == NULL;
     const struct plan *p = &r->plan;
     const struct model *m = &p->model;
     int dp = p->stages[0].dp;
@@ -178,8 +199,13 @@ static int setup_global(struct run *r, struct err *e)
     r->data_loaded = 1;
     if (o->resume_dir != NULL) {
         int n_stages;
-        if (ckpt_read_manifest(o->resume_dir, &r->start_step, &n_stages, e))
+        if (ckpt_read_manifest(o->resume_dir, &r->start_step, &n_stages, &r->resume_scale,
+                               &r->resume_has_scale, e))
             return e->code;
+        if (m->dtype == MODEL_DTYPE_FP16 && !r->resume_has_scale)
+            return err_set(e, ERR_INPUT, "%s/checkpoint.json: loss_scale: missing, and the "
+                           "plan's model is fp16 (a checkpoint of an fp16 run has its loss "
+                           "scaler's state)", o->resume_dir);
         if (n_stages != p->n_stages)
             return err_set(e, ERR_INPUT,
                            "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages",
@@ -316,6 +342,9 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     compare_layer_costs(r, st);
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
+    char arena_where[FILEIO_PATH_MAX + 32];
+    snprintf(arena_where, sizeof arena_where, "%s: stages[%d].arena", o->plan_file, r->rank);
+    c.arena_where = arena_where;
     c.host_link_gbps = o->host_link_gbps;
     c.host_threads = r->be.threads;
     if (r->dp.dp > 1) {
@@ -324,6 +353,10 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         c.reduce_ctx = &r->dp;
         r->dp.bucket_bytes = st->dp_bucket_bytes;
     }
+    if (p->model.dtype == MODEL_DTYPE_FP16)
+        c.loss_scale = &o->loss_scale;
+    c.agree_flag = agree_flag;
+    c.agree_ctx = r;
     if (r->dp.dp > 1 && st->shard_optimizer) { /* ZeRO-1 (train_dp.h) */
         r->dp.shard = 1;
         c.shard = r->dp.replica;
@@ -339,6 +372,8 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
         checkpoint_identity(r, &id);
         if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
             return e->code;
+        if (c.loss_scale != NULL)
+            r->stage.scaler = r->resume_scale;
     }
     if (o->init_file != NULL) {
         char file[FILEIO_PATH_MAX];
@@ -495,7 +530,8 @@ static void save(struct run *r, int64_t step)
     /* the manifest names step N only once every stage's file of step N is on disk */
     if (agree(r, rc, NULL) != ERR_OK)
         MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
-    if (r->world_rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, &e))
+    const struct lossscale *ls = r->stage.c.loss_scale != NULL ? &r->stage.scaler : NULL;
+    if (r->world_rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, ls, &e))
         fail_now(r, &e);
     MPI_Request q;
     if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage's checkpoint", &e))
@@ -740,6 +776,42 @@ static int split_replicas(struct run *r, struct err *e)
     return ERR_OK;
 }
 
+/* A verdict that ends the run (stage.h), as the message every rank returns: the step, what
+ * was found and by which rank first (world rank, replica and stage). */
+static int stop_verdict(const struct run *r, int64_t step, struct err *e)
+{
+    const struct stage_runner *s = &r->stage;
+    int w = s->last.first;
+    char where[96], scale[32];
+    report_scale_text(s->last.loss_scale, scale);
+    if (r->dp.dp > 1)
+        snprintf(where, sizeof where, "rank %d: replica %d, stage %d", w, w / r->size,
+                 w % r->size);
+    else
+        snprintf(where, sizeof where, "stage %d", w);
+    if (s->last.verdict == STAGE_AT_MIN)
+        return err_set(e, ERR_FAIL, "step %lld: the gradients overflow fp16 at the minimum loss "
+                       "scale %s (--min-loss-scale; first on %s): stopped, nothing of the step "
+                       "saved", (long long)step + 1, scale, where);
+    return err_set(e, ERR_FAIL, "step %lld: a NaN or an infinity in the loss or the gradients "
+                   "(first on %s): stopped before the optimizer step, nothing of it saved",
+                   (long long)step + 1, where);
+}
+
+/* Rank 0's line for a step. */
+static void print_step(const struct run *r, const struct report *rep, const struct report_step *st)
+{
+    char scale[96] = "", value[32];
+    report_scale_text(st->loss_scale, value);
+    if (r->stage.c.loss_scale != NULL)
+        snprintf(scale, sizeof scale, "  scale %s%s", value,
+                 st->skipped ? " (overflow: step skipped)" : "");
+    printf("step %lld/%lld  loss %.6f%s  %.1f ms  %.0f tokens/s\n", (long long)st->step,
+           (long long)r->o->steps, st->loss, scale, st->ms,
+           (double)rep->tokens_per_step / (st->ms * 1e-3));
+    fflush(stdout);
+}
+
 static int train_loop(struct run *r, struct err *e)
 {
     const struct train_options *o = r->o;
@@ -757,6 +829,7 @@ static int train_loop(struct run *r, struct err *e)
         .entropy_floor = data_entropy_floor(&r->data),
         .transport = transport_kind_name(r->transport),
         .transport_reason = r->transport_why,
+        .loss_scale = r->stage.c.loss_scale,
     };
     rep.steps = calloc((size_t)n_steps, sizeof *rep.steps);
     if (rep.steps == NULL)
@@ -785,6 +858,10 @@ static int train_loop(struct run *r, struct err *e)
         double t0 = exec_now_ms(), loss = 0;
         if (stage_step(&r->stage, step, &loss, e))
             fail_now(r, e);
+        if (r->stage.last.verdict == STAGE_NONFINITE || r->stage.last.verdict == STAGE_AT_MIN) {
+            free(rep.steps); /* every rank has the verdict: each returns, nothing is written */
+            return stop_verdict(r, step, e);
+        }
         if (r->dp.dp > 1 && r->rank == r->size - 1 &&
             train_dp_loss(&r->dp, r->stage.x.mb_loss, p->micro_batches, &loss, e))
             fail_now(r, e);
@@ -795,7 +872,9 @@ static int train_loop(struct run *r, struct err *e)
         rep.steps[i] = (struct report_step){step + 1,           loss,
                                             ms,                 now->stall,
                                             now->late_prefetches, now->copy[0] + now->copy[1],
-                                            now->host_peak};
+                                            now->host_peak,
+                                            r->stage.last.loss_scale,
+                                            r->stage.last.verdict == STAGE_SKIPPED};
         sum.late_prefetches += r->stage.x.times.late_prefetches;
         rep.n_steps = (int)i + 1;
         /* steps after the first of this run (a one-step run counts its only step) */
@@ -815,11 +894,8 @@ static int train_loop(struct run *r, struct err *e)
             timed_ms += ms;
             r->reduce_ms += r->dp.step_ms;
         }
-        if (r->world_rank == 0 && !o->quiet) {
-            printf("step %lld/%lld  loss %.6f  %.1f ms  %.0f tokens/s\n", (long long)step + 1,
-                   (long long)o->steps, loss, ms, (double)rep.tokens_per_step / (ms * 1e-3));
-            fflush(stdout);
-        }
+        if (r->world_rank == 0 && !o->quiet)
+            print_step(r, &rep, &rep.steps[i]);
         if (o->save_dir != NULL &&
             ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
             save(r, step + 1);
@@ -829,6 +905,7 @@ static int train_loop(struct run *r, struct err *e)
     if (o->save_weights_file != NULL)
         save_weights(r);
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
+    rep.scaler = r->stage.scaler;
     const struct plan_stage *st = &p->stages[r->rank];
     struct report_stage mine = {
         .index = r->rank,
@@ -909,6 +986,11 @@ int train_run(const struct train_options *o)
     r.world_size = r.size;
     if (stop != NULL && atoi(stop) == r.rank)
         raise(SIGSTOP);
+    /* and for the tests of non-finite values: "STEP:RANK", that rank finds a NaN in its
+     * gradients at that step, as if its backward had made one */
+    const char *nan = getenv("BALLAST_TEST_NONFINITE");
+    if (nan == NULL || sscanf(nan, "%lld:%d", &r.nan_step, &r.nan_rank) != 2)
+        r.nan_step = 0;
     if (o->share_file != NULL)
         return train_share_run(o, r.rank, r.size, r.ctl);
     r.ctl_ready = 1;

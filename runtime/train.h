@@ -13,13 +13,18 @@
 
 #include <mpi.h>
 
+#include "lossscale.h"
+
 #define TRAIN_DEFAULT_LR 1e-3
 /* Generous: a step of the largest CPU plans takes seconds, a checkpoint of a large stage a
  * minute; a rank silent for 10 minutes has stopped. */
 #define TRAIN_DEFAULT_TIMEOUT_S 600
 
+struct plan;
 struct train_options {
     const char *plan_file;
+    const struct plan *plan;  /* plan_file loaded by the caller (NULL: train_run loads it);
+                                 the caller frees it after train_run */
     const char *data_file;    /* NULL: the synthetic source */
     int data_format;          /* enum data_format: llm.c tokens (0, the default) or bytes */
     const char *metrics_file; /* may be NULL */
@@ -39,6 +44,9 @@ struct train_options {
     double timeout_s; /* a wait for another rank fails after this long (0: never) */
     double host_link_gbps; /* CPU stages: the host link offload's copies emulate (0: none) */
     int check_arena;  /* verify that no two objects of the plan's arena in use share a byte */
+    /* an fp16 model's dynamic loss scaling (lossscale.h; LOSSSCALE_DEFAULTS unless the
+     * options set it; a resumed run continues its checkpoint's scale and counters) */
+    struct lossscale_config loss_scale;
     /* --share (train_share.c): the jobs of share_file in turn, `slice` steps at a time, until
      * each has run `steps`; switch_full: the baseline that copies a job's device state to
      * host at switch-out and back at switch-in */

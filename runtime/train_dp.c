@@ -384,7 +384,7 @@ int train_dp_gather_params(void *ctx, struct stage_runner *r, struct err *e)
     char *w = (char *)d->mine; /* the weights section (no longer than an fp32 section) */
     ERR_TRY(stage_state_get(r, 0, w, lay->weights_bytes, e));
     pack_slice(lay, d->lo[me], d->len[me], w, d->packed + elem * d->lo[me], 1);
-    MPI_Datatype type = elem == 4 ? MPI_FLOAT : MPI_UINT16_T; /* fp32 or bf16 weights */
+    MPI_Datatype type = elem == 4 ? MPI_FLOAT : MPI_UINT16_T; /* fp32 or 16-bit weights */
     ERR_TRY(gatherv(d, MPI_IN_PLACE, d->weights, d->lo, type, elem, d->packed, -1,
                     "the replicas' updated weights (MPI_Iallgatherv)", e));
     for (int q = 0; q < d->dp; q++)
@@ -398,7 +398,7 @@ int train_dp_gather_params(void *ctx, struct stage_runner *r, struct err *e)
 int train_dp_gather_state(struct train_dp *d, struct stage_runner *r, struct err *e)
 {
     const struct stage_layout *lay = &r->lay;
-    int me = d->replica, n_opt = lay->dtype == MODEL_DTYPE_BF16 ? 3 : 2;
+    int me = d->replica, n_opt = model_dtype_16bit(lay->dtype) ? 3 : 2;
     int64_t S = lay->section_bytes, opt_at = lay->grads_at + S, off[4];
     if (!d->shard || d->dp <= 1 || d->lo == NULL) /* d->lo: set by the first step's reduction */
         return ERR_OK;

@@ -27,6 +27,7 @@
 #include "jsonio.h"
 #include "model_ops.h"
 #include "mpicheck.h"
+#include "report.h"
 #include "share.h"
 #include "stage.h"
 #include "train.h"
@@ -42,6 +43,8 @@ struct share_job_run {
     struct stage_times sum;
     int counted;
     double *loss, *ms; /* per step (every rank has them; rank 0 writes them) */
+    float *scale;      /* per step, an fp16 job's loss scale (stage_runner.last) */
+    unsigned char *skipped; /* per step, whether an fp16 job skipped it */
 };
 
 struct share_switch {
@@ -67,6 +70,7 @@ struct share_run {
     struct share_switch *switches;
     int n_switches, cap_switches;
     int resident; /* --switch full: the job whose state is on the device; -1 none */
+    int stopped;  /* a step's verdict ended the run (stage.h), on every rank alike */
 };
 
 static void share_fail_now(struct share_run *r, const struct err *e)
@@ -93,6 +97,18 @@ static int share_wait(struct share_run *r, int mpi_rc, MPI_Request *req, int pee
                       const char *what, struct err *e)
 {
     return mpicheck_collective(mpi_rc, req, r->o->timeout_s, peer, what, e);
+}
+
+/* stage_config.agree_flag (train.c's, over this run's ranks). */
+static int share_agree_flag(void *ctx, int mine, int *first, struct err *e)
+{
+    struct share_run *r = ctx;
+    int v = mine ? r->rank : r->size;
+    MPI_Request q;
+    ERR_TRY(share_wait(r, MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, r->ctl, &q), &q,
+                       -1, "every rank's check of its gradients (MPI_Iallreduce)", e));
+    *first = v < r->size ? v : -1;
+    return ERR_OK;
 }
 
 /* ---- set-up ---- */
@@ -205,7 +221,9 @@ static int start_job(struct share_run *r, int j, struct err *e)
     job->data_loaded = 1;
     job->loss = calloc((size_t)o->steps, sizeof *job->loss);
     job->ms = calloc((size_t)o->steps, sizeof *job->ms);
-    if (job->loss == NULL || job->ms == NULL)
+    job->scale = calloc((size_t)o->steps, sizeof *job->scale);
+    job->skipped = calloc((size_t)o->steps, sizeof *job->skipped);
+    if (job->loss == NULL || job->ms == NULL || job->scale == NULL || job->skipped == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     struct stage_config c;
     if (stage_config_of_plan(&c, p, r->rank, o->lr, &job->regen, e)) /* checked in check_share */
@@ -214,6 +232,14 @@ static int start_job(struct share_run *r, int j, struct err *e)
     c.temporary = temporary_at(r);
     c.persistent_bytes = dv->persistent[j].bytes;
     c.temporary_bytes = dv->temporary.bytes;
+    if (p->model.dtype == MODEL_DTYPE_FP16)
+        c.loss_scale = &o->loss_scale;
+    c.agree_flag = share_agree_flag;
+    c.agree_ctx = r;
+    char arena_where[FILEIO_PATH_MAX + 64];
+    snprintf(arena_where, sizeof arena_where, "%s: jobs[%d].plan.stages[%d].arena",
+             o->share_file, j, r->rank);
+    c.arena_where = arena_where;
     struct err in;
     err_clear(&in);
     if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, &in))
@@ -274,6 +300,8 @@ static void free_share_run(struct share_run *r)
         free(job->host_state);
         free(job->loss);
         free(job->ms);
+        free(job->scale);
+        free(job->skipped);
     }
     free(r->jobs);
     if (r->tp.ops != NULL)
@@ -345,13 +373,32 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
         double t0 = exec_now_ms(), loss = 0;
         MPI_Request req;
         ERR_TRY(stage_step(&job->stage, job->done, &loss, e));
+        enum stage_verdict v = job->stage.last.verdict;
+        if (v == STAGE_NONFINITE || v == STAGE_AT_MIN) {
+            r->stopped = 1;
+            return err_set(e, ERR_FAIL, "job %s: step %lld: %s (first on stage %d): stopped",
+                           r->sh.jobs[j].name, (long long)job->done + 1,
+                           v == STAGE_AT_MIN ? "the gradients overflow fp16 at the minimum "
+                                               "loss scale (--min-loss-scale)"
+                                             : "a NaN or an infinity in the loss or the "
+                                               "gradients",
+                           job->stage.last.first);
+        }
         MPI_CHECK(MPI_Ibcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
         ERR_TRY(mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e));
         job->loss[job->done] = loss;
         job->ms[job->done] = exec_now_ms() - t0;
+        job->scale[job->done] = job->stage.last.loss_scale;
+        job->skipped[job->done] = v == STAGE_SKIPPED;
+        char scale[64] = "", value[32];
+        report_scale_text(job->scale[job->done], value);
+        if (job->stage.c.loss_scale != NULL)
+            snprintf(scale, sizeof scale, "  scale %s%s", value,
+                     v == STAGE_SKIPPED ? " (overflow: step skipped)" : "");
         if (r->rank == 0 && !r->o->quiet)
-            printf("%s step %lld/%lld  loss %.6f  %.1f ms\n", r->sh.jobs[j].name,
-                   (long long)job->done + 1, (long long)r->o->steps, loss, job->ms[job->done]);
+            printf("%s step %lld/%lld  loss %.6f%s  %.1f ms\n", r->sh.jobs[j].name,
+                   (long long)job->done + 1, (long long)r->o->steps, loss, scale,
+                   job->ms[job->done]);
         if (job->done == 0 && r->o->steps > 1)
             continue; /* warm-up: not in the stage times */
         const struct stage_times *t = &job->stage.x.times;
@@ -417,6 +464,10 @@ static cJSON *job_json(const struct share_run *r, int j, const double *all)
         jsonio_add_int(s, "step", i + 1);
         cJSON_AddNumberToObject(s, "loss", job->loss[i]);
         cJSON_AddNumberToObject(s, "ms", job->ms[i]);
+        if (job->stage.c.loss_scale != NULL) {
+            cJSON_AddNumberToObject(s, "loss_scale", job->scale[i]);
+            cJSON_AddBoolToObject(s, "skipped", job->skipped[i]);
+        }
         cJSON_AddItemToArray(steps, s);
     }
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
@@ -577,8 +628,14 @@ int train_share_run(const struct train_options *o, int rank, int size, MPI_Comm 
         free_share_run(&r);
         return all;
     }
-    if (train_jobs(&r, &e))
+    if (train_jobs(&r, &e) && r.stopped) { /* every rank has the verdict: each returns */
+        if (r.rank == 0)
+            fprintf(stderr, "ballast train: %s\n", e.msg);
+        free_share_run(&r);
+        return ERR_FAIL;
+    } else if (e.code != ERR_OK) {
         share_fail_now(&r, &e);
+    }
     rc = finish(&r, &e);
     if (rc != ERR_OK)
         fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);

@@ -4,10 +4,13 @@
 # build/ (BALLAST_BUILD overrides the folder; the array cmake_args, if the caller set one,
 # adds configure options). Each step prints one line; its full output goes to
 # $build/deps.log, whose tail is printed if the step fails.
+# clang, libclang-rt-dev and libomp-dev: the libFuzzer build (tests/fuzz); strace: the test
+# that counts how often each input is opened (tests/test_inputs.c).
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libglpk-dev
-          libcunit1-dev libcjson-dev libopenblas-dev gnuplot-nox python3 python3-torch
+          libcunit1-dev libcjson-dev libyaml-dev libopenblas-dev gnuplot-nox python3 python3-torch
           python3-pip python3-numpy python3-yaml python3-regex python3-requests python3-tqdm
-          python3-filelock python3-packaging python3-typing-extensions)
+          python3-filelock python3-packaging python3-typing-extensions
+          clang libclang-rt-dev libomp-dev strace)
 build=${BALLAST_BUILD:-build}
 mkdir -p "$build"
 deps_log="$build/deps.log"

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
+
 void instance_init(struct instance *in, int n, int S, enum schedule sched, int micro_batches,
                    double gbps, int64_t host)
 {
@@ -49,6 +51,15 @@ void instance_attn_option(struct layer_cost *c, struct test_rng *r)
     c->options[0].transient_bytes = c->act_bytes / 2;
     c->options[0].kept_bytes = c->act_bytes - c->options[0].transient_bytes;
     c->options[0].recompute_ms = c->fwd_ms * test_rng_double(r, 0.1, 0.5);
+}
+
+void instance_mlp_option(struct layer_cost *c, struct test_rng *r)
+{
+    c->n_options = 2;
+    snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
+    c->options[1].transient_bytes = c->act_bytes / 4;
+    c->options[1].kept_bytes = c->act_bytes - c->options[1].transient_bytes;
+    c->options[1].recompute_ms = c->fwd_ms * test_rng_double(r, 0.05, 0.3);
 }
 
 void instance_split_layer(struct layer_cost *c, struct test_rng *r)
@@ -98,6 +109,7 @@ int plan_with(const struct instance *in, int actions, int verify, struct plan *p
     err_clear(&e);
     o.actions = actions;
     o.verify = verify;
+    o.min_gain = 0; /* the exact optimum, which the brute force is */
     return planner_make(&in->c, &o, p, &e);
 }
 
@@ -119,7 +131,7 @@ static void allowed_rows(const struct plan *p, int actions, struct cost_row rows
         }
 }
 
-/* Stage s's optimizer place k (instance_brute_force's order): 0 the device, 1 the host,
+/* Stage s's optimizer place k (instance_each_plan's order): 0 the device, 1 the host,
  * k >= 2 the host from layer k - 1 on. */
 static void set_optimizer(struct plan_stage *st, int k)
 {
@@ -157,14 +169,14 @@ static double score(struct plan *p, const int *places, struct cost_row rows[4][C
     return ms;
 }
 
-double instance_brute_force(struct plan *p, int actions, int device_only)
+void instance_each_plan(struct plan *p, int actions, int device_only,
+                        void (*fn)(const struct plan *p, double ms, void *ctx), void *ctx)
 {
     struct cost_row rows[4][COST_ACTIONS_MAX];
     int count[4], L = 0;
     allowed_rows(p, actions, rows, count);
     for (int s = 0; s < p->n_stages; s++)
         L += plan_stage_layer_count(&p->stages[s]);
-    double best = INFINITY;
     int places[4] = {0}, opts[4], s;
     for (s = 0; s < p->n_stages; s++)
         opts[s] = device_only >> s & 1                          ? 1
@@ -175,7 +187,8 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
         int pick[4] = {0}, n;
         for (;;) {
             double ms = score(p, places, rows, pick);
-            best = ms < best ? ms : best;
+            if (!isinf(ms))
+                fn(p, ms, ctx);
             for (n = 0; n < L && ++pick[n] == count[n]; n++)
                 pick[n] = 0;
             if (n == L)
@@ -184,5 +197,38 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
         for (s = 0; s < p->n_stages && ++places[s] == opts[s]; s++)
             places[s] = 0;
     } while (s < p->n_stages);
+}
+
+static void keep_least(const struct plan *p, double ms, void *ctx)
+{
+    double *best = ctx;
+    (void)p;
+    *best = ms < *best ? ms : *best;
+}
+
+double instance_brute_force(struct plan *p, int actions, int device_only)
+{
+    double best = INFINITY;
+    instance_each_plan(p, actions, device_only, keep_least, &best);
     return best;
+}
+
+int instance_export(const struct plan *p, const char *to, char *out, char *note, size_t cap,
+                    struct err *e)
+{
+    FILE *f = tmpfile(), *n = tmpfile(), *py = tmpfile();
+    CU_ASSERT_FATAL(f != NULL && n != NULL && py != NULL);
+    struct export_options o = {.to = to, .note = n, .stages = py, .stages_module = "st",
+                               .plan_name = ""};
+    int rc = planner_export(f, p, &o, e);
+    FILE *files[2] = {f, n};
+    char *texts[2] = {out, note};
+    for (int k = 0; k < 2; k++) {
+        rewind(files[k]);
+        size_t len = fread(texts[k], 1, cap - 1, files[k]);
+        texts[k][len] = '\0';
+        fclose(files[k]);
+    }
+    fclose(py);
+    return rc;
 }

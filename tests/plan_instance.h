@@ -23,7 +23,10 @@ void instance_free(struct instance *in);
 /* The layer's one partial option, "attn": half its activations, regenerated in 10-50% of its
  * forward (at random), after its fwd_ms and act_bytes are set. */
 void instance_attn_option(struct layer_cost *c, struct test_rng *r);
-/* A layer whose state splits (param k, grad k, optimizer 2k GiB with k 1 to 3: fp32's
+/* The layer's second partial option, "mlp": a quarter of its activations, regenerated in
+ * 5-30% of its forward (at random); after instance_attn_option. */
+void instance_mlp_option(struct layer_cost *c, struct test_rng *r);
+/* A layer at random whose state splits (param and grad k GiB, optimizer 2k: fp32's
  * proportions), 2-8 GiB of activations, one partial option (instance_attn_option). */
 void instance_split_layer(struct layer_cost *c, struct test_rng *r);
 /* A custom model of 2 stages x 2 layers of instance_split_layer; each stage's device memory
@@ -31,7 +34,8 @@ void instance_split_layer(struct layer_cost *c, struct test_rng *r);
  * every layer recomputed to what it needs with its whole state and every activation kept. */
 void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedule sched,
                            double gbps, int64_t host, double room);
-/* planner_make with the default options but `actions` and `verify`. */
+/* planner_make with the default options but `actions`, `verify` and --min-gain 0 (the
+ * exact optimum). */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
 /* The reference for the planner: every optimizer place of every stage (with
  * PLAN_ACTION_OPTIMIZER; with PLAN_ACTION_OPTIMIZER_FRACTION also the host for each run of
@@ -40,5 +44,12 @@ int plan_with(const struct instance *in, int actions, int verify, struct plan *p
  * simulated: the least iteration time, INFINITY if nothing fits. p is left with the last
  * combination tried. */
 double instance_brute_force(struct plan *p, int actions, int device_only);
+/* The same combinations: fn is called with p holding each one that fits, and its step. */
+void instance_each_plan(struct plan *p, int actions, int device_only,
+                        void (*fn)(const struct plan *p, double ms, void *ctx), void *ctx);
+/* What `ballast export --to F` makes of p, in `out`; the note (standard error's text) in
+ * `note`, each of `cap` bytes. */
+int instance_export(const struct plan *p, const char *to, char *out, char *note, size_t cap,
+                    struct err *e);
 
 #endif

@@ -89,6 +89,7 @@ static struct plan_options optimal_with(const struct arena_options *arena, int w
     plan_options_default(&o);
     o.arena = arena;
     o.whole_layers = whole;
+    o.min_gain = 0; /* each stage's least recompute, which the brute force is */
     return o;
 }
 
@@ -256,6 +257,7 @@ static void test_large_stages(void)
         struct err e;
         err_clear(&e);
         plan_options_default(&plain);
+        plain.min_gain = 0; /* each stage's least recompute */
         arena_options_default(&opt);
         struct plan_options o = optimal_with(&opt, 0);
         CU_ASSERT_FATAL(cluster_load(file, &c, &e) == ERR_OK);

@@ -17,17 +17,22 @@
  * forward atol 3% rms, rtol 3%, rms_tol 1%; backward atol 6% rms, rtol 6%, rms_tol 2%.
  * fp32-accumulated parameter gradients of bf16 products land in the same band.
  *
+ * fp16: the same comparison; fp16 keeps 3 more bits than bf16 (2^-12 relative per rounding),
+ * so the bf16 bands hold it with room, values near fp16's subnormals (below 6.1e-5: the
+ * head's logit gradients of a small vocabulary) included.
+ *
  * Also on the GPU: recompute regenerates the kept tensors bitwise, a second backward adds
- * exactly the same gradients again (no atomics), AdamW matches the CPU's (and for bf16 the
- * weights are the master rounded to nearest even). Skipped (exit 77) without a GPU. */
+ * exactly the same gradients again (no atomics), AdamW matches the CPU's (and for 16-bit the
+ * weights are the master rounded to nearest even), loss scaling's unscale and non-finite check
+ * is the CPU's bit for bit. Skipped (exit 77) without a GPU. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
-#include "bf16.h"
 #include "gpu.h"
+#include "half.h"
 #include "kernels_cpu.h"
 #include "sizes.h"
 #include "testutil.h"
@@ -60,6 +65,9 @@ static const struct model shapes[N_SHAPES] = {
 };
 
 static struct backend cpu, gpu;
+/* The 16-bit format device_from and host_from convert 2-byte tensors to and from: the model's
+ * under test (pair_make, check_adamw set it). */
+static enum model_dtype half_dt = MODEL_DTYPE_BF16;
 
 /* ---- one layer on both backends ---- */
 
@@ -93,7 +101,7 @@ static void *device_from(const struct sizes_tensor *t, const void *host)
     if (t->elem_bytes == 2) {
         uint16_t *h = malloc(sizeof(uint16_t) * (size_t)t->elems);
         for (int64_t i = 0; i < t->elems; i++)
-            h[i] = bf16_from_float(((const float *)host)[i]);
+            h[i] = half_from_float(half_dt, ((const float *)host)[i]);
         CU_ASSERT_EQUAL_FATAL(gpu.ops->upload(&gpu, d, h, 2 * t->elems, &e), ERR_OK);
         free(h);
     } else {
@@ -111,7 +119,7 @@ static float *host_from(const void *d, int64_t elems, int elem_bytes)
         uint16_t *h = malloc(sizeof(uint16_t) * (size_t)elems);
         CU_ASSERT_EQUAL_FATAL(gpu.ops->download(&gpu, h, d, 2 * elems, &e), ERR_OK);
         for (int64_t i = 0; i < elems; i++)
-            out[i] = bf16_to_float(h[i]);
+            out[i] = half_to_float(half_dt, h[i]);
         free(h);
     } else {
         CU_ASSERT_EQUAL_FATAL(gpu.ops->download(&gpu, out, d, 4 * elems, &e), ERR_OK);
@@ -119,13 +127,14 @@ static float *host_from(const void *d, int64_t elems, int elem_bytes)
     return out;
 }
 
-/* Random values, rounded to bf16 when the model is bf16 so that both sides see the same. */
-static void fill(float *x, int64_t n, double lo, double hi, double base, int bf16,
+/* Random values, rounded to the 16-bit format of a 16-bit model (`half`) so that both sides
+ * see the same. */
+static void fill(float *x, int64_t n, double lo, double hi, double base, int half,
                  struct test_rng *rng)
 {
     for (int64_t i = 0; i < n; i++) {
         float v = (float)(base + test_rng_double(rng, lo, hi));
-        x[i] = bf16 ? bf16_to_float(bf16_from_float(v)) : v;
+        x[i] = half ? half_to_float(half_dt, half_from_float(half_dt, v)) : v;
     }
 }
 
@@ -139,7 +148,9 @@ static void pair_make(struct pair *p, const struct model *shape, enum model_dtyp
     p->m32.dtype = MODEL_DTYPE_FP32;
     p->kind = kind;
     int layer = kind == MODEL_LAYER_EMBED ? 0 : kind == MODEL_LAYER_BLOCK ? 1 : p->m.n_layer + 1;
-    int bf16 = dt == MODEL_DTYPE_BF16;
+    int bf16 = model_dtype_16bit(dt); /* any 16-bit format */
+    if (bf16)
+        half_dt = dt;
     struct layer_view *c = &p->c, *g = &p->g;
     c->model = &p->m32;
     g->model = &p->m;
@@ -258,7 +269,7 @@ static void check_layer(int shape, enum model_dtype dt, enum model_layer_kind ki
     struct pair p;
     struct err e;
     pair_make(&p, &shapes[shape], dt, kind, &rng);
-    int bf16 = dt == MODEL_DTYPE_BF16, e_act = sizes_act_elem_bytes(dt);
+    int bf16 = model_dtype_16bit(dt), e_act = sizes_act_elem_bytes(dt);
     struct tol fwd = bf16 ? BF16_FWD : FP32_TOL, bwd = bf16 ? BF16_BWD : FP32_TOL;
     char what[128];
     snprintf(what, sizeof what, "%s shape %d %s", model_dtype_name(dt), shape,
@@ -327,11 +338,13 @@ static void test_fp32_layers(void)
             check_layer(s, MODEL_DTYPE_FP32, (enum model_layer_kind)k);
 }
 
-static void test_bf16_layers(void)
+static void test_16bit_layers(void)
 {
     for (int s = 0; s < N_SHAPES; s++)
-        for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
+        for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++) {
             check_layer(s, MODEL_DTYPE_BF16, (enum model_layer_kind)k);
+            check_layer(s, MODEL_DTYPE_FP16, (enum model_layer_kind)k);
+        }
 }
 
 /* ---- properties on the GPU alone ---- */
@@ -433,7 +446,7 @@ static void check_repeatable(int shape, enum model_dtype dt, enum model_layer_ki
 static void test_repeatable(void)
 {
     for (int shape = 1; shape < N_SHAPES; shape++) /* GPTs and Llamas, both attentions */
-        for (int d = 0; d < 2; d++)
+        for (int d = MODEL_DTYPE_FP32; d <= MODEL_DTYPE_FP16; d++)
             for (int k = MODEL_LAYER_EMBED; k <= MODEL_LAYER_HEAD; k++)
                 check_repeatable(shape, (enum model_dtype)d, (enum model_layer_kind)k);
 }
@@ -447,9 +460,11 @@ static void check_adamw(enum model_dtype dt)
     fill(w, N, -1, 1, 0, 0, &rng);
     fill(g, N, -0.1, 0.1, 0, 0, &rng);
     struct sizes_tensor t32 = {"w", N, 4}, t16 = {"w", N, 2};
+    if (model_dtype_16bit(dt))
+        half_dt = dt;
     float *dw = device_from(&t32, w), *dg = device_from(&t32, g), *dm = device_from(&t32, m),
           *dv = device_from(&t32, v);
-    void *dh = dt == MODEL_DTYPE_BF16 ? device_from(&t16, w) : dw;
+    void *dh = model_dtype_16bit(dt) ? device_from(&t16, w) : dw;
     struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
     for (int t = 1; t <= 3; t++) {
         adamw_update(w, g, m, v, N, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t);
@@ -459,11 +474,11 @@ static void check_adamw(enum model_dtype dt)
     CU_ASSERT(compare_device("adamw", "master", dw, 4, w, N, FP32_TOL));
     CU_ASSERT(compare_device("adamw", "m", dm, 4, m, N, FP32_TOL));
     CU_ASSERT(compare_device("adamw", "v", dv, 4, v, N, FP32_TOL));
-    if (dt == MODEL_DTYPE_BF16) {
+    if (model_dtype_16bit(dt)) {
         float *master = host_from(dw, N, 4), *half = host_from(dh, N, 2);
         int ok = 1;
         for (int i = 0; i < N && ok; i++)
-            ok = half[i] == bf16_to_float(bf16_from_float(master[i]));
+            ok = half[i] == half_to_float(dt, half_from_float(dt, master[i]));
         CU_ASSERT(ok);
         free(master);
         free(half);
@@ -483,6 +498,43 @@ static void test_adamw(void)
 {
     check_adamw(MODEL_DTYPE_FP32);
     check_adamw(MODEL_DTYPE_BF16);
+    check_adamw(MODEL_DTYPE_FP16);
+}
+
+/* Loss scaling's pass over the gradients: the CPU's bits (x * mul in fp32; a NaN stays a NaN),
+ * the same flag;
+ * mul 1 changes nothing; a clean vector sets no flag. */
+static void test_unscale(void)
+{
+    enum { N = 70001 };
+    struct test_rng rng = {11};
+    struct err e;
+    float *x = malloc(4 * N), *y = malloc(4 * N);
+    fill(x, N, -3e4, 3e4, 0, 0, &rng);
+    struct sizes_tensor t = {"g", N, 4};
+    for (int pass = 0; pass < 3; pass++) {
+        float mul = pass == 1 ? 1.0f : 0x1p-16f;
+        if (pass == 2) {
+            x[N / 2] = INFINITY;
+            x[N - 1] = NAN;
+        }
+        float *d = device_from(&t, x);
+        int found_cpu = 0, found_gpu = 0;
+        memcpy(y, x, 4 * N);
+        CU_ASSERT_EQUAL(cpu.ops->unscale(&cpu, y, N, mul, &found_cpu, &e), ERR_OK);
+        CU_ASSERT_EQUAL(gpu.ops->unscale(&gpu, d, N, mul, &found_gpu, &e), ERR_OK);
+        float *got = host_from(d, N, 4);
+        int same = 1; /* NaNs alike, whatever their payloads */
+        for (int i = 0; i < N && same; i++)
+            same = isnan(y[i]) ? isnan(got[i]) : memcmp(&got[i], &y[i], 4) == 0;
+        CU_ASSERT(same);
+        CU_ASSERT_EQUAL(found_gpu, pass == 2);
+        CU_ASSERT_EQUAL(found_cpu, pass == 2);
+        free(got);
+        gpu.ops->release(&gpu, d);
+    }
+    free(x);
+    free(y);
 }
 
 /* the backend refuses what it cannot do, and says why */
@@ -515,11 +567,13 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("cuda layers", NULL, NULL);
     CU_add_test(s, "fp32 layers against the CPU's (embedding bitwise)", test_fp32_layers);
-    CU_add_test(s, "bf16 layers against the CPU's on the same bf16 inputs", test_bf16_layers);
+    CU_add_test(s, "bf16 and fp16 layers against the CPU's on the same 16-bit inputs",
+                test_16bit_layers);
     CU_add_test(s, "recompute is bitwise, a second backward adds the same bits",
                 test_repeatable);
-    CU_add_test(s, "AdamW against the CPU's; bf16 weights are the rounded master",
+    CU_add_test(s, "AdamW against the CPU's; 16-bit weights are the rounded master",
                 test_adamw);
+    CU_add_test(s, "loss scaling's unscale and check: the CPU's bits and flag", test_unscale);
     CU_add_test(s, "bad device and out-of-memory are reported, not crashed on", test_refusals);
     int rc = test_main();
     gpu.ops->free(&gpu);

@@ -2,7 +2,11 @@
  * tolerance), 1 rank against 2 and 4 ranks sharing one GPU (host-staged MPI), recomputation
  * (whole layers and every partial option) against none, NCCL against MPI where there are two GPUs;
  * every run's measured peak within 2% of its plan; a stage over its limit refused before
- * training. Skipped (exit 77) without a GPU; the NCCL case is skipped, and says so, with one.
+ * training; fp16 with dynamic loss scaling on the GPU against the CPU's fp16 (whose kernels round
+ * where the GPU's store fp16): the same loss scales and skipped steps from a scale that
+ * overflows at first, losses within 1e-3 relative, and bitwise over 1 and 2 ranks and with every
+ * layer recomputed. Skipped (exit 77) without a GPU; the NCCL case is skipped, and says so, with
+ * one.
  *
  * Tolerances. GPU runs of one build repeat their bits whatever the rank split or recompute
  * set (the same kernels on the same inputs; transfers copy bytes), so those comparisons are
@@ -61,7 +65,8 @@ static int losses_close(const struct train_metrics *a, const struct train_metric
 /* ---- plans ---- */
 
 enum { FP32_1, FP32_2, FP32_4, FP32_2_FULL, FP32_2_ATTN, BF16_1, BF16_2, BF16_4, BF16_2_FULL,
-       BF16_2_OPTS, FLASH_1, FLASH_2, FLASH_2_OPTS, FLASH16_2, FLASH16_2_OPTS, N_PLANS };
+       BF16_2_OPTS, FLASH_1, FLASH_2, FLASH_2_OPTS, FLASH16_2, FLASH16_2_OPTS, FP16_1, FP16_2,
+       FP16_2_FULL, N_PLANS };
 static char plan_path[N_PLANS][1024];
 
 /* `attention`: "materialized" or "flash" */
@@ -124,6 +129,10 @@ static int setup(void)
     write_model("b16", "bf16", "materialized");
     write_model("fl32", "fp32", "flash");
     write_model("fl16", "bf16", "flash");
+    write_model("h16", "fp16", "materialized");
+    make_plan(FP16_1, "h16", 1, "none");
+    make_plan(FP16_2, "h16", 2, "none");
+    make_plan(FP16_2_FULL, "h16", 2, "full");
     make_plan(FLASH_1, "fl32", 1, "none");
     make_plan(FLASH_2, "fl32", 2, "none");
     make_plan(FLASH16_2, "fl16", 2, "none");
@@ -239,6 +248,29 @@ static void test_flash(void)
     check_recompute(FLASH16_2, FLASH16_2_OPTS, "bf16 flash, mlp and whole layers");
 }
 
+/* fp16: from 2^30 the logits' gradients, (p - onehot) x scale / (B T M = 2^11), reach 2^19 and
+ * overflow fp16 (65504) on both backends alike, until the scale has backed off to 2^26 or
+ * below */
+static void test_fp16(void)
+{
+    const char *large = "--initial-loss-scale 1073741824 --hysteresis 1 --steps 14";
+    struct train_metrics g, c, g2, gf;
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--device cuda %s", large);
+    if (train_ok(1, plan_path[FP16_1], extra, "h1g.json", &g) ||
+        train_ok(2, plan_path[FP16_2], extra, "h2g.json", &g2) ||
+        train_ok(2, plan_path[FP16_2_FULL], extra, "h2f.json", &gf))
+        return;
+    snprintf(extra, sizeof extra, "--device cpu --threads 4 %s", large);
+    if (train_ok(1, plan_path[FP16_1], extra, "h1c.json", &c))
+        return;
+    CU_ASSERT(train_same_scaling(&g, &c));
+    CU_ASSERT(g.skipped[0] && !g.skipped[g.n_steps - 1]);
+    CU_ASSERT(losses_close(&g, &c, 1e-3, "fp16 GPU against CPU"));
+    CU_ASSERT(losses_close(&g2, &g, 0, "fp16 2 ranks against 1") && train_same_scaling(&g2, &g));
+    CU_ASSERT(losses_close(&gf, &g2, 0, "fp16 recomputed") && train_same_scaling(&gf, &g2));
+}
+
 static void test_nccl(void)
 {
     int n = 0;
@@ -291,6 +323,8 @@ int main(void)
     CU_add_test(s, "recomputation (whole, attn, mlp, attn+mlp) leaves the state bitwise",
                 test_recompute_identical);
     CU_add_test(s, "flash attention: as on the CPU, recomputation bitwise", test_flash);
+    CU_add_test(s, "fp16 on the GPU: the CPU's scales and skipped steps, bitwise over ranks and "
+                   "recomputation", test_fp16);
     CU_add_test(s, "NCCL between two GPUs gives 1 rank's losses", test_nccl);
     CU_add_test(s, "a stage over its limit is refused before training", test_limit);
     return test_main();

@@ -89,11 +89,11 @@ static void check_kernels(int B, int T, int NH, int NKV, int hs, int gpt)
     float *dq = filled(nqkv, -9, 9), *dref = malloc(sizeof(float) * (size_t)nqkv);
     flash_attention_forward(out, lse, qkv, B, T, NH, NKV, hs);
     if (gpt) {
-        attention_forward(ref, att, qkv, B, T, C, NH);
-        attention_backward(dref, datt, g, qkv, att, B, T, C, NH);
+        attention_forward(ref, att, qkv, B, T, C, NH, NULL);
+        attention_backward(dref, datt, g, qkv, att, B, T, C, NH, NULL);
     } else {
-        gqa_attention_forward(ref, att, qkv, B, T, NH, NKV, hs);
-        gqa_attention_backward(dref, datt, g, qkv, att, B, T, NH, NKV, hs);
+        gqa_attention_forward(ref, att, qkv, B, T, NH, NKV, hs, NULL);
+        gqa_attention_backward(dref, datt, g, qkv, att, B, T, NH, NKV, hs, NULL);
     }
     char what[96];
     snprintf(what, sizeof what, "out (T %d, %d/%d heads, %s)", T, NH, NKV, gpt ? "gpt" : "gqa");

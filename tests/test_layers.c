@@ -557,16 +557,17 @@ static void test_threads_bitwise(void)
     free(dinp[1]);
 }
 
-/* The persistent arena of a bf16 stage: bf16 weights, then fp32 gradients, master weights,
- * m and v, each section one copy of every parameter, no overlap; the fp32 layout keeps the
- * weights as the master. Numbers by hand for the test model (C = 8, V = 11, T = 5): embed
- * wte 88 + wpe 40 elements; each tensor padded to 64 bytes. */
-static void test_bf16_layout(void)
+/* The persistent arena of a 16-bit stage (bf16 and fp16 alike, to the byte): 16-bit weights,
+ * then fp32 gradients, master weights, m and v, each section one copy of every parameter, no
+ * overlap; the fp32 layout keeps the weights as the master. Numbers by hand for the test
+ * model (C = 8, V = 11, T = 5): embed wte 88 + wpe 40 elements; each tensor padded to 64
+ * bytes. */
+static void check_16bit_layout(enum model_dtype dtype)
 {
     struct model m = model;
     struct stage_layout sl;
     struct err e;
-    m.dtype = MODEL_DTYPE_BF16;
+    m.dtype = dtype;
     CU_ASSERT_EQUAL_FATAL(layout_init(&sl, &m, 0, 0, NULL, 2, &e), ERR_OK);
     /* fp32: 88 x 4 = 352 -> 384, 40 x 4 = 160 -> 192; bf16: 176 -> 192, 80 -> 128 */
     CU_ASSERT_EQUAL(sl.section_bytes, 384 + 192);
@@ -580,6 +581,15 @@ static void test_bf16_layout(void)
     CU_ASSERT_EQUAL(sl.layers[0].param_off[EMBED_WPE], 384);
     CU_ASSERT_EQUAL(sl.layers[0].state_bytes, sl.persistent_bytes);
     layout_free(&sl);
+}
+
+static void test_16bit_layout(void)
+{
+    check_16bit_layout(MODEL_DTYPE_BF16);
+    check_16bit_layout(MODEL_DTYPE_FP16);
+    struct model m = model;
+    struct stage_layout sl;
+    struct err e;
     m.dtype = MODEL_DTYPE_FP32;
     CU_ASSERT_EQUAL_FATAL(layout_init(&sl, &m, 0, 0, NULL, 2, &e), ERR_OK);
     CU_ASSERT_EQUAL(sl.weights_bytes, sl.section_bytes);
@@ -590,8 +600,8 @@ static void test_bf16_layout(void)
     layout_free(&sl);
 }
 
-/* The CPU backend computes fp32 and bf16 (through fp32 copies) and says so; a bf16 AdamW
- * steps the fp32 master and rounds it into the bf16 weights (1 - lr: by hand). */
+/* The CPU backend computes fp32, bf16 and fp16 (through fp32 copies) and says so; a 16-bit
+ * AdamW steps the fp32 master and rounds it into the 16-bit weights (1 - lr: by hand). */
 static void test_cpu_bf16_adamw(void)
 {
     struct backend be;
@@ -607,6 +617,13 @@ static void test_cpu_bf16_adamw(void)
     CU_ASSERT(fabsf(w - 0.999f) < 1e-6f);
     /* 0.999 lies between the bf16 neighbours 0.99609375 and 1 (step 2^-8), nearer 1 */
     CU_ASSERT_EQUAL(half, 0x3f80);
+    /* fp16: between 0.9990234375 (0x3bfe) and 1 - 2^-11 (0x3bff), nearer the former
+     * (0.999 is 2.3e-5 from it, 5.1e-4 from the other) */
+    w = 1, m = 0, v = 0;
+    CU_ASSERT(be.ops->dtypes & BACKEND_DTYPE_BIT(MODEL_DTYPE_FP16));
+    CU_ASSERT_EQUAL(be.ops->adamw(&be, &half, &w, &g, &m, &v, 1, MODEL_DTYPE_FP16, &p, 1, 0, &e),
+                    ERR_OK);
+    CU_ASSERT_EQUAL(half, 0x3bfe);
     /* fp32 weights must be the master weights */
     CU_ASSERT_EQUAL(be.ops->adamw(&be, &half, &w, &g, &m, &v, 1, MODEL_DTYPE_FP32, &p, 2, 0, &e),
                     ERR_FAIL);
@@ -623,7 +640,7 @@ int main(void)
                 test_recompute_bitwise);
     CU_add_test(s, "backward adds into parameter gradients", test_backward_accumulates);
     CU_add_test(s, "1 and 2 threads give identical bits", test_threads_bitwise);
-    CU_add_test(s, "the bf16 persistent arena by hand", test_bf16_layout);
-    CU_add_test(s, "the cpu backend's bf16 AdamW rounds the fp32 master", test_cpu_bf16_adamw);
+    CU_add_test(s, "the bf16 and fp16 persistent arena by hand", test_16bit_layout);
+    CU_add_test(s, "the cpu backend's 16-bit AdamW rounds the fp32 master", test_cpu_bf16_adamw);
     return test_main();
 }

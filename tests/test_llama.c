@@ -278,15 +278,15 @@ static void check_attention(int NKV)
     fill(qkv, qd, n, -1.5, 1.5);
     fill(G, Gd, B * T * C, -1, 1);
     struct att_ctx c = {B, T, NH, NKV, HS, Gd};
-    gqa_attention_forward(out, att, qkv, B, T, NH, NKV, HS);
+    gqa_attention_forward(out, att, qkv, B, T, NH, NKV, HS, NULL);
     att_ref(qd, oref, aref, &c);
     CU_ASSERT(all_close(att, aref, B * NH * T * T, 1e-6, 1e-5, "gqa att"));
     CU_ASSERT(all_close(out, oref, B * T * C, 1e-6, 1e-5, "gqa out"));
     /* the probabilities alone (recomputation) are the same bits */
-    gqa_attention_forward(NULL, att2, qkv, B, T, NH, NKV, HS);
+    gqa_attention_forward(NULL, att2, qkv, B, T, NH, NKV, HS, NULL);
     CU_ASSERT(memcmp(att, att2, sizeof att) == 0);
     fill(dqkv, NULL, n, -9, 9); /* overwritten, not added to */
-    gqa_attention_backward(dqkv, datt, G, qkv, att, B, T, NH, NKV, HS);
+    gqa_attention_backward(dqkv, datt, G, qkv, att, B, T, NH, NKV, HS, NULL);
     fd_grad(att_loss, &c, qd, n, gq);
     char what[64];
     snprintf(what, sizeof what, "gqa dqkv (%d kv heads)", NKV);

@@ -245,13 +245,8 @@ static void instance_make_sized(struct instance *in, struct test_rng *r, enum sc
         c->out_bytes = c->ckpt_bytes;
         c->workspace_bytes = GIB / 4;
         instance_attn_option(c, r);
-        if (options > 1) { /* an `mlp` option: a smaller share, a cheaper recompute */
-            c->n_options = 2;
-            snprintf(c->options[1].name, sizeof c->options[1].name, "mlp");
-            c->options[1].transient_bytes = c->act_bytes / 4;
-            c->options[1].kept_bytes = c->act_bytes - c->options[1].transient_bytes;
-            c->options[1].recompute_ms = c->fwd_ms * test_rng_double(r, 0.05, 0.3);
-        }
+        if (options > 1) /* an `mlp` option: a smaller share, a cheaper recompute */
+            instance_mlp_option(c, r);
     }
     struct cluster *c = &in->c;
     for (int s = 0; s < S; s++) {

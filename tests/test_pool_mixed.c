@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "cluster.h"
+#include "jsonio.h"
 #include "plan.h"
 #include "planner.h"
 #include "pool.h"
@@ -207,8 +208,10 @@ static double mixed_search(const char *file, double time_limit_s, struct pool_mi
     plan_options_default(&o);
     o.search_gap = 0;
     o.time_limit_s = time_limit_s;
-    if (pool_mixed_search(file, &o, INFINITY, &plans, &n, &step, r, &e) != ERR_OK)
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
+    if (root == NULL || pool_mixed_search(root, file, &o, INFINITY, &plans, &n, &step, r, &e))
         fprintf(stderr, "\n%s\n", e.msg);
+    cJSON_Delete(root);
     CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
     double ms = n > 0 ? step.step_ms : INFINITY;
     CU_ASSERT_EQUAL(n, r->n_groups);

@@ -285,20 +285,24 @@ static void test_options(void)
         run(args, 2, bad[i].says);
         CU_ASSERT(access(out, F_OK) != 0);
     }
-    /* a bf16 model: the CPU computes it (fp32 copies, bf16 arenas), and the bytes its layers
-     * touch are the size functions' */
-    char text[sizeof tiny_text], *err = NULL;
-    snprintf(text, sizeof text, "%s", tiny_text);
-    memcpy(strstr(text, "fp32"), "bf16", 4);
-    snprintf(args, sizeof args, "profile --model '%s' --device cpu --repeats 1 -o '%s'",
-             keep(bf16_buf, test_write("tiny-bf16.json", text)), out);
-    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 0);
-    CU_ASSERT(err != NULL && strstr(err, "differ") == NULL);
-    if (err != NULL && strstr(err, "differ") != NULL)
-        fprintf(stderr, "\n%s\n", err);
-    free(err);
-    CU_ASSERT(access(out, F_OK) == 0);
-    remove(out);
+    /* 16-bit models: the CPU computes them (fp32 copies, 16-bit arenas), and the bytes their
+     * layers touch are the size functions' */
+    static const char *const half[] = {"bf16", "fp16"};
+    for (int d = 0; d < 2; d++) {
+        char text[sizeof tiny_text], *err = NULL, file[32];
+        snprintf(text, sizeof text, "%s", tiny_text);
+        memcpy(strstr(text, "fp32"), half[d], 4);
+        snprintf(file, sizeof file, "tiny-%s.json", half[d]);
+        snprintf(args, sizeof args, "profile --model '%s' --device cpu --repeats 1 -o '%s'",
+                 keep(bf16_buf, test_write(file, text)), out);
+        CU_ASSERT_EQUAL(test_run(args, NULL, &err), 0);
+        CU_ASSERT(err != NULL && strstr(err, "differ") == NULL);
+        if (err != NULL && strstr(err, "differ") != NULL)
+            fprintf(stderr, "\n%s: %s\n", half[d], err);
+        free(err);
+        CU_ASSERT(access(out, F_OK) == 0);
+        remove(out);
+    }
     /* --name names the device */
     snprintf(args, sizeof args,
              "profile --model '%s' --device cpu --repeats 1 --threads 1 --name 'lab box' -o '%s'",

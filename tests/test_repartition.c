@@ -288,6 +288,7 @@ static void test_against_brute_force(void)
         o.repartition = 1;
         o.search_nodes = 1L << 30; /* exhaustive */
         o.search_gap = 0;          /* exact */
+        o.min_gain = 0;            /* the fastest, which the brute force is */
         struct plan p;
         struct err e;
         err_clear(&e);
@@ -322,6 +323,7 @@ static void test_against_brute_force(void)
         struct plan fixed;
         struct plan_options fo;
         plan_options_default(&fo);
+        fo.min_gain = 0;
         err_clear(&e);
         if (contiguous && planner_make(&in.c, &fo, &fixed, &e) == ERR_OK) {
             CU_ASSERT(p.iteration_ms <= fixed.iteration_ms * (1 + 1e-12));
@@ -361,7 +363,7 @@ static void test_against_brute_force(void)
     CU_ASSERT(within_gap >= 100);
 }
 
-/* repartition_search with --search-gap 0 and a budget of `nodes`. */
+/* repartition_search with --search-gap 0, --min-gain 0 and a budget of `nodes`. */
 static int exact_search(const struct cluster *c, long nodes, struct arrangement *a,
                         struct plan_search *found)
 {
@@ -371,6 +373,7 @@ static int exact_search(const struct cluster *c, long nodes, struct arrangement 
     plan_options_default(&o);
     o.repartition = 1;
     o.search_gap = 0;
+    o.min_gain = 0; /* the fastest split, not a simpler one near it */
     o.search_nodes = nodes;
     return repartition_search(c, &o, a, found, &e);
 }

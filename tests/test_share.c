@@ -36,11 +36,14 @@ static void write_job(const char *name, int n_layer, int n_embd, int seq_len, lo
              test_path(file), prof);
     if (test_run(args, NULL, NULL) != 0)
         fprintf(stderr, "profile of %s failed\n", name);
+    /* the layers split in halves (the numbers below are this split's) */
+    int layers = n_layer + 2, half = layers / 2;
     snprintf(text, sizeof text,
              "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
-             "\"stages\": [{\"device\": \"cpu\", \"memory_bytes\": %ld, \"profile\": \"%s.prof\"}, "
-             "{\"device\": \"cpu\", \"memory_bytes\": %ld, \"profile\": \"%s.prof\"}]}",
-             memory, name, memory, name);
+             "\"stages\": [{\"device\": \"cpu\", \"memory_bytes\": %ld, \"profile\": \"%s.prof\", "
+             "\"layers\": [0, %d]}, {\"device\": \"cpu\", \"memory_bytes\": %ld, \"profile\": "
+             "\"%s.prof\", \"layers\": [%d, %d]}]}",
+             memory, name, half - 1, memory, name, half, layers - 1);
     snprintf(file, sizeof file, "%s.json", name);
     test_write(file, text);
 }

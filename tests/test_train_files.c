@@ -398,9 +398,10 @@ static void test_weights_refused(void)
     snprintf(needle, sizeof needle,
              "%s: h.0.attn.c_attn.weight.shape: [96, 32], expected [32, 96]", p);
     expect_refused(args, needle);
-    p = write_gpt2("f16.safetensors", NULL, "wpe.weight", "F16", 0);
+    p = write_gpt2("f64.safetensors", NULL, "wpe.weight", "F64", 0);
     snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_w1, p);
-    snprintf(needle, sizeof needle, "%s: wpe.weight.dtype: \"F16\", expected F32 or BF16", p);
+    snprintf(needle, sizeof needle, "%s: wpe.weight.dtype: \"F64\", expected F32, BF16 or F16",
+             p);
     expect_refused(args, needle);
     /* truncated: the last tensor's bytes run past the end */
     char cut[1024];
@@ -490,10 +491,11 @@ static void test_llama_weights(void)
     snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_l1, p);
     snprintf(needle, sizeof needle, "%s: model.layers.1.self_attn.k_proj.weight: missing", p);
     expect_refused(args, needle);
-    p = write_llama("lf16.safetensors", 0, NULL, "model.layers.0.mlp.up_proj.weight", "F16");
+    p = write_llama("lf64.safetensors", 0, NULL, "model.layers.0.mlp.up_proj.weight", "F64");
     snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_l1, p);
     snprintf(needle, sizeof needle,
-             "%s: model.layers.0.mlp.up_proj.weight.dtype: \"F16\", expected F32 or BF16", p);
+             "%s: model.layers.0.mlp.up_proj.weight.dtype: \"F64\", expected F32, BF16 or F16",
+             p);
     expect_refused(args, needle);
     /* a GPT-2 file is not a Llama's */
     p = write_gpt2("gpt-for-llama.safetensors", NULL, NULL, NULL, 0);

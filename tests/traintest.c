@@ -83,8 +83,12 @@ int train_metrics_read(const char *file, struct train_metrics *m)
         return -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "steps"))
-        if (m->n_steps < TRAIN_MAX_STEPS)
+        if (m->n_steps < TRAIN_MAX_STEPS) {
+            const cJSON *scale = cJSON_GetObjectItem(it, "loss_scale");
+            m->loss_scale[m->n_steps] = cJSON_IsNumber(scale) ? scale->valuedouble : 0;
+            m->skipped[m->n_steps] = cJSON_IsTrue(cJSON_GetObjectItem(it, "skipped"));
             m->loss[m->n_steps++] = number(it, "loss");
+        }
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "stages"))
         if (m->n_stages < TRAIN_MAX_STAGES) {
             m->peak[m->n_stages] = (long long)number(it, "peak_bytes");
@@ -147,6 +151,19 @@ static void rewrite_close(const char *to, struct plan *p)
     plan_free(p);
 }
 
+/* A rewritten stage's numbers, the cost model's for its actions. */
+static void recost(const struct plan *p, struct plan_stage *st)
+{
+    struct stage_cost c;
+    plan_stage_cost(p, st, &c);
+    st->memory_bytes = c.memory_bytes;
+    st->recompute_ms = c.recompute_ms;
+    st->stage_ms = c.stage_ms;
+    st->staging_bytes = c.staging_bytes;
+    st->host_memory_bytes = c.host_memory_bytes;
+    st->copy_ms = plan_stage_copy_ms(st);
+}
+
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice)
 {
     struct plan p;
@@ -166,13 +183,46 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
                 fprintf(stderr, "plan %s: layer %d has no option %s\n", to, st->first + l,
                         want);
         }
-        struct stage_cost c;
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
+        recost(&p, st);
     }
     rewrite_close(to, &p);
+}
+
+void train_plan_offload(const char *from, const char *to)
+{
+    struct plan p;
+    if (rewrite_open(from, to, &p))
+        return;
+    for (int s = 0; s < p.n_stages; s++) {
+        struct plan_stage *st = &p.stages[s];
+        if (st->place == NULL && plan_stage_alloc_offload(st) != 0) {
+            fprintf(stderr, "plan %s: out of memory\n", to);
+            break;
+        }
+        for (int l = 0; l < plan_stage_layer_count(st); l++)
+            if (cost_whole_offload(&p.model, l, st->first + l)) {
+                st->place[l] = COST_PLACE_HOST;
+                st->prefetch_ahead[l] = 1;
+            }
+        st->host_link = (struct link){1, 200, 10};
+        recost(&p, st);
+        st->host_limit_bytes = st->host_memory_bytes;
+    }
+    rewrite_close(to, &p);
+}
+
+int train_same_scaling(const struct train_metrics *a, const struct train_metrics *b)
+{
+    if (a->n_steps != b->n_steps || a->n_steps == 0)
+        return 0;
+    for (int i = 0; i < a->n_steps; i++)
+        if (a->loss_scale[i] != b->loss_scale[i] || a->skipped[i] != b->skipped[i]) {
+            fprintf(stderr, "\nstep %d: loss scale %g%s against %g%s\n", i + 1,
+                    a->loss_scale[i], a->skipped[i] ? " (skipped)" : "", b->loss_scale[i],
+                    b->skipped[i] ? " (skipped)" : "");
+            return 0;
+        }
+    return 1;
 }
 
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)
@@ -256,7 +306,6 @@ void train_plan_host_optimizer_from(const char *from, const char *to, unsigned m
         return;
     for (int s = 0; s < p.n_stages; s++) {
         struct plan_stage *st = &p.stages[s];
-        struct stage_cost c;
         if (!(mask >> s & 1))
             continue;
         if (host_from >= plan_stage_layer_count(st))
@@ -265,12 +314,8 @@ void train_plan_host_optimizer_from(const char *from, const char *to, unsigned m
         st->optimizer_from = host_from;
         if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
             st->host_link = (struct link){1, 200, 10};
-        plan_stage_cost(&p, st, &c);
-        st->memory_bytes = c.memory_bytes;
-        st->recompute_ms = c.recompute_ms;
-        st->stage_ms = c.stage_ms;
-        st->host_memory_bytes = c.host_memory_bytes;
-        st->host_limit_bytes = limit > 0 ? limit : c.host_memory_bytes;
+        recost(&p, st);
+        st->host_limit_bytes = limit > 0 ? limit : st->host_memory_bytes;
     }
     rewrite_close(to, &p);
 }

@@ -29,6 +29,8 @@ void train_run_free(struct train_run *r);
 struct train_metrics {
     int n_steps, n_stages;
     double loss[TRAIN_MAX_STEPS];
+    double loss_scale[TRAIN_MAX_STEPS]; /* fp16 runs; 0 where the metrics have none */
+    int skipped[TRAIN_MAX_STEPS];       /* fp16 runs: the step overflowed and was skipped */
     long long peak[TRAIN_MAX_STAGES], planned[TRAIN_MAX_STAGES];
     double recompute_ms[TRAIN_MAX_STAGES];
     char transport[64];
@@ -59,6 +61,15 @@ void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, 
  * optimizer on the device). */
 void train_plan_host_optimizer_from(const char *from, const char *to, unsigned mask,
                                     int host_from, int64_t limit);
+
+/* Plan `to`: plan `from` with every layer that may (cost_whole_offload) keeping its tensors
+ * in host memory between forward and backward, prefetched one layer ahead, over a 200 Gbit/s
+ * host link, each stage's host limit its host memory, and every number the cost model's. */
+void train_plan_offload(const char *from, const char *to);
+
+/* The same steps with the same loss scales and skipped steps (fp16; the first difference
+ * printed); 0 for no steps. */
+int train_same_scaling(const struct train_metrics *a, const struct train_metrics *b);
 
 /* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);

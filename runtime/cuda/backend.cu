@@ -1,6 +1,6 @@
 // The CUDA backend: device memory from cudaMalloc (no managed memory), one stream, one cuBLAS
 // handle with a workspace of its own, and the kernels of kernels.cu, queued on that stream;
-// the layers over them are gpt_layers.c's, the CPU backend's.
+// the layers over them are gpt_layers.c's, the CPU backend's. fp32, bf16 and fp16 (kernels.cuh).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +44,9 @@ struct cuda_impl {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
+    // unscale's flag: pinned host memory the kernel writes through its mapping, so that the
+    // check takes no device memory beside the plan's arenas
+    int *found_host, *found_dev;
     struct cuda_backend_memory mem;
     void *ptr[MAX_ALLOCS];
     int64_t bytes[MAX_ALLOCS];
@@ -74,7 +77,7 @@ static cuda_impl *impl_of(const struct backend *be)
 static kctx ctx_of(struct backend *be, enum model_dtype dt)
 {
     cuda_impl *c = impl_of(be);
-    return kctx{c->stream, c->blas, dt == MODEL_DTYPE_BF16};
+    return kctx{c->stream, c->blas, dt};
 }
 
 kctx cuda_kctx(struct backend *be, enum model_dtype dt)
@@ -265,6 +268,18 @@ static int cu_adamw(struct backend *be, void *weights, float *master, const floa
                    p->eps, decay ? p->weight_decay : 0.0f, c1, c2, e);
 }
 
+static int cu_unscale(struct backend *be, float *x, int64_t n, float mul, int *found,
+                      struct err *e)
+{
+    cuda_impl *c = impl_of(be);
+    *c->found_host = 0;
+    ERR_TRY(k_unscale(ctx_of(be, MODEL_DTYPE_FP32), x, n, mul, c->found_dev, e));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream), e);
+    if (*(volatile int *)c->found_host)
+        *found = 1;
+    return ERR_OK;
+}
+
 // ---- host memory and the copy lanes ----
 
 static int cu_host_alloc(struct backend *be, int64_t bytes, void **out, struct err *e)
@@ -437,6 +452,8 @@ static void cu_free(struct backend *be)
             cublasDestroy(c->blas);
         if (c->blas_ws != nullptr)
             cudaFree(c->blas_ws);
+        if (c->found_host != nullptr)
+            cudaFreeHost(c->found_host);
         if (c->stream != nullptr)
             cudaStreamDestroy(c->stream);
         free(c);
@@ -447,7 +464,8 @@ static void cu_free(struct backend *be)
 
 static const struct backend_ops cuda_ops = {
     "cuda",
-    BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32) | BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16),
+    BACKEND_DTYPE_BIT(MODEL_DTYPE_FP32) | BACKEND_DTYPE_BIT(MODEL_DTYPE_BF16) |
+        BACKEND_DTYPE_BIT(MODEL_DTYPE_FP16),
     cu_alloc,
     cu_release,
     cu_upload,
@@ -469,6 +487,7 @@ static const struct backend_ops cuda_ops = {
     cu_crossentropy_forward,
     cu_crossentropy_backward,
     cu_adamw,
+    cu_unscale,
     cu_host_alloc,
     cu_host_release,
     cu_copy_async,
@@ -566,6 +585,8 @@ static int init(cuda_impl *c, int device, struct err *e)
     CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES), e);
     CUDA_CHECK(cudaMemGetInfo(&f1, &total), e);
     c->mem.blas_bytes = (int64_t)f0 - (int64_t)f1;
+    CUDA_CHECK(cudaHostAlloc((void **)&c->found_host, sizeof(int), cudaHostAllocMapped), e);
+    CUDA_CHECK(cudaHostGetDevicePointer((void **)&c->found_dev, c->found_host, 0), e);
     c->mem.blas_workspace_bytes = (int64_t)BLAS_WORKSPACE_BYTES;
     return ERR_OK;
 }

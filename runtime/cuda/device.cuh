@@ -1,20 +1,28 @@
-// Device helpers shared by the CUDA kernels (kernels.cu, llama_kernels.cu): element access
+// Device helpers shared by the CUDA kernels (kernels.cu, llama_kernels.cu, flash_kernels.cu): element access
 // with fp32 arithmetic, fixed-order reductions, launch sizes and the dtype dispatch.
 #ifndef BALLAST_CUDA_DEVICE_CUH
 #define BALLAST_CUDA_DEVICE_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
+extern "C" {
+#include "model.h"
+}
+
 typedef __nv_bfloat16 bf16;
+typedef __half fp16;
 
 // ---- element access: fp32 arithmetic, stores rounded to nearest even ----
 
 static __device__ __forceinline__ float to_f(float x) { return x; }
 static __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ float to_f(fp16 x) { return __half2float(x); }
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ fp16 from_f<fp16>(float x) { return __float2half_rn(x); }
 
 // Butterfly reductions: every lane ends with the same bits (a + b == b + a at each step).
 static __device__ __forceinline__ float warp_sum(float v)
@@ -61,7 +69,11 @@ static inline int blocks_for(int64_t n, int threads)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
          i += (int64_t)gridDim.x * blockDim.x)
 
-// Instantiates `launch<float>` or `launch<bf16>` by the context's dtype.
-#define DISPATCH(k, call) ((k).bf16 ? call<bf16> : call<float>)
+// `launch<float>`, `launch<bf16>` or `launch<fp16>` by a model dtype: the one place the CUDA
+// code picks the element type.
+#define BY_MODEL_DTYPE(dt, call)                                                               \
+    ((dt) == MODEL_DTYPE_FP16 ? call<fp16> : (dt) == MODEL_DTYPE_BF16 ? call<bf16> : call<float>)
+// The same by a kernel context's dtype.
+#define DISPATCH(k, call) BY_MODEL_DTYPE((k).dt, call)
 
 #endif

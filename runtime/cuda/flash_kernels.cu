@@ -3,7 +3,7 @@
 // query attention alike. The (B,NH,T,T) probabilities are never stored: key/value tiles pass
 // through shared memory, each query row keeps a running maximum and sum (the online softmax)
 // and finally its log-sum-exp; the backward recomputes the probabilities tile by tile from
-// it. In kernels.cuh's conventions: fp32 arithmetic on float or bf16 tensors, no atomics, each
+// it. In kernels.cuh's conventions: fp32 arithmetic on float or 16-bit tensors, no atomics, each
 // output element one thread's loop in a fixed order (so a recomputed forward repeats its
 // bits). dq is its own pass over the key tiles (FlashAttention-2's deterministic variant): the
 // scores are recomputed once for dk and dv and once for dq rather than added up atomically.
@@ -292,9 +292,7 @@ static int cu_flash_forward(struct backend *be, enum model_dtype dt, void *out, 
                             const void *qkv, int B, int T_, int NH, int NKV, int hs,
                             struct err *e)
 {
-    return dt == MODEL_DTYPE_BF16
-               ? flash_forward<bf16>(be, dt, out, lse, qkv, B, T_, NH, NKV, hs, e)
-               : flash_forward<float>(be, dt, out, lse, qkv, B, T_, NH, NKV, hs, e);
+    return BY_MODEL_DTYPE(dt, flash_forward)(be, dt, out, lse, qkv, B, T_, NH, NKV, hs, e);
 }
 
 static int cu_flash_backward(struct backend *be, enum model_dtype dt, void *dqkv, float *dsum,
@@ -302,11 +300,8 @@ static int cu_flash_backward(struct backend *be, enum model_dtype dt, void *dqkv
                              const float *lse, int B, int T_, int NH, int NKV, int hs,
                              struct err *e)
 {
-    return dt == MODEL_DTYPE_BF16
-               ? flash_backward<bf16>(be, dt, dqkv, dsum, dout, qkv, out, lse, B, T_, NH, NKV,
-                                      hs, e)
-               : flash_backward<float>(be, dt, dqkv, dsum, dout, qkv, out, lse, B, T_, NH, NKV,
-                                       hs, e);
+    return BY_MODEL_DTYPE(dt, flash_backward)(be, dt, dqkv, dsum, dout, qkv, out, lse, B, T_,
+                                              NH, NKV, hs, e);
 }
 
 extern "C" const struct flash_kernels flash_kernels_cuda = {cu_flash_forward, cu_flash_backward};

@@ -1,7 +1,6 @@
 // The CUDA kernels and cuBLAS calls behind kernels.cuh (see there for the conventions). The
 // order of operations follows kernels_cpu.c, so fp32 results differ from the CPU's only by
 // summation order and FMA contraction.
-#include <cuda_bf16.h>
 #include <math.h>
 
 #include "check.cuh"
@@ -244,7 +243,7 @@ int k_layernorm_backward(const kctx &k, void *dinp, float *dw, float *db, const 
 
 static cudaDataType_t act_type(const kctx &k)
 {
-    return k.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    return k.dt == MODEL_DTYPE_FP16 ? CUDA_R_16F : k.dt == MODEL_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 // C (m,n) = alpha op(A) op(B) + beta C, column-major; A and B of the model's dtype, C of
@@ -589,6 +588,28 @@ int k_crossentropy_backward(const kctx &k, void *probs, const int32_t *targets, 
                             int N, int V, struct err *e)
 {
     return DISPATCH(k, crossentropy_backward)(k, probs, targets, dloss, N, V, e);
+}
+
+// ---- loss scaling ----
+
+__global__ void unscale_kernel(float *x, int64_t n, float mul, int *found)
+{
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        if (!isfinite(v))
+            *found = 1; // every writer writes 1: no race that matters
+        if (mul != 1.0f)
+            x[i] = v * mul;
+    }
+}
+
+int k_unscale(const kctx &k, float *x, int64_t n, float mul, int *found, struct err *e)
+{
+    if (n <= 0)
+        return ERR_OK;
+    unscale_kernel<<<blocks_for(n, 256), 256, 0, k.stream>>>(x, n, mul, found);
+    KERNEL_CHECK("unscale_kernel", e);
+    return ERR_OK;
 }
 
 // ---- AdamW ----

@@ -2,12 +2,12 @@
 // inputs, parameters, sizes; shapes in comments. Each function queues its work on k.stream and
 // returns a status (launch errors are caught here, execution errors at the next sync).
 //
-// Element types. `void *` tensors hold the model's dtype: float, or __nv_bfloat16 when k.bf16
+// Element types. `void *` tensors hold the model's dtype k.dt: float, __nv_bfloat16 or __half
 // (activations, their gradients and the weights computed with); `float *` tensors are fp32 in
-// both (parameter gradients, master weights, AdamW moments, layer-norm statistics, losses).
-// Arithmetic is fp32 throughout: bf16 values are widened on load and rounded to nearest even on
-// store; cuBLAS multiplies bf16 or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F, no
-// TF32).
+// all (parameter gradients, master weights, AdamW moments, layer-norm statistics, losses).
+// Arithmetic is fp32 throughout: 16-bit values are widened on load and rounded to nearest even
+// on store (fp16 overflows to infinity from 65520 up: loss scaling's overflow); cuBLAS
+// multiplies 16-bit or fp32 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F, no TF32).
 //
 // Conventions are those of kernels_cpu.h: backward functions ADD into parameter gradients;
 // activation gradients are overwritten, except layernorm_backward's dinp, which is added to.
@@ -26,12 +26,13 @@
 
 extern "C" {
 #include "err.h"
+#include "model.h"
 }
 
 struct kctx {
     cudaStream_t stream;
     cublasHandle_t blas;
-    bool bf16;
+    enum model_dtype dt;
 };
 
 // out (B,T,C) = wte[tokens] + wpe[t]
@@ -77,7 +78,11 @@ int k_crossentropy_forward(const kctx &k, void *probs, float *losses, const int3
 int k_crossentropy_backward(const kctx &k, void *probs, const int32_t *targets, float dloss,
                             int N, int V, struct err *e);
 
-// AdamW on n parameters: master, m, v updated from g; for bf16 `weights` (bf16) becomes
+// x (n) *= mul (untouched when mul is 1); *found (device memory) set to 1 when some x was
+// a NaN or an infinity, else left as it is
+int k_unscale(const kctx &k, float *x, int64_t n, float mul, int *found, struct err *e);
+
+// AdamW on n parameters: master, m, v updated from g; for 16-bit `weights` (16-bit) becomes
 // master rounded to nearest even, for fp32 weights == master. c1, c2: the bias corrections
 // 1 - beta^t.
 int k_adamw(const kctx &k, void *weights, float *master, const float *g, float *m, float *v,

@@ -1,5 +1,5 @@
 // The Llama family's kernels on an NVIDIA GPU (llama_layers.h's table, shapes as in
-// kernels_llama_cpu.h), in kernels.cuh's conventions: fp32 arithmetic on float or bf16
+// kernels_llama_cpu.h), in kernels.cuh's conventions: fp32 arithmetic on float or 16-bit
 // tensors, no atomics, every sum in one fixed order. Written for plainness over speed: each
 // output element is one thread's loop (attention included: its scores are recomputed rather
 // than staged in a rounded buffer), so each is correct by construction.
@@ -398,8 +398,7 @@ static int attention_backward(struct backend *be, enum model_dtype dt, void *dqk
     template <typename... A> static int cu_##name(struct backend *be, enum model_dtype dt,   \
                                                   A... args)                                  \
     {                                                                                        \
-        return dt == MODEL_DTYPE_BF16 ? name<bf16>(be, dt, args...)                          \
-                                      : name<float>(be, dt, args...);                        \
+        return BY_MODEL_DTYPE(dt, name)(be, dt, args...);                                    \
     }
 BY_DTYPE(embedding_forward)
 BY_DTYPE(embedding_backward)

@@ -129,25 +129,31 @@ def read_safetensors(path):
     return out
 
 
-def checkpoint_grads(path, model, params):
-    """The gradient section of a Ballast checkpoint: header (header_bytes at offset 12,
-    section_bytes at 104), then weights | gradients | m | v, each section_bytes; a fused
-    parameter's gradient split into its pieces."""
+def checkpoint_section(path, model, params, skip):
+    """An fp32 section of a Ballast checkpoint, `skip(section_bytes)` bytes after its header
+    (header_bytes at offset 12, section_bytes at 104): every parameter's tensor at 64-byte
+    offsets, a fused parameter split into its pieces."""
     with open(path, "rb") as f:
         raw = f.read()
     header_bytes = struct.unpack_from("<I", raw, 12)[0]
     section = struct.unpack_from("<q", raw, 104)[0]
-    at, sd, grads = header_bytes + section, model.state_dict(), {}
+    at, sd, out = header_bytes + skip(section), model.state_dict(), {}
+    first = at
     for ps, _ in params:
         start = at
         for ref, _ in ps:
             n = sd[ref].numel()
-            grads[ref] = torch.frombuffer(bytearray(raw[at:at + 4 * n]),
-                                          dtype=torch.float32).view(sd[ref].shape)
+            out[ref] = torch.frombuffer(bytearray(raw[at:at + 4 * n]),
+                                        dtype=torch.float32).view(sd[ref].shape)
             at += 4 * n
         at = start + (at - start + 63) // 64 * 64
-    assert at - header_bytes - section == section, "the gradient section's size"
-    return grads
+    assert at - first == section, "the section's size"
+    return out
+
+
+def checkpoint_grads(path, model, params):
+    """The gradient section of an fp32 checkpoint: weights | gradients | m | v."""
+    return checkpoint_section(path, model, params, lambda section: section)
 
 
 def run(args, cwd):

@@ -1,0 +1,437 @@
+/* The export's shared core (export.h): the checks, the settings (read exactly, or planned
+ * again on the same split with the numbers beside the plan's), then the framework's writer. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export_core.h"
+#include "planner.h"
+
+#define GIB 1073741824.0
+
+/* A deep copy of p (a plan round-trips through its file form exactly). */
+static int plan_copy(const struct plan *p, struct plan *out, struct err *e)
+{
+    cJSON *j = plan_to_json(p);
+    if (j == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = plan_parse(j, "the plan", out, e);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static double pct(double a, double b)
+{
+    return b > 0 ? 100.0 * (a - b) / b : 0;
+}
+
+/* The framework's plan beside the original: step and every stage's memory. */
+static void compare(FILE *f, const struct plan *was, const struct plan *now,
+                    const struct framework *fw, const char *why)
+{
+    fprintf(f, "ballast export: %s cannot run the plan as it is (%s): its best settings on the "
+               "same split:\n", fw->title, why);
+    fprintf(f, "  %5s %-12s %7s %18s %18s %12s\n", "stage", "device", "blocks", "plan GiB",
+            "framework GiB", "limit GiB");
+    for (int s = 0; s < now->n_stages; s++)
+        fprintf(f, "  %5d %-12s %7d %18.3f %18.3f %12.3f\n", s, now->stages[s].device,
+                fw_stage_blocks(now, s), was->stages[s].memory_bytes / GIB,
+                now->stages[s].memory_bytes / GIB, now->stages[s].memory_limit_bytes / GIB);
+    fprintf(f, "  step: plan %.3f ms, as %s runs it %.3f ms (%+.1f%%)\n", was->iteration_ms,
+            fw->title, now->iteration_ms, pct(now->iteration_ms, was->iteration_ms));
+}
+
+/* The checks every export makes before anything is written. */
+static int export_checks(const struct plan *p, const struct framework *f,
+                         const struct export_options *o, struct err *e)
+{
+    if (strcmp(p->framework.activations, "mixed") == 0)
+        return err_set(e, ERR_INPUT,
+                       "--to %s: the plan's stages were costed with profiles of different "
+                       "activation models or attention kernels (framework.activations "
+                       "\"mixed\"): one launch runs one attention kernel; plan again with "
+                       "profiles made alike",
+                       f->name);
+    if (o->devices != NULL && fw_device_check(p, f, o->devices, e))
+        return e->code;
+    if (p->model.kind == MODEL_KIND_LLAMA && f->kind == MODEL_KIND_GPT)
+        return err_set(e, ERR_INPUT, "--to %s: internal: a GPT row for a Llama", f->name);
+    return ERR_OK;
+}
+
+/* The settings the framework runs: the plan's own (*replanned 0), or its best on the same
+ * split (*replanned 1, `run` then holds that plan). */
+static int settings_for(const struct plan *p, const struct framework *f,
+                        const struct export_options *o, struct fw_settings *fs,
+                        struct plan *run, int *replanned, char *offload, size_t offload_size,
+                        struct err *e)
+{
+    char why[512] = "", why_offload[512] = "";
+    int fa = fw_activations_alike(p->framework.activations, f->activations), ok = 0, host = 0;
+    *replanned = 0;
+    offload[0] = '\0';
+    if (!fw_settings_allowed(f, p, fs, 1, why, sizeof why))
+        return err_set(e, ERR_INPUT, "--to %s: %s cannot run the plan's split: %s", f->name,
+                       f->title, why);
+    if (fw_settings_read(p, fa, fs, why, sizeof why) &&
+        fw_settings_allowed(f, p, fs, 0, why, sizeof why))
+        return ERR_OK;
+    int offloads = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        offloads |= plan_stage_offloads(&p->stages[s]);
+    if (offloads && strcmp(f->exporter, "megatron") == 0) { /* its offloading, as planned */
+        if (megatron_offload_flags(p, o->note, offload, offload_size, &ok, why_offload,
+                                   sizeof why_offload, e))
+            return e->code;
+        for (int s = 0; s < p->n_stages; s++) {
+            fs->stages[s] = (struct fw_stage){.blocks = fw_stage_blocks(p, s)};
+            host += p->stages[s].optimizer == COST_PLACE_HOST;
+        }
+        fs->host_optimizer = host == p->n_stages;
+        fs->host_fraction = host ? plan_stage_optimizer_fraction(&p->stages[0]) : 1;
+        int same = 1; /* one share for every stage (--optimizer-offload-fraction) */
+        for (int s = 1; s < host; s++)
+            same &= fabs(plan_stage_optimizer_fraction(&p->stages[s]) - fs->host_fraction) <
+                    1e-4;
+        if (ok && same && (host == 0 || (host == p->n_stages && f->host_optimizer != FW_NO)) &&
+            fw_settings_allowed(f, p, fs, 1, why, sizeof why))
+            return ERR_OK;
+        if (ok && !same)
+            snprintf(why, sizeof why, "the stages keep different shares of their optimizer on "
+                     "the host, which one offload fraction cannot say");
+        else if (ok)
+            snprintf(why, sizeof why, "%d of %d stages keep their optimizer on the host", host,
+                     p->n_stages);
+        else
+            snprintf(why, sizeof why, "%s", why_offload);
+        host = 0;
+        offload[0] = '\0';
+    }
+    for (int s = 0; s < p->n_stages; s++)
+        host |= p->stages[s].optimizer == COST_PLACE_HOST;
+    if (plan_copy(p, run, e))
+        return e->code;
+    int rc = fw_choose(run, f, fa, host, 0, 0, fs, e); /* the framework's fastest */
+    if (rc) {
+        plan_free(run);
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        return err_set(e, rc, "--to %s: the plan as it is cannot run there (%s), and %s", f->name,
+                       why, msg);
+    }
+    *replanned = 1;
+    compare(o->note, p, run, f, why);
+    return ERR_OK;
+}
+
+static int write_job(FILE *out, const struct export_job *x, struct err *e)
+{
+    const char *w = x->f->exporter;
+    if (strcmp(w, "megatron") == 0)
+        return export_megatron(out, x, e);
+    if (strcmp(w, "nemo") == 0)
+        return export_nemo(out, x, e);
+    if (strcmp(w, "colossalai") == 0)
+        return export_colossalai(out, x, e);
+    return export_flagscale(out, x, e);
+}
+
+/* p with dp replicas in all (a replicas file's pipelines taken together). */
+static int export_dp(FILE *out, const struct plan *p, int dp, const struct export_options *o,
+                     struct err *e)
+{
+    const struct framework *f = framework_find(o->to, &p->model);
+    if (f == NULL || framework_is_ballast(f))
+        return err_set(e, ERR_INPUT, "--to: \"%s\", expected megatron, megatron-cli, nemo, "
+                       "nemo-cli, colossalai or flagscale", o->to);
+    if (export_checks(p, f, o, e))
+        return e->code;
+    struct fw_settings fs;
+    struct plan run;
+    int replanned;
+    char offload[512], why[512];
+    if (fw_settings_init(&fs, p->n_stages, e))
+        return e->code;
+    if (settings_for(p, f, o, &fs, &run, &replanned, offload, sizeof offload, e)) {
+        fw_settings_free(&fs);
+        return e->code;
+    }
+    const struct plan *q = replanned ? &run : p;
+    struct export_job x = {.p = q, .f = f, .fs = &fs, .o = o, .note = o->note,
+                           .per_rank = f->per_rank_file && !fw_settings_uniform(&fs, why,
+                                                                                 sizeof why),
+                           .tp = q->stages[0].tp, .dp = dp,
+                           .shard = q->stages[0].shard_optimizer,
+                           .attention = q->framework.attention};
+    x.global_batch = q->micro_batches * q->model.micro_batch * dp;
+    if (!fw_activations_alike(q->framework.activations, f->activations))
+        fprintf(o->note, "ballast export: note: the plan's layer costs are %s's activation "
+                         "model (\"%s\"), not %s's: plan --for %s for its own numbers\n",
+                strcmp(q->framework.activations, "ballast") == 0 ? "Ballast's runtime"
+                                                                 : q->framework.activations,
+                q->framework.activations, f->title, f->name);
+    x.offload = offload[0] ? offload : NULL;
+    int rc = x.per_rank && o->stages == NULL
+                 ? err_set(e, ERR_INPUT, "--to %s: the settings differ per stage and need the "
+                           "per-rank Python file, which was given nowhere to go", f->name)
+                 : ERR_OK;
+    if (rc == ERR_OK)
+        rc = write_job(out, &x, e);
+    if (replanned)
+        plan_free(&run);
+    fw_settings_free(&fs);
+    return rc;
+}
+
+int planner_export(FILE *out, const struct plan *p, const struct export_options *o,
+                   struct err *e)
+{
+    if (p->n_stages < 1)
+        return err_set(e, ERR_INPUT, "--to %s: a plan of no stages", o->to);
+    return export_dp(out, p, p->stages[0].dp, o, e);
+}
+
+/* Pipeline k against pipeline 0: what differs, or "" when alike. */
+static void pipeline_difference(const struct plan *a, const struct plan *b, char *why,
+                                size_t size)
+{
+    why[0] = '\0';
+    if (a->n_stages != b->n_stages) {
+        snprintf(why, size, "%d stages against pipeline 0's %d", b->n_stages, a->n_stages);
+        return;
+    }
+    if (a->micro_batches != b->micro_batches || a->model.micro_batch != b->model.micro_batch) {
+        snprintf(why, size, "%d micro-batches of %d against pipeline 0's %d of %d",
+                 b->micro_batches, b->model.micro_batch, a->micro_batches, a->model.micro_batch);
+        return;
+    }
+    for (int s = 0; s < a->n_stages && !why[0]; s++) {
+        const struct plan_stage *x = &a->stages[s], *y = &b->stages[s];
+        if (strcmp(x->device, y->device) != 0)
+            snprintf(why, size, "stage %d on %s against pipeline 0's %s", s, y->device,
+                     x->device);
+        else if (x->first != y->first || x->last != y->last)
+            snprintf(why, size, "stage %d holding layers %d..%d against pipeline 0's %d..%d", s,
+                     y->first, y->last, x->first, x->last);
+        else if (x->tp != y->tp)
+            snprintf(why, size, "stage %d with tp %d against pipeline 0's %d", s, y->tp, x->tp);
+    }
+}
+
+int planner_export_replicas(FILE *out, const struct plan *plans, int n,
+                            const struct export_options *o, struct err *e)
+{
+    int dp = 0;
+    for (int k = 0; k < n; k++) {
+        char why[256];
+        pipeline_difference(&plans[0], &plans[k], why, sizeof why);
+        if (why[0])
+            return err_set(e, ERR_INPUT,
+                           "--to %s: pipelines[%d] has %s; the frameworks run one pipeline "
+                           "replicated (data parallel), and FlagScale's process meshes chain "
+                           "along that one pipeline too (one hetero_pipeline_layer_split, one "
+                           "device type per mesh for all of its dp replicas), so pipelines of "
+                           "different devices or splits cannot train side by side there",
+                           o->to, k, why);
+        dp += plans[k].stages[0].dp;
+    }
+    if (plans[0].stages[0].shard_optimizer && dp != plans[0].stages[0].dp)
+        fprintf(o->note, "ballast export: note: the framework shards the optimizer over all %d "
+                         "replicas, where each pipeline was planned sharding it over its own %d: "
+                         "less optimizer memory per GPU than planned\n",
+                dp, plans[0].stages[0].dp);
+    return export_dp(out, &plans[0], dp, o, e);
+}
+
+/* ---- what the writers share ---- */
+
+static void item(struct export_item *items, int *n, const char *name, const char *fmt, long v)
+{
+    items[*n].name = name;
+    items[*n].precision = 0;
+    snprintf(items[*n].value, sizeof items[*n].value, fmt, v);
+    (*n)++;
+}
+
+static void text_item(struct export_item *items, int *n, const char *name, const char *text)
+{
+    items[*n].name = name;
+    items[*n].precision = 0;
+    snprintf(items[*n].value, sizeof items[*n].value, "%s", text);
+    (*n)++;
+}
+
+static void flag(struct export_item *items, int *n, const char *name)
+{
+    items[*n].name = name;
+    items[*n].precision = 0;
+    items[*n].value[0] = '\0';
+    (*n)++;
+}
+
+/* fp16's dynamic loss scaling, Megatron-LM's defaults written out (NeMo's and ColossalAI's
+ * keys take the same numbers). */
+static void precision_items(const struct model *m, struct export_item *items, int *n)
+{
+    int first = *n;
+    if (m->dtype == MODEL_DTYPE_BF16)
+        flag(items, n, "bf16");
+    if (m->dtype == MODEL_DTYPE_FP16) {
+        flag(items, n, "fp16");
+        item(items, n, "initial_loss_scale", "%ld", 4294967296L);
+        item(items, n, "min_loss_scale", "%ld", 1);
+        item(items, n, "loss_scale_window", "%ld", 1000);
+        item(items, n, "hysteresis", "%ld", 2);
+    }
+    for (int k = first; k < *n; k++)
+        items[k].precision = 1;
+}
+
+int export_items(const struct export_job *x, struct export_item *items)
+{
+    const struct model *m = &x->p->model;
+    int n = 0;
+    if (m->kind == MODEL_KIND_CUSTOM)
+        return 0; /* the framework's model is the user's: only the batch */
+    item(items, &n, "num_layers", "%ld", m->n_layer);
+    item(items, &n, "hidden_size", "%ld", m->n_embd);
+    item(items, &n, "num_attention_heads", "%ld", m->n_head);
+    item(items, &n, "ffn_hidden_size", "%ld",
+         m->kind == MODEL_KIND_LLAMA ? m->ffn_hidden : 4L * m->n_embd);
+    item(items, &n, "seq_length", "%ld", m->seq_len);
+    item(items, &n, "max_position_embeddings", "%ld", m->seq_len);
+    item(items, &n, "micro_batch_size", "%ld", m->micro_batch);
+    item(items, &n, "global_batch_size", "%ld", x->global_batch);
+    item(items, &n, "hidden_dropout", "%ld", 0);
+    item(items, &n, "attention_dropout", "%ld", 0);
+    flag(items, &n, "untie_embeddings_and_output_weights"); /* Ballast's heads have their own */
+    if (m->kind == MODEL_KIND_LLAMA) {
+        char eps[32];
+        snprintf(eps, sizeof eps, "%g", m->norm_eps);
+        flag(items, &n, "swiglu");
+        text_item(items, &n, "normalization", "RMSNorm");
+        text_item(items, &n, "norm_epsilon", eps);
+        text_item(items, &n, "position_embedding_type", "rope");
+        item(items, &n, "rotary_base", "%ld", (long)m->rope_theta);
+        flag(items, &n, "disable_bias_linear");
+        if (m->n_kv_head != m->n_head) {
+            flag(items, &n, "group_query_attention");
+            item(items, &n, "num_query_groups", "%ld", m->n_kv_head);
+        }
+    }
+    precision_items(m, items, &n);
+    return n;
+}
+
+void export_header(FILE *f, const struct export_job *x, const char *comment)
+{
+    const struct plan *p = x->p;
+    fprintf(f, "%s Ballast plan%s%s for %s, as %s (%s) runs it: %s, %d micro-batches of %d, "
+               "simulated step %.3f ms\n",
+            comment, x->o->plan_name && x->o->plan_name[0] ? " " : "",
+            x->o->plan_name ? x->o->plan_name : "", p->framework.target, x->f->title,
+            x->f->name, schedule_name(p->schedule), p->micro_batches, p->model.micro_batch,
+            p->iteration_ms);
+    fprintf(f, "%s layer costs: %s activations, %s attention\n", comment,
+            p->framework.activations, model_attention_name(x->attention));
+    if (p->model.kind == MODEL_KIND_CUSTOM)
+        fprintf(f, "%s note: the model is custom (\"%s\"): the framework cannot be told its "
+                   "layers; each of its %d layers counts as one transformer block below, which "
+                   "holds only if the framework's model has those layers in that order\n",
+                comment, p->model.name, p->model.layer_count);
+    fprintf(f, "%s pipeline rank -> device (launch rank s on a GPU of this kind):", comment);
+    for (int s = 0; s < p->n_stages; s++) {
+        if (s % 8 == 0)
+            fprintf(f, "\n%s ", comment);
+        fprintf(f, " %d:%s", s, p->stages[s].device);
+    }
+    fprintf(f, "\n");
+}
+
+void export_launch(FILE *f, const struct export_job *x, const char *comment)
+{
+    int gpus = 0;
+    for (int s = 0; s < x->p->n_stages; s++)
+        gpus += x->p->stages[s].tp;
+    fprintf(f, "%s launch on %d GPUs (tp %d, pp %d, dp %d); %s takes dp from the world size "
+               "(world / (tp * pp)); a step is %d samples\n",
+            comment, gpus * x->dp, x->tp, x->p->n_stages, x->dp, x->f->title, x->global_batch);
+}
+
+void export_list(FILE *f, const struct export_job *x, int recompute)
+{
+    fprintf(f, "[");
+    for (int s = 0; s < x->fs->n_stages; s++) {
+        const struct fw_stage *st = &x->fs->stages[s];
+        int n = st->recompute == FW_RECOMPUTE_FULL ? st->n : 0;
+        fprintf(f, "%s%d", s ? ", " : "", recompute ? n : st->blocks);
+    }
+    fprintf(f, "]");
+}
+
+/* One stage's fields as a Python dict. */
+static void stage_dict(FILE *f, const struct fw_stage *st)
+{
+    char mods[64];
+    if (st->recompute == FW_RECOMPUTE_FULL)
+        fprintf(f, "{\"recompute_granularity\": \"full\", \"recompute_method\": \"block\", "
+                   "\"recompute_num_layers\": %d}", st->n);
+    else if (st->recompute == FW_RECOMPUTE_SELECTIVE) {
+        fw_modules_text(st->modules, "\", \"", mods, sizeof mods);
+        fprintf(f, "{\"recompute_granularity\": \"selective\", \"recompute_method\": None, "
+                   "\"recompute_num_layers\": None, \"recompute_modules\": [\"%s\"]}", mods);
+    } else
+        fprintf(f, "{\"recompute_granularity\": None, \"recompute_method\": None, "
+                   "\"recompute_num_layers\": None}");
+}
+
+void export_stages_py(FILE *f, const struct export_job *x, const char *framework_commit)
+{
+    const struct plan *p = x->p;
+    fprintf(f, "# %s.py: generated by ballast export --to %s%s%s. Each pipeline rank builds "
+               "its own\n# model from its own TransformerConfig; apply() sets this rank's "
+               "recompute fields, which\n# Megatron-core reads on that rank alone (%s: "
+               "transformer_block.py and\n# recompute.py read recompute_granularity, _method "
+               "and _num_layers in forward; attention.py\n# and transformer_layer.py "
+               "recompute_modules when the layer is built).\n",
+            x->o->stages_module, x->f->name, x->o->plan_name && x->o->plan_name[0] ? " from " : "",
+            x->o->plan_name ? x->o->plan_name : "", framework_commit);
+    fprintf(f, "# Stage memory as planned (bytes): ");
+    for (int s = 0; s < p->n_stages; s++)
+        fprintf(f, "%s%lld", s ? ", " : "", (long long)p->stages[s].memory_bytes);
+    fprintf(f, "\n\nPIPELINE_STAGES = [\n");
+    for (int s = 0; s < p->n_stages; s++) {
+        fprintf(f, "    ");
+        stage_dict(f, &x->fs->stages[s]);
+        fprintf(f, ",  # stage %d: %s, %d blocks\n", s, p->stages[s].device,
+                x->fs->stages[s].blocks);
+    }
+    fprintf(f, "]\n\n_applied = None\n\n\n"
+               "def pipeline_rank_from_env(pipeline_size):\n"
+               "    \"\"\"This process's pipeline rank in Megatron-core's default rank order\n"
+               "    (tp-cp-ep-dp-pp: the first world/pp ranks are stage 0), before\n"
+               "    torch.distributed starts; check_rank() verifies it once it has.\"\"\"\n"
+               "    import os\n"
+               "    rank, world = int(os.environ[\"RANK\"]), int(os.environ[\"WORLD_SIZE\"])\n"
+               "    return rank // (world // pipeline_size)\n\n\n"
+               "def apply(config, pipeline_rank):\n"
+               "    \"\"\"Sets pipeline rank `pipeline_rank`'s recompute fields on a "
+               "TransformerConfig.\"\"\"\n"
+               "    global _applied\n"
+               "    if not 0 <= pipeline_rank < len(PIPELINE_STAGES):\n"
+               "        raise ValueError(f\"%s: pipeline rank {pipeline_rank}, but the plan has "
+               "{len(PIPELINE_STAGES)} stages\")\n"
+               "    for key, value in PIPELINE_STAGES[pipeline_rank].items():\n"
+               "        setattr(config, key, value)\n"
+               "    _applied = pipeline_rank\n"
+               "    return config\n\n\n"
+               "def check_rank(models):\n"
+               "    \"\"\"A pre-wrap hook: the stage applied is this rank's pipeline stage.\"\"\"\n"
+               "    from megatron.core import parallel_state\n"
+               "    rank = parallel_state.get_pipeline_model_parallel_rank()\n"
+               "    if _applied is not None and rank != _applied:\n"
+               "        raise RuntimeError(f\"%s: applied stage {_applied}'s settings on pipeline "
+               "rank {rank}\")\n"
+               "    return models\n",
+            x->o->stages_module, x->o->stages_module);
+}

@@ -344,19 +344,28 @@ int fw_settings_read(const struct plan *p, int framework_acts, struct fw_setting
                  p->n_stages);
         return 0;
     }
-    /* one share for every stage (--optimizer-offload-fraction is global) */
-    double share = hosted ? plan_stage_optimizer_fraction(&p->stages[0]) : 1;
-    for (int s = 1; s < hosted; s++) {
-        double other = plan_stage_optimizer_fraction(&p->stages[s]);
-        if (fabs(other - share) >= 1e-4) {
+    out->host_optimizer = hosted > 0;
+    return fw_host_share(p, &out->host_fraction, why, why_size);
+}
+
+int fw_host_share(const struct plan *p, double *share, char *why, size_t why_size)
+{
+    int hosted = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stages[s].optimizer != COST_PLACE_HOST)
+            continue;
+        double f = plan_stage_optimizer_fraction(&p->stages[s]);
+        if (hosted++ == 0) {
+            *share = f;
+        } else if (fabs(f - *share) >= 1e-4) {
             snprintf(why, why_size, "the stages keep different shares of their optimizer on "
-                     "the host (stage 0 %.3g, stage %d %.3g), which one offload fraction "
-                     "cannot say", share, s, other);
+                     "the host (%.3g and stage %d's %.3g), which one offload fraction cannot "
+                     "say", *share, s, f);
             return 0;
         }
     }
-    out->host_optimizer = hosted > 0;
-    out->host_fraction = share;
+    if (hosted == 0)
+        *share = 1;
     return 1;
 }
 

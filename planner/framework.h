@@ -122,6 +122,10 @@ int fw_settings_apply(struct plan *p, const struct fw_settings *fs, int framewor
  * option no module stands for, an offload, a per-stage optimizer place or share. */
 int fw_settings_read(const struct plan *p, int framework_acts, struct fw_settings *out,
                      char *why, size_t why_size);
+/* The share of its optimizer state every hosted stage keeps on the host, one for all as
+ * Megatron-LM's --optimizer-offload-fraction says it (1 where none hosts): 1, or 0 with why
+ * when the stages' shares differ. */
+int fw_host_share(const struct plan *p, double *share, char *why, size_t why_size);
 /* Whether one setting for every stage says these (none; the first N blocks of every stage,
  * all of a stage that holds fewer; the same modules on every stage): 1, or 0 with why. */
 int fw_settings_uniform(const struct fw_settings *fs, char *why, size_t why_size);

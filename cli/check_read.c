@@ -506,6 +506,26 @@ static int read_one(const char *key, const char *v, struct check_config *c, stru
     return ERR_OK;
 }
 
+/* A virtual pipeline (interleaved 1F1B) set by key: refused, check scores one chunk a rank. */
+static int virtual_pipeline(const char *key, const char *v, struct err *e)
+{
+    static const char *const keys[] = {"num_layers_per_virtual_pipeline_stage",
+                                       "num_virtual_stages_per_pipeline_rank",
+                                       "virtual_pipeline_model_parallel_size"};
+    size_t n = strlen(key);
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        size_t m = strlen(keys[i]);
+        if (n < m || strcmp(key + n - m, keys[i]) != 0 || strcmp(v, "null") == 0 ||
+            strcmp(v, "None") == 0 || (i == 2 && strcmp(v, "1") == 0))
+            continue;
+        return err_set(e, ERR_INPUT, "check: %s: %s sets a virtual pipeline (interleaved "
+                       "1F1B); check scores one chunk a rank: plan the cluster with --for "
+                       "megatron --schedule interleaved --virtual-stages V to compare "
+                       "(docs/schedules.md)", key, v);
+    }
+    return ERR_OK;
+}
+
 int check_read(const char *framework, const char *text, struct check_config *out,
                struct err *e)
 {
@@ -530,6 +550,9 @@ int check_read(const char *framework, const char *text, struct check_config *out
     for (int i = 0; i < k.n && rc == ERR_OK; i++) {
         const char *key = megatron_name(framework, k.items[i].key);
         const char *v = k.items[i].value;
+        rc = virtual_pipeline(k.items[i].key, v, e);
+        if (rc)
+            break;
         if (key == NULL) {
             size_t n = strlen(out->ignored);
             if (n + strlen(k.items[i].key) + 3 < sizeof out->ignored)
@@ -539,5 +562,12 @@ int check_read(const char *framework, const char *text, struct check_config *out
         }
         rc = read_one(key, v, out, e);
     }
+    if (rc == ERR_OK && strcmp(framework, "megatron") == 0 && out->pp > 1 &&
+        out->n_blocks > out->pp && out->n_blocks % out->pp == 0)
+        rc = err_set(e, ERR_INPUT, "check: pipeline_model_parallel_layout: %d stages over "
+                     "pipeline_model_parallel_size %d is a virtual pipeline of %d chunks a rank; "
+                     "check scores one chunk a rank (1F1B): plan the cluster with --for megatron "
+                     "--schedule interleaved --virtual-stages %d to compare (docs/schedules.md)",
+                     out->n_blocks, out->pp, out->n_blocks / out->pp, out->n_blocks / out->pp);
     return rc;
 }

@@ -22,6 +22,7 @@ static void help(void)
            "       ballast plan --cluster CLUSTER.json [--method M] [--reduce D] [--verify]\n"
            "                    [--repartition] [--search-nodes N] [--time-limit S]\n"
            "                    [--search-gap G] [--whole-layers] [--actions A,...]\n"
+           "                    [--schedule S] [--virtual-stages V]\n"
            "                    [--min-gain G] [--micro-batches N|auto] [--global-batch G]\n"
            "                    [--unit SIZE] [--time-unit MS] [-o PLAN.json] [--for FRAMEWORK]\n"
            "                    [--export FRAMEWORK] [--quiet]\n"
@@ -79,6 +80,12 @@ static void help(void)
            "                   the whole search does (default: no limit)\n"
            "  --search-gap G   --repartition leaves what cannot beat its best plan by more than\n"
            "                   the fraction G: optimality_gap stays <= G (default 0.005; 0: exact)\n"
+           "  --schedule S     the pipeline schedule (default: the cluster's): 1f1b, gpipe,\n"
+           "                   interleaved (--virtual-stages V chunks a GPU, default 2), zb-h1,\n"
+           "                   v-half, or auto: each planned, the least simulated step kept\n"
+           "                   (docs/schedules.md)\n"
+           "  --virtual-stages V  interleaved's model chunks a GPU (1 .. 8); with auto, the one\n"
+           "                   interleaved tried (default 2, 3 and 4)\n"
            "  --whole-layers   optimal: recompute whole layers only, ignoring the profiles'\n"
            "                   recompute options (attention or MLP activation only, say)\n"
            "  --min-gain G     optimal: take an optional action (offload, the host optimizer,\n"
@@ -145,6 +152,7 @@ const struct cli_opt cmd_plan_options[] = {
     {"--network", CLI_VALUE},       {"--host-memory", CLI_VALUE},
     {"--reserve", CLI_VALUE},       {"--profile", CLI_VALUE},
     {"--save-cluster", CLI_VALUE},  {"--min-gain", CLI_VALUE},
+    {"--schedule", CLI_VALUE},      {"--virtual-stages", CLI_VALUE},
     {NULL, CLI_FLAG}};
 
 /* What the command line asks for. */
@@ -155,10 +163,21 @@ struct plan_args {
     int default_time_limit; /* --repartition without --time-limit */
     char **share; /* --share: the job arguments */
     int n_share;
-    long micro_batches, global_batch;
+    long micro_batches, global_batch, virtual_stages;
     struct plan_arena_args arena;
     struct plan_gpus gpus; /* one-line planning */
 };
+
+static int set_schedule(struct plan_options *o, const char *v)
+{
+    enum schedule kind;
+    o->schedule_auto = strcmp(v, "auto") == 0;
+    if (!o->schedule_auto && schedule_parse(v, &kind) != 0)
+        return cli_usage_error("plan", "--schedule: \"%s\", expected %s or auto", v,
+                               schedule_names());
+    o->schedule = o->schedule_auto ? -1 : (int)kind;
+    return ERR_OK;
+}
 
 /* A share in [0, 1), written as a fraction (0.005) or a percentage (0.5%). */
 static int parse_fraction(const char *v, double *out)
@@ -222,6 +241,14 @@ static int set_value(struct plan_args *a, const char *name, const char *v)
         return cli_usage_error("plan", "--export: \"%s\" is Ballast's own plan file (-o)", v);
     else if (strcmp(name, "--export") == 0)
         a->export_format = v;
+    else if (strcmp(name, "--schedule") == 0)
+        return set_schedule(o, v);
+    else if (strcmp(name, "--virtual-stages") == 0 &&
+             cli_parse_int(v, 1, SCHEDULE_CHUNKS_MAX, &a->virtual_stages))
+        return cli_usage_error("plan", "--virtual-stages: \"%s\", expected 1 to %d", v,
+                               SCHEDULE_CHUNKS_MAX);
+    else if (strcmp(name, "--virtual-stages") == 0)
+        o->virtual_stages = (int)a->virtual_stages;
     else if (strcmp(name, "--for") == 0)
         o->framework = framework_find(v, NULL);
     return ERR_OK;
@@ -234,7 +261,8 @@ static int value_option(int argc, char **argv, int *i, struct plan_args *a, int 
     static const char *const names[] = {"--cluster", "--method", "--reduce", "--unit",
                                         "--time-unit", "-o", "--search-nodes", "--time-limit",
                                         "--search-gap", "--micro-batches", "--global-batch",
-                                        "--export", "--actions", "--min-gain", "--for"};
+                                        "--export", "--actions", "--min-gain", "--for",
+                                        "--schedule", "--virtual-stages"};
     const char *v;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int r = cli_option(argc, argv, i, names[k], &v);
@@ -264,6 +292,9 @@ static int flag_option(char **argv, int i, struct plan_args *a)
  * (printed). */
 static int pool_usage(const struct plan_args *a, int pipelines)
 {
+    if (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages)
+        return cli_usage_error("plan", "a pool or several pipelines are planned on their "
+                               "file's schedule: no --schedule or --virtual-stages");
     if (pipelines > 0 || a->export_format || a->auto_micro || a->micro_batches || a->arena.on ||
         a->o.method != METHOD_OPTIMAL || !framework_is_ballast(a->o.framework))
         return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
@@ -315,6 +346,9 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
                              !framework_is_ballast(a->o.framework)))
         return cli_usage_error("plan", "--share takes one or more job files (jobs Ballast "
                                "runs), and no --cluster, --for, --export or --micro-batches");
+    if (a->share != NULL && (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages))
+        return cli_usage_error("plan", "--share plans each job on its cluster's schedule: no "
+                               "--schedule or --virtual-stages");
     if (plan_gpus_given(&a->gpus) && (a->gpus.gpus == NULL || a->cluster_file || a->share))
         return cli_usage_error("plan", "--model, --gpus and their options plan a pool of GPUs "
                                "in one line: give --gpus, and no --cluster or --share");
@@ -442,6 +476,8 @@ static int plan_cluster(struct plan_args *a, const cJSON *root, int written)
     a->default_time_limit = a->o.repartition && !(a->o.time_limit_s > 0);
     if (a->default_time_limit)
         a->o.time_limit_s = PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S;
+    if (pipelines > 0 && (a->o.schedule >= 0 || a->o.schedule_auto || a->virtual_stages))
+        return pool_usage(a, pipelines);
     if (pipelines > 0 && (a->export_format || a->auto_micro || a->micro_batches || a->arena.on))
         return cli_usage_error("plan", "a cluster of several pipelines takes no --export, "
                                "--micro-batches or --arena (plan each pipeline for those)");

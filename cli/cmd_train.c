@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "cli.h"
 #include "data.h"
+#include "heartbeat.h"
 #include "model_ops.h"
 #include "plan.h"
 #include "train.h"
@@ -20,7 +22,7 @@ static void help(void)
            "         [--resume DIR] [--quiet]\n"
            "         [--init FILE.safetensors] [--save-weights FILE.safetensors]\n"
            "         [--device auto|cpu|cuda] [--transport auto|mpi|nccl] [--timeout SECONDS]\n"
-           "         [--check-arena] [--host-link-gbps RATE]\n"
+           "         [--stall SECONDS] [--check-arena] [--host-link-gbps RATE]\n"
            "         [--initial-loss-scale X] [--min-loss-scale X] [--loss-scale-window N]\n"
            "         [--hysteresis N] [--loss-scale-growth X] [--loss-scale-backoff X]\n"
            "       mpirun -np S ballast train --share SHARE.json [--slice K] [--switch share|full]\n"
@@ -62,10 +64,17 @@ static void help(void)
            "  --slice K         steps of a job before switching to the next (default 1)\n"
            "  --switch M        share (default): a switch moves nothing; full: the baseline that\n"
            "                    copies a job's device state to host and back at each switch\n"
+           "                    With --share, {job} in --init and --save-weights FILE is each\n"
+           "                    job's name (--save-weights of several jobs needs it)\n"
            "  --check-arena     with a plan whose stages lay out an arena (planned with an\n"
            "                    arena): fail if two objects in use at once share a byte\n"
-           "  --timeout S       a rank that waits S seconds (default %d) for another gives up,\n"
-           "                    names the rank that went silent and stops the job (exit 1)\n"
+           "  --timeout S       a rank whose heartbeat has not been heard for S seconds\n"
+           "                    (default %d) has stopped or died: every rank names it (world\n"
+           "                    rank, replica, stage) and the job stops (exit 1); a slow but\n"
+           "                    live rank is waited for however long it takes\n"
+           "  --stall S         a rank alive but without progress (no layer computed, no piece\n"
+           "                    of a file read or written) for S seconds (default %d) while it\n"
+           "                    waits on no other rank is stuck: named, and the job stops\n"
            "  --host-link-gbps RATE  CPU stages: copies to and from host memory (offload) take\n"
            "                    as long as on a link of RATE (\"100Gbps\", \"16GB/s\"; a number\n"
            "                    alone is Gbit/s): a PCIe link, emulated\n"
@@ -82,7 +91,7 @@ static void help(void)
            "run (exit 1) before the optimizer step, on every rank.\n\n"
            "exit status: 0 done, 1 failure while running, 2 bad input, 3 a stage does not fit\n"
            "its memory limit\n",
-           TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S);
+           TRAIN_DEFAULT_LR, TRAIN_DEFAULT_TIMEOUT_S, TRAIN_DEFAULT_STALL_S);
 }
 
 /* The options: each sets one field of struct train_options from its value. */
@@ -124,6 +133,7 @@ static const struct opt opts[] = {
     {"--seed", OPT_SEED, AT(seed), 0, 0, "an integer >= 0", NULL},
     {"--lr", OPT_REAL, AT(lr), 0, 1 - 0x1p-53, "a number in (0, 1)", NULL},
     {"--timeout", OPT_REAL, AT(timeout_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
+    {"--stall", OPT_REAL, AT(stall_s), 0, 1e7, "seconds in (0, 1e7]", NULL},
     {"--host-link-gbps", OPT_GBPS, AT(host_link_gbps), 0, 1e6, "Gbit/s in (0, 1e6]", NULL},
     {"--device", OPT_CHOICE, AT(device), 0, 0, "auto, cpu or cuda", "|auto|cpu|cuda|"},
     {"--transport", OPT_CHOICE, AT(transport), 0, 0, "auto, mpi or nccl", "|auto|mpi|nccl|"},
@@ -150,7 +160,8 @@ const struct cli_opt cmd_train_options[] = {
     {"--init", CLI_VALUE},      {"--save-weights", CLI_VALUE}, {"--resume", CLI_VALUE},
     {"--steps", CLI_VALUE},     {"--slice", CLI_VALUE},        {"--save-every", CLI_VALUE},
     {"--threads", CLI_VALUE},   {"--seed", CLI_VALUE},         {"--lr", CLI_VALUE},
-    {"--timeout", CLI_VALUE},   {"--host-link-gbps", CLI_VALUE}, {"--device", CLI_VALUE},
+    {"--timeout", CLI_VALUE},   {"--stall", CLI_VALUE},        {"--host-link-gbps", CLI_VALUE},
+    {"--device", CLI_VALUE},
     {"--transport", CLI_VALUE}, {"--switch", CLI_VALUE},       {"--data-format", CLI_VALUE},
     {"--initial-loss-scale", CLI_VALUE}, {"--min-loss-scale", CLI_VALUE},
     {"--loss-scale-growth", CLI_VALUE},  {"--loss-scale-backoff", CLI_VALUE},
@@ -259,9 +270,9 @@ static void refuse_group(const struct plan *p, const char *plan_file, struct err
 }
 
 /* Loads the plan, once for the whole run (*loaded). A plan of a custom model has each
- * layer's costs but no layers to run, and loss scaling options (`scaling`) are for an fp16
- * model: refused before any rank starts. A plan that does not load is train_run's to report,
- * once its ranks agree (a rank may see another file). */
+ * layer's costs but no layers to run, one with tp > 1 is for export, and loss scaling options
+ * (`scaling`) are for an fp16 model: refused before any MPI work. A plan that does not load is
+ * train_run's to report, once its ranks agree (a rank may see another file). */
 static int load_plan(const char *plan_file, int scaling, struct plan *p, int *loaded)
 {
     struct err e;
@@ -287,6 +298,20 @@ static int load_plan(const char *plan_file, int scaling, struct plan *p, int *lo
     return e.code ? cli_fail("train", &e) : ERR_OK;
 }
 
+/* Every rank's heartbeat (heartbeat.h), with --timeout as its deadline; rank 0 says when this
+ * MPI cannot run one. */
+static int start_heartbeat(struct train_options *o, int rank)
+{
+    struct err e;
+    char why[256] = "";
+    err_clear(&e);
+    if (heartbeat_start(&o->heartbeat, o->timeout_s, o->stall_s, why, (int)sizeof why, &e))
+        return cli_fail("train", &e);
+    if (o->heartbeat == NULL && rank == 0)
+        fprintf(stderr, "ballast train: warning: %s\n", why);
+    return ERR_OK;
+}
+
 int cmd_train(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -294,15 +319,18 @@ int cmd_train(int argc, char **argv)
             help();
             return ERR_OK;
         }
-    int rank = 0;
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
-        fprintf(stderr, "ballast train: MPI_Init failed\n");
+    int rank = 0, provided = 0;
+    /* a file-size limit (ulimit -f) makes writes fail (EFBIG), reported, not a kill */
+    signal(SIGXFSZ, SIG_IGN);
+    /* the heartbeat's thread calls MPI beside the main thread */
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "ballast train: MPI_Init_thread failed\n");
         return ERR_FAIL;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     struct train_options o = {.steps = 10, .slice = 1, .seed = 1, .lr = TRAIN_DEFAULT_LR, .device = "auto",
                               .transport = "auto", .timeout_s = TRAIN_DEFAULT_TIMEOUT_S,
-                              .loss_scale = LOSSSCALE_DEFAULTS};
+                              .stall_s = TRAIN_DEFAULT_STALL_S, .loss_scale = LOSSSCALE_DEFAULTS};
     /* every rank parses the same arguments; rank 0 alone reports a problem */
     int saved = -1;
     if (rank != 0) {
@@ -326,9 +354,13 @@ int cmd_train(int argc, char **argv)
         close(saved);
     }
     if (rc == ERR_OK)
+        rc = start_heartbeat(&o, rank);
+    if (rc == ERR_OK)
         rc = train_run(&o);
+    heartbeat_leave(o.heartbeat, rc);
     if (o.plan != NULL)
         plan_free(&plan);
     MPI_Finalize();
+    heartbeat_free(o.heartbeat);
     return rc;
 }

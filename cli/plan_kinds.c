@@ -43,6 +43,14 @@ static double stage_flops(const struct model *m, const struct plan_stage *st)
     return sum;
 }
 
+/* Stage s is its GPU's first chunk (schedule.h; every stage where a GPU holds one): a GPU
+ * and its pipeline rank count once. */
+static int gpu_first(const struct plan *p, int s)
+{
+    int group[SCHEDULE_CHUNKS_MAX];
+    return plan_gpu_stages(p, p->stages[s].gpu, group) > 0 && group[0] == s;
+}
+
 static void add_plan(struct plan_kinds *k, const struct plan *p)
 {
     int dp = p->n_stages > 0 && p->stages[0].dp > 0 ? p->stages[0].dp : 1;
@@ -54,8 +62,8 @@ static void add_plan(struct plan_kinds *k, const struct plan *p)
             continue;
         int tp = st->tp > 0 ? st->tp : 1, stages = 0;
         for (int t = 0; t < p->n_stages; t++)
-            stages += strcmp(p->stages[t].device, st->device) == 0;
-        r->gpus += (long)tp * dp;
+            stages += strcmp(p->stages[t].device, st->device) == 0 && gpu_first(p, t);
+        r->gpus += gpu_first(p, s) ? (long)tp * dp : 0;
         r->flops += stage_flops(&p->model, st) * p->micro_batches * dp;
         add_value(r->tp, &r->n_tp, tp);
         add_value(r->dp, &r->n_dp, dp);

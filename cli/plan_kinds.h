@@ -1,6 +1,7 @@
 /* The plan's summary per device kind, printed under its table: the GPUs each kind uses (and,
- * for a pool, those it leaves idle), its tensor- and data-parallel degrees and stages, and its
- * model FLOPs utilisation; then the throughput in tokens a second.
+ * for a pool, those it leaves idle), its tensor- and data-parallel degrees and stages (pipeline
+ * ranks: a GPU holding several chunks of the model, schedule.h, counts once), and its model
+ * FLOPs utilisation; then the throughput in tokens a second.
  *
  * MFU of a kind = the model's FLOPs its GPUs run in a step (every layer's forward and backward
  * as the runtime performs them, estimate_layer_flops, times the micro-batches and replicas;

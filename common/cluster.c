@@ -11,20 +11,27 @@
 #include "jsonio.h"
 #include "units.h"
 
-const char *schedule_name(enum schedule s)
+/* "schedule" (a name, or "auto": the planner picks) and interleaved's "virtual_stages". */
+static int read_schedule(const cJSON *root, const char *file, struct cluster *c, struct err *e)
 {
-    return s == SCHEDULE_GPIPE ? "gpipe" : "1f1b";
-}
-
-int schedule_parse(const char *text, enum schedule *out)
-{
-    if (strcmp(text, "1f1b") == 0)
-        *out = SCHEDULE_1F1B;
-    else if (strcmp(text, "gpipe") == 0)
-        *out = SCHEDULE_GPIPE;
-    else
-        return -1;
-    return 0;
+    const char *sched;
+    int64_t v = 0;
+    if (jsonio_str(root, file, "", "schedule", &sched, e) ||
+        jsonio_int_opt(root, file, "", "virtual_stages", 1, SCHEDULE_CHUNKS_MAX, &v, e))
+        return e->code;
+    c->schedule_auto = strcmp(sched, "auto") == 0;
+    if (!c->schedule_auto && schedule_parse(sched, &c->schedule) != 0)
+        return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected %s or \"auto\"", file,
+                       sched, schedule_names());
+    if (v > 0 && !c->schedule_auto && c->schedule != SCHEDULE_INTERLEAVED)
+        return err_set(e, ERR_INPUT, "%s: virtual_stages: %lld, but schedule \"%s\" holds %d "
+                       "model chunk%s a GPU (virtual_stages is interleaved's)", file,
+                       (long long)v, sched, schedule_fixed_chunks(c->schedule, 1),
+                       schedule_fixed_chunks(c->schedule, 1) > 1 ? "s" : "");
+    if (c->schedule_auto)
+        c->schedule = SCHEDULE_1F1B;
+    c->virtual_stages = (int)v;
+    return ERR_OK;
 }
 
 void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *last)
@@ -439,17 +446,14 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
                                        "reserve_bytes", "link", "name", "description",
                                        "shard_optimizer", "dp_link", "pipelines", "pool",
-                                       "global_batch", "dp_bucket_bytes", NULL};
-    const char *sched;
+                                       "global_batch", "dp_bucket_bytes", "virtual_stages",
+                                       NULL};
     int64_t micro;
     static const char *const text[] = {"name", "description", NULL};
     if (jsonio_check_format(root, file, "cluster", 1, e) ||
         jsonio_check_keys(root, file, "", keys, e) || jsonio_check_text(root, file, "", text, e) ||
-        jsonio_str(root, file, "", "schedule", &sched, e))
+        read_schedule(root, file, c, e))
         return e->code;
-    if (schedule_parse(sched, &c->schedule) != 0)
-        return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected \"1f1b\" or \"gpipe\"", file,
-                       sched);
     if (jsonio_int(root, file, "", "micro_batches", 1, 1 << 20, &micro, e) ||
         units_json_bytes_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &c->reserve_bytes,
                              e))
@@ -493,6 +497,7 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     if (c->stages[S - 1].link.present)
         return err_set(e, ERR_INPUT, "%s: stages[%d].link: the last stage has no next stage",
                        file, S - 1);
+    c->layers_given = has_layers;
     if (has_layers) {
         if (check_layer_ranges(c, file, e))
             return e->code;

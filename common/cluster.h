@@ -34,6 +34,9 @@ struct cluster_stage {
 
 struct cluster {
     enum schedule schedule;
+    int schedule_auto;  /* "schedule": "auto": the planner picks (schedule then says 1f1b) */
+    int virtual_stages; /* interleaved's model chunks a GPU; 0: not given */
+    int layers_given;   /* the stages give their "layers" */
     int micro_batches;
     int64_t reserve_bytes;
     struct link link; /* default link between stages */
@@ -132,8 +135,6 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
 void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
                            int *first, int *last);
 
-const char *schedule_name(enum schedule s);
-int schedule_parse(const char *text, enum schedule *out);
 
 /* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an
  * error (cluster files); otherwise they are fields a later version added (plan files). */

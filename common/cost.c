@@ -91,7 +91,8 @@ struct cost_row cost_row(const struct layer_cost *c, int choice)
 {
     struct cost_row r = {.choice = choice, .place = COST_PLACE_DEVICE, .offload_option = -1};
     if (choice == COST_KEEP) {
-        r.kept_bytes = c->act_bytes;
+        r.kept_bytes = c->act_bytes + c->wgrad_bytes;
+        r.wgrad_ms = c->wgrad_ms;
     } else if (choice == COST_FULL) {
         r.kept_bytes = c->ckpt_bytes;
         r.transient_bytes = c->act_bytes - c->ckpt_bytes;
@@ -109,6 +110,10 @@ struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cos
                                 int offload_option, int ahead)
 {
     struct cost_row r = cost_row(c, choice);
+    if (choice == COST_KEEP && (place == COST_PLACE_HOST || offload_option >= 0)) {
+        r.kept_bytes = c->act_bytes; /* what comes back lives only through the backward */
+        r.wgrad_ms = 0;
+    }
     if (place == COST_PLACE_HOST) {
         r.place = COST_PLACE_HOST;
         r.host_bytes = r.kept_bytes;
@@ -250,6 +255,18 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
     };
 }
 
+int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reserve_bytes)
+{
+    __int128 held = reserve_bytes;
+    int64_t transient = 0;
+    for (int k = 0; k < n; k++) {
+        const struct stage_cost *c = &chunks[k];
+        held += c->state_bytes + (__int128)c->in_flight * c->kept_bytes + c->workspace_bytes;
+        transient = c->transient_bytes > transient ? c->transient_bytes : transient;
+    }
+    return saturate(held + transient);
+}
+
 int64_t cost_arena_bytes(const struct stage_cost *c)
 {
     return saturate((__int128)c->in_flight * c->kept_bytes + c->transient_bytes +
@@ -261,17 +278,36 @@ int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes)
     return saturate((__int128)c->state_bytes + arena_bytes + c->reserve_bytes);
 }
 
-__int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
-                          int64_t reserve_bytes)
+/* in_flight[l], or `uniform` for every layer when in_flight is NULL; the largest workspace
+ * of each chunk (chunk NULL: one) */
+static __int128 fixed_bytes(const struct layer_cost *layers, int n, const int *in_flight,
+                            const int *chunk, int uniform, int64_t reserve_bytes)
 {
     __int128 fixed = reserve_bytes;
     int64_t workspace = 0;
     for (int l = 0; l < n; l++) {
-        fixed += layers[l].state_bytes + (__int128)in_flight * layers[l].ckpt_bytes;
+        int v = in_flight != NULL ? in_flight[l] : uniform;
+        if (chunk != NULL && l > 0 && chunk[l] != chunk[l - 1]) { /* the next chunk's own */
+            fixed += workspace;
+            workspace = 0;
+        }
+        fixed += layers[l].state_bytes + (__int128)v * layers[l].ckpt_bytes;
         if (layers[l].workspace_bytes > workspace)
             workspace = layers[l].workspace_bytes;
     }
     return fixed + workspace;
+}
+
+__int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
+                          int64_t reserve_bytes)
+{
+    return fixed_bytes(layers, n, NULL, NULL, in_flight, reserve_bytes);
+}
+
+__int128 cost_fixed_bytes_each(const struct layer_cost *layers, int n, const int *in_flight,
+                               const int *chunk, int64_t reserve_bytes)
+{
+    return fixed_bytes(layers, n, in_flight, chunk, 0, reserve_bytes);
 }
 
 void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,
@@ -284,7 +320,8 @@ void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int12
 
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight)
 {
-    return saturate((__int128)in_flight * (c->act_bytes - cost_row(c, choice).kept_bytes));
+    return saturate((__int128)in_flight *
+                    (cost_row(c, COST_KEEP).kept_bytes - cost_row(c, choice).kept_bytes));
 }
 
 int64_t cost_tp_tensor_bytes(const struct model *m)
@@ -350,6 +387,11 @@ void cost_group_layer(const struct layer_cost *in, enum model_layer_kind kind,
                            (t > 1 && kind != MODEL_LAYER_EMBED ? g->tensor_bytes : 0);
     out->fwd_ms = in->fwd_ms / speed + comm;
     out->bwd_ms = in->bwd_ms / speed + comm;
+    /* the weight pass: each GPU's share of the products, no collectives */
+    out->wgrad_bytes = divide_up(in->wgrad_bytes, t);
+    out->wgrad_ms = in->wgrad_ms / speed;
+    out->split_bytes = divide_up(in->split_bytes, t);
+    out->split_ms = in->split_ms / speed;
     for (int k = 0; k < in->n_options; k++) {
         struct recompute_option *o = &out->options[k];
         o->kept_bytes = divide_up(in->options[k].kept_bytes, t);

@@ -40,6 +40,14 @@
  * stage, as before). With ZeRO-1 a layer's optimizer state is one replica's share
  * (optimizer_shards), and so is its mirror: 4 * grad_l / shards.
  *
+ * The weight-gradient pass (schedules that split the backward, schedule.h): a layer kept whole
+ * on the device defers the weight gradients of its matrix products from its backward's
+ * input-gradient pass (B) to a later pass (W), keeping their output gradients from one to the
+ * other, wgrad_l bytes, in its micro-batch's slot, which then lives from the forward to W:
+ *   kept_l(keep) = act_l + wgrad_l,  B takes bwd_l - wgrad_ms_l and W wgrad_ms_l
+ * (the planner zeroes wgrad for the schedules that do not split). Any other action runs the
+ * whole backward in B: what it regenerates or brings back lives only through its backward.
+ *
  * The knapsack's view of the same M splits it into the bytes no choice changes and each
  * choice's weights:
  *   M = fixed + sum_l v * (kept_l - ckpt_l) + max_l transient_l,
@@ -74,6 +82,7 @@ struct cost_row {
     int64_t host_bytes;      /* in host memory per micro-batch; copied once each way */
     int64_t transient_bytes; /* regenerated just before the backward */
     double recompute_ms;
+    double wgrad_ms; /* the backward's share deferred to the W pass (in kept_bytes: wgrad) */
 };
 
 struct stage_cost {
@@ -187,6 +196,14 @@ struct cost_actions {
 void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
                         int in_flight, int64_t reserve_bytes, struct stage_cost *out);
 
+/* A GPU holding several model chunks (schedule.h): each chunk's costs with its own in-flight
+ * count and no reserve. The GPU runs one chunk's pass at a time, so the chunks share one
+ * transient; each keeps its own workspace, whose output and input gradient may still be on
+ * their way to the neighbouring chunks while another chunk runs:
+ *   M_gpu = sum_c (state_c + v_c * kept_c + workspace_c) + max_c transient_c + reserve
+ * (no chunked schedule offloads: staging 0). */
+int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reserve_bytes);
+
 /* The activation arena: v * sum kept + max transient + max workspace, the bytes of one slot
  * per in-flight micro-batch, the largest transient and the largest workspace side by side.
  * A stage whose arena is laid out by a reuse plan (planner/arena.h) holds its objects in
@@ -194,15 +211,19 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
 int64_t cost_arena_bytes(const struct stage_cost *c);
 int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes);
 
-/* The knapsack's view: the bytes of M no choice of layers[0..n-1] changes. */
+/* The knapsack's view: the bytes of M no choice of layers[0..n-1] changes. _each: a GPU's
+ * chunks end to end, layer l of chunk chunk[l] (non-decreasing) with in_flight[l] in flight,
+ * each chunk's own workspace (cost_chunks_memory). */
 __int128 cost_fixed_bytes(const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes);
+__int128 cost_fixed_bytes_each(const struct layer_cost *layers, int n, const int *in_flight,
+                               const int *chunk, int64_t reserve_bytes);
 /* What `choice` of layer c adds to the fixed bytes: v * (kept - ckpt) for every layer, and
  * its transient, of which the stage holds the largest. */
 void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,
                   int64_t *transient_bytes);
 /* The bytes `choice` keeps less than keeping the whole layer, over v in-flight micro-batches:
- * v * (act - kept) (saturating). */
+ * v * (kept(keep) - kept) (saturating). */
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight);
 
 

@@ -27,6 +27,7 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
     for (int s = 0; s < n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
         st->index = s;
+        st->gpu = s;
         st->tp = st->dp = 1;
         st->first = first[s];
         st->last = last[s];
@@ -56,11 +57,40 @@ void plan_free(struct plan *p)
     p->n_stages = 0;
 }
 
-void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out)
+struct schedule_shape plan_shape(const struct plan *p)
+{
+    int v = p->virtual_stages > 1 ? p->virtual_stages : 1;
+    return schedule_shape_of(p->schedule, p->n_stages / v, v, p->micro_batches);
+}
+
+int plan_gpu_stages(const struct plan *p, int gpu, int stages[SCHEDULE_CHUNKS_MAX])
+{
+    struct schedule_shape sh = plan_shape(p);
+    for (int c = 0; c < sh.chunks; c++)
+        stages[c] = schedule_vstage(&sh, gpu, c);
+    return sh.chunks;
+}
+
+static void chunk_cost(const struct plan_stage *st, int64_t reserve_bytes, struct stage_cost *out)
 {
     struct cost_actions a = plan_stage_actions(st);
-    cost_stage_actions(st->layers, plan_stage_layer_count(st), &a, st->in_flight,
-                       p->reserve_bytes, out);
+    cost_stage_actions(st->layers, plan_stage_layer_count(st), &a, st->in_flight, reserve_bytes,
+                       out);
+}
+
+void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out)
+{
+    if (p->virtual_stages <= 1) {
+        chunk_cost(st, p->reserve_bytes, out);
+        return;
+    }
+    int members[SCHEDULE_CHUNKS_MAX];
+    struct stage_cost chunks[SCHEDULE_CHUNKS_MAX];
+    int n = plan_gpu_stages(p, st->gpu, members);
+    for (int c = 0; c < n; c++)
+        chunk_cost(&p->stages[members[c]], 0, &chunks[c]);
+    chunk_cost(st, p->reserve_bytes, out);
+    out->memory_bytes = cost_chunks_memory(chunks, n, p->reserve_bytes);
 }
 
 cJSON *plan_to_json(const struct plan *p)
@@ -73,6 +103,8 @@ cJSON *plan_to_json(const struct plan *p)
     cJSON_AddStringToObject(fw, "activations", p->framework.activations);
     cJSON_AddStringToObject(fw, "attention", model_attention_name(p->framework.attention));
     cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
+    if (p->virtual_stages > 1)
+        cJSON_AddNumberToObject(o, "virtual_stages", p->virtual_stages);
     cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
     cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
     cJSON_AddNumberToObject(o, "most_loaded_stage", p->most_loaded_stage);
@@ -90,6 +122,8 @@ cJSON *plan_to_json(const struct plan *p)
         const struct plan_stage *st = &p->stages[s];
         cJSON *so = cJSON_CreateObject();
         cJSON_AddNumberToObject(so, "index", st->index);
+        if (p->virtual_stages > 1)
+            cJSON_AddNumberToObject(so, "gpu", st->gpu);
         cJSON_AddStringToObject(so, "device", st->device);
         cJSON_AddStringToObject(so, "device_kind", st->device_kind);
         cJSON *range = cJSON_AddArrayToObject(so, "layers");
@@ -134,6 +168,20 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON_AddItemToArray(stages, so);
     }
     cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (p->n_tried > 0) {
+        cJSON *tried = cJSON_AddArrayToObject(o, "schedules_tried");
+        for (int k = 0; k < p->n_tried; k++) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "schedule", schedule_name(p->tried[k].schedule));
+            if (p->tried[k].virtual_stages > 1)
+                cJSON_AddNumberToObject(t, "virtual_stages", p->tried[k].virtual_stages);
+            if (p->tried[k].iteration_ms >= 0)
+                cJSON_AddNumberToObject(t, "iteration_ms", p->tried[k].iteration_ms);
+            else
+                cJSON_AddNullToObject(t, "iteration_ms");
+            cJSON_AddItemToArray(tried, t);
+        }
+    }
     if (p->search.present) {
         cJSON *v = cJSON_AddObjectToObject(o, "search");
         cJSON_AddNumberToObject(v, "device_orders", p->search.orders);
@@ -245,6 +293,9 @@ static int read_arena(const cJSON *so, const char *file, const char *path, struc
     return check_arena_objects(st->arena, st, micro_batches, file, sub, e);
 }
 
+static int check_costs(const struct plan *p, const struct plan_stage *st, const char *file,
+                       struct err *e);
+
 static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                       int expect_first, struct err *e)
 {
@@ -323,7 +374,7 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         jsonio_num(so, file, path, "stage_ms", 0, DBL_MAX, &st->stage_ms, e))
         return e->code;
     st->capacity_bytes = st->memory_limit_bytes;
-    in_flight = schedule_in_flight(p->schedule, p->n_stages, s, p->micro_batches);
+    in_flight = st->in_flight; /* the schedule's (plan_from_json) */
     if (jsonio_int_opt(so, file, path, "capacity_bytes", 1, JSONIO_INT_MAX, &st->capacity_bytes,
                        e) ||
         jsonio_int_opt(so, file, path, "memory_before_bytes", 0, JSONIO_INT_MAX,
@@ -353,15 +404,38 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
         if (layer_cost_from_json(it, file, ip, &st->layers[k], e) ||
             profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
             return e->code;
+        if (!schedule_splits(p->schedule) && st->layers[k].wgrad_bytes + st->layers[k].wgrad_ms > 0)
+            return err_set(e, ERR_INPUT, "%s: %s.wgrad_bytes: %lld (wgrad_ms %g), but schedule %s "
+                           "runs the backward whole", file, ip,
+                           (long long)st->layers[k].wgrad_bytes, st->layers[k].wgrad_ms,
+                           schedule_name(p->schedule));
     }
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
         plan_optimizer_from_json(so, file, path, st, e) ||
-        plan_optimizer_check(file, path, st, e))
+        plan_optimizer_check(file, path, st, e) ||
+        plan_optimizer_fraction_check(so, file, path, st, e))
         return e->code;
-    /* The numbers must be the cost model's for the stated choice: a plan edited by hand (or
-     * for another model) is refused rather than trained with wrong limits. */
-    if (read_arena(so, file, path, st, p->micro_batches, e) || plan_group_from_json(so, file, path, st, e))
+    if (read_arena(so, file, path, st, p->micro_batches, e) ||
+        plan_group_from_json(so, file, path, st, e))
         return e->code;
+    int64_t gpu = s;
+    if (jsonio_int_opt(so, file, path, "gpu", st->gpu, st->gpu, &gpu, e))
+        return e->code;
+    if (st->memory_limit_bytes > st->capacity_bytes)
+        return err_set(e, ERR_INPUT, "%s: %s.memory_limit_bytes: %lld is above capacity_bytes %lld",
+                       file, path, (long long)st->memory_limit_bytes,
+                       (long long)st->capacity_bytes);
+    /* a GPU's chunks are costed together, once every stage is read (plan_from_json) */
+    return p->virtual_stages > 1 ? ERR_OK : check_costs(p, st, file, e);
+}
+
+/* The numbers must be the cost model's for the stated choice: a plan edited by hand (or for
+ * another model) is refused rather than trained with wrong limits. */
+static int check_costs(const struct plan *p, const struct plan_stage *st, const char *file,
+                       struct err *e)
+{
+    char path[JSONIO_PATH_MAX];
+    jsonio_path_index(path, "stages", st->index);
     struct stage_cost c;
     plan_stage_cost(p, st, &c);
     if (st->arena != NULL)
@@ -369,10 +443,10 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
     if (c.memory_bytes != st->memory_bytes)
         return err_set(e, ERR_INPUT,
                        "%s: %s.memory_bytes: %lld, but the cost model gives %lld for these "
-                       "layers and recompute set",
-                       file, path, (long long)st->memory_bytes, (long long)c.memory_bytes);
-    if (plan_offload_check(&c, file, path, st, e) ||
-        plan_optimizer_fraction_check(so, file, path, st, e))
+                       "layers and recompute set%s",
+                       file, path, (long long)st->memory_bytes, (long long)c.memory_bytes,
+                       p->virtual_stages > 1 ? " (with the other chunks of its GPU)" : "");
+    if (plan_offload_check(&c, file, path, st, e))
         return e->code;
     if (fabs(c.stage_ms - st->stage_ms) > 1e-6 + 1e-9 * c.stage_ms ||
         fabs(c.recompute_ms - st->recompute_ms) > 1e-6 + 1e-9 * c.recompute_ms)
@@ -380,10 +454,6 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                        "%s: %s: stage_ms %g and recompute_ms %g, but the cost model gives %g and "
                        "%g",
                        file, path, st->stage_ms, st->recompute_ms, c.stage_ms, c.recompute_ms);
-    if (st->memory_limit_bytes > st->capacity_bytes)
-        return err_set(e, ERR_INPUT, "%s: %s.memory_limit_bytes: %lld is above capacity_bytes %lld",
-                       file, path, (long long)st->memory_limit_bytes,
-                       (long long)st->capacity_bytes);
     if (st->memory_bytes > st->memory_limit_bytes)
         return err_set(e, ERR_INPUT,
                        "%s: %s.memory_bytes: %lld is above memory_limit_bytes %lld: the stage "
@@ -421,17 +491,50 @@ static int read_framework(const cJSON *root, const char *file, struct plan *p, s
     return ERR_OK;
 }
 
-static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
+/* "schedule", "virtual_stages" and the stages' in-flight counts and GPUs the schedule gives:
+ * what each stage's "in_flight" and "gpu" must say. */
+static int read_shape(const cJSON *root, const char *file, int S, struct plan *p, struct err *e)
 {
     const char *sched;
-    int64_t v;
-    if (jsonio_check_format(root, file, "plan", 1, e) ||
-        jsonio_str_copy(root, file, "", "method", p->method, sizeof p->method, e) ||
-        jsonio_str(root, file, "", "schedule", &sched, e))
+    int64_t v = 1;
+    if (jsonio_str(root, file, "", "schedule", &sched, e) ||
+        jsonio_int_opt(root, file, "", "virtual_stages", 1, SCHEDULE_CHUNKS_MAX, &v, e))
         return e->code;
     if (schedule_parse(sched, &p->schedule) != 0)
-        return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected \"1f1b\" or \"gpipe\"", file,
-                       sched);
+        return err_set(e, ERR_INPUT, "%s: schedule: \"%s\", expected %s", file, sched,
+                       schedule_names());
+    p->virtual_stages = (int)v;
+    if (p->schedule == SCHEDULE_V_HALF && v == 1)
+        p->virtual_stages = 2;
+    if (S % p->virtual_stages != 0)
+        return err_set(e, ERR_INPUT, "%s: stages: %d stages, not a multiple of virtual_stages %d",
+                       file, S, p->virtual_stages);
+    struct schedule_shape sh = plan_shape(p);
+    if (schedule_check(&sh, e)) {
+        char why[ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", e->msg);
+        return err_set(e, ERR_INPUT, "%s: %s", file, why);
+    }
+    int *flights = malloc((size_t)S * sizeof *flights);
+    if (flights == NULL || schedule_in_flights(&sh, flights, e)) {
+        free(flights);
+        return e->code ? e->code : err_set(e, ERR_FAIL, "%s: out of memory", file);
+    }
+    for (int s = 0; s < S; s++) {
+        int chunk;
+        p->stages[s].in_flight = flights[s];
+        p->stages[s].gpu = schedule_gpu(&sh, s, &chunk);
+    }
+    free(flights);
+    return ERR_OK;
+}
+
+static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    int64_t v;
+    if (jsonio_check_format(root, file, "plan", 1, e) ||
+        jsonio_str_copy(root, file, "", "method", p->method, sizeof p->method, e))
+        return e->code;
     if (jsonio_int(root, file, "", "micro_batches", 1, 1 << 20, &v, e))
         return e->code;
     p->micro_batches = (int)v;
@@ -465,12 +568,17 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (p->stages == NULL)
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
     p->n_stages = S;
+    if (read_shape(root, file, S, p, e))
+        return e->code;
     int s = 0, next = 0;
     for (const cJSON *so = stages->child; so != NULL; so = so->next, s++) {
         if (read_stage(so, file, s, p, next, e))
             return e->code;
         next = p->stages[s].last + 1;
     }
+    for (s = 0; p->virtual_stages > 1 && s < S; s++)
+        if (check_costs(p, &p->stages[s], file, e))
+            return e->code;
     if (next != model_layer_count(&p->model))
         return err_set(e, ERR_INPUT, "%s: stages[%d].layers: ends at %d, leaving layers %d..%d in "
                        "no stage", file, S - 1, next - 1, next, model_layer_count(&p->model) - 1);

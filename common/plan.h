@@ -18,6 +18,7 @@
 
 struct plan_stage {
     int index;
+    int gpu; /* the pipeline rank that runs it (schedule.h): index unless a GPU holds chunks */
     char device[PROFILE_NAME_MAX];
     char device_kind[8];      /* "cpu" or "cuda", from the stage's profile; always */
     int first, last;          /* global layer indices, inclusive */
@@ -80,6 +81,14 @@ struct plan_search {
                             returned may be a simpler one (--min-gain) */
 };
 
+/* One schedule --schedule auto planned ("schedules_tried"). */
+#define PLAN_TRIES_MAX 8
+struct plan_try {
+    enum schedule schedule;
+    int virtual_stages;
+    double iteration_ms; /* -1: no plan fits with it; -2: the cluster or options rule it out */
+};
+
 /* What a plan is for and what its layer costs assume ("framework" in the file; absent: Ballast's
  * own runtime with the model's attention kernel). */
 #define PLAN_FRAMEWORK_MAX 16
@@ -93,6 +102,9 @@ struct plan {
     char method[PLAN_METHOD_MAX];
     struct plan_framework framework;
     enum schedule schedule;
+    /* model chunks a GPU holds (schedule.h): the stages are the n_stages / v GPUs' chunks,
+     * virtual stages in model order, stage j on GPU `gpu` */
+    int virtual_stages;
     int micro_batches;
     int bottleneck_stage;  /* largest stage_ms */
     int most_loaded_stage; /* largest memory_before / memory_limit */
@@ -105,21 +117,29 @@ struct plan {
     struct plan_verify verify;
     double optimality_gap; /* < 0: not reported */
     struct plan_search search;
+    int n_tried; /* --schedule auto: what it planned (written, not read back) */
+    struct plan_try tried[PLAN_TRIES_MAX];
     /* --min-gain (planner/choice.h): the margin the plan was chosen with (0: the fastest),
      * and the fastest step found, when this plan is a simpler, slower one (0: not) */
     double min_gain, fastest_ms;
 };
 
 int plan_stage_layer_count(const struct plan_stage *st);
+/* The plan's pipeline: its schedule over n_stages / v GPUs of v chunks. */
+struct schedule_shape plan_shape(const struct plan *p);
+/* The stages (virtual stages) GPU `gpu` runs, chunk by chunk; returns their count. */
+int plan_gpu_stages(const struct plan *p, int gpu, int stages[SCHEDULE_CHUNKS_MAX]);
 /* Allocates the stages (zeroed) with their per-layer arrays for the given ranges. */
 int plan_init(struct plan *p, int n_stages, const int *first, const int *last, struct err *e);
 void plan_free(struct plan *p);
 
-/* Recomputes a stage's memory, recompute and stage time from its layers and flags. */
+/* Recomputes a stage's memory, recompute and stage time from its layers and flags. With a GPU
+ * holding several chunks, memory_bytes is the GPU's (cost_chunks_memory over its stages). */
 void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out);
 
-/* The stage's actions as the cost model takes them. */
+/* The stage's actions as the cost model takes them, and layer l's action row. */
 struct cost_actions plan_stage_actions(const struct plan_stage *st);
+struct cost_row plan_stage_row(const struct plan_stage *st, int l);
 /* Whether any layer of the stage sends activations to the host (its optimizer aside). */
 int plan_stage_offloads(const struct plan_stage *st);
 /* Per micro-batch, each way: one copy per offloaded layer over the host link. */

@@ -44,7 +44,7 @@ double plan_stage_optimizer_fraction(const struct plan_stage *st)
                : 0;
 }
 
-static struct cost_row layer_row(const struct plan_stage *st, int l)
+struct cost_row plan_stage_row(const struct plan_stage *st, int l)
 {
     return cost_action_row(&st->layers[l], st->recompute[l],
                            st->place ? (enum cost_place)st->place[l] : COST_PLACE_DEVICE,
@@ -55,7 +55,7 @@ static struct cost_row layer_row(const struct plan_stage *st, int l)
 int plan_stage_offloads(const struct plan_stage *st)
 {
     for (int l = 0; l < plan_stage_layer_count(st); l++)
-        if (layer_row(st, l).host_bytes > 0)
+        if (plan_stage_row(st, l).host_bytes > 0)
             return 1;
     return 0;
 }
@@ -64,7 +64,7 @@ double plan_stage_copy_ms(const struct plan_stage *st)
 {
     double ms = 0;
     for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        int64_t bytes = layer_row(st, l).host_bytes;
+        int64_t bytes = plan_stage_row(st, l).host_bytes;
         if (bytes > 0)
             ms += link_transfer_ms(&st->host_link, bytes);
     }
@@ -198,7 +198,7 @@ int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
         (host_link != NULL && link_from_json(host_link, file, lp, 0, &st->host_link, e)))
         return e->code;
     for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        int sent = layer_row(st, l).host_bytes > 0 || st->place[l] == COST_PLACE_HOST ||
+        int sent = plan_stage_row(st, l).host_bytes > 0 || st->place[l] == COST_PLACE_HOST ||
                    st->offload_option[l] >= 0;
         if (sent != (st->prefetch_ahead[l] > 0))
             return err_set(e, ERR_INPUT,

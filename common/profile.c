@@ -85,6 +85,13 @@ static int split_from_json(const cJSON *obj, const char *file, const char *path,
                        &c->host_optimizer_ms, e))
         return e->code;
     c->has_split = given == 3;
+    c->wgrad_bytes = 0;
+    c->wgrad_ms = 0;
+    if (jsonio_int_opt(obj, file, path, "wgrad_bytes", 0, JSONIO_INT_MAX, &c->wgrad_bytes, e) ||
+        jsonio_num_opt(obj, file, path, "wgrad_ms", 0, c->bwd_ms, &c->wgrad_ms, e))
+        return e->code;
+    c->split_bytes = c->wgrad_bytes;
+    c->split_ms = c->wgrad_ms;
     if (given == 0) {
         c->param_bytes = c->grad_bytes = c->optimizer_bytes = 0;
         return ERR_OK;
@@ -146,6 +153,10 @@ cJSON *layer_cost_to_json(const struct layer_cost *c)
         cJSON_AddNumberToObject(o, "optimizer_ms", c->optimizer_ms);
     if (c->host_optimizer_ms > 0)
         cJSON_AddNumberToObject(o, "host_optimizer_ms", c->host_optimizer_ms);
+    if (c->wgrad_bytes > 0 || c->wgrad_ms > 0) { /* what the cost model applies */
+        jsonio_add_int(o, "wgrad_bytes", c->wgrad_bytes);
+        cJSON_AddNumberToObject(o, "wgrad_ms", c->wgrad_ms);
+    }
     if (c->n_options > 0) {
         cJSON *list = cJSON_AddArrayToObject(o, "recompute_options");
         for (int k = 0; k < c->n_options; k++) {
@@ -234,6 +245,9 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
         jsonio_path_index(path, "layers", i);
         if (layer_cost_from_json(l, file, path, &p->layers[i], e))
             goto fail;
+        /* a profile states the split; only the planner applies it (profile.h) */
+        p->layers[i].wgrad_bytes = 0;
+        p->layers[i].wgrad_ms = 0;
         if (profile_check_layer_name(&p->model, i, p->layers[i].name, file, path, e))
             goto fail;
     }
@@ -284,8 +298,12 @@ cJSON *profile_to_json(const struct profile *p)
     if (p->provenance != NULL)
         cJSON_AddItemToObject(o, "provenance", cJSON_Duplicate(p->provenance, 1));
     cJSON *layers = cJSON_AddArrayToObject(o, "layers");
-    for (int i = 0; i < p->n_layers; i++)
-        cJSON_AddItemToArray(layers, layer_cost_to_json(&p->layers[i]));
+    for (int i = 0; i < p->n_layers; i++) {
+        struct layer_cost c = p->layers[i]; /* the split as stated, not as applied */
+        c.wgrad_bytes = c.split_bytes;
+        c.wgrad_ms = c.split_ms;
+        cJSON_AddItemToArray(layers, layer_cost_to_json(&c));
+    }
     return o;
 }
 

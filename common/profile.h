@@ -58,6 +58,15 @@ struct layer_cost {
      * optimizer_bytes being one share (cost_group_layer; a plan stage's dp when it shards);
      * 0 or 1: not sharded. Not a file field. */
     int optimizer_shards;
+    /* The backward split into an input-gradient pass and a weight-gradient pass (schedules
+     * zb-h1 and v-half, schedule.h): the bytes the weight pass keeps from the one to the
+     * other (the output gradients of the layer's matrix products) and its share of bwd_ms
+     * ("wgrad_bytes", "wgrad_ms"; 0 and 0 when absent, or for a layer that does not split).
+     * split_*: as the file states them; wgrad_*: what the cost model applies (cost.h), the
+     * same in a plan, and 0 in a cluster's profiles until the planner plans a schedule that
+     * splits the backward. */
+    int64_t wgrad_bytes, split_bytes;
+    double wgrad_ms, split_ms; /* <= bwd_ms */
 };
 
 struct device_info {

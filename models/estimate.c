@@ -13,6 +13,7 @@ struct op {
     double flops;
     double bytes;
     int gemm;
+    int wgrad; /* a weight gradient: a split backward's W pass (sizes_wgrad_tensors) */
 };
 
 #define OPS_MAX 32
@@ -24,7 +25,7 @@ struct op_list {
 
 static void add(struct op_list *l, double flops, double bytes, int gemm)
 {
-    l->ops[l->n++] = (struct op){flops, bytes, gemm};
+    l->ops[l->n++] = (struct op){flops, bytes, gemm, 0};
 }
 
 /* A GEMM (M,K) x (K,N) whose weight is (K,N): forward once; backward twice (input gradient
@@ -37,6 +38,7 @@ static void gemm(struct op_list *fwd, struct op_list *bwd, double M, double K, d
     add(fwd, flops, io, 1);
     add(bwd, flops, io, 1);
     add(bwd, flops, io + (weight ? 2 * K * N * 4.0 : 0), 1);
+    bwd->ops[bwd->n - 1].wgrad = weight;
 }
 
 /* An elementwise or reduction operation over `elems` values that reads `in` and writes `out`
@@ -214,19 +216,42 @@ void estimate_layer_flops(const struct model *m, int layer, double *fwd, double 
         *bwd += b.ops[i].flops;
 }
 
-static double ops_ms(const struct op_list *l, const struct device_table *t,
-                     const struct device_spec *d, enum model_dtype dtype)
+/* The roofline time of l's operations (only its weight gradients when `wgrad_only`). */
+static double some_ops_ms(const struct op_list *l, const struct device_table *t,
+                          const struct device_spec *d, enum model_dtype dtype, int wgrad_only)
 {
     double tensor = devices_gemm_tflops(d, dtype) * 1e12 * t->gemm_efficiency;
     double vector = d->peak_tflops_fp32 * 1e12;
     double bw = d->memory_bandwidth_gbs * 1e9 * t->memory_efficiency;
     double s = 0;
     for (int i = 0; i < l->n; i++) {
+        if (wgrad_only && !l->ops[i].wgrad)
+            continue;
         double compute = l->ops[i].flops / (l->ops[i].gemm ? tensor : vector);
         double memory = l->ops[i].bytes / bw;
         s += (compute > memory ? compute : memory) + d->op_overhead_us * 1e-6;
     }
     return s * 1e3;
+}
+
+static double ops_ms(const struct op_list *l, const struct device_table *t,
+                     const struct device_spec *d, enum model_dtype dtype)
+{
+    return some_ops_ms(l, t, d, dtype, 0);
+}
+
+double estimate_wgrad_share(const struct model *m, int layer)
+{
+    struct op_list f, b;
+    double w = 0, all = 0;
+    if (model_layer_kind(m, layer) != MODEL_LAYER_BLOCK || m->kind == MODEL_KIND_CUSTOM)
+        return 0;
+    layer_ops(m, layer, 1, &f, &b);
+    for (int i = 0; i < b.n; i++) {
+        all += b.ops[i].flops;
+        w += b.ops[i].wgrad ? b.ops[i].flops : 0;
+    }
+    return all > 0 ? w / all : 0;
 }
 
 /* The forward operations that regenerate the kept tensors of `regen` (a partial recompute
@@ -307,6 +332,8 @@ int estimate_tp_times(const struct device_table *t, const struct device_spec *d,
         double part = ops_ms(&f, t, d, m->dtype);
         c->fwd_ms = part + comm;
         c->bwd_ms = ops_ms(&b, t, d, m->dtype) + comm;
+        if (c->split_ms > 0) /* the weight pass: each GPU's share of the products */
+            c->split_ms = some_ops_ms(&b, t, d, m->dtype, 1);
         struct sizes_option opt[SIZES_OPTIONS_MAX];
         int n = framework ? 0 : sizes_recompute_options(m, kind, opt);
         for (int k = 0; k < c->n_options; k++) {
@@ -392,6 +419,10 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
         layer_ops(m, l, 1, &f, &b);
         c->fwd_ms = ops_ms(&f, t, d, m->dtype);
         c->bwd_ms = ops_ms(&b, t, d, m->dtype);
+        if (kind == MODEL_LAYER_BLOCK) { /* the split a schedule may use */
+            c->split_bytes = sizes_wgrad_bytes(m, MODEL_LAYER_BLOCK);
+            c->split_ms = some_ops_ms(&b, t, d, m->dtype, 1);
+        }
         estimate_optimizer(t, d, m, l, &s, c);
         sizes_recompute_options(m, kind, opt);
         for (int k = 0; k < c->n_options; k++) {

@@ -37,9 +37,15 @@ void estimate_layer_flops_tp(const struct model *m, int layer, int tp, double *f
  * (heads, GEMM columns or rows, tokens / tp), which loses to op overheads and memory bandwidth
  * what tp_efficiency could only guess, plus the group's collectives over `node_link`
  * (cost.h); recompute options the same way (`framework`: a framework's modules, --for,
- * scaled as their layer's forward); the optimizer's steps on each GPU's share. */
+ * scaled as their layer's forward); a split backward's weight pass (split_ms) and the
+ * optimizer's steps on each GPU's share. */
 int estimate_tp_times(const struct device_table *t, const struct device_spec *d,
                       const struct link *node_link, int framework, struct profile *p,
                       struct err *e);
+
+/* The share of a layer's backward FLOPs that its weight-gradient pass takes when the backward
+ * is split (sizes_wgrad_tensors): a block's matrix products' weight gradients; 0 for the
+ * embedding and the head, which do not split. */
+double estimate_wgrad_share(const struct model *m, int layer);
 
 #endif

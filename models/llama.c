@@ -142,6 +142,7 @@ const struct model_ops model_ops_llama = {
     .layer_sizes = sizes_layer,
     .recompute_options = sizes_recompute_options_at,
     .layer_flops = estimate_layer_flops,
+    .wgrad_share = estimate_wgrad_share,
     .param_count = sizes_model_params,
     .param_init = model_gpt_param_init, /* the names share GPT's roles */
     .param_decays = model_gpt_param_decays,

@@ -27,6 +27,9 @@ struct model_ops {
                              struct sizes_option out[SIZES_OPTIONS_MAX]);
     /* floating-point operations of one micro-batch's forward and backward of a layer */
     void (*layer_flops)(const struct model *m, int layer, double *fwd, double *bwd);
+    /* the share of a layer's backward its weight-gradient pass takes when the backward is
+     * split (sizes_wgrad_tensors); 0 for a layer that does not split */
+    double (*wgrad_share)(const struct model *m, int layer);
     int64_t (*param_count)(const struct model *m);
     /* the initialisation rule of a parameter tensor, by its name in the size tables: normal
      * (0, std), or the constant `fill` when std is 0 */

@@ -341,3 +341,29 @@ void sizes_layer(const struct model *m, int layer, struct layer_sizes *out)
     else
         out->out_bytes = sizes_activation_bytes(m);
 }
+
+int sizes_wgrad_tensors(const struct model *m, enum model_layer_kind kind,
+                        struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    int64_t BT = (int64_t)m->micro_batch * m->seq_len, C = m->n_embd;
+    int llama = m->kind == MODEL_KIND_LLAMA;
+    int64_t mlp = llama ? 2 * (int64_t)m->ffn_hidden : 4 * C;
+    int64_t qkv = llama ? llama_qkv_width(m) : 3 * C;
+    int e = sizes_act_elem_bytes(m->dtype), count = 0;
+    memset(out, 0, SIZES_TENSORS_MAX * sizeof *out);
+    if (kind != MODEL_LAYER_BLOCK || m->kind == MODEL_KIND_CUSTOM)
+        return 0;
+    const struct sizes_tensor t[] = {
+        {"d_fcproj", BT * C, e}, {"d_fc", BT * mlp, e}, {"d_proj", BT * C, e},
+        {"d_qkv", BT * qkv, e},
+    };
+    for (; count < (int)(sizeof t / sizeof t[0]); count++)
+        out[count] = t[count];
+    return count;
+}
+
+int64_t sizes_wgrad_bytes(const struct model *m, enum model_layer_kind kind)
+{
+    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    return sizes_tensors_bytes(t, sizes_wgrad_tensors(m, kind, t));
+}

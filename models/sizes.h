@@ -114,5 +114,15 @@ uint32_t sizes_full_regen(const struct model *m, enum model_layer_kind kind);
 void sizes_regen_bytes(const struct model *m, enum model_layer_kind kind, uint32_t regen,
                        int64_t *kept, int64_t *transient);
 
+/* The weight-gradient pass of a split backward (schedule.h): what a block keeps from its
+ * input-gradient pass to its weight pass, the output gradient of each of its matrix products
+ * in the order the backward reaches them (MLP out, MLP in, attention out, q/k/v), in the
+ * activations' dtype; the runtime's W pass computes their weight gradients from these and the
+ * products' kept inputs. The embedding and the head do not split (0 tensors): the head's
+ * would be the logits' gradient, vocabulary-wide. */
+int sizes_wgrad_tensors(const struct model *m, enum model_layer_kind kind,
+                        struct sizes_tensor out[SIZES_TENSORS_MAX]);
+int64_t sizes_wgrad_bytes(const struct model *m, enum model_layer_kind kind);
+
 
 #endif

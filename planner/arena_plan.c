@@ -40,14 +40,18 @@ const struct arena_method *arena_method_find(const char *name)
 static int op_times(const struct plan *p, int s, int *tf, int *tb, struct err *e)
 {
     int M = p->micro_batches;
+    struct schedule_shape sh = plan_shape(p);
+    if (sh.chunks > 1 || schedule_splits(sh.kind))
+        return err_set(e, ERR_INPUT, "--arena lays out stages of one model chunk and a whole "
+                       "backward (1f1b, gpipe), not schedule %s", schedule_name(sh.kind));
     struct schedule_op *ops = malloc(sizeof *ops * 2 * (size_t)M);
     if (ops == NULL)
         return err_set(e, ERR_FAIL, "out of memory listing stage %d's schedule", s);
-    schedule_ops(p->schedule, p->n_stages, s, M, ops);
-    for (int t = 0; t < 2 * M; t++)
-        (ops[t].backward ? tb : tf)[ops[t].micro] = t;
+    int rc = schedule_ops(&sh, s, ops, e);
+    for (int t = 0; t < 2 * M && rc == ERR_OK; t++)
+        (ops[t].pass == SCHEDULE_B ? tb : tf)[ops[t].micro] = t;
     free(ops);
-    return ERR_OK;
+    return rc;
 }
 
 /* The tick from which layer li's kept tensors of micro-batch m are live (arena.h). */

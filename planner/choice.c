@@ -187,30 +187,47 @@ static int stage_same(const struct plan *p, const struct choice_snapshot *c, int
            memcmp(st->prefetch_ahead, c->prefetch_ahead + at, (size_t)n * sizeof(int)) == 0;
 }
 
-/* Stage s takes alternative a's choices where they fit and make the plan simpler within the
- * cap (*taken, *key updated, `now` too); otherwise it keeps now's. */
+/* The stages of stage s's GPU (its chunks, schedule.h), whose memory is one; returns their
+ * count, 0 where s is not the GPU's first chunk (the GPU is tried from that one). */
+static int gpu_group(const struct plan *p, int s, int group[SCHEDULE_CHUNKS_MAX])
+{
+    int n = plan_gpu_stages(p, p->stages[s].gpu, group);
+    return group[0] == s ? n : 0;
+}
+
+/* Stage s's GPU (all its chunks) takes alternative a's choices where they fit and make the
+ * plan simpler within the cap (*taken, *key updated, `now` too); otherwise it keeps now's. */
 static int try_stage(struct plan *p, const struct plan_options *o, const struct choice_snapshot *a,
                      struct choice_snapshot *now, int s, double cap, struct choice_key *key,
                      int *taken, struct err *e)
 {
     struct choice_key k;
+    int group[SCHEDULE_CHUNKS_MAX], n = gpu_group(p, s, group), same = 1;
     double ms;
     *taken = 0;
-    if (!a->fits[s] || stage_same(p, a, s))
+    for (int i = 0; i < n; i++) {
+        if (!a->fits[group[i]])
+            return ERR_OK;
+        same = same && stage_same(p, a, group[i]);
+    }
+    if (n == 0 || same)
         return ERR_OK;
-    choice_restore_stage(p, a, s);
+    for (int i = 0; i < n; i++)
+        choice_restore_stage(p, a, group[i]);
     choice_key_of(p, o, &k);
     if (choice_key_cmp(&k, key) < 0) {
         if (sim_plan_ms(p, &ms, e))
             return e->code;
         *taken = ms <= cap;
     }
-    if (*taken) {
-        *key = k;
-        copy_stage(now, p, s);
-    } else {
-        choice_restore_stage(p, now, s);
+    for (int i = 0; i < n; i++) {
+        if (*taken)
+            copy_stage(now, p, group[i]);
+        else
+            choice_restore_stage(p, now, group[i]);
     }
+    if (*taken)
+        *key = k;
     return ERR_OK;
 }
 

@@ -66,7 +66,9 @@ void choice_free(struct choice_snapshot *c);
  * stage by stage, any of the alternatives' choices where they fit: the simplest alternative
  * within the cap where it is simpler than p (or p is not within it; ties: the shorter step),
  * then each stage's alternatives in turn while one makes the plan simpler and stays within
- * the cap. p ends within the cap where p or an alternative was. */
+ * the cap (a GPU holding several chunks, schedule.h, takes an alternative's choices for all
+ * of them at once: their memory is one). p ends within the cap where p or an alternative
+ * was. */
 int choice_simplify(struct plan *p, const struct plan_options *o,
                     const struct choice_snapshot *const *alts, int n_alts, double cap,
                     struct err *e);

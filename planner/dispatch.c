@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "arena_fit.h"
 #include "choice.h"
@@ -29,7 +30,8 @@ void plan_options_default(struct plan_options *o)
                                .time_unit_ms = PLAN_TIME_UNIT_DEFAULT_MS,
                                .search_nodes = PLAN_SEARCH_NODES_DEFAULT,
                                .search_gap = PLAN_SEARCH_GAP_DEFAULT,
-                               .min_gain = PLAN_MIN_GAIN_DEFAULT};
+                               .min_gain = PLAN_MIN_GAIN_DEFAULT,
+                               .schedule = -1};
 }
 
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e)
@@ -123,33 +125,97 @@ static int most_loaded(const struct plan *p)
     return star;
 }
 
-/* Stage s as the cluster gives it, nothing recomputed yet. */
-static void stage_layout(const struct cluster *c, struct plan *p, int s)
+/* The link from virtual stage s to s + 1: none on one GPU (a V's turn), the cluster's between
+ * neighbouring GPUs either way, its default link for interleaved's wrap from the last GPU to
+ * the first. */
+static struct link chunk_link(const struct cluster *c, const struct schedule_shape *sh, int s)
+{
+    int chunk, a = schedule_gpu(sh, s, &chunk), b = schedule_gpu(sh, s + 1, &chunk);
+    if (a == b)
+        return (struct link){0};
+    if (b == a + 1 || b == a - 1)
+        return cluster_link(c, a < b ? a : b);
+    return c->link;
+}
+
+/* A split schedule applies each layer's weight pass (cost.h): the profile's, or for a block of
+ * a model Ballast knows, the size functions' bytes and the FLOPs' share of its backward time;
+ * a schedule that runs the backward whole applies none. */
+static void apply_split(const struct model *m, int first, int n, int splits, int tp,
+                        struct layer_cost *layers)
+{
+    for (int l = 0; l < n; l++) {
+        struct layer_cost *c = &layers[l];
+        c->wgrad_bytes = splits ? c->split_bytes : 0;
+        c->wgrad_ms = splits ? c->split_ms : 0;
+        enum model_layer_kind kind = model_layer_kind(m, first + l);
+        const struct model_ops *ops = model_ops_of(m);
+        if (splits && c->split_bytes == 0 && c->split_ms == 0 && ops != NULL &&
+            kind == MODEL_LAYER_BLOCK) {
+            c->wgrad_bytes = (sizes_wgrad_bytes(m, kind) + tp - 1) / tp; /* each GPU's share */
+            c->wgrad_ms = c->bwd_ms * ops->wgrad_share(m, first + l);
+        }
+    }
+}
+
+/* Stage s (on GPU g of the cluster) as the cluster gives it, nothing recomputed yet. */
+static void stage_layout(const struct cluster *c, const struct schedule_shape *sh,
+                         struct plan *p, int s, int in_flight)
 {
     struct plan_stage *st = &p->stages[s];
-    const struct profile *prof = cluster_stage_profile(c, s);
-    snprintf(st->device, sizeof st->device, "%s", c->stages[s].device);
+    int chunk, g = schedule_gpu(sh, s, &chunk), n = plan_stage_layer_count(st);
+    const struct profile *prof = cluster_stage_profile(c, g);
+    st->gpu = g;
+    snprintf(st->device, sizeof st->device, "%s", c->stages[g].device);
     snprintf(st->device_kind, sizeof st->device_kind, "%s", prof->device.kind);
-    memcpy(st->layers, prof->layers + st->first,
-           (size_t)plan_stage_layer_count(st) * sizeof *st->layers);
-    st->in_flight = schedule_in_flight(c->schedule, c->n_stages, s, c->micro_batches);
-    st->capacity_bytes = c->stages[s].memory_bytes;
+    memcpy(st->layers, prof->layers + st->first, (size_t)n * sizeof *st->layers);
+    apply_split(&c->model, st->first, n, schedule_splits(sh->kind), c->stages[g].tp,
+                st->layers);
+    st->in_flight = in_flight;
+    st->capacity_bytes = c->stages[g].memory_bytes;
     st->memory_limit_bytes = st->capacity_bytes;
-    if (s + 1 < c->n_stages)
-        st->link = cluster_link(c, s);
-    st->host_limit_bytes = c->stages[s].host_memory_bytes;
-    st->host_link = c->stages[s].host_link;
-    st->tp = c->stages[s].tp;
-    st->dp = c->stages[s].dp;
+    if (s + 1 < p->n_stages)
+        st->link = sh->chunks > 1 ? chunk_link(c, sh, s) : cluster_link(c, s);
+    st->host_limit_bytes = c->stages[g].host_memory_bytes;
+    st->host_link = c->stages[g].host_link;
+    st->tp = c->stages[g].tp;
+    st->dp = c->stages[g].dp;
     st->shard_optimizer = c->shard_optimizer && st->dp > 1; /* its layer costs divide it */
     if (c->grad_bytes != NULL) {
-        st->dp_link = c->stages[s].dp_link;
-        st->allreduce_bytes = cluster_grad_bytes(c, s, st->first, st->last);
+        st->dp_link = c->stages[g].dp_link;
+        st->allreduce_bytes = cluster_grad_bytes(c, g, st->first, st->last);
         st->dp_bucket_bytes = c->dp_bucket_bytes;
     }
-    struct stage_cost before;
-    plan_stage_cost(p, st, &before);
-    st->memory_before_bytes = before.memory_bytes;
+}
+
+/* The cluster's pipeline under its schedule: its GPUs, each holding the schedule's chunks. */
+static struct schedule_shape cluster_shape(const struct cluster *c)
+{
+    int v = schedule_fixed_chunks(c->schedule, c->virtual_stages > 0 ? c->virtual_stages : 2);
+    return schedule_shape_of(c->schedule, c->n_stages, v, c->micro_batches);
+}
+
+/* Virtual stage s's layers when each GPU holds several chunks: GPU g's stage in the cluster
+ * has n_g layers (its "layers", else the even split), and its chunk c takes
+ * floor((c+1) n_g / v) - floor(c n_g / v) of them, the virtual stages tiling the model in
+ * order; so a split that balances the GPUs (by hand, or --repartition's) stays balanced.
+ * ERR_INPUT when a GPU has fewer layers than chunks. */
+static int chunk_split(const struct cluster *c, const struct schedule_shape *sh, int *first,
+                       int *last, struct err *e)
+{
+    int S = schedule_virtual_stages(sh), next = 0;
+    for (int s = 0; s < S; s++) {
+        int chunk, g = schedule_gpu(sh, s, &chunk), v = sh->chunks;
+        int n = c->stages[g].last - c->stages[g].first + 1;
+        if (n < v)
+            return err_set(e, ERR_INPUT, "schedule %s: stages[%d] has %d layer%s for its %d "
+                           "model chunks (one each at least)", schedule_name(sh->kind), g, n,
+                           n == 1 ? "" : "s", v);
+        first[s] = next;
+        next += (int)((int64_t)(chunk + 1) * n / v - (int64_t)chunk * n / v);
+        last[s] = next - 1;
+    }
+    return ERR_OK;
 }
 
 /* What the stages' profiles assume (framework.h fw_profile_assumptions): "mixed" activations
@@ -173,28 +239,43 @@ static void plan_assumptions(const struct cluster *c, struct plan *p)
 int plan_layout(const struct cluster *c, const struct plan_options *o, struct plan *out,
                 struct err *e)
 {
-    int S = c->n_stages;
-    int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
-    int rc = first && last ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
-    for (int s = 0; s < S && rc == ERR_OK; s++) {
+    struct schedule_shape sh = cluster_shape(c);
+    int S = schedule_virtual_stages(&sh);
+    int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last),
+        *flights = malloc((size_t)S * sizeof *flights);
+    int rc = first && last && flights ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
+    if (rc == ERR_OK && sh.chunks > 1)
+        rc = chunk_split(c, &sh, first, last, e);
+    for (int s = 0; s < S && rc == ERR_OK && sh.chunks == 1; s++) {
         first[s] = c->stages[s].first;
         last[s] = c->stages[s].last;
     }
     if (rc == ERR_OK)
+        rc = schedule_in_flights(&sh, flights, e);
+    if (rc == ERR_OK)
         rc = plan_init(out, S, first, last, e);
     free(first);
     free(last);
-    if (rc)
+    if (rc) {
+        free(flights);
         return rc;
+    }
     char name[PLAN_METHOD_MAX];
     snprintf(out->method, sizeof out->method, "%s", plan_method_name(o, name));
     out->schedule = c->schedule;
+    out->virtual_stages = sh.chunks;
     out->micro_batches = c->micro_batches;
     out->reserve_bytes = c->reserve_bytes;
     out->unit_bytes = o->unit_bytes;
     out->model = c->model;
     for (int s = 0; s < S; s++)
-        stage_layout(c, out, s);
+        stage_layout(c, &sh, out, s, flights[s]);
+    free(flights);
+    for (int s = 0; s < S; s++) { /* a GPU's chunks count together: once all are laid out */
+        struct stage_cost before;
+        plan_stage_cost(out, &out->stages[s], &before);
+        out->stages[s].memory_before_bytes = before.memory_bytes;
+    }
     out->most_loaded_stage = most_loaded(out);
     plan_assumptions(c, out);
     return ERR_OK;
@@ -326,7 +407,7 @@ static double plan_fastest(const struct plan *p)
  * actions' margin is measured from the fastest split found (one margin, not two); the gap is
  * still the plan's own step against the certified bound, and fastest_ms the fastest found. */
 static int plan_repartitioned(const struct cluster *c, const struct plan_options *o,
-                              struct plan *out, struct err *e)
+                              struct plan *out, struct cluster *arranged_out, struct err *e)
 {
     struct plan_options fixed = *o, searched = *o;
     struct arrangement a;
@@ -350,7 +431,10 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
         return rc;
     fixed.gain_from_ms = found.fastest_ms; /* one margin, not one per split */
     rc = plan_fixed(&arranged, &fixed, out, e);
-    free(arranged.stages);
+    if (rc == ERR_OK && arranged_out != NULL)
+        *arranged_out = arranged; /* the caller frees its stages */
+    else
+        free(arranged.stages);
     if (rc)
         return rc;
     double fastest = found.fastest_ms < plan_fastest(out) ? found.fastest_ms : plan_fastest(out);
@@ -366,6 +450,343 @@ static int plan_repartitioned(const struct cluster *c, const struct plan_options
     return ERR_OK;
 }
 
+int planner_schedule_candidates(int virtual_stages, struct schedule_shape out[PLAN_SCHEDULES_MAX])
+{
+    static const enum schedule kinds[] = {SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB_H1,
+                                          SCHEDULE_V_HALF};
+    int n = 0;
+    for (int k = 0; k < 4; k++)
+        out[n++] = schedule_shape_of(kinds[k], 0, schedule_fixed_chunks(kinds[k], 1), 0);
+    for (int v = 2; v <= 4; v++)
+        if (virtual_stages == 0 || virtual_stages == v)
+            out[n++] = schedule_shape_of(SCHEDULE_INTERLEAVED, 0, v, 0);
+    return n;
+}
+
+/* The schedule --schedule and --virtual-stages, or the cluster, ask for. */
+static struct schedule_shape asked_shape(const struct cluster *c, const struct plan_options *o,
+                                         struct err *e)
+{
+    enum schedule kind = o->schedule >= 0 ? (enum schedule)o->schedule : c->schedule;
+    int v = o->virtual_stages > 0 ? o->virtual_stages : c->virtual_stages;
+    if (o->virtual_stages > 0 && kind != SCHEDULE_INTERLEAVED)
+        err_set(e, ERR_INPUT, "--virtual-stages %d: schedule %s holds %d model chunk%s a GPU "
+                "(virtual stages are interleaved's)", o->virtual_stages, schedule_name(kind),
+                schedule_fixed_chunks(kind, 1), schedule_fixed_chunks(kind, 1) > 1 ? "s" : "");
+    return schedule_shape_of(kind, c->n_stages, schedule_fixed_chunks(kind, v > 0 ? v : 2),
+                             c->micro_batches);
+}
+
+/* Whether this cluster and these options can plan schedule sh: ERR_INPUT saying why not. */
+static int shape_allowed(const struct cluster *c, const struct plan_options *o,
+                         const struct schedule_shape *sh, struct err *e)
+{
+    const char *name = schedule_name(sh->kind);
+    int plain = sh->kind == SCHEDULE_1F1B || sh->kind == SCHEDULE_GPIPE;
+    if (schedule_check(sh, e))
+        return e->code;
+    if (!plain && (o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)))
+        return err_set(e, ERR_INPUT, "--actions: offload and a host optimizer are planned and "
+                       "run with schedules 1f1b and gpipe (a fraction of the optimizer too), "
+                       "not %s", name);
+    if (!plain && o->arena != NULL)
+        return err_set(e, ERR_INPUT, "--arena lays out stages of schedules 1f1b and gpipe, not %s",
+                       name);
+    if (sh->chunks > 1 && schedule_virtual_stages(sh) > c->n_layers)
+        return err_set(e, ERR_INPUT, "schedule %s: %d GPUs x %d chunks is more than the model's "
+                       "%d layers", name, sh->gpus, sh->chunks, c->n_layers);
+    return ERR_OK;
+}
+
+/* c under schedule sh (shares everything with c). */
+static struct cluster with_shape(const struct cluster *c, const struct schedule_shape *sh)
+{
+    struct cluster out = *c;
+    out.schedule = sh->kind;
+    out.schedule_auto = 0;
+    out.virtual_stages = sh->chunks;
+    return out;
+}
+
+/* Each GPU's layer count on `base`'s split, a GPU left fewer layers than sh's chunks taking
+ * them from the GPU with the most, one at a time (the callers' shape_allowed made sure there
+ * are p x v). */
+static void chunk_counts(const struct cluster *base, const struct schedule_shape *sh, int *n)
+{
+    int S = base->n_stages;
+    for (int g = 0; g < S; g++)
+        n[g] = base->stages[g].last - base->stages[g].first + 1;
+    for (int g = 0; g < S; g++)
+        while (n[g] < sh->chunks) {
+            int most = 0;
+            for (int h = 1; h < S; h++)
+                most = n[h] > n[most] ? h : most;
+            n[most]--;
+            n[g]++;
+        }
+}
+
+/* Schedule sh on `base`'s GPUs in their order, GPU g holding n[g] layers in order, planned as
+ * fixed. */
+static int plan_counts(const struct cluster *base, const struct plan_options *o,
+                       const struct schedule_shape *sh, const int *n, struct plan *out,
+                       struct err *e)
+{
+    struct plan_options fixed = *o;
+    struct cluster ca = with_shape(base, sh);
+    int S = ca.n_stages;
+    struct cluster_stage *st = malloc((size_t)S * sizeof *st);
+    if (st == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    memcpy(st, ca.stages, (size_t)S * sizeof *st);
+    for (int g = 0, next = 0; g < S; next = st[g++].last + 1) {
+        st[g].first = next;
+        st[g].last = next + n[g] - 1;
+    }
+    ca.stages = st;
+    fixed.repartition = 0;
+    int rc = plan_fixed(&ca, &fixed, out, e);
+    free(st);
+    if (rc == ERR_OK)
+        snprintf(out->method, sizeof out->method, "optimal+repartition");
+    return rc;
+}
+
+/* Whether step a is shorter than step b by more than floating-point noise. */
+static int shorter(double a, double b)
+{
+    return a < b && !(b <= choice_cap(a, 0));
+}
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* From *best (GPU g holding n[g] layers of `base`), moves one layer between neighbouring
+ * GPUs while that shortens the step (first improvement; a GPU keeps a layer a chunk), until
+ * no move does or --time-limit has passed. The chunked schedules' split search: their
+ * simulated step has no bounds here, so this finds a local optimum, not a certified one. */
+static int polish_counts(const struct cluster *base, const struct plan_options *o,
+                         const struct schedule_shape *sh, int *n, struct plan *best,
+                         struct err *e)
+{
+    double deadline = o->time_limit_s > 0 ? monotonic_s() + o->time_limit_s : INFINITY;
+    for (int improved = 1; improved && monotonic_s() < deadline;) {
+        improved = 0;
+        for (int m = 0; m < 2 * (base->n_stages - 1) && monotonic_s() < deadline; m++) {
+            int g = m / 2, from = m % 2 ? g + 1 : g, to = m % 2 ? g : g + 1;
+            if (n[from] <= sh->chunks)
+                continue;
+            n[from]--;
+            n[to]++;
+            struct plan p;
+            struct err inner;
+            err_clear(&inner);
+            int rc = plan_counts(base, o, sh, n, &p, &inner);
+            if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT)
+                return err_set(e, rc, "%s", inner.msg);
+            if (rc == ERR_OK && shorter(p.iteration_ms, best->iteration_ms)) {
+                plan_free(best);
+                *best = p;
+                improved = 1;
+                continue;
+            }
+            if (rc == ERR_OK)
+                plan_free(&p);
+            n[from]++;
+            n[to]--;
+        }
+    }
+    return ERR_OK;
+}
+
+/* Schedule sh (zb-h1, v-half, interleaved) under --repartition: from the better of `arranged`
+ * (1f1b's order and split, NULL: none found) and the cluster's own split (ties: the
+ * arrangement's; where 1f1b's split gives a slow GPU one layer, its own split may be the
+ * better), layers moved between neighbouring GPUs while the step gets shorter
+ * (polish_counts). With --min-gain the polished split is kept only where it gains at least
+ * that over the split it started from, or is no less balanced. */
+static int plan_on_either(const struct cluster *c, const struct cluster *arranged,
+                          const struct plan_options *o, const struct schedule_shape *sh,
+                          struct plan *out, struct err *e)
+{
+    const struct cluster *bases[2] = {arranged, c}, *base = NULL;
+    int S = c->n_stages, *n = malloc((size_t)S * sizeof *n);
+    int *won = malloc((size_t)S * sizeof *won);
+    struct plan start;
+    int rc = n && won ? ERR_NOFIT : err_set(e, ERR_FAIL, "out of memory");
+    for (int k = 0; k < 2 && (rc == ERR_OK || rc == ERR_NOFIT || rc == ERR_INPUT); k++) {
+        struct plan p;
+        struct err inner;
+        err_clear(&inner);
+        if (bases[k] == NULL)
+            continue;
+        chunk_counts(bases[k], sh, n);
+        int rk = plan_counts(bases[k], o, sh, n, &p, &inner);
+        if (rk != ERR_OK && rk != ERR_NOFIT && rk != ERR_INPUT) {
+            rc = err_set(e, rk, "%s", inner.msg);
+        } else if (rk == ERR_OK && (base == NULL || shorter(p.iteration_ms, start.iteration_ms))) {
+            if (base != NULL)
+                plan_free(&start);
+            start = p;
+            base = bases[k];
+            memcpy(won, n, (size_t)S * sizeof *n);
+            rc = ERR_OK;
+        } else if (rk == ERR_OK) {
+            plan_free(&p);
+        } else if (base == NULL) {
+            rc = rk;
+            *e = inner;
+        }
+    }
+    if (rc == ERR_OK) { /* polished from a plan of its own: start stays for --min-gain */
+        rc = plan_counts(base, o, sh, won, out, e);
+        if (rc == ERR_OK && (rc = polish_counts(base, o, sh, won, out, e)) != ERR_OK)
+            plan_free(out);
+    }
+    if (rc == ERR_OK && o->min_gain > 0 &&
+        start.iteration_ms <= choice_cap(out->iteration_ms, o->min_gain)) {
+        struct choice_key ks, kp;
+        choice_key_of(&start, o, &ks);
+        choice_key_of(out, o, &kp);
+        if (choice_key_cmp(&ks, &kp) <= 0) {
+            double fastest = out->iteration_ms;
+            plan_free(out);
+            *out = start;
+            base = NULL; /* start now belongs to out */
+            out->min_gain = o->min_gain;
+            out->fastest_ms = shorter(fastest, out->iteration_ms) ? fastest : 0;
+        }
+    }
+    if (base != NULL)
+        plan_free(&start);
+    free(n);
+    free(won);
+    return rc;
+}
+
+/* One schedule on the cluster's split, or with --repartition on the order and split the
+ * search finds: its own for 1f1b and gpipe, whose bounds it knows, 1f1b's (or the cluster's
+ * own split, the faster: plan_on_either) for the others. */
+static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
+                         const struct schedule_shape *sh, struct plan *out, struct err *e)
+{
+    if (shape_allowed(c, o, sh, e))
+        return e->code;
+    struct cluster cs = with_shape(c, sh);
+    if (!o->repartition)
+        return plan_fixed(&cs, o, out, e);
+    if (sh->kind == SCHEDULE_1F1B || sh->kind == SCHEDULE_GPIPE)
+        return plan_repartitioned(&cs, o, out, NULL, e);
+    struct schedule_shape one = schedule_shape_of(SCHEDULE_1F1B, sh->gpus, 1, sh->micro_batches);
+    struct cluster c1 = with_shape(c, &one), arranged = {0};
+    struct plan p1;
+    int rc = plan_repartitioned(&c1, o, &p1, &arranged, e);
+    if (rc == ERR_OK)
+        plan_free(&p1);
+    if (rc == ERR_OK || rc == ERR_NOFIT) {
+        err_clear(e);
+        rc = plan_on_either(c, arranged.stages != NULL ? &arranged : NULL, o, sh, out, e);
+    }
+    free(arranged.stages);
+    return rc;
+}
+
+/* --schedule auto (--method optimal's): every candidate schedule planned. With --min-gain G
+ * the plan kept is the earliest candidate (1f1b, gpipe, zb-h1, v-half, interleaved by v:
+ * simplest first) whose step is within G of the fastest step found for any of them, so a
+ * more complex schedule is taken only where it gains at least G; with G = 0 the least step
+ * (ties within noise: the earlier candidate). The fastest step is each plan's own fastest
+ * (one margin, not one per schedule). With --repartition, 1f1b's search gives the order and
+ * split the others are planned on, or the cluster's split, the faster (plan_on_either);
+ * gpipe searches its own. */
+static int plan_auto_schedule(const struct cluster *c, const struct plan_options *o,
+                              struct plan *out, struct err *e)
+{
+    struct schedule_shape cand[PLAN_SCHEDULES_MAX];
+    int v = o->virtual_stages > 0 ? o->virtual_stages : c->virtual_stages;
+    int n = planner_schedule_candidates(v, cand), have_arranged = 0, rc = ERR_OK;
+    struct plan_try tried[PLAN_SCHEDULES_MAX];
+    struct plan plans[PLAN_SCHEDULES_MAX];
+    int ok[PLAN_SCHEDULES_MAX] = {0};
+    struct cluster arranged = {0};
+    double fastest = INFINITY; /* the least of the plans' own fastest steps */
+    for (int k = 0; k < n; k++) {
+        struct err inner;
+        err_clear(&inner);
+        cand[k].gpus = c->n_stages;
+        cand[k].micro_batches = c->micro_batches;
+        int plain = cand[k].kind == SCHEDULE_1F1B || cand[k].kind == SCHEDULE_GPIPE;
+        if (o->repartition && !plain) {
+            rc = shape_allowed(c, o, &cand[k], &inner)
+                     ? inner.code
+                     : plan_on_either(c, have_arranged ? &arranged : NULL, o, &cand[k],
+                                      &plans[k], &inner);
+        } else if (o->repartition && cand[k].kind == SCHEDULE_1F1B) {
+            struct cluster cs = with_shape(c, &cand[k]);
+            rc = shape_allowed(c, o, &cand[k], &inner)
+                     ? inner.code
+                     : plan_repartitioned(&cs, o, &plans[k], &arranged, &inner);
+            have_arranged = rc == ERR_OK && arranged.stages != NULL;
+        } else {
+            rc = plan_shape_of(c, o, &cand[k], &plans[k], &inner);
+        }
+        if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT) {
+            err_set(e, rc, "%s", inner.msg);
+            break;
+        }
+        tried[k] = (struct plan_try){cand[k].kind, cand[k].chunks,
+                                     rc == ERR_OK ? plans[k].iteration_ms
+                                     : rc == ERR_NOFIT ? -1
+                                                       : -2};
+        ok[k] = rc == ERR_OK;
+        if (ok[k] && plan_fastest(&plans[k]) < fastest)
+            fastest = plan_fastest(&plans[k]);
+        rc = ERR_OK;
+    }
+    free(arranged.stages);
+    int kept = -1, least = -1;
+    double gain = o->min_gain;
+    for (int k = 0; k < n; k++)
+        if (ok[k] && (least < 0 || plans[k].iteration_ms < plans[least].iteration_ms))
+            least = k;
+    if (gain == 0 && least >= 0)
+        fastest = plans[least].iteration_ms;
+    for (int k = 0; k < n && kept < 0; k++)
+        if (ok[k] && plans[k].iteration_ms <= choice_cap(fastest, gain))
+            kept = k;
+    if (kept < 0)
+        kept = least; /* no plan within the margin of a plan's own fastest: the least step */
+    for (int k = 0; k < n; k++)
+        if (ok[k] && k != kept)
+            plan_free(&plans[k]);
+    if (rc != ERR_OK) {
+        if (kept >= 0)
+            plan_free(&plans[kept]);
+        return rc;
+    }
+    if (kept < 0) {
+        err_set(e, ERR_NOFIT, "--schedule auto: no schedule fits the cluster:");
+        for (int k = 0; k < n; k++)
+            err_append(e, "\n  %s, %d chunk%s a GPU: %s", schedule_name(tried[k].schedule),
+                       tried[k].virtual_stages, tried[k].virtual_stages > 1 ? "s" : "",
+                       tried[k].iteration_ms == -1 ? "no plan fits"
+                                                   : "not with this cluster and these options");
+        return ERR_NOFIT;
+    }
+    *out = plans[kept];
+    if (gain > 0) {
+        out->min_gain = gain;
+        out->fastest_ms = out->iteration_ms > choice_cap(fastest, 0) ? fastest : 0;
+    }
+    out->n_tried = n;
+    memcpy(out->tried, tried, (size_t)n * sizeof *tried);
+    return ERR_OK;
+}
+
 int planner_make(const struct cluster *c, const struct plan_options *o, struct plan *out,
                  struct err *e)
 {
@@ -374,9 +795,36 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
     if ((o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)) &&
         cluster_check_host_memory(c, e))
         return e->code;
-    if (!framework_is_ballast(o->framework))
-        return plan_for_framework(c, o, out, e);
-    return o->repartition ? plan_repartitioned(c, o, out, e) : plan_fixed(c, o, out, e);
+    int automatic = o->schedule_auto || (c->schedule_auto && o->schedule < 0);
+    char method[PLAN_METHOD_MAX];
+    if (automatic && o->method != METHOD_OPTIMAL)
+        return err_set(e, ERR_INPUT, "--schedule auto: the schedule is chosen by --method "
+                       "optimal; --method %s plans the schedule it is given: name one (%s)",
+                       plan_method_name(o, method), schedule_names());
+    if (automatic && !framework_is_ballast(o->framework))
+        return err_set(e, ERR_INPUT, "--schedule auto: --for %s plans the schedule it is given "
+                       "(docs/schedules.md says which each framework runs): name one",
+                       o->framework->name);
+    if (automatic)
+        return plan_auto_schedule(c, o, out, e);
+    struct schedule_shape sh = asked_shape(c, o, e);
+    if (e->code)
+        return e->code;
+    if (!framework_is_ballast(o->framework)) {
+        char why[1024];
+        struct cluster cs = with_shape(c, &sh);
+        if (schedule_check(&sh, e))
+            return e->code;
+        if (!fw_schedule_allowed(o->framework, &sh, why, sizeof why))
+            return err_set(e, ERR_INPUT, "--for %s: %s", o->framework->name, why);
+        if (sh.chunks > 1 && o->repartition)
+            return err_set(e, ERR_INPUT, "--for %s --repartition: the framework's split search "
+                           "costs one chunk a GPU; plan the interleaved schedule on the "
+                           "cluster's split (its \"layers\"), or --for ballast --repartition "
+                           "and export", o->framework->name);
+        return plan_for_framework(&cs, o, out, e);
+    }
+    return plan_shape_of(c, o, &sh, out, e);
 }
 
 int64_t plan_memory(const struct plan *p)

@@ -3,6 +3,7 @@
  * tests/data/export_keys.json quotes; docs/frameworks.md says why each cell is what it is. */
 #include "framework.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -608,36 +609,83 @@ double fw_range_recompute(const struct fw_candidate *c, const struct model *m, i
     return best;
 }
 
-/* Stage s under candidate c: the menu's fastest form that fits (its settings in *chosen,
- * applied to the plan); 0 when none fits. */
+/* The chunks of stage s's GPU (schedule.h: s alone where a GPU holds one), which a framework
+ * builds from one setting; 0 when s is not the GPU's first chunk. */
+static int gpu_chunks(const struct plan *p, int s, int chunks[SCHEDULE_CHUNKS_MAX])
+{
+    int n = plan_gpu_stages(p, p->stages[s].gpu, chunks);
+    return chunks[0] == s ? n : 0;
+}
+
+/* A GPU's setting `it` on one of its chunks, of `blocks` blocks: the first n of them (all, where
+ * it holds fewer, or the framework recomputes all or none), the same modules, or none. */
+static struct fw_stage chunk_item(const struct fw_stage *it, int blocks, const struct framework *f)
+{
+    struct fw_stage one = *it;
+    one.blocks = blocks;
+    if (one.recompute == FW_RECOMPUTE_FULL && (f->full_all_only || one.n > blocks))
+        one.n = blocks;
+    if (blocks == 0 || (one.recompute == FW_RECOMPUTE_FULL && one.n == 0))
+        one = (struct fw_stage){.blocks = blocks};
+    return one;
+}
+
+/* Setting `it` on every chunk of a GPU: ERR_OK, or an error where a chunk has no such form. */
+static int chunks_apply(struct plan *p, const int *chunks, int v, const struct fw_stage *it,
+                        const struct framework *f, int framework_acts, struct fw_settings *fs,
+                        struct err *e)
+{
+    for (int k = 0; k < v; k++) {
+        struct fw_stage one = chunk_item(it, fw_stage_blocks(p, chunks[k]), f);
+        if (fw_stage_apply(p, chunks[k], &one, framework_acts, e))
+            return e->code;
+        if (fs != NULL)
+            fs->stages[chunks[k]] = one;
+    }
+    return ERR_OK;
+}
+
+/* Stage s's GPU (all its chunks) under candidate c: the menu's fastest form that fits, the
+ * same on every chunk (its settings in fs, applied to the plan); 0 when none fits. A stage
+ * that is not its GPU's first chunk was chosen with it. */
 static int stage_choose(struct plan *p, int s, const struct fw_candidate *c,
-                        struct fw_stage *menu, struct fw_stage *chosen, struct err *e)
+                        struct fw_stage *menu, struct fw_settings *fs, struct err *e)
 {
     struct plan_stage *st = &p->stages[s];
-    int blocks = fw_stage_blocks(p, s), k = stage_menu(c, blocks, menu), set = 0;
+    int chunks[SCHEDULE_CHUNKS_MAX], v = gpu_chunks(p, s, chunks), blocks = 0, set = 0;
+    if (v == 0)
+        return 1;
+    for (int k = 0; k < v; k++)
+        blocks = fw_stage_blocks(p, chunks[k]) > blocks ? fw_stage_blocks(p, chunks[k]) : blocks;
+    int n = stage_menu(c, blocks, menu);
+    struct fw_stage chosen = {0};
     double best_ms = 0;
     int64_t best_memory = 0;
     struct full_walk w = {0};
-    for (int i = 0; i < k; i++) {
+    for (int i = 0; i < n; i++) {
         struct stage_cost cost;
-        if (hopeless(&menu[i], &w, &p->model, st->first, st->layers, plan_stage_layer_count(st),
-                     set, best_ms))
+        double ms = 0;
+        if (v == 1 && hopeless(&menu[i], &w, &p->model, st->first, st->layers,
+                               plan_stage_layer_count(st), set, best_ms))
             continue;
-        if (fw_stage_apply(p, s, &menu[i], c->framework_acts, e)) {
+        if (chunks_apply(p, chunks, v, &menu[i], c->f, c->framework_acts, NULL, e)) {
             err_clear(e);
             continue;
         }
-        plan_stage_cost(p, st, &cost);
+        for (int k = 0; k < v; k++) { /* the GPU's memory is every chunk's (plan.h) */
+            plan_stage_cost(p, &p->stages[chunks[k]], &cost);
+            ms += cost.recompute_ms;
+        }
         if (cost.memory_bytes > st->memory_limit_bytes ||
             cost.host_memory_bytes > st->host_limit_bytes ||
-            !menu_better(cost.recompute_ms, cost.memory_bytes, set, best_ms, best_memory))
+            !menu_better(ms, cost.memory_bytes, set, best_ms, best_memory))
             continue;
-        best_ms = cost.recompute_ms;
+        best_ms = ms;
         best_memory = cost.memory_bytes;
-        *chosen = menu[i];
+        chosen = menu[i];
         set = 1;
     }
-    if (set && fw_stage_apply(p, s, chosen, c->framework_acts, e))
+    if (set && chunks_apply(p, chunks, v, &chosen, c->f, c->framework_acts, fs, e))
         return 0;
     return set;
 }
@@ -651,10 +699,12 @@ static int candidate_apply(struct plan *p, const struct fw_candidate *c, int hos
     *fits = 1;
     fs->host_optimizer = host;
     fs->host_fraction = 1;
-    for (int s = 0; s < p->n_stages && *fits; s++) {
+    for (int s = 0; s < p->n_stages; s++) {
         p->stages[s].optimizer = host ? COST_PLACE_HOST : COST_PLACE_DEVICE;
         p->stages[s].optimizer_from = 0;
-        *fits = stage_choose(p, s, c, menu, &fs->stages[s], e);
+    }
+    for (int s = 0; s < p->n_stages && *fits; s++) {
+        *fits = stage_choose(p, s, c, menu, fs, e);
         if (e->code)
             return e->code;
     }
@@ -673,21 +723,23 @@ static int all_host_possible(const struct plan *p)
     return 1;
 }
 
-/* The least memory stage s can hold under f: its blocks all recomputed whole (or, for a
- * framework without that form, as they are). */
-static int64_t least_memory(struct plan *p, int s, const struct framework *f, int host)
+/* The least memory stage s's GPU can hold under f: its blocks all recomputed whole (or, for a
+ * framework without that form, as they are), on every chunk. */
+static int64_t least_memory(struct plan *p, const int *chunks, int v, const struct framework *f,
+                            int host)
 {
-    struct fw_stage all = {.blocks = fw_stage_blocks(p, s), .recompute = FW_RECOMPUTE_FULL};
-    all.n = all.blocks;
+    struct fw_stage all = {.recompute = FW_RECOMPUTE_FULL, .n = INT_MAX};
     if (f->full == FW_NO)
         all.recompute = FW_RECOMPUTE_NONE;
     struct err e;
     err_clear(&e);
-    p->stages[s].optimizer = host ? COST_PLACE_HOST : COST_PLACE_DEVICE;
-    p->stages[s].optimizer_from = 0;
-    fw_stage_apply(p, s, &all, 1, &e);
+    for (int k = 0; k < v; k++) {
+        p->stages[chunks[k]].optimizer = host ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        p->stages[chunks[k]].optimizer_from = 0;
+    }
+    chunks_apply(p, chunks, v, &all, f, 1, NULL, &e);
     struct stage_cost cost;
-    plan_stage_cost(p, &p->stages[s], &cost);
+    plan_stage_cost(p, &p->stages[chunks[0]], &cost);
     return cost.memory_bytes;
 }
 
@@ -696,12 +748,18 @@ static int nofit(struct plan *p, const struct framework *f, int host, struct err
     err_set(e, ERR_NOFIT, "no setting of %s fits this split:", f->title);
     int named = 0;
     for (int s = 0; s < p->n_stages; s++) {
-        int64_t need = least_memory(p, s, f, host);
+        int chunks[SCHEDULE_CHUNKS_MAX], v = gpu_chunks(p, s, chunks), blocks = 0;
+        if (v == 0)
+            continue;
+        int64_t need = least_memory(p, chunks, v, f, host);
         if (need <= p->stages[s].memory_limit_bytes)
             continue;
-        err_append(e, "  stage %d (%s, %d blocks) needs %lld bytes %s, %lld over its "
-                   "%lld-byte limit", s, p->stages[s].device, fw_stage_blocks(p, s),
-                   (long long)need, f->full != FW_NO ? "recomputing every block" : "",
+        for (int k = 0; k < v; k++)
+            blocks += fw_stage_blocks(p, chunks[k]);
+        err_append(e, "  %s %d (%s, %d blocks) needs %lld bytes %s, %lld over its "
+                   "%lld-byte limit", v > 1 ? "GPU" : "stage", v > 1 ? p->stages[s].gpu : s,
+                   p->stages[s].device, blocks, (long long)need,
+                   f->full != FW_NO ? "recomputing every block" : "",
                    (long long)(need - p->stages[s].memory_limit_bytes),
                    (long long)p->stages[s].memory_limit_bytes);
         named++;
@@ -814,4 +872,52 @@ int fw_choose(struct plan *p, const struct framework *f, int framework_acts, int
         fw_settings_free(&best);
     }
     return rc;
+}
+
+/* ---- the schedules a framework runs ---- */
+
+int fw_schedule_allowed(const struct framework *f, const struct schedule_shape *sh, char *why,
+                        size_t size)
+{
+    const char *w = f->exporter != NULL ? f->exporter : "ballast";
+    if (strcmp(w, "ballast") == 0)
+        return 1;
+    if (schedule_splits(sh->kind))
+        return snprintf(why, size, "schedule %s splits each block's backward into an "
+                        "input-gradient and a weight-gradient pass%s, which %s %s; plan "
+                        "--schedule 1f1b%s for %s", schedule_name(sh->kind),
+                        sh->kind == SCHEDULE_V_HALF ? " over two chunks a GPU in a V" : "",
+                        f->title,
+                        strcmp(w, "colossalai") == 0
+                            ? "runs only as its pp_style zbv, another order with another "
+                              "memory, which Ballast does not write"
+                            : "does not run (its pipeline schedules are 1F1B and the "
+                              "interleaved 1F1B)",
+                        strcmp(w, "megatron") == 0 ? " or interleaved" : "", f->title), 0;
+    if (sh->chunks <= 1)
+        return 1;
+    if (strcmp(w, "nemo") == 0)
+        return snprintf(why, size, "%d chunks a GPU (schedule interleaved): NeMo's "
+                        "megatron_gpt_config.yaml path refuses a virtual pipeline "
+                        "(megatron_gpt_model.py, mcore_model_customize: \"Virtual pipeline "
+                        "model parallel size is no longer supported for nemo 1.0\"); use "
+                        "megatron, or --schedule 1f1b for NeMo", sh->chunks), 0;
+    if (strcmp(w, "flagscale") == 0)
+        return snprintf(why, size, "%d chunks a GPU (schedule interleaved): FlagScale's "
+                        "heterogeneous training refuses a virtual pipeline "
+                        "(flagscale/train/arguments.py: \"virtual pipeline not support now!\"); "
+                        "use megatron, or --schedule 1f1b for FlagScale", sh->chunks), 0;
+    if (strcmp(w, "megatron") != 0)
+        return snprintf(why, size, "%d chunks a GPU (schedule interleaved): Ballast writes "
+                        "%s's pp_style 1f1b only, not a virtual pipeline (its interleaved style "
+                        "places the layers and orders the passes by rules Ballast does not "
+                        "check); use megatron, or --schedule 1f1b for %s", sh->chunks, f->title,
+                        f->title), 0;
+    if (sh->micro_batches % sh->gpus != 0)
+        return snprintf(why, size, "%d micro-batches over %d pipeline ranks: Megatron-LM's "
+                        "interleaved schedule takes the micro-batches in groups of the pipeline "
+                        "size and refuses a remainder (schedules.py: \"The remainder of M ... "
+                        "should be 0\"); give --micro-batches a multiple of %d",
+                        sh->micro_batches, sh->gpus, sh->gpus), 0;
+    return 1;
 }

@@ -166,4 +166,15 @@ double fw_range_recompute(const struct fw_candidate *c, const struct model *m, i
                           const struct layer_cost *layers, int n, int in_flight,
                           int64_t reserve_bytes, int64_t limit, int64_t *memory_bytes);
 
+/* Whether framework f runs schedule sh as Ballast plans it: 1, or 0 with why (quoting the
+ * framework's source where it has no such schedule). Megatron-LM runs 1F1B and, given a layout
+ * of p x v stages (pipeline_parallel_layer_layout.py: stage i on rank i mod p as chunk i / p,
+ * Ballast's virtual stages), its interleaved 1F1B in Ballast's order, the micro-batches a
+ * multiple of p (schedules.py refuses a remainder); a rank builds all its chunks from one
+ * TransformerConfig, so they share one recompute setting (fw_choose keeps them so). No
+ * framework here runs zb-h1 or v-half; NeMo's YAML path and FlagScale's heterogeneous
+ * training refuse a virtual pipeline. "ballast" runs every schedule. */
+int fw_schedule_allowed(const struct framework *f, const struct schedule_shape *sh, char *why,
+                        size_t size);
+
 #endif

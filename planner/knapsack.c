@@ -18,9 +18,11 @@ static int64_t units_of(__int128 bytes, int64_t unit, int64_t cap)
     return (int64_t)(u > cap + 1 ? cap + 1 : u);
 }
 
-static int build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
-                 int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, int options,
-                 struct err *e)
+/* in_flight[l] micro-batches of layer l in flight, of chunk chunk[l] (a GPU's chunks each
+ * have their own; chunk NULL: one) */
+static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
+                 const int *in_flight, const int *chunk, int64_t reserve_bytes,
+                 int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
 {
     memset(p, 0, sizeof *p);
     size_t count = n > 0 ? (size_t)n : 1;
@@ -39,7 +41,7 @@ static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
         knap_free(p);
         return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
     }
-    __int128 fixed = cost_fixed_bytes(layers, n, in_flight, reserve_bytes);
+    __int128 fixed = cost_fixed_bytes_each(layers, n, in_flight, chunk, reserve_bytes);
     __int128 room = (__int128)limit_bytes - fixed;
     p->cap = room >= 0 ? (int64_t)(room / unit_bytes) : -1;
     p->fixed_bytes = saturate(fixed);
@@ -54,7 +56,7 @@ static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
         for (int choice = 0; choice < n_layer_choices; choice++) {
             __int128 kept;
             int64_t transient;
-            cost_weights(c, choice, in_flight, &kept, &transient);
+            cost_weights(c, choice, in_flight[l], &kept, &transient);
             p->choices[k++] = (struct knap_choice){units_of(kept, unit_bytes, p->cap),
                                                    units_of(transient, unit_bytes, p->cap),
                                                    cost_row(c, choice).recompute_ms};
@@ -67,17 +69,40 @@ static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
     return ERR_OK;
 }
 
+/* build with in_flight for every layer */
+static int build_uniform(struct knap_problem *p, const struct layer_cost *layers, int n,
+                         int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
+                         int64_t unit_bytes, int options, struct err *e)
+{
+    int *each = malloc((size_t)(n > 0 ? n : 1) * sizeof *each);
+    if (each == NULL)
+        return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
+    for (int l = 0; l < n; l++)
+        each[l] = in_flight;
+    int rc = build(p, layers, n, each, NULL, reserve_bytes, limit_bytes, unit_bytes, options, e);
+    free(each);
+    return rc;
+}
+
 int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
                int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e)
 {
-    return build(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 0, e);
+    return build_uniform(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 0, e);
 }
 
 int knap_build_options(struct knap_problem *p, const struct layer_cost *layers, int n,
                        int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
                        int64_t unit_bytes, struct err *e)
 {
-    return build(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 1, e);
+    return build_uniform(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 1, e);
+}
+
+int knap_build_each(struct knap_problem *p, const struct layer_cost *layers, int n,
+                    const int *in_flight, const int *chunk, int64_t reserve_bytes,
+                    int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
+{
+    return build(p, layers, n, in_flight, chunk, reserve_bytes, limit_bytes, unit_bytes, options,
+                 e);
 }
 
 void knap_free(struct knap_problem *p)

@@ -77,6 +77,12 @@ int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, i
 int knap_build_options(struct knap_problem *p, const struct layer_cost *layers, int n,
                        int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
                        int64_t unit_bytes, struct err *e);
+/* A GPU holding several model chunks: its chunks' layers in one problem, layer l of chunk
+ * chunk[l] with in_flight[l] micro-batches in flight, one transient for all and a workspace
+ * each (cost_chunks_memory); options: knap_build_options' choices, else keep and full. */
+int knap_build_each(struct knap_problem *p, const struct layer_cost *layers, int n,
+                    const int *in_flight, const int *chunk, int64_t reserve_bytes,
+                    int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e);
 void knap_free(struct knap_problem *p);
 
 /* Memory units of a choice: sum of w + max t over the layers' choices (recompute: n choices of

@@ -68,33 +68,112 @@ static int method_uniform_min(struct plan *p, const struct plan_options *o, stru
     return ERR_NOFIT;
 }
 
+int method_group(const struct plan *p, int s, int members[SCHEDULE_CHUNKS_MAX])
+{
+    if (p->virtual_stages <= 1) {
+        members[0] = s;
+        return 1;
+    }
+    return plan_gpu_stages(p, p->stages[s].gpu, members);
+}
+
+int method_leader(const struct plan *p, int s)
+{
+    int members[SCHEDULE_CHUNKS_MAX];
+    method_group(p, s, members);
+    return members[0] == s;
+}
+
+/* The group's layers end to end, with each one's in-flight count and chunk (in_flight holds
+ * both: the chunks from in_flight + count). */
+static int group_layers(const struct plan *p, const int *members, int n,
+                        struct layer_cost **layers, int **in_flight, int *count, struct err *e)
+{
+    int total = 0, at = 0;
+    for (int k = 0; k < n; k++)
+        total += plan_stage_layer_count(&p->stages[members[k]]);
+    *layers = malloc((size_t)total * sizeof **layers);
+    *in_flight = malloc(2 * (size_t)total * sizeof **in_flight);
+    if (*layers == NULL || *in_flight == NULL) {
+        free(*layers);
+        free(*in_flight);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    for (int k = 0; k < n; k++) {
+        const struct plan_stage *st = &p->stages[members[k]];
+        for (int l = 0; l < plan_stage_layer_count(st); l++, at++) {
+            (*layers)[at] = st->layers[l];
+            (*in_flight)[at] = st->in_flight;
+            (*in_flight)[total + at] = k;
+        }
+    }
+    *count = total;
+    return ERR_OK;
+}
+
 int method_problem(const struct plan *p, int s, const struct plan_options *o,
                    struct knap_problem *kp, struct err *e)
 {
     const struct plan_stage *st = &p->stages[s];
     int options = o->method == METHOD_OPTIMAL && !o->whole_layers;
-    return (options ? knap_build_options : knap_build)(
-        kp, st->layers, plan_stage_layer_count(st), st->in_flight, p->reserve_bytes,
-        st->memory_limit_bytes, o->unit_bytes, e);
+    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members), count = 0;
+    if (n == 1)
+        return (options ? knap_build_options : knap_build)(
+            kp, st->layers, plan_stage_layer_count(st), st->in_flight, p->reserve_bytes,
+            st->memory_limit_bytes, o->unit_bytes, e);
+    struct layer_cost *layers;
+    int *in_flight;
+    if (group_layers(p, members, n, &layers, &in_flight, &count, e))
+        return e->code;
+    int rc = knap_build_each(kp, layers, count, in_flight, in_flight + count, p->reserve_bytes,
+                             st->memory_limit_bytes, o->unit_bytes, options, e);
+    free(layers);
+    free(in_flight);
+    return rc;
 }
 
-/* Stage s's least recompute within its limit (ties: less memory); *r_ms (if not NULL) gets
- * its recompute time. */
+void method_gather(const struct plan *p, int s, unsigned char *choice)
+{
+    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
+    for (int k = 0; k < n; k++) {
+        const struct plan_stage *st = &p->stages[members[k]];
+        memcpy(choice, st->recompute, (size_t)plan_stage_layer_count(st));
+        choice += plan_stage_layer_count(st);
+    }
+}
+
+static void scatter(struct plan *p, int s, const unsigned char *choice)
+{
+    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
+    for (int k = 0; k < n; k++) {
+        struct plan_stage *st = &p->stages[members[k]];
+        memcpy(st->recompute, choice, (size_t)plan_stage_layer_count(st));
+        choice += plan_stage_layer_count(st);
+    }
+}
+
+/* Stage s's group's least recompute within its limit (ties: less memory); *r_ms (if not
+ * NULL) gets its recompute time. */
 static int least_recompute(struct plan *p, int s, const struct plan_options *o, double *r_ms,
                            struct err *e)
 {
     struct knap_problem kp;
     if (method_problem(p, s, o, &kp, e))
         return e->code;
-    int rc = knap_min_recompute(&kp, p->stages[s].recompute, e);
-    if (r_ms != NULL)
-        *r_ms = knap_recompute_ms(&kp, p->stages[s].recompute);
+    unsigned char *choice = malloc((size_t)kp.n + 1);
+    int rc = choice == NULL ? err_set(e, ERR_FAIL, "out of memory")
+                            : knap_min_recompute(&kp, choice, e);
+    if (rc == ERR_OK)
+        scatter(p, s, choice);
+    if (r_ms != NULL && rc == ERR_OK)
+        *r_ms = knap_recompute_ms(&kp, choice);
+    free(choice);
     knap_free(&kp);
     return rc;
 }
 
-/* Stage s's recompute time closest to target_ms within its limit (ties: less memory), whole
- * layers, counted in the balancing time unit. */
+/* Stage s's group's recompute time closest to target_ms within its limit (ties: less
+ * memory), whole layers, counted in the balancing time unit. */
 static int closest_recompute(struct plan *p, int s, double target_ms,
                              const struct plan_options *o, struct err *e)
 {
@@ -103,8 +182,13 @@ static int closest_recompute(struct plan *p, int s, double target_ms,
         return e->code;
     double unit = knap_balance_time_unit(&kp, o->time_unit_ms);
     int64_t distance;
-    int rc = knap_balance(&kp, (int64_t)llround(target_ms / unit), unit,
-                          p->stages[s].recompute, &distance, e);
+    unsigned char *choice = malloc((size_t)kp.n + 1);
+    int rc = choice == NULL ? err_set(e, ERR_FAIL, "out of memory")
+                            : knap_balance(&kp, (int64_t)llround(target_ms / unit), unit, choice,
+                                           &distance, e);
+    if (rc == ERR_OK)
+        scatter(p, s, choice);
+    free(choice);
     knap_free(&kp);
     return rc;
 }
@@ -119,11 +203,13 @@ static int method_patent(struct plan *p, const struct plan_options *o, struct er
     int star = p->most_loaded_stage;
     struct plan_stage *st = &p->stages[star];
     double reduced = floor(o->reduce * (double)st->memory_before_bytes), r_star = 0;
-    if (o->reduce > 0 && reduced < (double)st->memory_limit_bytes)
-        st->memory_limit_bytes = (int64_t)reduced;
+    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, star, members);
+    int reduce = o->reduce > 0 && reduced < (double)st->memory_limit_bytes;
+    for (int k = 0; k < n && reduce; k++) /* a GPU's chunks share its limit */
+        p->stages[members[k]].memory_limit_bytes = (int64_t)reduced;
     int rc = least_recompute(p, star, o, &r_star, e);
     for (int s = 0; s < p->n_stages && rc == ERR_OK; s++)
-        if (s != star)
+        if (s != star && method_leader(p, s) && p->stages[s].gpu != st->gpu)
             rc = closest_recompute(p, s, r_star, o, e);
     return rc;
 }
@@ -142,10 +228,14 @@ static int least_recompute_all(struct plan *p, const struct plan_options *o, int
     ro.actions = PLAN_ACTION_RECOMPUTE;
     ro.whole_layers = o->whole_layers || whole;
     for (int s = 0; s < p->n_stages && rc == ERR_OK; s++) {
+        int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
+        if (!method_leader(p, s)) /* its GPU's first chunk chose for it */
+            continue;
         rc = o->arena != NULL ? arena_least_recompute(p, s, &ro, NULL, e)
                               : least_recompute(p, s, &ro, NULL, e);
+        for (int k = 0; k < n && rc == ERR_NOFIT; k++)
+            none[members[k]] = 1;
         if (rc == ERR_NOFIT) {
-            none[s] = 1;
             rc = ERR_OK;
             err_clear(e);
         }
@@ -281,7 +371,10 @@ static int simplest_plan(struct plan *p, const struct plan_options *o, int actio
     double cap = choice_cap(from, o->min_gain);
     cap = cap < least ? cap : least;
     choice_restore(p, &lat->fastest[actions]);
-    if (o->arena == NULL && offload_simplest(p, &oa, cap, &done, e))
+    /* offload_simplest simulates each stage as a GPU of its own with a fused backward: 1f1b's
+     * and gpipe's stages (the only ones that offload) */
+    int plain = p->schedule == SCHEDULE_1F1B || p->schedule == SCHEDULE_GPIPE;
+    if (o->arena == NULL && plain && offload_simplest(p, &oa, cap, &done, e))
         return e->code;
     return done ? ERR_OK : choice_simplify(p, o, alts, n, cap, e);
 }

@@ -38,6 +38,31 @@ static void describe_stage(const struct plan *p, const struct plan_stage *st,
                human_bytes(c.memory_bytes, b[5]), human_bytes(st->memory_limit_bytes, b[6]));
 }
 
+/* A GPU holding several chunks (stage s its first): its memory with every layer recomputed
+ * (`all`) or with the plan's choice (NULL), against its limit. Returns 1 when it does not fit. */
+static int describe_gpu(const struct plan *p, int s, const unsigned char *all, const char *what,
+                        struct err *e)
+{
+    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
+    struct stage_cost chunk[SCHEDULE_CHUNKS_MAX];
+    char b[2][32], ranges[SCHEDULE_CHUNKS_MAX * 16] = "";
+    for (int k = 0; k < n; k++) {
+        const struct plan_stage *st = &p->stages[members[k]];
+        cost_stage(st->layers, plan_stage_layer_count(st), all ? all : st->recompute,
+                   st->in_flight, 0, &chunk[k]);
+        snprintf(ranges + strlen(ranges), sizeof ranges - strlen(ranges), "%s%d-%d",
+                 k ? ", " : "", st->first, st->last);
+    }
+    int64_t need = cost_chunks_memory(chunk, n, p->reserve_bytes);
+    const struct plan_stage *st = &p->stages[s];
+    if (need <= st->memory_limit_bytes)
+        return 0;
+    err_append(e, "  GPU %d (%s, chunks of layers %s) %s: %s with the chunks' in-flight "
+                  "micro-batches > limit %s", st->gpu, st->device, ranges, what,
+               human_bytes(need, b[0]), human_bytes(st->memory_limit_bytes, b[1]));
+    return 1;
+}
+
 /* The stages that cannot fit even recomputing every layer (full recomputation needs the least
  * memory: keeping a layer costs v (act - ckpt), more than its transient); `all` is n ones. */
 static int hopeless_stages(const struct plan *p, const unsigned char *all, struct err *e)
@@ -46,6 +71,11 @@ static int hopeless_stages(const struct plan *p, const unsigned char *all, struc
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         struct stage_cost c;
+        if (p->virtual_stages > 1) {
+            hopeless += method_leader(p, s) &&
+                        describe_gpu(p, s, all, "cannot fit even recomputing every layer", e);
+            continue;
+        }
         cost_stage(st->layers, plan_stage_layer_count(st), all, st->in_flight, p->reserve_bytes,
                    &c);
         if (c.memory_bytes > st->memory_limit_bytes) {
@@ -64,6 +94,8 @@ static void rounded_out_stages(const struct plan *p, const struct plan_options *
     char b[32];
     for (int s = 0; s < p->n_stages; s++) {
         struct knap_problem kp;
+        if (!method_leader(p, s))
+            continue;
         if (method_problem(p, s, o, &kp, e))
             break;
         int64_t need = knap_units(&kp, all);
@@ -79,10 +111,7 @@ static void rounded_out_stages(const struct plan *p, const struct plan_options *
 
 int nofit_report(const struct plan *p, const struct plan_options *o, struct err *e)
 {
-    int longest = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        if (plan_stage_layer_count(&p->stages[s]) > longest)
-            longest = plan_stage_layer_count(&p->stages[s]);
+    int longest = model_layer_count(&p->model); /* a stage's, or a GPU's chunks' */
     unsigned char *all = malloc((size_t)longest + 1);
     if (all == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
@@ -100,7 +129,9 @@ int nofit_report(const struct plan *p, const struct plan_options *o, struct err 
             const struct plan_stage *st = &p->stages[s];
             struct stage_cost c;
             plan_stage_cost(p, st, &c);
-            if (c.memory_bytes > st->memory_limit_bytes)
+            if (p->virtual_stages > 1 && method_leader(p, s))
+                describe_gpu(p, s, NULL, "does not fit this method's choice", e);
+            else if (p->virtual_stages <= 1 && c.memory_bytes > st->memory_limit_bytes)
                 describe_stage(p, st, st->recompute, "does not fit this method's choice", e);
         }
         err_append(e, "  every stage would fit with more recomputation: try --method optimal");

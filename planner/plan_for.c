@@ -396,6 +396,13 @@ int planner_make_settings(const struct cluster *c, const struct plan_options *gi
     char why[512];
     fo.framework = framework_find(given->framework->name, &c->model);
     memset(out, 0, sizeof *out);
+    int v = c->virtual_stages > 0 ? c->virtual_stages : 2;
+    if (c->schedule_auto || schedule_fixed_chunks(c->schedule, v) > 1 ||
+        schedule_splits(c->schedule))
+        return err_set(e, ERR_INPUT, "a framework's settings are scored under schedules 1f1b "
+                       "and gpipe (one chunk a GPU, the backward whole), and the cluster's "
+                       "schedule is %s (docs/schedules.md)",
+                       c->schedule_auto ? "auto" : schedule_name(c->schedule));
     if (devices_load(devices_default_file(), &t, e))
         return e->code;
     int rc = cluster_for(c, o->framework, o, &t, &fc, e);

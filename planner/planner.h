@@ -79,6 +79,13 @@ struct plan_options {
     /* --arena: stages fit on their arena laid out by this (arena_fit.h); NULL: the slots
      * carving */
     const struct arena_options *arena;
+    /* --schedule (-1: the cluster's "schedule"), --schedule auto (or the cluster's "auto"):
+     * the schedule (and interleaved's v) with the least simulated step, and
+     * --virtual-stages (0: the cluster's "virtual_stages", else 2 for interleaved; with auto,
+     * interleaved is tried with this v only) */
+    int schedule;
+    int schedule_auto;
+    int virtual_stages;
     /* optimal (--min-gain): an optional action (offload, the host optimizer, a partial
      * recompute, an uneven split) is taken only where it shortens the step by at least this
      * share of it: of the plans within that margin of the fastest, the simplest (choice.h).
@@ -121,6 +128,11 @@ int planner_make(const struct cluster *c, const struct plan_options *o, struct p
  * iteration time, from the stages' actions: what planner_make ends with, and what a plan
  * whose actions changed afterwards (arena_plan's offloads) needs again. */
 int planner_finish(struct plan *p, struct err *e);
+
+/* The schedules --schedule auto tries, in order (ties go to the earlier): 1f1b, gpipe,
+ * zb-h1, v-half, interleaved with v = 2, 3, 4 (only `virtual_stages` when given). */
+#define PLAN_SCHEDULES_MAX 8
+int planner_schedule_candidates(int virtual_stages, struct schedule_shape out[PLAN_SCHEDULES_MAX]);
 
 /* The table a person reads: per stage device, layers, memory before -> after against the
  * limit, recomputed layers, recompute and stage ms; bottleneck and most loaded stage. */

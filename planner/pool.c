@@ -734,6 +734,10 @@ static int pool_model(struct pool_state *st, struct err *e)
     if (rc == ERR_OK) {
         st->model = c.model;
         st->schedule = c.schedule;
+        if (c.schedule_auto || (c.schedule != SCHEDULE_1F1B && c.schedule != SCHEDULE_GPIPE))
+            rc = err_set(e, ERR_INPUT, "schedule: a pool is searched with schedules 1f1b and "
+                         "gpipe (--repartition's); plan another schedule on the cluster the "
+                         "search writes");
         cluster_free(&c);
     }
     return rc;

@@ -81,6 +81,21 @@ static void print_host_optimizer(FILE *f, const struct plan *p)
                 n, p->n_stages, mirror / (1 << 30));
 }
 
+/* A GPU holding several chunks: which stages it runs (memory is the GPU's, in each row). */
+static void print_gpus(FILE *f, const struct plan *p)
+{
+    if (p->virtual_stages <= 1)
+        return;
+    fprintf(f, "GPUs (%d chunks each; each row's memory is its GPU's):", p->virtual_stages);
+    for (int g = 0; g < p->n_stages / p->virtual_stages; g++) {
+        int st[SCHEDULE_CHUNKS_MAX], n = plan_gpu_stages(p, g, st);
+        fprintf(f, " %d:", g);
+        for (int c = 0; c < n; c++)
+            fprintf(f, "%s%d", c ? "," : "", st[c]);
+    }
+    fprintf(f, "\n");
+}
+
 void planner_print(FILE *f, const struct plan *p)
 {
     double params = (double)model_param_count(&p->model);
@@ -130,6 +145,7 @@ void planner_print(FILE *f, const struct plan *p)
             100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
     fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
             schedule_name(p->schedule), p->micro_batches);
+    print_gpus(f, p);
     if (p->fastest_ms > 0)
         fprintf(f, "min-gain %g%%: the fastest plan found steps %.3f ms (%.3f%% faster); this "
                    "one is simpler (docs/planning-choices.md)\n",

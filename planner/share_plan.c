@@ -129,6 +129,9 @@ static int plan_job(struct cluster *c, const struct share_job_spec *job, int j,
     }
     struct err inner;
     err_clear(&inner);
+    if (c->schedule_auto || (c->schedule != SCHEDULE_1F1B && c->schedule != SCHEDULE_GPIPE))
+        return err_set(e, ERR_INPUT, "%s: schedule: time-shared jobs run schedules 1f1b and "
+                       "gpipe (a job's regions are one stage's)", job->cluster_file);
     if (planner_make(c, &job->o, &out->jobs[j].plan, &inner) == ERR_OK) {
         out->n_jobs = j + 1;
         return ERR_OK;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "schedule.h"
+#include "sim_passes.h"
 
 static int check_input(int S, int M, const struct sim_stage *stages, struct err *e)
 {
@@ -18,9 +19,10 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                        S, M, (long long)S * M, (long long)SIM_CELLS_MAX);
     for (int s = 0; s < S; s++) {
         const struct sim_stage *st = &stages[s];
-        double t[4] = {st->fwd_ms, st->bwd_ms, st->recompute_ms, st->allreduce_ms};
-        static const char *const names[4] = {"fwd_ms", "bwd_ms", "recompute_ms", "allreduce_ms"};
-        for (int k = 0; k < 4; k++)
+        double t[5] = {st->fwd_ms, st->bwd_ms, st->recompute_ms, st->allreduce_ms, st->w_ms};
+        static const char *const names[5] = {"fwd_ms", "bwd_ms", "recompute_ms", "allreduce_ms",
+                                              "w_ms"};
+        for (int k = 0; k < 5; k++)
             if (!(isfinite(t[k]) && t[k] >= 0))
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
@@ -329,10 +331,10 @@ SIM_INLINE int run_op(struct sim_state *st, int record, int s, int k)
 {
     struct schedule_op op = schedule_op_at(st->warmup[s], st->M, k);
     size_t at = (size_t)s * st->M + op.micro;
-    double ready = op.backward ? st->bwd_in[at] : st->fwd_in[at];
+    double ready = op.pass == SCHEDULE_B ? st->bwd_in[at] : st->fwd_in[at];
     if (isnan(ready))
         return 0;
-    if (op.backward)
+    if (op.pass == SCHEDULE_B)
         run_backward(st, record, s, k, op.micro, ready);
     else
         run_forward(st, record, s, k, op.micro, ready);
@@ -389,7 +391,7 @@ SIM_INLINE int64_t run_steady(struct sim_state *st, int record)
             int w = st->warmup[s];
             if (k < w || k >= 2 * M - w)
                 continue;
-            if (schedule_op_at(w, M, k).backward)
+            if (schedule_op_at(w, M, k).pass == SCHEDULE_B)
                 st->back[n_back++] = (struct stage_op){s, k};
             else
                 ran += run_op(st, record, s, k);
@@ -440,12 +442,12 @@ static int host_lanes_alloc(struct sim_state *st)
     return ERR_OK;
 }
 
-/* Tasks a step records: 5 per cell and each stage's optimizer step, and per layer of a
- * stage run layer by layer its copies, its backward's recompute and backward slices and its
- * host step. */
+/* Tasks a step records: 6 per cell (F, R, B, W and two sends) and each stage's optimizer
+ * step, and per layer of a stage run layer by layer its copies, its backward's recompute and
+ * backward slices and its host step. */
 static size_t task_capacity(int S, int M, const struct sim_stage *stages)
 {
-    size_t n = (size_t)S * (size_t)M * 5 + (size_t)S;
+    size_t n = (size_t)S * (size_t)M * 6 + (size_t)S;
     for (int s = 0; s < S; s++)
         n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers + (size_t)stages[s].n_buckets;
     return n;
@@ -515,8 +517,8 @@ static void state_init(struct sim_state *st, enum schedule schedule)
 /* The simulation proper: out->iteration_ms, and the tasks and busy times when out has
  * arrays for them (NULL: the makespan alone, for searches over many candidates); every
  * arrival and end time in `marks` when given. */
-static int simulate(enum schedule schedule, int S, int M, const struct sim_stage *stages,
-                    struct sim_result *out, struct sim_marks *marks, struct err *e)
+static int walk(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+                struct sim_result *out, struct sim_marks *marks, struct err *e)
 {
     struct sim_state st = {
         .S = S,
@@ -558,11 +560,58 @@ done:
     return rc;
 }
 
+/* 1F1B and GPipe on the walk above, every other schedule pass by pass (marks: the walk's). */
+static int simulate(const struct schedule_shape *sh, const struct sim_stage *stages,
+                    struct sim_result *out, struct sim_marks *marks, struct err *e)
+{
+    if ((sh->kind == SCHEDULE_1F1B || sh->kind == SCHEDULE_GPIPE) && sh->chunks == 1)
+        return walk(sh->kind, sh->gpus, sh->micro_batches, stages, out, marks, e);
+    return sim_passes(sh, stages, out, e);
+}
+
+/* Each stage's idle time is its GPU's (what none of the GPU's stages keeps busy), and the
+ * bubble the GPUs' idle share of the step. */
+static void idle_times(const struct schedule_shape *sh, struct sim_result *out)
+{
+    double idle = 0;
+    for (int g = 0; g < sh->gpus; g++) {
+        double busy = 0;
+        for (int c = 0; c < sh->chunks; c++)
+            busy += out->busy_ms[schedule_vstage(sh, g, c)];
+        for (int c = 0; c < sh->chunks; c++)
+            out->idle_ms[schedule_vstage(sh, g, c)] = out->iteration_ms - busy;
+        idle += out->iteration_ms - busy;
+    }
+    out->bubble_fraction = out->iteration_ms > 0 ? idle / (sh->gpus * out->iteration_ms) : 0;
+}
+
+static int check_shape(const struct schedule_shape *sh, const struct sim_stage *stages,
+                       struct err *e)
+{
+    int S = schedule_virtual_stages(sh);
+    if (schedule_check(sh, e) || check_input(S, sh->micro_batches, stages, e))
+        return e->code;
+    for (int s = 0; s < S && !schedule_splits(sh->kind); s++)
+        if (stages[s].w_ms > 0)
+            return err_set(e, ERR_INPUT, "simulate: stage %d has a weight pass of %g ms, but "
+                           "schedule %s does not split the backward", s, stages[s].w_ms,
+                           schedule_name(sh->kind));
+    return ERR_OK;
+}
+
 int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages,
             struct sim_result *out, struct err *e)
 {
+    struct schedule_shape sh = schedule_shape_of(schedule, S, 1, M);
+    return sim_run_shape(&sh, stages, out, e);
+}
+
+int sim_run_shape(const struct schedule_shape *sh, const struct sim_stage *stages,
+                  struct sim_result *out, struct err *e)
+{
+    int S = schedule_virtual_stages(sh), M = sh->micro_batches;
     memset(out, 0, sizeof *out);
-    if (check_input(S, M, stages, e))
+    if (check_shape(sh, stages, e))
         return e->code;
     out->n_stages = S;
     out->busy_ms = calloc((size_t)S, sizeof *out->busy_ms);
@@ -579,26 +628,21 @@ int sim_run(enum schedule schedule, int S, int M, const struct sim_stage *stages
         return err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S,
                        M);
     }
-    int rc = simulate(schedule, S, M, stages, out, NULL, e);
+    int rc = simulate(sh, stages, out, NULL, e);
     if (rc) {
         sim_result_free(out);
         return rc;
     }
-    double idle = 0;
-    for (int s = 0; s < S; s++) {
-        out->idle_ms[s] = out->iteration_ms - out->busy_ms[s];
-        idle += out->idle_ms[s];
-    }
-    out->bubble_fraction = out->iteration_ms > 0 ? idle / (S * out->iteration_ms) : 0;
+    idle_times(sh, out);
     return ERR_OK;
 }
 
 /* sim_makespan on input already checked */
-static int makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
+static int makespan(const struct schedule_shape *sh, const struct sim_stage *stages,
                     double *iteration_ms, struct err *e)
 {
     struct sim_result r = {0};
-    if (simulate(schedule, S, M, stages, &r, NULL, e))
+    if (simulate(sh, stages, &r, NULL, e))
         return e->code;
     *iteration_ms = r.iteration_ms;
     return ERR_OK;
@@ -607,9 +651,16 @@ static int makespan(enum schedule schedule, int S, int M, const struct sim_stage
 int sim_makespan(enum schedule schedule, int S, int M, const struct sim_stage *stages,
                  double *iteration_ms, struct err *e)
 {
-    if (check_input(S, M, stages, e))
+    struct schedule_shape sh = schedule_shape_of(schedule, S, 1, M);
+    return sim_makespan_shape(&sh, stages, iteration_ms, e);
+}
+
+int sim_makespan_shape(const struct schedule_shape *sh, const struct sim_stage *stages,
+                       double *iteration_ms, struct err *e)
+{
+    if (check_shape(sh, stages, e))
         return e->code;
-    return makespan(schedule, S, M, stages, iteration_ms, e);
+    return makespan(sh, stages, iteration_ms, e);
 }
 
 /* Most micro-batches in a period of the steady state that sim_makespan_periodic looks for
@@ -656,7 +707,7 @@ static int extrapolate(enum schedule schedule, int S, int Mp, int M,
     *found = 0;
     if (!mk.fwd_in || !mk.bwd_in || !mk.fwd_end || !mk.bwd_end) {
         err_set(e, ERR_FAIL, "out of memory simulating %d stages x %d micro-batches", S, Mp);
-    } else if (simulate(schedule, S, Mp, stages, &r, &mk, e) == ERR_OK) {
+    } else if (walk(schedule, S, Mp, stages, &r, &mk, e) == ERR_OK) {
         for (int p = 1; p <= SIM_PERIOD_MAX && !*found; p++)
             if (periodic(&mk, S, Mp, Mp - 2 * S - 2, p, &shift)) {
                 *ms = r.iteration_ms + (double)((M - Mp) / p) * shift;
@@ -673,7 +724,8 @@ static int extrapolate(enum schedule schedule, int S, int Mp, int M,
 int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim_stage *stages,
                           double *iteration_ms, int *simulated, struct err *e)
 {
-    if (check_input(S, M, stages, e))
+    struct schedule_shape shape = schedule_shape_of(schedule, S, 1, M);
+    if (check_shape(&shape, stages, e))
         return e->code;
     /* A stage run layer by layer keeps no marks of its ends (and its host lanes' times are
      * not among those compared): such a pipeline is simulated whole. */
@@ -694,7 +746,8 @@ int sim_makespan_periodic(enum schedule schedule, int S, int M, const struct sim
         }
     }
     *simulated = M;
-    return makespan(schedule, S, M, stages, iteration_ms, e);
+    struct schedule_shape sh = schedule_shape_of(schedule, S, 1, M);
+    return makespan(&sh, stages, iteration_ms, e);
 }
 
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
@@ -707,12 +760,12 @@ void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
         .allreduce_ms = cost_dp_allreduce_ms(&ps->dp_link, ps->dp, ps->allreduce_bytes),
     };
     for (int l = 0; l < n; l++) {
-        int64_t kept, transient;
-        double recompute_ms;
-        cost_choice(&ps->layers[l], ps->recompute[l], &kept, &transient, &recompute_ms);
-        out->fwd_ms += ps->layers[l].fwd_ms;
-        out->bwd_ms += ps->layers[l].bwd_ms;
-        out->recompute_ms += recompute_ms;
+        const struct layer_cost *c = &ps->layers[l];
+        struct cost_row r = plan_stage_row(ps, l);
+        out->fwd_ms += c->fwd_ms;
+        out->bwd_ms += c->bwd_ms - r.wgrad_ms;
+        out->w_ms += r.wgrad_ms;
+        out->recompute_ms += r.recompute_ms;
     }
     if (ps->optimizer == COST_PLACE_DEVICE)
         sim_stage_optimizer(ps->layers, n, COST_PLACE_DEVICE, &ps->host_link, out, NULL);
@@ -806,12 +859,14 @@ int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
 {
     int n = plan_stage_layer_count(ps);
     int64_t *grad = malloc((size_t)n * sizeof *grad);
-    double *bwd = malloc((size_t)n * sizeof *bwd), weight = 0, before = 0;
+    double *bwd = malloc((size_t)n * sizeof *bwd), weight = 0, before = 0, w_ms = 0;
     int count = 0;
     if (grad != NULL && bwd != NULL) {
-        for (int l = 0; l < n; l++)
+        for (int l = 0; l < n; l++) {
             weight += (double)(ps->layers[l].has_split ? ps->layers[l].grad_bytes
                                                        : ps->layers[l].state_bytes);
+            w_ms += plan_stage_row(ps, l).wgrad_ms;
+        }
         /* allreduce_bytes in proportion, rounded so that the parts add up to it */
         for (int l = 0; l < n; l++) {
             const struct layer_cost *y = &ps->layers[l];
@@ -820,7 +875,8 @@ int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
                                        (int64_t)((double)ps->allreduce_bytes * (before / weight))
                                  : 0;
             before = upto;
-            bwd[l] = y->bwd_ms;
+            /* a split backward's gradients are final in its last W pass (sim_passes.c) */
+            bwd[l] = w_ms > 0 ? plan_stage_row(ps, l).wgrad_ms : y->bwd_ms;
         }
         count = sim_buckets(grad, bwd, n, ps->dp_bucket_bytes, &ps->dp_link, ps->dp, out);
     }
@@ -872,7 +928,8 @@ int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e)
     struct sim_bucket *buckets;
     if (plan_stages(p, &st, &pool, &buckets, e))
         return e->code;
-    int rc = sim_makespan(p->schedule, p->n_stages, p->micro_batches, st, iteration_ms, e);
+    struct schedule_shape sh = plan_shape(p);
+    int rc = sim_makespan_shape(&sh, st, iteration_ms, e);
     free(st);
     free(pool);
     free(buckets);
@@ -886,7 +943,8 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
     struct sim_bucket *buckets;
     if (plan_stages(p, &st, &pool, &buckets, e))
         return e->code;
-    int rc = sim_run(p->schedule, p->n_stages, p->micro_batches, st, out, e);
+    struct schedule_shape sh = plan_shape(p);
+    int rc = sim_run_shape(&sh, st, out, e);
     free(st);
     free(pool);
     free(buckets);

@@ -70,6 +70,7 @@ enum sim_kind {
     SIM_GRAD_COPY,   /* a layer's gradients device -> host (micro: the stage's layer index) */
     SIM_HOST_UPDATE, /* a layer's AdamW on the host (micro: the layer index) */
     SIM_PARAM_COPY,  /* a layer's parameters host -> device (micro: the layer index) */
+    SIM_WEIGHT,      /* the weight-gradient pass of a split backward (schedule.h) */
     SIM_ALLREDUCE,   /* a bucket of gradients reduced over the replicas (micro: the bucket) */
 };
 
@@ -94,7 +95,8 @@ struct sim_layer {
 /* One stage's costs per micro-batch. */
 struct sim_stage {
     double fwd_ms;
-    double bwd_ms;
+    double bwd_ms; /* the whole backward, or with a split one its input-gradient pass */
+    double w_ms;   /* a split backward's weight-gradient pass (0 otherwise) */
     double recompute_ms;
     /* Data parallelism: the pipeline is one of dp identical replicas; once the stage's own
      * last backward has ended it all-reduces its gradients with its replicas for this long
@@ -130,8 +132,8 @@ struct sim_result {
     double iteration_ms;
     double bubble_fraction; /* idle share of S x iteration_ms */
     int n_stages;
-    double *busy_ms; /* per stage: forward + recompute + backward */
-    double *idle_ms; /* per stage: iteration_ms - busy_ms */
+    double *busy_ms; /* per stage: forward + recompute + backward (+ weight pass) */
+    double *idle_ms; /* per stage: iteration_ms - busy_ms of its GPU's stages */
     double *copy_out_ms, *copy_in_ms; /* per stage: its host lanes' busy time */
     double *stall_ms;                 /* per stage: backwards waiting for a prefetch */
     double *update_ms; /* per stage: its optimizer's AdamW time (device, or host threads) */
@@ -141,9 +143,16 @@ struct sim_result {
 };
 
 /* Simulates one step. ERR_INPUT for S or M < 1, S x M above SIM_CELLS_MAX, or a time or
- * size that is negative or not finite; `out` holds nothing then. */
+ * size that is negative or not finite; `out` holds nothing then. One chunk a GPU (n_stages
+ * GPUs); sim_run_shape takes any pipeline of schedule.h, its stages its virtual stages in
+ * model order (each stage's link is to the next virtual stage). Schedules other than 1F1B
+ * and GPipe run pass by pass (sim_passes.c) and take no stage run layer by layer. */
 int sim_run(enum schedule schedule, int n_stages, int micro_batches,
             const struct sim_stage *stages, struct sim_result *out, struct err *e);
+int sim_run_shape(const struct schedule_shape *sh, const struct sim_stage *stages,
+                  struct sim_result *out, struct err *e);
+int sim_makespan_shape(const struct schedule_shape *sh, const struct sim_stage *stages,
+                       double *iteration_ms, struct err *e);
 /* The iteration time alone, the same as sim_run's but recording no tasks: for searches that
  * simulate many candidates. */
 int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
@@ -157,9 +166,9 @@ int sim_makespan(enum schedule schedule, int n_stages, int micro_batches,
 int sim_makespan_periodic(enum schedule schedule, int n_stages, int micro_batches,
                           const struct sim_stage *stages, double *iteration_ms, int *simulated,
                           struct err *e);
-/* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times, the forward
- * time of its recomputed layers, its last layer's out_bytes and its link; and its device
- * optimizer step. */
+/* One stage's per-micro-batch costs from a plan: its layers' fwd and bwd times (the weight
+ * passes its actions defer apart), the forward time of its recomputed layers, its last
+ * layer's out_bytes and its link; and its device optimizer step. */
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);
 /* Its layers when it offloads or hosts its optimizer (`layers` has room for the stage's
  * layer count); returns the count, 0 otherwise. */
@@ -200,7 +209,7 @@ const char *sim_kind_name(enum sim_kind kind);
  * time of the stage's own sends (activations to s+1, gradients to s-1), and its copies to and
  * from the host. */
 struct sim_stage_totals {
-    double fwd_ms, recompute_ms, bwd_ms, send_ms, copy_out_ms, copy_in_ms;
+    double fwd_ms, recompute_ms, bwd_ms, w_ms, send_ms, copy_out_ms, copy_in_ms;
     double optimizer_ms;            /* the device's step */
     double grad_ms, update_ms, param_ms; /* the host's step: copies and AdamW */
     double allreduce_ms; /* its gradients' buckets over the replicas (the dp link's busy time) */

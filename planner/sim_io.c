@@ -29,6 +29,8 @@ const char *sim_kind_name(enum sim_kind kind)
         return "host-optimizer";
     case SIM_PARAM_COPY:
         return "parameters-from-host";
+    case SIM_WEIGHT:
+        return "weight-gradients";
     case SIM_ALLREDUCE:
         return "allreduce";
     }
@@ -77,6 +79,9 @@ void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_to
         case SIM_PARAM_COPY:
             out->param_ms += d;
             break;
+        case SIM_WEIGHT:
+            out->w_ms += d;
+            break;
         case SIM_ALLREDUCE:
             out->allreduce_ms += d;
             out->buckets++;
@@ -91,6 +96,8 @@ cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
     cJSON_AddStringToObject(o, "format", "ballast-simulation/1");
     cJSON_AddStringToObject(o, "method", p->method);
     cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
+    if (p->virtual_stages > 1)
+        cJSON_AddNumberToObject(o, "virtual_stages", p->virtual_stages);
     cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
     cJSON_AddNumberToObject(o, "iteration_ms", r->iteration_ms);
     cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
@@ -100,12 +107,16 @@ cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
         sim_stage_totals(r, s, &t);
         cJSON *so = cJSON_CreateObject();
         cJSON_AddNumberToObject(so, "index", s);
+        if (p->virtual_stages > 1)
+            cJSON_AddNumberToObject(so, "gpu", p->stages[s].gpu);
         cJSON_AddStringToObject(so, "device", p->stages[s].device);
         cJSON_AddNumberToObject(so, "busy_ms", r->busy_ms[s]);
         cJSON_AddNumberToObject(so, "idle_ms", r->idle_ms[s]);
         cJSON_AddNumberToObject(so, "fwd_ms", t.fwd_ms);
         cJSON_AddNumberToObject(so, "bwd_ms", t.bwd_ms);
         cJSON_AddNumberToObject(so, "recompute_ms", t.recompute_ms);
+        if (schedule_splits(p->schedule))
+            cJSON_AddNumberToObject(so, "w_ms", t.w_ms);
         cJSON_AddNumberToObject(so, "send_ms", t.send_ms);
         const struct plan_stage *ps = &p->stages[s];
         if (ps->dp > 1) { /* its buckets, from its last backward on (sim.h) */
@@ -185,7 +196,10 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
     trace_name_process(t, pid, name);
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
-        snprintf(name, sizeof name, "stage %d %s", s, st->device);
+        if (p->virtual_stages > 1)
+            snprintf(name, sizeof name, "stage %d (GPU %d) %s", s, st->gpu, st->device);
+        else
+            snprintf(name, sizeof name, "stage %d %s", s, st->device);
         trace_name_track(t, pid, compute_tid(s), name);
         if (s + 1 < p->n_stages && st->link.present) {
             snprintf(name, sizeof name, "link %d->%d activations (%g Gb/s)", s, s + 1,
@@ -213,7 +227,8 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
     }
     for (int i = 0; i < r->n_tasks; i++) {
         const struct sim_task *k = &r->tasks[i];
-        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P', 'S', 'D', 'U', 'W', 'Y'};
+        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P', 'S',
+                                      'D', 'U', 'W', 'W', 'Y'};
         snprintf(name, sizeof name, "%c %d", letter[k->kind], k->micro);
         int send = k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD;
         int from = k->kind == SIM_SEND_BACKWARD ? k->stage + 1 : k->stage;

@@ -47,9 +47,14 @@ static int verify_stage(const struct plan *p, int s, int balanced, double target
     if (o->actions != PLAN_ACTION_RECOMPUTE) /* the offload search's least recompute */
         return verify_actions(p, s, o, dp, milp, e);
     struct knap_problem kp;
-    const unsigned char *recompute = p->stages[s].recompute;
     if (method_problem(p, s, o, &kp, e))
         return e->code;
+    unsigned char *recompute = malloc((size_t)kp.n + 1);
+    if (recompute == NULL) {
+        knap_free(&kp);
+        return err_set(e, ERR_FAIL, "out of memory");
+    }
+    method_gather(p, s, recompute); /* the stage's, or its GPU's chunks' */
     int rc;
     if (balanced) {
         double unit = knap_balance_time_unit(&kp, o->time_unit_ms), units = 0;
@@ -66,6 +71,7 @@ static int verify_stage(const struct plan *p, int s, int balanced, double target
         if (rc == ERR_OK)
             rc = milp_min_recompute(&kp, milp, e);
     }
+    free(recompute);
     knap_free(&kp);
     if (rc == ERR_NOFIT)
         return err_set(e, ERR_FAIL,
@@ -81,6 +87,8 @@ int verify_plan(struct plan *p, const struct plan_options *o, struct err *e)
         int s = pass == 0 ? star : (pass <= star ? pass - 1 : pass);
         int balanced = o->method == METHOD_PATENT && s != star;
         double dp = 0, milp = 0;
+        if (!method_leader(p, s)) /* its GPU's first chunk verified them all */
+            continue;
         if (verify_stage(p, s, balanced, target_ms, o, &dp, &milp, e))
             return e->code;
         if (s == star)

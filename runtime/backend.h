@@ -68,6 +68,19 @@ enum head_kept { HEAD_INP, HEAD_TARGETS, HEAD_LNF, HEAD_LNF_MEAN, HEAD_LNF_RSTD,
                  HEAD_KEPT };
 enum head_ws { HEAD_DLNF, HEAD_DINP, HEAD_LOSSES, HEAD_WS };
 
+/* A split backward (schedule.h): what the input-gradient pass leaves the weight pass, matrix
+ * product by product in the order the backward reaches them: the gradients the weight
+ * gradient adds into (dbias NULL: none), the product's kept input, and its output gradient,
+ * copied into the view's wstash[k]. */
+struct layer_wgrad {
+    int n;
+    struct layer_wgrad_product {
+        float *dw, *dbias;
+        const void *inp, *dout;
+        int N, C, OC;
+    } p[SIZES_TENSORS_MAX];
+};
+
 /* One layer for one micro-batch. */
 struct layer_view {
     const struct model *model;
@@ -77,6 +90,10 @@ struct layer_view {
     float *grads[SIZES_TENSORS_MAX]; /* fp32 always */
     void *kept[SIZES_TENSORS_MAX]; /* in the slot, or in the transient when regenerated */
     void *ws[SIZES_TENSORS_MAX];
+    /* A split backward: its weight pass's tensors (in the slot, layout.h) and where the
+     * backward leaves the products for it; wgrad NULL: the backward runs whole. */
+    void *wstash[SIZES_TENSORS_MAX];
+    struct layer_wgrad *wgrad;
     /* The kept tensors this layer regenerates (bit k: kept[k]), which live in the transient:
      * 0 when it keeps everything; sizes_full_regen (every kept tensor but the checkpoint) when
      * it is recomputed whole; a partial option's set (sizes_recompute_options) otherwise. */
@@ -110,7 +127,8 @@ struct backend_layer_ops {
     int (*recompute)(struct backend *be, const struct layer_view *l, struct err *e);
     /* Consumes ws[*_DOUT] (the output's gradient; the head has none and uses loss_scale,
      * d step-loss / d token-loss), writes ws[*_DINP] (the input's gradient; the embedding has
-     * none) and ADDS into the parameter gradients. */
+     * none) and ADDS into the parameter gradients; with l->wgrad, the block's matrix products'
+     * weight gradients are left there for layer_weight_pass (gpt_layers.h) instead. */
     int (*backward)(struct backend *be, const struct layer_view *l, float loss_scale,
                     struct err *e);
 };
@@ -147,8 +165,9 @@ struct backend_ops {
                               const float *mean, const float *rstd, int N, int C,
                               struct err *e);
     /* out (N,OC) = add + inp (N,C) @ w (OC,C)^T + bias: the residual add rides on the matmul;
-     * add, bias may be NULL, out may not alias add. Backward: dinp (skipped when NULL), dw,
-     * dbias (skipped when NULL). */
+     * add, bias may be NULL, out may not alias add. Backward: dinp, dw and dbias, each skipped
+     * when NULL (dbias with dw), each computed on its own: the split backward's two passes
+     * add up to the fused call bit for bit. */
     int (*matmul_forward)(struct backend *be, enum model_dtype dt, void *out, const void *add,
                           const void *inp, const void *w, const void *bias, int N, int C, int OC,
                           struct err *e);
@@ -251,7 +270,8 @@ struct backend {
  * model_layer_kind. */
 const struct backend_layer_ops *backend_layers(const struct backend *be, const struct model *m);
 
-/* The CPU backend (fp32): `threads` OpenMP threads, OpenBLAS single-threaded (process-wide). */
+/* The CPU backend (fp32, bf16 and fp16, both model kinds): `threads` OpenMP threads, OpenBLAS
+ * single-threaded (process-wide). */
 int backend_cpu_init(struct backend *be, int threads, struct err *e);
 
 /* The CUDA backend on device `device` (a CUDA ordinal, as in cuda:N): its own stream, cuBLAS

@@ -12,6 +12,7 @@
 
 #include "fileio.h"
 #include "jsonio.h"
+#include "progress.h"
 
 #define CKPT_MAGIC "BALLASTK"
 #define CKPT_VERSION 1
@@ -142,6 +143,7 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
         }
         sum = fnv1a(sum, buf, n);
         ok = fileio_write_all(out.fd, buf, n) == 0;
+        progress_tick();
     }
     free(buf);
     ok = ok && fileio_write_all(out.fd, &sum, sizeof sum) == 0;
@@ -176,27 +178,48 @@ int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, const struc
     return rc;
 }
 
-void ckpt_remove_older(const char *dir, int stage, int64_t keep)
+/* Whether `name` is one of this stage's files (*step its step) or their temporaries
+ * (*temporary: `<file>.tmp.<pid>.<suffix>`, fileio.h). */
+static int stage_entry(const char *name, int stage, long long *step, int *temporary)
+{
+    char prefix[64], tail[256];
+    snprintf(prefix, sizeof prefix, "stage-%d-step-", stage);
+    size_t np = strlen(prefix);
+    if (strncmp(name, prefix, np) != 0 || sscanf(name + np, "%lld%255s", step, tail) != 2)
+        return 0;
+    *temporary = strncmp(tail, ".ckpt.tmp.", 10) == 0;
+    return *temporary || strcmp(tail, ".ckpt") == 0;
+}
+
+/* Removes this stage's files of `step` (all but `step` when `others`), and with `temps` its
+ * temporaries of any step. */
+static void remove_entries(const char *dir, int stage, int64_t step, int others, int temps)
 {
     DIR *d = opendir(dir);
     if (d == NULL)
         return;
     struct dirent *ent;
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "stage-%d-step-", stage);
-    size_t np = strlen(prefix);
     while ((ent = readdir(d)) != NULL) {
         long long s;
-        char tail[16];
-        if (strncmp(ent->d_name, prefix, np) != 0 ||
-            sscanf(ent->d_name + np, "%lld%15s", &s, tail) != 2 || strcmp(tail, ".ckpt") != 0 ||
-            s == keep)
+        int temporary;
+        if (!stage_entry(ent->d_name, stage, &s, &temporary) ||
+            (temporary ? !temps : (s == step) == others))
             continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
         unlink(path);
     }
     closedir(d);
+}
+
+void ckpt_remove_older(const char *dir, int stage, int64_t keep)
+{
+    remove_entries(dir, stage, keep, 1, 1);
+}
+
+void ckpt_remove_step(const char *dir, int stage, int64_t step)
+{
+    remove_entries(dir, stage, step, 0, 0);
 }
 
 /* The manifest's "loss_scale" (ckpt.h), each field in the range the scaler keeps it in. */
@@ -339,6 +362,7 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
                              (long long)(sizeof h + off));
             else
                 sum = fnv1a(sum, buf, n);
+            progress_tick();
         }
         if (rc == ERR_OK && read_all(f, &stored, sizeof stored) != 0)
             rc = err_set(e, ERR_INPUT, "%s: cannot read the checksum", file);
@@ -363,6 +387,7 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
                 rc = err_set(e, ERR_INPUT, "%s: %s", file, bad.msg);
             else
                 rc = stage_state_put(r, off, buf, n, e);
+            progress_tick();
         }
     }
     free(buf);

@@ -53,8 +53,14 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
 /* ls: the loss scaler's state (NULL: none, fp32 and bf16). */
 int ckpt_write_manifest(const char *dir, int64_t step, int n_stages, const struct lossscale *ls,
                         struct err *e);
-/* Removes this stage's files of steps other than `keep`. */
+/* Once every stage's file of step `keep` is in place and named by the manifest: removes this
+ * stage's files of other steps, and its temporaries of any step (left by a write that was
+ * killed: none of this stage's is under way now, and a resumed run may never write that step
+ * again). */
 void ckpt_remove_older(const char *dir, int stage, int64_t keep);
+/* Removes this stage's file of `step`: a checkpoint that did not complete on every stage, which
+ * no manifest names. */
+void ckpt_remove_step(const char *dir, int stage, int64_t step);
 
 /* *has_ls: whether the manifest has "loss_scale", then in *ls. */
 int ckpt_read_manifest(const char *dir, int64_t *step, int *n_stages, struct lossscale *ls,

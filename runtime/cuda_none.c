@@ -79,7 +79,7 @@ int allreduce_nccl_init(struct allreduce_nccl **out,
 }
 
 int allreduce_nccl_sum(struct allreduce_nccl *a, float *buf, int64_t n, float scale,
-                       double timeout_s, struct err *e)
+                       struct err *e)
 {
     return err_set(e, ERR_INPUT, "nccl: %s", NO_CUDA);
 }

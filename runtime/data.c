@@ -4,10 +4,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fileio.h"
+#include "progress.h"
 #include "rng.h"
 
 static uint64_t fnv1a(uint64_t h, const unsigned char *p, int64_t n)
@@ -15,6 +16,21 @@ static uint64_t fnv1a(uint64_t h, const unsigned char *p, int64_t n)
     for (int64_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 0x100000001B3ull;
     return h;
+}
+
+/* n bytes at offset `at`, retrying short reads: the bytes read (fewer at the file's end). */
+static int64_t pread_all(int fd, unsigned char *p, int64_t n, int64_t at)
+{
+    int64_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, p + got, (size_t)(n - got), (off_t)(at + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += k;
+    }
+    return got;
 }
 
 static void data_start(struct data_source *d, enum data_kind kind, const struct model *m,
@@ -60,116 +76,214 @@ static uint32_t le32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int32_t token_at(const struct data_source *d, int64_t i)
+static int32_t token_of(const unsigned char *p, int token_bytes)
 {
-    const unsigned char *p = d->tokens + i * d->token_bytes;
-    return d->token_bytes == 1 ? p[0] : (int32_t)(p[0] | p[1] << 8);
+    return token_bytes == 1 ? p[0] : (int32_t)(p[0] | p[1] << 8);
 }
 
 #define LLMC_HEADER_BYTES ((int64_t)DATA_LLMC_HEADER_INTS * 4)
+#define DATA_PIECE ((int64_t)1 << 20) /* bytes read at a time by data_init_file */
 
-/* The mapped file as llm.c writes it (dev/data/data_common.py): a header whose count must
- * match the file's size exactly (a short file was cut off, a long one is not this format),
- * then uint16 tokens, each checked against the vocabulary once here so a batch never sees
- * an index past the embedding table. */
-static int parse_llmc(struct data_source *d, const char *file, struct err *e)
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* The file opened (a regular file, fileio.h), its size and time noted, the row buffer made. */
+static int open_file(struct data_source *d, const char *file, int64_t min_bytes,
+                     const char *what, struct err *e)
+{
+    struct stat st;
+    if (fileio_open_input(file, 0, &d->fd, &d->n_bytes, e))
+        return e->code;
+    d->file = strdup(file);
+    d->row = malloc((size_t)(d->T + 1) * 2);
+    if (d->file == NULL || d->row == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    if (fstat(d->fd, &st) != 0)
+        return err_set(e, ERR_INPUT, "%s: cannot stat: %s", file, strerror(errno));
+    d->mtime_ns = mtime_ns(&st);
+    if (d->n_bytes < min_bytes)
+        return err_set(e, ERR_INPUT, "%s: %lld bytes, but %s needs %lld bytes", file,
+                       (long long)d->n_bytes, what, (long long)min_bytes);
+    return ERR_OK;
+}
+
+/* llm.c's header (dev/data/data_common.py): its count must match the file's size exactly (a
+ * short file was cut off, a long one is not this format). */
+static int parse_llmc(struct data_source *d, struct err *e)
 {
     const char *hint = "for a file of raw bytes: --data-format bytes";
-    uint32_t magic = le32(d->bytes), version = le32(d->bytes + 4);
-    int32_t count = (int32_t)le32(d->bytes + 8);
+    unsigned char h[12];
+    if (pread_all(d->fd, h, sizeof h, 0) != (int64_t)sizeof h)
+        return err_set(e, ERR_INPUT, "%s: cannot read the header: %s", d->file,
+                       strerror(errno));
+    uint32_t magic = le32(h), version = le32(h + 4);
+    int32_t count = (int32_t)le32(h + 8);
     if (magic != DATA_LLMC_MAGIC)
         return err_set(e, ERR_INPUT,
-                       "%s: header: magic %u, expected llm.c's token file (magic %d); %s", file,
-                       magic, DATA_LLMC_MAGIC, hint);
+                       "%s: header: magic %u, expected llm.c's token file (magic %d); %s",
+                       d->file, magic, DATA_LLMC_MAGIC, hint);
     if (version != 1)
         return err_set(e, ERR_INPUT,
-                       "%s: header: version %u, expected 1 (llm.c's uint16 tokens)", file,
+                       "%s: header: version %u, expected 1 (llm.c's uint16 tokens)", d->file,
                        version);
     int64_t want = LLMC_HEADER_BYTES + 2 * (int64_t)count;
     if (count < 0 || d->n_bytes != want)
         return err_set(e, ERR_INPUT,
                        "%s: header: %d tokens, %lld bytes with the header, but the file has "
                        "%lld bytes (%s)",
-                       file, count, (long long)want, (long long)d->n_bytes,
+                       d->file, count, (long long)want, (long long)d->n_bytes,
                        d->n_bytes < want ? "truncated" : "bytes past the last token");
-    d->tokens = d->bytes + LLMC_HEADER_BYTES;
+    d->tokens_at = LLMC_HEADER_BYTES;
     d->n_tokens = count;
     d->token_bytes = 2;
-    for (int64_t i = 0; i < d->n_tokens; i++) {
-        int32_t t = token_at(d, i);
-        if (t >= d->V)
-            return err_set(e, ERR_INPUT,
-                           "%s: token %d at byte offset %lld (token %lld) >= the model's "
-                           "vocab_size %d",
-                           file, t, (long long)(LLMC_HEADER_BYTES + 2 * i), (long long)i,
-                           d->V);
-    }
     return ERR_OK;
 }
 
-static int map_file(struct data_source *d, const char *file, int64_t min_bytes,
-                    const char *what, struct err *e)
-{
-    int fd;
-    int64_t size;
-    /* no cap: the file is mapped, not read */
-    if (fileio_open_input(file, 0, &fd, &size, e))
-        return e->code;
-    if (size < min_bytes) {
-        close(fd);
-        return err_set(e, ERR_INPUT, "%s: %lld bytes, but %s needs %lld bytes", file,
-                       (long long)size, what, (long long)min_bytes);
-    }
-    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return err_set(e, ERR_INPUT, "%s: cannot map: %s", file, strerror(errno));
-    d->bytes = p;
-    d->n_bytes = size;
-    return ERR_OK;
-}
-
-int data_init_file(struct data_source *d, const char *file, enum data_format format,
-                   const struct model *m, uint64_t seed, struct err *e)
+/* The file opened and its header checked (no token read). */
+static int open_checked(struct data_source *d, const char *file, enum data_format format,
+                        const struct model *m, uint64_t seed, struct err *e)
 {
     data_start(d, DATA_FILE, m, seed);
+    d->fd = -1;
     if (format == DATA_FORMAT_BYTES) {
         if (m->vocab_size < 256)
             return err_set(e, ERR_INPUT,
                            "%s: byte-level tokens need vocab_size >= 256; the plan's model "
                            "has %d",
                            file, m->vocab_size);
-        if (map_file(d, file, (int64_t)m->seq_len + 1, "one sequence (seq_len + 1 tokens)", e))
-            return e->code;
-        d->tokens = d->bytes;
+        ERR_TRY(open_file(d, file, (int64_t)m->seq_len + 1,
+                          "one sequence (seq_len + 1 tokens)", e));
         d->n_tokens = d->n_bytes;
         d->token_bytes = 1;
-    } else {
-        if (map_file(d, file, LLMC_HEADER_BYTES, "llm.c's token-file header", e) ||
-            parse_llmc(d, file, e))
-            return e->code;
-        if (d->n_tokens < (int64_t)m->seq_len + 1)
-            return err_set(e, ERR_INPUT,
-                           "%s: %lld tokens, but one sequence needs seq_len + 1 = %d tokens",
-                           file, (long long)d->n_tokens, m->seq_len + 1);
+        return ERR_OK;
     }
-    d->hash = fnv1a(0xCBF29CE484222325ull, d->bytes, d->n_bytes);
+    ERR_TRY(open_file(d, file, LLMC_HEADER_BYTES, "llm.c's token-file header", e));
+    ERR_TRY(parse_llmc(d, e));
+    if (d->n_tokens < (int64_t)m->seq_len + 1)
+        return err_set(e, ERR_INPUT,
+                       "%s: %lld tokens, but one sequence needs seq_len + 1 = %d tokens", file,
+                       (long long)d->n_tokens, m->seq_len + 1);
     return ERR_OK;
+}
+
+/* The index of the first token >= V among buf's n bytes of whole tokens, or -1. */
+static int64_t first_past(const struct data_source *d, const unsigned char *buf, int64_t n)
+{
+    for (int64_t i = 0; i < n / d->token_bytes; i++)
+        if (token_of(buf + i * d->token_bytes, d->token_bytes) >= d->V)
+            return i;
+    return -1;
+}
+
+/* The whole file once, a piece at a time: hashed, and every token checked. */
+static int read_whole(struct data_source *d, struct err *e)
+{
+    unsigned char *buf = malloc((size_t)DATA_PIECE);
+    if (buf == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", d->file);
+    uint64_t h = 0xCBF29CE484222325ull;
+    int rc = ERR_OK;
+    for (int64_t at = 0; rc == ERR_OK && at < d->n_bytes; at += DATA_PIECE) {
+        int64_t n = d->n_bytes - at < DATA_PIECE ? d->n_bytes - at : DATA_PIECE;
+        if (pread_all(d->fd, buf, n, at) != n) {
+            rc = err_set(e, ERR_INPUT, "%s: cannot read %lld bytes at byte %lld (changed while "
+                         "being read?)", d->file, (long long)n, (long long)at);
+            break;
+        }
+        h = fnv1a(h, buf, n);
+        progress_tick();
+        int64_t lo = at > d->tokens_at ? at : d->tokens_at, bad;
+        if (lo < at + n && (bad = first_past(d, buf + (lo - at), at + n - lo)) >= 0) {
+            int64_t off = lo + bad * d->token_bytes;
+            rc = err_set(e, ERR_INPUT,
+                         "%s: token %d at byte offset %lld (token %lld) >= the model's "
+                         "vocab_size %d",
+                         d->file, token_of(buf + (off - at), d->token_bytes), (long long)off,
+                         (long long)((off - d->tokens_at) / d->token_bytes), d->V);
+        }
+    }
+    free(buf);
+    d->hash = h;
+    return rc;
+}
+
+int data_open_file(struct data_source *d, const char *file, enum data_format format,
+                   const struct model *m, uint64_t seed, int whole, struct err *e)
+{
+    int rc = open_checked(d, file, format, m, seed, e);
+    if (rc == ERR_OK && whole)
+        rc = read_whole(d, e);
+    if (rc != ERR_OK) /* nothing left open or allocated */
+        data_free(d);
+    return rc;
+}
+
+int data_init_file(struct data_source *d, const char *file, enum data_format format,
+                   const struct model *m, uint64_t seed, struct err *e)
+{
+    return data_open_file(d, file, format, m, seed, 1, e);
 }
 
 void data_free(struct data_source *d)
 {
     free(d->table);
-    if (d->bytes != NULL)
-        munmap((void *)d->bytes, (size_t)d->n_bytes);
+    free(d->file);
+    free(d->row);
+    if (d->kind == DATA_FILE && d->fd >= 0)
+        close(d->fd);
     memset(d, 0, sizeof *d);
 }
 
-void data_batch(const struct data_source *d, int64_t step, int micro, int32_t *tokens,
-                int32_t *targets)
+/* The file as it was opened: the same size and modification time. */
+static int check_unchanged(const struct data_source *d, struct err *e)
+{
+    struct stat st;
+    if (fstat(d->fd, &st) != 0)
+        return err_set(e, ERR_FAIL, "--data %s: cannot stat: %s", d->file, strerror(errno));
+    if ((int64_t)st.st_size != d->n_bytes || mtime_ns(&st) != d->mtime_ns)
+        return err_set(e, ERR_FAIL,
+                       "--data %s: changed while training (%lld bytes now, %lld when the run "
+                       "started%s): the run reads it until its last step; keep it unchanged, "
+                       "or train on a copy",
+                       d->file, (long long)st.st_size, (long long)d->n_bytes,
+                       (int64_t)st.st_size == d->n_bytes ? ", modified since" : "");
+    return ERR_OK;
+}
+
+/* The T + 1 tokens from token s, each checked. */
+static int read_row(const struct data_source *d, int64_t s, int32_t *tok, int32_t *tgt,
+                    struct err *e)
+{
+    int tb = d->token_bytes, T = d->T;
+    int64_t n = (int64_t)(T + 1) * tb, at = d->tokens_at + s * tb;
+    if (pread_all(d->fd, d->row, n, at) != n)
+        return err_set(e, ERR_FAIL,
+                       "--data %s: %lld bytes at byte %lld could not be read (cut short while "
+                       "training?): the run reads it until its last step",
+                       d->file, (long long)n, (long long)at);
+    for (int t = 0; t <= T; t++) {
+        int32_t x = token_of(d->row + t * tb, tb);
+        if (x >= d->V)
+            return err_set(e, ERR_FAIL, "--data %s: token %d at byte offset %lld >= the model's "
+                           "vocab_size %d (changed while training?)", d->file, x,
+                           (long long)(at + (int64_t)t * tb), d->V);
+        if (tok != NULL && t < T)
+            tok[t] = x;
+        if (tgt != NULL && t > 0)
+            tgt[t - 1] = x;
+    }
+    return ERR_OK;
+}
+
+int data_batch(const struct data_source *d, int64_t step, int micro, int32_t *tokens,
+               int32_t *targets, struct err *e)
 {
     int T = d->T;
     micro += d->micro_offset;
+    if (d->kind == DATA_FILE)
+        ERR_TRY(check_unchanged(d, e));
     for (int b = 0; b < d->B; b++) {
         uint64_t row = ((uint64_t)micro << 32) | (uint64_t)b;
         int32_t *tok = tokens ? tokens + (int64_t)b * T : NULL;
@@ -177,12 +291,7 @@ void data_batch(const struct data_source *d, int64_t step, int micro, int32_t *t
         if (d->kind == DATA_FILE) {
             uint64_t span = (uint64_t)(d->n_tokens - T);
             int64_t s = (int64_t)(rng_key(d->seed, RNG_FILE_OFFSET, (uint64_t)step, row) % span);
-            for (int t = 0; t < T; t++) {
-                if (tok)
-                    tok[t] = token_at(d, s + t);
-                if (tgt)
-                    tgt[t] = token_at(d, s + t + 1);
-            }
+            ERR_TRY(read_row(d, s, tok, tgt, e));
             continue;
         }
         uint64_t key = rng_key(d->seed, RNG_MARKOV_WALK, (uint64_t)step, row);
@@ -197,6 +306,7 @@ void data_batch(const struct data_source *d, int64_t step, int micro, int32_t *t
             x = next;
         }
     }
+    return ERR_OK;
 }
 
 double data_entropy_floor(const struct data_source *d)

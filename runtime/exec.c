@@ -1,6 +1,8 @@
 #include "exec.h"
 
 #include "arena_run.h"
+#include "gpt_layers.h"
+#include "progress.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,8 @@ static int64_t ws_union(const struct executor *x)
 
 static int ws_update(struct executor *x, struct err *e)
 {
+    if (x->c.lay->n_chunks > 1) /* each chunk's workspace is its own, live always (exec_init) */
+        return ERR_OK;
     int64_t u = ws_union(x);
     int rc = exec_mem_add(x, u - x->ws_live, e);
     x->ws_live = u;
@@ -102,7 +106,8 @@ void exec_event_at(struct executor *x, int kind, int64_t step, int micro, int la
     /* the copies run beside the step: their time is the lanes' (copy_ms), not the step's */
     double *acc[STAGE_EV_KINDS] = {&x->times.fwd,  &x->times.recompute, &x->times.bwd,
                                    &x->times.send, &x->times.idle,      &x->times.optimizer,
-                                   &x->times.stall, NULL, NULL, &x->times.host_update};
+                                   &x->times.stall, NULL, NULL, &x->times.host_update,
+                                   &x->times.bwd}; /* a weight pass is backward time */
     if (acc[kind] != NULL)
         *acc[kind] += t1 - t0;
     if (!x->c.record_events)
@@ -202,6 +207,7 @@ static int span_end(struct executor *x, int kind, int micro, int li, double t0, 
         ms = t1 - t0;
     }
     exec_event(x, kind, micro, x->c.lay->layers[li].layer, t0, t1);
+    progress_tick();
     if (x->c.on_span != NULL)
         x->c.on_span(x, kind, micro, li, ms);
     return ERR_OK;
@@ -469,7 +475,7 @@ static void offload_begin_step(struct executor *x)
         o->first[p] = -1;
     for (int q = n_lops - 1; q >= 0; q--) {
         int li = n - 1 - q % n;
-        if (!x->ops[q / n].backward || x->c.lay->layers[li].offload == 0)
+        if (x->ops[q / n].pass != SCHEDULE_B || x->c.lay->layers[li].offload == 0)
             continue;
         int t = q - o->ahead[li] > 0 ? q - o->ahead[li] : 0;
         t = arena_trigger(x, li, x->ops[q / n].micro, t);
@@ -576,8 +582,9 @@ void exec_view(const struct executor *x, int li, int micro, struct layer_view *v
                        x->c.persistent, v);
         return;
     }
+    const struct layout_chunk *ch = &lay->chunks[lay->layers[li].chunk];
     layout_view(lay, x->c.model, li, x->c.persistent,
-                x->c.activations + (int64_t)(micro % lay->in_flight) * lay->slot_bytes,
+                x->c.activations + ch->act_at + (int64_t)(micro % ch->in_flight) * ch->slot_bytes,
                 x->c.transient, x->c.workspace, v);
     if (lay->layers[li].offload) {
         int b = *off_at(x, x->off.held, li, micro);
@@ -598,22 +605,23 @@ static int read_loss(struct executor *x, int micro, const struct layer_view *v, 
     return ERR_OK;
 }
 
-static int forward(struct executor *x, int micro, struct err *e)
+/* Chunk c's forward of `micro` through its layers lo .. hi-1. */
+static int forward(struct executor *x, int c, int micro, struct err *e)
 {
     const struct stage_layout *lay = x->c.lay;
     const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
-    int n = lay->n_layers;
+    int lo = lay->chunks[c].lo, n = lay->chunks[c].hi;
     struct layer_view v, next;
     double t0;
     x->phase = ARENA_FORWARD;
     /* the first layer's input and the head's targets arrive with the micro-batch */
-    ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, 0, e));
+    ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, lo, e));
     if (lay->layers[n - 1].kind == MODEL_LAYER_HEAD)
         ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, n - 1, e));
     ERR_TRY(x->c.port->input(x, micro, e));
-    exec_view(x, 0, micro, &v);
+    exec_view(x, lo, micro, &v);
     int out_id = -1, claimed;
-    for (int li = 0; li < n; li++) {
+    for (int li = lo; li < n; li++) {
         const struct layer_layout *L = &lay->layers[li];
         void *out = NULL;
         int loss_id = -1;
@@ -649,8 +657,8 @@ static int forward(struct executor *x, int micro, struct err *e)
             v = next;
     }
     if (out_id >= 0)
-        ERR_TRY(ws_send(x, out_id, exec_boundary_bytes(x->c.model), x->c.stage + 1, micro,
-                        e));
+        ERR_TRY(ws_send(x, out_id, exec_boundary_bytes(x->c.model), lay->chunks[c].vstage + 1,
+                        micro, e));
     return ERR_OK;
 }
 
@@ -658,7 +666,7 @@ static int forward(struct executor *x, int micro, struct err *e)
  * head's `losses`), so that an `out` still being sent does not hold the backward up. */
 static void backward_span(const struct layer_layout *L, int64_t *off, int64_t *len)
 {
-    int64_t lo = 0, hi = L->ws_bytes;
+    int64_t lo = L->ws_off[0], hi = L->ws_off[0] + L->ws_bytes; /* its chunk's workspace */
     if (L->kind == MODEL_LAYER_HEAD)
         hi = L->ws_off[HEAD_LOSSES];
     else
@@ -667,14 +675,14 @@ static void backward_span(const struct layer_layout *L, int64_t *off, int64_t *l
     *len = hi - lo;
 }
 
-/* The gradient of layer li's output into v's `dout`: from the next stage for the stage's
+/* The gradient of layer li's output into v's `dout`: from the next stage for the chunk's
  * last layer, else the next layer's `dinp` (whose region is then given back). */
-static int take_dout(struct executor *x, int li, int micro, const struct layer_view *v,
-                     const struct layer_view *next, int next_id, struct err *e)
+static int take_dout(struct executor *x, int li, int last, int micro,
+                     const struct layer_view *v, const struct layer_view *next, int next_id,
+                     struct err *e)
 {
-    int n = x->c.lay->n_layers;
     int dout = v->kind == MODEL_LAYER_EMBED ? EMBED_DOUT : BLOCK_DOUT;
-    if (li == n - 1)
+    if (li == last)
         return v->kind == MODEL_LAYER_HEAD ? ERR_OK
                                            : x->c.port->output_grad(x, micro, v->ws[dout], e);
     void *src = next->ws[next->kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP];
@@ -684,12 +692,46 @@ static int take_dout(struct executor *x, int li, int micro, const struct layer_v
     return ws_give(x, next_id, e);
 }
 
-static int backward(struct executor *x, int micro, struct err *e)
+/* Layer li's weight-pass record for micro-batch `micro` (a split backward): one per layer
+ * and slot of its chunk, as the weight pass tensors are. */
+static struct layer_wgrad *wgrad_of(const struct executor *x, int li, int micro)
+{
+    const struct stage_layout *lay = x->c.lay;
+    int v = lay->chunks[lay->layers[li].chunk].in_flight;
+    return &x->wgrad[(size_t)li * (size_t)x->wgrad_slots + (size_t)(micro % v)];
+}
+
+/* The micro-batch is done with chunk c: its slot free (and, over a transport, the receipt of
+ * a later one posted into it). */
+static int release(struct executor *x, int c, int micro, struct err *e)
+{
+    ERR_TRY(exec_mem_add(x, -x->c.lay->chunks[c].slot_bytes, e));
+    return x->c.port->backward_done != NULL ? x->c.port->backward_done(x, micro, e) : ERR_OK;
+}
+
+/* Whether the op running makes chunk c's gradients final layer by layer (its last B, or W
+ * where the backward splits) with every chunk above it in the model done: the hook's layers
+ * then come top down, as the replicas' buckets start (train_dp.c); else the step's end
+ * reduces them. */
+static int grads_final(const struct executor *x, int c)
+{
+    const struct stage_layout *lay = x->c.lay;
+    if (x->op != x->last_grads_op[c])
+        return 0;
+    for (int k = 0; k < lay->n_chunks; k++)
+        if (lay->chunks[k].lo > lay->chunks[c].lo && x->last_grads_op[k] > x->op)
+            return 0;
+    return 1;
+}
+
+/* Chunk c's backward of `micro`, layers hi-1 down to lo: whole, or where the schedule splits
+ * it the input-gradient pass of its split layers (weight_pass does the rest). */
+static int backward(struct executor *x, int c, int micro, struct err *e)
 {
     const struct model *m = x->c.model;
     const struct stage_layout *lay = x->c.lay;
     const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
-    int n = lay->n_layers;
+    int lo = lay->chunks[c].lo, n = lay->chunks[c].hi;
     /* d (scaled step loss) / d (token loss): the step's loss is the mean over M micro-batches
      * of B x T tokens, times the loss scale */
     float dloss =
@@ -698,47 +740,75 @@ static int backward(struct executor *x, int micro, struct err *e)
     int prev_id = -1, cur_id;
     double t0;
     x->phase = ARENA_BACKWARD;
-    for (int li = n - 1; li >= 0; li--) {
+    for (int li = n - 1; li >= lo; li--) {
         const struct layer_layout *L = &lay->layers[li];
         int64_t off, len;
         ERR_TRY(offload_tick(x, e));
         ERR_TRY(HOOK(x, li, prefetch, micro, e));
         exec_view(x, li, micro, &v);
+        if (L->n_wstash > 0) {
+            v.wgrad = wgrad_of(x, li, micro);
+            v.wgrad->n = 0;
+        }
         backward_span(L, &off, &len);
         ERR_TRY(ws_take(x, off, len, &cur_id, e));
-        ERR_TRY(take_dout(x, li, micro, &v, &prev, prev_id, e));
+        ERR_TRY(take_dout(x, li, n - 1, micro, &v, &prev, prev_id, e));
         ERR_TRY(HOOK(x, li, before_backward, micro, &v, e));
         ERR_TRY(span_begin(x, &t0, e));
         ERR_TRY(layers[L->kind].backward(x->c.be, &v, dloss, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
-        if (x->op == x->last_backward_op && x->c.port->last_backward != NULL)
+        if (grads_final(x, c) && x->c.port->last_backward != NULL)
             ERR_TRY(x->c.port->last_backward(x, li, e));
         exec_arena_out(x, ARENA_KEPT, micro, li);
         prev = v;
         prev_id = cur_id;
     }
-    ERR_TRY(exec_mem_add(x, -lay->slot_bytes, e));
-    if (lay->layers[0].kind != MODEL_LAYER_EMBED) {
+    if (lay->layers[lo].kind != MODEL_LAYER_EMBED) {
         /* keep only the first layer's dinp live while it is sent back */
-        const struct layer_layout *L = &lay->layers[0];
+        const struct layer_layout *L = &lay->layers[lo];
         int k = L->kind == MODEL_LAYER_HEAD ? HEAD_DINP : BLOCK_DINP, send_id;
         ERR_TRY(ws_take(x, L->ws_off[k], sizes_tensor_bytes(&L->ws[k]), &send_id, e));
         ERR_TRY(ws_give(x, prev_id, e));
-        ERR_TRY(ws_send(x, send_id, exec_boundary_bytes(m), x->c.stage - 1, micro, e));
+        ERR_TRY(ws_send(x, send_id, exec_boundary_bytes(m), lay->chunks[c].vstage - 1, micro,
+                        e));
     } else {
         ERR_TRY(ws_give(x, prev_id, e));
     }
-    return x->c.port->backward_done != NULL ? x->c.port->backward_done(x, micro, e) : ERR_OK;
+    return x->splits ? ERR_OK : release(x, c, micro, e);
+}
+
+/* Chunk c's weight pass of `micro` (a split backward): each split layer's products' weight
+ * gradients, then the slot, which held their inputs and output gradients, is free. */
+static int weight_pass(struct executor *x, int c, int micro, struct err *e)
+{
+    const struct stage_layout *lay = x->c.lay;
+    double t0;
+    for (int li = lay->chunks[c].hi - 1; li >= lay->chunks[c].lo; li--) {
+        struct layer_view v;
+        if (lay->layers[li].n_wstash > 0) {
+            exec_view(x, li, micro, &v);
+            ERR_TRY(span_begin(x, &t0, e));
+            ERR_TRY(layer_weight_pass(x->c.be, &v, wgrad_of(x, li, micro), e));
+            ERR_TRY(span_end(x, STAGE_EV_WEIGHT, micro, li, t0, e));
+        }
+        if (grads_final(x, c) && x->c.port->last_backward != NULL)
+            ERR_TRY(x->c.port->last_backward(x, li, e));
+    }
+    return release(x, c, micro, e);
 }
 
 int exec_run(struct executor *x, struct err *e)
 {
     offload_begin_step(x);
     x->times.host_peak = x->off.host_live; /* the mirror, live always */
-    for (x->op = 0; x->op < 2 * x->c.micro_batches; x->op++)
-        ERR_TRY(x->ops[x->op].backward ? backward(x, x->ops[x->op].micro, e)
-                                       : forward(x, x->ops[x->op].micro, e));
+    for (x->op = 0; x->op < x->n_ops; x->op++) {
+        const struct schedule_op *op = &x->ops[x->op];
+        x->chunk = op->chunk;
+        ERR_TRY(op->pass == SCHEDULE_F   ? forward(x, op->chunk, op->micro, e)
+                : op->pass == SCHEDULE_B ? backward(x, op->chunk, op->micro, e)
+                                         : weight_pass(x, op->chunk, op->micro, e));
+    }
     ERR_TRY(ws_drain(x, e));
     if (x->c.arena != NULL && x->off.outs != NULL)
         ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
@@ -785,20 +855,30 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
     x->c = *c;
     x->loss_scale = 1;
     int M = c->micro_batches, n = c->lay->n_layers;
-    x->ops = malloc(sizeof *x->ops * 2 * (size_t)M);
+    struct schedule_shape sh = schedule_shape_of(c->schedule, c->n_stages, c->lay->n_chunks, M);
+    x->n_ops = schedule_op_count(&sh);
+    x->splits = schedule_splits(c->schedule);
+    for (int k = 0; k < c->lay->n_chunks; k++)
+        if (c->lay->chunks[k].in_flight > x->wgrad_slots)
+            x->wgrad_slots = c->lay->chunks[k].in_flight;
+    x->ops = malloc(sizeof *x->ops * (size_t)x->n_ops);
     x->mb_loss = calloc((size_t)M, sizeof *x->mb_loss);
     x->action = malloc(sizeof *x->action * (size_t)n);
     x->host_losses =
         malloc(sizeof(float) * (size_t)c->model->micro_batch * (size_t)c->model->seq_len);
-    if (!x->ops || !x->mb_loss || !x->action || !x->host_losses) {
+    x->wgrad = x->splits ? calloc((size_t)n * (size_t)x->wgrad_slots, sizeof *x->wgrad) : NULL;
+    if (!x->ops || !x->mb_loss || !x->action || !x->host_losses || (x->splits && !x->wgrad)) {
         exec_free(x);
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     }
-    schedule_ops(c->schedule, c->n_stages, c->stage, M, x->ops);
+    if (schedule_check(&sh, e) || schedule_ops(&sh, c->stage, x->ops, e)) {
+        exec_free(x);
+        return e->code;
+    }
     x->first_forward_op = -1;
-    for (int i = 0; i < 2 * M; i++) {
-        if (x->ops[i].backward)
-            x->last_backward_op = i;
+    for (int i = 0; i < x->n_ops; i++) {
+        if (x->ops[i].pass != SCHEDULE_F) /* the last to touch the gradients */
+            x->last_grads_op[x->ops[i].chunk] = i;
         else if (x->first_forward_op < 0)
             x->first_forward_op = i;
     }
@@ -810,6 +890,10 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
     /* the staging buffers are device memory set aside for the copies: live always (with the
      * plan's arena, staging objects in it) */
     x->live = x->peak = c->lay->persistent_bytes + (c->arena != NULL ? 0 : c->lay->staging_bytes);
+    /* a GPU's chunks each keep a workspace of their own, whose output and input gradient may
+     * be on their way while another chunk runs: reserved for them, live always */
+    if (c->lay->n_chunks > 1)
+        x->live = x->peak = x->live + c->lay->workspace_bytes;
     if (c->lay->n_staging > 0 && offload_init(x, e)) {
         exec_free(x);
         return e->code;
@@ -820,6 +904,7 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
 void exec_free(struct executor *x)
 {
     free(x->ops);
+    free(x->wgrad);
     free(x->mb_loss);
     free(x->action);
     free(x->host_losses);

@@ -67,6 +67,7 @@ enum stage_event_kind {
     STAGE_EV_COPY_OUT,    /* a copy to host memory, on its lane (the trace's, not the step's) */
     STAGE_EV_COPY_IN,     /* a copy (prefetch) from host memory, on its lane */
     STAGE_EV_HOST_UPDATE, /* the host optimizer's AdamW of one layer, on its own thread */
+    STAGE_EV_WEIGHT,      /* a split backward's weight pass (schedule.h) */
     STAGE_EV_KINDS
 };
 
@@ -137,7 +138,8 @@ struct exec_config {
     const struct exec_port *port;
     void *ctx; /* the caller's, for its hooks */
     enum schedule schedule;
-    int stage, n_stages, micro_batches; /* the schedule's ops; the loss's 1/M */
+    /* the schedule's ops (this GPU's of n_stages, with the layout's chunks); the loss's 1/M */
+    int stage, n_stages, micro_batches;
     int64_t limit_bytes;                /* more live is a bug in the accounting */
     /* Offload (the layout's offload masks): the staging buffers (backend memory, live
      * always) and the host slots (host_alloc), the caller's; per layer, how many layer-ops
@@ -156,7 +158,9 @@ struct exec_config {
     void (*on_span)(struct executor *x, int kind, int micro, int li, double ms);
 };
 
-#define EXEC_WS_REGIONS 8
+/* Workspace regions in use at once: the running layer's, and each chunk's output and input
+ * gradient on their way (schedule.h) */
+#define EXEC_WS_REGIONS (4 + 2 * SCHEDULE_CHUNKS_MAX)
 
 struct exec_ws_region {
     int used;
@@ -198,7 +202,11 @@ struct executor {
     struct exec_config c;
     struct exec_offload off;
     const struct exec_action **action; /* per layer; exec_init: recompute where regen */
-    struct schedule_op *ops;           /* 2M */
+    struct schedule_op *ops;           /* n_ops, schedule_ops' */
+    int n_ops, chunk;                  /* chunk: the running op's */
+    int splits;                        /* the schedule splits the backward (weight passes) */
+    struct layer_wgrad *wgrad;         /* per layer and slot: what B leaves W (splits) */
+    int wgrad_slots;                   /* the chunks' most in flight */
     double *mb_loss;                   /* head's stage: M */
     float loss_scale; /* the backward starts from the loss times this (fp16's dynamic loss
                          scale, lossscale.h); 1 unless the caller sets it */
@@ -207,8 +215,10 @@ struct executor {
     int64_t live, peak, ws_live; /* with an arena, peak is persistent + its highest byte in
                                     use at once */
     int phase;                   /* ARENA_FORWARD or ARENA_BACKWARD: the op running */
-    int op, first_forward_op, last_backward_op; /* the op running; the step's first forward
-                                                   and last backward */
+    int op, first_forward_op; /* the op running; the step's first forward */
+    /* per chunk: its last op that touches the gradients (B, or W where the backward splits),
+     * whose layers' gradients are final as it passes them (exec_port.last_backward) */
+    int last_grads_op[SCHEDULE_CHUNKS_MAX];
     struct stage_times times; /* of the last step */
     struct stage_event *events;
     int n_events, cap_events;

@@ -30,6 +30,35 @@ static int64_t act_bytes(const struct model *m, int64_t elems)
     return elems * sizes_act_elem_bytes(m->dtype);
 }
 
+int layer_matmul_backward(struct backend *be, const struct layer_view *l, void *dinp,
+                          float *dw, float *dbias, const void *dout, const void *inp,
+                          const void *w, int N, int C, int OC, struct err *e)
+{
+    const struct model *m = l->model;
+    if (l->wgrad == NULL)
+        return be->ops->matmul_backward(be, m->dtype, dinp, dw, dbias, dout, inp, w, N, C, OC,
+                                        e);
+    struct layer_wgrad *r = l->wgrad;
+    int k = r->n++;
+    if (k >= SIZES_TENSORS_MAX || l->wstash[k] == NULL)
+        return err_set(e, ERR_FAIL, "internal: layer %d's backward splits more products than "
+                       "its weight pass keeps", l->layer);
+    ERR_TRY(be->ops->copy(be, l->wstash[k], dout, act_bytes(m, (int64_t)N * OC), e));
+    r->p[k] = (struct layer_wgrad_product){dw, dbias, inp, l->wstash[k], N, C, OC};
+    return be->ops->matmul_backward(be, m->dtype, dinp, NULL, NULL, dout, inp, w, N, C, OC, e);
+}
+
+int layer_weight_pass(struct backend *be, const struct layer_view *l,
+                      const struct layer_wgrad *w, struct err *e)
+{
+    for (int k = 0; k < w->n; k++) {
+        const struct layer_wgrad_product *q = &w->p[k];
+        ERR_TRY(be->ops->matmul_backward(be, l->model->dtype, NULL, q->dw, q->dbias, q->dout,
+                                         q->inp, NULL, q->N, q->C, q->OC, e));
+    }
+    return ERR_OK;
+}
+
 /* ---- embed: token and position embeddings ---- */
 
 int gpt_embed_forward(struct backend *be, const struct layer_view *l, void *out, struct err *e)
@@ -156,19 +185,19 @@ int gpt_block_backward(struct backend *be, const struct layer_view *l, float los
     float *const *g = l->grads;
     /* dout: the output's gradient; it becomes the gradient of res2 in place */
     void *dres = w[BLOCK_DOUT], *d4 = w[BLOCK_D4], *dln = w[BLOCK_DLN];
-    ERR_TRY(o->matmul_backward(be, dt, d4, g[BLOCK_FCPROJ_W], g[BLOCK_FCPROJ_B], dres,
-                               k[BLOCK_FCH_GELU], p[BLOCK_FCPROJ_W], N, 4 * C, C, e));
+    ERR_TRY(layer_matmul_backward(be, l, d4, g[BLOCK_FCPROJ_W], g[BLOCK_FCPROJ_B], dres,
+                                  k[BLOCK_FCH_GELU], p[BLOCK_FCPROJ_W], N, 4 * C, C, e));
     ERR_TRY(o->gelu_backward(be, dt, d4, k[BLOCK_FCH], d4, (int64_t)N * 4 * C, e));
-    ERR_TRY(o->matmul_backward(be, dt, dln, g[BLOCK_FC_W], g[BLOCK_FC_B], d4, k[BLOCK_LN2],
-                               p[BLOCK_FC_W], N, C, 4 * C, e));
+    ERR_TRY(layer_matmul_backward(be, l, dln, g[BLOCK_FC_W], g[BLOCK_FC_B], d4, k[BLOCK_LN2],
+                                  p[BLOCK_FC_W], N, C, 4 * C, e));
     ERR_TRY(o->layernorm_backward(be, dt, dres, g[BLOCK_LN2_W], g[BLOCK_LN2_B], dln,
                                   k[BLOCK_RES2], p[BLOCK_LN2_W], k[BLOCK_LN2_MEAN],
                                   k[BLOCK_LN2_RSTD], N, C, e));
-    ERR_TRY(o->matmul_backward(be, dt, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres,
-                               k[BLOCK_ATTY], p[BLOCK_PROJ_W], N, C, C, e));
+    ERR_TRY(layer_matmul_backward(be, l, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres,
+                                  k[BLOCK_ATTY], p[BLOCK_PROJ_W], N, C, C, e));
     ERR_TRY(block_attention_backward(be, l, dln, e));
-    ERR_TRY(o->matmul_backward(be, dt, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV],
-                               k[BLOCK_LN1], p[BLOCK_QKV_W], N, C, 3 * C, e));
+    ERR_TRY(layer_matmul_backward(be, l, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV],
+                                  k[BLOCK_LN1], p[BLOCK_QKV_W], N, C, 3 * C, e));
     /* the residual carries dres straight to the input; ln1 adds its share */
     ERR_TRY(o->copy(be, w[BLOCK_DINP], dres, act_bytes(m, (int64_t)N * C), e));
     return o->layernorm_backward(be, dt, w[BLOCK_DINP], g[BLOCK_LN1_W], g[BLOCK_LN1_B], dln,

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "progress.h"
+
 #define LANE_JOBS 1024
 
 struct job {
@@ -78,6 +80,7 @@ static void *lane_run(void *arg)
         l->jobs[l->done % LANE_JOBS].t1_ms = t1;
         l->busy_ms += t1 - t0;
         l->done++;
+        progress_tick();
         pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);

@@ -7,6 +7,7 @@
 
 #include "half.h"
 #include "kernels_cpu.h"
+#include "progress.h"
 
 /* Where a layer's update stands: nothing pending (its weights on the device are current),
  * gradients copying down, on the host thread's queue (or being stepped), weights copying up. */
@@ -68,6 +69,7 @@ static void *host_thread(void *arg)
         double t1 = exec_now_ms();
         pthread_mutex_lock(&h->mu);
         h->done[h->n_done++] = (struct hostmirror_done){li, step, t0, t1};
+        progress_tick();
         pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);

@@ -222,7 +222,9 @@ KERNEL void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
     if (dinp != NULL)
         gemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    /* dw (OC,C) += dout^T (OC,N) @ inp (N,C) */
+    /* dw (OC,C) += dout^T (OC,N) @ inp (N,C); none without dw (the input-gradient pass) */
+    if (dw == NULL)
+        return;
     gemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias == NULL)
         return;

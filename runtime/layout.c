@@ -126,65 +126,165 @@ int layout_regen(const struct model *m, int layer, int choice, const struct laye
 
 static void sum_arenas(struct stage_layout *sl)
 {
-    sl->activation_bytes = (int64_t)sl->in_flight * sl->slot_bytes;
+    sl->chunks[0].slot_bytes = sl->slot_bytes; /* layout_offload may have moved it */
+    sl->activation_bytes = 0;
+    for (int c = 0; c < sl->n_chunks; c++) {
+        sl->chunks[c].act_at = sl->activation_bytes;
+        sl->activation_bytes += (int64_t)sl->chunks[c].in_flight * sl->chunks[c].slot_bytes;
+    }
     sl->staging_bytes = (int64_t)sl->n_staging * sl->staging_buf_bytes;
     sl->host_bytes = (int64_t)sl->in_flight * sl->host_slot_bytes;
     sl->arena_bytes = sl->persistent_bytes + sl->activation_bytes + sl->transient_bytes +
                       sl->workspace_bytes + sl->staging_bytes;
 }
 
-int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
-                const uint32_t *regen, int in_flight, struct err *e)
+/* Layer i of the stage at global layer `layer`: its tensors and state, carved after the
+ * stage's layers before it (section, weights: the running ends). */
+static int lay_layer(struct stage_layout *sl, const struct model *m, int i, int layer,
+                     uint32_t regen, int64_t *section, int64_t *weights, struct err *e)
+{
+    struct layer_layout *L = &sl->layers[i];
+    L->layer = layer;
+    L->kind = model_layer_kind(m, L->layer);
+    L->regen = regen;
+    L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
+    L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
+    L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
+    if (check_names(m, L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
+        check_names(m, L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
+        check_names(m, L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e))
+        return e->code;
+    int64_t end = carve(L->params, L->n_params, *section, L->param_off);
+    struct sizes_tensor w[SIZES_TENSORS_MAX];
+    for (int k = 0; k < L->n_params; k++) {
+        w[k] = L->params[k];
+        w[k].elem_bytes = sizes_weight_elem_bytes(m->dtype);
+    }
+    int64_t wend = carve(w, L->n_params, *weights, L->weight_off);
+    L->state_bytes = sizes_state_bytes(m->dtype, wend - *weights, end - *section);
+    *section = end;
+    *weights = wend;
+    for (int k = 0; k < L->n_params; k++)
+        sl->param_count += L->params[k].elems;
+    if (L->regen & ~sizes_full_regen(m, L->kind))
+        return err_set(e, ERR_FAIL, "internal: layer %d cannot regenerate kept tensors 0x%x",
+                       L->layer, (unsigned)L->regen);
+    L->ws_bytes = carve(L->ws, L->n_ws, 0, L->ws_off);
+    return ERR_OK;
+}
+
+/* A split backward's weight-pass tensors in the slot after the kept ones; returns the slot's
+ * new end. Only a block kept whole on the device splits (cost.h). */
+static int64_t carve_wstash(struct layer_layout *L, const struct model *m, int64_t slot,
+                            struct err *e)
+{
+    L->n_wstash = sizes_wgrad_tensors(m, L->kind, L->wstash);
+    if (L->regen != 0 || L->offload != 0 || L->n_wstash == 0) {
+        L->n_wstash = 0;
+        err_set(e, ERR_FAIL, "internal: layer %d's backward cannot split (only a block kept "
+                "whole on the device does)", L->layer);
+        return -1;
+    }
+    int64_t end = carve(L->wstash, L->n_wstash, slot, L->wstash_off);
+    L->slot_bytes += end - slot;
+    return end;
+}
+
+/* The planner's numbers come from sizes_layer through the cost model; these offsets come from
+ * the same tables. They must agree to the byte, or the plan's memory is not what this stage
+ * allocates. */
+static int check_against_cost(const struct stage_layout *sl, const struct model *m,
+                              struct err *e)
+{
+    struct layer_cost *costs = calloc((size_t)sl->n_layers, sizeof *costs);
+    unsigned char *choice = calloc((size_t)sl->n_layers, 1);
+    struct stage_cost c[SCHEDULE_CHUNKS_MAX];
+    if (costs == NULL || choice == NULL) {
+        free(costs);
+        free(choice);
+        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
+    }
+    for (int i = 0; i < sl->n_layers; i++) {
+        const struct layer_layout *L = &sl->layers[i];
+        struct layer_sizes s;
+        sizes_layer(m, L->layer, &s);
+        costs[i].state_bytes = s.state_bytes;
+        costs[i].act_bytes = s.act_bytes;
+        costs[i].ckpt_bytes = s.ckpt_bytes;
+        costs[i].workspace_bytes = s.workspace_bytes;
+        costs[i].wgrad_bytes = L->n_wstash > 0 ? sizes_wgrad_bytes(m, L->kind) : 0;
+        /* the choice as the cost model sees it: keep, whole, or one option of these bytes */
+        if (L->regen == sizes_full_regen(m, L->kind)) {
+            choice[i] = L->regen ? COST_FULL : COST_KEEP;
+        } else if (L->regen) {
+            struct recompute_option *o = &costs[i].options[0];
+            sizes_regen_bytes(m, L->kind, L->regen, &o->kept_bytes, &o->transient_bytes);
+            costs[i].n_options = 1;
+            choice[i] = COST_OPTION;
+        }
+    }
+    for (int k = 0; k < sl->n_chunks; k++) {
+        const struct layout_chunk *ch = &sl->chunks[k];
+        cost_stage(costs + ch->lo, ch->hi - ch->lo, choice + ch->lo, ch->in_flight, 0, &c[k]);
+    }
+    int64_t want = cost_chunks_memory(c, sl->n_chunks, 0);
+    free(costs);
+    free(choice);
+    if (want != sl->arena_bytes)
+        return err_set(e, ERR_FAIL,
+                       "internal: layers %d-%d lay out to %lld bytes but the cost model of the "
+                       "size functions gives %lld",
+                       sl->first, sl->layers[sl->n_layers - 1].layer,
+                       (long long)sl->arena_bytes, (long long)want);
+    return ERR_OK;
+}
+
+int layout_init_chunks(struct stage_layout *sl, const struct model *m,
+                       const struct layout_chunk_spec *chunks, int n_chunks,
+                       const uint32_t *regen, const unsigned char *split, struct err *e)
 {
     memset(sl, 0, sizeof *sl);
     sl->dtype = m->dtype;
-    sl->first = first;
-    sl->last = last;
-    sl->n_layers = last - first + 1;
-    sl->in_flight = in_flight;
+    sl->n_chunks = n_chunks;
+    for (int k = 0; k < n_chunks; k++)
+        sl->n_layers += chunks[k].last - chunks[k].first + 1;
+    sl->first = chunks[0].first;
+    sl->last = chunks[0].last;
+    sl->in_flight = chunks[0].in_flight;
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    int64_t section = 0, weights = 0, slot = 0;
-    for (int i = 0; i < sl->n_layers; i++) {
-        struct layer_layout *L = &sl->layers[i];
-        L->layer = first + i;
-        L->kind = model_layer_kind(m, L->layer);
-        L->regen = regen != NULL ? regen[i] : 0;
-        L->n_params = sizes_layer_tensors(m, L->kind, SIZES_PARAMS, L->params);
-        L->n_kept = sizes_layer_tensors(m, L->kind, SIZES_KEPT, L->kept);
-        L->n_ws = sizes_layer_tensors(m, L->kind, SIZES_WORKSPACE, L->ws);
-        if (check_names(m, L->kind, SIZES_PARAMS, L->params, L->n_params, e) ||
-            check_names(m, L->kind, SIZES_KEPT, L->kept, L->n_kept, e) ||
-            check_names(m, L->kind, SIZES_WORKSPACE, L->ws, L->n_ws, e)) {
-            layout_free(sl);
-            return e->code;
+    int64_t section = 0, weights = 0;
+    for (int k = 0, i = 0; k < n_chunks; k++) {
+        struct layout_chunk *ch = &sl->chunks[k];
+        int64_t slot = 0, ws_at = sl->workspace_bytes, ws = 0; /* its slot from 0; its
+                                                                   workspace after the last's */
+        *ch = (struct layout_chunk){.lo = i, .vstage = chunks[k].vstage,
+                                    .in_flight = chunks[k].in_flight};
+        for (int layer = chunks[k].first; layer <= chunks[k].last; layer++, i++) {
+            struct layer_layout *L = &sl->layers[i];
+            L->chunk = k;
+            if (lay_layer(sl, m, i, layer, regen != NULL ? regen[i] : 0, &section, &weights,
+                          e)) {
+                layout_free(sl);
+                return e->code;
+            }
+            /* regenerated tensors in the transient from offset 0, the others in the slot,
+             * each in table order */
+            slot = carve_kept(L, slot);
+            if (split != NULL && split[i] && (slot = carve_wstash(L, m, slot, e)) < 0) {
+                layout_free(sl);
+                return e->code;
+            }
+            if (L->transient_bytes > sl->transient_bytes)
+                sl->transient_bytes = L->transient_bytes;
+            ws = L->ws_bytes > ws ? L->ws_bytes : ws;
+            for (int t = 0; t < L->n_ws; t++)
+                L->ws_off[t] += ws_at;
         }
-        int64_t end = carve(L->params, L->n_params, section, L->param_off);
-        struct sizes_tensor w[SIZES_TENSORS_MAX];
-        for (int k = 0; k < L->n_params; k++) {
-            w[k] = L->params[k];
-            w[k].elem_bytes = sizes_weight_elem_bytes(m->dtype);
-        }
-        int64_t wend = carve(w, L->n_params, weights, L->weight_off);
-        L->state_bytes = sizes_state_bytes(m->dtype, wend - weights, end - section);
-        section = end;
-        weights = wend;
-        for (int k = 0; k < L->n_params; k++)
-            sl->param_count += L->params[k].elems;
-        /* regenerated tensors in the transient from offset 0, the others in the slot, each
-         * in table order */
-        if (L->regen & ~sizes_full_regen(m, L->kind)) {
-            layout_free(sl);
-            return err_set(e, ERR_FAIL, "internal: layer %d cannot regenerate kept tensors 0x%x",
-                           L->layer, (unsigned)L->regen);
-        }
-        slot = carve_kept(L, slot);
-        L->ws_bytes = carve(L->ws, L->n_ws, 0, L->ws_off);
-        if (L->transient_bytes > sl->transient_bytes)
-            sl->transient_bytes = L->transient_bytes;
-        if (L->ws_bytes > sl->workspace_bytes)
-            sl->workspace_bytes = L->ws_bytes;
+        ch->hi = i;
+        ch->slot_bytes = slot;
+        sl->workspace_bytes = ws_at + ws;
     }
     sl->section_bytes = section;
     sl->weights_bytes = weights;
@@ -205,54 +305,28 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
     sl->dev_v_at = sl->v_at;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->state_bytes = sl->persistent_bytes;
-    sl->slot_bytes = slot;
+    sl->slot_bytes = sl->chunks[0].slot_bytes;
     sum_arenas(sl);
-
-    /* The planner's numbers come from sizes_layer through the cost model; these offsets come
-     * from the same tables. They must agree to the byte, or the plan's memory is not what
-     * this stage allocates. */
-    struct layer_cost *costs = calloc((size_t)sl->n_layers, sizeof *costs);
-    if (costs == NULL) {
+    if (check_against_cost(sl, m, e)) {
         layout_free(sl);
-        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    }
-    unsigned char *choice = calloc((size_t)sl->n_layers, 1);
-    if (choice == NULL) {
-        free(costs);
-        layout_free(sl);
-        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    }
-    for (int i = 0; i < sl->n_layers; i++) {
-        const struct layer_layout *L = &sl->layers[i];
-        struct layer_sizes s;
-        sizes_layer(m, first + i, &s);
-        costs[i].state_bytes = s.state_bytes;
-        costs[i].act_bytes = s.act_bytes;
-        costs[i].ckpt_bytes = s.ckpt_bytes;
-        costs[i].workspace_bytes = s.workspace_bytes;
-        /* the choice as the cost model sees it: keep, whole, or one option of these bytes */
-        if (L->regen == sizes_full_regen(m, L->kind)) {
-            choice[i] = L->regen ? COST_FULL : COST_KEEP;
-        } else if (L->regen) {
-            struct recompute_option *o = &costs[i].options[0];
-            sizes_regen_bytes(m, L->kind, L->regen, &o->kept_bytes, &o->transient_bytes);
-            costs[i].n_options = 1;
-            choice[i] = COST_OPTION;
-        }
-    }
-    struct stage_cost c;
-    cost_stage(costs, sl->n_layers, choice, in_flight, 0, &c);
-    free(costs);
-    free(choice);
-    if (c.memory_bytes != sl->arena_bytes) {
-        int64_t got = sl->arena_bytes;
-        layout_free(sl);
-        return err_set(e, ERR_FAIL,
-                       "internal: layers %d-%d lay out to %lld bytes but the cost model of the "
-                       "size functions gives %lld",
-                       first, last, (long long)got, (long long)c.memory_bytes);
+        return e->code;
     }
     return ERR_OK;
+}
+
+int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
+                const uint32_t *regen, int in_flight, struct err *e)
+{
+    struct layout_chunk_spec one = {first, last, 0, in_flight};
+    return layout_init_chunks(sl, m, &one, 1, regen, NULL, e);
+}
+
+int layout_chunk_of(const struct stage_layout *sl, int vstage)
+{
+    for (int c = 0; c < sl->n_chunks; c++)
+        if (sl->chunks[c].vstage == vstage)
+            return c;
+    return -1;
 }
 
 int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
@@ -289,6 +363,12 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
                    const signed char *option, int depth, struct err *e)
 {
     int64_t slot = 0, host = 0, buf = 0;
+    if (place == NULL && option == NULL)
+        return ERR_OK; /* nothing offloaded: the slots as laid out */
+    for (int i = 0; i < sl->n_layers; i++)
+        if (sl->n_chunks > 1 || sl->layers[i].n_wstash > 0)
+            return err_set(e, ERR_INPUT, "offload runs with schedules 1f1b and gpipe, not with "
+                           "a GPU's several model chunks or a split backward");
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
         ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen,
@@ -433,6 +513,8 @@ void layout_view(const struct stage_layout *sl, const struct model *m, int li, c
     }
     for (int k = 0; k < L->n_kept; k++)
         v->kept[k] = (L->regen >> k & 1 ? transient : slot) + L->kept_off[k];
+    for (int k = 0; k < L->n_wstash; k++)
+        v->wstash[k] = slot + L->wstash_off[k];
     v->regen = L->regen;
     for (int k = 0; k < L->n_ws; k++)
         v->ws[k] = workspace + L->ws_off[k];
@@ -442,6 +524,17 @@ int layout_check_limit(const struct stage_layout *sl, const struct model *m, int
                        int64_t reserve, struct err *e)
 {
     int64_t available = limit - reserve;
+    if (sl->n_chunks > 1 && sl->arena_bytes > available)
+        return err_set(e, ERR_NOFIT, "the GPU's %d model chunks (layers %d-%d first) do not fit "
+                       "the memory limit: they need %lld bytes (state %lld + each chunk's in "
+                       "flight x kept, %lld + transient %lld + workspace %lld), over "
+                       "memory_limit_bytes %lld minus reserve_bytes %lld = %lld",
+                       sl->n_chunks, sl->first, sl->last, (long long)sl->arena_bytes,
+                       (long long)sl->persistent_bytes, (long long)sl->activation_bytes,
+                       (long long)sl->transient_bytes, (long long)sl->workspace_bytes,
+                       (long long)limit, (long long)reserve, (long long)available);
+    if (sl->n_chunks > 1)
+        return ERR_OK;
     struct cost_sum sum = {0};
     for (int i = 0; i < sl->n_layers; i++) {
         const struct layer_layout *L = &sl->layers[i];

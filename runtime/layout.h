@@ -9,7 +9,11 @@
  *                then table order, fp32 but for the 16-bit weights: sum state
  *   activations  in_flight slots; a slot holds, per layer in order, the kept tensors it does
  *                not regenerate (all of them, or only the checkpoint when the layer is
- *                recomputed whole, or all but a partial option's): v * sum kept
+ *                recomputed whole, or all but a partial option's), and after them, for a
+ *                layer whose backward is split (schedule.h), the weight pass's tensors
+ *                (sizes_wgrad_tensors): v * sum kept. A stage holding several model chunks
+ *                (a GPU's virtual stages) has one ring of slots per chunk, each of the
+ *                chunk's own in_flight and slot size, end to end
  *   transient    the regenerated tensors of the layer running now, from offset 0: max over
  *                the layers of what they regenerate
  *   workspace    the running layer's workspace tensors: max workspace
@@ -23,6 +27,7 @@
 #include "err.h"
 #include "model.h"
 #include "profile.h"
+#include "schedule.h"
 #include "sizes.h"
 
 struct layer_layout {
@@ -42,10 +47,25 @@ struct layer_layout {
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
     int64_t state_bytes, slot_bytes, transient_bytes, ws_bytes; /* state: on the device */
     int64_t offload_bytes, host_off; /* the offloaded tensors, and their place in a host slot */
+    int chunk; /* of the stage's chunks */
+    /* A split backward: the weight pass's tensors, in the slot after the kept ones (0: the
+     * backward runs whole) */
+    int n_wstash;
+    struct sizes_tensor wstash[SIZES_TENSORS_MAX];
+    int64_t wstash_off[SIZES_TENSORS_MAX];
+};
+
+/* One model chunk of a stage: layers lo .. hi-1 (indices in the stage), virtual stage vstage
+ * of the pipeline (schedule.h), in_flight slots of slot_bytes from act_at in the activations. */
+struct layout_chunk {
+    int lo, hi, vstage, in_flight;
+    int64_t slot_bytes, act_at;
 };
 
 struct stage_layout {
-    int first, last, n_layers, in_flight;
+    int first, last, n_layers, in_flight; /* first, last and in_flight: chunk 0's */
+    int n_chunks;
+    struct layout_chunk chunks[SCHEDULE_CHUNKS_MAX];
     enum model_dtype dtype;
     struct layer_layout *layers; /* owned, n_layers */
     int64_t param_count;
@@ -55,8 +75,8 @@ struct stage_layout {
      * fp32 the master weights are the weights (master_at 0) */
     int64_t grads_at, master_at, m_at, v_at;
     int64_t persistent_bytes; /* weights + 3 (fp32) or 4 (16-bit) fp32 sections */
-    int64_t slot_bytes;
-    int64_t activation_bytes; /* in_flight slots */
+    int64_t slot_bytes;       /* chunk 0's */
+    int64_t activation_bytes; /* every chunk's in_flight slots */
     int64_t transient_bytes;
     int64_t workspace_bytes;
     /* Offload (layout_offload): the offloaded tensors pass through n_staging device buffers
@@ -97,6 +117,18 @@ int layout_regen(const struct model *m, int layer, int choice, const struct laye
  * backend.h's indices. */
 int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
                 const uint32_t *regen, int in_flight, struct err *e);
+/* The same for n chunks, each global layers first..last, virtual stage vstage, in_flight
+ * slots; regen and split (whether the layer's backward is split: NULL none) one per layer of
+ * all the chunks in order. The stage's memory is the cost model's for a GPU's chunks
+ * (cost_chunks_memory): one transient and one workspace for all. */
+struct layout_chunk_spec {
+    int first, last, vstage, in_flight;
+};
+int layout_init_chunks(struct stage_layout *sl, const struct model *m,
+                       const struct layout_chunk_spec *chunks, int n_chunks,
+                       const uint32_t *regen, const unsigned char *split, struct err *e);
+/* The chunk of the stage whose virtual stage is vstage; -1 if none. */
+int layout_chunk_of(const struct stage_layout *sl, int vstage);
 void layout_free(struct stage_layout *sl);
 
 /* Offload (exec.h). The kept tensors of global layer `layer` (the stage's first when

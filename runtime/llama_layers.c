@@ -3,6 +3,8 @@
  * needs no input (it turns the gradients back by the same angles). */
 #include "llama_layers.h"
 
+#include "gpt_layers.h"
+
 /* The executor, the stage runner and the profiler find a layer's input, output, gradients,
  * targets and losses by GPT's indices: Llama's tables keep them in the same places. */
 _Static_assert((int)LB_INP == (int)BLOCK_INP && (int)LB_OUT == (int)BLOCK_OUT &&
@@ -188,20 +190,20 @@ static int block_backward(struct backend *be, const struct layer_view *l, float 
     ERR_TRY(kernels(be, &k, e));
     /* dout becomes the gradient of res2 in place */
     void *dres = w[LB_DOUT], *dln = w[LB_DLN];
-    ERR_TRY(o->matmul_backward(be, dt, w[LB_DSW], g[LB_FCPROJ_W], NULL, dres,
-                               kp[LB_FCH_SWIGLU], p[LB_FCPROJ_W], N, F, C, e));
+    ERR_TRY(layer_matmul_backward(be, l, w[LB_DSW], g[LB_FCPROJ_W], NULL, dres,
+                                  kp[LB_FCH_SWIGLU], p[LB_FCPROJ_W], N, F, C, e));
     ERR_TRY(k->swiglu_backward(be, dt, w[LB_DFCH], kp[LB_FCH], w[LB_DSW], N, F, e));
-    ERR_TRY(o->matmul_backward(be, dt, dln, g[LB_FC_W], NULL, w[LB_DFCH], kp[LB_LN2],
-                               p[LB_FC_W], N, C, 2 * F, e));
+    ERR_TRY(layer_matmul_backward(be, l, dln, g[LB_FC_W], NULL, w[LB_DFCH], kp[LB_LN2],
+                                  p[LB_FC_W], N, C, 2 * F, e));
     ERR_TRY(k->rmsnorm_backward(be, dt, dres, g[LB_LN2_W], dln, kp[LB_RES2], p[LB_LN2_W],
                                 kp[LB_LN2_RSTD], N, C, e));
-    ERR_TRY(o->matmul_backward(be, dt, dln, g[LB_PROJ_W], NULL, dres, kp[LB_ATTY],
-                               p[LB_PROJ_W], N, C, C, e));
+    ERR_TRY(layer_matmul_backward(be, l, dln, g[LB_PROJ_W], NULL, dres, kp[LB_ATTY],
+                                  p[LB_PROJ_W], N, C, C, e));
     ERR_TRY(block_attention_backward(be, k, l, dln, e));
     ERR_TRY(k->rope_backward(be, dt, w[LB_DQKV], B, T, m->n_head + m->n_kv_head, W, hs_of(m),
                              (float)m->rope_theta, e));
-    ERR_TRY(o->matmul_backward(be, dt, dln, g[LB_QKV_W], NULL, w[LB_DQKV], kp[LB_LN1],
-                               p[LB_QKV_W], N, C, W, e));
+    ERR_TRY(layer_matmul_backward(be, l, dln, g[LB_QKV_W], NULL, w[LB_DQKV], kp[LB_LN1],
+                                  p[LB_QKV_W], N, C, W, e));
     /* the residual carries dres straight to the input; the first norm adds its share */
     ERR_TRY(o->copy(be, w[LB_DINP], dres, (int64_t)N * C * sizes_act_elem_bytes(dt), e));
     return k->rmsnorm_backward(be, dt, w[LB_DINP], g[LB_LN1_W], dln, kp[LB_INP], p[LB_LN1_W],

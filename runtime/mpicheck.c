@@ -1,9 +1,11 @@
-/* MPI calls checked, and every wait for another rank under a deadline (mpicheck.h). */
+/* MPI calls checked, and waits for other ranks that sleep (mpicheck.h). */
 #include "mpicheck.h"
 
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "backoff.h"
+#include "progress.h"
 
 int mpicheck_fail(int rc, const char *call, const char *file, int line, struct err *e)
 {
@@ -21,63 +23,50 @@ int mpicheck_fail(int rc, const char *call, const char *file, int line, struct e
                    rank, msg);
 }
 
-static double now_s(void)
+int mpicheck_wait(MPI_Request *req, const char *what, struct err *e)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what,
-                  struct err *e)
-{
-    double start = now_s();
-    int done = 0;
-    for (long polls = 0;; polls++) {
-        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE), e);
-        if (done)
-            return ERR_OK;
-        if (polls > 200) {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+    double start = backoff_now_s();
+    progress_waiting(1);
+    for (;;) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done) {
+            progress_waiting(0);
+            return rc != MPI_SUCCESS ? mpicheck_fail(rc, what, __FILE__, __LINE__, e) : ERR_OK;
         }
-        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s && peer < 0)
-            return err_set(e, ERR_FAIL,
-                           "waited %.0f s for %s: a rank went silent (stopped, died or out of "
-                           "memory); --timeout SECONDS sets this limit",
-                           timeout_s, what);
-        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s)
-            return err_set(e, ERR_FAIL,
-                           "waited %.0f s for %s rank %d: rank %d went silent (stopped, died or "
-                           "out of memory); --timeout SECONDS sets this limit",
-                           timeout_s, what, peer, peer);
+        backoff_pause(backoff_now_s() - start);
     }
 }
 
-int mpicheck_collective(int mpi_rc, MPI_Request *req, double timeout_s, int peer,
-                        const char *what, struct err *e)
+int mpicheck_collective(int mpi_rc, MPI_Request *req, const char *what, struct err *e)
 {
     if (mpi_rc != MPI_SUCCESS)
         return mpicheck_fail(mpi_rc, what, __FILE__, __LINE__, e);
-    return mpicheck_wait(req, timeout_s, peer, what, e);
+    return mpicheck_wait(req, what, e);
 }
 
-int mpicheck_agree(MPI_Comm ctl, int rank, int size, double timeout_s, int verdict[2],
-                   struct err *e)
+int mpicheck_agree(MPI_Comm comm, int size, int verdict[2], struct err *e)
+{
+    /* one maximum over both: the worst status, and size - the first rank that failed */
+    int mine[2] = {verdict[0], size - verdict[1]}, all[2];
+    MPI_Request q;
+    ERR_TRY(mpicheck_collective(MPI_Iallreduce(mine, all, 2, MPI_INT, MPI_MAX, comm, &q), &q,
+                                "the ranks' statuses (MPI_Iallreduce)", e));
+    verdict[0] = all[0];
+    verdict[1] = size - all[1];
+    return ERR_OK;
+}
+
+int mpicheck_agree_flag(MPI_Comm comm, int rank, int size, int mine, int *first,
+                        struct err *e)
+{
+    int verdict[2] = {mine != 0, mine ? rank : size};
+    ERR_TRY(mpicheck_agree(comm, size, verdict, e));
+    *first = verdict[0] ? verdict[1] : -1;
+    return ERR_OK;
+}
+
+int mpicheck_gate(MPI_Comm comm, const char *what, struct err *e)
 {
     MPI_Request q;
-    for (int k = 1; rank == 0 && k < size; k++) {
-        int got[2];
-        ERR_TRY(mpicheck_collective(MPI_Irecv(got, 2, MPI_INT, k, 0, ctl, &q), &q, timeout_s, k,
-                                    "the status of", e));
-        verdict[0] = got[0] > verdict[0] ? got[0] : verdict[0];
-        verdict[1] = got[1] < verdict[1] ? got[1] : verdict[1];
-    }
-    /* the others wait longer than rank 0, so that its message, naming the rank it is
-     * missing, is the one the job ends on */
-    if (rank > 0)
-        ERR_TRY(mpicheck_collective(MPI_Isend(verdict, 2, MPI_INT, 0, 0, ctl, &q), &q,
-                                    2 * timeout_s, 0, "the status to be taken by", e));
-    return mpicheck_collective(MPI_Ibcast(verdict, 2, MPI_INT, 0, ctl, &q), &q, 2 * timeout_s, 0,
-                               "the verdict from", e);
+    return mpicheck_collective(MPI_Ibarrier(comm, &q), &q, what, e);
 }

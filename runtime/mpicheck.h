@@ -1,6 +1,10 @@
 /* Every MPI call is wrapped in MPI_CHECK: on failure it fills the struct err with the call,
  * file:line, host, rank and MPI's own message, and returns the status up the stack (the
- * communicators use MPI_ERRORS_RETURN so that errors reach us instead of aborting). */
+ * communicators use MPI_ERRORS_RETURN so that errors reach us instead of aborting).
+ *
+ * Waits on other ranks have no time limit of their own: whether the rank waited for is alive
+ * is the heartbeat's to judge (heartbeat.h), which ends the job when one stops. A waiting rank
+ * sleeps between polls (backoff.h) rather than spinning. */
 #ifndef BALLAST_MPICHECK_H
 #define BALLAST_MPICHECK_H
 
@@ -10,25 +14,27 @@
 
 int mpicheck_fail(int rc, const char *call, const char *file, int line, struct err *e);
 
-/* Completes `req` by polling (sleeping between polls, so that a waiting rank leaves the core
- * to the rank it waits for). After timeout_s seconds (> 0; 0 waits for ever) it fails with
- * ERR_FAIL naming `peer`, the rank that went silent, and `what` it was to send or receive;
- * the request is left pending (the caller aborts). `peer` < 0: a collective, whose silent
- * rank nobody can name. */
-int mpicheck_wait(MPI_Request *req, double timeout_s, int peer, const char *what,
-                  struct err *e);
+/* Completes `req` (an MPI call's request, `what` naming it in a failure), sleeping between
+ * polls. */
+int mpicheck_wait(MPI_Request *req, const char *what, struct err *e);
 
-/* A nonblocking call's return code `mpi_rc` and its request `req`, completed under the
- * deadline as mpicheck_wait does. */
-int mpicheck_collective(int mpi_rc, MPI_Request *req, double timeout_s, int peer,
-                        const char *what, struct err *e);
+/* A nonblocking call's return code `mpi_rc` and its request `req`, completed as
+ * mpicheck_wait does. */
+int mpicheck_collective(int mpi_rc, MPI_Request *req, const char *what, struct err *e);
 
-/* Every rank passes verdict = {its status, its rank if it failed else size}; all get back the
- * worst status and the first rank that failed. The statuses go to rank 0 on `ctl` (a
- * communicator nothing else uses) and the verdict comes back, every wait under timeout_s: a
- * rank that never reports is named by rank 0. Fails only when MPI or the deadline does. */
-int mpicheck_agree(MPI_Comm ctl, int rank, int size, double timeout_s, int verdict[2],
-                   struct err *e);
+/* Every rank of `comm` (size ranks) passes verdict = {its status, its rank if it failed else
+ * size}; all get back the worst status and the first rank that failed (one MPI_Iallreduce).
+ * Fails only when MPI does. */
+int mpicheck_agree(MPI_Comm comm, int size, int verdict[2], struct err *e);
+/* The same agreement over a flag (stage_config.agree_flag): *first the lowest rank of `comm`
+ * whose `mine` is set, -1 when none is. */
+int mpicheck_agree_flag(MPI_Comm comm, int rank, int size, int mine, int *first,
+                        struct err *e);
+
+/* Every rank of `comm` arrived (an MPI_Ibarrier, waited for sleeping): called before a
+ * blocking collective MPI has no nonblocking form of (MPI_Comm_split, MPI_Comm_split_type),
+ * so that a rank arriving first sleeps here instead of spinning there. */
+int mpicheck_gate(MPI_Comm comm, const char *what, struct err *e);
 
 #define MPI_CHECK(call, e)                                                                   \
     do {                                                                                     \

@@ -170,7 +170,7 @@ void report_print_summary(FILE *f, const struct report *r)
 
 static const char *const event_names[STAGE_EV_KINDS] = {
     "forward", "recompute", "backward", "send", "idle", "optimizer", "offload stall",
-    "copy to host", "copy from host", "host update"};
+    "copy to host", "copy from host", "host update", "weight gradients"};
 
 /* Stage s's compute track, and its copy lanes' after every stage's compute track, as the
  * simulator's trace has them. */

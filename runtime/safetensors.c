@@ -13,6 +13,7 @@
 
 #include "fileio.h"
 #include "half.h"
+#include "progress.h"
 
 /* Ballast's parameter name, Hugging Face's (after "h.{i}." in a block), whether it is
  * transposed (Conv1D), and Ballast's column count in units of n_embd (0: a vector). */
@@ -300,7 +301,7 @@ int st_write(const char *file, const struct st_tensor *t, int n, char *const *bl
         return e->code;
     }
     int ok = fileio_write_all(out.fd, head, 8 + (int64_t)padded) == 0;
-    for (int i = 0; i < n && ok; i++)
+    for (int i = 0; i < n && ok; i++, progress_tick())
         ok = fileio_write_all(out.fd, blobs[i] + t[i].offset, t[i].bytes) == 0;
     free(head);
     return fileio_out_commit(&out, file, ok, e);
@@ -391,6 +392,11 @@ static int st_open(struct st_file *f, const char *file, struct err *e)
                        "%s: header length %llu runs past the file's %lld bytes (not "
                        "safetensors, or truncated)",
                        file, (unsigned long long)n, (long long)f->size);
+    if (n > ST_HEADER_MAX) /* before anything is allocated for it */
+        return err_set(e, ERR_INPUT,
+                       "%s: header length %llu, over the %d bytes a safetensors header may take "
+                       "(Hugging Face's reader's cap)",
+                       file, (unsigned long long)n, ST_HEADER_MAX);
     f->data_at = 8 + (int64_t)n;
     f->header = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)n);
     if (!cJSON_IsObject(f->header))
@@ -457,14 +463,18 @@ static int read_tensor(const struct st_file *f, const struct st_tensor *want,
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
     int64_t begin = json_int(cJSON_GetArrayItem(off, 0)),
             end = json_int(cJSON_GetArrayItem(off, 1));
-    int64_t elems = elems_of(want);
-    int64_t stored = got[0] * (ndim == 2 ? got[1] : 1);
-    if (end - begin != stored * st_dtype_bytes[dtype])
+    int64_t elems = elems_of(want), stored, bytes;
+    /* a crafted shape's product is checked, not overflowed */
+    if (__builtin_mul_overflow(got[0], ndim == 2 ? got[1] : 1, &stored) ||
+        __builtin_mul_overflow(stored, (int64_t)st_dtype_bytes[dtype], &bytes))
+        return err_set(e, ERR_INPUT, "%s: %s.shape: [%lld, %lld] holds more bytes than a file "
+                       "can", f->name, name, (long long)got[0], (long long)got[1]);
+    if (end - begin != bytes)
         return err_set(e, ERR_INPUT,
                        "%s: %s.data_offsets: %lld bytes, but a %s tensor of %lld elements "
                        "takes %lld",
                        f->name, name, (long long)(end - begin), dt, (long long)stored,
-                       (long long)(stored * st_dtype_bytes[dtype]));
+                       (long long)bytes);
     const unsigned char *src = f->map + f->data_at + begin;
     float *dst = p->transposed ? tmp : out;
     for (int64_t i = 0; i < elems; i++) {
@@ -522,6 +532,7 @@ int st_stage_load(struct stage_runner *r, const char *file, struct err *e)
                 rc = read_tensor(&f, &p.t[i], &p, v + at, tmp, e);
             if (rc == ERR_OK)
                 rc = put_param(r, L, k, v, half, file, p.t[0].name, e);
+            progress_tick();
         }
     }
     free(v);

@@ -33,6 +33,9 @@
 #include "stage.h"
 
 #define ST_NAME_MAX 64
+/* The longest header read (Hugging Face's safetensors reader refuses longer ones): a longer
+ * one is refused before anything is allocated for it. */
+#define ST_HEADER_MAX 100000000
 /* In a file name: the stage's index (each rank its own file); without it, one file. */
 #define ST_STAGE_MARK "{stage}"
 
@@ -58,8 +61,8 @@ int st_write(const char *file, const struct st_tensor *t, int n, char *const *bl
              struct err *e);
 
 /* Sets this stage's weights from `file` (only its own layers' tensors are read; others in the
- * file are ignored): ERR_INPUT naming the file and the field when the header's length runs
- * past the file, the header is not safetensors JSON, a tensor's bytes lie past the end
+ * file are ignored): ERR_INPUT naming the file and the field when the header's length is over
+ * ST_HEADER_MAX or runs past the file, the header is not safetensors JSON, a tensor's bytes lie past the end
  * (truncated), one is missing, or its dtype or shape is not what this model needs. */
 int st_stage_load(struct stage_runner *r, const char *file, struct err *e);
 

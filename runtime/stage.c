@@ -21,37 +21,64 @@ static struct stage_runner *runner(struct executor *x)
     return x->c.ctx;
 }
 
-/* Posts the receipt of micro-batch `micro`'s activation into its slot, live from now. */
-static int post_input(struct stage_runner *r, int micro, struct err *e)
+/* The rank that runs virtual stage j, and the tag of a message to virtual stage j (the
+ * activation into it, or the gradient of its output): the micro-batch where each rank holds
+ * one chunk (the order of posting matches them, as NCCL needs), one per receiving chunk,
+ * direction and micro-batch otherwise (MPI matches by tag). */
+static int rank_of(const struct stage_runner *r, int j)
+{
+    int chunk;
+    return schedule_gpu(&r->shape, j, &chunk);
+}
+
+static int tag_of(const struct stage_runner *r, int j, int gradient, int micro)
+{
+    return r->shape.chunks == 1 ? micro : micro + r->c.micro_batches * (2 * j + gradient);
+}
+
+static int *slot_req(struct stage_runner *r, int chunk, int micro)
+{
+    int at = 0;
+    for (int k = 0; k < chunk; k++)
+        at += r->lay.chunks[k].in_flight;
+    return &r->slot_req[at + micro % r->lay.chunks[chunk].in_flight];
+}
+
+/* Posts the receipt of micro-batch `micro`'s activation into its slot of chunk c, live from
+ * now. */
+static int post_input(struct stage_runner *r, int c, int micro, struct err *e)
 {
     struct layer_view v;
-    exec_view(&r->x, 0, micro, &v);
-    ERR_TRY(exec_arena_in(&r->x, ARENA_KEPT, micro, 0, e));
-    ERR_TRY(exec_mem_add(&r->x, r->lay.slot_bytes, e));
+    const struct layout_chunk *ch = &r->lay.chunks[c];
+    exec_view(&r->x, ch->lo, micro, &v);
+    ERR_TRY(exec_arena_in(&r->x, ARENA_KEPT, micro, ch->lo, e));
+    ERR_TRY(exec_mem_add(&r->x, ch->slot_bytes, e));
     return r->tp->ops->irecv(r->tp, v.kept[0], exec_boundary_bytes(r->c.model),
-                             r->c.stage - 1, micro, &r->slot_req[micro % r->c.in_flight], e);
+                             rank_of(r, ch->vstage - 1), tag_of(r, ch->vstage, 0, micro),
+                             slot_req(r, c, micro), e);
 }
 
 static int port_input(struct executor *x, int micro, struct err *e)
 {
     struct stage_runner *r = runner(x);
     const struct model *m = r->c.model;
-    int slot = micro % r->c.in_flight, n = r->lay.n_layers;
+    const struct layout_chunk *ch = &r->lay.chunks[x->chunk];
     int64_t BT = (int64_t)m->micro_batch * m->seq_len;
     struct layer_view v;
-    exec_view(x, 0, micro, &v);
-    if (r->c.stage == 0) {
-        ERR_TRY(exec_mem_add(x, r->lay.slot_bytes, e));
-        data_batch(r->data, x->step, micro, r->host_tokens, NULL);
+    exec_view(x, ch->lo, micro, &v);
+    if (ch->vstage == 0) {
+        ERR_TRY(exec_mem_add(x, ch->slot_bytes, e));
+        ERR_TRY(data_batch(r->data, x->step, micro, r->host_tokens, NULL, e));
         ERR_TRY(r->be->ops->upload(r->be, v.kept[EMBED_TOKENS], r->host_tokens, BT * 4, e));
     } else {
-        ERR_TRY(exec_wait(x, r->slot_req[slot], STAGE_EV_RECV, micro, e));
-        r->slot_req[slot] = -1;
+        int *req = slot_req(r, x->chunk, micro);
+        ERR_TRY(exec_wait(x, *req, STAGE_EV_RECV, micro, e));
+        *req = -1;
     }
-    if (r->c.stage == r->c.n_stages - 1) {
+    if (ch->vstage == schedule_virtual_stages(&r->shape) - 1) {
         struct layer_view h;
-        exec_view(x, n - 1, micro, &h);
-        data_batch(r->data, x->step, micro, NULL, r->host_targets);
+        exec_view(x, ch->hi - 1, micro, &h);
+        ERR_TRY(data_batch(r->data, x->step, micro, NULL, r->host_targets, e));
         ERR_TRY(r->be->ops->upload(r->be, h.kept[HEAD_TARGETS], r->host_targets, BT * 4, e));
     }
     return ERR_OK;
@@ -60,17 +87,21 @@ static int port_input(struct executor *x, int micro, struct err *e)
 static int port_output_grad(struct executor *x, int micro, void *dst, struct err *e)
 {
     struct stage_runner *r = runner(x);
-    int req;
-    ERR_TRY(r->tp->ops->irecv(r->tp, dst, exec_boundary_bytes(r->c.model),
-                              r->c.stage + 1, micro, &req, e));
+    int req, j = r->lay.chunks[x->chunk].vstage;
+    ERR_TRY(r->tp->ops->irecv(r->tp, dst, exec_boundary_bytes(r->c.model), rank_of(r, j + 1),
+                              tag_of(r, j, 1, micro), &req, e));
     return exec_wait(x, req, STAGE_EV_RECV, micro, e);
 }
 
+/* To virtual stage `peer`: the activation of the next, or the gradient of the previous's
+ * output. */
 static int port_isend(struct executor *x, const void *buf, int64_t bytes, int peer, int micro,
                       int *req, struct err *e)
 {
     struct stage_runner *r = runner(x);
-    return r->tp->ops->isend(r->tp, buf, bytes, peer, micro, req, e);
+    int gradient = peer < r->lay.chunks[x->chunk].vstage;
+    return r->tp->ops->isend(r->tp, buf, bytes, rank_of(r, peer),
+                             tag_of(r, peer, gradient, micro), req, e);
 }
 
 static int port_wait(struct executor *x, int req, struct err *e)
@@ -83,8 +114,9 @@ static int port_wait(struct executor *x, int req, struct err *e)
 static int port_backward_done(struct executor *x, int micro, struct err *e)
 {
     struct stage_runner *r = runner(x);
-    if (r->c.stage > 0 && micro + r->c.in_flight < r->c.micro_batches)
-        return post_input(r, micro + r->c.in_flight, e);
+    const struct layout_chunk *ch = &r->lay.chunks[x->chunk];
+    if (ch->vstage > 0 && micro + ch->in_flight < r->c.micro_batches)
+        return post_input(r, x->chunk, micro + ch->in_flight, e);
     return ERR_OK;
 }
 
@@ -187,7 +219,7 @@ static int step_verdict(struct stage_runner *r, struct err *e)
     int mine = 0;
     ERR_TRY(r->be->ops->unscale(r->be, (float *)(r->persistent + lay->grads_at + lo), bytes / 4,
                                 ls != NULL ? lossscale_inverse(&r->scaler) : 1.0f, &mine, e));
-    for (int micro = 0; r->c.stage == r->c.n_stages - 1 && micro < r->c.micro_batches; micro++)
+    for (int micro = 0; stage_has_head(r) && micro < r->c.micro_batches; micro++)
         mine |= !isfinite(r->x.mb_loss[micro]);
     r->last.first = mine ? 0 : -1;
     if (r->c.agree_flag != NULL)
@@ -214,9 +246,11 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
      * they have gone down; those before host_lo are the device's */
     if (r->lay.host_lo > 0)
         ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.host_lo, e));
-    if (r->c.stage > 0)
-        for (int micro = 0; micro < r->c.in_flight && micro < M; micro++)
-            ERR_TRY(post_input(r, micro, e));
+    for (int c = 0; c < r->lay.n_chunks; c++)
+        for (int micro = 0; r->lay.chunks[c].vstage > 0 && micro < r->lay.chunks[c].in_flight &&
+                            micro < M;
+             micro++)
+            ERR_TRY(post_input(r, c, micro, e));
     ERR_TRY(exec_run(&r->x, e));
     if (r->c.reduce_grads != NULL)
         ERR_TRY(r->c.reduce_grads(r->c.reduce_ctx, r, e));
@@ -230,13 +264,18 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
         ERR_TRY(optimizer_step(r, step, e));
     if (stepped && r->c.gather_params != NULL)
         ERR_TRY(r->c.gather_params(r->c.reduce_ctx, r, e));
-    if (r->c.stage == r->c.n_stages - 1) {
+    if (stage_has_head(r)) {
         double sum = 0;
         for (int micro = 0; micro < M; micro++)
             sum += r->x.mb_loss[micro];
         *loss = sum / M;
     }
     return ERR_OK;
+}
+
+int stage_has_head(const struct stage_runner *r)
+{
+    return layout_chunk_of(&r->lay, schedule_virtual_stages(&r->shape) - 1) >= 0;
 }
 
 /* ---- set-up ---- */
@@ -327,10 +366,13 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
     int64_t BT = (int64_t)c->model->micro_batch * c->model->seq_len;
     r->host_tokens = malloc(sizeof(int32_t) * (size_t)BT);
     r->host_targets = malloc(sizeof(int32_t) * (size_t)BT);
-    r->slot_req = malloc(sizeof(int) * (size_t)c->in_flight);
+    int slots = 0;
+    for (int k = 0; k < r->lay.n_chunks; k++)
+        slots += r->lay.chunks[k].in_flight;
+    r->slot_req = malloc(sizeof(int) * (size_t)slots);
     if (!r->host_tokens || !r->host_targets || !r->slot_req)
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
-    for (int s = 0; s < c->in_flight; s++)
+    for (int s = 0; s < slots; s++)
         r->slot_req[s] = -1;
     void **arena[4] = {(void **)&r->persistent, (void **)&r->activations,
                        (void **)&r->transient, (void **)&r->workspace};
@@ -384,32 +426,53 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
     return ERR_OK;
 }
 
+/* Whether layer l of plan stage st runs its backward split: the plan costed its weight pass
+ * (cost.h: a layer kept whole on the device, under a schedule that splits). */
+static int splits(const struct plan_stage *st, int l)
+{
+    struct cost_row r = plan_stage_row(st, l);
+    return st->layers[l].wgrad_bytes > 0 && r.choice == COST_KEEP &&
+           r.place == COST_PLACE_DEVICE && r.offload_option < 0;
+}
+
 int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
                          uint32_t **regen, struct err *e)
 {
-    const struct plan_stage *st = &p->stages[s];
-    int n = plan_stage_layer_count(st);
-    *regen = calloc((size_t)n, sizeof **regen);
+    int members[SCHEDULE_CHUNKS_MAX], k = plan_gpu_stages(p, s, members), n = 0;
+    for (int i = 0; i < k; i++)
+        n += plan_stage_layer_count(&p->stages[members[i]]);
+    /* the regen sets, then the split flags, in one allocation */
+    *regen = calloc((size_t)n, sizeof **regen + 1);
     if (*regen == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    for (int l = 0; l < n; l++)
-        ERR_TRY(layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
-                             &(*regen)[l], e));
+    unsigned char *split = (unsigned char *)(*regen + n);
+    const struct plan_stage *st = &p->stages[members[0]];
     *c = (struct stage_config){
         .model = &p->model,
         .stage = s,
-        .n_stages = p->n_stages,
+        .n_stages = p->n_stages / k,
         .micro_batches = p->micro_batches,
         .schedule = p->schedule,
         .first = st->first,
         .last = st->last,
         .regen = *regen,
         .in_flight = st->in_flight,
+        .n_chunks = k,
+        .split = split,
         .adamw = {(float)lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena = st->arena,
     };
+    for (int i = 0, at = 0; i < k; i++) {
+        const struct plan_stage *ch = &p->stages[members[i]];
+        c->chunks[i] = (struct layout_chunk_spec){ch->first, ch->last, members[i], ch->in_flight};
+        for (int l = 0; l < plan_stage_layer_count(ch); l++, at++) {
+            ERR_TRY(layout_regen(&p->model, ch->first + l, ch->recompute[l], &ch->layers[l],
+                                 &(*regen)[at], e));
+            split[at] = (unsigned char)splits(ch, l);
+        }
+    }
     if (plan_stage_offloads(st)) { /* the executor takes NULL arrays as nothing offloaded */
         c->place = st->place;
         c->offload_option = st->offload_option;
@@ -482,7 +545,14 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
         return err_set(e, ERR_INPUT, "model.dtype: \"%s\": the %s backend does not compute %s",
                        model_dtype_name(m->dtype), be->ops->name, model_dtype_name(m->dtype));
-    ERR_TRY(layout_init(&r->lay, m, c->first, c->last, c->regen, c->in_flight, e));
+    struct layout_chunk_spec one = {c->first, c->last, c->stage, c->in_flight};
+    int n_chunks = c->n_chunks > 0 ? c->n_chunks : 1;
+    r->shape = schedule_shape_of(c->schedule, c->n_stages, n_chunks, c->micro_batches);
+    if (c->optimizer == COST_PLACE_HOST && (n_chunks > 1 || schedule_splits(c->schedule)))
+        return err_set(e, ERR_INPUT, "the optimizer on the host runs with schedules 1f1b and "
+                       "gpipe, not %s", schedule_name(c->schedule));
+    ERR_TRY(layout_init_chunks(&r->lay, m, c->n_chunks > 0 ? c->chunks : &one, n_chunks, c->regen,
+                               c->split, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
     if (c->optimizer == COST_PLACE_HOST)

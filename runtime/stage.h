@@ -23,12 +23,19 @@ struct stage_runner;
 
 struct stage_config {
     const struct model *model;
-    int stage, n_stages, micro_batches;
+    int stage, n_stages, micro_batches; /* stage: the pipeline rank (GPU) of n_stages */
     enum schedule schedule;
     int first, last;
     const uint32_t *regen; /* per layer of the stage, the kept tensors it regenerates
                               (layout_regen); NULL: none */
     int in_flight;
+    /* The model chunks this rank holds (schedule.h): n_chunks 0 is one, first..last as
+     * virtual stage `stage` with in_flight; several, each its layers, virtual stage and
+     * in-flight count, regen and split then over all their layers in order. split: the
+     * layers whose backward is split (NULL: none). */
+    int n_chunks;
+    struct layout_chunk_spec chunks[SCHEDULE_CHUNKS_MAX];
+    const unsigned char *split;
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
     const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
@@ -90,6 +97,7 @@ enum stage_verdict {
 
 struct stage_runner {
     struct stage_config c;
+    struct schedule_shape shape; /* the pipeline: its GPUs and their chunks */
     struct stage_layout lay;
     struct backend *be;
     struct transport *tp;
@@ -98,7 +106,7 @@ struct stage_runner {
                                                                the config gave it */
     char *staging, *host; /* offload: backend memory, and host memory (host_alloc), owned */
     int32_t *host_tokens, *host_targets;                    /* (B,T) staging */
-    int *slot_req;                                          /* per slot, -1 none */
+    int *slot_req; /* per chunk and slot (the chunks' rings end to end), -1 none */
     int depth;                                              /* exec_config.prefetch_depth */
     struct arena_run arena; /* with c.arena */
     struct hostmirror mirror; /* with the optimizer on the host */
@@ -114,9 +122,10 @@ struct stage_runner {
     } last; /* the last step's */
 };
 
-/* The config of plan p's stage s: its layers, the kept tensors each regenerates (*regen,
- * allocated here, the caller's to free), the schedule, AdamW at learning rate lr, its limit.
- * ERR_INPUT when the runtime cannot apply a layer's recompute option. */
+/* The config of plan p's rank s: its stage, or its GPU's chunks, their layers, the kept
+ * tensors each regenerates and whether its backward is split (*regen, allocated here, holds
+ * both: the caller's to free), the schedule, AdamW at learning rate lr, its limit. ERR_INPUT
+ * when the runtime cannot apply a layer's recompute option. */
 int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
                          uint32_t **regen, struct err *e);
 
@@ -134,12 +143,15 @@ void stage_set_origin(struct stage_runner *r);
  * the plan's arena). */
 int64_t stage_temporary_bytes(const struct stage_runner *r);
 
+/* Whether the rank holds the model's head (the last virtual stage): its runs have the loss. */
+int stage_has_head(const struct stage_runner *r);
+
 /* Runs step `step` (0-based): the schedule, the gradients' reduction, then the verdict
- * (r->last): the gradients (times 1/scale with loss scaling) and the last stage's losses
- * checked for NaNs and infinities, the flag agreed over every rank (agree_flag), and the
- * optimizer steps only when no rank found one. AdamW's t is the count of steps stepped, step
- * + 1 - scaler.skipped. On the last stage *loss is the step's mean loss (micro-batch means
- * summed in order 0..M-1, over M); elsewhere it is untouched. A verdict that stops the run
+ * (r->last): the gradients (times 1/scale with loss scaling) and the head's losses checked
+ * for NaNs and infinities, the flag agreed over every rank (agree_flag), and the optimizer
+ * steps only when no rank found one. AdamW's t is the count of steps stepped, step + 1 -
+ * scaler.skipped. On the head's stage *loss is the step's mean loss (micro-batch means summed
+ * in order 0..M-1, over M); elsewhere it is untouched. A verdict that stops the run
  * (STAGE_NONFINITE, STAGE_AT_MIN) is no error here: the caller ends the run. */
 int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e);
 

@@ -1,6 +1,8 @@
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "train.h"
 
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,19 +13,19 @@
 #include "ckpt.h"
 #include "cuda_device.h"
 #include "fileio.h"
+#include "heartbeat.h"
 #include "mpicheck.h"
 #include "plan.h"
 #include "report.h"
 #include "safetensors.h"
 #include "stage.h"
 #include "train_dp.h"
+#include "train_weights.h"
 #include "transport.h"
 
 struct run {
     const struct train_options *o;
     MPI_Comm comm;
-    MPI_Comm ctl; /* a duplicate for agree(): its messages never meet the transport's */
-    int ctl_ready;
     int rank, size; /* in this replica's pipeline (comm): rank is the stage */
     int world_rank, world_size;
     struct train_dp dp; /* dp.dp replicas (train_dp.h); comm is dp.pipeline once split */
@@ -51,7 +53,8 @@ struct run {
     int nan_rank;
 };
 
-static void fail_now(struct run *r, const struct err *e)
+/* Prints this rank's message, naming its stage (and replica). */
+static void say(const struct run *r, const struct err *e)
 {
     if (r->dp.dp > 1)
         fprintf(stderr, "ballast train: replica %d, stage %d: %s\n", r->dp.replica, r->rank,
@@ -59,46 +62,36 @@ static void fail_now(struct run *r, const struct err *e)
     else
         fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
     fflush(stderr);
+}
+
+static void fail_now(struct run *r, const struct err *e)
+{
+    say(r, e);
     MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
 }
 
-/* Every rank passes its status; all get the worst, and the first rank that failed. Each
- * status goes to rank 0 on the control communicator and the verdict comes back, every wait
- * under --timeout: a rank that never reports (stopped, or stuck in its allocator) is named by
- * rank 0, and the job ends. */
+/* Every rank passes its status; all get the worst, and the first rank that failed (a rank
+ * that never arrives, stopped or dead, is the heartbeat's to name). */
 static int agree(struct run *r, int rc, int *first_failed)
 {
     struct err e;
     err_clear(&e);
     int verdict[2] = {rc, rc != ERR_OK ? r->world_rank : r->world_size}; /* worst, 1st failed */
-    if (mpicheck_agree(r->ctl, r->world_rank, r->world_size, r->o->timeout_s, verdict, &e))
+    if (mpicheck_agree(MPI_COMM_WORLD, r->world_size, verdict, &e))
         fail_now(r, &e);
     if (first_failed != NULL)
         *first_failed = verdict[1];
     return verdict[0];
 }
 
-/* A collective begun as `req`, completed under --timeout (peer: the root whose data it
- * waits for, or -1). */
-static int wait_collective(struct run *r, int mpi_rc, MPI_Request *req, int peer,
-                           const char *what, struct err *e)
-{
-    return mpicheck_collective(mpi_rc, req, r->o->timeout_s, peer, what, e);
-}
-
 /* stage_config.agree_flag: the lowest world rank whose flag is set, over every rank of every
- * replica (one MPI_Iallreduce on the control communicator, under --timeout). */
+ * replica (mpicheck_agree_flag: a rank that never arrives is the heartbeat's to name). */
 static int agree_flag(void *ctx, int mine, int *first, struct err *e)
 {
     struct run *r = ctx;
     if (r->nan_step == r->stage.x.step + 1 && r->nan_rank == r->world_rank)
         mine = 1;
-    int v = mine ? r->world_rank : r->world_size;
-    MPI_Request q;
-    ERR_TRY(wait_collective(r, MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, r->ctl, &q),
-                            &q, -1, "every rank's check of its gradients (MPI_Iallreduce)", e));
-    *first = v < r->world_size ? v : -1;
-    return ERR_OK;
+    return mpicheck_agree_flag(MPI_COMM_WORLD, r->world_rank, r->world_size, mine, first, e);
 }
 
 /* Every output path, before the first step: a typo must not throw a finished run away. Each
@@ -118,12 +111,27 @@ static int check_outputs(const struct train_options *o, struct err *e)
     return ERR_OK;
 }
 
-/* The host's cores shared evenly among its n_local ranks. */
-static int default_threads(int n_local)
+/* The cores this process may run on (its affinity: mpirun may bind it), else the host's. */
+static int available_cores(void)
 {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = cores > 0 ? (int)(cores / n_local) : 1;
-    return t > 0 ? t : 1;
+    return cores > 0 ? (int)cores : 1;
+}
+
+int train_cpu_threads(int requested, int n_local, int speak)
+{
+    int cores = available_cores(), share = cores / n_local > 0 ? cores / n_local : 1;
+    if (requested > 0 && requested > share && speak)
+        fprintf(stderr,
+                "ballast train: warning: --threads %d: %d rank%s of this node run %d threads on "
+                "its %d core%s (%d each keeps a thread per core); the CPU kernels slow down "
+                "many times when threads outnumber cores\n",
+                requested, n_local, n_local > 1 ? "s" : "", requested * n_local, cores,
+                cores > 1 ? "s" : "", share);
+    return requested > 0 ? requested : share;
 }
 
 /* Checks every rank makes identically: the plan, the rank count, the data, the manifest. */
@@ -135,6 +143,7 @@ static int setup_global(struct run *r, struct err *e)
     else if (plan_load(o->plan_file, &r->plan, e))
         return e->code;
     r->plan_loaded = o->plan == NULL;
+    heartbeat_layout(o->heartbeat, r->plan.n_stages); /* names ranks by replica and stage */
     const struct plan *p = &r->plan;
     const struct model *m = &p->model;
     int dp = p->stages[0].dp;
@@ -155,26 +164,40 @@ static int setup_global(struct run *r, struct err *e)
                            "without shard_optimizer)",
                            o->plan_file, s, dp);
     }
-    if (p->n_stages * dp != r->world_size && dp > 1)
+    int gpus = plan_shape(p).gpus; /* a rank runs a GPU's chunks (virtual stages) */
+    char per[64] = "";
+    if (gpus != p->n_stages)
+        snprintf(per, sizeof per, " on %d GPUs (%d chunks each)", gpus, p->n_stages / gpus);
+    const char *unit = gpus != p->n_stages ? "GPU" : "stage";
+    if (gpus * dp != r->world_size && dp > 1)
         return err_set(e, ERR_INPUT,
-                       "%s: the plan has %d stages and dp %d, one MPI rank per stage of each "
+                       "%s: the plan has %d stages%s and dp %d, one MPI rank per %s of each "
                        "replica, %d ranks, but this run has %d ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, dp, p->n_stages * dp, r->world_size,
-                       p->n_stages * dp);
-    if (p->n_stages != r->world_size && dp == 1)
+                       o->plan_file, p->n_stages, per, dp, unit, gpus * dp, r->world_size,
+                       gpus * dp);
+    if (gpus != r->world_size && dp == 1)
         return err_set(e, ERR_INPUT,
-                       "%s: the plan has %d stages, one MPI rank each, but this run has %d "
+                       "%s: the plan has %d stages%s, one MPI rank %s, but this run has %d "
                        "ranks (mpirun -np %d)",
-                       o->plan_file, p->n_stages, r->world_size, p->n_stages);
+                       o->plan_file, p->n_stages, per, gpus != p->n_stages ? "per GPU" : "each",
+                       r->world_size, gpus);
+    if (gpus != p->n_stages && strcmp(o->transport, "nccl") == 0)
+        return err_set(e, ERR_INPUT, "--transport nccl: schedule %s holds %d chunks a GPU, whose "
+                       "messages go over MPI (NCCL matches messages by order and joins "
+                       "neighbouring ranks only)", schedule_name(p->schedule),
+                       p->n_stages / gpus);
     if (strcmp(o->device, "auto") != 0 && strcmp(o->device, "cpu") != 0 &&
         strcmp(o->device, "cuda") != 0)
         return err_set(e, ERR_INPUT, "--device: \"%s\", expected auto, cpu or cuda", o->device);
-    /* micro-batch indices are the message tags */
+    /* micro-batch indices are the message tags (with chunks, per chunk and direction too) */
     int *tag_ub, found = 0;
+    int64_t tags = gpus == p->n_stages ? p->micro_batches
+                                       : (int64_t)2 * p->n_stages * p->micro_batches;
     if (MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found &&
-        p->micro_batches > *tag_ub)
-        return err_set(e, ERR_INPUT, "%s: micro_batches: %d is more than this MPI's largest tag %d",
-                       o->plan_file, p->micro_batches, *tag_ub);
+        tags > *tag_ub)
+        return err_set(e, ERR_INPUT, "%s: micro_batches: %d need message tags up to %lld, more "
+                       "than this MPI's largest tag %d", o->plan_file, p->micro_batches,
+                       (long long)tags, *tag_ub);
     if ((int64_t)m->micro_batch * m->seq_len > 0x7fffffff)
         return err_set(e, ERR_INPUT,
                        "%s: model: micro_batch x seq_len = %lld rows is beyond 32-bit BLAS "
@@ -192,8 +215,9 @@ static int setup_global(struct run *r, struct err *e)
                                o->plan_file, s, inner.msg);
         }
     }
-    if (o->data_file != NULL ? data_init_file(&r->data, o->data_file, o->data_format, m,
-                                                            o->seed, e)
+    /* the data file read whole by rank 0 alone (its hash then shared: share_data) */
+    if (o->data_file != NULL ? data_open_file(&r->data, o->data_file, o->data_format, m, o->seed,
+                                              r->world_rank == 0, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
     r->data_loaded = 1;
@@ -206,10 +230,10 @@ static int setup_global(struct run *r, struct err *e)
             return err_set(e, ERR_INPUT, "%s/checkpoint.json: loss_scale: missing, and the "
                            "plan's model is fp16 (a checkpoint of an fp16 run has its loss "
                            "scaler's state)", o->resume_dir);
-        if (n_stages != p->n_stages)
+        if (n_stages != gpus)
             return err_set(e, ERR_INPUT,
-                           "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages",
-                           o->resume_dir, n_stages, o->plan_file, p->n_stages);
+                           "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages%s",
+                           o->resume_dir, n_stages, o->plan_file, p->n_stages, per);
         if (r->start_step >= o->steps)
             return err_set(e, ERR_INPUT,
                            "%s: the checkpoint is at step %lld and --steps is %lld: nothing to "
@@ -219,24 +243,44 @@ static int setup_global(struct run *r, struct err *e)
     return ERR_OK;
 }
 
+/* Rank 0 read the data file whole (setup_global): every rank takes its hash (the checkpoints'
+ * identity of the data) and checks that it sees a file of the same size. */
+static int share_data(struct run *r, struct err *e)
+{
+    if (r->data.kind != DATA_FILE)
+        return ERR_OK;
+    uint64_t seen[2] = {r->data.hash, (uint64_t)r->data.n_bytes};
+    MPI_Request q;
+    ERR_TRY(mpicheck_collective(MPI_Ibcast(seen, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &q), &q,
+                                "the data file's hash (MPI_Ibcast)", e));
+    if ((int64_t)seen[1] != r->data.n_bytes)
+        return err_set(e, ERR_INPUT, "--data %s: %lld bytes on rank %d's host, %lld on rank 0's: "
+                       "every rank must read the same file", r->o->data_file,
+                       (long long)r->data.n_bytes, r->world_rank, (long long)seen[1]);
+    r->data.hash = seen[0];
+    return ERR_OK;
+}
+
 /* A plan made from a profile of another implementation carries other byte counts: this
  * runtime allocates what its own layers need, and says so, field by field (for a layer
  * recomputed with an option, that option's bytes too). */
-static void compare_layer_costs(const struct run *r, const struct plan_stage *st)
+static void compare_stage_costs(const struct run *r, const struct plan_stage *st,
+                                const uint32_t *regen, int *shown_all)
 {
     const struct model *m = &r->plan.model;
-    int shown = 0;
+    int shown = *shown_all;
     for (int l = st->first; l <= st->last; l++) {
         const struct layer_cost *c = &st->layers[l - st->first];
         int choice = st->recompute[l - st->first];
         struct layer_sizes s;
         sizes_layer(m, l, &s);
-        const char *names[7] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
-                                "out_bytes", "kept_bytes", "transient_bytes"};
-        int64_t plan[7] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
-                           c->out_bytes, 0, 0};
-        int64_t here[7] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
-                           s.out_bytes, 0, 0};
+        const char *names[8] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
+                                "out_bytes", "kept_bytes", "transient_bytes", "wgrad_bytes"};
+        int64_t plan[8] = {c->state_bytes, c->act_bytes, c->ckpt_bytes, c->workspace_bytes,
+                           c->out_bytes, 0, 0, c->wgrad_bytes};
+        int64_t here[8] = {s.state_bytes, s.act_bytes, s.ckpt_bytes, s.workspace_bytes,
+                           s.out_bytes, 0, 0,
+                           c->wgrad_bytes > 0 ? sizes_wgrad_bytes(m, model_layer_kind(m, l)) : 0};
         if (st->shard_optimizer && st->dp > 1) { /* the plan's ZeRO-1 share (cost.h) */
             struct layer_cost whole = {.state_bytes = s.state_bytes}, mine;
             struct cost_group g = {.tp = 1, .dp = st->dp, .shard_optimizer = 1,
@@ -248,10 +292,10 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
             const struct recompute_option *o = &c->options[choice - COST_OPTION];
             plan[5] = o->kept_bytes;
             plan[6] = o->transient_bytes;
-            sizes_regen_bytes(m, model_layer_kind(m, l), r->regen[l - st->first], &here[5],
+            sizes_regen_bytes(m, model_layer_kind(m, l), regen[l - st->first], &here[5],
                               &here[6]);
         }
-        for (int k = 0; k < 7; k++) {
+        for (int k = 0; k < 8; k++) {
             if (plan[k] == here[k])
                 continue;
             if (shown++ == 0)
@@ -265,15 +309,27 @@ static void compare_layer_costs(const struct run *r, const struct plan_stage *st
                     (long long)plan[k], (long long)here[k]);
         }
     }
+    *shown_all = shown;
+}
+
+/* The rank's stages: one, or its GPU's chunks (their regen sets end to end). */
+static void compare_layer_costs(const struct run *r)
+{
+    int members[SCHEDULE_CHUNKS_MAX], n = plan_gpu_stages(&r->plan, r->rank, members), at = 0;
+    int shown = 0;
+    for (int k = 0; k < n; k++) {
+        const struct plan_stage *st = &r->plan.stages[members[k]];
+        compare_stage_costs(r, st, r->regen + at, &shown);
+        at += plan_stage_layer_count(st);
+    }
 }
 
 /* Whether a stage computes on a GPU: --device, else the plan's device_kind (every plan has
  * one: plan_load refuses a plan without it). */
-static int stage_wants_cuda(const struct run *r, const struct plan_stage *st)
+int train_stage_on_cuda(const char *device, const struct plan_stage *st)
 {
-    const char *d = r->o->device;
-    if (strcmp(d, "auto") != 0)
-        return strcmp(d, "cuda") == 0;
+    if (strcmp(device, "auto") != 0)
+        return strcmp(device, "cuda") == 0;
     return strcmp(st->device_kind, "cuda") == 0;
 }
 
@@ -289,9 +345,10 @@ static int start_backend(struct run *r, int local_rank, int n_local,
                          struct gpu_reading *readings, int *n_readings, struct err *e)
 {
     const struct plan_stage *st = &r->plan.stages[r->rank];
-    r->on_cuda = stage_wants_cuda(r, st);
+    r->on_cuda = train_stage_on_cuda(r->o->device, st);
     if (!r->on_cuda)
-        return backend_cpu_init(&r->be, r->o->threads > 0 ? r->o->threads : default_threads(n_local),
+        return backend_cpu_init(&r->be, train_cpu_threads(r->o->threads, n_local,
+                                                          local_rank == 0),
                                 e);
     int n = 0;
     char why[256] = "";
@@ -327,7 +384,7 @@ static void checkpoint_identity(const struct run *r, struct ckpt_identity *id)
     id->micro_batches *= r->dp.dp;
 }
 
-/* This rank's stage: backend, arenas, weights (or the checkpoint). */
+/* This rank's stage: backend, arenas, weights drawn from the seed. */
 static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_reading *readings,
                        int *n_readings, struct err *e)
 {
@@ -339,7 +396,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     struct stage_config c;
     if (stage_config_of_plan(&c, p, r->rank, o->lr, &r->regen, e)) /* checked in setup_global */
         return e->code;
-    compare_layer_costs(r, st);
+    compare_layer_costs(r);
     c.record_events = o->trace_file != NULL;
     c.check_arena = o->check_arena;
     char arena_where[FILEIO_PATH_MAX + 32];
@@ -367,20 +424,6 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     if (stage_init(&r->stage, &c, &r->be, &r->tp, &r->data, o->seed, e))
         return e->code;
     r->stage_ready = 1;
-    if (o->resume_dir != NULL) {
-        struct ckpt_identity id;
-        checkpoint_identity(r, &id);
-        if (ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e))
-            return e->code;
-        if (c.loss_scale != NULL)
-            r->stage.scaler = r->resume_scale;
-    }
-    if (o->init_file != NULL) {
-        char file[FILEIO_PATH_MAX];
-        st_stage_path(o->init_file, r->rank, file, sizeof file);
-        if (st_stage_load(&r->stage, file, e))
-            return e->code;
-    }
     if (r->on_cuda) { /* what the next rank on this GPU will find in use */
         int64_t free_b, total_b;
         if (cuda_mem_info(&free_b, &total_b, e))
@@ -396,14 +439,34 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     return ERR_OK;
 }
 
-/* The ranks of a node start one after the other, in local-rank order: device memory readings
- * (cudaMemGetInfo is whole-device) then belong to the rank that takes them. Each rank passes
- * the readings on even when it failed, so that no rank waits for ever; nothing in a turn may
- * be collective over the ranks. */
+/* The stage's weights and state from the checkpoint (--resume) or a safetensors file
+ * (--init). */
+static int load_state(struct run *r, struct err *e)
+{
+    const struct train_options *o = r->o;
+    if (o->resume_dir != NULL) {
+        struct ckpt_identity id;
+        checkpoint_identity(r, &id);
+        ERR_TRY(ckpt_read_stage(o->resume_dir, &id, r->start_step, &r->stage, e));
+        if (r->stage.c.loss_scale != NULL)
+            r->stage.scaler = r->resume_scale;
+    }
+    return o->init_file != NULL ? train_weights_load(&r->stage, o->init_file, r->rank, e)
+                                : ERR_OK;
+}
+
+/* The ranks of a node set their stages up one after the other, in local-rank order: device
+ * memory readings (cudaMemGetInfo is whole-device) then belong to the rank that takes them.
+ * Each rank passes the readings on even when it failed, so that no rank waits for ever;
+ * nothing in a turn may be collective over the ranks. Reading the weights (a checkpoint may
+ * take long) comes after the turn, on every rank at once: the turns cost the node the sum of
+ * its ranks' set-ups only. */
 static int setup_stages_in_turn(struct run *r, struct err *e)
 {
     MPI_Comm local;
     int lrank = 0, lsize = 1, n = 0;
+    ERR_TRY(mpicheck_gate(MPI_COMM_WORLD, "every rank before the start-up turns (MPI_Ibarrier)",
+                          e));
     /* over the world: the replicas' ranks on a node share its GPUs too */
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->world_rank,
                                   MPI_INFO_NULL, &local),
@@ -416,24 +479,13 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory starting the stage");
     }
     int rc = ERR_OK, bytes = (int)(sizeof *readings * (size_t)lsize);
-    if (lrank > 0) {
-        /* the rank before this one on the node may be stuck starting: wait under --timeout */
-        MPI_Request q;
-        int prev = r->world_rank - 1;
-        MPI_Group lg, wg;
-        int lprev = lrank - 1;
-        if (MPI_Comm_group(local, &lg) == MPI_SUCCESS &&
-            MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
-            MPI_Group_translate_ranks(lg, 1, &lprev, wg, &prev);
-            MPI_Group_free(&lg);
-            MPI_Group_free(&wg);
-        }
-        if (wait_collective(r, MPI_Irecv(&n, 1, MPI_INT, lrank - 1, 0, local, &q), &q, prev,
-                            "its start-up turn from", e) ||
-            wait_collective(r, MPI_Irecv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, &q), &q,
-                            prev, "its start-up turn from", e))
-            fail_now(r, e);
-    }
+    MPI_Request q;
+    if (lrank > 0 && /* the rank before this one on the node, however long it takes */
+        (mpicheck_collective(MPI_Irecv(&n, 1, MPI_INT, lrank - 1, 0, local, &q), &q,
+                             "MPI_Irecv of the start-up turn", e) ||
+         mpicheck_collective(MPI_Irecv(readings, bytes, MPI_BYTE, lrank - 1, 1, local, &q), &q,
+                             "MPI_Irecv of the start-up turn", e)))
+        fail_now(r, e);
     if (rc == ERR_OK)
         rc = setup_stage(r, lrank, lsize, readings, &n, e);
     if (lrank + 1 < lsize &&
@@ -443,7 +495,7 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
         rc = err_set(e, ERR_FAIL, "MPI_Send of the start-up turn failed");
     free(readings);
     MPI_Comm_free(&local);
-    return rc;
+    return rc == ERR_OK ? load_state(r, e) : rc;
 }
 
 /* Every rank's GPU (or none), gathered; the same choice on every rank (transport_choose). */
@@ -458,20 +510,26 @@ static int setup_pipeline_transport(struct run *r, struct err *e)
         snprintf(mine, sizeof mine, "%s", r->gpu.uuid);
     int rc = ERR_OK;
     MPI_Request q;
-    if (wait_collective(r, MPI_Iallgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX,
+    if (mpicheck_collective(MPI_Iallgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids, TRANSPORT_ID_MAX,
                                           MPI_CHAR, r->comm, &q),
-                        &q, -1, "the ranks' GPUs (MPI_Iallgather)", e))
+                        &q, "the ranks' GPUs (MPI_Iallgather)", e))
         rc = e->code;
+    /* GPUs holding several chunks send each chunk's messages by tag over MPI: NCCL matches
+     * messages by their order and joins neighbouring ranks only */
+    int chunks = plan_shape(p).chunks;
+    const char *prefer = chunks > 1 ? "mpi" : r->o->transport; /* setup_global: not nccl */
     if (rc == ERR_OK &&
-        transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank,
-                         r->o->transport, &r->transport, r->transport_why,
-                         (int)sizeof r->transport_why))
+        transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank, prefer,
+                         &r->transport, r->transport_why, (int)sizeof r->transport_why))
         rc = err_set(e, ERR_INPUT, "--transport %s: %s", r->o->transport, r->transport_why);
+    if (rc == ERR_OK && chunks > 1 && strcmp(r->o->transport, "auto") == 0)
+        snprintf(r->transport_why, sizeof r->transport_why, "schedule %s: %d chunks a GPU, "
+                 "their messages by tag", schedule_name(p->schedule), chunks);
     free(ids);
     if (rc)
         return rc;
-    /* a send and a receive per micro-batch in flight, in each direction, at most */
-    int max_requests = 4 * p->micro_batches + 8;
+    /* a send and a receive per micro-batch in flight, in each direction, at most (per chunk) */
+    int max_requests = 4 * p->micro_batches * chunks + 8;
     int64_t act = sizes_activation_bytes(&p->model);
     switch (r->transport) {
     case TRANSPORT_MPI:
@@ -491,9 +549,9 @@ static int setup_pipeline_transport(struct run *r, struct err *e)
         rc = transport_nccl_unique_id(nccl_ids[i], e);
     int all = agree(r, rc, NULL);
     if (all == ERR_OK &&
-        wait_collective(r, MPI_Ibcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0,
+        mpicheck_collective(MPI_Ibcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0,
                                       r->comm, &q),
-                        &q, 0, "the NCCL ids from", e))
+                        &q, "the NCCL ids from", e))
         all = e->code;
     if (all == ERR_OK)
         all = transport_nccl_init(&r->tp, r->rank, r->size,
@@ -514,132 +572,57 @@ static int setup_transport(struct run *r, struct err *e)
                         : ERR_OK;
 }
 
-static void save(struct run *r, int64_t step)
+/* The checkpoint of `step`: every stage's file, then the manifest naming them. The ranks
+ * agree after each: a rank that could not write (a full disk) has left no temporary, every
+ * rank that wrote removes its file of this step (no manifest names it), the first rank that
+ * failed says why, and every rank stops (ERR_FAIL) with the last complete checkpoint in
+ * place. Nothing is killed while writing, so nothing is left half-written. */
+static int save(struct run *r, int64_t step, struct err *e)
 {
-    struct err e;
-    err_clear(&e);
     struct ckpt_identity id;
     checkpoint_identity(r, &id);
     /* the replicas hold the same weights: replica 0's are the checkpoint (with a sharded
      * optimizer, once it has every replica's slice) */
-    int rc = train_dp_gather_state(&r->dp, &r->stage, &e);
-    if (rc == ERR_OK && r->dp.replica == 0)
-        rc = ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, &e);
-    if (rc)
-        fail_now(r, &e);
+    if (train_dp_gather_state(&r->dp, &r->stage, e))
+        fail_now(r, e);
+    int first, rc = r->dp.replica == 0
+                        ? ckpt_write_stage(r->o->save_dir, &id, step, &r->stage, e)
+                        : ERR_OK;
+    int all = agree(r, rc, &first);
     /* the manifest names step N only once every stage's file of step N is on disk */
-    if (agree(r, rc, NULL) != ERR_OK)
-        MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
     const struct lossscale *ls = r->stage.c.loss_scale != NULL ? &r->stage.scaler : NULL;
-    if (r->world_rank == 0 && ckpt_write_manifest(r->o->save_dir, step, r->size, ls, &e))
-        fail_now(r, &e);
-    MPI_Request q;
-    if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage's checkpoint", &e))
-        fail_now(r, &e);
+    if (all == ERR_OK && r->world_rank == 0)
+        rc = ckpt_write_manifest(r->o->save_dir, step, r->size, ls, e);
+    if (all == ERR_OK)
+        all = agree(r, rc, &first);
+    if (all != ERR_OK) {
+        if (r->world_rank == first)
+            say(r, e);
+        if (r->dp.replica == 0)
+            ckpt_remove_step(r->o->save_dir, r->rank, step);
+        return err_set(e, ERR_FAIL, "stopped at step %lld: rank %d (replica %d, stage %d) could "
+                       "not write the checkpoint (its message above); %s keeps the last "
+                       "complete checkpoint, if any", (long long)step, first, first / r->size,
+                       first % r->size, r->o->save_dir);
+    }
     if (r->dp.replica == 0)
         ckpt_remove_older(r->o->save_dir, r->rank, step);
-}
-
-#define WEIGHTS_CHUNK (1 << 30) /* bytes per message: MPI counts are ints */
-
-/* A stage's tensors to rank 0: their count, descriptions, then their bytes in chunks. */
-static int send_weights(struct run *r, const struct st_tensor *t, int n, const char *blob,
-                        struct err *e)
-{
-    long long bytes = 0;
-    for (int i = 0; i < n; i++)
-        bytes += t[i].bytes;
-    MPI_CHECK(MPI_Send(&n, 1, MPI_INT, 0, 0, r->comm), e);
-    MPI_CHECK(MPI_Send(t, n * (int)sizeof *t, MPI_BYTE, 0, 0, r->comm), e);
-    for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
-        MPI_CHECK(MPI_Send(blob + at,
-                           (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
-                           MPI_BYTE, 0, 0, r->comm), e);
     return ERR_OK;
 }
 
-/* Rank 0 receives every other stage's tensors (send_weights) and writes one file. A failure
- * here stops the job (save_weights), so an MPI error returns at once. */
-static int gather_weights(struct run *r, struct st_tensor *t, int n, char *blob, struct err *e)
+/* --save-weights: replica 0's stages write (the replicas hold the same weights); every rank
+ * learns the outcome, the first that failed says why. */
+static int save_weights(struct run *r, struct err *e)
 {
-    if (r->rank != 0)
-        return send_weights(r, t, n, blob, e);
-    int total = n, rc = ERR_OK;
-    struct st_tensor *all = malloc(sizeof *all * (size_t)n);
-    char **blobs = malloc(sizeof *blobs * (size_t)n),
-         **own = calloc((size_t)r->size, sizeof *own);
-    if (all == NULL || blobs == NULL || own == NULL)
-        rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
-    for (int i = 0; i < n && rc == ERR_OK; i++) {
-        all[i] = t[i];
-        blobs[i] = blob;
-    }
-    for (int s = 1; s < r->size && rc == ERR_OK; s++) {
-        int m;
-        long long bytes = 0;
-        MPI_CHECK(MPI_Recv(&m, 1, MPI_INT, s, 0, r->comm, MPI_STATUS_IGNORE), e);
-        struct st_tensor *more = realloc(all, sizeof *all * (size_t)(total + m));
-        all = more != NULL ? more : all;
-        char **more_blobs = realloc(blobs, sizeof *blobs * (size_t)(total + m));
-        blobs = more_blobs != NULL ? more_blobs : blobs;
-        if (more == NULL || more_blobs == NULL) {
-            rc = err_set(e, ERR_FAIL, "out of memory gathering the weights");
-            break;
-        }
-        MPI_CHECK(MPI_Recv(all + total, m * (int)sizeof *all, MPI_BYTE, s, 0, r->comm,
-                           MPI_STATUS_IGNORE), e);
-        for (int i = 0; i < m; i++)
-            bytes += all[total + i].bytes;
-        if ((own[s] = malloc((size_t)bytes + 1)) == NULL) {
-            rc = err_set(e, ERR_FAIL, "out of memory gathering stage %d's weights", s);
-            break;
-        }
-        for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK)
-            MPI_CHECK(MPI_Recv(own[s] + at,
-                               (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK),
-                               MPI_BYTE, s, 0, r->comm, MPI_STATUS_IGNORE), e);
-        for (int i = 0; i < m; i++)
-            blobs[total + i] = own[s];
-        total += m;
-    }
-    if (rc == ERR_OK)
-        rc = st_write(r->o->save_weights_file, all, total, blobs, e);
-    for (int s = 0; own != NULL && s < r->size; s++)
-        free(own[s]);
-    free(own);
-    free(all);
-    free(blobs);
-    return rc;
-}
-
-/* --save-weights: each stage its own file (ST_STAGE_MARK in the name) or one by rank 0. A
- * failure stops the job (the path was checked before the first step). */
-static void save_weights(struct run *r)
-{
-    struct err e;
-    err_clear(&e);
-    if (r->dp.replica != 0) /* the replicas hold the same weights: replica 0's are written */
-        return;
-    struct st_tensor *t = NULL;
-    char *blob = NULL, file[FILEIO_PATH_MAX];
-    int n = 0, rc = st_stage_collect(&r->stage, &t, &n, &blob, &e);
-    if (rc == ERR_OK && strstr(r->o->save_weights_file, ST_STAGE_MARK) != NULL) {
-        char **blobs = malloc(sizeof *blobs * (size_t)n);
-        for (int i = 0; blobs != NULL && i < n; i++)
-            blobs[i] = blob;
-        st_stage_path(r->o->save_weights_file, r->rank, file, sizeof file);
-        rc = blobs != NULL ? st_write(file, t, n, blobs, &e)
-                           : err_set(&e, ERR_FAIL, "out of memory writing the weights");
-        free(blobs);
-    } else if (rc == ERR_OK) {
-        rc = gather_weights(r, t, n, blob, &e);
-    }
-    free(t);
-    free(blob);
-    if (rc)
-        fail_now(r, &e);
-    if (MPI_Barrier(r->comm) != MPI_SUCCESS)
-        MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
+    int first, rc = r->dp.replica == 0
+                        ? train_weights_save(&r->stage, r->comm, r->o->save_weights_file, e)
+                        : ERR_OK;
+    if (agree(r, rc, &first) == ERR_OK)
+        return ERR_OK;
+    if (r->world_rank == first)
+        say(r, e);
+    return err_set(e, ERR_FAIL, "--save-weights: rank %d (replica %d, stage %d) could not write "
+                   "the weights (its message above)", first, first / r->size, first % r->size);
 }
 
 static void free_run(struct run *r)
@@ -656,8 +639,6 @@ static void free_run(struct run *r)
     if (r->plan_loaded)
         plan_free(&r->plan);
     free(r->regen);
-    if (r->ctl_ready)
-        MPI_Comm_free(&r->ctl);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
@@ -678,14 +659,14 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
     }
     MPI_Request q;
     if (rc == ERR_OK &&
-        wait_collective(r, MPI_Igather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine,
+        mpicheck_collective(MPI_Igather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine,
                                        MPI_BYTE, 0, r->comm, &q),
-                        &q, -1, "the stage reports (MPI_Igather)", e))
+                        &q, "the stage reports (MPI_Igather)", e))
         rc = e->code;
     if (rc == ERR_OK && o->trace_file != NULL) {
         int n = r->stage.x.n_events * (int)sizeof(struct stage_event), total = 0;
-        if (wait_collective(r, MPI_Igather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm, &q),
-                            &q, -1, "the trace sizes (MPI_Igather)", e))
+        if (mpicheck_collective(MPI_Igather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, r->comm, &q),
+                            &q, "the trace sizes (MPI_Igather)", e))
             rc = e->code;
         if (rc == ERR_OK && r->rank == 0) {
             for (int s = 0; s < r->size; s++) {
@@ -697,9 +678,9 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
                 rc = err_set(e, ERR_FAIL, "out of memory gathering the trace");
         }
         if (rc == ERR_OK &&
-            wait_collective(r, MPI_Igatherv(r->stage.x.events, n, MPI_BYTE, events, counts,
+            mpicheck_collective(MPI_Igatherv(r->stage.x.events, n, MPI_BYTE, events, counts,
                                             displs, MPI_BYTE, 0, r->comm, &q),
-                            &q, -1, "the trace (MPI_Igatherv)", e))
+                            &q, "the trace (MPI_Igatherv)", e))
             rc = e->code;
         if (r->rank == 0)
             for (int s = 0; s < r->size; s++)
@@ -722,13 +703,18 @@ static int finish(struct run *r, struct report *rep, const struct report_stage *
     return rc;
 }
 
-/* The last stage's loss to every rank, with the transports' deadline: a last stage that
- * stopped after its last send must not hang the others here. */
+/* The rank that runs the head (the last virtual stage): the last, or with a V the first. */
+static int head_rank(const struct run *r)
+{
+    return r->plan.stages[r->plan.n_stages - 1].gpu;
+}
+
+/* The head's loss to every rank. */
 static int share_loss(struct run *r, double *loss, struct err *e)
 {
-    MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
-    return mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e);
+    MPI_Request q;
+    return mpicheck_collective(MPI_Ibcast(loss, 1, MPI_DOUBLE, head_rank(r), r->comm, &q), &q,
+                               "the loss (MPI_Ibcast)", e);
 }
 
 /* Each step's offload figures over the stages: stall, late prefetches and copy time summed,
@@ -746,10 +732,15 @@ static int sum_steps(struct run *r, struct report *rep, struct err *e)
         sum[3 * i + 2] = st->copy_ms;
         peak[i] = st->host_peak_bytes;
     }
+    MPI_Request q;
     if (rc == ERR_OK &&
-        (MPI_Allreduce(MPI_IN_PLACE, sum, 3 * n, MPI_DOUBLE, MPI_SUM, r->comm) != MPI_SUCCESS ||
-         MPI_Allreduce(MPI_IN_PLACE, peak, n, MPI_INT64_T, MPI_MAX, r->comm) != MPI_SUCCESS))
-        rc = err_set(e, ERR_FAIL, "MPI_Allreduce of the steps' offload figures failed");
+        (mpicheck_collective(MPI_Iallreduce(MPI_IN_PLACE, sum, 3 * n, MPI_DOUBLE, MPI_SUM,
+                                            r->comm, &q),
+                             &q, "the steps' offload figures (MPI_Iallreduce)", e) ||
+         mpicheck_collective(MPI_Iallreduce(MPI_IN_PLACE, peak, n, MPI_INT64_T, MPI_MAX, r->comm,
+                                            &q),
+                             &q, "the steps' host peaks (MPI_Iallreduce)", e)))
+        rc = e->code;
     for (int i = 0; rc == ERR_OK && i < n; i++) {
         struct report_step *st = &rep->steps[i];
         st->stall_ms = sum[3 * i];
@@ -767,11 +758,11 @@ static int sum_steps(struct run *r, struct report *rep, struct err *e)
 static int split_replicas(struct run *r, struct err *e)
 {
     const struct plan *p = &r->plan;
-    ERR_TRY(train_dp_split(&r->dp, MPI_COMM_WORLD, p->n_stages, p->stages[0].dp,
-                           r->o->timeout_s, e));
+    int gpus = plan_shape(p).gpus;
+    ERR_TRY(train_dp_split(&r->dp, MPI_COMM_WORLD, gpus, p->stages[0].dp, e));
     r->comm = r->dp.pipeline;
     r->rank = r->dp.stage;
-    r->size = p->n_stages;
+    r->size = gpus;
     r->data.micro_offset = r->dp.replica * p->micro_batches;
     return ERR_OK;
 }
@@ -850,7 +841,7 @@ static int train_loop(struct run *r, struct err *e)
                r->be.threads, transport_kind_name(r->transport), (long long)r->start_step + 1,
                (long long)o->steps);
     MPI_Request q;
-    if (wait_collective(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every stage to start", e))
+    if (mpicheck_collective(MPI_Ibarrier(r->comm, &q), &q, "every stage to start", e))
         return e->code;
     stage_set_origin(&r->stage);
     for (int64_t i = 0; i < n_steps; i++) {
@@ -862,7 +853,7 @@ static int train_loop(struct run *r, struct err *e)
             free(rep.steps); /* every rank has the verdict: each returns, nothing is written */
             return stop_verdict(r, step, e);
         }
-        if (r->dp.dp > 1 && r->rank == r->size - 1 &&
+        if (r->dp.dp > 1 && r->rank == head_rank(r) &&
             train_dp_loss(&r->dp, r->stage.x.mb_loss, p->micro_batches, &loss, e))
             fail_now(r, e);
         if (share_loss(r, &loss, e))
@@ -897,16 +888,28 @@ static int train_loop(struct run *r, struct err *e)
         if (r->world_rank == 0 && !o->quiet)
             print_step(r, &rep, &rep.steps[i]);
         if (o->save_dir != NULL &&
-            ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
-            save(r, step + 1);
+            ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1) &&
+            save(r, step + 1, e)) {
+            free(rep.steps);
+            return e->code;
+        }
     }
     if (stage_drain(&r->stage, e)) /* the last host updates, into the trace */
         fail_now(r, e);
-    if (o->save_weights_file != NULL)
-        save_weights(r);
+    if (o->save_weights_file != NULL && save_weights(r, e)) {
+        free(rep.steps);
+        return e->code;
+    }
     rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
     rep.scaler = r->stage.scaler;
     const struct plan_stage *st = &p->stages[r->rank];
+    /* a GPU holding chunks: its time per micro-batch over them (memory is the GPU's already) */
+    double stage_ms = 0, recompute_ms = 0;
+    int members[SCHEDULE_CHUNKS_MAX], n_members = plan_gpu_stages(p, r->rank, members);
+    for (int k = 0; k < n_members; k++) {
+        stage_ms += p->stages[members[k]].stage_ms;
+        recompute_ms += p->stages[members[k]].recompute_ms;
+    }
     struct report_stage mine = {
         .index = r->rank,
         .first = st->first,
@@ -915,8 +918,8 @@ static int train_loop(struct run *r, struct err *e)
         .planned_bytes = st->memory_bytes - p->reserve_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena_bytes = r->stage.lay.arena_bytes,
-        .planned_stage_ms = st->stage_ms,
-        .planned_recompute_ms = st->recompute_ms,
+        .planned_stage_ms = stage_ms,
+        .planned_recompute_ms = recompute_ms,
         .fwd_ms = sum.fwd / (counted * p->micro_batches),
         .bwd_ms = sum.bwd / (counted * p->micro_batches),
         .recompute_ms = sum.recompute / (counted * p->micro_batches),
@@ -956,11 +959,35 @@ static int train_loop(struct run *r, struct err *e)
         mine.cublas_workspace_bytes = mem.blas_workspace_bytes;
         mine.nccl_bytes = r->nccl_bytes;
     }
-    for (int l = 0; l < plan_stage_layer_count(st); l++)
-        mine.n_recompute += st->recompute[l] != COST_KEEP; /* whole or in part */
+    for (int k = 0; k < n_members; k++)
+        for (int l = 0; l < plan_stage_layer_count(&p->stages[members[k]]); l++)
+            mine.n_recompute += p->stages[members[k]].recompute[l] != COST_KEEP; /* or part */
     int rc = finish(r, &rep, &mine, e);
     free(rep.steps);
     return rc;
+}
+
+/* Fault injection for the heartbeat's tests: BALLAST_TEST_FAULT=RANK:KIND makes world rank
+ * RANK, before it says anything, stop (KIND stop: SIGSTOP, as a rank stopped or stuck in the
+ * kernel would), sleep for ever neither progressing nor waiting (sleep: a library retrying a
+ * failed allocation), or wait for ever on a message nobody sends (wait: with every other rank
+ * then waiting on it, a deadlock). */
+static void inject_fault(int world_rank, struct err *e)
+{
+    const char *f = getenv("BALLAST_TEST_FAULT");
+    int rank = -1;
+    char kind[16] = "";
+    if (f == NULL || sscanf(f, "%d:%15s", &rank, kind) != 2 || rank != world_rank)
+        return;
+    if (strcmp(kind, "stop") == 0)
+        raise(SIGSTOP);
+    while (strcmp(kind, "sleep") == 0)
+        pause();
+    int never;
+    MPI_Request q;
+    if (strcmp(kind, "wait") == 0)
+        mpicheck_collective(MPI_Irecv(&never, 1, MPI_INT, 0, 0, MPI_COMM_SELF, &q), &q,
+                            "a message nobody sends (BALLAST_TEST_FAULT)", e);
 }
 
 int train_run(const struct train_options *o)
@@ -974,31 +1001,25 @@ int train_run(const struct train_options *o)
     r.dp = (struct train_dp){.dp = 1, .pipeline = MPI_COMM_NULL, .grads = MPI_COMM_NULL};
     if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
         MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
-        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS || MPI_Comm_dup(r.comm, &r.ctl) != MPI_SUCCESS ||
-        MPI_Comm_set_errhandler(r.ctl, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS) {
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }
-    /* Fault injection for the tests of --timeout: this rank stops (SIGSTOP) before it says
-     * anything, as a rank stuck starting would. */
-    const char *stop = getenv("BALLAST_TEST_STOP_RANK");
     r.world_rank = r.rank;
     r.world_size = r.size;
-    if (stop != NULL && atoi(stop) == r.rank)
-        raise(SIGSTOP);
+    inject_fault(r.world_rank, &e);
     /* and for the tests of non-finite values: "STEP:RANK", that rank finds a NaN in its
      * gradients at that step, as if its backward had made one */
     const char *nan = getenv("BALLAST_TEST_NONFINITE");
     if (nan == NULL || sscanf(nan, "%lld:%d", &r.nan_step, &r.nan_rank) != 2)
         r.nan_step = 0;
     if (o->share_file != NULL)
-        return train_share_run(o, r.rank, r.size, r.ctl);
-    r.ctl_ready = 1;
-    /* The same on every rank: rank 0 speaks for all. */
+        return train_share_run(o, r.rank, r.size);
+    /* Mostly the same on every rank: the first that failed speaks (rank 0 when all did). */
     int first_failed, rc = setup_global(&r, &e);
-    int all = agree(&r, rc, NULL);
+    int all = agree(&r, rc, &first_failed);
     if (all != ERR_OK) {
-        if (rc != ERR_OK && r.rank == 0)
+        if (rc != ERR_OK && r.world_rank == first_failed)
             fprintf(stderr, "ballast train: %s\n", e.msg);
         free_run(&r);
         return all;
@@ -1008,11 +1029,14 @@ int train_run(const struct train_options *o)
         free_run(&r);
         return ERR_FAIL;
     }
-    /* Outputs: the first rank that cannot write speaks (usually all share one file system). */
-    rc = check_outputs(o, &e);
+    /* The data file and the outputs: the first rank with a problem speaks (usually all share
+     * one file system). */
+    rc = share_data(&r, &e);
+    if (rc == ERR_OK)
+        rc = check_outputs(o, &e);
     all = agree(&r, rc, &first_failed);
     if (all != ERR_OK) {
-        if (rc != ERR_OK && (r.rank == first_failed || first_failed < 0))
+        if (rc != ERR_OK && r.world_rank == first_failed)
             fprintf(stderr, "ballast train: %s\n", e.msg);
         free_run(&r);
         return all;
@@ -1030,23 +1054,18 @@ int train_run(const struct train_options *o)
             else if (rc != ERR_OK && !global)
                 fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
             else if (rc == ERR_OK && r.world_rank == 0)
-                fprintf(stderr, "ballast train: stopped: stage %d%s could not start\n",
-                        first_failed % r.size, r.dp.dp > 1 ? " of a replica" : "");
+                fprintf(stderr, "ballast train: stopped: rank %d (replica %d, stage %d) could "
+                        "not start\n", first_failed, first_failed / r.size,
+                        first_failed % r.size);
             free_run(&r);
             return all;
         }
     }
-    r.tp.timeout_s = o->timeout_s;
     rc = train_loop(&r, &e);
-    /* only rank 0 writes files; its status is everyone's */
-    MPI_Request q;
-    struct err be;
-    err_clear(&be);
-    if (wait_collective(&r, MPI_Ibcast(&rc, 1, MPI_INT, 0, r.comm, &q), &q, 0,
-                        "the run's status from", &be))
-        fail_now(&r, &be);
-    if (rc != ERR_OK && r.world_rank == 0)
+    /* rank 0 writes the files; any rank's failure is everyone's, the first one's said */
+    all = agree(&r, rc, &first_failed);
+    if (all != ERR_OK && r.world_rank == first_failed)
         fprintf(stderr, "ballast train: %s\n", e.msg);
     free_run(&r);
-    return rc;
+    return all;
 }

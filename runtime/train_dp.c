@@ -10,16 +10,15 @@
 
 #define DP_CHUNK (1 << 26) /* floats per MPI_Iallgather: MPI counts are ints */
 
-int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, double timeout_s,
-                   struct err *e)
+int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, struct err *e)
 {
     int w;
     d->dp = dp;
-    d->timeout_s = timeout_s;
     d->pipeline = d->grads = MPI_COMM_NULL;
     MPI_CHECK(MPI_Comm_rank(world, &w), e);
     d->replica = w / n_stages;
     d->stage = w % n_stages;
+    ERR_TRY(mpicheck_gate(world, "every rank before splitting the replicas (MPI_Ibarrier)", e));
     MPI_CHECK(MPI_Comm_split(world, d->replica, d->stage, &d->pipeline), e);
     MPI_CHECK(MPI_Comm_set_errhandler(d->pipeline, MPI_ERRORS_RETURN), e);
     MPI_CHECK(MPI_Comm_split(world, d->stage, d->replica, &d->grads), e);
@@ -71,7 +70,7 @@ int train_dp_setup(struct train_dp *d, struct backend *be, const char *gpu_uuid,
     MPI_Request q;
     int rc = mpicheck_collective(MPI_Iallgather(mine, TRANSPORT_ID_MAX, MPI_CHAR, ids,
                                                 TRANSPORT_ID_MAX, MPI_CHAR, d->grads, &q),
-                                 &q, d->timeout_s, -1, "the replicas' GPUs (MPI_Iallgather)", e);
+                                 &q, "the replicas' GPUs (MPI_Iallgather)", e);
     /* --transport nccl names the pipeline's: the replicas take NCCL where they can */
     if (rc == ERR_OK)
         transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, d->dp, d->replica,
@@ -84,7 +83,7 @@ int train_dp_setup(struct train_dp *d, struct backend *be, const char *gpu_uuid,
     if (d->replica == 0)
         id[TRANSPORT_NCCL_ID_BYTES] = transport_nccl_unique_id(id, e) == ERR_OK;
     if (mpicheck_collective(MPI_Ibcast(id, (int)sizeof id, MPI_BYTE, 0, d->grads, &q), &q,
-                            d->timeout_s, 0, "the NCCL id of the gradients from", e))
+                            "the NCCL id of the gradients (MPI_Ibcast)", e))
         return e->code;
     if (!id[TRANSPORT_NCCL_ID_BYTES])
         return d->replica == 0 ? e->code
@@ -167,7 +166,7 @@ static int gather_sum(struct train_dp *d, float *mine, float *out, int64_t n, fl
         MPI_Request q;
         if (mpicheck_collective(MPI_Iallgather(mine + at, count, MPI_FLOAT, d->all, count,
                                                MPI_FLOAT, d->grads, &q),
-                                &q, d->timeout_s, -1, what, e))
+                                &q, what, e))
             return e->code;
         for (int i = 0; i < count; i++) {
             float sum = d->all[i];
@@ -197,8 +196,7 @@ static int reduce_scatter(struct train_dp *d, float *mine, float scale, struct e
         MPI_Request q;
         if (mpicheck_collective(MPI_Ialltoallv(mine, d->counts, d->displs, MPI_FLOAT, d->all,
                                                d->rcounts, d->rdispls, MPI_FLOAT, d->grads, &q),
-                                &q, d->timeout_s, -1,
-                                "the replicas' gradient slices (MPI_Ialltoallv)", e))
+                                &q, "the replicas' gradient slices (MPI_Ialltoallv)", e))
             return e->code;
         for (int i = 0; i < count; i++) {
             float sum = d->all[i];
@@ -298,8 +296,7 @@ static int buckets_reduce(struct train_dp *d, struct stage_runner *r, float scal
     for (int k = 0; k < d->n_buckets; k++) {
         struct train_dp_bucket *b = &d->buckets[k];
         const float *all = d->all + d->dp * b->lo;
-        ERR_TRY(mpicheck_wait(&b->req, d->timeout_s, -1,
-                              "the replicas' gradients (MPI_Iallgather)", e));
+        ERR_TRY(mpicheck_wait(&b->req, "the replicas' gradients (MPI_Iallgather)", e));
         for (int64_t i = 0; i < b->n; i++) {
             float sum = all[i];
             for (int rr = 1; rr < d->dp; rr++)
@@ -322,7 +319,7 @@ int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e)
     float scale = (float)(1.0 / d->dp);
     if (d->nccl != NULL) { /* on the device, in NCCL's order */
         ERR_TRY(allreduce_nccl_sum(d->nccl, (float *)(r->persistent + r->lay.grads_at), n, scale,
-                                   d->timeout_s, e));
+                                   e));
         d->step_ms = exec_now_ms() - t0;
         return ERR_OK;
     }
@@ -369,7 +366,7 @@ static int gatherv(struct train_dp *d, const char *send, const int64_t *count, c
         else
             rc = MPI_Igatherv(from, n, type, recv, d->counts, d->displs, type, root, d->grads,
                               &q);
-        if (mpicheck_collective(rc, &q, d->timeout_s, -1, what, e))
+        if (mpicheck_collective(rc, &q, what, e))
             return e->code;
     }
     return ERR_OK;
@@ -430,8 +427,7 @@ int train_dp_loss(struct train_dp *d, const double *mb_loss, int M, double *loss
     MPI_Request q;
     int rc = mpicheck_collective(MPI_Iallgather(mb_loss, M, MPI_DOUBLE, all, M, MPI_DOUBLE,
                                                 d->grads, &q),
-                                 &q, d->timeout_s, -1,
-                                 "the replicas' losses (MPI_Iallgather)", e);
+                                 &q, "the replicas' losses (MPI_Iallgather)", e);
     double sum = 0;
     for (int i = 0; rc == ERR_OK && i < M * d->dp; i++)
         sum += all[i];

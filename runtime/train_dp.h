@@ -33,7 +33,6 @@
 struct train_dp {
     int dp, replica, stage;
     MPI_Comm pipeline, grads; /* MPI_COMM_NULL until split */
-    double timeout_s;
     float *mine, *all; /* host copies: this stage's gradients, and every replica's */
     int64_t n;         /* floats in them */
     double step_ms;    /* the last step's reduction, from its last backward's end */
@@ -58,8 +57,7 @@ struct train_dp {
 
 /* Splits `world` (n_stages * dp ranks, checked by the caller) into the pipelines and the
  * gradient groups. */
-int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, double timeout_s,
-                   struct err *e);
+int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, struct err *e);
 void train_dp_free(struct train_dp *d);
 
 /* Once the stage's backend is up (every replica of the stage calls it): the gradients go
@@ -73,7 +71,7 @@ int train_dp_setup(struct train_dp *d, struct backend *be, const char *gpu_uuid,
 const char *train_dp_reduce_kind(const struct train_dp *d);
 
 /* stage_config.reduce_grads, ctx a struct train_dp: the replicas' gradients summed in replica
- * order and scaled by 1/dp, every wait under the timeout. */
+ * order and scaled by 1/dp. */
 int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e);
 /* stage_config.layer_grads: layer li's gradients are final; the buckets it completes start
  * (MPI, not sharded), and those started progress. */

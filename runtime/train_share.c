@@ -15,7 +15,12 @@
  * live, each job's from its executor's accounting (exec.h) less its persistent bytes; with
  * --switch full, the largest job's. A switch starts at a barrier after the last slice (every
  * rank done with it) and is timed until the next job is in place on this rank; metrics report
- * the slowest rank's time and the bytes summed over ranks. */
+ * the slowest rank's time and the bytes summed over ranks.
+ *
+ * --init and --save-weights work per job: TRAIN_JOB_MARK in the name becomes the job's name
+ * (without it every job starts from the same file; saving several jobs needs it), and
+ * ST_STAGE_MARK, as for one plan, the stage's index. --check-arena checks each job's arena
+ * where its plan lays one out. The paths are checked on every rank before any work. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +29,16 @@
 
 #include "cuda_device.h"
 #include "fileio.h"
+#include "heartbeat.h"
 #include "jsonio.h"
 #include "model_ops.h"
 #include "mpicheck.h"
 #include "report.h"
+#include "safetensors.h"
 #include "share.h"
 #include "stage.h"
 #include "train.h"
+#include "train_weights.h"
 
 struct share_job_run {
     struct data_source data;
@@ -56,8 +64,6 @@ struct share_switch {
 struct share_run {
     const struct train_options *o;
     MPI_Comm comm;
-    MPI_Comm ctl; /* a duplicate for share_agree(): its messages never meet the transport's */
-    int ctl_ready;
     int rank, size;
     struct share sh;
     int loaded;
@@ -80,35 +86,25 @@ static void share_fail_now(struct share_run *r, const struct err *e)
     MPI_Abort(r->comm, ERR_FAIL);
 }
 
-/* Every rank's status, the worst to all, under --timeout (mpicheck_agree): a rank that
- * never reports ends the job, named. */
-static int share_agree(struct share_run *r, int rc)
+/* Every rank's status, the worst to all (mpicheck_agree); *first (may be NULL) the first
+ * rank that failed. */
+static int share_agree(struct share_run *r, int rc, int *first)
 {
     struct err e;
     err_clear(&e);
     int verdict[2] = {rc, rc != ERR_OK ? r->rank : r->size};
-    if (mpicheck_agree(r->ctl, r->rank, r->size, r->o->timeout_s, verdict, &e))
+    if (mpicheck_agree(r->comm, r->size, verdict, &e))
         share_fail_now(r, &e);
+    if (first != NULL)
+        *first = verdict[1];
     return verdict[0];
-}
-
-/* A collective begun as `req`, completed under --timeout. */
-static int share_wait(struct share_run *r, int mpi_rc, MPI_Request *req, int peer,
-                      const char *what, struct err *e)
-{
-    return mpicheck_collective(mpi_rc, req, r->o->timeout_s, peer, what, e);
 }
 
 /* stage_config.agree_flag (train.c's, over this run's ranks). */
 static int share_agree_flag(void *ctx, int mine, int *first, struct err *e)
 {
     struct share_run *r = ctx;
-    int v = mine ? r->rank : r->size;
-    MPI_Request q;
-    ERR_TRY(share_wait(r, MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, r->ctl, &q), &q,
-                       -1, "every rank's check of its gradients (MPI_Iallreduce)", e));
-    *first = v < r->size ? v : -1;
-    return ERR_OK;
+    return mpicheck_agree_flag(r->comm, r->rank, r->size, mine, first, e);
 }
 
 /* ---- set-up ---- */
@@ -130,6 +126,12 @@ static int check_share(struct share_run *r, struct err *e)
     if (o->save_dir != NULL || o->resume_dir != NULL || o->trace_file != NULL)
         return err_set(e, ERR_INPUT, "--save, --resume and --trace are for one plan, not "
                        "--share");
+    if (o->save_weights_file != NULL && r->sh.n_jobs > 1 &&
+        strstr(o->save_weights_file, TRAIN_JOB_MARK) == NULL)
+        return err_set(e, ERR_INPUT, "--save-weights %s: the %d jobs of %s would write one file: "
+                       "put %s in the name (each job's own file, %s the job's name)",
+                       o->save_weights_file, r->sh.n_jobs, o->share_file, TRAIN_JOB_MARK,
+                       TRAIN_JOB_MARK);
     for (int j = 0; j < r->sh.n_jobs; j++) {
         const struct plan *p = &r->sh.jobs[j].plan;
         if (model_ops_of(&p->model) == NULL)
@@ -151,26 +153,61 @@ static int check_share(struct share_run *r, struct err *e)
     return ERR_OK;
 }
 
+/* `pattern` with TRAIN_JOB_MARK replaced by job j's name (or as is). */
+static void job_path(const struct share_run *r, const char *pattern, int j, char *out,
+                     size_t size)
+{
+    const char *at = strstr(pattern, TRAIN_JOB_MARK);
+    if (at == NULL)
+        snprintf(out, size, "%s", pattern);
+    else
+        snprintf(out, size, "%.*s%s%s", (int)(at - pattern), pattern, r->sh.jobs[j].name,
+                 at + strlen(TRAIN_JOB_MARK));
+}
+
+/* This rank's files of every job, before any work: --init's can be read, --save-weights' can
+ * be written. */
+static int check_paths(const struct share_run *r, struct err *e)
+{
+    const struct train_options *o = r->o;
+    for (int j = 0; j < r->sh.n_jobs; j++) {
+        char pattern[FILEIO_PATH_MAX], file[FILEIO_PATH_MAX];
+        struct err in;
+        int fd;
+        int64_t size;
+        err_clear(&in);
+        job_path(r, o->init_file != NULL ? o->init_file : "", j, pattern, sizeof pattern);
+        st_stage_path(pattern, r->rank, file, sizeof file);
+        if (o->init_file != NULL && fileio_open_input(file, 0, &fd, &size, &in))
+            return err_set(e, in.code, "--init: job %s: %s", r->sh.jobs[j].name, in.msg);
+        if (o->init_file != NULL)
+            close(fd);
+        job_path(r, o->save_weights_file != NULL ? o->save_weights_file : "", j, pattern,
+                 sizeof pattern);
+        st_stage_path(pattern, r->rank, file, sizeof file);
+        if (o->save_weights_file != NULL && fileio_out_check(file, &in))
+            return err_set(e, in.code, "--save-weights: job %s: %s", r->sh.jobs[j].name, in.msg);
+    }
+    return ERR_OK;
+}
+
 /* The CPU, or the GPU (local rank mod the node's GPUs) where the job's plans put the stage. */
 static int start_backend(struct share_run *r, struct err *e)
 {
     const char *d = r->o->device;
     const struct plan_stage *st = &r->sh.jobs[0].plan.stages[r->rank];
-    r->on_cuda = strcmp(d, "auto") != 0 ? strcmp(d, "cuda") == 0
-                                        : strcmp(st->device_kind, "cuda") == 0;
+    r->on_cuda = train_stage_on_cuda(d, st);
     MPI_Comm local;
     int lrank = 0, lsize = 1;
+    ERR_TRY(mpicheck_gate(r->comm, "every rank before finding the node's (MPI_Ibarrier)", e));
     MPI_CHECK(MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local),
               e);
     int rc = MPI_Comm_rank(local, &lrank) != MPI_SUCCESS || MPI_Comm_size(local, &lsize) != MPI_SUCCESS;
     MPI_Comm_free(&local);
     if (rc)
         return err_set(e, ERR_FAIL, "MPI could not tell this node's ranks");
-    if (!r->on_cuda) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int threads = r->o->threads > 0 ? r->o->threads : cores > lsize ? (int)(cores / lsize) : 1;
-        return backend_cpu_init(&r->be, threads, e);
-    }
+    if (!r->on_cuda)
+        return backend_cpu_init(&r->be, train_cpu_threads(r->o->threads, lsize, lrank == 0), e);
     int n = 0;
     char why[256] = "";
     cuda_device_count(&n, why, (int)sizeof why);
@@ -215,7 +252,9 @@ static int start_job(struct share_run *r, int j, struct err *e)
     const struct plan *p = &r->sh.jobs[j].plan;
     const struct share_device *dv = &r->sh.devices[r->rank];
     struct share_job_run *job = &r->jobs[j];
-    if (o->data_file != NULL ? data_init_file(&job->data, o->data_file, o->data_format, &p->model, o->seed, e)
+    /* the data file read whole (checked against this job's model) by rank 0 alone */
+    if (o->data_file != NULL ? data_open_file(&job->data, o->data_file, o->data_format, &p->model,
+                                              o->seed, r->rank == 0, e)
                              : data_init_synthetic(&job->data, &p->model, o->seed, e))
         return e->code;
     job->data_loaded = 1;
@@ -230,6 +269,7 @@ static int start_job(struct share_run *r, int j, struct err *e)
         return e->code;
     c.persistent = persistent_at(r, j);
     c.temporary = temporary_at(r);
+    c.check_arena = o->check_arena;
     c.persistent_bytes = dv->persistent[j].bytes;
     c.temporary_bytes = dv->temporary.bytes;
     if (p->model.dtype == MODEL_DTYPE_FP16)
@@ -245,6 +285,12 @@ static int start_job(struct share_run *r, int j, struct err *e)
     if (stage_init(&job->stage, &c, &r->be, &r->tp, &job->data, o->seed, &in))
         return err_set(e, in.code, "job %s: %s", r->sh.jobs[j].name, in.msg);
     job->stage_ready = 1;
+    if (o->init_file != NULL) {
+        char pattern[FILEIO_PATH_MAX];
+        job_path(r, o->init_file, j, pattern, sizeof pattern);
+        if (train_weights_load(&job->stage, pattern, r->rank, &in))
+            return err_set(e, in.code, "--init: job %s: %s", r->sh.jobs[j].name, in.msg);
+    }
     if (!o->switch_full)
         return ERR_OK;
     /* the device holds one job: this one's state waits on the host */
@@ -270,7 +316,6 @@ static int start_transport(struct share_run *r, struct err *e)
     }
     int rc = r->on_cuda ? transport_staged_init(&r->tp, &r->comm, max_requests, &r->be, act, e)
                         : transport_mpi_init(&r->tp, &r->comm, max_requests, e);
-    r->tp.timeout_s = r->o->timeout_s;
     return rc;
 }
 
@@ -313,8 +358,6 @@ static void free_share_run(struct share_run *r)
     if (r->loaded)
         share_free(&r->sh);
     free(r->switches);
-    if (r->ctl_ready)
-        MPI_Comm_free(&r->ctl);
 }
 
 /* ---- the jobs in turn ---- */
@@ -341,7 +384,7 @@ static int swap_state(struct share_run *r, int to, int64_t *moved, struct err *e
 static int switch_to(struct share_run *r, int from, int to, struct err *e)
 {
     MPI_Request q;
-    ERR_TRY(share_wait(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every rank before a switch", e));
+    ERR_TRY(mpicheck_collective(MPI_Ibarrier(r->comm, &q), &q, "every rank before a switch", e));
     double t0 = exec_now_ms();
     int64_t moved = 0;
     if (r->o->switch_full)
@@ -349,7 +392,7 @@ static int switch_to(struct share_run *r, int from, int to, struct err *e)
     /* shared: the persistent regions stay; the next job's carving of the temporary region is
      * its stage's own (stage_config), so nothing moves */
     double ms = exec_now_ms() - t0; /* the switch's own work, not the wait for other ranks */
-    ERR_TRY(share_wait(r, MPI_Ibarrier(r->comm, &q), &q, -1, "every rank after a switch", e));
+    ERR_TRY(mpicheck_collective(MPI_Ibarrier(r->comm, &q), &q, "every rank after a switch", e));
     if (from < 0)
         return ERR_OK;
     if (r->n_switches == r->cap_switches) {
@@ -371,7 +414,7 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
     struct share_job_run *job = &r->jobs[j];
     for (int64_t i = 0; i < n; i++, job->done++) {
         double t0 = exec_now_ms(), loss = 0;
-        MPI_Request req;
+        MPI_Request q;
         ERR_TRY(stage_step(&job->stage, job->done, &loss, e));
         enum stage_verdict v = job->stage.last.verdict;
         if (v == STAGE_NONFINITE || v == STAGE_AT_MIN) {
@@ -384,8 +427,8 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
                                                "gradients",
                            job->stage.last.first);
         }
-        MPI_CHECK(MPI_Ibcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &req), e);
-        ERR_TRY(mpicheck_wait(&req, r->o->timeout_s, r->size - 1, "the loss from", e));
+        ERR_TRY(mpicheck_collective(MPI_Ibcast(&loss, 1, MPI_DOUBLE, r->size - 1, r->comm, &q),
+                                    &q, "the loss (MPI_Ibcast)", e));
         job->loss[job->done] = loss;
         job->ms[job->done] = exec_now_ms() - t0;
         job->scale[job->done] = job->stage.last.loss_scale;
@@ -408,6 +451,32 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
         job->sum.send += t->send;
         job->sum.idle += t->idle;
         job->counted++;
+    }
+    return ERR_OK;
+}
+
+/* --save-weights: each job's, every rank's stage of it; every rank learns each outcome, the
+ * first rank that failed says why. */
+static int save_weights(struct share_run *r, struct err *e)
+{
+    for (int j = 0; r->o->save_weights_file != NULL && j < r->sh.n_jobs; j++) {
+        char pattern[FILEIO_PATH_MAX];
+        struct err in;
+        int first;
+        err_clear(&in);
+        job_path(r, r->o->save_weights_file, j, pattern, sizeof pattern);
+        /* --switch full: one job's state on the device at a time */
+        int64_t moved;
+        int rc = r->o->switch_full && r->resident != j ? swap_state(r, j, &moved, &in) : ERR_OK;
+        if (rc == ERR_OK)
+            rc = train_weights_save(&r->jobs[j].stage, r->comm, pattern, &in);
+        if (share_agree(r, rc, &first) == ERR_OK)
+            continue;
+        if (r->rank == first)
+            fprintf(stderr, "ballast train: stage %d: job %s: %s\n", r->rank,
+                    r->sh.jobs[j].name, in.msg);
+        return err_set(e, ERR_FAIL, "--save-weights: job %s: rank %d could not write its "
+                       "weights (its message above)", r->sh.jobs[j].name, first);
     }
     return ERR_OK;
 }
@@ -569,15 +638,16 @@ static int finish(struct share_run *r, struct err *e)
     }
     MPI_Request q;
     if (rc == ERR_OK)
-        rc = share_wait(r, MPI_Igather(mine, J * REP_N, MPI_DOUBLE, all, J * REP_N, MPI_DOUBLE, 0,
-                                       r->comm, &q),
-                        &q, -1, "the jobs' numbers (MPI_Igather)", e);
+        rc = mpicheck_collective(MPI_Igather(mine, J * REP_N, MPI_DOUBLE, all, J * REP_N,
+                                             MPI_DOUBLE, 0, r->comm, &q),
+                                 &q, "the jobs' numbers (MPI_Igather)", e);
     if (rc == ERR_OK)
-        rc = share_wait(r, MPI_Ireduce(ms, ms_max, n, MPI_DOUBLE, MPI_MAX, 0, r->comm, &q), &q,
-                        -1, "the switch times (MPI_Ireduce)", e);
+        rc = mpicheck_collective(MPI_Ireduce(ms, ms_max, n, MPI_DOUBLE, MPI_MAX, 0, r->comm, &q),
+                                 &q, "the switch times (MPI_Ireduce)", e);
     if (rc == ERR_OK)
-        rc = share_wait(r, MPI_Ireduce(b, b_sum, 2 * n, MPI_INT64_T, MPI_SUM, 0, r->comm, &q),
-                        &q, -1, "the switch bytes (MPI_Ireduce)", e);
+        rc = mpicheck_collective(MPI_Ireduce(b, b_sum, 2 * n, MPI_INT64_T, MPI_SUM, 0, r->comm,
+                                             &q),
+                                 &q, "the switch bytes (MPI_Ireduce)", e);
     if (rc == ERR_OK && r->rank == 0 && r->o->metrics_file != NULL)
         rc = write_metrics(r, all, ms_max, b_sum, b_sum + n, e);
     if (rc == ERR_OK && r->rank == 0) {
@@ -602,27 +672,29 @@ static int finish(struct share_run *r, struct err *e)
     return rc;
 }
 
-int train_share_run(const struct train_options *o, int rank, int size, MPI_Comm ctl)
+int train_share_run(const struct train_options *o, int rank, int size)
 {
     struct share_run r;
     struct err e;
     err_clear(&e);
-    r = (struct share_run){
-        .o = o, .comm = MPI_COMM_WORLD, .ctl = ctl, .ctl_ready = 1, .rank = rank, .size = size};
+    r = (struct share_run){.o = o, .comm = MPI_COMM_WORLD, .rank = rank, .size = size};
     /* the same on every rank: rank 0 speaks for all */
-    int rc = check_share(&r, &e);
+    int first, rc = check_share(&r, &e);
     struct err out;
     err_clear(&out);
     if (rc == ERR_OK && o->metrics_file != NULL && fileio_out_check(o->metrics_file, &out))
         rc = err_set(&e, out.code, "--metrics: %s", out.msg);
-    int all = share_agree(&r, rc);
-    if (all == ERR_OK) { /* this rank's own: it speaks for itself */
-        rc = setup_rank(&r, &e);
-        all = share_agree(&r, rc);
+    if (r.loaded)
+        heartbeat_layout(o->heartbeat, r.sh.n_devices);
+    int all = share_agree(&r, rc, NULL);
+    if (all != ERR_OK && rc != ERR_OK && r.rank == 0)
+        fprintf(stderr, "ballast train: %s\n", e.msg);
+    /* this rank's own, its paths first: it speaks for itself */
+    for (int phase = 0; phase < 2 && all == ERR_OK; phase++) {
+        rc = phase == 0 ? check_paths(&r, &e) : setup_rank(&r, &e);
+        all = share_agree(&r, rc, NULL);
         if (rc != ERR_OK)
             fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-    } else if (rc != ERR_OK && r.rank == 0) {
-        fprintf(stderr, "ballast train: %s\n", e.msg);
     }
     if (all != ERR_OK) {
         free_share_run(&r);
@@ -636,10 +708,12 @@ int train_share_run(const struct train_options *o, int rank, int size, MPI_Comm 
     } else if (e.code != ERR_OK) {
         share_fail_now(&r, &e);
     }
-    rc = finish(&r, &e);
-    if (rc != ERR_OK)
+    rc = save_weights(&r, &e);
+    if (rc == ERR_OK)
+        rc = finish(&r, &e);
+    all = share_agree(&r, rc, &first);
+    if (all != ERR_OK && r.rank == first)
         fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-    rc = share_agree(&r, rc);
     free_share_run(&r);
-    return rc;
+    return all;
 }

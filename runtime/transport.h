@@ -36,9 +36,8 @@ struct transport {
     const struct transport_ops *ops;
     int rank, size;
     void *impl;
-    /* wait fails (ERR_FAIL, naming the peer) after this many seconds without completion; 0:
-     * never. A peer that stopped, died or spins out of memory must not hang its neighbours. */
-    double timeout_s;
+    /* wait has no time limit: a peer that stopped or died is the heartbeat's to find
+     * (heartbeat.h), which ends the job. */
 };
 
 /* MPI over `comm` (an MPI_Comm passed as a pointer so this header needs no mpi.h); at most
@@ -80,9 +79,9 @@ int allreduce_nccl_init(struct allreduce_nccl **out,
                         const unsigned char id[TRANSPORT_NCCL_ID_BYTES], int replica, int dp,
                         struct backend *be, struct err *e);
 /* n device floats at buf summed over the replicas in place, then times scale; returns once
- * done (ERR_FAIL after timeout_s > 0, or on a NCCL error). */
+ * done (ERR_FAIL on a NCCL error). */
 int allreduce_nccl_sum(struct allreduce_nccl *a, float *buf, int64_t n, float scale,
-                       double timeout_s, struct err *e);
+                       struct err *e);
 void allreduce_nccl_free(struct allreduce_nccl *a);
 
 /* ---- choosing ---- */

@@ -8,8 +8,6 @@ struct mpi_transport {
     MPI_Comm comm;
     int n;
     MPI_Request *reqs; /* MPI_REQUEST_NULL when free */
-    int *peer;         /* per request: the rank at the other end */
-    int *is_send;      /* per request */
 };
 
 static int take_slot(struct mpi_transport *m, int *req, struct err *e)
@@ -37,8 +35,6 @@ static int mpi_isend(struct transport *t, const void *buf, int64_t bytes, int pe
     if (count_of(bytes, e) || take_slot(m, req, e))
         return e->code;
     MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->reqs[*req]), e);
-    m->peer[*req] = peer;
-    m->is_send[*req] = 1;
     return ERR_OK;
 }
 
@@ -49,8 +45,6 @@ static int mpi_irecv(struct transport *t, void *buf, int64_t bytes, int peer, in
     if (count_of(bytes, e) || take_slot(m, req, e))
         return e->code;
     MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->reqs[*req]), e);
-    m->peer[*req] = peer;
-    m->is_send[*req] = 0;
     return ERR_OK;
 }
 
@@ -58,8 +52,7 @@ static int mpi_irecv(struct transport *t, void *buf, int64_t bytes, int peer, in
 static int mpi_wait(struct transport *t, int req, struct err *e)
 {
     struct mpi_transport *m = t->impl;
-    return mpicheck_wait(&m->reqs[req], t->timeout_s, m->peer[req],
-                         m->is_send[req] ? "a receive posted by" : "a message from", e);
+    return mpicheck_wait(&m->reqs[req], "MPI_Test of a transfer between stages", e);
 }
 
 static void mpi_free(struct transport *t)
@@ -72,8 +65,6 @@ static void mpi_free(struct transport *t)
                 MPI_Request_free(&m->reqs[i]);
             }
         free(m->reqs);
-        free(m->peer);
-        free(m->is_send);
         free(m);
     }
     t->impl = NULL;
@@ -90,17 +81,11 @@ static const struct transport_ops mpi_ops = {
 int transport_mpi_init(struct transport *t, const void *comm, int max_requests, struct err *e)
 {
     struct mpi_transport *m = calloc(1, sizeof *m);
-    if (m != NULL) {
+    if (m != NULL)
         m->reqs = malloc(sizeof *m->reqs * (size_t)max_requests);
-        m->peer = calloc((size_t)max_requests, sizeof *m->peer);
-        m->is_send = calloc((size_t)max_requests, sizeof *m->is_send);
-    }
-    if (m == NULL || m->reqs == NULL || m->peer == NULL || m->is_send == NULL) {
-        if (m != NULL) {
+    if (m == NULL || m->reqs == NULL) {
+        if (m != NULL)
             free(m->reqs);
-            free(m->peer);
-            free(m->is_send);
-        }
         free(m);
         return err_set(e, ERR_FAIL, "out of memory for the MPI transport");
     }

@@ -91,7 +91,6 @@ static int staged_wait(struct transport *t, int req, struct err *e)
     if (req < 0 || req >= s->n || s->host[req] == NULL)
         return err_set(e, ERR_FAIL, "internal: wait on staged request %d, which is not in flight",
                        req);
-    s->inner.timeout_s = t->timeout_s;
     int rc = s->inner.ops->wait(&s->inner, req, e);
     if (rc == ERR_OK && s->dst[req] != NULL)
         rc = s->be->ops->upload(s->be, s->dst[req], s->host[req], s->bytes[req], e);

@@ -359,7 +359,10 @@ static void check_staging(const struct plan *p, int s, const struct arena_object
     int L = plan_stage_layer_count(st), M = p->micro_batches, found = 0, want = 0;
     struct schedule_op ops[64];
     CU_ASSERT_FATAL(2 * M <= 64);
-    schedule_ops(p->schedule, p->n_stages, s, M, ops);
+    struct schedule_shape sh = plan_shape(p);
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(schedule_ops(&sh, s, ops, &e) == ERR_OK);
     for (int t = 0; t < 2 * M; t++)
         for (int li = 0; li < L; li++) {
             struct cost_row row = cost_action_row(&st->layers[li], st->recompute[li],
@@ -367,7 +370,7 @@ static void check_staging(const struct plan *p, int s, const struct arena_object
                                                   st->offload_option[li], 0);
             if (row.host_bytes == 0)
                 continue;
-            int phase = ops[t].backward, tick = t * L + (phase ? L - 1 - li : li);
+            int phase = ops[t].pass == SCHEDULE_B, tick = t * L + (phase ? L - 1 - li : li);
             want++;
             for (int i = 0; i < n; i++) {
                 const struct arena_object *b = &o[i];

@@ -76,6 +76,7 @@ static int accepted_in(const char *framework, const char *list, const char *key,
 
 struct setting {
     int S;
+    int pp; /* pipeline ranks: S, or S / v where each rank holds v chunks (interleaved) */
     int blocks[MAX_STAGES];
     int n[MAX_STAGES];            /* its first n blocks recomputed whole */
     char modules[MAX_STAGES][32]; /* or these recompute modules on every block ("" none) */
@@ -127,15 +128,18 @@ static void read_launch(const char *text, struct setting *s)
     int pp;
     CU_ASSERT_FATAL(sscanf(at, "launch on %d GPUs (tp %d, pp %d, dp %d)", &s->gpus, &s->tp, &pp,
                            &s->dp) == 4);
-    CU_ASSERT_EQUAL(pp, s->S);
+    CU_ASSERT_EQUAL(pp, s->pp > 0 ? s->pp : s->S);
 }
 
-/* The per-rank file's PIPELINE_STAGES: each line's recompute fields. */
+/* The per-rank file's PIPELINE_STAGES: each line's recompute fields, a pipeline rank each;
+ * a rank's chunks (stage k on rank k mod pp) take its fields, the first n of each chunk's
+ * blocks (Megatron-core's block method counts within each chunk's TransformerBlock). */
 static void read_stages_py(const char *py, struct setting *s)
 {
     const char *at = strstr(py, "PIPELINE_STAGES = [");
+    int pp = s->pp > 0 ? s->pp : s->S;
     CU_ASSERT_FATAL(at != NULL);
-    for (int k = 0; k < s->S; k++) {
+    for (int k = 0; k < pp; k++) {
         at = strstr(at, "\n    {");
         CU_ASSERT_FATAL(at != NULL);
         at++;
@@ -157,6 +161,15 @@ static void read_stages_py(const char *py, struct setting *s)
             s->modules[k][j] = '\0';
         }
     }
+    const char *end = strstr(at, "\n]"), *more = strstr(at + 1, "\n    {");
+    CU_ASSERT(end != NULL && (more == NULL || more > end)); /* a line a rank, no more */
+    for (int k = s->S - 1; k >= pp; k--) { /* ranks' fields onto their later chunks */
+        int rank = k % pp;
+        s->n[k] = s->n[rank] < s->blocks[k] ? s->n[rank] : s->blocks[k];
+        memcpy(s->modules[k], s->modules[rank], sizeof s->modules[k]);
+    }
+    for (int k = 0; k < pp; k++)
+        s->n[k] = s->n[k] < s->blocks[k] ? s->n[k] : s->blocks[k];
 }
 
 /* One recompute setting for every stage: the first N blocks (block method), or modules. */
@@ -198,7 +211,10 @@ static void read_megatron(const char *text, const char *py, struct setting *s)
         }
     }
     s->blocks[s->S++] = count;
-    CU_ASSERT_EQUAL(atoi(value_of(text, "--pipeline-model-parallel-size")), s->S);
+    /* a layout of pp x v stages: stage i on rank i mod pp, its chunk i / pp
+     * (pipeline_parallel_layer_layout.py) */
+    s->pp = atoi(value_of(text, "--pipeline-model-parallel-size"));
+    CU_ASSERT_FATAL(s->pp > 0 && s->S % s->pp == 0);
     const char *g = value_of(text, "--recompute-granularity");
     every_stage(s, 0, "");
     if (g && strncmp(g, "full", 4) == 0) {
@@ -558,8 +574,8 @@ static void check_export(const struct plan *plan, const char *to, int *rc, int *
         }
     }
     int gpus = 0;
-    for (int k = 0; k < p.n_stages; k++)
-        gpus += p.stages[k].tp;
+    for (int k = 0; k < p.n_stages / (p.virtual_stages > 1 ? p.virtual_stages : 1); k++)
+        gpus += p.stages[k].tp; /* a GPU once: its first chunk is stage k */
     CU_ASSERT_EQUAL(x.s.gpus, gpus * p.stages[0].dp);
     if (x.s.global_batch > 0)
         CU_ASSERT_EQUAL(x.s.global_batch, p.micro_batches * p.model.micro_batch * p.stages[0].dp);
@@ -1332,6 +1348,216 @@ static void test_megatron_offload(void)
     }
 }
 
+/* ---- interleaved 1F1B and the other schedules (docs/schedules.md) ---- */
+
+/* planner_make for `target` under schedule `kind` (interleaved: v chunks a GPU). */
+static int plan_schedule(const struct cluster *c, const char *target, enum schedule kind, int v,
+                         int repartition, struct plan *out, struct err *e)
+{
+    struct plan_options o;
+    err_clear(e);
+    plan_options_default(&o);
+    o.framework = framework_find(target, NULL);
+    o.schedule = (int)kind;
+    o.virtual_stages = kind == SCHEDULE_INTERLEAVED ? v : 0;
+    o.repartition = repartition;
+    o.min_gain = 0; /* each rank the fastest of its menu, which ranks_least checks */
+    o.estimate = estimate_profile;
+    o.estimate_for = estimate_for_framework;
+    return planner_make(c, &o, out, e);
+}
+
+/* Whether the plan's blocks all have the profile option `name`. */
+static int has_option(const struct plan *p, const char *name)
+{
+    for (int s = 0; s < p->n_stages; s++)
+        for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++) {
+            const struct layer_cost *c = &p->stages[s].layers[l];
+            int found = 0;
+            for (int o = 0; o < c->n_options; o++)
+                found |= strcmp(c->options[o].name, name) == 0;
+            if (is_block(p, p->stages[s].first + l) && !found)
+                return 0;
+        }
+    return 1;
+}
+
+/* Each pipeline rank's one setting (its chunks' fields alike, the first N of each chunk's
+ * blocks) is the least recompute of every setting Megatron-LM has that fits the GPU: none,
+ * the first N blocks for every N, each module set; tried on the plan's other ranks as they
+ * are, by brute force. */
+static void ranks_least(const struct plan *plan, const struct setting *read)
+{
+    static const char *const sets[] = {"core_attn", "mlp", "core_attn mlp"};
+    int most = 0, pp = read->pp;
+    for (int k = 0; k < read->S; k++)
+        most = read->blocks[k] > most ? read->blocks[k] : most;
+    for (int g = 0; g < pp; g++) {
+        double chosen = 0, least = INFINITY;
+        for (int k = g; k < read->S; k += pp)
+            chosen += plan->stages[k].recompute_ms;
+        for (int t = 0; t <= most + 3; t++) {
+            int N = t <= most ? t : 0;
+            const char *mods = t <= most ? "" : sets[t - most - 1];
+            if (mods[0] && !has_option(plan, module_option(mods)))
+                continue;
+            struct setting s = *read;
+            struct plan q;
+            for (int k = g; k < s.S; k += pp) {
+                s.n[k] = N < s.blocks[k] ? N : s.blocks[k];
+                snprintf(s.modules[k], sizeof s.modules[k], "%s", s.blocks[k] ? mods : "");
+            }
+            plan_copy(plan, &q);
+            CU_ASSERT_FATAL(apply_setting(&q, &s) == 0);
+            double ms = 0;
+            int fits = 1;
+            for (int k = g; k < s.S; k += pp) {
+                ms += q.stages[k].recompute_ms;
+                fits &= q.stages[k].memory_bytes <= q.stages[k].memory_limit_bytes;
+            }
+            least = fits && ms < least ? ms : least;
+            plan_free(&q);
+        }
+        CU_ASSERT(chosen <= least * (1 + 1e-9) + 1e-12);
+        if (!(chosen <= least * (1 + 1e-9) + 1e-12))
+            printf("\n  rank %d recomputes %.6f ms, a setting that fits %.6f\n", g, chosen, least);
+    }
+}
+
+/* Random clusters under interleaved 1F1B: --for megatron plans each rank's chunks alike (the
+ * least recompute that fits, by brute force) and its export reads back to the plan's step and
+ * memory; Ballast's interleaved plan exports to Megatron-LM, its settings made again rank by
+ * rank where its chunks differ; NeMo, FlagScale and ColossalAI refuse a virtual pipeline, and
+ * every target zb-h1 and v-half, each with its reason. */
+static void test_interleaved(void)
+{
+    struct test_rng r = {29};
+    int planned = 0, recomputing = 0, exported = 0;
+    for (int k = 0; k < 60 && (planned < 12 || exported < 4); k++) {
+        struct cluster c;
+        struct plan p;
+        struct err e;
+        random_cluster(&r, 40 + k, &c);
+        int v = c.n_layers >= 3 * c.n_stages ? (int)test_rng_int(&r, 2, 3) : 2;
+        if (c.n_layers < v * c.n_stages) { /* a chunk a layer at least */
+            cluster_free(&c);
+            continue;
+        }
+        /* the GPUs' memory between what recomputing every layer and keeping them all need
+         * under interleaved (random_cluster's is 1F1B's) */
+        double hi[MAX_STAGES], lo[MAX_STAGES];
+        c.schedule = SCHEDULE_INTERLEAVED;
+        c.virtual_stages = v;
+        c.micro_batches = c.n_stages * (int)test_rng_int(&r, 1, 3);
+        for (int g = 0; g < c.n_stages; g++)
+            c.stages[g].memory_bytes = 1LL << 34;
+        method_memory(&c, METHOD_NONE, hi);
+        method_memory(&c, METHOD_FULL, lo);
+        for (int g = 0; g < c.n_stages; g++) /* stage g is GPU g's first chunk */
+            c.stages[g].memory_bytes = (int64_t)(lo[g] + (hi[g] - lo[g]) * test_rng_double(&r, 0.3, 1.2));
+        c.schedule = SCHEDULE_1F1B;
+        for (int t = 0; t < N_TARGETS; t++) {
+            int rc = plan_schedule(&c, targets[t], SCHEDULE_INTERLEAVED, v, 0, &p, &e);
+            int inapplicable = rc == ERR_INPUT && strstr(e.msg, "model chunks (one each");
+            if (strncmp(targets[t], "megatron", 8) != 0) {
+                CU_ASSERT(inapplicable || (rc == ERR_INPUT && strstr(e.msg, "virtual pipeline")));
+                if (rc == ERR_OK)
+                    plan_free(&p);
+                continue;
+            }
+            CU_ASSERT(rc == ERR_OK || rc == ERR_NOFIT || inapplicable);
+
+            if (rc != ERR_OK)
+                continue;
+            planned++;
+            struct exported x = {0};
+            export_read(&p, targets[t], &x);
+            CU_ASSERT_FATAL(x.rc == ERR_OK);
+            CU_ASSERT(strstr(x.err, "cannot run the plan as it is") == NULL);
+            CU_ASSERT_EQUAL(x.s.S, p.n_stages);
+            CU_ASSERT_EQUAL(x.s.pp, p.n_stages / v);
+            if (strcmp(targets[t], "megatron") == 0) /* per rank; megatron-cli: one for all */
+                ranks_least(&p, &x.s);
+            for (int s = 0; s < p.n_stages; s++)
+                recomputing += p.stages[s].recompute_ms > 0;
+            exported_free(&x);
+            int xrc, replanned;
+            check_export(&p, targets[t], &xrc, &replanned);
+            CU_ASSERT(xrc == 0 && replanned == 0);
+            plan_free(&p);
+        }
+        if (plan_schedule(&c, "ballast", SCHEDULE_INTERLEAVED, v, 0, &p, &e) == ERR_OK) {
+            for (int t = 0; t < N_TARGETS; t++) {
+                int xrc, replanned;
+                check_export(&p, targets[t], &xrc, &replanned);
+                CU_ASSERT(strncmp(targets[t], "megatron", 8) == 0 ? xrc == 0 || xrc == ERR_NOFIT
+                                                                   : xrc == ERR_INPUT);
+                exported += xrc == 0;
+            }
+            plan_free(&p);
+        }
+        for (int z = 0; z < 2; z++) {
+            enum schedule kind = z ? SCHEDULE_V_HALF : SCHEDULE_ZB_H1;
+            if (plan_schedule(&c, "ballast", kind, 0, 0, &p, &e) != ERR_OK)
+                continue;
+            for (int t = 0; t < N_TARGETS; t++) {
+                int xrc, replanned;
+                check_export(&p, targets[t], &xrc, &replanned);
+                CU_ASSERT_EQUAL(xrc, ERR_INPUT);
+                struct plan q;
+                int rc = plan_schedule(&c, targets[t], kind, 0, 0, &q, &e);
+                CU_ASSERT(rc == ERR_INPUT && strstr(e.msg, "splits each block's backward"));
+                if (rc == ERR_OK)
+                    plan_free(&q);
+            }
+            plan_free(&p);
+        }
+        cluster_free(&c);
+    }
+    CU_ASSERT(planned >= 8);
+    CU_ASSERT(recomputing > 0);
+    CU_ASSERT(exported > 0);
+}
+
+/* The schedule refusals of planning --for a framework and of check. */
+static void test_schedule_refusals(void)
+{
+    struct cluster c;
+    struct plan p;
+    struct err e;
+    char file[1024];
+    err_clear(&e);
+    snprintf(file, sizeof file, "%sclusters/llama2-7b-h100-a100-8.json", CONFIGS);
+    CU_ASSERT_FATAL(cluster_load(file, &c, &e) == ERR_OK);
+    c.micro_batches = 12; /* not a multiple of its 8 GPUs */
+    CU_ASSERT(plan_schedule(&c, "megatron", SCHEDULE_INTERLEAVED, 2, 0, &p, &e) == ERR_INPUT &&
+              strstr(e.msg, "The remainder of M") != NULL);
+    c.micro_batches = 16;
+    CU_ASSERT(plan_schedule(&c, "megatron", SCHEDULE_INTERLEAVED, 2, 1, &p, &e) == ERR_INPUT &&
+              strstr(e.msg, "--repartition") != NULL);
+    CU_ASSERT(plan_schedule(&c, "nemo", SCHEDULE_INTERLEAVED, 2, 0, &p, &e) == ERR_INPUT &&
+              strstr(e.msg, "no longer supported for nemo 1.0") != NULL);
+    CU_ASSERT(plan_schedule(&c, "flagscale", SCHEDULE_INTERLEAVED, 2, 0, &p, &e) == ERR_INPUT &&
+              strstr(e.msg, "virtual pipeline not support now!") != NULL);
+    CU_ASSERT(plan_schedule(&c, "megatron", SCHEDULE_INTERLEAVED, 1, 0, &p, &e) == ERR_OK);
+    plan_free(&p); /* one chunk a GPU: 1F1B */
+    cluster_free(&c);
+    char *err = NULL;
+    char args[2048];
+    snprintf(args, sizeof args, "check --from megatron --config '--pipeline-model-parallel-size 8 "
+             "--num-layers-per-virtual-pipeline-stage 2 --bf16' --cluster '%s'", file);
+    CU_ASSERT(run(args, &err) == 2 && strstr(err, "virtual pipeline") != NULL);
+    free(err);
+    snprintf(args, sizeof args, "check --from megatron --config '--pipeline-model-parallel-size 8 "
+             "--pipeline-model-parallel-layout Et|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*3|t*2|t*2|t*2|"
+             "t*2|t*2|t*2|t*2L --bf16' --cluster '%s'", file);
+    CU_ASSERT(run(args, &err) == 2 && strstr(err, "2 chunks a rank") != NULL);
+    free(err);
+    snprintf(args, sizeof args, "plan --cluster '%s' --for megatron --schedule auto", file);
+    CU_ASSERT(run(args, &err) == 2 && strstr(err, "plans the schedule it is given") != NULL);
+    free(err);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -1351,6 +1577,9 @@ int main(void)
     CU_add_test(s, "check reads the exports back", test_check);
     CU_add_test(s, "the per-rank file runs", test_stages_py);
     CU_add_test(s, "Megatron-LM's activation offloading", test_megatron_offload);
+    CU_add_test(s, "interleaved: a rank's chunks alike, read back; schedules refused",
+                test_interleaved);
+    CU_add_test(s, "the schedules --for and check refuse", test_schedule_refusals);
     int rc = test_main();
     cJSON_Delete(all_keys);
     devices_free(&devices);

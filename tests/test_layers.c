@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "layout.h"
 #include "sizes.h"
+#include "splittest.h"
 #include "testutil.h"
 
 static const struct model model = {.n_layer = 2, .n_embd = 8, .n_head = 2, .seq_len = 5,
@@ -492,6 +493,43 @@ static void test_backward_accumulates(void)
     mem_free(&lm);
 }
 
+/* The backward split into its input-gradient and weight passes (zb-h1, v-half) adds up to
+ * the fused backward bit for bit, over two micro-batches (both B passes, then both W), for
+ * the materialised and the flash attention block. */
+static void test_split_backward(void)
+{
+    for (int flash = 0; flash < 2; flash++) {
+        struct test_rng rng = {16};
+        struct layer_mem lm;
+        struct backend be;
+        struct err e;
+        struct model fm = model;
+        fm.attention = flash ? MODEL_ATTENTION_FLASH : MODEL_ATTENTION_MATERIALIZED;
+        mem_make(&lm, MODEL_LAYER_BLOCK, 1, &rng);
+        if (flash) { /* flash keeps the log-sum-exp where the probabilities are */
+            for (int k = 0; k < lm.n[SIZES_KEPT]; k++)
+                free(lm.v.kept[k]);
+            struct sizes_tensor t[SIZES_TENSORS_MAX];
+            sizes_layer_tensors(&fm, MODEL_LAYER_BLOCK, SIZES_KEPT, t);
+            for (int k = 0; k < lm.n[SIZES_KEPT]; k++)
+                lm.v.kept[k] = alloc_tensor(&t[k]);
+        }
+        lm.v.model = &fm;
+        backend_cpu_init(&be, 1, &e);
+        fill_block_input(&lm, &rng);
+        float out[N * C], g0[N * C], g1[N * C];
+        for (int i = 0; i < N * C; i++) {
+            g0[i] = (float)test_rng_double(&rng, -1, 1);
+            g1[i] = (float)test_rng_double(&rng, -1, 1);
+        }
+        CU_ASSERT_EQUAL(be.ops->layer[MODEL_LAYER_BLOCK].forward(&be, &lm.v, out, &e), ERR_OK);
+        CU_ASSERT(split_matches_fused(&be, &lm.v, BLOCK_DOUT, BLOCK_DINP, g0, g1));
+        lm.v.model = &model;
+        mem_free(&lm);
+        be.ops->free(&be);
+    }
+}
+
 /* One thread and two give the same bits: every reduction has one fixed order. A bigger
  * block than above, so that every parallel loop really splits: 288 rows and 384 hidden
  * columns make two GEMM tiles each way, 96 positions two attention row blocks. */
@@ -639,6 +677,8 @@ int main(void)
     CU_add_test(s, "recompute (whole and each option) regenerates its tensors bitwise",
                 test_recompute_bitwise);
     CU_add_test(s, "backward adds into parameter gradients", test_backward_accumulates);
+    CU_add_test(s, "the split backward (B, then W) is the fused backward bitwise",
+                test_split_backward);
     CU_add_test(s, "1 and 2 threads give identical bits", test_threads_bitwise);
     CU_add_test(s, "the bf16 and fp16 persistent arena by hand", test_16bit_layout);
     CU_add_test(s, "the cpu backend's 16-bit AdamW rounds the fp32 master", test_cpu_bf16_adamw);

@@ -16,6 +16,7 @@
 #include "layout.h"
 #include "llama_layers.h"
 #include "model_ops.h"
+#include "splittest.h"
 #include "testutil.h"
 #include "traintest.h"
 
@@ -449,6 +450,27 @@ static void test_block_layer(void)
     be.ops->free(&be);
 }
 
+/* The backward split into its input-gradient and weight passes adds up to the fused backward
+ * bit for bit, over two micro-batches (both B passes, then both W). */
+static void test_split_backward(void)
+{
+    struct backend be;
+    struct err e = {0};
+    CU_ASSERT_EQUAL_FATAL(backend_cpu_init(&be, 1, &e), ERR_OK);
+    struct layer_mem lm;
+    mem_make(&lm, MODEL_LAYER_BLOCK, 1);
+    static float out[LN * LC], g0[LN * LC], g1[LN * LC];
+    static double xd[LN * LC], unused[LN * LC];
+    fill(lm.v.kept[LB_INP], xd, LN * LC, -1, 1);
+    fill(g0, unused, LN * LC, -1, 1);
+    fill(g1, unused, LN * LC, -1, 1);
+    const struct backend_layer_ops *ops = &backend_layers(&be, &small_llama)[MODEL_LAYER_BLOCK];
+    CU_ASSERT_EQUAL_FATAL(ops->forward(&be, &lm.v, out, &e), ERR_OK);
+    CU_ASSERT(split_matches_fused(&be, &lm.v, LB_DOUT, LB_DINP, g0, g1));
+    mem_free(&lm);
+    be.ops->free(&be);
+}
+
 struct head_ctx {
     double *x, *wn, *wl, scale;
     const int32_t *targets;
@@ -782,6 +804,8 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("llama", NULL, NULL);
     CU_add_test(s, "RMSNorm forward and backward against float64", test_rmsnorm);
+    CU_add_test(s, "the split backward (B, then W) is the fused backward bitwise",
+                test_split_backward);
     CU_add_test(s, "SwiGLU forward and backward against float64", test_swiglu);
     CU_add_test(s, "rotary positions forward and backward against float64", test_rope);
     CU_add_test(s, "grouped-query attention (MHA, GQA, MQA) against float64", test_attention);

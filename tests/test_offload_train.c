@@ -130,7 +130,6 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
         CU_ASSERT_FATAL(backend_cpu_init(&be, 1, e) == ERR_OK);
         CU_ASSERT_FATAL(transport_mpi_init(&tp, &comm, 4 * MICRO + 8, e) == ERR_OK);
     }
-    tp.timeout_s = 120;
     CU_ASSERT_FATAL(data_init_synthetic(&data, model, 7, e) == ERR_OK);
     int first, last;
     split(stage, n_stages, &first, &last);

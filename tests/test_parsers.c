@@ -602,7 +602,8 @@ static const struct change plan_changes[] = {
     {"iteration_ms", NULL, "iteration_ms", "missing"},
     {"iteration_ms", "NaN", NULL, "not valid JSON"},
     {"bottleneck_stage", "3", "bottleneck_stage", "outside"},
-    {"schedule", "\"interleaved\"", "schedule", "interleaved"},
+    {"schedule", "\"zigzag\"", "schedule", "zigzag"},
+    {"virtual_stages", "2", "stages", "not a multiple of virtual_stages 2"}, /* 3 stages */
     {"micro_batches", "2", "stages[0].in_flight", "outside [2, 2]"}, /* 3 with 4 */
     {"model.n_layer", "7", "stages[2].layer_costs[1].name", "expected \"block.6\""},
     {"model", NULL, "model", "missing"},

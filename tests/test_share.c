@@ -324,6 +324,138 @@ static void test_train_bitwise(void)
         check_run(&full2, a, 3, 1);
 }
 
+/* ---- --init, --save-weights, --check-arena (issue 27: once silently ignored) ---- */
+
+/* Job j's name in share2. */
+static void job_name(int j, char *out, size_t size)
+{
+    struct share s;
+    struct err e;
+    err_clear(&e);
+    snprintf(out, size, "?");
+    if (share_load(share2, &s, &e) == ERR_OK) {
+        snprintf(out, size, "%s", s.jobs[j].name);
+        share_free(&s);
+    }
+}
+
+/* train --share share2 EXTRA fails with `status` before any step, stderr has `needle`. */
+static void expect_share_fails(const char *extra, int status, const char *needle)
+{
+    char args[4096];
+    snprintf(args, sizeof args, "--share '%s' --steps 2 --threads 1 %s", share2, extra);
+    struct train_run r = train_exec(2, RUN_LIMIT_S, args);
+    int ok = r.status == status && r.err != NULL && strstr(r.err, needle) != NULL &&
+             r.out != NULL && strstr(r.out, " step ") == NULL;
+    if (!ok)
+        fprintf(stderr, "\ntrain %s: status %d (expected %d)\n%s\n(expected \"%s\")\n", args,
+                r.status, status, r.err ? r.err : "", needle);
+    CU_ASSERT(ok);
+    train_run_free(&r);
+}
+
+/* Job j trained alone `steps` steps, `flag` (--save-weights or --init) its files
+ * alone-wJ-{stage}.st. */
+static int alone_weights(int j, int steps, const char *flag, struct train_metrics *m)
+{
+    char plan[1024], w[1024], extra[4096], metrics[64];
+    snprintf(plan, sizeof plan, "%s", test_path(j ? "alone-1.json" : "alone-0.json"));
+    snprintf(w, sizeof w, "%s", test_path(j ? "alone-w1-{stage}.st" : "alone-w0-{stage}.st"));
+    snprintf(extra, sizeof extra, "--steps %d --threads 1 %s '%s'", steps, flag, w);
+    snprintf(metrics, sizeof metrics, "alone-%s%d.json", flag + 2, j);
+    return train_run_ok(2, RUN_LIMIT_S, plan, extra, metrics, m);
+}
+
+/* Each job's weights after 3 steps, per stage, byte for byte those it writes trained alone
+ * (its runs are bitwise: test_train_bitwise), with either switch; read back by --init, each
+ * job starts where the same file starts it alone. */
+static void test_train_share_weights(void)
+{
+    char names[2][64], extra[4096];
+    struct share_metrics sm, fm, im;
+    struct train_metrics a[2], ia[2];
+    write_job_plans();
+    for (int j = 0; j < 2; j++) {
+        job_name(j, names[j], sizeof names[j]);
+        if (alone_weights(j, 3, "--save-weights", &a[j]))
+            return;
+    }
+    snprintf(extra, sizeof extra, "--save-weights '%s'", test_path("share-{job}-{stage}.st"));
+    if (run_share(extra, "sw.json", &sm))
+        return;
+    snprintf(extra, sizeof extra, "--switch full --save-weights '%s'",
+             test_path("full-{job}-{stage}.st"));
+    if (run_share(extra, "fw.json", &fm))
+        return;
+    for (int j = 0; j < 2; j++)
+        for (int st = 0; st < 2; st++) {
+            char alone_w[1024], name[256];
+            snprintf(name, sizeof name, "alone-w%d-%d.st", j, st);
+            snprintf(alone_w, sizeof alone_w, "%s", test_path(name));
+            snprintf(name, sizeof name, "share-%s-%d.st", names[j], st);
+            CU_ASSERT(train_files_equal(alone_w, test_path(name)));
+            snprintf(name, sizeof name, "full-%s-%d.st", names[j], st);
+            CU_ASSERT(train_files_equal(alone_w, test_path(name)));
+        }
+    /* --init: one file per job and stage */
+    snprintf(extra, sizeof extra, "--steps 1 --init '%s'", test_path("share-{job}-{stage}.st"));
+    if (run_share(extra, "iw.json", &im))
+        return;
+    for (int j = 0; j < 2; j++) {
+        if (alone_weights(j, 1, "--init", &ia[j]))
+            return;
+        CU_ASSERT(train_same_losses(&im.job[j], &ia[j]));
+        CU_ASSERT(ia[j].loss[0] < a[j].loss[0]); /* trained weights: a lower first loss */
+    }
+}
+
+/* Paths checked on every rank before any work: a missing --init, --save-weights into a
+ * missing folder, and one --save-weights file for two jobs, refused (status 2). */
+static void test_train_share_paths(void)
+{
+    char extra[4096], needle[2048], name[64];
+    job_name(0, name, sizeof name);
+    snprintf(extra, sizeof extra, "--init '%s'", test_path("none-{job}.st"));
+    snprintf(needle, sizeof needle, "--init: job %s: %s", name, test_path("none-"));
+    expect_share_fails(extra, 2, needle);
+    snprintf(extra, sizeof extra, "--save-weights '%s'", test_path("no-dir/w-{job}.st"));
+    snprintf(needle, sizeof needle, "--save-weights: job %s: ", name);
+    expect_share_fails(extra, 2, needle);
+    snprintf(extra, sizeof extra, "--save-weights '%s'", test_path("w.st"));
+    expect_share_fails(extra, 2, "would write one file: put {job} in the name");
+}
+
+/* Job 0's stage 0 (two micro-batches in flight) laid out by a lying arena (traintest.h) for
+ * its first block: --check-arena finds it. */
+static void test_train_share_check_arena(void)
+{
+    const char *arena_plan = train_plan_cluster(test_path("small.json"), "--arena slots",
+                                                "small-arena.json");
+    cJSON *ap = train_json_read(arena_plan), *root = train_json_read(share2);
+    CU_ASSERT_FATAL(ap != NULL && root != NULL);
+    cJSON *from = cJSON_GetArrayItem(cJSON_GetObjectItem(ap, "stages"), 0);
+    cJSON *job = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "jobs"), 0);
+    cJSON *to = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(job, "plan"), "stages"),
+                                   0);
+    cJSON *arena = cJSON_DetachItemFromObject(from, "arena");
+    CU_ASSERT_FATAL(arena != NULL);
+    CU_ASSERT_FATAL(train_arena_lie(arena, 1) == 0); /* block 0 */
+    cJSON_AddItemToObject(to, "arena", arena);
+    char *text = cJSON_Print(root);
+    const char *lie = test_write("share-lie.json", text);
+    free(text);
+    cJSON_Delete(root);
+    cJSON_Delete(ap);
+    char args[4096];
+    snprintf(args, sizeof args, "--share '%s' --steps 1 --threads 1 --quiet --check-arena", lie);
+    struct train_run r = train_exec(2, RUN_LIMIT_S, args);
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT(r.err != NULL && strstr(r.err, "--check-arena") != NULL);
+    if (r.status != 1)
+        fprintf(stderr, "\nshare, lying arena: status %d\n%s\n", r.status, r.err ? r.err : "");
+    train_run_free(&r);
+}
+
 /* ---- refused share files ---- */
 
 /* share2 with one change, written to `name`; returns its path. */
@@ -421,13 +553,14 @@ static void test_train_refused(void)
     expect_refused(3, share2, 2, "2 stages, one MPI rank each", "3 ranks");
 }
 
-/* Rank 1 stops before its first word (BALLAST_TEST_STOP_RANK): under --share, too, rank 0
- * names it after --timeout 5 and the job ends non-zero, not killed by the test's limit. */
+/* Rank 1 stops before its first word (BALLAST_TEST_FAULT): under --share, too, rank 0 names
+ * it after its heartbeat's deadline (--timeout 3) and the job ends non-zero, not killed by the
+ * test's limit. */
 static void test_train_silent_rank(void)
 {
     char args[4096];
-    snprintf(args, sizeof args, "-x BALLAST_TEST_STOP_RANK=1 '%s' train --share '%s' --steps 2 "
-             "--threads 1 --timeout 5", BALLAST_EXE, share2);
+    snprintf(args, sizeof args, "-x BALLAST_TEST_FAULT=1:stop '%s' train --share '%s' --steps 2 "
+             "--threads 1 --timeout 3", BALLAST_EXE, share2);
     char cmd[8192], epath[1024];
     snprintf(epath, sizeof epath, "%s", test_path("silent.stderr"));
     snprintf(cmd, sizeof cmd,
@@ -437,7 +570,8 @@ static void test_train_silent_rank(void)
     int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     char *err = test_read(epath);
     int ok = code != 0 && code != 124 && code != 137 && err != NULL &&
-             strstr(err, "rank 1 went silent") != NULL;
+             strstr(err, "rank 0 (replica 0, stage 0): rank 1 (replica 0, stage 1) went "
+                         "silent") != NULL;
     if (!ok)
         fprintf(stderr, "\nshare, silent rank: status %d\n%s\n", code, err ? err : "");
     CU_ASSERT(ok);
@@ -458,6 +592,11 @@ int main(void)
                 test_train_bitwise);
     CU_add_test(s, "bad or too small share files refused before anything runs",
                 test_train_refused);
+    CU_add_test(s, "--save-weights and --init per job and stage, as each job alone",
+                test_train_share_weights);
+    CU_add_test(s, "--init and --save-weights paths checked before any work",
+                test_train_share_paths);
+    CU_add_test(s, "--check-arena checks a job's arena", test_train_share_check_arena);
     CU_add_test(s, "a rank silent at start-up ends a --share job after --timeout, named",
                 test_train_silent_rank);
     return test_main();

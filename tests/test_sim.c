@@ -516,6 +516,20 @@ static void test_bad_input(void)
     CU_ASSERT_PTR_NULL(r.tasks);
 }
 
+/* r's two all-reduce tasks, each 2 ms, starting at a and b. */
+static void two_buckets(const struct sim_result *r, double a, double b)
+{
+    int seen = 0;
+    for (int i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].kind == SIM_ALLREDUCE) {
+            double start = r->tasks[i].micro == 0 ? a : b;
+            CU_ASSERT(test_close(r->tasks[i].start_ms, start, 1e-12, 0) &&
+                      test_close(r->tasks[i].end_ms, start + 2, 1e-12, 0));
+            seen++;
+        }
+    CU_ASSERT_EQUAL(seen, 2);
+}
+
 /* One stage of four layers (backwards 1, 2, 3, 4 ms; 10 MB of gradients each), one
  * micro-batch of 4 ms forward, dp 2 over 80 Gb/s (no latency: an all-reduce of B bytes is 2 x
  * B/2 at 10 GB/s, 0.1 ms a MB), the optimizer 1 ms. Buckets of 20 MB: layers 3-2 (ready when
@@ -540,15 +554,7 @@ static void test_buckets_by_hand(void)
     err_clear(&e);
     CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
     CU_ASSERT(test_close(r.iteration_ms, 17, 1e-12, 0));
-    int seen = 0;
-    for (int i = 0; i < r.n_tasks; i++)
-        if (r.tasks[i].kind == SIM_ALLREDUCE) {
-            double start = r.tasks[i].micro == 0 ? 11 : 14;
-            CU_ASSERT(test_close(r.tasks[i].start_ms, start, 1e-12, 0) &&
-                      test_close(r.tasks[i].end_ms, start + 2, 1e-12, 0));
-            seen++;
-        }
-    CU_ASSERT_EQUAL(seen, 2);
+    two_buckets(&r, 11, 14);
     sim_result_free(&r);
     st.n_buckets = sim_buckets(grad, bwd, 4, 0, &link, 2, b); /* one, after the last backward */
     CU_ASSERT(st.n_buckets == 1 && b[0].rest_ms == 0);
@@ -561,6 +567,69 @@ static void test_buckets_by_hand(void)
     CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 28, 1e-12, 0));
     /* no replicas, no buckets */
     CU_ASSERT_EQUAL(sim_buckets(grad, bwd, 4, 20000000, &link, 1, b), 0);
+}
+
+/* The pass-by-pass walk (sim_passes.c) runs interleaved 1F1B of one chunk a GPU, which is
+ * 1F1B's program, with its own code: on random stages, links, blocking sends and gradient
+ * buckets (dp 2 to 8) it gives sim.c's 1F1B walk's step, send for send and bucket for
+ * bucket. */
+static void test_passes_equal_walk(void)
+{
+    struct test_rng rng = {31};
+    struct sim_stage st[8];
+    struct sim_bucket b[8][6];
+    for (int trial = 0; trial < TRIALS; trial++) {
+        int S = (int)test_rng_int(&rng, 1, 8), M = (int)test_rng_int(&rng, 1, 16);
+        random_instance(&rng, S, st);
+        for (int s = 0; s < S; s++) {
+            int64_t grad[6];
+            double bwd[6];
+            for (int l = 0; l < 6; l++) {
+                grad[l] = test_rng_int(&rng, 0, 1 << 28);
+                bwd[l] = st[s].bwd_ms / 6;
+            }
+            struct link dp = {.present = 1, .gbps = test_rng_double(&rng, 1, 400),
+                              .latency_us = test_rng_double(&rng, 0, 30)};
+            st[s].n_buckets = sim_buckets(grad, bwd, 6, test_rng_int(&rng, 0, 1 << 28), &dp,
+                                          (int)test_rng_int(&rng, 1, 8), b[s]);
+            st[s].buckets = b[s];
+            st[s].optimizer_ms = test_rng_double(&rng, 0, 5);
+        }
+        struct schedule_shape sh = schedule_shape_of(SCHEDULE_INTERLEAVED, S, 1, M);
+        struct sim_result r;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_FATAL(sim_run_shape(&sh, st, &r, &e) == ERR_OK);
+        CU_ASSERT(test_close(r.iteration_ms, run(SCHEDULE_1F1B, S, M, st), 1e-9, 1e-12));
+        sim_result_free(&r);
+    }
+}
+
+/* ZB-H1 on one GPU, one micro-batch: F [0, 4], B [4, 10], W [10, 14] with 1 ms for each of
+ * four layers' weight gradients. Buckets of 20 MB, each 2 ms (as above): layers 3-2, final
+ * once layer 2's weight pass has run (2 ms before W ends), [12, 14]; layers 1-0 [14, 16];
+ * the optimizer [16, 17]. The step is 17, where one reduction after W would make it 19. */
+static void test_passes_buckets_by_hand(void)
+{
+    int64_t grad[4] = {10000000, 10000000, 10000000, 10000000};
+    double w[4] = {1, 1, 1, 1};
+    struct link link = {1, 80, 0};
+    struct sim_bucket b[4];
+    struct sim_stage st = {.fwd_ms = 4, .bwd_ms = 6, .w_ms = 4, .optimizer_ms = 1,
+                           .n_buckets = sim_buckets(grad, w, 4, 20000000, &link, 2, b),
+                           .buckets = b};
+    struct schedule_shape sh = schedule_shape_of(SCHEDULE_ZB_H1, 1, 1, 1);
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(st.n_buckets == 2);
+    CU_ASSERT_FATAL(sim_run_shape(&sh, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 17, 1e-12, 0));
+    two_buckets(&r, 12, 14);
+    sim_result_free(&r);
+    st.n_buckets = sim_buckets(grad, w, 4, 0, &link, 2, b);
+    double ms = 0;
+    CU_ASSERT(sim_makespan_shape(&sh, &st, &ms, &e) == ERR_OK && test_close(ms, 19, 1e-12, 0));
 }
 
 int main(void)
@@ -578,5 +647,9 @@ int main(void)
     CU_add_test(s, "1F1B order is PipeDream-Flush's", test_1f1b_order);
     CU_add_test(s, "bad input refused", test_bad_input);
     CU_add_test(s, "gradient buckets by hand", test_buckets_by_hand);
+    CU_add_test(s, "pass by pass = the 1F1B walk, sends and buckets",
+                test_passes_equal_walk);
+    CU_add_test(s, "zb-h1's buckets after the weight passes, by hand",
+                test_passes_buckets_by_hand);
     return test_main();
 }

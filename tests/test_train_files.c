@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -504,6 +506,153 @@ static void test_llama_weights(void)
     expect_refused(args, needle);
 }
 
+/* ---- issue 27: the data file while training, and bounded readers ---- */
+
+/* An llm.c file of `n` tokens, a repeating pattern below 64, written a block at a time. */
+static const char *write_many(const char *name, int64_t n)
+{
+    const char *path = test_path(name);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    put32(f, 20240520);
+    put32(f, 1);
+    put32(f, (uint32_t)n);
+    for (int i = 3; i < 256; i++)
+        put32(f, 0);
+    unsigned char block[4096];
+    for (int i = 0; i < 2048; i++) {
+        block[2 * i] = (unsigned char)((i * 7 + 3) % 64);
+        block[2 * i + 1] = 0;
+    }
+    for (int64_t at = 0; at < n; at += 2048)
+        fwrite(block, 2, (size_t)(n - at < 2048 ? n - at : 2048), f);
+    fclose(f);
+    return path;
+}
+
+/* Issue 27: cut short under a running job, the data file was a SIGBUS (it was mapped); now
+ * the rank reading it names it and every rank stops with status 1. */
+static void test_data_cut_while_training(void)
+{
+    char file[1024], args[4096];
+    snprintf(file, sizeof file, "%s", write_many("cut.bin", 1 << 20));
+    snprintf(args, sizeof args, "--plan '%s' --threads 1 --steps 1000000 --data '%s'", plan_w3,
+             file);
+    struct train_job j;
+    train_job_start(&j, "cut", 3, RUN_LIMIT_S, "", args);
+    CU_ASSERT_FATAL(train_job_saw(&j, "step 2/", 60));
+    CU_ASSERT_FATAL(truncate(file, 1024 + 64) == 0);
+    train_job_wait(&j, RUN_LIMIT_S);
+    char needle[1200];
+    snprintf(needle, sizeof needle, "--data %s: changed while training", file);
+    int ok = j.code == 1 && j.text != NULL && strstr(j.text, needle) != NULL &&
+             strstr(j.text, "Bus error") == NULL;
+    CU_ASSERT(ok);
+    if (!ok)
+        fprintf(stderr, "\ncut data file: status %d, stderr:\n%s\n", j.code,
+                j.text ? j.text : "");
+    train_job_free(&j);
+}
+
+/* The largest resident set of `cmd`'s processes, in KiB (-1 when it failed). */
+static long peak_rss_kib(const char *cmd)
+{
+    const char *out = test_path("rss.txt");
+    pid_t p = fork();
+    if (p == 0) { /* the children's peak is the largest of any descendant waited for */
+        int rc = system(cmd);
+        struct rusage ru;
+        getrusage(RUSAGE_CHILDREN, &ru);
+        FILE *f = fopen(out, "w");
+        if (f != NULL)
+            fprintf(f, "%ld\n", rc == 0 ? ru.ru_maxrss : -1L);
+        if (f != NULL)
+            fclose(f);
+        _exit(0);
+    }
+    waitpid(p, NULL, 0);
+    char *text = test_read(out);
+    long kib = text != NULL ? atol(text) : -1;
+    free(text);
+    return kib;
+}
+
+/* Issue 27: every rank read the whole data file through a mapping (a 4.3 GB file: 4.4 GB
+ * resident on each); now rank 0 reads it a piece at a time and the others only open it. The
+ * reference: the same run on the synthetic source. A 256 MiB file (sparse: its tokens are 0)
+ * adds less than a tenth of itself to the largest rank. */
+static void test_data_memory_bounded(void)
+{
+    const char *big = test_path("big.bin");
+    int64_t n = (int64_t)128 << 20; /* tokens: 256 MiB */
+    FILE *f = fopen(big, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    put32(f, 20240520);
+    put32(f, 1);
+    put32(f, (uint32_t)n);
+    fclose(f);
+    CU_ASSERT_FATAL(truncate(big, 1024 + 2 * n) == 0);
+    char cmd[4096];
+    const char *run = "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np 3 '%s' "
+                      "train --plan '%s' --threads 1 --steps 1 --quiet %s%s%s > /dev/null 2>&1";
+    snprintf(cmd, sizeof cmd, run, RUN_LIMIT_S, BALLAST_EXE, plan_w3, "", "", "");
+    long base = peak_rss_kib(cmd);
+    snprintf(cmd, sizeof cmd, run, RUN_LIMIT_S, BALLAST_EXE, plan_w3, "--data '", big, "'");
+    long with = peak_rss_kib(cmd);
+    fprintf(stderr, "\n  peak resident: %ld KiB synthetic, %ld KiB with a 256 MiB data file\n",
+            base, with);
+    CU_ASSERT(base > 0 && with > 0);
+    CU_ASSERT(with - base < (256 << 10) / 10);
+    unlink(big);
+}
+
+/* Issue 27: a header length over Hugging Face's cap is refused before the header is read
+ * (here a sparse file of 100 MB of zeros: once parsed as JSON, now refused by its length);
+ * a crafted shape whose byte count overflows is refused by checked arithmetic (once UBSan's
+ * signed overflow). */
+static void test_safetensors_bounds(void)
+{
+    char args[4096], needle[2048], path[1024];
+    snprintf(path, sizeof path, "%s", test_path("huge-header.safetensors"));
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    uint64_t len = 100000001;
+    for (int b = 0; b < 8; b++)
+        fputc((int)(len >> (8 * b) & 255), f);
+    fclose(f);
+    CU_ASSERT_FATAL(truncate(path, 8 + (off_t)len + 8) == 0);
+    snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan_w1, path);
+    snprintf(needle, sizeof needle, "%s: header length 100000001, over the 100000000 bytes",
+             path);
+    expect_refused(args, needle);
+    unlink(path);
+    /* wpe of 8e15 positions (the file may hold more than the model uses) of n_embd 512:
+     * 4.1e18 elements, 1.6e19 bytes */
+    char plan[1024];
+    train_plan_model("wide", "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", "
+                             "\"n_layer\": 1, \"n_embd\": 512, \"n_head\": 8, \"seq_len\": 16, "
+                             "\"vocab_size\": 64, \"micro_batch\": 1, \"dtype\": \"fp32\"}",
+                     1, "none", plan, sizeof plan);
+    const char *head = "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[64,512],"
+                       "\"data_offsets\":[0,131072]},\"wpe.weight\":{\"dtype\":\"F32\","
+                       "\"shape\":[8000000000000000,512],\"data_offsets\":[131072,131076]}}";
+    snprintf(path, sizeof path, "%s", test_path("crafted.safetensors"));
+    f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    len = strlen(head);
+    for (int b = 0; b < 8; b++)
+        fputc((int)(len >> (8 * b) & 255), f);
+    fputs(head, f);
+    for (int i = 0; i < 131076; i++)
+        fputc(0, f);
+    fclose(f);
+    snprintf(args, sizeof args, "--plan '%s' --init '%s'", plan, path);
+    snprintf(needle, sizeof needle,
+             "%s: wpe.weight.shape: [8000000000000000, 512] holds more bytes than a file can",
+             path);
+    expect_refused(args, needle);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -516,5 +665,11 @@ int main(void)
                 test_weights_refused);
     CU_add_test(s, "Llama safetensors (Hugging Face names) in and out on 1 and 3 ranks",
                 test_llama_weights);
+    CU_add_test(s, "a data file cut short while training: named, status 1, no SIGBUS",
+                test_data_cut_while_training);
+    CU_add_test(s, "a large data file costs a bounded few MiB, not its size",
+                test_data_memory_bounded);
+    CU_add_test(s, "a safetensors header over the cap and a crafted shape are refused",
+                test_safetensors_bounds);
     return test_main();
 }

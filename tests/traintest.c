@@ -2,6 +2,7 @@
 
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,11 +12,106 @@
 #include "cost.h"
 #include "plan.h"
 
-static double now_s(void)
+double train_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void train_sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+void train_job_start(struct train_job *j, const char *name, int np, int limit_s, const char *env,
+                     const char *args)
+{
+    char cmd[8192];
+    snprintf(j->out, sizeof j->out, "%s.out", test_path(name));
+    snprintf(j->err, sizeof j->err, "%s.err", test_path(name));
+    snprintf(j->status, sizeof j->status, "%s.status", test_path(name));
+    j->code = -1;
+    j->text = NULL;
+    snprintf(cmd, sizeof cmd,
+             "(timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d %s '%s' train "
+             "%s > '%s' 2> '%s'; echo $? > '%s') &",
+             limit_s, np, env, BALLAST_EXE, args, j->out, j->err, j->status);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+}
+
+int train_job_saw(const struct train_job *j, const char *text, double within_s)
+{
+    for (double until = train_now_s() + within_s; train_now_s() < until; train_sleep_s(0.05)) {
+        char *s = test_read(j->out);
+        int seen = s != NULL && strstr(s, text) != NULL;
+        free(s);
+        if (seen)
+            return 1;
+    }
+    return 0;
+}
+
+void train_job_wait(struct train_job *j, int limit_s)
+{
+    for (double until = train_now_s() + limit_s + 10; j->code < 0 && train_now_s() < until;) {
+        char *s = test_read(j->status);
+        if (s != NULL && strchr(s, '\n') != NULL)
+            j->code = atoi(s);
+        free(s);
+        if (j->code < 0)
+            train_sleep_s(0.05);
+    }
+    j->text = test_read(j->err);
+}
+
+void train_job_free(struct train_job *j)
+{
+    free(j->text);
+    j->text = NULL;
+}
+
+/* The file's contents with NULs as spaces (a command line, an environment: NULs kept as
+ * separators when `keep`), or "" (cap bytes at out). */
+static size_t read_proc(const char *path, char *out, size_t cap, int keep)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    if (f)
+        fclose(f);
+    for (size_t i = 0; !keep && i < n; i++)
+        out[i] = out[i] ? out[i] : ' ';
+    out[n] = '\0';
+    return n;
+}
+
+int train_find_rank(int rank, const char *mark)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *ent;
+    int found = -1;
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    while (found < 0 && d != NULL && (ent = readdir(d)) != NULL) {
+        static char buf[65536];
+        char path[300];
+        if (ent->d_name[0] < '0' || ent->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", ent->d_name);
+        read_proc(path, buf, sizeof buf, 0);
+        if (strstr(buf, mark) == NULL || strstr(buf, "mpirun") != NULL ||
+            strstr(buf, " train ") == NULL)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/environ", ent->d_name);
+        size_t n = read_proc(path, buf, sizeof buf, 1);
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+            if (strcmp(buf + i, want) == 0)
+                found = atoi(ent->d_name);
+    }
+    if (d != NULL)
+        closedir(d);
+    return found;
 }
 
 const char *train_plan_cluster(const char *cluster, const char *flags, const char *name)
@@ -45,9 +141,9 @@ struct train_run train_exec(int np, int limit_s, const char *args)
              "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d '%s' train %s "
              "> '%s' 2> '%s'",
              limit_s, np, BALLAST_EXE, args, opath, epath);
-    double t0 = now_s();
+    double t0 = train_now_s();
     int status = system(cmd);
-    r.seconds = now_s() - t0;
+    r.seconds = train_now_s() - t0;
     r.status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     r.out = test_read(opath);
     r.err = test_read(epath);
@@ -127,6 +223,37 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
         CU_ASSERT(ok);
     }
     return 0;
+}
+
+/* Plan tmpdir/NAME: a copy of `from` whose stage `s` was planned from a profile that
+ * under-states memory (every byte count zero, as a profile of another implementation might):
+ * the plan is consistent and fits its lowered limit `limit` on paper, and only the runtime,
+ * which allocates by its own size functions, finds that the stage does not. Its path. */
+const char *train_plan_understated(const char *from, int s, long long limit, const char *name)
+{
+    char *text = test_read(from);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s), *c;
+    static const char *const bytes[] = {"state_bytes", "act_bytes",   "ckpt_bytes",
+                                        "workspace_bytes", "param_bytes", "grad_bytes",
+                                        "optimizer_bytes"};
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
+    {
+        for (int k = 0; k < 7; k++)
+            cJSON_ReplaceItemInObject(c, bytes[k], cJSON_CreateNumber(0));
+        cJSON_DeleteItemFromObject(c, "recompute_options"); /* none in that implementation */
+    }
+    cJSON *reserve = cJSON_GetObjectItem(o, "reserve_bytes");
+    cJSON_ReplaceItemInObject(st, "memory_bytes",
+                              cJSON_CreateNumber(reserve ? reserve->valuedouble : 0));
+    cJSON_ReplaceItemInObject(st, "memory_limit_bytes", cJSON_CreateNumber((double)limit));
+    cJSON_ReplaceItemInObject(st, "capacity_bytes", cJSON_CreateNumber((double)limit));
+    char *out = cJSON_Print(o);
+    const char *path = test_write(name, out);
+    cJSON_free(out);
+    cJSON_Delete(o);
+    return path;
 }
 
 /* A plan rewritten by a test: `from` loaded (else a message naming `to`, and nonzero) ... */
@@ -223,6 +350,45 @@ int train_same_scaling(const struct train_metrics *a, const struct train_metrics
             return 0;
         }
     return 1;
+}
+
+int train_arena_lie(cJSON *arena, int layer)
+{
+    cJSON *objs = cJSON_GetObjectItem(arena, "objects"), *a = NULL, *b = NULL;
+    for (cJSON *it = objs != NULL ? objs->child : NULL; it != NULL; it = it->next) {
+        const char *kind = cJSON_GetObjectItem(it, "kind")->valuestring;
+        int micro = cJSON_GetObjectItem(it, "micro")->valueint;
+        if (strcmp(kind, "kept") != 0 || cJSON_GetObjectItem(it, "layer")->valueint != layer)
+            continue;
+        if (micro == 0)
+            a = it;
+        else if (micro == 1)
+            b = it;
+    }
+    if (a == NULL || b == NULL)
+        return -1;
+    double after = cJSON_GetObjectItem(a, "last")->valuedouble + 1;
+    cJSON_ReplaceItemInObject(b, "offset",
+                              cJSON_CreateNumber(cJSON_GetObjectItem(a, "offset")->valuedouble));
+    cJSON_ReplaceItemInObject(b, "first", cJSON_CreateNumber(after));
+    cJSON_ReplaceItemInObject(b, "last", cJSON_CreateNumber(after));
+    /* the lower bound of the objects as now stated, counted tick by tick */
+    int last = 0;
+    for (cJSON *it = objs->child; it != NULL; it = it->next)
+        last = cJSON_GetObjectItem(it, "last")->valueint > last
+                   ? cJSON_GetObjectItem(it, "last")->valueint
+                   : last;
+    double most = 0;
+    for (int t = 0; t <= last; t++) {
+        double sum = 0;
+        for (cJSON *it = objs->child; it != NULL; it = it->next)
+            if (cJSON_GetObjectItem(it, "first")->valueint <= t &&
+                t <= cJSON_GetObjectItem(it, "last")->valueint)
+                sum += cJSON_GetObjectItem(it, "bytes")->valuedouble;
+        most = sum > most ? sum : most;
+    }
+    cJSON_ReplaceItemInObject(arena, "lower_bound_bytes", cJSON_CreateNumber(most));
+    return 0;
 }
 
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b)

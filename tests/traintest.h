@@ -26,6 +26,28 @@ const char *train_plan_cluster(const char *cluster, const char *flags, const cha
 struct train_run train_exec(int np, int limit_s, const char *args);
 void train_run_free(struct train_run *r);
 
+/* A job running in the background (`timeout LIMIT mpirun ... ENV ballast train ARGS`), for a
+ * test that acts on it while it runs: its output files, its status once it ended. */
+struct train_job {
+    char out[1024], err[1024], status[1024];
+    int code;   /* its exit status, -1 until it ended */
+    char *text; /* its stderr, once ended (train_job_wait) */
+};
+
+/* `env` goes before the executable (mpirun's "-x NAME=VALUE", or ""); files tmpdir/NAME.*. */
+void train_job_start(struct train_job *j, const char *name, int np, int limit_s, const char *env,
+                     const char *args);
+/* Whether `text` came in its stdout within `within_s` seconds. */
+int train_job_saw(const struct train_job *j, const char *text, double within_s);
+/* Waits for its end (at most `limit_s` + 10 s: its own limit ends it first). */
+void train_job_wait(struct train_job *j, int limit_s);
+void train_job_free(struct train_job *j);
+/* The pid of its rank `rank` (OMPI_COMM_WORLD_RANK) whose command line mentions `mark` (its
+ * plan, say), or -1. */
+int train_find_rank(int rank, const char *mark);
+double train_now_s(void);
+void train_sleep_s(double s);
+
 struct train_metrics {
     int n_steps, n_stages;
     double loss[TRAIN_MAX_STEPS];
@@ -46,6 +68,11 @@ int train_metrics_read(const char *file, struct train_metrics *m);
  * asserts status 0, np stages, and each stage's peak within 2% of its planned bytes. */
 int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const char *metrics_name,
              struct train_metrics *m);
+
+/* Plan tmpdir/NAME: plan `from` whose stage `s` looks planned from a profile that under-states
+ * memory (every byte count zero), with memory_limit_bytes `limit`: consistent, fitting on
+ * paper, and refused by the runtime's own sizes. Its path (test_write's buffer). */
+const char *train_plan_understated(const char *from, int s, long long limit, const char *name);
 
 /* Writes plan `to`: plan `from` whose layers take the given choices by global layer ("attn",
  * "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory, recompute and stage time from
@@ -70,6 +97,13 @@ void train_plan_offload(const char *from, const char *to);
 /* The same steps with the same loss scales and skipped steps (fp16; the first difference
  * printed); 0 for no steps. */
 int train_same_scaling(const struct train_metrics *a, const struct train_metrics *b);
+
+/* A plan stage's "arena" (cJSON) made to lie: the kept object of `layer`'s micro-batch 1
+ * moved onto micro-batch 0's bytes, its stated lifetime shrunk to one tick after the other's
+ * and the lower bound restated, so that the plan's own checks pass and only a run with
+ * --check-arena finds the two in use at once. 0, or -1 when there are no such objects. */
+struct cJSON;
+int train_arena_lie(struct cJSON *arena, int layer);
 
 /* The same steps with bitwise equal losses (the first difference printed); 0 for no steps. */
 int train_same_losses(const struct train_metrics *a, const struct train_metrics *b);

@@ -59,6 +59,58 @@ static int export_checks(const struct plan *p, const struct framework *f,
     return ERR_OK;
 }
 
+/* Whether framework f runs the plan's schedule as planned (fw_schedule_allowed). */
+static int schedule_allowed(const struct plan *p, const struct framework *f, struct err *e)
+{
+    char why[1024];
+    struct schedule_shape sh = plan_shape(p);
+    if (fw_schedule_allowed(f, &sh, why, sizeof why))
+        return ERR_OK;
+    return err_set(e, ERR_INPUT, "--to %s: %s", f->name, why);
+}
+
+/* Each pipeline rank's one recompute setting from its chunks' (a framework builds all of a
+ * rank's chunks from one TransformerConfig, recomputing the first n blocks of each chunk, or
+ * the same modules on all): into `ranks`, or 0 with why when a GPU's chunks differ. */
+static int rank_settings(const struct plan *p, const struct framework *f,
+                         const struct fw_settings *fs, struct fw_settings *ranks, char *why,
+                         size_t size)
+{
+    int pp = p->n_stages / (p->virtual_stages > 1 ? p->virtual_stages : 1);
+    for (int g = 0; g < pp; g++) {
+        int chunks[SCHEDULE_CHUNKS_MAX], v = plan_gpu_stages(p, g, chunks), most = 0;
+        struct fw_stage one = {0};
+        for (int c = 0; c < v; c++) {
+            const struct fw_stage *st = &fs->stages[chunks[c]];
+            one.blocks += st->blocks;
+            most = st->recompute == FW_RECOMPUTE_FULL && st->n > most ? st->n : most;
+            if (st->recompute == FW_RECOMPUTE_SELECTIVE)
+                one = (struct fw_stage){one.blocks, FW_RECOMPUTE_SELECTIVE, 0, st->modules};
+        }
+        if (most > 0)
+            one = (struct fw_stage){one.blocks, FW_RECOMPUTE_FULL, most, 0};
+        for (int c = 0; c < v; c++) {
+            const struct fw_stage *st = &fs->stages[chunks[c]];
+            int want = most < st->blocks ? most : st->blocks;
+            int differs = one.recompute == FW_RECOMPUTE_SELECTIVE
+                              ? st->blocks > 0 && (st->recompute != FW_RECOMPUTE_SELECTIVE ||
+                                                   st->modules != one.modules)
+                              : (st->recompute == FW_RECOMPUTE_FULL ? st->n : 0) != want ||
+                                    st->recompute == FW_RECOMPUTE_SELECTIVE;
+            if (differs)
+                return snprintf(why, size, "GPU %d's chunks recompute differently (stage %d "
+                                "against the GPU's other chunks), and %s builds every chunk of "
+                                "a pipeline rank from one recompute setting", g, chunks[c],
+                                f->title), 0;
+        }
+        if (ranks != NULL)
+            ranks->stages[g] = one;
+    }
+    if (ranks != NULL)
+        ranks->host_optimizer = fs->host_optimizer;
+    return 1;
+}
+
 /* The settings the framework runs: the plan's own (*replanned 0), or its best on the same
  * split (*replanned 1, `run` then holds that plan). */
 static int settings_for(const struct plan *p, const struct framework *f,
@@ -74,7 +126,8 @@ static int settings_for(const struct plan *p, const struct framework *f,
         return err_set(e, ERR_INPUT, "--to %s: %s cannot run the plan's split: %s", f->name,
                        f->title, why);
     if (fw_settings_read(p, fa, fs, why, sizeof why) &&
-        fw_settings_allowed(f, p, fs, 0, why, sizeof why))
+        fw_settings_allowed(f, p, fs, 0, why, sizeof why) &&
+        rank_settings(p, f, fs, NULL, why, sizeof why))
         return ERR_OK;
     int offloads = 0;
     for (int s = 0; s < p->n_stages; s++)
@@ -139,22 +192,32 @@ static int export_dp(FILE *out, const struct plan *p, int dp, const struct expor
     if (f == NULL || framework_is_ballast(f))
         return err_set(e, ERR_INPUT, "--to: \"%s\", expected megatron, megatron-cli, nemo, "
                        "nemo-cli, colossalai or flagscale", o->to);
-    if (export_checks(p, f, o, e))
+    if (export_checks(p, f, o, e) || schedule_allowed(p, f, e))
         return e->code;
-    struct fw_settings fs;
+    struct fw_settings fs, ranks = {0};
     struct plan run;
-    int replanned;
+    int replanned, pp = p->n_stages / (p->virtual_stages > 1 ? p->virtual_stages : 1);
     char offload[512], why[512];
     if (fw_settings_init(&fs, p->n_stages, e))
         return e->code;
-    if (settings_for(p, f, o, &fs, &run, &replanned, offload, sizeof offload, e)) {
+    if (settings_for(p, f, o, &fs, &run, &replanned, offload, sizeof offload, e) ||
+        (pp < p->n_stages && fw_settings_init(&ranks, pp, e))) {
         fw_settings_free(&fs);
         return e->code;
     }
+    if (pp < p->n_stages && !rank_settings(p, f, &fs, &ranks, why, sizeof why)) {
+        fw_settings_free(&ranks); /* fw_choose keeps a GPU's chunks alike: not reached */
+        fw_settings_free(&fs);
+        if (replanned)
+            plan_free(&run);
+        return err_set(e, ERR_FAIL, "--to %s: internal: %s", f->name, why);
+    }
+    const struct fw_settings *per_rank = pp < p->n_stages ? &ranks : &fs;
     const struct plan *q = replanned ? &run : p;
-    struct export_job x = {.p = q, .f = f, .fs = &fs, .o = o, .note = o->note,
-                           .per_rank = f->per_rank_file && !fw_settings_uniform(&fs, why,
-                                                                                 sizeof why),
+    struct export_job x = {.p = q, .f = f, .fs = &fs, .pp = pp, .ranks = per_rank, .o = o,
+                           .note = o->note,
+                           .per_rank = f->per_rank_file &&
+                                       !fw_settings_uniform(per_rank, why, sizeof why),
                            .tp = q->stages[0].tp, .dp = dp,
                            .shard = q->stages[0].shard_optimizer,
                            .attention = q->framework.attention};
@@ -174,6 +237,8 @@ static int export_dp(FILE *out, const struct plan *p, int dp, const struct expor
         rc = write_job(out, &x, e);
     if (replanned)
         plan_free(&run);
+    if (pp < p->n_stages)
+        fw_settings_free(&ranks);
     fw_settings_free(&fs);
     return rc;
 }
@@ -335,22 +400,27 @@ void export_header(FILE *f, const struct export_job *x, const char *comment)
                    "holds only if the framework's model has those layers in that order\n",
                 comment, p->model.name, p->model.layer_count);
     fprintf(f, "%s pipeline rank -> device (launch rank s on a GPU of this kind):", comment);
-    for (int s = 0; s < p->n_stages; s++) {
-        if (s % 8 == 0)
+    for (int g = 0; g < x->pp; g++) {
+        int chunks[SCHEDULE_CHUNKS_MAX];
+        plan_gpu_stages(p, g, chunks);
+        if (g % 8 == 0)
             fprintf(f, "\n%s ", comment);
-        fprintf(f, " %d:%s", s, p->stages[s].device);
+        fprintf(f, " %d:%s", g, p->stages[chunks[0]].device);
     }
     fprintf(f, "\n");
+    if (x->pp < p->n_stages)
+        fprintf(f, "%s %d model chunks a rank (interleaved 1F1B): rank s holds stages s, s + %d, "
+                   "...\n", comment, p->n_stages / x->pp, x->pp);
 }
 
 void export_launch(FILE *f, const struct export_job *x, const char *comment)
 {
     int gpus = 0;
-    for (int s = 0; s < x->p->n_stages; s++)
+    for (int s = 0; s < x->pp; s++) /* a rank's first chunk is stage s (schedule.h) */
         gpus += x->p->stages[s].tp;
     fprintf(f, "%s launch on %d GPUs (tp %d, pp %d, dp %d); %s takes dp from the world size "
                "(world / (tp * pp)); a step is %d samples\n",
-            comment, gpus * x->dp, x->tp, x->p->n_stages, x->dp, x->f->title, x->global_batch);
+            comment, gpus * x->dp, x->tp, x->pp, x->dp, x->f->title, x->global_batch);
 }
 
 void export_list(FILE *f, const struct export_job *x, int recompute)
@@ -392,14 +462,14 @@ void export_stages_py(FILE *f, const struct export_job *x, const char *framework
             x->o->stages_module, x->f->name, x->o->plan_name && x->o->plan_name[0] ? " from " : "",
             x->o->plan_name ? x->o->plan_name : "", framework_commit);
     fprintf(f, "# Stage memory as planned (bytes): ");
-    for (int s = 0; s < p->n_stages; s++)
+    for (int s = 0; s < x->pp; s++) /* a GPU's chunks each carry the GPU's */
         fprintf(f, "%s%lld", s ? ", " : "", (long long)p->stages[s].memory_bytes);
     fprintf(f, "\n\nPIPELINE_STAGES = [\n");
-    for (int s = 0; s < p->n_stages; s++) {
+    for (int s = 0; s < x->pp; s++) {
         fprintf(f, "    ");
-        stage_dict(f, &x->fs->stages[s]);
-        fprintf(f, ",  # stage %d: %s, %d blocks\n", s, p->stages[s].device,
-                x->fs->stages[s].blocks);
+        stage_dict(f, &x->ranks->stages[s]);
+        fprintf(f, ",  # stage %d: %s, %d blocks%s\n", s, p->stages[s].device,
+                x->ranks->stages[s].blocks, x->pp < p->n_stages ? " over its chunks" : "");
     }
     fprintf(f, "]\n\n_applied = None\n\n\n"
                "def pipeline_rank_from_env(pipeline_size):\n"

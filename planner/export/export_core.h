@@ -12,7 +12,11 @@
 struct export_job {
     const struct plan *p;          /* the plan as the framework runs it */
     const struct framework *f;
-    const struct fw_settings *fs;  /* its settings */
+    const struct fw_settings *fs;  /* its settings, a stage each (a virtual stage each where a
+                                      GPU holds several chunks: schedule.h) */
+    int pp;                        /* pipeline ranks: GPUs of the pipeline */
+    const struct fw_settings *ranks; /* each pipeline rank's one setting (fs with one chunk a
+                                        GPU; with several, the chunks' setting merged) */
     const struct export_options *o;
     int per_rank;                  /* the stages' recompute settings differ: the Python file */
     int tp;                        /* stage 0's */

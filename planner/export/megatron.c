@@ -59,10 +59,10 @@ static void recompute_args(FILE *f, int *first, const struct fw_stage *st, int m
 /* The stage whose setting the command line gives: a selective one, else the most blocks. */
 static const struct fw_stage *cli_setting(const struct export_job *x, int *most)
 {
-    const struct fw_stage *pick = &x->fs->stages[0];
+    const struct fw_stage *pick = &x->ranks->stages[0];
     *most = 0;
-    for (int s = 0; s < x->fs->n_stages; s++) {
-        const struct fw_stage *st = &x->fs->stages[s];
+    for (int s = 0; s < x->ranks->n_stages; s++) {
+        const struct fw_stage *st = &x->ranks->stages[s];
         if (st->recompute == FW_RECOMPUTE_SELECTIVE)
             pick = st;
         if (st->recompute == FW_RECOMPUTE_FULL && st->n > *most)
@@ -105,7 +105,7 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
         fprintf(x->note, "ballast export: note: the custom model \"%s\" carries no shape or "
                          "dtype: give Megatron-LM its own, and its precision (e.g. --bf16)\n",
                 p->model.name);
-    argf(f, &first, "pipeline_model_parallel_size", p->n_stages);
+    argf(f, &first, "pipeline_model_parallel_size", x->pp); /* the layout gives the chunks */
     layout(x, lay, sizeof lay);
     fprintf(f, " \\\n--pipeline-model-parallel-layout \"%s\"", lay);
     argf(f, &first, "tensor_model_parallel_size", x->tp);

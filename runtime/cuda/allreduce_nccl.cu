@@ -58,8 +58,7 @@ extern "C" int allreduce_nccl_init(struct allreduce_nccl **out,
     return ERR_OK;
 }
 
-static int sum(allreduce_nccl *a, float *buf, int64_t n, float scale, double timeout_s,
-               struct err *e)
+static int sum(allreduce_nccl *a, float *buf, int64_t n, float scale, struct err *e)
 {
     NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclSum, a->comm, a->stream), e);
     int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
@@ -68,20 +67,13 @@ static int sum(allreduce_nccl *a, float *buf, int64_t n, float scale, double tim
         KERNEL_CHECK("scale_kernel", e);
     }
     CUDA_CHECK(cudaEventRecord(a->done, a->stream), e);
-    int timed_out;
-    if (nccl_wait_event(a->done, a->comm, timeout_s, &timed_out, e) == ERR_OK)
-        return ERR_OK;
-    if (!timed_out)
-        return e->code;
-    return err_set(e, ERR_FAIL, "waited %.0f s for the replicas' gradients over NCCL "
-                   "(ncclAllReduce): a replica went silent (stopped, died or out of memory); "
-                   "--timeout SECONDS sets this limit", timeout_s);
+    return nccl_wait_event(a->done, a->comm, e);
 }
 
 extern "C" int allreduce_nccl_sum(struct allreduce_nccl *a, float *buf, int64_t n, float scale,
-                                  double timeout_s, struct err *e)
+                                  struct err *e)
 {
-    int rc = sum(a, buf, n, scale, timeout_s, e);
+    int rc = sum(a, buf, n, scale, e);
     if (rc)
         a->failed = 1;
     return rc;

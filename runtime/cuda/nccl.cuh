@@ -1,6 +1,7 @@
 // NCCL helpers shared by the pipeline transport (transport_nccl.cu) and the data-parallel
 // gradient all-reduce (allreduce_nccl.cu): the check macro, and a wait on a stream's event
-// that asks NCCL for asynchronous errors between polls and gives up after a timeout.
+// that asks NCCL for asynchronous errors between polls and sleeps between them (backoff.h).
+// A peer that stopped reports no error: the heartbeat (heartbeat.h) ends the job then.
 #ifndef BALLAST_CUDA_NCCL_CUH
 #define BALLAST_CUDA_NCCL_CUH
 
@@ -16,10 +17,8 @@
                                   (e));                                                      \
     } while (0)
 
-// Polls `ev` until it completes (ERR_OK), NCCL reports an asynchronous error on `comm` (a
-// peer that died: ERR_FAIL), or timeout_s (> 0) passes: then *timed_out = 1 and ERR_FAIL with
-// e unset, for the caller to name who went silent.
-int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, double timeout_s, int *timed_out,
-                    struct err *e);
+// Polls `ev` until it completes (ERR_OK) or NCCL reports an asynchronous error on `comm` (a
+// peer that died: ERR_FAIL).
+int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, struct err *e);
 
 #endif

@@ -11,6 +11,8 @@
 
 extern "C" {
 #include "backend.h"
+#include "backoff.h"
+#include "progress.h"
 #include "cuda_device.h"
 #include "transport.h"
 }
@@ -102,18 +104,8 @@ static int nccl_irecv(struct transport *t, void *buf, int64_t bytes, int peer, i
     return rc;
 }
 
-static double now_s(void)
+static int poll_event(cudaEvent_t ev, ncclComm_t comm, double start, struct err *e)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, double timeout_s, int *timed_out,
-                    struct err *e)
-{
-    double start = now_s();
-    *timed_out = 0;
     for (long polls = 0;; polls++) {
         cudaError_t rc = cudaEventQuery(ev);
         if (rc == cudaSuccess)
@@ -125,34 +117,25 @@ int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, double timeout_s, int *time
             NCCL_CHECK(ncclCommGetAsyncError(comm, &async), e);
             NCCL_CHECK(async, e);
         }
-        if (polls > 200) {
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, nullptr);
-        }
-        if (timeout_s > 0 && polls % 64 == 0 && now_s() - start > timeout_s) {
-            *timed_out = 1;
-            return ERR_FAIL;
-        }
+        backoff_pause(backoff_now_s() - start);
     }
 }
 
+int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, struct err *e)
+{
+    double start = backoff_now_s();
+    progress_waiting(1);
+    int rc = poll_event(ev, comm, start, e);
+    progress_waiting(0);
+    return rc;
+}
+
 // Polls the completion event; between polls, asks NCCL for asynchronous errors (a peer that
-// died), so that a broken pipeline fails instead of waiting for ever, and gives up after the
-// transport's timeout (a peer that stopped reports no error).
+// died), so that a broken pipeline fails instead of waiting for ever.
 static int poll_done(const struct transport *t, cudaEvent_t ev, int c, struct err *e)
 {
     nccl_transport *x = (nccl_transport *)t->impl;
-    int timed_out;
-    if (nccl_wait_event(ev, x->ch[c].comm, t->timeout_s, &timed_out, e) == ERR_OK)
-        return ERR_OK;
-    if (!timed_out)
-        return e->code;
-    int peer = c == CH_ACT_IN || c == CH_GRAD_OUT ? t->rank - 1 : t->rank + 1;
-    return err_set(e, ERR_FAIL,
-                   "waited %.0f s for a transfer with rank %d over NCCL: rank %d went "
-                   "silent (stopped, died or out of memory); --timeout SECONDS sets "
-                   "this limit",
-                   t->timeout_s, peer, peer);
+    return nccl_wait_event(ev, x->ch[c].comm, e);
 }
 
 static int nccl_wait(struct transport *t, int req, struct err *e)

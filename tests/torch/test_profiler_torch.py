@@ -177,8 +177,10 @@ def plan_short_stage(prof, ballast, work, tag):
     with open(cpath, "w") as f:
         json.dump(cluster, f)
     plan_path = os.path.join(work, "torch-plan-%s.json" % tag)
-    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "1", "-o",
-                          plan_path],
+    # --min-gain 0: the fastest plan, brute force's least recompute (the default margin may
+    # keep a simpler, slower choice)
+    run = subprocess.run([ballast, "plan", "--cluster", cpath, "--verify", "--unit", "1",
+                          "--min-gain", "0", "-o", plan_path],
                          capture_output=True, text=True)
     if run.returncode != 0:
         FAILS.append(tag + " ballast plan --verify on the profile: exit %d: %s" %

@@ -184,6 +184,7 @@ static void stage_layout(const struct cluster *c, const struct schedule_shape *s
     if (c->grad_bytes != NULL) {
         st->dp_link = c->stages[g].dp_link;
         st->allreduce_bytes = cluster_grad_bytes(c, g, st->first, st->last);
+        st->dp_bucket_bytes = c->dp_bucket_bytes;
     }
 }
 
@@ -486,7 +487,8 @@ static int shape_allowed(const struct cluster *c, const struct plan_options *o,
         return e->code;
     if (!plain && (o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)))
         return err_set(e, ERR_INPUT, "--actions: offload and a host optimizer are planned and "
-                       "run with schedules 1f1b and gpipe, not %s", name);
+                       "run with schedules 1f1b and gpipe (a fraction of the optimizer too), "
+                       "not %s", name);
     if (!plain && o->arena != NULL)
         return err_set(e, ERR_INPUT, "--arena lays out stages of schedules 1f1b and gpipe, not %s",
                        name);

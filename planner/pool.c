@@ -20,10 +20,20 @@
 /* Most "micro_batch_sizes". */
 #define POOL_SIZES_MAX 16
 
+/* Most "tp_profiles" of a kind. */
+#define POOL_TP_PROFILES_MAX 16
+
 struct pool_kind {
     const cJSON *entry;
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node;
+    /* "tp_profiles": a profile made for (the kind, tp) per tp given, its path as written
+     * (relative to the pool file); stages of another tp take "profile" and its tp_efficiency */
+    int n_tp_profiles;
+    struct {
+        int tp;
+        const char *profile;
+    } tp_profile[POOL_TP_PROFILES_MAX];
     /* per tp and dp slot (pool_costs_make): its stage alone */
     struct pool_costs *costs;
     int64_t n_tp; /* per_node + 1 */
@@ -79,12 +89,86 @@ struct pool_state {
     double lower_bound;
 };
 
+/* "tp_profiles": [{"tp", "profile"}, ...], each tp from 2 to per_node, once. */
+static int read_tp_profiles(const cJSON *obj, const char *file, const char *path,
+                            struct pool_kind *out, struct err *e)
+{
+    static const char *const keys[] = {"tp", "profile", NULL};
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "tp_profiles");
+    char sub[JSONIO_PATH_MAX];
+    jsonio_path_key(sub, path, "tp_profiles");
+    out->n_tp_profiles = 0;
+    if (list == NULL)
+        return ERR_OK;
+    if (jsonio_expect_array(list, file, sub, e))
+        return e->code;
+    if (cJSON_GetArraySize(list) > POOL_TP_PROFILES_MAX)
+        return err_set(e, ERR_INPUT, "%s: %s: %d profiles, at most %d", file, sub,
+                       cJSON_GetArraySize(list), POOL_TP_PROFILES_MAX);
+    for (const cJSON *it = list->child; it != NULL; it = it->next) {
+        char ip[JSONIO_PATH_MAX];
+        int64_t tp;
+        int i = out->n_tp_profiles;
+        jsonio_path_index(ip, sub, i);
+        if (jsonio_expect_object(it, file, ip, e) || jsonio_check_keys(it, file, ip, keys, e) ||
+            jsonio_int(it, file, ip, "tp", 2, out->per_node, &tp, e) ||
+            jsonio_str(it, file, ip, "profile", &out->tp_profile[i].profile, e))
+            return e->code;
+        for (int j = 0; j < i; j++)
+            if (out->tp_profile[j].tp == tp)
+                return err_set(e, ERR_INPUT, "%s: %s.tp: %lld is %s[%d]'s too", file, ip,
+                               (long long)tp, sub, j);
+        out->tp_profile[i].tp = (int)tp;
+        out->n_tp_profiles++;
+    }
+    return ERR_OK;
+}
+
+/* Kind k's profile made for tp GPUs (tp_profiles), or NULL. */
+static const char *kind_tp_profile(const struct pool_kind *kind, int tp)
+{
+    for (int i = 0; i < kind->n_tp_profiles; i++)
+        if (kind->tp_profile[i].tp == tp)
+            return kind->tp_profile[i].profile;
+    return NULL;
+}
+
+/* Each of a kind's tp_profiles is a profile of its device made for its tp (its "tp" says so):
+ * a one-GPU profile there would be divided by tp once more. */
+static int check_tp_profiles(const struct pool_state *st, struct err *e)
+{
+    for (int k = 0; k < st->K; k++)
+        for (int i = 0; i < st->kind[k].n_tp_profiles; i++) {
+            char full[CLUSTER_PATH_MAX];
+            struct profile p;
+            struct err inner;
+            err_clear(&inner);
+            cluster_profile_path(st->file, st->kind[k].tp_profile[i].profile, full);
+            if (profile_load(full, &p, &inner))
+                return err_set(e, inner.code, "%s: pool[%d].tp_profiles[%d].profile: %s",
+                               st->file, k, i, inner.msg);
+            int tp = p.tp, same = strcmp(p.device.name, st->kind[k].device) == 0;
+            profile_free(&p);
+            if (tp != st->kind[k].tp_profile[i].tp || !same)
+                return err_set(e, ERR_INPUT,
+                               "%s: pool[%d].tp_profiles[%d]: \"%s\" is %s, but this entry is "
+                               "for tp %d of \"%s\" (make it with ballast profile --tp %d)",
+                               st->file, k, i, st->kind[k].tp_profile[i].profile,
+                               !same ? "another device's profile"
+                               : tp > 1 ? "a profile of another tp"
+                                        : "a profile of one GPU",
+                               st->kind[k].tp_profile[i].tp, st->kind[k].device,
+                               st->kind[k].tp_profile[i].tp);
+        }
+    return ERR_OK;
+}
+
 static int read_kind(const cJSON *obj, const char *file, int k, struct pool_kind *out,
                      struct err *e)
 {
     static const char *const keys[] = {"device",    "count",     "per_node", "memory_bytes",
                                        "profile",   "node_link", "host_link",
-                                       "node_host_memory_bytes", NULL};
+                                       "node_host_memory_bytes", "tp_profiles", NULL};
     char path[JSONIO_PATH_MAX];
     jsonio_path_index(path, "pool", k);
     out->entry = obj;
@@ -100,7 +184,7 @@ static int read_kind(const cJSON *obj, const char *file, int k, struct pool_kind
                        file, path, (long long)out->per_node, (long long)out->count, out->device);
     if (out->per_node == 0)
         out->per_node = out->count;
-    return ERR_OK;
+    return read_tp_profiles(obj, file, path, out, e);
 }
 
 static int read_pool(struct pool_state *st, struct err *e)
@@ -143,6 +227,9 @@ static cJSON *candidate_json(const struct pool_state *st, int micro_batches)
         for (int s = 0; s < st->stages[k]; s++) {
             cJSON *stage = cJSON_Duplicate(st->kind[k].entry, 1);
             const char *profile = st->size >= 0 ? st->size_profile[st->size][k] : NULL;
+            if (profile == NULL) /* at the model's micro-batch size: per degree, if given */
+                profile = kind_tp_profile(&st->kind[k], st->tp[k]);
+            cJSON_DeleteItemFromObjectCaseSensitive(stage, "tp_profiles");
             if (profile != NULL) {
                 cJSON_DeleteItemFromObjectCaseSensitive(stage, "profile");
                 cJSON_AddStringToObject(stage, "profile", profile);
@@ -788,6 +875,8 @@ int pool_search_parsed(const cJSON *root, const char *file, const struct plan_op
     int rc = read_pool(&st, e);
     if (rc == ERR_OK)
         rc = pool_model(&st, e);
+    if (rc == ERR_OK)
+        rc = check_tp_profiles(&st, e);
     if (rc == ERR_OK)
         rc = read_sizes(&st, e);
     if (rc == ERR_OK)

@@ -34,15 +34,19 @@ void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int 
 {
     const struct profile *p = cluster_stage_profile(c, 0);
     const struct link *link = &c->stages[0].dp_link;
-    /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c) */
+    /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c); reduced in
+     * buckets (sim.h), all of it may overlap the stage's last backward, whose layers' share is
+     * taken off (the bounds add M forwards and backwards to it: never below 0) */
     double per_byte = reduce ? 2.0 * (dp - 1) / dp : 0;
+    int overlap = reduce && dp > 1 && c->dp_bucket_bytes > 0;
     for (int l = 0; l < p->n_layers; l++) {
         const struct layer_cost *y = &p->layers[l];
         double bytes_ms = link_transfer_ms(link, cluster_grad_bytes(c, 0, l, l)) -
                           link_transfer_ms(link, 0);
         out->fwd_ms[l] = y->fwd_ms;
         out->work_ms[l] = y->fwd_ms + y->bwd_ms;
-        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
+        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms -
+                          overlap * y->bwd_ms;
         out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
         out->act[l] = y->act_bytes;
         out->least_kept[l] = y->act_bytes;

@@ -17,7 +17,8 @@ struct pool_costs {
     int known;    /* the stage parsed alone (else nothing below: no bound) */
     double *fwd_ms, *work_ms; /* per layer: forward; forward + backward */
     double *tail_ms; /* per layer: its bytes' share of the gradient all-reduce past the
-                        latency, plus its optimizer step on the device */
+                        latency, plus its optimizer step on the device, less its backward
+                        when the reduction is bucketed (it may overlap the last backward) */
     int64_t *state;  /* per layer: parameter, gradient and optimizer bytes a GPU keeps */
     int64_t *act, *least_kept; /* per layer: activation bytes a micro-batch keeps with nothing
                                   recomputed, and the least any recomputation keeps */

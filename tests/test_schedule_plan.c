@@ -406,6 +406,9 @@ static void test_refusals(void)
     snprintf(args, sizeof args, "plan --cluster '%s' --schedule zb-h1 --actions "
                                 "recompute,offload --quiet", cpu);
     expect_refused(args, "offload and a host optimizer are planned and run with schedules");
+    snprintf(args, sizeof args, "plan --cluster '%s' --schedule interleaved --actions "
+                                "recompute,optimizer-fraction --quiet", cpu);
+    expect_refused(args, "1f1b and gpipe (a fraction of the optimizer too), not interleaved");
     snprintf(args, sizeof args, "plan --cluster '%s' --schedule interleaved --arena greedy "
                                 "--quiet", c);
     expect_refused(args, "--arena lays out stages of schedules 1f1b and gpipe");

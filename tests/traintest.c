@@ -461,6 +461,12 @@ void train_plan_model(const char *name, const char *model_text, int n_stages,
  * cost model's. */
 void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit)
 {
+    train_plan_host_optimizer_from(from, to, mask, 0, limit);
+}
+
+void train_plan_host_optimizer_from(const char *from, const char *to, unsigned mask,
+                                    int host_from, int64_t limit)
+{
     struct plan p;
     if (rewrite_open(from, to, &p))
         return;
@@ -468,7 +474,10 @@ void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, 
         struct plan_stage *st = &p.stages[s];
         if (!(mask >> s & 1))
             continue;
+        if (host_from >= plan_stage_layer_count(st))
+            continue; /* no layer left to host: the stage keeps its optimizer */
         st->optimizer = COST_PLACE_HOST;
+        st->optimizer_from = host_from;
         if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
             st->host_link = (struct link){1, 200, 10};
         recost(&p, st);

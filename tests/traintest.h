@@ -83,6 +83,11 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
  * each with host_limit_bytes `limit` (0: its own host_memory_bytes), and every number the
  * cost model's. */
 void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit);
+/* The same with each such stage's last layers from its `host_from`-th on hosting theirs (a
+ * fraction of the optimizer; 0: all of them; a stage with no layer from there on keeps its
+ * optimizer on the device). */
+void train_plan_host_optimizer_from(const char *from, const char *to, unsigned mask,
+                                    int host_from, int64_t limit);
 
 /* Plan `to`: plan `from` with every layer that may (cost_whole_offload) keeping its tensors
  * in host memory between forward and backward, prefetched one layer ahead, over a 200 Gbit/s

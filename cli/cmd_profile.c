@@ -9,6 +9,9 @@
 #include "hostinfo.h"
 #include "jsonio.h"
 #include "measure.h"
+#include "measure_tp.h"
+#include "cuda_device.h"
+#include "cost.h"
 #include "model.h"
 #include "model_ops.h"
 #include "cluster.h"
@@ -22,6 +25,7 @@ static void help(void)
 {
     printf("usage: ballast profile --model MODEL.json --device cpu|cuda:N [-o PROFILE.json]\n"
            "                       [--repeats N] [--threads N] [--name NAME]\n"
+           "                       [--tp N [--node-link-gbps RATE [--node-link-latency-us TIME]]]\n"
            "       ballast profile --model MODEL.json --estimate --device NAME\n"
            "                       [-o PROFILE.json] [--devices DEVICES.json] [--for FRAMEWORK]\n"
            "                       [--tp N --node-link-gbps RATE [--node-link-latency-us TIME]]\n\n"
@@ -44,12 +48,14 @@ static void help(void)
            "                   operation) instead of measuring; marked \"estimated\": true;\n"
            "                   --device then names a device of the device table\n"
            "  --devices FILE   the device table (default: %s)\n"
-           "  --tp N           --estimate the costs on each of N GPUs splitting every layer\n"
-           "                   (tensor parallel with sequence parallelism, docs/cost-model.md),\n"
-           "                   their collectives over --node-link-gbps\n"
-           "                   RATE (\"2400Gbps\", \"300GB/s\"; a number alone is Gbit/s) and\n"
-           "                   --node-link-latency-us TIME (\"3us\"; default 0); the profile says\n"
-           "                   \"tp\": N and serves cluster stages of tp N\n"
+           "  --tp N           the costs on each of N GPUs splitting every layer (tensor\n"
+           "                   parallel with sequence parallelism, docs/pools.md): each GPU's\n"
+           "                   share of every operation, measured on the device (or estimated),\n"
+           "                   plus the collectives: over --node-link-gbps RATE (\"2400Gbps\",\n"
+           "                   \"300GB/s\"; a number alone is Gbit/s) and --node-link-latency-us\n"
+           "                   TIME (\"3us\"; default 0), or measured over NCCL across GPUs 0..N-1\n"
+           "                   of this node when measuring on cuda without them; the profile\n"
+           "                   says \"tp\": N and serves cluster stages of tp N\n"
            "  --for F          --estimate what framework F (megatron, nemo, colossalai,\n"
            "                   flagscale) keeps: its attention kernel, fp32 logits, its\n"
            "                   recompute modules (docs/frameworks.md)\n"
@@ -129,18 +135,37 @@ static int estimate(const char *model_file, const char *device, const char *devi
     int rc = estimate_profile(&t, d, &m, &p, &e);
     if (rc == ERR_OK && framework != NULL)
         rc = estimate_for_framework(&t, d, &m, framework, &p, &e);
+    if (rc == ERR_OK && group->tp > 1 &&
+        cluster_group_profile(&p, (int)group->tp, &group->node_link, &e) == ERR_OK)
+        rc = estimate_tp_times(&t, d, &group->node_link, framework != NULL, &p, &e);
+    else if (rc == ERR_OK && group->tp > 1)
+        rc = e.code;
     devices_free(&t);
-    if (rc == ERR_OK && group->tp > 1)
-        rc = cluster_group_profile(&p, (int)group->tp, &group->node_link, &e);
     if (rc == ERR_OK)
         rc = write_profile(out_file, &p, NULL, &e);
     profile_free(&p);
     return rc ? cli_fail("profile", &e) : ERR_OK;
 }
 
+/* The collectives of --tp on a GPU without --node-link-gbps: measured over NCCL across the
+ * node's GPUs (cuda_device.h), one collective the mean of an all-gather and a reduce-scatter;
+ * -1 (the node link's) otherwise. */
+static int tp_collective(const struct estimate_group *g, const struct model *m, int cuda,
+                         int repeats, double *ms, struct err *e)
+{
+    double ag, rs;
+    *ms = -1;
+    if (g->tp <= 1 || g->node_link.present || !cuda)
+        return ERR_OK;
+    ERR_TRY(cuda_tp_collectives_ms((int)g->tp, cost_tp_tensor_bytes(m), repeats, &ag, &rs, e));
+    *ms = (ag + rs) / 2;
+    return ERR_OK;
+}
+
 /* threads_from: what chose the CPU threads (recorded in the provenance), NULL on a GPU */
 static int measure(const char *model_file, const char *device, int repeats, int threads,
-                   const char *threads_from, const char *name, const char *out_file)
+                   const char *threads_from, const char *name, const struct estimate_group *g,
+                   const char *out_file)
 {
     struct model m;
     struct profile p;
@@ -172,7 +197,15 @@ static int measure(const char *model_file, const char *device, int repeats, int 
         struct measure_options o = {repeats, WARMUP, p.device.memory_bytes / 2,
                                     isatty(STDERR_FILENO) ? stderr : NULL, stderr,
                                     timer.start != NULL ? &timer : NULL};
-        rc = measure_profile(&be, &m, &o, &p, &mismatches, &e);
+        struct measure_tp_options to = {(int)g->tp, g->node_link, -1, threads};
+        if (g->tp > 1)
+            rc = tp_collective(g, &m, strcmp(be.ops->name, "cpu") != 0, repeats,
+                               &to.collective_ms, &e) ||
+                         measure_tp_profile(&be, &m, &to, &o, &p, &e)
+                     ? e.code
+                     : ERR_OK;
+        else
+            rc = measure_profile(&be, &m, &o, &p, &mismatches, &e);
         if (rc == ERR_OK)
             rc = measure_host_link(&be, HOST_LINK_BYTES, repeats > 5 ? repeats : 5, &link[0],
                                    &link[1], &e);
@@ -320,9 +353,12 @@ int cmd_profile(int argc, char **argv)
         return cli_usage_error("profile", "--for FRAMEWORK is for --estimate");
     if (!estimated && devices_file != NULL)
         return cli_usage_error("profile", "--devices is the device table of --estimate");
-    if ((!estimated && group.tp > 1) || (group.tp > 1) != group.node_link.present)
-        return cli_usage_error("profile", "--tp N (above 1) is for --estimate and takes "
-                                          "--node-link-gbps, which is for --tp");
+    int cpu_device = strcmp(device, "cpu") == 0;
+    if ((group.tp > 1 && !group.node_link.present && (estimated || cpu_device)) ||
+        (group.tp <= 1 && group.node_link.present))
+        return cli_usage_error("profile", "--node-link-gbps is for --tp N (above 1), which "
+                                          "takes it with --estimate and on a CPU (on a GPU "
+                                          "without it the collectives are measured over NCCL)");
     if (cli_check_output("profile", out_file))
         return ERR_INPUT;
     if (estimated)
@@ -340,5 +376,5 @@ int cmd_profile(int argc, char **argv)
                 "share cores, so the times measure the sharing\n",
                 threads, threads_from, cores);
     return measure(model_file, device, (int)repeats, (int)threads, cpu ? threads_from : NULL,
-                   name, out_file);
+                   name, &group, out_file);
 }

@@ -154,8 +154,8 @@ int cluster_warn_cpu_threads(const cJSON *root, const struct cluster *c, FILE *o
     return lines;
 }
 
-/* The profile path as written is relative to the cluster file's folder. */
-static void resolve_path(const char *cluster_file, const char *rel, char out[CLUSTER_PATH_MAX])
+void cluster_profile_path(const char *cluster_file, const char *rel,
+                          char out[CLUSTER_PATH_MAX])
 {
     if (rel[0] == '/') {
         snprintf(out, CLUSTER_PATH_MAX, "%s", rel);
@@ -175,7 +175,7 @@ static int stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], con
                          const char *path, const char *rel, int *index, struct err *e)
 {
     char full[CLUSTER_PATH_MAX], canon[CLUSTER_PATH_MAX];
-    resolve_path(file, rel, full);
+    cluster_profile_path(file, rel, full);
     if (realpath(full, canon) == NULL)
         snprintf(canon, sizeof canon, "%s", full);
     for (int i = 0; i < c->n_profiles; i++)
@@ -446,7 +446,8 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
                                        "reserve_bytes", "link", "name", "description",
                                        "shard_optimizer", "dp_link", "pipelines", "pool",
-                                       "global_batch", "virtual_stages", NULL};
+                                       "global_batch", "dp_bucket_bytes", "virtual_stages",
+                                       NULL};
     int64_t micro;
     static const char *const text[] = {"name", "description", NULL};
     if (jsonio_check_format(root, file, "cluster", 1, e) ||

@@ -48,6 +48,9 @@ struct cluster {
     int n_layers;
     int shard_optimizer;  /* "shard_optimizer": optimizer state sharded over dp (ZeRO-1) */
     struct link dp_link;  /* between replicas; absent: each stage's link */
+    /* "dp_bucket_bytes": the gradient bucket of the replicas' reduction (planner/sim.h;
+     * absent: COST_DP_BUCKET_BYTES_DEFAULT; 0: one reduction after the last backward) */
+    int64_t dp_bucket_bytes;
     /* per profile, per layer: the gradient bytes on each GPU of its stages' tp group,
      * all-reduced over dp replicas (NULL when the profile's stages have tp = dp = 1) */
     int64_t **grad_bytes;
@@ -64,6 +67,10 @@ int cluster_parse(const cJSON *root, const char *file, struct cluster *c, struct
 void cluster_free(struct cluster *c);
 
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage);
+/* The path of a profile named `rel` in `cluster_file`: as written when absolute, else
+ * relative to the cluster file's folder. */
+void cluster_profile_path(const char *cluster_file, const char *rel,
+                          char out[CLUSTER_PATH_MAX]);
 /* For offload or a host optimizer: every stage with host_memory_bytes has a host link, and
  * some stage has host_memory_bytes (ERR_INPUT naming the file and the stage otherwise). */
 int cluster_check_host_memory(const struct cluster *c, struct err *e);

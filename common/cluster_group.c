@@ -70,6 +70,10 @@ int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, s
     const cJSON *shard = cJSON_GetObjectItemCaseSensitive(root, "shard_optimizer");
     if (shard != NULL && jsonio_bool(root, file, "", "shard_optimizer", &c->shard_optimizer, e))
         return e->code;
+    c->dp_bucket_bytes = COST_DP_BUCKET_BYTES_DEFAULT;
+    if (units_json_bytes_opt(root, file, "", "dp_bucket_bytes", 0, JSONIO_INT_MAX,
+                             &c->dp_bucket_bytes, e))
+        return e->code;
     return read_link(root, file, "", "dp_link", &c->dp_link, e);
 }
 

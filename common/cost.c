@@ -17,9 +17,39 @@ int64_t cost_layer_state(const struct layer_cost *c, enum cost_place optimizer)
                                                         : c->state_bytes;
 }
 
+static int64_t divide_up(int64_t bytes, int64_t by)
+{
+    return (int64_t)(((__int128)bytes + by - 1) / by);
+}
+
 int64_t cost_layer_mirror(const struct layer_cost *c)
 {
-    return c->has_split ? COST_MIRROR_SECTIONS * c->grad_bytes : 0;
+    int64_t shards = c->optimizer_shards > 1 ? c->optimizer_shards : 1;
+    return c->has_split ? divide_up(COST_MIRROR_SECTIONS * c->grad_bytes, shards) : 0;
+}
+
+enum cost_place cost_layer_optimizer(enum cost_place optimizer, int from, int l)
+{
+    return optimizer == COST_PLACE_HOST && l >= from ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+}
+
+int64_t cost_stage_mirror(const struct layer_cost *layers, int n, int from)
+{
+    __int128 mirror = 0;
+    for (int l = from > 0 ? from : 0; l < n; l++)
+        mirror += cost_layer_mirror(&layers[l]);
+    return saturate(mirror);
+}
+
+double cost_optimizer_fraction(const struct layer_cost *layers, int n, int from)
+{
+    double hosted = 0, all = 0;
+    for (int l = 0; l < n; l++) {
+        double bytes = layers[l].has_split ? (double)layers[l].optimizer_bytes : 0;
+        all += bytes;
+        hosted += l >= from ? bytes : 0;
+    }
+    return all > 0 ? hosted / all : 0;
 }
 
 int cost_optimizer_movable(const struct layer_cost *layers, int n, int *first_missing)
@@ -38,13 +68,18 @@ int cost_optimizer_movable(const struct layer_cost *layers, int n, int *first_mi
 int64_t cost_layers_for_optimizer(const struct layer_cost *in, int n,
                                   enum cost_place optimizer, struct layer_cost *out)
 {
-    __int128 mirror = 0;
+    return cost_layers_for_optimizer_from(in, n, optimizer, 0, out);
+}
+
+int64_t cost_layers_for_optimizer_from(const struct layer_cost *in, int n,
+                                       enum cost_place optimizer, int from,
+                                       struct layer_cost *out)
+{
     for (int l = 0; l < n; l++) {
         out[l] = in[l];
-        out[l].state_bytes = cost_layer_state(&in[l], optimizer);
-        mirror += optimizer == COST_PLACE_HOST ? cost_layer_mirror(&in[l]) : 0;
+        out[l].state_bytes = cost_layer_state(&in[l], cost_layer_optimizer(optimizer, from, l));
     }
-    return saturate(mirror);
+    return optimizer == COST_PLACE_HOST ? cost_stage_mirror(in, n, from) : 0;
 }
 
 int cost_choice_count(const struct layer_cost *c)
@@ -198,9 +233,9 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
             a->place != NULL ? (enum cost_place)a->place[l] : COST_PLACE_DEVICE,
             a->offload_option != NULL ? a->offload_option[l] : -1,
             a->prefetch_ahead != NULL ? a->prefetch_ahead[l] : 0);
-        cost_sum_add(&s, cost_layer_state(c, a->optimizer), c->workspace_bytes,
-                     c->fwd_ms + c->bwd_ms, &r);
-        if (a->optimizer == COST_PLACE_HOST)
+        enum cost_place o = cost_layer_optimizer(a->optimizer, a->optimizer_from, l);
+        cost_sum_add(&s, cost_layer_state(c, o), c->workspace_bytes, c->fwd_ms + c->bwd_ms, &r);
+        if (o == COST_PLACE_HOST)
             cost_sum_add_mirror(&s, cost_layer_mirror(c));
     }
     *out = (struct stage_cost){
@@ -319,11 +354,6 @@ static int64_t optimizer_bytes(int64_t state_bytes, enum model_dtype dtype)
                                     : state_bytes / 2;
 }
 
-static int64_t divide_up(int64_t bytes, int64_t by)
-{
-    return (int64_t)(((__int128)bytes + by - 1) / by);
-}
-
 double cost_dp_allreduce_ms(const struct link *link, int dp, int64_t bytes)
 {
     return dp > 1 ? 2.0 * (dp - 1) * link_transfer_ms(link, divide_up(bytes, dp)) : 0.0;
@@ -346,6 +376,7 @@ void cost_group_layer(const struct layer_cost *in, enum model_layer_kind kind,
         out->state_bytes = out->param_bytes + out->grad_bytes + out->optimizer_bytes;
         out->optimizer_ms = in->optimizer_ms / (double)opt_shards;
         out->host_optimizer_ms = in->host_optimizer_ms / (double)opt_shards;
+        out->optimizer_shards = g->shard_optimizer && g->dp > 1 ? g->dp : 1;
     } else {
         out->state_bytes = divide_up(in->state_bytes - opt, t) + divide_up(opt, opt_shards);
     }

@@ -33,6 +33,12 @@
  *   device  M = sum devstate_l + ...
  *   host    H = v * sum host_l + [o = host] * sum 4 * grad_l
  * Only layers whose profile splits state_bytes can move their optimizer (cost_optimizer_movable).
+ * A stage may host the optimizer of only a fraction of its layers (as Megatron-LM's
+ * --optimizer-offload-fraction, by layers): its last n - from, whose last backwards end first
+ * so that their host step overlaps the rest of the stage's backward; o_l = host for l >= from
+ * and device before, and the sums above run over each layer's own place (from 0: the whole
+ * stage, as before). With ZeRO-1 a layer's optimizer state is one replica's share
+ * (optimizer_shards), and so is its mirror: 4 * grad_l / shards.
  *
  * The weight-gradient pass (schedules that split the backward, schedule.h): a layer kept whole
  * on the device defers the weight gradients of its matrix products from its backward's
@@ -111,8 +117,17 @@ struct cost_sum {
 /* The layer's bytes on the device that no activation choice changes, with its optimizer at
  * `optimizer`: devstate_l. */
 int64_t cost_layer_state(const struct layer_cost *c, enum cost_place optimizer);
-/* The layer's host mirror with the optimizer on the host: 4 * grad_l. */
+/* The layer's host mirror with the optimizer on the host: 4 * grad_l, over its
+ * optimizer_shards (ZeRO-1) rounding up. */
 int64_t cost_layer_mirror(const struct layer_cost *c);
+/* Where layer l of a stage keeps its optimizer: the stage's place, but with the optimizer on
+ * the host only layers from `from` on (0: all). */
+enum cost_place cost_layer_optimizer(enum cost_place optimizer, int from, int l);
+/* The host mirror of layers[from..n-1]: the sum of cost_layer_mirror. */
+int64_t cost_stage_mirror(const struct layer_cost *layers, int n, int from);
+/* The share of the stage's optimizer_bytes that layers[from..n-1] hold, the fraction
+ * Megatron-LM's --optimizer-offload-fraction states (0 when no layer splits its state). */
+double cost_optimizer_fraction(const struct layer_cost *layers, int n, int from);
 /* Whether every layer's profile splits its state, so the stage's optimizer may move to the
  * host; *first_missing (when not NULL) gets the first layer that does not, or -1. */
 int cost_optimizer_movable(const struct layer_cost *layers, int n, int *first_missing);
@@ -121,6 +136,10 @@ int cost_optimizer_movable(const struct layer_cost *layers, int n, int *first_mi
  * fixed bytes); returns the mirror's bytes, sum 4 * grad_l when on the host, else 0. */
 int64_t cost_layers_for_optimizer(const struct layer_cost *in, int n,
                                   enum cost_place optimizer, struct layer_cost *out);
+/* The same with the optimizer on the host for layers from `from` on only. */
+int64_t cost_layers_for_optimizer_from(const struct layer_cost *in, int n,
+                                       enum cost_place optimizer, int from,
+                                       struct layer_cost *out);
 
 /* Choices a layer has: keep, full and its options. */
 int cost_choice_count(const struct layer_cost *c);
@@ -164,13 +183,15 @@ double cost_stage_ms(double compute_ms, double recompute_ms);
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out);
 /* The same with places, offload options and prefetch triggers (each NULL: device, -1, and
- * COST_PREFETCH_AHEAD) and the stage's optimizer place (zero: the device). */
+ * COST_PREFETCH_AHEAD) and the stage's optimizer place (zero: the device), on the host for
+ * its layers from optimizer_from on (0: every layer). */
 struct cost_actions {
     const unsigned char *recompute;
     const unsigned char *place;
     const signed char *offload_option;
     const int *prefetch_ahead;
     enum cost_place optimizer;
+    int optimizer_from;
 };
 void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
                         int in_flight, int64_t reserve_bytes, struct stage_cost *out);
@@ -249,5 +270,9 @@ int64_t cost_grad_bytes(int64_t state_bytes, enum model_dtype dtype);
  * all-reduce, 2 (dp - 1) steps of bytes/dp each on `link` (the same for ZeRO-1's
  * reduce-scatter of gradients and all-gather of parameters); 0 with dp = 1. */
 double cost_dp_allreduce_ms(const struct link *link, int dp, int64_t bytes);
+/* The gradient bucket a data-parallel reduction fills before it starts a collective (the
+ * simulator's buckets, planner/sim.h): PyTorch DistributedDataParallel's default
+ * bucket_cap_mb of 25 (MiB), the cluster's "dp_bucket_bytes" when absent. */
+#define COST_DP_BUCKET_BYTES_DEFAULT ((int64_t)25 << 20)
 
 #endif

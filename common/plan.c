@@ -164,8 +164,7 @@ cJSON *plan_to_json(const struct plan *p)
             cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
         plan_offload_to_json(st, so);
         plan_group_to_json(st, so);
-        cJSON_AddStringToObject(so, "optimizer",
-                                st->optimizer == COST_PLACE_HOST ? "host" : "device");
+        plan_optimizer_to_json(st, so);
         cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
         for (int l = 0; l < plan_stage_layer_count(st); l++)
             cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
@@ -259,24 +258,6 @@ static int read_options(const cJSON *so, const char *file, const char *path,
 }
 
 /* The stage's arena, when the plan lays one out. */
-/* "optimizer": "device" (also when absent) or "host". */
-static int read_optimizer(const cJSON *so, const char *file, const char *path,
-                          struct plan_stage *st, struct err *e)
-{
-    st->optimizer = COST_PLACE_DEVICE;
-    if (cJSON_GetObjectItemCaseSensitive(so, "optimizer") == NULL)
-        return ERR_OK;
-    const char *place;
-    if (jsonio_str(so, file, path, "optimizer", &place, e))
-        return e->code;
-    if (strcmp(place, "host") == 0)
-        st->optimizer = COST_PLACE_HOST;
-    else if (strcmp(place, "device") != 0)
-        return err_set(e, ERR_INPUT, "%s: %s.optimizer: \"%s\" (expected \"device\" or \"host\")",
-                       file, path, place);
-    return ERR_OK;
-}
-
 /* Each object of the stage's arena is one of the stage's (arena.h): a layer of the stage and
  * a micro-batch of the step, or the workspace, which has neither (-1). */
 static int check_arena_objects(const struct arena *a, const struct plan_stage *st,
@@ -433,7 +414,9 @@ static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
                            schedule_name(p->schedule));
     }
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
-        read_optimizer(so, file, path, st, e) || plan_optimizer_check(file, path, st, e))
+        plan_optimizer_from_json(so, file, path, st, e) ||
+        plan_optimizer_check(file, path, st, e) ||
+        plan_optimizer_fraction_check(so, file, path, st, e))
         return e->code;
     if (read_arena(so, file, path, st, p->micro_batches, e) ||
         plan_group_from_json(so, file, path, st, e))

@@ -43,8 +43,11 @@ struct plan_stage {
     double copy_ms;              /* per micro-batch, each way */
     struct link host_link;
     /* Where the stage's optimizer state lives and steps (DESIGN.md): COST_PLACE_DEVICE, or
-     * COST_PLACE_HOST for a host mirror updated on the CPU. */
+     * COST_PLACE_HOST for a host mirror updated on the CPU: of the stage's layers from
+     * optimizer_from on (relative to first; 0: all of them, a fraction of the optimizer
+     * otherwise, cost.h). */
     enum cost_place optimizer;
+    int optimizer_from;
     /* Tensor and data parallelism (cost.h cost_group): `layers` are the costs on each of the
      * stage's tp GPUs; the stage is replicated dp times and all-reduces allreduce_bytes of
      * gradients per GPU over dp_link after its last backward; shard_optimizer: the cluster's
@@ -53,6 +56,9 @@ struct plan_stage {
     int shard_optimizer;
     int64_t allreduce_bytes;
     struct link dp_link;
+    /* the reduction's bucket (planner/sim.h): the cluster's "dp_bucket_bytes"; 0, and in a
+     * plan without it: one reduction of everything after the last backward */
+    int64_t dp_bucket_bytes;
 };
 
 struct plan_verify {
@@ -151,10 +157,20 @@ void plan_stage_free_offload(struct plan_stage *st);
 void plan_offload_to_json(const struct plan_stage *st, cJSON *so);
 int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
                            struct plan_stage *st, struct err *e);
+/* The share of the stage's optimizer state on the host (0: device, 1: all on the host). */
+double plan_stage_optimizer_fraction(const struct plan_stage *st);
 /* A stage with its optimizer on the host needs every layer's state split (what stays on the
  * device): ERR_INPUT naming the first layer without it. */
 int plan_optimizer_check(const char *file, const char *path, const struct plan_stage *st,
                          struct err *e);
+/* plan_optimizer.c: the stage's "optimizer": "device" (also when absent), "host" (every
+ * layer) or "split" (the layers of "optimizer_host_layers": [first, last], the stage's last
+ * ones), and "optimizer_fraction" (written with the host; read, it must be the cost model's). */
+void plan_optimizer_to_json(const struct plan_stage *st, cJSON *so);
+int plan_optimizer_from_json(const cJSON *so, const char *file, const char *path,
+                             struct plan_stage *st, struct err *e);
+int plan_optimizer_fraction_check(const cJSON *so, const char *file, const char *path,
+                                  const struct plan_stage *st, struct err *e);
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e);
 

@@ -16,6 +16,7 @@ void plan_group_to_json(const struct plan_stage *st, cJSON *so)
     if (st->allreduce_bytes == 0)
         return;
     jsonio_add_int(so, "allreduce_bytes", st->allreduce_bytes);
+    jsonio_add_int(so, "dp_bucket_bytes", st->dp_bucket_bytes);
     if (st->dp_link.present)
         cJSON_AddItemToObject(so, "dp_link", link_to_json(&st->dp_link));
 }
@@ -25,6 +26,7 @@ int plan_group_from_json(const cJSON *so, const char *file, const char *path,
 {
     int64_t tp = 1, dp = 1;
     st->allreduce_bytes = 0;
+    st->dp_bucket_bytes = 0; /* a plan from before buckets: one reduction */
     st->shard_optimizer = 0;
     if (cJSON_GetObjectItemCaseSensitive(so, "shard_optimizer") != NULL &&
         jsonio_bool(so, file, path, "shard_optimizer", &st->shard_optimizer, e))
@@ -32,10 +34,15 @@ int plan_group_from_json(const cJSON *so, const char *file, const char *path,
     if (jsonio_int_opt(so, file, path, "tp", 1, 1024, &tp, e) ||
         jsonio_int_opt(so, file, path, "dp", 1, 1 << 20, &dp, e) ||
         jsonio_int_opt(so, file, path, "allreduce_bytes", 0, JSONIO_INT_MAX,
-                       &st->allreduce_bytes, e))
+                       &st->allreduce_bytes, e) ||
+        jsonio_int_opt(so, file, path, "dp_bucket_bytes", 0, JSONIO_INT_MAX,
+                       &st->dp_bucket_bytes, e))
         return e->code;
     st->tp = (int)tp;
     st->dp = (int)dp;
+    /* the layer costs are one replica's share of a sharded optimizer state (cost.h) */
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        st->layers[l].optimizer_shards = st->shard_optimizer && dp > 1 ? (int)dp : 1;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(so, "dp_link");
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, "dp_link");

@@ -33,7 +33,15 @@ void plan_stage_free_offload(struct plan_stage *st)
 struct cost_actions plan_stage_actions(const struct plan_stage *st)
 {
     return (struct cost_actions){st->recompute, st->place, st->offload_option,
-                                 st->prefetch_ahead, st->optimizer};
+                                 st->prefetch_ahead, st->optimizer, st->optimizer_from};
+}
+
+double plan_stage_optimizer_fraction(const struct plan_stage *st)
+{
+    return st->optimizer == COST_PLACE_HOST
+               ? cost_optimizer_fraction(st->layers, plan_stage_layer_count(st),
+                                         st->optimizer_from)
+               : 0;
 }
 
 struct cost_row plan_stage_row(const struct plan_stage *st, int l)
@@ -204,12 +212,13 @@ int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
 int plan_optimizer_check(const char *file, const char *path, const struct plan_stage *st,
                            struct err *e)
 {
-    int missing;
+    int missing, from = st->optimizer_from;
     if (st->optimizer != COST_PLACE_HOST ||
-        cost_optimizer_movable(st->layers, plan_stage_layer_count(st), &missing))
+        cost_optimizer_movable(st->layers + from, plan_stage_layer_count(st) - from, &missing))
         return ERR_OK;
+    missing += from;
     return err_set(e, ERR_INPUT,
-                   "%s: %s.optimizer: \"host\", but layer %d (%s) has no param_bytes, "
+                   "%s: %s.optimizer: on the host, but layer %d (%s) has no param_bytes, "
                    "grad_bytes and optimizer_bytes: without the split of its state_bytes the "
                    "stage cannot host its optimizer",
                    file, path, st->first + missing, st->layers[missing].name);

@@ -54,6 +54,10 @@ struct layer_cost {
     int64_t param_bytes, grad_bytes, optimizer_bytes;
     double optimizer_ms;      /* one AdamW step of the layer on the device; 0 when absent */
     double host_optimizer_ms; /* the same on the host's cores; 0 when absent */
+    /* ZeRO-1: the data-parallel replicas whose shares of the optimizer state make the whole,
+     * optimizer_bytes being one share (cost_group_layer; a plan stage's dp when it shards);
+     * 0 or 1: not sharded. Not a file field. */
+    int optimizer_shards;
     /* The backward split into an input-gradient pass and a weight-gradient pass (schedules
      * zb-h1 and v-half, schedule.h): the bytes the weight pass keeps from the one to the
      * other (the output gradients of the layer's matrix products) and its share of bwd_ms

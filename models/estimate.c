@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "sizes.h"
 
 /* One operation of a layer: its arithmetic and the bytes it moves. GEMMs run at the tensor
@@ -49,13 +50,20 @@ static void pointwise(struct op_list *fwd, struct op_list *bwd, double elems, do
     add(bwd, 2 * flops_per * elems, 2 * (in + out) * elems * e, 0);
 }
 
-/* The attention probabilities: scores q k^T, then the causal softmax. */
-static void attention_scores(struct op_list *fwd, struct op_list *bwd, const struct model *m)
+/* Tensor parallelism (Megatron-LM's, with sequence parallelism) splits a layer's work over t
+ * GPUs: each holds NH/t heads (and KV/t key/value heads), the column-parallel GEMMs' output
+ * columns and the row-parallel GEMMs' input rows / t, and the norms, residuals and dropout
+ * between them on T/t tokens (their input all-gathered and output reduce-scattered around the
+ * GEMMs: cost.h cost_group). t = 1 is one GPU. */
+
+/* The attention probabilities: scores q k^T, then the causal softmax, of NH/t heads. */
+static void attention_scores(struct op_list *fwd, struct op_list *bwd, const struct model *m,
+                             double t)
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
     double e = sizes_act_elem_bytes(m->dtype);
-    gemm(fwd, bwd, B * NH * T, C / NH, T, e, 0);      /* q k^T */
-    pointwise(fwd, bwd, B * NH * T * T, 1, 1, 5, e);  /* causal softmax */
+    gemm(fwd, bwd, B * (NH / t) * T, C / NH, T, e, 0);      /* q k^T */
+    pointwise(fwd, bwd, B * (NH / t) * T * T, 1, 1, 5, e);  /* causal softmax */
 }
 
 /* Flash attention (FlashAttention-2, causal, as the runtime's kernels run it): the scores, the
@@ -64,9 +72,11 @@ static void attention_scores(struct op_list *fwd, struct op_list *bwd, const str
  * exponentials tile by tile, then the four products of the materialised backward (d v, d p,
  * d q, d k) and d s = p (d p - D). */
 static void flash_attention(struct op_list *fwd, struct op_list *bwd, const struct model *m,
-                            double KV)
+                            double KV, double t)
 {
-    double B = m->micro_batch, T = m->seq_len, NH = m->n_head, HS = (double)m->n_embd / NH;
+    double B = m->micro_batch, T = m->seq_len, NH = m->n_head / t,
+           HS = (double)m->n_embd / m->n_head;
+    KV /= t;
     double e = sizes_act_elem_bytes(m->dtype);
     double scores = 2 * B * NH * T * T * HS, elems = B * NH * T * T;
     double qkv = B * T * (NH + 2 * KV) * HS * e, o = B * T * NH * HS * e, lse = B * NH * T * 4;
@@ -79,109 +89,126 @@ static void flash_attention(struct op_list *fwd, struct op_list *bwd, const stru
 }
 
 /* The attention core of a block: scores, causal softmax and att v, materialised or flash;
- * KV the key/value heads (n_head for GPT). */
+ * KV the key/value heads (n_head for GPT); NH/t and KV/t of them. */
 static void attention_core(struct op_list *fwd, struct op_list *bwd, const struct model *m,
-                           double KV)
+                           double KV, double t)
 {
     double B = m->micro_batch, T = m->seq_len, NH = m->n_head;
     double e = sizes_act_elem_bytes(m->dtype);
     if (m->attention == MODEL_ATTENTION_FLASH) {
-        flash_attention(fwd, bwd, m, KV);
+        flash_attention(fwd, bwd, m, KV, t);
         return;
     }
-    attention_scores(fwd, bwd, m);                     /* q k^T, causal softmax */
-    gemm(fwd, bwd, B * NH * T, T, m->n_embd / NH, e, 0); /* att v */
+    attention_scores(fwd, bwd, m, t);                        /* q k^T, causal softmax */
+    gemm(fwd, bwd, B * (NH / t) * T, T, m->n_embd / NH, e, 0); /* att v */
 }
 
-static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
+static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m, double t)
 {
     double e = sizes_act_elem_bytes(m->dtype);
-    pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * 4 * m->n_embd, 1, 1, 10, e);
+    pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * 4 * m->n_embd / t, 1, 1, 10, e);
 }
 
-static void swiglu(struct op_list *fwd, struct op_list *bwd, const struct model *m)
+static void swiglu(struct op_list *fwd, struct op_list *bwd, const struct model *m, double t)
 {
     double e = sizes_act_elem_bytes(m->dtype);
-    pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * m->ffn_hidden, 2, 1, 6, e);
+    pointwise(fwd, bwd, (double)m->micro_batch * m->seq_len * m->ffn_hidden / t, 2, 1, 6, e);
 }
 
 /* A Llama layer: RMSNorm (no mean), rotary positions on q and k, grouped-query attention
- * (the scores and att v are per query head, as GPT's), SwiGLU; no biases, no wpe. */
-static void llama_layer_ops(const struct model *m, int layer, struct op_list *fwd,
+ * (the scores and att v are per query head, as GPT's), SwiGLU; no biases, no wpe. Each of t
+ * GPUs: as layer_ops says. */
+static void llama_layer_ops(const struct model *m, int layer, double t, struct op_list *fwd,
                             struct op_list *bwd)
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
            KV = m->n_kv_head, V = m->vocab_size, F = m->ffn_hidden;
     double e = sizes_act_elem_bytes(m->dtype);
-    double BT = B * T, HS = C / NH;
+    double BT = B * T, HS = C / NH, BTC = BT * C / t;
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
-        add(fwd, 0, BT * 4 + BT * C * 4 + BT * C * e, 0);
-        add(bwd, BT * C, BT * 4 + BT * C * e + 2 * BT * C * 4, 0);
+        add(fwd, 0, BT * 4 + BT * C * 4 + BT * C * e / t, 0);
+        add(bwd, BT * C / t, BT * 4 + BT * C * e / t + 2 * BT * C * 4 / t, 0);
         break;
     case MODEL_LAYER_BLOCK:
-        pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* RMSNorm */
-        gemm(fwd, bwd, BT, C, (NH + 2 * KV) * HS, e, 1);  /* q, k, v */
-        pointwise(fwd, bwd, BT * (NH + KV) * HS, 1, 1, 6, e); /* rotary positions */
-        attention_core(fwd, bwd, m, KV);                  /* q k^T, softmax, att v */
-        gemm(fwd, bwd, BT, C, C, e, 1);                   /* o_proj */
-        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
-        pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* RMSNorm */
-        gemm(fwd, bwd, BT, C, 2 * F, e, 1);               /* gate and up */
-        swiglu(fwd, bwd, m);
-        gemm(fwd, bwd, BT, F, C, e, 1);                   /* down */
-        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
+        pointwise(fwd, bwd, BTC, 1, 1, 4, e);                     /* RMSNorm */
+        gemm(fwd, bwd, BT, C, (NH + 2 * KV) * HS / t, e, 1);      /* q, k, v */
+        pointwise(fwd, bwd, BT * (NH + KV) * HS / t, 1, 1, 6, e); /* rotary positions */
+        attention_core(fwd, bwd, m, KV, t);                       /* q k^T, softmax, att v */
+        gemm(fwd, bwd, BT, C / t, C, e, 1);                       /* o_proj */
+        pointwise(fwd, bwd, BTC, 2, 1, 1, e);                     /* residual */
+        pointwise(fwd, bwd, BTC, 1, 1, 4, e);                     /* RMSNorm */
+        gemm(fwd, bwd, BT, C, 2 * F / t, e, 1);                   /* gate and up */
+        swiglu(fwd, bwd, m, t);
+        gemm(fwd, bwd, BT, F / t, C, e, 1);                       /* down */
+        pointwise(fwd, bwd, BTC, 2, 1, 1, e);                     /* residual */
         break;
     case MODEL_LAYER_HEAD:
-        pointwise(fwd, bwd, BT * C, 1, 1, 4, e);          /* final RMSNorm */
-        gemm(fwd, bwd, BT, C, V, e, 1);                   /* logits */
-        pointwise(fwd, bwd, BT * V, 1, 1, 5, e);          /* softmax and cross-entropy */
+        pointwise(fwd, bwd, BTC, 1, 1, 4, e);                     /* final RMSNorm */
+        gemm(fwd, bwd, BT, C, V / t, e, 1);                       /* logits */
+        pointwise(fwd, bwd, BT * V / t, 1, 1, 5, e);              /* softmax and cross-entropy */
         break;
     }
 }
 
-static void layer_ops(const struct model *m, int layer, struct op_list *fwd,
+/* One layer's operations on each of t GPUs of a tensor-parallel group (above; t = 1: one GPU).
+ * The embedding's vocabulary-parallel lookup gathers every token on every GPU (rows outside
+ * its part of the vocabulary masked) and its sum is reduce-scattered; what follows is per
+ * T/t tokens. */
+static void layer_ops(const struct model *m, int layer, double t, struct op_list *fwd,
                       struct op_list *bwd)
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
            V = m->vocab_size;
     double e = sizes_act_elem_bytes(m->dtype);
-    double BT = B * T;
+    double BT = B * T, BTC = BT * C / t;
     fwd->n = bwd->n = 0;
     if (m->kind == MODEL_KIND_LLAMA) {
-        llama_layer_ops(m, layer, fwd, bwd);
+        llama_layer_ops(m, layer, t, fwd, bwd);
         return;
     }
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
         /* gather wte rows and add wpe; backward scatter-adds into the fp32 gradients */
-        add(fwd, BT * C, BT * 4 + 2 * BT * C * 4 + BT * C * e, 0);
-        add(bwd, 2 * BT * C, BT * 4 + BT * C * e + 4 * BT * C * 4, 0);
+        add(fwd, BTC, BT * 4 + BT * C * 4 + BTC * 4 + BTC * e, 0);
+        add(bwd, 2 * BTC, BT * 4 + BTC * e + 4 * BTC * 4, 0);
         break;
     case MODEL_LAYER_BLOCK:
-        pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln1 */
-        gemm(fwd, bwd, BT, C, 3 * C, e, 1);               /* qkv */
-        attention_core(fwd, bwd, m, NH);                  /* q k^T, softmax, att v */
-        gemm(fwd, bwd, BT, C, C, e, 1);                   /* attention projection */
-        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
-        pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* ln2 */
-        gemm(fwd, bwd, BT, C, 4 * C, e, 1);               /* fc */
-        gelu(fwd, bwd, m);
-        gemm(fwd, bwd, BT, 4 * C, C, e, 1);               /* fc projection */
-        pointwise(fwd, bwd, BT * C, 2, 1, 1, e);          /* residual */
+        pointwise(fwd, bwd, BTC, 1, 1, 8, e);             /* ln1 */
+        gemm(fwd, bwd, BT, C, 3 * C / t, e, 1);           /* qkv */
+        attention_core(fwd, bwd, m, NH, t);               /* q k^T, softmax, att v */
+        gemm(fwd, bwd, BT, C / t, C, e, 1);               /* attention projection */
+        pointwise(fwd, bwd, BTC, 2, 1, 1, e);             /* residual */
+        pointwise(fwd, bwd, BTC, 1, 1, 8, e);             /* ln2 */
+        gemm(fwd, bwd, BT, C, 4 * C / t, e, 1);           /* fc */
+        gelu(fwd, bwd, m, t);
+        gemm(fwd, bwd, BT, 4 * C / t, C, e, 1);           /* fc projection */
+        pointwise(fwd, bwd, BTC, 2, 1, 1, e);             /* residual */
         break;
     case MODEL_LAYER_HEAD:
-        pointwise(fwd, bwd, BT * C, 1, 1, 8, e);          /* final layer norm */
-        gemm(fwd, bwd, BT, C, V, e, 1);                   /* logits */
-        pointwise(fwd, bwd, BT * V, 1, 1, 5, e);          /* softmax and cross-entropy */
+        pointwise(fwd, bwd, BTC, 1, 1, 8, e);             /* final layer norm */
+        gemm(fwd, bwd, BT, C, V / t, e, 1);               /* logits */
+        pointwise(fwd, bwd, BT * V / t, 1, 1, 5, e);      /* softmax and cross-entropy */
         break;
     }
+}
+
+void estimate_layer_flops_tp(const struct model *m, int layer, int tp, double *fwd,
+                             double *bwd)
+{
+    struct op_list f, b;
+    layer_ops(m, layer, tp, &f, &b);
+    *fwd = *bwd = 0;
+    for (int i = 0; i < f.n; i++)
+        *fwd += f.ops[i].flops;
+    for (int i = 0; i < b.n; i++)
+        *bwd += b.ops[i].flops;
 }
 
 void estimate_layer_flops(const struct model *m, int layer, double *fwd, double *bwd)
 {
     struct op_list f, b;
-    layer_ops(m, layer, &f, &b);
+    layer_ops(m, layer, 1, &f, &b);
     *fwd = *bwd = 0;
     for (int i = 0; i < f.n; i++)
         *fwd += f.ops[i].flops;
@@ -219,7 +246,7 @@ double estimate_wgrad_share(const struct model *m, int layer)
     double w = 0, all = 0;
     if (model_layer_kind(m, layer) != MODEL_LAYER_BLOCK || m->kind == MODEL_KIND_CUSTOM)
         return 0;
-    layer_ops(m, layer, &f, &b);
+    layer_ops(m, layer, 1, &f, &b);
     for (int i = 0; i < b.n; i++) {
         all += b.ops[i].flops;
         w += b.ops[i].wgrad ? b.ops[i].flops : 0;
@@ -228,25 +255,27 @@ double estimate_wgrad_share(const struct model *m, int layer)
 }
 
 /* The forward operations that regenerate the kept tensors of `regen` (a partial recompute
- * option of sizes.h) from the others; fails on a tensor it does not know how to regenerate. */
+ * option of sizes.h) from the others, on each of t GPUs; fails on a tensor it does not know
+ * how to regenerate. */
 static int regen_ops(const struct model *m, enum model_layer_kind kind, uint32_t regen,
-                     struct op_list *fwd, struct err *e)
+                     double t, struct op_list *fwd, struct err *e)
 {
-    struct sizes_tensor t[SIZES_TENSORS_MAX];
+    struct sizes_tensor kept[SIZES_TENSORS_MAX];
     struct op_list unused = {0};
-    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, t);
+    int n = sizes_layer_tensors(m, kind, SIZES_KEPT, kept);
     fwd->n = 0;
     for (int k = 0; k < n; k++) {
         if (!(regen >> k & 1))
             continue;
-        if (strcmp(t[k].name, "att") == 0)
-            attention_scores(fwd, &unused, m);
-        else if (strcmp(t[k].name, "fch_gelu") == 0)
-            gelu(fwd, &unused, m);
-        else if (strcmp(t[k].name, "fch_swiglu") == 0)
-            swiglu(fwd, &unused, m);
+        if (strcmp(kept[k].name, "att") == 0)
+            attention_scores(fwd, &unused, m, t);
+        else if (strcmp(kept[k].name, "fch_gelu") == 0)
+            gelu(fwd, &unused, m, t);
+        else if (strcmp(kept[k].name, "fch_swiglu") == 0)
+            swiglu(fwd, &unused, m, t);
         else
-            return err_set(e, ERR_FAIL, "internal: no estimate for regenerating %s", t[k].name);
+            return err_set(e, ERR_FAIL, "internal: no estimate for regenerating %s",
+                           kept[k].name);
         unused.n = 0;
     }
     return ERR_OK;
@@ -285,42 +314,78 @@ static void estimate_optimizer(const struct device_table *t, const struct device
             : 0;
 }
 
-int estimate_profile(const struct device_table *t, const struct device_spec *d,
-                     const struct model *m, struct profile *out, struct err *e)
+int estimate_tp_times(const struct device_table *t, const struct device_spec *d,
+                      const struct link *node_link, int framework, struct profile *p,
+                      struct err *e)
+{
+    const struct model *m = &p->model;
+    double tp = p->tp;
+    int64_t tensor = cost_tp_tensor_bytes(m);
+    for (int l = 0; l < p->n_layers; l++) {
+        struct layer_cost *c = &p->layers[l];
+        enum model_layer_kind kind = model_layer_kind(m, l);
+        struct op_list f, b;
+        double comm = cost_tp_collectives(kind) * cost_tp_collective_ms(node_link, p->tp, tensor);
+        layer_ops(m, l, 1, &f, &b);
+        double whole = ops_ms(&f, t, d, m->dtype);
+        layer_ops(m, l, tp, &f, &b);
+        double part = ops_ms(&f, t, d, m->dtype);
+        c->fwd_ms = part + comm;
+        c->bwd_ms = ops_ms(&b, t, d, m->dtype) + comm;
+        if (c->split_ms > 0) /* the weight pass: each GPU's share of the products */
+            c->split_ms = some_ops_ms(&b, t, d, m->dtype, 1);
+        struct sizes_option opt[SIZES_OPTIONS_MAX];
+        int n = framework ? 0 : sizes_recompute_options(m, kind, opt);
+        for (int k = 0; k < c->n_options; k++) {
+            struct recompute_option *o = &c->options[k];
+            if (k < n && regen_ops(m, kind, opt[k].regen, tp, &f, e))
+                return e->code;
+            /* a framework's modules: the runtime's options' share of the forward, kept */
+            o->recompute_ms = k < n ? ops_ms(&f, t, d, m->dtype)
+                                    : whole > 0 ? o->recompute_ms * tp * part / whole : 0;
+        }
+        struct layer_sizes s = {.param_bytes = c->param_bytes, .grad_bytes = c->grad_bytes,
+                                .optimizer_bytes = c->optimizer_bytes};
+        if (c->has_split)
+            estimate_optimizer(t, d, m, l, &s, c);
+    }
+    cJSON *prov = p->provenance;
+    if (prov != NULL) {
+        cJSON_AddNumberToObject(prov, "tp", p->tp);
+        cJSON_AddStringToObject(prov, "tp_method",
+                                "each GPU's share of every operation (Megatron-LM's tensor "
+                                "parallelism with sequence parallelism: heads, GEMM columns or "
+                                "rows, and tokens / tp) on the roofline, plus its collectives "
+                                "over the node link; memory per GPU as the cost model divides it");
+        cJSON_AddNumberToObject(prov, "node_link_gbps", node_link->gbps);
+        cJSON_AddNumberToObject(prov, "node_link_latency_us", node_link->latency_us);
+    }
+    return ERR_OK;
+}
+
+int estimate_memory(const struct model *m, struct profile *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
-    if (devices_check_dtype(t, d, m->dtype, e))
-        return e->code;
     int n = model_layer_count(m);
     out->layers = calloc((size_t)n, sizeof *out->layers);
     if (out->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory estimating %d layers", n);
     out->n_layers = n;
     out->model = *m;
-    out->estimated = 1;
-    snprintf(out->device.name, sizeof out->device.name, "%s", d->name);
-    snprintf(out->device.kind, sizeof out->device.kind, "%s", d->kind);
-    out->device.memory_bytes = d->memory_bytes;
-    out->host_link = devices_host_link(d);
     for (int l = 0; l < n; l++) {
         struct layer_cost *c = &out->layers[l];
         struct layer_sizes s;
-        struct op_list f, b;
         model_layer_name(m, l, c->name);
         sizes_layer(m, l, &s);
-        layer_ops(m, l, &f, &b);
-        c->fwd_ms = ops_ms(&f, t, d, m->dtype);
-        c->bwd_ms = ops_ms(&b, t, d, m->dtype);
-        if (model_layer_kind(m, l) == MODEL_LAYER_BLOCK) { /* the split a schedule may use */
-            c->split_bytes = sizes_wgrad_bytes(m, MODEL_LAYER_BLOCK);
-            c->split_ms = some_ops_ms(&b, t, d, m->dtype, 1);
-        }
         c->state_bytes = s.state_bytes;
         c->act_bytes = s.act_bytes;
         c->ckpt_bytes = s.ckpt_bytes;
         c->out_bytes = s.out_bytes;
         c->workspace_bytes = s.workspace_bytes;
-        estimate_optimizer(t, d, m, l, &s, c);
+        c->has_split = 1;
+        c->param_bytes = s.param_bytes;
+        c->grad_bytes = s.grad_bytes;
+        c->optimizer_bytes = s.optimizer_bytes;
         struct sizes_option opt[SIZES_OPTIONS_MAX];
         enum model_layer_kind kind = model_layer_kind(m, l);
         c->n_options = sizes_recompute_options(m, kind, opt);
@@ -328,11 +393,44 @@ int estimate_profile(const struct device_table *t, const struct device_spec *d,
             struct recompute_option *o = &c->options[k];
             snprintf(o->name, sizeof o->name, "%s", opt[k].name);
             sizes_regen_bytes(m, kind, opt[k].regen, &o->kept_bytes, &o->transient_bytes);
-            if (regen_ops(m, kind, opt[k].regen, &f, e)) {
+        }
+    }
+    return ERR_OK;
+}
+
+int estimate_profile(const struct device_table *t, const struct device_spec *d,
+                     const struct model *m, struct profile *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    if (devices_check_dtype(t, d, m->dtype, e) || estimate_memory(m, out, e))
+        return e->code;
+    out->estimated = 1;
+    snprintf(out->device.name, sizeof out->device.name, "%s", d->name);
+    snprintf(out->device.kind, sizeof out->device.kind, "%s", d->kind);
+    out->device.memory_bytes = d->memory_bytes;
+    out->host_link = devices_host_link(d);
+    for (int l = 0; l < out->n_layers; l++) {
+        struct layer_cost *c = &out->layers[l];
+        struct layer_sizes s;
+        struct op_list f, b;
+        enum model_layer_kind kind = model_layer_kind(m, l);
+        struct sizes_option opt[SIZES_OPTIONS_MAX];
+        sizes_layer(m, l, &s);
+        layer_ops(m, l, 1, &f, &b);
+        c->fwd_ms = ops_ms(&f, t, d, m->dtype);
+        c->bwd_ms = ops_ms(&b, t, d, m->dtype);
+        if (kind == MODEL_LAYER_BLOCK) { /* the split a schedule may use */
+            c->split_bytes = sizes_wgrad_bytes(m, MODEL_LAYER_BLOCK);
+            c->split_ms = some_ops_ms(&b, t, d, m->dtype, 1);
+        }
+        estimate_optimizer(t, d, m, l, &s, c);
+        sizes_recompute_options(m, kind, opt);
+        for (int k = 0; k < c->n_options; k++) {
+            if (regen_ops(m, kind, opt[k].regen, 1, &f, e)) {
                 profile_free(out);
                 return e->code;
             }
-            o->recompute_ms = ops_ms(&f, t, d, m->dtype);
+            c->options[k].recompute_ms = ops_ms(&f, t, d, m->dtype);
         }
     }
     cJSON *prov = cJSON_CreateObject();
@@ -489,7 +587,7 @@ static double flash_core_forward_ms(const struct device_table *t, const struct d
                                     const struct model *m)
 {
     struct op_list f = {0}, unused = {0};
-    flash_attention(&f, &unused, m, m->kind == MODEL_KIND_LLAMA ? m->n_kv_head : m->n_head);
+    flash_attention(&f, &unused, m, m->kind == MODEL_KIND_LLAMA ? m->n_kv_head : m->n_head, 1);
     return ops_ms(&f, t, d, m->dtype);
 }
 

@@ -42,6 +42,7 @@ void choice_key_of(const struct plan *p, const struct plan_options *o, struct ch
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         k->host_optimizer += st->optimizer == COST_PLACE_HOST;
+        k->split_optimizer += st->optimizer == COST_PLACE_HOST && st->optimizer_from > 0;
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
             k->actions += st->place[l] == COST_PLACE_HOST || st->offload_option[l] >= 0 ||
                           st->recompute[l] >= COST_OPTION;
@@ -53,8 +54,10 @@ void choice_key_of(const struct plan *p, const struct plan_options *o, struct ch
 
 int choice_key_cmp(const struct choice_key *a, const struct choice_key *b)
 {
-    const int x[] = {a->host_optimizer, a->actions, a->recomputed, a->imbalance};
-    const int y[] = {b->host_optimizer, b->actions, b->recomputed, b->imbalance};
+    const int x[] = {a->host_optimizer, a->split_optimizer, a->actions, a->recomputed,
+                     a->imbalance};
+    const int y[] = {b->host_optimizer, b->split_optimizer, b->actions, b->recomputed,
+                     b->imbalance};
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
         if (x[i] != y[i])
             return x[i] < y[i] ? -1 : 1;
@@ -95,6 +98,7 @@ static void copy_stage(struct choice_snapshot *c, const struct plan *p, int s)
     memcpy(c->offload_option + at, st->offload_option, (size_t)n);
     memcpy(c->prefetch_ahead + at, st->prefetch_ahead, (size_t)n * sizeof(int));
     c->optimizer[s] = (unsigned char)st->optimizer;
+    c->optimizer_from[s] = st->optimizer_from;
 }
 
 /* p's choices alone (every stage taken to fit; no step). */
@@ -105,9 +109,10 @@ static int copy_choices(const struct plan *p, struct choice_snapshot *c, struct 
         L += plan_stage_layer_count(&p->stages[s]);
     *c = (struct choice_snapshot){S, L, malloc((size_t)L + 1), malloc((size_t)L + 1),
                                   malloc((size_t)L + 1), malloc(((size_t)L + 1) * sizeof(int)),
-                                  malloc((size_t)S), malloc((size_t)S), INFINITY};
+                                  malloc((size_t)S), malloc((size_t)S),
+                                  malloc((size_t)S * sizeof(int)), INFINITY};
     if (!c->recompute || !c->place || !c->offload_option || !c->prefetch_ahead ||
-        !c->optimizer || !c->fits) {
+        !c->optimizer || !c->fits || !c->optimizer_from) {
         choice_free(c);
         return err_set(e, ERR_FAIL, "out of memory");
     }
@@ -148,6 +153,7 @@ void choice_restore_stage(struct plan *p, const struct choice_snapshot *c, int s
     memcpy(st->offload_option, c->offload_option + at, (size_t)n);
     memcpy(st->prefetch_ahead, c->prefetch_ahead + at, (size_t)n * sizeof(int));
     st->optimizer = (enum cost_place)c->optimizer[s];
+    st->optimizer_from = c->optimizer_from[s];
 }
 
 void choice_restore(struct plan *p, const struct choice_snapshot *c)
@@ -164,6 +170,7 @@ void choice_free(struct choice_snapshot *c)
     free(c->prefetch_ahead);
     free(c->optimizer);
     free(c->fits);
+    free(c->optimizer_from);
     memset(c, 0, sizeof *c);
 }
 
@@ -173,6 +180,7 @@ static int stage_same(const struct plan *p, const struct choice_snapshot *c, int
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st), at = stage_at(p, s);
     return st->optimizer == (enum cost_place)c->optimizer[s] &&
+           st->optimizer_from == c->optimizer_from[s] &&
            memcmp(st->recompute, c->recompute + at, (size_t)n) == 0 &&
            memcmp(st->place, c->place + at, (size_t)n) == 0 &&
            memcmp(st->offload_option, c->offload_option + at, (size_t)n) == 0 &&

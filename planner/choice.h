@@ -21,6 +21,7 @@
  * lexicographically, less is simpler. */
 struct choice_key {
     int host_optimizer; /* stages with their optimizer on the host */
+    int split_optimizer; /* of which those hosting a fraction of it (its last layers') */
     int actions;        /* layers sending anything to the host or recomputing a partial option */
     int recomputed;     /* layers recomputed, whole or in part */
     int imbalance;      /* blocks away from cluster_default_split's, summed over stages */
@@ -49,6 +50,7 @@ struct choice_snapshot {
     signed char *offload_option;
     int *prefetch_ahead;
     unsigned char *optimizer, *fits; /* per stage */
+    int *optimizer_from;             /* per stage: its first layer hosting it (plan.h) */
     double ms;
 };
 

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "arena_fit.h"
 #include "choice.h"
@@ -183,6 +184,7 @@ static void stage_layout(const struct cluster *c, const struct schedule_shape *s
     if (c->grad_bytes != NULL) {
         st->dp_link = c->stages[g].dp_link;
         st->allreduce_bytes = cluster_grad_bytes(c, g, st->first, st->last);
+        st->dp_bucket_bytes = c->dp_bucket_bytes;
     }
 }
 
@@ -485,7 +487,8 @@ static int shape_allowed(const struct cluster *c, const struct plan_options *o,
         return e->code;
     if (!plain && (o->actions & (PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER)))
         return err_set(e, ERR_INPUT, "--actions: offload and a host optimizer are planned and "
-                       "run with schedules 1f1b and gpipe, not %s", name);
+                       "run with schedules 1f1b and gpipe (a fraction of the optimizer too), "
+                       "not %s", name);
     if (!plain && o->arena != NULL)
         return err_set(e, ERR_INPUT, "--arena lays out stages of schedules 1f1b and gpipe, not %s",
                        name);
@@ -505,25 +508,14 @@ static struct cluster with_shape(const struct cluster *c, const struct schedule_
     return out;
 }
 
-/* Schedule sh on `arranged` (an order and split --repartition found), as fixed. A GPU the
- * split leaves fewer layers than sh's chunks takes them from the GPU with the most, one at a
- * time, the layers staying in order (the callers' shape_allowed made sure there are p x v). */
-static int plan_on_arrangement(const struct cluster *arranged, const struct plan_options *o,
-                               const struct schedule_shape *sh, struct plan *out, struct err *e)
+/* Each GPU's layer count on `base`'s split, a GPU left fewer layers than sh's chunks taking
+ * them from the GPU with the most, one at a time (the callers' shape_allowed made sure there
+ * are p x v). */
+static void chunk_counts(const struct cluster *base, const struct schedule_shape *sh, int *n)
 {
-    struct plan_options fixed = *o;
-    struct cluster ca = with_shape(arranged, sh);
-    fixed.repartition = 0;
-    int S = ca.n_stages, *n = malloc((size_t)S * sizeof *n);
-    struct cluster_stage *st = malloc((size_t)S * sizeof *st);
-    if (n == NULL || st == NULL) {
-        free(n);
-        free(st);
-        return err_set(e, ERR_FAIL, "out of memory");
-    }
-    memcpy(st, ca.stages, (size_t)S * sizeof *st);
+    int S = base->n_stages;
     for (int g = 0; g < S; g++)
-        n[g] = st[g].last - st[g].first + 1;
+        n[g] = base->stages[g].last - base->stages[g].first + 1;
     for (int g = 0; g < S; g++)
         while (n[g] < sh->chunks) {
             int most = 0;
@@ -532,58 +524,148 @@ static int plan_on_arrangement(const struct cluster *arranged, const struct plan
             n[most]--;
             n[g]++;
         }
-    for (int g = 0, next = st[0].first; g < S; next = st[g++].last + 1) {
+}
+
+/* Schedule sh on `base`'s GPUs in their order, GPU g holding n[g] layers in order, planned as
+ * fixed. */
+static int plan_counts(const struct cluster *base, const struct plan_options *o,
+                       const struct schedule_shape *sh, const int *n, struct plan *out,
+                       struct err *e)
+{
+    struct plan_options fixed = *o;
+    struct cluster ca = with_shape(base, sh);
+    int S = ca.n_stages;
+    struct cluster_stage *st = malloc((size_t)S * sizeof *st);
+    if (st == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    memcpy(st, ca.stages, (size_t)S * sizeof *st);
+    for (int g = 0, next = 0; g < S; next = st[g++].last + 1) {
         st[g].first = next;
         st[g].last = next + n[g] - 1;
     }
     ca.stages = st;
-    free(n);
+    fixed.repartition = 0;
     int rc = plan_fixed(&ca, &fixed, out, e);
     free(st);
-    if (rc != ERR_OK)
-        return rc;
-    snprintf(out->method, sizeof out->method, "optimal+repartition");
+    if (rc == ERR_OK)
+        snprintf(out->method, sizeof out->method, "optimal+repartition");
+    return rc;
+}
+
+/* Whether step a is shorter than step b by more than floating-point noise. */
+static int shorter(double a, double b)
+{
+    return a < b && !(b <= choice_cap(a, 0));
+}
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* From *best (GPU g holding n[g] layers of `base`), moves one layer between neighbouring
+ * GPUs while that shortens the step (first improvement; a GPU keeps a layer a chunk), until
+ * no move does or --time-limit has passed. The chunked schedules' split search: their
+ * simulated step has no bounds here, so this finds a local optimum, not a certified one. */
+static int polish_counts(const struct cluster *base, const struct plan_options *o,
+                         const struct schedule_shape *sh, int *n, struct plan *best,
+                         struct err *e)
+{
+    double deadline = o->time_limit_s > 0 ? monotonic_s() + o->time_limit_s : INFINITY;
+    for (int improved = 1; improved && monotonic_s() < deadline;) {
+        improved = 0;
+        for (int m = 0; m < 2 * (base->n_stages - 1) && monotonic_s() < deadline; m++) {
+            int g = m / 2, from = m % 2 ? g + 1 : g, to = m % 2 ? g : g + 1;
+            if (n[from] <= sh->chunks)
+                continue;
+            n[from]--;
+            n[to]++;
+            struct plan p;
+            struct err inner;
+            err_clear(&inner);
+            int rc = plan_counts(base, o, sh, n, &p, &inner);
+            if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT)
+                return err_set(e, rc, "%s", inner.msg);
+            if (rc == ERR_OK && shorter(p.iteration_ms, best->iteration_ms)) {
+                plan_free(best);
+                *best = p;
+                improved = 1;
+                continue;
+            }
+            if (rc == ERR_OK)
+                plan_free(&p);
+            n[from]++;
+            n[to]--;
+        }
+    }
     return ERR_OK;
 }
 
-/* Schedule sh (zb-h1, v-half, interleaved) under --repartition: on `arranged` (1f1b's order
- * and split, NULL: none found) and on the cluster's own split, the faster (ties: the
- * arrangement's). A GPU must hold a layer a chunk: where 1f1b's split gives a slow GPU one
- * layer, its own split may be the better of the two. */
+/* Schedule sh (zb-h1, v-half, interleaved) under --repartition: from the better of `arranged`
+ * (1f1b's order and split, NULL: none found) and the cluster's own split (ties: the
+ * arrangement's; where 1f1b's split gives a slow GPU one layer, its own split may be the
+ * better), layers moved between neighbouring GPUs while the step gets shorter
+ * (polish_counts). With --min-gain the polished split is kept only where it gains at least
+ * that over the split it started from, or is no less balanced. */
 static int plan_on_either(const struct cluster *c, const struct cluster *arranged,
                           const struct plan_options *o, const struct schedule_shape *sh,
                           struct plan *out, struct err *e)
 {
-    struct plan own;
-    struct err e_own;
-    struct plan_options fixed = *o;
-    struct cluster cs = with_shape(c, sh);
-    int rc = arranged != NULL ? plan_on_arrangement(arranged, o, sh, out, e)
-                              : err_set(e, ERR_NOFIT, "--repartition: no order and split of "
-                                        "1f1b's to plan schedule %s on", schedule_name(sh->kind));
-    if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT)
-        return rc;
-    err_clear(&e_own);
-    fixed.repartition = 0;
-    int rc_own = plan_fixed(&cs, &fixed, &own, &e_own);
-    if (rc_own != ERR_OK && rc_own != ERR_NOFIT && rc_own != ERR_INPUT) {
-        if (rc == ERR_OK)
+    const struct cluster *bases[2] = {arranged, c}, *base = NULL;
+    int S = c->n_stages, *n = malloc((size_t)S * sizeof *n);
+    int *won = malloc((size_t)S * sizeof *won);
+    struct plan start;
+    int rc = n && won ? ERR_NOFIT : err_set(e, ERR_FAIL, "out of memory");
+    for (int k = 0; k < 2 && (rc == ERR_OK || rc == ERR_NOFIT || rc == ERR_INPUT); k++) {
+        struct plan p;
+        struct err inner;
+        err_clear(&inner);
+        if (bases[k] == NULL)
+            continue;
+        chunk_counts(bases[k], sh, n);
+        int rk = plan_counts(bases[k], o, sh, n, &p, &inner);
+        if (rk != ERR_OK && rk != ERR_NOFIT && rk != ERR_INPUT) {
+            rc = err_set(e, rk, "%s", inner.msg);
+        } else if (rk == ERR_OK && (base == NULL || shorter(p.iteration_ms, start.iteration_ms))) {
+            if (base != NULL)
+                plan_free(&start);
+            start = p;
+            base = bases[k];
+            memcpy(won, n, (size_t)S * sizeof *n);
+            rc = ERR_OK;
+        } else if (rk == ERR_OK) {
+            plan_free(&p);
+        } else if (base == NULL) {
+            rc = rk;
+            *e = inner;
+        }
+    }
+    if (rc == ERR_OK) { /* polished from a plan of its own: start stays for --min-gain */
+        rc = plan_counts(base, o, sh, won, out, e);
+        if (rc == ERR_OK && (rc = polish_counts(base, o, sh, won, out, e)) != ERR_OK)
             plan_free(out);
-        *e = e_own;
-        return rc_own;
     }
-    if (rc_own != ERR_OK)
-        return rc;
-    if (rc == ERR_OK && !(own.iteration_ms < out->iteration_ms)) {
-        plan_free(&own);
-        return ERR_OK;
+    if (rc == ERR_OK && o->min_gain > 0 &&
+        start.iteration_ms <= choice_cap(out->iteration_ms, o->min_gain)) {
+        struct choice_key ks, kp;
+        choice_key_of(&start, o, &ks);
+        choice_key_of(out, o, &kp);
+        if (choice_key_cmp(&ks, &kp) <= 0) {
+            double fastest = out->iteration_ms;
+            plan_free(out);
+            *out = start;
+            base = NULL; /* start now belongs to out */
+            out->min_gain = o->min_gain;
+            out->fastest_ms = shorter(fastest, out->iteration_ms) ? fastest : 0;
+        }
     }
-    if (rc == ERR_OK)
-        plan_free(out);
-    *out = own;
-    err_clear(e);
-    snprintf(out->method, sizeof out->method, "optimal+repartition");
-    return ERR_OK;
+    if (base != NULL)
+        plan_free(&start);
+    free(n);
+    free(won);
+    return rc;
 }
 
 /* One schedule on the cluster's split, or with --repartition on the order and split the

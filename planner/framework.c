@@ -123,6 +123,7 @@ int fw_settings_init(struct fw_settings *s, int n_stages, struct err *e)
 {
     s->n_stages = n_stages;
     s->host_optimizer = 0;
+    s->host_fraction = 1;
     s->stages = calloc((size_t)(n_stages > 0 ? n_stages : 1), sizeof *s->stages);
     return s->stages ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
 }
@@ -227,11 +228,29 @@ int fw_stage_apply(struct plan *p, int s, const struct fw_stage *fs, int framewo
                          e);
 }
 
+/* The by-layer split of stage st's optimizer nearest `fraction` of its state on the host
+ * (cost_optimizer_fraction): the first hosted layer, 0 for the whole. */
+static int host_from(const struct plan_stage *st, double fraction)
+{
+    int n = plan_stage_layer_count(st), best = 0;
+    double gap = INFINITY;
+    for (int from = 0; from < n && fraction < 1; from++) {
+        double d = fabs(cost_optimizer_fraction(st->layers, n, from) - fraction);
+        if (d < gap) {
+            gap = d;
+            best = from;
+        }
+    }
+    return best;
+}
+
 int fw_settings_apply(struct plan *p, const struct fw_settings *fs, int framework_acts,
                       struct err *e)
 {
     for (int s = 0; s < p->n_stages; s++) {
         p->stages[s].optimizer = fs->host_optimizer ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        p->stages[s].optimizer_from =
+            fs->host_optimizer ? host_from(&p->stages[s], fs->host_fraction) : 0;
         if (fw_stage_apply(p, s, &fs->stages[s], framework_acts, e))
             return e->code;
     }
@@ -327,6 +346,27 @@ int fw_settings_read(const struct plan *p, int framework_acts, struct fw_setting
         return 0;
     }
     out->host_optimizer = hosted > 0;
+    return fw_host_share(p, &out->host_fraction, why, why_size);
+}
+
+int fw_host_share(const struct plan *p, double *share, char *why, size_t why_size)
+{
+    int hosted = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        if (p->stages[s].optimizer != COST_PLACE_HOST)
+            continue;
+        double f = plan_stage_optimizer_fraction(&p->stages[s]);
+        if (hosted++ == 0) {
+            *share = f;
+        } else if (fabs(f - *share) >= 1e-4) {
+            snprintf(why, why_size, "the stages keep different shares of their optimizer on "
+                     "the host (%.3g and stage %d's %.3g), which one offload fraction cannot "
+                     "say", *share, s, f);
+            return 0;
+        }
+    }
+    if (hosted == 0)
+        *share = 1;
     return 1;
 }
 
@@ -658,8 +698,11 @@ static int candidate_apply(struct plan *p, const struct fw_candidate *c, int hos
 {
     *fits = 1;
     fs->host_optimizer = host;
-    for (int s = 0; s < p->n_stages; s++)
+    fs->host_fraction = 1;
+    for (int s = 0; s < p->n_stages; s++) {
         p->stages[s].optimizer = host ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        p->stages[s].optimizer_from = 0;
+    }
     for (int s = 0; s < p->n_stages && *fits; s++) {
         *fits = stage_choose(p, s, c, menu, fs, e);
         if (e->code)
@@ -690,8 +733,10 @@ static int64_t least_memory(struct plan *p, const int *chunks, int v, const stru
         all.recompute = FW_RECOMPUTE_NONE;
     struct err e;
     err_clear(&e);
-    for (int k = 0; k < v; k++)
+    for (int k = 0; k < v; k++) {
         p->stages[chunks[k]].optimizer = host ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        p->stages[chunks[k]].optimizer_from = 0;
+    }
     chunks_apply(p, chunks, v, &all, f, 1, NULL, &e);
     struct stage_cost cost;
     plan_stage_cost(p, &p->stages[chunks[0]], &cost);

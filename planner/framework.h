@@ -91,6 +91,8 @@ struct fw_settings {
     int n_stages;
     struct fw_stage *stages; /* owned */
     int host_optimizer;      /* every stage's optimizer on the host */
+    double host_fraction;    /* the share of each stage's optimizer state there (Megatron-LM's
+                                --optimizer-offload-fraction): 1, or a plan's by-layer split */
 };
 
 int fw_settings_init(struct fw_settings *s, int n_stages, struct err *e);
@@ -117,9 +119,13 @@ int fw_settings_apply(struct plan *p, const struct fw_settings *fs, int framewor
 /* The plan's actions in a framework's terms, when some framework's configuration can say them
  * exactly (1), or 0 with `why` (a sentence naming the stage and layer) when not: a recomputed
  * embedding or head, blocks recomputed other than the first ones, mixed forms in a stage, an
- * option no module stands for, an offload, a per-stage optimizer place. */
+ * option no module stands for, an offload, a per-stage optimizer place or share. */
 int fw_settings_read(const struct plan *p, int framework_acts, struct fw_settings *out,
                      char *why, size_t why_size);
+/* The share of its optimizer state every hosted stage keeps on the host, one for all as
+ * Megatron-LM's --optimizer-offload-fraction says it (1 where none hosts): 1, or 0 with why
+ * when the stages' shares differ. */
+int fw_host_share(const struct plan *p, double *share, char *why, size_t why_size);
 /* Whether one setting for every stage says these (none; the first N blocks of every stage,
  * all of a stage that holds fewer; the same modules on every stage): 1, or 0 with why. */
 int fw_settings_uniform(const struct fw_settings *fs, char *why, size_t why_size);

@@ -254,7 +254,7 @@ static int least_recompute_all(struct plan *p, const struct plan_options *o, int
  * first: the fastest the search finds, and the one --min-gain chooses; and the plans a set
  * may simplify to: nothing changed (base[0], without recompute), each stage's least
  * recompute (base[1]) and its least whole-layer recompute (base[2]). */
-#define LATTICE_SETS (2 * PLAN_ACTION_OPTIMIZER)
+#define LATTICE_SETS (2 * PLAN_ACTION_OPTIMIZER_FRACTION)
 struct lattice {
     struct choice_snapshot fastest[LATTICE_SETS], chosen[LATTICE_SETS], base[3];
     int rc[LATTICE_SETS]; /* -1: not made */
@@ -379,6 +379,13 @@ static int simplest_plan(struct plan *p, const struct plan_options *o, int actio
     return done ? ERR_OK : choice_simplify(p, o, alts, n, cap, e);
 }
 
+/* `actions` less `bit`: a fraction of the optimizer goes with the whole optimizer. */
+static int smaller_set(int actions, int bit)
+{
+    int less = actions & ~bit;
+    return less & PLAN_ACTION_OPTIMIZER ? less : less & ~PLAN_ACTION_OPTIMIZER_FRACTION;
+}
+
 /* A set of actions' fastest plan and --min-gain's choice, the smaller sets' first. */
 static int lattice_plan(struct plan *p, const struct plan_options *o, int actions,
                         struct lattice *lat, struct err *e)
@@ -388,7 +395,8 @@ static int lattice_plan(struct plan *p, const struct plan_options *o, int action
         return lat->rc[actions];
     for (int bit = 1; bit < LATTICE_SETS; bit <<= 1)
         if ((actions & bit) && actions != bit &&
-            (rc = lattice_plan(p, o, actions & ~bit, lat, e)) != ERR_OK && rc != ERR_NOFIT)
+            (rc = lattice_plan(p, o, smaller_set(actions, bit), lat, e)) != ERR_OK &&
+            rc != ERR_NOFIT)
             return rc;
     err_clear(e);
     rc = fastest_plan(p, o, actions, lat, e);

@@ -23,16 +23,18 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
             actions |= PLAN_ACTION_OFFLOAD;
         else if (len == 9 && strncmp(at, "optimizer", 9) == 0)
             actions |= PLAN_ACTION_OPTIMIZER;
+        else if (len == 18 && strncmp(at, "optimizer-fraction", 18) == 0)
+            actions |= PLAN_ACTION_OPTIMIZER | PLAN_ACTION_OPTIMIZER_FRACTION;
         else
             return err_set(e, ERR_INPUT,
                            "--actions: \"%s\": expected recompute, offload, optimizer, "
-                           "comma-separated",
+                           "optimizer-fraction, comma-separated",
                            text);
         at += len + (at[len] == ',');
     }
     if (actions == 0)
-        return err_set(e, ERR_INPUT,
-                       "--actions: empty, expected recompute, offload, optimizer, comma-separated");
+        return err_set(e, ERR_INPUT, "--actions: empty, expected recompute, offload, optimizer, "
+                                     "optimizer-fraction, comma-separated");
     o->actions = actions;
     return ERR_OK;
 }
@@ -40,7 +42,9 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
 int offload_options_check(const struct plan_options *o, struct err *e)
 {
     if (o->actions < 1 ||
-        o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER))
+        o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER |
+                      PLAN_ACTION_OPTIMIZER_FRACTION) ||
+        ((o->actions & PLAN_ACTION_OPTIMIZER_FRACTION) && !(o->actions & PLAN_ACTION_OPTIMIZER)))
         return err_set(e, ERR_INPUT, "plan options: actions %d", o->actions);
     if (o->actions == PLAN_ACTION_RECOMPUTE)
         return ERR_OK;
@@ -245,7 +249,17 @@ static double combinations(const struct stage_search *ss)
     return c;
 }
 
-/* Seeds first, then by recompute; ties by the bytes copied (the copies' time). */
+/* How much of its optimizer a candidate hosts, in an order where fewer layers come first. */
+static int hosted(const struct candidate *c)
+{
+    if (c->optimizer != COST_PLACE_HOST)
+        return 0;
+    return c->optimizer_from > 0 ? (1 << 30) - c->optimizer_from : 1 << 30;
+}
+
+/* Seeds first, then by recompute; ties by the bytes copied (the copies' time), then where one
+ * hosts a fraction of its optimizer by the layers hosted (a list without fractions sorts as
+ * before they existed). */
 static int by_recompute(const void *a, const void *b)
 {
     const struct candidate *x = a, *y = b;
@@ -253,7 +267,11 @@ static int by_recompute(const void *a, const void *b)
         return x->seeds != 0 ? -1 : 1;
     if (x->recompute_ms != y->recompute_ms)
         return x->recompute_ms < y->recompute_ms ? -1 : 1;
-    return (x->host_bytes > y->host_bytes) - (x->host_bytes < y->host_bytes);
+    if (x->host_bytes != y->host_bytes)
+        return x->host_bytes > y->host_bytes ? 1 : -1;
+    int split = (x->optimizer == COST_PLACE_HOST && x->optimizer_from > 0) ||
+                (y->optimizer == COST_PLACE_HOST && y->optimizer_from > 0);
+    return split ? (hosted(x) > hosted(y)) - (hosted(x) < hosted(y)) : 0;
 }
 
 /* i is no better than j on every layer (recompute and copy bytes). */
@@ -270,6 +288,7 @@ void offload_candidate_free(struct candidate *c)
 {
     free(c->rows);
     free(c->layers);
+    free(c->buckets);
 }
 
 /* A candidate's part of choice_key: its host optimizer, actions and recomputed layers. */
@@ -417,9 +436,11 @@ int offload_candidate_sim(const struct plan_stage *st, struct candidate *c)
 {
     int n = plan_stage_layer_count(st), offloads = 0;
     c->layers = calloc((size_t)n, sizeof *c->layers);
-    if (c->layers == NULL)
+    c->buckets = calloc((size_t)n, sizeof *c->buckets);
+    if (c->layers == NULL || c->buckets == NULL)
         return ERR_FAIL;
-    c->sim = (struct sim_stage){.out_bytes = st->layers[n - 1].out_bytes, .link = st->link,
+    c->sim = (struct sim_stage){.out_bytes = st->layers[n - 1].out_bytes,
+                                .out_fwd_ms = st->layers[n - 1].fwd_ms, .link = st->link,
                                 .allreduce_ms = cost_dp_allreduce_ms(&st->dp_link, st->dp,
                                                                      st->allreduce_bytes)};
     for (int l = 0; l < n; l++) {
@@ -437,8 +458,12 @@ int offload_candidate_sim(const struct plan_stage *st, struct candidate *c)
     }
     c->sim.n_layers = offloads ? n : 0;
     c->sim.layers = c->layers;
+    c->sim.n_buckets = sim_buckets_from_plan(st, c->buckets);
+    c->sim.buckets = c->buckets;
     c->optimizer = st->optimizer;
-    sim_stage_optimizer(st->layers, n, st->optimizer, &st->host_link, &c->sim, c->layers);
+    c->optimizer_from = st->optimizer_from;
+    sim_stage_optimizer_from(st->layers, n, st->optimizer, st->optimizer_from, &st->host_link,
+                             &c->sim, c->layers);
     return ERR_OK;
 }
 
@@ -503,43 +528,76 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
     return rc;
 }
 
+static void candidates_free(struct candidate *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        offload_candidate_free(&c[i]);
+    free(c);
+}
+
+/* Stage s's candidates with its optimizer on the host from layer `from` on (0: every layer),
+ * appended to (*all, *n_all) when the stage may host it; *enumerable as stage_candidates. */
+static int host_candidates(const struct plan *p, int s, int from, const struct plan_options *o,
+                           int simplest, struct candidate **all, int *n_all, int *enumerable,
+                           struct err *e)
+{
+    struct optimizer_view v;
+    struct candidate *host = NULL;
+    int n_host = 0, mine = 1, rc;
+    if (!optimizer_host_possible_from(p, s, from, NULL))
+        return ERR_OK;
+    if (optimizer_view_init_from(p, s, from, &v, e))
+        return e->code;
+    rc = stage_candidates(&v.plan, s, o, simplest, &host, &n_host, &mine, e);
+    optimizer_view_free(&v);
+    *enumerable = *enumerable && mine;
+    if (rc == ERR_NOFIT) {
+        err_clear(e);
+        free(host);
+        return ERR_OK;
+    }
+    if (rc)
+        return rc;
+    struct candidate *grown = realloc(*all, (size_t)(*n_all + n_host + 1) * sizeof *grown);
+    if (grown == NULL) {
+        candidates_free(host, n_host);
+        return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
+    }
+    if (n_host > 0)
+        memcpy(grown + *n_all, host, (size_t)n_host * sizeof *host);
+    free(host);
+    *all = grown;
+    *n_all += n_host;
+    return ERR_OK;
+}
+
 /* Stage s's candidates with its optimizer on the device, then (with --actions ...,optimizer,
- * where it may) those with it on the host: each place's own undominated ones, since the
- * two places' steps are not comparable layer by layer. */
+ * where it may) those with it on the host, and with optimizer-fraction those with the host
+ * taking its last layers' (optimizer_splits): each place's own undominated ones, since the
+ * places' steps are not comparable layer by layer. */
 int offload_stage_candidates(const struct plan *p, int s, const struct plan_options *o,
                              int simplest, struct candidate **out, int *count, int *enumerable,
                              struct err *e)
 {
-    struct candidate *dev = NULL, *host = NULL;
-    int n_dev = 0, n_host = 0, host_enumerable = 1;
-    int rc = stage_candidates(p, s, o, simplest, &dev, &n_dev, enumerable, e);
+    int from[1 + OPTIMIZER_SPLITS_MAX], n_from = 0;
+    if (o->actions & PLAN_ACTION_OPTIMIZER)
+        from[n_from++] = 0;
+    if (o->actions & PLAN_ACTION_OPTIMIZER_FRACTION)
+        n_from += optimizer_splits(p, s, from + n_from);
+    *out = NULL;
+    *count = 0;
+    int rc = stage_candidates(p, s, o, simplest, out, count, enumerable, e);
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
-    if ((o->actions & PLAN_ACTION_OPTIMIZER) && optimizer_host_possible(p, s, NULL)) {
-        struct optimizer_view v;
-        if (optimizer_view_init(p, s, &v, e))
-            rc = e->code;
-        else
-            rc = stage_candidates(&v.plan, s, o, simplest, &host, &n_host, &host_enumerable, e);
-        optimizer_view_free(&v);
-        if (rc != ERR_OK && rc != ERR_NOFIT) {
-            free(dev);
-            return rc;
-        }
-        err_clear(e);
+    for (int i = 0; i < n_from && e->code == ERR_OK; i++)
+        host_candidates(p, s, from[i], o, simplest, out, count, enumerable, e);
+    if (e->code) {
+        candidates_free(*out, *count);
+        *out = NULL;
+        *count = 0;
+        return e->code;
     }
-    *enumerable = *enumerable && host_enumerable;
-    *count = n_dev + n_host;
-    *out = realloc(dev, (size_t)(*count > 0 ? *count : 1) * sizeof **out);
-    if (*out == NULL) {
-        free(dev);
-        free(host);
-        return err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
-    }
-    if (n_host > 0)
-        memcpy(*out + n_dev, host, (size_t)n_host * sizeof *host);
-    free(host);
     return *count > 0 ? ERR_OK : ERR_NOFIT;
 }
 

@@ -117,6 +117,7 @@ static void apply(struct plan_stage *st, const struct candidate *c)
         st->prefetch_ahead[l] = c->rows[l].prefetch_ahead;
     }
     st->optimizer = c->optimizer;
+    st->optimizer_from = c->optimizer_from;
 }
 
 static int same_candidate(const struct candidate *a, const struct candidate *b, int n)
@@ -126,7 +127,7 @@ static int same_candidate(const struct candidate *a, const struct candidate *b, 
             a->rows[l].offload_option != b->rows[l].offload_option ||
             a->rows[l].prefetch_ahead != b->rows[l].prefetch_ahead)
             return 0;
-    return a->optimizer == b->optimizer;
+    return a->optimizer == b->optimizer && a->optimizer_from == b->optimizer_from;
 }
 
 /* Stage s's choice in seed k as a candidate, marked as the seed's; one equal to a candidate
@@ -140,6 +141,7 @@ static int add_seed(const struct plan *p, int s, const struct choice_snapshot *s
     if (c.rows == NULL)
         return ERR_FAIL;
     st.optimizer = (enum cost_place)seed->optimizer[s];
+    st.optimizer_from = seed->optimizer_from[s];
     for (int l = 0; l < n; l++) {
         c.rows[l] = cost_action_row(&st.layers[l], seed->recompute[at + l],
                                     (enum cost_place)seed->place[at + l],
@@ -148,6 +150,7 @@ static int add_seed(const struct plan *p, int s, const struct choice_snapshot *s
         c.host_bytes += c.rows[l].host_bytes;
     }
     c.optimizer = st.optimizer;
+    c.optimizer_from = st.optimizer_from;
     for (int i = 0; i < *count; i++)
         if (same_candidate(&(*cand)[i], &c, n)) {
             (*cand)[i].seeds |= c.seeds;
@@ -301,20 +304,27 @@ static int simplest_candidates(struct plan *p, struct global *g, const struct pl
 {
     double product = 1;
     int rc = ERR_OK;
-    enum cost_place *had = malloc((size_t)g->S * sizeof *had);
+    struct {
+        enum cost_place optimizer;
+        int from;
+    } *had = malloc((size_t)g->S * sizeof *had);
     if (had == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int s = 0; s < g->S; s++) {
-        had[s] = p->stages[s].optimizer;
+        had[s].optimizer = p->stages[s].optimizer;
+        had[s].from = p->stages[s].optimizer_from;
         p->stages[s].optimizer = COST_PLACE_DEVICE;
+        p->stages[s].optimizer_from = 0;
     }
     *enumerable = 1;
     for (int s = 0; s < g->S && rc == ERR_OK && *enumerable; s++) {
         rc = offload_stage_candidates(p, s, o, 1, &g->cand[s], &g->count[s], enumerable, e);
         *enumerable = *enumerable && (product *= g->count[s]) <= OFFLOAD_EXHAUSTIVE_MAX;
     }
-    for (int s = 0; s < g->S; s++)
-        p->stages[s].optimizer = had[s];
+    for (int s = 0; s < g->S; s++) {
+        p->stages[s].optimizer = had[s].optimizer;
+        p->stages[s].optimizer_from = had[s].from;
+    }
     free(had);
     return *enumerable ? rc : ERR_OK;
 }

@@ -12,15 +12,18 @@ struct candidate {
     struct cost_row *rows; /* n */
     struct sim_stage sim;
     struct sim_layer *layers; /* n, used when it offloads or hosts its optimizer */
+    struct sim_bucket *buckets; /* n at most: its gradients' reduction */
     double recompute_ms;
     int64_t host_bytes; /* sent to the host per micro-batch */
     enum cost_place optimizer;
+    int optimizer_from; /* on the host from this layer on (a fraction; 0: all) */
     unsigned seeds; /* bit k: the stage's choice in seed k (a smaller set's plan) */
 };
 
 /* Stage s's candidates with its optimizer on the device, then (with --actions ...,optimizer,
- * where it may) those with it on the host: each place's own undominated ones, since the two
- * places' steps are not comparable layer by layer. `simplest`: offload_simplest's (every
+ * where it may) those with it on the host, and with optimizer-fraction on the host from each
+ * of optimizer_splits' layers on: each place's own undominated ones, since the places' steps
+ * are not comparable layer by layer. `simplest`: offload_simplest's (every
  * fitting combination, simplicity counted in the pruning; *enumerable 0 and none past
  * OFFLOAD_ENUM_MAX), else the search's (*enumerable 1). ERR_NOFIT when none fits. */
 int offload_stage_candidates(const struct plan *p, int s, const struct plan_options *o,

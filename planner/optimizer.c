@@ -4,30 +4,54 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t mirror_bytes(const struct plan_stage *st)
-{
-    int64_t mirror = 0;
-    for (int l = 0; l < plan_stage_layer_count(st); l++)
-        mirror += cost_layer_mirror(&st->layers[l]);
-    return mirror;
-}
-
 int optimizer_host_possible(const struct plan *p, int s, const char **why)
 {
+    return optimizer_host_possible_from(p, s, 0, why);
+}
+
+int optimizer_host_possible_from(const struct plan *p, int s, int from, const char **why)
+{
     const struct plan_stage *st = &p->stages[s];
+    int n = plan_stage_layer_count(st);
     const char *no = NULL;
     if (st->host_limit_bytes == 0 || !st->host_link.present)
         no = "no host memory or no host link";
-    else if (!cost_optimizer_movable(st->layers, plan_stage_layer_count(st), NULL))
+    else if (!cost_optimizer_movable(st->layers + from, n - from, NULL))
         no = "a layer's profile does not split its state_bytes";
-    else if (mirror_bytes(st) > st->host_limit_bytes)
+    else if (cost_stage_mirror(st->layers, n, from) > st->host_limit_bytes)
         no = "the mirror is larger than its host memory";
     if (why != NULL)
         *why = no;
     return no == NULL;
 }
 
+int optimizer_splits(const struct plan *p, int s, int from[OPTIMIZER_SPLITS_MAX])
+{
+    int n = plan_stage_layer_count(&p->stages[s]), count = 0;
+    if (n - 1 <= OPTIMIZER_SPLITS_ALL) {
+        for (int k = 1; k < n; k++)
+            from[count++] = k;
+        return count;
+    }
+    /* the last k layers hosted for k on a geometric grid, the last layer alone and all but
+     * the first among them */
+    for (double k = 1; k < n && count < OPTIMIZER_SPLITS_MAX - 1; k *= 1.5) {
+        int f = n - (int)k;
+        if (count == 0 || from[count - 1] != f)
+            from[count++] = f;
+    }
+    if (from[count - 1] != 1)
+        from[count++] = 1;
+    return count;
+}
+
 int optimizer_view_init(const struct plan *p, int s, struct optimizer_view *v, struct err *e)
+{
+    return optimizer_view_init_from(p, s, 0, v, e);
+}
+
+int optimizer_view_init_from(const struct plan *p, int s, int from, struct optimizer_view *v,
+                             struct err *e)
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
@@ -43,9 +67,11 @@ int optimizer_view_init(const struct plan *p, int s, struct optimizer_view *v, s
     }
     memcpy(v->stages, p->stages, (size_t)p->n_stages * sizeof *v->stages);
     struct plan_stage *vs = &v->stages[s];
-    vs->host_limit_bytes -= cost_layers_for_optimizer(st->layers, n, COST_PLACE_HOST, layers);
+    vs->host_limit_bytes -=
+        cost_layers_for_optimizer_from(st->layers, n, COST_PLACE_HOST, from, layers);
     vs->layers = layers;
     vs->optimizer = COST_PLACE_HOST;
+    vs->optimizer_from = from;
     v->plan.stages = v->stages;
     return ERR_OK;
 }

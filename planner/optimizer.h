@@ -2,7 +2,8 @@
  * DESIGN.md "Cost model"): a stage whose optimizer is on the host is the same stage with each
  * layer's state_bytes cut to what stays on the device (devstate_l) and its host memory cut
  * by the mirror. Every search over activation actions (knapsack, offload, GLPK) then runs
- * unchanged on that view. */
+ * unchanged on that view. With --actions ...,optimizer-fraction the host takes the optimizer
+ * of the stage's last layers only, from layer `from` on (cost.h): the same view of those. */
 #ifndef BALLAST_OPTIMIZER_H
 #define BALLAST_OPTIMIZER_H
 
@@ -20,8 +21,20 @@ struct optimizer_view {
  * layer's state split, and the mirror within the host memory. When not, *why (if not NULL)
  * says which in words. */
 int optimizer_host_possible(const struct plan *p, int s, const char **why);
+/* The same for the layers from `from` on (relative to the stage's first). */
+int optimizer_host_possible_from(const struct plan *p, int s, int from, const char **why);
 /* The view of p with stage s's optimizer on the host (optimizer_host_possible must hold). */
 int optimizer_view_init(const struct plan *p, int s, struct optimizer_view *v, struct err *e);
+/* The same with the host taking layers from `from` on (optimizer_host_possible_from). */
+int optimizer_view_init_from(const struct plan *p, int s, int from, struct optimizer_view *v,
+                             struct err *e);
+/* The fractions stage s may host with --actions ...,optimizer-fraction: into from[] the
+ * first hosted layer of each (1 .. n-1; 0, the whole stage, is --actions optimizer's), every
+ * one for a stage of at most OPTIMIZER_SPLITS_ALL layers, else a grid of them that keeps
+ * the first and last; returns the count (at most OPTIMIZER_SPLITS_MAX). */
+#define OPTIMIZER_SPLITS_ALL 8
+#define OPTIMIZER_SPLITS_MAX 16
+int optimizer_splits(const struct plan *p, int s, int from[OPTIMIZER_SPLITS_MAX]);
 void optimizer_view_free(struct optimizer_view *v);
 
 #endif

@@ -34,7 +34,14 @@ enum plan_method {
 #define PLAN_MIN_GAIN_DEFAULT 0.005
 
 /* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
-enum plan_action { PLAN_ACTION_RECOMPUTE = 1, PLAN_ACTION_OFFLOAD = 2, PLAN_ACTION_OPTIMIZER = 4 };
+/* PLAN_ACTION_OPTIMIZER_FRACTION: a stage may host the optimizer of its last layers only (a
+ * fraction, cost.h); it comes with PLAN_ACTION_OPTIMIZER, the whole stage's. */
+enum plan_action {
+    PLAN_ACTION_RECOMPUTE = 1,
+    PLAN_ACTION_OFFLOAD = 2,
+    PLAN_ACTION_OPTIMIZER = 4,
+    PLAN_ACTION_OPTIMIZER_FRACTION = 8,
+};
 
 /* Makes the estimated profile of model m on device d from the datasheets (the profiler's
  * estimate, estimate_profile in models/estimate.h). */
@@ -100,7 +107,8 @@ struct plan_options {
 };
 
 void plan_options_default(struct plan_options *o);
-/* "recompute", "offload", "optimizer", comma-separated, into o->actions. */
+/* "recompute", "offload", "optimizer", "optimizer-fraction" (which takes "optimizer" with
+ * it), comma-separated, into o->actions. */
 int plan_actions_parse(const char *text, struct plan_options *o, struct err *e);
 /* "none", "full", "block:N", "uniform-min", "patent", "optimal". */
 int plan_method_parse(const char *text, struct plan_options *o, struct err *e);

@@ -52,8 +52,11 @@ void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer
     const struct link *link = &c->stages[0].dp_link;
     struct link next = cluster_link(c, 0); /* to a next stage, were there one */
     int N = replicas > 1 ? replicas : 1;
-    /* the all-reduce's bytes part, 2 (N - 1) transfers of bytes / N each (cost.c) */
+    /* the all-reduce's bytes part, 2 (N - 1) transfers of bytes / N each (cost.c); reduced in
+     * buckets (sim.h), all of it may overlap the stage's last backward, whose layers' share is
+     * taken off (the bounds add M forwards and backwards to it: never below 0) */
     double per_byte = 2.0 * (N - 1) / N;
+    int overlap = N > 1 && c->dp_bucket_bytes > 0;
     out->freed_per_ms = 0;
     for (int l = 0; l < p->n_layers; l++) {
         const struct layer_cost *y = &p->layers[l];
@@ -61,7 +64,8 @@ void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer
                           link_transfer_ms(link, 0);
         out->fwd_ms[l] = y->fwd_ms;
         out->work_ms[l] = y->fwd_ms + y->bwd_ms;
-        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms;
+        out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms -
+                          overlap * y->bwd_ms;
         out->send_ms[l] = link_transfer_ms(&next, y->out_bytes);
         out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
         out->act[l] = y->act_bytes;

@@ -18,7 +18,8 @@ struct pool_costs {
     long serial;  /* which filling of a cache slot this is (pool_costs_get) */
     double *fwd_ms, *work_ms; /* per layer: forward; forward + backward */
     double *tail_ms; /* per layer: its bytes' share of the gradient all-reduce past the
-                        latency, plus its optimizer step on the device */
+                        latency, plus its optimizer step on the device, less its backward
+                        when the reduction is bucketed (it may overlap the last backward) */
     double *send_ms; /* per layer: its output (or its gradient) over the link between stages */
     int64_t *state;  /* per layer: parameter, gradient and optimizer bytes a GPU keeps */
     int64_t *act, *least_kept; /* per layer: activation bytes a micro-batch keeps with nothing

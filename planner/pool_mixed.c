@@ -10,6 +10,8 @@
 
 /* Bounds are scaled down a little so that rounding never lifts one over a simulated step. */
 #define MIX_ROUNDING (1 - 1e-9)
+/* M tried below a capacity by the whole bound (shape_cap). */
+#define MIX_CAP_LOOKS 8
 /* Shapes bounded between two looks at the clock. */
 #define MIX_CLOCK_EVERY 1024
 /* The capacity table is built again once the step to beat has fallen this much below the one
@@ -147,6 +149,15 @@ static int mix_stopped(struct mix_state *st)
     return st->stopped;
 }
 
+/* Whether the deadline has passed, looked at now (the table's passes are long: mix_stopped
+ * counts calls). */
+static int table_past(struct mix_state *st)
+{
+    if (!st->stopped && !isinf(st->deadline) && pool_now_s() > st->deadline)
+        st->stopped = st->r->timed_out = 1;
+    return st->stopped;
+}
+
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -177,6 +188,8 @@ static const struct mix_family *family_of(struct mix_state *st, const struct mix
     }
     if (f->used)
         return f->size == st->size && memcmp(f->tp, tp, sizeof tp) == 0 ? f : NULL;
+    if (table_past(st))
+        return NULL; /* a family's costs take a while: none made past the deadline */
     f->used = 1;
     f->size = st->size;
     memcpy(f->tp, tp, sizeof tp);
@@ -185,6 +198,10 @@ static const struct mix_family *family_of(struct mix_state *st, const struct mix
     for (int k = 0; k < K && f->known; k++) {
         if (tp[k] == 0)
             continue;
+        if (table_past(st)) { /* unknown: no bound from it (the search stops) */
+            f->known = 0;
+            break;
+        }
         /* the most favourable replicas: every micro-batch a replica (the most sharding of
          * the optimizer) and two pipelines reducing (the least all-reduce) */
         const struct pool_costs *c =
@@ -226,11 +243,14 @@ static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double
         else
             hi = mid - 1;
     }
-    /* every stage's end with its tail (pool_bound's (2)) only lowers it: the most M under
-     * lo whose whole bound is under T, looked for downwards (that bound need not rise with
-     * M step by step) */
-    for (s.M = (double)lo; lo > 0 && !(pool_bound_at(&s, &f->sum) < T); s.M = (double)--lo)
-        ;
+    /* every stage's end with its tail (pool_bound's (2)) only lowers it: looked for
+     * downwards from lo, a few steps at most (that bound need not rise with M step by step,
+     * so what is left unlooked at stays in) */
+    for (int look = 0; look < MIX_CAP_LOOKS && lo > 0; look++, lo--) {
+        s.M = (double)lo;
+        if (pool_bound_at(&s, &f->sum) < T)
+            break;
+    }
     return lo;
 }
 
@@ -370,14 +390,6 @@ static void table_put(struct mix_state *st, const int64_t *v, int64_t cap)
         st->table[at] = cap;
 }
 
-/* Whether the deadline has passed, looked at now (the table's passes are long: mix_stopped
- * counts calls). */
-static int table_past(struct mix_state *st)
-{
-    if (!st->stopped && !isinf(st->deadline) && pool_now_s() > st->deadline)
-        st->stopped = st->r->timed_out = 1;
-    return st->stopped;
-}
 
 /* The table's running maximum along each kind: a cell holds the most of any group fitting. */
 static void table_close(struct mix_state *st)
@@ -532,6 +544,8 @@ static int table_clear(struct mix_state *st)
  * and the table made again from them: any group's capacity is still at most its entry's. */
 static void menu_tighten(struct mix_state *st)
 {
+    if (table_past(st))
+        return;
     menu_sort(st);
     if (!table_clear(st))
         return;
@@ -555,7 +569,8 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
-    menu_sort(st);
+    if (!table_past(st))
+        menu_sort(st);
     return ERR_OK;
 }
 
@@ -1092,7 +1107,7 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
         all[k] = st->pm->kind[k].count;
     st->n_leads = 0;
     *unsearched = 0;
-    if (each_shape(st, &x, 0, 0, all, lead_shape, NULL, e) || st->stopped)
+    if (each_shape(st, &x, 0, 0, all, lead_shape, NULL, e) || table_past(st))
         return e->code;
     qsort(st->leads, (size_t)st->n_leads, sizeof *st->leads, by_bound);
     int64_t i = 0;

@@ -23,12 +23,84 @@ int64_t pool_model_batches(const struct pool_model *pm, int size)
     return pm->global_batch / pm->sizes[size];
 }
 
+/* "tp_profiles": [{"tp", "profile"}, ...], each tp from 2 to per_node, once. */
+static int read_tp_profiles(const cJSON *obj, const char *file, const char *path,
+                            struct pool_model_kind *out, struct err *e)
+{
+    static const char *const keys[] = {"tp", "profile", NULL};
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "tp_profiles");
+    char sub[JSONIO_PATH_MAX];
+    jsonio_path_key(sub, path, "tp_profiles");
+    out->n_tp_profiles = 0;
+    if (list == NULL)
+        return ERR_OK;
+    if (jsonio_expect_array(list, file, sub, e))
+        return e->code;
+    if (cJSON_GetArraySize(list) > POOL_TP_PROFILES_MAX)
+        return err_set(e, ERR_INPUT, "%s: %s: %d profiles, at most %d", file, sub,
+                       cJSON_GetArraySize(list), POOL_TP_PROFILES_MAX);
+    for (const cJSON *it = list->child; it != NULL; it = it->next) {
+        char ip[JSONIO_PATH_MAX];
+        int64_t tp;
+        int i = out->n_tp_profiles;
+        jsonio_path_index(ip, sub, i);
+        if (jsonio_expect_object(it, file, ip, e) || jsonio_check_keys(it, file, ip, keys, e) ||
+            jsonio_int(it, file, ip, "tp", 2, out->per_node, &tp, e) ||
+            jsonio_str(it, file, ip, "profile", &out->tp_path[i], e))
+            return e->code;
+        for (int j = 0; j < i; j++)
+            if (out->tp_of[j] == tp)
+                return err_set(e, ERR_INPUT, "%s: %s.tp: %lld is %s[%d]'s too", file, ip,
+                               (long long)tp, sub, j);
+        out->tp_of[i] = (int)tp;
+        out->n_tp_profiles++;
+    }
+    return ERR_OK;
+}
+
+/* Kind k's tp_profiles loaded, each a profile of its device made for its tp (its "tp" says
+ * so): a one-GPU profile there would be divided by tp once more. */
+static int load_tp_profiles(const struct pool_model *pm, int k, struct pool_model_kind *kind,
+                            struct err *e)
+{
+    for (int i = 0; i < kind->n_tp_profiles; i++) {
+        char full[CLUSTER_PATH_MAX];
+        struct profile *p = &kind->tp_profile[i];
+        struct err inner;
+        err_clear(&inner);
+        cluster_profile_path(pm->file, kind->tp_path[i], full);
+        if (profile_load(full, p, &inner))
+            return err_set(e, inner.code, "%s: pool[%d].tp_profiles[%d].profile: %s", pm->file,
+                           k, i, inner.msg);
+        int same = strcmp(p->device.name, kind->device) == 0;
+        if (p->tp != kind->tp_of[i] || !same)
+            return err_set(e, ERR_INPUT,
+                           "%s: pool[%d].tp_profiles[%d]: \"%s\" is %s, but this entry is for "
+                           "tp %d of \"%s\" (make it with ballast profile --tp %d)",
+                           pm->file, k, i, kind->tp_path[i],
+                           !same ? "another device's profile"
+                           : p->tp > 1 ? "a profile of another tp"
+                                       : "a profile of one GPU",
+                           kind->tp_of[i], kind->device, kind->tp_of[i]);
+    }
+    return ERR_OK;
+}
+
+/* Kind k's profile made for tp GPUs (tp_profiles), or NULL. */
+static const struct profile *kind_tp_profile(const struct pool_model_kind *kind, int tp)
+{
+    for (int i = 0; i < kind->n_tp_profiles; i++)
+        if (kind->tp_of[i] == tp)
+            return &kind->tp_profile[i];
+    return NULL;
+}
+
 static int read_kind(const cJSON *obj, const char *file, int k, struct pool_model_kind *out,
                      struct err *e)
 {
     static const char *const keys[] = {"device",    "count",     "per_node", "memory_bytes",
                                        "profile",   "node_link", "host_link",
-                                       "node_host_memory_bytes", NULL};
+                                       "node_host_memory_bytes", "tp_profiles", NULL};
     char path[JSONIO_PATH_MAX];
     jsonio_path_index(path, "pool", k);
     out->per_node = 0;
@@ -43,7 +115,7 @@ static int read_kind(const cJSON *obj, const char *file, int k, struct pool_mode
                        file, path, (long long)out->per_node, (long long)out->count, out->device);
     if (out->per_node == 0)
         out->per_node = out->count;
-    return ERR_OK;
+    return read_tp_profiles(obj, file, path, out, e);
 }
 
 static int read_pool(const cJSON *root, struct pool_model *pm, struct err *e)
@@ -89,6 +161,7 @@ static cJSON *kind_json(const cJSON *root, int k)
         cJSON_DeleteItemFromObjectCaseSensitive(out, pool_only[i]);
     cJSON_AddNumberToObject(out, "micro_batches", 1);
     cJSON_DeleteItemFromObjectCaseSensitive(stage, "count");
+    cJSON_DeleteItemFromObjectCaseSensitive(stage, "tp_profiles");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(out, "stages"), stage);
     return out;
 }
@@ -219,6 +292,7 @@ static int load_kind(const cJSON *root, struct pool_model *pm, const struct plan
         pm->link = c.link;
         pm->dp_link = c.dp_link;
         pm->shard_optimizer = c.shard_optimizer;
+        pm->dp_bucket_bytes = c.dp_bucket_bytes;
         if (c.schedule_auto || (c.schedule != SCHEDULE_1F1B && c.schedule != SCHEDULE_GPIPE))
             rc = err_set(e, ERR_INPUT, "%s: schedule: a pool is searched with schedules 1f1b "
                          "and gpipe (--repartition's); plan another schedule on the cluster of "
@@ -234,6 +308,8 @@ static int load_kind(const cJSON *root, struct pool_model *pm, const struct plan
                                                                           ? 0
                                                                           : pm->model_size], e);
     }
+    if (rc == ERR_OK)
+        rc = load_tp_profiles(pm, k, kind, e);
     if (rc == ERR_OK)
         rc = other_sizes(pm, o, t, k, &c, deadline, e);
     if (rc == ERR_OK) {
@@ -272,9 +348,12 @@ int pool_model_load(const cJSON *root, const char *file, const struct plan_optio
 
 void pool_model_free(struct pool_model *pm)
 {
-    for (int k = 0; k < POOL_KINDS_MAX; k++)
+    for (int k = 0; k < POOL_KINDS_MAX; k++) {
         for (int i = 0; i < POOL_SIZES_MAX; i++)
             profile_free(&pm->kind[k].profile[i]);
+        for (int i = 0; i < POOL_TP_PROFILES_MAX; i++)
+            profile_free(&pm->kind[k].tp_profile[i]);
+    }
     memset(pm, 0, sizeof *pm);
 }
 
@@ -298,7 +377,11 @@ static int fill_stages(const struct pool_model *pm, const struct pool_pipe *p, s
         if (p->stages[k] == 0)
             continue;
         const struct pool_model_kind *kind = &pm->kind[k];
-        if (profile_copy(&kind->profile[p->size], &c->profiles[c->n_profiles]))
+        /* at the model's micro-batch size: the profile made for this tp, if given */
+        const struct profile *per_degree =
+            p->size == pm->model_size ? kind_tp_profile(kind, p->tp[k]) : NULL;
+        if (profile_copy(per_degree != NULL ? per_degree : &kind->profile[p->size],
+                         &c->profiles[c->n_profiles]))
             return err_set(e, ERR_FAIL, "out of memory");
         for (int j = 0; j < p->stages[k]; j++, s++) {
             struct cluster_stage *st = &c->stages[s];
@@ -326,6 +409,7 @@ int pool_model_cluster(const struct pool_model *pm, const struct pool_pipe *p,
     c->link = pm->link;
     c->dp_link = pm->dp_link;
     c->shard_optimizer = pm->shard_optimizer;
+    c->dp_bucket_bytes = pm->dp_bucket_bytes;
     c->model = pm->kind[0].profile[p->size].model;
     c->n_layers = model_layer_count(&c->model);
     if (S < 1 || S > c->n_layers)

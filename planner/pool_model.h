@@ -4,7 +4,8 @@
  * plans and bounds comes from here.
  *
  * A pool file is a cluster file with "pool" (a list of kinds: "device", "count", "per_node"?,
- * "memory_bytes", "profile", "node_link"?, "host_link"?, "node_host_memory_bytes"?) and
+ * "memory_bytes", "profile", "node_link"?, "host_link"?, "node_host_memory_bytes"?,
+ * "tp_profiles"?: [{"tp", "profile"}], each tp from 2 to per_node once) and
  * "global_batch" (samples a step, all replicas together) instead of "stages"; optional "dp"
  * (the one dp of identical replicas searched) and "micro_batch_sizes" (each dividing the
  * global batch; absent: the model's own). Its other members are a cluster's. */
@@ -23,9 +24,19 @@
 /* Most "micro_batch_sizes". */
 #define POOL_SIZES_MAX 16
 
+/* Most "tp_profiles" of a kind. */
+#define POOL_TP_PROFILES_MAX 16
+
 struct pool_model_kind {
     char device[PROFILE_NAME_MAX];
     int64_t count, per_node; /* per_node: count when the file gives none */
+    /* "tp_profiles": a profile made for (the kind, tp) per tp given (owned), taken by its
+     * stages of that tp at the model's micro-batch size; stages of another tp or size take
+     * the kind's profile and its tp_efficiency */
+    int n_tp_profiles;
+    int tp_of[POOL_TP_PROFILES_MAX];
+    const char *tp_path[POOL_TP_PROFILES_MAX]; /* as written (in the parsed file, while read) */
+    struct profile tp_profile[POOL_TP_PROFILES_MAX];
     /* one stage of the kind at tp 1, dp 1 as the cluster file reads it (its host link
      * resolved once; host_memory_bytes a GPU's share of node_host_memory_bytes) */
     struct cluster_stage stage;
@@ -45,6 +56,7 @@ struct pool_model {
     int64_t reserve_bytes;
     struct link link, dp_link;
     int shard_optimizer;
+    int64_t dp_bucket_bytes;
 };
 
 /* Reads and checks the pool of the parsed file `root` (read from `file`), loading each kind's

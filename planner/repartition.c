@@ -69,6 +69,8 @@ struct search {
     int pair;        /* bound_table and tight_bound add pair_bound (tighten only: the search's
                       * own bounds, and so the plans it finds, stay as they were) */
     struct sim_stage *sim_in;
+    struct sim_bucket *buckets; /* N: the split's stages' gradient buckets (split_ms) */
+    double *bwd_scratch;        /* N */
     double *children; /* S x N x 2: (bound, last layer) per depth */
     double *own;      /* S: split_bound's per-stage terms */
     double *fill_z;   /* S: split_bound's cumulative round trips */
@@ -223,12 +225,35 @@ static double optimizer_ms(const struct search *s, int k, int first, int last)
     return opt[last + 1] - opt[first];
 }
 
-/* What position k runs after its last backward: its gradients' all-reduce over its data
- * parallel replicas, then its optimizer step. */
+/* The least position k runs after its last backward: its gradients' all-reduce over its data
+ * parallel replicas, then its optimizer step. In buckets (sim.h) the reduction may overlap
+ * the last backward, all but the bucket of its first layer, which starts after it: at least
+ * that layer's alone, and the whole less the layers' backwards. */
 static double tail_ms(const struct search *s, int k, int first, int last)
 {
-    return cluster_allreduce_ms(s->c, s->pos[k].stage, first, last) +
-           optimizer_ms(s, k, first, last);
+    int p = s->pos[k].profile, stage = s->pos[k].stage;
+    double whole = cluster_allreduce_ms(s->c, stage, first, last);
+    if (s->c->dp_bucket_bytes > 0) {
+        double overlap = whole - (s->bwd_prefix[p][last + 1] - s->bwd_prefix[p][first]);
+        whole = fmax(cluster_allreduce_ms(s->c, stage, first, first), overlap);
+    }
+    return whole + optimizer_ms(s, k, first, last);
+}
+
+/* Position k's gradient buckets over layers first..last, into `out` (sim_buckets). */
+static int stage_buckets(const struct search *s, int k, int first, int last,
+                         struct sim_bucket *out)
+{
+    const struct position *p = &s->pos[k];
+    const struct cluster_stage *st = &s->c->stages[p->stage];
+    const struct layer_cost *layers = s->c->profiles[p->profile].layers + first;
+    int n = last - first + 1;
+    if (s->c->grad_bytes == NULL || st->dp <= 1)
+        return 0;
+    for (int l = 0; l < n; l++)
+        s->bwd_scratch[l] = layers[l].bwd_ms;
+    return sim_buckets(s->c->grad_bytes[p->profile] + first, s->bwd_scratch, n,
+                       s->c->dp_bucket_bytes, &st->dp_link, st->dp, out);
 }
 
 /* Backwards position k runs after its last forward: W + 1 in 1F1B with W = S-k-1 warm-up
@@ -763,16 +788,21 @@ static double split_bound(struct search *s, int coarse)
  * the simulation fails. */
 static double split_ms(struct search *s, int64_t *memory)
 {
+    struct sim_bucket *bucket = s->buckets;
     *memory = 0;
     for (int k = 0; k < s->S; k++) {
         int first = s->first[k], last = k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1;
         const struct position *p = &s->pos[k];
         const struct range_cost *rc = range_cost(s, p->cls, first, last);
         struct sim_stage *st = &s->sim_in[k];
+        st->n_buckets = stage_buckets(s, k, first, last, bucket);
+        st->buckets = bucket;
+        bucket += st->n_buckets;
         st->fwd_ms = s->fwd_prefix[p->profile][last + 1] - s->fwd_prefix[p->profile][first];
         st->bwd_ms = s->bwd_prefix[p->profile][last + 1] - s->bwd_prefix[p->profile][first];
         st->recompute_ms = rc->recompute_ms;
         st->out_bytes = s->c->profiles[p->profile].layers[last].out_bytes;
+        st->out_fwd_ms = s->c->profiles[p->profile].layers[last].fwd_ms;
         st->link = k + 1 < s->S ? p->link : (struct link){0};
         st->allreduce_ms = cluster_allreduce_ms(s->c, p->stage, first, last);
         st->optimizer_ms = optimizer_ms(s, k, first, last);
@@ -1149,6 +1179,8 @@ static void search_free(struct search *s)
     free(s->best_order);
     free(s->best_link);
     free(s->sim_in);
+    free(s->buckets);
+    free(s->bwd_scratch);
     free(s->children);
     free(s->own);
     free(s->fill_z);
@@ -1202,6 +1234,8 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
     s->best_link = calloc((size_t)s->S, sizeof *s->best_link);
     s->sim_in = calloc((size_t)s->S, sizeof *s->sim_in);
+    s->buckets = calloc((size_t)s->N, sizeof *s->buckets);
+    s->bwd_scratch = calloc((size_t)s->N, sizeof *s->bwd_scratch);
     s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
     s->own = malloc((size_t)s->S * sizeof *s->own);
     s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
@@ -1209,7 +1243,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->a = malloc((size_t)s->S * sizeof *s->a);
     s->own_end = malloc((size_t)s->S * sizeof *s->own_end);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
+        !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch || !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
         return err_set(e, ERR_FAIL, "out of memory");
     for (int p = 0; p < c->n_profiles; p++) {
         s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);

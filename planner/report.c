@@ -69,8 +69,11 @@ static void print_host_optimizer(FILE *f, const struct plan *p)
         if (st->optimizer != COST_PLACE_HOST)
             continue;
         fprintf(f, "%s%d", n++ ? ", " : "optimizer on the host: stages ", s);
-        for (int l = 0; l < plan_stage_layer_count(st); l++)
-            mirror += (double)cost_layer_mirror(&st->layers[l]);
+        if (st->optimizer_from > 0) /* a fraction: its last layers' */
+            fprintf(f, " (layers %d-%d, %.0f%%)", st->first + st->optimizer_from, st->last,
+                    100 * plan_stage_optimizer_fraction(st));
+        mirror += (double)cost_stage_mirror(st->layers, plan_stage_layer_count(st),
+                                            st->optimizer_from);
     }
     if (n > 0)
         fprintf(f, " (%d of %d; host mirrors %.2f GiB in all, the devices keep weights and "

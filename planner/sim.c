@@ -27,7 +27,8 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                 return err_set(e, ERR_INPUT, "simulate: stage %d: %s is %g (need finite, >= 0)",
                                s, names[k], t[k]);
         if (!(isfinite(st->optimizer_ms) && st->optimizer_ms >= 0) ||
-            (st->host_optimizer && st->n_layers < 1))
+            (st->host_optimizer &&
+             (st->n_layers < 1 || st->host_from < 0 || st->host_from >= st->n_layers)))
             return err_set(e, ERR_INPUT,
                            "simulate: stage %d: optimizer step of %g ms, host step over %d "
                            "layers (need finite, >= 0, and layers with a host step)",
@@ -46,6 +47,15 @@ static int check_input(int S, int M, const struct sim_stage *stages, struct err 
                                    "simulate: stage %d layer %d: host step of %g, %g, %g ms "
                                    "(need finite, >= 0)",
                                    s, l, y->grad_ms, y->update_ms, y->param_ms);
+        }
+        for (int k = 0; k < st->n_buckets; k++) {
+            const struct sim_bucket *b = &st->buckets[k];
+            if (!(isfinite(b->allreduce_ms) && b->allreduce_ms >= 0 && isfinite(b->rest_ms) &&
+                  b->rest_ms >= 0))
+                return err_set(e, ERR_INPUT,
+                               "simulate: stage %d bucket %d: all-reduce of %g ms, ready %g ms "
+                               "before the last backward ends (need finite, >= 0)",
+                               s, k, b->allreduce_ms, b->rest_ms);
         }
         if (st->out_bytes < 0)
             return err_set(e, ERR_INPUT, "simulate: stage %d: out_bytes is %lld", s,
@@ -77,6 +87,8 @@ struct sim_state {
     double *bwd_in;    /* S x M: gradient arrival at stage s (NaN: not yet) */
     double *link_fwd;  /* per boundary: when the forward direction is next free */
     double *link_bwd;  /* per boundary: when the backward direction is next free */
+    double *fwd_sent;  /* per stage: when its last forward's send ended (its buffer free) */
+    double *bwd_sent;  /* per stage: when its last backward's send ended */
     struct host_lanes *host; /* per stage */
     double *fwd_end;   /* S x M: when each forward ends (NULL: not kept) */
     double *bwd_end;   /* S x M: when each backward ends (NULL: not kept) */
@@ -148,9 +160,11 @@ static double copy(struct sim_state *st, int s, int micro, enum sim_kind kind, d
     return start + ms;
 }
 
-/* Forward of micro-batch m on an offloading stage, layer by layer from `start`; returns its
- * end. Op p of the stage's program is its layer-ops p*n .. p*n+n-1. */
-static double forward_layers(struct sim_state *st, int s, int p, int m, double start)
+/* Forward of micro-batch m on an offloading stage, layer by layer from `start`, its last
+ * layer from `sent` on (its output's buffer free); returns its end. Op p of the stage's
+ * program is its layer-ops p*n .. p*n+n-1. */
+static double forward_layers(struct sim_state *st, int s, int p, int m, double start,
+                             double sent)
 {
     const struct sim_stage *c = &st->stages[s];
     struct host_lanes *h = &st->host[s];
@@ -158,6 +172,7 @@ static double forward_layers(struct sim_state *st, int s, int p, int m, double s
     double t = start;
     for (int l = 0; l < n; l++) {
         const struct sim_layer *y = &c->layers[l];
+        t = l == n - 1 && sent > t ? sent : t;
         h->op_start[(size_t)p * n + l] = t;
         t += y->fwd_ms;
         if (y->copy_ms > 0)
@@ -207,10 +222,10 @@ static double host_step(struct sim_state *st, int s, double end)
     const struct sim_stage *c = &st->stages[s];
     struct host_lanes *h = &st->host[s];
     double done = end;
-    for (int j = 0; j < c->n_layers; j++) {
+    for (int j = 0; j < c->n_layers - c->host_from; j++) {
         int l = c->n_layers - 1 - j;
         const struct sim_layer *y = &c->layers[l];
-        double final = c->allreduce_ms > 0 ? end : h->bwd_end[l];
+        double final = c->allreduce_ms > 0 || c->n_buckets > 0 ? end : h->bwd_end[l];
         double landed = copy(st, s, l, SIM_GRAD_COPY, final, y->grad_ms);
         double start = landed > h->update_free ? landed : h->update_free;
         h->update_free = start + y->update_ms;
@@ -222,17 +237,37 @@ static double host_step(struct sim_state *st, int s, double end)
     return done;
 }
 
-/* The optimizer step that ends stage s's iteration, after its last backward ended at `end`;
- * returns the step's end. */
+/* When stage s's gradients are reduced over its replicas, its last backward having ended at
+ * `end`: its buckets one after another on the dp link, each from when it is ready (sim.h),
+ * else its whole all-reduce after `end`. */
+static double reduced(struct sim_state *st, int s, double end)
+{
+    const struct sim_stage *c = &st->stages[s];
+    if (c->n_buckets == 0)
+        return end + c->allreduce_ms;
+    double link = 0;
+    for (int k = 0; k < c->n_buckets; k++) {
+        const struct sim_bucket *b = &c->buckets[k];
+        double ready = end - b->rest_ms, start = ready > link ? ready : link;
+        link = start + b->allreduce_ms;
+        add_task(st, s, k, SIM_ALLREDUCE, start, link);
+    }
+    return link > end ? link : end;
+}
+
+/* The optimizer step that ends stage s's iteration, after its gradients were final at `end`
+ * (its last backward, or their reduction); returns the step's end. */
 static double optimizer_step(struct sim_state *st, int s, double end)
 {
     const struct sim_stage *c = &st->stages[s];
     double done = end + c->optimizer_ms;
-    if (c->host_optimizer) {
-        done = host_step(st, s, end);
-    } else if (c->optimizer_ms > 0) {
+    if (c->optimizer_ms > 0) {
         add_task(st, s, -1, SIM_OPTIMIZER, end, done);
         add_to(st->out->update_ms, s, c->optimizer_ms);
+    }
+    if (c->host_optimizer) {
+        double host = host_step(st, s, end);
+        done = host > done ? host : done;
     }
     add_to(st->out->tail_ms, s, done - end);
     return done;
@@ -244,10 +279,11 @@ SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int 
     const struct sim_stage *c = &st->stages[s];
     size_t at = (size_t)s * st->M + m;
     double start = ready > st->free_ms[s] ? ready : st->free_ms[s], end;
+    double last = st->fwd_sent[s] + c->out_fwd_ms; /* its output's buffer is free */
     if (c->n_layers > 0) {
-        end = forward_layers(st, s, k, m, start);
+        end = forward_layers(st, s, k, m, start, st->fwd_sent[s]);
     } else {
-        end = start + c->fwd_ms;
+        end = start + c->fwd_ms > last ? start + c->fwd_ms : last;
         if (record)
             add_task(st, s, m, SIM_FORWARD, start, end);
         if (st->fwd_end != NULL)
@@ -257,7 +293,7 @@ SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int 
     if (record)
         add_busy(st, s, c->fwd_ms);
     if (s + 1 < st->S)
-        st->fwd_in[at + st->M] = send(st, record, s, m, SIM_SEND_FORWARD, end);
+        st->fwd_sent[s] = st->fwd_in[at + st->M] = send(st, record, s, m, SIM_SEND_FORWARD, end);
 }
 
 /* Stage s's op k, the backward of micro-batch m (and its recompute), from its gradient's
@@ -268,6 +304,7 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
     const struct sim_stage *c = &st->stages[s];
     size_t at = (size_t)s * st->M + m;
     double start = ready > st->free_ms[s] ? ready : st->free_ms[s], end;
+    start = start > st->bwd_sent[s] ? start : st->bwd_sent[s];
     if (c->n_layers > 0) {
         end = backward_layers(st, s, k, m, start);
     } else {
@@ -284,7 +321,8 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
     if (record)
         add_busy(st, s, c->recompute_ms + c->bwd_ms);
     if (s > 0)
-        st->bwd_in[at - st->M] = send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
+        st->bwd_sent[s] = st->bwd_in[at - st->M] =
+            send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
 }
 
 /* Runs stage s's op k (schedule_op_at's) if its input has arrived (`simulate`'s order never
@@ -411,7 +449,7 @@ static size_t task_capacity(int S, int M, const struct sim_stage *stages)
 {
     size_t n = (size_t)S * (size_t)M * 6 + (size_t)S;
     for (int s = 0; s < S; s++)
-        n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers;
+        n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers + (size_t)stages[s].n_buckets;
     return n;
 }
 
@@ -435,7 +473,7 @@ void sim_result_free(struct sim_result *r)
 static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
 {
     size_t S = (size_t)st->S, cells = S * (size_t)st->M;
-    size_t doubles = 4 * S + (marks ? 0 : 2 * cells);
+    size_t doubles = 6 * S + (marks ? 0 : 2 * cells);
     struct host_lanes *h = malloc(S * sizeof *h + doubles * sizeof(double) +
                                   S * (sizeof(struct stage_op) + sizeof(int)));
     if (h == NULL)
@@ -447,8 +485,10 @@ static void *state_alloc(struct sim_state *st, struct sim_marks *marks)
     st->link_fwd = d + S;
     st->link_bwd = d + 2 * S;
     st->transfer_ms = d + 3 * S;
-    st->fwd_in = marks ? marks->fwd_in : d + 4 * S;
-    st->bwd_in = marks ? marks->bwd_in : d + 4 * S + cells;
+    st->fwd_sent = d + 4 * S;
+    st->bwd_sent = d + 5 * S;
+    st->fwd_in = marks ? marks->fwd_in : d + 6 * S;
+    st->bwd_in = marks ? marks->bwd_in : d + 6 * S + cells;
     st->back = (struct stage_op *)(d + doubles);
     st->warmup = (int *)(st->back + S);
     return h;
@@ -461,6 +501,7 @@ static void state_init(struct sim_state *st, enum schedule schedule)
     for (int s = 0; s < S; s++) {
         const struct sim_stage *c = &st->stages[s];
         st->free_ms[s] = st->link_fwd[s] = st->link_bwd[s] = 0;
+        st->fwd_sent[s] = st->bwd_sent[s] = 0;
         st->transfer_ms[s] = link_transfer_ms(&c->link, c->out_bytes);
         st->warmup[s] = schedule_warmup(schedule, S, s, M);
     }
@@ -505,7 +546,7 @@ static int walk(enum schedule schedule, int S, int M, const struct sim_stage *st
      * other stage's op reads. */
     out->iteration_ms = 0;
     for (int s = 0; s < S; s++) {
-        st.free_ms[s] = optimizer_step(&st, s, st.free_ms[s] + stages[s].allreduce_ms);
+        st.free_ms[s] = optimizer_step(&st, s, reduced(&st, s, st.free_ms[s]));
         if (st.free_ms[s] > out->iteration_ms)
             out->iteration_ms = st.free_ms[s];
     }
@@ -714,6 +755,7 @@ void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out)
     int n = plan_stage_layer_count(ps);
     *out = (struct sim_stage){
         .out_bytes = ps->layers[n - 1].out_bytes,
+        .out_fwd_ms = ps->layers[n - 1].fwd_ms,
         .link = ps->link,
         .allreduce_ms = cost_dp_allreduce_ms(&ps->dp_link, ps->dp, ps->allreduce_bytes),
     };
@@ -733,16 +775,32 @@ void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place
                          const struct link *host_link, struct sim_stage *st,
                          struct sim_layer *sl)
 {
+    sim_stage_optimizer_from(layers, n, optimizer, 0, host_link, st, sl);
+}
+
+/* A ZeRO-1 replica's share of a layer's bytes (cost.h optimizer_shards). */
+static int64_t share(int64_t bytes, int shards)
+{
+    return shards > 1 ? (bytes + shards - 1) / shards : bytes;
+}
+
+void sim_stage_optimizer_from(const struct layer_cost *layers, int n, enum cost_place optimizer,
+                              int from, const struct link *host_link, struct sim_stage *st,
+                              struct sim_layer *sl)
+{
+    int host = optimizer == COST_PLACE_HOST;
     st->optimizer_ms = 0;
-    st->host_optimizer = optimizer == COST_PLACE_HOST;
-    for (int l = 0; l < n && !st->host_optimizer; l++)
+    st->host_optimizer = host;
+    st->host_from = host ? from : 0;
+    for (int l = 0; l < (host ? from : n); l++)
         st->optimizer_ms += layers[l].optimizer_ms;
-    if (!st->host_optimizer)
+    if (!host)
         return;
-    for (int l = 0; l < n; l++) {
-        sl[l].grad_ms = link_transfer_ms(host_link, layers[l].grad_bytes);
+    for (int l = from; l < n; l++) {
+        int shards = layers[l].optimizer_shards;
+        sl[l].grad_ms = link_transfer_ms(host_link, share(layers[l].grad_bytes, shards));
         sl[l].update_ms = layers[l].host_optimizer_ms;
-        sl[l].param_ms = link_transfer_ms(host_link, layers[l].param_bytes);
+        sl[l].param_ms = link_transfer_ms(host_link, share(layers[l].param_bytes, shards));
     }
     st->n_layers = n;
     st->layers = sl;
@@ -769,34 +827,100 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
     return n;
 }
 
-/* The plan's stages as the simulator takes them: st (n_stages) and their layers in pool (one
- * per layer of the plan), both the caller's to free; each stage's gradient reduction
- * allreduce_ms[s] when given (else its own over its dp). */
+int sim_buckets(const int64_t *grad_bytes, const double *bwd_ms, int n, int64_t cap_bytes,
+                const struct link *link, int dp, struct sim_bucket *out)
+{
+    int count = 0;
+    int64_t all = 0;
+    for (int l = 0; l < n; l++)
+        all += grad_bytes[l];
+    if (dp <= 1 || all == 0)
+        return 0;
+    double below = 0; /* the plain backward of layers 0 .. l - 1 */
+    for (int l = 0; l < n; l++)
+        below += bwd_ms[l];
+    struct sim_bucket *b = NULL;
+    for (int l = n - 1; l >= 0; l--) {
+        below -= bwd_ms[l];
+        if (b == NULL || (cap_bytes > 0 && b->bytes >= cap_bytes)) {
+            b = &out[count++];
+            *b = (struct sim_bucket){.last = l};
+        }
+        b->bytes += grad_bytes[l];
+        b->first = l;
+        b->rest_ms = below > 0 ? below : 0; /* its lowest layer's gradients close it */
+    }
+    for (int k = 0; k < count; k++)
+        out[k].allreduce_ms = cost_dp_allreduce_ms(link, dp, out[k].bytes);
+    return count;
+}
+
+int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
+{
+    int n = plan_stage_layer_count(ps);
+    int64_t *grad = malloc((size_t)n * sizeof *grad);
+    double *bwd = malloc((size_t)n * sizeof *bwd), weight = 0, before = 0, w_ms = 0;
+    int count = 0;
+    if (grad != NULL && bwd != NULL) {
+        for (int l = 0; l < n; l++) {
+            weight += (double)(ps->layers[l].has_split ? ps->layers[l].grad_bytes
+                                                       : ps->layers[l].state_bytes);
+            w_ms += plan_stage_row(ps, l).wgrad_ms;
+        }
+        /* allreduce_bytes in proportion, rounded so that the parts add up to it */
+        for (int l = 0; l < n; l++) {
+            const struct layer_cost *y = &ps->layers[l];
+            double upto = before + (double)(y->has_split ? y->grad_bytes : y->state_bytes);
+            grad[l] = weight > 0 ? (int64_t)((double)ps->allreduce_bytes * (upto / weight)) -
+                                       (int64_t)((double)ps->allreduce_bytes * (before / weight))
+                                 : 0;
+            before = upto;
+            /* a split backward's gradients are final in its last W pass (sim_passes.c) */
+            bwd[l] = w_ms > 0 ? plan_stage_row(ps, l).wgrad_ms : y->bwd_ms;
+        }
+        count = sim_buckets(grad, bwd, n, ps->dp_bucket_bytes, &ps->dp_link, ps->dp, out);
+    }
+    free(grad);
+    free(bwd);
+    return count;
+}
+
+/* The plan's stages as the simulator takes them: st (n_stages), their layers in pool and
+ * their gradient buckets in buckets (one each per layer of the plan), the caller's to free;
+ * each stage's gradient reduction allreduce_ms[s] when given, one after its last backward
+ * (else its own over its dp, in its buckets). */
 static int plan_stages(const struct plan *p, const double *allreduce_ms, struct sim_stage **st,
-                       struct sim_layer **pool, struct err *e)
+                       struct sim_layer **pool, struct sim_bucket **buckets, struct err *e)
 {
     int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
         layers += plan_stage_layer_count(&p->stages[s]);
     *st = calloc((size_t)p->n_stages, sizeof **st);
     *pool = calloc((size_t)layers, sizeof **pool);
-    if (*st == NULL || *pool == NULL) {
+    *buckets = calloc((size_t)layers, sizeof **buckets);
+    if (*st == NULL || *pool == NULL || *buckets == NULL) {
         free(*st);
         free(*pool);
+        free(*buckets);
         return err_set(e, ERR_FAIL, "out of memory");
     }
     struct sim_layer *next = *pool;
+    struct sim_bucket *bucket = *buckets;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *ps = &p->stages[s];
         struct sim_stage *one = &(*st)[s];
         sim_stage_from_plan(ps, one);
-        if (allreduce_ms != NULL)
+        if (allreduce_ms != NULL) /* one reduction, over every pipeline's replicas */
             one->allreduce_ms = allreduce_ms[s];
+        else
+            one->n_buckets = sim_buckets_from_plan(ps, bucket);
+        one->buckets = bucket;
+        bucket += plan_stage_layer_count(ps);
         one->n_layers = sim_layers_from_plan(ps, next);
         one->layers = next;
         if (ps->optimizer == COST_PLACE_HOST)
-            sim_stage_optimizer(ps->layers, one->n_layers, COST_PLACE_HOST, &ps->host_link, one,
-                                next);
+            sim_stage_optimizer_from(ps->layers, one->n_layers, COST_PLACE_HOST,
+                                     ps->optimizer_from, &ps->host_link, one, next);
         next += plan_stage_layer_count(ps);
     }
     return ERR_OK;
@@ -806,12 +930,14 @@ int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e)
 {
     struct sim_stage *st;
     struct sim_layer *pool;
-    if (plan_stages(p, NULL, &st, &pool, e))
+    struct sim_bucket *buckets;
+    if (plan_stages(p, NULL, &st, &pool, &buckets, e))
         return e->code;
     struct schedule_shape sh = plan_shape(p);
     int rc = sim_makespan_shape(&sh, st, iteration_ms, e);
     free(st);
     free(pool);
+    free(buckets);
     return rc;
 }
 
@@ -820,12 +946,14 @@ int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct si
 {
     struct sim_stage *st;
     struct sim_layer *pool;
-    if (plan_stages(p, allreduce_ms, &st, &pool, e))
+    struct sim_bucket *buckets;
+    if (plan_stages(p, allreduce_ms, &st, &pool, &buckets, e))
         return e->code;
     struct schedule_shape sh = plan_shape(p);
     int rc = sim_run_shape(&sh, st, out, e);
     free(st);
     free(pool);
+    free(buckets);
     return rc;
 }
 

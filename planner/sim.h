@@ -5,8 +5,20 @@
  * GPipe: all forwards, then all backwards (micro-batch 0 first). A recomputed layer's forward
  * runs right before its backward. Activations (forward) and their gradients (backward) of
  * `out_bytes` cross each stage boundary over its link; a link carries one transfer at a time
- * in each direction, in the order the sender produced them, and never blocks the sender's
- * compute (sends are asynchronous).
+ * in each direction, in the order the sender produced them. A send is asynchronous, but its
+ * buffer is one the sender's next op of the same direction takes again (the runtime's
+ * workspace, runtime/exec.c), and the runtime waits for the send there: a forward's last layer
+ * writes the output the previous forward's send reads (so that forward ends no sooner than
+ * that send plus its last layer, out_fwd_ms), and a backward's first layer takes the
+ * workspace the previous backward's input gradient is sent from (so it starts no sooner than
+ * that send has ended).
+ *
+ * Data parallelism: a stage's replicas reduce its gradients over their dp_link in buckets
+ * (sim_buckets; as PyTorch DDP and Megatron-LM do with overlap), one collective at a time in
+ * backward order: a bucket starts once its layers' gradients are final, rest_ms (the plain
+ * backward of the stage's layers below it) before the stage's last backward ends, and the
+ * link is free; its layers' recompute is counted before the last backward's layers, so a
+ * bucket is never ready earlier than it runs. The optimizer step follows the last bucket.
  *
  * Every operation starts as soon as its stage has finished the previous operation of its
  * program and its input has arrived, so the makespan is the longest path through a fixed
@@ -25,13 +37,15 @@
  *
  * The optimizer step ends every stage's iteration (HOSTOPT_CONTRACT.md). On the device it
  * takes `optimizer_ms` (the layers' sum) after the stage's last backward. On the host the
- * stage runs layer by layer and, as each layer's last backward ends (layers last to first),
+ * stage runs layer by layer and, as each hosted layer's last backward ends (last to first),
  * its gradients go down on the device->host lane (grad_ms), the host's AdamW runs on the
  * stage's host threads, one layer at a time in that order, as soon as they have landed
  * (update_ms), and its parameters go up on the host->device lane (param_ms), behind any
  * prefetch; the step, and the stage's iteration, ends when the last parameters have landed
- * (they must be there before the next iteration's first forward of that layer). All of these
- * are tasks of the same graph too. */
+ * (they must be there before the next iteration's first forward of that layer). With a
+ * fraction of the optimizer on the host (host_from > 0) the device steps the other layers
+ * after the last backward meanwhile, and the step ends when both have. All of these are tasks
+ * of the same graph too. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
@@ -57,6 +71,15 @@ enum sim_kind {
     SIM_HOST_UPDATE, /* a layer's AdamW on the host (micro: the layer index) */
     SIM_PARAM_COPY,  /* a layer's parameters host -> device (micro: the layer index) */
     SIM_WEIGHT,      /* the weight-gradient pass of a split backward (schedule.h) */
+    SIM_ALLREDUCE,   /* a bucket of gradients reduced over the replicas (micro: the bucket) */
+};
+
+/* One bucket of a stage's gradients (sim_buckets). */
+struct sim_bucket {
+    double allreduce_ms; /* cost_dp_allreduce_ms of its bytes */
+    double rest_ms;      /* ready this long before the stage's last backward ends */
+    int64_t bytes;
+    int first, last;     /* its layers, indices in the stage (last >= first) */
 };
 
 /* One layer of a stage that offloads, per micro-batch. */
@@ -80,12 +103,19 @@ struct sim_stage {
      * (cost_dp_allreduce_ms), overlapping the other stages' drain. The step ends when every
      * stage's reduction has: iteration = max over stages of (last backward end + this). */
     double allreduce_ms;
+    /* The same in buckets (n_buckets > 0: in place of allreduce_ms; the file's top comment) */
+    int n_buckets;
+    const struct sim_bucket *buckets;
     int64_t out_bytes; /* crosses to the next stage (and its gradient back) */
+    double out_fwd_ms; /* its last layer's forward (0: not known; a forward then ends no sooner
+                          than the previous forward's send) */
     struct link link;  /* to the next stage */
     int n_layers;      /* > 0: the stage offloads or hosts its optimizer: layer by layer */
     const struct sim_layer *layers; /* n_layers of them; their sums are fwd, bwd, recompute */
     double optimizer_ms; /* the device's optimizer step after the last backward */
-    int host_optimizer;  /* 1: the step is the layers' host step instead (n_layers > 0) */
+    int host_optimizer;  /* 1: layers host_from.. step on the host (n_layers > 0), beside the
+                            device's step of the others (optimizer_ms) */
+    int host_from;
 };
 
 struct sim_task {
@@ -150,6 +180,23 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers);
 void sim_stage_optimizer(const struct layer_cost *layers, int n, enum cost_place optimizer,
                          const struct link *host_link, struct sim_stage *st,
                          struct sim_layer *sl);
+/* The same with the optimizer on the host for layers from `from` on only (cost.h), the others
+ * stepping on the device: their optimizer_ms into st->optimizer_ms. With ZeRO-1 a layer's
+ * host step moves its share (optimizer_shards) of the gradients and parameters. */
+void sim_stage_optimizer_from(const struct layer_cost *layers, int n, enum cost_place optimizer,
+                              int from, const struct link *host_link, struct sim_stage *st,
+                              struct sim_layer *sl);
+/* The buckets of a stage of n layers whose gradients of grad_bytes[l] bytes a replica reduce
+ * over dp replicas on `link`, and whose layers' backwards take bwd_ms[l]: layers from the last
+ * down (the order their gradients become final), a bucket closing once it holds at least
+ * cap_bytes (0: one bucket of everything, reduced after the last backward). Into out (room
+ * for n); returns the count (0 with dp 1 or no bytes). */
+int sim_buckets(const int64_t *grad_bytes, const double *bwd_ms, int n, int64_t cap_bytes,
+                const struct link *link, int dp, struct sim_bucket *out);
+/* A plan stage's buckets (its allreduce_bytes over its layers in proportion to their
+ * gradients, grad_bytes where the profile splits the state, else state_bytes); into out (room
+ * for the stage's layers); returns the count. */
+int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
 /* The same with each stage's gradient reduction taking allreduce_ms[s] after its last backward
@@ -169,6 +216,8 @@ struct sim_stage_totals {
     double fwd_ms, recompute_ms, bwd_ms, w_ms, send_ms, copy_out_ms, copy_in_ms;
     double optimizer_ms;            /* the device's step */
     double grad_ms, update_ms, param_ms; /* the host's step: copies and AdamW */
+    double allreduce_ms; /* its gradients' buckets over the replicas (the dp link's busy time) */
+    int buckets;
 };
 void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_totals *out);
 

@@ -31,6 +31,8 @@ const char *sim_kind_name(enum sim_kind kind)
         return "parameters-from-host";
     case SIM_WEIGHT:
         return "weight-gradients";
+    case SIM_ALLREDUCE:
+        return "allreduce";
     }
     return "?";
 }
@@ -80,6 +82,10 @@ void sim_stage_totals(const struct sim_result *r, int stage, struct sim_stage_to
         case SIM_WEIGHT:
             out->w_ms += d;
             break;
+        case SIM_ALLREDUCE:
+            out->allreduce_ms += d;
+            out->buckets++;
+            break;
         }
     }
 }
@@ -113,10 +119,13 @@ cJSON *sim_result_to_json(const struct plan *p, const struct sim_result *r)
             cJSON_AddNumberToObject(so, "w_ms", t.w_ms);
         cJSON_AddNumberToObject(so, "send_ms", t.send_ms);
         const struct plan_stage *ps = &p->stages[s];
-        if (ps->dp > 1) /* after the stage's last backward, overlapping the others' drain */
+        if (ps->dp > 1) { /* its buckets, from its last backward on (sim.h) */
             cJSON_AddNumberToObject(so, "allreduce_ms",
-                                    cost_dp_allreduce_ms(&ps->dp_link, ps->dp,
-                                                         ps->allreduce_bytes));
+                                    t.buckets > 0 ? t.allreduce_ms
+                                                  : cost_dp_allreduce_ms(&ps->dp_link, ps->dp,
+                                                                         ps->allreduce_bytes));
+            cJSON_AddNumberToObject(so, "allreduce_buckets", t.buckets);
+        }
         if (plan_stage_offloads(&p->stages[s])) {
             cJSON_AddNumberToObject(so, "copy_out_ms", t.copy_out_ms);
             cJSON_AddNumberToObject(so, "copy_in_ms", t.copy_in_ms);
@@ -160,6 +169,11 @@ static int update_tid(int S, int s)
     return 5 * S + s + 1;
 }
 
+static int reduce_tid(int S, int s)
+{
+    return 6 * S + s + 1;
+}
+
 static int task_tid(int S, const struct sim_task *k)
 {
     if (k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD)
@@ -169,6 +183,8 @@ static int task_tid(int S, const struct sim_task *k)
         return copy_tid(S, k->stage, k->kind);
     if (k->kind == SIM_HOST_UPDATE)
         return update_tid(S, k->stage);
+    if (k->kind == SIM_ALLREDUCE)
+        return reduce_tid(S, k->stage);
     return compute_tid(k->stage);
 }
 
@@ -193,6 +209,11 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
                      st->link.gbps);
             trace_name_track(t, pid, link_tid(s, SIM_SEND_BACKWARD), name);
         }
+        if (st->dp > 1) {
+            snprintf(name, sizeof name, "stage %d gradients over %d replicas (%g Gb/s)", s,
+                     st->dp, st->dp_link.gbps);
+            trace_name_track(t, pid, reduce_tid(p->n_stages, s), name);
+        }
         if (st->optimizer == COST_PLACE_HOST) {
             snprintf(name, sizeof name, "stage %d host optimizer", s);
             trace_name_track(t, pid, update_tid(p->n_stages, s), name);
@@ -206,7 +227,8 @@ void sim_trace_add(struct trace *t, int pid, const struct plan *p, const struct 
     }
     for (int i = 0; i < r->n_tasks; i++) {
         const struct sim_task *k = &r->tasks[i];
-        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P', 'S', 'D', 'U', 'W', 'W'};
+        static const char letter[] = {'F', 'R', 'B', 'A', 'G', 'O', 'P', 'S',
+                                      'D', 'U', 'W', 'W', 'Y'};
         snprintf(name, sizeof name, "%c %d", letter[k->kind], k->micro);
         int send = k->kind == SIM_SEND_FORWARD || k->kind == SIM_SEND_BACKWARD;
         int from = k->kind == SIM_SEND_BACKWARD ? k->stage + 1 : k->stage;

@@ -58,6 +58,13 @@ void *backend_cuda_stream(const struct backend *be);
 /* 1 if `be` is a CUDA backend. */
 int backend_is_cuda(const struct backend *be);
 
+/* A tensor-parallel group's collectives on this node, timed (cuda/collective_tp.cu): devices
+ * 0 .. tp-1 in one NCCL communicator (ncclCommInitAll), each all-gathering and then
+ * reduce-scattering `bytes` in all (bytes / tp its own part), `repeats` times after a warm-up;
+ * the median of each, ms. The profiler's measured profile for (device, tp). */
+int cuda_tp_collectives_ms(int tp, int64_t bytes, int repeats, double *all_gather_ms,
+                           double *reduce_scatter_ms, struct err *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,13 @@ int backend_is_cuda(const struct backend *be)
     return 0;
 }
 
+int cuda_tp_collectives_ms(int tp, int64_t bytes, int repeats, double *all_gather_ms,
+                           double *reduce_scatter_ms, struct err *e)
+{
+    (void)tp, (void)bytes, (void)repeats, (void)all_gather_ms, (void)reduce_scatter_ms;
+    return err_set(e, ERR_INPUT, "%s", NO_CUDA);
+}
+
 int backend_cuda_init(struct backend *be, int device, struct err *e)
 {
     return err_set(e, ERR_INPUT, "cuda:%d: %s", device, NO_CUDA);

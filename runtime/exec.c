@@ -709,6 +709,21 @@ static int release(struct executor *x, int c, int micro, struct err *e)
     return x->c.port->backward_done != NULL ? x->c.port->backward_done(x, micro, e) : ERR_OK;
 }
 
+/* Whether the op running makes chunk c's gradients final layer by layer (its last B, or W
+ * where the backward splits) with every chunk above it in the model done: the hook's layers
+ * then come top down, as the replicas' buckets start (train_dp.c); else the step's end
+ * reduces them. */
+static int grads_final(const struct executor *x, int c)
+{
+    const struct stage_layout *lay = x->c.lay;
+    if (x->op != x->last_grads_op[c])
+        return 0;
+    for (int k = 0; k < lay->n_chunks; k++)
+        if (lay->chunks[k].lo > lay->chunks[c].lo && x->last_grads_op[k] > x->op)
+            return 0;
+    return 1;
+}
+
 /* Chunk c's backward of `micro`, layers hi-1 down to lo: whole, or where the schedule splits
  * it the input-gradient pass of its split layers (weight_pass does the rest). */
 static int backward(struct executor *x, int c, int micro, struct err *e)
@@ -743,7 +758,7 @@ static int backward(struct executor *x, int c, int micro, struct err *e)
         ERR_TRY(layers[L->kind].backward(x->c.be, &v, dloss, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
         ERR_TRY(HOOK(x, li, after_backward, micro, e));
-        if (x->op == x->last_backward_op && x->c.port->last_backward != NULL)
+        if (grads_final(x, c) && x->c.port->last_backward != NULL)
             ERR_TRY(x->c.port->last_backward(x, li, e));
         exec_arena_out(x, ARENA_KEPT, micro, li);
         prev = v;
@@ -771,12 +786,14 @@ static int weight_pass(struct executor *x, int c, int micro, struct err *e)
     double t0;
     for (int li = lay->chunks[c].hi - 1; li >= lay->chunks[c].lo; li--) {
         struct layer_view v;
-        if (lay->layers[li].n_wstash == 0)
-            continue;
-        exec_view(x, li, micro, &v);
-        ERR_TRY(span_begin(x, &t0, e));
-        ERR_TRY(layer_weight_pass(x->c.be, &v, wgrad_of(x, li, micro), e));
-        ERR_TRY(span_end(x, STAGE_EV_WEIGHT, micro, li, t0, e));
+        if (lay->layers[li].n_wstash > 0) {
+            exec_view(x, li, micro, &v);
+            ERR_TRY(span_begin(x, &t0, e));
+            ERR_TRY(layer_weight_pass(x->c.be, &v, wgrad_of(x, li, micro), e));
+            ERR_TRY(span_end(x, STAGE_EV_WEIGHT, micro, li, t0, e));
+        }
+        if (grads_final(x, c) && x->c.port->last_backward != NULL)
+            ERR_TRY(x->c.port->last_backward(x, li, e));
     }
     return release(x, c, micro, e);
 }
@@ -861,7 +878,7 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
     x->first_forward_op = -1;
     for (int i = 0; i < x->n_ops; i++) {
         if (x->ops[i].pass != SCHEDULE_F) /* the last to touch the gradients */
-            x->last_backward_op = i;
+            x->last_grads_op[x->ops[i].chunk] = i;
         else if (x->first_forward_op < 0)
             x->first_forward_op = i;
     }

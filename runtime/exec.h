@@ -215,8 +215,10 @@ struct executor {
     int64_t live, peak, ws_live; /* with an arena, peak is persistent + its highest byte in
                                     use at once */
     int phase;                   /* ARENA_FORWARD or ARENA_BACKWARD: the op running */
-    int op, first_forward_op, last_backward_op; /* the op running; the step's first forward
-                                                   and last backward */
+    int op, first_forward_op; /* the op running; the step's first forward */
+    /* per chunk: its last op that touches the gradients (B, or W where the backward splits),
+     * whose layers' gradients are final as it passes them (exec_port.last_backward) */
+    int last_grads_op[SCHEDULE_CHUNKS_MAX];
     struct stage_times times; /* of the last step */
     struct stage_event *events;
     int n_events, cap_events;

@@ -13,10 +13,12 @@
  * gradients copying down, on the host thread's queue (or being stepped), weights copying up. */
 enum { HM_IDLE, HM_DOWN, HM_QUEUED, HM_UP };
 
-/* The mirror's sections, as byte offsets into h->mem. */
+/* The mirror's sections, as byte offsets into h->mem: each holds bytes [host_lo,
+ * section_bytes) of an fp32 section (layout.h), those of the layers from host_from on. */
 static char *section(const struct hostmirror *h, int which, int64_t off)
 {
-    return h->mem + (int64_t)which * h->lay->section_bytes + off;
+    const struct stage_layout *lay = h->lay;
+    return h->mem + (int64_t)which * (lay->section_bytes - lay->host_lo) + (off - lay->host_lo);
 }
 enum { SEC_MASTER, SEC_M, SEC_V, SEC_LANDING };
 
@@ -245,7 +247,7 @@ int hostmirror_weights_ready(struct hostmirror *h, struct executor *x, int li, s
 
 int hostmirror_drain(struct hostmirror *h, struct executor *x, struct err *e)
 {
-    for (int li = 0; li < h->lay->n_layers; li++)
+    for (int li = h->lay->host_from; li < h->lay->n_layers; li++)
         ERR_TRY(weights_arrive(h, x, li, e));
     return h->be->ops->sync(h->be, e);
 }

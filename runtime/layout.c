@@ -298,6 +298,8 @@ int layout_init_chunks(struct stage_layout *sl, const struct model *m,
     }
     sl->v_at = sl->m_at + section;
     sl->shard_bytes = section;
+    sl->host_lo = section;
+    sl->host_from = sl->n_layers;
     sl->dev_master_at = sl->master_at;
     sl->dev_m_at = sl->m_at;
     sl->dev_v_at = sl->v_at;
@@ -404,8 +406,8 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
                        "layers %d-%d keep their optimizer on the host: a mirror of %lld bytes "
                        "(master, m, v and gradient landing: 4 x %lld) + %lld bytes offloaded = "
                        "%lld, over its host_limit_bytes %lld",
-                       sl->first, sl->last, (long long)sl->mirror_bytes,
-                       (long long)sl->section_bytes, (long long)sl->host_bytes,
+                       sl->first + sl->host_from, sl->last, (long long)sl->mirror_bytes,
+                       (long long)(sl->section_bytes - sl->host_lo), (long long)sl->host_bytes,
                        (long long)(sl->mirror_bytes + sl->host_bytes), (long long)host_limit);
     if (host_limit >= 0 && sl->host_bytes > host_limit)
         return err_set(e, ERR_NOFIT,
@@ -418,14 +420,18 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
 
 void layout_host_optimizer(struct stage_layout *sl)
 {
-    for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts: weights
-                                                    and gradients */
-        int64_t sec_off, sec_bytes, w_off, w_bytes;
-        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
-        sl->layers[li].state_bytes = w_bytes + sec_bytes;
-    }
-    sl->persistent_bytes = sl->weights_bytes + sl->section_bytes;
-    sl->mirror_bytes = 4 * sl->section_bytes;
+    layout_host_optimizer_from(sl, 0);
+}
+
+/* The device keeps the optimizer's sections of the layers before `from` as ZeRO-1 keeps a
+ * slice (layout_shard_optimizer, the slice [0, host_lo)): the same offsets, the same step. */
+void layout_host_optimizer_from(struct stage_layout *sl, int from)
+{
+    int64_t lo = from < sl->n_layers ? sl->layers[from].param_off[0] : sl->section_bytes;
+    layout_shard_optimizer(sl, 0, lo);
+    sl->host_lo = lo;
+    sl->host_from = from;
+    sl->mirror_bytes = 4 * (sl->section_bytes - lo);
     sum_arenas(sl);
 }
 

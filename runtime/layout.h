@@ -92,6 +92,11 @@ struct stage_layout {
      * device keeps weights | gradients (persistent_bytes), the host mirror master | m | v |
      * gradient landing, four fp32 sections (mirror_bytes; 0: the optimizer on the device). */
     int64_t state_bytes, mirror_bytes;
+    /* With a fraction of the optimizer on the host (layout_host_optimizer_from): the mirror
+     * holds bytes [host_lo, section_bytes) of each fp32 section, the device the optimizer's
+     * sections of [0, host_lo) as a ZeRO-1 slice (below); section_bytes: no mirror. */
+    int64_t host_lo;
+    int host_from; /* the first layer (index in the stage) of the mirror; n_layers: none */
     /* ZeRO-1 (layout_shard_optimizer): the device keeps the optimizer's sections (16-bit: the
      * master weights, m and v; for fp32 m and v) only for bytes [shard_lo, shard_lo +
      * shard_bytes) of an fp32 section, each slice after the gradients; dev_master_at, dev_m_at
@@ -152,6 +157,9 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
 /* Moves master, m and v off the device into a host mirror with a gradient landing section
  * (the fields above: the state's offsets stay); call before layout_offload. */
 void layout_host_optimizer(struct stage_layout *sl);
+/* The same for the layers from `from` (an index in the stage) on: the cost model's fraction
+ * of the optimizer on the host (cost.h). */
+void layout_host_optimizer_from(struct stage_layout *sl, int from);
 /* Replica `shard` of `shards`' slice of an fp32 section: contiguous, ceil(floats / shards)
  * floats each, the last slices shorter (or empty). */
 void layout_shard_range(const struct stage_layout *sl, int shard, int shards, int64_t *lo,

@@ -125,6 +125,12 @@ static int host_optimizer(const struct stage_runner *r)
     return r->lay.mirror_bytes > 0;
 }
 
+/* Whether layer li's optimizer is on the host (the stage's last layers', or all). */
+static int hosts(const struct stage_runner *r, int li)
+{
+    return host_optimizer(r) && li >= r->lay.host_from;
+}
+
 /* Whether the host optimizer's updates wait for the end of the step's backward: for the
  * replicas' gradients, or for the verdict on an fp16 step, which may be skipped. */
 static int defer_updates(const struct stage_runner *r)
@@ -141,14 +147,17 @@ static int adamw_t(const struct stage_runner *r, int64_t step)
 static int port_first_forward(struct executor *x, int li, struct err *e)
 {
     struct stage_runner *r = runner(x);
-    return host_optimizer(r) ? hostmirror_weights_ready(&r->mirror, x, li, e) : ERR_OK;
+    return hosts(r, li) ? hostmirror_weights_ready(&r->mirror, x, li, e) : ERR_OK;
 }
 
-/* Deferred host updates start after the step's verdict (stage_step). */
+/* Deferred host updates start after the step's verdict (stage_step); the replicas' reduction
+ * may start on these gradients now. */
 static int port_last_backward(struct executor *x, int li, struct err *e)
 {
     struct stage_runner *r = runner(x);
-    return host_optimizer(r) && !defer_updates(r)
+    if (r->c.layer_grads != NULL)
+        ERR_TRY(r->c.layer_grads(r->c.reduce_ctx, r, li, e));
+    return hosts(r, li) && !defer_updates(r)
                ? hostmirror_grads_done(&r->mirror, x, li, x->step, adamw_t(r, x->step), e)
                : ERR_OK;
 }
@@ -167,7 +176,8 @@ static const struct exec_port stage_port = {
 
 /* AdamW over the parameters whose optimizer state the stage keeps: all of them, or with
  * ZeRO-1 the slice [shard_lo, shard_lo + shard_bytes) of the fp32 sections, element by element
- * as the whole would be updated. */
+ * as the whole would be updated (with a fraction of the optimizer on the host, the slice of
+ * the layers before it). */
 static int optimizer_step(struct stage_runner *r, int64_t step, struct err *e)
 {
     double t0 = exec_now_ms();
@@ -232,11 +242,10 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     r->x.step = step;
     r->x.loss_scale = r->last.loss_scale = r->c.loss_scale != NULL ? r->scaler.scale : 1.0f;
     memset(&r->x.times, 0, sizeof r->x.times);
-    /* the host optimizer zeroes each layer's gradients before its first forward, once they
-     * have gone down */
-    if (!host_optimizer(r))
-        ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.section_bytes,
-                                 e));
+    /* the host optimizer zeroes each of its layers' gradients before its first forward, once
+     * they have gone down; those before host_lo are the device's */
+    if (r->lay.host_lo > 0)
+        ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.host_lo, e));
     for (int c = 0; c < r->lay.n_chunks; c++)
         for (int micro = 0; r->lay.chunks[c].vstage > 0 && micro < r->lay.chunks[c].in_flight &&
                             micro < M;
@@ -247,10 +256,11 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
         ERR_TRY(r->c.reduce_grads(r->c.reduce_ctx, r, e));
     ERR_TRY(step_verdict(r, e));
     int stepped = r->last.verdict == STAGE_STEPPED;
-    for (int li = r->lay.n_layers - 1; stepped && defer_updates(r) && host_optimizer(r) && li >= 0;
-         li--) /* in the order their last backwards ended */
+    for (int li = r->lay.n_layers - 1; stepped && defer_updates(r) && hosts(r, li); li--)
+        /* in the order their last backwards ended */
         ERR_TRY(hostmirror_grads_done(&r->mirror, &r->x, li, step, adamw_t(r, step), e));
-    if (stepped && !host_optimizer(r)) /* else each layer's update is under way on the host */
+    /* the layers the host does not step (all of them, without a mirror) */
+    if (stepped && r->lay.host_from > 0)
         ERR_TRY(optimizer_step(r, step, e));
     if (stepped && r->c.gather_params != NULL)
         ERR_TRY(r->c.gather_params(r->c.reduce_ctx, r, e));
@@ -314,7 +324,7 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     /* gradients, m and v (the host mirror starts zeroed) */
     if (rc == ERR_OK)
         rc = r->be->ops->zero(r->be, r->persistent + lay->grads_at, lay->section_bytes, e);
-    if (rc == ERR_OK && !host_optimizer(r))
+    if (rc == ERR_OK && lay->shard_bytes > 0)
         rc = r->be->ops->zero(r->be, r->persistent + lay->dev_m_at, 2 * lay->shard_bytes, e);
     return rc;
 }
@@ -469,6 +479,7 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         c->prefetch_ahead = st->prefetch_ahead;
     }
     c->optimizer = st->optimizer;
+    c->optimizer_from = st->optimizer_from;
     if (plan_stage_offloads(st) || st->optimizer == COST_PLACE_HOST)
         c->host_limit_bytes = st->host_limit_bytes;
     return ERR_OK;
@@ -545,7 +556,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
     if (c->optimizer == COST_PLACE_HOST)
-        layout_host_optimizer(&r->lay);
+        layout_host_optimizer_from(&r->lay, c->optimizer_from);
     else if (c->shards > 1) {
         int64_t lo, bytes;
         layout_shard_range(&r->lay, c->shard, c->shards, &lo, &bytes);
@@ -606,19 +617,31 @@ int64_t stage_state_bytes(const struct stage_runner *r)
     return r->lay.state_bytes;
 }
 
-/* The first piece of the host optimizer's state [off, off+n): on the device (*on_device:
- * weights and gradients, at their offsets), or in the mirror from *mirror_off (master | m |
- * v: the state has no fp32 master, whose weights are the device's). Returns its bytes. */
-static int64_t state_piece(const struct stage_runner *r, int64_t off, int64_t n, int *on_device,
-                           int64_t *mirror_off)
+/* The first piece of the stage's state [off, off+n), laid out as the optimizer on the device
+ * keeps it: weights and gradients on the device; of the optimizer's sections the device's
+ * slice [shard_lo, shard_lo + shard_bytes) at *dev, the host mirror's [host_lo, section) at
+ * *mirror (master | m | v: the state has no fp32 master, whose weights are the device's), or
+ * with ZeRO-1 another replica's (both -1). Returns its bytes. */
+static int64_t state_piece(const struct stage_layout *lay, int64_t off, int64_t n, int64_t *dev,
+                           int64_t *mirror)
 {
-    const struct stage_layout *lay = &r->lay;
-    int64_t end = lay->persistent_bytes; /* weights | gradients */
-    *on_device = off < end;
-    if (*on_device)
-        return off + n <= end ? n : end - off;
-    *mirror_off = off - end + (lay->dtype == MODEL_DTYPE_FP32 ? lay->section_bytes : 0);
-    return n;
+    int64_t opt_at = lay->grads_at + lay->section_bytes, S = lay->section_bytes;
+    int64_t lo = lay->shard_lo, hi = lo + lay->shard_bytes, q = (off - opt_at) / S,
+            x = (off - opt_at) % S, end;
+    *dev = *mirror = -1;
+    if (off < opt_at) {
+        *dev = off;
+        end = opt_at - off;
+    } else if (x >= lo && x < hi) {
+        *dev = opt_at + q * lay->shard_bytes + x - lo;
+        end = hi - x;
+    } else if (x >= lay->host_lo) {
+        *mirror = (q + (lay->dtype == MODEL_DTYPE_FP32)) * (S - lay->host_lo) + x - lay->host_lo;
+        end = S - x;
+    } else {
+        end = (x < lo ? lo : lay->host_lo) - x;
+    }
+    return n < end ? n : end;
 }
 
 static int sharded(const struct stage_runner *r)
@@ -626,74 +649,23 @@ static int sharded(const struct stage_runner *r)
     return r->c.shards > 1 && !host_optimizer(r);
 }
 
-/* The first piece of a sharded stage's state [off, off+n): its device offset *dev, or -1
- * where another replica keeps it (the optimizer's sections outside this slice). Returns its
- * bytes. */
-static int64_t shard_piece(const struct stage_layout *lay, int64_t off, int64_t n, int64_t *dev)
+int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e)
 {
-    int64_t opt_at = lay->grads_at + lay->section_bytes, S = lay->section_bytes;
-    int64_t lo = lay->shard_lo, hi = lo + lay->shard_bytes, x = (off - opt_at) % S, end;
-    if (off < opt_at) { /* weights and gradients: whole on every replica */
-        *dev = off;
-        end = opt_at - off;
-    } else if (x < lo || x >= hi) {
-        *dev = -1;
-        end = x < lo ? lo - x : S - x;
-    } else {
-        *dev = opt_at + (off - opt_at) / S * lay->shard_bytes + x - lo;
-        end = hi - x;
-    }
-    return n < end ? n : end;
-}
-
-static int shard_get(struct stage_runner *r, int64_t off, char *buf, int64_t n, struct err *e)
-{
-    int64_t opt_at = r->lay.grads_at + r->lay.section_bytes;
+    const struct stage_layout *lay = &r->lay;
+    if (host_optimizer(r))
+        ERR_TRY(stage_drain(r, e));
     while (n > 0) {
-        int64_t dev, len = shard_piece(&r->lay, off, n, &dev);
+        int64_t dev, at, len = state_piece(lay, off, n, &dev, &at);
         if (dev >= 0)
             ERR_TRY(r->be->ops->download(r->be, buf, r->persistent + dev, len, e));
+        else if (at >= 0)
+            memcpy(buf, r->mirror.mem + at, (size_t)len);
         else if (r->shard_state != NULL)
-            memcpy(buf, r->shard_state + (off - opt_at), (size_t)len);
+            memcpy(buf, r->shard_state + (off - lay->grads_at - lay->section_bytes), (size_t)len);
         else
             return err_set(e, ERR_FAIL, "internal: stage %d keeps slice %d of %d of its "
                            "optimizer state, and the others' were not gathered",
                            r->c.stage, r->c.shard, r->c.shards);
-        buf += len;
-        off += len;
-        n -= len;
-    }
-    return ERR_OK;
-}
-
-static int shard_put(struct stage_runner *r, int64_t off, const char *buf, int64_t n,
-                     struct err *e)
-{
-    while (n > 0) {
-        int64_t dev, len = shard_piece(&r->lay, off, n, &dev);
-        if (dev >= 0) /* else another replica's slice */
-            ERR_TRY(r->be->ops->upload(r->be, r->persistent + dev, buf, len, e));
-        buf += len;
-        off += len;
-        n -= len;
-    }
-    return ERR_OK;
-}
-
-int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, struct err *e)
-{
-    if (sharded(r))
-        return shard_get(r, off, buf, n, e);
-    if (!host_optimizer(r))
-        return r->be->ops->download(r->be, buf, r->persistent + off, n, e);
-    ERR_TRY(stage_drain(r, e));
-    while (n > 0) {
-        int on_device;
-        int64_t at, len = state_piece(r, off, n, &on_device, &at);
-        if (on_device)
-            ERR_TRY(r->be->ops->download(r->be, buf, r->persistent + off, len, e));
-        else
-            memcpy(buf, r->mirror.mem + at, (size_t)len);
         buf = (char *)buf + len;
         off += len;
         n -= len;
@@ -704,22 +676,21 @@ int stage_state_get(struct stage_runner *r, int64_t off, void *buf, int64_t n, s
 int stage_state_put(struct stage_runner *r, int64_t off, const void *buf, int64_t n,
                     struct err *e)
 {
-    if (sharded(r))
-        return shard_put(r, off, buf, n, e);
-    if (!host_optimizer(r))
-        return r->be->ops->upload(r->be, r->persistent + off, buf, n, e);
-    ERR_TRY(stage_drain(r, e));
+    const struct stage_layout *lay = &r->lay;
+    if (host_optimizer(r))
+        ERR_TRY(stage_drain(r, e));
     while (n > 0) {
-        int on_device;
-        int64_t at, len = state_piece(r, off, n, &on_device, &at);
-        if (on_device)
-            ERR_TRY(r->be->ops->upload(r->be, r->persistent + off, buf, len, e));
-        else
+        int64_t dev, at, len = state_piece(lay, off, n, &dev, &at);
+        if (dev >= 0) /* else another replica's slice */
+            ERR_TRY(r->be->ops->upload(r->be, r->persistent + dev, buf, len, e));
+        else if (at >= 0)
             memcpy(r->mirror.mem + at, buf, (size_t)len);
-        /* fp32: the master weights are the weights (a section's offsets from 0 either way) */
-        int64_t w_end = off + len < r->lay.weights_bytes ? off + len : r->lay.weights_bytes;
-        if (on_device && r->lay.dtype == MODEL_DTYPE_FP32 && off < w_end)
-            memcpy(r->mirror.mem + off, buf, (size_t)(w_end - off));
+        /* fp32: the mirror's master weights are its layers' weights (a section's offsets) */
+        int64_t a = off > lay->host_lo ? off : lay->host_lo,
+                b = off + len < lay->weights_bytes ? off + len : lay->weights_bytes;
+        if (host_optimizer(r) && lay->dtype == MODEL_DTYPE_FP32 && a < b)
+            memcpy(r->mirror.mem + (a - lay->host_lo), (const char *)buf + (a - off),
+                   (size_t)(b - a));
         buf = (const char *)buf + len;
         off += len;
         n -= len;

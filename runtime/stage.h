@@ -58,6 +58,7 @@ struct stage_config {
     int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
+    int optimizer_from;        /* ... of the layers from this one on (0: all; cost.h) */
     int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
     /* Called after the step's last backward, before the optimizer (data parallelism: the
@@ -65,6 +66,10 @@ struct stage_config {
      * layer by layer, rather than at each layer's last backward); NULL: none. */
     int (*reduce_grads)(void *ctx, struct stage_runner *r, struct err *e);
     void *reduce_ctx;
+    /* Called as layer li's gradients become final (its last backward of the step; ctx
+     * reduce_ctx): the replicas' reduction may start on them (train_dp.h's buckets); NULL:
+     * none. */
+    int (*layer_grads)(void *ctx, struct stage_runner *r, int li, struct err *e);
     /* ZeRO-1 (shards > 1, the optimizer on the device): this replica keeps the optimizer's
      * state of slice `shard` of `shards` (layout_shard_range) and updates only its weights;
      * gather_params (ctx reduce_ctx), called after the update, brings every other slice's

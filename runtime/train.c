@@ -412,7 +412,9 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     c.host_threads = r->be.threads;
     if (r->dp.dp > 1) {
         c.reduce_grads = train_dp_reduce;
+        c.layer_grads = train_dp_layer_grads;
         c.reduce_ctx = &r->dp;
+        r->dp.bucket_bytes = st->dp_bucket_bytes;
     }
     if (p->model.dtype == MODEL_DTYPE_FP16)
         c.loss_scale = &o->loss_scale;

@@ -44,6 +44,13 @@ void train_dp_free(struct train_dp *d)
     free(d->rdispls);
     free(d->packed);
     free(d->state);
+    for (int k = 0; d->buckets != NULL && k < d->n_buckets; k++)
+        if (d->buckets[k].req != MPI_REQUEST_NULL) {
+            MPI_Cancel(&d->buckets[k].req);
+            MPI_Request_free(&d->buckets[k].req);
+        }
+    free(d->buckets);
+    d->buckets = NULL;
     d->lo = d->len = d->weights = NULL;
     d->counts = d->displs = d->rcounts = d->rdispls = NULL;
     d->packed = d->state = NULL;
@@ -201,25 +208,124 @@ static int reduce_scatter(struct train_dp *d, float *mine, float scale, struct e
     return ERR_OK;
 }
 
+/* Whether the gradients go in buckets (train_dp.h): over MPI, not sharded. */
+static int bucketed(const struct train_dp *d)
+{
+    return d->bucket_bytes > 0 && d->nccl == NULL && !d->shard;
+}
+
+/* The buckets of the stage's layers, last to first: a bucket closes once it holds
+ * bucket_bytes (the simulator's rule, planner/sim.c sim_buckets), and one MPI call's floats at
+ * most (DP_CHUNK: a larger layer takes several). */
+static int buckets_init(struct train_dp *d, const struct stage_layout *lay, struct err *e)
+{
+    d->buckets = calloc((size_t)lay->n_layers + (size_t)(lay->section_bytes / 4 / DP_CHUNK) + 1,
+                        sizeof *d->buckets);
+    if (d->buckets == NULL)
+        return err_set(e, ERR_FAIL, "out of memory for the gradient buckets");
+    struct train_dp_bucket *b = NULL;
+    for (int li = lay->n_layers - 1; li >= 0; li--) {
+        int64_t off, bytes, w_off, w_bytes;
+        layout_layer_ranges(lay, li, &off, &bytes, &w_off, &w_bytes);
+        for (int64_t at = off / 4, end = (off + bytes) / 4; at < end;) {
+            if (b == NULL || 4 * b->n >= d->bucket_bytes || b->n == DP_CHUNK) {
+                b = &d->buckets[d->n_buckets++];
+                *b = (struct train_dp_bucket){.lo = at + (end - at), .req = MPI_REQUEST_NULL};
+            }
+            int64_t take = end - at < DP_CHUNK - b->n ? end - at : DP_CHUNK - b->n;
+            end -= take; /* the layer's top floats first: the bucket grows downwards */
+            b->lo -= take;
+            b->n += take;
+            b->layer = li;
+        }
+    }
+    return ERR_OK;
+}
+
+/* The host copies of the gradients and the replicas' (all of them at once when bucketed). */
+static int buffers_init(struct train_dp *d, const struct stage_runner *r, struct err *e)
+{
+    int64_t bytes = r->lay.section_bytes, n = bytes / (int64_t)sizeof(float);
+    int64_t room = bucketed(d) ? n : (n < DP_CHUNK ? n : DP_CHUNK);
+    d->n = n;
+    d->mine = malloc((size_t)bytes + 1);
+    d->all = malloc(sizeof *d->all * (size_t)d->dp * (size_t)room + 1);
+    if (d->mine == NULL || d->all == NULL)
+        return err_set(e, ERR_FAIL, "out of memory for the gradient all-reduce (%lld bytes)",
+                       (long long)bytes * (d->dp + 1));
+    if (d->shard)
+        return shard_init(d, &r->lay, e);
+    return bucketed(d) ? buckets_init(d, &r->lay, e) : ERR_OK;
+}
+
+/* Bucket b's gradients gathered from every replica, without waiting. */
+static int bucket_start(struct train_dp *d, struct stage_runner *r, struct train_dp_bucket *b,
+                        struct err *e)
+{
+    ERR_TRY(stage_state_get(r, r->lay.grads_at + 4 * b->lo, d->mine + b->lo, 4 * b->n, e));
+    MPI_CHECK(MPI_Iallgather(d->mine + b->lo, (int)b->n, MPI_FLOAT, d->all + d->dp * b->lo,
+                             (int)b->n, MPI_FLOAT, d->grads, &b->req),
+              e);
+    b->started = 1;
+    return ERR_OK;
+}
+
+int train_dp_layer_grads(void *ctx, struct stage_runner *r, int li, struct err *e)
+{
+    struct train_dp *d = ctx;
+    if (!bucketed(d))
+        return ERR_OK;
+    if (d->mine == NULL)
+        ERR_TRY(buffers_init(d, r, e));
+    while (d->next < d->n_buckets && d->buckets[d->next].layer >= li)
+        ERR_TRY(bucket_start(d, r, &d->buckets[d->next++], e));
+    for (int k = 0; k < d->next; k++) { /* MPI moves a nonblocking collective on in its calls */
+        int done;
+        MPI_CHECK(MPI_Test(&d->buckets[k].req, &done, MPI_STATUS_IGNORE), e);
+    }
+    return ERR_OK;
+}
+
+/* The buckets: those not started yet started, then each waited for and summed in replica
+ * order (gather_sum's arithmetic). */
+static int buckets_reduce(struct train_dp *d, struct stage_runner *r, float scale,
+                          struct err *e)
+{
+    while (d->next < d->n_buckets)
+        ERR_TRY(bucket_start(d, r, &d->buckets[d->next++], e));
+    for (int k = 0; k < d->n_buckets; k++) {
+        struct train_dp_bucket *b = &d->buckets[k];
+        const float *all = d->all + d->dp * b->lo;
+        ERR_TRY(mpicheck_wait(&b->req, "the replicas' gradients (MPI_Iallgather)", e));
+        for (int64_t i = 0; i < b->n; i++) {
+            float sum = all[i];
+            for (int rr = 1; rr < d->dp; rr++)
+                sum += all[(int64_t)rr * b->n + i];
+            d->mine[b->lo + i] = sum * scale;
+        }
+        b->started = 0;
+    }
+    d->next = 0;
+    return ERR_OK;
+}
+
 int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e)
 {
     struct train_dp *d = ctx;
     double t0 = exec_now_ms();
     int64_t bytes = r->lay.section_bytes, n = bytes / (int64_t)sizeof(float);
-    if (d->mine == NULL) {
-        d->n = n;
-        d->mine = malloc((size_t)bytes + 1);
-        d->all = malloc(sizeof *d->all * (size_t)d->dp * (size_t)(n < DP_CHUNK ? n : DP_CHUNK) + 1);
-        if (d->mine == NULL || d->all == NULL)
-            return err_set(e, ERR_FAIL, "out of memory for the gradient all-reduce (%lld bytes)",
-                           (long long)bytes * (d->dp + 1));
-        if (d->shard)
-            ERR_TRY(shard_init(d, &r->lay, e));
-    }
+    if (d->mine == NULL)
+        ERR_TRY(buffers_init(d, r, e));
     float scale = (float)(1.0 / d->dp);
     if (d->nccl != NULL) { /* on the device, in NCCL's order */
         ERR_TRY(allreduce_nccl_sum(d->nccl, (float *)(r->persistent + r->lay.grads_at), n, scale,
                                    e));
+        d->step_ms = exec_now_ms() - t0;
+        return ERR_OK;
+    }
+    if (bucketed(d)) {
+        ERR_TRY(buckets_reduce(d, r, scale, e));
+        ERR_TRY(stage_state_put(r, r->lay.grads_at, d->mine, bytes, e));
         d->step_ms = exec_now_ms() - t0;
         return ERR_OK;
     }

@@ -8,6 +8,13 @@
  * grouped differently from one pipeline of dp x M micro-batches (which accumulates them in
  * one buffer), so it equals that pipeline's within float rounding, not bitwise.
  *
+ * Over MPI the gradients go in buckets (the plan's dp_bucket_bytes, as the simulator's,
+ * planner/sim.h): as each layer's last backward of the step ends (layers last to first), a
+ * bucket that its layers complete starts its MPI_Iallgather, which progresses while the
+ * backward goes on; after the last backward each bucket is waited for and summed as above,
+ * so the numbers are the unbucketed reduction's, bit for bit. 0: one reduction after the
+ * last backward.
+ *
  * ZeRO-1 (the plan's shard_optimizer): replica r keeps AdamW's state only for slice r of the
  * stage's parameters (layout_shard_range). Its gradients' slice q goes to replica q
  * (MPI_Ialltoallv), which sums the dp copies of its slice in replica order and scales them as
@@ -28,7 +35,17 @@ struct train_dp {
     MPI_Comm pipeline, grads; /* MPI_COMM_NULL until split */
     float *mine, *all; /* host copies: this stage's gradients, and every replica's */
     int64_t n;         /* floats in them */
-    double step_ms;    /* the last step's reduction */
+    double step_ms;    /* the last step's reduction, from its last backward's end */
+    /* Buckets (above): contiguous ranges of the gradient section, in the order they start;
+     * `layer` the lowest layer in each (its last backward completes it) */
+    int64_t bucket_bytes;
+    int n_buckets, next;
+    struct train_dp_bucket {
+        int64_t lo, n; /* floats */
+        int layer;
+        MPI_Request req; /* MPI_REQUEST_NULL once waited for (or not started) */
+        int started;
+    } *buckets;
     /* ZeRO-1 */
     int shard;                 /* the plan's shard_optimizer */
     int64_t *lo, *len;         /* per replica, its slice of an fp32 section in floats */
@@ -56,6 +73,9 @@ const char *train_dp_reduce_kind(const struct train_dp *d);
 /* stage_config.reduce_grads, ctx a struct train_dp: the replicas' gradients summed in replica
  * order and scaled by 1/dp. */
 int train_dp_reduce(void *ctx, struct stage_runner *r, struct err *e);
+/* stage_config.layer_grads: layer li's gradients are final; the buckets it completes start
+ * (MPI, not sharded), and those started progress. */
+int train_dp_layer_grads(void *ctx, struct stage_runner *r, int li, struct err *e);
 
 /* stage_config.gather_params with shard: every replica's slice of the updated weights into
  * every replica's weights. */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
+
 void instance_init(struct instance *in, int n, int S, enum schedule sched, int micro_batches,
                    double gbps, int64_t host)
 {
@@ -77,6 +79,28 @@ void instance_split_layer(struct layer_cost *c, struct test_rng *r)
     instance_attn_option(c, r);
 }
 
+void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                           double gbps, int64_t host, double room)
+{
+    int n = 4, S = 2;
+    instance_init(in, n, S, sched, 4, gbps, host);
+    for (int l = 0; l < n; l++)
+        instance_split_layer(&in->prof.layers[l], r);
+    struct cluster *c = &in->c;
+    for (int s = 0; s < S; s++) {
+        struct cluster_stage *st = &c->stages[s];
+        int64_t least = GIB_BYTES / 2, most = GIB_BYTES;
+        int v = schedule_in_flight(sched, S, s, c->micro_batches);
+        for (int l = st->first; l <= st->last; l++) {
+            const struct layer_cost *y = &in->prof.layers[l];
+            least += y->param_bytes + y->grad_bytes + v * y->ckpt_bytes + y->act_bytes;
+            most += y->state_bytes + v * y->act_bytes;
+        }
+        double f = room < 0 ? test_rng_double(r, 0, 1) : room;
+        st->memory_bytes = least + (int64_t)(f * (double)(most - least));
+    }
+}
+
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
 {
     struct plan_options o;
@@ -107,9 +131,18 @@ static void allowed_rows(const struct plan *p, int actions, struct cost_row rows
         }
 }
 
-/* p with stage optimizer places `places` (bit s: host) and layer actions rows[L][pick[L]]:
- * its simulated time if every stage fits its device and host memory, else INFINITY. */
-static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACTIONS_MAX],
+/* Stage s's optimizer place k (instance_each_plan's order): 0 the device, 1 the host,
+ * k >= 2 the host from layer k - 1 on. */
+static void set_optimizer(struct plan_stage *st, int k)
+{
+    st->optimizer = k > 0 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+    st->optimizer_from = k > 1 ? k - 1 : 0;
+}
+
+/* p with stage optimizer places `places` (stage s: places[s], set_optimizer's) and layer
+ * actions rows[L][pick[L]]: its simulated time if every stage fits its device and host memory,
+ * else INFINITY. */
+static double score(struct plan *p, const int *places, struct cost_row rows[4][COST_ACTIONS_MAX],
                     const int pick[4])
 {
     int L = 0;
@@ -122,7 +155,7 @@ static double score(struct plan *p, int places, struct cost_row rows[4][COST_ACT
             st->offload_option[l] = (signed char)r->offload_option;
             st->prefetch_ahead[l] = r->prefetch_ahead;
         }
-        st->optimizer = places >> s & 1 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        set_optimizer(st, places[s]);
         struct stage_cost c;
         plan_stage_cost(p, st, &c);
         if (c.memory_bytes > st->memory_limit_bytes || c.host_memory_bytes > st->host_limit_bytes)
@@ -144,10 +177,13 @@ void instance_each_plan(struct plan *p, int actions, int device_only,
     allowed_rows(p, actions, rows, count);
     for (int s = 0; s < p->n_stages; s++)
         L += plan_stage_layer_count(&p->stages[s]);
-    int hosts = actions & PLAN_ACTION_OPTIMIZER ? 1 << p->n_stages : 1;
-    for (int places = 0; places < hosts; places++) {
-        if (places & device_only)
-            continue;
+    int places[4] = {0}, opts[4], s;
+    for (s = 0; s < p->n_stages; s++)
+        opts[s] = device_only >> s & 1                          ? 1
+                  : actions & PLAN_ACTION_OPTIMIZER_FRACTION ? 1 + plan_stage_layer_count(&p->stages[s])
+                  : actions & PLAN_ACTION_OPTIMIZER          ? 2
+                                                             : 1;
+    do {
         int pick[4] = {0}, n;
         for (;;) {
             double ms = score(p, places, rows, pick);
@@ -158,7 +194,9 @@ void instance_each_plan(struct plan *p, int actions, int device_only,
             if (n == L)
                 break;
         }
-    }
+        for (s = 0; s < p->n_stages && ++places[s] == opts[s]; s++)
+            places[s] = 0;
+    } while (s < p->n_stages);
 }
 
 static void keep_least(const struct plan *p, double ms, void *ctx)
@@ -173,4 +211,24 @@ double instance_brute_force(struct plan *p, int actions, int device_only)
     double best = INFINITY;
     instance_each_plan(p, actions, device_only, keep_least, &best);
     return best;
+}
+
+int instance_export(const struct plan *p, const char *to, char *out, char *note, size_t cap,
+                    struct err *e)
+{
+    FILE *f = tmpfile(), *n = tmpfile(), *py = tmpfile();
+    CU_ASSERT_FATAL(f != NULL && n != NULL && py != NULL);
+    struct export_options o = {.to = to, .note = n, .stages = py, .stages_module = "st",
+                               .plan_name = ""};
+    int rc = planner_export(f, p, &o, e);
+    FILE *files[2] = {f, n};
+    char *texts[2] = {out, note};
+    for (int k = 0; k < 2; k++) {
+        rewind(files[k]);
+        size_t len = fread(texts[k], 1, cap - 1, files[k]);
+        texts[k][len] = '\0';
+        fclose(files[k]);
+    }
+    fclose(py);
+    return rc;
 }

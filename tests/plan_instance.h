@@ -29,11 +29,17 @@ void instance_mlp_option(struct layer_cost *c, struct test_rng *r);
 /* A layer at random whose state splits (param and grad k GiB, optimizer 2k: fp32's
  * proportions), 2-8 GiB of activations, one partial option (instance_attn_option). */
 void instance_split_layer(struct layer_cost *c, struct test_rng *r);
+/* A custom model of 2 stages x 2 layers of instance_split_layer; each stage's device memory
+ * `room` of the way (< 0: at random) from what it needs with its optimizer on the host and
+ * every layer recomputed to what it needs with its whole state and every activation kept. */
+void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                           double gbps, int64_t host, double room);
 /* planner_make with the default options but `actions`, `verify` and --min-gain 0 (the
  * exact optimum). */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
 /* The reference for the planner: every optimizer place of every stage (with
- * PLAN_ACTION_OPTIMIZER; bit s of `device_only` keeps stage s's on the device) and every action
+ * PLAN_ACTION_OPTIMIZER; with PLAN_ACTION_OPTIMIZER_FRACTION also the host for each run of
+ * the stage's last layers; bit s of `device_only` keeps stage s's on the device) and every action
  * the options allow on every layer (4 at most), each stage within its device and host memory,
  * simulated: the least iteration time, INFINITY if nothing fits. p is left with the last
  * combination tried. */
@@ -41,5 +47,9 @@ double instance_brute_force(struct plan *p, int actions, int device_only);
 /* The same combinations: fn is called with p holding each one that fits, and its step. */
 void instance_each_plan(struct plan *p, int actions, int device_only,
                         void (*fn)(const struct plan *p, double ms, void *ctx), void *ctx);
+/* What `ballast export --to F` makes of p, in `out`; the note (standard error's text) in
+ * `note`, each of `cap` bytes. */
+int instance_export(const struct plan *p, const char *to, char *out, char *note, size_t cap,
+                    struct err *e);
 
 #endif

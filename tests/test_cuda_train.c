@@ -136,8 +136,13 @@ static int setup(void)
     make_plan(FLASH_1, "fl32", 1, "none");
     make_plan(FLASH_2, "fl32", 2, "none");
     make_plan(FLASH16_2, "fl16", 2, "none");
-    /* flash has no attn option: the MLP's, whole blocks, and whole embed and head */
-    static const char *const flash_choice[6] = {"full", "mlp", "full", "mlp", NULL, "full"};
+    /* flash has no attn option: the MLP's, whole blocks, and the whole embed. Not the head:
+     * a last stage whose largest transient is the head's and whose largest workspace is a
+     * block's peaks under its plan by the gap docs/runtime.md describes (the cost model adds
+     * the two), CPU and GPU alike: with the head recomputed here stage 1 peaked at 18712576
+     * of 19240960 planned bytes (2.7%) on both, over train_ok's 2%; with block.3 whole
+     * instead, 1.4% on the CPU. The FULL plans recompute the head. */
+    static const char *const flash_choice[6] = {"full", "mlp", "full", "mlp", "full", NULL};
     plan_with_choices(FLASH_2, FLASH_2_OPTS, flash_choice);
     plan_with_choices(FLASH16_2, FLASH16_2_OPTS, flash_choice);
     make_plan(FP32_1, "f32", 1, "none");
@@ -292,23 +297,28 @@ static void test_nccl(void)
 
 static void test_limit(void)
 {
-    /* the one-stage plan with its limit below the arenas: exit 3 naming the bytes */
+    /* the one-stage plan with its limit a byte below what it needs. A plan that says so
+     * (memory_bytes over memory_limit_bytes) is refused by the plan reader already (exit 2);
+     * one whose profile under-stated the memory fits on paper, and the runtime's own sizes
+     * refuse it on the GPU before allocating: exit 3 naming the bytes */
     char *text = test_read(plan_path[FP32_1]);
     cJSON *o = cJSON_Parse(text);
     free(text);
     cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 0);
-    double mem = cJSON_GetObjectItem(st, "memory_bytes")->valuedouble;
-    cJSON_ReplaceItemInObject(st, "memory_limit_bytes", cJSON_CreateNumber(mem - 1));
-    char *out = cJSON_Print(o);
-    char plan[1024], args[2048];
-    snprintf(plan, sizeof plan, "%s", test_write("plan-limit.json", out));
-    cJSON_free(out);
+    long long limit = (long long)cJSON_GetObjectItem(st, "memory_bytes")->valuedouble - 1;
     cJSON_Delete(o);
+    char plan[1024], args[2048], expect[128];
+    snprintf(plan, sizeof plan, "%s",
+             train_plan_understated(plan_path[FP32_1], 0, limit, "plan-limit.json"));
     snprintf(args, sizeof args, "--plan '%s' --steps 2", plan);
     char *err = NULL;
     int status = train(1, args, &err);
+    if (status != 3)
+        fprintf(stderr, "\nlimit %lld: status %d: %s\n", limit, status, err ? err : "");
     CU_ASSERT_EQUAL(status, 3);
-    CU_ASSERT(err != NULL && strstr(err, "do not fit the memory limit") != NULL);
+    snprintf(expect, sizeof expect, "memory_limit_bytes %lld", limit);
+    CU_ASSERT(err != NULL && strstr(err, "do not fit the memory limit") != NULL &&
+              strstr(err, expect) != NULL);
     free(err);
 }
 

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "cluster.h"
-#include "export.h"
 #include "plan_instance.h"
 #include "planner.h"
 #include "sim.h"
@@ -101,32 +100,6 @@ static void test_sim_device_step_by_hand(void)
 
 /* ---- planner ---- */
 
-/* A custom model of 2 stages x 2 layers whose state splits (instance_split_layer), in
- * memory; each stage's device memory `room` of the way (< 0: at random) from what the stage
- * needs with its optimizer on the host and every layer recomputed to what it needs with its
- * whole state and every activation kept. */
-static void instance_make(struct instance *in, struct test_rng *r, enum schedule sched,
-                          double gbps, int64_t host, double room)
-{
-    int n = 4, S = 2;
-    instance_init(in, n, S, sched, 4, gbps, host);
-    for (int l = 0; l < n; l++)
-        instance_split_layer(&in->prof.layers[l], r);
-    struct cluster *c = &in->c;
-    for (int s = 0; s < S; s++) {
-        struct cluster_stage *st = &c->stages[s];
-        int64_t least = GIB / 2, most = GIB;
-        int v = schedule_in_flight(sched, S, s, c->micro_batches);
-        for (int l = st->first; l <= st->last; l++) {
-            const struct layer_cost *y = &in->prof.layers[l];
-            least += y->param_bytes + y->grad_bytes + v * y->ckpt_bytes + y->act_bytes;
-            most += y->state_bytes + v * y->act_bytes;
-        }
-        double f = room < 0 ? test_rng_double(r, 0, 1) : room;
-        st->memory_bytes = least + (int64_t)(f * (double)(most - least));
-    }
-}
-
 static void test_exact_against_brute_force(void)
 {
     struct test_rng rng = {13};
@@ -136,7 +109,7 @@ static void test_exact_against_brute_force(void)
     int checked = 0, hosted = 0, kept = 0;
     for (int trial = 0; trial < 16; trial++) {
         struct instance in;
-        instance_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
+        instance_hostopt_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
                       test_rng_double(&rng, 20, 800), test_rng_int(&rng, 8, 40) * GIB, -1);
         for (int k = 0; k < 2; k++) {
             struct plan p;
@@ -183,7 +156,7 @@ static void test_rules_and_verify(void)
     for (int trial = 0; trial < 8; trial++) {
         struct instance in;
         struct plan rec, opt;
-        instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, -1);
+        instance_hostopt_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, -1);
         int a = plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &rec);
         int b = plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 1, &opt);
         CU_ASSERT(b == ERR_OK || a != ERR_OK);
@@ -226,7 +199,7 @@ static void test_plan_round_trip(void)
     err_clear(&e);
     /* every stage just fits with its optimizer on the host, and its state (2 GiB more per
      * layer at least) does not fit beside even the least activations */
-    instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 0);
+    instance_hostopt_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 0);
     CU_ASSERT_FATAL(plan_with(&in, PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER, 0, &p) == ERR_OK);
     int64_t mirror = 0;
     for (int l = 0; l < plan_stage_layer_count(&p.stages[0]); l++)
@@ -249,28 +222,6 @@ static void test_plan_round_trip(void)
     instance_free(&in);
 }
 
-/* What `ballast export --to F` makes of a plan whose stages host their optimizer; the note
- * (standard error's text) in `note`. */
-static int export_text(const struct plan *p, const char *to, char *out, char *note, size_t cap,
-                       struct err *e)
-{
-    FILE *f = tmpfile(), *n = tmpfile(), *py = tmpfile();
-    CU_ASSERT_FATAL(f != NULL && n != NULL && py != NULL);
-    struct export_options o = {.to = to, .note = n, .stages = py, .stages_module = "st",
-                               .plan_name = ""};
-    int rc = planner_export(f, p, &o, e);
-    FILE *files[2] = {f, n};
-    char *texts[2] = {out, note};
-    for (int k = 0; k < 2; k++) {
-        rewind(files[k]);
-        size_t len = fread(texts[k], 1, cap - 1, files[k]);
-        texts[k][len] = '\0';
-        fclose(files[k]);
-    }
-    fclose(py);
-    return rc;
-}
-
 /* Megatron-LM's switch is global: every stage on the host exports as it is; some stages do
  * not, and NeMo has no switch: both plan the framework's settings again (with the optimizer
  * where the framework can put it), said with the reason. */
@@ -281,19 +232,19 @@ static void test_export(void)
     struct plan p;
     struct err e;
     char text[8192], note[8192];
-    instance_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 1);
+    instance_hostopt_make(&in, &rng, SCHEDULE_1F1B, 100, 64 * GIB, 1);
     CU_ASSERT_FATAL(plan_with(&in, PLAN_ACTION_RECOMPUTE, 0, &p) == ERR_OK);
     err_clear(&e);
-    CU_ASSERT_EQUAL(export_text(&p, "megatron", text, note, sizeof text, &e), ERR_OK);
+    CU_ASSERT_EQUAL(instance_export(&p, "megatron", text, note, sizeof text, &e), ERR_OK);
     CU_ASSERT(strstr(text, "optimizer-cpu-offload") == NULL);
     for (int s = 0; s < p.n_stages; s++)
         p.stages[s].optimizer = COST_PLACE_HOST;
     CU_ASSERT_FATAL(planner_finish(&p, &e) == ERR_OK);
-    CU_ASSERT_EQUAL(export_text(&p, "megatron", text, note, sizeof text, &e), ERR_OK);
+    CU_ASSERT_EQUAL(instance_export(&p, "megatron", text, note, sizeof text, &e), ERR_OK);
     CU_ASSERT(strstr(text, "--optimizer-cpu-offload \\\n--optimizer-offload-fraction 1.0 \\\n"
                            "--use-precision-aware-optimizer") != NULL);
     CU_ASSERT(strstr(note, "cannot run the plan as it is") == NULL);
-    int rc = export_text(&p, "nemo", text, note, sizeof text, &e);
+    int rc = instance_export(&p, "nemo", text, note, sizeof text, &e);
     CU_ASSERT(rc == ERR_OK || rc == ERR_NOFIT);
     CU_ASSERT(strstr(rc ? e.msg : note, "the plan keeps the optimizer on the host, which NeMo "
                                        "has no setting for") != NULL);
@@ -301,7 +252,7 @@ static void test_export(void)
     err_clear(&e);
     p.stages[1].optimizer = COST_PLACE_DEVICE;
     CU_ASSERT_FATAL(planner_finish(&p, &e) == ERR_OK);
-    rc = export_text(&p, "megatron", text, note, sizeof text, &e);
+    rc = instance_export(&p, "megatron", text, note, sizeof text, &e);
     CU_ASSERT(rc == ERR_OK || rc == ERR_NOFIT);
     CU_ASSERT(strstr(rc ? e.msg : note, "1 of 2 stages keep their optimizer on the host") !=
               NULL);

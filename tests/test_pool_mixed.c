@@ -508,7 +508,9 @@ static void test_against_brute_force(void)
         CU_ASSERT(test_close(got, best, 1e-9, 1e-9));
         CU_ASSERT(a.mixed == (b.two < b.one)); /* ties: the homogeneous plan */
         CU_ASSERT(a.gap >= 0 && a.gap <= 1e-9 && a.lower_bound <= best * (1 + 1e-12));
-        CU_ASSERT(checked > 0 && 3 * tight > checked && 4 * half > 3 * checked);
+        /* a fifth within 20%: with the reduction in buckets, each stage's backward comes off
+         * its reduction in the bounds (it may overlap it), so they are looser than before */
+        CU_ASSERT(checked > 0 && 5 * tight > checked && 4 * half > 3 * checked);
         if (a.mixed && pairs_won == 0)
             check_replicas_file(file, &c, got);
         pairs_won += a.mixed;

@@ -153,6 +153,7 @@ static int split_ms(const struct cluster *c, const int *order, const struct link
             return 0;
         st[q] = (struct sim_stage){.recompute_ms = r,
                                    .out_bytes = L[hi - lo].out_bytes,
+                                   .out_fwd_ms = L[hi - lo].fwd_ms,
                                    .link = q + 1 < S ? links[q] : (struct link){0}};
         for (int l = 0; l <= hi - lo; l++) {
             st[q].fwd_ms += L[l].fwd_ms;
@@ -471,7 +472,9 @@ static void test_tight_bound(void)
  * them, crossed twice per micro-batch, paces both (repartition.c, pair_bound). On instances
  * with slow links, searches of 1 and 4 nodes: the certified bound stays at most the
  * brute-force optimum, and certifies a gap within 1% on more of them than without pair_bound
- * (354 of the 1586 searches below without it, 465 with it). */
+ * (354 of the 1586 searches below without it, 465 with it, before the simulator's sends
+ * blocked their sender's next op (sim.h): that makes the optimum of slow links slower than the
+ * bounds count, and 376 certify within 1% now). */
 static void test_pair_bound(void)
 {
     struct test_rng r = {.s = 20261123};
@@ -489,7 +492,7 @@ static void test_pair_bound(void)
     printf("\n%d searches with slow links under the brute-force optimum, %d stopped within 1%% "
            "of it\n", t.compared, t.within);
     CU_ASSERT(t.compared >= 1000);
-    CU_ASSERT(t.within >= 420);
+    CU_ASSERT(t.within >= 370);
 }
 
 int main(void)

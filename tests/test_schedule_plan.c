@@ -311,6 +311,80 @@ static void test_repartition_no_worse(void)
         }
 }
 
+/* A cluster of plan p's GPUs in its order (each its capacity, the test's profile), GPU g
+ * holding n[g] layers in order; returns the file. */
+static const char *cluster_of_counts(const struct plan *p, const char *sched, const int *n,
+                                     int G)
+{
+    static char text[8192];
+    int used = snprintf(text, sizeof text,
+                        "{\"format\": \"ballast-cluster/1\", \"schedule\": \"%s\", "
+                        "\"micro_batches\": %d, \"reserve_bytes\": %lld, \"stages\": [",
+                        sched, p->micro_batches, (long long)p->reserve_bytes);
+    for (int g = 0, first = 0, s = 0; g < G; first += n[g++]) {
+        while (p->stages[s].gpu != g)
+            s++;
+        used += snprintf(text + used, sizeof text - (size_t)used,
+                         "%s{\"device\": \"dev\", \"memory_bytes\": %lld, \"profile\": "
+                         "\"prof.json\", \"layers\": [%d, %d]}",
+                         g ? ", " : "", (long long)p->stages[s].capacity_bytes, first,
+                         first + n[g] - 1);
+    }
+    snprintf(text + used, sizeof text - (size_t)used, "]}\n");
+    return test_write("moved.json", text);
+}
+
+/* --repartition's split for a chunked or split schedule is a local optimum: moving one layer
+ * between neighbouring GPUs (each keeping a layer a chunk), planned on that split alone,
+ * never steps faster; the split itself planned alone steps as the plan does. */
+static void test_repartition_local_optimum(void)
+{
+    struct test_rng rng = {5151};
+    static const char *const scheds[] = {"zb-h1", "v-half", "interleaved"};
+    int checked = 0;
+    for (int i = 0; i < 24; i++) {
+        const char *sched = scheds[i % 3];
+        char cluster[1024], flags[256];
+        snprintf(cluster, sizeof cluster, "%s", write_cluster(&rng, sched));
+        snprintf(flags, sizeof flags, "--min-gain 0 --unit 1 --repartition");
+        if (step_of(cluster, flags, "polished.json") < 0)
+            continue;
+        struct plan p;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_FATAL(plan_load(test_path("polished.json"), &p, &e) == ERR_OK);
+        int n[GPUS_MAX] = {0}, G = 0, chunks = p.virtual_stages > 0 ? p.virtual_stages : 1;
+        for (int s = 0; s < p.n_stages; s++) {
+            int g = p.virtual_stages > 1 ? p.stages[s].gpu : s;
+            n[g] += plan_stage_layer_count(&p.stages[s]);
+            G = g + 1 > G ? g + 1 : G;
+        }
+        for (int s = 0; s < p.n_stages; s++)
+            p.stages[s].gpu = p.virtual_stages > 1 ? p.stages[s].gpu : s;
+        double same = step_of(cluster_of_counts(&p, sched, n, G), "--min-gain 0 --unit 1",
+                             "same.json");
+        CU_ASSERT_DOUBLE_EQUAL(same, p.iteration_ms, 1e-9 * p.iteration_ms);
+        for (int m = 0; m < 2 * (G - 1); m++) {
+            int g = m / 2, from = m % 2 ? g + 1 : g, to = m % 2 ? g : g + 1;
+            if (n[from] <= chunks)
+                continue;
+            n[from]--;
+            n[to]++;
+            double moved = step_of(cluster_of_counts(&p, sched, n, G), "--min-gain 0 --unit 1",
+                                   "moved-plan.json");
+            CU_ASSERT(moved < 0 || moved >= p.iteration_ms * (1 - 1e-9));
+            if (!(moved < 0 || moved >= p.iteration_ms * (1 - 1e-9)))
+                fprintf(stderr, "\n%s: a layer from GPU %d to %d steps %.9g ms, the plan %.9g\n",
+                        sched, from, to, moved, p.iteration_ms);
+            n[from]++;
+            n[to]--;
+            checked++;
+        }
+        plan_free(&p);
+    }
+    CU_ASSERT(checked >= 10); /* not vacuous */
+}
+
 /* exit 2 and a message saying `needle` */
 static void expect_refused(const char *args, const char *needle)
 {
@@ -332,6 +406,9 @@ static void test_refusals(void)
     snprintf(args, sizeof args, "plan --cluster '%s' --schedule zb-h1 --actions "
                                 "recompute,offload --quiet", cpu);
     expect_refused(args, "offload and a host optimizer are planned and run with schedules");
+    snprintf(args, sizeof args, "plan --cluster '%s' --schedule interleaved --actions "
+                                "recompute,optimizer-fraction --quiet", cpu);
+    expect_refused(args, "1f1b and gpipe (a fraction of the optimizer too), not interleaved");
     snprintf(args, sizeof args, "plan --cluster '%s' --schedule interleaved --arena greedy "
                                 "--quiet", c);
     expect_refused(args, "--arena lays out stages of schedules 1f1b and gpipe");
@@ -372,6 +449,8 @@ int main(void)
                 test_auto_is_the_best);
     CU_add_test(s, "--repartition: chunked schedules never slower than the cluster's split",
                 test_repartition_no_worse);
+    CU_add_test(s, "--repartition: a chunked schedule's split a local optimum",
+                test_repartition_local_optimum);
     CU_add_test(s, "refusals with their reasons", test_refusals);
     CU_add_test(s, "the kinds summary counts a GPU once", test_kinds_count_gpus);
     return test_main();

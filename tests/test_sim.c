@@ -76,8 +76,11 @@ static void test_homogeneous_closed_form(void)
  * longest ones differ only in how many link crossings they make.
  *
  * GPipe: micro-batch 0 crosses each boundary down and M-1's gradient crosses back, and the
- * M - 1 other transfers overlap compute: + 2 (S - 1) c with c on every boundary, + 2c with c
- * on one boundary.
+ * other forward transfers overlap compute: + 2 (S - 1) c with c on every boundary, + 2c with c
+ * on one boundary. Its backwards run one after another, and each takes the buffer the one
+ * before it sends its gradient from (sim.h): a stage sending over a slow boundary spaces its
+ * backwards b + c, and the last gradient leaves (M - 1) c later, + (M - 1) c either way.
+ * (1F1B runs a forward between two backwards, and c <= f.)
  *
  * 1F1B: stage s admits a new forward only when a gradient comes back, so transfers land on
  * the critical path again and again. From stage 0 a path can make an excursion: a forward
@@ -94,7 +97,7 @@ static void test_homogeneous_closed_form(void)
 static double transfer_cost(enum schedule sched, int S, int M, int k, double c)
 {
     if (sched == SCHEDULE_GPIPE)
-        return k < 0 ? 2 * (S - 1) * c : 2 * c;
+        return (k < 0 ? 2 * (S - 1) * c : 2 * c) + (S > 1 ? (M - 1) * c : 0);
     if (k < 0)
         return 2 * c * ((S - 1) + ((S - 1) * (M - 1)) / S);
     int warm = S - k - 1;
@@ -147,9 +150,10 @@ static void test_transfer_on_one_boundary(void)
 }
 
 /* Two GPipe stages over a link slower than either compute (c >= f, b): the link carries one
- * transfer at a time, so the forwards arrive c apart and so do the gradients. Stage 1's last
- * forward ends at f + Mc + f, its backwards follow, the first gradient leaves after b and
- * the last arrives Mc later; stage 0's last backward ends at 2 (f + b) + 2 M c. */
+ * transfer at a time, so the forwards arrive c apart. Stage 1's last forward ends at f + Mc
+ * + f; its backwards follow, each after the one before has sent its gradient (b + c apart),
+ * the last gradient arriving M (b + c) later; stage 0's last backward ends at 2f + (M + 1) b
+ * + 2 M c. */
 static void test_slow_link_queues(void)
 {
     struct sim_stage st[2];
@@ -157,20 +161,23 @@ static void test_slow_link_queues(void)
     for (int M = 1; M <= 20; M++) {
         homogeneous(st, 2, f, b, 0);
         st[0].link = fixed_link(c);
-        CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, M, st), 2 * (f + b) + 2 * M * c, 1e-9,
-                             1e-12));
+        CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, M, st), 2 * f + (M + 1) * b + 2 * M * c,
+                             1e-9, 1e-12));
     }
     /* bandwidth, not latency: 1.5e9 bytes at 4 Gb/s = 3 s per transfer, plus 20 us */
     homogeneous(st, 2, 1000, 2000, 0);
     st[0].out_bytes = 1500000000;
     st[0].link = (struct link){.present = 1, .gbps = 4, .latency_us = 20};
     double x = 3000.02;
-    CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, 4, st), 2 * 3000 + 8 * x, 1e-6, 1e-12));
+    CU_ASSERT(test_close(run(SCHEDULE_GPIPE, 2, 4, st), 2 * 1000 + 5 * 2000 + 8 * x, 1e-6,
+                         1e-12));
 }
 
 /* An independent reference: the schedule as a task graph (program order on each stage, data
- * dependencies, each link direction in its sender's order), its longest path found by
- * relaxing the tasks in a topological order (Kahn's algorithm). */
+ * dependencies, each link direction in its sender's order, and a send's buffer taken again by
+ * the sender's next op of its direction: the next forward's last layer, out_fwd_ms long,
+ * after it; the next backward after it), its longest path found by relaxing the tasks in a
+ * topological order (Kahn's algorithm). */
 struct node {
     double dur, finish;
     int n_pred, preds[3];
@@ -206,7 +213,7 @@ static void program(enum schedule sched, int S, int M, int s, int *prog)
 
 static double longest_path(enum schedule sched, int S, int M, const struct sim_stage *st)
 {
-    int cap = 4 * S * M;
+    int cap = 6 * S * M;
     struct node *g = calloc((size_t)cap, sizeof *g);
     int *fwd = malloc(sizeof(int) * S * M), *bwd = malloc(sizeof(int) * S * M);
     int *fsend = malloc(sizeof(int) * S * M), *bsend = malloc(sizeof(int) * S * M);
@@ -234,6 +241,14 @@ static double longest_path(enum schedule sched, int S, int M, const struct sim_s
             if (prog[i] >= 0) {
                 if (s > 0)
                     add_edge(g, fsend[(s - 1) * M + m], task);
+                if (prev_fsend >= 0) { /* the forward ends after its output's buffer is free */
+                    int last = add_node(g, &n, st[s].out_fwd_ms);
+                    int done = add_node(g, &n, 0);
+                    add_edge(g, prev_fsend, last);
+                    add_edge(g, task, done);
+                    add_edge(g, last, done);
+                    task = done;
+                }
                 if (s + 1 < S) {
                     add_edge(g, task, fsend[s * M + m]);
                     add_edge(g, prev_fsend, fsend[s * M + m]);
@@ -244,6 +259,7 @@ static double longest_path(enum schedule sched, int S, int M, const struct sim_s
                     add_edge(g, bsend[(s + 1) * M + m], task);
                 else
                     add_edge(g, fwd[s * M + m], task);
+                add_edge(g, prev_bsend, task); /* its first layer takes the send's buffer */
                 if (s > 0) {
                     add_edge(g, task, bsend[s * M + m]);
                     add_edge(g, prev_bsend, bsend[s * M + m]);
@@ -299,6 +315,7 @@ static void random_instance(struct test_rng *rng, int S, struct sim_stage *st)
             .recompute_ms = test_rng_int(rng, 0, 1) ? test_rng_double(rng, 0, 10) : 0,
             .out_bytes = test_rng_int(rng, 0, 1 << 30),
         };
+        st[s].out_fwd_ms = test_rng_int(rng, 0, 1) ? test_rng_double(rng, 0, st[s].fwd_ms) : 0;
         if (s + 1 < S && test_rng_int(rng, 0, 3) > 0)
             st[s].link = (struct link){.present = 1,
                                        .gbps = test_rng_double(rng, 1, 3000),
@@ -499,6 +516,122 @@ static void test_bad_input(void)
     CU_ASSERT_PTR_NULL(r.tasks);
 }
 
+/* r's two all-reduce tasks, each 2 ms, starting at a and b. */
+static void two_buckets(const struct sim_result *r, double a, double b)
+{
+    int seen = 0;
+    for (int i = 0; i < r->n_tasks; i++)
+        if (r->tasks[i].kind == SIM_ALLREDUCE) {
+            double start = r->tasks[i].micro == 0 ? a : b;
+            CU_ASSERT(test_close(r->tasks[i].start_ms, start, 1e-12, 0) &&
+                      test_close(r->tasks[i].end_ms, start + 2, 1e-12, 0));
+            seen++;
+        }
+    CU_ASSERT_EQUAL(seen, 2);
+}
+
+/* One stage of four layers (backwards 1, 2, 3, 4 ms; 10 MB of gradients each), one
+ * micro-batch of 4 ms forward, dp 2 over 80 Gb/s (no latency: an all-reduce of B bytes is 2 x
+ * B/2 at 10 GB/s, 0.1 ms a MB), the optimizer 1 ms. Buckets of 20 MB: layers 3-2 (ready when
+ * layer 2's backward ends, 1 + 2 = 3 ms before the last ends), then 1-0. The backward runs
+ * [4, 14]: bucket 0 [11, 13], bucket 1 [14, 16], the optimizer [16, 17]. One reduction
+ * (cap 0): [14, 18], the step 19. A link a quarter as fast: [11, 19], [19, 27], 28. */
+static void test_buckets_by_hand(void)
+{
+    int64_t grad[4] = {10000000, 10000000, 10000000, 10000000};
+    double bwd[4] = {1, 2, 3, 4};
+    struct link link = {1, 80, 0};
+    struct sim_bucket b[4];
+    int n = sim_buckets(grad, bwd, 4, 20000000, &link, 2, b);
+    CU_ASSERT_FATAL(n == 2);
+    CU_ASSERT(b[0].first == 2 && b[0].last == 3 && b[0].bytes == 20000000 && b[0].rest_ms == 3);
+    CU_ASSERT(b[1].first == 0 && b[1].last == 1 && b[1].rest_ms == 0);
+    CU_ASSERT(test_close(b[0].allreduce_ms, 2, 1e-12, 0));
+    struct sim_stage st = {.fwd_ms = 4, .bwd_ms = 10, .optimizer_ms = 1, .n_buckets = n,
+                           .buckets = b};
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(sim_run(SCHEDULE_1F1B, 1, 1, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 17, 1e-12, 0));
+    two_buckets(&r, 11, 14);
+    sim_result_free(&r);
+    st.n_buckets = sim_buckets(grad, bwd, 4, 0, &link, 2, b); /* one, after the last backward */
+    CU_ASSERT(st.n_buckets == 1 && b[0].rest_ms == 0);
+    CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 19, 1e-12, 0));
+    st.n_buckets = 0; /* the same as the whole reduction after the last backward */
+    st.allreduce_ms = 4;
+    CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 19, 1e-12, 0));
+    link.gbps = 20;
+    st.n_buckets = sim_buckets(grad, bwd, 4, 20000000, &link, 2, b);
+    CU_ASSERT(test_close(run(SCHEDULE_1F1B, 1, 1, &st), 28, 1e-12, 0));
+    /* no replicas, no buckets */
+    CU_ASSERT_EQUAL(sim_buckets(grad, bwd, 4, 20000000, &link, 1, b), 0);
+}
+
+/* The pass-by-pass walk (sim_passes.c) runs interleaved 1F1B of one chunk a GPU, which is
+ * 1F1B's program, with its own code: on random stages, links, blocking sends and gradient
+ * buckets (dp 2 to 8) it gives sim.c's 1F1B walk's step, send for send and bucket for
+ * bucket. */
+static void test_passes_equal_walk(void)
+{
+    struct test_rng rng = {31};
+    struct sim_stage st[8];
+    struct sim_bucket b[8][6];
+    for (int trial = 0; trial < TRIALS; trial++) {
+        int S = (int)test_rng_int(&rng, 1, 8), M = (int)test_rng_int(&rng, 1, 16);
+        random_instance(&rng, S, st);
+        for (int s = 0; s < S; s++) {
+            int64_t grad[6];
+            double bwd[6];
+            for (int l = 0; l < 6; l++) {
+                grad[l] = test_rng_int(&rng, 0, 1 << 28);
+                bwd[l] = st[s].bwd_ms / 6;
+            }
+            struct link dp = {.present = 1, .gbps = test_rng_double(&rng, 1, 400),
+                              .latency_us = test_rng_double(&rng, 0, 30)};
+            st[s].n_buckets = sim_buckets(grad, bwd, 6, test_rng_int(&rng, 0, 1 << 28), &dp,
+                                          (int)test_rng_int(&rng, 1, 8), b[s]);
+            st[s].buckets = b[s];
+            st[s].optimizer_ms = test_rng_double(&rng, 0, 5);
+        }
+        struct schedule_shape sh = schedule_shape_of(SCHEDULE_INTERLEAVED, S, 1, M);
+        struct sim_result r;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_FATAL(sim_run_shape(&sh, st, &r, &e) == ERR_OK);
+        CU_ASSERT(test_close(r.iteration_ms, run(SCHEDULE_1F1B, S, M, st), 1e-9, 1e-12));
+        sim_result_free(&r);
+    }
+}
+
+/* ZB-H1 on one GPU, one micro-batch: F [0, 4], B [4, 10], W [10, 14] with 1 ms for each of
+ * four layers' weight gradients. Buckets of 20 MB, each 2 ms (as above): layers 3-2, final
+ * once layer 2's weight pass has run (2 ms before W ends), [12, 14]; layers 1-0 [14, 16];
+ * the optimizer [16, 17]. The step is 17, where one reduction after W would make it 19. */
+static void test_passes_buckets_by_hand(void)
+{
+    int64_t grad[4] = {10000000, 10000000, 10000000, 10000000};
+    double w[4] = {1, 1, 1, 1};
+    struct link link = {1, 80, 0};
+    struct sim_bucket b[4];
+    struct sim_stage st = {.fwd_ms = 4, .bwd_ms = 6, .w_ms = 4, .optimizer_ms = 1,
+                           .n_buckets = sim_buckets(grad, w, 4, 20000000, &link, 2, b),
+                           .buckets = b};
+    struct schedule_shape sh = schedule_shape_of(SCHEDULE_ZB_H1, 1, 1, 1);
+    struct sim_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(st.n_buckets == 2);
+    CU_ASSERT_FATAL(sim_run_shape(&sh, &st, &r, &e) == ERR_OK);
+    CU_ASSERT(test_close(r.iteration_ms, 17, 1e-12, 0));
+    two_buckets(&r, 12, 14);
+    sim_result_free(&r);
+    st.n_buckets = sim_buckets(grad, w, 4, 0, &link, 2, b);
+    double ms = 0;
+    CU_ASSERT(sim_makespan_shape(&sh, &st, &ms, &e) == ERR_OK && test_close(ms, 19, 1e-12, 0));
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -513,5 +646,10 @@ int main(void)
     CU_add_test(s, "periodic extrapolation equals the full simulation", test_periodic_extrapolation);
     CU_add_test(s, "1F1B order is PipeDream-Flush's", test_1f1b_order);
     CU_add_test(s, "bad input refused", test_bad_input);
+    CU_add_test(s, "gradient buckets by hand", test_buckets_by_hand);
+    CU_add_test(s, "pass by pass = the 1F1B walk, sends and buckets",
+                test_passes_equal_walk);
+    CU_add_test(s, "zb-h1's buckets after the weight passes, by hand",
+                test_passes_buckets_by_hand);
     return test_main();
 }

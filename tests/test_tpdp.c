@@ -392,8 +392,9 @@ static void test_pipelines_cli(void)
     free(prof);
 }
 
-/* An estimated profile for (A100-80GB, tp 2) serves stages of tp 2 as the one-GPU estimate
- * split by the cluster does, and only those. */
+/* An estimated profile for (A100-80GB, tp 2) serves stages of tp 2 with the memory the
+ * one-GPU estimate split by the cluster has, its times per degree no faster (test_tp_profiles
+ * has them against the one-GPU estimate), and only those stages. */
 static void test_estimate_for_tp(void)
 {
     char one[512], two[512], args[1024], *err = NULL;
@@ -430,7 +431,9 @@ static void test_estimate_for_tp(void)
     for (int l = 0; l < a->n_layers; l++) {
         CU_ASSERT_EQUAL(a->layers[l].act_bytes, b->layers[l].act_bytes);
         CU_ASSERT_EQUAL(a->layers[l].state_bytes, b->layers[l].state_bytes);
-        CU_ASSERT_DOUBLE_EQUAL(a->layers[l].fwd_ms, b->layers[l].fwd_ms, 1e-9);
+        /* per degree, each GPU's share on the roofline: never faster than the one-GPU time
+         * split ideally (tp_efficiency 1.0), the collectives the same */
+        CU_ASSERT(b->layers[l].fwd_ms >= a->layers[l].fwd_ms * (1 - 1e-12));
         CU_ASSERT_EQUAL(a->layers[l].act_bytes, (p.layers[l].act_bytes));
     }
     CU_ASSERT_EQUAL(cluster_grad_bytes(&c[0], 0, 0, a->n_layers - 1),

@@ -398,37 +398,6 @@ static void test_entropy_floor(void)
     CU_ASSERT(lowest >= floor - 0.02);
 }
 
-/* A copy of plan P2 whose stage `s` was planned from a profile that under-states memory (every
- * byte count zero, as a profile of another implementation might): the plan is consistent and
- * fits its lowered limit on paper, and only the runtime, which allocates by its own size
- * functions, finds that the stage does not. */
-static const char *plan_with_limit(int s, long long limit, const char *name)
-{
-    char *text = test_read(plan_path[P2]);
-    cJSON *o = cJSON_Parse(text);
-    free(text);
-    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s), *c;
-    static const char *const bytes[] = {"state_bytes", "act_bytes",   "ckpt_bytes",
-                                        "workspace_bytes", "param_bytes", "grad_bytes",
-                                        "optimizer_bytes"};
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
-    {
-        for (int k = 0; k < 7; k++)
-            cJSON_ReplaceItemInObject(c, bytes[k], cJSON_CreateNumber(0));
-        cJSON_DeleteItemFromObject(c, "recompute_options"); /* none in that implementation */
-    }
-    cJSON *reserve = cJSON_GetObjectItem(o, "reserve_bytes");
-    cJSON_ReplaceItemInObject(st, "memory_bytes",
-                              cJSON_CreateNumber(reserve ? reserve->valuedouble : 0));
-    cJSON_ReplaceItemInObject(st, "memory_limit_bytes", cJSON_CreateNumber((double)limit));
-    cJSON_ReplaceItemInObject(st, "capacity_bytes", cJSON_CreateNumber((double)limit));
-    char *out = cJSON_Print(o);
-    const char *path = test_write(name, out);
-    cJSON_free(out);
-    cJSON_Delete(o);
-    return path;
-}
-
 static long long plan_number(int which, int stage, const char *key, int layer)
 {
     char *text = test_read(plan_path[which]);
@@ -445,7 +414,8 @@ static long long plan_number(int which, int stage, const char *key, int layer)
 static void check_limit(long long limit, const char *layer_name)
 {
     char plan[1024], metrics[1024], args[4096], expect[128];
-    snprintf(plan, sizeof plan, "%s", plan_with_limit(1, limit, "plan-limit.json"));
+    snprintf(plan, sizeof plan, "%s",
+             train_plan_understated(plan_path[P2], 1, limit, "plan-limit.json"));
     snprintf(metrics, sizeof metrics, "%s", test_path("m-limit.json"));
     remove(metrics);
     snprintf(args, sizeof args, "--plan '%s' --steps 3 --metrics '%s'", plan, metrics);

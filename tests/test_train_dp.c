@@ -5,8 +5,9 @@
  * grouped by replica, so later steps differ in rounding), and so each stage's checkpoint
  * (weights, averaged gradients, AdamW m and v); the dp run bitwise reproducible; checkpoints
  * resumed bitwise; a wrong -np and tp > 1 refused. ZeRO-1 (shard_optimizer) and the
- * optimizer on the host against the unsharded device-optimizer dp run: bitwise. Runs pin
- * --threads 1. */
+ * optimizer on the host against the unsharded device-optimizer dp run: bitwise. Gradients
+ * reduced in buckets of 4 KiB (several a stage, started as the backward goes) against one
+ * reduction after the last backward: bitwise. Runs pin --threads 1. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -23,18 +24,18 @@
 #define CKPT_HEADER_BYTES 120 /* runtime/ckpt.c's struct ckpt_header */
 
 static char plan_one[2][1024], plan_dp[2][1024], plan_tp[1024], plan_m[1024], plan_zero[1024],
-    plan_dp3[1024], plan_zero3[1024];
+    plan_dp3[1024], plan_zero3[1024], plan_bucket[2][1024], plan_bucket_sched[2][2][1024];
 
 /* `ballast plan` of a cluster of n CPU stages, micro_batches m, each stage `group` ("" or
  * ", \"dp\": 2" ...), the cluster `top` ("" or ", \"shard_optimizer\": true"). */
-static void make_plan_top(const char *name, int n, int m, const char *group, const char *top,
-                          char *out, size_t size)
+static void make_plan_sched(const char *name, const char *sched, int n, int m,
+                            const char *group, const char *top, char *out, size_t size)
 {
     char text[2048], file[64];
     int len = snprintf(text, sizeof text,
-                       "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", "
+                       "{\"format\": \"ballast-cluster/1\", \"schedule\": \"%s\", "
                        "\"micro_batches\": %d%s, \"stages\": [",
-                       m, top);
+                       sched, m, top);
     for (int s = 0; s < n; s++)
         len += snprintf(text + len, sizeof text - (size_t)len,
                         "%s{\"device\": \"cpu\", \"memory_bytes\": 1073741824, \"profile\": "
@@ -50,6 +51,12 @@ static void make_plan_top(const char *name, int n, int m, const char *group, con
              cluster, out);
     if (test_run(args, NULL, NULL) != 0)
         fprintf(stderr, "plan %s failed\n", name);
+}
+
+static void make_plan_top(const char *name, int n, int m, const char *group, const char *top,
+                          char *out, size_t size)
+{
+    make_plan_sched(name, "1f1b", n, m, group, top, out, size);
 }
 
 static void make_plan(const char *name, int n, int m, const char *group, char *out, size_t size)
@@ -82,6 +89,19 @@ static int setup(void)
     make_plan("dp3x1", 1, 2, ", \"dp\": 3", plan_dp3, sizeof plan_dp3);
     make_plan_top("zero3x1", 1, 2, ", \"dp\": 3", ", \"shard_optimizer\": true", plan_zero3,
                   sizeof plan_zero3);
+    make_plan_top("bucket0", 2, 2, ", \"dp\": 2", ", \"dp_bucket_bytes\": 0", plan_bucket[0],
+                  sizeof plan_bucket[0]);
+    make_plan_top("bucket4k", 2, 2, ", \"dp\": 2", ", \"dp_bucket_bytes\": \"4KiB\"",
+                  plan_bucket[1], sizeof plan_bucket[1]);
+    static const char *const sched[2] = {"zb-h1", "interleaved"};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s-%s", sched[i], k ? "4k" : "0");
+            make_plan_sched(name, sched[i], 2, 2, ", \"dp\": 2",
+                            k ? ", \"dp_bucket_bytes\": \"4KiB\"" : ", \"dp_bucket_bytes\": 0",
+                            plan_bucket_sched[i][k], sizeof plan_bucket_sched[i][k]);
+        }
     return 0;
 }
 
@@ -398,7 +418,8 @@ static void test_zero1(void)
 
 /* The optimizer on the host with dp 2: each layer's host update starts once the replicas'
  * gradients are reduced, and the run is bitwise the device optimizer's dp run (losses,
- * weights, checkpoints); each rank's device peak is the plan's. */
+ * weights, checkpoints); each rank's device peak is the plan's. The same with a fraction of
+ * the optimizer on the host (each stage's last layer's). */
 static void test_host_optimizer(void)
 {
     char host[1024], dir[2][1024], extra[2][1100];
@@ -420,6 +441,17 @@ static void test_host_optimizer(void)
         CU_ASSERT(test_close((double)on_host.peak[s], (double)on_host.planned[s], 0, 0.02));
         CU_ASSERT(on_host.peak[s] < dev.peak[s]); /* m and v live on the host */
     }
+    /* a fraction: each stage's second layer's optimizer on the host, after the reduction */
+    char split[1024], split_dir[1024], extra_split[1100];
+    struct train_metrics part;
+    snprintf(split, sizeof split, "%s", test_path("plan-dp2-split.json"));
+    snprintf(split_dir, sizeof split_dir, "%s", test_path("hostopt-split"));
+    snprintf(extra_split, sizeof extra_split, "--save '%s'", split_dir);
+    train_plan_host_optimizer_from(plan_dp[0], split, 3, 1, 0);
+    if (train_ok(4, split, "hostopt-split", extra_split, &part))
+        return;
+    CU_ASSERT_EQUAL(train_same_losses(&part, &dev), 1);
+    CU_ASSERT(same_stage_files(split_dir, dir[1], 2, 4));
 }
 
 /* dp 3 of one stage: its 30080 floats do not divide by 3, so the last slice is shorter, and
@@ -435,6 +467,54 @@ static void test_zero1_uneven(void)
                                 test_path("zero3-zero.safetensors")));
     CU_ASSERT(test_close((double)zero.peak[0], (double)zero.planned[0], 0, 0.02));
     CU_ASSERT(zero.peak[0] < full.peak[0]);
+}
+
+/* Buckets of 4 KiB (every layer of this model holds more: each its own, two a stage) against
+ * one reduction of everything after the last backward, under 1F1B, ZB-H1 (the buckets start
+ * in the last weight passes) and interleaved 1F1B (each chunk's in its last backward): the
+ * same sums in the same order, bitwise; the simulated steps count them. */
+static void buckets_equal(const char *const plan[2], const char *tag)
+{
+    char dir[2][1024], extra[2][1100], name[2][64], file[2][80];
+    struct train_metrics m[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(name[k], sizeof name[k], "%sbucket%s", tag, k ? "4k" : "0");
+        snprintf(file[k], sizeof file[k], "%s.safetensors", name[k]);
+        snprintf(dir[k], sizeof dir[k], "%s", test_path(name[k]));
+        snprintf(extra[k], sizeof extra[k], "--save '%s'", dir[k]);
+        if (train_ok(4, plan[k], name[k], extra[k], &m[k]))
+            return;
+    }
+    CU_ASSERT_EQUAL(train_same_losses(&m[0], &m[1]), 1);
+    CU_ASSERT(train_files_equal(test_path(file[0]), test_path(file[1])));
+    CU_ASSERT(same_stage_files(dir[0], dir[1], 2, 4));
+    /* the simulated step of each: a bucket a layer (4 of them) with 4 KiB, else one a stage */
+    for (int k = 0; k < 2; k++) {
+        char args[2048], out[1024], sim[80];
+        int buckets = 0, n = 0;
+        snprintf(sim, sizeof sim, "sim-%s%s.json", tag, k ? "4k" : "0");
+        snprintf(out, sizeof out, "%s", test_path(sim));
+        snprintf(args, sizeof args, "simulate --plan '%s' -o '%s'", plan[k], out);
+        CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+        cJSON *o = train_json_read(out);
+        const cJSON *st;
+        cJSON_ArrayForEach(st, cJSON_GetObjectItem(o, "stages")) {
+            buckets += cJSON_GetObjectItem(st, "allreduce_buckets")->valueint;
+            n++;
+        }
+        CU_ASSERT(k ? buckets == 4 : buckets == n);
+        cJSON_Delete(o);
+    }
+}
+
+static void test_buckets(void)
+{
+    const char *const one[2] = {plan_bucket[0], plan_bucket[1]};
+    buckets_equal(one, "");
+    for (int i = 0; i < 2; i++) {
+        const char *const plan[2] = {plan_bucket_sched[i][0], plan_bucket_sched[i][1]};
+        buckets_equal(plan, i ? "il-" : "zb-");
+    }
 }
 
 static void expect_refused(int np, const char *plan, const char *needle)
@@ -480,6 +560,7 @@ int main(void)
     CU_add_test(s, "ZeRO-1 over 3 replicas, uneven slices: bitwise unsharded", test_zero1_uneven);
     CU_add_test(s, "the optimizer on the host with dp 2 = on the device, bitwise",
                 test_host_optimizer);
+    CU_add_test(s, "gradients in buckets = one reduction, bitwise", test_buckets);
     CU_add_test(s, "a wrong -np, tp > 1 and a sharded host optimizer refused with the numbers",
                 test_refused);
     return test_main();

@@ -8,7 +8,10 @@
  *   - 2 steps, --save, --resume to 4: the checkpoint files of step 4 (mirror included) are
  *     byte for byte those of 4 straight steps;
  *   - a host_limit_bytes below the mirror: exit 2 on every rank before the first step, the
- *     numbers named. */
+ *     numbers named;
+ *   - a fraction (each stage's last layers' optimizer on the host, the rest on the device): the
+ *     device plan's losses and its checkpoint files byte for byte (weights, gradients, m, v),
+ *     the host peak the plan's mirror, and a resume across the two plans. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -19,7 +22,7 @@
 #include "plan.h"
 #include "traintest.h"
 
-static char plan1[1024], plan3[1024];
+static char plan1[1024], plan3[1024], plan3x4[1024];
 
 /* A number of stage s in a metrics file (-1 when missing). */
 static double stage_value(const char *metrics, int s, const char *key)
@@ -59,6 +62,19 @@ static void check_equal(int np, const char *plan, unsigned mask)
                (long long)peak, stage_value(metrics, s, "host_update_ms"));
     }
     plan_free(&p);
+}
+
+/* Each of 3 stages' checkpoint files of `step` in dirs a and b: byte for byte the same. */
+static int same_step_files(const char *a, const char *b, int step)
+{
+    int same = 1;
+    for (int s = 0; s < 3; s++) {
+        char fa[1200], fb[1200];
+        snprintf(fa, sizeof fa, "%s/stage-%d-step-%d.ckpt", a, s, step);
+        snprintf(fb, sizeof fb, "%s/stage-%d-step-%d.ckpt", b, s, step);
+        same &= train_files_equal(fa, fb);
+    }
+    return same;
 }
 
 static void test_one_rank(void)
@@ -122,12 +138,7 @@ static void test_resume(void)
     CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, host, extra, "first.metrics", &m), 0);
     snprintf(extra, sizeof extra, "--steps 4 --resume '%s' --save '%s'", b, b);
     CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, host, extra, "resumed.metrics", &m), 0);
-    for (int s = 0; s < 3; s++) {
-        char fa[1200], fb[1200];
-        snprintf(fa, sizeof fa, "%s/stage-%d-step-4.ckpt", a, s);
-        snprintf(fb, sizeof fb, "%s/stage-%d-step-4.ckpt", b, s);
-        CU_ASSERT(train_files_equal(fa, fb));
-    }
+    CU_ASSERT(same_step_files(a, b, 4));
 }
 
 static void test_host_limit(void)
@@ -146,10 +157,59 @@ static void test_host_limit(void)
     train_run_free(&r);
 }
 
+/* Each stage's layers but its first (of 3 stages: embed + block 0, blocks 1-2, block 3 +
+ * head) host their optimizer; the first's stays on the device. */
+static void test_fraction(void)
+{
+    char split[1024], dev_dir[1024], split_dir[1024], extra[4096];
+    const char *plan3 = plan3x4;
+    snprintf(split, sizeof split, "%s", test_path("host-split.json"));
+    train_plan_host_optimizer_from(plan3, split, 7, 1, 0);
+    snprintf(dev_dir, sizeof dev_dir, "%s", test_path("ckpt-dev"));
+    snprintf(split_dir, sizeof split_dir, "%s", test_path("ckpt-split"));
+    struct train_metrics dev, part;
+    snprintf(extra, sizeof extra, "--steps 3 --save '%s'", dev_dir);
+    CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, plan3, extra, "dev3.metrics", &dev), 0);
+    snprintf(extra, sizeof extra, "--steps 3 --save '%s'", split_dir);
+    CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, split, extra, "split.metrics", &part), 0);
+    CU_ASSERT(train_same_losses(&dev, &part));
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(plan_load(split, &p, &e), ERR_OK);
+    CU_ASSERT(same_step_files(dev_dir, split_dir, 3));
+    for (int s = 0; s < 3; s++) {
+        CU_ASSERT(p.stages[s].optimizer == COST_PLACE_HOST && p.stages[s].optimizer_from == 1);
+        CU_ASSERT(plan_stage_optimizer_fraction(&p.stages[s]) > 0 &&
+                  plan_stage_optimizer_fraction(&p.stages[s]) < 1);
+        int64_t peak = (int64_t)stage_value(test_path("split.metrics"), s, "host_peak_bytes");
+        CU_ASSERT_EQUAL(peak, p.stages[s].host_memory_bytes);
+        CU_ASSERT(stage_value(test_path("split.metrics"), s, "host_update_ms") > 0);
+        CU_ASSERT(stage_value(test_path("split.metrics"), s, "optimizer_ms") > 0);
+        printf("\n  stage %d: %.0f%% of its optimizer on the host, host peak %lld (planned %lld), "
+               "device peak %lld (planned %lld)",
+               s, 100 * plan_stage_optimizer_fraction(&p.stages[s]), (long long)peak,
+               (long long)p.stages[s].host_memory_bytes, part.peak[s], part.planned[s]);
+    }
+    plan_free(&p);
+    /* the device plan's checkpoint resumed by the split plan: its files of step 4 are the
+     * device plan's own */
+    snprintf(extra, sizeof extra, "--steps 4 --save '%s'", dev_dir);
+    CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, plan3, extra, "dev4.metrics", &dev), 0);
+    snprintf(extra, sizeof extra, "--steps 4 --resume '%s' --save '%s'", split_dir, split_dir);
+    CU_ASSERT_EQUAL_FATAL(train_run_ok(3, 120, split, extra, "split4.metrics", &part), 0);
+    CU_ASSERT(same_step_files(dev_dir, split_dir, 4));
+}
+
 int main(void)
 {
     train_plan_gpt("hostopt1", 64, "fp32", 1, "none", plan1, sizeof plan1);
     train_plan_gpt("hostopt3", 64, "fp32", 3, "none", plan3, sizeof plan3);
+    train_plan_model("hostopt3x4",
+                     "{\"format\": \"ballast-model/1\", \"kind\": \"gpt\", \"n_layer\": 4, "
+                     "\"n_embd\": 32, \"n_head\": 2, \"seq_len\": 16, \"vocab_size\": 64, "
+                     "\"micro_batch\": 2, \"dtype\": \"fp32\"}",
+                     3, "none", plan3x4, sizeof plan3x4);
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("train with the optimizer on the host", NULL, NULL);
     CU_add_test(s, "1 rank: the device optimizer's losses, peaks as planned", test_one_rank);
@@ -157,5 +217,6 @@ int main(void)
     CU_add_test(s, "planned for a small device: on the host, the same losses", test_planned);
     CU_add_test(s, "resumed from a checkpoint: the same files", test_resume);
     CU_add_test(s, "a host limit below the mirror: exit 2 on every rank", test_host_limit);
+    CU_add_test(s, "a fraction: the device's losses and files", test_fraction);
     return test_main();
 }

@@ -225,6 +225,37 @@ int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const
     return 0;
 }
 
+/* Plan tmpdir/NAME: a copy of `from` whose stage `s` was planned from a profile that
+ * under-states memory (every byte count zero, as a profile of another implementation might):
+ * the plan is consistent and fits its lowered limit `limit` on paper, and only the runtime,
+ * which allocates by its own size functions, finds that the stage does not. Its path. */
+const char *train_plan_understated(const char *from, int s, long long limit, const char *name)
+{
+    char *text = test_read(from);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s), *c;
+    static const char *const bytes[] = {"state_bytes", "act_bytes",   "ckpt_bytes",
+                                        "workspace_bytes", "param_bytes", "grad_bytes",
+                                        "optimizer_bytes"};
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(st, "layer_costs"))
+    {
+        for (int k = 0; k < 7; k++)
+            cJSON_ReplaceItemInObject(c, bytes[k], cJSON_CreateNumber(0));
+        cJSON_DeleteItemFromObject(c, "recompute_options"); /* none in that implementation */
+    }
+    cJSON *reserve = cJSON_GetObjectItem(o, "reserve_bytes");
+    cJSON_ReplaceItemInObject(st, "memory_bytes",
+                              cJSON_CreateNumber(reserve ? reserve->valuedouble : 0));
+    cJSON_ReplaceItemInObject(st, "memory_limit_bytes", cJSON_CreateNumber((double)limit));
+    cJSON_ReplaceItemInObject(st, "capacity_bytes", cJSON_CreateNumber((double)limit));
+    char *out = cJSON_Print(o);
+    const char *path = test_write(name, out);
+    cJSON_free(out);
+    cJSON_Delete(o);
+    return path;
+}
+
 /* A plan rewritten by a test: `from` loaded (else a message naming `to`, and nonzero) ... */
 static int rewrite_open(const char *from, const char *to, struct plan *p)
 {
@@ -430,6 +461,12 @@ void train_plan_model(const char *name, const char *model_text, int n_stages,
  * cost model's. */
 void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit)
 {
+    train_plan_host_optimizer_from(from, to, mask, 0, limit);
+}
+
+void train_plan_host_optimizer_from(const char *from, const char *to, unsigned mask,
+                                    int host_from, int64_t limit)
+{
     struct plan p;
     if (rewrite_open(from, to, &p))
         return;
@@ -437,7 +474,10 @@ void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, 
         struct plan_stage *st = &p.stages[s];
         if (!(mask >> s & 1))
             continue;
+        if (host_from >= plan_stage_layer_count(st))
+            continue; /* no layer left to host: the stage keeps its optimizer */
         st->optimizer = COST_PLACE_HOST;
+        st->optimizer_from = host_from;
         if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
             st->host_link = (struct link){1, 200, 10};
         recost(&p, st);

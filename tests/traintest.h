@@ -69,6 +69,11 @@ int train_metrics_read(const char *file, struct train_metrics *m);
 int train_run_ok(int np, int limit_s, const char *plan, const char *extra, const char *metrics_name,
              struct train_metrics *m);
 
+/* Plan tmpdir/NAME: plan `from` whose stage `s` looks planned from a profile that under-states
+ * memory (every byte count zero), with memory_limit_bytes `limit`: consistent, fitting on
+ * paper, and refused by the runtime's own sizes. Its path (test_write's buffer). */
+const char *train_plan_understated(const char *from, int s, long long limit, const char *name);
+
 /* Writes plan `to`: plan `from` whose layers take the given choices by global layer ("attn",
  * "mlp", "attn+mlp", "full"; NULL keeps), each stage's memory, recompute and stage time from
  * the cost model: a consistent plan that makes the runtime apply exactly these options. */
@@ -78,6 +83,11 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
  * each with host_limit_bytes `limit` (0: its own host_memory_bytes), and every number the
  * cost model's. */
 void train_plan_host_optimizer(const char *from, const char *to, unsigned mask, int64_t limit);
+/* The same with each such stage's last layers from its `host_from`-th on hosting theirs (a
+ * fraction of the optimizer; 0: all of them; a stage with no layer from there on keeps its
+ * optimizer on the device). */
+void train_plan_host_optimizer_from(const char *from, const char *to, unsigned mask,
+                                    int host_from, int64_t limit);
 
 /* Plan `to`: plan `from` with every layer that may (cost_whole_offload) keeping its tensors
  * in host memory between forward and backward, prefetched one layer ahead, over a 200 Gbit/s

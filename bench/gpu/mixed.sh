@@ -58,8 +58,11 @@ json.dump({"format": "ballast-cluster/1", "schedule": "1f1b", "micro_batches": m
                       for l in limits]}, open(path, "w"))
 PY
 }
-# what each stage needs keeping everything, on a roomy cluster
-cluster roomy.json 1e15 1e15 1e15 1e15
+# what each stage needs keeping everything, each stage given the whole device (a limit
+# beyond the device's memory is refused)
+whole=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['device']['memory_bytes'])" \
+  "$work/prof.json")
+cluster roomy.json "$whole" "$whole" "$whole" "$whole"
 "$ballast" plan --cluster "$work/roomy.json" --method none --quiet -o "$work/roomy-plan.json"
 limits=$("$py" -c "import json,sys; p=json.load(open(sys.argv[1])); f=[float(x) for x in sys.argv[2:]]; \
   print(' '.join(str(int(s['memory_bytes']*f[i])) for i,s in enumerate(p['stages'])))" \

@@ -118,7 +118,7 @@ static int settings_for(const struct plan *p, const struct framework *f,
                         struct plan *run, int *replanned, char *offload, size_t offload_size,
                         struct err *e)
 {
-    char why[512] = "", why_offload[512] = "";
+    char why[512] = "", why_offload[512] = "", why_share[512] = "";
     int fa = fw_activations_alike(p->framework.activations, f->activations), ok = 0, host = 0;
     *replanned = 0;
     offload[0] = '\0';
@@ -141,10 +141,13 @@ static int settings_for(const struct plan *p, const struct framework *f,
             host += p->stages[s].optimizer == COST_PLACE_HOST;
         }
         fs->host_optimizer = host == p->n_stages;
-        if (ok && (host == 0 || (host == p->n_stages && f->host_optimizer != FW_NO)) &&
+        int same = fw_host_share(p, &fs->host_fraction, why_share, sizeof why_share);
+        if (ok && same && (host == 0 || (host == p->n_stages && f->host_optimizer != FW_NO)) &&
             fw_settings_allowed(f, p, fs, 1, why, sizeof why))
             return ERR_OK;
-        if (ok)
+        if (ok && !same)
+            snprintf(why, sizeof why, "%s", why_share);
+        else if (ok)
             snprintf(why, sizeof why, "%d of %d stages keep their optimizer on the host", host,
                      p->n_stages);
         else

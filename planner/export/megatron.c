@@ -124,7 +124,9 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
     }
     if (x->fs->host_optimizer) {
         arg(f, &first, "optimizer_cpu_offload", "");
-        arg(f, &first, "optimizer_offload_fraction", "1.0");
+        char share[32];
+        snprintf(share, sizeof share, "%.4g", x->fs->host_fraction);
+        arg(f, &first, "optimizer_offload_fraction", strcmp(share, "1") == 0 ? "1.0" : share);
         arg(f, &first, "use_precision_aware_optimizer", "");
     }
     if (x->offload)

@@ -166,12 +166,14 @@ __global__ void layernorm_backward_kernel(T *dinp, const T *dout, const T *inp, 
 }
 
 // ---- column sums: COL_W columns per block, COL_R row lanes, rows in order per lane, then the
-// lanes in order: one fixed order per column ----
+// lanes in order: one fixed order per column, summed in full and then added to the gradient
+// once (so a second backward adds exactly the same bits: 2x the first) ----
 
 #define COL_W 16
 #define COL_R 64
 
-// dw (C) += sum_n (x - mean) rstd dout, db (C) += sum_n dout; with inp NULL only db (a bias)
+// dw (C) += sum_n (x - mean) rstd dout (mean NULL: 0, RMSNorm's gain), db (C) += sum_n dout;
+// either may be NULL (a bias: dw NULL; RMSNorm: db NULL)
 template <typename T>
 __global__ void column_grads_kernel(float *dw, float *db, const T *dout, const T *inp,
                                     const float *mean, const float *rstd, int N, int C)
@@ -182,8 +184,9 @@ __global__ void column_grads_kernel(float *dw, float *db, const T *dout, const T
     if (c < C)
         for (int n = ty; n < N; n += COL_R) {
             float g = to_f(dout[(int64_t)n * C + c]);
-            if (inp != nullptr)
-                aw += (to_f(inp[(int64_t)n * C + c]) - mean[n]) * rstd[n] * g;
+            if (dw != nullptr)
+                aw += (to_f(inp[(int64_t)n * C + c]) - (mean != nullptr ? mean[n] : 0.0f)) *
+                      rstd[n] * g;
             ab += g;
         }
     sw[ty][tx] = aw;
@@ -195,10 +198,27 @@ __global__ void column_grads_kernel(float *dw, float *db, const T *dout, const T
             tw += sw[r][tx];
             tb += sb[r][tx];
         }
-        if (inp != nullptr)
+        if (dw != nullptr)
             dw[c] += tw;
-        db[c] += tb;
+        if (db != nullptr)
+            db[c] += tb;
     }
+}
+
+template <typename T>
+static int column_grads(const kctx &k, float *dw, float *db, const void *dout, const void *inp,
+                        const float *mean, const float *rstd, int N, int C, struct err *e)
+{
+    column_grads_kernel<T><<<(C + COL_W - 1) / COL_W, COL_W * COL_R, 0, k.stream>>>(
+        dw, db, (const T *)dout, (const T *)inp, mean, rstd, N, C);
+    KERNEL_CHECK("column_grads_kernel", e);
+    return ERR_OK;
+}
+
+int k_column_grads(const kctx &k, float *dw, float *db, const void *dout, const void *inp,
+                   const float *mean, const float *rstd, int N, int C, struct err *e)
+{
+    return DISPATCH(k, column_grads)(k, dw, db, dout, inp, mean, rstd, N, C, e);
 }
 
 template <typename T>
@@ -226,10 +246,7 @@ static int layernorm_backward(const kctx &k, void *dinp, float *dw, float *db, c
     layernorm_backward_kernel<T><<<(N + ROW_WARPS - 1) / ROW_WARPS, 32 * ROW_WARPS, 0, k.stream>>>(
         (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
     KERNEL_CHECK("layernorm_backward_kernel", e);
-    column_grads_kernel<T><<<(C + COL_W - 1) / COL_W, COL_W * COL_R, 0, k.stream>>>(
-        dw, db, (const T *)dout, (const T *)inp, mean, rstd, N, C);
-    KERNEL_CHECK("column_grads_kernel (layer norm)", e);
-    return ERR_OK;
+    return column_grads<T>(k, dw, db, dout, inp, mean, rstd, N, C, e);
 }
 
 int k_layernorm_backward(const kctx &k, void *dinp, float *dw, float *db, const void *dout,
@@ -322,12 +339,9 @@ static int matmul_backward(const kctx &k, void *dinp, float *dw, float *dbias, c
     if (gemm(k, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, CUDA_R_32F,
              C, e))
         return e->code;
-    if (dbias != nullptr) {
-        column_grads_kernel<T><<<(OC + COL_W - 1) / COL_W, COL_W * COL_R, 0, k.stream>>>(
-            nullptr, dbias, (const T *)dout, nullptr, nullptr, nullptr, N, OC);
-        KERNEL_CHECK("column_grads_kernel (bias)", e);
-    }
-    return ERR_OK;
+    return dbias != nullptr
+               ? column_grads<T>(k, nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC, e)
+               : ERR_OK;
 }
 
 int k_matmul_backward(const kctx &k, void *dinp, float *dw, float *dbias, const void *dout,

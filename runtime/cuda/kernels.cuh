@@ -16,7 +16,10 @@
 // Determinism: no atomics. Every reduction has one fixed order (warp butterflies, per-column
 // loops over rows in order, the embedding's scatter-add over positions in order), so a run
 // repeats bit for bit on the same GPU, build and cuBLAS; cuBLAS's GEMMs are deterministic on
-// one stream with a fixed workspace (its documented condition).
+// one stream with a fixed workspace (its documented condition). A block's and the head's
+// parameter gradients are each summed in full and then added once (the GEMMs' beta = 1
+// epilogue, k_column_grads), so a second backward adds exactly the first's bits; only the
+// embeddings add position by position, in the CPU's order (bitwise the CPU's).
 #ifndef BALLAST_CUDA_KERNELS_CUH
 #define BALLAST_CUDA_KERNELS_CUH
 
@@ -49,6 +52,12 @@ int k_layernorm_forward(const kctx &k, void *out, float *mean, float *rstd, cons
 int k_layernorm_backward(const kctx &k, void *dinp, float *dw, float *db, const void *dout,
                          const void *inp, const void *w, const float *mean, const float *rstd,
                          int N, int C, struct err *e);
+
+// A normalisation's parameter gradients (layer norm, RMSNorm) or a bias's: dw (C) += sum over
+// the rows of (inp - mean) * rstd * dout (mean NULL: 0), db (C) += sum of dout; dw or db may
+// be NULL. Each column summed in full in one fixed order, then added once.
+int k_column_grads(const kctx &k, float *dw, float *db, const void *dout, const void *inp,
+                   const float *mean, const float *rstd, int N, int C, struct err *e);
 
 // out (N,OC) = add + inp (N,C) @ w (OC,C)^T + bias; add, bias may be NULL; out != add
 int k_matmul_forward(const kctx &k, void *out, const void *add, const void *inp, const void *w,

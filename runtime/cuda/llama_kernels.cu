@@ -101,19 +101,6 @@ __global__ void rmsnorm_backward_kernel(T *dinp, const T *dout, const T *inp, co
                                   to_f(inp[row + i]) * k);
 }
 
-// dw: one thread per column, rows in order
-template <typename T>
-__global__ void rmsnorm_dw_kernel(float *dw, const T *dout, const T *inp, const float *rstd,
-                                  int N, int C)
-{
-    GRID_STRIDE(c, C) {
-        float acc = dw[c];
-        for (int n = 0; n < N; n++)
-            acc += to_f(inp[(int64_t)n * C + c]) * rstd[n] * to_f(dout[(int64_t)n * C + c]);
-        dw[c] = acc;
-    }
-}
-
 template <typename T>
 static int rmsnorm_forward(struct backend *be, enum model_dtype dt, void *out, float *rstd,
                            const void *inp, const void *w, int N, int C, float eps,
@@ -135,10 +122,8 @@ static int rmsnorm_backward(struct backend *be, enum model_dtype dt, void *dinp,
     rmsnorm_backward_kernel<T><<<N, THREADS, 0, k.stream>>>(
         (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, rstd, C);
     KERNEL_CHECK("rmsnorm_backward_kernel", e);
-    rmsnorm_dw_kernel<T><<<blocks_for(C, THREADS), THREADS, 0, k.stream>>>(
-        dw, (const T *)dout, (const T *)inp, rstd, N, C);
-    KERNEL_CHECK("rmsnorm_dw_kernel", e);
-    return ERR_OK;
+    // dw summed in full, then added once (kernels.cuh): a second backward doubles it exactly
+    return k_column_grads(k, dw, nullptr, dout, inp, nullptr, rstd, N, C, e);
 }
 
 // ---- rotary positions: one thread per rotated pair; angles in double, as on the CPU ----

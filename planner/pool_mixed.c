@@ -158,6 +158,19 @@ static int table_past(struct mix_state *st)
     return st->stopped;
 }
 
+/* An array of n items of `size` bytes with room for one more (doubled when full): it, or
+ * NULL when out of memory (the array left as it was). */
+static void *mix_grow(void *items, int64_t n, int64_t *cap, size_t size)
+{
+    if (n < *cap)
+        return items;
+    int64_t grown_cap = *cap ? 2 * *cap : 1024;
+    void *grown = realloc(items, (size_t)grown_cap * size);
+    if (grown != NULL)
+        *cap = grown_cap;
+    return grown;
+}
+
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -478,14 +491,10 @@ static int table_shape(struct mix_state *st, const struct mix_shape *x, void *ar
         return ERR_OK;
     for (int k = 0; k < st->pm->K; k++)
         gpus += x->n[k];
-    if (st->n_menu == st->cap_menu) {
-        int64_t grown_cap = st->cap_menu ? 2 * st->cap_menu : 1024;
-        struct mix_entry *grown = realloc(st->menu, (size_t)grown_cap * sizeof *grown);
-        if (grown == NULL)
-            return err_set(e, ERR_FAIL, "out of memory");
-        st->menu = grown;
-        st->cap_menu = grown_cap;
-    }
+    struct mix_entry *menu = mix_grow(st->menu, st->n_menu, &st->cap_menu, sizeof *menu);
+    if (menu == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    st->menu = menu;
     struct mix_entry *m = &st->menu[st->n_menu++];
     *m = (struct mix_entry){x->code, cap, (double)cap / (double)gpus, {0}, gpus};
     memcpy(m->n, x->n, sizeof m->n);
@@ -1076,14 +1085,10 @@ static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg
     double bound = family_shape(st, x, (st->B + 2 * most - 1) / (2 * most), &s, &f)
                        ? pool_bound_first(&s, &f->sum)
                        : 0;
-    if (st->n_leads == st->cap_leads) {
-        int64_t grown_cap = st->cap_leads ? 2 * st->cap_leads : 1024;
-        struct mix_lead *grown = realloc(st->leads, (size_t)grown_cap * sizeof *grown);
-        if (grown == NULL)
-            return err_set(e, ERR_FAIL, "out of memory");
-        st->leads = grown;
-        st->cap_leads = grown_cap;
-    }
+    struct mix_lead *leads = mix_grow(st->leads, st->n_leads, &st->cap_leads, sizeof *leads);
+    if (leads == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    st->leads = leads;
     st->leads[st->n_leads++] = (struct mix_lead){x->code, bound};
     return ERR_OK;
 }

@@ -80,29 +80,7 @@ for m in $models; do
   for p in $pools; do
     k=${p%%:*} n=${p##*:}
     for dp in 0 1; do
-      python3 - "$tmp" "$m" "$k" "$n" "$dp" "$tmp/pool-$dp.json" "${SIZES:-}" <<'PY'
-import json, sys
-tmp, model, k, n, dp, dst, sizes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
-if k == "v16":
-    kinds = [("A100-40GB", 40e9, 2400), ("V100-16GB", 16e9, 1200)]
-else:
-    kinds = [("A100-40GB", 40e9, 2400), ("V100-32GB", 32e9, 1200), ("H100-80GB", 80e9, 3600)][:int(k)]
-k = len(kinds)
-share = n // k // 8 * 8
-counts = [share] * k
-counts[0] += n - share * k
-c = {"format": "ballast-cluster/1", "schedule": "1f1b", "global_batch": 512,
-     "link": {"gbps": 100, "latency_us": 5}, "dp_link": {"gbps": 100, "latency_us": 5},
-     "shard_optimizer": True,
-     "pool": [{"device": d, "count": cnt, "per_node": 8, "memory_bytes": int(mem),
-               "profile": f"{tmp}/{model}-{d}.json", "node_link": {"gbps": g, "latency_us": 2}}
-              for (d, mem, g), cnt in zip(kinds, counts)]}
-if dp:
-    c["dp"] = 1
-if sizes:
-    c["micro_batch_sizes"] = [int(b) for b in sizes.split(",")]
-json.dump(c, open(dst, "w"))
-PY
+      python3 "$root/bench/pool_file.py" "$tmp" "$m" "$k" "$n" "$dp" "$tmp/pool-$dp.json" "${SIZES:-}"
     done
     best=$(plan "$tmp/pool-0.json" "$out/$m-$k-$n.log")
     one=$(plan "$tmp/pool-1.json" "$out/$m-$k-$n-dp1.log")

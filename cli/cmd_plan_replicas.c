@@ -62,18 +62,27 @@ static void print_kinds(FILE *f, const struct plan *plans, int n, double step_ms
     plan_kinds_print(f, &k);
 }
 
-/* The GPUs of each kind the parsed pool file holds. */
-static void pool_counts(const cJSON *root, const char *file, struct plan_kinds_pool *pool)
+/* The GPUs of each kind the pool holds. */
+static void pool_counts(const struct pool_answer *a, struct plan_kinds_pool *pool)
 {
-    struct err e;
-    err_clear(&e);
-    struct pool_info info;
     memset(pool, 0, sizeof *pool);
-    if (pool_info_read(file, root, &info, &e) == ERR_OK)
-        for (int k = 0; k < info.n_kinds && k < PLAN_KINDS_MAX; k++) {
-            snprintf(pool->device[k], sizeof pool->device[k], "%s", info.device[k]);
-            pool->count[pool->n++] = info.count[k];
-        }
+    for (int k = 0; k < a->n_kinds && k < PLAN_KINDS_MAX; k++) {
+        snprintf(pool->device[k], sizeof pool->device[k], "%s", a->device[k]);
+        pool->count[pool->n++] = a->count[k];
+    }
+}
+
+/* The whole answer's certificate (both searches), and the search's time. */
+static void print_certified(FILE *f, const struct pool_answer *a)
+{
+    if (a->gap >= 0)
+        fprintf(f, "pool: certified gap %.3f%% over every candidate of both searches (none "
+                   "steps faster than %.3f ms); searched in %.2f s\n",
+                100 * a->gap, a->lower_bound, a->seconds);
+    else
+        fprintf(f, "pool: no certified gap (--time-limit stopped a search before its bound); "
+                   "searched in %.2f s\n",
+                a->seconds);
 }
 
 int cmd_plan_replicas(const cJSON *root, const char *file, int n, const struct plan_options *o,
@@ -117,11 +126,13 @@ int cmd_plan_pool(const cJSON *root, const char *file, const struct plan_options
     }
     if (!quiet && !a.mixed)
         pool_print(stdout, &a.homogeneous);
-    if (!quiet)
+    if (!quiet) {
         pool_mixed_print(stdout, &a.mix, a.have_plan ? a.plan.iteration_ms : INFINITY);
+        print_certified(stdout, &a);
+    }
     if (rc == ERR_OK && !quiet) {
         struct plan_kinds_pool pool;
-        pool_counts(root, file, &pool);
+        pool_counts(&a, &pool);
         print_kinds(stdout, a.mixed ? a.plans : &a.plan, a.mixed ? a.n : 1,
                     a.mixed ? a.step.step_ms : a.plan.iteration_ms, &pool);
     }

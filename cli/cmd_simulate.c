@@ -34,6 +34,11 @@ static void print_result(const struct plan *p, const struct sim_result *r)
            "bubble %.1f%%\n",
            schedule_name(p->schedule), p->method, p->n_stages, p->micro_batches, r->iteration_ms,
            100.0 * r->bubble_fraction);
+    if (p->replica_micro_batches != NULL) /* a pool plan dealing its batch unevenly */
+        printf("replicas: %d, taking %lld micro-batches in all (%lld samples); the busiest's "
+               "%d set the step\n",
+               p->stages[0].dp, (long long)plan_batches(p),
+               (long long)plan_batches(p) * p->model.micro_batch, p->micro_batches);
     int w = 10;
     for (int s = 0; s < r->n_stages; s++)
         w = (int)strlen(p->stages[s].device) > w ? (int)strlen(p->stages[s].device) : w;

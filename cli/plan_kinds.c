@@ -54,7 +54,7 @@ static int gpu_first(const struct plan *p, int s)
 static void add_plan(struct plan_kinds *k, const struct plan *p)
 {
     int dp = p->n_stages > 0 && p->stages[0].dp > 0 ? p->stages[0].dp : 1;
-    k->tokens += (double)dp * p->micro_batches * p->model.micro_batch * p->model.seq_len;
+    k->tokens += (double)plan_batches(p) * p->model.micro_batch * p->model.seq_len;
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         struct plan_kind *r = kind_of(k, st->device);
@@ -64,7 +64,7 @@ static void add_plan(struct plan_kinds *k, const struct plan *p)
         for (int t = 0; t < p->n_stages; t++)
             stages += strcmp(p->stages[t].device, st->device) == 0 && gpu_first(p, t);
         r->gpus += gpu_first(p, s) ? (long)tp * dp : 0;
-        r->flops += stage_flops(&p->model, st) * p->micro_batches * dp;
+        r->flops += stage_flops(&p->model, st) * (double)plan_batches(p);
         add_value(r->tp, &r->n_tp, tp);
         add_value(r->dp, &r->n_dp, dp);
         add_value(r->pp, &r->n_pp, stages);

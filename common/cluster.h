@@ -93,6 +93,9 @@ int cluster_group_read_stage(const cJSON *obj, const char *file, const char *pat
                              struct cluster_stage *st, struct err *e);
 int cluster_group_read(const cJSON *root, const char *file, struct cluster *c, struct err *e);
 int cluster_group_apply(struct cluster *c, const char *file, struct err *e);
+/* The gradient bytes of every stage even at tp 1 and dp 1 (a pipeline reducing them with other
+ * pipelines, replicas.h); nothing when cluster_group_apply made them. */
+int cluster_group_grads(struct cluster *c, struct err *e);
 void cluster_group_free(struct cluster *c);
 /* Heterogeneous replicas: a cluster file may list "pipelines", each {"stages", and its own
  * "micro_batches", "link", "reserve_bytes" if it gives them} with the file's other members

@@ -233,6 +233,11 @@ int cluster_group_apply(struct cluster *c, const char *file, struct err *e)
     return grouped ? apply_groups(c, 1, e) : ERR_OK;
 }
 
+int cluster_group_grads(struct cluster *c, struct err *e)
+{
+    return c->grad_bytes == NULL ? apply_groups(c, 0, e) : ERR_OK;
+}
+
 void cluster_group_free(struct cluster *c)
 {
     for (int k = 0; c->grad_bytes != NULL && k < c->n_profiles; k++)
@@ -345,7 +350,7 @@ int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cl
         if (one != NULL && cluster_parse(one, file, c, &inner))
             err_set(e, inner.code, "pipelines[%d] of %s", k, inner.msg);
         /* a pipeline reduces its gradients with the others even unreplicated */
-        else if (one != NULL && c->grad_bytes == NULL && apply_groups(c, 0, e))
+        else if (one != NULL && cluster_group_grads(c, e))
             cluster_free(c);
         cJSON_Delete(one);
     }

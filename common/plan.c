@@ -53,7 +53,9 @@ void plan_free(struct plan *p)
         plan_stage_free_offload(&p->stages[s]);
     }
     free(p->stages);
+    free(p->replica_micro_batches);
     p->stages = NULL;
+    p->replica_micro_batches = NULL;
     p->n_stages = 0;
 }
 
@@ -106,6 +108,7 @@ cJSON *plan_to_json(const struct plan *p)
     if (p->virtual_stages > 1)
         cJSON_AddNumberToObject(o, "virtual_stages", p->virtual_stages);
     cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
+    plan_dealing_to_json(p, o);
     cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
     cJSON_AddNumberToObject(o, "most_loaded_stage", p->most_loaded_stage);
     cJSON_AddNumberToObject(o, "iteration_ms", p->iteration_ms);
@@ -582,7 +585,7 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (next != model_layer_count(&p->model))
         return err_set(e, ERR_INPUT, "%s: stages[%d].layers: ends at %d, leaving layers %d..%d in "
                        "no stage", file, S - 1, next - 1, next, model_layer_count(&p->model) - 1);
-    if (plan_group_check(p, file, e))
+    if (plan_group_check(p, file, e) || plan_dealing_from_json(root, file, p, e))
         return e->code;
     if (jsonio_int(root, file, "", "bottleneck_stage", 0, S - 1, &v, e))
         return e->code;

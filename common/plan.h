@@ -117,6 +117,10 @@ struct plan {
     struct plan_verify verify;
     double optimality_gap; /* < 0: not reported */
     struct plan_search search;
+    /* Uneven data parallelism (issue 31): the micro-batches each of the stages' dp replicas
+     * takes, dp of them (owned; NULL: every replica takes micro_batches). micro_batches is
+     * their most: the step's costs and in-flight counts are that replica's. */
+    int *replica_micro_batches;
     int n_tried; /* --schedule auto: what it planned (written, not read back) */
     struct plan_try tried[PLAN_TRIES_MAX];
     /* --min-gain (planner/choice.h): the margin the plan was chosen with (0: the fastest),
@@ -177,6 +181,12 @@ void plan_group_to_json(const struct plan_stage *st, cJSON *so);
 int plan_group_from_json(const cJSON *so, const char *file, const char *path,
                          struct plan_stage *st, struct err *e);
 int plan_group_check(const struct plan *p, const char *file, struct err *e);
+/* "replica_micro_batches" (written only when the replicas differ): read and checked (one per
+ * replica, each 1 to micro_batches, micro_batches the most of them). */
+void plan_dealing_to_json(const struct plan *p, cJSON *o);
+int plan_dealing_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e);
+/* The micro-batches a step takes, all replicas together. */
+int64_t plan_batches(const struct plan *p);
 
 cJSON *plan_to_json(const struct plan *p);
 int plan_write(const char *file, const struct plan *p, struct err *e);

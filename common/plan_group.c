@@ -1,4 +1,7 @@
-/* A plan stage's tensor- and data-parallel fields (plan.h). */
+/* A plan stage's tensor- and data-parallel fields, and the plan's dealing of micro-batches to
+ * its replicas (plan.h). */
+#include <stdlib.h>
+
 #include "jsonio.h"
 #include "plan.h"
 
@@ -56,5 +59,57 @@ int plan_group_check(const struct plan *p, const char *file, struct err *e)
                            "%s: stages[%d].dp: %d, but stages[0].dp is %d: every stage of a "
                            "pipeline is replicated alike",
                            file, s, p->stages[s].dp, p->stages[0].dp);
+    return ERR_OK;
+}
+
+int64_t plan_batches(const struct plan *p)
+{
+    int dp = p->n_stages > 0 ? p->stages[0].dp : 1;
+    int64_t sum = 0;
+    for (int r = 0; r < dp; r++)
+        sum += p->replica_micro_batches != NULL ? p->replica_micro_batches[r] : p->micro_batches;
+    return sum;
+}
+
+void plan_dealing_to_json(const struct plan *p, cJSON *o)
+{
+    if (p->replica_micro_batches == NULL)
+        return;
+    cJSON *list = cJSON_AddArrayToObject(o, "replica_micro_batches");
+    for (int r = 0; r < p->stages[0].dp; r++)
+        cJSON_AddItemToArray(list, cJSON_CreateNumber(p->replica_micro_batches[r]));
+}
+
+int plan_dealing_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "replica_micro_batches");
+    int dp = p->stages[0].dp, most = 0;
+    if (list == NULL)
+        return ERR_OK;
+    if (jsonio_expect_array(list, file, "replica_micro_batches", e))
+        return e->code;
+    if (cJSON_GetArraySize(list) != dp)
+        return err_set(e, ERR_INPUT,
+                       "%s: replica_micro_batches: %d numbers, but the stages' dp is %d (one a "
+                       "replica)",
+                       file, cJSON_GetArraySize(list), dp);
+    if ((p->replica_micro_batches = malloc((size_t)dp * sizeof *p->replica_micro_batches)) ==
+        NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    for (int r = 0; r < dp; r++) {
+        char path[JSONIO_PATH_MAX];
+        int64_t m;
+        jsonio_path_index(path, "replica_micro_batches", r);
+        if (jsonio_int_value(cJSON_GetArrayItem(list, r), file, path, 1, p->micro_batches, &m,
+                             e))
+            return e->code;
+        p->replica_micro_batches[r] = (int)m;
+        most = (int)m > most ? (int)m : most;
+    }
+    if (most != p->micro_batches)
+        return err_set(e, ERR_INPUT,
+                       "%s: replica_micro_batches: the most is %d, but micro_batches is %d (the "
+                       "plan's costs are its busiest replica's)",
+                       file, most, p->micro_batches);
     return ERR_OK;
 }

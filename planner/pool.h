@@ -1,32 +1,37 @@
-/* The pool search (issue 17): given a pool of GPUs (a cluster file with "pool" and
- * "global_batch" instead of "stages"), the data-parallel pipeline with the least simulated
- * step. A candidate is dp replicas of one pipeline at micro-batch size b (the model's, or each
- * of "micro_batch_sizes"), holding, per device kind k, S_k stages of tp_k GPUs each (tp_k
- * divides the model's heads and fits a node, dp * S_k * tp_k <= count_k), with M =
- * global_batch / (dp * b) micro-batches a replica; each candidate's device order, layer split
- * and memory actions are --method optimal --repartition's, and its step is the simulated one
- * with the gradient reduction over the replicas. The answer is the least over all of them
- * (ties: the first in the order dp, b, then kind after kind tp and stages).
+/* The pool search's replicas of one pipeline (issues 17, 31): given a pool of GPUs (a cluster
+ * file with "pool" and "global_batch" instead of "stages", pool_model.h), the data-parallel
+ * pipeline with the least simulated step. A candidate is dp replicas of one pipeline at
+ * micro-batch size b (the model's, or each of "micro_batch_sizes"), holding, per device kind
+ * k, S_k stages of tp_k GPUs each (tp_k divides the model's heads and fits a node,
+ * dp * S_k * tp_k <= count_k). The global batch's B = global_batch / b micro-batches are dealt
+ * to the replicas as whole micro-batches, as evenly as they go (no dp needs to divide B: the
+ * first B mod dp replicas take one more), so a replica takes at most M = ceil(B / dp); every
+ * replica runs the plan made for M, whose step is theirs (one that takes fewer ends no
+ * later). Each candidate's device order, layer split and memory actions are --method optimal
+ * --repartition's, and its step is the simulated one with the gradient reduction over the
+ * replicas. The answer is the least over all of them (ties: the first in the order dp, b,
+ * then kind after kind tp and stages), the plan's replica_micro_batches its dealing.
  * Every candidate gets a lower bound (pool_bound.h); those whose GPUs cannot hold the model's
  * state are left out, the rest are taken in the order of their bounds until a bound cannot
  * beat the best (less --search-gap). Before planning one, a DP over its orders and splits
  * proves whether it could beat the best at all; then --repartition searches it with the best
- * step as its cutoff. --time-limit holds for the whole search (checked between candidates,
- * once one plan is found; a candidate's search gets a share); the plan carries the certified
- * gap (its lower bound: the least of what each candidate's search proved and the bounds of
- * those left). */
+ * step as its cutoff. --time-limit holds for every phase (the profiles at other sizes, the
+ * ranking, the planning: a candidate's search gets a share of the time left); the plan carries
+ * the certified gap (its lower bound: the least of what each candidate's search proved and the
+ * bounds of those left), none when the ranking itself was stopped. */
 #ifndef BALLAST_POOL_H
 #define BALLAST_POOL_H
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 
 #include "plan.h"
 #include "planner.h"
+#include "pool_model.h"
 
-#define POOL_KINDS_MAX 6
 /* Candidates a pass of the pruned search keeps, the least bounds; the rest wait for the next
  * pass (so memory stays bounded however many the pool holds). */
-#define POOL_KEEP (1L << 17)
+#define POOL_KEEP (1L << 20)
 
 struct pool_result {
     long enumerated; /* candidates the pruned search ranked (those left for memory aside) */
@@ -44,15 +49,17 @@ struct pool_result {
                            most 1 unless the bound is wrong */
     long nodes, splits; /* the candidates' --repartition nodes and splits simulated */
     int exhausted;      /* no time limit or node budget stopped a search */
-    double lower_bound; /* certified: no candidate steps faster (ms) */
-    double gap;         /* the best step over lower_bound, less 1 */
+    int ranked;         /* the ranking saw every candidate (else no certified bound) */
+    double lower_bound; /* certified: no candidate steps faster (ms; 0: none) */
+    double gap;         /* the best step over lower_bound, less 1 (< 0: not certified) */
     int n_kinds;
-    int dp, micro_batches, micro_batch; /* the fastest's: micro_batch its size */
+    int dp, micro_batches, micro_batch; /* the fastest's: micro_batches its most a replica */
+    long batches;                       /* micro-batches a step, all replicas */
     int tp[POOL_KINDS_MAX], stages[POOL_KINDS_MAX];
     char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
 };
 
-/* The best plan of the pool (ERR_NOFIT when no candidate fits; ERR_INPUT for a bad pool,
+/* The best plan of the pool file (ERR_NOFIT when no candidate fits; ERR_INPUT for a bad pool,
  * naming the field and the numbers). `o` is --method optimal's; the search sets repartition. */
 int pool_search(const char *file, const struct plan_options *o, struct plan *best,
                 struct pool_result *r, struct err *e);
@@ -60,24 +67,11 @@ int pool_search(const char *file, const struct plan_options *o, struct plan *bes
  * off (0: every candidate planned, for tests). */
 int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
                        struct plan *best, struct pool_result *r, struct err *e);
-/* pool_search_pruned on the file already parsed (`root`, read from `file`). */
-int pool_search_parsed(const cJSON *root, const char *file, const struct plan_options *o,
-                       long prune, struct plan *best, struct pool_result *r, struct err *e);
+/* The same on a pool already read, stopping at `deadline` (pool_now_s's clock; INFINITY:
+ * none) rather than at o->time_limit_s. */
+int pool_search_model(const struct pool_model *pm, const struct plan_options *o, long prune,
+                      double deadline, struct plan *best, struct pool_result *r,
+                      struct err *e);
 void pool_print(FILE *f, const struct pool_result *r);
-
-/* A pool file's kinds as the search reads them (for planner/pool_mixed.c). */
-struct pool_info {
-    int n_kinds;
-    char device[POOL_KINDS_MAX][PROFILE_NAME_MAX];
-    int64_t count[POOL_KINDS_MAX], per_node[POOL_KINDS_MAX]; /* per_node: count when absent */
-    int64_t global_batch, only_dp;                           /* only_dp: "dp", 0 when absent */
-    struct model model;
-};
-/* Reads and checks the pool of the parsed file `root` (read from `file`). */
-int pool_info_read(const char *file, const cJSON *root, struct pool_info *info, struct err *e);
-/* The cluster of one pipeline of `stages` stages of tp GPUs of kind k, replicated dp times,
- * M micro-batches a replica, with the pool file's other members (as the search plans it). */
-int pool_kind_cluster(const char *file, const cJSON *root, int k, int tp, int stages, int dp,
-                      int M, struct cluster *c, struct err *e);
 
 #endif

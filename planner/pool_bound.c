@@ -9,7 +9,7 @@
 int pool_costs_alloc(struct pool_costs *c, int L)
 {
     memset(c, 0, sizeof *c);
-    c->fwd_ms = calloc((size_t)3 * L, sizeof *c->fwd_ms);
+    c->fwd_ms = calloc((size_t)4 * L, sizeof *c->fwd_ms);
     c->state = calloc((size_t)3 * L, sizeof *c->state);
     if (c->fwd_ms == NULL || c->state == NULL) {
         pool_costs_free(c);
@@ -19,6 +19,22 @@ int pool_costs_alloc(struct pool_costs *c, int L)
     c->act = c->state + L;
     c->least_kept = c->state + 2 * L;
     c->tail_ms = c->fwd_ms + 2 * L;
+    c->send_ms = c->fwd_ms + 3 * L;
+    return 0;
+}
+
+int pool_costs_copy(struct pool_costs *to, const struct pool_costs *from, int L)
+{
+    if (to->fwd_ms == NULL && pool_costs_alloc(to, L))
+        return -1;
+    double *times = to->fwd_ms;
+    int64_t *bytes = to->state;
+    memcpy(times, from->fwd_ms, 4 * (size_t)L * sizeof *times);
+    memcpy(bytes, from->state, 3 * (size_t)L * sizeof *bytes);
+    *to = *from;
+    to->fwd_ms = times, to->work_ms = times + L, to->tail_ms = times + 2 * L;
+    to->send_ms = times + 3 * L;
+    to->state = bytes, to->act = bytes + L, to->least_kept = bytes + 2 * L;
     return 0;
 }
 
@@ -29,16 +45,19 @@ void pool_costs_free(struct pool_costs *c)
     memset(c, 0, sizeof *c);
 }
 
-void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int reduce,
+void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
                      struct pool_costs *out)
 {
     const struct profile *p = cluster_stage_profile(c, 0);
     const struct link *link = &c->stages[0].dp_link;
-    /* the all-reduce's bytes part, 2 (dp - 1) transfers of bytes / dp each (cost.c); reduced in
+    struct link next = cluster_link(c, 0); /* to a next stage, were there one */
+    int N = replicas > 1 ? replicas : 1;
+    /* the all-reduce's bytes part, 2 (N - 1) transfers of bytes / N each (cost.c); reduced in
      * buckets (sim.h), all of it may overlap the stage's last backward, whose layers' share is
      * taken off (the bounds add M forwards and backwards to it: never below 0) */
-    double per_byte = reduce ? 2.0 * (dp - 1) / dp : 0;
-    int overlap = reduce && dp > 1 && c->dp_bucket_bytes > 0;
+    double per_byte = 2.0 * (N - 1) / N;
+    int overlap = N > 1 && c->dp_bucket_bytes > 0;
+    out->freed_per_ms = 0;
     for (int l = 0; l < p->n_layers; l++) {
         const struct layer_cost *y = &p->layers[l];
         double bytes_ms = link_transfer_ms(link, cluster_grad_bytes(c, 0, l, l)) -
@@ -47,6 +66,7 @@ void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int 
         out->work_ms[l] = y->fwd_ms + y->bwd_ms;
         out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms -
                           overlap * y->bwd_ms;
+        out->send_ms[l] = link_transfer_ms(&next, y->out_bytes);
         out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
         out->act[l] = y->act_bytes;
         out->least_kept[l] = y->act_bytes;
@@ -61,11 +81,111 @@ void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int 
                                                                 : INFINITY);
         }
     }
-    out->first_tail_ms = (reduce ? cluster_allreduce_ms(c, 0, 0, 0) : 0) +
+    out->first_tail_ms = cost_dp_allreduce_ms(link, N, cluster_grad_bytes(c, 0, 0, 0)) +
                          device_optimizer * p->layers[0].optimizer_ms;
-    out->latency_ms = reduce ? cost_dp_allreduce_ms(link, dp, 0) : 0;
+    out->latency_ms = cost_dp_allreduce_ms(link, N, 0);
     out->capacity = c->stages[0].memory_bytes - c->reserve_bytes;
     out->known = 1;
+}
+
+#define POOL_COSTS_WAYS 32
+
+struct pool_costs_slot {
+    int dp, replicas; /* 0: empty */
+    struct pool_costs costs;
+};
+
+/* Kind k's stages of one tp at one size. */
+struct pool_costs_bucket {
+    signed char allowed; /* 0: not asked yet, 1: tp suits the model, -1: not */
+    int next;            /* the slot to fill next */
+    struct pool_costs_slot slot[POOL_COSTS_WAYS];
+};
+
+struct pool_costs_cache {
+    const struct pool_model *pm;
+    int device_optimizer, L;
+    long serial;
+    struct pool_costs_bucket *bucket[POOL_KINDS_MAX]; /* (per_node + 1) x sizes each */
+};
+
+int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
+                          struct pool_costs_cache **out, struct err *e)
+{
+    struct pool_costs_cache *c = calloc(1, sizeof *c);
+    *out = c;
+    if (c == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    c->pm = pm;
+    c->device_optimizer = device_optimizer;
+    c->L = model_layer_count(&pm->model);
+    for (int k = 0; k < pm->K; k++)
+        if ((c->bucket[k] = calloc((size_t)(pm->kind[k].per_node + 1) * (size_t)pm->n_sizes,
+                                   sizeof *c->bucket[k])) == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+    return ERR_OK;
+}
+
+void pool_costs_cache_free(struct pool_costs_cache *c)
+{
+    if (c == NULL)
+        return;
+    for (int k = 0; k < c->pm->K; k++)
+        for (int64_t i = 0; c->bucket[k] != NULL &&
+                            i < (c->pm->kind[k].per_node + 1) * (int64_t)c->pm->n_sizes;
+             i++)
+            for (int w = 0; w < POOL_COSTS_WAYS; w++)
+                pool_costs_free(&c->bucket[k][i].slot[w].costs);
+    for (int k = 0; k < POOL_KINDS_MAX; k++)
+        free(c->bucket[k]);
+    free(c);
+}
+
+/* The slot's costs made: kind k's stage of tp alone, as pool_model_cluster builds it. */
+static int fill_slot(struct pool_costs_cache *c, int k, int tp, int size,
+                     struct pool_costs_slot *slot)
+{
+    struct pool_pipe pipe = {.size = size, .dp = slot->dp, .M = 1, .reduce_alone = 1};
+    struct cluster cl;
+    struct err e;
+    err_clear(&e);
+    pipe.tp[k] = tp;
+    pipe.stages[k] = 1;
+    if (slot->costs.fwd_ms == NULL && pool_costs_alloc(&slot->costs, c->L))
+        return -1;
+    if (pool_model_cluster(c->pm, &pipe, &cl, &e))
+        return -1;
+    pool_costs_fill(&cl, slot->replicas, c->device_optimizer, &slot->costs);
+    slot->costs.serial = ++c->serial;
+    cluster_free(&cl);
+    return 0;
+}
+
+const struct pool_costs *pool_costs_get(struct pool_costs_cache *c, int k, int tp, int size,
+                                        int dp, int replicas)
+{
+    if (tp < 1 || tp > c->pm->kind[k].per_node)
+        return NULL;
+    struct pool_costs_bucket *b = &c->bucket[k][(int64_t)tp * c->pm->n_sizes + size];
+    if (b->allowed == 0) {
+        struct err skip;
+        err_clear(&skip);
+        b->allowed = cluster_check_tp(&c->pm->model, tp, "", &skip) ? -1 : 1;
+    }
+    if (b->allowed < 0)
+        return NULL;
+    for (int w = 0; w < POOL_COSTS_WAYS; w++)
+        if (b->slot[w].dp == dp && b->slot[w].replicas == replicas)
+            return &b->slot[w].costs;
+    struct pool_costs_slot *slot = &b->slot[b->next];
+    b->next = (b->next + 1) % POOL_COSTS_WAYS;
+    slot->dp = dp;
+    slot->replicas = replicas;
+    if (fill_slot(c, k, tp, size, slot)) {
+        slot->dp = 0;
+        return NULL;
+    }
+    return &slot->costs;
 }
 
 /* least_most(v) = sum_l min_u (v_u(l) / V_u) / sum_u (S_u / V_u), V_u = sum_l v_u(l): the
@@ -106,7 +226,7 @@ void pool_summarize(const struct pool_shape *s, struct pool_summary *out)
 {
     out->known = least_most_parts(s, 0, out->work, &out->shares) &&
                  least_most_parts(s, 1, out->whole, &out->wholes);
-    out->least = out->need = 0;
+    out->least = out->need = out->phi = 0;
     out->first_tail = INFINITY;
     out->latency = s->costs[0]->latency_ms;
     for (int u = 0; u < s->used; u++)
@@ -114,12 +234,37 @@ void pool_summarize(const struct pool_shape *s, struct pool_summary *out)
     for (int l = 0; l < s->L; l++) {
         double ms = INFINITY, state = INFINITY;
         for (int u = 0; u < s->used; u++) {
-            ms = fmin(ms, s->costs[u]->work_ms[l]);
-            state = fmin(state, (double)s->costs[u]->state[l] / (double)s->costs[u]->capacity);
+            const struct pool_costs *c = s->costs[u];
+            ms = fmin(ms, c->work_ms[l]);
+            state = fmin(state, (double)c->state[l] / (double)c->capacity);
+            out->phi = fmax(out->phi, c->work_ms[l] > 0 ? c->fwd_ms[l] / c->work_ms[l] : 1);
         }
         out->least += ms;
         out->need += state > 1 + 1e-9 ? INFINITY : state; /* a layer that fits no stage */
     }
+}
+
+/* Section (1) under a schedule whose forwards run in micro-batch order, each backward after
+ * its own forward: stage b's first backward waits for micro-batch 0's forward to reach it and
+ * its round trip through the stages after it, and before it b has run w_b forwards (1F1B:
+ * min(S - b, M); GPipe: M); then its M backwards and the other forwards, and its last
+ * backward's gradient reaches stage 0 through the backwards before it. So E_0 >= W + (M - 1)
+ * T_b - (w_b - 1) f_b for every b (W the stages' T summed), f_b <= phi T_b: with c_b = M - 1 -
+ * (w_b - 1) phi > 0 for every b, E_0 >= W + W / sum_b (1 / c_b) (the T_b that make every
+ * right side equal, summing to W, is the least any split reaches); 0 when some c_b <= 0. */
+static double pipeline_filled(const struct pool_shape *s, const struct pool_summary *sum, int S)
+{
+    if (s->schedule != SCHEDULE_1F1B && s->schedule != SCHEDULE_GPIPE)
+        return 0;
+    double inverse = 0;
+    for (int b = 0; b < S; b++) {
+        double w = s->schedule == SCHEDULE_GPIPE || S - b > s->M ? s->M : S - b;
+        double c = s->M - 1 - (w - 1) * sum->phi;
+        if (!(c > 0))
+            return 0;
+        inverse += 1 / c;
+    }
+    return sum->least * (1 + 1 / inverse);
 }
 
 /* With w_u(l) the time of layer l on kind u and S_u its stages: stage b (T_b its fwd + bwd of
@@ -137,7 +282,7 @@ void pool_summarize(const struct pool_shape *s, struct pool_summary *out)
  * max_b of the sum over b's layers of M w + that share + the layer's optimizer step, which is
  * at least least_most of those.
  * Scaled down a little so that rounding never lifts it over the simulated step. */
-double pool_bound(const struct pool_shape *s, const struct pool_summary *sum)
+double pool_bound_first(const struct pool_shape *s, const struct pool_summary *sum)
 {
     int S = 0;
     if (!sum->known)
@@ -145,15 +290,29 @@ double pool_bound(const struct pool_shape *s, const struct pool_summary *sum)
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
     double steady = s->M * least_most(s, sum->work, sum->shares);
-    double filled = sum->least / (1 - pow(1 - 1 / s->M, S));
-    double stage0 = fmax(steady, filled) + sum->first_tail;
+    double filled = fmax(sum->least / (1 - pow(1 - 1 / s->M, S)), pipeline_filled(s, sum, S));
+    return (fmax(steady, filled) + sum->first_tail) * (1 - 1e-9);
+}
+
+double pool_bound(const struct pool_shape *s, const struct pool_summary *sum)
+{
+    if (!sum->known)
+        return 0;
     double every = sum->latency + least_most(s, sum->whole, sum->wholes);
-    return fmax(stage0, every) * (1 - 1e-9);
+    return fmax(pool_bound_first(s, sum), every * (1 - 1e-9));
 }
 
 /* A stage of kind u holds at most capacity_u (its memory >= the reserve and its layers' state;
  * activations, even all recomputed, only add), so sum_l state_u(l) / capacity_u over its
  * layers <= 1, and summed over the stages, sum_l min_u (state_u(l) / capacity_u) <= S. */
+double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum)
+{
+    struct pool_summary at = *sum;
+    if (!sum->known || !least_most_parts(s, 1, at.whole, &at.wholes))
+        return pool_bound_first(s, sum);
+    return pool_bound(s, &at);
+}
+
 int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum)
 {
     int S = 0;
@@ -162,37 +321,54 @@ int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum)
     return sum->need > S * (1 + 1e-9);
 }
 
-/* Per layer prefix sums: of each used kind's work, tail and state (p[u]), and of the least
- * forward and the least work over the kinds (fwd, work). */
+/* Per layer prefix sums: of each used kind's work, backward, tail and state (p[u]), and of
+ * the least forward over the kinds (fwd). */
 struct prefixes {
-    double *work[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX], *state[POOL_KINDS_MAX];
-    double *act[POOL_KINDS_MAX], *kept[POOL_KINDS_MAX];
-    double *fwd, *least_work;
+    double *work[POOL_KINDS_MAX], *bwd[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
+    double *state[POOL_KINDS_MAX], *act[POOL_KINDS_MAX], *kept[POOL_KINDS_MAX];
+    double *fwd, *least; /* the least forward, the least work (forward and backward) */
+    /* the least send over the kinds of any layer before i, and of any from i on (INFINITY:
+     * none) */
+    double *send_before, *send_after;
     double *block; /* the one allocation */
 };
+
+#define PREFIX_ARRAYS 6
+
+static double least_send(const struct pool_shape *s, int l)
+{
+    double least = INFINITY;
+    for (int u = 0; u < s->used; u++)
+        least = fmin(least, s->costs[u]->send_ms[l]);
+    return least;
+}
 
 static int prefixes_make(const struct pool_shape *s, struct prefixes *p)
 {
     size_t n = (size_t)s->L + 1;
-    p->block = malloc((5 * (size_t)s->used + 2) * n * sizeof *p->block);
+    p->block = malloc((PREFIX_ARRAYS * (size_t)s->used + 4) * n * sizeof *p->block);
     if (p->block == NULL)
         return -1;
     for (int u = 0; u < s->used; u++) {
-        p->work[u] = p->block + 5 * u * n;
-        p->tail[u] = p->work[u] + n;
-        p->state[u] = p->tail[u] + n;
-        p->act[u] = p->state[u] + n;
-        p->kept[u] = p->act[u] + n;
-        p->work[u][0] = p->tail[u][0] = p->state[u][0] = p->act[u][0] = p->kept[u][0] = 0;
+        double **a[PREFIX_ARRAYS] = {&p->work[u], &p->bwd[u], &p->tail[u],
+                                     &p->state[u], &p->act[u], &p->kept[u]};
+        for (int i = 0; i < PREFIX_ARRAYS; i++) {
+            *a[i] = p->block + (PREFIX_ARRAYS * (size_t)u + (size_t)i) * n;
+            (*a[i])[0] = 0;
+        }
     }
-    p->fwd = p->block + 5 * s->used * n;
-    p->least_work = p->fwd + n;
-    p->fwd[0] = p->least_work[0] = 0;
+    p->fwd = p->block + PREFIX_ARRAYS * (size_t)s->used * n;
+    p->least = p->fwd + n;
+    p->send_before = p->least + n;
+    p->send_after = p->send_before + n;
+    p->fwd[0] = p->least[0] = 0;
+    p->send_before[0] = p->send_after[s->L] = INFINITY;
     for (int l = 0; l < s->L; l++) {
         double f = INFINITY, w = INFINITY;
         for (int u = 0; u < s->used; u++) {
             const struct pool_costs *c = s->costs[u];
             p->work[u][l + 1] = p->work[u][l] + c->work_ms[l];
+            p->bwd[u][l + 1] = p->bwd[u][l] + (c->work_ms[l] - c->fwd_ms[l]);
             p->tail[u][l + 1] = p->tail[u][l] + c->tail_ms[l];
             p->state[u][l + 1] = p->state[u][l] + (double)c->state[l];
             p->act[u][l + 1] = p->act[u][l] + (double)c->act[l];
@@ -201,8 +377,11 @@ static int prefixes_make(const struct pool_shape *s, struct prefixes *p)
             w = fmin(w, c->work_ms[l]);
         }
         p->fwd[l + 1] = p->fwd[l] + f;
-        p->least_work[l + 1] = p->least_work[l] + w;
+        p->least[l + 1] = p->least[l] + w;
+        p->send_before[l + 1] = fmin(p->send_before[l], least_send(s, l));
     }
+    for (int l = s->L - 1; l >= 0; l--)
+        p->send_after[l] = fmin(p->send_after[l + 1], least_send(s, l));
     return 0;
 }
 
@@ -234,61 +413,80 @@ static double least_recompute_ms(const struct pool_shape *s, const struct prefix
     return excess > 0 ? excess / c->freed_per_ms : 0;
 }
 
-/* Whether positions of these kinds can split the layers with every stage b (layers i..j,
- * kind u, T_b its fwd + bwd + the least recomputation its memory forces) under x as section
- * (2) of pool_bound and (1) by split: its state within capacity_u; F_b + M T_b + A_b + O_b <=
- * x (E_b >= F_b + M T_b, F_b >= the least forwards of the layers before i: micro-batch 0's
- * forward reaches b no sooner); and P_b + M T_b <= x - A_0 - O_0 (P_b >= the least works of
- * the layers before i). A DP over the positions: at[i] the least A_0 + O_0 of a split of the
- * layers before i over the positions so far (less is never worse for the positions after, so
- * the least suffices); each constraint only grows with j. */
+/* Whether positions of these kinds can split the layers with every stage b (layers i..k-1,
+ * kind u, T_b its fwd + bwd + the least recomputation its memory forces, g_b its bwd + that
+ * recomputation, which runs right before each backward) ending its step under x. Its last
+ * backward ends at E_b >= V_b = max(F_b + M T_b + W_b, V_{b+1} + g_b): it starts no sooner
+ * than micro-batch 0's forward reaches it (F_b >= the least forwards of the layers before i
+ * and b sends of the least any of them puts out), then runs M forwards and backwards; under
+ * 1F1B it runs w = min(S - b, M) forwards (f_b each) before its first backward, which waits
+ * for micro-batch 0's round trip through the stages after it (at least the least work of the
+ * layers after b's and 2 (S - 1 - b) sends of the least any layer from b's last on puts out):
+ * W_b = max(0, that - (w - 1) f_b) idle; and its last backward takes the last micro-batch's gradient from stage b+1, sent
+ * over the link (as many bytes as b's last layer puts out: sim.c). Then its all-reduce A_b and optimizer step O_b (sim.c; in a
+ * grouping replicas.c, whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
+ * A_b + O_b >= the tail of pool_bound's section (2). (For stage 0, V_0 is section (1)'s
+ * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
+ * least V_{b+1} of a split of the layers from k over the positions after b (less is never
+ * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
+ * layer. */
 static int split_could_step(const struct pool_shape *s, const struct prefixes *p,
-                            const int *kind_at, int S, double x, double *at, double *next)
+                            const int *kind_at, const int *in_flights, int S, double x,
+                            double *nxt, double *cur)
 {
-    int L = s->L;
+    int L = s->L, one_f_one_b = s->schedule == SCHEDULE_1F1B;
     double latency = s->costs[0]->latency_ms;
-    if (L < 1)
+    if (L < S || S < 1)
         return 0;
-    for (int i = 0; i <= L; i++)
-        at[i] = i == 0 ? 0 : INFINITY;
-    for (int b = 0; b < S; b++) {
-        int u = kind_at[b], last = L - (S - b); /* leave a layer to each position after */
-        int in_flight = schedule_in_flight(s->schedule, S, b, (int)s->M);
+    for (int k = 0; k <= L; k++)
+        nxt[k] = k == L ? 0 : INFINITY;
+    for (int b = S - 1; b >= 0; b--) {
+        int u = kind_at[b], first = b, last = L - (S - b); /* a layer for every position */
+        int in_flight = in_flights[b];
         double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
         for (int i = 0; i <= L; i++)
-            next[i] = INFINITY;
-        for (int i = b; i <= last; i++) {
-            if (isinf(at[i]))
-                continue;
-            for (int j = i; j <= last; j++) {
-                double T = p->work[u][j + 1] - p->work[u][i] +
-                           least_recompute_ms(s, p, u, i, j + 1, in_flight);
-                double tail = latency + p->tail[u][j + 1] - p->tail[u][i];
-                double t0 = b == 0 ? tail : at[i];
-                if (p->state[u][j + 1] - p->state[u][i] > cap ||
-                    !(p->fwd[i] + s->M * T + tail <= x) ||
-                    !(p->least_work[i] + s->M * T <= x - t0))
+            cur[i] = INFINITY;
+        for (int i = first; i <= last; i++)
+            for (int k = i + 1; k <= L - (S - 1 - b); k++) {
+                double R = least_recompute_ms(s, p, u, i, k, in_flight);
+                double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0);
+                double own = arrive + s->M * (p->work[u][k] - p->work[u][i] + R);
+                if (one_f_one_b && b < S - 1) { /* its wait for micro-batch 0's round trip */
+                    double f = p->work[u][k] - p->work[u][i] - (p->bwd[u][k] - p->bwd[u][i]);
+                    double trip = p->least[L] - p->least[k] + 2 * (S - 1 - b) *
+                                                                 p->send_after[k - 1];
+                    int w = S - b < s->M ? S - b : (int)s->M;
+                    own += fmax(0, trip - (w - 1) * f);
+                }
+                double tail = latency + p->tail[u][k] - p->tail[u][i];
+                if (p->state[u][k] - p->state[u][i] > cap || !(own + tail <= x))
                     break;
-                next[j + 1] = fmin(next[j + 1], t0);
+                if (b < S - 1 ? isinf(nxt[k]) : k < L)
+                    continue;
+                double back = b < S - 1 ? nxt[k] + s->costs[u]->send_ms[k - 1] : 0;
+                double V = fmax(own, b < S - 1 ? back + p->bwd[u][k] - p->bwd[u][i] + R : 0);
+                if (V + tail <= x)
+                    cur[i] = fmin(cur[i], V);
             }
-        }
-        memcpy(at, next, (size_t)(L + 1) * sizeof *at);
+        memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
     }
-    return !isinf(at[L]);
+    return !isinf(nxt[0]);
 }
 
 /* The orders of the kinds, order[0..depth) fixed and the kinds in `left` (a bit each) to
  * come: whether some split of one could step in x. */
 static int some_order(const struct pool_shape *s, const struct prefixes *p, int *order,
-                      int depth, unsigned left, int *kind_at, double x, double *at)
+                      int depth, unsigned left, int *kind_at, const int *in_flights, double x,
+                      double *at)
 {
     if (left == 0)
-        return split_could_step(s, p, kind_at, positions(s, order, kind_at), x, at,
+        return split_could_step(s, p, kind_at, in_flights, positions(s, order, kind_at), x, at,
                                 at + s->L + 1);
     for (int u = 0; u < s->used; u++)
         if (left >> u & 1) {
             order[depth] = u;
-            if (some_order(s, p, order, depth + 1, left & ~(1u << u), kind_at, x, at))
+            if (some_order(s, p, order, depth + 1, left & ~(1u << u), kind_at, in_flights, x,
+                           at))
                 return 1;
         }
     return 0;
@@ -300,15 +498,19 @@ int pool_could_step(const struct pool_shape *s, double x)
     int order[POOL_KINDS_MAX], S = 0;
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
-    int *kind_at = malloc((size_t)S * sizeof *kind_at);
+    int *kind_at = malloc(2 * (size_t)S * sizeof *kind_at);
     double *at = malloc(2 * ((size_t)s->L + 1) * sizeof *at);
     if (kind_at == NULL || at == NULL || prefixes_make(s, &p)) {
         free(kind_at);
         free(at);
         return 1; /* nothing proved */
     }
+    int *in_flights = kind_at + S; /* per position, whatever the order */
+    for (int b = 0; b < S; b++)
+        in_flights[b] = schedule_in_flight(s->schedule, S, b, (int)s->M);
     /* rounding never leaves out a split that steps in x */
-    int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, x * (1 + 1e-9), at);
+    int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
+                           x * (1 + 1e-9), at);
     free(p.block);
     free(kind_at);
     free(at);

@@ -9,16 +9,18 @@
 #include <stdint.h>
 
 #include "cluster.h"
-#include "pool.h"
+#include "pool_model.h"
 #include "schedule.h"
 
-/* A stage of one kind, tp and dp, as the cluster file reads it alone. */
+/* A stage of one kind, tp and dp alone, its gradients reduced over some number of replicas. */
 struct pool_costs {
-    int known;    /* the stage parsed alone (else nothing below: no bound) */
+    int known;    /* the stage is one the model allows (else nothing below: no bound) */
+    long serial;  /* which filling of a cache slot this is (pool_costs_get) */
     double *fwd_ms, *work_ms; /* per layer: forward; forward + backward */
     double *tail_ms; /* per layer: its bytes' share of the gradient all-reduce past the
                         latency, plus its optimizer step on the device, less its backward
                         when the reduction is bucketed (it may overlap the last backward) */
+    double *send_ms; /* per layer: its output (or its gradient) over the link between stages */
     int64_t *state;  /* per layer: parameter, gradient and optimizer bytes a GPU keeps */
     int64_t *act, *least_kept; /* per layer: activation bytes a micro-batch keeps with nothing
                                   recomputed, and the least any recomputation keeps */
@@ -48,21 +50,42 @@ struct pool_summary {
     double work[POOL_KINDS_MAX], shares;   /* least_most of the works: V_u and the shares */
     double whole[POOL_KINDS_MAX], wholes;  /* the same of M work + tail */
     double least, first_tail, latency;     /* sum_l min_u work; min_u first_tail; latency */
+    double phi; /* the most forward share of a layer's work, over the layers and kinds */
     double need;    /* sum_l min_u state / capacity (INFINITY: a layer fits no kind) */
     int known;      /* the sums are positive: else no bound */
 };
 
 int pool_costs_alloc(struct pool_costs *c, int L);
 void pool_costs_free(struct pool_costs *c);
-/* The costs of c's stage 0 alone (dp replicas; its optimizer step on the device when
- * device_optimizer). reduce 0: without the gradient all-reduce, as a pipeline of
- * heterogeneous replicas steps before its reduction (replicas.h). */
-void pool_costs_fill(const struct cluster *c, int dp, int device_optimizer, int reduce,
+/* `from` into `to` (its arrays made for L layers if it has none). */
+int pool_costs_copy(struct pool_costs *to, const struct pool_costs *from, int L);
+/* The costs of c's stage 0 alone, its gradients reduced over `replicas` replicas of all the
+ * pipelines reducing together (the stage's own dp replicas when alone; <= 1: no reduction),
+ * its optimizer step on the device when device_optimizer. */
+void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
                      struct pool_costs *out);
+
+/* The costs of a pool's stages, made from its model in memory when first asked for and kept
+ * a while (a few dp and replica counts per kind, tp and size). */
+struct pool_costs_cache;
+int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
+                          struct pool_costs_cache **out, struct err *e);
+void pool_costs_cache_free(struct pool_costs_cache *c);
+/* Kind k's stage of tp GPUs at size index `size`, replicated dp times (its optimizer state
+ * sharded over them with shard_optimizer), its gradients reduced over `replicas`; NULL when
+ * tp does not suit the model, or no memory. Valid until the next call for the same kind, tp
+ * and size. */
+const struct pool_costs *pool_costs_get(struct pool_costs_cache *c, int k, int tp, int size,
+                                        int dp, int replicas);
 
 void pool_summarize(const struct pool_shape *s, struct pool_summary *out);
 /* A lower bound on the step (cheap: ranks every candidate), from s's summary. */
 double pool_bound(const struct pool_shape *s, const struct pool_summary *sum);
+/* Its part that holds stage 0's end (section (1) below): of the summary, it reads only what
+ * does not depend on s->M, so one summary serves every M. */
+double pool_bound_first(const struct pool_shape *s, const struct pool_summary *sum);
+/* pool_bound at s->M from a summary made at any M (its M work + tail made again at s->M). */
+double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether the stages cannot hold the model's state, activations aside. */
 int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether some order of the kinds and split of the layers could step in x ms or less

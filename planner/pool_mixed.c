@@ -3,621 +3,1422 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "jsonio.h"
 #include "pool_bound.h"
-
-/* One group of a kind: dp replicas of a pipeline of `stages` stages of tp GPUs. */
-struct mix_option {
-    int tp, stages, dp;
-    double work_ms; /* W: fwd + bwd of every layer, one micro-batch, on a stage of tp GPUs */
-    double rate;    /* dp S / W: at most the micro-batches a ms the group's stages finish */
-    int *done;      /* per M (0 to B): 1 + its pipeline's index in mix_state.done, 0: not yet
-                       planned, -1: no split of it could beat the best (owned; allocated when
-                       first planned) */
-    double least_ms; /* option_bound at one micro-batch (NAN: not yet), which no M is under */
-    /* the most micro-batches a replica could take with option_bound under most_for (the
-     * best when it was found; below, it only falls) */
-    int64_t most_M;
-    double most_for;
-};
-
-/* A group pipeline planned once (an option at one M), and its plan when one fits. */
-struct mix_planned {
-    int fits;
-    struct plan plan;
-    double alone_ms; /* its step alone (replicas_result.pipeline_ms), which replicas_step of
-                        any grouping holding it is no less than */
-    double *last;    /* when each stage's last backward ends alone (replicas_alone): the
-                        groupings holding it are scored without simulating it again */
-};
-
-struct mix_state {
-    const char *file;
-    const cJSON *root;
-    struct plan_options o;
-    struct pool_info info;
-    int64_t B; /* micro-batches a step, all replicas together */
-    enum schedule schedule;
-    struct mix_option *opt[POOL_KINDS_MAX];
-    int n_opt[POOL_KINDS_MAX];
-    double max_rate[POOL_KINDS_MAX];
-    /* per kind: the most micro-batches a group of it could take under cap_for (kind_cap) */
-    int64_t max_cap[POOL_KINDS_MAX];
-    double cap_for[POOL_KINDS_MAX];
-    /* the grouping searched: its groups' kinds and options, and their micro-batches */
-    int n_groups, kind_of[POOL_KINDS_MAX], M[POOL_KINDS_MAX];
-    struct mix_option *group[POOL_KINDS_MAX];
-    struct mix_planned *done;
-    int n_done, cap_done;
-    double best_ms;
-    int have_best, best_at[POOL_KINDS_MAX]; /* the best's plans: indices into done */
-    double deadline_s;                      /* monotonic clock; 0: no limit */
-    /* per kind, tp and dp (kind_costs): a stage's costs without the all-reduce, and whether
-     * they were asked for (0: not yet, 1: known, -1: the stage does not parse) */
-    struct pool_costs *costs[POOL_KINDS_MAX];
-    signed char *costs_state[POOL_KINDS_MAX];
-    struct pool_mixed_result *r;
-};
+#include "sim.h"
 
 /* Bounds are scaled down a little so that rounding never lifts one over a simulated step. */
 #define MIX_ROUNDING (1 - 1e-9)
+/* M tried below a capacity by the whole bound (shape_cap). */
+#define MIX_CAP_LOOKS 8
+/* Shapes bounded between two looks at the clock. */
+#define MIX_CLOCK_EVERY 1024
+/* The capacity table is built again once the step to beat has fallen this much below the one
+ * it was built for. */
+#define MIX_TABLE_STALE 1.01
+/* A table of more cells than this gives way to one per kind (pool_mixed.h; looser). */
+#define MIX_TABLE_CELLS ((int64_t)1 << 24)
+/* Cells the table is cleared and closed by between looks at the clock. */
+#define MIX_TABLE_CHUNK ((int64_t)1 << 16)
+/* Probes of the bisection for the certificate (its precision: 2^-probes of the step). */
+#define MIX_BISECT_PROBES 7
+/* Family summaries kept (a hash table). */
+#define MIX_FAMILIES 4096
+/* Planned groups kept (a hash table, grown). */
+#define MIX_PLANNED_MIN 256
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+/* A shape: per kind its tp and stages (0: unused); code: its number, the same wherever it is
+ * enumerated. */
+struct mix_shape {
+    int tp[POOL_KINDS_MAX], S[POOL_KINDS_MAX];
+    int64_t n[POOL_KINDS_MAX]; /* GPUs a replica takes */
+    uint64_t code;
+};
 
-/* W of kind k at tp: its stage's layers' fwd + bwd (ERR_INPUT: the stage does not parse). */
-static int kind_work(struct mix_state *st, int k, int tp, double *work_ms, struct err *e)
-{
-    struct cluster c;
-    if (pool_kind_cluster(st->file, st->root, k, tp, 1, 1, 1, &c, e))
-        return e->code;
-    const struct profile *p = cluster_stage_profile(&c, 0);
-    st->schedule = c.schedule;
-    *work_ms = 0;
-    for (int l = 0; l < p->n_layers; l++)
-        *work_ms += p->layers[l].fwd_ms + p->layers[l].bwd_ms;
-    cluster_free(&c);
-    return ERR_OK;
-}
+/* A group: dp replicas of a shape. */
+struct mix_group {
+    struct mix_shape x;
+    int dp;
+    int64_t cap; /* micro-batches it could take under the table's T */
+};
 
-/* Faster groups first (a good best early); ties in the order tp, stages, dp. */
-static int by_rate(const void *pa, const void *pb)
-{
-    const struct mix_option *a = pa, *b = pb;
-    if (a->rate != b->rate)
-        return a->rate < b->rate ? 1 : -1;
-    if (a->tp != b->tp)
-        return a->tp - b->tp;
-    return a->stages != b->stages ? a->stages - b->stages : a->dp - b->dp;
-}
-
-/* Every group kind k can form: tp dividing the heads (and its stage parsing), at most
- * per_node; stages at most the model's layers; dp S tp at most the count. */
-static int kind_options(struct mix_state *st, int k, struct err *e)
-{
-    int L = model_layer_count(&st->info.model), n = 0, cap = 0;
-    for (int tp = 1; tp <= st->info.per_node[k]; tp++) {
-        struct err skip;
-        double W = 0;
-        err_clear(&skip);
-        if (cluster_check_tp(&st->info.model, tp, "", &skip) || kind_work(st, k, tp, &W, &skip))
-            continue;
-        for (int S = 1; S <= L && (int64_t)S * tp <= st->info.count[k]; S++)
-            for (int dp = 1; (int64_t)dp * S * tp <= st->info.count[k]; dp++) {
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    struct mix_option *grown = realloc(st->opt[k], (size_t)cap * sizeof *grown);
-                    if (grown == NULL)
-                        return err_set(e, ERR_FAIL, "out of memory");
-                    st->opt[k] = grown;
-                }
-                st->opt[k][n++] = (struct mix_option){tp, S, dp, W, dp * S / W, NULL, NAN,
-                                                        st->B / dp, INFINITY};
-            }
-    }
-    st->n_opt[k] = n;
-    if (n > 0)
-        qsort(st->opt[k], (size_t)n, sizeof *st->opt[k], by_rate);
-    st->max_rate[k] = n > 0 ? st->opt[k][0].rate : 0;
-    return ERR_OK;
-}
-
-/* A lower bound on the step of group g's pipeline with M micro-batches: its busiest stage
- * computes M T_b >= M W / S (the stages' T sum to at least W), and the fill and drain bound of
- * pool.c's candidate_bound, W / (1 - (1 - 1/M)^S) (one kind: the least layer times are its
- * own). The reduction and the other groups only add to the step (replicas.h). */
-static double group_bound(const struct mix_option *g, int64_t M)
-{
-    double W = g->work_ms, steady = (double)M * W / g->stages;
-    double filled = W / (1 - pow(1 - 1.0 / (double)M, g->stages));
-    return fmax(steady, filled) * MIX_ROUNDING;
-}
-
-/* Kind k's stage of tp and dp alone, without the all-reduce (NULL: it does not parse, or no
- * memory: no bound), computed once. */
-static const struct pool_costs *kind_costs(struct mix_state *st, int k, int tp, int dp)
-{
-    int64_t n = st->info.count[k] + 1, at = tp * n + dp;
-    if (st->costs[k] == NULL) {
-        st->costs[k] = calloc((size_t)((st->info.per_node[k] + 1) * n), sizeof *st->costs[k]);
-        st->costs_state[k] = calloc((size_t)((st->info.per_node[k] + 1) * n), 1);
-        if (st->costs[k] == NULL || st->costs_state[k] == NULL)
-            return NULL;
-    }
-    if (st->costs_state[k][at] == 0) {
-        struct cluster c;
-        struct err skip;
-        err_clear(&skip);
-        st->costs_state[k][at] = -1;
-        if (pool_costs_alloc(&st->costs[k][at], model_layer_count(&st->info.model)))
-            return NULL;
-        if (pool_kind_cluster(st->file, st->root, k, tp, 1, dp, 1, &c, &skip) == ERR_OK) {
-            pool_costs_fill(&c, dp, !(st->o.actions & PLAN_ACTION_OPTIMIZER), 0,
-                            &st->costs[k][at]);
-            st->costs_state[k][at] = 1;
-            cluster_free(&c);
-        }
-    }
-    return st->costs_state[k][at] == 1 ? &st->costs[k][at] : NULL;
-}
-
-/* Group opt of kind k with M micro-batches as pool_bound.h sees it (0: no costs). */
-static int group_shape(struct mix_state *st, int k, const struct mix_option *opt, int64_t M,
-                       struct pool_shape *s)
-{
-    const struct pool_costs *c = kind_costs(st, k, opt->tp, opt->dp);
-    if (c == NULL)
-        return 0;
-    *s = (struct pool_shape){.used = 1, .L = model_layer_count(&st->info.model),
-                             .M = (double)M, .schedule = st->schedule,
-                             .recompute_only = st->o.actions == PLAN_ACTION_RECOMPUTE};
-    s->costs[0] = c;
-    s->stages[0] = opt->stages;
-    return 1;
-}
-
-/* A lower bound on any grouping holding group opt of kind k at M micro-batches: group_bound,
- * and pool_bound of the group's pipeline without its all-reduce (INFINITY: its GPUs cannot
- * hold the model's state). Both hold for the pipeline's step alone, which replicas_step
- * simulates as is (dp 1: no reduction, the optimizer step after the last backward) and only
- * adds to; the memory is the group's own at its dp, as it is planned. Both grow with M (the
- * fill and drain term's denominator shrinks), so at M = 1 they bound every M. */
-static double option_bound(struct mix_state *st, int k, const struct mix_option *opt,
-                           int64_t M)
-{
-    struct pool_shape s;
+/* What bounds the capacity of a family of shapes (the same tp per kind): pool_bound's summary
+ * of its costs at the most favourable dp and replica count, whatever the stage counts. */
+struct mix_family {
+    int used; /* 0: empty slot */
+    int size, tp[POOL_KINDS_MAX];
+    int known;
     struct pool_summary sum;
-    double weak = group_bound(opt, M);
-    if (!group_shape(st, k, opt, M, &s))
-        return weak;
-    pool_summarize(&s, &sum);
-    if (!(st->o.actions & PLAN_ACTION_OPTIMIZER) && pool_cannot_fit(&s, &sum))
-        return INFINITY;
-    return fmax(weak, pool_bound(&s, &sum));
+    struct pool_costs own[POOL_KINDS_MAX]; /* copies: the cache's entries move on */
+};
+
+/* A group pipeline at one M, planned once (or refuted). */
+struct mix_planned {
+    int used;
+    uint64_t code;
+    int dp, M, size;
+    int state; /* 0: not planned; 1: planned (fits or not) */
+    int fits;
+    struct plan plan;
+    struct replicas_pipe pipe;
+    /* refuted: no split of it steps alone under refuted_x when it reduces with at least
+       refuted_N replicas (pool_could_step) */
+    double refuted_x;
+    int refuted_N;
+};
+
+/* A shape's capacity under T by pool_could_step (shape_cap_tight), kept: exact, or only an
+ * upper bound (what a single probe proved). */
+struct mix_tight {
+    int used;
+    uint64_t code;
+    int size;
+    double T;
+    int64_t cap;
+    int exact;
+};
+
+/* A shape on the table's menu: its code, its capacity under the table's T, and that over the
+ * GPUs a replica takes. */
+struct mix_entry {
+    uint64_t code;
+    int64_t cap;
+    double density;
+    int64_t n[POOL_KINDS_MAX]; /* GPUs a replica takes, per kind */
+    int64_t gpus;
+};
+
+/* A shape that could be a pair's first group (taking half the micro-batches or more), and a
+ * lower bound on the step of every pair it leads. */
+struct mix_lead {
+    uint64_t code;
+    double bound;
+};
+
+struct mix_key {
+    uint64_t code;
+    int dp, M, size;
+};
+
+struct mix_state {
+    const struct pool_model *pm;
+    struct plan_options o;
+    struct pool_costs_cache *costs;
+    int size;
+    int64_t B;
+    int L;
+    double deadline;
+    double best_ms; /* the step to beat: the homogeneous best, then the best found */
+    struct pool_mixed_result *r;
+    /* the table: per cell (GPUs of each kind, mixed radix), the most micro-batches one group
+     * fitting them could take under table_T */
+    double table_T;
+    int64_t *table, stride[POOL_KINDS_MAX], cells;
+    int64_t *per_kind[POOL_KINDS_MAX]; /* without a table: per kind and its GPUs */
+    struct mix_entry *menu; /* every shape of some capacity under table_T, densest first */
+    int64_t n_menu, cap_menu;
+    int64_t menu_lowered; /* caps lowered since the menu was sorted */
+    struct mix_family *family;
+    struct mix_planned *planned;
+    int64_t n_planned, cap_planned;
+    struct mix_tight *tight;
+    int64_t n_tight, cap_tight;
+    double *floors; /* B + 1 of them: struct first's */
+    struct mix_lead *leads; /* the shapes that could lead a pair, least bound first */
+    int64_t n_leads, cap_leads;
+    long ticks;
+    int stopped;
+    int skip; /* the shapes' enumeration under way is over (each_shape) */
+    /* the best pair: its groups' entries */
+    int have_best;
+    struct mix_key best_key[POOL_GROUPS_MAX];
+};
+
+static double mix_T(const struct mix_state *st)
+{
+    return st->best_ms / (1 + st->o.search_gap);
 }
 
-static double option_least(struct mix_state *st, int k, struct mix_option *opt)
+/* Whether the time limit has passed (looked at every few calls). */
+static int mix_stopped(struct mix_state *st)
 {
-    if (isnan(opt->least_ms))
-        opt->least_ms = option_bound(st, k, opt, 1);
-    return opt->least_ms;
+    if (!st->stopped && !isinf(st->deadline) && ++st->ticks % MIX_CLOCK_EVERY == 0 &&
+        pool_now_s() > st->deadline)
+        st->stopped = st->r->timed_out = 1;
+    return st->stopped;
 }
 
-/* The most micro-batches a replica of opt could take in a grouping under the best: the
- * largest M with option_bound(M) under it (option_bound grows with M). */
-static int64_t option_most(struct mix_state *st, int k, struct mix_option *opt)
+/* Whether the deadline has passed, looked at now (the table's passes are long: mix_stopped
+ * counts calls). */
+static int table_past(struct mix_state *st)
 {
-    if (opt->most_for == st->best_ms)
-        return opt->most_M;
-    int64_t lo = 0, hi = opt->most_M; /* bound(lo) < best (lo 0: none), bound(hi + 1) >= */
-    if (option_least(st, k, opt) >= st->best_ms)
-        hi = 0;
+    if (!st->stopped && !isinf(st->deadline) && pool_now_s() > st->deadline)
+        st->stopped = st->r->timed_out = 1;
+    return st->stopped;
+}
+
+/* An array of n items of `size` bytes with room for one more (doubled when full): it, or
+ * NULL when out of memory (the array left as it was). */
+static void *mix_grow(void *items, int64_t n, int64_t *cap, size_t size)
+{
+    if (n < *cap)
+        return items;
+    int64_t grown_cap = *cap ? 2 * *cap : 1024;
+    void *grown = realloc(items, (size_t)grown_cap * size);
+    if (grown != NULL)
+        *cap = grown_cap;
+    return grown;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* ---- capacities ---------------------------------------------------------------------- */
+
+static uint64_t family_hash(int size, const int *tp, int K)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)size;
+    for (int k = 0; k < K; k++)
+        h = (h ^ (uint64_t)tp[k]) * 1099511628211ull;
+    return h;
+}
+
+/* The shape's family (its tps, 0 for an unused kind), summarised once. */
+static const struct mix_family *family_of(struct mix_state *st, const struct mix_shape *x)
+{
+    int tp[POOL_KINDS_MAX] = {0}, K = st->pm->K;
+    for (int k = 0; k < K; k++)
+        tp[k] = x->S[k] > 0 ? x->tp[k] : 0;
+    uint64_t h = family_hash(st->size, tp, K);
+    struct mix_family *f = NULL;
+    for (int i = 0; i < MIX_FAMILIES; i++) {
+        f = &st->family[(h + (uint64_t)i) % MIX_FAMILIES];
+        if (!f->used || (f->size == st->size && memcmp(f->tp, tp, sizeof tp) == 0))
+            break;
+    }
+    if (f->used)
+        return f->size == st->size && memcmp(f->tp, tp, sizeof tp) == 0 ? f : NULL;
+    if (table_past(st))
+        return NULL; /* a family's costs take a while: none made past the deadline */
+    f->used = 1;
+    f->size = st->size;
+    memcpy(f->tp, tp, sizeof tp);
+    struct pool_shape s = {.L = st->L, .M = 1, .schedule = st->pm->schedule};
+    f->known = 1;
+    for (int k = 0; k < K && f->known; k++) {
+        if (tp[k] == 0)
+            continue;
+        if (table_past(st)) { /* unknown: no bound from it (the search stops) */
+            f->known = 0;
+            break;
+        }
+        /* the most favourable replicas: every micro-batch a replica (the most sharding of
+         * the optimizer) and two pipelines reducing (the least all-reduce) */
+        const struct pool_costs *c =
+            pool_costs_get(st->costs, k, tp[k], st->size, (int)st->B, 2);
+        if (c == NULL || !c->known || pool_costs_copy(&f->own[s.used], c, st->L)) {
+            f->known = 0;
+            break;
+        }
+        struct pool_costs *own = &f->own[s.used];
+        s.costs[s.used] = own;
+        s.stages[s.used++] = 1;
+    }
+    if (f->known) {
+        pool_summarize(&s, &f->sum);
+        f->known = f->sum.known;
+    }
+    return f;
+}
+
+/* The most micro-batches a replica of x could take with its step under T (0: none). */
+static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double T)
+{
+    const struct mix_family *f = family_of(st, x);
+    if (f == NULL || !f->known)
+        return st->B; /* nothing known: no bound */
+    struct pool_shape s = {.L = st->L, .schedule = st->pm->schedule};
+    for (int k = 0, u = 0; k < st->pm->K; k++)
+        if (x->S[k] > 0) {
+            s.costs[u] = &f->own[u];
+            s.stages[u++] = x->S[k];
+            s.used = u;
+        }
+    int64_t lo = 0, hi = st->B; /* bound(lo) < T (lo 0: none), bound(hi + 1) >= T */
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (option_bound(st, k, opt, mid) < st->best_ms)
+        s.M = (double)mid;
+        if (pool_bound_first(&s, &f->sum) < T)
             lo = mid;
         else
             hi = mid - 1;
     }
-    opt->most_for = st->best_ms;
-    return opt->most_M = lo;
-}
-
-/* The most micro-batches any group of kind k could take under the best. */
-static int64_t kind_cap(struct mix_state *st, int k)
-{
-    if (st->cap_for[k] != st->best_ms) {
-        st->max_cap[k] = 0;
-        for (int i = 0; i < st->n_opt[k]; i++) {
-            int64_t cap = st->opt[k][i].dp * option_most(st, k, &st->opt[k][i]);
-            st->max_cap[k] = cap > st->max_cap[k] ? cap : st->max_cap[k];
-        }
-        st->cap_for[k] = st->best_ms;
+    /* every stage's end with its tail (pool_bound's (2)) only lowers it: looked for
+     * downwards from lo, a few steps at most (that bound need not rise with M step by step,
+     * so what is left unlooked at stays in) */
+    for (int look = 0; look < MIX_CAP_LOOKS && lo > 0; look++, lo--) {
+        s.M = (double)lo;
+        if (pool_bound_at(&s, &f->sum) < T)
+            break;
     }
-    return st->max_cap[k];
+    return lo;
 }
 
-/* Whether some order and split of group g's pipeline at its M could step under the best
- * (pool_could_step; with the optimizer on the host the device's state is not the stage's). */
-static int group_could_beat(struct mix_state *st, int g)
+/* The family's costs as pool_bound.h's shape of x at M (0: unknown). */
+static int family_shape(struct mix_state *st, const struct mix_shape *x, int64_t M,
+                        struct pool_shape *s, const struct mix_family **f)
+{
+    *f = family_of(st, x);
+    if (*f == NULL || !(*f)->known)
+        return 0;
+    *s = (struct pool_shape){.L = st->L, .M = (double)M, .schedule = st->pm->schedule,
+                             .recompute_only = st->o.actions == PLAN_ACTION_RECOMPUTE};
+    for (int k = 0; k < st->pm->K; k++)
+        if (x->S[k] > 0) {
+            s->costs[s->used] = &(*f)->own[s->used];
+            s->stages[s->used++] = x->S[k];
+        }
+    return 1;
+}
+
+static uint64_t tight_hash(uint64_t code, int size)
+{
+    return (code ^ ((uint64_t)size << 56)) * 0x9e3779b97f4a7c15ull;
+}
+
+/* x's entry in the kept capacities (NULL: no memory). */
+static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *x)
+{
+    if (2 * (st->n_tight + 1) > st->cap_tight) {
+        int64_t cap = st->cap_tight ? 2 * st->cap_tight : MIX_PLANNED_MIN;
+        struct mix_tight *grown = calloc((size_t)cap, sizeof *grown);
+        if (grown == NULL)
+            return NULL;
+        for (int64_t i = 0; i < st->cap_tight; i++)
+            for (int64_t j = 0; st->tight[i].used; j++) {
+                struct mix_tight *t = &grown[(tight_hash(st->tight[i].code, st->tight[i].size) +
+                                              (uint64_t)j) % (uint64_t)cap];
+                if (!t->used) {
+                    *t = st->tight[i];
+                    break;
+                }
+            }
+        free(st->tight);
+        st->tight = grown;
+        st->cap_tight = cap;
+    }
+    for (int64_t i = 0;; i++) {
+        struct mix_tight *t =
+            &st->tight[(tight_hash(x->code, st->size) + (uint64_t)i) % (uint64_t)st->cap_tight];
+        if (t->used && t->code == x->code && t->size == st->size)
+            return t;
+        if (!t->used) {
+            *t = (struct mix_tight){1, x->code, st->size, -1, 0, 0};
+            st->n_tight++;
+            return t;
+        }
+    }
+}
+
+/* shape_cap refined: the most M at which some order and split of x could step under T
+ * (pool_could_step, with the family's most favourable costs), kept per shape and computed
+ * again once T has fallen MIX_TABLE_STALE below the T it was for. Callers that need only
+ * `at_least` get, when a single probe there fails, an upper bound under it: could_step falls
+ * with M, so one probe refutes every M from at_least up. */
+static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, double T,
+                               int64_t at_least)
+{
+    struct mix_tight *t = tight_of(st, x);
+    int fresh = t != NULL && t->T >= T && (t->T <= T * MIX_TABLE_STALE || t->cap == 0);
+    if (fresh && (t->exact || t->cap < at_least))
+        return t->cap;
+    int64_t lo = 0, hi = fresh ? t->cap : shape_cap(st, x, T);
+    struct pool_shape s;
+    const struct mix_family *f;
+    int exact = 1;
+    if (hi > 0 && family_shape(st, x, 1, &s, &f)) {
+        if (at_least > 1 && at_least <= hi) { /* one probe first */
+            s.M = (double)at_least;
+            if (pool_could_step(&s, T))
+                lo = at_least;
+            else
+                hi = at_least - 1, exact = 0, lo = hi;
+        }
+        while (exact && lo < hi) { /* could_step(lo) (lo 0: none), not could_step(hi + 1) */
+            int64_t mid = lo + (hi - lo + 1) / 2;
+            s.M = (double)mid;
+            if (pool_could_step(&s, T))
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+    } else
+        lo = hi;
+    if (t != NULL)
+        t->T = T, t->cap = lo, t->exact = exact;
+    return lo;
+}
+
+/* The most replicas of x the pool holds beside another group (which takes a micro-batch at
+ * least), within `left` GPUs. */
+static int64_t shape_dp_max(const struct mix_state *st, const struct mix_shape *x,
+                            const int64_t *left)
+{
+    int64_t most = st->B - 1;
+    for (int k = 0; k < st->pm->K; k++)
+        if (x->n[k] > 0)
+            most = min64(most, left[k] / x->n[k]);
+    return most;
+}
+
+static int64_t table_at(const struct mix_state *st, const int64_t *v)
+{
+    if (st->table == NULL) {
+        int64_t least = st->B;
+        for (int k = 0; k < st->pm->K; k++)
+            least = min64(least, st->per_kind[k][v[k]]);
+        return least;
+    }
+    int64_t at = 0;
+    for (int k = 0; k < st->pm->K; k++)
+        at += v[k] * st->stride[k];
+    return st->table[at];
+}
+
+static void table_put(struct mix_state *st, const int64_t *v, int64_t cap)
+{
+    if (st->table == NULL) {
+        for (int k = 0; k < st->pm->K; k++)
+            if (st->per_kind[k][v[k]] < cap)
+                st->per_kind[k][v[k]] = cap;
+        return;
+    }
+    int64_t at = 0;
+    for (int k = 0; k < st->pm->K; k++)
+        at += v[k] * st->stride[k];
+    if (st->table[at] < cap)
+        st->table[at] = cap;
+}
+
+
+/* The table's running maximum along each kind: a cell holds the most of any group fitting. */
+static void table_close(struct mix_state *st)
+{
+    const struct pool_model *pm = st->pm;
+    if (st->table == NULL) {
+        for (int k = 0; k < pm->K; k++)
+            for (int64_t i = 1; i <= pm->kind[k].count; i++)
+                if (st->per_kind[k][i] < st->per_kind[k][i - 1])
+                    st->per_kind[k][i] = st->per_kind[k][i - 1];
+        return;
+    }
+    for (int k = 0; k < pm->K; k++) {
+        int64_t step = st->stride[k], block = step * (pm->kind[k].count + 1);
+        for (int64_t base = 0; base < st->cells; base += block)
+            for (int64_t at = base + step; at < base + block; at++) {
+                if (at % MIX_TABLE_CHUNK == 0 && table_past(st))
+                    return;
+                if (st->table[at] < st->table[at - step])
+                    st->table[at] = st->table[at - step];
+            }
+    }
+}
+
+/* Every shape: kind k and after chosen (unused, or tp and stages), `used` stages so far; fn
+ * on each complete one. */
+typedef int (*shape_fn)(struct mix_state *st, const struct mix_shape *x, void *arg,
+                        struct err *e);
+
+static int each_shape(struct mix_state *st, struct mix_shape *x, int k, int used,
+                      const int64_t *left, shape_fn fn, void *arg, struct err *e)
+{
+    const struct pool_model *pm = st->pm;
+    if (mix_stopped(st) || st->skip)
+        return ERR_OK;
+    if (k == pm->K)
+        return used > 0 ? fn(st, x, arg, e) : ERR_OK;
+    /* the code: a digit per kind, 0 when unused */
+    uint64_t radix = (uint64_t)(pm->kind[k].per_node + 1) * (uint64_t)(st->L + 1);
+    uint64_t code = x->code;
+    x->S[k] = 0, x->tp[k] = 1, x->n[k] = 0;
+    x->code = code * radix;
+    if (each_shape(st, x, k + 1, used, left, fn, arg, e))
+        return e->code;
+    for (int t = 1; t <= pm->kind[k].per_node; t++) {
+        struct err skip;
+        err_clear(&skip);
+        if (cluster_check_tp(&pm->model, t, "", &skip))
+            continue;
+        x->tp[k] = t;
+        for (int s = 1; (int64_t)s * t <= left[k] && used + s <= st->L; s++) {
+            x->S[k] = s;
+            x->n[k] = (int64_t)s * t;
+            x->code = code * radix + (uint64_t)t * (uint64_t)(st->L + 1) + (uint64_t)s;
+            if (each_shape(st, x, k + 1, used + s, left, fn, arg, e))
+                return e->code;
+        }
+    }
+    x->code = code;
+    x->S[k] = 0, x->tp[k] = 1, x->n[k] = 0;
+    return ERR_OK;
+}
+
+/* Every group of the menu's entry m: its capacity into the table. */
+static void menu_put(struct mix_state *st, const struct mix_entry *m)
+{
+    int64_t most = st->B - 1, v[POOL_KINDS_MAX];
+    for (int k = 0; k < st->pm->K; k++)
+        if (m->n[k] > 0)
+            most = min64(most, st->pm->kind[k].count / m->n[k]);
+    for (int64_t dp = 1; dp <= most; dp++) {
+        for (int k = 0; k < st->pm->K; k++)
+            v[k] = dp * m->n[k];
+        table_put(st, v, min64(dp * m->cap, st->B));
+    }
+}
+
+/* Every group of shape x: its capacity into the table. */
+static int table_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
+                       struct err *e)
+{
+    const double *T = arg;
+    st->r->shapes++;
+    int64_t cap = shape_cap(st, x, *T), gpus = 0;
+    if (cap == 0)
+        return ERR_OK;
+    for (int k = 0; k < st->pm->K; k++)
+        gpus += x->n[k];
+    struct mix_entry *menu = mix_grow(st->menu, st->n_menu, &st->cap_menu, sizeof *menu);
+    if (menu == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    st->menu = menu;
+    struct mix_entry *m = &st->menu[st->n_menu++];
+    *m = (struct mix_entry){x->code, cap, (double)cap / (double)gpus, {0}, gpus};
+    memcpy(m->n, x->n, sizeof m->n);
+    menu_put(st, m);
+    return ERR_OK;
+}
+
+static int by_density(const void *pa, const void *pb)
+{
+    const struct mix_entry *a = pa, *b = pb;
+    if (a->density != b->density)
+        return a->density > b->density ? -1 : 1;
+    return (a->code > b->code) - (a->code < b->code);
+}
+
+/* The shape of a code (each_shape's numbering: a digit per kind, the last kind's least). */
+static void shape_of_code(const struct mix_state *st, uint64_t code, struct mix_shape *x)
+{
+    x->code = code;
+    for (int k = st->pm->K - 1; k >= 0; k--) {
+        uint64_t radix = (uint64_t)(st->pm->kind[k].per_node + 1) * (uint64_t)(st->L + 1);
+        uint64_t digit = code % radix;
+        code /= radix;
+        x->tp[k] = digit == 0 ? 1 : (int)(digit / (uint64_t)(st->L + 1));
+        x->S[k] = (int)(digit % (uint64_t)(st->L + 1));
+        x->n[k] = (int64_t)x->tp[k] * x->S[k];
+    }
+}
+
+static void menu_sort(struct mix_state *st)
+{
+    for (int64_t i = 0; i < st->n_menu; i++)
+        st->menu[i].density = (double)st->menu[i].cap / (double)st->menu[i].gpus;
+    qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
+    st->menu_lowered = 0;
+}
+
+/* The table cleared (0: stopped first). */
+static int table_clear(struct mix_state *st)
+{
+    const struct pool_model *pm = st->pm;
+    for (int64_t at = 0; st->table != NULL && at < st->cells; at += MIX_TABLE_CHUNK) {
+        if (table_past(st))
+            return 0;
+        int64_t n = st->cells - at < MIX_TABLE_CHUNK ? st->cells - at : MIX_TABLE_CHUNK;
+        memset(st->table + at, 0, (size_t)n * sizeof *st->table);
+    }
+    if (table_past(st))
+        return 0;
+    for (int k = 0; st->table == NULL && k < pm->K; k++)
+        memset(st->per_kind[k], 0, (size_t)(pm->kind[k].count + 1) * sizeof *st->per_kind[k]);
+    return 1;
+}
+
+/* The menu sorted again by its caps as lowered (density their upper bound while unsorted),
+ * and the table made again from them: any group's capacity is still at most its entry's. */
+static void menu_tighten(struct mix_state *st)
+{
+    if (table_past(st))
+        return;
+    menu_sort(st);
+    if (!table_clear(st))
+        return;
+    for (int64_t i = 0; i < st->n_menu; i++)
+        menu_put(st, &st->menu[i]);
+    table_close(st);
+}
+
+/* The table for T (stopped: left incomplete, and not to be used). */
+static int table_build(struct mix_state *st, double T, struct err *e)
+{
+    const struct pool_model *pm = st->pm;
+    int64_t all[POOL_KINDS_MAX];
+    struct mix_shape x = {.code = 0};
+    for (int k = 0; k < pm->K; k++)
+        all[k] = pm->kind[k].count;
+    if (!table_clear(st))
+        return ERR_OK;
+    st->table_T = T;
+    st->n_menu = 0;
+    if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
+        return e->code;
+    table_close(st);
+    if (!table_past(st))
+        menu_sort(st);
+    return ERR_OK;
+}
+
+static int table_alloc(struct mix_state *st, struct err *e)
+{
+    const struct pool_model *pm = st->pm;
+    st->cells = 1;
+    for (int k = 0; k < pm->K; k++) {
+        st->stride[k] = st->cells;
+        st->cells = st->cells > MIX_TABLE_CELLS ? st->cells : st->cells * (pm->kind[k].count + 1);
+    }
+    if (st->cells <= MIX_TABLE_CELLS)
+        st->table = malloc((size_t)st->cells * sizeof *st->table);
+    for (int k = 0; st->table == NULL && k < pm->K; k++)
+        if ((st->per_kind[k] = malloc((size_t)(pm->kind[k].count + 1) *
+                                      sizeof *st->per_kind[k])) == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+    return ERR_OK;
+}
+
+/* ---- whether any pair could step under the table's T --------------------------------- */
+
+/* A first group x of dp replicas and its capacity; what is left for the second. */
+static int first_group(struct mix_state *st, const struct mix_shape *x, int64_t dp,
+                       int64_t cap, int64_t *left, int64_t *need)
+{
+    for (int k = 0; k < st->pm->K; k++)
+        left[k] = st->pm->kind[k].count - dp * x->n[k];
+    *need = st->B - min64(dp * cap, st->B);
+    *need = *need < 1 ? 1 : *need; /* the second group takes a micro-batch at least */
+    return table_at(st, left) >= *need;
+}
+
+static int any_pair_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
+                          struct err *e)
+{
+    int *found = arg;
+    int64_t all[POOL_KINDS_MAX], left[POOL_KINDS_MAX], need;
+    (void)e;
+    if (*found)
+        return ERR_OK;
+    int64_t cap = shape_cap(st, x, st->table_T);
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    for (int64_t dp = 1, most = shape_dp_max(st, x, all); cap > 0 && dp <= most && !*found; dp++)
+        *found = first_group(st, x, dp, cap, left, &need);
+    return ERR_OK;
+}
+
+/* Whether the table (built for T) allows any pair. */
+static int any_pair(struct mix_state *st, double T, int *found, struct err *e)
+{
+    int64_t all[POOL_KINDS_MAX];
+    struct mix_shape x = {.code = 0};
+    *found = 0;
+    if (table_build(st, T, e))
+        return e->code;
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    if (each_shape(st, &x, 0, 0, all, any_pair_shape, found, e))
+        return e->code;
+    *found |= st->stopped; /* not proved */
+    return ERR_OK;
+}
+
+/* The least T (within the bisection's precision, below `hi`) at which the table allows some
+ * pair: no pair steps faster. hi when none is allowed at hi. 0 when stopped. */
+static int pairs_bound(struct mix_state *st, double hi, double *bound, struct err *e)
+{
+    int found;
+    *bound = 0;
+    if (any_pair(st, hi, &found, e))
+        return e->code;
+    if (!found) {
+        *bound = hi;
+        return ERR_OK;
+    }
+    double lo = 0;
+    for (int i = 0; i < MIX_BISECT_PROBES && !st->stopped; i++) {
+        double mid = lo + (hi - lo) / 2;
+        if (any_pair(st, mid, &found, e))
+            return e->code;
+        if (found)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    *bound = st->stopped ? 0 : lo;
+    return ERR_OK;
+}
+
+/* ---- one group at one M -------------------------------------------------------------- */
+
+/* Group x, dp at M reducing with N replicas in all, as pool_bound.h sees it (0: unknown). */
+static int group_shape(struct mix_state *st, const struct mix_shape *x, int dp, int N,
+                       int64_t M, struct pool_shape *s)
+{
+    *s = (struct pool_shape){.L = st->L, .M = (double)M, .schedule = st->pm->schedule,
+                             .recompute_only = st->o.actions == PLAN_ACTION_RECOMPUTE};
+    for (int k = 0; k < st->pm->K; k++) {
+        if (x->S[k] == 0)
+            continue;
+        const struct pool_costs *c = pool_costs_get(st->costs, k, x->tp[k], st->size, dp, N);
+        if (c == NULL || !c->known)
+            return 0;
+        s->costs[s->used] = c;
+        s->stages[s->used++] = x->S[k];
+    }
+    return s->used > 0;
+}
+
+/* A lower bound on the step of any pair holding the group at M (INFINITY: its GPUs cannot
+ * hold the model's state): pool_bound of its pipeline, its gradients reduced over N. The
+ * replicas step only adds to it (replicas.h). */
+static double group_bound(struct mix_state *st, const struct mix_shape *x, int dp, int N,
+                          int64_t M)
 {
     struct pool_shape s;
-    if (isinf(st->best_ms) || (st->o.actions & PLAN_ACTION_OPTIMIZER) ||
-        !group_shape(st, st->kind_of[g], st->group[g], st->M[g], &s))
-        return 1;
-    return pool_could_step(&s, st->best_ms);
-}
-
-/* An error, or the time limit past (then the best found stands). */
-static int stopped(const struct mix_state *st, const struct err *e)
-{
-    if (!st->r->timed_out && st->deadline_s > 0 && now_s() > st->deadline_s)
-        st->r->timed_out = 1;
-    return e->code != ERR_OK || st->r->timed_out;
-}
-
-/* Group cluster c's --repartition options: a share of the time left, as pool.c gives a
- * candidate, and a cutoff no plan of c under which replicas_step could beat the best. The
- * pipeline alone (replicas_step's start) and as c simulates it differ by each stage's
- * all-reduce over its dp replicas, run after its last backward and before its optimizer step
- * (sim.c), no more than the whole model's on c's link; so a plan stepping in x as c simulates
- * it steps alone in at least x less that. With offload or the optimizer on the host, the
- * host's lanes make no such sum: no cutoff (as pool.c). */
-static double cutoff_slack(const struct plan_options *o, const struct cluster *c)
-{
-    if (o->actions != PLAN_ACTION_RECOMPUTE)
+    struct pool_summary sum;
+    if (!group_shape(st, x, dp, N, M, &s))
+        return 0;
+    pool_summarize(&s, &sum);
+    if (!(st->o.actions & PLAN_ACTION_OPTIMIZER) && pool_cannot_fit(&s, &sum))
         return INFINITY;
-    return cluster_allreduce_ms(c, 0, 0, model_layer_count(&c->model) - 1);
+    return pool_bound(&s, &sum);
 }
 
-static struct plan_options group_options(const struct mix_state *st, const struct cluster *c)
+static uint64_t planned_hash(uint64_t code, int dp, int M, int size)
 {
-    struct plan_options o = st->o;
-    if (st->deadline_s > 0)
-        o.time_limit_s = fmax((st->deadline_s - now_s()) / 4, 1e-3);
-    double slack = cutoff_slack(&o, c);
-    if (isfinite(slack) && isfinite(st->best_ms))
-        o.cutoff_ms = (st->best_ms + slack) * (1 + 1e-9);
-    return o;
+    uint64_t h = code * 0x9e3779b97f4a7c15ull;
+    h ^= ((uint64_t)dp << 40) ^ ((uint64_t)M << 16) ^ (uint64_t)size;
+    return h * 0xbf58476d1ce4e5b9ull;
 }
 
-/* The index in done of group g's pipeline at its M, planned the first time it is asked for
- * (-1: the time limit is past). */
-static int group_plan(struct mix_state *st, int g, struct err *e)
+/* The group's entry (made empty when first asked for; planned_reserve made room). */
+static struct mix_planned *planned_of(struct mix_state *st, const struct mix_shape *x, int dp,
+                                      int M)
 {
-    struct mix_option *opt = st->group[g];
-    int k = st->kind_of[g];
-    if (opt->done == NULL && (opt->done = calloc((size_t)st->B + 1, sizeof *opt->done)) == NULL)
-        return err_set(e, ERR_FAIL, "out of memory"), -1;
-    if (opt->done[st->M[g]] != 0)
-        return opt->done[st->M[g]] - 1; /* -2: refuted */
-    if (stopped(st, e))
-        return -1;
-    if (!group_could_beat(st, g)) { /* the best only falls: refuted for good */
-        st->r->refuted++;
-        opt->done[st->M[g]] = -1;
-        return -2;
+    uint64_t h = planned_hash(x->code, dp, M, st->size);
+    for (int64_t i = 0;; i++) {
+        struct mix_planned *p = &st->planned[(h + (uint64_t)i) % (uint64_t)st->cap_planned];
+        if (p->used && p->code == x->code && p->dp == dp && p->M == M && p->size == st->size)
+            return p;
+        if (!p->used) {
+            *p = (struct mix_planned){.used = 1, .code = x->code, .dp = dp, .M = M,
+                                      .size = st->size, .refuted_x = -1};
+            st->n_planned++;
+            return p;
+        }
     }
-    if (st->n_done == st->cap_done) {
-        int cap = st->cap_done ? 2 * st->cap_done : 64;
-        struct mix_planned *grown = realloc(st->done, (size_t)cap * sizeof *grown);
-        if (grown == NULL)
-            return err_set(e, ERR_FAIL, "out of memory"), -1;
-        st->done = grown;
-        st->cap_done = cap;
+}
+
+/* Room for `more` entries (the table at most half full): entries move, so no pointer into it
+ * outlives a call. */
+static int planned_reserve(struct mix_state *st, int more, struct err *e)
+{
+    if (2 * (st->n_planned + more) <= st->cap_planned)
+        return ERR_OK;
+    int64_t cap = st->cap_planned ? 2 * st->cap_planned : MIX_PLANNED_MIN;
+    while (2 * (st->n_planned + more) > cap)
+        cap *= 2;
+    struct mix_planned *old = st->planned, *grown = calloc((size_t)cap, sizeof *grown);
+    if (grown == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int64_t old_cap = st->cap_planned;
+    st->planned = grown;
+    st->cap_planned = cap;
+    for (int64_t i = 0; i < old_cap; i++) {
+        if (!old[i].used)
+            continue;
+        uint64_t h = planned_hash(old[i].code, old[i].dp, old[i].M, old[i].size);
+        for (int64_t j = 0;; j++) {
+            struct mix_planned *p = &grown[(h + (uint64_t)j) % (uint64_t)cap];
+            if (!p->used) {
+                *p = old[i];
+                break;
+            }
+        }
     }
-    struct mix_planned *d = &st->done[st->n_done];
-    *d = (struct mix_planned){0};
+    free(old);
+    return ERR_OK;
+}
+
+static struct pool_pipe group_pipe(const struct mix_state *st, const struct mix_shape *x,
+                                   int dp, int M)
+{
+    struct pool_pipe p = {.size = st->size, .dp = dp, .M = M, .reduce_alone = 1};
+    memcpy(p.tp, x->tp, sizeof p.tp);
+    memcpy(p.stages, x->S, sizeof p.stages);
+    return p;
+}
+
+/* Plans the group at its M (once) for its step alone: its cluster's reduction over its own
+ * replicas made free while planning (the reduction it shares with the other group's is
+ * replicas_step's), so that the best step to beat is its --repartition cutoff as it is. The
+ * plan keeps the pool's link between replicas, and its iteration_ms its own cluster's step. */
+static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mix_planned *g,
+                      struct err *e)
+{
+    struct pool_pipe pipe = group_pipe(st, x, g->dp, g->M);
     struct cluster c;
-    if (pool_kind_cluster(st->file, st->root, k, opt->tp, opt->stages, opt->dp, st->M[g], &c, e))
-        return -1;
-    struct plan_options o = group_options(st, &c);
-    int rc = planner_make(&c, &o, &d->plan, e);
+    if (pool_model_cluster(st->pm, &pipe, &c, e))
+        return e->code;
+    struct link dp_link = c.stages[0].dp_link;
+    for (int s = 0; s < c.n_stages; s++)
+        c.stages[s].dp_link = (struct link){0};
+    struct plan_options o = st->o;
+    o.repartition = 1;
+    if (!isinf(st->deadline))
+        o.time_limit_s = fmax((st->deadline - pool_now_s()) / 4, 1e-3);
+    if (isfinite(st->best_ms) && o.actions == PLAN_ACTION_RECOMPUTE)
+        o.cutoff_ms = mix_T(st) * (1 + 1e-9);
+    int rc = planner_make(&c, &o, &g->plan, e);
     cluster_free(&c);
     st->r->planned++;
+    g->state = 1;
     if (rc != ERR_OK && rc != ERR_NOFIT)
-        return -1;
+        return rc;
     err_clear(e);
-    d->fits = rc == ERR_OK;
-    if (d->fits && (d->last = malloc((size_t)d->plan.n_stages * sizeof *d->last)) == NULL)
-        err_set(e, ERR_FAIL, "out of memory");
-    if (d->fits && (e->code || replicas_alone(&d->plan, d->last, &d->alone_ms, e)))
-        return free(d->last), plan_free(&d->plan), -1;
-    opt->done[st->M[g]] = st->n_done + 1;
-    return st->n_done++;
+    g->fits = rc == ERR_OK;
+    if (!g->fits)
+        return ERR_OK;
+    for (int s = 0; s < g->plan.n_stages; s++)
+        g->plan.stages[s].dp_link = dp_link;
+    struct sim_result r;
+    rc = sim_plan(&g->plan, &r, e);
+    if (rc == ERR_OK) {
+        g->plan.iteration_ms = r.iteration_ms;
+        sim_result_free(&r);
+        rc = replicas_alone(&g->plan, &g->pipe, e);
+    }
+    if (rc) {
+        plan_free(&g->plan);
+        g->fits = 0;
+    }
+    return rc;
 }
 
-/* Scores the grouping at its current M: keeps it when it steps faster than the best. */
-static int score_split(struct mix_state *st, struct err *e)
+/* Whether no pair holding the group at M steps under T with N replicas or more
+ * (pool_could_step, kept: at less T and more replicas it stays refuted). */
+static int group_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int N, int M)
 {
-    struct plan plans[POOL_KINDS_MAX];
-    int at[POOL_KINDS_MAX];
-    for (int g = 0; g < st->n_groups; g++) {
-        if ((at[g] = group_plan(st, g, e)) == -1)
-            return e->code;
-        if (at[g] == -2 || !st->done[at[g]].fits || st->done[at[g]].alone_ms >= st->best_ms)
-            return ERR_OK; /* no plan, or the slowest pipeline alone cannot beat the best */
+    double T = mix_T(st);
+    struct mix_planned *g = planned_of(st, x, dp, M);
+    if (g->state == 0 && g->refuted_x >= T && N >= g->refuted_N)
+        return 1;
+    if (g->state == 0 && st->o.actions == PLAN_ACTION_RECOMPUTE) {
+        struct pool_shape s;
+        if (group_shape(st, x, dp, N, M, &s) && !pool_could_step(&s, T)) {
+            st->r->refuted++;
+            g->refuted_x = T, g->refuted_N = N;
+            return 1;
+        }
     }
-    double *last[POOL_KINDS_MAX], alone[POOL_KINDS_MAX];
-    for (int g = 0; g < st->n_groups; g++) {
-        plans[g] = st->done[at[g]].plan;
-        last[g] = st->done[at[g]].last;
-        alone[g] = st->done[at[g]].alone_ms;
-    }
+    return 0;
+}
+
+/* The group at M planned (once) when not refuted: *out when it fits and steps alone under T
+ * (else NULL). planned_reserve made room. */
+static int group_ready(struct mix_state *st, const struct mix_shape *x, int dp, int N, int M,
+                       struct mix_planned **out, struct err *e)
+{
+    *out = NULL;
+    if (group_refuted(st, x, dp, N, M))
+        return ERR_OK;
+    struct mix_planned *g = planned_of(st, x, dp, M);
+    if (g->state == 0 && group_plan(st, x, g, e))
+        return e->code;
+    if (g->fits && g->pipe.alone_ms < mix_T(st))
+        *out = g;
+    return ERR_OK;
+}
+
+/* ---- pairs --------------------------------------------------------------------------- */
+
+/* The pair scored: kept when it steps faster than the best. */
+static int score_pair(struct mix_state *st, const struct mix_group *a, struct mix_planned *ga,
+                      const struct mix_group *b, struct mix_planned *gb, int64_t B1,
+                      struct err *e)
+{
+    struct plan plans[2] = {ga->plan, gb->plan};
+    struct replicas_pipe pipes[2] = {ga->pipe, gb->pipe};
     struct replicas_result step;
-    if (replicas_step_given(plans, st->n_groups, last, alone, &step, e))
+    if (replicas_step_given(plans, 2, pipes, &step, e))
         return e->code;
     st->r->splits++;
     if (step.step_ms < st->best_ms) {
         st->best_ms = step.step_ms;
         st->have_best = 1;
-        st->r->n_groups = st->n_groups;
-        for (int g = 0; g < st->n_groups; g++) {
-            st->best_at[g] = at[g];
-            st->r->group[g] = (struct pool_mixed_group){st->kind_of[g], st->group[g]->tp,
-                                                        st->group[g]->stages, st->group[g]->dp,
-                                                        st->M[g]};
+        st->r->n_groups = 2;
+        const struct mix_group *gr[2] = {a, b};
+        const struct mix_planned *g[2] = {ga, gb};
+        int64_t batches[2] = {B1, st->B - B1};
+        for (int i = 0; i < 2; i++) {
+            struct pool_mixed_group *out = &st->r->group[i];
+            st->best_key[i] = (struct mix_key){g[i]->code, g[i]->dp, g[i]->M, g[i]->size};
+            out->size = st->size;
+            memcpy(out->tp, gr[i]->x.tp, sizeof out->tp);
+            memcpy(out->stages, gr[i]->x.S, sizeof out->stages);
+            out->dp = gr[i]->dp;
+            out->micro_batches = g[i]->M;
+            out->batches = (long)batches[i];
         }
     }
     replicas_result_free(&step);
     return ERR_OK;
 }
 
-/* Every split of R micro-batches over groups g and after (each replica at least one). From
- * the balanced M_g (M proportional to the group's rate) outwards: above it group g's own
- * bound only grows, below it the later groups' share R' = R - dp_g M_g only grows, and they
- * need at least R' / (their rates summed) (max_j M_j W_j / S_j >= sum_j dp_j M_j / sum_j
- * dp_j S_j / W_j), so each direction stops where its bound reaches the best. */
-static int split(struct mix_state *st, int g, int64_t R, struct err *e)
+/* The first group at its M, beside which seconds are sought: planned when a second first
+ * needs it (state 1; -1: refuted, or no plan under T; 0: not yet), and its floors
+ * (replicas_step_floor) per replica count, worked out when first asked for (0: not yet). */
+struct first {
+    struct mix_group a;
+    int M, state, gone; /* gone: no plan of it under T (nor at more micro-batches) */
+    int64_t left[POOL_KINDS_MAX];
+    double *floor; /* indexed by the replicas in all, up to B */
+};
+
+static double first_floor(struct mix_state *st, const struct first *f, int N, struct err *e)
 {
-    const struct mix_option *opt = st->group[g];
-    int k = st->kind_of[g];
-    if (g == st->n_groups - 1) {
-        if (R % opt->dp != 0 || option_bound(st, k, opt, R / opt->dp) >= st->best_ms)
-            return ERR_OK;
-        st->M[g] = (int)(R / opt->dp);
-        return score_split(st, e);
+    if (f->floor[N] > 0)
+        return f->floor[N];
+    const struct mix_planned *ga = planned_of(st, &f->a.x, f->a.dp, f->M);
+    if (replicas_step_floor(&ga->plan, &ga->pipe, N, &f->floor[N], e))
+        return INFINITY;
+    return f->floor[N];
+}
+
+/* The first planned: 1 when it fits, steps alone under T and its floor with one more replica
+ * is under T; 0 (and the seconds' enumeration over) when not. */
+static int first_ready(struct mix_state *st, struct first *f, struct err *e)
+{
+    if (f->state == 0) {
+        struct mix_planned *ga;
+        int N = f->a.dp + 1;
+        if (planned_reserve(st, 1, e) || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
+            return 0;
+        f->gone = ga == NULL;
+        f->state = ga != NULL && first_floor(st, f, N, e) < mix_T(st) && !e->code ? 1 : -1;
+        st->skip = f->state < 0;
     }
-    int64_t rest_dp = 0, rest_cap = 0;
-    double rest_rate = 0;
-    for (int j = g + 1; j < st->n_groups; j++) {
-        rest_dp += st->group[j]->dp, rest_rate += st->group[j]->rate;
-        rest_cap += st->group[j]->dp * option_most(st, st->kind_of[j], st->group[j]);
-    }
-    int64_t most = (R - rest_dp) / opt->dp;
-    if (most < 1)
+    return f->state > 0;
+}
+
+/* Every second group of shape x beside the first: dp replicas within what is left, taking
+ * the micro-batches the first leaves (at least one a replica), each planned and the pair
+ * scored when its bound is under T. */
+static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t cap,
+                        struct first *f, struct err *e)
+{
+    const struct mix_group *a = &f->a;
+    if (x->code == a->x.code)
+        return ERR_OK; /* one shape: the homogeneous search's */
+    int64_t most = min64(shape_dp_max(st, x, f->left), st->B - a->dp);
+    int64_t need = st->B - (int64_t)a->dp * f->M;
+    if (cap == 0 || most * cap < need)
         return ERR_OK;
-    double balanced = (double)R / (rest_rate + opt->rate) * opt->stages / opt->work_ms;
-    int64_t mid = llround(fmin(fmax(balanced, 1), (double)most));
-    for (int64_t M = mid; M <= most && !stopped(st, e); M++) {
-        if (option_bound(st, k, opt, M) >= st->best_ms)
-            break;
-        if ((double)(R - opt->dp * M) / rest_rate * MIX_ROUNDING >= st->best_ms ||
-            R - opt->dp * M > rest_cap)
+    /* fewer replicas than need / cap would each take more than cap */
+    for (int64_t dp = need > cap ? (need + cap - 1) / cap : 1; dp <= most && !mix_stopped(st);
+         dp++) {
+        int64_t B1 = min64((int64_t)a->dp * f->M, st->B - dp), B2 = st->B - B1;
+        if (B1 <= (int64_t)a->dp * (f->M - 1))
+            break; /* the first could not take its M: more seconds leave it less */
+        int64_t M2 = (B2 + dp - 1) / dp;
+        int N = a->dp + (int)dp;
+        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st), M2) < M2) ||
+            group_bound(st, x, (int)dp, N, M2) >= mix_T(st) ||
+            group_refuted(st, x, (int)dp, N, (int)M2))
             continue;
-        st->M[g] = (int)M;
-        if (split(st, g + 1, R - opt->dp * M, e))
+        if (!first_ready(st, f, e))
+            return e->code;
+        if (first_floor(st, f, N, e) >= mix_T(st))
+            break; /* more replicas only lengthen the first's reduction */
+        struct mix_planned *gb, *ga;
+        st->r->pairs++;
+        if (e->code || planned_reserve(st, 1, e) ||
+            group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
+            return e->code;
+        if (gb == NULL)
+            continue;
+        ga = planned_of(st, &a->x, a->dp, f->M); /* planned already */
+        struct mix_group b = {.x = *x, .dp = (int)dp};
+        if (score_pair(st, a, ga, &b, gb, B1, e))
             return e->code;
     }
-    for (int64_t M = mid - 1; M >= 1 && !stopped(st, e); M--) {
-        if ((double)(R - opt->dp * M) / rest_rate * MIX_ROUNDING >= st->best_ms ||
-            R - opt->dp * M > rest_cap) /* a later group past its option_most */
+    return ERR_OK;
+}
+
+/* Every second beside the first f, from the menu: densest first, until even all of what is
+ * left at a shape's density could not take what the first leaves. */
+static int seconds(struct mix_state *st, struct first *f, struct err *e)
+{
+    int64_t left = 0, need = st->B - (int64_t)f->a.dp * f->M;
+    for (int k = 0; k < st->pm->K; k++)
+        left += f->left[k];
+    if (8 * st->menu_lowered > st->n_menu)
+        menu_tighten(st);
+    for (int64_t i = 0; i < st->n_menu && !st->skip && !mix_stopped(st); i++) {
+        struct mix_entry *m = &st->menu[i];
+        if (m->density * (double)left < (double)need * MIX_ROUNDING)
             break;
-        if (option_bound(st, k, opt, M) >= st->best_ms)
+        /* enough replicas to take what the first leaves at the menu's cap (at the table's
+         * T, at least the best's: no less than the cap there), within what is left */
+        if (m->cap < 1)
             continue;
-        st->M[g] = (int)M;
-        if (split(st, g + 1, R - opt->dp * M, e))
+        int64_t replicas = need > m->cap ? (need + m->cap - 1) / m->cap : 1, most = st->B - f->a.dp;
+        int fits = replicas <= most;
+        for (int k = 0; k < st->pm->K; k++)
+            fits &= replicas * m->n[k] <= f->left[k];
+        if (!fits)
+            continue;
+        for (int k = 0; k < st->pm->K; k++)
+            if (m->n[k] > 0)
+                most = min64(most, f->left[k] / m->n[k]);
+        struct mix_shape y;
+        shape_of_code(st, m->code, &y);
+        int64_t cap = st->table_T > mix_T(st) ? shape_cap(st, &y, mix_T(st)) : m->cap;
+        /* its tight capacity at the least M a replica could take here, kept as the entry's
+         * cap: the step to beat only falls while the menu lasts (its density stays, an upper
+         * bound still) */
+        int64_t least = (need + most - 1) / most;
+        if (cap > 0 && least > 1) {
+            int64_t tight = shape_cap_tight(st, &y, mix_T(st), least);
+            st->menu_lowered += tight < m->cap;
+            cap = m->cap = min64(cap, tight);
+        }
+        if (most * cap < need)
+            continue;
+        if (second_shape(st, &y, cap, f, e))
             return e->code;
     }
     return e->code;
 }
 
-/* Every grouping of kinds k and after, given the groups chosen before (their rates summed,
- * their largest least_ms, their replicas). A grouping steps at least max_g least_ms (every
- * group computes one micro-batch at least: option_bound) and at least B / sum_g rate_g
- * (split's argument over all groups); the kinds still to choose add at most their max_rate
- * each, so what is below cannot beat the best once that bound reaches it; a group whose own
- * least_ms cannot is passed over. */
-static int choose(struct mix_state *st, int k, double rate, double most, int64_t replicas,
-                  int64_t cap, struct err *e)
+/* A first group of shape x (taking half the micro-batches or more): every dp, and every M
+ * its bounds allow under T, from the least; planned, then its step with the reduction over
+ * one more replica (replicas_step_floor, the second's pipeline free) must be under T before
+ * any second is sought. */
+static int first_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
+                       struct err *e)
 {
-    double reach = rate;
-    int64_t room = cap;
-    for (int j = k; j < st->info.n_kinds; j++)
-        reach += st->max_rate[j], room += kind_cap(st, j);
-    if (stopped(st, e) || replicas > st->B || room < st->B ||
-        fmax((double)st->B / reach * MIX_ROUNDING, most) >= st->best_ms)
-        return e->code;
-    if (k == st->info.n_kinds || k == POOL_KINDS_MAX) {
-        if (st->n_groups < 2)
-            return ERR_OK; /* one kind alone: a homogeneous candidate */
-        st->r->groupings++;
-        return split(st, 0, st->B, e);
-    }
-    for (int i = 0; i < st->n_opt[k] && !stopped(st, e); i++) {
-        struct mix_option *opt = &st->opt[k][i];
-        double least = option_least(st, k, opt);
-        if (least >= st->best_ms)
+    int64_t all[POOL_KINDS_MAX];
+    (void)arg;
+    if (st->table_T > mix_T(st) * MIX_TABLE_STALE && table_build(st, mix_T(st), e))
+        return e->code; /* a table for the best's T, between first shapes */
+    int64_t cap = shape_cap(st, x, st->table_T);
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
+    if (cap == 0 || 2 * min64(most * cap, st->B) < st->B)
+        return ERR_OK;
+    cap = shape_cap_tight(st, x, mix_T(st), (st->B + 2 * most - 1) / (2 * most));
+    for (int64_t dp = 1; cap > 0 && dp <= most && !mix_stopped(st); dp++) {
+        struct first f = {.a = {.x = *x, .dp = (int)dp}, .floor = st->floors};
+        for (int k = 0; k < st->pm->K; k++)
+            f.left[k] = all[k] - dp * x->n[k];
+        int64_t room = table_at(st, f.left); /* the most any second could take */
+        if (room < 1)
             continue;
-        int64_t takes = opt->dp * option_most(st, k, opt);
-        st->kind_of[st->n_groups] = k;
-        st->group[st->n_groups++] = opt;
-        int rc = choose(st, k + 1, rate + opt->rate, fmax(most, least), replicas + opt->dp,
-                        cap + takes, e);
-        st->n_groups--;
-        if (rc)
-            return rc;
+        /* half the micro-batches or more; the rest within the second's room; and one at
+         * least left for the second */
+        int64_t half = (st->B + 2 * dp - 1) / (2 * dp), rest = (st->B - room + dp - 1) / dp;
+        int64_t lo = half > rest ? half : rest, hi = min64(cap, (st->B - 2) / dp + 1);
+        for (int64_t M = lo < 1 ? 1 : lo; M <= hi && !mix_stopped(st); M++) {
+            int N = (int)dp + 1;
+            if (group_bound(st, x, (int)dp, N, M) >= mix_T(st) ||
+                planned_reserve(st, 1, e) || group_refuted(st, x, (int)dp, N, (int)M))
+                break; /* more micro-batches only add */
+            f.M = (int)M;
+            f.state = f.gone = 0;
+            memset(f.floor, 0, ((size_t)st->B + 1) * sizeof *f.floor);
+            st->skip = 0;
+            int rc = seconds(st, &f, e);
+            st->skip = 0;
+            if (rc)
+                return e->code;
+            if (f.gone)
+                break; /* no plan of it under T: at more micro-batches neither */
+        }
     }
-    return choose(st, k + 1, rate, most, replicas, cap, e); /* kind k unused */
+    return ERR_OK;
 }
 
-/* Hands the best's plans over (*plans owned) and frees every other. */
+/* ---- the first groups, least bound first ------------------------------------------ */
+
+/* A shape that could lead a pair under the table's T: its bound, pool_bound_first with its
+ * family's costs at the fewest micro-batches a replica of it takes when it leads (half of
+ * them over the most replicas the pool holds): that bound rises with M, and the family's
+ * costs are at most any group's. */
+static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
+                      struct err *e)
+{
+    int64_t all[POOL_KINDS_MAX];
+    struct pool_shape s;
+    const struct mix_family *f;
+    (void)arg;
+    int64_t cap = shape_cap(st, x, st->table_T);
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
+    if (cap == 0 || most < 1 || 2 * min64(most * cap, st->B) < st->B)
+        return ERR_OK;
+    double bound = family_shape(st, x, (st->B + 2 * most - 1) / (2 * most), &s, &f)
+                       ? pool_bound_first(&s, &f->sum)
+                       : 0;
+    struct mix_lead *leads = mix_grow(st->leads, st->n_leads, &st->cap_leads, sizeof *leads);
+    if (leads == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    st->leads = leads;
+    st->leads[st->n_leads++] = (struct mix_lead){x->code, bound};
+    return ERR_OK;
+}
+
+static int by_bound(const void *pa, const void *pb)
+{
+    const struct mix_lead *a = pa, *b = pb;
+    if (a->bound != b->bound)
+        return a->bound < b->bound ? -1 : 1;
+    return (a->code > b->code) - (a->code < b->code);
+}
+
+/* Every pair, its first groups least bound first, until that bound reaches T: *unsearched,
+ * a lower bound on every pair left unsearched when stopped (INFINITY: none left; 0: the
+ * leads were not all listed). */
+static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
+{
+    int64_t all[POOL_KINDS_MAX];
+    struct mix_shape x = {.code = 0};
+    for (int k = 0; k < st->pm->K; k++)
+        all[k] = st->pm->kind[k].count;
+    st->n_leads = 0;
+    *unsearched = 0;
+    if (each_shape(st, &x, 0, 0, all, lead_shape, NULL, e) || table_past(st))
+        return e->code;
+    qsort(st->leads, (size_t)st->n_leads, sizeof *st->leads, by_bound);
+    int64_t i = 0;
+    for (; i < st->n_leads && st->leads[i].bound < mix_T(st) && !mix_stopped(st); i++) {
+        shape_of_code(st, st->leads[i].code, &x);
+        if (first_shape(st, &x, NULL, e))
+            return e->code;
+        if (st->stopped)
+            break; /* this lead's pairs not all searched */
+    }
+    *unsearched = st->stopped && i < st->n_leads ? st->leads[i].bound : INFINITY;
+    return ERR_OK;
+}
+
+/* ---- the search ---------------------------------------------------------------------- */
+
+/* One micro-batch size: its bound (*bound, pairs_bound's), then its pairs. */
+static int search_size(struct mix_state *st, double *bound, struct err *e)
+{
+    st->B = pool_model_batches(st->pm, st->size);
+    *bound = INFINITY;
+    free(st->floors);
+    if ((st->floors = calloc((size_t)st->B + 1, sizeof *st->floors)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    if (st->B < 2) /* two groups take a micro-batch each at least */
+        return ERR_OK;
+    double hi = isinf(st->best_ms) ? INFINITY : mix_T(st);
+    if (isfinite(hi) && pairs_bound(st, hi, bound, e))
+        return e->code;
+    if (isfinite(hi) && *bound >= hi)
+        return ERR_OK; /* no pair could beat the best: certified without a search */
+    if (isinf(hi))
+        *bound = 0;
+    if (table_build(st, isinf(hi) ? INFINITY : hi, e))
+        return e->code;
+    double unsearched;
+    if (search_leads(st, &unsearched, e))
+        return e->code;
+    /* the pairs searched step no faster than the best or T; the others than their leads */
+    *bound = fmax(*bound, fmin(unsearched, fmin(mix_T(st), st->best_ms)));
+    return ERR_OK;
+}
+
+/* Hands the best's plans over (*plans owned), its micro-batches dealt, and frees the rest. */
 static int take_best(struct mix_state *st, struct plan **plans, int *n, struct err *e)
 {
     *plans = NULL;
     *n = 0;
-    if (st->have_best && (*plans = calloc((size_t)st->r->n_groups, sizeof **plans)) == NULL)
+    if (st->have_best && (*plans = calloc(POOL_GROUPS_MAX, sizeof **plans)) == NULL)
         err_set(e, ERR_FAIL, "out of memory");
-    for (int i = 0; i < st->n_done; i++) {
-        free(st->done[i].last);
-        int g = 0;
-        while (*plans != NULL && g < st->r->n_groups && st->best_at[g] != i)
-            g++;
-        if (*plans != NULL && g < st->r->n_groups)
-            (*plans)[g] = st->done[i].plan;
-        else if (st->done[i].fits)
-            plan_free(&st->done[i].plan);
+    for (int64_t i = 0; i < st->cap_planned; i++) {
+        struct mix_planned *g = &st->planned[i];
+        int b = 0;
+        while (*plans != NULL && b < POOL_GROUPS_MAX &&
+               !(g->used && g->code == st->best_key[b].code && g->dp == st->best_key[b].dp &&
+                 g->M == st->best_key[b].M && g->size == st->best_key[b].size))
+            b++;
+        if (g->fits)
+            replicas_pipe_free(&g->pipe);
+        if (*plans != NULL && b < POOL_GROUPS_MAX)
+            (*plans)[b] = g->plan;
+        else if (g->fits)
+            plan_free(&g->plan);
     }
-    if (*plans != NULL)
-        *n = st->r->n_groups;
-    free(st->done);
+    if (*plans != NULL) {
+        *n = POOL_GROUPS_MAX;
+        for (int b = 0; b < *n && e->code == ERR_OK; b++)
+            replicas_deal(&(*plans)[b], st->r->group[b].batches, e);
+    }
+    free(st->planned);
+    st->planned = NULL;
+    free(st->tight);
+    st->tight = NULL;
     return e->code;
 }
 
-static int mix_setup(struct mix_state *st, struct err *e)
+static void families_reset(struct mix_state *st)
 {
-    if (pool_info_read(st->file, st->root, &st->info, e))
-        return e->code;
-    for (int k = 0; k < st->info.n_kinds; k++)
-        snprintf(st->r->device[k], sizeof st->r->device[k], "%s", st->info.device[k]);
-    /* one kind has no groups to mix; a fixed "dp" asks for that many identical replicas; a
-     * batch of partial micro-batches cannot be dealt out */
-    if (st->info.n_kinds < 2 || st->info.only_dp != 0 ||
-        st->info.global_batch % st->info.model.micro_batch != 0)
-        return ERR_OK;
-    st->B = st->info.global_batch / st->info.model.micro_batch;
-    for (int k = 0; k < st->info.n_kinds; k++)
-        if (kind_options(st, k, e))
-            return e->code;
-    return ERR_OK;
+    for (int i = 0; st->family != NULL && i < MIX_FAMILIES; i++) {
+        for (int u = 0; u < POOL_KINDS_MAX; u++)
+            pool_costs_free(&st->family[i].own[u]);
+        memset(&st->family[i], 0, sizeof st->family[i]);
+    }
 }
 
 static void mix_free(struct mix_state *st)
 {
+    families_reset(st);
+    free(st->floors);
+    st->floors = NULL;
+    free(st->family);
+    st->family = NULL;
+    free(st->table);
+    st->table = NULL;
+    free(st->menu);
+    st->menu = NULL;
+    free(st->leads);
+    st->leads = NULL;
     for (int k = 0; k < POOL_KINDS_MAX; k++) {
-        for (int i = 0; i < st->n_opt[k]; i++)
-            free(st->opt[k][i].done);
-        free(st->opt[k]);
-        int64_t n = st->costs[k] != NULL ? (st->info.per_node[k] + 1) * (st->info.count[k] + 1)
-                                         : 0;
-        for (int64_t i = 0; i < n; i++)
-            pool_costs_free(&st->costs[k][i]);
-        free(st->costs[k]);
-        free(st->costs_state[k]);
+        free(st->per_kind[k]);
+        st->per_kind[k] = NULL;
     }
 }
 
-int pool_mixed_group_bound(const char *file, const struct plan_options *o,
-                           const struct pool_mixed_group *g, double x,
-                           struct pool_mixed_bound *out, struct err *e)
+static int mix_setup(struct mix_state *st, const struct plan_options *o, struct err *e)
 {
-    struct pool_mixed_result r;
-    struct mix_state st = {.file = file, .o = *o, .best_ms = x, .r = &r};
-    struct mix_option opt = {g->tp, g->stages, g->dp, 0, 0, NULL, NAN, 0, INFINITY};
-    struct cluster c;
-    memset(&r, 0, sizeof r);
-    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
-    if ((st.root = root) == NULL)
-        return e->code;
-    if (pool_info_read(file, st.root, &st.info, e) == ERR_OK &&
-        kind_work(&st, g->kind, g->tp, &opt.work_ms, e) == ERR_OK &&
-        pool_kind_cluster(file, st.root, g->kind, g->tp, g->stages, g->dp, g->micro_batches, &c,
-                          e) == ERR_OK) {
-        st.n_groups = 1;
-        st.kind_of[0] = g->kind;
-        st.group[0] = &opt;
-        st.M[0] = g->micro_batches;
-        out->least_ms = option_bound(&st, g->kind, &opt, g->micro_batches);
-        out->could_step = group_could_beat(&st, 0);
-        out->cutoff_slack_ms = cutoff_slack(o, &c);
-        cluster_free(&c);
-    }
-    mix_free(&st);
-    cJSON_Delete(root);
-    return e->code;
+    const struct pool_model *pm = st->pm;
+    st->o = *o;
+    st->o.repartition = 1;
+    st->L = model_layer_count(&pm->model);
+    st->r->n_kinds = pm->K;
+    for (int k = 0; k < pm->K; k++)
+        snprintf(st->r->device[k], sizeof st->r->device[k], "%s", pm->kind[k].device);
+    memcpy(st->r->sizes, pm->sizes, sizeof st->r->sizes);
+    if ((st->family = calloc(MIX_FAMILIES, sizeof *st->family)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    return pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), &st->costs, e) ||
+           table_alloc(st, e);
 }
 
-int pool_mixed_search(const cJSON *root, const char *file, const struct plan_options *o,
-                      double beat_ms,
-                      struct plan **plans, int *n, struct replicas_result *step,
-                      struct pool_mixed_result *r, struct err *e)
+int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
+                      double beat_ms, double deadline, struct plan **plans, int *n,
+                      struct replicas_result *step, struct pool_mixed_result *r,
+                      struct err *e)
 {
     memset(r, 0, sizeof *r);
     memset(step, 0, sizeof *step);
-    struct mix_state st = {.file = file, .o = *o, .best_ms = beat_ms, .r = r};
-    st.o.repartition = 1;
-    if (o->time_limit_s > 0)
-        st.deadline_s = now_s() + o->time_limit_s;
-    st.root = root;
-    int rc = mix_setup(&st, e);
-    if (rc == ERR_OK && st.B > 0)
-        rc = choose(&st, 0, 0, 0, 0, 0, e);
-    if (take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
+    struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r};
+    *plans = NULL;
+    *n = 0;
+    if (!isinf(deadline) && pool_now_s() > deadline) { /* nothing searched: no bound */
+        r->timed_out = 1;
+        r->lower_bound = pm->only_dp != 0 ? INFINITY : 0;
+        return ERR_OK;
+    }
+    int rc = pm->only_dp != 0 ? ERR_OK : mix_setup(&st, o, e); /* "dp": identical replicas */
+    double bound = INFINITY;
+    for (st.size = 0; rc == ERR_OK && pm->only_dp == 0 && st.size < pm->n_sizes; st.size++) {
+        double at;
+        families_reset(&st); /* costs of this size */
+        rc = search_size(&st, &at, e);
+        bound = fmin(bound, at);
+    }
+    r->lower_bound = bound; /* INFINITY: no pair of groups can be made */
+    if (st.planned != NULL && take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
         rc = replicas_step(*plans, *n, step, e);
+    free(st.planned);
+    free(st.tight);
     mix_free(&st);
-    if (e->code != ERR_OK) {
+    pool_costs_cache_free(st.costs);
+    rc = rc ? rc : e->code;
+    if (rc != ERR_OK) {
         for (int g = 0; g < *n; g++)
             plan_free(&(*plans)[g]);
         free(*plans);
         *plans = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+int pool_mixed_group_bound(const struct pool_model *pm, const struct plan_options *o,
+                           const struct pool_mixed_group *g, int replicas, double x,
+                           struct pool_mixed_bound *out, struct err *e)
+{
+    struct pool_mixed_result r;
+    struct mix_state st = {.pm = pm, .best_ms = x, .deadline = INFINITY, .r = &r,
+                           .size = g->size};
+    struct mix_shape shape = {.code = 0};
+    struct plan_options exact = *o;
+    struct cluster c;
+    memset(&r, 0, sizeof r);
+    exact.search_gap = 0; /* T = x */
+    for (int k = 0; k < pm->K; k++) {
+        shape.tp[k] = g->tp[k], shape.S[k] = g->stages[k];
+        shape.n[k] = (int64_t)g->tp[k] * g->stages[k];
+    }
+    st.B = pool_model_batches(pm, g->size);
+    struct pool_pipe pipe = group_pipe(&st, &shape, g->dp, g->micro_batches);
+    if (mix_setup(&st, &exact, e) == ERR_OK &&
+        pool_model_cluster(pm, &pipe, &c, e) == ERR_OK) {
+        struct pool_shape s;
+        out->least_ms = group_bound(&st, &shape, g->dp, replicas, g->micro_batches);
+        out->could_step = !group_shape(&st, &shape, g->dp, replicas, g->micro_batches, &s) ||
+                          pool_could_step(&s, x);
+        const struct mix_family *f = family_of(&st, &shape);
+        out->cap_least_ms = 0;
+        if (f != NULL && f->known) { /* shape_cap's bound at this M */
+            struct pool_shape t = {.L = st.L, .M = g->micro_batches,
+                                   .schedule = pm->schedule};
+            for (int k = 0; k < pm->K; k++)
+                if (shape.S[k] > 0) {
+                    t.costs[t.used] = &f->own[t.used];
+                    t.stages[t.used++] = shape.S[k];
+                }
+            out->cap_least_ms = pool_bound_at(&t, &f->sum);
+        }
+        cluster_free(&c);
+    }
+    mix_free(&st);
+    pool_costs_cache_free(st.costs);
     return e->code;
+}
+
+/* "A100-40GB 4 x tp 2 + V100-32GB 1 x tp 8" */
+static void print_shape(FILE *f, const struct pool_mixed_result *r, const int *tp, const int *S)
+{
+    const char *sep = "";
+    for (int k = 0; k < r->n_kinds; k++)
+        if (S[k] > 0) {
+            fprintf(f, "%s%s %d x tp %d", sep, r->device[k], S[k], tp[k]);
+            sep = " + ";
+        }
 }
 
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms)
 {
     if (r->n_groups == 0)
-        fprintf(f, "pool: no heterogeneous grouping steps faster");
+        fprintf(f, "pool: no two groups side by side step faster");
     else if (isfinite(homogeneous_ms))
-        fprintf(f, "pool: heterogeneous pipelines, faster than the best homogeneous candidate "
+        fprintf(f, "pool: two groups side by side, faster than the best homogeneous candidate "
                    "(%.3f ms)", homogeneous_ms);
     else
-        fprintf(f, "pool: heterogeneous pipelines (no homogeneous candidate fits)");
-    fprintf(f, "; %ld groupings searched, %ld pipelines planned (%ld more left as no split "
-               "of theirs could beat the best), %ld splits scored%s\n",
-            r->groupings, r->planned, r->refuted, r->splits,
+        fprintf(f, "pool: two groups side by side (no homogeneous candidate fits)");
+    fprintf(f, "; %ld shapes bounded, %ld pairs searched, %ld pipelines planned (%ld more left "
+               "as no split of theirs could beat the best), %ld splits scored%s",
+            r->shapes, r->pairs, r->planned, r->refuted, r->splits,
             r->timed_out ? " (stopped at --time-limit: the best found by then)" : "");
-    for (int g = 0; g < r->n_groups; g++)
-        fprintf(f, "  pipelines[%d]: %s, dp %d x %d stages of tp %d, %d micro-batches a "
-                   "replica\n",
-                g, r->device[r->group[g].kind], r->group[g].dp, r->group[g].stages,
-                r->group[g].tp, r->group[g].micro_batches);
+    if (r->lower_bound > 0 && isfinite(r->lower_bound))
+        fprintf(f, "; none steps faster than %.3f ms\n", r->lower_bound);
+    else
+        fprintf(f, "\n");
+    for (int g = 0; g < r->n_groups; g++) {
+        const struct pool_mixed_group *x = &r->group[g];
+        fprintf(f, "  pipelines[%d]: dp %d x (", g, x->dp);
+        print_shape(f, r, x->tp, x->stages);
+        fprintf(f, "), %d micro-batches a replica (%ld in all, micro-batch %d)\n",
+                x->micro_batches, x->batches, r->sizes[x->size]);
+    }
+}
+
+/* The homogeneous search gets the time limit less a share kept for the second search. */
+#define POOL_MIXED_TIME_SHARE 0.25
+
+static void answer_certify(struct pool_answer *a)
+{
+    double best = a->mixed ? a->step.step_ms : a->plan.iteration_ms;
+    double lb_h = a->homogeneous.ranked ? a->homogeneous.lower_bound : 0;
+    if (!a->have_plan) /* nothing homogeneous fits: its bound is what its search proved */
+        lb_h = a->homogeneous.ranked && a->homogeneous.exhausted ? INFINITY : 0;
+    a->lower_bound = fmin(fmin(lb_h, a->mix.lower_bound), best);
+    a->gap = a->lower_bound > 0 ? best / a->lower_bound - 1 : -1;
+    if (a->mixed)
+        a->step.lower_bound_ms = a->lower_bound;
+    else if (a->lower_bound > 0) { /* the plan carries the whole answer's certificate */
+        a->plan.search.lower_bound = a->lower_bound;
+        a->plan.optimality_gap = a->gap;
+    }
+}
+
+static void answer_kinds(const struct pool_model *pm, struct pool_answer *a)
+{
+    a->n_kinds = pm->K;
+    for (int k = 0; k < pm->K; k++) {
+        snprintf(a->device[k], sizeof a->device[k], "%s", pm->kind[k].device);
+        a->count[k] = (long)pm->kind[k].count;
+    }
 }
 
 int pool_answer_search(const cJSON *root, const char *file, const struct plan_options *o,
                        struct pool_answer *a, struct err *e)
 {
     memset(a, 0, sizeof *a);
-    double start = now_s();
-    int rc = pool_search_parsed(root, file, o, POOL_KEEP, &a->plan, &a->homogeneous, e);
-    if (rc != ERR_OK && rc != ERR_NOFIT)
+    double start = pool_now_s();
+    double deadline = o->time_limit_s > 0 ? start + o->time_limit_s : INFINITY;
+    struct pool_model pm;
+    if (pool_model_load(root, file, o, deadline, &pm, e))
+        return e->code;
+    answer_kinds(&pm, a);
+    double first = isinf(deadline) ? INFINITY
+                                   : deadline - POOL_MIXED_TIME_SHARE * (deadline - pool_now_s());
+    int rc = pool_search_model(&pm, o, POOL_KEEP, first, &a->plan, &a->homogeneous, e);
+    if (rc != ERR_OK && rc != ERR_NOFIT) {
+        pool_model_free(&pm);
         return rc;
+    }
     a->have_plan = rc == ERR_OK;
     struct err homogeneous = *e;
     err_clear(e);
-    /* --time-limit holds for both searches: the mixed one gets what the other left */
-    struct plan_options left = *o;
-    if (o->time_limit_s > 0)
-        left.time_limit_s = fmax(o->time_limit_s - (now_s() - start), 1e-3);
-    rc = pool_mixed_search(root, file, &left, a->have_plan ? a->plan.iteration_ms : INFINITY,
+    rc = pool_mixed_search(&pm, o, a->have_plan ? a->plan.iteration_ms : INFINITY, deadline,
                            &a->plans, &a->n, &a->step, &a->mix, e);
+    pool_model_free(&pm);
     a->mixed = rc == ERR_OK && a->n > 0;
     if (rc == ERR_OK && !a->mixed && !a->have_plan) {
         *e = homogeneous;
-        rc = err_set(e, ERR_NOFIT, "%s; nor does any heterogeneous grouping (%ld searched%s)",
-                     homogeneous.msg, a->mix.groupings,
+        rc = err_set(e, ERR_NOFIT, "%s; nor does any pair of groups side by side (%ld searched%s)",
+                     homogeneous.msg, a->mix.pairs,
                      a->mix.timed_out ? ", stopped at --time-limit" : "");
     }
-    if (rc != ERR_OK)
+    if (rc != ERR_OK) {
         pool_answer_free(a);
-    return rc;
+        return rc;
+    }
+    answer_certify(a);
+    a->seconds = pool_now_s() - start;
+    return ERR_OK;
 }
 
 void pool_answer_free(struct pool_answer *a)

@@ -1,6 +1,7 @@
 #include "replicas.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,27 +15,57 @@ void replicas_result_free(struct replicas_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int replicas_alone(const struct plan *p, double *last, double *alone, struct err *e)
+void replicas_pipe_free(struct replicas_pipe *r)
 {
-    struct plan q = *p;
-    q.stages = malloc((size_t)p->n_stages * sizeof *q.stages);
-    if (q.stages == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    memcpy(q.stages, p->stages, (size_t)p->n_stages * sizeof *q.stages);
-    for (int s = 0; s < p->n_stages; s++)
-        q.stages[s].dp = 1;
+    free(r->last);
+    free(r->optimizer_ms);
+    memset(r, 0, sizeof *r);
+}
+
+int replicas_alone(const struct plan *p, struct replicas_pipe *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    out->last = calloc((size_t)p->n_stages, sizeof *out->last);
+    out->optimizer_ms = calloc((size_t)p->n_stages, sizeof *out->optimizer_ms);
+    double *none = calloc((size_t)p->n_stages, sizeof *none); /* no reduction */
     struct sim_result r;
-    int rc = sim_plan(&q, &r, e);
-    free(q.stages);
-    if (rc)
+    int rc = out->last && out->optimizer_ms && none ? sim_plan_reduced(p, none, &r, e)
+                                                    : err_set(e, ERR_FAIL, "out of memory");
+    free(none);
+    if (rc) {
+        replicas_pipe_free(out);
         return rc;
-    for (int s = 0; s < p->n_stages; s++)
-        last[s] = 0;
+    }
     for (int i = 0; i < r.n_tasks; i++)
-        if (r.tasks[i].kind == SIM_BACKWARD && r.tasks[i].end_ms > last[r.tasks[i].stage])
-            last[r.tasks[i].stage] = r.tasks[i].end_ms;
-    *alone = r.iteration_ms;
+        if (r.tasks[i].kind == SIM_BACKWARD && r.tasks[i].end_ms > out->last[r.tasks[i].stage])
+            out->last[r.tasks[i].stage] = r.tasks[i].end_ms;
+    for (int s = 0; s < p->n_stages; s++) {
+        struct sim_stage st;
+        sim_stage_from_plan(&p->stages[s], &st);
+        out->optimizer_ms[s] = p->stages[s].optimizer == COST_PLACE_HOST ? -1 : st.optimizer_ms;
+    }
+    out->alone_ms = r.iteration_ms;
     sim_result_free(&r);
+    return ERR_OK;
+}
+
+int replicas_deal(struct plan *p, int64_t batches, struct err *e)
+{
+    int dp = p->stages[0].dp, M = p->micro_batches;
+    if (batches < dp || batches > (int64_t)dp * M || batches <= (int64_t)dp * (M - 1))
+        return err_set(e, ERR_INPUT,
+                       "%lld micro-batches over %d replicas of at most %d each: not %d the most",
+                       (long long)batches, dp, M, M);
+    free(p->replica_micro_batches);
+    p->replica_micro_batches = NULL;
+    int64_t more = batches - (int64_t)dp * (M - 1); /* replicas taking M */
+    if (more == dp)
+        return ERR_OK;
+    if ((p->replica_micro_batches = malloc((size_t)dp * sizeof *p->replica_micro_batches)) ==
+        NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int r = 0; r < dp; r++)
+        p->replica_micro_batches[r] = r < more ? M : M - 1;
     return ERR_OK;
 }
 
@@ -122,54 +153,107 @@ static double reduce_all(const struct plan *plans, int n, int replicas, double *
     return end;
 }
 
-int replicas_step_given(const struct plan *plans, int n, double *const *last,
-                        const double *alone_ms, struct replicas_result *out, struct err *e)
+/* Each stage's end: its optimizer step once its reductions (lane) have ended; a pipeline whose
+ * optimizer runs on the host is simulated again with those reductions. */
+static int stage_ends(const struct plan *p, const struct replicas_pipe *alone,
+                      const double *lane, double *end, struct err *e)
+{
+    int host = 0;
+    *end = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        host |= alone->optimizer_ms[s] < 0;
+        *end = fmax(*end, lane[s] + alone->optimizer_ms[s]);
+    }
+    if (!host)
+        return ERR_OK;
+    double *reduce = malloc((size_t)p->n_stages * sizeof *reduce);
+    if (reduce == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int s = 0; s < p->n_stages; s++)
+        reduce[s] = lane[s] - alone->last[s];
+    struct sim_result r;
+    int rc = sim_plan_reduced(p, reduce, &r, e);
+    free(reduce);
+    if (rc == ERR_OK) {
+        *end = r.iteration_ms;
+        sim_result_free(&r);
+    }
+    return rc;
+}
+
+/* replicas_step_given with `extra` more replicas reducing beside the plans' own (whose
+ * pipelines take no time and hold no bytes). */
+static int step_given(const struct plan *plans, int n, const struct replicas_pipe *alone,
+                      int extra, struct replicas_result *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
     if (check_models(plans, n, e))
         return e->code;
     out->n_pipelines = n;
     out->pipeline_ms = calloc((size_t)n, sizeof *out->pipeline_ms);
-    double **lane = calloc((size_t)n, sizeof *lane);
+    double **lane = calloc((size_t)n, sizeof *lane), **last = calloc((size_t)n, sizeof *last);
     int *at = calloc((size_t)n, sizeof *at);
-    int rc = out->pipeline_ms && lane && at ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
+    int rc = out->pipeline_ms && lane && last && at ? ERR_OK
+                                                    : err_set(e, ERR_FAIL, "out of memory");
     for (int k = 0; k < n && rc == ERR_OK; k++) {
-        if ((lane[k] = calloc((size_t)plans[k].n_stages, sizeof **lane)) == NULL)
+        /* a stage's reductions start after its last backward */
+        if ((lane[k] = malloc((size_t)plans[k].n_stages * sizeof **lane)) == NULL)
             rc = err_set(e, ERR_FAIL, "out of memory");
-        out->pipeline_ms[k] = alone_ms[k];
+        else
+            memcpy(lane[k], alone[k].last, (size_t)plans[k].n_stages * sizeof **lane);
+        last[k] = alone[k].last;
+        out->pipeline_ms[k] = alone[k].alone_ms;
         out->replicas += plans[k].stages[0].dp;
-        out->global_batch +=
-            (long)plans[k].stages[0].dp * plans[k].micro_batches * plans[k].model.micro_batch;
+        out->global_batch += (long)plan_batches(&plans[k]) * plans[k].model.micro_batch;
     }
+    out->replicas += extra;
     if (rc == ERR_OK) {
-        out->step_ms = reduce_all(plans, n, out->replicas, last, lane, at,
-                                  &out->n_segments);
-        for (int k = 0; k < n; k++)
-            out->step_ms = out->pipeline_ms[k] > out->step_ms ? out->pipeline_ms[k] : out->step_ms;
+        reduce_all(plans, n, out->replicas, last, lane, at, &out->n_segments);
+        for (int k = 0; k < n && rc == ERR_OK; k++) {
+            double end;
+            rc = stage_ends(&plans[k], &alone[k], lane[k], &end, e);
+            out->step_ms = fmax(out->step_ms, fmax(end, out->pipeline_ms[k]));
+        }
     }
     for (int k = 0; k < n && lane != NULL; k++)
         free(lane[k]);
     free(lane);
+    free(last);
     free(at);
     if (rc)
         replicas_result_free(out);
     return rc;
 }
 
+int replicas_step_given(const struct plan *plans, int n, const struct replicas_pipe *alone,
+                        struct replicas_result *out, struct err *e)
+{
+    return step_given(plans, n, alone, 0, out, e);
+}
+
+int replicas_step_floor(const struct plan *p, const struct replicas_pipe *alone, int replicas,
+                        double *step_ms, struct err *e)
+{
+    struct replicas_result r;
+    int extra = replicas - p->stages[0].dp;
+    if (step_given(p, 1, alone, extra > 0 ? extra : 0, &r, e))
+        return e->code;
+    *step_ms = r.step_ms;
+    replicas_result_free(&r);
+    return ERR_OK;
+}
+
 int replicas_step(const struct plan *plans, int n, struct replicas_result *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
-    double **last = calloc((size_t)n, sizeof *last), *alone = calloc((size_t)n, sizeof *alone);
-    int rc = last && alone ? ERR_OK : err_set(e, ERR_FAIL, "out of memory");
-    for (int k = 0; k < n && rc == ERR_OK; k++)
-        rc = (last[k] = calloc((size_t)plans[k].n_stages, sizeof **last)) == NULL
-                 ? err_set(e, ERR_FAIL, "out of memory")
-                 : replicas_alone(&plans[k], last[k], &alone[k], e);
+    struct replicas_pipe *alone = calloc((size_t)n, sizeof *alone);
+    int rc = alone != NULL ? ERR_OK : err_set(e, ERR_FAIL, "out of memory"), made = 0;
+    for (; made < n && rc == ERR_OK; made++)
+        rc = replicas_alone(&plans[made], &alone[made], e);
     if (rc == ERR_OK)
-        rc = replicas_step_given(plans, n, last, alone, out, e);
-    for (int k = 0; k < n && last != NULL; k++)
-        free(last[k]);
-    free(last);
+        rc = replicas_step_given(plans, n, alone, out, e);
+    for (int k = 0; k < made && alone != NULL; k++)
+        replicas_pipe_free(&alone[k]);
     free(alone);
     return rc;
 }
@@ -181,6 +265,10 @@ cJSON *replicas_to_json(const struct plan *plans, int n, const struct replicas_r
     cJSON_AddNumberToObject(o, "step_ms", r->step_ms);
     cJSON_AddNumberToObject(o, "replicas", r->replicas);
     cJSON_AddNumberToObject(o, "global_batch", (double)r->global_batch);
+    if (r->lower_bound_ms > 0) { /* the pool search's certificate */
+        cJSON_AddNumberToObject(o, "optimality_gap", r->step_ms / r->lower_bound_ms - 1);
+        cJSON_AddNumberToObject(o, "lower_bound_ms", r->lower_bound_ms);
+    }
     cJSON *pipes = cJSON_AddArrayToObject(o, "pipelines");
     for (int k = 0; k < n; k++) {
         cJSON *p = plan_to_json(&plans[k]);
@@ -248,8 +336,9 @@ void replicas_print(FILE *f, const struct plan *plans, int n, const struct repli
     fprintf(f, "replicas: %d pipelines, %d replicas, global batch %ld samples:", n, r->replicas,
             r->global_batch);
     for (int k = 0; k < n; k++)
-        fprintf(f, " pipelines[%d] %d x %.3f ms alone%s", k, plans[k].stages[0].dp,
-                r->pipeline_ms[k], k + 1 < n ? ";" : "\n");
+        fprintf(f, " pipelines[%d] %d x %.3f ms alone (%lld micro-batches)%s", k,
+                plans[k].stages[0].dp, r->pipeline_ms[k], (long long)plan_batches(&plans[k]),
+                k + 1 < n ? ";" : "\n");
     fprintf(f, "step: %.3f ms (gradients reduced over all replicas in %d segments; the slowest "
                "sets the step)\n",
             r->step_ms, r->n_segments);

@@ -101,8 +101,11 @@ void planner_print(FILE *f, const struct plan *p)
     double params = (double)model_param_count(&p->model);
     struct mem_unit u = table_unit(p);
     char head[64];
-    char replicas[64] = "";
-    if (p->n_stages > 0 && p->stages[0].dp > 1)
+    char replicas[96] = "";
+    if (p->n_stages > 0 && p->replica_micro_batches != NULL) /* dealt unevenly */
+        snprintf(replicas, sizeof replicas, " the most a replica, dp %d replicas (%lld in all)",
+                 p->stages[0].dp, (long long)plan_batches(p));
+    else if (p->n_stages > 0 && p->stages[0].dp > 1)
         snprintf(replicas, sizeof replicas, " a replica, dp %d replicas", p->stages[0].dp);
     if (p->model.kind == MODEL_KIND_CUSTOM)
         fprintf(f, "plan: method %s, schedule %s, %d micro-batches%s; model custom \"%s\", %d "

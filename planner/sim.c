@@ -886,9 +886,11 @@ int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
 }
 
 /* The plan's stages as the simulator takes them: st (n_stages), their layers in pool and
- * their gradient buckets in buckets (one each per layer of the plan), the caller's to free. */
-static int plan_stages(const struct plan *p, struct sim_stage **st, struct sim_layer **pool,
-                       struct sim_bucket **buckets, struct err *e)
+ * their gradient buckets in buckets (one each per layer of the plan), the caller's to free;
+ * each stage's gradient reduction allreduce_ms[s] when given, one after its last backward
+ * (else its own over its dp, in its buckets). */
+static int plan_stages(const struct plan *p, const double *allreduce_ms, struct sim_stage **st,
+                       struct sim_layer **pool, struct sim_bucket **buckets, struct err *e)
 {
     int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
@@ -908,7 +910,10 @@ static int plan_stages(const struct plan *p, struct sim_stage **st, struct sim_l
         const struct plan_stage *ps = &p->stages[s];
         struct sim_stage *one = &(*st)[s];
         sim_stage_from_plan(ps, one);
-        one->n_buckets = sim_buckets_from_plan(ps, bucket);
+        if (allreduce_ms != NULL) /* one reduction, over every pipeline's replicas */
+            one->allreduce_ms = allreduce_ms[s];
+        else
+            one->n_buckets = sim_buckets_from_plan(ps, bucket);
         one->buckets = bucket;
         bucket += plan_stage_layer_count(ps);
         one->n_layers = sim_layers_from_plan(ps, next);
@@ -926,7 +931,7 @@ int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e)
     struct sim_stage *st;
     struct sim_layer *pool;
     struct sim_bucket *buckets;
-    if (plan_stages(p, &st, &pool, &buckets, e))
+    if (plan_stages(p, NULL, &st, &pool, &buckets, e))
         return e->code;
     struct schedule_shape sh = plan_shape(p);
     int rc = sim_makespan_shape(&sh, st, iteration_ms, e);
@@ -936,12 +941,13 @@ int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e)
     return rc;
 }
 
-int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
+int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct sim_result *out,
+                     struct err *e)
 {
     struct sim_stage *st;
     struct sim_layer *pool;
     struct sim_bucket *buckets;
-    if (plan_stages(p, &st, &pool, &buckets, e))
+    if (plan_stages(p, allreduce_ms, &st, &pool, &buckets, e))
         return e->code;
     struct schedule_shape sh = plan_shape(p);
     int rc = sim_run_shape(&sh, st, out, e);
@@ -949,4 +955,9 @@ int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
     free(pool);
     free(buckets);
     return rc;
+}
+
+int sim_plan(const struct plan *p, struct sim_result *out, struct err *e)
+{
+    return sim_plan_reduced(p, NULL, out, e);
 }

@@ -199,6 +199,10 @@ int sim_buckets(const int64_t *grad_bytes, const double *bwd_ms, int n, int64_t 
 int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out);
 /* Simulates a plan's stages with its recompute sets. */
 int sim_plan(const struct plan *p, struct sim_result *out, struct err *e);
+/* The same with each stage's gradient reduction taking allreduce_ms[s] after its last backward
+ * instead of its own over its dp (replicas.c: pipelines reducing together). */
+int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct sim_result *out,
+                     struct err *e);
 /* Its iteration time alone (sim_makespan's), for searches that compare many plans. */
 int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e);
 void sim_result_free(struct sim_result *r);

@@ -164,6 +164,12 @@ static int setup_global(struct run *r, struct err *e)
                            "without shard_optimizer)",
                            o->plan_file, s, dp);
     }
+    if (p->replica_micro_batches != NULL) /* a pool plan dealing the batch unevenly */
+        return err_set(e, ERR_INPUT,
+                       "%s: replica_micro_batches: its %d replicas take from %d micro-batches "
+                       "down, but ballast train runs every replica at micro_batches; plan the "
+                       "pool with a global batch its dp divides (or a \"dp\" that does)",
+                       o->plan_file, dp, p->micro_batches);
     int gpus = plan_shape(p).gpus; /* a rank runs a GPU's chunks (virtual stages) */
     char per[64] = "";
     if (gpus != p->n_stages)

@@ -1,13 +1,19 @@
-/* Heterogeneous pipelines in the pool search (issue 17): on small pools the search equals a
- * brute force over every grouping and micro-batch split it covers (each group's pipeline
- * planned from a cluster file written here, scored by replicas_step); a pool where they must
- * win writes a replicas file that simulate reads; a pool where they lose keeps the
- * homogeneous plan byte for byte; bad pools are refused with their numbers. */
+/* The pool search's whole answer (issues 17, 31) on small pools of two estimated kinds, against
+ * a brute force over every answer it covers: one group (dp replicas of a shape: per kind tp 1
+ * or 2 and its stage count) or two groups of different shapes side by side, and every dealing
+ * of the global batch's micro-batches to their replicas (not only the even one the search
+ * takes), each group's pipeline planned exactly by --repartition from a cluster file written
+ * here (a pair's group for its step alone), each answer scored by replicas_step with one
+ * pipeline for each group and micro-batch count (so the claim that a replica taking fewer
+ * micro-batches never changes the step is checked, not assumed). Every bound the search uses
+ * on a group is checked against the steps here. Also: the plan and replicas files the CLI
+ * writes, simulate on them, the GPUs divisibility left idle before, the time limit. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cjson/cJSON.h>
 
@@ -17,11 +23,14 @@
 #include "planner.h"
 #include "pool.h"
 #include "pool_mixed.h"
+#include "pool_model.h"
 #include "replicas.h"
 #include "testutil.h"
 
 #define MICRO_BATCH 2
 #define KINDS 2
+#define TP_MAX 2
+#define LAYERS 4 /* gpt n_layer 2: embed, 2 blocks, head */
 
 /* A tiny GPT (4 planning layers, 8 heads) estimated on `device`; returns the path. */
 static char *estimated_profile(const char *device)
@@ -42,7 +51,7 @@ static char *estimated_profile(const char *device)
 /* A pool: its kinds (device, estimated profile, count, memory) and the shared members. */
 struct pool_case {
     const char *device[KINDS];
-    char *profile[KINDS];
+    const char *profile[KINDS];
     int count[KINDS];
     long long memory[KINDS];
     int global_batch;
@@ -65,19 +74,77 @@ static const char *pool_write(const struct pool_case *pc, const char *name)
     return test_write(name, text);
 }
 
-/* Kind k's pipeline of S stages of tp GPUs, dp replicas, M micro-batches, written out as a
- * cluster file and planned by --repartition (exact); 0: none fits. */
-static int plan_group(const struct pool_case *pc, int k, int tp, int S, int dp, int M,
-                      struct plan *p)
+/* A shape: per kind its tp and stages (0: unused). */
+struct shape {
+    int tp[KINDS], S[KINDS];
+};
+
+static int shape_gpus(const struct shape *x, int k)
 {
-    char stages[8192] = "", one[1024], text[10000];
-    for (int s = 0; s < S; s++) {
-        snprintf(one, sizeof one,
-                 "%s{\"device\":\"%s\",\"memory_bytes\":%lld,\"profile\":\"%s\",\"per_node\":2,"
-                 "\"node_link\":{\"gbps\":400,\"latency_us\":1},\"tp\":%d,\"dp\":%d}",
-                 s ? "," : "", pc->device[k], pc->memory[k], pc->profile[k], tp, dp);
-        strcat(stages, one);
+    return x->tp[k] * x->S[k];
+}
+
+/* Every shape of at most LAYERS stages. */
+static int all_shapes(struct shape *out)
+{
+    int n = 0;
+    for (int code = 0; code < (TP_MAX * LAYERS + 1) * (TP_MAX * LAYERS + 1); code++) {
+        struct shape x;
+        int c[KINDS] = {code % (TP_MAX * LAYERS + 1), code / (TP_MAX * LAYERS + 1)}, S = 0;
+        for (int k = 0; k < KINDS; k++) {
+            x.S[k] = c[k] == 0 ? 0 : 1 + (c[k] - 1) % LAYERS;
+            x.tp[k] = c[k] == 0 ? 1 : 1 + (c[k] - 1) / LAYERS;
+            S += x.S[k];
+        }
+        if (S >= 1 && S <= LAYERS)
+            out[n++] = x;
     }
+    return n;
+}
+
+/* A group's pipeline, planned exactly from a cluster file: its shape, dp replicas, M
+ * micro-batches; alone: planned for its step without the reduction over its replicas (a
+ * pair's group), the pool's link between replicas kept in the plan. 0: none fits. */
+struct planned {
+    int used, fits;
+    struct shape x;
+    int dp, M, alone;
+    struct plan plan;
+};
+
+/* Planned groups by (shape index, dp, M, alone). */
+#define SHAPES_MAX 128
+#define DP_MAX 16
+static struct planned cache[SHAPES_MAX * DP_MAX * DP_MAX * 2];
+static struct shape shapes[SHAPES_MAX];
+
+static void cache_clear(void)
+{
+    for (size_t i = 0; i < sizeof cache / sizeof *cache; i++)
+        if (cache[i].used && cache[i].fits)
+            plan_free(&cache[i].plan);
+    memset(cache, 0, sizeof cache);
+}
+
+static struct planned *plan_group(const struct pool_case *pc, int shape, int dp, int M,
+                                  int alone)
+{
+    const struct shape *x = &shapes[shape];
+    struct planned *g = &cache[((shape * DP_MAX + dp) * DP_MAX + M) * 2 + alone];
+    if (g->used)
+        return g;
+    *g = (struct planned){.used = 1, .x = *x, .dp = dp, .M = M, .alone = alone};
+    char stages[8192] = "", one[1024], text[10000];
+    for (int k = 0; k < KINDS; k++)
+        for (int s = 0; s < x->S[k]; s++) {
+            snprintf(one, sizeof one,
+                     "%s{\"device\":\"%s\",\"memory_bytes\":%lld,\"profile\":\"%s\","
+                     "\"per_node\":2,\"node_link\":{\"gbps\":400,\"latency_us\":1},\"tp\":%d,"
+                     "\"dp\":%d}",
+                     stages[0] ? "," : "", pc->device[k], pc->memory[k], pc->profile[k],
+                     x->tp[k], dp);
+            strcat(stages, one);
+        }
     snprintf(text, sizeof text,
              "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"micro_batches\":%d,"
              "\"link\":{\"gbps\":%g,\"latency_us\":2},\"dp_link\":{\"gbps\":%g,"
@@ -93,345 +160,477 @@ static int plan_group(const struct pool_case *pc, int k, int tp, int S, int dp, 
     if (cluster_load(test_write("group.json", text), &c, &e) != ERR_OK)
         fprintf(stderr, "\n%s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
-    int rc = planner_make(&c, &o, p, &e);
+    CU_ASSERT_FATAL(cluster_group_grads(&c, &e) == ERR_OK);
+    struct link dp_link = c.stages[0].dp_link;
+    for (int s = 0; alone && s < c.n_stages; s++)
+        c.stages[s].dp_link = (struct link){0};
+    int rc = planner_make(&c, &o, &g->plan, &e);
     cluster_free(&c);
     CU_ASSERT(rc == ERR_OK || rc == ERR_NOFIT);
-    return rc == ERR_OK;
+    g->fits = rc == ERR_OK;
+    for (int s = 0; g->fits && s < g->plan.n_stages; s++)
+        g->plan.stages[s].dp_link = dp_link;
+    return g;
 }
 
-/* Every group one kind can form on this pool: tp 1 or 2 (per_node 2, dividing the 8 heads),
- * 1 to 4 stages (the model's layers), dp S tp at most its count. */
-struct group {
-    int tp, S, dp;
+/* The step of the groups' replicas, each taking parts[g][r] micro-batches: one pipeline per
+ * group and count (a copy of the group's plan at that count, its dp the replicas taking it).
+ * INFINITY: a group does not fit. */
+static double deal_step(struct planned **groups, int n, int parts[][16], const int *dp)
+{
+    struct plan p[32];
+    int np = 0;
+    for (int g = 0; g < n; g++) {
+        if (!groups[g]->fits)
+            return INFINITY;
+        for (int m = 1; m <= groups[g]->M; m++) {
+            int count = 0;
+            for (int r = 0; r < dp[g]; r++)
+                count += parts[g][r] == m;
+            if (count == 0)
+                continue;
+            p[np] = groups[g]->plan;
+            p[np].micro_batches = m;
+            p[np].replica_micro_batches = NULL;
+            p[np].stages = malloc((size_t)p[np].n_stages * sizeof *p[np].stages);
+            memcpy(p[np].stages, groups[g]->plan.stages,
+                   (size_t)p[np].n_stages * sizeof *p[np].stages);
+            for (int s = 0; s < p[np].n_stages; s++)
+                p[np].stages[s].dp = count;
+            np++;
+        }
+    }
+    struct replicas_result r;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(replicas_step(p, np, &r, &e), ERR_OK);
+    double step = r.step_ms;
+    replicas_result_free(&r);
+    for (int i = 0; i < np; i++)
+        free(p[i].stages);
+    return step;
+}
+
+/* Every non-increasing split of B into n positive parts into out[r] (r < n), calling fn. */
+typedef void (*deal_fn)(int *parts, void *arg);
+static void each_partition(int B, int n, int most, int *parts, int at, deal_fn fn, void *arg)
+{
+    if (at == n) {
+        if (B == 0)
+            fn(parts, arg);
+        return;
+    }
+    for (int m = most < B - (n - at - 1) ? most : B - (n - at - 1); m >= 1; m--) {
+        if (m * (n - at) < B)
+            break; /* the rest cannot take what is left */
+        parts[at] = m;
+        each_partition(B - m, n, m, parts, at + 1, fn, arg);
+    }
+}
+
+/* The brute force's state: the pool, the best of one group and of two, and counts. */
+struct brute {
+    const struct pool_case *pc;
+    int B;
+    double one, two;
+    long answers, unfit;
+    /* the pair being dealt: its shapes, dp, and group 1's parts */
+    int x[2]; /* shape indices */
+    int dp[2], B1, first[16];
 };
 
-static int kind_groups(const struct pool_case *pc, int k, struct group *out)
+static void deal_one(int *parts, void *arg)
 {
-    int n = 0;
-    for (int tp = 1; tp <= 2; tp++)
-        for (int S = 1; S <= 4; S++)
-            for (int dp = 1; dp * S * tp <= pc->count[k]; dp++)
-                out[n++] = (struct group){tp, S, dp};
-    return n;
+    struct brute *b = arg;
+    int all[1][16];
+    memcpy(all[0], parts, (size_t)b->dp[0] * sizeof *parts);
+    struct planned *g = plan_group(b->pc, b->x[0], b->dp[0], parts[0], 0);
+    double step = deal_step(&g, 1, all, b->dp);
+    b->answers++;
+    b->unfit += isinf(step);
+    b->one = fmin(b->one, step);
 }
 
-/* The least step over both kinds' groups and every split dp_0 M_0 + dp_1 M_1 = B. */
-static double brute_force(const struct pool_case *pc, long *splits, long *unfit)
+static void deal_second(int *parts, void *arg)
 {
-    struct group g[KINDS][64];
-    int n[KINDS], B = pc->global_batch / MICRO_BATCH;
-    double best = INFINITY;
-    for (int k = 0; k < KINDS; k++)
-        n[k] = kind_groups(pc, k, g[k]);
-    *splits = *unfit = 0;
-    for (int i = 0; i < n[0]; i++)
-        for (int j = 0; j < n[1]; j++)
-            for (int M0 = 1; g[0][i].dp * M0 < B; M0++) {
-                int rest = B - g[0][i].dp * M0;
-                if (rest % g[1][j].dp != 0)
-                    continue;
-                struct plan p[KINDS];
-                int fit0 = plan_group(pc, 0, g[0][i].tp, g[0][i].S, g[0][i].dp, M0, &p[0]);
-                int fit1 = fit0 && plan_group(pc, 1, g[1][j].tp, g[1][j].S, g[1][j].dp,
-                                              rest / g[1][j].dp, &p[1]);
-                *unfit += !fit1;
-                if (fit1) {
-                    struct replicas_result r;
-                    struct err e;
-                    err_clear(&e);
-                    CU_ASSERT_EQUAL_FATAL(replicas_step(p, KINDS, &r, &e), ERR_OK);
-                    best = fmin(best, r.step_ms);
-                    (*splits)++;
-                    replicas_result_free(&r);
-                    plan_free(&p[1]);
+    struct brute *b = arg;
+    int all[2][16];
+    memcpy(all[0], b->first, (size_t)b->dp[0] * sizeof *parts);
+    memcpy(all[1], parts, (size_t)b->dp[1] * sizeof *parts);
+    struct planned *g[2] = {plan_group(b->pc, b->x[0], b->dp[0], all[0][0], 1),
+                            plan_group(b->pc, b->x[1], b->dp[1], all[1][0], 1)};
+    double step = deal_step(g, 2, all, b->dp);
+    b->answers++;
+    b->unfit += isinf(step);
+    b->two = fmin(b->two, step);
+}
+
+static void deal_first(int *parts, void *arg)
+{
+    struct brute *b = arg;
+    int second[16];
+    memcpy(b->first, parts, (size_t)b->dp[0] * sizeof *parts);
+    each_partition(b->B - b->B1, b->dp[1], b->B, second, 0, deal_second, b);
+}
+
+/* The least step of one group and of two over every shape, dp and dealing. */
+static void brute_force(const struct pool_case *pc, struct brute *b)
+{
+    const struct shape *x = shapes;
+    int n = all_shapes(shapes), parts[16];
+    *b = (struct brute){.pc = pc, .B = pc->global_batch / MICRO_BATCH, .one = INFINITY,
+                        .two = INFINITY};
+    for (int i = 0; i < n; i++)
+        for (int dp = 1; dp <= b->B && dp < DP_MAX; dp++) {
+            if (dp * shape_gpus(&x[i], 0) > pc->count[0] ||
+                dp * shape_gpus(&x[i], 1) > pc->count[1])
+                break;
+            b->x[0] = i;
+            b->dp[0] = dp;
+            each_partition(b->B, dp, b->B, parts, 0, deal_one, b);
+        }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            for (int d0 = 1; d0 < b->B; d0++)
+                for (int d1 = 1; d0 + d1 <= b->B && d0 + d1 < DP_MAX; d1++) {
+                    int fits = 1;
+                    for (int k = 0; k < KINDS; k++)
+                        fits &= d0 * shape_gpus(&x[i], k) + d1 * shape_gpus(&x[j], k) <=
+                                pc->count[k];
+                    if (!fits)
+                        continue;
+                    b->x[0] = i, b->x[1] = j;
+                    b->dp[0] = d0, b->dp[1] = d1;
+                    for (b->B1 = d0; b->B1 <= b->B - d1; b->B1++)
+                        each_partition(b->B1, d0, b->B1, parts, 0, deal_first, b);
                 }
-                if (fit0)
-                    plan_free(&p[0]);
-            }
-    return best;
 }
 
-/* Every bound the search uses on a group (pool_mixed_group_bound), against the group planned
- * here at each M: its least step at most the pipeline's step alone (which replicas_step only
- * adds to), no refutation of that step, and the cutoff's slack at least the difference the
- * all-reduce over its dp makes. Returns how many fit; *tight: how many bounds were within 20%
- * (so that the bounds are not vacuous). */
-static int check_bounds(const struct pool_case *pc, const char *file, int *tight)
-{
-    struct group g[64];
-    struct plan_options o;
-    int B = pc->global_batch / MICRO_BATCH, fits = 0;
-    plan_options_default(&o);
-    o.search_gap = 0;
-    for (int k = 0; k < KINDS; k++)
-        for (int i = 0, n = kind_groups(pc, k, g); i < n; i++)
-            for (int M = 1; g[i].dp * M < B; M++) {
-                struct plan p;
-                if (!plan_group(pc, k, g[i].tp, g[i].S, g[i].dp, M, &p))
-                    continue;
-                struct replicas_result r;
-                struct pool_mixed_bound b;
-                struct pool_mixed_group at = {k, g[i].tp, g[i].S, g[i].dp, M};
-                struct err e;
-                err_clear(&e);
-                CU_ASSERT_EQUAL_FATAL(replicas_step(&p, 1, &r, &e), ERR_OK);
-                double alone = r.pipeline_ms[0];
-                if (pool_mixed_group_bound(file, &o, &at, alone, &b, &e) != ERR_OK)
-                    fprintf(stderr, "\n%s\n", e.msg);
-                CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
-                if (!(b.least_ms <= alone && b.could_step &&
-                      p.iteration_ms - b.cutoff_slack_ms <= alone * (1 + 1e-9)))
-                    printf("\n  %s dp %d x %d of tp %d, M %d: alone %.6f ms, planned %.6f ms; "
-                           "bound %.6f ms, could step %d, slack %.6f ms",
-                           pc->device[k], g[i].dp, g[i].S, g[i].tp, M, alone, p.iteration_ms,
-                           b.least_ms, b.could_step, b.cutoff_slack_ms);
-                CU_ASSERT(b.least_ms <= alone);
-                CU_ASSERT(b.could_step);
-                CU_ASSERT(p.iteration_ms - b.cutoff_slack_ms <= alone * (1 + 1e-9));
-                *tight += b.least_ms >= 0.8 * alone;
-                fits++;
-                replicas_result_free(&r);
-                plan_free(&p);
-            }
-    return fits;
-}
-
-/* The exact search's step (INFINITY: none fits) within time_limit_s (0: none). */
-static double mixed_search(const char *file, double time_limit_s, struct pool_mixed_result *r)
+/* The search's answer, exact: the homogeneous plan's step, the pairs' step (INFINITY: none
+ * beats INFINITY... searched with nothing to beat), and the whole answer. */
+static void search(const char *file, double *one, double *two, struct pool_answer *a,
+                   struct pool_mixed_result *r)
 {
     struct plan_options o;
-    struct plan *plans;
-    struct replicas_result step;
     struct err e;
-    int n;
+    struct plan p;
+    struct pool_result hr;
     err_clear(&e);
     plan_options_default(&o);
     o.search_gap = 0;
-    o.time_limit_s = time_limit_s;
+    int rc = pool_search(file, &o, &p, &hr, &e);
+    CU_ASSERT_FATAL(rc == ERR_OK || rc == ERR_NOFIT);
+    *one = rc == ERR_OK ? p.iteration_ms : INFINITY;
+    if (rc == ERR_OK)
+        plan_free(&p);
     cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
-    if (root == NULL || pool_mixed_search(root, file, &o, INFINITY, &plans, &n, &step, r, &e))
-        fprintf(stderr, "\n%s\n", e.msg);
-    cJSON_Delete(root);
-    CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
-    double ms = n > 0 ? step.step_ms : INFINITY;
-    CU_ASSERT_EQUAL(n, r->n_groups);
+    struct pool_model pm;
+    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
+    struct plan *plans;
+    int n;
+    struct replicas_result step;
+    CU_ASSERT_EQUAL_FATAL(pool_mixed_search(&pm, &o, INFINITY, INFINITY, &plans, &n, &step, r,
+                                            &e),
+                          ERR_OK);
+    *two = n > 0 ? step.step_ms : INFINITY;
     for (int g = 0; g < n; g++)
         plan_free(&plans[g]);
     free(plans);
     replicas_result_free(&step);
-    return ms;
+    pool_model_free(&pm);
+    CU_ASSERT_EQUAL_FATAL(pool_answer_search(root, file, &o, a, &e), ERR_OK);
+    cJSON_Delete(root);
 }
 
-/* A100-40GB and V100-32GB, 4 of each, estimated; 16 samples, fast links between stages,
- * slow between replicas: the homogeneous plan wins. */
-static struct pool_case two_kinds(void)
+/* Every bound the search uses on a group of the brute force (pool_mixed_group_bound), against
+ * the steps found here: its least and the capacity's bound at most replicas_step_floor (at
+ * most the step of every pair holding the group at its M), could_step true there, and the
+ * floor at least the pipeline alone. Returns the groups checked; *tight: those whose least is
+ * within 20% of the step (the bounds are not vacuous). */
+static int check_bounds(const struct pool_case *pc, const char *file, int *tight, int *half)
 {
-    struct pool_case pc = {{"A100-40GB", "V100-32GB"}, {NULL, NULL}, {4, 4},
-                           {40000000000LL, 32000000000LL}, 16, 100, 10};
-    for (int k = 0; k < KINDS; k++)
-        pc.profile[k] = estimated_profile(pc.device[k]);
-    return pc;
+    struct plan_options o;
+    struct err e;
+    struct pool_model pm;
+    int checked = 0, B = pc->global_batch / MICRO_BATCH;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.search_gap = 0;
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
+    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
+    cJSON_Delete(root);
+    for (size_t i = 0; i < sizeof cache / sizeof *cache; i++) {
+        struct planned *g = &cache[i];
+        if (!g->used || !g->fits || !g->alone)
+            continue;
+        struct replicas_pipe alone;
+        CU_ASSERT_EQUAL_FATAL(replicas_alone(&g->plan, &alone, &e), ERR_OK);
+        for (int N = g->dp + 1; N <= B; N++) { /* another group of one replica at least */
+            struct pool_mixed_group at = {.size = 0, .dp = g->dp, .micro_batches = g->M};
+            memcpy(at.tp, g->x.tp, sizeof at.tp);
+            memcpy(at.stages, g->x.S, sizeof at.stages);
+            double floor;
+            CU_ASSERT_EQUAL_FATAL(replicas_step_floor(&g->plan, &alone, N, &floor, &e), ERR_OK);
+            struct pool_mixed_bound b;
+            CU_ASSERT_EQUAL_FATAL(pool_mixed_group_bound(&pm, &o, &at, N, floor, &b, &e),
+                                  ERR_OK);
+            if (!(b.least_ms <= floor && b.cap_least_ms <= floor && b.could_step))
+                printf("\n  dp %d M %d N %d: alone %.6f, floor %.6f; least %.6f, capacity's "
+                       "%.6f, could step %d",
+                       g->dp, g->M, N, alone.alone_ms, floor, b.least_ms, b.cap_least_ms,
+                       b.could_step);
+            CU_ASSERT(b.least_ms <= floor);
+            CU_ASSERT(b.cap_least_ms <= floor);
+            CU_ASSERT(b.could_step);
+            CU_ASSERT(floor >= alone.alone_ms);
+            /* could_step's refutation: the most x it refutes, within 1/4096 of the floor */
+            double lo = fmin(b.least_ms, floor), hi = floor;
+            for (int i = 0; i < 12; i++) {
+                struct pool_mixed_bound at_x;
+                double x = lo + (hi - lo) / 2;
+                CU_ASSERT_EQUAL_FATAL(pool_mixed_group_bound(&pm, &o, &at, N, x, &at_x, &e),
+                                      ERR_OK);
+                *(at_x.could_step ? &hi : &lo) = x;
+            }
+            *tight += lo >= 0.8 * floor;
+            *half += lo >= 0.5 * floor;
+            checked++;
+        }
+        replicas_pipe_free(&alone);
+    }
+    pool_model_free(&pm);
+    return checked;
 }
 
-/* The same with a slow link between stages and a fast one between replicas, 28 samples (14
- * micro-batches: dp 1, 7 or 14 for identical replicas): one-stage groups of each kind win. */
-static struct pool_case mixed_wins(void)
+static const char *profile_of(const char *device)
 {
-    struct pool_case pc = two_kinds();
-    pc.global_batch = 28;
-    pc.link_gbps = 1;
-    pc.dp_link_gbps = 1000;
-    return pc;
+    static char *paths[4];
+    static const char *names[4];
+    for (int i = 0; i < 4; i++) {
+        if (names[i] != NULL && strcmp(names[i], device) == 0)
+            return paths[i];
+        if (names[i] == NULL) {
+            names[i] = device;
+            return paths[i] = estimated_profile(device);
+        }
+    }
+    return NULL;
 }
 
-static void free_case(struct pool_case *pc)
+/* The CLI's replicas file for a pool answered by two groups: its global batch the pool's
+ * exactly (each pipeline's dealing summed), and simulate steps it as the search scored it. */
+static void check_replicas_file(const char *file, const struct pool_case *c, double step_ms)
 {
-    for (int k = 0; k < KINDS; k++)
-        free(pc->profile[k]);
+    char args[2048];
+    const char *answer = test_path("pair.json"), *simulated = test_path("pair-sim.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' --search-gap 0 --quiet -o '%s'", file,
+             answer);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    char *text = test_read(answer);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_FATAL(root != NULL);
+    long samples = 0;
+    const cJSON *pipe;
+    cJSON_ArrayForEach(pipe, cJSON_GetObjectItem(root, "pipelines"))
+    {
+        const cJSON *dealt = cJSON_GetObjectItem(pipe, "replica_micro_batches"), *m;
+        const cJSON *dp = cJSON_GetObjectItem(
+            cJSON_GetArrayItem(cJSON_GetObjectItem(pipe, "stages"), 0), "dp"); /* absent: 1 */
+        if (dealt == NULL) /* every replica takes micro_batches */
+            samples += (long)(dp ? dp->valueint : 1) *
+                       cJSON_GetObjectItem(pipe, "micro_batches")->valueint;
+        cJSON_ArrayForEach(m, dealt) samples += m->valueint;
+    }
+    CU_ASSERT_EQUAL(samples * MICRO_BATCH, c->global_batch);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(root, "global_batch")->valueint, c->global_batch);
+    cJSON_Delete(root);
+    snprintf(args, sizeof args, "simulate --plan '%s' --quiet -o '%s'", answer, simulated);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+    text = test_read(simulated);
+    root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CU_ASSERT_FATAL(root != NULL);
+    double ms = cJSON_GetObjectItem(root, "iteration_ms")->valuedouble;
+    printf("\n  the CLI's replicas file: %ld samples, simulated %.6f ms", samples * MICRO_BATCH,
+           ms);
+    CU_ASSERT(test_close(ms, step_ms, 1e-9, 1e-9));
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(root, "global_batch")->valueint, c->global_batch);
+    cJSON_Delete(root);
 }
 
 static void test_against_brute_force(void)
 {
-    struct pool_case pc = two_kinds(), wins = mixed_wins();
-    char *l4 = estimated_profile("L4");
-    /* counts; samples; the second kind (V100-32GB or L4, closer to the A100's speed) and its
-     * memory; link and dp_link Gb/s */
+    /* counts; samples; the second kind and its memory (< 0: the A100's memory, small, and
+     * the second kind's 20 GB); link and dp_link Gb/s */
     static const struct {
-        int count[KINDS], batch, l4;
+        int count[KINDS], batch;
+        const char *second;
         long long memory;
         double link, dp_link;
-    } vary[] = {{{4, 4}, 16, 0, 32000000000LL, 100, 10}, {{4, 4}, 14, 0, 25000000LL, 100, 10},
-                {{4, 4}, 28, 0, 32000000000LL, 1, 1000}, {{2, 4}, 20, 0, 32000000000LL, 1, 1000},
-                {{4, 2}, 10, 0, 32000000000LL, 10, 400}, {{3, 4}, 24, 0, 40000000LL, 1, 1000},
-                {{4, 4}, 24, 1, 20000000000LL, 1, 1000}, {{2, 4}, 30, 1, 20000000000LL, 10, 400},
-                {{2, 4}, 40, 1, 30000000LL, 1, 1000},    {{4, 3}, 22, 1, 20000000000LL, 100, 100},
-                {{4, 4}, 30, 1, -18000000LL, 10, 1000}}; /* < 0: the A100's memory, small */
+    } vary[] = {
+        {{4, 4}, 10, "V100-32GB", 32000000000LL, 100, 10},
+        {{4, 4}, 14, "V100-32GB", 25000000LL, 100, 10},
+        {{3, 2}, 10, "V100-32GB", 32000000000LL, 1, 1000},
+        {{2, 3}, 12, "L4", 20000000000LL, 1, 1000},
+        {{3, 3}, 10, "L4", 30000000LL, 10, 400},
+        {{4, 2}, 8, "L4", -18000000LL, 10, 1000},
+    };
     long unfit_all = 0;
+    int pairs_won = 0;
     for (size_t i = 0; i < sizeof vary / sizeof vary[0]; i++) {
-        struct pool_case c = pc;
-        memcpy(c.count, vary[i].count, sizeof c.count);
-        c.global_batch = vary[i].batch;
+        struct pool_case c = {{"A100-40GB", vary[i].second},
+                              {profile_of("A100-40GB"), profile_of(vary[i].second)},
+                              {vary[i].count[0], vary[i].count[1]},
+                              {40000000000LL, vary[i].memory},
+                              vary[i].batch,
+                              vary[i].link,
+                              vary[i].dp_link};
         if (vary[i].memory < 0)
             c.memory[0] = -vary[i].memory, c.memory[1] = 20000000000LL;
-        else
-            c.memory[1] = vary[i].memory;
-        if (vary[i].l4)
-            c.device[1] = "L4", c.profile[1] = l4;
-        c.link_gbps = vary[i].link;
-        c.dp_link_gbps = vary[i].dp_link;
+        char *file = strdup(pool_write(&c, "brute.json")); /* test_write's buffer rotates */
+        struct brute b;
+        struct pool_answer a;
         struct pool_mixed_result r;
-        long splits, unfit;
-        char *file = strdup(pool_write(&c, "brute.json")); /* test_write's buffer is reused */
-        double got = mixed_search(file, 0, &r);
-        int tight = 0, fits = check_bounds(&c, file, &tight);
-        double want = brute_force(&c, &splits, &unfit);
-        printf("\n  %d + %d GPUs, batch %d: %.6f ms (brute force %.6f ms over %ld splits, %ld "
-               "not fitting); %ld groupings, %ld pipelines planned, %ld splits scored; "
-               "bounds within 20%% of %d of the %d groups fitting",
-               c.count[0], c.count[1], c.global_batch, got, want, splits, unfit, r.groupings,
-               r.planned, r.splits, tight, fits);
-        for (int g = 0; g < r.n_groups; g++)
-            printf("; %s dp %d x %d of tp %d, M %d", r.device[r.group[g].kind], r.group[g].dp,
-                   r.group[g].stages, r.group[g].tp, r.group[g].micro_batches);
-        CU_ASSERT(isfinite(want) && test_close(got, want, 1e-9, 1e-12));
-        CU_ASSERT(r.splits <= splits);
-        CU_ASSERT(fits > 0 && 3 * tight > fits);
+        double one, two;
+        brute_force(&c, &b);
+        search(file, &one, &two, &a, &r);
+        int tight = 0, half = 0, checked = check_bounds(&c, file, &tight, &half);
+        double best = fmin(b.one, b.two), got = a.mixed ? a.step.step_ms : a.plan.iteration_ms;
+        printf("\n  %s: %d + %d GPUs, %d micro-batches: one group %.6f ms (brute force %.6f), "
+               "two %.6f (%.6f) over %ld answers (%ld not fitting); the answer %.6f, certified "
+               "gap %.3g; %ld pairs searched, %ld pipelines planned; bounds within 20%% in %d "
+               "of %d, within half in %d",
+               vary[i].second, c.count[0], c.count[1], b.B, one, b.one, two, b.two, b.answers,
+               b.unfit, got, a.gap, r.pairs, r.planned, tight, checked, half);
+        CU_ASSERT(isfinite(b.one) && test_close(one, b.one, 1e-9, 1e-9));
+        CU_ASSERT(isinf(b.two) ? isinf(two) : test_close(two, b.two, 1e-9, 1e-9));
+        CU_ASSERT(test_close(got, best, 1e-9, 1e-9));
+        CU_ASSERT(a.mixed == (b.two < b.one)); /* ties: the homogeneous plan */
+        CU_ASSERT(a.gap >= 0 && a.gap <= 1e-9 && a.lower_bound <= best * (1 + 1e-12));
+        /* a fifth within 20%: with the reduction in buckets, each stage's backward comes off
+         * its reduction in the bounds (it may overlap it), so they are looser than before */
+        CU_ASSERT(checked > 0 && 5 * tight > checked && 4 * half > 3 * checked);
+        if (a.mixed && pairs_won == 0)
+            check_replicas_file(file, &c, got);
+        pairs_won += a.mixed;
+        unfit_all += b.unfit;
+        pool_answer_free(&a);
+        cache_clear();
         free(file);
-        unfit_all += unfit;
     }
-    CU_ASSERT(unfit_all > 0); /* the small V100s */
-    free(l4);
-    free_case(&pc);
-    free_case(&wins);
+    CU_ASSERT(unfit_all > 0); /* the small memories */
+    CU_ASSERT(pairs_won > 0); /* two groups win somewhere */
 }
 
-/* The homogeneous search's plan, as `plan -o` wrote it before (plan_write); INFINITY when
- * none fits. */
-static double homogeneous(const char *file, const char *out)
+/* The plan of `args`' pool (plan -o), parsed; its stdout in *out (caller frees). */
+static cJSON *plan_json(const char *file, const char *extra, char **out)
 {
-    struct plan p;
-    struct pool_result r;
-    struct plan_options o;
-    struct err e;
-    err_clear(&e);
-    plan_options_default(&o);
-    int rc = pool_search(file, &o, &p, &r, &e);
-    CU_ASSERT_FATAL(rc == ERR_OK || rc == ERR_NOFIT);
-    if (rc != ERR_OK)
-        return INFINITY;
-    CU_ASSERT_EQUAL(plan_write(out, &p, &e), ERR_OK);
-    double ms = p.iteration_ms;
-    plan_free(&p);
-    return ms;
-}
-
-/* Where heterogeneous pipelines step faster, `plan -o` writes them as a replicas file whose
- * step simulate reproduces and prints the groups; where they do not, the plan file is the
- * homogeneous search's, byte for byte. */
-static void test_cli_choice(void)
-{
-    struct pool_case wins = mixed_wins(), loses = two_kinds();
-    char args[2048], *out = NULL, *text;
-    const char *file = pool_write(&wins, "wins.json");
-    char replicas[512], before[512];
-    snprintf(replicas, sizeof replicas, "%s", test_path("wins-out.json"));
-    snprintf(before, sizeof before, "%s", test_path("wins-homogeneous.json"));
-    double homogeneous_ms = homogeneous(file, before);
-    snprintf(args, sizeof args, "plan --cluster %s -o %s", file, replicas);
-    CU_ASSERT_EQUAL_FATAL(test_run(args, &out, NULL), 0);
-    CU_ASSERT(out != NULL && strstr(out, "pool: heterogeneous pipelines, faster than the best "
-                                         "homogeneous candidate") != NULL);
-    CU_ASSERT(out != NULL && strstr(out, "pipelines[1]: V100-32GB, dp ") != NULL);
-    free(out);
-    text = test_read(replicas);
+    char args[2048];
+    const char *result = test_path("answer.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' %s -o '%s'", file, extra, result);
+    CU_ASSERT_EQUAL_FATAL(test_run(args, out, NULL), 0);
+    char *text = test_read(result);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
-    CU_ASSERT_FATAL(root != NULL && replicas_is_file(root));
-    double step_ms = cJSON_GetObjectItemCaseSensitive(root, "step_ms")->valuedouble;
-    long batch = (long)cJSON_GetObjectItemCaseSensitive(root, "global_batch")->valuedouble;
-    printf("\n  heterogeneous %.6f ms against homogeneous %.6f ms", step_ms, homogeneous_ms);
-    CU_ASSERT(step_ms < homogeneous_ms);
-    CU_ASSERT_EQUAL(batch, wins.global_batch);
-    cJSON_Delete(root);
     free(text);
-    snprintf(args, sizeof args, "simulate --plan %s", replicas);
-    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
-    char want[64];
-    snprintf(want, sizeof want, "step: %.3f ms", step_ms);
-    CU_ASSERT(out != NULL && strstr(out, want) != NULL);
-    free(out);
-    /* homogeneous wins: the same plan file as before */
-    file = pool_write(&loses, "loses.json");
-    homogeneous(file, before);
-    snprintf(args, sizeof args, "plan --cluster %s -o %s", file, replicas);
-    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
-    CU_ASSERT(out != NULL && strstr(out, "pool: no heterogeneous grouping steps faster") != NULL);
-    free(out);
-    char *a = test_read(before), *b = test_read(replicas);
-    CU_ASSERT(a != NULL && b != NULL && strcmp(a, b) == 0);
-    free(a);
-    free(b);
-    free_case(&wins);
-    free_case(&loses);
+    CU_ASSERT_FATAL(root != NULL);
+    return root;
 }
 
-/* --time-limit stops the search with the best found by then: never faster than the exact
- * answer, and said; "dp" fixed, none is searched. */
-static void test_time_limit(void)
+/* The GPUs a plan file's stages take (tp x dp each; absent: 1). */
+static int plan_gpus(const cJSON *plan)
 {
-    struct pool_case pc = mixed_wins();
-    const char *file = pool_write(&pc, "limit.json");
-    struct pool_mixed_result exact_r, r;
-    double exact = mixed_search(file, 0, &exact_r), limited = mixed_search(file, 1e-9, &r);
-    CU_ASSERT(!exact_r.timed_out && r.timed_out);
-    CU_ASSERT(r.planned < exact_r.planned);
-    CU_ASSERT(limited >= exact);
-    /* a fixed "dp" asks for identical replicas: no grouping searched */
-    char *text = test_read(file), fixed[8192];
-    CU_ASSERT_FATAL(text != NULL);
-    snprintf(fixed, sizeof fixed, "%.*s,\"dp\":1}", (int)(strrchr(text, '}') - text), text);
-    CU_ASSERT(isinf(mixed_search(test_write("limit-dp.json", fixed), 0, &r)));
-    CU_ASSERT(r.groupings == 0 && r.planned == 0);
-    free(text);
-    free_case(&pc);
-}
-
-/* Bad pools refused with the file, the field and the numbers, before any search. */
-static void test_bad_pools(void)
-{
-    struct pool_case pc = two_kinds();
-    static const char *const bad[3][2] = {
-        {"\"count\":4,\"per_node\":2", "\"count\":4,\"per_node\":8"},
-        {"\"global_batch\":16", "\"global_batch\":0"},
-        {"\"count\":4", "\"count\":-4"},
-    };
-    static const char *const want[3] = {
-        "pool[0].per_node: 8 GPUs a node, but the pool has only 4 of \"A100-40GB\"",
-        "global_batch", "pool[0].count"};
-    for (int i = 0; i < 3; i++) {
-        char *text = test_read(pool_write(&pc, "bad.json")), args[1024], *err = NULL;
-        char *at = strstr(text, bad[i][0]), fixed[8192];
-        CU_ASSERT_FATAL(at != NULL);
-        snprintf(fixed, sizeof fixed, "%.*s%s%s", (int)(at - text), text, bad[i][1],
-                 at + strlen(bad[i][0]));
-        const char *file = test_write("bad.json", fixed);
-        snprintf(args, sizeof args, "plan --cluster %s", file);
-        CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
-        CU_ASSERT(err != NULL && strstr(err, file) != NULL && strstr(err, want[i]) != NULL);
-        if (err == NULL || strstr(err, want[i]) == NULL)
-            fprintf(stderr, "\nwanted \"%s\" in: %s\n", want[i], err ? err : "");
-        free(err);
-        free(text);
+    int gpus = 0;
+    const cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(plan, "stages"))
+    {
+        const cJSON *tp = cJSON_GetObjectItem(st, "tp"), *dp = cJSON_GetObjectItem(st, "dp");
+        gpus += (tp ? tp->valueint : 1) * (dp ? dp->valueint : 1);
     }
-    free_case(&pc);
+    return gpus;
+}
+
+/* 3 A100s and 14 samples (7 micro-batches of 2), a slow link between stages: before, a dp had
+ * to divide the 7, so the best plan was one GPU alone (dp 1; a pipeline pays the slow link)
+ * and two were idle. Now dp 3 takes all three, the micro-batches dealt 3, 2, 2: exactly 14
+ * samples a step, and faster. simulate says so; train refuses the uneven dealing. */
+static void test_no_idle_gpus(void)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":14,"
+             "\"link\":{\"gbps\":1,\"latency_us\":2},\"dp_link\":{\"gbps\":1000,"
+             "\"latency_us\":5},\"pool\":[{\"device\":\"A100-40GB\",\"count\":3,"
+             "\"per_node\":1,\"memory_bytes\":40000000000,\"profile\":\"%s\"}]}",
+             profile_of("A100-40GB"));
+    char file[1024], divisible[1024], *out = NULL, *err = NULL, args[2048];
+    snprintf(file, sizeof file, "%s", test_write("idle.json", text));
+    /* before: the best of the dps dividing 7 (7 replicas do not fit 3 GPUs) */
+    snprintf(strrchr(text, '}'), 16, ",\"dp\":1}");
+    snprintf(divisible, sizeof divisible, "%s", test_write("idle-dp1.json", text));
+    cJSON *before = plan_json(divisible, "", NULL);
+    double before_ms = cJSON_GetObjectItem(before, "iteration_ms")->valuedouble;
+    int before_gpus = plan_gpus(before);
+    cJSON *now = plan_json(file, "", &out);
+    double now_ms = cJSON_GetObjectItem(now, "iteration_ms")->valuedouble;
+    const cJSON *dealt = cJSON_GetObjectItem(now, "replica_micro_batches");
+    int sum = 0, n = cJSON_GetArraySize(dealt);
+    for (int r = 0; r < n; r++)
+        sum += cJSON_GetArrayItem(dealt, r)->valueint;
+    printf("\n  before %d GPUs, %.6f ms; now %d GPUs, %.6f ms, micro-batches", before_gpus,
+           before_ms, plan_gpus(now), now_ms);
+    for (int r = 0; r < n; r++)
+        printf(" %d", cJSON_GetArrayItem(dealt, r)->valueint);
+    CU_ASSERT(before_gpus < 3);
+    CU_ASSERT_EQUAL(plan_gpus(now), 3);
+    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT(n == 3 && cJSON_GetArrayItem(dealt, 0)->valueint == 3 &&
+              cJSON_GetArrayItem(dealt, 2)->valueint == 2);
+    CU_ASSERT_EQUAL(sum * MICRO_BATCH, 14);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(now, "micro_batches")->valueint, 3);
+    CU_ASSERT(now_ms < before_ms);
+    CU_ASSERT(out != NULL && strstr(out, "3 micro-batches the most a replica, dp 3 replicas (7 "
+                                         "in all)") != NULL);
+    free(out);
+    /* simulate: the same step, the samples; train: refused */
+    snprintf(args, sizeof args, "simulate --plan '%s'", test_path("answer.json"));
+    CU_ASSERT_EQUAL(test_run(args, &out, NULL), 0);
+    char want[128];
+    snprintf(want, sizeof want, "iteration %.3f ms", now_ms);
+    CU_ASSERT(out != NULL && strstr(out, want) != NULL &&
+              strstr(out, "replicas: 3, taking 7 micro-batches in all (14 samples)") != NULL);
+    free(out);
+    snprintf(args, sizeof args,
+             "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 3 '%s' train "
+             "--plan '%s' --steps 1 >/dev/null 2>'%s'",
+             BALLAST_EXE, test_path("answer.json"), test_path("train.err"));
+    int status = system(args);
+    err = test_read(test_path("train.err"));
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    CU_ASSERT(err != NULL && strstr(err, "replica_micro_batches") != NULL);
+    free(err);
+    /* an export to a framework that deals evenly: refused, naming the field */
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron", test_path("answer.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "replica_micro_batches") != NULL);
+    free(err);
+    /* a global batch that is not whole micro-batches: refused, never rounded */
+    char *odd = strstr(text, "\"global_batch\":14");
+    CU_ASSERT_FATAL(odd != NULL);
+    memcpy(odd, "\"global_batch\":13", 17);
+    snprintf(args, sizeof args, "plan --cluster '%s'", test_write("odd.json", text));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err != NULL && strstr(err, "global_batch: 13 samples") != NULL);
+    free(err);
+    cJSON_Delete(before);
+    cJSON_Delete(now);
 }
 
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("pool_mixed", NULL, NULL);
-    CU_add_test(s, "the heterogeneous search against brute force", test_against_brute_force);
-    CU_add_test(s, "plan -o: replicas when they win, the same plan when not", test_cli_choice);
-    CU_add_test(s, "--time-limit: the best found by then", test_time_limit);
-    CU_add_test(s, "bad pools refused with their numbers", test_bad_pools);
+    CU_add_test(s, "the whole answer against brute force", test_against_brute_force);
+    CU_add_test(s, "no GPU idle for divisibility, the exact global batch", test_no_idle_gpus);
     return test_main();
 }

@@ -317,6 +317,18 @@ static void test_heterogeneous_by_hand(void)
     CU_ASSERT_EQUAL(r.global_batch, 2 * 2 + 2 * 2);
     CU_ASSERT_DOUBLE_EQUAL(r.step_ms, 13.28, 1e-9);
     replicas_result_free(&r);
+    /* an optimizer step of 0.25 ms a layer: each stage steps once its own segments are
+     * reduced, as the simulator runs a stage's step after its reduction: B's one stage (4
+     * layers) at 13.28 + 1, A's stage 0 (2 layers) at 13.28 + 0.5, A's stage 1 at 12.64 +
+     * 0.5 */
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < p[k].n_stages; s++)
+            for (int l = 0; l <= p[k].stages[s].last - p[k].stages[s].first; l++)
+                p[k].stages[s].layers[l].optimizer_ms = 0.25;
+    CU_ASSERT_EQUAL_FATAL(replicas_step(p, 2, &r, &e), ERR_OK);
+    CU_ASSERT_DOUBLE_EQUAL(r.pipeline_ms[1], 13, 1e-12); /* alone: 12 + 1 */
+    CU_ASSERT_DOUBLE_EQUAL(r.step_ms, 14.28, 1e-9);
+    replicas_result_free(&r);
     /* one pipeline of dp 3: exactly the simulator's data-parallel step */
     struct plan *one = &p[0];
     for (int s = 0; s < 2; s++)
@@ -325,8 +337,8 @@ static void test_heterogeneous_by_hand(void)
     CU_ASSERT_EQUAL_FATAL(replicas_step(one, 1, &r, &e), ERR_OK);
     CU_ASSERT_EQUAL_FATAL(sim_plan(one, &sr, &e), ERR_OK);
     CU_ASSERT_DOUBLE_EQUAL(r.step_ms, sr.iteration_ms, 1e-12);
-    /* stage 0: 9 + 2 (3-1) x 1333334 bytes at 100 Gb/s */
-    CU_ASSERT_DOUBLE_EQUAL(sr.iteration_ms, 9 + 4 * (1333334 * 8 / 100e9 * 1e3), 1e-12);
+    /* stage 0: 9 + 2 (3-1) x 1333334 bytes at 100 Gb/s, then its 2 layers' step */
+    CU_ASSERT_DOUBLE_EQUAL(sr.iteration_ms, 9 + 4 * (1333334 * 8 / 100e9 * 1e3) + 0.5, 1e-12);
     sim_result_free(&sr);
     replicas_result_free(&r);
     plan_free(&p[0]);
@@ -500,15 +512,14 @@ static double best_split(const char *const profiles[2], const int *order, int S,
     return best;
 }
 
-/* Brute force over the pool search's space: dp dividing the global batch, tp and stage count
- * per kind, every order of the kinds along the pipeline and every split (each planned by
- * --method optimal on its fixed split). */
+/* Brute force over the pool search's space: every dp up to the micro-batches (the replicas
+ * taking ceil(B / dp) the most), tp and stage count per kind, every order of the kinds along
+ * the pipeline and every split (each planned by --method optimal on its fixed split). */
 static double pool_brute_force(const char *const profiles[2], int global_batch)
 {
     double best = -1;
-    for (int dp = 1; dp * BATCH <= global_batch; dp++) {
-        if (global_batch % (dp * BATCH) != 0)
-            continue;
+    int B = global_batch / BATCH;
+    for (int dp = 1; dp <= B; dp++) {
         for (int code = 0; code < 2 * 2 * 5 * 3; code++) {
             int tp[2] = {1 + code % 2, 1 + code / 2 % 2};
             int n[2] = {code / 4 % 5, code / 20}; /* stages of G (0-4) and of H (0-2) */
@@ -523,7 +534,7 @@ static double pool_brute_force(const char *const profiles[2], int global_batch)
                 for (int g = 0; g < 2; g++)
                     for (int j = 0; j < n[first ^ g]; j++)
                         order[S++] = first ^ g;
-                double t = best_split(profiles, order, S, dp, tp, global_batch / (dp * BATCH));
+                double t = best_split(profiles, order, S, dp, tp, (B + dp - 1) / dp);
                 if (t >= 0 && (best < 0 || t < best))
                     best = t;
             }

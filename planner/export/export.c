@@ -194,6 +194,14 @@ static int export_dp(FILE *out, const struct plan *p, int dp, const struct expor
                        "nemo-cli, colossalai or flagscale", o->to);
     if (export_checks(p, f, o, e) || schedule_allowed(p, f, e))
         return e->code;
+    if (p->replica_micro_batches != NULL) /* a pool plan dealing its batch unevenly */
+        return err_set(e, ERR_INPUT,
+                       "--to %s: replica_micro_batches: the plan's %d replicas take from %d "
+                       "micro-batches down to fewer (%lld in all), but %s gives every "
+                       "data-parallel rank the same number (global batch = micro-batch size x "
+                       "micro-batches x dp): plan the pool with \"dp\" dividing them",
+                       f->name, p->stages[0].dp, p->micro_batches,
+                       (long long)plan_batches(p), f->title);
     struct fw_settings fs, ranks = {0};
     struct plan run;
     int replanned, pp = p->n_stages / (p->virtual_stages > 1 ? p->virtual_stages : 1);

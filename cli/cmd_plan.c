@@ -296,11 +296,11 @@ static int pool_usage(const struct plan_args *a, int pipelines)
         return cli_usage_error("plan", "a pool or several pipelines are planned on their "
                                "file's schedule: no --schedule or --virtual-stages");
     if (pipelines > 0 || a->export_format || a->auto_micro || a->micro_batches || a->arena.on ||
-        a->o.method != METHOD_OPTIMAL || !framework_is_ballast(a->o.framework))
+        a->o.method != METHOD_OPTIMAL)
         return cli_usage_error("plan", "a pool of GPUs is searched with --method optimal (it "
-                               "repartitions every candidate) for Ballast, no --for, --export, "
-                               "--micro-batches or --arena, and no \"pipelines\" in the file "
-                               "(ballast export --to F re-plans its answer's settings for F)");
+                               "repartitions every candidate), no --export, --micro-batches or "
+                               "--arena, and no \"pipelines\" in the file (ballast export --plan "
+                               "ANSWER --to F writes its launch)");
     return ERR_OK;
 }
 

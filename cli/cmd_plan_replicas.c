@@ -79,6 +79,10 @@ static void print_certified(FILE *f, const struct pool_answer *a)
         fprintf(f, "pool: certified gap %.3f%% over every candidate of both searches (none "
                    "steps faster than %.3f ms); searched in %.2f s\n",
                 100 * a->gap, a->lower_bound, a->seconds);
+    else if (a->mix.framework != NULL)
+        fprintf(f, "pool: no certified gap with --for (the bounds are of Ballast's "
+                   "activations, which %s's may undercut); searched in %.2f s\n",
+                a->mix.framework, a->seconds);
     else
         fprintf(f, "pool: no certified gap (--time-limit stopped a search before its bound); "
                    "searched in %.2f s\n",

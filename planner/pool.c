@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "framework.h"
 #include "jsonio.h"
 #include "pool_bound.h"
 #include "replicas.h"
@@ -167,11 +168,21 @@ static int evaluate(struct pool_state *st, double bound, int full, struct err *e
     struct cluster c;
     struct plan p;
     struct plan_options o = candidate_options(st);
+    int framework = !framework_is_ballast(o.framework);
+    if (framework && candidate_B(st) % st->dp != 0) { /* frameworks deal micro-batches evenly */
+        st->r->unrunnable++;
+        return ERR_OK;
+    }
     if (pool_model_cluster(st->pm, &pipe, &c, e))
         return e->code;
     memset(&p, 0, sizeof p);
     int rc = planner_make(&c, &o, &p, e);
     cluster_free(&c);
+    if (framework && rc == ERR_INPUT) { /* what it cannot say or run (plan_for.c) */
+        st->r->unrunnable++;
+        err_clear(e);
+        return ERR_OK;
+    }
     st->r->candidates++;
     if (rc == ERR_NOFIT || rc == ERR_OK)
         candidate_proved(st, rc, &p, bound);
@@ -368,6 +379,7 @@ static int visit(struct pool_state *st, struct err *e)
     }
     int full = cannot_fit(st);
     st->r->cannot_fit += full;
+    st->r->enumerated += !full; /* as the pruned search counts them */
     return evaluate(st, candidate_bound(st), full, e);
 }
 
@@ -583,7 +595,10 @@ static int search_pruned(struct pool_state *st, struct err *e)
 static void pool_certify(struct pool_state *st)
 {
     struct plan *p = st->best;
-    double bound = st->rank_stopped ? 0 : fmin(st->lower_bound, p->iteration_ms);
+    /* --for: the bounds are of Ballast's own activations, and a framework's may keep less */
+    st->r->for_framework = !framework_is_ballast(st->o->framework);
+    int uncertified = st->rank_stopped || st->r->for_framework;
+    double bound = uncertified ? 0 : fmin(st->lower_bound, p->iteration_ms);
     st->r->ranked = !st->rank_stopped;
     st->r->lower_bound = bound;
     st->r->gap = bound > 0 ? p->iteration_ms / bound - 1 : -1;
@@ -676,10 +691,15 @@ void pool_print(FILE *f, const struct pool_result *r)
                "their bound; ",
             r->micro_batch, r->enumerated + r->cannot_fit, r->candidates, r->cut, r->cannot_fit,
             r->refuted);
+    if (r->unrunnable > 0)
+        fprintf(f, "%ld the framework cannot run (--for); ", r->unrunnable);
     if (r->gap >= 0)
         fprintf(f, "certified gap %.3f%% (no candidate steps faster than %.3f ms)%s\n",
                 100 * r->gap, r->lower_bound,
                 r->exhausted ? "" : "; stopped at the time limit or node budget");
+    else if (r->for_framework)
+        fprintf(f, "no certified gap: with --for the bounds are of Ballast's activations, "
+                   "which the framework's may undercut\n");
     else
         fprintf(f, "no certified gap: --time-limit stopped the ranking of the candidates\n");
 }

@@ -45,6 +45,9 @@ struct pool_result {
     long refuted_but_fits; /* planned (the exhaustive search) and fitting although cannot_fit
                               said it could not, or pool_could_step that it could not step
                               so fast: 0 unless they are wrong */
+    long unrunnable; /* --for: candidates the framework cannot run (a micro-batch count dp
+                        does not divide, a tp per stage, a device it refuses), left out */
+    int for_framework; /* --for: no certificate (the bounds are of Ballast's activations) */
     double bound_ratio; /* the largest lower bound over the step of a candidate planned: at
                            most 1 unless the bound is wrong */
     long nodes, splits; /* the candidates' --repartition nodes and splits simulated */

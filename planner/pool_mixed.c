@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "framework.h"
 #include "jsonio.h"
 #include "pool_bound.h"
 #include "sim.h"
@@ -1243,6 +1244,11 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
     struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r};
     *plans = NULL;
     *n = 0;
+    if (!framework_is_ballast(o->framework)) { /* replicas of one shape only: no pairs */
+        r->framework = o->framework->title;
+        r->lower_bound = INFINITY;
+        return ERR_OK;
+    }
     if (!isinf(deadline) && pool_now_s() > deadline) { /* nothing searched: no bound */
         r->timed_out = 1;
         r->lower_bound = pm->only_dp != 0 ? INFINITY : 0;
@@ -1330,6 +1336,11 @@ static void print_shape(FILE *f, const struct pool_mixed_result *r, const int *t
 
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms)
 {
+    if (r->framework != NULL) {
+        fprintf(f, "pool: two groups side by side not searched: %s runs replicas of one "
+                   "pipeline\n", r->framework);
+        return;
+    }
     if (r->n_groups == 0)
         fprintf(f, "pool: no two groups side by side step faster");
     else if (isfinite(homogeneous_ms))
@@ -1360,7 +1371,7 @@ void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogen
 static void answer_certify(struct pool_answer *a)
 {
     double best = a->mixed ? a->step.step_ms : a->plan.iteration_ms;
-    double lb_h = a->homogeneous.ranked ? a->homogeneous.lower_bound : 0;
+    double lb_h = a->homogeneous.ranked ? a->homogeneous.lower_bound : 0; /* 0 with --for */
     if (!a->have_plan) /* nothing homogeneous fits: its bound is what its search proved */
         lb_h = a->homogeneous.ranked && a->homogeneous.exhausted ? INFINITY : 0;
     a->lower_bound = fmin(fmin(lb_h, a->mix.lower_bound), best);
@@ -1394,7 +1405,10 @@ int pool_answer_search(const cJSON *root, const char *file, const struct plan_op
     answer_kinds(&pm, a);
     double first = isinf(deadline) ? INFINITY
                                    : deadline - POOL_MIXED_TIME_SHARE * (deadline - pool_now_s());
-    int rc = pool_search_model(&pm, o, POOL_KEEP, first, &a->plan, &a->homogeneous, e);
+    /* --for: every candidate planned, since bounds of Ballast's activations may cut one the
+     * framework (keeping fewer bytes) runs faster */
+    long prune = framework_is_ballast(o->framework) ? POOL_KEEP : 0;
+    int rc = pool_search_model(&pm, o, prune, first, &a->plan, &a->homogeneous, e);
     if (rc != ERR_OK && rc != ERR_NOFIT) {
         pool_model_free(&pm);
         return rc;

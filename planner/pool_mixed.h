@@ -56,6 +56,7 @@ struct pool_mixed_result {
     long refuted;  /* group pipelines left unplanned: no split could beat the best */
     long splits;   /* splits scored by replicas_step */
     int timed_out; /* --time-limit stopped the search: the best found by then */
+    const char *framework; /* --for: its title, and no pair searched (none in the space) */
     double lower_bound; /* certified: no pair of groups steps faster (ms); 0: none */
     int n_groups;  /* the best's groups; 0: no pair beat the step to beat */
     struct pool_mixed_group group[POOL_GROUPS_MAX];

@@ -3,7 +3,8 @@
  * `ballast profile --estimate`), for one kind and two (including an answer of heterogeneous
  * pipelines) and with --nodes, --node-link, --network, --reserve and --host-memory; the
  * cluster it writes plans to the same answer again. The summary's tokens/s, idle GPUs and MFU
- * against the plan file's numbers and PaLM's 6N + 12LHT FLOPs a token. Unknown names list the
+ * against the plan file's numbers and PaLM's 6N + 12LHT FLOPs a token. With --for megatron
+ * the answer is one that Megatron-LM runs and exports as planned. Unknown names list the
  * known ones; GPUs that cannot hold the model and a global batch no pipeline can take say
  * why. */
 #include <CUnit/CUnit.h>
@@ -163,6 +164,48 @@ static void test_mixed_answer(void)
     cJSON_Delete(p);
 }
 
+/* --for megatron on a pool: the same answer as the hand-written pool planned --for megatron,
+ * one pipeline shape (Megatron-LM runs no replicas of different pipelines), every replica the
+ * same micro-batches, no V100 in it (Megatron-LM's flash attention and Transformer Engine
+ * need compute capability 8.0), and its export to Megatron-LM notes no difference. */
+static void test_for_framework(void)
+{
+    const char *a100 = estimate("gpt-350m", "A100-40GB", "gpt-350m-A100-40GB.json");
+    const char *v100 = estimate("gpt-350m", "V100-32GB", "gpt-350m-V100-32GB.json");
+    CU_ASSERT_FATAL(a100 != NULL && v100 != NULL);
+    char hand[4096];
+    snprintf(hand, sizeof hand,
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"global_batch\": 60,"
+             " \"reserve_bytes\": \"2GiB\", \"link\": {\"gbps\": 200, \"latency_us\": 5},"
+             " \"dp_link\": {\"gbps\": 200, \"latency_us\": 5}, \"shard_optimizer\": true,"
+             " \"pool\": [{\"device\": \"A100-40GB\", \"count\": 8, \"per_node\": 8,"
+             " \"memory_bytes\": " A100_40GB ", \"profile\": \"%s\","
+             " \"node_link\": {\"gbps\": 2400, \"latency_us\": 3}},"
+             " {\"device\": \"V100-32GB\", \"count\": 4, \"per_node\": 4,"
+             " \"memory_bytes\": " V100_32GB ", \"profile\": \"%s\","
+             " \"node_link\": {\"gbps\": 1200, \"latency_us\": 3}}]}",
+             a100, v100);
+    check_equal(hand, "--model gpt-350m --gpus 8xA100-40GB,4xV100-32GB --global-batch 60",
+                "--for megatron", "for");
+    const char *answer = test_path("for-again.json");
+    cJSON *p = load(answer);
+    CU_ASSERT_FATAL(p != NULL);
+    CU_ASSERT(cJSON_GetObjectItem(p, "pipelines") == NULL);
+    CU_ASSERT(cJSON_GetObjectItem(p, "replica_micro_batches") == NULL);
+    const cJSON *st;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(p, "stages"))
+        CU_ASSERT(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(st, "device")), "V100") == NULL);
+    cJSON_Delete(p);
+    char args[2048], *err = NULL;
+    snprintf(args, sizeof args, "export --plan '%s' --to megatron -o '%s'", answer,
+             test_path("for.sh"));
+    CU_ASSERT(test_run(args, NULL, &err) == 0);
+    CU_ASSERT(err == NULL || strstr(err, "note") == NULL);
+    if (err != NULL && strstr(err, "note") != NULL)
+        fprintf(stderr, "\nballast %s:\n%s\n", args, err);
+    free(err);
+}
+
 /* The summary against the plan file: GPUs used, idle, tokens/s, and MFU against PaLM's FLOPs
  * a token (6N + 12 L H Q T: weights' GEMMs forward and backward, and attention's). */
 static void test_summary(void)
@@ -261,6 +304,7 @@ int main(void)
     CU_add_test(s, "one kind equals the hand-written pool", test_one_kind);
     CU_add_test(s, "two kinds and every option", test_two_kinds_options);
     CU_add_test(s, "heterogeneous answer", test_mixed_answer);
+    CU_add_test(s, "--for megatron: what Megatron-LM runs", test_for_framework);
     CU_add_test(s, "summary: GPUs, idle, tokens/s, MFU", test_summary);
     CU_add_test(s, "bad input", test_bad_input);
     return test_main();

@@ -13,7 +13,8 @@ weights, nothing downloaded):
 - the command line: a config.json with --set, the auto repeats and their spread reported,
   bad configs and fp16 on CPU refused with exit 2.
 Run: /usr/bin/python3 tests/torch/test_profiler_hf.py BALLAST [--device cuda] from the repo
-root; skipped (77) without transformers, and with --device cuda without a CUDA device."""
+root; skipped (77) without transformers, and with --device cuda without PyTorch and a CUDA
+device for the python3 running it."""
 import json
 import os
 import subprocess
@@ -25,12 +26,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_or_skip import finish, require_transformers, run_cli  # noqa: E402
 
 DEVICE = sys.argv[3] if sys.argv[2:3] == ["--device"] else "cpu"
-require_transformers("test_profiler_hf")
-import torch  # noqa: E402
+if DEVICE != "cpu":  # the GPU twin runs the python3 on PATH: a GPU machine's own PyTorch
+    try:
+        import torch  # noqa: E402
 
-if DEVICE != "cpu" and not torch.cuda.is_available():
-    print("test_profiler_hf: skipped: no CUDA device")
-    sys.exit(77)
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if not cuda:
+        print("test_profiler_hf: skipped: no CUDA device (or no PyTorch) for %s" % sys.executable)
+        sys.exit(77)
+require_transformers("test_profiler_hf")
+import torch  # noqa: E402,F811
 
 from profiler.torch import hf, profile  # noqa: E402
 

@@ -21,8 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "devices.h"
 #include "estimate.h"
@@ -72,9 +72,7 @@ static int make_cluster(const struct device_table *t, int S, struct cluster *c, 
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return 1e3 * clock_now_s();
 }
 
 static int compare_double(const void *a, const void *b)

@@ -2,8 +2,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "cost.h"
 #include "schedule.h"
 #include "planner.h"
@@ -299,9 +299,7 @@ int arena_slots(struct arena_problem *pb, const struct arena_options *opt,
 
 double arena_clock_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return 1e3 * clock_now_s();
 }
 
 int arena_layout(struct arena_object *o, int n, int in_flight, const struct arena_options *opt,

@@ -7,10 +7,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "arena_fit.h"
 #include "choice.h"
+#include "clock.h"
 #include "framework.h"
 #include "plan_layout.h"
 #include "methods.h"
@@ -558,13 +558,6 @@ static int shorter(double a, double b)
     return a < b && !(b <= choice_cap(a, 0));
 }
 
-static double monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* From *best (GPU g holding n[g] layers of `base`), moves one layer between neighbouring
  * GPUs while that shortens the step (first improvement; a GPU keeps a layer a chunk), until
  * no move does or --time-limit has passed. The chunked schedules' split search: their
@@ -573,10 +566,10 @@ static int polish_counts(const struct cluster *base, const struct plan_options *
                          const struct schedule_shape *sh, int *n, struct plan *best,
                          struct err *e)
 {
-    double deadline = o->time_limit_s > 0 ? monotonic_s() + o->time_limit_s : INFINITY;
-    for (int improved = 1; improved && monotonic_s() < deadline;) {
+    double deadline = o->time_limit_s > 0 ? clock_now_s() + o->time_limit_s : INFINITY;
+    for (int improved = 1; improved && clock_now_s() < deadline;) {
         improved = 0;
-        for (int m = 0; m < 2 * (base->n_stages - 1) && monotonic_s() < deadline; m++) {
+        for (int m = 0; m < 2 * (base->n_stages - 1) && clock_now_s() < deadline; m++) {
             int g = m / 2, from = m % 2 ? g + 1 : g, to = m % 2 ? g : g + 1;
             if (n[from] <= sh->chunks)
                 continue;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "framework.h"
 #include "jsonio.h"
 #include "pool_bound.h"
@@ -47,7 +48,7 @@ struct pool_state {
                                          ranges), and left for the next */
     int pass;
     struct pool_candidate floor; /* the last pass's greatest kept: the rest come after it */
-    double deadline, rank_deadline; /* pool_now_s seconds (INFINITY: no --time-limit) */
+    double deadline, rank_deadline; /* clock_now_s seconds (INFINITY: no --time-limit) */
     int rank_stopped; /* the first ranking ran past rank_deadline: what it saw is planned */
     int pass_stopped; /* a later pass's ranking ran past the deadline */
     long visits;
@@ -118,7 +119,7 @@ static struct plan_options candidate_options(const struct pool_state *st)
                       ? st->best->iteration_ms
                       : 0;
     if (!isinf(st->deadline))
-        o.time_limit_s = fmax((st->deadline - pool_now_s()) / POOL_TIME_SHARE, 1e-3);
+        o.time_limit_s = fmax((st->deadline - clock_now_s()) / POOL_TIME_SHARE, 1e-3);
     return o;
 }
 
@@ -359,8 +360,8 @@ static int rank_past(struct pool_state *st)
     if (!st->prune || isinf(st->deadline) || ++st->visits % POOL_CLOCK_EVERY != 0)
         return 0;
     if (st->pass == 0) /* the first ranking: past its share, what it saw is planned */
-        return st->rank_stopped = pool_now_s() > st->rank_deadline;
-    return st->pass_stopped = pool_now_s() > st->deadline; /* a later pass: the end */
+        return st->rank_stopped = clock_now_s() > st->rank_deadline;
+    return st->pass_stopped = clock_now_s() > st->deadline; /* a later pass: the end */
 }
 
 /* One candidate of the enumeration: collected with its bound (pruned: a range of dp, to the
@@ -521,7 +522,7 @@ static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
     *stopped = 0;
     for (long n = st->n_cands; n > 0;) {
         struct pool_candidate *c = &st->cands[0];
-        int timed_out = st->have_best && pool_now_s() > st->deadline;
+        int timed_out = st->have_best && clock_now_s() > st->deadline;
         if (timed_out || !may_win(st, c)) {
             /* what is left of this pass bounds no less; the later passes' no less than the
              * floor (split ranges may have gone past it: then they go on) */
@@ -534,7 +535,7 @@ static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
         }
         /* refined only beside a best (it can refute nothing before): the first plan comes
          * at once, the least bound's */
-        int range = c->dp < c->dp_hi, refine = st->have_best && pool_now_s() <= st->deadline;
+        int range = c->dp < c->dp_hi, refine = st->have_best && clock_now_s() <= st->deadline;
         if (range && (c->refined || !refine)) { /* its two halves, each bounded */
             if (split_range(st, &n, e))
                 return e->code;
@@ -622,7 +623,7 @@ int pool_search_model(const struct pool_model *pm, const struct plan_options *o,
                             .keep = prune, .lower_bound = INFINITY, .deadline = deadline,
                             .rank_deadline = INFINITY};
     if (!isinf(deadline))
-        st.rank_deadline = pool_now_s() + POOL_RANK_SHARE * (deadline - pool_now_s());
+        st.rank_deadline = clock_now_s() + POOL_RANK_SHARE * (deadline - clock_now_s());
     r->exhausted = 1;
     r->n_kinds = pm->K;
     for (int k = 0; k < pm->K; k++)
@@ -650,7 +651,7 @@ int pool_search_pruned(const char *file, const struct plan_options *o, long prun
                        struct plan *best, struct pool_result *r, struct err *e)
 {
     struct pool_model pm;
-    double deadline = o->time_limit_s > 0 ? pool_now_s() + o->time_limit_s : INFINITY;
+    double deadline = o->time_limit_s > 0 ? clock_now_s() + o->time_limit_s : INFINITY;
     memset(r, 0, sizeof *r);
     cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, e);
     if (root == NULL)

@@ -70,7 +70,7 @@ int pool_search(const char *file, const struct plan_options *o, struct plan *bes
  * off (0: every candidate planned, for tests). */
 int pool_search_pruned(const char *file, const struct plan_options *o, long prune,
                        struct plan *best, struct pool_result *r, struct err *e);
-/* The same on a pool already read, stopping at `deadline` (pool_now_s's clock; INFINITY:
+/* The same on a pool already read, stopping at `deadline` (the monotonic clock, clock.h; INFINITY:
  * none) rather than at o->time_limit_s. */
 int pool_search_model(const struct pool_model *pm, const struct plan_options *o, long prune,
                       double deadline, struct plan *best, struct pool_result *r,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "framework.h"
 #include "jsonio.h"
 #include "pool_bound.h"
@@ -145,7 +146,7 @@ static double mix_T(const struct mix_state *st)
 static int mix_stopped(struct mix_state *st)
 {
     if (!st->stopped && !isinf(st->deadline) && ++st->ticks % MIX_CLOCK_EVERY == 0 &&
-        pool_now_s() > st->deadline)
+        clock_now_s() > st->deadline)
         st->stopped = st->r->timed_out = 1;
     return st->stopped;
 }
@@ -154,7 +155,7 @@ static int mix_stopped(struct mix_state *st)
  * counts calls). */
 static int table_past(struct mix_state *st)
 {
-    if (!st->stopped && !isinf(st->deadline) && pool_now_s() > st->deadline)
+    if (!st->stopped && !isinf(st->deadline) && clock_now_s() > st->deadline)
         st->stopped = st->r->timed_out = 1;
     return st->stopped;
 }
@@ -790,7 +791,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     struct plan_options o = st->o;
     o.repartition = 1;
     if (!isinf(st->deadline))
-        o.time_limit_s = fmax((st->deadline - pool_now_s()) / 4, 1e-3);
+        o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
     if (isfinite(st->best_ms) && o.actions == PLAN_ACTION_RECOMPUTE)
         o.cutoff_ms = mix_T(st) * (1 + 1e-9);
     int rc = planner_make(&c, &o, &g->plan, e);
@@ -1249,7 +1250,7 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
         r->lower_bound = INFINITY;
         return ERR_OK;
     }
-    if (!isinf(deadline) && pool_now_s() > deadline) { /* nothing searched: no bound */
+    if (!isinf(deadline) && clock_now_s() > deadline) { /* nothing searched: no bound */
         r->timed_out = 1;
         r->lower_bound = pm->only_dp != 0 ? INFINITY : 0;
         return ERR_OK;
@@ -1397,14 +1398,14 @@ int pool_answer_search(const cJSON *root, const char *file, const struct plan_op
                        struct pool_answer *a, struct err *e)
 {
     memset(a, 0, sizeof *a);
-    double start = pool_now_s();
+    double start = clock_now_s();
     double deadline = o->time_limit_s > 0 ? start + o->time_limit_s : INFINITY;
     struct pool_model pm;
     if (pool_model_load(root, file, o, deadline, &pm, e))
         return e->code;
     answer_kinds(&pm, a);
     double first = isinf(deadline) ? INFINITY
-                                   : deadline - POOL_MIXED_TIME_SHARE * (deadline - pool_now_s());
+                                   : deadline - POOL_MIXED_TIME_SHARE * (deadline - clock_now_s());
     /* --for: every candidate planned, since bounds of Ballast's activations may cut one the
      * framework (keeping fewer bytes) runs faster */
     long prune = framework_is_ballast(o->framework) ? POOL_KEEP : 0;
@@ -1431,7 +1432,7 @@ int pool_answer_search(const cJSON *root, const char *file, const struct plan_op
         return rc;
     }
     answer_certify(a);
-    a->seconds = pool_now_s() - start;
+    a->seconds = clock_now_s() - start;
     return ERR_OK;
 }
 

@@ -66,7 +66,7 @@ struct pool_mixed_result {
 };
 
 /* The pair of groups with the least step below beat_ms (INFINITY: any; ties: the first
- * found), stopping at `deadline` (pool_now_s's clock; INFINITY: none): its plans, one per
+ * found), stopping at `deadline` (the monotonic clock, clock.h; INFINITY: none): its plans, one per
  * group (*plans owned: plan_free each, then free), and its step. *n = 0 (and ERR_OK) when
  * none beats beat_ms, or when the file fixes "dp". `o` is --method optimal's. */
 int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,

@@ -4,19 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "devices.h"
 #include "jsonio.h"
 #include "microbatch.h"
 #include "model_ops.h"
-
-double pool_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int64_t pool_model_batches(const struct pool_model *pm, int size)
 {
@@ -261,7 +254,7 @@ static int other_sizes(struct pool_model *pm, const struct plan_options *o,
     for (int i = 0; i < pm->n_sizes; i++) {
         if (i == pm->model_size)
             continue;
-        if (pool_now_s() > deadline)
+        if (clock_now_s() > deadline)
             return err_set(e, ERR_NOFIT,
                            "%s: pool: --time-limit passed while making the profiles at each "
                            "micro-batch size (%d sizes, %d kinds): no candidate was planned",

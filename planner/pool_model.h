@@ -87,7 +87,4 @@ struct pool_pipe {
 int pool_model_cluster(const struct pool_model *pm, const struct pool_pipe *p,
                        struct cluster *c, struct err *e);
 
-/* CLOCK_MONOTONIC seconds (the searches' deadlines). */
-double pool_now_s(void);
-
 #endif

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "choice.h"
+#include "clock.h"
 #include "cost.h"
 #include "framework.h"
 #include "knapsack.h"
@@ -860,17 +860,10 @@ static void leaf(struct search *s, const int *order)
         keep_if_better(s, order, ms, memory);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The time limit has passed. */
 static int past_deadline(const struct search *s)
 {
-    return !isinf(s->deadline) && now_s() > s->deadline;
+    return !isinf(s->deadline) && clock_now_s() > s->deadline;
 }
 
 /* Forward and backward of layer l on profile p. */
@@ -1200,7 +1193,7 @@ static int search_init(struct search *s, const struct cluster *c, const struct p
     s->N = c->n_layers;
     s->M = c->micro_batches;
     s->budget = o->search_nodes;
-    s->deadline = o->time_limit_s > 0 ? now_s() + o->time_limit_s : INFINITY;
+    s->deadline = o->time_limit_s > 0 ? clock_now_s() + o->time_limit_s : INFINITY;
     s->best_ms = o->cutoff_ms > 0 ? o->cutoff_ms : INFINITY; /* prunes as an incumbent would */
     s->best_memory = INT64_MAX; /* until a leaf is kept: then whether one was kept */
     s->first_end_min = 0;

@@ -8,12 +8,7 @@
 
 #include <time.h>
 
-static inline double backoff_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "clock.h"
 
 /* Pauses after `waited_s` seconds of waiting. */
 static inline void backoff_pause(double waited_s)

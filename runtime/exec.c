@@ -1,18 +1,16 @@
 #include "exec.h"
 
 #include "arena_run.h"
+#include "clock.h"
 #include "gpt_layers.h"
 #include "progress.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 double exec_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return 1e3 * clock_now_s();
 }
 
 int64_t exec_boundary_bytes(const struct model *m)

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "progress.h"
 
 #define HB_NAMED_MAX 8       /* ranks a verdict names (and counts beyond) */
@@ -48,13 +49,6 @@ struct heartbeat {
      * later): a beat per rank, and the one-off messages, which are never sent twice over. */
     struct hb_msg *beats, bye, ack, verdict;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* "rank 5 (replica 1, stage 2)", or "rank 5" before the layout is known. */
 static void name_of(const struct heartbeat *h, int w, char *out, size_t cap)
@@ -161,7 +155,7 @@ static _Noreturn void obey(struct heartbeat *h, const struct hb_msg *m)
     say(h, m);
     post(h, 0, &h->ack);
     struct timespec ts = {0, 50000000};
-    for (double until = now_s() + h->deadline; now_s() < until;)
+    for (double until = clock_now_s() + h->deadline; clock_now_s() < until;)
         nanosleep(&ts, NULL);
     end_process(1);
 }
@@ -212,14 +206,14 @@ static _Noreturn void pass_verdict(struct heartbeat *h, const struct hb_msg *m)
     h->verdict = *m;
     int told = 0;
     for (int k = 1; k < h->size; k++)
-        if (!h->gone[k] && h->heard[k] > now_s() - h->deadline) {
+        if (!h->gone[k] && h->heard[k] > clock_now_s() - h->deadline) {
             post(h, k, &h->verdict);
             told++;
         }
-    double until = now_s() + (h->deadline < 2 ? h->deadline : 2);
+    double until = clock_now_s() + (h->deadline < 2 ? h->deadline : 2);
     struct timespec ts = {0, 10000000};
-    for (int acks = 0; acks < told && now_s() < until; nanosleep(&ts, NULL))
-        acks += drain(h, now_s());
+    for (int acks = 0; acks < told && clock_now_s() < until; nanosleep(&ts, NULL))
+        acks += drain(h, clock_now_s());
     end_process(1);
 }
 
@@ -319,11 +313,11 @@ static void depart(struct heartbeat *h)
 static void *run(void *arg)
 {
     struct heartbeat *h = arg;
-    double next = 0, last = now_s();
+    double next = 0, last = clock_now_s();
     pthread_mutex_lock(&h->mu);
     while (!h->leaving) {
         pthread_mutex_unlock(&h->mu);
-        double now = now_s();
+        double now = clock_now_s();
         forgive(h, now, last);
         last = now;
         drain(h, now);
@@ -334,14 +328,14 @@ static void *run(void *arg)
         judge(h, now);
         pthread_mutex_lock(&h->mu);
         if (!h->leaving)
-            wait_until(h, now_s() + h->period / 4);
+            wait_until(h, clock_now_s() + h->period / 4);
     }
     depart(h);
     h->left = 1;
     pthread_cond_broadcast(&h->cv);
     /* the guard on MPI_Finalize */
-    double until = now_s() + h->deadline;
-    while (!h->finalized && now_s() < until)
+    double until = clock_now_s() + h->deadline;
+    while (!h->finalized && clock_now_s() < until)
         wait_until(h, until);
     if (!h->finalized) {
         fprintf(stderr, "ballast train: rank %d: MPI_Finalize has not returned after %.0f s (a "
@@ -385,7 +379,7 @@ static int tables(struct heartbeat *h)
         return -1;
     h->bye.kind = HB_BYE;
     h->ack.kind = HB_ACK;
-    double now = now_s();
+    double now = clock_now_s();
     for (int k = 0; k < h->size; k++) {
         h->heard[k] = h->progressed[k] = now;
         h->sent[k] = MPI_REQUEST_NULL;

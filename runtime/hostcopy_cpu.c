@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "progress.h"
 
 #define LANE_JOBS 1024
@@ -36,9 +37,7 @@ struct hostcopy {
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    return 1e3 * clock_now_s();
 }
 
 /* Under the lock. */

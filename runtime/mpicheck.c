@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "backoff.h"
+#include "clock.h"
 #include "progress.h"
 
 int mpicheck_fail(int rc, const char *call, const char *file, int line, struct err *e)
@@ -25,7 +26,7 @@ int mpicheck_fail(int rc, const char *call, const char *file, int line, struct e
 
 int mpicheck_wait(MPI_Request *req, const char *what, struct err *e)
 {
-    double start = backoff_now_s();
+    double start = clock_now_s();
     progress_waiting(1);
     for (;;) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -33,7 +34,7 @@ int mpicheck_wait(MPI_Request *req, const char *what, struct err *e)
             progress_waiting(0);
             return rc != MPI_SUCCESS ? mpicheck_fail(rc, what, __FILE__, __LINE__, e) : ERR_OK;
         }
-        backoff_pause(backoff_now_s() - start);
+        backoff_pause(clock_now_s() - start);
     }
 }
 

@@ -9,15 +9,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "clock.h"
 #include "cost.h"
 #include "plan.h"
-
-double train_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void train_sleep_s(double s)
 {
@@ -43,7 +37,7 @@ void train_job_start(struct train_job *j, const char *name, int np, int limit_s,
 
 int train_job_saw(const struct train_job *j, const char *text, double within_s)
 {
-    for (double until = train_now_s() + within_s; train_now_s() < until; train_sleep_s(0.05)) {
+    for (double until = clock_now_s() + within_s; clock_now_s() < until; train_sleep_s(0.05)) {
         char *s = test_read(j->out);
         int seen = s != NULL && strstr(s, text) != NULL;
         free(s);
@@ -55,7 +49,7 @@ int train_job_saw(const struct train_job *j, const char *text, double within_s)
 
 void train_job_wait(struct train_job *j, int limit_s)
 {
-    for (double until = train_now_s() + limit_s + 10; j->code < 0 && train_now_s() < until;) {
+    for (double until = clock_now_s() + limit_s + 10; j->code < 0 && clock_now_s() < until;) {
         char *s = test_read(j->status);
         if (s != NULL && strchr(s, '\n') != NULL)
             j->code = atoi(s);
@@ -141,9 +135,9 @@ struct train_run train_exec(int np, int limit_s, const char *args)
              "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe -np %d '%s' train %s "
              "> '%s' 2> '%s'",
              limit_s, np, BALLAST_EXE, args, opath, epath);
-    double t0 = train_now_s();
+    double t0 = clock_now_s();
     int status = system(cmd);
-    r.seconds = train_now_s() - t0;
+    r.seconds = clock_now_s() - t0;
     r.status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     r.out = test_read(opath);
     r.err = test_read(epath);

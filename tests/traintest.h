@@ -45,7 +45,6 @@ void train_job_free(struct train_job *j);
 /* The pid of its rank `rank` (OMPI_COMM_WORLD_RANK) whose command line mentions `mark` (its
  * plan, say), or -1. */
 int train_find_rank(int rank, const char *mark);
-double train_now_s(void);
 void train_sleep_s(double s);
 
 struct train_metrics {

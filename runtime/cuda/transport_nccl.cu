@@ -117,13 +117,13 @@ static int poll_event(cudaEvent_t ev, ncclComm_t comm, double start, struct err 
             NCCL_CHECK(ncclCommGetAsyncError(comm, &async), e);
             NCCL_CHECK(async, e);
         }
-        backoff_pause(backoff_now_s() - start);
+        backoff_pause(clock_now_s() - start);
     }
 }
 
 int nccl_wait_event(cudaEvent_t ev, ncclComm_t comm, struct err *e)
 {
-    double start = backoff_now_s();
+    double start = clock_now_s();
     progress_waiting(1);
     int rc = poll_event(ev, comm, start, e);
     progress_waiting(0);

@@ -139,26 +139,34 @@ static void test_two_kinds_options(void)
                 "--actions recompute,offload", "two-kinds");
 }
 
+/* The one-line defaults written by hand: 8 A100-40GB on a node and `n_v100` V100-32GB on
+ * one, 200 Gb/s InfiniBand, a 2 GiB reserve, ZeRO-1; the profiles given. */
+static const char *a100_v100_pool(int global_batch, const char *a100, int n_v100,
+                                  const char *v100)
+{
+    static char hand[4096];
+    snprintf(hand, sizeof hand,
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"global_batch\": %d,"
+             " \"reserve_bytes\": \"2GiB\", \"link\": {\"gbps\": \"200Gbps\", \"latency_us\": 5},"
+             " \"dp_link\": {\"gbps\": 200, \"latency_us\": 5}, \"shard_optimizer\": true,"
+             " \"pool\": [{\"device\": \"A100-40GB\", \"count\": 8, \"per_node\": 8,"
+             " \"memory_bytes\": " A100_40GB ", \"profile\": \"%s\","
+             " \"node_link\": {\"gbps\": 2400, \"latency_us\": 3}},"
+             " {\"device\": \"V100-32GB\", \"count\": %d, \"per_node\": %d,"
+             " \"memory_bytes\": " V100_32GB ", \"profile\": \"%s\","
+             " \"node_link\": {\"gbps\": 1200, \"latency_us\": 3}}]}",
+             global_batch, a100, n_v100, n_v100 < 8 ? n_v100 : 8, v100);
+    return hand;
+}
+
 /* The llama of the issue on its pool: the answer is heterogeneous pipelines side by side. */
 static void test_mixed_answer(void)
 {
     const char *a100 = estimate("llama2-7b", "A100-40GB", "llama2-7b-A100-40GB.json");
     const char *v100 = estimate("llama2-7b", "V100-32GB", "llama2-7b-V100-32GB.json");
     CU_ASSERT_FATAL(a100 != NULL && v100 != NULL);
-    char hand[4096];
-    snprintf(hand, sizeof hand,
-             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"global_batch\": 512,"
-             " \"reserve_bytes\": \"2GiB\", \"link\": {\"gbps\": \"200Gbps\", \"latency_us\": 5},"
-             " \"dp_link\": {\"gbps\": 200, \"latency_us\": 5}, \"shard_optimizer\": true,"
-             " \"pool\": [{\"device\": \"A100-40GB\", \"count\": 8, \"per_node\": 8,"
-             " \"memory_bytes\": " A100_40GB ", \"profile\": \"%s\","
-             " \"node_link\": {\"gbps\": 2400, \"latency_us\": 3}},"
-             " {\"device\": \"V100-32GB\", \"count\": 8, \"per_node\": 8,"
-             " \"memory_bytes\": " V100_32GB ", \"profile\": \"%s\","
-             " \"node_link\": {\"gbps\": 1200, \"latency_us\": 3}}]}",
-             a100, v100);
-    check_equal(hand, "--model llama2-7b --gpus 8xA100-40GB,8xV100-32GB --global-batch 512", "",
-                "llama");
+    check_equal(a100_v100_pool(512, a100, 8, v100),
+                "--model llama2-7b --gpus 8xA100-40GB,8xV100-32GB --global-batch 512", "", "llama");
     cJSON *p = load(test_path("llama-again.json"));
     CU_ASSERT(p != NULL && cJSON_GetObjectItem(p, "pipelines") != NULL);
     cJSON_Delete(p);
@@ -173,19 +181,8 @@ static void test_for_framework(void)
     const char *a100 = estimate("gpt-350m", "A100-40GB", "gpt-350m-A100-40GB.json");
     const char *v100 = estimate("gpt-350m", "V100-32GB", "gpt-350m-V100-32GB.json");
     CU_ASSERT_FATAL(a100 != NULL && v100 != NULL);
-    char hand[4096];
-    snprintf(hand, sizeof hand,
-             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"global_batch\": 60,"
-             " \"reserve_bytes\": \"2GiB\", \"link\": {\"gbps\": 200, \"latency_us\": 5},"
-             " \"dp_link\": {\"gbps\": 200, \"latency_us\": 5}, \"shard_optimizer\": true,"
-             " \"pool\": [{\"device\": \"A100-40GB\", \"count\": 8, \"per_node\": 8,"
-             " \"memory_bytes\": " A100_40GB ", \"profile\": \"%s\","
-             " \"node_link\": {\"gbps\": 2400, \"latency_us\": 3}},"
-             " {\"device\": \"V100-32GB\", \"count\": 4, \"per_node\": 4,"
-             " \"memory_bytes\": " V100_32GB ", \"profile\": \"%s\","
-             " \"node_link\": {\"gbps\": 1200, \"latency_us\": 3}}]}",
-             a100, v100);
-    check_equal(hand, "--model gpt-350m --gpus 8xA100-40GB,4xV100-32GB --global-batch 60",
+    check_equal(a100_v100_pool(60, a100, 4, v100),
+                "--model gpt-350m --gpus 8xA100-40GB,4xV100-32GB --global-batch 60",
                 "--for megatron", "for");
     const char *answer = test_path("for-again.json");
     cJSON *p = load(answer);

@@ -95,6 +95,18 @@ void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct s
     out->memory_bytes = cost_chunks_memory(chunks, n, p->reserve_bytes);
 }
 
+void plan_stage_recost(const struct plan *p, struct plan_stage *st)
+{
+    struct stage_cost c;
+    plan_stage_cost(p, st, &c);
+    st->memory_bytes = c.memory_bytes;
+    st->recompute_ms = c.recompute_ms;
+    st->stage_ms = c.stage_ms;
+    st->host_memory_bytes = c.host_memory_bytes;
+    st->staging_bytes = c.staging_bytes;
+    st->copy_ms = plan_stage_copy_ms(st);
+}
+
 cJSON *plan_to_json(const struct plan *p)
 {
     cJSON *o = cJSON_CreateObject();

@@ -140,6 +140,9 @@ void plan_free(struct plan *p);
 /* Recomputes a stage's memory, recompute and stage time from its layers and flags. With a GPU
  * holding several chunks, memory_bytes is the GPU's (cost_chunks_memory over its stages). */
 void plan_stage_cost(const struct plan *p, const struct plan_stage *st, struct stage_cost *out);
+/* The stage's numbers (memory, recompute, stage time, host memory, staging, copy time) written
+ * from plan_stage_cost, after its actions changed. */
+void plan_stage_recost(const struct plan *p, struct plan_stage *st);
 
 /* The stage's actions as the cost model takes them, and layer l's action row. */
 struct cost_actions plan_stage_actions(const struct plan_stage *st);

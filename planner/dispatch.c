@@ -286,14 +286,7 @@ int planner_finish(struct plan *p, struct err *e)
     p->bottleneck_stage = 0;
     for (int s = 0; s < p->n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
-        struct stage_cost cost;
-        plan_stage_cost(p, st, &cost);
-        st->memory_bytes = cost.memory_bytes;
-        st->recompute_ms = cost.recompute_ms;
-        st->stage_ms = cost.stage_ms;
-        st->host_memory_bytes = cost.host_memory_bytes;
-        st->staging_bytes = cost.staging_bytes;
-        st->copy_ms = plan_stage_copy_ms(st);
+        plan_stage_recost(p, st);
         if (st->stage_ms > p->stages[p->bottleneck_stage].stage_ms)
             p->bottleneck_stage = s;
     }

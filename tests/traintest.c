@@ -272,19 +272,6 @@ static void rewrite_close(const char *to, struct plan *p)
     plan_free(p);
 }
 
-/* A rewritten stage's numbers, the cost model's for its actions. */
-static void recost(const struct plan *p, struct plan_stage *st)
-{
-    struct stage_cost c;
-    plan_stage_cost(p, st, &c);
-    st->memory_bytes = c.memory_bytes;
-    st->recompute_ms = c.recompute_ms;
-    st->stage_ms = c.stage_ms;
-    st->staging_bytes = c.staging_bytes;
-    st->host_memory_bytes = c.host_memory_bytes;
-    st->copy_ms = plan_stage_copy_ms(st);
-}
-
 void train_plan_with_choices(const char *from, const char *to, const char *const *choice)
 {
     struct plan p;
@@ -304,7 +291,7 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
                 fprintf(stderr, "plan %s: layer %d has no option %s\n", to, st->first + l,
                         want);
         }
-        recost(&p, st);
+        plan_stage_recost(&p, st);
     }
     rewrite_close(to, &p);
 }
@@ -326,7 +313,7 @@ void train_plan_offload(const char *from, const char *to)
                 st->prefetch_ahead[l] = 1;
             }
         st->host_link = (struct link){1, 200, 10};
-        recost(&p, st);
+        plan_stage_recost(&p, st);
         st->host_limit_bytes = st->host_memory_bytes;
     }
     rewrite_close(to, &p);
@@ -474,7 +461,7 @@ void train_plan_host_optimizer_from(const char *from, const char *to, unsigned m
         st->optimizer_from = host_from;
         if (!st->host_link.present) /* PCIe 4.0 x16's order; the CPU copies at memcpy speed */
             st->host_link = (struct link){1, 200, 10};
-        recost(&p, st);
+        plan_stage_recost(&p, st);
         st->host_limit_bytes = limit > 0 ? limit : st->host_memory_bytes;
     }
     rewrite_close(to, &p);

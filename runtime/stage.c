@@ -728,10 +728,13 @@ int stage_state_check(const struct stage_runner *r, int64_t off, const void *buf
                 for (int64_t x = a; x < b; x += elem) {
                     const char *p = (const char *)buf + (x - off);
                     float v;
-                    uint16_t h;
-                    memcpy(elem == 4 ? (void *)&v : (void *)&h, p, (size_t)elem);
-                    if (elem == 2)
+                    if (elem == 2) {
+                        uint16_t h;
+                        memcpy(&h, p, sizeof h);
                         v = half_to_float(lay->dtype, h);
+                    } else {
+                        memcpy(&v, p, sizeof v);
+                    }
                     if (isfinite(v))
                         continue;
                     char layer[MODEL_LAYER_NAME_MAX];

@@ -6,7 +6,9 @@ Ballast's model is the same computation.
 Families: GPT-2 (model_type gpt2: wte + wpe + dropout, GPT2Block, ln_f + lm_head) and the Llama
 family (llama, mistral, qwen2: embed_tokens, decoder layers given the model's causal mask,
 positions and rotary cos/sin, norm + lm_head). Written against the transformers release pinned in
-profiler/torch/requirements.txt; the split uses that release's module names."""
+profiler/torch/requirements.txt (4.46), whose module names the split uses; 5 names them the same,
+returns a block's hidden states alone and makes causal masks with masking_utils, which
+_hidden and _causal_mask follow."""
 import inspect
 import json
 import os
@@ -60,7 +62,9 @@ def _fields(defaults, overrides):
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ProfileError("--set %s: expected KEY=VALUE" % item)
-        if key not in defaults.to_dict() and key not in defaults.attribute_map:
+        known = defaults.to_dict()
+        if key not in known and key not in defaults.attribute_map and \
+                key not in (known.get("rope_parameters") or {}):  # rope_theta in 5
             raise ProfileError("--set %s: %s has no field %s"
                                % (item, type(defaults).__name__, key))
         try:
@@ -110,29 +114,46 @@ class _Gpt2Embed(nn.Module):
         return self.drop(self.wte(tokens) + self.wpe(positions))
 
 
-class _Gpt2Block(nn.Module):
-    """A GPT2Block as GPT2Model calls it in training without padding: no mask (the causal one
-    is the attention's buffer), no cache."""
-
-    def __init__(self, block):
-        super().__init__()
-        self.block = block
-
-    def forward(self, x):
-        return self.block(x, use_cache=False)[0]
+def _hidden(out):
+    """A block's output: its hidden states (transformers 5 returns them alone, 4 a tuple)."""
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 def _causal_mask(backbone):
-    """The backbone's own _update_causal_mask, called as its forward calls it without padding
-    or cache (its arguments differ between families)."""
-    update = backbone._update_causal_mask
-    accepted = inspect.signature(update).parameters
+    """The causal mask as the backbone's forward makes it without padding or cache: where the
+    model's module calls masking_utils' create_causal_mask (transformers 5, and Llama from
+    4.53), that; else its own _update_causal_mask (Llama's before); else none (GPT-2 in 4: the
+    mask is the attention's buffer). Their arguments differ between releases: each takes what
+    its signature names."""
+    create = getattr(sys.modules.get(type(backbone).__module__), "create_causal_mask", None)
+    update = getattr(backbone, "_update_causal_mask", None)
+    make = create or update
+    if make is None:
+        return lambda x, cache_position: None
+    accepted = inspect.signature(make).parameters
 
     def mask(x, cache_position):
-        args = {"attention_mask": None, "input_tensor": x, "cache_position": cache_position,
-                "past_key_values": None, "use_cache": False, "output_attentions": False}
-        return update(**{k: v for k, v in args.items() if k in accepted})
+        args = {"config": backbone.config, "input_embeds": x, "inputs_embeds": x,
+                "input_tensor": x, "attention_mask": None, "cache_position": cache_position,
+                "past_key_values": None, "position_ids": cache_position.unsqueeze(0),
+                "use_cache": False, "output_attentions": False}
+        return make(**{k: v for k, v in args.items() if k in accepted})
     return mask
+
+
+class _Gpt2Block(nn.Module):
+    """A GPT2Block as GPT2Model calls it in training without padding: its causal mask, no
+    cache."""
+
+    def __init__(self, block, backbone):
+        super().__init__()
+        self.block = block
+        self.mask = _causal_mask(backbone)
+
+    def forward(self, x):
+        cache_position = torch.arange(x.shape[1], device=x.device)
+        return _hidden(self.block(x, attention_mask=self.mask(x, cache_position),
+                                  use_cache=False))
 
 
 class _DecoderBlock(nn.Module):
@@ -145,15 +166,19 @@ class _DecoderBlock(nn.Module):
         self.layer = layer
         self.rotary = getattr(backbone, "rotary_emb", None)
         self.mask = _causal_mask(backbone)
+        self.takes_cache_position = "cache_position" in inspect.signature(
+            layer.forward).parameters
 
     def forward(self, x):
         cache_position = torch.arange(x.shape[1], device=x.device)
         position_ids = cache_position.unsqueeze(0)
         kwargs = {"attention_mask": self.mask(x, cache_position), "position_ids": position_ids,
-                  "cache_position": cache_position, "use_cache": False}
+                  "use_cache": False}
+        if self.takes_cache_position:
+            kwargs["cache_position"] = cache_position
         if self.rotary is not None:
             kwargs["position_embeddings"] = self.rotary(x, position_ids)
-        return self.layer(x, **kwargs)[0]
+        return _hidden(self.layer(x, **kwargs))
 
 
 class _Head(nn.Module):
@@ -175,7 +200,7 @@ def split(model):
                            % (type(model).__name__, model.config.model_type, KNOWN))
     if family == "gpt2":
         t = model.transformer
-        blocks = [_Gpt2Block(b) for b in t.h]
+        blocks = [_Gpt2Block(b, t) for b in t.h]
         first, last = _Gpt2Embed(t), _Head(t.ln_f, model.lm_head)
     else:
         m = model.model
@@ -219,10 +244,19 @@ def llama_block_params(C, H, KV, F):
     return 2 * C * C + 2 * C * (C * KV // H) + 3 * C * F + 2 * C
 
 
+def _rope(c):
+    """(rope_theta, the scaling or None): transformers 4's rope_theta and rope_scaling, or 5's
+    rope_parameters {"rope_type", "rope_theta", ...}, whose type "default" is no scaling."""
+    p = getattr(c, "rope_parameters", None)
+    if isinstance(p, dict) and "rope_theta" in p:
+        return p["rope_theta"], p if p.get("rope_type", "default") != "default" else None
+    return c.rope_theta, getattr(c, "rope_scaling", None)
+
+
 def _llama_fields(c, layers, B, T):
     C, H, V, F = c.hidden_size, c.num_attention_heads, c.vocab_size, c.intermediate_size
     KV = c.num_key_value_heads or H
-    rope = getattr(c, "rope_scaling", None)
+    theta, rope = _rope(c)
     biases = [n for n, _ in layers[1][1].layer.named_parameters() if n.endswith("bias")]
     window = getattr(c, "sliding_window", None) \
         if getattr(c, "use_sliding_window", True) else None
@@ -238,7 +272,7 @@ def _llama_fields(c, layers, B, T):
     why = next((w for bad, w in checks if bad), None) or \
         _counts_differ(layers, V * C, llama_block_params(C, H, KV, F), C + V * C)
     return why, {"kind": "llama", "n_layer": c.num_hidden_layers, "n_embd": C, "n_head": H,
-                 "n_kv_head": KV, "ffn_hidden": F, "rope_theta": c.rope_theta,
+                 "n_kv_head": KV, "ffn_hidden": F, "rope_theta": theta,
                  "norm_eps": c.rms_norm_eps, "seq_len": T, "vocab_size": V, "micro_batch": B}
 
 

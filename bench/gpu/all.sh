@@ -31,6 +31,7 @@ echo "== setup $(date -u +%T)"
 [ -d .dev/gpu ] || tar -C .dev -xJf .dev/gpu.tar.xz
 # shellcheck disable=SC1091
 source .dev/gpu/env.sh
+export PMIX_MCA_pcompress_base_silence_warning=1
 B=$BALLAST_BUILD/ballast
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -44,8 +45,8 @@ est_device=$device; [ "$device" = unknown ] && est_device=H100-80GB
 save
 
 part_tests() {
-  ctest --test-dir "$BALLAST_BUILD" -L gpu --output-on-failure --timeout 120 \
-    > "$res/ctest.log" 2>&1
+  ctest --test-dir "$BALLAST_BUILD" -L gpu ${TESTS:+-R "$TESTS"} --output-on-failure \
+    --timeout 120 > "$res/ctest.log" 2>&1
   local rc=$?
   grep -E "tests passed|Test +#|\*\*\*|Passed|Failed" "$res/ctest.log"
   return $rc
@@ -74,17 +75,22 @@ JSON
 }
 
 part_profiles() {
-  # MODEL:SECONDS each; a name ending in -flash is the model with flash attention (the
-  # materialised T x T probabilities make a 4096-token Llama's memory scan take minutes)
-  local w=$res/profiles rc=0 m limit model
+  # MODEL[@LAYERS]:SECONDS each; a name ending in -flash is the model with flash attention
+  # (the materialised T x T probabilities make a 4096-token Llama's memory scan take minutes);
+  # @LAYERS keeps that many blocks (each block's times and bytes are the whole model's)
+  local w=$res/profiles rc=0 m limit model layers base
   mkdir -p "$w"
-  for entry in ${PROFILES:-gpt-350m:50 llama2-7b-flash:100}; do
-    m=${entry%%:*} limit=${entry##*:} model=configs/models/$m.json
-    if [ "${m%-flash}" != "$m" ]; then
+  for entry in ${PROFILES:-gpt-350m:25 gpt-1.3b-fp16:35 llama2-7b-flash@4:60}; do
+    m=${entry%%:*} limit=${entry##*:} layers=
+    [ "${m#*@}" != "$m" ] && layers=${m#*@} m=${m%@*}
+    base=${m%-flash} model=configs/models/$m.json
+    if [ "$base" != "$m" ] || [ -n "$layers" ]; then
       model=$w/$m.model.json
-      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m['attention']='flash'; \
-        m['name']=sys.argv[3]; json.dump(m, open(sys.argv[2], 'w'))" \
-        "configs/models/${m%-flash}.json" "$model" "$m"
+      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m['name']=sys.argv[3]; \
+        m.update({'attention': 'flash'} if sys.argv[4] == 'flash' else {}); \
+        m.update({'n_layer': int(sys.argv[5])} if sys.argv[5] else {}); \
+        json.dump(m, open(sys.argv[2], 'w'))" \
+        "configs/models/$base.json" "$model" "$m" "$([ "$base" != "$m" ] && echo flash)" "$layers"
     fi
     echo "-- $m (limit $limit s) $(date -u +%T)"
     timeout -k 5 "$limit" "$B" profile --model "$model" --device cuda:0 --repeats 3 \
@@ -104,15 +110,20 @@ part_block() {
   return $rc
 }
 
-part_mixed() { OUT=$res bench/gpu/mixed.sh "$BALLAST_BUILD"; }
+part_mixed() { # on the profile measured on this GPU where there is one (configs/profiles/measured)
+  local measured=configs/profiles/measured/gpt-350m/$est_device.json
+  [ -f "$measured" ] && export PROFILE=$measured
+  OUT=$res bench/gpu/mixed.sh "$BALLAST_BUILD"
+}
 
 part_torch() {
-  OUT=$res DTYPES=bf16 REPEATS=${REPEATS:-2} STEPS=5 MODELS=${MODELS:-configs/models/gpt-125m.json} \
+  OUT=$res DTYPES=bf16 REPEATS=${REPEATS:-3} STEPS=5 \
+    MODELS=${MODELS:-configs/models/gpt-125m.json configs/models/gpt-350m.json} \
     bench/gpu/run.sh "$BALLAST_BUILD"
 }
 
 # about 8 minutes in all, the setup included
-declare -A limit=([tests]=90 [schedules]=30 [profiles]=150 [block]=30 [mixed]=45 [torch]=130)
+declare -A limit=([tests]=90 [schedules]=25 [profiles]=150 [block]=30 [mixed]=90 [torch]=190)
 for p in $parts; do
   l=${limit[$p]:-60}
   v=LIMIT_$p; l=${!v:-$l}

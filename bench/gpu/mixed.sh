@@ -7,8 +7,14 @@
 # nvidia-cuda-mps-control present) the ranks also run under MPS with per-rank thread
 # percentages MPS_PERCENT (small GPUs get fewer SMs).
 #
+# Step time: measured (the median step after the first) against the plan's iteration_ms, which
+# gives each stage a GPU of its own, and against every stage's compute in turn (micro-batches x
+# the sum of stage_ms): what one GPU doing all four stages' work would take at best.
+# PROFILE: a measured profile of MODEL (its device name goes in the cluster) for planned times
+# from this GPU; default an estimate for the GPU's entry in the device table.
+#
 # usage: bench/gpu/mixed.sh [BUILD]
-#   MODEL=configs/models/gpt-350m.json  DTYPE=bf16  MICRO_BATCHES=8  STEPS=6
+#   MODEL=configs/models/gpt-350m.json  PROFILE=""  DTYPE=bf16  MICRO_BATCHES=8  STEPS=6
 #   SMALL=0.6  LARGE=2.0  MPS=0  MPS_PERCENT="30 30 70 70"  PYTHON=python3  OUT=bench/results
 # writes OUT/gpu-DEVICE-mixed.md and .jsonl
 set -euo pipefail
@@ -29,6 +35,10 @@ out=${OUT:-bench/results}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 device=$("$py" bench/gpu/device_name.py "$gpu")
 profile_device=$device; [ "$device" = unknown ] && profile_device=H100-80GB
+if [ -n "${PROFILE:-}" ]; then
+  profile_device=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['device']['name'])" \
+    "$PROFILE")
+fi
 tag=$(echo "$device" | tr -c 'A-Za-z0-9.\n-' '-')
 work=$(mktemp -d)
 mps_dir=""
@@ -47,8 +57,12 @@ name=$(basename "$model" .json)
 "$py" -c "import json,sys; m=json.load(open(sys.argv[1])); m['dtype']=sys.argv[2]; \
   m.pop('name',None); m.pop('description',None); json.dump(m,open(sys.argv[3],'w'))" \
   "$model" "$dtype" "$work/model.json"
-"$ballast" profile --model "$work/model.json" --estimate --device "$profile_device" \
-  -o "$work/prof.json"
+if [ -n "${PROFILE:-}" ]; then
+  cp "$PROFILE" "$work/prof.json"
+else
+  "$ballast" profile --model "$work/model.json" --estimate --device "$profile_device" \
+    -o "$work/prof.json"
+fi
 cluster() { # cluster.json with the given four limits in bytes
   "$py" - "$work/$1" "$mb" "$profile_device" "${@:2}" << 'PY'
 import json, sys
@@ -103,6 +117,7 @@ for method in optimal full; do
       -x MPS_PERCENTS -np 4 "$launcher" "$ballast" train --plan "$work/$method.json" \
       --steps "$steps" --quiet --metrics "$work/m.json"
     "$py" - "$work/m.json" "$work/$method.json" "$name" "$dtype" "$method" "$mps" "$pcts" \
+      "$work/prof.json" \
       >> "$samples" << 'PY'
 import json, sys
 m, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -116,8 +131,12 @@ for s, ps in zip(m["stages"], p["stages"]):
                    "peak_bytes": s["peak_bytes"], "context_bytes": c.get("context_bytes", 0),
                    "cublas_bytes": c.get("cublas_bytes", 0),
                    "mps_percent": pcts[s["index"]] if pcts else "-"})
+ms = sorted(s["ms"] for s in m["steps"][1:]) or [m["steps"][0]["ms"]]
 print(json.dumps({"model": sys.argv[3], "dtype": sys.argv[4], "method": sys.argv[5],
                   "mps": sys.argv[6], "tokens_per_s": m["tokens_per_s"],
+                  "measured_step_ms": ms[len(ms) // 2], "planned_step_ms": p["iteration_ms"],
+                  "one_gpu_ms": p["micro_batches"] * sum(s["stage_ms"] for s in p["stages"]),
+                  "profile": "estimated" if json.load(open(sys.argv[8])).get("estimated") else "measured",
                   "transport": m["transport"]["kind"], "stages": stages}))
 PY
   done

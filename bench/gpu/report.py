@@ -81,7 +81,7 @@ def vs_torch(samples, out, gpu, device, mb, steps, repeats, models):
         mem = f"{pb:.0f} / {statistics.median(pe) / 2**20:.0f}" if pe else f"{pb:.0f} / -"
         lines.append(f"| {name} | {dt} | {rec} | " + " | ".join(cells) + " | " +
                      " | ".join(ratio) + f" | {mem} |")
-    lines += ["", "Ballast's peak is its arenas' measured high-water mark (DESIGN.md); PyTorch's "
+    lines += ["", "Ballast's peak is its arenas' measured high-water mark; PyTorch's "
               "is torch.cuda.max_memory_allocated. Neither counts the CUDA context or library "
               "workspaces (Ballast's metrics report those separately)."]
     open(out, "w").write("\n".join(lines) + "\n")
@@ -102,8 +102,13 @@ def mixed(samples, out, gpu, device):
     for line in open(samples):
         r = json.loads(line)
         lines += [f"## {r['model']} {r['dtype']}, method {r['method']}, MPS: {r['mps']}", "",
-                  f"tokens/s {r['tokens_per_s']:.0f}; transport {r['transport']}", "",
-                  "| stage | layers | recomputed | limit MiB | planned MiB | measured MiB | diff | "
+                  f"tokens/s {r['tokens_per_s']:.0f}; transport {r['transport']}", ""]
+        if "measured_step_ms" in r:
+            lines += [f"step ms: measured {r['measured_step_ms']:.1f} (median after the first); "
+                      f"planned {r['planned_step_ms']:.1f} (a GPU per stage) and "
+                      f"{r['one_gpu_ms']:.1f} (every stage's compute on the one GPU in turn), "
+                      f"from the {r['profile']} profile", ""]
+        lines += ["| stage | layers | recomputed | limit MiB | planned MiB | measured MiB | diff | "
                   "context MiB | cuBLAS MiB | MPS threads % |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for s in r["stages"]:

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "mpicheck.h"
 #include "progress.h"
 
 #define HB_NAMED_MAX 8       /* ranks a verdict names (and counts beyond) */
@@ -100,7 +101,7 @@ static void say(const struct heartbeat *h, const struct hb_msg *m)
 /* m: one of h's messages (it must outlive the send). */
 static void send_msg(struct heartbeat *h, int to, const struct hb_msg *m, MPI_Request *req)
 {
-    if (MPI_Isend(m, (int)sizeof *m, MPI_BYTE, to, h->tag, MPI_COMM_WORLD, req) != MPI_SUCCESS)
+    if (!MPI_OK(MPI_Isend(m, (int)sizeof *m, MPI_BYTE, to, h->tag, MPI_COMM_WORLD, req)))
         *req = MPI_REQUEST_NULL;
 }
 
@@ -111,7 +112,7 @@ static void post(struct heartbeat *h, int to, const struct hb_msg *m)
     MPI_Request q;
     send_msg(h, to, m, &q);
     if (q != MPI_REQUEST_NULL)
-        MPI_Request_free(&q);
+        MPI_RELEASE(MPI_Request_free(&q));
 }
 
 /* Whom this rank's thread hears and beats to: rank 0 every rank, the others rank 0. */
@@ -130,7 +131,7 @@ static void beat(struct heartbeat *h, double now)
         if (!watches(h, k))
             continue;
         if (h->sent[k] != MPI_REQUEST_NULL &&
-            MPI_Test(&h->sent[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            !MPI_OK(MPI_Test(&h->sent[k], &done, MPI_STATUS_IGNORE)))
             done = 0;
         if (!done)
             continue;
@@ -176,12 +177,11 @@ static int drain(struct heartbeat *h, double now)
 {
     int flag = 0, acks = 0;
     MPI_Status st;
-    while (MPI_Iprobe(MPI_ANY_SOURCE, h->tag, MPI_COMM_WORLD, &flag, &st) == MPI_SUCCESS &&
-           flag) {
+    while (MPI_OK(MPI_Iprobe(MPI_ANY_SOURCE, h->tag, MPI_COMM_WORLD, &flag, &st)) && flag) {
         struct hb_msg m;
         int from = st.MPI_SOURCE;
-        if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, from, h->tag, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        if (!MPI_OK(MPI_Recv(&m, (int)sizeof m, MPI_BYTE, from, h->tag, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE)))
             break;
         h->heard[from] = now;
         if (m.kind == HB_BEAT) {
@@ -304,7 +304,7 @@ static void depart(struct heartbeat *h)
 {
     for (int k = 0; k < h->size; k++) {
         if (h->sent[k] != MPI_REQUEST_NULL)
-            MPI_Request_free(&h->sent[k]);
+            MPI_RELEASE(MPI_Request_free(&h->sent[k]));
         if (watches(h, k))
             post(h, k, &h->bye);
     }
@@ -392,8 +392,7 @@ int heartbeat_start(struct heartbeat **out, double deadline_s, double stall_s, c
 {
     int provided = MPI_THREAD_SINGLE, *tag_ub = NULL, found = 0;
     *out = NULL;
-    MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_MULTIPLE) {
+    if (!MPI_OK(MPI_Query_thread(&provided)) || provided < MPI_THREAD_MULTIPLE) {
         snprintf(why, (size_t)cap, "this MPI does not provide MPI_THREAD_MULTIPLE: no "
                                    "heartbeat, so a rank that stops hangs the job");
         return ERR_OK;
@@ -404,10 +403,14 @@ int heartbeat_start(struct heartbeat **out, double deadline_s, double stall_s, c
     h->deadline = deadline_s;
     h->stall = stall_s;
     h->period = deadline_s / 8 < 0.05 ? 0.05 : deadline_s / 8 > 1 ? 1 : deadline_s / 8;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &h->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &h->size);
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+    if (!MPI_OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) ||
+        !MPI_OK(MPI_Comm_rank(MPI_COMM_WORLD, &h->rank)) ||
+        !MPI_OK(MPI_Comm_size(MPI_COMM_WORLD, &h->size))) {
+        free(h);
+        return err_set(e, ERR_FAIL, "MPI_COMM_WORLD is unusable for the heartbeat");
+    }
+    if (!MPI_OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found)))
+        found = 0;
     h->tag = found ? *tag_ub : 32767; /* the standard's least MPI_TAG_UB */
     atomic_init(&h->n_stages, 0);
     pthread_condattr_t ca;

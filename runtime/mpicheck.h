@@ -1,6 +1,13 @@
-/* Every MPI call is wrapped in MPI_CHECK: on failure it fills the struct err with the call,
- * file:line, host, rank and MPI's own message, and returns the status up the stack (the
- * communicators use MPI_ERRORS_RETURN so that errors reach us instead of aborting).
+/* Every MPI call in runtime/ goes through one of the wrappers below (tests/test_promises.py
+ * fails on one that does not), the communicators using MPI_ERRORS_RETURN so that errors reach
+ * us instead of aborting:
+ *   MPI_CHECK(call, e)        on failure fills the struct err with the call, file:line, host,
+ *                             rank and MPI's own message, and returns the status up the stack;
+ *   mpicheck_collective(call, &req, what, e)   a nonblocking call, then its completion;
+ *   MPI_OK(call)              true when the call succeeded, where the caller handles a failure
+ *                             in place (a probe loop, an optional attribute);
+ *   MPI_RELEASE(call)         teardown and last resort (freeing, cancelling, aborting): a
+ *                             failure leaves nothing to do, so its status is dropped on purpose.
  *
  * Waits on other ranks have no time limit of their own: whether the rank waited for is alive
  * is the heartbeat's to judge (heartbeat.h), which ends the job when one stops. A waiting rank
@@ -35,6 +42,9 @@ int mpicheck_agree_flag(MPI_Comm comm, int rank, int size, int mine, int *first,
  * blocking collective MPI has no nonblocking form of (MPI_Comm_split, MPI_Comm_split_type),
  * so that a rank arriving first sleeps here instead of spinning there. */
 int mpicheck_gate(MPI_Comm comm, const char *what, struct err *e);
+
+#define MPI_OK(call) ((call) == MPI_SUCCESS)
+#define MPI_RELEASE(call) ((void)(call))
 
 #define MPI_CHECK(call, e)                                                                   \
     do {                                                                                     \

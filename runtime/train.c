@@ -67,7 +67,7 @@ static void say(const struct run *r, const struct err *e)
 static void fail_now(struct run *r, const struct err *e)
 {
     say(r, e);
-    MPI_Abort(MPI_COMM_WORLD, ERR_FAIL);
+    MPI_RELEASE(MPI_Abort(MPI_COMM_WORLD, ERR_FAIL));
 }
 
 /* Every rank passes its status; all get the worst, and the first rank that failed (a rank
@@ -199,7 +199,7 @@ static int setup_global(struct run *r, struct err *e)
     int *tag_ub, found = 0;
     int64_t tags = gpus == p->n_stages ? p->micro_batches
                                        : (int64_t)2 * p->n_stages * p->micro_batches;
-    if (MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found &&
+    if (MPI_OK(MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found)) && found &&
         tags > *tag_ub)
         return err_set(e, ERR_INPUT, "%s: micro_batches: %d need message tags up to %lld, more "
                        "than this MPI's largest tag %d", o->plan_file, p->micro_batches,
@@ -481,7 +481,7 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
     MPI_CHECK(MPI_Comm_size(local, &lsize), e);
     struct gpu_reading *readings = calloc((size_t)lsize, sizeof *readings);
     if (readings == NULL) {
-        MPI_Comm_free(&local);
+        MPI_RELEASE(MPI_Comm_free(&local));
         return err_set(e, ERR_FAIL, "out of memory starting the stage");
     }
     int rc = ERR_OK, bytes = (int)(sizeof *readings * (size_t)lsize);
@@ -495,12 +495,12 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
     if (rc == ERR_OK)
         rc = setup_stage(r, lrank, lsize, readings, &n, e);
     if (lrank + 1 < lsize &&
-        (MPI_Send(&n, 1, MPI_INT, lrank + 1, 0, local) != MPI_SUCCESS ||
-         MPI_Send(readings, bytes, MPI_BYTE, lrank + 1, 1, local) != MPI_SUCCESS) &&
+        (!MPI_OK(MPI_Send(&n, 1, MPI_INT, lrank + 1, 0, local)) ||
+         !MPI_OK(MPI_Send(readings, bytes, MPI_BYTE, lrank + 1, 1, local))) &&
         rc == ERR_OK)
         rc = err_set(e, ERR_FAIL, "MPI_Send of the start-up turn failed");
     free(readings);
-    MPI_Comm_free(&local);
+    MPI_RELEASE(MPI_Comm_free(&local));
     return rc == ERR_OK ? load_state(r, e) : rc;
 }
 
@@ -1005,9 +1005,8 @@ int train_run(const struct train_options *o)
     r.o = o;
     r.comm = MPI_COMM_WORLD;
     r.dp = (struct train_dp){.dp = 1, .pipeline = MPI_COMM_NULL, .grads = MPI_COMM_NULL};
-    if (MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
-        MPI_Comm_rank(r.comm, &r.rank) != MPI_SUCCESS ||
-        MPI_Comm_size(r.comm, &r.size) != MPI_SUCCESS) {
+    if (!MPI_OK(MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN)) ||
+        !MPI_OK(MPI_Comm_rank(r.comm, &r.rank)) || !MPI_OK(MPI_Comm_size(r.comm, &r.size))) {
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }

@@ -29,9 +29,9 @@ int train_dp_split(struct train_dp *d, MPI_Comm world, int n_stages, int dp, str
 void train_dp_free(struct train_dp *d)
 {
     if (d->pipeline != MPI_COMM_NULL)
-        MPI_Comm_free(&d->pipeline);
+        MPI_RELEASE(MPI_Comm_free(&d->pipeline));
     if (d->grads != MPI_COMM_NULL)
-        MPI_Comm_free(&d->grads);
+        MPI_RELEASE(MPI_Comm_free(&d->grads));
     free(d->mine);
     free(d->all);
     d->mine = d->all = NULL;
@@ -46,8 +46,8 @@ void train_dp_free(struct train_dp *d)
     free(d->state);
     for (int k = 0; d->buckets != NULL && k < d->n_buckets; k++)
         if (d->buckets[k].req != MPI_REQUEST_NULL) {
-            MPI_Cancel(&d->buckets[k].req);
-            MPI_Request_free(&d->buckets[k].req);
+            MPI_RELEASE(MPI_Cancel(&d->buckets[k].req));
+            MPI_RELEASE(MPI_Request_free(&d->buckets[k].req));
         }
     free(d->buckets);
     d->buckets = NULL;
@@ -359,15 +359,16 @@ static int gatherv(struct train_dp *d, const char *send, const int64_t *count, c
             d->displs[q] = (int)(at[q] + c);
         }
         const void *from = send == MPI_IN_PLACE ? MPI_IN_PLACE : send + c * elem;
-        int n = d->counts[d->replica], rc;
+        int n = d->counts[d->replica];
         MPI_Request q;
         if (root < 0)
-            rc = MPI_Iallgatherv(from, n, type, recv, d->counts, d->displs, type, d->grads, &q);
+            ERR_TRY(mpicheck_collective(MPI_Iallgatherv(from, n, type, recv, d->counts,
+                                                        d->displs, type, d->grads, &q),
+                                        &q, what, e));
         else
-            rc = MPI_Igatherv(from, n, type, recv, d->counts, d->displs, type, root, d->grads,
-                              &q);
-        if (mpicheck_collective(rc, &q, what, e))
-            return e->code;
+            ERR_TRY(mpicheck_collective(MPI_Igatherv(from, n, type, recv, d->counts, d->displs,
+                                                     type, root, d->grads, &q),
+                                        &q, what, e));
     }
     return ERR_OK;
 }

@@ -1,5 +1,5 @@
 /* `ballast train --share`: the jobs of a share file (share.h) on the same ranks, in turn,
- * `slice` steps at a time, until each has run `steps` (DESIGN.md, "Runtime").
+ * `slice` steps at a time, until each has run `steps` (docs/runtime.md, "Jobs time-sharing the devices").
  *
  * Memory, per rank (its device of the share file): one allocation of the device's regions,
  * each job's persistent region at its offset and the temporary region after them. A job's
@@ -83,7 +83,7 @@ static void share_fail_now(struct share_run *r, const struct err *e)
 {
     fprintf(stderr, "ballast train --share: stage %d: %s\n", r->rank, e->msg);
     fflush(stderr);
-    MPI_Abort(r->comm, ERR_FAIL);
+    MPI_RELEASE(MPI_Abort(r->comm, ERR_FAIL));
 }
 
 /* Every rank's status, the worst to all (mpicheck_agree); *first (may be NULL) the first
@@ -202,8 +202,8 @@ static int start_backend(struct share_run *r, struct err *e)
     ERR_TRY(mpicheck_gate(r->comm, "every rank before finding the node's (MPI_Ibarrier)", e));
     MPI_CHECK(MPI_Comm_split_type(r->comm, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local),
               e);
-    int rc = MPI_Comm_rank(local, &lrank) != MPI_SUCCESS || MPI_Comm_size(local, &lsize) != MPI_SUCCESS;
-    MPI_Comm_free(&local);
+    int rc = !MPI_OK(MPI_Comm_rank(local, &lrank)) || !MPI_OK(MPI_Comm_size(local, &lsize));
+    MPI_RELEASE(MPI_Comm_free(&local));
     if (rc)
         return err_set(e, ERR_FAIL, "MPI could not tell this node's ranks");
     if (!r->on_cuda)

@@ -52,10 +52,12 @@ static int move_bytes(char *p, long long bytes, int peer, int send, MPI_Comm com
     for (long long at = 0; at < bytes; at += WEIGHTS_CHUNK) {
         int n = (int)(bytes - at < WEIGHTS_CHUNK ? bytes - at : WEIGHTS_CHUNK);
         MPI_Request q;
-        int rc = send ? MPI_Isend(p + at, n, MPI_BYTE, peer, 0, comm, &q)
-                      : MPI_Irecv(p + at, n, MPI_BYTE, peer, 0, comm, &q);
-        ERR_TRY(mpicheck_collective(rc, &q, send ? "MPI_Isend of weights" : "MPI_Irecv of weights",
-                                    e));
+        if (send)
+            ERR_TRY(mpicheck_collective(MPI_Isend(p + at, n, MPI_BYTE, peer, 0, comm, &q), &q,
+                                        "MPI_Isend of weights", e));
+        else
+            ERR_TRY(mpicheck_collective(MPI_Irecv(p + at, n, MPI_BYTE, peer, 0, comm, &q), &q,
+                                        "MPI_Irecv of weights", e));
     }
     return ERR_OK;
 }

@@ -61,8 +61,8 @@ static void mpi_free(struct transport *t)
     if (m != NULL) {
         for (int i = 0; i < m->n; i++)
             if (m->reqs[i] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&m->reqs[i]);
-                MPI_Request_free(&m->reqs[i]);
+                MPI_RELEASE(MPI_Cancel(&m->reqs[i]));
+                MPI_RELEASE(MPI_Request_free(&m->reqs[i]));
             }
         free(m->reqs);
         free(m);

@@ -1,4 +1,4 @@
-/* The cost model of DESIGN.md, shared by the planner, the simulator, the runtime and the
+/* The cost model (docs/cost-model.md), shared by the planner, the simulator, the runtime and the
  * tests: the one place its formula is written. Each layer l of a stage takes an action: a
  * recompute choice c_l (the `recompute` arrays of the planner and plans hold one per layer)
  * and a place for what the choice keeps. A choice keeps kept_l bytes per micro-batch,
@@ -9,7 +9,7 @@
  * With in-flight micro-batches v:
  *   memory  M = sum state_l + v * sum kept_l + max_l transient_l + max_l workspace_l + reserve
  *   time    T = sum (fwd_l + bwd_l) + R,   recompute R = sum recompute_l   (per micro-batch)
- * With only keep and full (0/1 flags are choices) this is DESIGN.md's formula.
+ * With only keep and full (0/1 flags are choices) this is docs/cost-model.md's formula.
  *
  * Offloading (a place per layer): a layer with place COST_PLACE_HOST keeps its choice's
  * kept_l in host memory instead; a kept layer (COST_KEEP) with offload option k sends only
@@ -28,7 +28,7 @@
  * The optimizer (a place o per stage): on the device a layer holds all its state; on the host
  * (o = host) the device keeps the weights and the fp32 gradients the micro-batches accumulate
  * into, and host memory holds a mirror of four fp32 sections of grad_bytes each (master, m,
- * v and a landing buffer for the gradients; HOSTOPT_CONTRACT.md):
+ * v and a landing buffer for the gradients; docs/offload.md):
  *   devstate_l = state_l (o = device),  param_l + grad_l (o = host)
  *   device  M = sum devstate_l + ...
  *   host    H = v * sum host_l + [o = host] * sum 4 * grad_l

@@ -54,7 +54,8 @@ int devices_check_dtype(const struct device_table *t, const struct device_spec *
 int devices_lookup(const struct device_table *t, const char *file, const char *what,
                    const char *name, const struct device_spec **out, struct err *e);
 
-/* Pinned host copies reach about this share of the PCIe figure (ANCHORS.md). */
+/* Pinned host copies reach about this share of the PCIe figure: an assumption, which a
+ * profile measured on the device (`ballast profile --device cuda:N`: its host_link) replaces. */
 #define DEVICES_PINNED_SHARE 0.8
 /* The device's host link as a link (Gb/s): host_link_gbs GB/s x 8 x the pinned share; absent
  * when host_link_gbs is 0. */

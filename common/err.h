@@ -3,7 +3,7 @@
 #ifndef BALLAST_ERR_H
 #define BALLAST_ERR_H
 
-/* The values are the process exit statuses of DESIGN.md. */
+/* The values are the process exit statuses (docs/commands.md). */
 enum err_code {
     ERR_OK = 0,
     ERR_FAIL = 1,  /* failure while running */

@@ -33,7 +33,7 @@ struct plan_stage {
     double stage_ms;             /* T per micro-batch */
     struct link link;            /* to the next stage */
     struct arena *arena;         /* owned; NULL: the slots carving of cost.h */
-    /* Offloading (DESIGN.md "Cost model"): what each layer keeps in host memory. */
+    /* Offloading (docs/cost-model.md "Offload"): what each layer keeps in host memory. */
     unsigned char *place;        /* owned, per layer, COST_PLACE_* */
     signed char *offload_option; /* owned, per layer, -1 or an option sent to the host */
     int *prefetch_ahead;         /* owned, per layer, 0 when nothing offloaded */
@@ -42,7 +42,7 @@ struct plan_stage {
     int64_t staging_bytes;       /* in memory_bytes */
     double copy_ms;              /* per micro-batch, each way */
     struct link host_link;
-    /* Where the stage's optimizer state lives and steps (DESIGN.md): COST_PLACE_DEVICE, or
+    /* Where the stage's optimizer state lives and steps (docs/cost-model.md "The optimizer on the host"): COST_PLACE_DEVICE, or
      * COST_PLACE_HOST for a host mirror updated on the CPU: of the stage's layers from
      * optimizer_from on (relative to first; 0: all of them, a fraction of the optimizer
      * otherwise, cost.h). */

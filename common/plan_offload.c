@@ -1,4 +1,4 @@
-/* A plan stage's offload fields (OFFLOAD_CONTRACT.md): per layer the place of what it keeps,
+/* A plan stage's offload fields (docs/formats.md "Plan"): per layer the place of what it keeps,
  * the option it sends to the host, and the prefetch trigger; per stage the host memory H,
  * the host limit, the host link, the copy time and the device staging. */
 #include <math.h>

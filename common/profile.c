@@ -66,7 +66,7 @@ static int options_from_json(const cJSON *obj, const char *file, const char *pat
     return ERR_OK;
 }
 
-/* The optional state split and optimizer times (DESIGN.md "profile"). */
+/* The optional state split and optimizer times (docs/formats.md "Profile"). */
 static int split_from_json(const cJSON *obj, const char *file, const char *path,
                            struct layer_cost *c, struct err *e)
 {

@@ -1,4 +1,4 @@
-/* The share file (ballast-share/1): jobs that time-share one cluster's devices (DESIGN.md,
+/* The share file (ballast-share/1): jobs that time-share one cluster's devices (docs/formats.md,
  * "share"). Each job has its own plan over the same devices in the same stage order; per
  * device, every job keeps a persistent region (weights, gradients, optimizer state: the whole
  * run) and all jobs take turns in one temporary region (activations, transient, workspace:

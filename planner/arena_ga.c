@@ -1,4 +1,4 @@
-/* The published memory-reuse search (BACKGROUND.md C), on a stage's arena objects.
+/* The published memory-reuse search (docs/cost-model.md, "The activation arena"), on a stage's arena objects.
  *
  * Merged first: two accesses of one object whose lifetimes are adjacent become one item, and
  * small objects live over exactly the same ticks become one item (each keeps its place inside

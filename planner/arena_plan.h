@@ -7,7 +7,7 @@
  *           as are live at once
  *   greedy  greedy by size (Pisarchyk & Lee 2020, TFLite): largest first, each into the
  *           smallest gap among the objects live at the same time, else on top
- *   ga      the published genetic search (BACKGROUND.md C; arena_ga.c)
+ *   ga      the published genetic search (docs/cost-model.md; arena_ga.c)
  *   exact   a GLPK MILP: offsets, one order binary per pair live at once, least arena
  *           (arena_milp.c); "not proven" when its time limit stops it
  * Each is measured against the lower bound, the most bytes live at one tick. With a device

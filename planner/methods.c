@@ -1,4 +1,4 @@
-/* The methods (DESIGN.md "Methods"): the baselines, the published method and Ballast's own. */
+/* The methods (docs/cost-model.md "Methods"): the baselines, the published method and Ballast's own. */
 #include "methods.h"
 #include "offload.h"
 

@@ -1,4 +1,4 @@
-/* The methods of DESIGN.md "Methods", one named function each, dispatched from a table.
+/* The methods of docs/cost-model.md "Methods", one named function each, dispatched from a table.
  *
  * A method chooses every stage's recompute set of a plan whose stages, limits, in-flight
  * counts and loads dispatch.c has laid out; it changes nothing else but, for patent's

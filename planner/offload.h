@@ -1,4 +1,4 @@
-/* Ballast's optimal method with offloading (--actions ...,offload; DESIGN.md "Cost model"):
+/* Ballast's optimal method with offloading (--actions ...,offload; docs/cost-model.md "Offload"):
  * per stage and layer a recompute choice, the place of what it keeps, or an option's tensors
  * sent to the host, subject to device and host memory, at the least simulated iteration time.
  *

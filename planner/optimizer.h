@@ -1,5 +1,5 @@
 /* The optimizer on the host as the planner's searches see it (--actions ...,optimizer;
- * DESIGN.md "Cost model"): a stage whose optimizer is on the host is the same stage with each
+ * docs/cost-model.md "The optimizer on the host"): a stage whose optimizer is on the host is the same stage with each
  * layer's state_bytes cut to what stays on the device (devstate_l) and its host memory cut
  * by the mirror. Every search over activation actions (knapsack, offload, GLPK) then runs
  * unchanged on that view. With --actions ...,optimizer-fraction the host takes the optimizer

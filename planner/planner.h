@@ -1,4 +1,4 @@
-/* `ballast plan`: per-stage recomputation plans for a cluster (DESIGN.md, "Methods"). */
+/* `ballast plan`: per-stage recomputation plans for a cluster (docs/cost-model.md, "Methods"). */
 #ifndef BALLAST_PLANNER_H
 #define BALLAST_PLANNER_H
 
@@ -33,7 +33,7 @@ enum plan_method {
 #define PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S 10.0
 #define PLAN_MIN_GAIN_DEFAULT 0.005
 
-/* --actions: the levers the planner may pull (DESIGN.md "Command line"). */
+/* --actions: the levers the planner may pull (docs/commands.md, "ballast plan"). */
 /* PLAN_ACTION_OPTIMIZER_FRACTION: a stage may host the optimizer of its last layers only (a
  * fraction, cost.h); it comes with PLAN_ACTION_OPTIMIZER, the whole stage's. */
 enum plan_action {

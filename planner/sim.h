@@ -35,7 +35,7 @@
  * never hold up forwards. Copies are tasks of the same graph, so the makespan still never
  * decreases when any task, copy included, gets longer.
  *
- * The optimizer step ends every stage's iteration (HOSTOPT_CONTRACT.md). On the device it
+ * The optimizer step ends every stage's iteration (docs/offload.md). On the device it
  * takes `optimizer_ms` (the layers' sum) after the stage's last backward. On the host the
  * stage runs layer by layer and, as each hosted layer's last backward ends (last to first),
  * its gradients go down on the device->host lane (grad_ms), the host's AdamW runs on the

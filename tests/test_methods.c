@@ -1,4 +1,4 @@
-/* Every planning method (DESIGN.md, "Methods") on random small clusters, each plan checked
+/* Every planning method (docs/cost-model.md, "Methods") on random small clusters, each plan checked
  * against brute force over every stage's recompute subsets (tests/reference.h) and against the
  * cost model: none, full, block:N, uniform-min, patent (with and without --reduce) and
  * optimal. */

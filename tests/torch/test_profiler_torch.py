@@ -135,7 +135,7 @@ def options(layer, attn, mlp):
 
 def brute_force(layers, in_flight, limit):
     """The least recompute ms of a stage over every choice of every layer (keep, whole,
-    each option) under DESIGN.md's memory: sum state + v sum kept + max transient + max
+    each option) under the cost model's memory (docs/cost-model.md): sum state + v sum kept + max transient + max
     workspace <= limit; None if nothing fits."""
     import itertools
     menus = []

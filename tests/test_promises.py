@@ -1,0 +1,148 @@
+"""Promises the code makes about itself, checked:
+- every MPI call in runtime/ goes through one of mpicheck.h's wrappers (MPI_CHECK,
+  mpicheck_collective, MPI_OK, MPI_RELEASE), mpicheck.c itself, which implements them, aside;
+- the planner's libraries (the planner, the models and common below it) call no BLAS, CUDA,
+  NCCL, MPI or OpenMP: no such symbol is undefined in their archives (nm -u);
+- every document a source file or a document names (NAME.md, docs/NAME.md) is in the
+  repository.
+Each check is made to fail on a planted example of what it forbids, so that it cannot pass
+vacuously.
+usage: python3 tests/test_promises.py REPO LIB.a [LIB.a ...]"""
+import os
+import re
+import subprocess
+import sys
+
+FAILS = []
+
+# an MPI function call: MPI_ then a capitalised word, then "("
+MPI_CALL = re.compile(r"\bMPI_[A-Z][a-z0-9_]*\s*\(")
+WRAPPERS = ("MPI_CHECK(", "MPI_OK(", "MPI_RELEASE(", "mpicheck_collective(")
+
+
+def unwrapped_mpi(text):
+    """The line numbers of MPI calls not immediately inside a wrapper."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), text,
+                  flags=re.S)
+    bad = []
+    for m in MPI_CALL.finditer(code):
+        before = code[:m.start()].rstrip()
+        if not before.endswith(WRAPPERS):
+            bad.append(code.count("\n", 0, m.start()) + 1)
+    return bad
+
+
+def check_mpi(repo):
+    root = os.path.join(repo, "runtime")
+    for dirpath, _, names in os.walk(root):
+        for n in sorted(names):
+            if not n.endswith((".c", ".h", ".cu", ".cuh")) or n == "mpicheck.c":
+                continue
+            path = os.path.join(dirpath, n)
+            for line in unwrapped_mpi(open(path, encoding="utf-8").read()):
+                FAILS.append("%s:%d: an MPI call outside mpicheck.h's wrappers"
+                             % (os.path.relpath(path, repo), line))
+
+
+FORBIDDEN = re.compile(r"^(P?MPI_|ompi_|cblas_|[sdcz]gemm_?$|openblas_|cuda|cu[A-Z]|cublas|"
+                       r"nccl|__cuda|GOMP_|omp_)")
+
+
+def forbidden_symbols(nm_output):
+    return sorted({line.split()[-1] for line in nm_output.splitlines()
+                   if line.strip() and FORBIDDEN.match(line.split()[-1])})
+
+
+def check_libraries(libs):
+    for lib in libs:
+        out = subprocess.run(["nm", "-u", lib], capture_output=True, text=True, check=True).stdout
+        for sym in forbidden_symbols(out):
+            FAILS.append("%s: calls %s (BLAS, CUDA, NCCL, MPI or OpenMP in the planner's "
+                         "libraries)" % (os.path.basename(lib), sym))
+
+
+# a document's name: a path of word characters ending in .md; names built from shell or
+# printf variables ($tag, %s, OUT, DEVICE placeholders), and paths in folders the repository
+# does not have (out/, tour/: where commands write), are outputs, not documents
+DOC = re.compile(r"(?<![\w$%/{.-])(\w[\w./-]*\.md)\b")
+PLACEHOLDER = re.compile(r"OUT|DEVICE|NAME|tmp/")
+SOURCES = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".txt", ".json", ".cmake")
+
+
+def tracked(repo):
+    out = subprocess.run(["git", "-C", repo, "ls-files"], capture_output=True, text=True)
+    if out.returncode != 0:  # not a checkout (a source tarball): every file under repo
+        return [os.path.relpath(os.path.join(d, n), repo)
+                for d, _, ns in os.walk(repo) if "/." not in d for n in ns]
+    return out.stdout.split()
+
+
+def missing_docs(text, where, files, names):
+    """The document names in `text` (a file at `where`) that are not in the repository."""
+    folders = {os.path.dirname(f) for f in files}
+    bad = []
+    for m in DOC.finditer(text):
+        doc = m.group(1)
+        if PLACEHOLDER.search(doc) or (
+                "/" in doc and os.path.dirname(doc) not in folders and
+                os.path.normpath(os.path.join(os.path.dirname(where), os.path.dirname(doc)))
+                not in folders):
+            continue
+        here = os.path.normpath(os.path.join(os.path.dirname(where), doc))
+        if doc in files or here in files or (("/" not in doc) and doc in names):
+            continue
+        bad.append(doc)
+    return bad
+
+
+def check_docs(repo):
+    files = set(tracked(repo))
+    names = {os.path.basename(f) for f in files}
+    for f in sorted(files):
+        if not f.endswith(SOURCES) or f.startswith(("tests/data/", "bench/results/")) or \
+                f == "tests/test_promises.py":
+            continue
+        path = os.path.join(repo, f)
+        if not os.path.isfile(path):
+            continue
+        try:
+            text = open(path, encoding="utf-8").read()
+        except UnicodeDecodeError:
+            continue
+        for doc in missing_docs(text, f, files, names):
+            FAILS.append("%s: names %s, which is not in the repository" % (f, doc))
+
+
+def self_test():
+    """Each check catches what it forbids."""
+    planted = "int f(void)\n{\n    MPI_CHECK(MPI_Barrier(c), e);\n    MPI_Comm_free(&c);\n}\n"
+    if unwrapped_mpi(planted) != [4]:
+        FAILS.append("self-test: the MPI check missed an unwrapped call: %r"
+                     % unwrapped_mpi(planted))
+    if unwrapped_mpi("/* MPI_Send( in a comment */ x = MPI_OK(MPI_Send(b));") != []:
+        FAILS.append("self-test: the MPI check flagged a comment or a wrapped call")
+    nm = "                 U MPI_Send\n                 U glp_simplex\n         U cudaMalloc\n"
+    if forbidden_symbols(nm) != ["MPI_Send", "cudaMalloc"]:
+        FAILS.append("self-test: the symbol check: %r" % forbidden_symbols(nm))
+    files = {"docs/formats.md", "README.md"}
+    got = missing_docs("see DESIGN.md and docs/formats.md, docs/nothing.md; writes "
+                       "$out/x.md, tour/results.md and OUT/gpu-DEVICE.md", "common/x.h", files,
+                       {"formats.md", "README.md"})
+    if got != ["DESIGN.md", "docs/nothing.md"]:
+        FAILS.append("self-test: the document check: %r" % got)
+
+
+def main():
+    repo, libs = sys.argv[1], sys.argv[2:]
+    self_test()
+    check_mpi(repo)
+    check_libraries(libs)
+    check_docs(repo)
+    for f in FAILS:
+        print("FAIL", f)
+    print("test_promises: %d failure(s)" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -809,114 +809,132 @@ static void print_step(const struct run *r, const struct report *rep, const stru
     fflush(stdout);
 }
 
-static int train_loop(struct run *r, struct err *e)
+/* What the steps after a run's first add up (a one-step run counts its only step). */
+struct loop_sums {
+    struct stage_times t;
+    int counted;
+    double timed_ms;
+};
+
+static void loop_sums_add(struct loop_sums *a, const struct stage_times *t, double ms)
 {
-    const struct train_options *o = r->o;
+    a->t.fwd += t->fwd;
+    a->t.bwd += t->bwd;
+    a->t.recompute += t->recompute;
+    a->t.send += t->send;
+    a->t.idle += t->idle;
+    a->t.optimizer += t->optimizer;
+    a->t.host_update += t->host_update;
+    a->t.stall += t->stall;
+    a->t.copy[0] += t->copy[0];
+    a->t.copy[1] += t->copy[1];
+    a->counted++;
+    a->timed_ms += ms;
+}
+
+/* The run's report before its steps: what it trains, how, and a row for each step to come. */
+static int report_begin(const struct run *r, struct report *rep, struct err *e)
+{
     const struct plan *p = &r->plan;
     const struct model *m = &p->model;
-    int64_t n_steps = o->steps - r->start_step;
-    struct report rep = {
-        .plan_file = o->plan_file,
+    int64_t n_steps = r->o->steps - r->start_step;
+    *rep = (struct report){
+        .plan_file = r->o->plan_file,
         .schedule = schedule_name(p->schedule),
         .micro_batches = p->micro_batches,
         .threads = r->be.threads,
         .dp = r->dp.dp,
         .tokens_per_step = (int64_t)r->dp.dp * p->micro_batches * m->micro_batch * m->seq_len,
-        .data = o->data_file != NULL ? o->data_file : "synthetic",
+        .data = r->o->data_file != NULL ? r->o->data_file : "synthetic",
         .entropy_floor = data_entropy_floor(&r->data),
         .transport = transport_kind_name(r->transport),
         .transport_reason = r->transport_why,
         .loss_scale = r->stage.c.loss_scale,
     };
-    rep.steps = calloc((size_t)n_steps, sizeof *rep.steps);
-    if (rep.steps == NULL)
-        return err_set(e, ERR_FAIL, "out of memory for %lld steps", (long long)n_steps);
-    struct stage_times sum = {0};
-    int counted = 0;
-    double timed_ms = 0;
+    rep->steps = calloc((size_t)n_steps, sizeof *rep->steps);
+    return rep->steps != NULL
+               ? ERR_OK
+               : err_set(e, ERR_FAIL, "out of memory for %lld steps", (long long)n_steps);
+}
+
+/* Rank 0's first line. */
+static void print_start(const struct run *r)
+{
+    const struct train_options *o = r->o;
+    const struct plan *p = &r->plan;
+    const struct model *m = &p->model;
     char replicas[64] = "";
+    if (r->world_rank != 0 || o->quiet)
+        return;
     if (r->dp.dp > 1)
         snprintf(replicas, sizeof replicas, " x %d replicas (gradients over %s)", r->dp.dp,
                  train_dp_reduce_kind(&r->dp));
-    if (r->world_rank == 0 && !o->quiet)
-        printf("train: %s, %d stages%s, %s, %s, %d micro-batches of %d x %d tokens, rank 0 on %s "
-               "(%d threads), transport %s, steps %lld..%lld\n",
-               o->plan_file, p->n_stages, replicas, schedule_name(p->schedule),
-               model_dtype_name(m->dtype),
-               p->micro_batches, m->micro_batch, m->seq_len, r->on_cuda ? r->gpu.name : "the CPU",
-               r->be.threads, transport_kind_name(r->transport), (long long)r->start_step + 1,
-               (long long)o->steps);
-    MPI_Request q;
-    if (mpicheck_collective(MPI_Ibarrier(r->comm, &q), &q, "every stage to start", e))
-        return e->code;
-    stage_set_origin(&r->stage);
-    for (int64_t i = 0; i < n_steps; i++) {
-        int64_t step = r->start_step + i;
-        double t0 = exec_now_ms(), loss = 0;
-        if (stage_step(&r->stage, step, &loss, e))
-            fail_now(r, e);
-        if (r->stage.last.verdict == STAGE_NONFINITE || r->stage.last.verdict == STAGE_AT_MIN) {
-            free(rep.steps); /* every rank has the verdict: each returns, nothing is written */
-            return stop_verdict(r, step, e);
-        }
-        if (r->dp.dp > 1 && r->rank == head_rank(r) &&
-            train_dp_loss(&r->dp, r->stage.x.mb_loss, p->micro_batches, &loss, e))
-            fail_now(r, e);
-        if (share_loss(r, &loss, e))
-            fail_now(r, e);
-        double ms = exec_now_ms() - t0;
-        const struct stage_times *now = &r->stage.x.times;
-        rep.steps[i] = (struct report_step){step + 1,           loss,
-                                            ms,                 now->stall,
-                                            now->late_prefetches, now->copy[0] + now->copy[1],
-                                            now->host_peak,
-                                            r->stage.last.loss_scale,
-                                            r->stage.last.verdict == STAGE_SKIPPED};
-        sum.late_prefetches += r->stage.x.times.late_prefetches;
-        rep.n_steps = (int)i + 1;
-        /* steps after the first of this run (a one-step run counts its only step) */
-        if (i > 0 || n_steps == 1) {
-            const struct stage_times *t = &r->stage.x.times;
-            sum.fwd += t->fwd;
-            sum.bwd += t->bwd;
-            sum.recompute += t->recompute;
-            sum.send += t->send;
-            sum.idle += t->idle;
-            sum.optimizer += t->optimizer;
-            sum.host_update += t->host_update;
-            sum.stall += t->stall;
-            sum.copy[0] += t->copy[0];
-            sum.copy[1] += t->copy[1];
-            counted++;
-            timed_ms += ms;
-            r->reduce_ms += r->dp.step_ms;
-        }
-        if (r->world_rank == 0 && !o->quiet)
-            print_step(r, &rep, &rep.steps[i]);
-        if (o->save_dir != NULL &&
-            ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1) &&
-            save(r, step + 1, e)) {
-            free(rep.steps);
-            return e->code;
-        }
-    }
-    if (stage_drain(&r->stage, e)) /* the last host updates, into the trace */
+    printf("train: %s, %d stages%s, %s, %s, %d micro-batches of %d x %d tokens, rank 0 on %s "
+           "(%d threads), transport %s, steps %lld..%lld\n",
+           o->plan_file, p->n_stages, replicas, schedule_name(p->schedule),
+           model_dtype_name(m->dtype), p->micro_batches, m->micro_batch, m->seq_len,
+           r->on_cuda ? r->gpu.name : "the CPU", r->be.threads,
+           transport_kind_name(r->transport), (long long)r->start_step + 1, (long long)o->steps);
+}
+
+/* One step: trained, its loss gathered, its row written and printed, a checkpoint saved when
+ * due. A verdict that stops the run (a NaN, the minimum loss scale) is returned as the error
+ * every rank returns. */
+static int run_step(struct run *r, int64_t i, struct report *rep, struct loop_sums *acc,
+                    struct err *e)
+{
+    const struct train_options *o = r->o;
+    int64_t n_steps = o->steps - r->start_step, step = r->start_step + i;
+    double t0 = exec_now_ms(), loss = 0;
+    if (stage_step(&r->stage, step, &loss, e))
         fail_now(r, e);
-    if (o->save_weights_file != NULL && save_weights(r, e)) {
-        free(rep.steps);
-        return e->code;
+    if (r->stage.last.verdict == STAGE_NONFINITE || r->stage.last.verdict == STAGE_AT_MIN)
+        return stop_verdict(r, step, e); /* every rank has the verdict: nothing is written */
+    if (r->dp.dp > 1 && r->rank == head_rank(r) &&
+        train_dp_loss(&r->dp, r->stage.x.mb_loss, r->plan.micro_batches, &loss, e))
+        fail_now(r, e);
+    if (share_loss(r, &loss, e))
+        fail_now(r, e);
+    double ms = exec_now_ms() - t0;
+    const struct stage_times *now = &r->stage.x.times;
+    rep->steps[i] = (struct report_step){step + 1,
+                                         loss,
+                                         ms,
+                                         now->stall,
+                                         now->late_prefetches,
+                                         now->copy[0] + now->copy[1],
+                                         now->host_peak,
+                                         r->stage.last.loss_scale,
+                                         r->stage.last.verdict == STAGE_SKIPPED};
+    acc->t.late_prefetches += now->late_prefetches;
+    rep->n_steps = (int)i + 1;
+    if (i > 0 || n_steps == 1) {
+        loop_sums_add(acc, now, ms);
+        r->reduce_ms += r->dp.step_ms;
     }
-    rep.tokens_per_s = (double)rep.tokens_per_step * counted / (timed_ms * 1e-3);
-    rep.scaler = r->stage.scaler;
+    if (r->world_rank == 0 && !o->quiet)
+        print_step(r, rep, &rep->steps[i]);
+    if (o->save_dir != NULL &&
+        ((o->save_every > 0 && (step + 1) % o->save_every == 0) || i == n_steps - 1))
+        return save(r, step + 1, e);
+    return ERR_OK;
+}
+
+/* This rank's figures against its plan: memory, and time per micro-batch over the steps
+ * counted (a GPU holding chunks: over them; its memory is the GPU's already). */
+static void stage_report(const struct run *r, const struct loop_sums *acc,
+                         struct report_stage *mine)
+{
+    const struct plan *p = &r->plan;
     const struct plan_stage *st = &p->stages[r->rank];
-    /* a GPU holding chunks: its time per micro-batch over them (memory is the GPU's already) */
-    double stage_ms = 0, recompute_ms = 0;
+    const struct stage_times *t = &acc->t;
+    double stage_ms = 0, recompute_ms = 0, per_mb = (double)acc->counted * p->micro_batches;
     int members[SCHEDULE_CHUNKS_MAX], n_members = plan_gpu_stages(p, r->rank, members);
     for (int k = 0; k < n_members; k++) {
         stage_ms += p->stages[members[k]].stage_ms;
         recompute_ms += p->stages[members[k]].recompute_ms;
     }
-    struct report_stage mine = {
+    *mine = (struct report_stage){
         .index = r->rank,
         .first = st->first,
         .last = st->last,
@@ -926,49 +944,78 @@ static int train_loop(struct run *r, struct err *e)
         .arena_bytes = r->stage.lay.arena_bytes,
         .planned_stage_ms = stage_ms,
         .planned_recompute_ms = recompute_ms,
-        .fwd_ms = sum.fwd / (counted * p->micro_batches),
-        .bwd_ms = sum.bwd / (counted * p->micro_batches),
-        .recompute_ms = sum.recompute / (counted * p->micro_batches),
-        .send_ms = sum.send / (counted * p->micro_batches),
-        .idle_ms = sum.idle / (counted * p->micro_batches),
-        .optimizer_ms = sum.optimizer / counted,
-        .host_update_ms = sum.host_update / counted,
-        .allreduce_ms = r->reduce_ms / counted,
+        .fwd_ms = t->fwd / per_mb,
+        .bwd_ms = t->bwd / per_mb,
+        .recompute_ms = t->recompute / per_mb,
+        .send_ms = t->send / per_mb,
+        .idle_ms = t->idle / per_mb,
+        .optimizer_ms = t->optimizer / acc->counted,
+        .host_update_ms = t->host_update / acc->counted,
+        .allreduce_ms = r->reduce_ms / acc->counted,
         .host_peak_bytes = r->stage.x.off.host_peak,
         .host_bytes = r->stage.lay.host_bytes,
         .staging_bytes = r->stage.lay.staging_bytes,
-        .copy_ms = (sum.copy[0] + sum.copy[1]) / (2.0 * counted * p->micro_batches),
-        .stall_ms = sum.stall / counted,
-        .late_prefetches = sum.late_prefetches,
+        .copy_ms = (t->copy[0] + t->copy[1]) / (2.0 * per_mb),
+        .stall_ms = t->stall / acc->counted,
+        .late_prefetches = t->late_prefetches,
     };
-    if (sum_steps(r, &rep, e)) {
-        free(rep.steps);
-        return e->code;
-    }
-    snprintf(mine.device, sizeof mine.device, "%s", st->device);
-    snprintf(mine.backend, sizeof mine.backend, "%s", r->on_cuda ? "cuda" : "cpu");
-    snprintf(mine.allreduce, sizeof mine.allreduce, "%s", train_dp_reduce_kind(&r->dp));
-    if (r->on_cuda) {
-        struct cuda_backend_memory mem;
-        int64_t free_b = 0, total_b = 0;
-        struct err me;
-        backend_cuda_memory(&r->be, &mem);
-        if (cuda_mem_info(&free_b, &total_b, &me) == ERR_OK)
-            mine.device_used_end_bytes = total_b - free_b;
-        mine.device_total_bytes = total_b;
-        snprintf(mine.gpu, sizeof mine.gpu, "%s", r->gpu.name);
-        snprintf(mine.gpu_uuid, sizeof mine.gpu_uuid, "%s", r->gpu.uuid);
-        mine.gpu_ordinal = r->gpu.ordinal;
-        mine.context_bytes = r->context_bytes;
-        mine.context_includes_others = r->context_includes_others;
-        mine.cublas_bytes = mem.blas_bytes;
-        mine.cublas_workspace_bytes = mem.blas_workspace_bytes;
-        mine.nccl_bytes = r->nccl_bytes;
-    }
+    snprintf(mine->device, sizeof mine->device, "%s", st->device);
+    snprintf(mine->backend, sizeof mine->backend, "%s", r->on_cuda ? "cuda" : "cpu");
+    snprintf(mine->allreduce, sizeof mine->allreduce, "%s", train_dp_reduce_kind(&r->dp));
     for (int k = 0; k < n_members; k++)
         for (int l = 0; l < plan_stage_layer_count(&p->stages[members[k]]); l++)
-            mine.n_recompute += p->stages[members[k]].recompute[l] != COST_KEEP; /* or part */
-    int rc = finish(r, &rep, &mine, e);
+            mine->n_recompute += p->stages[members[k]].recompute[l] != COST_KEEP; /* or part */
+}
+
+/* A CUDA rank's device memory beside its arenas, as the metrics report it. */
+static void stage_report_cuda(struct run *r, struct report_stage *mine)
+{
+    struct cuda_backend_memory mem;
+    int64_t free_b = 0, total_b = 0;
+    struct err me;
+    backend_cuda_memory(&r->be, &mem);
+    if (cuda_mem_info(&free_b, &total_b, &me) == ERR_OK)
+        mine->device_used_end_bytes = total_b - free_b;
+    mine->device_total_bytes = total_b;
+    snprintf(mine->gpu, sizeof mine->gpu, "%s", r->gpu.name);
+    snprintf(mine->gpu_uuid, sizeof mine->gpu_uuid, "%s", r->gpu.uuid);
+    mine->gpu_ordinal = r->gpu.ordinal;
+    mine->context_bytes = r->context_bytes;
+    mine->context_includes_others = r->context_includes_others;
+    mine->cublas_bytes = mem.blas_bytes;
+    mine->cublas_workspace_bytes = mem.blas_workspace_bytes;
+    mine->nccl_bytes = r->nccl_bytes;
+}
+
+/* Every stage starts together, runs its steps, drains its last host updates, saves the
+ * weights when asked, and reports. */
+static int train_loop(struct run *r, struct err *e)
+{
+    struct report rep;
+    struct loop_sums acc = {0};
+    ERR_TRY(report_begin(r, &rep, e));
+    print_start(r);
+    MPI_Request q;
+    int rc = mpicheck_collective(MPI_Ibarrier(r->comm, &q), &q, "every stage to start", e);
+    if (rc == ERR_OK)
+        stage_set_origin(&r->stage);
+    for (int64_t i = 0; rc == ERR_OK && i < r->o->steps - r->start_step; i++)
+        rc = run_step(r, i, &rep, &acc, e);
+    if (rc == ERR_OK && stage_drain(&r->stage, e)) /* the last host updates, into the trace */
+        fail_now(r, e);
+    if (rc == ERR_OK && r->o->save_weights_file != NULL)
+        rc = save_weights(r, e);
+    struct report_stage mine;
+    if (rc == ERR_OK) {
+        rep.tokens_per_s = (double)rep.tokens_per_step * acc.counted / (acc.timed_ms * 1e-3);
+        rep.scaler = r->stage.scaler;
+        stage_report(r, &acc, &mine);
+        if (r->on_cuda)
+            stage_report_cuda(r, &mine);
+        rc = sum_steps(r, &rep, e);
+    }
+    if (rc == ERR_OK)
+        rc = finish(r, &rep, &mine, e);
     free(rep.steps);
     return rc;
 }

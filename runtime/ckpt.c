@@ -1,13 +1,11 @@
 #include "ckpt.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fileio.h"
@@ -61,41 +59,23 @@ static void stage_file(char *out, size_t cap, const char *dir, int stage, int64_
     snprintf(out, cap, "%s/stage-%d-step-%lld.ckpt", dir, stage, (long long)step);
 }
 
-static int make_dir(const char *dir, struct err *e)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return err_set(e, ERR_INPUT, "%s: path too long", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return err_set(e, ERR_FAIL, "%s: cannot create: %s", path, strerror(errno));
-            *p = c;
-            if (c == '\0')
-                break;
-        }
-    }
-    return ERR_OK;
-}
-
 int ckpt_check_dir(const char *dir, struct err *e)
 {
     char manifest[FILEIO_PATH_MAX + 32];
     if (snprintf(manifest, sizeof manifest, "%s/checkpoint.json", dir) >= (int)sizeof manifest)
         return err_set(e, ERR_INPUT, "%s: path too long", dir);
-    if (make_dir(dir, e))
-        return e->code = ERR_INPUT; /* the path is the user's: a bad one is bad input */
-    return fileio_dir_check(dir, e) || fileio_out_check(manifest, e) ? e->code : ERR_OK;
+    /* the path is the user's: a bad one is bad input (ERR_INPUT throughout) */
+    return fileio_make_dirs(dir, e) || fileio_dir_check(dir, e) || fileio_out_check(manifest, e)
+               ? e->code
+               : ERR_OK;
 }
 
 int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                      struct stage_runner *r, struct err *e)
 {
     char file[4200];
-    if (make_dir(dir, e))
-        return e->code;
+    if (fileio_make_dirs(dir, e)) /* checked at the start: failing now is the run's failure */
+        return e->code = ERR_FAIL;
     stage_file(file, sizeof file, dir, id->stage, step);
     struct ckpt_header h;
     memset(&h, 0, sizeof h);

@@ -8,8 +8,10 @@
 #include <time.h>
 #include <sys/stat.h>
 
+#include "clock.h"
 #include "cost.h"
 #include "estimate.h"
+#include "fileio.h"
 #include "model_ops.h"
 #include "planner.h"
 #include "sim.h"
@@ -236,11 +238,9 @@ static int run_method(const struct cluster *c, int method, const struct device_t
     o.min_gain = 0; /* bench.h: each method's fastest plan */
     if (plan_method_parse(bench_method_names[method], &o, e))
         return e->code;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = clock_now_ms();
     int rc = planner_make(c, &o, &p, e);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    r->plan_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    r->plan_ms = clock_now_ms() - t0;
     if (rc == ERR_NOFIT) {
         err_clear(e);
         r->fits = 0;
@@ -328,25 +328,6 @@ static void print_progress(FILE *f, int done, int total, const struct bench_case
     }
     fprintf(f, "\n");
     fflush(f);
-}
-
-/* mkdir -p */
-static int make_dirs(const char *dir, struct err *e)
-{
-    char path[CLUSTER_PATH_MAX];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return err_set(e, ERR_FAIL, "--out: cannot create %s: %s", path, strerror(errno));
-        *p = saved;
-        if (saved == '\0')
-            break;
-    }
-    return ERR_OK;
 }
 
 struct loaded_cluster {
@@ -511,7 +492,7 @@ int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct e
         return err_set(e, ERR_INPUT, "--detail: \"%s\": give a cluster name, not a path",
                        o->detail);
     int ci;
-    if (make_dirs(o->out_dir, e) || devices_load(o->devices_file, &table, e) ||
+    if (fileio_make_dirs(o->out_dir, e) || devices_load(o->devices_file, &table, e) ||
         load_clusters(o->clusters, progress, &cl, &n_cl, e) ||
         find_cluster(cl, n_cl, o->detail, &ci, e))
         goto done;

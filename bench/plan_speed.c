@@ -70,11 +70,6 @@ static int make_cluster(const struct device_table *t, int S, struct cluster *c, 
     return ERR_OK;
 }
 
-static double now_ms(void)
-{
-    return 1e3 * clock_now_s();
-}
-
 static int compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -107,9 +102,9 @@ static double plan_once(const struct cluster *c, const char *method, int verify,
     plan_method_parse(offload ? "optimal" : method, &o, &e);
     o.actions = offload ? PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD : o.actions;
     o.verify = verify;
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     out->rc = planner_make(c, &o, &p, &e);
-    double ms = now_ms() - t0;
+    double ms = clock_now_ms() - t0;
     out->recomputing = 0;
     out->agree = 1;
     out->msg[0] = '\0';

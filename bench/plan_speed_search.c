@@ -12,19 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "devices.h"
 #include "planner.h"
 #include "plan_speed_search.h"
-
-/* The process's CPU time: the search runs on one thread, and on a shared machine its wall
- * time measures the other jobs. */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double median_of(double *v, int n)
 {
@@ -98,10 +90,10 @@ static int run_instance(const struct device_table *t, const struct search_args *
     if (a->gap >= 0)
         o.search_gap = a->gap;
     int rc = plan_speed_random_cluster(t, a->seed, S, i, a->M, &c, what, sizeof what, &e);
-    double t0 = cpu_s();
+    double t0 = clock_cpu_s();
     if (rc == ERR_OK)
         rc = planner_make(&c, &o, &p, &e);
-    *secs = cpu_s() - t0;
+    *secs = clock_cpu_s() - t0;
     printf("%6d %4d %6d  %-50s", S, c.n_layers, c.micro_batches, what);
     cluster_free(&c);
     if (rc) {

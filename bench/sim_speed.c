@@ -8,17 +8,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
 #include "sim.h"
 
 #define REPEATS 9
-
-/* The thread's CPU time: on a shared machine, wall time counts the other processes too. */
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -48,14 +41,14 @@ static double median_ns(enum schedule sch, int which, int S, int M, const struct
     int simulated, calls = 1 + (int)(4e6 / ((double)S * M));
     struct err e = {0};
     for (int r = 0; r < REPEATS; r++) {
-        double t0 = now_ns();
+        double t0 = 1e9 * clock_cpu_s(); /* the simulator runs on one thread */
         for (int i = 0; i < calls; i++)
             if (which ? sim_makespan_periodic(sch, S, M, st, &ms, &simulated, &e)
                       : sim_makespan(sch, S, M, st, &ms, &e)) {
                 fprintf(stderr, "sim_speed: %s\n", e.msg);
                 exit(1);
             }
-        t[r] = (now_ns() - t0) / calls;
+        t[r] = (1e9 * clock_cpu_s() - t0) / calls;
     }
     qsort(t, REPEATS, sizeof *t, cmp_double);
     return t[REPEATS / 2];

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "devices.h"
 #include "estimate.h"
+#include "fileio.h"
 #include "jsonio.h"
 #include "links.h"
 #include "model.h"
@@ -350,9 +350,8 @@ static int write_profiles(struct pool_spec *s, const struct device_table *t, con
     char copy[PATH_MAX];
     snprintf(copy, sizeof copy, "%s", dir);
     const char *dir_name = basename(copy);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return err_set(e, ERR_INPUT, "%s: cannot make the profiles' folder: %s", dir,
-                       strerror(errno));
+    if (fileio_make_dirs(dir, e))
+        return e->code;
     for (int i = 0; i < s->n; i++) {
         struct kind *k = &s->kind[i];
         struct profile p;

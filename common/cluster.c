@@ -62,35 +62,6 @@ void cluster_default_split(const struct model *m, int n_layers, int n_stages, in
     *last = stage == n_stages - 1 ? n_layers - 1 : first_block(blocks, n_stages, stage + 1);
 }
 
-int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
-                   struct link *l, struct err *e)
-{
-    static const char *const keys[] = {"gbps", "latency_us", NULL};
-    l->latency_us = 0;
-    if (jsonio_expect_object(obj, file, path, e) ||
-        (strict && jsonio_check_keys(obj, file, path, keys, e)) ||
-        units_json_rate(obj, file, path, "gbps", 1e9, 1e-6, 1e9, &l->gbps, e) ||
-        units_json_us_opt(obj, file, path, "latency_us", 0, 1e9, &l->latency_us, e))
-        return e->code;
-    l->present = 1;
-    return ERR_OK;
-}
-
-cJSON *link_to_json(const struct link *l)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "gbps", l->gbps);
-    cJSON_AddNumberToObject(o, "latency_us", l->latency_us);
-    return o;
-}
-
-double link_transfer_ms(const struct link *l, int64_t bytes)
-{
-    if (!l->present)
-        return 0.0;
-    return l->latency_us * 1e-3 + (double)bytes * 8.0 / (l->gbps * 1e9) * 1e3;
-}
-
 const struct profile *cluster_stage_profile(const struct cluster *c, int stage)
 {
     return &c->profiles[c->stages[stage].profile];

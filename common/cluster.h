@@ -138,13 +138,4 @@ void cluster_even_split(int n_layers, int n_stages, int stage, int *first, int *
 void cluster_default_split(const struct model *m, int n_layers, int n_stages, int stage,
                            int *first, int *last);
 
-
-/* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an
- * error (cluster files); otherwise they are fields a later version added (plan files). */
-int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
-                   struct link *l, struct err *e);
-cJSON *link_to_json(const struct link *l);
-/* Milliseconds to move `bytes` over the link (0 for an absent link). */
-double link_transfer_ms(const struct link *l, int64_t bytes);
-
 #endif

@@ -4,13 +4,6 @@
 
 #include "cluster.h"
 
-/* Inputs are at most 2^53 each, but sums over many layers times the in-flight count can pass
- * 2^63 in a hostile file: sum in 128 bits and saturate rather than wrap. */
-static int64_t saturate(__int128 v)
-{
-    return v > INT64_MAX ? INT64_MAX : (int64_t)v;
-}
-
 int64_t cost_layer_state(const struct layer_cost *c, enum cost_place optimizer)
 {
     return optimizer == COST_PLACE_HOST && c->has_split ? c->param_bytes + c->grad_bytes
@@ -38,7 +31,7 @@ int64_t cost_stage_mirror(const struct layer_cost *layers, int n, int from)
     __int128 mirror = 0;
     for (int l = from > 0 ? from : 0; l < n; l++)
         mirror += cost_layer_mirror(&layers[l]);
-    return saturate(mirror);
+    return cost_saturate(mirror);
 }
 
 double cost_optimizer_fraction(const struct layer_cost *layers, int n, int from)
@@ -191,12 +184,12 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
 
 int64_t cost_sum_staging(const struct cost_sum *s)
 {
-    return saturate((__int128)(s->ahead_max + 2) * s->host_max * (s->host_max > 0));
+    return cost_saturate((__int128)(s->ahead_max + 2) * s->host_max * (s->host_max > 0));
 }
 
 int64_t cost_sum_host(const struct cost_sum *s, int in_flight)
 {
-    return saturate((__int128)in_flight * s->host + s->mirror);
+    return cost_saturate((__int128)in_flight * s->host + s->mirror);
 }
 
 void cost_sum_add_mirror(struct cost_sum *s, int64_t mirror_bytes)
@@ -206,7 +199,7 @@ void cost_sum_add_mirror(struct cost_sum *s, int64_t mirror_bytes)
 
 int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve_bytes)
 {
-    return saturate(s->state + (__int128)in_flight * s->kept + s->transient + s->workspace +
+    return cost_saturate(s->state + (__int128)in_flight * s->kept + s->transient + s->workspace +
                     cost_sum_staging(s) + reserve_bytes);
 }
 
@@ -239,12 +232,12 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
             cost_sum_add_mirror(&s, cost_layer_mirror(c));
     }
     *out = (struct stage_cost){
-        .state_bytes = saturate(s.state),
-        .kept_bytes = saturate(s.kept),
+        .state_bytes = cost_saturate(s.state),
+        .kept_bytes = cost_saturate(s.kept),
         .transient_bytes = s.transient,
         .workspace_bytes = s.workspace,
         .reserve_bytes = reserve_bytes,
-        .host_bytes = saturate(s.host),
+        .host_bytes = cost_saturate(s.host),
         .staging_bytes = cost_sum_staging(&s),
         .host_memory_bytes = cost_sum_host(&s, in_flight),
         .in_flight = in_flight,
@@ -264,18 +257,18 @@ int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reser
         held += c->state_bytes + (__int128)c->in_flight * c->kept_bytes + c->workspace_bytes;
         transient = c->transient_bytes > transient ? c->transient_bytes : transient;
     }
-    return saturate(held + transient);
+    return cost_saturate(held + transient);
 }
 
 int64_t cost_arena_bytes(const struct stage_cost *c)
 {
-    return saturate((__int128)c->in_flight * c->kept_bytes + c->transient_bytes +
+    return cost_saturate((__int128)c->in_flight * c->kept_bytes + c->transient_bytes +
                     c->workspace_bytes);
 }
 
 int64_t cost_memory_with_arena(const struct stage_cost *c, int64_t arena_bytes)
 {
-    return saturate((__int128)c->state_bytes + arena_bytes + c->reserve_bytes);
+    return cost_saturate((__int128)c->state_bytes + arena_bytes + c->reserve_bytes);
 }
 
 /* in_flight[l], or `uniform` for every layer when in_flight is NULL; the largest workspace
@@ -320,7 +313,7 @@ void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int12
 
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight)
 {
-    return saturate((__int128)in_flight *
+    return cost_saturate((__int128)in_flight *
                     (cost_row(c, COST_KEEP).kept_bytes - cost_row(c, choice).kept_bytes));
 }
 

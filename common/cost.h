@@ -61,6 +61,13 @@
 
 enum { COST_KEEP = 0, COST_FULL = 1, COST_OPTION = 2 };
 
+/* Inputs are at most 2^53 each, but sums over many layers times the in-flight count can pass
+ * 2^63 in a hostile file: sum in 128 bits and saturate rather than wrap. */
+static inline int64_t cost_saturate(__int128 v)
+{
+    return v > INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
 /* Most actions a layer has: keep, full and its options. */
 #define COST_ROWS_MAX (COST_OPTION + PROFILE_OPTIONS_MAX)
 

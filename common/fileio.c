@@ -218,6 +218,24 @@ int fileio_dir_check(const char *dir, struct err *e)
     return ERR_OK;
 }
 
+int fileio_make_dirs(const char *dir, struct err *e)
+{
+    char path[FILEIO_PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return err_set(e, ERR_INPUT, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return err_set(e, ERR_INPUT, "%s: cannot create: %s", path, strerror(errno));
+        *p = saved;
+        if (saved == '\0')
+            return ERR_OK;
+    }
+}
+
 void fileio_out_discard(struct fileio_out *o)
 {
     if (o->fd >= 0)

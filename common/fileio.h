@@ -35,6 +35,9 @@ int fileio_open_input(const char *file, int64_t max_bytes, int *fd, int64_t *siz
 int fileio_out_check(const char *file, struct err *e);
 /* The same for a directory that files will be written into (created if missing). */
 int fileio_dir_check(const char *dir, struct err *e);
+/* `mkdir -p dir`: dir and its missing parents (mode 0755); ERR_INPUT naming the first that
+ * could not be made. */
+int fileio_make_dirs(const char *dir, struct err *e);
 
 /* An output being written: the temporary's descriptor and name, and the file it replaces
  * (the output's name, or the file its symbolic links lead to). */

@@ -36,6 +36,14 @@ struct link {
     double latency_us; /* per transfer */
 };
 
+/* Reads a link object at `path` ({"gbps", "latency_us"}). `strict`: unknown members are an
+ * error (cluster files); otherwise they are fields a later version added (plan files). */
+int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
+                   struct link *l, struct err *e);
+cJSON *link_to_json(const struct link *l);
+/* Milliseconds to move `bytes` over the link (0 for an absent link). */
+double link_transfer_ms(const struct link *l, int64_t bytes);
+
 struct layer_cost {
     char name[MODEL_LAYER_NAME_MAX];
     double fwd_ms;

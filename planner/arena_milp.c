@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "arena_plan.h"
+#include "milp.h"
 
 /* Pairs beyond this make a MILP GLPK cannot close in any useful time: not attempted. */
 #define ARENA_MILP_PAIRS_MAX 4000
@@ -43,25 +44,21 @@ static int meeting_pairs(const struct arena_object *o, int n, int (*pairs)[2], i
     return k;
 }
 
-/* Adds row r: sum coef * col  {<= or >=} rhs, two or three terms. */
-static void add_row(glp_prob *lp, int r, int type, double rhs, int n_terms, const int *cols,
-                    const double *coefs)
+/* Row r: sum coef * col  {<= or >=} rhs. */
+static void add_row(glp_prob *lp, struct milp_matrix *a, int r, int type, double rhs,
+                    int n_terms, const int *cols, const double *coefs)
 {
-    int ind[4];
-    double val[4];
-    for (int t = 0; t < n_terms; t++) {
-        ind[t + 1] = cols[t];
-        val[t + 1] = coefs[t];
-    }
     glp_set_row_bnds(lp, r, type, rhs, rhs);
-    glp_set_mat_row(lp, r, n_terms, ind, val);
+    for (int t = 0; t < n_terms; t++)
+        milp_matrix_put(a, r, cols[t], coefs[t]);
 }
 
 /* Columns: 1..n offsets, n+1 the arena, n+2.. the pair binaries. */
 static glp_prob *build(const struct arena_object *o, int n, const int (*pairs)[2], int np,
-                       double unit, double upper, double lower)
+                       double unit, double upper, double lower, struct err *e)
 {
     glp_prob *lp = glp_create_prob();
+    struct milp_matrix a = {0};
     glp_set_obj_dir(lp, GLP_MIN);
     glp_add_cols(lp, n + 1 + np);
     glp_add_rows(lp, n + 2 * np);
@@ -73,7 +70,7 @@ static glp_prob *build(const struct arena_object *o, int n, const int (*pairs)[2
         glp_set_col_bnds(lp, i + 1, upper - s > 0 ? GLP_DB : GLP_FX, 0, upper - s);
         int cols[2] = {A, i + 1};
         double coefs[2] = {1, -1};
-        add_row(lp, i + 1, GLP_LO, s, 2, cols, coefs);
+        add_row(lp, &a, i + 1, GLP_LO, s, 2, cols, coefs);
     }
     for (int k = 0; k < np; k++) {
         int i = pairs[k][0], j = pairs[k][1], y = n + 2 + k;
@@ -81,11 +78,16 @@ static glp_prob *build(const struct arena_object *o, int n, const int (*pairs)[2
         glp_set_col_kind(lp, y, GLP_BV);
         int c1[3] = {i + 1, j + 1, y};
         double v1[3] = {1, -1, -upper};
-        add_row(lp, n + 1 + 2 * k, GLP_UP, -si, 3, c1, v1);
+        add_row(lp, &a, n + 1 + 2 * k, GLP_UP, -si, 3, c1, v1);
         int c2[3] = {j + 1, i + 1, y};
         double v2[3] = {1, -1, upper};
-        add_row(lp, n + 2 + 2 * k, GLP_UP, upper - sj, 3, c2, v2);
+        add_row(lp, &a, n + 2 + 2 * k, GLP_UP, upper - sj, 3, c2, v2);
     }
+    if (milp_matrix_load(&a, lp, e)) {
+        glp_delete_prob(lp);
+        lp = NULL;
+    }
+    milp_matrix_free(&a);
     return lp;
 }
 
@@ -112,7 +114,11 @@ int arena_exact(struct arena_problem *pb, const struct arena_options *opt,
         return ERR_OK;
     }
     glp_prob *lp = build(pb->o, n, (const int(*)[2])pairs, np, (double)unit,
-                         (double)(greedy / unit), (double)((lower + unit - 1) / unit));
+                         (double)(greedy / unit), (double)((lower + unit - 1) / unit), e);
+    if (lp == NULL) {
+        free(pairs);
+        return e->code;
+    }
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.presolve = GLP_ON;

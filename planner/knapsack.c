@@ -7,11 +7,6 @@
 
 #include "cost.h"
 
-static int64_t saturate(__int128 v)
-{
-    return v > INT64_MAX ? INT64_MAX : (int64_t)v;
-}
-
 static int64_t units_of(__int128 bytes, int64_t unit, int64_t cap)
 {
     __int128 u = (bytes + unit - 1) / unit;
@@ -44,7 +39,7 @@ static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
     __int128 fixed = cost_fixed_bytes_each(layers, n, in_flight, chunk, reserve_bytes);
     __int128 room = (__int128)limit_bytes - fixed;
     p->cap = room >= 0 ? (int64_t)(room / unit_bytes) : -1;
-    p->fixed_bytes = saturate(fixed);
+    p->fixed_bytes = cost_saturate(fixed);
     p->limit_bytes = limit_bytes;
     p->unit_bytes = unit_bytes;
     int k = 0;
@@ -125,7 +120,7 @@ int64_t knap_units(const struct knap_problem *p, const unsigned char *recompute)
         if (c->t > transient)
             transient = c->t;
     }
-    return saturate(kept + transient);
+    return cost_saturate(kept + transient);
 }
 
 double knap_recompute_ms(const struct knap_problem *p, const unsigned char *recompute)

@@ -32,6 +32,50 @@ int milp_intopt(glp_prob *lp, double *objective, struct err *e)
     return ERR_OK;
 }
 
+void milp_matrix_put(struct milp_matrix *m, int row, int col, double value)
+{
+    if (m->failed)
+        return;
+    if (m->n + 1 >= m->cap) {
+        int cap = m->cap > 0 ? 2 * m->cap : 64;
+        int *ia = realloc(m->ia, (size_t)cap * sizeof *ia);
+        if (ia != NULL)
+            m->ia = ia;
+        int *ja = realloc(m->ja, (size_t)cap * sizeof *ja);
+        if (ja != NULL)
+            m->ja = ja;
+        double *ar = realloc(m->ar, (size_t)cap * sizeof *ar);
+        if (ar != NULL)
+            m->ar = ar;
+        if (ia == NULL || ja == NULL || ar == NULL) {
+            m->failed = 1;
+            return;
+        }
+        m->cap = cap;
+    }
+    m->n++;
+    m->ia[m->n] = row;
+    m->ja[m->n] = col;
+    m->ar[m->n] = value;
+}
+
+int milp_matrix_load(const struct milp_matrix *m, glp_prob *lp, struct err *e)
+{
+    if (m->failed)
+        return err_set(e, ERR_FAIL, "out of memory building a MILP past %d coefficients",
+                       m->n);
+    glp_load_matrix(lp, m->n, m->ia, m->ja, m->ar);
+    return ERR_OK;
+}
+
+void milp_matrix_free(struct milp_matrix *m)
+{
+    free(m->ia);
+    free(m->ja);
+    free(m->ar);
+    *m = (struct milp_matrix){0};
+}
+
 /* Balancing, whole layers: r_l in {0,1} (1 = recompute l), tau, e_plus and e_minus.
  * Columns: 1..n r_l, n+1 tau, n+2 e_plus, n+3 e_minus. Rows: 1 memory, 2..n+1 transient, n+2
  * the time deviation, then for alike layers l after j (same w, t and time), r_j >= r_l, which
@@ -41,14 +85,10 @@ static int solve_balance(const struct knap_problem *p, int64_t target_units,
 {
     int n = p->n;
     int *prev = malloc((size_t)(n > 0 ? n : 1) * sizeof *prev), orders = 0;
-    int nnz = n + 1 + 2 * n + n + 2 + 2 * n;
-    int *ia = calloc((size_t)nnz + 1, sizeof *ia);
-    int *ja = calloc((size_t)nnz + 1, sizeof *ja);
-    double *ar = calloc((size_t)nnz + 1, sizeof *ar);
+    struct milp_matrix a = {0};
     glp_prob *lp = glp_create_prob();
-    int k = 0;
     double sum_w = 0;
-    if (prev == NULL || ia == NULL || ja == NULL || ar == NULL) {
+    if (prev == NULL) {
         err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
         goto done;
     }
@@ -69,15 +109,14 @@ static int solve_balance(const struct knap_problem *p, int64_t target_units,
     glp_set_col_bnds(lp, n + 1, GLP_LO, 0, 0); /* tau */
     /* memory: sum w_l (1 - r_l) + tau <= cap  <=>  -sum w_l r_l + tau <= cap - sum w_l */
     glp_set_row_bnds(lp, 1, GLP_UP, 0, (double)p->cap - sum_w);
-    for (int l = 0; l < n; l++) {
-        k++, ia[k] = 1, ja[k] = l + 1, ar[k] = -(double)p->w[l];
-    }
-    k++, ia[k] = 1, ja[k] = n + 1, ar[k] = 1;
+    for (int l = 0; l < n; l++)
+        milp_matrix_put(&a, 1, l + 1, -(double)p->w[l]);
+    milp_matrix_put(&a, 1, n + 1, 1);
     /* transient: tau - t_l r_l >= 0 */
     for (int l = 0; l < n; l++) {
         glp_set_row_bnds(lp, 2 + l, GLP_LO, 0, 0);
-        k++, ia[k] = 2 + l, ja[k] = n + 1, ar[k] = 1;
-        k++, ia[k] = 2 + l, ja[k] = l + 1, ar[k] = -(double)p->t[l];
+        milp_matrix_put(&a, 2 + l, n + 1, 1);
+        milp_matrix_put(&a, 2 + l, l + 1, -(double)p->t[l]);
     }
     /* sum q_l r_l - e_plus + e_minus = target; minimise e_plus + e_minus */
     glp_set_col_bnds(lp, n + 2, GLP_LO, 0, 0);
@@ -85,27 +124,24 @@ static int solve_balance(const struct knap_problem *p, int64_t target_units,
     glp_set_obj_coef(lp, n + 2, 1);
     glp_set_obj_coef(lp, n + 3, 1);
     glp_set_row_bnds(lp, n + 2, GLP_FX, (double)target_units, (double)target_units);
-    for (int l = 0; l < n; l++) {
-        k++, ia[k] = n + 2, ja[k] = l + 1, ar[k] = (double)knap_time_units(p, l, time_unit_ms);
-    }
-    k++, ia[k] = n + 2, ja[k] = n + 2, ar[k] = -1;
-    k++, ia[k] = n + 2, ja[k] = n + 3, ar[k] = 1;
+    for (int l = 0; l < n; l++)
+        milp_matrix_put(&a, n + 2, l + 1, (double)knap_time_units(p, l, time_unit_ms));
+    milp_matrix_put(&a, n + 2, n + 2, -1);
+    milp_matrix_put(&a, n + 2, n + 3, 1);
     int order = n + 2;
     for (int l = 0; l < n; l++) {
         if (prev[l] < 0)
             continue;
         glp_set_row_bnds(lp, ++order, GLP_LO, 0, 0);
-        k++, ia[k] = order, ja[k] = prev[l] + 1, ar[k] = 1;
-        k++, ia[k] = order, ja[k] = l + 1, ar[k] = -1;
+        milp_matrix_put(&a, order, prev[l] + 1, 1);
+        milp_matrix_put(&a, order, l + 1, -1);
     }
-    glp_load_matrix(lp, k, ia, ja, ar);
-    milp_intopt(lp, objective, e);
+    if (milp_matrix_load(&a, lp, e) == ERR_OK)
+        milp_intopt(lp, objective, e);
 done:
     glp_delete_prob(lp);
     free(prev);
-    free(ia);
-    free(ja);
-    free(ar);
+    milp_matrix_free(&a);
     return e->code;
 }
 
@@ -120,13 +156,9 @@ static int solve_choices(const struct knap_problem *p, double *objective, struct
 {
     int n = p->n, nc = p->first_choice[n], tau = nc + 1, orders = 0;
     int *prev = malloc((size_t)(n > 0 ? n : 1) * sizeof *prev); /* the alike layer before */
-    int nnz = 1 + nc + nc + nc + n + 2 * nc;
-    int *ia = calloc((size_t)nnz + 1, sizeof *ia);
-    int *ja = calloc((size_t)nnz + 1, sizeof *ja);
-    double *ar = calloc((size_t)nnz + 1, sizeof *ar);
+    struct milp_matrix a = {0};
     glp_prob *lp = glp_create_prob();
-    int k = 0;
-    if (prev == NULL || ia == NULL || ja == NULL || ar == NULL) {
+    if (prev == NULL) {
         err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
         goto done;
     }
@@ -151,11 +183,11 @@ static int solve_choices(const struct knap_problem *p, double *objective, struct
     glp_set_col_bnds(lp, tau, GLP_LO, 0, 0);
     /* memory: sum w_lc x_lc + tau <= cap */
     glp_set_row_bnds(lp, 1, GLP_UP, 0, (double)p->cap);
-    k++, ia[k] = 1, ja[k] = tau, ar[k] = 1;
+    milp_matrix_put(&a, 1, tau, 1);
     for (int i = 0; i < nc; i++) {
         glp_set_col_kind(lp, i + 1, GLP_BV);
         glp_set_obj_coef(lp, i + 1, p->choices[i].ms);
-        k++, ia[k] = 1, ja[k] = i + 1, ar[k] = (double)p->choices[i].w;
+        milp_matrix_put(&a, 1, i + 1, (double)p->choices[i].w);
     }
     int order = 1 + 2 * n;
     for (int l = 0; l < n; l++) {
@@ -164,28 +196,26 @@ static int solve_choices(const struct knap_problem *p, double *objective, struct
         glp_set_row_bnds(lp, one, GLP_FX, 1, 1);
         /* tau - sum_c t_lc x_lc >= 0 */
         glp_set_row_bnds(lp, transient, GLP_LO, 0, 0);
-        k++, ia[k] = transient, ja[k] = tau, ar[k] = 1;
+        milp_matrix_put(&a, transient, tau, 1);
         for (int i = p->first_choice[l]; i < p->first_choice[l + 1]; i++) {
-            k++, ia[k] = one, ja[k] = i + 1, ar[k] = 1;
-            k++, ia[k] = transient, ja[k] = i + 1, ar[k] = -(double)p->choices[i].t;
+            milp_matrix_put(&a, one, i + 1, 1);
+            milp_matrix_put(&a, transient, i + 1, -(double)p->choices[i].t);
         }
         if (prev[l] < 0)
             continue;
         /* sum_c c x_(prev)c - sum_c c x_lc >= 0 */
         glp_set_row_bnds(lp, ++order, GLP_LO, 0, 0);
         for (int c = 1; c < p->first_choice[l + 1] - p->first_choice[l]; c++) {
-            k++, ia[k] = order, ja[k] = p->first_choice[prev[l]] + c + 1, ar[k] = c;
-            k++, ia[k] = order, ja[k] = p->first_choice[l] + c + 1, ar[k] = -c;
+            milp_matrix_put(&a, order, p->first_choice[prev[l]] + c + 1, c);
+            milp_matrix_put(&a, order, p->first_choice[l] + c + 1, -c);
         }
     }
-    glp_load_matrix(lp, k, ia, ja, ar);
-    milp_intopt(lp, objective, e);
+    if (milp_matrix_load(&a, lp, e) == ERR_OK)
+        milp_intopt(lp, objective, e);
 done:
     glp_delete_prob(lp);
     free(prev);
-    free(ia);
-    free(ja);
-    free(ar);
+    milp_matrix_free(&a);
     return e->code;
 }
 

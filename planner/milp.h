@@ -28,4 +28,18 @@ int milp_balance(const struct knap_problem *p, int64_t target_units, double time
 struct glp_prob;
 int milp_intopt(struct glp_prob *lp, double *objective, struct err *e);
 
+/* A constraint matrix gathered as GLPK's 1-based triplets (ia, ja, ar; element 0 unused), the
+ * one way every MILP here fills its rows: milp_matrix_put grows the arrays as needed, and a
+ * failed growth is reported once, by milp_matrix_load. Start from {0}. */
+struct milp_matrix {
+    int *ia, *ja;
+    double *ar;
+    int n, cap, failed;
+};
+/* a_(row, col) = value (rows and columns 1-based, as GLPK numbers them). */
+void milp_matrix_put(struct milp_matrix *m, int row, int col, double value);
+/* Loads the matrix into lp (glp_load_matrix); ERR_FAIL if a put ran out of memory. */
+int milp_matrix_load(const struct milp_matrix *m, struct glp_prob *lp, struct err *e);
+void milp_matrix_free(struct milp_matrix *m);
+
 #endif

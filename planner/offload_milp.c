@@ -4,7 +4,6 @@
  * sum v k_a x_la + tau + (COST_PREFETCH_AHEAD + 2) z <= limit - fixed, host
  * sum v h_a x_la <= host limit; the objective is sum ms_a x_la. */
 #include <glpk.h>
-#include <stdlib.h>
 
 #include "milp.h"
 #include "offload.h"
@@ -15,17 +14,13 @@
 
 struct milp_build {
     glp_prob *lp;
-    int *ia, *ja;
-    double *ar;
-    int k, row;
+    struct milp_matrix a;
+    int row;
 };
 
 static void put(struct milp_build *b, int row, int col, double value)
 {
-    b->k++;
-    b->ia[b->k] = row;
-    b->ja[b->k] = col;
-    b->ar[b->k] = value;
+    milp_matrix_put(&b->a, row, col, value);
 }
 
 /* Columns 1 tau, 2 z, then the actions; rows 1 device, 2 host, then per layer one, then two
@@ -82,22 +77,10 @@ int offload_milp_min_recompute(const struct plan *p, int s, const struct plan_op
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
-    size_t nnz = 2 + (size_t)n * COST_ACTIONS_MAX * 7;
-    struct milp_build b = {.lp = glp_create_prob(),
-                           .ia = calloc(nnz + 1, sizeof(int)),
-                           .ja = calloc(nnz + 1, sizeof(int)),
-                           .ar = calloc(nnz + 1, sizeof(double))};
-    int rc;
-    if (b.ia == NULL || b.ja == NULL || b.ar == NULL) {
-        rc = err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
-    } else {
-        build(&b, p, st, o, n);
-        glp_load_matrix(b.lp, b.k, b.ia, b.ja, b.ar);
-        rc = milp_intopt(b.lp, ms, e);
-    }
+    struct milp_build b = {.lp = glp_create_prob()};
+    build(&b, p, st, o, n);
+    int rc = milp_matrix_load(&b.a, b.lp, e) || milp_intopt(b.lp, ms, e) ? e->code : ERR_OK;
     glp_delete_prob(b.lp);
-    free(b.ia);
-    free(b.ja);
-    free(b.ar);
+    milp_matrix_free(&b.a);
     return rc;
 }

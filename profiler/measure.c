@@ -369,7 +369,7 @@ static int adamw_layer(struct backend *be, const struct stage_layout *sl, int li
                        struct err *e)
 {
     const struct layer_layout *L = &sl->layers[li];
-    struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    struct adamw_params hp = adamw_params_gpt(1e-3f);
     for (int k = 0; k < L->n_params; k++) {
         int64_t off = L->param_off[k];
         ERR_TRY(be->ops->adamw(be, base + L->weight_off[k],

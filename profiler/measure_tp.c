@@ -393,7 +393,7 @@ struct adamw_run {
 static int run_adamw(struct shard *s, const void *arg, struct err *e)
 {
     const struct adamw_run *a = arg;
-    struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    struct adamw_params hp = adamw_params_gpt(1e-3f);
     void *weights = s->dt == MODEL_DTYPE_FP32 ? (void *)a->master : a->weights; /* its own */
     return a->be->ops->adamw(a->be, weights, a->master, a->g, a->m, a->v, a->n, s->dt, &hp, 1,
                              1, e);

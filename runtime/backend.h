@@ -44,6 +44,17 @@ struct adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
 };
 
+/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c): the one home of these constants. */
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define ADAMW_WEIGHT_DECAY 0.1f
+
+static inline struct adamw_params adamw_params_gpt(float lr)
+{
+    return (struct adamw_params){lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY};
+}
+
 #define REGEN_BIT(k) ((uint32_t)1 << (k))
 
 /* Tensor indices, in the order of the size tables (checked against them at start-up by

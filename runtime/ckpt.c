@@ -1,16 +1,15 @@
 #include "ckpt.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fileio.h"
+#include "hash.h"
 #include "jsonio.h"
 #include "progress.h"
 
@@ -29,14 +28,6 @@ struct ckpt_header {
 };
 _Static_assert(sizeof(struct ckpt_header) == 16 + 14 * 4 + 6 * 8, "ckpt_header has padding");
 
-static uint64_t fnv1a(uint64_t h, const void *p, int64_t n)
-{
-    const unsigned char *b = p;
-    for (int64_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001B3ull;
-    return h;
-}
-#define FNV_START 0xCBF29CE484222325ull
 
 void ckpt_identity_of(struct ckpt_identity *id, const struct stage_runner *r,
                       const struct data_source *d, uint64_t seed)
@@ -61,41 +52,23 @@ static void stage_file(char *out, size_t cap, const char *dir, int stage, int64_
     snprintf(out, cap, "%s/stage-%d-step-%lld.ckpt", dir, stage, (long long)step);
 }
 
-static int make_dir(const char *dir, struct err *e)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return err_set(e, ERR_INPUT, "%s: path too long", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return err_set(e, ERR_FAIL, "%s: cannot create: %s", path, strerror(errno));
-            *p = c;
-            if (c == '\0')
-                break;
-        }
-    }
-    return ERR_OK;
-}
-
 int ckpt_check_dir(const char *dir, struct err *e)
 {
     char manifest[FILEIO_PATH_MAX + 32];
     if (snprintf(manifest, sizeof manifest, "%s/checkpoint.json", dir) >= (int)sizeof manifest)
         return err_set(e, ERR_INPUT, "%s: path too long", dir);
-    if (make_dir(dir, e))
-        return e->code = ERR_INPUT; /* the path is the user's: a bad one is bad input */
-    return fileio_dir_check(dir, e) || fileio_out_check(manifest, e) ? e->code : ERR_OK;
+    /* the path is the user's: a bad one is bad input (ERR_INPUT throughout) */
+    return fileio_make_dirs(dir, e) || fileio_dir_check(dir, e) || fileio_out_check(manifest, e)
+               ? e->code
+               : ERR_OK;
 }
 
 int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                      struct stage_runner *r, struct err *e)
 {
     char file[4200];
-    if (make_dir(dir, e))
-        return e->code;
+    if (fileio_make_dirs(dir, e)) /* checked at the start: failing now is the run's failure */
+        return e->code = ERR_FAIL;
     stage_file(file, sizeof file, dir, id->stage, step);
     struct ckpt_header h;
     memset(&h, 0, sizeof h);
@@ -127,7 +100,7 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
         return e->code;
     char *buf = malloc((size_t)CKPT_CHUNK);
     int ok = buf != NULL && fileio_write_all(out.fd, &h, sizeof h) == 0;
-    uint64_t sum = fnv1a(FNV_START, &h, sizeof h);
+    uint64_t sum = hash_fnv1a(HASH_FNV1A_START, &h, sizeof h);
     for (int64_t off = 0; ok && off < h.payload_bytes; off += CKPT_CHUNK) {
         int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
         if (stage_state_get(r, off, buf, n, e)) {
@@ -141,7 +114,7 @@ int ckpt_write_stage(const char *dir, const struct ckpt_identity *id, int64_t st
             fileio_out_discard(&out);
             return err_set(e, ERR_FAIL, "%s: not written: %s", file, bad.msg);
         }
-        sum = fnv1a(sum, buf, n);
+        sum = hash_fnv1a(sum, buf, n);
         ok = fileio_write_all(out.fd, buf, n) == 0;
         progress_tick();
     }
@@ -354,14 +327,14 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
                      "%d-byte header, and an 8-byte checksum (truncated or damaged)",
                      file, (long long)size, (long long)h.payload_bytes, (int)sizeof h);
     } else {
-        uint64_t sum = fnv1a(FNV_START, &h, sizeof h), stored = 0;
+        uint64_t sum = hash_fnv1a(HASH_FNV1A_START, &h, sizeof h), stored = 0;
         for (int64_t off = 0; rc == ERR_OK && off < h.payload_bytes; off += CKPT_CHUNK) {
             int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
             if (read_all(f, buf, n) != 0)
                 rc = err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
                              (long long)(sizeof h + off));
             else
-                sum = fnv1a(sum, buf, n);
+                sum = hash_fnv1a(sum, buf, n);
             progress_tick();
         }
         if (rc == ERR_OK && read_all(f, &stored, sizeof stored) != 0)

@@ -8,15 +8,9 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "hash.h"
 #include "progress.h"
 #include "rng.h"
-
-static uint64_t fnv1a(uint64_t h, const unsigned char *p, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001B3ull;
-    return h;
-}
 
 /* n bytes at offset `at`, retrying short reads: the bytes read (fewer at the file's end). */
 static int64_t pread_all(int fd, unsigned char *p, int64_t n, int64_t at)
@@ -67,7 +61,7 @@ int data_init_synthetic(struct data_source *d, const struct model *m, uint64_t s
         }
     }
     uint64_t id[2] = {(uint64_t)d->V, (uint64_t)K};
-    d->hash = fnv1a(0xCBF29CE484222325ull, (const unsigned char *)id, sizeof id);
+    d->hash = hash_fnv1a(HASH_FNV1A_START, id, sizeof id);
     return ERR_OK;
 }
 
@@ -183,7 +177,7 @@ static int read_whole(struct data_source *d, struct err *e)
     unsigned char *buf = malloc((size_t)DATA_PIECE);
     if (buf == NULL)
         return err_set(e, ERR_FAIL, "%s: out of memory", d->file);
-    uint64_t h = 0xCBF29CE484222325ull;
+    uint64_t h = HASH_FNV1A_START;
     int rc = ERR_OK;
     for (int64_t at = 0; rc == ERR_OK && at < d->n_bytes; at += DATA_PIECE) {
         int64_t n = d->n_bytes - at < DATA_PIECE ? d->n_bytes - at : DATA_PIECE;
@@ -192,7 +186,7 @@ static int read_whole(struct data_source *d, struct err *e)
                          "being read?)", d->file, (long long)n, (long long)at);
             break;
         }
-        h = fnv1a(h, buf, n);
+        h = hash_fnv1a(h, buf, n);
         progress_tick();
         int64_t lo = at > d->tokens_at ? at : d->tokens_at, bad;
         if (lo < at + n && (bad = first_past(d, buf + (lo - at), at + n - lo)) >= 0) {

@@ -35,11 +35,6 @@ struct hostcopy {
     struct lane lane[2];
 };
 
-static double now_ms(void)
-{
-    return 1e3 * clock_now_s();
-}
-
 /* Under the lock. */
 static int is_done(const struct hostcopy *h, int ev)
 {
@@ -48,7 +43,7 @@ static int is_done(const struct hostcopy *h, int ev)
 
 static void sleep_until(double t_ms)
 {
-    double left = t_ms - now_ms();
+    double left = t_ms - clock_now_ms();
     if (left <= 0)
         return;
     struct timespec ts = {(time_t)(left / 1e3), (long)((left - 1e3 * (double)(time_t)(left / 1e3)) * 1e6)};
@@ -69,11 +64,11 @@ static void *lane_run(void *arg)
         while (!is_done(h, j.after))
             pthread_cond_wait(&h->cv, &h->mu);
         pthread_mutex_unlock(&h->mu);
-        double t0 = now_ms();
+        double t0 = clock_now_ms();
         memcpy(j.dst, j.src, (size_t)j.bytes);
         if (j.gbps > 0)
             sleep_until(t0 + j.latency_us * 1e-3 + (double)j.bytes * 8 / (j.gbps * 1e6));
-        double t1 = now_ms();
+        double t1 = clock_now_ms();
         pthread_mutex_lock(&h->mu);
         l->jobs[l->done % LANE_JOBS].t0_ms = t0;
         l->jobs[l->done % LANE_JOBS].t1_ms = t1;

@@ -8,12 +8,6 @@
 #include "half.h"
 #include "rng.h"
 
-/* AdamW as GPT-2 reproductions train it (nanoGPT, llm.c). */
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
-#define ADAMW_WEIGHT_DECAY 0.1f
-
 /* ---- the port: data set and transport ---- */
 
 static struct stage_runner *runner(struct executor *x)
@@ -459,7 +453,7 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         .in_flight = st->in_flight,
         .n_chunks = k,
         .split = split,
-        .adamw = {(float)lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY},
+        .adamw = adamw_params_gpt((float)lr),
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
         .arena = st->arena,

@@ -482,7 +482,7 @@ static void check_adamw(enum model_dtype dt)
     float *dw = device_from(&t32, w), *dg = device_from(&t32, g), *dm = device_from(&t32, m),
           *dv = device_from(&t32, v);
     void *dh = model_dtype_16bit(dt) ? device_from(&t16, w) : dw;
-    struct adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    struct adamw_params hp = adamw_params_gpt(1e-3f);
     for (int t = 1; t <= 3; t++) {
         adamw_update(w, g, m, v, N, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t);
         CU_ASSERT_EQUAL_FATAL(gpu.ops->adamw(&gpu, dh, dw, dg, dm, dv, N, dt, &hp, t, 1, &e),

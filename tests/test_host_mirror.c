@@ -127,7 +127,7 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
         .first = first,
         .last = last,
         .in_flight = schedule_in_flight(ro->schedule, size, rank, MICRO),
-        .adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f},
+        .adamw = adamw_params_gpt(1e-3f),
         .limit_bytes = device_limit,
         .place = ro->offload ? place : NULL,
         .prefetch_ahead = ro->offload ? ahead : NULL,

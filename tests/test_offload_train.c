@@ -154,7 +154,7 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
         .last = last,
         .regen = regen,
         .in_flight = schedule_in_flight(ro->schedule, n_stages, stage, MICRO),
-        .adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f},
+        .adamw = adamw_params_gpt(1e-3f),
         .limit_bytes = (int64_t)1 << 40,
         .place = place,
         .offload_option = option,

@@ -11,17 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "estimate.h"
 #include "jsonio.h"
 #include "pool_mixed.h"
 #include "testutil.h"
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char *const kinds[3] = {"A100-40GB", "V100-32GB", "H100-80GB"};
 
@@ -70,9 +64,9 @@ static void test_limits(void)
         plan_options_default(&o);
         o.estimate = estimate_profile;
         o.time_limit_s = limits[i];
-        double t0 = cpu_s();
+        double t0 = clock_cpu_s();
         CU_ASSERT_EQUAL_FATAL(pool_answer_search(root, file, &o, &a, &e), ERR_OK);
-        double used = cpu_s() - t0, step = a.mixed ? a.step.step_ms : a.plan.iteration_ms;
+        double used = clock_cpu_s() - t0, step = a.mixed ? a.step.step_ms : a.plan.iteration_ms;
         printf("\n  --time-limit %g: %.3f s CPU, step %.3f ms (%s), ranked %d, two groups %s, "
                "gap %.3g",
                o.time_limit_s, used, step, a.mixed ? "two groups" : "one", a.homogeneous.ranked,

@@ -4,7 +4,9 @@
 - the planner's libraries (the planner, the models and common below it) call no BLAS, CUDA,
   NCCL, MPI or OpenMP: no such symbol is undefined in their archives (nm -u);
 - every document a source file or a document names (NAME.md, docs/NAME.md) is in the
-  repository.
+  repository;
+- the project's own headers include one another without a circle (a header that needs a
+  declaration from one that needs it back: the declaration belongs in the lower of the two).
 Each check is made to fail on a planted example of what it forbids, so that it cannot pass
 vacuously.
 usage: python3 tests/test_promises.py REPO LIB.a [LIB.a ...]"""
@@ -113,6 +115,62 @@ def check_docs(repo):
             FAILS.append("%s: names %s, which is not in the repository" % (f, doc))
 
 
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+HEADERS = (".h", ".cuh")
+
+
+def include_graph(texts):
+    """Edges between headers from {path: text}: a quoted include names the header in the
+    includer's folder, else the one header of that name elsewhere (the build's include
+    folders); names not among `texts` (system, generated) are left out."""
+    by_name = {}
+    for f in texts:
+        by_name.setdefault(os.path.basename(f), []).append(f)
+    graph = {}
+    for f, text in texts.items():
+        for inc in INCLUDE.findall(text):
+            here = os.path.normpath(os.path.join(os.path.dirname(f), inc))
+            elsewhere = by_name.get(os.path.basename(inc), [])
+            to = here if here in texts else elsewhere[0] if len(elsewhere) == 1 else None
+            if to is not None and to != f:
+                graph.setdefault(f, set()).add(to)
+    return graph
+
+
+def include_cycles(graph):
+    """One circle (a list of files, the first repeated at the end) through each strongly
+    connected group of more than one file, found by depth-first search."""
+    cycles, done = [], set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        path, on_path, stack = [start], {start: 0}, [iter(sorted(graph.get(start, ())))]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                node = path.pop()
+                del on_path[node]
+                done.add(node)
+                stack.pop()
+            elif nxt in on_path:
+                cycles.append(path[on_path[nxt]:] + [nxt])
+            elif nxt not in done:
+                on_path[nxt] = len(path)
+                path.append(nxt)
+                stack.append(iter(sorted(graph.get(nxt, ()))))
+    return cycles
+
+
+def check_includes(repo):
+    texts = {}
+    for f in tracked(repo):
+        if f.endswith(HEADERS) and not f.startswith("tests/") and \
+                os.path.isfile(os.path.join(repo, f)):
+            texts[f] = open(os.path.join(repo, f), encoding="utf-8").read()
+    for cycle in include_cycles(include_graph(texts)):
+        FAILS.append("include circle: %s" % " -> ".join(cycle))
+
+
 def self_test():
     """Each check catches what it forbids."""
     planted = "int f(void)\n{\n    MPI_CHECK(MPI_Barrier(c), e);\n    MPI_Comm_free(&c);\n}\n"
@@ -130,6 +188,15 @@ def self_test():
                        {"formats.md", "README.md"})
     if got != ["DESIGN.md", "docs/nothing.md"]:
         FAILS.append("self-test: the document check: %r" % got)
+    planted = {"planner/a.h": '#include "b.h"\n#include <stdio.h>\n',
+               "planner/b.h": '#include "cost.h"\n', "common/cost.h": '  # include "a.h"\n',
+               "common/err.h": "", "planner/c.h": '#include "err.h"\n#include "c.h"\n'}
+    got = include_cycles(include_graph(planted))
+    if got != [["common/cost.h", "planner/a.h", "planner/b.h", "common/cost.h"]]:
+        FAILS.append("self-test: the include check: %r" % got)
+    planted["common/cost.h"] = '#include "err.h"\n'
+    if include_cycles(include_graph(planted)) != []:
+        FAILS.append("self-test: the include check saw a circle in %r" % planted)
 
 
 def main():
@@ -138,6 +205,7 @@ def main():
     check_mpi(repo)
     check_libraries(libs)
     check_docs(repo)
+    check_includes(repo)
     for f in FAILS:
         print("FAIL", f)
     print("test_promises: %d failure(s)" % len(FAILS))

@@ -8,18 +8,12 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "devices.h"
 #include "plan_speed_search.h"
 #include "planner.h"
 #include "testutil.h"
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Plans c with --method optimal --repartition [--time-limit limit_s]; *secs its CPU time. */
 static void plan_timed(const struct cluster *c, double limit_s, struct plan *p, double *secs)
@@ -30,9 +24,9 @@ static void plan_timed(const struct cluster *c, double limit_s, struct plan *p, 
     plan_options_default(&o);
     o.repartition = 1;
     o.time_limit_s = limit_s;
-    double t0 = cpu_s();
+    double t0 = clock_cpu_s();
     CU_ASSERT_EQUAL_FATAL(planner_make(c, &o, p, &e), ERR_OK);
-    *secs = cpu_s() - t0;
+    *secs = clock_cpu_s() - t0;
 }
 
 static void test_time_limit(void)

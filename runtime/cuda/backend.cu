@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "backend.h"
+#include "clock.h"
 #include "cuda_device.h"
 #include "gpt_layers.h"
 #include "llama_layers.h"
@@ -318,9 +319,7 @@ static int lanes_init(cuda_impl *c, struct err *e)
     CUDA_CHECK(cudaEventCreate(&c->ref), e);
     CUDA_CHECK(cudaEventRecord(c->ref, c->stream), e);
     CUDA_CHECK(cudaEventSynchronize(c->ref), e);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    c->ref_ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    c->ref_ms = clock_now_ms();
     c->lanes_ready = 1;
     return ERR_OK;
 }

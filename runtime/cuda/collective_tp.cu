@@ -9,6 +9,7 @@
 #include "nccl.cuh"
 
 extern "C" {
+#include "clock.h"
 #include "cuda_device.h"
 }
 
@@ -18,13 +19,6 @@ struct tp_group {
     cudaStream_t *streams;
     char **send, **recv;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int cmp(const void *a, const void *b)
 {
@@ -70,7 +64,7 @@ static void group_free(tp_group *g)
 static int collective(tp_group *g, int gather, int64_t bytes, double *ms, struct err *e)
 {
     size_t part = (size_t)(bytes / g->tp); // bf16 or fp32 elements counted as bytes: ncclInt8
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     NCCL_CHECK(ncclGroupStart(), e);
     for (int d = 0; d < g->tp; d++)
         NCCL_CHECK(gather ? ncclAllGather(g->send[d], g->recv[d], part, ncclInt8, g->comms[d],
@@ -83,7 +77,7 @@ static int collective(tp_group *g, int gather, int64_t bytes, double *ms, struct
         CUDA_CHECK(cudaSetDevice(d), e);
         CUDA_CHECK(cudaStreamSynchronize(g->streams[d]), e);
     }
-    *ms = now_ms() - t0;
+    *ms = clock_now_ms() - t0;
     return ERR_OK;
 }
 

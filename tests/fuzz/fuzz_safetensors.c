@@ -56,7 +56,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         const struct model *m = &models[k];
         struct stage_config c = {.model = m, .n_stages = 1, .micro_batches = 1,
                                  .last = model_layer_count(m) - 1, .in_flight = 1,
-                                 .adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f},
+                                 .adamw = adamw_params_gpt(1e-3f),
                                  .limit_bytes = (int64_t)1 << 30};
         if (stage_init(&runners[k], &c, &be, NULL, NULL, 1, &e))
             fail("stage", &e);

@@ -17,6 +17,7 @@
 #include "model_ops.h"
 #include "profile.h"
 #include "units.h"
+#include "model_kind.h"
 
 /* GPUs a node when --nodes does not say: the usual 8-GPU server, or fewer when a kind has
  * fewer (the largest count at most 8 that divides the kind's). */
@@ -223,7 +224,7 @@ static int read_model(const struct plan_gpus *g, struct pool_spec *s, struct err
         if (model_check_sizes(&s->model, "--seq-len", "seq_len", e))
             return e->code;
     }
-    if (s->model.kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(&s->model))
         return err_set(e, ERR_INPUT, "--model: %s is a custom model: its profiles come from "
                        "your framework (give each device's with --profile) and it has no "
                        "heads to split; plan a cluster file of them with --cluster", path);

@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "model_kind.h"
 
 /* Inputs are at most 2^53 each, but sums over many layers times the in-flight count can pass
  * 2^63 in a hostile file: sum in 128 bits and saturate rather than wrap. */
@@ -326,7 +327,7 @@ int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight)
 
 int64_t cost_tp_tensor_bytes(const struct model *m)
 {
-    if (m->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(m))
         return 0;
     int elem = model_dtype_16bit(m->dtype) ? 2 : 4;
     return (int64_t)m->micro_batch * m->seq_len * m->n_embd * elem;

@@ -15,6 +15,7 @@
 #include "microbatch.h"
 #include "plan_layout.h"
 #include "repartition.h"
+#include "model_kind.h"
 
 /* The group stage s's profile is costed for (cost.h cost_group): its activations divide by
  * the stage's tp. */
@@ -230,7 +231,7 @@ static int search_splits(const struct cluster *c, const struct plan_options *o,
 {
     struct fw_candidate *cand;
     int n_cand;
-    if (fw_candidates(o->framework, c->model.kind == MODEL_KIND_CUSTOM ? c->n_layers
+    if (fw_candidates(o->framework, model_is_custom(&c->model) ? c->n_layers
                                                                        : c->model.n_layer,
                       1, &cand, &n_cand, e))
         return e->code;

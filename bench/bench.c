@@ -10,10 +10,10 @@
 
 #include "cost.h"
 #include "estimate.h"
+#include "model_kind.h"
 #include "model_ops.h"
 #include "planner.h"
 #include "sim.h"
-#include "model_kind.h"
 
 const char *const bench_method_names[BENCH_METHODS] = {"none",    "full",
                                                        "uniform-min", "patent",

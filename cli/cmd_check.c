@@ -12,8 +12,8 @@
 #include "cluster.h"
 #include "estimate.h"
 #include "framework.h"
-#include "planner.h"
 #include "model_kind.h"
+#include "planner.h"
 
 #define GIB 1073741824.0
 

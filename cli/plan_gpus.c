@@ -14,10 +14,10 @@
 #include "jsonio.h"
 #include "links.h"
 #include "model.h"
+#include "model_kind.h"
 #include "model_ops.h"
 #include "profile.h"
 #include "units.h"
-#include "model_kind.h"
 
 /* GPUs a node when --nodes does not say: the usual 8-GPU server, or fewer when a kind has
  * fewer (the largest count at most 8 that divides the kind's). */

@@ -9,8 +9,8 @@
 
 #include "devices.h"
 #include "jsonio.h"
-#include "units.h"
 #include "model_kind.h"
+#include "units.h"
 
 /* "schedule" (a name, or "auto": the planner picks) and interleaved's "virtual_stages". */
 static int read_schedule(const cJSON *root, const char *file, struct cluster *c, struct err *e)

@@ -9,8 +9,8 @@
 #include "cluster.h"
 #include "cost.h"
 #include "jsonio.h"
-#include "units.h"
 #include "model_kind.h"
+#include "units.h"
 
 #define GROUP_TP_MAX 1024
 #define GROUP_DP_MAX (1 << 20)

@@ -5,8 +5,8 @@
 
 #include "cluster.h"
 #include "jsonio.h"
-#include "units.h"
 #include "model_kind.h"
+#include "units.h"
 
 static int option_from_json(const cJSON *obj, const char *file, const char *path,
                             const struct layer_cost *c, struct recompute_option *o,

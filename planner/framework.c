@@ -11,9 +11,9 @@
 
 #include "choice.h"
 #include "microbatch.h"
+#include "model_kind.h"
 #include "plan_layout.h"
 #include "planner.h"
-#include "model_kind.h"
 
 static const struct framework table[] = {
     /* Ballast's own runtime: every action, any split, its own activations */

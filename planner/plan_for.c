@@ -13,9 +13,9 @@
 #include "cost.h"
 #include "framework.h"
 #include "microbatch.h"
+#include "model_kind.h"
 #include "plan_layout.h"
 #include "repartition.h"
-#include "model_kind.h"
 
 /* The group stage s's profile is costed for (cost.h cost_group): its activations divide by
  * the stage's tp. */

@@ -9,8 +9,8 @@
 #include "devices.h"
 #include "jsonio.h"
 #include "microbatch.h"
-#include "model_ops.h"
 #include "model_kind.h"
+#include "model_ops.h"
 
 int64_t pool_model_batches(const struct pool_model *pm, int size)
 {

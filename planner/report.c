@@ -1,9 +1,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_kind.h"
 #include "model_ops.h"
 #include "planner.h"
-#include "model_kind.h"
 
 /* Memory in GiB, or in MiB, KiB or bytes for plans whose stages have less. */
 struct mem_unit {

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "export_core.h"
-#include "planner.h"
 #include "model_kind.h"
+#include "planner.h"
 
 #define GIB 1073741824.0
 

@@ -12,6 +12,7 @@
 #include "cost.h"
 #include "estimate.h"
 #include "fileio.h"
+#include "model_kind.h"
 #include "model_ops.h"
 #include "planner.h"
 #include "sim.h"
@@ -121,7 +122,7 @@ static int list_clusters(const char *spec, struct names *out, struct err *e)
 static int own_model(const struct model *cluster_model, const struct model *m)
 {
     return model_equal(cluster_model, m) ||
-           (m->kind == MODEL_KIND_CUSTOM && cluster_model->kind == MODEL_KIND_CUSTOM &&
+           (model_is_custom(m) && model_is_custom(cluster_model) &&
             m->layer_count == 0 && strcmp(m->name, cluster_model->name) == 0);
 }
 

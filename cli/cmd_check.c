@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "estimate.h"
 #include "framework.h"
+#include "model_kind.h"
 #include "planner.h"
 
 #define GIB 1073741824.0
@@ -79,8 +80,8 @@ static int config_matches(const struct check_config *k, const struct cluster *c,
                  {"seq_length", k->seq_len, m->seq_len},
                  {"micro_batch_size", k->micro_batch, m->micro_batch},
                  {"num_query_groups", k->kv_groups,
-                  m->kind == MODEL_KIND_LLAMA ? m->n_kv_head : m->n_head}};
-    if (m->kind == MODEL_KIND_CUSTOM)
+                  model_kv_heads(m)}};
+    if (model_is_custom(m))
         return err_set(e, ERR_INPUT, "check: the cluster's model is custom: the framework's "
                        "configuration cannot be laid on its layers");
     for (size_t i = 0; i < sizeof shape / sizeof *shape; i++)

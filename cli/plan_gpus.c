@@ -14,6 +14,7 @@
 #include "jsonio.h"
 #include "links.h"
 #include "model.h"
+#include "model_kind.h"
 #include "model_ops.h"
 #include "profile.h"
 #include "units.h"
@@ -223,7 +224,7 @@ static int read_model(const struct plan_gpus *g, struct pool_spec *s, struct err
         if (model_check_sizes(&s->model, "--seq-len", "seq_len", e))
             return e->code;
     }
-    if (s->model.kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(&s->model))
         return err_set(e, ERR_INPUT, "--model: %s is a custom model: its profiles come from "
                        "your framework (give each device's with --profile) and it has no "
                        "heads to split; plan a cluster file of them with --cluster", path);

@@ -4,6 +4,7 @@
 
 #include "devices.h"
 #include "estimate.h"
+#include "model_kind.h"
 
 static struct plan_kind *kind_of(struct plan_kinds *k, const char *device)
 {
@@ -33,7 +34,7 @@ static void add_value(int *set, int *n, int v)
 static double stage_flops(const struct model *m, const struct plan_stage *st)
 {
     double sum = 0;
-    if (m->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(m))
         return 0;
     for (int l = st->first; l <= st->last; l++) {
         double fwd, bwd;

@@ -9,6 +9,7 @@
 
 #include "devices.h"
 #include "jsonio.h"
+#include "model_kind.h"
 #include "units.h"
 
 /* "schedule" (a name, or "auto": the planner picks) and interleaved's "virtual_stages". */
@@ -53,7 +54,7 @@ void cluster_default_split(const struct model *m, int n_layers, int n_stages, in
                            int *first, int *last)
 {
     int blocks = n_layers - 2;
-    if (m->kind == MODEL_KIND_CUSTOM || blocks < n_stages) {
+    if (model_is_custom(m) || blocks < n_stages) {
         cluster_even_split(n_layers, n_stages, stage, first, last);
         return;
     }
@@ -168,7 +169,7 @@ static int stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], con
 static const char *first_model_difference(const struct model *a, const struct model *b,
                                           char buf[128])
 {
-    if (a->kind != b->kind || a->kind == MODEL_KIND_CUSTOM) {
+    if (a->kind != b->kind || model_is_custom(a)) {
         if (a->kind != b->kind)
             snprintf(buf, 128, "kind %s vs %s", model_kind_name(a->kind), model_kind_name(b->kind));
         else if (strcmp(a->name, b->name) != 0)
@@ -312,7 +313,7 @@ static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const 
                        "%s: %s.profile: \"%s\" describes a different model than stage 0's "
                        "profile (%s)",
                        file, path, rel, first_model_difference(&p->model, &c->model, buf));
-    } else if (p->model.kind == MODEL_KIND_CUSTOM) {
+    } else if (model_is_custom(&p->model)) {
         /* a custom model is its layer list: every profile names the same layers */
         const struct profile *p0 = &c->profiles[c->stages[0].profile];
         for (int l = 0; l < p->n_layers; l++)

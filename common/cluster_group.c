@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "cost.h"
 #include "jsonio.h"
+#include "model_kind.h"
 #include "units.h"
 
 #define GROUP_TP_MAX 1024
@@ -81,7 +82,7 @@ int cluster_check_tp(const struct model *m, int tp, const char *where, struct er
 {
     if (tp == 1)
         return ERR_OK;
-    if (m->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(m))
         return err_set(e, ERR_INPUT,
                        "%s: %d, but a custom model's layers cannot be split: tensor "
                        "parallelism needs the model's heads",
@@ -89,7 +90,7 @@ int cluster_check_tp(const struct model *m, int tp, const char *where, struct er
     if (m->n_head % tp != 0)
         return err_set(e, ERR_INPUT, "%s: %d does not divide the model's n_head %d", where, tp,
                        m->n_head);
-    if (m->kind == MODEL_KIND_LLAMA && m->n_kv_head % tp != 0)
+    if (model_kv_heads(m) % tp != 0)
         return err_set(e, ERR_INPUT, "%s: %d does not divide the model's n_kv_head %d", where,
                        tp, m->n_kv_head);
     return ERR_OK;

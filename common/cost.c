@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "model_kind.h"
 
 int64_t cost_layer_state(const struct layer_cost *c, enum cost_place optimizer)
 {
@@ -319,7 +320,7 @@ int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight)
 
 int64_t cost_tp_tensor_bytes(const struct model *m)
 {
-    if (m->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(m))
         return 0;
     int elem = model_dtype_16bit(m->dtype) ? 2 : 4;
     return (int64_t)m->micro_batch * m->seq_len * m->n_embd * elem;

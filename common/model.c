@@ -4,18 +4,14 @@
 #include <string.h>
 
 #include "jsonio.h"
+#include "model_kind.h"
 
+/* GPT's fields; a kind's own (model_kind.fields) come after n_head. */
 static const char *const model_keys[] = {"format",     "kind",       "n_layer",     "n_embd",
                                          "n_head",     "seq_len",    "vocab_size",  "micro_batch",
                                          "dtype",      "attention",  "name",       "description",
                                          NULL};
-
-/* A Llama model: GPT's fields and its own four, every one required. */
-static const char *const llama_keys[] = {"format",     "kind",        "n_layer",    "n_embd",
-                                         "n_head",     "n_kv_head",   "ffn_hidden", "rope_theta",
-                                         "norm_eps",   "seq_len",     "vocab_size", "micro_batch",
-                                         "dtype",      "attention",   "name",       "description",
-                                         NULL};
+#define KIND_FIELDS_AT 5
 
 /* A custom model is its name (and, in plans, its layer count): the layers and their costs
  * are its profiles'. */
@@ -24,11 +20,11 @@ static const char *const custom_keys[] = {"format", "kind", "name", "description
 /* Free text: strings when given. */
 static const char *const text_keys[] = {"name", "description", NULL};
 
-static int custom_from_json(const cJSON *obj, const char *file, const char *path,
-                            struct model *m, struct err *e)
+static int custom_from_json(const struct model_kind_info *k, const cJSON *obj, const char *file,
+                            const char *path, struct model *m, struct err *e)
 {
     int64_t count = 0;
-    *m = (struct model){.kind = MODEL_KIND_CUSTOM};
+    *m = (struct model){.kind = model_kind_id(k)};
     if (jsonio_check_keys(obj, file, path, custom_keys, e) ||
         jsonio_check_text(obj, file, path, text_keys, e) ||
         jsonio_str_copy(obj, file, path, "name", m->name, sizeof m->name, e) ||
@@ -43,29 +39,35 @@ static int custom_from_json(const cJSON *obj, const char *file, const char *path
     return ERR_OK;
 }
 
-static int is_custom(const cJSON *obj)
+/* The kind a file names, before its fields are checked; NULL when it names none. */
+static const struct model_kind_info *kind_named(const cJSON *obj)
 {
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
-    return cJSON_IsString(kind) && strcmp(kind->valuestring, "custom") == 0;
+    return cJSON_IsString(kind) ? model_kind_find(kind->valuestring) : NULL;
 }
 
-static int llama_fields(const cJSON *obj, const char *file, const char *path,
-                        struct model *m, struct err *e)
+/* The kind's own fields, then what its traits ask of the shape. */
+static int kind_fields(const struct model_kind_info *k, const cJSON *obj, const char *file,
+                       const char *path, struct model *m, struct err *e)
 {
-    int64_t n_kv, ffn;
-    ERR_TRY(jsonio_int(obj, file, path, "n_kv_head", 1, 1 << 20, &n_kv, e));
-    ERR_TRY(jsonio_int(obj, file, path, "ffn_hidden", 1, 1 << 24, &ffn, e));
-    ERR_TRY(jsonio_num(obj, file, path, "rope_theta", 1.0, 1e12, &m->rope_theta, e));
-    ERR_TRY(jsonio_num(obj, file, path, "norm_eps", 1e-12, 1.0, &m->norm_eps, e));
-    m->n_kv_head = (int)n_kv;
-    m->ffn_hidden = (int)ffn;
+    for (int i = 0; i < k->n_fields; i++) {
+        const struct model_field *f = &k->fields[i];
+        char *at = (char *)m + f->offset;
+        int64_t v;
+        if (!f->integer) {
+            ERR_TRY(jsonio_num(obj, file, path, f->name, f->lo, f->hi, (double *)(void *)at, e));
+            continue;
+        }
+        ERR_TRY(jsonio_int(obj, file, path, f->name, (int64_t)f->lo, (int64_t)f->hi, &v, e));
+        *(int *)(void *)at = (int)v;
+    }
     char sub[JSONIO_PATH_MAX];
-    if (m->n_head % m->n_kv_head != 0) {
+    if (k->gqa && m->n_head % m->n_kv_head != 0) {
         jsonio_path_key(sub, path, "n_kv_head");
         return err_set(e, ERR_INPUT, "%s: %s: n_head %d is not a multiple of n_kv_head %d", file,
                        sub, m->n_head, m->n_kv_head);
     }
-    if (m->n_embd / m->n_head % 2 != 0) {
+    if (k->rotary && m->n_embd / m->n_head % 2 != 0) {
         jsonio_path_key(sub, path, "n_head");
         return err_set(e, ERR_INPUT,
                        "%s: %s: head size n_embd/n_head = %d is odd; rotary positions rotate "
@@ -73,6 +75,19 @@ static int llama_fields(const cJSON *obj, const char *file, const char *path,
                        file, sub, m->n_embd / m->n_head);
     }
     return ERR_OK;
+}
+
+/* GPT's keys with the kind's fields after n_head, NULL-terminated. */
+static void kind_keys(const struct model_kind_info *k, const char *keys[])
+{
+    int n = 0;
+    for (int i = 0; i < KIND_FIELDS_AT; i++)
+        keys[n++] = model_keys[i];
+    for (int i = 0; i < k->n_fields; i++)
+        keys[n++] = k->fields[i].name;
+    for (int i = KIND_FIELDS_AT; model_keys[i] != NULL; i++)
+        keys[n++] = model_keys[i];
+    keys[n] = NULL;
 }
 
 /* The optional "attention": absent means materialized, today's behaviour. */
@@ -95,41 +110,31 @@ static int attention_field(const cJSON *obj, const char *file, const char *path,
     return ERR_OK;
 }
 
-static int model_kind_parse(const char *kind, enum model_kind *out)
-{
-    if (strcmp(kind, "gpt") == 0)
-        *out = MODEL_KIND_GPT;
-    else if (strcmp(kind, "llama") == 0)
-        *out = MODEL_KIND_LLAMA;
-    else
-        return 0;
-    return 1;
-}
-
 int model_from_json(const cJSON *obj, const char *file, const char *path, struct model *m,
                     struct err *e)
 {
-    const char *kind, *dtype;
-    enum model_kind k;
+    const char *kind, *dtype, *keys[sizeof model_keys / sizeof *model_keys + MODEL_FIELDS_MAX];
+    const struct model_kind_info *k;
     int64_t n_layer, n_embd, n_head, seq_len, vocab, micro;
     if (jsonio_expect_object(obj, file, path, e))
         return e->code;
-    if (is_custom(obj))
-        return custom_from_json(obj, file, path, m, e);
+    k = kind_named(obj);
+    if (k != NULL && k->custom)
+        return custom_from_json(k, obj, file, path, m, e);
     if (jsonio_str(obj, file, path, "kind", &kind, e))
         return e->code;
-    if (!model_kind_parse(kind, &k)) {
-        char sub[JSONIO_PATH_MAX];
+    if (k == NULL) {
+        char sub[JSONIO_PATH_MAX], names[256];
         jsonio_path_key(sub, path, "kind");
-        return err_set(e, ERR_INPUT,
-                       "%s: %s: \"%s\" is not a model kind Ballast knows (\"gpt\", \"llama\", "
-                       "\"custom\")",
-                       file, sub, kind);
+        model_kind_names(names, sizeof names);
+        return err_set(e, ERR_INPUT, "%s: %s: \"%s\" is not a model kind Ballast knows (%s)",
+                       file, sub, kind, names);
     }
-    if (jsonio_check_keys(obj, file, path, k == MODEL_KIND_LLAMA ? llama_keys : model_keys, e) ||
+    kind_keys(k, keys);
+    if (jsonio_check_keys(obj, file, path, keys, e) ||
         jsonio_check_text(obj, file, path, text_keys, e))
         return e->code;
-    *m = (struct model){.kind = k};
+    *m = (struct model){.kind = model_kind_id(k)};
     if (jsonio_int(obj, file, path, "n_layer", 1, 4096, &n_layer, e) ||
         jsonio_int(obj, file, path, "n_embd", 1, 1 << 20, &n_embd, e) ||
         jsonio_int(obj, file, path, "n_head", 1, 1 << 20, &n_head, e) ||
@@ -164,7 +169,7 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
     m->seq_len = (int)seq_len;
     m->vocab_size = (int)vocab;
     m->micro_batch = (int)micro;
-    if (k == MODEL_KIND_LLAMA && llama_fields(obj, file, path, m, e))
+    if (kind_fields(k, obj, file, path, m, e))
         return e->code;
     /* Every byte count must be representable; a model too large for that is bad input. */
     if (model_check_sizes(m, file, path, e))
@@ -188,7 +193,7 @@ cJSON *model_to_json(const struct model *m)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", model_kind_name(m->kind));
-    if (m->kind == MODEL_KIND_CUSTOM) {
+    if (model_is_custom(m)) {
         cJSON_AddStringToObject(o, "name", m->name);
         if (m->layer_count > 0)
             cJSON_AddNumberToObject(o, "layer_count", m->layer_count);
@@ -204,11 +209,12 @@ cJSON *model_to_json(const struct model *m)
     /* only when not the default, so that files written before the field stay as they were */
     if (m->attention != MODEL_ATTENTION_MATERIALIZED)
         cJSON_AddStringToObject(o, "attention", model_attention_name(m->attention));
-    if (m->kind == MODEL_KIND_LLAMA) {
-        cJSON_AddNumberToObject(o, "n_kv_head", m->n_kv_head);
-        cJSON_AddNumberToObject(o, "ffn_hidden", m->ffn_hidden);
-        cJSON_AddNumberToObject(o, "rope_theta", m->rope_theta);
-        cJSON_AddNumberToObject(o, "norm_eps", m->norm_eps);
+    const struct model_kind_info *k = model_kind_of(m);
+    for (int i = 0; i < k->n_fields; i++) {
+        const char *at = (const char *)m + k->fields[i].offset;
+        cJSON_AddNumberToObject(o, k->fields[i].name, k->fields[i].integer
+                                                          ? *(const int *)(const void *)at
+                                                          : *(const double *)(const void *)at);
     }
     return o;
 }
@@ -217,7 +223,7 @@ int model_equal(const struct model *a, const struct model *b)
 {
     if (a->kind != b->kind)
         return 0;
-    if (a->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(a))
         return strcmp(a->name, b->name) == 0 && a->layer_count == b->layer_count;
     return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head == b->n_head &&
            a->seq_len == b->seq_len && a->vocab_size == b->vocab_size &&
@@ -229,12 +235,12 @@ int model_equal(const struct model *a, const struct model *b)
 
 int model_layer_count(const struct model *m)
 {
-    return m->kind == MODEL_KIND_CUSTOM ? m->layer_count : m->n_layer + 2;
+    return model_is_custom(m) ? m->layer_count : m->n_layer + 2;
 }
 
 enum model_layer_kind model_layer_kind(const struct model *m, int layer)
 {
-    if (m->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(m))
         return MODEL_LAYER_BLOCK;
     if (layer == 0)
         return MODEL_LAYER_EMBED;
@@ -245,7 +251,7 @@ enum model_layer_kind model_layer_kind(const struct model *m, int layer)
 
 void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX])
 {
-    if (m->kind == MODEL_KIND_CUSTOM) {
+    if (model_is_custom(m)) {
         name[0] = '\0';
         return;
     }
@@ -259,11 +265,6 @@ void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NA
     default:
         snprintf(name, MODEL_LAYER_NAME_MAX, "block.%d", layer - 1);
     }
-}
-
-const char *model_kind_name(enum model_kind kind)
-{
-    return kind == MODEL_KIND_CUSTOM ? "custom" : kind == MODEL_KIND_LLAMA ? "llama" : "gpt";
 }
 
 const char *model_dtype_name(enum model_dtype dtype)
@@ -292,10 +293,11 @@ int model_check_sizes(const struct model *m, const char *file, const char *path,
     __int128 att = (m->attention == MODEL_ATTENTION_FLASH ? B * NH * T : B * NH * T * T) * 4, logits = B * T * V * 4, weights = V * C * 18,
              mlp = 12 * C * C * 18 + 16 * B * T * C * 4;
     __int128 model_state = (__int128)m->n_layer * 12 * C * C * 18 + 2 * V * C * 18;
-    if (m->kind == MODEL_KIND_LLAMA) {
+    if (model_kind_of(m)->swiglu) {
         /* a block's weights are C (C + 2 C n_kv_head/n_head) + C C + 3 C ffn_hidden, its
          * widest activation the MLP's (B,T,2 ffn_hidden) */
-        __int128 F = m->ffn_hidden, block = C * C * 2 + C * C * 2 * m->n_kv_head / NH + 3 * C * F;
+        __int128 F = model_ffn_hidden(m),
+                 block = C * C * 2 + C * C * 2 * model_kv_heads(m) / NH + 3 * C * F;
         mlp = block * 18 + (8 * B * T * C + 5 * B * T * F) * 4;
         model_state = (__int128)m->n_layer * block * 18 + 2 * V * C * 18;
     }

@@ -3,7 +3,8 @@
  * key/value heads, no biases, untied output head), and its planning layers in order:
  * `embed`, `block.0` ... `block.{n_layer-1}`, `head`; or a custom model,
  * {"kind": "custom", "name": ...}, whose planning layers are its profiles' layer list, with
- * any names. What Ballast knows of a model kind beyond the file (sizes, FLOPs, actions,
+ * any names. A kind's fields and traits are model_kind.h's table (indexed by enum
+ * model_kind); what Ballast knows of a kind beyond the file (sizes, FLOPs, actions,
  * initialisation) is models/model_ops.h's; a custom model has none of it. */
 #ifndef BALLAST_MODEL_H
 #define BALLAST_MODEL_H
@@ -69,7 +70,7 @@ int model_layer_count(const struct model *m);
 enum model_layer_kind model_layer_kind(const struct model *m, int layer);
 /* The name a layer must have in profiles and plans; "" for a custom model (any name). */
 void model_layer_name(const struct model *m, int layer, char name[MODEL_LAYER_NAME_MAX]);
-/* "gpt", "llama" or "custom". */
+/* "gpt", "llama" or "custom": the kind's name in model_kind.c's table. */
 const char *model_kind_name(enum model_kind kind);
 const char *model_dtype_name(enum model_dtype dtype);
 /* Whether weights and activations are stored in 2 bytes (bf16, fp16) beside fp32 master

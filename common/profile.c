@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "jsonio.h"
+#include "model_kind.h"
 #include "units.h"
 
 int link_from_json(const cJSON *obj, const char *file, const char *path, int strict,
@@ -222,9 +223,9 @@ int profile_check_layer_name(const struct model *m, int layer, const char *name,
 {
     char expect[MODEL_LAYER_NAME_MAX];
     model_layer_name(m, layer, expect);
-    if (m->kind == MODEL_KIND_CUSTOM && name[0] == '\0')
+    if (model_is_custom(m) && name[0] == '\0')
         return err_set(e, ERR_INPUT, "%s: %s.name: empty; every layer needs a name", file, path);
-    if (m->kind != MODEL_KIND_CUSTOM && strcmp(expect, name) != 0)
+    if (!model_is_custom(m) && strcmp(expect, name) != 0)
         return err_set(e, ERR_INPUT, "%s: %s.name: \"%s\", expected \"%s\"", file, path, name,
                        expect);
     return ERR_OK;
@@ -249,13 +250,13 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
         return e->code;
     int want = model_layer_count(&p->model);
     int have = cJSON_GetArraySize(layers);
-    if (p->model.kind == MODEL_KIND_CUSTOM && want == 0) {
+    if (model_is_custom(&p->model) && want == 0) {
         if (have < 1 || have > MODEL_CUSTOM_LAYERS_MAX)
             return err_set(e, ERR_INPUT, "%s: layers: %d entries, expected 1 to %d", file, have,
                            MODEL_CUSTOM_LAYERS_MAX);
         want = p->model.layer_count = have;
     }
-    if (have != want && p->model.kind == MODEL_KIND_CUSTOM)
+    if (have != want && model_is_custom(&p->model))
         return err_set(e, ERR_INPUT, "%s: layers: %d entries, but model.layer_count is %d", file,
                        have, want);
     if (have != want)

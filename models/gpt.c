@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "estimate.h"
+#include "model_kind.h"
 #include "model_ops.h"
 
 /* AdamW's weight decay applies to the matrices (embeddings and linear weights), not to
@@ -47,16 +48,16 @@ const struct model_ops model_ops_gpt = {
     .param_decays = model_gpt_param_decays,
 };
 
+/* The kinds with operations, by their name in common/model_kind.c's table: one line a kind. */
+static const struct model_ops *const registered[] = {&model_ops_gpt, &model_ops_llama};
+
 const struct model_ops *model_ops_of(const struct model *m)
 {
-    switch (m->kind) {
-    case MODEL_KIND_GPT:
-        return &model_ops_gpt;
-    case MODEL_KIND_LLAMA:
-        return &model_ops_llama;
-    default:
-        return NULL;
-    }
+    const char *name = model_kind_of(m)->name;
+    for (size_t k = 0; k < sizeof registered / sizeof registered[0]; k++)
+        if (strcmp(registered[k]->kind, name) == 0)
+            return registered[k];
+    return NULL;
 }
 
 int64_t model_param_count(const struct model *m)

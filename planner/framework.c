@@ -11,37 +11,38 @@
 
 #include "choice.h"
 #include "microbatch.h"
+#include "model_kind.h"
 #include "plan_layout.h"
 #include "planner.h"
 
 static const struct framework table[] = {
     /* Ballast's own runtime: every action, any split, its own activations */
-    {"ballast", "Ballast", NULL, MODEL_KIND_CUSTOM, FW_PER_STAGE, 0, FW_PER_STAGE, FW_SPLIT_ANY,
+    {"ballast", "Ballast", NULL, NULL, FW_PER_STAGE, 0, FW_PER_STAGE, FW_SPLIT_ANY,
      0, 1, FW_PER_STAGE, 0, NULL},
     /* Megatron-LM: every rank builds its own TransformerConfig (recompute_granularity,
      * _method, _num_layers, _modules), set per pipeline rank by the generated file; the layout
      * takes any split, an empty stage included; --optimizer-cpu-offload is one switch */
-    {"megatron", "Megatron-LM", "megatron", MODEL_KIND_CUSTOM, FW_PER_STAGE, 0, FW_PER_STAGE,
+    {"megatron", "Megatron-LM", "megatron", NULL, FW_PER_STAGE, 0, FW_PER_STAGE,
      FW_SPLIT_ANY, 0, 0, FW_GLOBAL, 1, "megatron"},
     /* its command line alone: one setting for every stage */
-    {"megatron-cli", "Megatron-LM", "megatron", MODEL_KIND_CUSTOM, FW_GLOBAL, 0, FW_GLOBAL,
+    {"megatron-cli", "Megatron-LM", "megatron", NULL, FW_GLOBAL, 0, FW_GLOBAL,
      FW_SPLIT_ANY, 0, 0, FW_GLOBAL, 0, "megatron"},
     /* NeMo (Megatron-core underneath): the first and last stage's blocks, the rest even, at
      * least one each; per rank through its model_provider_func */
-    {"nemo", "NeMo", "nemo", MODEL_KIND_CUSTOM, FW_PER_STAGE, 0, FW_PER_STAGE, FW_SPLIT_ENDS, 1,
+    {"nemo", "NeMo", "nemo", NULL, FW_PER_STAGE, 0, FW_PER_STAGE, FW_SPLIT_ENDS, 1,
      0, FW_NO, 1, "nemo"},
-    {"nemo-cli", "NeMo", "nemo", MODEL_KIND_CUSTOM, FW_GLOBAL, 0, FW_GLOBAL, FW_SPLIT_ENDS, 1, 0,
+    {"nemo-cli", "NeMo", "nemo", NULL, FW_GLOBAL, 0, FW_GLOBAL, FW_SPLIT_ENDS, 1, 0,
      FW_NO, 0, "nemo"},
     /* ColossalAI's HybridParallelPlugin: its GPT-2 forward recomputes every block of every
      * stage or none (it never reads gradient_checkpoint_config); its Llama forward the first
      * num_ckpt_layers_per_stage[s] blocks of stage s; no recompute modules */
-    {"colossalai", "ColossalAI", "colossalai", MODEL_KIND_GPT, FW_GLOBAL, 1, FW_NO, FW_SPLIT_ANY,
+    {"colossalai", "ColossalAI", "colossalai", "gpt2", FW_GLOBAL, 1, FW_NO, FW_SPLIT_ANY,
      1, 0, FW_NO, 0, "colossalai"},
-    {"colossalai", "ColossalAI", "colossalai", MODEL_KIND_CUSTOM, FW_PER_STAGE, 0, FW_NO,
+    {"colossalai", "ColossalAI", "colossalai", NULL, FW_PER_STAGE, 0, FW_NO,
      FW_SPLIT_ANY, 1, 0, FW_NO, 0, "colossalai"},
     /* FlagScale's heterogeneous training: per-stage recompute counts (granularity full,
      * method block), selective only for every stage at once; a tp per process mesh */
-    {"flagscale", "FlagScale", "flagscale", MODEL_KIND_CUSTOM, FW_PER_STAGE, 0, FW_GLOBAL,
+    {"flagscale", "FlagScale", "flagscale", NULL, FW_PER_STAGE, 0, FW_GLOBAL,
      FW_SPLIT_ANY, 1, 1, FW_NO, 0, "flagscale"},
 };
 
@@ -51,9 +52,15 @@ const struct framework *framework_find(const char *name, const struct model *m)
 {
     for (int k = 0; k < N_TABLE; k++)
         if (strcmp(table[k].name, name) == 0 &&
-            (m == NULL || table[k].kind == MODEL_KIND_CUSTOM || table[k].kind == m->kind))
+            (m == NULL || fw_row_fits(&table[k], m)))
             return &table[k];
     return NULL;
+}
+
+int fw_row_fits(const struct framework *f, const struct model *m)
+{
+    const char *type = model_kind_of(m)->hf_type;
+    return f->hf_type == NULL || (type != NULL && strcmp(f->hf_type, type) == 0);
 }
 
 const char *framework_names(void)
@@ -99,7 +106,7 @@ int fw_device_check(const struct plan *p, const struct framework *f,
         const struct device_spec *d = devices_find(t, p->stages[s].device);
         if (d == NULL || strcmp(d->kind, "cuda") != 0 || d->bf16_tensor)
             continue;
-        if (p->model.kind != MODEL_KIND_CUSTOM && p->model.dtype == MODEL_DTYPE_BF16)
+        if (!model_is_custom(&p->model) && p->model.dtype == MODEL_DTYPE_BF16)
             return err_set(e, ERR_INPUT,
                            "%s: stage %d runs on %s, which has no bf16 tensor cores (compute "
                            "capability below 8.0): the bf16 model would train at its fp32 "

@@ -42,7 +42,8 @@ struct framework {
     const char *title;       /* "Megatron-LM" */
     const char *activations; /* whose activation model its profiles take (profile --for);
                                 NULL: Ballast's own runtime */
-    enum model_kind kind;    /* the model kind this row is for; MODEL_KIND_CUSTOM: any */
+    const char *hf_type;     /* the HuggingFace model_type this row is for (model_kind's
+                                hf_type); NULL: any */
     enum fw_scope full;      /* the first n blocks of a stage recomputed whole */
     int full_all_only;       /* n is all of a stage's blocks or none */
     enum fw_scope selective; /* recompute modules on every block of a stage */
@@ -57,6 +58,8 @@ struct framework {
 /* The row for `name` and the model's kind (m NULL: the name's first row, to check a name);
  * NULL for an unknown name. "ballast" is a row with everything allowed (today's planner). */
 const struct framework *framework_find(const char *name, const struct model *m);
+/* Whether row f is for the model's kind. */
+int fw_row_fits(const struct framework *f, const struct model *m);
 /* The names --for takes, comma-separated, for messages. */
 const char *framework_names(void);
 int framework_is_ballast(const struct framework *f);

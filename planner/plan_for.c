@@ -13,6 +13,7 @@
 #include "cost.h"
 #include "framework.h"
 #include "microbatch.h"
+#include "model_kind.h"
 #include "plan_layout.h"
 #include "repartition.h"
 
@@ -230,7 +231,7 @@ static int search_splits(const struct cluster *c, const struct plan_options *o,
 {
     struct fw_candidate *cand;
     int n_cand;
-    if (fw_candidates(o->framework, c->model.kind == MODEL_KIND_CUSTOM ? c->n_layers
+    if (fw_candidates(o->framework, model_is_custom(&c->model) ? c->n_layers
                                                                        : c->model.n_layer,
                       1, &cand, &n_cand, e))
         return e->code;

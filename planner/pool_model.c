@@ -9,6 +9,7 @@
 #include "devices.h"
 #include "jsonio.h"
 #include "microbatch.h"
+#include "model_kind.h"
 #include "model_ops.h"
 
 int64_t pool_model_batches(const struct pool_model *pm, int size)
@@ -237,7 +238,7 @@ static int check_model(const struct pool_model *pm, int k, const struct profile 
                        "%s: pool[%d].profile: describes a different model than pool[0]'s (a "
                        "pool's kinds train one model)",
                        pm->file, k);
-    for (int l = 0; p->model.kind == MODEL_KIND_CUSTOM && l < p->n_layers; l++)
+    for (int l = 0; model_is_custom(&p->model) && l < p->n_layers; l++)
         if (strcmp(p->layers[l].name, first->layers[l].name) != 0)
             return err_set(e, ERR_INPUT,
                            "%s: pool[%d].profile: names layer %d \"%s\", but pool[0]'s profile "

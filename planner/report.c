@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model_kind.h"
 #include "model_ops.h"
 #include "planner.h"
 
@@ -107,7 +108,7 @@ void planner_print(FILE *f, const struct plan *p)
                  p->stages[0].dp, (long long)plan_batches(p));
     else if (p->n_stages > 0 && p->stages[0].dp > 1)
         snprintf(replicas, sizeof replicas, " a replica, dp %d replicas", p->stages[0].dp);
-    if (p->model.kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(&p->model))
         fprintf(f, "plan: method %s, schedule %s, %d micro-batches%s; model custom \"%s\", %d "
                    "layers\n",
                 p->method, schedule_name(p->schedule), p->micro_batches, replicas, p->model.name,

@@ -12,6 +12,7 @@
 #include "exec.h"
 #include "kernels_cpu.h"
 #include "llama_layers.h"
+#include "model_kind.h"
 #include "sizes.h"
 
 /* The buffers of a shard's operations, by role (each sized for the largest use, in fp32
@@ -35,7 +36,8 @@ struct shard {
     const struct model *m;
     enum model_dtype dt;
     int t, B, T, N, Ns, C, Cs, NHs, KVs, HS, F, QKV, Vs;
-    int flash, llama;
+    int flash;
+    int rmsnorm, swiglu, rotary, biases, gqa; /* the kind's traits (model_kind.h) */
     float eps, theta;
     void *buf[R_ROLES];
     void *w, *w2;        /* weights (the model's dtype) */
@@ -63,9 +65,14 @@ static void shard_dims(struct shard *s, const struct model *m, int t)
     s->Cs = m->n_embd / t;
     s->NHs = m->n_head / t;
     s->HS = m->n_embd / m->n_head;
-    s->llama = m->kind == MODEL_KIND_LLAMA;
-    s->KVs = (s->llama ? m->n_kv_head : m->n_head) / t;
-    s->F = (s->llama ? m->ffn_hidden : 4 * m->n_embd) / t;
+    const struct model_kind_info *k = model_kind_of(m);
+    s->rmsnorm = k->rmsnorm;
+    s->swiglu = k->swiglu;
+    s->rotary = k->rotary;
+    s->biases = k->biases;
+    s->gqa = k->gqa;
+    s->KVs = model_kv_heads(m) / t;
+    s->F = (int)(model_ffn_hidden(m) / t);
     s->QKV = (s->NHs + 2 * s->KVs) * s->HS;
     s->Vs = (m->vocab_size + t - 1) / t;
     s->flash = m->attention == MODEL_ATTENTION_FLASH;
@@ -178,7 +185,7 @@ static int shard_attention_backward(struct shard *s, struct err *e)
         return f->backward(s->be, s->dt, at(s, R_D3), s->s1, at(s, R_D1), at(s, R_QKV),
                            at(s, R_ATTY), s->s0, s->B, s->T, s->NHs, s->KVs, s->HS, e);
     }
-    if (s->llama)
+    if (s->gqa)
         return s->be->ops->llama->attention_backward(s->be, s->dt, at(s, R_D3), at(s, R_DATT),
                                                      at(s, R_D1), at(s, R_QKV), at(s, R_ATT),
                                                      s->B, s->T, s->NHs, s->KVs, s->HS, e);
@@ -190,7 +197,7 @@ static int shard_attention_backward(struct shard *s, struct err *e)
 /* A norm over the GPU's T/t tokens (LayerNorm or RMSNorm) and its backward. */
 static int norm(struct shard *s, void *out, const void *in, float *stat, struct err *e)
 {
-    if (s->llama)
+    if (s->rmsnorm)
         return s->be->ops->llama->rmsnorm_forward(s->be, s->dt, out, stat, in, s->w2, s->Ns,
                                                   s->C, s->eps, e);
     return s->be->ops->layernorm_forward(s->be, s->dt, out, stat, s->s1, in, s->w2, s->w2,
@@ -200,7 +207,7 @@ static int norm(struct shard *s, void *out, const void *in, float *stat, struct 
 static int norm_backward(struct shard *s, void *dinp, const void *dout, const void *in,
                          float *stat, struct err *e)
 {
-    if (s->llama)
+    if (s->rmsnorm)
         return s->be->ops->llama->rmsnorm_backward(s->be, s->dt, dinp, s->dw2, dout, in, s->w2,
                                                    stat, s->Ns, s->C, e);
     return s->be->ops->layernorm_backward(s->be, s->dt, dinp, s->dw2, s->dw2, dout, in, s->w2,
@@ -210,14 +217,14 @@ static int norm_backward(struct shard *s, void *dinp, const void *dout, const vo
 static int mm(struct shard *s, void *out, const void *add, const void *in, int C, int OC,
               struct err *e)
 {
-    return s->be->ops->matmul_forward(s->be, s->dt, out, add, in, s->w, s->llama ? NULL : s->w2,
+    return s->be->ops->matmul_forward(s->be, s->dt, out, add, in, s->w, s->biases ? s->w2 : NULL,
                                       s->N, C, OC, e);
 }
 
 static int mm_back(struct shard *s, void *dinp, const void *dout, const void *in, int C, int OC,
                    struct err *e)
 {
-    return s->be->ops->matmul_backward(s->be, s->dt, dinp, s->dw, s->llama ? NULL : s->dw2, dout,
+    return s->be->ops->matmul_backward(s->be, s->dt, dinp, s->dw, s->biases ? s->dw2 : NULL, dout,
                                        in, s->w, s->N, C, OC, e);
 }
 
@@ -233,7 +240,7 @@ static int rope(struct shard *s, void *x, int backward, struct err *e)
 
 static int mlp_activation(struct shard *s, struct err *e)
 {
-    if (s->llama)
+    if (s->swiglu)
         return s->be->ops->llama->swiglu_forward(s->be, s->dt, at(s, R_FCG), at(s, R_FCH), s->N,
                                                  s->F, e);
     return s->be->ops->gelu_forward(s->be, s->dt, at(s, R_FCG), at(s, R_FCH),
@@ -244,12 +251,12 @@ static int block_forward(struct shard *s, struct err *e)
 {
     ERR_TRY(norm(s, at(s, R_LN), at(s, R_X), s->s0, e));
     ERR_TRY(mm(s, at(s, R_QKV), NULL, at(s, R_LN), s->C, s->QKV, e));
-    if (s->llama)
+    if (s->rotary)
         ERR_TRY(rope(s, at(s, R_QKV), 0, e));
-    ERR_TRY((s->llama ? llama_attention : gpt_attention)(s, at(s, R_ATTY), e));
+    ERR_TRY((s->gqa ? llama_attention : gpt_attention)(s, at(s, R_ATTY), e));
     ERR_TRY(mm(s, at(s, R_RES), at(s, R_X), at(s, R_ATTY), s->Cs, s->C, e));
     ERR_TRY(norm(s, at(s, R_LN), at(s, R_RES), s->s0, e));
-    ERR_TRY(mm(s, at(s, R_FCH), NULL, at(s, R_LN), s->C, s->llama ? 2 * s->F : s->F, e));
+    ERR_TRY(mm(s, at(s, R_FCH), NULL, at(s, R_LN), s->C, s->swiglu ? 2 * s->F : s->F, e));
     ERR_TRY(mlp_activation(s, e));
     return mm(s, at(s, R_OUT), at(s, R_RES), at(s, R_FCG), s->F, s->C, e);
 }
@@ -258,18 +265,18 @@ static int block_backward(struct shard *s, struct err *e)
 {
     const struct backend_ops *o = s->be->ops;
     ERR_TRY(mm_back(s, at(s, R_D2), at(s, R_OUT), at(s, R_FCG), s->F, s->C, e));
-    if (s->llama)
+    if (s->swiglu)
         ERR_TRY(o->llama->swiglu_backward(s->be, s->dt, at(s, R_D3), at(s, R_FCH), at(s, R_D2),
                                           s->N, s->F, e));
     else
         ERR_TRY(o->gelu_backward(s->be, s->dt, at(s, R_D2), at(s, R_FCH), at(s, R_D2),
                                  (int64_t)s->N * s->F, e));
-    ERR_TRY(mm_back(s, at(s, R_D1), at(s, s->llama ? R_D3 : R_D2), at(s, R_LN), s->C,
-                    s->llama ? 2 * s->F : s->F, e));
+    ERR_TRY(mm_back(s, at(s, R_D1), at(s, s->swiglu ? R_D3 : R_D2), at(s, R_LN), s->C,
+                    s->swiglu ? 2 * s->F : s->F, e));
     ERR_TRY(norm_backward(s, at(s, R_DRES), at(s, R_D1), at(s, R_RES), s->s0, e));
     ERR_TRY(mm_back(s, at(s, R_D1), at(s, R_DRES), at(s, R_ATTY), s->Cs, s->C, e));
     ERR_TRY(shard_attention_backward(s, e));
-    if (s->llama)
+    if (s->rotary)
         ERR_TRY(rope(s, at(s, R_D3), 1, e));
     ERR_TRY(mm_back(s, at(s, R_D1), at(s, R_D3), at(s, R_LN), s->C, s->QKV, e));
     return norm_backward(s, at(s, R_DX), at(s, R_D1), at(s, R_X), s->s0, e);
@@ -278,7 +285,7 @@ static int block_backward(struct shard *s, struct err *e)
 /* The embedding's lookup gathers every token on every GPU (its vocabulary part's rows). */
 static int embed_forward(struct shard *s, struct err *e)
 {
-    if (s->llama)
+    if (s->rotary) /* no position embedding */
         return s->be->ops->llama->embedding_forward(s->be, s->dt, at(s, R_OUT), s->tokens, s->w,
                                                     s->B, s->T, s->C, e);
     return s->be->ops->encoder_forward(s->be, s->dt, at(s, R_OUT), s->tokens, s->w, s->w2, s->B,
@@ -287,7 +294,7 @@ static int embed_forward(struct shard *s, struct err *e)
 
 static int embed_backward(struct shard *s, struct err *e)
 {
-    if (s->llama)
+    if (s->rotary) /* no position embedding */
         return s->be->ops->llama->embedding_backward(s->be, s->dt, s->dw, at(s, R_OUT),
                                                      s->tokens, s->B, s->T, s->C, s->Vs, e);
     return s->be->ops->encoder_backward(s->be, s->dt, s->dw, s->dw2, at(s, R_OUT), s->tokens,
@@ -317,7 +324,7 @@ static int head_backward(struct shard *s, struct err *e)
 static int option_forward(struct shard *s, const char *name, struct err *e)
 {
     if (strstr(name, "attn") != NULL)
-        ERR_TRY((s->llama ? llama_attention : gpt_attention)(s, NULL, e));
+        ERR_TRY((s->gqa ? llama_attention : gpt_attention)(s, NULL, e));
     if (strstr(name, "mlp") != NULL)
         ERR_TRY(mlp_activation(s, e));
     return ERR_OK;

@@ -3,6 +3,7 @@
  * the run without recomputation (test_layers, test_train), the GPU's against the CPU's
  * (test_cuda_layers). */
 #include "gpt_layers.h"
+#include "model_layers.h"
 
 static int unsupported(struct backend *be, const struct layer_view *l, struct err *e)
 {
@@ -252,3 +253,21 @@ int gpt_head_backward(struct backend *be, const struct layer_view *l, float loss
                                  l->grads[HEAD_LNF_B], w[HEAD_DLNF], k[HEAD_INP], p[HEAD_LNF_W],
                                  k[HEAD_LNF_MEAN], k[HEAD_LNF_RSTD], N, C, e);
 }
+
+/* The names backend.h's indices stand for, in enum order (model_layers.h). */
+const char *const gpt_tensor_names[3][3][SIZES_TENSORS_MAX] = {
+    [MODEL_LAYER_EMBED] = {{"wte", "wpe"}, {"tokens"}, {"out", "dout"}},
+    [MODEL_LAYER_BLOCK] = {{"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w",
+                            "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"},
+                           {"inp", "ln1", "ln1_mean", "ln1_rstd", "qkv", "att", "atty", "res2",
+                            "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu"},
+                           {"out", "dout", "dinp", "d4", "dln", "dqkv", "datt"}},
+    [MODEL_LAYER_HEAD] = {{"lnf_w", "lnf_b", "lm_w"},
+                          {"inp", "targets", "lnf", "lnf_mean", "lnf_rstd", "probs"},
+                          {"dlnf", "dinp", "losses"}},
+};
+const int gpt_tensor_counts[3][3] = {
+    [MODEL_LAYER_EMBED] = {EMBED_PARAMS, EMBED_KEPT, EMBED_WS},
+    [MODEL_LAYER_BLOCK] = {BLOCK_PARAMS, BLOCK_KEPT, BLOCK_WS},
+    [MODEL_LAYER_HEAD] = {HEAD_PARAMS, HEAD_KEPT, HEAD_WS},
+};

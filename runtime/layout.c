@@ -7,41 +7,8 @@
 
 #include "backend.h"
 #include "cost.h"
-#include "llama_layers.h"
+#include "model_layers.h"
 #include "model_ops.h"
-
-/* The names backend.h's enums stand for, per kind and class, in enum order. */
-static const char *const expected[3][3][SIZES_TENSORS_MAX] = {
-    [MODEL_LAYER_EMBED] = {{"wte", "wpe"}, {"tokens"}, {"out", "dout"}},
-    [MODEL_LAYER_BLOCK] = {{"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w",
-                            "ln2_b", "fc_w", "fc_b", "fcproj_w", "fcproj_b"},
-                           {"inp", "ln1", "ln1_mean", "ln1_rstd", "qkv", "att", "atty", "res2",
-                            "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu"},
-                           {"out", "dout", "dinp", "d4", "dln", "dqkv", "datt"}},
-    [MODEL_LAYER_HEAD] = {{"lnf_w", "lnf_b", "lm_w"},
-                          {"inp", "targets", "lnf", "lnf_mean", "lnf_rstd", "probs"},
-                          {"dlnf", "dinp", "losses"}},
-};
-static const char *const llama_expected[3][3][SIZES_TENSORS_MAX] = {
-    [MODEL_LAYER_EMBED] = {{"wte"}, {"tokens"}, {"out", "dout"}},
-    [MODEL_LAYER_BLOCK] = {{"ln1_w", "qkv_w", "proj_w", "ln2_w", "fc_w", "fcproj_w"},
-                           {"inp", "ln1", "ln1_rstd", "qkv", "att", "atty", "res2", "ln2",
-                            "ln2_rstd", "fch", "fch_swiglu"},
-                           {"out", "dout", "dinp", "dsw", "dfch", "dln", "dqkv", "datt"}},
-    [MODEL_LAYER_HEAD] = {{"lnf_w", "lm_w"},
-                          {"inp", "targets", "lnf", "lnf_rstd", "probs"},
-                          {"dlnf", "dinp", "losses"}},
-};
-static const int llama_expected_count[3][3] = {
-    [MODEL_LAYER_EMBED] = {1, EMBED_KEPT, EMBED_WS},
-    [MODEL_LAYER_BLOCK] = {LB_PARAMS, LB_KEPT, LB_WS},
-    [MODEL_LAYER_HEAD] = {LH_PARAMS, LH_KEPT, LH_WS},
-};
-static const int expected_count[3][3] = {
-    [MODEL_LAYER_EMBED] = {EMBED_PARAMS, EMBED_KEPT, EMBED_WS},
-    [MODEL_LAYER_BLOCK] = {BLOCK_PARAMS, BLOCK_KEPT, BLOCK_WS},
-    [MODEL_LAYER_HEAD] = {HEAD_PARAMS, HEAD_KEPT, HEAD_WS},
-};
 
 /* A flash-attention block keeps the rows' log-sum-exp where the probabilities would be, and
  * has its rowsum(dout * out) where their gradient would be: the same indices. */
@@ -57,16 +24,19 @@ static const char *expected_name(const struct model *m, const char *name)
 static int check_names(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
                        const struct sizes_tensor *t, int n, struct err *e)
 {
-    int llama = m->kind == MODEL_KIND_LLAMA;
-    const char *const *names = llama ? llama_expected[kind][cls] : expected[kind][cls];
-    int ok = n == (llama ? llama_expected_count : expected_count)[kind][cls];
+    const struct model_layers *ml = model_layers_of(m);
+    if (ml == NULL)
+        return err_set(e, ERR_INPUT, "the runtime has no layers for a %s model",
+                       model_kind_name(m->kind));
+    const char *const *names = ml->names[kind][cls];
+    int ok = n == ml->counts[kind][cls];
     for (int i = 0; ok && i < n; i++)
         ok = strcmp(t[i].name, expected_name(m, names[i])) == 0;
     if (!ok)
         return err_set(e, ERR_FAIL,
                        "internal: the size tables of models/ (layer kind %d, class %d, "
-                       "%d tensors) no longer match the tensor indices of runtime/backend.h or llama_layers.h",
-                       (int)kind, (int)cls, n);
+                       "%d tensors) no longer match the tensor indices of the runtime's %s layers",
+                       (int)kind, (int)cls, n, ml->kind);
     return ERR_OK;
 }
 

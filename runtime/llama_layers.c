@@ -4,6 +4,7 @@
 #include "llama_layers.h"
 
 #include "gpt_layers.h"
+#include "model_layers.h"
 
 /* The executor, the stage runner and the profiler find a layer's input, output, gradients,
  * targets and losses by GPT's indices: Llama's tables keep them in the same places. */
@@ -14,10 +15,22 @@ _Static_assert((int)LH_INP == (int)HEAD_INP && (int)LH_TARGETS == (int)HEAD_TARG
                    (int)LH_DINP == (int)HEAD_DINP && (int)LH_LOSSES == (int)HEAD_LOSSES,
                "llama head tensors where the executor looks for GPT's");
 
-const struct backend_layer_ops *backend_layers(const struct backend *be, const struct model *m)
-{
-    return m->kind == MODEL_KIND_LLAMA ? llama_layer_ops : be->ops->layer;
-}
+/* The names of the indices above, in enum order (model_layers.h). */
+const char *const llama_tensor_names[3][3][SIZES_TENSORS_MAX] = {
+    [MODEL_LAYER_EMBED] = {{"wte"}, {"tokens"}, {"out", "dout"}},
+    [MODEL_LAYER_BLOCK] = {{"ln1_w", "qkv_w", "proj_w", "ln2_w", "fc_w", "fcproj_w"},
+                           {"inp", "ln1", "ln1_rstd", "qkv", "att", "atty", "res2", "ln2",
+                            "ln2_rstd", "fch", "fch_swiglu"},
+                           {"out", "dout", "dinp", "dsw", "dfch", "dln", "dqkv", "datt"}},
+    [MODEL_LAYER_HEAD] = {{"lnf_w", "lm_w"},
+                          {"inp", "targets", "lnf", "lnf_rstd", "probs"},
+                          {"dlnf", "dinp", "losses"}},
+};
+const int llama_tensor_counts[3][3] = {
+    [MODEL_LAYER_EMBED] = {1, EMBED_KEPT, EMBED_WS},
+    [MODEL_LAYER_BLOCK] = {LB_PARAMS, LB_KEPT, LB_WS},
+    [MODEL_LAYER_HEAD] = {LH_PARAMS, LH_KEPT, LH_WS},
+};
 
 static int kernels(struct backend *be, const struct llama_kernels **k, struct err *e)
 {

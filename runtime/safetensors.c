@@ -13,6 +13,7 @@
 
 #include "fileio.h"
 #include "half.h"
+#include "model_kind.h"
 #include "progress.h"
 
 /* Ballast's parameter name, Hugging Face's (after "h.{i}." in a block), whether it is
@@ -169,9 +170,19 @@ static int describe_llama(const struct model *m, const struct layer_layout *L, i
 static int describe(const struct model *m, const struct layer_layout *L, int k,
                     struct st_param *p, struct err *e)
 {
+    /* Hugging Face's checkpoint layouts, by model_type (model_kind.hf_type) */
+    static const struct {
+        const char *hf_type;
+        int (*describe)(const struct model *, const struct layer_layout *, int,
+                        struct st_param *, struct err *);
+    } layouts[] = {{"gpt2", describe_gpt}, {"llama", describe_llama}};
+    const struct model_kind_info *kind = model_kind_of(m);
     memset(p, 0, sizeof *p);
-    return m->kind == MODEL_KIND_LLAMA ? describe_llama(m, L, k, p, e)
-                                       : describe_gpt(m, L, k, p, e);
+    for (size_t i = 0; kind->hf_type != NULL && i < sizeof layouts / sizeof layouts[0]; i++)
+        if (strcmp(layouts[i].hf_type, kind->hf_type) == 0)
+            return layouts[i].describe(m, L, k, p, e);
+    return err_set(e, ERR_INPUT, "a %s model has no Hugging Face checkpoint layout Ballast knows",
+                   kind->name);
 }
 
 static int64_t elems_of(const struct st_tensor *t)

@@ -3,6 +3,13 @@
   mpicheck_collective, MPI_OK, MPI_RELEASE), mpicheck.c itself, which implements them, aside;
 - the planner's libraries (the planner, the models and common below it) call no BLAS, CUDA,
   NCCL, MPI or OpenMP: no such symbol is undefined in their archives (nm -u);
+- no C source outside models/ tests a model's kind (a MODEL_KIND_ constant, or a kind's name
+  compared as a string): what a kind is made of is its descriptor's (common/model_kind.h's
+  traits and fields, models/model_ops.h's operations), so that a new kind is its files in
+  models/ and its registration; excepted: models/ (the kinds themselves), tests/ (which build
+  models of each kind), runtime/*_layers.c and the CUDA kernels (a kind's runtime layers are
+  its implementation, reached through runtime/model_layers.c's table), common/model.h (which
+  declares the kinds) and common/model_kind.c (their table, indexed by them);
 - every document a source file or a document names (NAME.md, docs/NAME.md) is in the
   repository;
 - the project's own headers include one another without a circle (a header that needs a
@@ -69,6 +76,41 @@ def check_libraries(libs):
 DOC = re.compile(r"(?<![\w$%/{.-])(\w[\w./-]*\.md)\b")
 PLACEHOLDER = re.compile(r"OUT|DEVICE|NAME|tmp/")
 SOURCES = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".txt", ".json", ".cmake")
+
+
+# a kind constant, or a kind's name in a string comparison (strcmp and its kin, == or !=)
+KIND_CONSTANT = re.compile(r"\bMODEL_KIND_[A-Z]+\b")
+KIND_NAME = r'"(?:gpt|llama|custom)"'
+KIND_COMPARE = re.compile(r"\bstr(?:n?case)?n?cmp\s*\([^;{}]*?" + KIND_NAME +
+                          r"|[!=]=\s*" + KIND_NAME + r"|" + KIND_NAME + r"\s*[!=]=")
+KIND_EXCEPT = ("models/", "tests/", "common/model.h", "common/model_kind.c")
+
+
+def kind_tests(text):
+    """The line numbers of tests of the model kind in a C source."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), text,
+                  flags=re.S)
+    found = [m.start() for m in KIND_CONSTANT.finditer(code)]
+    found += [m.start() for m in KIND_COMPARE.finditer(code)]
+    return sorted({code.count("\n", 0, at) + 1 for at in found})
+
+
+def kind_excepted(f):
+    return (f.startswith(KIND_EXCEPT) or f.endswith((".cu", ".cuh")) or
+            (f.startswith("runtime/") and f.endswith("_layers.c")))
+
+
+def check_kinds(repo):
+    for f in sorted(tracked(repo)):
+        if not f.endswith((".c", ".h")) or kind_excepted(f):
+            continue
+        path = os.path.join(repo, f)
+        if not os.path.isfile(path):
+            continue
+        for line in kind_tests(open(path, encoding="utf-8").read()):
+            FAILS.append("%s:%d: tests the model's kind (read a trait or an operation of its "
+                         "descriptor instead: common/model_kind.h, models/model_ops.h)"
+                         % (f, line))
 
 
 def tracked(repo):
@@ -182,6 +224,16 @@ def self_test():
     nm = "                 U MPI_Send\n                 U glp_simplex\n         U cudaMalloc\n"
     if forbidden_symbols(nm) != ["MPI_Send", "cudaMalloc"]:
         FAILS.append("self-test: the symbol check: %r" % forbidden_symbols(nm))
+    planted = ('/* "llama" in a comment, MODEL_KIND_GPT too */\n'
+               'if (m->kind == MODEL_KIND_LLAMA)\n'
+               '    x = strcmp(kind, "gpt") == 0;\n'
+               'static const char *names[] = {"llama"};\n'
+               'y = "custom" != k;\n')
+    if kind_tests(planted) != [2, 3, 5]:
+        FAILS.append("self-test: the model-kind check: %r" % kind_tests(planted))
+    if not kind_excepted("runtime/llama_layers.c") or kind_excepted("runtime/layout.c") or \
+            not kind_excepted("models/gpt.c") or kind_excepted("common/cost.c"):
+        FAILS.append("self-test: the model-kind check's exceptions")
     files = {"docs/formats.md", "README.md"}
     got = missing_docs("see DESIGN.md and docs/formats.md, docs/nothing.md; writes "
                        "$out/x.md, tour/results.md and OUT/gpu-DEVICE.md", "common/x.h", files,
@@ -206,6 +258,7 @@ def main():
     check_libraries(libs)
     check_docs(repo)
     check_includes(repo)
+    check_kinds(repo)
     for f in FAILS:
         print("FAIL", f)
     print("test_promises: %d failure(s)" % len(FAILS))

@@ -6,40 +6,53 @@
 #include <string.h>
 
 #include "export_core.h"
+#include "model_kind.h"
+
+/* The HuggingFace models ColossalAI's shardformer has a policy for, by model_type (the kind's
+ * model_kind.hf_type). */
+static const struct hf_model {
+    const char *type;
+    const char *cls, *head; /* cls's Config builds head */
+    int column;             /* its keywords in keys[].hf */
+    const char *extra;      /* keywords its config needs beside the items */
+} hf_models[] = {
+    {"gpt2", "GPT2", "GPT2LMHeadModel", 0, "    embd_pdrop=0,\n"},
+    {"llama", "Llama", "LlamaForCausalLM", 1, ""},
+};
 
 /* The model's items as the HuggingFace config's keywords (GPT2Config, LlamaConfig); NULL:
  * not one it is given (its default is the model's, or it changes numerics, not memory). */
 static const struct {
-    const char *megatron, *gpt2, *llama;
+    const char *megatron, *hf[2];
 } keys[] = {
-    {"num_layers", "n_layer", "num_hidden_layers"},
-    {"hidden_size", "n_embd", "hidden_size"},
-    {"num_attention_heads", "n_head", "num_attention_heads"},
-    {"ffn_hidden_size", NULL, "intermediate_size"}, /* GPT-2's n_inner defaults to 4 n_embd */
-    {"max_position_embeddings", "n_positions", "max_position_embeddings"},
-    {"hidden_dropout", "resid_pdrop", NULL},          /* Llama's dropout defaults to 0 */
-    {"attention_dropout", "attn_pdrop", NULL},
-    {"num_query_groups", NULL, "num_key_value_heads"},
+    {"num_layers", {"n_layer", "num_hidden_layers"}},
+    {"hidden_size", {"n_embd", "hidden_size"}},
+    {"num_attention_heads", {"n_head", "num_attention_heads"}},
+    {"ffn_hidden_size", {NULL, "intermediate_size"}}, /* GPT-2's n_inner defaults to 4 n_embd */
+    {"max_position_embeddings", {"n_positions", "max_position_embeddings"}},
+    {"hidden_dropout", {"resid_pdrop", NULL}},          /* Llama's dropout defaults to 0 */
+    {"attention_dropout", {"attn_pdrop", NULL}},
+    {"num_query_groups", {NULL, "num_key_value_heads"}},
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
 /* The config's keywords; the attention kernel the layer costs assume (eager keeps the
  * probabilities; sdpa runs a flash kernel, keeping the log-sum-exp). */
-static void config_keywords(FILE *f, const struct export_job *x, int gpt2)
+static void config_keywords(FILE *f, const struct export_job *x, const struct hf_model *hf)
 {
     struct export_item items[EXPORT_ITEMS_MAX];
     int n = export_items(x, items);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < N_KEYS; k++) {
-            const char *key = gpt2 ? keys[k].gpt2 : keys[k].llama;
+            const char *key = keys[k].hf[hf->column];
             if (key != NULL && strcmp(items[i].name, keys[k].megatron) == 0)
                 fprintf(f, "    %s=%s,\n", key, items[i].value);
         }
-    if (gpt2)
-        fprintf(f, "    embd_pdrop=0,\n");
-    if (!gpt2 && x->p->model.n_kv_head == x->p->model.n_head)
-        fprintf(f, "    num_key_value_heads=%d,\n", x->p->model.n_kv_head);
+    fputs(hf->extra, f);
+    /* the items leave num_query_groups out when it is n_head; a config with the field needs it */
+    if (model_kind_of(&x->p->model)->gqa && model_kv_heads(&x->p->model) == x->p->model.n_head)
+        fprintf(f, "    num_key_value_heads=%d,\n", model_kv_heads(&x->p->model));
     fprintf(f, "    vocab_size=%d,\n    tie_word_embeddings=False,\n    attn_implementation=\"%s\",\n",
             x->p->model.vocab_size, x->attention == MODEL_ATTENTION_FLASH ? "sdpa" : "eager");
 }
@@ -67,7 +80,7 @@ static void parallel_keywords(FILE *f, const struct export_job *x)
 static void precision_keywords(FILE *f, const struct export_job *x)
 {
     const struct model *m = &x->p->model;
-    if (m->kind == MODEL_KIND_CUSTOM) {
+    if (model_is_custom(m)) {
         fprintf(x->note, "ballast export: note: the custom model \"%s\" carries no dtype: set "
                          "precision= yourself (ColossalAI's default is fp16)\n", m->name);
         return;
@@ -81,36 +94,56 @@ static void precision_keywords(FILE *f, const struct export_job *x)
 }
 
 /* The model: a HuggingFace one from its config. */
-static void model_lines(FILE *f, const struct export_job *x, int gpt2)
+static void model_lines(FILE *f, const struct export_job *x, const struct hf_model *hf)
 {
-    const char *cls = gpt2 ? "GPT2" : "Llama", *head = gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
-    if (x->p->model.kind == MODEL_KIND_CUSTOM) {
+    const struct model_kind_info *k = model_kind_of(&x->p->model);
+    if (hf == NULL) {
         fprintf(f, "# the model: yours, with a ColossalAI policy\n");
         return;
     }
-    fprintf(f, "from transformers import %sConfig, %s\n", cls, head);
-    if (!gpt2)
+    fprintf(f, "from transformers import %sConfig, %s\n", hf->cls, hf->head);
+    if (k->rmsnorm && k->rotary)
         fprintf(f, "# numerics, not memory: give rms_norm_eps=%g and the rotary base %g as "
                    "your checkpoint has them\n",
                 x->p->model.norm_eps, x->p->model.rope_theta);
-    fprintf(f, "config = %sConfig(\n", cls);
-    config_keywords(f, x, gpt2);
-    fprintf(f, ")\nmodel = %s(config)\n", head);
+    fprintf(f, "config = %sConfig(\n", hf->cls);
+    config_keywords(f, x, hf);
+    fprintf(f, ")\nmodel = %s(config)\n", hf->head);
+}
+
+/* The HuggingFace model of the plan's model; NULL for a custom model (the user's own). */
+static int hf_model_of(const struct export_job *x, const struct hf_model **out, struct err *e)
+{
+    const struct model_kind_info *k = model_kind_of(&x->p->model);
+    *out = NULL;
+    if (k->custom)
+        return ERR_OK;
+    for (size_t i = 0; i < sizeof hf_models / sizeof hf_models[0]; i++)
+        if (k->hf_type != NULL && strcmp(hf_models[i].type, k->hf_type) == 0)
+            *out = &hf_models[i];
+    if (*out == NULL)
+        return err_set(e, ERR_INPUT,
+                       "--to colossalai: ColossalAI has no shardformer policy for a %s model "
+                       "(HuggingFace model_type %s)",
+                       k->name, k->hf_type ? k->hf_type : "none");
+    return ERR_OK;
 }
 
 int export_colossalai(FILE *f, const struct export_job *x, struct err *e)
 {
-    (void)e;
     const struct plan *p = x->p;
-    int gpt2 = p->model.kind == MODEL_KIND_GPT, rec = recomputes(x);
+    const struct hf_model *hf;
+    /* a row that recomputes all of a stage or nothing (GPT-2's forward) ignores the config */
+    int per_stage = !x->f->full_all_only, rec = recomputes(x);
+    ERR_TRY(hf_model_of(x, &hf, e));
     export_header(f, x, "#");
     export_launch(f, x, "#");
     fprintf(f, "# the data loader gives each data-parallel rank %d samples a step (%d "
                "micro-batches of %d)\n",
             p->micro_batches * p->model.micro_batch, p->micro_batches, p->model.micro_batch);
-    model_lines(f, x, gpt2);
+    model_lines(f, x, hf);
     fprintf(f, "from colossalai.booster.plugin import HybridParallelPlugin\n%s",
-            !gpt2 && rec ? "from colossalai.shardformer import PipelineGradientCheckpointConfig\n"
+            per_stage && rec ? "from colossalai.shardformer import PipelineGradientCheckpointConfig\n"
                          : "");
     fprintf(f, "plugin = HybridParallelPlugin(\n    tp_size=%d,\n    pp_size=%d,\n", x->tp,
             p->n_stages);
@@ -121,7 +154,7 @@ int export_colossalai(FILE *f, const struct export_job *x, struct err *e)
             p->model.micro_batch, p->micro_batches);
     export_list(f, x, 0);
     fprintf(f, ",\n");
-    if (!gpt2 && rec) {
+    if (per_stage && rec) {
         fprintf(f, "    gradient_checkpoint_config=PipelineGradientCheckpointConfig("
                    "num_ckpt_layers_per_stage=");
         export_list(f, x, 1);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "export_core.h"
+#include "model_kind.h"
 #include "planner.h"
 
 #define GIB 1073741824.0
@@ -54,8 +55,9 @@ static int export_checks(const struct plan *p, const struct framework *f,
                        f->name);
     if (o->devices != NULL && fw_device_check(p, f, o->devices, e))
         return e->code;
-    if (p->model.kind == MODEL_KIND_LLAMA && f->kind == MODEL_KIND_GPT)
-        return err_set(e, ERR_INPUT, "--to %s: internal: a GPT row for a Llama", f->name);
+    if (!fw_row_fits(f, &p->model))
+        return err_set(e, ERR_INPUT, "--to %s: internal: a row for model_type %s given a %s model",
+                       f->name, f->hf_type, model_kind_name(p->model.kind));
     return ERR_OK;
 }
 
@@ -355,17 +357,41 @@ static void precision_items(const struct model *m, struct export_item *items, in
         items[k].precision = 1;
 }
 
+/* The kind's traits as Megatron-LM's switches (its defaults are GPT's: LayerNorm, GELU,
+ * learned positions, biases, one key/value head per head). */
+static void trait_items(const struct model *m, struct export_item *items, int *n)
+{
+    const struct model_kind_info *k = model_kind_of(m);
+    if (k->swiglu)
+        flag(items, n, "swiglu");
+    if (k->rmsnorm) {
+        char eps[32];
+        snprintf(eps, sizeof eps, "%g", m->norm_eps);
+        text_item(items, n, "normalization", "RMSNorm");
+        text_item(items, n, "norm_epsilon", eps);
+    }
+    if (k->rotary) {
+        text_item(items, n, "position_embedding_type", "rope");
+        item(items, n, "rotary_base", "%ld", (long)m->rope_theta);
+    }
+    if (!k->biases)
+        flag(items, n, "disable_bias_linear");
+    if (model_kv_heads(m) != m->n_head) {
+        flag(items, n, "group_query_attention");
+        item(items, n, "num_query_groups", "%ld", (long)model_kv_heads(m));
+    }
+}
+
 int export_items(const struct export_job *x, struct export_item *items)
 {
     const struct model *m = &x->p->model;
     int n = 0;
-    if (m->kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(m))
         return 0; /* the framework's model is the user's: only the batch */
     item(items, &n, "num_layers", "%ld", m->n_layer);
     item(items, &n, "hidden_size", "%ld", m->n_embd);
     item(items, &n, "num_attention_heads", "%ld", m->n_head);
-    item(items, &n, "ffn_hidden_size", "%ld",
-         m->kind == MODEL_KIND_LLAMA ? m->ffn_hidden : 4L * m->n_embd);
+    item(items, &n, "ffn_hidden_size", "%ld", (long)model_ffn_hidden(m));
     item(items, &n, "seq_length", "%ld", m->seq_len);
     item(items, &n, "max_position_embeddings", "%ld", m->seq_len);
     item(items, &n, "micro_batch_size", "%ld", m->micro_batch);
@@ -373,20 +399,7 @@ int export_items(const struct export_job *x, struct export_item *items)
     item(items, &n, "hidden_dropout", "%ld", 0);
     item(items, &n, "attention_dropout", "%ld", 0);
     flag(items, &n, "untie_embeddings_and_output_weights"); /* Ballast's heads have their own */
-    if (m->kind == MODEL_KIND_LLAMA) {
-        char eps[32];
-        snprintf(eps, sizeof eps, "%g", m->norm_eps);
-        flag(items, &n, "swiglu");
-        text_item(items, &n, "normalization", "RMSNorm");
-        text_item(items, &n, "norm_epsilon", eps);
-        text_item(items, &n, "position_embedding_type", "rope");
-        item(items, &n, "rotary_base", "%ld", (long)m->rope_theta);
-        flag(items, &n, "disable_bias_linear");
-        if (m->n_kv_head != m->n_head) {
-            flag(items, &n, "group_query_attention");
-            item(items, &n, "num_query_groups", "%ld", m->n_kv_head);
-        }
-    }
+    trait_items(m, items, &n);
     precision_items(m, items, &n);
     return n;
 }
@@ -402,7 +415,7 @@ void export_header(FILE *f, const struct export_job *x, const char *comment)
             p->iteration_ms);
     fprintf(f, "%s layer costs: %s activations, %s attention\n", comment,
             p->framework.activations, model_attention_name(x->attention));
-    if (p->model.kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(&p->model))
         fprintf(f, "%s note: the model is custom (\"%s\"): the framework cannot be told its "
                    "layers; each of its %d layers counts as one transformer block below, which "
                    "holds only if the framework's model has those layers in that order\n",

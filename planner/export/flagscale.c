@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "export_core.h"
+#include "model_kind.h"
 
 /* Whether stage s ends a process mesh: the next stage is of another device or tp. */
 static int mesh_ends(const struct plan *p, int s)
@@ -92,14 +93,14 @@ int export_flagscale(FILE *f, const struct export_job *x, struct err *e)
         fprintf(f, "  sequence_parallel: True\n");
     if (x->shard)
         fprintf(f, "  use_distributed_optimizer: True\n");
-    if (p->model.kind != MODEL_KIND_CUSTOM)
+    if (!model_is_custom(&p->model))
         fprintf(f, "  attention_backend: %s\n",
                 x->attention == MODEL_ATTENTION_FLASH ? "flash" : "unfused");
     fprintf(f, "  hetero:\n    enable_hetero: True\n    hetero_pipeline_layer_split: ");
     export_list(f, x, 0);
     fprintf(f, "\n");
     meshes(f, x);
-    if (p->model.kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(&p->model))
         fprintf(x->note, "ballast export: note: the custom model \"%s\" carries no dtype: set "
                          "system.precision yourself (e.g. bf16: True)\n", p->model.name);
     else if (p->model.dtype != MODEL_DTYPE_FP32) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "export_core.h"
+#include "model_kind.h"
 
 #define MEGATRON_COMMIT "Megatron-LM d98e8a64"
 
@@ -101,7 +102,7 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
     if (x->offload)
         fprintf(f, "# with Transformer Engine >= 2.10 set NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM "
                    "asserts it for fine-grained activation offloading)\n");
-    if (p->model.kind == MODEL_KIND_CUSTOM)
+    if (model_is_custom(&p->model))
         fprintf(x->note, "ballast export: note: the custom model \"%s\" carries no shape or "
                          "dtype: give Megatron-LM its own, and its precision (e.g. --bf16)\n",
                 p->model.name);
@@ -113,7 +114,7 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
         arg(f, &first, "sequence_parallel", "");
     if (x->shard)
         arg(f, &first, "use_distributed_optimizer", "");
-    if (p->model.kind != MODEL_KIND_CUSTOM)
+    if (!model_is_custom(&p->model))
         arg(f, &first, "attention_backend",
             x->attention == MODEL_ATTENTION_FLASH ? "flash" : "unfused");
     for (int k = 0; k < n; k++)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "export_core.h"
+#include "model_kind.h"
 
 #define NEMO_COMMIT "NeMo 8cfedd72"
 
@@ -128,7 +129,7 @@ int export_nemo(FILE *f, const struct export_job *x, struct err *e)
         per_rank_lines(f, x);
         export_stages_py(x->o->stages, x, NEMO_COMMIT);
     }
-    if (p->model.kind != MODEL_KIND_CUSTOM)
+    if (!model_is_custom(&p->model))
         fprintf(f, "trainer:\n  precision: %s\n", precision(&p->model));
     else
         fprintf(x->note, "ballast export: note: the custom model \"%s\" carries no dtype: set "
@@ -139,7 +140,7 @@ int export_nemo(FILE *f, const struct export_job *x, struct err *e)
             p->n_stages, x->tp);
     if (x->tp > 1)
         fprintf(f, "  sequence_parallel: True\n");
-    if (p->model.kind != MODEL_KIND_CUSTOM)
+    if (!model_is_custom(&p->model))
         fprintf(f, "  attention_backend: %s\n",
                 x->attention == MODEL_ATTENTION_FLASH ? "flash" : "unfused");
     if (first >= 0)

@@ -1,6 +1,6 @@
 /* ballast plan on a cluster of several pipelines (heterogeneous replicas): each planned by
- * the method as a cluster of its own, then the step of all of them (planner/replicas.h); and
- * on a pool of GPUs: the search (planner/pool.h, planner/pool_mixed.h): one plan, or a
+ * the method as a cluster of its own, then the step of all of them (planner/search/replicas.h); and
+ * on a pool of GPUs: the search (planner/search/pool.h, planner/search/pool_mixed.h): one plan, or a
  * replicas file when heterogeneous pipelines step faster. */
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* `ballast plan`'s --arena options (planner/arena_plan.h), kept apart from the rest of the
+/* `ballast plan`'s --arena options (planner/methods/arena_plan.h), kept apart from the rest of the
  * command. */
 #ifndef BALLAST_PLAN_ARENA_H
 #define BALLAST_PLAN_ARENA_H

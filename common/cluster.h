@@ -48,7 +48,7 @@ struct cluster {
     int n_layers;
     int shard_optimizer;  /* "shard_optimizer": optimizer state sharded over dp (ZeRO-1) */
     struct link dp_link;  /* between replicas; absent: each stage's link */
-    /* "dp_bucket_bytes": the gradient bucket of the replicas' reduction (planner/sim.h;
+    /* "dp_bucket_bytes": the gradient bucket of the replicas' reduction (planner/sim/sim.h;
      * absent: COST_DP_BUCKET_BYTES_DEFAULT; 0: one reduction after the last backward) */
     int64_t dp_bucket_bytes;
     /* per profile, per layer: the gradient bytes on each GPU of its stages' tp group,

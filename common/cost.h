@@ -278,7 +278,7 @@ int64_t cost_grad_bytes(int64_t state_bytes, enum model_dtype dtype);
  * reduce-scatter of gradients and all-gather of parameters); 0 with dp = 1. */
 double cost_dp_allreduce_ms(const struct link *link, int dp, int64_t bytes);
 /* The gradient bucket a data-parallel reduction fills before it starts a collective (the
- * simulator's buckets, planner/sim.h): PyTorch DistributedDataParallel's default
+ * simulator's buckets, planner/sim/sim.h): PyTorch DistributedDataParallel's default
  * bucket_cap_mb of 25 (MiB), the cluster's "dp_bucket_bytes" when absent. */
 #define COST_DP_BUCKET_BYTES_DEFAULT ((int64_t)25 << 20)
 

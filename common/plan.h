@@ -56,7 +56,7 @@ struct plan_stage {
     int shard_optimizer;
     int64_t allreduce_bytes;
     struct link dp_link;
-    /* the reduction's bucket (planner/sim.h): the cluster's "dp_bucket_bytes"; 0, and in a
+    /* the reduction's bucket (planner/sim/sim.h): the cluster's "dp_bucket_bytes"; 0, and in a
      * plan without it: one reduction of everything after the last backward */
     int64_t dp_bucket_bytes;
 };
@@ -123,7 +123,7 @@ struct plan {
     int *replica_micro_batches;
     int n_tried; /* --schedule auto: what it planned (written, not read back) */
     struct plan_try tried[PLAN_TRIES_MAX];
-    /* --min-gain (planner/choice.h): the margin the plan was chosen with (0: the fastest),
+    /* --min-gain (planner/methods/choice.h): the margin the plan was chosen with (0: the fastest),
      * and the fastest step found, when this plan is a simpler, slower one (0: not) */
     double min_gain, fastest_ms;
 };

@@ -1,5 +1,5 @@
 /* The pipeline schedule as data: the order in which each GPU of a pipeline runs the passes of
- * its model chunks in one step. The simulator (planner/sim.c) and the executor
+ * its model chunks in one step. The simulator (planner/sim/sim.c) and the executor
  * (runtime/exec.c) both run what schedule_ops says, and the activation slots of every stage
  * are what schedule_in_flights counts by replaying that order.
  *

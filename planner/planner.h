@@ -95,7 +95,7 @@ struct plan_options {
      * planned (--repartition's fastest split, for the plan of the split it chose); 0: the
      * plan's own fastest. */
     double gain_from_ms;
-    /* --for: the framework the plan is for (planner/framework.h): only what it can run is
+    /* --for: the framework the plan is for (planner/methods/framework.h): only what it can run is
      * searched, on its activation model (plan_for.c); NULL: Ballast's own */
     const struct framework *framework;
     /* how an estimated profile becomes the framework's activation model (the CLI passes

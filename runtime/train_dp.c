@@ -215,7 +215,7 @@ static int bucketed(const struct train_dp *d)
 }
 
 /* The buckets of the stage's layers, last to first: a bucket closes once it holds
- * bucket_bytes (the simulator's rule, planner/sim.c sim_buckets), and one MPI call's floats at
+ * bucket_bytes (the simulator's rule, planner/sim/sim.c sim_buckets), and one MPI call's floats at
  * most (DP_CHUNK: a larger layer takes several). */
 static int buckets_init(struct train_dp *d, const struct stage_layout *lay, struct err *e)
 {

@@ -9,7 +9,7 @@
  * one buffer), so it equals that pipeline's within float rounding, not bitwise.
  *
  * Over MPI the gradients go in buckets (the plan's dp_bucket_bytes, as the simulator's,
- * planner/sim.h): as each layer's last backward of the step ends (layers last to first), a
+ * planner/sim/sim.h): as each layer's last backward of the step ends (layers last to first), a
  * bucket that its layers complete starts its MPI_Iallgather, which progresses while the
  * backward goes on; after the last backward each bucket is waited for and summed as above,
  * so the numbers are the unbucketed reduction's, bit for bit. 0: one reduction after the

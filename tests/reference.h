@@ -1,5 +1,5 @@
 /* An independent brute-force reference for the per-stage recomputation problem of
- * planner/knapsack.h, and random layer costs to feed it.
+ * planner/solvers/knapsack.h, and random layer costs to feed it.
  *
  * The reference enumerates every subset of a stage's layers (bit l of a mask set = layer l
  * recomputed) and computes the integer memory units straight from the byte counts in 128-bit

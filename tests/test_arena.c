@@ -1,4 +1,4 @@
-/* The activation arena's layouts (planner/arena_plan.h) against independent references: an
+/* The activation arena's layouts (planner/methods/arena_plan.h) against independent references: an
  * overlap check written here (every pair of objects live at a common tick, byte by byte
  * ranges), the lower bound counted tick by tick, and brute force over every placement order
  * for `exact` (the lowest-offset placement in the order of an optimal layout's offsets

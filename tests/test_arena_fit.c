@@ -1,4 +1,4 @@
-/* `plan --arena`'s fit (planner/arena_fit.h) against brute force: on random small stages
+/* `plan --arena`'s fit (planner/methods/arena_fit.h) against brute force: on random small stages
  * (splits of the tiny GPT, micro-batch counts, schedules, limits), every recompute combination
  * of the stage is laid out with the same method, and the search's choice must fit and have the
  * least recompute time of those that fit (ERR_NOFIT exactly when none does). Then the command

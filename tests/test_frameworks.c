@@ -1,5 +1,5 @@
 /* The frameworks as planning targets and the exports (issue 24), against readers written here
- * from each framework's semantics, independent of planner/framework.c: a Megatron-LM layout
+ * from each framework's semantics, independent of planner/methods/framework.c: a Megatron-LM layout
  * string gives each stage's blocks and --recompute-num-layers N each stage's first N of them
  * (or the per-rank file each stage's own); NeMo's first and last counts with the rest even;
  * ColossalAI's and FlagScale's lists. The reader's per-stage actions, put on the plan's layer

@@ -1,4 +1,4 @@
-/* The knapsack DP of planner/knapsack.h against brute force over every subset of a stage's
+/* The knapsack DP of planner/solvers/knapsack.h against brute force over every subset of a stage's
  * layers (tests/reference.h), on random stages of up to 14 layers; with recompute options,
  * the multiple-choice DP against every combination of choices, on stages of up to 10 layers
  * of 2 to 4 choices each. */

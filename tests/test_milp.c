@@ -1,5 +1,5 @@
 /* The knapsack DP against the same per-stage problem solved as a MILP by GLPK
- * (planner/milp.h), on random stages of up to 40 layers, and `ballast plan --verify` on random
+ * (planner/solvers/milp.h), on random stages of up to 40 layers, and `ballast plan --verify` on random
  * clusters written to files. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>

@@ -17,7 +17,7 @@
  * every stage, and the per-stage mode gives each stage the fastest of its own menu that fits
  * (the simulated step never decreases when a stage gets slower, sim.h, so that is the best
  * per-stage choice); the fastest fitting setting wins (ties: less memory). The same menus give
- * the repartition search its per-range costs (planner/repartition.c). */
+ * the repartition search its per-range costs (planner/search/repartition.c). */
 #ifndef BALLAST_FRAMEWORK_H
 #define BALLAST_FRAMEWORK_H
 

@@ -605,144 +605,193 @@ static int history_add(struct mc_history *h, int32_t parent, int choice, int n,
     return ERR_OK;
 }
 
-int knap_min_recompute_mc(const struct knap_problem *p, unsigned char *recompute,
-                          struct err *e)
+/* The multiple-choice DP's working set: states layer by layer (cur, then the candidates made
+ * from them), the distinct transients they can have, a bound on what the remaining layers
+ * keep, and each kept state's history (its parent and choice). */
+struct mc_solver {
+    const struct knap_problem *p;
+    int64_t *tvals; /* distinct transients of the choices that can fit, ascending, 0 first */
+    int D;
+    int64_t *rest; /* rest[l]: the fewest units layers l.. can keep */
+    double *tree;  /* least time so far by transient (prefix minima) */
+    struct mc_state *cur, *cand;
+    int64_t n_cur, cur_cap, cand_cap;
+    struct mc_history h;
+};
+
+static void mc_free(struct mc_solver *m)
 {
-    int n = p->n;
-    /* Whole-layer recomputation everywhere needs the fewest units (knapsack.h); keeping
-     * everything takes no time and, unless some choice is free, is the only choice that
-     * does. */
+    free(m->tvals);
+    free(m->rest);
+    free(m->tree);
+    free(m->cur);
+    free(m->cand);
+    free(m->h.parent);
+    free(m->h.choice);
+}
+
+/* Whether keeping everything is the answer (it takes no time; unless a choice is free it is
+ * the only choice that does), ERR_NOFIT when a layer's transient alone is over the cap. */
+static int mc_trivial(const struct knap_problem *p, int *kept_all)
+{
     __int128 all_kept = 0;
     int64_t most_transient = 0;
     int free_choice = 0;
-    for (int l = 0; l < n; l++) {
+    for (int l = 0; l < p->n; l++) {
         all_kept += p->w[l];
         most_transient = p->t[l] > most_transient ? p->t[l] : most_transient;
         for (int c = p->first_choice[l] + 1; c < p->first_choice[l + 1]; c++)
             free_choice |= p->choices[c].ms == 0;
     }
-    if (most_transient > p->cap)
-        return ERR_NOFIT;
-    memset(recompute, 0, (size_t)n);
-    if (all_kept <= p->cap && !free_choice)
-        return ERR_OK;
+    *kept_all = all_kept <= p->cap && !free_choice;
+    return most_transient > p->cap ? ERR_NOFIT : ERR_OK;
+}
 
-    int n_choices = p->first_choice[n], D = 0, rc = ERR_OK;
-    int64_t *tvals = malloc((size_t)(n_choices + 1) * sizeof *tvals);
-    int64_t *rest = malloc((size_t)(n + 1) * sizeof *rest);
-    double *tree = malloc((size_t)(n_choices + 2) * sizeof *tree);
-    struct mc_state *cur = malloc(sizeof *cur), *cand = NULL;
-    struct mc_history h = {0};
-    int64_t n_cur = 1, cur_cap = 1, cand_cap = 0;
-    if (tvals == NULL || rest == NULL || tree == NULL || cur == NULL) {
-        rc = err_set(e, ERR_FAIL, "out of memory");
-        goto done;
-    }
-    /* the distinct transients of the choices that can fit, 0 first */
-    tvals[D++] = 0;
+/* The distinct transients and the fewest units each suffix of layers can keep. */
+static int mc_init(struct mc_solver *m, const struct knap_problem *p, struct err *e)
+{
+    int n = p->n, n_choices = p->first_choice[n];
+    *m = (struct mc_solver){.p = p, .n_cur = 1, .cur_cap = 1};
+    m->tvals = malloc((size_t)(n_choices + 1) * sizeof *m->tvals);
+    m->rest = malloc((size_t)(n + 1) * sizeof *m->rest);
+    m->tree = malloc((size_t)(n_choices + 2) * sizeof *m->tree);
+    m->cur = malloc(sizeof *m->cur);
+    if (m->tvals == NULL || m->rest == NULL || m->tree == NULL || m->cur == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    m->tvals[m->D++] = 0;
     for (int c = 0; c < n_choices; c++)
         if (choice_fits(p, &p->choices[c]))
-            tvals[D++] = p->choices[c].t;
-    qsort(tvals, (size_t)D, sizeof *tvals, compare_i64);
+            m->tvals[m->D++] = p->choices[c].t;
+    qsort(m->tvals, (size_t)m->D, sizeof *m->tvals, compare_i64);
     int distinct = 1;
-    for (int i = 1; i < D; i++)
-        if (tvals[i] != tvals[distinct - 1])
-            tvals[distinct++] = tvals[i];
-    D = distinct;
-    /* rest[l]: the fewest units layers l.. can keep (at most n (cap + 1): no overflow) */
-    rest[n] = 0;
+    for (int i = 1; i < m->D; i++)
+        if (m->tvals[i] != m->tvals[distinct - 1])
+            m->tvals[distinct++] = m->tvals[i];
+    m->D = distinct;
+    m->rest[n] = 0; /* at most n (cap + 1): no overflow */
     for (int l = n - 1; l >= 0; l--) {
         int64_t least = p->cap + 1;
         for (int c = p->first_choice[l]; c < p->first_choice[l + 1]; c++)
             if (choice_fits(p, &p->choices[c]) && p->choices[c].w < least)
                 least = p->choices[c].w;
-        rest[l] = rest[l + 1] + least;
+        m->rest[l] = m->rest[l + 1] + least;
     }
-    cur[0] = (struct mc_state){0, 0, -1, 0, 0};
-    for (int l = 0; l < n && rc == ERR_OK; l++) {
-        int k = p->first_choice[l + 1] - p->first_choice[l];
-        if (n_cur * k > cand_cap) {
-            if (n_cur * k > KNAP_STATES_MAX) {
-                rc = err_set(e, ERR_INPUT,
-                             "the multiple-choice knapsack of %d layers would weigh %lld "
-                             "candidate states at layer %d (more than %lld): use a coarser "
-                             "--unit",
-                             n, (long long)(n_cur * k), l, (long long)KNAP_STATES_MAX);
-                break;
-            }
-            free(cand);
-            cand_cap = n_cur * k;
-            cand = malloc((size_t)cand_cap * sizeof *cand);
-            if (cand == NULL) {
-                rc = err_set(e, ERR_FAIL, "out of memory for %lld knapsack states",
-                             (long long)cand_cap);
-                break;
-            }
-        }
-        int64_t m = 0;
-        for (int64_t s = 0; s < n_cur; s++)
-            for (int c = 0; c < k; c++) {
-                const struct knap_choice *ch = &p->choices[p->first_choice[l] + c];
-                if (!choice_fits(p, ch))
-                    continue;
-                int32_t tix = cur[s].tix;
-                while (tvals[tix] < ch->t)
-                    tix++;
-                int64_t w = cur[s].w + ch->w;
-                if ((__int128)w + rest[l + 1] + tvals[tix] > p->cap)
-                    continue; /* cannot fit whatever the layers after it choose */
-                cand[m++] = (struct mc_state){w, tix, cur[s].id, cur[s].ms + ch->ms, c};
-            }
-        qsort(cand, (size_t)m, sizeof *cand, compare_state);
-        for (int i = 0; i <= D; i++)
-            tree[i] = INFINITY;
-        /* sorted by units, then transient: a candidate is beaten exactly when a state kept
-         * before it, with no larger transient, takes no more time */
-        int64_t kept = 0;
-        for (int64_t i = 0; i < m && rc == ERR_OK; i++) {
-            if (!(prefix_min(tree, cand[i].tix) > cand[i].ms))
+    m->cur[0] = (struct mc_state){0, 0, -1, 0, 0};
+    return ERR_OK;
+}
+
+/* Room for layer l's candidates: every state with every choice. */
+static int mc_reserve(struct mc_solver *m, int l, int k, struct err *e)
+{
+    int64_t need = m->n_cur * k;
+    if (need <= m->cand_cap)
+        return ERR_OK;
+    if (need > KNAP_STATES_MAX)
+        return err_set(e, ERR_INPUT,
+                       "the multiple-choice knapsack of %d layers would weigh %lld candidate "
+                       "states at layer %d (more than %lld): use a coarser --unit",
+                       m->p->n, (long long)need, l, (long long)KNAP_STATES_MAX);
+    free(m->cand);
+    m->cand_cap = need;
+    m->cand = malloc((size_t)need * sizeof *m->cand);
+    return m->cand != NULL ? ERR_OK
+                           : err_set(e, ERR_FAIL, "out of memory for %lld knapsack states",
+                                     (long long)need);
+}
+
+/* Layer l's candidates: each state with each choice that fits, unless the layers after it
+ * could not fit whatever they choose; returns how many. */
+static int64_t mc_candidates(struct mc_solver *m, int l)
+{
+    const struct knap_problem *p = m->p;
+    int k = p->first_choice[l + 1] - p->first_choice[l];
+    int64_t n = 0;
+    for (int64_t s = 0; s < m->n_cur; s++)
+        for (int c = 0; c < k; c++) {
+            const struct knap_choice *ch = &p->choices[p->first_choice[l] + c];
+            if (!choice_fits(p, ch))
                 continue;
-            lower(tree, D, cand[i].tix, cand[i].ms);
-            rc = history_add(&h, cand[i].id, cand[i].choice, n, e);
-            cand[kept] = cand[i];
-            cand[kept++].id = (int32_t)(h.used - 1);
+            int32_t tix = m->cur[s].tix;
+            while (m->tvals[tix] < ch->t)
+                tix++;
+            int64_t w = m->cur[s].w + ch->w;
+            if ((__int128)w + m->rest[l + 1] + m->tvals[tix] > p->cap)
+                continue;
+            m->cand[n++] = (struct mc_state){w, tix, m->cur[s].id, m->cur[s].ms + ch->ms, c};
         }
-        if (rc == ERR_OK && kept == 0)
-            rc = ERR_NOFIT; /* nothing fits these layers */
-        /* the kept candidates are the next layer's states */
-        struct mc_state *swap = cur;
-        int64_t swap_cap = cur_cap;
-        cur = cand;
-        cur_cap = cand_cap;
-        cand = swap;
-        cand_cap = swap_cap;
-        n_cur = kept;
+    return n;
+}
+
+/* The candidates no kept state beats become the next layer's states. Sorted by units, then
+ * transient: a candidate is beaten exactly when a state kept before it, with no larger
+ * transient, takes no more time. ERR_NOFIT when none is left. */
+static int mc_prune(struct mc_solver *m, int64_t n, struct err *e)
+{
+    qsort(m->cand, (size_t)n, sizeof *m->cand, compare_state);
+    for (int i = 0; i <= m->D; i++)
+        m->tree[i] = INFINITY;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!(prefix_min(m->tree, m->cand[i].tix) > m->cand[i].ms))
+            continue;
+        lower(m->tree, m->D, m->cand[i].tix, m->cand[i].ms);
+        ERR_TRY(history_add(&m->h, m->cand[i].id, m->cand[i].choice, m->p->n, e));
+        m->cand[kept] = m->cand[i];
+        m->cand[kept++].id = (int32_t)(m->h.used - 1);
     }
-    if (rc != ERR_OK)
-        goto done;
-    /* the least time, then (among times equal up to rounding) the fewest units */
+    if (kept == 0)
+        return ERR_NOFIT; /* nothing fits these layers */
+    struct mc_state *swap = m->cur;
+    int64_t swap_cap = m->cur_cap;
+    m->cur = m->cand;
+    m->cur_cap = m->cand_cap;
+    m->cand = swap;
+    m->cand_cap = swap_cap;
+    m->n_cur = kept;
+    return ERR_OK;
+}
+
+/* The least time, then (among times equal up to rounding) the fewest units, traced back to
+ * each layer's choice. */
+static void mc_answer(const struct mc_solver *m, unsigned char *recompute)
+{
     double least = INFINITY;
-    for (int64_t s = 0; s < n_cur; s++)
-        least = cur[s].ms < least ? cur[s].ms : least;
+    for (int64_t s = 0; s < m->n_cur; s++)
+        least = m->cur[s].ms < least ? m->cur[s].ms : least;
     int64_t best = -1, best_units = 0;
-    for (int64_t s = 0; s < n_cur; s++) {
-        int64_t units = cur[s].w + tvals[cur[s].tix];
-        if (!less_time(least, cur[s].ms) && (best < 0 || units < best_units)) {
+    for (int64_t s = 0; s < m->n_cur; s++) {
+        int64_t units = m->cur[s].w + m->tvals[m->cur[s].tix];
+        if (!less_time(least, m->cur[s].ms) && (best < 0 || units < best_units)) {
             best = s;
             best_units = units;
         }
     }
-    for (int32_t id = best >= 0 ? cur[best].id : -1, l = n - 1; id >= 0 && l >= 0; l--) {
-        recompute[l] = h.choice[id];
-        id = h.parent[id];
+    for (int32_t id = best >= 0 ? m->cur[best].id : -1, l = m->p->n - 1; id >= 0 && l >= 0;
+         l--) {
+        recompute[l] = m->h.choice[id];
+        id = m->h.parent[id];
     }
-done:
-    free(tvals);
-    free(rest);
-    free(tree);
-    free(cur);
-    free(cand);
-    free(h.parent);
-    free(h.choice);
+}
+
+/* Whole-layer recomputation everywhere needs the fewest units (knapsack.h). Layer by layer:
+ * every state with every choice, the dominated dropped. */
+int knap_min_recompute_mc(const struct knap_problem *p, unsigned char *recompute,
+                          struct err *e)
+{
+    int kept_all;
+    ERR_TRY(mc_trivial(p, &kept_all));
+    memset(recompute, 0, (size_t)p->n);
+    if (kept_all)
+        return ERR_OK;
+    struct mc_solver m;
+    int rc = mc_init(&m, p, e);
+    for (int l = 0; l < p->n && rc == ERR_OK; l++) {
+        rc = mc_reserve(&m, l, p->first_choice[l + 1] - p->first_choice[l], e);
+        if (rc == ERR_OK)
+            rc = mc_prune(&m, mc_candidates(&m, l), e);
+    }
+    if (rc == ERR_OK)
+        mc_answer(&m, recompute);
+    mc_free(&m);
     return rc;
 }

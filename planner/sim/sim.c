@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "schedule.h"
-#include "sim_passes.h"
 
 static int check_input(int S, int M, const struct sim_stage *stages, struct err *e)
 {

@@ -206,6 +206,12 @@ int sim_plan_reduced(const struct plan *p, const double *allreduce_ms, struct si
 /* Its iteration time alone (sim_makespan's), for searches that compare many plans. */
 int sim_plan_ms(const struct plan *p, double *iteration_ms, struct err *e);
 void sim_result_free(struct sim_result *r);
+/* The pass-by-pass walk (sim_passes.c), which sim_run_shape uses: any schedule of
+ * schedule.h, for these stages (virtual stages in model order; no stage run layer by layer).
+ * out->iteration_ms, and the tasks, busy, update and tail times where out has arrays for them.
+ * ERR_INPUT for a stage that offloads or hosts its optimizer. */
+int sim_passes(const struct schedule_shape *sh, const struct sim_stage *stages,
+               struct sim_result *out, struct err *e);
 
 const char *sim_kind_name(enum sim_kind kind);
 

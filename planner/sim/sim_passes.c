@@ -13,7 +13,7 @@
  * pass that finalizes gradients ends (its last B, or W where the backward splits: rest_ms then
  * counts the weight passes of the layers below it). As in sim.c the makespan is the longest
  * path through a fixed graph. 1F1B and GPipe run the same graph on sim.c's faster walk. */
-#include "sim_passes.h"
+#include "sim.h"
 
 #include <math.h>
 #include <stdlib.h>

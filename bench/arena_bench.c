@@ -257,7 +257,7 @@ static void print_totals(const struct totals *t, const struct args *a)
            100 * t->slots_over_best_max);
 }
 
-static int parse(int argc, char **argv, struct args *a)
+static int parse_bench_args(int argc, char **argv, struct args *a)
 {
     *a = (struct args){"gpt-1.3b,gpt-13b,gpt-175b", BALLAST_SOURCE_DIR "/configs/clusters", NULL,
                        0.5, 2};
@@ -287,7 +287,7 @@ int main(int argc, char **argv)
     struct args a;
     struct err e;
     err_clear(&e);
-    if (parse(argc, argv, &a))
+    if (parse_bench_args(argc, argv, &a))
         return ERR_INPUT;
     struct device_table dt = {0};
     if (devices_load(devices_default_file(), &dt, &e)) {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "stats.h"
 
 #define CHECK(call)                                                                          \
     do {                                                                                     \
@@ -22,12 +23,6 @@
             MPI_Abort(MPI_COMM_WORLD, 1);                                                    \
         }                                                                                    \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median one-way time in microseconds of `bytes` bytes between ranks 0 and 1. */
 static double one_way_us(int rank, char *buf, int bytes, int repeats, double *t)
@@ -45,11 +40,10 @@ static double one_way_us(int rank, char *buf, int bytes, int repeats, double *t)
         if (i >= 0)
             t[i] = (clock_now_s() - t0) * 1e6 / 2;
     }
-    qsort(t, (size_t)repeats, sizeof *t, cmp_double);
-    return t[repeats / 2];
+    return stats_upper_median(t, repeats);
 }
 
-static int parse(const char *text, long lo, long hi, long *out)
+static int parse_long(const char *text, long lo, long hi, long *out)
 {
     char *end;
     long v = strtol(text, &end, 10);
@@ -69,9 +63,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         int ok = i + 1 < argc;
         if (ok && strcmp(argv[i], "--bytes") == 0)
-            ok = parse(argv[++i], 9, 1 << 30, &bytes) == 0;
+            ok = parse_long(argv[++i], 9, 1 << 30, &bytes) == 0;
         else if (ok && strcmp(argv[i], "--repeats") == 0)
-            ok = parse(argv[++i], 1, 1000000, &repeats) == 0;
+            ok = parse_long(argv[++i], 1, 1000000, &repeats) == 0;
         else
             ok = 0;
         if (!ok) {

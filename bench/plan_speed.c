@@ -28,6 +28,7 @@
 #include "estimate.h"
 #include "planner.h"
 #include "plan_speed_search.h"
+#include "stats.h"
 
 static const char *const kinds[] = {"A100-80GB", "H100-80GB", "H200"};
 #define N_KINDS 3
@@ -68,18 +69,6 @@ static int make_cluster(const struct device_table *t, int S, struct cluster *c, 
         cluster_even_split(c->n_layers, S, s, &st->first, &st->last);
     }
     return ERR_OK;
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double plan_speed_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* One planning run: its time, and what it gave. */
@@ -199,9 +188,9 @@ int main(int argc, char **argv)
             double dp_min = dp[0];
             for (int r = 1; r < repeat; r++)
                 dp_min = dp[r] < dp_min ? dp[r] : dp_min;
-            double dp_med = plan_speed_median(dp, repeat);
+            double dp_med = stats_median(dp, repeat);
             if (knapsack) {
-                double both_med = plan_speed_median(both, repeat);
+                double both_med = stats_median(both, repeat);
                 printf("%6d  %-12s %-22s %10.3f %10.3f %14.3f %8.1f%s\n", S, methods[m], result,
                        dp_med, dp_min, both_med, both_med / dp_med,
                        b.rc != ERR_OK ? "  (GLPK run failed)" : b.agree ? "" : "  DISAGREE");

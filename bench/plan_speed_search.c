@@ -17,10 +17,11 @@
 #include "devices.h"
 #include "planner.h"
 #include "plan_speed_search.h"
+#include "stats.h"
 
 static double median_of(double *v, int n)
 {
-    return n > 0 ? plan_speed_median(v, n) : NAN;
+    return n > 0 ? stats_median(v, n) : NAN;
 }
 
 struct search_args {
@@ -30,7 +31,7 @@ struct search_args {
     long nodes;
 };
 
-static int parse_args(int argc, char **argv, struct search_args *a)
+static int parse_search_args(int argc, char **argv, struct search_args *a)
 {
     *a = (struct search_args){.sizes = {64, 128}, .n_sizes = 2, .instances = 7, .seed = 11,
                               .gap = -1};
@@ -111,7 +112,7 @@ static int run_instance(const struct device_table *t, const struct search_args *
 int search_bench_main(int argc, char **argv, const struct device_table *t)
 {
     struct search_args a;
-    if (parse_args(argc, argv, &a))
+    if (parse_search_args(argc, argv, &a))
         return 2;
     printf("plan_speed --search: --method optimal --repartition on %d random clusters per size, "
            "seed %llu\n%6s %4s %6s  %-50s %9s %9s %8s %6s %12s %12s\n",

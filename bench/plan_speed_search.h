@@ -12,9 +12,6 @@
 /* argv[0] is "--search"; returns the exit status. */
 int search_bench_main(int argc, char **argv, const struct device_table *t);
 
-/* The median of v[0..n-1] (sorts v; n >= 1). */
-double plan_speed_median(double *v, int n);
-
 /* Instance i of S stages for `seed` (plan_speed_cluster.c); M = 0: 2S micro-batches. *what
  * gets its width and kinds; the caller frees c with cluster_free. */
 int plan_speed_random_cluster(const struct device_table *t, uint64_t seed, int S, int i, int M,

@@ -10,14 +10,9 @@
 
 #include "clock.h"
 #include "sim.h"
+#include "stats.h"
 
 #define REPEATS 9
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void random_stages(struct sim_stage *st, int S, unsigned *seed)
 {
@@ -50,8 +45,7 @@ static double median_ns(enum schedule sch, int which, int S, int M, const struct
             }
         t[r] = (1e9 * clock_cpu_s() - t0) / calls;
     }
-    qsort(t, REPEATS, sizeof *t, cmp_double);
-    return t[REPEATS / 2];
+    return stats_upper_median(t, REPEATS);
 }
 
 static void row(int S, int M)

@@ -211,7 +211,7 @@ struct check_args {
     int same_split;
 };
 
-static int parse(int argc, char **argv, struct check_args *a)
+static int parse_check_args(int argc, char **argv, struct check_args *a)
 {
     *a = (struct check_args){0};
     for (int i = 1; i < argc; i++) {
@@ -308,7 +308,7 @@ int cmd_check(int argc, char **argv)
     struct cluster c;
     struct err e;
     err_clear(&e);
-    int rc = k ? parse(argc, argv, &a) : ERR_FAIL;
+    int rc = k ? parse_check_args(argc, argv, &a) : ERR_FAIL;
     if (rc) {
         free(k);
         return rc < 0 ? ERR_OK : rc;

@@ -223,7 +223,7 @@ static int set_option(const struct opt *k, const char *v, struct train_options *
 }
 
 /* *scaling: whether an option of the loss scaling was given. */
-static int parse(int argc, char **argv, struct train_options *o, int *scaling)
+static int parse_train_args(int argc, char **argv, struct train_options *o, int *scaling)
 {
     int format_given = 0;
     struct err e;
@@ -344,7 +344,7 @@ int cmd_train(int argc, char **argv)
     }
     struct plan plan;
     int loaded = 0;
-    int scaling = 0, rc = parse(argc, argv, &o, &scaling);
+    int scaling = 0, rc = parse_train_args(argc, argv, &o, &scaling);
     if (rc == ERR_OK && o.plan_file != NULL)
         rc = load_plan(o.plan_file, scaling, &plan, &loaded);
     o.plan = loaded ? &plan : NULL;

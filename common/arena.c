@@ -91,7 +91,7 @@ int64_t arena_above_cap(const struct arena_object *o, int n, int64_t cap)
     return above;
 }
 
-static void describe(const struct arena_object *o, char *buf, size_t len)
+static void describe_object(const struct arena_object *o, char *buf, size_t len)
 {
     snprintf(buf, len, "%s (micro-batch %d, layer %d%s, %lld bytes at %lld, ticks %d-%d)",
              arena_kind_name(o->kind), o->micro, o->layer,
@@ -105,15 +105,15 @@ int arena_check(const struct arena *a, struct err *e)
     char da[160], db[160];
     for (int i = 0; i < a->n; i++) {
         if (o[i].offset < 0 || o[i].offset + o[i].bytes > a->bytes) {
-            describe(&o[i], da, sizeof da);
+            describe_object(&o[i], da, sizeof da);
             return err_set(e, ERR_FAIL, "arena %s of %lld bytes: object %d, %s, is outside it",
                            a->method, (long long)a->bytes, i, da);
         }
         for (int j = i + 1; j < a->n; j++)
             if (arena_lifetimes_meet(&o[i], &o[j]) && o[i].offset < o[j].offset + o[j].bytes &&
                 o[j].offset < o[i].offset + o[i].bytes) {
-                describe(&o[i], da, sizeof da);
-                describe(&o[j], db, sizeof db);
+                describe_object(&o[i], da, sizeof da);
+                describe_object(&o[j], db, sizeof db);
                 return err_set(e, ERR_FAIL, "arena %s: objects %d, %s, and %d, %s, are live at "
                                "once and share bytes", a->method, i, da, j, db);
             }

@@ -273,8 +273,8 @@ static int resolve_host_links(struct cluster *c, struct err *e)
     return ERR_OK;
 }
 
-static int read_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
-                      const char *file, int s, int *has_layers, struct err *e)
+static int read_cluster_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
+                              const char *file, int s, int *has_layers, struct err *e)
 {
     static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
                                        "link",             "host_link",    "host_memory_bytes",
@@ -455,7 +455,7 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     c->n_stages = S;
     int has_layers = 0, s = 0;
     for (const cJSON *st = stages->child; st != NULL; st = st->next, s++)
-        if (read_stage(c, paths, st, file, s, &has_layers, e))
+        if (read_cluster_stage(c, paths, st, file, s, &has_layers, e))
             break;
     free(paths);
     if (e->code)

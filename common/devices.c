@@ -14,8 +14,8 @@ const char *devices_default_file(void)
     return env != NULL && env[0] != '\0' ? env : BALLAST_SOURCE_DIR "/configs/devices.json";
 }
 
-static int device_from_json(const cJSON *o, const char *file, const char *path,
-                            struct device_spec *d, struct err *e)
+static int device_spec_from_json(const cJSON *o, const char *file, const char *path,
+                                 struct device_spec *d, struct err *e)
 {
     static const char *const keys[] = {"name",          "kind",
                                        "peak_tflops_16bit", "peak_tflops_fp32",
@@ -95,7 +95,7 @@ int devices_load(const char *file, struct device_table *t, struct err *e)
     for (const cJSON *d = list->child; d != NULL; d = d->next, i++) {
         char path[JSONIO_PATH_MAX];
         jsonio_path_index(path, "devices", i);
-        if (device_from_json(d, file, path, &t->devices[i], e))
+        if (device_spec_from_json(d, file, path, &t->devices[i], e))
             goto done;
         for (int k = 0; k < i; k++)
             if (strcmp(t->devices[k].name, t->devices[i].name) == 0) {

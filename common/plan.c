@@ -311,8 +311,8 @@ static int read_arena(const cJSON *so, const char *file, const char *path, struc
 static int check_costs(const struct plan *p, const struct plan_stage *st, const char *file,
                        struct err *e);
 
-static int read_stage(const cJSON *so, const char *file, int s, struct plan *p,
-                      int expect_first, struct err *e)
+static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan *p,
+                           int expect_first, struct err *e)
 {
     char path[JSONIO_PATH_MAX], sub[JSONIO_PATH_MAX];
     int64_t v;
@@ -587,7 +587,7 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
         return e->code;
     int s = 0, next = 0;
     for (const cJSON *so = stages->child; so != NULL; so = so->next, s++) {
-        if (read_stage(so, file, s, p, next, e))
+        if (read_plan_stage(so, file, s, p, next, e))
             return e->code;
         next = p->stages[s].last + 1;
     }

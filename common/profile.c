@@ -200,8 +200,8 @@ cJSON *layer_cost_to_json(const struct layer_cost *c)
     return o;
 }
 
-static int device_from_json(const cJSON *root, const char *file, struct device_info *d,
-                            struct err *e)
+static int device_info_from_json(const cJSON *root, const char *file, struct device_info *d,
+                                 struct err *e)
 {
     const cJSON *obj = cJSON_GetObjectItemCaseSensitive(root, "device");
     if (obj == NULL)
@@ -235,7 +235,7 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
 {
     memset(p, 0, sizeof *p);
     if (jsonio_check_format(root, file, "profile", 1, e) ||
-        device_from_json(root, file, &p->device, e) ||
+        device_info_from_json(root, file, &p->device, e) ||
         jsonio_bool(root, file, "", "estimated", &p->estimated, e))
         return e->code;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -31,7 +31,7 @@ static cJSON *region_json(const char *job, const struct share_region *r)
     return o;
 }
 
-static cJSON *device_json(const struct share *s, int d)
+static cJSON *share_device_json(const struct share *s, int d)
 {
     const struct share_device *dv = &s->devices[d];
     cJSON *o = cJSON_CreateObject();
@@ -61,7 +61,7 @@ int share_write(const char *file, const struct share *s, struct err *e)
     }
     cJSON *devices = cJSON_AddArrayToObject(root, "devices");
     for (int d = 0; d < s->n_devices; d++)
-        cJSON_AddItemToArray(devices, device_json(s, d));
+        cJSON_AddItemToArray(devices, share_device_json(s, d));
     int rc = jsonio_write(file, root, e);
     cJSON_Delete(root);
     return rc;

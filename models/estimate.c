@@ -23,21 +23,21 @@ struct op_list {
     struct op ops[OPS_MAX];
 };
 
-static void add(struct op_list *l, double flops, double bytes, int gemm)
+static void add_op(struct op_list *l, double flops, double bytes, int gemm)
 {
     l->ops[l->n++] = (struct op){flops, bytes, gemm, 0};
 }
 
 /* A GEMM (M,K) x (K,N) whose weight is (K,N): forward once; backward twice (input gradient
  * and weight gradient, the latter accumulated into fp32). */
-static void gemm(struct op_list *fwd, struct op_list *bwd, double M, double K, double N,
-                 double e, int weight)
+static void add_gemm_ops(struct op_list *fwd, struct op_list *bwd, double M, double K, double N,
+                         double e, int weight)
 {
     double flops = 2 * M * K * N;
     double io = (M * K + K * N + M * N) * e;
-    add(fwd, flops, io, 1);
-    add(bwd, flops, io, 1);
-    add(bwd, flops, io + (weight ? 2 * K * N * 4.0 : 0), 1);
+    add_op(fwd, flops, io, 1);
+    add_op(bwd, flops, io, 1);
+    add_op(bwd, flops, io + (weight ? 2 * K * N * 4.0 : 0), 1);
     bwd->ops[bwd->n - 1].wgrad = weight;
 }
 
@@ -46,8 +46,8 @@ static void gemm(struct op_list *fwd, struct op_list *bwd, double M, double K, d
 static void pointwise(struct op_list *fwd, struct op_list *bwd, double elems, double in,
                       double out, double flops_per, double e)
 {
-    add(fwd, flops_per * elems, (in + out) * elems * e, 0);
-    add(bwd, 2 * flops_per * elems, 2 * (in + out) * elems * e, 0);
+    add_op(fwd, flops_per * elems, (in + out) * elems * e, 0);
+    add_op(bwd, 2 * flops_per * elems, 2 * (in + out) * elems * e, 0);
 }
 
 /* Tensor parallelism (Megatron-LM's, with sequence parallelism) splits a layer's work over t
@@ -62,7 +62,7 @@ static void attention_scores(struct op_list *fwd, struct op_list *bwd, const str
 {
     double B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
     double e = sizes_act_elem_bytes(m->dtype);
-    gemm(fwd, bwd, B * (NH / t) * T, C / NH, T, e, 0);      /* q k^T */
+    add_gemm_ops(fwd, bwd, B * (NH / t) * T, C / NH, T, e, 0);      /* q k^T */
     pointwise(fwd, bwd, B * (NH / t) * T * T, 1, 1, 5, e);  /* causal softmax */
 }
 
@@ -80,12 +80,12 @@ static void flash_attention(struct op_list *fwd, struct op_list *bwd, const stru
     double e = sizes_act_elem_bytes(m->dtype);
     double scores = 2 * B * NH * T * T * HS, elems = B * NH * T * T;
     double qkv = B * T * (NH + 2 * KV) * HS * e, o = B * T * NH * HS * e, lse = B * NH * T * 4;
-    add(fwd, 2 * scores, qkv + o + lse, 1);            /* q k^T and p v */
-    add(fwd, 5 * elems, 0, 0);                         /* online softmax, in fast memory */
-    add(bwd, scores, qkv + lse, 1);                    /* q k^T again */
-    add(bwd, 5 * elems, 0, 0);                         /* p again from the log-sum-exp */
-    add(bwd, 4 * scores, 2 * qkv + 2 * o + 2 * lse, 1); /* d v, d p, d q, d k */
-    add(bwd, 3 * elems, 0, 0);                         /* d s */
+    add_op(fwd, 2 * scores, qkv + o + lse, 1);            /* q k^T and p v */
+    add_op(fwd, 5 * elems, 0, 0);                         /* online softmax, in fast memory */
+    add_op(bwd, scores, qkv + lse, 1);                    /* q k^T again */
+    add_op(bwd, 5 * elems, 0, 0);                         /* p again from the log-sum-exp */
+    add_op(bwd, 4 * scores, 2 * qkv + 2 * o + 2 * lse, 1); /* d v, d p, d q, d k */
+    add_op(bwd, 3 * elems, 0, 0);                         /* d s */
 }
 
 /* The attention core of a block: scores, causal softmax and att v, materialised or flash;
@@ -100,7 +100,7 @@ static void attention_core(struct op_list *fwd, struct op_list *bwd, const struc
         return;
     }
     attention_scores(fwd, bwd, m, t);                        /* q k^T, causal softmax */
-    gemm(fwd, bwd, B * (NH / t) * T, T, m->n_embd / NH, e, 0); /* att v */
+    add_gemm_ops(fwd, bwd, B * (NH / t) * T, T, m->n_embd / NH, e, 0); /* att v */
 }
 
 static void gelu(struct op_list *fwd, struct op_list *bwd, const struct model *m, double t)
@@ -127,25 +127,25 @@ static void llama_layer_ops(const struct model *m, int layer, double t, struct o
     double BT = B * T, HS = C / NH, BTC = BT * C / t;
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
-        add(fwd, 0, BT * 4 + BT * C * 4 + BT * C * e / t, 0);
-        add(bwd, BT * C / t, BT * 4 + BT * C * e / t + 2 * BT * C * 4 / t, 0);
+        add_op(fwd, 0, BT * 4 + BT * C * 4 + BT * C * e / t, 0);
+        add_op(bwd, BT * C / t, BT * 4 + BT * C * e / t + 2 * BT * C * 4 / t, 0);
         break;
     case MODEL_LAYER_BLOCK:
         pointwise(fwd, bwd, BTC, 1, 1, 4, e);                     /* RMSNorm */
-        gemm(fwd, bwd, BT, C, (NH + 2 * KV) * HS / t, e, 1);      /* q, k, v */
+        add_gemm_ops(fwd, bwd, BT, C, (NH + 2 * KV) * HS / t, e, 1);      /* q, k, v */
         pointwise(fwd, bwd, BT * (NH + KV) * HS / t, 1, 1, 6, e); /* rotary positions */
         attention_core(fwd, bwd, m, KV, t);                       /* q k^T, softmax, att v */
-        gemm(fwd, bwd, BT, C / t, C, e, 1);                       /* o_proj */
+        add_gemm_ops(fwd, bwd, BT, C / t, C, e, 1);                       /* o_proj */
         pointwise(fwd, bwd, BTC, 2, 1, 1, e);                     /* residual */
         pointwise(fwd, bwd, BTC, 1, 1, 4, e);                     /* RMSNorm */
-        gemm(fwd, bwd, BT, C, 2 * F / t, e, 1);                   /* gate and up */
+        add_gemm_ops(fwd, bwd, BT, C, 2 * F / t, e, 1);                   /* gate and up */
         swiglu(fwd, bwd, m, t);
-        gemm(fwd, bwd, BT, F / t, C, e, 1);                       /* down */
+        add_gemm_ops(fwd, bwd, BT, F / t, C, e, 1);                       /* down */
         pointwise(fwd, bwd, BTC, 2, 1, 1, e);                     /* residual */
         break;
     case MODEL_LAYER_HEAD:
         pointwise(fwd, bwd, BTC, 1, 1, 4, e);                     /* final RMSNorm */
-        gemm(fwd, bwd, BT, C, V / t, e, 1);                       /* logits */
+        add_gemm_ops(fwd, bwd, BT, C, V / t, e, 1);                       /* logits */
         pointwise(fwd, bwd, BT * V / t, 1, 1, 5, e);              /* softmax and cross-entropy */
         break;
     }
@@ -170,24 +170,24 @@ static void layer_ops(const struct model *m, int layer, double t, struct op_list
     switch (model_layer_kind(m, layer)) {
     case MODEL_LAYER_EMBED:
         /* gather wte rows and add wpe; backward scatter-adds into the fp32 gradients */
-        add(fwd, BTC, BT * 4 + BT * C * 4 + BTC * 4 + BTC * e, 0);
-        add(bwd, 2 * BTC, BT * 4 + BTC * e + 4 * BTC * 4, 0);
+        add_op(fwd, BTC, BT * 4 + BT * C * 4 + BTC * 4 + BTC * e, 0);
+        add_op(bwd, 2 * BTC, BT * 4 + BTC * e + 4 * BTC * 4, 0);
         break;
     case MODEL_LAYER_BLOCK:
         pointwise(fwd, bwd, BTC, 1, 1, 8, e);             /* ln1 */
-        gemm(fwd, bwd, BT, C, 3 * C / t, e, 1);           /* qkv */
+        add_gemm_ops(fwd, bwd, BT, C, 3 * C / t, e, 1);           /* qkv */
         attention_core(fwd, bwd, m, NH, t);               /* q k^T, softmax, att v */
-        gemm(fwd, bwd, BT, C / t, C, e, 1);               /* attention projection */
+        add_gemm_ops(fwd, bwd, BT, C / t, C, e, 1);               /* attention projection */
         pointwise(fwd, bwd, BTC, 2, 1, 1, e);             /* residual */
         pointwise(fwd, bwd, BTC, 1, 1, 8, e);             /* ln2 */
-        gemm(fwd, bwd, BT, C, 4 * C / t, e, 1);           /* fc */
+        add_gemm_ops(fwd, bwd, BT, C, 4 * C / t, e, 1);           /* fc */
         gelu(fwd, bwd, m, t);
-        gemm(fwd, bwd, BT, 4 * C / t, C, e, 1);           /* fc projection */
+        add_gemm_ops(fwd, bwd, BT, 4 * C / t, C, e, 1);           /* fc projection */
         pointwise(fwd, bwd, BTC, 2, 1, 1, e);             /* residual */
         break;
     case MODEL_LAYER_HEAD:
         pointwise(fwd, bwd, BTC, 1, 1, 8, e);             /* final layer norm */
-        gemm(fwd, bwd, BT, C, V / t, e, 1);               /* logits */
+        add_gemm_ops(fwd, bwd, BT, C, V / t, e, 1);               /* logits */
         pointwise(fwd, bwd, BT * V / t, 1, 1, 5, e);      /* softmax and cross-entropy */
         break;
     }

@@ -21,16 +21,16 @@ int64_t llama_qkv_width(const struct model *m)
 }
 
 /* Appends one tensor to a table. */
-static void add(struct sizes_tensor *out, int *count, const char *name, int64_t elems,
-                int elem_bytes)
+static void add_tensor(struct sizes_tensor *out, int *count, const char *name, int64_t elems,
+                       int elem_bytes)
 {
     out[(*count)++] = (struct sizes_tensor){name, elems, elem_bytes};
 }
 
-#define ADD(name_, n_, e_) add(out, &count, name_, n_, e_)
+#define ADD(name_, n_, e_) add_tensor(out, &count, name_, n_, e_)
 
-static int params_tensors(const struct model *m, enum model_layer_kind kind,
-                          struct sizes_tensor *out)
+static int llama_params_tensors(const struct model *m, enum model_layer_kind kind,
+                                struct sizes_tensor *out)
 {
     int64_t C = m->n_embd, V = m->vocab_size, F = m->ffn_hidden, QKV = llama_qkv_width(m);
     int count = 0;
@@ -54,8 +54,8 @@ static int params_tensors(const struct model *m, enum model_layer_kind kind,
     return count;
 }
 
-static int kept_tensors(const struct model *m, enum model_layer_kind kind,
-                        struct sizes_tensor *out)
+static int llama_kept_tensors(const struct model *m, enum model_layer_kind kind,
+                              struct sizes_tensor *out)
 {
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
             V = m->vocab_size, F = m->ffn_hidden, QKV = llama_qkv_width(m);
@@ -92,8 +92,8 @@ static int kept_tensors(const struct model *m, enum model_layer_kind kind,
     return count;
 }
 
-static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
-                             struct sizes_tensor *out)
+static int llama_workspace_tensors(const struct model *m, enum model_layer_kind kind,
+                                   struct sizes_tensor *out)
 {
     int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
             F = m->ffn_hidden, QKV = llama_qkv_width(m);
@@ -129,9 +129,9 @@ static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
 #undef ADD
 
 const sizes_tensors_fn llama_size_tables[3] = {
-    [SIZES_PARAMS] = params_tensors,
-    [SIZES_KEPT] = kept_tensors,
-    [SIZES_WORKSPACE] = workspace_tensors,
+    [SIZES_PARAMS] = llama_params_tensors,
+    [SIZES_KEPT] = llama_kept_tensors,
+    [SIZES_WORKSPACE] = llama_workspace_tensors,
 };
 
 const struct model_ops model_ops_llama = {

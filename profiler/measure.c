@@ -10,6 +10,7 @@
 #include "layout.h"
 #include "rng.h"
 #include "sizes.h"
+#include "stats.h"
 
 #define POISON 0x7FA57DA5u /* a NaN as fp32, in bf16 (upper half) and in fp16 (both halves),
                               with payloads arithmetic never yields (it makes canonical NaNs),
@@ -56,19 +57,6 @@ struct measured {
     struct regen_scan full, opt[PROFILE_OPTIONS_MAX];
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place. */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* ---- the host link ---- */
 
 /* One copy to or from host memory, start to finish, in milliseconds. */
@@ -91,7 +79,7 @@ static int link_median(struct backend *be, int dir, char *dev, char *host, int64
 {
     for (int i = 0; i < repeats; i++)
         ERR_TRY(timed_copy(be, dir, dev, host, bytes, &t[i], e));
-    *ms = median(t, repeats);
+    *ms = stats_median(t, repeats);
     return ERR_OK;
 }
 
@@ -293,12 +281,12 @@ static void *send_buffer(const struct layer_view *v)
                                           : NULL;
 }
 
-static int forward(struct backend *be, const struct layer_view *v, void *out, struct err *e)
+static int layer_forward(struct backend *be, const struct layer_view *v, void *out, struct err *e)
 {
     return backend_layers(be, v->model)[v->kind].forward(be, v, out, e);
 }
 
-static int backward(struct backend *be, const struct layer_view *v, struct err *e)
+static int layer_backward(struct backend *be, const struct layer_view *v, struct err *e)
 {
     float scale = (float)(1.0 / ((double)v->model->micro_batch * v->model->seq_len));
     return backend_layers(be, v->model)[v->kind].backward(be, v, scale, e);
@@ -320,13 +308,13 @@ static int measure_kept(struct probe *p, struct measured *r, struct err *e)
     for (int a = ARENA_ACT; a < ARENAS; a++)
         ERR_TRY(poison(p, (enum arena)a, e));
     ERR_TRY(put_input(p->be, p->in, &v, e));
-    ERR_TRY(forward(p->be, &v, send_buffer(&v), e));
+    ERR_TRY(layer_forward(p->be, &v, send_buffer(&v), e));
     ERR_TRY(fetch(p, ARENA_WS, p->host, e));
     r->out = v.kind == MODEL_LAYER_HEAD
                  ? 4
                  : used_bytes(p->host, span(p, ARENA_WS), sizes_act_elem_bytes(p->m->dtype));
     ERR_TRY(put_dout(p->be, p->in, &v, e));
-    ERR_TRY(backward(p->be, &v, e));
+    ERR_TRY(layer_backward(p->be, &v, e));
     ERR_TRY(fetch(p, ARENA_WS, p->host, e));
     r->workspace = used_lines(p->host, span(p, ARENA_WS));
     ERR_TRY(fetch(p, ARENA_ACT, p->host, e));
@@ -348,7 +336,7 @@ static int measure_regen(struct probe *p, uint32_t regen, struct regen_scan *r, 
     for (int a = ARENA_ACT; a < ARENAS; a++)
         ERR_TRY(poison(p, (enum arena)a, e));
     ERR_TRY(put_input(p->be, p->in, &v, e));
-    ERR_TRY(forward(p->be, &v, send_buffer(&v), e));
+    ERR_TRY(layer_forward(p->be, &v, send_buffer(&v), e));
     ERR_TRY(fetch(p, ARENA_ACT, p->host, e));
     r->kept = used_lines(p->host, span(p, ARENA_ACT));
     ERR_TRY(fetch(p, ARENA_TRANSIENT, p->saved, e));
@@ -575,7 +563,7 @@ static int time_adamw(struct backend *be, const struct stage_layout *sl, int li,
             v[r] = d;
     }
     if (rc == ERR_OK)
-        *ms = median(v, o->repeats);
+        *ms = stats_median(v, o->repeats);
     free(v);
     return rc;
 }
@@ -716,12 +704,12 @@ static int measure_times(struct backend *be, const struct model *m, const struct
             rc = time_host_adamw(be, m, first + li, o, &c[li].host_optimizer_ms, e);
     }
     for (int li = 0; li < k && rc == ERR_OK; li++) {
-        c[li].fwd_ms = median(s.fwd + (int64_t)li * s.passes, s.passes);
-        c[li].bwd_ms = median(s.bwd + (int64_t)li * s.passes, s.passes);
+        c[li].fwd_ms = stats_median(s.fwd + (int64_t)li * s.passes, s.passes);
+        c[li].bwd_ms = stats_median(s.bwd + (int64_t)li * s.passes, s.passes);
         int per = c[li].n_options > 0 ? s.passes / c[li].n_options : 0;
         for (int j = 0; j < c[li].n_options; j++)
             c[li].options[j].recompute_ms =
-                median(s.opt + ((int64_t)li * PROFILE_OPTIONS_MAX + j) * per, per);
+                stats_median(s.opt + ((int64_t)li * PROFILE_OPTIONS_MAX + j) * per, per);
     }
     for (int a = 0; a < 4; a++)
         if (arena[a] != NULL)

@@ -14,6 +14,7 @@
 #include "llama_layers.h"
 #include "model_kind.h"
 #include "sizes.h"
+#include "stats.h"
 
 /* The buffers of a shard's operations, by role (each sized for the largest use, in fp32
  * elements, so that the model's activation dtype always fits). */
@@ -247,7 +248,7 @@ static int mlp_activation(struct shard *s, struct err *e)
                                     (int64_t)s->N * s->F, e);
 }
 
-static int block_forward(struct shard *s, struct err *e)
+static int shard_block_forward(struct shard *s, struct err *e)
 {
     ERR_TRY(norm(s, at(s, R_LN), at(s, R_X), s->s0, e));
     ERR_TRY(mm(s, at(s, R_QKV), NULL, at(s, R_LN), s->C, s->QKV, e));
@@ -261,7 +262,7 @@ static int block_forward(struct shard *s, struct err *e)
     return mm(s, at(s, R_OUT), at(s, R_RES), at(s, R_FCG), s->F, s->C, e);
 }
 
-static int block_backward(struct shard *s, struct err *e)
+static int shard_block_backward(struct shard *s, struct err *e)
 {
     const struct backend_ops *o = s->be->ops;
     ERR_TRY(mm_back(s, at(s, R_D2), at(s, R_OUT), at(s, R_FCG), s->F, s->C, e));
@@ -283,7 +284,7 @@ static int block_backward(struct shard *s, struct err *e)
 }
 
 /* The embedding's lookup gathers every token on every GPU (its vocabulary part's rows). */
-static int embed_forward(struct shard *s, struct err *e)
+static int shard_embed_forward(struct shard *s, struct err *e)
 {
     if (s->rotary) /* no position embedding */
         return s->be->ops->llama->embedding_forward(s->be, s->dt, at(s, R_OUT), s->tokens, s->w,
@@ -292,7 +293,7 @@ static int embed_forward(struct shard *s, struct err *e)
                                        s->T, s->C, e);
 }
 
-static int embed_backward(struct shard *s, struct err *e)
+static int shard_embed_backward(struct shard *s, struct err *e)
 {
     if (s->rotary) /* no position embedding */
         return s->be->ops->llama->embedding_backward(s->be, s->dt, s->dw, at(s, R_OUT),
@@ -301,7 +302,7 @@ static int embed_backward(struct shard *s, struct err *e)
                                         s->B, s->T, s->C, s->Vs, e);
 }
 
-static int head_forward(struct shard *s, struct err *e)
+static int shard_head_forward(struct shard *s, struct err *e)
 {
     ERR_TRY(norm(s, at(s, R_LN), at(s, R_X), s->s0, e));
     ERR_TRY(s->be->ops->matmul_forward(s->be, s->dt, at(s, R_OUT), NULL, at(s, R_LN), s->w, NULL,
@@ -310,7 +311,7 @@ static int head_forward(struct shard *s, struct err *e)
                                             s->Vs, e);
 }
 
-static int head_backward(struct shard *s, struct err *e)
+static int shard_head_backward(struct shard *s, struct err *e)
 {
     ERR_TRY(s->be->ops->crossentropy_backward(s->be, s->dt, at(s, R_OUT), s->tokens, 1.0f, s->N,
                                               s->Vs, e));
@@ -334,12 +335,6 @@ static int option_forward(struct shard *s, const char *name, struct err *e)
 
 typedef int (*shard_fn)(struct shard *s, const void *arg, struct err *e);
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median of o->repeats runs of fn after o->warmup, each timed by o->timer or by the host
  * clock around the backend's sync. */
 static int time_median(struct shard *s, shard_fn fn, const void *arg,
@@ -361,8 +356,7 @@ static int time_median(struct shard *s, shard_fn fn, const void *arg,
             v[r] = d;
     }
     if (rc == ERR_OK) {
-        qsort(v, (size_t)o->repeats, sizeof *v, cmp_double);
-        *ms = v[o->repeats / 2];
+        *ms = stats_upper_median(v, o->repeats);
     }
     free(v);
     return rc;
@@ -371,17 +365,17 @@ static int time_median(struct shard *s, shard_fn fn, const void *arg,
 static int run_forward(struct shard *s, const void *arg, struct err *e)
 {
     (void)arg;
-    return s->kind == MODEL_LAYER_EMBED  ? embed_forward(s, e)
-           : s->kind == MODEL_LAYER_HEAD ? head_forward(s, e)
-                                         : block_forward(s, e);
+    return s->kind == MODEL_LAYER_EMBED  ? shard_embed_forward(s, e)
+           : s->kind == MODEL_LAYER_HEAD ? shard_head_forward(s, e)
+                                         : shard_block_forward(s, e);
 }
 
 static int run_backward(struct shard *s, const void *arg, struct err *e)
 {
     (void)arg;
-    return s->kind == MODEL_LAYER_EMBED  ? embed_backward(s, e)
-           : s->kind == MODEL_LAYER_HEAD ? head_backward(s, e)
-                                         : block_backward(s, e);
+    return s->kind == MODEL_LAYER_EMBED  ? shard_embed_backward(s, e)
+           : s->kind == MODEL_LAYER_HEAD ? shard_head_backward(s, e)
+                                         : shard_block_backward(s, e);
 }
 
 static int run_option(struct shard *s, const void *arg, struct err *e)

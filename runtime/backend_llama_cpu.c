@@ -110,9 +110,9 @@ static int cpu_swiglu_backward(struct backend *be, enum model_dtype dt, void *di
     return wide_done(&x, dinp, di, 2 * n, e);
 }
 
-static int cpu_attention_forward(struct backend *be, enum model_dtype dt, void *out, void *att,
-                                 const void *qkv, int B, int T, int NH, int NKV, int hs,
-                                 struct err *e)
+static int cpu_gqa_attention_forward(struct backend *be, enum model_dtype dt, void *out, void *att,
+                                     const void *qkv, int B, int T, int NH, int NKV, int hs,
+                                     struct err *e)
 {
     struct wide x = {.dt = dt};
     int64_t n = (int64_t)B * T * NH * hs, n_att = (int64_t)B * NH * T * T,
@@ -124,10 +124,10 @@ static int cpu_attention_forward(struct backend *be, enum model_dtype dt, void *
     return wide_done(&x, out, o, n, e);
 }
 
-static int cpu_attention_backward(struct backend *be, enum model_dtype dt, void *dqkv,
-                                  void *datt, const void *dout, const void *qkv,
-                                  const void *att, int B, int T, int NH, int NKV, int hs,
-                                  struct err *e)
+static int cpu_gqa_attention_backward(struct backend *be, enum model_dtype dt, void *dqkv,
+                                      void *datt, const void *dout, const void *qkv,
+                                      const void *att, int B, int T, int NH, int NKV, int hs,
+                                      struct err *e)
 {
     struct wide x = {.dt = dt};
     int64_t n = (int64_t)B * T * NH * hs, n_att = (int64_t)B * NH * T * T,
@@ -149,6 +149,6 @@ const struct llama_kernels llama_kernels_cpu = {
     .rope_backward = cpu_rope_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
+    .attention_forward = cpu_gqa_attention_forward,
+    .attention_backward = cpu_gqa_attention_backward,
 };

@@ -604,7 +604,7 @@ static int read_loss(struct executor *x, int micro, const struct layer_view *v, 
 }
 
 /* Chunk c's forward of `micro` through its layers lo .. hi-1. */
-static int forward(struct executor *x, int c, int micro, struct err *e)
+static int chunk_forward(struct executor *x, int c, int micro, struct err *e)
 {
     const struct stage_layout *lay = x->c.lay;
     const struct backend_layer_ops *layers = backend_layers(x->c.be, x->c.model);
@@ -701,7 +701,7 @@ static struct layer_wgrad *wgrad_of(const struct executor *x, int li, int micro)
 
 /* The micro-batch is done with chunk c: its slot free (and, over a transport, the receipt of
  * a later one posted into it). */
-static int release(struct executor *x, int c, int micro, struct err *e)
+static int release_slot(struct executor *x, int c, int micro, struct err *e)
 {
     ERR_TRY(exec_mem_add(x, -x->c.lay->chunks[c].slot_bytes, e));
     return x->c.port->backward_done != NULL ? x->c.port->backward_done(x, micro, e) : ERR_OK;
@@ -724,7 +724,7 @@ static int grads_final(const struct executor *x, int c)
 
 /* Chunk c's backward of `micro`, layers hi-1 down to lo: whole, or where the schedule splits
  * it the input-gradient pass of its split layers (weight_pass does the rest). */
-static int backward(struct executor *x, int c, int micro, struct err *e)
+static int chunk_backward(struct executor *x, int c, int micro, struct err *e)
 {
     const struct model *m = x->c.model;
     const struct stage_layout *lay = x->c.lay;
@@ -773,7 +773,7 @@ static int backward(struct executor *x, int c, int micro, struct err *e)
     } else {
         ERR_TRY(ws_give(x, prev_id, e));
     }
-    return x->splits ? ERR_OK : release(x, c, micro, e);
+    return x->splits ? ERR_OK : release_slot(x, c, micro, e);
 }
 
 /* Chunk c's weight pass of `micro` (a split backward): each split layer's products' weight
@@ -793,7 +793,7 @@ static int weight_pass(struct executor *x, int c, int micro, struct err *e)
         if (grads_final(x, c) && x->c.port->last_backward != NULL)
             ERR_TRY(x->c.port->last_backward(x, li, e));
     }
-    return release(x, c, micro, e);
+    return release_slot(x, c, micro, e);
 }
 
 int exec_run(struct executor *x, struct err *e)
@@ -803,8 +803,8 @@ int exec_run(struct executor *x, struct err *e)
     for (x->op = 0; x->op < x->n_ops; x->op++) {
         const struct schedule_op *op = &x->ops[x->op];
         x->chunk = op->chunk;
-        ERR_TRY(op->pass == SCHEDULE_F   ? forward(x, op->chunk, op->micro, e)
-                : op->pass == SCHEDULE_B ? backward(x, op->chunk, op->micro, e)
+        ERR_TRY(op->pass == SCHEDULE_F   ? chunk_forward(x, op->chunk, op->micro, e)
+                : op->pass == SCHEDULE_B ? chunk_backward(x, op->chunk, op->micro, e)
                                          : weight_pass(x, op->chunk, op->micro, e));
     }
     ERR_TRY(ws_drain(x, e));

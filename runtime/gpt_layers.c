@@ -5,7 +5,7 @@
 #include "gpt_layers.h"
 #include "model_layers.h"
 
-static int unsupported(struct backend *be, const struct layer_view *l, struct err *e)
+static int gpt_cannot_regenerate(struct backend *be, const struct layer_view *l, struct err *e)
 {
     return err_set(e, ERR_FAIL,
                    "internal: the %s backend cannot regenerate kept tensors 0x%x of layer %d",
@@ -73,7 +73,7 @@ int gpt_embed_forward(struct backend *be, const struct layer_view *l, void *out,
 int gpt_embed_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
     /* the tokens are all the backward needs, and they are the checkpoint */
-    return l->regen == 0 ? ERR_OK : unsupported(be, l, e);
+    return l->regen == 0 ? ERR_OK : gpt_cannot_regenerate(be, l, e);
 }
 
 int gpt_embed_backward(struct backend *be, const struct layer_view *l, float loss_scale,
@@ -105,8 +105,8 @@ static int block_attention_forward(struct backend *be, const struct layer_view *
 }
 
 /* dqkv from d atty (`datty`). */
-static int block_attention_backward(struct backend *be, const struct layer_view *l,
-                                    const void *datty, struct err *e)
+static int gpt_block_attention_backward(struct backend *be, const struct layer_view *l,
+                                        const void *datty, struct err *e)
 {
     const struct model *m = l->model;
     void *const *k = l->kept, *const *w = l->ws;
@@ -121,7 +121,7 @@ static int block_attention_backward(struct backend *be, const struct layer_view 
 }
 
 /* Everything but the output projection of the MLP: what the backward needs. */
-static int block_kept_forward(struct backend *be, const struct layer_view *l, struct err *e)
+static int gpt_block_kept_forward(struct backend *be, const struct layer_view *l, struct err *e)
 {
     const struct backend_ops *o = be->ops;
     const struct model *m = l->model;
@@ -146,7 +146,7 @@ int gpt_block_forward(struct backend *be, const struct layer_view *l, void *out,
 {
     const struct model *m = l->model;
     int N = m->micro_batch * m->seq_len, C = m->n_embd;
-    ERR_TRY(block_kept_forward(be, l, e));
+    ERR_TRY(gpt_block_kept_forward(be, l, e));
     return be->ops->matmul_forward(be, m->dtype, out, l->kept[BLOCK_RES2],
                                    l->kept[BLOCK_FCH_GELU], l->params[BLOCK_FCPROJ_W],
                                    l->params[BLOCK_FCPROJ_B], N, 4 * C, C, e);
@@ -160,10 +160,10 @@ int gpt_block_recompute(struct backend *be, const struct layer_view *l, struct e
     const struct model *m = l->model;
     const uint32_t att = REGEN_BIT(BLOCK_ATT), gelu = REGEN_BIT(BLOCK_FCH_GELU);
     if (l->regen == sizes_full_regen(m, MODEL_LAYER_BLOCK))
-        return block_kept_forward(be, l, e);
+        return gpt_block_kept_forward(be, l, e);
     /* flash attention has no "attn" option: its probabilities are never kept */
     if (l->regen & ~(att | gelu) || (is_flash(m) && l->regen & att))
-        return unsupported(be, l, e);
+        return gpt_cannot_regenerate(be, l, e);
     void *const *k = l->kept;
     if (l->regen & att)
         ERR_TRY(be->ops->attention_forward(be, m->dtype, NULL, k[BLOCK_ATT], k[BLOCK_QKV],
@@ -196,7 +196,7 @@ int gpt_block_backward(struct backend *be, const struct layer_view *l, float los
                                   k[BLOCK_LN2_RSTD], N, C, e));
     ERR_TRY(layer_matmul_backward(be, l, dln, g[BLOCK_PROJ_W], g[BLOCK_PROJ_B], dres,
                                   k[BLOCK_ATTY], p[BLOCK_PROJ_W], N, C, C, e));
-    ERR_TRY(block_attention_backward(be, l, dln, e));
+    ERR_TRY(gpt_block_attention_backward(be, l, dln, e));
     ERR_TRY(layer_matmul_backward(be, l, dln, g[BLOCK_QKV_W], g[BLOCK_QKV_B], w[BLOCK_DQKV],
                                   k[BLOCK_LN1], p[BLOCK_QKV_W], N, C, 3 * C, e));
     /* the residual carries dres straight to the input; ln1 adds its share */
@@ -208,8 +208,8 @@ int gpt_block_backward(struct backend *be, const struct layer_view *l, float los
 
 /* ---- head: final layer norm, output projection, softmax cross-entropy ---- */
 
-static int head_kept_forward(struct backend *be, const struct layer_view *l, float *losses,
-                             struct err *e)
+static int gpt_head_kept_forward(struct backend *be, const struct layer_view *l, float *losses,
+                                 struct err *e)
 {
     const struct backend_ops *o = be->ops;
     const struct model *m = l->model;
@@ -225,14 +225,14 @@ static int head_kept_forward(struct backend *be, const struct layer_view *l, flo
 
 int gpt_head_forward(struct backend *be, const struct layer_view *l, void *out, struct err *e)
 {
-    return head_kept_forward(be, l, l->ws[HEAD_LOSSES], e);
+    return gpt_head_kept_forward(be, l, l->ws[HEAD_LOSSES], e);
 }
 
 int gpt_head_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
     if (l->regen != sizes_full_regen(l->model, MODEL_LAYER_HEAD))
-        return unsupported(be, l, e);
-    return head_kept_forward(be, l, NULL, e);
+        return gpt_cannot_regenerate(be, l, e);
+    return gpt_head_kept_forward(be, l, NULL, e);
 }
 
 int gpt_head_backward(struct backend *be, const struct layer_view *l, float loss_scale,

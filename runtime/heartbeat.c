@@ -62,7 +62,7 @@ static void name_of(const struct heartbeat *h, int w, char *out, size_t cap)
 }
 
 /* Prints the verdict as this rank sees it; the process then ends. */
-static void say(const struct heartbeat *h, const struct hb_msg *m)
+static void print_verdict(const struct heartbeat *h, const struct hb_msg *m)
 {
     char me[96], who[HB_NAMED_MAX * 96 + 64] = "";
     size_t len = 0;
@@ -107,7 +107,7 @@ static void send_msg(struct heartbeat *h, int to, const struct hb_msg *m, MPI_Re
 
 /* One of h's messages that needs no answer and may never be received: its request is let go
  * (the message stays in h until the end). */
-static void post(struct heartbeat *h, int to, const struct hb_msg *m)
+static void post_msg(struct heartbeat *h, int to, const struct hb_msg *m)
 {
     MPI_Request q;
     send_msg(h, to, m, &q);
@@ -153,8 +153,8 @@ static _Noreturn void obey(struct heartbeat *h, const struct hb_msg *m)
 {
     if (atomic_load(&h->n_stages) == 0)
         atomic_store(&h->n_stages, m->n_stages);
-    say(h, m);
-    post(h, 0, &h->ack);
+    print_verdict(h, m);
+    post_msg(h, 0, &h->ack);
     struct timespec ts = {0, 50000000};
     for (double until = clock_now_s() + h->deadline; clock_now_s() < until;)
         nanosleep(&ts, NULL);
@@ -202,12 +202,12 @@ static int drain(struct heartbeat *h, double now)
  * awaited (at most min(deadline, 2 s)), then the end. */
 static _Noreturn void pass_verdict(struct heartbeat *h, const struct hb_msg *m)
 {
-    say(h, m);
+    print_verdict(h, m);
     h->verdict = *m;
     int told = 0;
     for (int k = 1; k < h->size; k++)
         if (!h->gone[k] && h->heard[k] > clock_now_s() - h->deadline) {
-            post(h, k, &h->verdict);
+            post_msg(h, k, &h->verdict);
             told++;
         }
     double until = clock_now_s() + (h->deadline < 2 ? h->deadline : 2);
@@ -278,7 +278,7 @@ static void judge(struct heartbeat *h, double now)
     if (h->size > 1 && !h->gone[0] && silent > h->deadline + 2 * h->period) {
         struct hb_msg m = {.kind = HB_VERDICT, .verdict = HB_SILENT};
         name(&m, 0, silent);
-        say(h, &m);
+        print_verdict(h, &m);
         end_process(1);
     }
 }
@@ -306,7 +306,7 @@ static void depart(struct heartbeat *h)
         if (h->sent[k] != MPI_REQUEST_NULL)
             MPI_RELEASE(MPI_Request_free(&h->sent[k]));
         if (watches(h, k))
-            post(h, k, &h->bye);
+            post_msg(h, k, &h->bye);
     }
 }
 
@@ -347,7 +347,7 @@ static void *run(void *arg)
     return NULL;
 }
 
-static void release(struct heartbeat *h)
+static void free_heartbeat(struct heartbeat *h)
 {
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
@@ -421,7 +421,7 @@ int heartbeat_start(struct heartbeat **out, double deadline_s, double stall_s, c
     pthread_condattr_destroy(&ca);
     if (tables(h) != 0) {
         int size = h->size;
-        release(h);
+        free_heartbeat(h);
         return err_set(e, ERR_FAIL, "out of memory for the heartbeat of %d ranks", size);
     }
     pthread_attr_t at;
@@ -430,7 +430,7 @@ int heartbeat_start(struct heartbeat **out, double deadline_s, double stall_s, c
     int rc = pthread_create(&h->thread, &at, run, h);
     pthread_attr_destroy(&at);
     if (rc != 0) {
-        release(h);
+        free_heartbeat(h);
         return err_set(e, ERR_FAIL, "cannot start the heartbeat thread: %s", strerror(rc));
     }
     *out = h;
@@ -465,5 +465,5 @@ void heartbeat_free(struct heartbeat *h)
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->thread, NULL);
-    release(h);
+    free_heartbeat(h);
 }

@@ -41,7 +41,7 @@ static int kernels(struct backend *be, const struct llama_kernels **k, struct er
     return ERR_OK;
 }
 
-static int unsupported(struct backend *be, const struct layer_view *l, struct err *e)
+static int llama_cannot_regenerate(struct backend *be, const struct layer_view *l, struct err *e)
 {
     return err_set(e, ERR_FAIL,
                    "internal: the %s backend cannot regenerate kept tensors 0x%x of llama layer "
@@ -73,7 +73,8 @@ static int embed_forward(struct backend *be, const struct layer_view *l, void *o
 
 static int embed_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
-    return l->regen == 0 ? ERR_OK : unsupported(be, l, e); /* the tokens are the checkpoint */
+    /* the tokens are the checkpoint */
+    return l->regen == 0 ? ERR_OK : llama_cannot_regenerate(be, l, e);
 }
 
 static int embed_backward(struct backend *be, const struct layer_view *l, float loss_scale,
@@ -102,7 +103,7 @@ static int block_attention(struct backend *be, const struct llama_kernels *k,
                                     hs_of(m), e);
     ERR_TRY(backend_flash(be, &f, e));
     if (out == NULL)
-        return unsupported(be, l, e);
+        return llama_cannot_regenerate(be, l, e);
     return f->forward(be, m->dtype, out, l->kept[LB_ATT], l->kept[LB_QKV], m->micro_batch,
                       m->seq_len, m->n_head, m->n_kv_head, hs_of(m), e);
 }
@@ -181,7 +182,7 @@ static int block_recompute(struct backend *be, const struct layer_view *l, struc
     if (l->regen == sizes_full_regen(l->model, MODEL_LAYER_BLOCK))
         return block_kept_forward(be, k, l, e);
     if (l->regen & ~(att | sw))
-        return unsupported(be, l, e);
+        return llama_cannot_regenerate(be, l, e);
     if (l->regen & att)
         ERR_TRY(block_attention(be, k, l, NULL, e));
     if (l->regen & sw)
@@ -250,7 +251,7 @@ static int head_forward(struct backend *be, const struct layer_view *l, void *ou
 static int head_recompute(struct backend *be, const struct layer_view *l, struct err *e)
 {
     if (l->regen != sizes_full_regen(l->model, MODEL_LAYER_HEAD))
-        return unsupported(be, l, e);
+        return llama_cannot_regenerate(be, l, e);
     return head_kept_forward(be, l, NULL, e);
 }
 

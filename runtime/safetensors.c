@@ -167,8 +167,8 @@ static int describe_llama(const struct model *m, const struct layer_layout *L, i
 }
 
 /* Parameter k of layer L as the file names and shapes it (shapes in the file's layout). */
-static int describe(const struct model *m, const struct layer_layout *L, int k,
-                    struct st_param *p, struct err *e)
+static int describe_param(const struct model *m, const struct layer_layout *L, int k,
+                          struct st_param *p, struct err *e)
 {
     /* Hugging Face's checkpoint layouts, by model_type (model_kind.hf_type) */
     static const struct {
@@ -218,7 +218,7 @@ int st_stage_collect(struct stage_runner *r, struct st_tensor **t, int *n, char 
         const struct layer_layout *L = &lay->layers[li];
         for (int k = 0; k < L->n_params && rc == ERR_OK; k++) {
             struct st_param p;
-            if ((rc = describe(r->c.model, L, k, &p, e)))
+            if ((rc = describe_param(r->c.model, L, k, &p, e)))
                 break;
             char *dst = *blob + at;
             for (int i = 0; i < p.n; i++) { /* the pieces' bytes follow each other */
@@ -538,7 +538,7 @@ int st_stage_load(struct stage_runner *r, const char *file, struct err *e)
         for (int k = 0; k < L->n_params && rc == ERR_OK; k++) {
             struct st_param p;
             int64_t at = 0; /* the pieces are row blocks of one matrix */
-            rc = describe(r->c.model, L, k, &p, e);
+            rc = describe_param(r->c.model, L, k, &p, e);
             for (int i = 0; i < p.n && rc == ERR_OK; at += elems_of(&p.t[i++]))
                 rc = read_tensor(&f, &p.t[i], &p, v + at, tmp, e);
             if (rc == ERR_OK)

@@ -54,7 +54,7 @@ struct run {
 };
 
 /* Prints this rank's message, naming its stage (and replica). */
-static void say(const struct run *r, const struct err *e)
+static void report_stage_error(const struct run *r, const struct err *e)
 {
     if (r->dp.dp > 1)
         fprintf(stderr, "ballast train: replica %d, stage %d: %s\n", r->dp.replica, r->rank,
@@ -66,7 +66,7 @@ static void say(const struct run *r, const struct err *e)
 
 static void fail_now(struct run *r, const struct err *e)
 {
-    say(r, e);
+    report_stage_error(r, e);
     MPI_RELEASE(MPI_Abort(MPI_COMM_WORLD, ERR_FAIL));
 }
 
@@ -603,7 +603,7 @@ static int save(struct run *r, int64_t step, struct err *e)
         all = agree(r, rc, &first);
     if (all != ERR_OK) {
         if (r->world_rank == first)
-            say(r, e);
+            report_stage_error(r, e);
         if (r->dp.replica == 0)
             ckpt_remove_step(r->o->save_dir, r->rank, step);
         return err_set(e, ERR_FAIL, "stopped at step %lld: rank %d (replica %d, stage %d) could "
@@ -626,7 +626,7 @@ static int save_weights(struct run *r, struct err *e)
     if (agree(r, rc, &first) == ERR_OK)
         return ERR_OK;
     if (r->world_rank == first)
-        say(r, e);
+        report_stage_error(r, e);
     return err_set(e, ERR_FAIL, "--save-weights: rank %d (replica %d, stage %d) could not write "
                    "the weights (its message above)", first, first / r->size, first % r->size);
 }
@@ -648,8 +648,8 @@ static void free_run(struct run *r)
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */
-static int finish(struct run *r, struct report *rep, const struct report_stage *mine,
-                  struct err *e)
+static int gather_report(struct run *r, struct report *rep, const struct report_stage *mine,
+                         struct err *e)
 {
     const struct train_options *o = r->o;
     struct report_stage *all = NULL;
@@ -1015,7 +1015,7 @@ static int train_loop(struct run *r, struct err *e)
         rc = sum_steps(r, &rep, e);
     }
     if (rc == ERR_OK)
-        rc = finish(r, &rep, &mine, e);
+        rc = gather_report(r, &rep, &mine, e);
     free(rep.steps);
     return rc;
 }

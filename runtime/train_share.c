@@ -192,7 +192,7 @@ static int check_paths(const struct share_run *r, struct err *e)
 }
 
 /* The CPU, or the GPU (local rank mod the node's GPUs) where the job's plans put the stage. */
-static int start_backend(struct share_run *r, struct err *e)
+static int start_share_backend(struct share_run *r, struct err *e)
 {
     const char *d = r->o->device;
     const struct plan_stage *st = &r->sh.jobs[0].plan.stages[r->rank];
@@ -326,7 +326,7 @@ static int setup_rank(struct share_run *r, struct err *e)
     r->jobs = calloc((size_t)r->sh.n_jobs, sizeof *r->jobs);
     if (r->jobs == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    ERR_TRY(start_backend(r, e));
+    ERR_TRY(start_share_backend(r, e));
     ERR_TRY(alloc_regions(r, e));
     for (int j = 0; j < r->sh.n_jobs; j++)
         ERR_TRY(start_job(r, j, e));
@@ -457,7 +457,7 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
 
 /* --save-weights: each job's, every rank's stage of it; every rank learns each outcome, the
  * first rank that failed says why. */
-static int save_weights(struct share_run *r, struct err *e)
+static int save_each_job_weights(struct share_run *r, struct err *e)
 {
     for (int j = 0; r->o->save_weights_file != NULL && j < r->sh.n_jobs; j++) {
         char pattern[FILEIO_PATH_MAX];
@@ -557,7 +557,7 @@ static cJSON *job_json(const struct share_run *r, int j, const double *all)
 
 /* Device d's measured peak: the persistent regions and the largest temporary live (shared),
  * or the largest job (full). */
-static cJSON *device_json(const struct share_run *r, int d, const double *all)
+static cJSON *device_report_json(const struct share_run *r, int d, const double *all)
 {
     const struct share_device *dv = &r->sh.devices[d];
     int J = r->sh.n_jobs;
@@ -612,7 +612,7 @@ static int write_metrics(const struct share_run *r, const double *all, const dou
     cJSON_AddItemToObject(root, "switches", switches_json(r, ms, moved, temporary));
     cJSON *devices = cJSON_AddArrayToObject(root, "devices");
     for (int d = 0; d < r->size; d++)
-        cJSON_AddItemToArray(devices, device_json(r, d, all));
+        cJSON_AddItemToArray(devices, device_report_json(r, d, all));
     int rc = jsonio_write(r->o->metrics_file, root, e);
     cJSON_Delete(root);
     return rc;
@@ -620,7 +620,7 @@ static int write_metrics(const struct share_run *r, const double *all, const dou
 
 /* Every rank's numbers to rank 0: jobs' stages gathered, switches' ms the slowest rank's,
  * bytes summed over ranks. */
-static int finish(struct share_run *r, struct err *e)
+static int gather_share_report(struct share_run *r, struct err *e)
 {
     int J = r->sh.n_jobs, n = r->n_switches;
     double *mine = calloc((size_t)J * REP_N, sizeof *mine);
@@ -708,9 +708,9 @@ int train_share_run(const struct train_options *o, int rank, int size)
     } else if (e.code != ERR_OK) {
         share_fail_now(&r, &e);
     }
-    rc = save_weights(&r, &e);
+    rc = save_each_job_weights(&r, &e);
     if (rc == ERR_OK)
-        rc = finish(&r, &e);
+        rc = gather_share_report(&r, &e);
     all = share_agree(&r, rc, &first);
     if (all != ERR_OK && r.rank == first)
         fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);

@@ -10,7 +10,7 @@ struct mpi_transport {
     MPI_Request *reqs; /* MPI_REQUEST_NULL when free */
 };
 
-static int take_slot(struct mpi_transport *m, int *req, struct err *e)
+static int take_request_slot(struct mpi_transport *m, int *req, struct err *e)
 {
     for (int i = 0; i < m->n; i++)
         if (m->reqs[i] == MPI_REQUEST_NULL) {
@@ -32,7 +32,7 @@ static int mpi_isend(struct transport *t, const void *buf, int64_t bytes, int pe
                      int *req, struct err *e)
 {
     struct mpi_transport *m = t->impl;
-    if (count_of(bytes, e) || take_slot(m, req, e))
+    if (count_of(bytes, e) || take_request_slot(m, req, e))
         return e->code;
     MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->reqs[*req]), e);
     return ERR_OK;
@@ -42,7 +42,7 @@ static int mpi_irecv(struct transport *t, void *buf, int64_t bytes, int peer, in
                      struct err *e)
 {
     struct mpi_transport *m = t->impl;
-    if (count_of(bytes, e) || take_slot(m, req, e))
+    if (count_of(bytes, e) || take_request_slot(m, req, e))
         return e->code;
     MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->reqs[*req]), e);
     return ERR_OK;

@@ -11,6 +11,7 @@
 extern "C" {
 #include "clock.h"
 #include "cuda_device.h"
+#include "stats.h"
 }
 
 struct tp_group {
@@ -19,12 +20,6 @@ struct tp_group {
     cudaStream_t *streams;
     char **send, **recv;
 };
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int group_init(tp_group *g, int64_t bytes, struct err *e)
 {
@@ -97,10 +92,8 @@ static int time_both(tp_group *g, int64_t bytes, int repeats, double *ag, double
             v[r] = a, v[repeats + r] = b;
     }
     if (rc == ERR_OK) {
-        qsort(v, (size_t)repeats, sizeof *v, cmp);
-        qsort(v + repeats, (size_t)repeats, sizeof *v, cmp);
-        *ag = v[repeats / 2];
-        *rs = v[repeats + repeats / 2];
+        *ag = stats_upper_median(v, repeats);
+        *rs = stats_upper_median(v + repeats, repeats);
     }
     free(v);
     return rc;

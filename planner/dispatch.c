@@ -159,8 +159,8 @@ static void apply_split(const struct model *m, int first, int n, int splits, int
 }
 
 /* Stage s (on GPU g of the cluster) as the cluster gives it, nothing recomputed yet. */
-static void stage_layout(const struct cluster *c, const struct schedule_shape *sh,
-                         struct plan *p, int s, int in_flight)
+static void dispatch_stage_layout(const struct cluster *c, const struct schedule_shape *sh,
+                                  struct plan *p, int s, int in_flight)
 {
     struct plan_stage *st = &p->stages[s];
     int chunk, g = schedule_gpu(sh, s, &chunk), n = plan_stage_layer_count(st);
@@ -269,7 +269,7 @@ int plan_layout(const struct cluster *c, const struct plan_options *o, struct pl
     out->unit_bytes = o->unit_bytes;
     out->model = c->model;
     for (int s = 0; s < S; s++)
-        stage_layout(c, &sh, out, s, flights[s]);
+        dispatch_stage_layout(c, &sh, out, s, flights[s]);
     free(flights);
     for (int s = 0; s < S; s++) { /* a GPU's chunks count together: once all are laid out */
         struct stage_cost before;

@@ -12,6 +12,8 @@
   declares the kinds) and common/model_kind.c (their table, indexed by them);
 - every document a source file or a document names (NAME.md, docs/NAME.md) is in the
   repository;
+- a function's name is defined in one file only (each program's main, each command's help and
+  a kernel's host and device versions aside), so that a name says one thing across the tree;
 - the project's own headers include one another without a circle (a header that needs a
   declaration from one that needs it back: the declaration belongs in the lower of the two).
 Each check is made to fail on a planted example of what it forbids, so that it cannot pass
@@ -213,8 +215,61 @@ def check_includes(repo):
         FAILS.append("include circle: %s" % " -> ".join(cycle))
 
 
+# Names defined more than once on purpose: each program's main, each command's help, and a
+# kernel's host (.c) and device (.cu) implementations of one name.
+NAMES_SHARED = ("main", "help")
+
+
+def definitions(text):
+    """The names of the functions `text` defines (the project's style: the signature from the
+    first column, then a line holding "{")."""
+    lines = text.split("\n")
+    names = []
+    for i, line in enumerate(lines):
+        if line != "{" or i == 0:
+            continue
+        j = i - 1
+        while j > 0 and not re.match(r"[A-Za-z_]", lines[j]):
+            j -= 1
+        m = re.match(r"(?:[A-Za-z_][\w\s*]*?[\s*])?(\w+)\s*\(", lines[j])
+        if m and not lines[j].startswith(("struct ", "enum ", "typedef ", "union ")):
+            names.append(m.group(1))
+    return names
+
+
+def name_collisions(defs):
+    """{name: files} of names defined in more than one file, beyond NAMES_SHARED and one .cu
+    file mirroring .c files."""
+    bad = {}
+    for name, where in defs.items():
+        cu = [f for f in where if f.endswith(".cu")]
+        if len(where) < 2 or name in NAMES_SHARED or (len(cu) == 1 and len(where) > 1):
+            continue
+        bad[name] = sorted(where)
+    return bad
+
+
+def check_names(repo):
+    defs = {}
+    for f in tracked(repo):
+        if f.endswith((".c", ".cu")) and not f.startswith("tests/") and \
+                os.path.isfile(os.path.join(repo, f)):
+            for name in set(definitions(open(os.path.join(repo, f), encoding="utf-8").read())):
+                defs.setdefault(name, set()).add(f)
+    for name, where in sorted(name_collisions(defs).items()):
+        FAILS.append("%s is defined in %s: a name says one thing across the tree"
+                     % (name, ", ".join(where)))
+
+
 def self_test():
     """Each check catches what it forbids."""
+    planted = "static int\nbetter(int a,\n       int b)\n{\n    return a < b;\n}\n"
+    if definitions(planted) != ["better"]:
+        FAILS.append("self-test: the definitions found: %r" % definitions(planted))
+    got = name_collisions({"better": {"a.c", "b.c"}, "help": {"cmd_a.c", "cmd_b.c"},
+                           "gemm": {"k.cu", "k_cpu.c"}, "attn": {"a.cu", "b.cu", "c.c"}})
+    if got != {"better": ["a.c", "b.c"], "attn": ["a.cu", "b.cu", "c.c"]}:
+        FAILS.append("self-test: the name check: %r" % got)
     planted = "int f(void)\n{\n    MPI_CHECK(MPI_Barrier(c), e);\n    MPI_Comm_free(&c);\n}\n"
     if unwrapped_mpi(planted) != [4]:
         FAILS.append("self-test: the MPI check missed an unwrapped call: %r"
@@ -259,6 +314,7 @@ def main():
     check_docs(repo)
     check_includes(repo)
     check_kinds(repo)
+    check_names(repo)
     for f in FAILS:
         print("FAIL", f)
     print("test_promises: %d failure(s)" % len(FAILS))

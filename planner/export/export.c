@@ -27,8 +27,8 @@ static double pct(double a, double b)
 }
 
 /* The framework's plan beside the original: step and every stage's memory. */
-static void compare(FILE *f, const struct plan *was, const struct plan *now,
-                    const struct framework *fw, const char *why)
+static void export_compare(FILE *f, const struct plan *was, const struct plan *now,
+                           const struct framework *fw, const char *why)
 {
     fprintf(f, "ballast export: %s cannot run the plan as it is (%s): its best settings on the "
                "same split:\n", fw->title, why);
@@ -170,7 +170,7 @@ static int settings_for(const struct plan *p, const struct framework *f,
                        why, msg);
     }
     *replanned = 1;
-    compare(o->note, p, run, f, why);
+    export_compare(o->note, p, run, f, why);
     return ERR_OK;
 }
 

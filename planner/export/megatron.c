@@ -26,7 +26,7 @@ static void argf(FILE *f, int *first, const char *name, int value)
 }
 
 /* The layout string: E the embedding, t a block, L the loss head, | between stages. */
-static void layout(const struct export_job *x, char *out, size_t size)
+static void megatron_layout(const struct export_job *x, char *out, size_t size)
 {
     int n = 0, S = x->p->n_stages;
     out[0] = '\0';
@@ -72,7 +72,7 @@ static const struct fw_stage *cli_setting(const struct export_job *x, int *most)
     return pick;
 }
 
-static void per_rank_lines(FILE *f, const struct export_job *x)
+static void megatron_per_rank_lines(FILE *f, const struct export_job *x)
 {
     const char *m = x->o->stages_module;
     fprintf(f, "# per-rank recompute: put %s.py beside pretrain_gpt.py, and in pretrain_gpt.py "
@@ -96,7 +96,7 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
     export_header(f, x, "#");
     export_launch(f, x, "#");
     if (x->per_rank) {
-        per_rank_lines(f, x);
+        megatron_per_rank_lines(f, x);
         export_stages_py(x->o->stages, x, MEGATRON_COMMIT);
     }
     if (x->offload)
@@ -107,7 +107,7 @@ int export_megatron(FILE *f, const struct export_job *x, struct err *e)
                          "dtype: give Megatron-LM its own, and its precision (e.g. --bf16)\n",
                 p->model.name);
     argf(f, &first, "pipeline_model_parallel_size", x->pp); /* the layout gives the chunks */
-    layout(x, lay, sizeof lay);
+    megatron_layout(x, lay, sizeof lay);
     fprintf(f, " \\\n--pipeline-model-parallel-layout \"%s\"", lay);
     argf(f, &first, "tensor_model_parallel_size", x->tp);
     if (x->tp > 1)

@@ -94,7 +94,7 @@ static void recompute_keys(FILE *f, const struct export_job *x)
     }
 }
 
-static void per_rank_lines(FILE *f, const struct export_job *x)
+static void nemo_per_rank_lines(FILE *f, const struct export_job *x)
 {
     const char *m = x->o->stages_module;
     fprintf(f, "# per-rank recompute: put %s.py beside megatron_gpt_pretraining.py (%s), and "
@@ -111,7 +111,7 @@ static void per_rank_lines(FILE *f, const struct export_job *x)
             m, NEMO_COMMIT, m, m);
 }
 
-static const char *precision(const struct model *m)
+static const char *nemo_precision(const struct model *m)
 {
     return m->dtype == MODEL_DTYPE_BF16 ? "bf16" : m->dtype == MODEL_DTYPE_FP16 ? "16-mixed"
                                                                                   : "32";
@@ -126,11 +126,11 @@ int export_nemo(FILE *f, const struct export_job *x, struct err *e)
     export_header(f, x, "#");
     export_launch(f, x, "#");
     if (x->per_rank) {
-        per_rank_lines(f, x);
+        nemo_per_rank_lines(f, x);
         export_stages_py(x->o->stages, x, NEMO_COMMIT);
     }
     if (!model_is_custom(&p->model))
-        fprintf(f, "trainer:\n  precision: %s\n", precision(&p->model));
+        fprintf(f, "trainer:\n  precision: %s\n", nemo_precision(&p->model));
     else
         fprintf(x->note, "ballast export: note: the custom model \"%s\" carries no dtype: set "
                          "trainer.precision yourself (e.g. bf16)\n",

@@ -103,7 +103,7 @@ struct combo {
     long index;
 };
 
-static int by_recompute(const void *pa, const void *pb)
+static int fit_by_recompute(const void *pa, const void *pb)
 {
     const struct combo *a = pa, *b = pb;
     if (a->ms != b->ms)
@@ -114,7 +114,7 @@ static int by_recompute(const void *pa, const void *pb)
 }
 
 /* Combination `index` in mixed radix, layer 0 the fastest digit. */
-static void decode(const struct knap_problem *kp, long index, unsigned char *recompute)
+static void fit_decode(const struct knap_problem *kp, long index, unsigned char *recompute)
 {
     for (int l = 0; l < kp->n; l++) {
         long k = kp->first_choice[l + 1] - kp->first_choice[l];
@@ -158,15 +158,15 @@ static int walk_all(struct plan *p, int s, const struct knap_problem *kp,
     if (c == NULL)
         return err_set(e, ERR_FAIL, "out of memory ordering stage %d's %ld choices", s, total);
     for (long i = 0; i < total; i++) {
-        decode(kp, i, rec);
+        fit_decode(kp, i, rec);
         c[i] = (struct combo){knap_recompute_ms(kp, rec), knap_units(kp, rec), i};
     }
-    qsort(c, (size_t)total, sizeof *c, by_recompute);
+    qsort(c, (size_t)total, sizeof *c, fit_by_recompute);
     int rc = ERR_NOFIT, fits = 0;
     long least = 0;
     int64_t least_lower = INT64_MAX, lower;
     for (long i = 0; i < total && rc == ERR_NOFIT; i++) {
-        decode(kp, c[i].index, rec);
+        fit_decode(kp, c[i].index, rec);
         if (try_choice(p, s, opt, f, &lower, &fits, e)) {
             rc = e->code;
             break;
@@ -178,7 +178,7 @@ static int walk_all(struct plan *p, int s, const struct knap_problem *kp,
         }
     }
     if (rc == ERR_NOFIT)
-        decode(kp, least, rec);
+        fit_decode(kp, least, rec);
     f->proven = rc == ERR_OK;
     free(c);
     return rc;

@@ -78,7 +78,7 @@ static int add_object(struct arena_object *o, int *n, struct arena_object x)
 
 /* Layer-ops a prefetch may run ahead of its backward: the plan's furthest trigger (at least
  * one), as the runtime counts the staging room its late prefetches may move into. */
-static int prefetch_depth(const struct plan_stage *st)
+static int arena_prefetch_depth(const struct plan_stage *st)
 {
     int depth = 1;
     for (int li = 0; li < plan_stage_layer_count(st); li++)
@@ -96,7 +96,7 @@ static void add_staging(struct arena_object *o, int *k, const struct plan_stage 
 {
     int input_too = st->place != NULL && st->place[li] == COST_PLACE_HOST && li > 0;
     int out_last = fwd + 1 < last_tick ? fwd + 1 : last_tick;
-    int in_first = back - prefetch_depth(st) > 0 ? back - prefetch_depth(st) : 0;
+    int in_first = back - arena_prefetch_depth(st) > 0 ? back - arena_prefetch_depth(st) : 0;
     int layer = st->first + li;
     add_object(o, k, (struct arena_object){ARENA_STAGING, m, layer, ARENA_FORWARD, bytes,
                                            fwd - input_too, out_last, -1});
@@ -327,8 +327,8 @@ int arena_layout(struct arena_object *o, int n, int in_flight, const struct aren
 }
 
 /* Lays stage s's arena out into a fresh *out. */
-static int stage_layout(const struct plan *p, int s, const struct arena_options *opt,
-                        struct arena **out, struct err *e)
+static int arena_stage_layout(const struct plan *p, int s, const struct arena_options *opt,
+                              struct arena **out, struct err *e)
 {
     struct arena_object *o;
     int n;
@@ -425,7 +425,7 @@ static int stage_under_cap(struct plan *p, int s, const struct arena_options *op
         arena_free(*a);
         free(*a);
         *a = NULL;
-        ERR_TRY(stage_layout(p, s, opt, a, e));
+        ERR_TRY(arena_stage_layout(p, s, opt, a, e));
     }
     return ERR_OK;
 }
@@ -436,7 +436,7 @@ int arena_plan(struct plan *p, const struct arena_options *opt, struct err *e)
     for (int s = 0; s < p->n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
         struct arena *a = NULL;
-        if (stage_layout(p, s, opt, &a, e) || stage_under_cap(p, s, opt, &a, &changed, e)) {
+        if (arena_stage_layout(p, s, opt, &a, e) || stage_under_cap(p, s, opt, &a, &changed, e)) {
             if (a != NULL)
                 arena_free(a);
             free(a);

@@ -379,8 +379,8 @@ int fw_host_share(const struct plan *p, double *share, char *why, size_t why_siz
 
 /* ---- what a framework can say ---- */
 
-static int split_allowed(const struct framework *f, const struct plan *p, char *why,
-                         size_t size)
+static int fw_split_allowed(const struct framework *f, const struct plan *p, char *why,
+                            size_t size)
 {
     int S = p->n_stages;
     for (int s = 0; s < S; s++) {
@@ -467,7 +467,7 @@ int fw_settings_allowed(const struct framework *f, const struct plan *p,
                         const struct fw_settings *fs, int split_only, char *why,
                         size_t why_size)
 {
-    if (!split_allowed(f, p, why, why_size))
+    if (!fw_split_allowed(f, p, why, why_size))
         return 0;
     if (split_only)
         return 1;
@@ -852,7 +852,7 @@ int fw_choose(struct plan *p, const struct framework *f, int framework_acts, int
               double min_gain, double cap_ms, struct fw_settings *out, struct err *e)
 {
     char why[512];
-    if (!split_allowed(f, p, why, sizeof why))
+    if (!fw_split_allowed(f, p, why, sizeof why))
         return err_set(e, ERR_INPUT, "%s cannot run this split: %s", f->title, why);
     int max_blocks = 0, n_cand, found = 0;
     for (int s = 0; s < p->n_stages; s++)

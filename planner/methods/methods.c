@@ -1,4 +1,5 @@
-/* The methods (docs/cost-model.md "Methods"): the baselines, the published method and Ballast's own. */
+/* The methods (docs/cost-model.md "Methods"): the baselines, the published method and
+ * Ballast's own. */
 #include "methods.h"
 #include "offload.h"
 
@@ -40,8 +41,8 @@ static int method_block(struct plan *p, const struct plan_options *o, struct err
     return ERR_OK;
 }
 
-static int stage_fits(const struct plan *p, const struct plan_stage *st,
-                      const struct plan_options *o, struct err *e)
+static int method_stage_fits(const struct plan *p, const struct plan_stage *st,
+                             const struct plan_options *o, struct err *e)
 {
     int fits = 0;
     return choice_stage_fits(p, st->index, o, &fits, e) == ERR_OK && fits;
@@ -58,7 +59,7 @@ static int method_uniform_min(struct plan *p, const struct plan_options *o, stru
         int all = 1;
         for (int s = 0; s < p->n_stages; s++) {
             set_block(&p->stages[s], n);
-            all = all && stage_fits(p, &p->stages[s], o, e);
+            all = all && method_stage_fits(p, &p->stages[s], o, e);
         }
         if (all)
             return ERR_OK;

@@ -141,7 +141,7 @@ static int layer_actions(const struct plan *p, const struct plan_stage *st, int 
     return n;
 }
 
-static int stage_fits(const struct stage_search *ss, const struct cost_sum *sum)
+static int offload_stage_fits(const struct stage_search *ss, const struct cost_sum *sum)
 {
     return cost_sum_memory(sum, ss->v, ss->p->reserve_bytes) <= ss->st->memory_limit_bytes &&
            cost_sum_host(sum, ss->v) <= ss->st->host_limit_bytes;
@@ -173,7 +173,7 @@ static int keep_found(struct stage_search *ss, double recompute_ms)
 static int search(struct stage_search *ss, int l, const struct cost_sum *sum)
 {
     if (l == ss->n)
-        return stage_fits(ss, sum) ? keep_found(ss, sum->recompute_ms) : ERR_OK;
+        return offload_stage_fits(ss, sum) ? keep_found(ss, sum->recompute_ms) : ERR_OK;
     const struct layer_cost *c = &ss->st->layers[l];
     for (int a = 0; a < ss->n_act[l]; a++) {
         struct cost_sum next = *sum;
@@ -217,7 +217,7 @@ static int family_member(struct stage_search *ss, int ka, int kb, int split)
         cost_sum_add(&sum, ss->st->layers[l].state_bytes, ss->st->layers[l].workspace_bytes, 0,
                      r);
     }
-    if (sum.recompute_ms >= ss->bound || !stage_fits(ss, &sum))
+    if (sum.recompute_ms >= ss->bound || !offload_stage_fits(ss, &sum))
         return ERR_OK;
     return keep_found(ss, sum.recompute_ms);
 }
@@ -260,7 +260,7 @@ static int hosted(const struct candidate *c)
 /* Seeds first, then by recompute; ties by the bytes copied (the copies' time), then where one
  * hosts a fraction of its optimizer by the layers hosted (a list without fractions sorts as
  * before they existed). */
-static int by_recompute(const void *a, const void *b)
+static int offload_by_recompute(const void *a, const void *b)
 {
     const struct candidate *x = a, *y = b;
     if ((x->seeds != 0) != (y->seeds != 0))
@@ -349,14 +349,14 @@ void offload_cap_candidates(struct candidate *found, int *count)
         keep += found[i].seeds != 0;
     if (*count <= keep)
         return;
-    qsort(found + 1, (size_t)(*count - 1), sizeof *found, by_recompute);
+    qsort(found + 1, (size_t)(*count - 1), sizeof *found, offload_by_recompute);
     for (int i = keep; i < *count; i++)
         offload_candidate_free(&found[i]);
     *count = keep;
 }
 
-static int search_init(struct stage_search *ss, const struct plan *p, int s,
-                       const struct plan_options *o, int simplest)
+static int offload_search_init(struct stage_search *ss, const struct plan *p, int s,
+                               const struct plan_options *o, int simplest)
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
@@ -381,7 +381,7 @@ static int search_init(struct stage_search *ss, const struct plan *p, int s,
     return ERR_OK;
 }
 
-static void search_free(struct stage_search *ss, int keep_found)
+static void offload_search_free(struct stage_search *ss, int keep_found)
 {
     free(ss->act);
     free(ss->rest);
@@ -421,7 +421,7 @@ static int baseline(struct stage_search *ss, int s, const struct plan_options *o
     }
     free(choice);
     *r_ms = INFINITY;
-    if (rc == ERR_NOFIT || (rc == ERR_OK && !stage_fits(ss, &sum))) {
+    if (rc == ERR_NOFIT || (rc == ERR_OK && !offload_stage_fits(ss, &sum))) {
         err_clear(e);
         return ERR_OK;
     }
@@ -509,7 +509,7 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
                             struct err *e)
 {
     struct stage_search ss;
-    int rc = search_init(&ss, p, s, o, simplest);
+    int rc = offload_search_init(&ss, p, s, o, simplest);
     *enumerable = 1;
     if (rc == ERR_INPUT)
         return err_set(e, ERR_INPUT, "stage %d: %d layers is more than offload planning takes",
@@ -522,7 +522,7 @@ static int stage_candidates(const struct plan *p, int s, const struct plan_optio
         err_set(e, ERR_FAIL, "out of memory planning stage %d", s);
     *out = rc == ERR_OK ? ss.found : NULL;
     *count = rc == ERR_OK ? ss.n_found : 0;
-    search_free(&ss, rc == ERR_OK);
+    offload_search_free(&ss, rc == ERR_OK);
     if (rc == ERR_OK && *count == 0 && *enumerable)
         return ERR_NOFIT;
     return rc;

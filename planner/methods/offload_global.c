@@ -24,7 +24,7 @@ static int faster(double ms, double best_ms)
     return isinf(best_ms) ? ms < best_ms : ms < best_ms - CHOICE_NOISE * (1 + fabs(best_ms));
 }
 
-static int evaluate(struct global *g, double *ms, struct err *e)
+static int evaluate_offload(struct global *g, double *ms, struct err *e)
 {
     for (int s = 0; s < g->S; s++)
         g->sim[s] = g->cand[s][g->pick[s]].sim;
@@ -39,7 +39,7 @@ static int exhaustive(struct global *g, double *best_ms, int *best, struct err *
     *best_ms = INFINITY;
     for (;;) {
         double ms;
-        if (evaluate(g, &ms, e))
+        if (evaluate_offload(g, &ms, e))
             return e->code;
         if (faster(ms, *best_ms)) {
             *best_ms = ms;
@@ -61,7 +61,7 @@ static int descent_start(struct global *g, double *best_ms, struct err *e)
     if (start == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     memset(g->pick, 0, (size_t)g->S * sizeof *g->pick);
-    int rc = evaluate(g, best_ms, e);
+    int rc = evaluate_offload(g, best_ms, e);
     memcpy(start, g->pick, (size_t)g->S * sizeof *start);
     for (int k = 0; k < g->n_seeds && rc == ERR_OK; k++) {
         double ms;
@@ -69,7 +69,7 @@ static int descent_start(struct global *g, double *best_ms, struct err *e)
             for (int c = 0; c < g->count[s]; c++)
                 if (g->cand[s][c].seeds >> k & 1)
                     g->pick[s] = c;
-        if ((rc = evaluate(g, &ms, e)) == ERR_OK && faster(ms, *best_ms)) {
+        if ((rc = evaluate_offload(g, &ms, e)) == ERR_OK && faster(ms, *best_ms)) {
             *best_ms = ms;
             memcpy(start, g->pick, (size_t)g->S * sizeof *start);
         }
@@ -93,7 +93,7 @@ static int descend(struct global *g, double *best_ms, int *best, struct err *e)
                 if (k == keep)
                     continue;
                 g->pick[s] = k;
-                if (evaluate(g, &ms, e))
+                if (evaluate_offload(g, &ms, e))
                     return e->code;
                 if (faster(ms, *best_ms)) {
                     *best_ms = ms;
@@ -280,7 +280,7 @@ static int simplest_all(struct plan *p, struct global *g, const struct plan_opti
         pick_key(p, g, key);
         int c = found ? offload_key_cmp(key, best_key, 3) : -1;
         if (c <= 0) {
-            if (evaluate(g, &ms, e))
+            if (evaluate_offload(g, &ms, e))
                 return e->code;
             if (ms <= cap && (c < 0 || faster(ms, best_ms))) {
                 found = 1;

@@ -32,7 +32,7 @@ static struct cost_group stage_group(const struct cluster *c, int s)
 }
 
 /* A copy of `from` (owned by the caller: profile_free). */
-static int profile_copy(const struct profile *from, struct profile *to, struct err *e)
+static int plan_for_profile_copy(const struct profile *from, struct profile *to, struct err *e)
 {
     *to = *from;
     to->layers = malloc((size_t)from->n_layers * sizeof *to->layers);
@@ -71,15 +71,15 @@ static void take_activations(const struct cluster *c, int s, const struct profil
 }
 
 /* Profile k of the cluster (first used by stage s) as framework f keeps activations. */
-static int profile_for(const struct cluster *c, int k, int s, const struct framework *f,
-                       const struct plan_options *o, const struct device_table *t,
-                       struct profile *to, struct err *e)
+static int profile_for_framework(const struct cluster *c, int k, int s, const struct framework *f,
+                                 const struct plan_options *o, const struct device_table *t,
+                                 struct profile *to, struct err *e)
 {
     const struct profile *from = &c->profiles[k];
     char acts[PLAN_FRAMEWORK_MAX];
     enum model_attention att;
     fw_profile_assumptions(from, acts, &att);
-    if (profile_copy(from, to, e))
+    if (plan_for_profile_copy(from, to, e))
         return e->code;
     if (fw_activations_alike(acts, f->activations))
         return ERR_OK;
@@ -125,7 +125,8 @@ static int cluster_for(const struct cluster *c, const struct framework *f,
         int s = 0;
         while (s < c->n_stages && c->stages[s].profile != k)
             s++;
-        if (s < c->n_stages && profile_for(c, k, s, f, o, t, &out->profiles[k], e) == ERR_OK)
+        if (s < c->n_stages &&
+            profile_for_framework(c, k, s, f, o, t, &out->profiles[k], e) == ERR_OK)
             done++;
     }
     if (e->code == ERR_OK)

@@ -43,9 +43,9 @@ static void layer_bytes(const struct model *m, int l, int grouped, const struct 
  * recompute options keep exact bytes (the size functions) and linear times when the runtime
  * knows them; one it does not know cannot be rescaled and is left out (*dropped counts
  * them). */
-static int profile_for(const struct cluster *c, int k, int b, const struct device_table *t,
-                       plan_estimate_fn estimate, struct profile *to, int *scaled, int *dropped,
-                       struct err *e)
+static int profile_for_micro_batch(const struct cluster *c, int k, int b,
+                                   const struct device_table *t, plan_estimate_fn estimate,
+                                   struct profile *to, int *scaled, int *dropped, struct err *e)
 {
     const struct profile *from = &c->profiles[k];
     struct model m = from->model;
@@ -110,8 +110,8 @@ int microbatch_cluster(const struct cluster *c, const struct device_table *t,
         return err_set(e, ERR_FAIL, "out of memory");
     int rc = model_check_sizes(&out->model, "--micro-batches auto", "model", e);
     for (int k = 0; k < c->n_profiles && rc == ERR_OK; k++)
-        rc = profile_for(c, k, b, t, estimate, &out->profiles[k], &notes->scaled,
-                         &notes->dropped, e);
+        rc = profile_for_micro_batch(c, k, b, t, estimate, &out->profiles[k], &notes->scaled,
+                                     &notes->dropped, e);
     if (rc)
         microbatch_cluster_free(out, c->n_profiles);
     return rc;

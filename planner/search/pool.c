@@ -163,7 +163,7 @@ static int keep_best(struct pool_state *st, struct plan *p, struct err *e)
 /* Plans the candidate in st (of lower bound `bound`; `full`: cannot_fit says it cannot fit,
  * planned only by the exhaustive search); keeps it when it fits and steps faster than the
  * best. */
-static int evaluate(struct pool_state *st, double bound, int full, struct err *e)
+static int evaluate_pipe(struct pool_state *st, double bound, int full, struct err *e)
 {
     struct pool_pipe pipe = candidate_pipe(st);
     struct cluster c;
@@ -209,7 +209,7 @@ static int evaluate(struct pool_state *st, double bound, int full, struct err *e
 }
 
 /* The candidate in st as the bounds see it; 0 when a kind's stage is unknown (no bound). */
-static int shape_of(struct pool_state *st, struct pool_shape *s)
+static int pipe_shape_of(struct pool_state *st, struct pool_shape *s)
 {
     s->used = 0;
     s->L = model_layer_count(&st->pm->model);
@@ -234,7 +234,7 @@ static int shape_of(struct pool_state *st, struct pool_shape *s)
  * stage counts differ (the enumeration varies those innermost). 0: no bound. */
 static int summary_of(struct pool_state *st, struct pool_shape *s, struct pool_summary *sum)
 {
-    if (!shape_of(st, s))
+    if (!pipe_shape_of(st, s))
         return 0;
     int same = st->summary_known && s->used == st->summary_shape.used &&
                s->M == st->summary_shape.M;
@@ -263,7 +263,7 @@ static double candidate_bound(struct pool_state *st)
 static int could_step(struct pool_state *st, double x)
 {
     struct pool_shape s;
-    return !shape_of(st, &s) || pool_could_step(&s, x);
+    return !pipe_shape_of(st, &s) || pool_could_step(&s, x);
 }
 
 static int cannot_fit(struct pool_state *st)
@@ -275,7 +275,7 @@ static int cannot_fit(struct pool_state *st)
 }
 
 /* Whether a candidate of this bound could replace the best by more than the search gap
- * (evaluate's order; with no gap, a tie earlier in the exhaustive order does). */
+ * (evaluate_pipe's order; with no gap, a tie earlier in the exhaustive order does). */
 static int may_win(const struct pool_state *st, const struct pool_candidate *c)
 {
     if (!st->have_best)
@@ -285,7 +285,7 @@ static int may_win(const struct pool_state *st, const struct pool_candidate *c)
            (least == st->best->iteration_ms && by_order(c, &st->best_at) < 0);
 }
 
-static int by_bound(const void *a, const void *b)
+static int pipes_by_bound(const void *a, const void *b)
 {
     const struct pool_candidate *x = a, *y = b;
     if (x->bound != y->bound)
@@ -298,9 +298,9 @@ static void heap_down(struct pool_candidate *h, long n, long i, int sign)
 {
     for (;;) {
         long top = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && sign * by_bound(&h[l], &h[top]) < 0)
+        if (l < n && sign * pipes_by_bound(&h[l], &h[top]) < 0)
             top = l;
-        if (r < n && sign * by_bound(&h[r], &h[top]) < 0)
+        if (r < n && sign * pipes_by_bound(&h[r], &h[top]) < 0)
             top = r;
         if (top == i)
             return;
@@ -313,7 +313,7 @@ static void heap_down(struct pool_candidate *h, long n, long i, int sign)
 
 static void heap_up(struct pool_candidate *h, long i, int sign)
 {
-    while (i > 0 && sign * by_bound(&h[i], &h[(i - 1) / 2]) < 0) {
+    while (i > 0 && sign * pipes_by_bound(&h[i], &h[(i - 1) / 2]) < 0) {
         struct pool_candidate t = h[i];
         h[i] = h[(i - 1) / 2];
         h[(i - 1) / 2] = t;
@@ -333,7 +333,7 @@ static void collect(struct pool_state *st)
     struct pool_candidate c = candidate_of(st);
     c.bound = candidate_bound(st);
     st->r->enumerated += st->pass == 0 ? st->dp_hi - st->dp + 1 : 0;
-    if (st->pass > 0 && by_bound(&c, &st->floor) <= 0)
+    if (st->pass > 0 && pipes_by_bound(&c, &st->floor) <= 0)
         return;
     if (st->have_best && !may_win(st, &c)) {
         st->lower_bound = fmin(st->lower_bound, c.bound);
@@ -345,7 +345,7 @@ static void collect(struct pool_state *st)
         return;
     }
     st->dropped++;
-    if (by_bound(&c, &st->cands[0]) < 0) {
+    if (pipes_by_bound(&c, &st->cands[0]) < 0) {
         st->cands[0] = c;
         heap_down(st->cands, st->n_cands, 0, -1);
     }
@@ -381,7 +381,7 @@ static int visit(struct pool_state *st, struct err *e)
     int full = cannot_fit(st);
     st->r->cannot_fit += full;
     st->r->enumerated += !full; /* as the pruned search counts them */
-    return evaluate(st, candidate_bound(st), full, e);
+    return evaluate_pipe(st, candidate_bound(st), full, e);
 }
 
 /* Every tp and stage count of kind k and the kinds after it, `used` stages so far (at most
@@ -518,7 +518,8 @@ static int split_range(struct pool_state *st, long *n, struct err *e)
  * certified one (the bounds after it, this pass's and the next's, are no less). */
 static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
 {
-    qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, by_bound); /* a heap, least first */
+    /* a heap, least first */
+    qsort(st->cands, (size_t)st->n_cands, sizeof *st->cands, pipes_by_bound);
     *stopped = 0;
     for (long n = st->n_cands; n > 0;) {
         struct pool_candidate *c = &st->cands[0];
@@ -559,7 +560,7 @@ static int take_best_first(struct pool_state *st, int *stopped, struct err *e)
             st->lower_bound = fmin(st->lower_bound, taken.bound);
             continue;
         }
-        if (evaluate(st, taken.bound, 0, e))
+        if (evaluate_pipe(st, taken.bound, 0, e))
             return e->code;
     }
     return ERR_OK;

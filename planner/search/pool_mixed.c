@@ -1095,7 +1095,7 @@ static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg
     return ERR_OK;
 }
 
-static int by_bound(const void *pa, const void *pb)
+static int leads_by_bound(const void *pa, const void *pb)
 {
     const struct mix_lead *a = pa, *b = pb;
     if (a->bound != b->bound)
@@ -1116,7 +1116,7 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
     *unsearched = 0;
     if (each_shape(st, &x, 0, 0, all, lead_shape, NULL, e) || table_past(st))
         return e->code;
-    qsort(st->leads, (size_t)st->n_leads, sizeof *st->leads, by_bound);
+    qsort(st->leads, (size_t)st->n_leads, sizeof *st->leads, leads_by_bound);
     int64_t i = 0;
     for (; i < st->n_leads && st->leads[i].bound < mix_T(st) && !mix_stopped(st); i++) {
         shape_of_code(st, st->leads[i].code, &x);

@@ -185,7 +185,7 @@ static int kind_cluster(const cJSON *root, const char *file, int k, struct clust
 }
 
 /* "micro_batch_sizes" (else the model's size alone): each divides the global batch, once. */
-static int read_sizes(const cJSON *root, struct pool_model *pm, struct err *e)
+static int pool_read_sizes(const cJSON *root, struct pool_model *pm, struct err *e)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "micro_batch_sizes");
     const char *file = pm->file;
@@ -293,7 +293,7 @@ static int load_kind(const cJSON *root, struct pool_model *pm, const struct plan
                          "the plan the search writes",
                          pm->file);
         if (rc == ERR_OK)
-            rc = read_sizes(root, pm, e);
+            rc = pool_read_sizes(root, pm, e);
         pm->model_size = -1;
         for (int i = 0; i < pm->n_sizes; i++)
             pm->model_size = pm->sizes[i] == pm->model.micro_batch ? i : pm->model_size;
@@ -352,7 +352,7 @@ void pool_model_free(struct pool_model *pm)
 }
 
 /* A copy of p's costs (its provenance left behind: no plan reads it). */
-static int profile_copy(const struct profile *p, struct profile *out)
+static int kind_profile_copy(const struct profile *p, struct profile *out)
 {
     *out = *p;
     out->provenance = NULL;
@@ -374,8 +374,8 @@ static int fill_stages(const struct pool_model *pm, const struct pool_pipe *p, s
         /* at the model's micro-batch size: the profile made for this tp, if given */
         const struct profile *per_degree =
             p->size == pm->model_size ? kind_tp_profile(kind, p->tp[k]) : NULL;
-        if (profile_copy(per_degree != NULL ? per_degree : &kind->profile[p->size],
-                         &c->profiles[c->n_profiles]))
+        if (kind_profile_copy(per_degree != NULL ? per_degree : &kind->profile[p->size],
+                              &c->profiles[c->n_profiles]))
             return err_set(e, ERR_FAIL, "out of memory");
         for (int j = 0; j < p->stages[k]; j++, s++) {
             struct cluster_stage *st = &c->stages[s];

@@ -709,7 +709,7 @@ static double tight_bound(struct search *s, double cap, double width)
     return least;
 }
 
-static int better(double ms, int64_t memory, double best_ms, int64_t best_memory)
+static int repart_better(double ms, int64_t memory, double best_ms, int64_t best_memory)
 {
     double tol = 1e-12 * (1 + fabs(best_ms));
     return ms < best_ms - tol || (ms <= best_ms + tol && memory < best_memory);
@@ -829,7 +829,7 @@ static int range_allowed(const struct search *s, int k, int i, int j)
 }
 
 /* The whole split in s->first under range_allowed. */
-static int split_allowed(const struct search *s)
+static int repart_split_allowed(const struct search *s)
 {
     for (int k = 0; k < s->S; k++)
         if (!range_allowed(s, k, s->first[k], k + 1 < s->S ? s->first[k + 1] - 1 : s->N - 1))
@@ -839,7 +839,7 @@ static int split_allowed(const struct search *s)
 
 static void keep_if_better(struct search *s, const int *order, double ms, int64_t memory)
 {
-    if (!better(ms, memory, s->best_ms, s->best_memory) || !split_allowed(s))
+    if (!repart_better(ms, memory, s->best_ms, s->best_memory) || !repart_split_allowed(s))
         return;
     s->best_ms = ms;
     s->best_memory = memory;
@@ -1099,7 +1099,7 @@ static int place(struct search *s, int k, int st, struct link link)
 }
 
 /* Lays out the positions for a kind order: each kind's stages in cluster order. */
-static int layout(struct search *s, const int *kinds, int K, const int *kind_of, int *order)
+static int repart_layout(struct search *s, const int *kinds, int K, const int *kind_of, int *order)
 {
     const struct cluster *c = s->c;
     int k = 0;
@@ -1142,7 +1142,7 @@ static int next_permutation(int *a, int n)
     return 1;
 }
 
-static void search_free(struct search *s)
+static void repart_search_free(struct search *s)
 {
     for (int k = 0; k < s->n_classes; k++)
         free(s->classes[k].ranges);
@@ -1182,8 +1182,8 @@ static void search_free(struct search *s)
     free(s->own_end);
 }
 
-static int search_init(struct search *s, const struct cluster *c, const struct plan_options *o,
-                       struct err *e)
+static int repart_search_init(struct search *s, const struct cluster *c,
+                              const struct plan_options *o, struct err *e)
 {
     memset(s, 0, sizeof *s);
     s->c = c;
@@ -1265,7 +1265,7 @@ static int layout_best(struct search *s)
 /* The incumbent's split with one layer moved along positions a..b: with dir +1 position a
  * takes the first layer of a + 1, which takes the first of a + 2, ... and b gives one up;
  * dir -1 the other way. 0 when that leaves a position empty or breaks a framework's split
- * (split_allowed). */
+ * (repart_split_allowed). */
 static int shift_split(struct search *s, int a, int b, int dir)
 {
     memcpy(s->first, s->best_first, (size_t)s->S * sizeof *s->first);
@@ -1274,7 +1274,7 @@ static int shift_split(struct search *s, int a, int b, int dir)
     for (int q = a; q <= b; q++)
         if (s->first[q] >= (q + 1 < s->S ? s->first[q + 1] : s->N))
             return 0;
-    return split_allowed(s);
+    return repart_split_allowed(s);
 }
 
 /* Whether s->first simulates strictly faster than the incumbent (then it becomes it). */
@@ -1409,7 +1409,7 @@ static int own_split(struct search *s, const int *kind_of, int K, int *order)
 {
     int kinds[REPARTITION_KINDS_MAX];
     const struct cluster *c = s->c;
-    if (own_order_kinds(c, kind_of, K, kinds) < 0 || layout(s, kinds, K, kind_of, order))
+    if (own_order_kinds(c, kind_of, K, kinds) < 0 || repart_layout(s, kinds, K, kind_of, order))
         return 0;
     for (int k = 0; k < s->S; k++)
         s->first[k] = c->stages[k].first;
@@ -1482,7 +1482,7 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
             out->bound[out->n++] = any_order_bound(s);
             continue;
         }
-        if (layout(s, kinds, K, kind_of, order))
+        if (repart_layout(s, kinds, K, kind_of, order))
             break;
         out->tabled[out->n] = (unsigned char)bound_table(s);
         tabled += out->tabled[out->n];
@@ -1526,7 +1526,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
                 s->open_bound = bound;
             continue;
         }
-        if (layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
+        if (repart_layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
             break;
         bound_table(s);
         branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
@@ -1544,7 +1544,7 @@ static double tighten(struct search *s, const int *kind_of, const struct orders 
         double g = ord->table[q];
         if (g < s->best_ms) {
             if (past_deadline(s) ||
-                layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
+                repart_layout(s, ord->kinds + (size_t)q * ord->K, ord->K, kind_of, order))
                 return least;
             s->pair = 1;
             bound_table(s);
@@ -1603,7 +1603,7 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     memset(a, 0, sizeof *a);
     if (kind_of == NULL || order == NULL)
         err_set(e, ERR_FAIL, "out of memory");
-    else if (search_init(&s, c, o, e) == ERR_OK && kinds_of(c, kind_of, &K, e) == ERR_OK &&
+    else if (repart_search_init(&s, c, o, e) == ERR_OK && kinds_of(c, kind_of, &K, e) == ERR_OK &&
              seed_incumbent(&s, kind_of, K, order) == ERR_OK &&
              orders_bound(&s, kind_of, K, order, &ord) == ERR_OK)
         search_orders(&s, kind_of, &ord, order);
@@ -1638,7 +1638,7 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
         err_set(e, ERR_NOFIT, "no order of the device kinds and split of the layers fits");
     }
     if (kind_of != NULL && order != NULL)
-        search_free(&s);
+        repart_search_free(&s);
     free(ord.kinds);
     free(ord.bound);
     free(ord.table);

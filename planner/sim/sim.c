@@ -127,8 +127,8 @@ static void add_busy(struct sim_state *st, int s, double ms)
 
 /* Sends over boundary k in one direction, after `ready`, queued behind earlier sends;
  * returns the arrival time. */
-SIM_INLINE double send(struct sim_state *st, int record, int k, int micro, enum sim_kind kind,
-                       double ready)
+SIM_INLINE double sim_send(struct sim_state *st, int record, int k, int micro, enum sim_kind kind,
+                           double ready)
 {
     double *link_free = kind == SIM_SEND_FORWARD ? &st->link_fwd[k] : &st->link_bwd[k];
     double start = ready > *link_free ? ready : *link_free;
@@ -256,7 +256,7 @@ static double reduced(struct sim_state *st, int s, double end)
 
 /* The optimizer step that ends stage s's iteration, after its gradients were final at `end`
  * (its last backward, or their reduction); returns the step's end. */
-static double optimizer_step(struct sim_state *st, int s, double end)
+static double sim_optimizer_step(struct sim_state *st, int s, double end)
 {
     const struct sim_stage *c = &st->stages[s];
     double done = end + c->optimizer_ms;
@@ -273,7 +273,7 @@ static double optimizer_step(struct sim_state *st, int s, double end)
 }
 
 /* Stage s's op k, the forward of micro-batch m, from its input's arrival `ready`. */
-SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int m, double ready)
+SIM_INLINE void sim_run_forward(struct sim_state *st, int record, int s, int k, int m, double ready)
 {
     const struct sim_stage *c = &st->stages[s];
     size_t at = (size_t)s * st->M + m;
@@ -292,13 +292,14 @@ SIM_INLINE void run_forward(struct sim_state *st, int record, int s, int k, int 
     if (record)
         add_busy(st, s, c->fwd_ms);
     if (s + 1 < st->S)
-        st->fwd_sent[s] = st->fwd_in[at + st->M] = send(st, record, s, m, SIM_SEND_FORWARD, end);
+        st->fwd_sent[s] = st->fwd_in[at + st->M] =
+            sim_send(st, record, s, m, SIM_SEND_FORWARD, end);
 }
 
 /* Stage s's op k, the backward of micro-batch m (and its recompute), from its gradient's
  * arrival `ready`. */
-SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int m,
-                             double ready)
+SIM_INLINE void sim_run_backward(struct sim_state *st, int record, int s, int k, int m,
+                                 double ready)
 {
     const struct sim_stage *c = &st->stages[s];
     size_t at = (size_t)s * st->M + m;
@@ -321,7 +322,7 @@ SIM_INLINE void run_backward(struct sim_state *st, int record, int s, int k, int
         add_busy(st, s, c->recompute_ms + c->bwd_ms);
     if (s > 0)
         st->bwd_sent[s] = st->bwd_in[at - st->M] =
-            send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
+            sim_send(st, record, s - 1, m, SIM_SEND_BACKWARD, end);
 }
 
 /* Runs stage s's op k (schedule_op_at's) if its input has arrived (`simulate`'s order never
@@ -334,13 +335,13 @@ SIM_INLINE int run_op(struct sim_state *st, int record, int s, int k)
     if (isnan(ready))
         return 0;
     if (op.pass == SCHEDULE_B)
-        run_backward(st, record, s, k, op.micro, ready);
+        sim_run_backward(st, record, s, k, op.micro, ready);
     else
-        run_forward(st, record, s, k, op.micro, ready);
+        sim_run_forward(st, record, s, k, op.micro, ready);
     return 1;
 }
 
-static int min_int(int a, int b)
+static int sim_min_int(int a, int b)
 {
     return a < b ? a : b;
 }
@@ -368,7 +369,7 @@ SIM_INLINE int64_t run_warmups(struct sim_state *st, int record)
     int S = st->S, w0 = st->warmup[0];
     int64_t ran = 0;
     for (int d = 0; d < w0 + S - 1; d++)
-        for (int s = max_int(0, d - w0 + 1); s <= min_int(d, S - 1); s++)
+        for (int s = max_int(0, d - w0 + 1); s <= sim_min_int(d, S - 1); s++)
             if (d - s < st->warmup[s])
                 ran += run_op(st, record, s, d - s);
     return ran;
@@ -412,7 +413,7 @@ SIM_INLINE int64_t run_cooldowns(struct sim_state *st, int record)
     int S = st->S, M = st->M, w0 = st->warmup[0];
     int64_t ran = 0;
     for (int e = 2 * M - w0; e < 2 * M + S - 1; e++)
-        for (int s = max_int(0, 2 * M - w0 - e + S - 1); s <= min_int(S - 1, 2 * M - e + S - 2);
+        for (int s = max_int(0, 2 * M - w0 - e + S - 1); s <= sim_min_int(S - 1, 2 * M - e + S - 2);
              s++) {
             int k = e - (S - 1 - s);
             if (k >= 2 * M - st->warmup[s])
@@ -545,7 +546,7 @@ static int walk(enum schedule schedule, int S, int M, const struct sim_stage *st
      * other stage's op reads. */
     out->iteration_ms = 0;
     for (int s = 0; s < S; s++) {
-        st.free_ms[s] = optimizer_step(&st, s, reduced(&st, s, st.free_ms[s]));
+        st.free_ms[s] = sim_optimizer_step(&st, s, reduced(&st, s, st.free_ms[s]));
         if (st.free_ms[s] > out->iteration_ms)
             out->iteration_ms = st.free_ms[s];
     }

@@ -166,7 +166,7 @@ static double step_end(struct passes *ps, int g)
     return t;
 }
 
-static int run(struct passes *ps, struct err *e)
+static int run_passes(struct passes *ps, struct err *e)
 {
     int p = ps->sh->gpus;
     int64_t ran = 0, total = (int64_t)p * ps->n_ops;
@@ -226,7 +226,7 @@ int sim_passes(const struct schedule_shape *sh, const struct sim_stage *stages,
     for (int m = 0; m < M; m++)
         ps.fwd_in[m] = 0; /* the first stage's inputs are at hand */
     if ((rc = schedule_all_ops(sh, ps.ops, e)) == ERR_OK)
-        rc = run(&ps, e);
+        rc = run_passes(&ps, e);
 done:
     free(ps.ops);
     free(ps.next);

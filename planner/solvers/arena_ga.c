@@ -1,4 +1,5 @@
-/* The published memory-reuse search (docs/cost-model.md, "The activation arena"), on a stage's arena objects.
+/* The published memory-reuse search (docs/cost-model.md, "The activation arena"), on a
+ * stage's arena objects.
  *
  * Merged first: two accesses of one object whose lifetimes are adjacent become one item, and
  * small objects live over exactly the same ticks become one item (each keeps its place inside
@@ -176,13 +177,13 @@ struct fitness {
     int64_t host, arena;
 };
 
-static int better(struct fitness a, struct fitness b)
+static int ga_better(struct fitness a, struct fitness b)
 {
     return a.host != b.host ? a.host < b.host : a.arena < b.arena;
 }
 
 /* Offsets of every item (g->off, absolute) for assignment `seg`; the plan's fitness. */
-static struct fitness decode(struct ga *g, const int *seg)
+static struct fitness ga_decode(struct ga *g, const int *seg)
 {
     int64_t base = 0, host = 0;
     for (int i = 0; i < g->n_items; i++)
@@ -273,7 +274,7 @@ static void mutate(struct ga *g, int *seg)
 static int tournament(struct ga *g, const struct fitness *fit, int pop)
 {
     int a = rand_below(g, pop), b = rand_below(g, pop);
-    return better(fit[b], fit[a]) ? b : a;
+    return ga_better(fit[b], fit[a]) ? b : a;
 }
 
 /* Evolves the population from `first`; the best plan into `best`. */
@@ -293,8 +294,8 @@ static long evolve(struct ga *g, const struct arena_options *opt, const int *fir
         random_plan(g, first, &pop[(size_t)p * N]);
     int top = 0;
     for (int p = 0; p < P; p++) {
-        fit[p] = decode(g, &pop[(size_t)p * N]);
-        if (better(fit[p], fit[top]))
+        fit[p] = ga_decode(g, &pop[(size_t)p * N]);
+        if (ga_better(fit[p], fit[top]))
             top = p;
     }
     for (int stall = 0; gen < opt->generations && stall < opt->stall; gen++) {
@@ -310,11 +311,11 @@ static long evolve(struct ga *g, const struct arena_options *opt, const int *fir
                       &pop[(size_t)tournament(g, fit, P) * N], child);
             if (rand_unit(g) < pm)
                 mutate(g, child);
-            nfit[p] = decode(g, child);
-            if (better(nfit[p], nfit[ntop]))
+            nfit[p] = ga_decode(g, child);
+            if (ga_better(nfit[p], nfit[ntop]))
                 ntop = p;
         }
-        stall = better(nfit[ntop], fit[top]) ? 0 : stall + 1;
+        stall = ga_better(nfit[ntop], fit[top]) ? 0 : stall + 1;
         int *t = pop;
         pop = next;
         next = t;
@@ -367,9 +368,9 @@ int arena_ga(struct arena_problem *pb, const struct arena_options *opt, struct a
     }
     if (rc == ERR_OK) {
         r->iterations = evolve(&g, opt, first, best, deadline);
-        struct fitness f = decode(&g, best);
+        struct fitness f = ga_decode(&g, best);
         r->note = "the greedy layout stands";
-        if (better(f, greedy)) {
+        if (ga_better(f, greedy)) {
             r->note = "better than greedy";
             for (int i = 0; i < g.n_items; i++)
                 for (int k = 0; k < g.items[i].n_members; k++) {

@@ -54,8 +54,9 @@ static void add_row(glp_prob *lp, struct milp_matrix *a, int r, int type, double
 }
 
 /* Columns: 1..n offsets, n+1 the arena, n+2.. the pair binaries. */
-static glp_prob *build(const struct arena_object *o, int n, const int (*pairs)[2], int np,
-                       double unit, double upper, double lower, struct err *e)
+static glp_prob *build_arena_milp(const struct arena_object *o, int n, const int (*pairs)[2],
+                                  int np, double unit, double upper, double lower,
+                                  struct err *e)
 {
     glp_prob *lp = glp_create_prob();
     struct milp_matrix a = {0};
@@ -113,7 +114,8 @@ int arena_exact(struct arena_problem *pb, const struct arena_options *opt,
         r->note = "too large for the MILP: the greedy layout, not proven";
         return ERR_OK;
     }
-    glp_prob *lp = build(pb->o, n, (const int(*)[2])pairs, np, (double)unit,
+    glp_prob *lp =
+        build_arena_milp(pb->o, n, (const int(*)[2])pairs, np, (double)unit,
                          (double)(greedy / unit), (double)((lower + unit - 1) / unit), e);
     if (lp == NULL) {
         free(pairs);

@@ -15,9 +15,9 @@ static int64_t units_of(__int128 bytes, int64_t unit, int64_t cap)
 
 /* in_flight[l] micro-batches of layer l in flight, of chunk chunk[l] (a GPU's chunks each
  * have their own; chunk NULL: one) */
-static int build(struct knap_problem *p, const struct layer_cost *layers, int n,
-                 const int *in_flight, const int *chunk, int64_t reserve_bytes,
-                 int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
+static int build_table(struct knap_problem *p, const struct layer_cost *layers, int n,
+                       const int *in_flight, const int *chunk, int64_t reserve_bytes,
+                       int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
 {
     memset(p, 0, sizeof *p);
     size_t count = n > 0 ? (size_t)n : 1;
@@ -74,7 +74,8 @@ static int build_uniform(struct knap_problem *p, const struct layer_cost *layers
         return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
     for (int l = 0; l < n; l++)
         each[l] = in_flight;
-    int rc = build(p, layers, n, each, NULL, reserve_bytes, limit_bytes, unit_bytes, options, e);
+    int rc = build_table(p, layers, n, each, NULL, reserve_bytes, limit_bytes, unit_bytes,
+                         options, e);
     free(each);
     return rc;
 }
@@ -96,8 +97,8 @@ int knap_build_each(struct knap_problem *p, const struct layer_cost *layers, int
                     const int *in_flight, const int *chunk, int64_t reserve_bytes,
                     int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
 {
-    return build(p, layers, n, in_flight, chunk, reserve_bytes, limit_bytes, unit_bytes, options,
-                 e);
+    return build_table(p, layers, n, in_flight, chunk, reserve_bytes, limit_bytes, unit_bytes,
+                       options, e);
 }
 
 void knap_free(struct knap_problem *p)

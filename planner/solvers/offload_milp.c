@@ -25,8 +25,8 @@ static void put(struct milp_build *b, int row, int col, double value)
 
 /* Columns 1 tau, 2 z, then the actions; rows 1 device, 2 host, then per layer one, then two
  * per action. */
-static void build(struct milp_build *b, const struct plan *p, const struct plan_stage *st,
-                  const struct plan_options *o, int n)
+static void build_offload_milp(struct milp_build *b, const struct plan *p,
+                               const struct plan_stage *st, const struct plan_options *o, int n)
 {
     int v = st->in_flight, col = 2;
     double fixed = (double)p->reserve_bytes, workspace = 0;
@@ -78,7 +78,7 @@ int offload_milp_min_recompute(const struct plan *p, int s, const struct plan_op
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
     struct milp_build b = {.lp = glp_create_prob()};
-    build(&b, p, st, o, n);
+    build_offload_milp(&b, p, st, o, n);
     int rc = milp_matrix_load(&b.a, b.lp, e) || milp_intopt(b.lp, ms, e) ? e->code : ERR_OK;
     glp_delete_prob(b.lp);
     milp_matrix_free(&b.a);

@@ -27,7 +27,7 @@ __global__ void scale_kernel(float *x, int64_t n, float scale)
         x[i] *= scale;
 }
 
-static int init(allreduce_nccl *a, const unsigned char *id, struct err *e)
+static int nccl_allreduce_open(allreduce_nccl *a, const unsigned char *id, struct err *e)
 {
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
@@ -49,7 +49,7 @@ extern "C" int allreduce_nccl_init(struct allreduce_nccl **out,
     a->stream = (cudaStream_t)backend_cuda_stream(be);
     a->replica = replica;
     a->dp = dp;
-    if (init(a, id, e)) {
+    if (nccl_allreduce_open(a, id, e)) {
         a->failed = 1;
         allreduce_nccl_free(a);
         return e->code;

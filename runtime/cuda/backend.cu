@@ -568,7 +568,7 @@ extern "C" int backend_is_cuda(const struct backend *be)
     return be != nullptr && be->ops == &cuda_ops;
 }
 
-static int init(cuda_impl *c, int device, struct err *e)
+static int cuda_impl_init(cuda_impl *c, int device, struct err *e)
 {
     size_t f0 = 0, f1 = 0, total = 0;
     CUDA_CHECK(cudaSetDevice(device), e);
@@ -609,7 +609,7 @@ extern "C" int backend_cuda_init(struct backend *be, int device, struct err *e)
     be->ops = &cuda_ops;
     be->threads = 1;
     be->impl = c;
-    if (init(c, device, e)) {
+    if (cuda_impl_init(c, device, e)) {
         cu_free(be);
         return e->code;
     }

@@ -340,9 +340,9 @@ __global__ void gqa_dkv_kernel(T *dqkv, const T *dpre, const T *att, const T *do
 }
 
 template <typename T>
-static int attention_forward(struct backend *be, enum model_dtype dt, void *out, void *att,
-                             const void *qkv, int B, int T_, int NH, int NKV, int hs,
-                             struct err *e)
+static int gqa_attention_forward(struct backend *be, enum model_dtype dt, void *out,
+                                 void *att, const void *qkv, int B, int T_, int NH, int NKV,
+                                 int hs, struct err *e)
 {
     kctx k = cuda_kctx(be, dt);
     gqa g = gqa_of(T_, NH, NKV, hs);
@@ -358,9 +358,9 @@ static int attention_forward(struct backend *be, enum model_dtype dt, void *out,
 }
 
 template <typename T>
-static int attention_backward(struct backend *be, enum model_dtype dt, void *dqkv, void *datt,
-                              const void *dout, const void *qkv, const void *att, int B, int T_,
-                              int NH, int NKV, int hs, struct err *e)
+static int gqa_attention_backward(struct backend *be, enum model_dtype dt, void *dqkv,
+                                  void *datt, const void *dout, const void *qkv, const void *att,
+                                  int B, int T_, int NH, int NKV, int hs, struct err *e)
 {
     kctx k = cuda_kctx(be, dt);
     gqa g = gqa_of(T_, NH, NKV, hs);
@@ -393,11 +393,11 @@ BY_DTYPE(rope_forward)
 BY_DTYPE(rope_backward)
 BY_DTYPE(swiglu_forward)
 BY_DTYPE(swiglu_backward)
-BY_DTYPE(attention_forward)
-BY_DTYPE(attention_backward)
+BY_DTYPE(gqa_attention_forward)
+BY_DTYPE(gqa_attention_backward)
 
 extern "C" const struct llama_kernels llama_kernels_cuda = {
     cu_embedding_forward, cu_embedding_backward, cu_rmsnorm_forward, cu_rmsnorm_backward,
     cu_rope_forward,      cu_rope_backward,      cu_swiglu_forward,  cu_swiglu_backward,
-    cu_attention_forward, cu_attention_backward,
+    cu_gqa_attention_forward, cu_gqa_attention_backward,
 };

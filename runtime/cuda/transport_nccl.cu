@@ -228,9 +228,10 @@ static int connect_all(struct transport *t, void *scratch, struct err *e)
     return ERR_OK;
 }
 
-static int init(struct transport *t, int rank, int size,
-                const unsigned char (*ids)[TRANSPORT_NCCL_ID_BYTES], struct backend *be,
-                int max_requests, int64_t *device_bytes, struct err *e)
+static int nccl_transport_open(struct transport *t, int rank, int size,
+                               const unsigned char (*ids)[TRANSPORT_NCCL_ID_BYTES],
+                               struct backend *be, int max_requests, int64_t *device_bytes,
+                               struct err *e)
 {
     nccl_transport *x = (nccl_transport *)t->impl;
     x->compute = (cudaStream_t)backend_cuda_stream(be);
@@ -285,7 +286,7 @@ extern "C" int transport_nccl_init(struct transport *t, int rank, int size,
     t->impl = x;
     t->rank = rank;
     t->size = size;
-    if (init(t, rank, size, ids, be, max_requests, device_bytes, e)) {
+    if (nccl_transport_open(t, rank, size, ids, be, max_requests, device_bytes, e)) {
         x->failed = 1;
         nccl_free(t);
         t->ops = nullptr;

@@ -311,19 +311,11 @@ static int read_arena(const cJSON *so, const char *file, const char *path, struc
 static int check_costs(const struct plan *p, const struct plan_stage *st, const char *file,
                        struct err *e);
 
-static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan *p,
-                           int expect_first, struct err *e)
+/* Where the stage computes is the plan's to say: a plan from before device_kind is refused
+ * rather than guessed from device names (re-planning costs milliseconds). */
+static int read_device_kind(const cJSON *so, const char *file, const char *path,
+                            struct plan_stage *st, struct err *e)
 {
-    char path[JSONIO_PATH_MAX], sub[JSONIO_PATH_MAX];
-    int64_t v;
-    struct plan_stage *st = &p->stages[s];
-    jsonio_path_index(path, "stages", s);
-    if (jsonio_expect_object(so, file, path, e) ||
-        jsonio_int(so, file, path, "index", s, s, &v, e) ||
-        jsonio_str_copy(so, file, path, "device", st->device, sizeof st->device, e))
-        return e->code;
-    /* Where the stage computes is the plan's to say: a plan from before device_kind is
-     * refused rather than guessed from device names (re-planning costs milliseconds). */
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(so, "device_kind");
     if (kind == NULL)
         return err_set(e, ERR_INPUT,
@@ -335,12 +327,31 @@ static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan
         return err_set(e, ERR_INPUT, "%s: %s.device_kind: expected \"cpu\" or \"cuda\"", file,
                        path);
     snprintf(st->device_kind, sizeof st->device_kind, "%s", kind->valuestring);
-    st->index = s;
-    const cJSON *range = cJSON_GetObjectItemCaseSensitive(so, "layers");
-    jsonio_path_key(sub, path, "layers");
+    return ERR_OK;
+}
+
+/* An array field that must be there: the object at path.key, checked to be an array. */
+static const cJSON *required_array(const cJSON *so, const char *file, const char *path,
+                                   const char *key, char *sub, struct err *e)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(so, key);
+    jsonio_path_key(sub, path, key);
+    if (a == NULL) {
+        err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
+        return NULL;
+    }
+    return jsonio_expect_array(a, file, sub, e) == ERR_OK ? a : NULL;
+}
+
+/* "layers": [first, last], starting where the stage before ended; the per-layer arrays
+ * allocated for them. */
+static int read_layer_range(const cJSON *so, const char *file, const char *path,
+                            const struct plan *p, struct plan_stage *st, int expect_first,
+                            struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
+    const cJSON *range = required_array(so, file, path, "layers", sub, e);
     if (range == NULL)
-        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
-    if (jsonio_expect_array(range, file, sub, e))
         return e->code;
     int64_t r[2];
     if (cJSON_GetArraySize(range) != 2)
@@ -364,15 +375,21 @@ static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan
     st->layers = calloc((size_t)n, sizeof *st->layers);
     if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st))
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
-    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(so, "recompute");
-    jsonio_path_key(sub, path, "recompute");
+    return ERR_OK;
+}
+
+/* "recompute": the layers recomputed whole, each once and within the stage. */
+static int read_recompute(const cJSON *so, const char *file, const char *path,
+                          struct plan_stage *st, struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
+    const cJSON *rec = required_array(so, file, path, "recompute", sub, e);
     if (rec == NULL)
-        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
-    if (jsonio_expect_array(rec, file, sub, e))
         return e->code;
     int k = 0;
     for (const cJSON *it = rec->child; it != NULL; it = it->next, k++) {
         char ip[JSONIO_PATH_MAX];
+        int64_t v;
         jsonio_path_index(ip, sub, k);
         if (jsonio_int_value(it, file, ip, st->first, st->last, &v, e))
             return e->code;
@@ -381,6 +398,14 @@ static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan
                            (long long)v);
         st->recompute[v - st->first] = COST_FULL;
     }
+    return ERR_OK;
+}
+
+/* The stage's memory and time figures, its in-flight count (the schedule's) and its link. */
+static int read_figures(const cJSON *so, const char *file, const char *path,
+                        struct plan_stage *st, struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
     int64_t in_flight;
     if (jsonio_int(so, file, path, "memory_bytes", 0, JSONIO_INT_MAX, &st->memory_bytes, e) ||
         jsonio_int(so, file, path, "memory_limit_bytes", 0, JSONIO_INT_MAX,
@@ -403,28 +428,56 @@ static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan
         if (link_from_json(link, file, sub, 0, &st->link, e))
             return e->code;
     }
-    const cJSON *costs = cJSON_GetObjectItemCaseSensitive(so, "layer_costs");
-    jsonio_path_key(sub, path, "layer_costs");
+    return ERR_OK;
+}
+
+/* "layer_costs": one per layer, named as the model names it, with no split backward under a
+ * schedule that runs the backward whole. */
+static int read_layer_costs(const cJSON *so, const char *file, const char *path,
+                            const struct plan *p, struct plan_stage *st, struct err *e)
+{
+    char sub[JSONIO_PATH_MAX];
+    int n = plan_stage_layer_count(st), k = 0;
+    const cJSON *costs = required_array(so, file, path, "layer_costs", sub, e);
     if (costs == NULL)
-        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
-    if (jsonio_expect_array(costs, file, sub, e))
         return e->code;
     if (cJSON_GetArraySize(costs) != n)
         return err_set(e, ERR_INPUT, "%s: %s: %d entries for the stage's %d layers", file, sub,
                        cJSON_GetArraySize(costs), n);
-    k = 0;
     for (const cJSON *it = costs->child; it != NULL; it = it->next, k++) {
         char ip[JSONIO_PATH_MAX];
+        const struct layer_cost *c = &st->layers[k];
         jsonio_path_index(ip, sub, k);
         if (layer_cost_from_json(it, file, ip, &st->layers[k], e) ||
-            profile_check_layer_name(&p->model, st->first + k, st->layers[k].name, file, ip, e))
+            profile_check_layer_name(&p->model, st->first + k, c->name, file, ip, e))
             return e->code;
-        if (!schedule_splits(p->schedule) && st->layers[k].wgrad_bytes + st->layers[k].wgrad_ms > 0)
+        if (!schedule_splits(p->schedule) && c->wgrad_bytes + c->wgrad_ms > 0)
             return err_set(e, ERR_INPUT, "%s: %s.wgrad_bytes: %lld (wgrad_ms %g), but schedule %s "
-                           "runs the backward whole", file, ip,
-                           (long long)st->layers[k].wgrad_bytes, st->layers[k].wgrad_ms,
-                           schedule_name(p->schedule));
+                           "runs the backward whole", file, ip, (long long)c->wgrad_bytes,
+                           c->wgrad_ms, schedule_name(p->schedule));
     }
+    return ERR_OK;
+}
+
+/* One stage of a plan file: what it is and where, its layers and choices, its figures, its
+ * actions beyond recomputation, and (one chunk a GPU) its numbers against the cost model. */
+static int read_plan_stage(const cJSON *so, const char *file, int s, struct plan *p,
+                           int expect_first, struct err *e)
+{
+    char path[JSONIO_PATH_MAX];
+    int64_t v;
+    struct plan_stage *st = &p->stages[s];
+    jsonio_path_index(path, "stages", s);
+    if (jsonio_expect_object(so, file, path, e) ||
+        jsonio_int(so, file, path, "index", s, s, &v, e) ||
+        jsonio_str_copy(so, file, path, "device", st->device, sizeof st->device, e) ||
+        read_device_kind(so, file, path, st, e))
+        return e->code;
+    st->index = s;
+    if (read_layer_range(so, file, path, p, st, expect_first, e) ||
+        read_recompute(so, file, path, st, e) || read_figures(so, file, path, st, e) ||
+        read_layer_costs(so, file, path, p, st, e))
+        return e->code;
     if (read_options(so, file, path, st, e) || plan_offload_from_json(so, file, path, st, e) ||
         plan_optimizer_from_json(so, file, path, st, e) ||
         plan_optimizer_check(file, path, st, e) ||

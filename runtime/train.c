@@ -135,45 +135,55 @@ int train_cpu_threads(int requested, int n_local, int speak)
 }
 
 /* Checks every rank makes identically: the plan, the rank count, the data, the manifest. */
-static int setup_global(struct run *r, struct err *e)
+/* What every stage of the plan must be for this runtime: one GPU (no tp), one dp, and the
+ * optimizer sharded on the device only; every replica at micro_batches. */
+static int check_stages(const struct plan *p, const char *file, struct err *e)
 {
-    const struct train_options *o = r->o;
-    if (o->plan != NULL)
-        r->plan = *o->plan; /* a shallow copy: the caller's to free */
-    else if (plan_load(o->plan_file, &r->plan, e))
-        return e->code;
-    r->plan_loaded = o->plan == NULL;
-    heartbeat_layout(o->heartbeat, r->plan.n_stages); /* names ranks by replica and stage */
-    const struct plan *p = &r->plan;
-    const struct model *m = &p->model;
     int dp = p->stages[0].dp;
     for (int s = 0; s < p->n_stages; s++) {
         if (p->stages[s].tp > 1) /* the command line refuses it first, with the advice */
             return err_set(e, ERR_INPUT, "%s: stages[%d]: tp %d: ballast train runs one GPU per "
                            "stage; a plan with tensor parallelism is for export",
-                           o->plan_file, s, p->stages[s].tp);
+                           file, s, p->stages[s].tp);
         if (p->stages[s].dp != dp)
             return err_set(e, ERR_INPUT, "%s: stages[%d]: dp %d, but stages[0] has dp %d: "
                            "every stage of a pipeline takes one dp",
-                           o->plan_file, s, p->stages[s].dp, dp);
+                           file, s, p->stages[s].dp, dp);
         /* the host mirror keeps every parameter's state: sharding it is ZeRO-1 on the host */
         if (dp > 1 && p->stages[s].optimizer == COST_PLACE_HOST && p->stages[s].shard_optimizer)
             return err_set(e, ERR_INPUT, "%s: stages[%d]: the optimizer on the host and "
                            "shard_optimizer with dp %d: ballast train shards the optimizer on "
                            "the device only (plan without --actions optimizer, or a cluster "
                            "without shard_optimizer)",
-                           o->plan_file, s, dp);
+                           file, s, dp);
     }
     if (p->replica_micro_batches != NULL) /* a pool plan dealing the batch unevenly */
         return err_set(e, ERR_INPUT,
                        "%s: replica_micro_batches: its %d replicas take from %d micro-batches "
                        "down, but ballast train runs every replica at micro_batches; plan the "
                        "pool with a global batch its dp divides (or a \"dp\" that does)",
-                       o->plan_file, dp, p->micro_batches);
-    int gpus = plan_shape(p).gpus; /* a rank runs a GPU's chunks (virtual stages) */
-    char per[64] = "";
+                       file, dp, p->micro_batches);
+    return ERR_OK;
+}
+
+/* " on G GPUs (C chunks each)" when a rank runs several chunks, else "". */
+static void chunks_text(const struct plan *p, char *out, size_t size)
+{
+    int gpus = plan_shape(p).gpus;
+    out[0] = '\0';
     if (gpus != p->n_stages)
-        snprintf(per, sizeof per, " on %d GPUs (%d chunks each)", gpus, p->n_stages / gpus);
+        snprintf(out, size, " on %d GPUs (%d chunks each)", gpus, p->n_stages / gpus);
+}
+
+/* The ranks, the transport and the device the run was started with, against the plan: a rank
+ * runs a GPU's chunks (virtual stages), a replica's GPUs each a rank. */
+static int check_launch(const struct run *r, struct err *e)
+{
+    const struct train_options *o = r->o;
+    const struct plan *p = &r->plan;
+    int dp = p->stages[0].dp, gpus = plan_shape(p).gpus;
+    char per[64];
+    chunks_text(p, per, sizeof per);
     const char *unit = gpus != p->n_stages ? "GPU" : "stage";
     if (gpus * dp != r->world_size && dp > 1)
         return err_set(e, ERR_INPUT,
@@ -195,21 +205,31 @@ static int setup_global(struct run *r, struct err *e)
     if (strcmp(o->device, "auto") != 0 && strcmp(o->device, "cpu") != 0 &&
         strcmp(o->device, "cuda") != 0)
         return err_set(e, ERR_INPUT, "--device: \"%s\", expected auto, cpu or cuda", o->device);
-    /* micro-batch indices are the message tags (with chunks, per chunk and direction too) */
+    return ERR_OK;
+}
+
+/* What this runtime can run of the plan's model: message tags for every micro-batch (with
+ * chunks, per chunk and direction too), rows within 32-bit BLAS dimensions, and every layer's
+ * recompute choice one it can apply. */
+static int check_runnable(const struct run *r, struct err *e)
+{
+    const char *file = r->o->plan_file;
+    const struct plan *p = &r->plan;
+    const struct model *m = &p->model;
     int *tag_ub, found = 0;
-    int64_t tags = gpus == p->n_stages ? p->micro_batches
-                                       : (int64_t)2 * p->n_stages * p->micro_batches;
+    int64_t tags = plan_shape(p).gpus == p->n_stages
+                       ? p->micro_batches
+                       : (int64_t)2 * p->n_stages * p->micro_batches;
     if (MPI_OK(MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &tag_ub, &found)) && found &&
         tags > *tag_ub)
         return err_set(e, ERR_INPUT, "%s: micro_batches: %d need message tags up to %lld, more "
-                       "than this MPI's largest tag %d", o->plan_file, p->micro_batches,
+                       "than this MPI's largest tag %d", file, p->micro_batches,
                        (long long)tags, *tag_ub);
     if ((int64_t)m->micro_batch * m->seq_len > 0x7fffffff)
         return err_set(e, ERR_INPUT,
                        "%s: model: micro_batch x seq_len = %lld rows is beyond 32-bit BLAS "
                        "dimensions",
-                       o->plan_file, (long long)m->micro_batch * m->seq_len);
-    /* every layer's recompute choice must be one this runtime can apply */
+                       file, (long long)m->micro_batch * m->seq_len);
     for (int s = 0; s < p->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
@@ -217,36 +237,62 @@ static int setup_global(struct run *r, struct err *e)
             struct err inner;
             err_clear(&inner);
             if (layout_regen(m, st->first + l, st->recompute[l], &st->layers[l], &regen, &inner))
-                return err_set(e, inner.code, "%s: stages[%d].recompute_options: %s",
-                               o->plan_file, s, inner.msg);
+                return err_set(e, inner.code, "%s: stages[%d].recompute_options: %s", file, s,
+                               inner.msg);
         }
     }
-    /* the data file read whole by rank 0 alone (its hash then shared: share_data) */
+    return ERR_OK;
+}
+
+/* --resume: the checkpoint's step and stages against the plan and --steps (an fp16 run's has
+ * its loss scaler). */
+static int read_resume(struct run *r, struct err *e)
+{
+    const struct train_options *o = r->o;
+    const struct plan *p = &r->plan;
+    int n_stages;
+    char per[64];
+    chunks_text(p, per, sizeof per);
+    ERR_TRY(ckpt_read_manifest(o->resume_dir, &r->start_step, &n_stages, &r->resume_scale,
+                               &r->resume_has_scale, e));
+    if (p->model.dtype == MODEL_DTYPE_FP16 && !r->resume_has_scale)
+        return err_set(e, ERR_INPUT, "%s/checkpoint.json: loss_scale: missing, and the "
+                       "plan's model is fp16 (a checkpoint of an fp16 run has its loss "
+                       "scaler's state)", o->resume_dir);
+    if (n_stages != plan_shape(p).gpus)
+        return err_set(e, ERR_INPUT,
+                       "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages%s",
+                       o->resume_dir, n_stages, o->plan_file, p->n_stages, per);
+    if (r->start_step >= o->steps)
+        return err_set(e, ERR_INPUT,
+                       "%s: the checkpoint is at step %lld and --steps is %lld: nothing to "
+                       "train (raise --steps)",
+                       o->resume_dir, (long long)r->start_step, (long long)o->steps);
+    return ERR_OK;
+}
+
+/* What every rank does before its stage: the plan loaded and checked against this run, the
+ * data opened (a file read whole by rank 0 alone; its hash then shared: share_data), and a
+ * checkpoint to resume from read. */
+static int setup_global(struct run *r, struct err *e)
+{
+    const struct train_options *o = r->o;
+    if (o->plan != NULL)
+        r->plan = *o->plan; /* a shallow copy: the caller's to free */
+    else if (plan_load(o->plan_file, &r->plan, e))
+        return e->code;
+    r->plan_loaded = o->plan == NULL;
+    heartbeat_layout(o->heartbeat, r->plan.n_stages); /* names ranks by replica and stage */
+    const struct model *m = &r->plan.model;
+    ERR_TRY(check_stages(&r->plan, o->plan_file, e));
+    ERR_TRY(check_launch(r, e));
+    ERR_TRY(check_runnable(r, e));
     if (o->data_file != NULL ? data_open_file(&r->data, o->data_file, o->data_format, m, o->seed,
                                               r->world_rank == 0, e)
                              : data_init_synthetic(&r->data, m, o->seed, e))
         return e->code;
     r->data_loaded = 1;
-    if (o->resume_dir != NULL) {
-        int n_stages;
-        if (ckpt_read_manifest(o->resume_dir, &r->start_step, &n_stages, &r->resume_scale,
-                               &r->resume_has_scale, e))
-            return e->code;
-        if (m->dtype == MODEL_DTYPE_FP16 && !r->resume_has_scale)
-            return err_set(e, ERR_INPUT, "%s/checkpoint.json: loss_scale: missing, and the "
-                           "plan's model is fp16 (a checkpoint of an fp16 run has its loss "
-                           "scaler's state)", o->resume_dir);
-        if (n_stages != gpus)
-            return err_set(e, ERR_INPUT,
-                           "%s/checkpoint.json: n_stages: %d, but the plan %s has %d stages%s",
-                           o->resume_dir, n_stages, o->plan_file, p->n_stages, per);
-        if (r->start_step >= o->steps)
-            return err_set(e, ERR_INPUT,
-                           "%s: the checkpoint is at step %lld and --steps is %lld: nothing to "
-                           "train (raise --steps)",
-                           o->resume_dir, (long long)r->start_step, (long long)o->steps);
-    }
-    return ERR_OK;
+    return o->resume_dir != NULL ? read_resume(r, e) : ERR_OK;
 }
 
 /* Rank 0 read the data file whole (setup_global): every rank takes its hash (the checkpoints'

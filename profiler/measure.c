@@ -840,6 +840,127 @@ static int measure_memory(struct probe *p, int layer, const struct measure_optio
     return ERR_OK;
 }
 
+/* Host buffers as large as the largest layer's largest arena (with the guard band): what an
+ * arena is read into, what it was before, and the poison it is filled with. */
+struct scan_buffers {
+    uint32_t *host, *saved, *poison;
+};
+
+static int scan_buffers_init(struct scan_buffers *b, const struct model *m, struct err *e)
+{
+    int64_t largest = 0;
+    for (int l = 0; l < model_layer_count(m); l++) {
+        struct layer_sizes s;
+        sizes_layer(m, l, &s);
+        int64_t a[3] = {s.state_bytes, s.act_bytes, s.workspace_bytes};
+        for (int k = 0; k < 3; k++)
+            largest = a[k] > largest ? a[k] : largest;
+    }
+    size_t words = (size_t)((largest + GUARD_BYTES) / 4);
+    b->host = malloc(4 * words);
+    b->saved = malloc(4 * words);
+    b->poison = malloc(4 * words);
+    if (!b->host || !b->saved || !b->poison)
+        return err_set(e, ERR_FAIL, "out of host memory (%lld bytes) to scan the arenas",
+                       (long long)(12 * (int64_t)words));
+    for (size_t i = 0; i < words; i++)
+        b->poison[i] = POISON;
+    return ERR_OK;
+}
+
+static void scan_buffers_free(struct scan_buffers *b)
+{
+    free(b->host);
+    free(b->saved);
+    free(b->poison);
+}
+
+/* The most recompute options of a layer: a group's timed passes are repeats x that. */
+static int most_options(const struct model *m)
+{
+    int most = 1;
+    for (int kind = MODEL_LAYER_EMBED; kind <= MODEL_LAYER_HEAD; kind++) {
+        struct sizes_option opt[SIZES_OPTIONS_MAX];
+        int k = sizes_recompute_options(m, (enum model_layer_kind)kind, opt);
+        most = k > most ? k : most;
+    }
+    return most;
+}
+
+/* Every layer's memory, each as a one-layer stage; a layer of the same kind and sizes as an
+ * earlier one takes its bytes (earlier_twin). */
+static int measure_all_memory(const struct probe *proto, const struct measure_options *o,
+                              struct profile *out, struct progress *pr, int *mismatches,
+                              struct err *e)
+{
+    const struct model *m = proto->m;
+    for (int l = 0; l < out->n_layers; l++) {
+        int twin = earlier_twin(m, l);
+        if (twin >= 0) {
+            out->layers[l] = out->layers[twin];
+            model_layer_name(m, l, out->layers[l].name);
+            pr->done++;
+            continue;
+        }
+        struct probe p = *proto;
+        int rc = measure_memory(&p, l, o, &out->layers[l], pr, mismatches, e);
+        probe_free(&p);
+        ERR_TRY(rc);
+    }
+    return ERR_OK;
+}
+
+/* Every layer's times: consecutive layers as one stage, as many as fit the budget; *groups
+ * the stages timed. */
+static int measure_all_times(struct backend *be, const struct model *m, const struct inputs *in,
+                             const struct measure_options *o, float *buf, struct profile *out,
+                             struct progress *pr, int *groups, struct err *e)
+{
+    int n = out->n_layers;
+    for (int l = 0, last; l < n; l = last + 1) {
+        int64_t state = 0, kept = 0, ws = 0;
+        for (last = l; last < n; last++) {
+            struct layer_sizes s;
+            sizes_layer(m, last, &s);
+            state += s.state_bytes;
+            kept += s.act_bytes;
+            ws = s.workspace_bytes > ws ? s.workspace_bytes : ws;
+            if (state + kept + ws > o->budget_bytes && last > l)
+                break;
+        }
+        last--;
+        (*groups)++;
+        ERR_TRY(measure_times(be, m, in, l, last, o, buf, &out->layers[l], pr, e));
+    }
+    return ERR_OK;
+}
+
+/* How the profile was measured, in its provenance. */
+static void add_provenance(struct profile *out, const struct measure_options *o, int groups,
+                           int mismatches)
+{
+    if (out->provenance == NULL)
+        out->provenance = cJSON_CreateObject();
+    cJSON *meas = cJSON_AddObjectToObject(out->provenance, "measurement");
+    cJSON_AddStringToObject(meas, "method",
+                            "the runtime's layers through its backend table "
+                            "(runtime/backend.h) on arenas carved by runtime/layout.c; "
+                            "time: the layers as one stage, a micro-batch forward then "
+                            "backward, one recompute option of each layer before its "
+                            "backward in turn; optimizer_ms: the backend's AdamW over each "
+                            "layer's parameters; host_optimizer_ms: the CPU backend's AdamW "
+                            "over a host copy of the layer's state; memory: each layer as "
+                            "a one-layer stage (layers of one kind and the same sizes "
+                            "scanned once), the 64-byte lines of poisoned arenas it used");
+    cJSON_AddNumberToObject(meas, "warmup", o->warmup);
+    cJSON_AddNumberToObject(meas, "repeats", o->repeats);
+    cJSON_AddNumberToObject(meas, "stages_timed", groups);
+    cJSON_AddStringToObject(meas, "statistic", "median");
+    cJSON_AddStringToObject(meas, "timer",
+                            o->timer != NULL ? o->timer->name : "host monotonic clock around sync");
+    cJSON_AddNumberToObject(meas, "size_function_mismatches", mismatches);
+}
+
 int measure_profile(struct backend *be, const struct model *m, const struct measure_options *o,
                     struct profile *out, int *mismatches, struct err *e)
 {
@@ -849,7 +970,7 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     if (!(be->ops->dtypes & BACKEND_DTYPE_BIT(m->dtype)))
         return err_set(e, ERR_INPUT, "dtype \"%s\": the %s backend does not compute it",
                        model_dtype_name(m->dtype), be->ops->name);
-    int n = model_layer_count(m);
+    int n = model_layer_count(m), groups = 0;
     *mismatches = 0;
     out->model = *m;
     out->estimated = 0;
@@ -857,100 +978,30 @@ int measure_profile(struct backend *be, const struct model *m, const struct meas
     if (out->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory for %d layers", n);
     out->n_layers = n;
-
-    /* host buffers as large as the largest layer's largest arena */
-    int64_t largest = 0;
-    for (int l = 0; l < n; l++) {
-        struct layer_sizes s;
-        sizes_layer(m, l, &s);
-        int64_t a[3] = {s.state_bytes, s.act_bytes, s.workspace_bytes};
-        for (int k = 0; k < 3; k++)
-            largest = a[k] > largest ? a[k] : largest;
-    }
-    size_t words = (size_t)((largest + GUARD_BYTES) / 4);
     struct inputs in = {0};
-    uint32_t *host = malloc(4 * words), *saved = malloc(4 * words), *pois = malloc(4 * words);
-    int rc = ERR_OK, groups = 0;
-    if (!host || !saved || !pois)
-        rc = err_set(e, ERR_FAIL, "out of host memory (%lld bytes) to scan the arenas",
-                     (long long)(12 * (int64_t)words));
-    else
+    struct scan_buffers b = {0};
+    int rc = scan_buffers_init(&b, m, e);
+    if (rc == ERR_OK)
         rc = inputs_init(&in, m, e);
-    if (rc == ERR_OK) {
-        for (size_t i = 0; i < words; i++)
-            pois[i] = POISON;
-        struct probe proto = {.be = be, .m = m, .in = &in, .host = host, .saved = saved,
-                              .poison = pois};
-        int most = 1; /* the most recompute options of a layer: passes = repeats x most */
-        for (int kind = MODEL_LAYER_EMBED; kind <= MODEL_LAYER_HEAD; kind++) {
-            struct sizes_option opt[SIZES_OPTIONS_MAX];
-            int k = sizes_recompute_options(m, (enum model_layer_kind)kind, opt);
-            most = k > most ? k : most;
+    int started = rc == ERR_OK; /* the progress bar drawn from here on */
+    struct progress pr = {o->progress, 0,
+                          (int64_t)n * (1 + o->warmup + (int64_t)o->repeats * most_options(m)), 0};
+    struct probe proto = {.be = be, .m = m, .in = &in, .host = b.host, .saved = b.saved,
+                          .poison = b.poison};
+    if (rc == ERR_OK)
+        rc = measure_all_memory(&proto, o, out, &pr, mismatches, e);
+    if (rc == ERR_OK)
+        rc = measure_all_times(be, m, &in, o, (float *)b.host, out, &pr, &groups, e);
+    if (pr.f != NULL && started) {
+        if (rc == ERR_OK) {
+            pr.done = pr.total;
+            progress_draw(&pr, "done", 1);
         }
-        struct progress pr = {o->progress, 0,
-                              (int64_t)n * (1 + o->warmup + (int64_t)o->repeats * most), 0};
-        for (int l = 0; l < n && rc == ERR_OK; l++) {
-            int twin = earlier_twin(m, l);
-            if (twin >= 0) {
-                out->layers[l] = out->layers[twin];
-                model_layer_name(m, l, out->layers[l].name);
-                pr.done++;
-                continue;
-            }
-            struct probe p = proto;
-            rc = measure_memory(&p, l, o, &out->layers[l], &pr, mismatches, e);
-            probe_free(&p);
-        }
-        /* time: consecutive layers as one stage, as many as fit the budget */
-        for (int l = 0, last; l < n && rc == ERR_OK; l = last + 1) {
-            int64_t state = 0, kept = 0, ws = 0;
-            for (last = l; last < n; last++) {
-                struct layer_sizes s;
-                sizes_layer(m, last, &s);
-                state += s.state_bytes;
-                kept += s.act_bytes;
-                ws = s.workspace_bytes > ws ? s.workspace_bytes : ws;
-                if (state + kept + ws > o->budget_bytes && last > l)
-                    break;
-            }
-            last--;
-            groups++;
-            rc = measure_times(be, m, &in, l, last, o, (float *)host, &out->layers[l], &pr, e);
-        }
-        if (pr.f != NULL) {
-            if (rc == ERR_OK) {
-                pr.done = pr.total;
-                progress_draw(&pr, "done", 1);
-            }
-            fputc('\n', pr.f);
-        }
+        fputc('\n', pr.f);
     }
     inputs_free(&in);
-    free(host);
-    free(saved);
-    free(pois);
-    if (rc == ERR_OK && out->provenance == NULL)
-        out->provenance = cJSON_CreateObject();
-    if (rc == ERR_OK) {
-        cJSON *meas = cJSON_AddObjectToObject(out->provenance, "measurement");
-        cJSON_AddStringToObject(meas, "method",
-                                "the runtime's layers through its backend table "
-                                "(runtime/backend.h) on arenas carved by runtime/layout.c; "
-                                "time: the layers as one stage, a micro-batch forward then "
-                                "backward, one recompute option of each layer before its "
-                                "backward in turn; optimizer_ms: the backend's AdamW over each "
-                                "layer's parameters; host_optimizer_ms: the CPU backend's AdamW "
-                                "over a host copy of the layer's state; memory: each layer as "
-                                "a one-layer stage (layers of one kind and the same sizes "
-                                "scanned once), the 64-byte lines of poisoned arenas it used");
-        cJSON_AddNumberToObject(meas, "warmup", o->warmup);
-        cJSON_AddNumberToObject(meas, "repeats", o->repeats);
-        cJSON_AddNumberToObject(meas, "stages_timed", groups);
-        cJSON_AddStringToObject(meas, "statistic", "median");
-        cJSON_AddStringToObject(meas, "timer",
-                                o->timer != NULL ? o->timer->name
-                                                 : "host monotonic clock around sync");
-        cJSON_AddNumberToObject(meas, "size_function_mismatches", *mismatches);
-    }
+    scan_buffers_free(&b);
+    if (rc == ERR_OK)
+        add_provenance(out, o, groups, *mismatches);
     return rc;
 }

@@ -107,82 +107,65 @@ void plan_stage_recost(const struct plan *p, struct plan_stage *st)
     st->copy_ms = plan_stage_copy_ms(st);
 }
 
-cJSON *plan_to_json(const struct plan *p)
+/* "recompute" (the layers recomputed whole) and, where some recompute part of themselves,
+ * "recompute_options". */
+static void recompute_to_json(const struct plan_stage *st, cJSON *so)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "format", "ballast-plan/1");
-    cJSON_AddStringToObject(o, "method", p->method);
-    cJSON *fw = cJSON_AddObjectToObject(o, "framework");
-    cJSON_AddStringToObject(fw, "target", p->framework.target);
-    cJSON_AddStringToObject(fw, "activations", p->framework.activations);
-    cJSON_AddStringToObject(fw, "attention", model_attention_name(p->framework.attention));
-    cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
-    if (p->virtual_stages > 1)
-        cJSON_AddNumberToObject(o, "virtual_stages", p->virtual_stages);
-    cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
-    plan_dealing_to_json(p, o);
-    cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
-    cJSON_AddNumberToObject(o, "most_loaded_stage", p->most_loaded_stage);
-    cJSON_AddNumberToObject(o, "iteration_ms", p->iteration_ms);
-    if (p->optimality_gap >= 0)
-        cJSON_AddNumberToObject(o, "optimality_gap", p->optimality_gap);
-    if (p->min_gain > 0)
-        cJSON_AddNumberToObject(o, "min_gain", p->min_gain);
-    if (p->fastest_ms > 0)
-        cJSON_AddNumberToObject(o, "fastest_ms", p->fastest_ms);
-    jsonio_add_int(o, "reserve_bytes", p->reserve_bytes);
-    jsonio_add_int(o, "unit_bytes", p->unit_bytes);
-    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
-    for (int s = 0; s < p->n_stages; s++) {
-        const struct plan_stage *st = &p->stages[s];
-        cJSON *so = cJSON_CreateObject();
-        cJSON_AddNumberToObject(so, "index", st->index);
-        if (p->virtual_stages > 1)
-            cJSON_AddNumberToObject(so, "gpu", st->gpu);
-        cJSON_AddStringToObject(so, "device", st->device);
-        cJSON_AddStringToObject(so, "device_kind", st->device_kind);
-        cJSON *range = cJSON_AddArrayToObject(so, "layers");
-        cJSON_AddItemToArray(range, cJSON_CreateNumber(st->first));
-        cJSON_AddItemToArray(range, cJSON_CreateNumber(st->last));
-        cJSON *rec = cJSON_AddArrayToObject(so, "recompute");
-        int partial = 0;
-        for (int l = 0; l < plan_stage_layer_count(st); l++) {
-            if (st->recompute[l] == COST_FULL)
-                cJSON_AddItemToArray(rec, cJSON_CreateNumber(st->first + l));
-            partial += st->recompute[l] >= COST_OPTION;
-        }
-        if (partial > 0) {
-            cJSON *opts = cJSON_AddArrayToObject(so, "recompute_options");
-            for (int l = 0; l < plan_stage_layer_count(st); l++) {
-                if (st->recompute[l] < COST_OPTION)
-                    continue;
-                cJSON *item = cJSON_CreateObject();
-                cJSON_AddNumberToObject(item, "layer", st->first + l);
-                cJSON_AddStringToObject(item, "option",
-                                        cost_choice_name(&st->layers[l], st->recompute[l]));
-                cJSON_AddItemToArray(opts, item);
-            }
-        }
-        jsonio_add_int(so, "memory_bytes", st->memory_bytes);
-        jsonio_add_int(so, "memory_limit_bytes", st->memory_limit_bytes);
-        jsonio_add_int(so, "capacity_bytes", st->capacity_bytes);
-        jsonio_add_int(so, "memory_before_bytes", st->memory_before_bytes);
-        cJSON_AddNumberToObject(so, "in_flight", st->in_flight);
-        cJSON_AddNumberToObject(so, "recompute_ms", st->recompute_ms);
-        cJSON_AddNumberToObject(so, "stage_ms", st->stage_ms);
-        if (st->link.present)
-            cJSON_AddItemToObject(so, "link", link_to_json(&st->link));
-        if (st->arena != NULL)
-            cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
-        plan_offload_to_json(st, so);
-        plan_group_to_json(st, so);
-        plan_optimizer_to_json(st, so);
-        cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
-        for (int l = 0; l < plan_stage_layer_count(st); l++)
-            cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
-        cJSON_AddItemToArray(stages, so);
+    cJSON *rec = cJSON_AddArrayToObject(so, "recompute");
+    int partial = 0;
+    for (int l = 0; l < plan_stage_layer_count(st); l++) {
+        if (st->recompute[l] == COST_FULL)
+            cJSON_AddItemToArray(rec, cJSON_CreateNumber(st->first + l));
+        partial += st->recompute[l] >= COST_OPTION;
     }
-    cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    if (partial == 0)
+        return;
+    cJSON *opts = cJSON_AddArrayToObject(so, "recompute_options");
+    for (int l = 0; l < plan_stage_layer_count(st); l++) {
+        if (st->recompute[l] < COST_OPTION)
+            continue;
+        cJSON *item = cJSON_CreateObject();
+        cJSON_AddNumberToObject(item, "layer", st->first + l);
+        cJSON_AddStringToObject(item, "option", cost_choice_name(&st->layers[l], st->recompute[l]));
+        cJSON_AddItemToArray(opts, item);
+    }
+}
+
+static cJSON *stage_to_json(const struct plan *p, const struct plan_stage *st)
+{
+    cJSON *so = cJSON_CreateObject();
+    cJSON_AddNumberToObject(so, "index", st->index);
+    if (p->virtual_stages > 1)
+        cJSON_AddNumberToObject(so, "gpu", st->gpu);
+    cJSON_AddStringToObject(so, "device", st->device);
+    cJSON_AddStringToObject(so, "device_kind", st->device_kind);
+    cJSON *range = cJSON_AddArrayToObject(so, "layers");
+    cJSON_AddItemToArray(range, cJSON_CreateNumber(st->first));
+    cJSON_AddItemToArray(range, cJSON_CreateNumber(st->last));
+    recompute_to_json(st, so);
+    jsonio_add_int(so, "memory_bytes", st->memory_bytes);
+    jsonio_add_int(so, "memory_limit_bytes", st->memory_limit_bytes);
+    jsonio_add_int(so, "capacity_bytes", st->capacity_bytes);
+    jsonio_add_int(so, "memory_before_bytes", st->memory_before_bytes);
+    cJSON_AddNumberToObject(so, "in_flight", st->in_flight);
+    cJSON_AddNumberToObject(so, "recompute_ms", st->recompute_ms);
+    cJSON_AddNumberToObject(so, "stage_ms", st->stage_ms);
+    if (st->link.present)
+        cJSON_AddItemToObject(so, "link", link_to_json(&st->link));
+    if (st->arena != NULL)
+        cJSON_AddItemToObject(so, "arena", arena_to_json(st->arena));
+    plan_offload_to_json(st, so);
+    plan_group_to_json(st, so);
+    plan_optimizer_to_json(st, so);
+    cJSON *costs = cJSON_AddArrayToObject(so, "layer_costs");
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        cJSON_AddItemToArray(costs, layer_cost_to_json(&st->layers[l]));
+    return so;
+}
+
+/* What the planner tried and proved: the schedules, the repartition search, the MILP check. */
+static void search_to_json(const struct plan *p, cJSON *o)
+{
     if (p->n_tried > 0) {
         cJSON *tried = cJSON_AddArrayToObject(o, "schedules_tried");
         for (int k = 0; k < p->n_tried; k++) {
@@ -211,6 +194,38 @@ cJSON *plan_to_json(const struct plan *p)
         cJSON_AddNumberToObject(v, "dp_objective", p->verify.dp_objective);
         cJSON_AddBoolToObject(v, "agree", p->verify.agree);
     }
+}
+
+cJSON *plan_to_json(const struct plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "ballast-plan/1");
+    cJSON_AddStringToObject(o, "method", p->method);
+    cJSON *fw = cJSON_AddObjectToObject(o, "framework");
+    cJSON_AddStringToObject(fw, "target", p->framework.target);
+    cJSON_AddStringToObject(fw, "activations", p->framework.activations);
+    cJSON_AddStringToObject(fw, "attention", model_attention_name(p->framework.attention));
+    cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
+    if (p->virtual_stages > 1)
+        cJSON_AddNumberToObject(o, "virtual_stages", p->virtual_stages);
+    cJSON_AddNumberToObject(o, "micro_batches", p->micro_batches);
+    plan_dealing_to_json(p, o);
+    cJSON_AddNumberToObject(o, "bottleneck_stage", p->bottleneck_stage);
+    cJSON_AddNumberToObject(o, "most_loaded_stage", p->most_loaded_stage);
+    cJSON_AddNumberToObject(o, "iteration_ms", p->iteration_ms);
+    if (p->optimality_gap >= 0)
+        cJSON_AddNumberToObject(o, "optimality_gap", p->optimality_gap);
+    if (p->min_gain > 0)
+        cJSON_AddNumberToObject(o, "min_gain", p->min_gain);
+    if (p->fastest_ms > 0)
+        cJSON_AddNumberToObject(o, "fastest_ms", p->fastest_ms);
+    jsonio_add_int(o, "reserve_bytes", p->reserve_bytes);
+    jsonio_add_int(o, "unit_bytes", p->unit_bytes);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; s < p->n_stages; s++)
+        cJSON_AddItemToArray(stages, stage_to_json(p, &p->stages[s]));
+    cJSON_AddItemToObject(o, "model", model_to_json(&p->model));
+    search_to_json(p, o);
     return o;
 }
 

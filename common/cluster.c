@@ -273,25 +273,14 @@ static int resolve_host_links(struct cluster *c, struct err *e)
     return ERR_OK;
 }
 
-static int read_cluster_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
-                              const char *file, int s, int *has_layers, struct err *e)
+/* The stage's profile against the stage and the stages before it: made on its device, for
+ * at least its memory, of stage 0's model (a custom model: the same layer list), and, under a
+ * device name another stage has used, that stage's costs. */
+static int check_stage_profile(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX],
+                               const char *file, const char *path, const char *rel, int s,
+                               struct err *e)
 {
-    static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
-                                       "link",             "host_link",    "host_memory_bytes",
-                                       "tp",               "dp",           "per_node",
-                                       "node_link",        "node_host_memory_bytes", NULL};
-    struct cluster_stage *st = &c->stages[s];
-    char path[JSONIO_PATH_MAX];
-    const char *rel;
-    jsonio_path_index(path, "stages", s);
-    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
-        jsonio_str_copy(obj, file, path, "device", st->device, sizeof st->device, e) ||
-        units_json_bytes(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes,
-                         e) ||
-        jsonio_str(obj, file, path, "profile", &rel, e))
-        return e->code;
-    if (stage_profile(c, paths, file, path, rel, &st->profile, e))
-        return e->code;
+    const struct cluster_stage *st = &c->stages[s];
     const struct profile *p = &c->profiles[st->profile];
     if (strcmp(p->device.name, st->device) != 0)
         return err_set(e, ERR_INPUT,
@@ -339,6 +328,13 @@ static int read_cluster_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX]
                        "profile --name)",
                        file, path, rel, st->device, t, paths[c->stages[t].profile], what);
     }
+    return ERR_OK;
+}
+
+/* "layers": given for every stage or for none; a [first, last] pair of integers. */
+static int read_stage_layers(const cJSON *obj, const char *file, const char *path, int s,
+                             struct cluster_stage *st, int *has_layers, struct err *e)
+{
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(obj, "layers");
     int has = layers != NULL;
     if (s == 0)
@@ -367,6 +363,30 @@ static int read_cluster_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX]
         st->first = (int)v[0];
         st->last = (int)v[1];
     }
+    return ERR_OK;
+}
+
+static int read_cluster_stage(struct cluster *c, char (*paths)[CLUSTER_PATH_MAX], const cJSON *obj,
+                              const char *file, int s, int *has_layers, struct err *e)
+{
+    static const char *const keys[] = {"device",           "memory_bytes", "profile", "layers",
+                                       "link",             "host_link",    "host_memory_bytes",
+                                       "tp",               "dp",           "per_node",
+                                       "node_link",        "node_host_memory_bytes", NULL};
+    struct cluster_stage *st = &c->stages[s];
+    char path[JSONIO_PATH_MAX];
+    const char *rel;
+    jsonio_path_index(path, "stages", s);
+    if (jsonio_expect_object(obj, file, path, e) || jsonio_check_keys(obj, file, path, keys, e) ||
+        jsonio_str_copy(obj, file, path, "device", st->device, sizeof st->device, e) ||
+        units_json_bytes(obj, file, path, "memory_bytes", 1, JSONIO_INT_MAX, &st->memory_bytes,
+                         e) ||
+        jsonio_str(obj, file, path, "profile", &rel, e))
+        return e->code;
+    if (stage_profile(c, paths, file, path, rel, &st->profile, e) ||
+        check_stage_profile(c, paths, file, path, rel, s, e) ||
+        read_stage_layers(obj, file, path, s, st, has_layers, e))
+        return e->code;
     const cJSON *link = cJSON_GetObjectItemCaseSensitive(obj, "link");
     if (link != NULL) {
         char lp[JSONIO_PATH_MAX];

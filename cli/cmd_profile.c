@@ -281,92 +281,113 @@ static int group_option(int argc, char **argv, int *i, struct estimate_group *g)
     return 1;
 }
 
-int cmd_profile(int argc, char **argv)
+struct profile_args {
+    const char *model_file, *device, *out_file, *name, *devices_file, *framework;
+    long repeats, threads;
+    int estimated, measure_only; /* --estimate; an option only measuring takes */
+    struct estimate_group group;
+};
+
+/* The command line into a; ERR_INPUT (said) for an option it does not take. */
+static int parse_profile_args(int argc, char **argv, struct profile_args *a)
 {
-    const char *model_file = NULL, *device = NULL, *out_file = NULL, *name = NULL, *v;
-    const char *devices_file = NULL, *framework = NULL;
-    long repeats = 20, threads = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int estimated = 0, measure_only = 0;
-    struct estimate_group group = {.tp = 1};
+    const char *v;
     for (int i = 1; i < argc; i++) {
         int r;
-        if (cli_is_help(argv[i])) {
-            help();
-            return ERR_OK;
-        } else if ((r = cli_option(argc, argv, &i, "--model", &v)) != 0) {
+        if ((r = cli_option(argc, argv, &i, "--model", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            model_file = v;
+            a->model_file = v;
         } else if ((r = cli_option(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            device = v;
+            a->device = v;
         } else if ((r = cli_option(argc, argv, &i, "--devices", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            devices_file = v;
+            a->devices_file = v;
         } else if ((r = cli_option(argc, argv, &i, "-o", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            out_file = v;
+            a->out_file = v;
         } else if ((r = cli_option(argc, argv, &i, "--repeats", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            if (cli_parse_int(v, 1, 1000000, &repeats) != 0)
+            if (cli_parse_int(v, 1, 1000000, &a->repeats) != 0)
                 return cli_usage_error("profile", "--repeats: \"%s\", expected a whole number "
                                                   "from 1 to 1000000", v);
-            measure_only = 1;
+            a->measure_only = 1;
         } else if ((r = cli_option(argc, argv, &i, "--threads", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            if (cli_parse_int(v, 1, 4096, &threads) != 0)
+            if (cli_parse_int(v, 1, 4096, &a->threads) != 0)
                 return cli_usage_error("profile", "--threads: \"%s\", expected a whole number "
                                                   "from 1 to 4096", v);
-            measure_only = 1;
+            a->measure_only = 1;
         } else if ((r = cli_option(argc, argv, &i, "--name", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
             if (v[0] == '\0' || strlen(v) >= PROFILE_NAME_MAX)
                 return cli_usage_error("profile", "--name: \"%s\", expected 1 to %d characters",
                                        v, PROFILE_NAME_MAX - 1);
-            name = v;
-            measure_only = 1;
+            a->name = v;
+            a->measure_only = 1;
         } else if ((r = cli_option(argc, argv, &i, "--for", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            framework = v;
+            a->framework = v;
         } else if (cli_flag(argv, i, "--estimate")) {
-            estimated = 1;
-        } else if ((r = group_option(argc, argv, &i, &group)) != 0) {
+            a->estimated = 1;
+        } else if ((r = group_option(argc, argv, &i, &a->group)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
         } else {
             return cli_usage_error("profile", "unknown option \"%s\"", argv[i]);
         }
     }
-    if (model_file == NULL || device == NULL)
+    return ERR_OK;
+}
+
+/* Options that do not go together, and what is required. */
+static int check_profile_args(const struct profile_args *a)
+{
+    if (a->model_file == NULL || a->device == NULL)
         return cli_usage_error("profile", "--model and --device are required");
-    if (estimated && measure_only)
+    if (a->estimated && a->measure_only)
         return cli_usage_error("profile", "--repeats, --threads and --name are for measuring; "
                                           "--estimate measures nothing");
-    if (!estimated && framework != NULL)
+    if (!a->estimated && a->framework != NULL)
         return cli_usage_error("profile", "--for FRAMEWORK is for --estimate");
-    if (!estimated && devices_file != NULL)
+    if (!a->estimated && a->devices_file != NULL)
         return cli_usage_error("profile", "--devices is the device table of --estimate");
-    int cpu_device = strcmp(device, "cpu") == 0;
-    if ((group.tp > 1 && !group.node_link.present && (estimated || cpu_device)) ||
-        (group.tp <= 1 && group.node_link.present))
+    int cpu = strcmp(a->device, "cpu") == 0;
+    const struct estimate_group *g = &a->group;
+    if ((g->tp > 1 && !g->node_link.present && (a->estimated || cpu)) ||
+        (g->tp <= 1 && g->node_link.present))
         return cli_usage_error("profile", "--node-link-gbps is for --tp N (above 1), which "
                                           "takes it with --estimate and on a CPU (on a GPU "
                                           "without it the collectives are measured over NCCL)");
-    if (cli_check_output("profile", out_file))
-        return ERR_INPUT;
-    if (estimated)
-        return estimate(model_file, device, devices_file ? devices_file : devices_default_file(),
-                        framework, &group, out_file);
-    int cpu = strcmp(device, "cpu") == 0;
-    if (!cpu && threads > 0)
+    if (!a->estimated && !cpu && a->threads > 0)
         return cli_usage_error("profile", "--threads is for --device cpu");
+    return cli_check_output("profile", a->out_file) ? ERR_INPUT : ERR_OK;
+}
+
+int cmd_profile(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            help();
+            return ERR_OK;
+        }
+    struct profile_args a = {.repeats = 20, .group = {.tp = 1}};
+    ERR_TRY(parse_profile_args(argc, argv, &a));
+    ERR_TRY(check_profile_args(&a));
+    if (a.estimated)
+        return estimate(a.model_file, a.device,
+                        a.devices_file ? a.devices_file : devices_default_file(), a.framework,
+                        &a.group, a.out_file);
+    int cpu = strcmp(a.device, "cpu") == 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), threads = a.threads;
     const char *threads_from = "--threads";
     if (cpu && threads == 0 && (threads = default_threads(cores, &threads_from)) == 0)
         return ERR_INPUT;
@@ -375,6 +396,6 @@ int cmd_profile(int argc, char **argv)
                 "ballast profile: warning: %ld threads (%s) on %ld online cores: the threads "
                 "share cores, so the times measure the sharing\n",
                 threads, threads_from, cores);
-    return measure(model_file, device, (int)repeats, (int)threads, cpu ? threads_from : NULL,
-                   name, &group, out_file);
+    return measure(a.model_file, a.device, (int)a.repeats, (int)threads,
+                   cpu ? threads_from : NULL, a.name, &a.group, a.out_file);
 }

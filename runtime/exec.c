@@ -8,6 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+void stage_times_add(struct stage_times *sum, const struct stage_times *t)
+{
+    sum->fwd += t->fwd;
+    sum->bwd += t->bwd;
+    sum->recompute += t->recompute;
+    sum->send += t->send;
+    sum->idle += t->idle;
+    sum->optimizer += t->optimizer;
+    sum->host_update += t->host_update;
+    sum->stall += t->stall;
+    sum->copy[0] += t->copy[0];
+    sum->copy[1] += t->copy[1];
+}
+
 double exec_now_ms(void)
 {
     return 1e3 * clock_now_s();

@@ -88,6 +88,9 @@ struct stage_times {
     int64_t host_peak;
 };
 
+/* sum += t over the timed spans (fwd .. host_update); the counts and peaks are not sums. */
+void stage_times_add(struct stage_times *sum, const struct stage_times *t);
+
 struct executor;
 struct arena_run; /* arena_run.h */
 

@@ -864,16 +864,7 @@ struct loop_sums {
 
 static void loop_sums_add(struct loop_sums *a, const struct stage_times *t, double ms)
 {
-    a->t.fwd += t->fwd;
-    a->t.bwd += t->bwd;
-    a->t.recompute += t->recompute;
-    a->t.send += t->send;
-    a->t.idle += t->idle;
-    a->t.optimizer += t->optimizer;
-    a->t.host_update += t->host_update;
-    a->t.stall += t->stall;
-    a->t.copy[0] += t->copy[0];
-    a->t.copy[1] += t->copy[1];
+    stage_times_add(&a->t, t);
     a->counted++;
     a->timed_ms += ms;
 }
@@ -952,7 +943,7 @@ static int run_step(struct run *r, int64_t i, struct report *rep, struct loop_su
                                          now->host_peak,
                                          r->stage.last.loss_scale,
                                          r->stage.last.verdict == STAGE_SKIPPED};
-    acc->t.late_prefetches += now->late_prefetches;
+    acc->t.late_prefetches += now->late_prefetches; /* every step's, the first too */
     rep->n_steps = (int)i + 1;
     if (i > 0 || n_steps == 1) {
         loop_sums_add(acc, now, ms);

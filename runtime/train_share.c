@@ -444,12 +444,7 @@ static int run_slice(struct share_run *r, int j, int64_t n, struct err *e)
                    job->ms[job->done]);
         if (job->done == 0 && r->o->steps > 1)
             continue; /* warm-up: not in the stage times */
-        const struct stage_times *t = &job->stage.x.times;
-        job->sum.fwd += t->fwd;
-        job->sum.bwd += t->bwd;
-        job->sum.recompute += t->recompute;
-        job->sum.send += t->send;
-        job->sum.idle += t->idle;
+        stage_times_add(&job->sum, &job->stage.x.times);
         job->counted++;
     }
     return ERR_OK;

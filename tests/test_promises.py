@@ -43,16 +43,12 @@ def unwrapped_mpi(text):
     return bad
 
 
-def check_mpi(repo):
-    root = os.path.join(repo, "runtime")
-    for dirpath, _, names in os.walk(root):
-        for n in sorted(names):
-            if not n.endswith((".c", ".h", ".cu", ".cuh")) or n == "mpicheck.c":
-                continue
-            path = os.path.join(dirpath, n)
-            for line in unwrapped_mpi(open(path, encoding="utf-8").read()):
-                FAILS.append("%s:%d: an MPI call outside mpicheck.h's wrappers"
-                             % (os.path.relpath(path, repo), line))
+def check_mpi(texts):
+    for f, text in texts.items():
+        if f.startswith("runtime/") and f.endswith((".c", ".h", ".cu", ".cuh")) and \
+                f != "runtime/mpicheck.c":
+            for line in unwrapped_mpi(text):
+                FAILS.append("%s:%d: an MPI call outside mpicheck.h's wrappers" % (f, line))
 
 
 FORBIDDEN = re.compile(r"^(P?MPI_|ompi_|cblas_|[sdcz]gemm_?$|openblas_|cuda|cu[A-Z]|cublas|"
@@ -102,14 +98,11 @@ def kind_excepted(f):
             (f.startswith("runtime/") and f.endswith("_layers.c")))
 
 
-def check_kinds(repo):
-    for f in sorted(tracked(repo)):
+def check_kinds(texts):
+    for f, text in texts.items():
         if not f.endswith((".c", ".h")) or kind_excepted(f):
             continue
-        path = os.path.join(repo, f)
-        if not os.path.isfile(path):
-            continue
-        for line in kind_tests(open(path, encoding="utf-8").read()):
+        for line in kind_tests(text):
             FAILS.append("%s:%d: tests the model's kind (read a trait or an operation of its "
                          "descriptor instead: common/model_kind.h, models/model_ops.h)"
                          % (f, line))
@@ -121,6 +114,21 @@ def tracked(repo):
         return [os.path.relpath(os.path.join(d, n), repo)
                 for d, _, ns in os.walk(repo) if "/." not in d for n in ns]
     return out.stdout.split()
+
+
+def read_tree(repo):
+    """{path: text} of the repository's files (sorted), each read once: regular files that are
+    UTF-8 text."""
+    texts = {}
+    for f in sorted(tracked(repo)):
+        path = os.path.join(repo, f)
+        if not os.path.isfile(path):
+            continue
+        try:
+            texts[f] = open(path, encoding="utf-8").read()
+        except UnicodeDecodeError:
+            pass
+    return texts
 
 
 def missing_docs(text, where, files, names):
@@ -141,19 +149,11 @@ def missing_docs(text, where, files, names):
     return bad
 
 
-def check_docs(repo):
-    files = set(tracked(repo))
+def check_docs(files, texts):
     names = {os.path.basename(f) for f in files}
-    for f in sorted(files):
+    for f, text in texts.items():
         if not f.endswith(SOURCES) or f.startswith(("tests/data/", "bench/results/")) or \
                 f == "tests/test_promises.py":
-            continue
-        path = os.path.join(repo, f)
-        if not os.path.isfile(path):
-            continue
-        try:
-            text = open(path, encoding="utf-8").read()
-        except UnicodeDecodeError:
             continue
         for doc in missing_docs(text, f, files, names):
             FAILS.append("%s: names %s, which is not in the repository" % (f, doc))
@@ -205,13 +205,10 @@ def include_cycles(graph):
     return cycles
 
 
-def check_includes(repo):
-    texts = {}
-    for f in tracked(repo):
-        if f.endswith(HEADERS) and not f.startswith("tests/") and \
-                os.path.isfile(os.path.join(repo, f)):
-            texts[f] = open(os.path.join(repo, f), encoding="utf-8").read()
-    for cycle in include_cycles(include_graph(texts)):
+def check_includes(texts):
+    headers = {f: t for f, t in texts.items()
+               if f.endswith(HEADERS) and not f.startswith("tests/")}
+    for cycle in include_cycles(include_graph(headers)):
         FAILS.append("include circle: %s" % " -> ".join(cycle))
 
 
@@ -249,12 +246,11 @@ def name_collisions(defs):
     return bad
 
 
-def check_names(repo):
+def check_names(texts):
     defs = {}
-    for f in tracked(repo):
-        if f.endswith((".c", ".cu")) and not f.startswith("tests/") and \
-                os.path.isfile(os.path.join(repo, f)):
-            for name in set(definitions(open(os.path.join(repo, f), encoding="utf-8").read())):
+    for f, text in texts.items():
+        if f.endswith((".c", ".cu")) and not f.startswith("tests/"):
+            for name in set(definitions(text)):
                 defs.setdefault(name, set()).add(f)
     for name, where in sorted(name_collisions(defs).items()):
         FAILS.append("%s is defined in %s: a name says one thing across the tree"
@@ -309,12 +305,14 @@ def self_test():
 def main():
     repo, libs = sys.argv[1], sys.argv[2:]
     self_test()
-    check_mpi(repo)
+    files = set(tracked(repo))
+    texts = read_tree(repo)
+    check_mpi(texts)
     check_libraries(libs)
-    check_docs(repo)
-    check_includes(repo)
-    check_kinds(repo)
-    check_names(repo)
+    check_docs(files, texts)
+    check_includes(texts)
+    check_kinds(texts)
+    check_names(texts)
     for f in FAILS:
         print("FAIL", f)
     print("test_promises: %d failure(s)" % len(FAILS))

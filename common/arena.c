@@ -214,11 +214,8 @@ int arena_from_json(const cJSON *o, const char *file, const char *path, struct a
         jsonio_int_opt(o, file, path, "host_bytes", 0, JSONIO_INT_MAX, &a->host_bytes, e) ||
         proven_from_json(o, file, path, a, e))
         return e->code;
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "objects");
-    jsonio_path_key(sub, path, "objects");
+    const cJSON *list = jsonio_array(o, file, path, "objects", sub, e);
     if (list == NULL)
-        return err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
-    if (jsonio_expect_array(list, file, sub, e))
         return e->code;
     a->n = cJSON_GetArraySize(list);
     a->objects = calloc((size_t)(a->n ? a->n : 1), sizeof *a->objects);

@@ -349,6 +349,13 @@ static const cJSON *member(const cJSON *obj, const char *file, const char *path,
     return item;
 }
 
+const cJSON *jsonio_array(const cJSON *obj, const char *file, const char *path, const char *key,
+                          char sub[JSONIO_PATH_MAX], struct err *e)
+{
+    const cJSON *a = member(obj, file, path, key, sub, e);
+    return a != NULL && jsonio_expect_array(a, file, sub, e) == ERR_OK ? a : NULL;
+}
+
 int jsonio_int_value(const cJSON *item, const char *file, const char *path, int64_t lo,
                      int64_t hi, int64_t *out, struct err *e)
 {

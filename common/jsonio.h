@@ -63,6 +63,10 @@ int jsonio_check_keys(const cJSON *obj, const char *file, const char *path,
 /* Checks that `item` is an object (or an array), naming `path` otherwise. */
 int jsonio_expect_object(const cJSON *item, const char *file, const char *path, struct err *e);
 int jsonio_expect_array(const cJSON *item, const char *file, const char *path, struct err *e);
+/* The array obj.key must hold, its path written to sub; NULL (the error in e) when it is
+ * missing or not an array. */
+const cJSON *jsonio_array(const cJSON *obj, const char *file, const char *path, const char *key,
+                          char sub[JSONIO_PATH_MAX], struct err *e);
 
 /* Joins a path and a key or an index: ("stages", 2) -> "stages[2]", ("", "x") -> "x". */
 void jsonio_path_key(char out[JSONIO_PATH_MAX], const char *path, const char *key);

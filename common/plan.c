@@ -345,19 +345,6 @@ static int read_device_kind(const cJSON *so, const char *file, const char *path,
     return ERR_OK;
 }
 
-/* An array field that must be there: the object at path.key, checked to be an array. */
-static const cJSON *required_array(const cJSON *so, const char *file, const char *path,
-                                   const char *key, char *sub, struct err *e)
-{
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(so, key);
-    jsonio_path_key(sub, path, key);
-    if (a == NULL) {
-        err_set(e, ERR_INPUT, "%s: %s: missing", file, sub);
-        return NULL;
-    }
-    return jsonio_expect_array(a, file, sub, e) == ERR_OK ? a : NULL;
-}
-
 /* "layers": [first, last], starting where the stage before ended; the per-layer arrays
  * allocated for them. */
 static int read_layer_range(const cJSON *so, const char *file, const char *path,
@@ -365,7 +352,7 @@ static int read_layer_range(const cJSON *so, const char *file, const char *path,
                             struct err *e)
 {
     char sub[JSONIO_PATH_MAX];
-    const cJSON *range = required_array(so, file, path, "layers", sub, e);
+    const cJSON *range = jsonio_array(so, file, path, "layers", sub, e);
     if (range == NULL)
         return e->code;
     int64_t r[2];
@@ -398,7 +385,7 @@ static int read_recompute(const cJSON *so, const char *file, const char *path,
                           struct plan_stage *st, struct err *e)
 {
     char sub[JSONIO_PATH_MAX];
-    const cJSON *rec = required_array(so, file, path, "recompute", sub, e);
+    const cJSON *rec = jsonio_array(so, file, path, "recompute", sub, e);
     if (rec == NULL)
         return e->code;
     int k = 0;
@@ -453,7 +440,7 @@ static int read_layer_costs(const cJSON *so, const char *file, const char *path,
 {
     char sub[JSONIO_PATH_MAX];
     int n = plan_stage_layer_count(st), k = 0;
-    const cJSON *costs = required_array(so, file, path, "layer_costs", sub, e);
+    const cJSON *costs = jsonio_array(so, file, path, "layer_costs", sub, e);
     if (costs == NULL)
         return e->code;
     if (cJSON_GetArraySize(costs) != n)

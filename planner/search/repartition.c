@@ -11,6 +11,7 @@
 #include "framework.h"
 #include "knapsack.h"
 #include "sim.h"
+#include "stats.h"
 
 /* A stage's least recompute for one layer range, for one kind of position. */
 struct range_cost {
@@ -873,12 +874,6 @@ static double layer_ms(const struct search *s, int p, int l)
            s->bwd_prefix[p][l];
 }
 
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* A floor under the busiest position's T whatever the order and split (recompute only adds):
  * the n_p positions of profile p hold n_p different layers, one of them at least the n_p-th
  * fastest on p; and with weights y_p = (1 / W_p) / sum_q (n_q / W_q), W_p the model's forward
@@ -913,7 +908,7 @@ static double busiest_floor(const struct search *s)
             continue;
         for (int l = 0; l < s->N; l++)
             t[l] = layer_ms(s, p, l);
-        qsort(t, (size_t)s->N, sizeof *t, compare_double);
+        stats_sort(t, s->N);
         least_held = t[n[p] - 1] > least_held ? t[n[p] - 1] : least_held;
     }
     free(t);

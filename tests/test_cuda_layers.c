@@ -59,9 +59,11 @@ static const struct tol BF16_BWD = {0.06, 0.06, 0.02};
  * 256-position tile for the embedding's scatter-add, and several vocabulary slices); and a
  * Llama (grouped-query attention, llama_layers.c over cuda/llama_kernels.cu); then flash
  * attention (cuda/flash_kernels.cu against kernels_flash_cpu.c, its log-sum-exp a kept
- * tensor): a GPT over several 32-row tiles, the last partial, and a grouped-query Llama with
- * a head size of 128 (its kernels ask for more than the default 48 KiB of shared memory) */
-#define N_SHAPES 5
+ * tensor): a GPT over several 32-row tiles, the last partial, a grouped-query Llama with a
+ * head size of 128 (its kernels ask for more than the default 48 KiB of shared memory), and
+ * one with a head size of 24 (16-bit models run on the tensor cores: their 16-wide tiles
+ * padded) over three 64-row tiles, the last partial */
+#define N_SHAPES 6
 static const struct model shapes[N_SHAPES] = {
     {.n_layer = 2, .n_embd = 64, .n_head = 4, .seq_len = 64, .vocab_size = 100, .micro_batch = 2},
     {.n_layer = 3, .n_embd = 48, .n_head = 3, .seq_len = 80, .vocab_size = 75, .micro_batch = 4},
@@ -73,6 +75,9 @@ static const struct model shapes[N_SHAPES] = {
     {.kind = MODEL_KIND_LLAMA, .n_layer = 2, .n_embd = 256, .n_head = 2, .n_kv_head = 1,
      .ffn_hidden = 96, .rope_theta = 10000, .norm_eps = 1e-5, .seq_len = 70, .vocab_size = 64,
      .micro_batch = 2, .attention = MODEL_ATTENTION_FLASH},
+    {.kind = MODEL_KIND_LLAMA, .n_layer = 2, .n_embd = 96, .n_head = 4, .n_kv_head = 2,
+     .ffn_hidden = 64, .rope_theta = 10000, .norm_eps = 1e-5, .seq_len = 150, .vocab_size = 64,
+     .micro_batch = 1, .attention = MODEL_ATTENTION_FLASH},
 };
 
 static struct backend cpu, gpu;

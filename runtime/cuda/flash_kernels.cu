@@ -3,15 +3,15 @@
 // query attention alike. The (B,NH,T,T) probabilities are never stored: key/value tiles pass
 // through shared memory, each query row keeps a running maximum and sum (the online softmax)
 // and finally its log-sum-exp; the backward recomputes the probabilities tile by tile from
-// it. In kernels.cuh's conventions: fp32 arithmetic on float or 16-bit tensors, no atomics, each
-// output element one thread's loop in a fixed order (so a recomputed forward repeats its
-// bits). dq is its own pass over the key tiles (FlashAttention-2's deterministic variant): the
+// it. 16-bit models go to the tensor-core kernels of flash_mma.cu where the GPU has them; the
+// kernels here take fp32 and what those cannot. In kernels.cuh's conventions: fp32 arithmetic
+// on float or 16-bit tensors, no atomics, each output element one thread's loop in a fixed
+// order (so a recomputed forward repeats its bits). dq is its own pass over the key tiles (FlashAttention-2's deterministic variant): the
 // scores are recomputed once for dk and dv and once for dq rather than added up atomically.
 #include <math.h>
 
-#include "check.cuh"
 #include "device.cuh"
-#include "kernels.cuh"
+#include "flash.cuh"
 
 extern "C" {
 #include "backend.h"
@@ -27,25 +27,6 @@ kctx cuda_kctx(struct backend *be, enum model_dtype dt);
 // A thread's accumulator row in shared memory: padded by one float, so that the TILE threads
 // of a warp, each at element c of its own row, hit different banks.
 #define ACC(hs) ((hs) + 1)
-
-struct fshape {
-    int T, NH, NKV, hs, W, C, group;
-    float scale;
-    __device__ int64_t q(int b, int t, int h) const { return ((int64_t)b * T + t) * W + h * hs; }
-    __device__ int64_t k(int b, int t, int kv) const
-    {
-        return ((int64_t)b * T + t) * W + C + kv * hs;
-    }
-    __device__ int64_t v(int b, int t, int kv) const { return k(b, t, kv) + (int64_t)NKV * hs; }
-    __device__ int64_t o(int b, int t, int h) const { return ((int64_t)b * T + t) * C + h * hs; }
-    __device__ int64_t row(int b, int h, int t) const { return ((int64_t)b * NH + h) * T + t; }
-};
-
-static fshape shape_of(int T_, int NH, int NKV, int hs)
-{
-    return fshape{T_, NH, NKV, hs, (NH + 2 * NKV) * hs, NH * hs, NH / NKV,
-                  1.0f / sqrtf((float)hs)};
-}
 
 // rows c0 .. c0+rows-1 (those < T) of hs elements at `src` + at(row) into dst (rows, hs)
 template <typename T, typename At>
@@ -221,24 +202,11 @@ __global__ void flash_dq_kernel(T *dqkv, const T *dout, const T *qkv, const floa
         dqg[c] = from_f<T>(dq[c]);
 }
 
-// Dynamic shared memory beyond the default 48 KiB must be asked for (a head size of 128 and
-// more); past what the device allows, the head size is refused by name.
-template <typename K>
-static int shared_for(K kernel, size_t bytes, int hs, struct err *e)
+int flash_shared_most(int *most, struct err *e)
 {
-    if (bytes <= 48 * 1024)
-        return ERR_OK;
-    int device, most;
+    int device;
     CUDA_CHECK(cudaGetDevice(&device), e);
-    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-               e);
-    if (bytes > (size_t)most)
-        return err_set(e, ERR_INPUT,
-                       "flash attention with head size %d needs %zu bytes of shared memory per "
-                       "block; cuda:%d allows %d",
-                       hs, bytes, device, most);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)bytes), e);
+    CUDA_CHECK(cudaDeviceGetAttribute(most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), e);
     return ERR_OK;
 }
 
@@ -254,9 +222,13 @@ static int flash_forward(struct backend *be, enum model_dtype dt, void *out, flo
                          const void *qkv, int B, int T_, int NH, int NKV, int hs, struct err *e)
 {
     kctx k = cuda_kctx(be, dt);
-    fshape g = shape_of(T_, NH, NKV, hs);
+    fshape g = flash_shape(T_, NH, NKV, hs);
+    int mma;
+    ERR_TRY(flash_mma_fits(dt, hs, &mma, e));
+    if (mma)
+        return flash_mma_forward(k, out, lse, qkv, B, g, e);
     size_t bytes = shared_bytes(1, 2, TILE, hs);
-    ERR_TRY(shared_for(flash_forward_kernel<T>, bytes, hs, e));
+    ERR_TRY(flash_shared_for(flash_forward_kernel<T>, bytes, hs, e));
     dim3 grid((T_ + TILE - 1) / TILE, NH, B);
     flash_forward_kernel<T><<<grid, TILE, bytes, k.stream>>>((T *)out, lse, (const T *)qkv, g);
     KERNEL_CHECK("flash_forward_kernel", e);
@@ -269,19 +241,23 @@ static int flash_backward(struct backend *be, enum model_dtype dt, void *dqkv, f
                           int B, int T_, int NH, int NKV, int hs, struct err *e)
 {
     kctx k = cuda_kctx(be, dt);
-    fshape g = shape_of(T_, NH, NKV, hs);
+    fshape g = flash_shape(T_, NH, NKV, hs);
     int64_t rows = (int64_t)B * NH * T_;
     int tiles = (T_ + TILE - 1) / TILE;
     flash_dsum_kernel<T><<<blocks_for(rows, 256), 256, 0, k.stream>>>(
         dsum, (const T *)dout, (const T *)out, g, rows);
     KERNEL_CHECK("flash_dsum_kernel", e);
+    int mma;
+    ERR_TRY(flash_mma_fits(dt, hs, &mma, e));
+    if (mma)
+        return flash_mma_backward(k, dqkv, dsum, dout, qkv, lse, B, g, e);
     size_t kv_bytes = shared_bytes(2, 2, QROWS, hs);
-    ERR_TRY(shared_for(flash_dkv_kernel<T>, kv_bytes, hs, e));
+    ERR_TRY(flash_shared_for(flash_dkv_kernel<T>, kv_bytes, hs, e));
     flash_dkv_kernel<T><<<dim3(tiles, NKV, B), TILE, kv_bytes, k.stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum, g);
     KERNEL_CHECK("flash_dkv_kernel", e);
     size_t q_bytes = shared_bytes(1, 2, TILE, hs);
-    ERR_TRY(shared_for(flash_dq_kernel<T>, q_bytes, hs, e));
+    ERR_TRY(flash_shared_for(flash_dq_kernel<T>, q_bytes, hs, e));
     flash_dq_kernel<T><<<dim3(tiles, NH, B), TILE, q_bytes, k.stream>>>(
         (T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum, g);
     KERNEL_CHECK("flash_dq_kernel", e);

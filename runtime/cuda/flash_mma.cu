@@ -11,7 +11,7 @@
 //
 // A block is four warps. The forward and the dQ pass take 64 query rows a block, 16 a warp,
 // over key tiles of 64; the dK, dV pass takes 64 keys a block, 16 a warp, over query tiles of
-// 32. The head size is padded with zeros to a multiple of 16 in shared memory; every tile's
+// 32, for head sizes up to 128 (flash_kernels.cu takes larger ones). The head size is padded with zeros to a multiple of 16 in shared memory; every tile's
 // row is padded by 8 16-bit or 4 fp32 elements, so that a fragment's rows fall on different
 // banks (WMMA wants the row strides a multiple of 16 bytes, fragments 32-byte aligned: every
 // fragment starts at a row that is a multiple of 16).
@@ -274,11 +274,13 @@ __device__ void dq_tiles(T *dqkv, const T *dout, const T *qkv, const float *lse,
 }
 
 // The dK, dV pass's shared memory: keys, values, a query tile and its output gradients
-// (16-bit), its log-sum-exps and row sums D, the dK and dV accumulators, the transposed
-// scores and their gradients (fp32), P^T and dS^T (16-bit).
+// (16-bit), its log-sum-exps and row sums D, the transposed scores and their gradients (fp32),
+// P^T and dS^T (16-bit). The dK and dV accumulators are registers (fragments): in shared
+// memory they would double the block's and leave one block of four warps to an SM, too few to
+// keep its tensor cores busy. At the end they pass through the key and value tiles' space.
 template <typename T> struct dkv_smem {
     T *k, *v, *q, *go, *pt, *dst;
-    float *lse, *d, *dk, *dv, *s, *dp;
+    float *lse, *d, *s, *dp;
     size_t bytes;
     __host__ __device__ dkv_smem(unsigned char *base, const carve &c0)
     {
@@ -289,8 +291,6 @@ template <typename T> struct dkv_smem {
         go = (T *)c.take(base, sizeof(T) * QTILE * c.l16);
         lse = (float *)c.take(base, sizeof(float) * QTILE);
         d = (float *)c.take(base, sizeof(float) * QTILE);
-        dk = (float *)c.take(base, sizeof(float) * KEYS * c.l32);
-        dv = (float *)c.take(base, sizeof(float) * KEYS * c.l32);
         s = (float *)c.take(base, sizeof(float) * KEYS * (QTILE + PAD32));
         dp = (float *)c.take(base, sizeof(float) * KEYS * (QTILE + PAD32));
         pt = (T *)c.take(base, sizeof(T) * KEYS * (QTILE + PAD16));
@@ -299,10 +299,51 @@ template <typename T> struct dkv_smem {
     }
 };
 
+// The head sizes the dK, dV pass takes: its accumulators are 2 NF fragments a thread (NF =
+// the padded head size / 16), 128 registers at a head size of 128.
+#define MAX_NF 8
+
+// acc[n] += a (16, K) (row-major, stride lda) @ b[:, 16n:16n+16] for n < NF, b (K, 16 NF)
+// row-major (stride ldb), K = k_used a multiple of 16.
+template <typename T, int NF>
+__device__ void mma_acc_frags(facc (&acc)[NF], const T *a, int lda, const T *b, int ldb,
+                              int k_used)
+{
+    wm::fragment<wm::matrix_a, 16, 16, 16, T, wm::row_major> fa;
+    wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::row_major> fb;
+    for (int kk = 0; kk < k_used; kk += 16) {
+        wm::load_matrix_sync(fa, a + kk, lda);
+#pragma unroll
+        for (int n = 0; n < NF; n++) {
+            wm::load_matrix_sync(fb, b + (size_t)kk * ldb + n * 16, ldb);
+            wm::mma_sync(acc[n], fa, fb, acc[n]);
+        }
+    }
+}
+
+// A warp's 16 rows of fragments, through its 16 rows of fp32 scratch (stride ld), to the
+// global rows at dst + at(row) for the rows below T; lanes 2r and 2r+1 write row r.
+template <typename T, int NF, typename At>
+__device__ void store_frags(facc (&acc)[NF], float *scratch, int ld, At at, int row0, int T_,
+                            int hs)
+{
+#pragma unroll
+    for (int n = 0; n < NF; n++)
+        wm::store_matrix_sync(scratch + n * 16, acc[n], ld, wm::mem_row_major);
+    __syncwarp();
+    int lane = threadIdx.x % 32, ri = lane / 2;
+    if (row0 + ri < T_) {
+        T *dst = at(row0 + ri);
+        for (int col = lane % 2; col < hs; col += 2)
+            dst[col] = from_f<T>(scratch[ri * ld + col]);
+    }
+    __syncwarp();
+}
+
 // dV = P^T dO and dK = dS^T Q over the query heads of the key/value head in order, then their
 // query tiles from the block's first key on. A warp owns 16 keys; lanes 2r and 2r+1 its key
 // r, each taking every other query of a tile.
-template <typename T>
+template <typename T, int NF>
 __device__ void dkv_tiles(T *dqkv, const T *dout, const T *qkv, const float *lse,
                           const float *dsum, const fshape &g)
 {
@@ -313,13 +354,16 @@ __device__ void dkv_tiles(T *dqkv, const T *dout, const T *qkv, const float *lse
     int c0 = (gridDim.x - 1 - blockIdx.x) * KEYS, kv = blockIdx.y, b = blockIdx.z;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int k0 = c0 + 16 * warp, ri = lane / 2, half = lane % 2, key = k0 + ri;
-    float *dk = sm.dk + 16 * warp * c.l32, *dv = sm.dv + 16 * warp * c.l32;
     float *s = sm.s + 16 * warp * ls, *dp = sm.dp + 16 * warp * ls;
     T *pt = sm.pt + 16 * warp * lp, *dst = sm.dst + 16 * warp * lp;
+    facc dk[NF], dv[NF];
+#pragma unroll
+    for (int n = 0; n < NF; n++) {
+        wm::fill_fragment(dk[n], 0.0f);
+        wm::fill_fragment(dv[n], 0.0f);
+    }
     load_rows(sm.k, qkv, [&](int j) { return g.k(b, j, kv); }, c0, KEYS, g.T, g.hs, c);
     load_rows(sm.v, qkv, [&](int j) { return g.v(b, j, kv); }, c0, KEYS, g.T, g.hs, c);
-    zero_rows(dk, c.l32, c.hp);
-    zero_rows(dv, c.l32, c.hp);
     for (int h = kv * g.group; h < (kv + 1) * g.group; h++)
         for (int r0 = c0; r0 < g.T; r0 += QTILE) {
             __syncthreads(); // every warp done with the previous query tile
@@ -347,17 +391,13 @@ __device__ void dkv_tiles(T *dqkv, const T *dout, const T *qkv, const float *lse
                 dst[ri * lp + j] = from_f<T>(e * (dp[ri * ls + j] - sm.d[j]) * g.scale);
             }
             __syncwarp();
-            mma_acc_ab(dv, c.l32, pt, lp, sm.go, c.l16, c.hp, used);
-            mma_acc_ab(dk, c.l32, dst, lp, sm.q, c.l16, c.hp, used);
-            __syncwarp();
+            mma_acc_frags(dv, pt, lp, sm.go, c.l16, used);
+            mma_acc_frags(dk, dst, lp, sm.q, c.l16, used);
         }
-    if (key >= g.T)
-        return;
-    T *dkg = dqkv + g.k(b, key, kv), *dvg = dqkv + g.v(b, key, kv);
-    for (int col = half; col < g.hs; col += 2) {
-        dkg[col] = from_f<T>(dk[ri * c.l32 + col]);
-        dvg[col] = from_f<T>(dv[ri * c.l32 + col]);
-    }
+    __syncthreads(); // every warp done with the key and value tiles: scratch for the output
+    float *scratch = (float *)sm.k + 16 * warp * c.l32;
+    store_frags<T>(dk, scratch, c.l32, [&](int j) { return dqkv + g.k(b, j, kv); }, k0, g.T, g.hs);
+    store_frags<T>(dv, scratch, c.l32, [&](int j) { return dqkv + g.v(b, j, kv); }, k0, g.T, g.hs);
 }
 
 // The kernels: the tensor-core code for the architectures that have it for T (bf16 from
@@ -390,13 +430,13 @@ __global__ void __launch_bounds__(WARPS * 32)
         dq_tiles(dqkv, dout, qkv, lse, dsum, g);
 }
 
-template <typename T>
+template <typename T, int NF>
 __global__ void __launch_bounds__(WARPS * 32)
     mma_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *dsum,
                    fshape g)
 {
     if constexpr (mma_arch<T>())
-        dkv_tiles(dqkv, dout, qkv, lse, dsum, g);
+        dkv_tiles<T, NF>(dqkv, dout, qkv, lse, dsum, g);
 }
 
 // ---- host side ----
@@ -417,7 +457,7 @@ int flash_mma_fits(enum model_dtype dt, int hs, int *fits, struct err *e)
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), e);
     ERR_TRY(flash_shared_most(&most, e));
     int arch = dt == MODEL_DTYPE_BF16 ? major >= 8 : dt == MODEL_DTYPE_FP16 ? major >= 7 : 0;
-    *fits = arch && smem_most(hs) <= (size_t)most;
+    *fits = arch && hs <= 16 * MAX_NF && smem_most(hs) <= (size_t)most;
     return ERR_OK;
 }
 
@@ -434,17 +474,31 @@ static int forward(const kctx &k, void *out, float *lse, const void *qkv, int B,
     return ERR_OK;
 }
 
+// The dK, dV pass for NF = the padded head size / 16, that pass's accumulators.
+template <typename T, int NF>
+static int dkv(const kctx &k, void *dqkv, const float *dsum, const void *dout, const void *qkv,
+               const float *lse, int B, fshape g, struct err *e)
+{
+    size_t bytes = dkv_smem<T>(NULL, carve(g.hs)).bytes;
+    ERR_TRY(flash_shared_for(mma_dkv_kernel<T, NF>, bytes, g.hs, e));
+    mma_dkv_kernel<T, NF><<<dim3((g.T + KEYS - 1) / KEYS, g.NKV, B), WARPS * 32, bytes,
+                            k.stream>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum,
+                                        g);
+    KERNEL_CHECK("mma_dkv_kernel", e);
+    return ERR_OK;
+}
+
 template <typename T>
 static int backward(const kctx &k, void *dqkv, const float *dsum, const void *dout,
                     const void *qkv, const float *lse, int B, fshape g, struct err *e)
 {
-    carve c(g.hs);
-    size_t kv_bytes = dkv_smem<T>(NULL, c).bytes, q_bytes = dq_smem<T>(NULL, c).bytes;
-    ERR_TRY(flash_shared_for(mma_dkv_kernel<T>, kv_bytes, g.hs, e));
+    typedef int (*dkv_fn)(const kctx &, void *, const float *, const void *, const void *,
+                          const float *, int, fshape, struct err *);
+    static const dkv_fn by_nf[MAX_NF] = {dkv<T, 1>, dkv<T, 2>, dkv<T, 3>, dkv<T, 4>,
+                                         dkv<T, 5>, dkv<T, 6>, dkv<T, 7>, dkv<T, 8>};
+    ERR_TRY(by_nf[carve(g.hs).hp / 16 - 1](k, dqkv, dsum, dout, qkv, lse, B, g, e));
+    size_t q_bytes = dq_smem<T>(NULL, carve(g.hs)).bytes;
     ERR_TRY(flash_shared_for(mma_dq_kernel<T>, q_bytes, g.hs, e));
-    mma_dkv_kernel<T><<<dim3((g.T + KEYS - 1) / KEYS, g.NKV, B), WARPS * 32, kv_bytes,
-                        k.stream>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum, g);
-    KERNEL_CHECK("mma_dkv_kernel", e);
     mma_dq_kernel<T><<<dim3((g.T + ROWS - 1) / ROWS, g.NH, B), WARPS * 32, q_bytes,
                        k.stream>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, dsum, g);
     KERNEL_CHECK("mma_dq_kernel", e);

@@ -9,11 +9,6 @@
 
 #include "jsonio.h"
 
-int plan_stage_layer_count(const struct plan_stage *st)
-{
-    return st->last - st->first + 1;
-}
-
 int plan_init(struct plan *p, int n_stages, const int *first, const int *last, struct err *e)
 {
     memset(p, 0, sizeof *p);

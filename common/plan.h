@@ -128,7 +128,12 @@ struct plan {
     double min_gain, fastest_ms;
 };
 
-int plan_stage_layer_count(const struct plan_stage *st);
+/* The stage's layers, first to last (an accessor every plan file uses: here, so that the
+ * files of the plan's parts need not call back into plan.c). */
+static inline int plan_stage_layer_count(const struct plan_stage *st)
+{
+    return st->last - st->first + 1;
+}
 /* The plan's pipeline: its schedule over n_stages / v GPUs of v chunks. */
 struct schedule_shape plan_shape(const struct plan *p);
 /* The stages (virtual stages) GPU `gpu` runs, chunk by chunk; returns their count. */

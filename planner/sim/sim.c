@@ -892,6 +892,8 @@ int sim_buckets_from_plan(const struct plan_stage *ps, struct sim_bucket *out)
 static int plan_stages(const struct plan *p, const double *allreduce_ms, struct sim_stage **st,
                        struct sim_layer **pool, struct sim_bucket **buckets, struct err *e)
 {
+    if (p->n_stages <= 0)
+        return err_set(e, ERR_INPUT, "the plan has no stages to simulate");
     int layers = 0;
     for (int s = 0; s < p->n_stages; s++)
         layers += plan_stage_layer_count(&p->stages[s]);

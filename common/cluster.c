@@ -68,13 +68,6 @@ const struct profile *cluster_stage_profile(const struct cluster *c, int stage)
     return &c->profiles[c->stages[stage].profile];
 }
 
-struct link cluster_link(const struct cluster *c, int stage)
-{
-    if (c->stages[stage].link.present)
-        return c->stages[stage].link;
-    return c->link;
-}
-
 void cluster_free(struct cluster *c)
 {
     for (int i = 0; i < c->n_profiles; i++)

@@ -83,7 +83,10 @@ int cluster_check_host_memory(const struct cluster *c, struct err *e);
  * Returns the number of lines written. */
 int cluster_warn_cpu_threads(const cJSON *root, const struct cluster *c, FILE *out);
 /* The link from `stage` to `stage + 1`: the stage's own, else the cluster's, else free. */
-struct link cluster_link(const struct cluster *c, int stage);
+static inline struct link cluster_link(const struct cluster *c, int stage)
+{
+    return c->stages[stage].link.present ? c->stages[stage].link : c->link;
+}
 
 /* cluster_group.c: a stage's "tp", "dp", "per_node" and "node_link"; the cluster's
  * "shard_optimizer" and "dp_link"; then (once every stage is read) the checks (tp divides the
@@ -100,7 +103,7 @@ void cluster_group_free(struct cluster *c);
 /* Heterogeneous replicas: a cluster file may list "pipelines", each {"stages", and its own
  * "micro_batches", "link", "reserve_bytes" if it gives them} with the file's other members
  * shared, instead of "stages". The count (0 for a file with "stages"), and pipeline k as a
- * cluster of its own (the file itself when it gives "stages"). */
+ * cluster of its own (the file itself when it gives "stages"): cluster_pipelines.c. */
 int cluster_pipeline_count(const cJSON *root, const char *file, int *n, struct err *e);
 int cluster_parse_pipeline(const cJSON *root, const char *file, int k, struct cluster *c,
                            struct err *e);

@@ -1,11 +1,9 @@
-/* GPT (GPT-2's decoder as llm.c writes it) behind the model table: its size tables
- * (sizes.c), FLOPs (estimate.c) and initialisation rule. */
+/* GPT (GPT-2's decoder as llm.c writes it): its size tables and initialisation rule, behind
+ * the model table (model_ops.c). */
+#include "gpt.h"
+
 #include <math.h>
 #include <string.h>
-
-#include "estimate.h"
-#include "model_kind.h"
-#include "model_ops.h"
 
 /* AdamW's weight decay applies to the matrices (embeddings and linear weights), not to
  * biases or layer-norm parameters. */
@@ -34,34 +32,129 @@ void model_gpt_param_init(const struct model *m, const char *name, float *std, f
         *std = 0.02f;
 }
 
-const struct model_ops model_ops_gpt = {
-    .kind = "gpt",
-    .layer_count = model_layer_count,
-    .layer_name = model_layer_name,
-    .layer_tensors = sizes_layer_tensors_at,
-    .layer_sizes = sizes_layer,
-    .recompute_options = sizes_recompute_options_at,
-    .layer_flops = estimate_layer_flops,
-    .wgrad_share = estimate_wgrad_share,
-    .param_count = sizes_model_params,
-    .param_init = model_gpt_param_init,
-    .param_decays = model_gpt_param_decays,
+#define ADD(n_, e_)                                                                              \
+    do {                                                                                         \
+        out[count].name = (name_);                                                               \
+        out[count].elems = (n_);                                                                 \
+        out[count].elem_bytes = (e_);                                                            \
+        count++;                                                                                 \
+    } while (0)
+
+static int params_tensors(const struct model *m, enum model_layer_kind kind,
+                          struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    int64_t C = m->n_embd, V = m->vocab_size, T = m->seq_len;
+    int count = 0;
+    const char *name_;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        name_ = "wte";      ADD(V * C, 4);      /* (V,C) token embedding */
+        name_ = "wpe";      ADD(T * C, 4);      /* (T,C) position embedding */
+        break;
+    case MODEL_LAYER_BLOCK:
+        name_ = "ln1_w";    ADD(C, 4);
+        name_ = "ln1_b";    ADD(C, 4);
+        name_ = "qkv_w";    ADD(3 * C * C, 4);  /* (3C,C) */
+        name_ = "qkv_b";    ADD(3 * C, 4);
+        name_ = "proj_w";   ADD(C * C, 4);      /* (C,C) */
+        name_ = "proj_b";   ADD(C, 4);
+        name_ = "ln2_w";    ADD(C, 4);
+        name_ = "ln2_b";    ADD(C, 4);
+        name_ = "fc_w";     ADD(4 * C * C, 4);  /* (4C,C) */
+        name_ = "fc_b";     ADD(4 * C, 4);
+        name_ = "fcproj_w"; ADD(C * 4 * C, 4);  /* (C,4C) */
+        name_ = "fcproj_b"; ADD(C, 4);
+        break;
+    case MODEL_LAYER_HEAD:
+        name_ = "lnf_w";    ADD(C, 4);
+        name_ = "lnf_b";    ADD(C, 4);
+        name_ = "lm_w";     ADD(V * C, 4);      /* (V,C) output projection, not tied to wte */
+        break;
+    }
+    return count;
+}
+
+static int kept_tensors(const struct model *m, enum model_layer_kind kind,
+                        struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head,
+            V = m->vocab_size;
+    int e = sizes_act_elem_bytes(m->dtype);
+    int count = 0;
+    const char *name_;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        name_ = "tokens";   ADD(B * T, 4);          /* (B,T) input ids: the checkpoint */
+        break;
+    case MODEL_LAYER_BLOCK:
+        name_ = "inp";      ADD(B * T * C, e);      /* (B,T,C) input: the checkpoint */
+        name_ = "ln1";      ADD(B * T * C, e);      /* (B,T,C) */
+        name_ = "ln1_mean"; ADD(B * T, 4);
+        name_ = "ln1_rstd"; ADD(B * T, 4);
+        name_ = "qkv";      ADD(B * T * 3 * C, e);  /* (B,T,3C) */
+        if (m->attention == MODEL_ATTENTION_FLASH) {
+            name_ = "att_lse"; ADD(B * NH * T, 4);  /* (B,NH,T) log-sum-exp of each row */
+        } else {
+            name_ = "att";  ADD(B * NH * T * T, e); /* (B,NH,T,T) softmax probabilities */
+        }
+        name_ = "atty";     ADD(B * T * C, e);      /* (B,T,C) attention output */
+        name_ = "res2";     ADD(B * T * C, e);      /* (B,T,C) residual after attention */
+        name_ = "ln2";      ADD(B * T * C, e);
+        name_ = "ln2_mean"; ADD(B * T, 4);
+        name_ = "ln2_rstd"; ADD(B * T, 4);
+        name_ = "fch";      ADD(B * T * 4 * C, e);  /* (B,T,4C) before GELU */
+        name_ = "fch_gelu"; ADD(B * T * 4 * C, e);  /* (B,T,4C) after GELU */
+        break;
+    case MODEL_LAYER_HEAD:
+        name_ = "inp";      ADD(B * T * C, e);      /* (B,T,C) input: checkpoint */
+        name_ = "targets";  ADD(B * T, 4);          /* (B,T) target ids: checkpoint */
+        name_ = "lnf";      ADD(B * T * C, e);
+        name_ = "lnf_mean"; ADD(B * T, 4);
+        name_ = "lnf_rstd"; ADD(B * T, 4);
+        name_ = "probs";    ADD(B * T * V, e);      /* (B,T,V) softmax of the logits */
+        break;
+    }
+    return count;
+}
+
+static int workspace_tensors(const struct model *m, enum model_layer_kind kind,
+                             struct sizes_tensor out[SIZES_TENSORS_MAX])
+{
+    int64_t B = m->micro_batch, T = m->seq_len, C = m->n_embd, NH = m->n_head;
+    int e = sizes_act_elem_bytes(m->dtype);
+    int count = 0;
+    const char *name_;
+    switch (kind) {
+    case MODEL_LAYER_EMBED:
+        name_ = "out";      ADD(B * T * C, e);      /* output, the send buffer */
+        name_ = "dout";     ADD(B * T * C, e);      /* gradient of the output */
+        break;
+    case MODEL_LAYER_BLOCK:
+        name_ = "out";      ADD(B * T * C, e);
+        name_ = "dout";     ADD(B * T * C, e);
+        name_ = "dinp";     ADD(B * T * C, e);      /* gradient of the input, sent back */
+        name_ = "d4";       ADD(B * T * 4 * C, e);  /* d fch_gelu, then d fch in place */
+        name_ = "dln";      ADD(B * T * C, e);      /* d ln2, d atty, d ln1 in turn */
+        name_ = "dqkv";     ADD(B * T * 3 * C, e);
+        if (m->attention == MODEL_ATTENTION_FLASH) {
+            name_ = "att_dsum"; ADD(B * NH * T, 4); /* (B,NH,T) rowsum(dout * out) */
+        } else {
+            name_ = "datt"; ADD(B * NH * T * T, e); /* d att, then d pre-softmax in place */
+        }
+        break;
+    case MODEL_LAYER_HEAD:
+        name_ = "dlnf";     ADD(B * T * C, e);
+        name_ = "dinp";     ADD(B * T * C, e);
+        name_ = "losses";   ADD(B * T, 4);          /* per-token losses */
+        break;
+    }
+    return count;
+}
+
+#undef ADD
+
+const sizes_tensors_fn gpt_size_tables[3] = {
+    [SIZES_PARAMS] = params_tensors,
+    [SIZES_KEPT] = kept_tensors,
+    [SIZES_WORKSPACE] = workspace_tensors,
 };
-
-/* The kinds with operations, by their name in common/model_kind.c's table: one line a kind. */
-static const struct model_ops *const registered[] = {&model_ops_gpt, &model_ops_llama};
-
-const struct model_ops *model_ops_of(const struct model *m)
-{
-    const char *name = model_kind_of(m)->name;
-    for (size_t k = 0; k < sizeof registered / sizeof registered[0]; k++)
-        if (strcmp(registered[k]->kind, name) == 0)
-            return registered[k];
-    return NULL;
-}
-
-int64_t model_param_count(const struct model *m)
-{
-    const struct model_ops *ops = model_ops_of(m);
-    return ops != NULL ? ops->param_count(m) : 0;
-}

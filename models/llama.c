@@ -11,9 +11,6 @@
 
 #include <string.h>
 
-#include "estimate.h"
-#include "model_ops.h"
-
 int64_t llama_qkv_width(const struct model *m)
 {
     int64_t hs = m->n_embd / m->n_head;
@@ -132,18 +129,4 @@ const sizes_tensors_fn llama_size_tables[3] = {
     [SIZES_PARAMS] = llama_params_tensors,
     [SIZES_KEPT] = llama_kept_tensors,
     [SIZES_WORKSPACE] = llama_workspace_tensors,
-};
-
-const struct model_ops model_ops_llama = {
-    .kind = "llama",
-    .layer_count = model_layer_count,
-    .layer_name = model_layer_name,
-    .layer_tensors = sizes_layer_tensors_at,
-    .layer_sizes = sizes_layer,
-    .recompute_options = sizes_recompute_options_at,
-    .layer_flops = estimate_layer_flops,
-    .wgrad_share = estimate_wgrad_share,
-    .param_count = sizes_model_params,
-    .param_init = model_gpt_param_init, /* the names share GPT's roles */
-    .param_decays = model_gpt_param_decays,
 };

@@ -1,8 +1,9 @@
 /* Models as plug-ins: what the planner, the estimator, the runtime's layout and the profiler
  * need to know of a model kind, as a small table of operations (the shape of ggml's backend
- * tables). GPT (gpt.c) and the Llama family (llama.c) implement it. A `custom` model (a
- * profile's bare layer list) has no operations: it can be planned, simulated, benched and
- * exported from its profiles, but not estimated, measured or trained. */
+ * tables). GPT (gpt.c) and the Llama family (llama.c) implement it; model_ops.c holds the
+ * tables and registers the kinds. A `custom` model (a profile's bare layer list) has no
+ * operations: it can be planned, simulated, benched and exported from its profiles, but not
+ * estimated, measured or trained. */
 #ifndef BALLAST_MODEL_OPS_H
 #define BALLAST_MODEL_OPS_H
 
@@ -37,11 +38,6 @@ struct model_ops {
     /* whether AdamW's weight decay applies to the tensor */
     int (*param_decays)(const char *name);
 };
-
-/* GPT's initialisation rule and weight decay, by parameter name (Llama's names share GPT's
- * where the roles are the same, and so its rule). */
-void model_gpt_param_init(const struct model *m, const char *name, float *std, float *fill);
-int model_gpt_param_decays(const char *name);
 
 extern const struct model_ops model_ops_gpt;
 extern const struct model_ops model_ops_llama;

@@ -83,9 +83,15 @@ int sizes_state_bytes_per_param(enum model_dtype dtype);
 int64_t sizes_activation_bytes(const struct model *m);
 /* Element bytes of the weights the layers compute with (the params tables list fp32 copies):
  * 4 for fp32, 2 for bf16 (whose fp32 master copy is a separate section). */
-int sizes_weight_elem_bytes(enum model_dtype dtype);
+static inline int sizes_weight_elem_bytes(enum model_dtype dtype)
+{
+    return model_dtype_16bit(dtype) ? 2 : 4;
+}
 /* Element bytes of activations and activation gradients: 4 for fp32, 2 for bf16. */
-int sizes_act_elem_bytes(enum model_dtype dtype);
+static inline int sizes_act_elem_bytes(enum model_dtype dtype)
+{
+    return model_dtype_16bit(dtype) ? 2 : 4;
+}
 
 /* A partial recompute option the runtime can apply. */
 struct sizes_option {

@@ -4,7 +4,7 @@
 #define BALLAST_LLAMA_H
 
 #include "model.h"
-#include "sizes.h"
+#include "tensors.h"
 
 /* Tensors of one class of a Llama layer kind, in carving order, by enum sizes_class (through
  * sizes_layer_tensors, which clears the slots first). */

@@ -25,18 +25,10 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "tensors.h"
 
 #define SIZES_ALIGN 64
-#define SIZES_TENSORS_MAX 16
 #define SIZES_OPTIONS_MAX 4
-
-enum sizes_class { SIZES_PARAMS, SIZES_KEPT, SIZES_WORKSPACE };
-
-struct sizes_tensor {
-    const char *name;
-    int64_t elems;
-    int elem_bytes;
-};
 
 /* Per micro-batch, in bytes (state_bytes: for the whole run). */
 struct layer_sizes {
@@ -48,10 +40,6 @@ struct layer_sizes {
     int64_t out_bytes;
     int64_t workspace_bytes;
 };
-
-/* One class's tensors of a layer kind of one model kind, in carving order; returns how many. */
-typedef int (*sizes_tensors_fn)(const struct model *m, enum model_layer_kind kind,
-                                struct sizes_tensor *out);
 
 /* Tensors of one class of a layer kind, in carving order; returns how many. */
 int sizes_layer_tensors(const struct model *m, enum model_layer_kind kind, enum sizes_class cls,
@@ -81,18 +69,6 @@ void sizes_state_split(enum model_dtype dtype, int64_t weights_bytes, int64_t fp
 int sizes_state_bytes_per_param(enum model_dtype dtype);
 /* An activation (B,T,C) or its gradient, per micro-batch: what crosses between stages. */
 int64_t sizes_activation_bytes(const struct model *m);
-/* Element bytes of the weights the layers compute with (the params tables list fp32 copies):
- * 4 for fp32, 2 for bf16 (whose fp32 master copy is a separate section). */
-static inline int sizes_weight_elem_bytes(enum model_dtype dtype)
-{
-    return model_dtype_16bit(dtype) ? 2 : 4;
-}
-/* Element bytes of activations and activation gradients: 4 for fp32, 2 for bf16. */
-static inline int sizes_act_elem_bytes(enum model_dtype dtype)
-{
-    return model_dtype_16bit(dtype) ? 2 : 4;
-}
-
 /* A partial recompute option the runtime can apply. */
 struct sizes_option {
     const char *name;

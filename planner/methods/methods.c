@@ -69,80 +69,6 @@ static int method_uniform_min(struct plan *p, const struct plan_options *o, stru
     return ERR_NOFIT;
 }
 
-int method_group(const struct plan *p, int s, int members[SCHEDULE_CHUNKS_MAX])
-{
-    if (p->virtual_stages <= 1) {
-        members[0] = s;
-        return 1;
-    }
-    return plan_gpu_stages(p, p->stages[s].gpu, members);
-}
-
-int method_leader(const struct plan *p, int s)
-{
-    int members[SCHEDULE_CHUNKS_MAX];
-    method_group(p, s, members);
-    return members[0] == s;
-}
-
-/* The group's layers end to end, with each one's in-flight count and chunk (in_flight holds
- * both: the chunks from in_flight + count). */
-static int group_layers(const struct plan *p, const int *members, int n,
-                        struct layer_cost **layers, int **in_flight, int *count, struct err *e)
-{
-    int total = 0, at = 0;
-    for (int k = 0; k < n; k++)
-        total += plan_stage_layer_count(&p->stages[members[k]]);
-    *layers = malloc((size_t)total * sizeof **layers);
-    *in_flight = malloc(2 * (size_t)total * sizeof **in_flight);
-    if (*layers == NULL || *in_flight == NULL) {
-        free(*layers);
-        free(*in_flight);
-        return err_set(e, ERR_FAIL, "out of memory");
-    }
-    for (int k = 0; k < n; k++) {
-        const struct plan_stage *st = &p->stages[members[k]];
-        for (int l = 0; l < plan_stage_layer_count(st); l++, at++) {
-            (*layers)[at] = st->layers[l];
-            (*in_flight)[at] = st->in_flight;
-            (*in_flight)[total + at] = k;
-        }
-    }
-    *count = total;
-    return ERR_OK;
-}
-
-int method_problem(const struct plan *p, int s, const struct plan_options *o,
-                   struct knap_problem *kp, struct err *e)
-{
-    const struct plan_stage *st = &p->stages[s];
-    int options = o->method == METHOD_OPTIMAL && !o->whole_layers;
-    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members), count = 0;
-    if (n == 1)
-        return (options ? knap_build_options : knap_build)(
-            kp, st->layers, plan_stage_layer_count(st), st->in_flight, p->reserve_bytes,
-            st->memory_limit_bytes, o->unit_bytes, e);
-    struct layer_cost *layers;
-    int *in_flight;
-    if (group_layers(p, members, n, &layers, &in_flight, &count, e))
-        return e->code;
-    int rc = knap_build_each(kp, layers, count, in_flight, in_flight + count, p->reserve_bytes,
-                             st->memory_limit_bytes, o->unit_bytes, options, e);
-    free(layers);
-    free(in_flight);
-    return rc;
-}
-
-void method_gather(const struct plan *p, int s, unsigned char *choice)
-{
-    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
-    for (int k = 0; k < n; k++) {
-        const struct plan_stage *st = &p->stages[members[k]];
-        memcpy(choice, st->recompute, (size_t)plan_stage_layer_count(st));
-        choice += plan_stage_layer_count(st);
-    }
-}
-
 static void scatter(struct plan *p, int s, const unsigned char *choice)
 {
     int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
@@ -451,4 +377,15 @@ const struct method *method_named(const char *name)
         if (strcmp(methods[i].name, name) == 0)
             return &methods[i];
     return NULL;
+}
+
+const char *plan_method_name(const struct plan_options *o, char buf[PLAN_METHOD_MAX])
+{
+    const struct method *m = method_find(o->method);
+    if (m == NULL)
+        return "?";
+    if (o->method != METHOD_BLOCK)
+        return m->name;
+    snprintf(buf, PLAN_METHOD_MAX, "block:%d", o->block_n);
+    return buf;
 }

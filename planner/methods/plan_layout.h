@@ -1,5 +1,5 @@
-/* What dispatch.c lays out for every way of planning (the methods, the repartition search and
- * the frameworks' plans, plan_for.c). */
+/* What every way of planning starts from (plan_layout.c: the methods, the repartition search
+ * and the frameworks' plans, plan_for.c) and the tie-break it ends with (plan_finish.c). */
 #ifndef BALLAST_PLAN_LAYOUT_H
 #define BALLAST_PLAN_LAYOUT_H
 

@@ -1,0 +1,23 @@
+/* The per-stage problem the methods solve (problem.c): the stages one knapsack chooses for
+ * together, and that group's knapsack built from the cost model's rows of its layers. Below
+ * methods.c and the strategies over it (arena_fit.c, offload.c, nofit.c, verify.c). */
+#ifndef BALLAST_PROBLEM_H
+#define BALLAST_PROBLEM_H
+
+#include "knapsack.h"
+#include "planner.h"
+
+/* The stages one knapsack chooses for together: stage s's GPU's chunks (schedule.h), chunk
+ * by chunk; just s where a GPU holds one. The group's leader is its first chunk: the methods
+ * solve for the leaders and skip the others. */
+int method_group(const struct plan *p, int s, int members[SCHEDULE_CHUNKS_MAX]);
+int method_leader(const struct plan *p, int s);
+/* Stage s's group's knapsack as the method solves it: whole layers for patent (as
+ * published), every recompute option too for optimal unless o->whole_layers; its layers the
+ * group's, end to end. */
+int method_problem(const struct plan *p, int s, const struct plan_options *o,
+                   struct knap_problem *kp, struct err *e);
+/* The group's recompute choices end to end, as method_problem's layers (kp.n of them). */
+void method_gather(const struct plan *p, int s, unsigned char *choice);
+
+#endif

@@ -15,7 +15,10 @@
 - a function's name is defined in one file only (each program's main, each command's help and
   a kernel's host and device versions aside), so that a name says one thing across the tree;
 - the project's own headers include one another without a circle (a header that needs a
-  declaration from one that needs it back: the declaration belongs in the lower of the two).
+  declaration from one that needs it back: the declaration belongs in the lower of the two);
+- no C file calls, through others or directly, back into a file that calls it: the files of
+  common/, models/, planner/, runtime/, profiler/ and cli/ are layers (a part that calls up into
+  its caller belongs below it, or its shared piece does).
 Each check is made to fail on a planted example of what it forbids, so that it cannot pass
 vacuously.
 usage: python3 tests/test_promises.py REPO LIB.a [LIB.a ...]"""
@@ -257,6 +260,48 @@ def check_names(texts):
                      % (name, ", ".join(where)))
 
 
+CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+LAYERED = ("common/", "models/", "planner/", "runtime/", "profiler/", "cli/")
+
+
+def exported(text):
+    """The functions `text` defines that other files can call (not static)."""
+    lines = text.split("\n")
+    names = []
+    for i, line in enumerate(lines):
+        if line != "{" or i == 0:
+            continue
+        j = i - 1
+        while j > 0 and not re.match(r"[A-Za-z_]", lines[j]):
+            j -= 1
+        start = lines[j - 1] if re.match(r"\w+\s*\(", lines[j]) and j > 0 else lines[j]
+        m = re.match(r"(?:[A-Za-z_][\w\s*]*?[\s*])?(\w+)\s*\(", lines[j])
+        if m and not start.startswith(("static", "struct ", "enum ", "typedef ", "union ")):
+            names.append(m.group(1))
+    return names
+
+
+def call_graph(texts):
+    """{file: files whose functions it calls}, over the C files of the layered folders."""
+    sources = {f: t for f, t in texts.items() if f.endswith(".c") and f.startswith(LAYERED)}
+    home = {}
+    for f, text in sources.items():
+        for name in exported(text):
+            home.setdefault(name, f)
+    graph = {}
+    for f, text in sources.items():
+        code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+        called = set(CALL.findall(code))
+        graph[f] = {home[n] for n in called if n in home and home[n] != f}
+    return graph
+
+
+def check_calls(texts):
+    for cycle in include_cycles(call_graph(texts)):
+        FAILS.append("call circle: %s (the part that calls back up belongs below)"
+                     % " -> ".join(cycle))
+
+
 def self_test():
     """Each check catches what it forbids."""
     planted = "static int\nbetter(int a,\n       int b)\n{\n    return a < b;\n}\n"
@@ -300,6 +345,18 @@ def self_test():
     planted["common/cost.h"] = '#include "err.h"\n'
     if include_cycles(include_graph(planted)) != []:
         FAILS.append("self-test: the include check saw a circle in %r" % planted)
+    planted = {"planner/a.c": "int f(void)\n{\n    return g(); /* h() */\n}\n",
+               "planner/b.c": "int\ng(void)\n{\n    return h(1);\n}\n",
+               "common/c.c": "static int k(void)\n{\n    return 0;\n}\n"
+                             "int h(int x)\n{\n    return f() + k();\n}\n",
+               "planner/d.c": "static int f(void)\n{\n    return h(0);\n}\n",
+               "tests/t.c": "int main(void)\n{\n    return f();\n}\n"}
+    got = include_cycles(call_graph(planted))
+    if got != [["common/c.c", "planner/a.c", "planner/b.c", "common/c.c"]]:
+        FAILS.append("self-test: the call check: %r" % got)
+    planted["common/c.c"] = "int h(int x)\n{\n    return x;\n}\n"
+    if include_cycles(call_graph(planted)) != []:
+        FAILS.append("self-test: the call check saw a circle in %r" % planted)
 
 
 def main():
@@ -313,6 +370,7 @@ def main():
     check_includes(texts)
     check_kinds(texts)
     check_names(texts)
+    check_calls(texts)
     for f in FAILS:
         print("FAIL", f)
     print("test_promises: %d failure(s)" % len(FAILS))

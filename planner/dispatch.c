@@ -475,12 +475,68 @@ static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
  * (one margin, not one per schedule). With --repartition, 1f1b's search gives the order and
  * split the others are planned on, or the cluster's split, the faster (plan_on_either);
  * gpipe searches its own. */
+/* One candidate schedule's plan: with --repartition, 1F1B's searched split (kept in
+ * *arranged for the other schedules) or another schedule's plan on either split; else the
+ * schedule on the cluster's split. */
+static int plan_candidate(const struct cluster *c, const struct plan_options *o,
+                          const struct schedule_shape *sh, struct plan *out,
+                          struct cluster *arranged, struct err *e)
+{
+    int plain = sh->kind == SCHEDULE_1F1B || sh->kind == SCHEDULE_GPIPE;
+    if (o->repartition && !plain)
+        return shape_allowed(c, o, sh, e)
+                   ? e->code
+                   : plan_on_either(c, arranged->stages != NULL ? arranged : NULL, o, sh, out,
+                                    e);
+    if (o->repartition && sh->kind == SCHEDULE_1F1B) {
+        struct cluster cs = with_shape(c, sh);
+        if (shape_allowed(c, o, sh, e))
+            return e->code;
+        int rc = plan_repartitioned(&cs, o, out, arranged, e);
+        if (rc != ERR_OK) {
+            free(arranged->stages);
+            arranged->stages = NULL;
+        }
+        return rc;
+    }
+    return plan_shape_of(c, o, sh, out, e);
+}
+
+/* The plan kept of those that fit (ok): the first within min_gain of the fastest (*fastest:
+ * the least of the plans' own fastest steps; with no margin, the least step), else the least
+ * step; -1 when none fits. */
+static int kept_schedule(const struct plan *plans, const int *ok, int n, double gain,
+                         double *fastest)
+{
+    int kept = -1, least = -1;
+    for (int k = 0; k < n; k++)
+        if (ok[k] && (least < 0 || plans[k].iteration_ms < plans[least].iteration_ms))
+            least = k;
+    if (gain == 0 && least >= 0)
+        *fastest = plans[least].iteration_ms;
+    for (int k = 0; k < n && kept < 0; k++)
+        if (ok[k] && plans[k].iteration_ms <= choice_cap(*fastest, gain))
+            kept = k;
+    return kept >= 0 ? kept : least;
+}
+
+static int auto_nofit(const struct plan_try *tried, int n, struct err *e)
+{
+    err_set(e, ERR_NOFIT, "--schedule auto: no schedule fits the cluster:");
+    for (int k = 0; k < n; k++)
+        err_append(e, "\n  %s, %d chunk%s a GPU: %s", schedule_name(tried[k].schedule),
+                   tried[k].virtual_stages, tried[k].virtual_stages > 1 ? "s" : "",
+                   tried[k].iteration_ms == -1 ? "no plan fits"
+                                               : "not with this cluster and these options");
+    return ERR_NOFIT;
+}
+
 static int plan_auto_schedule(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {
     struct schedule_shape cand[PLAN_SCHEDULES_MAX];
     int v = o->virtual_stages > 0 ? o->virtual_stages : c->virtual_stages;
-    int n = planner_schedule_candidates(v, cand), have_arranged = 0, rc = ERR_OK;
+    int n = planner_schedule_candidates(v, cand), rc = ERR_OK;
     struct plan_try tried[PLAN_SCHEDULES_MAX];
     struct plan plans[PLAN_SCHEDULES_MAX];
     int ok[PLAN_SCHEDULES_MAX] = {0};
@@ -491,21 +547,7 @@ static int plan_auto_schedule(const struct cluster *c, const struct plan_options
         err_clear(&inner);
         cand[k].gpus = c->n_stages;
         cand[k].micro_batches = c->micro_batches;
-        int plain = cand[k].kind == SCHEDULE_1F1B || cand[k].kind == SCHEDULE_GPIPE;
-        if (o->repartition && !plain) {
-            rc = shape_allowed(c, o, &cand[k], &inner)
-                     ? inner.code
-                     : plan_on_either(c, have_arranged ? &arranged : NULL, o, &cand[k],
-                                      &plans[k], &inner);
-        } else if (o->repartition && cand[k].kind == SCHEDULE_1F1B) {
-            struct cluster cs = with_shape(c, &cand[k]);
-            rc = shape_allowed(c, o, &cand[k], &inner)
-                     ? inner.code
-                     : plan_repartitioned(&cs, o, &plans[k], &arranged, &inner);
-            have_arranged = rc == ERR_OK && arranged.stages != NULL;
-        } else {
-            rc = plan_shape_of(c, o, &cand[k], &plans[k], &inner);
-        }
+        rc = plan_candidate(c, o, &cand[k], &plans[k], &arranged, &inner);
         if (rc != ERR_OK && rc != ERR_NOFIT && rc != ERR_INPUT) {
             err_set(e, rc, "%s", inner.msg);
             break;
@@ -520,18 +562,8 @@ static int plan_auto_schedule(const struct cluster *c, const struct plan_options
         rc = ERR_OK;
     }
     free(arranged.stages);
-    int kept = -1, least = -1;
     double gain = o->min_gain;
-    for (int k = 0; k < n; k++)
-        if (ok[k] && (least < 0 || plans[k].iteration_ms < plans[least].iteration_ms))
-            least = k;
-    if (gain == 0 && least >= 0)
-        fastest = plans[least].iteration_ms;
-    for (int k = 0; k < n && kept < 0; k++)
-        if (ok[k] && plans[k].iteration_ms <= choice_cap(fastest, gain))
-            kept = k;
-    if (kept < 0)
-        kept = least; /* no plan within the margin of a plan's own fastest: the least step */
+    int kept = kept_schedule(plans, ok, n, gain, &fastest);
     for (int k = 0; k < n; k++)
         if (ok[k] && k != kept)
             plan_free(&plans[k]);
@@ -540,15 +572,8 @@ static int plan_auto_schedule(const struct cluster *c, const struct plan_options
             plan_free(&plans[kept]);
         return rc;
     }
-    if (kept < 0) {
-        err_set(e, ERR_NOFIT, "--schedule auto: no schedule fits the cluster:");
-        for (int k = 0; k < n; k++)
-            err_append(e, "\n  %s, %d chunk%s a GPU: %s", schedule_name(tried[k].schedule),
-                       tried[k].virtual_stages, tried[k].virtual_stages > 1 ? "s" : "",
-                       tried[k].iteration_ms == -1 ? "no plan fits"
-                                                   : "not with this cluster and these options");
-        return ERR_NOFIT;
-    }
+    if (kept < 0)
+        return auto_nofit(tried, n, e);
     *out = plans[kept];
     if (gain > 0) {
         out->min_gain = gain;

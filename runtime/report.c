@@ -29,6 +29,75 @@ void report_scale_text(double scale, char out[32])
         snprintf(out, 32, "%g", scale);
 }
 
+/* Step i of the metrics' "steps". */
+static cJSON *step_json(const struct report *r, int i)
+{
+    cJSON *s = cJSON_CreateObject();
+    jsonio_add_int(s, "step", r->steps[i].step);
+    cJSON_AddNumberToObject(s, "loss", r->steps[i].loss);
+    cJSON_AddNumberToObject(s, "ms", r->steps[i].ms);
+    cJSON_AddNumberToObject(s, "stall_ms", r->steps[i].stall_ms);
+    cJSON_AddNumberToObject(s, "late_prefetches", r->steps[i].late_prefetches);
+    cJSON_AddNumberToObject(s, "copy_ms", r->steps[i].copy_ms);
+    jsonio_add_int(s, "host_peak_bytes", r->steps[i].host_peak_bytes);
+    if (r->loss_scale != NULL) {
+        cJSON_AddNumberToObject(s, "loss_scale", r->steps[i].loss_scale);
+        cJSON_AddBoolToObject(s, "skipped", r->steps[i].skipped);
+    }
+    return s;
+}
+
+/* A CUDA stage's device memory beside its arenas: its "cuda" object. */
+static void add_cuda(cJSON *s, const struct report_stage *st)
+{
+    cJSON *g = cJSON_AddObjectToObject(s, "cuda");
+    cJSON_AddStringToObject(g, "gpu", st->gpu);
+    cJSON_AddNumberToObject(g, "ordinal", st->gpu_ordinal);
+    cJSON_AddStringToObject(g, "uuid", st->gpu_uuid);
+    jsonio_add_int(g, "context_bytes", st->context_bytes);
+    cJSON_AddBoolToObject(g, "context_includes_other_processes", st->context_includes_others);
+    jsonio_add_int(g, "cublas_bytes", st->cublas_bytes);
+    jsonio_add_int(g, "cublas_workspace_bytes", st->cublas_workspace_bytes);
+    jsonio_add_int(g, "nccl_bytes", st->nccl_bytes);
+    jsonio_add_int(g, "device_used_end_bytes", st->device_used_end_bytes);
+    jsonio_add_int(g, "device_total_bytes", st->device_total_bytes);
+}
+
+/* One stage of the metrics' "stages": measured against planned. */
+static cJSON *stage_json(const struct report *r, const struct report_stage *st)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddNumberToObject(s, "index", st->index);
+    cJSON_AddStringToObject(s, "device", st->device);
+    jsonio_add_int(s, "peak_bytes", st->peak_bytes);
+    jsonio_add_int(s, "planned_bytes", st->planned_bytes);
+    jsonio_add_int(s, "reserve_bytes", st->reserve_bytes);
+    jsonio_add_int(s, "arena_bytes", st->arena_bytes);
+    cJSON_AddNumberToObject(s, "fwd_ms", st->fwd_ms);
+    cJSON_AddNumberToObject(s, "bwd_ms", st->bwd_ms);
+    cJSON_AddNumberToObject(s, "recompute_ms", st->recompute_ms);
+    cJSON_AddNumberToObject(s, "send_ms", st->send_ms);
+    cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
+    cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
+    cJSON_AddNumberToObject(s, "host_update_ms", st->host_update_ms);
+    if (r->dp > 1) {
+        cJSON_AddNumberToObject(s, "allreduce_ms", st->allreduce_ms);
+        cJSON_AddStringToObject(s, "allreduce", st->allreduce);
+    }
+    jsonio_add_int(s, "host_peak_bytes", st->host_peak_bytes);
+    jsonio_add_int(s, "host_bytes", st->host_bytes);
+    jsonio_add_int(s, "staging_bytes", st->staging_bytes);
+    cJSON_AddNumberToObject(s, "copy_ms", st->copy_ms);
+    cJSON_AddNumberToObject(s, "stall_ms", st->stall_ms);
+    cJSON_AddNumberToObject(s, "late_prefetches", st->late_prefetches);
+    cJSON_AddNumberToObject(s, "planned_stage_ms", st->planned_stage_ms);
+    cJSON_AddNumberToObject(s, "planned_recompute_ms", st->planned_recompute_ms);
+    cJSON_AddStringToObject(s, "backend", st->backend);
+    if (strcmp(st->backend, "cuda") == 0)
+        add_cuda(s, st);
+    return s;
+}
+
 int report_write_metrics(const char *file, const struct report *r, struct err *e)
 {
     cJSON *o = cJSON_CreateObject();
@@ -46,72 +115,16 @@ int report_write_metrics(const char *file, const struct report *r, struct err *e
     if (r->entropy_floor >= 0)
         cJSON_AddNumberToObject(data, "entropy_nats_per_token", r->entropy_floor);
     cJSON *steps = cJSON_AddArrayToObject(o, "steps");
-    for (int i = 0; i < r->n_steps; i++) {
-        cJSON *s = cJSON_CreateObject();
-        jsonio_add_int(s, "step", r->steps[i].step);
-        cJSON_AddNumberToObject(s, "loss", r->steps[i].loss);
-        cJSON_AddNumberToObject(s, "ms", r->steps[i].ms);
-        cJSON_AddNumberToObject(s, "stall_ms", r->steps[i].stall_ms);
-        cJSON_AddNumberToObject(s, "late_prefetches", r->steps[i].late_prefetches);
-        cJSON_AddNumberToObject(s, "copy_ms", r->steps[i].copy_ms);
-        jsonio_add_int(s, "host_peak_bytes", r->steps[i].host_peak_bytes);
-        if (r->loss_scale != NULL) {
-            cJSON_AddNumberToObject(s, "loss_scale", r->steps[i].loss_scale);
-            cJSON_AddBoolToObject(s, "skipped", r->steps[i].skipped);
-        }
-        cJSON_AddItemToArray(steps, s);
-    }
+    for (int i = 0; i < r->n_steps; i++)
+        cJSON_AddItemToArray(steps, step_json(r, i));
     if (r->loss_scale != NULL)
         add_loss_scaling(o, r->loss_scale, &r->scaler);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     if (r->dp > 1)
         cJSON_AddNumberToObject(o, "dp", r->dp);
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
-    for (int i = 0; i < r->n_stages; i++) {
-        const struct report_stage *st = &r->stages[i];
-        cJSON *s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "index", st->index);
-        cJSON_AddStringToObject(s, "device", st->device);
-        jsonio_add_int(s, "peak_bytes", st->peak_bytes);
-        jsonio_add_int(s, "planned_bytes", st->planned_bytes);
-        jsonio_add_int(s, "reserve_bytes", st->reserve_bytes);
-        jsonio_add_int(s, "arena_bytes", st->arena_bytes);
-        cJSON_AddNumberToObject(s, "fwd_ms", st->fwd_ms);
-        cJSON_AddNumberToObject(s, "bwd_ms", st->bwd_ms);
-        cJSON_AddNumberToObject(s, "recompute_ms", st->recompute_ms);
-        cJSON_AddNumberToObject(s, "send_ms", st->send_ms);
-        cJSON_AddNumberToObject(s, "idle_ms", st->idle_ms);
-        cJSON_AddNumberToObject(s, "optimizer_ms", st->optimizer_ms);
-        cJSON_AddNumberToObject(s, "host_update_ms", st->host_update_ms);
-        if (r->dp > 1) {
-            cJSON_AddNumberToObject(s, "allreduce_ms", st->allreduce_ms);
-            cJSON_AddStringToObject(s, "allreduce", st->allreduce);
-        }
-        jsonio_add_int(s, "host_peak_bytes", st->host_peak_bytes);
-        jsonio_add_int(s, "host_bytes", st->host_bytes);
-        jsonio_add_int(s, "staging_bytes", st->staging_bytes);
-        cJSON_AddNumberToObject(s, "copy_ms", st->copy_ms);
-        cJSON_AddNumberToObject(s, "stall_ms", st->stall_ms);
-        cJSON_AddNumberToObject(s, "late_prefetches", st->late_prefetches);
-        cJSON_AddNumberToObject(s, "planned_stage_ms", st->planned_stage_ms);
-        cJSON_AddNumberToObject(s, "planned_recompute_ms", st->planned_recompute_ms);
-        cJSON_AddStringToObject(s, "backend", st->backend);
-        if (strcmp(st->backend, "cuda") == 0) {
-            cJSON *g = cJSON_AddObjectToObject(s, "cuda");
-            cJSON_AddStringToObject(g, "gpu", st->gpu);
-            cJSON_AddNumberToObject(g, "ordinal", st->gpu_ordinal);
-            cJSON_AddStringToObject(g, "uuid", st->gpu_uuid);
-            jsonio_add_int(g, "context_bytes", st->context_bytes);
-            cJSON_AddBoolToObject(g, "context_includes_other_processes",
-                                  st->context_includes_others);
-            jsonio_add_int(g, "cublas_bytes", st->cublas_bytes);
-            jsonio_add_int(g, "cublas_workspace_bytes", st->cublas_workspace_bytes);
-            jsonio_add_int(g, "nccl_bytes", st->nccl_bytes);
-            jsonio_add_int(g, "device_used_end_bytes", st->device_used_end_bytes);
-            jsonio_add_int(g, "device_total_bytes", st->device_total_bytes);
-        }
-        cJSON_AddItemToArray(stages, s);
-    }
+    for (int i = 0; i < r->n_stages; i++)
+        cJSON_AddItemToArray(stages, stage_json(r, &r->stages[i]));
     int rc = jsonio_write(file, o, e);
     cJSON_Delete(o);
     return rc;

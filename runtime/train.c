@@ -1046,6 +1046,71 @@ static void inject_fault(int world_rank, struct err *e)
                             "a message nobody sends (BALLAST_TEST_FAULT)", e);
 }
 
+/* This rank in MPI_COMM_WORLD, with its errors returned, and the tests' hooks: an injected
+ * fault, and "STEP:RANK" in BALLAST_TEST_NONFINITE: that rank finds a NaN in its gradients at
+ * that step, as if its backward had made one. */
+static int start_rank(struct run *r, struct err *e)
+{
+    r->comm = MPI_COMM_WORLD;
+    r->dp = (struct train_dp){.dp = 1, .pipeline = MPI_COMM_NULL, .grads = MPI_COMM_NULL};
+    if (!MPI_OK(MPI_Comm_set_errhandler(r->comm, MPI_ERRORS_RETURN)) ||
+        !MPI_OK(MPI_Comm_rank(r->comm, &r->rank)) || !MPI_OK(MPI_Comm_size(r->comm, &r->size)))
+        return ERR_FAIL;
+    r->world_rank = r->rank;
+    r->world_size = r->size;
+    inject_fault(r->world_rank, e);
+    const char *nan = getenv("BALLAST_TEST_NONFINITE");
+    if (nan == NULL || sscanf(nan, "%lld:%d", &r->nan_step, &r->nan_rank) != 2)
+        r->nan_step = 0;
+    return ERR_OK;
+}
+
+/* What every rank sets up alike (the plan, the replicas, the data file and the outputs): the
+ * agreed status, said by the first rank that failed (rank 0 when all did; usually all share
+ * one file system). */
+static int setup_alike(struct run *r, struct err *e)
+{
+    int first_failed, rc = setup_global(r, e);
+    int all = agree(r, rc, &first_failed);
+    if (all == ERR_OK && r->plan.stages[0].dp > 1 && split_replicas(r, e)) {
+        fprintf(stderr, "ballast train: %s\n", e->msg);
+        return ERR_FAIL;
+    }
+    if (all == ERR_OK) {
+        rc = share_data(r, e);
+        if (rc == ERR_OK)
+            rc = check_outputs(r->o, e);
+        all = agree(r, rc, &first_failed);
+    }
+    if (all != ERR_OK && rc != ERR_OK && r->world_rank == first_failed)
+        fprintf(stderr, "ballast train: %s\n", e->msg);
+    return all;
+}
+
+/* This rank's own set-up, its stages then its transport: each rank speaks for itself, but
+ * for the transport's choice, the same on every rank, which rank 0 says. */
+static int setup_own(struct run *r, struct err *e)
+{
+    for (int phase = 0; phase < 2; phase++) {
+        err_clear(e);
+        int first_failed, rc = phase == 0 ? setup_stages_in_turn(r, e) : setup_transport(r, e);
+        int all = agree(r, rc, &first_failed);
+        if (all == ERR_OK)
+            continue;
+        int global = phase == 1 && rc == ERR_INPUT;
+        if (rc != ERR_OK && global && r->world_rank == 0)
+            fprintf(stderr, "ballast train: %s\n", e->msg);
+        else if (rc != ERR_OK && !global)
+            fprintf(stderr, "ballast train: stage %d: %s\n", r->rank, e->msg);
+        else if (rc == ERR_OK && r->world_rank == 0)
+            fprintf(stderr, "ballast train: stopped: rank %d (replica %d, stage %d) could not "
+                            "start\n",
+                    first_failed, first_failed / r->size, first_failed % r->size);
+        return all;
+    }
+    return ERR_OK;
+}
+
 int train_run(const struct train_options *o)
 {
     struct run r;
@@ -1053,74 +1118,22 @@ int train_run(const struct train_options *o)
     memset(&r, 0, sizeof r);
     err_clear(&e);
     r.o = o;
-    r.comm = MPI_COMM_WORLD;
-    r.dp = (struct train_dp){.dp = 1, .pipeline = MPI_COMM_NULL, .grads = MPI_COMM_NULL};
-    if (!MPI_OK(MPI_Comm_set_errhandler(r.comm, MPI_ERRORS_RETURN)) ||
-        !MPI_OK(MPI_Comm_rank(r.comm, &r.rank)) || !MPI_OK(MPI_Comm_size(r.comm, &r.size))) {
+    if (start_rank(&r, &e)) {
         fprintf(stderr, "ballast train: MPI_COMM_WORLD is unusable\n");
         return ERR_FAIL;
     }
-    r.world_rank = r.rank;
-    r.world_size = r.size;
-    inject_fault(r.world_rank, &e);
-    /* and for the tests of non-finite values: "STEP:RANK", that rank finds a NaN in its
-     * gradients at that step, as if its backward had made one */
-    const char *nan = getenv("BALLAST_TEST_NONFINITE");
-    if (nan == NULL || sscanf(nan, "%lld:%d", &r.nan_step, &r.nan_rank) != 2)
-        r.nan_step = 0;
     if (o->share_file != NULL)
         return train_share_run(o, r.rank, r.size);
-    /* Mostly the same on every rank: the first that failed speaks (rank 0 when all did). */
-    int first_failed, rc = setup_global(&r, &e);
-    int all = agree(&r, rc, &first_failed);
-    if (all != ERR_OK) {
-        if (rc != ERR_OK && r.world_rank == first_failed)
-            fprintf(stderr, "ballast train: %s\n", e.msg);
-        free_run(&r);
-        return all;
-    }
-    if (r.plan.stages[0].dp > 1 && split_replicas(&r, &e)) {
-        fprintf(stderr, "ballast train: %s\n", e.msg);
-        free_run(&r);
-        return ERR_FAIL;
-    }
-    /* The data file and the outputs: the first rank with a problem speaks (usually all share
-     * one file system). */
-    rc = share_data(&r, &e);
-    if (rc == ERR_OK)
-        rc = check_outputs(o, &e);
-    all = agree(&r, rc, &first_failed);
-    if (all != ERR_OK) {
-        if (rc != ERR_OK && r.world_rank == first_failed)
-            fprintf(stderr, "ballast train: %s\n", e.msg);
-        free_run(&r);
-        return all;
-    }
-    /* This rank's own: it speaks for itself. */
-    for (int phase = 0; phase < 2; phase++) {
-        err_clear(&e);
-        rc = phase == 0 ? setup_stages_in_turn(&r, &e) : setup_transport(&r, &e);
+    int all = setup_alike(&r, &e);
+    if (all == ERR_OK)
+        all = setup_own(&r, &e);
+    if (all == ERR_OK) {
+        /* rank 0 writes the files; any rank's failure is everyone's, the first one's said */
+        int first_failed, rc = train_loop(&r, &e);
         all = agree(&r, rc, &first_failed);
-        if (all != ERR_OK) {
-            /* the transport's choice is the same on every rank: rank 0 speaks for all */
-            int global = phase == 1 && rc == ERR_INPUT;
-            if (rc != ERR_OK && global && r.world_rank == 0)
-                fprintf(stderr, "ballast train: %s\n", e.msg);
-            else if (rc != ERR_OK && !global)
-                fprintf(stderr, "ballast train: stage %d: %s\n", r.rank, e.msg);
-            else if (rc == ERR_OK && r.world_rank == 0)
-                fprintf(stderr, "ballast train: stopped: rank %d (replica %d, stage %d) could "
-                        "not start\n", first_failed, first_failed / r.size,
-                        first_failed % r.size);
-            free_run(&r);
-            return all;
-        }
+        if (all != ERR_OK && r.world_rank == first_failed)
+            fprintf(stderr, "ballast train: %s\n", e.msg);
     }
-    rc = train_loop(&r, &e);
-    /* rank 0 writes the files; any rank's failure is everyone's, the first one's said */
-    all = agree(&r, rc, &first_failed);
-    if (all != ERR_OK && r.world_rank == first_failed)
-        fprintf(stderr, "ballast train: %s\n", e.msg);
     free_run(&r);
     return all;
 }

@@ -331,22 +331,46 @@ int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, s
     return knap_min_recompute_dp(p, recompute, e);
 }
 
+/* The table's columns: kept weight of the optional layers, up to the most any threshold can
+ * use; *any 0 when no threshold leaves room at all. */
+static __int128 kept_width(const struct sorted *s, const struct knap_problem *p, int *any)
+{
+    __int128 width = 0;
+    *any = 0;
+    for (int g = 0; g < s->n_groups; g++) {
+        __int128 avail = avail_units(s, g, p), optional_w = s->prefix_w[s->end[g]];
+        __int128 used = avail < optional_w ? avail : optional_w;
+        *any = *any || avail >= 0;
+        if (used + 1 > width)
+            width = used + 1;
+    }
+    return width;
+}
+
+/* The column up to `last` of the most kept time, ties (up to rounding) by the least weight:
+ * scanning up, it moves only to a value better by more than rounding. The tolerance is
+ * relative to the recompute time (of optional layers totalling `optional_ms`), not to the
+ * kept time, which a long kept layer makes huge. */
+static int64_t most_kept(const double *best, int64_t last, double optional_ms)
+{
+    int64_t at = 0;
+    double top = best[0]; /* best[at] */
+    for (int64_t c = 1; c <= last; c++)
+        if (best[c] > top && best[c] - top > 1e-9 * (1.0 + (optional_ms - best[c]))) {
+            top = best[c];
+            at = c;
+        }
+    return at;
+}
+
 int knap_min_recompute_dp(const struct knap_problem *p, unsigned char *recompute, struct err *e)
 {
     int n = p->n;
     struct sorted s;
     if (sorted_init(&s, p, e))
         return e->code;
-    /* columns: kept weight of the optional layers, up to the most any threshold can use */
-    __int128 width = 0;
-    int any = 0;
-    for (int g = 0; g < s.n_groups; g++) {
-        __int128 avail = avail_units(&s, g, p), optional_w = s.prefix_w[s.end[g]];
-        __int128 used = avail < optional_w ? avail : optional_w;
-        any = any || avail >= 0;
-        if (used + 1 > width)
-            width = used + 1;
-    }
+    int any;
+    __int128 width = kept_width(&s, p, &any);
     struct table tb;
     unsigned char *choice = malloc((size_t)(n > 0 ? n : 1));
     if (!any || choice == NULL || table_init(&tb, n, width, sizeof(double), "--unit", e)) {
@@ -382,16 +406,8 @@ int knap_min_recompute_dp(const struct knap_problem *p, unsigned char *recompute
         __int128 avail = avail_units(&s, g, p);
         if (avail < 0)
             continue;
-        /* The most kept time, ties (up to rounding) by the least weight: scanning up, move
-         * only to a value better by more than rounding. The tolerance is relative to the
-         * recompute time, not to the kept time, which a long kept layer makes huge. */
-        int64_t last = avail < width - 1 ? (int64_t)avail : width - 1, at = 0;
-        double top = best[0]; /* best[at] */
-        for (int64_t c = 1; c <= last; c++)
-            if (best[c] > top && best[c] - top > 1e-9 * (1.0 + (optional_ms - best[c]))) {
-                top = best[c];
-                at = c;
-            }
+        int64_t at = most_kept(best, avail < width - 1 ? (int64_t)avail : width - 1,
+                               optional_ms);
         memset(choice, 0, (size_t)n);
         for (int i = s.end[g] - 1; i >= 0; i--) {
             if (bit_get(&tb, i, at))
@@ -426,18 +442,56 @@ double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms)
     return needed > wanted_ms ? needed : wanted_ms;
 }
 
-int knap_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
-                 unsigned char *recompute, int64_t *distance, struct err *e)
+/* The layers' recompute times in whole time units (q) and the table's width (their sum + 1),
+ * refused by name when the table would be too large. */
+static int balance_units(const struct knap_problem *p, double time_unit_ms, int64_t *q,
+                         int64_t *width, struct err *e)
 {
-    int n = p->n;
     double total = 0;
-    for (int l = 0; l < n; l++)
+    for (int l = 0; l < p->n; l++)
         total += p->fwd[l];
     if (!(total / time_unit_ms < (double)KNAP_CELLS_MAX))
         return err_set(e, ERR_INPUT,
                        "balancing %.6g ms of recomputation in units of %.6g ms needs too large a "
                        "table: use a coarser --time-unit",
                        total, time_unit_ms);
+    *width = 1;
+    for (int l = 0; l < p->n; l++) {
+        q[l] = knap_time_units(p, l, time_unit_ms);
+        *width += q[l];
+    }
+    return ERR_OK;
+}
+
+/* Group g's recompute time nearest the target among those whose kept units fit the cap (ties:
+ * fewer units): its column of `most`, or -1; *d its distance to the target. */
+static int64_t balance_closest(const struct sorted *s, const struct knap_problem *p, int g,
+                               const int64_t *most, int64_t width, int64_t target_units,
+                               int64_t *d)
+{
+    __int128 forced = forced_units(s, g, p), optional_w = s->prefix_w[s->end[g]];
+    int64_t at = -1;
+    __int128 at_units = 0;
+    for (int64_t r = 0; r < width; r++) {
+        if (most[r] < 0)
+            continue;
+        __int128 units = forced + optional_w - most[r] + s->tau[g];
+        if (units > p->cap)
+            continue;
+        int64_t dr = r > target_units ? r - target_units : target_units - r;
+        if (at < 0 || dr < *d || (dr == *d && units < at_units)) {
+            at = r;
+            *d = dr;
+            at_units = units;
+        }
+    }
+    return at;
+}
+
+int knap_balance(const struct knap_problem *p, int64_t target_units, double time_unit_ms,
+                 unsigned char *recompute, int64_t *distance, struct err *e)
+{
+    int n = p->n;
     struct sorted s;
     if (sorted_init(&s, p, e))
         return e->code;
@@ -447,15 +501,10 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
         return err_set(e, ERR_INPUT, "a stage of %d layers weighs more than 2^62 memory units: "
                                      "use a coarser --unit", n);
     }
-    int64_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
+    int64_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q), width = 1;
     unsigned char *choice = malloc((size_t)(n > 0 ? n : 1));
-    int64_t width = 1;
-    for (int l = 0; q != NULL && l < n; l++) {
-        q[l] = knap_time_units(p, l, time_unit_ms);
-        width += q[l];
-    }
     struct table tb;
-    if (q == NULL || choice == NULL ||
+    if (q == NULL || choice == NULL || balance_units(p, time_unit_ms, q, &width, e) ||
         table_init(&tb, n, width, sizeof(int64_t), "--time-unit", e)) {
         sorted_free(&s);
         free(q);
@@ -480,22 +529,7 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
                     bit_set(&tb, added, r);
                 }
         }
-        __int128 forced = forced_units(&s, g, p), optional_w = s.prefix_w[s.end[g]];
-        int64_t at = -1, at_d = 0;
-        __int128 at_units = 0;
-        for (int64_t r = 0; r < width; r++) {
-            if (most[r] < 0)
-                continue;
-            __int128 units = forced + optional_w - most[r] + s.tau[g];
-            if (units > p->cap)
-                continue;
-            int64_t d = r > target_units ? r - target_units : target_units - r;
-            if (at < 0 || d < at_d || (d == at_d && units < at_units)) {
-                at = r;
-                at_d = d;
-                at_units = units;
-            }
-        }
+        int64_t at_d = 0, at = balance_closest(&s, p, g, most, width, target_units, &at_d);
         if (at < 0)
             continue;
         memset(choice, 0, (size_t)n);

@@ -594,7 +594,8 @@ static int read_shape(const cJSON *root, const char *file, int S, struct plan *p
     return ERR_OK;
 }
 
-static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
+/* The plan's header: format, method, micro-batches, model, framework and step numbers. */
+static int read_header(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
     int64_t v;
     if (jsonio_check_format(root, file, "plan", 1, e) ||
@@ -611,15 +612,20 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (model_layer_count(&p->model) == 0)
         return err_set(e, ERR_INPUT, "%s: model.layer_count: missing (a plan of a custom model "
                        "says how many layers it has)", file);
-    if (read_framework(root, file, p, e))
-        return e->code;
-    if (jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
+    if (read_framework(root, file, p, e) ||
+        jsonio_num(root, file, "", "iteration_ms", 0, DBL_MAX, &p->iteration_ms, e) ||
         jsonio_int_opt(root, file, "", "reserve_bytes", 0, JSONIO_INT_MAX, &p->reserve_bytes, e) ||
         jsonio_int_opt(root, file, "", "unit_bytes", 1, JSONIO_INT_MAX, &p->unit_bytes, e) ||
         jsonio_num_opt(root, file, "", "optimality_gap", 0, DBL_MAX, &p->optimality_gap, e) ||
         jsonio_num_opt(root, file, "", "min_gain", 0, 1, &p->min_gain, e) ||
         jsonio_num_opt(root, file, "", "fastest_ms", 0, DBL_MAX, &p->fastest_ms, e))
         return e->code;
+    return ERR_OK;
+}
+
+/* "stages": each stage, its layers following the last one's, every layer in one. */
+static int read_stages(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
     if (stages == NULL)
         return err_set(e, ERR_INPUT, "%s: stages: missing", file);
@@ -647,8 +653,14 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
     if (next != model_layer_count(&p->model))
         return err_set(e, ERR_INPUT, "%s: stages[%d].layers: ends at %d, leaving layers %d..%d in "
                        "no stage", file, S - 1, next - 1, next, model_layer_count(&p->model) - 1);
-    if (plan_group_check(p, file, e) || plan_dealing_from_json(root, file, p, e))
-        return e->code;
+    return ERR_OK;
+}
+
+/* The plan's summary: its bottleneck and most loaded stages, and --verify's answer. */
+static int read_summary(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    int64_t v;
+    int S = p->n_stages;
     if (jsonio_int(root, file, "", "bottleneck_stage", 0, S - 1, &v, e))
         return e->code;
     p->bottleneck_stage = (int)v;
@@ -657,16 +669,25 @@ static int plan_from_json(const cJSON *root, const char *file, struct plan *p, s
         return e->code;
     p->most_loaded_stage = (int)v;
     const cJSON *verify = cJSON_GetObjectItemCaseSensitive(root, "verify");
-    if (verify != NULL) {
-        if (jsonio_expect_object(verify, file, "verify", e) ||
-            jsonio_num(verify, file, "verify", "milp_objective", -DBL_MAX, DBL_MAX,
-                       &p->verify.milp_objective, e) ||
-            jsonio_num(verify, file, "verify", "dp_objective", -DBL_MAX, DBL_MAX,
-                       &p->verify.dp_objective, e) ||
-            jsonio_bool(verify, file, "verify", "agree", &p->verify.agree, e))
-            return e->code;
-        p->verify.present = 1;
-    }
+    if (verify == NULL)
+        return ERR_OK;
+    if (jsonio_expect_object(verify, file, "verify", e) ||
+        jsonio_num(verify, file, "verify", "milp_objective", -DBL_MAX, DBL_MAX,
+                   &p->verify.milp_objective, e) ||
+        jsonio_num(verify, file, "verify", "dp_objective", -DBL_MAX, DBL_MAX,
+                   &p->verify.dp_objective, e) ||
+        jsonio_bool(verify, file, "verify", "agree", &p->verify.agree, e))
+        return e->code;
+    p->verify.present = 1;
+    return ERR_OK;
+}
+
+static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
+{
+    if (read_header(root, file, p, e) || read_stages(root, file, p, e) ||
+        plan_group_check(p, file, e) || plan_dealing_from_json(root, file, p, e) ||
+        read_summary(root, file, p, e))
+        return e->code;
     return ERR_OK;
 }
 

@@ -97,11 +97,10 @@ static void print_gpus(FILE *f, const struct plan *p)
     fprintf(f, "\n");
 }
 
-void planner_print(FILE *f, const struct plan *p)
+/* The plan's first line: method, schedule, batch, model. */
+static void print_title(FILE *f, const struct plan *p)
 {
     double params = (double)model_param_count(&p->model);
-    struct mem_unit u = table_unit(p);
-    char head[64];
     char replicas[96] = "";
     if (p->n_stages > 0 && p->replica_micro_batches != NULL) /* dealt unevenly */
         snprintf(replicas, sizeof replicas, " the most a replica, dp %d replicas (%lld in all)",
@@ -121,6 +120,14 @@ void planner_print(FILE *f, const struct plan *p)
                 model_kind_name(p->model.kind), p->model.n_layer,
                 params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
                 model_dtype_name(p->model.dtype), p->model.micro_batch, p->model.seq_len);
+}
+
+/* The table of stages: device, layers, memory before and after against the limit, what is
+ * recomputed, and the times. */
+static void print_stages(FILE *f, const struct plan *p)
+{
+    struct mem_unit u = table_unit(p);
+    char head[64];
     snprintf(head, sizeof head, "memory %s: before -> after / limit", u.name);
     /* measured profiles name devices by their model ("Intel(R) Xeon(R) Processor") */
     int w = 10;
@@ -141,15 +148,11 @@ void planner_print(FILE *f, const struct plan *p)
                 st->tp > 0 ? st->tp : 1, range, st->in_flight, mem, rec, st->recompute_ms,
                 st->stage_ms);
     }
-    const struct plan_stage *b = &p->stages[p->bottleneck_stage];
-    const struct plan_stage *m = &p->stages[p->most_loaded_stage];
-    fprintf(f, "bottleneck stage: %d (%.3f ms per micro-batch); most loaded stage: %d (%.0f%% of "
-               "its limit with nothing recomputed)\n",
-            b->index, b->stage_ms, m->index,
-            100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
-    fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
-            schedule_name(p->schedule), p->micro_batches);
-    print_gpus(f, p);
+}
+
+/* How the plan was found: --min-gain's simpler plan, the search, its gap, --verify. */
+static void print_search(FILE *f, const struct plan *p)
+{
     if (p->fastest_ms > 0)
         fprintf(f, "min-gain %g%%: the fastest plan found steps %.3f ms (%.3f%% faster); this "
                    "one is simpler (docs/planning-choices.md)\n",
@@ -170,5 +173,21 @@ void planner_print(FILE *f, const struct plan *p)
     if (p->verify.present)
         fprintf(f, "verify: DP objective %.6f ms, GLPK %.6f ms: %s\n", p->verify.dp_objective,
                 p->verify.milp_objective, p->verify.agree ? "agree" : "DISAGREE");
+}
+
+void planner_print(FILE *f, const struct plan *p)
+{
+    print_title(f, p);
+    print_stages(f, p);
+    const struct plan_stage *b = &p->stages[p->bottleneck_stage];
+    const struct plan_stage *m = &p->stages[p->most_loaded_stage];
+    fprintf(f, "bottleneck stage: %d (%.3f ms per micro-batch); most loaded stage: %d (%.0f%% of "
+               "its limit with nothing recomputed)\n",
+            b->index, b->stage_ms, m->index,
+            100.0 * m->memory_before_bytes / (double)m->memory_limit_bytes);
+    fprintf(f, "iteration: %.3f ms (simulated %s, %d micro-batches)\n", p->iteration_ms,
+            schedule_name(p->schedule), p->micro_batches);
+    print_gpus(f, p);
+    print_search(f, p);
     planner_print_offload(f, p);
 }

@@ -425,8 +425,9 @@ static int check_layer_ranges(const struct cluster *c, const char *file, struct 
     return ERR_OK;
 }
 
-static int cluster_from_json(const cJSON *root, const char *file, struct cluster *c,
-                             struct err *e)
+/* The cluster's own members: its keys, schedule, micro-batches, reserve, link, groups. */
+static int read_cluster_header(const cJSON *root, const char *file, struct cluster *c,
+                               struct err *e)
 {
     static const char *const keys[] = {"format", "schedule", "micro_batches", "stages",
                                        "reserve_bytes", "link", "name", "description",
@@ -448,10 +449,14 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
     if ((link != NULL && link_from_json(link, file, "link", 1, &c->link, e)) ||
         cluster_group_read(root, file, c, e))
         return e->code;
-    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
-    if (stages == NULL || cJSON_GetObjectItemCaseSensitive(root, "pipelines") != NULL ||
-        cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL)
-        return cluster_group_no_stages(root, file, e);
+    return ERR_OK;
+}
+
+/* "stages", each with its profile (the model comes with the first); *has_layers when they
+ * give their layers. */
+static int read_cluster_stages(const cJSON *stages, const char *file, struct cluster *c,
+                               int *has_layers, struct err *e)
+{
     if (jsonio_expect_array(stages, file, "stages", e))
         return e->code;
     int S = cJSON_GetArraySize(stages);
@@ -466,13 +471,20 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
     }
     c->n_stages = S;
-    int has_layers = 0, s = 0;
+    int s = 0;
     for (const cJSON *st = stages->child; st != NULL; st = st->next, s++)
-        if (read_cluster_stage(c, paths, st, file, s, &has_layers, e))
+        if (read_cluster_stage(c, paths, st, file, s, has_layers, e))
             break;
     free(paths);
-    if (e->code)
-        return e->code;
+    return e->code;
+}
+
+/* The stages' layers (given, checked; else the default split) and what the whole cluster
+ * must hold: a layer a stage, no link after the last, memory beyond the reserve. */
+static int check_cluster_stages(struct cluster *c, const char *file, int has_layers,
+                                struct err *e)
+{
+    int S = c->n_stages;
     c->n_layers = model_layer_count(&c->model);
     if (S > c->n_layers)
         return err_set(e, ERR_INPUT,
@@ -483,22 +495,34 @@ static int cluster_from_json(const cJSON *root, const char *file, struct cluster
         return err_set(e, ERR_INPUT, "%s: stages[%d].link: the last stage has no next stage",
                        file, S - 1);
     c->layers_given = has_layers;
-    if (has_layers) {
-        if (check_layer_ranges(c, file, e))
-            return e->code;
-    } else {
-        for (s = 0; s < S; s++)
-            cluster_default_split(&c->model, c->n_layers, S, s, &c->stages[s].first,
-                                  &c->stages[s].last);
-    }
-    for (s = 0; s < S; s++)
+    if (has_layers && check_layer_ranges(c, file, e))
+        return e->code;
+    for (int s = 0; !has_layers && s < S; s++)
+        cluster_default_split(&c->model, c->n_layers, S, s, &c->stages[s].first,
+                              &c->stages[s].last);
+    for (int s = 0; s < S; s++)
         if (c->reserve_bytes >= c->stages[s].memory_bytes)
             return err_set(e, ERR_INPUT,
                            "%s: reserve_bytes: %lld bytes leaves nothing of stages[%d]'s "
                            "memory_bytes %lld",
                            file, (long long)c->reserve_bytes, s,
                            (long long)c->stages[s].memory_bytes);
-    if (resolve_host_links(c, e) || cluster_group_apply(c, file, e))
+    return ERR_OK;
+}
+
+static int cluster_from_json(const cJSON *root, const char *file, struct cluster *c,
+                             struct err *e)
+{
+    if (read_cluster_header(root, file, c, e))
+        return e->code;
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    if (stages == NULL || cJSON_GetObjectItemCaseSensitive(root, "pipelines") != NULL ||
+        cJSON_GetObjectItemCaseSensitive(root, "pool") != NULL)
+        return cluster_group_no_stages(root, file, e);
+    int has_layers = 0;
+    if (read_cluster_stages(stages, file, c, &has_layers, e) ||
+        check_cluster_stages(c, file, has_layers, e) || resolve_host_links(c, e) ||
+        cluster_group_apply(c, file, e))
         return e->code;
     return ERR_OK;
 }

@@ -595,7 +595,7 @@ static int read_shape(const cJSON *root, const char *file, int S, struct plan *p
 }
 
 /* The plan's header: format, method, micro-batches, model, framework and step numbers. */
-static int read_header(const cJSON *root, const char *file, struct plan *p, struct err *e)
+static int read_plan_header(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
     int64_t v;
     if (jsonio_check_format(root, file, "plan", 1, e) ||
@@ -624,7 +624,7 @@ static int read_header(const cJSON *root, const char *file, struct plan *p, stru
 }
 
 /* "stages": each stage, its layers following the last one's, every layer in one. */
-static int read_stages(const cJSON *root, const char *file, struct plan *p, struct err *e)
+static int read_plan_stages(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
     if (stages == NULL)
@@ -657,7 +657,7 @@ static int read_stages(const cJSON *root, const char *file, struct plan *p, stru
 }
 
 /* The plan's summary: its bottleneck and most loaded stages, and --verify's answer. */
-static int read_summary(const cJSON *root, const char *file, struct plan *p, struct err *e)
+static int read_plan_summary(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
     int64_t v;
     int S = p->n_stages;
@@ -684,9 +684,9 @@ static int read_summary(const cJSON *root, const char *file, struct plan *p, str
 
 static int plan_from_json(const cJSON *root, const char *file, struct plan *p, struct err *e)
 {
-    if (read_header(root, file, p, e) || read_stages(root, file, p, e) ||
+    if (read_plan_header(root, file, p, e) || read_plan_stages(root, file, p, e) ||
         plan_group_check(p, file, e) || plan_dealing_from_json(root, file, p, e) ||
-        read_summary(root, file, p, e))
+        read_plan_summary(root, file, p, e))
         return e->code;
     return ERR_OK;
 }

@@ -293,6 +293,71 @@ static int check_identity(const char *file, const struct ckpt_header *h,
     return ERR_OK;
 }
 
+/* The header of a stage file of `size` bytes read into h: the magic, this build's version,
+ * and a payload that the size holds (with the 8-byte checksum after it). */
+static int read_ckpt_header(FILE *f, const char *file, int64_t size, struct ckpt_header *h,
+                       struct err *e)
+{
+    if (size < (int64_t)sizeof *h || read_all(f, h, sizeof *h) != 0 ||
+        memcmp(h->magic, CKPT_MAGIC, 8) != 0)
+        return err_set(e, ERR_INPUT, "%s: not a Ballast checkpoint (no %s header)", file,
+                       CKPT_MAGIC);
+    if (h->version != CKPT_VERSION || h->header_bytes != sizeof *h)
+        return err_set(e, ERR_INPUT, "%s: checkpoint version %u, this build reads version %d",
+                       file, h->version, CKPT_VERSION);
+    /* compared without adding to the header's number: a crafted one may be near 2^63 */
+    if (h->payload_bytes != size - (int64_t)sizeof *h - 8)
+        return err_set(e, ERR_INPUT,
+                       "%s: %lld bytes, but its header promises %lld bytes of state after its "
+                       "%d-byte header, and an 8-byte checksum (truncated or damaged)",
+                       file, (long long)size, (long long)h->payload_bytes, (int)sizeof *h);
+    return ERR_OK;
+}
+
+/* The payload after the header, hashed, against the checksum stored after it. */
+static int check_sum(FILE *f, char *buf, const char *file, const struct ckpt_header *h,
+                     struct err *e)
+{
+    uint64_t sum = hash_fnv1a(HASH_FNV1A_START, h, sizeof *h), stored = 0;
+    for (int64_t off = 0; off < h->payload_bytes; off += CKPT_CHUNK) {
+        int64_t n = h->payload_bytes - off < CKPT_CHUNK ? h->payload_bytes - off : CKPT_CHUNK;
+        if (read_all(f, buf, n) != 0)
+            return err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
+                           (long long)(sizeof *h + off));
+        sum = hash_fnv1a(sum, buf, n);
+        progress_tick();
+    }
+    if (read_all(f, &stored, sizeof stored) != 0)
+        return err_set(e, ERR_INPUT, "%s: cannot read the checksum", file);
+    if (stored != sum)
+        return err_set(e, ERR_INPUT,
+                       "%s: damaged: checksum %016llx, but the contents hash to %016llx", file,
+                       (unsigned long long)stored, (unsigned long long)sum);
+    return ERR_OK;
+}
+
+/* The checked payload, read again from after the header into the stage's state, each piece
+ * checked by the stage first. */
+static int load_payload(FILE *f, char *buf, const char *file, const struct ckpt_header *h,
+                        struct stage_runner *r, struct err *e)
+{
+    struct err bad;
+    if (fseek(f, (long)sizeof *h, SEEK_SET) != 0)
+        return err_set(e, ERR_INPUT, "%s: cannot seek", file);
+    for (int64_t off = 0; off < h->payload_bytes; off += CKPT_CHUNK) {
+        int64_t n = h->payload_bytes - off < CKPT_CHUNK ? h->payload_bytes - off : CKPT_CHUNK;
+        if (read_all(f, buf, n) != 0)
+            return err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
+                           (long long)(sizeof *h + off));
+        if (stage_state_check(r, off, buf, n, &bad))
+            return err_set(e, ERR_INPUT, "%s: %s", file, bad.msg);
+        if (stage_state_put(r, off, buf, n, e))
+            return e->code;
+        progress_tick();
+    }
+    return ERR_OK;
+}
+
 int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t step,
                     struct stage_runner *r, struct err *e)
 {
@@ -311,58 +376,15 @@ int ckpt_read_stage(const char *dir, const struct ckpt_identity *id, int64_t ste
         return err_set(e, ERR_FAIL, "out of memory reading %s", file);
     }
     struct ckpt_header h;
-    struct err bad;
-    int rc = ERR_OK;
-    if (size < (int64_t)sizeof h || read_all(f, &h, sizeof h) != 0 ||
-        memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
-        rc = err_set(e, ERR_INPUT, "%s: not a Ballast checkpoint (no %s header)", file,
-                     CKPT_MAGIC);
-    } else if (h.version != CKPT_VERSION || h.header_bytes != sizeof h) {
-        rc = err_set(e, ERR_INPUT, "%s: checkpoint version %u, this build reads version %d",
-                     file, h.version, CKPT_VERSION);
-    } else if (h.payload_bytes != size - (int64_t)sizeof h - 8) {
-        /* compared without adding to the header's number: a crafted one may be near 2^63 */
-        rc = err_set(e, ERR_INPUT,
-                     "%s: %lld bytes, but its header promises %lld bytes of state after its "
-                     "%d-byte header, and an 8-byte checksum (truncated or damaged)",
-                     file, (long long)size, (long long)h.payload_bytes, (int)sizeof h);
-    } else {
-        uint64_t sum = hash_fnv1a(HASH_FNV1A_START, &h, sizeof h), stored = 0;
-        for (int64_t off = 0; rc == ERR_OK && off < h.payload_bytes; off += CKPT_CHUNK) {
-            int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
-            if (read_all(f, buf, n) != 0)
-                rc = err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
-                             (long long)(sizeof h + off));
-            else
-                sum = hash_fnv1a(sum, buf, n);
-            progress_tick();
-        }
-        if (rc == ERR_OK && read_all(f, &stored, sizeof stored) != 0)
-            rc = err_set(e, ERR_INPUT, "%s: cannot read the checksum", file);
-        if (rc == ERR_OK && stored != sum)
-            rc = err_set(e, ERR_INPUT,
-                         "%s: damaged: checksum %016llx, but the contents hash to %016llx", file,
-                         (unsigned long long)stored, (unsigned long long)sum);
-        if (rc == ERR_OK && h.step != step)
-            rc = err_set(e, ERR_INPUT, "%s: holds step %lld, the manifest names step %lld",
-                         file, (long long)h.step, (long long)step);
-        if (rc == ERR_OK)
-            rc = check_identity(file, &h, id, e);
-        /* checked: now load */
-        if (rc == ERR_OK && fseek(f, (long)sizeof h, SEEK_SET) != 0)
-            rc = err_set(e, ERR_INPUT, "%s: cannot seek", file);
-        for (int64_t off = 0; rc == ERR_OK && off < h.payload_bytes; off += CKPT_CHUNK) {
-            int64_t n = h.payload_bytes - off < CKPT_CHUNK ? h.payload_bytes - off : CKPT_CHUNK;
-            if (read_all(f, buf, n) != 0)
-                rc = err_set(e, ERR_INPUT, "%s: read error at byte %lld", file,
-                             (long long)(sizeof h + off));
-            else if (stage_state_check(r, off, buf, n, &bad))
-                rc = err_set(e, ERR_INPUT, "%s: %s", file, bad.msg);
-            else
-                rc = stage_state_put(r, off, buf, n, e);
-            progress_tick();
-        }
-    }
+    int rc = read_ckpt_header(f, file, size, &h, e) || check_sum(f, buf, file, &h, e) ? e->code
+                                                                                 : ERR_OK;
+    if (rc == ERR_OK && h.step != step)
+        rc = err_set(e, ERR_INPUT, "%s: holds step %lld, the manifest names step %lld", file,
+                     (long long)h.step, (long long)step);
+    if (rc == ERR_OK)
+        rc = check_identity(file, &h, id, e);
+    if (rc == ERR_OK) /* checked: now load */
+        rc = load_payload(f, buf, file, &h, r, e);
     free(buf);
     fclose(f);
     return rc;

@@ -209,53 +209,45 @@ static int check_against_cost(const struct stage_layout *sl, const struct model 
     return ERR_OK;
 }
 
-int layout_init_chunks(struct stage_layout *sl, const struct model *m,
-                       const struct layout_chunk_spec *chunks, int n_chunks,
-                       const uint32_t *regen, const unsigned char *split, struct err *e)
+/* Chunk k's layers from layer index *i on: each laid out, its kept tensors carved in the
+ * chunk's slot (from 0) and the weight-gradient stash where the backward is split, its
+ * workspace after the previous chunk's. */
+static int lay_chunk(struct stage_layout *sl, const struct model *m,
+                     const struct layout_chunk_spec *spec, int k, int *i, const uint32_t *regen,
+                     const unsigned char *split, int64_t *section, int64_t *weights,
+                     struct err *e)
 {
-    memset(sl, 0, sizeof *sl);
-    sl->dtype = m->dtype;
-    sl->n_chunks = n_chunks;
-    for (int k = 0; k < n_chunks; k++)
-        sl->n_layers += chunks[k].last - chunks[k].first + 1;
-    sl->first = chunks[0].first;
-    sl->last = chunks[0].last;
-    sl->in_flight = chunks[0].in_flight;
-    sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
-    if (sl->layers == NULL)
-        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
-    int64_t section = 0, weights = 0;
-    for (int k = 0, i = 0; k < n_chunks; k++) {
-        struct layout_chunk *ch = &sl->chunks[k];
-        int64_t slot = 0, ws_at = sl->workspace_bytes, ws = 0; /* its slot from 0; its
-                                                                   workspace after the last's */
-        *ch = (struct layout_chunk){.lo = i, .vstage = chunks[k].vstage,
-                                    .in_flight = chunks[k].in_flight};
-        for (int layer = chunks[k].first; layer <= chunks[k].last; layer++, i++) {
-            struct layer_layout *L = &sl->layers[i];
-            L->chunk = k;
-            if (lay_layer(sl, m, i, layer, regen != NULL ? regen[i] : 0, &section, &weights,
-                          e)) {
-                layout_free(sl);
-                return e->code;
-            }
-            /* regenerated tensors in the transient from offset 0, the others in the slot,
-             * each in table order */
-            slot = carve_kept(L, slot);
-            if (split != NULL && split[i] && (slot = carve_wstash(L, m, slot, e)) < 0) {
-                layout_free(sl);
-                return e->code;
-            }
-            if (L->transient_bytes > sl->transient_bytes)
-                sl->transient_bytes = L->transient_bytes;
-            ws = L->ws_bytes > ws ? L->ws_bytes : ws;
-            for (int t = 0; t < L->n_ws; t++)
-                L->ws_off[t] += ws_at;
-        }
-        ch->hi = i;
-        ch->slot_bytes = slot;
-        sl->workspace_bytes = ws_at + ws;
+    struct layout_chunk *ch = &sl->chunks[k];
+    int64_t slot = 0, ws_at = sl->workspace_bytes, ws = 0;
+    *ch = (struct layout_chunk){.lo = *i, .vstage = spec->vstage, .in_flight = spec->in_flight};
+    for (int layer = spec->first; layer <= spec->last; layer++, (*i)++) {
+        struct layer_layout *L = &sl->layers[*i];
+        L->chunk = k;
+        if (lay_layer(sl, m, *i, layer, regen != NULL ? regen[*i] : 0, section, weights, e))
+            return e->code;
+        /* regenerated tensors in the transient from offset 0, the others in the slot, each in
+         * table order */
+        slot = carve_kept(L, slot);
+        if (split != NULL && split[*i] && (slot = carve_wstash(L, m, slot, e)) < 0)
+            return e->code;
+        if (L->transient_bytes > sl->transient_bytes)
+            sl->transient_bytes = L->transient_bytes;
+        ws = L->ws_bytes > ws ? L->ws_bytes : ws;
+        for (int t = 0; t < L->n_ws; t++)
+            L->ws_off[t] += ws_at;
     }
+    ch->hi = *i;
+    ch->slot_bytes = slot;
+    sl->workspace_bytes = ws_at + ws;
+    return ERR_OK;
+}
+
+/* The persistent arena: the weights (in the model's dtype), then fp32 sections of the
+ * gradients, the master weights (16-bit models) and AdamW's m and v, all on the device until
+ * the host optimizer moves some. */
+static void place_state(struct stage_layout *sl, const struct model *m, int64_t weights,
+                        int64_t section)
+{
     sl->section_bytes = section;
     sl->weights_bytes = weights;
     sl->grads_at = weights;
@@ -275,6 +267,30 @@ int layout_init_chunks(struct stage_layout *sl, const struct model *m,
     sl->dev_v_at = sl->v_at;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->state_bytes = sl->persistent_bytes;
+}
+
+int layout_init_chunks(struct stage_layout *sl, const struct model *m,
+                       const struct layout_chunk_spec *chunks, int n_chunks,
+                       const uint32_t *regen, const unsigned char *split, struct err *e)
+{
+    memset(sl, 0, sizeof *sl);
+    sl->dtype = m->dtype;
+    sl->n_chunks = n_chunks;
+    for (int k = 0; k < n_chunks; k++)
+        sl->n_layers += chunks[k].last - chunks[k].first + 1;
+    sl->first = chunks[0].first;
+    sl->last = chunks[0].last;
+    sl->in_flight = chunks[0].in_flight;
+    sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
+    if (sl->layers == NULL)
+        return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
+    int64_t section = 0, weights = 0;
+    for (int k = 0, i = 0; k < n_chunks; k++)
+        if (lay_chunk(sl, m, &chunks[k], k, &i, regen, split, &section, &weights, e)) {
+            layout_free(sl);
+            return e->code;
+        }
+    place_state(sl, m, weights, section);
     sl->slot_bytes = sl->chunks[0].slot_bytes;
     sum_arenas(sl);
     if (check_against_cost(sl, m, e)) {

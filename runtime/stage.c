@@ -354,7 +354,8 @@ static int stage_carve(struct stage_runner *r, struct err *e)
 }
 
 /* Host staging, receipt handles, the four arenas and the executor over them. */
-static int stage_alloc(struct stage_runner *r, struct err *e)
+/* The host buffers of a micro-batch's tokens and targets, and each slot's pending request. */
+static int alloc_host_side(struct stage_runner *r, struct err *e)
 {
     const struct stage_config *c = &r->c;
     int64_t BT = (int64_t)c->model->micro_batch * c->model->seq_len;
@@ -368,6 +369,15 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     for (int s = 0; s < slots; s++)
         r->slot_req[s] = -1;
+    return ERR_OK;
+}
+
+/* The layout's arenas on the backend (or carved from the caller's persistent memory, or the
+ * slots, transient and workspace as one arena by a reuse plan), the staging buffer and the
+ * pinned host memory of offloaded tensors. */
+static int alloc_arenas(struct stage_runner *r, struct err *e)
+{
+    const struct stage_config *c = &r->c;
     void **arena[4] = {(void **)&r->persistent, (void **)&r->activations,
                        (void **)&r->transient, (void **)&r->workspace};
     int64_t bytes[4] = {r->lay.persistent_bytes, r->lay.activation_bytes,
@@ -389,6 +399,14 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         r->be->ops->host_alloc(r->be, r->lay.host_bytes, (void **)&r->host, e))
         return err_set(e, ERR_NOFIT, "stage %d: host memory for offloaded tensors: %s",
                        c->stage, e->msg);
+    return ERR_OK;
+}
+
+static int stage_alloc(struct stage_runner *r, struct err *e)
+{
+    const struct stage_config *c = &r->c;
+    ERR_TRY(alloc_host_side(r, e));
+    ERR_TRY(alloc_arenas(r, e));
     struct exec_config xc = {
         .model = c->model,
         .lay = &r->lay,

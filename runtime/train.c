@@ -517,9 +517,11 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
 }
 
 /* Every rank's GPU (or none), gathered; the same choice on every rank (transport_choose). */
-static int setup_pipeline_transport(struct run *r, struct err *e)
+/* Which transport the pipeline uses, from every rank's GPU (the ranks' ids gathered): on
+ * GPUs holding several chunks, MPI, whose messages go by tag (NCCL matches them by order and
+ * joins neighbouring ranks only). */
+static int choose_transport(struct run *r, int chunks, struct err *e)
 {
-    const struct plan *p = &r->plan;
     char(*ids)[TRANSPORT_ID_MAX] = calloc((size_t)r->size, sizeof *ids);
     if (ids == NULL)
         return err_set(e, ERR_FAIL, "out of memory choosing the transport");
@@ -532,9 +534,6 @@ static int setup_pipeline_transport(struct run *r, struct err *e)
                                           MPI_CHAR, r->comm, &q),
                         &q, "the ranks' GPUs (MPI_Iallgather)", e))
         rc = e->code;
-    /* GPUs holding several chunks send each chunk's messages by tag over MPI: NCCL matches
-     * messages by their order and joins neighbouring ranks only */
-    int chunks = plan_shape(p).chunks;
     const char *prefer = chunks > 1 ? "mpi" : r->o->transport; /* setup_global: not nccl */
     if (rc == ERR_OK &&
         transport_choose((const char(*)[TRANSPORT_ID_MAX])ids, r->size, r->rank, prefer,
@@ -542,30 +541,24 @@ static int setup_pipeline_transport(struct run *r, struct err *e)
         rc = err_set(e, ERR_INPUT, "--transport %s: %s", r->o->transport, r->transport_why);
     if (rc == ERR_OK && chunks > 1 && strcmp(r->o->transport, "auto") == 0)
         snprintf(r->transport_why, sizeof r->transport_why, "schedule %s: %d chunks a GPU, "
-                 "their messages by tag", schedule_name(p->schedule), chunks);
+                 "their messages by tag", schedule_name(r->plan.schedule), chunks);
     free(ids);
-    if (rc)
-        return rc;
-    /* a send and a receive per micro-batch in flight, in each direction, at most (per chunk) */
-    int max_requests = 4 * p->micro_batches * chunks + 8;
-    int64_t act = sizes_activation_bytes(&p->model);
-    switch (r->transport) {
-    case TRANSPORT_MPI:
-        return transport_mpi_init(&r->tp, &r->comm, max_requests, e);
-    case TRANSPORT_MPI_STAGED:
-        return transport_staged_init(&r->tp, &r->comm, max_requests, &r->be, act, e);
-    case TRANSPORT_NCCL:
-        break;
-    }
-    /* NCCL: rank 0 makes every link's ids and broadcasts them (NCCL's examples' bootstrap) */
+    return rc;
+}
+
+/* NCCL's links: rank 0 makes every link's ids and broadcasts them (NCCL's examples'
+ * bootstrap), then each rank joins its neighbours. */
+static int start_nccl(struct run *r, int max_requests, struct err *e)
+{
     int n_ids = 2 * (r->size - 1);
     unsigned char(*nccl_ids)[TRANSPORT_NCCL_ID_BYTES] = calloc((size_t)n_ids, sizeof *nccl_ids);
     if (nccl_ids == NULL)
         return err_set(e, ERR_FAIL, "out of memory for the NCCL ids");
-    rc = ERR_OK;
+    int rc = ERR_OK;
     for (int i = 0; r->rank == 0 && i < n_ids && rc == ERR_OK; i++)
         rc = transport_nccl_unique_id(nccl_ids[i], e);
     int all = agree(r, rc, NULL);
+    MPI_Request q;
     if (all == ERR_OK &&
         mpicheck_collective(MPI_Ibcast(nccl_ids, n_ids * TRANSPORT_NCCL_ID_BYTES, MPI_BYTE, 0,
                                       r->comm, &q),
@@ -579,6 +572,26 @@ static int setup_pipeline_transport(struct run *r, struct err *e)
         all = err_set(e, ERR_FAIL, "rank 0 could not make the NCCL ids");
     free(nccl_ids);
     return all;
+}
+
+static int setup_pipeline_transport(struct run *r, struct err *e)
+{
+    const struct plan *p = &r->plan;
+    int chunks = plan_shape(p).chunks;
+    if (choose_transport(r, chunks, e))
+        return e->code;
+    /* a send and a receive per micro-batch in flight, in each direction, at most (per chunk) */
+    int max_requests = 4 * p->micro_batches * chunks + 8;
+    int64_t act = sizes_activation_bytes(&p->model);
+    switch (r->transport) {
+    case TRANSPORT_MPI:
+        return transport_mpi_init(&r->tp, &r->comm, max_requests, e);
+    case TRANSPORT_MPI_STAGED:
+        return transport_staged_init(&r->tp, &r->comm, max_requests, &r->be, act, e);
+    case TRANSPORT_NCCL:
+        break;
+    }
+    return start_nccl(r, max_requests, e);
 }
 
 /* The pipeline's transport, then the replicas' (train_dp.h). */

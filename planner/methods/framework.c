@@ -267,13 +267,19 @@ int fw_settings_apply(struct plan *p, const struct fw_settings *fs, int framewor
 /* ---- reading a plan's actions as settings ---- */
 
 /* Stage s's recompute as one form, or 0 with why. */
-static int read_stage(const struct plan *p, int s, int framework_acts, struct fw_stage *fs,
-                      char *why, size_t size)
+/* How stage s recomputes its blocks: whole (how many), in part, whether the whole ones are
+ * its first, and the one option those in part take (-2: none). */
+struct block_tally {
+    int whole, partial, prefix, option;
+};
+
+/* Stage s's blocks tallied, refusing (0, with why) what no framework says: a layer sent to the
+ * host, a layer other than a block recomputed, blocks with different options. */
+static int tally_blocks(const struct plan *p, int s, struct block_tally *t, char *why,
+                        size_t size)
 {
     const struct plan_stage *st = &p->stages[s];
-    int option = -2; /* the one option every recomputed block takes; -2: none seen */
-    *fs = (struct fw_stage){.blocks = fw_stage_blocks(p, s)};
-    int whole = 0, partial = 0, prefix = 1;
+    *t = (struct block_tally){.prefix = 1, .option = -2};
     for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
         int c = st->recompute[l], layer = st->first + l;
         if (st->place[l] != COST_PLACE_DEVICE || st->offload_option[l] >= 0) {
@@ -289,53 +295,72 @@ static int read_stage(const struct plan *p, int s, int framework_acts, struct fw
             }
             continue;
         }
-        whole += c == COST_FULL;
-        partial += c >= COST_OPTION;
-        prefix = prefix && (c == COST_FULL) == (whole == block + 1);
-        if (c >= COST_OPTION && option != -2 && option != c) {
+        t->whole += c == COST_FULL;
+        t->partial += c >= COST_OPTION;
+        t->prefix = t->prefix && (c == COST_FULL) == (t->whole == block + 1);
+        if (c >= COST_OPTION && t->option != -2 && t->option != c) {
             snprintf(why, size, "stage %d recomputes its blocks with different options", s);
             return 0;
         }
-        option = c >= COST_OPTION ? c : option;
+        t->option = c >= COST_OPTION ? c : t->option;
         block++;
     }
-    if (whole && partial) {
-        snprintf(why, size, "stage %d recomputes %d block(s) whole and %d in part", s, whole,
-                 partial);
+    return 1;
+}
+
+/* The recompute module that stands for the stage's partial option (the first layer's that
+ * takes one), where the framework has it; -1 when none does. */
+static int module_of(const struct plan_stage *st, int framework_acts)
+{
+    const char *name = NULL;
+    for (int l = 0; l < plan_stage_layer_count(st) && name == NULL; l++)
+        if (st->recompute[l] >= COST_OPTION)
+            name = cost_choice_name(&st->layers[l], st->recompute[l]);
+    for (int k = 0; name != NULL && k < N_MODULE_OPTIONS; k++)
+        if (strcmp(name, module_options[k].option) == 0 &&
+            (!module_options[k].framework_only || framework_acts))
+            return k;
+    return -1;
+}
+
+static int read_stage(const struct plan *p, int s, int framework_acts, struct fw_stage *fs,
+                      char *why, size_t size)
+{
+    struct block_tally t;
+    *fs = (struct fw_stage){.blocks = fw_stage_blocks(p, s)};
+    if (!tally_blocks(p, s, &t, why, size))
+        return 0;
+    if (t.whole && t.partial) {
+        snprintf(why, size, "stage %d recomputes %d block(s) whole and %d in part", s, t.whole,
+                 t.partial);
         return 0;
     }
-    if (whole && !prefix) {
-        snprintf(why, size, "stage %d recomputes %d block(s) but not its first %d", s, whole,
-                 whole);
+    if (t.whole && !t.prefix) {
+        snprintf(why, size, "stage %d recomputes %d block(s) but not its first %d", s, t.whole,
+                 t.whole);
         return 0;
     }
-    if (partial && partial != fs->blocks) {
+    if (t.partial && t.partial != fs->blocks) {
         snprintf(why, size, "stage %d recomputes %d of its %d blocks in part (recompute modules "
-                 "apply to every block)", s, partial, fs->blocks);
+                 "apply to every block)", s, t.partial, fs->blocks);
         return 0;
     }
-    if (whole) {
+    if (t.whole) {
         fs->recompute = FW_RECOMPUTE_FULL;
-        fs->n = whole;
+        fs->n = t.whole;
         return 1;
     }
-    if (!partial)
+    if (!t.partial)
         return 1;
-    for (int k = 0; k < N_MODULE_OPTIONS; k++) {
-        const char *name = NULL;
-        for (int l = 0; l < plan_stage_layer_count(st) && name == NULL; l++)
-            if (st->recompute[l] >= COST_OPTION)
-                name = cost_choice_name(&st->layers[l], st->recompute[l]);
-        if (name && strcmp(name, module_options[k].option) == 0 &&
-            (!module_options[k].framework_only || framework_acts)) {
-            fs->recompute = FW_RECOMPUTE_SELECTIVE;
-            fs->modules = module_options[k].modules;
-            return 1;
-        }
+    int k = module_of(&p->stages[s], framework_acts);
+    if (k < 0) {
+        snprintf(why, size, "stage %d recomputes its blocks with an option no recompute module "
+                 "stands for", s);
+        return 0;
     }
-    snprintf(why, size, "stage %d recomputes its blocks with an option no recompute module "
-             "stands for", s);
-    return 0;
+    fs->recompute = FW_RECOMPUTE_SELECTIVE;
+    fs->modules = module_options[k].modules;
+    return 1;
 }
 
 int fw_settings_read(const struct plan *p, int framework_acts, struct fw_settings *out,

@@ -152,17 +152,12 @@ done:
  * only the one with choices in decreasing order. Columns: the choices in the problem's order
  * (choice i is column i + 1), then tau. Rows: memory, then per layer its sum and transient
  * rows, then the order rows. */
-static int solve_choices(const struct knap_problem *p, double *objective, struct err *e)
+/* prev[l]: the nearest layer before l with the same choices (same weights, transients and
+ * times), or -1; returns how many layers have one (each an order row below). */
+static int alike_before(const struct knap_problem *p, int *prev)
 {
-    int n = p->n, nc = p->first_choice[n], tau = nc + 1, orders = 0;
-    int *prev = malloc((size_t)(n > 0 ? n : 1) * sizeof *prev); /* the alike layer before */
-    struct milp_matrix a = {0};
-    glp_prob *lp = glp_create_prob();
-    if (prev == NULL) {
-        err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
-        goto done;
-    }
-    for (int l = 0; l < n; l++) {
+    int orders = 0;
+    for (int l = 0; l < p->n; l++) {
         int cl = p->first_choice[l + 1] - p->first_choice[l];
         prev[l] = -1;
         for (int j = l - 1; j >= 0 && prev[l] < 0; j--) {
@@ -177,6 +172,20 @@ static int solve_choices(const struct knap_problem *p, double *objective, struct
         }
         orders += prev[l] >= 0;
     }
+    return orders;
+}
+
+static int solve_choices(const struct knap_problem *p, double *objective, struct err *e)
+{
+    int n = p->n, nc = p->first_choice[n], tau = nc + 1, orders = 0;
+    int *prev = malloc((size_t)(n > 0 ? n : 1) * sizeof *prev); /* the alike layer before */
+    struct milp_matrix a = {0};
+    glp_prob *lp = glp_create_prob();
+    if (prev == NULL) {
+        err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
+        goto done;
+    }
+    orders = alike_before(p, prev);
     glp_set_obj_dir(lp, GLP_MIN);
     glp_add_cols(lp, tau);
     glp_add_rows(lp, 1 + 2 * n + orders);

@@ -1177,6 +1177,79 @@ static void repart_search_free(struct search *s)
     free(s->own_end);
 }
 
+/* For a framework's plan: the least end of the first stage and the most start of the last,
+ * its blocks counted from either end (min_blocks each); whether the middle splits evenly. */
+static void framework_ends(struct search *s, const struct cluster *c,
+                           const struct plan_options *o)
+{
+    s->first_end_min = 0;
+    s->last_start_max = s->N - 1;
+    s->even_middle = o->framework_range != NULL && o->framework_range->f->split == FW_SPLIT_ENDS;
+    if (o->framework_range == NULL)
+        return;
+    int want = o->framework_range->f->min_blocks;
+    for (int l = 0, b = 0; l < s->N && b < want; l++)
+        if (fw_is_block(&c->model, l) && ++b == want)
+            s->first_end_min = l;
+    for (int l = s->N - 1, b = 0; l >= 0 && b < want; l--)
+        if (fw_is_block(&c->model, l) && ++b == want)
+            s->last_start_max = l;
+}
+
+/* The search's tables: per (stage, layer) position, per fill target, per stage and layer. */
+static int alloc_tables(struct search *s, const struct cluster *c, struct err *e)
+{
+    size_t cells = (size_t)(s->S + 1) * (s->N + 1), S = (size_t)s->S, N = (size_t)s->N;
+    s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
+    s->bwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->bwd_prefix);
+    s->opt_prefix = calloc((size_t)c->n_profiles, sizeof *s->opt_prefix);
+    s->pos = calloc(S, sizeof *s->pos);
+    s->G = malloc(cells * sizeof *s->G);
+    s->Q = malloc(cells * sizeof *s->Q);
+    s->D = malloc(cells * sizeof *s->D);
+    s->target = malloc(FILL_TARGETS_MAX * sizeof *s->target);
+    s->Z = malloc(FILL_TARGETS_MAX * cells * sizeof *s->Z);
+    s->R = malloc(FILL_TARGETS_MAX * cells * sizeof *s->R);
+    s->P = malloc(cells * sizeof *s->P);
+    s->first = calloc(S, sizeof *s->first);
+    s->best_first = calloc(S, sizeof *s->best_first);
+    s->best_order = calloc(S, sizeof *s->best_order);
+    s->best_link = calloc(S, sizeof *s->best_link);
+    s->sim_in = calloc(S, sizeof *s->sim_in);
+    s->buckets = calloc(N, sizeof *s->buckets);
+    s->bwd_scratch = calloc(N, sizeof *s->bwd_scratch);
+    s->children = malloc(S * N * 2 * sizeof *s->children);
+    s->own = malloc(S * sizeof *s->own);
+    s->fill_z = malloc(S * sizeof *s->fill_z);
+    s->a_max = malloc(S * sizeof *s->a_max);
+    s->a = malloc(S * sizeof *s->a);
+    s->own_end = malloc(S * sizeof *s->own_end);
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q ||
+        !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
+        !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch ||
+        !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
+        return err_set(e, ERR_FAIL, "out of memory");
+    return ERR_OK;
+}
+
+/* Each profile's forward, backward and optimizer times summed over its first l layers. */
+static int time_prefixes(struct search *s, const struct cluster *c, struct err *e)
+{
+    for (int p = 0; p < c->n_profiles; p++) {
+        s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);
+        s->bwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->bwd_prefix);
+        s->opt_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->opt_prefix);
+        if (!s->fwd_prefix[p] || !s->bwd_prefix[p] || !s->opt_prefix[p])
+            return err_set(e, ERR_FAIL, "out of memory");
+        for (int l = 0; l < s->N; l++) {
+            s->fwd_prefix[p][l + 1] = s->fwd_prefix[p][l] + c->profiles[p].layers[l].fwd_ms;
+            s->bwd_prefix[p][l + 1] = s->bwd_prefix[p][l] + c->profiles[p].layers[l].bwd_ms;
+            s->opt_prefix[p][l + 1] = s->opt_prefix[p][l] + c->profiles[p].layers[l].optimizer_ms;
+        }
+    }
+    return ERR_OK;
+}
+
 static int repart_search_init(struct search *s, const struct cluster *c,
                               const struct plan_options *o, struct err *e)
 {
@@ -1191,60 +1264,11 @@ static int repart_search_init(struct search *s, const struct cluster *c,
     s->deadline = o->time_limit_s > 0 ? clock_now_s() + o->time_limit_s : INFINITY;
     s->best_ms = o->cutoff_ms > 0 ? o->cutoff_ms : INFINITY; /* prunes as an incumbent would */
     s->best_memory = INT64_MAX; /* until a leaf is kept: then whether one was kept */
-    s->first_end_min = 0;
-    s->last_start_max = s->N - 1;
-    s->even_middle = o->framework_range != NULL && o->framework_range->f->split == FW_SPLIT_ENDS;
-    if (o->framework_range != NULL) /* its blocks counted from either end */
-        for (int l = 0, b = 0, want = o->framework_range->f->min_blocks; l < s->N && b < want;
-             l++)
-            if (fw_is_block(&c->model, l) && ++b == want)
-                s->first_end_min = l;
-    if (o->framework_range != NULL)
-        for (int l = s->N - 1, b = 0, want = o->framework_range->f->min_blocks; l >= 0 && b < want;
-             l--)
-            if (fw_is_block(&c->model, l) && ++b == want)
-                s->last_start_max = l;
     s->open_bound = INFINITY;
     s->pruned_bound = INFINITY;
-    s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
-    s->bwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->bwd_prefix);
-    s->opt_prefix = calloc((size_t)c->n_profiles, sizeof *s->opt_prefix);
-    s->pos = calloc((size_t)s->S, sizeof *s->pos);
-    s->G = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->G);
-    s->Q = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->Q);
-    s->D = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->D);
-    s->target = malloc(FILL_TARGETS_MAX * sizeof *s->target);
-    s->Z = malloc((size_t)FILL_TARGETS_MAX * (s->S + 1) * (s->N + 1) * sizeof *s->Z);
-    s->R = malloc((size_t)FILL_TARGETS_MAX * (s->S + 1) * (s->N + 1) * sizeof *s->R);
-    s->P = malloc((size_t)(s->S + 1) * (s->N + 1) * sizeof *s->P);
-    s->first = calloc((size_t)s->S, sizeof *s->first);
-    s->best_first = calloc((size_t)s->S, sizeof *s->best_first);
-    s->best_order = calloc((size_t)s->S, sizeof *s->best_order);
-    s->best_link = calloc((size_t)s->S, sizeof *s->best_link);
-    s->sim_in = calloc((size_t)s->S, sizeof *s->sim_in);
-    s->buckets = calloc((size_t)s->N, sizeof *s->buckets);
-    s->bwd_scratch = calloc((size_t)s->N, sizeof *s->bwd_scratch);
-    s->children = malloc((size_t)s->S * s->N * 2 * sizeof *s->children);
-    s->own = malloc((size_t)s->S * sizeof *s->own);
-    s->fill_z = malloc((size_t)s->S * sizeof *s->fill_z);
-    s->a_max = malloc((size_t)s->S * sizeof *s->a_max);
-    s->a = malloc((size_t)s->S * sizeof *s->a);
-    s->own_end = malloc((size_t)s->S * sizeof *s->own_end);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch || !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (int p = 0; p < c->n_profiles; p++) {
-        s->fwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->fwd_prefix);
-        s->bwd_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->bwd_prefix);
-        s->opt_prefix[p] = calloc((size_t)s->N + 1, sizeof **s->opt_prefix);
-        if (!s->fwd_prefix[p] || !s->bwd_prefix[p] || !s->opt_prefix[p])
-            return err_set(e, ERR_FAIL, "out of memory");
-        for (int l = 0; l < s->N; l++) {
-            s->fwd_prefix[p][l + 1] = s->fwd_prefix[p][l] + c->profiles[p].layers[l].fwd_ms;
-            s->bwd_prefix[p][l + 1] = s->bwd_prefix[p][l] + c->profiles[p].layers[l].bwd_ms;
-            s->opt_prefix[p][l + 1] = s->opt_prefix[p][l] + c->profiles[p].layers[l].optimizer_ms;
-        }
-    }
+    framework_ends(s, c, o);
+    if (alloc_tables(s, c, e) || time_prefixes(s, c, e))
+        return e->code;
     return ERR_OK;
 }
 

@@ -220,9 +220,10 @@ def check_includes(texts):
 NAMES_SHARED = ("main", "help")
 
 
-def definitions(text):
+def definitions(text, exported_only=False):
     """The names of the functions `text` defines (the project's style: the signature from the
-    first column, then a line holding "{")."""
+    first column, then a line holding "{"); with exported_only, those other files can call
+    (not static)."""
     lines = text.split("\n")
     names = []
     for i, line in enumerate(lines):
@@ -232,7 +233,10 @@ def definitions(text):
         while j > 0 and not re.match(r"[A-Za-z_]", lines[j]):
             j -= 1
         m = re.match(r"(?:[A-Za-z_][\w\s*]*?[\s*])?(\w+)\s*\(", lines[j])
-        if m and not lines[j].startswith(("struct ", "enum ", "typedef ", "union ")):
+        start = lines[j - 1] if re.match(r"\w+\s*\(", lines[j]) and j > 0 else lines[j]
+        if not m or lines[j].startswith(("struct ", "enum ", "typedef ", "union ")):
+            continue
+        if not (exported_only and start.startswith(("static", "struct ", "enum "))):
             names.append(m.group(1))
     return names
 
@@ -264,29 +268,12 @@ CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 LAYERED = ("common/", "models/", "planner/", "runtime/", "profiler/", "cli/")
 
 
-def exported(text):
-    """The functions `text` defines that other files can call (not static)."""
-    lines = text.split("\n")
-    names = []
-    for i, line in enumerate(lines):
-        if line != "{" or i == 0:
-            continue
-        j = i - 1
-        while j > 0 and not re.match(r"[A-Za-z_]", lines[j]):
-            j -= 1
-        start = lines[j - 1] if re.match(r"\w+\s*\(", lines[j]) and j > 0 else lines[j]
-        m = re.match(r"(?:[A-Za-z_][\w\s*]*?[\s*])?(\w+)\s*\(", lines[j])
-        if m and not start.startswith(("static", "struct ", "enum ", "typedef ", "union ")):
-            names.append(m.group(1))
-    return names
-
-
 def call_graph(texts):
     """{file: files whose functions it calls}, over the C files of the layered folders."""
     sources = {f: t for f, t in texts.items() if f.endswith(".c") and f.startswith(LAYERED)}
     home = {}
     for f, text in sources.items():
-        for name in exported(text):
+        for name in definitions(text, exported_only=True):
             home.setdefault(name, f)
     graph = {}
     for f, text in sources.items():

@@ -10,10 +10,12 @@
 // tiles, dK and dV one over the query tiles, as in flash_kernels.cu.
 //
 // A block is four warps. The forward and the dQ pass take 64 query rows a block, 16 a warp,
-// over key tiles of 64; the dK, dV pass takes 64 keys a block, 16 a warp, over query tiles of
-// 32, for head sizes up to 128 (flash_kernels.cu takes larger ones). The head size is padded with zeros to a multiple of 16 in shared memory; every tile's
-// row is padded by 8 16-bit or 4 fp32 elements, so that a fragment's rows fall on different
-// banks (WMMA wants the row strides a multiple of 16 bytes, fragments 32-byte aligned: every
+// over key tiles of 64, their accumulators in shared memory (the forward rescales them row by
+// row); the dK, dV pass takes 64 keys a block, 16 a warp, over query tiles of 32, its
+// accumulators in registers, for head sizes up to 128 (flash_kernels.cu takes larger ones).
+// The head size is padded with zeros to a multiple of 16 in shared memory; every tile's row is
+// padded by 8 16-bit or 4 fp32 elements, so that a fragment's rows fall on different banks
+// (WMMA wants the row strides a multiple of 16 bytes, fragments 32-byte aligned: every
 // fragment starts at a row that is a multiple of 16).
 #include <mma.h>
 

@@ -6,8 +6,9 @@
 // it. 16-bit models go to the tensor-core kernels of flash_mma.cu where the GPU has them; the
 // kernels here take fp32 and what those cannot. In kernels.cuh's conventions: fp32 arithmetic
 // on float or 16-bit tensors, no atomics, each output element one thread's loop in a fixed
-// order (so a recomputed forward repeats its bits). dq is its own pass over the key tiles (FlashAttention-2's deterministic variant): the
-// scores are recomputed once for dk and dv and once for dq rather than added up atomically.
+// order (so a recomputed forward repeats its bits). dq is its own pass over the key tiles
+// (FlashAttention-2's deterministic variant): the scores are recomputed once for dk and dv and
+// once for dq rather than added up atomically.
 #include <math.h>
 
 #include "device.cuh"

@@ -151,13 +151,11 @@ static int even_split(const struct cluster *c)
     return 1;
 }
 
-int bench_cluster_for_model(const struct cluster *c, const struct model *m,
-                            const struct device_table *t, struct cluster *out,
-                            char note[BENCH_NOTE_MAX], struct err *e)
+/* Why cluster `c` cannot be benched with model `m` (into note, ERR_NOFIT), else ERR_OK. */
+static int adapt_refusal(const struct cluster *c, const struct model *m,
+                         char note[BENCH_NOTE_MAX])
 {
     int S = c->n_stages, L = model_layer_count(m);
-    memset(out, 0, sizeof *out);
-    note[0] = '\0';
     if (model_ops_of(m) == NULL) {
         snprintf(note, BENCH_NOTE_MAX, "custom model \"%s\": no profiles for this cluster's "
                  "devices (a custom model is benched on clusters of its own profiles)", m->name);
@@ -167,6 +165,14 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
         snprintf(note, BENCH_NOTE_MAX, "%d stages, but the model has %d layers", S, L);
         return ERR_NOFIT;
     }
+    return ERR_OK;
+}
+
+/* out: c's stages, memory, schedule and links with model m; no profiles yet. */
+static int adapt_init(const struct cluster *c, const struct model *m, struct cluster *out,
+                      struct err *e)
+{
+    int S = c->n_stages;
     out->stages = calloc((size_t)S, sizeof *out->stages);
     out->profiles = calloc((size_t)S, sizeof *out->profiles);
     if (out->stages == NULL || out->profiles == NULL) {
@@ -179,46 +185,76 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
     out->link = c->link;
     out->n_stages = S;
     out->model = *m;
-    out->n_layers = L;
-    int scale = !even_split(c);
-    for (int s = 0; s < S; s++) {
-        struct cluster_stage *st = &out->stages[s];
-        *st = c->stages[s];
-        st->profile = -1;
-        for (int q = 0; q < s && st->profile < 0; q++)
-            if (strcmp(out->stages[q].device, st->device) == 0)
-                st->profile = out->stages[q].profile;
-        if (st->profile < 0) {
-            const struct device_spec *d = devices_find(t, st->device);
-            if (d == NULL) {
-                cluster_free(out);
-                return err_set(e, ERR_INPUT,
-                               "stages[%d].device: \"%s\" is not in the device table, so its "
-                               "profile cannot be estimated",
-                               s, c->stages[s].device);
-            }
-            if (estimate_profile(t, d, m, &out->profiles[out->n_profiles], e)) {
-                cluster_free(out);
-                return e->code;
-            }
-            st->profile = out->n_profiles++;
-        }
-        if (!scale) {
-            cluster_default_split(m, L, S, s, &st->first, &st->last);
-        } else {
-            /* each boundary at the same fraction of the model, every stage keeping a layer */
-            long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);
-            long lo = s == 0 ? 0 : out->stages[s - 1].first + 1, hi = L - (S - s);
-            st->first = (int)(first < lo ? lo : first > hi ? hi : first);
-            if (s > 0)
-                out->stages[s - 1].last = st->first - 1;
-            st->last = L - 1;
-        }
+    out->n_layers = model_layer_count(m);
+    for (int s = 0; s < S; s++)
+        out->stages[s] = c->stages[s];
+    return ERR_OK;
+}
+
+/* Stage s's profile: an earlier stage's on the same device, else one estimated for m. */
+static int adapt_profile(const struct cluster *c, const struct model *m,
+                         const struct device_table *t, struct cluster *out, int s, struct err *e)
+{
+    struct cluster_stage *st = &out->stages[s];
+    st->profile = -1;
+    for (int q = 0; q < s && st->profile < 0; q++)
+        if (strcmp(out->stages[q].device, st->device) == 0)
+            st->profile = out->stages[q].profile;
+    if (st->profile >= 0)
+        return ERR_OK;
+    const struct device_spec *d = devices_find(t, st->device);
+    if (d == NULL)
+        return err_set(e, ERR_INPUT,
+                       "stages[%d].device: \"%s\" is not in the device table, so its "
+                       "profile cannot be estimated",
+                       s, c->stages[s].device);
+    if (estimate_profile(t, d, m, &out->profiles[out->n_profiles], e))
+        return e->code;
+    st->profile = out->n_profiles++;
+    return ERR_OK;
+}
+
+/* Stage s's layers: the default split, or (scale) c's boundary at the same fraction of the
+ * model, every stage keeping a layer. */
+static void adapt_layers(const struct cluster *c, struct cluster *out, int s, int scale)
+{
+    int S = out->n_stages, L = out->n_layers;
+    struct cluster_stage *st = &out->stages[s];
+    if (!scale) {
+        cluster_default_split(&out->model, L, S, s, &st->first, &st->last);
+        return;
     }
-    if (scale && c->n_layers != L)
+    long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);
+    long lo = s == 0 ? 0 : out->stages[s - 1].first + 1, hi = L - (S - s);
+    st->first = (int)(first < lo ? lo : first > hi ? hi : first);
+    if (s > 0)
+        out->stages[s - 1].last = st->first - 1;
+    st->last = L - 1;
+}
+
+int bench_cluster_for_model(const struct cluster *c, const struct model *m,
+                            const struct device_table *t, struct cluster *out,
+                            char note[BENCH_NOTE_MAX], struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    note[0] = '\0';
+    int rc = adapt_refusal(c, m, note);
+    if (rc)
+        return rc;
+    if (adapt_init(c, m, out, e))
+        return e->code;
+    int scale = !even_split(c);
+    for (int s = 0; s < out->n_stages; s++) {
+        if (adapt_profile(c, m, t, out, s, e)) {
+            cluster_free(out);
+            return e->code;
+        }
+        adapt_layers(c, out, s, scale);
+    }
+    if (scale && c->n_layers != out->n_layers)
         snprintf(note, BENCH_NOTE_MAX,
                  "the cluster's layer ranges for %d layers scaled to %d at the same boundaries",
-                 c->n_layers, L);
+                 c->n_layers, out->n_layers);
     return ERR_OK;
 }
 

@@ -32,6 +32,30 @@ static int close_out(const char *dir, const char *name, FILE *f, struct err *e)
     return ERR_OK;
 }
 
+/* A plot's data file and gnuplot script, both open or neither. */
+static int open_plot(const char *dir, const char *data, FILE **d, const char *script, FILE **g,
+                     struct err *e)
+{
+    if (open_out(dir, data, d, e))
+        return e->code;
+    if (open_out(dir, script, g, e)) {
+        fclose(*d);
+        return e->code;
+    }
+    return ERR_OK;
+}
+
+/* Closes both (the script unwritten when the data fails). */
+static int close_plot(const char *dir, const char *data, FILE *d, const char *script, FILE *g,
+                      struct err *e)
+{
+    if (close_out(dir, data, d, e)) {
+        fclose(g);
+        return e->code;
+    }
+    return close_out(dir, script, g, e);
+}
+
 static const char *status_name(const struct bench_case *k, int m)
 {
     return !k->runnable ? "cannot run" : k->method[m].fits ? "ok" : "does not fit";
@@ -325,71 +349,70 @@ static void gp_stage_axis(FILE *g, const char (*devices)[PROFILE_NAME_MAX], int 
 static const char *const method_colors[BENCH_METHODS] = {"#9e9e9e", "#d62728", "#ff7f0e",
                                                          "#9467bd", "#2ca02c", "#1f77b4"};
 
-/* Iteration time of every method relative to full recomputation, one group per case. */
-static int plot_iteration(const char *dir, const struct bench_case *cases, int n, struct err *e)
+/* iteration.dat's columns: the group, each method's time over full's, whether each fits, and
+ * full's time. */
+static void iteration_columns(FILE *d)
 {
-    FILE *d, *g;
-    if (open_out(dir, "iteration.dat", &d, e))
-        return e->code;
-    if (open_out(dir, "iteration.gp", &g, e)) {
-        fclose(d);
-        return e->code;
-    }
     fprintf(d, "# group");
     for (int m = 0; m < BENCH_METHODS; m++)
         fprintf(d, " %s/full", bench_method_names[m]);
     for (int m = 0; m < BENCH_METHODS; m++)
         fprintf(d, " fits_%s", bench_method_names[m]);
     fprintf(d, " full_ms\n");
+}
+
+/* iteration.gp's picture, title and axes, for `groups` groups (slant: labels slanted). */
+static void iteration_setup(FILE *g, int groups, int slant)
+{
     fprintf(g, "# Iteration time per method, relative to full recomputation, per cluster and "
                "model.\n# Data: iteration.dat (NaN: the method does not fit). Run: gnuplot "
                "iteration.gp\n");
-    /* past 10 groups the labels are one line each, slanted, so that they do not overlap */
-    int slant = count_plotted(cases, n) > 10;
     fprintf(g, "set terminal pngcairo size %d,%d font \"sans,10\"\nset output "
                "\"iteration.png\"\nset datafile missing \"NaN\"\n",
-            slant ? 400 + 70 * count_plotted(cases, n) : 1800, slant ? 1000 : 800);
+            slant ? 400 + 70 * groups : 1800, slant ? 1000 : 800);
     fprintf(g, "set title \"Simulated iteration time relative to full recomputation (lower is "
                "faster; x: the method does not fit)\"\n");
     fprintf(g, "set ylabel \"iteration time / full recomputation's\"\nset style fill solid 0.85 "
                "border -1\nset boxwidth 0.15\nset grid ytics\nset key outside right top\n"
                "set xtics nomirror font \",9\"%s\nset bmargin %d\nset lmargin %d\n",
             slant ? " rotate by 35 right" : "", slant ? 17 : 6, slant ? 30 : 10);
-    fprintf(g, "set xtics (");
-    int groups = 0;
-    double top = 1;
-    for (int i = 0; i < n; i++) {
-        const struct bench_case *k = &cases[i];
-        if (!plotted(k))
-            continue;
-        fprintf(d, "%d", groups);
-        for (int m = 0; m < BENCH_METHODS; m++) {
-            double rel = k->method[m].fits
-                             ? k->method[m].iteration_ms / k->method[BENCH_FULL].iteration_ms
-                             : NAN;
-            top = rel > top ? rel : top;
-            if (isnan(rel))
-                fprintf(d, " NaN");
-            else
-                fprintf(d, " %.6f", rel);
-        }
-        for (int m = 0; m < BENCH_METHODS; m++)
-            fprintf(d, " %d", k->method[m].fits);
-        fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
-        fprintf(g, "%s\"", groups ? ", " : "");
-        gp_label(g, k->cluster);
-        fprintf(g, slant ? ", " : "\\n");
-        gp_label(g, k->model);
-        fprintf(g, "%sfull %.2f s%s\" %d", slant ? " (" : "\\n",
-                k->method[BENCH_FULL].iteration_ms / 1e3, slant ? ")" : "", groups);
-        groups++;
+}
+
+/* A plotted case's row of iteration.dat (group `group`); *top: the highest ratio so far. */
+static void iteration_row(FILE *d, const struct bench_case *k, int group, double *top)
+{
+    fprintf(d, "%d", group);
+    for (int m = 0; m < BENCH_METHODS; m++) {
+        double rel = k->method[m].fits
+                         ? k->method[m].iteration_ms / k->method[BENCH_FULL].iteration_ms
+                         : NAN;
+        *top = rel > *top ? rel : *top;
+        if (isnan(rel))
+            fprintf(d, " NaN");
+        else
+            fprintf(d, " %.6f", rel);
     }
-    fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);
-    fprintf(g, "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc "
-               "rgb \"#444444\"\n");
+    for (int m = 0; m < BENCH_METHODS; m++)
+        fprintf(d, " %d", k->method[m].fits);
+    fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
+}
+
+/* A plotted case's x tic: cluster, model and full's time, on three lines or (slant) one. */
+static void iteration_tic(FILE *g, const struct bench_case *k, int group, int slant)
+{
+    fprintf(g, "%s\"", group ? ", " : "");
+    gp_label(g, k->cluster);
+    fprintf(g, slant ? ", " : "\\n");
+    gp_label(g, k->model);
+    fprintf(g, "%sfull %.2f s%s\" %d", slant ? " (" : "\\n",
+            k->method[BENCH_FULL].iteration_ms / 1e3, slant ? ")" : "", group);
+}
+
+/* The plot command: a method's boxes where it fits, a cross where it does not; a series only
+ * where it has points (gnuplot warns about an empty one). */
+static void iteration_series(FILE *g, const struct bench_case *cases, int n)
+{
     fprintf(g, "plot \\\n");
-    /* a cross where a method does not fit; a series only where it has points (gnuplot warns
-     * about an empty one) */
     int misses[BENCH_METHODS] = {0}, fits[BENCH_METHODS] = {0}, first = 1;
     for (int i = 0; i < n; i++)
         for (int m = 0; m < BENCH_METHODS; m++) {
@@ -416,23 +439,40 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
         }
     }
     fprintf(g, "\n");
-    if (close_out(dir, "iteration.dat", d, e)) {
-        fclose(g);
+}
+
+/* Iteration time of every method relative to full recomputation, one group per case. */
+static int plot_iteration(const char *dir, const struct bench_case *cases, int n, struct err *e)
+{
+    FILE *d, *g;
+    if (open_plot(dir, "iteration.dat", &d, "iteration.gp", &g, e))
         return e->code;
-    }
-    return close_out(dir, "iteration.gp", g, e);
+    /* past 10 groups the labels are one line each, slanted, so that they do not overlap */
+    int slant = count_plotted(cases, n) > 10;
+    iteration_columns(d);
+    iteration_setup(g, count_plotted(cases, n), slant);
+    fprintf(g, "set xtics (");
+    int groups = 0;
+    double top = 1;
+    for (int i = 0; i < n; i++)
+        if (plotted(&cases[i])) {
+            iteration_row(d, &cases[i], groups, &top);
+            iteration_tic(g, &cases[i], groups, slant);
+            groups++;
+        }
+    fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);
+    fprintf(g, "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc "
+               "rgb \"#444444\"\n");
+    iteration_series(g, cases, n);
+    return close_plot(dir, "iteration.dat", d, "iteration.gp", g, e);
 }
 
 /* Memory per stage of the detail case: before, each fitting method's, and the limit. */
 static int plot_memory(const char *dir, const struct bench_case *k, struct err *e)
 {
     FILE *d, *g;
-    if (open_out(dir, "memory.dat", &d, e))
+    if (open_plot(dir, "memory.dat", &d, "memory.gp", &g, e))
         return e->code;
-    if (open_out(dir, "memory.gp", &g, e)) {
-        fclose(d);
-        return e->code;
-    }
     fprintf(d, "# %s with %s, GiB per stage: stage limit before", k->cluster, k->model);
     for (int m = 1; m < BENCH_REPARTITION; m++)
         fprintf(d, " %s", bench_method_names[m]);
@@ -477,11 +517,7 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
                 -0.30 + 0.15 * m, m + 3, method_colors[m], bench_method_names[m]);
     fprintf(g, "  \"memory.dat\" using ($1 - 0.42):2:(0.84):(0) with vectors nohead lw 3 lc "
                "rgb \"black\" title \"limit\"\n");
-    if (close_out(dir, "memory.dat", d, e)) {
-        fclose(g);
-        return e->code;
-    }
-    return close_out(dir, "memory.gp", g, e);
+    return close_plot(dir, "memory.dat", d, "memory.gp", g, e);
 }
 
 /* A Gantt chart with hundreds of micro-batches is a row per device kind: the share of its

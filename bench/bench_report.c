@@ -622,64 +622,76 @@ static void write_trace(const char *dir, const struct plan *p, const struct sim_
     trace_free(t);
 }
 
-/* The Gantt chart of a plan's simulated step: a row per stage and a box per operation, or
- * with hundreds of micro-batches a row per device kind (above). Also writes the timeline as a
- * Chrome trace, every operation of every stage. */
-static int plot_gantt(const char *dir, const struct bench_case *k, const struct plan *p,
-                      struct err *e)
+/* The chart's rows: a row per stage, or (aggregate) per device kind, kind[s] being stage s's
+ * with stages[] and busy[] per kind. */
+struct gantt_layout {
+    int aggregate, rows;
+    int *kind, *stages;
+    double *busy;
+};
+
+static void gantt_layout_init(struct gantt_layout *l, const struct plan *p)
 {
-    struct sim_result r;
-    if (sim_plan(p, &r, e))
-        return e->code;
-    FILE *d, *g;
-    if (open_out(dir, "gantt.dat", &d, e)) {
-        sim_result_free(&r);
-        return e->code;
-    }
-    if (open_out(dir, "gantt.gp", &g, e)) {
-        fclose(d);
-        sim_result_free(&r);
-        return e->code;
-    }
-    int aggregate = p->micro_batches >= GANTT_AGGREGATE_MICRO;
-    int *kind = calloc((size_t)p->n_stages, sizeof *kind);
-    int *stages = calloc((size_t)p->n_stages, sizeof *stages);
-    double *busy = calloc((size_t)p->n_stages, sizeof *busy);
-    int rows = kind && stages ? gantt_rows(p, kind, stages) : 0;
-    if (aggregate && busy != NULL)
-        gantt_aggregate_data(d, p, &r, kind, stages, rows, busy);
-    else
-        gantt_stage_data(d, &r);
+    l->aggregate = p->micro_batches >= GANTT_AGGREGATE_MICRO;
+    l->kind = calloc((size_t)p->n_stages, sizeof *l->kind);
+    l->stages = calloc((size_t)p->n_stages, sizeof *l->stages);
+    l->busy = calloc((size_t)p->n_stages, sizeof *l->busy);
+    l->rows = l->kind && l->stages ? gantt_rows(p, l->kind, l->stages) : 0;
+}
+
+static void gantt_layout_free(struct gantt_layout *l)
+{
+    free(l->kind);
+    free(l->stages);
+    free(l->busy);
+}
+
+/* gantt.gp's picture, title and axes. */
+static void gantt_setup(FILE *g, const struct bench_case *k, const struct plan *p,
+                        const struct sim_result *r, const struct gantt_layout *l)
+{
     fprintf(g, "# Simulated timeline of one step. Data: gantt.dat. Run: gnuplot gantt.gp\n");
     fprintf(g, "set terminal pngcairo size 1800,%d font \"sans,11\"\nset output \"gantt.png\"\n",
-            aggregate ? 260 + 110 * rows : 300 + 40 * p->n_stages);
+            l->aggregate ? 260 + 110 * l->rows : 300 + 40 * p->n_stages);
     fprintf(g, "set title \"");
     gp_label(g, k->cluster);
     fprintf(g, " with ");
     gp_label(g, k->model);
     fprintf(g, ", method %s (the fastest): simulated %s step, %d micro-batches, %.3f s, bubble "
                "%.1f%%%s\"\n",
-            p->method, schedule_name(p->schedule), p->micro_batches, r.iteration_ms / 1e3,
-            100 * r.bubble_fraction,
-            aggregate ? "\\nper device kind: the share of its stages busy, in 240 slices of the "
-                        "step (gantt-trace.json has every operation)"
-                      : " (labels: micro-batch)");
+            p->method, schedule_name(p->schedule), p->micro_batches, r->iteration_ms / 1e3,
+            100 * r->bubble_fraction,
+            l->aggregate ? "\\nper device kind: the share of its stages busy, in 240 slices of "
+                           "the step (gantt-trace.json has every operation)"
+                         : " (labels: micro-batch)");
     fprintf(g, "set xlabel \"time (s)\"\nset xrange [0:%.6f]\nset yrange [%d.5:-0.5]\n",
-            r.iteration_ms / 1e3 * 1.01, (aggregate ? rows : p->n_stages) - 1);
+            r->iteration_ms / 1e3 * 1.01, (l->aggregate ? l->rows : p->n_stages) - 1);
+}
+
+/* The rows' names: a stage's number and device, or a device kind's stages and busy share. */
+static void gantt_ytics(FILE *g, const struct plan *p, const struct gantt_layout *l)
+{
+    const int *kind = l->kind;
     fprintf(g, "set ytics (");
     for (int s = 0, first = 1; s < p->n_stages && kind != NULL; s++) {
-        if (aggregate && (s > 0 && kind[s] == kind[s - 1]))
+        if (l->aggregate && (s > 0 && kind[s] == kind[s - 1]))
             continue;
         fprintf(g, "%s\"", first ? "" : ", ");
-        if (!aggregate)
+        if (!l->aggregate)
             fprintf(g, "%d ", s);
         gp_label(g, p->stages[s].device);
-        if (aggregate)
-            fprintf(g, "\\n%d stages, busy %.0f%%%%", stages[kind[s]], 100 * busy[kind[s]]);
-        fprintf(g, "\" %d", aggregate ? kind[s] : s);
+        if (l->aggregate)
+            fprintf(g, "\\n%d stages, busy %.0f%%%%", l->stages[kind[s]], 100 * l->busy[kind[s]]);
+        fprintf(g, "\" %d", l->aggregate ? kind[s] : s);
         first = 0;
     }
-    fprintf(g, ")\nset style fill solid 0.9 %s\nset key outside right top\n"
+    fprintf(g, ")\n");
+}
+
+/* The plot command: the three blocks, and a row per stage's micro-batch labels. */
+static void gantt_series(FILE *g, int aggregate)
+{
+    fprintf(g, "set style fill solid 0.9 %s\nset key outside right top\n"
                "set grid xtics\nplot \\\n",
             aggregate ? "noborder" : "border rgb \"white\"");
     for (int b = 0; b < 3; b++)
@@ -690,15 +702,33 @@ static int plot_gantt(const char *dir, const struct bench_case *k, const struct 
     if (!aggregate)
         fprintf(g, "  \"gantt.dat\" index 3 using (($2+$3)/2):1:(sprintf(\"%%d\", $4)) with "
                    "labels font \",8\" tc rgb \"black\" notitle\n");
-    free(kind);
-    free(stages);
-    free(busy);
-    int rc = close_out(dir, "gantt.dat", d, e);
-    if (rc)
-        fclose(g);
+}
+
+/* The Gantt chart of a plan's simulated step: a row per stage and a box per operation, or
+ * with hundreds of micro-batches a row per device kind (above). Also writes the timeline as a
+ * Chrome trace, every operation of every stage. */
+static int plot_gantt(const char *dir, const struct bench_case *k, const struct plan *p,
+                      struct err *e)
+{
+    struct sim_result r;
+    if (sim_plan(p, &r, e))
+        return e->code;
+    FILE *d, *g;
+    if (open_plot(dir, "gantt.dat", &d, "gantt.gp", &g, e)) {
+        sim_result_free(&r);
+        return e->code;
+    }
+    struct gantt_layout l;
+    gantt_layout_init(&l, p);
+    if (l.aggregate && l.busy != NULL)
+        gantt_aggregate_data(d, p, &r, l.kind, l.stages, l.rows, l.busy);
     else
-        rc = close_out(dir, "gantt.gp", g, e);
-    if (rc == ERR_OK)
+        gantt_stage_data(d, &r);
+    gantt_setup(g, k, p, &r, &l);
+    gantt_ytics(g, p, &l);
+    gantt_series(g, l.aggregate);
+    gantt_layout_free(&l);
+    if (close_plot(dir, "gantt.dat", d, "gantt.gp", g, e) == ERR_OK)
         write_trace(dir, p, &r, e);
     sim_result_free(&r);
     return e->code;

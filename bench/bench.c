@@ -71,47 +71,60 @@ static void names_free(struct names *l)
     memset(l, 0, sizeof *l);
 }
 
+/* The items of a comma-separated list, added to out. */
+static int names_split(const char *spec, struct names *out, struct err *e)
+{
+    char *copy = strdup(spec), *save = NULL;
+    if (copy == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (char *item = strtok_r(copy, ",", &save); item && !e->code;
+         item = strtok_r(NULL, ",", &save))
+        names_add(out, item, e);
+    free(copy);
+    return e->code;
+}
+
 static int compare_strings(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The *.json files of folder `dir`, sorted, added to out. */
+static int add_folder(const char *dir, struct names *out, struct err *e)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return err_set(e, ERR_INPUT, "--clusters: %s: %s", dir, strerror(errno));
+    int first = out->n;
+    for (struct dirent *de = readdir(d); de && !e->code; de = readdir(d)) {
+        size_t n = strlen(de->d_name);
+        if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
+            char path[CLUSTER_PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            names_add(out, path, e);
+        }
+    }
+    closedir(d);
+    qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, compare_strings);
+    return e->code;
 }
 
 /* The cluster files named by a comma-separated list of files and folders (a folder gives its
  * *.json files, sorted). */
 static int list_clusters(const char *spec, struct names *out, struct err *e)
 {
-    char *copy = strdup(spec), *save = NULL;
-    if (copy == NULL)
-        return err_set(e, ERR_FAIL, "out of memory");
-    for (char *item = strtok_r(copy, ",", &save); item && !e->code;
-         item = strtok_r(NULL, ",", &save)) {
+    struct names items = {0};
+    names_split(spec, &items, e);
+    for (int i = 0; i < items.n && !e->code; i++) {
         struct stat sb;
-        if (stat(item, &sb) != 0) {
-            err_set(e, ERR_INPUT, "--clusters: %s: %s", item, strerror(errno));
-            break;
-        }
-        if (!S_ISDIR(sb.st_mode)) {
-            names_add(out, item, e);
-            continue;
-        }
-        DIR *d = opendir(item);
-        if (d == NULL) {
-            err_set(e, ERR_INPUT, "--clusters: %s: %s", item, strerror(errno));
-            break;
-        }
-        int first = out->n;
-        for (struct dirent *de = readdir(d); de && !e->code; de = readdir(d)) {
-            size_t n = strlen(de->d_name);
-            if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0) {
-                char path[CLUSTER_PATH_MAX];
-                snprintf(path, sizeof path, "%s/%s", item, de->d_name);
-                names_add(out, path, e);
-            }
-        }
-        closedir(d);
-        qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, compare_strings);
+        if (stat(items.v[i], &sb) != 0)
+            err_set(e, ERR_INPUT, "--clusters: %s: %s", items.v[i], strerror(errno));
+        else if (S_ISDIR(sb.st_mode))
+            add_folder(items.v[i], out, e);
+        else
+            names_add(out, items.v[i], e);
     }
-    free(copy);
+    names_free(&items);
     if (e->code == ERR_OK && out->n == 0)
         err_set(e, ERR_INPUT, "--clusters: \"%s\" names no cluster file", spec);
     return e->code;
@@ -138,13 +151,11 @@ static int even_split(const struct cluster *c)
     return 1;
 }
 
-int bench_cluster_for_model(const struct cluster *c, const struct model *m,
-                            const struct device_table *t, struct cluster *out,
-                            char note[BENCH_NOTE_MAX], struct err *e)
+/* Why cluster `c` cannot be benched with model `m` (into note, ERR_NOFIT), else ERR_OK. */
+static int adapt_refusal(const struct cluster *c, const struct model *m,
+                         char note[BENCH_NOTE_MAX])
 {
     int S = c->n_stages, L = model_layer_count(m);
-    memset(out, 0, sizeof *out);
-    note[0] = '\0';
     if (model_ops_of(m) == NULL) {
         snprintf(note, BENCH_NOTE_MAX, "custom model \"%s\": no profiles for this cluster's "
                  "devices (a custom model is benched on clusters of its own profiles)", m->name);
@@ -154,6 +165,14 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
         snprintf(note, BENCH_NOTE_MAX, "%d stages, but the model has %d layers", S, L);
         return ERR_NOFIT;
     }
+    return ERR_OK;
+}
+
+/* out: c's stages, memory, schedule and links with model m; no profiles yet. */
+static int adapt_init(const struct cluster *c, const struct model *m, struct cluster *out,
+                      struct err *e)
+{
+    int S = c->n_stages;
     out->stages = calloc((size_t)S, sizeof *out->stages);
     out->profiles = calloc((size_t)S, sizeof *out->profiles);
     if (out->stages == NULL || out->profiles == NULL) {
@@ -166,46 +185,76 @@ int bench_cluster_for_model(const struct cluster *c, const struct model *m,
     out->link = c->link;
     out->n_stages = S;
     out->model = *m;
-    out->n_layers = L;
-    int scale = !even_split(c);
-    for (int s = 0; s < S; s++) {
-        struct cluster_stage *st = &out->stages[s];
-        *st = c->stages[s];
-        st->profile = -1;
-        for (int q = 0; q < s && st->profile < 0; q++)
-            if (strcmp(out->stages[q].device, st->device) == 0)
-                st->profile = out->stages[q].profile;
-        if (st->profile < 0) {
-            const struct device_spec *d = devices_find(t, st->device);
-            if (d == NULL) {
-                cluster_free(out);
-                return err_set(e, ERR_INPUT,
-                               "stages[%d].device: \"%s\" is not in the device table, so its "
-                               "profile cannot be estimated",
-                               s, c->stages[s].device);
-            }
-            if (estimate_profile(t, d, m, &out->profiles[out->n_profiles], e)) {
-                cluster_free(out);
-                return e->code;
-            }
-            st->profile = out->n_profiles++;
-        }
-        if (!scale) {
-            cluster_default_split(m, L, S, s, &st->first, &st->last);
-        } else {
-            /* each boundary at the same fraction of the model, every stage keeping a layer */
-            long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);
-            long lo = s == 0 ? 0 : out->stages[s - 1].first + 1, hi = L - (S - s);
-            st->first = (int)(first < lo ? lo : first > hi ? hi : first);
-            if (s > 0)
-                out->stages[s - 1].last = st->first - 1;
-            st->last = L - 1;
-        }
+    out->n_layers = model_layer_count(m);
+    for (int s = 0; s < S; s++)
+        out->stages[s] = c->stages[s];
+    return ERR_OK;
+}
+
+/* Stage s's profile: an earlier stage's on the same device, else one estimated for m. */
+static int adapt_profile(const struct cluster *c, const struct model *m,
+                         const struct device_table *t, struct cluster *out, int s, struct err *e)
+{
+    struct cluster_stage *st = &out->stages[s];
+    st->profile = -1;
+    for (int q = 0; q < s && st->profile < 0; q++)
+        if (strcmp(out->stages[q].device, st->device) == 0)
+            st->profile = out->stages[q].profile;
+    if (st->profile >= 0)
+        return ERR_OK;
+    const struct device_spec *d = devices_find(t, st->device);
+    if (d == NULL)
+        return err_set(e, ERR_INPUT,
+                       "stages[%d].device: \"%s\" is not in the device table, so its "
+                       "profile cannot be estimated",
+                       s, c->stages[s].device);
+    if (estimate_profile(t, d, m, &out->profiles[out->n_profiles], e))
+        return e->code;
+    st->profile = out->n_profiles++;
+    return ERR_OK;
+}
+
+/* Stage s's layers: the default split, or (scale) c's boundary at the same fraction of the
+ * model, every stage keeping a layer. */
+static void adapt_layers(const struct cluster *c, struct cluster *out, int s, int scale)
+{
+    int S = out->n_stages, L = out->n_layers;
+    struct cluster_stage *st = &out->stages[s];
+    if (!scale) {
+        cluster_default_split(&out->model, L, S, s, &st->first, &st->last);
+        return;
     }
-    if (scale && c->n_layers != L)
+    long first = s == 0 ? 0 : lround((double)c->stages[s].first * L / c->n_layers);
+    long lo = s == 0 ? 0 : out->stages[s - 1].first + 1, hi = L - (S - s);
+    st->first = (int)(first < lo ? lo : first > hi ? hi : first);
+    if (s > 0)
+        out->stages[s - 1].last = st->first - 1;
+    st->last = L - 1;
+}
+
+int bench_cluster_for_model(const struct cluster *c, const struct model *m,
+                            const struct device_table *t, struct cluster *out,
+                            char note[BENCH_NOTE_MAX], struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    note[0] = '\0';
+    int rc = adapt_refusal(c, m, note);
+    if (rc)
+        return rc;
+    if (adapt_init(c, m, out, e))
+        return e->code;
+    int scale = !even_split(c);
+    for (int s = 0; s < out->n_stages; s++) {
+        if (adapt_profile(c, m, t, out, s, e)) {
+            cluster_free(out);
+            return e->code;
+        }
+        adapt_layers(c, out, s, scale);
+    }
+    if (scale && c->n_layers != out->n_layers)
         snprintf(note, BENCH_NOTE_MAX,
                  "the cluster's layer ranges for %d layers scaled to %d at the same boundaries",
-                 c->n_layers, L);
+                 c->n_layers, out->n_layers);
     return ERR_OK;
 }
 
@@ -336,6 +385,14 @@ struct loaded_cluster {
     struct cluster c;
 };
 
+/* The message a step left in e, after `context: `, with status rc. */
+static int err_prefix(struct err *e, int rc, const char *context)
+{
+    char msg[ERR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", e->msg);
+    return err_set(e, rc, "%s: %s", context, msg);
+}
+
 /* The case of cluster `cl` with model `m` (named `name`): on the cluster's own profiles when
  * they describe m, else on profiles estimated here. */
 static int run_one(const struct loaded_cluster *cl, const struct model *m, const char *name,
@@ -364,9 +421,9 @@ static int run_one(const struct loaded_cluster *cl, const struct model *m, const
         k->estimated = 1;
     }
     if (rc) {
-        char msg[ERR_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", e->msg);
-        err_set(e, rc, "%s with %s: %s", cl->name, name, msg);
+        char context[3 * BENCH_NAME_MAX]; /* both names, the second with -fp16 */
+        snprintf(context, sizeof context, "%s with %s", cl->name, name);
+        err_prefix(e, rc, context);
     }
     return rc;
 }
@@ -480,113 +537,147 @@ static int find_cluster(const struct loaded_cluster *cl, int n, const char *want
     return e->code;
 }
 
+/* What a run holds, released by bench_state_free. */
+struct bench_state {
+    struct device_table table;
+    struct loaded_cluster *cl;
+    int n_cl, ci;                        /* ci: the detail cluster */
+    struct names models;                 /* --models, as given */
+    struct model *mv;                    /* each of them loaded */
+    char (*model_names)[BENCH_NAME_MAX]; /* and named in the tables (the file's base name) */
+    struct bench_case *cases;
+    int n_cases, detail;                 /* detail: the case plotted in full, -1: none */
+    struct plan gantt;                   /* its fastest plan, when have_gantt */
+    int have_gantt;
+};
+
+static void bench_state_free(struct bench_state *b)
+{
+    if (b->have_gantt)
+        plan_free(&b->gantt);
+    for (int i = 0; i < b->n_cases; i++)
+        case_free(&b->cases[i]);
+    free(b->cases);
+    free(b->mv);
+    free(b->model_names);
+    names_free(&b->models);
+    for (int i = 0; i < b->n_cl; i++)
+        cluster_free(&b->cl[i].c);
+    free(b->cl);
+    devices_free(&b->table);
+}
+
+/* Each model --models names, loaded. */
+static int load_models(const char *spec, struct bench_state *b, struct err *e)
+{
+    if (names_split(spec, &b->models, e))
+        return e->code;
+    if (b->models.n == 0)
+        return err_set(e, ERR_INPUT, "--models: \"%s\" names no model", spec);
+    b->mv = calloc((size_t)b->models.n, sizeof *b->mv);
+    b->model_names = calloc((size_t)b->models.n, sizeof *b->model_names);
+    if (b->mv == NULL || b->model_names == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int j = 0; j < b->models.n; j++) {
+        char path[CLUSTER_PATH_MAX], context[ERR_MSG_MAX];
+        if (model_find(b->models.v[j], path, sizeof path, e) ||
+            model_load(path, &b->mv[j], e)) {
+            snprintf(context, sizeof context, "--models: %s", b->models.v[j]);
+            return err_prefix(e, e->code, context);
+        }
+        base_name(path, b->model_names[j]);
+    }
+    return ERR_OK;
+}
+
+/* The next case, cluster i with model m named `name`, run and its progress line printed. */
+static int add_case(struct bench_state *b, int i, const struct model *m, const char *name,
+                    int fp16_twin, FILE *progress, int total, struct err *e)
+{
+    struct bench_case *k = &b->cases[b->n_cases++];
+    k->fp16_twin = fp16_twin;
+    if (run_one(&b->cl[i], m, name, &b->table, k, e))
+        return e->code;
+    print_progress(progress, b->n_cases, total, k);
+    return ERR_OK;
+}
+
+/* Every cluster with every model, each fp16 twin after its bf16 case. */
+static int run_cases(const struct bench_options *o, FILE *progress, struct bench_state *b,
+                     struct err *e)
+{
+    int total = 0;
+    struct model twin;
+    /* room for every fp16 twin */
+    b->cases = calloc((size_t)b->n_cl * b->models.n * 2, sizeof *b->cases);
+    if (b->cases == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int i = 0; i < b->n_cl; i++)
+        for (int j = 0; j < b->models.n; j++)
+            total += 1 + wants_twin(o, &b->cl[i], &b->table, b->mv, b->models.n, j, &twin);
+    for (int i = 0; i < b->n_cl; i++)
+        for (int j = 0; j < b->models.n; j++) {
+            char name16[BENCH_NAME_MAX + 8];
+            if (add_case(b, i, &b->mv[j], b->model_names[j], 0, progress, total, e))
+                return e->code;
+            if (!wants_twin(o, &b->cl[i], &b->table, b->mv, b->models.n, j, &twin))
+                continue;
+            snprintf(name16, sizeof name16, "%s-fp16", b->model_names[j]);
+            if (add_case(b, i, &twin, name16, 1, progress, total, e))
+                return e->code;
+        }
+    return ERR_OK;
+}
+
+/* The detail case, and its fastest method planned again to keep the plan for its Gantt
+ * chart (the cases keep no plans). */
+static int plan_detail(struct bench_state *b, struct err *e)
+{
+    b->detail = pick_detail(b->cases, b->n_cases, b->cl[b->ci].name);
+    if (b->detail < 0)
+        return ERR_OK;
+    const struct model *m = &b->cases[b->detail].m;
+    struct bench_result again = {0};
+    struct cluster adapted;
+    char note[BENCH_NOTE_MAX];
+    const struct cluster *c = &b->cl[b->ci].c;
+    if (!own_model(&c->model, m)) {
+        int rc = bench_cluster_for_model(c, m, &b->table, &adapted, note, e);
+        if (rc)
+            return rc;
+        c = &adapted;
+    }
+    int rc = run_method(c, fastest_method(&b->cases[b->detail]), &b->table, &again, &b->gantt,
+                        e);
+    if (c == &adapted)
+        cluster_free(&adapted);
+    b->have_gantt = again.fits;
+    result_free(&again);
+    return rc;
+}
+
+/* The run's steps in order, each leaving its message in e. */
+static int bench_steps(const struct bench_options *o, FILE *progress, FILE *out,
+                       struct bench_state *b, struct err *e)
+{
+    if (fileio_make_dirs(o->out_dir, e) || devices_load(o->devices_file, &b->table, e) ||
+        load_clusters(o->clusters, progress, &b->cl, &b->n_cl, e) ||
+        find_cluster(b->cl, b->n_cl, o->detail, &b->ci, e) || load_models(o->models, b, e) ||
+        run_cases(o, progress, b, e) || plan_detail(b, e) ||
+        bench_write_csv(o->out_dir, b->cases, b->n_cases, e) ||
+        bench_write_markdown(o->out_dir, out, b->cases, b->n_cases, b->detail, e))
+        return e->code;
+    return bench_write_plots(o->out_dir, b->cases, b->n_cases, b->detail,
+                             b->have_gantt ? &b->gantt : NULL, o->plots, e);
+}
+
 int bench_run(const struct bench_options *o, FILE *progress, FILE *out, struct err *e)
 {
-    struct loaded_cluster *cl = NULL;
-    struct names models = {0};
-    struct model *mv = NULL;
-    struct bench_case *cases = NULL;
-    struct device_table table = {0};
-    struct plan gantt = {0};
-    int n_cl = 0, n_cases = 0, have_gantt = 0, detail = -1;
     if (o->detail != NULL && strchr(o->detail, '/') != NULL)
         return err_set(e, ERR_INPUT, "--detail: \"%s\": give a cluster name, not a path",
                        o->detail);
-    int ci;
-    if (fileio_make_dirs(o->out_dir, e) || devices_load(o->devices_file, &table, e) ||
-        load_clusters(o->clusters, progress, &cl, &n_cl, e) ||
-        find_cluster(cl, n_cl, o->detail, &ci, e))
-        goto done;
-    char *copy = strdup(o->models), *save = NULL;
-    if (copy == NULL) {
-        err_set(e, ERR_FAIL, "out of memory");
-        goto done;
-    }
-    for (char *item = strtok_r(copy, ",", &save); item && !e->code;
-         item = strtok_r(NULL, ",", &save))
-        names_add(&models, item, e);
-    free(copy);
-    if (e->code)
-        goto done;
-    if (models.n == 0) {
-        err_set(e, ERR_INPUT, "--models: \"%s\" names no model", o->models);
-        goto done;
-    }
-    mv = calloc((size_t)models.n, sizeof *mv);
-    cases = calloc((size_t)n_cl * models.n * 2, sizeof *cases); /* room for every fp16 twin */
-    if (mv == NULL || cases == NULL) {
-        err_set(e, ERR_FAIL, "out of memory");
-        goto done;
-    }
-    for (int j = 0; j < models.n; j++) {
-        char path[CLUSTER_PATH_MAX];
-        if (model_find(models.v[j], path, sizeof path, e) || model_load(path, &mv[j], e)) {
-            char msg[ERR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", e->msg);
-            err_set(e, e->code, "--models: %s: %s", models.v[j], msg);
-            goto done;
-        }
-    }
-    int total = 0;
-    struct model twin;
-    for (int i = 0; i < n_cl; i++)
-        for (int j = 0; j < models.n; j++)
-            total += 1 + wants_twin(o, &cl[i], &table, mv, models.n, j, &twin);
-    for (int i = 0; i < n_cl; i++)
-        for (int j = 0; j < models.n; j++) {
-            char path[CLUSTER_PATH_MAX], name[BENCH_NAME_MAX], name16[BENCH_NAME_MAX + 8];
-            model_find(models.v[j], path, sizeof path, e); /* found above */
-            base_name(path, name);
-            struct bench_case *k = &cases[n_cases++];
-            if (run_one(&cl[i], &mv[j], name, &table, k, e))
-                goto done;
-            print_progress(progress, n_cases, total, k);
-            if (!wants_twin(o, &cl[i], &table, mv, models.n, j, &twin))
-                continue;
-            snprintf(name16, sizeof name16, "%s-fp16", name);
-            k = &cases[n_cases++];
-            k->fp16_twin = 1;
-            if (run_one(&cl[i], &twin, name16, &table, k, e))
-                goto done;
-            print_progress(progress, n_cases, total, k);
-        }
-    detail = pick_detail(cases, n_cases, cl[ci].name);
-    if (detail >= 0) {
-        /* plan the detail case's fastest method again, keeping the plan for its Gantt chart */
-        const struct model *m = &cases[detail].m;
-        struct bench_result again = {0};
-        struct cluster adapted;
-        char note[BENCH_NOTE_MAX];
-        const struct cluster *c = &cl[ci].c;
-        if (!own_model(&c->model, m)) {
-            if (bench_cluster_for_model(c, m, &table, &adapted, note, e))
-                goto done;
-            c = &adapted;
-        }
-        int rc = run_method(c, fastest_method(&cases[detail]), &table, &again, &gantt, e);
-        if (c == &adapted)
-            cluster_free(&adapted);
-        have_gantt = again.fits;
-        result_free(&again);
-        if (rc)
-            goto done;
-    }
-    if (bench_write_csv(o->out_dir, cases, n_cases, e) ||
-        bench_write_markdown(o->out_dir, out, cases, n_cases, detail, e) ||
-        bench_write_plots(o->out_dir, cases, n_cases, detail, have_gantt ? &gantt : NULL,
-                          o->plots, e))
-        goto done;
-done:
-    if (have_gantt)
-        plan_free(&gantt);
-    for (int i = 0; i < n_cases; i++)
-        case_free(&cases[i]);
-    free(cases);
-    free(mv);
-    names_free(&models);
-    for (int i = 0; i < n_cl; i++)
-        cluster_free(&cl[i].c);
-    free(cl);
-    devices_free(&table);
+    struct bench_state b = {.detail = -1};
+    bench_steps(o, progress, out, &b, e);
+    bench_state_free(&b);
     return e->code;
 }

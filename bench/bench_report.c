@@ -32,6 +32,30 @@ static int close_out(const char *dir, const char *name, FILE *f, struct err *e)
     return ERR_OK;
 }
 
+/* A plot's data file and gnuplot script, both open or neither. */
+static int open_plot(const char *dir, const char *data, FILE **d, const char *script, FILE **g,
+                     struct err *e)
+{
+    if (open_out(dir, data, d, e))
+        return e->code;
+    if (open_out(dir, script, g, e)) {
+        fclose(*d);
+        return e->code;
+    }
+    return ERR_OK;
+}
+
+/* Closes both (the script unwritten when the data fails). */
+static int close_plot(const char *dir, const char *data, FILE *d, const char *script, FILE *g,
+                      struct err *e)
+{
+    if (close_out(dir, data, d, e)) {
+        fclose(g);
+        return e->code;
+    }
+    return close_out(dir, script, g, e);
+}
+
 static const char *status_name(const struct bench_case *k, int m)
 {
     return !k->runnable ? "cannot run" : k->method[m].fits ? "ok" : "does not fit";
@@ -325,71 +349,70 @@ static void gp_stage_axis(FILE *g, const char (*devices)[PROFILE_NAME_MAX], int 
 static const char *const method_colors[BENCH_METHODS] = {"#9e9e9e", "#d62728", "#ff7f0e",
                                                          "#9467bd", "#2ca02c", "#1f77b4"};
 
-/* Iteration time of every method relative to full recomputation, one group per case. */
-static int plot_iteration(const char *dir, const struct bench_case *cases, int n, struct err *e)
+/* iteration.dat's columns: the group, each method's time over full's, whether each fits, and
+ * full's time. */
+static void iteration_columns(FILE *d)
 {
-    FILE *d, *g;
-    if (open_out(dir, "iteration.dat", &d, e))
-        return e->code;
-    if (open_out(dir, "iteration.gp", &g, e)) {
-        fclose(d);
-        return e->code;
-    }
     fprintf(d, "# group");
     for (int m = 0; m < BENCH_METHODS; m++)
         fprintf(d, " %s/full", bench_method_names[m]);
     for (int m = 0; m < BENCH_METHODS; m++)
         fprintf(d, " fits_%s", bench_method_names[m]);
     fprintf(d, " full_ms\n");
+}
+
+/* iteration.gp's picture, title and axes, for `groups` groups (slant: labels slanted). */
+static void iteration_setup(FILE *g, int groups, int slant)
+{
     fprintf(g, "# Iteration time per method, relative to full recomputation, per cluster and "
                "model.\n# Data: iteration.dat (NaN: the method does not fit). Run: gnuplot "
                "iteration.gp\n");
-    /* past 10 groups the labels are one line each, slanted, so that they do not overlap */
-    int slant = count_plotted(cases, n) > 10;
     fprintf(g, "set terminal pngcairo size %d,%d font \"sans,10\"\nset output "
                "\"iteration.png\"\nset datafile missing \"NaN\"\n",
-            slant ? 400 + 70 * count_plotted(cases, n) : 1800, slant ? 1000 : 800);
+            slant ? 400 + 70 * groups : 1800, slant ? 1000 : 800);
     fprintf(g, "set title \"Simulated iteration time relative to full recomputation (lower is "
                "faster; x: the method does not fit)\"\n");
     fprintf(g, "set ylabel \"iteration time / full recomputation's\"\nset style fill solid 0.85 "
                "border -1\nset boxwidth 0.15\nset grid ytics\nset key outside right top\n"
                "set xtics nomirror font \",9\"%s\nset bmargin %d\nset lmargin %d\n",
             slant ? " rotate by 35 right" : "", slant ? 17 : 6, slant ? 30 : 10);
-    fprintf(g, "set xtics (");
-    int groups = 0;
-    double top = 1;
-    for (int i = 0; i < n; i++) {
-        const struct bench_case *k = &cases[i];
-        if (!plotted(k))
-            continue;
-        fprintf(d, "%d", groups);
-        for (int m = 0; m < BENCH_METHODS; m++) {
-            double rel = k->method[m].fits
-                             ? k->method[m].iteration_ms / k->method[BENCH_FULL].iteration_ms
-                             : NAN;
-            top = rel > top ? rel : top;
-            if (isnan(rel))
-                fprintf(d, " NaN");
-            else
-                fprintf(d, " %.6f", rel);
-        }
-        for (int m = 0; m < BENCH_METHODS; m++)
-            fprintf(d, " %d", k->method[m].fits);
-        fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
-        fprintf(g, "%s\"", groups ? ", " : "");
-        gp_label(g, k->cluster);
-        fprintf(g, slant ? ", " : "\\n");
-        gp_label(g, k->model);
-        fprintf(g, "%sfull %.2f s%s\" %d", slant ? " (" : "\\n",
-                k->method[BENCH_FULL].iteration_ms / 1e3, slant ? ")" : "", groups);
-        groups++;
+}
+
+/* A plotted case's row of iteration.dat (group `group`); *top: the highest ratio so far. */
+static void iteration_row(FILE *d, const struct bench_case *k, int group, double *top)
+{
+    fprintf(d, "%d", group);
+    for (int m = 0; m < BENCH_METHODS; m++) {
+        double rel = k->method[m].fits
+                         ? k->method[m].iteration_ms / k->method[BENCH_FULL].iteration_ms
+                         : NAN;
+        *top = rel > *top ? rel : *top;
+        if (isnan(rel))
+            fprintf(d, " NaN");
+        else
+            fprintf(d, " %.6f", rel);
     }
-    fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);
-    fprintf(g, "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc "
-               "rgb \"#444444\"\n");
+    for (int m = 0; m < BENCH_METHODS; m++)
+        fprintf(d, " %d", k->method[m].fits);
+    fprintf(d, " %.3f\n", k->method[BENCH_FULL].iteration_ms);
+}
+
+/* A plotted case's x tic: cluster, model and full's time, on three lines or (slant) one. */
+static void iteration_tic(FILE *g, const struct bench_case *k, int group, int slant)
+{
+    fprintf(g, "%s\"", group ? ", " : "");
+    gp_label(g, k->cluster);
+    fprintf(g, slant ? ", " : "\\n");
+    gp_label(g, k->model);
+    fprintf(g, "%sfull %.2f s%s\" %d", slant ? " (" : "\\n",
+            k->method[BENCH_FULL].iteration_ms / 1e3, slant ? ")" : "", group);
+}
+
+/* The plot command: a method's boxes where it fits, a cross where it does not; a series only
+ * where it has points (gnuplot warns about an empty one). */
+static void iteration_series(FILE *g, const struct bench_case *cases, int n)
+{
     fprintf(g, "plot \\\n");
-    /* a cross where a method does not fit; a series only where it has points (gnuplot warns
-     * about an empty one) */
     int misses[BENCH_METHODS] = {0}, fits[BENCH_METHODS] = {0}, first = 1;
     for (int i = 0; i < n; i++)
         for (int m = 0; m < BENCH_METHODS; m++) {
@@ -416,23 +439,40 @@ static int plot_iteration(const char *dir, const struct bench_case *cases, int n
         }
     }
     fprintf(g, "\n");
-    if (close_out(dir, "iteration.dat", d, e)) {
-        fclose(g);
+}
+
+/* Iteration time of every method relative to full recomputation, one group per case. */
+static int plot_iteration(const char *dir, const struct bench_case *cases, int n, struct err *e)
+{
+    FILE *d, *g;
+    if (open_plot(dir, "iteration.dat", &d, "iteration.gp", &g, e))
         return e->code;
-    }
-    return close_out(dir, "iteration.gp", g, e);
+    /* past 10 groups the labels are one line each, slanted, so that they do not overlap */
+    int slant = count_plotted(cases, n) > 10;
+    iteration_columns(d);
+    iteration_setup(g, count_plotted(cases, n), slant);
+    fprintf(g, "set xtics (");
+    int groups = 0;
+    double top = 1;
+    for (int i = 0; i < n; i++)
+        if (plotted(&cases[i])) {
+            iteration_row(d, &cases[i], groups, &top);
+            iteration_tic(g, &cases[i], groups, slant);
+            groups++;
+        }
+    fprintf(g, ")\nset xrange [-0.6:%d.6]\nset yrange [0:%.3f]\n", groups - 1, top * 1.12);
+    fprintf(g, "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc "
+               "rgb \"#444444\"\n");
+    iteration_series(g, cases, n);
+    return close_plot(dir, "iteration.dat", d, "iteration.gp", g, e);
 }
 
 /* Memory per stage of the detail case: before, each fitting method's, and the limit. */
 static int plot_memory(const char *dir, const struct bench_case *k, struct err *e)
 {
     FILE *d, *g;
-    if (open_out(dir, "memory.dat", &d, e))
+    if (open_plot(dir, "memory.dat", &d, "memory.gp", &g, e))
         return e->code;
-    if (open_out(dir, "memory.gp", &g, e)) {
-        fclose(d);
-        return e->code;
-    }
     fprintf(d, "# %s with %s, GiB per stage: stage limit before", k->cluster, k->model);
     for (int m = 1; m < BENCH_REPARTITION; m++)
         fprintf(d, " %s", bench_method_names[m]);
@@ -477,11 +517,7 @@ static int plot_memory(const char *dir, const struct bench_case *k, struct err *
                 -0.30 + 0.15 * m, m + 3, method_colors[m], bench_method_names[m]);
     fprintf(g, "  \"memory.dat\" using ($1 - 0.42):2:(0.84):(0) with vectors nohead lw 3 lc "
                "rgb \"black\" title \"limit\"\n");
-    if (close_out(dir, "memory.dat", d, e)) {
-        fclose(g);
-        return e->code;
-    }
-    return close_out(dir, "memory.gp", g, e);
+    return close_plot(dir, "memory.dat", d, "memory.gp", g, e);
 }
 
 /* A Gantt chart with hundreds of micro-batches is a row per device kind: the share of its
@@ -586,64 +622,76 @@ static void write_trace(const char *dir, const struct plan *p, const struct sim_
     trace_free(t);
 }
 
-/* The Gantt chart of a plan's simulated step: a row per stage and a box per operation, or
- * with hundreds of micro-batches a row per device kind (above). Also writes the timeline as a
- * Chrome trace, every operation of every stage. */
-static int plot_gantt(const char *dir, const struct bench_case *k, const struct plan *p,
-                      struct err *e)
+/* The chart's rows: a row per stage, or (aggregate) per device kind, kind[s] being stage s's
+ * with stages[] and busy[] per kind. */
+struct gantt_layout {
+    int aggregate, rows;
+    int *kind, *stages;
+    double *busy;
+};
+
+static void gantt_layout_init(struct gantt_layout *l, const struct plan *p)
 {
-    struct sim_result r;
-    if (sim_plan(p, &r, e))
-        return e->code;
-    FILE *d, *g;
-    if (open_out(dir, "gantt.dat", &d, e)) {
-        sim_result_free(&r);
-        return e->code;
-    }
-    if (open_out(dir, "gantt.gp", &g, e)) {
-        fclose(d);
-        sim_result_free(&r);
-        return e->code;
-    }
-    int aggregate = p->micro_batches >= GANTT_AGGREGATE_MICRO;
-    int *kind = calloc((size_t)p->n_stages, sizeof *kind);
-    int *stages = calloc((size_t)p->n_stages, sizeof *stages);
-    double *busy = calloc((size_t)p->n_stages, sizeof *busy);
-    int rows = kind && stages ? gantt_rows(p, kind, stages) : 0;
-    if (aggregate && busy != NULL)
-        gantt_aggregate_data(d, p, &r, kind, stages, rows, busy);
-    else
-        gantt_stage_data(d, &r);
+    l->aggregate = p->micro_batches >= GANTT_AGGREGATE_MICRO;
+    l->kind = calloc((size_t)p->n_stages, sizeof *l->kind);
+    l->stages = calloc((size_t)p->n_stages, sizeof *l->stages);
+    l->busy = calloc((size_t)p->n_stages, sizeof *l->busy);
+    l->rows = l->kind && l->stages ? gantt_rows(p, l->kind, l->stages) : 0;
+}
+
+static void gantt_layout_free(struct gantt_layout *l)
+{
+    free(l->kind);
+    free(l->stages);
+    free(l->busy);
+}
+
+/* gantt.gp's picture, title and axes. */
+static void gantt_setup(FILE *g, const struct bench_case *k, const struct plan *p,
+                        const struct sim_result *r, const struct gantt_layout *l)
+{
     fprintf(g, "# Simulated timeline of one step. Data: gantt.dat. Run: gnuplot gantt.gp\n");
     fprintf(g, "set terminal pngcairo size 1800,%d font \"sans,11\"\nset output \"gantt.png\"\n",
-            aggregate ? 260 + 110 * rows : 300 + 40 * p->n_stages);
+            l->aggregate ? 260 + 110 * l->rows : 300 + 40 * p->n_stages);
     fprintf(g, "set title \"");
     gp_label(g, k->cluster);
     fprintf(g, " with ");
     gp_label(g, k->model);
     fprintf(g, ", method %s (the fastest): simulated %s step, %d micro-batches, %.3f s, bubble "
                "%.1f%%%s\"\n",
-            p->method, schedule_name(p->schedule), p->micro_batches, r.iteration_ms / 1e3,
-            100 * r.bubble_fraction,
-            aggregate ? "\\nper device kind: the share of its stages busy, in 240 slices of the "
-                        "step (gantt-trace.json has every operation)"
-                      : " (labels: micro-batch)");
+            p->method, schedule_name(p->schedule), p->micro_batches, r->iteration_ms / 1e3,
+            100 * r->bubble_fraction,
+            l->aggregate ? "\\nper device kind: the share of its stages busy, in 240 slices of "
+                           "the step (gantt-trace.json has every operation)"
+                         : " (labels: micro-batch)");
     fprintf(g, "set xlabel \"time (s)\"\nset xrange [0:%.6f]\nset yrange [%d.5:-0.5]\n",
-            r.iteration_ms / 1e3 * 1.01, (aggregate ? rows : p->n_stages) - 1);
+            r->iteration_ms / 1e3 * 1.01, (l->aggregate ? l->rows : p->n_stages) - 1);
+}
+
+/* The rows' names: a stage's number and device, or a device kind's stages and busy share. */
+static void gantt_ytics(FILE *g, const struct plan *p, const struct gantt_layout *l)
+{
+    const int *kind = l->kind;
     fprintf(g, "set ytics (");
     for (int s = 0, first = 1; s < p->n_stages && kind != NULL; s++) {
-        if (aggregate && (s > 0 && kind[s] == kind[s - 1]))
+        if (l->aggregate && (s > 0 && kind[s] == kind[s - 1]))
             continue;
         fprintf(g, "%s\"", first ? "" : ", ");
-        if (!aggregate)
+        if (!l->aggregate)
             fprintf(g, "%d ", s);
         gp_label(g, p->stages[s].device);
-        if (aggregate)
-            fprintf(g, "\\n%d stages, busy %.0f%%%%", stages[kind[s]], 100 * busy[kind[s]]);
-        fprintf(g, "\" %d", aggregate ? kind[s] : s);
+        if (l->aggregate)
+            fprintf(g, "\\n%d stages, busy %.0f%%%%", l->stages[kind[s]], 100 * l->busy[kind[s]]);
+        fprintf(g, "\" %d", l->aggregate ? kind[s] : s);
         first = 0;
     }
-    fprintf(g, ")\nset style fill solid 0.9 %s\nset key outside right top\n"
+    fprintf(g, ")\n");
+}
+
+/* The plot command: the three blocks, and a row per stage's micro-batch labels. */
+static void gantt_series(FILE *g, int aggregate)
+{
+    fprintf(g, "set style fill solid 0.9 %s\nset key outside right top\n"
                "set grid xtics\nplot \\\n",
             aggregate ? "noborder" : "border rgb \"white\"");
     for (int b = 0; b < 3; b++)
@@ -654,15 +702,33 @@ static int plot_gantt(const char *dir, const struct bench_case *k, const struct 
     if (!aggregate)
         fprintf(g, "  \"gantt.dat\" index 3 using (($2+$3)/2):1:(sprintf(\"%%d\", $4)) with "
                    "labels font \",8\" tc rgb \"black\" notitle\n");
-    free(kind);
-    free(stages);
-    free(busy);
-    int rc = close_out(dir, "gantt.dat", d, e);
-    if (rc)
-        fclose(g);
+}
+
+/* The Gantt chart of a plan's simulated step: a row per stage and a box per operation, or
+ * with hundreds of micro-batches a row per device kind (above). Also writes the timeline as a
+ * Chrome trace, every operation of every stage. */
+static int plot_gantt(const char *dir, const struct bench_case *k, const struct plan *p,
+                      struct err *e)
+{
+    struct sim_result r;
+    if (sim_plan(p, &r, e))
+        return e->code;
+    FILE *d, *g;
+    if (open_plot(dir, "gantt.dat", &d, "gantt.gp", &g, e)) {
+        sim_result_free(&r);
+        return e->code;
+    }
+    struct gantt_layout l;
+    gantt_layout_init(&l, p);
+    if (l.aggregate && l.busy != NULL)
+        gantt_aggregate_data(d, p, &r, l.kind, l.stages, l.rows, l.busy);
     else
-        rc = close_out(dir, "gantt.gp", g, e);
-    if (rc == ERR_OK)
+        gantt_stage_data(d, &r);
+    gantt_setup(g, k, p, &r, &l);
+    gantt_ytics(g, p, &l);
+    gantt_series(g, l.aggregate);
+    gantt_layout_free(&l);
+    if (close_plot(dir, "gantt.dat", d, "gantt.gp", g, e) == ERR_OK)
         write_trace(dir, p, &r, e);
     sim_result_free(&r);
     return e->code;

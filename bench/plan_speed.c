@@ -112,15 +112,17 @@ static double plan_once(const struct cluster *c, const char *method, int verify,
     return ms;
 }
 
-int main(int argc, char **argv)
+/* The command line: 0, or the exit status of a usage error (printed). */
+static int parse_speed_args(int argc, char **argv, int *repeat, int *quick, int *search)
 {
-    int repeat = 21, quick = 0;
-    int search = argc > 1 && strcmp(argv[1], "--search") == 0;
-    for (int i = 1; i < argc && !search; i++) {
+    *repeat = 21;
+    *quick = 0;
+    *search = argc > 1 && strcmp(argv[1], "--search") == 0;
+    for (int i = 1; i < argc && !*search; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-            repeat = atoi(argv[++i]);
+            *repeat = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
+            *quick = 1;
         } else {
             fprintf(stderr, "usage: plan_speed [--repeat N] [--quick]\n"
                             "       plan_speed --search [options] (--search --help)\n"
@@ -129,27 +131,64 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (quick)
-        repeat = 3;
-    if (repeat < 1 || repeat > 10000) {
+    if (*quick)
+        *repeat = 3;
+    if (*repeat < 1 || *repeat > 10000) {
         fprintf(stderr, "plan_speed: --repeat: expected 1 to 10000\n");
         return 2;
     }
-    struct device_table t;
-    struct err e;
-    err_clear(&e);
-    if (devices_load(devices_default_file(), &t, &e)) {
-        fprintf(stderr, "plan_speed: %s\n", e.msg);
-        return e.code;
+    return 0;
+}
+
+/* The methods timed; GLPK checks (--verify) those that solve knapsacks. */
+static const struct {
+    const char *name;
+    int knapsack;
+} timed_methods[] = {{"none", 0},   {"full", 0},    {"block:4", 0},        {"uniform-min", 0},
+                     {"patent", 1}, {"optimal", 1}, {"optimal+offload", 1}};
+
+/* The row of timed_methods[m] on cluster c of S stages, `repeat` runs into dp and both; 1
+ * when its GLPK run failed or disagreed, else 0. */
+static int time_method(const struct cluster *c, int S, size_t m, int repeat, double *dp,
+                       double *both)
+{
+    int knapsack = timed_methods[m].knapsack;
+    struct outcome a, b = {0};
+    /* side by side: the DP and the DP checked by GLPK alternate, run after run */
+    for (int r = 0; r < repeat; r++) {
+        dp[r] = plan_once(c, timed_methods[m].name, 0, &a);
+        if (knapsack)
+            both[r] = plan_once(c, timed_methods[m].name, 1, &b);
     }
-    if (search) {
-        int status = search_bench_main(argc - 1, argv + 1, &t);
-        devices_free(&t);
-        return status;
+    char result[64];
+    if (a.rc == ERR_OK)
+        snprintf(result, sizeof result, "%d/%d recompute", a.recomputing, S);
+    else
+        snprintf(result, sizeof result, "exit %d (%s)", a.rc,
+                 a.rc == ERR_NOFIT ? "no fit" : "error");
+    double dp_min = dp[0];
+    for (int r = 1; r < repeat; r++)
+        dp_min = dp[r] < dp_min ? dp[r] : dp_min;
+    double dp_med = stats_median(dp, repeat);
+    if (!knapsack) {
+        printf("%6d  %-12s %-22s %10.3f %10.3f %14s %8s\n", S, timed_methods[m].name, result,
+               dp_med, dp_min, "-", "-");
+        return 0;
     }
+    double both_med = stats_median(both, repeat);
+    printf("%6d  %-12s %-22s %10.3f %10.3f %14.3f %8.1f%s\n", S, timed_methods[m].name, result,
+           dp_med, dp_min, both_med, both_med / dp_med,
+           b.rc != ERR_OK ? "  (GLPK run failed)" : b.agree ? "" : "  DISAGREE");
+    if (b.rc != ERR_OK && b.msg[0])
+        printf("        %s\n", b.msg);
+    return b.rc != a.rc || !b.agree;
+}
+
+/* The table: every method on each pipeline size (8 and 64 when quick). 0; 1 when a GLPK run
+ * failed or disagreed; an error's status. */
+static int time_sizes(const struct device_table *t, int repeat, int quick)
+{
     static const int sizes[] = {8, 16, 32, 64};
-    static const char *const methods[] = {"none",   "full",   "block:4",        "uniform-min",
-                                          "patent", "optimal", "optimal+offload"};
     printf("plan_speed: GPT 96 blocks x 4096 (bf16, seq 2048, micro-batch 2) on A100-80GB | "
            "H100-80GB | H200 stages, 1F1B, M = 2S; planner_make in memory; %d runs each, "
            "medians in ms\n\n",
@@ -157,56 +196,44 @@ int main(int argc, char **argv)
     printf("%6s  %-12s %-22s %10s %10s %14s %8s\n", "stages", "method", "result", "DP ms",
            "DP min", "DP+GLPK ms", "GLPK/DP");
     double *dp = malloc((size_t)repeat * sizeof *dp), *both = malloc((size_t)repeat * sizeof *both);
+    struct err e;
+    err_clear(&e);
     int rc = 0;
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         int S = sizes[z];
         if (quick && S != 8 && S != 64)
             continue;
         struct cluster c;
-        if (make_cluster(&t, S, &c, &e)) {
+        if (make_cluster(t, S, &c, &e)) {
             fprintf(stderr, "plan_speed: %s\n", e.msg);
             rc = e.code;
             cluster_free(&c);
             break;
         }
-        for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
-            int knapsack = strcmp(methods[m], "block:4") != 0 && strcmp(methods[m], "none") != 0 &&
-                           strcmp(methods[m], "full") != 0 && strcmp(methods[m], "uniform-min") != 0;
-            struct outcome a, b = {0};
-            /* side by side: the DP and the DP checked by GLPK alternate, run after run */
-            for (int r = 0; r < repeat; r++) {
-                dp[r] = plan_once(&c, methods[m], 0, &a);
-                if (knapsack)
-                    both[r] = plan_once(&c, methods[m], 1, &b);
-            }
-            char result[64];
-            if (a.rc == ERR_OK)
-                snprintf(result, sizeof result, "%d/%d recompute", a.recomputing, S);
-            else
-                snprintf(result, sizeof result, "exit %d (%s)", a.rc,
-                         a.rc == ERR_NOFIT ? "no fit" : "error");
-            double dp_min = dp[0];
-            for (int r = 1; r < repeat; r++)
-                dp_min = dp[r] < dp_min ? dp[r] : dp_min;
-            double dp_med = stats_median(dp, repeat);
-            if (knapsack) {
-                double both_med = stats_median(both, repeat);
-                printf("%6d  %-12s %-22s %10.3f %10.3f %14.3f %8.1f%s\n", S, methods[m], result,
-                       dp_med, dp_min, both_med, both_med / dp_med,
-                       b.rc != ERR_OK ? "  (GLPK run failed)" : b.agree ? "" : "  DISAGREE");
-                if (b.rc != ERR_OK && b.msg[0])
-                    printf("        %s\n", b.msg);
-                if (b.rc != a.rc || !b.agree)
-                    rc = 1;
-            } else {
-                printf("%6d  %-12s %-22s %10.3f %10.3f %14s %8s\n", S, methods[m], result, dp_med,
-                       dp_min, "-", "-");
-            }
-        }
+        for (size_t m = 0; m < sizeof timed_methods / sizeof timed_methods[0]; m++)
+            if (time_method(&c, S, m, repeat, dp, both))
+                rc = 1;
         cluster_free(&c);
     }
     free(dp);
     free(both);
-    devices_free(&t);
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int repeat, quick, search;
+    int status = parse_speed_args(argc, argv, &repeat, &quick, &search);
+    if (status)
+        return status;
+    struct device_table t;
+    struct err e;
+    err_clear(&e);
+    if (devices_load(devices_default_file(), &t, &e)) {
+        fprintf(stderr, "plan_speed: %s\n", e.msg);
+        return e.code;
+    }
+    status = search ? search_bench_main(argc - 1, argv + 1, &t) : time_sizes(&t, repeat, quick);
+    devices_free(&t);
+    return status;
 }

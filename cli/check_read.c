@@ -423,8 +423,28 @@ static int attention(const char *v, struct check_config *c, struct err *e)
     return ERR_OK;
 }
 
-/* One setting (Megatron-LM's name `key`). */
-static int read_one(const char *key, const char *v, struct check_config *c, struct err *e)
+/* A group of settings' reader: ERR_OK or an error's status for a key of its group, NOT_MINE
+ * for any other key (or value it leaves to the list of ignored settings). */
+#define NOT_MINE (-1)
+
+/* A key read nowhere, added to the list of ignored settings (as far as it has room). */
+static void note_ignored(struct check_config *c, const char *key)
+{
+    size_t n = strlen(c->ignored);
+    if (n + strlen(key) + 3 < sizeof c->ignored)
+        snprintf(c->ignored + n, sizeof c->ignored - n, "%s%s", n ? ", " : "", key);
+}
+
+/* A list of per-stage counts (from `list` in v) into out, *n of them. */
+static int stage_counts(const char *key, const char *v, const char *list, int *out, int *n,
+                        struct err *e)
+{
+    *n = int_list(list, out, CHECK_STAGES_MAX);
+    return *n < 0 ? err_set(e, ERR_INPUT, "check: %s: \"%s\"", key, v) : ERR_OK;
+}
+
+/* The whole numbers: parallel sizes, layers per stage, batches, the model's shape. */
+static int count_setting(const char *key, const char *v, struct check_config *c, struct err *e)
 {
     const struct {
         const char *key;
@@ -443,12 +463,23 @@ static int read_one(const char *key, const char *v, struct check_config *c, stru
             return strcmp(v, "null") == 0 || strcmp(v, "None") == 0
                        ? ERR_OK
                        : number(key, v, 0, 1 << 30, ints[i].out, e);
+    return NOT_MINE;
+}
+
+/* The layers of each stage, as a layout string or a list. */
+static int split_setting(const char *key, const char *v, struct check_config *c, struct err *e)
+{
     if (strcmp(key, "pipeline_model_parallel_layout") == 0)
         return layout(v, c, e);
-    if (strcmp(key, "hetero_pipeline_layer_split") == 0) {
-        c->n_blocks = int_list(v, c->blocks, CHECK_STAGES_MAX);
-        return c->n_blocks < 0 ? err_set(e, ERR_INPUT, "check: %s: \"%s\"", key, v) : ERR_OK;
-    }
+    if (strcmp(key, "hetero_pipeline_layer_split") == 0)
+        return stage_counts(key, v, v, c->blocks, &c->n_blocks, e);
+    return NOT_MINE;
+}
+
+/* What is recomputed: granularity, method, modules, and blocks in all or per stage. */
+static int recompute_setting(const char *key, const char *v, struct check_config *c,
+                             struct err *e)
+{
     if (strcmp(key, "recompute_granularity") == 0)
         return snprintf(c->granularity, sizeof c->granularity, "%s",
                         strcmp(v, "null") == 0 ? "" : v), ERR_OK;
@@ -464,17 +495,20 @@ static int read_one(const char *key, const char *v, struct check_config *c, stru
                c->modules = FW_MODULE_CORE_ATTN, ERR_OK;
     if (strcmp(key, "recompute_num_layers_per_stage_micro_batch") == 0)
         return per_stage_rows(v, c, e);
-    if (strcmp(key, "recompute_per_stage") == 0) {
-        c->n_per_stage = int_list(v, c->recompute, CHECK_STAGES_MAX);
-        return c->n_per_stage < 0 ? err_set(e, ERR_INPUT, "check: %s: \"%s\"", key, v) : ERR_OK;
-    }
-    if (strcmp(key, "gradient_checkpoint_config") == 0 && strstr(v, "num_ckpt_layers_per_stage")) {
-        c->n_per_stage = int_list(strchr(strstr(v, "num_ckpt_layers_per_stage"), '['),
-                                  c->recompute, CHECK_STAGES_MAX);
-        return c->n_per_stage < 0 ? err_set(e, ERR_INPUT, "check: %s: \"%s\"", key, v) : ERR_OK;
-    }
+    if (strcmp(key, "recompute_per_stage") == 0)
+        return stage_counts(key, v, v, c->recompute, &c->n_per_stage, e);
+    if (strcmp(key, "gradient_checkpoint_config") == 0 && strstr(v, "num_ckpt_layers_per_stage"))
+        return stage_counts(key, v, strchr(strstr(v, "num_ckpt_layers_per_stage"), '['),
+                            c->recompute, &c->n_per_stage, e);
     if (strcmp(key, "gradient_checkpointing") == 0)
         return c->all_blocks = truth(v), ERR_OK;
+    return NOT_MINE;
+}
+
+/* The data type and the attention kernel. */
+static int numerics_setting(const char *key, const char *v, struct check_config *c,
+                            struct err *e)
+{
     if (strcmp(key, "bf16") == 0 && truth(v))
         return c->dtype_given = 1, c->dtype = MODEL_DTYPE_BF16, ERR_OK;
     if (strcmp(key, "fp16") == 0 && truth(v))
@@ -485,6 +519,13 @@ static int read_one(const char *key, const char *v, struct check_config *c, stru
         return attention(v, c, e);
     if (strcmp(key, "enable_flash_attention") == 0 && truth(v))
         return c->attention_given = 1, c->attention = MODEL_ATTENTION_FLASH, ERR_OK;
+    return NOT_MINE;
+}
+
+/* Where the optimizer runs (the host) and whether it is sharded. */
+static int optimizer_setting(const char *key, const char *v, struct check_config *c,
+                             struct err *e)
+{
     if (strcmp(key, "optimizer_cpu_offload") == 0)
         return c->host_optimizer = truth(v), ERR_OK;
     if (strcmp(key, "optimizer_offload_fraction") == 0 && atof(v) != 1.0)
@@ -495,14 +536,34 @@ static int read_one(const char *key, const char *v, struct check_config *c, stru
         return c->shard = truth(v) || strstr(v, "distributed") != NULL, ERR_OK;
     if (strcmp(key, "zero_stage") == 0)
         return c->shard = atoi(v) >= 1, ERR_OK;
-    if (strcmp(key, "hidden_dropout") == 0 || strcmp(key, "attention_dropout") == 0) {
-        double d = atof(v);
-        c->dropout = d > c->dropout ? d : c->dropout;
-        return ERR_OK;
+    return NOT_MINE;
+}
+
+/* The largest dropout (hidden or attention). */
+static int dropout_setting(const char *key, const char *v, struct check_config *c,
+                           struct err *e)
+{
+    (void)e;
+    if (strcmp(key, "hidden_dropout") != 0 && strcmp(key, "attention_dropout") != 0)
+        return NOT_MINE;
+    double d = atof(v);
+    c->dropout = d > c->dropout ? d : c->dropout;
+    return ERR_OK;
+}
+
+/* One setting (Megatron-LM's name `key`); one that no group reads is listed as ignored. */
+static int read_one(const char *key, const char *v, struct check_config *c, struct err *e)
+{
+    static int (*const groups[])(const char *, const char *, struct check_config *,
+                                 struct err *) = {
+        count_setting,    split_setting,     recompute_setting,
+        numerics_setting, optimizer_setting, dropout_setting};
+    for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {
+        int rc = groups[i](key, v, c, e);
+        if (rc != NOT_MINE)
+            return rc;
     }
-    size_t n = strlen(c->ignored);
-    if (n + strlen(key) + 3 < sizeof c->ignored)
-        snprintf(c->ignored + n, sizeof c->ignored - n, "%s%s", n ? ", " : "", key);
+    note_ignored(c, key);
     return ERR_OK;
 }
 
@@ -553,14 +614,10 @@ int check_read(const char *framework, const char *text, struct check_config *out
         rc = virtual_pipeline(k.items[i].key, v, e);
         if (rc)
             break;
-        if (key == NULL) {
-            size_t n = strlen(out->ignored);
-            if (n + strlen(k.items[i].key) + 3 < sizeof out->ignored)
-                snprintf(out->ignored + n, sizeof out->ignored - n, "%s%s", n ? ", " : "",
-                         k.items[i].key);
-            continue;
-        }
-        rc = read_one(key, v, out, e);
+        if (key == NULL)
+            note_ignored(out, k.items[i].key);
+        else
+            rc = read_one(key, v, out, e);
     }
     if (rc == ERR_OK && strcmp(framework, "megatron") == 0 && out->pp > 1 &&
         out->n_blocks > out->pp && out->n_blocks % out->pp == 0)

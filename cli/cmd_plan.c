@@ -304,43 +304,36 @@ static int pool_usage(const struct plan_args *a, int pipelines)
     return ERR_OK;
 }
 
-/* -1: help was printed; otherwise ERR_OK or the usage error's status (printed). */
-static int parse_args(int argc, char **argv, struct plan_args *a)
+/* The option at argv[*i] (*i moves past its values): -1 help was printed; otherwise ERR_OK or
+ * the usage error's status (printed). */
+static int parse_option(int argc, char **argv, int *i, struct plan_args *a)
 {
-    struct err e;
-    err_clear(&e);
-    *a = (struct plan_args){0};
-    plan_options_default(&a->o);
-    a->o.estimate = estimate_profile; /* profiles at other micro-batch sizes */
-    a->o.estimate_for = estimate_for_framework; /* --for: the framework's activations */
-    plan_arena_args_default(&a->arena);
-    for (int i = 1; i < argc; i++) {
-        int r, taken;
-        if (cli_is_help(argv[i])) {
-            help();
-            return -1;
-        }
-        if (strcmp(argv[i], "--share") == 0) {
-            a->share = argv + i + 1;
-            while (i + 1 < argc && argv[i + 1][0] != '-')
-                a->n_share++, i++;
-            continue;
-        }
-        if (plan_gpus_option(argc, argv, &i, &a->gpus, &r)) {
-            if (r != ERR_OK)
-                return r;
-            continue;
-        }
-        if (plan_arena_option(argc, argv, &i, &a->arena, &r)) {
-            if (r != ERR_OK)
-                return r;
-            continue;
-        }
-        if ((r = value_option(argc, argv, &i, a, &taken)) != ERR_OK)
-            return r;
-        if (!taken && !flag_option(argv, i, a))
-            return cli_usage_error("plan", "unknown option \"%s\"", argv[i]);
+    int r, taken;
+    if (cli_is_help(argv[*i])) {
+        help();
+        return -1;
     }
+    if (strcmp(argv[*i], "--share") == 0) {
+        a->share = argv + *i + 1;
+        while (*i + 1 < argc && argv[*i + 1][0] != '-')
+            a->n_share++, (*i)++;
+        return ERR_OK;
+    }
+    if (plan_gpus_option(argc, argv, i, &a->gpus, &r))
+        return r;
+    if (plan_arena_option(argc, argv, i, &a->arena, &r))
+        return r;
+    if ((r = value_option(argc, argv, i, a, &taken)) != ERR_OK)
+        return r;
+    if (!taken && !flag_option(argv, *i, a))
+        return cli_usage_error("plan", "unknown option \"%s\"", argv[*i]);
+    return ERR_OK;
+}
+
+/* Which planning is asked for (jobs sharing devices, a pool in one line, a cluster file) and
+ * what it cannot take: ERR_OK or the usage error's status (printed). */
+static int check_planning(const struct plan_args *a)
+{
     if (a->share != NULL && (a->n_share == 0 || a->cluster_file != NULL || a->export_format ||
                              a->auto_micro || a->micro_batches ||
                              !framework_is_ballast(a->o.framework)))
@@ -356,6 +349,15 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
         return cli_usage_error("plan", "--cluster (or --model and --gpus) is required");
     if (a->gpus.gpus != NULL && pool_usage(a, 0))
         return ERR_INPUT;
+    return ERR_OK;
+}
+
+/* The arena's options joined to the planner's, and the options that do not go together:
+ * ERR_OK or the usage error's status (printed). */
+static int check_combinations(struct plan_args *a)
+{
+    struct err e;
+    err_clear(&e);
     a->o.arena = a->arena.on ? &a->arena.o : NULL;
     a->arena.o.offload = (a->o.actions & PLAN_ACTION_OFFLOAD) != 0;
     if (plan_options_check(&a->o, &e))
@@ -376,6 +378,23 @@ static int parse_args(int argc, char **argv, struct plan_args *a)
     if (cli_check_output("plan", a->out_file))
         return ERR_INPUT;
     return ERR_OK;
+}
+
+/* -1: help was printed; otherwise ERR_OK or the usage error's status (printed). */
+static int parse_args(int argc, char **argv, struct plan_args *a)
+{
+    *a = (struct plan_args){0};
+    plan_options_default(&a->o);
+    a->o.estimate = estimate_profile; /* profiles at other micro-batch sizes */
+    a->o.estimate_for = estimate_for_framework; /* --for: the framework's activations */
+    plan_arena_args_default(&a->arena);
+    for (int i = 1; i < argc; i++) {
+        int rc = parse_option(argc, argv, &i, a);
+        if (rc)
+            return rc;
+    }
+    int rc = check_planning(a);
+    return rc ? rc : check_combinations(a);
 }
 
 /* A --repartition search that stopped before the end says so, even with --quiet: the plan is

@@ -97,85 +97,112 @@ static int simulate_replicas(const cJSON *root, const char *file, int quiet,
     return rc;
 }
 
-int cmd_simulate(int argc, char **argv)
+/* What the command line asks for. */
+struct simulate_args {
+    const char *plan_file, *out_file, *trace_file;
+    int quiet;
+};
+
+/* -1: help was printed; otherwise ERR_OK or the usage error's status (printed). */
+static int parse_simulate_args(int argc, char **argv, struct simulate_args *a)
 {
-    const char *plan_file = NULL, *out_file = NULL, *trace_file = NULL, *v;
-    int quiet = 0;
-    struct err e;
-    err_clear(&e);
+    const char *v;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cli_is_help(argv[i])) {
             help();
-            return ERR_OK;
+            return -1;
         } else if ((r = cli_option(argc, argv, &i, "--plan", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            plan_file = v;
+            a->plan_file = v;
         } else if ((r = cli_option(argc, argv, &i, "-o", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            out_file = v;
+            a->out_file = v;
         } else if ((r = cli_option(argc, argv, &i, "--trace", &v)) != 0) {
             if (r < 0)
                 return ERR_INPUT;
-            trace_file = v;
+            a->trace_file = v;
         } else if (cli_flag(argv, i, "--quiet")) {
-            quiet = 1;
+            a->quiet = 1;
         } else {
             return cli_usage_error("simulate", "unknown option \"%s\"", argv[i]);
         }
     }
-    if (plan_file == NULL)
+    if (a->plan_file == NULL)
         return cli_usage_error("simulate", "--plan is required");
-    if (cli_check_output("simulate", out_file) || cli_check_output("simulate", trace_file))
+    if (cli_check_output("simulate", a->out_file) || cli_check_output("simulate", a->trace_file))
         return ERR_INPUT;
+    return ERR_OK;
+}
 
-    cJSON *root = jsonio_read_kind(plan_file, JSONIO_PLAN, &e);
-    if (root == NULL)
-        return cli_fail("simulate", &e);
-    if (replicas_is_file(root)) {
-        int rc = trace_file != NULL
-                     ? err_set(&e, ERR_INPUT, "--trace: not for a plan of several pipelines")
-                     : simulate_replicas(root, plan_file, quiet, out_file, &e);
-        cJSON_Delete(root);
-        return rc ? cli_fail("simulate", &e) : ERR_OK;
+/* -o's result and --trace's timeline, those asked for. */
+static int write_simulation(const struct simulate_args *a, const struct plan *p,
+                            const struct sim_result *r, struct err *e)
+{
+    if (a->out_file != NULL) {
+        cJSON *o = sim_result_to_json(p, r);
+        int rc = o != NULL ? jsonio_write(a->out_file, o, e)
+                           : err_set(e, ERR_FAIL, "%s: out of memory", a->out_file);
+        cJSON_Delete(o);
+        if (rc)
+            return rc;
     }
+    if (a->trace_file == NULL)
+        return ERR_OK;
+    struct trace *t = trace_init();
+    if (t == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", a->trace_file);
+    sim_trace_add(t, 1, p, r);
+    int rc = trace_write(t, a->trace_file, e);
+    trace_free(t);
+    return rc;
+}
+
+/* One pipeline's plan, parsed from root: simulated, its table printed (unless --quiet) and
+ * written. */
+static int simulate_plan(const struct simulate_args *a, const cJSON *root, struct err *e)
+{
     struct plan p;
-    int loaded = plan_parse(root, plan_file, &p, &e);
-    cJSON_Delete(root);
-    if (loaded != ERR_OK)
-        return cli_fail("simulate", &e);
     struct sim_result r;
-    if (sim_plan(&p, &r, &e)) {
+    int rc = plan_parse(root, a->plan_file, &p, e);
+    if (rc)
+        return rc;
+    if ((rc = sim_plan(&p, &r, e)) != ERR_OK) {
         plan_free(&p);
-        return cli_fail("simulate", &e);
+        return rc;
     }
-    if (!quiet) {
+    if (!a->quiet) {
         print_result(&p, &r);
         /* A plan from another version of the simulator (or edited by hand) says otherwise. */
         if (fabs(p.iteration_ms - r.iteration_ms) > 1e-6 + 1e-9 * r.iteration_ms)
-            printf("note: %s says iteration_ms %.3f; this simulation gives %.3f\n", plan_file,
+            printf("note: %s says iteration_ms %.3f; this simulation gives %.3f\n", a->plan_file,
                    p.iteration_ms, r.iteration_ms);
     }
-    int rc = ERR_OK;
-    if (out_file != NULL) {
-        cJSON *o = sim_result_to_json(&p, &r);
-        rc = o != NULL ? jsonio_write(out_file, o, &e)
-                       : err_set(&e, ERR_FAIL, "%s: out of memory", out_file);
-        cJSON_Delete(o);
-    }
-    if (rc == ERR_OK && trace_file != NULL) {
-        struct trace *t = trace_init();
-        if (t == NULL) {
-            rc = err_set(&e, ERR_FAIL, "%s: out of memory", trace_file);
-        } else {
-            sim_trace_add(t, 1, &p, &r);
-            rc = trace_write(t, trace_file, &e);
-            trace_free(t);
-        }
-    }
+    rc = write_simulation(a, &p, &r, e);
     sim_result_free(&r);
     plan_free(&p);
+    return rc;
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+    struct simulate_args a = {0};
+    int rc = parse_simulate_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? ERR_OK : rc;
+    struct err e;
+    err_clear(&e);
+    cJSON *root = jsonio_read_kind(a.plan_file, JSONIO_PLAN, &e);
+    if (root == NULL)
+        return cli_fail("simulate", &e);
+    if (!replicas_is_file(root))
+        rc = simulate_plan(&a, root, &e);
+    else if (a.trace_file != NULL)
+        rc = err_set(&e, ERR_INPUT, "--trace: not for a plan of several pipelines");
+    else
+        rc = simulate_replicas(root, a.plan_file, a.quiet, a.out_file, &e);
+    cJSON_Delete(root);
     return rc ? cli_fail("simulate", &e) : ERR_OK;
 }

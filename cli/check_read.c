@@ -439,8 +439,12 @@ static void note_ignored(struct check_config *c, const char *key)
 static int stage_counts(const char *key, const char *v, const char *list, int *out, int *n,
                         struct err *e)
 {
-    *n = int_list(list, out, CHECK_STAGES_MAX);
-    return *n < 0 ? err_set(e, ERR_INPUT, "check: %s: \"%s\"", key, v) : ERR_OK;
+    *n = list != NULL ? int_list(list, out, CHECK_STAGES_MAX) : -1; /* NULL: no "[" */
+    return *n < 0 ? err_set(e, ERR_INPUT,
+                            "check: %s: \"%s\": expected a list of whole numbers, one a stage "
+                            "([a, b, ...])",
+                            key, v)
+                  : ERR_OK;
 }
 
 /* The whole numbers: parallel sizes, layers per stage, batches, the model's shape. */

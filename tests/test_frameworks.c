@@ -1207,6 +1207,13 @@ static void test_check(void)
     CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
     CU_ASSERT(err && strstr(err, "pipeline size 2, but the cluster has 3 stages"));
     free(err);
+    /* ColossalAI's per-stage counts without their list: refused by name, not a crash */
+    snprintf(args, sizeof args, "check --from colossalai --config 'tp_size=1, pp_size=4, "
+             "microbatch_size=1, gradient_checkpoint_config=Foo(num_ckpt_layers_per_stage=3)' "
+             "--cluster '%s' --same-split", config("clusters/t4-4090-4.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, &err), 2);
+    CU_ASSERT(err && strstr(err, "check: gradient_checkpoint_config: \""));
+    free(err);
 }
 
 /* The per-rank file runs: each rank's apply() sets its stage's fields, the recompute the plan

@@ -331,6 +331,19 @@ int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, s
     return knap_min_recompute_dp(p, recompute, e);
 }
 
+/* The sorted layer `added` (weight w, forward time f) into the least-recompute table:
+ * best[c], the largest kept time of layers of exact weight c; strictly better only, so that
+ * a layer that costs no time is recomputed, for free. */
+static void kept_add(struct table *tb, double *best, int64_t width, int added, int64_t w,
+                     double f)
+{
+    for (int64_t c = width - 1; c >= w; c--)
+        if (best[c - w] >= 0 && best[c - w] + f > best[c]) {
+            best[c] = best[c - w] + f;
+            bit_set(tb, added, c);
+        }
+}
+
 /* The table's columns: kept weight of the optional layers, up to the most any threshold can
  * use; *any 0 when no threshold leaves room at all. */
 static __int128 kept_width(const struct sorted *s, const struct knap_problem *p, int *any)
@@ -391,17 +404,8 @@ int knap_min_recompute_dp(const struct knap_problem *p, unsigned char *recompute
     double optional_ms = 0; /* total time of the optional layers */
     for (int g = 0; g < s.n_groups; g++) {
         for (; added < s.end[g]; added++) {
-            int l = s.layer[added];
-            /* locals: the bit writes below may alias anything the compiler cannot see */
-            const int64_t w = p->w[l];
-            const double f = p->fwd[l];
-            optional_ms += f;
-            /* strictly better only: a layer that costs no time is recomputed, for free */
-            for (int64_t c = width - 1; c >= w; c--)
-                if (best[c - w] >= 0 && best[c - w] + f > best[c]) {
-                    best[c] = best[c - w] + f;
-                    bit_set(&tb, added, c);
-                }
+            optional_ms += p->fwd[s.layer[added]];
+            kept_add(&tb, best, width, added, p->w[s.layer[added]], p->fwd[s.layer[added]]);
         }
         __int128 avail = avail_units(&s, g, p);
         if (avail < 0)
@@ -440,6 +444,20 @@ double knap_balance_time_unit(const struct knap_problem *p, double wanted_ms)
     double width = (double)(KNAP_CELLS_MAX / (p->n + 64) - p->n - 1);
     double needed = total / width;
     return needed > wanted_ms ? needed : wanted_ms;
+}
+
+/* The sorted layer `added` (time q, weight w) into the balance table: most[r], the most weight
+ * recomputed layers of exact time r free, and the row's bit where taking it is better. The
+ * sizes are arguments, not reads through p: the bit writes may alias anything the compiler
+ * cannot see. */
+static void balance_add(struct table *tb, int64_t *most, int64_t width, int added, int64_t q,
+                        int64_t w)
+{
+    for (int64_t r = width - 1; r >= q; r--)
+        if (most[r - q] >= 0 && most[r - q] + w > most[r]) {
+            most[r] = most[r - q] + w;
+            bit_set(tb, added, r);
+        }
 }
 
 /* The layers' recompute times in whole time units (q) and the table's width (their sum + 1),
@@ -520,15 +538,8 @@ int knap_balance(const struct knap_problem *p, int64_t target_units, double time
     int rc = ERR_NOFIT, added = 0;
     int64_t best_d = 0, best_units = 0;
     for (int g = 0; g < s.n_groups; g++) {
-        for (; added < s.end[g]; added++) {
-            int l = s.layer[added];
-            const int64_t ql = q[l], w = p->w[l];
-            for (int64_t r = width - 1; r >= ql; r--)
-                if (most[r - ql] >= 0 && most[r - ql] + w > most[r]) {
-                    most[r] = most[r - ql] + w;
-                    bit_set(&tb, added, r);
-                }
-        }
+        for (; added < s.end[g]; added++)
+            balance_add(&tb, most, width, added, q[s.layer[added]], p->w[s.layer[added]]);
         int64_t at_d = 0, at = balance_closest(&s, p, g, most, width, target_units, &at_d);
         if (at < 0)
             continue;

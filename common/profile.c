@@ -231,6 +231,74 @@ int profile_check_layer_name(const struct model *m, int layer, const char *name,
     return ERR_OK;
 }
 
+/* The number of "layers" entries the profile's model must have (*want); a custom model
+ * without layer_count takes them as they come. */
+static int profile_layer_count(const char *file, struct profile *p, int have, int *want,
+                               struct err *e)
+{
+    *want = model_layer_count(&p->model);
+    if (model_is_custom(&p->model) && *want == 0) {
+        if (have < 1 || have > MODEL_CUSTOM_LAYERS_MAX)
+            return err_set(e, ERR_INPUT, "%s: layers: %d entries, expected 1 to %d", file, have,
+                           MODEL_CUSTOM_LAYERS_MAX);
+        *want = p->model.layer_count = have;
+    }
+    if (have != *want && model_is_custom(&p->model))
+        return err_set(e, ERR_INPUT, "%s: layers: %d entries, but model.layer_count is %d", file,
+                       have, *want);
+    if (have != *want)
+        return err_set(e, ERR_INPUT,
+                       "%s: layers: %d entries, but the model (n_layer %d) has %d planning "
+                       "layers (embed, %d blocks, head)",
+                       file, have, p->model.n_layer, *want, p->model.n_layer);
+    return ERR_OK;
+}
+
+/* "layers": each layer's costs, named as the model's layer at its index. */
+static int read_profile_layers(const cJSON *layers, const char *file, struct profile *p,
+                               struct err *e)
+{
+    int want;
+    if (jsonio_expect_array(layers, file, "layers", e) ||
+        profile_layer_count(file, p, cJSON_GetArraySize(layers), &want, e))
+        return e->code;
+    p->layers = calloc((size_t)want, sizeof *p->layers);
+    if (p->layers == NULL)
+        return err_set(e, ERR_FAIL, "%s: out of memory", file);
+    p->n_layers = want;
+    int i = 0;
+    for (const cJSON *l = layers->child; l != NULL; l = l->next, i++) {
+        char path[JSONIO_PATH_MAX];
+        jsonio_path_index(path, "layers", i);
+        if (layer_cost_from_json(l, file, path, &p->layers[i], e))
+            return e->code;
+        /* a profile states the split; only the planner applies it (profile.h) */
+        p->layers[i].wgrad_bytes = 0;
+        p->layers[i].wgrad_ms = 0;
+        if (profile_check_layer_name(&p->model, i, p->layers[i].name, file, path, e))
+            return e->code;
+    }
+    return ERR_OK;
+}
+
+/* The profile's host link, tensor-parallel degree and efficiency, and its provenance. */
+static int read_profile_extras(const cJSON *root, const char *file, struct profile *p,
+                               struct err *e)
+{
+    const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(root, "host_link");
+    if (host_link != NULL && link_from_json(host_link, file, "host_link", 0, &p->host_link, e))
+        return e->code;
+    int64_t tp = 1;
+    if (jsonio_num_opt(root, file, "", "tp_efficiency", 1e-3, 1.0, &p->tp_efficiency, e) ||
+        jsonio_int_opt(root, file, "", "tp", 1, 1024, &tp, e))
+        return e->code;
+    p->tp = (int)tp;
+    const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
+    if (prov != NULL)
+        p->provenance = cJSON_Duplicate(prov, 1);
+    return ERR_OK;
+}
+
 int profile_from_json(const cJSON *root, const char *file, struct profile *p, struct err *e)
 {
     memset(p, 0, sizeof *p);
@@ -246,55 +314,11 @@ int profile_from_json(const cJSON *root, const char *file, struct profile *p, st
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
     if (layers == NULL)
         return err_set(e, ERR_INPUT, "%s: layers: missing", file);
-    if (jsonio_expect_array(layers, file, "layers", e))
+    if (read_profile_layers(layers, file, p, e) || read_profile_extras(root, file, p, e)) {
+        profile_free(p);
         return e->code;
-    int want = model_layer_count(&p->model);
-    int have = cJSON_GetArraySize(layers);
-    if (model_is_custom(&p->model) && want == 0) {
-        if (have < 1 || have > MODEL_CUSTOM_LAYERS_MAX)
-            return err_set(e, ERR_INPUT, "%s: layers: %d entries, expected 1 to %d", file, have,
-                           MODEL_CUSTOM_LAYERS_MAX);
-        want = p->model.layer_count = have;
     }
-    if (have != want && model_is_custom(&p->model))
-        return err_set(e, ERR_INPUT, "%s: layers: %d entries, but model.layer_count is %d", file,
-                       have, want);
-    if (have != want)
-        return err_set(e, ERR_INPUT,
-                       "%s: layers: %d entries, but the model (n_layer %d) has %d planning "
-                       "layers (embed, %d blocks, head)",
-                       file, have, p->model.n_layer, want, p->model.n_layer);
-    p->layers = calloc((size_t)want, sizeof *p->layers);
-    if (p->layers == NULL)
-        return err_set(e, ERR_FAIL, "%s: out of memory", file);
-    p->n_layers = want;
-    int i = 0;
-    for (const cJSON *l = layers->child; l != NULL; l = l->next, i++) {
-        char path[JSONIO_PATH_MAX];
-        jsonio_path_index(path, "layers", i);
-        if (layer_cost_from_json(l, file, path, &p->layers[i], e))
-            goto fail;
-        /* a profile states the split; only the planner applies it (profile.h) */
-        p->layers[i].wgrad_bytes = 0;
-        p->layers[i].wgrad_ms = 0;
-        if (profile_check_layer_name(&p->model, i, p->layers[i].name, file, path, e))
-            goto fail;
-    }
-    const cJSON *host_link = cJSON_GetObjectItemCaseSensitive(root, "host_link");
-    if (host_link != NULL && link_from_json(host_link, file, "host_link", 0, &p->host_link, e))
-        goto fail;
-    int64_t tp = 1;
-    if (jsonio_num_opt(root, file, "", "tp_efficiency", 1e-3, 1.0, &p->tp_efficiency, e) ||
-        jsonio_int_opt(root, file, "", "tp", 1, 1024, &tp, e))
-        goto fail;
-    p->tp = (int)tp;
-    const cJSON *prov = cJSON_GetObjectItemCaseSensitive(root, "provenance");
-    if (prov != NULL)
-        p->provenance = cJSON_Duplicate(prov, 1);
     return ERR_OK;
-fail:
-    profile_free(p);
-    return e->code;
 }
 
 int profile_load(const char *file, struct profile *p, struct err *e)

@@ -110,6 +110,21 @@ static int attention_field(const cJSON *obj, const char *file, const char *path,
     return ERR_OK;
 }
 
+/* The model's "dtype": fp32, bf16 or fp16, by model_dtype_name's names. */
+static int dtype_field(const char *dtype, const char *file, const char *path, struct model *m,
+                       struct err *e)
+{
+    for (int d = MODEL_DTYPE_FP32; d <= MODEL_DTYPE_FP16; d++)
+        if (strcmp(dtype, model_dtype_name((enum model_dtype)d)) == 0) {
+            m->dtype = (enum model_dtype)d;
+            return ERR_OK;
+        }
+    char sub[JSONIO_PATH_MAX];
+    jsonio_path_key(sub, path, "dtype");
+    return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"fp32\", \"bf16\" or \"fp16\"",
+                   file, sub, dtype);
+}
+
 int model_from_json(const cJSON *obj, const char *file, const char *path, struct model *m,
                     struct err *e)
 {
@@ -149,19 +164,7 @@ int model_from_json(const cJSON *obj, const char *file, const char *path, struct
         return err_set(e, ERR_INPUT, "%s: %s: n_embd %lld is not a multiple of n_head %lld",
                        file, sub, (long long)n_embd, (long long)n_head);
     }
-    if (strcmp(dtype, "fp32") == 0) {
-        m->dtype = MODEL_DTYPE_FP32;
-    } else if (strcmp(dtype, "bf16") == 0) {
-        m->dtype = MODEL_DTYPE_BF16;
-    } else if (strcmp(dtype, "fp16") == 0) {
-        m->dtype = MODEL_DTYPE_FP16;
-    } else {
-        char sub[JSONIO_PATH_MAX];
-        jsonio_path_key(sub, path, "dtype");
-        return err_set(e, ERR_INPUT, "%s: %s: \"%s\", expected \"fp32\", \"bf16\" or \"fp16\"", file, sub,
-                       dtype);
-    }
-    if (attention_field(obj, file, path, m, e))
+    if (dtype_field(dtype, file, path, m, e) || attention_field(obj, file, path, m, e))
         return e->code;
     m->n_layer = (int)n_layer;
     m->n_embd = (int)n_embd;

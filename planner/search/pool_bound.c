@@ -440,14 +440,22 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
         return 0;
     for (int k = 0; k <= L; k++)
         nxt[k] = k == L ? 0 : INFINITY;
+    /* the ends k the positions after b can take up from (nxt[k] finite): from_lo..from_hi */
+    int from_lo = L, from_hi = L;
     for (int b = S - 1; b >= 0; b--) {
         int u = kind_at[b], first = b, last = L - (S - b); /* a layer for every position */
         int in_flight = in_flights[b];
         double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
+        if (b == 0)
+            last = 0; /* stage 0 starts at layer 0: no other start is asked for */
+        if (last > from_hi - 1)
+            last = from_hi - 1;
         for (int i = 0; i <= L; i++)
             cur[i] = INFINITY;
         for (int i = first; i <= last; i++)
-            for (int k = i + 1; k <= L - (S - 1 - b); k++) {
+            for (int k = i + 1 > from_lo ? i + 1 : from_lo; k <= from_hi; k++) {
+                if (isinf(nxt[k]))
+                    continue;
                 double R = least_recompute_ms(s, p, u, i, k, in_flight);
                 double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0);
                 double own = arrive + s->M * (p->work[u][k] - p->work[u][i] + R);
@@ -461,14 +469,18 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
                 double tail = latency + p->tail[u][k] - p->tail[u][i];
                 if (p->state[u][k] - p->state[u][i] > cap || !(own + tail <= x))
                     break;
-                if (b < S - 1 ? isinf(nxt[k]) : k < L)
-                    continue;
                 double back = b < S - 1 ? nxt[k] + s->costs[u]->send_ms[k - 1] : 0;
                 double V = fmax(own, b < S - 1 ? back + p->bwd[u][k] - p->bwd[u][i] + R : 0);
                 if (V + tail <= x)
                     cur[i] = fmin(cur[i], V);
             }
         memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
+        for (from_lo = first; from_lo <= last && isinf(nxt[from_lo]); from_lo++)
+            ;
+        for (from_hi = last; from_hi >= from_lo && isinf(nxt[from_hi]); from_hi--)
+            ;
+        if (from_lo > from_hi)
+            return 0; /* no split of the layers from any start fits the positions from b */
     }
     return !isinf(nxt[0]);
 }
@@ -505,9 +517,10 @@ int pool_could_step(const struct pool_shape *s, double x)
         free(at);
         return 1; /* nothing proved */
     }
-    int *in_flights = kind_at + S; /* per position, whatever the order */
+    int *in_flights = kind_at + S; /* per position, whatever the order (read only when
+                                      activations must stay: least_recompute_ms) */
     for (int b = 0; b < S; b++)
-        in_flights[b] = schedule_in_flight(s->schedule, S, b, (int)s->M);
+        in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 0;
     /* rounding never leaves out a split that steps in x */
     int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
                            x * (1 + 1e-9), at);

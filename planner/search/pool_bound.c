@@ -46,17 +46,18 @@ void pool_costs_free(struct pool_costs *c)
 }
 
 void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
-                     struct pool_costs *out)
+                     int overlap_backward, struct pool_costs *out)
 {
     const struct profile *p = cluster_stage_profile(c, 0);
     const struct link *link = &c->stages[0].dp_link;
     struct link next = cluster_link(c, 0); /* to a next stage, were there one */
     int N = replicas > 1 ? replicas : 1;
     /* the all-reduce's bytes part, 2 (N - 1) transfers of bytes / N each (cost.c); reduced in
-     * buckets (sim.h), all of it may overlap the stage's last backward, whose layers' share is
-     * taken off (the bounds add M forwards and backwards to it: never below 0) */
+     * buckets (sim.h) and overlap_backward, all of it may overlap the stage's last backward,
+     * whose layers' share is taken off (the bounds add M forwards and backwards to it: never
+     * below 0) */
     double per_byte = 2.0 * (N - 1) / N;
-    int overlap = N > 1 && c->dp_bucket_bytes > 0;
+    int overlap = overlap_backward && N > 1 && c->dp_bucket_bytes > 0;
     out->freed_per_ms = 0;
     for (int l = 0; l < p->n_layers; l++) {
         const struct layer_cost *y = &p->layers[l];
@@ -104,13 +105,13 @@ struct pool_costs_bucket {
 
 struct pool_costs_cache {
     const struct pool_model *pm;
-    int device_optimizer, L;
+    int device_optimizer, overlap_backward, L;
     long serial;
     struct pool_costs_bucket *bucket[POOL_KINDS_MAX]; /* (per_node + 1) x sizes each */
 };
 
 int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
-                          struct pool_costs_cache **out, struct err *e)
+                          int overlap_backward, struct pool_costs_cache **out, struct err *e)
 {
     struct pool_costs_cache *c = calloc(1, sizeof *c);
     *out = c;
@@ -118,6 +119,7 @@ int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
         return err_set(e, ERR_FAIL, "out of memory");
     c->pm = pm;
     c->device_optimizer = device_optimizer;
+    c->overlap_backward = overlap_backward;
     c->L = model_layer_count(&pm->model);
     for (int k = 0; k < pm->K; k++)
         if ((c->bucket[k] = calloc((size_t)(pm->kind[k].per_node + 1) * (size_t)pm->n_sizes,
@@ -155,7 +157,8 @@ static int fill_slot(struct pool_costs_cache *c, int k, int tp, int size,
         return -1;
     if (pool_model_cluster(c->pm, &pipe, &cl, &e))
         return -1;
-    pool_costs_fill(&cl, slot->replicas, c->device_optimizer, &slot->costs);
+    pool_costs_fill(&cl, slot->replicas, c->device_optimizer, c->overlap_backward,
+                    &slot->costs);
     slot->costs.serial = ++c->serial;
     cluster_free(&cl);
     return 0;

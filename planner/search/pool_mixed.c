@@ -1231,7 +1231,8 @@ static int mix_setup(struct mix_state *st, const struct plan_options *o, struct 
     memcpy(st->r->sizes, pm->sizes, sizeof st->r->sizes);
     if ((st->family = calloc(MIX_FAMILIES, sizeof *st->family)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    return pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), &st->costs, e) ||
+    /* a pair's reductions start after each stage's last backward (replicas_step) */
+    return pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), 0, &st->costs, e) ||
            table_alloc(st, e);
 }
 

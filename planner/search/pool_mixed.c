@@ -68,6 +68,10 @@ struct mix_planned {
        refuted_N replicas (pool_could_step) */
     double refuted_x;
     int refuted_N;
+    /* planned: no pair holding its plan with floor_N replicas or more steps under floor_ms
+       (replicas_step_floor; 0: none known) */
+    double floor_ms;
+    int floor_N;
 };
 
 /* A shape's capacity under T by pool_could_step (shape_cap_tight), kept: exact, or only an
@@ -855,6 +859,35 @@ static int group_ready(struct mix_state *st, const struct mix_shape *x, int dp, 
     return ERR_OK;
 }
 
+/* Whether no pair holding the planned group g with N replicas in all steps under T: its
+ * floor (replicas_step_floor: the other group's pipeline free, its bytes none) is not, kept
+ * as it only rises with N. */
+static int group_floor_refuted(struct mix_state *st, struct mix_planned *g, int N,
+                               struct err *e)
+{
+    double T = mix_T(st), floor;
+    if (g->floor_N > 0 && N >= g->floor_N && g->floor_ms >= T)
+        return 1;
+    if (replicas_step_floor(&g->plan, &g->pipe, N, &floor, e))
+        return 1;
+    if (floor < T)
+        return 0;
+    g->floor_ms = floor, g->floor_N = N;
+    return 1;
+}
+
+/* Whether the second group at M2, planned already, cannot be part of a pair under T: no
+ * plan of it steps alone under T, or its floor with N replicas does not. planned_reserve made
+ * room. */
+static int second_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int N,
+                          int M2, struct err *e)
+{
+    struct mix_planned *g = planned_of(st, x, dp, M2);
+    if (g->state == 0)
+        return 0;
+    return !g->fits || g->pipe.alone_ms >= mix_T(st) || group_floor_refuted(st, g, N, e);
+}
+
 /* ---- pairs --------------------------------------------------------------------------- */
 
 /* The pair scored: kept when it steps faster than the best. */
@@ -951,17 +984,27 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
             group_bound(st, x, (int)dp, N, M2) >= mix_T(st) ||
             group_refuted(st, x, (int)dp, N, (int)M2))
             continue;
+        /* a second planned already (beside another first) whose plan no pair can hold
+         * saves planning this first */
+        struct mix_planned *gb, *ga;
+        if (planned_reserve(st, 2, e) || second_refuted(st, x, (int)dp, N, (int)M2, e)) {
+            if (e->code)
+                return e->code;
+            continue;
+        }
         if (!first_ready(st, f, e))
             return e->code;
         if (first_floor(st, f, N, e) >= mix_T(st))
             break; /* more replicas only lengthen the first's reduction */
-        struct mix_planned *gb, *ga;
         st->r->pairs++;
         if (e->code || planned_reserve(st, 1, e) ||
             group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
             return e->code;
-        if (gb == NULL)
+        if (gb == NULL || group_floor_refuted(st, gb, N, e)) {
+            if (e->code)
+                return e->code;
             continue;
+        }
         ga = planned_of(st, &a->x, a->dp, f->M); /* planned already */
         struct mix_group b = {.x = *x, .dp = (int)dp};
         if (score_pair(st, a, ga, &b, gb, B1, e))

@@ -308,10 +308,15 @@ double pool_bound(const struct pool_shape *s, const struct pool_summary *sum)
 /* A stage of kind u holds at most capacity_u (its memory >= the reserve and its layers' state;
  * activations, even all recomputed, only add), so sum_l state_u(l) / capacity_u over its
  * layers <= 1, and summed over the stages, sum_l min_u (state_u(l) / capacity_u) <= S. */
+int pool_summary_at(const struct pool_shape *s, struct pool_summary *sum)
+{
+    return sum->known && least_most_parts(s, 1, sum->whole, &sum->wholes);
+}
+
 double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum)
 {
     struct pool_summary at = *sum;
-    if (!sum->known || !least_most_parts(s, 1, at.whole, &at.wholes))
+    if (!pool_summary_at(s, &at))
         return pool_bound_first(s, sum);
     return pool_bound(s, &at);
 }

@@ -90,6 +90,9 @@ double pool_bound(const struct pool_shape *s, const struct pool_summary *sum);
 double pool_bound_first(const struct pool_shape *s, const struct pool_summary *sum);
 /* pool_bound at s->M from a summary made at any M (its M work + tail made again at s->M). */
 double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum);
+/* What of the summary depends on s->M (whole, wholes) made again at s->M; it reads s's costs
+ * only, not its stage counts, so shapes of the same costs share it. 0: unknown (no bound). */
+int pool_summary_at(const struct pool_shape *s, struct pool_summary *sum);
 /* Whether the stages cannot hold the model's state, activations aside. */
 int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether some order of the kinds and split of the layers could step in x ms or less

@@ -53,6 +53,11 @@ struct mix_family {
     int known;
     struct pool_summary sum;
     struct pool_costs own[POOL_KINDS_MAX]; /* copies: the cache's entries move on */
+    /* per M (1..B): the summary's M work + tail there (pool_summary_at), made when first
+       asked for (its wholes 0: not yet, < 0: unknown) */
+    struct family_at {
+        double whole[POOL_KINDS_MAX], wholes;
+    } *at;
 };
 
 /* A group pipeline at one M, planned once (or refuted). */
@@ -133,6 +138,7 @@ struct mix_state {
     double *floors; /* B + 1 of them: struct first's */
     struct mix_lead *leads; /* the shapes that could lead a pair, least bound first */
     int64_t n_leads, cap_leads;
+    int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
@@ -237,7 +243,70 @@ static const struct mix_family *family_of(struct mix_state *st, const struct mix
         pool_summarize(&s, &f->sum);
         f->known = f->sum.known;
     }
+    if (f->known && (f->at = calloc((size_t)st->B + 1, sizeof *f->at)) == NULL)
+        f->known = 0; /* no memory: no bound */
     return f;
+}
+
+/* pool_bound_at of s (a shape of the family f) at s->M, the family's part at s->M made once. */
+static double family_bound_at(const struct mix_family *f, const struct pool_shape *s)
+{
+    struct family_at *at = &f->at[(int64_t)s->M];
+    struct pool_summary sum = f->sum;
+    if (at->wholes == 0) {
+        if (pool_summary_at(s, &sum)) {
+            memcpy(at->whole, sum.whole, sizeof at->whole);
+            at->wholes = sum.wholes > 0 ? sum.wholes : -1;
+        } else
+            at->wholes = -1;
+    }
+    if (at->wholes < 0)
+        return pool_bound_first(s, &f->sum);
+    memcpy(sum.whole, at->whole, sizeof sum.whole);
+    sum.wholes = at->wholes;
+    return pool_bound(s, &sum);
+}
+
+/* Whether pool_bound_first of s at M is under T. */
+static int first_under(struct pool_shape *s, const struct mix_family *f, int64_t M, double T)
+{
+    s->M = (double)M;
+    return pool_bound_first(s, &f->sum) < T;
+}
+
+/* The most M at which pool_bound_first of s is under T (0: none): it rises with M, so a
+ * search from the last shape's answer (the shapes come in order, their answers near each
+ * other's), galloping away from it, then halving. */
+static int64_t cap_first(struct mix_state *st, struct pool_shape *s, const struct mix_family *f,
+                         double T)
+{
+    int64_t lo = 0, hi = st->B; /* under at lo (lo 0: none), not at hi + 1 */
+    int64_t guess = st->cap_guess < 1 ? 1 : st->cap_guess > hi ? hi : st->cap_guess;
+    if (first_under(s, f, guess, T))
+        for (int64_t step = 1, at; (lo = guess) < hi; guess = at, step *= 2) {
+            at = guess + step > hi ? hi : guess + step;
+            if (!first_under(s, f, at, T)) {
+                hi = at - 1;
+                break;
+            }
+        }
+    else
+        for (int64_t step = 1, at; (hi = guess - 1) > lo; guess = at, step *= 2) {
+            at = guess - step < 1 ? 1 : guess - step;
+            if (first_under(s, f, at, T)) {
+                lo = at;
+                break;
+            }
+        }
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (first_under(s, f, mid, T))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    st->cap_guess = lo;
+    return lo;
 }
 
 /* The most micro-batches a replica of x could take with its step under T (0: none). */
@@ -253,21 +322,13 @@ static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double
             s.stages[u++] = x->S[k];
             s.used = u;
         }
-    int64_t lo = 0, hi = st->B; /* bound(lo) < T (lo 0: none), bound(hi + 1) >= T */
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo + 1) / 2;
-        s.M = (double)mid;
-        if (pool_bound_first(&s, &f->sum) < T)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    int64_t lo = cap_first(st, &s, f, T);
     /* every stage's end with its tail (pool_bound's (2)) only lowers it: looked for
      * downwards from lo, a few steps at most (that bound need not rise with M step by step,
      * so what is left unlooked at stays in) */
     for (int look = 0; look < MIX_CAP_LOOKS && lo > 0; look++, lo--) {
         s.M = (double)lo;
-        if (pool_bound_at(&s, &f->sum) < T)
+        if (family_bound_at(f, &s) < T)
             break;
     }
     return lo;
@@ -1239,6 +1300,7 @@ static void families_reset(struct mix_state *st)
     for (int i = 0; st->family != NULL && i < MIX_FAMILIES; i++) {
         for (int u = 0; u < POOL_KINDS_MAX; u++)
             pool_costs_free(&st->family[i].own[u]);
+        free(st->family[i].at);
         memset(&st->family[i], 0, sizeof st->family[i]);
     }
 }

@@ -23,8 +23,9 @@
 #define MIX_TABLE_CELLS ((int64_t)1 << 24)
 /* Cells the table is cleared and closed by between looks at the clock. */
 #define MIX_TABLE_CHUNK ((int64_t)1 << 16)
-/* Probes of the bisection for the certificate (its precision: 2^-probes of the step). */
-#define MIX_BISECT_PROBES 7
+/* Probes of the bisection for the certificate of a search --time-limit may stop (its
+ * precision: 2^-probes of the step); each builds the table again. */
+#define MIX_BISECT_PROBES 4
 /* Family summaries kept (a hash table). */
 #define MIX_FAMILIES 4096
 /* Planned groups kept (a hash table, grown). */
@@ -713,7 +714,8 @@ static int any_pair(struct mix_state *st, double T, int *found, struct err *e)
 }
 
 /* The least T (within the bisection's precision, below `hi`) at which the table allows some
- * pair: no pair steps faster. hi when none is allowed at hi. 0 when stopped. */
+ * pair: no pair steps faster. hi when none is allowed at hi. 0 when stopped, and without a
+ * time limit (the search then finishes: its bound is T), the table left built for hi. */
 static int pairs_bound(struct mix_state *st, double hi, double *bound, struct err *e)
 {
     int found;
@@ -725,7 +727,7 @@ static int pairs_bound(struct mix_state *st, double hi, double *bound, struct er
         return ERR_OK;
     }
     double lo = 0;
-    for (int i = 0; i < MIX_BISECT_PROBES && !st->stopped; i++) {
+    for (int i = 0; i < MIX_BISECT_PROBES && !isinf(st->deadline) && !st->stopped; i++) {
         double mid = lo + (hi - lo) / 2;
         if (any_pair(st, mid, &found, e))
             return e->code;
@@ -1252,7 +1254,7 @@ static int search_size(struct mix_state *st, double *bound, struct err *e)
         return ERR_OK; /* no pair could beat the best: certified without a search */
     if (isinf(hi))
         *bound = 0;
-    if (table_build(st, isinf(hi) ? INFINITY : hi, e))
+    if (st->table_T != hi && table_build(st, hi, e))
         return e->code;
     double unsearched;
     if (search_leads(st, &unsearched, e))

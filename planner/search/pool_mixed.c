@@ -25,7 +25,7 @@
 #define MIX_TABLE_CHUNK ((int64_t)1 << 16)
 /* Probes of the bisection for the certificate of a search --time-limit may stop (its
  * precision: 2^-probes of the step); each builds the table again. */
-#define MIX_BISECT_PROBES 4
+#define MIX_BISECT_PROBES 7
 /* Family summaries kept (a hash table). */
 #define MIX_FAMILIES 4096
 /* Planned groups kept (a hash table, grown). */
@@ -1490,7 +1490,8 @@ static void answer_certify(struct pool_answer *a)
     else if (a->lower_bound > 0) { /* the plan carries the whole answer's certificate */
         a->plan.search.lower_bound = a->lower_bound;
         a->plan.optimality_gap = a->gap;
-    }
+    } else /* none: the homogeneous search's own gap is not the answer's */
+        a->plan.optimality_gap = -1;
 }
 
 static void answer_kinds(const struct pool_model *pm, struct pool_answer *a)

@@ -46,17 +46,18 @@ void pool_costs_free(struct pool_costs *c)
 }
 
 void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
-                     struct pool_costs *out)
+                     int overlap_backward, struct pool_costs *out)
 {
     const struct profile *p = cluster_stage_profile(c, 0);
     const struct link *link = &c->stages[0].dp_link;
     struct link next = cluster_link(c, 0); /* to a next stage, were there one */
     int N = replicas > 1 ? replicas : 1;
     /* the all-reduce's bytes part, 2 (N - 1) transfers of bytes / N each (cost.c); reduced in
-     * buckets (sim.h), all of it may overlap the stage's last backward, whose layers' share is
-     * taken off (the bounds add M forwards and backwards to it: never below 0) */
+     * buckets (sim.h) and overlap_backward, all of it may overlap the stage's last backward,
+     * whose layers' share is taken off (the bounds add M forwards and backwards to it: never
+     * below 0) */
     double per_byte = 2.0 * (N - 1) / N;
-    int overlap = N > 1 && c->dp_bucket_bytes > 0;
+    int overlap = overlap_backward && N > 1 && c->dp_bucket_bytes > 0;
     out->freed_per_ms = 0;
     for (int l = 0; l < p->n_layers; l++) {
         const struct layer_cost *y = &p->layers[l];
@@ -104,13 +105,13 @@ struct pool_costs_bucket {
 
 struct pool_costs_cache {
     const struct pool_model *pm;
-    int device_optimizer, L;
+    int device_optimizer, overlap_backward, L;
     long serial;
     struct pool_costs_bucket *bucket[POOL_KINDS_MAX]; /* (per_node + 1) x sizes each */
 };
 
 int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
-                          struct pool_costs_cache **out, struct err *e)
+                          int overlap_backward, struct pool_costs_cache **out, struct err *e)
 {
     struct pool_costs_cache *c = calloc(1, sizeof *c);
     *out = c;
@@ -118,6 +119,7 @@ int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
         return err_set(e, ERR_FAIL, "out of memory");
     c->pm = pm;
     c->device_optimizer = device_optimizer;
+    c->overlap_backward = overlap_backward;
     c->L = model_layer_count(&pm->model);
     for (int k = 0; k < pm->K; k++)
         if ((c->bucket[k] = calloc((size_t)(pm->kind[k].per_node + 1) * (size_t)pm->n_sizes,
@@ -155,7 +157,8 @@ static int fill_slot(struct pool_costs_cache *c, int k, int tp, int size,
         return -1;
     if (pool_model_cluster(c->pm, &pipe, &cl, &e))
         return -1;
-    pool_costs_fill(&cl, slot->replicas, c->device_optimizer, &slot->costs);
+    pool_costs_fill(&cl, slot->replicas, c->device_optimizer, c->overlap_backward,
+                    &slot->costs);
     slot->costs.serial = ++c->serial;
     cluster_free(&cl);
     return 0;
@@ -305,10 +308,15 @@ double pool_bound(const struct pool_shape *s, const struct pool_summary *sum)
 /* A stage of kind u holds at most capacity_u (its memory >= the reserve and its layers' state;
  * activations, even all recomputed, only add), so sum_l state_u(l) / capacity_u over its
  * layers <= 1, and summed over the stages, sum_l min_u (state_u(l) / capacity_u) <= S. */
+int pool_summary_at(const struct pool_shape *s, struct pool_summary *sum)
+{
+    return sum->known && least_most_parts(s, 1, sum->whole, &sum->wholes);
+}
+
 double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum)
 {
     struct pool_summary at = *sum;
-    if (!sum->known || !least_most_parts(s, 1, at.whole, &at.wholes))
+    if (!pool_summary_at(s, &at))
         return pool_bound_first(s, sum);
     return pool_bound(s, &at);
 }
@@ -440,14 +448,22 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
         return 0;
     for (int k = 0; k <= L; k++)
         nxt[k] = k == L ? 0 : INFINITY;
+    /* the ends k the positions after b can take up from (nxt[k] finite): from_lo..from_hi */
+    int from_lo = L, from_hi = L;
     for (int b = S - 1; b >= 0; b--) {
         int u = kind_at[b], first = b, last = L - (S - b); /* a layer for every position */
         int in_flight = in_flights[b];
         double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
+        if (b == 0)
+            last = 0; /* stage 0 starts at layer 0: no other start is asked for */
+        if (last > from_hi - 1)
+            last = from_hi - 1;
         for (int i = 0; i <= L; i++)
             cur[i] = INFINITY;
         for (int i = first; i <= last; i++)
-            for (int k = i + 1; k <= L - (S - 1 - b); k++) {
+            for (int k = i + 1 > from_lo ? i + 1 : from_lo; k <= from_hi; k++) {
+                if (isinf(nxt[k]))
+                    continue;
                 double R = least_recompute_ms(s, p, u, i, k, in_flight);
                 double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0);
                 double own = arrive + s->M * (p->work[u][k] - p->work[u][i] + R);
@@ -461,14 +477,18 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
                 double tail = latency + p->tail[u][k] - p->tail[u][i];
                 if (p->state[u][k] - p->state[u][i] > cap || !(own + tail <= x))
                     break;
-                if (b < S - 1 ? isinf(nxt[k]) : k < L)
-                    continue;
                 double back = b < S - 1 ? nxt[k] + s->costs[u]->send_ms[k - 1] : 0;
                 double V = fmax(own, b < S - 1 ? back + p->bwd[u][k] - p->bwd[u][i] + R : 0);
                 if (V + tail <= x)
                     cur[i] = fmin(cur[i], V);
             }
         memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
+        for (from_lo = first; from_lo <= last && isinf(nxt[from_lo]); from_lo++)
+            ;
+        for (from_hi = last; from_hi >= from_lo && isinf(nxt[from_hi]); from_hi--)
+            ;
+        if (from_lo > from_hi)
+            return 0; /* no split of the layers from any start fits the positions from b */
     }
     return !isinf(nxt[0]);
 }
@@ -505,9 +525,10 @@ int pool_could_step(const struct pool_shape *s, double x)
         free(at);
         return 1; /* nothing proved */
     }
-    int *in_flights = kind_at + S; /* per position, whatever the order */
+    int *in_flights = kind_at + S; /* per position, whatever the order (read only when
+                                      activations must stay: least_recompute_ms) */
     for (int b = 0; b < S; b++)
-        in_flights[b] = schedule_in_flight(s->schedule, S, b, (int)s->M);
+        in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 0;
     /* rounding never leaves out a split that steps in x */
     int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
                            x * (1 + 1e-9), at);

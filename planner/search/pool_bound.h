@@ -61,15 +61,19 @@ void pool_costs_free(struct pool_costs *c);
 int pool_costs_copy(struct pool_costs *to, const struct pool_costs *from, int L);
 /* The costs of c's stage 0 alone, its gradients reduced over `replicas` replicas of all the
  * pipelines reducing together (the stage's own dp replicas when alone; <= 1: no reduction),
- * its optimizer step on the device when device_optimizer. */
+ * its optimizer step on the device when device_optimizer. overlap_backward: the reduction
+ * may overlap the stage's last backward where c buckets it, as sim.c runs one pipeline's
+ * replicas; 0: it starts after the last backward, as replicas_step runs pipelines side by
+ * side (replicas.h), so no backward comes off the tail. */
 void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
-                     struct pool_costs *out);
+                     int overlap_backward, struct pool_costs *out);
 
 /* The costs of a pool's stages, made from its model in memory when first asked for and kept
- * a while (a few dp and replica counts per kind, tp and size). */
+ * a while (a few dp and replica counts per kind, tp and size); pool_costs_fill's
+ * device_optimizer and overlap_backward for all. */
 struct pool_costs_cache;
 int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
-                          struct pool_costs_cache **out, struct err *e);
+                          int overlap_backward, struct pool_costs_cache **out, struct err *e);
 void pool_costs_cache_free(struct pool_costs_cache *c);
 /* Kind k's stage of tp GPUs at size index `size`, replicated dp times (its optimizer state
  * sharded over them with shard_optimizer), its gradients reduced over `replicas`; NULL when
@@ -86,6 +90,9 @@ double pool_bound(const struct pool_shape *s, const struct pool_summary *sum);
 double pool_bound_first(const struct pool_shape *s, const struct pool_summary *sum);
 /* pool_bound at s->M from a summary made at any M (its M work + tail made again at s->M). */
 double pool_bound_at(const struct pool_shape *s, const struct pool_summary *sum);
+/* What of the summary depends on s->M (whole, wholes) made again at s->M; it reads s's costs
+ * only, not its stage counts, so shapes of the same costs share it. 0: unknown (no bound). */
+int pool_summary_at(const struct pool_shape *s, struct pool_summary *sum);
 /* Whether the stages cannot hold the model's state, activations aside. */
 int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether some order of the kinds and split of the layers could step in x ms or less

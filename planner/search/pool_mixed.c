@@ -23,7 +23,8 @@
 #define MIX_TABLE_CELLS ((int64_t)1 << 24)
 /* Cells the table is cleared and closed by between looks at the clock. */
 #define MIX_TABLE_CHUNK ((int64_t)1 << 16)
-/* Probes of the bisection for the certificate (its precision: 2^-probes of the step). */
+/* Probes of the bisection for the certificate of a search --time-limit may stop (its
+ * precision: 2^-probes of the step); each builds the table again. */
 #define MIX_BISECT_PROBES 7
 /* Family summaries kept (a hash table). */
 #define MIX_FAMILIES 4096
@@ -53,6 +54,11 @@ struct mix_family {
     int known;
     struct pool_summary sum;
     struct pool_costs own[POOL_KINDS_MAX]; /* copies: the cache's entries move on */
+    /* per M (1..B): the summary's M work + tail there (pool_summary_at), made when first
+       asked for (its wholes 0: not yet, < 0: unknown) */
+    struct family_at {
+        double whole[POOL_KINDS_MAX], wholes;
+    } *at;
 };
 
 /* A group pipeline at one M, planned once (or refuted). */
@@ -68,6 +74,10 @@ struct mix_planned {
        refuted_N replicas (pool_could_step) */
     double refuted_x;
     int refuted_N;
+    /* planned: no pair holding its plan with floor_N replicas or more steps under floor_ms
+       (replicas_step_floor; 0: none known) */
+    double floor_ms;
+    int floor_N;
 };
 
 /* A shape's capacity under T by pool_could_step (shape_cap_tight), kept: exact, or only an
@@ -129,6 +139,7 @@ struct mix_state {
     double *floors; /* B + 1 of them: struct first's */
     struct mix_lead *leads; /* the shapes that could lead a pair, least bound first */
     int64_t n_leads, cap_leads;
+    int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
@@ -233,7 +244,70 @@ static const struct mix_family *family_of(struct mix_state *st, const struct mix
         pool_summarize(&s, &f->sum);
         f->known = f->sum.known;
     }
+    if (f->known && (f->at = calloc((size_t)st->B + 1, sizeof *f->at)) == NULL)
+        f->known = 0; /* no memory: no bound */
     return f;
+}
+
+/* pool_bound_at of s (a shape of the family f) at s->M, the family's part at s->M made once. */
+static double family_bound_at(const struct mix_family *f, const struct pool_shape *s)
+{
+    struct family_at *at = &f->at[(int64_t)s->M];
+    struct pool_summary sum = f->sum;
+    if (at->wholes == 0) {
+        if (pool_summary_at(s, &sum)) {
+            memcpy(at->whole, sum.whole, sizeof at->whole);
+            at->wholes = sum.wholes > 0 ? sum.wholes : -1;
+        } else
+            at->wholes = -1;
+    }
+    if (at->wholes < 0)
+        return pool_bound_first(s, &f->sum);
+    memcpy(sum.whole, at->whole, sizeof sum.whole);
+    sum.wholes = at->wholes;
+    return pool_bound(s, &sum);
+}
+
+/* Whether pool_bound_first of s at M is under T. */
+static int first_under(struct pool_shape *s, const struct mix_family *f, int64_t M, double T)
+{
+    s->M = (double)M;
+    return pool_bound_first(s, &f->sum) < T;
+}
+
+/* The most M at which pool_bound_first of s is under T (0: none): it rises with M, so a
+ * search from the last shape's answer (the shapes come in order, their answers near each
+ * other's), galloping away from it, then halving. */
+static int64_t cap_first(struct mix_state *st, struct pool_shape *s, const struct mix_family *f,
+                         double T)
+{
+    int64_t lo = 0, hi = st->B; /* under at lo (lo 0: none), not at hi + 1 */
+    int64_t guess = st->cap_guess < 1 ? 1 : st->cap_guess > hi ? hi : st->cap_guess;
+    if (first_under(s, f, guess, T))
+        for (int64_t step = 1, at; (lo = guess) < hi; guess = at, step *= 2) {
+            at = guess + step > hi ? hi : guess + step;
+            if (!first_under(s, f, at, T)) {
+                hi = at - 1;
+                break;
+            }
+        }
+    else
+        for (int64_t step = 1, at; (hi = guess - 1) > lo; guess = at, step *= 2) {
+            at = guess - step < 1 ? 1 : guess - step;
+            if (first_under(s, f, at, T)) {
+                lo = at;
+                break;
+            }
+        }
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (first_under(s, f, mid, T))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    st->cap_guess = lo;
+    return lo;
 }
 
 /* The most micro-batches a replica of x could take with its step under T (0: none). */
@@ -249,21 +323,13 @@ static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double
             s.stages[u++] = x->S[k];
             s.used = u;
         }
-    int64_t lo = 0, hi = st->B; /* bound(lo) < T (lo 0: none), bound(hi + 1) >= T */
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo + 1) / 2;
-        s.M = (double)mid;
-        if (pool_bound_first(&s, &f->sum) < T)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    int64_t lo = cap_first(st, &s, f, T);
     /* every stage's end with its tail (pool_bound's (2)) only lowers it: looked for
      * downwards from lo, a few steps at most (that bound need not rise with M step by step,
      * so what is left unlooked at stays in) */
     for (int look = 0; look < MIX_CAP_LOOKS && lo > 0; look++, lo--) {
         s.M = (double)lo;
-        if (pool_bound_at(&s, &f->sum) < T)
+        if (family_bound_at(f, &s) < T)
             break;
     }
     return lo;
@@ -648,7 +714,8 @@ static int any_pair(struct mix_state *st, double T, int *found, struct err *e)
 }
 
 /* The least T (within the bisection's precision, below `hi`) at which the table allows some
- * pair: no pair steps faster. hi when none is allowed at hi. 0 when stopped. */
+ * pair: no pair steps faster. hi when none is allowed at hi. 0 when stopped, and without a
+ * time limit (the search then finishes: its bound is T), the table left built for hi. */
 static int pairs_bound(struct mix_state *st, double hi, double *bound, struct err *e)
 {
     int found;
@@ -660,7 +727,7 @@ static int pairs_bound(struct mix_state *st, double hi, double *bound, struct er
         return ERR_OK;
     }
     double lo = 0;
-    for (int i = 0; i < MIX_BISECT_PROBES && !st->stopped; i++) {
+    for (int i = 0; i < MIX_BISECT_PROBES && !isinf(st->deadline) && !st->stopped; i++) {
         double mid = lo + (hi - lo) / 2;
         if (any_pair(st, mid, &found, e))
             return e->code;
@@ -855,6 +922,35 @@ static int group_ready(struct mix_state *st, const struct mix_shape *x, int dp, 
     return ERR_OK;
 }
 
+/* Whether no pair holding the planned group g with N replicas in all steps under T: its
+ * floor (replicas_step_floor: the other group's pipeline free, its bytes none) is not, kept
+ * as it only rises with N. */
+static int group_floor_refuted(struct mix_state *st, struct mix_planned *g, int N,
+                               struct err *e)
+{
+    double T = mix_T(st), floor;
+    if (g->floor_N > 0 && N >= g->floor_N && g->floor_ms >= T)
+        return 1;
+    if (replicas_step_floor(&g->plan, &g->pipe, N, &floor, e))
+        return 1;
+    if (floor < T)
+        return 0;
+    g->floor_ms = floor, g->floor_N = N;
+    return 1;
+}
+
+/* Whether the second group at M2, planned already, cannot be part of a pair under T: no
+ * plan of it steps alone under T, or its floor with N replicas does not. planned_reserve made
+ * room. */
+static int second_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int N,
+                          int M2, struct err *e)
+{
+    struct mix_planned *g = planned_of(st, x, dp, M2);
+    if (g->state == 0)
+        return 0;
+    return !g->fits || g->pipe.alone_ms >= mix_T(st) || group_floor_refuted(st, g, N, e);
+}
+
 /* ---- pairs --------------------------------------------------------------------------- */
 
 /* The pair scored: kept when it steps faster than the best. */
@@ -951,17 +1047,27 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
             group_bound(st, x, (int)dp, N, M2) >= mix_T(st) ||
             group_refuted(st, x, (int)dp, N, (int)M2))
             continue;
+        /* a second planned already (beside another first) whose plan no pair can hold
+         * saves planning this first */
+        struct mix_planned *gb, *ga;
+        if (planned_reserve(st, 2, e) || second_refuted(st, x, (int)dp, N, (int)M2, e)) {
+            if (e->code)
+                return e->code;
+            continue;
+        }
         if (!first_ready(st, f, e))
             return e->code;
         if (first_floor(st, f, N, e) >= mix_T(st))
             break; /* more replicas only lengthen the first's reduction */
-        struct mix_planned *gb, *ga;
         st->r->pairs++;
         if (e->code || planned_reserve(st, 1, e) ||
             group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
             return e->code;
-        if (gb == NULL)
+        if (gb == NULL || group_floor_refuted(st, gb, N, e)) {
+            if (e->code)
+                return e->code;
             continue;
+        }
         ga = planned_of(st, &a->x, a->dp, f->M); /* planned already */
         struct mix_group b = {.x = *x, .dp = (int)dp};
         if (score_pair(st, a, ga, &b, gb, B1, e))
@@ -1148,7 +1254,7 @@ static int search_size(struct mix_state *st, double *bound, struct err *e)
         return ERR_OK; /* no pair could beat the best: certified without a search */
     if (isinf(hi))
         *bound = 0;
-    if (table_build(st, isinf(hi) ? INFINITY : hi, e))
+    if (st->table_T != hi && table_build(st, hi, e))
         return e->code;
     double unsearched;
     if (search_leads(st, &unsearched, e))
@@ -1196,6 +1302,7 @@ static void families_reset(struct mix_state *st)
     for (int i = 0; st->family != NULL && i < MIX_FAMILIES; i++) {
         for (int u = 0; u < POOL_KINDS_MAX; u++)
             pool_costs_free(&st->family[i].own[u]);
+        free(st->family[i].at);
         memset(&st->family[i], 0, sizeof st->family[i]);
     }
 }
@@ -1231,7 +1338,8 @@ static int mix_setup(struct mix_state *st, const struct plan_options *o, struct 
     memcpy(st->r->sizes, pm->sizes, sizeof st->r->sizes);
     if ((st->family = calloc(MIX_FAMILIES, sizeof *st->family)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    return pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), &st->costs, e) ||
+    /* a pair's reductions start after each stage's last backward (replicas_step) */
+    return pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), 0, &st->costs, e) ||
            table_alloc(st, e);
 }
 
@@ -1382,7 +1490,8 @@ static void answer_certify(struct pool_answer *a)
     else if (a->lower_bound > 0) { /* the plan carries the whole answer's certificate */
         a->plan.search.lower_bound = a->lower_bound;
         a->plan.optimality_gap = a->gap;
-    }
+    } else /* none: the homogeneous search's own gap is not the answer's */
+        a->plan.optimality_gap = -1;
 }
 
 static void answer_kinds(const struct pool_model *pm, struct pool_answer *a)

@@ -24,10 +24,13 @@
  * capacities (each lowered to its pool_could_step capacity once probed, and kept), each group's
  * bound refined at its M (pool_could_step) before planning it with the best as its
  * --repartition cutoff. A group's pipeline is planned for its step alone (the reduction it
- * shares with the other group is replicas_step's). Its lower bound: T when it explored every
- * such pair; stopped at --time-limit, the least of T and the bound of the first lead it did
- * not finish, or the least T at which the table allows a pair (found by bisection before
- * the search), whichever is more. */
+ * shares with the other group is replicas_step's). The bounds count each stage's reduction
+ * over all the pair's replicas from its last backward on, as replicas_step runs it (no
+ * overlap with the backward); a planned group's floor (replicas_step_floor) is kept, and a
+ * second whose floor is not under T is left without planning the first beside it. Its lower
+ * bound: T when it explored every such pair; stopped at --time-limit, the least of T and the
+ * bound of the first lead it did not finish, or the least T at which the table allows a pair
+ * (found by bisection before the search, under a time limit only), whichever is more. */
 #ifndef BALLAST_POOL_MIXED_H
 #define BALLAST_POOL_MIXED_H
 

@@ -467,14 +467,6 @@ static int plan_shape_of(const struct cluster *c, const struct plan_options *o,
     return rc;
 }
 
-/* --schedule auto (--method optimal's): every candidate schedule planned. With --min-gain G
- * the plan kept is the earliest candidate (1f1b, gpipe, zb-h1, v-half, interleaved by v:
- * simplest first) whose step is within G of the fastest step found for any of them, so a
- * more complex schedule is taken only where it gains at least G; with G = 0 the least step
- * (ties within noise: the earlier candidate). The fastest step is each plan's own fastest
- * (one margin, not one per schedule). With --repartition, 1f1b's search gives the order and
- * split the others are planned on, or the cluster's split, the faster (plan_on_either);
- * gpipe searches its own. */
 /* One candidate schedule's plan: with --repartition, 1F1B's searched split (kept in
  * *arranged for the other schedules) or another schedule's plan on either split; else the
  * schedule on the cluster's split. */
@@ -490,14 +482,8 @@ static int plan_candidate(const struct cluster *c, const struct plan_options *o,
                                     e);
     if (o->repartition && sh->kind == SCHEDULE_1F1B) {
         struct cluster cs = with_shape(c, sh);
-        if (shape_allowed(c, o, sh, e))
-            return e->code;
-        int rc = plan_repartitioned(&cs, o, out, arranged, e);
-        if (rc != ERR_OK) {
-            free(arranged->stages);
-            arranged->stages = NULL;
-        }
-        return rc;
+        return shape_allowed(c, o, sh, e) ? e->code
+                                          : plan_repartitioned(&cs, o, out, arranged, e);
     }
     return plan_shape_of(c, o, sh, out, e);
 }
@@ -531,6 +517,14 @@ static int auto_nofit(const struct plan_try *tried, int n, struct err *e)
     return ERR_NOFIT;
 }
 
+/* --schedule auto (--method optimal's): every candidate schedule planned. With --min-gain G
+ * the plan kept is the earliest candidate (1f1b, gpipe, zb-h1, v-half, interleaved by v:
+ * simplest first) whose step is within G of the fastest step found for any of them, so a
+ * more complex schedule is taken only where it gains at least G; with G = 0 the least step
+ * (ties within noise: the earlier candidate). The fastest step is each plan's own fastest
+ * (one margin, not one per schedule). With --repartition, 1f1b's search gives the order and
+ * split the others are planned on, or the cluster's split, the faster (plan_on_either);
+ * gpipe searches its own. */
 static int plan_auto_schedule(const struct cluster *c, const struct plan_options *o,
                               struct plan *out, struct err *e)
 {

@@ -353,7 +353,6 @@ static int stage_carve(struct stage_runner *r, struct err *e)
     return ERR_OK;
 }
 
-/* Host staging, receipt handles, the four arenas and the executor over them. */
 /* The host buffers of a micro-batch's tokens and targets, and each slot's pending request. */
 static int alloc_host_side(struct stage_runner *r, struct err *e)
 {
@@ -402,6 +401,7 @@ static int alloc_arenas(struct stage_runner *r, struct err *e)
     return ERR_OK;
 }
 
+/* Host staging, receipt handles, the four arenas and the executor over them. */
 static int stage_alloc(struct stage_runner *r, struct err *e)
 {
     const struct stage_config *c = &r->c;

@@ -516,7 +516,6 @@ static int setup_stages_in_turn(struct run *r, struct err *e)
     return rc == ERR_OK ? load_state(r, e) : rc;
 }
 
-/* Every rank's GPU (or none), gathered; the same choice on every rank (transport_choose). */
 /* Which transport the pipeline uses, from every rank's GPU (the ranks' ids gathered): on
  * GPUs holding several chunks, MPI, whose messages go by tag (NCCL matches them by order and
  * joins neighbouring ranks only). */
@@ -574,6 +573,7 @@ static int start_nccl(struct run *r, int max_requests, struct err *e)
     return all;
 }
 
+/* Every rank's GPU (or none), gathered; the same choice on every rank (transport_choose). */
 static int setup_pipeline_transport(struct run *r, struct err *e)
 {
     const struct plan *p = &r->plan;

@@ -266,7 +266,6 @@ int fw_settings_apply(struct plan *p, const struct fw_settings *fs, int framewor
 
 /* ---- reading a plan's actions as settings ---- */
 
-/* Stage s's recompute as one form, or 0 with why. */
 /* How stage s recomputes its blocks: whole (how many), in part, whether the whole ones are
  * its first, and the one option those in part take (-2: none). */
 struct block_tally {
@@ -323,6 +322,7 @@ static int module_of(const struct plan_stage *st, int framework_acts)
     return -1;
 }
 
+/* Stage s's recompute as one form, or 0 with why. */
 static int read_stage(const struct plan *p, int s, int framework_acts, struct fw_stage *fs,
                       char *why, size_t size)
 {

@@ -145,13 +145,6 @@ done:
     return e->code;
 }
 
-/* One binary x_lc per choice c of layer l, sum_c x_lc = 1, tau >= sum_c t_lc x_lc, memory
- * sum_lc w_lc x_lc + tau <= cap. Layers whose choices cost exactly the same (a model's blocks)
- * can swap choices without changing anything, and GLPK, which cannot tell, would search every
- * such permutation: for two alike layers l before l', sum_c c x_lc >= sum_c c x_l'c keeps
- * only the one with choices in decreasing order. Columns: the choices in the problem's order
- * (choice i is column i + 1), then tau. Rows: memory, then per layer its sum and transient
- * rows, then the order rows. */
 /* prev[l]: the nearest layer before l with the same choices (same weights, transients and
  * times), or -1; returns how many layers have one (each an order row below). */
 static int alike_before(const struct knap_problem *p, int *prev)
@@ -175,6 +168,13 @@ static int alike_before(const struct knap_problem *p, int *prev)
     return orders;
 }
 
+/* One binary x_lc per choice c of layer l, sum_c x_lc = 1, tau >= sum_c t_lc x_lc, memory
+ * sum_lc w_lc x_lc + tau <= cap. Layers whose choices cost exactly the same (a model's blocks)
+ * can swap choices without changing anything, and GLPK, which cannot tell, would search every
+ * such permutation: for two alike layers l before l', sum_c c x_lc >= sum_c c x_l'c keeps
+ * only the one with choices in decreasing order. Columns: the choices in the problem's order
+ * (choice i is column i + 1), then tau. Rows: memory, then per layer its sum and transient
+ * rows, then the order rows. */
 static int solve_choices(const struct knap_problem *p, double *objective, struct err *e)
 {
     int n = p->n, nc = p->first_choice[n], tau = nc + 1, orders = 0;

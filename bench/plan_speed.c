@@ -100,7 +100,7 @@ static double plan_once(const struct cluster *c, const char *method, int verify,
     if (out->rc == ERR_OK) {
         for (int s = 0; s < p.n_stages; s++)
             for (int l = 0; l < plan_stage_layer_count(&p.stages[s]); l++)
-                if (p.stages[s].recompute[l]) {
+                if (p.stages[s].actions[l].choice) {
                     out->recomputing++;
                     break;
                 }

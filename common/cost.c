@@ -83,7 +83,8 @@ int cost_choice_count(const struct layer_cost *c)
 
 struct cost_row cost_row(const struct layer_cost *c, int choice)
 {
-    struct cost_row r = {.choice = choice, .place = COST_PLACE_DEVICE, .offload_option = -1};
+    struct cost_row r = {.action = LAYER_ACTION_KEEP};
+    r.action.choice = (unsigned char)choice;
     if (choice == COST_KEEP) {
         r.kept_bytes = c->act_bytes + c->wgrad_bytes;
         r.wgrad_ms = c->wgrad_ms;
@@ -100,25 +101,25 @@ struct cost_row cost_row(const struct layer_cost *c, int choice)
     return r;
 }
 
-struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cost_place place,
-                                int offload_option, int ahead)
+struct cost_row cost_action_row(const struct layer_cost *c, const struct layer_action *a)
 {
-    struct cost_row r = cost_row(c, choice);
-    if (choice == COST_KEEP && (place == COST_PLACE_HOST || offload_option >= 0)) {
+    struct cost_row r = cost_row(c, a->choice);
+    if (a->choice == COST_KEEP && layer_action_offloads(a)) {
         r.kept_bytes = c->act_bytes; /* what comes back lives only through the backward */
         r.wgrad_ms = 0;
     }
-    if (place == COST_PLACE_HOST) {
-        r.place = COST_PLACE_HOST;
+    if (a->place == COST_PLACE_HOST) {
+        r.action.place = COST_PLACE_HOST;
         r.host_bytes = r.kept_bytes;
         r.kept_bytes = 0;
-    } else if (offload_option >= 0 && choice == COST_KEEP) {
-        int64_t sent = c->options[offload_option].transient_bytes;
-        r.offload_option = offload_option;
+    } else if (a->offload_option >= 0 && a->choice == COST_KEEP) {
+        int64_t sent = c->options[a->offload_option].transient_bytes;
+        r.action.offload_option = a->offload_option;
         r.host_bytes = sent;
         r.kept_bytes = c->act_bytes - sent;
     }
-    r.prefetch_ahead = r.host_bytes > 0 ? (ahead > 0 ? ahead : COST_PREFETCH_AHEAD) : 0;
+    int ahead = a->prefetch_ahead > 0 ? a->prefetch_ahead : COST_PREFETCH_AHEAD;
+    r.action.prefetch_ahead = r.host_bytes > 0 ? ahead : 0;
     return r;
 }
 
@@ -132,12 +133,18 @@ int cost_actions(const struct layer_cost *c, int whole_offload,
 {
     int n = 0, choices = cost_choice_count(c);
     for (int k = 0; k < choices; k++) {
-        rows[n++] = cost_action_row(c, k, COST_PLACE_DEVICE, -1, 0);
+        struct layer_action a = LAYER_ACTION_KEEP;
+        a.choice = (unsigned char)k;
+        rows[n++] = cost_action_row(c, &a);
+        a.place = COST_PLACE_HOST;
         if (whole_offload)
-            rows[n++] = cost_action_row(c, k, COST_PLACE_HOST, -1, 0);
+            rows[n++] = cost_action_row(c, &a);
     }
-    for (int k = 0; k < c->n_options; k++)
-        rows[n++] = cost_action_row(c, COST_KEEP, COST_PLACE_DEVICE, k, 0);
+    for (int k = 0; k < c->n_options; k++) {
+        struct layer_action a = LAYER_ACTION_KEEP;
+        a.offload_option = (signed char)k;
+        rows[n++] = cost_action_row(c, &a);
+    }
     return n;
 }
 
@@ -179,8 +186,8 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
     s->host += row->host_bytes;
     if (row->host_bytes > s->host_max)
         s->host_max = row->host_bytes;
-    if (row->prefetch_ahead > s->ahead_max)
-        s->ahead_max = row->prefetch_ahead;
+    if (row->action.prefetch_ahead > s->ahead_max)
+        s->ahead_max = row->action.prefetch_ahead;
 }
 
 int64_t cost_sum_staging(const struct cost_sum *s)
@@ -209,24 +216,19 @@ double cost_stage_ms(double compute_ms, double recompute_ms)
     return compute_ms + recompute_ms;
 }
 
-void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
-                int in_flight, int64_t reserve_bytes, struct stage_cost *out)
-{
-    struct cost_actions a = {.recompute = recompute};
-    cost_stage_actions(layers, n, &a, in_flight, reserve_bytes, out);
-}
-
-void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
-                        int in_flight, int64_t reserve_bytes, struct stage_cost *out)
+/* M, H and T of the stage with action a->actions[l] (NULL: kept) per layer, its choice
+ * choices[l] instead when choices is not NULL. */
+static void stage_sum(const struct layer_cost *layers, int n, const unsigned char *choices,
+                      const struct cost_actions *a, int in_flight, int64_t reserve_bytes,
+                      struct stage_cost *out)
 {
     struct cost_sum s = {0};
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &layers[l];
-        struct cost_row r = cost_action_row(
-            c, a->recompute != NULL ? a->recompute[l] : COST_KEEP,
-            a->place != NULL ? (enum cost_place)a->place[l] : COST_PLACE_DEVICE,
-            a->offload_option != NULL ? a->offload_option[l] : -1,
-            a->prefetch_ahead != NULL ? a->prefetch_ahead[l] : 0);
+        struct layer_action act = a->actions != NULL ? a->actions[l] : LAYER_ACTION_KEEP;
+        if (choices != NULL)
+            act.choice = choices[l];
+        struct cost_row r = cost_action_row(c, &act);
         enum cost_place o = cost_layer_optimizer(a->optimizer, a->optimizer_from, l);
         cost_sum_add(&s, cost_layer_state(c, o), c->workspace_bytes, c->fwd_ms + c->bwd_ms, &r);
         if (o == COST_PLACE_HOST)
@@ -247,6 +249,18 @@ void cost_stage_actions(const struct layer_cost *layers, int n, const struct cos
         .recompute_ms = s.recompute_ms,
         .stage_ms = cost_stage_ms(s.compute_ms, s.recompute_ms),
     };
+}
+
+void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
+                int in_flight, int64_t reserve_bytes, struct stage_cost *out)
+{
+    stage_sum(layers, n, recompute, &(struct cost_actions){0}, in_flight, reserve_bytes, out);
+}
+
+void cost_stage_actions(const struct layer_cost *layers, int n, const struct cost_actions *a,
+                        int in_flight, int64_t reserve_bytes, struct stage_cost *out)
+{
+    stage_sum(layers, n, NULL, a, in_flight, reserve_bytes, out);
 }
 
 int64_t cost_chunks_memory(const struct stage_cost *chunks, int n, int64_t reserve_bytes)

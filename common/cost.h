@@ -1,8 +1,9 @@
 /* The cost model (docs/cost-model.md), shared by the planner, the simulator, the runtime and the
  * tests: the one place its formula is written. Each layer l of a stage takes an action: a
- * recompute choice c_l (the `recompute` arrays of the planner and plans hold one per layer)
- * and a place for what the choice keeps. A choice keeps kept_l bytes per micro-batch,
- * regenerates transient_l bytes just before its backward and costs recompute_l ms:
+ * recompute choice c_l (a plan holds one struct layer_action per layer; the solvers' choice
+ * vectors one choice per layer) and a place for what the choice keeps. A choice keeps kept_l
+ * bytes per micro-batch, regenerates transient_l bytes just before its backward and costs
+ * recompute_l ms:
  *   COST_KEEP         (act_l, 0, 0)
  *   COST_FULL         (ckpt_l, act_l - ckpt_l, fwd_l)       the whole layer
  *   COST_OPTION + k   the layer's option k (profile.h)
@@ -79,12 +80,34 @@ enum cost_place { COST_PLACE_DEVICE = 0, COST_PLACE_HOST = 1 };
  * before its backward (the runtime moves it earlier when late). */
 #define COST_PREFETCH_AHEAD 1
 
-/* One action a layer can take (an action row). */
+/* What one layer does with its memory: the action a plan holds per layer. Its cost row
+ * (cost_action_row), the plan file's fields (common/plan.h), the runtime's placement of its
+ * tensors and the executor's hooks (runtime/stage.h) are each derived from it. */
+struct layer_action {
+    unsigned char choice;       /* COST_KEEP, COST_FULL or COST_OPTION + k */
+    unsigned char place;        /* enum cost_place of what the choice keeps */
+    signed char offload_option; /* -1, or with COST_KEEP on the device: option k to the host */
+    int prefetch_ahead;         /* layer-ops; 0 when nothing goes to the host */
+};
+
+/* Keep everything on the device. */
+#define LAYER_ACTION_KEEP ((struct layer_action){COST_KEEP, COST_PLACE_DEVICE, -1, 0})
+
+static inline int layer_action_equal(const struct layer_action *a, const struct layer_action *b)
+{
+    return a->choice == b->choice && a->place == b->place &&
+           a->offload_option == b->offload_option && a->prefetch_ahead == b->prefetch_ahead;
+}
+
+/* Whether the action sends anything it keeps to the host (whole, or an option's tensors). */
+static inline int layer_action_offloads(const struct layer_action *a)
+{
+    return a->place == COST_PLACE_HOST || a->offload_option >= 0;
+}
+
+/* One action a layer can take with its costs (an action row). */
 struct cost_row {
-    int choice;              /* COST_KEEP, COST_FULL or COST_OPTION + k */
-    enum cost_place place;   /* of the kept bytes */
-    int offload_option;      /* -1, or with COST_KEEP on the device: option k to the host */
-    int prefetch_ahead;      /* layer-ops; 0 when nothing goes to the host */
+    struct layer_action action; /* prefetch_ahead: 0 exactly when host_bytes is */
     int64_t kept_bytes;      /* on the device per micro-batch, from forward to backward */
     int64_t host_bytes;      /* in host memory per micro-batch; copied once each way */
     int64_t transient_bytes; /* regenerated just before the backward */
@@ -157,10 +180,10 @@ int cost_rows(const struct layer_cost *c, struct cost_row rows[COST_ROWS_MAX]);
 /* One layer's (kept, transient, recompute ms) for `choice`: cost_row's numbers. */
 void cost_choice(const struct layer_cost *c, int choice, int64_t *kept, int64_t *transient,
                  double *recompute_ms);
-/* The row of an action: `choice` with what it keeps in `place`, or with COST_KEEP on the
- * device option `offload_option` (-1: none) sent to the host; `ahead` for anything sent. */
-struct cost_row cost_action_row(const struct layer_cost *c, int choice, enum cost_place place,
-                                int offload_option, int ahead);
+/* The row of an action: its choice with what it keeps in its place, or with COST_KEEP on
+ * the device its offload option (-1: none) sent to the host; prefetched prefetch_ahead
+ * layer-ops ahead (0: COST_PREFETCH_AHEAD) when anything is sent. */
+struct cost_row cost_action_row(const struct layer_cost *c, const struct layer_action *a);
 /* Every action of the layer with the host (its choices on the device, on the host when
  * `whole_offload`, and kept with each option offloaded), prefetched COST_PREFETCH_AHEAD
  * ahead; returns the count. */
@@ -189,14 +212,11 @@ double cost_stage_ms(double compute_ms, double recompute_ms);
 /* `recompute` has n choices (NULL: every layer kept). */
 void cost_stage(const struct layer_cost *layers, int n, const unsigned char *recompute,
                 int in_flight, int64_t reserve_bytes, struct stage_cost *out);
-/* The same with places, offload options and prefetch triggers (each NULL: device, -1, and
- * COST_PREFETCH_AHEAD) and the stage's optimizer place (zero: the device), on the host for
- * its layers from optimizer_from on (0: every layer). */
+/* The same with an action per layer (NULL: every layer kept on the device) and the stage's
+ * optimizer place (zero: the device), on the host for its layers from optimizer_from on (0:
+ * every layer). */
 struct cost_actions {
-    const unsigned char *recompute;
-    const unsigned char *place;
-    const signed char *offload_option;
-    const int *prefetch_ahead;
+    const struct layer_action *actions;
     enum cost_place optimizer;
     int optimizer_from;
 };

@@ -4,10 +4,22 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "jsonio.h"
+
+/* The stage's per-layer arrays for first..last: its actions (every layer kept) and costs. */
+static int stage_alloc_layers(struct plan_stage *st)
+{
+    int n = plan_stage_layer_count(st);
+    st->actions = malloc((size_t)n * sizeof *st->actions);
+    st->layers = calloc((size_t)n, sizeof *st->layers);
+    if (st->actions == NULL || st->layers == NULL)
+        return ERR_FAIL;
+    for (int l = 0; l < n; l++)
+        st->actions[l] = LAYER_ACTION_KEEP;
+    return ERR_OK;
+}
 
 int plan_init(struct plan *p, int n_stages, const int *first, const int *last, struct err *e)
 {
@@ -26,10 +38,7 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
         st->tp = st->dp = 1;
         st->first = first[s];
         st->last = last[s];
-        int n = plan_stage_layer_count(st);
-        st->recompute = calloc((size_t)n, 1);
-        st->layers = calloc((size_t)n, sizeof *st->layers);
-        if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st)) {
+        if (stage_alloc_layers(st)) {
             plan_free(p);
             return err_set(e, ERR_FAIL, "out of memory allocating plan stage %d", s);
         }
@@ -40,12 +49,11 @@ int plan_init(struct plan *p, int n_stages, const int *first, const int *last, s
 void plan_free(struct plan *p)
 {
     for (int s = 0; s < p->n_stages; s++) {
-        free(p->stages[s].recompute);
+        free(p->stages[s].actions);
         free(p->stages[s].layers);
         if (p->stages[s].arena != NULL)
             arena_free(p->stages[s].arena);
         free(p->stages[s].arena);
-        plan_stage_free_offload(&p->stages[s]);
     }
     free(p->stages);
     free(p->replica_micro_batches);
@@ -109,19 +117,20 @@ static void recompute_to_json(const struct plan_stage *st, cJSON *so)
     cJSON *rec = cJSON_AddArrayToObject(so, "recompute");
     int partial = 0;
     for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        if (st->recompute[l] == COST_FULL)
+        if (st->actions[l].choice == COST_FULL)
             cJSON_AddItemToArray(rec, cJSON_CreateNumber(st->first + l));
-        partial += st->recompute[l] >= COST_OPTION;
+        partial += st->actions[l].choice >= COST_OPTION;
     }
     if (partial == 0)
         return;
     cJSON *opts = cJSON_AddArrayToObject(so, "recompute_options");
     for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        if (st->recompute[l] < COST_OPTION)
+        if (st->actions[l].choice < COST_OPTION)
             continue;
         cJSON *item = cJSON_CreateObject();
         cJSON_AddNumberToObject(item, "layer", st->first + l);
-        cJSON_AddStringToObject(item, "option", cost_choice_name(&st->layers[l], st->recompute[l]));
+        cJSON_AddStringToObject(item, "option",
+                                cost_choice_name(&st->layers[l], st->actions[l].choice));
         cJSON_AddItemToArray(opts, item);
     }
 }
@@ -258,13 +267,13 @@ static int read_options(const cJSON *so, const char *file, const char *path,
             return e->code;
         int l = (int)(v - st->first);
         const struct layer_cost *c = &st->layers[l];
-        if (st->recompute[l])
+        if (st->actions[l].choice)
             return err_set(e, ERR_INPUT, "%s: %s.layer: layer %lld already has a recompute "
                            "choice (recompute or an earlier entry)", file, ip, (long long)v);
-        for (int o = 0; o < c->n_options && !st->recompute[l]; o++)
+        for (int o = 0; o < c->n_options && !st->actions[l].choice; o++)
             if (strcmp(c->options[o].name, name) == 0)
-                st->recompute[l] = (unsigned char)(COST_OPTION + o);
-        if (!st->recompute[l]) {
+                st->actions[l].choice = (unsigned char)(COST_OPTION + o);
+        if (!st->actions[l].choice) {
             char known[PROFILE_OPTIONS_MAX * (PROFILE_OPTION_NAME_MAX + 2) + 8] = "";
             for (int o = 0; o < c->n_options; o++)
                 snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
@@ -367,10 +376,7 @@ static int read_layer_range(const cJSON *so, const char *file, const char *path,
                        file, sub, (long long)r[0], (long long)r[1], expect_first);
     st->first = (int)r[0];
     st->last = (int)r[1];
-    int n = plan_stage_layer_count(st);
-    st->recompute = calloc((size_t)n, 1);
-    st->layers = calloc((size_t)n, sizeof *st->layers);
-    if (st->recompute == NULL || st->layers == NULL || plan_stage_alloc_offload(st))
+    if (stage_alloc_layers(st))
         return err_set(e, ERR_FAIL, "%s: out of memory", file);
     return ERR_OK;
 }
@@ -390,10 +396,10 @@ static int read_recompute(const cJSON *so, const char *file, const char *path,
         jsonio_path_index(ip, sub, k);
         if (jsonio_int_value(it, file, ip, st->first, st->last, &v, e))
             return e->code;
-        if (st->recompute[v - st->first])
+        if (st->actions[v - st->first].choice)
             return err_set(e, ERR_INPUT, "%s: %s: layer %lld listed twice", file, ip,
                            (long long)v);
-        st->recompute[v - st->first] = COST_FULL;
+        st->actions[v - st->first].choice = COST_FULL;
     }
     return ERR_OK;
 }

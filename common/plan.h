@@ -22,7 +22,9 @@ struct plan_stage {
     char device[PROFILE_NAME_MAX];
     char device_kind[8];      /* "cpu" or "cuda", from the stage's profile; always */
     int first, last;          /* global layer indices, inclusive */
-    unsigned char *recompute; /* owned, one choice (cost.h) per layer of the stage */
+    /* owned, per layer of the stage: what it does with its memory (cost.h), written in the
+     * file as "recompute", "recompute_options", "offload", "offload_options", "prefetch" */
+    struct layer_action *actions;
     struct layer_cost *layers; /* owned, the stage's layer costs */
     int in_flight;
     int64_t capacity_bytes;      /* the stage's memory_bytes in the cluster */
@@ -33,10 +35,7 @@ struct plan_stage {
     double stage_ms;             /* T per micro-batch */
     struct link link;            /* to the next stage */
     struct arena *arena;         /* owned; NULL: the slots carving of cost.h */
-    /* Offloading (docs/cost-model.md "Offload"): what each layer keeps in host memory. */
-    unsigned char *place;        /* owned, per layer, COST_PLACE_* */
-    signed char *offload_option; /* owned, per layer, -1 or an option sent to the host */
-    int *prefetch_ahead;         /* owned, per layer, 0 when nothing offloaded */
+    /* Offloading (docs/cost-model.md "Offload"), of what the actions send to the host. */
     int64_t host_memory_bytes;   /* H */
     int64_t host_limit_bytes;    /* the cluster stage's host_memory_bytes; 0: no offload */
     int64_t staging_bytes;       /* in memory_bytes */
@@ -152,16 +151,17 @@ void plan_stage_recost(const struct plan *p, struct plan_stage *st);
 /* The stage's actions as the cost model takes them, and layer l's action row. */
 struct cost_actions plan_stage_actions(const struct plan_stage *st);
 struct cost_row plan_stage_row(const struct plan_stage *st, int l);
+/* The recompute choices of the stage's actions, as the solvers' choice vectors hold them:
+ * copied out into choice[], or set from it (places and offloads unchanged). */
+void plan_stage_choices(const struct plan_stage *st, unsigned char *choice);
+void plan_stage_set_choices(struct plan_stage *st, const unsigned char *choice);
 /* Whether any layer of the stage sends activations to the host (its optimizer aside). */
 int plan_stage_offloads(const struct plan_stage *st);
 /* Per micro-batch, each way: one copy per offloaded layer over the host link. */
 double plan_stage_copy_ms(const struct plan_stage *st);
-/* plan_offload.c: the per-layer offload arrays (nothing offloaded); the stage's offload
- * fields written into and read from its JSON object ("offload", "offload_options",
- * "prefetch", "host_memory_bytes", "host_limit_bytes", "copy_ms", "host_link",
- * "staging_bytes"), checked against the cost model once read. */
-int plan_stage_alloc_offload(struct plan_stage *st);
-void plan_stage_free_offload(struct plan_stage *st);
+/* plan_offload.c: the stage's offload fields written into and read from its JSON object
+ * ("offload", "offload_options", "prefetch", "host_memory_bytes", "host_limit_bytes",
+ * "copy_ms", "host_link", "staging_bytes"), checked against the cost model once read. */
 void plan_offload_to_json(const struct plan_stage *st, cJSON *so);
 int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
                            struct plan_stage *st, struct err *e);

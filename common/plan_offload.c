@@ -8,32 +8,9 @@
 #include "jsonio.h"
 #include "plan.h"
 
-int plan_stage_alloc_offload(struct plan_stage *st)
-{
-    int n = plan_stage_layer_count(st);
-    st->place = calloc((size_t)n, sizeof *st->place);
-    st->offload_option = malloc((size_t)n * sizeof *st->offload_option);
-    st->prefetch_ahead = calloc((size_t)n, sizeof *st->prefetch_ahead);
-    if (st->place == NULL || st->offload_option == NULL || st->prefetch_ahead == NULL)
-        return ERR_FAIL;
-    memset(st->offload_option, -1, (size_t)n);
-    return ERR_OK;
-}
-
-void plan_stage_free_offload(struct plan_stage *st)
-{
-    free(st->place);
-    free(st->offload_option);
-    free(st->prefetch_ahead);
-    st->place = NULL;
-    st->offload_option = NULL;
-    st->prefetch_ahead = NULL;
-}
-
 struct cost_actions plan_stage_actions(const struct plan_stage *st)
 {
-    return (struct cost_actions){st->recompute, st->place, st->offload_option,
-                                 st->prefetch_ahead, st->optimizer, st->optimizer_from};
+    return (struct cost_actions){st->actions, st->optimizer, st->optimizer_from};
 }
 
 double plan_stage_optimizer_fraction(const struct plan_stage *st)
@@ -46,10 +23,19 @@ double plan_stage_optimizer_fraction(const struct plan_stage *st)
 
 struct cost_row plan_stage_row(const struct plan_stage *st, int l)
 {
-    return cost_action_row(&st->layers[l], st->recompute[l],
-                           st->place ? (enum cost_place)st->place[l] : COST_PLACE_DEVICE,
-                           st->offload_option ? st->offload_option[l] : -1,
-                           st->prefetch_ahead ? st->prefetch_ahead[l] : 0);
+    return cost_action_row(&st->layers[l], &st->actions[l]);
+}
+
+void plan_stage_choices(const struct plan_stage *st, unsigned char *choice)
+{
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        choice[l] = st->actions[l].choice;
+}
+
+void plan_stage_set_choices(struct plan_stage *st, const unsigned char *choice)
+{
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        st->actions[l].choice = choice[l];
 }
 
 int plan_stage_offloads(const struct plan_stage *st)
@@ -80,19 +66,19 @@ void plan_offload_to_json(const struct plan_stage *st, cJSON *so)
     cJSON *opts = cJSON_AddArrayToObject(so, "offload_options");
     cJSON *pre = cJSON_AddArrayToObject(so, "prefetch");
     for (int l = 0; l < n; l++) {
-        if (st->place[l] == COST_PLACE_HOST)
+        if (st->actions[l].place == COST_PLACE_HOST)
             cJSON_AddItemToArray(off, cJSON_CreateNumber(st->first + l));
-        if (st->offload_option[l] >= 0) {
+        if (st->actions[l].offload_option >= 0) {
             cJSON *item = cJSON_CreateObject();
             cJSON_AddNumberToObject(item, "layer", st->first + l);
             cJSON_AddStringToObject(item, "option",
-                                    st->layers[l].options[st->offload_option[l]].name);
+                                    st->layers[l].options[st->actions[l].offload_option].name);
             cJSON_AddItemToArray(opts, item);
         }
-        if (st->prefetch_ahead[l] > 0) {
+        if (st->actions[l].prefetch_ahead > 0) {
             cJSON *item = cJSON_CreateObject();
             cJSON_AddNumberToObject(item, "layer", st->first + l);
-            cJSON_AddNumberToObject(item, "ahead", st->prefetch_ahead[l]);
+            cJSON_AddNumberToObject(item, "ahead", st->actions[l].prefetch_ahead);
             cJSON_AddItemToArray(pre, item);
         }
     }
@@ -137,9 +123,9 @@ static int read_offload(const cJSON *it, const char *file, const char *ip, int l
                         struct plan_stage *st, struct err *e)
 {
     (void)it;
-    if (st->place[l] == COST_PLACE_HOST)
+    if (st->actions[l].place == COST_PLACE_HOST)
         return err_set(e, ERR_INPUT, "%s: %s: layer %d listed twice", file, ip, st->first + l);
-    st->place[l] = COST_PLACE_HOST;
+    st->actions[l].place = COST_PLACE_HOST;
     return ERR_OK;
 }
 
@@ -150,16 +136,16 @@ static int read_offload_option(const cJSON *it, const char *file, const char *ip
     const struct layer_cost *c = &st->layers[l];
     if (jsonio_str(it, file, ip, "option", &name, e))
         return e->code;
-    if (st->recompute[l] != COST_KEEP || st->place[l] != COST_PLACE_DEVICE ||
-        st->offload_option[l] >= 0)
+    if (st->actions[l].choice != COST_KEEP || st->actions[l].place != COST_PLACE_DEVICE ||
+        st->actions[l].offload_option >= 0)
         return err_set(e, ERR_INPUT,
                        "%s: %s.layer: layer %d is recomputed, offloaded whole or listed twice "
                        "(an option goes to the host only from a kept layer on the device)",
                        file, ip, st->first + l);
     for (int k = 0; k < c->n_options; k++)
         if (strcmp(c->options[k].name, name) == 0)
-            st->offload_option[l] = (signed char)k;
-    if (st->offload_option[l] < 0)
+            st->actions[l].offload_option = (signed char)k;
+    if (st->actions[l].offload_option < 0)
         return err_set(e, ERR_INPUT, "%s: %s.option: \"%s\" is not an option of layer %d (%s)",
                        file, ip, name, st->first + l, c->name);
     return ERR_OK;
@@ -173,9 +159,9 @@ static int read_prefetch(const cJSON *it, const char *file, const char *ip, int 
         return err_set(e, ERR_INPUT, "%s: %s: expected {\"layer\", \"ahead\"}", file, ip);
     if (jsonio_int(it, file, ip, "ahead", 1, 1 << 20, &ahead, e))
         return e->code;
-    if (st->prefetch_ahead[l] > 0)
+    if (st->actions[l].prefetch_ahead > 0)
         return err_set(e, ERR_INPUT, "%s: %s: layer %d listed twice", file, ip, st->first + l);
-    st->prefetch_ahead[l] = (int)ahead;
+    st->actions[l].prefetch_ahead = (int)ahead;
     return ERR_OK;
 }
 
@@ -198,9 +184,8 @@ int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
         (host_link != NULL && link_from_json(host_link, file, lp, 0, &st->host_link, e)))
         return e->code;
     for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        int sent = plan_stage_row(st, l).host_bytes > 0 || st->place[l] == COST_PLACE_HOST ||
-                   st->offload_option[l] >= 0;
-        if (sent != (st->prefetch_ahead[l] > 0))
+        int sent = layer_action_offloads(&st->actions[l]);
+        if (sent != (st->actions[l].prefetch_ahead > 0))
             return err_set(e, ERR_INPUT,
                            "%s: %s.prefetch: layer %d %s, so it %s a prefetch entry", file, path,
                            st->first + l, sent ? "is offloaded" : "offloads nothing",

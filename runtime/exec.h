@@ -148,9 +148,10 @@ struct exec_config {
      * always) and the host slots (host_alloc), the caller's; per layer, how many layer-ops
      * ahead of its backward its prefetch starts (< 1: 1), growing by one after a late
      * prefetch up to prefetch_depth (the staging buffers' room); host bytes beyond
-     * host_limit_bytes (< 0: none) fail. */
+     * host_limit_bytes (< 0: none) fail. The trigger is the layer's action's (cost.h;
+     * NULL actions: 1). */
     char *staging, *host;
-    const int *prefetch_ahead;
+    const struct layer_action *actions;
     int prefetch_depth;
     int64_t host_limit_bytes;
     int record_events;

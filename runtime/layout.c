@@ -345,11 +345,11 @@ int layout_offload_mask(const struct model *m, int layer, int first, uint32_t re
     return ERR_OK;
 }
 
-int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
-                   const signed char *option, int depth, struct err *e)
+int layout_offload(struct stage_layout *sl, const struct model *m,
+                   const struct layer_action *actions, int depth, struct err *e)
 {
     int64_t slot = 0, host = 0, buf = 0;
-    if (place == NULL && option == NULL)
+    if (actions == NULL)
         return ERR_OK; /* nothing offloaded: the slots as laid out */
     for (int i = 0; i < sl->n_layers; i++)
         if (sl->n_chunks > 1 || sl->layers[i].n_wstash > 0)
@@ -357,9 +357,8 @@ int layout_offload(struct stage_layout *sl, const struct model *m, const unsigne
                            "a GPU's several model chunks or a split backward");
     for (int i = 0; i < sl->n_layers; i++) {
         struct layer_layout *L = &sl->layers[i];
-        ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen,
-                                    place != NULL ? place[i] : COST_PLACE_DEVICE,
-                                    option != NULL ? option[i] : -1, &L->offload, e));
+        ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen, actions[i].place,
+                                    actions[i].offload_option, &L->offload, e));
         slot = carve_kept(L, slot);
         L->host_off = host;
         host += L->offload_bytes;

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "cost.h"
 #include "err.h"
 #include "model.h"
 #include "profile.h"
@@ -139,14 +140,14 @@ void layout_free(struct stage_layout *sl);
  * ERR_INPUT for an option the layer lacks or an option beside recomputation. */
 int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
                         int option, uint32_t *mask, struct err *e);
-/* Moves the offloaded tensors (layout_offload_mask of each layer's place and option, NULL
- * arrays: device, -1) out of the slots into host slots and staging buffers: depth + 1 of
- * them (up to `depth` prefetches ahead of the running layer, and the forward's; a copy out
- * frees its buffer when done), one more when a layer's input is offloaded (claimed before the
- * previous layer writes it). The cost model's staging, (max prefetch_ahead + 1) x the largest
- * layer's host bytes, with depth = max prefetch_ahead. */
-int layout_offload(struct stage_layout *sl, const struct model *m, const unsigned char *place,
-                   const signed char *option, int depth, struct err *e);
+/* Moves the offloaded tensors (layout_offload_mask of each layer's action's place and
+ * option; NULL actions: nothing offloaded) out of the slots into host slots and staging
+ * buffers: depth + 1 of them (up to `depth` prefetches ahead of the running layer, and the
+ * forward's; a copy out frees its buffer when done), one more when a layer's input is
+ * offloaded (claimed before the previous layer writes it). The cost model's staging, (max
+ * prefetch_ahead + 1) x the largest layer's host bytes, with depth = max prefetch_ahead. */
+int layout_offload(struct stage_layout *sl, const struct model *m,
+                   const struct layer_action *actions, int depth, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
 /* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit); with the

@@ -426,7 +426,7 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .record_events = c->record_events,
         .staging = r->staging,
         .host = r->host,
-        .prefetch_ahead = c->prefetch_ahead,
+        .actions = c->actions,
         .prefetch_depth = r->depth,
         .host_limit_bytes = c->host_limit_bytes,
     };
@@ -442,9 +442,8 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
  * (cost.h: a layer kept whole on the device, under a schedule that splits). */
 static int splits(const struct plan_stage *st, int l)
 {
-    struct cost_row r = plan_stage_row(st, l);
-    return st->layers[l].wgrad_bytes > 0 && r.choice == COST_KEEP &&
-           r.place == COST_PLACE_DEVICE && r.offload_option < 0;
+    const struct layer_action *a = &st->actions[l];
+    return st->layers[l].wgrad_bytes > 0 && a->choice == COST_KEEP && !layer_action_offloads(a);
 }
 
 int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
@@ -480,16 +479,13 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         const struct plan_stage *ch = &p->stages[members[i]];
         c->chunks[i] = (struct layout_chunk_spec){ch->first, ch->last, members[i], ch->in_flight};
         for (int l = 0; l < plan_stage_layer_count(ch); l++, at++) {
-            ERR_TRY(layout_regen(&p->model, ch->first + l, ch->recompute[l], &ch->layers[l],
+            ERR_TRY(layout_regen(&p->model, ch->first + l, ch->actions[l].choice, &ch->layers[l],
                                  &(*regen)[at], e));
             split[at] = (unsigned char)splits(ch, l);
         }
     }
-    if (plan_stage_offloads(st)) { /* the executor takes NULL arrays as nothing offloaded */
-        c->place = st->place;
-        c->offload_option = st->offload_option;
-        c->prefetch_ahead = st->prefetch_ahead;
-    }
+    if (plan_stage_offloads(st)) /* the executor takes NULL as nothing offloaded */
+        c->actions = st->actions;
     c->optimizer = st->optimizer;
     c->optimizer_from = st->optimizer_from;
     if (plan_stage_offloads(st) || st->optimizer == COST_PLACE_HOST)
@@ -502,9 +498,9 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
 static int prefetch_depth(const struct stage_config *c)
 {
     int depth = 1, n = c->last - c->first + 1;
-    for (int li = 0; c->prefetch_ahead != NULL && li < n; li++)
-        if (c->prefetch_ahead[li] > depth)
-            depth = c->prefetch_ahead[li];
+    for (int li = 0; c->actions != NULL && li < n; li++)
+        if (c->actions[li].prefetch_ahead > depth)
+            depth = c->actions[li].prefetch_ahead;
     return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
 }
 
@@ -575,8 +571,7 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         layout_shard_optimizer(&r->lay, lo, bytes);
     }
     /* with the plan's arena the staging buffers are objects in it (arena_run.h) */
-    if (layout_offload(&r->lay, m, c->place, c->offload_option, r->depth = prefetch_depth(c),
-                       e) ||
+    if (layout_offload(&r->lay, m, c->actions, r->depth = prefetch_depth(c), e) ||
         (c->arena != NULL
              ? arena_check_limit(r, e)
              : layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) ||

@@ -49,12 +49,10 @@ struct stage_config {
      * more). NULL: the stage allocates its own. */
     char *persistent, *temporary;
     int64_t persistent_bytes, temporary_bytes;
-    /* Offload (exec.h), per layer of the stage; NULL: nothing offloaded. place: COST_PLACE_*
-     * of what the layer keeps; offload_option: -1, or the recompute option whose tensors go
-     * to host memory; prefetch_ahead: layer-ops before the backward its prefetch starts. */
-    const unsigned char *place;
-    const signed char *offload_option;
-    const int *prefetch_ahead;
+    /* Offload (exec.h): the action of each layer of the stage (cost.h), NULL when nothing
+     * is offloaded. Its place, offload option and prefetch trigger are read here; its
+     * recompute choice comes as the layer's regen set. */
+    const struct layer_action *actions;
     int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */

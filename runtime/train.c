@@ -211,7 +211,8 @@ static int check_runnable(const struct run *r, struct err *e)
             uint32_t regen;
             struct err inner;
             err_clear(&inner);
-            if (layout_regen(m, st->first + l, st->recompute[l], &st->layers[l], &regen, &inner))
+            if (layout_regen(m, st->first + l, st->actions[l].choice, &st->layers[l], &regen,
+                             &inner))
                 return err_set(e, inner.code, "%s: stages[%d].recompute_options: %s", file, s,
                                inner.msg);
         }
@@ -298,7 +299,7 @@ static void compare_stage_costs(const struct run *r, const struct plan_stage *st
     int shown = *shown_all;
     for (int l = st->first; l <= st->last; l++) {
         const struct layer_cost *c = &st->layers[l - st->first];
-        int choice = st->recompute[l - st->first];
+        int choice = st->actions[l - st->first].choice;
         struct layer_sizes s;
         sizes_layer(m, l, &s);
         const char *names[8] = {"state_bytes", "act_bytes", "ckpt_bytes", "workspace_bytes",
@@ -980,7 +981,7 @@ static void stage_report(const struct run *r, const struct loop_sums *acc,
     snprintf(mine->allreduce, sizeof mine->allreduce, "%s", train_dp_reduce_kind(&r->dp));
     for (int k = 0; k < n_members; k++)
         for (int l = 0; l < plan_stage_layer_count(&p->stages[members[k]]); l++)
-            mine->n_recompute += p->stages[members[k]].recompute[l] != COST_KEEP; /* or part */
+            mine->n_recompute += p->stages[members[k]].actions[l].choice != COST_KEEP; /* or part */
 }
 
 /* A CUDA rank's device memory beside its arenas, as the metrics report it. */

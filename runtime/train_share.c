@@ -143,7 +143,7 @@ static int check_share(struct share_run *r, struct err *e)
             for (int l = 0; l < plan_stage_layer_count(st); l++) {
                 uint32_t regen;
                 struct err in;
-                if (layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l],
+                if (layout_regen(&p->model, st->first + l, st->actions[l].choice, &st->layers[l],
                                  &regen, &in))
                     return err_set(e, in.code, "%s: jobs[%d].plan: stages[%d]: %s",
                                    o->share_file, j, s, in.msg);

@@ -126,7 +126,7 @@ static void allowed_rows(const struct plan *p, int actions, struct cost_row rows
             count[L] = 0;
             for (int a = 0; a < k; a++)
                 if ((all[a].host_bytes == 0 || (actions & PLAN_ACTION_OFFLOAD)) &&
-                    (all[a].choice == COST_KEEP || (actions & PLAN_ACTION_RECOMPUTE)))
+                    (all[a].action.choice == COST_KEEP || (actions & PLAN_ACTION_RECOMPUTE)))
                     rows[L][count[L]++] = all[a];
         }
 }
@@ -148,13 +148,8 @@ static double score(struct plan *p, const int *places, struct cost_row rows[4][C
     int L = 0;
     for (int s = 0; s < p->n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
-        for (int l = 0; l < plan_stage_layer_count(st); l++, L++) {
-            const struct cost_row *r = &rows[L][pick[L]];
-            st->recompute[l] = (unsigned char)r->choice;
-            st->place[l] = (unsigned char)r->place;
-            st->offload_option[l] = (signed char)r->offload_option;
-            st->prefetch_ahead[l] = r->prefetch_ahead;
-        }
+        for (int l = 0; l < plan_stage_layer_count(st); l++, L++)
+            st->actions[l] = rows[L][pick[L]].action;
         set_optimizer(st, places[s]);
         struct stage_cost c;
         plan_stage_cost(p, st, &c);

@@ -75,6 +75,22 @@ uint64_t ref_mask(const unsigned char *flags, int n)
     return mask;
 }
 
+const unsigned char *ref_plan_choices(const struct plan_stage *st, unsigned char choice[64])
+{
+    plan_stage_choices(st, choice);
+    return choice;
+}
+
+int ref_same_actions(const struct plan_stage *a, const struct plan_stage *b)
+{
+    if (plan_stage_layer_count(a) != plan_stage_layer_count(b))
+        return 0;
+    for (int l = 0; l < plan_stage_layer_count(a); l++)
+        if (!layer_action_equal(&a->actions[l], &b->actions[l]))
+            return 0;
+    return 1;
+}
+
 void ref_min_recompute(const struct ref_stage *s, struct ref_best *out)
 {
     __int128 cap = ref_cap(s);

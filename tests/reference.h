@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "plan.h"
 #include "profile.h"
 #include "testutil.h"
 
@@ -37,6 +38,10 @@ int64_t ref_time_units(const struct layer_cost *c, double time_unit_ms);
 /* Expands a mask into n flags. */
 void ref_flags(uint64_t mask, int n, unsigned char *flags);
 uint64_t ref_mask(const unsigned char *flags, int n);
+/* A plan stage's recompute choices (plan_stage_choices; at most 64 layers) in `choice`,
+ * returned; and whether two stages of the same layers take the same action on each. */
+const unsigned char *ref_plan_choices(const struct plan_stage *st, unsigned char choice[64]);
+int ref_same_actions(const struct plan_stage *a, const struct plan_stage *b);
 
 /* Tolerance for "the same recompute time": sums of the same doubles in another order. */
 #define REF_ATOL 1e-9

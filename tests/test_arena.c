@@ -365,9 +365,7 @@ static void check_staging(const struct plan *p, int s, const struct arena_object
     CU_ASSERT_FATAL(schedule_ops(&sh, s, ops, &e) == ERR_OK);
     for (int t = 0; t < 2 * M; t++)
         for (int li = 0; li < L; li++) {
-            struct cost_row row = cost_action_row(&st->layers[li], st->recompute[li],
-                                                  (enum cost_place)st->place[li],
-                                                  st->offload_option[li], 0);
+            struct cost_row row = cost_action_row(&st->layers[li], &st->actions[li]);
             if (row.host_bytes == 0)
                 continue;
             int phase = ops[t].pass == SCHEDULE_B, tick = t * L + (phase ? L - 1 - li : li);
@@ -380,9 +378,10 @@ static void check_staging(const struct plan *p, int s, const struct arena_object
                 found++;
                 CU_ASSERT_EQUAL(b->bytes, row.host_bytes);
                 if (phase) {
-                    CU_ASSERT(b->last == tick && b->first <= tick - st->prefetch_ahead[li]);
+                    CU_ASSERT(b->last == tick &&
+                              b->first <= tick - st->actions[li].prefetch_ahead);
                 } else {
-                    int input = st->place[li] == COST_PLACE_HOST;
+                    int input = st->actions[li].place == COST_PLACE_HOST;
                     CU_ASSERT(b->first == tick - input && b->last == tick + 1);
                 }
             }
@@ -490,12 +489,12 @@ static void test_cap_offloads(void)
     CU_ASSERT_EQUAL_FATAL(offload_plan(0, 1, &p, &e), ERR_OK);
     int before = 0;
     for (int l = 0; l < plan_stage_layer_count(&p.stages[1]); l++)
-        before += p.stages[1].place[l] == COST_PLACE_HOST;
+        before += p.stages[1].actions[l].place == COST_PLACE_HOST;
     plan_free(&p);
     CU_ASSERT_EQUAL_FATAL(offload_plan(31000000, 1, &p, &e), ERR_OK);
     int after = 0;
     for (int l = 0; l < plan_stage_layer_count(&p.stages[1]); l++)
-        after += p.stages[1].place[l] == COST_PLACE_HOST;
+        after += p.stages[1].actions[l].place == COST_PLACE_HOST;
     CU_ASSERT(after > before);
     for (int s = 0; s < p.n_stages; s++) {
         CU_ASSERT(p.stages[s].arena->bytes <= 31000000);

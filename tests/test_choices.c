@@ -212,9 +212,9 @@ static struct key key_of(const struct plan *p)
         const struct plan_stage *st = &p->stages[s];
         k.v[0] += st->optimizer == COST_PLACE_HOST;
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
-            k.v[1] += st->place[l] == COST_PLACE_HOST || st->offload_option[l] >= 0 ||
-                      st->recompute[l] >= COST_OPTION;
-            k.v[2] += st->recompute[l] != COST_KEEP;
+            k.v[1] += layer_action_offloads(&st->actions[l]) ||
+                      st->actions[l].choice >= COST_OPTION;
+            k.v[2] += st->actions[l].choice != COST_KEEP;
         }
     }
     return k;
@@ -250,10 +250,8 @@ static void note_plan(const struct plan *p, double ms, void *ctx)
         const struct plan_stage *st = &p->stages[s];
         uses |= st->optimizer == COST_PLACE_HOST ? PLAN_ACTION_OPTIMIZER : 0;
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
-            uses |= st->recompute[l] != COST_KEEP ? PLAN_ACTION_RECOMPUTE : 0;
-            uses |= st->place[l] == COST_PLACE_HOST || st->offload_option[l] >= 0
-                        ? PLAN_ACTION_OFFLOAD
-                        : 0;
+            uses |= st->actions[l].choice != COST_KEEP ? PLAN_ACTION_RECOMPUTE : 0;
+            uses |= layer_action_offloads(&st->actions[l]) ? PLAN_ACTION_OFFLOAD : 0;
         }
     }
     ev->ms[ev->n] = ms;

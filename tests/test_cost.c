@@ -171,7 +171,7 @@ static void test_views_agree(void)
             CU_ASSERT_EQUAL(cost_rows(c, rows), cost_choice_count(c));
             CU_ASSERT_EQUAL(rows[choice[i]].kept_bytes, k);
             CU_ASSERT_EQUAL(rows[choice[i]].transient_bytes, t);
-            CU_ASSERT_EQUAL(rows[choice[i]].place, COST_PLACE_DEVICE);
+            CU_ASSERT_EQUAL(rows[choice[i]].action.place, COST_PLACE_DEVICE);
             CU_ASSERT_EQUAL(cost_saved_bytes(c, choice[i], v), v * (c->act_bytes - k));
             __int128 w;
             int64_t wt;

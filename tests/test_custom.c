@@ -149,13 +149,15 @@ static void test_dp_against_brute_force(void)
             struct ref_stage r = {st->last - st->first + 1,
                                   cluster_stage_profile(&c, s)->layers + st->first,
                                   st->in_flight, c.reserve_bytes, c.stages[s].memory_bytes, unit};
-            CU_ASSERT(ref_choice_units(&r, st->recompute) <= ref_cap(&r));
-            CU_ASSERT(test_close(ref_choice_ms(&r, st->recompute), ref[s].recompute_ms, REF_ATOL,
+            unsigned char buf[64];
+            const unsigned char *choice = ref_plan_choices(st, buf);
+            CU_ASSERT(ref_choice_units(&r, choice) <= ref_cap(&r));
+            CU_ASSERT(test_close(ref_choice_ms(&r, choice), ref[s].recompute_ms, REF_ATOL,
                                  REF_RTOL));
-            CU_ASSERT(ref_choice_units(&r, st->recompute) <= ref[s].units);
+            CU_ASSERT(ref_choice_units(&r, choice) <= ref[s].units);
             for (int l = 0; l < r.n; l++) {
                 CU_ASSERT_STRING_EQUAL(st->layers[l].name, r.layers[l].name);
-                partial += st->recompute[l] >= COST_OPTION;
+                partial += st->actions[l].choice >= COST_OPTION;
             }
         }
         plan_free(&p);

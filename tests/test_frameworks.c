@@ -414,10 +414,10 @@ static int apply_setting(struct plan *p, const struct setting *s)
         int off = s->offload_fraction > 0 ? blocks - (int)(blocks * (1 - s->offload_fraction)) : 0;
         st->optimizer = s->host ? COST_PLACE_HOST : COST_PLACE_DEVICE;
         for (int l = 0, b = 0; l < plan_stage_layer_count(st); l++) {
-            st->recompute[l] = COST_KEEP;
-            st->place[l] = COST_PLACE_DEVICE;
-            st->offload_option[l] = -1;
-            st->prefetch_ahead[l] = 0;
+            st->actions[l].choice = COST_KEEP;
+            st->actions[l].place = COST_PLACE_DEVICE;
+            st->actions[l].offload_option = -1;
+            st->actions[l].prefetch_ahead = 0;
             if (!is_block(p, st->first + l))
                 continue;
             const struct layer_cost *c = &st->layers[l];
@@ -429,14 +429,14 @@ static int apply_setting(struct plan *p, const struct setting *s)
                 if (strcmp(c->options[o].name, want) == 0)
                     option = o;
             if (b < s->n[k])
-                st->recompute[l] = COST_FULL;
+                st->actions[l].choice = COST_FULL;
             else if (s->modules[k][0]) {
                 CU_ASSERT_FATAL(option >= 0);
-                st->recompute[l] = (unsigned char)(COST_OPTION + option);
+                st->actions[l].choice = (unsigned char)(COST_OPTION + option);
             } else if (offloaded < off) {
                 CU_ASSERT_FATAL(option >= 0);
-                st->offload_option[l] = (signed char)option;
-                st->prefetch_ahead[l] = COST_PREFETCH_AHEAD;
+                st->actions[l].offload_option = (signed char)option;
+                st->actions[l].prefetch_ahead = COST_PREFETCH_AHEAD;
                 offloaded++;
             }
             b++;
@@ -1283,14 +1283,14 @@ static void offload_attn(struct plan *p, const int *k)
     for (int s = 0; s < p->n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
         for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
-            st->offload_option[l] = -1;
-            st->prefetch_ahead[l] = 0;
+            st->actions[l].offload_option = -1;
+            st->actions[l].prefetch_ahead = 0;
             if (!is_block(p, st->first + l))
                 continue;
             CU_ASSERT_FATAL(strcmp(st->layers[l].options[0].name, "attn") == 0);
             if (block++ < k[s]) {
-                st->offload_option[l] = 0;
-                st->prefetch_ahead[l] = COST_PREFETCH_AHEAD;
+                st->actions[l].offload_option = 0;
+                st->actions[l].prefetch_ahead = COST_PREFETCH_AHEAD;
             }
         }
     }
@@ -1334,11 +1334,11 @@ static void test_megatron_offload(void)
         roomy_offload_plan(&p);
         offload_attn(&p, (const int[]){t == 1 ? 1 : 2, 3, 1});
         if (t == 0) { /* block.2 keeps all, block.3 and block.4 offload */
-            p.stages[1].offload_option[0] = -1;
-            p.stages[1].prefetch_ahead[0] = 0;
+            p.stages[1].actions[0].offload_option = -1;
+            p.stages[1].actions[0].prefetch_ahead = 0;
         }
         if (t == 1) /* block.1, which does not offload, recomputed */
-            p.stages[0].recompute[2] = COST_FULL;
+            p.stages[0].actions[2].choice = COST_FULL;
         struct err e;
         err_clear(&e);
         CU_ASSERT_FATAL(planner_finish(&p, &e) == ERR_OK);

@@ -112,11 +112,11 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
     int first, last;
     split(rank, size, &first, &last);
     int n = last - first + 1;
-    unsigned char place[N_LAYERS] = {0};
-    int ahead[N_LAYERS];
+    struct layer_action act[N_LAYERS];
     for (int li = 0; li < n; li++) {
-        place[li] = ro->offload ? COST_PLACE_HOST : COST_PLACE_DEVICE;
-        ahead[li] = 1;
+        act[li] = LAYER_ACTION_KEEP;
+        act[li].place = COST_PLACE_HOST;
+        act[li].prefetch_ahead = 1;
     }
     struct stage_config c = {
         .model = &model,
@@ -129,8 +129,7 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
         .in_flight = schedule_in_flight(ro->schedule, size, rank, MICRO),
         .adamw = adamw_params_gpt(1e-3f),
         .limit_bytes = device_limit,
-        .place = ro->offload ? place : NULL,
-        .prefetch_ahead = ro->offload ? ahead : NULL,
+        .actions = ro->offload ? act : NULL,
         .host_limit_bytes = ro->host_limit,
         .host_link_gbps = ro->gbps,
         .host_link_latency_us = ro->gbps > 0 ? 10 : 0,

@@ -20,6 +20,8 @@
 #define STAGE_LAYERS_MAX 12
 #define PROFILES_MAX 3
 
+static unsigned char ch[64]; /* a plan stage's choices (ref_plan_choices) */
+
 /* A random cluster built in memory: 1 to 5 stages of up to `longest` layers (some of 14 when
  * longest is 12), 1 to 3 profiles (device kinds) with their own random layer costs (and up to
  * `options` recompute options per layer), random schedule, micro-batches, reserve, explicit
@@ -117,7 +119,8 @@ static void check_plan_numbers(const struct cluster *c, const struct plan *p, in
         const struct plan_stage *st = &p->stages[s];
         struct ref_stage r = stage_ref(c, s, c->stages[s].memory_bytes, 1);
         struct stage_cost cost;
-        cost_stage(r.layers, r.n, st->recompute, r.in_flight, r.reserve_bytes, &cost);
+        cost_stage(r.layers, r.n, ref_plan_choices(st, ch), r.in_flight, r.reserve_bytes,
+                   &cost);
         CU_ASSERT_EQUAL(st->first, c->stages[s].first);
         CU_ASSERT_EQUAL(st->last, c->stages[s].last);
         CU_ASSERT_EQUAL(st->in_flight, r.in_flight);
@@ -180,7 +183,7 @@ static void check_fixed(int i, const struct cluster *c, int star, const char *me
     for (int s = 0; s < c->n_stages; s++) {
         const struct plan_stage *st = &p->stages[s];
         int n = plan_stage_layer_count(st);
-        CU_ASSERT_EQUAL(ref_mask(st->recompute, n), first_n(block_n, n));
+        CU_ASSERT_EQUAL(ref_mask(ref_plan_choices(st, ch), n), first_n(block_n, n));
     }
 }
 
@@ -269,7 +272,7 @@ static void test_methods_brute_force(void)
             check_plan_numbers(&c, &p, star, c.stages[star].memory_bytes);
             for (int s = 0; s < S; s++) {
                 struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
-                uint64_t m = ref_mask(p.stages[s].recompute, r.n);
+                uint64_t m = ref_mask(ref_plan_choices(&p.stages[s], ch), r.n);
                 CU_ASSERT(ref_units(&r, m) <= ref_cap(&r));
                 CU_ASSERT(test_close(ref_recompute_ms(&r, m), ref[s].recompute_ms, REF_ATOL,
                                      REF_RTOL));
@@ -321,7 +324,7 @@ static void test_methods_brute_force(void)
         }
         planned[4]++;
         check_plan_numbers(&c, &p, star, limit_star);
-        uint64_t m = ref_mask(p.stages[star].recompute, rs.n);
+        uint64_t m = ref_mask(ref_plan_choices(&p.stages[star], ch), rs.n);
         CU_ASSERT(ref_units(&rs, m) <= ref_cap(&rs));
         CU_ASSERT(test_close(ref_recompute_ms(&rs, m), ref[star].recompute_ms, REF_ATOL, REF_RTOL));
         CU_ASSERT(ref_units(&rs, m) <= ref[star].units);
@@ -338,7 +341,7 @@ static void test_methods_brute_force(void)
             knap_free(&kp);
             int64_t target = llround(target_ms / tu);
             ref_balance(&r, target, tu, &best);
-            uint64_t ms = ref_mask(p.stages[s].recompute, r.n);
+            uint64_t ms = ref_mask(ref_plan_choices(&p.stages[s], ch), r.n);
             int64_t q = 0;
             for (int l = 0; l < r.n; l++)
                 if (ms >> l & 1)
@@ -404,7 +407,7 @@ static void test_optimal_options(void)
         check_plan_numbers(&c, &p, most_loaded(&c), c.stages[most_loaded(&c)].memory_bytes);
         for (int s = 0; s < S; s++) {
             struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
-            const unsigned char *choice = p.stages[s].recompute;
+            const unsigned char *choice = ref_plan_choices(&p.stages[s], ch);
             if (!test_close(ref_choice_ms(&r, choice), ref[s].recompute_ms, REF_ATOL, REF_RTOL) ||
                 ref_choice_units(&r, choice) > ref[s].units)
                 report(i, "optimal with options", "a stage differs from every combination");
@@ -431,10 +434,10 @@ static void test_optimal_options(void)
                 struct ref_stage r = stage_ref(&c, s, c.stages[s].memory_bytes, unit);
                 struct ref_best b;
                 ref_min_recompute(&r, &b);
-                uint64_t m = ref_mask(whole.stages[s].recompute, r.n);
-                CU_ASSERT(ref_mask(whole.stages[s].recompute, r.n) < ((uint64_t)1 << r.n));
+                uint64_t m = ref_mask(ref_plan_choices(&whole.stages[s], ch), r.n);
+                CU_ASSERT(m < ((uint64_t)1 << r.n));
                 for (int l = 0; l < r.n; l++)
-                    CU_ASSERT(whole.stages[s].recompute[l] <= COST_FULL);
+                    CU_ASSERT(whole.stages[s].actions[l].choice <= COST_FULL);
                 CU_ASSERT(test_close(ref_recompute_ms(&r, m), b.recompute_ms, REF_ATOL, REF_RTOL));
                 CU_ASSERT(ref_units(&r, m) <= b.units);
             }
@@ -460,8 +463,7 @@ static void test_optimal_options(void)
         CU_ASSERT_EQUAL(a, b);
         if (a == ERR_OK && b == ERR_OK) {
             for (int s = 0; s < S; s++)
-                CU_ASSERT(memcmp(patent.stages[s].recompute, patent_whole.stages[s].recompute,
-                                 (size_t)plan_stage_layer_count(&patent.stages[s])) == 0);
+                CU_ASSERT(ref_same_actions(&patent.stages[s], &patent_whole.stages[s]));
             plan_free(&patent_whole);
         }
         if (a == ERR_OK)

@@ -120,8 +120,7 @@ static void test_planned_offload_trains(void)
     int64_t host_planned = p.stages[0].host_memory_bytes;
     for (int s = 0; s < p.n_stages && s < NP; s++)
         for (int l = 0; l < plan_stage_layer_count(&p.stages[s]); l++)
-            per_stage[s] +=
-                p.stages[s].place[l] != COST_PLACE_DEVICE || p.stages[s].offload_option[l] >= 0;
+            per_stage[s] += layer_action_offloads(&p.stages[s].actions[l]);
     offloads = per_stage[0];
     CU_ASSERT(offloads > 0); /* the lever this test is about */
     int M = p.micro_batches;

@@ -135,14 +135,19 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
     split(stage, n_stages, &first, &last);
     int n = last - first + 1;
     uint32_t regen[N_LAYERS];
-    unsigned char place[N_LAYERS];
-    signed char option[N_LAYERS];
-    int ahead[N_LAYERS];
+    struct layer_action act[N_LAYERS];
     for (int li = 0; li < n; li++) {
-        regen[li] = regen_of(first + li, mx->recompute[first + li]);
-        place[li] = mx->place[first + li];
-        option[li] = option_of(first + li, mx->option[first + li]);
-        ahead[li] = ro->ahead;
+        const char *rec = mx->recompute[first + li];
+        regen[li] = regen_of(first + li, rec);
+        act[li] = (struct layer_action){
+            .choice = (unsigned char)(rec == NULL                 ? COST_KEEP
+                                      : strcmp(rec, "full") == 0 ? COST_FULL
+                                                                 : COST_OPTION +
+                                                                       option_of(first + li, rec)),
+            .place = mx->place[first + li],
+            .offload_option = option_of(first + li, mx->option[first + li]),
+            .prefetch_ahead = ro->ahead,
+        };
     }
     struct stage_config c = {
         .model = model,
@@ -156,9 +161,7 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
         .in_flight = schedule_in_flight(ro->schedule, n_stages, stage, MICRO),
         .adamw = adamw_params_gpt(1e-3f),
         .limit_bytes = (int64_t)1 << 40,
-        .place = place,
-        .offload_option = option,
-        .prefetch_ahead = ahead,
+        .actions = act,
         .prefetch_depth = ro->depth,
         .host_limit_bytes = ro->host_limit,
         .host_link_gbps = ro->gbps,

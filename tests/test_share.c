@@ -117,7 +117,7 @@ static int recomputes(const struct plan *p)
     int n = 0;
     for (int s = 0; s < p->n_stages; s++)
         for (int l = 0; l < plan_stage_layer_count(&p->stages[s]); l++)
-            n += p->stages[s].recompute[l] != COST_KEEP;
+            n += p->stages[s].actions[l].choice != COST_KEEP;
     return n;
 }
 

@@ -202,8 +202,8 @@ static int stage_reruns(const struct plan *p, int s)
     for (int l = 0; l < plan_stage_layer_count(st); l++) {
         uint32_t regen = 0;
         struct err e;
-        CU_ASSERT(layout_regen(&p->model, st->first + l, st->recompute[l], &st->layers[l], &regen,
-                               &e) == ERR_OK);
+        CU_ASSERT(layout_regen(&p->model, st->first + l, st->actions[l].choice, &st->layers[l],
+                               &regen, &e) == ERR_OK);
         any |= regen != 0;
     }
     return any;

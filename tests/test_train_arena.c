@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "reference.h"
 #include "traintest.h"
 
 #define NP 3
@@ -138,8 +139,7 @@ static void test_fits_only_with_arena(void)
     CU_ASSERT(q.stages[1].memory_bytes <= TIGHT);
     CU_ASSERT(cost_memory_with_arena(&c, cost_arena_bytes(&c)) > TIGHT); /* slots: over */
     for (int s = 0; s < NP; s++)
-        CU_ASSERT(memcmp(p.stages[s].recompute, q.stages[s].recompute,
-                         (size_t)plan_stage_layer_count(&p.stages[s])) == 0);
+        CU_ASSERT(ref_same_actions(&p.stages[s], &q.stages[s]));
     plan_free(&p);
     plan_free(&q);
     struct train_metrics a, b;
@@ -222,7 +222,7 @@ static int whole_offloads(const char *plan, int s)
         return -1;
     int n = 0;
     for (int l = 0; l < plan_stage_layer_count(&p.stages[s]); l++)
-        n += p.stages[s].place[l] == COST_PLACE_HOST;
+        n += p.stages[s].actions[l].place == COST_PLACE_HOST;
     plan_free(&p);
     return n;
 }

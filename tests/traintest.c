@@ -281,13 +281,13 @@ void train_plan_with_choices(const char *from, const char *to, const char *const
         struct plan_stage *st = &p.stages[s];
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
             const char *want = choice[st->first + l];
-            st->recompute[l] = COST_KEEP;
+            st->actions[l].choice = COST_KEEP;
             if (want != NULL && strcmp(want, "full") == 0)
-                st->recompute[l] = COST_FULL;
+                st->actions[l].choice = COST_FULL;
             for (int k = 0; want != NULL && k < st->layers[l].n_options; k++)
                 if (strcmp(st->layers[l].options[k].name, want) == 0)
-                    st->recompute[l] = (unsigned char)(COST_OPTION + k);
-            if (want != NULL && st->recompute[l] == COST_KEEP)
+                    st->actions[l].choice = (unsigned char)(COST_OPTION + k);
+            if (want != NULL && st->actions[l].choice == COST_KEEP)
                 fprintf(stderr, "plan %s: layer %d has no option %s\n", to, st->first + l,
                         want);
         }
@@ -303,14 +303,10 @@ void train_plan_offload(const char *from, const char *to)
         return;
     for (int s = 0; s < p.n_stages; s++) {
         struct plan_stage *st = &p.stages[s];
-        if (st->place == NULL && plan_stage_alloc_offload(st) != 0) {
-            fprintf(stderr, "plan %s: out of memory\n", to);
-            break;
-        }
         for (int l = 0; l < plan_stage_layer_count(st); l++)
             if (cost_whole_offload(&p.model, l, st->first + l)) {
-                st->place[l] = COST_PLACE_HOST;
-                st->prefetch_ahead[l] = 1;
+                st->actions[l].place = COST_PLACE_HOST;
+                st->actions[l].prefetch_ahead = 1;
             }
         st->host_link = (struct link){1, 200, 10};
         plan_stage_recost(&p, st);

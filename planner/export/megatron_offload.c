@@ -25,12 +25,11 @@ static int stage_offloads(const struct plan *p, int s, int *k, int *prefix, int6
     *prefix = 1;
     for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
         int is_block = fw_is_block(&p->model, st->first + l);
-        struct cost_row r = cost_action_row(&st->layers[l], st->recompute[l],
-                                            (enum cost_place)st->place[l],
-                                            st->offload_option[l], st->prefetch_ahead[l]);
-        int attn = st->place[l] == COST_PLACE_DEVICE && st->offload_option[l] >= 0 &&
-                   strcmp(st->layers[l].options[st->offload_option[l]].name, "attn") == 0;
-        *recomputes += st->recompute[l] != COST_KEEP;
+        const struct layer_action *a = &st->actions[l];
+        struct cost_row r = plan_stage_row(st, l);
+        int attn = a->place == COST_PLACE_DEVICE && a->offload_option >= 0 &&
+                   strcmp(st->layers[l].options[a->offload_option].name, "attn") == 0;
+        *recomputes += a->choice != COST_KEEP;
         if (r.host_bytes > 0 && (!is_block || !attn)) {
             snprintf(why, size, "stage %d layer %d (%s) sends %lld bytes a micro-batch to host "
                      "memory that are not its attention's: Megatron-LM's offload modules are "

@@ -153,10 +153,14 @@ static int walk_all(struct plan *p, int s, const struct knap_problem *kp,
                     const struct arena_options *opt, struct arena_fit_search *f, struct err *e)
 {
     long total = combo_count(kp);
-    unsigned char *rec = p->stages[s].recompute;
+    struct plan_stage *st = &p->stages[s];
+    unsigned char *rec = malloc((size_t)plan_stage_layer_count(st));
     struct combo *c = malloc(sizeof *c * (size_t)total);
-    if (c == NULL)
+    if (c == NULL || rec == NULL) {
+        free(c);
+        free(rec);
         return err_set(e, ERR_FAIL, "out of memory ordering stage %d's %ld choices", s, total);
+    }
     for (long i = 0; i < total; i++) {
         fit_decode(kp, i, rec);
         c[i] = (struct combo){knap_recompute_ms(kp, rec), knap_units(kp, rec), i};
@@ -167,6 +171,7 @@ static int walk_all(struct plan *p, int s, const struct knap_problem *kp,
     int64_t least_lower = INT64_MAX, lower;
     for (long i = 0; i < total && rc == ERR_NOFIT; i++) {
         fit_decode(kp, c[i].index, rec);
+        plan_stage_set_choices(st, rec);
         if (try_choice(p, s, opt, f, &lower, &fits, e)) {
             rc = e->code;
             break;
@@ -177,11 +182,20 @@ static int walk_all(struct plan *p, int s, const struct knap_problem *kp,
             least = c[i].index;
         }
     }
-    if (rc == ERR_NOFIT)
+    if (rc == ERR_NOFIT) {
         fit_decode(kp, least, rec);
+        plan_stage_set_choices(st, rec);
+    }
     f->proven = rc == ERR_OK;
     free(c);
+    free(rec);
     return rc;
+}
+
+static void set_every_choice(struct plan_stage *st, int choice)
+{
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        st->actions[l].choice = (unsigned char)choice;
 }
 
 /* The knapsack's least recompute with stage s's limit raised by `relax` bytes. */
@@ -196,7 +210,12 @@ static int relaxed_choice(struct plan *p, int s, const struct plan_options *o, i
     st->memory_limit_bytes = limit;
     if (rc)
         return rc;
-    rc = knap_min_recompute(&kp, st->recompute, e);
+    unsigned char *choice = malloc((size_t)plan_stage_layer_count(st));
+    rc = choice == NULL ? err_set(e, ERR_FAIL, "out of memory")
+                        : knap_min_recompute(&kp, choice, e);
+    if (rc == ERR_OK)
+        plan_stage_set_choices(st, choice);
+    free(choice);
     knap_free(&kp);
     return rc;
 }
@@ -209,7 +228,7 @@ static int candidate(struct plan *p, int s, const struct plan_options *o, int64_
     int64_t lower;
     *fits = 0;
     if (k < 0) {
-        memset(p->stages[s].recompute, 1, (size_t)plan_stage_layer_count(&p->stages[s]));
+        set_every_choice(&p->stages[s], COST_FULL);
     } else {
         int rc = relaxed_choice(p, s, o, slack / 8 * k, e);
         if (rc == ERR_NOFIT)
@@ -228,7 +247,7 @@ static int walk_candidates(struct plan *p, int s, const struct plan_options *o,
     struct plan_stage *st = &p->stages[s];
     int64_t lower;
     struct stage_cost c;
-    memset(st->recompute, 0, (size_t)plan_stage_layer_count(st));
+    set_every_choice(st, COST_KEEP);
     plan_stage_cost(p, st, &c);
     ERR_TRY(stage_lower_bound(p, s, &lower, e));
     int64_t slack = cost_arena_bytes(&c) - lower;

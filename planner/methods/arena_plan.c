@@ -82,8 +82,8 @@ static int arena_prefetch_depth(const struct plan_stage *st)
 {
     int depth = 1;
     for (int li = 0; li < plan_stage_layer_count(st); li++)
-        if (st->prefetch_ahead != NULL && st->prefetch_ahead[li] > depth)
-            depth = st->prefetch_ahead[li];
+        if (st->actions[li].prefetch_ahead > depth)
+            depth = st->actions[li].prefetch_ahead;
     return depth;
 }
 
@@ -94,7 +94,7 @@ static int arena_prefetch_depth(const struct plan_stage *st)
 static void add_staging(struct arena_object *o, int *k, const struct plan_stage *st, int li,
                         int m, int64_t bytes, int fwd, int back, int last_tick)
 {
-    int input_too = st->place != NULL && st->place[li] == COST_PLACE_HOST && li > 0;
+    int input_too = st->actions[li].place == COST_PLACE_HOST && li > 0;
     int out_last = fwd + 1 < last_tick ? fwd + 1 : last_tick;
     int in_first = back - arena_prefetch_depth(st) > 0 ? back - arena_prefetch_depth(st) : 0;
     int layer = st->first + li;
@@ -120,10 +120,7 @@ int arena_stage_objects(const struct plan *p, int s, struct arena_object **out, 
     int k = 0;
     int64_t workspace = 0;
     for (int li = 0; li < n; li++) {
-        struct cost_row row = cost_action_row(
-            &st->layers[li], st->recompute[li],
-            st->place != NULL ? (enum cost_place)st->place[li] : COST_PLACE_DEVICE,
-            st->offload_option != NULL ? st->offload_option[li] : -1, 0);
+        struct cost_row row = plan_stage_row(st, li);
         int layer = st->first + li;
         if (st->layers[li].workspace_bytes > workspace)
             workspace = st->layers[li].workspace_bytes;
@@ -350,16 +347,16 @@ static int arena_stage_layout(const struct plan *p, int s, const struct arena_op
  * that sends one option's tensors may: it then sends them all). */
 static int may_offload(const struct plan *p, const struct plan_stage *st, int li)
 {
-    struct cost_row row = cost_row(&st->layers[li], st->recompute[li]);
-    return st->place[li] == COST_PLACE_DEVICE && row.kept_bytes > 0 &&
+    struct cost_row row = cost_row(&st->layers[li], st->actions[li].choice);
+    return st->actions[li].place == COST_PLACE_DEVICE && row.kept_bytes > 0 &&
            cost_whole_offload(&p->model, li, st->first + li);
 }
 
 static void to_host(struct plan_stage *st, int li)
 {
-    st->place[li] = COST_PLACE_HOST;
-    st->offload_option[li] = -1;
-    st->prefetch_ahead[li] = COST_PREFETCH_AHEAD;
+    st->actions[li].place = COST_PLACE_HOST;
+    st->actions[li].offload_option = -1;
+    st->actions[li].prefetch_ahead = COST_PREFETCH_AHEAD;
 }
 
 /* The layers whose kept objects lie above the cap go to host memory (their fitness bytes);
@@ -378,8 +375,8 @@ static int offload_above_cap(const struct plan *p, struct plan_stage *st, const 
     }
     for (int li = 0; !moved && li < plan_stage_layer_count(st); li++)
         if (may_offload(p, st, li) &&
-            (best < 0 || cost_row(&st->layers[li], st->recompute[li]).kept_bytes >
-                             cost_row(&st->layers[best], st->recompute[best]).kept_bytes))
+            (best < 0 || cost_row(&st->layers[li], st->actions[li].choice).kept_bytes >
+                             cost_row(&st->layers[best], st->actions[best].choice).kept_bytes))
             best = li;
     if (best >= 0) {
         to_host(st, best);

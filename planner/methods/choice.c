@@ -44,9 +44,9 @@ void choice_key_of(const struct plan *p, const struct plan_options *o, struct ch
         k->host_optimizer += st->optimizer == COST_PLACE_HOST;
         k->split_optimizer += st->optimizer == COST_PLACE_HOST && st->optimizer_from > 0;
         for (int l = 0; l < plan_stage_layer_count(st); l++) {
-            k->actions += st->place[l] == COST_PLACE_HOST || st->offload_option[l] >= 0 ||
-                          st->recompute[l] >= COST_OPTION;
-            k->recomputed += st->recompute[l] != COST_KEEP;
+            k->actions += layer_action_offloads(&st->actions[l]) ||
+                          st->actions[l].choice >= COST_OPTION;
+            k->recomputed += st->actions[l].choice != COST_KEEP;
         }
         k->imbalance += stage_off(&p->model, n_layers, p->n_stages, s, st->first, st->last);
     }
@@ -93,10 +93,7 @@ static void copy_stage(struct choice_snapshot *c, const struct plan *p, int s)
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st), at = stage_at(p, s);
-    memcpy(c->recompute + at, st->recompute, (size_t)n);
-    memcpy(c->place + at, st->place, (size_t)n);
-    memcpy(c->offload_option + at, st->offload_option, (size_t)n);
-    memcpy(c->prefetch_ahead + at, st->prefetch_ahead, (size_t)n * sizeof(int));
+    memcpy(c->actions + at, st->actions, (size_t)n * sizeof *st->actions);
     c->optimizer[s] = (unsigned char)st->optimizer;
     c->optimizer_from[s] = st->optimizer_from;
 }
@@ -107,12 +104,10 @@ static int copy_choices(const struct plan *p, struct choice_snapshot *c, struct 
     int L = 0, S = p->n_stages;
     for (int s = 0; s < S; s++)
         L += plan_stage_layer_count(&p->stages[s]);
-    *c = (struct choice_snapshot){S, L, malloc((size_t)L + 1), malloc((size_t)L + 1),
-                                  malloc((size_t)L + 1), malloc(((size_t)L + 1) * sizeof(int)),
+    *c = (struct choice_snapshot){S, L, calloc((size_t)L + 1, sizeof *c->actions),
                                   malloc((size_t)S), malloc((size_t)S),
                                   malloc((size_t)S * sizeof(int)), INFINITY};
-    if (!c->recompute || !c->place || !c->offload_option || !c->prefetch_ahead ||
-        !c->optimizer || !c->fits || !c->optimizer_from) {
+    if (!c->actions || !c->optimizer || !c->fits || !c->optimizer_from) {
         choice_free(c);
         return err_set(e, ERR_FAIL, "out of memory");
     }
@@ -148,10 +143,7 @@ void choice_restore_stage(struct plan *p, const struct choice_snapshot *c, int s
 {
     struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st), at = stage_at(p, s);
-    memcpy(st->recompute, c->recompute + at, (size_t)n);
-    memcpy(st->place, c->place + at, (size_t)n);
-    memcpy(st->offload_option, c->offload_option + at, (size_t)n);
-    memcpy(st->prefetch_ahead, c->prefetch_ahead + at, (size_t)n * sizeof(int));
+    memcpy(st->actions, c->actions + at, (size_t)n * sizeof *st->actions);
     st->optimizer = (enum cost_place)c->optimizer[s];
     st->optimizer_from = c->optimizer_from[s];
 }
@@ -164,10 +156,7 @@ void choice_restore(struct plan *p, const struct choice_snapshot *c)
 
 void choice_free(struct choice_snapshot *c)
 {
-    free(c->recompute);
-    free(c->place);
-    free(c->offload_option);
-    free(c->prefetch_ahead);
+    free(c->actions);
     free(c->optimizer);
     free(c->fits);
     free(c->optimizer_from);
@@ -179,12 +168,13 @@ static int stage_same(const struct plan *p, const struct choice_snapshot *c, int
 {
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st), at = stage_at(p, s);
-    return st->optimizer == (enum cost_place)c->optimizer[s] &&
-           st->optimizer_from == c->optimizer_from[s] &&
-           memcmp(st->recompute, c->recompute + at, (size_t)n) == 0 &&
-           memcmp(st->place, c->place + at, (size_t)n) == 0 &&
-           memcmp(st->offload_option, c->offload_option + at, (size_t)n) == 0 &&
-           memcmp(st->prefetch_ahead, c->prefetch_ahead + at, (size_t)n * sizeof(int)) == 0;
+    if (st->optimizer != (enum cost_place)c->optimizer[s] ||
+        st->optimizer_from != c->optimizer_from[s])
+        return 0;
+    for (int l = 0; l < n; l++)
+        if (!layer_action_equal(&st->actions[l], &c->actions[at + l]))
+            return 0;
+    return 1;
 }
 
 /* The stages of stage s's GPU (its chunks, schedule.h), whose memory is one; returns their

@@ -41,14 +41,11 @@ double choice_cap(double fastest_ms, double min_gain);
 int choice_stage_fits(const struct plan *p, int s, const struct plan_options *o, int *fits,
                       struct err *e);
 
-/* A plan's choices as a value: per layer its recompute choice, place, offload option and
- * prefetch trigger, per stage its optimizer place and whether it fits; `ms` its simulated
- * step (INFINITY when a stage does not fit). */
+/* A plan's choices as a value: per layer its action, per stage its optimizer place and
+ * whether it fits; `ms` its simulated step (INFINITY when a stage does not fit). */
 struct choice_snapshot {
     int n_stages, n_layers;
-    unsigned char *recompute, *place;
-    signed char *offload_option;
-    int *prefetch_ahead;
+    struct layer_action *actions;
     unsigned char *optimizer, *fits; /* per stage */
     int *optimizer_from;             /* per stage: its first layer hosting it (plan.h) */
     double ms;

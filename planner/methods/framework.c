@@ -226,13 +226,16 @@ int fw_stage_apply(struct plan *p, int s, const struct fw_stage *fs, int framewo
 {
     struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
-    for (int l = 0; l < n; l++) { /* nothing offloaded: the frameworks here offload nothing */
-        st->place[l] = COST_PLACE_DEVICE;
-        st->offload_option[l] = -1;
-        st->prefetch_ahead[l] = 0;
+    unsigned char *choice = malloc((size_t)n);
+    if (choice == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int rc = range_choices(&p->model, st->first, st->layers, n, fs, framework_acts, choice, e);
+    for (int l = 0; rc == ERR_OK && l < n; l++) { /* the frameworks here offload nothing */
+        st->actions[l] = LAYER_ACTION_KEEP;
+        st->actions[l].choice = choice[l];
     }
-    return range_choices(&p->model, st->first, st->layers, n, fs, framework_acts, st->recompute,
-                         e);
+    free(choice);
+    return rc;
 }
 
 /* The by-layer split of stage st's optimizer nearest `fraction` of its state on the host
@@ -280,8 +283,8 @@ static int tally_blocks(const struct plan *p, int s, struct block_tally *t, char
     const struct plan_stage *st = &p->stages[s];
     *t = (struct block_tally){.prefix = 1, .option = -2};
     for (int l = 0, block = 0; l < plan_stage_layer_count(st); l++) {
-        int c = st->recompute[l], layer = st->first + l;
-        if (st->place[l] != COST_PLACE_DEVICE || st->offload_option[l] >= 0) {
+        int c = st->actions[l].choice, layer = st->first + l;
+        if (st->actions[l].place != COST_PLACE_DEVICE || st->actions[l].offload_option >= 0) {
             snprintf(why, size, "stage %d sends layer %d (%s) to host memory", s, layer,
                      st->layers[l].name);
             return 0;
@@ -313,8 +316,8 @@ static int module_of(const struct plan_stage *st, int framework_acts)
 {
     const char *name = NULL;
     for (int l = 0; l < plan_stage_layer_count(st) && name == NULL; l++)
-        if (st->recompute[l] >= COST_OPTION)
-            name = cost_choice_name(&st->layers[l], st->recompute[l]);
+        if (st->actions[l].choice >= COST_OPTION)
+            name = cost_choice_name(&st->layers[l], st->actions[l].choice);
     for (int k = 0; name != NULL && k < N_MODULE_OPTIONS; k++)
         if (strcmp(name, module_options[k].option) == 0 &&
             (!module_options[k].framework_only || framework_acts))

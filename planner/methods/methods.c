@@ -15,7 +15,7 @@ static void set_block(struct plan_stage *st, int n)
 {
     int count = plan_stage_layer_count(st);
     for (int l = 0; l < count; l++)
-        st->recompute[l] = l < n;
+        st->actions[l].choice = l < n;
 }
 
 static int method_none(struct plan *p, const struct plan_options *o, struct err *e)
@@ -74,7 +74,7 @@ static void scatter(struct plan *p, int s, const unsigned char *choice)
     int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
     for (int k = 0; k < n; k++) {
         struct plan_stage *st = &p->stages[members[k]];
-        memcpy(st->recompute, choice, (size_t)plan_stage_layer_count(st));
+        plan_stage_set_choices(st, choice);
         choice += plan_stage_layer_count(st);
     }
 }

@@ -21,14 +21,26 @@ static const char *human_bytes(int64_t b, char buf[32])
     return buf;
 }
 
-/* Appends one stage's memory terms for the choice `recompute` against its limit. */
+/* The stage's costs with every layer's choice `all[l]`, or with its actions (all NULL). */
+static void stage_cost_with(const struct plan_stage *st, const unsigned char *all,
+                            int64_t reserve_bytes, struct stage_cost *c)
+{
+    struct cost_actions a = plan_stage_actions(st);
+    if (all != NULL)
+        cost_stage(st->layers, plan_stage_layer_count(st), all, st->in_flight, reserve_bytes, c);
+    else
+        cost_stage_actions(st->layers, plan_stage_layer_count(st), &a, st->in_flight,
+                           reserve_bytes, c);
+}
+
+/* Appends one stage's memory terms for the choices `all` (NULL: its actions) against its
+ * limit. */
 static void describe_stage(const struct plan *p, const struct plan_stage *st,
-                           const unsigned char *recompute, const char *what, struct err *e)
+                           const unsigned char *all, const char *what, struct err *e)
 {
     struct stage_cost c;
     char b[7][32];
-    cost_stage(st->layers, plan_stage_layer_count(st), recompute, st->in_flight,
-               p->reserve_bytes, &c);
+    stage_cost_with(st, all, p->reserve_bytes, &c);
     err_append(e,
                "  stage %d (%s, layers %d-%d) %s: state %s + %d in flight x %s kept + transient "
                "%s + workspace %s + reserve %s = %s > limit %s",
@@ -48,8 +60,7 @@ static int describe_gpu(const struct plan *p, int s, const unsigned char *all, c
     char b[2][32], ranges[SCHEDULE_CHUNKS_MAX * 16] = "";
     for (int k = 0; k < n; k++) {
         const struct plan_stage *st = &p->stages[members[k]];
-        cost_stage(st->layers, plan_stage_layer_count(st), all ? all : st->recompute,
-                   st->in_flight, 0, &chunk[k]);
+        stage_cost_with(st, all, 0, &chunk[k]);
         snprintf(ranges + strlen(ranges), sizeof ranges - strlen(ranges), "%s%d-%d",
                  k ? ", " : "", st->first, st->last);
     }
@@ -132,7 +143,7 @@ int nofit_report(const struct plan *p, const struct plan_options *o, struct err 
             if (p->virtual_stages > 1 && method_leader(p, s))
                 describe_gpu(p, s, NULL, "does not fit this method's choice", e);
             else if (p->virtual_stages <= 1 && c.memory_bytes > st->memory_limit_bytes)
-                describe_stage(p, st, st->recompute, "does not fit this method's choice", e);
+                describe_stage(p, st, NULL, "does not fit this method's choice", e);
         }
         err_append(e, "  every stage would fit with more recomputation: try --method optimal");
     }

@@ -75,11 +75,11 @@ struct stage_search {
 int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
                            const struct plan_options *o)
 {
-    if (!(o->actions & PLAN_ACTION_RECOMPUTE) && r->choice != COST_KEEP)
+    if (!(o->actions & PLAN_ACTION_RECOMPUTE) && r->action.choice != COST_KEEP)
         return 0;
     if ((!(o->actions & PLAN_ACTION_OFFLOAD) || st->host_limit_bytes == 0) && r->host_bytes > 0)
         return 0;
-    return !o->whole_layers || (r->choice <= COST_FULL && r->offload_option < 0);
+    return !o->whole_layers || (r->action.choice <= COST_FULL && r->action.offload_option < 0);
 }
 
 /* a no better than b in every term the memory and the simulator see. */
@@ -92,8 +92,9 @@ static int row_dominated(const struct cost_row *a, const struct cost_row *b)
 /* What an action adds to choice_key's actions (the first) and recomputed layers. */
 static void row_key(const struct cost_row *r, int key[2])
 {
-    key[0] += r->host_bytes > 0 || r->offload_option >= 0 || r->choice >= COST_OPTION;
-    key[1] += r->choice != COST_KEEP;
+    const struct layer_action *a = &r->action;
+    key[0] += r->host_bytes > 0 || a->offload_option >= 0 || a->choice >= COST_OPTION;
+    key[1] += a->choice != COST_KEEP;
 }
 
 /* Lexicographic: -1, 0, 1. */
@@ -193,7 +194,8 @@ static int search(struct stage_search *ss, int l, const struct cost_sum *sum)
 /* An action's kind, comparable across layers. */
 static int kind(const struct cost_row *r)
 {
-    return (r->choice * 2 + (int)r->place) * (PROFILE_OPTIONS_MAX + 1) + r->offload_option + 1;
+    const struct layer_action *a = &r->action;
+    return (a->choice * 2 + (int)a->place) * (PROFILE_OPTIONS_MAX + 1) + a->offload_option + 1;
 }
 
 static const struct cost_row *layer_kind(const struct stage_search *ss, int l, int k)
@@ -415,7 +417,9 @@ static int baseline(struct stage_search *ss, int s, const struct plan_options *o
     }
     struct cost_sum sum = {0};
     for (int l = 0; l < n; l++) {
-        ss->cur[l] = cost_action_row(&ss->st->layers[l], choice[l], COST_PLACE_DEVICE, -1, 0);
+        struct layer_action a = LAYER_ACTION_KEEP;
+        a.choice = choice[l];
+        ss->cur[l] = cost_action_row(&ss->st->layers[l], &a);
         cost_sum_add(&sum, ss->st->layers[l].state_bytes, ss->st->layers[l].workspace_bytes, 0,
                      &ss->cur[l]);
     }
@@ -450,7 +454,7 @@ int offload_candidate_sim(const struct plan_stage *st, struct candidate *c)
                                           .bwd_ms = st->layers[l].bwd_ms,
                                           .recompute_ms = r->recompute_ms,
                                           .copy_ms = copy,
-                                          .ahead = r->prefetch_ahead};
+                                          .ahead = r->action.prefetch_ahead};
         c->sim.fwd_ms += st->layers[l].fwd_ms;
         c->sim.bwd_ms += st->layers[l].bwd_ms;
         c->sim.recompute_ms += r->recompute_ms;

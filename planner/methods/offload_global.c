@@ -110,12 +110,8 @@ static int descend(struct global *g, double *best_ms, int *best, struct err *e)
 
 static void apply(struct plan_stage *st, const struct candidate *c)
 {
-    for (int l = 0; l < plan_stage_layer_count(st); l++) {
-        st->recompute[l] = (unsigned char)c->rows[l].choice;
-        st->place[l] = (unsigned char)c->rows[l].place;
-        st->offload_option[l] = (signed char)c->rows[l].offload_option;
-        st->prefetch_ahead[l] = c->rows[l].prefetch_ahead;
-    }
+    for (int l = 0; l < plan_stage_layer_count(st); l++)
+        st->actions[l] = c->rows[l].action;
     st->optimizer = c->optimizer;
     st->optimizer_from = c->optimizer_from;
 }
@@ -123,9 +119,7 @@ static void apply(struct plan_stage *st, const struct candidate *c)
 static int same_candidate(const struct candidate *a, const struct candidate *b, int n)
 {
     for (int l = 0; l < n; l++)
-        if (a->rows[l].choice != b->rows[l].choice || a->rows[l].place != b->rows[l].place ||
-            a->rows[l].offload_option != b->rows[l].offload_option ||
-            a->rows[l].prefetch_ahead != b->rows[l].prefetch_ahead)
+        if (!layer_action_equal(&a->rows[l].action, &b->rows[l].action))
             return 0;
     return a->optimizer == b->optimizer && a->optimizer_from == b->optimizer_from;
 }
@@ -143,9 +137,7 @@ static int add_seed(const struct plan *p, int s, const struct choice_snapshot *s
     st.optimizer = (enum cost_place)seed->optimizer[s];
     st.optimizer_from = seed->optimizer_from[s];
     for (int l = 0; l < n; l++) {
-        c.rows[l] = cost_action_row(&st.layers[l], seed->recompute[at + l],
-                                    (enum cost_place)seed->place[at + l],
-                                    seed->offload_option[at + l], seed->prefetch_ahead[at + l]);
+        c.rows[l] = cost_action_row(&st.layers[l], &seed->actions[at + l]);
         c.recompute_ms += c.rows[l].recompute_ms;
         c.host_bytes += c.rows[l].host_bytes;
     }

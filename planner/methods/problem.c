@@ -73,7 +73,7 @@ void method_gather(const struct plan *p, int s, unsigned char *choice)
     int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);
     for (int k = 0; k < n; k++) {
         const struct plan_stage *st = &p->stages[members[k]];
-        memcpy(choice, st->recompute, (size_t)plan_stage_layer_count(st));
+        plan_stage_choices(st, choice);
         choice += plan_stage_layer_count(st);
     }
 }

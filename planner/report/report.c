@@ -34,13 +34,14 @@ static void format_layers(const struct plan_stage *st, char *buf, size_t cap)
     int n = plan_stage_layer_count(st);
     buf[0] = '\0';
     for (int l = 0; l < n; l++) {
-        int c = st->recompute[l];
+        int c = st->actions[l].choice;
         if (c == COST_KEEP)
             continue;
         const char *name = cost_choice_name(&st->layers[l], c);
         int end = l;
-        while (end + 1 < n && st->recompute[end + 1] != COST_KEEP &&
-               strcmp(cost_choice_name(&st->layers[end + 1], st->recompute[end + 1]), name) == 0)
+        while (end + 1 < n && st->actions[end + 1].choice != COST_KEEP &&
+               strcmp(cost_choice_name(&st->layers[end + 1], st->actions[end + 1].choice),
+                      name) == 0)
             end++;
         char range[32];
         if (end == l)

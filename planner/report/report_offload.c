@@ -49,20 +49,20 @@ static void windows(const struct plan *p, int s, const struct sim_result *r, dou
 static void print_layer(FILE *f, const struct plan_stage *st, int l, double window, double stall)
 {
     const struct layer_cost *c = &st->layers[l];
-    struct cost_row r = cost_action_row(c, st->recompute[l], (enum cost_place)st->place[l],
-                                        st->offload_option[l], st->prefetch_ahead[l]);
-    const char *what = st->offload_option[l] >= 0 ? c->options[st->offload_option[l]].name
-                       : st->recompute[l] == COST_FULL ? "layer input"
-                                                       : "kept activations";
+    const struct layer_action *a = &st->actions[l];
+    struct cost_row r = plan_stage_row(st, l);
+    const char *what = a->offload_option >= 0 ? c->options[a->offload_option].name
+                       : a->choice == COST_FULL ? "layer input"
+                                                : "kept activations";
     double copy = link_transfer_ms(&st->host_link, r.host_bytes);
     /* the recompute that frees as much device memory: full for a whole layer, the option's
      * own for its tensors */
-    double instead = st->offload_option[l] >= 0
-                         ? c->options[st->offload_option[l]].recompute_ms
+    double instead = a->offload_option >= 0
+                         ? c->options[a->offload_option].recompute_ms
                          : c->fwd_ms - r.recompute_ms;
     fprintf(f, "%5d  %5d  %-16s %9.1f %9.3f %10.3f  ahead %d: ", st->index, st->first + l, what,
-            r.host_bytes / 1048576.0, copy, window, st->prefetch_ahead[l]);
-    if (st->recompute[l] == COST_FULL)
+            r.host_bytes / 1048576.0, copy, window, a->prefetch_ahead);
+    if (a->choice == COST_FULL)
         fprintf(f, "the layer is recomputed anyway: only the host frees its input too\n");
     else if (2 * copy <= window)
         fprintf(f, "copies (2 x %.3f ms) hide in the window; recomputing costs %.3f ms per "
@@ -103,7 +103,7 @@ void planner_print_offload(FILE *f, const struct plan *p)
                 s, st->host_memory_bytes / 1073741824.0, st->host_limit_bytes / 1073741824.0,
                 st->staging_bytes / 1073741824.0, st->copy_ms, r.stall_ms[s]);
         for (int l = 0; l < n; l++)
-            if (st->place[l] == COST_PLACE_HOST || st->offload_option[l] >= 0)
+            if (layer_action_offloads(&st->actions[l]))
                 print_layer(f, st, l, w[l], r.stall_ms[s]);
         free(w);
     }

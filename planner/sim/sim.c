@@ -811,17 +811,15 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
     if (!plan_stage_offloads(ps) && ps->optimizer != COST_PLACE_HOST)
         return 0;
     int n = plan_stage_layer_count(ps);
-    struct cost_actions a = plan_stage_actions(ps);
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &ps->layers[l];
-        struct cost_row r = cost_action_row(c, a.recompute[l], (enum cost_place)a.place[l],
-                                            a.offload_option[l], a.prefetch_ahead[l]);
+        struct cost_row r = plan_stage_row(ps, l);
         layers[l] = (struct sim_layer){
             .fwd_ms = c->fwd_ms,
             .bwd_ms = c->bwd_ms,
             .recompute_ms = r.recompute_ms,
             .copy_ms = r.host_bytes > 0 ? link_transfer_ms(&ps->host_link, r.host_bytes) : 0,
-            .ahead = r.prefetch_ahead,
+            .ahead = r.action.prefetch_ahead,
         };
     }
     return n;

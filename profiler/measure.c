@@ -629,7 +629,7 @@ static int run_group(struct backend *be, const struct model *m, const struct inp
     ERR_TRY(exec_init(&x, &xc, e));
     for (int li = 0; li < sl->n_layers; li++)
         if (c[li].n_options > 0)
-            x.action[li] = &option_timing;
+            x.hooks[li] = (struct exec_hooks){{&option_timing}, 1};
     int rc = ERR_OK;
     for (t.pass = 0; t.pass < o->warmup + s->passes && rc == ERR_OK; t.pass++) {
         t.at = t.pass - o->warmup;

@@ -236,10 +236,17 @@ int exec_recompute_span(struct executor *x, int li, int micro, const struct laye
 
 /* ---- actions ---- */
 
-#define HOOK(x, li, name, ...)                                                                 \
-    ((x)->action[li]->name != NULL ? (x)->action[li]->name(x, li, __VA_ARGS__) : ERR_OK)
-
-const struct exec_action exec_keep = {.name = "keep"};
+/* Layer li's parts' hook `name` (exec.h): outermost part first where `outer_first`,
+ * innermost first otherwise; returns from the caller on an error. */
+#define HOOKS(x, li, outer_first, name, ...)                                                   \
+    do {                                                                                       \
+        const struct exec_hooks *h_ = &(x)->hooks[li];                                         \
+        for (int k_ = 0; k_ < h_->n; k_++) {                                                   \
+            const struct exec_action *a_ = h_->part[(outer_first) ? k_ : h_->n - 1 - k_];      \
+            if (a_->name != NULL)                                                              \
+                ERR_TRY(a_->name(x, li, __VA_ARGS__));                                         \
+        }                                                                                      \
+    } while (0)
 
 /* The regenerated tensors are live in the transient while the forward writes them and from
  * the rerun to the end of the backward. */
@@ -555,35 +562,6 @@ const struct exec_action exec_offload = {
     .after_backward = offload_release,
 };
 
-static int transient_out_offload(struct executor *x, int li, int micro, struct err *e)
-{
-    ERR_TRY(transient_out(x, li, micro, e));
-    return offload_out(x, li, micro, e);
-}
-
-static int offload_rerun(struct executor *x, int li, int micro, const struct layer_view *v,
-                         struct err *e)
-{
-    ERR_TRY(offload_ready(x, li, micro, v, e));
-    return rerun(x, li, micro, v, e);
-}
-
-static int transient_out_release(struct executor *x, int li, int micro, struct err *e)
-{
-    ERR_TRY(transient_out(x, li, micro, e));
-    return offload_release(x, li, micro, e);
-}
-
-/* Recomputed from tensors that come back from host memory (the input of a layer recomputed
- * whole, or the rest of a partial option). */
-const struct exec_action exec_offload_recompute = {
-    .name = "offload+recompute",
-    .before_forward = transient_in,
-    .after_forward = transient_out_offload,
-    .before_backward = offload_rerun,
-    .after_backward = transient_out_release,
-};
-
 /* ---- one micro-batch ---- */
 
 void exec_view(const struct executor *x, int li, int micro, struct layer_view *v)
@@ -656,11 +634,11 @@ static int chunk_forward(struct executor *x, int c, int micro, struct err *e)
                             &loss_id, e));
         if (x->op == x->first_forward_op && x->c.port->first_forward != NULL)
             ERR_TRY(x->c.port->first_forward(x, li, e));
-        ERR_TRY(HOOK(x, li, before_forward, micro, e));
+        HOOKS(x, li, 1, before_forward, micro, e);
         ERR_TRY(span_begin(x, &t0, e));
         ERR_TRY(layers[L->kind].forward(x->c.be, &v, out, e));
         ERR_TRY(span_end(x, STAGE_EV_FORWARD, micro, li, t0, e));
-        ERR_TRY(HOOK(x, li, after_forward, micro, e));
+        HOOKS(x, li, 0, after_forward, micro, e);
         if (loss_id >= 0) {
             ERR_TRY(read_loss(x, micro, &v, e));
             ERR_TRY(ws_give(x, loss_id, e));
@@ -756,7 +734,7 @@ static int chunk_backward(struct executor *x, int c, int micro, struct err *e)
         const struct layer_layout *L = &lay->layers[li];
         int64_t off, len;
         ERR_TRY(offload_tick(x, e));
-        ERR_TRY(HOOK(x, li, prefetch, micro, e));
+        HOOKS(x, li, 1, prefetch, micro, e);
         exec_view(x, li, micro, &v);
         if (L->n_wstash > 0) {
             v.wgrad = wgrad_of(x, li, micro);
@@ -765,11 +743,11 @@ static int chunk_backward(struct executor *x, int c, int micro, struct err *e)
         backward_span(L, &off, &len);
         ERR_TRY(ws_take(x, off, len, &cur_id, e));
         ERR_TRY(take_dout(x, li, n - 1, micro, &v, &prev, prev_id, e));
-        ERR_TRY(HOOK(x, li, before_backward, micro, &v, e));
+        HOOKS(x, li, 1, before_backward, micro, &v, e);
         ERR_TRY(span_begin(x, &t0, e));
         ERR_TRY(layers[L->kind].backward(x->c.be, &v, dloss, e));
         ERR_TRY(span_end(x, STAGE_EV_BACKWARD, micro, li, t0, e));
-        ERR_TRY(HOOK(x, li, after_backward, micro, e));
+        HOOKS(x, li, 0, after_backward, micro, e);
         if (grads_final(x, c) && x->c.port->last_backward != NULL)
             ERR_TRY(x->c.port->last_backward(x, li, e));
         exec_arena_out(x, ARENA_KEPT, micro, li);
@@ -875,11 +853,11 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
             x->wgrad_slots = c->lay->chunks[k].in_flight;
     x->ops = malloc(sizeof *x->ops * (size_t)x->n_ops);
     x->mb_loss = calloc((size_t)M, sizeof *x->mb_loss);
-    x->action = malloc(sizeof *x->action * (size_t)n);
+    x->hooks = calloc((size_t)n, sizeof *x->hooks);
     x->host_losses =
         malloc(sizeof(float) * (size_t)c->model->micro_batch * (size_t)c->model->seq_len);
     x->wgrad = x->splits ? calloc((size_t)n * (size_t)x->wgrad_slots, sizeof *x->wgrad) : NULL;
-    if (!x->ops || !x->mb_loss || !x->action || !x->host_losses || (x->splits && !x->wgrad)) {
+    if (!x->ops || !x->mb_loss || !x->hooks || !x->host_losses || (x->splits && !x->wgrad)) {
         exec_free(x);
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
     }
@@ -894,10 +872,13 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
         else if (x->first_forward_op < 0)
             x->first_forward_op = i;
     }
-    for (int li = 0; li < n; li++) {
+    for (int li = 0; li < n; li++) { /* outermost first: what comes back, then reruns */
         const struct layer_layout *L = &c->lay->layers[li];
-        x->action[li] = L->offload ? (L->regen ? &exec_offload_recompute : &exec_offload)
-                                   : (L->regen ? &exec_recompute : &exec_keep);
+        struct exec_hooks *h = &x->hooks[li];
+        if (L->offload)
+            h->part[h->n++] = &exec_offload;
+        if (L->regen)
+            h->part[h->n++] = &exec_recompute;
     }
     /* the staging buffers are device memory set aside for the copies: live always (with the
      * plan's arena, staging objects in it) */
@@ -918,7 +899,7 @@ void exec_free(struct executor *x)
     free(x->ops);
     free(x->wgrad);
     free(x->mb_loss);
-    free(x->action);
+    free(x->hooks);
     free(x->host_losses);
     free(x->events);
     free(x->off.buf);

@@ -6,9 +6,10 @@
  *            (stage.c), or the profiler's host buffers;
  *   actions  per layer, what it keeps between its forward and its backward and how it gets it
  *            back, at the hook points before_forward, after_forward, prefetch (ahead of the
- *            layer's backward), before_backward and after_backward. exec_keep keeps
- *            everything (no hooks); exec_recompute keeps what the layout leaves in the slot and
- *            reruns the forward into the transient in before_backward.
+ *            layer's backward), before_backward and after_backward, composed per layer from
+ *            parts (struct exec_hooks): none keeps everything; exec_recompute keeps what the
+ *            layout leaves in the slot and reruns the forward into the transient in
+ *            before_backward; exec_offload sends tensors to host memory and back.
  *
  * Activations of micro-batch m live in slot m mod in_flight; each layer's forward writes its
  * output straight into the next layer's checkpoint in the slot, the last layer (unless it is
@@ -32,7 +33,7 @@
  * Host memory (off.host_peak, times.host_peak per step) counts a layer's offloaded bytes from
  * its copy out to the end of its backward: at most in_flight x the host slot.
  *
- * Offload (exec_offload, exec_offload_recompute): a layer's forward writes its offloaded
+ * Offload (exec_offload, alone or around exec_recompute): a layer's forward writes its offloaded
  * tensors into a staging buffer (claimed at its forward, or before the previous layer's when
  * that writes an offloaded input),
  * after_forward copies them to the micro-batch's host slot and the buffer is free once the
@@ -94,7 +95,8 @@ void stage_times_add(struct stage_times *sum, const struct stage_times *t);
 struct executor;
 struct arena_run; /* arena_run.h */
 
-/* Each hook may be NULL; `li` is the layer's index in the stage. */
+/* One part of what a layer does with its memory; each hook may be NULL; `li` is the layer's
+ * index in the stage. */
 struct exec_action {
     const char *name;
     int (*before_forward)(struct executor *x, int li, int micro, struct err *e);
@@ -106,8 +108,18 @@ struct exec_action {
     int (*after_backward)(struct executor *x, int li, int micro, struct err *e);
 };
 
-extern const struct exec_action exec_keep, exec_recompute, exec_offload,
-    exec_offload_recompute;
+extern const struct exec_action exec_recompute, exec_offload;
+
+/* A layer's parts, outermost first (exec_init: offload, then recompute; none: the layer keeps
+ * everything). before_forward, prefetch and before_backward run outermost first,
+ * after_forward and after_backward innermost first, so that each part finds the layer as the
+ * parts around it leave it: a layer recomputed from tensors that come back from host memory
+ * waits for them before it reruns, and frees its transient before they go. */
+#define EXEC_PARTS_MAX 2
+struct exec_hooks {
+    const struct exec_action *part[EXEC_PARTS_MAX];
+    int n;
+};
 
 struct exec_port {
     /* The micro-batch's input into the first layer's checkpoint (tokens or an activation),
@@ -205,7 +217,7 @@ struct exec_offload {
 struct executor {
     struct exec_config c;
     struct exec_offload off;
-    const struct exec_action **action; /* per layer; exec_init: recompute where regen */
+    struct exec_hooks *hooks;          /* per layer, from its layout (exec_init) */
     struct schedule_op *ops;           /* n_ops, schedule_ops' */
     int n_ops, chunk;                  /* chunk: the running op's */
     int splits;                        /* the schedule splits the backward (weight passes) */

@@ -833,7 +833,7 @@ static int offload_init(struct executor *x, struct err *e)
     for (size_t i = 0; i < n * M; i++)
         o->held[i] = -1;
     for (size_t li = 0; li < n; li++) {
-        int a = x->c.actions != NULL ? x->c.actions[li].prefetch_ahead : 1;
+        int a = x->c.lay->layers[li].ahead;
         o->ahead[li] = a < 1 ? 1 : a > x->c.prefetch_depth ? x->c.prefetch_depth : a;
     }
     return ERR_OK;

@@ -37,7 +37,7 @@
  * tensors into a staging buffer (claimed at its forward, or before the previous layer's when
  * that writes an offloaded input),
  * after_forward copies them to the micro-batch's host slot and the buffer is free once the
- * copy is; the prefetch, started at its trigger (exec_config.prefetch_ahead), copies them
+ * copy is; the prefetch, started at its trigger (layer_layout.ahead), copies them
  * back into a staging buffer (after the copy out, when the trigger comes first), and
  * before_backward waits for it, late or not; after_backward frees the buffer. With the plan's
  * arena there is no pool: each layer's micro-batch has a forward and a backward staging object
@@ -160,10 +160,8 @@ struct exec_config {
      * always) and the host slots (host_alloc), the caller's; per layer, how many layer-ops
      * ahead of its backward its prefetch starts (< 1: 1), growing by one after a late
      * prefetch up to prefetch_depth (the staging buffers' room); host bytes beyond
-     * host_limit_bytes (< 0: none) fail. The trigger is the layer's action's (cost.h;
-     * NULL actions: 1). */
+     * host_limit_bytes (< 0: none) fail. The trigger is the layout's (layer_layout.ahead). */
     char *staging, *host;
-    const struct layer_action *actions;
     int prefetch_depth;
     int64_t host_limit_bytes;
     int record_events;

@@ -1,5 +1,5 @@
 /* The optimizer on the host (a plan stage's "optimizer": "host"): the device keeps the
- * weights and the fp32 gradients (layout_host_optimizer), a host mirror holds the fp32
+ * weights and the fp32 gradients (layout_spec's optimizer), a host mirror holds the fp32
  * master weights, AdamW's m and v and a landing section for the gradients, and AdamW runs on
  * the stage's own host thread, layer by layer:
  *   1. after a layer's last backward of the step, its gradients go down on the backend's

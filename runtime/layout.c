@@ -96,7 +96,6 @@ int layout_regen(const struct model *m, int layer, int choice, const struct laye
 
 static void sum_arenas(struct stage_layout *sl)
 {
-    sl->chunks[0].slot_bytes = sl->slot_bytes; /* layout_offload may have moved it */
     sl->activation_bytes = 0;
     for (int c = 0; c < sl->n_chunks; c++) {
         sl->chunks[c].act_at = sl->activation_bytes;
@@ -160,61 +159,97 @@ static int64_t carve_wstash(struct layer_layout *L, const struct model *m, int64
     return end;
 }
 
+/* The cost model's view of laid-out layer L (global index L->layer, li in its chunk): its
+ * costs from the size functions (a partial regeneration, or a partial offload, as an option
+ * of these bytes) and its action. 0 when the cost model has no row for it: a recomputed
+ * layer that offloads part of what it keeps (the input or the targets stay), which plans
+ * never hold (cost_whole_offload). */
+static int cost_view(const struct model *m, const struct layer_layout *L, int li,
+                     struct layer_cost *c, struct layer_action *a)
+{
+    struct layer_sizes s;
+    uint32_t kept_all = ((uint32_t)1 << L->n_kept) - 1;
+    sizes_layer(m, L->layer, &s);
+    *c = (struct layer_cost){.state_bytes = s.state_bytes, .act_bytes = s.act_bytes,
+                             .ckpt_bytes = s.ckpt_bytes, .workspace_bytes = s.workspace_bytes,
+                             .has_split = 1, .param_bytes = s.param_bytes,
+                             .grad_bytes = s.grad_bytes, .optimizer_bytes = s.optimizer_bytes,
+                             .optimizer_shards = 1};
+    c->wgrad_bytes = L->n_wstash > 0 ? sizes_wgrad_bytes(m, L->kind) : 0;
+    *a = LAYER_ACTION_KEEP;
+    if (L->regen == sizes_full_regen(m, L->kind)) {
+        a->choice = L->regen ? COST_FULL : COST_KEEP;
+    } else if (L->regen) {
+        struct recompute_option *o = &c->options[c->n_options++];
+        sizes_regen_bytes(m, L->kind, L->regen, &o->kept_bytes, &o->transient_bytes);
+        a->choice = COST_OPTION;
+    }
+    if (L->offload == 0)
+        return 1;
+    a->prefetch_ahead = 1; /* the staging is the stage's, counted apart */
+    if (L->offload == (kept_all & ~L->regen) && cost_whole_offload(m, li, L->layer)) {
+        a->place = COST_PLACE_HOST;
+        return 1;
+    }
+    if (L->regen)
+        return 0;
+    struct recompute_option *o = &c->options[c->n_options];
+    sizes_regen_bytes(m, L->kind, L->offload, &o->kept_bytes, &o->transient_bytes);
+    a->offload_option = (signed char)c->n_options++;
+    return 1;
+}
+
 /* The planner's numbers come from sizes_layer through the cost model; these offsets come from
- * the same tables. They must agree to the byte, or the plan's memory is not what this stage
- * allocates. */
+ * the same tables. They must agree to the byte, device and host memory, or the plan's memory
+ * is not what this stage allocates. ZeRO-1's slices are cut across the stage's sections, the
+ * cost model's per layer: with shards the device's state is left to layout_check_limit. */
 static int check_against_cost(const struct stage_layout *sl, const struct model *m,
-                              struct err *e)
+                              const struct layout_spec *spec, struct err *e)
 {
     struct layer_cost *costs = calloc((size_t)sl->n_layers, sizeof *costs);
-    unsigned char *choice = calloc((size_t)sl->n_layers, 1);
+    struct layer_action *acts = calloc((size_t)sl->n_layers, sizeof *acts);
     struct stage_cost c[SCHEDULE_CHUNKS_MAX];
-    if (costs == NULL || choice == NULL) {
+    int expressible = 1;
+    if (costs == NULL || acts == NULL) {
         free(costs);
-        free(choice);
+        free(acts);
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
     }
-    for (int i = 0; i < sl->n_layers; i++) {
-        const struct layer_layout *L = &sl->layers[i];
-        struct layer_sizes s;
-        sizes_layer(m, L->layer, &s);
-        costs[i].state_bytes = s.state_bytes;
-        costs[i].act_bytes = s.act_bytes;
-        costs[i].ckpt_bytes = s.ckpt_bytes;
-        costs[i].workspace_bytes = s.workspace_bytes;
-        costs[i].wgrad_bytes = L->n_wstash > 0 ? sizes_wgrad_bytes(m, L->kind) : 0;
-        /* the choice as the cost model sees it: keep, whole, or one option of these bytes */
-        if (L->regen == sizes_full_regen(m, L->kind)) {
-            choice[i] = L->regen ? COST_FULL : COST_KEEP;
-        } else if (L->regen) {
-            struct recompute_option *o = &costs[i].options[0];
-            sizes_regen_bytes(m, L->kind, L->regen, &o->kept_bytes, &o->transient_bytes);
-            costs[i].n_options = 1;
-            choice[i] = COST_OPTION;
-        }
-    }
+    for (int k = 0; k < sl->n_chunks; k++)
+        for (int i = sl->chunks[k].lo; i < sl->chunks[k].hi; i++)
+            expressible &= cost_view(m, &sl->layers[i], i - sl->chunks[k].lo, &costs[i],
+                                     &acts[i]);
     for (int k = 0; k < sl->n_chunks; k++) {
         const struct layout_chunk *ch = &sl->chunks[k];
-        cost_stage(costs + ch->lo, ch->hi - ch->lo, choice + ch->lo, ch->in_flight, 0, &c[k]);
+        struct cost_actions a = {acts + ch->lo, spec->optimizer, spec->optimizer_from};
+        cost_stage_actions(costs + ch->lo, ch->hi - ch->lo, &a, ch->in_flight, 0, &c[k]);
     }
-    int64_t want = cost_chunks_memory(c, sl->n_chunks, 0);
     free(costs);
-    free(choice);
-    if (want != sl->arena_bytes)
+    free(acts);
+    /* one chunk: its M, staging included; several: the GPU's (no chunk offloads) */
+    int64_t want = sl->n_chunks > 1 ? cost_chunks_memory(c, sl->n_chunks, 0) : c[0].memory_bytes;
+    int64_t host = c[0].host_memory_bytes;
+    if (sl->n_staging > 0) /* the staging of the spec's depth, as the plan's furthest trigger */
+        want += (int64_t)(spec->prefetch_depth - 1) * sl->staging_buf_bytes;
+    if (!expressible || spec->shards > 1)
+        return ERR_OK;
+    if (want != sl->arena_bytes || host != sl->host_bytes + sl->mirror_bytes)
         return err_set(e, ERR_FAIL,
-                       "internal: layers %d-%d lay out to %lld bytes but the cost model of the "
-                       "size functions gives %lld",
+                       "internal: layers %d-%d lay out to %lld bytes on the device and %lld on "
+                       "the host but the cost model of the size functions gives %lld and %lld",
                        sl->first, sl->layers[sl->n_layers - 1].layer,
-                       (long long)sl->arena_bytes, (long long)want);
+                       (long long)sl->arena_bytes, (long long)(sl->host_bytes + sl->mirror_bytes),
+                       (long long)want, (long long)host);
     return ERR_OK;
 }
 
-/* Chunk k's layers from layer index *i on: each laid out, its kept tensors carved in the
- * chunk's slot (from 0) and the weight-gradient stash where the backward is split, its
- * workspace after the previous chunk's. */
+/* Chunk k's layers from layer index *i on: each laid out as its place says, its kept tensors
+ * carved in the chunk's slot (from 0), its offloaded ones in a staging buffer and in the host
+ * slot after the layers' before it, the weight-gradient stash where the backward is split,
+ * its workspace after the previous chunk's. */
 static int lay_chunk(struct stage_layout *sl, const struct model *m,
-                     const struct layout_chunk_spec *spec, int k, int *i, const uint32_t *regen,
-                     const unsigned char *split, int64_t *section, int64_t *weights,
+                     const struct layout_chunk_spec *spec, int k, int *i,
+                     const struct layout_place *place, int64_t *section, int64_t *weights,
                      struct err *e)
 {
     struct layout_chunk *ch = &sl->chunks[k];
@@ -222,14 +257,19 @@ static int lay_chunk(struct stage_layout *sl, const struct model *m,
     *ch = (struct layout_chunk){.lo = *i, .vstage = spec->vstage, .in_flight = spec->in_flight};
     for (int layer = spec->first; layer <= spec->last; layer++, (*i)++) {
         struct layer_layout *L = &sl->layers[*i];
+        struct layout_place p = place != NULL ? place[*i] : (struct layout_place){0};
         L->chunk = k;
-        if (lay_layer(sl, m, *i, layer, regen != NULL ? regen[*i] : 0, section, weights, e))
+        if (lay_layer(sl, m, *i, layer, p.regen, section, weights, e))
             return e->code;
-        /* regenerated tensors in the transient from offset 0, the others in the slot, each in
-         * table order */
+        L->offload = p.offload;
+        L->ahead = p.ahead;
         slot = carve_kept(L, slot);
-        if (split != NULL && split[*i] && (slot = carve_wstash(L, m, slot, e)) < 0)
+        if (p.split && (slot = carve_wstash(L, m, slot, e)) < 0)
             return e->code;
+        L->host_off = sl->host_slot_bytes;
+        sl->host_slot_bytes += L->offload_bytes;
+        if (L->offload_bytes > sl->staging_buf_bytes)
+            sl->staging_buf_bytes = L->offload_bytes;
         if (L->transient_bytes > sl->transient_bytes)
             sl->transient_bytes = L->transient_bytes;
         ws = L->ws_bytes > ws ? L->ws_bytes : ws;
@@ -269,31 +309,90 @@ static void place_state(struct stage_layout *sl, const struct model *m, int64_t 
     sl->state_bytes = sl->persistent_bytes;
 }
 
-int layout_init_chunks(struct stage_layout *sl, const struct model *m,
-                       const struct layout_chunk_spec *chunks, int n_chunks,
-                       const uint32_t *regen, const unsigned char *split, struct err *e)
+static int64_t overlap(int64_t a, int64_t a_bytes, int64_t b, int64_t b_bytes)
+{
+    int64_t lo = a > b ? a : b, hi = a + a_bytes < b + b_bytes ? a + a_bytes : b + b_bytes;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* Keeps only slice [lo, lo + bytes) of the optimizer's sections on the device (the layout's
+ * ZeRO-1 fields); the state's offsets stay. */
+static void shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes)
+{
+    int n_opt = model_dtype_16bit(sl->dtype) ? 3 : 2; /* [master,] m, v */
+    int64_t opt_at = sl->grads_at + sl->section_bytes;
+    for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts */
+        int64_t sec_off, sec_bytes, w_off, w_bytes;
+        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+        sl->layers[li].state_bytes =
+            w_bytes + sec_bytes + n_opt * overlap(sec_off, sec_bytes, lo, bytes);
+    }
+    sl->shard_lo = lo;
+    sl->shard_bytes = bytes;
+    sl->dev_master_at = n_opt == 3 ? opt_at : lo; /* fp32: the weights are the master */
+    sl->dev_m_at = opt_at + (n_opt - 2) * bytes;
+    sl->dev_v_at = sl->dev_m_at + bytes;
+    sl->persistent_bytes = opt_at + n_opt * bytes;
+}
+
+/* The device keeps the optimizer's sections of the layers before `from` as ZeRO-1 keeps a
+ * slice (shard_optimizer, the slice [0, host_lo)): the same offsets, the same step. */
+static void host_optimizer_from(struct stage_layout *sl, int from)
+{
+    int64_t lo = from < sl->n_layers ? sl->layers[from].param_off[0] : sl->section_bytes;
+    shard_optimizer(sl, 0, lo);
+    sl->host_lo = lo;
+    sl->host_from = from;
+    sl->mirror_bytes = 4 * (sl->section_bytes - lo);
+}
+
+/* Whether a place offloads anywhere the executor cannot copy: beside a GPU's several chunks or
+ * a split backward. */
+static int offload_refused(const struct layout_spec *spec, int n)
+{
+    int offloads = 0, split = 0;
+    for (int i = 0; spec->place != NULL && i < n; i++) {
+        offloads |= spec->place[i].offload != 0;
+        split |= spec->place[i].split;
+    }
+    return offloads && (spec->n_chunks > 1 || split);
+}
+
+int layout_stage(struct stage_layout *sl, const struct model *m, const struct layout_spec *spec,
+                 struct err *e)
 {
     memset(sl, 0, sizeof *sl);
     sl->dtype = m->dtype;
-    sl->n_chunks = n_chunks;
-    for (int k = 0; k < n_chunks; k++)
-        sl->n_layers += chunks[k].last - chunks[k].first + 1;
-    sl->first = chunks[0].first;
-    sl->last = chunks[0].last;
-    sl->in_flight = chunks[0].in_flight;
+    sl->n_chunks = spec->n_chunks;
+    for (int k = 0; k < spec->n_chunks; k++)
+        sl->n_layers += spec->chunks[k].last - spec->chunks[k].first + 1;
+    sl->first = spec->chunks[0].first;
+    sl->last = spec->chunks[0].last;
+    sl->in_flight = spec->chunks[0].in_flight;
+    if (offload_refused(spec, sl->n_layers))
+        return err_set(e, ERR_INPUT, "offload runs with schedules 1f1b and gpipe, not with a "
+                       "GPU's several model chunks or a split backward");
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
     int64_t section = 0, weights = 0;
-    for (int k = 0, i = 0; k < n_chunks; k++)
-        if (lay_chunk(sl, m, &chunks[k], k, &i, regen, split, &section, &weights, e)) {
+    for (int k = 0, i = 0; k < spec->n_chunks; k++)
+        if (lay_chunk(sl, m, &spec->chunks[k], k, &i, spec->place, &section, &weights, e)) {
             layout_free(sl);
             return e->code;
         }
     place_state(sl, m, weights, section);
     sl->slot_bytes = sl->chunks[0].slot_bytes;
+    sl->n_staging = sl->staging_buf_bytes > 0 ? spec->prefetch_depth + 2 : 0;
+    if (spec->optimizer == COST_PLACE_HOST) {
+        host_optimizer_from(sl, spec->optimizer_from);
+    } else if (spec->shards > 1) {
+        int64_t lo, bytes;
+        layout_shard_range(sl, spec->shard, spec->shards, &lo, &bytes);
+        shard_optimizer(sl, lo, bytes);
+    }
     sum_arenas(sl);
-    if (check_against_cost(sl, m, e)) {
+    if (check_against_cost(sl, m, spec, e)) {
         layout_free(sl);
         return e->code;
     }
@@ -304,7 +403,15 @@ int layout_init(struct stage_layout *sl, const struct model *m, int first, int l
                 const uint32_t *regen, int in_flight, struct err *e)
 {
     struct layout_chunk_spec one = {first, last, 0, in_flight};
-    return layout_init_chunks(sl, m, &one, 1, regen, NULL, e);
+    struct layout_place *place = calloc((size_t)(last - first + 1), sizeof *place);
+    if (place == NULL)
+        return err_set(e, ERR_FAIL, "out of memory laying out layers %d-%d", first, last);
+    for (int i = 0; regen != NULL && i <= last - first; i++)
+        place[i].regen = regen[i];
+    int rc = layout_stage(sl, m, &(struct layout_spec){.chunks = &one, .n_chunks = 1,
+                                                        .place = place}, e);
+    free(place);
+    return rc;
 }
 
 int layout_chunk_of(const struct stage_layout *sl, int vstage)
@@ -345,35 +452,14 @@ int layout_offload_mask(const struct model *m, int layer, int first, uint32_t re
     return ERR_OK;
 }
 
-int layout_offload(struct stage_layout *sl, const struct model *m,
-                   const struct layer_action *actions, int depth, struct err *e)
+int layout_place_of(const struct model *m, int layer, int li, const struct layer_action *a,
+                    const struct layer_cost *c, int split, struct layout_place *out,
+                    struct err *e)
 {
-    int64_t slot = 0, host = 0, buf = 0;
-    if (actions == NULL)
-        return ERR_OK; /* nothing offloaded: the slots as laid out */
-    for (int i = 0; i < sl->n_layers; i++)
-        if (sl->n_chunks > 1 || sl->layers[i].n_wstash > 0)
-            return err_set(e, ERR_INPUT, "offload runs with schedules 1f1b and gpipe, not with "
-                           "a GPU's several model chunks or a split backward");
-    for (int i = 0; i < sl->n_layers; i++) {
-        struct layer_layout *L = &sl->layers[i];
-        ERR_TRY(layout_offload_mask(m, L->layer, i == 0, L->regen, actions[i].place,
-                                    actions[i].offload_option, &L->offload, e));
-        slot = carve_kept(L, slot);
-        L->host_off = host;
-        host += L->offload_bytes;
-        if (L->offload_bytes > buf)
-            buf = L->offload_bytes;
-    }
-    sl->slot_bytes = slot;
-    sl->host_slot_bytes = host;
-    sl->staging_buf_bytes = buf;
-    /* one buffer per layer-op a prefetch runs ahead, one for the layer being copied out, and
-     * one for a forward whose input the layer before it wrote into staging (counted whenever
-     * anything is offloaded, as the cost model counts it: cost.h) */
-    sl->n_staging = buf > 0 ? depth + 2 : 0;
-    sum_arenas(sl);
-    return ERR_OK;
+    *out = (struct layout_place){.ahead = a->prefetch_ahead, .split = split};
+    ERR_TRY(layout_regen(m, layer, a->choice, c, &out->regen, e));
+    return layout_offload_mask(m, layer, li == 0, out->regen, a->place, a->offload_option,
+                               &out->offload, e);
 }
 
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v)
@@ -403,23 +489,6 @@ int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct 
     return ERR_OK;
 }
 
-void layout_host_optimizer(struct stage_layout *sl)
-{
-    layout_host_optimizer_from(sl, 0);
-}
-
-/* The device keeps the optimizer's sections of the layers before `from` as ZeRO-1 keeps a
- * slice (layout_shard_optimizer, the slice [0, host_lo)): the same offsets, the same step. */
-void layout_host_optimizer_from(struct stage_layout *sl, int from)
-{
-    int64_t lo = from < sl->n_layers ? sl->layers[from].param_off[0] : sl->section_bytes;
-    layout_shard_optimizer(sl, 0, lo);
-    sl->host_lo = lo;
-    sl->host_from = from;
-    sl->mirror_bytes = 4 * (sl->section_bytes - lo);
-    sum_arenas(sl);
-}
-
 void layout_shard_range(const struct stage_layout *sl, int shard, int shards, int64_t *lo,
                         int64_t *bytes)
 {
@@ -430,12 +499,6 @@ void layout_shard_range(const struct stage_layout *sl, int shard, int shards, in
     *bytes = 4 * (b - a);
 }
 
-static int64_t overlap(int64_t a, int64_t a_bytes, int64_t b, int64_t b_bytes)
-{
-    int64_t lo = a > b ? a : b, hi = a + a_bytes < b + b_bytes ? a + a_bytes : b + b_bytes;
-    return hi > lo ? hi - lo : 0;
-}
-
 int64_t layout_tensor_slice(const struct stage_layout *sl, int li, int k, int64_t lo,
                             int64_t bytes, int64_t *first)
 {
@@ -444,25 +507,6 @@ int64_t layout_tensor_slice(const struct stage_layout *sl, int li, int k, int64_
     int64_t a = off > lo ? off : lo, b = end < lo + bytes ? end : lo + bytes;
     *first = (a - off) / 4;
     return a < b ? (b - a) / 4 : 0;
-}
-
-void layout_shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes)
-{
-    int n_opt = model_dtype_16bit(sl->dtype) ? 3 : 2; /* [master,] m, v */
-    int64_t opt_at = sl->grads_at + sl->section_bytes;
-    for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts */
-        int64_t sec_off, sec_bytes, w_off, w_bytes;
-        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
-        sl->layers[li].state_bytes =
-            w_bytes + sec_bytes + n_opt * overlap(sec_off, sec_bytes, lo, bytes);
-    }
-    sl->shard_lo = lo;
-    sl->shard_bytes = bytes;
-    sl->dev_master_at = n_opt == 3 ? opt_at : lo; /* fp32: the weights are the master */
-    sl->dev_m_at = opt_at + (n_opt - 2) * bytes;
-    sl->dev_v_at = sl->dev_m_at + bytes;
-    sl->persistent_bytes = opt_at + n_opt * bytes;
-    sum_arenas(sl);
 }
 
 void layout_layer_ranges(const struct stage_layout *sl, int li, int64_t *sec_off,

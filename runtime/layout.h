@@ -43,6 +43,7 @@ struct layer_layout {
     int64_t weight_off[SIZES_TENSORS_MAX]; /* in the weights section (the model's dtype;
                                               equal to param_off for fp32) */
     uint32_t offload; /* kept tensors that spend forward to backward in host memory */
+    int ahead;        /* offloaded: layer-ops before its backward its prefetch starts (0: 1) */
     int64_t kept_off[SIZES_TENSORS_MAX];   /* in the transient when regenerated, in a staging
                                               buffer when offloaded, else in the slot */
     int64_t ws_off[SIZES_TENSORS_MAX];    /* from the workspace's start */
@@ -80,25 +81,28 @@ struct stage_layout {
     int64_t activation_bytes; /* every chunk's in_flight slots */
     int64_t transient_bytes;
     int64_t workspace_bytes;
-    /* Offload (layout_offload): the offloaded tensors pass through n_staging device buffers
-     * of staging_buf_bytes (the largest layer's offloaded bytes) and live in host memory in
-     * in_flight host slots of host_slot_bytes. */
+    /* Offload: the offloaded tensors pass through n_staging device buffers of
+     * staging_buf_bytes (the largest layer's offloaded bytes) and live in host memory in
+     * in_flight host slots of host_slot_bytes. The buffers: one per layer-op a prefetch runs
+     * ahead (the spec's prefetch_depth), one for the layer being copied out, and one for a
+     * forward whose input the layer before it wrote into staging: the cost model's staging,
+     * (max prefetch_ahead + 2) x the largest layer's host bytes (cost.h). */
     int n_staging;
     int64_t staging_buf_bytes, staging_bytes, host_slot_bytes, host_bytes;
     int64_t arena_bytes; /* the device arenas together (staging included): what the cost
                             model calls M - reserve */
     /* The stage's state as checkpoints and stage_state_get see it, wherever the optimizer
      * runs: the persistent arena as the optimizer on the device lays it out (the offsets
-     * above), state_bytes long. With the optimizer on the host (layout_host_optimizer) the
+     * above), state_bytes long. With the optimizer on the host (layout_spec) the
      * device keeps weights | gradients (persistent_bytes), the host mirror master | m | v |
      * gradient landing, four fp32 sections (mirror_bytes; 0: the optimizer on the device). */
     int64_t state_bytes, mirror_bytes;
-    /* With a fraction of the optimizer on the host (layout_host_optimizer_from): the mirror
+    /* With a fraction of the optimizer on the host (layout_spec's optimizer_from): the mirror
      * holds bytes [host_lo, section_bytes) of each fp32 section, the device the optimizer's
      * sections of [0, host_lo) as a ZeRO-1 slice (below); section_bytes: no mirror. */
     int64_t host_lo;
     int host_from; /* the first layer (index in the stage) of the mirror; n_layers: none */
-    /* ZeRO-1 (layout_shard_optimizer): the device keeps the optimizer's sections (16-bit: the
+    /* ZeRO-1 (layout_spec's shards): the device keeps the optimizer's sections (16-bit: the
      * master weights, m and v; for fp32 m and v) only for bytes [shard_lo, shard_lo +
      * shard_bytes) of an fp32 section, each slice after the gradients; dev_master_at, dev_m_at
      * and dev_v_at are the device offsets of byte shard_lo of each. Unsharded: the whole
@@ -113,21 +117,55 @@ struct stage_layout {
 int layout_regen(const struct model *m, int layer, int choice, const struct layer_cost *c,
                  uint32_t *regen, struct err *e);
 
-/* Lays out layers first..last (regen: one set per layer, NULL for none) with in_flight
- * slots. Fails only on out-of-memory or a size table whose tensor names no longer match
- * backend.h's indices. */
-int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
-                const uint32_t *regen, int in_flight, struct err *e);
-/* The same for n chunks, each global layers first..last, virtual stage vstage, in_flight
- * slots; regen and split (whether the layer's backward is split: NULL none) one per layer of
- * all the chunks in order. The stage's memory is the cost model's for a GPU's chunks
- * (cost_chunks_memory): one transient and one workspace for all. */
+/* Where one layer's tensors go, computed once from its action (layout_place_of): the kept
+ * tensors it regenerates, those that spend forward to backward in host memory and how many
+ * layer-ops ahead of its backward they come back, and whether its backward splits. */
+struct layout_place {
+    uint32_t regen, offload;
+    int ahead;
+    int split;
+};
+
+/* The place of layer li of a stage (global `layer`) taking action `a` (cost.h), its costs
+ * `c` naming its options: layout_regen's set, layout_offload_mask's, the action's prefetch
+ * trigger. ERR_INPUT as those. */
+int layout_place_of(const struct model *m, int layer, int li, const struct layer_action *a,
+                    const struct layer_cost *c, int split, struct layout_place *out,
+                    struct err *e);
+
+/* One model chunk of a stage: global layers first..last, virtual stage vstage (schedule.h),
+ * in_flight slots. */
 struct layout_chunk_spec {
     int first, last, vstage, in_flight;
 };
-int layout_init_chunks(struct stage_layout *sl, const struct model *m,
-                       const struct layout_chunk_spec *chunks, int n_chunks,
-                       const uint32_t *regen, const unsigned char *split, struct err *e);
+
+/* What a stage is laid out for: its chunks; per layer of all the chunks in order its place
+ * (NULL: every layer keeps everything on the device); the staging buffers' room for
+ * prefetches running up to prefetch_depth layer-ops ahead (with anything offloaded); the
+ * optimizer on the host for the layers from optimizer_from on (cost.h), or on the device as
+ * slice `shard` of `shards` (ZeRO-1; shards <= 1: whole). */
+struct layout_spec {
+    const struct layout_chunk_spec *chunks;
+    int n_chunks;
+    const struct layout_place *place;
+    int prefetch_depth;
+    enum cost_place optimizer;
+    int optimizer_from;
+    int shard, shards;
+};
+
+/* Lays the stage out in one pass over its layers, each as its place says, its optimizer's
+ * state where the spec puts it, and checks the result against the cost model to the byte
+ * (device memory and host memory; a GPU's chunks as cost_chunks_memory counts them: one
+ * transient and one workspace for all). ERR_INPUT for a place the runtime cannot run (an
+ * offload beside several chunks or a split backward); ERR_FAIL on out-of-memory or a size
+ * table whose tensor names no longer match backend.h's indices. */
+int layout_stage(struct stage_layout *sl, const struct model *m, const struct layout_spec *spec,
+                 struct err *e);
+/* Layers first..last with in_flight slots, each regenerating regen[l] (NULL: none), nothing
+ * offloaded, the optimizer on the device: layout_stage's simplest case. */
+int layout_init(struct stage_layout *sl, const struct model *m, int first, int last,
+                const uint32_t *regen, int in_flight, struct err *e);
 /* The chunk of the stage whose virtual stage is vstage; -1 if none. */
 int layout_chunk_of(const struct stage_layout *sl, int vstage);
 void layout_free(struct stage_layout *sl);
@@ -140,14 +178,6 @@ void layout_free(struct stage_layout *sl);
  * ERR_INPUT for an option the layer lacks or an option beside recomputation. */
 int layout_offload_mask(const struct model *m, int layer, int first, uint32_t regen, int place,
                         int option, uint32_t *mask, struct err *e);
-/* Moves the offloaded tensors (layout_offload_mask of each layer's action's place and
- * option; NULL actions: nothing offloaded) out of the slots into host slots and staging
- * buffers: depth + 1 of them (up to `depth` prefetches ahead of the running layer, and the
- * forward's; a copy out frees its buffer when done), one more when a layer's input is
- * offloaded (claimed before the previous layer writes it). The cost model's staging, (max
- * prefetch_ahead + 1) x the largest layer's host bytes, with depth = max prefetch_ahead. */
-int layout_offload(struct stage_layout *sl, const struct model *m,
-                   const struct layer_action *actions, int depth, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
 /* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit); with the
@@ -155,19 +185,10 @@ void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struc
  * mirror and the host slots together. */
 int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e);
 
-/* Moves master, m and v off the device into a host mirror with a gradient landing section
- * (the fields above: the state's offsets stay); call before layout_offload. */
-void layout_host_optimizer(struct stage_layout *sl);
-/* The same for the layers from `from` (an index in the stage) on: the cost model's fraction
- * of the optimizer on the host (cost.h). */
-void layout_host_optimizer_from(struct stage_layout *sl, int from);
 /* Replica `shard` of `shards`' slice of an fp32 section: contiguous, ceil(floats / shards)
  * floats each, the last slices shorter (or empty). */
 void layout_shard_range(const struct stage_layout *sl, int shard, int shards, int64_t *lo,
                         int64_t *bytes);
-/* Keeps only slice [lo, lo + bytes) of the optimizer's sections on the device (the fields
- * above); the state's offsets stay. Call before layout_offload. */
-void layout_shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes);
 /* The elements of layer li's parameter tensor k inside bytes [lo, lo + bytes) of an fp32
  * section: their count (0: none), and the first in *first. */
 int64_t layout_tensor_slice(const struct stage_layout *sl, int li, int k, int64_t lo,

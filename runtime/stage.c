@@ -426,7 +426,6 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .record_events = c->record_events,
         .staging = r->staging,
         .host = r->host,
-        .actions = c->actions,
         .prefetch_depth = r->depth,
         .host_limit_bytes = c->host_limit_bytes,
     };
@@ -447,16 +446,14 @@ static int splits(const struct plan_stage *st, int l)
 }
 
 int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
-                         uint32_t **regen, struct err *e)
+                         struct layout_place **place, struct err *e)
 {
     int members[SCHEDULE_CHUNKS_MAX], k = plan_gpu_stages(p, s, members), n = 0;
     for (int i = 0; i < k; i++)
         n += plan_stage_layer_count(&p->stages[members[i]]);
-    /* the regen sets, then the split flags, in one allocation */
-    *regen = calloc((size_t)n, sizeof **regen + 1);
-    if (*regen == NULL)
+    *place = calloc((size_t)n, sizeof **place);
+    if (*place == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
-    unsigned char *split = (unsigned char *)(*regen + n);
     const struct plan_stage *st = &p->stages[members[0]];
     *c = (struct stage_config){
         .model = &p->model,
@@ -466,10 +463,9 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
         .schedule = p->schedule,
         .first = st->first,
         .last = st->last,
-        .regen = *regen,
+        .place = *place,
         .in_flight = st->in_flight,
         .n_chunks = k,
-        .split = split,
         .adamw = adamw_params_gpt((float)lr),
         .limit_bytes = st->memory_limit_bytes,
         .reserve_bytes = p->reserve_bytes,
@@ -478,14 +474,10 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
     for (int i = 0, at = 0; i < k; i++) {
         const struct plan_stage *ch = &p->stages[members[i]];
         c->chunks[i] = (struct layout_chunk_spec){ch->first, ch->last, members[i], ch->in_flight};
-        for (int l = 0; l < plan_stage_layer_count(ch); l++, at++) {
-            ERR_TRY(layout_regen(&p->model, ch->first + l, ch->actions[l].choice, &ch->layers[l],
-                                 &(*regen)[at], e));
-            split[at] = (unsigned char)splits(ch, l);
-        }
+        for (int l = 0; l < plan_stage_layer_count(ch); l++, at++)
+            ERR_TRY(layout_place_of(&p->model, ch->first + l, l, &ch->actions[l],
+                                    &ch->layers[l], splits(ch, l), &(*place)[at], e));
     }
-    if (plan_stage_offloads(st)) /* the executor takes NULL as nothing offloaded */
-        c->actions = st->actions;
     c->optimizer = st->optimizer;
     c->optimizer_from = st->optimizer_from;
     if (plan_stage_offloads(st) || st->optimizer == COST_PLACE_HOST)
@@ -498,9 +490,9 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
 static int prefetch_depth(const struct stage_config *c)
 {
     int depth = 1, n = c->last - c->first + 1;
-    for (int li = 0; c->actions != NULL && li < n; li++)
-        if (c->actions[li].prefetch_ahead > depth)
-            depth = c->actions[li].prefetch_ahead;
+    for (int li = 0; c->place != NULL && li < n; li++)
+        if (c->place[li].offload != 0 && c->place[li].ahead > depth)
+            depth = c->place[li].ahead;
     return c->prefetch_depth > 0 ? c->prefetch_depth : depth;
 }
 
@@ -559,20 +551,21 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
     if (c->optimizer == COST_PLACE_HOST && (n_chunks > 1 || schedule_splits(c->schedule)))
         return err_set(e, ERR_INPUT, "the optimizer on the host runs with schedules 1f1b and "
                        "gpipe, not %s", schedule_name(c->schedule));
-    ERR_TRY(layout_init_chunks(&r->lay, m, c->n_chunks > 0 ? c->chunks : &one, n_chunks, c->regen,
-                               c->split, e));
+    struct layout_spec spec = {
+        .chunks = c->n_chunks > 0 ? c->chunks : &one,
+        .n_chunks = n_chunks,
+        .place = c->place,
+        .prefetch_depth = r->depth = prefetch_depth(c),
+        .optimizer = c->optimizer,
+        .optimizer_from = c->optimizer_from,
+        .shard = c->shard,
+        .shards = c->shards,
+    };
+    ERR_TRY(layout_stage(&r->lay, m, &spec, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
-    if (c->optimizer == COST_PLACE_HOST)
-        layout_host_optimizer_from(&r->lay, c->optimizer_from);
-    else if (c->shards > 1) {
-        int64_t lo, bytes;
-        layout_shard_range(&r->lay, c->shard, c->shards, &lo, &bytes);
-        layout_shard_optimizer(&r->lay, lo, bytes);
-    }
     /* with the plan's arena the staging buffers are objects in it (arena_run.h) */
-    if (layout_offload(&r->lay, m, c->actions, r->depth = prefetch_depth(c), e) ||
-        (c->arena != NULL
+    if ((c->arena != NULL
              ? arena_check_limit(r, e)
              : layout_check_limit(&r->lay, m, c->limit_bytes, c->reserve_bytes, e)) ||
         layout_check_host(&r->lay, c->host_limit_bytes, e) || check_host_free(r, e)) {

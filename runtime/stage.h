@@ -26,16 +26,15 @@ struct stage_config {
     int stage, n_stages, micro_batches; /* stage: the pipeline rank (GPU) of n_stages */
     enum schedule schedule;
     int first, last;
-    const uint32_t *regen; /* per layer of the stage, the kept tensors it regenerates
-                              (layout_regen); NULL: none */
+    /* per layer of the stage (of all its chunks, in order): where its tensors go, from its
+     * action (layout_place_of); NULL: every layer keeps everything on the device */
+    const struct layout_place *place;
     int in_flight;
     /* The model chunks this rank holds (schedule.h): n_chunks 0 is one, first..last as
      * virtual stage `stage` with in_flight; several, each its layers, virtual stage and
-     * in-flight count, regen and split then over all their layers in order. split: the
-     * layers whose backward is split (NULL: none). */
+     * in-flight count. */
     int n_chunks;
     struct layout_chunk_spec chunks[SCHEDULE_CHUNKS_MAX];
-    const unsigned char *split;
     struct adamw_params adamw;
     int64_t limit_bytes, reserve_bytes; /* the arenas must fit limit - reserve */
     const struct arena *arena; /* the plan's reuse layout of the activations; NULL: slots */
@@ -49,11 +48,7 @@ struct stage_config {
      * more). NULL: the stage allocates its own. */
     char *persistent, *temporary;
     int64_t persistent_bytes, temporary_bytes;
-    /* Offload (exec.h): the action of each layer of the stage (cost.h), NULL when nothing
-     * is offloaded. Its place, offload option and prefetch trigger are read here; its
-     * recompute choice comes as the layer's regen set. */
-    const struct layer_action *actions;
-    int prefetch_depth;       /* how far a late prefetch may move; 0: max(prefetch_ahead) */
+    int prefetch_depth;       /* how far a late prefetch may move; 0: the places' furthest */
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
     int optimizer_from;        /* ... of the layers from this one on (0: all; cost.h) */
@@ -120,12 +115,11 @@ struct stage_runner {
     } last; /* the last step's */
 };
 
-/* The config of plan p's rank s: its stage, or its GPU's chunks, their layers, the kept
- * tensors each regenerates and whether its backward is split (*regen, allocated here, holds
- * both: the caller's to free), the schedule, AdamW at learning rate lr, its limit. ERR_INPUT
- * when the runtime cannot apply a layer's recompute option. */
+/* The config of plan p's rank s: its stage, or its GPU's chunks, their layers and each one's
+ * place from its action (*place, allocated here: the caller's to free), the schedule, AdamW at
+ * learning rate lr, its limit. ERR_INPUT when the runtime cannot apply a layer's action. */
 int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, double lr,
-                         uint32_t **regen, struct err *e);
+                         struct layout_place **place, struct err *e);
 
 /* Lays out and allocates the stage (ERR_NOFIT, naming the layer, if it does not fit),
  * weights drawn from `seed` by global layer index, optimizer state zero. */

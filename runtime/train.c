@@ -43,7 +43,7 @@ struct run {
     char transport_why[256];
     struct stage_runner stage;
     int stage_ready;
-    uint32_t *regen; /* this rank's layers: the kept tensors each regenerates */
+    struct layout_place *place; /* this rank's layers: where each one's tensors go */
     int64_t start_step; /* steps already done (resume) */
     struct lossscale resume_scale; /* the checkpoint's loss scaler, when it has one */
     int resume_has_scale;
@@ -293,7 +293,7 @@ static int share_data(struct run *r, struct err *e)
  * runtime allocates what its own layers need, and says so, field by field (for a layer
  * recomputed with an option, that option's bytes too). */
 static void compare_stage_costs(const struct run *r, const struct plan_stage *st,
-                                const uint32_t *regen, int *shown_all)
+                                const struct layout_place *place, int *shown_all)
 {
     const struct model *m = &r->plan.model;
     int shown = *shown_all;
@@ -320,7 +320,7 @@ static void compare_stage_costs(const struct run *r, const struct plan_stage *st
             const struct recompute_option *o = &c->options[choice - COST_OPTION];
             plan[5] = o->kept_bytes;
             plan[6] = o->transient_bytes;
-            sizes_regen_bytes(m, model_layer_kind(m, l), regen[l - st->first], &here[5],
+            sizes_regen_bytes(m, model_layer_kind(m, l), place[l - st->first].regen, &here[5],
                               &here[6]);
         }
         for (int k = 0; k < 8; k++) {
@@ -340,14 +340,14 @@ static void compare_stage_costs(const struct run *r, const struct plan_stage *st
     *shown_all = shown;
 }
 
-/* The rank's stages: one, or its GPU's chunks (their regen sets end to end). */
+/* The rank's stages: one, or its GPU's chunks (their places end to end). */
 static void compare_layer_costs(const struct run *r)
 {
     int members[SCHEDULE_CHUNKS_MAX], n = plan_gpu_stages(&r->plan, r->rank, members), at = 0;
     int shown = 0;
     for (int k = 0; k < n; k++) {
         const struct plan_stage *st = &r->plan.stages[members[k]];
-        compare_stage_costs(r, st, r->regen + at, &shown);
+        compare_stage_costs(r, st, r->place + at, &shown);
         at += plan_stage_layer_count(st);
     }
 }
@@ -413,7 +413,7 @@ static int setup_stage(struct run *r, int local_rank, int n_local, struct gpu_re
     if (start_backend(r, local_rank, n_local, readings, n_readings, e))
         return e->code;
     struct stage_config c;
-    if (stage_config_of_plan(&c, p, r->rank, o->lr, &r->regen, e)) /* checked in setup_global */
+    if (stage_config_of_plan(&c, p, r->rank, o->lr, &r->place, e)) /* checked in setup_global */
         return e->code;
     compare_layer_costs(r);
     c.record_events = o->trace_file != NULL;
@@ -670,7 +670,7 @@ static void free_run(struct run *r)
         data_free(&r->data);
     if (r->plan_loaded)
         plan_free(&r->plan);
-    free(r->regen);
+    free(r->place);
 }
 
 /* Rank 0 gathers every stage's numbers and events, then writes and prints. */

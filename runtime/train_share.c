@@ -43,7 +43,7 @@
 struct share_job_run {
     struct data_source data;
     int data_loaded;
-    uint32_t *regen; /* this rank's layers */
+    struct layout_place *place; /* this rank's layers */
     struct stage_runner stage;
     int stage_ready;
     char *host_state; /* --switch full: the persistent region while the job is switched out */
@@ -265,7 +265,7 @@ static int start_job(struct share_run *r, int j, struct err *e)
     if (job->loss == NULL || job->ms == NULL || job->scale == NULL || job->skipped == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     struct stage_config c;
-    if (stage_config_of_plan(&c, p, r->rank, o->lr, &job->regen, e)) /* checked in check_share */
+    if (stage_config_of_plan(&c, p, r->rank, o->lr, &job->place, e)) /* checked in check_share */
         return e->code;
     c.persistent = persistent_at(r, j);
     c.temporary = temporary_at(r);
@@ -341,7 +341,7 @@ static void free_share_run(struct share_run *r)
             stage_free(&job->stage);
         if (job->data_loaded)
             data_free(&job->data);
-        free(job->regen);
+        free(job->place);
         free(job->host_state);
         free(job->loss);
         free(job->ms);

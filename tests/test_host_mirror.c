@@ -112,11 +112,11 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
     int first, last;
     split(rank, size, &first, &last);
     int n = last - first + 1;
-    struct layer_action act[N_LAYERS];
-    for (int li = 0; li < n; li++) {
-        act[li] = LAYER_ACTION_KEEP;
-        act[li].place = COST_PLACE_HOST;
-        act[li].prefetch_ahead = 1;
+    struct layout_place place[N_LAYERS] = {0};
+    for (int li = 0; ro->offload && li < n; li++) {
+        place[li].ahead = 1;
+        CU_ASSERT_FATAL(layout_offload_mask(&model, first + li, li == 0, 0, COST_PLACE_HOST, -1,
+                                            &place[li].offload, e) == ERR_OK);
     }
     struct stage_config c = {
         .model = &model,
@@ -129,7 +129,7 @@ static int run(const struct run_opts *ro, struct result *res, struct err *e)
         .in_flight = schedule_in_flight(ro->schedule, size, rank, MICRO),
         .adamw = adamw_params_gpt(1e-3f),
         .limit_bytes = device_limit,
-        .actions = ro->offload ? act : NULL,
+        .place = place,
         .host_limit_bytes = ro->host_limit,
         .host_link_gbps = ro->gbps,
         .host_link_latency_us = ro->gbps > 0 ? 10 : 0,

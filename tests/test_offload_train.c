@@ -134,20 +134,14 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
     int first, last;
     split(stage, n_stages, &first, &last);
     int n = last - first + 1;
-    uint32_t regen[N_LAYERS];
-    struct layer_action act[N_LAYERS];
+    struct layout_place place[N_LAYERS];
     for (int li = 0; li < n; li++) {
-        const char *rec = mx->recompute[first + li];
-        regen[li] = regen_of(first + li, rec);
-        act[li] = (struct layer_action){
-            .choice = (unsigned char)(rec == NULL                 ? COST_KEEP
-                                      : strcmp(rec, "full") == 0 ? COST_FULL
-                                                                 : COST_OPTION +
-                                                                       option_of(first + li, rec)),
-            .place = mx->place[first + li],
-            .offload_option = option_of(first + li, mx->option[first + li]),
-            .prefetch_ahead = ro->ahead,
-        };
+        int layer = first + li;
+        place[li] = (struct layout_place){.regen = regen_of(layer, mx->recompute[layer]),
+                                          .ahead = ro->ahead};
+        if (layout_offload_mask(model, layer, li == 0, place[li].regen, mx->place[layer],
+                                option_of(layer, mx->option[layer]), &place[li].offload, e))
+            return e->code;
     }
     struct stage_config c = {
         .model = model,
@@ -157,11 +151,10 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
         .schedule = ro->schedule,
         .first = first,
         .last = last,
-        .regen = regen,
+        .place = place,
         .in_flight = schedule_in_flight(ro->schedule, n_stages, stage, MICRO),
         .adamw = adamw_params_gpt(1e-3f),
         .limit_bytes = (int64_t)1 << 40,
-        .actions = act,
         .prefetch_depth = ro->depth,
         .host_limit_bytes = ro->host_limit,
         .host_link_gbps = ro->gbps,

@@ -141,20 +141,20 @@ static int lay_out(const struct schedule_shape *sh, const struct model *m, int g
 {
     int V = schedule_virtual_stages(sh), flights[S_MAX * V_MAX], n = 0;
     struct layout_chunk_spec spec[V_MAX];
-    uint32_t regen[64];
-    unsigned char split[64];
+    struct layout_place place[64] = {0};
     ERR_TRY(schedule_in_flights(sh, flights, e));
     for (int c = 0; c < sh->chunks; c++) {
         int j = schedule_vstage(sh, g, c);
         spec[c] = (struct layout_chunk_spec){0, 0, j, flights[j]};
         cluster_even_split(model_layer_count(m), V, j, &spec[c].first, &spec[c].last);
         for (int l = spec[c].first; l <= spec[c].last; l++, n++) {
-            regen[n] = recompute ? full_regen(m, l) : 0;
-            split[n] = schedule_splits(sh->kind) && !recompute &&
-                       model_layer_kind(m, l) == MODEL_LAYER_BLOCK;
+            place[n].regen = recompute ? full_regen(m, l) : 0;
+            place[n].split = schedule_splits(sh->kind) && !recompute &&
+                             model_layer_kind(m, l) == MODEL_LAYER_BLOCK;
         }
     }
-    return layout_init_chunks(lay, m, spec, sh->chunks, regen, split, e);
+    struct layout_spec ls = {.chunks = spec, .n_chunks = sh->chunks, .place = place};
+    return layout_stage(lay, m, &ls, e);
 }
 
 /* Runs GPU g's step on the executor and records its ops. */

@@ -187,6 +187,33 @@ static int write_job(FILE *out, const struct export_job *x, struct err *e)
     return export_flagscale(out, x, e);
 }
 
+/* The frameworks give every data-parallel rank the same micro-batches: a pool plan dealing
+ * its batch unevenly is refused. */
+static int refuse_uneven(const struct plan *p, const struct framework *f, struct err *e)
+{
+    if (p->replica_micro_batches == NULL)
+        return ERR_OK;
+    return err_set(e, ERR_INPUT,
+                   "--to %s: replica_micro_batches: the plan's %d replicas take from %d "
+                   "micro-batches down to fewer (%lld in all), but %s gives every "
+                   "data-parallel rank the same number (global batch = micro-batch size x "
+                   "micro-batches x dp): plan the pool with \"dp\" dividing them",
+                   f->name, p->stages[0].dp, p->micro_batches, (long long)plan_batches(p),
+                   f->title);
+}
+
+/* A note when the plan's layer costs follow another activation model than the framework's. */
+static void note_activations(FILE *note, const struct plan *q, const struct framework *f)
+{
+    if (fw_activations_alike(q->framework.activations, f->activations))
+        return;
+    fprintf(note, "ballast export: note: the plan's layer costs are %s's activation model "
+                  "(\"%s\"), not %s's: plan --for %s for its own numbers\n",
+            strcmp(q->framework.activations, "ballast") == 0 ? "Ballast's runtime"
+                                                             : q->framework.activations,
+            q->framework.activations, f->title, f->name);
+}
+
 /* p with dp replicas in all (a replicas file's pipelines taken together). */
 static int export_dp(FILE *out, const struct plan *p, int dp, const struct export_options *o,
                      struct err *e)
@@ -195,16 +222,8 @@ static int export_dp(FILE *out, const struct plan *p, int dp, const struct expor
     if (f == NULL || framework_is_ballast(f))
         return err_set(e, ERR_INPUT, "--to: \"%s\", expected megatron, megatron-cli, nemo, "
                        "nemo-cli, colossalai or flagscale", o->to);
-    if (export_checks(p, f, o, e) || schedule_allowed(p, f, e))
+    if (export_checks(p, f, o, e) || schedule_allowed(p, f, e) || refuse_uneven(p, f, e))
         return e->code;
-    if (p->replica_micro_batches != NULL) /* a pool plan dealing its batch unevenly */
-        return err_set(e, ERR_INPUT,
-                       "--to %s: replica_micro_batches: the plan's %d replicas take from %d "
-                       "micro-batches down to fewer (%lld in all), but %s gives every "
-                       "data-parallel rank the same number (global batch = micro-batch size x "
-                       "micro-batches x dp): plan the pool with \"dp\" dividing them",
-                       f->name, p->stages[0].dp, p->micro_batches,
-                       (long long)plan_batches(p), f->title);
     struct fw_settings fs, ranks = {0};
     struct plan run;
     int replanned, pp = p->n_stages / (p->virtual_stages > 1 ? p->virtual_stages : 1);
@@ -233,12 +252,7 @@ static int export_dp(FILE *out, const struct plan *p, int dp, const struct expor
                            .shard = q->stages[0].shard_optimizer,
                            .attention = q->framework.attention};
     x.global_batch = q->micro_batches * q->model.micro_batch * dp;
-    if (!fw_activations_alike(q->framework.activations, f->activations))
-        fprintf(o->note, "ballast export: note: the plan's layer costs are %s's activation "
-                         "model (\"%s\"), not %s's: plan --for %s for its own numbers\n",
-                strcmp(q->framework.activations, "ballast") == 0 ? "Ballast's runtime"
-                                                                 : q->framework.activations,
-                q->framework.activations, f->title, f->name);
+    note_activations(o->note, q, f);
     x.offload = offload[0] ? offload : NULL;
     int rc = x.per_rank && o->stages == NULL
                  ? err_set(e, ERR_INPUT, "--to %s: the settings differ per stage and need the "

@@ -80,11 +80,26 @@ void milp_matrix_free(struct milp_matrix *m)
  * Columns: 1..n r_l, n+1 tau, n+2 e_plus, n+3 e_minus. Rows: 1 memory, 2..n+1 transient, n+2
  * the time deviation, then for alike layers l after j (same w, t and time), r_j >= r_l, which
  * keeps GLPK from searching their permutations (see solve_choices). */
+/* prev[l]: the nearest layer before l alike in w, t and time (whole layers), or -1; returns
+ * how many layers have one. */
+static int alike_layers_before(const struct knap_problem *p, int *prev)
+{
+    int orders = 0;
+    for (int l = 0; l < p->n; l++) {
+        prev[l] = -1;
+        for (int j = l - 1; j >= 0 && prev[l] < 0; j--)
+            if (p->w[j] == p->w[l] && p->t[j] == p->t[l] && p->fwd[j] == p->fwd[l])
+                prev[l] = j;
+        orders += prev[l] >= 0;
+    }
+    return orders;
+}
+
 static int solve_balance(const struct knap_problem *p, int64_t target_units,
                          double time_unit_ms, double *objective, struct err *e)
 {
     int n = p->n;
-    int *prev = malloc((size_t)(n > 0 ? n : 1) * sizeof *prev), orders = 0;
+    int *prev = malloc((size_t)(n > 0 ? n : 1) * sizeof *prev), orders;
     struct milp_matrix a = {0};
     glp_prob *lp = glp_create_prob();
     double sum_w = 0;
@@ -92,13 +107,7 @@ static int solve_balance(const struct knap_problem *p, int64_t target_units,
         err_set(e, ERR_FAIL, "out of memory building a MILP of %d layers", n);
         goto done;
     }
-    for (int l = 0; l < n; l++) {
-        prev[l] = -1;
-        for (int j = l - 1; j >= 0 && prev[l] < 0; j--)
-            if (p->w[j] == p->w[l] && p->t[j] == p->t[l] && p->fwd[j] == p->fwd[l])
-                prev[l] = j;
-        orders += prev[l] >= 0;
-    }
+    orders = alike_layers_before(p, prev);
     glp_set_obj_dir(lp, GLP_MIN);
     glp_add_cols(lp, n + 3);
     glp_add_rows(lp, n + 2 + orders);

@@ -72,16 +72,6 @@ struct stage_search {
     int simplest;
 };
 
-int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
-                           const struct plan_options *o)
-{
-    if (!(o->actions & PLAN_ACTION_RECOMPUTE) && r->action.choice != COST_KEEP)
-        return 0;
-    if ((!(o->actions & PLAN_ACTION_OFFLOAD) || st->host_limit_bytes == 0) && r->host_bytes > 0)
-        return 0;
-    return !o->whole_layers || (r->action.choice <= COST_FULL && r->action.offload_option < 0);
-}
-
 /* a no better than b in every term the memory and the simulator see. */
 static int row_dominated(const struct cost_row *a, const struct cost_row *b)
 {
@@ -121,19 +111,18 @@ static int row_gives_way(const struct cost_row *a, const struct cost_row *b, int
     return row_dominated(a, b) && (!simplest || row_no_simpler(a, b));
 }
 
-/* The layer's allowed actions that no other allowed action dominates (ties: the first). */
+/* The layer's menu (problem.h) less what another of its actions dominates (ties: the
+ * first). */
 static int layer_actions(const struct plan *p, const struct plan_stage *st, int l,
                          const struct plan_options *o, int simplest,
                          struct cost_row out[COST_ACTIONS_MAX])
 {
     struct cost_row all[COST_ACTIONS_MAX];
-    int n_all = cost_actions(&st->layers[l], cost_whole_offload(&p->model, l, st->first + l), all),
-        n = 0;
+    int n_all = method_menu(p, st, l, o, all), n = 0;
     for (int i = 0; i < n_all; i++) {
-        int keep = offload_action_allowed(&all[i], st, o);
+        int keep = 1;
         for (int j = 0; j < n_all && keep; j++)
-            if (j != i && offload_action_allowed(&all[j], st, o) &&
-                row_gives_way(&all[i], &all[j], simplest) &&
+            if (j != i && row_gives_way(&all[i], &all[j], simplest) &&
                 (j < i || !row_gives_way(&all[j], &all[i], simplest)))
                 keep = 0;
         if (keep)

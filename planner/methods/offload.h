@@ -57,12 +57,6 @@ int offload_choose(struct plan *p, const struct plan_options *o,
 int offload_simplest(struct plan *p, const struct plan_options *o, double cap, int *done,
                      struct err *e);
 
-/* Whether the options and the stage allow an action row: recompute choices only with
- * recompute, host bytes only with offload and host memory, whole layers only with
- * --whole-layers. */
-int offload_action_allowed(const struct cost_row *r, const struct plan_stage *st,
-                           const struct plan_options *o);
-
 /* The per-stage problem --verify checks: the least recompute over every action the options
  * allow, within the stage's device and host memory. By enumeration (the method's search)
  * and as a MILP with GLPK (offload_milp.c). ERR_NOFIT if nothing fits. */

@@ -68,6 +68,29 @@ int method_problem(const struct plan *p, int s, const struct plan_options *o,
     return rc;
 }
 
+static int action_allowed(const struct cost_row *r, const struct plan_stage *st,
+                          const struct plan_options *o)
+{
+    if (!(o->actions & PLAN_ACTION_RECOMPUTE) && r->action.choice != COST_KEEP)
+        return 0;
+    if ((!(o->actions & PLAN_ACTION_OFFLOAD) || st->host_limit_bytes == 0) && r->host_bytes > 0)
+        return 0;
+    return !o->whole_layers || (r->action.choice <= COST_FULL && r->action.offload_option < 0);
+}
+
+int method_menu(const struct plan *p, const struct plan_stage *st, int l,
+                const struct plan_options *o, struct cost_row out[COST_ACTIONS_MAX])
+{
+    struct cost_row all[COST_ACTIONS_MAX];
+    int n_all = cost_actions(&st->layers[l], cost_whole_offload(&p->model, l, st->first + l),
+                             all),
+        n = 0;
+    for (int i = 0; i < n_all; i++)
+        if (action_allowed(&all[i], st, o))
+            out[n++] = all[i];
+    return n;
+}
+
 void method_gather(const struct plan *p, int s, unsigned char *choice)
 {
     int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members);

@@ -17,6 +17,12 @@ int method_leader(const struct plan *p, int s);
  * group's, end to end. */
 int method_problem(const struct plan *p, int s, const struct plan_options *o,
                    struct knap_problem *kp, struct err *e);
+/* Layer l of stage st's menu: the action rows the options allow it (cost_actions, in its
+ * order): recompute choices only with recompute (whole layers only with --whole-layers),
+ * host bytes only with offload and a host limit. The one list the action search
+ * (offload.c) and its MILP (offload_milp.c) choose from; returns the count. */
+int method_menu(const struct plan *p, const struct plan_stage *st, int l,
+                const struct plan_options *o, struct cost_row out[COST_ACTIONS_MAX]);
 /* The group's recompute choices end to end, as method_problem's layers (kp.n of them). */
 void method_gather(const struct plan *p, int s, unsigned char *choice);
 

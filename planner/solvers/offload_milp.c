@@ -7,6 +7,7 @@
 
 #include "milp.h"
 #include "offload.h"
+#include "problem.h"
 
 /* Bytes enter the MILP in MiB: coefficients of 1e10 beside times of 1 left GLPK's presolved
  * problem ill-conditioned enough to report a worse choice as optimal. */
@@ -41,16 +42,13 @@ static void build_offload_milp(struct milp_build *b, const struct plan *p,
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &st->layers[l];
         struct cost_row rows[COST_ACTIONS_MAX];
-        int count = cost_actions(c, cost_whole_offload(&p->model, l, st->first + l), rows),
-            one = ++b->row;
+        int count = method_menu(p, st, l, o, rows), one = ++b->row;
         fixed += (double)c->state_bytes;
         if (c->workspace_bytes > workspace)
             workspace = (double)c->workspace_bytes;
         glp_add_rows(b->lp, 1);
         glp_set_row_bnds(b->lp, one, GLP_FX, 1, 1);
         for (int a = 0; a < count; a++) {
-            if (!offload_action_allowed(&rows[a], st, o))
-                continue;
             glp_add_cols(b->lp, 1);
             glp_set_col_kind(b->lp, ++col, GLP_BV);
             glp_set_obj_coef(b->lp, col, rows[a].recompute_ms);

@@ -202,7 +202,8 @@ static int cost_view(const struct model *m, const struct layer_layout *L, int li
 /* The planner's numbers come from sizes_layer through the cost model; these offsets come from
  * the same tables. They must agree to the byte, device and host memory, or the plan's memory
  * is not what this stage allocates. ZeRO-1's slices are cut across the stage's sections, the
- * cost model's per layer: with shards the device's state is left to layout_check_limit. */
+ * cost model's per layer: with shards the activations' arenas are checked, the state is left to
+ * layout_check_limit. */
 static int check_against_cost(const struct stage_layout *sl, const struct model *m,
                               const struct layout_spec *spec, struct err *e)
 {
@@ -228,18 +229,23 @@ static int check_against_cost(const struct stage_layout *sl, const struct model 
     free(acts);
     /* one chunk: its M, staging included; several: the GPU's (no chunk offloads) */
     int64_t want = sl->n_chunks > 1 ? cost_chunks_memory(c, sl->n_chunks, 0) : c[0].memory_bytes;
-    int64_t host = c[0].host_memory_bytes;
+    int64_t host = c[0].host_memory_bytes, have = sl->arena_bytes;
     if (sl->n_staging > 0) /* the staging of the spec's depth, as the plan's furthest trigger */
         want += (int64_t)(spec->prefetch_depth - 1) * sl->staging_buf_bytes;
-    if (!expressible || spec->shards > 1)
+    if (!expressible)
         return ERR_OK;
-    if (want != sl->arena_bytes || host != sl->host_bytes + sl->mirror_bytes)
+    if (spec->shards > 1) { /* the activations' arenas alone */
+        for (int k = 0; k < sl->n_chunks; k++)
+            want -= c[k].state_bytes;
+        have -= sl->persistent_bytes;
+    }
+    if (want != have || host != sl->host_bytes + sl->mirror_bytes)
         return err_set(e, ERR_FAIL,
                        "internal: layers %d-%d lay out to %lld bytes on the device and %lld on "
                        "the host but the cost model of the size functions gives %lld and %lld",
-                       sl->first, sl->layers[sl->n_layers - 1].layer,
-                       (long long)sl->arena_bytes, (long long)(sl->host_bytes + sl->mirror_bytes),
-                       (long long)want, (long long)host);
+                       sl->first, sl->layers[sl->n_layers - 1].layer, (long long)have,
+                       (long long)(sl->host_bytes + sl->mirror_bytes), (long long)want,
+                       (long long)host);
     return ERR_OK;
 }
 

@@ -192,7 +192,15 @@ void cost_sum_add(struct cost_sum *s, int64_t state_bytes, int64_t workspace_byt
 
 int64_t cost_sum_staging(const struct cost_sum *s)
 {
-    return cost_saturate((__int128)(s->ahead_max + 2) * s->host_max * (s->host_max > 0));
+    return cost_saturate((__int128)(s->ahead_max + 2) * s->host_max * (s->host_max > 0) +
+                         (__int128)COST_STREAM_BUFFERS * s->stream_max);
+}
+
+void cost_sum_add_stream(struct cost_sum *s, const struct layer_cost *c)
+{
+    s->mirror += c->param_bytes;
+    if (c->param_bytes + c->grad_bytes > s->stream_max)
+        s->stream_max = c->param_bytes + c->grad_bytes;
 }
 
 int64_t cost_sum_host(const struct cost_sum *s, int in_flight)
@@ -230,9 +238,13 @@ static void stage_sum(const struct layer_cost *layers, int n, const unsigned cha
             act.choice = choices[l];
         struct cost_row r = cost_action_row(c, &act);
         enum cost_place o = cost_layer_optimizer(a->optimizer, a->optimizer_from, l);
-        cost_sum_add(&s, cost_layer_state(c, o), c->workspace_bytes, c->fwd_ms + c->bwd_ms, &r);
+        int stream = act.weights == COST_PLACE_HOST;
+        cost_sum_add(&s, stream ? 0 : cost_layer_state(c, o), c->workspace_bytes,
+                     c->fwd_ms + c->bwd_ms, &r);
         if (o == COST_PLACE_HOST)
             cost_sum_add_mirror(&s, cost_layer_mirror(c));
+        if (stream)
+            cost_sum_add_stream(&s, c);
     }
     *out = (struct stage_cost){
         .state_bytes = cost_saturate(s.state),

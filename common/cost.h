@@ -41,6 +41,16 @@
  * stage, as before). With ZeRO-1 a layer's optimizer state is one replica's share
  * (optimizer_shards), and so is its mirror: 4 * grad_l / shards.
  *
+ * Streamed weights (a layer's weights = host, its optimizer on the host): the layer's weights
+ * and gradients leave the device between their uses. The host keeps a copy of its weights
+ * (param_l, beside the mirror), and each use fetches them into one of the stage's
+ * COST_STREAM_BUFFERS device buffers; a backward also fetches the gradients summed so far (the
+ * step's first zeroes them instead) and sends them back after it:
+ *   devstate_l = 0,   staging += COST_STREAM_BUFFERS * max_l (param_l + grad_l)
+ *   host      H += param_l
+ *   copies per micro-batch: param_l in for the forward, param_l + grad_l in and grad_l out
+ *   for the backward.
+ *
  * The weight-gradient pass (schedules that split the backward, schedule.h): a layer kept whole
  * on the device defers the weight gradients of its matrix products from its backward's
  * input-gradient pass (B) to a later pass (W), keeping their output gradients from one to the
@@ -87,16 +97,23 @@ struct layer_action {
     unsigned char choice;       /* COST_KEEP, COST_FULL or COST_OPTION + k */
     unsigned char place;        /* enum cost_place of what the choice keeps */
     signed char offload_option; /* -1, or with COST_KEEP on the device: option k to the host */
-    int prefetch_ahead;         /* layer-ops; 0 when nothing goes to the host */
+    /* enum cost_place of the layer's weights and gradients between their uses: on the host
+     * they stream in for each forward and backward (cost.h "Streamed weights"); the layer's
+     * optimizer must be on the host too */
+    unsigned char weights;
+    int prefetch_ahead; /* layer-ops; 0 when nothing goes to the host */
 };
 
 /* Keep everything on the device. */
-#define LAYER_ACTION_KEEP ((struct layer_action){COST_KEEP, COST_PLACE_DEVICE, -1, 0})
+#define LAYER_ACTION_KEEP                                                                      \
+    ((struct layer_action){.choice = COST_KEEP, .place = COST_PLACE_DEVICE,                   \
+                           .offload_option = -1, .weights = COST_PLACE_DEVICE})
 
 static inline int layer_action_equal(const struct layer_action *a, const struct layer_action *b)
 {
     return a->choice == b->choice && a->place == b->place &&
-           a->offload_option == b->offload_option && a->prefetch_ahead == b->prefetch_ahead;
+           a->offload_option == b->offload_option && a->weights == b->weights &&
+           a->prefetch_ahead == b->prefetch_ahead;
 }
 
 /* Whether the action sends anything it keeps to the host (whole, or an option's tensors). */
@@ -137,12 +154,18 @@ struct cost_sum {
     __int128 state, kept;
     __int128 host, mirror; /* mirror: the host optimizer's, once (not per micro-batch) */
     int64_t transient, workspace, host_max;
+    int64_t stream_max; /* the most weights + gradients a streamed layer brings in */
     int ahead_max;
     double compute_ms, recompute_ms;
 };
 
 /* A host mirror holds this many fp32 sections of a layer's grad_bytes. */
 #define COST_MIRROR_SECTIONS 4
+
+/* Streamed weights: the device's buffers for a streamed layer's weights and gradients, one for
+ * the layer-op running, one for the next one's, fetched meanwhile, and one for a backward's
+ * gradients on their way out. */
+#define COST_STREAM_BUFFERS 3
 
 /* The layer's bytes on the device that no activation choice changes, with its optimizer at
  * `optimizer`: devstate_l. */
@@ -206,6 +229,8 @@ int64_t cost_sum_memory(const struct cost_sum *s, int in_flight, int64_t reserve
 int64_t cost_sum_staging(const struct cost_sum *s);
 int64_t cost_sum_host(const struct cost_sum *s, int in_flight);
 void cost_sum_add_mirror(struct cost_sum *s, int64_t mirror_bytes);
+/* A layer whose weights stream (cost.h "Streamed weights"): its host copy and its buffers. */
+void cost_sum_add_stream(struct cost_sum *s, const struct layer_cost *c);
 /* T: a stage's forward and backward ms and its recompute ms. */
 double cost_stage_ms(double compute_ms, double recompute_ms);
 

@@ -304,7 +304,7 @@ static char *host_of(const struct executor *x, int li, int micro)
  * running (*late). The spans sync the backend around every layer anyway, so the host is
  * level with the device here: a copy not done is late, and syncing then (after the compute
  * queued its wait) times the stall where the span would have. */
-static int copy_wait(struct executor *x, int ev, int li, int micro, int *late, struct err *e)
+int exec_copy_wait(struct executor *x, int ev, int li, int micro, int *late, struct err *e)
 {
     int done;
     ERR_TRY(x->c.be->ops->event_query(x->c.be, ev, &done, e));
@@ -344,7 +344,7 @@ static int arena_staging_expire(struct executor *x, int lop, struct err *e)
         arena_run_staging_ticks(x->c.arena, b->micro, b->li, ARENA_FORWARD, &first, &last);
         if (last >= lop)
             continue;
-        ERR_TRY(copy_wait(x, b->ev, b->li, b->micro, &late, e));
+        ERR_TRY(exec_copy_wait(x, b->ev, b->li, b->micro, &late, e));
         arena_run_out(x->c.arena, ARENA_STAGING, b->micro, b->li, ARENA_FORWARD);
         b->state = STG_FREE;
         o->outs[i--] = o->outs[--o->n_outs];
@@ -382,7 +382,7 @@ static int staging_get(struct executor *x, int li, int micro, int phase, int *ou
     if (pick < 0)
         return err_set(e, ERR_FAIL, "internal: stage %d has all %d staging buffers in use",
                        x->c.stage, x->c.lay->n_staging);
-    ERR_TRY(copy_wait(x, o->buf[pick].ev, o->buf[pick].li, o->buf[pick].micro, &late, e));
+    ERR_TRY(exec_copy_wait(x, o->buf[pick].ev, o->buf[pick].li, o->buf[pick].micro, &late, e));
     *out = pick;
     return ERR_OK;
 }
@@ -426,7 +426,7 @@ static int host_add(struct executor *x, int64_t delta, struct err *e)
 }
 
 /* A copy submitted this step, for the trace (record_events). */
-static void copy_note(struct executor *x, int ev, int li, int micro, int dir)
+void exec_copy_note(struct executor *x, int ev, int li, int micro, int dir)
 {
     struct exec_offload *o = &x->off;
     if (o->copies != NULL)
@@ -464,7 +464,7 @@ static int prefetch_start(struct executor *x, int li, int micro, struct err *e)
     ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_FROM_HOST, staging_of(x, *held),
                                      host_of(x, li, micro), x->c.lay->layers[li].offload_bytes,
                                      out_ev, &o->buf[*held].ev, e));
-    copy_note(x, o->buf[*held].ev, li, micro, BACKEND_FROM_HOST);
+    exec_copy_note(x, o->buf[*held].ev, li, micro, BACKEND_FROM_HOST);
     return ERR_OK;
 }
 
@@ -517,7 +517,7 @@ static int offload_out(struct executor *x, int li, int micro, struct err *e)
     ERR_TRY(host_add(x, bytes, e));
     ERR_TRY(x->c.be->ops->copy_async(x->c.be, BACKEND_TO_HOST, host_of(x, li, micro),
                                      staging_of(x, *held), bytes, -1, out_ev, e));
-    copy_note(x, *out_ev, li, micro, BACKEND_TO_HOST);
+    exec_copy_note(x, *out_ev, li, micro, BACKEND_TO_HOST);
     o->buf[*held] = (struct exec_staging){STG_OUT, *out_ev, li, micro};
     if (x->c.arena != NULL)
         o->outs[o->n_outs++] = *held;
@@ -536,7 +536,7 @@ static int offload_ready(struct executor *x, int li, int micro, const struct lay
     if (b < 0 || o->buf[b].state != STG_IN)
         return err_set(e, ERR_FAIL, "internal: stage %d: layer %d's prefetch for micro-batch "
                        "%d was never started", x->c.stage, x->c.lay->layers[li].layer, micro);
-    ERR_TRY(copy_wait(x, o->buf[b].ev, li, micro, &late, e));
+    ERR_TRY(exec_copy_wait(x, o->buf[b].ev, li, micro, &late, e));
     if (late) {
         x->times.late_prefetches++;
         if (o->ahead[li] < x->c.prefetch_depth)
@@ -580,6 +580,8 @@ void exec_view(const struct executor *x, int li, int micro, struct layer_view *v
         int b = *off_at(x, x->off.held, li, micro);
         layout_view_staging(lay, li, b >= 0 ? staging_of(x, b) : NULL, v);
     }
+    if (li >= lay->stream_from)
+        exec_stream_view(x, li, v);
 }
 
 /* The head's loss of the micro-batch, the mean over its B x T positions. */
@@ -616,8 +618,9 @@ static int chunk_forward(struct executor *x, int c, int micro, struct err *e)
         void *out = NULL;
         int loss_id = -1;
         ERR_TRY(offload_tick(x, e));
+        ERR_TRY(exec_stream_tick(x, e));
         ERR_TRY(staging_claim(x, li, micro, ~0u, &claimed, e));
-        if (claimed)
+        if (claimed || li >= lay->stream_from) /* a buffer now held: the view changes */
             exec_view(x, li, micro, &v);
         if (li + 1 < n) {
             ERR_TRY(exec_arena_in(x, ARENA_KEPT, micro, li + 1, e));
@@ -734,6 +737,7 @@ static int chunk_backward(struct executor *x, int c, int micro, struct err *e)
         const struct layer_layout *L = &lay->layers[li];
         int64_t off, len;
         ERR_TRY(offload_tick(x, e));
+        ERR_TRY(exec_stream_tick(x, e));
         HOOKS(x, li, 1, prefetch, micro, e);
         exec_view(x, li, micro, &v);
         if (L->n_wstash > 0) {
@@ -791,6 +795,7 @@ static int weight_pass(struct executor *x, int c, int micro, struct err *e)
 int exec_run(struct executor *x, struct err *e)
 {
     offload_begin_step(x);
+    exec_stream_begin_step(x);
     x->times.host_peak = x->off.host_live; /* the mirror, live always */
     for (x->op = 0; x->op < x->n_ops; x->op++) {
         const struct schedule_op *op = &x->ops[x->op];
@@ -800,9 +805,10 @@ int exec_run(struct executor *x, struct err *e)
                                          : weight_pass(x, op->chunk, op->micro, e));
     }
     ERR_TRY(ws_drain(x, e));
+    ERR_TRY(exec_stream_drain(x, e));
     if (x->c.arena != NULL && x->off.outs != NULL)
         ERR_TRY(arena_staging_expire(x, 2 * x->c.micro_batches * x->c.lay->n_layers, e));
-    if (x->off.buf == NULL)
+    if (x->off.buf == NULL && x->stream.buf == NULL)
         return ERR_OK;
     ERR_TRY(copy_events(x, e));
     return x->c.be->ops->copy_ms(x->c.be, x->times.copy, e);
@@ -826,9 +832,8 @@ static int offload_init(struct executor *x, struct err *e)
     o->ahead = malloc(sizeof *o->ahead * n);
     o->first = malloc(sizeof *o->first * 2 * n * M);
     o->next = malloc(sizeof *o->next * 2 * n * M);
-    o->copies = x->c.record_events ? malloc(sizeof *o->copies * 2 * n * M) : NULL;
     if (!o->buf || !o->held || !o->out_ev || !o->pending || !o->ahead || !o->first ||
-        !o->next || (x->c.record_events && !o->copies))
+        !o->next)
         return err_set(e, ERR_FAIL, "out of memory setting up stage %d", x->c.stage);
     for (size_t i = 0; i < n * M; i++)
         o->held[i] = -1;
@@ -875,6 +880,8 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
     for (int li = 0; li < n; li++) { /* outermost first: what comes back, then reruns */
         const struct layer_layout *L = &c->lay->layers[li];
         struct exec_hooks *h = &x->hooks[li];
+        if (li >= c->lay->stream_from)
+            h->part[h->n++] = &exec_stream;
         if (L->offload)
             h->part[h->n++] = &exec_offload;
         if (L->regen)
@@ -887,7 +894,16 @@ int exec_init(struct executor *x, const struct exec_config *c, struct err *e)
      * be on their way while another chunk runs: reserved for them, live always */
     if (c->lay->n_chunks > 1)
         x->live = x->peak = x->live + c->lay->workspace_bytes;
-    if (c->lay->n_staging > 0 && offload_init(x, e)) {
+    /* the step's copies for the trace: at most 2 a layer-op offloaded, 3 streamed */
+    size_t copies = 5 * (size_t)n * 2 * (size_t)M;
+    int copying = c->lay->n_staging > 0 || c->lay->n_wbuf > 0;
+    if (copying && c->record_events &&
+        (x->off.copies = malloc(sizeof *x->off.copies * copies)) == NULL) {
+        exec_free(x);
+        return err_set(e, ERR_FAIL, "out of memory setting up stage %d", c->stage);
+    }
+    if ((c->lay->n_staging > 0 && offload_init(x, e)) ||
+        (c->lay->n_wbuf > 0 && exec_stream_init(x, e))) {
         exec_free(x);
         return e->code;
     }
@@ -911,5 +927,6 @@ void exec_free(struct executor *x)
     free(x->off.first);
     free(x->off.next);
     free(x->off.copies);
+    exec_stream_free(x);
     memset(x, 0, sizeof *x);
 }

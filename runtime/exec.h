@@ -108,14 +108,14 @@ struct exec_action {
     int (*after_backward)(struct executor *x, int li, int micro, struct err *e);
 };
 
-extern const struct exec_action exec_recompute, exec_offload;
+extern const struct exec_action exec_recompute, exec_offload, exec_stream;
 
 /* A layer's parts, outermost first (exec_init: offload, then recompute; none: the layer keeps
  * everything). before_forward, prefetch and before_backward run outermost first,
  * after_forward and after_backward innermost first, so that each part finds the layer as the
  * parts around it leave it: a layer recomputed from tensors that come back from host memory
  * waits for them before it reruns, and frees its transient before they go. */
-#define EXEC_PARTS_MAX 2
+#define EXEC_PARTS_MAX 3
 struct exec_hooks {
     const struct exec_action *part[EXEC_PARTS_MAX];
     int n;
@@ -162,6 +162,11 @@ struct exec_config {
      * prefetch up to prefetch_depth (the staging buffers' room); host bytes beyond
      * host_limit_bytes (< 0: none) fail. The trigger is the layout's (layer_layout.ahead). */
     char *staging, *host;
+    /* Streamed weights (exec_stream.c; layout.h): the device's weights buffers (the layout's
+     * n_wbuf), the streamed layers' weights in host memory from the weights section's
+     * dev_weights_bytes on, and their gradients' landing from the fp32 section's host_lo on
+     * (the host mirror's, hostmirror.h) */
+    char *wbufs, *host_weights, *host_landing;
     int prefetch_depth;
     int64_t host_limit_bytes;
     int record_events;
@@ -212,9 +217,28 @@ struct exec_offload {
     int n_copies;
 };
 
+/* Streamed weights' state (exec_stream.c), by the offload's layer-ops: a layer's weights come
+ * into a buffer at the layer-op before its use (at its own for the step's first), a backward's
+ * gradients too (zeroed for the layer's first backward of the step), and a backward's go back
+ * to the host after it. */
+struct exec_stream {
+    struct exec_wbuf {
+        int state; /* STG_FREE, STG_IN (fetched for held layer-op lop), STG_OUT */
+        int lop, li, ev_w, ev_g, ev_out;
+    } *buf;
+    int *held;             /* per layer-op of the step: its buffer, -1 none */
+    int *out_ev;           /* per layer: its gradients' last copy out, -1 none */
+    unsigned char *summed; /* per layer: a backward this step (its gradients come in) */
+    /* per layer: a backward's buffer whose gradients wait for the layer's backward running
+     * now to send its own (the next layer-op is the same layer's: a stage of one layer), -1 */
+    int *waiting;
+    int lop;               /* the layer-op running */
+};
+
 struct executor {
     struct exec_config c;
     struct exec_offload off;
+    struct exec_stream stream;
     struct exec_hooks *hooks;          /* per layer, from its layout (exec_init) */
     struct schedule_op *ops;           /* n_ops, schedule_ops' */
     int n_ops, chunk;                  /* chunk: the running op's */
@@ -263,6 +287,20 @@ int exec_arena_in(struct executor *x, int kind, int micro, int li, struct err *e
 void exec_arena_out(struct executor *x, int kind, int micro, int li);
 /* Layer li's tensors for micro-batch `micro` (its slot). */
 void exec_view(const struct executor *x, int li, int micro, struct layer_view *v);
+/* Compute waiting for copy `ev` of layer li's tensors (a stall event when late: *late), and
+ * a copy submitted this step noted for the trace: for the parts. */
+int exec_copy_wait(struct executor *x, int ev, int li, int micro, int *late, struct err *e);
+void exec_copy_note(struct executor *x, int ev, int li, int micro, int dir);
+/* exec_stream.c: set-up and release, the start of a step and of each layer-op, a streamed
+ * layer's view, the step's copies out awaited, and layer li's last gradient copy out (-1:
+ * none). */
+int exec_stream_init(struct executor *x, struct err *e);
+void exec_stream_free(struct executor *x);
+void exec_stream_begin_step(struct executor *x);
+int exec_stream_tick(struct executor *x, struct err *e);
+void exec_stream_view(const struct executor *x, int li, struct layer_view *v);
+int exec_stream_drain(struct executor *x, struct err *e);
+int exec_stream_out_event(const struct executor *x, int li);
 /* Runs the layer's recompute of `v` as a timed span. */
 int exec_recompute_span(struct executor *x, int li, int micro, const struct layer_view *v,
                         struct err *e);

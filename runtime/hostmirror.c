@@ -22,6 +22,37 @@ static char *section(const struct hostmirror *h, int which, int64_t off)
 }
 enum { SEC_MASTER, SEC_M, SEC_V, SEC_LANDING };
 
+char *hostmirror_landing(const struct hostmirror *h)
+{
+    return section(h, SEC_LANDING, h->lay->host_lo);
+}
+
+char *hostmirror_weights(const struct hostmirror *h)
+{
+    return h->mem + 4 * (h->lay->section_bytes - h->lay->host_lo);
+}
+
+static int streamed(const struct hostmirror *h, int li)
+{
+    return li >= h->lay->stream_from;
+}
+
+/* A streamed layer's new weights into the host's copy of them (exec_stream.c fetches them):
+ * its master weights, rounded for a 16-bit model. */
+static void stream_weights_out(struct hostmirror *h, int li)
+{
+    const struct stage_layout *lay = h->lay;
+    const struct layer_layout *L = &lay->layers[li];
+    for (int k = 0; k < L->n_params; k++) {
+        char *w = hostmirror_weights(h) + (L->weight_off[k] - lay->dev_weights_bytes);
+        const float *master = (const float *)section(h, SEC_MASTER, L->param_off[k]);
+        if (lay->dtype == MODEL_DTYPE_FP32)
+            memcpy(w, master, sizeof(float) * (size_t)L->params[k].elems);
+        else
+            half_narrow(lay->dtype, (uint16_t *)w, master, L->params[k].elems);
+    }
+}
+
 /* One AdamW step of layer li, then (a 16-bit model) its master weights rounded into its
  * landing range, which its gradients no longer need: what goes up. */
 static void update_layer(struct hostmirror *h, int li, int t)
@@ -35,6 +66,10 @@ static void update_layer(struct hostmirror *h, int li, int t)
                      (float *)section(h, SEC_M, off), (float *)section(h, SEC_V, off),
                      L->params[k].elems, p->lr, p->beta1, p->beta2, p->eps,
                      layout_param_decays(L->params[k].name) ? p->weight_decay : 0.0f, t);
+    }
+    if (streamed(h, li)) {
+        stream_weights_out(h, li);
+        return;
     }
     if (lay->dtype == MODEL_DTYPE_FP32)
         return;
@@ -168,6 +203,10 @@ static int progress(struct hostmirror *h, struct executor *x, struct err *e)
         int li = d.li;
         int64_t sec_off, sec_bytes, w_off, w_bytes;
         exec_event_at(x, STAGE_EV_HOST_UPDATE, d.step, -1, lay->layers[li].layer, d.t0, d.t1);
+        if (streamed(h, li)) { /* its weights stay on the host, fetched as it runs */
+            h->state[li] = HM_IDLE;
+            continue;
+        }
         layout_layer_ranges(lay, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
         /* fp32: the master weights are the weights */
         const char *src = section(h, lay->dtype == MODEL_DTYPE_FP32 ? SEC_MASTER : SEC_LANDING,
@@ -187,8 +226,13 @@ int hostmirror_grads_done(struct hostmirror *h, struct executor *x, int li, int6
     layout_layer_ranges(lay, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
     h->step[li] = step;
     h->t[li] = t;
+    if (streamed(h, li)) { /* its gradients are on their way to the landing already */
+        h->down_ev[li] = exec_stream_out_event(x, li);
+        h->state[li] = HM_DOWN;
+        return progress(h, x, e);
+    }
     ERR_TRY(h->be->ops->copy_async(h->be, BACKEND_TO_HOST, section(h, SEC_LANDING, sec_off),
-                                   h->persistent + lay->grads_at + sec_off, sec_bytes, -1,
+                                   h->persistent + lay->dev_grads_at + sec_off, sec_bytes, -1,
                                    &h->down_ev[li], e));
     h->state[li] = HM_DOWN;
     return progress(h, x, e);
@@ -240,9 +284,11 @@ int hostmirror_weights_ready(struct hostmirror *h, struct executor *x, int li, s
 {
     int64_t sec_off, sec_bytes, w_off, w_bytes;
     ERR_TRY(weights_arrive(h, x, li, e));
+    if (streamed(h, li)) /* its first backward starts its gradients from zero */
+        return ERR_OK;
     /* the gradients went down before the update ran: the new step's start from zero */
     layout_layer_ranges(h->lay, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
-    return h->be->ops->zero(h->be, h->persistent + h->lay->grads_at + sec_off, sec_bytes, e);
+    return h->be->ops->zero(h->be, h->persistent + h->lay->dev_grads_at + sec_off, sec_bytes, e);
 }
 
 int hostmirror_drain(struct hostmirror *h, struct executor *x, struct err *e)

@@ -10,6 +10,9 @@
  *   3. the new weights go up (copy_async, from host) as soon as the main thread sees the
  *      update done, and the layer's first forward of the next step waits for them (a stall
  *      when late), then zeroes the layer's gradients for the new step.
+ * A streamed layer (layout.h) sends its gradients to the landing after each backward
+ * (exec_stream.c): its step waits for the last of those, and its update writes its weights
+ * into the mirror's copy of them, from where each use fetches them. 
  * Every backend call stays on the stage's thread, which drives the hand-offs at each layer's
  * hooks; the host thread touches host memory only. On CUDA the mirror is pinned host memory
  * and the copies run on the copy streams, so only the hand-off to the host thread waits on
@@ -65,5 +68,10 @@ int hostmirror_grads_done(struct hostmirror *h, struct executor *x, int li, int6
 int hostmirror_weights_ready(struct hostmirror *h, struct executor *x, int li, struct err *e);
 /* Every update finished and its weights on the device (before reading or writing state). */
 int hostmirror_drain(struct hostmirror *h, struct executor *x, struct err *e);
+/* Streamed weights (layout.h): the landing section's start (the gradients of the section's
+ * byte host_lo), and the host's copy of the streamed layers' weights (the weights section's
+ * byte dev_weights_bytes), which a streamed layer's update writes. */
+char *hostmirror_landing(const struct hostmirror *h);
+char *hostmirror_weights(const struct hostmirror *h);
 
 #endif

@@ -101,7 +101,8 @@ static void sum_arenas(struct stage_layout *sl)
         sl->chunks[c].act_at = sl->activation_bytes;
         sl->activation_bytes += (int64_t)sl->chunks[c].in_flight * sl->chunks[c].slot_bytes;
     }
-    sl->staging_bytes = (int64_t)sl->n_staging * sl->staging_buf_bytes;
+    sl->staging_bytes = (int64_t)sl->n_staging * sl->staging_buf_bytes +
+                        (int64_t)sl->n_wbuf * sl->wbuf_bytes;
     sl->host_bytes = (int64_t)sl->in_flight * sl->host_slot_bytes;
     sl->arena_bytes = sl->persistent_bytes + sl->activation_bytes + sl->transient_bytes +
                       sl->workspace_bytes + sl->staging_bytes;
@@ -164,7 +165,7 @@ static int64_t carve_wstash(struct layer_layout *L, const struct model *m, int64
  * of these bytes) and its action. 0 when the cost model has no row for it: a recomputed
  * layer that offloads part of what it keeps (the input or the targets stay), which plans
  * never hold (cost_whole_offload). */
-static int cost_view(const struct model *m, const struct layer_layout *L, int li,
+static int cost_view(const struct model *m, const struct layer_layout *L, int li, int streamed,
                      struct layer_cost *c, struct layer_action *a)
 {
     struct layer_sizes s;
@@ -177,6 +178,7 @@ static int cost_view(const struct model *m, const struct layer_layout *L, int li
                              .optimizer_shards = 1};
     c->wgrad_bytes = L->n_wstash > 0 ? sizes_wgrad_bytes(m, L->kind) : 0;
     *a = LAYER_ACTION_KEEP;
+    a->weights = streamed ? COST_PLACE_HOST : COST_PLACE_DEVICE;
     if (L->regen == sizes_full_regen(m, L->kind)) {
         a->choice = L->regen ? COST_FULL : COST_KEEP;
     } else if (L->regen) {
@@ -218,8 +220,8 @@ static int check_against_cost(const struct stage_layout *sl, const struct model 
     }
     for (int k = 0; k < sl->n_chunks; k++)
         for (int i = sl->chunks[k].lo; i < sl->chunks[k].hi; i++)
-            expressible &= cost_view(m, &sl->layers[i], i - sl->chunks[k].lo, &costs[i],
-                                     &acts[i]);
+            expressible &= cost_view(m, &sl->layers[i], i - sl->chunks[k].lo,
+                                     i >= sl->stream_from, &costs[i], &acts[i]);
     for (int k = 0; k < sl->n_chunks; k++) {
         const struct layout_chunk *ch = &sl->chunks[k];
         struct cost_actions a = {acts + ch->lo, spec->optimizer, spec->optimizer_from};
@@ -313,6 +315,30 @@ static void place_state(struct stage_layout *sl, const struct model *m, int64_t 
     sl->dev_v_at = sl->v_at;
     sl->persistent_bytes = sizes_state_bytes(m->dtype, weights, section);
     sl->state_bytes = sl->persistent_bytes;
+    sl->stream_from = sl->n_layers;
+    sl->dev_weights_bytes = weights;
+    sl->dev_section_bytes = section;
+    sl->dev_grads_at = weights;
+}
+
+/* The layers from `from` on stream their weights: the device's sections end where theirs
+ * start, and the weights buffers hold the largest of their weights and gradients. */
+static void stream_weights(struct stage_layout *sl, int from)
+{
+    if (from >= sl->n_layers)
+        return;
+    sl->stream_from = from;
+    sl->dev_weights_bytes = sl->layers[from].weight_off[0];
+    sl->dev_section_bytes = sl->layers[from].param_off[0];
+    sl->dev_grads_at = sl->dev_weights_bytes;
+    sl->host_weights_bytes = sl->weights_bytes - sl->dev_weights_bytes;
+    sl->n_wbuf = COST_STREAM_BUFFERS;
+    for (int li = from; li < sl->n_layers; li++) {
+        int64_t sec_off, sec_bytes, w_off, w_bytes;
+        layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+        if (w_bytes + sec_bytes > sl->wbuf_bytes)
+            sl->wbuf_bytes = w_bytes + sec_bytes;
+    }
 }
 
 static int64_t overlap(int64_t a, int64_t a_bytes, int64_t b, int64_t b_bytes)
@@ -326,12 +352,13 @@ static int64_t overlap(int64_t a, int64_t a_bytes, int64_t b, int64_t b_bytes)
 static void shard_optimizer(struct stage_layout *sl, int64_t lo, int64_t bytes)
 {
     int n_opt = model_dtype_16bit(sl->dtype) ? 3 : 2; /* [master,] m, v */
-    int64_t opt_at = sl->grads_at + sl->section_bytes;
+    int64_t opt_at = sl->dev_grads_at + sl->dev_section_bytes;
     for (int li = 0; li < sl->n_layers; li++) { /* what layout_check_limit counts */
         int64_t sec_off, sec_bytes, w_off, w_bytes;
         layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
-        sl->layers[li].state_bytes =
-            w_bytes + sec_bytes + n_opt * overlap(sec_off, sec_bytes, lo, bytes);
+        sl->layers[li].state_bytes = overlap(w_off, w_bytes, 0, sl->dev_weights_bytes) +
+                                     overlap(sec_off, sec_bytes, 0, sl->dev_section_bytes) +
+                                     n_opt * overlap(sec_off, sec_bytes, lo, bytes);
     }
     sl->shard_lo = lo;
     sl->shard_bytes = bytes;
@@ -349,7 +376,29 @@ static void host_optimizer_from(struct stage_layout *sl, int from)
     shard_optimizer(sl, 0, lo);
     sl->host_lo = lo;
     sl->host_from = from;
-    sl->mirror_bytes = 4 * (sl->section_bytes - lo);
+    sl->mirror_bytes = 4 * (sl->section_bytes - lo) + sl->host_weights_bytes;
+}
+
+/* Streaming asks for the optimizer on the host for the streamed layers, one chunk, a whole
+ * backward and no ZeRO-1 (the layers' gradients then live in the host mirror alone). */
+static int stream_refused(const struct layout_spec *spec, int n, struct err *e)
+{
+    int split = 0;
+    for (int i = 0; spec->place != NULL && i < n; i++)
+        split |= spec->place[i].split;
+    if (spec->stream_layers <= 0)
+        return ERR_OK;
+    if (spec->stream_layers > n || spec->optimizer != COST_PLACE_HOST ||
+        spec->optimizer_from > n - spec->stream_layers)
+        return err_set(e, ERR_INPUT, "streaming the weights of the last %d of %d layers needs "
+                       "their optimizer on the host (it is on the host from layer index %d%s)",
+                       spec->stream_layers, n, spec->optimizer_from,
+                       spec->optimizer == COST_PLACE_HOST ? "" : ": it is on the device");
+    if (spec->n_chunks > 1 || split || spec->shards > 1)
+        return err_set(e, ERR_INPUT, "streamed weights run with schedules 1f1b and gpipe and "
+                       "the optimizer unsharded, not with a GPU's several model chunks, a "
+                       "split backward or ZeRO-1");
+    return ERR_OK;
 }
 
 /* Whether a place offloads anywhere the executor cannot copy: beside a GPU's several chunks or
@@ -378,6 +427,8 @@ int layout_stage(struct stage_layout *sl, const struct model *m, const struct la
     if (offload_refused(spec, sl->n_layers))
         return err_set(e, ERR_INPUT, "offload runs with schedules 1f1b and gpipe, not with a "
                        "GPU's several model chunks or a split backward");
+    if (stream_refused(spec, sl->n_layers, e))
+        return e->code;
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)
         return err_set(e, ERR_FAIL, "out of memory laying out %d layers", sl->n_layers);
@@ -390,6 +441,7 @@ int layout_stage(struct stage_layout *sl, const struct model *m, const struct la
     place_state(sl, m, weights, section);
     sl->slot_bytes = sl->chunks[0].slot_bytes;
     sl->n_staging = sl->staging_buf_bytes > 0 ? spec->prefetch_depth + 2 : 0;
+    stream_weights(sl, sl->n_layers - spec->stream_layers);
     if (spec->optimizer == COST_PLACE_HOST) {
         host_optimizer_from(sl, spec->optimizer_from);
     } else if (spec->shards > 1) {
@@ -476,15 +528,34 @@ void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struc
             v->kept[k] = buf != NULL ? buf + L->kept_off[k] : NULL;
 }
 
+int64_t layout_stream_grads_at(const struct stage_layout *sl, int li)
+{
+    int64_t sec_off, sec_bytes, w_off, w_bytes;
+    layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+    return w_bytes;
+}
+
+void layout_view_weights(const struct stage_layout *sl, int li, char *buf, struct layer_view *v)
+{
+    const struct layer_layout *L = &sl->layers[li];
+    int64_t sec_off, sec_bytes, w_off, w_bytes;
+    layout_layer_ranges(sl, li, &sec_off, &sec_bytes, &w_off, &w_bytes);
+    for (int k = 0; k < L->n_params; k++) {
+        v->params[k] = buf != NULL ? buf + (L->weight_off[k] - w_off) : NULL;
+        v->grads[k] = buf != NULL ? (float *)(buf + w_bytes + (L->param_off[k] - sec_off)) : NULL;
+    }
+}
+
 int layout_check_host(const struct stage_layout *sl, int64_t host_limit, struct err *e)
 {
     if (sl->mirror_bytes > 0 && sl->mirror_bytes + sl->host_bytes > host_limit)
         return err_set(e, ERR_INPUT,
                        "layers %d-%d keep their optimizer on the host: a mirror of %lld bytes "
-                       "(master, m, v and gradient landing: 4 x %lld) + %lld bytes offloaded = "
-                       "%lld, over its host_limit_bytes %lld",
+                       "(master, m, v and gradient landing: 4 x %lld, and %lld of streamed "
+                       "weights) + %lld bytes offloaded = %lld, over its host_limit_bytes %lld",
                        sl->first + sl->host_from, sl->last, (long long)sl->mirror_bytes,
-                       (long long)(sl->section_bytes - sl->host_lo), (long long)sl->host_bytes,
+                       (long long)(sl->section_bytes - sl->host_lo),
+                       (long long)sl->host_weights_bytes, (long long)sl->host_bytes,
                        (long long)(sl->mirror_bytes + sl->host_bytes), (long long)host_limit);
     if (host_limit >= 0 && sl->host_bytes > host_limit)
         return err_set(e, ERR_NOFIT,
@@ -537,12 +608,12 @@ void layout_view(const struct stage_layout *sl, const struct model *m, int li, c
                  char *slot, char *transient, char *workspace, struct layer_view *v)
 {
     const struct layer_layout *L = &sl->layers[li];
-    char *grads = persistent + sl->grads_at;
+    char *grads = persistent + sl->dev_grads_at;
     memset(v, 0, sizeof *v);
     v->model = m;
     v->kind = L->kind;
     v->layer = L->layer;
-    for (int k = 0; k < L->n_params; k++) {
+    for (int k = 0; k < L->n_params && li < sl->stream_from; k++) {
         v->params[k] = persistent + L->weight_off[k];
         v->grads[k] = (float *)(grads + L->param_off[k]);
     }

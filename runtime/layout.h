@@ -108,6 +108,16 @@ struct stage_layout {
      * and dev_v_at are the device offsets of byte shard_lo of each. Unsharded: the whole
      * section, at the state's offsets. */
     int64_t shard_lo, shard_bytes, dev_master_at, dev_m_at, dev_v_at;
+    /* Streamed weights (layout_spec.stream_layers; cost.h): the layers from stream_from on
+     * keep their weights and gradients in host memory between their uses. The device holds
+     * bytes [0, dev_weights_bytes) of the weights section and [0, dev_section_bytes) of the
+     * gradients' (from dev_grads_at), and n_wbuf buffers of wbuf_bytes after the activations'
+     * staging buffers, each holding a layer's weights range, then its gradients range. The host
+     * holds the streamed layers' weights (host_weights_bytes, in the mirror after its four
+     * sections: its gradients are the mirror's landing section). Nothing streamed: stream_from
+     * n_layers, the device's bytes the sections'. */
+    int stream_from, n_wbuf;
+    int64_t dev_weights_bytes, dev_section_bytes, dev_grads_at, wbuf_bytes, host_weights_bytes;
 };
 
 /* The kept tensors layer `layer` regenerates for a plan's choice (cost.h) given its layer
@@ -152,6 +162,9 @@ struct layout_spec {
     enum cost_place optimizer;
     int optimizer_from;
     int shard, shards;
+    /* the stage's last this many layers stream their weights (0: none); their optimizer must
+     * be on the host, the stage one chunk with its backward whole and its optimizer unsharded */
+    int stream_layers;
 };
 
 /* Lays the stage out in one pass over its layers, each as its place says, its optimizer's
@@ -180,6 +193,11 @@ int layout_offload_mask(const struct model *m, int layer, int first, uint32_t re
                         int option, uint32_t *mask, struct err *e);
 /* Points the offloaded tensors of layer li's view at a staging buffer (NULL: none held). */
 void layout_view_staging(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
+/* Points streamed layer li's weights and gradients at a weights buffer (NULL: none held). */
+void layout_view_weights(const struct stage_layout *sl, int li, char *buf, struct layer_view *v);
+/* A streamed layer's weights range and gradients range (layout_layer_ranges' bytes): its
+ * gradients start this many bytes into its weights buffer. */
+int64_t layout_stream_grads_at(const struct stage_layout *sl, int li);
 /* Fails (ERR_NOFIT) when the host slots need more than host_limit (< 0: no limit); with the
  * optimizer on the host, ERR_INPUT (the plan asked for it) when host_limit cannot hold the
  * mirror and the host slots together. */

@@ -187,7 +187,7 @@ static int optimizer_step(struct stage_runner *r, int64_t step, struct err *e)
                 continue;
             ERR_TRY(r->be->ops->adamw(r->be, w + L->weight_off[k] + welem * first,
                                       (float *)(w + lay->dev_master_at + at),
-                                      (float *)(w + lay->grads_at + a),
+                                      (float *)(w + lay->dev_grads_at + a),
                                       (float *)(w + lay->dev_m_at + at),
                                       (float *)(w + lay->dev_v_at + at), n,
                                       lay->dtype, &r->c.adamw, adamw_t(r, step),
@@ -201,6 +201,21 @@ static int optimizer_step(struct stage_runner *r, int64_t step, struct err *e)
 
 static int sharded(const struct stage_runner *r);
 
+/* Whether the streamed layers' gradients, in the host's landing once the step's copies are
+ * done (exec_stream_drain), hold a NaN or an infinity. */
+static int streamed_nonfinite(const struct stage_runner *r)
+{
+    const struct stage_layout *lay = &r->lay;
+    if (lay->stream_from >= lay->n_layers)
+        return 0;
+    const float *g = (const float *)(hostmirror_landing(&r->mirror) +
+                                     (lay->dev_section_bytes - lay->host_lo));
+    for (int64_t i = 0; i < (lay->section_bytes - lay->dev_section_bytes) / 4; i++)
+        if (!isfinite(g[i]))
+            return 1;
+    return 0;
+}
+
 /* The step's verdict (stage_step): this rank's gradients (its slice of them with ZeRO-1, whose
  * other slices it did not reduce) unscaled and checked in one pass, with a last stage's
  * losses; the flag agreed over every rank; then the loss scale's update. */
@@ -209,10 +224,12 @@ static int step_verdict(struct stage_runner *r, struct err *e)
     const struct stage_layout *lay = &r->lay;
     const struct lossscale_config *ls = r->c.loss_scale;
     int64_t lo = sharded(r) ? lay->shard_lo : 0,
-            bytes = sharded(r) ? lay->shard_bytes : lay->section_bytes;
+            bytes = sharded(r) ? lay->shard_bytes : lay->dev_section_bytes;
     int mine = 0;
-    ERR_TRY(r->be->ops->unscale(r->be, (float *)(r->persistent + lay->grads_at + lo), bytes / 4,
-                                ls != NULL ? lossscale_inverse(&r->scaler) : 1.0f, &mine, e));
+    ERR_TRY(r->be->ops->unscale(r->be, (float *)(r->persistent + lay->dev_grads_at + lo),
+                                bytes / 4, ls != NULL ? lossscale_inverse(&r->scaler) : 1.0f,
+                                &mine, e));
+    mine |= streamed_nonfinite(r); /* (not scaled: streaming runs without loss scaling) */
     for (int micro = 0; stage_has_head(r) && micro < r->c.micro_batches; micro++)
         mine |= !isfinite(r->x.mb_loss[micro]);
     r->last.first = mine ? 0 : -1;
@@ -239,7 +256,7 @@ int stage_step(struct stage_runner *r, int64_t step, double *loss, struct err *e
     /* the host optimizer zeroes each of its layers' gradients before its first forward, once
      * they have gone down; those before host_lo are the device's */
     if (r->lay.host_lo > 0)
-        ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.grads_at, r->lay.host_lo, e));
+        ERR_TRY(r->be->ops->zero(r->be, r->persistent + r->lay.dev_grads_at, r->lay.host_lo, e));
     for (int c = 0; c < r->lay.n_chunks; c++)
         for (int micro = 0; r->lay.chunks[c].vstage > 0 && micro < r->lay.chunks[c].in_flight &&
                             micro < M;
@@ -307,8 +324,7 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
                                      e);
                 if (rc == ERR_OK && half) {
                     half_narrow(lay->dtype, narrow, buf, n);
-                    rc = r->be->ops->upload(r->be, r->persistent + L->weight_off[k] + 2 * i0,
-                                            narrow, 2 * n, e);
+                    rc = stage_state_put(r, L->weight_off[k] + 2 * i0, narrow, 2 * n, e);
                 }
             }
         }
@@ -317,7 +333,8 @@ static int init_params(struct stage_runner *r, uint64_t seed, struct err *e)
     free(narrow);
     /* gradients, m and v (the host mirror starts zeroed) */
     if (rc == ERR_OK)
-        rc = r->be->ops->zero(r->be, r->persistent + lay->grads_at, lay->section_bytes, e);
+        rc = r->be->ops->zero(r->be, r->persistent + lay->dev_grads_at, lay->dev_section_bytes,
+                              e);
     if (rc == ERR_OK && lay->shard_bytes > 0)
         rc = r->be->ops->zero(r->be, r->persistent + lay->dev_m_at, 2 * lay->shard_bytes, e);
     return rc;
@@ -429,9 +446,14 @@ static int stage_alloc(struct stage_runner *r, struct err *e)
         .prefetch_depth = r->depth,
         .host_limit_bytes = c->host_limit_bytes,
     };
-    if (host_optimizer(r))
+    if (host_optimizer(r)) {
         ERR_TRY(hostmirror_init(&r->mirror, r->be, &r->lay, r->persistent, &c->adamw,
                                 c->host_threads, e));
+        xc.host_weights = hostmirror_weights(&r->mirror);
+        xc.host_landing = hostmirror_landing(&r->mirror);
+    }
+    if (r->lay.n_wbuf > 0) /* after the activations' staging buffers */
+        xc.wbufs = r->staging + (int64_t)r->lay.n_staging * r->lay.staging_buf_bytes;
     ERR_TRY(exec_init(&r->x, &xc, e));
     exec_host_resident(&r->x, r->lay.mirror_bytes);
     return ERR_OK;
@@ -560,7 +582,12 @@ int stage_init(struct stage_runner *r, const struct stage_config *c, struct back
         .optimizer_from = c->optimizer_from,
         .shard = c->shard,
         .shards = c->shards,
+        .stream_layers = c->stream_layers,
     };
+    if (c->stream_layers > 0 &&
+        (c->loss_scale != NULL || c->reduce_grads != NULL || c->arena != NULL))
+        return err_set(e, ERR_INPUT, "streamed weights run without fp16's loss scaling, data "
+                       "parallelism or the plan's arena (layers %d-%d)", c->first, c->last);
     ERR_TRY(layout_stage(&r->lay, m, &spec, e));
     be->host_link_gbps = c->host_link_gbps;
     be->host_link_latency_us = c->host_link_latency_us;
@@ -627,11 +654,21 @@ static int64_t state_piece(const struct stage_layout *lay, int64_t off, int64_t 
 {
     int64_t opt_at = lay->grads_at + lay->section_bytes, S = lay->section_bytes;
     int64_t lo = lay->shard_lo, hi = lo + lay->shard_bytes, q = (off - opt_at) / S,
-            x = (off - opt_at) % S, end;
+            x = (off - opt_at) % S, g = off - lay->grads_at, end;
+    int64_t host = S - lay->host_lo; /* a mirror section's bytes */
     *dev = *mirror = -1;
-    if (off < opt_at) {
+    if (off < lay->dev_weights_bytes) {
         *dev = off;
-        end = opt_at - off;
+        end = lay->dev_weights_bytes - off;
+    } else if (off < lay->weights_bytes) { /* streamed weights: the host's copy */
+        *mirror = 4 * host + off - lay->dev_weights_bytes;
+        end = lay->weights_bytes - off;
+    } else if (g < lay->dev_section_bytes) {
+        *dev = lay->dev_grads_at + g;
+        end = lay->dev_section_bytes - g;
+    } else if (off < opt_at) { /* streamed gradients: the landing */
+        *mirror = 3 * host + g - lay->host_lo;
+        end = S - g;
     } else if (x >= lo && x < hi) {
         *dev = opt_at + q * lay->shard_bytes + x - lo;
         end = hi - x;

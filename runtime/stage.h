@@ -52,6 +52,9 @@ struct stage_config {
     int64_t host_limit_bytes; /* the stage's host_memory_bytes (0: none) */
     enum cost_place optimizer; /* COST_PLACE_HOST: AdamW on the host (hostmirror.h) */
     int optimizer_from;        /* ... of the layers from this one on (0: all; cost.h) */
+    /* the stage's last this many layers stream their weights and gradients from host memory
+     * (layout.h; 0: none): their optimizer on the host, no loss scaling, no replicas */
+    int stream_layers;
     int host_threads;          /* the host optimizer's threads (0: one) */
     double host_link_gbps, host_link_latency_us; /* the link emulated on CPU; 0: none */
     /* Called after the step's last backward, before the optimizer (data parallelism: the

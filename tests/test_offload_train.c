@@ -8,7 +8,13 @@
  *     micro-batches the schedule holds in flight;
  *   - on a link slower than one layer's backward, prefetches one layer ahead arrive late;
  *     they move earlier step by step until nothing stalls;
- *   - a host limit below the offloaded bytes: ERR_NOFIT on every rank, with the numbers.
+ *   - a host limit below the offloaded bytes: ERR_NOFIT on every rank, with the numbers;
+ *   - streamed weights (the optimizer on the host, every layer's or the last layer's weights
+ *     and gradients fetched for each use), alone and beside every offload mix, 1F1B and
+ *     GPipe, fp32 and bf16: losses and every byte of the state identical to keeping
+ *     everything on the device; the device peak the host optimizer's less the streamed
+ *     layers' weights and gradients plus the weights buffers, the host peak its mirror plus
+ *     the streamed weights' copy; a device limit only streaming fits.
  * With --cuda (a GPU test), the stages run on cuda:0: pinned host slots, copy streams. */
 #include <CUnit/CUnit.h>
 #include <mpi.h>
@@ -63,6 +69,7 @@ struct result {
     double loss[16];
     unsigned char *state; /* the persistent arena */
     int64_t state_bytes, peak, arena, host_peak, host_bytes, slot_bytes, staging;
+    int64_t persistent, wbufs, streamed; /* the device's state; streaming's buffers, weights */
     int in_flight;
     int64_t layer_slot[N_LAYERS]; /* each layer's bytes in a slot, by index in the stage */
     double stall[16], copy_ms[16];
@@ -109,6 +116,9 @@ struct run_opts {
     int steps;
     int64_t host_limit;
     int solo; /* each rank trains the whole model alone (MPI_COMM_SELF) */
+    enum cost_place optimizer;
+    int stream; /* the stage's last layers streaming their weights: 0 none, -1 all */
+    int64_t limit; /* the device limit (0: none) */
 };
 
 /* Trains the mix on this rank's stage; returns stage_init's status (every rank's worst). */
@@ -154,7 +164,10 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
         .place = place,
         .in_flight = schedule_in_flight(ro->schedule, n_stages, stage, MICRO),
         .adamw = adamw_params_gpt(1e-3f),
-        .limit_bytes = (int64_t)1 << 40,
+        .limit_bytes = ro->limit > 0 ? ro->limit : (int64_t)1 << 40,
+        .optimizer = ro->optimizer,
+        .stream_layers = ro->stream < 0 ? n : ro->stream,
+        .host_threads = 1,
         .prefetch_depth = ro->depth,
         .host_limit_bytes = ro->host_limit,
         .host_link_gbps = ro->gbps,
@@ -177,7 +190,10 @@ static int run(const struct mix *mx, const struct run_opts *ro, struct result *r
             res->copy_ms[s] = r.x.times.copy[0] + r.x.times.copy[1];
         }
         res->bwd_ms = r.x.times.bwd / (MICRO * n);
-        res->state_bytes = r.lay.persistent_bytes;
+        res->state_bytes = stage_state_bytes(&r); /* wherever the optimizer and weights are */
+        res->persistent = r.lay.persistent_bytes;
+        res->wbufs = (int64_t)r.lay.n_wbuf * r.lay.wbuf_bytes;
+        res->streamed = r.lay.host_weights_bytes;
         res->state = malloc((size_t)res->state_bytes);
         CU_ASSERT_FATAL(res->state != NULL);
         CU_ASSERT_EQUAL(stage_state_get(&r, 0, res->state, res->state_bytes, e), ERR_OK);
@@ -212,7 +228,8 @@ static void check_mixes(double gbps)
 {
     static const enum schedule schedules[2] = {SCHEDULE_1F1B, SCHEDULE_GPIPE};
     for (int si = 0; si < 2; si++) {
-        struct run_opts ro = {schedules[si], gbps, 1, 0, STEPS, (int64_t)1 << 40, 0};
+        struct run_opts ro = {schedules[si], gbps, 1, 0, STEPS, (int64_t)1 << 40, 0,
+                              COST_PLACE_DEVICE, 0, 0};
         struct result base, off;
         struct err e;
         err_clear(&e);
@@ -280,7 +297,8 @@ static void test_identical_throttled(void)
 static void test_late_prefetch_moves(void)
 {
     struct mix one = {"block 2 whole", {0}, {0, 0, HOST}, {0}};
-    struct run_opts ro = {SCHEDULE_GPIPE, 0, 1, 10, 2, (int64_t)1 << 40, 1};
+    struct run_opts ro = {SCHEDULE_GPIPE, 0, 1, 10, 2, (int64_t)1 << 40, 1, COST_PLACE_DEVICE,
+                          0, 0};
     struct result res;
     struct err e;
     err_clear(&e);
@@ -323,7 +341,7 @@ static void test_late_prefetch_moves(void)
 
 static void test_host_limit(void)
 {
-    struct run_opts ro = {SCHEDULE_1F1B, 0, 1, 0, 1, 1000, 0};
+    struct run_opts ro = {SCHEDULE_1F1B, 0, 1, 0, 1, 1000, 0, COST_PLACE_DEVICE, 0, 0};
     struct result res;
     struct err e;
     err_clear(&e);
@@ -331,6 +349,84 @@ static void test_host_limit(void)
     CU_ASSERT_EQUAL(rc, ERR_NOFIT);
     if (e.code == ERR_NOFIT) /* the rank that found it names the numbers */
         CU_ASSERT(strstr(e.msg, "over its host_memory_bytes 1000") != NULL);
+}
+
+/* Every mix with streamed weights (`stream` of the stage's last layers, -1 all) against keeping
+ * everything on the device with the device's optimizer: bitwise; and against the same mix
+ * with the optimizer on the host, not streaming: the device peak less exactly the streamed
+ * layers' state, plus the weights buffers; the host peak plus exactly the weights' copy. */
+static void check_stream(enum model_dtype dtype, int stream, double gbps)
+{
+    static const enum schedule schedules[2] = {SCHEDULE_1F1B, SCHEDULE_GPIPE};
+    struct model m = *model;
+    const struct model *saved = model;
+    m.dtype = dtype;
+    model = &m;
+    for (int si = 0; si < 2; si++) {
+        struct run_opts ro = {schedules[si], gbps, 1, 0, STEPS, (int64_t)1 << 40, 0,
+                              COST_PLACE_DEVICE, 0, 0};
+        struct run_opts host = ro, streamed = ro;
+        host.optimizer = streamed.optimizer = COST_PLACE_HOST;
+        streamed.stream = stream;
+        struct result base, plain, st;
+        struct err e;
+        err_clear(&e);
+        CU_ASSERT_EQUAL_FATAL(run(&keep_all, &ro, &base, &e), ERR_OK);
+        for (size_t k = 0; k <= sizeof mixes / sizeof mixes[0]; k++) {
+            const struct mix *mx = k == 0 ? &keep_all : &mixes[k - 1];
+            CU_ASSERT_EQUAL_FATAL(run(mx, &host, &plain, &e), ERR_OK);
+            CU_ASSERT_EQUAL_FATAL(run(mx, &streamed, &st, &e), ERR_OK);
+            int same = memcmp(base.loss, st.loss, sizeof base.loss) == 0 &&
+                       base.state_bytes == st.state_bytes &&
+                       memcmp(base.state, st.state, (size_t)base.state_bytes) == 0;
+            if (!same)
+                fprintf(stderr, "rank %d: %s streamed differs\n", rank, mx->name);
+            CU_ASSERT(all_ranks(same));
+            CU_ASSERT(st.wbufs > 0 && st.streamed > 0);
+            CU_ASSERT_EQUAL(st.peak, plain.peak - (plain.persistent - st.persistent) + st.wbufs);
+            CU_ASSERT_EQUAL(st.host_peak, plain.host_peak + st.streamed);
+            if (rank == 0)
+                printf("\n  %d ranks %s %s %s, streaming %d: loss %.6f; stage 0 device peak "
+                       "%lld (not streaming %lld), host peak %lld (%lld)",
+                       size, si ? "gpipe" : "1f1b", model_dtype_name(dtype), mx->name, stream,
+                       st.loss[STEPS - 1], (long long)st.peak, (long long)plain.peak,
+                       (long long)st.host_peak, (long long)plain.host_peak);
+            free(plain.state);
+            free(st.state);
+        }
+        free(base.state);
+    }
+    model = saved;
+}
+
+static void test_stream_all(void)
+{
+    check_stream(MODEL_DTYPE_FP32, -1, 0);
+    check_stream(MODEL_DTYPE_BF16, -1, 0);
+}
+
+static void test_stream_last(void)
+{
+    check_stream(MODEL_DTYPE_FP32, 1, 20); /* through an emulated link */
+}
+
+/* The whole model on one rank (each rank alone), under a device limit of its arenas with
+ * every layer's weights streamed: it trains; with the weights kept on the device (the
+ * optimizer on the host all the same) it does not fit. */
+static void test_stream_fits(void)
+{
+    struct run_opts ro = {SCHEDULE_1F1B, 0, 1, 0, 1, (int64_t)1 << 40, 1, COST_PLACE_HOST,
+                          -1, 0};
+    struct result res;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_EQUAL_FATAL(run(&keep_all, &ro, &res, &e), ERR_OK);
+    free(res.state);
+    ro.limit = res.arena;
+    CU_ASSERT_EQUAL(run(&keep_all, &ro, &res, &e), ERR_OK);
+    free(res.state);
+    ro.stream = 0;
+    CU_ASSERT_EQUAL(run(&keep_all, &ro, &res, &e), ERR_NOFIT);
 }
 
 int main(int argc, char **argv)
@@ -347,5 +443,9 @@ int main(int argc, char **argv)
     CU_add_test(s, "the same through an emulated host link", test_identical_throttled);
     CU_add_test(s, "late prefetches move earlier until nothing stalls", test_late_prefetch_moves);
     CU_add_test(s, "host memory exceeded: no fit, with the numbers", test_host_limit);
+    CU_add_test(s, "streamed weights, every layer's: bit for bit", test_stream_all);
+    CU_add_test(s, "streamed weights, the last layer's, through a link: bit for bit",
+                test_stream_last);
+    CU_add_test(s, "a device limit only streamed weights fit", test_stream_fits);
     return mpi_test_main();
 }

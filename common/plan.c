@@ -517,7 +517,7 @@ static int check_costs(const struct plan *p, const struct plan_stage *st, const 
                        "layers and recompute set%s",
                        file, path, (long long)st->memory_bytes, (long long)c.memory_bytes,
                        p->virtual_stages > 1 ? " (with the other chunks of its GPU)" : "");
-    if (plan_offload_check(&c, file, path, st, e))
+    if (plan_offload_check(&c, file, path, st, e) || plan_stream_check(p, st, file, path, e))
         return e->code;
     if (fabs(c.stage_ms - st->stage_ms) > 1e-6 + 1e-9 * c.stage_ms ||
         fabs(c.recompute_ms - st->recompute_ms) > 1e-6 + 1e-9 * c.recompute_ms)

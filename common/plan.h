@@ -181,6 +181,12 @@ int plan_optimizer_fraction_check(const cJSON *so, const char *file, const char 
                                   const struct plan_stage *st, struct err *e);
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,
                        const struct plan_stage *st, struct err *e);
+/* How many of the stage's last layers stream their weights (actions' weights on the host);
+ * and the check of "offload_weights": those layers the stage's last, their optimizer on the
+ * host, a 1f1b or gpipe stage alone on its GPU, no tp, dp, arena or fp16. */
+int plan_stage_streams(const struct plan_stage *st);
+int plan_stream_check(const struct plan *p, const struct plan_stage *st, const char *file,
+                      const char *path, struct err *e);
 
 /* plan_group.c: the stage's "tp", "dp", "allreduce_bytes", "dp_link" and "shard_optimizer"
  * (each written when above 1, or known for a grouped or replicated stage, or true; absent: 1,

@@ -57,8 +57,28 @@ double plan_stage_copy_ms(const struct plan_stage *st)
     return ms;
 }
 
+int plan_stage_streams(const struct plan_stage *st)
+{
+    int n = plan_stage_layer_count(st), k = 0;
+    while (k < n && st->actions[n - 1 - k].weights == COST_PLACE_HOST)
+        k++;
+    return k;
+}
+
+/* "offload_weights": the layers whose weights stream from host memory (cost.h). */
+static void weights_to_json(const struct plan_stage *st, cJSON *so)
+{
+    int n = plan_stage_layer_count(st), k = plan_stage_streams(st);
+    if (k == 0)
+        return;
+    cJSON *list = cJSON_AddArrayToObject(so, "offload_weights");
+    for (int l = n - k; l < n; l++)
+        cJSON_AddItemToArray(list, cJSON_CreateNumber(st->first + l));
+}
+
 void plan_offload_to_json(const struct plan_stage *st, cJSON *so)
 {
+    weights_to_json(st, so);
     if (st->host_limit_bytes == 0 && !plan_stage_offloads(st))
         return;
     int n = plan_stage_layer_count(st);
@@ -129,6 +149,16 @@ static int read_offload(const cJSON *it, const char *file, const char *ip, int l
     return ERR_OK;
 }
 
+static int read_weights(const cJSON *it, const char *file, const char *ip, int l,
+                        struct plan_stage *st, struct err *e)
+{
+    (void)it;
+    if (st->actions[l].weights == COST_PLACE_HOST)
+        return err_set(e, ERR_INPUT, "%s: %s: layer %d listed twice", file, ip, st->first + l);
+    st->actions[l].weights = COST_PLACE_HOST;
+    return ERR_OK;
+}
+
 static int read_offload_option(const cJSON *it, const char *file, const char *ip, int l,
                                struct plan_stage *st, struct err *e)
 {
@@ -172,6 +202,7 @@ int plan_offload_from_json(const cJSON *so, const char *file, const char *path,
     char lp[JSONIO_PATH_MAX];
     jsonio_path_key(lp, path, "host_link");
     if (read_list(so, file, path, "offload", read_offload, st, e) ||
+        read_list(so, file, path, "offload_weights", read_weights, st, e) ||
         read_list(so, file, path, "offload_options", read_offload_option, st, e) ||
         read_list(so, file, path, "prefetch", read_prefetch, st, e) ||
         jsonio_int_opt(so, file, path, "host_memory_bytes", 0, JSONIO_INT_MAX,
@@ -207,6 +238,33 @@ int plan_optimizer_check(const char *file, const char *path, const struct plan_s
                    "grad_bytes and optimizer_bytes: without the split of its state_bytes the "
                    "stage cannot host its optimizer",
                    file, path, st->first + missing, st->layers[missing].name);
+}
+
+int plan_stream_check(const struct plan *p, const struct plan_stage *st, const char *file,
+                      const char *path, struct err *e)
+{
+    int n = plan_stage_layer_count(st), k = plan_stage_streams(st), listed = 0;
+    for (int l = 0; l < n; l++)
+        listed += st->actions[l].weights == COST_PLACE_HOST;
+    if (listed == 0)
+        return ERR_OK;
+    if (listed != k)
+        return err_set(e, ERR_INPUT, "%s: %s.offload_weights: %d layers, but not the stage's "
+                       "last ones: weights stream from host memory for a stage's last layers",
+                       file, path, listed);
+    if (st->optimizer != COST_PLACE_HOST || st->optimizer_from > n - k)
+        return err_set(e, ERR_INPUT, "%s: %s.offload_weights: layers %d-%d stream their "
+                       "weights, which needs their optimizer on the host (\"optimizer\": "
+                       "\"host\" for them)", file, path, st->last - k + 1, st->last);
+    if ((p->schedule != SCHEDULE_1F1B && p->schedule != SCHEDULE_GPIPE) ||
+        p->virtual_stages > 1 || st->dp > 1 || st->tp > 1 || st->arena != NULL ||
+        p->model.dtype == MODEL_DTYPE_FP16)
+        return err_set(e, ERR_INPUT, "%s: %s.offload_weights: streamed weights run with "
+                       "schedules 1f1b and gpipe, one stage a GPU, tp and dp 1, no arena and "
+                       "no fp16 loss scaling (schedule %s, dp %d, tp %d, dtype %s)", file, path,
+                       schedule_name(p->schedule), st->dp, st->tp,
+                       model_dtype_name(p->model.dtype));
+    return ERR_OK;
 }
 
 int plan_offload_check(const struct stage_cost *c, const char *file, const char *path,

@@ -35,12 +35,15 @@ enum plan_method {
 
 /* --actions: the levers the planner may pull (docs/commands.md, "ballast plan"). */
 /* PLAN_ACTION_OPTIMIZER_FRACTION: a stage may host the optimizer of its last layers only (a
- * fraction, cost.h); it comes with PLAN_ACTION_OPTIMIZER, the whole stage's. */
+ * fraction, cost.h); PLAN_ACTION_WEIGHTS: a stage's last layers may stream their weights from
+ * host memory (cost.h "Streamed weights"); each comes with PLAN_ACTION_OPTIMIZER, the whole
+ * stage's. */
 enum plan_action {
     PLAN_ACTION_RECOMPUTE = 1,
     PLAN_ACTION_OFFLOAD = 2,
     PLAN_ACTION_OPTIMIZER = 4,
     PLAN_ACTION_OPTIMIZER_FRACTION = 8,
+    PLAN_ACTION_WEIGHTS = 16,
 };
 
 /* Makes the estimated profile of model m on device d from the datasheets (the profiler's

@@ -17,7 +17,7 @@ static const struct layer_layout *layer_of(const struct executor *x, int li)
     return &x->c.lay->layers[li];
 }
 
-static int streams(const struct executor *x, int li)
+static int layer_streams(const struct executor *x, int li)
 {
     return li >= x->c.lay->stream_from;
 }
@@ -112,13 +112,13 @@ static int grads_in(struct executor *x, int b, int li, int micro, struct err *e)
 
 /* Layer-op k's weights (and a backward's gradients) on their way into a buffer. The step's
  * first forward of a layer waits for its update on the host (exec_port.first_forward). */
-static int fetch(struct executor *x, int k, struct err *e)
+static int stream_fetch(struct executor *x, int k, struct err *e)
 {
     struct exec_stream *s = &x->stream;
     const struct stage_layout *lay = x->c.lay;
     int op, li, forward, b = -1;
     lop_of(x, k, &op, &li, &forward);
-    if (!streams(x, li) || s->held[k] >= 0)
+    if (!layer_streams(x, li) || s->held[k] >= 0)
         return ERR_OK;
     if (forward && op == x->first_forward_op && x->c.port->first_forward != NULL)
         ERR_TRY(x->c.port->first_forward(x, li, e));
@@ -156,8 +156,8 @@ int exec_stream_tick(struct executor *x, struct err *e)
     if (s->buf == NULL)
         return ERR_OK;
     int k = s->lop++, lops = 2 * x->c.micro_batches * x->c.lay->n_layers;
-    ERR_TRY(fetch(x, k, e));
-    return k + 1 < lops ? fetch(x, k + 1, e) : ERR_OK;
+    ERR_TRY(stream_fetch(x, k, e));
+    return k + 1 < lops ? stream_fetch(x, k + 1, e) : ERR_OK;
 }
 
 /* The layer-op running (exec_stream_tick's last). */

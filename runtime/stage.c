@@ -502,6 +502,7 @@ int stage_config_of_plan(struct stage_config *c, const struct plan *p, int s, do
     }
     c->optimizer = st->optimizer;
     c->optimizer_from = st->optimizer_from;
+    c->stream_layers = plan_stage_streams(st);
     if (plan_stage_offloads(st) || st->optimizer == COST_PLACE_HOST)
         c->host_limit_bytes = st->host_limit_bytes;
     return ERR_OK;

@@ -101,6 +101,23 @@ void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedul
     }
 }
 
+void instance_stream_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                          double gbps, int64_t host)
+{
+    int n = 4;
+    instance_init(in, n, 1, sched, 4, gbps, host);
+    int64_t least = GIB_BYTES / 2, most = GIB_BYTES / 2, stream = 0;
+    for (int l = 0; l < n; l++) {
+        const struct layer_cost *y = &in->prof.layers[l];
+        instance_split_layer(&in->prof.layers[l], r);
+        least += 4 * y->ckpt_bytes + y->act_bytes;
+        most += y->param_bytes + y->grad_bytes + 4 * y->act_bytes;
+        stream = y->param_bytes + y->grad_bytes > stream ? y->param_bytes + y->grad_bytes : stream;
+    }
+    least += COST_STREAM_BUFFERS * stream;
+    in->c.stages[0].memory_bytes = least + (int64_t)(test_rng_double(r, 0, 1) * (most - least));
+}
+
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p)
 {
     struct plan_options o;
@@ -131,26 +148,46 @@ static void allowed_rows(const struct plan *p, int actions, struct cost_row rows
         }
 }
 
-/* Stage s's optimizer place k (instance_each_plan's order): 0 the device, 1 the host,
- * k >= 2 the host from layer k - 1 on. */
-static void set_optimizer(struct plan_stage *st, int k)
+/* A stage's optimizer place and streamed weights (instance_each_plan's order). */
+struct place {
+    enum cost_place optimizer;
+    int from, stream;
+};
+
+/* Every place `actions` allows stage st (only the device's with `device_only`): the device;
+ * the host (for each run of last layers with optimizer-fraction), each with each count of
+ * its hosted layers streaming their weights with --actions weights. */
+static int stage_places(const struct plan_stage *st, int actions, int device_only,
+                        struct place out[64])
 {
-    st->optimizer = k > 0 ? COST_PLACE_HOST : COST_PLACE_DEVICE;
-    st->optimizer_from = k > 1 ? k - 1 : 0;
+    int n = plan_stage_layer_count(st), count = 0;
+    out[count++] = (struct place){COST_PLACE_DEVICE, 0, 0};
+    if (device_only || !(actions & PLAN_ACTION_OPTIMIZER))
+        return count;
+    int froms = actions & PLAN_ACTION_OPTIMIZER_FRACTION ? n : 1;
+    for (int from = 0; from < froms; from++)
+        for (int k = 0; k <= (actions & PLAN_ACTION_WEIGHTS ? n - from : 0); k++)
+            out[count++] = (struct place){COST_PLACE_HOST, from, k};
+    return count;
 }
 
 /* p with stage optimizer places `places` (stage s: places[s], set_optimizer's) and layer
  * actions rows[L][pick[L]]: its simulated time if every stage fits its device and host memory,
  * else INFINITY. */
-static double score(struct plan *p, const int *places, struct cost_row rows[4][COST_ACTIONS_MAX],
-                    const int pick[4])
+static double score(struct plan *p, const struct place *places,
+                    struct cost_row rows[4][COST_ACTIONS_MAX], const int pick[4])
 {
     int L = 0;
     for (int s = 0; s < p->n_stages; s++) {
         struct plan_stage *st = &p->stages[s];
-        for (int l = 0; l < plan_stage_layer_count(st); l++, L++)
+        int n = plan_stage_layer_count(st);
+        for (int l = 0; l < n; l++, L++) {
             st->actions[l] = rows[L][pick[L]].action;
-        set_optimizer(st, places[s]);
+            st->actions[l].weights =
+                l >= n - places[s].stream ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        }
+        st->optimizer = places[s].optimizer;
+        st->optimizer_from = places[s].from;
         struct stage_cost c;
         plan_stage_cost(p, st, &c);
         if (c.memory_bytes > st->memory_limit_bytes || c.host_memory_bytes > st->host_limit_bytes)
@@ -172,14 +209,16 @@ void instance_each_plan(struct plan *p, int actions, int device_only,
     allowed_rows(p, actions, rows, count);
     for (int s = 0; s < p->n_stages; s++)
         L += plan_stage_layer_count(&p->stages[s]);
-    int places[4] = {0}, opts[4], s;
-    for (s = 0; s < p->n_stages; s++)
-        opts[s] = device_only >> s & 1                          ? 1
-                  : actions & PLAN_ACTION_OPTIMIZER_FRACTION ? 1 + plan_stage_layer_count(&p->stages[s])
-                  : actions & PLAN_ACTION_OPTIMIZER          ? 2
-                                                             : 1;
+    struct place all[4][64], places[4];
+    int at[4] = {0}, opts[4], s;
+    for (s = 0; s < p->n_stages; s++) {
+        opts[s] = stage_places(&p->stages[s], actions, device_only >> s & 1, all[s]);
+        places[s] = all[s][0];
+    }
     do {
         int pick[4] = {0}, n;
+        for (s = 0; s < p->n_stages; s++)
+            places[s] = all[s][at[s]];
         for (;;) {
             double ms = score(p, places, rows, pick);
             if (!isinf(ms))
@@ -189,8 +228,8 @@ void instance_each_plan(struct plan *p, int actions, int device_only,
             if (n == L)
                 break;
         }
-        for (s = 0; s < p->n_stages && ++places[s] == opts[s]; s++)
-            places[s] = 0;
+        for (s = 0; s < p->n_stages && ++at[s] == opts[s]; s++)
+            at[s] = 0;
     } while (s < p->n_stages);
 }
 

@@ -34,12 +34,19 @@ void instance_split_layer(struct layer_cost *c, struct test_rng *r);
  * every layer recomputed to what it needs with its whole state and every activation kept. */
 void instance_hostopt_make(struct instance *in, struct test_rng *r, enum schedule sched,
                            double gbps, int64_t host, double room);
+/* One stage of 4 instance_split_layer layers whose device memory lies at random between what
+ * it needs streaming every layer's weights (every layer recomputed) and what it needs with its
+ * optimizer on the host and every activation kept. */
+void instance_stream_make(struct instance *in, struct test_rng *r, enum schedule sched,
+                          double gbps, int64_t host);
 /* planner_make with the default options but `actions`, `verify` and --min-gain 0 (the
  * exact optimum). */
 int plan_with(const struct instance *in, int actions, int verify, struct plan *p);
 /* The reference for the planner: every optimizer place of every stage (with
  * PLAN_ACTION_OPTIMIZER; with PLAN_ACTION_OPTIMIZER_FRACTION also the host for each run of
- * the stage's last layers; bit s of `device_only` keeps stage s's on the device) and every action
+ * the stage's last layers; with PLAN_ACTION_WEIGHTS each of those with each count of its
+ * hosted last layers streaming their weights; bit s of `device_only` keeps stage s's on the
+ * device) and every action
  * the options allow on every layer (4 at most), each stage within its device and host memory,
  * simulated: the least iteration time, INFINITY if nothing fits. p is left with the last
  * combination tried. */

@@ -105,13 +105,17 @@ static void test_exact_against_brute_force(void)
     struct test_rng rng = {13};
     static const int sets[] = {PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER,
                                PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD |
-                                   PLAN_ACTION_OPTIMIZER};
-    int checked = 0, hosted = 0, kept = 0;
+                                   PLAN_ACTION_OPTIMIZER,
+                               PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER |
+                                   PLAN_ACTION_WEIGHTS,
+                               PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD |
+                                   PLAN_ACTION_OPTIMIZER | PLAN_ACTION_WEIGHTS};
+    int checked = 0, hosted = 0, kept = 0, streamed = 0;
     for (int trial = 0; trial < 16; trial++) {
         struct instance in;
         instance_hostopt_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
                       test_rng_double(&rng, 20, 800), test_rng_int(&rng, 8, 40) * GIB, -1);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 4; k++) {
             struct plan p;
             int rc = plan_with(&in, sets[k], 0, &p);
             if (rc != ERR_OK) {
@@ -120,8 +124,10 @@ static void test_exact_against_brute_force(void)
             }
             double got = p.iteration_ms;
             int host = 0;
-            for (int s = 0; s < p.n_stages; s++)
+            for (int s = 0; s < p.n_stages; s++) {
                 host |= (p.stages[s].optimizer == COST_PLACE_HOST) << s;
+                streamed += plan_stage_streams(&p.stages[s]) > 0;
+            }
             double want = instance_brute_force(&p, sets[k], 0);
             CU_ASSERT(test_close(got, want, 1e-9, 1e-12));
             if (!test_close(got, want, 1e-9, 1e-12))
@@ -141,9 +147,87 @@ static void test_exact_against_brute_force(void)
         }
         instance_free(&in);
     }
-    printf(" [%d plans, %d stages host their optimizer, %d keep it] ", checked, hosted, kept);
+    printf(" [%d plans, %d stages host their optimizer, %d keep it, %d stream weights] ",
+           checked, hosted, kept, streamed);
     CU_ASSERT(checked >= 16);
     CU_ASSERT(hosted > 0 && kept > 0);
+}
+
+/* Streamed weights: one stage of 4 layers whose device memory may need them; the planner
+ * (--actions ...,weights) against every optimizer place, stream count and layer action. */
+static void test_stream_against_brute_force(void)
+{
+    struct test_rng rng = {29};
+    /* (no offload: 3 actions a layer keep the search exhaustive on 4 layers) */
+    static const int sets[] = {PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER |
+                                   PLAN_ACTION_WEIGHTS,
+                               PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER |
+                                   PLAN_ACTION_OPTIMIZER_FRACTION | PLAN_ACTION_WEIGHTS};
+    int checked = 0, streamed = 0, nofit = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        struct instance in;
+        instance_stream_make(&in, &rng, trial % 2 ? SCHEDULE_GPIPE : SCHEDULE_1F1B,
+                             test_rng_double(&rng, 20, 800), 64 * GIB);
+        for (int k = 0; k < 2; k++) {
+            struct plan p;
+            int rc = plan_with(&in, sets[k], 1, &p);
+            if (rc != ERR_OK) {
+                CU_ASSERT_EQUAL(rc, ERR_NOFIT);
+                nofit++;
+                continue;
+            }
+            double got = p.iteration_ms, want = instance_brute_force(&p, sets[k], 0);
+            CU_ASSERT(test_close(got, want, 1e-9, 1e-12));
+            if (!test_close(got, want, 1e-9, 1e-12))
+                printf("\ntrial %d actions %d: planner %.9g ms, brute force %.9g ms\n", trial,
+                       sets[k], got, want);
+            CU_ASSERT(p.verify.present && p.verify.agree); /* GLPK on the same view */
+            streamed += plan_stage_streams(&p.stages[0]) > 0;
+            plan_free(&p);
+            checked++;
+        }
+        instance_free(&in);
+    }
+    printf(" [%d plans, %d stream weights, %d fit nothing] ", checked, streamed, nofit);
+    CU_ASSERT(checked >= 24 && streamed > 0);
+}
+
+/* Room for every weight on the device and a slow host link: no layer streams; the same stage
+ * with less room than its optimizer on the host needs with every layer recomputed, but more
+ * than streaming all its weights needs, streams. */
+static void test_stream_slow_link(void)
+{
+    struct test_rng rng = {31};
+    int actions = PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OPTIMIZER | PLAN_ACTION_WEIGHTS;
+    struct instance in;
+    struct plan p;
+    int64_t tight = 0;
+    for (;;) { /* the memory every layer recomputed needs: hosting the optimizer, streaming */
+        instance_stream_make(&in, &rng, SCHEDULE_1F1B, 1, 64 * GIB);
+        struct layer_action full[4];
+        struct stage_cost hosted, streamed;
+        for (int l = 0; l < 4; l++)
+            full[l] = (struct layer_action){.choice = COST_FULL, .offload_option = -1};
+        struct cost_actions a = {full, COST_PLACE_HOST, 0};
+        int v = schedule_in_flight(SCHEDULE_1F1B, 1, 0, in.c.micro_batches);
+        cost_stage_actions(in.prof.layers, 4, &a, v, in.c.reserve_bytes, &hosted);
+        for (int l = 0; l < 4; l++)
+            full[l].weights = COST_PLACE_HOST;
+        cost_stage_actions(in.prof.layers, 4, &a, v, in.c.reserve_bytes, &streamed);
+        tight = (hosted.memory_bytes + streamed.memory_bytes) / 2;
+        if (streamed.memory_bytes < hosted.memory_bytes)
+            break;
+        instance_free(&in);
+    }
+    in.c.stages[0].memory_bytes = 1000 * GIB;
+    CU_ASSERT_EQUAL_FATAL(plan_with(&in, actions, 0, &p), ERR_OK);
+    CU_ASSERT_EQUAL(plan_stage_streams(&p.stages[0]), 0);
+    plan_free(&p);
+    in.c.stages[0].memory_bytes = tight;
+    CU_ASSERT_EQUAL_FATAL(plan_with(&in, actions, 0, &p), ERR_OK);
+    CU_ASSERT(plan_stage_streams(&p.stages[0]) > 0);
+    plan_free(&p);
+    instance_free(&in);
 }
 
 /* A superset of actions is never slower; where the device holds everything and the host step
@@ -267,6 +351,9 @@ int main(void)
     CU_add_test(s, "simulator: host step by hand", test_sim_host_step_by_hand);
     CU_add_test(s, "simulator: device step by hand", test_sim_device_step_by_hand);
     CU_add_test(s, "exact against brute force", test_exact_against_brute_force);
+    CU_add_test(s, "streamed weights: exact against brute force",
+                test_stream_against_brute_force);
+    CU_add_test(s, "streamed weights: none over a slow link with room", test_stream_slow_link);
     CU_add_test(s, "rules and verify", test_rules_and_verify);
     CU_add_test(s, "plan round trip", test_plan_round_trip);
     CU_add_test(s, "export", test_export);

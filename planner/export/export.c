@@ -56,6 +56,16 @@ static int export_checks(const struct plan *p, const struct framework *f,
                        f->name);
     if (o->devices != NULL && fw_device_check(p, f, o->devices, e))
         return e->code;
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        int k = plan_stage_streams(st);
+        if (k > 0)
+            return err_set(e, ERR_INPUT,
+                           "--to %s: stage %d streams the weights of layers %d-%d from host "
+                           "memory for each forward and backward (offload_weights), which %s "
+                           "has no setting for: plan --for %s to export it",
+                           f->name, s, st->last - k + 1, st->last, f->title, f->name);
+    }
     if (!fw_row_fits(f, &p->model))
         return err_set(e, ERR_INPUT, "--to %s: internal: a row for model_type %s given a %s model",
                        f->name, f->hf_type, model_kind_name(p->model.kind));

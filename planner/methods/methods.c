@@ -181,7 +181,7 @@ static int least_recompute_all(struct plan *p, const struct plan_options *o, int
  * first: the fastest the search finds, and the one --min-gain chooses; and the plans a set
  * may simplify to: nothing changed (base[0], without recompute), each stage's least
  * recompute (base[1]) and its least whole-layer recompute (base[2]). */
-#define LATTICE_SETS (2 * PLAN_ACTION_OPTIMIZER_FRACTION)
+#define LATTICE_SETS (2 * PLAN_ACTION_WEIGHTS)
 struct lattice {
     struct choice_snapshot fastest[LATTICE_SETS], chosen[LATTICE_SETS], base[3];
     int rc[LATTICE_SETS]; /* -1: not made */
@@ -306,11 +306,14 @@ static int simplest_plan(struct plan *p, const struct plan_options *o, int actio
     return done ? ERR_OK : choice_simplify(p, o, alts, n, cap, e);
 }
 
-/* `actions` less `bit`: a fraction of the optimizer goes with the whole optimizer. */
+/* `actions` less `bit`: a fraction of the optimizer, and streamed weights, go with the
+ * whole optimizer. */
 static int smaller_set(int actions, int bit)
 {
     int less = actions & ~bit;
-    return less & PLAN_ACTION_OPTIMIZER ? less : less & ~PLAN_ACTION_OPTIMIZER_FRACTION;
+    return less & PLAN_ACTION_OPTIMIZER
+               ? less
+               : less & ~(PLAN_ACTION_OPTIMIZER_FRACTION | PLAN_ACTION_WEIGHTS);
 }
 
 /* A set of actions' fastest plan and --min-gain's choice, the smaller sets' first. */

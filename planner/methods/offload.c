@@ -25,26 +25,29 @@ int plan_actions_parse(const char *text, struct plan_options *o, struct err *e)
             actions |= PLAN_ACTION_OPTIMIZER;
         else if (len == 18 && strncmp(at, "optimizer-fraction", 18) == 0)
             actions |= PLAN_ACTION_OPTIMIZER | PLAN_ACTION_OPTIMIZER_FRACTION;
+        else if (len == 7 && strncmp(at, "weights", 7) == 0)
+            actions |= PLAN_ACTION_OPTIMIZER | PLAN_ACTION_WEIGHTS;
         else
             return err_set(e, ERR_INPUT,
                            "--actions: \"%s\": expected recompute, offload, optimizer, "
-                           "optimizer-fraction, comma-separated",
+                           "optimizer-fraction, weights, comma-separated",
                            text);
         at += len + (at[len] == ',');
     }
     if (actions == 0)
         return err_set(e, ERR_INPUT, "--actions: empty, expected recompute, offload, optimizer, "
-                                     "optimizer-fraction, comma-separated");
+                                     "optimizer-fraction, weights, comma-separated");
     o->actions = actions;
     return ERR_OK;
 }
 
 int offload_options_check(const struct plan_options *o, struct err *e)
 {
+    int with_optimizer = PLAN_ACTION_OPTIMIZER_FRACTION | PLAN_ACTION_WEIGHTS;
     if (o->actions < 1 ||
         o->actions > (PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER |
-                      PLAN_ACTION_OPTIMIZER_FRACTION) ||
-        ((o->actions & PLAN_ACTION_OPTIMIZER_FRACTION) && !(o->actions & PLAN_ACTION_OPTIMIZER)))
+                      PLAN_ACTION_OPTIMIZER_FRACTION | PLAN_ACTION_WEIGHTS) ||
+        ((o->actions & with_optimizer) && !(o->actions & PLAN_ACTION_OPTIMIZER)))
         return err_set(e, ERR_INPUT, "plan options: actions %d", o->actions);
     if (o->actions == PLAN_ACTION_RECOMPUTE)
         return ERR_OK;
@@ -457,6 +460,12 @@ int offload_candidate_sim(const struct plan_stage *st, struct candidate *c)
     c->optimizer_from = st->optimizer_from;
     sim_stage_optimizer_from(st->layers, n, st->optimizer, st->optimizer_from, &st->host_link,
                              &c->sim, c->layers);
+    c->stream = st->optimizer == COST_PLACE_HOST ? plan_stage_streams(st) : 0;
+    for (int l = n - c->stream; l < n; l++) {
+        c->layers[l].stream = 1;
+        c->layers[l].stream_w_ms = link_transfer_ms(&st->host_link, st->layers[l].param_bytes);
+        c->layers[l].stream_g_ms = link_transfer_ms(&st->host_link, st->layers[l].grad_bytes);
+    }
     return ERR_OK;
 }
 
@@ -528,18 +537,19 @@ static void candidates_free(struct candidate *c, int n)
     free(c);
 }
 
-/* Stage s's candidates with its optimizer on the host from layer `from` on (0: every layer),
- * appended to (*all, *n_all) when the stage may host it; *enumerable as stage_candidates. */
-static int host_candidates(const struct plan *p, int s, int from, const struct plan_options *o,
-                           int simplest, struct candidate **all, int *n_all, int *enumerable,
-                           struct err *e)
+/* Stage s's candidates with its optimizer on the host from layer `from` on (0: every layer)
+ * and its last `stream` layers' weights streamed, appended to (*all, *n_all) when the stage
+ * may; *enumerable as stage_candidates. */
+static int host_candidates(const struct plan *p, int s, int from, int stream,
+                           const struct plan_options *o, int simplest, struct candidate **all,
+                           int *n_all, int *enumerable, struct err *e)
 {
     struct optimizer_view v;
     struct candidate *host = NULL;
     int n_host = 0, mine = 1, rc;
-    if (!optimizer_host_possible_from(p, s, from, NULL))
+    if (!optimizer_stream_possible(p, s, from, stream))
         return ERR_OK;
-    if (optimizer_view_init_from(p, s, from, &v, e))
+    if (optimizer_view_init_stream(p, s, from, stream, &v, e))
         return e->code;
     rc = stage_candidates(&v.plan, s, o, simplest, &host, &n_host, &mine, e);
     optimizer_view_free(&v);
@@ -583,8 +593,14 @@ int offload_stage_candidates(const struct plan *p, int s, const struct plan_opti
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
-    for (int i = 0; i < n_from && e->code == ERR_OK; i++)
-        host_candidates(p, s, from[i], o, simplest, out, count, enumerable, e);
+    for (int i = 0; i < n_from && e->code == ERR_OK; i++) {
+        int stream[OPTIMIZER_SPLITS_MAX], n_stream = 0;
+        host_candidates(p, s, from[i], 0, o, simplest, out, count, enumerable, e);
+        if (o->actions & PLAN_ACTION_WEIGHTS)
+            n_stream = optimizer_streams(p, s, from[i], stream);
+        for (int k = 0; k < n_stream && e->code == ERR_OK; k++)
+            host_candidates(p, s, from[i], stream[k], o, simplest, out, count, enumerable, e);
+    }
     if (e->code) {
         candidates_free(*out, *count);
         *out = NULL;

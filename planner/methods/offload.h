@@ -33,10 +33,10 @@
 #define OFFLOAD_ENUM_MAX 1024
 #define OFFLOAD_STAGE_CANDIDATES_MAX 4
 
-/* Most seeds offload_choose takes: the plans of the smaller sets of actions (10 under
- * recompute, offload, optimizer and optimizer-fraction; a candidate's seeds are bits of an
- * unsigned). */
-#define OFFLOAD_SEEDS_MAX 16
+/* Most seeds offload_choose takes: the plans of the smaller sets of actions (at most 31 under
+ * recompute, offload, optimizer, optimizer-fraction and weights; a candidate's seeds are bits
+ * of an unsigned). */
+#define OFFLOAD_SEEDS_MAX 32
 
 /* ERR_INPUT for offload with a method other than optimal. */
 int offload_options_check(const struct plan_options *o, struct err *e);

@@ -110,8 +110,11 @@ static int descend(struct global *g, double *best_ms, int *best, struct err *e)
 
 static void apply(struct plan_stage *st, const struct candidate *c)
 {
-    for (int l = 0; l < plan_stage_layer_count(st); l++)
+    int n = plan_stage_layer_count(st);
+    for (int l = 0; l < n; l++) {
         st->actions[l] = c->rows[l].action;
+        st->actions[l].weights = l >= n - c->stream ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+    }
     st->optimizer = c->optimizer;
     st->optimizer_from = c->optimizer_from;
 }
@@ -121,7 +124,8 @@ static int same_candidate(const struct candidate *a, const struct candidate *b, 
     for (int l = 0; l < n; l++)
         if (!layer_action_equal(&a->rows[l].action, &b->rows[l].action))
             return 0;
-    return a->optimizer == b->optimizer && a->optimizer_from == b->optimizer_from;
+    return a->optimizer == b->optimizer && a->optimizer_from == b->optimizer_from &&
+           a->stream == b->stream;
 }
 
 /* Stage s's choice in seed k as a candidate, marked as the seed's; one equal to a candidate
@@ -136,6 +140,7 @@ static int add_seed(const struct plan *p, int s, const struct choice_snapshot *s
         return ERR_FAIL;
     st.optimizer = (enum cost_place)seed->optimizer[s];
     st.optimizer_from = seed->optimizer_from[s];
+    st.actions = &seed->actions[at]; /* which of its layers stream their weights */
     for (int l = 0; l < n; l++) {
         c.rows[l] = cost_action_row(&st.layers[l], &seed->actions[at + l]);
         c.recompute_ms += c.rows[l].recompute_ms;

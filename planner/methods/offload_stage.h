@@ -17,6 +17,7 @@ struct candidate {
     int64_t host_bytes; /* sent to the host per micro-batch */
     enum cost_place optimizer;
     int optimizer_from; /* on the host from this layer on (a fraction; 0: all) */
+    int stream;         /* its last layers whose weights stream (cost.h; 0: none) */
     unsigned seeds; /* bit k: the stage's choice in seed k (a smaller set's plan) */
 };
 

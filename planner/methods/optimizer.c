@@ -53,15 +53,65 @@ int optimizer_view_init(const struct plan *p, int s, struct optimizer_view *v, s
 int optimizer_view_init_from(const struct plan *p, int s, int from, struct optimizer_view *v,
                              struct err *e)
 {
+    return optimizer_view_init_stream(p, s, from, 0, v, e);
+}
+
+/* What streaming the last `stream` of stage st's layers takes from its host memory (their
+ * weights' copy) and from its device memory (the weights buffers). */
+static void stream_bytes(const struct plan_stage *st, int stream, int64_t *host,
+                         int64_t *device)
+{
+    int n = plan_stage_layer_count(st);
+    struct cost_sum sum = {0};
+    for (int l = n - stream; l < n; l++)
+        cost_sum_add_stream(&sum, &st->layers[l]);
+    *host = cost_saturate(sum.mirror);
+    *device = cost_sum_staging(&sum);
+}
+
+int optimizer_stream_possible(const struct plan *p, int s, int from, int stream)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int64_t host, device;
+    /* the runtime streams without loss scaling, replicas, tensor parallelism or chunks */
+    if (!optimizer_host_possible_from(p, s, from, NULL) || p->model.dtype == MODEL_DTYPE_FP16 ||
+        st->dp > 1 || st->tp > 1 || p->virtual_stages > 1)
+        return 0;
+    stream_bytes(st, stream, &host, &device);
+    return cost_stage_mirror(st->layers, plan_stage_layer_count(st), from) + host <=
+               st->host_limit_bytes &&
+           device < st->memory_limit_bytes;
+}
+
+int optimizer_streams(const struct plan *p, int s, int from, int stream[OPTIMIZER_SPLITS_MAX])
+{
+    int hosted = plan_stage_layer_count(&p->stages[s]) - from, count = 0;
+    if (hosted <= OPTIMIZER_SPLITS_ALL) {
+        for (int k = 1; k <= hosted; k++)
+            stream[count++] = k;
+        return count;
+    }
+    for (double k = 1; k < hosted && count < OPTIMIZER_SPLITS_MAX - 1; k *= 1.5)
+        if (count == 0 || stream[count - 1] != (int)k)
+            stream[count++] = (int)k;
+    stream[count++] = hosted;
+    return count;
+}
+
+int optimizer_view_init_stream(const struct plan *p, int s, int from, int stream,
+                               struct optimizer_view *v, struct err *e)
+{
     const struct plan_stage *st = &p->stages[s];
     int n = plan_stage_layer_count(st);
     v->plan = *p;
     v->stage = s;
     v->stages = malloc((size_t)p->n_stages * sizeof *v->stages);
     struct layer_cost *layers = malloc((size_t)n * sizeof *layers);
-    if (v->stages == NULL || layers == NULL) {
+    struct layer_action *actions = malloc((size_t)n * sizeof *actions);
+    if (v->stages == NULL || layers == NULL || actions == NULL) {
         free(v->stages);
         free(layers);
+        free(actions);
         v->stages = NULL; /* optimizer_view_free has nothing to free */
         return err_set(e, ERR_FAIL, "out of memory");
     }
@@ -69,7 +119,18 @@ int optimizer_view_init_from(const struct plan *p, int s, int from, struct optim
     struct plan_stage *vs = &v->stages[s];
     vs->host_limit_bytes -=
         cost_layers_for_optimizer_from(st->layers, n, COST_PLACE_HOST, from, layers);
+    int64_t host, device;
+    stream_bytes(st, stream, &host, &device);
+    vs->host_limit_bytes -= host;
+    vs->memory_limit_bytes -= device;
+    for (int l = 0; l < n; l++) {
+        actions[l] = st->actions[l];
+        actions[l].weights = l >= n - stream ? COST_PLACE_HOST : COST_PLACE_DEVICE;
+        if (l >= n - stream)
+            layers[l].state_bytes = 0;
+    }
     vs->layers = layers;
+    vs->actions = actions;
     vs->optimizer = COST_PLACE_HOST;
     vs->optimizer_from = from;
     v->plan.stages = v->stages;
@@ -78,8 +139,10 @@ int optimizer_view_init_from(const struct plan *p, int s, int from, struct optim
 
 void optimizer_view_free(struct optimizer_view *v)
 {
-    if (v->stages != NULL)
+    if (v->stages != NULL) {
         free(v->stages[v->stage].layers);
+        free(v->stages[v->stage].actions);
+    }
     free(v->stages);
     v->stages = NULL;
 }

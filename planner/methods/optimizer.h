@@ -9,6 +9,9 @@
 
 #include "plan.h"
 
+#define OPTIMIZER_SPLITS_ALL 8
+#define OPTIMIZER_SPLITS_MAX 16
+
 /* A plan that shares p's everything but stage s, whose layers (owned by the view) are the
  * host view and whose host limit has the mirror taken off; optimizer_view_free frees it. */
 struct optimizer_view {
@@ -16,6 +19,18 @@ struct optimizer_view {
     struct plan_stage *stages;
     int stage;
 };
+
+/* With --actions ...,weights the stage's last `stream` layers also stream their weights
+ * (cost.h "Streamed weights"): in the view their state_bytes are 0, the host memory loses
+ * their weights' copy and the device memory the weights buffers, and the view's actions
+ * (owned) say which layers stream. Whether stage s may: the optimizer view's conditions, and
+ * room for those on the host and the device. */
+int optimizer_stream_possible(const struct plan *p, int s, int from, int stream);
+int optimizer_view_init_stream(const struct plan *p, int s, int from, int stream,
+                               struct optimizer_view *v, struct err *e);
+/* The stream counts stage s tries with its optimizer hosted from `from`: every one up to
+ * OPTIMIZER_SPLITS_ALL hosted layers, else a grid keeping one and all; returns the count. */
+int optimizer_streams(const struct plan *p, int s, int from, int stream[OPTIMIZER_SPLITS_MAX]);
 
 /* Whether stage s may put its optimizer on the host: host memory and a host link, every
  * layer's state split, and the mirror within the host memory. When not, *why (if not NULL)
@@ -32,8 +47,6 @@ int optimizer_view_init_from(const struct plan *p, int s, int from, struct optim
  * first hosted layer of each (1 .. n-1; 0, the whole stage, is --actions optimizer's), every
  * one for a stage of at most OPTIMIZER_SPLITS_ALL layers, else a grid of them that keeps
  * the first and last; returns the count (at most OPTIMIZER_SPLITS_MAX). */
-#define OPTIMIZER_SPLITS_ALL 8
-#define OPTIMIZER_SPLITS_MAX 16
 int optimizer_splits(const struct plan *p, int s, int from[OPTIMIZER_SPLITS_MAX]);
 void optimizer_view_free(struct optimizer_view *v);
 

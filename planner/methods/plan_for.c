@@ -349,6 +349,10 @@ static int check_options(const struct plan_options *o, struct err *e)
         return err_set(e, ERR_INPUT, "--for %s: --actions offload is not planned for a "
                        "framework (its activation offloading keeps tensors the cost model does "
                        "not hold); plan --for ballast and export to see what it runs", f->name);
+    if (o->actions & PLAN_ACTION_WEIGHTS)
+        return err_set(e, ERR_INPUT, "--for %s: --actions weights is not planned for a "
+                       "framework: none of those exported streams a layer's weights from host "
+                       "memory for each use (plan --for ballast to train with it)", f->name);
     if ((o->actions & PLAN_ACTION_OPTIMIZER) && f->host_optimizer == FW_NO)
         return err_set(e, ERR_INPUT, "--for %s: %s has no setting for the optimizer on the "
                        "host (--actions optimizer)", f->name, f->title);

@@ -61,6 +61,31 @@ static void format_layers(const struct plan_stage *st, char *buf, size_t cap)
         snprintf(buf, cap, "-");
 }
 
+/* Whether any stage streams weights. */
+static int plan_streams_any(const struct plan *p)
+{
+    int any = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        any |= plan_stage_streams(&p->stages[s]) > 0;
+    return any;
+}
+
+/* The stages whose last layers stream their weights from host memory (absent when none). */
+static void print_streams(FILE *f, const struct plan *p)
+{
+    int n = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        const struct plan_stage *st = &p->stages[s];
+        int k = plan_stage_streams(st);
+        if (k > 0)
+            fprintf(f, "%sstage %d layers %d-%d", n++ ? ", " : "weights streamed from the host: ",
+                    s, st->last - k + 1, st->last);
+    }
+    if (n > 0)
+        fprintf(f, " (fetched for each forward and backward, gradients sent back after each "
+                   "backward)\n");
+}
+
 /* Which stages keep their optimizer on the host, and their mirrors (absent when none). */
 static void print_host_optimizer(FILE *f, const struct plan *p)
 {
@@ -79,8 +104,10 @@ static void print_host_optimizer(FILE *f, const struct plan *p)
     }
     if (n > 0)
         fprintf(f, " (%d of %d; host mirrors %.2f GiB in all, the devices keep weights and "
-                   "gradients)\n",
-                n, p->n_stages, mirror / (1 << 30));
+                   "gradients%s)\n",
+                n, p->n_stages, mirror / (1 << 30),
+                plan_streams_any(p) ? " but those streamed" : "");
+    print_streams(f, p);
 }
 
 /* A GPU holding several chunks: which stages it runs (memory is the GPU's, in each row). */

@@ -101,6 +101,7 @@ struct host_lanes {
     double *op_start; /* 2M x n, in the stage's order of layer-ops */
     double *out_end;  /* M x n */
     double *bwd_end;  /* n */
+    double *gout_end; /* n: a streamed layer's last gradients out, < 0 none yet */
     double out_free, in_free, update_free;
 };
 
@@ -159,6 +160,24 @@ static double copy(struct sim_state *st, int s, int micro, enum sim_kind kind, d
     return start + ms;
 }
 
+/* A streamed layer's weights (and with `grads`, its summed gradients after its last ones went
+ * out) for layer-op `at` of stage s, issued at the start of the layer-op before it; returns
+ * when layer-op `at`, ready at t, can start. */
+static double stream_in(struct sim_state *st, int s, int m, const struct sim_layer *y,
+                        int64_t at, int l, int grads, double t)
+{
+    struct host_lanes *h = &st->host[s];
+    double issue = at > 0 ? h->op_start[at - 1] : 0;
+    double arrive = copy(st, s, m, SIM_COPY_IN, issue, y->stream_w_ms);
+    if (grads && h->gout_end[l] >= 0) {
+        double after = arrive > h->gout_end[l] ? arrive : h->gout_end[l];
+        arrive = copy(st, s, m, SIM_COPY_IN, after, y->stream_g_ms);
+    }
+    if (arrive > t)
+        add_to(st->out->stall_ms, s, arrive - t);
+    return arrive > t ? arrive : t;
+}
+
 /* Forward of micro-batch m on an offloading stage, layer by layer from `start`, its last
  * layer from `sent` on (its output's buffer free); returns its end. Op p of the stage's
  * program is its layer-ops p*n .. p*n+n-1. */
@@ -172,6 +191,8 @@ static double forward_layers(struct sim_state *st, int s, int p, int m, double s
     for (int l = 0; l < n; l++) {
         const struct sim_layer *y = &c->layers[l];
         t = l == n - 1 && sent > t ? sent : t;
+        if (y->stream)
+            t = stream_in(st, s, m, y, (int64_t)p * n + l, l, 0, t);
         h->op_start[(size_t)p * n + l] = t;
         t += y->fwd_ms;
         if (y->copy_ms > 0)
@@ -202,12 +223,16 @@ static double backward_layers(struct sim_state *st, int s, int p, int m, double 
                 t = arrive;
             }
         }
+        if (y->stream)
+            t = stream_in(st, s, m, y, at, l, 1, t);
         h->op_start[at] = t;
         if (y->recompute_ms > 0)
             add_task(st, s, m, SIM_RECOMPUTE, t, t + y->recompute_ms);
         add_task(st, s, m, SIM_BACKWARD, t + y->recompute_ms, t + y->recompute_ms + y->bwd_ms);
         t += y->recompute_ms + y->bwd_ms;
         h->bwd_end[l] = t;
+        if (y->stream)
+            h->gout_end[l] = copy(st, s, m, SIM_COPY_OUT, t, y->stream_g_ms);
     }
     return t;
 }
@@ -225,12 +250,16 @@ static double host_step(struct sim_state *st, int s, double end)
         int l = c->n_layers - 1 - j;
         const struct sim_layer *y = &c->layers[l];
         double final = c->allreduce_ms > 0 || c->n_buckets > 0 ? end : h->bwd_end[l];
-        double landed = copy(st, s, l, SIM_GRAD_COPY, final, y->grad_ms);
+        /* a streamed layer's gradients have landed with its last backward's copy out */
+        double landed = y->stream ? h->gout_end[l]
+                                           : copy(st, s, l, SIM_GRAD_COPY, final, y->grad_ms);
         double start = landed > h->update_free ? landed : h->update_free;
         h->update_free = start + y->update_ms;
         add_task(st, s, l, SIM_HOST_UPDATE, start, h->update_free);
         add_to(st->out->update_ms, s, y->update_ms);
-        double up = copy(st, s, l, SIM_PARAM_COPY, h->update_free, y->param_ms);
+        double up = y->stream
+                        ? h->update_free
+                        : copy(st, s, l, SIM_PARAM_COPY, h->update_free, y->param_ms);
         done = up > done ? up : done;
     }
     return done;
@@ -436,20 +465,24 @@ static int host_lanes_alloc(struct sim_state *st)
         st->host[s].op_start = malloc((size_t)2 * st->M * n * sizeof(double));
         st->host[s].out_end = calloc((size_t)st->M * n, sizeof(double));
         st->host[s].bwd_end = calloc((size_t)n, sizeof(double));
-        if (!st->host[s].op_start || !st->host[s].out_end || !st->host[s].bwd_end)
+        st->host[s].gout_end = malloc((size_t)n * sizeof(double));
+        if (!st->host[s].op_start || !st->host[s].out_end || !st->host[s].bwd_end ||
+            !st->host[s].gout_end)
             return ERR_FAIL;
+        for (int l = 0; l < n; l++)
+            st->host[s].gout_end[l] = -1;
     }
     return ERR_OK;
 }
 
 /* Tasks a step records: 6 per cell (F, R, B, W and two sends) and each stage's optimizer
- * step, and per layer of a stage run layer by layer its copies, its backward's recompute and
- * backward slices and its host step. */
+ * step, and per layer of a stage run layer by layer its copies (streamed weights: 4 more a
+ * micro-batch), its backward's recompute and backward slices and its host step. */
 static size_t task_capacity(int S, int M, const struct sim_stage *stages)
 {
     size_t n = (size_t)S * (size_t)M * 6 + (size_t)S;
     for (int s = 0; s < S; s++)
-        n += ((size_t)M * 4 + 3) * (size_t)stages[s].n_layers + (size_t)stages[s].n_buckets;
+        n += ((size_t)M * 8 + 3) * (size_t)stages[s].n_layers + (size_t)stages[s].n_buckets;
     return n;
 }
 
@@ -555,6 +588,7 @@ done:
         free(st.host[s].op_start);
         free(st.host[s].out_end);
         free(st.host[s].bwd_end);
+        free(st.host[s].gout_end);
     }
     free(arrays);
     return rc;
@@ -821,6 +855,11 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
             .copy_ms = r.host_bytes > 0 ? link_transfer_ms(&ps->host_link, r.host_bytes) : 0,
             .ahead = r.action.prefetch_ahead,
         };
+        if (ps->actions[l].weights == COST_PLACE_HOST) {
+            layers[l].stream = 1;
+            layers[l].stream_w_ms = link_transfer_ms(&ps->host_link, c->param_bytes);
+            layers[l].stream_g_ms = link_transfer_ms(&ps->host_link, c->grad_bytes);
+        }
     }
     return n;
 }

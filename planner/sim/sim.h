@@ -45,7 +45,15 @@
  * (they must be there before the next iteration's first forward of that layer). With a
  * fraction of the optimizer on the host (host_from > 0) the device steps the other layers
  * after the last backward meanwhile, and the step ends when both have. All of these are tasks
- * of the same graph too. */
+ * of the same graph too.
+ *
+ * Streamed weights: a streamed layer's weights come in on the host->device lane from the
+ * start of the layer-op before each of its forwards and backwards (the step's first from its
+ * start), a backward's summed gradients with them (not for the layer's first backward of the
+ * step, and not before its last backward's have gone out), and the layer-op waits for them (a
+ * stall); its gradients go out on the device->host lane after each backward. Its host step
+ * starts from its last gradients' landing and ends with its AdamW: its weights stay on the
+ * host. */
 #ifndef BALLAST_SIM_H
 #define BALLAST_SIM_H
 
@@ -90,6 +98,10 @@ struct sim_layer {
     /* with the stage's optimizer on the host: its gradients down, its AdamW on the host, its
      * parameters up */
     double grad_ms, update_ms, param_ms;
+    /* streamed weights (cost.h): the weights' copy in, before each forward and backward, and
+     * the gradients' each way around each backward (0: not streamed) */
+    int stream;
+    double stream_w_ms, stream_g_ms;
 };
 
 /* One stage's costs per micro-batch. */

@@ -29,7 +29,8 @@ static int verify_actions(const struct plan *p, int s, const struct plan_options
     struct optimizer_view v = {0};
     const struct plan *q = p;
     if (p->stages[s].optimizer == COST_PLACE_HOST) {
-        if (optimizer_view_init_from(p, s, p->stages[s].optimizer_from, &v, e))
+        if (optimizer_view_init_stream(p, s, p->stages[s].optimizer_from,
+                                       plan_stage_streams(&p->stages[s]), &v, e))
             return e->code;
         q = &v.plan;
     }

@@ -48,6 +48,7 @@ struct search {
     int n_classes, cap_classes;
     uint64_t *profile_hash; /* per profile, for the range cache (0: not yet) */
     struct position *pos; /* S, for the order being searched */
+    double *transfer;     /* S x N: transfer_ms(k, last) for the positions laid out */
     double *G;            /* (S + 1) x (N + 1) */
     double *Q;            /* (S + 1) x (N + 1): least sum of T + transfers over suffixes */
     double *D;            /* (S + 1) x (N + 1): least drain over suffixes (drain_step) */
@@ -371,13 +372,10 @@ static double stage_ms(struct search *s, int k, int first, int last, double *fwd
 }
 
 /* Forward activation and backward gradient over the link after position k, whose last
- * layer is `last`. */
+ * layer is `last` (place made them). */
 static double transfer_ms(const struct search *s, int k, int last)
 {
-    if (k + 1 >= s->S)
-        return 0;
-    const struct position *p = &s->pos[k];
-    return 2 * link_transfer_ms(&p->link, s->c->profiles[p->profile].layers[last].out_bytes);
+    return s->transfer[(size_t)k * s->N + last];
 }
 
 /* The optimizer step position k takes on the device holding first..last: the simulator's
@@ -1252,6 +1250,11 @@ static int place(struct search *s, int k, int st, struct link link)
     if (p->cls < 0)
         return err_set(s->e, ERR_FAIL, "out of memory");
     p->link = link;
+    /* transfer_ms's, per last layer: the bound tables ask them over and over */
+    const struct layer_cost *layers = s->c->profiles[p->profile].layers;
+    for (int l = 0; l < s->N; l++)
+        s->transfer[(size_t)k * s->N + l] =
+            k + 1 < s->S ? 2 * link_transfer_ms(&link, layers[l].out_bytes) : 0;
     return ERR_OK;
 }
 
@@ -1318,6 +1321,7 @@ static void repart_search_free(struct search *s)
     free(s->opt_prefix);
     free(s->profile_hash);
     free(s->pos);
+    free(s->transfer);
     free(s->G);
     free(s->Q);
     free(s->D);
@@ -1368,6 +1372,7 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->opt_prefix = calloc((size_t)c->n_profiles, sizeof *s->opt_prefix);
     s->profile_hash = calloc((size_t)c->n_profiles, sizeof *s->profile_hash);
     s->pos = calloc(S, sizeof *s->pos);
+    s->transfer = malloc(S * N * sizeof *s->transfer);
     s->G = malloc(cells * sizeof *s->G);
     s->Q = malloc(cells * sizeof *s->Q);
     s->D = malloc(cells * sizeof *s->D);
@@ -1388,7 +1393,7 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->a_max = malloc(S * sizeof *s->a_max);
     s->a = malloc(S * sizeof *s->a);
     s->own_end = malloc(S * sizeof *s->own_end);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos || !s->G || !s->Q ||
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos || !s->transfer || !s->G || !s->Q ||
         !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
         !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch ||
         !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)

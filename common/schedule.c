@@ -356,17 +356,11 @@ int schedule_in_flight(enum schedule kind, int n_stages, int stage, int micro_ba
 {
     struct schedule_shape sh = schedule_shape_of(kind, n_stages, 1, micro_batches);
     if (kind == SCHEDULE_1F1B || kind == SCHEDULE_GPIPE || kind == SCHEDULE_INTERLEAVED) {
-        /* the same replay on the closed form, which needs no list */
+        /* schedule_op_at's order: w forwards, then one more before the first backward
+         * while any is left (the pool searches ask this per position, so no replay) */
         int w = schedule_warmup(kind == SCHEDULE_GPIPE ? kind : SCHEDULE_1F1B, n_stages, stage,
                                 micro_batches);
-        int held = 0, most = 0;
-        for (int k = 0; k < 2 * micro_batches; k++) {
-            if (schedule_op_at(w, micro_batches, k).pass == SCHEDULE_F)
-                most = ++held > most ? held : most;
-            else
-                held--;
-        }
-        return most;
+        return w < micro_batches ? w + 1 : micro_batches;
     }
     int *out = malloc((size_t)n_stages * sizeof *out), v = -1;
     struct err e;

@@ -12,6 +12,7 @@
 struct arena_options;
 struct framework;
 struct fw_candidate;
+struct repart_cache;
 
 enum plan_method {
     METHOD_NONE,        /* nothing recomputed */
@@ -107,6 +108,9 @@ struct plan_options {
     /* the repartition search's per-range costs from one setting of the framework (plan_for.c
      * sets it while it searches); NULL: the knapsack */
     const struct fw_candidate *framework_range;
+    /* the repartition search's per-range costs kept across searches (repartition.h; the
+     * pool searches plan many clusters of the same kinds); NULL: each search its own */
+    struct repart_cache *range_cache;
 };
 
 void plan_options_default(struct plan_options *o);

@@ -104,8 +104,11 @@ static int all_shapes(struct shape *out)
 }
 
 /* A group's pipeline, planned exactly from a cluster file: its shape, dp replicas, M
- * micro-batches; alone: planned for its step without the reduction over its replicas (a
- * pair's group), the pool's link between replicas kept in the plan. 0: none fits. */
+ * micro-batches; alone (ALONE): planned for its step without the reduction over its replicas
+ * (a pair's group), the pool's link between replicas kept in the plan; REDUCED: with that
+ * reduction over its dp replicas in one piece after each stage's last backward (the cluster
+ * without buckets: group_reduced_refuted's). 0: none fits. */
+enum { WITH_REDUCTION, ALONE, REDUCED };
 struct planned {
     int used, fits;
     struct shape x;
@@ -118,7 +121,7 @@ struct planned {
 /* Planned groups by (shape index, dp, M, alone). */
 #define SHAPES_MAX 128
 #define DP_MAX 16
-static struct planned cache[SHAPES_MAX * DP_MAX * DP_MAX * 2];
+static struct planned cache[SHAPES_MAX * DP_MAX * DP_MAX * 3];
 static struct shape shapes[SHAPES_MAX];
 
 static void cache_clear(void)
@@ -136,7 +139,7 @@ static struct planned *plan_group(const struct pool_case *pc, int shape, int dp,
                                   int alone)
 {
     const struct shape *x = &shapes[shape];
-    struct planned *g = &cache[((shape * DP_MAX + dp) * DP_MAX + M) * 2 + alone];
+    struct planned *g = &cache[((shape * DP_MAX + dp) * DP_MAX + M) * 3 + alone];
     if (g->used)
         return g;
     *g = (struct planned){.used = 1, .x = *x, .dp = dp, .M = M, .alone = alone};
@@ -167,8 +170,10 @@ static struct planned *plan_group(const struct pool_case *pc, int shape, int dp,
         fprintf(stderr, "\n%s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(e.code, ERR_OK);
     CU_ASSERT_FATAL(cluster_group_grads(&c, &e) == ERR_OK);
+    if (alone == REDUCED)
+        c.dp_bucket_bytes = 0;
     struct link dp_link = c.stages[0].dp_link;
-    for (int s = 0; alone && s < c.n_stages; s++)
+    for (int s = 0; alone == ALONE && s < c.n_stages; s++)
         c.stages[s].dp_link = (struct link){0};
     int rc = planner_make(&c, &o, &g->plan, &e);
     cluster_free(&c);
@@ -246,6 +251,9 @@ struct brute {
     /* per pair dealt that fits: the larger of its groups' floors and of their steps alone */
     double *floors, *alones;
     long n_floors;
+    /* groups of those pairs whose best step with their own reduction (REDUCED) is over
+       their step alone (and at most their floor) */
+    long reduced_over_alone;
 };
 
 /* A group's floor among N replicas (replicas_step_floor: the bound the search prunes a group
@@ -271,6 +279,12 @@ static void check_floors(struct brute *b, struct planned **g, double step)
     for (int i = 0; i < 2; i++) {
         double own, floor = group_floor(g[i], b->dp[0] + b->dp[1], &own);
         CU_ASSERT(floor <= step * (1 + 1e-12));
+        /* the bound group_reduced_refuted prunes a first group by: the best split's step with
+         * its own reduction, at most the floor of the plan made alone, with more replicas */
+        struct planned *r = plan_group(b->pc, b->x[i], b->dp[i], g[i]->M, REDUCED);
+        CU_ASSERT_FATAL(r->fits);
+        CU_ASSERT(r->plan.iteration_ms <= floor * (1 + 1e-12));
+        b->reduced_over_alone += r->plan.iteration_ms > own * (1 + 1e-9);
         most = fmax(most, floor);
         alone = fmax(alone, own);
     }
@@ -288,7 +302,7 @@ static void deal_one(int *parts, void *arg)
     struct brute *b = arg;
     int all[1][16];
     memcpy(all[0], parts, (size_t)b->dp[0] * sizeof *parts);
-    struct planned *g = plan_group(b->pc, b->x[0], b->dp[0], parts[0], 0);
+    struct planned *g = plan_group(b->pc, b->x[0], b->dp[0], parts[0], WITH_REDUCTION);
     double step = deal_step(&g, 1, all, b->dp);
     b->answers++;
     b->unfit += isinf(step);
@@ -301,8 +315,8 @@ static void deal_second(int *parts, void *arg)
     int all[2][16];
     memcpy(all[0], b->first, (size_t)b->dp[0] * sizeof *parts);
     memcpy(all[1], parts, (size_t)b->dp[1] * sizeof *parts);
-    struct planned *g[2] = {plan_group(b->pc, b->x[0], b->dp[0], all[0][0], 1),
-                            plan_group(b->pc, b->x[1], b->dp[1], all[1][0], 1)};
+    struct planned *g[2] = {plan_group(b->pc, b->x[0], b->dp[0], all[0][0], ALONE),
+                            plan_group(b->pc, b->x[1], b->dp[1], all[1][0], ALONE)};
     double step = deal_step(g, 2, all, b->dp);
     b->answers++;
     b->unfit += isinf(step);
@@ -407,7 +421,7 @@ static int check_bounds(const struct pool_case *pc, const char *file, int *tight
     cJSON_Delete(root);
     for (size_t i = 0; i < sizeof cache / sizeof *cache; i++) {
         struct planned *g = &cache[i];
-        if (!g->used || !g->fits || !g->alone)
+        if (!g->used || !g->fits || g->alone != ALONE)
             continue;
         struct replicas_pipe alone;
         CU_ASSERT_EQUAL_FATAL(replicas_alone(&g->plan, &alone, &e), ERR_OK);
@@ -522,7 +536,7 @@ static void test_against_brute_force(void)
         {{3, 3}, 10, "L4", 30000000LL, 10, 400},
         {{4, 2}, 8, "L4", -18000000LL, 10, 1000},
     };
-    long unfit_all = 0, floors_pruned = 0;
+    long unfit_all = 0, floors_pruned = 0, reduced_over_alone = 0, gone = 0, reduced = 0;
     int pairs_won = 0;
     for (size_t i = 0; i < sizeof vary / sizeof vary[0]; i++) {
         struct pool_case c = {{"A100-40GB", vary[i].second},
@@ -568,6 +582,12 @@ static void test_against_brute_force(void)
                "by a floor",
                b.n_floors, pruned);
         floors_pruned += pruned;
+        printf("; %ld groups whose own reduction lifts their bound over their step alone; "
+               "left unplanned: %ld as gone at fewer micro-batches, %ld by their own reduction",
+               b.reduced_over_alone, r.gone, r.reduced);
+        reduced_over_alone += b.reduced_over_alone;
+        gone += r.gone;
+        reduced += r.reduced;
         free(b.floors);
         free(b.alones);
         if (a.mixed && pairs_won == 0)
@@ -579,8 +599,87 @@ static void test_against_brute_force(void)
         free(file);
     }
     CU_ASSERT(floors_pruned > 0);
+    /* the bound group_reduced_refuted prunes by is not the step alone's */
+    CU_ASSERT(reduced_over_alone > 0);
     CU_ASSERT(unfit_all > 0); /* the small memories */
     CU_ASSERT(pairs_won > 0); /* two groups win somewhere */
+}
+
+/* The two prunes that leave groups before planning them (pool_mixed.h: gone, reduced), on 24
+ * GPUs of three kinds and GPT-350M (a global batch of 512, the bench's pools): the search with
+ * them makes the same answer (groups, step and certified bound, at --search-gap 0) as the
+ * search without them, after the same homogeneous best, and plans fewer pipelines. */
+static void test_early_prunes(void)
+{
+    static const char *kinds[] = {"A100-40GB", "V100-32GB", "H100-80GB"};
+    static const long long memory[] = {40000000000LL, 32000000000LL, 80000000000LL};
+    char entries[3][1024], text[4096], args[2048];
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "early-%s.json", kinds[k]);
+        char *profile = strdup(test_path(name));
+        snprintf(args, sizeof args,
+                 "profile --model %s/configs/models/gpt-350m.json --estimate --device %s "
+                 "--devices %s/configs/devices.json -o %s",
+                 BALLAST_SOURCE_DIR, kinds[k], BALLAST_SOURCE_DIR, profile);
+        CU_ASSERT_EQUAL_FATAL(test_run(args, NULL, NULL), 0);
+        snprintf(entries[k], sizeof entries[k],
+                 "{\"device\":\"%s\",\"count\":8,\"per_node\":8,\"memory_bytes\":%lld,"
+                 "\"profile\":\"%s\",\"node_link\":{\"gbps\":2400,\"latency_us\":2}}",
+                 kinds[k], memory[k], profile);
+        free(profile);
+    }
+    snprintf(text, sizeof text,
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":512,"
+             "\"link\":{\"gbps\":100,\"latency_us\":5},\"dp_link\":{\"gbps\":100,"
+             "\"latency_us\":5},\"shard_optimizer\":true,\"pool\":[%s,%s,%s]}",
+             entries[0], entries[1], entries[2]);
+    char *file = strdup(test_write("early.json", text));
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.search_gap = 0;
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
+    struct pool_model pm;
+    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
+    struct plan best;
+    struct pool_result hr;
+    CU_ASSERT_EQUAL_FATAL(pool_search_model(&pm, &o, POOL_KEEP, INFINITY, &best, &hr, &e),
+                          ERR_OK);
+    struct pool_mixed_result r[2];
+    struct replicas_result step[2];
+    struct plan *plans[2];
+    int n[2];
+    for (int early = 0; early < 2; early++)
+        CU_ASSERT_EQUAL_FATAL(pool_mixed_search_early(&pm, &o, early, best.iteration_ms,
+                                                      INFINITY, &plans[early], &n[early],
+                                                      &step[early], &r[early], &e),
+                              ERR_OK);
+    printf("\n  without the prunes: %ld pipelines planned, %ld pairs; with them: %ld planned, "
+           "%ld pairs, %ld left as gone at fewer micro-batches, %ld by their own reduction; "
+           "bound %.6f / %.6f ms, %d / %d groups",
+           r[0].planned, r[0].pairs, r[1].planned, r[1].pairs, r[1].gone, r[1].reduced,
+           r[0].lower_bound, r[1].lower_bound, n[0], n[1]);
+    CU_ASSERT(r[0].gone == 0 && r[0].reduced == 0);
+    CU_ASSERT(r[1].gone > 0 && r[1].reduced > 0);
+    CU_ASSERT(r[1].planned < r[0].planned);
+    CU_ASSERT(r[1].lower_bound == r[0].lower_bound);
+    CU_ASSERT_EQUAL(n[1], n[0]);
+    CU_ASSERT(r[1].n_groups == r[0].n_groups &&
+              memcmp(r[1].group, r[0].group, sizeof r[0].group) == 0);
+    if (n[0] > 0 && n[1] == n[0])
+        CU_ASSERT(step[1].step_ms == step[0].step_ms);
+    for (int early = 0; early < 2; early++) {
+        for (int g = 0; g < n[early]; g++)
+            plan_free(&plans[early][g]);
+        free(plans[early]);
+        replicas_result_free(&step[early]);
+    }
+    plan_free(&best);
+    pool_model_free(&pm);
+    cJSON_Delete(root);
+    free(file);
 }
 
 /* The plan of `args`' pool (plan -o), parsed; its stdout in *out (caller frees). */
@@ -691,6 +790,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("pool_mixed", NULL, NULL);
     CU_add_test(s, "the whole answer against brute force", test_against_brute_force);
+    CU_add_test(s, "groups left before planning: the same answer", test_early_prunes);
     CU_add_test(s, "no GPU idle for divisibility, the exact global batch", test_no_idle_gpus);
     return test_main();
 }

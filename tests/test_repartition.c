@@ -495,6 +495,76 @@ static void test_pair_bound(void)
     CU_ASSERT(t.within >= 370);
 }
 
+/* The plan and certificate of one search, with or without a range cache: equal when the
+ * fields below are. */
+static int same_plan(int rc_a, const struct plan *a, int rc_b, const struct plan *b)
+{
+    if (rc_a != rc_b)
+        return 0;
+    if (rc_a != ERR_OK)
+        return 1;
+    int same = a->iteration_ms == b->iteration_ms && a->n_stages == b->n_stages &&
+               a->search.lower_bound == b->search.lower_bound &&
+               a->search.nodes == b->search.nodes && a->search.splits == b->search.splits;
+    for (int s = 0; same && s < a->n_stages; s++)
+        same = a->stages[s].first == b->stages[s].first && a->stages[s].last == b->stages[s].last &&
+               strcmp(a->stages[s].device, b->stages[s].device) == 0 &&
+               a->stages[s].recompute_ms == b->stages[s].recompute_ms &&
+               a->stages[s].memory_bytes == b->stages[s].memory_bytes;
+    return same;
+}
+
+/* Range costs kept across searches (repart_cache): one cache over every search below (random
+ * instances, each also with more micro-batches and with one layer's activations changed, so
+ * that classes of near-equal profiles meet in it); each plan, bound and node count equals the
+ * search's without a cache, and the cache answers over a third of the ranges asked. */
+static void test_range_cache(void)
+{
+    struct test_rng r = {.s = 20261128};
+    struct repart_cache *cache;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(repart_cache_make(&cache, &e) == ERR_OK);
+    int compared = 0, differ = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        struct instance in;
+        random_instance(&r, &in);
+        for (int variant = 0; variant < 3; variant++) {
+            if (variant == 1)
+                in.c.micro_batches++;
+            if (variant == 2)
+                in.layers[0][in.c.n_layers / 2].act_bytes += MIB;
+            struct plan_options o;
+            plan_options_default(&o);
+            o.repartition = 1;
+            o.min_gain = 0;
+            struct plan a, b;
+            err_clear(&e);
+            int rc_a = planner_make(&in.c, &o, &a, &e);
+            o.range_cache = cache;
+            err_clear(&e);
+            int rc_b = planner_make(&in.c, &o, &b, &e);
+            int same = same_plan(rc_a, &a, rc_b, &b);
+            CU_ASSERT(same);
+            if (!same && differ++ < 5)
+                fprintf(stderr, "trial %d variant %d: rc %d / %d, %g / %g ms\n", trial, variant,
+                        rc_a, rc_b, rc_a ? 0 : a.iteration_ms, rc_b ? 0 : b.iteration_ms);
+            if (rc_a == ERR_OK)
+                plan_free(&a);
+            if (rc_b == ERR_OK)
+                plan_free(&b);
+            compared++;
+        }
+    }
+    long solved, hits;
+    repart_cache_counts(cache, &solved, &hits);
+    repart_cache_free(cache);
+    printf("\n%d searches the same with a range cache; %ld ranges solved, %ld found in it\n",
+           compared, solved, hits);
+    CU_ASSERT(compared == 900);
+    CU_ASSERT(solved > 0 && 2 * hits > solved);
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -506,5 +576,6 @@ int main(void)
     CU_add_test(s, "suffix-sum tables: a tighter bound, under the optimum", test_tight_bound);
     CU_add_test(s, "a neighbour's steady state: a tighter bound, under the optimum",
                 test_pair_bound);
+    CU_add_test(s, "range costs kept across searches: the same plans", test_range_cache);
     return test_main();
 }

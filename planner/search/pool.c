@@ -115,6 +115,7 @@ static struct plan_options candidate_options(const struct pool_state *st)
 {
     struct plan_options o = *st->o;
     o.repartition = 1;
+    o.range_cache = st->pm->ranges;
     o.cutoff_ms = st->prune && st->have_best && o.actions == PLAN_ACTION_RECOMPUTE
                       ? st->best->iteration_ms
                       : 0;

@@ -8,6 +8,7 @@
 #include "framework.h"
 #include "jsonio.h"
 #include "pool_bound.h"
+#include "repartition.h"
 #include "sim.h"
 
 /* Bounds are scaled down a little so that rounding never lifts one over a simulated step. */
@@ -78,6 +79,9 @@ struct mix_planned {
        (replicas_step_floor; 0: none known) */
     double floor_ms;
     int floor_N;
+    /* the entry of M 0, one per shape and dp: from gone_M micro-batches on, no split of the
+       group steps alone under T (a search proved it at gone_M; 0: none known) */
+    int gone_M;
 };
 
 /* A shape's capacity under T by pool_could_step (shape_cap_tight), kept: exact, or only an
@@ -141,6 +145,7 @@ struct mix_state {
     int64_t n_leads, cap_leads;
     int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
+    int early; /* group_gone and group_reduced_refuted prune */
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
     /* the best pair: its groups' entries */
@@ -801,6 +806,29 @@ static struct mix_planned *planned_of(struct mix_state *st, const struct mix_sha
     }
 }
 
+/* The group's entry, or NULL when there is none. */
+static struct mix_planned *planned_find(const struct mix_state *st, const struct mix_shape *x,
+                                        int dp, int M)
+{
+    uint64_t h = planned_hash(x->code, dp, M, st->size);
+    for (int64_t i = 0; st->cap_planned > 0; i++) {
+        struct mix_planned *p = &st->planned[(h + (uint64_t)i) % (uint64_t)st->cap_planned];
+        if (!p->used)
+            return NULL;
+        if (p->code == x->code && p->dp == dp && p->M == M && p->size == st->size)
+            return p;
+    }
+    return NULL;
+}
+
+/* Whether a search proved that no split of the group at M steps alone under T: at M or more
+ * micro-batches (each stage only holds more in flight and runs longer) none does either. */
+static int group_gone(const struct mix_state *st, const struct mix_shape *x, int dp, int M)
+{
+    const struct mix_planned *g = st->early ? planned_find(st, x, dp, 0) : NULL;
+    return g != NULL && g->gone_M > 0 && M >= g->gone_M;
+}
+
 /* Room for `more` entries (the table at most half full): entries move, so no pointer into it
  * outlives a call. */
 static int planned_reserve(struct mix_state *st, int more, struct err *e)
@@ -857,6 +885,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
         c.stages[s].dp_link = (struct link){0};
     struct plan_options o = st->o;
     o.repartition = 1;
+    o.range_cache = st->pm->ranges;
     if (!isinf(st->deadline))
         o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
     if (isfinite(st->best_ms) && o.actions == PLAN_ACTION_RECOMPUTE)
@@ -869,6 +898,12 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
         return rc;
     err_clear(e);
     g->fits = rc == ERR_OK;
+    /* nothing fits, or the search's certified bound is T or more (not a search stopped) */
+    if (!g->fits && (!g->plan.search.present || g->plan.search.lower_bound >= mix_T(st))) {
+        int M = g->M;
+        struct mix_planned *from = planned_of(st, x, g->dp, 0);
+        from->gone_M = from->gone_M == 0 || M < from->gone_M ? M : from->gone_M;
+    }
     if (!g->fits)
         return ERR_OK;
     for (int s = 0; s < g->plan.n_stages; s++)
@@ -887,6 +922,44 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     return rc;
 }
 
+/* Whether no split of the group at M steps under T even with its gradients reduced over its
+ * own dp replicas after each stage's last backward (its cluster's reduction, unbucketed):
+ * --repartition's certified bound on that cluster, searched to the end under the cutoff T.
+ * Every plan of the group then has a floor (replicas_step_floor, over N > dp replicas: the
+ * same reduction, over more) of T or more, and so at more micro-batches too: a first group
+ * at M or more is never under T beside any second. Recompute only (the search's bound). */
+static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int M,
+                                 struct err *e)
+{
+    if (!st->early || st->o.actions != PLAN_ACTION_RECOMPUTE || isinf(st->best_ms))
+        return 0;
+    struct pool_pipe pipe = group_pipe(st, x, dp, M);
+    struct cluster c;
+    if (pool_model_cluster(st->pm, &pipe, &c, e))
+        return 0;
+    c.dp_bucket_bytes = 0;
+    struct plan_options o = st->o;
+    o.repartition = 1;
+    o.range_cache = st->pm->ranges;
+    o.search_gap = 0;
+    o.cutoff_ms = mix_T(st);
+    if (!isinf(st->deadline))
+        o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
+    struct arrangement a;
+    struct plan_search found;
+    int rc = repartition_search(&c, &o, &a, &found, e);
+    cluster_free(&c);
+    if (rc == ERR_OK)
+        arrangement_free(&a);
+    if (rc != ERR_OK && rc != ERR_NOFIT)
+        return 0;
+    err_clear(e);
+    int refuted = rc == ERR_NOFIT && found.present && found.lower_bound >= mix_T(st);
+    st->r->refuted += refuted;
+    st->r->reduced += refuted;
+    return refuted;
+}
+
 /* Whether no pair holding the group at M steps under T with N replicas or more
  * (pool_could_step, kept: at less T and more replicas it stays refuted). */
 static int group_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int N, int M)
@@ -895,6 +968,11 @@ static int group_refuted(struct mix_state *st, const struct mix_shape *x, int dp
     struct mix_planned *g = planned_of(st, x, dp, M);
     if (g->state == 0 && g->refuted_x >= T && N >= g->refuted_N)
         return 1;
+    if (g->state == 0 && group_gone(st, x, dp, M)) {
+        st->r->refuted++;
+        st->r->gone++;
+        return 1;
+    }
     if (g->state == 0 && st->o.actions == PLAN_ACTION_RECOMPUTE) {
         struct pool_shape s;
         if (group_shape(st, x, dp, N, M, &s) && !pool_could_step(&s, T)) {
@@ -1013,7 +1091,7 @@ static int first_ready(struct mix_state *st, struct first *f, struct err *e)
     if (f->state == 0) {
         struct mix_planned *ga;
         int N = f->a.dp + 1;
-        if (planned_reserve(st, 1, e) || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
+        if (planned_reserve(st, 2, e) || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
             return 0;
         f->gone = ga == NULL;
         f->state = ga != NULL && first_floor(st, f, N, e) < mix_T(st) && !e->code ? 1 : -1;
@@ -1060,7 +1138,7 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
         if (first_floor(st, f, N, e) >= mix_T(st))
             break; /* more replicas only lengthen the first's reduction */
         st->r->pairs++;
-        if (e->code || planned_reserve(st, 1, e) ||
+        if (e->code || planned_reserve(st, 2, e) ||
             group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
             return e->code;
         if (gb == NULL || group_floor_refuted(st, gb, N, e)) {
@@ -1151,10 +1229,12 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
          * least left for the second */
         int64_t half = (st->B + 2 * dp - 1) / (2 * dp), rest = (st->B - room + dp - 1) / dp;
         int64_t lo = half > rest ? half : rest, hi = min64(cap, (st->B - 2) / dp + 1);
+        int floored = 0; /* the first at the M before had a plan whose floor was over T */
         for (int64_t M = lo < 1 ? 1 : lo; M <= hi && !mix_stopped(st); M++) {
             int N = (int)dp + 1;
             if (group_bound(st, x, (int)dp, N, M) >= mix_T(st) ||
-                planned_reserve(st, 1, e) || group_refuted(st, x, (int)dp, N, (int)M))
+                planned_reserve(st, 2, e) || group_refuted(st, x, (int)dp, N, (int)M) ||
+                (floored && group_reduced_refuted(st, x, (int)dp, (int)M, e)))
                 break; /* more micro-batches only add */
             f.M = (int)M;
             f.state = f.gone = 0;
@@ -1166,6 +1246,7 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
                 return e->code;
             if (f.gone)
                 break; /* no plan of it under T: at more micro-batches neither */
+            floored = f.state < 0;
         }
     }
     return ERR_OK;
@@ -1348,9 +1429,18 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
                       struct replicas_result *step, struct pool_mixed_result *r,
                       struct err *e)
 {
+    return pool_mixed_search_early(pm, o, 1, beat_ms, deadline, plans, n, step, r, e);
+}
+
+int pool_mixed_search_early(const struct pool_model *pm, const struct plan_options *o,
+                            int early, double beat_ms, double deadline, struct plan **plans,
+                            int *n, struct replicas_result *step, struct pool_mixed_result *r,
+                            struct err *e)
+{
     memset(r, 0, sizeof *r);
     memset(step, 0, sizeof *step);
-    struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r};
+    struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r,
+                           .early = early};
     *plans = NULL;
     *n = 0;
     if (!framework_is_ballast(o->framework)) { /* replicas of one shape only: no pairs */
@@ -1458,8 +1548,9 @@ void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogen
     else
         fprintf(f, "pool: two groups side by side (no homogeneous candidate fits)");
     fprintf(f, "; %ld shapes bounded, %ld pairs searched, %ld pipelines planned (%ld more left "
-               "as no split of theirs could beat the best), %ld splits scored%s",
-            r->shapes, r->pairs, r->planned, r->refuted, r->splits,
+               "as no split of theirs could beat the best: %ld as none at fewer micro-batches "
+               "could, %ld as none with its own reduction could), %ld splits scored%s",
+            r->shapes, r->pairs, r->planned, r->refuted, r->gone, r->reduced, r->splits,
             r->timed_out ? " (stopped at --time-limit: the best found by then)" : "");
     if (r->lower_bound > 0 && isfinite(r->lower_bound))
         fprintf(f, "; none steps faster than %.3f ms\n", r->lower_bound);

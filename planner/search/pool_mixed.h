@@ -57,6 +57,10 @@ struct pool_mixed_result {
     long pairs;    /* pairs of groups whose splits were searched */
     long planned;  /* group pipelines planned by --repartition (each once) */
     long refuted;  /* group pipelines left unplanned: no split could beat the best */
+    long gone;     /* of those: a search proved none steps alone under the best at fewer
+                      micro-batches (the same shape and dp) */
+    long reduced;  /* of those: first groups whose own reduction keeps every split over the
+                      best (group_reduced_refuted), with every first at more micro-batches */
     long splits;   /* splits scored by replicas_step */
     int timed_out; /* --time-limit stopped the search: the best found by then */
     const char *framework; /* --for: its title, and no pair searched (none in the space) */
@@ -76,6 +80,12 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
                       double beat_ms, double deadline, struct plan **plans, int *n,
                       struct replicas_result *step, struct pool_mixed_result *r,
                       struct err *e);
+/* The same with early 0: groups planned without the two prunes that need a search of their
+ * own (gone, reduced: for tests, against the search with them). */
+int pool_mixed_search_early(const struct pool_model *pm, const struct plan_options *o,
+                            int early, double beat_ms, double deadline, struct plan **plans,
+                            int *n, struct replicas_result *step, struct pool_mixed_result *r,
+                            struct err *e);
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms);
 
 /* What the search proves of a group (its micro_batches its M) reducing with `replicas`

@@ -11,6 +11,7 @@
 #include "microbatch.h"
 #include "model_kind.h"
 #include "model_ops.h"
+#include "repartition.h"
 
 int64_t pool_model_batches(const struct pool_model *pm, int size)
 {
@@ -322,7 +323,7 @@ int pool_model_load(const cJSON *root, const char *file, const struct plan_optio
 {
     memset(pm, 0, sizeof *pm);
     pm->file = file;
-    if (read_pool(root, pm, e))
+    if (read_pool(root, pm, e) || repart_cache_make(&pm->ranges, e))
         return e->code;
     /* the device table, read once, remakes the profiles at other micro-batch sizes */
     struct device_table t;
@@ -348,6 +349,7 @@ void pool_model_free(struct pool_model *pm)
         for (int i = 0; i < POOL_TP_PROFILES_MAX; i++)
             profile_free(&pm->kind[k].tp_profile[i]);
     }
+    repart_cache_free(pm->ranges);
     memset(pm, 0, sizeof *pm);
 }
 

@@ -44,6 +44,8 @@ struct pool_model_kind {
     struct profile profile[POOL_SIZES_MAX];
 };
 
+struct repart_cache;
+
 struct pool_model {
     const char *file;
     int K;
@@ -57,6 +59,8 @@ struct pool_model {
     struct link link, dp_link;
     int shard_optimizer;
     int64_t dp_bucket_bytes;
+    /* --repartition's range costs, kept for every pipeline planned in the pool (owned) */
+    struct repart_cache *ranges;
 };
 
 /* Reads and checks the pool of the parsed file `root` (read from `file`), loading each kind's

@@ -28,6 +28,7 @@ struct position_class {
     int64_t capacity;
     int in_flight;
     struct range_cost *ranges; /* n_layers x n_layers, [first * n + last] */
+    struct range_cost *kept;   /* the cache's for this class (repartition.h), or NULL */
 };
 
 struct position {
@@ -45,7 +46,9 @@ struct search {
     double **opt_prefix; /* per profile, N + 1: the device optimizer step's layer sums */
     struct position_class *classes;
     int n_classes, cap_classes;
+    uint64_t *profile_hash; /* per profile, for the range cache (0: not yet) */
     struct position *pos; /* S, for the order being searched */
+    double *transfer;     /* S x N: transfer_ms(k, last) for the positions laid out */
     double *G;            /* (S + 1) x (N + 1) */
     double *Q;            /* (S + 1) x (N + 1): least sum of T + transfers over suffixes */
     double *D;            /* (S + 1) x (N + 1): least drain over suffixes (drain_step) */
@@ -122,6 +125,147 @@ static double *R_at(struct search *s, int t, int k, int i)
     return &s->R[((size_t)t * (s->S + 1) + k) * (s->N + 1) + i];
 }
 
+/* ---- range costs kept across searches (repartition.h) ---------------------------------- */
+
+/* The most bytes of range costs a cache keeps; classes past it are solved per search. */
+#define REPART_CACHE_BYTES ((size_t)256 << 20)
+
+struct cache_class {
+    uint64_t hash; /* 0: an empty slot */
+    int n_layers;
+    struct layer_cost *layers; /* the profile's, copied */
+    int64_t capacity, reserve_bytes, unit_bytes;
+    int in_flight, whole_layers;
+    struct range_cost *ranges; /* n_layers x n_layers, as a class's */
+};
+
+struct repart_cache {
+    struct cache_class *slot;
+    int64_t n, cap;
+    size_t bytes;
+    long solved, hits;
+};
+
+int repart_cache_make(struct repart_cache **out, struct err *e)
+{
+    if ((*out = calloc(1, sizeof **out)) == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    return ERR_OK;
+}
+
+void repart_cache_free(struct repart_cache *c)
+{
+    for (int64_t i = 0; c != NULL && i < c->cap; i++) {
+        free(c->slot[i].layers);
+        free(c->slot[i].ranges);
+    }
+    if (c != NULL)
+        free(c->slot);
+    free(c);
+}
+
+void repart_cache_counts(const struct repart_cache *c, long *solved, long *hits)
+{
+    *solved = c != NULL ? c->solved : 0;
+    *hits = c != NULL ? c->hits : 0;
+}
+
+static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The class's key hashed (never 0): its profile's layers, capacity, in-flight count and what
+ * else shapes its knapsacks. */
+static uint64_t class_hash(struct search *s, int profile, int64_t capacity, int in_flight)
+{
+    if (s->profile_hash[profile] == 0)
+        s->profile_hash[profile] =
+            fnv_bytes(1469598103934665603ull, s->c->profiles[profile].layers,
+                      (size_t)s->N * sizeof *s->c->profiles[profile].layers);
+    int64_t key[5] = {capacity, in_flight, s->c->reserve_bytes, s->o->unit_bytes,
+                      s->o->whole_layers};
+    uint64_t h = fnv_bytes(s->profile_hash[profile], key, sizeof key);
+    return h ? h : 1;
+}
+
+static int same_class(const struct search *s, const struct cache_class *k, uint64_t h,
+                      int profile, int64_t capacity, int in_flight)
+{
+    return k->hash == h && k->n_layers == s->N && k->capacity == capacity &&
+           k->in_flight == in_flight && k->reserve_bytes == s->c->reserve_bytes &&
+           k->unit_bytes == s->o->unit_bytes && k->whole_layers == s->o->whole_layers &&
+           memcmp(k->layers, s->c->profiles[profile].layers, (size_t)s->N * sizeof *k->layers) ==
+               0;
+}
+
+/* The cache's slots doubled (at most half full). */
+static int cache_grow(struct repart_cache *c)
+{
+    int64_t cap = c->cap ? 2 * c->cap : 256;
+    struct cache_class *grown = calloc((size_t)cap, sizeof *grown);
+    if (grown == NULL)
+        return -1;
+    for (int64_t i = 0; i < c->cap; i++)
+        for (int64_t j = 0; c->slot[i].hash != 0; j++) {
+            struct cache_class *to = &grown[(c->slot[i].hash + (uint64_t)j) % (uint64_t)cap];
+            if (to->hash == 0) {
+                *to = c->slot[i];
+                break;
+            }
+        }
+    free(c->slot);
+    c->slot = grown;
+    c->cap = cap;
+    return 0;
+}
+
+/* The cache's range costs of the class, made empty when first asked for; NULL without a
+ * cache, for a framework's costs, or past its bytes. */
+static struct range_cost *cache_ranges(struct search *s, int profile, int64_t capacity,
+                                       int in_flight)
+{
+    struct repart_cache *c = s->o->range_cache;
+    if (c == NULL || s->o->framework_range != NULL)
+        return NULL;
+    uint64_t h = class_hash(s, profile, capacity, in_flight);
+    for (int64_t j = 0; c->cap > 0; j++) {
+        struct cache_class *k = &c->slot[(h + (uint64_t)j) % (uint64_t)c->cap];
+        if (k->hash == 0)
+            break;
+        if (same_class(s, k, h, profile, capacity, in_flight))
+            return k->ranges;
+    }
+    size_t N = (size_t)s->N, bytes = N * N * sizeof(struct range_cost) +
+                                     N * sizeof(struct layer_cost);
+    if (c->bytes + bytes > REPART_CACHE_BYTES || (2 * (c->n + 1) > c->cap && cache_grow(c)))
+        return NULL;
+    struct cache_class k = {.hash = h, .n_layers = s->N, .capacity = capacity,
+                            .in_flight = in_flight, .reserve_bytes = s->c->reserve_bytes,
+                            .unit_bytes = s->o->unit_bytes, .whole_layers = s->o->whole_layers};
+    k.layers = malloc(N * sizeof *k.layers);
+    k.ranges = calloc(N * N, sizeof *k.ranges);
+    if (k.layers == NULL || k.ranges == NULL) {
+        free(k.layers);
+        free(k.ranges);
+        return NULL;
+    }
+    memcpy(k.layers, s->c->profiles[profile].layers, N * sizeof *k.layers);
+    for (int64_t j = 0;; j++) {
+        struct cache_class *to = &c->slot[(h + (uint64_t)j) % (uint64_t)c->cap];
+        if (to->hash == 0) {
+            *to = k;
+            break;
+        }
+    }
+    c->n++;
+    c->bytes += bytes;
+    return k.ranges;
+}
+
 static int class_of(struct search *s, int profile, int64_t capacity, int in_flight)
 {
     for (int k = 0; k < s->n_classes; k++)
@@ -143,17 +287,14 @@ static int class_of(struct search *s, int profile, int64_t capacity, int in_flig
     pc->ranges = calloc((size_t)s->N * s->N, sizeof *pc->ranges);
     if (pc->ranges == NULL)
         return -1;
+    pc->kept = cache_ranges(s, profile, capacity, in_flight);
     return s->n_classes++;
 }
 
-/* The least recompute of layers first..last at a position of class `cls`: the same DP the
- * plan is finally made with, so the search and the plan agree. */
-static const struct range_cost *range_cost(struct search *s, int cls, int first, int last)
+/* range_cost's knapsack (or the framework's menu) for layers first..last into *rc. */
+static void solve_range(struct search *s, const struct position_class *pc, int first, int last,
+                        struct range_cost *rc)
 {
-    struct position_class *pc = &s->classes[cls];
-    struct range_cost *rc = &pc->ranges[(size_t)first * s->N + last];
-    if (rc->known)
-        return rc;
     const struct layer_cost *layers = s->c->profiles[pc->profile].layers + first;
     int n = last - first + 1;
     struct knap_problem kp;
@@ -163,7 +304,7 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
             fw_range_recompute(s->o->framework_range, &s->c->model, first, layers, n,
                                pc->in_flight, s->c->reserve_bytes, pc->capacity,
                                &rc->memory_bytes);
-        return rc;
+        return;
     }
     unsigned char *rec = calloc((size_t)n, 1);
     rc->recompute_ms = INFINITY;
@@ -174,7 +315,7 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
         if (s->e->code == ERR_OK)
             err_set(s->e, ERR_FAIL, "out of memory");
         free(rec);
-        return rc;
+        return;
     }
     int status = knap_min_recompute(&kp, rec, s->e);
     if (status == ERR_OK) {
@@ -191,6 +332,28 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
     }
     knap_free(&kp);
     free(rec);
+}
+
+/* The least recompute of layers first..last at a position of class `cls`: the same DP the
+ * plan is finally made with, so the search and the plan agree. Kept in the cache when there
+ * is one (a range known to the search only once it asked, as without). */
+static const struct range_cost *range_cost(struct search *s, int cls, int first, int last)
+{
+    struct position_class *pc = &s->classes[cls];
+    struct range_cost *rc = &pc->ranges[(size_t)first * s->N + last];
+    if (rc->known)
+        return rc;
+    struct range_cost *kept = pc->kept != NULL ? &pc->kept[(size_t)first * s->N + last] : NULL;
+    if (kept != NULL && kept->known) {
+        s->o->range_cache->hits++;
+        *rc = *kept;
+        return rc;
+    }
+    solve_range(s, pc, first, last, rc);
+    if (kept != NULL && s->e->code == ERR_OK) {
+        s->o->range_cache->solved++;
+        *kept = *rc;
+    }
     return rc;
 }
 
@@ -209,13 +372,10 @@ static double stage_ms(struct search *s, int k, int first, int last, double *fwd
 }
 
 /* Forward activation and backward gradient over the link after position k, whose last
- * layer is `last`. */
+ * layer is `last` (place made them). */
 static double transfer_ms(const struct search *s, int k, int last)
 {
-    if (k + 1 >= s->S)
-        return 0;
-    const struct position *p = &s->pos[k];
-    return 2 * link_transfer_ms(&p->link, s->c->profiles[p->profile].layers[last].out_bytes);
+    return s->transfer[(size_t)k * s->N + last];
 }
 
 /* The optimizer step position k takes on the device holding first..last: the simulator's
@@ -1090,6 +1250,11 @@ static int place(struct search *s, int k, int st, struct link link)
     if (p->cls < 0)
         return err_set(s->e, ERR_FAIL, "out of memory");
     p->link = link;
+    /* transfer_ms's, per last layer: the bound tables ask them over and over */
+    const struct layer_cost *layers = s->c->profiles[p->profile].layers;
+    for (int l = 0; l < s->N; l++)
+        s->transfer[(size_t)k * s->N + l] =
+            k + 1 < s->S ? 2 * link_transfer_ms(&link, layers[l].out_bytes) : 0;
     return ERR_OK;
 }
 
@@ -1154,7 +1319,9 @@ static void repart_search_free(struct search *s)
     free(s->fwd_prefix);
     free(s->bwd_prefix);
     free(s->opt_prefix);
+    free(s->profile_hash);
     free(s->pos);
+    free(s->transfer);
     free(s->G);
     free(s->Q);
     free(s->D);
@@ -1203,7 +1370,9 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->fwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->fwd_prefix);
     s->bwd_prefix = calloc((size_t)c->n_profiles, sizeof *s->bwd_prefix);
     s->opt_prefix = calloc((size_t)c->n_profiles, sizeof *s->opt_prefix);
+    s->profile_hash = calloc((size_t)c->n_profiles, sizeof *s->profile_hash);
     s->pos = calloc(S, sizeof *s->pos);
+    s->transfer = malloc(S * N * sizeof *s->transfer);
     s->G = malloc(cells * sizeof *s->G);
     s->Q = malloc(cells * sizeof *s->Q);
     s->D = malloc(cells * sizeof *s->D);
@@ -1224,7 +1393,7 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->a_max = malloc(S * sizeof *s->a_max);
     s->a = malloc(S * sizeof *s->a);
     s->own_end = malloc(S * sizeof *s->own_end);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->pos || !s->G || !s->Q ||
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos || !s->transfer || !s->G || !s->Q ||
         !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
         !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch ||
         !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)

@@ -43,6 +43,18 @@ void arrangement_free(struct arrangement *a);
  * kind stay as they are. */
 struct link repartition_exit_link(const struct cluster *c, const int *kind_of, int kind);
 
+/* Range costs (each a knapsack) kept across searches: keyed by a position's whole profile,
+ * memory capacity, in-flight count, the cluster's reserve and the options that shape the
+ * knapsack, so a search finds what an earlier one on the same kind of position solved. A
+ * search with it makes the same plan and bounds as without (it still asks each range in
+ * the same order; only the knapsack is not solved again). Never for a framework's costs.
+ * Single-threaded. */
+struct repart_cache;
+int repart_cache_make(struct repart_cache **out, struct err *e);
+void repart_cache_free(struct repart_cache *c);
+/* Ranges solved, and found solved (hits), since it was made. */
+void repart_cache_counts(const struct repart_cache *c, long *solved, long *hits);
+
 /* The fastest arrangement (method optimal) within o->search_nodes and o->time_limit_s, and in
  * *found what was searched with the certified lower bound on the iteration time. ERR_NOFIT
  * when no order and split fits (dispatch.c says why with the cluster's own split). */

@@ -330,12 +330,18 @@ __int128 cost_fixed_bytes_each(const struct layer_cost *layers, int n, const int
     return fixed_bytes(layers, n, in_flight, chunk, 0, reserve_bytes);
 }
 
+void cost_row_weights(const struct layer_cost *c, const struct cost_row *r, int in_flight,
+                      __int128 *kept_bytes, int64_t *transient_bytes)
+{
+    *kept_bytes = (__int128)in_flight * (r->kept_bytes - c->ckpt_bytes);
+    *transient_bytes = r->transient_bytes;
+}
+
 void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,
                   int64_t *transient_bytes)
 {
     struct cost_row r = cost_row(c, choice);
-    *kept_bytes = (__int128)in_flight * (r.kept_bytes - c->ckpt_bytes);
-    *transient_bytes = r.transient_bytes;
+    cost_row_weights(c, &r, in_flight, kept_bytes, transient_bytes);
 }
 
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight)

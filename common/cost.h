@@ -274,6 +274,9 @@ __int128 cost_fixed_bytes_each(const struct layer_cost *layers, int n, const int
  * its transient, of which the stage holds the largest. */
 void cost_weights(const struct layer_cost *c, int choice, int in_flight, __int128 *kept_bytes,
                   int64_t *transient_bytes);
+/* The same for an action row of layer c (its choice's row). */
+void cost_row_weights(const struct layer_cost *c, const struct cost_row *r, int in_flight,
+                      __int128 *kept_bytes, int64_t *transient_bytes);
 /* The bytes `choice` keeps less than keeping the whole layer, over v in-flight micro-batches:
  * v * (kept(keep) - kept) (saturating). */
 int64_t cost_saved_bytes(const struct layer_cost *c, int choice, int in_flight);

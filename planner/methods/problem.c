@@ -1,4 +1,5 @@
-/* The per-stage problem (problem.h): a GPU's chunks as one group, and its knapsack. */
+/* The per-stage problem (problem.h): a GPU's chunks as one group, each layer's menu of
+ * actions, and the group's knapsack from the menus. */
 #include "problem.h"
 
 #include <stdlib.h>
@@ -47,27 +48,6 @@ static int group_layers(const struct plan *p, const int *members, int n,
     return ERR_OK;
 }
 
-int method_problem(const struct plan *p, int s, const struct plan_options *o,
-                   struct knap_problem *kp, struct err *e)
-{
-    const struct plan_stage *st = &p->stages[s];
-    int options = o->method == METHOD_OPTIMAL && !o->whole_layers;
-    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members), count = 0;
-    if (n == 1)
-        return (options ? knap_build_options : knap_build)(
-            kp, st->layers, plan_stage_layer_count(st), st->in_flight, p->reserve_bytes,
-            st->memory_limit_bytes, o->unit_bytes, e);
-    struct layer_cost *layers;
-    int *in_flight;
-    if (group_layers(p, members, n, &layers, &in_flight, &count, e))
-        return e->code;
-    int rc = knap_build_each(kp, layers, count, in_flight, in_flight + count, p->reserve_bytes,
-                             st->memory_limit_bytes, o->unit_bytes, options, e);
-    free(layers);
-    free(in_flight);
-    return rc;
-}
-
 static int action_allowed(const struct cost_row *r, const struct plan_stage *st,
                           const struct plan_options *o)
 {
@@ -89,6 +69,57 @@ int method_menu(const struct plan *p, const struct plan_stage *st, int l,
         if (action_allowed(&all[i], st, o))
             out[n++] = all[i];
     return n;
+}
+
+/* The group's knapsack rows: each layer's menu of recompute choices on the device (keep and
+ * full alone with whole layers), in choice order. */
+static int group_rows(const struct plan *p, const int *members, int n,
+                      const struct plan_options *o, int count, struct cost_row **rows, int **first,
+                      struct err *e)
+{
+    struct plan_options ro = *o;
+    ro.actions = PLAN_ACTION_RECOMPUTE;
+    ro.whole_layers = !(o->method == METHOD_OPTIMAL && !o->whole_layers);
+    *rows = malloc(((size_t)count * COST_ROWS_MAX + 1) * sizeof **rows);
+    *first = malloc(((size_t)count + 1) * sizeof **first);
+    if (*rows == NULL || *first == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    int at = 0, r = 0;
+    for (int k = 0; k < n; k++) {
+        const struct plan_stage *st = &p->stages[members[k]];
+        for (int l = 0; l < plan_stage_layer_count(st); l++, at++) {
+            struct cost_row menu[COST_ACTIONS_MAX];
+            int m = method_menu(p, st, l, &ro, menu);
+            (*first)[at] = r;
+            for (int i = 0; i < m; i++)
+                if (menu[i].action.place == COST_PLACE_DEVICE && menu[i].action.offload_option < 0)
+                    (*rows)[r++] = menu[i];
+        }
+    }
+    (*first)[count] = r;
+    return ERR_OK;
+}
+
+int method_problem(const struct plan *p, int s, const struct plan_options *o,
+                   struct knap_problem *kp, struct err *e)
+{
+    const struct plan_stage *st = &p->stages[s];
+    int members[SCHEDULE_CHUNKS_MAX], n = method_group(p, s, members), count = 0;
+    struct layer_cost *layers;
+    struct cost_row *rows = NULL;
+    int *in_flight, *first = NULL;
+    if (group_layers(p, members, n, &layers, &in_flight, &count, e))
+        return e->code;
+    int rc = group_rows(p, members, n, o, count, &rows, &first, e);
+    if (rc == ERR_OK) /* a GPU's chunks each keep a workspace of their own */
+        rc = knap_build_rows(kp, layers, count, rows, first, in_flight,
+                             n > 1 ? in_flight + count : NULL, p->reserve_bytes,
+                             st->memory_limit_bytes, o->unit_bytes, e);
+    free(rows);
+    free(first);
+    free(layers);
+    free(in_flight);
+    return rc;
 }
 
 void method_gather(const struct plan *p, int s, unsigned char *choice)

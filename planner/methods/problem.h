@@ -1,6 +1,9 @@
 /* The per-stage problem the methods solve (problem.c): the stages one knapsack chooses for
- * together, and that group's knapsack built from the cost model's rows of its layers. Below
- * methods.c and the strategies over it (arena_fit.c, offload.c, nofit.c, verify.c). */
+ * together, each layer's menu of action rows (the cost model's), and the group's knapsack
+ * built from the menus' recompute rows. Below methods.c and the strategies over it: the
+ * knapsack DPs (least recompute, balancing), the arena fit (arena_fit.c), the action search
+ * (offload.c), the MILPs (milp.c over the knapsack, offload_milp.c over the menus), nofit.c,
+ * verify.c. */
 #ifndef BALLAST_PROBLEM_H
 #define BALLAST_PROBLEM_H
 
@@ -12,9 +15,10 @@
  * solve for the leaders and skip the others. */
 int method_group(const struct plan *p, int s, int members[SCHEDULE_CHUNKS_MAX]);
 int method_leader(const struct plan *p, int s);
-/* Stage s's group's knapsack as the method solves it: whole layers for patent (as
- * published), every recompute option too for optimal unless o->whole_layers; its layers the
- * group's, end to end. */
+/* Stage s's group's knapsack as the method solves it, built from each layer's menu
+ * (method_menu) of recompute choices on the device: whole layers for patent (as published),
+ * every recompute option too for optimal unless o->whole_layers; its layers the group's, end
+ * to end. */
 int method_problem(const struct plan *p, int s, const struct plan_options *o,
                    struct knap_problem *kp, struct err *e);
 /* Layer l of stage st's menu: the action rows the options allow it (cost_actions, in its

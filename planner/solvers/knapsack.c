@@ -13,17 +13,14 @@ static int64_t units_of(__int128 bytes, int64_t unit, int64_t cap)
     return (int64_t)(u > cap + 1 ? cap + 1 : u);
 }
 
-/* in_flight[l] micro-batches of layer l in flight, of chunk chunk[l] (a GPU's chunks each
- * have their own; chunk NULL: one) */
-static int build_table(struct knap_problem *p, const struct layer_cost *layers, int n,
-                       const int *in_flight, const int *chunk, int64_t reserve_bytes,
-                       int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
+int knap_build_rows(struct knap_problem *p, const struct layer_cost *layers, int n,
+                    const struct cost_row *rows, const int *first_row, const int *in_flight,
+                    const int *chunk, int64_t reserve_bytes, int64_t limit_bytes,
+                    int64_t unit_bytes, struct err *e)
 {
     memset(p, 0, sizeof *p);
     size_t count = n > 0 ? (size_t)n : 1;
-    int n_choices = 0;
-    for (int l = 0; l < n; l++)
-        n_choices += options ? cost_choice_count(&layers[l]) : COST_OPTION;
+    int n_choices = first_row[n];
     p->n = n;
     p->w = calloc(count, sizeof *p->w);
     p->t = calloc(count, sizeof *p->t);
@@ -42,63 +39,79 @@ static int build_table(struct knap_problem *p, const struct layer_cost *layers, 
     p->fixed_bytes = cost_saturate(fixed);
     p->limit_bytes = limit_bytes;
     p->unit_bytes = unit_bytes;
-    int k = 0;
     for (int l = 0; l < n; l++) {
         const struct layer_cost *c = &layers[l];
         fwd[l] = c->fwd_ms;
-        p->first_choice[l] = k;
-        int n_layer_choices = options ? cost_choice_count(c) : COST_OPTION;
-        for (int choice = 0; choice < n_layer_choices; choice++) {
+        p->first_choice[l] = first_row[l];
+        for (int k = first_row[l]; k < first_row[l + 1]; k++) {
             __int128 kept;
             int64_t transient;
-            cost_weights(c, choice, in_flight[l], &kept, &transient);
-            p->choices[k++] = (struct knap_choice){units_of(kept, unit_bytes, p->cap),
-                                                   units_of(transient, unit_bytes, p->cap),
-                                                   cost_row(c, choice).recompute_ms};
+            cost_row_weights(c, &rows[k], in_flight[l], &kept, &transient);
+            p->choices[k] = (struct knap_choice){units_of(kept, unit_bytes, p->cap),
+                                                 units_of(transient, unit_bytes, p->cap),
+                                                 rows[k].recompute_ms};
         }
-        p->w[l] = p->choices[p->first_choice[l] + COST_KEEP].w;
-        p->t[l] = p->choices[p->first_choice[l] + COST_FULL].t;
-        p->multi |= n_layer_choices > COST_OPTION;
+        p->w[l] = p->choices[first_row[l] + COST_KEEP].w;
+        p->t[l] = p->choices[first_row[l] + COST_FULL].t;
+        p->multi |= first_row[l + 1] - first_row[l] > COST_OPTION;
     }
-    p->first_choice[n] = k;
+    p->first_choice[n] = n_choices;
     return ERR_OK;
 }
 
-/* build with in_flight for every layer */
-static int build_uniform(struct knap_problem *p, const struct layer_cost *layers, int n,
-                         int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
-                         int64_t unit_bytes, int options, struct err *e)
+/* The layers' choices as rows (cost_row; keep and full alone without `options`) and in_flight
+ * for every layer where `each` is NULL; knap_build_rows over them. */
+static int build_choices(struct knap_problem *p, const struct layer_cost *layers, int n,
+                         int in_flight, const int *each, const int *chunk, int64_t reserve_bytes,
+                         int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
 {
-    int *each = malloc((size_t)(n > 0 ? n : 1) * sizeof *each);
-    if (each == NULL)
-        return err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
+    size_t count = n > 0 ? (size_t)n : 1;
+    int total = 0;
     for (int l = 0; l < n; l++)
-        each[l] = in_flight;
-    int rc = build_table(p, layers, n, each, NULL, reserve_bytes, limit_bytes, unit_bytes,
-                         options, e);
-    free(each);
+        total += options ? cost_choice_count(&layers[l]) : COST_OPTION;
+    struct cost_row *rows = malloc(((size_t)total + 1) * sizeof *rows);
+    int *first = malloc((count + 1) * sizeof *first), *uniform = malloc(count * sizeof *uniform);
+    int rc = rows != NULL && first != NULL && uniform != NULL
+                 ? ERR_OK
+                 : err_set(e, ERR_FAIL, "out of memory building a knapsack of %d layers", n);
+    for (int l = 0, k = 0; rc == ERR_OK && l <= n; l++) {
+        first[l] = k;
+        for (int c = 0; l < n && c < (options ? cost_choice_count(&layers[l]) : COST_OPTION);
+             c++)
+            rows[k++] = cost_row(&layers[l], c);
+        if (l < n)
+            uniform[l] = in_flight;
+    }
+    if (rc == ERR_OK)
+        rc = knap_build_rows(p, layers, n, rows, first, each != NULL ? each : uniform, chunk,
+                             reserve_bytes, limit_bytes, unit_bytes, e);
+    free(rows);
+    free(first);
+    free(uniform);
     return rc;
 }
 
 int knap_build(struct knap_problem *p, const struct layer_cost *layers, int n, int in_flight,
                int64_t reserve_bytes, int64_t limit_bytes, int64_t unit_bytes, struct err *e)
 {
-    return build_uniform(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 0, e);
+    return build_choices(p, layers, n, in_flight, NULL, NULL, reserve_bytes, limit_bytes,
+                         unit_bytes, 0, e);
 }
 
 int knap_build_options(struct knap_problem *p, const struct layer_cost *layers, int n,
                        int in_flight, int64_t reserve_bytes, int64_t limit_bytes,
                        int64_t unit_bytes, struct err *e)
 {
-    return build_uniform(p, layers, n, in_flight, reserve_bytes, limit_bytes, unit_bytes, 1, e);
+    return build_choices(p, layers, n, in_flight, NULL, NULL, reserve_bytes, limit_bytes,
+                         unit_bytes, 1, e);
 }
 
 int knap_build_each(struct knap_problem *p, const struct layer_cost *layers, int n,
                     const int *in_flight, const int *chunk, int64_t reserve_bytes,
                     int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e)
 {
-    return build_table(p, layers, n, in_flight, chunk, reserve_bytes, limit_bytes, unit_bytes,
-                       options, e);
+    return build_choices(p, layers, n, 0, in_flight, chunk, reserve_bytes, limit_bytes,
+                         unit_bytes, options, e);
 }
 
 void knap_free(struct knap_problem *p)

@@ -83,6 +83,15 @@ int knap_build_options(struct knap_problem *p, const struct layer_cost *layers, 
 int knap_build_each(struct knap_problem *p, const struct layer_cost *layers, int n,
                     const int *in_flight, const int *chunk, int64_t reserve_bytes,
                     int64_t limit_bytes, int64_t unit_bytes, int options, struct err *e);
+/* The same from the layers' choices as cost rows (cost.h): layer l's are rows[first_row[l]
+ * .. first_row[l + 1] - 1], in choice order from keep (keep and full at least), each counted
+ * as v * (kept - ckpt) units kept and its transient; the per-stage problem's menu
+ * (planner/methods/problem.h) builds it this way. */
+struct cost_row;
+int knap_build_rows(struct knap_problem *p, const struct layer_cost *layers, int n,
+                    const struct cost_row *rows, const int *first_row, const int *in_flight,
+                    const int *chunk, int64_t reserve_bytes, int64_t limit_bytes,
+                    int64_t unit_bytes, struct err *e);
 void knap_free(struct knap_problem *p);
 
 /* Memory units of a choice: sum of w + max t over the layers' choices (recompute: n choices of

@@ -4,7 +4,9 @@
  * its plan's memory within 2% (train_run_ok) and host peak within the plan's host memory,
  * and its losses are bitwise those of the same cluster trained with nothing offloaded or
  * recomputed (`--method none` on a roomy copy: what the layers compute does not depend on
- * where their tensors wait). */
+ * where their tensors wait). Streamed weights the same way: a GPT whose weights outweigh its
+ * activations on two 30 MiB CPU stages plans only with `--actions ...,weights` and trains at
+ * its planned device memory, its host peak its plan's host memory, bitwise as a roomy run. */
 #include <CUnit/Basic.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -160,11 +162,77 @@ static void test_planned_offload_trains(void)
     CU_ASSERT(train_same_losses(&m, &ref));
 }
 
+/* A cluster of two CPU stages of `mib` MiB each (layers 0-6 and 7-13) with 1 GiB of host
+ * memory over a 100 Gb/s link, on the estimated profile `profile`; its path. */
+static const char *wide_cluster(const char *profile, int mib, const char *name)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\": \"ballast-cluster/1\", \"schedule\": \"1f1b\", \"micro_batches\": 4, "
+             "\"stages\": [{\"device\": \"cpu\", \"memory_bytes\": \"%dMiB\", \"profile\": \"%s\", "
+             "\"layers\": [0, 6], \"host_memory_bytes\": \"1GiB\", \"host_link\": {\"gbps\": "
+             "100}}, {\"device\": \"cpu\", \"memory_bytes\": \"%dMiB\", \"profile\": \"%s\", "
+             "\"layers\": [7, 13], \"host_memory_bytes\": \"1GiB\", \"host_link\": {\"gbps\": "
+             "100}}]}",
+             mib, profile, mib, profile);
+    return test_write(name, text);
+}
+
+static void test_planned_streaming_trains(void)
+{
+    const char *model = test_write(
+        "wide.json", "{\"format\": \"ballast-model/1\", \"name\": \"gpt-wide-short\", "
+                     "\"kind\": \"gpt\", \"n_layer\": 12, \"n_embd\": 256, \"n_head\": 4, "
+                     "\"seq_len\": 16, \"vocab_size\": 256, \"micro_batch\": 1, "
+                     "\"dtype\": \"fp32\"}");
+    char args[1024], profile[512];
+    snprintf(profile, sizeof profile, "%s", test_path("wide-cpu.json"));
+    snprintf(args, sizeof args, "profile --model '%s' --estimate --device cpu -o '%s'", model,
+             profile);
+    CU_ASSERT_FATAL(test_run(args, NULL, NULL) == 0);
+    const char *tight = wide_cluster(profile, 30, "wide-30.json");
+    snprintf(args, sizeof args, "plan --cluster '%s' --actions recompute,optimizer -o '%s'",
+             tight, test_path("no.json"));
+    CU_ASSERT_EQUAL(test_run(args, NULL, NULL), 3); /* the weights alone do not fit */
+    const char *streamed = train_plan_cluster(tight, "--actions recompute,optimizer,weights",
+                                              "streamed.json");
+    struct plan p;
+    struct err e;
+    err_clear(&e);
+    CU_ASSERT_FATAL(plan_load(streamed, &p, &e) == ERR_OK);
+    int64_t host_planned[2];
+    for (int s = 0; s < 2; s++) {
+        CU_ASSERT(plan_stage_streams(&p.stages[s]) > 0);
+        host_planned[s] = p.stages[s].host_memory_bytes;
+    }
+    plan_free(&p);
+    struct train_metrics m, ref;
+    CU_ASSERT_FATAL(train_run_ok(2, LIMIT_S, streamed, "--steps 3 --host-link-gbps 100",
+                                 "streamed-metrics.json", &m) == 0);
+    cJSON *j = train_json_read(test_path("streamed-metrics.json"));
+    CU_ASSERT_FATAL(j != NULL);
+    for (int s = 0; s < 2; s++) {
+        const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), s);
+        CU_ASSERT_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(st, "host_peak_bytes")),
+                        (double)host_planned[s]);
+        CU_ASSERT_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(st, "peak_bytes")),
+                        cJSON_GetNumberValue(cJSON_GetObjectItem(st, "planned_bytes")));
+    }
+    cJSON_Delete(j);
+    const char *roomy = train_plan_cluster(wide_cluster(profile, 1024, "wide-roomy.json"),
+                                           "--method none", "wide-roomy-plan.json");
+    CU_ASSERT_FATAL(train_run_ok(2, LIMIT_S, roomy, "--steps 3", "wide-roomy-metrics.json",
+                                 &ref) == 0);
+    CU_ASSERT(train_same_losses(&m, &ref));
+}
+
 int main(void)
 {
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("offload end to end", NULL, NULL);
     CU_add_test(s, "a planned offload trains at its planned memory, bitwise as keeping all",
                 test_planned_offload_trains);
+    CU_add_test(s, "streamed weights: only they fit; trained at the plan's memory, bitwise",
+                test_planned_streaming_trains);
     return test_main();
 }

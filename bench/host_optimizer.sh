@@ -34,28 +34,8 @@ echo "cluster,model,run,fits,iteration_ms,host_stages" >"$out/host_optimizer.csv
 echo "cluster,model,run,stage,device,layers,fwd_ms,bwd_ms,recompute_ms,grad_copy_ms,host_optimizer_ms,param_copy_ms,step_tail_ms,memory_bytes,memory_limit_bytes,host_memory_bytes" \
   >"$out/host_optimizer_stages.csv"
 
-# The cluster with the model's estimated profiles, no layer ranges, host memory per stage.
-make_cluster() {
-  local name=$1 model=$2 dst=$3
-  for device in $(python3 -c "import json,sys; print(' '.join(sorted({s['device'] for s in json.load(open(sys.argv[1]))['stages']})))" "$root/configs/clusters/$name.json"); do
-    local prof="$root/configs/profiles/estimated/$model/$device.json"
-    if [ ! -f "$prof" ] && [ ! -f "$tmp/$model-$device.json" ]; then
-      "$ballast" profile --model "$root/configs/models/$model.json" --estimate --device "$device" \
-        -o "$tmp/$model-$device.json" >/dev/null
-    fi
-  done
-  python3 - "$root" "$name" "$model" "$tmp" "$host_gib" "$dst" <<'PY'
-import json, os, sys
-root, name, model, tmp, gib, dst = sys.argv[1:7]
-c = json.load(open(os.path.join(root, "configs/clusters", name + ".json")))
-for s in c["stages"]:
-    p = os.path.join(root, "configs/profiles/estimated", model, s["device"] + ".json")
-    s["profile"] = p if os.path.exists(p) else os.path.join(tmp, "%s-%s.json" % (model, s["device"]))
-    s.pop("layers", None)
-    s["host_memory_bytes"] = int(gib) << 30
-json.dump(c, open(dst, "w"))
-PY
-}
+# make_cluster: the cluster with the model's estimated profiles and host memory per stage
+. "$root/bench/host_clusters.sh"
 
 for model in $models; do
   for name in $clusters; do

@@ -379,13 +379,20 @@ static void host_optimizer_from(struct stage_layout *sl, int from)
     sl->mirror_bytes = 4 * (sl->section_bytes - lo) + sl->host_weights_bytes;
 }
 
-/* Streaming asks for the optimizer on the host for the streamed layers, one chunk, a whole
- * backward and no ZeRO-1 (the layers' gradients then live in the host mirror alone). */
-static int stream_refused(const struct layout_spec *spec, int n, struct err *e)
+
+/* What the executor cannot run: an offload beside a GPU's several chunks or a split backward;
+ * streamed weights without their optimizer on the host, or beside chunks, a split backward or
+ * ZeRO-1 (their gradients then live in the host mirror alone). */
+static int places_refused(const struct layout_spec *spec, int n, struct err *e)
 {
-    int split = 0;
-    for (int i = 0; spec->place != NULL && i < n; i++)
+    int offloads = 0, split = 0;
+    for (int i = 0; spec->place != NULL && i < n; i++) {
+        offloads |= spec->place[i].offload != 0;
         split |= spec->place[i].split;
+    }
+    if (offloads && (spec->n_chunks > 1 || split))
+        return err_set(e, ERR_INPUT, "offload runs with schedules 1f1b and gpipe, not with a "
+                       "GPU's several model chunks or a split backward");
     if (spec->stream_layers <= 0)
         return ERR_OK;
     if (spec->stream_layers > n || spec->optimizer != COST_PLACE_HOST ||
@@ -401,18 +408,6 @@ static int stream_refused(const struct layout_spec *spec, int n, struct err *e)
     return ERR_OK;
 }
 
-/* Whether a place offloads anywhere the executor cannot copy: beside a GPU's several chunks or
- * a split backward. */
-static int offload_refused(const struct layout_spec *spec, int n)
-{
-    int offloads = 0, split = 0;
-    for (int i = 0; spec->place != NULL && i < n; i++) {
-        offloads |= spec->place[i].offload != 0;
-        split |= spec->place[i].split;
-    }
-    return offloads && (spec->n_chunks > 1 || split);
-}
-
 int layout_stage(struct stage_layout *sl, const struct model *m, const struct layout_spec *spec,
                  struct err *e)
 {
@@ -424,10 +419,7 @@ int layout_stage(struct stage_layout *sl, const struct model *m, const struct la
     sl->first = spec->chunks[0].first;
     sl->last = spec->chunks[0].last;
     sl->in_flight = spec->chunks[0].in_flight;
-    if (offload_refused(spec, sl->n_layers))
-        return err_set(e, ERR_INPUT, "offload runs with schedules 1f1b and gpipe, not with a "
-                       "GPU's several model chunks or a split backward");
-    if (stream_refused(spec, sl->n_layers, e))
+    if (places_refused(spec, sl->n_layers, e))
         return e->code;
     sl->layers = calloc((size_t)sl->n_layers, sizeof *sl->layers);
     if (sl->layers == NULL)

@@ -461,11 +461,8 @@ int offload_candidate_sim(const struct plan_stage *st, struct candidate *c)
     sim_stage_optimizer_from(st->layers, n, st->optimizer, st->optimizer_from, &st->host_link,
                              &c->sim, c->layers);
     c->stream = st->optimizer == COST_PLACE_HOST ? plan_stage_streams(st) : 0;
-    for (int l = n - c->stream; l < n; l++) {
-        c->layers[l].stream = 1;
-        c->layers[l].stream_w_ms = link_transfer_ms(&st->host_link, st->layers[l].param_bytes);
-        c->layers[l].stream_g_ms = link_transfer_ms(&st->host_link, st->layers[l].grad_bytes);
-    }
+    for (int l = n - c->stream; l < n; l++)
+        sim_layer_stream(&c->layers[l], &st->layers[l], &st->host_link);
     return ERR_OK;
 }
 

@@ -840,6 +840,14 @@ void sim_stage_optimizer_from(const struct layer_cost *layers, int n, enum cost_
     st->layers = sl;
 }
 
+void sim_layer_stream(struct sim_layer *y, const struct layer_cost *c,
+                      const struct link *host_link)
+{
+    y->stream = 1;
+    y->stream_w_ms = link_transfer_ms(host_link, c->param_bytes);
+    y->stream_g_ms = link_transfer_ms(host_link, c->grad_bytes);
+}
+
 int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
 {
     if (!plan_stage_offloads(ps) && ps->optimizer != COST_PLACE_HOST)
@@ -855,11 +863,8 @@ int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers)
             .copy_ms = r.host_bytes > 0 ? link_transfer_ms(&ps->host_link, r.host_bytes) : 0,
             .ahead = r.action.prefetch_ahead,
         };
-        if (ps->actions[l].weights == COST_PLACE_HOST) {
-            layers[l].stream = 1;
-            layers[l].stream_w_ms = link_transfer_ms(&ps->host_link, c->param_bytes);
-            layers[l].stream_g_ms = link_transfer_ms(&ps->host_link, c->grad_bytes);
-        }
+        if (ps->actions[l].weights == COST_PLACE_HOST)
+            sim_layer_stream(&layers[l], c, &ps->host_link);
     }
     return n;
 }

@@ -182,6 +182,10 @@ int sim_makespan_periodic(enum schedule schedule, int n_stages, int micro_batche
  * passes its actions defer apart), the forward time of its recomputed layers, its last
  * layer's out_bytes and its link; and its device optimizer step. */
 void sim_stage_from_plan(const struct plan_stage *ps, struct sim_stage *out);
+/* Layer y of a stage, cost c, streams its weights over host_link (its fetches' and gradients'
+ * copies). */
+void sim_layer_stream(struct sim_layer *y, const struct layer_cost *c,
+                      const struct link *host_link);
 /* Its layers when it offloads or hosts its optimizer (`layers` has room for the stage's
  * layer count); returns the count, 0 otherwise. */
 int sim_layers_from_plan(const struct plan_stage *ps, struct sim_layer *layers);

@@ -543,11 +543,11 @@ static double floor_ms(struct search *s, int k, int i, int j, double r_floor, do
 
 /* The positions fill_floor measures round trips to: the last of each run of one profile (past
  * it the stages are of another kind, often much faster or slower, so a round trip to there
- * is the one that binds) and every S/8th, the last position left out (own_bound's `after`
+ * is the one that binds) and every S/4th, the last position left out (own_bound's `after`
  * is the round trip to it). */
 static void choose_targets(struct search *s)
 {
-    int step = s->S / 8 > 1 ? s->S / 8 : 1;
+    int step = s->S / 4 > 1 ? s->S / 4 : 1;
     s->n_targets = 0;
     for (int r = 0; r + 1 < s->S && s->n_targets < FILL_TARGETS_MAX; r++)
         if (s->pos[r].profile != s->pos[r + 1].profile || (r + 1) % step == 0)

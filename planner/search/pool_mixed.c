@@ -110,6 +110,8 @@ struct mix_entry {
 struct mix_lead {
     uint64_t code;
     double bound;
+    double promise; /* lead_shape's */
+    int searched;
 };
 
 struct mix_key {
@@ -922,18 +924,21 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     return rc;
 }
 
-/* Whether no split of the group at M steps under T even with its gradients reduced over its
- * own dp replicas after each stage's last backward (its cluster's reduction, unbucketed):
+/* Whether no split of the group at M steps under T even with its gradients reduced over
+ * dp + 1 replicas after each stage's last backward (its cluster's reduction, unbucketed):
  * --repartition's certified bound on that cluster, searched to the end under the cutoff T.
  * Every plan of the group then has a floor (replicas_step_floor, over N > dp replicas: the
- * same reduction, over more) of T or more, and so at more micro-batches too: a first group
- * at M or more is never under T beside any second. Recompute only (the search's bound). */
+ * same reduction, over as many or more) of T or more, and so at more micro-batches too: a
+ * first group at M or more is never under T beside any second. Recompute only (the search's
+ * bound). */
 static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int M,
                                  struct err *e)
 {
     if (!st->early || st->o.actions != PLAN_ACTION_RECOMPUTE || isinf(st->best_ms))
         return 0;
-    struct pool_pipe pipe = group_pipe(st, x, dp, M);
+    /* as dp + 1 replicas, the fewest a pair it leads reduces over: their optimizer shards
+     * (shard_optimizer) only leave it more room, so every split steps no slower */
+    struct pool_pipe pipe = group_pipe(st, x, dp + 1, M);
     struct cluster c;
     if (pool_model_cluster(st->pm, &pipe, &c, e))
         return 0;
@@ -1252,7 +1257,7 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     return ERR_OK;
 }
 
-/* ---- the first groups, least bound first ------------------------------------------ */
+/* ---- the first groups, least bound and most promising first, in turns --------------- */
 
 /* A shape that could lead a pair under the table's T: its bound, pool_bound_first with its
  * family's costs at the fewest micro-batches a replica of it takes when it leads (half of
@@ -1271,14 +1276,22 @@ static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg
     int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
     if (cap == 0 || most < 1 || 2 * min64(most * cap, st->B) < st->B)
         return ERR_OK;
-    double bound = family_shape(st, x, (st->B + 2 * most - 1) / (2 * most), &s, &f)
-                       ? pool_bound_first(&s, &f->sum)
-                       : 0;
+    double bound = 0, promise = 0;
+    if (family_shape(st, x, (st->B + 2 * most - 1) / (2 * most), &s, &f)) {
+        bound = pool_bound_first(&s, &f->sum);
+        /* the same at a replica's share of the batch by its GPUs: a shape that does well
+         * with its fair share leads the pairs that beat the best first, so T falls early */
+        int64_t gpus = 0, total = 0;
+        for (int k = 0; k < st->pm->K; k++)
+            gpus += x->n[k], total += all[k];
+        s.M = (double)((st->B * gpus + total - 1) / total);
+        promise = pool_bound_first(&s, &f->sum);
+    }
     struct mix_lead *leads = mix_grow(st->leads, st->n_leads, &st->cap_leads, sizeof *leads);
     if (leads == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     st->leads = leads;
-    st->leads[st->n_leads++] = (struct mix_lead){x->code, bound};
+    st->leads[st->n_leads++] = (struct mix_lead){x->code, bound, promise, 0};
     return ERR_OK;
 }
 
@@ -1290,7 +1303,54 @@ static int leads_by_bound(const void *pa, const void *pb)
     return (a->code > b->code) - (a->code < b->code);
 }
 
-/* Every pair, its first groups least bound first, until that bound reaches T: *unsearched,
+/* A lead's place in the order by promise. */
+struct mix_rank {
+    double promise;
+    int64_t at;
+};
+
+static int ranks_by_promise(const void *pa, const void *pb)
+{
+    const struct mix_rank *a = pa, *b = pb;
+    if (a->promise != b->promise)
+        return a->promise < b->promise ? -1 : 1;
+    return (a->at > b->at) - (a->at < b->at);
+}
+
+/* The leads' indices by promise (NULL: out of memory). */
+static int64_t *promise_order(const struct mix_state *st)
+{
+    struct mix_rank *rank = malloc((size_t)(st->n_leads + 1) * sizeof *rank);
+    int64_t *order = malloc((size_t)(st->n_leads + 1) * sizeof *order);
+    if (rank != NULL && order != NULL) {
+        for (int64_t i = 0; i < st->n_leads; i++)
+            rank[i] = (struct mix_rank){st->leads[i].promise, i};
+        qsort(rank, (size_t)st->n_leads, sizeof *rank, ranks_by_promise);
+        for (int64_t i = 0; i < st->n_leads; i++)
+            order[i] = rank[i].at;
+    } else {
+        free(order);
+        order = NULL;
+    }
+    free(rank);
+    return order;
+}
+
+/* The first lead from `at` on not searched yet (by its index, or through `order`), and by
+ * promise not bounded at T either (n_leads: none). */
+static int64_t lead_next(const struct mix_state *st, const int64_t *order, int64_t at)
+{
+    for (; at < st->n_leads; at++) {
+        const struct mix_lead *l = &st->leads[order ? order[at] : at];
+        if (!l->searched && (order == NULL || l->bound < mix_T(st)))
+            break;
+    }
+    return at;
+}
+
+/* Every pair whose first group's bound is under T. The leads are taken in turns least bound
+ * first, which certifies a stopped search by the least bound left, and most promising first
+ * (lead_shape), which finds the pairs that beat the best early and so lowers T: *unsearched,
  * a lower bound on every pair left unsearched when stopped (INFINITY: none left; 0: the
  * leads were not all listed). */
 static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
@@ -1304,15 +1364,28 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
     if (each_shape(st, &x, 0, 0, all, lead_shape, NULL, e) || table_past(st))
         return e->code;
     qsort(st->leads, (size_t)st->n_leads, sizeof *st->leads, leads_by_bound);
-    int64_t i = 0;
-    for (; i < st->n_leads && st->leads[i].bound < mix_T(st) && !mix_stopped(st); i++) {
+    int64_t *order = promise_order(st), least = 0, promising = 0;
+    if (order == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    for (int turn = 0; !mix_stopped(st); turn ^= 1) {
+        least = lead_next(st, NULL, least);
+        if (least == st->n_leads || st->leads[least].bound >= mix_T(st))
+            break; /* every lead left is bounded at T or more */
+        int64_t i = least;
+        if (turn && (promising = lead_next(st, order, promising)) < st->n_leads)
+            i = order[promising];
         shape_of_code(st, st->leads[i].code, &x);
-        if (first_shape(st, &x, NULL, e))
+        if (first_shape(st, &x, NULL, e)) {
+            free(order);
             return e->code;
+        }
         if (st->stopped)
             break; /* this lead's pairs not all searched */
+        st->leads[i].searched = 1;
     }
-    *unsearched = st->stopped && i < st->n_leads ? st->leads[i].bound : INFINITY;
+    free(order);
+    least = lead_next(st, NULL, least);
+    *unsearched = st->stopped && least < st->n_leads ? st->leads[least].bound : INFINITY;
     return ERR_OK;
 }
 

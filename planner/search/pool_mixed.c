@@ -105,6 +105,13 @@ struct mix_entry {
     int64_t gpus;
 };
 
+/* A menu entry's density and GPUs, packed for the scan of seconds() (most entries it looks
+ * at need more GPUs than the first leaves). */
+struct mix_fit {
+    double density;
+    int32_t n[POOL_KINDS_MAX];
+};
+
 /* A shape that could be a pair's first group (taking half the micro-batches or more), and a
  * lower bound on the step of every pair it leads. */
 struct mix_lead {
@@ -137,6 +144,8 @@ struct mix_state {
     struct mix_entry *menu; /* every shape of some capacity under table_T, densest first */
     int64_t n_menu, cap_menu;
     int64_t menu_lowered; /* caps lowered since the menu was sorted */
+    struct mix_fit *fit;  /* the menu's, in its order (n_fit: as many made, 0 after a sort) */
+    int64_t n_fit, cap_fit;
     struct mix_family *family;
     struct mix_planned *planned;
     int64_t n_planned, cap_planned;
@@ -605,6 +614,28 @@ static void menu_sort(struct mix_state *st)
         st->menu[i].density = (double)st->menu[i].cap / (double)st->menu[i].gpus;
     qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
     st->menu_lowered = 0;
+    st->n_fit = 0;
+}
+
+/* The menu's packed densities and GPUs (mix_fit), made again after it changed. */
+static int menu_fits(struct mix_state *st, struct err *e)
+{
+    if (st->n_fit == st->n_menu)
+        return ERR_OK;
+    if (st->cap_fit < st->n_menu) {
+        struct mix_fit *fit = realloc(st->fit, (size_t)st->n_menu * sizeof *fit);
+        if (fit == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        st->fit = fit;
+        st->cap_fit = st->n_menu;
+    }
+    for (int64_t i = 0; i < st->n_menu; i++) {
+        st->fit[i].density = st->menu[i].density;
+        for (int k = 0; k < st->pm->K; k++)
+            st->fit[i].n[k] = (int32_t)st->menu[i].n[k];
+    }
+    st->n_fit = st->n_menu;
+    return ERR_OK;
 }
 
 /* The table cleared (0: stopped first). */
@@ -649,7 +680,7 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     if (!table_clear(st))
         return ERR_OK;
     st->table_T = T;
-    st->n_menu = 0;
+    st->n_menu = st->n_fit = 0;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
@@ -1168,10 +1199,20 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         left += f->left[k];
     if (8 * st->menu_lowered > st->n_menu)
         menu_tighten(st);
-    for (int64_t i = 0; i < st->n_menu && !st->skip && !mix_stopped(st); i++) {
-        struct mix_entry *m = &st->menu[i];
-        if (m->density * (double)left < (double)need * MIX_ROUNDING)
+    if (menu_fits(st, e))
+        return e->code;
+    for (int64_t i = 0; i < st->n_menu && !st->skip; i++) {
+        const struct mix_fit *q = &st->fit[i];
+        if (q->density * (double)left < (double)need * MIX_ROUNDING)
             break;
+        int one = 1; /* a replica fits in what the first leaves */
+        for (int k = 0; k < st->pm->K; k++)
+            one &= q->n[k] <= f->left[k];
+        if (!one)
+            continue;
+        if (mix_stopped(st))
+            break;
+        struct mix_entry *m = &st->menu[i];
         /* enough replicas to take what the first leaves at the menu's cap (at the table's
          * T, at least the best's: no less than the cap there), within what is left */
         if (m->cap < 1)
@@ -1472,6 +1513,8 @@ static void mix_free(struct mix_state *st)
     st->table = NULL;
     free(st->menu);
     st->menu = NULL;
+    free(st->fit);
+    st->fit = NULL;
     free(st->leads);
     st->leads = NULL;
     for (int k = 0; k < POOL_KINDS_MAX; k++) {

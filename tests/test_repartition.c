@@ -469,12 +469,14 @@ static void test_tight_bound(void)
 }
 
 /* In 1F1B each position's steady state alternates with its neighbour's, so a slow link between
- * them, crossed twice per micro-batch, paces both (repartition.c, pair_bound). On instances
- * with slow links, searches of 1 and 4 nodes: the certified bound stays at most the
- * brute-force optimum, and certifies a gap within 1% on more of them than without pair_bound
- * (354 of the 1586 searches below without it, 465 with it, before the simulator's sends
- * blocked their sender's next op (sim.h): that makes the optimum of slow links slower than the
- * bounds count, and 376 certify within 1% now). */
+ * them, crossed twice per micro-batch, paces both (repartition.c, pair_bound); and a position
+ * runs a micro-batch's backward only after its round trip through the positions after it,
+ * with S - k micro-batches in flight (own_bound's chain). On instances with slow links,
+ * searches of 1 and 4 nodes: the certified bound stays at most the brute-force optimum, and
+ * certifies a gap within 1% on more of them than without those (354 of the 1586 searches
+ * below without pair_bound, 465 with it, before the simulator's sends blocked their sender's
+ * next op (sim.h): that makes the optimum of slow links slower than the bounds count, and
+ * 376 certified within 1% then; 449 with the chain). */
 static void test_pair_bound(void)
 {
     struct test_rng r = {.s = 20261123};
@@ -492,7 +494,7 @@ static void test_pair_bound(void)
     printf("\n%d searches with slow links under the brute-force optimum, %d stopped within 1%% "
            "of it\n", t.compared, t.within);
     CU_ASSERT(t.compared >= 1000);
-    CU_ASSERT(t.within >= 370);
+    CU_ASSERT(t.within >= 440);
 }
 
 /* The plan and certificate of one search, with or without a range cache: equal when the

@@ -440,6 +440,13 @@ static int drain_backwards(const struct search *s, int k)
  *   then M-W-1 backwards and forwards alternate until its last forward;
  *   its last backward waits for its own W+1 backwards and for the drain: >= max((W+1) A,
  *   A + drain, cool).
+ * And in 1F1B, with n = W + 1 micro-batches in flight, it runs the forward of m + n only after
+ * the backward of m (schedule_op_at's order), and the backward of m + n only after that
+ * micro-batch's round trip: its backwards of m and m + n end at least f + A + after apart.
+ * Its last backward, of M - 1, ends at least q such steps after that of j = (M - 1) mod n,
+ * q = (M - 1) div n, which ends at least one step after its forward of j starts, j forwards
+ * after its first: >= j f + (q + 1)(f + A + after). Where the transfers take about as long
+ * as the stages, that is well over the (M - W - 1)(f + A) of its own operations.
  * When it runs every forward first (GPipe, or 1F1B with W >= M - 1), its backwards start after
  * its M forwards and after micro-batch 0's round trip, and the last one waits for the drain
  * after its M forwards. For S equal stages this is exactly (M + S - 1)(f + A).
@@ -461,7 +468,9 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
     double head = (W + 1) * f > fill ? (W + 1) * f : fill;
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     tail = tail > cool ? tail : cool;
-    return head + (M - W - 1) * (f + A) + tail;
+    int n = W + 1, q = (s->M - 1) / n, j = (s->M - 1) % n;
+    double own = head + (M - W - 1) * (f + A) + tail, chain = j * f + (q + 1) * (f + A + after);
+    return own > chain ? own : chain;
 }
 
 /* A floor under own_bound's span for position k (from its first forward to the end of its

@@ -105,10 +105,11 @@ struct mix_entry {
     int64_t gpus;
 };
 
-/* A menu entry's density and GPUs, packed for the scan of seconds() (most entries it looks
- * at need more GPUs than the first leaves). */
+/* A menu entry's density, capacity and GPUs, packed for the scan of seconds() (most entries
+ * it looks at need more GPUs than the first leaves). */
 struct mix_fit {
     double density;
+    int64_t cap; /* the entry's, lowered with it */
     int32_t n[POOL_KINDS_MAX];
 };
 
@@ -146,6 +147,12 @@ struct mix_state {
     int64_t menu_lowered; /* caps lowered since the menu was sorted */
     struct mix_fit *fit;  /* the menu's, in its order (n_fit: as many made, 0 after a sort) */
     int64_t n_fit, cap_fit;
+    /* the menu's entries a replica of fits in `fits_left` (GPUs per kind), in its order, for
+     * the last such vector seconds() was asked with (the firsts of one shape and dp ask
+     * with the same at each M); n_fitting < 0: none kept */
+    int64_t fits_left[POOL_KINDS_MAX];
+    int64_t *fitting;
+    int64_t n_fitting;
     struct mix_family *family;
     struct mix_planned *planned;
     int64_t n_planned, cap_planned;
@@ -615,28 +622,54 @@ static void menu_sort(struct mix_state *st)
     qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
     st->menu_lowered = 0;
     st->n_fit = 0;
+    st->n_fitting = -1;
 }
 
-/* The menu's packed densities and GPUs (mix_fit), made again after it changed. */
-static int menu_fits(struct mix_state *st, struct err *e)
+static void menu_pack(struct mix_state *st)
 {
-    if (st->n_fit == st->n_menu)
-        return ERR_OK;
-    if (st->cap_fit < st->n_menu) {
-        struct mix_fit *fit = realloc(st->fit, (size_t)st->n_menu * sizeof *fit);
-        if (fit == NULL)
-            return err_set(e, ERR_FAIL, "out of memory");
-        st->fit = fit;
-        st->cap_fit = st->n_menu;
-    }
     for (int64_t i = 0; i < st->n_menu; i++) {
         st->fit[i].density = st->menu[i].density;
+        st->fit[i].cap = st->menu[i].cap;
         for (int k = 0; k < st->pm->K; k++)
             st->fit[i].n[k] = (int32_t)st->menu[i].n[k];
     }
     st->n_fit = st->n_menu;
+}
+
+/* The menu's packed densities and GPUs (mix_fit), made again after it changed, and the
+ * entries of some capacity a replica of fits in `left` (st->fitting). */
+static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
+{
+    int K = st->pm->K, same = st->n_fitting >= 0 && st->n_fit == st->n_menu;
+    for (int k = 0; k < K; k++)
+        same &= st->fits_left[k] == left[k];
+    if (same)
+        return ERR_OK;
+    if (st->cap_fit < st->n_menu) {
+        struct mix_fit *fit = realloc(st->fit, (size_t)st->n_menu * sizeof *fit);
+        int64_t *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
+        if (fit != NULL)
+            st->fit = fit;
+        if (fitting != NULL)
+            st->fitting = fitting;
+        if (fit == NULL || fitting == NULL)
+            return err_set(e, ERR_FAIL, "out of memory");
+        st->cap_fit = st->n_menu;
+    }
+    if (st->n_fit != st->n_menu)
+        menu_pack(st);
+    st->n_fitting = 0;
+    for (int64_t i = 0; i < st->n_menu; i++) {
+        int one = st->fit[i].cap >= 1;
+        for (int k = 0; k < K; k++)
+            one &= st->fit[i].n[k] <= left[k];
+        if (one)
+            st->fitting[st->n_fitting++] = i;
+    }
+    memcpy(st->fits_left, left, (size_t)K * sizeof *left);
     return ERR_OK;
 }
+
 
 /* The table cleared (0: stopped first). */
 static int table_clear(struct mix_state *st)
@@ -681,6 +714,7 @@ static int table_build(struct mix_state *st, double T, struct err *e)
         return ERR_OK;
     st->table_T = T;
     st->n_menu = st->n_fit = 0;
+    st->n_fitting = -1;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
@@ -1199,30 +1233,26 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         left += f->left[k];
     if (8 * st->menu_lowered > st->n_menu)
         menu_tighten(st);
-    if (menu_fits(st, e))
+    if (menu_fits(st, f->left, e))
         return e->code;
-    for (int64_t i = 0; i < st->n_menu && !st->skip; i++) {
+    for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
+        int64_t i = st->fitting[at]; /* a replica fits in what the first leaves */
         const struct mix_fit *q = &st->fit[i];
         if (q->density * (double)left < (double)need * MIX_ROUNDING)
             break;
-        int one = 1; /* a replica fits in what the first leaves */
+        if (q->cap < 1)
+            continue;
+        /* enough replicas to take what the first leaves at the menu's cap (at the table's
+         * T, at least the best's: no less than the cap there), within what is left */
+        int64_t replicas = need > q->cap ? (need + q->cap - 1) / q->cap : 1, most = st->B - f->a.dp;
+        int fits = replicas <= most;
         for (int k = 0; k < st->pm->K; k++)
-            one &= q->n[k] <= f->left[k];
-        if (!one)
+            fits &= replicas * q->n[k] <= f->left[k];
+        if (!fits)
             continue;
         if (mix_stopped(st))
             break;
         struct mix_entry *m = &st->menu[i];
-        /* enough replicas to take what the first leaves at the menu's cap (at the table's
-         * T, at least the best's: no less than the cap there), within what is left */
-        if (m->cap < 1)
-            continue;
-        int64_t replicas = need > m->cap ? (need + m->cap - 1) / m->cap : 1, most = st->B - f->a.dp;
-        int fits = replicas <= most;
-        for (int k = 0; k < st->pm->K; k++)
-            fits &= replicas * m->n[k] <= f->left[k];
-        if (!fits)
-            continue;
         for (int k = 0; k < st->pm->K; k++)
             if (m->n[k] > 0)
                 most = min64(most, f->left[k] / m->n[k]);
@@ -1236,7 +1266,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         if (cap > 0 && least > 1) {
             int64_t tight = shape_cap_tight(st, &y, mix_T(st), least);
             st->menu_lowered += tight < m->cap;
-            cap = m->cap = min64(cap, tight);
+            cap = m->cap = st->fit[i].cap = min64(cap, tight);
         }
         if (most * cap < need)
             continue;
@@ -1515,6 +1545,8 @@ static void mix_free(struct mix_state *st)
     st->menu = NULL;
     free(st->fit);
     st->fit = NULL;
+    free(st->fitting);
+    st->fitting = NULL;
     free(st->leads);
     st->leads = NULL;
     for (int k = 0; k < POOL_KINDS_MAX; k++) {

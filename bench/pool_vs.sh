@@ -7,7 +7,8 @@
 # certified gap and whether --time-limit stopped it.
 # Usage: bench/pool_vs.sh NEW OLD OUT_DIR
 # POOLS ("kinds:gpus", default 2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512), MODELS (default
-# gpt-350m), RUNS (default 3), LIMIT (each plan's --time-limit in seconds, default 60).
+# gpt-350m), RUNS (default 3), LIMIT (each plan's --time-limit in seconds, default 60), GAP
+# (each plan's --search-gap, default the planner's).
 set -euo pipefail
 new=${1:?usage: bench/pool_vs.sh NEW OLD OUT_DIR}
 old=${2:?usage: bench/pool_vs.sh NEW OLD OUT_DIR}
@@ -17,6 +18,7 @@ pools=${POOLS:-"2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512"}
 models=${MODELS:-gpt-350m}
 runs=${RUNS:-3}
 limit=${LIMIT:-60}
+gap=${GAP:+--search-gap $GAP}
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -30,8 +32,9 @@ done
 plan() {
   local bin=$1 file=$2 log=$3 start end rc=0
   start=$(date +%s.%N)
-  timeout $((limit + 30)) "$bin" plan --cluster "$file" --time-limit "$limit" -o "$tmp/answer.json" \
-    >"$log" 2>&1 || rc=$?
+  # shellcheck disable=SC2086 # $gap is two words or none
+  timeout $((limit + 30)) "$bin" plan --cluster "$file" --time-limit "$limit" $gap \
+    -o "$tmp/answer.json" >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   python3 - "$tmp/answer.json" "$log" "$rc" "$start" "$end" <<'PY'
 import json, re, sys
@@ -50,7 +53,7 @@ PY
 {
   echo "# The pool search, this build against the previous one, side by side"
   echo
-  echo "Global batch 512 samples, 8 GPUs a node, estimated profiles, default --search-gap,"
+  echo "Global batch 512 samples, 8 GPUs a node, estimated profiles, --search-gap ${GAP:-default},"
   echo "--time-limit $limit; $runs runs of each binary alternating, medians of the wall clock on"
   echo "this machine (load at the start: $(cut -d' ' -f1-3 /proc/loadavg))."
   echo "GPUs: those the answer uses, of the pool's; gap: certified (- none); stopped: runs that"

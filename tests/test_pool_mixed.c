@@ -107,7 +107,7 @@ static int all_shapes(struct shape *out)
  * micro-batches; alone (ALONE): planned for its step without the reduction over its replicas
  * (a pair's group), the pool's link between replicas kept in the plan; REDUCED: with that
  * reduction over its dp replicas in one piece after each stage's last backward (the cluster
- * without buckets: group_reduced_refuted's). 0: none fits. */
+ * without buckets: group_reduced_refuted's, which it asks of dp + 1). 0: none fits. */
 enum { WITH_REDUCTION, ALONE, REDUCED };
 struct planned {
     int used, fits;
@@ -279,9 +279,10 @@ static void check_floors(struct brute *b, struct planned **g, double step)
     for (int i = 0; i < 2; i++) {
         double own, floor = group_floor(g[i], b->dp[0] + b->dp[1], &own);
         CU_ASSERT(floor <= step * (1 + 1e-12));
-        /* the bound group_reduced_refuted prunes a first group by: the best split's step with
-         * its own reduction, at most the floor of the plan made alone, with more replicas */
-        struct planned *r = plan_group(b->pc, b->x[i], b->dp[i], g[i]->M, REDUCED);
+        /* the bound group_reduced_refuted prunes a first group by: the best split's step as
+         * dp + 1 replicas reducing (the fewest a pair it leads has), at most the floor of the
+         * plan made alone, with as many replicas or more */
+        struct planned *r = plan_group(b->pc, b->x[i], b->dp[i] + 1, g[i]->M, REDUCED);
         CU_ASSERT_FATAL(r->fits);
         CU_ASSERT(r->plan.iteration_ms <= floor * (1 + 1e-12));
         b->reduced_over_alone += r->plan.iteration_ms > own * (1 + 1e-9);

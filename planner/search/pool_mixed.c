@@ -670,7 +670,6 @@ static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
     return ERR_OK;
 }
 
-
 /* The table cleared (0: stopped first). */
 static int table_clear(struct mix_state *st)
 {

@@ -478,7 +478,8 @@ static int entries(const char *dir)
 }
 
 /* A pool search with micro_batch_sizes other than the model's, killed (SIGKILL, which no
- * handler sees) a second in, leaves nothing in $TMPDIR. */
+ * handler sees) a second in, leaves nothing in $TMPDIR. The pool is large enough that the
+ * search takes several seconds (about 5 on 2 cores). */
 static void test_killed_pool(void)
 {
     char pool[4096], tmp[1024], env[1100];
@@ -486,12 +487,12 @@ static void test_killed_pool(void)
     CU_ASSERT_FATAL(mkdir(tmp, 0755) == 0 || errno == EEXIST);
     const char *p = CONFIGS "/profiles/estimated/gpt-13b";
     snprintf(pool, sizeof pool,
-             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":256,"
+             "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":2048,"
              "\"micro_batch_sizes\":[1,2,4,8],\"link\":{\"gbps\":100,\"latency_us\":5},"
              "\"dp_link\":{\"gbps\":100,\"latency_us\":10},\"pool\":["
-             "{\"device\":\"A100-80GB\",\"count\":32,\"per_node\":8,\"memory_bytes\":"
+             "{\"device\":\"A100-80GB\",\"count\":256,\"per_node\":8,\"memory_bytes\":"
              "85198045184,\"profile\":\"%s/A100-80GB.json\",\"node_link\":{\"gbps\":2400,"
-             "\"latency_us\":2}},{\"device\":\"V100-32GB\",\"count\":32,\"per_node\":8,"
+             "\"latency_us\":2}},{\"device\":\"V100-32GB\",\"count\":256,\"per_node\":8,"
              "\"memory_bytes\":34089730048,\"profile\":\"%s/V100-32GB.json\",\"node_link\":"
              "{\"gbps\":1200,\"latency_us\":2}}]}",
              p, p);

@@ -85,6 +85,7 @@ static int run_instance(const struct device_table *t, const struct search_args *
     err_clear(&e);
     plan_options_default(&o);
     o.repartition = 1;
+    o.min_gain = 0; /* the search's fastest plan: its gap, not --min-gain's simpler one */
     if (a->nodes > 0)
         o.search_nodes = a->nodes;
     o.time_limit_s = a->time_limit_s;

@@ -434,7 +434,7 @@ static void check_every_combination(const struct instance *in, const struct knap
 static void test_choices_brute_force(void)
 {
     struct test_rng rng = {909};
-    int feasible = 0, infeasible = 0, partial = 0, ties = 0, whole_only = 0;
+    int feasible = 0, infeasible = 0, partial = 0, ties = 0, whole_only = 0, floors_close = 0;
     failures = 0;
     for (int i = 0; i < MC_INSTANCES; i++) {
         struct instance in;
@@ -447,6 +447,11 @@ static void test_choices_brute_force(void)
             check_every_combination(&in, &kp);
         ref_min_recompute_choices(&rs, &ref);
         whole_only += !kp.multi;
+        /* the relaxation's floor: never above the least time, and near it on most */
+        double floor = knap_recompute_floor(&kp);
+        CU_ASSERT(ref.feasible ? floor <= ref.recompute_ms : 1);
+        CU_ASSERT(isinf(floor) ? !ref.feasible : 1);
+        floors_close += ref.feasible && ref.recompute_ms > 0 && floor >= 0.8 * ref.recompute_ms;
         for (int k = 0; k < 2; k++) {
             unsigned char c[MC_LAYERS_MAX];
             struct err e;
@@ -484,8 +489,9 @@ static void test_choices_brute_force(void)
         knap_free(&kp);
     }
     fprintf(stderr, " [%d feasible, %d infeasible, %d with options chosen, %d whole layers "
-                    "only] ",
-            feasible, infeasible, partial, whole_only);
+                    "only, %d floors within 20%%] ",
+            feasible, infeasible, partial, whole_only, floors_close);
+    CU_ASSERT(floors_close > MC_INSTANCES / 5);
     CU_ASSERT(feasible > MC_INSTANCES / 2);
     CU_ASSERT(infeasible > MC_INSTANCES / 20);
     CU_ASSERT(partial > MC_INSTANCES / 5);

@@ -669,6 +669,88 @@ static int choice_fits(const struct knap_problem *p, const struct knap_choice *c
     return c->w <= p->cap && c->t <= p->cap;
 }
 
+/* A step along a layer's lower hull: `units` fewer kept for `ms` more recompute. */
+struct hull_step {
+    double units, ms;
+};
+
+static int by_slope(const void *a, const void *b)
+{
+    const struct hull_step *x = a, *y = b;
+    double lhs = x->ms * y->units, rhs = y->ms * x->units; /* x's slope against y's */
+    return (lhs > rhs) - (lhs < rhs);
+}
+
+/* Layer l's lower hull of (units kept, time) over the choices that fit, from its fastest
+ * choice down to its fewest units, into `steps` (*n more); *fastest gets that choice,
+ * *transient the least of any choice's. 0 when no choice fits. */
+static int layer_hull(const struct knap_problem *p, int l, struct hull_step *steps, int *n,
+                      const struct knap_choice **fastest, int64_t *transient)
+{
+    const struct knap_choice *from = NULL;
+    *transient = INT64_MAX;
+    for (int c = p->first_choice[l]; c < p->first_choice[l + 1]; c++) {
+        const struct knap_choice *x = &p->choices[c];
+        if (!choice_fits(p, x))
+            continue;
+        *transient = x->t < *transient ? x->t : *transient;
+        if (from == NULL || x->ms < from->ms || (x->ms == from->ms && x->w < from->w))
+            from = x;
+    }
+    *fastest = from;
+    while (from != NULL) {
+        const struct knap_choice *to = NULL;
+        for (int c = p->first_choice[l]; c < p->first_choice[l + 1]; c++) {
+            const struct knap_choice *x = &p->choices[c];
+            if (!choice_fits(p, x) || x->w >= from->w)
+                continue;
+            /* the least slope (ms added per unit freed), ties by the most units freed */
+            double cross = to == NULL ? -1
+                                      : (x->ms - from->ms) * (double)(from->w - to->w) -
+                                            (to->ms - from->ms) * (double)(from->w - x->w);
+            if (to == NULL || cross < 0 || (cross == 0 && x->w < to->w))
+                to = x;
+        }
+        if (to != NULL)
+            steps[(*n)++] = (struct hull_step){(double)(from->w - to->w), to->ms - from->ms};
+        from = to;
+    }
+    return *fastest != NULL;
+}
+
+double knap_recompute_floor(const struct knap_problem *p)
+{
+    if (p->cap < 0)
+        return INFINITY;
+    struct hull_step *steps = malloc(((size_t)p->first_choice[p->n] + 1) * sizeof *steps);
+    if (steps == NULL)
+        return 0; /* a floor still */
+    int n = 0;
+    double need = -(double)p->cap, floor = 0;
+    int64_t least_transient = 0;
+    for (int l = 0; l < p->n; l++) {
+        const struct knap_choice *fastest;
+        int64_t transient;
+        if (!layer_hull(p, l, steps, &n, &fastest, &transient)) {
+            free(steps);
+            return INFINITY;
+        }
+        floor += fastest->ms;
+        need += (double)fastest->w;
+        least_transient = transient > least_transient ? transient : least_transient;
+    }
+    need += (double)least_transient;
+    qsort(steps, (size_t)n, sizeof *steps, by_slope);
+    for (int k = 0; k < n && need > 0; k++) {
+        double part = steps[k].units < need ? steps[k].units : need;
+        floor += steps[k].ms * (part / steps[k].units);
+        need -= part;
+    }
+    free(steps);
+    /* rounding: the exact time is a sum of the same doubles in another order */
+    return need > 0 ? INFINITY : floor * (1 - 1e-9);
+}
+
 /* The history of kept states, to reconstruct the choice: each one's parent and choice. */
 struct mc_history {
     int32_t *parent;

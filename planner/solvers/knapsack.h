@@ -111,6 +111,11 @@ int64_t knap_time_units(const struct knap_problem *p, int layer, double time_uni
  * message) when even recomputing everything does not fit; ERR_INPUT when the table would pass
  * KNAP_CELLS_MAX (the states KNAP_STATES_MAX). */
 int knap_min_recompute(const struct knap_problem *p, unsigned char *recompute, struct err *e);
+/* A floor under knap_min_recompute's time, from the problem's linear relaxation: each layer's
+ * choices mixed by fractions along their lower hull of units kept against time, the transient
+ * at the least any choice of a layer has. Never above the exact time (INFINITY only when
+ * nothing fits); far cheaper, so a search can skip what even the floor rules out. */
+double knap_recompute_floor(const struct knap_problem *p);
 /* The multiple-choice DP, which knap_min_recompute uses when the problem has options. */
 int knap_min_recompute_mc(const struct knap_problem *p, unsigned char *recompute,
                           struct err *e);

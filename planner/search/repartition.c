@@ -19,6 +19,8 @@ struct range_cost {
     int64_t memory_bytes;
     int options, recomputed; /* layers on a partial option; layers recomputed (choice.h) */
     int known;
+    double floor_ms; /* knap_recompute_floor's, once has_floor */
+    int has_floor;
 };
 
 /* Positions with the same profile, capacity and in-flight count share their range costs,
@@ -70,7 +72,7 @@ struct search {
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
     int may_stop;    /* bound_table may stop at the deadline with only any_order_bound */
     int dived;       /* branch has reached a split */
-    int pair;        /* bound_table and tight_bound add pair_bound (tighten only: the search's
+    int pair;        /* bound_table and tight_bound add window_bound (tighten only: the search's
                       * own bounds, and so the plans it finds, stay as they were) */
     struct sim_stage *sim_in;
     struct sim_bucket *buckets; /* N: the split's stages' gradient buckets (split_ms) */
@@ -291,6 +293,16 @@ static int class_of(struct search *s, int profile, int64_t capacity, int in_flig
     return s->n_classes++;
 }
 
+/* The knapsack of layers first..last at a position of class pc. */
+static int build_range(struct search *s, const struct position_class *pc, int first, int last,
+                       struct knap_problem *kp)
+{
+    int (*build)(struct knap_problem *, const struct layer_cost *, int, int, int64_t, int64_t,
+                 int64_t, struct err *) = s->o->whole_layers ? knap_build : knap_build_options;
+    return build(kp, s->c->profiles[pc->profile].layers + first, last - first + 1,
+                 pc->in_flight, s->c->reserve_bytes, pc->capacity, s->o->unit_bytes, s->e);
+}
+
 /* range_cost's knapsack (or the framework's menu) for layers first..last into *rc. */
 static void solve_range(struct search *s, const struct position_class *pc, int first, int last,
                         struct range_cost *rc)
@@ -308,10 +320,7 @@ static void solve_range(struct search *s, const struct position_class *pc, int f
     }
     unsigned char *rec = calloc((size_t)n, 1);
     rc->recompute_ms = INFINITY;
-    int (*build)(struct knap_problem *, const struct layer_cost *, int, int, int64_t, int64_t,
-                 int64_t, struct err *) = s->o->whole_layers ? knap_build : knap_build_options;
-    if (rec == NULL || build(&kp, layers, n, pc->in_flight, s->c->reserve_bytes, pc->capacity,
-                             s->o->unit_bytes, s->e)) {
+    if (rec == NULL || build_range(s, pc, first, last, &kp)) {
         if (s->e->code == ERR_OK)
             err_set(s->e, ERR_FAIL, "out of memory");
         free(rec);
@@ -355,6 +364,45 @@ static const struct range_cost *range_cost(struct search *s, int cls, int first,
         *kept = *rc;
     }
     return rc;
+}
+
+/* Ranges of at most this many layers range_floor solves exactly: their knapsacks are small,
+ * and on a stage of a few layers the relaxation's fraction of a layer is much of its time. */
+#define RANGE_EXACT_LAYERS 4
+
+/* A floor under the range's recompute at a position of class `cls` (exact once the range is
+ * known, or when it is short): its relaxation's (knap_recompute_floor), kept in the cache like
+ * the knapsacks' answers; 0 under a framework's menu. A range the relaxation cannot fit
+ * becomes known: nothing fits it. */
+static double range_floor(struct search *s, int cls, int first, int last)
+{
+    struct position_class *pc = &s->classes[cls];
+    struct range_cost *rc = &pc->ranges[(size_t)first * s->N + last];
+    struct range_cost *kept = pc->kept != NULL ? &pc->kept[(size_t)first * s->N + last] : NULL;
+    struct knap_problem kp;
+    if (last - first + 1 <= RANGE_EXACT_LAYERS)
+        return range_cost(s, cls, first, last)->recompute_ms;
+    int asked = !rc->known && !rc->has_floor;
+    if (asked && kept != NULL && kept->has_floor) {
+        s->o->range_cache->hits++;
+        rc->floor_ms = kept->floor_ms;
+        rc->has_floor = 1;
+    } else if (asked && s->o->framework_range == NULL &&
+               build_range(s, pc, first, last, &kp) == ERR_OK) {
+        rc->floor_ms = knap_recompute_floor(&kp);
+        rc->has_floor = 1;
+        knap_free(&kp);
+        if (kept != NULL) {
+            s->o->range_cache->solved++;
+            kept->floor_ms = rc->floor_ms;
+            kept->has_floor = 1;
+        }
+    }
+    if (!rc->known && rc->has_floor && isinf(rc->floor_ms)) { /* no choice fits */
+        rc->known = 1;
+        rc->recompute_ms = INFINITY;
+    }
+    return rc->known ? rc->recompute_ms : rc->has_floor ? rc->floor_ms : 0;
 }
 
 /* T of position k holding first..last (INFINITY if it cannot fit); *fwd gets its forward
@@ -474,20 +522,22 @@ static double own_bound(const struct search *s, int k, double t, double f, doubl
 }
 
 /* A floor under own_bound's span for position k (from its first forward to the end of its
- * last backward) from its steady state with position k + 1, `next` being k + 1's T plus the
- * transfers both ways between them (-INFINITY: none); the other arguments as own_bound's. In
- * 1F1B with W = S-k-1 < M-1 warm-up forwards, k's backward of m is followed by its forward of
- * m + W + 1, which k + 1 (W - 1 warm-up forwards) follows with its backward of m + 2, after
- * which k runs its backward of m + 2: k's backwards of 0, 2, 4, ... m' (the last even m whose
- * forward m + W + 1 exists) end at least T + next apart. The first starts after own_bound's
+ * last backward) from its steady state with positions k + 1 .. k + d, `span` being their T and
+ * k's, plus the transfers both ways between them (-INFINITY: none); the other arguments as
+ * own_bound's. In 1F1B with W = S-k-1 < M-1 warm-up forwards (n = W + 1 in flight), k's
+ * backward of m is followed by its forward of m + n, which k + d (n - d in flight) runs
+ * before its backward of m + d + 1, whose gradient comes back through k + d - 1 .. k + 1 to
+ * k's backward of m + d + 1: k's backwards of 0, d + 1, 2 (d + 1), ... m' (the last such m
+ * whose forward m + n exists) end at least `span` apart. The first starts after own_bound's
  * head; after m' k runs its forwards up to M - 1 and its backwards before M - W - 1, then
  * own_bound's tail from its last forward. own_bound counts k's own operations alone in the
- * steady state, so a link or neighbour slower than k there is missed; here it is counted. */
-static double pair_bound(const struct search *s, int k, double t, double f, double after,
-                         double drain, double fill, double cool, double next)
+ * steady state, and its chain the whole round trip (d = W), so where the stages and links
+ * just after k are slower on average than k alone and than the rest, it is counted here. */
+static double window_bound(const struct search *s, int k, double t, double f, double after,
+                           double drain, double fill, double cool, double span, int d)
 {
     int W = s->S - k - 1, M = s->M;
-    if (isinf(next) || k + 1 >= s->S || drain_backwards(s, k) == M)
+    if (isinf(span) || d < 1 || k + d >= s->S || drain_backwards(s, k) == M)
         return -INFINITY;
     double A = t - f;
     drain = drain > after ? drain : after;
@@ -495,8 +545,8 @@ static double pair_bound(const struct search *s, int k, double t, double f, doub
     double head = (W + 1) * f > fill ? (W + 1) * f : fill;
     double tail = (W + 1) * A > drain + A ? (W + 1) * A : drain + A;
     tail = tail > cool ? tail : cool;
-    int m = (M - W - 2) / 2 * 2; /* m' */
-    return head + A + m / 2 * (t + next) + (M - 1 - W - m) * f + (M - W - 2 - m) * A + tail;
+    int m = (M - W - 2) / (d + 1) * (d + 1); /* m' */
+    return head + A + m / (d + 1) * span + (M - 1 - W - m) * f + (M - W - 2 - m) * A + tail;
 }
 
 /* The least T of a position k + 1 starting at layer j + 1 (-INFINITY past the last position):
@@ -536,7 +586,8 @@ static double drain_step(const struct search *s, int k, double t, double f, doub
 }
 
 /* T of layers i..j at position k as far as known without its knapsack: forward, backward and
- * `r_floor`, the recompute of a range it contains (the exact T when the range is known). */
+ * `r_floor`, a floor under its recompute (a contained range's, or its relaxation's:
+ * range_floor; the exact T when the range is known). */
 static double floor_ms(struct search *s, int k, int i, int j, double r_floor, double *fwd)
 {
     const struct position *p = &s->pos[k];
@@ -637,33 +688,6 @@ static double cool_floor(struct search *s, int k, int j, double A)
     return cool_floor_after(s, k, j, A, -INFINITY);
 }
 
-/* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
- * (bound_table's): with its recompute time unknown, T is at least its forward and backward
- * plus `r_floor`, the recompute of a range it contains (a range needs at least the recompute
- * of any part of it: dropping a layer frees memory and never adds recompute).
- * The bounds only grow with T, so when even that floor improves none of them, the range's
- * knapsack need not be solved (unless it already was: then its T is exact and free). */
-static int could_improve(struct search *s, int k, int i, int j, double r_floor, double c,
-                         double rest, double rest_sum, double rest_drain, double best,
-                         double sum, double drain)
-{
-    const struct position *p = &s->pos[k];
-    const struct range_cost *rc = &s->classes[p->cls].ranges[(size_t)i * s->N + j];
-    if (rc->known)
-        return 1;
-    double f = s->fwd_prefix[p->profile][j + 1] - s->fwd_prefix[p->profile][i];
-    double t = cost_stage_ms(f + s->bwd_prefix[p->profile][j + 1] - s->bwd_prefix[p->profile][i],
-                             r_floor);
-    if (t + c + rest_sum < sum || drain_step(s, k, t, f, c, rest_drain) < drain)
-        return 1;
-    if (s->M * t >= best)
-        return 0;
-    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
-                         cool_floor(s, k, j, t - f));
-    double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
-    return (t + c + rest > v ? t + c + rest : v) + tail0 < best;
-}
-
 /* P(k, i): the least, over the ways positions 0..k-1 hold layers 0..i-1, of their largest
  * backward (with recompute, as far as known without a knapsack: floor_ms); -INFINITY at k 0.
  * Position k's `cool` may wait on backwards there (cool_floor_after's a_before). */
@@ -696,7 +720,9 @@ static double any_order_bound(const struct search *s);
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
  * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
- * each stage's `after` and `drain` taken as the least possible Q and D of what follows it.
+ * each stage's `after` and `drain` taken as the least possible Q and D of what follows it,
+ * and each T as far as known without a knapsack (floor_ms with range_floor's relaxation, so
+ * that no range's knapsack is solved for the tables, only for the splits simulated).
  * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). */
 static int bound_table(struct search *s)
 {
@@ -721,14 +747,14 @@ static int bound_table(struct search *s)
                     continue;
                 double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
                 double rest_drain = *D_at(s, k + 1, j + 1), c = transfer_ms(s, k, j), f;
-                if (isinf(rest) || !could_improve(s, k, i, j, r_floor, c, rest, rest_sum,
-                                                  rest_drain, best, least_sum, least_drain))
-                    continue; /* whatever its recompute: its knapsack is not needed */
-                double t = stage_ms(s, k, i, j, &f);
+                if (isinf(rest))
+                    continue;
+                double relaxed = range_floor(s, s->pos[k].cls, i, j);
+                r_floor = relaxed > r_floor ? relaxed : r_floor;
+                double t = floor_ms(s, k, i, j, r_floor, &f);
                 /* T only grows with the range: past here nothing fits */
                 if (isinf(t))
                     break;
-                r_floor = range_cost(s, s->pos[k].cls, i, j)->recompute_ms;
                 double d = drain_step(s, k, t, f, c, rest_drain);
                 if (t + c + rest_sum < least_sum)
                     least_sum = t + c + rest_sum;
@@ -739,8 +765,8 @@ static int bound_table(struct search *s)
                 double fill = fill_floor(s, k, j, f);
                 double cool = cool_floor_after(s, k, j, t - f, *P_at(s, k, i));
                 double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill, cool);
-                double w = s->pair ? pair_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill,
-                                                cool, next_floor(s, k, j))
+                double w = s->pair ? window_bound(s, k, t, f, c + rest_sum, c + rest_drain,
+                                                  fill, cool, t + next_floor(s, k, j), 1)
                                    : v;
                 v = w > v ? w : v;
                 if (t + c + rest > v)
@@ -798,7 +824,8 @@ static double tight_children(struct search *s, const double *gb, const double *e
             continue;
         double sum = t + c + eb[at + b];
         double v = own_bound(s, k, t, f, sum - t, drain, fill, cool);
-        double w = s->pair ? pair_bound(s, k, t, f, sum - t, drain, fill, cool, next) : v;
+        double w = s->pair ? window_bound(s, k, t, f, sum - t, drain, fill, cool, t + next, 1)
+                           : v;
         v = w > v ? w : v;
         v = (t + c + rest > v ? t + c + rest : v) + tail0;
         least = v < least ? v : least;
@@ -903,9 +930,10 @@ static int pruned(struct search *s, double bound)
     return 1;
 }
 
-/* The bound of a complete split, with each stage's true round trip downstream: a cheap
- * screen before simulating it. `coarse`: without the round trips to each later position
- * (own_bound's fill and cool), a weaker bound in time linear in S. */
+/* The bound of a complete split, with each stage's true round trip downstream and its steady
+ * state with every run of stages after it (window_bound): a cheap screen before simulating
+ * it. `coarse`: without the round trips to each later position (own_bound's fill and cool)
+ * and the runs, a weaker bound in time linear in S. */
 static double split_bound(struct search *s, int coarse)
 {
     double after = 0, drain = -INFINITY, bound = 0, prefix = 0, t_next = 0;
@@ -936,6 +964,13 @@ static double split_bound(struct search *s, int coarse)
         own[k] = own_bound(s, k, t, f, after + c, drain + c, fill, cool);
         /* to k's own last backward, the backwards at q < k left out of cool */
         s->own_end[k] = own_bound(s, k, t, f, after + c, drain + c, fill, cool_own);
+        for (int r = k + 1; r < s->S && !coarse; r++) {
+            double span = t + z[r] - z[k];
+            double v = window_bound(s, k, t, f, after + c, drain + c, fill, cool, span, r - k);
+            double w = window_bound(s, k, t, f, after + c, drain + c, fill, cool_own, span, r - k);
+            own[k] = v > own[k] ? v : own[k];
+            s->own_end[k] = w > s->own_end[k] ? w : s->own_end[k];
+        }
         after += t + c;
         drain = drain_step(s, k, t, f, c, drain);
         t_next = t;
@@ -1402,8 +1437,8 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->a_max = malloc(S * sizeof *s->a_max);
     s->a = malloc(S * sizeof *s->a);
     s->own_end = malloc(S * sizeof *s->own_end);
-    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos || !s->transfer || !s->G || !s->Q ||
-        !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
+    if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos ||
+        !s->transfer || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
         !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch ||
         !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
         return err_set(e, ERR_FAIL, "out of memory");

@@ -418,9 +418,11 @@ static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *
  * (pool_could_step, with the family's most favourable costs), kept per shape and computed
  * again once T has fallen MIX_TABLE_STALE below the T it was for. Callers that need only
  * `at_least` get, when a single probe there fails, an upper bound under it: could_step falls
- * with M, so one probe refutes every M from at_least up. */
+ * with M, so one probe refutes every M from at_least up; callers that will ask again as low
+ * as `down_to` (a first at more micro-batches leaves a second fewer) get a probe there too,
+ * so that one refutation answers them all, or else the exact capacity. */
 static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, double T,
-                               int64_t at_least)
+                               int64_t at_least, int64_t down_to)
 {
     struct mix_tight *t = tight_of(st, x);
     int fresh = t != NULL && t->T >= T && (t->T <= T * MIX_TABLE_STALE || t->cap == 0);
@@ -437,6 +439,13 @@ static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, 
                 lo = at_least;
             else
                 hi = at_least - 1, exact = 0, lo = hi;
+        }
+        if (!exact && down_to < at_least && down_to <= hi) { /* and one where they will go */
+            s.M = (double)down_to;
+            if (pool_could_step(&s, T))
+                lo = down_to, exact = 1;
+            else
+                hi = down_to - 1, lo = hi;
         }
         while (exact && lo < hi) { /* could_step(lo) (lo 0: none), not could_step(hi + 1) */
             int64_t mid = lo + (hi - lo + 1) / 2;
@@ -1139,6 +1148,7 @@ static int score_pair(struct mix_state *st, const struct mix_group *a, struct mi
 struct first {
     struct mix_group a;
     int M, state, gone; /* gone: no plan of it under T (nor at more micro-batches) */
+    int M_last;         /* the most micro-batches first_shape may try it at */
     int64_t left[POOL_KINDS_MAX];
     double *floor; /* indexed by the replicas in all, up to B */
 };
@@ -1190,7 +1200,7 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
             break; /* the first could not take its M: more seconds leave it less */
         int64_t M2 = (B2 + dp - 1) / dp;
         int N = a->dp + (int)dp;
-        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st), M2) < M2) ||
+        if (M2 > cap || (M2 > 1 && shape_cap_tight(st, x, mix_T(st), M2, M2) < M2) ||
             group_bound(st, x, (int)dp, N, M2) >= mix_T(st) ||
             group_refuted(st, x, (int)dp, N, (int)M2))
             continue;
@@ -1261,9 +1271,10 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         /* its tight capacity at the least M a replica could take here, kept as the entry's
          * cap: the step to beat only falls while the menu lasts (its density stays, an upper
          * bound still) */
-        int64_t least = (need + most - 1) / most;
+        int64_t least = (need + most - 1) / most, need_last = st->B - (int64_t)f->a.dp * f->M_last;
+        int64_t least_last = need_last > most ? (need_last + most - 1) / most : 1;
         if (cap > 0 && least > 1) {
-            int64_t tight = shape_cap_tight(st, &y, mix_T(st), least);
+            int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);
             st->menu_lowered += tight < m->cap;
             cap = m->cap = st->fit[i].cap = min64(cap, tight);
         }
@@ -1292,7 +1303,8 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
     if (cap == 0 || 2 * min64(most * cap, st->B) < st->B)
         return ERR_OK;
-    cap = shape_cap_tight(st, x, mix_T(st), (st->B + 2 * most - 1) / (2 * most));
+    int64_t half = (st->B + 2 * most - 1) / (2 * most);
+    cap = shape_cap_tight(st, x, mix_T(st), half, half);
     for (int64_t dp = 1; cap > 0 && dp <= most && !mix_stopped(st); dp++) {
         struct first f = {.a = {.x = *x, .dp = (int)dp}, .floor = st->floors};
         for (int k = 0; k < st->pm->K; k++)
@@ -1305,6 +1317,7 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
         int64_t half = (st->B + 2 * dp - 1) / (2 * dp), rest = (st->B - room + dp - 1) / dp;
         int64_t lo = half > rest ? half : rest, hi = min64(cap, (st->B - 2) / dp + 1);
         int floored = 0; /* the first at the M before had a plan whose floor was over T */
+        f.M_last = (int)hi;
         for (int64_t M = lo < 1 ? 1 : lo; M <= hi && !mix_stopped(st); M++) {
             int N = (int)dp + 1;
             if (group_bound(st, x, (int)dp, N, M) >= mix_T(st) ||

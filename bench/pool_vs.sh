@@ -8,7 +8,9 @@
 # Usage: bench/pool_vs.sh NEW OLD OUT_DIR
 # POOLS ("kinds:gpus", default 2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512), MODELS (default
 # gpt-350m), RUNS (default 3), LIMIT (each plan's --time-limit in seconds, default 60), GAP
-# (each plan's --search-gap, default the planner's).
+# (each plan's --search-gap, default the planner's), MIN_GAIN (each plan's --min-gain, default
+# the planner's; 0 for a gap target: the plan's gap then is the search's alone, where the
+# default adds what --min-gain concedes for a simpler plan, docs/planning-choices.md).
 set -euo pipefail
 new=${1:?usage: bench/pool_vs.sh NEW OLD OUT_DIR}
 old=${2:?usage: bench/pool_vs.sh NEW OLD OUT_DIR}
@@ -18,7 +20,7 @@ pools=${POOLS:-"2:64 2:128 2:256 2:512 3:64 3:128 3:256 3:512"}
 models=${MODELS:-gpt-350m}
 runs=${RUNS:-3}
 limit=${LIMIT:-60}
-gap=${GAP:+--search-gap $GAP}
+gap="${GAP:+--search-gap $GAP} ${MIN_GAIN:+--min-gain $MIN_GAIN}"
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -32,7 +34,7 @@ done
 plan() {
   local bin=$1 file=$2 log=$3 start end rc=0
   start=$(date +%s.%N)
-  # shellcheck disable=SC2086 # $gap is two words or none
+  # shellcheck disable=SC2086 # $gap is up to four words
   timeout $((limit + 30)) "$bin" plan --cluster "$file" --time-limit "$limit" $gap \
     -o "$tmp/answer.json" >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
@@ -54,6 +56,7 @@ PY
   echo "# The pool search, this build against the previous one, side by side"
   echo
   echo "Global batch 512 samples, 8 GPUs a node, estimated profiles, --search-gap ${GAP:-default},"
+  echo "--min-gain ${MIN_GAIN:-default},"
   echo "--time-limit $limit; $runs runs of each binary alternating, medians of the wall clock on"
   echo "this machine (load at the start: $(cut -d' ' -f1-3 /proc/loadavg))."
   echo "GPUs: those the answer uses, of the pool's; gap: certified (- none); stopped: runs that"

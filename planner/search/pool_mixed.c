@@ -113,6 +113,13 @@ struct mix_fit {
     int32_t n[POOL_KINDS_MAX];
 };
 
+/* A menu entry a replica of fits in seconds()'s GPUs left: its index and density, and at
+ * most how many micro-batches its replicas there take at its cap (caps only fall). */
+struct mix_fitting {
+    int64_t i;
+    double density, most;
+};
+
 /* A shape that could be a pair's first group (taking half the micro-batches or more), and a
  * lower bound on the step of every pair it leads. */
 struct mix_lead {
@@ -151,7 +158,7 @@ struct mix_state {
      * the last such vector seconds() was asked with (the firsts of one shape and dp ask
      * with the same at each M); n_fitting < 0: none kept */
     int64_t fits_left[POOL_KINDS_MAX];
-    int64_t *fitting;
+    struct mix_fitting *fitting;
     int64_t n_fitting;
     struct mix_family *family;
     struct mix_planned *planned;
@@ -645,8 +652,27 @@ static void menu_pack(struct mix_state *st)
     st->n_fit = st->n_menu;
 }
 
+/* Whether menu entry i fits a replica in `left` with some capacity, into *g if so. */
+static int entry_fits(const struct mix_state *st, int64_t i, const int64_t *left,
+                      struct mix_fitting *g)
+{
+    const struct mix_fit *q = &st->fit[i];
+    int one = q->cap >= 1;
+    for (int k = 0; k < st->pm->K; k++)
+        one &= q->n[k] <= left[k];
+    if (!one)
+        return 0;
+    double replicas = INFINITY; /* at most: the fraction left in */
+    for (int k = 0; k < st->pm->K; k++)
+        if (q->n[k] > 0 && (double)left[k] / q->n[k] < replicas)
+            replicas = (double)left[k] / q->n[k];
+    *g = (struct mix_fitting){i, q->density, replicas * (double)q->cap};
+    return 1;
+}
+
 /* The menu's packed densities and GPUs (mix_fit), made again after it changed, and the
- * entries of some capacity a replica of fits in `left` (st->fitting). */
+ * entries of some capacity a replica of fits in `left` (st->fitting): from the last such
+ * list when `left` is within its GPUs (a first at one more replica), else from the menu. */
 static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
 {
     int K = st->pm->K, same = st->n_fitting >= 0 && st->n_fit == st->n_menu;
@@ -656,7 +682,7 @@ static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
         return ERR_OK;
     if (st->cap_fit < st->n_menu) {
         struct mix_fit *fit = realloc(st->fit, (size_t)st->n_menu * sizeof *fit);
-        int64_t *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
+        struct mix_fitting *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
         if (fit != NULL)
             st->fit = fit;
         if (fitting != NULL)
@@ -667,14 +693,10 @@ static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
     }
     if (st->n_fit != st->n_menu)
         menu_pack(st);
-    st->n_fitting = 0;
-    for (int64_t i = 0; i < st->n_menu; i++) {
-        int one = st->fit[i].cap >= 1;
-        for (int k = 0; k < K; k++)
-            one &= st->fit[i].n[k] <= left[k];
-        if (one)
-            st->fitting[st->n_fitting++] = i;
-    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < st->n_menu; i++)
+        n += entry_fits(st, i, left, &st->fitting[n]);
+    st->n_fitting = n;
     memcpy(st->fits_left, left, (size_t)K * sizeof *left);
     return ERR_OK;
 }
@@ -1245,10 +1267,13 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
     if (menu_fits(st, f->left, e))
         return e->code;
     for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
-        int64_t i = st->fitting[at]; /* a replica fits in what the first leaves */
-        const struct mix_fit *q = &st->fit[i];
-        if (q->density * (double)left < (double)need * MIX_ROUNDING)
+        const struct mix_fitting *g = &st->fitting[at]; /* a replica fits in what is left */
+        if (g->density * (double)left < (double)need * MIX_ROUNDING)
             break;
+        if (g->most < (double)need * MIX_ROUNDING)
+            continue; /* as many replicas as fit could not take what the first leaves */
+        int64_t i = g->i;
+        const struct mix_fit *q = &st->fit[i];
         if (q->cap < 1)
             continue;
         /* enough replicas to take what the first leaves at the menu's cap (at the table's

@@ -510,8 +510,9 @@ static void test_killed_pool(void)
 static void test_repartition_default_limit(void)
 {
     char args[1024];
-    snprintf(args, sizeof args, "plan --cluster %s/clusters/h100-a100-l4-16.json --micro-batches "
-             "16384 --repartition --quiet", CONFIGS);
+    /* an exact search without a node budget, which takes longer than the default limit */
+    snprintf(args, sizeof args, "plan --cluster %s/clusters/mixed-64.json --micro-batches 16384 "
+             "--repartition --search-gap 0 --search-nodes 1000000000 --quiet", CONFIGS);
     char want[128];
     snprintf(want, sizeof want, "--time-limit %g s, the default",
              10.0 /* PLAN_REPARTITION_TIME_LIMIT_DEFAULT_S */);

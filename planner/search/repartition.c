@@ -688,6 +688,26 @@ static double cool_floor(struct search *s, int k, int j, double A)
     return cool_floor_after(s, k, j, A, -INFINITY);
 }
 
+/* Whether layers i..j at position k might lower G, Q or D below `best`, `sum` and `drain`
+ * (bound_table's): T is at least its forward and backward plus `r_floor`, the recompute of a
+ * range it contains (dropping a layer frees memory and never adds recompute). The bounds only
+ * grow with T, so when even that floor improves none of them, the range's own floor
+ * (range_floor) is not needed. */
+static int could_improve(struct search *s, int k, int i, int j, double r_floor, double c,
+                         double rest, double rest_sum, double rest_drain, double best,
+                         double sum, double drain)
+{
+    double f, t = floor_ms(s, k, i, j, r_floor, &f);
+    if (isinf(t) || t + c + rest_sum < sum || drain_step(s, k, t, f, c, rest_drain) < drain)
+        return 1;
+    if (s->M * t >= best)
+        return 0;
+    double v = own_bound(s, k, t, f, c + rest_sum, c + rest_drain, fill_floor(s, k, j, f),
+                         cool_floor(s, k, j, t - f));
+    double tail0 = k == 0 ? tail_ms(s, 0, i, j) : 0;
+    return (t + c + rest > v ? t + c + rest : v) + tail0 < best;
+}
+
 /* P(k, i): the least, over the ways positions 0..k-1 hold layers 0..i-1, of their largest
  * backward (with recompute, as far as known without a knapsack: floor_ms); -INFINITY at k 0.
  * Position k's `cool` may wait on backwards there (cool_floor_after's a_before). */
@@ -747,8 +767,9 @@ static int bound_table(struct search *s)
                     continue;
                 double rest = *G_at(s, k + 1, j + 1), rest_sum = *Q_at(s, k + 1, j + 1);
                 double rest_drain = *D_at(s, k + 1, j + 1), c = transfer_ms(s, k, j), f;
-                if (isinf(rest))
-                    continue;
+                if (isinf(rest) || !could_improve(s, k, i, j, r_floor, c, rest, rest_sum,
+                                                  rest_drain, best, least_sum, least_drain))
+                    continue; /* whatever its recompute */
                 double relaxed = range_floor(s, s->pos[k].cls, i, j);
                 r_floor = relaxed > r_floor ? relaxed : r_floor;
                 double t = floor_ms(s, k, i, j, r_floor, &f);

@@ -1459,9 +1459,10 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->a = malloc(S * sizeof *s->a);
     s->own_end = malloc(S * sizeof *s->own_end);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos ||
-        !s->transfer || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P || !s->first || !s->best_first ||
-        !s->best_order || !s->best_link || !s->sim_in || !s->buckets || !s->bwd_scratch ||
-        !s->children || !s->own || !s->fill_z || !s->a_max || !s->a || !s->own_end)
+        !s->transfer || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P ||
+        !s->first || !s->best_first || !s->best_order || !s->best_link || !s->sim_in ||
+        !s->buckets || !s->bwd_scratch || !s->children || !s->own || !s->fill_z || !s->a_max ||
+        !s->a || !s->own_end)
         return err_set(e, ERR_FAIL, "out of memory");
     return ERR_OK;
 }

@@ -430,9 +430,10 @@ static double least_recompute_ms(const struct pool_shape *s, const struct prefix
  * 1F1B it runs w = min(S - b, M) forwards (f_b each) before its first backward, which waits
  * for micro-batch 0's round trip through the stages after it (at least the least work of the
  * layers after b's and 2 (S - 1 - b) sends of the least any layer from b's last on puts out):
- * W_b = max(0, that - (w - 1) f_b) idle; and its last backward takes the last micro-batch's gradient from stage b+1, sent
- * over the link (as many bytes as b's last layer puts out: sim.c). Then its all-reduce A_b and optimizer step O_b (sim.c; in a
- * grouping replicas.c, whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
+ * W_b = max(0, that - (w - 1) f_b) idle; and its last backward takes the last micro-batch's
+ * gradient from stage b+1, sent over the link (as many bytes as b's last layer puts out:
+ * sim.c). Then its all-reduce A_b and optimizer step O_b (sim.c; in a grouping replicas.c,
+ * whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
  * A_b + O_b >= the tail of pool_bound's section (2). (For stage 0, V_0 is section (1)'s
  * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
  * least V_{b+1} of a split of the layers from k over the positions after b (less is never

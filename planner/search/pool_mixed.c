@@ -671,8 +671,7 @@ static int entry_fits(const struct mix_state *st, int64_t i, const int64_t *left
 }
 
 /* The menu's packed densities and GPUs (mix_fit), made again after it changed, and the
- * entries of some capacity a replica of fits in `left` (st->fitting): from the last such
- * list when `left` is within its GPUs (a first at one more replica), else from the menu. */
+ * entries of some capacity a replica of fits in `left` (st->fitting). */
 static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
 {
     int K = st->pm->K, same = st->n_fitting >= 0 && st->n_fit == st->n_menu;

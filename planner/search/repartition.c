@@ -742,7 +742,7 @@ static double any_order_bound(const struct search *s);
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
  * each stage's `after` and `drain` taken as the least possible Q and D of what follows it,
  * and each T as far as known without a knapsack (floor_ms with range_floor's relaxation, so
- * that no range's knapsack is solved for the tables, only for the splits simulated).
+ * that the tables solve only short ranges' knapsacks; the splits simulated solve theirs).
  * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). */
 static int bound_table(struct search *s)
 {

@@ -156,8 +156,9 @@ struct mix_state {
     int64_t n_fit, cap_fit;
     /* the menu's entries a replica of fits in `fits_left` (GPUs per kind), in its order, for
      * the last such vector seconds() was asked with (the firsts of one shape and dp ask
-     * with the same at each M); n_fitting < 0: none kept */
-    int64_t fits_left[POOL_KINDS_MAX];
+     * with the same at each M), from the menu's first fits_upto entries (menu_fits);
+     * n_fitting < 0: none kept */
+    int64_t fits_left[POOL_KINDS_MAX], fits_upto;
     struct mix_fitting *fitting;
     int64_t n_fitting;
     struct mix_family *family;
@@ -652,34 +653,36 @@ static void menu_pack(struct mix_state *st)
     st->n_fit = st->n_menu;
 }
 
-/* Whether menu entry i fits a replica in `left` with some capacity, into *g if so. */
-static int entry_fits(const struct mix_state *st, int64_t i, const int64_t *left,
+/* Whether menu entry i fits a replica in `left` (K kinds) with some capacity, into *g if
+ * so. */
+static int entry_fits(const struct mix_fit *q, int64_t i, int K, const int64_t *left,
                       struct mix_fitting *g)
 {
-    const struct mix_fit *q = &st->fit[i];
     int one = q->cap >= 1;
-    for (int k = 0; k < st->pm->K; k++)
+    for (int k = 0; k < K; k++)
         one &= q->n[k] <= left[k];
     if (!one)
         return 0;
     double replicas = INFINITY; /* at most: the fraction left in */
-    for (int k = 0; k < st->pm->K; k++)
-        if (q->n[k] > 0 && (double)left[k] / q->n[k] < replicas)
-            replicas = (double)left[k] / q->n[k];
+    for (int k = 0; k < K; k++) {
+        double in = (double)left[k] / q->n[k];
+        replicas = q->n[k] > 0 && in < replicas ? in : replicas;
+    }
     *g = (struct mix_fitting){i, q->density, replicas * (double)q->cap};
     return 1;
 }
 
 /* The menu's packed densities and GPUs (mix_fit), made again after it changed, and the
- * entries of some capacity a replica of fits in `left` (st->fitting). */
-static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
+ * entries of some capacity a replica of fits in `left` (st->fitting), as far as a density
+ * at which all of `left` could not take `need` (where seconds() stops): a first at more
+ * micro-batches asks for more of the list, which grows. */
+static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, struct err *e)
 {
     int K = st->pm->K, same = st->n_fitting >= 0 && st->n_fit == st->n_menu;
+    int64_t gpus = 0;
     for (int k = 0; k < K; k++)
-        same &= st->fits_left[k] == left[k];
-    if (same)
-        return ERR_OK;
-    if (st->cap_fit < st->n_menu) {
+        same &= st->fits_left[k] == left[k], gpus += left[k];
+    if (!same && st->cap_fit < st->n_menu) {
         struct mix_fit *fit = realloc(st->fit, (size_t)st->n_menu * sizeof *fit);
         struct mix_fitting *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
         if (fit != NULL)
@@ -690,13 +693,28 @@ static int menu_fits(struct mix_state *st, const int64_t *left, struct err *e)
             return err_set(e, ERR_FAIL, "out of memory");
         st->cap_fit = st->n_menu;
     }
-    if (st->n_fit != st->n_menu)
-        menu_pack(st);
-    int64_t n = 0;
-    for (int64_t i = 0; i < st->n_menu; i++)
-        n += entry_fits(st, i, left, &st->fitting[n]);
+    if (!same) {
+        if (st->n_fit != st->n_menu)
+            menu_pack(st);
+        st->n_fitting = st->fits_upto = 0;
+        memcpy(st->fits_left, left, (size_t)K * sizeof *left);
+    }
+    /* the packed densities fall along the menu (caps lowered since it was sorted leave
+     * theirs): the first entry past the density, by halving */
+    int64_t lo = st->fits_upto, hi = st->n_menu;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (st->fit[mid].density * (double)gpus < (double)need * MIX_ROUNDING)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    int64_t n = st->n_fitting, kept[POOL_KINDS_MAX];
+    memcpy(kept, left, (size_t)K * sizeof *left);
+    for (int64_t i = st->fits_upto; i < lo; i++)
+        n += entry_fits(&st->fit[i], i, K, kept, &st->fitting[n]);
     st->n_fitting = n;
-    memcpy(st->fits_left, left, (size_t)K * sizeof *left);
+    st->fits_upto = lo;
     return ERR_OK;
 }
 
@@ -1263,7 +1281,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         left += f->left[k];
     if (8 * st->menu_lowered > st->n_menu)
         menu_tighten(st);
-    if (menu_fits(st, f->left, e))
+    if (menu_fits(st, f->left, need, e))
         return e->code;
     for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
         const struct mix_fitting *g = &st->fitting[at]; /* a replica fits in what is left */

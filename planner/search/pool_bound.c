@@ -404,21 +404,22 @@ static int positions(const struct pool_shape *s, const int *order, int *kind_at)
 }
 
 /* The least recomputation a micro-batch of a stage of kind u must run on layers i..j (prefix
- * indices i, n = j + 1) with `in_flight` micro-batches' activations: its memory is at least
- * state + in_flight x kept, so recomputation must free at least act - (capacity - state) /
- * in_flight bytes of a micro-batch's activations, each ms of it at most freed_per_ms.
- * INFINITY when even the least kept cannot fit. 0 when activations may leave the device. */
+ * indices i, n = j + 1) with `in_flight` micro-batches' activations (per_flight its
+ * inverse): its memory is at least state + in_flight x kept, so recomputation must free at
+ * least act - (capacity - state) / in_flight bytes of a micro-batch's activations, each ms
+ * of it at most freed_per_ms (per_freed its inverse). INFINITY when even the least kept
+ * cannot fit. 0 when activations may leave the device. */
 static double least_recompute_ms(const struct pool_shape *s, const struct prefixes *p, int u,
-                                 int i, int n, int in_flight)
+                                 int i, int n, int in_flight, double per_flight,
+                                 double per_freed)
 {
-    const struct pool_costs *c = s->costs[u];
     if (!s->recompute_only)
         return 0;
-    double room = (double)c->capacity - (p->state[u][n] - p->state[u][i]);
+    double room = (double)s->costs[u]->capacity - (p->state[u][n] - p->state[u][i]);
     if (in_flight * (p->kept[u][n] - p->kept[u][i]) > room * (1 + 1e-12))
         return INFINITY;
-    double excess = p->act[u][n] - p->act[u][i] - room / in_flight;
-    return excess > 0 ? excess / c->freed_per_ms : 0;
+    double excess = p->act[u][n] - p->act[u][i] - room * per_flight;
+    return excess > 0 ? excess * per_freed : 0;
 }
 
 /* Whether positions of these kinds can split the layers with every stage b (layers i..k-1,
@@ -444,45 +445,56 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
                             double *nxt, double *cur)
 {
     int L = s->L, one_f_one_b = s->schedule == SCHEDULE_1F1B;
-    double latency = s->costs[0]->latency_ms;
+    double latency = s->costs[0]->latency_ms, M = s->M;
     if (L < S || S < 1)
         return 0;
     for (int k = 0; k <= L; k++)
         nxt[k] = k == L ? 0 : INFINITY;
+    /* per end k, what the stage's position asks of its successors: micro-batch 0's round
+     * trip past k, and the last backward's gradient back over the link */
+    double *trip = cur + L + 1, *back = trip + L + 1;
     /* the ends k the positions after b can take up from (nxt[k] finite): from_lo..from_hi */
     int from_lo = L, from_hi = L;
     for (int b = S - 1; b >= 0; b--) {
         int u = kind_at[b], first = b, last = L - (S - b); /* a layer for every position */
-        int in_flight = in_flights[b];
+        int in_flight = in_flights[b], waits = one_f_one_b && b < S - 1;
+        double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
+        const double *work = p->work[u], *bwd = p->bwd[u], *tails = p->tail[u];
+        const double *state = p->state[u], *send = s->costs[u]->send_ms;
         double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
+        double ahead = S - b < M ? S - b : (int)M; /* forwards before its first backward */
         if (b == 0)
             last = 0; /* stage 0 starts at layer 0: no other start is asked for */
         if (last > from_hi - 1)
             last = from_hi - 1;
+        for (int k = from_lo; k <= from_hi; k++) {
+            trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
+            back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
+        }
         for (int i = 0; i <= L; i++)
             cur[i] = INFINITY;
-        for (int i = first; i <= last; i++)
+        for (int i = first; i <= last; i++) {
+            double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0), best = INFINITY;
             for (int k = i + 1 > from_lo ? i + 1 : from_lo; k <= from_hi; k++) {
                 if (isinf(nxt[k]))
                     continue;
-                double R = least_recompute_ms(s, p, u, i, k, in_flight);
-                double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0);
-                double own = arrive + s->M * (p->work[u][k] - p->work[u][i] + R);
-                if (one_f_one_b && b < S - 1) { /* its wait for micro-batch 0's round trip */
-                    double f = p->work[u][k] - p->work[u][i] - (p->bwd[u][k] - p->bwd[u][i]);
-                    double trip = p->least[L] - p->least[k] + 2 * (S - 1 - b) *
-                                                                 p->send_after[k - 1];
-                    int w = S - b < s->M ? S - b : (int)s->M;
-                    own += fmax(0, trip - (w - 1) * f);
+                double R = least_recompute_ms(s, p, u, i, k, in_flight, per_flight, per_freed);
+                double own = arrive + M * (work[k] - work[i] + R);
+                if (waits) { /* its wait for micro-batch 0's round trip */
+                    double f = work[k] - work[i] - (bwd[k] - bwd[i]);
+                    double idle = trip[k] - (ahead - 1) * f;
+                    own += idle > 0 ? idle : 0;
                 }
-                double tail = latency + p->tail[u][k] - p->tail[u][i];
-                if (p->state[u][k] - p->state[u][i] > cap || !(own + tail <= x))
+                double tail = latency + tails[k] - tails[i];
+                if (state[k] - state[i] > cap || !(own + tail <= x))
                     break;
-                double back = b < S - 1 ? nxt[k] + s->costs[u]->send_ms[k - 1] : 0;
-                double V = fmax(own, b < S - 1 ? back + p->bwd[u][k] - p->bwd[u][i] + R : 0);
-                if (V + tail <= x)
-                    cur[i] = fmin(cur[i], V);
+                double chain = back[k] + bwd[k] - bwd[i] + R;
+                double V = b < S - 1 && chain > own ? chain : own;
+                if (V + tail <= x && V < best)
+                    best = V;
             }
+            cur[i] = best;
+        }
         memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
         for (from_lo = first; from_lo <= last && isinf(nxt[from_lo]); from_lo++)
             ;
@@ -520,7 +532,7 @@ int pool_could_step(const struct pool_shape *s, double x)
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
     int *kind_at = malloc(2 * (size_t)S * sizeof *kind_at);
-    double *at = malloc(2 * ((size_t)s->L + 1) * sizeof *at);
+    double *at = malloc(4 * ((size_t)s->L + 1) * sizeof *at);
     if (kind_at == NULL || at == NULL || prefixes_make(s, &p)) {
         free(kind_at);
         free(at);

@@ -331,7 +331,7 @@ int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum)
 
 /* Per layer prefix sums: of each used kind's work, backward, tail and state (p[u]), and of
  * the least forward over the kinds (fwd). */
-struct prefixes {
+struct pool_prefixes {
     double *work[POOL_KINDS_MAX], *bwd[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
     double *state[POOL_KINDS_MAX], *act[POOL_KINDS_MAX], *kept[POOL_KINDS_MAX];
     double *fwd, *least; /* the least forward, the least work (forward and backward) */
@@ -351,7 +351,7 @@ static double least_send(const struct pool_shape *s, int l)
     return least;
 }
 
-static int prefixes_make(const struct pool_shape *s, struct prefixes *p)
+static int prefixes_make(const struct pool_shape *s, struct pool_prefixes *p)
 {
     size_t n = (size_t)s->L + 1;
     p->block = malloc((PREFIX_ARRAYS * (size_t)s->used + 4) * n * sizeof *p->block);
@@ -409,8 +409,8 @@ static int positions(const struct pool_shape *s, const int *order, int *kind_at)
  * least act - (capacity - state) / in_flight bytes of a micro-batch's activations, each ms
  * of it at most freed_per_ms (per_freed its inverse). INFINITY when even the least kept
  * cannot fit. 0 when activations may leave the device. */
-static double least_recompute_ms(const struct pool_shape *s, const struct prefixes *p, int u,
-                                 int i, int n, int in_flight, double per_flight,
+static double least_recompute_ms(const struct pool_shape *s, const struct pool_prefixes *p,
+                                 int u, int i, int n, int in_flight, double per_flight,
                                  double per_freed)
 {
     if (!s->recompute_only)
@@ -440,7 +440,7 @@ static double least_recompute_ms(const struct pool_shape *s, const struct prefix
  * least V_{b+1} of a split of the layers from k over the positions after b (less is never
  * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
  * layer. */
-static int split_could_step(const struct pool_shape *s, const struct prefixes *p,
+static int split_could_step(const struct pool_shape *s, const struct pool_prefixes *p,
                             const int *kind_at, const int *in_flights, int S, double x,
                             double *nxt, double *cur)
 {
@@ -508,9 +508,9 @@ static int split_could_step(const struct pool_shape *s, const struct prefixes *p
 
 /* The orders of the kinds, order[0..depth) fixed and the kinds in `left` (a bit each) to
  * come: whether some split of one could step in x. */
-static int some_order(const struct pool_shape *s, const struct prefixes *p, int *order,
-                      int depth, unsigned left, int *kind_at, const int *in_flights, double x,
-                      double *at)
+static int some_order(const struct pool_shape *s, const struct pool_prefixes *p,
+                      int *order, int depth, unsigned left, int *kind_at,
+                      const int *in_flights, double x, double *at)
 {
     if (left == 0)
         return split_could_step(s, p, kind_at, in_flights, positions(s, order, kind_at), x, at,
@@ -525,15 +525,31 @@ static int some_order(const struct pool_shape *s, const struct prefixes *p, int 
     return 0;
 }
 
-int pool_could_step(const struct pool_shape *s, double x)
+struct pool_prefixes *pool_prefixes_make(const struct pool_shape *s)
 {
-    struct prefixes p;
+    struct pool_prefixes *p = malloc(sizeof *p);
+    if (p != NULL && prefixes_make(s, p)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void pool_prefixes_free(struct pool_prefixes *p)
+{
+    if (p != NULL)
+        free(p->block);
+    free(p);
+}
+
+int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes *p, double x)
+{
     int order[POOL_KINDS_MAX], S = 0;
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
     int *kind_at = malloc(2 * (size_t)S * sizeof *kind_at);
     double *at = malloc(4 * ((size_t)s->L + 1) * sizeof *at);
-    if (kind_at == NULL || at == NULL || prefixes_make(s, &p)) {
+    if (kind_at == NULL || at == NULL) {
         free(kind_at);
         free(at);
         return 1; /* nothing proved */
@@ -543,10 +559,17 @@ int pool_could_step(const struct pool_shape *s, double x)
     for (int b = 0; b < S; b++)
         in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 0;
     /* rounding never leaves out a split that steps in x */
-    int could = some_order(s, &p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
+    int could = some_order(s, p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
                            x * (1 + 1e-9), at);
-    free(p.block);
     free(kind_at);
     free(at);
+    return could;
+}
+
+int pool_could_step(const struct pool_shape *s, double x)
+{
+    struct pool_prefixes *p = pool_prefixes_make(s);
+    int could = p == NULL || pool_could_step_with(s, p, x); /* NULL: nothing proved */
+    pool_prefixes_free(p);
     return could;
 }

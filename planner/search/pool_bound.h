@@ -98,5 +98,12 @@ int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum);
 /* Whether some order of the kinds and split of the layers could step in x ms or less
  * (0: every plan of the candidate steps slower than x). */
 int pool_could_step(const struct pool_shape *s, double x);
+/* The per-layer sums pool_could_step makes of a shape's costs: they do not depend on its
+ * stage counts or M, so shapes of the same costs may share them (NULL: no memory). */
+struct pool_prefixes;
+struct pool_prefixes *pool_prefixes_make(const struct pool_shape *s);
+void pool_prefixes_free(struct pool_prefixes *p);
+/* pool_could_step with the sums made for s's costs. */
+int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes *p, double x);
 
 #endif

@@ -60,6 +60,7 @@ struct mix_family {
     struct family_at {
         double whole[POOL_KINDS_MAX], wholes;
     } *at;
+    struct pool_prefixes *sums; /* pool_could_step's, made when first asked for */
 };
 
 /* A group pipeline at one M, planned once (or refuted). */
@@ -231,7 +232,7 @@ static uint64_t family_hash(int size, const int *tp, int K)
 }
 
 /* The shape's family (its tps, 0 for an unused kind), summarised once. */
-static const struct mix_family *family_of(struct mix_state *st, const struct mix_shape *x)
+static struct mix_family *family_of(struct mix_state *st, const struct mix_shape *x)
 {
     int tp[POOL_KINDS_MAX] = {0}, K = st->pm->K;
     for (int k = 0; k < K; k++)
@@ -368,7 +369,7 @@ static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double
 
 /* The family's costs as pool_bound.h's shape of x at M (0: unknown). */
 static int family_shape(struct mix_state *st, const struct mix_shape *x, int64_t M,
-                        struct pool_shape *s, const struct mix_family **f)
+                        struct pool_shape *s, struct mix_family **f)
 {
     *f = family_of(st, x);
     if (*f == NULL || !(*f)->known)
@@ -381,6 +382,14 @@ static int family_shape(struct mix_state *st, const struct mix_shape *x, int64_t
             s->stages[s->used++] = x->S[k];
         }
     return 1;
+}
+
+/* pool_could_step of s, a shape of the family f, with the family's sums. */
+static int family_could_step(struct mix_family *f, const struct pool_shape *s, double T)
+{
+    if (f->sums == NULL && (f->sums = pool_prefixes_make(s)) == NULL)
+        return 1; /* no memory: nothing proved */
+    return pool_could_step_with(s, f->sums, T);
 }
 
 static uint64_t tight_hash(uint64_t code, int size)
@@ -438,19 +447,19 @@ static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, 
         return t->cap;
     int64_t lo = 0, hi = fresh ? t->cap : shape_cap(st, x, T);
     struct pool_shape s;
-    const struct mix_family *f;
+    struct mix_family *f;
     int exact = 1;
     if (hi > 0 && family_shape(st, x, 1, &s, &f)) {
         if (at_least > 1 && at_least <= hi) { /* one probe first */
             s.M = (double)at_least;
-            if (pool_could_step(&s, T))
+            if (family_could_step(f, &s, T))
                 lo = at_least;
             else
                 hi = at_least - 1, exact = 0, lo = hi;
         }
         if (!exact && down_to < at_least && down_to <= hi) { /* and one where they will go */
             s.M = (double)down_to;
-            if (pool_could_step(&s, T))
+            if (family_could_step(f, &s, T))
                 lo = down_to, exact = 1;
             else
                 hi = down_to - 1, lo = hi;
@@ -458,7 +467,7 @@ static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, 
         while (exact && lo < hi) { /* could_step(lo) (lo 0: none), not could_step(hi + 1) */
             int64_t mid = lo + (hi - lo + 1) / 2;
             s.M = (double)mid;
-            if (pool_could_step(&s, T))
+            if (family_could_step(f, &s, T))
                 lo = mid;
             else
                 hi = mid - 1;
@@ -1393,7 +1402,7 @@ static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg
 {
     int64_t all[POOL_KINDS_MAX];
     struct pool_shape s;
-    const struct mix_family *f;
+    struct mix_family *f;
     (void)arg;
     int64_t cap = shape_cap(st, x, st->table_T);
     for (int k = 0; k < st->pm->K; k++)
@@ -1581,6 +1590,7 @@ static void families_reset(struct mix_state *st)
     for (int i = 0; st->family != NULL && i < MIX_FAMILIES; i++) {
         for (int u = 0; u < POOL_KINDS_MAX; u++)
             pool_costs_free(&st->family[i].own[u]);
+        pool_prefixes_free(st->family[i].sums);
         free(st->family[i].at);
         memset(&st->family[i], 0, sizeof st->family[i]);
     }

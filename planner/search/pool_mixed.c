@@ -15,8 +15,9 @@
 #define MIX_ROUNDING (1 - 1e-9)
 /* M tried below a capacity by the whole bound (shape_cap). */
 #define MIX_CAP_LOOKS 8
-/* Shapes bounded between two looks at the clock. */
-#define MIX_CLOCK_EVERY 1024
+/* Steps of the search between two looks at the clock (some, such as a first group's
+ * capacity, take milliseconds). */
+#define MIX_CLOCK_EVERY 16
 /* The capacity table is built again once the step to beat has fallen this much below the one
  * it was built for. */
 #define MIX_TABLE_STALE 1.01
@@ -24,9 +25,11 @@
 #define MIX_TABLE_CELLS ((int64_t)1 << 24)
 /* Cells the table is cleared and closed by between looks at the clock. */
 #define MIX_TABLE_CHUNK ((int64_t)1 << 16)
-/* Probes of the bisection for the certificate of a search --time-limit may stop (its
+/* Probes of the bisection for the certificate of a search --time-limit stopped (its
  * precision: 2^-probes of the step); each builds the table again. */
 #define MIX_BISECT_PROBES 7
+/* The share of the time left that the search leaves for that bisection. */
+#define MIX_BISECT_SHARE 0.1
 /* Family summaries kept (a hash table). */
 #define MIX_FAMILIES 4096
 /* Planned groups kept (a hash table, grown). */
@@ -841,21 +844,14 @@ static int any_pair(struct mix_state *st, double T, int *found, struct err *e)
     return ERR_OK;
 }
 
-/* The least T (within the bisection's precision, below `hi`) at which the table allows some
- * pair: no pair steps faster. hi when none is allowed at hi. 0 when stopped, and without a
- * time limit (the search then finishes: its bound is T), the table left built for hi. */
+/* The least T (within the bisection's precision, between 0 and `hi`, where the table allows
+ * a pair) at which the table allows some pair: no pair steps faster. Stopped, the least
+ * proved so far (0: none). */
 static int pairs_bound(struct mix_state *st, double hi, double *bound, struct err *e)
 {
-    int found;
-    *bound = 0;
-    if (any_pair(st, hi, &found, e))
-        return e->code;
-    if (!found) {
-        *bound = hi;
-        return ERR_OK;
-    }
     double lo = 0;
-    for (int i = 0; i < MIX_BISECT_PROBES && !isinf(st->deadline) && !st->stopped; i++) {
+    for (int i = 0; i < MIX_BISECT_PROBES && !st->stopped; i++) {
+        int found;
         double mid = lo + (hi - lo) / 2;
         if (any_pair(st, mid, &found, e))
             return e->code;
@@ -864,13 +860,10 @@ static int pairs_bound(struct mix_state *st, double hi, double *bound, struct er
         else
             lo = mid;
     }
-    *bound = st->stopped ? 0 : lo;
+    *bound = lo;
     return ERR_OK;
 }
 
-/* ---- one group at one M -------------------------------------------------------------- */
-
-/* Group x, dp at M reducing with N replicas in all, as pool_bound.h sees it (0: unknown). */
 static int group_shape(struct mix_state *st, const struct mix_shape *x, int dp, int N,
                        int64_t M, struct pool_shape *s)
 {
@@ -1525,28 +1518,50 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
 
 /* ---- the search ---------------------------------------------------------------------- */
 
-/* One micro-batch size: its bound (*bound, pairs_bound's), then its pairs. */
+/* One micro-batch size: its pairs, and its bound (*bound). When the table allows no pair
+ * at the best's T, that is the bound without a search. Under a time limit, the search keeps
+ * a share of the time left (as many probes as fit, each as long as that first check took)
+ * for pairs_bound, should it stop. */
 static int search_size(struct mix_state *st, double *bound, struct err *e)
 {
     st->B = pool_model_batches(st->pm, st->size);
+    st->table_T = 0; /* none built for this size */
     *bound = INFINITY;
     free(st->floors);
     if ((st->floors = calloc((size_t)st->B + 1, sizeof *st->floors)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     if (st->B < 2) /* two groups take a micro-batch each at least */
         return ERR_OK;
-    double hi = isinf(st->best_ms) ? INFINITY : mix_T(st);
-    if (isfinite(hi) && pairs_bound(st, hi, bound, e))
-        return e->code;
-    if (isfinite(hi) && *bound >= hi)
-        return ERR_OK; /* no pair could beat the best: certified without a search */
-    if (isinf(hi))
-        *bound = 0;
+    double hi = isinf(st->best_ms) ? INFINITY : mix_T(st), deadline = st->deadline, kept = 0;
+    *bound = 0;
+    if (isfinite(hi)) {
+        int found;
+        double start = clock_now_s();
+        if (any_pair(st, hi, &found, e))
+            return e->code;
+        if (!found) {
+            *bound = hi; /* no pair could beat the best: certified without a search */
+            return ERR_OK;
+        }
+        double probe = clock_now_s() - start, left = deadline - clock_now_s();
+        if (probe > 0 && left > 0)
+            kept = probe * fmin(MIX_BISECT_PROBES, floor(MIX_BISECT_SHARE * left / probe));
+    }
     if (st->table_T != hi && table_build(st, hi, e))
         return e->code;
     double unsearched;
-    if (search_leads(st, &unsearched, e))
+    st->deadline = deadline - kept;
+    int rc = search_leads(st, &unsearched, e);
+    st->deadline = deadline;
+    if (rc)
         return e->code;
+    if (st->stopped && kept > 0) { /* the time kept for the bisection */
+        st->stopped = 0;
+        rc = pairs_bound(st, hi, bound, e);
+        st->stopped = 1;
+        if (rc)
+            return e->code;
+    }
     /* the pairs searched step no faster than the best or T; the others than their leads */
     *bound = fmax(*bound, fmin(unsearched, fmin(mix_T(st), st->best_ms)));
     return ERR_OK;

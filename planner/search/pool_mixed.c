@@ -844,12 +844,12 @@ static int any_pair(struct mix_state *st, double T, int *found, struct err *e)
     return ERR_OK;
 }
 
-/* The least T (within the bisection's precision, between 0 and `hi`, where the table allows
- * a pair) at which the table allows some pair: no pair steps faster. Stopped, the least
- * proved so far (0: none). */
-static int pairs_bound(struct mix_state *st, double hi, double *bound, struct err *e)
+/* The least T (within the bisection's precision, between lo, under which no pair steps,
+ * and hi, where the table allows a pair) at which the table allows some pair: no pair steps
+ * faster. Stopped, the most proved so far (lo at least). */
+static int pairs_bound(struct mix_state *st, double lo, double hi, double *bound,
+                       struct err *e)
 {
-    double lo = 0;
     for (int i = 0; i < MIX_BISECT_PROBES && !st->stopped; i++) {
         int found;
         double mid = lo + (hi - lo) / 2;
@@ -1521,7 +1521,7 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
 /* One micro-batch size: its pairs, and its bound (*bound). When the table allows no pair
  * at the best's T, that is the bound without a search. Under a time limit, the search keeps
  * a share of the time left (as many probes as fit, each as long as that first check took)
- * for pairs_bound, should it stop. */
+ * for pairs_bound, should it stop: from what the stopped search proved up to T. */
 static int search_size(struct mix_state *st, double *bound, struct err *e)
 {
     st->B = pool_model_batches(st->pm, st->size);
@@ -1555,16 +1555,14 @@ static int search_size(struct mix_state *st, double *bound, struct err *e)
     st->deadline = deadline;
     if (rc)
         return e->code;
-    if (st->stopped && kept > 0) { /* the time kept for the bisection */
-        st->stopped = 0;
-        rc = pairs_bound(st, hi, bound, e);
-        st->stopped = 1;
-        if (rc)
-            return e->code;
-    }
     /* the pairs searched step no faster than the best or T; the others than their leads */
-    *bound = fmax(*bound, fmin(unsearched, fmin(mix_T(st), st->best_ms)));
-    return ERR_OK;
+    *bound = fmin(unsearched, fmin(mix_T(st), st->best_ms));
+    if (st->stopped && kept > 0 && *bound < hi) { /* the time kept for the bisection */
+        st->stopped = 0;
+        rc = pairs_bound(st, *bound, hi, bound, e);
+        st->stopped = 1;
+    }
+    return rc ? e->code : ERR_OK;
 }
 
 /* Hands the best's plans over (*plans owned), its micro-batches dealt, and frees the rest. */

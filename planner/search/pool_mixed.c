@@ -721,10 +721,10 @@ static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, st
         else
             lo = mid + 1;
     }
-    int64_t n = st->n_fitting, kept[POOL_KINDS_MAX];
-    memcpy(kept, left, (size_t)K * sizeof *left);
+    int64_t n = st->n_fitting, gpus_left[POOL_KINDS_MAX]; /* a copy: nothing else writes it */
+    memcpy(gpus_left, left, (size_t)K * sizeof *left);
     for (int64_t i = st->fits_upto; i < lo; i++)
-        n += entry_fits(&st->fit[i], i, K, kept, &st->fitting[n]);
+        n += entry_fits(&st->fit[i], i, K, gpus_left, &st->fitting[n]);
     st->n_fitting = n;
     st->fits_upto = lo;
     return ERR_OK;
@@ -864,6 +864,9 @@ static int pairs_bound(struct mix_state *st, double lo, double hi, double *bound
     return ERR_OK;
 }
 
+/* ---- one group at one M -------------------------------------------------------------- */
+
+/* Group x, dp at M reducing with N replicas in all, as pool_bound.h sees it (0: unknown). */
 static int group_shape(struct mix_state *st, const struct mix_shape *x, int dp, int N,
                        int64_t M, struct pool_shape *s)
 {

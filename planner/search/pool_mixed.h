@@ -30,7 +30,7 @@
  * second whose floor is not under T is left without planning the first beside it. Its lower
  * bound: T when it explored every such pair; stopped at --time-limit, the least of T and the
  * bound of the first lead it did not finish, or the least T at which the table allows a pair
- * (found by bisection before the search, under a time limit only), whichever is more. */
+ * (found by bisection from there, in the time the search kept for it), whichever is more. */
 #ifndef BALLAST_POOL_MIXED_H
 #define BALLAST_POOL_MIXED_H
 

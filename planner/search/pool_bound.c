@@ -439,20 +439,21 @@ static double least_recompute_ms(const struct pool_shape *s, const struct pool_p
  * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
  * least V_{b+1} of a split of the layers from k over the positions after b (less is never
  * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
- * layer. */
+ * layer. `at`: room for four arrays of L + 1. */
 static int split_could_step(const struct pool_shape *s, const struct pool_prefixes *p,
                             const int *kind_at, const int *in_flights, int S, double x,
-                            double *nxt, double *cur)
+                            double *at)
 {
     int L = s->L, one_f_one_b = s->schedule == SCHEDULE_1F1B;
     double latency = s->costs[0]->latency_ms, M = s->M;
     if (L < S || S < 1)
         return 0;
+    /* per end k: nxt and cur as above, and what the stage's position asks of its
+     * successors: micro-batch 0's round trip past k, and the last backward's gradient back
+     * over the link */
+    double *nxt = at, *cur = nxt + L + 1, *trip = cur + L + 1, *back = trip + L + 1;
     for (int k = 0; k <= L; k++)
         nxt[k] = k == L ? 0 : INFINITY;
-    /* per end k, what the stage's position asks of its successors: micro-batch 0's round
-     * trip past k, and the last backward's gradient back over the link */
-    double *trip = cur + L + 1, *back = trip + L + 1;
     /* the ends k the positions after b can take up from (nxt[k] finite): from_lo..from_hi */
     int from_lo = L, from_hi = L;
     for (int b = S - 1; b >= 0; b--) {
@@ -468,7 +469,8 @@ static int split_could_step(const struct pool_shape *s, const struct pool_prefix
         if (last > from_hi - 1)
             last = from_hi - 1;
         for (int k = from_lo; k <= from_hi; k++) {
-            trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
+            if (waits)
+                trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
             back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
         }
         for (int i = 0; i <= L; i++)
@@ -513,8 +515,8 @@ static int some_order(const struct pool_shape *s, const struct pool_prefixes *p,
                       const int *in_flights, double x, double *at)
 {
     if (left == 0)
-        return split_could_step(s, p, kind_at, in_flights, positions(s, order, kind_at), x, at,
-                                at + s->L + 1);
+        return split_could_step(s, p, kind_at, in_flights, positions(s, order, kind_at), x,
+                                at);
     for (int u = 0; u < s->used; u++)
         if (left >> u & 1) {
             order[depth] = u;

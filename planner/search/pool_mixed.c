@@ -1282,6 +1282,7 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
 static int seconds(struct mix_state *st, struct first *f, struct err *e)
 {
     int64_t left = 0, need = st->B - (int64_t)f->a.dp * f->M;
+    int64_t need_last = st->B - (int64_t)f->a.dp * f->M_last; /* at its most micro-batches */
     for (int k = 0; k < st->pm->K; k++)
         left += f->left[k];
     if (8 * st->menu_lowered > st->n_menu)
@@ -1318,7 +1319,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         /* its tight capacity at the least M a replica could take here, kept as the entry's
          * cap: the step to beat only falls while the menu lasts (its density stays, an upper
          * bound still) */
-        int64_t least = (need + most - 1) / most, need_last = st->B - (int64_t)f->a.dp * f->M_last;
+        int64_t least = (need + most - 1) / most;
         int64_t least_last = need_last > most ? (need_last + most - 1) / most : 1;
         if (cap > 0 && least > 1) {
             int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);

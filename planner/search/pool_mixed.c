@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "fit_index.h"
 #include "framework.h"
 #include "jsonio.h"
 #include "pool_bound.h"
@@ -109,14 +110,6 @@ struct mix_entry {
     int64_t gpus;
 };
 
-/* A menu entry's density, capacity and GPUs, packed for the scan of seconds() (most entries
- * it looks at need more GPUs than the first leaves). */
-struct mix_fit {
-    double density;
-    int64_t cap; /* the entry's, lowered with it */
-    int32_t n[POOL_KINDS_MAX];
-};
-
 /* A menu entry a replica of fits in seconds()'s GPUs left: its index and density, and at
  * most how many micro-batches its replicas there take at its cap (caps only fall). */
 struct mix_fitting {
@@ -156,13 +149,18 @@ struct mix_state {
     struct mix_entry *menu; /* every shape of some capacity under table_T, densest first */
     int64_t n_menu, cap_menu;
     int64_t menu_lowered; /* caps lowered since the menu was sorted */
-    struct mix_fit *fit;  /* the menu's, in its order (n_fit: as many made, 0 after a sort) */
-    int64_t n_fit, cap_fit;
-    /* the menu's entries a replica of fits in `fits_left` (GPUs per kind), in its order, for
-     * the last such vector seconds() was asked with (the firsts of one shape and dp ask
-     * with the same at each M), from the menu's first fits_upto entries (menu_fits);
-     * n_fitting < 0: none kept */
-    int64_t fits_left[POOL_KINDS_MAX], fits_upto;
+    /* the menu's capacities and GPUs, indexed (fit_index.h) for menu_fits; n_indexed: its
+     * entries, 0 after a sort */
+    fit_index_t *fit_index;
+    int64_t n_indexed, cap_fit;
+    int64_t *hits; /* fit_index_find's */
+    double *hits_most;
+    /* the menu's entries a replica of fits in `fits_left` (GPUs per kind) and whose
+     * replicas there could take fits_need micro-batches, in its order, for the last such
+     * vector seconds() was asked with (the firsts of one shape and dp ask with the same at
+     * each M), from the menu's first fits_upto entries (menu_fits); n_fitting < 0: none
+     * kept */
+    int64_t fits_left[POOL_KINDS_MAX], fits_upto, fits_need;
     struct mix_fitting *fitting;
     int64_t n_fitting;
     struct mix_family *family;
@@ -650,82 +648,80 @@ static void menu_sort(struct mix_state *st)
         st->menu[i].density = (double)st->menu[i].cap / (double)st->menu[i].gpus;
     qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
     st->menu_lowered = 0;
-    st->n_fit = 0;
+    st->n_indexed = 0;
     st->n_fitting = -1;
 }
 
-static void menu_pack(struct mix_state *st)
+/* The menu's index made again (its order changed). */
+static int menu_index(struct mix_state *st, struct err *e)
 {
-    for (int64_t i = 0; i < st->n_menu; i++) {
-        st->fit[i].density = st->menu[i].density;
-        st->fit[i].cap = st->menu[i].cap;
-        for (int k = 0; k < st->pm->K; k++)
-            st->fit[i].n[k] = (int32_t)st->menu[i].n[k];
+    int K = st->pm->K;
+    int32_t *rows = malloc((size_t)st->n_menu * (size_t)(K + 1) * sizeof *rows);
+    for (int64_t i = 0; rows != NULL && i < st->n_menu; i++) {
+        int32_t *row = rows + i * (K + 1);
+        row[0] = (int32_t)st->menu[i].cap;
+        for (int k = 0; k < K; k++)
+            row[1 + k] = (int32_t)st->menu[i].n[k];
     }
-    st->n_fit = st->n_menu;
+    fit_index_free(st->fit_index);
+    st->fit_index = rows == NULL ? NULL : fit_index_make(rows, st->n_menu, K);
+    free(rows);
+    if (st->fit_index == NULL)
+        return err_set(e, ERR_FAIL, "out of memory");
+    st->n_indexed = st->n_menu;
+    return ERR_OK;
 }
 
-/* Whether menu entry i fits a replica in `left` (K kinds) with some capacity, into *g if
- * so. */
-static int entry_fits(const struct mix_fit *q, int64_t i, int K, const int64_t *left,
-                      struct mix_fitting *g)
+/* The menu's index, made again after it changed, and the
+ * entries a replica of fits in `left` (st->fitting) whose replicas there could take
+ * `need_last` (what the first leaves at its most micro-batches: the least seconds() asks of
+ * them with this `left`), as far as a density at which all of `left` could not take `need`
+ * (where seconds() stops): a first at more micro-batches asks for more of the list, which
+ * grows. */
+static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need,
+                     int64_t need_last, struct err *e)
 {
-    int one = q->cap >= 1;
-    for (int k = 0; k < K; k++)
-        one &= q->n[k] <= left[k];
-    if (!one)
-        return 0;
-    double replicas = INFINITY; /* at most: the fraction left in */
-    for (int k = 0; k < K; k++) {
-        double in = (double)left[k] / q->n[k];
-        replicas = q->n[k] > 0 && in < replicas ? in : replicas;
-    }
-    *g = (struct mix_fitting){i, q->density, replicas * (double)q->cap};
-    return 1;
-}
-
-/* The menu's packed densities and GPUs (mix_fit), made again after it changed, and the
- * entries of some capacity a replica of fits in `left` (st->fitting), as far as a density
- * at which all of `left` could not take `need` (where seconds() stops): a first at more
- * micro-batches asks for more of the list, which grows. */
-static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, struct err *e)
-{
-    int K = st->pm->K, same = st->n_fitting >= 0 && st->n_fit == st->n_menu;
+    int K = st->pm->K, same = st->n_fitting >= 0 && st->n_indexed == st->n_menu &&
+                              st->fits_need <= need_last;
     int64_t gpus = 0;
     for (int k = 0; k < K; k++)
         same &= st->fits_left[k] == left[k], gpus += left[k];
     if (!same && st->cap_fit < st->n_menu) {
-        struct mix_fit *fit = realloc(st->fit, (size_t)st->n_menu * sizeof *fit);
         struct mix_fitting *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
-        if (fit != NULL)
-            st->fit = fit;
+        int64_t *hits = realloc(st->hits, (size_t)st->n_menu * sizeof *hits);
+        double *most = realloc(st->hits_most, (size_t)st->n_menu * sizeof *most);
         if (fitting != NULL)
             st->fitting = fitting;
-        if (fit == NULL || fitting == NULL)
+        if (hits != NULL)
+            st->hits = hits;
+        if (most != NULL)
+            st->hits_most = most;
+        if (fitting == NULL || hits == NULL || most == NULL)
             return err_set(e, ERR_FAIL, "out of memory");
         st->cap_fit = st->n_menu;
     }
     if (!same) {
-        if (st->n_fit != st->n_menu)
-            menu_pack(st);
+        if (st->n_indexed != st->n_menu && menu_index(st, e))
+            return e->code;
         st->n_fitting = st->fits_upto = 0;
+        st->fits_need = need_last;
         memcpy(st->fits_left, left, (size_t)K * sizeof *left);
     }
-    /* the packed densities fall along the menu (caps lowered since it was sorted leave
-     * theirs): the first entry past the density, by halving */
+    /* the densities fall along the menu (caps lowered since it was sorted leave theirs):
+     * the first entry past the density, by halving */
     int64_t lo = st->fits_upto, hi = st->n_menu;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (st->fit[mid].density * (double)gpus < (double)need * MIX_ROUNDING)
+        if (st->menu[mid].density * (double)gpus < (double)need * MIX_ROUNDING)
             hi = mid;
         else
             lo = mid + 1;
     }
-    int64_t n = st->n_fitting, gpus_left[POOL_KINDS_MAX]; /* a copy: nothing else writes it */
-    memcpy(gpus_left, left, (size_t)K * sizeof *left);
-    for (int64_t i = st->fits_upto; i < lo; i++)
-        n += entry_fits(&st->fit[i], i, K, gpus_left, &st->fitting[n]);
-    st->n_fitting = n;
+    int64_t hits = fit_index_find(st->fit_index, st->fits_left, st->fits_need, st->fits_upto,
+                                  lo, st->hits, st->hits_most);
+    for (int64_t h = 0; h < hits; h++)
+        st->fitting[st->n_fitting++] = (struct mix_fitting){
+            st->hits[h], st->menu[st->hits[h]].density, st->hits_most[h]};
     st->fits_upto = lo;
     return ERR_OK;
 }
@@ -772,7 +768,7 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     if (!table_clear(st))
         return ERR_OK;
     st->table_T = T;
-    st->n_menu = st->n_fit = 0;
+    st->n_menu = st->n_indexed = 0;
     st->n_fitting = -1;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
@@ -1287,7 +1283,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         left += f->left[k];
     if (8 * st->menu_lowered > st->n_menu)
         menu_tighten(st);
-    if (menu_fits(st, f->left, need, e))
+    if (menu_fits(st, f->left, need, need_last, e))
         return e->code;
     for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
         const struct mix_fitting *g = &st->fitting[at]; /* a replica fits in what is left */
@@ -1295,21 +1291,20 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
             break;
         if (g->most < (double)need * MIX_ROUNDING)
             continue; /* as many replicas as fit could not take what the first leaves */
-        int64_t i = g->i;
-        const struct mix_fit *q = &st->fit[i];
-        if (q->cap < 1)
+        struct mix_entry *m = &st->menu[g->i];
+        if (m->cap < 1)
             continue;
         /* enough replicas to take what the first leaves at the menu's cap (at the table's
          * T, at least the best's: no less than the cap there), within what is left */
-        int64_t replicas = need > q->cap ? (need + q->cap - 1) / q->cap : 1, most = st->B - f->a.dp;
+        int64_t replicas = need > m->cap ? (need + m->cap - 1) / m->cap : 1;
+        int64_t most = st->B - f->a.dp;
         int fits = replicas <= most;
         for (int k = 0; k < st->pm->K; k++)
-            fits &= replicas * q->n[k] <= f->left[k];
+            fits &= replicas * m->n[k] <= f->left[k];
         if (!fits)
             continue;
         if (mix_stopped(st))
             break;
-        struct mix_entry *m = &st->menu[i];
         for (int k = 0; k < st->pm->K; k++)
             if (m->n[k] > 0)
                 most = min64(most, f->left[k] / m->n[k]);
@@ -1324,7 +1319,8 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         if (cap > 0 && least > 1) {
             int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);
             st->menu_lowered += tight < m->cap;
-            cap = m->cap = st->fit[i].cap = min64(cap, tight);
+            cap = m->cap = min64(cap, tight);
+            fit_index_lower(st->fit_index, g->i, (int32_t)cap);
         }
         if (most * cap < need)
             continue;
@@ -1624,8 +1620,12 @@ static void mix_free(struct mix_state *st)
     st->table = NULL;
     free(st->menu);
     st->menu = NULL;
-    free(st->fit);
-    st->fit = NULL;
+    fit_index_free(st->fit_index);
+    st->fit_index = NULL;
+    free(st->hits);
+    st->hits = NULL;
+    free(st->hits_most);
+    st->hits_most = NULL;
     free(st->fitting);
     st->fitting = NULL;
     free(st->leads);

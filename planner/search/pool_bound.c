@@ -393,16 +393,6 @@ static int prefixes_make(const struct pool_shape *s, struct pool_prefixes *p)
     return 0;
 }
 
-/* The positions' kinds in this order of the kinds, each kind's stages together. */
-static int positions(const struct pool_shape *s, const int *order, int *kind_at)
-{
-    int S = 0;
-    for (int g = 0; g < s->used; g++)
-        for (int j = 0; j < s->stages[order[g]]; j++)
-            kind_at[S++] = order[g];
-    return S;
-}
-
 /* The least recomputation a micro-batch of a stage of kind u must run on layers i..j (prefix
  * indices i, n = j + 1) with `in_flight` micro-batches' activations (per_flight its
  * inverse): its memory is at least state + in_flight x kept, so recomputation must free at
@@ -439,91 +429,100 @@ static double least_recompute_ms(const struct pool_shape *s, const struct pool_p
  * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
  * least V_{b+1} of a split of the layers from k over the positions after b (less is never
  * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
- * layer. `at`: room for four arrays of L + 1. */
-static int split_could_step(const struct pool_shape *s, const struct pool_prefixes *p,
-                            const int *kind_at, const int *in_flights, int S, double x,
-                            double *at)
+ * layer (could_row, one position). */
+struct could_walk {
+    const struct pool_shape *s;
+    const struct pool_prefixes *p;
+    const int *in_flights; /* per position */
+    int S;
+    double x;
+    double *cur, *trip, *back; /* scratch, L + 1 each */
+    double *nxt;               /* per depth of the walk (kinds placed), L + 1 each */
+};
+
+/* Position b of kind u before the positions after it, whose least V from each end k is
+ * nxt[k] (finite from *from_lo to *from_hi): nxt made b's, and its ends; 0 when no split of
+ * the layers from any start fits the positions from b. */
+static int could_row(const struct could_walk *w, int b, int u, double *nxt, int *from_lo,
+                     int *from_hi)
 {
-    int L = s->L, one_f_one_b = s->schedule == SCHEDULE_1F1B;
-    double latency = s->costs[0]->latency_ms, M = s->M;
-    if (L < S || S < 1)
-        return 0;
-    /* per end k: nxt and cur as above, and what the stage's position asks of its
-     * successors: micro-batch 0's round trip past k, and the last backward's gradient back
-     * over the link */
-    double *nxt = at, *cur = nxt + L + 1, *trip = cur + L + 1, *back = trip + L + 1;
-    for (int k = 0; k <= L; k++)
-        nxt[k] = k == L ? 0 : INFINITY;
-    /* the ends k the positions after b can take up from (nxt[k] finite): from_lo..from_hi */
-    int from_lo = L, from_hi = L;
-    for (int b = S - 1; b >= 0; b--) {
-        int u = kind_at[b], first = b, last = L - (S - b); /* a layer for every position */
-        int in_flight = in_flights[b], waits = one_f_one_b && b < S - 1;
-        double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
-        const double *work = p->work[u], *bwd = p->bwd[u], *tails = p->tail[u];
-        const double *state = p->state[u], *send = s->costs[u]->send_ms;
-        double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
-        double ahead = S - b < M ? S - b : (int)M; /* forwards before its first backward */
-        if (b == 0)
-            last = 0; /* stage 0 starts at layer 0: no other start is asked for */
-        if (last > from_hi - 1)
-            last = from_hi - 1;
-        for (int k = from_lo; k <= from_hi; k++) {
-            if (waits)
-                trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
-            back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
-        }
-        for (int i = 0; i <= L; i++)
-            cur[i] = INFINITY;
-        for (int i = first; i <= last; i++) {
-            double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0), best = INFINITY;
-            for (int k = i + 1 > from_lo ? i + 1 : from_lo; k <= from_hi; k++) {
-                if (isinf(nxt[k]))
-                    continue;
-                double R = least_recompute_ms(s, p, u, i, k, in_flight, per_flight, per_freed);
-                double own = arrive + M * (work[k] - work[i] + R);
-                if (waits) { /* its wait for micro-batch 0's round trip */
-                    double f = work[k] - work[i] - (bwd[k] - bwd[i]);
-                    double idle = trip[k] - (ahead - 1) * f;
-                    own += idle > 0 ? idle : 0;
-                }
-                double tail = latency + tails[k] - tails[i];
-                if (state[k] - state[i] > cap || !(own + tail <= x))
-                    break;
-                double chain = back[k] + bwd[k] - bwd[i] + R;
-                double V = b < S - 1 && chain > own ? chain : own;
-                if (V + tail <= x && V < best)
-                    best = V;
-            }
-            cur[i] = best;
-        }
-        memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
-        for (from_lo = first; from_lo <= last && isinf(nxt[from_lo]); from_lo++)
-            ;
-        for (from_hi = last; from_hi >= from_lo && isinf(nxt[from_hi]); from_hi--)
-            ;
-        if (from_lo > from_hi)
-            return 0; /* no split of the layers from any start fits the positions from b */
+    const struct pool_shape *s = w->s;
+    const struct pool_prefixes *p = w->p;
+    int L = s->L, S = w->S, one_f_one_b = s->schedule == SCHEDULE_1F1B;
+    double latency = s->costs[0]->latency_ms, M = s->M, x = w->x;
+    /* per end k: what the stage's position asks of its successors: micro-batch 0's round
+     * trip past k, and the last backward's gradient back over the link */
+    double *cur = w->cur, *trip = w->trip, *back = w->back;
+    int first = b, last = L - (S - b); /* a layer for every position */
+    int in_flight = w->in_flights[b], waits = one_f_one_b && b < S - 1;
+    double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
+    const double *work = p->work[u], *bwd = p->bwd[u], *tails = p->tail[u];
+    const double *state = p->state[u], *send = s->costs[u]->send_ms;
+    double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
+    double ahead = S - b < M ? S - b : (int)M; /* forwards before its first backward */
+    if (b == 0)
+        last = 0; /* stage 0 starts at layer 0: no other start is asked for */
+    if (last > *from_hi - 1)
+        last = *from_hi - 1;
+    for (int k = *from_lo; k <= *from_hi; k++) {
+        if (waits)
+            trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
+        back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
     }
-    return !isinf(nxt[0]);
+    for (int i = 0; i <= L; i++)
+        cur[i] = INFINITY;
+    for (int i = first; i <= last; i++) {
+        double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0), best = INFINITY;
+        for (int k = i + 1 > *from_lo ? i + 1 : *from_lo; k <= *from_hi; k++) {
+            if (isinf(nxt[k]))
+                continue;
+            double R = least_recompute_ms(s, p, u, i, k, in_flight, per_flight, per_freed);
+            double own = arrive + M * (work[k] - work[i] + R);
+            if (waits) { /* its wait for micro-batch 0's round trip */
+                double f = work[k] - work[i] - (bwd[k] - bwd[i]);
+                double idle = trip[k] - (ahead - 1) * f;
+                own += idle > 0 ? idle : 0;
+            }
+            double tail = latency + tails[k] - tails[i];
+            if (state[k] - state[i] > cap || !(own + tail <= x))
+                break;
+            double chain = back[k] + bwd[k] - bwd[i] + R;
+            double V = b < S - 1 && chain > own ? chain : own;
+            if (V + tail <= x && V < best)
+                best = V;
+        }
+        cur[i] = best;
+    }
+    memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
+    for (*from_lo = first; *from_lo <= last && isinf(nxt[*from_lo]); ++*from_lo)
+        ;
+    for (*from_hi = last; *from_hi >= *from_lo && isinf(nxt[*from_hi]); --*from_hi)
+        ;
+    return *from_lo <= *from_hi;
 }
 
-/* The orders of the kinds, order[0..depth) fixed and the kinds in `left` (a bit each) to
- * come: whether some split of one could step in x. */
-static int some_order(const struct pool_shape *s, const struct pool_prefixes *p,
-                      int *order, int depth, unsigned left, int *kind_at,
-                      const int *in_flights, double x, double *at)
+/* The kinds in `left` (a bit each), each kind's stages together in some order, on the
+ * positions before `end`, the positions from `end` on placed already (their DP's nxt at
+ * depth d, finite from from_lo to from_hi): whether some order and split could step in x.
+ * Orders that end alike share the DP of their end (and most are refuted there). */
+static int could_suffix(const struct could_walk *w, unsigned left, int end, int d,
+                        int from_lo, int from_hi)
 {
+    int L = w->s->L;
+    const double *placed = w->nxt + (size_t)d * (L + 1);
     if (left == 0)
-        return split_could_step(s, p, kind_at, in_flights, positions(s, order, kind_at), x,
-                                at);
-    for (int u = 0; u < s->used; u++)
-        if (left >> u & 1) {
-            order[depth] = u;
-            if (some_order(s, p, order, depth + 1, left & ~(1u << u), kind_at, in_flights, x,
-                           at))
-                return 1;
-        }
+        return !isinf(placed[0]);
+    double *nxt = w->nxt + (size_t)(d + 1) * (L + 1);
+    for (int u = 0; u < w->s->used; u++) {
+        if (!(left >> u & 1))
+            continue;
+        int lo = from_lo, hi = from_hi, alive = 1, start = end - w->s->stages[u];
+        memcpy(nxt, placed, (size_t)(L + 1) * sizeof *nxt);
+        for (int b = end - 1; alive && b >= start; b--)
+            alive = could_row(w, b, u, nxt, &lo, &hi);
+        if (alive && could_suffix(w, left & ~(1u << u), start, d + 1, lo, hi))
+            return 1;
+    }
     return 0;
 }
 
@@ -546,24 +545,29 @@ void pool_prefixes_free(struct pool_prefixes *p)
 
 int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes *p, double x)
 {
-    int order[POOL_KINDS_MAX], S = 0;
+    int S = 0, L = s->L;
     for (int u = 0; u < s->used; u++)
         S += s->stages[u];
-    int *kind_at = malloc(2 * (size_t)S * sizeof *kind_at);
-    double *at = malloc(4 * ((size_t)s->L + 1) * sizeof *at);
-    if (kind_at == NULL || at == NULL) {
-        free(kind_at);
+    if (L < S || S < 1)
+        return 0;
+    int *in_flights = malloc((size_t)S * sizeof *in_flights);
+    double *at = malloc((size_t)(4 + s->used) * ((size_t)L + 1) * sizeof *at);
+    if (in_flights == NULL || at == NULL) {
+        free(in_flights);
         free(at);
         return 1; /* nothing proved */
     }
-    int *in_flights = kind_at + S; /* per position, whatever the order (read only when
-                                      activations must stay: least_recompute_ms) */
+    /* per position, whatever the order (read only when activations must stay:
+       least_recompute_ms) */
     for (int b = 0; b < S; b++)
         in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 0;
     /* rounding never leaves out a split that steps in x */
-    int could = some_order(s, p, order, 0, (1u << s->used) - 1, kind_at, in_flights,
-                           x * (1 + 1e-9), at);
-    free(kind_at);
+    struct could_walk w = {s, p, in_flights, S, x * (1 + 1e-9), at, at + L + 1,
+                           at + 2 * (L + 1), at + 3 * (L + 1)};
+    for (int k = 0; k <= L; k++)
+        w.nxt[k] = k == L ? 0 : INFINITY; /* no position after the last */
+    int could = could_suffix(&w, (1u << s->used) - 1, S, 0, L, L);
+    free(in_flights);
     free(at);
     return could;
 }

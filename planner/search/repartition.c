@@ -71,6 +71,8 @@ struct search {
     long nodes, leaves, budget;
     double deadline; /* CLOCK_MONOTONIC seconds past which the search stops (INFINITY: none) */
     int may_stop;    /* bound_table may stop at the deadline with only any_order_bound */
+    double enough;   /* bound_table may stop once G(0, 0) is known to be this or more
+                      * (INFINITY: never): the order is then left out whatever the rest */
     int dived;       /* branch has reached a split */
     int pair;        /* bound_table and tight_bound add window_bound (tighten only: the search's
                       * own bounds, and so the plans it finds, stay as they were) */
@@ -743,7 +745,10 @@ static double any_order_bound(const struct search *s);
  * each stage's `after` and `drain` taken as the least possible Q and D of what follows it,
  * and each T as far as known without a knapsack (floor_ms with range_floor's relaxation, so
  * that the tables solve only short ranges' knapsacks; the splits simulated solve theirs).
- * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). */
+ * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). Each G(k, i)
+ * is at least the least G(k + 1, .) (a stage's bound holds what follows it), so G(0, 0) is at
+ * least the least of any row: once that reaches s->enough, G(0, 0) is set to it and the rest
+ * is left unbuilt. */
 static int bound_table(struct search *s)
 {
     int S = s->S, N = s->N;
@@ -756,6 +761,7 @@ static int bound_table(struct search *s)
     *D_at(s, S, N) = -INFINITY;
     for (int k = S - 1; k >= 0 && s->e->code == ERR_OK; k--) {
         int stages_after = S - 1 - k;
+        double row_least = INFINITY;
         if (s->may_stop && past_deadline(s)) {
             *G_at(s, 0, 0) = any_order_bound(s);
             return 0;
@@ -800,6 +806,11 @@ static int bound_table(struct search *s)
             *G_at(s, k, i) = best;
             *Q_at(s, k, i) = least_sum;
             *D_at(s, k, i) = least_drain;
+            row_least = best < row_least ? best : row_least;
+        }
+        if (k > 0 && row_least >= s->enough) {
+            *G_at(s, 0, 0) = row_least;
+            return 1;
         }
         round_trip_table(s, k);
     }
@@ -1500,6 +1511,7 @@ static int repart_search_init(struct search *s, const struct cluster *c,
     s->best_ms = o->cutoff_ms > 0 ? o->cutoff_ms : INFINITY; /* prunes as an incumbent would */
     s->best_memory = INT64_MAX; /* until a leaf is kept: then whether one was kept */
     s->open_bound = INFINITY;
+    s->enough = INFINITY;
     s->pruned_bound = INFINITY;
     framework_ends(s, c, o);
     if (alloc_tables(s, c, e) || time_prefixes(s, c, e))
@@ -1738,7 +1750,9 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
         }
         if (repart_layout(s, kinds, K, kind_of, order))
             break;
+        s->enough = s->best_ms; /* an order bounded there is left out */
         out->tabled[out->n] = (unsigned char)bound_table(s);
+        s->enough = INFINITY;
         tabled += out->tabled[out->n];
         out->bound[out->n++] = *G_at(s, 0, 0);
     } while (s->e->code == ERR_OK && next_permutation(kinds, K));

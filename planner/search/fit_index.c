@@ -1,6 +1,5 @@
 #include "fit_index.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +30,6 @@ struct fit_index {
     struct fit_node *node; /* preorder, the root first */
     int32_t *least;        /* per node, K of them: the fewest GPUs of each kind */
     uint64_t *bits;        /* a query's hits by entry index, cleared as they are read */
-    double *most;          /* per entry: a hit's micro-batches (fit_index_find) */
 };
 
 int fit_index_fits(const int32_t *row, int K, const int64_t *left, int64_t need)
@@ -133,9 +131,8 @@ fit_index_t *fit_index_make(const int32_t *rows, int64_t n, int K)
     x->rows = malloc((size_t)(n > 0 ? n : 1) * (size_t)(K + 1) * sizeof *x->rows);
     x->where = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->where);
     x->bits = calloc((size_t)(n / 64 + 1), sizeof *x->bits);
-    x->most = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->most);
     if (x->order == NULL || x->node == NULL || x->least == NULL || x->rows == NULL ||
-        x->where == NULL || x->bits == NULL || x->most == NULL) {
+        x->where == NULL || x->bits == NULL) {
         fit_index_free(x);
         return NULL;
     }
@@ -159,7 +156,6 @@ void fit_index_free(fit_index_t *x)
     free(x->rows);
     free(x->where);
     free(x->bits);
-    free(x->most);
     free(x);
 }
 
@@ -168,19 +164,8 @@ void fit_index_lower(fit_index_t *x, int64_t i, int32_t cap)
     x->rows[x->where[i] * (x->K + 1)] = cap;
 }
 
-/* What a row that fits `left` takes there: as many replicas as fit, a fraction allowed. */
-static double row_most(const int32_t *row, int K, const int64_t *left)
-{
-    double replicas = INFINITY;
-    for (int k = 0; k < K; k++) {
-        double in = (double)left[k] / row[1 + k];
-        replicas = row[1 + k] > 0 && in < replicas ? in : replicas;
-    }
-    return replicas * row[0];
-}
-
 int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t from,
-                       int64_t to, int64_t *out, double *most)
+                       int64_t to, int64_t *out)
 {
     int K = x->K;
     int64_t stack[FIT_DEPTH_MAX], depth = 0, m = 0;
@@ -204,10 +189,8 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
             for (int64_t i = nd->lo; i < nd->hi; i++) {
                 int64_t e = x->order[i];
                 const int32_t *row = x->rows + i * (K + 1);
-                if (e >= from && e < to && fit_index_fits(row, K, left, need)) {
+                if (e >= from && e < to && fit_index_fits(row, K, left, need))
                     x->bits[e / 64] |= (uint64_t)1 << (e % 64);
-                    x->most[e] = row_most(row, K, left);
-                }
             }
             continue;
         }
@@ -215,10 +198,8 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
         stack[depth++] = at + 1;
     }
     for (int64_t w = from / 64; w <= (to - 1) / 64; w++) {
-        for (uint64_t b = x->bits[w]; b != 0; b &= b - 1, m++) {
-            out[m] = w * 64 + __builtin_ctzll(b);
-            most[m] = x->most[out[m]];
-        }
+        for (uint64_t b = x->bits[w]; b != 0; b &= b - 1)
+            out[m++] = w * 64 + __builtin_ctzll(b);
         x->bits[w] = 0;
     }
     return m;

@@ -19,11 +19,9 @@ void fit_index_free(fit_index_t *x);
 /* Entry i's capacity lowered to cap (no more than it was). */
 void fit_index_lower(fit_index_t *x, int64_t i, int32_t cap);
 /* The entries i in [from, to) that fit `left` for `need` (above), in rising order, into out
- * (room for to - from), and into most the micro-batches as many replicas of each as fit in
- * `left` take, a fraction allowed (min over its kinds of left_k / n_k, times c); their
- * count. */
+ * (room for to - from); their count. */
 int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t from,
-                       int64_t to, int64_t *out, double *most);
+                       int64_t to, int64_t *out);
 /* Whether row i fits `left` for `need`: the test itself. */
 int fit_index_fits(const int32_t *row, int K, const int64_t *left, int64_t need);
 

@@ -110,13 +110,6 @@ struct mix_entry {
     int64_t gpus;
 };
 
-/* A menu entry a replica of fits in seconds()'s GPUs left: its index and density, and at
- * most how many micro-batches its replicas there take at its cap (caps only fall). */
-struct mix_fitting {
-    int64_t i;
-    double density, most;
-};
-
 /* A shape that could be a pair's first group (taking half the micro-batches or more), and a
  * lower bound on the step of every pair it leads. */
 struct mix_lead {
@@ -153,16 +146,7 @@ struct mix_state {
      * entries, 0 after a sort */
     fit_index_t *fit_index;
     int64_t n_indexed, cap_fit;
-    int64_t *hits; /* fit_index_find's */
-    double *hits_most;
-    /* the menu's entries a replica of fits in `fits_left` (GPUs per kind) and whose
-     * replicas there could take fits_need micro-batches, in its order, for the last such
-     * vector seconds() was asked with (the firsts of one shape and dp ask with the same at
-     * each M), from the menu's first fits_upto entries (menu_fits); n_fitting < 0: none
-     * kept */
-    int64_t fits_left[POOL_KINDS_MAX], fits_upto, fits_need;
-    struct mix_fitting *fitting;
-    int64_t n_fitting;
+    int64_t *fitting, n_fitting; /* menu_fits': menu entries */
     struct mix_family *family;
     struct mix_planned *planned;
     int64_t n_planned, cap_planned;
@@ -649,7 +633,6 @@ static void menu_sort(struct mix_state *st)
     qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
     st->menu_lowered = 0;
     st->n_indexed = 0;
-    st->n_fitting = -1;
 }
 
 /* The menu's index made again (its order changed). */
@@ -672,44 +655,26 @@ static int menu_index(struct mix_state *st, struct err *e)
     return ERR_OK;
 }
 
-/* The menu's index, made again after it changed, and the
- * entries a replica of fits in `left` (st->fitting) whose replicas there could take
- * `need_last` (what the first leaves at its most micro-batches: the least seconds() asks of
- * them with this `left`), as far as a density at which all of `left` could not take `need`
- * (where seconds() stops): a first at more micro-batches asks for more of the list, which
- * grows. */
-static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need,
-                     int64_t need_last, struct err *e)
+/* The menu's entries (st->fitting, in its order) a replica of fits in `left` whose replicas
+ * there could take `need` (fit_index.h: as many as fit, a fraction allowed), the index made
+ * again first if the menu changed. */
+static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, struct err *e)
 {
-    int K = st->pm->K, same = st->n_fitting >= 0 && st->n_indexed == st->n_menu &&
-                              st->fits_need <= need_last;
     int64_t gpus = 0;
-    for (int k = 0; k < K; k++)
-        same &= st->fits_left[k] == left[k], gpus += left[k];
-    if (!same && st->cap_fit < st->n_menu) {
-        struct mix_fitting *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
-        int64_t *hits = realloc(st->hits, (size_t)st->n_menu * sizeof *hits);
-        double *most = realloc(st->hits_most, (size_t)st->n_menu * sizeof *most);
-        if (fitting != NULL)
-            st->fitting = fitting;
-        if (hits != NULL)
-            st->hits = hits;
-        if (most != NULL)
-            st->hits_most = most;
-        if (fitting == NULL || hits == NULL || most == NULL)
+    for (int k = 0; k < st->pm->K; k++)
+        gpus += left[k];
+    if (st->cap_fit < st->n_menu) {
+        int64_t *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
+        if (fitting == NULL)
             return err_set(e, ERR_FAIL, "out of memory");
+        st->fitting = fitting;
         st->cap_fit = st->n_menu;
     }
-    if (!same) {
-        if (st->n_indexed != st->n_menu && menu_index(st, e))
-            return e->code;
-        st->n_fitting = st->fits_upto = 0;
-        st->fits_need = need_last;
-        memcpy(st->fits_left, left, (size_t)K * sizeof *left);
-    }
-    /* the densities fall along the menu (caps lowered since it was sorted leave theirs):
-     * the first entry past the density, by halving */
-    int64_t lo = st->fits_upto, hi = st->n_menu;
+    if (st->n_indexed != st->n_menu && menu_index(st, e))
+        return e->code;
+    /* none past the density at which all of `left` could not take `need` (the densities fall
+     * along the menu; caps lowered since it was sorted leave theirs): found by halving */
+    int64_t lo = 0, hi = st->n_menu;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         if (st->menu[mid].density * (double)gpus < (double)need * MIX_ROUNDING)
@@ -717,12 +682,7 @@ static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need,
         else
             lo = mid + 1;
     }
-    int64_t hits = fit_index_find(st->fit_index, st->fits_left, st->fits_need, st->fits_upto,
-                                  lo, st->hits, st->hits_most);
-    for (int64_t h = 0; h < hits; h++)
-        st->fitting[st->n_fitting++] = (struct mix_fitting){
-            st->hits[h], st->menu[st->hits[h]].density, st->hits_most[h]};
-    st->fits_upto = lo;
+    st->n_fitting = fit_index_find(st->fit_index, left, need, 0, lo, st->fitting);
     return ERR_OK;
 }
 
@@ -769,7 +729,6 @@ static int table_build(struct mix_state *st, double T, struct err *e)
         return ERR_OK;
     st->table_T = T;
     st->n_menu = st->n_indexed = 0;
-    st->n_fitting = -1;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
@@ -1277,21 +1236,17 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
  * left at a shape's density could not take what the first leaves. */
 static int seconds(struct mix_state *st, struct first *f, struct err *e)
 {
-    int64_t left = 0, need = st->B - (int64_t)f->a.dp * f->M;
+    int64_t need = st->B - (int64_t)f->a.dp * f->M;
     int64_t need_last = st->B - (int64_t)f->a.dp * f->M_last; /* at its most micro-batches */
-    for (int k = 0; k < st->pm->K; k++)
-        left += f->left[k];
     if (8 * st->menu_lowered > st->n_menu)
         menu_tighten(st);
-    if (menu_fits(st, f->left, need, need_last, e))
+    if (menu_fits(st, f->left, need, e))
         return e->code;
     for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
-        const struct mix_fitting *g = &st->fitting[at]; /* a replica fits in what is left */
-        if (g->density * (double)left < (double)need * MIX_ROUNDING)
-            break;
-        if (g->most < (double)need * MIX_ROUNDING)
-            continue; /* as many replicas as fit could not take what the first leaves */
-        struct mix_entry *m = &st->menu[g->i];
+        /* a replica fits in what is left, and as many as fit could take what the first
+           leaves */
+        int64_t i = st->fitting[at];
+        struct mix_entry *m = &st->menu[i];
         if (m->cap < 1)
             continue;
         /* enough replicas to take what the first leaves at the menu's cap (at the table's
@@ -1320,7 +1275,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
             int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);
             st->menu_lowered += tight < m->cap;
             cap = m->cap = min64(cap, tight);
-            fit_index_lower(st->fit_index, g->i, (int32_t)cap);
+            fit_index_lower(st->fit_index, i, (int32_t)cap);
         }
         if (most * cap < need)
             continue;
@@ -1622,10 +1577,6 @@ static void mix_free(struct mix_state *st)
     st->menu = NULL;
     fit_index_free(st->fit_index);
     st->fit_index = NULL;
-    free(st->hits);
-    st->hits = NULL;
-    free(st->hits_most);
-    st->hits_most = NULL;
     free(st->fitting);
     st->fitting = NULL;
     free(st->leads);

@@ -145,8 +145,8 @@ struct mix_state {
     /* the menu's capacities and GPUs, indexed (fit_index.h) for menu_fits; n_indexed: its
      * entries, 0 after a sort */
     fit_index_t *fit_index;
-    int64_t n_indexed, cap_fit;
-    int64_t *fitting, n_fitting; /* menu_fits': menu entries */
+    int64_t n_indexed;
+    int64_t *fitting, n_fitting, cap_fitting; /* menu_fits': menu entries */
     struct mix_family *family;
     struct mix_planned *planned;
     int64_t n_planned, cap_planned;
@@ -639,7 +639,7 @@ static void menu_sort(struct mix_state *st)
 static int menu_index(struct mix_state *st, struct err *e)
 {
     int K = st->pm->K;
-    int32_t *rows = malloc((size_t)st->n_menu * (size_t)(K + 1) * sizeof *rows);
+    int32_t *rows = malloc((size_t)(st->n_menu + 1) * (size_t)(K + 1) * sizeof *rows);
     for (int64_t i = 0; rows != NULL && i < st->n_menu; i++) {
         int32_t *row = rows + i * (K + 1);
         row[0] = (int32_t)st->menu[i].cap;
@@ -663,14 +663,14 @@ static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, st
     int64_t gpus = 0;
     for (int k = 0; k < st->pm->K; k++)
         gpus += left[k];
-    if (st->cap_fit < st->n_menu) {
+    if (st->cap_fitting < st->n_menu) {
         int64_t *fitting = realloc(st->fitting, (size_t)st->n_menu * sizeof *fitting);
         if (fitting == NULL)
             return err_set(e, ERR_FAIL, "out of memory");
         st->fitting = fitting;
-        st->cap_fit = st->n_menu;
+        st->cap_fitting = st->n_menu;
     }
-    if (st->n_indexed != st->n_menu && menu_index(st, e))
+    if ((st->fit_index == NULL || st->n_indexed != st->n_menu) && menu_index(st, e))
         return e->code;
     /* none past the density at which all of `left` could not take `need` (the densities fall
      * along the menu; caps lowered since it was sorted leave theirs): found by halving */

@@ -32,7 +32,8 @@ struct fit_index {
     uint64_t *bits;        /* a query's hits by entry index, cleared as they are read */
 };
 
-int fit_index_fits(const int32_t *row, int K, const int64_t *left, int64_t need)
+/* Whether a row fits `left` for `need` (fit_index.h). */
+static int row_fits(const int32_t *row, int K, const int64_t *left, int64_t need)
 {
     int64_t cap = row[0];
     int ok = cap >= 1;
@@ -189,7 +190,7 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
             for (int64_t i = nd->lo; i < nd->hi; i++) {
                 int64_t e = x->order[i];
                 const int32_t *row = x->rows + i * (K + 1);
-                if (e >= from && e < to && fit_index_fits(row, K, left, need))
+                if (e >= from && e < to && row_fits(row, K, left, need))
                     x->bits[e / 64] |= (uint64_t)1 << (e % 64);
             }
             continue;

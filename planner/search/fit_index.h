@@ -1,8 +1,8 @@
 /* Which of many pipeline shapes a GPU budget could take (pool_mixed.c's seconds). Each entry
  * is a row of 1 + K whole numbers: its capacity c (micro-batches a replica could take), then
  * the GPUs n_k of each of K kinds a replica needs. Entry i fits `left` GPUs per kind for
- * `need` micro-batches when every n_k <= left_k and need n_k <= left_k c (as many replicas
- * as fit there, a fraction allowed, take need at c). A k-d tree over the rows finds those
+ * `need` micro-batches when c >= 1, every n_k <= left_k and need n_k <= left_k c (as many
+ * replicas as fit there, a fraction allowed, take need at c). A k-d tree over the rows finds those
  * without reading the entries of subtrees that need more of some kind than is left, or more
  * than their best capacity could use: for a first group that holds most of one kind, the
  * menu's scan read nine entries out of ten to keep one. */
@@ -22,7 +22,5 @@ void fit_index_lower(fit_index_t *x, int64_t i, int32_t cap);
  * (room for to - from); their count. */
 int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t from,
                        int64_t to, int64_t *out);
-/* Whether row i fits `left` for `need`: the test itself. */
-int fit_index_fits(const int32_t *row, int K, const int64_t *left, int64_t need);
 
 #endif

@@ -412,6 +412,17 @@ static double least_recompute_ms(const struct pool_shape *s, const struct pool_p
     return excess > 0 ? excess * per_freed : 0;
 }
 
+/* What could_row reads and where it writes (pool_could_step_with carves the arrays). */
+struct could_walk {
+    const struct pool_shape *s;
+    const struct pool_prefixes *p;
+    const int *in_flights; /* per position */
+    int S;
+    double x;
+    double *cur, *trip, *back; /* scratch, L + 1 each */
+    double *nxt;               /* per depth of the walk (kinds placed), L + 1 each */
+};
+
 /* Whether positions of these kinds can split the layers with every stage b (layers i..k-1,
  * kind u, T_b its fwd + bwd + the least recomputation its memory forces, g_b its bwd + that
  * recomputation, which runs right before each backward) ending its step under x. Its last
@@ -429,20 +440,11 @@ static double least_recompute_ms(const struct pool_shape *s, const struct pool_p
  * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
  * least V_{b+1} of a split of the layers from k over the positions after b (less is never
  * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
- * layer (could_row, one position). */
-struct could_walk {
-    const struct pool_shape *s;
-    const struct pool_prefixes *p;
-    const int *in_flights; /* per position */
-    int S;
-    double x;
-    double *cur, *trip, *back; /* scratch, L + 1 each */
-    double *nxt;               /* per depth of the walk (kinds placed), L + 1 each */
-};
-
-/* Position b of kind u before the positions after it, whose least V from each end k is
- * nxt[k] (finite from *from_lo to *from_hi): nxt made b's, and its ends; 0 when no split of
- * the layers from any start fits the positions from b. */
+ * layer.
+ *
+ * One row of that DP: position b of kind u before the positions after it, whose least V from
+ * each end k is nxt[k] (finite from *from_lo to *from_hi): nxt made b's, and its ends; 0 when
+ * no split of the layers from any start fits the positions from b. */
 static int could_row(const struct could_walk *w, int b, int u, double *nxt, int *from_lo,
                      int *from_hi)
 {

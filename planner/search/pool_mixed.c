@@ -1244,11 +1244,9 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         return e->code;
     for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
         /* a replica fits in what is left, and as many as fit could take what the first
-           leaves */
+           leaves (with some capacity: only this entry's turn lowers it) */
         int64_t i = st->fitting[at];
         struct mix_entry *m = &st->menu[i];
-        if (m->cap < 1)
-            continue;
         /* enough replicas to take what the first leaves at the menu's cap (at the table's
          * T, at least the best's: no less than the cap there), within what is left */
         int64_t replicas = need > m->cap ? (need + m->cap - 1) / m->cap : 1;

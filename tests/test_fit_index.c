@@ -8,19 +8,22 @@
 #include "fit_index.h"
 #include "testutil.h"
 
-/* Entry e fits left for need, read off its row the plain way. */
-static int scan_fits(const int32_t *rows, int K, int64_t e, const int64_t *left, int64_t need)
+/* Entry e fits left for need within `most` replicas, read off its row the plain way. */
+static int scan_fits(const int32_t *rows, int K, int64_t e, const int64_t *left, int64_t need,
+                     int64_t most)
 {
     const int32_t *row = rows + e * (K + 1);
     if (row[0] < 1)
         return 0;
-    for (int k = 0; k < K; k++) {
-        if (row[1 + k] > left[k])
+    /* the fewest whole replicas that take need at the row's capacity, one at least */
+    int64_t replicas = 1;
+    while (replicas * row[0] < need)
+        replicas++;
+    if (replicas > most)
+        return 0;
+    for (int k = 0; k < K; k++)
+        if (replicas * row[1 + k] > left[k])
             return 0;
-        /* as many replicas as fit of this kind, a fraction allowed, at the row's capacity */
-        if (row[1 + k] > 0 && (int64_t)row[1 + k] * need > left[k] * (int64_t)row[0])
-            return 0;
-    }
     return 1;
 }
 
@@ -58,14 +61,15 @@ static void test_against_scan(void)
             CU_ASSERT_FATAL(got != NULL);
             for (int q = 0; q < 60; q++) {
                 int64_t left[8], need = test_rng_int(&r, -5, q % 2 ? 40 : 300);
+                int64_t most = q % 4 == 0 ? test_rng_int(&r, 0, 6) : 1000;
                 for (int k = 0; k < K; k++)
                     left[k] = test_rng_int(&r, 0, q % 3 == 0 ? 8 : 100);
                 int64_t from = test_rng_int(&r, -2, n), to = test_rng_int(&r, from, n + 3);
                 if (q % 5 == 0)
                     from = 0, to = n;
-                int64_t m = fit_index_find(x, left, need, from, to, got), at = 0, bad = 0;
+                int64_t m = fit_index_find(x, left, need, most, from, to, got), at = 0, bad = 0;
                 for (int64_t e = from < 0 ? 0 : from; e < to && e < n; e++)
-                    if (scan_fits(rows, K, e, left, need))
+                    if (scan_fits(rows, K, e, left, need, most))
                         bad += at >= m || got[at++] != e;
                 bad += at != m;
                 if (bad)
@@ -98,19 +102,23 @@ static void test_by_hand(void)
 {
     int32_t rows[] = {4, 2, 0, 3, 1, 2, 0, 1, 1};
     fit_index_t *x = fit_index_make(rows, 3, 2);
-    int64_t got[3], left[2] = {8, 2};
+    int64_t got[3], left[2] = {8, 2}, seven[2] = {7, 2};
     CU_ASSERT_FATAL(x != NULL);
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 3, 0, 3, got), 2);
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 3, 100, 0, 3, got), 2);
     CU_ASSERT(got[0] == 0 && got[1] == 1);
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 4, 0, 3, got), 1); /* 3 < 4 for the second */
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 4, 100, 0, 3, got), 1); /* 3 < 4 for the second */
     CU_ASSERT_EQUAL(got[0], 0);
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 16, 0, 3, got), 1);
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 17, 0, 3, got), 0);
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 3, 1, 3, got), 1); /* from entry 1 on */
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 16, 100, 0, 3, got), 1);
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 17, 100, 0, 3, got), 0);
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 16, 3, 0, 3, got), 0); /* 4 replicas, 3 allowed */
+    /* 7 A hold 3.5 replicas of the first: 14 micro-batches at a fraction, 12 whole */
+    CU_ASSERT_EQUAL(fit_index_find(x, seven, 13, 100, 0, 3, got), 0);
+    CU_ASSERT_EQUAL(fit_index_find(x, seven, 12, 100, 0, 3, got), 1);
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 3, 100, 1, 3, got), 1); /* from entry 1 on */
     CU_ASSERT_EQUAL(got[0], 1);
     fit_index_lower(x, 0, 2); /* 4 replicas take 8 micro-batches now */
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 9, 0, 3, got), 0);
-    CU_ASSERT_EQUAL(fit_index_find(x, left, 8, 0, 3, got), 1);
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 9, 100, 0, 3, got), 0);
+    CU_ASSERT_EQUAL(fit_index_find(x, left, 8, 100, 0, 3, got), 1);
     fit_index_free(x);
 }
 

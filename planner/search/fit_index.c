@@ -32,13 +32,19 @@ struct fit_index {
     uint64_t *bits;        /* a query's hits by entry index, cleared as they are read */
 };
 
-/* Whether a row fits `left` for `need` (fit_index.h). */
-static int row_fits(const int32_t *row, int K, const int64_t *left, int64_t need)
+/* The replicas that take `need` at capacity cap (cap >= 1). */
+static int64_t replicas_for(int64_t need, int64_t cap)
 {
-    int64_t cap = row[0];
-    int ok = cap >= 1;
+    return need > cap ? (need + cap - 1) / cap : 1;
+}
+
+/* Whether r replicas of at least `least` GPUs per kind fit `left` within `most`. */
+static int replicas_fit(const int32_t *least, int K, const int64_t *left, int64_t r,
+                        int64_t most)
+{
+    int ok = r <= most;
     for (int k = 0; k < K; k++)
-        ok &= (row[1 + k] <= left[k]) & (need * row[1 + k] <= left[k] * cap);
+        ok &= r * least[k] <= left[k];
     return ok;
 }
 
@@ -165,8 +171,8 @@ void fit_index_lower(fit_index_t *x, int64_t i, int32_t cap)
     x->rows[x->where[i] * (x->K + 1)] = cap;
 }
 
-int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t from,
-                       int64_t to, int64_t *out)
+int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t most,
+                       int64_t from, int64_t to, int64_t *out)
 {
     int K = x->K;
     int64_t stack[FIT_DEPTH_MAX], depth = 0, m = 0;
@@ -179,18 +185,17 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
         int64_t at = stack[--depth];
         const struct fit_node *nd = &x->node[at];
         const int32_t *least = x->least + at * K;
-        /* every entry below needs more of some kind than is left, or more than the most
-           capacity below could take what is needed with */
-        int out_of_reach = nd->last < from || nd->first >= to || nd->cap < 1;
-        for (int k = 0; k < K; k++)
-            out_of_reach |= (least[k] > left[k]) | (need * least[k] > left[k] * nd->cap);
-        if (out_of_reach)
+        /* every entry below takes as many replicas as the most capacity below asks for, or
+           more, and each as many GPUs of each kind as the fewest below, or more */
+        if (nd->last < from || nd->first >= to || nd->cap < 1 ||
+            !replicas_fit(least, K, left, replicas_for(need, nd->cap), most))
             continue;
         if (nd->right == 0) {
             for (int64_t i = nd->lo; i < nd->hi; i++) {
                 int64_t e = x->order[i];
                 const int32_t *row = x->rows + i * (K + 1);
-                if (e >= from && e < to && row_fits(row, K, left, need))
+                if (e >= from && e < to && row[0] >= 1 &&
+                    replicas_fit(row + 1, K, left, replicas_for(need, row[0]), most))
                     x->bits[e / 64] |= (uint64_t)1 << (e % 64);
             }
             continue;

@@ -655,10 +655,11 @@ static int menu_index(struct mix_state *st, struct err *e)
     return ERR_OK;
 }
 
-/* The menu's entries (st->fitting, in its order) a replica of fits in `left` whose replicas
- * there could take `need` (fit_index.h: as many as fit, a fraction allowed), the index made
- * again first if the menu changed. */
-static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, struct err *e)
+/* The menu's entries (st->fitting, in its order) whose replicas, `most` at most, fit in
+ * `left` and could take `need` at the entry's capacity (fit_index.h), the index made again
+ * first if the menu changed. */
+static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, int64_t most,
+                     struct err *e)
 {
     int64_t gpus = 0;
     for (int k = 0; k < st->pm->K; k++)
@@ -682,7 +683,7 @@ static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, st
         else
             lo = mid + 1;
     }
-    st->n_fitting = fit_index_find(st->fit_index, left, need, 0, lo, st->fitting);
+    st->n_fitting = fit_index_find(st->fit_index, left, need, most, 0, lo, st->fitting);
     return ERR_OK;
 }
 
@@ -1240,24 +1241,14 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
     int64_t need_last = st->B - (int64_t)f->a.dp * f->M_last; /* at its most micro-batches */
     if (8 * st->menu_lowered > st->n_menu)
         menu_tighten(st);
-    if (menu_fits(st, f->left, need, e))
+    /* enough replicas to take what the first leaves at the menu's cap (at the table's T, at
+       least the best's: no less than the cap there), within what is left */
+    if (menu_fits(st, f->left, need, st->B - f->a.dp, e))
         return e->code;
-    for (int64_t at = 0; at < st->n_fitting && !st->skip; at++) {
-        /* a replica fits in what is left, and as many as fit could take what the first
-           leaves (with some capacity: only this entry's turn lowers it) */
-        int64_t i = st->fitting[at];
+    for (int64_t at = 0; at < st->n_fitting && !st->skip && !mix_stopped(st); at++) {
+        /* with some capacity still: only this entry's turn lowers it */
+        int64_t i = st->fitting[at], most = st->B - f->a.dp;
         struct mix_entry *m = &st->menu[i];
-        /* enough replicas to take what the first leaves at the menu's cap (at the table's
-         * T, at least the best's: no less than the cap there), within what is left */
-        int64_t replicas = need > m->cap ? (need + m->cap - 1) / m->cap : 1;
-        int64_t most = st->B - f->a.dp;
-        int fits = replicas <= most;
-        for (int k = 0; k < st->pm->K; k++)
-            fits &= replicas * m->n[k] <= f->left[k];
-        if (!fits)
-            continue;
-        if (mix_stopped(st))
-            break;
         for (int k = 0; k < st->pm->K; k++)
             if (m->n[k] > 0)
                 most = min64(most, f->left[k] / m->n[k]);

@@ -419,10 +419,10 @@ static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *
 /* shape_cap refined: the most M at which some order and split of x could step under T
  * (pool_could_step, with the family's most favourable costs), kept per shape and computed
  * again once T has fallen MIX_TABLE_STALE below the T it was for. Callers that need only
- * `at_least` get, when a single probe there fails, an upper bound under it: could_step falls
- * with M, so one probe refutes every M from at_least up; callers that will ask again as low
- * as `down_to` (a first at more micro-batches leaves a second fewer) get a probe there too,
- * so that one refutation answers them all, or else the exact capacity. */
+ * `at_least`, and will ask again as low as `down_to` (a first at more micro-batches leaves a
+ * second fewer), get, when a single probe at the lower of the two fails, an upper bound under
+ * it: could_step falls with M, so that one refutation answers them all (nearly every shape a
+ * second is sought among ends so); else the exact capacity. */
 static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, double T,
                                int64_t at_least, int64_t down_to)
 {
@@ -435,19 +435,20 @@ static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, 
     struct mix_family *f;
     int exact = 1;
     if (hi > 0 && family_shape(st, x, 1, &s, &f)) {
-        if (at_least > 1 && at_least <= hi) { /* one probe first */
+        int64_t least = down_to < at_least ? down_to : at_least;
+        if (least > 1 && least <= hi) { /* one probe first, where they will go */
+            s.M = (double)least;
+            if (family_could_step(f, &s, T))
+                lo = least;
+            else
+                hi = least - 1, exact = 0, lo = hi;
+        }
+        if (exact && at_least > least && at_least <= hi) { /* and one where this one asks */
             s.M = (double)at_least;
             if (family_could_step(f, &s, T))
                 lo = at_least;
             else
-                hi = at_least - 1, exact = 0, lo = hi;
-        }
-        if (!exact && down_to < at_least && down_to <= hi) { /* and one where they will go */
-            s.M = (double)down_to;
-            if (family_could_step(f, &s, T))
-                lo = down_to, exact = 1;
-            else
-                hi = down_to - 1, lo = hi;
+                hi = at_least - 1;
         }
         while (exact && lo < hi) { /* could_step(lo) (lo 0: none), not could_step(hi + 1) */
             int64_t mid = lo + (hi - lo + 1) / 2;

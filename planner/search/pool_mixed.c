@@ -84,8 +84,10 @@ struct mix_planned {
        (replicas_step_floor; 0: none known) */
     double floor_ms;
     int floor_N;
-    /* the entry of M 0, one per shape and dp: from gone_M micro-batches on, no split of the
-       group steps alone under T (a search proved it at gone_M; 0: none known) */
+    /* the entry of M 0, one per shape and dp: from gone_M micro-batches on, no pair holding
+       the group steps under T (a search proved it at gone_M: no split of it steps alone
+       under T, or none with its gradients reduced over dp + 1 replicas, the fewest a pair
+       reduces over; 0: none known) */
     int gone_M;
 };
 
@@ -1036,6 +1038,10 @@ static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x
     int refuted = rc == ERR_NOFIT && found.present && found.lower_bound >= mix_T(st);
     st->r->refuted += refuted;
     st->r->reduced += refuted;
+    if (refuted) {
+        struct mix_planned *from = planned_of(st, x, dp, 0);
+        from->gone_M = from->gone_M == 0 || M < from->gone_M ? M : from->gone_M;
+    }
     return refuted;
 }
 
@@ -1165,13 +1171,24 @@ static double first_floor(struct mix_state *st, const struct first *f, int N, st
 }
 
 /* The first planned: 1 when it fits, steps alone under T and its floor with one more replica
- * is under T; 0 (and the seconds' enumeration over) when not. */
+ * is under T; 0 (and the seconds' enumeration over) when not. Before it is planned, a search
+ * with its reduction over one more replica may prove that no pair holds it: nearly every first
+ * a second gets as far as is refuted, by that search or by its plan's floor, and the search
+ * saves the plan, and where the floor would refute it, a second search at the next M. */
 static int first_ready(struct mix_state *st, struct first *f, struct err *e)
 {
     if (f->state == 0) {
         struct mix_planned *ga;
         int N = f->a.dp + 1;
-        if (planned_reserve(st, 2, e) || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
+        if (planned_reserve(st, 2, e))
+            return 0;
+        ga = planned_find(st, &f->a.x, f->a.dp, f->M);
+        if ((ga == NULL || ga->state == 0) && !group_refuted(st, &f->a.x, f->a.dp, N, f->M) &&
+            group_reduced_refuted(st, &f->a.x, f->a.dp, f->M, e)) {
+            f->gone = 1, f->state = -1, st->skip = 1;
+            return 0;
+        }
+        if (e->code || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
             return 0;
         f->gone = ga == NULL;
         f->state = ga != NULL && first_floor(st, f, N, e) < mix_T(st) && !e->code ? 1 : -1;
@@ -1305,13 +1322,11 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
          * least left for the second */
         int64_t half = (st->B + 2 * dp - 1) / (2 * dp), rest = (st->B - room + dp - 1) / dp;
         int64_t lo = half > rest ? half : rest, hi = min64(cap, (st->B - 2) / dp + 1);
-        int floored = 0; /* the first at the M before had a plan whose floor was over T */
         f.M_last = (int)hi;
         for (int64_t M = lo < 1 ? 1 : lo; M <= hi && !mix_stopped(st); M++) {
             int N = (int)dp + 1;
             if (group_bound(st, x, (int)dp, N, M) >= mix_T(st) ||
-                planned_reserve(st, 2, e) || group_refuted(st, x, (int)dp, N, (int)M) ||
-                (floored && group_reduced_refuted(st, x, (int)dp, (int)M, e)))
+                planned_reserve(st, 2, e) || group_refuted(st, x, (int)dp, N, (int)M))
                 break; /* more micro-batches only add */
             f.M = (int)M;
             f.state = f.gone = 0;
@@ -1322,8 +1337,7 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
             if (rc)
                 return e->code;
             if (f.gone)
-                break; /* no plan of it under T: at more micro-batches neither */
-            floored = f.state < 0;
+                break; /* no pair holds it: at more micro-batches neither */
         }
     }
     return ERR_OK;

@@ -1292,6 +1292,22 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
     return e->code;
 }
 
+/* The least M a first of dp replicas of x may take (0: none): half the micro-batches or more,
+ * and the rest within what the GPUs it leaves could take (the table's room). */
+static int64_t first_least_M(const struct mix_state *st, const struct mix_shape *x, int64_t dp,
+                             const int64_t *all)
+{
+    int64_t left[POOL_KINDS_MAX];
+    for (int k = 0; k < st->pm->K; k++)
+        left[k] = all[k] - dp * x->n[k];
+    int64_t room = table_at(st, left); /* the most any second could take */
+    if (room < 1)
+        return 0;
+    int64_t half = (st->B + 2 * dp - 1) / (2 * dp), rest = (st->B - room + dp - 1) / dp;
+    int64_t lo = half > rest ? half : rest;
+    return lo < 1 ? 1 : lo;
+}
+
 /* A first group of shape x (taking half the micro-batches or more): every dp, and every M
  * its bounds allow under T, from the least; planned, then its step with the reduction over
  * one more replica (replicas_step_floor, the second's pipeline free) must be under T before
@@ -1309,21 +1325,24 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
     if (cap == 0 || 2 * min64(most * cap, st->B) < st->B)
         return ERR_OK;
-    int64_t half = (st->B + 2 * most - 1) / (2 * most);
-    cap = shape_cap_tight(st, x, mix_T(st), half, half);
+    /* its tight capacity at the least M any dp asks of it (one probe refutes most leads) */
+    int64_t least = 0;
+    for (int64_t dp = 1; dp <= most; dp++) {
+        int64_t lo = first_least_M(st, x, dp, all);
+        if (lo > 0 && lo <= min64(cap, (st->B - 2) / dp + 1) && (least == 0 || lo < least))
+            least = lo;
+    }
+    cap = least > 0 ? shape_cap_tight(st, x, mix_T(st), least, least) : 0;
     for (int64_t dp = 1; cap > 0 && dp <= most && !mix_stopped(st); dp++) {
         struct first f = {.a = {.x = *x, .dp = (int)dp}, .floor = st->floors};
         for (int k = 0; k < st->pm->K; k++)
             f.left[k] = all[k] - dp * x->n[k];
-        int64_t room = table_at(st, f.left); /* the most any second could take */
-        if (room < 1)
+        /* at most its capacity, and one micro-batch at least left for the second */
+        int64_t lo = first_least_M(st, x, dp, all), hi = min64(cap, (st->B - 2) / dp + 1);
+        if (lo < 1)
             continue;
-        /* half the micro-batches or more; the rest within the second's room; and one at
-         * least left for the second */
-        int64_t half = (st->B + 2 * dp - 1) / (2 * dp), rest = (st->B - room + dp - 1) / dp;
-        int64_t lo = half > rest ? half : rest, hi = min64(cap, (st->B - 2) / dp + 1);
         f.M_last = (int)hi;
-        for (int64_t M = lo < 1 ? 1 : lo; M <= hi && !mix_stopped(st); M++) {
+        for (int64_t M = lo; M <= hi && !mix_stopped(st); M++) {
             int N = (int)dp + 1;
             if (group_bound(st, x, (int)dp, N, M) >= mix_T(st) ||
                 planned_reserve(st, 2, e) || group_refuted(st, x, (int)dp, N, (int)M))

@@ -138,6 +138,59 @@ static void test_pruned_equals_exhaustive(void)
     CU_ASSERT(left_for_memory > 0);
 }
 
+/* With the optimizer and activations allowed on the host (a node's host memory and link per
+ * entry; the last case streams weights too), V100s of `v_bytes`: the pruned search still
+ * equals the exhaustive one, and no candidate the bounds refute fits (the bytes the bounds
+ * count on the device are the least the actions leave there). */
+static void test_host_actions(void)
+{
+    static const struct {
+        int a, v, global_batch;
+        long long v_bytes;
+    } host_cases[] = {{4, 4, 16, 7000000}, {2, 6, 8, 7000000}, {2, 8, 16, 4500000}};
+    for (size_t i = 0; i < sizeof host_cases / sizeof *host_cases; i++) {
+        char text[4096], file[1024];
+        snprintf(text, sizeof text,
+                 "{\"format\":\"ballast-cluster/1\",\"schedule\":\"1f1b\",\"global_batch\":%d,"
+                 "\"link\":{\"gbps\":10,\"latency_us\":5},\"shard_optimizer\":true,\"pool\":["
+                 "{\"device\":\"%s\",\"count\":%d,\"per_node\":2,\"memory_bytes\":40000000000,"
+                 "\"profile\":\"%s\",\"node_link\":{\"gbps\":400,\"latency_us\":1},"
+                 "\"host_link\":{\"gbps\":100,\"latency_us\":2},"
+                 "\"node_host_memory_bytes\":100000000000},"
+                 "{\"device\":\"%s\",\"count\":%d,\"per_node\":2,\"memory_bytes\":%lld,"
+                 "\"profile\":\"%s\",\"node_link\":{\"gbps\":200,\"latency_us\":1},"
+                 "\"host_link\":{\"gbps\":100,\"latency_us\":2},"
+                 "\"node_host_memory_bytes\":100000000000}]}",
+                 host_cases[i].global_batch, kinds[0], host_cases[i].a, profiles[0], kinds[1],
+                 host_cases[i].v, host_cases[i].v_bytes, profiles[1]);
+        snprintf(file, sizeof file, "%s", test_write("pool-host.json", text));
+        struct plan all, pruned;
+        struct pool_result ra, rp;
+        struct plan_options o;
+        struct err e;
+        err_clear(&e);
+        plan_options_default(&o);
+        o.search_gap = 0;
+        o.estimate = estimate_profile;
+        o.actions = PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER |
+                    (i == 2 ? PLAN_ACTION_WEIGHTS : 0);
+        int rc = pool_search_pruned(file, &o, 0, &all, &ra, &e);
+        if (rc == ERR_OK && (rc = pool_search_pruned(file, &o, POOL_KEEP, &pruned, &rp, &e)))
+            plan_free(&all);
+        if (rc != ERR_OK)
+            fprintf(stderr, "%s\n", e.msg);
+        CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
+        printf("\n  host actions, A100 %d, V100 %d of %lld bytes: %ld of %ld planned (%ld fit), "
+               "%.6f ms (all: %.6f), %ld refuted but fit", host_cases[i].a, host_cases[i].v,
+               host_cases[i].v_bytes, rp.candidates, ra.candidates, ra.fitted,
+               pruned.iteration_ms, all.iteration_ms, ra.refuted_but_fits);
+        CU_ASSERT_EQUAL(ra.refuted_but_fits, 0);
+        CU_ASSERT_EQUAL(pruned.iteration_ms, all.iteration_ms);
+        plan_free(&pruned);
+        plan_free(&all);
+    }
+}
+
 /* The cutoff: above the step the same plan, below it ERR_NOFIT with a certified bound between
  * the cutoff (less the gap) and the step; a cluster that cannot fit says INFINITY. */
 static void test_cutoff(void)
@@ -267,6 +320,7 @@ int main(void)
     CU_add_test(s, "the pruned search equals the exhaustive one; bounds hold",
                 test_pruned_equals_exhaustive);
     CU_add_test(s, "--repartition's cutoff", test_cutoff);
+    CU_add_test(s, "the optimizer and activations on the host", test_host_actions);
     CU_add_test(s, "the time limit and the certified gap", test_time_limit);
     CU_add_test(s, "micro-batch sizes", test_micro_batch_sizes);
     if (write_profiles() != 0) {

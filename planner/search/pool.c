@@ -630,7 +630,7 @@ int pool_search_model(const struct pool_model *pm, const struct plan_options *o,
     r->n_kinds = pm->K;
     for (int k = 0; k < pm->K; k++)
         snprintf(r->device[k], sizeof r->device[k], "%s", pm->kind[k].device);
-    int rc = pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), 1, &st.costs, e);
+    int rc = pool_costs_cache_make(pm, o->actions, 1, &st.costs, e);
     if (rc == ERR_OK)
         rc = prune ? search_pruned(&st, e) : enumerate(&st, e);
     pool_costs_cache_free(st.costs);

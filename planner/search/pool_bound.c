@@ -45,9 +45,10 @@ void pool_costs_free(struct pool_costs *c)
     memset(c, 0, sizeof *c);
 }
 
-void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
-                     int overlap_backward, struct pool_costs *out)
+void pool_costs_fill(const struct cluster *c, int replicas, int actions, int overlap_backward,
+                     struct pool_costs *out)
 {
+    int device_optimizer = !(actions & PLAN_ACTION_OPTIMIZER);
     const struct profile *p = cluster_stage_profile(c, 0);
     const struct link *link = &c->stages[0].dp_link;
     struct link next = cluster_link(c, 0); /* to a next stage, were there one */
@@ -68,7 +69,10 @@ void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer
         out->tail_ms[l] = per_byte * bytes_ms + device_optimizer * y->optimizer_ms -
                           overlap * y->bwd_ms;
         out->send_ms[l] = link_transfer_ms(&next, y->out_bytes);
-        out->state[l] = cost_layer_state(y, COST_PLACE_DEVICE);
+        out->state[l] = actions & PLAN_ACTION_WEIGHTS
+                            ? 0
+                            : cost_layer_state(y, device_optimizer ? COST_PLACE_DEVICE
+                                                                   : COST_PLACE_HOST);
         out->act[l] = y->act_bytes;
         out->least_kept[l] = y->act_bytes;
         for (int k = 0; k < cost_choice_count(y); k++) { /* keep, full, each option */
@@ -105,20 +109,20 @@ struct pool_costs_bucket {
 
 struct pool_costs_cache {
     const struct pool_model *pm;
-    int device_optimizer, overlap_backward, L;
+    int actions, overlap_backward, L;
     long serial;
     struct pool_costs_bucket *bucket[POOL_KINDS_MAX]; /* (per_node + 1) x sizes each */
 };
 
-int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
-                          int overlap_backward, struct pool_costs_cache **out, struct err *e)
+int pool_costs_cache_make(const struct pool_model *pm, int actions, int overlap_backward,
+                          struct pool_costs_cache **out, struct err *e)
 {
     struct pool_costs_cache *c = calloc(1, sizeof *c);
     *out = c;
     if (c == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     c->pm = pm;
-    c->device_optimizer = device_optimizer;
+    c->actions = actions;
     c->overlap_backward = overlap_backward;
     c->L = model_layer_count(&pm->model);
     for (int k = 0; k < pm->K; k++)
@@ -157,7 +161,7 @@ static int fill_slot(struct pool_costs_cache *c, int k, int tp, int size,
         return -1;
     if (pool_model_cluster(c->pm, &pipe, &cl, &e))
         return -1;
-    pool_costs_fill(&cl, slot->replicas, c->device_optimizer, c->overlap_backward,
+    pool_costs_fill(&cl, slot->replicas, c->actions, c->overlap_backward,
                     &slot->costs);
     slot->costs.serial = ++c->serial;
     cluster_free(&cl);

@@ -21,7 +21,8 @@ struct pool_costs {
                         latency, plus its optimizer step on the device, less its backward
                         when the reduction is bucketed (it may overlap the last backward) */
     double *send_ms; /* per layer: its output (or its gradient) over the link between stages */
-    int64_t *state;  /* per layer: parameter, gradient and optimizer bytes a GPU keeps */
+    int64_t *state;  /* per layer: the least parameter, gradient and optimizer bytes a GPU
+                        keeps (pool_costs_fill) */
     int64_t *act, *least_kept; /* per layer: activation bytes a micro-batch keeps with nothing
                                   recomputed, and the least any recomputation keeps */
     double freed_per_ms; /* the most activation bytes a ms of recomputation frees, over the
@@ -61,19 +62,22 @@ void pool_costs_free(struct pool_costs *c);
 int pool_costs_copy(struct pool_costs *to, const struct pool_costs *from, int L);
 /* The costs of c's stage 0 alone, its gradients reduced over `replicas` replicas of all the
  * pipelines reducing together (the stage's own dp replicas when alone; <= 1: no reduction),
- * its optimizer step on the device when device_optimizer. overlap_backward: the reduction
- * may overlap the stage's last backward where c buckets it, as sim.c runs one pipeline's
- * replicas; 0: it starts after the last backward, as replicas_step runs pipelines side by
- * side (replicas.h), so no backward comes off the tail. */
-void pool_costs_fill(const struct cluster *c, int replicas, int device_optimizer,
-                     int overlap_backward, struct pool_costs *out);
+ * under the plan's `actions` (planner.h): its optimizer step on the device unless the
+ * optimizer may go to the host, and its state the least those actions leave on the device
+ * (the optimizer's part on the host, the weights' too where they may stream).
+ * overlap_backward: the reduction may overlap the stage's last backward where c buckets it,
+ * as sim.c runs one pipeline's replicas; 0: it starts after the last backward, as
+ * replicas_step runs pipelines side by side (replicas.h), so no backward comes off the
+ * tail. */
+void pool_costs_fill(const struct cluster *c, int replicas, int actions, int overlap_backward,
+                     struct pool_costs *out);
 
 /* The costs of a pool's stages, made from its model in memory when first asked for and kept
- * a while (a few dp and replica counts per kind, tp and size); pool_costs_fill's
- * device_optimizer and overlap_backward for all. */
+ * a while (a few dp and replica counts per kind, tp and size); pool_costs_fill's actions and
+ * overlap_backward for all. */
 struct pool_costs_cache;
-int pool_costs_cache_make(const struct pool_model *pm, int device_optimizer,
-                          int overlap_backward, struct pool_costs_cache **out, struct err *e);
+int pool_costs_cache_make(const struct pool_model *pm, int actions, int overlap_backward,
+                          struct pool_costs_cache **out, struct err *e);
 void pool_costs_cache_free(struct pool_costs_cache *c);
 /* Kind k's stage of tp GPUs at size index `size`, replicated dp times (its optimizer state
  * sharded over them with shard_optimizer), its gradients reduced over `replicas`; NULL when

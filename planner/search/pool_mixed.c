@@ -1623,7 +1623,7 @@ static int mix_setup(struct mix_state *st, const struct plan_options *o, struct 
     if ((st->family = calloc(MIX_FAMILIES, sizeof *st->family)) == NULL)
         return err_set(e, ERR_FAIL, "out of memory");
     /* a pair's reductions start after each stage's last backward (replicas_step) */
-    return pool_costs_cache_make(pm, !(o->actions & PLAN_ACTION_OPTIMIZER), 0, &st->costs, e) ||
+    return pool_costs_cache_make(pm, o->actions, 0, &st->costs, e) ||
            table_alloc(st, e);
 }
 

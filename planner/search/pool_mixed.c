@@ -1172,9 +1172,9 @@ static double first_floor(struct mix_state *st, const struct first *f, int N, st
 
 /* The first planned: 1 when it fits, steps alone under T and its floor with one more replica
  * is under T; 0 (and the seconds' enumeration over) when not. Before it is planned, a search
- * with its reduction over one more replica may prove that no pair holds it: nearly every first
- * a second gets as far as is refuted, by that search or by its plan's floor, and the search
- * saves the plan, and where the floor would refute it, a second search at the next M. */
+ * with its reduction over one more replica may prove that no pair holds it (nearly every first
+ * a second gets this far beside is refuted, and so without its plan, or where its plan's floor
+ * would refute it, a second search at the next M). */
 static int first_ready(struct mix_state *st, struct first *f, struct err *e)
 {
     if (f->state == 0) {

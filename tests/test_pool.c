@@ -61,8 +61,9 @@ static const struct pool_case cases[] = {
     {4, 4, 16, ",\"dp_link\":{\"gbps\":1,\"latency_us\":50},\"micro_batch_sizes\":[1,2,4]"},
 };
 
-/* The exhaustive search (every candidate planned) and the pruned one of the file, exact. */
-static void search_both(const char *file, struct plan *all, struct pool_result *ra,
+/* The exhaustive search (every candidate planned) and the pruned one of the file, exact, with
+ * the default --actions (0) or these. */
+static void search_both(const char *file, int actions, struct plan *all, struct pool_result *ra,
                         struct plan *pruned, struct pool_result *rp)
 {
     struct plan_options o;
@@ -71,6 +72,7 @@ static void search_both(const char *file, struct plan *all, struct pool_result *
     plan_options_default(&o);
     o.search_gap = 0;
     o.estimate = estimate_profile; /* a pool with "micro_batch_sizes" */
+    o.actions = actions ? actions : o.actions;
     int rc = pool_search_pruned(file, &o, 0, all, ra, &e);
     if (rc == ERR_OK && (rc = pool_search_pruned(file, &o, POOL_KEEP, pruned, rp, &e)) != ERR_OK)
         plan_free(all);
@@ -91,7 +93,7 @@ static void test_pruned_equals_exhaustive(void)
         struct plan_options o;
         struct err e;
         err_clear(&e);
-        search_both(file, &all, &ra, &pruned, &rp);
+        search_both(file, 0, &all, &ra, &pruned, &rp);
         printf("\n  A100 %d, V100 %d, batch %d: %ld of %ld candidates planned (%ld cut, %ld "
                "cannot fit); %.6f ms (all: %.6f); bound/step at most %.6f; gap %.3g%%",
                pc->a, pc->v, pc->global_batch, rp.candidates, ra.candidates, rp.cut,
@@ -166,20 +168,10 @@ static void test_host_actions(void)
         snprintf(file, sizeof file, "%s", test_write("pool-host.json", text));
         struct plan all, pruned;
         struct pool_result ra, rp;
-        struct plan_options o;
-        struct err e;
-        err_clear(&e);
-        plan_options_default(&o);
-        o.search_gap = 0;
-        o.estimate = estimate_profile;
-        o.actions = PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER |
-                    (i == 2 ? PLAN_ACTION_WEIGHTS : 0);
-        int rc = pool_search_pruned(file, &o, 0, &all, &ra, &e);
-        if (rc == ERR_OK && (rc = pool_search_pruned(file, &o, POOL_KEEP, &pruned, &rp, &e)))
-            plan_free(&all);
-        if (rc != ERR_OK)
-            fprintf(stderr, "%s\n", e.msg);
-        CU_ASSERT_EQUAL_FATAL(rc, ERR_OK);
+        search_both(file,
+                    PLAN_ACTION_RECOMPUTE | PLAN_ACTION_OFFLOAD | PLAN_ACTION_OPTIMIZER |
+                        (i == 2 ? PLAN_ACTION_WEIGHTS : 0),
+                    &all, &ra, &pruned, &rp);
         printf("\n  host actions, A100 %d, V100 %d of %lld bytes: %ld of %ld planned (%ld fit), "
                "%.6f ms (all: %.6f), %ld refuted but fit", host_cases[i].a, host_cases[i].v,
                host_cases[i].v_bytes, rp.candidates, ra.candidates, ra.fitted,
@@ -247,7 +239,7 @@ static void test_time_limit(void)
     struct pool_result ra, rx, r;
     struct plan_options o;
     struct err e;
-    search_both(file, &all, &ra, &exact, &rx);
+    search_both(file, 0, &all, &ra, &exact, &rx);
     plan_free(&exact);
     err_clear(&e);
     plan_options_default(&o);

@@ -6,7 +6,8 @@
  * k-d tree over the rows finds those without reading the entries of subtrees that need more
  * of some kind than is left for the replicas their best capacity asks for: for a first group
  * that holds most of one kind, the menu's scan read nine entries out of ten to keep one, and
- * a test of a fraction of a replica kept 160 for every one whole replicas fit. */
+ * a test that let a fraction of a replica fit found 160 entries for each one whose whole
+ * replicas fit. */
 #ifndef BALLAST_FIT_INDEX_H
 #define BALLAST_FIT_INDEX_H
 

@@ -899,12 +899,20 @@ static struct mix_planned *planned_find(const struct mix_state *st, const struct
     return NULL;
 }
 
-/* Whether a search proved that no split of the group at M steps alone under T: at M or more
- * micro-batches (each stage only holds more in flight and runs longer) none does either. */
+/* Whether a search proved that no pair holding the group at M steps under T (gone_M): at M
+ * or more micro-batches (each stage only holds more in flight and runs longer) none does
+ * either. */
 static int group_gone(const struct mix_state *st, const struct mix_shape *x, int dp, int M)
 {
     const struct mix_planned *g = st->early ? planned_find(st, x, dp, 0) : NULL;
     return g != NULL && g->gone_M > 0 && M >= g->gone_M;
+}
+
+/* A search proved it of the group at M (group_gone); planned_reserve made room. */
+static void group_gone_from(struct mix_state *st, const struct mix_shape *x, int dp, int M)
+{
+    struct mix_planned *from = planned_of(st, x, dp, 0);
+    from->gone_M = from->gone_M == 0 || M < from->gone_M ? M : from->gone_M;
 }
 
 /* Room for `more` entries (the table at most half full): entries move, so no pointer into it
@@ -977,11 +985,8 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     err_clear(e);
     g->fits = rc == ERR_OK;
     /* nothing fits, or the search's certified bound is T or more (not a search stopped) */
-    if (!g->fits && (!g->plan.search.present || g->plan.search.lower_bound >= mix_T(st))) {
-        int M = g->M;
-        struct mix_planned *from = planned_of(st, x, g->dp, 0);
-        from->gone_M = from->gone_M == 0 || M < from->gone_M ? M : from->gone_M;
-    }
+    if (!g->fits && (!g->plan.search.present || g->plan.search.lower_bound >= mix_T(st)))
+        group_gone_from(st, x, g->dp, g->M);
     if (!g->fits)
         return ERR_OK;
     for (int s = 0; s < g->plan.n_stages; s++)
@@ -1005,8 +1010,8 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
  * --repartition's certified bound on that cluster, searched to the end under the cutoff T.
  * Every plan of the group then has a floor (replicas_step_floor, over N > dp replicas: the
  * same reduction, over as many or more) of T or more, and so at more micro-batches too: a
- * first group at M or more is never under T beside any second. Recompute only (the search's
- * bound). */
+ * first group at M or more is never under T beside any second (kept: group_gone_from, for
+ * which planned_reserve made room). Recompute only (the search's bound). */
 static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int M,
                                  struct err *e)
 {
@@ -1038,10 +1043,8 @@ static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x
     int refuted = rc == ERR_NOFIT && found.present && found.lower_bound >= mix_T(st);
     st->r->refuted += refuted;
     st->r->reduced += refuted;
-    if (refuted) {
-        struct mix_planned *from = planned_of(st, x, dp, 0);
-        from->gone_M = from->gone_M == 0 || M < from->gone_M ? M : from->gone_M;
-    }
+    if (refuted)
+        group_gone_from(st, x, dp, M);
     return refuted;
 }
 

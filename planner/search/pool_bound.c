@@ -423,7 +423,7 @@ struct could_walk {
     const int *in_flights; /* per position */
     int S;
     double x;
-    double *cur, *trip, *back; /* scratch, L + 1 each */
+    double *trip, *back;       /* scratch, L + 1 each */
     double *nxt;               /* per depth of the walk (kinds placed), L + 1 each */
 };
 
@@ -448,7 +448,8 @@ struct could_walk {
  *
  * One row of that DP: position b of kind u before the positions after it, whose least V from
  * each end k is nxt[k] (finite from *from_lo to *from_hi): nxt made b's, and its ends; 0 when
- * no split of the layers from any start fits the positions from b. */
+ * no split of the layers from any start fits the positions from b. In place: b's entry from
+ * start i reads only the entries after i, so the starts go up. */
 static int could_row(const struct could_walk *w, int b, int u, double *nxt, int *from_lo,
                      int *from_hi)
 {
@@ -458,7 +459,7 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
     double latency = s->costs[0]->latency_ms, M = s->M, x = w->x;
     /* per end k: what the stage's position asks of its successors: micro-batch 0's round
      * trip past k, and the last backward's gradient back over the link */
-    double *cur = w->cur, *trip = w->trip, *back = w->back;
+    double *trip = w->trip, *back = w->back;
     int first = b, last = L - (S - b); /* a layer for every position */
     int in_flight = w->in_flights[b], waits = one_f_one_b && b < S - 1;
     double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
@@ -475,11 +476,11 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
             trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
         back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
     }
-    for (int i = 0; i <= L; i++)
-        cur[i] = INFINITY;
+    int lo = *from_lo, hi = *from_hi;
+    *from_lo = L + 1, *from_hi = -1;
     for (int i = first; i <= last; i++) {
         double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0), best = INFINITY;
-        for (int k = i + 1 > *from_lo ? i + 1 : *from_lo; k <= *from_hi; k++) {
+        for (int k = i + 1 > lo ? i + 1 : lo; k <= hi; k++) {
             if (isinf(nxt[k]))
                 continue;
             double R = least_recompute_ms(s, p, u, i, k, in_flight, per_flight, per_freed);
@@ -497,13 +498,15 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
             if (V + tail <= x && V < best)
                 best = V;
         }
-        cur[i] = best;
+        nxt[i] = best;
+        if (!isinf(best)) {
+            *from_lo = *from_lo < i ? *from_lo : i;
+            *from_hi = i;
+        }
     }
-    memcpy(nxt, cur, (size_t)(L + 1) * sizeof *nxt);
-    for (*from_lo = first; *from_lo <= last && isinf(nxt[*from_lo]); ++*from_lo)
-        ;
-    for (*from_hi = last; *from_hi >= *from_lo && isinf(nxt[*from_hi]); --*from_hi)
-        ;
+    for (int k = lo; k <= hi; k++)
+        if (k < first || k > last)
+            nxt[k] = INFINITY; /* the positions after b's, not b's */
     return *from_lo <= *from_hi;
 }
 
@@ -557,7 +560,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     if (L < S || S < 1)
         return 0;
     int *in_flights = malloc((size_t)S * sizeof *in_flights);
-    double *at = malloc((size_t)(4 + s->used) * ((size_t)L + 1) * sizeof *at);
+    double *at = malloc((size_t)(3 + s->used) * ((size_t)L + 1) * sizeof *at);
     if (in_flights == NULL || at == NULL) {
         free(in_flights);
         free(at);
@@ -569,7 +572,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
         in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 0;
     /* rounding never leaves out a split that steps in x */
     struct could_walk w = {s, p, in_flights, S, x * (1 + 1e-9), at, at + L + 1,
-                           at + 2 * (L + 1), at + 3 * (L + 1)};
+                           at + 2 * (L + 1)};
     for (int k = 0; k <= L; k++)
         w.nxt[k] = k == L ? 0 : INFINITY; /* no position after the last */
     int could = could_suffix(&w, (1u << s->used) - 1, S, 0, L, L);

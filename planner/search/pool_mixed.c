@@ -91,15 +91,14 @@ struct mix_planned {
     int gone_M;
 };
 
-/* A shape's capacity under T by pool_could_step (shape_cap_tight), kept: exact, or only an
- * upper bound (what a single probe proved). */
+/* A shape's capacities under T, kept: by pool_could_step (shape_cap_tight), exact or only an
+ * upper bound (what a single probe proved); and by the bounds alone (shape_cap) for the last
+ * T asked (the tables', the leads' and the firsts' alike). */
 struct mix_tight {
-    int used;
     uint64_t code;
-    int size;
-    double T;
-    int64_t cap;
-    int exact;
+    double T, loose_T; /* -1: none yet */
+    int64_t cap, loose_cap;
+    int used, size, exact;
 };
 
 /* A shape on the table's menu: its code, its capacity under the table's T, and that over the
@@ -330,7 +329,7 @@ static int64_t cap_first(struct mix_state *st, struct pool_shape *s, const struc
 }
 
 /* The most micro-batches a replica of x could take with its step under T (0: none). */
-static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double T)
+static int64_t shape_cap_of(struct mix_state *st, const struct mix_shape *x, double T)
 {
     const struct mix_family *f = family_of(st, x);
     if (f == NULL || !f->known)
@@ -384,38 +383,62 @@ static uint64_t tight_hash(uint64_t code, int size)
     return (code ^ ((uint64_t)size << 56)) * 0x9e3779b97f4a7c15ull;
 }
 
-/* x's entry in the kept capacities (NULL: no memory). */
+/* The kept capacities, twice as many slots (-1: no memory). */
+static int tight_grow(struct mix_state *st)
+{
+    int64_t cap = st->cap_tight ? 2 * st->cap_tight : MIX_PLANNED_MIN;
+    struct mix_tight *grown = calloc((size_t)cap, sizeof *grown);
+    if (grown == NULL)
+        return -1;
+    for (int64_t i = 0; i < st->cap_tight; i++)
+        for (int64_t j = 0; st->tight[i].used; j++) {
+            struct mix_tight *t = &grown[(tight_hash(st->tight[i].code, st->tight[i].size) +
+                                          (uint64_t)j) % (uint64_t)cap];
+            if (!t->used) {
+                *t = st->tight[i];
+                break;
+            }
+        }
+    free(st->tight);
+    st->tight = grown;
+    st->cap_tight = cap;
+    return 0;
+}
+
+/* x's entry in the kept capacities (NULL: no memory). An entry found stays where it is: the
+ * table grows only for a new one. */
 static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *x)
 {
-    if (2 * (st->n_tight + 1) > st->cap_tight) {
-        int64_t cap = st->cap_tight ? 2 * st->cap_tight : MIX_PLANNED_MIN;
-        struct mix_tight *grown = calloc((size_t)cap, sizeof *grown);
-        if (grown == NULL)
-            return NULL;
-        for (int64_t i = 0; i < st->cap_tight; i++)
-            for (int64_t j = 0; st->tight[i].used; j++) {
-                struct mix_tight *t = &grown[(tight_hash(st->tight[i].code, st->tight[i].size) +
-                                              (uint64_t)j) % (uint64_t)cap];
-                if (!t->used) {
-                    *t = st->tight[i];
-                    break;
-                }
-            }
-        free(st->tight);
-        st->tight = grown;
-        st->cap_tight = cap;
-    }
-    for (int64_t i = 0;; i++) {
-        struct mix_tight *t =
-            &st->tight[(tight_hash(x->code, st->size) + (uint64_t)i) % (uint64_t)st->cap_tight];
-        if (t->used && t->code == x->code && t->size == st->size)
-            return t;
-        if (!t->used) {
-            *t = (struct mix_tight){1, x->code, st->size, -1, 0, 0};
+    for (;;) {
+        for (int64_t i = 0; st->cap_tight > 0; i++) {
+            struct mix_tight *t = &st->tight[(tight_hash(x->code, st->size) + (uint64_t)i) %
+                                             (uint64_t)st->cap_tight];
+            if (t->used && t->code == x->code && t->size == st->size)
+                return t;
+            if (t->used)
+                continue;
+            if (2 * (st->n_tight + 1) > st->cap_tight)
+                break; /* new, and no room kept for it */
+            *t = (struct mix_tight){.used = 1, .code = x->code, .size = st->size, .T = -1,
+                                    .loose_T = -1};
             st->n_tight++;
             return t;
         }
+        if (tight_grow(st))
+            return NULL;
     }
+}
+
+/* shape_cap_of, kept per shape for the last T asked. */
+static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double T)
+{
+    struct mix_tight *t = tight_of(st, x);
+    if (t != NULL && t->loose_T == T)
+        return t->loose_cap;
+    int64_t cap = shape_cap_of(st, x, T);
+    if (t != NULL)
+        t->loose_T = T, t->loose_cap = cap;
+    return cap;
 }
 
 /* shape_cap refined: the most M at which some order and split of x could step under T

@@ -421,6 +421,8 @@ struct could_walk {
     const struct pool_shape *s;
     const struct pool_prefixes *p;
     const int *in_flights; /* per position */
+    const int *front;      /* per set of kinds: front_reach's */
+    int *reach;            /* per position: the furthest its start could be (reach_after) */
     int S;
     double x;
     double *trip, *back;       /* scratch, L + 1 each */
@@ -469,6 +471,8 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
     double ahead = S - b < M ? S - b : (int)M; /* forwards before its first backward */
     if (b == 0)
         last = 0; /* stage 0 starts at layer 0: no other start is asked for */
+    if (last > w->reach[b])
+        last = w->reach[b];
     if (last > *from_hi - 1)
         last = *from_hi - 1;
     for (int k = *from_lo; k <= *from_hi; k++) {
@@ -510,6 +514,64 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
     return *from_lo <= *from_hi;
 }
 
+/* Whether the layers i..k-1 could be the stage of kind u at position b stepping in x:
+ * micro-batch 0's arrival, its M forwards and backwards with the least recomputation and its
+ * tail within x, and its state within capacity (could_row's test, less the wait for the
+ * positions after it). It holds for the layers of any stage that passes that test, and for
+ * any fewer of them ending at k: a later start arrives later by at most the least forwards
+ * of the layers it leaves out, which its M forwards and backwards lose. */
+static int range_could(const struct pool_shape *s, const struct pool_prefixes *p, int u,
+                       int b, int in_flight, int i, int k, double x)
+{
+    const struct pool_costs *c = s->costs[u];
+    double R = least_recompute_ms(s, p, u, i, k, in_flight, 1.0 / in_flight,
+                                  1 / c->freed_per_ms);
+    double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0);
+    double tail = c->latency_ms + p->tail[u][k] - p->tail[u][i];
+    return p->state[u][k] - p->state[u][i] <= (double)c->capacity * (1 + 1e-12) &&
+           arrive + s->M * (p->work[u][k] - p->work[u][i] + R) + tail <= x;
+}
+
+/* From `from`, the furthest layer the n stages of kind u at positions b.. could hold up to
+ * (range_could's, each from where the one before could end at the furthest: no split of
+ * theirs ends later), and into reach (when not NULL) where each could start at the furthest. */
+static int reach_after(const struct could_walk *w, int u, int b, int n, int from, int *reach)
+{
+    for (int a = b; a < b + n; a++) {
+        if (reach != NULL)
+            reach[a] = from;
+        int k = from;
+        while (k < w->s->L && range_could(w->s, w->p, u, a, w->in_flights[a], from, k + 1, w->x))
+            k++;
+        from = k;
+    }
+    return from;
+}
+
+/* Per set of kinds (a bit each), the furthest layer their stages could hold up to at the
+ * front, in any order (reach_after's, the most over the kind placed last). Whether all of
+ * them could hold every layer. */
+static int front_reach(const struct could_walk *w, int *front)
+{
+    const struct pool_shape *s = w->s;
+    unsigned all = (1u << s->used) - 1;
+    front[0] = 0;
+    for (unsigned set = 1; set <= all; set++) {
+        int before = 0;
+        for (int u = 0; u < s->used; u++)
+            before += (set >> u & 1) ? s->stages[u] : 0;
+        front[set] = 0;
+        for (int u = 0; u < s->used; u++)
+            if (set >> u & 1) {
+                unsigned rest = set & ~(1u << u);
+                int to = reach_after(w, u, before - s->stages[u], s->stages[u], front[rest],
+                                     NULL);
+                front[set] = to > front[set] ? to : front[set];
+            }
+    }
+    return front[all] >= s->L;
+}
+
 /* The kinds in `left` (a bit each), each kind's stages together in some order, on the
  * positions before `end`, the positions from `end` on placed already (their DP's nxt at
  * depth d, finite from from_lo to from_hi): whether some order and split could step in x.
@@ -526,6 +588,9 @@ static int could_suffix(const struct could_walk *w, unsigned left, int end, int 
         if (!(left >> u & 1))
             continue;
         int lo = from_lo, hi = from_hi, alive = 1, start = end - w->s->stages[u];
+        unsigned before = left & ~(1u << u);
+        if (reach_after(w, u, start, w->s->stages[u], w->front[before], w->reach) < lo)
+            continue; /* the positions before the placed ones cannot reach their layers */
         memcpy(nxt, placed, (size_t)(L + 1) * sizeof *nxt);
         for (int b = end - 1; alive && b >= start; b--)
             alive = could_row(w, b, u, nxt, &lo, &hi);
@@ -559,7 +624,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
         S += s->stages[u];
     if (L < S || S < 1)
         return 0;
-    int *in_flights = malloc((size_t)S * sizeof *in_flights);
+    int *in_flights = malloc((2 * (size_t)S + (1u << s->used)) * sizeof *in_flights);
     double *at = malloc((size_t)(3 + s->used) * ((size_t)L + 1) * sizeof *at);
     if (in_flights == NULL || at == NULL) {
         free(in_flights);
@@ -569,10 +634,15 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     /* per position, whatever the order (read only when activations must stay:
        least_recompute_ms) */
     for (int b = 0; b < S; b++)
-        in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 0;
+        in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 1;
     /* rounding never leaves out a split that steps in x */
-    struct could_walk w = {s, p, in_flights, S, x * (1 + 1e-9), at, at + L + 1,
-                           at + 2 * (L + 1)};
+    struct could_walk w = {s, p, in_flights, in_flights + 2 * S, in_flights + S, S,
+                           x * (1 + 1e-9), at, at + L + 1, at + 2 * (L + 1)};
+    if (!front_reach(&w, in_flights + 2 * S)) {
+        free(in_flights);
+        free(at);
+        return 0;
+    }
     for (int k = 0; k <= L; k++)
         w.nxt[k] = k == L ? 0 : INFINITY; /* no position after the last */
     int could = could_suffix(&w, (1u << s->used) - 1, S, 0, L, L);

@@ -85,6 +85,7 @@ struct search {
     double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
     double *a;        /* S: split_bound's backward (with recompute) of each position */
     double *own_end;  /* S: split_bound's own terms to the position's own last backward */
+    int *reach;       /* S: the furthest layer each position could start at (front_reach) */
     /* a framework's least blocks a stage (framework.h min_blocks): position 0 ends at layer
      * first_end_min or later, the last starts at last_start_max or earlier. The bounds relax
      * it (a range's costs ignore it, so they stay monotone in the range); no split breaking
@@ -739,6 +740,24 @@ static void prefix_table(struct search *s)
 static int past_deadline(const struct search *s);
 static double any_order_bound(const struct search *s);
 
+/* The furthest layer each position of the order laid out could start at in a split bounded
+ * under `under`, into s->reach. Every bound of a position is M T or more (own_bound), and T
+ * its layers' forward and backward or more, so the positions before k hold at most what each
+ * one's M forwards and backwards alone fit under it, each from where the one before could end
+ * at the furthest (fewer layers from a later start fit too). */
+static void starts_reach(struct search *s, double under)
+{
+    s->reach[0] = 0;
+    for (int k = 0; k + 1 < s->S; k++) {
+        const double *fwd = s->fwd_prefix[s->pos[k].profile];
+        const double *bwd = s->bwd_prefix[s->pos[k].profile];
+        int from = s->reach[k], to = from;
+        while (to < s->N && s->M * (fwd[to + 1] - fwd[from] + bwd[to + 1] - bwd[from]) < under)
+            to++;
+        s->reach[k + 1] = to;
+    }
+}
+
 /* Q(k, i): least sum of T + 2 c over the ways to put layers i.. on positions k..;
  * D(k, i): least drain_step over those ways;
  * G(k, i): least over those ways of max_{s >= k} (prefix from k to s + own_bound(s)), with
@@ -748,12 +767,14 @@ static double any_order_bound(const struct search *s);
  * 0 when s->may_stop stopped it at the time limit (G(0, 0) then any_order_bound). Each G(k, i)
  * is at least the least G(k + 1, .) (a stage's bound holds what follows it), so G(0, 0) is at
  * least the least of any row: once that reaches s->enough, G(0, 0) is set to it and the rest
- * is left unbuilt. */
-static int bound_table(struct search *s)
+ * is left unbuilt. Under a finite `under` (a little over s->enough), each row's starts past
+ * starts_reach's are left out too: the splits left are bounded as before, the others at
+ * `under` or more (bound_table takes G(0, 0) no higher than that). */
+static int table_rows(struct search *s, double under)
 {
-    int S = s->S, N = s->N;
-    choose_targets(s);
-    prefix_table(s);
+    int S = s->S, N = s->N, cut = !isinf(under);
+    if (cut)
+        starts_reach(s, under);
     for (int k = 0; k <= S; k++)
         for (int i = 0; i <= N; i++)
             *G_at(s, k, i) = *Q_at(s, k, i) = *D_at(s, k, i) = INFINITY;
@@ -766,7 +787,10 @@ static int bound_table(struct search *s)
             *G_at(s, 0, 0) = any_order_bound(s);
             return 0;
         }
-        for (int i = k; i <= N - 1 - stages_after; i++) {
+        int i_last = N - 1 - stages_after;
+        if (cut && i_last > s->reach[k])
+            i_last = s->reach[k]; /* later starts are bounded at `under` or more */
+        for (int i = k; i <= i_last; i++) {
             double best = INFINITY, least_sum = INFINITY, least_drain = INFINITY, r_floor = 0;
             for (int j = i; j <= N - 1 - stages_after; j++) {
                 if (k == S - 1 && j != N - 1)
@@ -810,11 +834,26 @@ static int bound_table(struct search *s)
         }
         if (k > 0 && row_least >= s->enough) {
             *G_at(s, 0, 0) = row_least;
-            return 1;
+            break;
         }
         round_trip_table(s, k);
     }
     return 1;
+}
+
+/* The tables of the order laid out (table_rows), cut where a bound may stop them; made again
+ * uncut when the cut ones leave no split (INFINITY says that none fits). */
+static int bound_table(struct search *s)
+{
+    double under = s->enough * (1 + 1e-9); /* no rounding cuts a split bounded under enough */
+    choose_targets(s);
+    prefix_table(s);
+    int tabled = table_rows(s, under);
+    if (tabled && !isinf(under) && isinf(*G_at(s, 0, 0)))
+        tabled = table_rows(s, INFINITY);
+    else if (tabled && *G_at(s, 0, 0) > under * (1 - 1e-12)) /* less its rounding */
+        *G_at(s, 0, 0) = under * (1 - 1e-12);
+    return tabled;
 }
 
 /* Buckets of tight_bound's suffix sums. */
@@ -1418,6 +1457,7 @@ static void repart_search_free(struct search *s)
     free(s->a_max);
     free(s->a);
     free(s->own_end);
+    free(s->reach);
 }
 
 /* For a framework's plan: the least end of the first stage and the most start of the last,
@@ -1469,11 +1509,12 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->a_max = malloc(S * sizeof *s->a_max);
     s->a = malloc(S * sizeof *s->a);
     s->own_end = malloc(S * sizeof *s->own_end);
+    s->reach = malloc(S * sizeof *s->reach);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos ||
         !s->transfer || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P ||
         !s->first || !s->best_first || !s->best_order || !s->best_link || !s->sim_in ||
         !s->buckets || !s->bwd_scratch || !s->children || !s->own || !s->fill_z || !s->a_max ||
-        !s->a || !s->own_end)
+        !s->a || !s->own_end || !s->reach)
         return err_set(e, ERR_FAIL, "out of memory");
     return ERR_OK;
 }

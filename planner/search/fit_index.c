@@ -1,5 +1,6 @@
 #include "fit_index.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,12 +14,12 @@
 /* Deeper than any tree of 2^63 entries halved down to leaves. */
 #define FIT_DEPTH_MAX 128
 
-/* A subtree: its entries order[lo, hi) and what bounds them (when the index was made). */
+/* A subtree: its entries order[lo, hi) and what bounds them. */
 struct fit_node {
     int64_t lo, hi;
     int64_t right;        /* its second child (the first follows it); 0: a leaf */
     int64_t first, last;  /* the least and the most entry index */
-    int32_t cap;          /* the most capacity */
+    int32_t cap;          /* the most capacity (kept as capacities are lowered) */
 };
 
 struct fit_index {
@@ -29,6 +30,9 @@ struct fit_index {
     int64_t *where;        /* per entry: its place in that order */
     struct fit_node *node; /* preorder, the root first */
     int32_t *least;        /* per node, K of them: the fewest GPUs of each kind */
+    /* per node, K of them: the fewest GPUs of each kind per micro-batch of capacity, n_k / c
+     * (kept as capacities are lowered) */
+    double *least_per;
     uint64_t *bits;        /* a query's hits by entry index, cleared as they are read */
 };
 
@@ -36,6 +40,23 @@ struct fit_index {
 static int64_t replicas_for(int64_t need, int64_t cap)
 {
     return need > cap ? (need + cap - 1) / cap : 1;
+}
+
+/* An entry's GPUs of kind k per micro-batch of its capacity (INFINITY: none). */
+static double per_batch(const int32_t *row, int k)
+{
+    return row[0] >= 1 ? (double)row[1 + k] / row[0] : INFINITY;
+}
+
+/* Whether `need` micro-batches at `per` GPUs of each kind a micro-batch or more could fit
+ * `left`: the replicas that take them at a capacity c number need / c or more (the rounding's
+ * slack: no entry whose replicas fit is left out). */
+static int per_batch_fit(const double *per, int K, const int64_t *left, int64_t need)
+{
+    int ok = 1;
+    for (int k = 0; k < K; k++)
+        ok &= (double)need * per[k] <= (double)left[k] * (1 + 1e-9);
+    return ok;
 }
 
 /* Whether r replicas of at least `least` GPUs per kind fit `left` within `most`. */
@@ -58,6 +79,45 @@ static int64_t nodes_for(int64_t n)
 static int64_t key(const int32_t *rows, int K, int dim, int64_t e)
 {
     return dim < K ? rows[e * (K + 1) + 1 + dim] : e;
+}
+
+/* Internal node at's most capacity and fewest GPUs per micro-batch, from its children's. */
+static void node_combine(fit_index_t *x, int64_t at, int32_t *cap, double *per)
+{
+    int K = x->K;
+    const struct fit_node *a = &x->node[at + 1], *b = &x->node[x->node[at].right];
+    const double *pa = x->least_per + (at + 1) * K, *pb = x->least_per + x->node[at].right * K;
+    *cap = a->cap > b->cap ? a->cap : b->cap;
+    for (int k = 0; k < K; k++)
+        per[k] = fmin(pa[k], pb[k]);
+}
+
+/* Node at's most capacity and fewest GPUs per micro-batch made again from its rows (a leaf)
+ * or its children; whether they changed. */
+static int node_refresh(fit_index_t *x, int64_t at)
+{
+    int K = x->K, changed = 0;
+    struct fit_node *nd = &x->node[at];
+    int32_t cap = 0;
+    double per[FIT_KINDS_MAX], *least_per = x->least_per + at * K;
+    if (nd->right == 0) {
+        for (int k = 0; k < K; k++)
+            per[k] = INFINITY;
+        for (int64_t j = nd->lo; j < nd->hi; j++) {
+            const int32_t *row = x->rows + j * (K + 1);
+            cap = row[0] > cap ? row[0] : cap;
+            for (int k = 0; k < K; k++)
+                per[k] = fmin(per[k], per_batch(row, k));
+        }
+    } else
+        node_combine(x, at, &cap, per);
+    changed |= cap != nd->cap;
+    nd->cap = cap;
+    for (int k = 0; k < K; k++) {
+        changed |= per[k] != least_per[k];
+        least_per[k] = per[k];
+    }
+    return changed;
 }
 
 /* a[lo, hi) reordered so that a[nth] is in its sorted place, none after it less and none
@@ -95,9 +155,10 @@ static void build(fit_index_t *x, const int32_t *rows, int64_t lo, int64_t hi)
     int64_t at = x->n_node++;
     struct fit_node *nd = &x->node[at];
     int32_t *least = x->least + at * K, most[FIT_KINDS_MAX];
+    double *least_per = x->least_per + at * K;
     *nd = (struct fit_node){.lo = lo, .hi = hi, .first = INT64_MAX, .last = -1, .cap = 0};
     for (int k = 0; k < K; k++)
-        least[k] = INT32_MAX, most[k] = 0;
+        least[k] = INT32_MAX, most[k] = 0, least_per[k] = INFINITY;
     for (int64_t i = lo; i < hi; i++) {
         int64_t e = x->order[i];
         const int32_t *row = rows + e * (K + 1);
@@ -107,6 +168,8 @@ static void build(fit_index_t *x, const int32_t *rows, int64_t lo, int64_t hi)
         for (int k = 0; k < K; k++) {
             least[k] = row[1 + k] < least[k] ? row[1 + k] : least[k];
             most[k] = row[1 + k] > most[k] ? row[1 + k] : most[k];
+            if (hi - lo <= FIT_LEAF) /* an internal node's: its children's (below) */
+                least_per[k] = fmin(least_per[k], per_batch(row, k));
         }
     }
     if (hi - lo <= FIT_LEAF)
@@ -120,6 +183,8 @@ static void build(fit_index_t *x, const int32_t *rows, int64_t lo, int64_t hi)
     build(x, rows, lo, mid);
     x->node[at].right = x->n_node;
     build(x, rows, mid, hi);
+    int32_t cap;
+    node_combine(x, at, &cap, x->least_per + at * K);
 }
 
 fit_index_t *fit_index_make(const int32_t *rows, int64_t n, int K)
@@ -135,10 +200,12 @@ fit_index_t *fit_index_make(const int32_t *rows, int64_t n, int K)
     x->order = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->order);
     x->node = malloc((size_t)nodes * sizeof *x->node);
     x->least = malloc((size_t)nodes * (size_t)K * sizeof *x->least);
+    x->least_per = malloc((size_t)nodes * (size_t)K * sizeof *x->least_per);
     x->rows = malloc((size_t)(n > 0 ? n : 1) * (size_t)(K + 1) * sizeof *x->rows);
     x->where = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->where);
     x->bits = calloc((size_t)(n / 64 + 1), sizeof *x->bits);
-    if (x->order == NULL || x->node == NULL || x->least == NULL || x->rows == NULL ||
+    if (x->order == NULL || x->node == NULL || x->least == NULL || x->least_per == NULL ||
+        x->rows == NULL ||
         x->where == NULL || x->bits == NULL) {
         fit_index_free(x);
         return NULL;
@@ -160,6 +227,7 @@ void fit_index_free(fit_index_t *x)
     free(x->order);
     free(x->node);
     free(x->least);
+    free(x->least_per);
     free(x->rows);
     free(x->where);
     free(x->bits);
@@ -168,7 +236,18 @@ void fit_index_free(fit_index_t *x)
 
 void fit_index_lower(fit_index_t *x, int64_t i, int32_t cap)
 {
-    x->rows[x->where[i] * (x->K + 1)] = cap;
+    int64_t at = x->where[i], path[FIT_DEPTH_MAX], depth = 0;
+    int32_t *row = x->rows + at * (x->K + 1);
+    if (cap >= row[0])
+        return;
+    row[0] = cap;
+    for (int64_t nd = 0;; nd = at < x->node[nd + 1].hi ? nd + 1 : x->node[nd].right) {
+        path[depth++] = nd;
+        if (x->node[nd].right == 0)
+            break;
+    }
+    while (depth > 0 && node_refresh(x, path[--depth])) /* up while they change */
+        ;
 }
 
 int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t most,
@@ -188,7 +267,8 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
         /* every entry below takes as many replicas as the most capacity below asks for, or
            more, and each as many GPUs of each kind as the fewest below, or more */
         if (nd->last < from || nd->first >= to || nd->cap < 1 ||
-            !replicas_fit(least, K, left, replicas_for(need, nd->cap), most))
+            !replicas_fit(least, K, left, replicas_for(need, nd->cap), most) ||
+            !per_batch_fit(x->least_per + at * K, K, left, need))
             continue;
         if (nd->right == 0) {
             for (int64_t i = nd->lo; i < nd->hi; i++) {

@@ -652,11 +652,33 @@ static void shape_of_code(const struct mix_state *st, uint64_t code, struct mix_
     }
 }
 
-static void menu_sort(struct mix_state *st)
+/* The menu sorted by density, as its caps are now. `again`: it was sorted, and only the
+ * entries whose caps were lowered since then are out of place: those are sorted alone and
+ * merged back into the others, in order still (the same order as sorting all of them). */
+static void menu_sort(struct mix_state *st, int again)
 {
-    for (int64_t i = 0; i < st->n_menu; i++)
-        st->menu[i].density = (double)st->menu[i].cap / (double)st->menu[i].gpus;
-    qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
+    struct mix_entry *moved = again ? malloc((size_t)st->n_menu * sizeof *moved) : NULL;
+    int64_t kept = 0, n_moved = 0;
+    for (int64_t i = 0; i < st->n_menu; i++) {
+        struct mix_entry m = st->menu[i];
+        double density = (double)m.cap / (double)m.gpus;
+        int lowered = moved != NULL && density != m.density;
+        m.density = density;
+        if (lowered)
+            moved[n_moved++] = m;
+        else
+            st->menu[kept++] = m;
+    }
+    if (moved == NULL)
+        qsort(st->menu, (size_t)st->n_menu, sizeof *st->menu, by_density);
+    else {
+        qsort(moved, (size_t)n_moved, sizeof *moved, by_density);
+        for (int64_t at = st->n_menu, a = kept, b = n_moved; b > 0;) /* from the back */
+            st->menu[--at] = a > 0 && by_density(&st->menu[a - 1], &moved[b - 1]) > 0
+                                 ? st->menu[--a]
+                                 : moved[--b];
+    }
+    free(moved);
     st->menu_lowered = 0;
     st->n_indexed = 0;
 }
@@ -736,7 +758,7 @@ static void menu_tighten(struct mix_state *st)
 {
     if (table_past(st))
         return;
-    menu_sort(st);
+    menu_sort(st, 1);
     if (!table_clear(st))
         return;
     for (int64_t i = 0; i < st->n_menu; i++)
@@ -760,7 +782,7 @@ static int table_build(struct mix_state *st, double T, struct err *e)
         return e->code;
     table_close(st);
     if (!table_past(st))
-        menu_sort(st);
+        menu_sort(st, 0);
     return ERR_OK;
 }
 

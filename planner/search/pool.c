@@ -271,8 +271,7 @@ static int cannot_fit(struct pool_state *st)
 {
     struct pool_shape s;
     struct pool_summary sum;
-    return !(st->o->actions & PLAN_ACTION_OPTIMIZER) && summary_of(st, &s, &sum) &&
-           pool_cannot_fit(&s, &sum);
+    return summary_of(st, &s, &sum) && pool_cannot_fit(&s, &sum);
 }
 
 /* Whether a candidate of this bound could replace the best by more than the search gap

@@ -899,7 +899,7 @@ static double group_bound(struct mix_state *st, const struct mix_shape *x, int d
     if (!group_shape(st, x, dp, N, M, &s))
         return 0;
     pool_summarize(&s, &sum);
-    if (!(st->o.actions & PLAN_ACTION_OPTIMIZER) && pool_cannot_fit(&s, &sum))
+    if (pool_cannot_fit(&s, &sum))
         return INFINITY;
     return pool_bound(&s, &sum);
 }

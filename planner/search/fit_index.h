@@ -10,7 +10,7 @@
  * to keep one, and a test that let a fraction of a replica fit found 160 entries for each one
  * whose whole replicas fit. Both bounds follow capacities lowered (fit_index_lower): the
  * search lowers most of them before the index is made again, and with bounds from when it was
- * made the tree read 60 entries for each it kept, with them 27. */
+ * made the tree read 59 entries for each it kept, with them 27. */
 #ifndef BALLAST_FIT_INDEX_H
 #define BALLAST_FIT_INDEX_H
 

@@ -519,7 +519,8 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
  * tail within x, and its state within capacity (could_row's test, less the wait for the
  * positions after it). It holds for the layers of any stage that passes that test, and for
  * any fewer of them ending at k: a later start arrives later by at most the least forwards
- * of the layers it leaves out, which its M forwards and backwards lose. */
+ * of the layers it leaves out, which its M forwards and backwards lose, and its
+ * recomputation, tail and state only fall. */
 static int range_could(const struct pool_shape *s, const struct pool_prefixes *p, int u,
                        int b, int in_flight, int i, int k, double x)
 {

@@ -85,7 +85,7 @@ struct search {
     double *a_max;    /* S: split_bound's largest backward (with recompute) up to each position */
     double *a;        /* S: split_bound's backward (with recompute) of each position */
     double *own_end;  /* S: split_bound's own terms to the position's own last backward */
-    int *reach;       /* S: the furthest layer each position could start at (front_reach) */
+    int *reach;       /* S: the furthest layer each position could start at (starts_reach) */
     /* a framework's least blocks a stage (framework.h min_blocks): position 0 ends at layer
      * first_end_min or later, the last starts at last_start_max or earlier. The bounds relax
      * it (a range's costs ignore it, so they stay monotone in the range); no split breaking
@@ -768,8 +768,9 @@ static void starts_reach(struct search *s, double under)
  * is at least the least G(k + 1, .) (a stage's bound holds what follows it), so G(0, 0) is at
  * least the least of any row: once that reaches s->enough, G(0, 0) is set to it and the rest
  * is left unbuilt. Under a finite `under` (a little over s->enough), each row's starts past
- * starts_reach's are left out too: the splits left are bounded as before, the others at
- * `under` or more (bound_table takes G(0, 0) no higher than that). */
+ * starts_reach's are left out too, and with them the ways through them: the splits left are
+ * bounded over the ways left (as tight as before or tighter), the others at `under` or more
+ * (bound_table takes G(0, 0) no higher than that). */
 static int table_rows(struct search *s, double under)
 {
     int S = s->S, N = s->N, cut = !isinf(under);
@@ -849,11 +850,13 @@ static int bound_table(struct search *s)
     choose_targets(s);
     prefix_table(s);
     int tabled = table_rows(s, under);
-    if (tabled && !isinf(under) && isinf(*G_at(s, 0, 0)))
-        tabled = table_rows(s, INFINITY);
-    else if (tabled && *G_at(s, 0, 0) > under * (1 - 1e-12)) /* less its rounding */
+    if (!tabled || isinf(under))
+        return tabled;
+    if (isinf(*G_at(s, 0, 0)))
+        return table_rows(s, INFINITY);
+    if (*G_at(s, 0, 0) > under * (1 - 1e-12)) /* less its rounding */
         *G_at(s, 0, 0) = under * (1 - 1e-12);
-    return tabled;
+    return 1;
 }
 
 /* Buckets of tight_bound's suffix sums. */

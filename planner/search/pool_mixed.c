@@ -1313,13 +1313,11 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         return e->code;
     for (int64_t at = 0; at < st->n_fitting && !st->skip && !mix_stopped(st); at++) {
         /* with some capacity still: only this entry's turn lowers it */
-        int64_t i = st->fitting[at], most = st->B - f->a.dp;
+        int64_t i = st->fitting[at];
         struct mix_entry *m = &st->menu[i];
-        for (int k = 0; k < st->pm->K; k++)
-            if (m->n[k] > 0)
-                most = min64(most, f->left[k] / m->n[k]);
         struct mix_shape y;
         shape_of_code(st, m->code, &y);
+        int64_t most = min64(shape_dp_max(st, &y, f->left), st->B - f->a.dp);
         int64_t cap = st->table_T > mix_T(st) ? shape_cap(st, &y, mix_T(st)) : m->cap;
         /* its tight capacity at the least M a replica could take here, kept as the entry's
          * cap: the step to beat only falls while the menu lasts (its density stays, an upper

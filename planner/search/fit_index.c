@@ -82,41 +82,42 @@ static int64_t key(const int32_t *rows, int K, int dim, int64_t e)
 }
 
 /* Internal node at's most capacity and fewest GPUs per micro-batch, from its children's. */
-static void node_combine(fit_index_t *x, int64_t at, int32_t *cap, double *per)
+static void node_combine(fit_index_t *x, int64_t at)
 {
     int K = x->K;
-    const struct fit_node *a = &x->node[at + 1], *b = &x->node[x->node[at].right];
-    const double *pa = x->least_per + (at + 1) * K, *pb = x->least_per + x->node[at].right * K;
-    *cap = a->cap > b->cap ? a->cap : b->cap;
+    struct fit_node *nd = &x->node[at];
+    const struct fit_node *a = &x->node[at + 1], *b = &x->node[nd->right];
+    const double *pa = x->least_per + (at + 1) * K, *pb = x->least_per + nd->right * K;
+    nd->cap = a->cap > b->cap ? a->cap : b->cap;
     for (int k = 0; k < K; k++)
-        per[k] = fmin(pa[k], pb[k]);
+        x->least_per[at * K + k] = fmin(pa[k], pb[k]);
 }
 
 /* Node at's most capacity and fewest GPUs per micro-batch made again from its rows (a leaf)
  * or its children; whether they changed. */
 static int node_refresh(fit_index_t *x, int64_t at)
 {
-    int K = x->K, changed = 0;
+    int K = x->K, changed;
     struct fit_node *nd = &x->node[at];
-    int32_t cap = 0;
-    double per[FIT_KINDS_MAX], *least_per = x->least_per + at * K;
-    if (nd->right == 0) {
+    double was[FIT_KINDS_MAX], *least_per = x->least_per + at * K;
+    int32_t cap = nd->cap;
+    memcpy(was, least_per, (size_t)K * sizeof *was);
+    if (nd->right != 0)
+        node_combine(x, at);
+    else {
+        nd->cap = 0;
         for (int k = 0; k < K; k++)
-            per[k] = INFINITY;
+            least_per[k] = INFINITY;
         for (int64_t j = nd->lo; j < nd->hi; j++) {
             const int32_t *row = x->rows + j * (K + 1);
-            cap = row[0] > cap ? row[0] : cap;
+            nd->cap = row[0] > nd->cap ? row[0] : nd->cap;
             for (int k = 0; k < K; k++)
-                per[k] = fmin(per[k], per_batch(row, k));
+                least_per[k] = fmin(least_per[k], per_batch(row, k));
         }
-    } else
-        node_combine(x, at, &cap, per);
-    changed |= cap != nd->cap;
-    nd->cap = cap;
-    for (int k = 0; k < K; k++) {
-        changed |= per[k] != least_per[k];
-        least_per[k] = per[k];
     }
+    changed = nd->cap != cap;
+    for (int k = 0; k < K; k++)
+        changed |= least_per[k] != was[k];
     return changed;
 }
 
@@ -183,8 +184,7 @@ static void build(fit_index_t *x, const int32_t *rows, int64_t lo, int64_t hi)
     build(x, rows, lo, mid);
     x->node[at].right = x->n_node;
     build(x, rows, mid, hi);
-    int32_t cap;
-    node_combine(x, at, &cap, x->least_per + at * K);
+    node_combine(x, at);
 }
 
 fit_index_t *fit_index_make(const int32_t *rows, int64_t n, int K)
@@ -205,8 +205,7 @@ fit_index_t *fit_index_make(const int32_t *rows, int64_t n, int K)
     x->where = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->where);
     x->bits = calloc((size_t)(n / 64 + 1), sizeof *x->bits);
     if (x->order == NULL || x->node == NULL || x->least == NULL || x->least_per == NULL ||
-        x->rows == NULL ||
-        x->where == NULL || x->bits == NULL) {
+        x->rows == NULL || x->where == NULL || x->bits == NULL) {
         fit_index_free(x);
         return NULL;
     }

@@ -161,8 +161,7 @@ static int fill_slot(struct pool_costs_cache *c, int k, int tp, int size,
         return -1;
     if (pool_model_cluster(c->pm, &pipe, &cl, &e))
         return -1;
-    pool_costs_fill(&cl, slot->replicas, c->actions, c->overlap_backward,
-                    &slot->costs);
+    pool_costs_fill(&cl, slot->replicas, c->actions, c->overlap_backward, &slot->costs);
     slot->costs.serial = ++c->serial;
     cluster_free(&cl);
     return 0;
@@ -421,7 +420,7 @@ struct could_walk {
     const struct pool_shape *s;
     const struct pool_prefixes *p;
     const int *in_flights; /* per position */
-    const int *front;      /* per set of kinds: front_reach's */
+    int *front;            /* per set of kinds: front_reach's */
     int *reach;            /* per position: the furthest its start could be (reach_after) */
     int S;
     double x;
@@ -550,11 +549,12 @@ static int reach_after(const struct could_walk *w, int u, int b, int n, int from
 }
 
 /* Per set of kinds (a bit each), the furthest layer their stages could hold up to at the
- * front, in any order (reach_after's, the most over the kind placed last). Whether all of
- * them could hold every layer. */
-static int front_reach(const struct could_walk *w, int *front)
+ * front, in any order (reach_after's, the most over the kind placed last), into w->front.
+ * Whether all of them could hold every layer. */
+static int front_reach(const struct could_walk *w)
 {
     const struct pool_shape *s = w->s;
+    int *front = w->front;
     unsigned all = (1u << s->used) - 1;
     front[0] = 0;
     for (unsigned set = 1; set <= all; set++) {
@@ -639,7 +639,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     /* rounding never leaves out a split that steps in x */
     struct could_walk w = {s, p, in_flights, in_flights + 2 * S, in_flights + S, S,
                            x * (1 + 1e-9), at, at + L + 1, at + 2 * (L + 1)};
-    if (!front_reach(&w, in_flights + 2 * S)) {
+    if (!front_reach(&w)) {
         free(in_flights);
         free(at);
         return 0;

@@ -424,43 +424,49 @@ struct could_walk {
     int *reach;            /* per position: the furthest its start could be (reach_after) */
     int S;
     double x;
-    double *trip, *back;       /* scratch, L + 1 each */
-    double *nxt;               /* per depth of the walk (kinds placed), L + 1 each */
+    double *trip, *round, *back; /* scratch, L + 1 each */
+    double *nxt, *sum;           /* per depth of the walk (kinds placed), L + 1 each */
 };
 
 /* Whether positions of these kinds can split the layers with every stage b (layers i..k-1,
- * kind u, T_b its fwd + bwd + the least recomputation its memory forces, g_b its bwd + that
- * recomputation, which runs right before each backward) ending its step under x. Its last
- * backward ends at E_b >= V_b = max(F_b + M T_b + W_b, V_{b+1} + g_b): it starts no sooner
- * than micro-batch 0's forward reaches it (F_b >= the least forwards of the layers before i
- * and b sends of the least any of them puts out), then runs M forwards and backwards; under
- * 1F1B it runs w = min(S - b, M) forwards (f_b each) before its first backward, which waits
- * for micro-batch 0's round trip through the stages after it (at least the least work of the
- * layers after b's and 2 (S - 1 - b) sends of the least any layer from b's last on puts out):
- * W_b = max(0, that - (w - 1) f_b) idle; and its last backward takes the last micro-batch's
- * gradient from stage b+1, sent over the link (as many bytes as b's last layer puts out:
- * sim.c). Then its all-reduce A_b and optimizer step O_b (sim.c; in a grouping replicas.c,
- * whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
+ * kind u, T_b = f_b + g_b: its fwd, and g_b its bwd + the least recomputation its memory
+ * forces, which runs right before each backward) ending its step under x. Its last backward
+ * ends at E_b >= V_b = max(F_b + M T_b + H_b + D_b, V_{b+1} + g_b): it starts no sooner than
+ * micro-batch 0's forward reaches it (F_b >= the least forwards of the layers before i and b
+ * sends of the least any of them puts out), then runs M forwards and backwards; under 1F1B it
+ * runs w = min(S - b, M) forwards before its first backward, which waits for micro-batch 0's
+ * round trip through the stages after it: H_b = max(0, Q - (w - 1) f_b) idle, Q at least the
+ * T of the positions after b and both sends over each link from b on (at least the least
+ * work of the layers after b's and 2 (S - 1 - b) sends of the least any layer from b's last
+ * on puts out); with w < M it runs its last forward after M - w backwards, and its w backwards
+ * after that wait for the last micro-batch's round trip: D_b = max(0, Q - (w - 1) g_b) more
+ * (with w = M, E_b >= F_b + M f_b + Q + g_b instead); and its last backward takes the last
+ * micro-batch's gradient from stage b+1, sent over the link (as many bytes as b's last layer
+ * puts out: sim.c). Then its all-reduce A_b and optimizer step O_b (sim.c; in a grouping
+ * replicas.c, whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
  * A_b + O_b >= the tail of pool_bound's section (2). (For stage 0, V_0 is section (1)'s
  * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
- * least V_{b+1} of a split of the layers from k over the positions after b (less is never
- * worse for the positions before); F_b + M T_b, A_b + O_b and the state grow with b's last
+ * least V_{b+1} of a split of the layers from k over the positions after b, and sum[k] the
+ * least Q over those splits, each stage passing this test (less is never worse for the
+ * positions before; the two may come from different splits: floors of each); F_b + M T_b +
+ * the wait with Q at its least over the kinds, A_b + O_b and the state grow with b's last
  * layer.
  *
- * One row of that DP: position b of kind u before the positions after it, whose least V from
- * each end k is nxt[k] (finite from *from_lo to *from_hi): nxt made b's, and its ends; 0 when
- * no split of the layers from any start fits the positions from b. In place: b's entry from
- * start i reads only the entries after i, so the starts go up. */
-static int could_row(const struct could_walk *w, int b, int u, double *nxt, int *from_lo,
-                     int *from_hi)
+ * One row of that DP: position b of kind u before the positions after it, whose least V and
+ * Q from each end k are nxt[k] and sum[k] (finite from *from_lo to *from_hi): both made b's,
+ * and its ends; 0 when no split of the layers from any start fits the positions from b. In
+ * place: b's entry from start i reads only the entries after i, so the starts go up. */
+static int could_row(const struct could_walk *w, int b, int u, double *nxt, double *sum,
+                     int *from_lo, int *from_hi)
 {
     const struct pool_shape *s = w->s;
     const struct pool_prefixes *p = w->p;
     int L = s->L, S = w->S, one_f_one_b = s->schedule == SCHEDULE_1F1B;
     double latency = s->costs[0]->latency_ms, M = s->M, x = w->x;
     /* per end k: what the stage's position asks of its successors: micro-batch 0's round
-     * trip past k, and the last backward's gradient back over the link */
-    double *trip = w->trip, *back = w->back;
+     * trip past k (at its least over the kinds, and over the positions after b), and the last
+     * backward's gradient back over the link */
+    double *least_trip = w->trip, *trip = w->round, *back = w->back;
     int first = b, last = L - (S - b); /* a layer for every position */
     int in_flight = w->in_flights[b], waits = one_f_one_b && b < S - 1;
     double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
@@ -475,33 +481,47 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
     if (last > *from_hi - 1)
         last = *from_hi - 1;
     for (int k = *from_lo; k <= *from_hi; k++) {
-        if (waits)
-            trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
+        if (waits) {
+            least_trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
+            trip[k] = fmax(least_trip[k], sum[k] + 2 * send[k - 1]);
+        }
         back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
     }
     int lo = *from_lo, hi = *from_hi;
     *from_lo = L + 1, *from_hi = -1;
     for (int i = first; i <= last; i++) {
         double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0), best = INFINITY;
+        double least_sum = INFINITY;
         for (int k = i + 1 > lo ? i + 1 : lo; k <= hi; k++) {
             if (isinf(nxt[k]))
                 continue;
             double R = least_recompute_ms(s, p, u, i, k, in_flight, per_flight, per_freed);
-            double own = arrive + M * (work[k] - work[i] + R);
+            double T = work[k] - work[i] + R, g = bwd[k] - bwd[i] + R, f = T - g;
+            double own = arrive + M * T, tail = latency + tails[k] - tails[i];
             if (waits) { /* its wait for micro-batch 0's round trip */
-                double f = work[k] - work[i] - (bwd[k] - bwd[i]);
-                double idle = trip[k] - (ahead - 1) * f;
+                double idle = least_trip[k] - (ahead - 1) * f;
                 own += idle > 0 ? idle : 0;
             }
-            double tail = latency + tails[k] - tails[i];
             if (state[k] - state[i] > cap || !(own + tail <= x))
-                break;
-            double chain = back[k] + bwd[k] - bwd[i] + R;
+                break; /* and every later end */
+            if (waits) { /* the round trips past the positions after b */
+                double head = trip[k] - (ahead - 1) * f, drain = trip[k] - (ahead - 1) * g;
+                own = arrive + M * T + (head > 0 ? head : 0);
+                if (ahead < M)
+                    own += drain > 0 ? drain : 0;
+                else if (arrive + M * f + trip[k] + g > own)
+                    own = arrive + M * f + trip[k] + g;
+            }
+            double chain = back[k] + g;
             double V = b < S - 1 && chain > own ? chain : own;
-            if (V + tail <= x && V < best)
-                best = V;
+            if (!(V + tail <= x))
+                continue;
+            best = V < best ? V : best;
+            double through = T + (b < S - 1 ? 2 * send[k - 1] : 0) + sum[k];
+            least_sum = through < least_sum ? through : least_sum;
         }
         nxt[i] = best;
+        sum[i] = least_sum;
         if (!isinf(best)) {
             *from_lo = *from_lo < i ? *from_lo : i;
             *from_hi = i;
@@ -509,7 +529,7 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, int 
     }
     for (int k = lo; k <= hi; k++)
         if (k < first || k > last)
-            nxt[k] = INFINITY; /* the positions after b's, not b's */
+            nxt[k] = sum[k] = INFINITY; /* the positions after b's, not b's */
     return *from_lo <= *from_hi;
 }
 
@@ -582,9 +602,11 @@ static int could_suffix(const struct could_walk *w, unsigned left, int end, int 
 {
     int L = w->s->L;
     const double *placed = w->nxt + (size_t)d * (L + 1);
+    const double *placed_sum = w->sum + (size_t)d * (L + 1);
     if (left == 0)
         return !isinf(placed[0]);
     double *nxt = w->nxt + (size_t)(d + 1) * (L + 1);
+    double *sum = w->sum + (size_t)(d + 1) * (L + 1);
     for (int u = 0; u < w->s->used; u++) {
         if (!(left >> u & 1))
             continue;
@@ -593,8 +615,9 @@ static int could_suffix(const struct could_walk *w, unsigned left, int end, int 
         if (reach_after(w, u, start, w->s->stages[u], w->front[before], w->reach) < lo)
             continue; /* the positions before the placed ones cannot reach their layers */
         memcpy(nxt, placed, (size_t)(L + 1) * sizeof *nxt);
+        memcpy(sum, placed_sum, (size_t)(L + 1) * sizeof *sum);
         for (int b = end - 1; alive && b >= start; b--)
-            alive = could_row(w, b, u, nxt, &lo, &hi);
+            alive = could_row(w, b, u, nxt, sum, &lo, &hi);
         if (alive && could_suffix(w, left & ~(1u << u), start, d + 1, lo, hi))
             return 1;
     }
@@ -626,7 +649,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     if (L < S || S < 1)
         return 0;
     int *in_flights = malloc((2 * (size_t)S + (1u << s->used)) * sizeof *in_flights);
-    double *at = malloc((size_t)(3 + s->used) * ((size_t)L + 1) * sizeof *at);
+    double *at = malloc((size_t)(5 + 2 * s->used) * ((size_t)L + 1) * sizeof *at);
     if (in_flights == NULL || at == NULL) {
         free(in_flights);
         free(at);
@@ -637,15 +660,17 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     for (int b = 0; b < S; b++)
         in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 1;
     /* rounding never leaves out a split that steps in x */
-    struct could_walk w = {s, p, in_flights, in_flights + 2 * S, in_flights + S, S,
-                           x * (1 + 1e-9), at, at + L + 1, at + 2 * (L + 1)};
+    size_t n = (size_t)L + 1;
+    struct could_walk w = {s,     p,         in_flights, in_flights + 2 * S, in_flights + S, S,
+                           x * (1 + 1e-9), at, at + n, at + 2 * n, at + 3 * n,
+                           at + (4 + (size_t)s->used) * n};
     if (!front_reach(&w)) {
         free(in_flights);
         free(at);
         return 0;
     }
     for (int k = 0; k <= L; k++)
-        w.nxt[k] = k == L ? 0 : INFINITY; /* no position after the last */
+        w.nxt[k] = w.sum[k] = k == L ? 0 : INFINITY; /* no position after the last */
     int could = could_suffix(&w, (1u << s->used) - 1, S, 0, L, L);
     free(in_flights);
     free(at);

@@ -40,6 +40,16 @@ struct position {
     struct link link; /* to the next position */
 };
 
+/* A position of the branch's path as it was placed: its T and forward, the floors of what
+ * follows it that bounded it (own_bound's after, drain, fill, cool, cool_own), the prefix
+ * before it (ms, fwd_ms: struct prefix's), its tail and its transfer. */
+struct placed {
+    double t, f, after, drain, fill, cool, cool_own, ms, fwd_ms, tail, c;
+};
+
+/* The most positions a run the branch bounds spans past its first (runs_bound). */
+#define RUNS_MAX 4
+
 struct search {
     const struct cluster *c;
     const struct plan_options *o;
@@ -86,6 +96,7 @@ struct search {
     double *a;        /* S: split_bound's backward (with recompute) of each position */
     double *own_end;  /* S: split_bound's own terms to the position's own last backward */
     int *reach;       /* S: the furthest layer each position could start at (starts_reach) */
+    struct placed *path; /* S: the positions the branch has placed (runs_bound) */
     /* a framework's least blocks a stage (framework.h min_blocks): position 0 ends at layer
      * first_end_min or later, the last starts at last_start_max or earlier. The bounds relax
      * it (a range's costs ignore it, so they stay monotone in the range); no split breaking
@@ -1220,18 +1231,45 @@ struct prefix {
     double ms, fwd_ms, tail0, partial, a_max; /* a_max: the largest backward (recompute) */
 };
 
-/* The prefix with position k holding layers i..j (T ms, f forward) added. */
+/* The earlier runs' part of a child's bound: each position k' of the branch's path within
+ * RUNS_MAX before k, with its steady state over k' + 1 .. k (window_bound; span: their T,
+ * k's t among them, and the transfers both ways between), its other terms the floors it was
+ * placed with (after, drain, fill, cool: window_bound only grows with them). The runs ending
+ * after k wait for the positions after it, and split_bound takes them at the leaf. */
+static double runs_bound(const struct search *s, int k, double t, double tail0)
+{
+    double v = -INFINITY, between = t;
+    for (int q = k - 1; q >= 0 && k - q <= RUNS_MAX; q--) {
+        const struct placed *a = &s->path[q];
+        between += a->c;
+        double span = a->t + between;
+        double w = window_bound(s, q, a->t, a->f, a->after, a->drain, a->fill, a->cool, span,
+                                k - q);
+        double w_end = window_bound(s, q, a->t, a->f, a->after, a->drain, a->fill, a->cool_own,
+                                    span, k - q);
+        v = fmax(v, stage_bound(a->ms, a->fwd_ms, w, w_end, tail0, a->tail));
+        between += a->t;
+    }
+    return v;
+}
+
+/* The prefix with position k holding layers i..j (T ms, f forward) added; what bounded it
+ * into *out (when not NULL: the branch's path). */
 static struct prefix extend(struct search *s, const struct prefix *p, int k, int i, int j,
-                            double t, double f)
+                            double t, double f, struct placed *out)
 {
     double c = transfer_ms(s, k, j), tail = tail_ms(s, k, i, j);
     double tail0 = k == 0 ? tail : p->tail0;
     double after = c + *Q_at(s, k + 1, j + 1), drain = c + *D_at(s, k + 1, j + 1);
     double fill = fill_floor(s, k, j, f);
-    double own = own_bound(s, k, t, f, after, drain, fill,
-                           cool_floor_after(s, k, j, t - f, p->a_max));
-    double own_end = own_bound(s, k, t, f, after, drain, fill, cool_floor(s, k, j, t - f));
+    double cool = cool_floor_after(s, k, j, t - f, p->a_max), cool_own = cool_floor(s, k, j, t - f);
+    double own = own_bound(s, k, t, f, after, drain, fill, cool);
+    double own_end = own_bound(s, k, t, f, after, drain, fill, cool_own);
     double v = stage_bound(p->ms, p->fwd_ms, own, own_end, tail0, tail);
+    double runs = runs_bound(s, k, t, tail0);
+    v = runs > v ? runs : v;
+    if (out != NULL)
+        *out = (struct placed){t, f, after, drain, fill, cool, cool_own, p->ms, p->fwd_ms, tail, c};
     return (struct prefix){p->ms + t + c, p->fwd_ms + f + c / 2, tail0,
                            p->partial > v ? p->partial : v,
                            p->a_max > t - f ? p->a_max : t - f};
@@ -1242,7 +1280,7 @@ static struct prefix extend(struct search *s, const struct prefix *p, int k, int
 static double child_bound(struct search *s, const struct prefix *p, int k, int i, int j,
                           double t, double f, double rest)
 {
-    struct prefix next = extend(s, p, k, i, j, t, f);
+    struct prefix next = extend(s, p, k, i, j, t, f, NULL);
     double through = next.ms + rest + next.tail0;
     return next.partial > through ? next.partial : through;
 }
@@ -1314,7 +1352,7 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         s->nodes++;
         int j = (int)kids[2 * a + 1];
         double f, t = stage_ms(s, k, i, j, &f);
-        struct prefix next = extend(s, p, k, i, j, t, f);
+        struct prefix next = extend(s, p, k, i, j, t, f, &s->path[k]);
         s->first[k] = i;
         branch(s, order, k + 1, j + 1, &next);
     }
@@ -1461,6 +1499,7 @@ static void repart_search_free(struct search *s)
     free(s->a);
     free(s->own_end);
     free(s->reach);
+    free(s->path);
 }
 
 /* For a framework's plan: the least end of the first stage and the most start of the last,
@@ -1513,11 +1552,12 @@ static int alloc_tables(struct search *s, const struct cluster *c, struct err *e
     s->a = malloc(S * sizeof *s->a);
     s->own_end = malloc(S * sizeof *s->own_end);
     s->reach = malloc(S * sizeof *s->reach);
+    s->path = malloc(S * sizeof *s->path);
     if (!s->fwd_prefix || !s->bwd_prefix || !s->opt_prefix || !s->profile_hash || !s->pos ||
         !s->transfer || !s->G || !s->Q || !s->D || !s->target || !s->Z || !s->R || !s->P ||
         !s->first || !s->best_first || !s->best_order || !s->best_link || !s->sim_in ||
         !s->buckets || !s->bwd_scratch || !s->children || !s->own || !s->fill_z || !s->a_max ||
-        !s->a || !s->own_end || !s->reach)
+        !s->a || !s->own_end || !s->reach || !s->path)
         return err_set(e, ERR_FAIL, "out of memory");
     return ERR_OK;
 }

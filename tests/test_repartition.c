@@ -363,6 +363,53 @@ static void test_against_brute_force(void)
     CU_ASSERT(within_gap >= 100);
 }
 
+/* A cutoff (the step to beat, as the pool search gives it): a little over the brute force's
+ * optimum, that optimum; a little under it, nothing, with a certified bound between the
+ * two. The orders bounded under the cutoff are searched on the tables cut at it. */
+static void test_cutoff_against_brute_force(void)
+{
+    struct test_rng r = {.s = 20261129};
+    int compared = 0, infeasible = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        struct instance in;
+        random_instance(&r, &in);
+        struct best b;
+        brute_force(&in.c, &b);
+        struct plan_options o;
+        plan_options_default(&o);
+        o.repartition = 1;
+        o.search_nodes = 1L << 30;
+        o.search_gap = 0;
+        o.min_gain = 0;
+        struct plan p;
+        struct err e;
+        err_clear(&e);
+        if (!b.found) {
+            o.cutoff_ms = 1e9;
+            CU_ASSERT_EQUAL(planner_make(&in.c, &o, &p, &e), ERR_NOFIT);
+            CU_ASSERT(p.search.present && isinf(p.search.lower_bound));
+            infeasible++;
+            continue;
+        }
+        o.cutoff_ms = b.ms * 1.02;
+        CU_ASSERT_EQUAL_FATAL(planner_make(&in.c, &o, &p, &e), ERR_OK);
+        CU_ASSERT(test_close(p.iteration_ms, b.ms, 1e-9, 1e-9));
+        CU_ASSERT(p.search.exhausted);
+        plan_free(&p);
+        o.cutoff_ms = b.ms * 0.98;
+        err_clear(&e);
+        CU_ASSERT_EQUAL_FATAL(planner_make(&in.c, &o, &p, &e), ERR_NOFIT);
+        CU_ASSERT(p.search.present && p.n_stages == 0);
+        CU_ASSERT(p.search.lower_bound >= o.cutoff_ms * (1 - 1e-9));
+        CU_ASSERT(p.search.lower_bound <= b.ms * (1 + 1e-9));
+        compared++;
+    }
+    printf("\n%d instances with a cutoff over and under the brute force's optimum, %d where "
+           "nothing fits\n", compared, infeasible);
+    CU_ASSERT(compared >= 300);
+    CU_ASSERT(infeasible >= 1);
+}
+
 /* repartition_search with --search-gap 0, --min-gain 0 and a budget of `nodes`. */
 static int exact_search(const struct cluster *c, long nodes, struct arrangement *a,
                         struct plan_search *found)
@@ -573,6 +620,8 @@ int main(void)
     CU_pSuite s = CU_add_suite("repartition", NULL, NULL);
     CU_add_test(s, "exact against brute force, bound below the optimum",
                 test_against_brute_force);
+    CU_add_test(s, "a cutoff over and under the optimum, against brute force",
+                test_cutoff_against_brute_force);
     CU_add_test(s, "a stopped search's plan: no faster split one layer away",
                 test_polished_local_optimum);
     CU_add_test(s, "suffix-sum tables: a tighter bound, under the optimum", test_tight_bound);

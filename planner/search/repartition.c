@@ -1808,7 +1808,58 @@ struct orders {
     double *bound; /* n; NAN once searched */
     double *table; /* n: bound_table's G(0, 0) (any_order_bound where the time limit left none) */
     unsigned char *tabled; /* n: whether bound_table was built */
+    struct kept_tables *kept; /* n: the tables of an order left to search (tables_keep) */
 };
+
+/* The tables branch reads (G, Q, D, and Z and R of n_targets targets), as bound_table left
+ * them for an order under `under` (INFINITY: uncut); cells NULL when none are kept. */
+struct kept_tables {
+    double *cells;
+    int target[FILL_TARGETS_MAX], n_targets;
+    double under;
+};
+
+static size_t table_cells(const struct search *s)
+{
+    return (size_t)(s->S + 1) * (s->N + 1);
+}
+
+/* The order laid out, bounded under the incumbent less the gap: its tables kept, so that its
+ * search need not build them again. Cut at `under` (bound_table), they stay right while the
+ * incumbent only falls, and the splits they leave out are bounded at `under` or more. */
+static void tables_keep(const struct search *s, struct kept_tables *k, double under)
+{
+    size_t n = table_cells(s), z = (size_t)s->n_targets * n;
+    k->cells = malloc((3 * n + 2 * z) * sizeof *k->cells);
+    if (k->cells == NULL)
+        return; /* built again when searched */
+    memcpy(k->cells, s->G, n * sizeof *s->G);
+    memcpy(k->cells + n, s->Q, n * sizeof *s->Q);
+    memcpy(k->cells + 2 * n, s->D, n * sizeof *s->D);
+    memcpy(k->cells + 3 * n, s->Z, z * sizeof *s->Z);
+    memcpy(k->cells + 3 * n + z, s->R, z * sizeof *s->R);
+    memcpy(k->target, s->target, (size_t)s->n_targets * sizeof *s->target);
+    k->n_targets = s->n_targets;
+    k->under = under;
+}
+
+/* The kept tables back in place for the order laid out; what they leave out counts in the
+ * certified bound at `under`. */
+static void tables_restore(struct search *s, struct kept_tables *k)
+{
+    size_t n = table_cells(s), z = (size_t)k->n_targets * n;
+    memcpy(s->G, k->cells, n * sizeof *s->G);
+    memcpy(s->Q, k->cells + n, n * sizeof *s->Q);
+    memcpy(s->D, k->cells + 2 * n, n * sizeof *s->D);
+    memcpy(s->Z, k->cells + 3 * n, z * sizeof *s->Z);
+    memcpy(s->R, k->cells + 3 * n + z, z * sizeof *s->R);
+    memcpy(s->target, k->target, (size_t)k->n_targets * sizeof *s->target);
+    s->n_targets = k->n_targets;
+    if (k->under < s->pruned_bound)
+        s->pruned_bound = k->under;
+    free(k->cells);
+    k->cells = NULL;
+}
 
 static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
                         struct orders *out)
@@ -1818,10 +1869,15 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
         kinds[g] = g;
         n *= g + 1;
     }
-    *out = (struct orders){0, K, malloc((size_t)n * K * sizeof *out->kinds),
+    *out = (struct orders){0,
+                           K,
+                           malloc((size_t)n * K * sizeof *out->kinds),
                            malloc((size_t)n * sizeof *out->bound),
-                           malloc((size_t)n * sizeof *out->table), calloc((size_t)n, 1)};
-    if (out->kinds == NULL || out->bound == NULL || out->table == NULL || out->tabled == NULL)
+                           malloc((size_t)n * sizeof *out->table),
+                           calloc((size_t)n, 1),
+                           calloc((size_t)n, sizeof *out->kept)};
+    if (out->kinds == NULL || out->bound == NULL || out->table == NULL || out->tabled == NULL ||
+        out->kept == NULL)
         return err_set(s->e, ERR_FAIL, "out of memory");
     do {
         memcpy(out->kinds + (size_t)out->n * K, kinds, (size_t)K * sizeof *kinds);
@@ -1836,6 +1892,8 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
             break;
         s->enough = s->best_ms; /* an order bounded there is left out */
         out->tabled[out->n] = (unsigned char)bound_table(s);
+        if (out->tabled[out->n] && !(*G_at(s, 0, 0) > prune_limit(s)))
+            tables_keep(s, &out->kept[out->n], s->enough * (1 + 1e-9)); /* bound_table's */
         s->enough = INFINITY;
         tabled += out->tabled[out->n];
         out->bound[out->n++] = *G_at(s, 0, 0);
@@ -1880,7 +1938,10 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
         }
         if (repart_layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
             break;
-        bound_table(s);
+        if (ord->kept[at].cells != NULL)
+            tables_restore(s, &ord->kept[at]);
+        else
+            bound_table(s);
         branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
     }
 }
@@ -1995,6 +2056,9 @@ int repartition_search(const struct cluster *c, const struct plan_options *o,
     free(ord.bound);
     free(ord.table);
     free(ord.tabled);
+    for (int q = 0; q < ord.n && ord.kept != NULL; q++)
+        free(ord.kept[q].cells);
+    free(ord.kept);
     free(kind_of);
     free(order);
     return e->code;

@@ -337,10 +337,9 @@ int pool_cannot_fit(const struct pool_shape *s, const struct pool_summary *sum)
 struct pool_prefixes {
     double *work[POOL_KINDS_MAX], *bwd[POOL_KINDS_MAX], *tail[POOL_KINDS_MAX];
     double *state[POOL_KINDS_MAX], *act[POOL_KINDS_MAX], *kept[POOL_KINDS_MAX];
-    double *fwd, *least; /* the least forward, the least work (forward and backward) */
-    /* the least send over the kinds of any layer before i, and of any from i on (INFINITY:
-     * none) */
-    double *send_before, *send_after;
+    double *fwd; /* the least forward over the kinds */
+    /* the least send over the kinds of any layer before i (INFINITY: none) */
+    double *send_before;
     double *block; /* the one allocation */
 };
 
@@ -357,7 +356,7 @@ static double least_send(const struct pool_shape *s, int l)
 static int prefixes_make(const struct pool_shape *s, struct pool_prefixes *p)
 {
     size_t n = (size_t)s->L + 1;
-    p->block = malloc((PREFIX_ARRAYS * (size_t)s->used + 4) * n * sizeof *p->block);
+    p->block = malloc((PREFIX_ARRAYS * (size_t)s->used + 2) * n * sizeof *p->block);
     if (p->block == NULL)
         return -1;
     for (int u = 0; u < s->used; u++) {
@@ -369,13 +368,11 @@ static int prefixes_make(const struct pool_shape *s, struct pool_prefixes *p)
         }
     }
     p->fwd = p->block + PREFIX_ARRAYS * (size_t)s->used * n;
-    p->least = p->fwd + n;
-    p->send_before = p->least + n;
-    p->send_after = p->send_before + n;
-    p->fwd[0] = p->least[0] = 0;
-    p->send_before[0] = p->send_after[s->L] = INFINITY;
+    p->send_before = p->fwd + n;
+    p->fwd[0] = 0;
+    p->send_before[0] = INFINITY;
     for (int l = 0; l < s->L; l++) {
-        double f = INFINITY, w = INFINITY;
+        double f = INFINITY;
         for (int u = 0; u < s->used; u++) {
             const struct pool_costs *c = s->costs[u];
             p->work[u][l + 1] = p->work[u][l] + c->work_ms[l];
@@ -385,14 +382,10 @@ static int prefixes_make(const struct pool_shape *s, struct pool_prefixes *p)
             p->act[u][l + 1] = p->act[u][l] + (double)c->act[l];
             p->kept[u][l + 1] = p->kept[u][l] + (double)c->least_kept[l];
             f = fmin(f, c->fwd_ms[l]);
-            w = fmin(w, c->work_ms[l]);
         }
         p->fwd[l + 1] = p->fwd[l] + f;
-        p->least[l + 1] = p->least[l] + w;
         p->send_before[l + 1] = fmin(p->send_before[l], least_send(s, l));
     }
-    for (int l = s->L - 1; l >= 0; l--)
-        p->send_after[l] = fmin(p->send_after[l + 1], least_send(s, l));
     return 0;
 }
 
@@ -424,7 +417,7 @@ struct could_walk {
     int *reach;            /* per position: the furthest its start could be (reach_after) */
     int S;
     double x;
-    double *trip, *round, *back; /* scratch, L + 1 each */
+    double *trip, *back;         /* scratch, L + 1 each */
     double *nxt, *sum;           /* per depth of the walk (kinds placed), L + 1 each */
 };
 
@@ -436,21 +429,19 @@ struct could_walk {
  * sends of the least any of them puts out), then runs M forwards and backwards; under 1F1B it
  * runs w = min(S - b, M) forwards before its first backward, which waits for micro-batch 0's
  * round trip through the stages after it: H_b = max(0, Q - (w - 1) f_b) idle, Q at least the
- * T of the positions after b and both sends over each link from b on (at least the least
- * work of the layers after b's and 2 (S - 1 - b) sends of the least any layer from b's last
- * on puts out); with w < M it runs its last forward after M - w backwards, and its w backwards
- * after that wait for the last micro-batch's round trip: D_b = max(0, Q - (w - 1) g_b) more
- * (with w = M, E_b >= F_b + M f_b + Q + g_b instead); and its last backward takes the last
- * micro-batch's gradient from stage b+1, sent over the link (as many bytes as b's last layer
- * puts out: sim.c). Then its all-reduce A_b and optimizer step O_b (sim.c; in a grouping
+ * T of the positions after b and both sends over each link from b on; with w < M it runs its
+ * last forward after M - w backwards, and its w backwards after that wait for the last
+ * micro-batch's round trip: D_b = max(0, Q - (w - 1) g_b) more (with w = M, E_b >= F_b +
+ * M f_b + Q + g_b instead); and its last backward takes the last micro-batch's gradient from
+ * stage b+1, sent over the link (as many bytes as b's last layer puts out: sim.c). Then its
+ * all-reduce A_b and optimizer step O_b (sim.c; in a grouping
  * replicas.c, whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
  * A_b + O_b >= the tail of pool_bound's section (2). (For stage 0, V_0 is section (1)'s
  * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
  * least V_{b+1} of a split of the layers from k over the positions after b, and sum[k] the
  * least Q over those splits, each stage passing this test (less is never worse for the
- * positions before; the two may come from different splits: floors of each); F_b + M T_b +
- * the wait with Q at its least over the kinds, A_b + O_b and the state grow with b's last
- * layer.
+ * positions before; the two may come from different splits: floors of each); F_b + M T_b,
+ * A_b + O_b and the state grow with b's last layer.
  *
  * One row of that DP: position b of kind u before the positions after it, whose least V and
  * Q from each end k are nxt[k] and sum[k] (finite from *from_lo to *from_hi): both made b's,
@@ -464,9 +455,8 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, doub
     int L = s->L, S = w->S, one_f_one_b = s->schedule == SCHEDULE_1F1B;
     double latency = s->costs[0]->latency_ms, M = s->M, x = w->x;
     /* per end k: what the stage's position asks of its successors: micro-batch 0's round
-     * trip past k (at its least over the kinds, and over the positions after b), and the last
-     * backward's gradient back over the link */
-    double *least_trip = w->trip, *trip = w->round, *back = w->back;
+     * trip past k, and the last backward's gradient back over the link */
+    double *trip = w->trip, *back = w->back;
     int first = b, last = L - (S - b); /* a layer for every position */
     int in_flight = w->in_flights[b], waits = one_f_one_b && b < S - 1;
     double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
@@ -481,10 +471,8 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, doub
     if (last > *from_hi - 1)
         last = *from_hi - 1;
     for (int k = *from_lo; k <= *from_hi; k++) {
-        if (waits) {
-            least_trip[k] = p->least[L] - p->least[k] + 2 * (S - 1 - b) * p->send_after[k - 1];
-            trip[k] = fmax(least_trip[k], sum[k] + 2 * send[k - 1]);
-        }
+        if (waits)
+            trip[k] = sum[k] + 2 * send[k - 1];
         back[k] = b < S - 1 ? nxt[k] + send[k - 1] : 0;
     }
     int lo = *from_lo, hi = *from_hi;
@@ -498,10 +486,6 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, doub
             double R = least_recompute_ms(s, p, u, i, k, in_flight, per_flight, per_freed);
             double T = work[k] - work[i] + R, g = bwd[k] - bwd[i] + R, f = T - g;
             double own = arrive + M * T, tail = latency + tails[k] - tails[i];
-            if (waits) { /* its wait for micro-batch 0's round trip */
-                double idle = least_trip[k] - (ahead - 1) * f;
-                own += idle > 0 ? idle : 0;
-            }
             if (state[k] - state[i] > cap || !(own + tail <= x))
                 break; /* and every later end */
             if (waits) { /* the round trips past the positions after b */
@@ -649,7 +633,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     if (L < S || S < 1)
         return 0;
     int *in_flights = malloc((2 * (size_t)S + (1u << s->used)) * sizeof *in_flights);
-    double *at = malloc((size_t)(5 + 2 * s->used) * ((size_t)L + 1) * sizeof *at);
+    double *at = malloc((size_t)(4 + 2 * s->used) * ((size_t)L + 1) * sizeof *at);
     if (in_flights == NULL || at == NULL) {
         free(in_flights);
         free(at);
@@ -660,10 +644,9 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     for (int b = 0; b < S; b++)
         in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 1;
     /* rounding never leaves out a split that steps in x */
-    size_t n = (size_t)L + 1;
-    struct could_walk w = {s,     p,         in_flights, in_flights + 2 * S, in_flights + S, S,
-                           x * (1 + 1e-9), at, at + n, at + 2 * n, at + 3 * n,
-                           at + (4 + (size_t)s->used) * n};
+    size_t n = (size_t)L + 1, depths = (size_t)s->used + 1;
+    struct could_walk w = {s, p, in_flights, in_flights + 2 * S, in_flights + S, S,
+                           x * (1 + 1e-9), at, at + n, at + 2 * n, at + (2 + depths) * n};
     if (!front_reach(&w)) {
         free(in_flights);
         free(at);

@@ -403,6 +403,29 @@ static void search(const char *file, double *one, double *two, struct pool_answe
     cJSON_Delete(root);
 }
 
+/* The answer with a search gap (each pipeline searched within it, its groups' exactly): its
+ * step within the gap of the brute force's best, and its certified bound at most that. */
+static void check_gap(const char *file, double best, double gap)
+{
+    struct plan_options o;
+    struct err e;
+    struct pool_answer a;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.search_gap = gap;
+    o.min_gain = 0;
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
+    CU_ASSERT_FATAL(root != NULL);
+    CU_ASSERT_EQUAL_FATAL(pool_answer_search(root, file, &o, &a, &e), ERR_OK);
+    double got = a.mixed ? a.step.step_ms : a.plan.iteration_ms;
+    if (!(a.lower_bound <= best * (1 + 1e-9)))
+        printf("\n  gap %g: certified %.6f over the best %.6f", gap, a.lower_bound, best);
+    CU_ASSERT(a.lower_bound <= best * (1 + 1e-9));
+    CU_ASSERT(got >= best * (1 - 1e-9) && got <= best * (1 + gap) * (1 + 1e-9));
+    pool_answer_free(&a);
+    cJSON_Delete(root);
+}
+
 /* Every bound the search uses on a group of the brute force (pool_mixed_group_bound), against
  * the steps found here: its least and the capacity's bound at most replicas_step_floor (at
  * most the step of every pair holding the group at its M), could_step true there, and the
@@ -569,11 +592,15 @@ static void test_against_brute_force(void)
         CU_ASSERT(test_close(got, best, 1e-9, 1e-9));
         CU_ASSERT(a.mixed == (b.two < b.one)); /* ties: the homogeneous plan */
         CU_ASSERT(a.gap >= 0 && a.gap <= 1e-9 && a.lower_bound <= best * (1 + 1e-12));
+        check_gap(file, best, 0.01);
+        check_gap(file, best, 0.05);
         /* a fifth within 20%: with the reduction in buckets, each stage's backward comes off
          * its reduction in the bounds (it may overlap it), so they are looser than before */
-        /* over 4/9 within 20%: a pair's reductions start after each stage's last backward
+        /* over 3/4 within 20%: a pair's reductions start after each stage's last backward
          * (replicas_step), so its bounds take no backward off them (with the backward taken
-         * off, as sim.c overlaps one pipeline's reduction, a fourth to two fifths here) */
+         * off, as sim.c overlaps one pipeline's reduction, a fourth to two fifths here), and
+         * each stage's waits count the stages placed after it (with the least kind's work
+         * there, under half in three of the six pools) */
         CU_ASSERT(checked > 0 && 4 * tight > 3 * checked && 4 * half > 3 * checked);
         /* the floors prune pairs whose pipelines alone step under the answer */
         long pruned = 0;

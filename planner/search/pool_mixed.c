@@ -1017,6 +1017,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     struct plan_options o = st->o;
     o.repartition = 1;
     o.range_cache = st->pm->ranges;
+    o.search_gap = 0;
     if (!isinf(st->deadline))
         o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
     if (isfinite(st->best_ms) && o.actions == PLAN_ACTION_RECOMPUTE)

@@ -434,14 +434,14 @@ struct could_walk {
  * micro-batch's round trip: D_b = max(0, Q - (w - 1) g_b) more (with w = M, E_b >= F_b +
  * M f_b + Q + g_b instead); and its last backward takes the last micro-batch's gradient from
  * stage b+1, sent over the link (as many bytes as b's last layer puts out: sim.c). Then its
- * all-reduce A_b and optimizer step O_b (sim.c; in a grouping
- * replicas.c, whose reduction of b's layers is no shorter), so V_b + A_b + O_b <= x,
- * A_b + O_b >= the tail of pool_bound's section (2). (For stage 0, V_0 is section (1)'s
- * max_b P_b + M T_b, with b's backwards exact.) A DP from the last position back: nxt[k] the
- * least V_{b+1} of a split of the layers from k over the positions after b, and sum[k] the
- * least Q over those splits, each stage passing this test (less is never worse for the
- * positions before; the two may come from different splits: floors of each); F_b + M T_b,
- * A_b + O_b and the state grow with b's last layer.
+ * all-reduce A_b and optimizer step O_b (sim.c; in a grouping replicas.c, whose reduction of
+ * b's layers is no shorter), so V_b + A_b + O_b <= x, A_b + O_b >= the tail of pool_bound's
+ * section (2). (For stage 0, V_0 is section (1)'s max_b P_b + M T_b, with b's backwards
+ * exact.) A DP from the last position back: nxt[k] the least V_{b+1} of a split of the layers
+ * from k over the positions after b, and sum[k] the least Q over those splits, each stage
+ * passing this test (less is never worse for the positions before; the two may come from
+ * different splits: floors of each); F_b + M T_b, A_b + O_b and the state grow with b's last
+ * layer.
  *
  * One row of that DP: position b of kind u before the positions after it, whose least V and
  * Q from each end k are nxt[k] and sum[k] (finite from *from_lo to *from_hi): both made b's,

@@ -1000,6 +1000,20 @@ static struct pool_pipe group_pipe(const struct mix_state *st, const struct mix_
     return p;
 }
 
+/* The options a group's --repartition search takes: exact (pairs are scored and refuted on
+ * their groups' plans, so a plan within a gap could hide a faster pair), the pool's range
+ * costs, and a quarter of the time left. */
+static struct plan_options group_options(const struct mix_state *st)
+{
+    struct plan_options o = st->o;
+    o.repartition = 1;
+    o.range_cache = st->pm->ranges;
+    o.search_gap = 0;
+    if (!isinf(st->deadline))
+        o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
+    return o;
+}
+
 /* Plans the group at its M (once) for its step alone: its cluster's reduction over its own
  * replicas made free while planning (the reduction it shares with the other group's is
  * replicas_step's), so that the best step to beat is its --repartition cutoff as it is. The
@@ -1014,12 +1028,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     struct link dp_link = c.stages[0].dp_link;
     for (int s = 0; s < c.n_stages; s++)
         c.stages[s].dp_link = (struct link){0};
-    struct plan_options o = st->o;
-    o.repartition = 1;
-    o.range_cache = st->pm->ranges;
-    o.search_gap = 0;
-    if (!isinf(st->deadline))
-        o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
+    struct plan_options o = group_options(st);
     if (isfinite(st->best_ms) && o.actions == PLAN_ACTION_RECOMPUTE)
         o.cutoff_ms = mix_T(st) * (1 + 1e-9);
     int rc = planner_make(&c, &o, &g->plan, e);
@@ -1070,13 +1079,8 @@ static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x
     if (pool_model_cluster(st->pm, &pipe, &c, e))
         return 0;
     c.dp_bucket_bytes = 0;
-    struct plan_options o = st->o;
-    o.repartition = 1;
-    o.range_cache = st->pm->ranges;
-    o.search_gap = 0;
+    struct plan_options o = group_options(st);
     o.cutoff_ms = mix_T(st);
-    if (!isinf(st->deadline))
-        o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
     struct arrangement a;
     struct plan_search found;
     int rc = repartition_search(&c, &o, &a, &found, e);

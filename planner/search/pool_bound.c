@@ -490,7 +490,7 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, doub
                 break; /* and every later end */
             if (waits) { /* the round trips past the positions after b */
                 double head = trip[k] - (ahead - 1) * f, drain = trip[k] - (ahead - 1) * g;
-                own = arrive + M * T + (head > 0 ? head : 0);
+                own += head > 0 ? head : 0;
                 if (ahead < M)
                     own += drain > 0 ? drain : 0;
                 else if (arrive + M * f + trip[k] + g > own)

@@ -853,11 +853,18 @@ static int table_rows(struct search *s, double under)
     return 1;
 }
 
+/* Where bound_table cuts the tables: a little over s->enough, so that no rounding cuts a
+ * split bounded under it (INFINITY: uncut). */
+static double table_cut(const struct search *s)
+{
+    return s->enough * (1 + 1e-9);
+}
+
 /* The tables of the order laid out (table_rows), cut where a bound may stop them; made again
  * uncut when the cut ones leave no split (INFINITY says that none fits). */
 static int bound_table(struct search *s)
 {
-    double under = s->enough * (1 + 1e-9); /* no rounding cuts a split bounded under enough */
+    double under = table_cut(s);
     choose_targets(s);
     prefix_table(s);
     int tabled = table_rows(s, under);
@@ -1893,7 +1900,7 @@ static int orders_bound(struct search *s, const int *kind_of, int K, int *order,
         s->enough = s->best_ms; /* an order bounded there is left out */
         out->tabled[out->n] = (unsigned char)bound_table(s);
         if (out->tabled[out->n] && !(*G_at(s, 0, 0) > prune_limit(s)))
-            tables_keep(s, &out->kept[out->n], s->enough * (1 + 1e-9)); /* bound_table's */
+            tables_keep(s, &out->kept[out->n], table_cut(s));
         s->enough = INFINITY;
         tabled += out->tabled[out->n];
         out->bound[out->n++] = *G_at(s, 0, 0);

@@ -1,5 +1,6 @@
 #include "pool_mixed.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,9 @@ struct mix_state {
     int64_t n_leads, cap_leads;
     int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
+    /* the least certified bound of the group searches the time limit stopped (INFINITY:
+     * none): a pair holding such a group steps no faster than it, and no more is proved */
+    double unproved;
     int early; /* group_gone and group_reduced_refuted prune */
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
@@ -1000,15 +1004,17 @@ static struct pool_pipe group_pipe(const struct mix_state *st, const struct mix_
     return p;
 }
 
-/* The options a group's --repartition search takes: exact (pairs are scored and refuted on
- * their groups' plans, so a plan within a gap could hide a faster pair), the pool's range
- * costs, and a quarter of the time left. */
+/* The options a group's --repartition search takes: exact and to the end, whatever the node
+ * budget (pairs are scored and refuted on their groups' plans, so a plan within a gap, or the
+ * best a budget allowed, could hide a faster pair), the pool's range costs, and a quarter of
+ * the time left. */
 static struct plan_options group_options(const struct mix_state *st)
 {
     struct plan_options o = st->o;
     o.repartition = 1;
     o.range_cache = st->pm->ranges;
     o.search_gap = 0;
+    o.search_nodes = LONG_MAX;
     if (!isinf(st->deadline))
         o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
     return o;
@@ -1038,6 +1044,8 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
+    if (g->plan.search.present && !g->plan.search.exhausted)
+        st->unproved = fmin(st->unproved, g->plan.search.lower_bound);
     g->fits = rc == ERR_OK;
     /* nothing fits, or the search's certified bound is T or more (not a search stopped) */
     if (!g->fits && (!g->plan.search.present || g->plan.search.lower_bound >= mix_T(st)))
@@ -1694,7 +1702,7 @@ int pool_mixed_search_early(const struct pool_model *pm, const struct plan_optio
     memset(r, 0, sizeof *r);
     memset(step, 0, sizeof *step);
     struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r,
-                           .early = early};
+                           .early = early, .unproved = INFINITY};
     *plans = NULL;
     *n = 0;
     if (!framework_is_ballast(o->framework)) { /* replicas of one shape only: no pairs */
@@ -1715,7 +1723,7 @@ int pool_mixed_search_early(const struct pool_model *pm, const struct plan_optio
         rc = search_size(&st, &at, e);
         bound = fmin(bound, at);
     }
-    r->lower_bound = bound; /* INFINITY: no pair of groups can be made */
+    r->lower_bound = fmin(bound, st.unproved); /* INFINITY: no pair of groups can be made */
     if (st.planned != NULL && take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
         rc = replicas_step(*plans, *n, step, e);
     free(st.planned);
@@ -1739,7 +1747,7 @@ int pool_mixed_group_bound(const struct pool_model *pm, const struct plan_option
 {
     struct pool_mixed_result r;
     struct mix_state st = {.pm = pm, .best_ms = x, .deadline = INFINITY, .r = &r,
-                           .size = g->size};
+                           .size = g->size, .unproved = INFINITY};
     struct mix_shape shape = {.code = 0};
     struct plan_options exact = *o;
     struct cluster c;

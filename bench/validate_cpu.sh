@@ -53,9 +53,15 @@ echo "== profile: GPT-tiny on this CPU, one thread, $repeats timed passes"
   --repeats "$repeats" -o "$out/profile.json"
 if [[ " ${variants[*]} " == *" dp3 "* ]]; then
   echo "== profile: the same by three profilers at once (dp3's three ranks on two cores)"
+  # each keeps its core share busy once done (a spinning filler) until all three are, so that
+  # every timed pass shares the cores three ways, as the ranks do
+  rm -f "$out"/profile3-?.json
   for k in 0 1 2; do
-    "$ballast" profile --model configs/models/gpt-tiny.json --device cpu --threads 1 \
-      --repeats "$repeats" -o "$out/profile3-$k.json" &
+    ("$ballast" profile --model configs/models/gpt-tiny.json --device cpu --threads 1 \
+       --repeats "$repeats" -o "$out/profile3-$k.json"
+     python3 -c 'import glob, sys
+while len(glob.glob(sys.argv[1] + "/profile3-?.json")) < 3:
+    sum(range(100000))' "$out") &
   done
   wait
 fi

@@ -14,27 +14,43 @@
 /* Deeper than any tree of 2^63 entries halved down to leaves. */
 #define FIT_DEPTH_MAX 128
 
-/* A subtree: its entries order[lo, hi) and what bounds them. */
+/* A subtree: its entries order[lo, hi) and what bounds them. Each node is a record of this
+ * header, its K fewest GPUs per micro-batch of capacity (doubles) and its K fewest GPUs (int32),
+ * all a query reads of it in one or two cache lines. */
 struct fit_node {
-    int64_t lo, hi;
-    int64_t right;        /* its second child (the first follows it); 0: a leaf */
-    int64_t first, last;  /* the least and the most entry index */
-    int32_t cap;          /* the most capacity (kept as capacities are lowered) */
+    int32_t lo, hi;
+    int32_t right;       /* its second child (the first follows it); 0: a leaf */
+    int32_t first, last; /* the least and the most entry index */
+    int32_t cap;         /* the most capacity (kept as capacities are lowered) */
 };
 
 struct fit_index {
     int K;
     int64_t n, n_node;
-    int64_t *order;        /* entry indices, a run of them per node */
-    int32_t *rows;         /* their rows in that order */
-    int64_t *where;        /* per entry: its place in that order */
-    struct fit_node *node; /* preorder, the root first */
-    int32_t *least;        /* per node, K of them: the fewest GPUs of each kind */
-    /* per node, K of them: the fewest GPUs of each kind per micro-batch of capacity, n_k / c
-     * (kept as capacities are lowered) */
-    double *least_per;
-    uint64_t *bits;        /* a query's hits by entry index, cleared as they are read */
+    size_t stride;   /* bytes a node's record takes */
+    int32_t *order;  /* entry indices, a run of them per node */
+    int32_t *rows;   /* their rows in that order */
+    int32_t *where;  /* per entry: its place in that order */
+    char *nodes;     /* the records, preorder, the root first */
 };
+
+static struct fit_node *node_at(const fit_index_t *x, int64_t at)
+{
+    return (struct fit_node *)(x->nodes + (size_t)at * x->stride);
+}
+
+/* Node at's fewest GPUs of each kind per micro-batch of capacity, n_k / c (kept as capacities
+ * are lowered). */
+static double *least_per_of(const fit_index_t *x, int64_t at)
+{
+    return (double *)(x->nodes + (size_t)at * x->stride + sizeof(struct fit_node));
+}
+
+/* Node at's fewest GPUs of each kind. */
+static int32_t *least_of(const fit_index_t *x, int64_t at)
+{
+    return (int32_t *)(least_per_of(x, at) + x->K);
+}
 
 /* The replicas that take `need` at capacity cap (cap >= 1). */
 static int64_t replicas_for(int64_t need, int64_t cap)
@@ -84,13 +100,13 @@ static int64_t key(const int32_t *rows, int K, int dim, int64_t e)
 /* Internal node at's most capacity and fewest GPUs per micro-batch, from its children's. */
 static void node_combine(fit_index_t *x, int64_t at)
 {
-    int K = x->K;
-    struct fit_node *nd = &x->node[at];
-    const struct fit_node *a = &x->node[at + 1], *b = &x->node[nd->right];
-    const double *pa = x->least_per + (at + 1) * K, *pb = x->least_per + nd->right * K;
+    struct fit_node *nd = node_at(x, at);
+    const struct fit_node *a = node_at(x, at + 1), *b = node_at(x, nd->right);
+    const double *pa = least_per_of(x, at + 1), *pb = least_per_of(x, nd->right);
+    double *per = least_per_of(x, at);
     nd->cap = a->cap > b->cap ? a->cap : b->cap;
-    for (int k = 0; k < K; k++)
-        x->least_per[at * K + k] = fmin(pa[k], pb[k]);
+    for (int k = 0; k < x->K; k++)
+        per[k] = fmin(pa[k], pb[k]);
 }
 
 /* Node at's most capacity and fewest GPUs per micro-batch made again from its rows (a leaf)
@@ -98,8 +114,8 @@ static void node_combine(fit_index_t *x, int64_t at)
 static int node_refresh(fit_index_t *x, int64_t at)
 {
     int K = x->K, changed;
-    struct fit_node *nd = &x->node[at];
-    double was[FIT_KINDS_MAX], *least_per = x->least_per + at * K;
+    struct fit_node *nd = node_at(x, at);
+    double was[FIT_KINDS_MAX], *least_per = least_per_of(x, at);
     int32_t cap = nd->cap;
     memcpy(was, least_per, (size_t)K * sizeof *was);
     if (nd->right != 0)
@@ -123,7 +139,7 @@ static int node_refresh(fit_index_t *x, int64_t at)
 
 /* a[lo, hi) reordered so that a[nth] is in its sorted place, none after it less and none
  * before it more (Hoare's selection). */
-static void select_nth(int64_t *a, int64_t lo, int64_t hi, int64_t nth, const int32_t *rows,
+static void select_nth(int32_t *a, int64_t lo, int64_t hi, int64_t nth, const int32_t *rows,
                        int K, int dim)
 {
     while (hi - lo > 1) {
@@ -134,7 +150,7 @@ static void select_nth(int64_t *a, int64_t lo, int64_t hi, int64_t nth, const in
             while (key(rows, K, dim, a[j]) > pivot)
                 j--;
             if (i <= j) {
-                int64_t t = a[i];
+                int32_t t = a[i];
                 a[i++] = a[j];
                 a[j--] = t;
             }
@@ -154,15 +170,16 @@ static void build(fit_index_t *x, const int32_t *rows, int64_t lo, int64_t hi)
 {
     int K = x->K;
     int64_t at = x->n_node++;
-    struct fit_node *nd = &x->node[at];
-    int32_t *least = x->least + at * K, most[FIT_KINDS_MAX];
-    double *least_per = x->least_per + at * K;
-    *nd = (struct fit_node){.lo = lo, .hi = hi, .first = INT64_MAX, .last = -1, .cap = 0};
+    struct fit_node *nd = node_at(x, at);
+    int32_t *least = least_of(x, at), most[FIT_KINDS_MAX];
+    double *least_per = least_per_of(x, at);
+    *nd = (struct fit_node){.lo = (int32_t)lo, .hi = (int32_t)hi, .first = INT32_MAX,
+                            .last = -1, .cap = 0};
     for (int k = 0; k < K; k++)
         least[k] = INT32_MAX, most[k] = 0, least_per[k] = INFINITY;
     for (int64_t i = lo; i < hi; i++) {
-        int64_t e = x->order[i];
-        const int32_t *row = rows + e * (K + 1);
+        int32_t e = x->order[i];
+        const int32_t *row = rows + (int64_t)e * (K + 1);
         nd->cap = row[0] > nd->cap ? row[0] : nd->cap;
         nd->first = e < nd->first ? e : nd->first;
         nd->last = e > nd->last ? e : nd->last;
@@ -182,39 +199,39 @@ static void build(fit_index_t *x, const int32_t *rows, int64_t lo, int64_t hi)
     int64_t mid = lo + (hi - lo) / 2;
     select_nth(x->order, lo, hi, mid, rows, K, dim);
     build(x, rows, lo, mid);
-    x->node[at].right = x->n_node;
+    node_at(x, at)->right = (int32_t)x->n_node;
     build(x, rows, mid, hi);
     node_combine(x, at);
 }
 
 fit_index_t *fit_index_make(const int32_t *rows, int64_t n, int K)
 {
-    if (K < 1 || K > FIT_KINDS_MAX || n < 0)
-        return NULL;
+    if (K < 1 || K > FIT_KINDS_MAX || n < 0 || n >= INT32_MAX / 2)
+        return NULL; /* nodes number under 2n: their indices are int32 */
     fit_index_t *x = calloc(1, sizeof *x);
     if (x == NULL)
         return NULL;
     int64_t nodes = nodes_for(n);
+    size_t m = n > 0 ? (size_t)n : 1;
     x->K = K;
     x->n = n;
-    x->order = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->order);
-    x->node = malloc((size_t)nodes * sizeof *x->node);
-    x->least = malloc((size_t)nodes * (size_t)K * sizeof *x->least);
-    x->least_per = malloc((size_t)nodes * (size_t)K * sizeof *x->least_per);
-    x->rows = malloc((size_t)(n > 0 ? n : 1) * (size_t)(K + 1) * sizeof *x->rows);
-    x->where = malloc((size_t)(n > 0 ? n : 1) * sizeof *x->where);
-    x->bits = calloc((size_t)(n / 64 + 1), sizeof *x->bits);
-    if (x->order == NULL || x->node == NULL || x->least == NULL || x->least_per == NULL ||
-        x->rows == NULL || x->where == NULL || x->bits == NULL) {
+    x->stride = (sizeof(struct fit_node) + (size_t)K * (sizeof(double) + sizeof(int32_t)) + 7) /
+                8 * 8;
+    x->order = malloc(m * sizeof *x->order);
+    x->nodes = malloc((size_t)nodes * x->stride);
+    x->rows = malloc(m * (size_t)(K + 1) * sizeof *x->rows);
+    x->where = malloc(m * sizeof *x->where);
+    if (x->order == NULL || x->nodes == NULL || x->rows == NULL || x->where == NULL) {
         fit_index_free(x);
         return NULL;
     }
     for (int64_t i = 0; i < n; i++)
-        x->order[i] = i;
+        x->order[i] = (int32_t)i;
     build(x, rows, 0, n);
     for (int64_t i = 0; i < n; i++) {
-        memcpy(x->rows + i * (K + 1), rows + x->order[i] * (K + 1), (size_t)(K + 1) * sizeof *rows);
-        x->where[x->order[i]] = i;
+        memcpy(x->rows + i * (K + 1), rows + (int64_t)x->order[i] * (K + 1),
+               (size_t)(K + 1) * sizeof *rows);
+        x->where[x->order[i]] = (int32_t)i;
     }
     return x;
 }
@@ -224,12 +241,9 @@ void fit_index_free(fit_index_t *x)
     if (x == NULL)
         return;
     free(x->order);
-    free(x->node);
-    free(x->least);
-    free(x->least_per);
+    free(x->nodes);
     free(x->rows);
     free(x->where);
-    free(x->bits);
     free(x);
 }
 
@@ -240,13 +254,19 @@ void fit_index_lower(fit_index_t *x, int64_t i, int32_t cap)
     if (cap >= row[0])
         return;
     row[0] = cap;
-    for (int64_t nd = 0;; nd = at < x->node[nd + 1].hi ? nd + 1 : x->node[nd].right) {
+    for (int64_t nd = 0;; nd = at < node_at(x, nd + 1)->hi ? nd + 1 : node_at(x, nd)->right) {
         path[depth++] = nd;
-        if (x->node[nd].right == 0)
+        if (node_at(x, nd)->right == 0)
             break;
     }
     while (depth > 0 && node_refresh(x, path[--depth])) /* up while they change */
         ;
+}
+
+static int by_index(const void *a, const void *b)
+{
+    int64_t p = *(const int64_t *)a, q = *(const int64_t *)b;
+    return (p > q) - (p < q);
 }
 
 int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_t most,
@@ -261,13 +281,12 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
     stack[depth++] = 0;
     while (depth > 0) {
         int64_t at = stack[--depth];
-        const struct fit_node *nd = &x->node[at];
-        const int32_t *least = x->least + at * K;
+        const struct fit_node *nd = node_at(x, at);
         /* every entry below takes as many replicas as the most capacity below asks for, or
            more, and each as many GPUs of each kind as the fewest below, or more */
         if (nd->last < from || nd->first >= to || nd->cap < 1 ||
-            !replicas_fit(least, K, left, replicas_for(need, nd->cap), most) ||
-            !per_batch_fit(x->least_per + at * K, K, left, need))
+            !replicas_fit(least_of(x, at), K, left, replicas_for(need, nd->cap), most) ||
+            !per_batch_fit(least_per_of(x, at), K, left, need))
             continue;
         if (nd->right == 0) {
             for (int64_t i = nd->lo; i < nd->hi; i++) {
@@ -275,18 +294,13 @@ int64_t fit_index_find(fit_index_t *x, const int64_t *left, int64_t need, int64_
                 const int32_t *row = x->rows + i * (K + 1);
                 if (e >= from && e < to && row[0] >= 1 &&
                     replicas_fit(row + 1, K, left, replicas_for(need, row[0]), most))
-                    x->bits[e / 64] |= (uint64_t)1 << (e % 64);
+                    out[m++] = e;
             }
             continue;
         }
         stack[depth++] = nd->right;
         stack[depth++] = at + 1;
     }
-    for (int64_t w = from / 64; w <= (to - 1) / 64; w++) {
-        for (uint64_t b = x->bits[w]; b != 0; b &= b - 1)
-            out[m++] = w * 64 + __builtin_ctzll(b);
-        x->bits[w] = 0;
-    }
+    qsort(out, (size_t)m, sizeof *out, by_index); /* found in the tree's order */
     return m;
 }
-

@@ -1,6 +1,5 @@
 #include "pool_mixed.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,8 +158,8 @@ struct mix_state {
     int64_t n_leads, cap_leads;
     int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
-    /* the least certified bound of the group searches the time limit stopped (INFINITY:
-     * none): a pair holding such a group steps no faster than it, and no more is proved */
+    /* the least bound of the groups whose searches stopped (stopped_bound; INFINITY: none):
+     * a pair holding such a group steps no faster than it, and no more is proved */
     double unproved;
     int early; /* group_gone and group_reduced_refuted prune */
     int stopped;
@@ -1004,20 +1003,76 @@ static struct pool_pipe group_pipe(const struct mix_state *st, const struct mix_
     return p;
 }
 
-/* The options a group's --repartition search takes: exact and to the end, whatever the node
- * budget (pairs are scored and refuted on their groups' plans, so a plan within a gap, or the
- * best a budget allowed, could hide a faster pair), the pool's range costs, and a quarter of
- * the time left. */
+/* The options a group's --repartition search takes: exact (pairs are scored and refuted on
+ * their groups' plans, so a plan within a gap could hide a faster pair), the pool's range
+ * costs, and a quarter of the time left. */
 static struct plan_options group_options(const struct mix_state *st)
 {
     struct plan_options o = st->o;
     o.repartition = 1;
     o.range_cache = st->pm->ranges;
     o.search_gap = 0;
-    o.search_nodes = LONG_MAX;
     if (!isinf(st->deadline))
         o.time_limit_s = fmax((st->deadline - clock_now_s()) / 4, 1e-3);
     return o;
+}
+
+/* The least step of any split of the group at M with its gradients reduced over dp + 1
+ * replicas after each stage's last backward (its cluster's reduction, unbucketed):
+ * --repartition's certified bound on that cluster, searched under the cutoff T (0: nothing
+ * proved). Every plan of the group has a floor (replicas_step_floor, over N > dp replicas:
+ * the same reduction, over as many or more) of that or more, and so every pair holding it,
+ * at M or more micro-batches. Recompute only (the search's bound). */
+static double group_reduced_bound(struct mix_state *st, const struct mix_shape *x, int dp,
+                                  int M, struct err *e)
+{
+    if (st->o.actions != PLAN_ACTION_RECOMPUTE || isinf(st->best_ms))
+        return 0;
+    /* as dp + 1 replicas, the fewest a pair it leads reduces over: their optimizer shards
+     * (shard_optimizer) only leave it more room, so every split steps no slower */
+    struct pool_pipe pipe = group_pipe(st, x, dp + 1, M);
+    struct cluster c;
+    if (pool_model_cluster(st->pm, &pipe, &c, e))
+        return 0;
+    c.dp_bucket_bytes = 0;
+    struct plan_options o = group_options(st);
+    o.cutoff_ms = mix_T(st);
+    struct arrangement a;
+    struct plan_search found;
+    int rc = repartition_search(&c, &o, &a, &found, e);
+    cluster_free(&c);
+    if (rc == ERR_OK)
+        arrangement_free(&a);
+    if (rc != ERR_OK && rc != ERR_NOFIT)
+        return 0;
+    err_clear(e);
+    return found.present ? found.lower_bound : 0;
+}
+
+/* Whether group_reduced_bound proves that no pair holding the group at M steps under T (kept:
+ * group_gone_from, for which planned_reserve made room). */
+static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int M,
+                                 struct err *e)
+{
+    if (!st->early)
+        return 0;
+    int refuted = group_reduced_bound(st, x, dp, M, e) >= mix_T(st);
+    st->r->refuted += refuted;
+    st->r->reduced += refuted;
+    if (refuted)
+        group_gone_from(st, x, dp, M);
+    return refuted;
+}
+
+/* The bound of a group whose search stopped (its node budget or the time limit) before its
+ * plan was proved its best: a pair holding it may step faster than with that plan, but no
+ * faster than the stopped search's bound, nor than group_reduced_bound. */
+static double stopped_bound(struct mix_state *st, const struct mix_shape *x,
+                            const struct mix_planned *g)
+{
+    struct err e;
+    err_clear(&e);
+    return fmax(g->plan.search.lower_bound, group_reduced_bound(st, x, g->dp, g->M, &e));
 }
 
 /* Plans the group at its M (once) for its step alone: its cluster's reduction over its own
@@ -1044,12 +1099,26 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
-    if (g->plan.search.present && !g->plan.search.exhausted)
-        st->unproved = fmin(st->unproved, g->plan.search.lower_bound);
     g->fits = rc == ERR_OK;
-    /* nothing fits, or the search's certified bound is T or more (not a search stopped) */
-    if (!g->fits && (!g->plan.search.present || g->plan.search.lower_bound >= mix_T(st)))
+    /* stopped before its bound reached its fastest split (one that did is that split's proof) */
+    const struct plan_search *found = &g->plan.search;
+    int stopped = found->present && !found->exhausted &&
+                  !(g->fits && found->fastest_ms > 0 &&
+                    found->lower_bound >= found->fastest_ms * MIX_ROUNDING);
+    double bound = !found->present ? INFINITY
+                   : stopped       ? stopped_bound(st, x, g)
+                                   : found->lower_bound;
+    /* nothing fits, or no pair holding it steps under T (a stopped search: stopped_bound);
+     * else what a stopped search left unproved bounds the answer's certificate */
+    if ((!g->fits || stopped) && bound >= mix_T(st)) {
+        if (g->fits)
+            plan_free(&g->plan);
+        g->fits = 0;
         group_gone_from(st, x, g->dp, g->M);
+    } else if (stopped) {
+        st->unproved = fmin(st->unproved, bound);
+        st->r->unproved++;
+    }
     if (!g->fits)
         return ERR_OK;
     for (int s = 0; s < g->plan.n_stages; s++)
@@ -1066,44 +1135,6 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
         g->fits = 0;
     }
     return rc;
-}
-
-/* Whether no split of the group at M steps under T even with its gradients reduced over
- * dp + 1 replicas after each stage's last backward (its cluster's reduction, unbucketed):
- * --repartition's certified bound on that cluster, searched to the end under the cutoff T.
- * Every plan of the group then has a floor (replicas_step_floor, over N > dp replicas: the
- * same reduction, over as many or more) of T or more, and so at more micro-batches too: a
- * first group at M or more is never under T beside any second (kept: group_gone_from, for
- * which planned_reserve made room). Recompute only (the search's bound). */
-static int group_reduced_refuted(struct mix_state *st, const struct mix_shape *x, int dp, int M,
-                                 struct err *e)
-{
-    if (!st->early || st->o.actions != PLAN_ACTION_RECOMPUTE || isinf(st->best_ms))
-        return 0;
-    /* as dp + 1 replicas, the fewest a pair it leads reduces over: their optimizer shards
-     * (shard_optimizer) only leave it more room, so every split steps no slower */
-    struct pool_pipe pipe = group_pipe(st, x, dp + 1, M);
-    struct cluster c;
-    if (pool_model_cluster(st->pm, &pipe, &c, e))
-        return 0;
-    c.dp_bucket_bytes = 0;
-    struct plan_options o = group_options(st);
-    o.cutoff_ms = mix_T(st);
-    struct arrangement a;
-    struct plan_search found;
-    int rc = repartition_search(&c, &o, &a, &found, e);
-    cluster_free(&c);
-    if (rc == ERR_OK)
-        arrangement_free(&a);
-    if (rc != ERR_OK && rc != ERR_NOFIT)
-        return 0;
-    err_clear(e);
-    int refuted = rc == ERR_NOFIT && found.present && found.lower_bound >= mix_T(st);
-    st->r->refuted += refuted;
-    st->r->reduced += refuted;
-    if (refuted)
-        group_gone_from(st, x, dp, M);
-    return refuted;
 }
 
 /* Whether no pair holding the group at M steps under T with N replicas or more
@@ -1814,6 +1845,9 @@ void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogen
                "could, %ld as none with its own reduction could), %ld splits scored%s",
             r->shapes, r->pairs, r->planned, r->refuted, r->gone, r->reduced, r->splits,
             r->timed_out ? " (stopped at --time-limit: the best found by then)" : "");
+    if (r->unproved > 0)
+        fprintf(f, "; %ld of the pipelines' searches stopped before proving their plans "
+                   "(--search-nodes, --time-limit), the bound counting theirs", r->unproved);
     if (r->lower_bound > 0 && isfinite(r->lower_bound))
         fprintf(f, "; none steps faster than %.3f ms\n", r->lower_bound);
     else

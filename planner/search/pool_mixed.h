@@ -62,6 +62,8 @@ struct pool_mixed_result {
     long reduced;  /* of those: first groups whose own reduction keeps every split over the
                       best (group_reduced_refuted), with every first at more micro-batches */
     long splits;   /* splits scored by replicas_step */
+    long unproved; /* planned groups whose search stopped (--search-nodes, --time-limit) before
+                      its plan was proved its best: lower_bound counts their bounds */
     int timed_out; /* --time-limit stopped the search: the best found by then */
     const char *framework; /* --for: its title, and no pair searched (none in the space) */
     double lower_bound; /* certified: no pair of groups steps faster (ms); 0: none */

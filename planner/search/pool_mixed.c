@@ -14,6 +14,9 @@
 
 /* Bounds are scaled down a little so that rounding never lifts one over a simulated step. */
 #define MIX_ROUNDING (1 - 1e-9)
+/* Nodes a group's search stopped by its node budget takes the second time, per node of the
+ * budget. */
+#define MIX_AGAIN_NODES 100
 /* M tried below a capacity by the whole bound (shape_cap). */
 #define MIX_CAP_LOOKS 8
 /* Steps of the search between two looks at the clock (some, such as a first group's
@@ -84,6 +87,9 @@ struct mix_planned {
        (replicas_step_floor; 0: none known) */
     double floor_ms;
     int floor_N;
+    /* planned, its searches stopped before proving the plan its best: no pair holding the
+       group steps faster than `unproved` (stopped_bound; 0: proved) */
+    double unproved;
     /* the entry of M 0, one per shape and dp: from gone_M micro-batches on, no pair holding
        the group steps under T (a search proved it at gone_M: no split of it steps alone
        under T, or none with its gradients reduced over dp + 1 replicas, the fewest a pair
@@ -158,9 +164,6 @@ struct mix_state {
     int64_t n_leads, cap_leads;
     int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
-    /* the least bound of the groups whose searches stopped (stopped_bound; INFINITY: none):
-     * a pair holding such a group steps no faster than it, and no more is proved */
-    double unproved;
     int early; /* group_gone and group_reduced_refuted prune */
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
@@ -1075,36 +1078,72 @@ static double stopped_bound(struct mix_state *st, const struct mix_shape *x,
     return fmax(g->plan.search.lower_bound, group_reduced_bound(st, x, g->dp, g->M, &e));
 }
 
-/* Plans the group at its M (once) for its step alone: its cluster's reduction over its own
- * replicas made free while planning (the reduction it shares with the other group's is
- * replicas_step's), so that the best step to beat is its --repartition cutoff as it is. The
- * plan keeps the pool's link between replicas, and its iteration_ms its own cluster's step. */
-static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mix_planned *g,
-                      struct err *e)
+/* The group's plan for its step alone, searched within `nodes` (its cluster's reduction over
+ * its own replicas made free), under the cutoff T; *dp_link the pool's link between
+ * replicas. ERR_NOFIT: none under T (plan->search what was searched). */
+static int group_search(struct mix_state *st, const struct mix_shape *x, int dp, int M,
+                        long nodes, struct plan *plan, struct link *dp_link, struct err *e)
 {
-    struct pool_pipe pipe = group_pipe(st, x, g->dp, g->M);
+    struct pool_pipe pipe = group_pipe(st, x, dp, M);
     struct cluster c;
     if (pool_model_cluster(st->pm, &pipe, &c, e))
         return e->code;
-    struct link dp_link = c.stages[0].dp_link;
+    *dp_link = c.stages[0].dp_link;
     for (int s = 0; s < c.n_stages; s++)
         c.stages[s].dp_link = (struct link){0};
     struct plan_options o = group_options(st);
+    o.search_nodes = nodes;
     if (isfinite(st->best_ms) && o.actions == PLAN_ACTION_RECOMPUTE)
         o.cutoff_ms = mix_T(st) * (1 + 1e-9);
-    int rc = planner_make(&c, &o, &g->plan, e);
+    int rc = planner_make(&c, &o, plan, e);
     cluster_free(&c);
+    return rc;
+}
+
+/* Whether a search found its fastest split and proved it (a search whose bound reached that
+ * split's step stopped on its proof). */
+static int search_proved(const struct plan_search *found, int fits)
+{
+    return found->present && (found->exhausted || (fits && found->fastest_ms > 0 &&
+                                                   found->lower_bound >=
+                                                       found->fastest_ms * MIX_ROUNDING));
+}
+
+/* Plans the group at its M (once) for its step alone: its cluster's reduction over its own
+ * replicas made free while planning (the reduction it shares with the other group's is
+ * replicas_step's), so that the best step to beat is its --repartition cutoff as it is. The
+ * plan keeps the pool's link between replicas, and its iteration_ms its own cluster's step.
+ * A search that stops before proving its plan the group's best runs once more with
+ * MIX_AGAIN_NODES times the nodes; one that stops again leaves the group unproved
+ * (stopped_bound). */
+static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mix_planned *g,
+                      struct err *e)
+{
+    struct link dp_link;
+    int rc = group_search(st, x, g->dp, g->M, st->o.search_nodes, &g->plan, &dp_link, e);
     st->r->planned++;
     g->state = 1;
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
+    if (g->plan.search.present && !search_proved(&g->plan.search, rc == ERR_OK) &&
+        g->plan.search.lower_bound < mix_T(st)) { /* stopped: once more, with more nodes */
+        struct plan again;
+        double bound = g->plan.search.lower_bound;
+        int again_rc = group_search(st, x, g->dp, g->M, st->o.search_nodes * MIX_AGAIN_NODES,
+                                    &again, &dp_link, e);
+        if (rc == ERR_OK)
+            plan_free(&g->plan);
+        if (again_rc != ERR_OK && again_rc != ERR_NOFIT)
+            return again_rc;
+        err_clear(e);
+        g->plan = again;
+        g->plan.search.lower_bound = fmax(g->plan.search.lower_bound, bound);
+        rc = again_rc;
+    }
     g->fits = rc == ERR_OK;
-    /* stopped before its bound reached its fastest split (one that did is that split's proof) */
     const struct plan_search *found = &g->plan.search;
-    int stopped = found->present && !found->exhausted &&
-                  !(g->fits && found->fastest_ms > 0 &&
-                    found->lower_bound >= found->fastest_ms * MIX_ROUNDING);
+    int stopped = found->present && !search_proved(found, g->fits);
     double bound = !found->present ? INFINITY
                    : stopped       ? stopped_bound(st, x, g)
                                    : found->lower_bound;
@@ -1115,10 +1154,8 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
             plan_free(&g->plan);
         g->fits = 0;
         group_gone_from(st, x, g->dp, g->M);
-    } else if (stopped) {
-        st->unproved = fmin(st->unproved, bound);
-        st->r->unproved++;
-    }
+    } else if (stopped)
+        g->unproved = bound;
     if (!g->fits)
         return ERR_OK;
     for (int s = 0; s < g->plan.n_stages; s++)
@@ -1584,6 +1621,19 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
     return ERR_OK;
 }
 
+/* The least bound of the groups left unproved (INFINITY: none), and their count. */
+static double unproved_least(const struct mix_state *st, long *count)
+{
+    double least = INFINITY;
+    *count = 0;
+    for (int64_t i = 0; i < st->cap_planned; i++)
+        if (st->planned[i].used && st->planned[i].unproved > 0) {
+            least = fmin(least, st->planned[i].unproved);
+            ++*count;
+        }
+    return least;
+}
+
 /* ---- the search ---------------------------------------------------------------------- */
 
 /* One micro-batch size: its pairs, and its bound (*bound). When the table allows no pair
@@ -1733,7 +1783,7 @@ int pool_mixed_search_early(const struct pool_model *pm, const struct plan_optio
     memset(r, 0, sizeof *r);
     memset(step, 0, sizeof *step);
     struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r,
-                           .early = early, .unproved = INFINITY};
+                           .early = early};
     *plans = NULL;
     *n = 0;
     if (!framework_is_ballast(o->framework)) { /* replicas of one shape only: no pairs */
@@ -1754,7 +1804,8 @@ int pool_mixed_search_early(const struct pool_model *pm, const struct plan_optio
         rc = search_size(&st, &at, e);
         bound = fmin(bound, at);
     }
-    r->lower_bound = fmin(bound, st.unproved); /* INFINITY: no pair of groups can be made */
+    /* INFINITY: no pair of groups can be made */
+    r->lower_bound = fmin(bound, unproved_least(&st, &r->unproved));
     if (st.planned != NULL && take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
         rc = replicas_step(*plans, *n, step, e);
     free(st.planned);
@@ -1778,7 +1829,7 @@ int pool_mixed_group_bound(const struct pool_model *pm, const struct plan_option
 {
     struct pool_mixed_result r;
     struct mix_state st = {.pm = pm, .best_ms = x, .deadline = INFINITY, .r = &r,
-                           .size = g->size, .unproved = INFINITY};
+                           .size = g->size};
     struct mix_shape shape = {.code = 0};
     struct plan_options exact = *o;
     struct cluster c;
@@ -1846,8 +1897,9 @@ void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogen
             r->shapes, r->pairs, r->planned, r->refuted, r->gone, r->reduced, r->splits,
             r->timed_out ? " (stopped at --time-limit: the best found by then)" : "");
     if (r->unproved > 0)
-        fprintf(f, "; %ld of the pipelines' searches stopped before proving their plans "
-                   "(--search-nodes, --time-limit), the bound counting theirs", r->unproved);
+        fprintf(f, "; %ld pipelines whose searches ran out of nodes or time before proving "
+                   "their plans (each searched twice, the second time with %d times "
+                   "--search-nodes), the bound counting theirs", r->unproved, MIX_AGAIN_NODES);
     if (r->lower_bound > 0 && isfinite(r->lower_bound))
         fprintf(f, "; none steps faster than %.3f ms\n", r->lower_bound);
     else

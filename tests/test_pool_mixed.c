@@ -431,6 +431,40 @@ static void check_gap(const char *file, double best, double gap, long nodes)
     cJSON_Delete(root);
 }
 
+/* The pair search beating `one` with each group searched once within a single node
+ * (POOL_MIXED_ONCE: groups left unproved): its certified bound at most the brute force's best
+ * pair `two`. Returns the groups left unproved. */
+static long check_unproved(const char *file, double one, double two)
+{
+    struct plan_options o;
+    struct err e;
+    err_clear(&e);
+    plan_options_default(&o);
+    o.search_gap = 0;
+    o.search_nodes = 1;
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
+    struct pool_model pm;
+    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
+    struct plan *plans;
+    int n;
+    struct replicas_result step;
+    struct pool_mixed_result r;
+    CU_ASSERT_EQUAL_FATAL(pool_mixed_search_early(&pm, &o, POOL_MIXED_EARLY | POOL_MIXED_ONCE,
+                                                  one, INFINITY, &plans, &n, &step, &r, &e),
+                          ERR_OK);
+    if (!(isinf(two) || r.lower_bound <= two * (1 + 1e-9)))
+        printf("\n  searched once in a node: certified %.6f over the best pair %.6f",
+               r.lower_bound, two);
+    CU_ASSERT(isinf(two) || r.lower_bound <= two * (1 + 1e-9));
+    for (int g = 0; g < n; g++)
+        plan_free(&plans[g]);
+    free(plans);
+    replicas_result_free(&step);
+    pool_model_free(&pm);
+    cJSON_Delete(root);
+    return r.unproved;
+}
+
 /* Every bound the search uses on a group of the brute force (pool_mixed_group_bound), against
  * the steps found here: its least and the capacity's bound at most replicas_step_floor (at
  * most the step of every pair holding the group at its M), could_step true there, and the
@@ -566,6 +600,7 @@ static void test_against_brute_force(void)
         {{4, 2}, 8, "L4", -18000000LL, 10, 1000},
     };
     long unfit_all = 0, floors_pruned = 0, reduced_over_alone = 0, gone = 0, reduced = 0;
+    long unproved = 0;
     int pairs_won = 0;
     for (size_t i = 0; i < sizeof vary / sizeof vary[0]; i++) {
         struct pool_case c = {{"A100-40GB", vary[i].second},
@@ -600,6 +635,7 @@ static void test_against_brute_force(void)
         check_gap(file, best, 0.01, 0);
         check_gap(file, best, 0.05, 0);
         check_gap(file, best, 0, 1); /* each pipeline's search stopped at its first split */
+        unproved += check_unproved(file, b.one, b.two);
         /* a fifth within 20%: with the reduction in buckets, each stage's backward comes off
          * its reduction in the bounds (it may overlap it), so they are looser than before */
         /* over 3/4 within 20%: a pair's reductions start after each stage's last backward
@@ -637,6 +673,8 @@ static void test_against_brute_force(void)
     CU_ASSERT(reduced_over_alone > 0);
     CU_ASSERT(unfit_all > 0); /* the small memories */
     CU_ASSERT(pairs_won > 0); /* two groups win somewhere */
+    printf("\n  searched once in a node: %ld groups left unproved in all", unproved);
+    CU_ASSERT(unproved > 0);
 }
 
 /* The two prunes that leave groups before planning them (pool_mixed.h: gone, reduced), on 24
@@ -686,7 +724,8 @@ static void test_early_prunes(void)
     struct plan *plans[2];
     int n[2];
     for (int early = 0; early < 2; early++)
-        CU_ASSERT_EQUAL_FATAL(pool_mixed_search_early(&pm, &o, early, best.iteration_ms,
+        CU_ASSERT_EQUAL_FATAL(pool_mixed_search_early(&pm, &o, early ? POOL_MIXED_EARLY : 0,
+                                                      best.iteration_ms,
                                                       INFINITY, &plans[early], &n[early],
                                                       &step[early], &r[early], &e),
                               ERR_OK);

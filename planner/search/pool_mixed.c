@@ -164,7 +164,11 @@ struct mix_state {
     int64_t n_leads, cap_leads;
     int64_t cap_guess; /* the last cap_first's answer */
     long ticks;
+    /* the least bound of the pairs decided on a plan left unproved (INFINITY: none): the
+     * larger of that group's bound and, for a second, its first's floor */
+    double unproved;
     int early; /* group_gone and group_reduced_refuted prune */
+    int once;  /* a group's search stopped by its budget is not run again */
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
     /* the best pair: its groups' entries */
@@ -1126,7 +1130,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     if (rc != ERR_OK && rc != ERR_NOFIT)
         return rc;
     err_clear(e);
-    if (g->plan.search.present && !search_proved(&g->plan.search, rc == ERR_OK) &&
+    if (!st->once && g->plan.search.present && !search_proved(&g->plan.search, rc == ERR_OK) &&
         g->plan.search.lower_bound < mix_T(st)) { /* stopped: once more, with more nodes */
         struct plan again;
         double bound = g->plan.search.lower_bound;
@@ -1240,6 +1244,8 @@ static int second_refuted(struct mix_state *st, const struct mix_shape *x, int d
     struct mix_planned *g = planned_of(st, x, dp, M2);
     if (g->state == 0)
         return 0;
+    if (g->unproved > 0) /* its plan may not be its best: its bound only */
+        return g->unproved >= mix_T(st);
     return !g->fits || g->pipe.alone_ms >= mix_T(st) || group_floor_refuted(st, g, N, e);
 }
 
@@ -1319,6 +1325,9 @@ static int first_ready(struct mix_state *st, struct first *f, struct err *e)
         }
         if (e->code || group_ready(st, &f->a.x, f->a.dp, N, f->M, &ga, e))
             return 0;
+        const struct mix_planned *planned = planned_find(st, &f->a.x, f->a.dp, f->M);
+        if (planned != NULL && planned->unproved > 0) /* every pair it leads, on its plan */
+            st->unproved = fmin(st->unproved, planned->unproved);
         f->gone = ga == NULL;
         f->state = ga != NULL && first_floor(st, f, N, e) < mix_T(st) && !e->code ? 1 : -1;
         st->skip = f->state < 0;
@@ -1367,6 +1376,9 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
         if (e->code || planned_reserve(st, 2, e) ||
             group_ready(st, x, (int)dp, N, (int)M2, &gb, e))
             return e->code;
+        const struct mix_planned *second = planned_find(st, x, (int)dp, (int)M2);
+        if (second != NULL && second->unproved > 0) /* this pair, on its plan */
+            st->unproved = fmin(st->unproved, fmax(second->unproved, first_floor(st, f, N, e)));
         if (gb == NULL || group_floor_refuted(st, gb, N, e)) {
             if (e->code)
                 return e->code;
@@ -1621,17 +1633,13 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
     return ERR_OK;
 }
 
-/* The least bound of the groups left unproved (INFINITY: none), and their count. */
-static double unproved_least(const struct mix_state *st, long *count)
+/* The groups left unproved. */
+static long unproved_count(const struct mix_state *st)
 {
-    double least = INFINITY;
-    *count = 0;
+    long count = 0;
     for (int64_t i = 0; i < st->cap_planned; i++)
-        if (st->planned[i].used && st->planned[i].unproved > 0) {
-            least = fmin(least, st->planned[i].unproved);
-            ++*count;
-        }
-    return least;
+        count += st->planned[i].used && st->planned[i].unproved > 0;
+    return count;
 }
 
 /* ---- the search ---------------------------------------------------------------------- */
@@ -1772,18 +1780,20 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
                       struct replicas_result *step, struct pool_mixed_result *r,
                       struct err *e)
 {
-    return pool_mixed_search_early(pm, o, 1, beat_ms, deadline, plans, n, step, r, e);
+    return pool_mixed_search_early(pm, o, POOL_MIXED_EARLY, beat_ms, deadline, plans, n, step, r,
+                                   e);
 }
 
 int pool_mixed_search_early(const struct pool_model *pm, const struct plan_options *o,
-                            int early, double beat_ms, double deadline, struct plan **plans,
+                            int flags, double beat_ms, double deadline, struct plan **plans,
                             int *n, struct replicas_result *step, struct pool_mixed_result *r,
                             struct err *e)
 {
     memset(r, 0, sizeof *r);
     memset(step, 0, sizeof *step);
     struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r,
-                           .early = early};
+                           .early = flags & POOL_MIXED_EARLY, .once = flags & POOL_MIXED_ONCE,
+                           .unproved = INFINITY};
     *plans = NULL;
     *n = 0;
     if (!framework_is_ballast(o->framework)) { /* replicas of one shape only: no pairs */
@@ -1804,8 +1814,8 @@ int pool_mixed_search_early(const struct pool_model *pm, const struct plan_optio
         rc = search_size(&st, &at, e);
         bound = fmin(bound, at);
     }
-    /* INFINITY: no pair of groups can be made */
-    r->lower_bound = fmin(bound, unproved_least(&st, &r->unproved));
+    r->lower_bound = fmin(bound, st.unproved); /* INFINITY: no pair of groups can be made */
+    r->unproved = unproved_count(&st);
     if (st.planned != NULL && take_best(&st, plans, n, e) == ERR_OK && rc == ERR_OK && *n > 0)
         rc = replicas_step(*plans, *n, step, e);
     free(st.planned);
@@ -1829,7 +1839,7 @@ int pool_mixed_group_bound(const struct pool_model *pm, const struct plan_option
 {
     struct pool_mixed_result r;
     struct mix_state st = {.pm = pm, .best_ms = x, .deadline = INFINITY, .r = &r,
-                           .size = g->size};
+                           .size = g->size, .unproved = INFINITY};
     struct mix_shape shape = {.code = 0};
     struct plan_options exact = *o;
     struct cluster c;

@@ -82,10 +82,14 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
                       double beat_ms, double deadline, struct plan **plans, int *n,
                       struct replicas_result *step, struct pool_mixed_result *r,
                       struct err *e);
-/* The same with early 0: groups planned without the two prunes that need a search of their
- * own (gone, reduced: for tests, against the search with them). */
+/* The same with parts of the search left out, for tests against the search with them: flags
+ * without POOL_MIXED_EARLY plan groups without the two prunes that need a search of their own
+ * (gone, reduced); with POOL_MIXED_ONCE a group's search stopped by its node budget is not
+ * run again with more nodes (the group stays unproved). pool_mixed_search's are
+ * POOL_MIXED_EARLY. */
+enum { POOL_MIXED_EARLY = 1, POOL_MIXED_ONCE = 2 };
 int pool_mixed_search_early(const struct pool_model *pm, const struct plan_options *o,
-                            int early, double beat_ms, double deadline, struct plan **plans,
+                            int flags, double beat_ms, double deadline, struct plan **plans,
                             int *n, struct replicas_result *step, struct pool_mixed_result *r,
                             struct err *e);
 void pool_mixed_print(FILE *f, const struct pool_mixed_result *r, double homogeneous_ms);

@@ -369,6 +369,32 @@ static void brute_force(const struct pool_case *pc, struct brute *b)
 
 /* The search's answer, exact: the homogeneous plan's step, the pairs' step (INFINITY: none
  * beats INFINITY... searched with nothing to beat), and the whole answer. */
+/* The pair search of the pool in `file` (pool_mixed_search_early's flags) beating beat_ms:
+ * the best pair's step (INFINITY: none) and *r. */
+static double mixed_search(const char *file, const struct plan_options *o, int flags,
+                           double beat_ms, struct pool_mixed_result *r)
+{
+    struct err e;
+    err_clear(&e);
+    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
+    struct pool_model pm;
+    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, o, INFINITY, &pm, &e) == 0);
+    struct plan *plans;
+    int n;
+    struct replicas_result step;
+    CU_ASSERT_EQUAL_FATAL(pool_mixed_search_early(&pm, o, flags, beat_ms, INFINITY, &plans, &n,
+                                                  &step, r, &e),
+                          ERR_OK);
+    double two = n > 0 ? step.step_ms : INFINITY;
+    for (int g = 0; g < n; g++)
+        plan_free(&plans[g]);
+    free(plans);
+    replicas_result_free(&step);
+    pool_model_free(&pm);
+    cJSON_Delete(root);
+    return two;
+}
+
 static void search(const char *file, double *one, double *two, struct pool_answer *a,
                    struct pool_mixed_result *r)
 {
@@ -384,21 +410,9 @@ static void search(const char *file, double *one, double *two, struct pool_answe
     *one = rc == ERR_OK ? p.iteration_ms : INFINITY;
     if (rc == ERR_OK)
         plan_free(&p);
+    *two = mixed_search(file, &o, POOL_MIXED_EARLY, INFINITY, r);
     cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
-    struct pool_model pm;
-    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
-    struct plan *plans;
-    int n;
-    struct replicas_result step;
-    CU_ASSERT_EQUAL_FATAL(pool_mixed_search(&pm, &o, INFINITY, INFINITY, &plans, &n, &step, r,
-                                            &e),
-                          ERR_OK);
-    *two = n > 0 ? step.step_ms : INFINITY;
-    for (int g = 0; g < n; g++)
-        plan_free(&plans[g]);
-    free(plans);
-    replicas_result_free(&step);
-    pool_model_free(&pm);
+    CU_ASSERT_FATAL(root != NULL);
     CU_ASSERT_EQUAL_FATAL(pool_answer_search(root, file, &o, a, &e), ERR_OK);
     cJSON_Delete(root);
 }
@@ -437,31 +451,15 @@ static void check_gap(const char *file, double best, double gap, long nodes)
 static long check_unproved(const char *file, double one, double two)
 {
     struct plan_options o;
-    struct err e;
-    err_clear(&e);
+    struct pool_mixed_result r;
     plan_options_default(&o);
     o.search_gap = 0;
     o.search_nodes = 1;
-    cJSON *root = jsonio_read_kind(file, JSONIO_CLUSTER, &e);
-    struct pool_model pm;
-    CU_ASSERT_FATAL(root != NULL && pool_model_load(root, file, &o, INFINITY, &pm, &e) == 0);
-    struct plan *plans;
-    int n;
-    struct replicas_result step;
-    struct pool_mixed_result r;
-    CU_ASSERT_EQUAL_FATAL(pool_mixed_search_early(&pm, &o, POOL_MIXED_EARLY | POOL_MIXED_ONCE,
-                                                  one, INFINITY, &plans, &n, &step, &r, &e),
-                          ERR_OK);
+    mixed_search(file, &o, POOL_MIXED_EARLY | POOL_MIXED_ONCE, one, &r);
     if (!(isinf(two) || r.lower_bound <= two * (1 + 1e-9)))
         printf("\n  searched once in a node: certified %.6f over the best pair %.6f",
                r.lower_bound, two);
     CU_ASSERT(isinf(two) || r.lower_bound <= two * (1 + 1e-9));
-    for (int g = 0; g < n; g++)
-        plan_free(&plans[g]);
-    free(plans);
-    replicas_result_free(&step);
-    pool_model_free(&pm);
-    cJSON_Delete(root);
     return r.unproved;
 }
 

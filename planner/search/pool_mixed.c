@@ -1133,7 +1133,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
     if (!st->once && g->plan.search.present && !search_proved(&g->plan.search, rc == ERR_OK) &&
         g->plan.search.lower_bound < mix_T(st)) { /* stopped: once more, with more nodes */
         struct plan again;
-        double bound = g->plan.search.lower_bound;
+        double first_bound = g->plan.search.lower_bound;
         int again_rc = group_search(st, x, g->dp, g->M, st->o.search_nodes * MIX_AGAIN_NODES,
                                     &again, &dp_link, e);
         if (rc == ERR_OK)
@@ -1142,7 +1142,7 @@ static int group_plan(struct mix_state *st, const struct mix_shape *x, struct mi
             return again_rc;
         err_clear(e);
         g->plan = again;
-        g->plan.search.lower_bound = fmax(g->plan.search.lower_bound, bound);
+        g->plan.search.lower_bound = fmax(g->plan.search.lower_bound, first_bound);
         rc = again_rc;
     }
     g->fits = rc == ERR_OK;
@@ -1370,7 +1370,8 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
         }
         if (!first_ready(st, f, e))
             return e->code;
-        if (first_floor(st, f, N, e) >= mix_T(st))
+        double floor_a = first_floor(st, f, N, e);
+        if (floor_a >= mix_T(st))
             break; /* more replicas only lengthen the first's reduction */
         st->r->pairs++;
         if (e->code || planned_reserve(st, 2, e) ||
@@ -1378,7 +1379,7 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
             return e->code;
         const struct mix_planned *second = planned_find(st, x, (int)dp, (int)M2);
         if (second != NULL && second->unproved > 0) /* this pair, on its plan */
-            st->unproved = fmin(st->unproved, fmax(second->unproved, first_floor(st, f, N, e)));
+            st->unproved = fmin(st->unproved, fmax(second->unproved, floor_a));
         if (gb == NULL || group_floor_refuted(st, gb, N, e)) {
             if (e->code)
                 return e->code;

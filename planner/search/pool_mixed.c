@@ -34,6 +34,11 @@
 #define MIX_BISECT_PROBES 7
 /* The share of the time left that the search leaves for that bisection. */
 #define MIX_BISECT_SHARE 0.1
+/* The table is made again from the menu once one in MIX_TABLE_LOWERED of its caps has been
+ * lowered since; the menu is sorted again (and its index made again, which takes twice as
+ * long as the table) once one in MIX_MENU_RESORT has. */
+#define MIX_TABLE_LOWERED 8
+#define MIX_MENU_RESORT 2
 /* Family summaries kept (a hash table). */
 #define MIX_FAMILIES 4096
 /* Planned groups kept (a hash table, grown). */
@@ -148,7 +153,8 @@ struct mix_state {
     int64_t *per_kind[POOL_KINDS_MAX]; /* without a table: per kind and its GPUs */
     struct mix_entry *menu; /* every shape of some capacity under table_T, densest first */
     int64_t n_menu, cap_menu;
-    int64_t menu_lowered; /* caps lowered since the menu was sorted */
+    int64_t menu_lowered;  /* caps lowered since the table was made from the menu */
+    int64_t menu_unsorted; /* caps lowered since the menu was sorted */
     /* the menu's capacities and GPUs, indexed (fit_index.h) for menu_fits; n_indexed: its
      * entries, 0 after a sort */
     fit_index_t *fit_index;
@@ -689,7 +695,7 @@ static void menu_sort(struct mix_state *st, int again)
                                  : moved[--b];
     }
     free(moved);
-    st->menu_lowered = 0;
+    st->menu_unsorted = 0;
     st->n_indexed = 0;
 }
 
@@ -762,13 +768,16 @@ static int table_clear(struct mix_state *st)
     return 1;
 }
 
-/* The menu sorted again by its caps as lowered (density their upper bound while unsorted),
- * and the table made again from them: any group's capacity is still at most its entry's. */
+/* The table made again from the menu's caps as lowered (any group's capacity is still at
+ * most its entry's), and the menu sorted again by them when many were (its densities upper
+ * bounds while unsorted). */
 static void menu_tighten(struct mix_state *st)
 {
     if (table_past(st))
         return;
-    menu_sort(st, 1);
+    if (MIX_MENU_RESORT * st->menu_unsorted > st->n_menu)
+        menu_sort(st, 1);
+    st->menu_lowered = 0;
     if (!table_clear(st))
         return;
     for (int64_t i = 0; i < st->n_menu; i++)
@@ -787,7 +796,7 @@ static int table_build(struct mix_state *st, double T, struct err *e)
     if (!table_clear(st))
         return ERR_OK;
     st->table_T = T;
-    st->n_menu = st->n_indexed = 0;
+    st->n_menu = st->n_indexed = st->menu_lowered = 0;
     if (each_shape(st, &x, 0, 0, all, table_shape, &T, e))
         return e->code;
     table_close(st);
@@ -1399,7 +1408,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
 {
     int64_t need = st->B - (int64_t)f->a.dp * f->M;
     int64_t need_last = st->B - (int64_t)f->a.dp * f->M_last; /* at its most micro-batches */
-    if (8 * st->menu_lowered > st->n_menu)
+    if (MIX_TABLE_LOWERED * st->menu_lowered > st->n_menu)
         menu_tighten(st);
     /* enough replicas to take what the first leaves at the menu's cap (at the table's T, at
        least the best's: no less than the cap there), within what is left */
@@ -1421,6 +1430,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
         if (cap > 0 && least > 1) {
             int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);
             st->menu_lowered += tight < m->cap;
+            st->menu_unsorted += tight < m->cap;
             cap = m->cap = min64(cap, tight);
             fit_index_lower(st->fit_index, i, (int32_t)cap);
         }

@@ -412,13 +412,15 @@ static double least_recompute_ms(const struct pool_shape *s, const struct pool_p
 struct could_walk {
     const struct pool_shape *s;
     const struct pool_prefixes *p;
-    const int *in_flights; /* per position */
-    int *front;            /* per set of kinds: front_reach's */
-    int *reach;            /* per position: the furthest its start could be (reach_after) */
+    const int *in_flights;            /* per position */
+    const double *per_flight;         /* per position: 1 / its in-flight count */
+    double per_freed[POOL_KINDS_MAX]; /* per kind: 1 / its freed_per_ms */
+    int *front;                       /* per set of kinds: front_reach's */
+    int *reach; /* per position: the furthest its start could be (reach_after) */
     int S;
     double x;
-    double *trip, *back;         /* scratch, L + 1 each */
-    double *nxt, *sum;           /* per depth of the walk (kinds placed), L + 1 each */
+    double *trip, *back; /* scratch, L + 1 each */
+    double *nxt, *sum;   /* per depth of the walk (kinds placed), L + 1 each */
 };
 
 /* Whether positions of these kinds can split the layers with every stage b (layers i..k-1,
@@ -459,7 +461,7 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, doub
     double *trip = w->trip, *back = w->back;
     int first = b, last = L - (S - b); /* a layer for every position */
     int in_flight = w->in_flights[b], waits = one_f_one_b && b < S - 1;
-    double per_flight = 1.0 / in_flight, per_freed = 1 / s->costs[u]->freed_per_ms;
+    double per_flight = w->per_flight[b], per_freed = w->per_freed[u];
     const double *work = p->work[u], *bwd = p->bwd[u], *tails = p->tail[u];
     const double *state = p->state[u], *send = s->costs[u]->send_ms;
     double cap = (double)s->costs[u]->capacity * (1 + 1e-12);
@@ -524,16 +526,17 @@ static int could_row(const struct could_walk *w, int b, int u, double *nxt, doub
  * any fewer of them ending at k: a later start arrives later by at most the least forwards
  * of the layers it leaves out, which its M forwards and backwards lose, and its
  * recomputation, tail and state only fall. */
-static int range_could(const struct pool_shape *s, const struct pool_prefixes *p, int u,
-                       int b, int in_flight, int i, int k, double x)
+static int range_could(const struct could_walk *w, int u, int b, int i, int k)
 {
+    const struct pool_shape *s = w->s;
+    const struct pool_prefixes *p = w->p;
     const struct pool_costs *c = s->costs[u];
-    double R = least_recompute_ms(s, p, u, i, k, in_flight, 1.0 / in_flight,
-                                  1 / c->freed_per_ms);
+    double R = least_recompute_ms(s, p, u, i, k, w->in_flights[b], w->per_flight[b],
+                                  w->per_freed[u]);
     double arrive = p->fwd[i] + (b > 0 ? b * p->send_before[i] : 0);
     double tail = c->latency_ms + p->tail[u][k] - p->tail[u][i];
     return p->state[u][k] - p->state[u][i] <= (double)c->capacity * (1 + 1e-12) &&
-           arrive + s->M * (p->work[u][k] - p->work[u][i] + R) + tail <= x;
+           arrive + s->M * (p->work[u][k] - p->work[u][i] + R) + tail <= w->x;
 }
 
 /* From `from`, the furthest layer the n stages of kind u at positions b.. could hold up to
@@ -545,7 +548,7 @@ static int reach_after(const struct could_walk *w, int u, int b, int n, int from
         if (reach != NULL)
             reach[a] = from;
         int k = from;
-        while (k < w->s->L && range_could(w->s, w->p, u, a, w->in_flights[a], from, k + 1, w->x))
+        while (k < w->s->L && range_could(w, u, a, from, k + 1))
             k++;
         from = k;
     }
@@ -633,7 +636,7 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
     if (L < S || S < 1)
         return 0;
     int *in_flights = malloc((2 * (size_t)S + (1u << s->used)) * sizeof *in_flights);
-    double *at = malloc((size_t)(4 + 2 * s->used) * ((size_t)L + 1) * sizeof *at);
+    double *at = malloc(((size_t)(4 + 2 * s->used) * ((size_t)L + 1) + (size_t)S) * sizeof *at);
     if (in_flights == NULL || at == NULL) {
         free(in_flights);
         free(at);
@@ -645,8 +648,14 @@ int pool_could_step_with(const struct pool_shape *s, const struct pool_prefixes 
         in_flights[b] = s->recompute_only ? schedule_in_flight(s->schedule, S, b, (int)s->M) : 1;
     /* rounding never leaves out a split that steps in x */
     size_t n = (size_t)L + 1, depths = (size_t)s->used + 1;
-    struct could_walk w = {s, p, in_flights, in_flights + 2 * S, in_flights + S, S,
-                           x * (1 + 1e-9), at, at + n, at + 2 * n, at + (2 + depths) * n};
+    double *per_flight = at + (2 + 2 * depths) * n;
+    for (int b = 0; b < S; b++)
+        per_flight[b] = 1.0 / in_flights[b];
+    struct could_walk w = {s, p, in_flights, per_flight, {0}, in_flights + 2 * S,
+                           in_flights + S, S, x * (1 + 1e-9), at, at + n, at + 2 * n,
+                           at + (2 + depths) * n};
+    for (int u = 0; u < s->used; u++)
+        w.per_freed[u] = 1 / s->costs[u]->freed_per_ms;
     if (!front_reach(&w)) {
         free(in_flights);
         free(at);

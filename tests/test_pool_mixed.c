@@ -7,8 +7,9 @@
  * pipeline for each group and micro-batch count (so the claim that a replica taking fewer
  * micro-batches never changes the step is checked, not assumed). Every bound the search uses
  * on a group is checked against the steps here, and every pair's step against its groups'
- * floors (replicas_step_floor, by which the search leaves a planned group). Also: the plan and replicas files the CLI
- * writes, simulate on them, the GPUs divisibility left idle before, the time limit. */
+ * floors (replicas_step_floor, by which the search leaves a planned group). Also: the plan and
+ * replicas files the CLI writes, simulate on them, the GPUs divisibility left idle before, the
+ * time limit. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>

@@ -463,15 +463,21 @@ static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double
  * `at_least`, and will ask again as low as `down_to` (a first at more micro-batches leaves a
  * second fewer), get, when a single probe at the lower of the two fails, an upper bound under
  * it: could_step falls with M, so that one refutation answers them all (nearly every shape a
- * second is sought among ends so); else the exact capacity. */
+ * second is sought among ends so); else the exact capacity. A cap kept for a higher T stays
+ * an upper bound (could_step falls with T too): one under `at_least` answers such a caller
+ * however stale (a best found 1% lower made every cap kept stale, and 9% of the time went to
+ * probing them again), and any bounds the probes. */
 static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, double T,
                                int64_t at_least, int64_t down_to)
 {
     struct mix_tight *t = tight_of(st, x);
-    int fresh = t != NULL && t->T >= T && (t->T <= T * MIX_TABLE_STALE || t->cap == 0);
-    if (fresh && (t->exact || t->cap < at_least))
+    int over = t != NULL && t->T >= T; /* its cap an upper bound here */
+    int fresh = over && (t->T <= T * MIX_TABLE_STALE || t->cap == 0);
+    if ((fresh && t->exact) || (over && t->cap < at_least))
         return t->cap;
     int64_t lo = 0, hi = fresh ? t->cap : shape_cap(st, x, T);
+    if (over && t->cap < hi)
+        hi = t->cap;
     struct pool_shape s;
     struct mix_family *f;
     int exact = 1;

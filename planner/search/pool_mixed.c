@@ -445,16 +445,21 @@ static struct mix_tight *tight_of(struct mix_state *st, const struct mix_shape *
     }
 }
 
-/* shape_cap_of, kept per shape for the last T asked. */
+/* shape_cap_of, kept per shape for the last T asked; no more than a capacity shape_cap_tight
+ * kept for T or a higher one (an upper bound here too), so that a table made for a lower T
+ * keeps what the probes found. */
 static int64_t shape_cap(struct mix_state *st, const struct mix_shape *x, double T)
 {
     struct mix_tight *t = tight_of(st, x);
+    int64_t cap;
     if (t != NULL && t->loose_T == T)
-        return t->loose_cap;
-    int64_t cap = shape_cap_of(st, x, T);
-    if (t != NULL)
-        t->loose_T = T, t->loose_cap = cap;
-    return cap;
+        cap = t->loose_cap;
+    else {
+        cap = shape_cap_of(st, x, T);
+        if (t != NULL)
+            t->loose_T = T, t->loose_cap = cap;
+    }
+    return t != NULL && t->T >= T && t->cap < cap ? t->cap : cap;
 }
 
 /* shape_cap refined: the most M at which some order and split of x could step under T

@@ -480,9 +480,7 @@ static int64_t shape_cap_tight(struct mix_state *st, const struct mix_shape *x, 
     int fresh = over && (t->T <= T * MIX_TABLE_STALE || t->cap == 0);
     if ((fresh && t->exact) || (over && t->cap < at_least))
         return t->cap;
-    int64_t lo = 0, hi = fresh ? t->cap : shape_cap(st, x, T);
-    if (over && t->cap < hi)
-        hi = t->cap;
+    int64_t lo = 0, hi = fresh ? t->cap : shape_cap(st, x, T); /* t->cap's bound in both */
     struct pool_shape s;
     struct mix_family *f;
     int exact = 1;

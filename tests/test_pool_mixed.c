@@ -7,9 +7,10 @@
  * pipeline for each group and micro-batch count (so the claim that a replica taking fewer
  * micro-batches never changes the step is checked, not assumed). Every bound the search uses
  * on a group is checked against the steps here, and every pair's step against its groups'
- * floors (replicas_step_floor, by which the search leaves a planned group). Also: the plan and
- * replicas files the CLI writes, simulate on them, the GPUs divisibility left idle before, the
- * time limit. */
+ * floors (replicas_step_floor, by which the search leaves a planned group), and the
+ * certificates of a search whose group searches stop at one node and of one stopped after its
+ * first lead. Also: the plan and replicas files the CLI writes, simulate on them, the GPUs
+ * divisibility left idle before, the time limit. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -464,6 +465,25 @@ static long check_unproved(const char *file, double one, double two)
     return r.unproved;
 }
 
+/* The pair search beating `one`, stopped after its first lead as --time-limit would stop it
+ * (POOL_MIXED_STOP_LEAD), with time left for the bisection that certifies what it left (its
+ * tables made at steps to beat above the search's, beside the capacities the search kept):
+ * its certified bound at most the brute force's best pair `two`. Returns 1 when it stopped
+ * with pairs left to certify. */
+static int check_stopped(const char *file, double one, double two)
+{
+    struct plan_options o;
+    struct pool_mixed_result r;
+    plan_options_default(&o);
+    o.search_gap = 0;
+    mixed_search(file, &o, POOL_MIXED_EARLY | POOL_MIXED_STOP_LEAD, one, &r);
+    if (!(isinf(two) || r.lower_bound <= two * (1 + 1e-9)))
+        printf("\n  stopped after a lead: certified %.6f over the best pair %.6f",
+               r.lower_bound, two);
+    CU_ASSERT(isinf(two) || r.lower_bound <= two * (1 + 1e-9));
+    return r.timed_out && r.lower_bound < one;
+}
+
 /* Every bound the search uses on a group of the brute force (pool_mixed_group_bound), against
  * the steps found here: its least and the capacity's bound at most replicas_step_floor (at
  * most the step of every pair holding the group at its M), could_step true there, and the
@@ -599,7 +619,7 @@ static void test_against_brute_force(void)
         {{4, 2}, 8, "L4", -18000000LL, 10, 1000},
     };
     long unfit_all = 0, floors_pruned = 0, reduced_over_alone = 0, gone = 0, reduced = 0;
-    long unproved = 0;
+    long unproved = 0, stopped = 0;
     int pairs_won = 0;
     for (size_t i = 0; i < sizeof vary / sizeof vary[0]; i++) {
         struct pool_case c = {{"A100-40GB", vary[i].second},
@@ -635,6 +655,7 @@ static void test_against_brute_force(void)
         check_gap(file, best, 0.05, 0);
         check_gap(file, best, 0, 1); /* each pipeline's search stopped at its first split */
         unproved += check_unproved(file, b.one, b.two);
+        stopped += check_stopped(file, b.one, b.two);
         /* a fifth within 20%: with the reduction in buckets, each stage's backward comes off
          * its reduction in the bounds (it may overlap it), so they are looser than before */
         /* over 3/4 within 20%: a pair's reductions start after each stage's last backward
@@ -674,6 +695,8 @@ static void test_against_brute_force(void)
     CU_ASSERT(pairs_won > 0); /* two groups win somewhere */
     printf("\n  searched once in a node: %ld groups left unproved in all", unproved);
     CU_ASSERT(unproved > 0);
+    printf("\n  stopped after a lead: %ld pools with pairs left to certify", stopped);
+    CU_ASSERT(stopped > 0);
 }
 
 /* The two prunes that leave groups before planning them (pool_mixed.h: gone, reduced), on 24

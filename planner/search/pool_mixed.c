@@ -175,6 +175,7 @@ struct mix_state {
     double unproved;
     int early; /* group_gone and group_reduced_refuted prune */
     int once;  /* a group's search stopped by its budget is not run again */
+    int stop_lead; /* the search stops after its first lead, as --time-limit would */
     int stopped;
     int skip; /* the shapes' enumeration under way is over (each_shape) */
     /* the best pair: its groups' entries */
@@ -1646,6 +1647,8 @@ static int search_leads(struct mix_state *st, double *unsearched, struct err *e)
         if (st->stopped)
             break; /* this lead's pairs not all searched */
         st->leads[i].searched = 1;
+        if (st->stop_lead)
+            st->stopped = st->r->timed_out = 1;
     }
     free(order);
     least = lead_next(st, NULL, least);
@@ -1813,7 +1816,7 @@ int pool_mixed_search_early(const struct pool_model *pm, const struct plan_optio
     memset(step, 0, sizeof *step);
     struct mix_state st = {.pm = pm, .best_ms = beat_ms, .deadline = deadline, .r = r,
                            .early = flags & POOL_MIXED_EARLY, .once = flags & POOL_MIXED_ONCE,
-                           .unproved = INFINITY};
+                           .stop_lead = flags & POOL_MIXED_STOP_LEAD, .unproved = INFINITY};
     *plans = NULL;
     *n = 0;
     if (!framework_is_ballast(o->framework)) { /* replicas of one shape only: no pairs */

@@ -85,9 +85,10 @@ int pool_mixed_search(const struct pool_model *pm, const struct plan_options *o,
 /* The same with parts of the search left out, for tests against the search with them: flags
  * without POOL_MIXED_EARLY plan groups without the two prunes that need a search of their own
  * (gone, reduced); with POOL_MIXED_ONCE a group's search stopped by its node budget is not
- * run again with more nodes (the group stays unproved). pool_mixed_search's are
- * POOL_MIXED_EARLY. */
-enum { POOL_MIXED_EARLY = 1, POOL_MIXED_ONCE = 2 };
+ * run again with more nodes (the group stays unproved); with POOL_MIXED_STOP_LEAD the search
+ * stops after its first lead as --time-limit would, with time left for the bisection that
+ * certifies what it left. pool_mixed_search's are POOL_MIXED_EARLY. */
+enum { POOL_MIXED_EARLY = 1, POOL_MIXED_ONCE = 2, POOL_MIXED_STOP_LEAD = 4 };
 int pool_mixed_search_early(const struct pool_model *pm, const struct plan_options *o,
                             int flags, double beat_ms, double deadline, struct plan **plans,
                             int *n, struct replicas_result *step, struct pool_mixed_result *r,

@@ -447,41 +447,26 @@ static void check_gap(const char *file, double best, double gap, long nodes)
     cJSON_Delete(root);
 }
 
-/* The pair search beating `one` with each group searched once within a single node
- * (POOL_MIXED_ONCE: groups left unproved): its certified bound at most the brute force's best
- * pair `two`. Returns the groups left unproved. */
-static long check_unproved(const char *file, double one, double two)
+/* The pair search beating `one` exactly with parts of it cut short (flags beside
+ * POOL_MIXED_EARLY, and `nodes` for each group's search; 0: the default), `how` as it is cut:
+ * its certified bound at most the brute force's best pair `two`. Cut short so: each group
+ * searched once within a single node (POOL_MIXED_ONCE, nodes 1: groups left unproved), or the
+ * search stopped after its first lead as --time-limit would stop it, with time left for the
+ * bisection that certifies what it left (POOL_MIXED_STOP_LEAD). */
+static struct pool_mixed_result check_cut(const char *file, double one, double two, int flags,
+                                          long nodes, const char *how)
 {
     struct plan_options o;
     struct pool_mixed_result r;
     plan_options_default(&o);
     o.search_gap = 0;
-    o.search_nodes = 1;
-    mixed_search(file, &o, POOL_MIXED_EARLY | POOL_MIXED_ONCE, one, &r);
+    if (nodes > 0)
+        o.search_nodes = nodes;
+    mixed_search(file, &o, POOL_MIXED_EARLY | flags, one, &r);
     if (!(isinf(two) || r.lower_bound <= two * (1 + 1e-9)))
-        printf("\n  searched once in a node: certified %.6f over the best pair %.6f",
-               r.lower_bound, two);
+        printf("\n  %s: certified %.6f over the best pair %.6f", how, r.lower_bound, two);
     CU_ASSERT(isinf(two) || r.lower_bound <= two * (1 + 1e-9));
-    return r.unproved;
-}
-
-/* The pair search beating `one`, stopped after its first lead as --time-limit would stop it
- * (POOL_MIXED_STOP_LEAD), with time left for the bisection that certifies what it left (its
- * tables made at steps to beat above the search's, beside the capacities the search kept):
- * its certified bound at most the brute force's best pair `two`. Returns 1 when it stopped
- * with pairs left to certify. */
-static int check_stopped(const char *file, double one, double two)
-{
-    struct plan_options o;
-    struct pool_mixed_result r;
-    plan_options_default(&o);
-    o.search_gap = 0;
-    mixed_search(file, &o, POOL_MIXED_EARLY | POOL_MIXED_STOP_LEAD, one, &r);
-    if (!(isinf(two) || r.lower_bound <= two * (1 + 1e-9)))
-        printf("\n  stopped after a lead: certified %.6f over the best pair %.6f",
-               r.lower_bound, two);
-    CU_ASSERT(isinf(two) || r.lower_bound <= two * (1 + 1e-9));
-    return r.timed_out && r.lower_bound < one;
+    return r;
 }
 
 /* Every bound the search uses on a group of the brute force (pool_mixed_group_bound), against
@@ -654,8 +639,11 @@ static void test_against_brute_force(void)
         check_gap(file, best, 0.01, 0);
         check_gap(file, best, 0.05, 0);
         check_gap(file, best, 0, 1); /* each pipeline's search stopped at its first split */
-        unproved += check_unproved(file, b.one, b.two);
-        stopped += check_stopped(file, b.one, b.two);
+        unproved += check_cut(file, b.one, b.two, POOL_MIXED_ONCE, 1,
+                              "searched once in a node").unproved;
+        struct pool_mixed_result cut = check_cut(file, b.one, b.two, POOL_MIXED_STOP_LEAD, 0,
+                                                 "stopped after a lead");
+        stopped += cut.timed_out && cut.lower_bound < b.one; /* pairs left to certify */
         /* a fifth within 20%: with the reduction in buckets, each stage's backward comes off
          * its reduction in the bounds (it may overlap it), so they are looser than before */
         /* over 3/4 within 20%: a pair's reductions start after each stage's last backward

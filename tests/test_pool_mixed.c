@@ -369,8 +369,6 @@ static void brute_force(const struct pool_case *pc, struct brute *b)
                 }
 }
 
-/* The search's answer, exact: the homogeneous plan's step, the pairs' step (INFINITY: none
- * beats INFINITY... searched with nothing to beat), and the whole answer. */
 /* The pair search of the pool in `file` (pool_mixed_search_early's flags) beating beat_ms:
  * the best pair's step (INFINITY: none) and *r. */
 static double mixed_search(const char *file, const struct plan_options *o, int flags,
@@ -397,6 +395,8 @@ static double mixed_search(const char *file, const struct plan_options *o, int f
     return two;
 }
 
+/* The search's answer, exact: the homogeneous plan's step, the pairs' step (INFINITY: none
+ * beats INFINITY... searched with nothing to beat), and the whole answer. */
 static void search(const char *file, double *one, double *two, struct pool_answer *a,
                    struct pool_mixed_result *r)
 {

@@ -250,6 +250,8 @@ void cluster_group_free(struct cluster *c)
 double cluster_allreduce_ms(const struct cluster *c, int stage, int first, int last)
 {
     const struct cluster_stage *st = &c->stages[stage];
+    if (st->dp <= 1 || !st->dp_link.present)
+        return 0; /* nothing crosses a link: no bytes to sum (a pool's group planned alone) */
     return cost_dp_allreduce_ms(&st->dp_link, st->dp, cluster_grad_bytes(c, stage, first, last));
 }
 

@@ -84,6 +84,8 @@ struct search {
     double enough;   /* bound_table may stop once G(0, 0) is known to be this or more
                       * (INFINITY: never): the order is then left out whatever the rest */
     int dived;       /* branch has reached a split */
+    int diving;      /* branch stops at dive_over (dive_orders) */
+    long dive_leaves, dive_nodes; /* a dive ends past these leaves or nodes */
     int pair;        /* bound_table and tight_bound add window_bound (tighten only: the search's
                       * own bounds, and so the plans it finds, stay as they were) */
     struct sim_stage *sim_in;
@@ -1012,12 +1014,13 @@ static double prune_limit(const struct search *s)
 }
 
 /* Whether a node of this bound is left out; its bound then stays in the certified one (it
- * may be below the best plan by up to the gap). */
+ * may be below the best plan by up to the gap), but for a dive's (the search visits its
+ * order again). */
 static int pruned(struct search *s, double bound)
 {
     if (bound <= prune_limit(s))
         return 0;
-    if (bound < s->pruned_bound)
+    if (bound < s->pruned_bound && !s->diving)
         s->pruned_bound = bound;
     return 1;
 }
@@ -1306,6 +1309,12 @@ static void sort_children(double *kids, int n)
         }
 }
 
+/* A dive (dive_orders) has simulated a split, or spent its nodes. */
+static int dive_over(const struct search *s)
+{
+    return s->diving && (s->leaves > s->dive_leaves || s->nodes >= s->dive_nodes);
+}
+
 /* Depth-first over the split: position k starts at layer i after the prefix p. */
 static void branch(struct search *s, const int *order, int k, int i, const struct prefix *p)
 {
@@ -1349,10 +1358,12 @@ static void branch(struct search *s, const int *order, int k, int i, const struc
         double bound = kids[2 * a];
         if (pruned(s, bound))
             break; /* the incumbent improved meanwhile (the kids after are bounded higher) */
+        if (dive_over(s))
+            return;
         /* past the budget, stop, but not before a first split: a finite bound G guarantees
          * the dive reaches one */
         if (out_of_budget(s) && !isinf(s->best_ms)) {
-            if (bound < s->open_bound)
+            if (bound < s->open_bound && !s->diving)
                 s->open_bound = bound;
             return;
         }
@@ -1850,9 +1861,10 @@ static void tables_keep(const struct search *s, struct kept_tables *k, double un
     k->under = under;
 }
 
-/* The kept tables back in place for the order laid out; what they leave out counts in the
- * certified bound at `under`. */
-static void tables_restore(struct search *s, struct kept_tables *k)
+/* The kept tables back in place for the order laid out. `searched`: the order is searched
+ * now, what they leave out counts in the certified bound at `under`, and they are not kept;
+ * else (a dive) they are kept for its search. */
+static void tables_restore(struct search *s, struct kept_tables *k, int searched)
 {
     size_t n = table_cells(s), z = (size_t)k->n_targets * n;
     memcpy(s->G, k->cells, n * sizeof *s->G);
@@ -1862,6 +1874,8 @@ static void tables_restore(struct search *s, struct kept_tables *k)
     memcpy(s->R, k->cells + 3 * n + z, z * sizeof *s->R);
     memcpy(s->target, k->target, (size_t)k->n_targets * sizeof *s->target);
     s->n_targets = k->n_targets;
+    if (!searched)
+        return;
     if (k->under < s->pruned_bound)
         s->pruned_bound = k->under;
     free(k->cells);
@@ -1922,11 +1936,50 @@ static int orders_next(const struct orders *o, int tabled)
     return at;
 }
 
-/* Branch and bound over the orders, the most promising first; past the time limit before a
- * dive of its own, the most promising of those whose table was built (the others' bound is
- * only any_order_bound's). */
+/* The most nodes a dive takes, per position. */
+#define DIVE_NODES 16
+
+/* One dive into each order whose tables were kept (bounded under the incumbent), least bound
+ * first, before any is searched to the end: each to its first split simulated, or DIVE_NODES
+ * nodes a position. The order of least bound need not hold the fastest split, and a search
+ * that spent its nodes there would leave the better incumbent of another order unfound (a
+ * pool's pipeline of one A100 and 13 V100 at 4 micro-batches: V100s first bound at 2465 ms and
+ * none was found under 2573 ms in 10^6 nodes, while A100 first steps 2484, found in a dive,
+ * which proves the whole in 10^3 nodes). The order of least bound is dived into first, as the
+ * search would start (an incumbent from another order, a little slower, could cut its first
+ * dive short within --search-gap and leave its search a band of nodes to wade through). The
+ * search visits each order again, so a dive's pruned and unexplored nodes count nothing. */
+static void dive_orders(struct search *s, const int *kind_of, struct orders *ord, int *order)
+{
+    unsigned char *dove = ord->n > 1 ? calloc((size_t)ord->n, 1) : NULL;
+    for (int tries = 0; dove != NULL && tries < ord->n && s->e->code == ERR_OK; tries++) {
+        int at = -1;
+        for (int q = 0; q < ord->n; q++)
+            if (!dove[q] && ord->kept[q].cells != NULL &&
+                (at < 0 || ord->bound[q] < ord->bound[at]))
+                at = q;
+        if (at < 0 || !(ord->bound[at] <= prune_limit(s)) || out_of_budget(s) ||
+            past_deadline(s))
+            break;
+        dove[at] = 1;
+        if (repart_layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
+            break;
+        tables_restore(s, &ord->kept[at], 0);
+        s->diving = 1;
+        s->dive_leaves = s->leaves;
+        s->dive_nodes = s->nodes + (long)DIVE_NODES * s->S;
+        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
+        s->diving = 0;
+    }
+    free(dove);
+}
+
+/* Branch and bound over the orders, the most promising first, after a dive into each;
+ * past the time limit before a dive of its own, the most promising of those whose table was
+ * built (the others' bound is only any_order_bound's). */
 static void search_orders(struct search *s, const int *kind_of, struct orders *ord, int *order)
 {
+    dive_orders(s, kind_of, ord, order);
     while (s->e->code == ERR_OK) {
         int at = !s->dived && past_deadline(s) ? orders_next(ord, 1) : -1, least = at < 0;
         if (least && (at = orders_next(ord, 0)) < 0)
@@ -1946,7 +1999,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
         if (repart_layout(s, ord->kinds + (size_t)at * ord->K, ord->K, kind_of, order))
             break;
         if (ord->kept[at].cells != NULL)
-            tables_restore(s, &ord->kept[at]);
+            tables_restore(s, &ord->kept[at], 1);
         else
             bound_table(s);
         branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});

@@ -16,7 +16,7 @@
 #define MIX_ROUNDING (1 - 1e-9)
 /* Nodes a group's search stopped by its node budget takes the second time, per node of the
  * budget. */
-#define MIX_AGAIN_NODES 100
+#define MIX_AGAIN_NODES 1000
 /* M tried below a capacity by the whole bound (shape_cap). */
 #define MIX_CAP_LOOKS 8
 /* Steps of the search between two looks at the clock (some, such as a first group's

@@ -1244,10 +1244,11 @@ static int out_of_budget(struct search *s)
 }
 
 /* The prefix a branch has built: positions before k, `ms` their T and transfers, `fwd_ms`
- * their forwards and forward transfers, `tail0` stage 0's optimizer step (once placed) and
- * `partial` the largest stage_bound of those positions. */
+ * their forwards and forward transfers, `tail0` stage 0's optimizer step (once placed),
+ * `partial` the largest stage_bound of those positions, `a_max` their largest backward (with
+ * recompute) and `a_first` that of those that run every forward first (0: none). */
 struct prefix {
-    double ms, fwd_ms, tail0, partial, a_max; /* a_max: the largest backward (recompute) */
+    double ms, fwd_ms, tail0, partial, a_max, a_first;
 };
 
 /* The earlier runs' part of a child's bound: each position k' of the branch's path within
@@ -1287,11 +1288,19 @@ static struct prefix extend(struct search *s, const struct prefix *p, int k, int
     double v = stage_bound(p->ms, p->fwd_ms, own, own_end, tail0, tail);
     double runs = runs_bound(s, k, t, tail0);
     v = runs > v ? runs : v;
+    /* a position q that runs every forward first ends its M backwards no sooner than
+     * micro-batch 0's round trip from its own forward (own_bound: f + after + M A), so the
+     * iteration takes every position's T and transfer, (M - 1) A_q more, and stage 0's
+     * optimizer step: with q placed before, those after k at their least sum (Q), a bound
+     * the positions placed since q have raised from the floor q was placed with */
+    double a_first = drain_backwards(s, k) == s->M && t - f > p->a_first ? t - f : p->a_first;
+    double chain = p->ms + t + c + *Q_at(s, k + 1, j + 1) + (s->M - 1) * a_first + tail0;
+    v = chain > v ? chain : v;
     if (out != NULL)
         *out = (struct placed){t, f, after, drain, fill, cool, cool_own, p->ms, p->fwd_ms, tail, c};
     return (struct prefix){p->ms + t + c, p->fwd_ms + f + c / 2, tail0,
                            p->partial > v ? p->partial : v,
-                           p->a_max > t - f ? p->a_max : t - f};
+                           p->a_max > t - f ? p->a_max : t - f, a_first};
 }
 
 /* The bound of the child that gives position k the layers i..j (T ms, f forward) after the
@@ -1977,7 +1986,7 @@ static void dive_orders(struct search *s, const int *kind_of, struct orders *ord
         s->diving = 1;
         s->dive_leaves = s->leaves;
         s->dive_nodes = s->nodes + (long)DIVE_NODES * s->S;
-        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
+        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY, 0});
         s->diving = 0;
     }
     free(dove);
@@ -2011,7 +2020,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
             tables_restore(s, &ord->kept[at], 1);
         else
             bound_table(s);
-        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY});
+        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY, 0});
     }
 }
 

@@ -27,6 +27,8 @@
 #define MIX_TABLE_STALE 1.01
 /* A table of more cells than this gives way to one per kind (pool_mixed.h; looser). */
 #define MIX_TABLE_CELLS ((int64_t)1 << 24)
+/* Menu entries the first look for seconds beside a first reads (doubled each look after). */
+#define MIX_FITS_RUN 4096
 /* Cells the table is cleared and closed by between looks at the clock. */
 #define MIX_TABLE_CHUNK ((int64_t)1 << 16)
 /* Probes of the bisection for the certificate of a search --time-limit stopped (its
@@ -729,11 +731,11 @@ static int menu_index(struct mix_state *st, struct err *e)
     return ERR_OK;
 }
 
-/* The menu's entries (st->fitting, in its order) whose replicas, `most` at most, fit in
- * `left` and could take `need` at the entry's capacity (fit_index.h), the index made again
- * first if the menu changed. */
-static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, int64_t most,
-                     struct err *e)
+/* The menu's entries before which all of `left` at an entry's density could take `need`
+ * (the densities fall along the menu; caps lowered since it was sorted leave theirs): found
+ * by halving. The index made again first if the menu changed. */
+static int menu_reach(struct mix_state *st, const int64_t *left, int64_t need, int64_t *end,
+                      struct err *e)
 {
     int64_t gpus = 0;
     for (int k = 0; k < st->pm->K; k++)
@@ -747,8 +749,6 @@ static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, in
     }
     if ((st->fit_index == NULL || st->n_indexed != st->n_menu) && menu_index(st, e))
         return e->code;
-    /* none past the density at which all of `left` could not take `need` (the densities fall
-     * along the menu; caps lowered since it was sorted leave theirs): found by halving */
     int64_t lo = 0, hi = st->n_menu;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
@@ -757,8 +757,16 @@ static int menu_fits(struct mix_state *st, const int64_t *left, int64_t need, in
         else
             lo = mid + 1;
     }
-    st->n_fitting = fit_index_find(st->fit_index, left, need, most, 0, lo, st->fitting);
+    *end = lo;
     return ERR_OK;
+}
+
+/* The menu's entries from `from` to `to` (st->fitting, in its order) whose replicas, `most`
+ * at most, fit in `left` and could take `need` at the entry's capacity (fit_index.h). */
+static void menu_fits(struct mix_state *st, const int64_t *left, int64_t need, int64_t most,
+                      int64_t from, int64_t to)
+{
+    st->n_fitting = fit_index_find(st->fit_index, left, need, most, from, to, st->fitting);
 }
 
 /* The table cleared (0: stopped first). */
@@ -1412,6 +1420,32 @@ static int second_shape(struct mix_state *st, const struct mix_shape *x, int64_t
     return ERR_OK;
 }
 
+/* The second of menu entry i beside the first f, when its replicas could take what the first
+ * leaves (`need`; `need_last` at the first's most micro-batches). */
+static int second_of(struct mix_state *st, struct first *f, int64_t i, int64_t need,
+                     int64_t need_last, struct err *e)
+{
+    /* with some capacity still: only this entry's turn lowers it */
+    struct mix_entry *m = &st->menu[i];
+    struct mix_shape y;
+    shape_of_code(st, m->code, &y);
+    int64_t most = min64(shape_dp_max(st, &y, f->left), st->B - f->a.dp);
+    int64_t cap = st->table_T > mix_T(st) ? shape_cap(st, &y, mix_T(st)) : m->cap;
+    /* its tight capacity at the least M a replica could take here, kept as the entry's
+     * cap: the step to beat only falls while the menu lasts (its density stays, an upper
+     * bound still) */
+    int64_t least = (need + most - 1) / most;
+    int64_t least_last = need_last > most ? (need_last + most - 1) / most : 1;
+    if (cap > 0 && least > 1) {
+        int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);
+        st->menu_lowered += tight < m->cap;
+        st->menu_unsorted += tight < m->cap;
+        cap = m->cap = min64(cap, tight);
+        fit_index_lower(st->fit_index, i, (int32_t)cap);
+    }
+    return most * cap < need ? ERR_OK : second_shape(st, &y, cap, f, e);
+}
+
 /* Every second beside the first f, from the menu: densest first, until even all of what is
  * left at a shape's density could not take what the first leaves. */
 static int seconds(struct mix_state *st, struct first *f, struct err *e)
@@ -1421,33 +1455,18 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
     if (MIX_TABLE_LOWERED * st->menu_lowered > st->n_menu)
         menu_tighten(st);
     /* enough replicas to take what the first leaves at the menu's cap (at the table's T, at
-       least the best's: no less than the cap there), within what is left */
-    if (menu_fits(st, f->left, need, st->B - f->a.dp, e))
+       least the best's: no less than the cap there), within what is left; found a run of
+       the menu at a time, longer each time: most firsts are refuted, or their seconds'
+       enumeration ends, after a few of the entries that fit */
+    int64_t end;
+    if (menu_reach(st, f->left, need, &end, e))
         return e->code;
-    for (int64_t at = 0; at < st->n_fitting && !st->skip && !mix_stopped(st); at++) {
-        /* with some capacity still: only this entry's turn lowers it */
-        int64_t i = st->fitting[at];
-        struct mix_entry *m = &st->menu[i];
-        struct mix_shape y;
-        shape_of_code(st, m->code, &y);
-        int64_t most = min64(shape_dp_max(st, &y, f->left), st->B - f->a.dp);
-        int64_t cap = st->table_T > mix_T(st) ? shape_cap(st, &y, mix_T(st)) : m->cap;
-        /* its tight capacity at the least M a replica could take here, kept as the entry's
-         * cap: the step to beat only falls while the menu lasts (its density stays, an upper
-         * bound still) */
-        int64_t least = (need + most - 1) / most;
-        int64_t least_last = need_last > most ? (need_last + most - 1) / most : 1;
-        if (cap > 0 && least > 1) {
-            int64_t tight = shape_cap_tight(st, &y, mix_T(st), least, least_last);
-            st->menu_lowered += tight < m->cap;
-            st->menu_unsorted += tight < m->cap;
-            cap = m->cap = min64(cap, tight);
-            fit_index_lower(st->fit_index, i, (int32_t)cap);
-        }
-        if (most * cap < need)
-            continue;
-        if (second_shape(st, &y, cap, f, e))
-            return e->code;
+    for (int64_t from = 0, run = MIX_FITS_RUN; from < end && !st->skip && !mix_stopped(st);
+         from += run, run *= 2) {
+        menu_fits(st, f->left, need, st->B - f->a.dp, from, min64(from + run, end));
+        for (int64_t at = 0; at < st->n_fitting && !st->skip && !mix_stopped(st); at++)
+            if (second_of(st, f, st->fitting[at], need, need_last, e))
+                return e->code;
     }
     return e->code;
 }

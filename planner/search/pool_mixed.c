@@ -1487,6 +1487,20 @@ static int64_t first_least_M(const struct mix_state *st, const struct mix_shape 
     return lo < 1 ? 1 : lo;
 }
 
+/* The least M a first of x may take at any dp up to `most` (0: none), its replicas
+ * taking `cap` at most and leaving a micro-batch at least. */
+static int64_t first_least(const struct mix_state *st, const struct mix_shape *x, int64_t cap,
+                           int64_t most, const int64_t *all)
+{
+    int64_t least = 0;
+    for (int64_t dp = 1; dp <= most; dp++) {
+        int64_t lo = first_least_M(st, x, dp, all);
+        if (lo > 0 && lo <= min64(cap, (st->B - 2) / dp + 1) && (least == 0 || lo < least))
+            least = lo;
+    }
+    return least;
+}
+
 /* A first group of shape x (taking half the micro-batches or more): every dp, and every M
  * its bounds allow under T, from the least; planned, then its step with the reduction over
  * one more replica (replicas_step_floor, the second's pipeline free) must be under T before
@@ -1505,12 +1519,7 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
     if (cap == 0 || 2 * min64(most * cap, st->B) < st->B)
         return ERR_OK;
     /* its tight capacity at the least M any dp asks of it (one probe refutes most leads) */
-    int64_t least = 0;
-    for (int64_t dp = 1; dp <= most; dp++) {
-        int64_t lo = first_least_M(st, x, dp, all);
-        if (lo > 0 && lo <= min64(cap, (st->B - 2) / dp + 1) && (least == 0 || lo < least))
-            least = lo;
-    }
+    int64_t least = first_least(st, x, cap, most, all);
     cap = least > 0 ? shape_cap_tight(st, x, mix_T(st), least, least) : 0;
     for (int64_t dp = 1; cap > 0 && dp <= most && !mix_stopped(st); dp++) {
         struct first f = {.a = {.x = *x, .dp = (int)dp}, .floor = st->floors};
@@ -1544,9 +1553,12 @@ static int first_shape(struct mix_state *st, const struct mix_shape *x, void *ar
 /* ---- the first groups, least bound and most promising first, in turns --------------- */
 
 /* A shape that could lead a pair under the table's T: its bound, pool_bound_first with its
- * family's costs at the fewest micro-batches a replica of it takes when it leads (half of
- * them over the most replicas the pool holds): that bound rises with M, and the family's
- * costs are at most any group's. */
+ * family's costs at the fewest micro-batches a replica of it takes when it leads, at any dp
+ * (first_least: half the batch or more, and the rest within what the GPUs it leaves could
+ * take under the table's T, at or over any later T): that bound rises with M, and the
+ * family's costs are at most any group's. Half the batch over the most replicas the pool
+ * holds, as it was, bounded GPT-13B's 815 k leads on 512 GPUs of three kinds from 414 ms, the
+ * best pair's T being 1234. */
 static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg,
                       struct err *e)
 {
@@ -1560,8 +1572,11 @@ static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg
     int64_t most = min64(shape_dp_max(st, x, all), st->B - 1);
     if (cap == 0 || most < 1 || 2 * min64(most * cap, st->B) < st->B)
         return ERR_OK;
+    int64_t least = first_least(st, x, cap, most, all);
+    if (least == 0)
+        return ERR_OK; /* no dp leaves room for a second */
     double bound = 0, promise = 0;
-    if (family_shape(st, x, (st->B + 2 * most - 1) / (2 * most), &s, &f)) {
+    if (family_shape(st, x, least, &s, &f)) {
         bound = pool_bound_first(&s, &f->sum);
         /* the same at a replica's share of the batch by its GPUs: a shape that does well
          * with its fair share leads the pairs that beat the best first, so T falls early */

@@ -171,6 +171,7 @@ struct mix_state {
     struct mix_lead *leads; /* the shapes that could lead a pair, least bound first */
     int64_t n_leads, cap_leads;
     int64_t cap_guess; /* the last cap_first's answer */
+    double rate[POOL_KINDS_MAX]; /* kind_rates' */
     long ticks;
     /* the least bound of the pairs decided on a plan left unproved (INFINITY: none): the
      * larger of that group's bound and, for a second, its first's floor */
@@ -1578,12 +1579,13 @@ static int lead_shape(struct mix_state *st, const struct mix_shape *x, void *arg
     double bound = 0, promise = 0;
     if (family_shape(st, x, least, &s, &f)) {
         bound = pool_bound_first(&s, &f->sum);
-        /* the same at a replica's share of the batch by its GPUs: a shape that does well
-         * with its fair share leads the pairs that beat the best first, so T falls early */
-        int64_t gpus = 0, total = 0;
+        /* the same at a replica's share of the batch by its GPUs' speed: a shape that does
+         * well with its fair share leads the pairs that beat the best first, so T falls
+         * early */
+        double rate = 0, total = 0;
         for (int k = 0; k < st->pm->K; k++)
-            gpus += x->n[k], total += all[k];
-        s.M = (double)((st->B * gpus + total - 1) / total);
+            rate += (double)x->n[k] * st->rate[k], total += (double)all[k] * st->rate[k];
+        s.M = ceil((double)st->B * rate / total);
         promise = pool_bound_first(&s, &f->sum);
     }
     struct mix_lead *leads = mix_grow(st->leads, st->n_leads, &st->cap_leads, sizeof *leads);
@@ -1701,6 +1703,19 @@ static long unproved_count(const struct mix_state *st)
 
 /* ---- the search ---------------------------------------------------------------------- */
 
+/* Per kind, st->rate: the micro-batches a ms one of its GPUs would run holding the whole
+ * model at this size (its forwards and backwards; the promise's measure of speed only). */
+static void kind_rates(struct mix_state *st)
+{
+    for (int k = 0; k < st->pm->K; k++) {
+        const struct profile *p = &st->pm->kind[k].profile[st->size];
+        double ms = 0;
+        for (int l = 0; l < p->n_layers; l++)
+            ms += p->layers[l].fwd_ms + p->layers[l].bwd_ms;
+        st->rate[k] = ms > 0 ? 1 / ms : 1;
+    }
+}
+
 /* One micro-batch size: its pairs, and its bound (*bound). When the table allows no pair
  * at the best's T, that is the bound without a search. Under a time limit, the search keeps
  * a share of the time left (as many probes as fit, each as long as that first check took)
@@ -1715,6 +1730,7 @@ static int search_size(struct mix_state *st, double *bound, struct err *e)
         return err_set(e, ERR_FAIL, "out of memory");
     if (st->B < 2) /* two groups take a micro-batch each at least */
         return ERR_OK;
+    kind_rates(st);
     double hi = isinf(st->best_ms) ? INFINITY : mix_T(st), deadline = st->deadline, kept = 0;
     *bound = 0;
     if (isfinite(hi)) {

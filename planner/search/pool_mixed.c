@@ -1459,7 +1459,7 @@ static int seconds(struct mix_state *st, struct first *f, struct err *e)
        least the best's: no less than the cap there), within what is left; found a run of
        the menu at a time, longer each time: most firsts are refuted, or their seconds'
        enumeration ends, after a few of the entries that fit */
-    int64_t end;
+    int64_t end = 0;
     if (menu_reach(st, f->left, need, &end, e))
         return e->code;
     for (int64_t from = 0, run = MIX_FITS_RUN; from < end && !st->skip && !mix_stopped(st);

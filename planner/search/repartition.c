@@ -1986,7 +1986,7 @@ static void dive_orders(struct search *s, const int *kind_of, struct orders *ord
         s->diving = 1;
         s->dive_leaves = s->leaves;
         s->dive_nodes = s->nodes + (long)DIVE_NODES * s->S;
-        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY, 0});
+        branch(s, order, 0, 0, &(struct prefix){.a_max = -INFINITY});
         s->diving = 0;
     }
     free(dove);
@@ -2020,7 +2020,7 @@ static void search_orders(struct search *s, const int *kind_of, struct orders *o
             tables_restore(s, &ord->kept[at], 1);
         else
             bound_table(s);
-        branch(s, order, 0, 0, &(struct prefix){0, 0, 0, 0, -INFINITY, 0});
+        branch(s, order, 0, 0, &(struct prefix){.a_max = -INFINITY});
     }
 }
 
